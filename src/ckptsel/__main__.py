@@ -1,0 +1,3 @@
+from ckptsel.cli import main
+
+main()

@@ -1,0 +1,40 @@
+"""The ``ckptsel`` command line. Each command lives in ``ckptsel.commands.<name>`` and
+registers itself on the app; this module only assembles them and turns bad input into one
+clear message with exit code 2."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from ckptsel.errors import CkptselError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Which SFT checkpoint to keep, and what the validation data used to choose it is worth.",
+)
+
+# One line per command module; each defines ``register(app)``.
+COMMAND_MODULES = (
+    "ckptsel.commands.analysis",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    try:
+        app(args=argv, standalone_mode=True)
+    except CkptselError as err:
+        typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

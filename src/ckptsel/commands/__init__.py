@@ -1,0 +1,1 @@
+"""CLI commands, one module each (registered in ``ckptsel.cli``)."""

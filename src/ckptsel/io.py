@@ -1,0 +1,41 @@
+"""Atomic file writes: write a temp file in the same folder, then rename.
+
+A killed job therefore leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+
+def _atomic(path: Path, write) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    _atomic(path, lambda p: p.write_bytes(data))
+
+
+def write_parquet(path: Path, df: pd.DataFrame) -> None:
+    _atomic(path, lambda p: df.to_parquet(p, index=False))
+
+
+def write_csv(path: Path, df: pd.DataFrame) -> None:
+    _atomic(path, lambda p: df.to_csv(p, index=False, lineterminator="\n"))
