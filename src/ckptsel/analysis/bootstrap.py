@@ -1,0 +1,119 @@
+"""Bootstrap replicates as matrix products (SPEC §8): no Python loop over draws.
+
+* configuration bootstrap: a counts matrix ``C`` (draws × configurations) times the
+  per-configuration sums; the replicate is a trajectory-weighted mean;
+* test-question bootstrap: a counts matrix ``R`` (draws × questions) per task times the
+  per-question utilities, with frozen choices held fixed;
+* joint: both at once, sharing the same ``C`` and ``R``.
+Draw matrices are built in fixed-size chunks so memory stays bounded; chunk ``c`` of task
+``k`` always comes from the same seed, so every quantity sees the same resamples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+CHUNK = 1000
+
+
+def resample_counts(n: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``(draws, n)`` multiplicities of ``n`` units drawn ``n`` times with replacement."""
+    idx = rng.integers(0, n, size=(draws, n))
+    idx += np.arange(draws)[:, None] * n
+    return np.bincount(idx.ravel(), minlength=draws * n).reshape(draws, n).astype(np.float64)
+
+
+def configuration_counts(n_configurations: int, draws: int, seed: int, stream: int = 0) -> np.ndarray:
+    """The configuration-draw matrix shared by every quantity (and by the joint bootstrap)."""
+    return resample_counts(n_configurations, draws, np.random.default_rng([seed, 1, stream]))
+
+
+def cluster_replicates(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(draws, Q)`` replicate means: ``(C @ sums) / (C @ sizes)``.
+
+    ``sums[k, q]`` is the total of quantity q over configuration k's trajectories and
+    ``sizes[k, q]`` how many of them have it (seeds stay together); a replicate with no
+    trajectory for q is NaN.
+    """
+    num = counts @ sums
+    den = counts @ sizes
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def question_replicates(
+    utilities: dict[str, np.ndarray],
+    config_index: dict[str, np.ndarray],
+    sizes: np.ndarray,
+    config_counts: np.ndarray | None,
+    draws: int,
+    seed: int,
+    joint_columns: Sequence[int] = (),
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+    """Test-question (and joint) bootstrap replicates.
+
+    ``utilities[task]`` is ``(K_task, N_task, Q)``: per-configuration sums over trajectories
+    of ``d_i = 100 w·z_i``. ``config_index[task]`` gives those configurations' rows in
+    ``sizes`` (``(K, Q)`` trajectory counts) and in ``config_counts`` (``(draws, K)``).
+    Returns pooled question replicates ``(draws, Q)``, the per-task replicates, and the joint
+    replicates ``(draws, len(joint_columns))`` (None without ``config_counts``).
+    """
+    tasks = sorted(utilities)
+    total = sizes.sum(axis=0)  # trajectories per quantity, fixed weights
+    q = sizes.shape[1]
+    pooled = np.zeros((draws, q))
+    per_task = {}
+    joint_cols = np.asarray(joint_columns, dtype=np.int64)
+    joint_num = np.zeros((draws, len(joint_cols)))
+    for k, task in enumerate(tasks):
+        util = utilities[task]
+        n_conf, n_items, _ = util.shape
+        task_sum = util.sum(axis=0)  # (N, Q)
+        task_size = sizes[config_index[task]].sum(axis=0)
+        task_reps = np.zeros((draws, q))
+        joint_util = util[:, :, joint_cols].transpose(1, 0, 2).reshape(n_items, -1)  # (N, K_t*Qj)
+        for c, start in enumerate(range(0, draws, CHUNK)):
+            stop = min(draws, start + CHUNK)
+            R = resample_counts(n_items, stop - start, np.random.default_rng([seed, 2, k, c]))
+            task_reps[start:stop] = (R @ task_sum) / n_items
+            if config_counts is not None and len(joint_cols):
+                per_conf = (R @ joint_util).reshape(stop - start, n_conf, len(joint_cols)) / n_items
+                C = config_counts[start:stop][:, config_index[task]]
+                joint_num[start:stop] += np.einsum("bk,bkq->bq", C, per_conf)
+        pooled += task_reps
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_task[task] = task_reps / np.where(task_size > 0, task_size, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled /= np.where(total > 0, total, np.nan)
+    joint = None
+    if config_counts is not None and len(joint_cols):
+        den = config_counts @ sizes[:, joint_cols]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            joint = np.where(den > 0, joint_num / np.where(den > 0, den, 1.0), np.nan)
+    return pooled, per_task, joint
+
+
+def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per column, ignoring NaN replicates."""
+    alpha = (1.0 - level) / 2.0
+    probs = [alpha, 1.0 - alpha]
+    if np.isnan(replicates).any():
+        with np.errstate(invalid="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                lo, hi = np.nanquantile(replicates, probs, axis=0)
+    else:
+        lo, hi = np.quantile(replicates, probs, axis=0)
+    return lo, hi
+
+
+def leave_one_out_means(sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(K, Q)`` trajectory-weighted means with each configuration left out in turn."""
+    num = sums.sum(axis=0, keepdims=True) - sums
+    den = sizes.sum(axis=0, keepdims=True) - sizes
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)

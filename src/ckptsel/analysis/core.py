@@ -1,0 +1,166 @@
+"""Pure array functions behind every rule, budget and diagnostic (no I/O, no pandas).
+
+Shapes: ``T`` checkpoints (ascending step, the last is the final checkpoint), ``n`` items,
+``P`` permutations/partitions/repetitions, ``B`` budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+# --------------------------------------------------------------------------- hashing
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser on uint64 arrays: a fixed, platform-independent hash.
+
+    Used (instead of a NumPy RNG stream) so that the order of an item in permutation ``p``
+    depends only on the seed, ``p`` and the item's id — not on which other items are present.
+    """
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def string_keys(values: Sequence[str]) -> np.ndarray:
+    """64-bit keys of strings (first 8 bytes of SHA-256), deterministic across runs."""
+    import hashlib
+
+    return np.fromiter(
+        (int.from_bytes(hashlib.sha256(v.encode()).digest()[:8], "little") for v in values),
+        dtype=np.uint64,
+        count=len(values),
+    )
+
+
+def hashed_ranks(item_keys: np.ndarray, seed: int, stream: int, reps: int) -> np.ndarray:
+    """``(reps, n)`` hash values of each item for repetition ``p`` of a named stream."""
+    rep = np.arange(reps, dtype=np.uint64)
+    salt = splitmix64(splitmix64(np.uint64(seed) ^ splitmix64(np.uint64(stream))) + rep)
+    return splitmix64(item_keys[None, :] ^ salt[:, None])
+
+
+def permutations(item_keys: np.ndarray, seed: int, reps: int, stream: int = 1) -> np.ndarray:
+    """``(reps, n)`` orders of the items: each row sorts the items by a per-row hash."""
+    h = hashed_ranks(item_keys, seed, stream, reps)
+    return np.argsort(h, axis=1, kind="stable")
+
+
+def one_variant_orders(
+    item_keys: np.ndarray, group_codes: np.ndarray, group_keys: np.ndarray, seed: int, reps: int
+) -> np.ndarray:
+    """``(reps, G)`` item indices: one variant per group, groups in a per-rep order.
+
+    In repetition ``p`` each group keeps the variant with the smallest hash of (p, item id);
+    the kept variants are ordered by a hash of (p, group key). ``group_codes[i]`` is item i's
+    group in ``0..G-1`` and ``group_keys[g]`` the hash key of group g.
+    """
+    n_groups = len(group_keys)
+    h_item = hashed_ranks(item_keys, seed, 2, reps)  # (P, n)
+    # smallest hash within each group: sort by (group, hash) and take the first of each group
+    order = np.lexsort((h_item, np.broadcast_to(group_codes, h_item.shape)), axis=1)
+    sorted_groups = group_codes[order]
+    first = np.ones_like(sorted_groups, dtype=bool)
+    first[:, 1:] = sorted_groups[:, 1:] != sorted_groups[:, :-1]
+    chosen = order[first].reshape(reps, n_groups)  # column g = chosen item of group g
+    h_group = hashed_ranks(group_keys, seed, 3, reps)  # (P, G)
+    group_order = np.argsort(h_group, axis=1, kind="stable")
+    return np.take_along_axis(chosen, group_order, axis=1)
+
+
+# --------------------------------------------------------------------------- signals
+def plurality_agreement(answers: np.ndarray) -> np.ndarray:
+    """``(T, n)`` bool: does checkpoint c give item i's plurality answer over the grid?
+
+    ``answers`` holds integer answer codes (equal code = equal normalized answer string; the
+    empty answer is an answer like any other). Plurality ties go to the answer that occurs
+    first in checkpoint order (ascending step).
+    """
+    answers = np.asarray(answers)
+    # votes[c, i] = how many checkpoints gave the same answer as checkpoint c on item i
+    votes = (answers[:, None, :] == answers[None, :, :]).sum(axis=1)
+    first_best = np.argmax(votes == votes.max(axis=0, keepdims=True), axis=0)
+    plurality = np.take_along_axis(answers, first_best[None, :], axis=0)[0]
+    return answers == plurality[None, :]
+
+
+# --------------------------------------------------------------------------- rules
+def tie_probabilities(scores: np.ndarray, maximize: bool = True) -> np.ndarray:
+    """Selection probabilities along axis 0: uniform over the exactly tied best checkpoints."""
+    best = scores.max(axis=0, keepdims=True) if maximize else scores.min(axis=0, keepdims=True)
+    tied = scores == best
+    return tied / tied.sum(axis=0, keepdims=True)
+
+
+def prefix_sums(signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
+    """``(T, P, B)``: sum of ``signal[:, i]`` over the first ``n`` items of each order row.
+
+    Prefix sums along each order give every nested budget in one pass; sums are taken in
+    the order's item order, so exact float ties are reproducible. A budget equal to the row
+    length is the whole row.
+    """
+    budgets = np.asarray(budgets, dtype=np.int64)
+    width = int(budgets.max())
+    gathered = signal[:, orders[:, :width]]  # (T, P, width)
+    return np.cumsum(gathered, axis=2)[:, :, budgets - 1]
+
+
+def nested_selection(
+    signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int], maximize: bool
+) -> np.ndarray:
+    """``(T, B)`` selection probabilities averaged over ties and the ``P`` orders."""
+    scores = prefix_sums(signal, orders, budgets)
+    return tie_probabilities(scores, maximize=maximize).mean(axis=1)
+
+
+def full_selection(signal: np.ndarray, maximize: bool) -> np.ndarray:
+    """``(T,)`` selection probabilities on the whole pool (the same for every permutation)."""
+    return tie_probabilities(signal.sum(axis=1), maximize=maximize)
+
+
+# --------------------------------------------------------------------------- matched half
+def matched_half(
+    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray
+) -> dict[str, dict[str, float]]:
+    """Same-item optimism on the test pool (SPEC §5), averaged over partitions and directions.
+
+    ``orders`` (P, N) are random orders of the test items; the first ⌊N/2⌋ form ``S``. The
+    rule selects on ``S`` (oracle: correctness counts; agreement: agreement counts) and the
+    same choice is scored on ``S`` (G_in) and on ``S̄`` (G_out); then the roles swap.
+    """
+    n_items = correct.shape[1]
+    half = n_items // 2
+    sizes = np.array([half, n_items - half], dtype=np.float64)
+    in_s = np.zeros(orders.shape, dtype=np.float64)
+    np.put_along_axis(in_s, orders[:, :half], 1.0, axis=1)  # (P, N) indicator of S
+    correct_f = correct.astype(np.float64)
+    acc_s = correct_f @ in_s.T  # (T, P) correct counts on S
+    acc_total = correct_f.sum(axis=1, keepdims=True)
+    acc_halves = np.stack([acc_s, acc_total - acc_s])  # (2, T, P): counts on S, S̄
+    signals = {"oracle": acc_halves}
+    agree_f = agree.astype(np.float64)
+    agr_s = agree_f @ in_s.T
+    signals["agreement"] = np.stack([agr_s, agree_f.sum(axis=1, keepdims=True) - agr_s])
+    acc_rate = acc_halves / sizes[:, None, None]  # (2, T, P)
+    out: dict[str, dict[str, float]] = {}
+    for rule, sig in signals.items():
+        g_in = []
+        g_out = []
+        for d in (0, 1):  # select on half d, score on half d (in) and 1-d (out)
+            p = tie_probabilities(sig[d])  # (T, P)
+            g_in.append(((p * acc_rate[d]).sum(axis=0) - acc_rate[d, -1]).mean())
+            g_out.append(((p * acc_rate[1 - d]).sum(axis=0) - acc_rate[1 - d, -1]).mean())
+        gi, go = 100.0 * np.mean(g_in), 100.0 * np.mean(g_out)
+        out[rule] = {"G_in": gi, "G_out": go, "B": gi - go}
+    return out
+
+
+# --------------------------------------------------------------------------- thinning
+def thinned_indices(n_checkpoints: int, k: int) -> np.ndarray:
+    """Every k-th checkpoint counted back from the final one (which is always kept)."""
+    return np.arange(n_checkpoints - 1, -1, -k)[::-1]

@@ -1,0 +1,236 @@
+"""Choosing: validation records → selection-probability vectors, frozen and hashed (SPEC §3, §4, §6, §7).
+
+Nothing here can see a test record: :func:`choose` takes only :class:`ValidationData`.
+:func:`freeze` writes the choices and their SHA-256; :func:`load_frozen` is the only way
+to obtain a :class:`FrozenChoices`, and it verifies the hash first. Scoring accepts nothing
+else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ckptsel.analysis import core
+from ckptsel.errors import CkptselError, VerificationError
+from ckptsel.io import write_parquet, write_text
+from ckptsel.records import ValidationData
+from ckptsel.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+
+BUDGETS = (32, 64, 128, 256)
+ONE_VARIANT_BUDGETS = (32, 64, 128)
+THINNING = (2, 3, 4)
+RULES = ("accuracy", "agreement", "nll", "last")
+FULL = "full"
+CHOICES_FILE = "choices.parquet"
+HASH_FILE = "choices.sha256"
+COLUMNS = ["trajectory", "scheme", "rule", "budget", "step", "prob"]
+
+
+@dataclass(frozen=True)
+class ChoiceSettings:
+    permutations: int = 200
+    seed: int = 20260825
+
+    def to_dict(self) -> dict:
+        return {"permutations": self.permutations, "seed": self.seed}
+
+
+def _budget_labels(pool: int, budgets: tuple[int, ...]) -> tuple[list[int], list[str]]:
+    finite = [b for b in budgets if b <= pool]  # larger budgets are skipped
+    return finite, [str(b) for b in finite] + [FULL]
+
+
+def _rule_probs(
+    scores: dict[str, np.ndarray], full: dict[str, np.ndarray], labels: list[str]
+) -> dict[tuple[str, str], np.ndarray]:
+    """Selection vectors per (rule, budget) from prefix scores ``(T, P, B)`` and full-pool scores."""
+    out = {}
+    for rule, maximize in (("accuracy", True), ("agreement", True), ("nll", False)):
+        if rule not in scores:
+            continue
+        probs = core.tie_probabilities(scores[rule], maximize=maximize).mean(axis=1)  # (T, B)
+        final = core.tie_probabilities(full[rule], maximize=maximize)
+        probs = np.concatenate([probs, final[:, None]], axis=1)
+        for b, label in enumerate(labels):
+            out[(rule, label)] = probs[:, b]
+    return out
+
+
+def _last(n_checkpoints: int, labels: list[str]) -> dict[tuple[str, str], np.ndarray]:
+    e = np.zeros(n_checkpoints)
+    e[-1] = 1.0
+    return {("last", label): e for label in labels}
+
+
+def choose_trajectory(
+    v: ValidationData, settings: ChoiceSettings, orders: np.ndarray | None = None
+) -> dict[tuple[str, str, str], np.ndarray]:
+    """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``."""
+    T, n = v.correct.shape
+    if orders is None:
+        orders = core.permutations(core.string_keys(v.item_ids), settings.seed, settings.permutations)
+    finite, labels = _budget_labels(n, BUDGETS)
+    acc = v.correct.astype(np.int64)
+    agree = core.plurality_agreement(v.answers).astype(np.int64)
+    nll = v.nll[MATCHED_WINDOW]
+    signals = {"accuracy": acc, "agreement": agree, "nll": nll}
+    out: dict[tuple[str, str, str], np.ndarray] = {}
+
+    def prefix(sig):
+        if not finite:
+            return np.zeros((sig.shape[0], orders.shape[0], 0))
+        return core.prefix_sums(sig, orders, finite)
+
+    scores = {r: prefix(s) for r, s in signals.items()}
+    full = {r: s.sum(axis=1) for r, s in signals.items()}
+    for key, p in {**_rule_probs(scores, full, labels), **_last(T, labels)}.items():
+        out[("nested", *key)] = p
+
+    # complete-response NLL control: the NLL rule on window=0 sums, same subsets
+    if COMPLETE_WINDOW in v.nll:
+        nll0 = v.nll[COMPLETE_WINDOW]
+        for (rule, label), p in _rule_probs({"nll": prefix(nll0)}, {"nll": nll0.sum(axis=1)}, labels).items():
+            out[("nll_complete", rule, label)] = p
+
+    # checkpoint thinning: accuracy/NLL sums are row subsets; agreement's pluralities are redone
+    for k in THINNING:
+        idx = core.thinned_indices(T, k)
+        if len(idx) == T:
+            continue
+        agree_k = core.plurality_agreement(v.answers[idx]).astype(np.int64)
+        th_scores = {"accuracy": scores["accuracy"][idx], "nll": scores["nll"][idx], "agreement": prefix(agree_k)}
+        th_full = {"accuracy": full["accuracy"][idx], "nll": full["nll"][idx], "agreement": agree_k.sum(axis=1)}
+        picked = {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}
+        for (rule, label), p in picked.items():
+            vec = np.zeros(T)
+            vec[idx] = p
+            out[(f"thin{k}", rule, label)] = vec
+
+    # one variant per group: per repetition one eligible variant of each group, groups reordered
+    group_codes, group_names = pd.factorize(pd.Series(v.groups), sort=True)
+    n_groups = len(group_names)
+    ov_orders = core.one_variant_orders(
+        core.string_keys(v.item_ids), group_codes.astype(np.int64),
+        core.string_keys(list(group_names)), settings.seed, settings.permutations,
+    )
+    ov_finite, ov_labels = _budget_labels(n_groups, ONE_VARIANT_BUDGETS)
+    ov_budgets = [*ov_finite, n_groups]
+    ov_scores = {r: core.prefix_sums(s, ov_orders, ov_budgets) for r, s in signals.items()}
+    # the "full" budget here is all groups, which differs by repetition: take it from the prefix
+    for rule, maximize in (("accuracy", True), ("agreement", True), ("nll", False)):
+        probs = core.tie_probabilities(ov_scores[rule], maximize=maximize).mean(axis=1)
+        for b, label in enumerate(ov_labels):
+            out[("one_variant", rule, label)] = probs[:, b]
+    for (rule, label), p in _last(T, ov_labels).items():
+        out[("one_variant", rule, label)] = p
+    return out
+
+
+def choose(validation: list[ValidationData], settings: ChoiceSettings) -> pd.DataFrame:
+    """Frozen-choice table for every trajectory (rows with non-zero probability only)."""
+    frames = []
+    perm_cache: dict[bytes, np.ndarray] = {}
+    for v in validation:
+        key = hashlib.sha256("\n".join(v.item_ids).encode()).digest()
+        if key not in perm_cache:  # trajectories sharing a pool share its permutations
+            perm_cache[key] = core.permutations(
+                core.string_keys(v.item_ids), settings.seed, settings.permutations
+            )
+        picked = choose_trajectory(v, settings, perm_cache[key])
+        keys = list(picked)
+        probs = np.stack([picked[k] for k in keys])  # (K, T)
+        k_idx, c_idx = np.nonzero(probs)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "trajectory": v.trajectory,
+                    "scheme": [keys[i][0] for i in k_idx],
+                    "rule": [keys[i][1] for i in k_idx],
+                    "budget": [keys[i][2] for i in k_idx],
+                    "step": v.steps[c_idx].astype(np.int64),
+                    "prob": probs[k_idx, c_idx],
+                }
+            )
+        )
+    table = pd.concat(frames, ignore_index=True)
+    return table.sort_values(["trajectory", "scheme", "rule", "budget", "step"], kind="stable").reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- freezing
+def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
+    """The hashed form: settings as JSON, then one CSV row per choice, floats as ``repr``."""
+    t = table[COLUMNS]
+    lines = [json.dumps(settings.to_dict(), sort_keys=True), ",".join(COLUMNS)]
+    lines += [
+        f"{a},{b},{c},{d},{e},{f!r}"
+        for a, b, c, d, e, f in zip(
+            t["trajectory"], t["scheme"], t["rule"], t["budget"], t["step"].astype(int), t["prob"].astype(float),
+            strict=True,
+        )
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def choices_hash(table: pd.DataFrame, settings: ChoiceSettings) -> str:
+    return hashlib.sha256(canonical_bytes(table, settings)).hexdigest()
+
+
+def freeze(table: pd.DataFrame, settings: ChoiceSettings, out_dir: Path) -> str:
+    """Write the choices and their SHA-256 (of the canonical form). Returns the hash."""
+    out_dir = Path(out_dir)
+    digest = choices_hash(table, settings)
+    stored = table[COLUMNS].copy()
+    write_parquet(out_dir / CHOICES_FILE, stored)
+    write_text(
+        out_dir / HASH_FILE,
+        json.dumps({"sha256": digest, "settings": settings.to_dict(), "rows": len(stored)}, indent=1) + "\n",
+    )
+    return digest
+
+
+@dataclass(frozen=True)
+class FrozenChoices:
+    """Choices read back from disk after their hash was checked. Only :func:`load_frozen` makes one."""
+
+    table: pd.DataFrame
+    settings: ChoiceSettings
+    sha256: str
+
+    def vectors(self, trajectory: str, steps: np.ndarray) -> dict[tuple[str, str, str], np.ndarray]:
+        """``(scheme, rule, budget) -> (T,)`` selection probabilities over ``steps``."""
+        rows = self.table[self.table["trajectory"] == trajectory]
+        if rows.empty:
+            raise CkptselError(f"trajectory {trajectory!r} has test records but no frozen choices")
+        col = np.searchsorted(steps, rows["step"].to_numpy())
+        if (col >= len(steps)).any() or not np.array_equal(steps[np.minimum(col, len(steps) - 1)], rows["step"].to_numpy()):
+            raise CkptselError(
+                f"trajectory {trajectory!r}: frozen choices name checkpoints that have no test records"
+            )
+        keys = list(zip(rows["scheme"], rows["rule"], rows["budget"], strict=True))
+        uniq, inv = np.unique(np.array(["\x00".join(k) for k in keys]), return_inverse=True)
+        mats = np.zeros((len(uniq), len(steps)))
+        mats[inv, col] = rows["prob"].to_numpy()
+        return {tuple(u.split("\x00")): mats[i] for i, u in enumerate(uniq)}
+
+
+def load_frozen(out_dir: Path) -> FrozenChoices:
+    """Read frozen choices and verify their SHA-256 before anyone may use them."""
+    out_dir = Path(out_dir)
+    path, hpath = out_dir / CHOICES_FILE, out_dir / HASH_FILE
+    if not path.is_file() or not hpath.is_file():
+        raise CkptselError(f"{out_dir}: frozen choices not found ({CHOICES_FILE} and {HASH_FILE})")
+    meta = json.loads(hpath.read_text())
+    settings = ChoiceSettings(**meta["settings"])
+    table = pd.read_parquet(path)
+    digest = choices_hash(table, settings)
+    if digest != meta["sha256"]:
+        raise VerificationError(
+            f"{path}: SHA-256 {digest} does not match the frozen hash {meta['sha256']} in {hpath.name}"
+        )
+    return FrozenChoices(table=table, settings=settings, sha256=digest)

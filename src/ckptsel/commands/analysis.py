@@ -1,0 +1,63 @@
+"""``ckptsel analyze`` and ``ckptsel verify``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ckptsel import pipeline
+
+console = Console()
+
+
+def print_main_table(summary: dict) -> None:
+    pop = summary["population"]
+    table = Table(
+        title=f"ckptsel — {pop['trajectories']} trajectories, {pop['configurations']} configurations "
+        f"(pp; {int(summary['confidence'] * 100)}% configuration-bootstrap intervals)",
+    )
+    for col in ("rule", "D_r = G(full) − G(32)", "H_r(full): vs matched NLL", "G_r(full): vs final"):
+        table.add_column(col)
+    for row in pipeline.main_table_rows(summary):
+        table.add_row(*row)
+    console.print(table)
+    excl = pop["validation_exclusions"]["total"]
+    if excl:
+        console.print(f"validation items excluded (incomplete or empty): {excl}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def analyze(
+        records_dir: Path = typer.Argument(..., help="Folder with generations.parquet and nll.parquet."),
+        out: Path = typer.Option(..., "--out", help="Results folder (summary.json, choices/, tables/)."),
+        permutations: int = typer.Option(200, help="Nested validation permutations per trajectory."),
+        draws: int = typer.Option(20000, help="Bootstrap draws."),
+        seed: int = typer.Option(20260825, help="Seed for permutations, partitions and bootstraps."),
+        confidence: float = typer.Option(0.95, help="Interval level."),
+    ) -> None:
+        """Choose checkpoints on validation records (frozen + hashed), score them on test records,
+        and report G, H, D and B with bootstrap intervals."""
+        start = time.perf_counter()
+        with console.status("choosing on validation records, then scoring frozen choices…"):
+            summary = pipeline.analyze(
+                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence
+            )
+        print_main_table(summary)
+        console.print(
+            f"wrote {out / pipeline.SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
+            f"in {time.perf_counter() - start:.1f} s"
+        )
+
+    @app.command()
+    def verify(
+        results_dir: Path = typer.Argument(..., help="A results folder written by `ckptsel analyze`."),
+        records: Path = typer.Option(None, "--records", help="Records folder (default: the one analyzed)."),
+    ) -> None:
+        """Recompute the frozen choices and the results; exit 1 on any mismatch."""
+        for line in pipeline.verify(results_dir, records):
+            console.print(f"[green]ok[/green] {line}")

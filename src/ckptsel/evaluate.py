@@ -1,0 +1,153 @@
+"""Scoring frozen choices on the test pool (SPEC §4, §5, §6).
+
+Every gain is a linear functional of a trajectory's test accuracies: ``G = (q_r − e_T)·A``,
+``H = (q_r − q_nll)·A``, ``D = (q_r(full) − q_r(32))·A``. Each quantity is therefore kept as a
+weight vector over checkpoints, which gives both its value and its per-question utilities
+``d_i = 100 w·z_i`` for the test-question bootstrap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ckptsel.analysis import core
+from ckptsel.choose import BUDGETS, FULL, ONE_VARIANT_BUDGETS, RULES, THINNING, FrozenChoices
+from ckptsel.records import TestData
+
+SCHEMES = ("nested", "one_variant", *(f"thin{k}" for k in THINNING), "nll_complete")
+BUDGET_LABELS = (*[str(b) for b in BUDGETS], FULL)
+OV_LABELS = (*[str(b) for b in ONE_VARIANT_BUDGETS], FULL)
+MH_RULES = ("oracle", "agreement")
+MH_STATS = ("G_in", "G_out", "B")
+
+Name = tuple[str, ...]
+
+
+def quantity_names() -> list[Name]:
+    """Every quantity in canonical order (a study has a subset of them)."""
+    names: list[Name] = []
+    for scheme in SCHEMES:
+        labels = OV_LABELS if scheme == "one_variant" else BUDGET_LABELS
+        for budget in labels:
+            for rule in RULES:
+                names += [("G", scheme, rule, budget), ("H", scheme, rule, budget)]
+        for rule in RULES:
+            names.append(("D", scheme, rule, ""))
+    names += [("MH", rule, stat, "") for rule in MH_RULES for stat in MH_STATS]
+    names.append(("same_nll_choice", "nll_complete", "nll", FULL))
+    return names
+
+
+def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkpoints: int) -> dict[Name, np.ndarray]:
+    """Weight vectors over checkpoints of every linear quantity this trajectory has."""
+    final = np.zeros(n_checkpoints)
+    final[-1] = 1.0
+    out: dict[Name, np.ndarray] = {}
+    for (scheme, rule, budget), q in vectors.items():
+        if scheme == "nll_complete":
+            continue
+        out[("G", scheme, rule, budget)] = q - final
+        nll = vectors.get((scheme, "nll", budget))
+        if nll is not None:
+            out[("H", scheme, rule, budget)] = q - nll
+    for (scheme, rule, budget), q in vectors.items():
+        if scheme == "nll_complete":  # G of the window-0 NLL rule; H of every rule against it
+            out[("G", scheme, "nll", budget)] = q - final
+            for r in RULES:
+                base = vectors.get(("nested", r, budget))
+                if base is not None and r != "nll":
+                    out[("H", scheme, r, budget)] = base - q
+    for scheme in SCHEMES:
+        for rule in RULES:
+            full, small = vectors.get((scheme, rule, FULL)), vectors.get((scheme, rule, "32"))
+            if full is not None and small is not None:
+                out[("D", scheme, rule, "")] = full - small
+    return out
+
+
+@dataclass
+class Scored:
+    """Per-trajectory results and what the bootstraps need; no I/O, no test rows beyond arrays."""
+
+    trajectories: list[str]
+    configurations: list[str]
+    tasks: list[str]
+    names: list[Name]
+    values: np.ndarray  # (J, Q), NaN where a trajectory lacks the quantity
+    linear: np.ndarray  # (Q,) bool: nested-scheme w·A quantity, given per-question utilities
+    test_items: dict[str, int]  # task -> test pool size
+    # task -> (K_task, N, Q_lin): per-configuration sums of per-question utilities, configurations
+    # in sorted order, quantities in ``linear_names`` order
+    utilities: dict[str, np.ndarray] = field(default_factory=dict)
+    test_accuracy: dict[str, np.ndarray] = field(default_factory=dict)  # trajectory -> (T,) pp
+    steps: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def linear_names(self) -> list[Name]:
+        return [n for n, lin in zip(self.names, self.linear, strict=True) if lin]
+
+
+def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None) -> Scored:
+    """Score frozen choices on the test records (choices first, test data second, by type)."""
+    settings = frozen.settings
+    partitions = partitions or settings.permutations
+    all_names = quantity_names()
+    index = {n: k for k, n in enumerate(all_names)}
+    J = len(tests)
+    values = np.full((J, len(all_names)), np.nan)
+    weights: list[dict[Name, np.ndarray]] = []
+    half_orders: dict[bytes, np.ndarray] = {}
+    test_accuracy, steps = {}, {}
+    for j, t in enumerate(tests):
+        vectors = frozen.vectors(t.trajectory, t.steps)
+        acc = 100.0 * t.correct.mean(axis=1)
+        test_accuracy[t.trajectory], steps[t.trajectory] = acc, t.steps
+        w = trajectory_weights(vectors, len(t.steps))
+        weights.append(w)
+        for name, vec in w.items():
+            values[j, index[name]] = vec @ acc
+        key = t.item_ids.tobytes()
+        if key not in half_orders:  # trajectories of one task share the test pool's partitions
+            half_orders[key] = core.permutations(core.string_keys(t.item_ids), settings.seed, partitions, stream=4)
+        agree = core.plurality_agreement(t.answers)
+        for rule, stats in core.matched_half(t.correct, agree, half_orders[key]).items():
+            for stat, val in stats.items():
+                values[j, index[("MH", rule, stat, "")]] = val
+        a, b = vectors.get(("nested", "nll", FULL)), vectors.get(("nll_complete", "nll", FULL))
+        if a is not None and b is not None:
+            values[j, index[("same_nll_choice", "nll_complete", "nll", FULL)]] = float(np.array_equal(a, b))
+
+    present = ~np.all(np.isnan(values), axis=0)
+    names = [n for n, keep in zip(all_names, present, strict=True) if keep]
+    values = values[:, present]
+    linear = np.array([n[0] in ("G", "H", "D") and n[1] == "nested" for n in names])
+    lin_names = [n for n, lin in zip(names, linear, strict=True) if lin]
+    configurations = [t.configuration for t in tests]
+    utilities: dict[str, np.ndarray] = {}
+    test_items: dict[str, int] = {}
+    for task in sorted({t.task for t in tests}):
+        members = [j for j, t in enumerate(tests) if t.task == task]
+        task_configs = sorted({configurations[j] for j in members})
+        n_items = tests[members[0]].correct.shape[1]
+        test_items[task] = n_items
+        # per-configuration sums of d_i = 100 w·z_i (seeds stay together); absent quantities add 0
+        util = np.zeros((len(task_configs), n_items, len(lin_names)))
+        for j in members:
+            t = tests[j]
+            W = np.stack([weights[j].get(n, np.zeros(len(t.steps))) for n in lin_names])  # (Q, T)
+            util[task_configs.index(configurations[j])] += 100.0 * (t.correct.T.astype(np.float64) @ W.T)
+        utilities[task] = util
+    return Scored(
+        trajectories=[t.trajectory for t in tests],
+        configurations=configurations,
+        tasks=[t.task for t in tests],
+        names=names,
+        values=values,
+        linear=linear,
+        test_items=test_items,
+        utilities=utilities,
+        test_accuracy=test_accuracy,
+        steps=steps,
+    )

@@ -1,0 +1,183 @@
+"""``analyze`` and ``verify``: records → frozen choices → test scores → statistics → files.
+
+The order is structural: validation records are loaded and the choices written and hashed
+*before* :func:`ckptsel.records.load_test` is called, and scoring only accepts choices read
+back through :func:`ckptsel.choose.load_frozen`, which checks the hash.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ckptsel import choose as ch
+from ckptsel import records
+from ckptsel.errors import CkptselError, VerificationError
+from ckptsel.evaluate import score
+from ckptsel.io import write_csv, write_parquet, write_text
+from ckptsel.stats import StatSettings, summarize
+
+SUMMARY_FILE = "summary.json"
+RUN_FILE = "run.json"  # provenance (paths, version): kept out of summary.json so it stays byte-stable
+CHOICES_DIR = "choices"
+TABLES_DIR = "tables"
+RULE_ORDER = ("accuracy", "agreement", "nll", "last")
+
+
+def population(validation: list[records.ValidationData]) -> dict:
+    """Who is in the study: counted from validation records only (safe before freezing)."""
+    exclusions: dict[str, int] = {}
+    for v in validation:
+        for reason, count in v.exclusions.items():
+            exclusions[reason] = exclusions.get(reason, 0) + count
+    sizes = [len(v.item_ids) for v in validation]
+    ckpts = [len(v.steps) for v in validation]
+    return {
+        "trajectories": len(validation),
+        "configurations": len({v.configuration for v in validation}),
+        "tasks": sorted({v.task for v in validation}),
+        "checkpoints": {"min": int(min(ckpts)), "max": int(max(ckpts))},
+        "validation_items": {"min": int(min(sizes)), "max": int(max(sizes))},
+        "validation_exclusions": {
+            "total": int(sum(exclusions.values())),
+            **dict(sorted(exclusions.items())),
+            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in validation if sum(v.exclusions.values())},
+        },
+    }
+
+
+def freeze_choices(records_dir: Path, out_dir: Path, settings: ch.ChoiceSettings) -> tuple[list, str]:
+    """Step 1: choose on validation records only, write and hash the choices."""
+    validation = records.load_validation(records_dir)
+    table = ch.choose(validation, settings)
+    digest = ch.freeze(table, settings, Path(out_dir) / CHOICES_DIR)
+    return validation, digest
+
+
+def evaluate_frozen(records_dir: Path, out_dir: Path, validation: list, stat: StatSettings) -> tuple[dict, dict]:
+    """Step 2: read the frozen choices back (hash checked), then — only then — the test records."""
+    frozen = ch.load_frozen(Path(out_dir) / CHOICES_DIR)
+    tests = records.load_test(records_dir, validation)
+    scored = score(frozen, tests)
+    pop = population(validation)
+    pop["test_items"] = scored.test_items
+    pop["_settings"] = {
+        "permutations": frozen.settings.permutations,
+        "partitions": frozen.settings.permutations,
+        "choices_sha256": frozen.sha256,
+    }
+    summary, tables = summarize(scored, stat, pop)
+    tables["test_accuracy"] = pd.DataFrame(
+        [
+            {"trajectory": t, "step": int(s), "test_accuracy": float(a)}
+            for t in scored.trajectories
+            for s, a in zip(scored.steps[t], scored.test_accuracy[t], strict=True)
+        ]
+    )
+    return summary, tables
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(summary, indent=1, sort_keys=False, allow_nan=False) + "\n"
+
+
+def analyze(
+    records_dir: Path,
+    out_dir: Path,
+    *,
+    permutations: int = 200,
+    draws: int = 20000,
+    seed: int = 20260825,
+    level: float = 0.95,
+) -> dict:
+    """The whole analysis; writes ``summary.json``, frozen choices and tables into ``out_dir``."""
+    if permutations < 1 or draws < 10:
+        raise CkptselError("--permutations must be >= 1 and --draws >= 10")
+    out_dir = Path(out_dir)
+    settings = ch.ChoiceSettings(permutations=permutations, seed=seed)
+    validation, _ = freeze_choices(records_dir, out_dir, settings)
+    summary, tables = evaluate_frozen(records_dir, out_dir, validation, StatSettings(draws, seed, level))
+    tdir = out_dir / TABLES_DIR
+    for name, df in tables.items():
+        write_parquet(tdir / f"{name}.parquet", df)
+        write_csv(tdir / f"{name}.csv", df)
+    write_text(tdir / "main.md", main_table_markdown(summary))
+    write_text(out_dir / SUMMARY_FILE, summary_json(summary))
+    from ckptsel import __version__
+
+    run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
+    write_text(out_dir / RUN_FILE, json.dumps(run, indent=1) + "\n")
+    return summary
+
+
+def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
+    """Recompute choices and results; raise :class:`VerificationError` on any mismatch."""
+    results_dir = Path(results_dir)
+    spath = results_dir / SUMMARY_FILE
+    if not spath.is_file():
+        raise CkptselError(f"{spath}: no summary to verify")
+    stored = json.loads(spath.read_text())
+    if records_dir is None:
+        run_path = results_dir / RUN_FILE
+        if not run_path.is_file():
+            raise CkptselError(f"{run_path}: not found; pass the records directory explicitly")
+        records_dir = json.loads(run_path.read_text())["records_dir"]
+    records_dir = Path(records_dir)
+    frozen = ch.load_frozen(results_dir / CHOICES_DIR)  # raises when the stored hash is off
+    validation = records.load_validation(records_dir)
+    again = ch.choose(validation, frozen.settings)
+    digest = ch.choices_hash(again, frozen.settings)
+    if digest != frozen.sha256:
+        raise VerificationError(
+            f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices in "
+            f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
+        )
+    stat = StatSettings(draws=stored["draws"], seed=stored["seed"], level=stored.get("confidence", 0.95))
+    summary, _ = evaluate_frozen(records_dir, results_dir, validation, stat)
+    if summary_json(summary) != summary_json(stored):
+        diff = _first_difference(stored, summary)
+        raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
+    return [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
+
+
+def _first_difference(a, b, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a or k not in b:
+                return f"{path}/{k} (present in only one)"
+            if a[k] != b[k]:
+                return _first_difference(a[k], b[k], f"{path}/{k}")
+    return f"{path}: stored {a!r}, recomputed {b!r}"
+
+
+# --------------------------------------------------------------------------- main table
+def fmt(e: dict | None) -> str:
+    if not e or e.get("mean") is None:
+        return "–"
+    text = f"{e['mean']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}]"
+    return text + (" unresolved" if e["unresolved"] else "")
+
+
+def main_table_rows(summary: dict) -> list[tuple[str, str, str, str]]:
+    """(rule, D_r, H_r(full), G_r(full)) formatted as 'mean [lo, hi]' in pp."""
+    rows = []
+    for rule in RULE_ORDER:
+        full = summary["budget"].get(rule, {}).get("full", {})
+        rows.append((rule, fmt(summary["D"].get(rule)), fmt(full.get("H")), fmt(full.get("G"))))
+    return rows
+
+
+def main_table_markdown(summary: dict) -> str:
+    pop = summary["population"]
+    lines = [
+        f"Main table — {pop['trajectories']} trajectories in {pop['configurations']} configurations; "
+        f"percentage points, {int(summary['confidence'] * 100)}% configuration-bootstrap intervals "
+        f"({summary['draws']} draws).",
+        "",
+        "| rule | D_r (full − 32) | H_r(full) vs matched NLL | G_r(full) vs final |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {r} | {d} | {h} | {g} |" for r, d, h, g in main_table_rows(summary)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,473 @@
+"""Load and validate the two records tables (SPEC §2) into per-trajectory arrays.
+
+Validation and test records are loaded by separate calls (:func:`load_validation`,
+:func:`load_test`) so that choosing can run — and be frozen — before a single test outcome
+is read. Every contract violation raises :class:`CkptselError` naming the file, trajectory,
+step and item; validation items that are incomplete are excluded and counted, never skipped
+silently.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ckptsel.errors import CkptselError
+from ckptsel.schema import (
+    COMPLETE_WINDOW,
+    GENERATION_COLUMNS,
+    GENERATIONS_FILE,
+    MATCHED_WINDOW,
+    NLL_COLUMNS,
+    NLL_FILE,
+    SPLITS,
+)
+
+FINAL_STEPS_FILE = "final_steps.json"
+
+
+@dataclass
+class ValidationData:
+    """One trajectory's eligible validation pool, as arrays over (checkpoints × items)."""
+
+    trajectory: str
+    configuration: str
+    task: str
+    steps: np.ndarray  # (T,) ascending; steps[-1] is the final checkpoint
+    item_ids: np.ndarray  # (n,) eligible items, sorted by id
+    groups: np.ndarray  # (n,)
+    correct: np.ndarray  # (T, n) bool
+    answers: np.ndarray  # (T, n) int answer codes (equal code = equal answer string)
+    nll: dict[int, np.ndarray]  # window -> (T, n) float64 nll_sum
+    n_tokens: dict[int, np.ndarray]  # window -> (n,) int64
+    exclusions: dict[str, int] = field(default_factory=dict)  # reason -> excluded items
+
+
+@dataclass
+class TestData:
+    """One trajectory's test pool (every item is present for every checkpoint)."""
+
+    trajectory: str
+    configuration: str
+    task: str
+    steps: np.ndarray  # (T,)
+    item_ids: np.ndarray  # (N,) sorted
+    subtasks: np.ndarray  # (N,)
+    correct: np.ndarray  # (T, N) bool
+    answers: np.ndarray  # (T, N) int codes
+
+
+# --------------------------------------------------------------------------- reading
+def _path(records_dir: Path, name: str) -> Path:
+    path = Path(records_dir) / name
+    if not path.is_file():
+        raise CkptselError(f"{path}: records file not found (expected {name} in {records_dir})")
+    return path
+
+
+def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
+    """Read a records table, check its columns and types, keep one split."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for bad files
+        raise CkptselError(f"{path}: not a readable Parquet file ({err})") from err
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise CkptselError(f"{path}: missing column(s) {', '.join(missing)}")
+    _check_splits(path)
+    filters = [("split", "=", split)] if split else None
+    table = pq.read_table(path, columns=list(columns), filters=filters)
+    out = {}
+    for name, kind in columns.items():
+        col = table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        target = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
+                  "bool": pa.bool_()}[kind]
+        if col.null_count:
+            row = pc.index(pc.is_null(col), True).as_py()
+            raise CkptselError(f"{path}: column {name!r} has missing values (row {row} of split {split})")
+        if not col.type.equals(target):
+            ok = (
+                (kind == "float64" and pa.types.is_floating(col.type))
+                or (kind == "int64" and pa.types.is_integer(col.type))
+                or (kind == "string" and pa.types.is_large_string(col.type))
+            )
+            if not ok:
+                raise CkptselError(f"{path}: column {name!r} has type {col.type}, expected {kind}")
+            col = col.cast(target)
+        out[name] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return pa.table(out)
+
+
+def _check_splits(path: Path) -> None:
+    """Unknown split names are an error for the whole file (reads only the split column)."""
+    splits = pq.read_table(path, columns=["split"]).column("split")
+    values = pc.unique(splits.cast(pa.string()) if pa.types.is_dictionary(splits.type) else splits)
+    unknown = sorted(set(values.to_pylist()) - set(SPLITS))
+    if unknown:
+        raise CkptselError(
+            f"{path}: unknown split name(s) {unknown}; expected one of {list(SPLITS)}"
+        )
+
+
+def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a string column (equal code = equal string) and the distinct values."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    enc = pc.dictionary_encode(col)
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
+        enc.dictionary.to_pylist(), dtype=object
+    )
+
+
+def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
+    parts = [f"{path.name}: trajectory {traj!r}"]
+    if step is not None:
+        parts.append(f"step {step}")
+    if item is not None:
+        parts.append(f"item {item!r}")
+    return ", ".join(parts)
+
+
+class _Grid:
+    """Rows of one split placed on a (trajectory) × (step) × (item) grid via integer codes."""
+
+    def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None):
+        self.path = path
+        self.table = table
+        self.traj_code, self.trajs = _codes(table.column("trajectory"))
+        self.item_code, self.items = _codes(table.column("item_id"))
+        self.step = table.column("step").to_numpy()
+        self._check_duplicates(key_extra)
+
+    def _check_duplicates(self, key_extra: str | None) -> None:
+        cols = [self.traj_code, self.step, self.item_code]
+        if key_extra:
+            cols.append(self.table.column(key_extra).to_numpy())
+        key = np.stack(cols, axis=1)
+        order = np.lexsort(key.T[::-1])
+        dup = np.all(key[order][1:] == key[order][:-1], axis=1)
+        if dup.any():
+            r = order[1:][dup][0]
+            extra = f", {key_extra} {int(key[r, 3])}" if key_extra else ""
+            raise CkptselError(
+                f"{_describe(self.path, self.trajs[key[r, 0]], int(key[r, 1]), self.items[key[r, 2]])}"
+                f"{extra}: duplicated record (the key must be unique)"
+            )
+
+    def rows_of(self, t: int) -> np.ndarray:
+        return np.flatnonzero(self.traj_code == t)
+
+
+def _final_steps(records_dir: Path) -> dict[str, int]:
+    """Expected final step per trajectory, when the study declares them."""
+    for candidate in (Path(records_dir) / FINAL_STEPS_FILE, Path(records_dir).parent / FINAL_STEPS_FILE):
+        if candidate.is_file():
+            try:
+                data = json.loads(candidate.read_text())
+                return {str(k): int(v) for k, v in data.items()}
+            except (ValueError, AttributeError, TypeError) as err:
+                raise CkptselError(f"{candidate}: expected a JSON object {{trajectory: step}} ({err})") from err
+    return {}
+
+
+def _trajectory_attrs(table: pa.Table, rows: np.ndarray, path: Path, traj: str) -> tuple[str, str]:
+    attrs = []
+    for name in ("configuration", "task"):
+        values = np.unique(table.column(name).take(pa.array(rows)).to_numpy(zero_copy_only=False))
+        if len(values) != 1:
+            raise CkptselError(f"{_describe(path, traj)}: several values of {name!r}: {list(values)[:5]}")
+        attrs.append(str(values[0]))
+    return attrs[0], attrs[1]
+
+
+def _place(grid: _Grid, rows: np.ndarray, steps: np.ndarray, item_index: np.ndarray):
+    """Map rows to (checkpoint index, item index) on this trajectory's grid."""
+    return np.searchsorted(steps, grid.step[rows]), item_index[grid.item_code[rows]]
+
+
+def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: Path) -> None:
+    if traj in expected and steps[-1] != expected[traj]:
+        raise CkptselError(
+            f"{_describe(path, traj)}: invalid trajectory — its final checkpoint (step "
+            f"{expected[traj]}, declared in {FINAL_STEPS_FILE}) has no records; the largest "
+            f"recorded step is {int(steps[-1])}"
+        )
+
+
+# --------------------------------------------------------------------------- public loaders
+def load_validation(records_dir: Path) -> list[ValidationData]:
+    """Validation records of every trajectory, with eligibility applied (SPEC §2, §4)."""
+    records_dir = Path(records_dir)
+    gpath, npath = _path(records_dir, GENERATIONS_FILE), _path(records_dir, NLL_FILE)
+    gen = _read(gpath, GENERATION_COLUMNS, "validation")
+    nll = _read(npath, NLL_COLUMNS, "validation")
+    if gen.num_rows == 0:
+        raise CkptselError(f"{gpath}: no validation records")
+    g = _Grid(gen, gpath)
+    nl = _Grid(nll, npath, key_extra="window")
+    _check_nll_values(nll, nl, npath)
+    expected = _final_steps(records_dir)
+    answer_code, _ = _codes(gen.column("answer"))
+    correct = gen.column("correct").to_numpy(zero_copy_only=False)
+    group_col = gen.column("group").to_numpy(zero_copy_only=False)
+    windows = nll.column("window").to_numpy()
+    nll_sum = nll.column("nll_sum").to_numpy()
+    n_tok = nll.column("n_tokens").to_numpy()
+    nl_traj_index = {name: i for i, name in enumerate(nl.trajs)}
+    # NLL item codes -> generation item codes (-1: the item has no generation record)
+    nl_to_gen = pd.Index(g.items).get_indexer(nl.items)
+
+    out = []
+    for t, traj in enumerate(g.trajs):
+        rows = g.rows_of(t)
+        configuration, task = _trajectory_attrs(gen, rows, gpath, traj)
+        steps = np.unique(g.step[rows])
+        _check_final(traj, steps, expected, gpath)
+        if traj not in nl_traj_index:
+            raise CkptselError(f"{_describe(npath, traj)}: no validation NLL records for this trajectory")
+        nrows = nl.rows_of(nl_traj_index[traj])
+        nsteps = np.unique(nl.step[nrows])
+        if not np.array_equal(steps, nsteps):
+            raise CkptselError(
+                f"trajectory {traj!r}: generation and NLL tables disagree on its validation "
+                f"checkpoints (only in {gpath.name}: {sorted(set(steps) - set(nsteps))}; only in "
+                f"{npath.name}: {sorted(set(nsteps) - set(steps))})"
+            )
+        item_codes = np.unique(g.item_code[rows])
+        item_ids = g.items[item_codes]
+        order = np.argsort(item_ids.astype(str), kind="stable")
+        item_codes, item_ids = item_codes[order], item_ids[order]
+        item_index = np.full(len(g.items), -1)
+        item_index[item_codes] = np.arange(len(item_codes))
+        T, n = len(steps), len(item_codes)
+
+        ci, ii = _place(g, rows, steps, item_index)
+        present = np.zeros((T, n), dtype=bool)
+        present[ci, ii] = True
+        corr = np.zeros((T, n), dtype=bool)
+        corr[ci, ii] = correct[rows]
+        ans = np.full((T, n), -1, dtype=np.int64)
+        ans[ci, ii] = answer_code[rows]
+        groups = np.empty(n, dtype=object)
+        groups[ii] = group_col[rows]
+        _check_item_consistency(group_col[rows], ii, groups, gpath, traj, item_ids, "group")
+
+        # NLL rows: map item ids of the NLL table onto this trajectory's generation items
+        nl_item_index = item_index[nl_to_gen]
+        nl_item_index[nl_to_gen < 0] = -1
+        nci, nii = np.searchsorted(steps, nl.step[nrows]), nl_item_index[nl.item_code[nrows]]
+        known = nii >= 0
+        nll_by_w: dict[int, np.ndarray] = {}
+        tok_by_w: dict[int, np.ndarray] = {}
+        nll_present: dict[int, np.ndarray] = {}
+        for w in np.unique(windows[nrows]):
+            sel = known & (windows[nrows] == w)
+            r = nrows[sel]
+            mat = np.zeros((T, n))
+            mat[nci[sel], nii[sel]] = nll_sum[r]
+            have = np.zeros((T, n), dtype=bool)
+            have[nci[sel], nii[sel]] = True
+            tok = np.full((T, n), -1, dtype=np.int64)
+            tok[nci[sel], nii[sel]] = n_tok[r]
+            _check_tokens_constant(tok, have, npath, traj, item_ids, steps, int(w))
+            nll_by_w[int(w)] = mat
+            tok_by_w[int(w)] = np.where(have, tok, -1).max(axis=0)
+            nll_present[int(w)] = have
+
+        if MATCHED_WINDOW not in nll_by_w:
+            raise CkptselError(
+                f"{_describe(npath, traj)}: no validation NLL rows with window={MATCHED_WINDOW}"
+            )
+        gen_complete = present.all(axis=0)
+        nll_complete = nll_present[MATCHED_WINDOW].all(axis=0)
+        empty = tok_by_w[MATCHED_WINDOW] == 0
+        eligible = gen_complete & nll_complete & ~empty
+        exclusions = {
+            "missing_generation": int((~gen_complete).sum()),
+            "missing_nll": int((gen_complete & ~nll_complete).sum()),
+            "empty_response": int((gen_complete & nll_complete & empty).sum()),
+        }
+        if not eligible.any():
+            raise CkptselError(
+                f"{_describe(gpath, traj)}: no eligible validation items (every item lacks a "
+                f"generation or NLL record for some checkpoint, or has n_tokens == 0)"
+            )
+        keep = np.flatnonzero(eligible)
+        windows_kept = {}
+        tokens_kept = {}
+        for w, mat in nll_by_w.items():
+            if nll_present[w][:, keep].all():
+                windows_kept[w] = mat[:, keep]
+                tokens_kept[w] = tok_by_w[w][keep]
+        out.append(
+            ValidationData(
+                trajectory=str(traj), configuration=configuration, task=task, steps=steps,
+                item_ids=item_ids[keep].astype(str), groups=groups[keep].astype(str),
+                correct=corr[:, keep], answers=ans[:, keep], nll=windows_kept,
+                n_tokens=tokens_kept, exclusions=exclusions,
+            )
+        )
+    trajs = {v.trajectory for v in out}
+    missing = sorted(set(nl.trajs) - trajs)
+    if missing:
+        raise CkptselError(
+            f"{npath}: trajectory {missing[0]!r} has validation NLL records but no generation "
+            f"records in {gpath.name}"
+        )
+    return out
+
+
+def load_test(records_dir: Path, validation: list[ValidationData] | None = None) -> list[TestData]:
+    """Test records of every trajectory; every test item must exist for every checkpoint.
+
+    When ``validation`` is given, each trajectory's test checkpoints must equal its
+    validation checkpoints.
+    """
+    records_dir = Path(records_dir)
+    gpath = _path(records_dir, GENERATIONS_FILE)
+    gen = _read(gpath, GENERATION_COLUMNS, "test")
+    if gen.num_rows == 0:
+        raise CkptselError(f"{gpath}: no test records")
+    g = _Grid(gen, gpath)
+    answer_code, _ = _codes(gen.column("answer"))
+    correct = gen.column("correct").to_numpy(zero_copy_only=False)
+    subtask_col = gen.column("subtask").to_numpy(zero_copy_only=False)
+    expected = _final_steps(records_dir)
+    val_steps = {v.trajectory: v.steps for v in validation or []}
+    test_nll_steps = _test_nll_steps(records_dir)
+    out = []
+    for t, traj in enumerate(g.trajs):
+        rows = g.rows_of(t)
+        configuration, task = _trajectory_attrs(gen, rows, gpath, traj)
+        steps = np.unique(g.step[rows])
+        _check_final(traj, steps, expected, gpath)
+        if traj in test_nll_steps and not np.array_equal(steps, test_nll_steps[traj]):
+            raise CkptselError(
+                f"trajectory {traj!r}: generation and NLL tables disagree on its test checkpoints "
+                f"(generations: {steps.tolist()}, nll: {test_nll_steps[traj].tolist()})"
+            )
+        if validation is not None:
+            if traj not in val_steps:
+                raise CkptselError(f"{_describe(gpath, traj)}: test records but no validation records")
+            if not np.array_equal(steps, val_steps[traj]):
+                raise CkptselError(
+                    f"trajectory {traj!r}: validation and test records disagree on its checkpoints "
+                    f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
+                )
+        item_codes = np.unique(g.item_code[rows])
+        item_ids = g.items[item_codes]
+        order = np.argsort(item_ids.astype(str), kind="stable")
+        item_codes, item_ids = item_codes[order], item_ids[order]
+        item_index = np.full(len(g.items), -1)
+        item_index[item_codes] = np.arange(len(item_codes))
+        T, n = len(steps), len(item_codes)
+        ci, ii = _place(g, rows, steps, item_index)
+        present = np.zeros((T, n), dtype=bool)
+        present[ci, ii] = True
+        if not present.all():
+            c, i = np.argwhere(~present)[0]
+            raise CkptselError(
+                f"{_describe(gpath, traj, int(steps[c]), str(item_ids[i]))}: test item missing for "
+                f"this checkpoint (test items must be recorded for every checkpoint)"
+            )
+        corr = np.zeros((T, n), dtype=bool)
+        corr[ci, ii] = correct[rows]
+        ans = np.zeros((T, n), dtype=np.int64)
+        ans[ci, ii] = answer_code[rows]
+        subtasks = np.empty(n, dtype=object)
+        subtasks[ii] = subtask_col[rows]
+        _check_item_consistency(subtask_col[rows], ii, subtasks, gpath, traj, item_ids, "subtask")
+        out.append(
+            TestData(
+                trajectory=str(traj), configuration=configuration, task=task, steps=steps,
+                item_ids=item_ids.astype(str), subtasks=subtasks.astype(str), correct=corr,
+                answers=ans,
+            )
+        )
+    _check_test_pools(out, gpath)
+    if validation is not None:
+        missing = sorted(set(val_steps) - {t.trajectory for t in out})
+        if missing:
+            raise CkptselError(f"{gpath}: trajectory {missing[0]!r} has validation but no test records")
+    return out
+
+
+def _test_nll_steps(records_dir: Path) -> dict[str, np.ndarray]:
+    """Checkpoints of each trajectory in the test NLL rows (optional; only for consistency)."""
+    npath = Path(records_dir) / NLL_FILE
+    if not npath.is_file():
+        return {}
+    table = pq.read_table(npath, columns=["trajectory", "step"], filters=[("split", "=", "test")])
+    if table.num_rows == 0:
+        return {}
+    codes, names = _codes(table.column("trajectory").cast(pa.string()))
+    steps = table.column("step").to_numpy()
+    return {str(name): np.unique(steps[codes == k]) for k, name in enumerate(names)}
+
+
+# --------------------------------------------------------------------------- checks
+def _check_nll_values(nll: pa.Table, grid: _Grid, path: Path) -> None:
+    values = nll.column("nll_sum").to_numpy()
+    bad = ~np.isfinite(values)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise CkptselError(
+            f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
+            f" nll_sum is {values[r]} (NaN/inf losses are not allowed)"
+        )
+    tokens = nll.column("n_tokens").to_numpy()
+    neg = tokens < 0
+    if neg.any():
+        r = int(np.flatnonzero(neg)[0])
+        raise CkptselError(
+            f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
+            f" negative n_tokens ({int(tokens[r])})"
+        )
+    windows = nll.column("window").to_numpy()
+    if ((windows != MATCHED_WINDOW) & (windows != COMPLETE_WINDOW) & (windows < 0)).any():
+        raise CkptselError(f"{path}: negative window values")
+
+
+def _check_tokens_constant(tok, have, path, traj, item_ids, steps, window) -> None:
+    hi = np.where(have, tok, np.iinfo(np.int64).min).max(axis=0)
+    lo = np.where(have, tok, np.iinfo(np.int64).max).min(axis=0)
+    differ = have.any(axis=0) & (hi != lo)
+    if differ.any():
+        i = int(np.flatnonzero(differ)[0])
+        vals = sorted({int(v) for v in tok[have[:, i], i]})
+        raise CkptselError(
+            f"{_describe(path, traj, item=str(item_ids[i]))}, window {window}: n_tokens differ "
+            f"across checkpoints ({vals}); the scored response must be the same for every checkpoint"
+        )
+
+
+def _check_item_consistency(values, idx, placed, path, traj, item_ids, name) -> None:
+    mismatch = placed[idx] != values
+    if np.any(mismatch):
+        i = int(idx[np.flatnonzero(mismatch)[0]])
+        raise CkptselError(
+            f"{_describe(path, traj, item=str(item_ids[i]))}: {name!r} differs across checkpoints"
+        )
+
+
+def _check_test_pools(tests: list[TestData], path: Path) -> None:
+    """Trajectories of one task share one test pool (the question bootstrap resamples it)."""
+    first: dict[str, TestData] = {}
+    for t in tests:
+        ref = first.setdefault(t.task, t)
+        if not np.array_equal(ref.item_ids, t.item_ids):
+            extra = sorted(set(t.item_ids) ^ set(ref.item_ids))[:3]
+            raise CkptselError(
+                f"{path.name}: trajectories {ref.trajectory!r} and {t.trajectory!r} of task "
+                f"{t.task!r} have different test items (e.g. {extra}); trajectories of one task "
+                f"must be scored on the same test pool"
+            )

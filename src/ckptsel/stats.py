@@ -1,0 +1,214 @@
+"""Statistics over scored trajectories: point estimates, bootstrap intervals, descriptives.
+
+Turns a :class:`~ckptsel.evaluate.Scored` into the ``summary.json`` structure (SPEC §12,
+schema 1) plus per-trajectory and per-configuration tables. Pure computation; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ckptsel.analysis import bootstrap as bs
+from ckptsel.choose import FULL, RULES, THINNING
+from ckptsel.evaluate import BUDGET_LABELS, MH_RULES, MH_STATS, OV_LABELS, Name, Scored
+
+SCHEMA = 1
+DIGITS = 6
+
+
+@dataclass
+class StatSettings:
+    draws: int = 20000
+    seed: int = 20260825
+    level: float = 0.95
+
+
+def name_str(name: Name) -> str:
+    return "|".join(p for p in name if p != "")
+
+
+def est(mean: float, lo: float, hi: float) -> dict:
+    """An estimate in percentage points; an interval containing 0 is 'unresolved'."""
+    def r(x):
+        return None if not np.isfinite(x) else round(float(x) + 0.0, DIGITS)
+
+    unresolved = bool(not (np.isfinite(lo) and np.isfinite(hi)) or (lo <= 0.0 <= hi))
+    return {"mean": r(mean), "lo": r(lo), "hi": r(hi), "unresolved": unresolved}
+
+
+class _Estimates:
+    """Point estimates + intervals for one family of replicates, addressable by name."""
+
+    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray, level: float):
+        self.index = {n: k for k, n in enumerate(names)}
+        self.means = means
+        self.lo, self.hi = bs.percentile_interval(reps, level)
+
+    def get(self, name: Name) -> dict | None:
+        k = self.index.get(name)
+        if k is None or not np.isfinite(self.means[k]):
+            return None
+        return est(self.means[k], self.lo[k], self.hi[k])
+
+
+def _budget_block(e: _Estimates, scheme: str, labels=BUDGET_LABELS, rules=RULES) -> dict:
+    out: dict = {}
+    for rule in rules:
+        per = {}
+        for b in labels:
+            cell = {k: e.get((k, scheme, rule, b)) for k in ("G", "H")}
+            cell = {k: v for k, v in cell.items() if v is not None}
+            if cell:
+                per[b] = cell
+        if per:
+            out[rule] = per
+    return out
+
+
+def _d_block(e: _Estimates, scheme: str) -> dict:
+    return {r: v for r in RULES if (v := e.get(("D", scheme, r, ""))) is not None}
+
+
+def _mh_block(e: _Estimates) -> dict:
+    out = {}
+    for rule in MH_RULES:
+        cell = {s: e.get(("MH", rule, s, "")) for s in MH_STATS}
+        if all(v is not None for v in cell.values()):
+            out[rule] = cell
+    return out
+
+
+def _study_blocks(e: _Estimates, sensitivities: bool) -> dict:
+    out = {"budget": _budget_block(e, "nested"), "D": _d_block(e, "nested"), "matched_half": _mh_block(e)}
+    if sensitivities:
+        sens: dict = {
+            "one_variant": {"budget": _budget_block(e, "one_variant", OV_LABELS), "D": _d_block(e, "one_variant")},
+            "thinning": {
+                str(k): {"budget": _budget_block(e, f"thin{k}"), "D": _d_block(e, f"thin{k}")}
+                for k in THINNING
+                if _budget_block(e, f"thin{k}")
+            },
+        }
+        same = e.get(("same_nll_choice", "nll_complete", "nll", FULL))
+        if same is None:
+            sens["nll_complete"] = {"skipped": "no complete-response NLL records (window=0) for the eligible items"}
+        else:
+            sens["nll_complete"] = {
+                "same_choice_fraction": same,
+                "budget": _budget_block(e, "nll_complete"),
+            }
+        out["sensitivities"] = sens
+    return out
+
+
+def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
+    has = ~np.isnan(values)
+    onehot = np.zeros((n_conf, len(config_codes)))
+    onehot[config_codes, np.arange(len(config_codes))] = 1.0
+    return onehot @ np.where(has, values, 0.0), onehot @ has.astype(np.float64)
+
+
+def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The summary dictionary and the descriptive tables (per trajectory, per configuration)."""
+    configs = sorted(set(scored.configurations))
+    conf_code = np.array([configs.index(c) for c in scored.configurations])
+    sums, sizes = _config_sums(scored.values, conf_code, len(configs))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums.sum(axis=0) / sizes.sum(axis=0)
+
+    C = bs.configuration_counts(len(configs), settings.draws, settings.seed)
+    conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+
+    # test-question and joint bootstraps (nested-scheme G/H/D; joint for the main table)
+    lin_idx = np.flatnonzero(scored.linear)
+    lin_names = scored.linear_names
+    main = [("D", "nested", r, "") for r in RULES] + [
+        (k, "nested", r, FULL) for r in RULES for k in ("H", "G")
+    ]
+    joint_cols = [lin_names.index(n) for n in main if n in lin_names]
+    task_conf = {
+        task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
+        for task in scored.utilities
+    }
+    pooled, per_task, joint = bs.question_replicates(
+        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols
+    )
+    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
+    j_names = [lin_names[k] for k in joint_cols]
+    j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
+
+    summary = {
+        "schema": SCHEMA,
+        "seed": settings.seed,
+        "draws": settings.draws,
+        "confidence": settings.level,
+        **population.pop("_settings", {}),
+        "population": population,
+    }
+    summary.update(_study_blocks(conf_est, sensitivities=True))
+    by_task = {}
+    for t_i, task in enumerate(sorted(set(scored.tasks))):
+        members = np.array([t == task for t in scored.tasks])
+        cidx = task_conf[task]
+        t_sums, t_sizes = sums[cidx], sizes[cidx]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t_means = t_sums.sum(axis=0) / t_sizes.sum(axis=0)
+        Ct = bs.configuration_counts(len(cidx), settings.draws, settings.seed, stream=1 + t_i)
+        e = _Estimates(scored.names, t_means, bs.cluster_replicates(Ct, t_sums, t_sizes), settings.level)
+        block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
+                                "test_items": scored.test_items[task]}}
+        block.update(_study_blocks(e, sensitivities=False))
+        by_task[task] = block
+    summary["by_task"] = by_task
+    qb = {"budget": _budget_block(q_est, "nested"), "D": _d_block(q_est, "nested"), "by_task": {}}
+    for task, reps in per_task.items():
+        members = np.array([t == task for t in scored.tasks])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t_means = np.nanmean(np.where(members[:, None], scored.values[:, lin_idx], np.nan), axis=0)
+        e = _Estimates(lin_names, t_means, reps, settings.level)
+        qb["by_task"][task] = {"budget": _budget_block(e, "nested"), "D": _d_block(e, "nested")}
+    summary["question_bootstrap"] = qb
+    if j_est is not None:
+        summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
+    summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
+
+    tables = _tables(scored, configs, sums, sizes)
+    return summary, tables
+
+
+def _sign_counts(scored: Scored, sums, sizes, names: list[Name]) -> dict:
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_means = sums / sizes
+    for name in names:
+        if name not in scored.names:
+            continue
+        col = conf_means[:, scored.names.index(name)]
+        col = col[np.isfinite(col)]
+        out[name_str(name)] = {
+            "configurations_positive": int((col > 0).sum()),
+            "configurations_negative": int((col < 0).sum()),
+            "configurations_zero": int((col == 0).sum()),
+        }
+    return out
+
+
+def _tables(scored: Scored, configs: list[str], sums, sizes) -> dict[str, pd.DataFrame]:
+    cols = [name_str(n) for n in scored.names]
+    per_traj = pd.DataFrame(scored.values, columns=cols)
+    per_traj.insert(0, "task", scored.tasks)
+    per_traj.insert(0, "configuration", scored.configurations)
+    per_traj.insert(0, "trajectory", scored.trajectories)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_means = sums / sizes
+    task_of = dict(zip(scored.configurations, scored.tasks, strict=True))
+    per_conf = pd.DataFrame(conf_means, columns=cols)
+    per_conf.insert(0, "trajectories", sizes.max(axis=1).astype(int))
+    per_conf.insert(0, "task", [task_of[c] for c in configs])
+    per_conf.insert(0, "configuration", configs)
+    loo = pd.DataFrame(bs.leave_one_out_means(sums, sizes), columns=cols)
+    loo.insert(0, "left_out_configuration", configs)
+    return {"per_trajectory": per_traj, "per_configuration": per_conf, "leave_one_out": loo}

@@ -1,0 +1,98 @@
+"""Build records tables (SPEC §2) from small arrays, for hand-computed and randomized tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ckptsel.io import write_parquet
+from ckptsel.schema import GENERATION_COLUMNS, NLL_COLUMNS
+
+
+@dataclass
+class Traj:
+    name: str
+    configuration: str
+    task: str
+    steps: list[int]
+    val_correct: np.ndarray  # (T, n) bool
+    val_answers: np.ndarray  # (T, n) str
+    val_nll: np.ndarray  # (T, n) float
+    val_tokens: np.ndarray  # (n,) int
+    test_correct: np.ndarray  # (T, N) bool
+    test_answers: np.ndarray  # (T, N) str
+    val_ids: list[str] | None = None
+    test_ids: list[str] | None = None
+    val_groups: list[str] | None = None
+    test_subtasks: list[str] | None = None
+    val_nll0: np.ndarray | None = None  # complete-response nll (window 0)
+    extra: dict = field(default_factory=dict)
+
+
+def tables(trajs: list[Traj]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    gens, nlls = [], []
+    for t in trajs:
+        T, n = t.val_correct.shape
+        N = t.test_correct.shape[1]
+        vids = t.val_ids or [f"v{i:04d}" for i in range(n)]
+        tids = t.test_ids or [f"t{i:04d}" for i in range(N)]
+        groups = t.val_groups or vids
+        subt = t.test_subtasks or [""] * N
+        for c, step in enumerate(t.steps):
+            gens.append(pd.DataFrame({
+                "trajectory": t.name, "configuration": t.configuration, "task": t.task, "step": step,
+                "split": "validation", "item_id": vids, "group": groups, "subtask": "",
+                "answer": t.val_answers[c].astype(str), "correct": t.val_correct[c].astype(bool)}))
+            gens.append(pd.DataFrame({
+                "trajectory": t.name, "configuration": t.configuration, "task": t.task, "step": step,
+                "split": "test", "item_id": tids, "group": tids, "subtask": subt,
+                "answer": t.test_answers[c].astype(str), "correct": t.test_correct[c].astype(bool)}))
+            nlls.append(pd.DataFrame({
+                "trajectory": t.name, "step": step, "split": "validation", "item_id": vids,
+                "nll_sum": t.val_nll[c].astype(float), "n_tokens": np.asarray(t.val_tokens, dtype=np.int64),
+                "window": 512}))
+            if t.val_nll0 is not None:
+                nlls.append(pd.DataFrame({
+                    "trajectory": t.name, "step": step, "split": "validation", "item_id": vids,
+                    "nll_sum": t.val_nll0[c].astype(float), "n_tokens": np.asarray(t.val_tokens, dtype=np.int64) + 5,
+                    "window": 0}))
+    gen = pd.concat(gens, ignore_index=True).astype(GENERATION_COLUMNS)
+    nll = pd.concat(nlls, ignore_index=True).astype(NLL_COLUMNS)
+    return gen, nll
+
+
+def write(dir_: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
+    dir_ = Path(dir_)
+    write_parquet(dir_ / "generations.parquet", gen)
+    write_parquet(dir_ / "nll.parquet", nll)
+    return dir_
+
+
+def random_study(rng: np.random.Generator, n_configs=4, seeds=2, T=(3, 6), n_val=(20, 70), n_test=(15, 40),
+                 n_answers=3, tasks=("a", "b"), dyadic=True, groups=True, nll0=True) -> list[Traj]:
+    """Random small study with heavy ties: few answers, few checkpoints, dyadic NLLs (exact sums)."""
+    trajs = []
+    pools = {}
+    for task in tasks:
+        nv, nt = int(rng.integers(*n_val)), int(rng.integers(*n_test))
+        pools[task] = (nv, nt, [f"g{int(i)}" for i in rng.integers(0, max(2, nv // 3), nv)] if groups else None)
+    for k in range(n_configs):
+        task = tasks[k % len(tasks)]
+        nv, nt, grp = pools[task]
+        Tk = int(rng.integers(*T))
+        for s in range(seeds):
+            def answers(shape):
+                return rng.integers(0, n_answers, shape)
+            va, ta = answers((Tk, nv)), answers((Tk, nt))
+            nll = (rng.integers(1, 9, (Tk, nv)) / 8.0) if dyadic else rng.gamma(2.0, 1.0, (Tk, nv))
+            trajs.append(Traj(
+                name=f"c{k}-s{s}", configuration=f"c{k}", task=task, steps=[25 * (i + 1) for i in range(Tk)],
+                val_correct=va == 0, val_answers=np.char.add("ans", va.astype(str)), val_nll=nll,
+                val_tokens=rng.integers(1, 30, nv), test_correct=ta == 0,
+                test_answers=np.char.add("ans", ta.astype(str)), val_groups=grp,
+                val_nll0=(nll + rng.integers(0, 3, (Tk, nv)) / 4.0) if nll0 else None,
+            ))
+    return trajs
