@@ -68,25 +68,56 @@ def _last(n_checkpoints: int, labels: list[str]) -> dict[tuple[str, str], np.nda
     return {("last", label): e for label in labels}
 
 
+@dataclass
+class PoolSubsets:
+    """The validation subsets of one eligible pool: nested permutations and one-variant orders.
+
+    Depends only on the item ids, their groups and the settings, so trajectories that share a
+    pool share it (and every rule sees the same subsets).
+    """
+
+    labels: list[str]
+    nested: core.NestedSubsets | None  # finite budgets; None when the pool is below 32
+    ov_labels: list[str]
+    one_variant: core.NestedSubsets
+
+    @classmethod
+    def build(cls, item_ids: np.ndarray, groups: np.ndarray, settings: ChoiceSettings) -> PoolSubsets:
+        n = len(item_ids)
+        keys = core.string_keys(item_ids)
+        finite, labels = _budget_labels(n, BUDGETS)
+        orders = core.permutations(keys, settings.seed, settings.permutations)
+        nested = core.NestedSubsets(orders, finite, n) if finite else None
+        group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
+        n_groups = len(group_names)
+        ov_orders = core.one_variant_orders(
+            keys, group_codes.astype(np.int64), core.string_keys(list(group_names)),
+            settings.seed, settings.permutations,
+        )
+        ov_finite, ov_labels = _budget_labels(n_groups, ONE_VARIANT_BUDGETS)
+        return cls(labels, nested, ov_labels, core.NestedSubsets(ov_orders, [*ov_finite, n_groups], n))
+
+
 def choose_trajectory(
-    v: ValidationData, settings: ChoiceSettings, orders: np.ndarray | None = None
+    v: ValidationData, settings: ChoiceSettings, subsets: PoolSubsets | None = None
 ) -> dict[tuple[str, str, str], np.ndarray]:
     """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``."""
-    T, n = v.correct.shape
-    if orders is None:
-        orders = core.permutations(core.string_keys(v.item_ids), settings.seed, settings.permutations)
-    finite, labels = _budget_labels(n, BUDGETS)
-    acc = v.correct.astype(np.int64)
-    agree = core.plurality_agreement(v.answers).astype(np.int64)
-    nll = v.nll[MATCHED_WINDOW]
-    signals = {"accuracy": acc, "agreement": agree, "nll": nll}
+    T = v.correct.shape[0]
+    subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
+    labels = subsets.labels
+    P = settings.permutations
+    signals = {
+        "accuracy": v.correct.astype(np.int64),
+        "agreement": core.plurality_agreement(v.answers).astype(np.int64),
+        "nll": v.nll[MATCHED_WINDOW],
+    }
+
+    def prefix(sig: np.ndarray) -> np.ndarray:
+        if subsets.nested is None:
+            return np.zeros((sig.shape[0], P, 0))
+        return subsets.nested.sums(sig)
+
     out: dict[tuple[str, str, str], np.ndarray] = {}
-
-    def prefix(sig):
-        if not finite:
-            return np.zeros((sig.shape[0], orders.shape[0], 0))
-        return core.prefix_sums(sig, orders, finite)
-
     scores = {r: prefix(s) for r, s in signals.items()}
     full = {r: s.sum(axis=1) for r, s in signals.items()}
     for key, p in {**_rule_probs(scores, full, labels), **_last(T, labels)}.items():
@@ -106,28 +137,19 @@ def choose_trajectory(
         agree_k = core.plurality_agreement(v.answers[idx]).astype(np.int64)
         th_scores = {"accuracy": scores["accuracy"][idx], "nll": scores["nll"][idx], "agreement": prefix(agree_k)}
         th_full = {"accuracy": full["accuracy"][idx], "nll": full["nll"][idx], "agreement": agree_k.sum(axis=1)}
-        picked = {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}
-        for (rule, label), p in picked.items():
+        for (rule, label), p in {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}.items():
             vec = np.zeros(T)
             vec[idx] = p
             out[(f"thin{k}", rule, label)] = vec
 
-    # one variant per group: per repetition one eligible variant of each group, groups reordered
-    group_codes, group_names = pd.factorize(pd.Series(v.groups), sort=True)
-    n_groups = len(group_names)
-    ov_orders = core.one_variant_orders(
-        core.string_keys(v.item_ids), group_codes.astype(np.int64),
-        core.string_keys(list(group_names)), settings.seed, settings.permutations,
-    )
-    ov_finite, ov_labels = _budget_labels(n_groups, ONE_VARIANT_BUDGETS)
-    ov_budgets = [*ov_finite, n_groups]
-    ov_scores = {r: core.prefix_sums(s, ov_orders, ov_budgets) for r, s in signals.items()}
-    # the "full" budget here is all groups, which differs by repetition: take it from the prefix
+    # one variant per group: per repetition one eligible variant of each group, groups reordered;
+    # its last budget is "all groups", which differs by repetition, so it comes from the masks too
     for rule, maximize in (("accuracy", True), ("agreement", True), ("nll", False)):
-        probs = core.tie_probabilities(ov_scores[rule], maximize=maximize).mean(axis=1)
-        for b, label in enumerate(ov_labels):
+        ov = subsets.one_variant.sums(signals[rule])
+        probs = core.tie_probabilities(ov, maximize=maximize).mean(axis=1)
+        for b, label in enumerate(subsets.ov_labels):
             out[("one_variant", rule, label)] = probs[:, b]
-    for (rule, label), p in _last(T, ov_labels).items():
+    for (rule, label), p in _last(T, subsets.ov_labels).items():
         out[("one_variant", rule, label)] = p
     return out
 
@@ -135,24 +157,23 @@ def choose_trajectory(
 def choose(validation: list[ValidationData], settings: ChoiceSettings) -> pd.DataFrame:
     """Frozen-choice table for every trajectory (rows with non-zero probability only)."""
     frames = []
-    perm_cache: dict[bytes, np.ndarray] = {}
+    pools: dict[bytes, PoolSubsets] = {}
     for v in validation:
-        key = hashlib.sha256("\n".join(v.item_ids).encode()).digest()
-        if key not in perm_cache:  # trajectories sharing a pool share its permutations
-            perm_cache[key] = core.permutations(
-                core.string_keys(v.item_ids), settings.seed, settings.permutations
-            )
-        picked = choose_trajectory(v, settings, perm_cache[key])
+        key = hashlib.sha256("\n".join([*v.item_ids, "\x00", *v.groups]).encode()).digest()
+        if key not in pools:  # trajectories sharing a pool share its subsets
+            pools[key] = PoolSubsets.build(v.item_ids, v.groups, settings)
+        picked = choose_trajectory(v, settings, pools[key])
         keys = list(picked)
         probs = np.stack([picked[k] for k in keys])  # (K, T)
         k_idx, c_idx = np.nonzero(probs)
+        names = np.array(keys, dtype=object)  # (K, 3)
         frames.append(
             pd.DataFrame(
                 {
                     "trajectory": v.trajectory,
-                    "scheme": [keys[i][0] for i in k_idx],
-                    "rule": [keys[i][1] for i in k_idx],
-                    "budget": [keys[i][2] for i in k_idx],
+                    "scheme": names[k_idx, 0],
+                    "rule": names[k_idx, 1],
+                    "budget": names[k_idx, 2],
                     "step": v.steps[c_idx].astype(np.int64),
                     "prob": probs[k_idx, c_idx],
                 }

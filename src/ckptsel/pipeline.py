@@ -8,6 +8,9 @@ back through :func:`ckptsel.choose.load_frozen`, which checks the hash.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -92,23 +95,37 @@ def analyze(
     seed: int = 20260825,
     level: float = 0.95,
 ) -> dict:
-    """The whole analysis; writes ``summary.json``, frozen choices and tables into ``out_dir``."""
+    """The whole analysis; writes ``summary.json``, frozen choices and tables into ``out_dir``.
+
+    Everything is first written to a staging folder beside ``out_dir`` (the choices are frozen
+    and read back there before any test record is loaded) and moved into place only when the
+    whole analysis succeeded, so bad input never leaves a half-written results folder behind.
+    """
     if permutations < 1 or draws < 10:
         raise CkptselError("--permutations must be >= 1 and --draws >= 10")
     out_dir = Path(out_dir)
-    settings = ch.ChoiceSettings(permutations=permutations, seed=seed)
-    validation, _ = freeze_choices(records_dir, out_dir, settings)
-    summary, tables = evaluate_frozen(records_dir, out_dir, validation, StatSettings(draws, seed, level))
-    tdir = out_dir / TABLES_DIR
-    for name, df in tables.items():
-        write_parquet(tdir / f"{name}.parquet", df)
-        write_csv(tdir / f"{name}.csv", df)
-    write_text(tdir / "main.md", main_table_markdown(summary))
-    write_text(out_dir / SUMMARY_FILE, summary_json(summary))
-    from ckptsel import __version__
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
+    try:
+        settings = ch.ChoiceSettings(permutations=permutations, seed=seed)
+        validation, _ = freeze_choices(records_dir, stage, settings)
+        summary, tables = evaluate_frozen(records_dir, stage, validation, StatSettings(draws, seed, level))
+        tdir = stage / TABLES_DIR
+        for name, df in tables.items():
+            write_parquet(tdir / f"{name}.parquet", df)
+            write_csv(tdir / f"{name}.csv", df)
+        write_text(tdir / "main.md", main_table_markdown(summary))
+        write_text(stage / SUMMARY_FILE, summary_json(summary))
+        from ckptsel import __version__
 
-    run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
-    write_text(out_dir / RUN_FILE, json.dumps(run, indent=1) + "\n")
+        run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
+        write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
+        for path in sorted(p for p in stage.rglob("*") if p.is_file()):
+            target = out_dir / path.relative_to(stage)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return summary
 
 

@@ -97,17 +97,39 @@ def tie_probabilities(scores: np.ndarray, maximize: bool = True) -> np.ndarray:
     return tied / tied.sum(axis=0, keepdims=True)
 
 
-def prefix_sums(signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
-    """``(T, P, B)``: sum of ``signal[:, i]`` over the first ``n`` items of each order row.
+class NestedSubsets:
+    """Nested subsets — the first ``n`` items of each order row, for every budget ``n`` — as
+    0/1 masks, so that the score of every checkpoint on every subset is one matrix product.
 
-    Prefix sums along each order give every nested budget in one pass; sums are taken in
-    the order's item order, so exact float ties are reproducible. A budget equal to the row
-    length is the whole row.
+    Integer signals (correct / agreeing counts) are summed in float32, which is exact below
+    2**24 items; float signals (NLL sums) in float64, with identical checkpoint rows summed
+    once so that exactly equal checkpoints always tie exactly.
     """
-    budgets = np.asarray(budgets, dtype=np.int64)
-    width = int(budgets.max())
-    gathered = signal[:, orders[:, :width]]  # (T, P, width)
-    return np.cumsum(gathered, axis=2)[:, :, budgets - 1]
+
+    def __init__(self, orders: np.ndarray, budgets: Sequence[int], n_items: int):
+        self.n_orders = orders.shape[0]
+        self.budgets = np.asarray(budgets, dtype=np.int64)
+        pos = np.full((self.n_orders, n_items), np.iinfo(np.int64).max)
+        ranks = np.broadcast_to(np.arange(orders.shape[1]), orders.shape)
+        np.put_along_axis(pos, orders, ranks, axis=1)
+        inside = pos.T[:, None, :] < self.budgets[None, :, None]  # (n, B, P)
+        self.mask64 = inside.reshape(n_items, -1).astype(np.float64)
+        self.mask32 = self.mask64.astype(np.float32)
+
+    def sums(self, signal: np.ndarray) -> np.ndarray:
+        """``(T, P, B)`` sums of ``signal`` (T × n) over each nested subset."""
+        T = signal.shape[0]
+        if signal.dtype.kind in "biu":
+            flat = (signal.astype(np.float32) @ self.mask32).astype(np.float64)
+        else:
+            rows, inverse = np.unique(signal, axis=0, return_inverse=True)
+            flat = (rows @ self.mask64)[inverse.ravel()]
+        return flat.reshape(T, len(self.budgets), self.n_orders).transpose(0, 2, 1)
+
+
+def prefix_sums(signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
+    """``(T, P, B)``: sum of ``signal[:, i]`` over the first ``n`` items of each order row."""
+    return NestedSubsets(orders, budgets, signal.shape[1]).sums(signal)
 
 
 def nested_selection(

@@ -1,0 +1,157 @@
+"""analyze/verify end to end: determinism, choices frozen before test records are read, verify."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import recordsgen as rg
+
+from ckptsel import choose as ch
+from ckptsel import pipeline, records
+from ckptsel.cli import main
+from ckptsel.errors import VerificationError
+
+
+@pytest.fixture
+def records_dir(tmp_path):
+    rng = np.random.default_rng(21)
+    gen, nll = rg.tables(rg.random_study(rng, n_configs=5, seeds=3, T=(4, 8), n_val=(70, 140), n_test=(40, 90)))
+    return rg.write(tmp_path / "records", gen, nll)
+
+
+def analyze(records_dir, out, **kw):
+    kw = {"permutations": 20, "draws": 500, **kw}
+    return pipeline.analyze(records_dir, out, **kw)
+
+
+def test_same_inputs_and_seed_give_byte_identical_summary(records_dir, tmp_path):
+    analyze(records_dir, tmp_path / "a")
+    analyze(records_dir, tmp_path / "b")
+    a, b = (tmp_path / "a" / "summary.json").read_bytes(), (tmp_path / "b" / "summary.json").read_bytes()
+    assert a == b
+    assert (tmp_path / "a" / "choices" / "choices.sha256").read_bytes() == (tmp_path / "b" / "choices" / "choices.sha256").read_bytes()
+    analyze(records_dir, tmp_path / "c", seed=7)
+    assert (tmp_path / "c" / "summary.json").read_bytes() != a
+
+
+def test_summary_schema(records_dir, tmp_path):
+    s = analyze(records_dir, tmp_path / "out")
+    assert s["schema"] == 1 and s["draws"] == 500 and s["permutations"] == 20
+    assert s["population"] == {**s["population"], "trajectories": 15, "configurations": 5}
+    for rule in ("accuracy", "agreement", "nll", "last"):
+        for budget in ("32", "64", "full"):
+            for k in ("G", "H"):
+                e = s["budget"][rule][budget][k]
+                assert set(e) >= {"mean", "lo", "hi"} and e["lo"] <= e["mean"] <= e["hi"]
+                assert e["unresolved"] == (e["lo"] <= 0 <= e["hi"])
+        assert "mean" in s["D"][rule]
+    assert set(s["matched_half"]) == {"oracle", "agreement"}
+    mh = s["matched_half"]["oracle"]
+    assert mh["B"]["mean"] == pytest.approx(mh["G_in"]["mean"] - mh["G_out"]["mean"], abs=1e-5)
+    assert set(s["by_task"]) == {"a", "b"}
+    assert set(s["sensitivities"]) == {"one_variant", "thinning", "nll_complete"}
+    assert set(s["sensitivities"]["thinning"]) == {"2", "3", "4"}
+    assert 0 <= s["sensitivities"]["nll_complete"]["same_choice_fraction"]["mean"] <= 1
+    assert "joint_bootstrap" in s and "question_bootstrap" in s
+    # the summary's point estimates equal the per-trajectory table's trajectory-weighted means
+    per_traj = pd.read_csv(tmp_path / "out" / "tables" / "per_trajectory.csv")
+    assert s["budget"]["accuracy"]["full"]["G"]["mean"] == pytest.approx(per_traj["G|nested|accuracy|full"].mean(), abs=1e-6)
+    assert s["D"]["agreement"]["mean"] == pytest.approx(per_traj["D|nested|agreement"].mean(), abs=1e-6)
+
+
+def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_dir, tmp_path, monkeypatch):
+    calls = []
+    real_load_test = records.load_test
+
+    def spy_load_test(records_dir_, validation=None):
+        staged = list(tmp_path.glob(".out.staging-*/choices"))
+        assert len(staged) == 1, "choices must be written before test records are loaded"
+        calls.append(json.loads((staged[0] / "choices.sha256").read_text())["sha256"])
+        return real_load_test(records_dir_, validation)
+
+    monkeypatch.setattr(records, "load_test", spy_load_test)
+
+    def forbid_test_reads(*args, **kwargs):
+        raise AssertionError("choose() must not read records")
+
+    monkeypatch.setattr(ch, "load_frozen", ch.load_frozen)  # unchanged: scoring reads frozen choices
+    real_choose = ch.choose
+
+    def guarded_choose(validation, settings):
+        assert all(isinstance(v, records.ValidationData) for v in validation)
+        with monkeypatch.context() as m:  # no test loading is possible while choosing
+            m.setattr(records, "load_test", forbid_test_reads)
+            return real_choose(validation, settings)
+
+    monkeypatch.setattr(ch, "choose", guarded_choose)
+    s = analyze(records_dir, tmp_path / "out")
+    assert calls == [s["choices_sha256"]]
+
+
+def test_test_outcomes_cannot_change_the_choices(records_dir, tmp_path):
+    s1 = analyze(records_dir, tmp_path / "a")
+    gen = pd.read_parquet(records_dir / "generations.parquet")
+    test = gen.split == "test"
+    gen.loc[test, "correct"] = ~gen.loc[test, "correct"]
+    gen.loc[test, "answer"] = "changed"
+    rg.write(records_dir, gen, pd.read_parquet(records_dir / "nll.parquet"))
+    s2 = analyze(records_dir, tmp_path / "b")
+    assert s1["choices_sha256"] == s2["choices_sha256"]
+    assert s1["budget"]["accuracy"]["full"]["G"] != s2["budget"]["accuracy"]["full"]["G"]
+
+
+def test_scoring_refuses_tampered_choices(records_dir, tmp_path):
+    analyze(records_dir, tmp_path / "out")
+    path = tmp_path / "out" / "choices" / "choices.parquet"
+    table = pd.read_parquet(path)
+    table.loc[0, "prob"] = 0.25
+    table.to_parquet(path, index=False)
+    with pytest.raises(VerificationError, match="does not match the frozen hash"):
+        ch.load_frozen(tmp_path / "out" / "choices")
+
+
+def test_verify_passes_then_catches_changes(records_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(records_dir), "--out", str(out), "--permutations", "20", "--draws", "300"])
+    assert exc.value.code == 0
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed and "G_r(full)" in printed
+
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(out)])
+    assert exc.value.code == 0
+    assert "matches" in capsys.readouterr().out
+
+    # validation records changed after freezing -> recomputed choices differ -> exit 1
+    nll = pd.read_parquet(records_dir / "nll.parquet")
+    nll["nll_sum"] = nll["nll_sum"][::-1].to_numpy()
+    rg.write(records_dir, pd.read_parquet(records_dir / "generations.parquet"), nll)
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(out)])
+    assert exc.value.code == 1
+    assert "SHA-256" in capsys.readouterr().err
+
+
+def test_verify_catches_an_edited_summary(records_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    analyze(records_dir, out)
+    path = out / "summary.json"
+    s = json.loads(path.read_text())
+    s["budget"]["accuracy"]["full"]["G"]["mean"] += 0.5
+    path.write_text(json.dumps(s))
+    with pytest.raises(VerificationError, match="budget/accuracy/full/G/mean"):
+        pipeline.verify(out)
+
+
+def test_tables_are_written(records_dir, tmp_path):
+    analyze(records_dir, tmp_path / "out")
+    tables = tmp_path / "out" / "tables"
+    for name in ("per_trajectory", "per_configuration", "leave_one_out", "test_accuracy"):
+        assert (tables / f"{name}.csv").is_file() and (tables / f"{name}.parquet").is_file()
+    conf = pd.read_csv(tables / "per_configuration.csv")
+    assert len(conf) == 5 and conf["trajectories"].tolist() == [3] * 5
+    assert "| accuracy |" in (tables / "main.md").read_text()
