@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import recordsgen as rg
 
 from ckptsel.analysis import core
 from ckptsel.choose import ChoiceSettings, choose_trajectory
 from ckptsel.records import ValidationData
+
+import recordsgen as rg
 
 
 def val(correct, answers=None, nll=None, tokens=None, groups=None, nll0=None) -> ValidationData:

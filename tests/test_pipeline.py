@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import recordsgen as rg
 
 from ckptsel import choose as ch
 from ckptsel import pipeline, records
 from ckptsel.cli import main
 from ckptsel.errors import VerificationError
+
+import recordsgen as rg
 
 
 @pytest.fixture

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import recordsgen as rg
 
 from ckptsel.cli import main
 from ckptsel.records import load_test, load_validation
+
+import recordsgen as rg
 
 
 @pytest.fixture

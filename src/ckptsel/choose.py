@@ -188,13 +188,9 @@ def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
     """The hashed form: settings as JSON, then one CSV row per choice, floats as ``repr``."""
     t = table[COLUMNS]
     lines = [json.dumps(settings.to_dict(), sort_keys=True), ",".join(COLUMNS)]
-    lines += [
-        f"{a},{b},{c},{d},{e},{f!r}"
-        for a, b, c, d, e, f in zip(
-            t["trajectory"], t["scheme"], t["rule"], t["budget"], t["step"].astype(int), t["prob"].astype(float),
-            strict=True,
-        )
-    ]
+    cols = [t[c].astype(str).tolist() for c in COLUMNS[:4]]
+    cols += [t["step"].astype(np.int64).tolist(), t["prob"].astype(np.float64).tolist()]
+    lines += [f"{a},{b},{c},{d},{e},{f!r}" for a, b, c, d, e, f in zip(*cols, strict=True)]
     return ("\n".join(lines) + "\n").encode()
 
 

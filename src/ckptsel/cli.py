@@ -21,6 +21,7 @@ app = typer.Typer(
 # One line per command module; each defines ``register(app)``.
 COMMAND_MODULES = (
     "ckptsel.commands.analysis",
+    "ckptsel.commands.simulate",
 )
 
 for _name in COMMAND_MODULES:

@@ -52,7 +52,7 @@ def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkp
         nll = vectors.get((scheme, "nll", budget))
         if nll is not None:
             out[("H", scheme, rule, budget)] = q - nll
-    for (scheme, rule, budget), q in vectors.items():
+    for (scheme, _rule, budget), q in vectors.items():
         if scheme == "nll_complete":  # G of the window-0 NLL rule; H of every rule against it
             out[("G", scheme, "nll", budget)] = q - final
             for r in RULES:

@@ -9,6 +9,7 @@ silently.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,13 @@ def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
 
 def _check_splits(path: Path) -> None:
     """Unknown split names are an error for the whole file (reads only the split column)."""
+    stat = path.stat()
+    _check_splits_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _check_splits_once(path_str: str, _mtime: int, _size: int) -> None:
+    path = Path(path_str)
     splits = pq.read_table(path, columns=["split"], read_dictionary=["split"]).column("split")
     _, values = _codes(splits)
     unknown = sorted(set(values.tolist()) - set(SPLITS))
@@ -138,8 +146,10 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
         if pa.types.is_dictionary(col.type):
             codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
             values = np.asarray(chunks[0].dictionary.to_pylist(), dtype=object)
-            used, codes = np.unique(codes, return_inverse=True)  # drop values the filter removed
-            return codes.astype(np.int64), values[used]
+            # drop dictionary values that the split filter removed (O(n), no sort)
+            used = np.bincount(codes, minlength=len(values)) > 0
+            remap = np.cumsum(used) - 1
+            return remap[codes].astype(np.int64), values[used]
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
@@ -174,11 +184,14 @@ class _Grid:
         self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
         self.item_code, self.items = self.codes["item_id"], self.values["item_id"]
         self.step = table.column("step").to_numpy()
-        step_values, step_code = np.unique(self.step, return_inverse=True)
+        # rank of each item id as a string: trajectories list their items in id order
+        self.item_rank = np.empty(len(self.items), dtype=np.int64)
+        self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
+        step_code, step_values = pd.factorize(self.step, sort=True)
         key = (self.traj_code * len(step_values) + step_code) * len(self.items) + self.item_code
         extra = None
         if key_extra:
-            extra_values, extra = np.unique(table.column(key_extra).to_numpy(), return_inverse=True)
+            extra, extra_values = pd.factorize(table.column(key_extra).to_numpy(), sort=True)
             key = key * len(extra_values) + extra
         self.order = np.argsort(key, kind="stable")
         sorted_key = key[self.order]
@@ -193,7 +206,20 @@ class _Grid:
         self.bounds = np.searchsorted(self.traj_code[self.order], np.arange(len(self.trajs) + 1))
 
     def rows_of(self, t: int) -> np.ndarray:
+        """Rows of trajectory ``t``, sorted by step then item code."""
         return self.order[self.bounds[t] : self.bounds[t + 1]]
+
+    def axes(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This trajectory's steps (ascending), item codes (in id order) and code -> column map."""
+        s = self.step[rows]
+        steps = s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
+        present = np.zeros(len(self.items), dtype=bool)
+        present[self.item_code[rows]] = True
+        codes = np.flatnonzero(present)
+        codes = codes[np.argsort(self.item_rank[codes], kind="stable")]
+        index = np.full(len(self.items), -1)
+        index[codes] = np.arange(len(codes))
+        return steps, codes, index
 
     def attrs(self, rows: np.ndarray, traj: str) -> tuple[str, str]:
         """The trajectory's configuration and task, which must be single-valued."""
@@ -262,24 +288,19 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     for t, traj in enumerate(g.trajs):
         rows = g.rows_of(t)
         configuration, task = g.attrs(rows, traj)
-        steps = np.unique(g.step[rows])
+        steps, item_codes, item_index = g.axes(rows)
+        item_ids = g.items[item_codes]
         _check_final(traj, steps, expected, gpath)
         if traj not in nl_traj_index:
             raise CkptselError(f"{_describe(npath, traj)}: no validation NLL records for this trajectory")
         nrows = nl.rows_of(nl_traj_index[traj])
-        nsteps = np.unique(nl.step[nrows])
+        nsteps = nl.axes(nrows)[0]
         if not np.array_equal(steps, nsteps):
             raise CkptselError(
                 f"trajectory {traj!r}: generation and NLL tables disagree on its validation "
                 f"checkpoints (only in {gpath.name}: {sorted(set(steps) - set(nsteps))}; only in "
                 f"{npath.name}: {sorted(set(nsteps) - set(steps))})"
             )
-        item_codes = np.unique(g.item_code[rows])
-        item_ids = g.items[item_codes]
-        order = np.argsort(item_ids.astype(str), kind="stable")
-        item_codes, item_ids = item_codes[order], item_ids[order]
-        item_index = np.full(len(g.items), -1)
-        item_index[item_codes] = np.arange(len(item_codes))
         T, n = len(steps), len(item_codes)
 
         ci, ii = _place(g, rows, steps, item_index)
@@ -381,7 +402,8 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     for t, traj in enumerate(g.trajs):
         rows = g.rows_of(t)
         configuration, task = g.attrs(rows, traj)
-        steps = np.unique(g.step[rows])
+        steps, item_codes, item_index = g.axes(rows)
+        item_ids = g.items[item_codes]
         _check_final(traj, steps, expected, gpath)
         if traj in test_nll_steps and not np.array_equal(steps, test_nll_steps[traj]):
             raise CkptselError(
@@ -396,12 +418,6 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
                     f"trajectory {traj!r}: validation and test records disagree on its checkpoints "
                     f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
                 )
-        item_codes = np.unique(g.item_code[rows])
-        item_ids = g.items[item_codes]
-        order = np.argsort(item_ids.astype(str), kind="stable")
-        item_codes, item_ids = item_codes[order], item_ids[order]
-        item_index = np.full(len(g.items), -1)
-        item_index[item_codes] = np.arange(len(item_codes))
         T, n = len(steps), len(item_codes)
         ci, ii = _place(g, rows, steps, item_index)
         present = np.zeros((T, n), dtype=bool)
@@ -447,7 +463,10 @@ def _test_nll_steps(records_dir: Path) -> dict[str, np.ndarray]:
         return {}
     codes, names = _codes(table.column("trajectory"))
     steps = table.column("step").to_numpy()
-    return {str(name): np.unique(steps[codes == k]) for k, name in enumerate(names)}
+    pairs = np.unique(codes * (int(steps.max()) + 1) + steps)  # distinct (trajectory, step)
+    traj_of, step_of = np.divmod(pairs, int(steps.max()) + 1)
+    bounds = np.searchsorted(traj_of, np.arange(len(names) + 1))
+    return {str(name): step_of[bounds[k] : bounds[k + 1]] for k, name in enumerate(names)}
 
 
 # --------------------------------------------------------------------------- checks

@@ -165,9 +165,9 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     summary["by_task"] = by_task
     qb = {"budget": _budget_block(q_est, "nested"), "D": _d_block(q_est, "nested"), "by_task": {}}
     for task, reps in per_task.items():
-        members = np.array([t == task for t in scored.tasks])
+        cidx = task_conf[task]
         with np.errstate(invalid="ignore", divide="ignore"):
-            t_means = np.nanmean(np.where(members[:, None], scored.values[:, lin_idx], np.nan), axis=0)
+            t_means = sums[cidx][:, lin_idx].sum(axis=0) / sizes[cidx][:, lin_idx].sum(axis=0)
         e = _Estimates(lin_names, t_means, reps, settings.level)
         qb["by_task"][task] = {"budget": _budget_block(e, "nested"), "D": _d_block(e, "nested")}
     summary["question_bootstrap"] = qb

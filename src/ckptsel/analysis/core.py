@@ -122,9 +122,18 @@ class NestedSubsets:
         if signal.dtype.kind in "biu":
             flat = (signal.astype(np.float32) @ self.mask32).astype(np.float64)
         else:
-            rows, inverse = np.unique(signal, axis=0, return_inverse=True)
-            flat = (rows @ self.mask64)[inverse.ravel()]
+            first = first_identical_row(signal)
+            unique_rows = np.flatnonzero(first == np.arange(T))
+            flat = np.zeros((T, self.mask64.shape[1]))
+            flat[unique_rows] = signal[unique_rows] @ self.mask64
+            flat = flat[first]
         return flat.reshape(T, len(self.budgets), self.n_orders).transpose(0, 2, 1)
+
+
+def first_identical_row(signal: np.ndarray) -> np.ndarray:
+    """``(T,)`` index of the first row equal to each row (itself when unique)."""
+    same = (signal[:, None, :] == signal[None, :, :]).all(axis=2)
+    return np.argmax(same, axis=1)
 
 
 def prefix_sums(signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int]) -> np.ndarray:

@@ -1,0 +1,26 @@
+"""Shared bits of the benchmark scripts: the BENCHMARKS.md section writer and machine facts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS_MD = REPO / "BENCHMARKS.md"
+HEADER = "# Benchmarks\n\nEach section is written by the script named in it; re-run the script to refresh it.\n"
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
+    """Replace (or append) the ``<!-- name -->`` … ``<!-- /name -->`` section of BENCHMARKS.md."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    text = path.read_text() if path.exists() else HEADER
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
