@@ -151,8 +151,14 @@ def test_verify_catches_an_edited_summary(records_dir, tmp_path, capsys):
 def test_tables_are_written(records_dir, tmp_path):
     analyze(records_dir, tmp_path / "out")
     tables = tmp_path / "out" / "tables"
-    for name in ("per_trajectory", "per_configuration", "leave_one_out", "test_accuracy"):
+    for name in ("per_trajectory", "per_configuration", "leave_one_out", "checkpoint_curves"):
         assert (tables / f"{name}.csv").is_file() and (tables / f"{name}.parquet").is_file()
     conf = pd.read_csv(tables / "per_configuration.csv")
     assert len(conf) == 5 and conf["trajectories"].tolist() == [3] * 5
     assert "| accuracy |" in (tables / "main.md").read_text()
+    curves = pd.read_csv(tables / "checkpoint_curves.csv")
+    gen = pd.read_parquet(records_dir / "generations.parquet")
+    one = gen[(gen.trajectory == "c0-s0") & (gen.step == 25)]
+    row = curves[(curves.trajectory == "c0-s0") & (curves.step == 25)].iloc[0]
+    assert row.test_accuracy == pytest.approx(100 * one[one.split == "test"].correct.mean())
+    assert row.validation_accuracy == pytest.approx(100 * one[one.split == "validation"].correct.mean())

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ckptsel import choose as ch
@@ -72,14 +73,29 @@ def evaluate_frozen(records_dir: Path, out_dir: Path, validation: list, stat: St
         "choices_sha256": frozen.sha256,
     }
     summary, tables = summarize(scored, stat, pop)
-    tables["test_accuracy"] = pd.DataFrame(
-        [
-            {"trajectory": t, "step": int(s), "test_accuracy": float(a)}
-            for t in scored.trajectories
-            for s, a in zip(scored.steps[t], scored.test_accuracy[t], strict=True)
-        ]
-    )
+    tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
     return summary, tables
+
+
+def checkpoint_curves(validation: list[records.ValidationData], scored) -> pd.DataFrame:
+    """Per checkpoint: test accuracy, and validation accuracy / matched NLL on the eligible pool."""
+    frames = []
+    for v in validation:
+        nll = v.nll[records.MATCHED_WINDOW]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "trajectory": v.trajectory,
+                    "configuration": v.configuration,
+                    "task": v.task,
+                    "step": v.steps.astype(np.int64),
+                    "test_accuracy": scored.test_accuracy[v.trajectory],
+                    "validation_accuracy": 100.0 * v.correct.mean(axis=1),
+                    "validation_nll": nll.sum(axis=1) / v.n_tokens[records.MATCHED_WINDOW].sum(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
 
 
 def summary_json(summary: dict) -> str:
