@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel.io import write_parquet
+from ckptsel.io import write_records
 from ckptsel.pipeline import analyze
 from ckptsel.simulate import PRESETS, simulate
 
@@ -67,8 +67,8 @@ def main() -> None:
         for s in range(args.studies):
             gen, nll, truth = simulate(spec, seed=1000 + s)
             rec = Path(tmp) / "records"
-            write_parquet(rec / "generations.parquet", gen)
-            write_parquet(rec / "nll.parquet", nll)
+            write_records(rec / "generations.parquet", gen)
+            write_records(rec / "nll.parquet", nll)
             out = Path(tmp) / "out"
             summary = analyze(rec, out, permutations=args.permutations, draws=args.draws, seed=s)
             choices = pd.read_parquet(out / "choices" / "choices.parquet")

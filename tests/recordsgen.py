@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel.io import write_parquet
+from ckptsel.io import write_records
 from ckptsel.schema import GENERATION_COLUMNS, NLL_COLUMNS
 
 
@@ -66,8 +66,8 @@ def tables(trajs: list[Traj]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def write(dir_: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
     dir_ = Path(dir_)
-    write_parquet(dir_ / "generations.parquet", gen)
-    write_parquet(dir_ / "nll.parquet", nll)
+    write_records(dir_ / "generations.parquet", gen)
+    write_records(dir_ / "nll.parquet", nll)
     return dir_
 
 

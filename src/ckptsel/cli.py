@@ -20,6 +20,7 @@ app = typer.Typer(
 
 # One line per command module; each defines ``register(app)``.
 COMMAND_MODULES = (
+    "ckptsel.commands.data",
     "ckptsel.commands.analysis",
     "ckptsel.commands.simulate",
 )

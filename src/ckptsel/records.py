@@ -157,6 +157,19 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of integer values in ascending order (O(n) via bincount when the range is small)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 50_000_000:
+        codes, uniques = pd.factorize(values, sort=True)
+        return codes.astype(np.int64), np.asarray(uniques)
+    present = np.bincount(values - lo, minlength=hi - lo + 1) > 0
+    remap = np.cumsum(present) - 1
+    return remap[values - lo], np.flatnonzero(present) + lo
+
+
 def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
     parts = [f"{path.name}: trajectory {traj!r}"]
     if step is not None:
@@ -178,8 +191,8 @@ class _Grid:
         self.table = table
         self.codes: dict[str, np.ndarray] = {}
         self.values: dict[str, np.ndarray] = {}
-        for name in table.column_names:
-            if pa.types.is_dictionary(table.column(name).type):
+        for name in table.column_names:  # the split column is constant after filtering
+            if name != "split" and pa.types.is_dictionary(table.column(name).type):
                 self.codes[name], self.values[name] = _codes(table.column(name))
         self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
         self.item_code, self.items = self.codes["item_id"], self.values["item_id"]
@@ -187,11 +200,11 @@ class _Grid:
         # rank of each item id as a string: trajectories list their items in id order
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
-        step_code, step_values = pd.factorize(self.step, sort=True)
+        step_code, step_values = _small_int_codes(self.step)
         key = (self.traj_code * len(step_values) + step_code) * len(self.items) + self.item_code
         extra = None
         if key_extra:
-            extra, extra_values = pd.factorize(table.column(key_extra).to_numpy(), sort=True)
+            extra, extra_values = _small_int_codes(table.column(key_extra).to_numpy())
             key = key * len(extra_values) + extra
         self.order = np.argsort(key, kind="stable")
         sorted_key = key[self.order]

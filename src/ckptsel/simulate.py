@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ckptsel.errors import CkptselError
-from ckptsel.io import write_parquet, write_text
+from ckptsel.io import write_parquet, write_records, write_text
 from ckptsel.schema import (
     COMPLETE_WINDOW,
     GENERATION_COLUMNS,
@@ -977,8 +977,8 @@ def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: i
     spec_obj, name = _resolve(spec)
     gen, nll, truth = simulate(spec_obj, seed)
     out = Path(out_dir)
-    write_parquet(out / GENERATIONS_FILE, gen)
-    write_parquet(out / NLL_FILE, nll)
+    write_records(out / GENERATIONS_FILE, gen)
+    write_records(out / NLL_FILE, nll)
     write_parquet(out / TRUTH_FILE, truth)
     meta = {
         "preset": name,

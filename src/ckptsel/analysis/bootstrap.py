@@ -38,7 +38,9 @@ def cluster_replicates(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray) 
     trajectory for q is NaN.
     """
     num = counts @ sums
-    den = counts @ sizes
+    # most quantities are present for the same trajectories: one product per distinct column
+    uniq, inverse = np.unique(sizes, axis=1, return_inverse=True)
+    den = (counts @ uniq)[:, inverse.ravel()]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
@@ -70,13 +72,15 @@ def question_replicates(
     for k, task in enumerate(tasks):
         util = utilities[task]
         n_conf, n_items, _ = util.shape
-        task_sum = util.sum(axis=0)  # (N, Q)
+        # products in float32: the counts are exact, the utilities carry ~7 significant digits,
+        # far below the Monte Carlo error of the percentiles; sums are kept in float64
+        task_sum = util.sum(axis=0).astype(np.float32)  # (N, Q)
         task_size = sizes[config_index[task]].sum(axis=0)
         task_reps = np.zeros((draws, q))
-        joint_util = util[:, :, joint_cols].transpose(1, 0, 2).reshape(n_items, -1)  # (N, K_t*Qj)
+        joint_util = util[:, :, joint_cols].transpose(1, 0, 2).reshape(n_items, -1).astype(np.float32)
         for c, start in enumerate(range(0, draws, CHUNK)):
             stop = min(draws, start + CHUNK)
-            R = resample_counts(n_items, stop - start, np.random.default_rng([seed, 2, k, c]))
+            R = resample_counts(n_items, stop - start, np.random.default_rng([seed, 2, k, c])).astype(np.float32)
             task_reps[start:stop] = (R @ task_sum) / n_items
             if config_counts is not None and len(joint_cols):
                 per_conf = (R @ joint_util).reshape(stop - start, n_conf, len(joint_cols)) / n_items
