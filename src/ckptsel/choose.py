@@ -132,7 +132,7 @@ def choose_trajectory(
     # checkpoint thinning: accuracy/NLL sums are row subsets; agreement's pluralities are redone
     for k in THINNING:
         idx = core.thinned_indices(T, k)
-        if len(idx) == T:
+        if len(idx) < 2:  # nothing left to choose between: the final checkpoint alone
             continue
         agree_k = core.plurality_agreement(v.answers[idx]).astype(np.int64)
         th_scores = {"accuracy": scores["accuracy"][idx], "nll": scores["nll"][idx], "agreement": prefix(agree_k)}

@@ -21,8 +21,10 @@ app = typer.Typer(
 # One line per command module; each defines ``register(app)``.
 COMMAND_MODULES = (
     "ckptsel.commands.data",
+    "ckptsel.commands.measure",
     "ckptsel.commands.analysis",
     "ckptsel.commands.simulate",
+    "ckptsel.commands.report",
 )
 
 for _name in COMMAND_MODULES:

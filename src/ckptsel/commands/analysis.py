@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         draws: int = typer.Option(20000, help="Bootstrap draws."),
         seed: int = typer.Option(20260825, help="Seed for permutations, partitions and bootstraps."),
         confidence: float = typer.Option(0.95, help="Interval level."),
+        report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
         and report G, H, D and B with bootstrap intervals."""
@@ -48,6 +49,12 @@ def register(app: typer.Typer) -> None:
                 records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence
             )
         print_main_table(summary)
+        if report:
+            from ckptsel.report import write_report
+
+            with console.status("writing tables, figures and report.html…"):
+                write_report(out)
+            console.print(f"report: {out / 'report.html'}")
         console.print(
             f"wrote {out / pipeline.SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
             f"in {time.perf_counter() - start:.1f} s"

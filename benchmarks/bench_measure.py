@@ -1,0 +1,220 @@
+"""Benchmark of ``ckptsel measure`` on a tiny local LoRA run.
+
+Default: 11 LoRA checkpoints, 1,000 items (500 validation + 500 test), greedy generation of
+up to 16 new tokens, batch 32, NLL for window 512 and the complete response.
+
+Reports generation and NLL throughput (items/s), the speed-up over a naive loop that reloads
+the model for every checkpoint and handles one item at a time (timed on a subset and
+extrapolated, because the full naive loop would take far too long), and the resident memory
+after each checkpoint (it must not grow with the number of checkpoints: adapters are swapped
+in place and old ones deleted). Writes its section of BENCHMARKS.md.
+
+    .venv/bin/python benchmarks/bench_measure.py [--items 1000] [--checkpoints 11]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from _common import machine, update_section  # noqa: E402
+
+
+def rss_mb() -> float:
+    """Current resident set size (Linux /proc), MB."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def naive_subset(run, n_ckpts: int, n_items: int, max_new: int, window: int) -> tuple[float, float]:
+    """(seconds per model load, seconds per item) of the naive loop: reload base + adapter
+    for every checkpoint, generate and score one item at a time."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ckptsel.measure.generate import generate_texts
+    from ckptsel.measure.nll import response_nll
+    from ckptsel.tasks import format_prompt, load_items
+
+    items = load_items("gsm8k", run.validation)[:n_items]
+    load_s = item_s = 0.0
+    for step in run.steps[:n_ckpts]:
+        t0 = time.perf_counter()
+        tok = AutoTokenizer.from_pretrained(str(run.base))
+        base = AutoModelForCausalLM.from_pretrained(str(run.base), dtype=torch.float32)
+        model = PeftModel.from_pretrained(base, str(run.run_dir / f"checkpoint-{step}")).eval()
+        t1 = time.perf_counter()
+        for it in items:
+            p = format_prompt(it.instruction)
+            generate_texts(model, tok, [p], batch_size=1, max_new_tokens=max_new)
+            response_nll(model, tok, [p], [it.response], windows=(window, 0), batch_size=1)
+        t2 = time.perf_counter()
+        load_s += t1 - t0
+        item_s += t2 - t1
+        del model, base
+    return load_s / n_ckpts, item_s / (n_ckpts * len(items))
+
+
+SWAP_ROUNDS = 3
+
+
+def swap_rss(run) -> tuple[float, float]:
+    """RSS (MB) after the first round of adapter swaps and after the last (leak check)."""
+    import gc
+
+    import torch
+
+    from ckptsel.measure.checkpoints import discover_checkpoints
+    from ckptsel.measure.runner import ModelHolder
+
+    ckpts = discover_checkpoints(run.run_dir)
+    holder = ModelHolder("cpu", torch.float32)
+    first = last = 0.0
+    for k in range(SWAP_ROUNDS * len(ckpts)):
+        holder.get(ckpts[k % len(ckpts)])
+        gc.collect()
+        if k == len(ckpts) - 1:  # after one full round (allocator warmed up)
+            first = rss_mb()
+        last = rss_mb()
+    holder.free()
+    return first, last
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=1000, help="validation + test items (half each)")
+    ap.add_argument("--checkpoints", type=int, default=11)
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)"
+    )
+    ap.add_argument("--naive-checkpoints", type=int, default=2)
+    ap.add_argument("--naive-items", type=int, default=40)
+    ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    args = ap.parse_args()
+
+    import pyarrow.parquet as pq
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from ckptsel.measure import measure_run
+
+    from tinyrun import build_tiny_run
+
+    load_start = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench_measure_") as tmp:
+        tmp = Path(tmp)
+        t0 = time.perf_counter()
+        steps = tuple(25 * (k + 1) for k in range(args.checkpoints))
+        run = build_tiny_run(
+            tmp, steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2
+        )
+        build_s = time.perf_counter() - t0
+        print(
+            f"built tiny run ({len(steps)} LoRA checkpoints, {args.items} items) in {build_s:.1f}s"
+        )
+
+        rss: list[tuple[int, float, float, int]] = []
+        rss0 = rss_mb()
+
+        def after(step: int) -> None:
+            rows = sum(
+                pq.read_metadata(tmp / "records" / f).num_rows
+                for f in ("generations.parquet", "nll.parquet")
+            )
+            rss.append((step, rss_mb(), peak_mb(), rows))
+
+        res = measure_run(
+            run.run_dir,
+            task="gsm8k",
+            validation=run.validation,
+            test=run.test,
+            out=tmp / "records",
+            batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens,
+            progress=True,
+            after_checkpoint=after,
+        )
+        gen_rate = res.generated_items / res.generation_seconds
+        nll_rate = res.scored_items / res.nll_seconds
+        print(
+            f"measure: {res.seconds:.1f}s total; generation {gen_rate:.1f} items/s; NLL {nll_rate:.1f} items/s; "
+            f"model loads {res.model_loads}"
+        )
+
+        swaps = swap_rss(run)
+        load_s, item_s = naive_subset(
+            run, args.naive_checkpoints, args.naive_items, args.max_new_tokens, 512
+        )
+        naive_total = len(steps) * (load_s + args.items * item_s)
+        speedup = naive_total / res.seconds
+        print(
+            f"naive: {load_s:.2f}s per load, {item_s * 1000:.1f} ms per item -> ~{naive_total:.0f}s "
+            f"for the full grid; speed-up {speedup:.1f}x"
+        )
+
+    n_ckpt_items = len(steps) * args.items
+    rss_rows = "\n".join(
+        f"| {k + 1} | {step} | {rows:,} | {cur:.0f} | {peak:.0f} |"
+        for k, (step, cur, peak, rows) in enumerate(rss)
+        if k in (0, 1, len(rss) // 2, len(rss) - 1)
+    )
+    body = f"""## Measurement (`benchmarks/bench_measure.py`)
+
+Machine: {machine()}; torch threads {args.threads}; 1-min load average at start {load_start:.1f} (the
+machine is shared with other jobs, so absolute times are noisy). Tiny Llama (hidden 64, 2 layers,
+BPE vocab 400), {len(steps)} LoRA checkpoints (rank 4), {args.items} GSM8K-format items
+({args.items // 2} validation + {args.items - args.items // 2} test); greedy, max {args.max_new_tokens} new
+tokens, batch {args.batch_size}; NLL for window 512 and the complete response; fp32 CPU.
+
+| quantity | value |
+|---|---:|
+| checkpoint × item measurements | {n_ckpt_items:,} |
+| `ckptsel measure` wall time | {res.seconds:.1f} s |
+| generation throughput | {gen_rate:.1f} items/s |
+| NLL throughput (both windows in one pass) | {nll_rate:.1f} items/s |
+| model loads (base once, adapters swapped) | {res.model_loads} |
+| naive loop: model load / per item (gen + NLL, batch 1) | {load_s:.2f} s / {item_s * 1000:.1f} ms |
+| naive loop, extrapolated to the full grid | {naive_total:.0f} s |
+| **speed-up of `ckptsel measure` over the naive loop** | **{speedup:.1f}×** |
+
+The naive loop was timed on {args.naive_checkpoints} checkpoints × {args.naive_items} items and extrapolated
+(load time × checkpoints + per-item time × checkpoints × items).
+
+Resident memory while measuring (MB; RSS before the run: {rss0:.0f}):
+
+| checkpoints done | step | rows in the records files | RSS | peak RSS |
+|---:|---:|---:|---:|---:|
+{rss_rows}
+
+Adapter swapping alone (no measuring): after one round through the {len(steps)} adapters RSS is
+{swaps[0]:.0f} MB, after {SWAP_ROUNDS} rounds ({SWAP_ROUNDS * len(steps)} swaps) {swaps[1]:.0f} MB
+({(swaps[1] - swaps[0]) / max(1, (SWAP_ROUNDS - 1) * len(steps)):+.2f} MB per further swap). While
+measuring, the records files are re-read and rewritten (atomically, as Arrow tables) after every
+checkpoint, so what memory grows follows the records' size, not the number of checkpoints.
+"""
+    print(body)
+    if not args.no_write:
+        update_section("bench_measure", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""``ckptsel measure`` (checkpoints -> records) and ``ckptsel ingest lm-eval``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``measure`` and the ``ingest`` sub-app to the CLI."""
+
+    @app.command()
+    def measure(
+        run_dir: Path = typer.Argument(..., help="Run folder holding checkpoint-<step>/ folders."),
+        task: str = typer.Option(
+            ..., "--task", help="gsm8k, metamath, math, commonsense or a commonsense task."
+        ),
+        validation: Path = typer.Option(..., "--validation", help="Validation items file."),
+        test: Path = typer.Option(..., "--test", help="Test items file."),
+        out: Path = typer.Option(
+            ..., "--out", help="Records folder (shared by runs; rows are appended)."
+        ),
+        base: str = typer.Option(
+            None, "--base", help="Base model folder for adapters (overrides adapter_config.json)."
+        ),
+        trajectory: str = typer.Option(
+            None, "--trajectory", help="Default: the run folder's name."
+        ),
+        configuration: str = typer.Option(
+            None, "--configuration", help="Default: the trajectory name."
+        ),
+        batch_size: int = typer.Option(
+            16, "--batch-size", help="Prompts per batch (answers do not depend on it)."
+        ),
+        max_new_tokens: int = typer.Option(
+            512, "--max-new-tokens", help="Generation length limit."
+        ),
+        window: int = typer.Option(
+            512, "--window", help="Matched NLL window in tokens (0 = complete only)."
+        ),
+        device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+        backend: str = typer.Option(
+            "hf", "--backend", help="hf, or vllm (GPU, LoRA runs; NLL stays on hf)."
+        ),
+        dtype: str = typer.Option(
+            "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
+        ),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+    ) -> None:
+        """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
+        from ckptsel.measure import measure_run
+
+        res = measure_run(
+            run_dir,
+            task=task,
+            validation=validation,
+            test=test,
+            out=out,
+            base=base,
+            trajectory=trajectory,
+            configuration=configuration,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            window=window,
+            device=device,
+            backend=backend,
+            dtype=dtype,
+            progress=progress,
+        )
+        reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
+        typer.echo(
+            f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "
+            f"{res.generated_items} generations, {res.scored_items} NLL items in {res.seconds:.1f}s -> {out}"
+        )
+
+    ingest_app = typer.Typer(
+        no_args_is_help=True, help="Import generations evaluated by other tools."
+    )
+
+    @ingest_app.command("lm-eval")
+    def lm_eval(
+        samples_dirs: list[Path] = typer.Argument(
+            ..., help="One folder per checkpoint (checkpoint-<step>)."
+        ),
+        out: Path = typer.Option(..., "--out", help="Records folder (rows are appended)."),
+        trajectory: str = typer.Option(
+            None, "--trajectory", help="Default: the folders' common parent name."
+        ),
+        configuration: str = typer.Option(
+            None, "--configuration", help="Default: the trajectory name."
+        ),
+        task: str = typer.Option(
+            None,
+            "--task",
+            help="ckptsel task (answers normalized with it); default: lm-eval task name.",
+        ),
+        split: str = typer.Option("test", "--split", help="validation or test."),
+        step: int = typer.Option(
+            None, "--step", help="Step, when a single folder is not named checkpoint-<step>."
+        ),
+        metric: str = typer.Option(
+            None, "--metric", help="0/1 per-sample metric; default exact_match, else acc."
+        ),
+        filter_name: str = typer.Option(
+            None, "--filter", help="lm-eval filter to keep when a file has several."
+        ),
+        id_prefix: str = typer.Option(
+            None, "--id-prefix", help="item_id = <prefix>-<doc_id>; default the lm-eval task."
+        ),
+    ) -> None:
+        """Read lm-evaluation-harness --log_samples output into generation records."""
+        from ckptsel.ingest import ingest_lm_eval
+
+        rows = ingest_lm_eval(
+            samples_dirs,
+            out=out,
+            trajectory=trajectory,
+            configuration=configuration,
+            task=task,
+            split=split,
+            step=step,
+            metric=metric,
+            filter_name=filter_name,
+            id_prefix=id_prefix,
+            note=lambda m: typer.echo(m, err=True),
+        )
+        typer.echo(
+            f"ingested {len(rows)} generation rows ({rows['step'].nunique()} checkpoints, "
+            f"trajectory {rows['trajectory'].iloc[0]}) -> {out}"
+        )
+
+    app.add_typer(ingest_app, name="ingest")

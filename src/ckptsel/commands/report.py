@@ -1,0 +1,141 @@
+"""``ckptsel report`` (tables, figures, HTML from a results folder) and ``ckptsel select``
+(which checkpoint of one trajectory to keep)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ckptsel.errors import CkptselError
+
+console = Console()
+
+
+def _fmt(e: dict | None) -> str:
+    if not e:
+        return "–"
+    text = f"{e['mean']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}]"
+    return text + (" unresolved" if e["unresolved"] else "")
+
+
+def print_selection(result: dict) -> None:
+    """The human-readable form of :func:`ckptsel.select.select_checkpoint`'s answer."""
+    s = result["settings"]
+    level = int(round(s["level"] * 100))
+    table = Table(
+        title=f"{result['trajectory']} ({result['task']}): checkpoints {result['steps'][0]}…{result['final_step']} "
+        f"(final = {result['final_step']}), {result['validation_items']} eligible validation items"
+        + (f", {result['test_items']} test items" if result["test_items"] else ", no test records")
+    )
+    for col in (
+        "rule",
+        "full-pool choice",
+        "budget curve (n → step, prob.)",
+        f"split-validation gain, pp ({level}%)",
+        f"test gain, pp ({level}%)",
+    ):
+        table.add_column(col)
+    for rule, r in result["rules"].items():
+        choice = ", ".join(
+            f"{st} ({p:.2f})" if p < 1 else st for st, p in r["choice"]["probabilities"].items()
+        )
+        curve = "; ".join(
+            f"{c['budget']} → {c['most_likely_step']} ({c['probability']:.2f})"
+            for c in r["budget_curve"]
+        )
+        table.add_row(
+            rule, choice, curve, _fmt(r["split_validation"]), _fmt(r["test"]) if r["test"] else "–"
+        )
+    console.print(table)
+    rec = result["recommendation"]
+    what = (
+        "keep the final checkpoint" if rec["keep_final"] else f"keep checkpoint {rec['keep_step']}"
+    )
+    colour = "yellow" if rec["keep_final"] else "green"
+    console.print(
+        f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec['keep_step']}) — {rec['reason']}."
+    )
+    console.print(
+        f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
+        f"half ({s['partitions']} partitions, both directions); interval: {s['draws']} question-bootstrap draws "
+        f"× {s['bootstrap_partitions']} partitions, the choice redone on each."
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        results_dir: Path = typer.Argument(
+            ..., help="A results folder written by `ckptsel analyze`."
+        ),
+        formats: str = typer.Option(
+            "md,tex,csv,png,svg,html",
+            "--formats",
+            help="Comma-separated: md,tex,csv (tables), png,svg (figures), html.",
+        ),
+        trajectory: str = typer.Option(
+            None,
+            "--trajectory",
+            help="Trajectory of the within-trajectory figure (default: the first).",
+        ),
+    ) -> None:
+        """Write paper-style tables, figures and one self-contained report.html from a results folder."""
+        from ckptsel.report import write_report
+
+        start = time.perf_counter()
+        chosen = [f.strip() for f in formats.split(",") if f.strip()]
+        with console.status("writing tables, figures and report.html…"):
+            written = write_report(results_dir, formats=chosen, trajectory=trajectory)
+        for kind, paths in written.items():
+            if paths:
+                console.print(f"{kind}: {len(paths)} file(s) in {paths[0].parent}")
+        console.print(f"done in {time.perf_counter() - start:.1f} s")
+
+    @app.command()
+    def select(
+        records_dir: Path = typer.Argument(
+            ..., help="Folder with generations.parquet and nll.parquet."
+        ),
+        trajectory: str = typer.Option(
+            ..., "--trajectory", help="The trajectory (run) to choose a checkpoint for."
+        ),
+        as_json: bool = typer.Option(
+            False, "--json", help="Print a machine-readable JSON object instead of tables."
+        ),
+        rule: str = typer.Option(
+            "accuracy",
+            "--rule",
+            help="Rule the recommendation follows: accuracy, agreement or nll.",
+        ),
+        partitions: int = typer.Option(
+            200, help="Random half/half partitions of the validation pool."
+        ),
+        draws: int = typer.Option(1000, help="Question-bootstrap draws for the intervals."),
+        bootstrap_partitions: int = typer.Option(20, help="Partitions per bootstrap draw."),
+        seed: int = typer.Option(
+            20260825, help="Seed for permutations, partitions and bootstraps."
+        ),
+        confidence: float = typer.Option(0.95, help="Interval level."),
+    ) -> None:
+        """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the final one."""
+        from ckptsel.select import SelectSettings, select_checkpoint
+
+        if not 0.0 < confidence < 1.0:
+            raise CkptselError("--confidence must be between 0 and 1")
+        settings = SelectSettings(
+            partitions=partitions,
+            draws=draws,
+            bootstrap_partitions=bootstrap_partitions,
+            seed=seed,
+            level=confidence,
+        )
+        result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings)
+        if as_json:
+            typer.echo(json.dumps(result, indent=1, allow_nan=False))
+        else:
+            print_selection(result)

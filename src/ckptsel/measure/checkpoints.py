@@ -1,0 +1,116 @@
+"""Find and validate the checkpoints of a run before anything is measured or written.
+
+A run directory holds ``checkpoint-<step>/`` folders in the Hugging Face ``Trainer`` layout:
+either a PEFT adapter (``adapter_config.json`` + adapter weights) or a full model
+(``config.json`` + weights). Everything is checked up front so that a bad folder stops the
+job before a single record is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckptsel.errors import CkptselError
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(.+)$")
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+MODEL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint folder: its step, path, kind (``"adapter"``|``"full"``) and base model."""
+
+    step: int
+    path: Path
+    kind: str
+    base: str | None = None  # adapters only: a local folder or a hub name
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", name)) and not name.startswith(".")
+
+
+def resolve_base(name: str, run_dir: Path, where: Path) -> str:
+    """A base model reference as a usable string: an existing folder (as given, or relative
+    to the run directory) or, failing that, something shaped like a hub id."""
+    for cand in (Path(name).expanduser(), Path(run_dir) / name):
+        if cand.is_dir():
+            if not (cand / "config.json").exists():
+                raise CkptselError(f"{where}: base model folder {cand} has no config.json")
+            return str(cand.resolve())
+    if _looks_like_hub_id(name) and not Path(name).is_absolute():
+        return name
+    raise CkptselError(
+        f"{where}: base model {name!r} not found (base_model_name_or_path); pass --base MODEL_DIR"
+    )
+
+
+def inspect_checkpoint(path: Path, step: int, run_dir: Path, base: str | None) -> Checkpoint:
+    """Validate one folder and say what it holds; ``base`` overrides the adapter's own."""
+    adapter_cfg = path / "adapter_config.json"
+    if adapter_cfg.exists():
+        try:
+            cfg = json.loads(adapter_cfg.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise CkptselError(f"{adapter_cfg}: not valid JSON ({err})") from err
+        if not isinstance(cfg, dict):
+            raise CkptselError(f"{adapter_cfg}: expected a JSON object")
+        if not any((path / w).exists() for w in ADAPTER_WEIGHTS):
+            raise CkptselError(
+                f"{path}: adapter_config.json but no adapter weights ({ADAPTER_WEIGHTS[0]})"
+            )
+        name = base if base is not None else cfg.get("base_model_name_or_path")
+        if not name:
+            raise CkptselError(
+                f"{adapter_cfg}: field base_model_name_or_path is empty; pass --base MODEL_DIR"
+            )
+        return Checkpoint(step, path, "adapter", resolve_base(str(name), run_dir, adapter_cfg))
+    if (path / "config.json").exists():
+        try:
+            json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise CkptselError(f"{path / 'config.json'}: not valid JSON ({err})") from err
+        if not any((path / w).exists() for w in MODEL_WEIGHTS):
+            raise CkptselError(f"{path}: config.json but no model weights ({MODEL_WEIGHTS[0]})")
+        return Checkpoint(step, path, "full")
+    raise CkptselError(
+        f"{path}: neither a PEFT adapter (adapter_config.json) nor a full model (config.json)"
+    )
+
+
+def discover_checkpoints(run_dir: Path, base: str | None = None) -> list[Checkpoint]:
+    """All ``checkpoint-<step>`` folders of ``run_dir``, validated, ascending by step."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CkptselError(f"{run_dir}: run directory not found")
+    found: list[Checkpoint] = []
+    for child in sorted(run_dir.iterdir()):
+        m = CHECKPOINT_RE.match(child.name)
+        if not m:
+            continue
+        if not child.is_dir():
+            raise CkptselError(f"{child}: checkpoint entry is not a folder")
+        if not m.group(1).isdigit():
+            raise CkptselError(
+                f"{child}: checkpoint folder name must be checkpoint-<step> (an integer)"
+            )
+        found.append(inspect_checkpoint(child, int(m.group(1)), run_dir, base))
+    if not found:
+        raise CkptselError(f"{run_dir}: no checkpoint-<step> folders found")
+    found.sort(key=lambda c: c.step)
+    steps = [c.step for c in found]
+    if len(set(steps)) != len(steps):
+        dup = next(s for s in steps if steps.count(s) > 1)
+        raise CkptselError(
+            f"{run_dir}: step {dup} appears twice (e.g. checkpoint-{dup} and a zero-padded twin)"
+        )
+    return found

@@ -1,0 +1,296 @@
+"""Report figures (matplotlib, no GUI): budget curves, per-configuration gains, matched half,
+and within-trajectory checkpoint curves.
+
+Figures are built on :class:`matplotlib.figure.Figure` directly (never ``pyplot``), so no
+interactive backend is touched and nothing global is kept between calls; each function
+returns the figure so tests can read its axes labels. :func:`save_figure` writes PNG and SVG
+atomically.
+"""
+
+from __future__ import annotations
+
+import io as _io
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ckptsel.errors import CkptselError
+from ckptsel.io import write_bytes
+from ckptsel.pipeline import RULE_ORDER
+from ckptsel.report.tables import budgets_in
+
+FIGURE_FORMATS = ("png", "svg")
+RULE_STYLE = {
+    "accuracy": {"color": "#1f77b4", "marker": "o", "label": "accuracy (labels)"},
+    "agreement": {"color": "#2ca02c", "marker": "s", "label": "agreement (no labels)"},
+    "nll": {"color": "#d62728", "marker": "^", "label": "matched NLL"},
+    "last": {"color": "#7f7f7f", "marker": "D", "label": "last (final checkpoint)"},
+    "oracle": {"color": "#9467bd", "marker": "P", "label": "oracle (labels of S)"},
+}
+
+
+def _style(rule: str) -> dict:
+    return RULE_STYLE.get(rule, {"color": "black", "marker": "x", "label": rule})
+
+
+def budget_curve_figure(
+    summary: dict, quantity: str = "G", budget: dict | None = None, title: str | None = None
+) -> Figure:
+    """G_r(n) (or H_r(n)) per rule against the validation budget, with shaded pointwise intervals.
+
+    The x axis is categorical: the finite budgets, then "full" (the whole eligible pool, whose
+    size differs by dataset) after a small gap, so it is not read as a point on a number line.
+    """
+    budget = summary["budget"] if budget is None else budget
+    rules = [r for r in RULE_ORDER if r in budget] + [r for r in budget if r not in RULE_ORDER]
+    labels: list[str] = []
+    for r in rules:
+        labels += [b for b in budgets_in(budget[r]) if b not in labels]
+    labels = budgets_in({b: None for b in labels})
+    pos = {b: (i + 0.5 if b == "full" else i) for i, b in enumerate(labels)}
+    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for k, r in enumerate(rules):
+        cells = [
+            (b, budget[r][b][quantity])
+            for b in labels
+            if b in budget[r]
+            and quantity in budget[r][b]
+            and budget[r][b][quantity].get("mean") is not None
+        ]
+        st = _style(r)
+        dodge = (k - (len(rules) - 1) / 2) * 0.06  # separates the error bars at "full"
+        finite = [(pos[b], e) for b, e in cells if b != "full"]
+        full = [(pos[b] + dodge, e) for b, e in cells if b == "full"]
+        for part, ls in ((finite, "-"), (full, "none")):
+            if not part:
+                continue
+            x = np.array([p[0] for p in part], dtype=float)
+            m = np.array([p[1]["mean"] for p in part])
+            lo = np.array([p[1]["lo"] for p in part])
+            hi = np.array([p[1]["hi"] for p in part])
+            first = part is finite or not finite  # one legend entry per rule
+            ax.plot(
+                x,
+                m,
+                linestyle=ls,
+                marker=st["marker"],
+                color=st["color"],
+                label=st["label"] if first else None,
+            )
+            if len(part) > 1:
+                ax.fill_between(x, lo, hi, color=st["color"], alpha=0.15, linewidth=0)
+            else:
+                ax.errorbar(
+                    x, m, yerr=[m - lo, hi - m], color=st["color"], capsize=4, linestyle="none"
+                )
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks([pos[b] for b in labels], labels)
+    ax.set_xlabel("validation budget n (items; 'full' = whole eligible pool)")
+    what = (
+        "G_r(n): gain over the final checkpoint"
+        if quantity == "G"
+        else "H_r(n): gain over matched-NLL selection"
+    )
+    ax.set_ylabel(f"{what} (pp)")
+    ax.set_title(
+        title
+        or f"{quantity}_r(n) by validation budget, {int(round(summary.get('confidence', 0.95) * 100))}% intervals"
+    )
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def configuration_gain_figure(
+    per_configuration: pd.DataFrame, rules: Iterable[str] = ("accuracy", "agreement", "nll")
+) -> Figure:
+    """Per-configuration G_r(full) (vs final) and H_r(full) (vs matched NLL), grouped by task."""
+    df = per_configuration.sort_values(["task", "configuration"], kind="stable").reset_index(
+        drop=True
+    )
+    rules = [r for r in rules if f"G|nested|{r}|full" in df.columns]
+    n = len(df)
+    fig = Figure(figsize=(10.0, max(2.5, 0.45 * n + 1.6)), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    y = np.arange(n)[::-1]
+    for ax, q, xlabel in (
+        (axes[0], "G", "G_r(full): gain over the final checkpoint (pp)"),
+        (axes[1], "H", "H_r(full): gain over matched-NLL selection (pp)"),
+    ):
+        for k, r in enumerate(rules):
+            if q == "H" and r == "nll":
+                continue  # H_nll is 0 by definition
+            st = _style(r)
+            col = f"{q}|nested|{r}|full"
+            ax.plot(
+                df[col].to_numpy(float),
+                y + (k - 1) * 0.12,
+                linestyle="none",
+                marker=st["marker"],
+                color=st["color"],
+                label=st["label"],
+            )
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+        # task separators
+        tasks = df["task"].to_numpy()
+        for i in range(1, n):
+            if tasks[i] != tasks[i - 1]:
+                ax.axhline(y[i] + 0.5, color="grey", linewidth=0.6, linestyle="--")
+    axes[0].set_yticks(
+        y, [f"{t}: {c}" for t, c in zip(df["task"], df["configuration"], strict=True)], fontsize=8
+    )
+    axes[0].set_ylabel("configuration (grouped by task)")
+    axes[0].legend(fontsize=8, loc="best")
+    fig.suptitle("Per-configuration gains at the full validation pool (mean over seeds)")
+    return fig
+
+
+def matched_half_figure(per_configuration: pd.DataFrame, summary: dict | None = None) -> Figure:
+    """Selection-half gain G_in against complementary-half gain G_out, per configuration.
+
+    Points above the diagonal would mean the rule does better on items it never saw; the
+    vertical distance to the diagonal is the same-item optimism B.
+    """
+    fig = Figure(figsize=(5.6, 5.0), layout="constrained")
+    ax = fig.add_subplot()
+    vals = []
+    for r in ("oracle", "agreement"):
+        gi, go = f"MH|{r}|G_in", f"MH|{r}|G_out"
+        if gi not in per_configuration.columns:
+            continue
+        st = _style(r)
+        x, yv = per_configuration[gi].to_numpy(float), per_configuration[go].to_numpy(float)
+        vals += [x, yv]
+        ax.plot(
+            x,
+            yv,
+            linestyle="none",
+            marker=st["marker"],
+            color=st["color"],
+            alpha=0.6,
+            label=f"{st['label']}: configurations",
+        )
+        mh = (summary or {}).get("matched_half", {}).get(r, {})
+        if all((mh.get(q) or {}).get("mean") is not None for q in ("G_in", "G_out")):
+            e = mh
+            ax.errorbar(
+                e["G_in"]["mean"],
+                e["G_out"]["mean"],
+                xerr=[[e["G_in"]["mean"] - e["G_in"]["lo"]], [e["G_in"]["hi"] - e["G_in"]["mean"]]],
+                yerr=[
+                    [e["G_out"]["mean"] - e["G_out"]["lo"]],
+                    [e["G_out"]["hi"] - e["G_out"]["mean"]],
+                ],
+                marker=st["marker"],
+                markersize=10,
+                color=st["color"],
+                markeredgecolor="black",
+                capsize=3,
+                label=f"{st['label']}: mean, {int(round(summary.get('confidence', 0.95) * 100))}% intervals",
+            )
+    finite = np.concatenate(vals) if vals else np.array([0.0])
+    finite = finite[np.isfinite(finite)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    pad = 0.1 * max(hi - lo, 1.0)
+    lim = (min(lo, 0.0) - pad, max(hi, 0.0) + pad)
+    ax.plot(
+        lim, lim, color="black", linewidth=0.8, linestyle="--", label="G_out = G_in (no optimism)"
+    )
+    ax.axhline(0.0, color="grey", linewidth=0.5)
+    ax.axvline(0.0, color="grey", linewidth=0.5)
+    ax.set_xlim(lim)
+    ax.set_ylim(lim)
+    ax.set_xlabel("G_in: gain on the half used to choose (pp)")
+    ax.set_ylabel("G_out: gain on the complementary half (pp)")
+    ax.set_title("Matched half: same-item optimism")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Figure:
+    """Test accuracy, validation accuracy and validation matched NLL per checkpoint of one trajectory."""
+    if curves.empty:
+        raise CkptselError("checkpoint_curves table is empty; no trajectory to plot")
+    names = list(dict.fromkeys(curves["trajectory"]))
+    trajectory = trajectory or names[0]
+    if trajectory not in names:
+        raise CkptselError(
+            f"trajectory {trajectory!r} not in the results (known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
+        )
+    d = curves[curves["trajectory"] == trajectory].sort_values("step")
+    steps = d["step"].to_numpy()
+    fig = Figure(figsize=(7.0, 5.6), layout="constrained")
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    ax1.plot(steps, d["test_accuracy"], marker="o", color="#1f77b4", label="test accuracy")
+    ax1.plot(
+        steps,
+        d["validation_accuracy"],
+        marker="s",
+        color="#ff7f0e",
+        label="validation accuracy (eligible pool)",
+    )
+    ax1.axvline(steps[-1], color="grey", linestyle=":", linewidth=1.0, label="final checkpoint")
+    ax1.set_ylabel("accuracy (%)")
+    ax1.legend(fontsize=8, loc="best")
+    ax1.grid(alpha=0.3)
+    ax2.plot(
+        steps,
+        d["validation_nll"],
+        marker="^",
+        color="#d62728",
+        label="validation matched NLL (per token)",
+    )
+    ax2.axvline(steps[-1], color="grey", linestyle=":", linewidth=1.0)
+    ax2.set_xlabel("training step (checkpoint)")
+    ax2.set_ylabel("matched NLL (nats / token)")
+    ax2.legend(fontsize=8, loc="best")
+    ax2.grid(alpha=0.3)
+    task = d["task"].iloc[0] if "task" in d else ""
+    fig.suptitle(f"Within-trajectory curves: {trajectory} ({task})")
+    return fig
+
+
+def figure_bytes(fig: Figure, fmt: str, dpi: int = 110) -> bytes:
+    """The figure rendered as ``png`` or ``svg`` bytes."""
+    buf = _io.BytesIO()
+    # fixed metadata keeps SVG output stable between runs
+    meta = {"Date": None} if fmt == "svg" else {"Software": None}
+    fig.savefig(buf, format=fmt, dpi=dpi, metadata=meta)
+    return buf.getvalue()
+
+
+def save_figure(
+    fig: Figure, out_dir: Path, name: str, formats: Iterable[str] = FIGURE_FORMATS
+) -> dict[str, Path]:
+    """Write ``name.png`` / ``name.svg`` atomically; return ``{format: path}``."""
+    out = {}
+    for fmt in formats:
+        if fmt not in FIGURE_FORMATS:
+            raise CkptselError(f"unknown figure format {fmt!r}; choose from {list(FIGURE_FORMATS)}")
+        path = Path(out_dir) / f"{name}.{fmt}"
+        write_bytes(path, figure_bytes(fig, fmt))
+        out[fmt] = path
+    return out
+
+
+def all_figures(
+    summary: dict,
+    per_configuration: pd.DataFrame,
+    curves: pd.DataFrame,
+    trajectory: str | None = None,
+) -> dict[str, Figure]:
+    """Every report figure by file stem, in reading order."""
+    figs = {
+        "budget_curves_G": budget_curve_figure(summary, "G"),
+        "budget_curves_H": budget_curve_figure(summary, "H"),
+        "configuration_gains": configuration_gain_figure(per_configuration),
+        "matched_half": matched_half_figure(per_configuration, summary),
+        "trajectory_curves": trajectory_figure(curves, trajectory),
+    }
+    return figs

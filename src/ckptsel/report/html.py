@@ -1,0 +1,233 @@
+"""One self-contained HTML report: inline CSS, figures as base64 PNG, no scripts, no URLs.
+
+A person opens ``report.html`` on a laptop and reads, in order: who is in the study, the
+three claims in plain words (generated from the numbers), the main table, the figures and
+the remaining tables. The claims use three words only — resolved positive, resolved
+negative, unresolved (the interval contains 0) — and never say "no effect".
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Iterable
+
+import pandas as pd
+
+from ckptsel.pipeline import RULE_ORDER
+from ckptsel.report.tables import ReportTable
+
+CSS = """
+body{font-family:-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+main{max-width:1180px;margin:0 auto;padding:18px 28px 60px;background:#fff}
+h1{font-size:1.6em;margin:.3em 0}
+h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.8em}
+h3{font-size:1.05em;margin-top:1.3em}
+p.caption{color:#555;font-size:.9em;margin:.3em 0 .6em}
+table{border-collapse:collapse;margin:.5em 0 1em;font-size:.86em}
+th,td{border-bottom:1px solid #e3e3e3;padding:4px 9px;text-align:left;vertical-align:top}
+thead th{border-bottom:2px solid #444;background:#f4f4f6}
+td.unresolved{color:#6b6b6b;font-style:italic}
+td.positive{color:#0a6b2a}
+td.negative{color:#a4161a}
+ul.claims li{margin:.45em 0;line-height:1.4}
+span.tag{display:inline-block;padding:1px 7px;border-radius:9px;font-size:.82em;font-weight:600;margin-right:4px}
+span.pos{background:#d8f3dc;color:#0a6b2a}
+span.neg{background:#ffd6d6;color:#a4161a}
+span.unr{background:#ececec;color:#444}
+figure{margin:1em 0 1.6em}
+figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{color:#555;font-size:.88em;margin-top:.3em}
+dl.pop{display:grid;grid-template-columns:max-content auto;gap:3px 16px;font-size:.92em}
+dl.pop dt{font-weight:600}
+dl.pop dd{margin:0}
+.scroll{overflow-x:auto}
+footer{color:#777;font-size:.8em;margin-top:3em}
+"""
+
+CLAIMS = (
+    ("D", "More validation data helps", "D_r = G_r(full) − G_r(32)"),
+    ("H", "Beats matched-NLL selection", "H_r(full)"),
+    ("G", "Beats simply keeping the final checkpoint", "G_r(full)"),
+)
+RULE_WORDS = {
+    "accuracy": "generated accuracy (uses labels)",
+    "agreement": "checkpoint agreement (no labels)",
+    "nll": "matched NLL",
+}
+
+
+def verdict(e: dict | None) -> str:
+    """'resolved positive' / 'resolved negative' / 'unresolved' from an estimate's interval."""
+    if not e or e.get("mean") is None:
+        return "not available"
+    if e["lo"] <= 0.0 <= e["hi"] or e.get("unresolved"):
+        return "unresolved"
+    return "resolved positive" if e["lo"] > 0 else "resolved negative"
+
+
+def _tag(v: str) -> str:
+    cls = {"resolved positive": "pos", "resolved negative": "neg"}.get(v, "unr")
+    return f'<span class="tag {cls}">{html.escape(v)}</span>'
+
+
+def claim_sentences(summary: dict) -> list[tuple[str, str]]:
+    """(verdict, plain-language sentence) for each claim and rule, from the numbers."""
+    level = int(round(summary.get("confidence", 0.95) * 100))
+    out = []
+    for key, question, symbol in CLAIMS:
+        for rule in ("accuracy", "agreement", "nll"):
+            if key == "H" and rule == "nll":
+                continue  # matched NLL against itself is 0 by construction
+            if key == "D":
+                e = summary["D"].get(rule)
+            else:
+                e = summary["budget"].get(rule, {}).get("full", {}).get(key)
+            v = verdict(e)
+            if v == "not available":
+                if key == "D" and rule == "accuracy":
+                    out.append(
+                        (
+                            v,
+                            f"<b>{html.escape(question)}?</b> Not available: D_r needs the 32-item "
+                            "budget, and no eligible validation pool has 32 items.",
+                        )
+                    )
+                continue
+            nums = f"{e['mean']:+.2f} pp [{e['lo']:+.2f}, {e['hi']:+.2f}]"
+            if v == "unresolved":
+                reading = f"the {level}% interval contains 0, so these data cannot tell the sign"
+            elif v == "resolved positive":
+                reading = "the whole interval is above 0"
+            else:
+                reading = "the whole interval is below 0: it does worse"
+            out.append(
+                (
+                    v,
+                    f"<b>{html.escape(question)}?</b> With {html.escape(RULE_WORDS[rule])}: "
+                    f"{html.escape(symbol)} = {html.escape(nums)} — {html.escape(reading)}.",
+                )
+            )
+    return out
+
+
+def _cell_class(text: str) -> str:
+    if "unresolved" in text:
+        return ' class="unresolved"'
+    if text.startswith("+") and "[+" in text:
+        return ' class="positive"'
+    if text.startswith("-") and "[-" in text and ", -" in text:
+        return ' class="negative"'
+    return ""
+
+
+def table_html(df: pd.DataFrame) -> str:
+    """An HTML table of display strings (intervals containing 0 styled as unresolved)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for row in df.itertuples(index=False):
+        cells = "".join(f"<td{_cell_class(str(v))}>{html.escape(str(v))}</td>" for v in row)
+        rows.append(f"<tr>{cells}</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _population(summary: dict) -> str:
+    pop = summary["population"]
+    ex = pop.get("validation_exclusions", {})
+    reasons = ", ".join(
+        f"{k.replace('_', ' ')}: {v}" for k, v in ex.items() if k not in ("total", "by_trajectory")
+    )
+    rows = [
+        ("trajectories", pop.get("trajectories")),
+        ("configurations", pop.get("configurations")),
+        ("tasks", ", ".join(pop.get("tasks", []))),
+        ("checkpoints per trajectory", _range(pop.get("checkpoints"))),
+        ("eligible validation items per trajectory", _range(pop.get("validation_items"))),
+        (
+            "test items per task",
+            ", ".join(f"{t}: {n}" for t, n in pop.get("test_items", {}).items()),
+        ),
+        ("validation exclusions", f"{ex.get('total', 0)}" + (f" ({reasons})" if reasons else "")),
+        (
+            "resampling",
+            f"{summary.get('draws')} bootstrap draws, {summary.get('permutations')} nested permutations, seed {summary.get('seed')}",
+        ),
+        ("frozen choices SHA-256", summary.get("choices_sha256", "")),
+    ]
+    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in rows)
+    return f'<dl class="pop">{body}</dl>'
+
+
+def _range(r: dict | None) -> str:
+    if not r:
+        return "–"
+    return str(r["min"]) if r["min"] == r["max"] else f"{r['min']}–{r['max']}"
+
+
+FIGURE_CAPTIONS = {
+    "budget_curves_G": "G_r(n), the test-accuracy gain of each rule's choice over the final checkpoint, by validation budget; "
+    "shaded bands are pointwise configuration-bootstrap intervals.",
+    "budget_curves_H": "H_r(n), the gain over choosing by matched NLL on the same validation subsets.",
+    "configuration_gains": "Per-configuration gains at the full validation pool (means over seeds), grouped by task.",
+    "matched_half": "Matched-half diagnostic: gain on the half used to choose vs on the other half; the distance below the "
+    "diagonal is the same-item optimism B.",
+    "trajectory_curves": "Within-trajectory curves for one trajectory: test and validation accuracy and validation matched NLL "
+    "per checkpoint.",
+}
+
+
+def render_html(
+    summary: dict,
+    tables: Iterable[ReportTable],
+    figures_png: dict[str, bytes],
+    title: str = "ckptsel report",
+) -> str:
+    """The report page as one string (figures inlined as base64 PNG)."""
+    tables = list(tables)
+    by_name = {t.name: t for t in tables}
+    claims = "".join(f"<li>{_tag(v)} {s}</li>" for v, s in claim_sentences(summary))
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body><main>",
+        f"<h1>{html.escape(title)}</h1>",
+        '<p class="caption">Which checkpoint of a supervised fine-tuning run to keep, and what the validation data used to '
+        "choose it is worth. Gains are in percentage points (pp) of test accuracy. An interval that contains 0 is "
+        "<i>unresolved</i>: these data cannot tell the sign of the effect, which may still be large either way.</p>",
+        "<h2>Population</h2>",
+        _population(summary),
+        "<h2>The three claims, read from the numbers</h2>",
+        f'<ul class="claims">{claims}</ul>',
+    ]
+    if "main_table" in by_name:
+        t = by_name["main_table"]
+        parts += [
+            "<h2>Main table</h2>",
+            f'<p class="caption">{html.escape(t.title)}</p>',
+            table_html(t.display),
+        ]
+    parts.append("<h2>Figures</h2>")
+    for name, png in figures_png.items():
+        data = base64.b64encode(png).decode("ascii")
+        cap = FIGURE_CAPTIONS.get(name, name)
+        parts.append(
+            f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(cap)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(cap)}</figcaption></figure>"
+        )
+    parts.append("<h2>Tables</h2>")
+    for t in tables:
+        if t.name == "main_table":
+            continue
+        parts += [
+            f'<h3 id="tab-{t.name}">{html.escape(t.name.replace("_", " "))}</h3>',
+            f'<p class="caption">{html.escape(t.title)}</p>',
+            table_html(t.display),
+        ]
+    rules = ", ".join(r for r in RULE_ORDER)
+    parts.append(
+        f"<footer>Rules: {html.escape(rules)}. Generated by ckptsel from summary.json (schema {summary.get('schema')}). "
+        "Intervals are percentile intervals; configurations are the primary resampling unit.</footer>"
+    )
+    parts.append("</main></body></html>")
+    return "\n".join(parts) + "\n"

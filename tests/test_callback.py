@@ -1,0 +1,232 @@
+"""RecordingCallback: a short Trainer run with the tiny model records every saved checkpoint,
+and those records equal what `ckptsel measure` produces on the saved checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, write_jsonl  # noqa: E402
+
+MAX_NEW = 12
+
+
+def _train_with_callback(root: Path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    from ckptsel.integrations import RecordingCallback
+    from ckptsel.tasks import load_items
+    from ckptsel.train import collate, encode_example
+
+    val_rows, test_rows, train_rows = (
+        make_gsm8k_rows(5, seed=1),
+        make_gsm8k_rows(3, seed=2),
+        make_gsm8k_rows(8, seed=3),
+    )
+    texts = [
+        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"]
+        for r in val_rows + test_rows + train_rows
+    ]
+    base = build_tiny_base(root / "base", texts, seed=0)
+    val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
+    test = write_jsonl(root / "data" / "test.jsonl", test_rows)
+    train_file = write_jsonl(root / "data" / "train.jsonl", train_rows)
+
+    tok = AutoTokenizer.from_pretrained(str(base))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    model = get_peft_model(
+        model,
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
+        ),
+    )
+    from ckptsel.tasks import format_prompt
+
+    train = [
+        encode_example(tok, format_prompt(it.instruction), it.response)
+        for it in load_items("gsm8k", train_file)
+    ]
+    callback = RecordingCallback(
+        val,
+        "gsm8k",
+        root / "records_cb",
+        "tiny-s0",
+        "tiny",
+        test=test,
+        batch_size=4,
+        max_new_tokens=MAX_NEW,
+        verbose=False,
+    )
+    args = TrainingArguments(
+        output_dir=str(root / "runs" / "tiny-s0"),
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        remove_unused_columns=False,
+        seed=0,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        data_collator=lambda batch: collate(batch, tok.pad_token_id),
+        processing_class=tok,
+        callbacks=[callback],
+    )
+    trainer.train()
+    return base, val, test, callback
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matrices: one thread is much faster than two on a shared 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, one_thread):
+    root = tmp_path_factory.mktemp("callback")
+    base, val, test, callback = _train_with_callback(root)
+    return root, base, val, test, callback
+
+
+def test_callback_records_every_save(trained):
+    root, _, _, _, callback = trained
+    assert callback.measured_steps == [2, 4]
+    # a second save at an already recorded step (same weights) is not measured again
+    state = SimpleNamespace(global_step=4, is_world_process_zero=True)
+    assert callback.on_save(None, state, "control") == "control"
+    assert callback.measured_steps == [2, 4]
+    gen = pd.read_parquet(root / "records_cb" / "generations.parquet")
+    nll = pd.read_parquet(root / "records_cb" / "nll.parquet")
+    assert sorted(gen["step"].unique()) == [2, 4]
+    assert set(gen["split"]) == {"validation", "test"}
+    assert len(gen) == 2 * (5 + 3)
+    assert set(nll["window"]) == {512, 0}
+    assert (gen["trajectory"] == "tiny-s0").all() and (gen["configuration"] == "tiny").all()
+    # each saved checkpoint folder exists beside its records
+    for step in (2, 4):
+        assert (root / "runs" / "tiny-s0" / f"checkpoint-{step}" / "adapter_config.json").is_file()
+
+
+def test_callback_records_equal_measure_on_saved_checkpoints(trained):
+    from ckptsel.measure import measure_run
+
+    root, base, val, test, _ = trained
+    run_dir = root / "runs" / "tiny-s0"
+    cfg = json.loads((run_dir / "checkpoint-2" / "adapter_config.json").read_text())
+    assert cfg["base_model_name_or_path"]
+    measure_run(
+        run_dir,
+        task="gsm8k",
+        validation=val,
+        test=test,
+        out=root / "records_cli",
+        base=str(base),
+        trajectory="tiny-s0",
+        configuration="tiny",
+        batch_size=4,
+        max_new_tokens=MAX_NEW,
+        progress=False,
+    )
+    key = ["trajectory", "step", "split", "item_id"]
+    a = (
+        pd.read_parquet(root / "records_cb" / "generations.parquet")
+        .sort_values(key)
+        .reset_index(drop=True)
+    )
+    b = (
+        pd.read_parquet(root / "records_cli" / "generations.parquet")
+        .sort_values(key)
+        .reset_index(drop=True)
+    )
+    assert len(a) == len(b) == 16
+    for col in (
+        "trajectory",
+        "configuration",
+        "task",
+        "step",
+        "split",
+        "item_id",
+        "group",
+        "answer",
+        "correct",
+        "text",
+    ):
+        assert a[col].tolist() == b[col].tolist(), col
+    # the LoRA really moved between the saves: some generated text differs between steps
+    texts = a.pivot_table(index="item_id", columns="step", values="text", aggfunc="first")
+    assert (texts[2] != texts[4]).any()
+    nkey = key + ["window"]
+    na = (
+        pd.read_parquet(root / "records_cb" / "nll.parquet")
+        .sort_values(nkey)
+        .reset_index(drop=True)
+    )
+    nb = (
+        pd.read_parquet(root / "records_cli" / "nll.parquet")
+        .sort_values(nkey)
+        .reset_index(drop=True)
+    )
+    assert na[nkey].equals(nb[nkey])
+    assert na["n_tokens"].tolist() == nb["n_tokens"].tolist()
+    np.testing.assert_allclose(
+        na["nll_sum"].to_numpy(), nb["nll_sum"].to_numpy(), rtol=0, atol=1e-6
+    )
+    # and the steps really differ in NLL (training happened between saves)
+    v = na[na["window"] == 512].pivot_table(index="item_id", columns="step", values="nll_sum")
+    assert not np.allclose(v[2], v[4])
+
+
+def test_select_answers_from_callback_records(trained):
+    from ckptsel.select import SelectSettings, select_checkpoint
+
+    root = trained[0]
+    out = select_checkpoint(
+        root / "records_cb",
+        "tiny-s0",
+        settings=SelectSettings(partitions=10, draws=50, bootstrap_partitions=5, permutations=10),
+    )
+    assert out["steps"] == [2, 4] and out["final_step"] == 4
+    assert out["test_items"] == 3
+    assert out["recommendation"]["keep_step"] in (2, 4)
+
+
+def test_callback_rejects_bad_input(tmp_path):
+    from ckptsel.errors import CkptselError
+    from ckptsel.integrations import RecordingCallback
+
+    val = write_jsonl(tmp_path / "v.jsonl", make_gsm8k_rows(3))
+    with pytest.raises(CkptselError, match="task"):
+        RecordingCallback(val, "no-such-task", tmp_path / "r", "t")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q"}) + "\n")
+    with pytest.raises(CkptselError, match="bad.jsonl"):
+        RecordingCallback(bad, "gsm8k", tmp_path / "r", "t")

@@ -1,0 +1,322 @@
+"""``ckptsel ingest lm-eval`` on hand-made samples files in lm-evaluation-harness's format
+(``--log_samples``: one JSON object per document and filter)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ckptsel.errors import CkptselError
+from ckptsel.ingest import ingest_lm_eval
+from ckptsel.measure.store import upsert_records
+from ckptsel.schema import GENERATION_COLUMNS
+
+STAMP = "2025-03-04T05-06-07.123456"
+GSM8K_DOCS = [
+    ("Tom has 3 apples and buys 15 more. How many now?", "18"),
+    ("Ann reads 1,200 pages, then 34 more. Total?", "1234"),
+    ("A box has 7 pens. 2 break. How many are left?", "5"),
+]
+
+
+def _hash(x: str) -> str:
+    return hashlib.sha256(x.encode()).hexdigest()
+
+
+def gsm8k_line(
+    doc_id: int, raw: str, filt: str, filtered: str, em: float, question: str | None = None
+) -> dict:
+    q, a = GSM8K_DOCS[doc_id]
+    q = question or q
+    prompt = f"Question: {q}\nAnswer:"
+    return {
+        "doc_id": doc_id,
+        "doc": {"question": q, "answer": f"so it is {a}.\n#### {a}"},
+        "target": f"so it is {a}.\n#### {a}",
+        "arguments": {
+            "gen_args_0": {
+                "arg_0": prompt,
+                "arg_1": {"until": ["Question:", "</s>"], "do_sample": False, "temperature": 0.0},
+            }
+        },
+        "resps": [[raw]],
+        "filtered_resps": [filtered],
+        "filter": filt,
+        "metrics": ["exact_match"],
+        "doc_hash": _hash(q),
+        "prompt_hash": _hash(prompt),
+        "target_hash": _hash(a),
+        "exact_match": em,
+    }
+
+
+def write_samples(
+    folder: Path, task: str, lines: list[dict], stamp: str = STAMP, gz: bool = False
+) -> Path:
+    """lm-eval layout: ``<output_path>/<model_name_sanitized>/samples_<task>_<stamp>.jsonl``."""
+    sub = folder / "__work__base"
+    sub.mkdir(parents=True, exist_ok=True)
+    name = f"samples_{task}_{stamp}.jsonl" + (".gz" if gz else "")
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    path = sub / name
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def gsm8k_checkpoint(folder: Path, raws: list[str], correct: list[bool]) -> Path:
+    lines = []
+    for i, (raw, ok) in enumerate(zip(raws, correct, strict=True)):
+        strict = raw.split("#### ")[-1].strip() if "####" in raw else "[invalid]"
+        lines.append(
+            gsm8k_line(i, raw, "strict-match", strict, float(ok and strict != "[invalid]"))
+        )
+        flex = raw.replace(",", "").split()[-1] if raw.split() else ""
+        lines.append(gsm8k_line(i, raw, "flexible-extract", flex, float(ok)))
+    write_samples(folder, "gsm8k", lines)
+    return folder
+
+
+@pytest.fixture()
+def evals(tmp_path):
+    root = tmp_path / "evals" / "run-x"
+    c100 = gsm8k_checkpoint(
+        root / "checkpoint-100",
+        ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"],
+        [True, True, False],
+    )
+    c200 = gsm8k_checkpoint(
+        root / "checkpoint-200",
+        ["#### 18", "1200 + 34 = 1234\n#### 1,234", "maybe"],
+        [True, True, False],
+    )
+    return tmp_path, [c100, c200]
+
+
+def test_gsm8k_two_checkpoints_strict_match(evals):
+    tmp, folders = evals
+    out = tmp / "records"
+    rows = ingest_lm_eval(
+        folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None
+    )
+    gen = pd.read_parquet(out / "generations.parquet")
+    assert list(gen.columns) == [*GENERATION_COLUMNS, "text"]
+    assert len(gen) == len(rows) == 6
+    assert set(gen["trajectory"]) == {"run-x"} and set(gen["configuration"]) == {"run-x"}
+    assert (
+        set(gen["split"]) == {"test"}
+        and set(gen["task"]) == {"gsm8k"}
+        and set(gen["subtask"]) == {""}
+    )
+    g = gen.set_index(["step", "item_id"])
+    assert g.loc[(100, "gsm8k-0"), "answer"] == "18" and bool(g.loc[(100, "gsm8k-0"), "correct"])
+    assert (
+        g.loc[(100, "gsm8k-1"), "answer"] == "" and not g.loc[(100, "gsm8k-1"), "correct"]
+    )  # "[invalid]"
+    assert g.loc[(100, "gsm8k-2"), "answer"] == "4" and not g.loc[(100, "gsm8k-2"), "correct"]
+    assert g.loc[(200, "gsm8k-1"), "answer"] == "1234" and bool(g.loc[(200, "gsm8k-1"), "correct"])
+    assert g.loc[(200, "gsm8k-1"), "text"] == "1200 + 34 = 1234\n#### 1,234"  # raw generation kept
+    assert (gen["group"] == gen["item_id"]).all()
+
+
+def test_flexible_filter_and_cli(evals, capsys):
+    from ckptsel.cli import main
+
+    tmp, folders = evals
+    out = tmp / "records"
+    with pytest.raises(SystemExit) as e:
+        main(
+            [
+                "ingest",
+                "lm-eval",
+                *map(str, folders),
+                "--out",
+                str(out),
+                "--task",
+                "gsm8k",
+                "--filter",
+                "flexible-extract",
+                "--trajectory",
+                "t1",
+                "--configuration",
+                "c1",
+                "--split",
+                "validation",
+            ]
+        )
+    assert e.value.code in (0, None)
+    assert "ingested 6 generation rows" in capsys.readouterr().out
+    gen = pd.read_parquet(out / "generations.parquet").set_index(["step", "item_id"])
+    assert gen.loc[(100, "gsm8k-1"), "answer"] == "1234" and bool(
+        gen.loc[(100, "gsm8k-1"), "correct"]
+    )
+    assert set(gen["trajectory"]) == {"t1"} and set(gen["configuration"]) == {"c1"}
+    assert set(gen["split"]) == {"validation"}
+
+
+def test_several_filters_need_a_choice_and_nothing_is_written(evals, capsys):
+    from ckptsel.cli import main
+
+    tmp, folders = evals
+    out = tmp / "records"
+    with pytest.raises(SystemExit) as e:
+        main(["ingest", "lm-eval", *map(str, folders), "--out", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--filter" in err and "flexible-extract" in err and "strict-match" in err
+    assert not (out / "generations.parquet").exists()
+
+
+def test_multiple_choice_answer_is_argmax_and_subtask_is_lm_task(tmp_path):
+    folder = tmp_path / "ev" / "run-m" / "checkpoint-5"
+    lines = []
+    for i, (scores, acc) in enumerate(
+        [((-0.9, -0.5), 1.0), ((-0.2, -1.5), 0.0), ((-1.0, -1.0), 0.0)]
+    ):
+        lines.append(
+            {
+                "doc_id": i,
+                "doc": {"question": f"q{i}?", "passage": "p", "label": 1},
+                "target": 1,
+                "arguments": {
+                    "gen_args_0": {"arg_0": f"q{i}?", "arg_1": " no"},
+                    "gen_args_1": {"arg_0": f"q{i}?", "arg_1": " yes"},
+                },
+                "resps": [[[str(s), "False"]] for s in scores],
+                "filtered_resps": [[str(s), "False"] for s in scores],  # lm-eval stringifies these
+                "filter": "none",
+                "metrics": ["acc"],
+                "doc_hash": _hash(f"q{i}"),
+                "acc": acc,
+            }
+        )
+    write_samples(folder, "boolq", lines, gz=True)
+    rows = ingest_lm_eval([folder], out=tmp_path / "rec", task="commonsense", note=lambda m: None)
+    r = rows.set_index("item_id")
+    assert r.loc["boolq-0", "answer"] == "1" and bool(r.loc["boolq-0", "correct"])
+    assert r.loc["boolq-1", "answer"] == "0" and not r.loc["boolq-1", "correct"]
+    assert r.loc["boolq-2", "answer"] == "0"  # exact tie: the first choice
+    assert set(rows["subtask"]) == {"boolq"} and set(rows["step"]) == {5}
+    assert set(rows["trajectory"]) == {"run-m"} and set(rows["task"]) == {"commonsense"}
+
+
+def test_ingest_appends_to_existing_records(evals):
+    tmp, folders = evals
+    out = tmp / "records"
+    other = pd.DataFrame(
+        {
+            "trajectory": ["other"] * 2,
+            "configuration": ["cfg"] * 2,
+            "task": ["gsm8k"] * 2,
+            "step": [1, 1],
+            "split": ["test"] * 2,
+            "item_id": ["gsm8k-0", "gsm8k-1"],
+            "group": ["a", "b"],
+            "subtask": ["", ""],
+            "answer": ["1", ""],
+            "correct": [True, False],
+        }
+    )
+    upsert_records(out, generations=other)
+    ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
+    gen = pd.read_parquet(out / "generations.parquet")
+    kept = gen[gen["trajectory"] == "other"].reset_index(drop=True)
+    assert kept[list(GENERATION_COLUMNS)].astype(object).equals(other.astype(object))
+    assert kept["text"].isna().all()
+    # ingesting again replaces the same keys instead of duplicating them
+    ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
+    assert len(pd.read_parquet(out / "generations.parquet")) == len(gen) == 8
+
+
+def test_newest_samples_file_wins(tmp_path):
+    folder = tmp_path / "run" / "checkpoint-1"
+    write_samples(
+        folder,
+        "gsm8k",
+        [gsm8k_line(0, "#### 3", "strict-match", "3", 0.0)],
+        stamp="2024-01-01T00-00-00.000001",
+    )
+    write_samples(folder, "gsm8k", [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)])
+    notes: list[str] = []
+    rows = ingest_lm_eval([folder], out=tmp_path / "rec", task="gsm8k", note=notes.append)
+    assert rows["answer"].tolist() == ["18"] and rows["correct"].tolist() == [True]
+    assert len(notes) == 1 and "2024-01-01" in notes[0]
+
+
+@pytest.mark.parametrize(
+    ("breakage", "needle"),
+    [
+        ("bad_json", ":2: not valid JSON"),
+        ("dup_doc", "doc_id 0 repeated"),
+        ("partial_metric", "not 0/1"),
+        ("no_metric", "exact_match or acc missing"),
+        ("no_filtered", "filtered_resps missing"),
+        ("doc_hash", "different documents"),
+        ("bad_name", "checkpoint-<step>"),
+    ],
+)
+def test_bad_samples_are_rejected_and_records_kept(tmp_path, breakage, needle):
+    out = tmp_path / "records"
+    upsert_records(
+        out,
+        generations=pd.DataFrame(
+            {
+                "trajectory": ["keep"],
+                "configuration": ["k"],
+                "task": ["gsm8k"],
+                "step": [1],
+                "split": ["test"],
+                "item_id": ["x"],
+                "group": ["x"],
+                "subtask": [""],
+                "answer": [""],
+                "correct": [False],
+            }
+        ),
+    )
+    before = (out / "generations.parquet").read_bytes()
+    good = [
+        gsm8k_line(0, "#### 18", "strict-match", "18", 1.0),
+        gsm8k_line(1, "#### 1", "strict-match", "1", 0.0),
+    ]
+    first = tmp_path / "ev" / "run" / "checkpoint-1"
+    write_samples(first, "gsm8k", good)
+    second = tmp_path / "ev" / "run" / ("checkpoint-2" if breakage != "bad_name" else "final")
+    lines = [dict(x) for x in good]
+    if breakage == "dup_doc":
+        lines[1]["doc_id"] = 0
+    elif breakage == "partial_metric":
+        lines[1]["exact_match"] = 0.5
+    elif breakage == "no_metric":
+        del lines[1]["exact_match"]
+    elif breakage == "no_filtered":
+        del lines[1]["filtered_resps"]
+    elif breakage == "doc_hash":
+        lines[1] = gsm8k_line(1, "#### 1", "strict-match", "1", 0.0, question="another question")
+    path = write_samples(second, "gsm8k", lines)
+    if breakage == "bad_json":
+        path.write_text(path.read_text().splitlines()[0] + "\n{oops\n")
+    with pytest.raises(CkptselError, match=needle.replace("(", r"\(")):
+        ingest_lm_eval([first, second], out=out, task="gsm8k", note=lambda m: None)
+    assert (out / "generations.parquet").read_bytes() == before
+
+
+def test_step_option_and_missing_samples(tmp_path):
+    folder = tmp_path / "ev" / "somewhere"
+    write_samples(folder, "gsm8k", [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)])
+    rows = ingest_lm_eval([folder], out=tmp_path / "rec", step=42, trajectory="t", task="gsm8k")
+    assert rows["step"].tolist() == [42]
+    empty = tmp_path / "ev" / "checkpoint-3"
+    empty.mkdir(parents=True)
+    with pytest.raises(CkptselError, match="--log_samples"):
+        ingest_lm_eval([empty], out=tmp_path / "rec")
+    with pytest.raises(CkptselError, match="single SAMPLES_DIR"):
+        ingest_lm_eval([folder, empty], out=tmp_path / "rec", step=1)

@@ -1,0 +1,222 @@
+"""`ckptsel select`: planted better checkpoint recommended, equal checkpoints -> keep final,
+hand-computed split-validation and test gains, and the vectorized gains against a plain loop."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ckptsel.cli import main
+from ckptsel.errors import CkptselError
+from ckptsel.select import (
+    SelectSettings,
+    partition_masks,
+    select_checkpoint,
+    split_validation_gains,
+)
+
+import recordsgen as rg
+
+STEPS = [10, 20, 30, 40, 50]
+FAST = SelectSettings(partitions=60, draws=300, bootstrap_partitions=10, permutations=30)
+
+
+def planted(name: str = "run-s42", n: int = 200, N: int = 100) -> rg.Traj:
+    """Checkpoint at step 30 answers every item correctly; every other checkpoint (the final one
+    included) is identical and correct exactly on the even-numbered items. Wrong answers agree
+    with each other, so the label-free plurality is the wrong answer on odd items.
+
+    Known answers: accuracy picks step 30 at every budget; on any half/half split with equal
+    halves the out-of-half gain is 100 − 100·(even share of the other half), and the two
+    directions average to exactly 50 pp. On test, step 30 is always right and the final
+    checkpoint right on the first 60 % -> +40 pp.
+    """
+    T = len(STEPS)
+    even = (np.arange(n) % 2) == 0
+    val_correct = np.tile(even, (T, 1))
+    val_correct[2] = True
+    val_answers = np.where(val_correct, "A", "B")
+    nll = np.full((T, n), 1.0)
+    nll[1] = (
+        0.5  # matched NLL prefers step 20, which is identical to the final checkpoint in accuracy
+    )
+    test_correct = np.tile(np.arange(N) < 0.6 * N, (T, 1))
+    test_correct[2] = True
+    return rg.Traj(
+        name=name,
+        configuration="cfg",
+        task="gsm8k",
+        steps=STEPS,
+        val_correct=val_correct,
+        val_answers=val_answers,
+        val_nll=nll,
+        val_tokens=np.full(n, 4),
+        test_correct=test_correct,
+        test_answers=np.where(test_correct, "A", "B"),
+    )
+
+
+def equal(
+    name: str = "flat-s42", n: int = 120, N: int = 50, noisy: bool = False, seed: int = 3
+) -> rg.Traj:
+    """All checkpoints exactly equal (or, with ``noisy``, equal in truth: independent coin flips)."""
+    rng = np.random.default_rng(seed)
+    T = len(STEPS)
+    if noisy:
+        val_correct = rng.random((T, n)) < 0.5
+        nll = rng.gamma(2.0, 1.0, (T, n))
+    else:
+        val_correct = np.tile(rng.random(n) < 0.5, (T, 1))
+        nll = np.tile(rng.gamma(2.0, 1.0, n), (T, 1))
+    test_correct = rng.random((T, N)) < 0.5
+    return rg.Traj(
+        name=name,
+        configuration="flat",
+        task="math",
+        steps=STEPS,
+        val_correct=val_correct,
+        val_answers=np.where(val_correct, "A", "B"),
+        val_nll=nll,
+        val_tokens=np.full(n, 3),
+        test_correct=test_correct,
+        test_answers=np.where(test_correct, "A", "B"),
+    )
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("select")
+    gen, nll = rg.tables([planted(), equal(), equal("noisy-s42", noisy=True)])
+    return rg.write(root / "records", gen, nll)
+
+
+def test_planted_better_checkpoint_is_recommended(records):
+    out = select_checkpoint(records, "run-s42", settings=FAST)
+    acc = out["rules"]["accuracy"]
+    assert acc["choice"] == {"steps": [30], "probabilities": {"30": 1.0}}
+    assert [c["budget"] for c in acc["budget_curve"]] == ["32", "64", "128", "full"]
+    assert all(c["most_likely_step"] == 30 for c in acc["budget_curve"])
+    assert acc["budget_curve"][-1]["probability"] == 1.0
+    sv = acc["split_validation"]
+    assert sv["mean"] == pytest.approx(50.0, abs=1e-9)  # hand-computed: see planted()
+    assert sv["half_sizes"] == [100, 100]
+    assert 30 < sv["lo"] < 50 < sv["hi"] < 70 and not sv["unresolved"]
+    test = acc["test"]
+    assert test["mean"] == pytest.approx(40.0) and test["items"] == 100
+    assert (test["chosen_accuracy"], test["final_accuracy"]) == (100.0, 60.0)
+    assert test["lo"] > 0 and not test["unresolved"]
+    rec = out["recommendation"]
+    assert rec == {**rec, "rule": "accuracy", "keep_step": 30, "keep_final": False}
+    assert "+50.00 pp" in rec["reason"]
+    # matched NLL picks step 20, identical to the final checkpoint in accuracy: gain exactly 0
+    nll = out["rules"]["nll"]
+    assert nll["choice"]["steps"] == [20]
+    assert nll["split_validation"]["mean"] == 0.0 and nll["split_validation"]["unresolved"]
+    assert nll["test"]["mean"] == 0.0
+    # agreement: the plurality is the (shared) wrong answer on odd items, so the four other
+    # checkpoints tie and the final checkpoint is in the tie set -> keep the final checkpoint
+    agr = out["rules"]["agreement"]
+    assert agr["choice"]["steps"] == [10, 20, 40, 50]
+    assert agr["choice"]["probabilities"] == {"10": 0.25, "20": 0.25, "40": 0.25, "50": 0.25}
+    assert agr["split_validation"]["mean"] == 0.0
+    by_agreement = select_checkpoint(records, "run-s42", rule="agreement", settings=FAST)[
+        "recommendation"
+    ]
+    assert by_agreement["keep_final"] and by_agreement["keep_step"] == 50
+    assert "final checkpoint itself" in by_agreement["reason"]
+
+
+def test_equal_checkpoints_keep_the_final_one(records):
+    out = select_checkpoint(records, "flat-s42", settings=FAST)
+    for rule in ("accuracy", "agreement", "nll"):
+        r = out["rules"][rule]
+        assert r["choice"]["steps"] == STEPS  # one tie set: every checkpoint
+        sv = r["split_validation"]
+        assert (sv["mean"], sv["lo"], sv["hi"], sv["unresolved"]) == (0.0, 0.0, 0.0, True)
+        assert r["test"]["mean"] == 0.0 or r["test"]["unresolved"]
+    assert out["recommendation"]["keep_final"] and out["recommendation"]["keep_step"] == 50
+
+
+def test_equal_in_truth_but_noisy_keeps_the_final_one(records):
+    out = select_checkpoint(records, "noisy-s42", settings=FAST)
+    acc = out["rules"]["accuracy"]
+    assert acc["choice"]["steps"] != [50]  # validation noise does pick some other checkpoint…
+    sv = acc["split_validation"]
+    assert sv["unresolved"] and sv["lo"] < 0 < sv["hi"]  # …but held-out halves do not back it
+    rec = out["recommendation"]
+    assert rec["keep_final"] and rec["keep_step"] == 50 and "contains 0" in rec["reason"]
+
+
+def loop_gains(signal, correct, maximize, in_s, weights):
+    """Plain reference: for each weight row and partition, choose on one half, score on the other."""
+    out = []
+    for w in weights:
+        per_partition = []
+        for mask in in_s.astype(bool):
+            gains = []
+            for choose_half, score_half in ((mask, ~mask), (~mask, mask)):
+                score = (signal * (w * choose_half)).sum(axis=1)
+                best = score.max() if maximize else score.min()
+                tied = np.flatnonzero(score == best)
+                acc = (correct * (w * score_half)).sum(axis=1) / (w * score_half).sum()
+                gains.append(100 * (acc[tied].mean() - acc[-1]))
+            per_partition.append(np.mean(gains))
+        out.append(np.mean(per_partition))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("maximize", [True, False])
+def test_vectorized_split_gains_equal_a_plain_loop(maximize):
+    rng = np.random.default_rng(11)
+    T, n = 4, 23  # odd n: halves of 11 and 12
+    correct = rng.random((T, n)) < 0.5
+    signal = correct.astype(float) if maximize else rng.integers(1, 9, (T, n)) / 8.0
+    signal[3] = signal[1]  # an exactly tied pair (identical checkpoints)
+    in_s = partition_masks(np.array([f"i{k}" for k in range(n)]), 7, seed=1)
+    assert (in_s.sum(axis=1) == 11).all()
+    weights = np.vstack([np.ones(n), rng.integers(0, 3, (4, n)).astype(float)])
+    got = split_validation_gains(signal, correct, maximize, in_s, weights)
+    np.testing.assert_allclose(got, loop_gains(signal, correct, maximize, in_s, weights), atol=1e-9)
+
+
+def test_select_without_test_records(tmp_path):
+    gen, nll = rg.tables([planted(n=64)])
+    gen = gen[gen["split"] == "validation"]
+    records = rg.write(tmp_path / "records", gen, nll)
+    out = select_checkpoint(records, "run-s42", settings=FAST)
+    assert out["test_items"] is None and out["rules"]["accuracy"]["test"] is None
+    assert [c["budget"] for c in out["rules"]["accuracy"]["budget_curve"]] == ["32", "64", "full"]
+    assert out["recommendation"]["keep_step"] == 30
+
+
+def test_select_cli_json_and_errors(records, capsys):
+    args = [
+        "select",
+        str(records),
+        "--trajectory",
+        "run-s42",
+        "--partitions",
+        "40",
+        "--draws",
+        "200",
+    ]
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--json"])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["recommendation"]["keep_step"] == 30 and out["settings"]["partitions"] == 40
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "keep checkpoint 30" in text and "split-validation" in text
+    with pytest.raises(SystemExit) as exc:
+        main(["select", str(records), "--trajectory", "nope"])
+    assert exc.value.code == 2 and "'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--rule", "oracle"])
+    assert exc.value.code == 2 and "unknown rule" in capsys.readouterr().err
+    with pytest.raises(CkptselError, match="draws"):
+        select_checkpoint(records, "run-s42", settings=SelectSettings(draws=1))

@@ -1,0 +1,168 @@
+"""Test helper: a tiny local base model plus checkpoints in the HF Trainer layout
+(``RUN_DIR/checkpoint-<step>/``), and small GSM8K-format item files.
+
+Reusable by any test: ``build_tiny_run(tmp_path)`` gives a base model folder, a run folder
+with LoRA adapter checkpoints and validation/test jsonl files. Checkpoint adapters get
+random (seeded) non-zero LoRA weights, so checkpoints really differ without training.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+NAMES = ["Tom", "Ann", "Raj", "Mia", "Leo", "Zoe", "Sam", "Ivy"]
+THINGS = ["apples", "pens", "cards", "books", "coins", "shells"]
+TEMPLATE_HINT = (
+    "Below is an instruction that describes a task. Write a response that appropriately "
+    "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"
+)
+
+
+def make_gsm8k_rows(n: int, seed: int = 0, long_every: int = 0) -> list[dict[str, str]]:
+    """``n`` GSM8K-format rows (``question``, ``answer`` ending ``#### N``). With
+    ``long_every=k`` every k-th answer gets a long reasoning text (window tests)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        who, what = rng.choice(NAMES), rng.choice(THINGS)
+        a, b = rng.randint(2, 40), rng.randint(2, 40)
+        q = f"{who} has {a} {what} and gets {b} more. How many {what} does {who} have now?"
+        steps = f"{who} starts with {a} {what}. {who} gets {b} more, so {a} + {b} = {a + b}."
+        if long_every and i % long_every == 0:
+            steps += " " + " ".join(f"Check {k}: {a} plus {b} is {a + b}." for k in range(12))
+        rows.append({"question": q, "answer": f"{steps}\n#### {a + b}"})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Write ``rows`` as JSON lines (creates parent folders)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def build_tiny_base(out_dir: Path, texts: list[str], seed: int = 0, hidden_size: int = 64) -> Path:
+    """A tiny Llama base model + BPE tokenizer trained on ``texts`` (``ckptsel.tiny``)."""
+    from ckptsel.tiny import save_tiny
+
+    return save_tiny(
+        Path(out_dir), texts, vocab_size=400, seed=seed, hidden_size=hidden_size, layers=2, heads=4
+    )
+
+
+def save_lora_checkpoints(
+    base_dir: Path,
+    run_dir: Path,
+    steps: list[int],
+    seed: int = 0,
+    rank: int = 4,
+    scale: float = 0.3,
+) -> list[Path]:
+    """Save one PEFT LoRA adapter per step under ``run_dir/checkpoint-<step>/``; weights are
+    seeded random so each checkpoint behaves differently. ``base_model_name_or_path`` in
+    the adapter config is the base folder (as a trainer writes it)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    out = []
+    for k, step in enumerate(steps):
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+        cfg = LoraConfig(
+            r=rank,
+            lora_alpha=2 * rank,
+            lora_dropout=0.0,
+            init_lora_weights=False,
+            target_modules=[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ],
+        )
+        torch.manual_seed(seed * 1000 + k)
+        model = get_peft_model(base, cfg)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.copy_(torch.randn_like(p) * scale)
+        path = Path(run_dir) / f"checkpoint-{step}"
+        model.save_pretrained(str(path))
+        (path / "trainer_state.json").write_text(
+            json.dumps({"global_step": step}), encoding="utf-8"
+        )
+        out.append(path)
+    return out
+
+
+def save_full_checkpoints(
+    base_dir: Path, run_dir: Path, steps: list[int], seed: int = 0, scale: float = 0.02
+) -> list[Path]:
+    """Save perturbed full copies of the base (model + tokenizer) as ``checkpoint-<step>``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(base_dir))
+    out = []
+    for k, step in enumerate(steps):
+        model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+        torch.manual_seed(seed * 1000 + k)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * scale)
+        path = Path(run_dir) / f"checkpoint-{step}"
+        model.save_pretrained(str(path))
+        tok.save_pretrained(str(path))
+        out.append(path)
+    return out
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """Paths of a tiny run: base model, run folder, item files; and the steps saved."""
+
+    base: Path
+    run_dir: Path
+    validation: Path
+    test: Path
+    steps: tuple[int, ...]
+
+
+def build_tiny_run(
+    root: Path,
+    *,
+    steps: tuple[int, ...] = (10, 20, 30),
+    n_validation: int = 8,
+    n_test: int = 6,
+    run_name: str = "run-a",
+    seed: int = 0,
+    full: bool = False,
+    long_every: int = 0,
+) -> TinyRun:
+    """Everything a measurement test needs, under ``root``."""
+    root = Path(root)
+    val = make_gsm8k_rows(n_validation, seed=seed, long_every=long_every)
+    test = make_gsm8k_rows(n_test, seed=seed + 100, long_every=long_every)
+    texts = [
+        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val + test
+    ]
+    base = build_tiny_base(root / "base", texts, seed=seed)
+    run_dir = root / "runs" / run_name
+    if full:
+        save_full_checkpoints(base, run_dir, list(steps), seed=seed)
+    else:
+        save_lora_checkpoints(base, run_dir, list(steps), seed=seed)
+    return TinyRun(
+        base=base,
+        run_dir=run_dir,
+        validation=write_jsonl(root / "data" / "validation.jsonl", val),
+        test=write_jsonl(root / "data" / "test.jsonl", test),
+        steps=tuple(steps),
+    )
