@@ -336,3 +336,18 @@ def test_every_commonsense_label_is_recognised(shared_data, task: str) -> None:
         label = item.reference
         other = wrong.get(label) or label[:-1] + ("2" if label.endswith("1") else "1")
         assert not answers.is_correct(task, f"the correct answer is {other}", label)
+
+
+def test_measure_scores_a_mixed_commonsense_pool_with_each_items_labels():
+    """In a mixed pool the item's subtask decides the label pattern (not the first label seen)."""
+    from ckptsel.measure.runner import score_texts
+    from ckptsel.tasks import Item
+
+    items = [
+        Item("c1", "q", "answer2", "the correct answer is answer2", "c1", subtask="social_i_qa"),
+        Item("c2", "q", "option1", "the correct answer is option1", "c2", subtask="winogrande"),
+    ]
+    # "true" (a boolq label) appears first in both texts; only the subtask's labels count
+    texts = ["true, so the answer is answer2", "true: option1"]
+    ans, ok = score_texts("commonsense", items, texts)
+    assert ans == ["answer2", "option1"] and ok == [True, True]

@@ -107,10 +107,10 @@ def score_texts(
     """Normalized answers and correctness of generated texts (``ckptsel.answers``)."""
     from ckptsel import answers
 
-    ans = [answers.extract(task, t) for t in texts]
-    ok = [
-        bool(answers.is_correct(task, t, it.reference)) for t, it in zip(texts, items, strict=True)
-    ]
+    # the item's subtask picks the label pattern in a mixed commonsense pool
+    pairs = list(zip(texts, items, strict=True))
+    ans = [answers.extract(task, t, subtask=it.subtask) for t, it in pairs]
+    ok = [bool(answers.is_correct(task, t, it.reference, subtask=it.subtask)) for t, it in pairs]
     return ans, ok
 
 
