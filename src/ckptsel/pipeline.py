@@ -119,7 +119,20 @@ def analyze(
     """
     if permutations < 1 or draws < 10:
         raise CkptselError("--permutations must be >= 1 and --draws >= 10")
-    out_dir = Path(out_dir)
+    with single_threaded_blas():
+        return _analyze(records_dir, Path(out_dir), permutations, draws, seed, level)
+
+
+def single_threaded_blas():
+    """The analysis multiplies many small matrices: a second BLAS thread costs more in
+    synchronisation than it gains, and on a busy 2-core machine it made ``analyze`` 3x slower
+    (benchmarks/bench_analyze.py). Results do not depend on it."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _analyze(records_dir: Path, out_dir: Path, permutations: int, draws: int, seed: int, level: float) -> dict:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
     try:
@@ -147,7 +160,11 @@ def analyze(
 
 def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
     """Recompute choices and results; raise :class:`VerificationError` on any mismatch."""
-    results_dir = Path(results_dir)
+    with single_threaded_blas():
+        return _verify(Path(results_dir), records_dir)
+
+
+def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(f"{spath}: no summary to verify")
