@@ -35,7 +35,8 @@ t["analyze (total)"] = time.perf_counter() - t0
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
 rss = int(hwm.split()[1]) / 1024 / 1024
 # the phases, once more, separately (warm caches)
-pipeline.single_threaded_blas().__enter__()
+from ckptsel.analysis.blas import single_threaded
+single_threaded().__enter__()
 t0 = time.perf_counter(); val = records.load_validation(rec); t["load validation"] = time.perf_counter() - t0
 t0 = time.perf_counter(); table = ch.choose(val, ch.ChoiceSettings()); t["choose (all schemes)"] = time.perf_counter() - t0
 frozen = ch.load_frozen(out / "choices")

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ckptsel import choose as ch
 from ckptsel import records
+from ckptsel.analysis.blas import single_threaded
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.evaluate import score
 from ckptsel.io import write_csv, write_parquet, write_text
@@ -119,17 +120,8 @@ def analyze(
     """
     if permutations < 1 or draws < 10:
         raise CkptselError("--permutations must be >= 1 and --draws >= 10")
-    with single_threaded_blas():
+    with single_threaded():
         return _analyze(records_dir, Path(out_dir), permutations, draws, seed, level)
-
-
-def single_threaded_blas():
-    """The analysis multiplies many small matrices: a second BLAS thread costs more in
-    synchronisation than it gains, and on a busy 2-core machine it made ``analyze`` 3x slower
-    (benchmarks/bench_analyze.py). Results do not depend on it."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _analyze(records_dir: Path, out_dir: Path, permutations: int, draws: int, seed: int, level: float) -> dict:
@@ -160,7 +152,7 @@ def _analyze(records_dir: Path, out_dir: Path, permutations: int, draws: int, se
 
 def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
     """Recompute choices and results; raise :class:`VerificationError` on any mismatch."""
-    with single_threaded_blas():
+    with single_threaded():
         return _verify(Path(results_dir), records_dir)
 
 

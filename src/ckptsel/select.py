@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ckptsel.analysis import core
+from ckptsel.analysis.blas import single_threaded
 from ckptsel.analysis.bootstrap import percentile_interval, resample_counts
 from ckptsel.choose import BUDGETS, FULL, ChoiceSettings, choose_trajectory
 from ckptsel.errors import CkptselError
@@ -198,7 +199,11 @@ def select_checkpoint(
     settings: SelectSettings | None = None,
 ) -> dict:
     """Everything ``ckptsel select`` reports, as a JSON-ready dict (see the module docstring)."""
-    settings = settings or SelectSettings()
+    with single_threaded():
+        return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings())
+
+
+def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: SelectSettings) -> dict:
     if rule not in SELECT_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SELECT_RULES)}")
     if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
