@@ -26,11 +26,11 @@ from ckptsel.audit import (
     normalize,
     read_questions,
 )
-from ckptsel.io import write_text
+
+from _common import update_section
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
-START, END = "<!-- bench_audit -->", "<!-- /bench_audit -->"
 
 
 def _time(fn, repeats: int):
@@ -54,19 +54,6 @@ def _brute_force_estimate(a: list[str], b: list[str], sample: int = 300) -> tupl
     brute_force_jaccard_pairs(sa, sb, 0.8)
     scale = len(a) / len(rows)
     return (time.perf_counter() - t0) * scale, (time.process_time() - c0) * scale
-
-
-def update_section(path: Path, body: str) -> None:
-    """Replace (or append) the bench_audit section of a markdown file, keeping the rest."""
-    block = f"{START}\n{body.rstrip()}\n{END}"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    write_text(path, text)
 
 
 def main() -> None:
@@ -137,7 +124,7 @@ def main() -> None:
     ]
     body = "\n".join(lines)
     print(body)
-    update_section(args.out, body)
+    update_section("bench_audit", body, args.out)
     print(f"\nupdated {args.out}")
 
 

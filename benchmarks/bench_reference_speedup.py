@@ -32,18 +32,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from _common import update_section
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from ckptsel import records  # noqa: E402
 from ckptsel.choose import ChoiceSettings, choose_trajectory  # noqa: E402
-from ckptsel.io import write_text  # noqa: E402
 from ckptsel.pipeline import analyze  # noqa: E402
 
 import recordsgen as rg  # noqa: E402
 import reference_impl as ref  # noqa: E402
 
-START, END = "<!-- bench_reference -->", "<!-- /bench_reference -->"
 PERMUTATIONS = 200
 # the HTML report and figures are not part of the deterministic analysis being timed
 NO_REPORT = {"report": False} if "report" in inspect.signature(analyze).parameters else {}
@@ -146,19 +146,6 @@ def bench(name: str, gen: pd.DataFrame, nll: pd.DataFrame, repeats: int, workdir
     }
 
 
-def update_section(path: Path, body: str) -> None:
-    """Replace (or append) the bench_reference section of a markdown file, keeping the rest."""
-    block = f"{START}\n{body.rstrip()}\n{END}"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    write_text(path, text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
@@ -207,7 +194,7 @@ def main() -> None:
     print()
     print(body)
     if not args.no_write:
-        update_section(args.out, body)
+        update_section("bench_reference", body, args.out)
         print(f"\nwrote the bench_reference section of {args.out}")
 
 

@@ -172,3 +172,11 @@ def test_bad_input_keeps_earlier_results(tmp_path, capsys, study):
     assert code == 2 and "NaN" in err
     after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert before == after
+
+
+def test_group_must_not_vary_across_checkpoints(tmp_path, capsys, study):
+    gen, nll = study
+    idx = gen[gen.split == "validation"].index[2]
+    r = gen.loc[idx]
+    gen.loc[idx, "group"] = "some-other-group"
+    check_rejected(tmp_path, capsys, gen, nll, "'group' differs across checkpoints", r["trajectory"], r["item_id"])

@@ -197,6 +197,9 @@ class _Grid:
         self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
         self.item_code, self.items = self.codes["item_id"], self.values["item_id"]
         self.step = table.column("step").to_numpy()
+        self.correct = (
+            table.column("correct").to_numpy(zero_copy_only=False) if "correct" in table.column_names else None
+        )
         # rank of each item id as a string: trajectories list their items in id order
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
@@ -265,6 +268,29 @@ def _place(grid: _Grid, rows: np.ndarray, steps: np.ndarray, item_index: np.ndar
     return np.searchsorted(steps, grid.step[rows]), item_index[grid.item_code[rows]]
 
 
+def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str, item_field: str):
+    """One trajectory's generation rows as (T, n) present/correct/answer-code matrices, plus
+    a per-item column (``group`` or ``subtask``) that must not vary across checkpoints."""
+    T, n = len(steps), len(item_ids)
+    ci, ii = _place(g, rows, steps, item_index)
+    present = np.zeros((T, n), dtype=bool)
+    present[ci, ii] = True
+    correct = np.zeros((T, n), dtype=bool)
+    correct[ci, ii] = g.correct[rows]
+    answers = np.full((T, n), -1, dtype=np.int64)
+    answers[ci, ii] = g.codes["answer"][rows]
+    codes = g.codes[item_field][rows]
+    per_item = np.full(n, -1, dtype=np.int64)
+    per_item[ii] = codes
+    mismatch = per_item[ii] != codes
+    if mismatch.any():
+        i = int(ii[np.flatnonzero(mismatch)[0]])
+        raise CkptselError(
+            f"{_describe(g.path, traj, item=str(item_ids[i]))}: {item_field!r} differs across checkpoints"
+        )
+    return present, correct, answers, g.values[item_field][np.maximum(per_item, 0)]
+
+
 def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: Path) -> None:
     if traj in expected and steps[-1] != expected[traj]:
         raise CkptselError(
@@ -287,9 +313,6 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     nl = _Grid(nll, npath, key_extra="window")
     _check_nll_values(nll, nl, npath)
     expected = _final_steps(records_dir)
-    answer_code = g.codes["answer"]
-    correct = gen.column("correct").to_numpy(zero_copy_only=False)
-    group_code, group_values = g.codes["group"], g.values["group"]
     windows = nll.column("window").to_numpy()
     nll_sum = nll.column("nll_sum").to_numpy()
     n_tok = nll.column("n_tokens").to_numpy()
@@ -315,18 +338,7 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
                 f"{npath.name}: {sorted(set(nsteps) - set(steps))})"
             )
         T, n = len(steps), len(item_codes)
-
-        ci, ii = _place(g, rows, steps, item_index)
-        present = np.zeros((T, n), dtype=bool)
-        present[ci, ii] = True
-        corr = np.zeros((T, n), dtype=bool)
-        corr[ci, ii] = correct[rows]
-        ans = np.full((T, n), -1, dtype=np.int64)
-        ans[ci, ii] = answer_code[rows]
-        groups = np.full(n, -1, dtype=np.int64)
-        groups[ii] = group_code[rows]
-        _check_item_consistency(group_code[rows], ii, groups, gpath, traj, item_ids, "group")
-        groups = group_values[np.maximum(groups, 0)]
+        present, corr, ans, groups = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")
 
         # NLL rows: map item ids of the NLL table onto this trajectory's generation items
         nl_item_index = item_index[nl_to_gen]
@@ -405,9 +417,6 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     if gen.num_rows == 0:
         raise CkptselError(f"{gpath}: no test records")
     g = _Grid(gen, gpath)
-    answer_code = g.codes["answer"]
-    correct = gen.column("correct").to_numpy(zero_copy_only=False)
-    subtask_code, subtask_values = g.codes["subtask"], g.values["subtask"]
     expected = _final_steps(records_dir)
     val_steps = {v.trajectory: v.steps for v in validation or []}
     test_nll_steps = _test_nll_steps(records_dir)
@@ -431,24 +440,13 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
                     f"trajectory {traj!r}: validation and test records disagree on its checkpoints "
                     f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
                 )
-        T, n = len(steps), len(item_codes)
-        ci, ii = _place(g, rows, steps, item_index)
-        present = np.zeros((T, n), dtype=bool)
-        present[ci, ii] = True
+        present, corr, ans, subtasks = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "subtask")
         if not present.all():
             c, i = np.argwhere(~present)[0]
             raise CkptselError(
                 f"{_describe(gpath, traj, int(steps[c]), str(item_ids[i]))}: test item missing for "
                 f"this checkpoint (test items must be recorded for every checkpoint)"
             )
-        corr = np.zeros((T, n), dtype=bool)
-        corr[ci, ii] = correct[rows]
-        ans = np.zeros((T, n), dtype=np.int64)
-        ans[ci, ii] = answer_code[rows]
-        subtasks = np.zeros(n, dtype=np.int64)
-        subtasks[ii] = subtask_code[rows]
-        _check_item_consistency(subtask_code[rows], ii, subtasks, gpath, traj, item_ids, "subtask")
-        subtasks = subtask_values[subtasks]
         out.append(
             TestData(
                 trajectory=str(traj), configuration=configuration, task=task, steps=steps,
@@ -515,15 +513,6 @@ def _check_tokens_constant(tok, have, path, traj, item_ids, steps, window) -> No
         raise CkptselError(
             f"{_describe(path, traj, item=str(item_ids[i]))}, window {window}: n_tokens differ "
             f"across checkpoints ({vals}); the scored response must be the same for every checkpoint"
-        )
-
-
-def _check_item_consistency(values, idx, placed, path, traj, item_ids, name) -> None:
-    mismatch = placed[idx] != values
-    if np.any(mismatch):
-        i = int(idx[np.flatnonzero(mismatch)[0]])
-        raise CkptselError(
-            f"{_describe(path, traj, item=str(item_ids[i]))}: {name!r} differs across checkpoints"
         )
 
 
