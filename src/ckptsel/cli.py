@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "ckptsel.commands.measure",
     "ckptsel.commands.analysis",
     "ckptsel.commands.simulate",
+    "ckptsel.commands.train",
     "ckptsel.commands.report",
 )
 

@@ -1,0 +1,504 @@
+"""``ckptsel quickstart``: the whole pipeline on the embedded task, offline, on a CPU (SPEC §13).
+
+split -> audit -> base -> training -> measurement -> frozen choices -> analysis -> report, each
+one call, each skipped when its output already exists (the data, the base model and the
+checkpoints are cached in the out folder, and measurement keeps what is recorded), so a
+second run only redoes the analysis. Everything a user needs to see what was run is written
+into the out folder: ``study.toml``, ``final_steps.json``, ``data/`` with the lineage and
+audit, ``runs/``, ``records/`` and ``results/`` (summary, tables, figures, ``report.html``).
+
+The embedded task is made test-pool-independent the way the paper's is: fine-tuning and
+validation come from the MetaMathQA-format pool (variants share a group), the test pool is the
+independent GSM8K-format file. ``ckptsel measure`` reads both splits with one task, so the test
+pool is also written in MetaMathQA form (``data/test_measure.json``: same question, the GSM8K
+solution rewritten ``The answer is: N`` as :func:`ckptsel.tasks.gsm8k_response` does, group =
+the question itself, ids ``test-<i>``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckptsel.embedded import BaseConfig, EmbeddedConfig, pretrain_base, write_embedded
+from ckptsel.io import write_text
+from ckptsel.study import Configuration, Study, study_to_toml
+
+TASK = "metamath"
+
+
+@dataclass(frozen=True)
+class QuickstartPlan:
+    """Sizes of the embedded study; ``fast`` trades items and steps for time."""
+
+    task: EmbeddedConfig
+    base: BaseConfig
+    configurations: tuple[Configuration, ...]
+    seeds: tuple[int, ...] = (42, 43, 44)
+    max_new_tokens: int = 24
+    measure_batch: int = 128
+    permutations: int = 200
+    draws: int = 20000
+    seed: int = 20260825
+
+
+def make_plan(fast: bool = False) -> QuickstartPlan:
+    """The default and the ``--fast`` study: LoRA rank 8 and full fine-tuning, 3 seeds each,
+    checkpoints every 25 steps (>= 10 per trajectory). Learning rates are far above the SPEC
+    defaults because the model is tiny and freshly pre-trained."""
+    steps = 250 if fast else 400
+    task = EmbeddedConfig(
+        n_original=500 if fast else 1000,
+        variants=3,
+        n_test=200 if fast else 400,
+        max_operand=9,
+        max_mul=6,
+    )
+    base = BaseConfig(steps=400 if fast else 800)
+    common = dict(steps=steps, save_every=25, batch_size=32, micro_batch=32, max_length=256)
+    configs = (
+        Configuration(name="lora-r8", adaptation="lora", rank=8, alpha=16, lr=1e-2, **common),
+        Configuration(name="full", adaptation="full", lr=3e-3, **common),
+    )
+    return QuickstartPlan(task=task, base=base, configurations=configs)
+
+
+@dataclass
+class QuickstartResult:
+    out: Path
+    summary: dict[str, Any] | None
+    base_accuracy: float
+    final_accuracy: float
+    median_spread: float
+    spreads: dict[str, float]
+    report: Path | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out),
+            "base_test_accuracy_pp": self.base_accuracy,
+            "final_test_accuracy_pp": self.final_accuracy,
+            "median_best_to_worst_spread_pp": self.median_spread,
+            "spread_pp_by_trajectory": self.spreads,
+            "report": str(self.report) if self.report else None,
+            "seconds": self.seconds,
+        }
+
+
+def write_measure_test(test_jsonl: Path, out: Path) -> Path:
+    """The GSM8K-format test pool in MetaMathQA form, for ``measure`` (see module doc)."""
+    from ckptsel.tasks import gsm8k_response
+
+    rows = []
+    for i, line in enumerate(test_jsonl.read_text(encoding="utf-8").splitlines()):
+        r = json.loads(line)
+        rows.append(
+            {
+                "id": f"test-{i}",
+                "query": r["question"],
+                "response": gsm8k_response(r["answer"]),
+                "type": "GSM8K_test",
+                "original_question": r["question"],
+            }
+        )
+    body = json.dumps(rows, indent=1) + "\n"
+    if not out.is_file() or out.read_text(encoding="utf-8") != body:
+        write_text(out, body)
+    return out
+
+
+def base_test_accuracy(
+    base_dir: Path, test_file: Path, plan: QuickstartPlan, device: str | None, cache: Path
+) -> float:
+    """Test accuracy (pp) of the base model itself — what SFT must beat. Cached in ``cache``."""
+    if cache.is_file():
+        data = json.loads(cache.read_text())
+        if data.get("base") == json.loads((base_dir / "base.json").read_text())["fingerprint"]:
+            return float(data["accuracy_pp"])
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ckptsel.answers import is_correct
+    from ckptsel.measure.generate import generate_texts
+    from ckptsel.tasks import format_prompt, load_items
+
+    items = load_items(TASK, test_file)
+    tok = AutoTokenizer.from_pretrained(str(base_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir))
+    if device:
+        model.to(device)
+    texts = generate_texts(
+        model,
+        tok,
+        [format_prompt(it.instruction) for it in items],
+        batch_size=plan.measure_batch,
+        max_new_tokens=plan.max_new_tokens,
+    )
+    acc = (
+        100.0
+        * sum(is_correct(TASK, t, it.reference) for t, it in zip(texts, items, strict=True))
+        / len(items)
+    )
+    fp = json.loads((base_dir / "base.json").read_text())["fingerprint"]
+    write_text(
+        cache, json.dumps({"base": fp, "accuracy_pp": acc, "items": len(items)}, indent=2) + "\n"
+    )
+    return acc
+
+
+def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Per trajectory: best-to-worst test accuracy over its checkpoints (pp), and the final
+    checkpoint's test accuracy (pp)."""
+    import pandas as pd
+
+    from ckptsel.schema import GENERATIONS_FILE
+
+    gen = pd.read_parquet(
+        records_dir / GENERATIONS_FILE, columns=["trajectory", "step", "split", "correct"]
+    )
+    acc = gen[gen["split"] == "test"].groupby(["trajectory", "step"])["correct"].mean() * 100.0
+    spreads, finals = {}, {}
+    for traj, s in acc.groupby(level=0):
+        s = s.droplevel(0).sort_index()
+        spreads[str(traj)] = float(s.max() - s.min())
+        finals[str(traj)] = float(s.iloc[-1])
+    return spreads, finals
+
+
+def _quiet_transformers() -> None:
+    """No per-load 'Loading weights' bars from transformers: ours say what is happening."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def trajectory_job(
+    study_file: str, name: str, max_new_tokens: int, batch_size: int, device: str, progress: bool
+) -> str:
+    """Train (or resume) one trajectory, then measure all its checkpoints into the study's
+    records. A top-level function so that worker processes can run it; the records store
+    locks its files, so trajectories measured in parallel never clobber each other."""
+    import torch
+
+    from ckptsel.measure.runner import measure_run
+    from ckptsel.study import load_study
+    from ckptsel.train import train_study
+
+    if device == "cpu":
+        torch.set_num_threads(1)
+    _quiet_transformers()
+    study = load_study(study_file)
+    cfg = {n: c for n, c, _ in study.trajectories()}[name]
+    lines: list[str] = []
+    train_study(study, only=[name], device=device, progress=progress, log=lines.append)
+    res = measure_run(
+        study.run_root / name,
+        task=study.task,
+        validation=study.validation,
+        test=study.test,
+        out=study.records_root,
+        trajectory=name,
+        configuration=cfg.name,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        progress=progress,
+    )
+    lines.append(
+        f"{name}: measured {len(res.measured_steps)} checkpoints, reused {len(res.reused_steps)}"
+    )
+    return "\n".join(lines)
+
+
+def finished_trajectories(study: Study) -> set[str]:
+    """Trajectories with their final checkpoint AND records of every checkpoint on both
+    splits: a second quickstart run skips them without starting a process."""
+    import pandas as pd
+
+    from ckptsel.schema import GENERATIONS_FILE, NLL_FILE
+    from ckptsel.train import study_status
+
+    gpath, npath = study.records_root / GENERATIONS_FILE, study.records_root / NLL_FILE
+    if not gpath.is_file() or not npath.is_file():
+        return set()
+    cols = ["trajectory", "step", "split"]
+    have = {}
+    for path in (gpath, npath):
+        df = pd.read_parquet(path, columns=cols).drop_duplicates()
+        have[path.name] = {
+            (str(t), str(sp)): set(g["step"].astype(int))
+            for (t, sp), g in df.groupby(["trajectory", "split"])
+        }
+    done = set()
+    for st in study_status(study):
+        if st.valid and all(
+            have[f].get((st.trajectory, sp)) == set(st.steps)
+            for f in have
+            for sp in ("validation", "test")
+        ):
+            done.add(st.trajectory)
+    return done
+
+
+def run_trajectories(
+    study: Study,
+    study_file: Path,
+    plan: QuickstartPlan,
+    *,
+    device: str,
+    workers: int,
+    console: Any,
+) -> None:
+    """Every unfinished trajectory through :func:`trajectory_job`; with ``workers > 1`` in that
+    many spawned processes (one thread each: two tiny-model trajectories on two cores finish
+    in about the time of one), otherwise in this process with per-step progress bars."""
+    done = finished_trajectories(study)
+    names = [n for n, _, _ in study.trajectories() if n not in done]
+    for name in sorted(done):
+        console.print(f"{name}: trained and measured already, skipped")
+    args = (plan.max_new_tokens, plan.measure_batch, device)
+    if workers <= 1 or len(names) <= 1:
+        for name in names:
+            console.print(trajectory_job(str(study_file), name, *args, True))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ctx = multiprocessing.get_context("spawn")
+    with (
+        ProcessPoolExecutor(max_workers=min(workers, len(names)), mp_context=ctx) as pool,
+        Progress(
+            TextColumn("train + measure ({task.fields[workers]} processes)"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bar,
+    ):
+        task = bar.add_task("trajectories", total=len(names), workers=workers)
+        futures = [
+            pool.submit(trajectory_job, str(study_file), name, *args, False) for name in names
+        ]
+        for fut in as_completed(futures):
+            bar.console.print(fut.result())
+            bar.update(task, advance=1)
+
+
+def default_workers(device: str) -> int:
+    """Two processes on a multi-core CPU, one on a GPU."""
+    import os
+
+    return 1 if device != "cpu" else max(1, min(2, os.cpu_count() or 1))
+
+
+def run_quickstart(
+    out: str | Path,
+    *,
+    fast: bool = False,
+    device: str | None = None,
+    plan: QuickstartPlan | None = None,
+    console: Any = None,
+    analyze: bool = True,
+    workers: int | None = None,
+) -> QuickstartResult:
+    """Run (or resume) the embedded study in ``out``; prints the main table, the median
+    best-to-worst test-accuracy spread and the report path."""
+    import torch
+    from rich.console import Console
+
+    from ckptsel.train import pick_device
+
+    console = console or Console()
+    plan = plan or make_plan(fast)
+    device = pick_device(device)
+    _quiet_transformers()
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        # A tiny model gains nothing from intra-op threads; on a busy machine they spin.
+        torch.set_num_threads(1)
+    try:
+        return _run(
+            out,
+            plan,
+            fast=fast,
+            device=device,
+            console=console,
+            analyze=analyze,
+            workers=default_workers(device) if workers is None else workers,
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+PLAN_FILE = "quickstart_plan.json"
+
+
+def plan_fingerprint(plan: QuickstartPlan) -> str:
+    import dataclasses
+    import hashlib
+
+    blob = json.dumps(dataclasses.asdict(plan), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def check_plan(out: Path, plan: QuickstartPlan, fast: bool) -> None:
+    """Refuse to mix two different quickstart studies in one folder (their checkpoints would
+    be resumed with other settings); record the plan of a new folder."""
+    from ckptsel.errors import CkptselError
+
+    fp = plan_fingerprint(plan)
+    path = out / PLAN_FILE
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("fingerprint") != fp:
+            was = "--fast" if old.get("fast") else "default"
+            raise CkptselError(
+                f"{out} already holds a quickstart study with other settings ({was}); "
+                "choose another --out or delete that folder"
+            )
+        return
+    if out.is_dir() and any(out.iterdir()):
+        raise CkptselError(f"{out} exists and is not a quickstart folder; choose another --out")
+    write_text(path, json.dumps({"fingerprint": fp, "fast": fast}, indent=2) + "\n")
+
+
+def _run(
+    out: str | Path,
+    plan: QuickstartPlan,
+    *,
+    fast: bool,
+    device: str,
+    console: Any,
+    analyze: bool,
+    workers: int,
+) -> QuickstartResult:
+    from ckptsel.audit import audit_pools, write_audit
+    from ckptsel.split import split_file
+    from ckptsel.tasks import load_items
+
+    out = Path(out).resolve()
+    check_plan(out, plan, fast)
+    seconds: dict[str, float] = {}
+    say: Callable[[str], None] = console.print
+
+    def stage(name: str, t0: float) -> None:
+        seconds[name] = round(time.perf_counter() - t0, 2)
+        say(f"[bold]{name}[/bold] done in {seconds[name]:.1f}s")
+
+    t = time.perf_counter()
+    files = write_embedded(out / "data", plan.task)
+    split_dir = out / "data" / "split"
+    if (
+        not (split_dir / "lineage.json").is_file()
+        or json.loads((split_dir / "lineage.json").read_text()).get("source_sha256") is None
+    ):
+        split_file(files.metamath, split_dir, seed=42, val_fraction=0.1)
+    else:
+        import hashlib
+
+        lin = json.loads((split_dir / "lineage.json").read_text())
+        if lin["source_sha256"] != hashlib.sha256(files.metamath.read_bytes()).hexdigest():
+            split_file(files.metamath, split_dir, seed=42, val_fraction=0.1)
+    train_file, val_file = split_dir / "train.json", split_dir / "validation.json"
+    test_measure = write_measure_test(files.test, out / "data" / "test_measure.json")
+    stage("data + split", t)
+
+    t = time.perf_counter()
+    audit_dir = out / "data" / "audit"
+    if not (audit_dir / "audit.json").is_file():
+        pools = {
+            "train": [it.instruction for it in load_items(TASK, train_file)],
+            "validation": [it.instruction for it in load_items(TASK, val_file)],
+            "test": [json.loads(x)["question"] for x in files.test.read_text().splitlines()],
+        }
+        result = audit_pools(pools)
+        write_audit(result, audit_dir)
+        if not result.control_ok:
+            say("[red]audit: the planted positive control was NOT found; see data/audit[/red]")
+    stage("audit", t)
+
+    t = time.perf_counter()
+    base_dir = pretrain_base(out / "base", plan.task, plan.base)
+    stage("base model", t)
+
+    study = Study(
+        name="quickstart-fast" if fast else "quickstart",
+        root=out,
+        base_model=str(base_dir),
+        task=TASK,
+        test_task=TASK,
+        train=train_file,
+        validation=val_file,
+        test=test_measure,
+        configurations=plan.configurations,
+        seeds=plan.seeds,
+        runs_dir=out / "runs",
+        records_dir=out / "records",
+        measure={"max_new_tokens": plan.max_new_tokens, "batch_size": plan.measure_batch},
+    )
+    toml = (
+        f"# written by `ckptsel quickstart{' --fast' if fast else ''}`: the embedded study that "
+        "was run.\n# Re-train or check it with `ckptsel train study.toml [--check]`.\n"
+        + study_to_toml(study)
+    )
+    if not (out / "study.toml").is_file() or (out / "study.toml").read_text() != toml:
+        write_text(out / "study.toml", toml)
+
+    t = time.perf_counter()
+    run_trajectories(
+        study, out / "study.toml", plan, device=device, workers=workers, console=console
+    )
+    base_acc = base_test_accuracy(
+        base_dir, test_measure, plan, device, out / "results" / "base_accuracy.json"
+    )
+    stage("training + measurement", t)
+
+    spreads, finals = test_spreads(study.records_root)
+    median_spread = statistics.median(spreads.values())
+    final_acc = statistics.mean(finals.values())
+
+    summary = None
+    report = None
+    if analyze:
+        from ckptsel.pipeline import analyze as run_analysis
+        from ckptsel.pipeline import main_table_markdown
+        from ckptsel.report import REPORT_FILE, write_report
+
+        t = time.perf_counter()
+        results = out / "results"
+        summary = run_analysis(
+            study.records_root,
+            results,
+            permutations=plan.permutations,
+            draws=plan.draws,
+            seed=plan.seed,
+        )
+        stage("frozen choices + analysis", t)
+        t = time.perf_counter()
+        write_report(results)
+        report = results / REPORT_FILE
+        stage("report", t)
+        say("")
+        say(main_table_markdown(summary))
+    res = QuickstartResult(
+        out, summary, base_acc, final_acc, median_spread, spreads, report, seconds
+    )
+    write_text(out / "results" / "quickstart.json", json.dumps(res.to_dict(), indent=2) + "\n")
+    say(
+        f"test accuracy: base model {base_acc:.1f}%, final checkpoints {final_acc:.1f}% "
+        f"(mean over {len(finals)} trajectories)"
+    )
+    say(
+        f"median best-to-worst test-accuracy spread within a trajectory: {median_spread:.2f} pp "
+        f"(the paper's is 3.5 pp)"
+    )
+    if report is not None:
+        say(f"report: {report}")
+    return res

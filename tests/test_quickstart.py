@@ -1,0 +1,116 @@
+"""End-to-end ``ckptsel quickstart --fast`` into a tmp folder (the slowest test of the suite:
+a few minutes on 2 CPU cores). Checks every stage's artifacts and that the tiny model really
+learns and that its checkpoints differ."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from ckptsel.cli import app  # noqa: E402
+from ckptsel.train import checkpoint_steps  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest on one thread, and far faster on a shared, busy machine."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    out = tmp_path_factory.mktemp("qs") / "study"
+    result = CliRunner().invoke(app, ["quickstart", "--fast", "--out", str(out)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return out, result.output
+
+
+def test_quickstart_artifacts(quick):
+    import pandas as pd
+
+    from ckptsel.choose import load_frozen
+    from ckptsel.study import load_study
+
+    out, output = quick
+    study = load_study(out / "study.toml")
+    trajectories = study.trajectories()
+    assert len({c.name for _, c, _ in trajectories}) >= 2 and len(study.seeds) == 3
+    assert {c.adaptation for _, c, _ in trajectories} == {"lora", "full"}
+    finals = json.loads((out / "final_steps.json").read_text())
+    gen = pd.read_parquet(out / "records" / "generations.parquet")
+    nll = pd.read_parquet(out / "records" / "nll.parquet")
+    for name, _, _ in trajectories:
+        steps = checkpoint_steps(out / "runs" / name)
+        assert len(steps) >= 10 and steps[-1] == finals[name]
+        for split in ("validation", "test"):
+            g = gen[(gen.trajectory == name) & (gen.split == split)]
+            assert sorted(g.step.unique()) == steps, (name, split)
+            n = nll[(nll.trajectory == name) & (nll.split == split)]
+            assert sorted(n.step.unique()) == steps
+    # validation groups hold several variants (the one-variant-per-group sensitivity needs it)
+    val = gen[(gen.split == "validation")]
+    assert val.groupby("group").item_id.nunique().max() > 1
+    # frozen choices with a valid hash (load_frozen verifies it), summary and report
+    frozen = load_frozen(out / "results" / "choices")
+    assert len(frozen.sha256) == 64
+    summary = json.loads((out / "results" / "summary.json").read_text())
+    assert summary["schema"] == 1
+    assert summary["population"]["trajectories"] == 6
+    assert summary["population"]["configurations"] == 2
+    assert set(summary["budget"]) >= {"accuracy", "agreement", "nll", "last"}
+    assert (out / "results" / "report.html").is_file()
+    assert str(out / "results" / "report.html") in output.replace("\n", "")
+    assert (out / "data" / "split" / "lineage.json").is_file()
+    assert (out / "data" / "audit" / "audit.json").is_file()
+    assert "median best-to-worst" in output
+
+
+def test_quickstart_model_learns_and_checkpoints_differ(quick):
+    out, _ = quick
+    q = json.loads((out / "results" / "quickstart.json").read_text())
+    assert q["final_test_accuracy_pp"] > q["base_test_accuracy_pp"] + 20.0, q
+    assert q["median_best_to_worst_spread_pp"] > 0.0, q
+
+
+def test_quickstart_second_run_reuses_everything(quick):
+    from rich.console import Console
+
+    from ckptsel.quickstart import run_quickstart
+
+    out, _ = quick
+    ck = out / "runs" / "full-s42"
+    before = {p: p.stat().st_mtime_ns for p in ck.rglob("*") if p.is_file()}
+    rec = (out / "records" / "generations.parquet").read_bytes()
+    base = (out / "base" / "model.safetensors").stat().st_mtime_ns
+    console = Console(record=True, width=200)
+    res = run_quickstart(out, fast=True, analyze=False, console=console)
+    text = console.export_text()
+    assert "skipped" in text
+    assert {p: p.stat().st_mtime_ns for p in ck.rglob("*") if p.is_file()} == before
+    assert (out / "base" / "model.safetensors").stat().st_mtime_ns == base
+    assert (out / "records" / "generations.parquet").read_bytes() == rec
+    assert res.median_spread > 0
+
+
+def test_quickstart_refuses_to_mix_studies(quick, tmp_path):
+    from ckptsel.errors import CkptselError
+    from ckptsel.quickstart import run_quickstart
+
+    out, _ = quick
+    with pytest.raises(CkptselError, match=r"other settings \(--fast\)"):
+        run_quickstart(out, fast=False, analyze=False)
+    (tmp_path / "mine.txt").write_text("not a study")
+    with pytest.raises(CkptselError, match="not a quickstart folder"):
+        run_quickstart(tmp_path, fast=True, analyze=False)
+    assert not (tmp_path / "quickstart_plan.json").exists()
