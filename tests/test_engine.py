@@ -137,6 +137,8 @@ def test_pipeline_G_H_D_by_hand(tmp_path):
     assert s["budget"]["last"]["full"]["H"]["mean"] == pytest.approx(20.0)
     assert s["D"]["accuracy"]["mean"] == pytest.approx(0.0)
     assert s["budget"]["last"]["64"]["G"]["mean"] == pytest.approx(0.0)
+    # one configuration: the configuration bootstrap is degenerate, and the summary says so
+    assert len(s["warnings"]) == 1 and "only 1 configuration(s)" in s["warnings"][0]
 
 
 def test_matched_half_by_hand():

@@ -57,6 +57,7 @@ def test_summary_schema(records_dir, tmp_path):
     assert set(s["sensitivities"]["thinning"]) == {"2", "3", "4"}
     assert 0 <= s["sensitivities"]["nll_complete"]["same_choice_fraction"]["mean"] <= 1
     assert "joint_bootstrap" in s and "question_bootstrap" in s
+    assert s["warnings"] == []  # 5 configurations: no small-study caveat
     # the summary's point estimates equal the per-trajectory table's trajectory-weighted means
     per_traj = pd.read_csv(tmp_path / "out" / "tables" / "per_trajectory.csv")
     assert s["budget"]["accuracy"]["full"]["G"]["mean"] == pytest.approx(per_traj["G|nested|accuracy|full"].mean(), abs=1e-6)

@@ -468,8 +468,8 @@ def _run(
     report = None
     if analyze:
         from ckptsel.pipeline import analyze as run_analysis
-        from ckptsel.pipeline import main_table_markdown
         from ckptsel.report import REPORT_FILE, write_report
+        from ckptsel.report.terminal import print_main_table
 
         t = time.perf_counter()
         results = out / "results"
@@ -486,7 +486,7 @@ def _run(
         report = results / REPORT_FILE
         stage("report", t)
         say("")
-        say(main_table_markdown(summary))
+        print_main_table(summary, console)
     res = QuickstartResult(
         out, summary, base_acc, final_acc, median_spread, spreads, report, seconds
     )

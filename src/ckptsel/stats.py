@@ -17,6 +17,25 @@ from ckptsel.evaluate import BUDGET_LABELS, MH_RULES, MH_STATS, OV_LABELS, Name,
 
 SCHEMA = 1
 DIGITS = 6
+FEW_CONFIGURATIONS = 5
+
+
+def study_warnings(n_configurations: int) -> list[str]:
+    """Caveats a reader must see next to the numbers."""
+    if n_configurations < FEW_CONFIGURATIONS:
+        distinct = len({tuple(sorted(c)) for c in _multisets(n_configurations)})
+        return [
+            f"only {n_configurations} configuration(s): the configuration bootstrap has just {distinct} "
+            "distinct resamples, so its intervals are not reliable; read the test-question intervals "
+            "and add configurations before drawing conclusions"
+        ]
+    return []
+
+
+def _multisets(k: int):
+    from itertools import combinations_with_replacement
+
+    return combinations_with_replacement(range(k), k)
 
 
 @dataclass
@@ -174,6 +193,7 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     if j_est is not None:
         summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
     summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
+    summary["warnings"] = study_warnings(len(configs))
 
     tables = _tables(scored, configs, sums, sizes)
     return summary, tables

@@ -7,27 +7,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ckptsel import pipeline
 
 console = Console()
-
-
-def print_main_table(summary: dict) -> None:
-    pop = summary["population"]
-    table = Table(
-        title=f"ckptsel — {pop['trajectories']} trajectories, {pop['configurations']} configurations "
-        f"(pp; {int(summary['confidence'] * 100)}% configuration-bootstrap intervals)",
-    )
-    for col in ("rule", "D_r = G(full) − G(32)", "H_r(full): vs matched NLL", "G_r(full): vs final"):
-        table.add_column(col)
-    for row in pipeline.main_table_rows(summary):
-        table.add_row(*row)
-    console.print(table)
-    excl = pop["validation_exclusions"]["total"]
-    if excl:
-        console.print(f"validation items excluded (incomplete or empty): {excl}")
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +31,9 @@ def register(app: typer.Typer) -> None:
             summary = pipeline.analyze(
                 records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence
             )
-        print_main_table(summary)
+        from ckptsel.report.terminal import print_main_table
+
+        print_main_table(summary, console)
         if report:
             from ckptsel.report import write_report
 

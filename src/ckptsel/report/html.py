@@ -24,6 +24,7 @@ h1{font-size:1.6em;margin:.3em 0}
 h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.8em}
 h3{font-size:1.05em;margin-top:1.3em}
 p.caption{color:#555;font-size:.9em;margin:.3em 0 .6em}
+p.caution{background:#fff4e0;border-left:4px solid #e69500;padding:.4em .7em}
 table{border-collapse:collapse;margin:.5em 0 1em;font-size:.86em}
 th,td{border-bottom:1px solid #e3e3e3;padding:4px 9px;text-align:left;vertical-align:top}
 thead th{border-bottom:2px solid #444;background:#f4f4f6}
@@ -197,6 +198,7 @@ def render_html(
         "<i>unresolved</i>: these data cannot tell the sign of the effect, which may still be large either way.</p>",
         "<h2>Population</h2>",
         _population(summary),
+        *(f'<p class="caution"><b>Caution:</b> {html.escape(w)}</p>' for w in summary.get("warnings", [])),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',
     ]

@@ -1,0 +1,27 @@
+"""The main table and the study's caveats for a terminal (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ckptsel.pipeline import main_table_rows
+
+
+def print_main_table(summary: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    pop = summary["population"]
+    table = Table(
+        title=f"ckptsel — {pop['trajectories']} trajectories, {pop['configurations']} configurations "
+        f"(pp; {int(summary['confidence'] * 100)}% configuration-bootstrap intervals)",
+    )
+    for col in ("rule", "D_r = G(full) − G(32)", "H_r(full): vs matched NLL", "G_r(full): vs final"):
+        table.add_column(col)
+    for row in main_table_rows(summary):
+        table.add_row(*row)
+    console.print(table)
+    excluded = pop["validation_exclusions"]["total"]
+    if excluded:
+        console.print(f"validation items excluded (incomplete or empty): {excluded}")
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]caution:[/yellow] {warning}")
