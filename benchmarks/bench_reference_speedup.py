@@ -86,6 +86,11 @@ def _studies(which: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
             dyadic=False,
         )
         out["random medium"] = rg.tables(trajs)
+    if "paper" in which:  # the paper's scale: the reference takes many minutes here
+        from ckptsel.simulate import simulate
+
+        gen, nll, _ = simulate("paper", seed=0)
+        out["simulate paper"] = (gen, nll)
     return out
 
 
@@ -149,7 +154,7 @@ def bench(name: str, gen: pd.DataFrame, nll: pd.DataFrame, repeats: int, workdir
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--studies", default="small,medium", help="comma list of: small, medium")
+    parser.add_argument("--studies", default="small,medium", help="comma list of: small, medium, paper")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument(
         "--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone"
