@@ -6,6 +6,7 @@ schema 1) plus per-trajectory and per-configuration tables. Pure computation; no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,19 +24,14 @@ FEW_CONFIGURATIONS = 5
 def study_warnings(n_configurations: int) -> list[str]:
     """Caveats a reader must see next to the numbers."""
     if n_configurations < FEW_CONFIGURATIONS:
-        distinct = len({tuple(sorted(c)) for c in _multisets(n_configurations)})
+        distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
         return [
             f"only {n_configurations} configuration(s): the configuration bootstrap has just {distinct} "
             "distinct resamples, so its intervals are not reliable; read the test-question intervals "
+            "(tables/intervals.md, report.html) "
             "and add configurations before drawing conclusions"
         ]
     return []
-
-
-def _multisets(k: int):
-    from itertools import combinations_with_replacement
-
-    return combinations_with_replacement(range(k), k)
 
 
 @dataclass
