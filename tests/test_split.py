@@ -200,7 +200,7 @@ def test_bad_input_errors_name_file_line_and_field(tmp_path: Path, capsys):
 
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"question": "a"}\n{"question": \n', encoding="utf-8")
-    with pytest.raises(CkptselError, match=r"broken\.jsonl, line 2: invalid JSON"):
+    with pytest.raises(CkptselError, match=r"broken\.jsonl: line 2: malformed JSON"):
         split_file(broken, tmp_path / "o")
 
     ok = tmp_path / "ok.jsonl"

@@ -315,7 +315,7 @@ def test_json_list_errors_name_the_record_index(tmp_path: Path) -> None:
     path = tmp_path / "list.json"
     path.write_text(json.dumps([GOOD_GSM8K, GOOD_GSM8K, {"answer": "#### 3"}]))
     with pytest.raises(
-        CkptselError, match=r"list\.json: record 2: missing required field 'question'"
+        CkptselError, match=r"list\.json: record 3: missing required field 'question'"
     ):
         tasks.load_items("gsm8k", path)
 

@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from ckptsel.errors import CkptselError
+from ckptsel.io import read_json_records
 
 CHECKS = ("exact", "normalized", "char13", "word5")
 CHAR_N = 13
@@ -850,30 +851,8 @@ def read_questions(path: Path) -> list[str]:
     """Question strings of a JSON-list or JSON-Lines file: per file, the first of
     query/question/problem/instruction present in its first record (all records need it)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise CkptselError(f"{path}: cannot read ({err.strerror or err})") from err
-    except UnicodeDecodeError as err:
-        raise CkptselError(f"{path}: not UTF-8 text ({err})") from err
-    stripped = text.lstrip()
-    if not stripped:
-        raise CkptselError(f"{path}: empty file")
-    records: list[tuple[str, Any]] = []
-    if stripped[0] == "[":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise CkptselError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from err
-        records = [(f"record {k + 1}", rec) for k, rec in enumerate(data)]
-    else:
-        for lineno, line in enumerate(text.split("\n"), start=1):  # not splitlines: U+2028
-            if not line.strip():
-                continue
-            try:
-                records.append((f"line {lineno}", json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise CkptselError(f"{path}, line {lineno}: invalid JSON: {err.msg}") from err
+    data = read_json_records(path)
+    records = list(zip(data.locations, data.records, strict=True))
     if not records:
         raise CkptselError(f"{path}: no records")
     loc0, first = records[0]

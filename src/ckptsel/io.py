@@ -5,9 +5,12 @@ A killed job therefore leaves either the old file or the new one, never half of 
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -54,3 +57,54 @@ def write_records(path: Path, df: pd.DataFrame) -> None:
     keys = [c for c in ("split", "trajectory", "step", "item_id", "window") if c in df.columns]
     ordered = df.sort_values(keys, kind="stable", ignore_index=True)
     _atomic(path, lambda p: ordered.to_parquet(p, index=False, row_group_size=RECORDS_ROW_GROUP))
+
+
+@dataclass
+class JsonRecords:
+    """The records of a JSON-list or JSON-Lines file, with their places for error messages."""
+
+    path: Path
+    format: str  # "json" (a list) or "jsonl"
+    records: list[Any]
+    locations: list[str]  # "line N" (JSON Lines) or "record N" (JSON list), 1-based
+    raw_lines: list[str]  # the verbatim text of each JSON Lines record ([] for a list)
+
+
+def read_json_records(path: Path) -> JsonRecords:
+    """Read a JSON list or JSON Lines file (sniffed from its first non-blank character).
+
+    The one reader of item and data files: every malformed input becomes a CkptselError that
+    names the file and the line. Lines are split on "\\n" only (``splitlines`` would also split
+    inside a JSON string holding U+2028).
+    """
+    from ckptsel.errors import CkptselError
+
+    path = Path(path)
+    if path.is_dir():
+        raise CkptselError(f"{path}: is a folder; pass the data file (.json or .jsonl)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise CkptselError(f"{path}: cannot read ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        raise CkptselError(f"{path}: not UTF-8 text ({err})") from err
+    stripped = text.lstrip()
+    if not stripped:
+        raise CkptselError(f"{path}: empty file")
+    if stripped[0] == "[":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CkptselError(f"{path}: line {err.lineno}: malformed JSON ({err.msg}, column {err.colno})") from err
+        return JsonRecords(path, "json", data, [f"record {k + 1}" for k in range(len(data))], [])
+    records, locations, raw = [], [], []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise CkptselError(f"{path}: line {number}: malformed JSON ({err.msg}, column {err.colno})") from err
+        locations.append(f"line {number}")
+        raw.append(line)
+    return JsonRecords(path, "jsonl", records, locations, raw)

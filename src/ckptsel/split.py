@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel.errors import CkptselError
-from ckptsel.io import write_text
+from ckptsel.io import read_json_records, write_text
 
 QUESTION_FIELDS = ("query", "question", "problem", "instruction")
 DEFAULT_GROUP_FIELD = "original_question"
@@ -184,13 +184,16 @@ def split_records(
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], str, list[str], list[str]]:
-    """Read a JSON list or a JSON Lines file (sniffed from the first non-blank character).
+    """Read a JSON list or a JSON Lines file (:func:`ckptsel.io.read_json_records`).
 
     Returns ``(records, format, raw_lines, locations)``; ``raw_lines`` is the verbatim text
     of each JSON Lines record (empty for a JSON list) and ``locations`` names each record's
     place in the file for error messages ("line 12" / "record 12")."""
-    path = Path(path)
-    return _parse_records(_read_text(path), path)
+    data = read_json_records(path)
+    for loc, rec in zip(data.locations, data.records, strict=True):
+        if not isinstance(rec, dict):
+            raise CkptselError(f"{path}, {loc}: expected a JSON object")
+    return data.records, data.format, data.raw_lines, data.locations
 
 
 def _read_text(path: Path) -> str:
@@ -200,40 +203,6 @@ def _read_text(path: Path) -> str:
         raise CkptselError(f"{path}: cannot read ({err.strerror or err})") from err
     except UnicodeDecodeError as err:
         raise CkptselError(f"{path}: not UTF-8 text ({err})") from err
-
-
-def _parse_records(text: str, path: Path) -> tuple[list[dict[str, Any]], str, list[str], list[str]]:
-    stripped = text.lstrip()
-    if not stripped:
-        raise CkptselError(f"{path}: empty file")
-    if stripped[0] == "[":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise CkptselError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from err
-        if not isinstance(data, list):
-            raise CkptselError(f"{path}: expected a JSON list of records")
-        locs = [f"record {k + 1}" for k in range(len(data))]
-        for k, rec in enumerate(data):
-            if not isinstance(rec, dict):
-                raise CkptselError(f"{path}, {locs[k]}: expected a JSON object")
-        return data, "json", [], locs
-    records: list[dict[str, Any]] = []
-    raw: list[str] = []
-    locs = []
-    for lineno, line in enumerate(text.split("\n"), start=1):  # not splitlines: U+2028
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CkptselError(f"{path}, line {lineno}: invalid JSON: {err.msg}") from err
-        if not isinstance(rec, dict):
-            raise CkptselError(f"{path}, line {lineno}: expected a JSON object")
-        records.append(rec)
-        raw.append(line)
-        locs.append(f"line {lineno}")
-    return records, "jsonl", raw, locs
 
 
 def _sha256_text(text: str) -> str:
@@ -290,8 +259,8 @@ def split_file(
     """Split a data file into ``out_dir/train.<ext>`` and ``out_dir/validation.<ext>`` in the
     input's format, plus ``lineage.json`` and ``lineage.md``; returns the lineage dict."""
     path, out_dir = Path(path), Path(out_dir)
-    text = _read_text(path)
-    records, fmt, raw, locs = _parse_records(text, path)
+    records, fmt, raw, locs = read_records(path)
+    text = _read_text(path)  # the layout (indentation) of a JSON list is kept
     to_val, _, field = _assign(
         records,
         seed=seed,

@@ -47,7 +47,6 @@ file, the line (jsonl) or record index (json list), and the field.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from ckptsel.answers import commonsense as commonsense_answers
 from ckptsel.answers import gsm8k as gsm8k_answers
 from ckptsel.answers import math as math_answers
 from ckptsel.errors import CkptselError
+from ckptsel.io import read_json_records
 
 PROMPT_TEMPLATE = (
     "Below is an instruction that describes a task. Write a response that "
@@ -179,35 +179,8 @@ def load_items(task: str, path: str | Path) -> list[Item]:
 def _read_records(path: Path) -> Iterator[tuple[str, Any]]:
     """``(location, record)`` pairs of a json list or jsonl file; location names the line
     (jsonl) or the record index (json list) for error messages."""
-    if path.is_dir():
-        raise CkptselError(f"{path}: is a folder; pass the data file (.json or .jsonl)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise CkptselError(f"{path}: cannot read ({err})") from err
-    stripped = text.lstrip()
-    if not stripped:
-        raise CkptselError(f"{path}: empty file")
-    if stripped[0] == "[":
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise CkptselError(
-                f"{path}: line {err.lineno}: malformed JSON ({err.msg}, column {err.colno})"
-            ) from err
-        for index, record in enumerate(records):
-            yield f"record {index}", record
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CkptselError(
-                f"{path}: line {number}: malformed JSON ({err.msg}, column {err.colno})"
-            ) from err
-        yield f"line {number}", record
+    data = read_json_records(path)
+    yield from zip(data.locations, data.records, strict=True)
 
 
 def _field(record: Any, name: str, path: Path, where: str, *, required: bool = True) -> str | None:
