@@ -175,7 +175,7 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
         e = _Estimates(scored.names, t_means, bs.cluster_replicates(Ct, t_sums, t_sizes), settings.level)
         block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
                                 "test_items": scored.test_items[task]}}
-        block.update(_study_blocks(e, sensitivities=False))
+        block.update(_study_blocks(e, sensitivities=True))
         by_task[task] = block
     summary["by_task"] = by_task
     qb = {"budget": _budget_block(q_est, "nested"), "D": _d_block(q_est, "nested"), "by_task": {}}
