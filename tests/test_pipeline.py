@@ -163,3 +163,25 @@ def test_tables_are_written(records_dir, tmp_path):
     row = curves[(curves.trajectory == "c0-s0") & (curves.step == 25)].iloc[0]
     assert row.test_accuracy == pytest.approx(100 * one[one.split == "test"].correct.mean())
     assert row.validation_accuracy == pytest.approx(100 * one[one.split == "validation"].correct.mean())
+
+
+def test_study_without_nll_records_is_analysed_without_the_nll_rule(tmp_path):
+    """Generations alone (e.g. from `ckptsel ingest lm-eval`): no NLL rule, no H, a warning."""
+    from ckptsel.select import select_checkpoint
+
+    rng = np.random.default_rng(4)
+    gen, nll = rg.tables(rg.random_study(rng, n_configs=5, seeds=2, T=(3, 6), n_val=(40, 80), n_test=(30, 50)))
+    rec = rg.write(tmp_path / "records", gen, nll)
+    with_nll = pipeline.analyze(rec, tmp_path / "with", permutations=10, draws=200)
+    (rec / "nll.parquet").unlink()
+    s = pipeline.analyze(rec, tmp_path / "without", permutations=10, draws=200)
+    assert set(s["budget"]) == {"accuracy", "agreement", "last"}
+    assert all("H" not in cell for per in s["budget"].values() for cell in per.values())
+    assert "nll" not in s["D"] and "no validation NLL records" in s["warnings"][0]
+    assert s["population"]["nll_records"] is False and with_nll["population"]["nll_records"] is True
+    # the accuracy and agreement choices do not depend on the NLL records
+    for rule in ("accuracy", "agreement"):
+        assert s["budget"][rule]["full"]["G"]["mean"] == with_nll["budget"][rule]["full"]["G"]["mean"]
+    assert pipeline.verify(tmp_path / "without")[1].endswith("reproduced exactly")
+    picked = select_checkpoint(rec, "c0-s0")
+    assert set(picked["rules"]) == {"accuracy", "agreement"}

@@ -109,8 +109,9 @@ def choose_trajectory(
     signals = {
         "accuracy": v.correct.astype(np.int64),
         "agreement": core.plurality_agreement(v.answers).astype(np.int64),
-        "nll": v.nll[MATCHED_WINDOW],
     }
+    if MATCHED_WINDOW in v.nll:  # without NLL records the matched-NLL rule (and H) is absent
+        signals["nll"] = v.nll[MATCHED_WINDOW]
 
     def prefix(sig: np.ndarray) -> np.ndarray:
         if subsets.nested is None:
@@ -135,8 +136,8 @@ def choose_trajectory(
         if len(idx) < 2:  # nothing left to choose between: the final checkpoint alone
             continue
         agree_k = core.plurality_agreement(v.answers[idx]).astype(np.int64)
-        th_scores = {"accuracy": scores["accuracy"][idx], "nll": scores["nll"][idx], "agreement": prefix(agree_k)}
-        th_full = {"accuracy": full["accuracy"][idx], "nll": full["nll"][idx], "agreement": agree_k.sum(axis=1)}
+        th_scores = {r: sc[idx] for r, sc in scores.items()} | {"agreement": prefix(agree_k)}
+        th_full = {r: f[idx] for r, f in full.items()} | {"agreement": agree_k.sum(axis=1)}
         for (rule, label), p in {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}.items():
             vec = np.zeros(T)
             vec[idx] = p
@@ -145,6 +146,8 @@ def choose_trajectory(
     # one variant per group: per repetition one eligible variant of each group, groups reordered;
     # its last budget is "all groups", which differs by repetition, so it comes from the masks too
     for rule, maximize in (("accuracy", True), ("agreement", True), ("nll", False)):
+        if rule not in signals:
+            continue
         ov = subsets.one_variant.sums(signals[rule])
         probs = core.tie_probabilities(ov, maximize=maximize).mean(axis=1)
         for b, label in enumerate(subsets.ov_labels):

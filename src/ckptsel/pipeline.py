@@ -41,6 +41,7 @@ def population(validation: list[records.ValidationData]) -> dict:
     ckpts = [len(v.steps) for v in validation]
     return {
         "trajectories": len(validation),
+        "nll_records": any(records.MATCHED_WINDOW in v.nll for v in validation),
         "configurations": len({v.configuration for v in validation}),
         "tasks": sorted({v.task for v in validation}),
         "checkpoints": {"min": int(min(ckpts)), "max": int(max(ckpts))},
@@ -82,7 +83,7 @@ def checkpoint_curves(validation: list[records.ValidationData], scored) -> pd.Da
     """Per checkpoint: test accuracy, and validation accuracy / matched NLL on the eligible pool."""
     frames = []
     for v in validation:
-        nll = v.nll[records.MATCHED_WINDOW]
+        nll = v.nll.get(records.MATCHED_WINDOW)
         frames.append(
             pd.DataFrame(
                 {
@@ -92,7 +93,11 @@ def checkpoint_curves(validation: list[records.ValidationData], scored) -> pd.Da
                     "step": v.steps.astype(np.int64),
                     "test_accuracy": scored.test_accuracy[v.trajectory],
                     "validation_accuracy": 100.0 * v.correct.mean(axis=1),
-                    "validation_nll": nll.sum(axis=1) / v.n_tokens[records.MATCHED_WINDOW].sum(),
+                    "validation_nll": (
+                        nll.sum(axis=1) / v.n_tokens[records.MATCHED_WINDOW].sum()
+                        if nll is not None
+                        else np.full(len(v.steps), np.nan)
+                    ),
                 }
             )
         )

@@ -79,10 +79,7 @@ def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
     String columns are read dictionary-encoded (an order of magnitude faster than plain
     strings on millions of rows) and stay so; :func:`_codes` turns them into integers.
     """
-    try:
-        schema = pq.read_schema(path)
-    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for bad files
-        raise CkptselError(f"{path}: not a readable Parquet file ({err})") from err
+    schema = _schema(path)
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise CkptselError(f"{path}: missing column(s) {', '.join(missing)}")
@@ -116,6 +113,13 @@ def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
             col = col.cast(pa.float64())
         out[name] = col
     return pa.table(out)
+
+
+def _schema(path: Path) -> pa.Schema:
+    try:
+        return pq.read_schema(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for bad files
+        raise CkptselError(f"{path}: not a readable Parquet file ({err})") from err
 
 
 def _check_splits(path: Path) -> None:
@@ -301,24 +305,87 @@ def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: P
 
 
 # --------------------------------------------------------------------------- public loaders
+class _NllTable:
+    """The validation NLL rows, ready to be placed on each trajectory's grid."""
+
+    def __init__(self, npath: Path, gen_items: np.ndarray):
+        self.path = npath
+        table = _read(npath, NLL_COLUMNS, "validation")
+        self.grid = _Grid(table, npath, key_extra="window")
+        _check_nll_values(table, self.grid, npath)
+        self.windows = table.column("window").to_numpy()
+        self.nll_sum = table.column("nll_sum").to_numpy()
+        self.n_tokens = table.column("n_tokens").to_numpy()
+        self.traj_index = {name: i for i, name in enumerate(self.grid.trajs)}
+        # NLL item codes -> generation item codes (-1: the item has no generation record)
+        self.to_gen = pd.Index(gen_items).get_indexer(self.grid.items)
+
+    def trajectory(self, traj: str, steps, item_index, item_ids, gpath: Path):
+        """``(nll, n_tokens, present)`` per window for one trajectory's (T, n) grid."""
+        nl = self.grid
+        if traj not in self.traj_index:
+            raise CkptselError(f"{_describe(self.path, traj)}: no validation NLL records for this trajectory")
+        nrows = nl.rows_of(self.traj_index[traj])
+        nsteps = nl.axes(nrows)[0]
+        if not np.array_equal(steps, nsteps):
+            raise CkptselError(
+                f"trajectory {traj!r}: generation and NLL tables disagree on its validation "
+                f"checkpoints (only in {gpath.name}: {sorted(set(steps) - set(nsteps))}; only in "
+                f"{self.path.name}: {sorted(set(nsteps) - set(steps))})"
+            )
+        T, n = len(steps), len(item_ids)
+        index = item_index[self.to_gen]
+        index[self.to_gen < 0] = -1
+        nci, nii = np.searchsorted(steps, nl.step[nrows]), index[nl.item_code[nrows]]
+        known = nii >= 0
+        nll_by_w, tok_by_w, present_by_w = {}, {}, {}
+        for w in np.unique(self.windows[nrows]):
+            sel = known & (self.windows[nrows] == w)
+            r = nrows[sel]
+            mat = np.zeros((T, n))
+            mat[nci[sel], nii[sel]] = self.nll_sum[r]
+            have = np.zeros((T, n), dtype=bool)
+            have[nci[sel], nii[sel]] = True
+            tok = np.full((T, n), -1, dtype=np.int64)
+            tok[nci[sel], nii[sel]] = self.n_tokens[r]
+            _check_tokens_constant(tok, have, self.path, traj, item_ids, steps, int(w))
+            nll_by_w[int(w)] = mat
+            tok_by_w[int(w)] = np.where(have, tok, -1).max(axis=0)
+            present_by_w[int(w)] = have
+        if MATCHED_WINDOW not in nll_by_w:
+            raise CkptselError(
+                f"{_describe(self.path, traj)}: no validation NLL rows with window={MATCHED_WINDOW}"
+            )
+        return nll_by_w, tok_by_w, present_by_w
+
+
+def has_validation_nll(records_dir: Path) -> bool:
+    """Whether the study has validation NLL records (``ingest lm-eval`` alone gives none)."""
+    npath = Path(records_dir) / NLL_FILE
+    if not npath.is_file():
+        return False
+    if "split" not in _schema(npath).names:
+        raise CkptselError(f"{npath}: missing column(s) split")
+    _check_splits(npath)
+    rows = pq.read_table(npath, columns=["split"], filters=[("split", "=", "validation")]).num_rows
+    return rows > 0
+
+
 def load_validation(records_dir: Path) -> list[ValidationData]:
-    """Validation records of every trajectory, with eligibility applied (SPEC §2, §4)."""
+    """Validation records of every trajectory, with eligibility applied (SPEC §2, §4).
+
+    A study without any validation NLL records (e.g. generations imported from
+    lm-evaluation-harness) is analysed without the matched-NLL rule: ``nll`` stays empty.
+    A study with NLL records must have them for every trajectory.
+    """
     records_dir = Path(records_dir)
-    gpath, npath = _path(records_dir, GENERATIONS_FILE), _path(records_dir, NLL_FILE)
+    gpath = _path(records_dir, GENERATIONS_FILE)
     gen = _read(gpath, GENERATION_COLUMNS, "validation")
-    nll = _read(npath, NLL_COLUMNS, "validation")
     if gen.num_rows == 0:
         raise CkptselError(f"{gpath}: no validation records")
     g = _Grid(gen, gpath)
-    nl = _Grid(nll, npath, key_extra="window")
-    _check_nll_values(nll, nl, npath)
+    nll = _NllTable(records_dir / NLL_FILE, g.items) if has_validation_nll(records_dir) else None
     expected = _final_steps(records_dir)
-    windows = nll.column("window").to_numpy()
-    nll_sum = nll.column("nll_sum").to_numpy()
-    n_tok = nll.column("n_tokens").to_numpy()
-    nl_traj_index = {name: i for i, name in enumerate(nl.trajs)}
-    # NLL item codes -> generation item codes (-1: the item has no generation record)
-    nl_to_gen = pd.Index(g.items).get_indexer(nl.items)
 
     out = []
     for t, traj in enumerate(g.trajs):
@@ -327,54 +394,22 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
         steps, item_codes, item_index = g.axes(rows)
         item_ids = g.items[item_codes]
         _check_final(traj, steps, expected, gpath)
-        if traj not in nl_traj_index:
-            raise CkptselError(f"{_describe(npath, traj)}: no validation NLL records for this trajectory")
-        nrows = nl.rows_of(nl_traj_index[traj])
-        nsteps = nl.axes(nrows)[0]
-        if not np.array_equal(steps, nsteps):
-            raise CkptselError(
-                f"trajectory {traj!r}: generation and NLL tables disagree on its validation "
-                f"checkpoints (only in {gpath.name}: {sorted(set(steps) - set(nsteps))}; only in "
-                f"{npath.name}: {sorted(set(nsteps) - set(steps))})"
-            )
-        T, n = len(steps), len(item_codes)
         present, corr, ans, groups = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")
-
-        # NLL rows: map item ids of the NLL table onto this trajectory's generation items
-        nl_item_index = item_index[nl_to_gen]
-        nl_item_index[nl_to_gen < 0] = -1
-        nci, nii = np.searchsorted(steps, nl.step[nrows]), nl_item_index[nl.item_code[nrows]]
-        known = nii >= 0
-        nll_by_w: dict[int, np.ndarray] = {}
-        tok_by_w: dict[int, np.ndarray] = {}
-        nll_present: dict[int, np.ndarray] = {}
-        for w in np.unique(windows[nrows]):
-            sel = known & (windows[nrows] == w)
-            r = nrows[sel]
-            mat = np.zeros((T, n))
-            mat[nci[sel], nii[sel]] = nll_sum[r]
-            have = np.zeros((T, n), dtype=bool)
-            have[nci[sel], nii[sel]] = True
-            tok = np.full((T, n), -1, dtype=np.int64)
-            tok[nci[sel], nii[sel]] = n_tok[r]
-            _check_tokens_constant(tok, have, npath, traj, item_ids, steps, int(w))
-            nll_by_w[int(w)] = mat
-            tok_by_w[int(w)] = np.where(have, tok, -1).max(axis=0)
-            nll_present[int(w)] = have
-
-        if MATCHED_WINDOW not in nll_by_w:
-            raise CkptselError(
-                f"{_describe(npath, traj)}: no validation NLL rows with window={MATCHED_WINDOW}"
-            )
         gen_complete = present.all(axis=0)
-        nll_complete = nll_present[MATCHED_WINDOW].all(axis=0)
-        empty = tok_by_w[MATCHED_WINDOW] == 0
-        eligible = gen_complete & nll_complete & ~empty
-        exclusions = {
-            "missing_generation": int((~gen_complete).sum()),
-            "missing_nll": int((gen_complete & ~nll_complete).sum()),
-            "empty_response": int((gen_complete & nll_complete & empty).sum()),
-        }
+        if nll is None:
+            nll_by_w, tok_by_w, nll_present = {}, {}, {}
+            eligible = gen_complete
+            exclusions = {"missing_generation": int((~gen_complete).sum()), "missing_nll": 0, "empty_response": 0}
+        else:
+            nll_by_w, tok_by_w, nll_present = nll.trajectory(traj, steps, item_index, item_ids, gpath)
+            nll_complete = nll_present[MATCHED_WINDOW].all(axis=0)
+            empty = tok_by_w[MATCHED_WINDOW] == 0
+            eligible = gen_complete & nll_complete & ~empty
+            exclusions = {
+                "missing_generation": int((~gen_complete).sum()),
+                "missing_nll": int((gen_complete & ~nll_complete).sum()),
+                "empty_response": int((gen_complete & nll_complete & empty).sum()),
+            }
         if not eligible.any():
             raise CkptselError(
                 f"{_describe(gpath, traj)}: no eligible validation items (every item lacks a "
@@ -395,13 +430,13 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
                 n_tokens=tokens_kept, exclusions=exclusions,
             )
         )
-    trajs = {v.trajectory for v in out}
-    missing = sorted(set(nl.trajs) - trajs)
-    if missing:
-        raise CkptselError(
-            f"{npath}: trajectory {missing[0]!r} has validation NLL records but no generation "
-            f"records in {gpath.name}"
-        )
+    if nll is not None:
+        missing = sorted(set(nll.grid.trajs) - {v.trajectory for v in out})
+        if missing:
+            raise CkptselError(
+                f"{nll.path}: trajectory {missing[0]!r} has validation NLL records but no generation "
+                f"records in {gpath.name}"
+            )
     return out
 
 

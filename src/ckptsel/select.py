@@ -66,11 +66,13 @@ def _estimate(mean: float, replicates: np.ndarray, level: float) -> dict:
 
 
 def _signals(v: ValidationData) -> dict[str, np.ndarray]:
-    return {
+    out = {
         "accuracy": v.correct.astype(np.float64),
         "agreement": core.plurality_agreement(v.answers).astype(np.float64),
-        "nll": v.nll[MATCHED_WINDOW],
     }
+    if MATCHED_WINDOW in v.nll:  # absent when the study has no NLL records
+        out["nll"] = v.nll[MATCHED_WINDOW]
+    return out
 
 
 def _weighted_sums(signal: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -225,8 +227,10 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
     weights = resample_counts(n, settings.draws, np.random.default_rng([settings.seed, 5]))
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
 
+    if rule not in signals:
+        raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
     rules = {}
-    for r in SELECT_RULES:
+    for r in (r for r in SELECT_RULES if r in signals):
         full = chosen[("nested", r, FULL)]
         point = split_validation_gains(signals[r], v.correct, MAXIMIZE[r], in_s, np.ones((1, n)))[0]
         reps = split_validation_gains(signals[r], v.correct, MAXIMIZE[r], in_s_boot, weights)

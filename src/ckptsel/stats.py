@@ -21,17 +21,23 @@ DIGITS = 6
 FEW_CONFIGURATIONS = 5
 
 
-def study_warnings(n_configurations: int) -> list[str]:
+def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]:
     """Caveats a reader must see next to the numbers."""
+    out = []
+    if not nll_records:
+        out.append(
+            "no validation NLL records (e.g. generations imported with `ckptsel ingest`): the "
+            "matched-NLL rule and every H (gain over matched NLL) are not reported"
+        )
     if n_configurations < FEW_CONFIGURATIONS:
         distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
-        return [
+        out.append(
             f"only {n_configurations} configuration(s): the configuration bootstrap has just {distinct} "
             "distinct resamples, so its intervals are not reliable; read the test-question intervals "
             "(tables/intervals.md, report.html) "
             "and add configurations before drawing conclusions"
-        ]
-    return []
+        )
+    return out
 
 
 @dataclass
@@ -189,7 +195,7 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     if j_est is not None:
         summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
     summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
-    summary["warnings"] = study_warnings(len(configs))
+    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True))
 
     tables = _tables(scored, configs, sums, sizes)
     return summary, tables

@@ -100,7 +100,8 @@ def budget_curve_figure(
         title
         or f"{quantity}_r(n) by validation budget, {int(round(summary.get('confidence', 0.95) * 100))}% intervals"
     )
-    ax.legend(fontsize=8, loc="best")
+    if ax.get_legend_handles_labels()[0]:  # nothing to label when a rule set is empty
+        ax.legend(fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -122,10 +123,10 @@ def configuration_gain_figure(
         (axes[1], "H", "H_r(full): gain over matched-NLL selection (pp)"),
     ):
         for k, r in enumerate(rules):
-            if q == "H" and r == "nll":
-                continue  # H_nll is 0 by definition
-            st = _style(r)
             col = f"{q}|nested|{r}|full"
+            if (q == "H" and r == "nll") or col not in df.columns:
+                continue  # H_nll is 0 by definition; no H at all without NLL records
+            st = _style(r)
             ax.plot(
                 df[col].to_numpy(float),
                 y + (k - 1) * 0.12,
