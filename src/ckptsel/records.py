@@ -295,6 +295,27 @@ def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str,
     return present, correct, answers, g.values[item_field][np.maximum(per_item, 0)]
 
 
+def _generation_grid(records_dir: Path, split: str) -> _Grid:
+    """One split of the generation records, validated and placed on its grid."""
+    gpath = _path(records_dir, GENERATIONS_FILE)
+    gen = _read(gpath, GENERATION_COLUMNS, split)
+    if gen.num_rows == 0:
+        raise CkptselError(f"{gpath}: no {split} records")
+    return _Grid(gen, gpath)
+
+
+def _trajectories(g: _Grid, records_dir: Path):
+    """Per trajectory: its rows, configuration, task, steps, item columns and ids, with the
+    declared final step checked."""
+    expected = _final_steps(records_dir)
+    for t, traj in enumerate(g.trajs):
+        rows = g.rows_of(t)
+        configuration, task = g.attrs(rows, traj)
+        steps, item_codes, item_index = g.axes(rows)
+        _check_final(traj, steps, expected, g.path)
+        yield traj, rows, configuration, task, steps, item_index, g.items[item_codes]
+
+
 def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: Path) -> None:
     if traj in expected and steps[-1] != expected[traj]:
         raise CkptselError(
@@ -379,21 +400,12 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     A study with NLL records must have them for every trajectory.
     """
     records_dir = Path(records_dir)
-    gpath = _path(records_dir, GENERATIONS_FILE)
-    gen = _read(gpath, GENERATION_COLUMNS, "validation")
-    if gen.num_rows == 0:
-        raise CkptselError(f"{gpath}: no validation records")
-    g = _Grid(gen, gpath)
+    g = _generation_grid(records_dir, "validation")
+    gpath = g.path
     nll = _NllTable(records_dir / NLL_FILE, g.items) if has_validation_nll(records_dir) else None
-    expected = _final_steps(records_dir)
 
     out = []
-    for t, traj in enumerate(g.trajs):
-        rows = g.rows_of(t)
-        configuration, task = g.attrs(rows, traj)
-        steps, item_codes, item_index = g.axes(rows)
-        item_ids = g.items[item_codes]
-        _check_final(traj, steps, expected, gpath)
+    for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
         present, corr, ans, groups = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")
         gen_complete = present.all(axis=0)
         if nll is None:
@@ -447,21 +459,12 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     validation checkpoints.
     """
     records_dir = Path(records_dir)
-    gpath = _path(records_dir, GENERATIONS_FILE)
-    gen = _read(gpath, GENERATION_COLUMNS, "test")
-    if gen.num_rows == 0:
-        raise CkptselError(f"{gpath}: no test records")
-    g = _Grid(gen, gpath)
-    expected = _final_steps(records_dir)
+    g = _generation_grid(records_dir, "test")
+    gpath = g.path
     val_steps = {v.trajectory: v.steps for v in validation or []}
     test_nll_steps = _test_nll_steps(records_dir)
     out = []
-    for t, traj in enumerate(g.trajs):
-        rows = g.rows_of(t)
-        configuration, task = g.attrs(rows, traj)
-        steps, item_codes, item_index = g.axes(rows)
-        item_ids = g.items[item_codes]
-        _check_final(traj, steps, expected, gpath)
+    for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
         if traj in test_nll_steps and not np.array_equal(steps, test_nll_steps[traj]):
             raise CkptselError(
                 f"trajectory {traj!r}: generation and NLL tables disagree on its test checkpoints "

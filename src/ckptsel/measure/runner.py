@@ -531,6 +531,13 @@ def measure_run(
                 model = holder.get(ckpt)
                 new_gen, new_nll = [], []
                 for split, its in splits.items():
+                    # what both passes (generation only, NLL only) share
+                    common = dict(
+                        task=task, split=split, trajectory=trajectory,
+                        configuration=configuration, step=ckpt.step, batch_size=batch_size,
+                        max_new_tokens=max_new_tokens, window=window, device=device,
+                        on_batch=tick,
+                    )  # fmt: skip
                     sel = [its[i] for i in todo_gen[split]]
                     if sel:
                         tg = time.perf_counter()
@@ -551,22 +558,7 @@ def measure_run(
                                 step=ckpt.step,
                             )
                         else:
-                            g, _ = measure_model(
-                                model,
-                                tokenizer,
-                                sel,
-                                task=task,
-                                split=split,
-                                trajectory=trajectory,
-                                configuration=configuration,
-                                step=ckpt.step,
-                                batch_size=batch_size,
-                                max_new_tokens=max_new_tokens,
-                                window=window,
-                                device=device,
-                                nll=False,
-                                on_batch=tick,
-                            )
+                            g, _ = measure_model(model, tokenizer, sel, nll=False, **common)
                         result.generation_seconds += time.perf_counter() - tg
                         result.generated_items += len(sel)
                         new_gen.append(
@@ -575,22 +567,7 @@ def measure_run(
                     sel = [its[i] for i in todo_nll[split]]
                     if sel:
                         tn = time.perf_counter()
-                        _, n = measure_model(
-                            model,
-                            tokenizer,
-                            sel,
-                            task=task,
-                            split=split,
-                            trajectory=trajectory,
-                            configuration=configuration,
-                            step=ckpt.step,
-                            batch_size=batch_size,
-                            max_new_tokens=max_new_tokens,
-                            window=window,
-                            device=device,
-                            generate=False,
-                            on_batch=tick,
-                        )
+                        _, n = measure_model(model, tokenizer, sel, generate=False, **common)
                         result.nll_seconds += time.perf_counter() - tn
                         result.scored_items += len(sel)
                         ih = dict(zip((it.item_id for it in its), hashes[split], strict=True))
