@@ -1,0 +1,18 @@
+"""Protocol defaults (SPEC §3, §4, §8, §11), each defined once.
+
+Settings objects (``ChoiceSettings``, ``StatSettings``, ``MeasureConfig``, …) and the CLI take
+their defaults from here; nothing else spells these numbers.
+"""
+
+from __future__ import annotations
+
+SEED = 20260825  # permutations, partitions and bootstrap draws (SPEC §8)
+PERMUTATIONS = 200  # nested validation orders per trajectory (SPEC §4); also matched-half partitions
+DRAWS = 20000  # bootstrap draws (SPEC §8)
+CONFIDENCE = 0.95  # interval level
+BUDGETS = (32, 64, 128, 256)  # finite validation budgets; "full" is always added (SPEC §4)
+ONE_VARIANT_BUDGETS = (32, 64, 128)  # one-variant-per-group sensitivity (SPEC §6)
+THINNING = (2, 3, 4)  # checkpoint-thinning factors (SPEC §6)
+BATCH_SIZE = 16  # prompts per measurement batch (answers do not depend on it)
+MAX_NEW_TOKENS = 512  # greedy generation length limit
+DATA_SEED = 42  # train/validation group split (SPEC §9)
