@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel import pipeline
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError
 from ckptsel.report import figures as figs
 from ckptsel.report import html as rhtml
 from ckptsel.report import tables as rtables
 from ckptsel.report import write_report
+from ckptsel.results import main_table_rows
 
 import recordsgen as rg
 
@@ -26,7 +26,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def expected_cell(e: dict) -> str:
-    """Written independently of pipeline.fmt: 'mean [lo, hi]' and 'unresolved' iff lo <= 0 <= hi."""
+    """Written independently of ckptsel.results.fmt: 'mean [lo, hi]' and 'unresolved' iff lo <= 0 <= hi."""
     text = f"{e['mean']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}]"
     return text + (" unresolved" if e["lo"] <= 0 <= e["hi"] else "")
 
@@ -233,7 +233,7 @@ def test_html_is_self_contained_and_reads_the_claims(results, summary):
     imgs = re.findall(r'<img [^>]*src="data:image/png;base64,([^"]+)"', page)
     assert len(imgs) == 5
     assert all(base64.b64decode(b).startswith(PNG_MAGIC) for b in imgs)
-    for rule, d, h, g in pipeline.main_table_rows(summary):
+    for rule, d, h, g in main_table_rows(summary):
         assert f"<td>{rule}</td>" in page
         for cell in (d, h, g):
             assert cell in page

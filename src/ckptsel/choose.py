@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ckptsel import defaults
 from ckptsel.analysis import core
+from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.io import write_parquet, write_text
 from ckptsel.records import ValidationData
-from ckptsel.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+from ckptsel.rules import H_BASELINE, RULES
+from ckptsel.schema import COMPLETE_WINDOW
 
-BUDGETS = (32, 64, 128, 256)
-ONE_VARIANT_BUDGETS = (32, 64, 128)
-THINNING = (2, 3, 4)
-RULES = ("accuracy", "agreement", "nll", "last")
 FULL = "full"
 CHOICES_FILE = "choices.parquet"
 HASH_FILE = "choices.sha256"
@@ -34,8 +33,8 @@ COLUMNS = ["trajectory", "scheme", "rule", "budget", "step", "prob"]
 
 @dataclass(frozen=True)
 class ChoiceSettings:
-    permutations: int = 200
-    seed: int = 20260825
+    permutations: int = defaults.PERMUTATIONS
+    seed: int = defaults.SEED
 
     def to_dict(self) -> dict:
         return {"permutations": self.permutations, "seed": self.seed}
@@ -51,21 +50,41 @@ def _rule_probs(
 ) -> dict[tuple[str, str], np.ndarray]:
     """Selection vectors per (rule, budget) from prefix scores ``(T, P, B)`` and full-pool scores."""
     out = {}
-    for rule, maximize in (("accuracy", True), ("agreement", True), ("nll", False)):
-        if rule not in scores:
-            continue
-        probs = core.tie_probabilities(scores[rule], maximize=maximize).mean(axis=1)  # (T, B)
-        final = core.tie_probabilities(full[rule], maximize=maximize)
+    for rule in (r for r in RULES.values() if r.name in scores):
+        probs = core.tie_probabilities(scores[rule.name], maximize=rule.maximize).mean(axis=1)  # (T, B)
+        final = core.tie_probabilities(full[rule.name], maximize=rule.maximize)
         probs = np.concatenate([probs, final[:, None]], axis=1)
         for b, label in enumerate(labels):
-            out[(rule, label)] = probs[:, b]
+            out[(rule.name, label)] = probs[:, b]
     return out
 
 
 def _last(n_checkpoints: int, labels: list[str]) -> dict[tuple[str, str], np.ndarray]:
+    """Rules without a signal keep the final checkpoint at every budget."""
     e = np.zeros(n_checkpoints)
     e[-1] = 1.0
-    return {("last", label): e for label in labels}
+    return {(r.name, label): e for r in RULES.values() if not r.chooses for label in labels}
+
+
+def signals(v: ValidationData) -> dict[str, np.ndarray]:
+    """Per-item validation signal ``(T, n)`` of every rule that has one for these records."""
+    out = {}
+    for rule in RULES.values():
+        sig = rule.signal(v) if rule.chooses else None
+        if sig is not None:  # e.g. without NLL records the matched-NLL rule (and H) is absent
+            out[rule.name] = sig
+    return out
+
+
+def thinned(v: ValidationData, idx: np.ndarray) -> ValidationData:
+    """The trajectory restricted to the checkpoints ``idx`` (items unchanged)."""
+    return replace(
+        v,
+        steps=v.steps[idx],
+        correct=v.correct[idx],
+        answers=v.answers[idx],
+        nll={w: a[idx] for w, a in v.nll.items()},
+    )
 
 
 @dataclass
@@ -106,12 +125,7 @@ def choose_trajectory(
     subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
     labels = subsets.labels
     P = settings.permutations
-    signals = {
-        "accuracy": v.correct.astype(np.int64),
-        "agreement": core.plurality_agreement(v.answers).astype(np.int64),
-    }
-    if MATCHED_WINDOW in v.nll:  # without NLL records the matched-NLL rule (and H) is absent
-        signals["nll"] = v.nll[MATCHED_WINDOW]
+    sig = signals(v)
 
     def prefix(sig: np.ndarray) -> np.ndarray:
         if subsets.nested is None:
@@ -119,25 +133,32 @@ def choose_trajectory(
         return subsets.nested.sums(sig)
 
     out: dict[tuple[str, str, str], np.ndarray] = {}
-    scores = {r: prefix(s) for r, s in signals.items()}
-    full = {r: s.sum(axis=1) for r, s in signals.items()}
+    scores = {r: prefix(s) for r, s in sig.items()}
+    full = {r: s.sum(axis=1) for r, s in sig.items()}
     for key, p in {**_rule_probs(scores, full, labels), **_last(T, labels)}.items():
         out[("nested", *key)] = p
 
     # complete-response NLL control: the NLL rule on window=0 sums, same subsets
     if COMPLETE_WINDOW in v.nll:
         nll0 = v.nll[COMPLETE_WINDOW]
-        for (rule, label), p in _rule_probs({"nll": prefix(nll0)}, {"nll": nll0.sum(axis=1)}, labels).items():
+        control = _rule_probs({H_BASELINE: prefix(nll0)}, {H_BASELINE: nll0.sum(axis=1)}, labels)
+        for (rule, label), p in control.items():
             out[("nll_complete", rule, label)] = p
 
-    # checkpoint thinning: accuracy/NLL sums are row subsets; agreement's pluralities are redone
+    # checkpoint thinning: accuracy/NLL sums are row subsets; grid-dependent signals (agreement's
+    # pluralities) are redone on the thinned grid
     for k in THINNING:
         idx = core.thinned_indices(T, k)
         if len(idx) < 2:  # nothing left to choose between: the final checkpoint alone
             continue
-        agree_k = core.plurality_agreement(v.answers[idx]).astype(np.int64)
-        th_scores = {r: sc[idx] for r, sc in scores.items()} | {"agreement": prefix(agree_k)}
-        th_full = {r: f[idx] for r, f in full.items()} | {"agreement": agree_k.sum(axis=1)}
+        th_scores = {r: sc[idx] for r, sc in scores.items()}
+        th_full = {r: f[idx] for r, f in full.items()}
+        redo = [r for r in sig if RULES[r].grid_dependent]
+        if redo:
+            v_k = thinned(v, idx)
+            for r in redo:
+                sig_k = RULES[r].signal(v_k)
+                th_scores[r], th_full[r] = prefix(sig_k), sig_k.sum(axis=1)
         for (rule, label), p in {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}.items():
             vec = np.zeros(T)
             vec[idx] = p
@@ -145,13 +166,11 @@ def choose_trajectory(
 
     # one variant per group: per repetition one eligible variant of each group, groups reordered;
     # its last budget is "all groups", which differs by repetition, so it comes from the masks too
-    for rule, maximize in (("accuracy", True), ("agreement", True), ("nll", False)):
-        if rule not in signals:
-            continue
-        ov = subsets.one_variant.sums(signals[rule])
-        probs = core.tie_probabilities(ov, maximize=maximize).mean(axis=1)
+    for rule in (r for r in RULES.values() if r.name in sig):
+        ov = subsets.one_variant.sums(sig[rule.name])
+        probs = core.tie_probabilities(ov, maximize=rule.maximize).mean(axis=1)
         for b, label in enumerate(subsets.ov_labels):
-            out[("one_variant", rule, label)] = probs[:, b]
+            out[("one_variant", rule.name, label)] = probs[:, b]
     for (rule, label), p in _last(T, subsets.ov_labels).items():
         out[("one_variant", rule, label)] = p
     return out

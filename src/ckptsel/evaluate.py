@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ckptsel.analysis import core
-from ckptsel.choose import BUDGETS, FULL, ONE_VARIANT_BUDGETS, RULES, THINNING, FrozenChoices
+from ckptsel.choose import FULL, FrozenChoices
+from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.records import TestData
+from ckptsel.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
 
 SCHEMES = ("nested", "one_variant", *(f"thin{k}" for k in THINNING), "nll_complete")
 BUDGET_LABELS = (*[str(b) for b in BUDGETS], FULL)
 OV_LABELS = (*[str(b) for b in ONE_VARIANT_BUDGETS], FULL)
-MH_RULES = ("oracle", "agreement")
+MH_RULES = tuple(MATCHED_HALF_RULES)
 MH_STATS = ("G_in", "G_out", "B")
 
 Name = tuple[str, ...]
@@ -49,15 +51,15 @@ def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkp
         if scheme == "nll_complete":
             continue
         out[("G", scheme, rule, budget)] = q - final
-        nll = vectors.get((scheme, "nll", budget))
+        nll = vectors.get((scheme, H_BASELINE, budget))
         if nll is not None:
             out[("H", scheme, rule, budget)] = q - nll
     for (scheme, _rule, budget), q in vectors.items():
         if scheme == "nll_complete":  # G of the window-0 NLL rule; H of every rule against it
-            out[("G", scheme, "nll", budget)] = q - final
+            out[("G", scheme, H_BASELINE, budget)] = q - final
             for r in RULES:
                 base = vectors.get(("nested", r, budget))
-                if base is not None and r != "nll":
+                if base is not None and r != H_BASELINE:
                     out[("H", scheme, r, budget)] = base - q
     for scheme in SCHEMES:
         for rule in RULES:

@@ -2,7 +2,8 @@
 
 The order is structural: validation records are loaded and the choices written and hashed
 *before* :func:`ckptsel.records.load_test` is called, and scoring only accepts choices read
-back through :func:`ckptsel.choose.load_frozen`, which checks the hash.
+back through :func:`ckptsel.choose.load_frozen`, which checks the hash. The results folder's
+names, its estimates and the main table are defined in :mod:`ckptsel.results`.
 """
 
 from __future__ import annotations
@@ -17,18 +18,13 @@ import numpy as np
 import pandas as pd
 
 from ckptsel import choose as ch
-from ckptsel import records
+from ckptsel import defaults, records
 from ckptsel.analysis.blas import single_threaded
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.evaluate import score
 from ckptsel.io import write_csv, write_parquet, write_text
+from ckptsel.results import CHOICES_DIR, RUN_FILE, SUMMARY_FILE, TABLES_DIR, main_table_markdown
 from ckptsel.stats import StatSettings, summarize
-
-SUMMARY_FILE = "summary.json"
-RUN_FILE = "run.json"  # provenance (paths, version): kept out of summary.json so it stays byte-stable
-CHOICES_DIR = "choices"
-TABLES_DIR = "tables"
-RULE_ORDER = ("accuracy", "agreement", "nll", "last")
 
 
 def population(validation: list[records.ValidationData]) -> dict:
@@ -69,12 +65,14 @@ def evaluate_frozen(records_dir: Path, out_dir: Path, validation: list, stat: St
     scored = score(frozen, tests)
     pop = population(validation)
     pop["test_items"] = scored.test_items
-    pop["_settings"] = {
-        "permutations": frozen.settings.permutations,
-        "partitions": frozen.settings.permutations,
-        "choices_sha256": frozen.sha256,
-    }
-    summary, tables = summarize(scored, stat, pop)
+    summary, tables = summarize(
+        scored,
+        stat,
+        pop,
+        permutations=frozen.settings.permutations,
+        partitions=frozen.settings.permutations,  # score() partitions the test pool as often
+        choices_sha256=frozen.sha256,
+    )
     tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
     return summary, tables
 
@@ -112,10 +110,10 @@ def analyze(
     records_dir: Path,
     out_dir: Path,
     *,
-    permutations: int = 200,
-    draws: int = 20000,
-    seed: int = 20260825,
-    level: float = 0.95,
+    permutations: int = defaults.PERMUTATIONS,
+    draws: int = defaults.DRAWS,
+    seed: int = defaults.SEED,
+    level: float = defaults.CONFIDENCE,
 ) -> dict:
     """The whole analysis; writes ``summary.json``, frozen choices and tables into ``out_dir``.
 
@@ -181,7 +179,7 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices in "
             f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
         )
-    stat = StatSettings(draws=stored["draws"], seed=stored["seed"], level=stored.get("confidence", 0.95))
+    stat = StatSettings(draws=stored["draws"], seed=stored["seed"], level=stored.get("confidence", defaults.CONFIDENCE))
     summary, _ = evaluate_frozen(records_dir, results_dir, validation, stat)
     if summary_json(summary) != summary_json(stored):
         diff = _first_difference(stored, summary)
@@ -197,34 +195,3 @@ def _first_difference(a, b, path: str = "") -> str:
             if a[k] != b[k]:
                 return _first_difference(a[k], b[k], f"{path}/{k}")
     return f"{path}: stored {a!r}, recomputed {b!r}"
-
-
-# --------------------------------------------------------------------------- main table
-def fmt(e: dict | None) -> str:
-    if not e or e.get("mean") is None:
-        return "–"
-    text = f"{e['mean']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}]"
-    return text + (" unresolved" if e["unresolved"] else "")
-
-
-def main_table_rows(summary: dict) -> list[tuple[str, str, str, str]]:
-    """(rule, D_r, H_r(full), G_r(full)) formatted as 'mean [lo, hi]' in pp."""
-    rows = []
-    for rule in RULE_ORDER:
-        full = summary["budget"].get(rule, {}).get("full", {})
-        rows.append((rule, fmt(summary["D"].get(rule)), fmt(full.get("H")), fmt(full.get("G"))))
-    return rows
-
-
-def main_table_markdown(summary: dict) -> str:
-    pop = summary["population"]
-    lines = [
-        f"Main table — {pop['trajectories']} trajectories in {pop['configurations']} configurations; "
-        f"percentage points, {int(summary['confidence'] * 100)}% configuration-bootstrap intervals "
-        f"({summary['draws']} draws).",
-        "",
-        "| rule | D_r (full − 32) | H_r(full) vs matched NLL | G_r(full) vs final |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {r} | {d} | {h} | {g} |" for r, d, h, g in main_table_rows(summary)]
-    return "\n".join(lines) + "\n"

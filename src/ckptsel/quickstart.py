@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptsel import defaults
 from ckptsel.embedded import BaseConfig, EmbeddedConfig, pretrain_base, write_embedded
 from ckptsel.io import write_text
 from ckptsel.study import Configuration, Study, study_to_toml
@@ -42,9 +43,9 @@ class QuickstartPlan:
     seeds: tuple[int, ...] = (42, 43, 44)
     max_new_tokens: int = 24
     measure_batch: int = 128
-    permutations: int = 200
-    draws: int = 20000
-    seed: int = 20260825
+    permutations: int = defaults.PERMUTATIONS
+    draws: int = defaults.DRAWS
+    seed: int = defaults.SEED
 
 
 def make_plan(fast: bool = False) -> QuickstartPlan:
@@ -468,7 +469,8 @@ def _run(
     report = None
     if analyze:
         from ckptsel.pipeline import analyze as run_analysis
-        from ckptsel.report import REPORT_FILE, write_report
+        from ckptsel.report import write_report
+        from ckptsel.results import REPORT_FILE
         from ckptsel.report.terminal import print_main_table
 
         t = time.perf_counter()

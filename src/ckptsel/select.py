@@ -26,16 +26,18 @@ from pathlib import Path
 
 import numpy as np
 
+from ckptsel import defaults
 from ckptsel.analysis import core
 from ckptsel.analysis.blas import single_threaded
 from ckptsel.analysis.bootstrap import percentile_interval, resample_counts
-from ckptsel.choose import BUDGETS, FULL, ChoiceSettings, choose_trajectory
+from ckptsel.choose import FULL, ChoiceSettings, choose_trajectory, signals
+from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, load_test, load_validation
-from ckptsel.schema import MATCHED_WINDOW
+from ckptsel.results import fmt
+from ckptsel.rules import RULES, SIGNAL_RULES
+from ckptsel.stats import est
 
-SELECT_RULES = ("accuracy", "agreement", "nll")
-MAXIMIZE = {"accuracy": True, "agreement": True, "nll": False}
 SPLIT_STREAM = 7  # hash stream of the split-validation partitions (distinct from choose's streams)
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
 
@@ -44,45 +46,19 @@ CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bound
 class SelectSettings:
     """How hard to look: partitions for the point estimate, draws × partitions for the interval."""
 
-    partitions: int = 200
+    partitions: int = defaults.PERMUTATIONS
     draws: int = 1000
     bootstrap_partitions: int = 20
-    permutations: int = 200
-    seed: int = 20260825
-    level: float = 0.95
+    permutations: int = defaults.PERMUTATIONS
+    seed: int = defaults.SEED
+    level: float = defaults.CONFIDENCE
 
 
 # --------------------------------------------------------------------------- estimates
 def _estimate(mean: float, replicates: np.ndarray, level: float) -> dict:
+    """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates."""
     lo, hi = percentile_interval(replicates[:, None], level)
-    lo, hi = float(lo[0]), float(hi[0])
-    unresolved = bool(not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0.0 <= hi)
-    return {
-        "mean": round(float(mean), 6),
-        "lo": round(lo, 6),
-        "hi": round(hi, 6),
-        "unresolved": unresolved,
-    }
-
-
-def _signals(v: ValidationData) -> dict[str, np.ndarray]:
-    out = {
-        "accuracy": v.correct.astype(np.float64),
-        "agreement": core.plurality_agreement(v.answers).astype(np.float64),
-    }
-    if MATCHED_WINDOW in v.nll:  # absent when the study has no NLL records
-        out["nll"] = v.nll[MATCHED_WINDOW]
-    return out
-
-
-def _weighted_sums(signal: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """``(T, R)`` = signal @ masks.T, with identical checkpoint rows summed once so that equal
-    checkpoints tie exactly (float NLL sums; integer signals are exact anyway)."""
-    first = core.first_identical_row(signal)
-    unique = np.flatnonzero(first == np.arange(signal.shape[0]))
-    out = np.zeros((signal.shape[0], masks.shape[0]))
-    out[unique] = signal[unique] @ masks.T
-    return out[first]
+    return est(mean, lo[0], hi[0])
 
 
 def split_validation_gains(
@@ -97,7 +73,7 @@ def split_validation_gains(
     """
     W, P = weights.shape[0], in_s.shape[0]
     corr = correct.astype(np.float64)
-    total_sig = _weighted_sums(signal, weights)  # (T, W)
+    total_sig = core.weighted_sums(signal, weights.T)  # (T, W)
     total_corr = corr @ weights.T
     total_w = weights.sum(axis=1)
     gains = np.empty(W * P)
@@ -108,7 +84,7 @@ def split_validation_gains(
             -1, in_s.shape[1]
         )  # (w*P, n)
         rep = np.repeat(np.arange(start, stop), P)
-        sig_in = _weighted_sums(signal, masks)
+        sig_in = core.weighted_sums(signal, masks.T)
         sig_out = total_sig[:, rep] - sig_in
         corr_in = corr @ masks.T
         corr_out = total_corr[:, rep] - corr_in
@@ -206,8 +182,8 @@ def select_checkpoint(
 
 
 def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: SelectSettings) -> dict:
-    if rule not in SELECT_RULES:
-        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SELECT_RULES)}")
+    if rule not in SIGNAL_RULES:
+        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
     if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
         raise CkptselError("--partitions and --bootstrap-partitions must be >= 1 and --draws >= 10")
     v = _trajectory(Path(records_dir), trajectory)
@@ -221,19 +197,20 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
     chosen = choose_trajectory(
         v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
     )
-    signals = _signals(v)
+    sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
     in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
     in_s_boot = in_s[: settings.bootstrap_partitions]
     weights = resample_counts(n, settings.draws, np.random.default_rng([settings.seed, 5]))
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
 
-    if rule not in signals:
+    if rule not in sig:
         raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
     rules = {}
-    for r in (r for r in SELECT_RULES if r in signals):
+    for r in (r for r in SIGNAL_RULES if r in sig):
         full = chosen[("nested", r, FULL)]
-        point = split_validation_gains(signals[r], v.correct, MAXIMIZE[r], in_s, np.ones((1, n)))[0]
-        reps = split_validation_gains(signals[r], v.correct, MAXIMIZE[r], in_s_boot, weights)
+        maximize = RULES[r].maximize
+        point = split_validation_gains(sig[r], v.correct, maximize, in_s, np.ones((1, n)))[0]
+        reps = split_validation_gains(sig[r], v.correct, maximize, in_s_boot, weights)
         split = _estimate(point, reps, settings.level)
         split.update({"partitions": settings.partitions, "half_sizes": [n // 2, n - n // 2]})
         curve = []
@@ -272,12 +249,12 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
     }
 
 
-def recommend(result: dict, rule: str, final_step: int, level: float = 0.95) -> dict:
+def recommend(result: dict, rule: str, final_step: int, level: float = defaults.CONFIDENCE) -> dict:
     """ "keep checkpoint X" only when the split-validation interval is wholly above 0."""
     tied = result["choice"]["steps"]
     sv = result["split_validation"]
     pct = int(round(level * 100))
-    gain = f"{sv['mean']:+.2f} pp [{sv['lo']:+.2f}, {sv['hi']:+.2f}]"
+    gain = fmt(sv, unit=" pp", mark=False)
     if final_step in tied:
         also = " (tied with other checkpoints)" if len(tied) > 1 else ""
         return {

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ckptsel import defaults
 from ckptsel.analysis import bootstrap as bs
-from ckptsel.choose import FULL, RULES, THINNING
+from ckptsel.choose import FULL
+from ckptsel.defaults import THINNING
 from ckptsel.evaluate import BUDGET_LABELS, MH_RULES, MH_STATS, OV_LABELS, Name, Scored
+from ckptsel.results import SCHEMA, Estimate
+from ckptsel.rules import RULES
 
-SCHEMA = 1
-DIGITS = 6
 FEW_CONFIGURATIONS = 5
 
 
@@ -42,9 +44,9 @@ def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]
 
 @dataclass
 class StatSettings:
-    draws: int = 20000
-    seed: int = 20260825
-    level: float = 0.95
+    draws: int = defaults.DRAWS
+    seed: int = defaults.SEED
+    level: float = defaults.CONFIDENCE
 
 
 def name_str(name: Name) -> str:
@@ -52,12 +54,8 @@ def name_str(name: Name) -> str:
 
 
 def est(mean: float, lo: float, hi: float) -> dict:
-    """An estimate in percentage points; an interval containing 0 is 'unresolved'."""
-    def r(x):
-        return None if not np.isfinite(x) else round(float(x) + 0.0, DIGITS)
-
-    unresolved = bool(not (np.isfinite(lo) and np.isfinite(hi)) or (lo <= 0.0 <= hi))
-    return {"mean": r(mean), "lo": r(lo), "hi": r(hi), "unresolved": unresolved}
+    """An estimate in percentage points, as stored (see :class:`ckptsel.results.Estimate`)."""
+    return Estimate(mean, lo, hi).to_dict()
 
 
 class _Estimates:
@@ -132,8 +130,20 @@ def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> t
     return onehot @ np.where(has, values, 0.0), onehot @ has.astype(np.float64)
 
 
-def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """The summary dictionary and the descriptive tables (per trajectory, per configuration)."""
+def summarize(
+    scored: Scored,
+    settings: StatSettings,
+    population: dict,
+    *,
+    permutations: int | None = None,
+    partitions: int | None = None,
+    choices_sha256: str | None = None,
+) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The summary dictionary and the descriptive tables (per trajectory, per configuration).
+
+    ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
+    ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
+    """
     configs = sorted(set(scored.configurations))
     conf_code = np.array([configs.index(c) for c in scored.configurations])
     sums, sizes = _config_sums(scored.values, conf_code, len(configs))
@@ -161,12 +171,13 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     j_names = [lin_names[k] for k in joint_cols]
     j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
 
+    provenance = {"permutations": permutations, "partitions": partitions, "choices_sha256": choices_sha256}
     summary = {
         "schema": SCHEMA,
         "seed": settings.seed,
         "draws": settings.draws,
         "confidence": settings.level,
-        **population.pop("_settings", {}),
+        **{k: v for k, v in provenance.items() if v is not None},
         "population": population,
     }
     summary.update(_study_blocks(conf_est, sensitivities=True))

@@ -122,11 +122,7 @@ class NestedSubsets:
         if signal.dtype.kind in "biu":
             flat = (signal.astype(np.float32) @ self.mask32).astype(np.float64)
         else:
-            first = first_identical_row(signal)
-            unique_rows = np.flatnonzero(first == np.arange(T))
-            flat = np.zeros((T, self.mask64.shape[1]))
-            flat[unique_rows] = signal[unique_rows] @ self.mask64
-            flat = flat[first]
+            flat = weighted_sums(signal, self.mask64)
         return flat.reshape(T, len(self.budgets), self.n_orders).transpose(0, 2, 1)
 
 
@@ -136,22 +132,19 @@ def first_identical_row(signal: np.ndarray) -> np.ndarray:
     return np.argmax(same, axis=1)
 
 
+def weighted_sums(signal: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``(T, R)`` = ``signal`` (T × n) @ ``weights`` (n × R) in float64, with identical checkpoint
+    rows summed once so that exactly equal checkpoints tie exactly (float NLL sums)."""
+    first = first_identical_row(signal)
+    unique_rows = np.flatnonzero(first == np.arange(signal.shape[0]))
+    out = np.zeros((signal.shape[0], weights.shape[1]))
+    out[unique_rows] = signal[unique_rows] @ weights
+    return out[first]
+
+
 def prefix_sums(signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
     """``(T, P, B)``: sum of ``signal[:, i]`` over the first ``n`` items of each order row."""
     return NestedSubsets(orders, budgets, signal.shape[1]).sums(signal)
-
-
-def nested_selection(
-    signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int], maximize: bool
-) -> np.ndarray:
-    """``(T, B)`` selection probabilities averaged over ties and the ``P`` orders."""
-    scores = prefix_sums(signal, orders, budgets)
-    return tie_probabilities(scores, maximize=maximize).mean(axis=1)
-
-
-def full_selection(signal: np.ndarray, maximize: bool) -> np.ndarray:
-    """``(T,)`` selection probabilities on the whole pool (the same for every permutation)."""
-    return tie_probabilities(signal.sum(axis=1), maximize=maximize)
 
 
 # --------------------------------------------------------------------------- matched half

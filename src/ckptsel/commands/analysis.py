@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ckptsel import pipeline
+from ckptsel import defaults, pipeline
+from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 
 console = Console()
 
@@ -18,10 +19,10 @@ def register(app: typer.Typer) -> None:
     def analyze(
         records_dir: Path = typer.Argument(..., help="Folder with generations.parquet and nll.parquet."),
         out: Path = typer.Option(..., "--out", help="Results folder (summary.json, choices/, tables/)."),
-        permutations: int = typer.Option(200, help="Nested validation permutations per trajectory."),
-        draws: int = typer.Option(20000, help="Bootstrap draws."),
-        seed: int = typer.Option(20260825, help="Seed for permutations, partitions and bootstraps."),
-        confidence: float = typer.Option(0.95, help="Interval level."),
+        permutations: int = typer.Option(defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."),
+        draws: int = typer.Option(defaults.DRAWS, help="Bootstrap draws."),
+        seed: int = typer.Option(defaults.SEED, help="Seed for permutations, partitions and bootstraps."),
+        confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
@@ -39,9 +40,9 @@ def register(app: typer.Typer) -> None:
 
             with console.status("writing tables, figures and report.html…"):
                 write_report(out)
-            console.print(f"report: {out / 'report.html'}")
+            console.print(f"report: {out / REPORT_FILE}")
         console.print(
-            f"wrote {out / pipeline.SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
+            f"wrote {out / SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
             f"in {time.perf_counter() - start:.1f} s"
         )
 

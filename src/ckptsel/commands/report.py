@@ -11,16 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ckptsel import defaults
 from ckptsel.errors import CkptselError
+from ckptsel.results import fmt
 
 console = Console()
-
-
-def _fmt(e: dict | None) -> str:
-    if not e:
-        return "–"
-    text = f"{e['mean']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}]"
-    return text + (" unresolved" if e["unresolved"] else "")
 
 
 def print_selection(result: dict) -> None:
@@ -49,7 +44,7 @@ def print_selection(result: dict) -> None:
             for c in r["budget_curve"]
         )
         table.add_row(
-            rule, choice, curve, _fmt(r["split_validation"]), _fmt(r["test"]) if r["test"] else "–"
+            rule, choice, curve, fmt(r["split_validation"]), fmt(r["test"])
         )
     console.print(table)
     rec = result["recommendation"]
@@ -113,14 +108,14 @@ def register(app: typer.Typer) -> None:
             help="Rule the recommendation follows: accuracy, agreement or nll.",
         ),
         partitions: int = typer.Option(
-            200, help="Random half/half partitions of the validation pool."
+            defaults.PERMUTATIONS, help="Random half/half partitions of the validation pool."
         ),
         draws: int = typer.Option(1000, help="Question-bootstrap draws for the intervals."),
         bootstrap_partitions: int = typer.Option(20, help="Partitions per bootstrap draw."),
         seed: int = typer.Option(
-            20260825, help="Seed for permutations, partitions and bootstraps."
+            defaults.SEED, help="Seed for permutations, partitions and bootstraps."
         ),
-        confidence: float = typer.Option(0.95, help="Interval level."),
+        confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
     ) -> None:
         """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the final one."""
         from ckptsel.select import SelectSettings, select_checkpoint

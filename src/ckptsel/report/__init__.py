@@ -15,16 +15,13 @@ import pandas as pd
 
 from ckptsel.errors import CkptselError
 from ckptsel.io import write_bytes, write_text
-
-REPORT_FILE = "report.html"
-FIGURES_DIR = "figures"
-TABLES_DIR = "tables"
+from ckptsel.results import FIGURES_DIR, REPORT_FILE, SCHEMA, SUMMARY_FILE, TABLES_DIR
 
 
 def load_results(results_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """``summary.json``, the per-configuration table and the checkpoint curves of a results folder."""
     results_dir = Path(results_dir)
-    spath = results_dir / "summary.json"
+    spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(
             f"{spath}: not found; run `ckptsel analyze RECORDS --out {results_dir}` first"
@@ -33,9 +30,9 @@ def load_results(results_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         summary = json.loads(spath.read_text(encoding="utf-8"))
     except ValueError as err:
         raise CkptselError(f"{spath}: not valid JSON ({err})") from err
-    if summary.get("schema") != 1:
+    if summary.get("schema") != SCHEMA:
         raise CkptselError(
-            f"{spath}: schema {summary.get('schema')!r} is not supported (expected 1)"
+            f"{spath}: schema {summary.get('schema')!r} is not supported (expected {SCHEMA})"
         )
     frames = []
     for name in ("per_configuration", "checkpoint_curves"):

@@ -19,16 +19,13 @@ from matplotlib.figure import Figure
 
 from ckptsel.errors import CkptselError
 from ckptsel.io import write_bytes
-from ckptsel.pipeline import RULE_ORDER
 from ckptsel.report.tables import budgets_in
+from ckptsel.results import level_percent
+from ckptsel.rules import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
 
 FIGURE_FORMATS = ("png", "svg")
 RULE_STYLE = {
-    "accuracy": {"color": "#1f77b4", "marker": "o", "label": "accuracy (labels)"},
-    "agreement": {"color": "#2ca02c", "marker": "s", "label": "agreement (no labels)"},
-    "nll": {"color": "#d62728", "marker": "^", "label": "matched NLL"},
-    "last": {"color": "#7f7f7f", "marker": "D", "label": "last (final checkpoint)"},
-    "oracle": {"color": "#9467bd", "marker": "P", "label": "oracle (labels of S)"},
+    r.name: {"color": r.color, "marker": r.marker, "label": r.label} for r in ALL_RULES.values()
 }
 
 
@@ -98,7 +95,7 @@ def budget_curve_figure(
     ax.set_ylabel(f"{what} (pp)")
     ax.set_title(
         title
-        or f"{quantity}_r(n) by validation budget, {int(round(summary.get('confidence', 0.95) * 100))}% intervals"
+        or f"{quantity}_r(n) by validation budget, {level_percent(summary)}% intervals"
     )
     if ax.get_legend_handles_labels()[0]:  # nothing to label when a rule set is empty
         ax.legend(fontsize=8, loc="best")
@@ -107,7 +104,7 @@ def budget_curve_figure(
 
 
 def configuration_gain_figure(
-    per_configuration: pd.DataFrame, rules: Iterable[str] = ("accuracy", "agreement", "nll")
+    per_configuration: pd.DataFrame, rules: Iterable[str] = SIGNAL_RULES
 ) -> Figure:
     """Per-configuration G_r(full) (vs final) and H_r(full) (vs matched NLL), grouped by task."""
     df = per_configuration.sort_values(["task", "configuration"], kind="stable").reset_index(
@@ -124,7 +121,7 @@ def configuration_gain_figure(
     ):
         for k, r in enumerate(rules):
             col = f"{q}|nested|{r}|full"
-            if (q == "H" and r == "nll") or col not in df.columns:
+            if (q == "H" and r == H_BASELINE) or col not in df.columns:
                 continue  # H_nll is 0 by definition; no H at all without NLL records
             st = _style(r)
             ax.plot(
@@ -161,7 +158,7 @@ def matched_half_figure(per_configuration: pd.DataFrame, summary: dict | None = 
     fig = Figure(figsize=(5.6, 5.0), layout="constrained")
     ax = fig.add_subplot()
     vals = []
-    for r in ("oracle", "agreement"):
+    for r in MATCHED_HALF_RULES:
         gi, go = f"MH|{r}|G_in", f"MH|{r}|G_out"
         if gi not in per_configuration.columns:
             continue
@@ -193,7 +190,7 @@ def matched_half_figure(per_configuration: pd.DataFrame, summary: dict | None = 
                 color=st["color"],
                 markeredgecolor="black",
                 capsize=3,
-                label=f"{st['label']}: mean, {int(round(summary.get('confidence', 0.95) * 100))}% intervals",
+                label=f"{st['label']}: mean, {level_percent(summary)}% intervals",
             )
     finite = np.concatenate(vals) if vals else np.array([0.0])
     finite = finite[np.isfinite(finite)]

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from ckptsel.pipeline import RULE_ORDER
 from ckptsel.report.tables import ReportTable
+from ckptsel.results import fmt, level_percent
+from ckptsel.rules import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -51,11 +52,7 @@ CLAIMS = (
     ("H", "Beats matched-NLL selection", "H_r(full)"),
     ("G", "Beats simply keeping the final checkpoint", "G_r(full)"),
 )
-RULE_WORDS = {
-    "accuracy": "generated accuracy (uses labels)",
-    "agreement": "checkpoint agreement (no labels)",
-    "nll": "matched NLL",
-}
+RULE_WORDS = {name: RULES[name].words for name in SIGNAL_RULES}
 
 
 def verdict(e: dict | None) -> str:
@@ -74,11 +71,11 @@ def _tag(v: str) -> str:
 
 def claim_sentences(summary: dict) -> list[tuple[str, str]]:
     """(verdict, plain-language sentence) for each claim and rule, from the numbers."""
-    level = int(round(summary.get("confidence", 0.95) * 100))
+    level = level_percent(summary)
     out = []
     for key, question, symbol in CLAIMS:
-        for rule in ("accuracy", "agreement", "nll"):
-            if key == "H" and rule == "nll":
+        for rule in SIGNAL_RULES:
+            if key == "H" and rule == H_BASELINE:
                 continue  # matched NLL against itself is 0 by construction
             if key == "D":
                 e = summary["D"].get(rule)
@@ -86,7 +83,7 @@ def claim_sentences(summary: dict) -> list[tuple[str, str]]:
                 e = summary["budget"].get(rule, {}).get("full", {}).get(key)
             v = verdict(e)
             if v == "not available":
-                if key == "D" and rule == "accuracy":
+                if key == "D" and rule == SIGNAL_RULES[0]:  # said once, not per rule
                     out.append(
                         (
                             v,
@@ -95,7 +92,7 @@ def claim_sentences(summary: dict) -> list[tuple[str, str]]:
                         )
                     )
                 continue
-            nums = f"{e['mean']:+.2f} pp [{e['lo']:+.2f}, {e['hi']:+.2f}]"
+            nums = fmt(e, unit=" pp", mark=False)
             if v == "unresolved":
                 reading = f"the {level}% interval contains 0, so these data cannot tell the sign"
             elif v == "resolved positive":

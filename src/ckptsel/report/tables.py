@@ -1,7 +1,7 @@
 """Paper-style tables from ``summary.json``: Markdown, LaTeX (booktabs) and CSV.
 
 Every table is built once as a :class:`ReportTable` holding both the strings a person reads
-(``display``: "mean [lo, hi]" cells, made by :func:`ckptsel.pipeline.fmt` so the CLI, the
+(``display``: "mean [lo, hi]" cells, made by :func:`ckptsel.results.fmt` so the CLI, the
 Markdown, the LaTeX and the HTML all print the same numbers) and the numbers behind them in
 long form (``numbers``: one row per estimate with mean/lo/hi/unresolved), which is what the
 CSV holds. An interval that contains 0 is marked "unresolved", never read as "no effect".
@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from ckptsel.io import write_csv, write_text
-from ckptsel.pipeline import RULE_ORDER, fmt
+from ckptsel.results import fmt, level_percent, main_table_rows
+from ckptsel.rules import RULE_ORDER
 
 BUDGET_ORDER = ("32", "64", "128", "256", "full")
 INTERVAL_KINDS = (
@@ -76,8 +77,6 @@ def _rules(block: dict) -> list[str]:
 # --------------------------------------------------------------------------- the tables
 def main_table(summary: dict) -> ReportTable:
     """Per rule: D_r, H_r(full), G_r(full) (the paper's main table)."""
-    from ckptsel.pipeline import main_table_rows
-
     display = pd.DataFrame(
         main_table_rows(summary),
         columns=["rule", "D_r (full − 32)", "H_r(full) vs matched NLL", "G_r(full) vs final"],
@@ -91,13 +90,9 @@ def main_table(summary: dict) -> ReportTable:
     pop = summary["population"]
     title = (
         f"Main table — {pop['trajectories']} trajectories in {pop['configurations']} configurations; "
-        f"percentage points, {_level(summary)}% configuration-bootstrap intervals ({summary['draws']} draws)."
+        f"percentage points, {level_percent(summary)}% configuration-bootstrap intervals ({summary['draws']} draws)."
     )
     return ReportTable("main_table", title, display, pd.DataFrame(nums))
-
-
-def _level(summary: dict) -> int:
-    return int(round(summary.get("confidence", 0.95) * 100))
 
 
 def _budget_rows(budget: dict, **keys: object) -> tuple[list[dict], list[dict]]:
@@ -125,7 +120,7 @@ def budget_curves(summary: dict) -> ReportTable:
     disp, nums = _budget_rows(summary["budget"])
     return ReportTable(
         "budget_curves",
-        f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {_level(summary)}% configuration-bootstrap "
+        f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {level_percent(summary)}% configuration-bootstrap "
         "intervals; 'full' is the whole eligible pool, whose size differs by dataset).",
         pd.DataFrame(disp),
         pd.DataFrame(nums),
@@ -141,7 +136,7 @@ def matched_half(summary: dict) -> ReportTable:
     return ReportTable(
         "matched_half",
         "Matched-half diagnostic on the test pool — gain on the half used to choose (G_in), on the other half "
-        f"(G_out), and the same-item optimism B = G_in − G_out (pp, {_level(summary)}% configuration-bootstrap intervals).",
+        f"(G_out), and the same-item optimism B = G_in − G_out (pp, {level_percent(summary)}% configuration-bootstrap intervals).",
         pd.DataFrame(disp, columns=["rule", "G_in", "G_out", "B"]),
         pd.DataFrame(nums),
     )
@@ -180,7 +175,7 @@ def task_strata(summary: dict) -> ReportTable:
             ]
     return ReportTable(
         "task_strata",
-        f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {_level(summary)}% intervals).",
+        f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {level_percent(summary)}% intervals).",
         pd.DataFrame(disp),
         pd.DataFrame(nums),
     )
@@ -257,18 +252,11 @@ def sensitivities(summary: dict) -> ReportTable:
     return ReportTable(
         "sensitivities",
         "Sensitivities — one variant per group, checkpoint thinning and the complete-response NLL control "
-        f"(pp, {_level(summary)}% configuration-bootstrap intervals; in the NLL control H is measured against the "
+        f"(pp, {level_percent(summary)}% configuration-bootstrap intervals; in the NLL control H is measured against the "
         "complete-response NLL rule).",
         pd.DataFrame(disp, columns=["analysis", "rule", "D_r", "H_r(full)", "G_r(full)"]),
         pd.DataFrame(nums),
     )
-
-
-def _interval(e: dict | None) -> str:
-    e = _est(e)
-    if not e:
-        return "–"
-    return f"[{e['lo']:+.2f}, {e['hi']:+.2f}]" + (" unresolved" if e["unresolved"] else "")
 
 
 def interval_comparison(summary: dict) -> ReportTable:
@@ -285,14 +273,14 @@ def interval_comparison(summary: dict) -> ReportTable:
             ests = {kind: getter(src, rule) for kind, src in sources}
             base = _est(ests.get("configuration"))
             row = {"rule": rule, "quantity": qname, "mean": f"{base['mean']:+.2f}" if base else "–"}
-            row.update({f"{kind} interval": _interval(e) for kind, e in ests.items()})
+            row.update({f"{kind} interval": fmt(e, mean=False) for kind, e in ests.items()})
             disp.append(row)
             nums += [
                 _num_row(e, rule=rule, quantity=qname, interval=kind) for kind, e in ests.items()
             ]
     return ReportTable(
         "intervals",
-        f"Interval comparison — {_level(summary)}% percentile intervals from the configuration bootstrap (primary), "
+        f"Interval comparison — {level_percent(summary)}% percentile intervals from the configuration bootstrap (primary), "
         "the test-question bootstrap (frozen choices held fixed) and the joint bootstrap.",
         pd.DataFrame(disp),
         pd.DataFrame(nums),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ckptsel.pipeline import main_table_rows
+from ckptsel.results import main_table_rows
 
 
 def print_main_table(summary: dict, console: Console | None = None) -> None:
