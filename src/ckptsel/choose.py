@@ -3,7 +3,8 @@
 Nothing here can see a test record: :func:`choose` takes only :class:`ValidationData`.
 :func:`freeze` writes the choices and their SHA-256; :func:`load_frozen` is the only way
 to obtain a :class:`FrozenChoices`, and it verifies the hash first. Scoring accepts nothing
-else.
+else. The rules (signal, direction) come from :mod:`ckptsel.rules`, the budgets, thinning
+factors and settings' defaults from :mod:`ckptsel.defaults`.
 """
 
 from __future__ import annotations

@@ -470,8 +470,8 @@ def _run(
     if analyze:
         from ckptsel.pipeline import analyze as run_analysis
         from ckptsel.report import write_report
-        from ckptsel.results import REPORT_FILE
         from ckptsel.report.terminal import print_main_table
+        from ckptsel.results import REPORT_FILE
 
         t = time.perf_counter()
         results = out / "results"

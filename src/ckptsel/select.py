@@ -16,7 +16,9 @@ is never scored on the items used to make it:
 
 The recommendation is "keep checkpoint X" only when the split-validation interval lies
 wholly above 0; otherwise "keep the final checkpoint", with the reason. Everything is
-vectorized: masks and matrix products over partitions and draws.
+vectorized: masks and matrix products over partitions and draws. The rules and their signals
+come from :mod:`ckptsel.rules` (via :func:`ckptsel.choose.signals`), weighted sums from
+:func:`ckptsel.analysis.core.weighted_sums` and estimates from :func:`ckptsel.stats.est`.
 """
 
 from __future__ import annotations

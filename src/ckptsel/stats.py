@@ -1,7 +1,8 @@
 """Statistics over scored trajectories: point estimates, bootstrap intervals, descriptives.
 
 Turns a :class:`~ckptsel.evaluate.Scored` into the ``summary.json`` structure (SPEC §12,
-schema 1) plus per-trajectory and per-configuration tables. Pure computation; no I/O.
+schema 1) plus per-trajectory and per-configuration tables. Pure computation; no I/O. Blocks
+iterate over :data:`ckptsel.rules.RULES`; every estimate is a :class:`ckptsel.results.Estimate`.
 """
 
 from __future__ import annotations
@@ -131,13 +132,8 @@ def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> t
 
 
 def summarize(
-    scored: Scored,
-    settings: StatSettings,
-    population: dict,
-    *,
-    permutations: int | None = None,
-    partitions: int | None = None,
-    choices_sha256: str | None = None,
+    scored: Scored, settings: StatSettings, population: dict, *, permutations: int | None = None,
+    partitions: int | None = None, choices_sha256: str | None = None,
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """The summary dictionary and the descriptive tables (per trajectory, per configuration).
 
