@@ -85,7 +85,7 @@ LAST = RuleSpec(
     "last", None, maximize=True, uses_labels=False,
     label="last (final checkpoint)", color="#7f7f7f", marker="D",
 )  # fmt: skip
-ORACLE = RuleSpec(
+ORACLE = RuleSpec(  # matched half only: correctness on the selection half of the *test* pool
     "oracle", accuracy_signal, maximize=True, uses_labels=True,
     label="oracle (labels of S)", color="#9467bd", marker="P",
 )  # fmt: skip
