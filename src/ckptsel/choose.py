@@ -20,7 +20,7 @@ from ckptsel.analysis import core
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.io import write_parquet, write_text
 from ckptsel.records import ValidationData
-from ckptsel.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
 
 BUDGETS = (32, 64, 128, 256)
 ONE_VARIANT_BUDGETS = (32, 64, 128)

@@ -156,7 +156,7 @@ def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]
     checkpoint's test accuracy (pp)."""
     import pandas as pd
 
-    from ckptsel.schema import GENERATIONS_FILE
+    from ckptsel.records.schema import GENERATIONS_FILE
 
     gen = pd.read_parquet(
         records_dir / GENERATIONS_FILE, columns=["trajectory", "step", "split", "correct"]
@@ -185,7 +185,8 @@ def trajectory_job(
     locks its files, so trajectories measured in parallel never clobber each other."""
     import torch
 
-    from ckptsel.measure.runner import measure_run
+    from ckptsel.commands.measure import progress_bars
+    from ckptsel.measure import MeasureConfig, measure_run
     from ckptsel.study import load_study
     from ckptsel.train import train_study
 
@@ -196,19 +197,20 @@ def trajectory_job(
     cfg = {n: c for n, c, _ in study.trajectories()}[name]
     lines: list[str] = []
     train_study(study, only=[name], device=device, progress=progress, log=lines.append)
-    res = measure_run(
-        study.run_root / name,
-        task=study.task,
-        validation=study.validation,
-        test=study.test,
-        out=study.records_root,
-        trajectory=name,
-        configuration=cfg.name,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
-        device=device,
-        progress=progress,
+    config = MeasureConfig(
+        study.task, batch_size=batch_size, max_new_tokens=max_new_tokens, device=device
     )
+    with progress_bars(progress) as on_progress:
+        res = measure_run(
+            study.run_root / name,
+            config,
+            validation=study.validation,
+            test=study.test,
+            out=study.records_root,
+            trajectory=name,
+            configuration=cfg.name,
+            on_progress=on_progress,
+        )
     lines.append(
         f"{name}: measured {len(res.measured_steps)} checkpoints, reused {len(res.reused_steps)}"
     )
@@ -220,7 +222,7 @@ def finished_trajectories(study: Study) -> set[str]:
     splits: a second quickstart run skips them without starting a process."""
     import pandas as pd
 
-    from ckptsel.schema import GENERATIONS_FILE, NLL_FILE
+    from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
     from ckptsel.train import study_status
 
     gpath, npath = study.records_root / GENERATIONS_FILE, study.records_root / NLL_FILE

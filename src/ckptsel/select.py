@@ -32,7 +32,7 @@ from ckptsel.analysis.bootstrap import percentile_interval, resample_counts
 from ckptsel.choose import BUDGETS, FULL, ChoiceSettings, choose_trajectory
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, load_test, load_validation
-from ckptsel.schema import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW
 
 SELECT_RULES = ("accuracy", "agreement", "nll")
 MAXIMIZE = {"accuracy": True, "agreement": True, "nll": False}
@@ -174,7 +174,7 @@ def _trajectory(records_dir: Path, trajectory: str) -> ValidationData:
 def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     import pyarrow.parquet as pq
 
-    from ckptsel.schema import GENERATIONS_FILE
+    from ckptsel.records.schema import GENERATIONS_FILE
 
     path = Path(records_dir) / GENERATIONS_FILE
     rows = pq.read_table(
