@@ -99,17 +99,6 @@ def _train_with_callback(root: Path):
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """Tiny matrices: one thread is much faster than two on a shared 2-core machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def trained(tmp_path_factory, one_thread):
     root = tmp_path_factory.mktemp("callback")
     base, val, test, callback = _train_with_callback(root)

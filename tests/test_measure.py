@@ -21,13 +21,7 @@ WINDOW = 64  # small matched window so the long test responses are really trunca
 MAX_NEW = 16
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run far faster on one thread on a shared 2-core machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_cli(args: list[str]) -> int:

@@ -22,12 +22,7 @@ from tinyrun import build_tiny_run, save_lora_checkpoints, write_jsonl  # noqa: 
 STEPS = (10, 20, 30, 40, 50)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptsel.defaults import DATA_SEED, SEED
 from ckptsel.embedded import BaseConfig, EmbeddedConfig, pretrain_base, write_embedded
 from ckptsel.io import write_text
 from ckptsel.study import Configuration, Study, study_to_toml
@@ -44,7 +45,7 @@ class QuickstartPlan:
     measure_batch: int = 128
     permutations: int = 200
     draws: int = 20000
-    seed: int = 20260825
+    seed: int = SEED
 
 
 def make_plan(fast: bool = False) -> QuickstartPlan:
@@ -401,13 +402,13 @@ def _run(
         not (split_dir / "lineage.json").is_file()
         or json.loads((split_dir / "lineage.json").read_text()).get("source_sha256") is None
     ):
-        split_file(files.metamath, split_dir, seed=42, val_fraction=0.1)
+        split_file(files.metamath, split_dir, seed=DATA_SEED, val_fraction=0.1)
     else:
         import hashlib
 
         lin = json.loads((split_dir / "lineage.json").read_text())
         if lin["source_sha256"] != hashlib.sha256(files.metamath.read_bytes()).hexdigest():
-            split_file(files.metamath, split_dir, seed=42, val_fraction=0.1)
+            split_file(files.metamath, split_dir, seed=DATA_SEED, val_fraction=0.1)
     train_file, val_file = split_dir / "train.json", split_dir / "validation.json"
     test_measure = write_measure_test(files.test, out / "data" / "test_measure.json")
     stage("data + split", t)
