@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel.io import write_records
 from ckptsel.pipeline import analyze
+from ckptsel.records import write_records
 from ckptsel.simulate import PRESETS, simulate
 
 from _common import machine, update_section

@@ -82,7 +82,7 @@ def swap_rss(run) -> tuple[float, float]:
     import torch
 
     from ckptsel.measure.checkpoints import discover_checkpoints
-    from ckptsel.measure.runner import ModelHolder
+    from ckptsel.measure.models import ModelHolder
 
     ckpts = discover_checkpoints(run.run_dir)
     holder = ModelHolder("cpu", torch.float32)
@@ -115,7 +115,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from ckptsel.measure import measure_run
+    from ckptsel.commands.measure import progress_bars
+    from ckptsel.measure import MeasureConfig, measure_run
 
     from tinyrun import build_tiny_run
 
@@ -142,17 +143,19 @@ def main() -> None:
             )
             rss.append((step, rss_mb(), peak_mb(), rows))
 
-        res = measure_run(
-            run.run_dir,
-            task="gsm8k",
-            validation=run.validation,
-            test=run.test,
-            out=tmp / "records",
-            batch_size=args.batch_size,
-            max_new_tokens=args.max_new_tokens,
-            progress=True,
-            after_checkpoint=after,
+        config = MeasureConfig(
+            "gsm8k", batch_size=args.batch_size, max_new_tokens=args.max_new_tokens
         )
+        with progress_bars() as on_progress:
+            res = measure_run(
+                run.run_dir,
+                config,
+                validation=run.validation,
+                test=run.test,
+                out=tmp / "records",
+                on_progress=on_progress,
+                after_checkpoint=after,
+            )
         gen_rate = res.generated_items / res.generation_seconds
         nll_rate = res.scored_items / res.nll_seconds
         print(

@@ -8,6 +8,18 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module's tiny models: tiny matrices run far faster on one
+    thread than on two on a shared, busy 2-core machine. Modules that run tiny models say
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real data files shipped beside the repo (../shared/data); skip where absent."""

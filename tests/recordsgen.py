@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel.io import write_records
-from ckptsel.schema import GENERATION_COLUMNS, NLL_COLUMNS
+from ckptsel.records import write_records
+from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS
 
 
 @dataclass

@@ -25,6 +25,7 @@ def _train_with_callback(root: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
     from ckptsel.integrations import RecordingCallback
+    from ckptsel.measure import MeasureConfig
     from ckptsel.tasks import load_items
     from ckptsel.train import collate, encode_example
 
@@ -62,13 +63,11 @@ def _train_with_callback(root: Path):
     ]
     callback = RecordingCallback(
         val,
-        "gsm8k",
+        MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW),
         root / "records_cb",
         "tiny-s0",
         "tiny",
         test=test,
-        batch_size=4,
-        max_new_tokens=MAX_NEW,
         verbose=False,
     )
     args = TrainingArguments(
@@ -100,17 +99,6 @@ def _train_with_callback(root: Path):
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """Tiny matrices: one thread is much faster than two on a shared 2-core machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def trained(tmp_path_factory, one_thread):
     root = tmp_path_factory.mktemp("callback")
     base, val, test, callback = _train_with_callback(root)
@@ -137,7 +125,7 @@ def test_callback_records_every_save(trained):
 
 
 def test_callback_records_equal_measure_on_saved_checkpoints(trained):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure import MeasureConfig, measure_run
 
     root, base, val, test, _ = trained
     run_dir = root / "runs" / "tiny-s0"
@@ -145,16 +133,13 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
     assert cfg["base_model_name_or_path"]
     measure_run(
         run_dir,
-        task="gsm8k",
+        MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW),
         validation=val,
         test=test,
         out=root / "records_cli",
         base=str(base),
         trajectory="tiny-s0",
         configuration="tiny",
-        batch_size=4,
-        max_new_tokens=MAX_NEW,
-        progress=False,
     )
     key = ["trajectory", "step", "split", "item_id"]
     a = (

@@ -15,15 +15,7 @@ from ckptsel.tasks import load_items
 SMALL = E.EmbeddedConfig(n_original=120, variants=3, n_test=150, n_pretrain=400)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one thread, and far faster on a shared, busy machine."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _eval(q: str) -> int:

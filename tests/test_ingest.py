@@ -13,8 +13,7 @@ import pytest
 
 from ckptsel.errors import CkptselError
 from ckptsel.ingest import ingest_lm_eval
-from ckptsel.measure.store import upsert_records
-from ckptsel.schema import GENERATION_COLUMNS
+from ckptsel.records import GENERATION_COLUMNS, upsert_records
 
 STAMP = "2025-03-04T05-06-07.123456"
 GSM8K_DOCS = [

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.schema import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
+from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
 
 from tinyrun import build_tiny_run, make_gsm8k_rows, write_jsonl  # noqa: E402
 
@@ -21,13 +21,7 @@ WINDOW = 64  # small matched window so the long test responses are really trunca
 MAX_NEW = 16
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run far faster on one thread on a shared 2-core machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_cli(args: list[str]) -> int:
@@ -222,7 +216,7 @@ def test_batch_size_does_not_change_answers_or_nll(measured):
 
 
 def test_measure_model_in_memory(measured):
-    from ckptsel.measure import measure_model
+    from ckptsel.measure import MeasureConfig, measure_model
     from ckptsel.tasks import load_items
 
     run, _, gen, nll = measured
@@ -232,13 +226,10 @@ def test_measure_model_in_memory(measured):
         model,
         tok,
         its,
-        task="gsm8k",
+        MeasureConfig("gsm8k", batch_size=3, max_new_tokens=MAX_NEW, window=WINDOW),
         split="test",
         trajectory="run-a",
         step=30,
-        batch_size=3,
-        max_new_tokens=MAX_NEW,
-        window=WINDOW,
     )
     ref_g = gen[(gen["step"] == 30) & (gen["split"] == "test")].reset_index(drop=True)
     pd.testing.assert_frame_equal(g.sort_values("item_id").reset_index(drop=True), ref_g)
@@ -250,32 +241,23 @@ def test_measure_model_in_memory(measured):
 
 
 def test_lora_run_loads_the_base_once_and_full_run_loads_each(tmp_path):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure import MeasureConfig, measure_run
 
     run = build_tiny_run(
         tmp_path / "full", steps=(5, 7), n_validation=3, n_test=2, full=True, run_name="full"
     )
+    config = MeasureConfig("gsm8k", max_new_tokens=4, window=WINDOW)
     res = measure_run(
-        run.run_dir,
-        task="gsm8k",
-        validation=run.validation,
-        test=run.test,
-        out=tmp_path / "rec",
-        max_new_tokens=4,
-        window=WINDOW,
-        progress=False,
+        run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec"
     )
     assert res.model_loads == 2 and res.measured_steps == [5, 7]
     lora = build_tiny_run(tmp_path / "lora", steps=(1, 2, 3), n_validation=3, n_test=2)
     res = measure_run(
         lora.run_dir,
-        task="gsm8k",
+        config,
         validation=lora.validation,
         test=lora.test,
         out=tmp_path / "rec",
-        max_new_tokens=4,
-        window=WINDOW,
-        progress=False,
         trajectory="lora-run",
     )
     assert res.model_loads == 1 and res.measured_steps == [1, 2, 3]
@@ -392,16 +374,15 @@ def test_vllm_backend_without_vllm_says_how_to_install(recorded, capsys):
 
 
 def test_measure_run_raises_ckptsel_error(measured, tmp_path):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure import MeasureConfig, measure_run
 
     run, *_ = measured
     with pytest.raises(CkptselError, match="run directory not found"):
         measure_run(
             tmp_path / "nope",
-            task="gsm8k",
+            MeasureConfig("gsm8k"),
             validation=run.validation,
             test=run.test,
             out=tmp_path / "rec",
-            progress=False,
         )
     assert not (tmp_path / "rec").exists()

@@ -22,12 +22,7 @@ from tinyrun import build_tiny_run, save_lora_checkpoints, write_jsonl  # noqa: 
 STEPS = (10, 20, 30, 40, 50)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -125,19 +120,15 @@ def test_killed_run_resumes_to_identical_records(run, uninterrupted, tmp_path, c
 
 
 def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_path, capsys):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure import MeasureConfig, measure_run
 
     out = copy_records(uninterrupted, tmp_path)
     res = measure_run(
         run.run_dir,
-        task="gsm8k",
+        MeasureConfig("gsm8k", batch_size=3, max_new_tokens=8, window=64),
         validation=run.validation,
         test=run.test,
         out=out,
-        batch_size=3,
-        max_new_tokens=8,
-        window=64,
-        progress=False,
     )
     assert res.measured_steps == [] and res.reused_steps == list(STEPS) and res.model_loads == 0
     g, n = read(out)
@@ -147,14 +138,10 @@ def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_pat
     # a different decoding setting is a different measurement: generation again, NLL reused
     res = measure_run(
         run.run_dir,
-        task="gsm8k",
+        MeasureConfig("gsm8k", batch_size=4, max_new_tokens=3, window=64),
         validation=run.validation,
         test=run.test,
         out=out,
-        batch_size=4,
-        max_new_tokens=3,
-        window=64,
-        progress=False,
     )
     assert res.generated_items == 14 * len(STEPS) and res.scored_items == 0
     g, n = read(out)
@@ -163,25 +150,18 @@ def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_pat
 
 
 def test_edited_item_is_remeasured_alone(run, uninterrupted, tmp_path):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure import MeasureConfig, measure_run
 
     from tinyrun import make_gsm8k_rows
 
     out = copy_records(uninterrupted, tmp_path)
-    kw = dict(
-        task="gsm8k",
-        test=run.test,
-        out=out,
-        batch_size=1,
-        max_new_tokens=8,
-        window=64,
-        progress=False,
-    )
+    kw = dict(test=run.test, out=out)
+    config = MeasureConfig("gsm8k", batch_size=1, max_new_tokens=8, window=64)
     before = read(out)
     rows = make_gsm8k_rows(8, seed=0)
     rows[2]["question"] = rows[2]["question"].replace("How many", "Now how many")
     edited = write_jsonl(tmp_path / "validation.jsonl", rows)
-    res = measure_run(run.run_dir, validation=edited, **kw)
+    res = measure_run(run.run_dir, config, validation=edited, **kw)
     assert res.generated_items == len(STEPS) and res.scored_items == len(STEPS)
     after = read(out)
     changed = after[1]["nll_sum"] != before[1]["nll_sum"]

@@ -14,16 +14,7 @@ pytest.importorskip("peft")
 from ckptsel.cli import app  # noqa: E402
 from ckptsel.train import checkpoint_steps  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one thread, and far faster on a shared, busy machine."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

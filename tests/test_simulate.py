@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from ckptsel.errors import CkptselError
-from ckptsel.schema import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
+from ckptsel.records.schema import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
 from ckptsel.simulate import (
     PRESETS,
     TRUTH_COLUMNS,

@@ -23,8 +23,8 @@ from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.io import write_parquet, write_text
 from ckptsel.records import ValidationData
+from ckptsel.records.schema import COMPLETE_WINDOW
 from ckptsel.rules import H_BASELINE, RULES
-from ckptsel.schema import COMPLETE_WINDOW
 
 FULL = "full"
 CHOICES_FILE = "choices.parquet"

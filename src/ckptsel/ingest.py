@@ -35,7 +35,7 @@ import pandas as pd
 
 from ckptsel.errors import CkptselError
 from ckptsel.measure.checkpoints import CHECKPOINT_RE
-from ckptsel.measure.store import coerce_generations, upsert_records
+from ckptsel.records.write import coerce_generations, upsert_records
 
 SAMPLES_RE = re.compile(
     r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"
@@ -246,7 +246,7 @@ def ingest_lm_eval(
 
     Everything is read and checked before anything is written. Returns the rows written.
     """
-    from ckptsel.measure.runner import check_name
+    from ckptsel.records import check_name
 
     if not folders:
         raise CkptselError("no SAMPLES_DIR given")

@@ -25,7 +25,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ckptsel.errors import CkptselError
-from ckptsel.schema import MATCHED_WINDOW
+from ckptsel.measure.config import MeasureConfig
 
 
 def _items(task: str, source: str | Path | Sequence[Any] | None, what: str) -> list[Any] | None:
@@ -48,49 +48,43 @@ class RecordingCallback(TrainerCallback):
 
     Args:
         validation: validation data file (any format ``ckptsel.tasks.load_items`` reads for
-            ``task``) or a list of :class:`ckptsel.tasks.Item`.
-        task: task name (``gsm8k``, ``math``, ``commonsense``, ...): picks the answer scorer.
+            the task) or a list of :class:`ckptsel.tasks.Item`.
+        config: a :class:`ckptsel.measure.MeasureConfig` (task, batch size, generation
+            length, window: as in ``ckptsel measure``), or just the task name (``gsm8k``,
+            ``math``, ``commonsense``, ...) for the default options. The task picks the
+            answer scorer; the config's device is not used (the model stays where it is).
         records_dir: where ``generations.parquet`` / ``nll.parquet`` are kept (created; rows
             of other trajectories are kept, rows of the same key are replaced).
         trajectory: this run's name; ``configuration`` defaults to it (seeds of one
             configuration must share the configuration name).
         test: optional test data file or items, measured at every save too (so ``ckptsel
             select`` can report the test-set gain; leave it out to keep the test set unseen).
-        batch_size, max_new_tokens, window: as in ``ckptsel measure``.
         tokenizer: used when the Trainer has no ``processing_class``.
     """
 
     def __init__(
         self,
         validation: str | Path | Sequence[Any],
-        task: str,
+        config: MeasureConfig | str,
         records_dir: str | Path,
         trajectory: str,
         configuration: str | None = None,
         *,
         test: str | Path | Sequence[Any] | None = None,
-        batch_size: int = 16,
-        max_new_tokens: int = 512,
-        window: int = MATCHED_WINDOW,
         tokenizer: Any = None,
         verbose: bool = True,
     ) -> None:
-        from ckptsel.measure.runner import check_name
-        from ckptsel.tasks import get_task
+        from ckptsel.records import check_name
 
-        get_task(task)  # unknown task -> CkptselError now, not at the first save
-        if batch_size < 1 or max_new_tokens < 1 or window < 0:
-            raise CkptselError("batch_size and max_new_tokens must be >= 1 and window >= 0")
-        self.task = task
+        # bad options or an unknown task -> CkptselError now, not at the first save
+        self.config = MeasureConfig(config) if isinstance(config, str) else config
+        self.task = task = self.config.task
         self.records_dir = Path(records_dir)
         self.trajectory = check_name("trajectory", trajectory)
         self.configuration = check_name("configuration", configuration or trajectory)
         self.splits = {"validation": _items(task, validation, "validation")}
         if test is not None:
             self.splits["test"] = _items(task, test, "test")
-        self.batch_size = batch_size
-        self.max_new_tokens = max_new_tokens
-        self.window = window
         self.tokenizer = tokenizer
         self.verbose = verbose
         self.measured_steps: list[int] = []
@@ -99,7 +93,8 @@ class RecordingCallback(TrainerCallback):
         """Measure ``model`` (in memory) at ``step`` and upsert its records."""
         import pandas as pd
 
-        from ckptsel.measure import measure_model, upsert_records
+        from ckptsel.measure import measure_model
+        from ckptsel.records import upsert_records
 
         was_training = bool(getattr(model, "training", False))
         padding_side = getattr(tokenizer, "padding_side", None)
@@ -111,14 +106,11 @@ class RecordingCallback(TrainerCallback):
                     model,
                     tokenizer,
                     items,
-                    task=self.task,
+                    self.config,
                     split=split,
                     trajectory=self.trajectory,
                     step=int(step),
                     configuration=self.configuration,
-                    batch_size=self.batch_size,
-                    max_new_tokens=self.max_new_tokens,
-                    window=self.window,
                 )
                 gens.append(gen)
                 nlls.append(nll)

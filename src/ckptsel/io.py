@@ -44,21 +44,6 @@ def write_csv(path: Path, df: pd.DataFrame) -> None:
     _atomic(path, lambda p: df.to_csv(p, index=False, lineterminator="\n"))
 
 
-RECORDS_ROW_GROUP = 262_144
-
-
-def write_records(path: Path, df: pd.DataFrame) -> None:
-    """Write a records table (SPEC §2) sorted by split, trajectory, step and item.
-
-    Sorting by split first means a reader that asks for one split skips the other split's
-    row groups from the Parquet statistics, so loading validation records never decodes test
-    rows (and is faster).
-    """
-    keys = [c for c in ("split", "trajectory", "step", "item_id", "window") if c in df.columns]
-    ordered = df.sort_values(keys, kind="stable", ignore_index=True)
-    _atomic(path, lambda p: ordered.to_parquet(p, index=False, row_group_size=RECORDS_ROW_GROUP))
-
-
 @dataclass
 class JsonRecords:
     """The records of a JSON-list or JSON-Lines file, with their places for error messages."""

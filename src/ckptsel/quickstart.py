@@ -157,7 +157,7 @@ def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]
     checkpoint's test accuracy (pp)."""
     import pandas as pd
 
-    from ckptsel.schema import GENERATIONS_FILE
+    from ckptsel.records.schema import GENERATIONS_FILE
 
     gen = pd.read_parquet(
         records_dir / GENERATIONS_FILE, columns=["trajectory", "step", "split", "correct"]
@@ -186,7 +186,8 @@ def trajectory_job(
     locks its files, so trajectories measured in parallel never clobber each other."""
     import torch
 
-    from ckptsel.measure.runner import measure_run
+    from ckptsel.commands.measure import progress_bars
+    from ckptsel.measure import MeasureConfig, measure_run
     from ckptsel.study import load_study
     from ckptsel.train import train_study
 
@@ -197,19 +198,20 @@ def trajectory_job(
     cfg = {n: c for n, c, _ in study.trajectories()}[name]
     lines: list[str] = []
     train_study(study, only=[name], device=device, progress=progress, log=lines.append)
-    res = measure_run(
-        study.run_root / name,
-        task=study.task,
-        validation=study.validation,
-        test=study.test,
-        out=study.records_root,
-        trajectory=name,
-        configuration=cfg.name,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
-        device=device,
-        progress=progress,
+    config = MeasureConfig(
+        study.task, batch_size=batch_size, max_new_tokens=max_new_tokens, device=device
     )
+    with progress_bars(progress) as on_progress:
+        res = measure_run(
+            study.run_root / name,
+            config,
+            validation=study.validation,
+            test=study.test,
+            out=study.records_root,
+            trajectory=name,
+            configuration=cfg.name,
+            on_progress=on_progress,
+        )
     lines.append(
         f"{name}: measured {len(res.measured_steps)} checkpoints, reused {len(res.reused_steps)}"
     )
@@ -221,7 +223,7 @@ def finished_trajectories(study: Study) -> set[str]:
     splits: a second quickstart run skips them without starting a process."""
     import pandas as pd
 
-    from ckptsel.schema import GENERATIONS_FILE, NLL_FILE
+    from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
     from ckptsel.train import study_status
 
     gpath, npath = study.records_root / GENERATIONS_FILE, study.records_root / NLL_FILE
@@ -400,13 +402,13 @@ def _run(
         not (split_dir / "lineage.json").is_file()
         or json.loads((split_dir / "lineage.json").read_text()).get("source_sha256") is None
     ):
-        split_file(files.metamath, split_dir, seed=42, val_fraction=0.1)
+        split_file(files.metamath, split_dir, seed=defaults.DATA_SEED, val_fraction=0.1)
     else:
         import hashlib
 
         lin = json.loads((split_dir / "lineage.json").read_text())
         if lin["source_sha256"] != hashlib.sha256(files.metamath.read_bytes()).hexdigest():
-            split_file(files.metamath, split_dir, seed=42, val_fraction=0.1)
+            split_file(files.metamath, split_dir, seed=defaults.DATA_SEED, val_fraction=0.1)
     train_file, val_file = split_dir / "train.json", split_dir / "validation.json"
     test_measure = write_measure_test(files.test, out / "data" / "test_measure.json")
     stage("data + split", t)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ckptsel.analysis import core
 from ckptsel.records import ValidationData
-from ckptsel.schema import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW
 
 Signal = Callable[[ValidationData], "np.ndarray | None"]
 

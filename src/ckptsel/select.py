@@ -152,7 +152,7 @@ def _trajectory(records_dir: Path, trajectory: str) -> ValidationData:
 def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     import pyarrow.parquet as pq
 
-    from ckptsel.schema import GENERATIONS_FILE
+    from ckptsel.records.schema import GENERATIONS_FILE
 
     path = Path(records_dir) / GENERATIONS_FILE
     rows = pq.read_table(

@@ -37,8 +37,8 @@ import pandas as pd
 import pyarrow as pa
 
 from ckptsel.errors import CkptselError
-from ckptsel.io import write_parquet, write_records, write_text
-from ckptsel.schema import (
+from ckptsel.io import write_parquet, write_text
+from ckptsel.records import (
     COMPLETE_WINDOW,
     GENERATION_COLUMNS,
     GENERATIONS_FILE,
@@ -46,6 +46,7 @@ from ckptsel.schema import (
     NLL_COLUMNS,
     NLL_FILE,
     SPLITS,
+    write_records,
 )
 
 TRUTH_FILE = "truth.parquet"

@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
 from ckptsel.io import read_json_records, write_text
 
@@ -36,13 +37,13 @@ LINEAGE_SCHEMA = 1
 _MAX_EXAMPLES = 5
 
 
-def group_unit(group: str, seed: int = 42) -> float:
+def group_unit(group: str, seed: int = DATA_SEED) -> float:
     """The group's position in [0, 1): the first 8 bytes of SHA-256(f"{seed}:{group}")."""
     digest = hashlib.sha256(f"{seed}:{group}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def is_validation_group(group: str, seed: int = 42, val_fraction: float = 0.1) -> bool:
+def is_validation_group(group: str, seed: int = DATA_SEED, val_fraction: float = 0.1) -> bool:
     """Whether a group goes to validation (the threshold rule of the module docstring)."""
     return group_unit(group, seed) < val_fraction
 
@@ -165,7 +166,7 @@ def lineage(
 def split_records(
     records: list[dict[str, Any]],
     *,
-    seed: int = 42,
+    seed: int = DATA_SEED,
     val_fraction: float = 0.1,
     group_field: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -252,7 +253,7 @@ def split_file(
     path: Path,
     out_dir: Path,
     *,
-    seed: int = 42,
+    seed: int = DATA_SEED,
     val_fraction: float = 0.1,
     group_field: str | None = None,
 ) -> dict[str, Any]:

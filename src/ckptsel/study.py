@@ -47,7 +47,6 @@ from ckptsel.errors import CkptselError
 DEFAULT_LR = {"lora": 2e-4, "full": 2e-5}
 DEFAULT_SEEDS = (42, 43, 44)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-FINAL_STEPS_FILE = "final_steps.json"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ import numpy as np
 
 from ckptsel.errors import CkptselError
 from ckptsel.io import write_text
-from ckptsel.study import FINAL_STEPS_FILE, Configuration, Study
+from ckptsel.records.schema import FINAL_STEPS_FILE
+from ckptsel.study import Configuration, Study
 
 IGNORE_INDEX = -100
 STATE_FILE = "trainer_state.json"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ckptsel.defaults import DATA_SEED
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``split`` and ``audit`` commands to the CLI."""
@@ -14,7 +16,7 @@ def register(app: typer.Typer) -> None:
     def split_cmd(
         data_file: Path = typer.Argument(..., help="JSON list or JSON Lines data file."),
         out: Path = typer.Option(..., "--out", help="Output folder."),
-        seed: int = typer.Option(42, "--seed", help="Data seed of the group hash."),
+        seed: int = typer.Option(DATA_SEED, "--seed", help="Data seed of the group hash."),
         val_fraction: float = typer.Option(
             0.1, "--val-fraction", help="Probability that a group goes to validation."
         ),

@@ -1,10 +1,70 @@
-"""``ckptsel measure`` (checkpoints -> records) and ``ckptsel ingest lm-eval``."""
+"""``ckptsel measure`` (checkpoints -> records) and ``ckptsel ingest lm-eval``.
+
+The measurement runner has no UI code: it reports :class:`ckptsel.measure.ProgressEvent` s,
+which :func:`progress_bars` renders as rich progress bars (one for the run, one for the
+checkpoint being measured, each with its items/s).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
+
+from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
+from ckptsel.records.schema import MATCHED_WINDOW
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
+    """A ``measure_run`` progress callback that draws rich bars (none when not ``enabled``)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, disable=not enabled, transient=False) as bar:
+        state: dict[str, Any] = {}
+
+        def rate(done: int, since: float) -> str:
+            return f"{done / max(time.perf_counter() - since, 1e-9):.1f} items/s"
+
+        def on_event(ev: Any) -> None:
+            if ev.kind == "run":
+                state.update(t0=time.perf_counter(), done=0, recorded=0)
+                state["overall"] = bar.add_task(ev.trajectory, total=ev.total, rate="")
+            elif ev.kind == "step":
+                state.update(step_t0=time.perf_counter(), step_done=0, step_total=max(ev.total, 1))
+                state["step"] = bar.add_task(f"  step {ev.step}", total=state["step_total"], rate="")
+            elif ev.kind == "items":
+                state["step_done"] += ev.done
+                state["done"] += ev.done
+                step_rate = rate(state["step_done"], state["step_t0"])
+                bar.update(state["step"], advance=ev.done, rate=step_rate)
+                bar.update(state["overall"], advance=ev.done, rate=rate(state["done"], state["t0"]))
+            elif ev.kind == "step_done":
+                state["recorded"] += ev.total
+                bar.update(state["overall"], completed=state["recorded"])
+                bar.update(state["step"], completed=state["step_total"])
+                bar.remove_task(state["step"])
+
+        yield on_event
 
 
 def register(app: typer.Typer) -> None:
@@ -31,13 +91,13 @@ def register(app: typer.Typer) -> None:
             None, "--configuration", help="Default: the trajectory name."
         ),
         batch_size: int = typer.Option(
-            16, "--batch-size", help="Prompts per batch (answers do not depend on it)."
+            BATCH_SIZE, "--batch-size", help="Prompts per batch (answers do not depend on it)."
         ),
         max_new_tokens: int = typer.Option(
-            512, "--max-new-tokens", help="Generation length limit."
+            MAX_NEW_TOKENS, "--max-new-tokens", help="Generation length limit."
         ),
         window: int = typer.Option(
-            512, "--window", help="Matched NLL window in tokens (0 = complete only)."
+            MATCHED_WINDOW, "--window", help="Matched NLL window in tokens (0 = complete only)."
         ),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
         backend: str = typer.Option(
@@ -49,25 +109,29 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     ) -> None:
         """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
-        from ckptsel.measure import measure_run
+        from ckptsel.measure import MeasureConfig, measure_run
 
-        res = measure_run(
-            run_dir,
+        config = MeasureConfig(
             task=task,
-            validation=validation,
-            test=test,
-            out=out,
-            base=base,
-            trajectory=trajectory,
-            configuration=configuration,
             batch_size=batch_size,
             max_new_tokens=max_new_tokens,
             window=window,
             device=device,
             backend=backend,
             dtype=dtype,
-            progress=progress,
         )
+        with progress_bars(progress) as on_progress:
+            res = measure_run(
+                run_dir,
+                config,
+                validation=validation,
+                test=test,
+                out=out,
+                base=base,
+                trajectory=trajectory,
+                configuration=configuration,
+                on_progress=on_progress,
+            )
         reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
         typer.echo(
             f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "

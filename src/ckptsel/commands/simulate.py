@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from ckptsel.schema import GENERATIONS_FILE
+        from ckptsel.records.schema import GENERATIONS_FILE
         from ckptsel.simulate import TRUTH_FILE, write_simulation
 
         start = time.perf_counter()

@@ -2,25 +2,30 @@
 
 Public entry points (torch/transformers are imported only inside the functions):
 
+* :class:`MeasureConfig` — the measurement options, validated once (defaults from
+  :mod:`ckptsel.defaults`).
 * :func:`measure_run` — every ``checkpoint-<step>/`` of a run dir into a records dir
-  (resumable, appends to records shared with other runs).
+  (resumable through :mod:`ckptsel.measure.parts`, appends to records shared with other
+  runs, progress as :class:`ProgressEvent` s).
 * :func:`measure_model` — one model already in memory (Trainer callback) -> record frames.
-* :func:`upsert_records` — add record frames to a records dir atomically, keeping other rows.
 * :func:`discover_checkpoints` — the validated checkpoints of a run dir.
+
+Records are written through :mod:`ckptsel.records` (``records.upsert_records``).
 """
 
 from __future__ import annotations
 
 from ckptsel.measure.checkpoints import Checkpoint, discover_checkpoints
-from ckptsel.measure.runner import MeasureResult, MeasureSettings, measure_model, measure_run
-from ckptsel.measure.store import upsert_records
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.progress import ProgressEvent
+from ckptsel.measure.runner import MeasureResult, measure_model, measure_run
 
 __all__ = [
     "Checkpoint",
+    "MeasureConfig",
     "MeasureResult",
-    "MeasureSettings",
+    "ProgressEvent",
     "discover_checkpoints",
     "measure_model",
     "measure_run",
-    "upsert_records",
 ]

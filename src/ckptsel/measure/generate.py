@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
+
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """EOS ids that end a generation: the tokenizer's EOS plus the model's generation EOS ids
@@ -44,8 +46,8 @@ def generate_texts(
     tokenizer: Any,
     prompts: Sequence[str],
     *,
-    batch_size: int = 16,
-    max_new_tokens: int = 512,
+    batch_size: int = BATCH_SIZE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     device: Any = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:

@@ -14,6 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckptsel.defaults import BATCH_SIZE
+from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -43,8 +46,8 @@ def response_nll(
     prompts: Sequence[str],
     responses: Sequence[str],
     *,
-    windows: Sequence[int] = (512, 0),
-    batch_size: int = 16,
+    windows: Sequence[int] = (MATCHED_WINDOW, COMPLETE_WINDOW),
+    batch_size: int = BATCH_SIZE,
     device: Any = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[dict[int, Scored]]:

@@ -1,13 +1,16 @@
-"""The records contract (SPEC §2): the one place that names the columns of the two tables.
+"""The records contract (SPEC §2): the one place that names the files and columns of a records
+folder.
 
 Every producer (``measure``, ``ingest``, ``simulate``, the Trainer callback) writes these
-columns and every consumer (``records``) validates them.
+columns through :mod:`ckptsel.records.write` and every consumer reads them through
+:mod:`ckptsel.records.read`.
 """
 
 from __future__ import annotations
 
 GENERATIONS_FILE = "generations.parquet"
 NLL_FILE = "nll.parquet"
+FINAL_STEPS_FILE = "final_steps.json"  # optional: expected final step per trajectory
 
 SPLITS = ("validation", "test")
 MATCHED_WINDOW = 512  # tokens: prompt+response truncated to this; remaining response tokens scored

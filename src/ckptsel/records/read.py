@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ckptsel.errors import CkptselError
-from ckptsel.schema import (
+from ckptsel.records.schema import (
     COMPLETE_WINDOW,
+    FINAL_STEPS_FILE,
     GENERATION_COLUMNS,
     GENERATIONS_FILE,
     MATCHED_WINDOW,
@@ -30,8 +31,6 @@ from ckptsel.schema import (
     NLL_FILE,
     SPLITS,
 )
-
-FINAL_STEPS_FILE = "final_steps.json"
 
 
 @dataclass

@@ -1,16 +1,30 @@
-"""Records directory I/O for producers (``measure``, ``ingest``, the Trainer callback).
+"""Writing records folders (SPEC §2): the one writer every producer goes through.
 
-Why it exists: many runs share one records directory, a job can be killed at any moment,
-and two producers may write at once. So every update is an *upsert* (rows with the same key
-are replaced, every other row is kept) of the contract files, done under an exclusive lock
-and written atomically through :mod:`ckptsel.io`; the two contract files are serialized in
-memory first and renamed back to back, so a crash leaves each file complete and valid.
+``measure``, ``ingest``, the Trainer callback (:mod:`ckptsel.integrations`) and ``simulate``
+all write here, so every records file has the same layout: rows sorted by
+:data:`RECORDS_ORDER` (split first, then trajectory, step, item and window) in row groups of
+:data:`RECORDS_ROW_GROUP` rows. Split first lets a reader that asks for one split skip the
+other split's row groups from the Parquet statistics; at paper scale this layout loaded
+fastest of those measured (split- or trajectory-first, 256 Ki-row or default row groups).
+
+Two ways in:
+
+* :func:`write_records` — a whole table at once (``simulate``; test fixtures).
+* :func:`upsert_records` — many runs share one records folder, a job can be killed at any
+  moment, and two producers may write at once. So every update is an *upsert* (rows with the
+  same key are replaced, every other row is kept) of the contract files, done under an
+  exclusive lock and written atomically through :mod:`ckptsel.io`; the two contract files
+  are serialized in memory first and renamed back to back, so a crash leaves each file
+  complete and valid.
+
+:func:`check_name` keeps trajectory and configuration names plain (they become folder names).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +35,7 @@ import pyarrow.parquet as pq
 
 from ckptsel import io
 from ckptsel.errors import CkptselError
-from ckptsel.schema import (
+from ckptsel.records.schema import (
     GENERATION_COLUMNS,
     GENERATION_KEY,
     GENERATION_OPTIONAL,
@@ -30,6 +44,10 @@ from ckptsel.schema import (
     NLL_FILE,
     NLL_KEY,
 )
+
+RECORDS_ORDER = ("split", "trajectory", "step", "item_id", "window")  # row order of every file
+RECORDS_ROW_GROUP = 262_144  # rows per Parquet row group
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@,-]*$")
 
 LOCK_FILE = ".lock"
 
@@ -45,6 +63,28 @@ def empty_generations(with_text: bool = True) -> pd.DataFrame:
 def empty_nll() -> pd.DataFrame:
     """A zero-row NLL frame with the contract dtypes."""
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in NLL_COLUMNS.items()})
+
+
+def check_name(kind: str, name: str) -> str:
+    """Trajectory/configuration names become folder names: keep them plain."""
+    if not _NAME_RE.match(name):
+        raise CkptselError(
+            f"{kind} name {name!r} must start with a letter/digit and use only letters, digits and ._+=@,-"
+        )
+    return name
+
+
+def _order(columns) -> list[str]:
+    """The sort columns of :data:`RECORDS_ORDER` that a table has."""
+    return [c for c in RECORDS_ORDER if c in columns]
+
+
+def write_records(path: Path, df: pd.DataFrame) -> None:
+    """Write a whole records table (SPEC §2) in the records layout (see the module docstring)."""
+    ordered = df.sort_values(_order(df.columns), kind="stable", ignore_index=True)
+    io.write_bytes(
+        path, _parquet_bytes(pa.Table.from_pandas(ordered, preserve_index=False))
+    )
 
 
 def coerce_generations(df: pd.DataFrame) -> pd.DataFrame:
@@ -105,7 +145,7 @@ def _keys(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
 def _upsert(
     old: pa.Table | None, new: pa.Table, key: tuple[str, ...], target: pa.Schema
 ) -> pa.Table:
-    """``old`` without the rows whose key is in ``new``, plus ``new``, sorted by key.
+    """``old`` without the rows whose key is in ``new``, plus ``new``, in the records order.
 
     Done in Arrow (not pandas) so that rewriting a large shared records file after every
     checkpoint stays cheap in time and memory.
@@ -128,7 +168,7 @@ def _upsert(
             [_conform(kept, target), _conform(new, target)], promote_options="default"
         )
     merged = _conform(merged, target)
-    return merged.sort_by([(c, "ascending") for c in key])
+    return merged.sort_by([(c, "ascending") for c in _order(merged.column_names)])
 
 
 def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
@@ -149,7 +189,7 @@ def _target(df: pd.DataFrame) -> pa.Schema:
 
 def _parquet_bytes(table: pa.Table) -> bytes:
     buf = pa.BufferOutputStream()
-    pq.write_table(table, buf)
+    pq.write_table(table, buf, row_group_size=RECORDS_ROW_GROUP)
     return buf.getvalue().to_pybytes()
 
 
@@ -160,8 +200,9 @@ def upsert_records(
 ) -> None:
     """Add rows to ``records_dir/{generations,nll}.parquet``, replacing rows with the same key.
 
-    Rows of other trajectories/steps/items are kept untouched. Files are sorted by key so
-    that the result does not depend on the order in which checkpoints were measured. The
+    Rows of other trajectories/steps/items are kept untouched. Files are sorted in the
+    records order (a total order on the key), so the result does not depend on the order in
+    which checkpoints were measured. The
     optional ``text`` column is kept when either side has it (null where unknown).
     """
     records_dir = Path(records_dir)

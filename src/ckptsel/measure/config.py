@@ -1,0 +1,97 @@
+"""How checkpoints are measured: one validated :class:`MeasureConfig`.
+
+``ckptsel measure``, :func:`ckptsel.measure.measure_run`, :func:`ckptsel.measure.measure_model`
+and the Trainer callback (:class:`ckptsel.integrations.RecordingCallback`) all take one
+``MeasureConfig``; its defaults come from :mod:`ckptsel.defaults` and the records contract, and
+bad values are rejected once, when it is built, with a :class:`CkptselError` that names the
+option.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
+from ckptsel.errors import CkptselError
+from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+
+FORMAT_VERSION = 1  # bump when the meaning of a measurement changes
+BACKENDS = ("hf", "vllm")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """The measurement options (validated in ``__post_init__``).
+
+    ``task`` picks the prompt template's answer scorer; ``max_new_tokens`` bounds greedy
+    generation; ``window`` is the matched NLL window in tokens (the complete response,
+    ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
+    depend on it); ``device``/``dtype``/``backend`` say where and how models run. Task,
+    generation length, window and backend name the part files (see the fingerprints), so a
+    changed setting is measured again rather than reused.
+    """
+
+    task: str
+    batch_size: int = BATCH_SIZE
+    max_new_tokens: int = MAX_NEW_TOKENS
+    window: int = MATCHED_WINDOW
+    device: str = "cpu"
+    backend: str = "hf"
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        from ckptsel.tasks import get_task
+
+        if not isinstance(self.task, str):
+            raise CkptselError(f"--task must be a task name (got {self.task!r})")
+        get_task(self.task)  # unknown task -> CkptselError listing the known ones
+        for name, flag, low in (
+            ("batch_size", "--batch-size", 1),
+            ("max_new_tokens", "--max-new-tokens", 1),
+            ("window", "--window", 0),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                extra = "; 0 = complete response only" if name == "window" else ""
+                raise CkptselError(
+                    f"{flag} ({name}) must be an integer >= {low} (got {value!r}{extra})"
+                )
+        if self.backend not in BACKENDS:
+            raise CkptselError(f"unknown --backend {self.backend!r}: use hf or vllm")
+        if self.dtype not in DTYPES:
+            raise CkptselError(
+                f"unknown --dtype {self.dtype!r}: use auto, float32, bfloat16 or float16"
+            )
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise CkptselError("--device cuda asked for, but torch sees no CUDA device")
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """The NLL windows recorded: the matched window and the complete response."""
+        return tuple(dict.fromkeys((self.window, COMPLETE_WINDOW)))
+
+    def _hash(self, payload: dict[str, Any]) -> str:
+        from ckptsel.tasks import PROMPT_TEMPLATE
+
+        payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
+        blob = json.dumps(payload, sort_keys=True).encode("utf-8")
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def generation_fingerprint(self) -> str:
+        """Hash of what determines a generated text (greedy decoding is implied)."""
+        return self._hash(
+            {"decoding": "greedy", "max_new_tokens": self.max_new_tokens, "backend": self.backend}
+        )
+
+    def nll_fingerprint(self) -> str:
+        """Hash of what determines an NLL row (teacher forcing, response + EOS, windows)."""
+        return self._hash({"nll": "response+eos", "windows": list(self.windows)})

@@ -1,0 +1,87 @@
+"""Contract record frames (SPEC §2) from generated texts and scored responses.
+
+Answers and correctness are always derived from the generated ``text`` with the current
+:mod:`ckptsel.answers`, here and when the part cache is turned back into records, so a scorer
+fix never needs a re-generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from ckptsel.records.write import coerce_generations, coerce_nll, empty_nll
+
+
+def score_texts(
+    task: str, items: Sequence[Any], texts: Sequence[str]
+) -> tuple[list[str], list[bool]]:
+    """Normalized answers and correctness of generated texts (``ckptsel.answers``)."""
+    from ckptsel import answers
+
+    # the item's subtask picks the label pattern in a mixed commonsense pool
+    pairs = list(zip(texts, items, strict=True))
+    ans = [answers.extract(task, t, subtask=it.subtask) for t, it in pairs]
+    ok = [bool(answers.is_correct(task, t, it.reference, subtask=it.subtask)) for t, it in pairs]
+    return ans, ok
+
+
+def generation_frame(
+    items: Sequence[Any],
+    texts: Sequence[str],
+    *,
+    task: str,
+    split: str,
+    trajectory: str,
+    configuration: str,
+    step: int,
+) -> pd.DataFrame:
+    """Contract generation rows (+ ``text``) for ``items`` with their generated ``texts``."""
+    ans, ok = score_texts(task, items, texts)
+    df = pd.DataFrame(
+        {
+            "trajectory": trajectory,
+            "configuration": configuration,
+            "task": task,
+            "step": int(step),
+            "split": split,
+            "item_id": [it.item_id for it in items],
+            "group": [it.group for it in items],
+            "subtask": [it.subtask for it in items],
+            "answer": ans,
+            "correct": ok,
+            "text": list(texts),
+        },
+        index=range(len(items)),
+    )
+    return coerce_generations(df)
+
+
+def nll_frame(
+    items: Sequence[Any],
+    scored: Sequence[dict[int, Any]],
+    *,
+    split: str,
+    trajectory: str,
+    step: int,
+) -> pd.DataFrame:
+    """Contract NLL rows: one per item and window."""
+    rows = [
+        {
+            "trajectory": trajectory,
+            "step": int(step),
+            "split": split,
+            "item_id": it.item_id,
+            "nll_sum": s.nll_sum,
+            "n_tokens": s.n_tokens,
+            "window": w,
+        }
+        for it, per in zip(items, scored, strict=True)
+        for w, s in per.items()
+    ]
+    if not rows:
+        return empty_nll()
+    return coerce_nll(pd.DataFrame(rows))
+

@@ -1,0 +1,108 @@
+"""Models for measurement: the dtype, one model in memory at a time, the run's tokenizer.
+
+The base model is loaded once per run and LoRA adapters are swapped in place
+(``PeftModel.from_pretrained`` for the first, then ``load_adapter`` / ``set_adapter`` /
+``delete_adapter``); full checkpoints are loaded one at a time and freed.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ckptsel.errors import CkptselError
+from ckptsel.measure.checkpoints import Checkpoint
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """``auto``: float32 on CPU (exact, batch-invariant); bfloat16 on GPUs that have it."""
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_available():
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise CkptselError(f"unknown --dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+class ModelHolder:
+    """Keeps at most one model in memory: the base (+ the current adapter) or one full
+    checkpoint. Adapters are swapped in place instead of reloading the base."""
+
+    def __init__(self, device: str, dtype: Any) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.model: Any = None
+        self.base: str | None = None  # set while self.model is a PeftModel on that base
+        self.adapter: str | None = None
+        self.loads = 0  # base/full model loads, for tests and benchmarks
+
+    def _load(self, ref: str | Path) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        self.loads += 1
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(ref), dtype=self.dtype)
+        except (OSError, ValueError) as err:
+            raise CkptselError(f"{ref}: cannot load model ({err})") from err
+        return model.to(self.device).eval()
+
+    def free(self) -> None:
+        """Drop the model and give its memory back."""
+        self.model = self.base = self.adapter = None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover
+            pass
+
+    def get(self, ckpt: Checkpoint) -> Any:
+        """The model for ``ckpt``, ready for inference."""
+        if ckpt.kind == "full":
+            self.free()
+            self.model = self._load(ckpt.path)
+            return self.model
+        from peft import PeftModel
+
+        name = f"step{ckpt.step}"
+        if self.model is None or self.base != ckpt.base:
+            self.free()
+            base = self._load(ckpt.base)
+            self.model = PeftModel.from_pretrained(base, str(ckpt.path), adapter_name=name)
+            self.model.to(self.device).eval()
+            self.base, self.adapter = ckpt.base, name
+            return self.model
+        if name != self.adapter:
+            old = self.adapter
+            self.model.load_adapter(str(ckpt.path), adapter_name=name, torch_device=self.device)
+            self.model.set_adapter(name, inference_mode=True)
+            self.model.delete_adapter(old)
+            self.adapter = name
+            self.model.eval()
+        return self.model
+
+
+def load_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
+    """One tokenizer for the whole run: the first checkpoint that ships one, else the base."""
+    from transformers import AutoTokenizer
+
+    refs: list[str] = [str(c.path) for c in ckpts if (c.path / "tokenizer_config.json").exists()]
+    refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
+    if not refs:
+        raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
+    try:
+        tok = AutoTokenizer.from_pretrained(refs[0])
+    except (OSError, ValueError) as err:
+        raise CkptselError(f"{refs[0]}: cannot load tokenizer ({err})") from err
+    if tok.eos_token_id is None:
+        raise CkptselError(f"{refs[0]}: tokenizer has no EOS token (needed to end responses)")
+    return tok
+

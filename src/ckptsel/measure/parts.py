@@ -1,0 +1,189 @@
+"""The per-checkpoint part cache that makes ``measure`` resumable and lossless.
+
+Each checkpoint's rows go first to *part* files
+``RECORDS_DIR/.parts/<trajectory>/step-<step>.<fingerprint>.{gen,nll}.parquet`` (written
+atomically), then are upserted into the contract files. The fingerprint hashes everything
+that changes a measurement (:meth:`MeasureConfig.generation_fingerprint`,
+:meth:`MeasureConfig.nll_fingerprint`); part rows also carry a hash of each item's content
+(:func:`item_hash`). A re-run reuses matching part rows and measures only what is missing, so
+a killed job restarted ends with exactly the records of an uninterrupted one. A damaged part
+is only a cache: it is measured again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ckptsel import io
+from ckptsel.errors import CkptselError
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.frames import generation_frame
+from ckptsel.records.write import coerce_nll
+
+PARTS_DIR = ".parts"
+_GEN_KEY = ("split", "item_id")
+_NLL_KEY = ("split", "item_id", "window")
+
+
+def item_hash(item: Any) -> str:
+    """Content hash of an item, so an edited items file is re-measured, not reused."""
+    blob = json.dumps(
+        [item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]
+    ).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _load_items(task: str, path: Path, split: str) -> list[Any]:
+    from ckptsel.tasks import load_items
+
+    path = Path(path)
+    if not path.exists():
+        raise CkptselError(f"{path}: {split} items file not found")
+    items = list(load_items(task, path))
+    if not items:
+        raise CkptselError(f"{path}: no {split} items")
+    seen: set[str] = set()
+    for it in items:
+        if it.item_id in seen:
+            raise CkptselError(f"{path}: duplicate item_id {it.item_id!r}")
+        seen.add(it.item_id)
+    return items
+
+
+@dataclass(frozen=True)
+class ItemPool:
+    """The items measured at every checkpoint, per split, with their content hashes."""
+
+    splits: dict[str, list[Any]]
+    hashes: dict[str, list[str]]
+
+    @classmethod
+    def load(cls, task: str, validation: Path, test: Path) -> ItemPool:
+        """Both items files, checked (present, non-empty, unique ids)."""
+        splits = {
+            "validation": _load_items(task, validation, "validation"),
+            "test": _load_items(task, test, "test"),
+        }
+        return cls(splits, {s: [item_hash(it) for it in its] for s, its in splits.items()})
+
+    @property
+    def n_items(self) -> int:
+        return sum(len(its) for its in self.splits.values())
+
+    def missing(self, part: pd.DataFrame | None, split: str) -> list[int]:
+        """Indices of ``split``'s items that ``part`` does not hold with the same content hash."""
+        items, hashes = self.splits[split], self.hashes[split]
+        if part is None or len(part) == 0:
+            return list(range(len(items)))
+        have = set(_keys(part))
+        return [i for i, it in enumerate(items) if (split, it.item_id, hashes[i]) not in have]
+
+    def current(self, part: pd.DataFrame) -> pd.DataFrame:
+        """Rows of ``part`` whose (split, item_id, item_hash) belong to the current items."""
+        keep = {
+            (s, it.item_id, h)
+            for s, its in self.splits.items()
+            for it, h in zip(its, self.hashes[s], strict=True)
+        }
+        return part[[k in keep for k in _keys(part)]]
+
+
+def _keys(part: pd.DataFrame):
+    return zip(
+        part["split"].astype(str),
+        part["item_id"].astype(str),
+        part["item_hash"].astype(str),
+        strict=True,
+    )
+
+
+def _load(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception:  # a damaged part is only a cache: measure again
+        return None
+
+
+class StepParts:
+    """One checkpoint's part files: what is already measured, what is missing, the merge.
+
+    ``gen`` / ``nll`` are the part rows (generation rows carry ``text`` and ``item_hash``;
+    NLL rows carry ``item_hash``), or ``None`` when nothing is cached.
+    """
+
+    def __init__(
+        self, records_dir: Path, trajectory: str, step: int, config: MeasureConfig, pool: ItemPool
+    ) -> None:
+        folder = Path(records_dir) / PARTS_DIR / trajectory
+        self.gen_path = folder / f"step-{step}.{config.generation_fingerprint()}.gen.parquet"
+        self.nll_path = folder / f"step-{step}.{config.nll_fingerprint()}.nll.parquet"
+        self.pool = pool
+        self.gen = _load(self.gen_path)
+        self.nll = _load(self.nll_path)
+        self.todo_gen = {s: pool.missing(self.gen, s) for s in pool.splits}
+        self.todo_nll = {s: pool.missing(self.nll, s) for s in pool.splits}
+
+    @property
+    def n_todo(self) -> int:
+        """Items to generate plus items to score at this checkpoint."""
+        return sum(map(len, self.todo_gen.values())) + sum(map(len, self.todo_nll.values()))
+
+    def add(self, new_gen: list[pd.DataFrame], new_nll: list[pd.DataFrame]) -> None:
+        """Merge newly measured rows into the parts and write the parts that changed."""
+        self.gen = self._merge(self.gen, new_gen, _GEN_KEY)
+        self.nll = self._merge(self.nll, new_nll, _NLL_KEY)
+        if new_gen:
+            io.write_parquet(self.gen_path, self.gen)
+        if new_nll:
+            io.write_parquet(self.nll_path, self.nll)
+
+    def _merge(
+        self, old: pd.DataFrame | None, new: list[pd.DataFrame], key: tuple[str, ...]
+    ) -> pd.DataFrame | None:
+        """Old part rows for current items, replaced by new rows with the same key."""
+        frames = ([self.pool.current(old)] if old is not None and len(old) else []) + new
+        if not frames:
+            return old
+        merged = pd.concat(frames, ignore_index=True)
+        merged = merged.drop_duplicates(list(key), keep="last")
+        return merged.sort_values(list(key), kind="mergesort").reset_index(drop=True)
+
+    def contract_generations(
+        self, task: str, trajectory: str, configuration: str
+    ) -> pd.DataFrame | None:
+        """Contract rows for the current items, answers re-derived from the stored text."""
+        if self.gen is None:
+            return None
+        cur = self.pool.current(self.gen)
+        frames = []
+        for split, its in self.pool.splits.items():
+            rows = cur[cur["split"] == split]
+            by_id = {it.item_id: it for it in its}
+            sel = [by_id[i] for i in rows["item_id"].astype(str)]
+            frames.append(
+                generation_frame(
+                    sel,
+                    rows["text"].astype(str).tolist(),
+                    task=task,
+                    split=split,
+                    trajectory=trajectory,
+                    configuration=configuration,
+                    step=int(rows["step"].iloc[0]) if len(rows) else 0,
+                )
+            )
+        return pd.concat(frames, ignore_index=True)
+
+    def contract_nll(self, trajectory: str) -> pd.DataFrame | None:
+        """Contract NLL rows for the current items."""
+        if self.nll is None:
+            return None
+        return coerce_nll(self.pool.current(self.nll).assign(trajectory=trajectory))
+

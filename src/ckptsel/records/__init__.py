@@ -1,0 +1,78 @@
+"""Records folders (SPEC §2): the contract, the one writer and the one reader, side by side.
+
+* :mod:`ckptsel.records.schema` — file names, columns, dtypes, keys, the matched window.
+* :mod:`ckptsel.records.write` — every producer's writer (``measure``, ``ingest``, the Trainer
+  callback, ``simulate``): one row order and row-group size, atomic upserts under a lock,
+  plain trajectory/configuration names.
+* :mod:`ckptsel.records.read` — the analysis's loaders: validation and test records by
+  separate calls, validated into per-trajectory arrays.
+
+``from ckptsel import records`` gives the names of all three (``records.load_validation``,
+``records.upsert_records``, ``records.MATCHED_WINDOW``, …).
+"""
+
+from __future__ import annotations
+
+from ckptsel.records.read import (
+    TestData,
+    ValidationData,
+    has_validation_nll,
+    load_test,
+    load_validation,
+)
+from ckptsel.records.schema import (
+    COMPLETE_WINDOW,
+    FINAL_STEPS_FILE,
+    GENERATION_COLUMNS,
+    GENERATION_KEY,
+    GENERATION_OPTIONAL,
+    GENERATIONS_FILE,
+    MATCHED_WINDOW,
+    NLL_COLUMNS,
+    NLL_FILE,
+    NLL_KEY,
+    SPLITS,
+)
+from ckptsel.records.write import (
+    RECORDS_ORDER,
+    RECORDS_ROW_GROUP,
+    check_name,
+    coerce_generations,
+    coerce_nll,
+    empty_generations,
+    empty_nll,
+    read_table,
+    records_lock,
+    upsert_records,
+    write_records,
+)
+
+__all__ = [
+    "COMPLETE_WINDOW",
+    "FINAL_STEPS_FILE",
+    "GENERATIONS_FILE",
+    "GENERATION_COLUMNS",
+    "GENERATION_KEY",
+    "GENERATION_OPTIONAL",
+    "MATCHED_WINDOW",
+    "NLL_COLUMNS",
+    "NLL_FILE",
+    "NLL_KEY",
+    "RECORDS_ORDER",
+    "RECORDS_ROW_GROUP",
+    "SPLITS",
+    "TestData",
+    "ValidationData",
+    "check_name",
+    "coerce_generations",
+    "coerce_nll",
+    "empty_generations",
+    "empty_nll",
+    "has_validation_nll",
+    "load_test",
+    "load_validation",
+    "read_table",
+    "records_lock",
+    "upsert_records",
+    "write_records",
+]
