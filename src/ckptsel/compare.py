@@ -140,7 +140,10 @@ def _shared(
             f"{split} item {shared[i]!r}: group {ga[i]!r} in trajectory {trajectories[0]!r} but "
             f"{gb[i]!r} in {trajectories[1]!r}"
         )
-    dropped = {"only_in_a": int(len(a.item_ids) - len(shared)), "only_in_b": int(len(b.item_ids) - len(shared))}
+    dropped = {
+        "only_in_a": int(len(a.item_ids) - len(shared)),
+        "only_in_b": int(len(b.item_ids) - len(shared)),
+    }
     return a.correct[ia], b.correct[ib], ga, dropped
 
 

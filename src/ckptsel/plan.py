@@ -60,7 +60,9 @@ class PlanSettings:
     budgets: tuple[int, ...] = field(default_factory=lambda: default_budgets(1024))
     draws: int = 2000
     seed: int = SEED
-    target: float = 0.8  # the probability of beating the final checkpoint a planned budget must reach
+    target: float = (
+        0.8  # the probability of beating the final checkpoint a planned budget must reach
+    )
 
 
 def default_budgets(max_budget: int) -> tuple[int, ...]:
@@ -82,7 +84,8 @@ def pilot_curves(
     seed: int,
     stream: int = 0,
 ) -> dict[str, np.ndarray]:
-    """``(B,)`` curves of one trajectory's pilot: ``gain`` (pp), ``p_beat``, ``p_worse``, ``p_final``.
+    """``(B,)`` curves of one trajectory's pilot: ``gain`` (pp), ``p_beat``, ``p_worse``,
+    ``p_final``.
 
     ``signal`` (T, n) is what the rule sums over the chosen items (correct / agreeing
     indicators, or NLL sums when ``maximize`` is False), ``correct`` (T, n) the correctness that

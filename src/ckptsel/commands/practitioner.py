@@ -35,7 +35,7 @@ def print_comparison(result: dict) -> None:
         "✓✓/A/B/✗✗",
         "McNemar p",
     ):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("split", "items (clusters)"))
     for split, r in result["splits"].items():
         if r is None:
             table.add_row(split, "no records", "–", "–", "–", "–", "–")
@@ -61,12 +61,14 @@ def print_comparison(result: dict) -> None:
     for split, r in result["splits"].items():
         if r and (r["not_shared"]["only_in_a"] or r["not_shared"]["only_in_b"]):
             console.print(
-                f"{split}: compared on the {r['items']} shared items; {r['not_shared']['only_in_a']} item(s) "
+                f"{split}: compared on the {r['items']} shared items; "
+                f"{r['not_shared']['only_in_a']} item(s) "
                 f"only in A's pool and {r['not_shared']['only_in_b']} only in B's were left out."
             )
     console.print(
-        f"Interval: {result['settings']['draws']} bootstrap draws of whole clusters (items sharing a "
-        "group are resampled together). An interval that contains 0 is unresolved, not 'no difference'."
+        f"Interval: {result['settings']['draws']} bootstrap draws of whole clusters (items "
+        "sharing a group are resampled together). An interval that contains 0 is unresolved, "
+        "not 'no difference'."
     )
 
 
@@ -115,8 +117,9 @@ def print_plan(pilot: dict | None, closed: dict | None) -> None:
             )
         console.print(table)
         console.print(
-            f"budget for P(pick) ≥ {closed['target']:.2f}: [bold]{closed['budget_to_pick']}[/bold]; "
-            f"for a paired (McNemar) test at {closed['level']:.2f} with power {closed['target']:.2f}: "
+            f"budget for P(pick) ≥ {closed['target']:.2f}: "
+            f"[bold]{closed['budget_to_pick']}[/bold]; for a paired (McNemar) test at "
+            f"{closed['level']:.2f} with power {closed['target']:.2f}: "
             f"[bold]{closed['budget_for_test']}[/bold] (normal approximation)."
         )
 
@@ -124,7 +127,9 @@ def print_plan(pilot: dict | None, closed: dict | None) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def compare(
-        records_dir: Path = typer.Argument(..., help="Folder with generations.parquet (and nll.parquet)."),
+        records_dir: Path = typer.Argument(
+            ..., help="Folder with generations.parquet (and nll.parquet)."
+        ),
         step_a: int = typer.Argument(..., help="Step of checkpoint A."),
         step_b: int = typer.Argument(..., help="Step of checkpoint B."),
         trajectory: str = typer.Option(..., "--trajectory", help="Trajectory of A (and of B)."),
@@ -136,7 +141,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(SEED, help="Bootstrap seed."),
         confidence: float = typer.Option(CONFIDENCE, help="Interval level."),
     ) -> None:
-        """Paired comparison of two checkpoints on the same items: A − B, bootstrap interval, McNemar."""
+        """Paired comparison of two checkpoints on the same items: A − B, interval, McNemar."""
         from ckptsel.compare import CompareSettings, compare_checkpoints
 
         result = compare_checkpoints(
@@ -160,7 +165,9 @@ def register(app: typer.Typer) -> None:
         max_budget: int = typer.Option(1024, help="Largest budget (budgets 16, 32, … up to it)."),
         budgets: str = typer.Option(None, help="Explicit comma-separated budgets instead."),
         draws: int = typer.Option(2000, help="Resampled validation sets per budget."),
-        target: float = typer.Option(0.8, help="Probability of beating the final checkpoint to plan for."),
+        target: float = typer.Option(
+            0.8, help="Probability of beating the final checkpoint to plan for."
+        ),
         delta: float = typer.Option(None, help="Closed form: accuracy gap (pp) candidate − final."),
         agreement: float = typer.Option(
             None, help="Closed form: fraction of items on which the two checkpoints agree."
@@ -172,7 +179,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """How many validation items a rule needs: expected gain and P(beats final) by budget."""
         from ckptsel.io import write_bytes
-        from ckptsel.plan import PlanSettings, closed_form, default_budgets, plan_from_pilot, plan_figure
+        from ckptsel.plan import (
+            PlanSettings,
+            closed_form,
+            default_budgets,
+            plan_figure,
+            plan_from_pilot,
+        )
         from ckptsel.report.figures import figure_bytes
 
         if records_dir is None and (delta is None or agreement is None):
