@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "ckptsel.commands.simulate",
     "ckptsel.commands.train",
     "ckptsel.commands.report",
+    "ckptsel.commands.practitioner",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,330 @@
+"""`ckptsel compare` and `ckptsel plan`: hand-computed McNemar and 2×2 tables, the clustered
+bootstrap against a plain loop, single-item groups = the unclustered bootstrap exactly, the
+pilot resampling against a loop, and the closed form against simulation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ckptsel.analysis.bootstrap import resample_counts
+from ckptsel.analysis.paired import (
+    cluster_codes,
+    clustered_means,
+    draw_counts,
+    mcnemar_exact,
+    two_by_two,
+)
+from ckptsel.cli import main
+from ckptsel.compare import CompareSettings, compare_checkpoints, paired_difference
+from ckptsel.errors import CkptselError
+from ckptsel.plan import (
+    PlanSettings,
+    closed_form,
+    default_budgets,
+    pilot_curves,
+    plan_from_pilot,
+)
+from ckptsel.simulate import norm_cdf
+
+import recordsgen as rg
+
+STEPS = [10, 20, 30]
+
+
+def run(argv: list[str]) -> None:
+    """Run the CLI; a successful command exits 0."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+
+
+# --------------------------------------------------------------------------- primitives
+def test_mcnemar_hand_computed():
+    # 2 vs 8 discordant: P(X <= 2 | Bin(10, 1/2)) = (1 + 10 + 45) / 1024; two-sided doubles it
+    assert mcnemar_exact(2, 8) == pytest.approx(112 / 1024, rel=1e-12)
+    assert mcnemar_exact(8, 2) == pytest.approx(112 / 1024, rel=1e-12)
+    assert mcnemar_exact(0, 5) == pytest.approx(2 / 32, rel=1e-12)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(0, 1) == 1.0  # 2 · 1/2
+    rng = np.random.default_rng(0)
+    for b, c in rng.integers(0, 400, size=(40, 2)):
+        b, c = int(b), int(c)
+        n = b + c
+        exact = (
+            min(1.0, 2 * sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n) if n else 1.0
+        )
+        assert mcnemar_exact(b, c) == pytest.approx(exact, rel=1e-9, abs=1e-300)
+
+
+def test_two_by_two():
+    a = np.array([1, 1, 0, 0, 1, 0], dtype=bool)
+    b = np.array([1, 0, 1, 0, 0, 0], dtype=bool)
+    assert two_by_two(a, b) == {"both_correct": 1, "only_a": 2, "only_b": 1, "both_wrong": 2}
+
+
+def test_cluster_codes_first_appearance():
+    codes, G = cluster_codes(np.array(["q7", "q2", "q7", "q9", "q2"]))
+    assert G == 3 and codes.tolist() == [0, 1, 0, 2, 1]
+    codes, G = cluster_codes(np.array(["c", "a", "b"]))
+    assert G == 3 and codes.tolist() == [0, 1, 2]
+
+
+def test_draw_counts_equals_resample_counts_at_full_size():
+    a = draw_counts(7, 7, 50, np.random.default_rng(4))
+    b = resample_counts(7, 50, np.random.default_rng(4))
+    assert np.array_equal(a, b)
+    c = draw_counts(7, 3, 50, np.random.default_rng(4))
+    assert c.shape == (50, 7) and (c.sum(axis=1) == 3).all()
+
+
+def test_single_item_groups_give_the_unclustered_bootstrap_exactly():
+    rng = np.random.default_rng(1)
+    d = rng.integers(-1, 2, size=37).astype(float) * 100
+    groups = np.array([f"i{k}" for k in range(37)])
+    reps = clustered_means(d, groups, 300, seed=5, stream=2)[:, 0]
+    R = resample_counts(37, 300, np.random.default_rng([5, 8, 2, 0]))
+    assert np.array_equal(reps, R @ d / 37)
+
+
+def test_clustered_bootstrap_matches_a_loop():
+    rng = np.random.default_rng(2)
+    n, draws = 23, 200
+    groups = np.array([f"g{k}" for k in rng.integers(0, 9, size=n)])
+    values = rng.normal(size=n)
+    reps = clustered_means(values, groups, draws, seed=11, stream=1)[:, 0]
+    # loop reference: the same cluster draws, items gathered cluster by cluster
+    codes, G = cluster_codes(groups)
+    idx = np.random.default_rng([11, 8, 1, 0]).integers(0, G, size=(draws, G))
+    ref = []
+    for row in idx:
+        items = [i for g in row for i in range(n) if codes[i] == g]
+        ref.append(np.mean(values[items]))
+    assert np.allclose(reps, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_clustering_widens_the_interval_for_duplicated_items():
+    # every item duplicated in its group: the clustered bootstrap sees half as many units
+    a = np.tile(np.random.default_rng(3).random(60) < 0.6, 2)
+    b = np.tile(np.random.default_rng(4).random(60) < 0.5, 2)
+    s = CompareSettings(draws=4000)
+    plain = paired_difference(a, b, np.array([str(i) for i in range(120)]), s)
+    clustered = paired_difference(a, b, np.array([str(i % 60) for i in range(120)]), s)
+    assert clustered["clusters"] == 60 and plain["clusters"] == 120
+    assert clustered["difference"]["mean"] == plain["difference"]["mean"]
+    w_plain = plain["difference"]["hi"] - plain["difference"]["lo"]
+    w_clust = clustered["difference"]["hi"] - clustered["difference"]["lo"]
+    assert w_clust == pytest.approx(math.sqrt(2) * w_plain, rel=0.1)
+
+
+# --------------------------------------------------------------------------- compare on records
+def _traj(name, task, n=40, N=30, groups=None, seed=0, ids=None) -> rg.Traj:
+    """Step 20 right on every item; the final step 30 right on even items; step 10 on none."""
+    T = len(STEPS)
+    val = np.zeros((T, n), dtype=bool)
+    val[1] = True
+    val[2] = np.arange(n) % 2 == 0
+    test = np.zeros((T, N), dtype=bool)
+    test[1] = np.arange(N) < 24
+    test[2] = np.arange(N) < 18
+    return rg.Traj(
+        name=name, configuration="cfg", task=task, steps=STEPS, val_correct=val,
+        val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
+        val_tokens=np.full(n, 3), test_correct=test, test_answers=np.where(test, "A", "B"),
+        val_groups=groups, val_ids=ids,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    pairs = [f"q{i // 2}" for i in range(40)]
+    gen, nll = rg.tables([
+        _traj("run-a", "gsm8k", groups=pairs),
+        _traj("run-b", "gsm8k", groups=pairs),
+        _traj("other", "math", ids=[f"m{i}" for i in range(40)]),
+    ])  # fmt: skip
+    test = gen["split"] == "test"
+    gen.loc[test, "group"] = "t" + (gen.loc[test, "item_id"].str[1:].astype(int) // 3).astype(str)
+    return rg.write(root / "records", gen, nll)
+
+
+def test_compare_hand_computed(records):
+    out = compare_checkpoints(records, "run-a", 20, 30, settings=CompareSettings(draws=2000))
+    v = out["splits"]["validation"]
+    assert v["table"] == {"both_correct": 20, "only_a": 20, "only_b": 0, "both_wrong": 0}
+    assert (v["items"], v["clusters"]) == (40, 20)
+    assert (v["accuracy_a"], v["accuracy_b"], v["difference"]["mean"]) == (100.0, 50.0, 50.0)
+    # each pair {even, odd} contributes exactly 50 pp: every cluster has the same mean
+    assert v["difference"]["lo"] == pytest.approx(50.0) and v["difference"]["hi"] == pytest.approx(
+        50.0
+    )
+    assert v["mcnemar_p"] == pytest.approx(2.0**-19, rel=1e-12)
+    t = out["splits"]["test"]
+    assert t["table"] == {"both_correct": 18, "only_a": 6, "only_b": 0, "both_wrong": 6}
+    assert (t["items"], t["clusters"]) == (30, 10)
+    assert t["difference"]["mean"] == pytest.approx(20.0)
+    assert t["mcnemar_p"] == pytest.approx(2 / 64)
+    # the 6 discordant test items fill 2 of the 10 clusters: a resample misses both with
+    # probability 0.8**10 ≈ 0.11 > 2.5 %, so the clustered interval reaches 0 (unresolved)
+    assert t["difference"]["lo"] == 0.0 and t["difference"]["hi"] > 20
+    assert t["difference"]["unresolved"]
+    # reversed: the sign flips, the p-value does not
+    back = compare_checkpoints(records, "run-a", 30, 20, settings=CompareSettings(draws=2000))
+    assert back["splits"]["test"]["difference"]["mean"] == pytest.approx(-20.0)
+    assert back["splits"]["test"]["mcnemar_p"] == t["mcnemar_p"]
+
+
+def test_compare_two_runs_and_cli_json(records, capsys):
+    run(["compare", str(records), "--trajectory", "run-a", "--trajectory-b", "run-b",
+          "10", "30", "--json", "--draws", "500"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["b"] == {"trajectory": "run-b", "step": 30}
+    v = out["splits"]["validation"]
+    assert v["table"]["only_b"] == 20 and v["difference"]["mean"] == -50.0
+    assert v["not_shared"] == {"only_in_a": 0, "only_in_b": 0}
+    run(["compare", str(records), "--trajectory", "run-a", "20", "30", "--draws", "200"])
+    text = capsys.readouterr().out
+    assert "McNemar" in text and "validation" in text and "40 (20)" in text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--trajectory", "nope", "10", "30"], "trajectory 'nope' has no validation records"),
+        (["--trajectory", "run-a", "10", "35"], "no checkpoint at step 35"),
+        (["--trajectory", "run-a", "30", "30"], "compared with itself"),
+        (
+            ["--trajectory", "run-a", "--trajectory-b", "other", "10", "30"],
+            "share no validation items",
+        ),
+    ],
+)
+def test_compare_errors_exit_2(records, capsys, args, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(records), *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- plan
+def _loop_pilot(signal, correct, groups, maximize, budgets, draws, seed, stream):
+    codes, G = cluster_codes(groups)
+    T, n = correct.shape
+    acc = correct.sum(axis=1)
+    out = []
+    for k, b in enumerate(budgets):
+        m = max(1, round(b * G / n))
+        idx = np.random.default_rng([seed, 9, stream, k, 0]).integers(0, G, size=(draws, m))
+        gain = beat = 0.0
+        for row in idx:
+            items = [i for g in row for i in range(n) if codes[i] == g]
+            s = signal[:, items].sum(axis=1)
+            best = s.max() if maximize else s.min()
+            tied = [t for t in range(T) if s[t] == best]
+            for t in tied:
+                gain += 100 * (acc[t] - acc[-1]) / n / len(tied)
+                beat += (acc[t] > acc[-1]) / len(tied)
+        out.append((gain / draws, beat / draws))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("maximize", [True, False])
+def test_pilot_curves_match_a_loop(maximize):
+    rng = np.random.default_rng(7)
+    T, n = 4, 15
+    correct = rng.random((T, n)) < np.array([0.3, 0.6, 0.5, 0.45])[:, None]
+    signal = correct.astype(float) if maximize else rng.integers(1, 4, size=(T, n)) / 4
+    groups = np.array([f"g{k}" for k in rng.integers(0, 8, size=n)])
+    budgets = (4, 15, 40)
+    c = pilot_curves(signal, correct, groups, maximize, budgets, 150, seed=3, stream=1)
+    ref = _loop_pilot(signal, correct, groups, maximize, budgets, 150, 3, 1)
+    assert np.allclose(c["gain"], ref[:, 0], atol=1e-9)
+    assert np.allclose(c["p_beat"], ref[:, 1], atol=1e-12)
+    assert np.allclose(c["p_beat"] + c["p_worse"] + c["p_final"] <= 1 + 1e-12, True)
+
+
+def test_pilot_known_answers():
+    # checkpoint 0 right on every item, the final one on none: always chosen, gain 100
+    correct = np.array([[True] * 10, [False] * 10])
+    c = pilot_curves(correct, correct, np.arange(10).astype(str), True, (1, 10, 100), 50, 0)
+    assert np.allclose(c["p_beat"], 1.0) and np.allclose(c["gain"], 100.0)
+    # identical checkpoints: every draw ties them, half the mass on the final one, gain 0
+    same = np.tile(np.arange(10) % 2 == 0, (2, 1))
+    c = pilot_curves(same, same, np.arange(10).astype(str), True, (4, 10), 50, 0)
+    assert np.allclose(c["p_final"], 0.5) and np.allclose(c["gain"], 0.0)
+    assert np.allclose(c["p_beat"], 0.0) and np.allclose(c["p_worse"], 0.0)
+
+
+def test_plan_from_records_and_cli(records, tmp_path, capsys):
+    s = PlanSettings(budgets=(2, 8, 40, 160), draws=300)
+    out = plan_from_pilot(records, ["run-a"], settings=s)
+    # step 20 is right everywhere; every cluster (a pair {even, odd}) holds an item the final
+    # step gets wrong, so even one drawn cluster picks step 20: P(beat) = 1, gain = 50 pp
+    rows = out["rows"]
+    assert [r["extrapolation"] for r in rows] == [0.05, 0.2, 1.0, 4.0]
+    assert all(r["p_beat"] == 1.0 and r["p_worse"] == 0.0 for r in rows)
+    assert all(r["gain"] == pytest.approx(50.0) for r in rows)
+    assert out["planned_budget"] == 2 and out["trajectories"]["run-a"]["pilot_clusters"] == 20
+    # without the clusters a 2-item draw can hold two even items and tie step 20 with the final
+    flat = pilot_curves(
+        np.tile(np.arange(40) % 2 == 0, (3, 1)) | (np.arange(3) == 1)[:, None],
+        np.tile(np.arange(40) % 2 == 0, (3, 1)) | (np.arange(3) == 1)[:, None],
+        np.arange(40).astype(str), True, (2,), 2000, seed=0,
+    )  # fmt: skip
+    # both even (prob. 1/4): all three checkpoints tie, step 20 gets a third of the draw
+    assert flat["p_beat"][0] == pytest.approx(0.75 + 0.25 / 3, abs=0.03)
+    args = ["plan", str(records), "--trajectory", "run-a", "--budgets", "2,8,40,160",
+            "--draws", "300", "--delta", "3", "--agreement", "0.9", "--json"]  # fmt: skip
+    run([*args, "--figure", str(tmp_path / "a.png")])
+    first = json.loads(capsys.readouterr().out)
+    run([*args, "--figure", str(tmp_path / "b.png")])
+    second = json.loads(capsys.readouterr().out)
+    assert first["pilot"] == second["pilot"] == json.loads(json.dumps(out))
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    assert first["closed_form"]["budget_to_pick"] > 0
+    run(["plan", "--delta", "2", "--agreement", "0.8", "--figure", str(tmp_path / "c.svg")])
+    assert "closed form" in capsys.readouterr().out and (tmp_path / "c.svg").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plan"], "give pilot RECORDS"),
+        (["plan", "--delta", "2"], "give pilot RECORDS"),
+        (["plan", "--delta", "30", "--agreement", "0.8"], "is impossible"),
+    ],
+)
+def test_plan_errors_exit_2(args, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--figure", str(tmp_path / "x.png")])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_closed_form_against_simulation():
+    delta, agreement, n = 3.0, 0.85, 200
+    cf = closed_form(delta, agreement, (n,))
+    q, d = 1 - agreement, delta / 100
+    p10, p01 = (q + d) / 2, (q - d) / 2
+    rng = np.random.default_rng(0)
+    counts = rng.multinomial(n, [p10, p01, 1 - q], size=200_000)
+    diff = counts[:, 0] - counts[:, 1]
+    p_sim = (diff > 0).mean() + 0.5 * (diff == 0).mean()
+    assert cf["rows"][0]["p_pick"] == pytest.approx(p_sim, abs=0.015)
+    # the planned budget is the first whose probability reaches the target
+    n_pick = cf["budget_to_pick"]
+    z = d / math.sqrt(q - d * d)
+    assert norm_cdf(z * math.sqrt(n_pick)) >= 0.8 > norm_cdf(z * math.sqrt(n_pick - 1))
+    assert cf["rows"][0]["se"] == pytest.approx(100 * math.sqrt(q - d * d) / math.sqrt(n))
+    assert cf["budget_for_test"] > n_pick
+
+
+def test_default_budgets():
+    assert default_budgets(100) == (16, 32, 64, 100)
+    assert default_budgets(64) == (16, 32, 64)
+    with pytest.raises(CkptselError):
+        default_budgets(0)
