@@ -13,15 +13,21 @@ import numpy as np
 import pandas as pd
 
 from ckptsel.analysis import bootstrap as bs
+from ckptsel.analysis import intervals as iv
 from ckptsel.choose import FULL, RULES, THINNING
+from ckptsel.defaults import INTERVAL
+from ckptsel.errors import CkptselError
 from ckptsel.evaluate import BUDGET_LABELS, MH_RULES, MH_STATS, OV_LABELS, Name, Scored
 
 SCHEMA = 1
 DIGITS = 6
-FEW_CONFIGURATIONS = 5
+# Per interval method: (K, coverage): the smallest number of configurations at which the
+# configuration interval covered >= 90% in benchmarks/bench_coverage.py (BENCHMARKS.md), and the
+# coverage measured at the K just below it. Fewer configurations than K -> a caution.
+FEW_CONFIGURATIONS = {"percentile": (8, 0.0), "cr2": (4, 0.0), "wild": (4, 0.0)}
 
 
-def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]:
+def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile") -> list[str]:
     """Caveats a reader must see next to the numbers."""
     out = []
     if not nll_records:
@@ -29,12 +35,18 @@ def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]
             "no validation NLL records (e.g. generations imported with `ckptsel ingest`): the "
             "matched-NLL rule and every H (gain over matched NLL) are not reported"
         )
-    if n_configurations < FEW_CONFIGURATIONS:
+    threshold, measured = FEW_CONFIGURATIONS[interval]
+    if n_configurations < threshold:
         distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
+        detail = (
+            f"the configuration bootstrap has just {distinct} distinct resamples"
+            if interval == "percentile" else f"the {interval} configuration interval"
+        )
         out.append(
-            f"only {n_configurations} configuration(s): the configuration bootstrap has just {distinct} "
-            "distinct resamples, so its intervals are not reliable; read the test-question intervals "
-            "(tables/intervals.md, report.html) "
+            f"only {n_configurations} configuration(s): {detail}; in simulation (BENCHMARKS.md) the "
+            f"{interval} interval covered under 90% below {threshold} configurations "
+            f"({measured:.0%} at {threshold - 1 if threshold > 2 else threshold}), so it is not "
+            "reliable here; read the test-question intervals (tables/intervals.md, report.html) "
             "and add configurations before drawing conclusions"
         )
     return out
@@ -42,9 +54,19 @@ def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]
 
 @dataclass
 class StatSettings:
+    """Bootstrap draws, seed, level and the interval method (``intervals.METHODS``).
+
+    ``interval="percentile"`` is the paper's method and reproduces its numbers exactly.
+    """
+
     draws: int = 20000
     seed: int = 20260825
     level: float = 0.95
+    interval: str = INTERVAL
+
+    def __post_init__(self):
+        if self.interval not in iv.METHODS:
+            raise CkptselError(f"--interval must be one of {', '.join(iv.METHODS)}, not {self.interval!r}")
 
 
 def name_str(name: Name) -> str:
@@ -61,12 +83,22 @@ def est(mean: float, lo: float, hi: float) -> dict:
 
 
 class _Estimates:
-    """Point estimates + intervals for one family of replicates, addressable by name."""
+    """Point estimates + intervals for one family of replicates, addressable by name.
 
-    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray, level: float):
+    ``reps`` ``(draws, Q)`` gives percentile intervals; ``bounds`` = ``(lo, hi)`` gives them
+    directly (the t-type methods). Where those are undefined (fewer than two configurations
+    carry the quantity, or no spread at all) the interval collapses to the point, as the
+    percentile bootstrap's does; the few-configurations warning covers that case.
+    """
+
+    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
+                 bounds: tuple[np.ndarray, np.ndarray] | None = None):
         self.index = {n: k for k, n in enumerate(names)}
         self.means = means
-        self.lo, self.hi = bs.percentile_interval(reps, level)
+        self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
+        if bounds is not None:
+            self.lo = np.where(np.isnan(self.lo), means, self.lo)
+            self.hi = np.where(np.isnan(self.hi), means, self.hi)
 
     def get(self, name: Name) -> dict | None:
         k = self.index.get(name)
@@ -125,6 +157,20 @@ def _study_blocks(e: _Estimates, sensitivities: bool) -> dict:
     return out
 
 
+def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int) -> _Estimates:
+    """The configuration family (estimand: mean over configurations, test items fixed)."""
+    k = sums.shape[0]
+    if settings.interval == "cr2":
+        _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi))
+    if settings.interval == "wild":
+        W = iv.webb_weights(k, settings.draws, settings.seed, stream)
+        _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi))
+    C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
+    return _Estimates(names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+
+
 def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
     has = ~np.isnan(values)
     onehot = np.zeros((n_conf, len(config_codes)))
@@ -140,8 +186,12 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.sum(axis=0) / sizes.sum(axis=0)
 
-    C = bs.configuration_counts(len(configs), settings.draws, settings.seed)
-    conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+    percentile = settings.interval == "percentile"
+    C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
+    if percentile:
+        conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+    else:
+        conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0)
 
     # test-question and joint bootstraps (nested-scheme G/H/D; joint for the main table)
     lin_idx = np.flatnonzero(scored.linear)
@@ -160,12 +210,18 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
     j_names = [lin_names[k] for k in joint_cols]
     j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
+    if not percentile and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
+        j_means = means[lin_idx][joint_cols]
+        bounds = iv.twoway_interval(scored.utilities, task_conf, sizes[:, lin_idx], joint_cols, j_means,
+                                    settings.level)
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds)
 
     summary = {
         "schema": SCHEMA,
         "seed": settings.seed,
         "draws": settings.draws,
         "confidence": settings.level,
+        **({} if percentile else {"interval": settings.interval}),
         **population.pop("_settings", {}),
         "population": population,
     }
@@ -177,8 +233,7 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
         t_sums, t_sizes = sums[cidx], sizes[cidx]
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = t_sums.sum(axis=0) / t_sizes.sum(axis=0)
-        Ct = bs.configuration_counts(len(cidx), settings.draws, settings.seed, stream=1 + t_i)
-        e = _Estimates(scored.names, t_means, bs.cluster_replicates(Ct, t_sums, t_sizes), settings.level)
+        e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
         block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
                                 "test_items": scored.test_items[task]}}
         block.update(_study_blocks(e, sensitivities=True))
@@ -195,7 +250,7 @@ def summarize(scored: Scored, settings: StatSettings, population: dict) -> tuple
     if j_est is not None:
         summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
     summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
-    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True))
+    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True), settings.interval)
 
     tables = _tables(scored, configs, sums, sizes)
     return summary, tables

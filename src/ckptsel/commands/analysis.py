@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 
 from ckptsel import pipeline
+from ckptsel.analysis.intervals import METHODS
+from ckptsel.defaults import INTERVAL
 
 console = Console()
 
@@ -22,6 +24,11 @@ def register(app: typer.Typer) -> None:
         draws: int = typer.Option(20000, help="Bootstrap draws."),
         seed: int = typer.Option(20260825, help="Seed for permutations, partitions and bootstraps."),
         confidence: float = typer.Option(0.95, help="Interval level."),
+        interval: str = typer.Option(
+            INTERVAL, "--interval",
+            help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
+            "bootstrap; see README 'What the intervals estimate').",
+        ),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
@@ -29,7 +36,8 @@ def register(app: typer.Typer) -> None:
         start = time.perf_counter()
         with console.status("choosing on validation records, then scoring frozen choices…"):
             summary = pipeline.analyze(
-                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence
+                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence,
+                interval=interval,
             )
         from ckptsel.report.terminal import print_main_table
 
