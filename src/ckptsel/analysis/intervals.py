@@ -99,6 +99,9 @@ def _betainc(a: np.ndarray, b: float, x: np.ndarray) -> np.ndarray:
     return np.where(flip, 1.0 - value, value)
 
 
+_T_CACHE: dict[tuple[float, float], float] = {}
+
+
 def t_quantile(p: float, df: np.ndarray) -> np.ndarray:
     """Student-t quantile for ``p > 0.5`` and real ``df > 0`` (no SciPy dependency).
 
@@ -108,6 +111,9 @@ def t_quantile(p: float, df: np.ndarray) -> np.ndarray:
     """
     df = np.asarray(df, dtype=np.float64)
     uniq, inverse = np.unique(df, return_inverse=True)
+    cached = [_T_CACHE.get((p, x)) for x in uniq.tolist()]
+    if all(c is not None for c in cached):
+        return np.array(cached)[inverse.ravel()].reshape(df.shape)
     z = NormalDist().inv_cdf(p)
     nu = uniq
     out = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * nu**2)
@@ -126,6 +132,8 @@ def t_quantile(p: float, df: np.ndarray) -> np.ndarray:
             if np.all(np.abs(step) < 1e-12 * q):
                 break
         out[small] = q
+    if len(_T_CACHE) < 100_000:
+        _T_CACHE.update({(p, x): v for x, v in zip(uniq.tolist(), out.tolist(), strict=True)})
     return out[inverse.ravel()].reshape(df.shape)
 
 
