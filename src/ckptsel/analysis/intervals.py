@@ -38,6 +38,16 @@ from statistics import NormalDist
 import numpy as np
 
 METHODS = ("percentile", "cr2", "wild")
+LABELS = {
+    "percentile": "configuration-bootstrap",
+    "cr2": "configuration cluster-robust t (CR2, Bell–McCaffrey df)",
+    "wild": "configuration wild-bootstrap-t (Webb weights)",
+}
+
+
+def label(summary: dict) -> str:
+    """How a summary's configuration intervals were made, for captions."""
+    return LABELS[summary.get("interval", "percentile")]
 WEBB = np.array([-np.sqrt(1.5), -1.0, -np.sqrt(0.5), np.sqrt(0.5), 1.0, np.sqrt(1.5)])
 
 
