@@ -123,10 +123,20 @@ def main() -> None:
         cells = [r["|".join(c)] for c in CELLS]
         lines.append(f"| {name} | {k} | " + " | ".join(
             f"{x['coverage']:.1%} ± {x['se']:.1%} ({x['width']:.2f})" for x in cells) + " |")
+    lines += ["", "Caution thresholds (smallest K from which the configuration interval covered >= 90% "
+              "in every scenario; `FEW_CONFIGURATIONS` in `src/ckptsel/stats.py`):"]
+    for method in ("percentile", "cr2", "wild"):
+        cov = {k: min(r[f"configuration|{method}"]["coverage"] for (n, kk), r in results.items() if kk == k)
+               for k in ks}
+        ok = [k for k in ks if all(cov[j] >= 0.90 for j in ks if j >= k)]
+        thr = min(ok) if ok else None
+        below = [k for k in ks if thr is not None and k < thr]
+        note = f"{cov[max(below)]:.1%} at K = {max(below)}" if below else "no K measured below it"
+        lines.append(f"* {method}: K = {thr} ({note})")
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        update_section("bench_coverage", text + "\n\n<!-- reading -->")
+        update_section("bench_coverage", text)
 
 
 if __name__ == "__main__":
