@@ -10,6 +10,7 @@ SEED = 20260825  # permutations, partitions and bootstrap draws (SPEC §8)
 PERMUTATIONS = 200  # nested validation orders per trajectory (SPEC §4); also matched-half partitions
 DRAWS = 20000  # bootstrap draws (SPEC §8)
 CONFIDENCE = 0.95  # interval level
+INTERVAL = "cr2"  # interval method (SPEC §8; chosen by measured coverage, BENCHMARKS.md)
 BUDGETS = (32, 64, 128, 256)  # finite validation budgets; "full" is always added (SPEC §4)
 ONE_VARIANT_BUDGETS = (32, 64, 128)  # one-variant-per-group sensitivity (SPEC §6)
 THINNING = (2, 3, 4)  # checkpoint-thinning factors (SPEC §6)

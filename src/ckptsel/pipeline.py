@@ -114,26 +114,31 @@ def analyze(
     draws: int = defaults.DRAWS,
     seed: int = defaults.SEED,
     level: float = defaults.CONFIDENCE,
+    interval: str = defaults.INTERVAL,
 ) -> dict:
     """The whole analysis; writes ``summary.json``, frozen choices and tables into ``out_dir``.
 
     Everything is first written to a staging folder beside ``out_dir`` (the choices are frozen
     and read back there before any test record is loaded) and moved into place only when the
     whole analysis succeeded, so bad input never leaves a half-written results folder behind.
+    ``interval`` names the interval method (``ckptsel.analysis.intervals.METHODS``;
+    ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
+    ``"percentile"``, and ``verify`` reads it back.
     """
     if permutations < 1 or draws < 10:
         raise CkptselError("--permutations must be >= 1 and --draws >= 10")
+    stat = StatSettings(draws, seed, level, interval)  # checks the method name before any work
     with single_threaded():
-        return _analyze(records_dir, Path(out_dir), permutations, draws, seed, level)
+        return _analyze(records_dir, Path(out_dir), permutations, stat)
 
 
-def _analyze(records_dir: Path, out_dir: Path, permutations: int, draws: int, seed: int, level: float) -> dict:
+def _analyze(records_dir: Path, out_dir: Path, permutations: int, stat: StatSettings) -> dict:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
     try:
-        settings = ch.ChoiceSettings(permutations=permutations, seed=seed)
+        settings = ch.ChoiceSettings(permutations=permutations, seed=stat.seed)
         validation, _ = freeze_choices(records_dir, stage, settings)
-        summary, tables = evaluate_frozen(records_dir, stage, validation, StatSettings(draws, seed, level))
+        summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
         tdir = stage / TABLES_DIR
         for name, df in tables.items():
             write_parquet(tdir / f"{name}.parquet", df)
@@ -179,7 +184,12 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices in "
             f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
         )
-    stat = StatSettings(draws=stored["draws"], seed=stored["seed"], level=stored.get("confidence", defaults.CONFIDENCE))
+    stat = StatSettings(
+        draws=stored["draws"],
+        seed=stored["seed"],
+        level=stored.get("confidence", defaults.CONFIDENCE),
+        interval=stored.get("interval", "percentile"),
+    )
     summary, _ = evaluate_frozen(records_dir, results_dir, validation, stat)
     if summary_json(summary) != summary_json(stored):
         diff = _first_difference(stored, summary)

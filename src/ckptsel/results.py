@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ckptsel.analysis.intervals import label as interval_label
 from ckptsel.defaults import CONFIDENCE
 from ckptsel.rules import RULE_ORDER
 
@@ -99,7 +100,7 @@ def main_table_markdown(summary: dict) -> str:
     pop = summary["population"]
     lines = [
         f"Main table — {pop['trajectories']} trajectories in {pop['configurations']} configurations; "
-        f"percentage points, {int(summary['confidence'] * 100)}% configuration-bootstrap intervals "
+        f"percentage points, {level_percent(summary)}% {interval_label(summary)} intervals "
         f"({summary['draws']} draws).",
         "",
         "| rule | D_r (full − 32) | H_r(full) vs matched NLL | G_r(full) vs final |",

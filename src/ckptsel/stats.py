@@ -15,16 +15,27 @@ import pandas as pd
 
 from ckptsel import defaults
 from ckptsel.analysis import bootstrap as bs
+from ckptsel.analysis import intervals as iv
 from ckptsel.choose import FULL
 from ckptsel.defaults import THINNING
+from ckptsel.errors import CkptselError
 from ckptsel.evaluate import BUDGET_LABELS, MH_RULES, MH_STATS, OV_LABELS, Name, Scored
 from ckptsel.results import SCHEMA, Estimate
 from ckptsel.rules import RULES
 
-FEW_CONFIGURATIONS = 5
+# Per interval method: (K, what was measured below it). K is the smallest number of
+# configurations from which the configuration interval covered >= 90% of its estimand in every
+# scenario of benchmarks/bench_coverage.py (K = 2, 3, 4, 8, 16, 26; BENCHMARKS.md); fewer
+# configurations than K -> a caution quoting the measurement. One configuration never gives a
+# configuration-level interval (there is no spread to see), whatever the method.
+FEW_CONFIGURATIONS = {
+    "percentile": (16, "85.2% at 8 configurations, 76.6% at 4"),
+    "cr2": (2, "the cr2 interval covered >= 93% from 2 configurations up"),
+    "wild": (4, "87.6% at 3 configurations"),
+}
 
 
-def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]:
+def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile") -> list[str]:
     """Caveats a reader must see next to the numbers."""
     out = []
     if not nll_records:
@@ -32,12 +43,18 @@ def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]
             "no validation NLL records (e.g. generations imported with `ckptsel ingest`): the "
             "matched-NLL rule and every H (gain over matched NLL) are not reported"
         )
-    if n_configurations < FEW_CONFIGURATIONS:
-        distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
+    threshold, measured = FEW_CONFIGURATIONS[interval]
+    if n_configurations < threshold:
+        if n_configurations < 2:
+            detail = "one configuration shows no spread, so the configuration intervals are just the point"
+        else:
+            distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
+            detail = f"the {interval} configuration interval" + (
+                f" (just {distinct} distinct bootstrap resamples)" if interval == "percentile" else ""
+            ) + f" covered under 90% of its estimand below {threshold} configurations in simulation"
         out.append(
-            f"only {n_configurations} configuration(s): the configuration bootstrap has just {distinct} "
-            "distinct resamples, so its intervals are not reliable; read the test-question intervals "
-            "(tables/intervals.md, report.html) "
+            f"only {n_configurations} configuration(s): {detail} ({measured}; BENCHMARKS.md), so it is "
+            "not reliable here; read the test-question intervals (tables/intervals.md, report.html) "
             "and add configurations before drawing conclusions"
         )
     return out
@@ -45,9 +62,19 @@ def study_warnings(n_configurations: int, nll_records: bool = True) -> list[str]
 
 @dataclass
 class StatSettings:
+    """Bootstrap draws, seed, level and the interval method (``intervals.METHODS``).
+
+    ``interval="percentile"`` is the paper's method and reproduces its numbers exactly.
+    """
+
     draws: int = defaults.DRAWS
     seed: int = defaults.SEED
     level: float = defaults.CONFIDENCE
+    interval: str = defaults.INTERVAL
+
+    def __post_init__(self):
+        if self.interval not in iv.METHODS:
+            raise CkptselError(f"--interval must be one of {', '.join(iv.METHODS)}, not {self.interval!r}")
 
 
 def name_str(name: Name) -> str:
@@ -60,12 +87,22 @@ def est(mean: float, lo: float, hi: float) -> dict:
 
 
 class _Estimates:
-    """Point estimates + intervals for one family of replicates, addressable by name."""
+    """Point estimates + intervals for one family of replicates, addressable by name.
 
-    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray, level: float):
+    ``reps`` ``(draws, Q)`` gives percentile intervals; ``bounds`` = ``(lo, hi)`` gives them
+    directly (the t-type methods). Where those are undefined (fewer than two configurations
+    carry the quantity, or no spread at all) the interval collapses to the point, as the
+    percentile bootstrap's does; the few-configurations warning covers that case.
+    """
+
+    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
+                 bounds: tuple[np.ndarray, np.ndarray] | None = None):
         self.index = {n: k for k, n in enumerate(names)}
         self.means = means
-        self.lo, self.hi = bs.percentile_interval(reps, level)
+        self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
+        if bounds is not None:
+            self.lo = np.where(np.isnan(self.lo), means, self.lo)
+            self.hi = np.where(np.isnan(self.hi), means, self.hi)
 
     def get(self, name: Name) -> dict | None:
         k = self.index.get(name)
@@ -124,6 +161,20 @@ def _study_blocks(e: _Estimates, sensitivities: bool) -> dict:
     return out
 
 
+def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int) -> _Estimates:
+    """The configuration family (estimand: mean over configurations, test items fixed)."""
+    k = sums.shape[0]
+    if settings.interval == "cr2":
+        _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi))
+    if settings.interval == "wild":
+        W = iv.webb_weights(k, settings.draws, settings.seed, stream)
+        _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi))
+    C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
+    return _Estimates(names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+
+
 def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
     has = ~np.isnan(values)
     onehot = np.zeros((n_conf, len(config_codes)))
@@ -146,8 +197,12 @@ def summarize(
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.sum(axis=0) / sizes.sum(axis=0)
 
-    C = bs.configuration_counts(len(configs), settings.draws, settings.seed)
-    conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+    percentile = settings.interval == "percentile"
+    C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
+    if percentile:
+        conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+    else:
+        conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0)
 
     # test-question and joint bootstraps (nested-scheme G/H/D; joint for the main table)
     lin_idx = np.flatnonzero(scored.linear)
@@ -166,6 +221,11 @@ def summarize(
     q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
     j_names = [lin_names[k] for k in joint_cols]
     j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
+    if not percentile and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
+        j_means = means[lin_idx][joint_cols]
+        bounds = iv.twoway_interval(scored.utilities, task_conf, sizes[:, lin_idx], joint_cols, j_means,
+                                    settings.level)
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds)
 
     provenance = {"permutations": permutations, "partitions": partitions, "choices_sha256": choices_sha256}
     summary = {
@@ -173,6 +233,7 @@ def summarize(
         "seed": settings.seed,
         "draws": settings.draws,
         "confidence": settings.level,
+        **({} if percentile else {"interval": settings.interval}),
         **{k: v for k, v in provenance.items() if v is not None},
         "population": population,
     }
@@ -184,8 +245,7 @@ def summarize(
         t_sums, t_sizes = sums[cidx], sizes[cidx]
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = t_sums.sum(axis=0) / t_sizes.sum(axis=0)
-        Ct = bs.configuration_counts(len(cidx), settings.draws, settings.seed, stream=1 + t_i)
-        e = _Estimates(scored.names, t_means, bs.cluster_replicates(Ct, t_sums, t_sizes), settings.level)
+        e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
         block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
                                 "test_items": scored.test_items[task]}}
         block.update(_study_blocks(e, sensitivities=True))
@@ -202,7 +262,7 @@ def summarize(
     if j_est is not None:
         summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
     summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
-    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True))
+    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True), settings.interval)
 
     tables = _tables(scored, configs, sums, sizes)
     return summary, tables

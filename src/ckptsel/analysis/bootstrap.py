@@ -1,10 +1,17 @@
 """Bootstrap replicates as matrix products (SPEC §8): no Python loop over draws.
 
 * configuration bootstrap: a counts matrix ``C`` (draws × configurations) times the
-  per-configuration sums; the replicate is a trajectory-weighted mean;
+  per-configuration sums; the replicate is a trajectory-weighted mean. Estimand: the mean gain
+  over a population of configurations, **conditional on the observed test items**;
 * test-question bootstrap: a counts matrix ``R`` (draws × questions) per task times the
-  per-question utilities, with frozen choices held fixed;
-* joint: both at once, sharing the same ``C`` and ``R``.
+  per-question utilities, with frozen choices held fixed. Estimand: the gain over a population
+  of test questions, **conditional on the observed trajectories and their frozen choices**;
+* joint: both at once, sharing the same ``C`` and ``R`` (the "pigeonhole" bootstrap of a
+  crossed configurations × questions design). Estimand: the superpopulation mean (both
+  sources). Stacking the two resamplings counts the interaction variance about three times;
+  :func:`ckptsel.analysis.intervals.twoway_variance` corrects that (Owen 2007).
+The percentile intervals here are the paper's method (``--interval percentile``); the other
+methods live in :mod:`ckptsel.analysis.intervals`.
 Draw matrices are built in fixed-size chunks so memory stays bounded; chunk ``c`` of task
 ``k`` always comes from the same seed, so every quantity sees the same resamples.
 """

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from ckptsel import defaults, pipeline
+from ckptsel.analysis.intervals import METHODS
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 
 console = Console()
@@ -23,6 +24,11 @@ def register(app: typer.Typer) -> None:
         draws: int = typer.Option(defaults.DRAWS, help="Bootstrap draws."),
         seed: int = typer.Option(defaults.SEED, help="Seed for permutations, partitions and bootstraps."),
         confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
+        interval: str = typer.Option(
+            defaults.INTERVAL, "--interval",
+            help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
+            "bootstrap; see README 'What the intervals estimate').",
+        ),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
@@ -30,7 +36,8 @@ def register(app: typer.Typer) -> None:
         start = time.perf_counter()
         with console.status("choosing on validation records, then scoring frozen choices…"):
             summary = pipeline.analyze(
-                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence
+                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence,
+                interval=interval,
             )
         from ckptsel.report.terminal import print_main_table
 

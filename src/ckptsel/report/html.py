@@ -164,7 +164,7 @@ def _range(r: dict | None) -> str:
 
 FIGURE_CAPTIONS = {
     "budget_curves_G": "G_r(n), the test-accuracy gain of each rule's choice over the final checkpoint, by validation budget; "
-    "shaded bands are pointwise configuration-bootstrap intervals.",
+    "shaded bands are pointwise configuration-level intervals (the method is named in the main table).",
     "budget_curves_H": "H_r(n), the gain over choosing by matched NLL on the same validation subsets.",
     "configuration_gains": "Per-configuration gains at the full validation pool (means over seeds), grouped by task.",
     "matched_half": "Matched-half diagnostic: gain on the half used to choose vs on the other half; the distance below the "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ckptsel.analysis.intervals import label as interval_label
 from ckptsel.io import write_csv, write_text
 from ckptsel.results import fmt, level_percent, main_table_rows
 from ckptsel.rules import RULE_ORDER
@@ -90,7 +91,7 @@ def main_table(summary: dict) -> ReportTable:
     pop = summary["population"]
     title = (
         f"Main table — {pop['trajectories']} trajectories in {pop['configurations']} configurations; "
-        f"percentage points, {level_percent(summary)}% configuration-bootstrap intervals ({summary['draws']} draws)."
+        f"percentage points, {level_percent(summary)}% {interval_label(summary)} intervals ({summary['draws']} draws)."
     )
     return ReportTable("main_table", title, display, pd.DataFrame(nums))
 
@@ -280,8 +281,10 @@ def interval_comparison(summary: dict) -> ReportTable:
             ]
     return ReportTable(
         "intervals",
-        f"Interval comparison — {level_percent(summary)}% percentile intervals from the configuration bootstrap (primary), "
-        "the test-question bootstrap (frozen choices held fixed) and the joint bootstrap.",
+        f"Interval comparison — {level_percent(summary)}% intervals: {interval_label(summary)} (primary), "
+        "the test-question percentile bootstrap (frozen choices held fixed) and the joint "
+        + ("pigeonhole bootstrap." if summary.get("interval", "percentile") == "percentile"
+           else "two-way t (crossed-design variance)."),
         pd.DataFrame(disp),
         pd.DataFrame(nums),
     )

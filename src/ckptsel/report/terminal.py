@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ckptsel.analysis.intervals import label as interval_label
 from ckptsel.results import main_table_rows
 
 
@@ -13,7 +14,7 @@ def print_main_table(summary: dict, console: Console | None = None) -> None:
     pop = summary["population"]
     table = Table(
         title=f"ckptsel — {pop['trajectories']} trajectories, {pop['configurations']} configurations "
-        f"(pp; {int(summary['confidence'] * 100)}% configuration-bootstrap intervals)",
+        f"(pp; {int(summary['confidence'] * 100)}% {interval_label(summary)} intervals)",
     )
     for col in ("rule", "D_r = G(full) − G(32)", "H_r(full): vs matched NLL", "G_r(full): vs final"):
         table.add_column(col)
