@@ -23,22 +23,23 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(20260825, help="Seed for permutations, partitions and bootstraps."),
         confidence: float = typer.Option(0.95, help="Interval level."),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
+        force: bool = typer.Option(
+            False, "--force", help="Allow a non-empty --out that is not a results folder (its files are kept)."
+        ),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
         and report G, H, D and B with bootstrap intervals."""
         start = time.perf_counter()
-        with console.status("choosing on validation records, then scoring frozen choices…"):
+        pipeline.check_settings(permutations=permutations, draws=draws, seed=seed, level=confidence)
+        with console.status("choosing on validation records, then scoring frozen choices (and the report)…"):
             summary = pipeline.analyze(
-                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence
+                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence,
+                report=report, force=force,
             )
         from ckptsel.report.terminal import print_main_table
 
         print_main_table(summary, console)
         if report:
-            from ckptsel.report import write_report
-
-            with console.status("writing tables, figures and report.html…"):
-                write_report(out)
             console.print(f"report: {out / 'report.html'}")
         console.print(
             f"wrote {out / pipeline.SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
