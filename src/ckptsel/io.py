@@ -36,8 +36,13 @@ def write_bytes(path: Path, data: bytes) -> None:
     _atomic(path, lambda p: p.write_bytes(data))
 
 
+# every Parquet file ckptsel writes carries page CRCs, verified on read
+# (``ckptsel.records.read_table``), so a damaged file is an error, not silently wrong numbers
+PARQUET_OPTIONS = {"write_page_checksum": True}
+
+
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, lambda p: df.to_parquet(p, index=False))
+    _atomic(path, lambda p: df.to_parquet(p, index=False, **PARQUET_OPTIONS))
 
 
 def write_csv(path: Path, df: pd.DataFrame) -> None:
@@ -56,7 +61,10 @@ def write_records(path: Path, df: pd.DataFrame) -> None:
     """
     keys = [c for c in ("split", "trajectory", "step", "item_id", "window") if c in df.columns]
     ordered = df.sort_values(keys, kind="stable", ignore_index=True)
-    _atomic(path, lambda p: ordered.to_parquet(p, index=False, row_group_size=RECORDS_ROW_GROUP))
+    _atomic(
+        path,
+        lambda p: ordered.to_parquet(p, index=False, row_group_size=RECORDS_ROW_GROUP, **PARQUET_OPTIONS),
+    )
 
 
 @dataclass
