@@ -512,6 +512,11 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
                     f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
                 )
         _check_test_nll(test_nll, traj, steps, item_ids)
+        if len(item_ids) < 2:
+            raise CkptselError(
+                f"{_describe(gpath, traj)}: only {len(item_ids)} test item; the test pool must have at "
+                f"least 2 (the matched-half diagnostic splits it in two halves, SPEC §5)"
+            )
         present, corr, ans, subtasks = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "subtask")
         if not present.all():
             c, i = np.argwhere(~present)[0]
