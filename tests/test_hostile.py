@@ -55,7 +55,9 @@ def assert_one_line_error(args: list[str], capsys, *needles: str, code: int = 2)
 @pytest.fixture
 def study(tmp_path):
     rng = np.random.default_rng(9)
-    gen, nll = rg.tables(rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(30, 50), n_test=(20, 30)))
+    gen, nll = rg.tables(
+        rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(30, 50), n_test=(20, 30))
+    )
     nll = pd.concat([nll, _test_nll(gen, rng)], ignore_index=True)
     return tmp_path, gen, nll, rg.write(tmp_path / "records", gen, nll)
 
@@ -65,9 +67,17 @@ def _test_nll(gen: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     test = gen[gen.split == "test"]
     tokens = test.item_id.str[1:].astype(int).to_numpy() % 17 + 3  # constant per item
     frames = [
-        pd.DataFrame({"trajectory": test.trajectory.to_numpy(), "step": test.step.to_numpy(), "split": "test",
-                      "item_id": test.item_id.to_numpy(), "nll_sum": rng.uniform(0.5, 30.0, len(test)),
-                      "n_tokens": tokens + extra, "window": window})
+        pd.DataFrame(
+            {
+                "trajectory": test.trajectory.to_numpy(),
+                "step": test.step.to_numpy(),
+                "split": "test",
+                "item_id": test.item_id.to_numpy(),
+                "nll_sum": rng.uniform(0.5, 30.0, len(test)),
+                "n_tokens": tokens + extra,
+                "window": window,
+            }
+        )
         for window, extra in ((512, 0), (0, 5))
     ]
     return pd.concat(frames, ignore_index=True)
@@ -107,13 +117,16 @@ def _final_steps_unknown(rec, gen, nll):
 
 
 @pytest.mark.parametrize(
-    "breaker", [_negative_nll, _garbage_in_nll, _negative_step, _final_steps_unknown], ids=lambda f: f.__name__
+    "breaker",
+    [_negative_nll, _garbage_in_nll, _negative_step, _final_steps_unknown],
+    ids=lambda f: f.__name__,
 )
 def test_impossible_or_corrupted_records_are_rejected(study, breaker, capsys):
     tmp, gen, nll, rec = study
     needle = breaker(rec, gen.copy(), nll.copy())
-    text = assert_one_line_error(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200],
-                                 capsys, needle)
+    text = assert_one_line_error(
+        ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle
+    )
     assert not (tmp / "res").exists()
     if breaker is _negative_step:
         assert "negative step" in text
@@ -147,8 +160,11 @@ def _t_duplicate(gen, nll):
 def _t_varying_tokens(gen, nll):
     r = _first(nll, "test")
     row = nll.loc[r]
-    same = (nll.split == "test") & (nll.trajectory == row.trajectory) & (nll.item_id == row.item_id) & (
-        nll.window == row.window
+    same = (
+        (nll.split == "test")
+        & (nll.trajectory == row.trajectory)
+        & (nll.item_id == row.item_id)
+        & (nll.window == row.window)
     )
     other = nll.index[same & (nll.step != row.step)][0]
     nll.loc[other, "n_tokens"] = nll.loc[other, "n_tokens"] + 7
@@ -167,8 +183,16 @@ def _t_only_in_nll(gen, nll):
 
 @pytest.mark.parametrize(
     "breaker",
-    [_t_nan, _t_inf, _t_negative_nll, _t_negative_tokens, _t_duplicate, _t_varying_tokens, _t_missing_item,
-     _t_only_in_nll],
+    [
+        _t_nan,
+        _t_inf,
+        _t_negative_nll,
+        _t_negative_tokens,
+        _t_duplicate,
+        _t_varying_tokens,
+        _t_missing_item,
+        _t_only_in_nll,
+    ],
     ids=lambda f: f.__name__,
 )
 def test_test_split_nll_rows_are_validated(study, breaker, capsys):
@@ -178,18 +202,34 @@ def test_test_split_nll_rows_are_validated(study, breaker, capsys):
     nll, needle = got if isinstance(got, tuple) else (nll, got)
     rg.write(rec, gen, nll)
     records.load_validation(rec)  # validation rows are fine: the test rows are what is wrong
-    assert_one_line_error(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200],
-                          capsys, needle)
+    assert_one_line_error(
+        ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle
+    )
     assert not (tmp / "res").exists()
 
 
 # ============================================================== 3. published whole; verify covers every file
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _analyze_argv(rec: Path, out: Path, seed: int) -> list[str]:
-    return ["analyze", str(rec), "--out", str(out), "--permutations", "10", "--draws", "200", "--seed", str(seed)]
+    return [
+        "analyze",
+        str(rec),
+        "--out",
+        str(out),
+        "--permutations",
+        "10",
+        "--draws",
+        "200",
+        "--seed",
+        str(seed),
+    ]
 
 
 def _child(argv: list[str]) -> None:  # the CLI's analyze, in a forked process
@@ -283,7 +323,9 @@ def test_interrupted_fallback_swap_is_repaired(study, monkeypatch):
 
 
 def _edit_text(path: Path) -> None:
-    path.write_text(path.read_text(encoding="utf-8").replace("accuracy", "accuracY", 1), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("accuracy", "accuracY", 1), encoding="utf-8"
+    )
 
 
 def _edit_parquet(path: Path) -> None:
@@ -314,7 +356,9 @@ def _edit_bytes(path: Path) -> None:
 def test_verify_checks_every_output_file(study, rel, edit, capsys):
     tmp, _, _, rec = study
     out = tmp / "res"
-    code, err = run_cli(["analyze", rec, "--out", out, "--permutations", 10, "--draws", 200], capsys)
+    code, err = run_cli(
+        ["analyze", rec, "--out", out, "--permutations", 10, "--draws", 200], capsys
+    )
     assert code == 0, err
     assert run_cli(["verify", out], capsys)[0] == 0
     if edit is None:  # an edited file whose manifest entry was "fixed" too: recomputation finds it
@@ -333,7 +377,9 @@ def test_rerun_gives_a_byte_identical_results_folder(study, capsys):
     tmp, _, _, rec = study
     snaps = []
     for name in ("a", "b", "a"):  # a fresh folder, another one, then over the first
-        code, err = run_cli(["analyze", rec, "--out", tmp / name, "--permutations", 10, "--draws", 200], capsys)
+        code, err = run_cli(
+            ["analyze", rec, "--out", tmp / name, "--permutations", 10, "--draws", 200], capsys
+        )
         assert code == 0, err
         snaps.append(_snapshot(tmp / name))
     first, b, a = snaps
@@ -352,7 +398,9 @@ def _user_folder(tmp: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("case", ["refused", "summary_file", "tables_file", "force_keeps", "force_collision"])
+@pytest.mark.parametrize(
+    "case", ["refused", "summary_file", "tables_file", "force_keeps", "force_collision"]
+)
 def test_out_never_overwrites_files_it_did_not_write(study, case, capsys):
     tmp, _, _, rec = study
     out = _user_folder(tmp)
@@ -379,8 +427,12 @@ def test_out_never_overwrites_files_it_did_not_write(study, case, capsys):
         assert code == 0, err and _snapshot(out)["data.csv"] == before["data.csv"]
         return
     extra = ["--force"] if case in ("summary_file", "tables_file", "force_collision") else []
-    needle = {"refused": "not a ckptsel results folder", "summary_file": "summary.json",
-              "tables_file": "tables", "force_collision": "main.md"}[case]
+    needle = {
+        "refused": "not a ckptsel results folder",
+        "summary_file": "summary.json",
+        "tables_file": "tables",
+        "force_collision": "main.md",
+    }[case]
     assert_one_line_error([*args, *extra], capsys, needle)
     assert _snapshot(out) == before
     assert not [p for p in tmp.iterdir() if ".staging-" in p.name]
@@ -395,7 +447,17 @@ def _safetensors(path: Path, truncate: bool) -> None:
 
 def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per case
     """Prepare one bad situation; return (argv, needle, exit code)."""
-    analyze = ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200, "--no-report"]
+    analyze = [
+        "analyze",
+        rec,
+        "--out",
+        tmp / "res",
+        "--permutations",
+        10,
+        "--draws",
+        200,
+        "--no-report",
+    ]
     if name == "confidence":
         return [*analyze, "--confidence", "1.5"], "--confidence", 2
     if name == "seed_negative":
@@ -404,15 +466,33 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
         return [*analyze, "--seed", str(2**70)], "--seed", 2
     if name == "out_under_a_file":
         (tmp / "afile").write_text("x")
-        return ["analyze", rec, "--out", tmp / "afile" / "res", "--permutations", 10, "--draws", 200], "afile", 2
+        return (
+            ["analyze", rec, "--out", tmp / "afile" / "res", "--permutations", 10, "--draws", 200],
+            "afile",
+            2,
+        )
     if name == "out_unwritable":
-        return ["analyze", rec, "--out", "/proc/ckptsel-results", "--permutations", 10, "--draws", 200], \
-            "/proc/ckptsel-results", 2
+        return (
+            [
+                "analyze",
+                rec,
+                "--out",
+                "/proc/ckptsel-results",
+                "--permutations",
+                10,
+                "--draws",
+                200,
+            ],
+            "/proc/ckptsel-results",
+            2,
+        )
     if name == "select_huge_draws":
         return ["select", rec, "--trajectory", "c0-s0", "--draws", str(10**9)], "--draws", 2
     if name == "split_out_is_a_file":
         data = tmp / "data.jsonl"
-        data.write_text("".join(json.dumps({"question": f"q{k}", "answer": "1"}) + "\n" for k in range(20)))
+        data.write_text(
+            "".join(json.dumps({"question": f"q{k}", "answer": "1"}) + "\n" for k in range(20))
+        )
         (tmp / "taken").write_text("mine\n")
         return ["split", data, "--out", tmp / "taken"], "taken", 2
     if name in ("samples_binary", "samples_corrupt_gz"):
@@ -425,11 +505,38 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
         else:
             path = sub / f"samples_gsm8k_{stamp}.jsonl.gz"
             path.write_bytes(gzip.compress(b'{"doc_id": 0}\n' * 50)[:-30] + b"\x00" * 7)
-        return ["ingest", "lm-eval", tmp / "evals" / "checkpoint-100", "--out", tmp / "rec2", "--task", "gsm8k",
-                "--trajectory", "t", "--configuration", "c"], path.name, 2
+        return (
+            [
+                "ingest",
+                "lm-eval",
+                tmp / "evals" / "checkpoint-100",
+                "--out",
+                tmp / "rec2",
+                "--task",
+                "gsm8k",
+                "--trajectory",
+                "t",
+                "--configuration",
+                "c",
+            ],
+            path.name,
+            2,
+        )
     if name.startswith("verify_"):
-        code, err = run_cli(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200,
-                             "--no-report"], capsys)
+        code, err = run_cli(
+            [
+                "analyze",
+                rec,
+                "--out",
+                tmp / "res",
+                "--permutations",
+                10,
+                "--draws",
+                200,
+                "--no-report",
+            ],
+            capsys,
+        )
         assert code == 0, err
         res = tmp / "res"
         target, content = {
@@ -451,10 +558,23 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
 @pytest.mark.parametrize(
     "name",
     [
-        "confidence", "seed_negative", "seed_huge", "out_under_a_file", "out_unwritable", "select_huge_draws",
-        "split_out_is_a_file", "samples_binary", "samples_corrupt_gz",
-        "verify_summary_not_json", "verify_summary_a_list", "verify_summary_binary", "verify_run_not_json",
-        "verify_run_no_records", "verify_hash_not_json", "verify_hash_no_settings", "verify_choices_garbage",
+        "confidence",
+        "seed_negative",
+        "seed_huge",
+        "out_under_a_file",
+        "out_unwritable",
+        "select_huge_draws",
+        "split_out_is_a_file",
+        "samples_binary",
+        "samples_corrupt_gz",
+        "verify_summary_not_json",
+        "verify_summary_a_list",
+        "verify_summary_binary",
+        "verify_run_not_json",
+        "verify_run_no_records",
+        "verify_hash_not_json",
+        "verify_hash_no_settings",
+        "verify_choices_garbage",
         "verify_manifest_garbage",
     ],
 )
@@ -487,7 +607,9 @@ def test_weights_are_checked_before_anything_is_measured(tmp_path):
 
 # ============================================================== 6. smaller points
 def _one_test_item(tmp, gen, nll, rec):
-    keep = gen.item_id.isin(sorted(gen[gen.split == "test"].item_id.unique())[:1]) | (gen.split == "validation")
+    keep = gen.item_id.isin(sorted(gen[gen.split == "test"].item_id.unique())[:1]) | (
+        gen.split == "validation"
+    )
     rg.write(rec, gen[keep], nll[nll.item_id.isin(gen[keep].item_id.unique())])
     with _no_warnings():  # no NumPy RuntimeWarning, and no silent empty matched_half
         with pytest.raises(CkptselError, match="only 1 test item"):
@@ -510,7 +632,9 @@ def _audit_one_line_pools(tmp, gen, nll, rec):
     from ckptsel.audit import audit_pools
 
     q = "how many apples are left over now in the basket"
-    result = audit_pools({"train": [q], "validation": [q.replace("apples", "pears")], "test": [q + " today"]})
+    result = audit_pools(
+        {"train": [q], "validation": [q.replace("apples", "pears")], "test": [q + " today"]}
+    )
     assert result.control_ok and all(p.ok for p in result.planted)
     assert {"exact", "case_punct"} <= {p.kind for p in result.planted}
 
@@ -521,7 +645,9 @@ def _measure_name_taken(tmp, gen, nll, rec):
     table = pa.Table.from_pandas(gen[["trajectory", "configuration", "task"]])
     traj, conf, task = gen.iloc[0][["trajectory", "configuration", "task"]]
     _check_trajectory_identity(table, rec, traj, conf, task)  # same identity: fine
-    with pytest.raises(CkptselError, match=f"trajectory {traj!r} is already recorded with configuration"):
+    with pytest.raises(
+        CkptselError, match=f"trajectory {traj!r} is already recorded with configuration"
+    ):
         _check_trajectory_identity(table, rec, traj, "another-config", task)
 
 
@@ -529,16 +655,21 @@ def _negative_steps_named_right(tmp, gen, nll, rec):
     traj = sorted(gen.trajectory.unique())[1]
     gen, nll = gen.copy(), nll.copy()
     test_rows = (nll.trajectory == traj) & (nll.split == "test")
-    nll.loc[test_rows, "step"] = -nll.loc[test_rows, "step"]  # negative steps in one trajectory's test rows
+    nll.loc[test_rows, "step"] = -nll.loc[
+        test_rows, "step"
+    ]  # negative steps in one trajectory's test rows
     rg.write(rec, gen, nll)
-    with pytest.raises(CkptselError, match=f"trajectory {traj!r}, step -\\d+: negative step") as err:
+    with pytest.raises(
+        CkptselError, match=f"trajectory {traj!r}, step -\\d+: negative step"
+    ) as err:
         pipeline.analyze(rec, tmp / "res", **FAST)
     step = int(str(err.value).split("step ")[1].split(":")[0])
     assert step in set(nll.loc[test_rows, "step"])  # a step that exists, of the right trajectory
 
 
 @pytest.mark.parametrize(
-    "check", [_one_test_item, _audit_one_line_pools, _measure_name_taken, _negative_steps_named_right],
+    "check",
+    [_one_test_item, _audit_one_line_pools, _measure_name_taken, _negative_steps_named_right],
     ids=lambda f: f.__name__,
 )
 def test_smaller_points(study, check):

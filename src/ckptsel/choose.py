@@ -251,7 +251,9 @@ def load_frozen(out_dir: Path) -> FrozenChoices:
         settings = ChoiceSettings(**meta["settings"])
         stored = str(meta["sha256"])
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        raise VerificationError(f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})") from err
+        raise VerificationError(
+            f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})"
+        ) from err
     try:
         table = pd.read_parquet(path)
         digest = choices_hash(table, settings)

@@ -68,9 +68,13 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     try:
         return _read_samples(path)
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
-        raise CkptselError(f"{path}: cannot read the samples file (corrupt or truncated? {err})") from err
+        raise CkptselError(
+            f"{path}: cannot read the samples file (corrupt or truncated? {err})"
+        ) from err
     except UnicodeDecodeError as err:
-        raise CkptselError(f"{path}: not a UTF-8 JSON Lines samples file ({err.reason} at byte {err.start})") from err
+        raise CkptselError(
+            f"{path}: not a UTF-8 JSON Lines samples file ({err.reason} at byte {err.start})"
+        ) from err
 
 
 def _read_samples(path: Path) -> list[dict[str, Any]]:

@@ -71,7 +71,9 @@ def write_records(path: Path, df: pd.DataFrame) -> None:
     ordered = df.sort_values(keys, kind="stable", ignore_index=True)
     _atomic(
         path,
-        lambda p: ordered.to_parquet(p, index=False, row_group_size=RECORDS_ROW_GROUP, **PARQUET_OPTIONS),
+        lambda p: ordered.to_parquet(
+            p, index=False, row_group_size=RECORDS_ROW_GROUP, **PARQUET_OPTIONS
+        ),
     )
 
 

@@ -223,41 +223,53 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
         )
     try:
-        stat = StatSettings(draws=int(stored["draws"]), seed=int(stored["seed"]), level=float(stored.get("confidence", 0.95)))
-        check_settings(permutations=frozen.settings.permutations, draws=stat.draws, seed=stat.seed, level=stat.level)
+        draws, seed = int(stored["draws"]), int(stored["seed"])
+        level = float(stored.get("confidence", 0.95))
+        check_settings(
+            permutations=frozen.settings.permutations, draws=draws, seed=seed, level=level
+        )
     except (KeyError, TypeError, ValueError, CkptselError) as err:
-        raise VerificationError(f"{spath}: settings (draws, seed, confidence) unreadable ({err})") from err
+        raise VerificationError(
+            f"{spath}: settings (draws, seed, confidence) unreadable ({err})"
+        ) from err
+    stat = StatSettings(draws=draws, seed=seed, level=level)
     summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
     if summary_json(summary) != summary_json(stored):
         diff = _first_difference(stored, summary)
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
     lines = [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
     lines += publish.check_manifest(results_dir)
-    lines.append(_recompute_files(results_dir, records_dir, summary, tables))
+    lines.append(_recompute_files(results_dir, records_dir, summary, tables, again, frozen.settings))
     return lines
 
 
-def _recompute_files(results_dir: Path, records_dir: Path, summary: dict, tables: dict) -> str:
+def _recompute_files(
+    results_dir: Path, records_dir: Path, summary: dict, tables: dict, choices, settings
+) -> str:
     """Rebuild every output (tables, report) from the recomputed results in a scratch folder and
     compare it byte for byte with the manifest; name the first file that differs."""
     files = publish.read_manifest(results_dir) or {}
     report_meta = publish.read_manifest_meta(results_dir).get("report")
     with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
         scratch = Path(tmp)
-        frozen = ch.load_frozen(results_dir / CHOICES_DIR)
-        ch.freeze(ch.choose(records.load_validation(records_dir), frozen.settings), frozen.settings, scratch / CHOICES_DIR)
+        ch.freeze(choices, settings, scratch / CHOICES_DIR)
         write_outputs(scratch, records_dir, summary, tables)
         if isinstance(report_meta, dict):
             from ckptsel.report import write_report
 
-            write_report(scratch, formats=report_meta.get("formats") or (), trajectory=report_meta.get("trajectory"))
+            write_report(
+                scratch,
+                formats=report_meta.get("formats") or (),
+                trajectory=report_meta.get("trajectory"),
+            )
         checked = 0
         for rel in sorted(files):
             again = scratch / rel
             if rel == RUN_FILE or not again.is_file():
                 continue  # provenance (paths) and files that cannot be rebuilt here
             digest = publish.sha256_file(again)
-            if digest != files[rel] and rel.endswith(".parquet") and _same_frame(results_dir / rel, again):
+            parquet = rel.endswith(".parquet")
+            if digest != files[rel] and parquet and _same_frame(results_dir / rel, again):
                 digest = files[rel]  # same data, other Parquet encoding (e.g. an older pyarrow)
             if digest != files[rel]:
                 raise VerificationError(
@@ -265,7 +277,10 @@ def _recompute_files(results_dir: Path, records_dir: Path, summary: dict, tables
                     f"{files[rel]} (the first file that differs)"
                 )
             checked += 1
-    return f"files: {checked} of {len(files)} recomputed and identical (Parquet tables compared by content)"
+    return (
+        f"files: {checked} of {len(files)} recomputed and identical "
+        f"(Parquet tables compared by content)"
+    )
 
 
 def _same_frame(a: Path, b: Path) -> bool:

@@ -31,7 +31,15 @@ from ckptsel.errors import CkptselError, VerificationError
 MANIFEST_FILE = "manifest.json"
 MANIFEST_KIND = "ckptsel-results"
 # names a results folder may hold at its top level (what ckptsel writes)
-OWNED_NAMES = ("summary.json", "run.json", "report.html", MANIFEST_FILE, "choices", "tables", "figures")
+OWNED_NAMES = (
+    "summary.json",
+    "run.json",
+    "report.html",
+    MANIFEST_FILE,
+    "choices",
+    "tables",
+    "figures",
+)
 _OWNED_DIRS = ("choices", "tables", "figures")
 
 
@@ -71,15 +79,24 @@ def read_manifest(results_dir: Path) -> dict[str, str] | None:
         or not isinstance(files, dict)
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
     ):
-        raise VerificationError(f"{path}: not a ckptsel manifest (expected kind {MANIFEST_KIND!r} and files)")
+        raise VerificationError(
+            f"{path}: not a ckptsel manifest (expected kind {MANIFEST_KIND!r} and files)"
+        )
     return files
 
 
 def manifest_text(root: Path, exclude: set[str] = frozenset(), meta: dict | None = None) -> str:
     """The manifest of ``root``: SHA-256 of every file but ``exclude`` (files ckptsel did not
     write) and the manifest itself; ``meta`` records how the outputs were made (report options)."""
-    files = {rel: sha256_file(root / rel) for rel in _files(root) if rel != MANIFEST_FILE and rel not in exclude}
-    return json.dumps({"kind": MANIFEST_KIND, "schema": 1, **(meta or {}), "files": files}, indent=1) + "\n"
+    files = {
+        rel: sha256_file(root / rel)
+        for rel in _files(root)
+        if rel != MANIFEST_FILE and rel not in exclude
+    }
+    return (
+        json.dumps({"kind": MANIFEST_KIND, "schema": 1, **(meta or {}), "files": files}, indent=1)
+        + "\n"
+    )
 
 
 def read_manifest_meta(results_dir: Path) -> dict:
@@ -99,7 +116,9 @@ def check_manifest(results_dir: Path) -> list[str]:
     results_dir = Path(results_dir)
     files = read_manifest(results_dir)
     if files is None:
-        raise VerificationError(f"{results_dir / MANIFEST_FILE}: not found (not a complete ckptsel results folder)")
+        raise VerificationError(
+            f"{results_dir / MANIFEST_FILE}: not found (not a complete ckptsel results folder)"
+        )
     for rel in sorted(files):
         path = results_dir / rel
         if not path.is_file():
@@ -281,7 +300,9 @@ def staged(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stray(out)
-        stage = Path(tempfile.mkdtemp(prefix=f"{_staging_prefix(out)}{os.getpid()}-", dir=out.parent))
+        stage = Path(
+            tempfile.mkdtemp(prefix=f"{_staging_prefix(out)}{os.getpid()}-", dir=out.parent)
+        )
     except OSError as err:
         raise CkptselError(f"{out}: cannot write results there ({err.strerror or err})") from err
     try:

@@ -573,7 +573,9 @@ def _test_nll_table(records_dir: Path) -> _TestNll | None:
     return _TestNll(npath, table)
 
 
-def _check_test_nll(test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray) -> None:
+def _check_test_nll(
+    test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray
+) -> None:
     """One trajectory's test NLL rows: every item of its test generations, for every checkpoint
     and window, with ``n_tokens`` constant across checkpoints (SPEC §2)."""
     if test_nll is None:

@@ -220,7 +220,8 @@ def _check_select_sizes(settings: SelectSettings) -> None:
 
 def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> None:
     """The (draws × items) resampling weights and (partitions × items) masks must fit in memory."""
-    need = 8 * n * (3 * settings.draws + 2 * settings.partitions) + 8 * settings.draws * settings.bootstrap_partitions * checkpoints
+    need = 8 * n * (3 * settings.draws + 2 * settings.partitions)
+    need += 8 * settings.draws * settings.bootstrap_partitions * checkpoints
     if need > SELECT_MEMORY_LIMIT:
         raise CkptselError(
             f"--draws {settings.draws} / --partitions {settings.partitions} with {n} validation items "

@@ -24,17 +24,19 @@ def register(app: typer.Typer) -> None:
         confidence: float = typer.Option(0.95, help="Interval level."),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
         force: bool = typer.Option(
-            False, "--force", help="Allow a non-empty --out that is not a results folder (its files are kept)."
+            False,
+            "--force",
+            help="Allow a non-empty --out that is not a results folder (its files are kept).",
         ),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
         and report G, H, D and B with bootstrap intervals."""
         start = time.perf_counter()
         pipeline.check_settings(permutations=permutations, draws=draws, seed=seed, level=confidence)
-        with console.status("choosing on validation records, then scoring frozen choices (and the report)…"):
+        with console.status("choosing on validation records, then scoring frozen choices…"):
             summary = pipeline.analyze(
-                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence,
-                report=report, force=force,
+                records_dir, out, permutations=permutations, draws=draws, seed=seed,
+                level=confidence, report=report, force=force,
             )
         from ckptsel.report.terminal import print_main_table
 

@@ -127,7 +127,9 @@ def _check_weight_file(file: Path) -> None:
                 raise CkptselError(f"{file}: truncated safetensors file (no header)")
             (n,) = struct.unpack("<Q", head)
             if n > size - 8:
-                raise CkptselError(f"{file}: truncated safetensors file (header of {n} bytes, file of {size})")
+                raise CkptselError(
+                    f"{file}: truncated safetensors file (header of {n} bytes, file of {size})"
+                )
             header = json.loads(fh.read(n).decode("utf-8"))
     except OSError as err:
         raise CkptselError(f"{file}: cannot read weights ({err.strerror or err})") from err
@@ -145,7 +147,8 @@ def _check_weight_file(file: Path) -> None:
             raise CkptselError(f"{file}: tensor {key!r} has no valid data_offsets") from err
     if 8 + n + end > size:
         raise CkptselError(
-            f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, the file has {size})"
+            f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, "
+            f"the file has {size})"
         )
 
 

@@ -411,7 +411,9 @@ def _load_items(task: str, path: Path, split: str) -> list[Any]:
     return items
 
 
-def _check_trajectory_identity(table, out: Path, trajectory: str, configuration: str, task: str) -> None:
+def _check_trajectory_identity(
+    table, out: Path, trajectory: str, configuration: str, task: str
+) -> None:
     """A trajectory name already in ``out`` must keep its configuration and task (else the mix
     would only surface at ``analyze``)."""
     if table is None or table.num_rows == 0:
@@ -488,7 +490,9 @@ def measure_run(
     ckpts = discover_checkpoints(run_dir, base)
     for name in (GENERATIONS_FILE, NLL_FILE):  # unreadable records: stop before measuring
         read_table(out / name)
-    _check_trajectory_identity(read_table(out / GENERATIONS_FILE), out, trajectory, configuration, task)
+    _check_trajectory_identity(
+        read_table(out / GENERATIONS_FILE), out, trajectory, configuration, task
+    )
     vllm_gen = None
     if backend == "vllm":
         from ckptsel.measure.vllm_backend import VllmGenerator
