@@ -598,9 +598,8 @@ def _plant(
     notes: list[str] = []
     for kind in plan:
         made = None
-        for i in order:
-            if i in used:
-                continue
+        # unused questions first; a small pool may reuse one for another kind of copy
+        for i in [i for i in order if i not in used] + [i for i in order if i in used]:
             source = a_texts[i]
             norm = normalize(source)
             n_words = len(norm.split())

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ckptsel import defaults
 from ckptsel.analysis import core
@@ -265,12 +266,21 @@ def load_frozen(out_dir: Path) -> FrozenChoices:
     path, hpath = out_dir / CHOICES_FILE, out_dir / HASH_FILE
     if not path.is_file() or not hpath.is_file():
         raise CkptselError(f"{out_dir}: frozen choices not found ({CHOICES_FILE} and {HASH_FILE})")
-    meta = json.loads(hpath.read_text())
-    settings = ChoiceSettings(**meta["settings"])
-    table = pd.read_parquet(path)
-    digest = choices_hash(table, settings)
-    if digest != meta["sha256"]:
+    try:
+        meta = json.loads(hpath.read_text(encoding="utf-8"))
+        settings = ChoiceSettings(**meta["settings"])
+        stored = str(meta["sha256"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         raise VerificationError(
-            f"{path}: SHA-256 {digest} does not match the frozen hash {meta['sha256']} in {hpath.name}"
+            f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})"
+        ) from err
+    try:
+        table = pd.read_parquet(path)
+        digest = choices_hash(table, settings)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise VerificationError(f"{path}: not readable frozen choices ({err})") from err
+    if digest != stored:
+        raise VerificationError(
+            f"{path}: SHA-256 {digest} does not match the frozen hash {stored} in {hpath.name}"
         )
     return FrozenChoices(table=table, settings=settings, sha256=digest)

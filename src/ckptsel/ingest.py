@@ -27,6 +27,7 @@ import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,19 @@ def find_sample_files(folder: Path, note: Callable[[str], None] = print) -> dict
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a samples file (``.jsonl`` or ``.jsonl.gz``), one per line."""
+    try:
+        return _read_samples(path)
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise CkptselError(
+            f"{path}: cannot read the samples file (corrupt or truncated? {err})"
+        ) from err
+    except UnicodeDecodeError as err:
+        raise CkptselError(
+            f"{path}: not a UTF-8 JSON Lines samples file ({err.reason} at byte {err.start})"
+        ) from err
+
+
+def _read_samples(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if str(path).endswith(".gz") else open
     rows: list[dict[str, Any]] = []
     with opener(path, "rt", encoding="utf-8") as fh:

@@ -16,13 +16,21 @@ import pandas as pd
 
 
 def _atomic(path: Path, write) -> None:
+    from ckptsel.errors import CkptselError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:  # read-only folder, a file where a folder should be, ...
+        raise CkptselError(f"{path}: cannot write here ({err.strerror or err})") from err
     os.close(fd)
     try:
         write(Path(tmp))
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise CkptselError(f"{path}: cannot write ({err.strerror or err})") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -36,8 +44,13 @@ def write_bytes(path: Path, data: bytes) -> None:
     _atomic(path, lambda p: p.write_bytes(data))
 
 
+# every Parquet file ckptsel writes carries page CRCs, verified on read
+# (``ckptsel.records.read_table``), so a damaged file is an error, not silently wrong numbers
+PARQUET_OPTIONS = {"write_page_checksum": True}
+
+
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, lambda p: df.to_parquet(p, index=False))
+    _atomic(path, lambda p: df.to_parquet(p, index=False, **PARQUET_OPTIONS))
 
 
 def write_csv(path: Path, df: pd.DataFrame) -> None:

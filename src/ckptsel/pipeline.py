@@ -9,8 +9,6 @@ names, its estimates and the main table are defined in :mod:`ckptsel.results`.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ckptsel import choose as ch
-from ckptsel import defaults, records
+from ckptsel import defaults, publish, records
 from ckptsel.analysis.blas import single_threaded
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.evaluate import score
@@ -115,47 +113,75 @@ def analyze(
     seed: int = defaults.SEED,
     level: float = defaults.CONFIDENCE,
     interval: str = defaults.INTERVAL,
+    report: bool = False,
+    force: bool = False,
 ) -> dict:
-    """The whole analysis; writes ``summary.json``, frozen choices and tables into ``out_dir``.
+    """The whole analysis; writes ``summary.json``, frozen choices and tables (and, with
+    ``report``, figures and ``report.html``) into ``out_dir``.
 
-    Everything is first written to a staging folder beside ``out_dir`` (the choices are frozen
-    and read back there before any test record is loaded) and moved into place only when the
-    whole analysis succeeded, so bad input never leaves a half-written results folder behind.
+    Everything is built in a staging folder beside ``out_dir`` (the choices are frozen and read
+    back there before any test record is loaded), a manifest of SHA-256s is written last, and
+    the folder is swapped in atomically (:mod:`ckptsel.publish`): bad input or a kill never
+    leaves a half-written or mixed results folder. ``force`` allows a non-empty ``out_dir``
+    that is not a results folder (its files are kept, never overwritten).
     ``interval`` names the interval method (``ckptsel.analysis.intervals.METHODS``;
     ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
     ``"percentile"``, and ``verify`` reads it back.
     """
-    if permutations < 1 or draws < 10:
-        raise CkptselError("--permutations must be >= 1 and --draws >= 10")
+    check_settings(permutations=permutations, draws=draws, seed=seed, level=level)
     stat = StatSettings(draws, seed, level, interval)  # checks the method name before any work
     with single_threaded():
-        return _analyze(records_dir, Path(out_dir), permutations, stat)
+        return _analyze(records_dir, Path(out_dir), permutations, stat, report, force)
 
 
-def _analyze(records_dir: Path, out_dir: Path, permutations: int, stat: StatSettings) -> dict:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=out_dir.parent))
-    try:
+def check_settings(*, permutations: int, draws: int, seed: int, level: float) -> None:
+    """Protocol settings checked before any work starts (one clear error each)."""
+    if permutations < 1 or draws < 10:
+        raise CkptselError("--permutations must be >= 1 and --draws >= 10")
+    if permutations > MAX_PERMUTATIONS or draws > MAX_DRAWS:
+        raise CkptselError(
+            f"--permutations must be <= {MAX_PERMUTATIONS} and --draws <= {MAX_DRAWS} "
+            f"(got {permutations}, {draws})"
+        )
+    if not 0 <= seed < 2**63:
+        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {seed})")
+    if not 0.0 < level < 1.0:
+        raise CkptselError(f"--confidence must be between 0 and 1 (got {level})")
+
+
+MAX_PERMUTATIONS = 100_000
+MAX_DRAWS = 1_000_000
+REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
+
+
+def _analyze(
+    records_dir: Path, out_dir: Path, permutations: int, stat: StatSettings, report: bool, force: bool
+) -> dict:
+    meta = {"report": REPORT_META} if report else None
+    with publish.staged(out_dir, force=force, meta=meta) as stage:
         settings = ch.ChoiceSettings(permutations=permutations, seed=stat.seed)
         validation, _ = freeze_choices(records_dir, stage, settings)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
-        tdir = stage / TABLES_DIR
-        for name, df in tables.items():
-            write_parquet(tdir / f"{name}.parquet", df)
-            write_csv(tdir / f"{name}.csv", df)
-        write_text(tdir / "main.md", main_table_markdown(summary))
-        write_text(stage / SUMMARY_FILE, summary_json(summary))
-        from ckptsel import __version__
+        write_outputs(stage, records_dir, summary, tables)
+        if report:
+            from ckptsel.report import write_report
 
-        run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
-        write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
-        for path in sorted(p for p in stage.rglob("*") if p.is_file()):
-            target = out_dir / path.relative_to(stage)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+            write_report(stage, formats=REPORT_META["formats"])
     return summary
+
+
+def write_outputs(stage: Path, records_dir: Path, summary: dict, tables: dict) -> None:
+    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already there)."""
+    tdir = stage / TABLES_DIR
+    for name, df in tables.items():
+        write_parquet(tdir / f"{name}.parquet", df)
+        write_csv(tdir / f"{name}.csv", df)
+    write_text(tdir / "main.md", main_table_markdown(summary))
+    write_text(stage / SUMMARY_FILE, summary_json(summary))
+    from ckptsel import __version__
+
+    run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
+    write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
 
 
 def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
@@ -164,16 +190,30 @@ def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
         return _verify(Path(results_dir), records_dir)
 
 
+def _read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise CkptselError(f"{path}: {what} not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise VerificationError(f"{path}: not a readable JSON {what} ({err})") from err
+    if not isinstance(data, dict):
+        raise VerificationError(f"{path}: {what} is not a JSON object")
+    return data
+
+
 def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(f"{spath}: no summary to verify")
-    stored = json.loads(spath.read_text())
+    stored = _read_json(spath, "summary")
     if records_dir is None:
         run_path = results_dir / RUN_FILE
         if not run_path.is_file():
             raise CkptselError(f"{run_path}: not found; pass the records directory explicitly")
-        records_dir = json.loads(run_path.read_text())["records_dir"]
+        records_dir = _read_json(run_path, "run record").get("records_dir")
+        if not isinstance(records_dir, str):
+            raise VerificationError(f"{run_path}: no records_dir string; pass --records explicitly")
     records_dir = Path(records_dir)
     frozen = ch.load_frozen(results_dir / CHOICES_DIR)  # raises when the stored hash is off
     validation = records.load_validation(records_dir)
@@ -184,17 +224,73 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices in "
             f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
         )
-    stat = StatSettings(
-        draws=stored["draws"],
-        seed=stored["seed"],
-        level=stored.get("confidence", defaults.CONFIDENCE),
-        interval=stored.get("interval", "percentile"),
-    )
-    summary, _ = evaluate_frozen(records_dir, results_dir, validation, stat)
+    try:
+        draws, seed = int(stored["draws"]), int(stored["seed"])
+        level = float(stored.get("confidence", defaults.CONFIDENCE))
+        interval = str(stored.get("interval", "percentile"))
+        check_settings(
+            permutations=frozen.settings.permutations, draws=draws, seed=seed, level=level
+        )
+        stat = StatSettings(draws=draws, seed=seed, level=level, interval=interval)
+    except (KeyError, TypeError, ValueError, CkptselError) as err:
+        raise VerificationError(
+            f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
+        ) from err
+    summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
     if summary_json(summary) != summary_json(stored):
         diff = _first_difference(stored, summary)
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
-    return [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
+    lines = [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
+    lines += publish.check_manifest(results_dir)
+    lines.append(_recompute_files(results_dir, records_dir, summary, tables, again, frozen.settings))
+    return lines
+
+
+def _recompute_files(
+    results_dir: Path, records_dir: Path, summary: dict, tables: dict, choices, settings
+) -> str:
+    """Rebuild every output (tables, report) from the recomputed results in a scratch folder and
+    compare it byte for byte with the manifest; name the first file that differs."""
+    files = publish.read_manifest(results_dir) or {}
+    report_meta = publish.read_manifest_meta(results_dir).get("report")
+    with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
+        scratch = Path(tmp)
+        ch.freeze(choices, settings, scratch / CHOICES_DIR)
+        write_outputs(scratch, records_dir, summary, tables)
+        if isinstance(report_meta, dict):
+            from ckptsel.report import write_report
+
+            write_report(
+                scratch,
+                formats=report_meta.get("formats") or (),
+                trajectory=report_meta.get("trajectory"),
+            )
+        checked = 0
+        for rel in sorted(files):
+            again = scratch / rel
+            if rel == RUN_FILE or not again.is_file():
+                continue  # provenance (paths) and files that cannot be rebuilt here
+            digest = publish.sha256_file(again)
+            parquet = rel.endswith(".parquet")
+            if digest != files[rel] and parquet and _same_frame(results_dir / rel, again):
+                digest = files[rel]  # same data, other Parquet encoding (e.g. an older pyarrow)
+            if digest != files[rel]:
+                raise VerificationError(
+                    f"{results_dir / rel}: recomputed file has SHA-256 {digest}, the stored one "
+                    f"{files[rel]} (the first file that differs)"
+                )
+            checked += 1
+    return (
+        f"files: {checked} of {len(files)} recomputed and identical "
+        f"(Parquet tables compared by content)"
+    )
+
+
+def _same_frame(a: Path, b: Path) -> bool:
+    try:
+        return pd.read_parquet(a).equals(pd.read_parquet(b))
+    except (OSError, ValueError):
+        return False
 
 
 def _first_difference(a, b, path: str = "") -> str:

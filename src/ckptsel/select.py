@@ -183,11 +183,36 @@ def select_checkpoint(
         return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings())
 
 
+SELECT_MEMORY_LIMIT = 8 * 2**30  # bytes the largest intermediate arrays may take
+
+
+def _check_select_sizes(settings: SelectSettings) -> None:
+    """Settings out of range, before any record is read (one clear error each)."""
+    if not 0 <= settings.seed < 2**63:
+        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {settings.seed})")
+    if not 0.0 < settings.level < 1.0:
+        raise CkptselError(f"--confidence must be between 0 and 1 (got {settings.level})")
+    if settings.bootstrap_partitions > settings.partitions:
+        raise CkptselError("--bootstrap-partitions must be <= --partitions")
+
+
+def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> None:
+    """The (draws × items) resampling weights and (partitions × items) masks must fit in memory."""
+    need = 8 * n * (3 * settings.draws + 2 * settings.partitions)
+    need += 8 * settings.draws * settings.bootstrap_partitions * checkpoints
+    if need > SELECT_MEMORY_LIMIT:
+        raise CkptselError(
+            f"--draws {settings.draws} / --partitions {settings.partitions} with {n} validation items "
+            f"would need about {need / 2**30:.0f} GiB; lower --draws or --partitions"
+        )
+
+
 def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: SelectSettings) -> dict:
     if rule not in SIGNAL_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
     if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
         raise CkptselError("--partitions and --bootstrap-partitions must be >= 1 and --draws >= 10")
+    _check_select_sizes(settings)
     v = _trajectory(Path(records_dir), trajectory)
     steps = v.steps
     n = len(v.item_ids)
@@ -200,6 +225,7 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
         v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
     )
     sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
+    _check_select_memory(settings, n, len(steps))
     in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
     in_s_boot = in_s[: settings.bootstrap_partitions]
     weights = resample_counts(n, settings.draws, np.random.default_rng([settings.seed, 5]))

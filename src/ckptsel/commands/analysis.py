@@ -30,23 +30,25 @@ def register(app: typer.Typer) -> None:
             "bootstrap; see README 'What the intervals estimate').",
         ),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Allow a non-empty --out that is not a results folder (its files are kept).",
+        ),
     ) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
         and report G, H, D and B with bootstrap intervals."""
         start = time.perf_counter()
+        pipeline.check_settings(permutations=permutations, draws=draws, seed=seed, level=confidence)
         with console.status("choosing on validation records, then scoring frozen choices…"):
             summary = pipeline.analyze(
-                records_dir, out, permutations=permutations, draws=draws, seed=seed, level=confidence,
-                interval=interval,
+                records_dir, out, permutations=permutations, draws=draws, seed=seed,
+                level=confidence, interval=interval, report=report, force=force,
             )
         from ckptsel.report.terminal import print_main_table
 
         print_main_table(summary, console)
         if report:
-            from ckptsel.report import write_report
-
-            with console.status("writing tables, figures and report.html…"):
-                write_report(out)
             console.print(f"report: {out / REPORT_FILE}")
         console.print(
             f"wrote {out / SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "

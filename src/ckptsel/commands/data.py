@@ -125,8 +125,14 @@ def register(app: typer.Typer) -> None:
                 )
             else:
                 err = Console(stderr=True)
+                missing = sorted({"exact", "case_punct"} - {q.kind for q in result.planted})
+                why = (
+                    f" (no {' or '.join(missing)} copy could be planted: pools too small)"
+                    if missing
+                    else ""
+                )
                 err.print(
-                    f"[bold red]planted control FAILED: {n_ok}/{len(result.planted)} found[/]"
+                    f"[bold red]planted control FAILED: {n_ok}/{len(result.planted)} found{why}[/]"
                 )
                 for note in result.control_notes:
                     err.print(f"  {note}", markup=False)

@@ -80,15 +80,20 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Write paper-style tables, figures and one self-contained report.html from a results folder."""
-        from ckptsel.report import write_report
+        from ckptsel import publish
+        from ckptsel.report import load_results, write_report
 
         start = time.perf_counter()
         chosen = [f.strip() for f in formats.split(",") if f.strip()]
+        load_results(results_dir)  # a results folder, before anything is staged
+        meta = {"report": {"formats": chosen, "trajectory": trajectory}}
         with console.status("writing tables, figures and report.html…"):
-            written = write_report(results_dir, formats=chosen, trajectory=trajectory)
+            with publish.staged(results_dir, carry=True, meta=meta) as stage:  # swapped in whole
+                written = write_report(stage, formats=chosen, trajectory=trajectory)
         for kind, paths in written.items():
             if paths:
-                console.print(f"{kind}: {len(paths)} file(s) in {paths[0].parent}")
+                where = results_dir / paths[0].parent.relative_to(stage)
+                console.print(f"{kind}: {len(paths)} file(s) in {where}")
         console.print(f"done in {time.perf_counter() - start:.1f} s")
 
     @app.command()

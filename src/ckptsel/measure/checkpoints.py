@@ -68,6 +68,7 @@ def inspect_checkpoint(path: Path, step: int, run_dir: Path, base: str | None) -
             raise CkptselError(
                 f"{path}: adapter_config.json but no adapter weights ({ADAPTER_WEIGHTS[0]})"
             )
+        check_weights(path, ADAPTER_WEIGHTS)
         name = base if base is not None else cfg.get("base_model_name_or_path")
         if not name:
             raise CkptselError(
@@ -81,10 +82,74 @@ def inspect_checkpoint(path: Path, step: int, run_dir: Path, base: str | None) -
             raise CkptselError(f"{path / 'config.json'}: not valid JSON ({err})") from err
         if not any((path / w).exists() for w in MODEL_WEIGHTS):
             raise CkptselError(f"{path}: config.json but no model weights ({MODEL_WEIGHTS[0]})")
+        check_weights(path, MODEL_WEIGHTS)
         return Checkpoint(step, path, "full")
     raise CkptselError(
         f"{path}: neither a PEFT adapter (adapter_config.json) nor a full model (config.json)"
     )
+
+
+def check_weights(path: Path, names: tuple[str, ...]) -> None:
+    """Open the weight files of a checkpoint folder and check they are whole (before anything
+    is measured or written): a ``.safetensors`` header must parse and its tensors must fit in
+    the file; sharded weights are checked shard by shard; ``.bin`` files must not be empty."""
+    for name in names:
+        file = path / name
+        if not file.exists():
+            continue
+        if name.endswith(".index.json"):
+            try:
+                index = json.loads(file.read_text(encoding="utf-8"))
+                shards = sorted(set(index["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                raise CkptselError(f"{file}: not a valid weight index ({err})") from err
+            for shard in shards:
+                shard_path = path / str(shard)
+                if not shard_path.is_file():
+                    raise CkptselError(f"{file}: shard {shard!r} is missing")
+                _check_weight_file(shard_path)
+        else:
+            _check_weight_file(file)
+
+
+def _check_weight_file(file: Path) -> None:
+    import struct
+
+    try:
+        size = file.stat().st_size
+        if size == 0:
+            raise CkptselError(f"{file}: empty weight file")
+        if file.suffix != ".safetensors":
+            return
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise CkptselError(f"{file}: truncated safetensors file (no header)")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise CkptselError(
+                    f"{file}: truncated safetensors file (header of {n} bytes, file of {size})"
+                )
+            header = json.loads(fh.read(n).decode("utf-8"))
+    except OSError as err:
+        raise CkptselError(f"{file}: cannot read weights ({err.strerror or err})") from err
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CkptselError(f"{file}: not a safetensors file (bad header: {err})") from err
+    if not isinstance(header, dict):
+        raise CkptselError(f"{file}: not a safetensors file (header is not an object)")
+    end = 0
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            end = max(end, int(meta["data_offsets"][1]))
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise CkptselError(f"{file}: tensor {key!r} has no valid data_offsets") from err
+    if 8 + n + end > size:
+        raise CkptselError(
+            f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, "
+            f"the file has {size})"
+        )
 
 
 def discover_checkpoints(run_dir: Path, base: str | None = None) -> list[Checkpoint]:

@@ -122,6 +122,27 @@ class MeasureResult:
     model_loads: int = 0
 
 
+def _check_trajectory_identity(
+    table, out: Path, trajectory: str, configuration: str, task: str
+) -> None:
+    """A trajectory name already in ``out`` must keep its configuration and task (else the mix
+    would only surface at ``analyze``)."""
+    if table is None or table.num_rows == 0:
+        return
+    cols = [c for c in ("trajectory", "configuration", "task") if c in table.column_names]
+    if len(cols) < 3:
+        return
+    df = table.select(cols).to_pandas().drop_duplicates()
+    mine = df[df["trajectory"] == trajectory]
+    for column, value in (("configuration", configuration), ("task", task)):
+        other = sorted(set(mine[column].astype(str)) - {value})
+        if other:
+            raise CkptselError(
+                f"{out / GENERATIONS_FILE}: trajectory {trajectory!r} is already recorded with "
+                f"{column} {other[0]!r}, not {value!r}; pick another --trajectory name"
+            )
+
+
 def measure_run(
     run_dir: Path,
     config: MeasureConfig,
@@ -153,6 +174,9 @@ def measure_run(
     ckpts = discover_checkpoints(run_dir, base)
     for name in (GENERATIONS_FILE, NLL_FILE):  # unreadable records: stop before measuring
         read_table(out / name)
+    _check_trajectory_identity(
+        read_table(out / GENERATIONS_FILE), out, trajectory, configuration, config.task
+    )
     result = MeasureResult(trajectory, configuration, [c.step for c in ckpts])
     emit = on_progress or (lambda event: None)
     emit(ProgressEvent("run", trajectory, total=len(ckpts) * pool.n_items * 2))

@@ -85,7 +85,7 @@ def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
     _check_splits(path)
     strings = [c for c, kind in columns.items() if kind == "string"]
     filters = [("split", "=", split)] if split else None
-    table = pq.read_table(path, columns=list(columns), filters=filters, read_dictionary=strings)
+    table = read_table(path, columns=list(columns), filters=filters, read_dictionary=strings)
     out = {}
     for name, kind in columns.items():
         col = table.column(name)
@@ -110,8 +110,23 @@ def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
             col = col.cast(pa.int64())
         if kind == "float64" and not value_type.equals(pa.float64()):
             col = col.cast(pa.float64())
+        if name == "step" and len(col) and pc.min(col).as_py() < 0:
+            r = pc.index(pc.less(col, 0), True).as_py()
+            raise CkptselError(
+                f"{_describe(path, str(table.column('trajectory')[r].as_py()), int(col[r].as_py()))}: "
+                f"negative step (training steps are >= 0) [{path}]"
+            )
         out[name] = col
     return pa.table(out)
+
+
+def read_table(path: Path, **kwargs) -> pa.Table:
+    """``pq.read_table`` with page checksums verified (files written by ckptsel carry them);
+    a damaged or unreadable file is one clear error naming it."""
+    try:
+        return pq.read_table(path, page_checksum_verification=True, **kwargs)
+    except (OSError, pa.ArrowException, ValueError) as err:
+        raise CkptselError(f"{path}: corrupted or unreadable Parquet file ({err})") from err
 
 
 def _schema(path: Path) -> pa.Schema:
@@ -130,7 +145,7 @@ def _check_splits(path: Path) -> None:
 @functools.lru_cache(maxsize=16)
 def _check_splits_once(path_str: str, _mtime: int, _size: int) -> None:
     path = Path(path_str)
-    splits = pq.read_table(path, columns=["split"], read_dictionary=["split"]).column("split")
+    splits = read_table(path, columns=["split"], read_dictionary=["split"]).column("split")
     _, values = _codes(splits)
     unknown = sorted(set(values.tolist()) - set(SPLITS))
     if unknown:
@@ -307,12 +322,23 @@ def _trajectories(g: _Grid, records_dir: Path):
     """Per trajectory: its rows, configuration, task, steps, item columns and ids, with the
     declared final step checked."""
     expected = _final_steps(records_dir)
+    _check_final_names(expected, g, records_dir)
     for t, traj in enumerate(g.trajs):
         rows = g.rows_of(t)
         configuration, task = g.attrs(rows, traj)
         steps, item_codes, item_index = g.axes(rows)
         _check_final(traj, steps, expected, g.path)
         yield traj, rows, configuration, task, steps, item_index, g.items[item_codes]
+
+
+def _check_final_names(expected: dict[str, int], g: _Grid, records_dir: Path) -> None:
+    """A declared final step for a trajectory without records is an error, not ignored."""
+    unknown = sorted(set(expected) - {str(t) for t in g.trajs})
+    if unknown:
+        raise CkptselError(
+            f"{FINAL_STEPS_FILE} (beside {records_dir}): trajectory {unknown[0]!r} is declared but "
+            f"has no records in {g.path.name}"
+        )
 
 
 def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: Path) -> None:
@@ -387,7 +413,7 @@ def has_validation_nll(records_dir: Path) -> bool:
     if "split" not in _schema(npath).names:
         raise CkptselError(f"{npath}: missing column(s) split")
     _check_splits(npath)
-    rows = pq.read_table(npath, columns=["split"], filters=[("split", "=", "validation")]).num_rows
+    rows = read_table(npath, columns=["split"], filters=[("split", "=", "validation")]).num_rows
     return rows > 0
 
 
@@ -461,7 +487,14 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     g = _generation_grid(records_dir, "test")
     gpath = g.path
     val_steps = {v.trajectory: v.steps for v in validation or []}
-    test_nll_steps = _test_nll_steps(records_dir)
+    test_nll = _test_nll_table(records_dir)
+    test_nll_steps = _test_nll_steps(records_dir, test_nll)
+    only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
+    if only_nll:
+        raise CkptselError(
+            f"{records_dir / NLL_FILE}: trajectory {only_nll[0]!r} has test NLL records but no test "
+            f"generation records in {gpath.name}"
+        )
     out = []
     for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
         if traj in test_nll_steps and not np.array_equal(steps, test_nll_steps[traj]):
@@ -477,6 +510,12 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
                     f"trajectory {traj!r}: validation and test records disagree on its checkpoints "
                     f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
                 )
+        _check_test_nll(test_nll, traj, steps, item_ids)
+        if len(item_ids) < 2:
+            raise CkptselError(
+                f"{_describe(gpath, traj)}: only {len(item_ids)} test item; the test pool must have at "
+                f"least 2 (the matched-half diagnostic splits it in two halves, SPEC §5)"
+            )
         present, corr, ans, subtasks = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "subtask")
         if not present.all():
             c, i = np.argwhere(~present)[0]
@@ -499,22 +538,75 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     return out
 
 
-def _test_nll_steps(records_dir: Path) -> dict[str, np.ndarray]:
-    """Checkpoints of each trajectory in the test NLL rows (optional; only for consistency)."""
+def _test_nll_steps(records_dir: Path, table: _TestNll | None = None) -> dict[str, np.ndarray]:
+    """Checkpoints of each trajectory in the test NLL rows (optional; for consistency).
+
+    The rows are validated like validation NLL rows (SPEC §2): types, NaN/inf, negative or
+    impossible values, duplicated keys; :func:`_check_test_nll` checks each trajectory's items.
+    """
+    table = table or _test_nll_table(records_dir)
+    if table is None:
+        return {}
+    grid = table.grid
+    return {str(name): grid.axes(grid.rows_of(t))[0] for t, name in enumerate(grid.trajs)}
+
+
+class _TestNll:
+    """The test NLL rows, validated and placed on a (trajectory, step, item, window) grid."""
+
+    def __init__(self, npath: Path, table: pa.Table):
+        self.path = npath
+        self.grid = _Grid(table, npath, key_extra="window")
+        _check_nll_values(table, self.grid, npath)
+        self.windows = table.column("window").to_numpy()
+        self.n_tokens = table.column("n_tokens").to_numpy()
+
+
+def _test_nll_table(records_dir: Path) -> _TestNll | None:
     npath = Path(records_dir) / NLL_FILE
     if not npath.is_file():
-        return {}
-    table = pq.read_table(
-        npath, columns=["trajectory", "step"], filters=[("split", "=", "test")], read_dictionary=["trajectory"]
-    )
+        return None
+    table = _read(npath, NLL_COLUMNS, "test")
     if table.num_rows == 0:
-        return {}
-    codes, names = _codes(table.column("trajectory"))
-    steps = table.column("step").to_numpy()
-    pairs = np.unique(codes * (int(steps.max()) + 1) + steps)  # distinct (trajectory, step)
-    traj_of, step_of = np.divmod(pairs, int(steps.max()) + 1)
-    bounds = np.searchsorted(traj_of, np.arange(len(names) + 1))
-    return {str(name): step_of[bounds[k] : bounds[k + 1]] for k, name in enumerate(names)}
+        return None
+    return _TestNll(npath, table)
+
+
+def _check_test_nll(
+    test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray
+) -> None:
+    """One trajectory's test NLL rows: every item of its test generations, for every checkpoint
+    and window, with ``n_tokens`` constant across checkpoints (SPEC §2)."""
+    if test_nll is None:
+        return
+    grid = test_nll.grid
+    where = np.flatnonzero(grid.trajs == traj)
+    if not len(where):
+        return
+    rows = grid.rows_of(int(where[0]))
+    items = grid.items[grid.item_code[rows]]
+    known = pd.Index(item_ids).get_indexer(items)
+    if (known < 0).any():
+        r = int(rows[np.flatnonzero(known < 0)[0]])
+        raise CkptselError(
+            f"{_describe(test_nll.path, traj, int(grid.step[r]), str(grid.items[grid.item_code[r]]))}: "
+            f"test NLL record for an item with no test generation records"
+        )
+    T, n = len(steps), len(item_ids)
+    ci = np.searchsorted(steps, grid.step[rows])
+    for w in np.unique(test_nll.windows[rows]):
+        sel = test_nll.windows[rows] == w
+        have = np.zeros((T, n), dtype=bool)
+        have[ci[sel], known[sel]] = True
+        tok = np.full((T, n), -1, dtype=np.int64)
+        tok[ci[sel], known[sel]] = test_nll.n_tokens[rows[sel]]
+        if not have.all():
+            c, i = np.argwhere(~have)[0]
+            raise CkptselError(
+                f"{_describe(test_nll.path, traj, int(steps[c]), str(item_ids[i]))}, window {int(w)}: "
+                f"test NLL record missing (test items must be recorded for every checkpoint)"
+            )
+        _check_tokens_constant(tok, have, test_nll.path, traj, item_ids, steps, int(w))
 
 
 # --------------------------------------------------------------------------- checks
@@ -526,6 +618,13 @@ def _check_nll_values(nll: pa.Table, grid: _Grid, path: Path) -> None:
         raise CkptselError(
             f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
             f" nll_sum is {values[r]} (NaN/inf losses are not allowed)"
+        )
+    negative = values < 0
+    if negative.any():
+        r = int(np.flatnonzero(negative)[0])
+        raise CkptselError(
+            f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
+            f" nll_sum is {values[r]} (a sum of -log p is never negative)"
         )
     tokens = nll.column("n_tokens").to_numpy()
     neg = tokens < 0

@@ -131,7 +131,7 @@ def read_table(path: Path) -> pa.Table | None:
     if not path.exists():
         return None
     try:
-        return pq.read_table(path)
+        return pq.read_table(path, page_checksum_verification=True)
     except Exception as err:  # pyarrow raises several types for a damaged file
         raise CkptselError(f"{path}: not a readable parquet file ({err})") from err
 
@@ -189,7 +189,7 @@ def _target(df: pd.DataFrame) -> pa.Schema:
 
 def _parquet_bytes(table: pa.Table) -> bytes:
     buf = pa.BufferOutputStream()
-    pq.write_table(table, buf, row_group_size=RECORDS_ROW_GROUP)
+    pq.write_table(table, buf, row_group_size=RECORDS_ROW_GROUP, **io.PARQUET_OPTIONS)
     return buf.getvalue().to_pybytes()
 
 

@@ -13,6 +13,7 @@ import io as _io
 from collections.abc import Iterable
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -258,8 +259,10 @@ def figure_bytes(fig: Figure, fmt: str, dpi: int = 110) -> bytes:
     """The figure rendered as ``png`` or ``svg`` bytes."""
     buf = _io.BytesIO()
     # fixed metadata keeps SVG output stable between runs
+    # and a fixed hash salt replaces the random ids of clip paths and glyphs
     meta = {"Date": None} if fmt == "svg" else {"Software": None}
-    fig.savefig(buf, format=fmt, dpi=dpi, metadata=meta)
+    with matplotlib.rc_context({"svg.hashsalt": "ckptsel"}):
+        fig.savefig(buf, format=fmt, dpi=dpi, metadata=meta)
     return buf.getvalue()
 
 
