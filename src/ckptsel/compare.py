@@ -84,17 +84,6 @@ def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
     return int(where[0])
 
 
-def _pick(items: list, trajectory: str, split: str, records_dir: Path):
-    for x in items:
-        if x.trajectory == trajectory:
-            return x
-    names = [x.trajectory for x in items]
-    raise CkptselError(
-        f"{records_dir}: trajectory {trajectory!r} has no {split} records "
-        f"(known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
-    )
-
-
 def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
     import pyarrow.parquet as pq
 
@@ -174,7 +163,7 @@ def compare_checkpoints(
         "splits": {},
     }
     validation = records.load_validation(records_dir)
-    va, vb = (_pick(validation, t, "validation", records_dir) for t in names)
+    va, vb = (records.find_trajectory(validation, t, "validation", records_dir) for t in names)
     sides = []
     for v, step in ((va, step_a), (vb, step_b)):
         c = _step_index(v.steps, step, v.trajectory)
@@ -188,7 +177,7 @@ def compare_checkpoints(
         tests = records.load_test(records_dir)
         sides = []
         for t, step in zip(names, (step_a, step_b), strict=True):
-            td = _pick(tests, t, "test", records_dir)
+            td = records.find_trajectory(tests, t, "test", records_dir)
             c = _step_index(td.steps, step, t)
             ids = np.asarray(td.item_ids)
             sides.append(_Side(ids, _test_groups(records_dir, t, ids), td.correct[c]))

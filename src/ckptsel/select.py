@@ -35,7 +35,7 @@ from ckptsel.analysis.bootstrap import percentile_interval, resample_counts
 from ckptsel.choose import FULL, ChoiceSettings, choose_trajectory, signals
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
-from ckptsel.records import TestData, ValidationData, load_test, load_validation
+from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
 from ckptsel.results import fmt
 from ckptsel.rules import RULES, SIGNAL_RULES
 from ckptsel.stats import est
@@ -137,18 +137,6 @@ def _probabilities(vec: np.ndarray, steps: np.ndarray) -> dict[str, float]:
     return {str(int(steps[i])): round(float(vec[i]), 6) for i in nz}
 
 
-def _trajectory(records_dir: Path, trajectory: str) -> ValidationData:
-    validation = load_validation(records_dir)
-    for v in validation:
-        if v.trajectory == trajectory:
-            return v
-    names = [v.trajectory for v in validation]
-    raise CkptselError(
-        f"{Path(records_dir)}: trajectory {trajectory!r} has no validation records "
-        f"(known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
-    )
-
-
 def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     import pyarrow.parquet as pq
 
@@ -213,7 +201,7 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
     if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
         raise CkptselError("--partitions and --bootstrap-partitions must be >= 1 and --draws >= 10")
     _check_select_sizes(settings)
-    v = _trajectory(Path(records_dir), trajectory)
+    v = find_trajectory(load_validation(records_dir), trajectory, "validation", records_dir)
     steps = v.steps
     n = len(v.item_ids)
     if n < 2:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ckptsel.records.read import (
     TestData,
     ValidationData,
+    find_trajectory,
     has_validation_nll,
     load_test,
     load_validation,
@@ -48,6 +49,7 @@ from ckptsel.records.write import (
 )
 
 __all__ = [
+    "find_trajectory",
     "COMPLETE_WINDOW",
     "FINAL_STEPS_FILE",
     "GENERATIONS_FILE",

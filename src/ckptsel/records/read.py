@@ -609,31 +609,33 @@ def _check_test_nll(
         _check_tokens_constant(tok, have, test_nll.path, traj, item_ids, steps, int(w))
 
 
+def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):
+    """The :class:`ValidationData` / :class:`TestData` of one trajectory, or one clear error."""
+    for x in loaded:
+        if x.trajectory == trajectory:
+            return x
+    names = [x.trajectory for x in loaded]
+    raise CkptselError(
+        f"{Path(records_dir)}: trajectory {trajectory!r} has no {split} records "
+        f"(known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
+    )
+
+
 # --------------------------------------------------------------------------- checks
 def _check_nll_values(nll: pa.Table, grid: _Grid, path: Path) -> None:
     values = nll.column("nll_sum").to_numpy()
-    bad = ~np.isfinite(values)
-    if bad.any():
-        r = int(np.flatnonzero(bad)[0])
-        raise CkptselError(
-            f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
-            f" nll_sum is {values[r]} (NaN/inf losses are not allowed)"
-        )
-    negative = values < 0
-    if negative.any():
-        r = int(np.flatnonzero(negative)[0])
-        raise CkptselError(
-            f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
-            f" nll_sum is {values[r]} (a sum of -log p is never negative)"
-        )
     tokens = nll.column("n_tokens").to_numpy()
-    neg = tokens < 0
-    if neg.any():
-        r = int(np.flatnonzero(neg)[0])
-        raise CkptselError(
-            f"{_describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])}:"
-            f" negative n_tokens ({int(tokens[r])})"
-        )
+    for bad, problem in (
+        (~np.isfinite(values), lambda r: f"nll_sum is {values[r]} (NaN/inf losses are not allowed)"),
+        (values < 0, lambda r: f"nll_sum is {values[r]} (a sum of -log p is never negative)"),
+        (tokens < 0, lambda r: f"negative n_tokens ({int(tokens[r])})"),
+    ):
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            where = _describe(
+                path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]]
+            )
+            raise CkptselError(f"{where}: {problem(r)}")
     windows = nll.column("window").to_numpy()
     if ((windows != MATCHED_WINDOW) & (windows != COMPLETE_WINDOW) & (windows < 0)).any():
         raise CkptselError(f"{path}: negative window values")
