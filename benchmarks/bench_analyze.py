@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,9 +30,10 @@ from ckptsel.evaluate import score
 from ckptsel.stats import StatSettings, summarize
 rec, out = Path(sys.argv[1]), Path(sys.argv[2])
 t = {}
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 pipeline.analyze(rec, out)
 t["analyze (total)"] = time.perf_counter() - t0
+t["analyze (total), CPU seconds of the process"] = time.process_time() - c0
 # peak of analyze itself: VmHWM is this process's own high-water mark (ru_maxrss would
 # include the parent's, inherited across fork/exec)
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
@@ -90,7 +92,9 @@ def main() -> None:
         "## `ckptsel analyze` at paper scale (`benchmarks/bench_analyze.py`)",
         "",
         f"Simulated paper preset, written as `measure` writes records: {shape}; 200 permutations/partitions, 20,000 draws. "
-        f"Machine: {machine()}. Best of {args.repeats} fresh processes.",
+        f"Machine: {machine()}; 1-minute load average {os.getloadavg()[0]:.1f} at the start (other work "
+        "on the machine inflates wall times; CPU seconds are less affected). "
+        f"Best of {args.repeats} fresh processes; default interval method.",
         "",
         "| phase (the phases re-run separately, warm) | seconds |",
         "|---|---|",
