@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ckptsel.errors import CkptselError
 from ckptsel.records import read_frame
 
 torch = pytest.importorskip("torch")
@@ -86,7 +87,7 @@ def copy_records(uninterrupted, tmp_path: Path) -> Path:
 def recorded_steps(out: Path) -> set[int]:
     try:
         return set(read_frame(out, "generations")["step"])
-    except (FileNotFoundError, OSError, ValueError):
+    except (FileNotFoundError, OSError, ValueError, CkptselError):  # nothing recorded yet
         return set()
 
 

@@ -160,7 +160,8 @@ def _culprit(units: list[Unit], kind: str) -> None:
 
 
 def _scan(units: list[Unit], kind: str) -> pa.Table:
-    """All rows of ``units`` in one multi-threaded scan (page checksums verified), split first."""
+    """All rows of ``units`` in one multi-threaded scan (page checksums verified), in the
+    single file's row order."""
     import pyarrow.dataset as ds
 
     schema = arrow_schema(kind)
@@ -176,7 +177,7 @@ def _scan(units: list[Unit], kind: str) -> pa.Table:
         raise CkptselError(
             f"{Path(units[0].path).parents[1]}: unreadable units ({err})"
         ) from err
-    if any(table.column(c).null_count == table.num_rows > 0 for c in schema.names):
+    if any(table.column(c).null_count for c in schema.names):
         _culprit(units, kind)  # a unit without a column reads as nulls: name it
     split = table.column("split")
     unknown = sorted(set(pc.unique(split).to_pylist()) - set(SPLITS), key=str)
@@ -188,7 +189,8 @@ def _scan(units: list[Unit], kind: str) -> pa.Table:
             f"{unit_path(units[0].path.parents[2], kind, traj, step)}: unknown split name(s) "
             f"{unknown}; expected one of {list(SPLITS)}"
         )
-    order = [pc.indices_nonzero(pc.equal(split, s)) for s in SPLITS]
+    # the single file's row order (split ascending, then trajectory, step, item, window)
+    order = [pc.indices_nonzero(pc.equal(split, s)) for s in sorted(SPLITS)]
     return table.take(pa.chunked_array(order, type=pa.uint64()).combine_chunks())
 
 
@@ -302,27 +304,41 @@ def read_rows(
 
 
 def _concat(tables: list[pa.Table], records_dir: Path, kind: str) -> pa.Table:
-    """Single-file rows + unit rows as one table (types unified; string columns as read)."""
+    """Single-file rows + unit rows as one table in the single file's row order (so integer
+    codes of string columns come out as from one file); types unified."""
+    from ckptsel.records.write import RECORDS_ORDER
+
     first = tables[0]
-    fixed = [first]
-    for t in tables[1:]:
-        cols = []
+    encoded = [f.name for f in first.schema if pa.types.is_dictionary(f.type)]
+    fixed = []
+    for t in tables:
+        cols, fields = [], []
         for f in first.schema:
             if f.name not in t.column_names:
                 raise CkptselError(f"{records_dir / SINGLE_FILES.get(kind, kind)}: missing column(s) {f.name}")
             c = t.column(f.name)
-            if not c.type.equals(f.type):
+            target = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+            if pa.types.is_dictionary(c.type):
+                c = c.cast(c.type.value_type)
+            if not c.type.equals(target):
                 try:
-                    c = c.cast(f.type)
+                    c = c.cast(target)
                 except (pa.ArrowException, ValueError) as err:
                     raise CkptselError(
                         f"{records_dir / SINGLE_FILES.get(kind, kind)}: column {f.name!r} has type "
-                        f"{f.type}, but the units have {c.type}"
+                        f"{target}, but the units have {c.type}"
                     ) from err
             cols.append(c)
-        fixed.append(pa.Table.from_arrays(cols, schema=first.schema.remove_metadata()))
-    fixed[0] = fixed[0].replace_schema_metadata(None)
-    return pa.concat_tables(fixed)
+            fields.append(pa.field(f.name, target))
+        fixed.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
+    out = pa.concat_tables(fixed)
+    order = [(c, "ascending") for c in RECORDS_ORDER if c in out.column_names]
+    if order:
+        out = out.sort_by(order)
+    for name in encoded:
+        i = out.column_names.index(name)
+        out = out.set_column(i, name, pc.dictionary_encode(out.column(name)))
+    return out
 
 
 def sources(records_dir: Path, kind: str) -> list[Path]:
