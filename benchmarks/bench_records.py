@@ -68,21 +68,31 @@ def fill(sim: Path, rec: Path) -> list[tuple[int, float, float]]:
 
     from ckptsel import records
 
-    gen = pq.read_table(sim / "generations.parquet").to_pandas()
-    nll = pq.read_table(sim / "nll.parquet").to_pandas()
-    gkeys = gen.groupby(["trajectory", "step"], sort=True).indices
-    nkeys = nll.groupby(["trajectory", "step"], sort=True).indices
+    def units_of(name: str):
+        """The table sorted by (trajectory, step) and each checkpoint's row range."""
+        table = pq.read_table(sim / name).sort_by([("trajectory", "ascending"), ("step", "ascending")])
+        traj = table.column("trajectory").to_numpy(zero_copy_only=False).astype(str)
+        step = table.column("step").to_numpy()
+        cut = np.flatnonzero((traj[1:] != traj[:-1]) | (step[1:] != step[:-1])) + 1
+        starts, ends = np.r_[0, cut], np.r_[cut, len(step)]
+        return table, {(traj[a], int(step[a])): (a, b) for a, b in zip(starts, ends, strict=True)}
+
+    gen, gkeys = units_of("generations.parquet")
+    nll, nkeys = units_of("nll.parquet")
     # checkpoints in training order across trajectories (as a study is measured)
     order = sorted(gkeys, key=lambda k: (k[1], k[0]))
     pool = texts(4096, seed=0)
     timings = []
     for i, (traj, step) in enumerate(order):
-        g = gen.iloc[gkeys[(traj, step)]]
-        n = nll.iloc[nkeys[(traj, step)]]
+        (a, b), (c, d) = gkeys[(traj, step)], nkeys[(traj, step)]
+        g = gen.slice(a, b - a).to_pandas()
+        n = nll.slice(c, d - c).to_pandas()
         g = g.assign(text=[f"{step} {pool[(j * 7 + step) % len(pool)]}" for j in range(len(g))])
         t0 = time.perf_counter()
         records.write_unit(rec, traj, step, generations=g, nll=n)
         timings.append((i, time.perf_counter() - t0, rss_mb()))
+        if i % 200 == 0:
+            print(f"{i} checkpoints written", flush=True)
     del gen, nll
     return timings
 
@@ -117,6 +127,7 @@ def child(code: str, *args: str) -> dict:
 def measure6(out: Path, root: Path) -> float:
     """Seconds for ``measure_run`` of 6 tiny LoRA checkpoints (50 + 50 items) into ``out``."""
     from ckptsel.measure import MeasureConfig, measure_run
+
     from tinyrun import build_tiny_run
 
     run = build_tiny_run(root, steps=(10, 20, 30, 40, 50, 60), n_validation=50, n_test=50)
