@@ -115,6 +115,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from ckptsel import records
     from ckptsel.commands.measure import progress_bars
     from ckptsel.measure import MeasureConfig, measure_run
 
@@ -137,9 +138,10 @@ def main() -> None:
         rss0 = rss_mb()
 
         def after(step: int) -> None:
-            rows = sum(
-                pq.read_metadata(tmp / "records" / f).num_rows
-                for f in ("generations.parquet", "nll.parquet")
+            rows = sum(  # the records' units (one file per checkpoint and kind)
+                pq.read_metadata(u.path).num_rows
+                for kind in ("generations", "nll")
+                for u in records.list_units(tmp / "records", kind)
             )
             rss.append((step, rss_mb(), peak_mb(), rows))
 

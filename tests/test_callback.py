@@ -8,8 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import pytest
+
+from ckptsel.records import read_frame
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -112,8 +113,8 @@ def test_callback_records_every_save(trained):
     state = SimpleNamespace(global_step=4, is_world_process_zero=True)
     assert callback.on_save(None, state, "control") == "control"
     assert callback.measured_steps == [2, 4]
-    gen = pd.read_parquet(root / "records_cb" / "generations.parquet")
-    nll = pd.read_parquet(root / "records_cb" / "nll.parquet")
+    gen = read_frame(root / "records_cb", "generations")
+    nll = read_frame(root / "records_cb", "nll")
     assert sorted(gen["step"].unique()) == [2, 4]
     assert set(gen["split"]) == {"validation", "test"}
     assert len(gen) == 2 * (5 + 3)
@@ -143,12 +144,12 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
     )
     key = ["trajectory", "step", "split", "item_id"]
     a = (
-        pd.read_parquet(root / "records_cb" / "generations.parquet")
+        read_frame(root / "records_cb", "generations")
         .sort_values(key)
         .reset_index(drop=True)
     )
     b = (
-        pd.read_parquet(root / "records_cli" / "generations.parquet")
+        read_frame(root / "records_cli", "generations")
         .sort_values(key)
         .reset_index(drop=True)
     )
@@ -171,12 +172,12 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
     assert (texts[2] != texts[4]).any()
     nkey = key + ["window"]
     na = (
-        pd.read_parquet(root / "records_cb" / "nll.parquet")
+        read_frame(root / "records_cb", "nll")
         .sort_values(nkey)
         .reset_index(drop=True)
     )
     nb = (
-        pd.read_parquet(root / "records_cli" / "nll.parquet")
+        read_frame(root / "records_cli", "nll")
         .sort_values(nkey)
         .reset_index(drop=True)
     )

@@ -13,7 +13,7 @@ import pytest
 
 from ckptsel.errors import CkptselError
 from ckptsel.ingest import ingest_lm_eval
-from ckptsel.records import GENERATION_COLUMNS, upsert_records
+from ckptsel.records import GENERATION_COLUMNS, read_frame, upsert_records
 
 STAMP = "2025-03-04T05-06-07.123456"
 GSM8K_DOCS = [
@@ -106,7 +106,7 @@ def test_gsm8k_two_checkpoints_strict_match(evals):
     rows = ingest_lm_eval(
         folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None
     )
-    gen = pd.read_parquet(out / "generations.parquet")
+    gen = read_frame(out, "generations")
     assert list(gen.columns) == [*GENERATION_COLUMNS, "text"]
     assert len(gen) == len(rows) == 6
     assert set(gen["trajectory"]) == {"run-x"} and set(gen["configuration"]) == {"run-x"}
@@ -153,7 +153,7 @@ def test_flexible_filter_and_cli(evals, capsys):
         )
     assert e.value.code in (0, None)
     assert "ingested 6 generation rows" in capsys.readouterr().out
-    gen = pd.read_parquet(out / "generations.parquet").set_index(["step", "item_id"])
+    gen = read_frame(out, "generations").set_index(["step", "item_id"])
     assert gen.loc[(100, "gsm8k-1"), "answer"] == "1234" and bool(
         gen.loc[(100, "gsm8k-1"), "correct"]
     )
@@ -172,6 +172,7 @@ def test_several_filters_need_a_choice_and_nothing_is_written(evals, capsys):
     err = capsys.readouterr().err
     assert "--filter" in err and "flexible-extract" in err and "strict-match" in err
     assert not (out / "generations.parquet").exists()
+    assert not (out / "units").exists()
 
 
 def test_multiple_choice_answer_is_argmax_and_subtask_is_lm_task(tmp_path):
@@ -226,13 +227,13 @@ def test_ingest_appends_to_existing_records(evals):
     )
     upsert_records(out, generations=other)
     ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
-    gen = pd.read_parquet(out / "generations.parquet")
+    gen = read_frame(out, "generations")
     kept = gen[gen["trajectory"] == "other"].reset_index(drop=True)
     assert kept[list(GENERATION_COLUMNS)].astype(object).equals(other.astype(object))
     assert kept["text"].isna().all()
     # ingesting again replaces the same keys instead of duplicating them
     ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
-    assert len(pd.read_parquet(out / "generations.parquet")) == len(gen) == 8
+    assert len(read_frame(out, "generations")) == len(gen) == 8
 
 
 def test_newest_samples_file_wins(tmp_path):
@@ -281,7 +282,7 @@ def test_bad_samples_are_rejected_and_records_kept(tmp_path, breakage, needle):
             }
         ),
     )
-    before = (out / "generations.parquet").read_bytes()
+    before = _records_bytes(out)
     good = [
         gsm8k_line(0, "#### 18", "strict-match", "18", 1.0),
         gsm8k_line(1, "#### 1", "strict-match", "1", 0.0),
@@ -305,7 +306,7 @@ def test_bad_samples_are_rejected_and_records_kept(tmp_path, breakage, needle):
         path.write_text(path.read_text().splitlines()[0] + "\n{oops\n")
     with pytest.raises(CkptselError, match=needle.replace("(", r"\(")):
         ingest_lm_eval([first, second], out=out, task="gsm8k", note=lambda m: None)
-    assert (out / "generations.parquet").read_bytes() == before
+    assert _records_bytes(out) == before
 
 
 def test_step_option_and_missing_samples(tmp_path):
@@ -319,3 +320,12 @@ def test_step_option_and_missing_samples(tmp_path):
         ingest_lm_eval([empty], out=tmp_path / "rec")
     with pytest.raises(CkptselError, match="single SAMPLES_DIR"):
         ingest_lm_eval([folder, empty], out=tmp_path / "rec", step=1)
+
+
+def _records_bytes(folder):
+    """Every records file's bytes, single file and units (not the read or part caches)."""
+    return {
+        p.relative_to(folder): p.read_bytes()
+        for p in sorted(folder.rglob("*.parquet"))
+        if ".cache" not in p.parts and ".parts" not in p.parts
+    }

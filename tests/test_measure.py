@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ckptsel.records import read_frame
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
@@ -64,8 +66,8 @@ def measured(tmp_path_factory):
     run = build_tiny_run(root, steps=(10, 20, 30), n_validation=8, n_test=6, long_every=3)
     out = root / "records"
     assert run_cli(measure_args(run, out)) == 0
-    gen = pd.read_parquet(out / "generations.parquet")
-    nll = pd.read_parquet(out / "nll.parquet")
+    gen = read_frame(out, "generations")
+    nll = read_frame(out, "nll")
     return run, out, gen, nll
 
 
@@ -261,7 +263,7 @@ def test_lora_run_loads_the_base_once_and_full_run_loads_each(tmp_path):
         trajectory="lora-run",
     )
     assert res.model_loads == 1 and res.measured_steps == [1, 2, 3]
-    gen = pd.read_parquet(tmp_path / "rec" / "generations.parquet")
+    gen = read_frame(tmp_path / "rec", "generations")
     assert gen.groupby("trajectory")["step"].unique().map(sorted).to_dict() == {
         "full": [5, 7],
         "lora-run": [1, 2, 3],

@@ -14,6 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ckptsel.errors import CkptselError
+from ckptsel.records import read_frame
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
@@ -64,7 +67,7 @@ def cli(args: list[str], capsys=None) -> tuple[int, str]:
 
 
 def read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return pd.read_parquet(out / "generations.parquet"), pd.read_parquet(out / "nll.parquet")
+    return read_frame(out, "generations"), read_frame(out, "nll")
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +86,8 @@ def copy_records(uninterrupted, tmp_path: Path) -> Path:
 
 def recorded_steps(out: Path) -> set[int]:
     try:
-        return set(pd.read_parquet(out / "generations.parquet")["step"])
-    except (FileNotFoundError, OSError, ValueError):
+        return set(read_frame(out, "generations")["step"])
+    except (FileNotFoundError, OSError, ValueError, CkptselError):  # nothing recorded yet
         return set()
 
 

@@ -12,6 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.cli import app  # noqa: E402
+from ckptsel.records import read_frame  # noqa: E402
 from ckptsel.train import checkpoint_steps  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -28,7 +29,6 @@ def quick(tmp_path_factory):
 
 
 def test_quickstart_artifacts(quick):
-    import pandas as pd
 
     from ckptsel.choose import load_frozen
     from ckptsel.study import load_study
@@ -39,8 +39,8 @@ def test_quickstart_artifacts(quick):
     assert len({c.name for _, c, _ in trajectories}) >= 2 and len(study.seeds) == 3
     assert {c.adaptation for _, c, _ in trajectories} == {"lora", "full"}
     finals = json.loads((out / "final_steps.json").read_text())
-    gen = pd.read_parquet(out / "records" / "generations.parquet")
-    nll = pd.read_parquet(out / "records" / "nll.parquet")
+    gen = read_frame(out / "records", "generations")
+    nll = read_frame(out / "records", "nll")
     for name, _, _ in trajectories:
         steps = checkpoint_steps(out / "runs" / name)
         assert len(steps) >= 10 and steps[-1] == finals[name]
@@ -82,7 +82,7 @@ def test_quickstart_second_run_reuses_everything(quick):
     out, _ = quick
     ck = out / "runs" / "full-s42"
     before = {p: p.stat().st_mtime_ns for p in ck.rglob("*") if p.is_file()}
-    rec = (out / "records" / "generations.parquet").read_bytes()
+    rec = _records_bytes(out / "records")
     base = (out / "base" / "model.safetensors").stat().st_mtime_ns
     console = Console(record=True, width=200)
     res = run_quickstart(out, fast=True, analyze=False, console=console)
@@ -90,7 +90,7 @@ def test_quickstart_second_run_reuses_everything(quick):
     assert "skipped" in text
     assert {p: p.stat().st_mtime_ns for p in ck.rglob("*") if p.is_file()} == before
     assert (out / "base" / "model.safetensors").stat().st_mtime_ns == base
-    assert (out / "records" / "generations.parquet").read_bytes() == rec
+    assert _records_bytes(out / "records") == rec
     assert res.median_spread > 0
 
 
@@ -105,3 +105,12 @@ def test_quickstart_refuses_to_mix_studies(quick, tmp_path):
     with pytest.raises(CkptselError, match="not a quickstart folder"):
         run_quickstart(tmp_path, fast=True, analyze=False)
     assert not (tmp_path / "quickstart_plan.json").exists()
+
+
+def _records_bytes(folder):
+    """Every records file's bytes, single file and units (not the read or part caches)."""
+    return {
+        p.relative_to(folder): p.read_bytes()
+        for p in sorted(folder.rglob("*.parquet"))
+        if ".cache" not in p.parts and ".parts" not in p.parts
+    }

@@ -85,25 +85,27 @@ def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
 
 
 def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
-    import pyarrow.parquet as pq
+    from ckptsel.records import read_rows
 
     path = Path(records_dir) / GENERATIONS_FILE
-    if not path.is_file():
-        raise CkptselError(f"{path}: records file not found (expected {GENERATIONS_FILE})")
-    rows = pq.read_table(
-        path,
+    rows = read_rows(
+        records_dir,
+        "generations",
         columns=["trajectory"],
         filters=[("split", "=", split), ("trajectory", "in", trajectories)],
     )
+    if rows is None:
+        raise CkptselError(f"{path}: records file not found (expected {GENERATIONS_FILE})")
     return rows.num_rows > 0
 
 
 def _test_groups(records_dir: Path, trajectory: str, item_ids: np.ndarray) -> np.ndarray:
     """The ``group`` of each test item (TestData carries subtasks, not groups)."""
-    import pyarrow.parquet as pq
+    from ckptsel.records import read_rows
 
-    table = pq.read_table(
-        Path(records_dir) / GENERATIONS_FILE,
+    table = read_rows(
+        records_dir,
+        "generations",
         columns=["item_id", "group"],
         filters=[("split", "=", "test"), ("trajectory", "=", trajectory)],
     ).to_pandas()

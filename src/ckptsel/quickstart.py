@@ -155,13 +155,12 @@ def base_test_accuracy(
 def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
     """Per trajectory: best-to-worst test accuracy over its checkpoints (pp), and the final
     checkpoint's test accuracy (pp)."""
-    import pandas as pd
 
-    from ckptsel.records.schema import GENERATIONS_FILE
+    from ckptsel.records import read_rows
 
-    gen = pd.read_parquet(
-        records_dir / GENERATIONS_FILE, columns=["trajectory", "step", "split", "correct"]
-    )
+    gen = read_rows(
+        records_dir, "generations", columns=["trajectory", "step", "split", "correct"]
+    ).to_pandas()
     acc = gen[gen["split"] == "test"].groupby(["trajectory", "step"])["correct"].mean() * 100.0
     spreads, finals = {}, {}
     for traj, s in acc.groupby(level=0):
@@ -221,19 +220,18 @@ def trajectory_job(
 def finished_trajectories(study: Study) -> set[str]:
     """Trajectories with their final checkpoint AND records of every checkpoint on both
     splits: a second quickstart run skips them without starting a process."""
-    import pandas as pd
 
-    from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
+    from ckptsel.records import read_rows
     from ckptsel.train import study_status
 
-    gpath, npath = study.records_root / GENERATIONS_FILE, study.records_root / NLL_FILE
-    if not gpath.is_file() or not npath.is_file():
-        return set()
     cols = ["trajectory", "step", "split"]
+    tables = {k: read_rows(study.records_root, k, columns=cols) for k in ("generations", "nll")}
+    if any(t is None for t in tables.values()):
+        return set()
     have = {}
-    for path in (gpath, npath):
-        df = pd.read_parquet(path, columns=cols).drop_duplicates()
-        have[path.name] = {
+    for name, table in tables.items():
+        df = table.to_pandas().drop_duplicates()
+        have[name] = {
             (str(t), str(sp)): set(g["step"].astype(int))
             for (t, sp), g in df.groupby(["trajectory", "split"])
         }

@@ -138,17 +138,15 @@ def _probabilities(vec: np.ndarray, steps: np.ndarray) -> dict[str, float]:
 
 
 def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
-    import pyarrow.parquet as pq
+    from ckptsel.records import read_rows
 
-    from ckptsel.records.schema import GENERATIONS_FILE
-
-    path = Path(records_dir) / GENERATIONS_FILE
-    rows = pq.read_table(
-        path,
+    rows = read_rows(
+        records_dir,
+        "generations",
         columns=["trajectory"],
         filters=[("split", "=", "test"), ("trajectory", "=", v.trajectory)],
     )
-    if rows.num_rows == 0:
+    if rows is None or rows.num_rows == 0:
         return None
     test = next(t for t in load_test(records_dir) if t.trajectory == v.trajectory)
     if not np.array_equal(test.steps, v.steps):

@@ -107,6 +107,9 @@ def register(app: typer.Typer) -> None:
             "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
         ),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+        only: str = typer.Option(
+            None, "--only", help="generation or nll: measure and record just that kind."
+        ),
     ) -> None:
         """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
         from ckptsel.measure import MeasureConfig, measure_run
@@ -119,6 +122,7 @@ def register(app: typer.Typer) -> None:
             device=device,
             backend=backend,
             dtype=dtype,
+            only=only,
         )
         with progress_bars(progress) as on_progress:
             res = measure_run(

@@ -42,6 +42,7 @@ class MeasureConfig:
     device: str = "cpu"
     backend: str = "hf"
     dtype: str = "auto"
+    only: str | None = None  # "generation" or "nll": measure and record just that kind
 
     def __post_init__(self) -> None:
         from ckptsel.tasks import get_task
@@ -62,6 +63,8 @@ class MeasureConfig:
                 )
         if self.backend not in BACKENDS:
             raise CkptselError(f"unknown --backend {self.backend!r}: use hf or vllm")
+        if self.only not in (None, "generation", "nll"):
+            raise CkptselError(f"unknown --only {self.only!r}: use generation or nll")
         if self.dtype not in DTYPES:
             raise CkptselError(
                 f"unknown --dtype {self.dtype!r}: use auto, float32, bfloat16 or float16"

@@ -130,6 +130,11 @@ class StepParts:
         self.nll = _load(self.nll_path)
         self.todo_gen = {s: pool.missing(self.gen, s) for s in pool.splits}
         self.todo_nll = {s: pool.missing(self.nll, s) for s in pool.splits}
+        self.only = config.only  # measure --only generation|nll: the other kind is left alone
+        if self.only == "nll":
+            self.todo_gen = {s: [] for s in pool.splits}
+        if self.only == "generation":
+            self.todo_nll = {s: [] for s in pool.splits}
 
     @property
     def n_todo(self) -> int:
@@ -160,7 +165,7 @@ class StepParts:
         self, task: str, trajectory: str, configuration: str
     ) -> pd.DataFrame | None:
         """Contract rows for the current items, answers re-derived from the stored text."""
-        if self.gen is None:
+        if self.gen is None or self.only == "nll":
             return None
         cur = self.pool.current(self.gen)
         frames = []
@@ -183,7 +188,7 @@ class StepParts:
 
     def contract_nll(self, trajectory: str) -> pd.DataFrame | None:
         """Contract NLL rows for the current items."""
-        if self.nll is None:
+        if self.nll is None or self.only == "generation":
             return None
         return coerce_nll(self.pool.current(self.nll).assign(trajectory=trajectory))
 

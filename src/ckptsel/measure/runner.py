@@ -29,12 +29,11 @@ from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.records import (
     GENERATIONS_FILE,
-    NLL_FILE,
     SPLITS,
     check_name,
     empty_generations,
     empty_nll,
-    read_table,
+    read_rows,
     upsert_records,
 )
 
@@ -172,10 +171,11 @@ def measure_run(
     configuration = check_name("configuration", configuration or trajectory)
     pool = ItemPool.load(config.task, validation, test)
     ckpts = discover_checkpoints(run_dir, base)
-    for name in (GENERATIONS_FILE, NLL_FILE):  # unreadable records: stop before measuring
-        read_table(out / name)
+    read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", trajectory)])
     _check_trajectory_identity(
-        read_table(out / GENERATIONS_FILE), out, trajectory, configuration, config.task
+        read_rows(out, "generations", columns=["trajectory", "configuration", "task"],
+                  filters=[("trajectory", "=", trajectory)]),
+        out, trajectory, configuration, config.task,
     )
     result = MeasureResult(trajectory, configuration, [c.step for c in ckpts])
     emit = on_progress or (lambda event: None)

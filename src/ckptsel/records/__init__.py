@@ -2,8 +2,10 @@
 
 * :mod:`ckptsel.records.schema` — file names, columns, dtypes, keys, the matched window.
 * :mod:`ckptsel.records.write` — every producer's writer (``measure``, ``ingest``, the Trainer
-  callback, ``simulate``): one row order and row-group size, atomic upserts under a lock,
-  plain trajectory/configuration names.
+  callback, ``simulate``): one row order and row-group size, write-once per-checkpoint units
+  (``write_unit``), plain trajectory/configuration names.
+* :mod:`ckptsel.records.dataset` — the units layout, reading both forms together
+  (``read_rows``, ``read_frame``) and ``compact`` (back to the single-file form).
 * :mod:`ckptsel.records.read` — the analysis's loaders: validation and test records by
   separate calls, validated into per-trajectory arrays.
 
@@ -13,6 +15,14 @@
 
 from __future__ import annotations
 
+from ckptsel.records.dataset import (
+    UNITS_DIR,
+    compact,
+    list_units,
+    read_frame,
+    read_rows,
+    unit_path,
+)
 from ckptsel.records.read import (
     TestData,
     ValidationData,
@@ -46,6 +56,7 @@ from ckptsel.records.write import (
     records_lock,
     upsert_records,
     write_records,
+    write_unit,
 )
 
 __all__ = [
@@ -64,17 +75,24 @@ __all__ = [
     "RECORDS_ROW_GROUP",
     "SPLITS",
     "TestData",
+    "UNITS_DIR",
     "ValidationData",
     "check_name",
     "coerce_generations",
+    "compact",
     "coerce_nll",
     "empty_generations",
     "empty_nll",
     "has_validation_nll",
+    "list_units",
     "load_test",
     "load_validation",
+    "read_frame",
+    "read_rows",
     "read_table",
     "records_lock",
+    "unit_path",
     "upsert_records",
     "write_records",
+    "write_unit",
 ]

@@ -21,11 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ckptsel.errors import CkptselError
+from ckptsel.records import dataset
 from ckptsel.records.schema import (
     COMPLETE_WINDOW,
     FINAL_STEPS_FILE,
     GENERATION_COLUMNS,
-    GENERATIONS_FILE,
     MATCHED_WINDOW,
     NLL_COLUMNS,
     NLL_FILE,
@@ -65,27 +65,35 @@ class TestData:
 
 
 # --------------------------------------------------------------------------- reading
-def _path(records_dir: Path, name: str) -> Path:
-    path = Path(records_dir) / name
-    if not path.is_file():
-        raise CkptselError(f"{path}: records file not found (expected {name} in {records_dir})")
-    return path
-
-
-def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
-    """Read a records table, check its columns and types, keep one split.
+def _read(
+    records_dir: Path, kind: str, columns: dict[str, str], split: str | None
+) -> tuple[pa.Table, Path]:
+    """Read one kind of records (single file, units or both), check its columns and types,
+    keep one split; returns the table and the path that error messages name.
 
     String columns are read dictionary-encoded (an order of magnitude faster than plain
     strings on millions of rows) and stay so; :func:`_codes` turns them into integers.
     """
-    schema = _schema(path)
-    missing = [c for c in columns if c not in schema.names]
-    if missing:
-        raise CkptselError(f"{path}: missing column(s) {', '.join(missing)}")
-    _check_splits(path)
-    strings = [c for c, kind in columns.items() if kind == "string"]
+    records_dir = Path(records_dir)
+    path = dataset.display_path(records_dir, kind)
+    if not dataset.exists(records_dir, kind):
+        name = dataset.SINGLE_FILES[kind]
+        raise CkptselError(
+            f"{records_dir / name}: records file not found (expected {name} or "
+            f"{dataset.UNITS_DIR}/{kind}/ in {records_dir})"
+        )
+    single = dataset.single_file(records_dir, kind)
+    if single is not None:
+        schema = _schema(single)
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise CkptselError(f"{single}: missing column(s) {', '.join(missing)}")
+        _check_splits(single)
+    strings = [c for c, kind_ in columns.items() if kind_ == "string"]
     filters = [("split", "=", split)] if split else None
-    table = read_table(path, columns=list(columns), filters=filters, read_dictionary=strings)
+    table = dataset.read_rows(
+        records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings
+    )
     out = {}
     for name, kind in columns.items():
         col = table.column(name)
@@ -117,7 +125,7 @@ def _read(path: Path, columns: dict[str, str], split: str | None) -> pa.Table:
                 f"negative step (training steps are >= 0) [{path}]"
             )
         out[name] = col
-    return pa.table(out)
+    return pa.table(out), path
 
 
 def read_table(path: Path, **kwargs) -> pa.Table:
@@ -311,8 +319,7 @@ def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str,
 
 def _generation_grid(records_dir: Path, split: str) -> _Grid:
     """One split of the generation records, validated and placed on its grid."""
-    gpath = _path(records_dir, GENERATIONS_FILE)
-    gen = _read(gpath, GENERATION_COLUMNS, split)
+    gen, gpath = _read(records_dir, "generations", GENERATION_COLUMNS, split)
     if gen.num_rows == 0:
         raise CkptselError(f"{gpath}: no {split} records")
     return _Grid(gen, gpath)
@@ -354,9 +361,9 @@ def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: P
 class _NllTable:
     """The validation NLL rows, ready to be placed on each trajectory's grid."""
 
-    def __init__(self, npath: Path, gen_items: np.ndarray):
+    def __init__(self, records_dir: Path, gen_items: np.ndarray):
+        table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
         self.path = npath
-        table = _read(npath, NLL_COLUMNS, "validation")
         self.grid = _Grid(table, npath, key_extra="window")
         _check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
@@ -407,14 +414,17 @@ class _NllTable:
 
 def has_validation_nll(records_dir: Path) -> bool:
     """Whether the study has validation NLL records (``ingest lm-eval`` alone gives none)."""
-    npath = Path(records_dir) / NLL_FILE
-    if not npath.is_file():
+    if not dataset.exists(records_dir, "nll"):
         return False
-    if "split" not in _schema(npath).names:
-        raise CkptselError(f"{npath}: missing column(s) split")
-    _check_splits(npath)
-    rows = read_table(npath, columns=["split"], filters=[("split", "=", "validation")]).num_rows
-    return rows > 0
+    npath = dataset.single_file(records_dir, "nll")
+    if npath is not None:
+        if "split" not in _schema(npath).names:
+            raise CkptselError(f"{npath}: missing column(s) split")
+        _check_splits(npath)
+    rows = dataset.read_rows(
+        records_dir, "nll", columns=["split"], filters=[("split", "=", "validation")]
+    )
+    return rows is not None and rows.num_rows > 0
 
 
 def load_validation(records_dir: Path) -> list[ValidationData]:
@@ -427,7 +437,7 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     records_dir = Path(records_dir)
     g = _generation_grid(records_dir, "validation")
     gpath = g.path
-    nll = _NllTable(records_dir / NLL_FILE, g.items) if has_validation_nll(records_dir) else None
+    nll = _NllTable(records_dir, g.items) if has_validation_nll(records_dir) else None
 
     out = []
     for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
@@ -563,10 +573,9 @@ class _TestNll:
 
 
 def _test_nll_table(records_dir: Path) -> _TestNll | None:
-    npath = Path(records_dir) / NLL_FILE
-    if not npath.is_file():
+    if not dataset.exists(records_dir, "nll"):
         return None
-    table = _read(npath, NLL_COLUMNS, "test")
+    table, npath = _read(records_dir, "nll", NLL_COLUMNS, "test")
     if table.num_rows == 0:
         return None
     return _TestNll(npath, table)

@@ -10,12 +10,15 @@ fastest of those measured (split- or trajectory-first, 256 Ki-row or default row
 Two ways in:
 
 * :func:`write_records` — a whole table at once (``simulate``; test fixtures).
-* :func:`upsert_records` — many runs share one records folder, a job can be killed at any
-  moment, and two producers may write at once. So every update is an *upsert* (rows with the
-  same key are replaced, every other row is kept) of the contract files, done under an
-  exclusive lock and written atomically through :mod:`ckptsel.io`; the two contract files
-  are serialized in memory first and renamed back to back, so a crash leaves each file
-  complete and valid.
+* :func:`write_unit` — one checkpoint of one trajectory (``measure``, the cluster driver, the
+  Trainer callback): its rows become write-once *unit* files (generations, NLL, texts) in
+  the records folder's dataset (:mod:`ckptsel.records.dataset`). Nothing else is read or
+  rewritten, so recording a checkpoint costs the same in an empty folder and at paper scale;
+  a re-measured checkpoint replaces exactly its own units (rows with the same key replaced,
+  others kept); files are written atomically (a kill leaves complete units only) under a
+  per-trajectory lock (producers of different trajectories never wait for each other).
+* :func:`upsert_records` — rows of any checkpoints (``ingest``): grouped by (trajectory,
+  step) and written unit by unit.
 
 :func:`check_name` keeps trajectory and configuration names plain (they become folder names).
 """
@@ -35,14 +38,14 @@ import pyarrow.parquet as pq
 
 from ckptsel import io
 from ckptsel.errors import CkptselError
+from ckptsel.records.dataset import UNITS_DIR, arrow_schema, single_file, unit_path
 from ckptsel.records.schema import (
     GENERATION_COLUMNS,
     GENERATION_KEY,
     GENERATION_OPTIONAL,
-    GENERATIONS_FILE,
     NLL_COLUMNS,
-    NLL_FILE,
     NLL_KEY,
+    SPLITS,
 )
 
 RECORDS_ORDER = ("split", "trajectory", "step", "item_id", "window")  # row order of every file
@@ -193,50 +196,140 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     return buf.getvalue().to_pybytes()
 
 
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as Parquet bytes in the records layout (row groups, page checksums)."""
+    return _parquet_bytes(table)
+
+
+def _unit_bytes(table: pa.Table) -> bytes:
+    """A unit's Parquet bytes: one row group per split (rows already in the records order), so
+    a reader that asks for one split skips the other's pages."""
+    buf = pa.BufferOutputStream()
+    with pq.ParquetWriter(buf, table.schema, **io.PARQUET_OPTIONS) as writer:
+        split = table.column("split")
+        for s in SPLITS:
+            part = table.filter(pc.equal(split, s))
+            if part.num_rows:
+                writer.write_table(part, row_group_size=RECORDS_ROW_GROUP)
+        if table.num_rows == 0:
+            writer.write_table(table)
+    return buf.getvalue().to_pybytes()
+
+
+@contextlib.contextmanager
+def _unit_lock(records_dir: Path, trajectory: str) -> Iterator[None]:
+    """Exclusive lock on one trajectory's units (producers of other trajectories never wait)."""
+    folder = Path(records_dir) / UNITS_DIR / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(folder / f"{trajectory}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _existing(records_dir: Path, kind: str, trajectory: str, step: int) -> pa.Table | None:
+    """The unit's current rows: its file, else the single file's rows of this checkpoint (which
+    the new unit then carries on, since a unit supersedes the single file's rows)."""
+    path = unit_path(records_dir, kind, trajectory, step)
+    if path.is_file():
+        return read_table(path)
+    single = single_file(records_dir, "generations" if kind == "texts" else kind)
+    if single is None:
+        return None
+    if kind == "texts" and "text" not in pq.read_schema(single).names:
+        return None
+    filters = [("trajectory", "=", trajectory), ("step", "=", int(step))]
+    try:
+        old = pq.read_table(single, filters=filters, page_checksum_verification=True)
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise CkptselError(f"{single}: not a readable parquet file ({err})") from err
+    if kind == "texts":
+        old = old.filter(pc.is_valid(old.column("text")))
+    return old
+
+
+def write_unit(
+    records_dir: Path,
+    trajectory: str,
+    step: int,
+    generations: pd.DataFrame | None = None,
+    nll: pd.DataFrame | None = None,
+) -> list[Path]:
+    """Record one checkpoint: its rows go to its own unit files (see
+    :mod:`ckptsel.records.dataset`), nothing else in ``records_dir`` is read or rewritten.
+
+    ``generations`` / ``nll`` are contract frames whose rows all belong to ``trajectory`` at
+    ``step`` (either may be ``None``). Rows with the same key as rows already in the unit
+    replace them, other rows are kept (a re-measured checkpoint replaces exactly its own
+    unit). The generations' optional ``text`` goes to the unit's texts file, which analysis
+    never reads. Every file is written atomically, serialized in memory first and renamed back
+    to back. Safe to call from several processes at once (a per-trajectory lock). Returns the
+    files written.
+    """
+    records_dir = Path(records_dir)
+    check_name("trajectory", trajectory)
+    step = int(step)
+    payload: list[tuple[str, pd.DataFrame, tuple[str, ...]]] = []
+    if nll is not None:
+        payload.append(("nll", coerce_nll(nll), NLL_KEY))
+    if generations is not None:
+        gen = coerce_generations(generations)
+        if "text" in gen.columns:
+            texts = gen[["trajectory", "step", "split", "item_id", "text"]]
+            payload.append(("texts", texts[texts["text"].notna()], GENERATION_KEY))
+            gen = gen.drop(columns="text")
+        payload.append(("generations", gen, GENERATION_KEY))
+    for kind, df, _ in payload:
+        wrong = (df["trajectory"] != trajectory) | (df["step"] != step)
+        if wrong.any():
+            r = df[wrong].iloc[0]
+            raise CkptselError(
+                f"{kind} row of trajectory {r['trajectory']!r} step {int(r['step'])} given to "
+                f"write_unit for trajectory {trajectory!r} step {step}"
+            )
+    written = []
+    with _unit_lock(records_dir, trajectory):
+        blobs = []
+        for kind, df, key in payload:
+            if kind == "texts" and df.empty:
+                continue
+            target = arrow_schema(kind)
+            table = pa.Table.from_pandas(df, preserve_index=False).cast(target)
+            old = _existing(records_dir, kind, trajectory, step)
+            merged = _upsert(old, table, key, target).replace_schema_metadata(None)
+            blobs.append((unit_path(records_dir, kind, trajectory, step), _unit_bytes(merged)))
+        for path, data in blobs:
+            io.write_bytes(path, data)
+            written.append(path)
+    return written
+
+
 def upsert_records(
     records_dir: Path,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
 ) -> None:
-    """Add rows to ``records_dir/{generations,nll}.parquet``, replacing rows with the same key.
-
-    Rows of other trajectories/steps/items are kept untouched. Files are sorted in the
-    records order (a total order on the key), so the result does not depend on the order in
-    which checkpoints were measured. The
-    optional ``text`` column is kept when either side has it (null where unknown).
+    """Add rows to ``records_dir``, replacing rows with the same key: each (trajectory, step)
+    among the rows is written as its own unit through :func:`write_unit`, so the cost depends
+    on the rows given, never on the records already there. Rows of other checkpoints are
+    untouched. The optional ``text`` column goes to the units' texts files.
     """
-    records_dir = Path(records_dir)
-    with records_lock(records_dir):
-        payload: list[tuple[Path, bytes]] = []
-        if nll is not None:
-            path = records_dir / NLL_FILE
-            new = coerce_nll(nll)
-            target = _target(new)
-            table = pa.Table.from_pandas(new, schema=target, preserve_index=False)
-            payload.append(
-                (path, _parquet_bytes(_upsert(read_table(path), table, NLL_KEY, target)))
-            )
-        if generations is not None:
-            path = records_dir / GENERATIONS_FILE
-            old = read_table(path)
-            new = coerce_generations(generations)
-            with_text = "text" in new.columns or (old is not None and "text" in old.column_names)
-            target = _target(empty_generations(with_text))
-            if with_text and "text" not in new.columns:
-                new = new.assign(text=pd.Series(pd.NA, index=new.index, dtype="string"))
-            table = pa.Table.from_pandas(new, schema=target, preserve_index=False)
-            payload.append((path, _parquet_bytes(_upsert(old, table, GENERATION_KEY, target))))
-        for path, data in payload:  # serialized first: the two renames follow each other
-            io.write_bytes(path, data)
-    _release_memory()
-
-
-def _release_memory() -> None:
-    """Hand freed Arrow buffers back to the OS: a long run upserts after every checkpoint
-    and the records grow, so otherwise resident memory creeps up with each rewrite."""
-    import gc
-
-    import pyarrow as pa
-
-    gc.collect()
-    pa.default_memory_pool().release_unused()
+    groups: dict[tuple[str, int], dict[str, pd.DataFrame]] = {}
+    for name, df in (("generations", generations), ("nll", nll)):
+        if df is None:
+            continue
+        missing = [c for c in ("trajectory", "step") if c not in df.columns]
+        if missing:
+            raise CkptselError(f"{name} rows lack column(s) {missing}")
+        for (traj, step), part in df.groupby(["trajectory", "step"], sort=True, observed=True):
+            groups.setdefault((str(traj), int(step)), {})[name] = part
+    for (traj, step), frames in groups.items():
+        write_unit(records_dir, traj, step, **frames)

@@ -1,0 +1,245 @@
+"""Records as write-once per-checkpoint units (issue 13): the same analysis inputs from units,
+single files or both; concurrent producers; kills mid-write; the read cache; compact."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ckptsel import records
+from ckptsel.errors import CkptselError
+
+import recordsgen as rg
+
+SRC = str(Path(records.__file__).parents[2])
+
+
+@pytest.fixture(scope="module")
+def study():
+    trajs = rg.random_study(np.random.default_rng(7), n_configs=3, seeds=2)
+    return rg.tables(trajs)
+
+
+def _units(folder: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
+    records.upsert_records(folder, generations=gen, nll=nll)
+    return folder
+
+
+def _same_loads(a: Path, b: Path) -> None:
+    va, vb = records.load_validation(a), records.load_validation(b)
+    ta, tb = records.load_test(a, va), records.load_test(b, vb)
+    assert [v.trajectory for v in va] == [v.trajectory for v in vb]
+    for x, y in zip(va + ta, vb + tb, strict=True):
+        for name, value in vars(x).items():
+            other = getattr(y, name)
+            if isinstance(value, dict):
+                assert value.keys() == other.keys()
+                for k in value:
+                    np.testing.assert_array_equal(value[k], other[k])
+            elif name == "answers":  # integer codes: equal up to a relabelling
+                pairs = np.unique(np.stack([value.ravel(), other.ravel()]), axis=1)
+                assert value.shape == other.shape
+                assert pairs.shape[1] == len(np.unique(value)) == len(np.unique(other))
+            else:
+                np.testing.assert_array_equal(value, other)
+
+
+def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
+    gen, nll = study
+    single = rg.write(tmp_path / "single", gen, nll)
+    units = _units(tmp_path / "units", gen, nll)
+    assert not (units / "generations.parquet").exists()
+    n_units = gen.groupby(["trajectory", "step"]).ngroups
+    assert len(records.list_units(units, "generations")) == n_units
+    assert len(records.list_units(units, "nll")) == n_units
+    _same_loads(single, units)
+    # mixed: half the trajectories as single files, the rest as units
+    trajs = sorted(gen["trajectory"].unique())
+    half = gen["trajectory"].isin(trajs[::2])
+    nhalf = nll["trajectory"].isin(trajs[::2])
+    mixed = rg.write(tmp_path / "mixed", gen[half], nll[nhalf])
+    _units(mixed, gen[~half], nll[~nhalf])
+    _same_loads(single, mixed)
+    # every row once, in the single file's order
+    pd.testing.assert_frame_equal(records.read_frame(mixed, "generations"),
+                                  records.read_frame(single, "generations"))
+    pd.testing.assert_frame_equal(records.read_frame(units, "nll"), records.read_frame(single, "nll"))
+
+
+def test_analyze_summary_identical_on_units(study, tmp_path):
+    from ckptsel import pipeline
+
+    gen, nll = study
+    single = rg.write(tmp_path / "single", gen, nll)
+    units = _units(tmp_path / "units", gen, nll)
+    pipeline.analyze(single, tmp_path / "res-single")
+    pipeline.analyze(units, tmp_path / "res-units")
+    a = json.loads((tmp_path / "res-single" / "summary.json").read_text())
+    b = json.loads((tmp_path / "res-units" / "summary.json").read_text())
+    assert a == b
+
+
+def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
+    gen, nll = study
+    folder = _units(tmp_path / "r", gen, nll)
+    records.load_validation(folder)  # builds the read cache
+    traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
+    others = {u.path: u.path.read_bytes() for u in records.list_units(folder, "generations")
+              if (u.trajectory, u.step) != (traj, step)}
+    rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step)].copy()
+    flip = rows[rows["split"] == "validation"].index[:3]
+    rows.loc[flip, "correct"] = ~rows.loc[flip, "correct"]
+    # only some rows of the unit: the others of that unit are kept (upsert within the unit)
+    records.write_unit(folder, traj, step, generations=rows.loc[flip])
+    assert {p: p.read_bytes() for p in others} == others
+    expected = gen.copy()
+    expected.loc[flip, "correct"] = ~expected.loc[flip, "correct"]
+    _same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
+
+
+def test_a_unit_supersedes_the_single_files_rows_of_its_checkpoint(study, tmp_path):
+    gen, nll = study
+    folder = rg.write(tmp_path / "legacy", gen, nll)
+    before = (folder / "generations.parquet").read_bytes()
+    traj, step = gen["trajectory"].iloc[-1], int(gen["step"].iloc[-1])
+    sel = (gen["trajectory"] == traj) & (gen["step"] == step) & (gen["split"] == "test")
+    changed = gen[sel].head(2).assign(answer="zzz", correct=False)
+    records.write_unit(folder, traj, step, generations=changed)
+    assert (folder / "generations.parquet").read_bytes() == before  # never rewritten
+    unit = pd.read_parquet(records.unit_path(folder, "generations", traj, step))
+    assert len(unit) == int(((gen["trajectory"] == traj) & (gen["step"] == step)).sum())
+    expected = gen.copy()
+    expected.loc[changed.index, ["answer", "correct"]] = ["zzz", False]
+    _same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
+
+
+def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path):
+    gen, nll = study
+    folder = _units(tmp_path / "d", gen, nll)
+    traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
+    path = records.unit_path(folder, "generations", traj, step)
+    rows = pd.read_parquet(path)
+    # a hand-made unit holding another checkpoint's rows duplicates that checkpoint's keys
+    other = records.unit_path(folder, "generations", traj, step + 100000)
+    rows.to_parquet(other, index=False)
+    with pytest.raises(CkptselError, match="duplicated record"):
+        records.load_validation(folder)
+    other.unlink()
+    rows.drop(columns="answer").to_parquet(other, index=False)
+    with pytest.raises(CkptselError, match=rf"{other.name}.*missing column\(s\) answer"):
+        records.load_validation(folder)
+    other.write_bytes(b"not parquet")
+    with pytest.raises(CkptselError, match=other.name):
+        records.load_validation(folder)
+    other.unlink()
+    rows.assign(split="train").to_parquet(other, index=False)
+    with pytest.raises(CkptselError, match="unknown split name"):
+        records.load_validation(folder)
+    other.unlink()
+    with pytest.raises(CkptselError, match="given to write_unit"):
+        records.write_unit(folder, traj, step + 1, generations=rows)
+    with pytest.raises(CkptselError, match="trajectory name"):
+        records.write_unit(folder, "../x", step, generations=rows)
+    records.load_validation(folder)
+
+
+def test_texts_live_apart_and_compact_writes_single_files(study, tmp_path):
+    gen, nll = study
+    folder = tmp_path / "t"
+    with_text = gen.assign(text=("answer " + gen["item_id"]).astype("string"))
+    _units(folder, with_text, nll)
+    unit = next(iter(records.list_units(folder, "generations")))
+    assert "text" not in pd.read_parquet(unit.path).columns
+    assert len(records.list_units(folder, "texts")) == len(records.list_units(folder, "generations"))
+    full = records.read_frame(folder, "generations")
+    assert (full["text"] == "answer " + full["item_id"]).all()
+    nll_before = records.read_frame(folder, "nll")
+    records.compact(folder)
+    assert not (folder / records.UNITS_DIR).exists()
+    single = pd.read_parquet(folder / "generations.parquet")
+    pd.testing.assert_frame_equal(single, full)
+    pd.testing.assert_frame_equal(pd.read_parquet(folder / "nll.parquet"), nll_before)
+    _same_loads(rg.write(tmp_path / "ref", gen, nll), folder)
+
+
+def test_compact_command(study, tmp_path):
+    from typer.testing import CliRunner
+
+    from ckptsel.cli import app
+
+    gen, nll = study
+    folder = _units(tmp_path / "c", gen, nll)
+
+    res = CliRunner().invoke(app, ["records", "compact", str(folder)])
+    assert res.exit_code == 0, res.output
+    assert (folder / "generations.parquet").is_file() and not (folder / "units").exists()
+    res = CliRunner().invoke(app, ["records", "compact", str(tmp_path / "none")])
+    assert res.exit_code != 0
+
+
+WRITER = r"""
+import sys, time
+import pandas as pd
+sys.path.insert(0, sys.argv[1])
+from ckptsel import records
+folder, traj, first, n, rows = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+for step in range(first, first + n):
+    gen = pd.DataFrame({
+        "trajectory": traj, "configuration": "c", "task": "t", "step": step,
+        "split": ["validation", "test"] * (rows // 2), "item_id": [f"i{k:06d}" for k in range(rows)],
+        "group": "g", "subtask": "", "answer": "a", "correct": True,
+        "text": "x" * 1500})
+    records.write_unit(folder, traj, step, generations=gen)
+    print(step, flush=True)
+"""
+
+
+def _writer(folder: Path, traj: str, first: int, n: int, rows: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, SRC, str(folder), traj, str(first), str(n), str(rows)],
+        stdout=subprocess.PIPE, text=True,
+    )
+
+
+def test_concurrent_processes_write_one_folder(tmp_path):
+    folder = tmp_path / "shared"
+    # three trajectories in parallel, and two processes on different steps of one trajectory
+    procs = [_writer(folder, f"traj{k}", 0, 4, 40) for k in range(3)]
+    procs += [_writer(folder, "traj0", 100, 4, 40)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    units = records.list_units(folder, "generations")
+    assert sorted((u.trajectory, u.step) for u in units) == sorted(
+        [(f"traj{k}", s) for k in range(3) for s in range(4)] + [("traj0", s) for s in range(100, 104)]
+    )
+    full = records.read_frame(folder, "generations")
+    assert len(full) == 16 * 40 and full["text"].str.len().eq(1500).all()
+    assert not [p for p in folder.rglob("*.tmp")]
+
+
+def test_sigkill_mid_write_leaves_complete_units_only(tmp_path):
+    folder = tmp_path / "killed"
+    proc = _writer(folder, "big", 0, 1000, 20000)
+    # wait for a few units, then kill at an arbitrary point of a later write
+    for _ in range(3):
+        assert proc.stdout.readline()
+    time.sleep(0.37)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    units = records.list_units(folder, "generations")
+    assert len(units) >= 3
+    for kind in ("generations", "texts"):
+        for u in records.list_units(folder, kind):
+            assert len(pd.read_parquet(u.path)) == 20000  # complete, never half a unit
+    full = records.read_frame(folder, "generations")
+    assert len(full) == 20000 * len(units)
+    assert set(full["step"]) == {u.step for u in units}
