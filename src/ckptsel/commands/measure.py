@@ -47,7 +47,8 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
 
         def on_event(ev: Any) -> None:
             if ev.kind == "run":
-                state.update(t0=time.perf_counter(), done=0, recorded=0)
+                state.update(t0=time.perf_counter(), done=0, recorded=0, units=0)
+                state.update(name=ev.trajectory, n_units=ev.units)
                 state["overall"] = bar.add_task(ev.trajectory, total=ev.total, rate="")
             elif ev.kind == "step":
                 state.update(step_t0=time.perf_counter(), step_done=0, step_total=max(ev.total, 1))
@@ -60,7 +61,9 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
                 bar.update(state["overall"], advance=ev.done, rate=rate(state["done"], state["t0"]))
             elif ev.kind == "step_done":
                 state["recorded"] += ev.total
-                bar.update(state["overall"], completed=state["recorded"])
+                state["units"] += 1
+                units = f"{state['name']} ({state['units']}/{state['n_units']} checkpoints)"
+                bar.update(state["overall"], completed=state["recorded"], description=units)
                 bar.update(state["step"], completed=state["step_total"])
                 bar.remove_task(state["step"])
 
@@ -106,10 +109,24 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option(
             "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
         ),
+        executor: str = typer.Option(
+            "local", "--executor", help="local (this process) or ray (a Ray cluster)."
+        ),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else local)."
+        ),
+        workers: int = typer.Option(
+            0, "--workers", help="Ray actors (0: as many as the cluster's resources hold)."
+        ),
+        num_cpus: float = typer.Option(1.0, "--num-cpus", help="CPUs per Ray actor."),
+        num_gpus: float = typer.Option(
+            0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     ) -> None:
         """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
         from ckptsel.measure import MeasureConfig, measure_run
+        from ckptsel.measure.executors import ExecutorConfig
 
         config = MeasureConfig(
             task=task,
@@ -119,6 +136,13 @@ def register(app: typer.Typer) -> None:
             device=device,
             backend=backend,
             dtype=dtype,
+        )
+        ex = ExecutorConfig(
+            kind=executor,
+            address=ray_address,
+            workers=workers,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
         )
         with progress_bars(progress) as on_progress:
             res = measure_run(
@@ -131,6 +155,7 @@ def register(app: typer.Typer) -> None:
                 trajectory=trajectory,
                 configuration=configuration,
                 on_progress=on_progress,
+                executor=ex,
             )
         reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
         typer.echo(
