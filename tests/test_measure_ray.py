@@ -213,9 +213,49 @@ def test_driver_killed_and_rerun_finishes_the_rest(ray_cluster, run, local, tmp_
     assert_same_records(out, local)
 
 
-@pytest.mark.skip(
-    reason="vLLM needs a CUDA GPU, and this task has none: the vLLM-in-actor path "
-    "(--executor ray --backend vllm --num-gpus 1) is written but has never run"
+def test_vllm_rank_is_one_vllm_accepts():
+    from ckptsel.measure.vllm_backend import vllm_rank
+
+    assert [vllm_rank(r) for r in (1, 4, 8, 9, 64, 100, 512)] == [8, 8, 8, 16, 64, 128, 512]
+    with pytest.raises(CkptselError, match="above"):
+        vllm_rank(513)
+
+
+def test_cuda_check_runs_where_the_models_run():
+    from ckptsel.measure import MeasureConfig
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(CkptselError, match="no CUDA device"):
+        MeasureConfig("gsm8k", device="cuda")
+    cfg = MeasureConfig("gsm8k", device="cuda", check_here=False)  # a Ray driver without GPU
+    with pytest.raises(CkptselError, match="no CUDA device"):
+        cfg.check_device()  # what the worker runs first
+    with pytest.raises(CkptselError, match="--max-loras"):
+        MeasureConfig("gsm8k", max_loras=0)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="vLLM needs a CUDA GPU and this machine has none: the vLLM-in-actor path "
+    "(--executor ray --backend vllm --num-gpus 1) has not run here",
 )
-def test_vllm_in_ray_actor_matches_hf():  # pragma: no cover
-    pass
+def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
+    """GPU only: one vLLM engine per GPU actor, one LoRARequest per checkpoint, NLL on HF."""
+    pytest.importorskip("vllm", reason="vllm is not installed (pip install 'ckptsel[vllm]')")
+    from ckptsel.measure import MeasureConfig, measure_run
+
+    cfg = MeasureConfig(
+        "gsm8k", batch_size=2, max_new_tokens=8, window=64, device="cuda", backend="vllm",
+        dtype="float32",
+    )  # fmt: skip
+    out = tmp_path / "records"
+    res = measure_run(
+        run.run_dir, cfg, validation=run.validation, test=run.test, out=out,
+        executor=ExecutorConfig("ray", workers=1, num_cpus=1, num_gpus=1),
+    )  # fmt: skip
+    assert res.measured_steps == list(STEPS)
+    g, n = read(out)
+    assert len(g) == len(local[0]) and len(n) == len(local[1])
+    assert (g["answer"].to_numpy() == local[0]["answer"].to_numpy()).mean() >= 0.9
+    assert (n["nll_sum"] - local[1]["nll_sum"]).abs().max() <= 1e-3

@@ -122,6 +122,12 @@ def register(app: typer.Typer) -> None:
         num_gpus: float = typer.Option(
             0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."
         ),
+        max_loras: int = typer.Option(
+            1, "--max-loras", help="vLLM: adapters the engine holds at once."
+        ),
+        max_lora_rank: int = typer.Option(
+            0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     ) -> None:
         """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
@@ -136,6 +142,9 @@ def register(app: typer.Typer) -> None:
             device=device,
             backend=backend,
             dtype=dtype,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            check_here=executor != "ray",  # on Ray the GPUs are the workers', not the driver's
         )
         ex = ExecutorConfig(
             kind=executor,

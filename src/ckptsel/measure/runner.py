@@ -218,11 +218,17 @@ class _Measurer:
         self, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: MeasureResult
     ) -> None:
         self.config, self.ckpts, self.base, self.result = config, ckpts, base, result
+        config.check_device()
         self.vllm = None
         if config.backend == "vllm":
             from ckptsel.measure.vllm_backend import VllmGenerator
 
-            self.vllm = VllmGenerator.for_checkpoints(ckpts, max_new_tokens=config.max_new_tokens)
+            self.vllm = VllmGenerator.for_checkpoints(
+                ckpts,
+                max_new_tokens=config.max_new_tokens,
+                max_loras=config.max_loras,
+                max_lora_rank=config.max_lora_rank,
+            )
         self.holder = ModelHolder(config.device, resolve_dtype(config.dtype, config.device))
         self.tokenizer: Any = None
         from transformers.utils import logging as hf_logging
