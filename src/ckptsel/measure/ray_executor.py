@@ -265,7 +265,8 @@ class RayExecutor:
         for i in range(len(self.actors)):
             if pending:
                 submit(i)
-        roundtrip, compute, peak = [], [], {}
+        roundtrip, compute, first_on_actor, peak = [], [], [], {}
+        seen_actor: set[int] = set()
         first_done = None
         while inflight:
             [ref], _ = ray.wait(list(inflight), num_returns=1)
@@ -276,6 +277,8 @@ class RayExecutor:
             if pending:
                 submit(i)  # keep the actor busy while the driver writes
             roundtrip.append(now - t_sent)
+            first_on_actor.append(i not in seen_actor)  # its round trip includes the start
+            seen_actor.add(i)
             compute.append(st["seconds"])
             peak[st["pid"]] = max(peak.get(st["pid"], 0.0), st["peak_rss_mb"])
             res = self.result
@@ -292,6 +295,7 @@ class RayExecutor:
             first_unit_seconds=first_done,
             unit_roundtrip_seconds=roundtrip,
             unit_compute_seconds=compute,
+            unit_first_on_actor=first_on_actor,
             worker_peak_rss_mb=peak,
             worker_processes=len(peak),
         )
