@@ -33,6 +33,10 @@ def test_executor_config_rejects_bad_settings():
             ExecutorConfig(**kw)
     assert ExecutorConfig.coerce(None).kind == "local"
     assert ExecutorConfig.coerce("ray").kind == "ray"
+    # a study file's table
+    assert ExecutorConfig.coerce({"kind": "ray", "workers": 4}) == ExecutorConfig("ray", workers=4)
+    with pytest.raises(CkptselError, match="unknown setting 'gpus'"):
+        ExecutorConfig.coerce({"kind": "ray", "gpus": 1})
 
 
 def test_ray_address_from_environment(monkeypatch):

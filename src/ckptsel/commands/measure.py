@@ -122,6 +122,9 @@ def register(app: typer.Typer) -> None:
         num_gpus: float = typer.Option(
             0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."
         ),
+        max_retries: int = typer.Option(
+            3, "--max-retries", help="Ray: restarts of a dead actor (its unit runs again)."
+        ),
         max_loras: int = typer.Option(
             1, "--max-loras", help="vLLM: adapters the engine holds at once."
         ),
@@ -152,6 +155,7 @@ def register(app: typer.Typer) -> None:
             workers=workers,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
+            max_retries=max_retries,
         )
         with progress_bars(progress) as on_progress:
             res = measure_run(

@@ -19,8 +19,8 @@ Pick one with :class:`ExecutorConfig` (or just ``"local"`` / ``"ray"``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ckptsel.errors import CkptselError
@@ -73,15 +73,24 @@ class ExecutorConfig:
             raise CkptselError("--num-cpus and --num-gpus are both 0: an actor needs a resource")
 
     @classmethod
-    def coerce(cls, value: ExecutorConfig | str | None) -> ExecutorConfig:
-        """``None`` -> local; ``"local"``/``"ray"`` -> that kind with default settings."""
+    def coerce(cls, value: ExecutorConfig | str | Mapping[str, Any] | None) -> ExecutorConfig:
+        """``None`` -> local; ``"local"``/``"ray"`` -> that kind with default settings; a
+        mapping (a study file's ``executor = {kind = "ray", workers = 4}``) -> its fields."""
         if value is None:
             return cls()
         if isinstance(value, ExecutorConfig):
             return value
         if isinstance(value, str):
             return cls(kind=value)
-        raise CkptselError(f"executor must be 'local', 'ray' or an ExecutorConfig, not {value!r}")
+        if isinstance(value, Mapping):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise CkptselError(
+                    f"executor: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})"
+                )
+            return cls(**dict(value))
+        raise CkptselError(f"executor must be 'local', 'ray' or a table of settings, not {value!r}")
 
     def resolved_address(self) -> str | None:
         """The cluster to join: ``address``, else ``$RAY_ADDRESS``, else ``None`` (local)."""

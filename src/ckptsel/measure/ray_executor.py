@@ -312,6 +312,6 @@ class RayExecutor:
             raise CkptselError(f"{ckpt.path}: measuring failed on a Ray worker ({err})") from err
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as err:
             raise CkptselError(
-                f"{ckpt.path}: the Ray worker measuring it died more than "
-                f"{self.ex.max_retries} times (--max-retries); last error: {err}"
+                f"{ckpt.path}: the Ray worker measuring it could not start or died more than "
+                f"{self.ex.max_retries} times (--max-retries); Ray says: {err}"
             ) from err
