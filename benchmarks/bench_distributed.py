@@ -185,11 +185,19 @@ unit minus the actor's own time measuring it (sending the checkpoint and the mis
 indices, the part rows back, waiting while the driver writes), averaged over units that were not
 an actor's first. Actor start-up = the same gap for an actor's first unit (a worker process
 starting and importing torch and transformers; the base model load is inside the measuring
-time). Against the local executor
-({local_s:.1f} s), Ray with one actor costs {results['ray-1']['seconds'] - local_s:+.1f} s on this
-run (plus {results['ray-1']['init_seconds']:.1f} s of `ray.init`); two actors on the 2 shared cores
-take {results['ray-2']['seconds']:.1f} s. On a real cluster the units are minutes of GPU work
-each, so the per-unit overhead is negligible and the start-up is paid once per actor.
+time).
+
+Against the local executor ({local_s:.1f} s), `measure_run` with one Ray actor differs by
+{results['ray-1']['seconds'] - local_s:+.1f} s on this run (noise on a busy machine),
+plus {results['ray-1']['init_seconds']:.1f} s
+of `ray.init` (starting a local cluster). Two actors took
+{results['ray-2']['seconds']:.1f} s: their measuring time summed over both actors was
+{results['ray-2']['compute_seconds']:.1f} s against {results['ray-1']['compute_seconds']:.1f} s for one
+actor, i.e. on this shared 2-core machine (other jobs running) the second core was not free and
+each actor ran slower rather than adding throughput. The speed-up from more actors needs free
+cores or GPUs; what this run shows is the cost of Ray itself: the start-up, paid once per
+actor, and a per-unit overhead of tens of milliseconds against units that are minutes of GPU
+work in a real study.
 """
     print(body)
     if not args.no_write:
