@@ -191,6 +191,7 @@ def recorded_steps(out: Path) -> set[int]:
         return set()
 
 
+@pytest.mark.slow  # a second driver process (imports torch and ray) on top of the cluster
 def test_driver_killed_and_rerun_finishes_the_rest(ray_cluster, run, local, tmp_path):
     out = tmp_path / "records"
     address = ray_cluster.get_runtime_context().gcs_address
@@ -215,6 +216,46 @@ def test_driver_killed_and_rerun_finishes_the_rest(ray_cluster, run, local, tmp_
         res.reused_steps
     )
     assert_same_records(out, local)
+
+
+def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
+    """A worker that cannot start (no CUDA device on its node) stops the run with the
+    measurement's own error, not a restart loop or a Ray traceback; nothing is written."""
+    from ckptsel.measure import MeasureConfig, measure_run
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    cfg = MeasureConfig("gsm8k", max_new_tokens=8, device="cuda", check_here=False)
+    out = tmp_path / "records"
+    with pytest.raises(CkptselError) as err:
+        measure_run(
+            run.run_dir, cfg, validation=run.validation, test=run.test, out=out,
+            executor=ExecutorConfig("ray", workers=1),
+        )  # fmt: skip
+    assert str(err.value) == "--device cuda asked for, but torch sees no CUDA device"
+    assert not (out / "generations.parquet").exists()
+
+
+def test_unit_work_carries_only_the_missing_items(run):
+    from ckptsel.measure.parts import ItemPool
+    from ckptsel.measure.ray_executor import unit_work
+
+    pool = ItemPool.load("gsm8k", run.validation, run.test)
+
+    class Parts:  # what unit_work reads of a StepParts
+        pass
+
+    parts = Parts()
+    parts.pool = pool
+    parts.todo_gen = {"validation": [1, 4], "test": []}
+    parts.todo_nll = {"validation": [4, 5], "test": [2]}
+    work = unit_work(parts)
+    v = work.pool.splits["validation"]
+    assert [it.item_id for it in v] == [pool.splits["validation"][i].item_id for i in (1, 4, 5)]
+    assert work.pool.hashes["validation"] == [pool.hashes["validation"][i] for i in (1, 4, 5)]
+    assert work.todo_gen == {"validation": [0, 1], "test": []}
+    assert work.todo_nll == {"validation": [1, 2], "test": [0]}
+    assert [it.item_id for it in work.pool.splits["test"]] == [pool.splits["test"][2].item_id]
 
 
 def test_vllm_rank_is_one_vllm_accepts():

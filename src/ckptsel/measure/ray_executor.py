@@ -4,8 +4,8 @@ Each actor (:class:`MeasureWorker`) holds one :class:`~ckptsel.measure.runner._M
 it loads a base model once and swaps LoRA adapters in place, exactly like the local path;
 with ``--backend vllm`` it holds one vLLM engine on its GPU (``num_gpus=1``) with one
 ``LoRARequest`` per checkpoint, NLL staying on the Hugging Face path. A unit is one
-checkpoint: the actor gets the checkpoint and the indices of the items still missing there,
-and sends back the new part rows; it writes nothing.
+checkpoint: the actor gets the checkpoint and the items still missing there, and sends back
+the new part rows; it writes nothing.
 
 Scheduling: units are ordered by base model, then step; an idle actor takes the next unit on
 the base it already holds, else a base no other actor is on, else the next unit. Each actor
@@ -26,6 +26,7 @@ first actor to start a unit while the marker file does not exist creates it and 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -66,15 +67,33 @@ class _Work:
     todo_nll: dict[str, list[int]]
 
 
+def unit_work(parts: StepParts) -> _Work:
+    """What an actor needs for one unit: only the items still missing there (re-indexed), so
+    nothing large sits in Ray's object store for the actor's lifetime."""
+    pool = parts.pool
+    splits, hashes, todo_gen, todo_nll = {}, {}, {}, {}
+    for s in pool.splits:
+        need = sorted(set(parts.todo_gen[s]) | set(parts.todo_nll[s]))
+        where = {i: k for k, i in enumerate(need)}
+        splits[s] = [pool.splits[s][i] for i in need]
+        hashes[s] = [pool.hashes[s][i] for i in need]
+        todo_gen[s] = [where[i] for i in parts.todo_gen[s]]
+        todo_nll[s] = [where[i] for i in parts.todo_nll[s]]
+    return _Work(ItemPool(splits, hashes), todo_gen, todo_nll)
+
+
 class MeasureWorker:
-    """A measuring actor's state: the run's config, checkpoints, items and one measurer."""
+    """A measuring actor's state: the run's config and checkpoints, and one measurer.
+
+    An error while starting (no CUDA device on this node, say) is kept and raised by the
+    first :meth:`measure`, as an ordinary task error: Ray does not restart the actor for it.
+    """
 
     def __init__(
         self,
         config: MeasureConfig,
         ckpts: list[Checkpoint],
         base: str | None,
-        pool: ItemPool,
         threads: int = 0,
         kill_marker: str | None = None,
     ) -> None:
@@ -84,20 +103,20 @@ class MeasureWorker:
             import torch
 
             torch.set_num_threads(threads)
-        self.pool = pool
         self.kill_marker = kill_marker
         self.result = MeasureResult("", "", [])
-        self.measurer = _Measurer(config, ckpts, base, self.result)
+        self.error: CkptselError | None = None
+        try:
+            self.measurer = _Measurer(config, ckpts, base, self.result)
+        except CkptselError as err:
+            self.error = err
 
     def measure(
-        self,
-        ckpt: Checkpoint,
-        todo_gen: dict[str, list[int]],
-        todo_nll: dict[str, list[int]],
-        trajectory: str,
-        configuration: str,
+        self, ckpt: Checkpoint, work: _Work, trajectory: str, configuration: str
     ) -> tuple[NewRows, dict[str, Any]]:
         """New part rows for the missing items of ``ckpt``, and what it cost."""
+        if self.error is not None:
+            raise self.error
         if self.kill_marker and not os.path.exists(self.kill_marker):
             with open(self.kill_marker, "w", encoding="ascii") as fh:
                 fh.write(str(os.getpid()))
@@ -106,7 +125,6 @@ class MeasureWorker:
         before = (r.generated_items, r.scored_items, r.generation_seconds, r.nll_seconds)
         loads = self.measurer.holder.loads
         t0 = time.perf_counter()
-        work = _Work(self.pool, todo_gen, todo_nll)
         new = self.measurer.measure(ckpt, work, trajectory, configuration, lambda n: None)
         rss, peak = _rss_mb()
         stats = {
@@ -173,10 +191,11 @@ class RayExecutor:
         if not ray.is_initialized():
             address = self.ex.resolved_address()
             try:
+                quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
                 if address:
-                    ray.init(address=address, log_to_driver=False)
+                    ray.init(address=address, **quiet)
                 else:
-                    ray.init(include_dashboard=False, log_to_driver=False)
+                    ray.init(include_dashboard=False, **quiet)
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = address or "a local Ray instance"
                 raise CkptselError(f"--executor ray: cannot connect to {where} ({err})") from err
@@ -211,7 +230,7 @@ class RayExecutor:
             )
         return min(n, n_units)
 
-    def _start(self, n: int, pool: ItemPool) -> list[Any]:
+    def _start(self, n: int) -> list[Any]:
         ray, ex = self.ray, self.ex
         remote = ray.remote(
             num_cpus=ex.num_cpus,
@@ -219,11 +238,10 @@ class RayExecutor:
             max_restarts=ex.max_retries,
             max_task_retries=ex.max_retries,
         )(MeasureWorker)
-        pool_ref = ray.put(pool)
         threads = max(1, int(ex.num_cpus)) if ex.num_cpus else 0
         kill = os.environ.get(KILL_ONCE_ENV) or None
         return [
-            remote.remote(self.config, self.ckpts, self.base, pool_ref, threads, kill)
+            remote.remote(self.config, self.ckpts, self.base, threads, kill)
             for _ in range(n)
         ]
 
@@ -247,7 +265,7 @@ class RayExecutor:
             return
         t0 = time.perf_counter()
         pending = order_units(todo)
-        self.actors = self._start(self._n_workers(len(pending)), pending[0][1].pool)
+        self.actors = self._start(self._n_workers(len(pending)))
         stats = self.result.executor_stats
         stats.update(executor="ray", workers=len(self.actors), units=len(pending))
         held: list[str | None] = [None] * len(self.actors)
@@ -258,7 +276,7 @@ class RayExecutor:
             ckpt, parts = pending.pop(pick_unit(pending, held[i], busy))
             held[i] = _base_key(ckpt)
             ref = self.actors[i].measure.remote(
-                ckpt, parts.todo_gen, parts.todo_nll, trajectory, configuration
+                ckpt, unit_work(parts), trajectory, configuration
             )
             inflight[ref] = (i, ckpt, parts, time.perf_counter())
 
