@@ -181,8 +181,8 @@ cluster (`ray.init(num_cpus=2)`) with one CPU per actor. Records identical acros
 
 items/s = checkpoint × item measurements (generation and NLL count one each) per second of
 `measure_run`, start-up included. Scheduling overhead per unit = the driver's round trip for a
-unit minus the actor's own time measuring it (sending the checkpoint and the missing item
-indices, the part rows back, waiting while the driver writes), averaged over units that were not
+unit minus the actor's own time measuring it (sending the checkpoint and its missing items,
+the part rows back, waiting while the driver writes), averaged over units that were not
 an actor's first. Actor start-up = the same gap for an actor's first unit (a worker process
 starting and importing torch and transformers; the base model load is inside the measuring
 time).
