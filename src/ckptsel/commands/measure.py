@@ -47,7 +47,8 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
 
         def on_event(ev: Any) -> None:
             if ev.kind == "run":
-                state.update(t0=time.perf_counter(), done=0, recorded=0)
+                state.update(t0=time.perf_counter(), done=0, recorded=0, units=0)
+                state.update(name=ev.trajectory, n_units=ev.units)
                 state["overall"] = bar.add_task(ev.trajectory, total=ev.total, rate="")
             elif ev.kind == "step":
                 state.update(step_t0=time.perf_counter(), step_done=0, step_total=max(ev.total, 1))
@@ -60,7 +61,9 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
                 bar.update(state["overall"], advance=ev.done, rate=rate(state["done"], state["t0"]))
             elif ev.kind == "step_done":
                 state["recorded"] += ev.total
-                bar.update(state["overall"], completed=state["recorded"])
+                state["units"] += 1
+                units = f"{state['name']} ({state['units']}/{state['n_units']} checkpoints)"
+                bar.update(state["overall"], completed=state["recorded"], description=units)
                 bar.update(state["step"], completed=state["step_total"])
                 bar.remove_task(state["step"])
 
@@ -106,6 +109,28 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option(
             "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
         ),
+        executor: str = typer.Option(
+            "local", "--executor", help="local (this process) or ray (a Ray cluster)."
+        ),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else local)."
+        ),
+        workers: int = typer.Option(
+            0, "--workers", help="Ray actors (0: as many as the cluster's resources hold)."
+        ),
+        num_cpus: float = typer.Option(1.0, "--num-cpus", help="CPUs per Ray actor."),
+        num_gpus: float = typer.Option(
+            0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."
+        ),
+        max_retries: int = typer.Option(
+            3, "--max-retries", help="Ray: restarts of a dead actor (its unit runs again)."
+        ),
+        max_loras: int = typer.Option(
+            1, "--max-loras", help="vLLM: adapters the engine holds at once."
+        ),
+        max_lora_rank: int = typer.Option(
+            0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
         only: str = typer.Option(
             None, "--only", help="generation or nll: measure and record just that kind."
@@ -113,6 +138,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
         from ckptsel.measure import MeasureConfig, measure_run
+        from ckptsel.measure.executors import ExecutorConfig
 
         config = MeasureConfig(
             task=task,
@@ -123,6 +149,17 @@ def register(app: typer.Typer) -> None:
             backend=backend,
             dtype=dtype,
             only=only,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            check_here=executor != "ray",  # on Ray the GPUs are the workers', not the driver's
+        )
+        ex = ExecutorConfig(
+            kind=executor,
+            address=ray_address,
+            workers=workers,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            max_retries=max_retries,
         )
         with progress_bars(progress) as on_progress:
             res = measure_run(
@@ -135,6 +172,7 @@ def register(app: typer.Typer) -> None:
                 trajectory=trajectory,
                 configuration=configuration,
                 on_progress=on_progress,
+                executor=ex,
             )
         reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
         typer.echo(

@@ -9,6 +9,8 @@ Public entry points (torch/transformers are imported only inside the functions):
   runs, progress as :class:`ProgressEvent` s).
 * :func:`measure_model` — one model already in memory (Trainer callback) -> record frames.
 * :func:`discover_checkpoints` — the validated checkpoints of a run dir.
+* :class:`ExecutorConfig` — where ``measure_run`` measures: this process (``local``) or a Ray
+  cluster (``ray``; :mod:`ckptsel.measure.executors`, Ray imported only then).
 
 Records are written through :mod:`ckptsel.records` (``records.upsert_records``).
 """
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 from ckptsel.measure.checkpoints import Checkpoint, discover_checkpoints
 from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.progress import ProgressEvent
 from ckptsel.measure.runner import MeasureResult, measure_model, measure_run
 
 __all__ = [
     "Checkpoint",
+    "ExecutorConfig",
     "MeasureConfig",
     "MeasureResult",
     "ProgressEvent",

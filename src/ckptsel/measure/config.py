@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
@@ -30,7 +30,10 @@ class MeasureConfig:
     ``task`` picks the prompt template's answer scorer; ``max_new_tokens`` bounds greedy
     generation; ``window`` is the matched NLL window in tokens (the complete response,
     ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
-    depend on it); ``device``/``dtype``/``backend`` say where and how models run. Task,
+    depend on it); ``device``/``dtype``/``backend`` say where and how models run;
+    ``max_loras`` / ``max_lora_rank`` size the vLLM engine's LoRA slots (rank 0: the largest
+    adapter rank of the run); ``check_here=False`` defers the CUDA check to where the models
+    run (a Ray driver without a GPU; :meth:`check_device` runs on the worker). Task,
     generation length, window and backend name the part files (see the fingerprints), so a
     changed setting is measured again rather than reused.
     """
@@ -43,6 +46,9 @@ class MeasureConfig:
     backend: str = "hf"
     dtype: str = "auto"
     only: str | None = None  # "generation" or "nll": measure and record just that kind
+    max_loras: int = 1
+    max_lora_rank: int = 0
+    check_here: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         from ckptsel.tasks import get_task
@@ -71,6 +77,18 @@ class MeasureConfig:
             )
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
+        for name, flag, low in (
+            ("max_loras", "--max-loras", 1),
+            ("max_lora_rank", "--max-lora-rank", 0),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise CkptselError(f"{flag} ({name}) must be an integer >= {low} (got {value!r})")
+        if self.check_here:
+            self.check_device()
+
+    def check_device(self) -> None:
+        """The device must exist where the models run (this process, or a Ray actor)."""
         if self.device.startswith("cuda"):
             import torch
 

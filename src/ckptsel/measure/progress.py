@@ -17,7 +17,7 @@ from typing import Literal
 class ProgressEvent:
     """One thing that happened in a run.
 
-    * ``run``: the run starts; ``total`` = checkpoints × items × 2.
+    * ``run``: the run starts; ``total`` = checkpoints × items × 2; ``units`` = checkpoints.
     * ``step``: checkpoint ``step`` starts; ``total`` = units to measure there (0: all reused).
     * ``items``: ``done`` more units of the current checkpoint are measured.
     * ``step_done``: checkpoint ``step`` is in the records (measured or reused); ``total`` =
@@ -29,6 +29,7 @@ class ProgressEvent:
     step: int | None = None
     total: int = 0
     done: int = 0
+    units: int = 0
 
 
 ProgressCallback = Callable[[ProgressEvent], None]

@@ -119,6 +119,7 @@ class MeasureResult:
     nll_seconds: float = 0.0
     seconds: float = 0.0
     model_loads: int = 0
+    executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
 
 
 def _check_trajectory_identity(
@@ -154,6 +155,7 @@ def measure_run(
     configuration: str | None = None,
     on_progress: ProgressCallback | None = None,
     after_checkpoint: Callable[[int], None] | None = None,
+    executor: Any = None,
 ) -> MeasureResult:
     """Measure every checkpoint of ``run_dir`` on the validation and test items into ``out``.
 
@@ -163,7 +165,9 @@ def measure_run(
     ``trajectory`` defaults to the run folder's name and ``configuration`` to the
     trajectory. ``on_progress(event)`` receives :class:`ProgressEvent` s;
     ``after_checkpoint(step)`` is called once a step's records are in the contract files
-    (tests use it).
+    (tests use it). ``executor`` says where checkpoints are measured: ``None``/``"local"``
+    (this process), ``"ray"`` or an :class:`~ckptsel.measure.executors.ExecutorConfig`
+    (a Ray cluster; results still come back here and are written by this process alone).
     """
     t_start = time.perf_counter()
     run_dir, out = Path(run_dir), Path(out)
@@ -179,17 +183,16 @@ def measure_run(
     )
     result = MeasureResult(trajectory, configuration, [c.step for c in ckpts])
     emit = on_progress or (lambda event: None)
-    emit(ProgressEvent("run", trajectory, total=len(ckpts) * pool.n_items * 2))
-    with _Measurer(config, ckpts, base, result) as measurer:
-        for ckpt in ckpts:
-            parts = StepParts(out, trajectory, ckpt.step, config, pool)
-            emit(ProgressEvent("step", trajectory, step=ckpt.step, total=parts.n_todo))
-            if parts.n_todo:
+    emit(ProgressEvent("run", trajectory, total=len(ckpts) * pool.n_items * 2, units=len(ckpts)))
+    from ckptsel.measure.executors import open_executor
 
-                def tick(n: int, _step: int = ckpt.step) -> None:
-                    emit(ProgressEvent("items", trajectory, step=_step, done=n))
-
-                parts.add(*measurer.measure(ckpt, parts, trajectory, configuration, tick))
+    units = [(ckpt, StepParts(out, trajectory, ckpt.step, config, pool)) for ckpt in ckpts]
+    with open_executor(executor, config, ckpts, base, result) as measurer:
+        # units come back in the executor's order (local: one by one; ray: as they finish);
+        # the driver alone writes: parts files, then the checkpoint's contract rows
+        for ckpt, parts, new in measurer.run(units, trajectory, configuration, emit):
+            if new is not None:
+                parts.add(*new)
                 result.measured_steps.append(ckpt.step)
             else:
                 result.reused_steps.append(ckpt.step)
@@ -201,6 +204,8 @@ def measure_run(
             emit(ProgressEvent("step_done", trajectory, step=ckpt.step, total=pool.n_items * 2))
             if after_checkpoint is not None:
                 after_checkpoint(ckpt.step)
+    result.measured_steps.sort()
+    result.reused_steps.sort()
     result.seconds = time.perf_counter() - t_start
     return result
 
@@ -213,11 +218,17 @@ class _Measurer:
         self, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: MeasureResult
     ) -> None:
         self.config, self.ckpts, self.base, self.result = config, ckpts, base, result
+        config.check_device()
         self.vllm = None
         if config.backend == "vllm":
             from ckptsel.measure.vllm_backend import VllmGenerator
 
-            self.vllm = VllmGenerator.for_checkpoints(ckpts, max_new_tokens=config.max_new_tokens)
+            self.vllm = VllmGenerator.for_checkpoints(
+                ckpts,
+                max_new_tokens=config.max_new_tokens,
+                max_loras=config.max_loras,
+                max_lora_rank=config.max_lora_rank,
+            )
         self.holder = ModelHolder(config.device, resolve_dtype(config.dtype, config.device))
         self.tokenizer: Any = None
         from transformers.utils import logging as hf_logging
