@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "ckptsel.commands.train",
     "ckptsel.commands.report",
     "ckptsel.commands.practitioner",
+    "ckptsel.commands.run",
 )
 
 for _name in COMMAND_MODULES:

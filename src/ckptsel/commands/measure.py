@@ -78,6 +78,9 @@ def register(app: typer.Typer) -> None:
         ),
         validation: Path = typer.Option(..., "--validation", help="Validation items file."),
         test: Path = typer.Option(..., "--test", help="Test items file."),
+        test_task: str = typer.Option(
+            None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
+        ),
         out: Path = typer.Option(
             ..., "--out", help="Records folder (shared by runs; rows are appended)."
         ),
@@ -119,6 +122,7 @@ def register(app: typer.Typer) -> None:
             device=device,
             backend=backend,
             dtype=dtype,
+            test_task=test_task,
         )
         with progress_bars(progress) as on_progress:
             res = measure_run(
