@@ -408,3 +408,56 @@ def test_killed_run_resumes_to_the_same_summary(tiny: dict, tmp_path: Path) -> N
         b = read_table(got / "records" / name).to_pandas().sort_values(k).reset_index(drop=True)
         assert not b.duplicated(k).any()
         pd.testing.assert_frame_equal(a[k], b[k])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_existing_run_folders_by_pattern(tiny: dict, tmp_path: Path, capsys) -> None:
+    """Trajectories trained elsewhere: a glob per configuration, seeds from folder names;
+    ``--dry-run`` shows the plan, ``--until measure`` stops before the analysis."""
+    from tinyrun import save_lora_checkpoints
+
+    from ckptsel.records import read_table
+
+    for folder, seed in (("a-s1", 1), ("a-s2", 2), ("b_seed1", 3), ("b_seed2", 4)):
+        save_lora_checkpoints(tiny["base"], tmp_path / "ext" / folder, [5, 10], seed=seed)
+    data = tiny["data"] / "gsm8k"
+    study = write(
+        tmp_path / "s.toml",
+        f"""schema = 2
+[study]
+base_model = "{tiny["base"]}"
+[validation]
+task = "gsm8k"
+file = "{data / "train.jsonl"}"
+n = 3
+[test]
+task = "gsm8k"
+file = "{data / "test.jsonl"}"
+n = 3
+[measure]
+max_new_tokens = 4
+device = "cpu"
+[[configurations]]
+name = "lora-a"
+runs = "ext/a-s*"
+[[configurations]]
+name = "lora-b"
+runs = "ext/b_seed*"
+""",
+    )
+    capsys.readouterr()
+    cli(["run", str(study), "--dry-run"])
+    plan = capsys.readouterr().out
+    for name in ("lora-a-s1", "lora-a-s2", "lora-b-s1", "lora-b-s2"):
+        assert name in plan
+    assert "4 trajectories x 8 checkpoints in all x 6 items: 48 generations to do" in plan
+    cli(["run", str(study), "--until", "measure"])
+    gen = read_table(tmp_path / "records" / "generations.parquet").to_pandas()
+    assert sorted(gen["trajectory"].unique()) == ["lora-a-s1", "lora-a-s2", "lora-b-s1", "lora-b-s2"]
+    assert set(gen["configuration"]) == {"lora-a", "lora-b"} and len(gen) == 48
+    assert not (tmp_path / "results").exists()
+    with pytest.raises(CkptselError, match="matches no folder"):
+        from ckptsel.runner import StudyRun
+
+        spec = load_spec(study, overrides=['configurations.runs="ext/zz*"'])
+        StudyRun(spec, log=lambda m: None).trajectories()
