@@ -31,7 +31,10 @@ def write(path: Path, text: str) -> Path:
 
 def gsm_rows(n: int) -> list[dict]:
     return [
-        {"question": f"Ann has {a} pens and gets {a + 1} more. How many?", "answer": f"x\n#### {2 * a + 1}"}
+        {
+            "question": f"Ann has {a} pens and gets {a + 1} more. How many?",
+            "answer": f"x\n#### {2 * a + 1}",
+        }
         for a in range(n)
     ]
 
@@ -84,10 +87,16 @@ def test_minimal_schema2_file_loads(study_dir: Path) -> None:
     [
         (("[test]\n", "[test]\ncolour = 1\n"), r"line 12: \[test\] colour: unknown key"),
         (("seeds = [1]", 'seeds = "1"'), r"line 4: \[study\] seeds: must be list"),
-        (('file = "val.jsonl"', 'file = "nope.jsonl"'), r"line 10: \[validation\] file: file not found"),
+        (
+            ('file = "val.jsonl"', 'file = "nope.jsonl"'),
+            r"line 10: \[validation\] file: file not found",
+        ),
         (("steps = 2", "steps = 2.5"), r"line 16: configurations\[0\] steps: must be int"),
         (("schema = 2", "schema = 7"), r"schema: unknown version 7"),
-        (('task = "gsm8k"\nfile = "test', 'task = "gsm9k"\nfile = "test'), r"\[test\] task: unknown task"),
+        (
+            ('task = "gsm8k"\nfile = "test', 'task = "gsm9k"\nfile = "test'),
+            r"\[test\] task: unknown task",
+        ),
         (("[study]", "[stuyd]\nx = 1\n[study]"), r"stuyd: unknown table"),
     ],
 )
@@ -128,8 +137,12 @@ def test_overrides_apply_before_validation(study_dir: Path) -> None:
 
 
 def test_per_task_sample_is_the_smallest_hashes_brute_force(tmp_path: Path) -> None:
-    a = jsonl(tmp_path / "a" / "x.jsonl", [{**r, "id": f"a{i}"} for i, r in enumerate(gsm_rows(30))])
-    b = jsonl(tmp_path / "b" / "y.jsonl", [{**r, "id": f"b{i}"} for i, r in enumerate(gsm_rows(20))])
+    a = jsonl(
+        tmp_path / "a" / "x.jsonl", [{**r, "id": f"a{i}"} for i, r in enumerate(gsm_rows(30))]
+    )
+    b = jsonl(
+        tmp_path / "b" / "y.jsonl", [{**r, "id": f"b{i}"} for i, r in enumerate(gsm_rows(20))]
+    )
     spec = PoolSpec("gsm8k", (a, b), per_task=5, seed=9, where="[validation]")
     pool = build_pool(spec)
     for label, prefix, n in (("x", "a", 30), ("y", "b", 20)):
@@ -139,7 +152,9 @@ def test_per_task_sample_is_the_smallest_hashes_brute_force(tmp_path: Path) -> N
         assert got == sorted(got, key=lambda i: int(i[1:]))  # file order kept
     assert strata_counts(pool) == {"x": 5, "y": 5}
     assert build_pool(spec) == pool  # deterministic
-    with pytest.raises(CkptselError, match=r"\[validation\] per_task = 25, but .*y.jsonl has only 20"):
+    with pytest.raises(
+        CkptselError, match=r"\[validation\] per_task = 25, but .*y.jsonl has only 20"
+    ):
         build_pool(PoolSpec("gsm8k", (a, b), per_task=25, where="[validation]"))
 
 
@@ -195,9 +210,9 @@ def tiny(tmp_path_factory, shared_data: Path):
     import sys as _sys
 
     _sys.path.insert(0, str(Path(__file__).parent))
-    from tinyrun import build_tiny_base
-
     from ckptsel.tasks import format_prompt, gsm8k_response
+
+    from tinyrun import build_tiny_base
 
     root = tmp_path_factory.mktemp("tiny-study")
     rows = [json.loads(x) for x in (shared_data / "gsm8k" / "train.jsonl").open().readlines()[:240]]
@@ -279,7 +294,16 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     analyze(work / "records", tmp_path / "direct", draws=200)
     assert (tmp_path / "direct" / "summary.json").read_bytes() == summary
     capsys.readouterr()
-    cli(["run", str(EXAMPLES / "gsm8k.toml"), "--workdir", str(work), "--dry-run", *sizes(tiny, extra)])
+    cli(
+        [
+            "run",
+            str(EXAMPLES / "gsm8k.toml"),
+            "--workdir",
+            str(work),
+            "--dry-run",
+            *sizes(tiny, extra),
+        ]
+    )
     plan = capsys.readouterr().out
     assert "0 generations to do, 64 already recorded" in plan
     cli(["run", str(EXAMPLES / "gsm8k.toml"), "--workdir", str(work), *sizes(tiny, extra)])
@@ -373,7 +397,9 @@ def _run_until(study: Path, work: Path, marker: str | None) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "ckptsel", "run", str(study), "--workdir", str(work)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if marker is not None and marker in line:
@@ -414,9 +440,9 @@ def test_killed_run_resumes_to_the_same_summary(tiny: dict, tmp_path: Path) -> N
 def test_existing_run_folders_by_pattern(tiny: dict, tmp_path: Path, capsys) -> None:
     """Trajectories trained elsewhere: a glob per configuration, seeds from folder names;
     ``--dry-run`` shows the plan, ``--until measure`` stops before the analysis."""
-    from tinyrun import save_lora_checkpoints
-
     from ckptsel.records import read_table
+
+    from tinyrun import save_lora_checkpoints
 
     for folder, seed in (("a-s1", 1), ("a-s2", 2), ("b_seed1", 3), ("b_seed2", 4)):
         save_lora_checkpoints(tiny["base"], tmp_path / "ext" / folder, [5, 10], seed=seed)
@@ -453,7 +479,12 @@ runs = "ext/b_seed*"
     assert "4 trajectories x 8 checkpoints in all x 6 items: 48 generations to do" in plan
     cli(["run", str(study), "--until", "measure"])
     gen = read_table(tmp_path / "records" / "generations.parquet").to_pandas()
-    assert sorted(gen["trajectory"].unique()) == ["lora-a-s1", "lora-a-s2", "lora-b-s1", "lora-b-s2"]
+    assert sorted(gen["trajectory"].unique()) == [
+        "lora-a-s1",
+        "lora-a-s2",
+        "lora-b-s1",
+        "lora-b-s2",
+    ]
     assert set(gen["configuration"]) == {"lora-a", "lora-b"} and len(gen) == 48
     assert not (tmp_path / "results").exists()
     with pytest.raises(CkptselError, match="matches no folder"):
@@ -461,3 +492,38 @@ runs = "ext/b_seed*"
 
         spec = load_spec(study, overrides=['configurations.runs="ext/zz*"'])
         StudyRun(spec, log=lambda m: None).trajectories()
+
+
+def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
+    """Trajectories evaluated by lm-evaluation-harness: ``<folder>/<split>/checkpoint-<step>``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ckptsel.records import read_table
+    from test_ingest import gsm8k_checkpoint
+
+    for k, folder in enumerate(("a-s1", "a-s2", "b-s1", "b-s2")):
+        for split in ("validation", "test"):
+            for step in (100, 200):
+                ok = [(step + k + i) % 3 != 0 for i in range(3)]
+                gsm8k_checkpoint(
+                    study_dir / "evals" / folder / split / f"checkpoint-{step}",
+                    [f"#### {x}" for x in ("18", "1234", "5")], ok,
+                )  # fmt: skip
+    text = (
+        MINIMAL.split("[[configurations]]")[0]
+        .replace("[train]\n", "")
+        .replace('task = "gsm8k"\nfile = "train.jsonl"\n', "", 1)
+    )
+    text += "".join(
+        f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n'
+        for c in ("a", "b")
+    )
+    study = write(study_dir / "s.toml", text)
+    cli(["run", str(study), "--until", "measure"])
+    gen = read_table(study_dir / "records" / "generations.parquet").to_pandas()
+    assert len(gen) == 4 * 2 * 2 * 3 and set(gen["split"]) == {"validation", "test"}
+    assert sorted(gen["trajectory"].unique()) == ["a-s1", "a-s2", "b-s1", "b-s2"]
+    cli(["run", str(study), "--only", "measure"])  # again: the same rows, none duplicated
+    again = read_table(study_dir / "records" / "generations.parquet").to_pandas()
+    assert len(again) == len(gen)
+    with pytest.raises(CkptselError, match="drop this key"):
+        load_spec(study, overrides=["configurations.rank=4"])

@@ -68,6 +68,7 @@ class Trajectory:
     source: str  # "train" | "runs" | "lm_eval"
     folder: Path
     expected_steps: tuple[int, ...] = ()  # trained here: the checkpoint grid
+    filter: str | None = None  # lm-eval filter
 
 
 class StudyRun:
@@ -140,7 +141,9 @@ class StudyRun:
                         f"configuration {ext.name!r}: cannot read a seed from folder {f} "
                         "(name it ...-s<seed> or ..._seed<seed>)"
                     )
-                out.append(Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, Path(f)))
+                out.append(
+                    Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, Path(f), (), ext.filter)
+                )
         names = [t.name for t in out]
         dup = sorted({x for x in names if names.count(x) > 1})
         if dup:
@@ -294,7 +297,8 @@ class StudyRun:
             task = self.spec.test.task if split == "test" else self.spec.validation.task
             ingest_lm_eval(
                 folders, out=self.records_dir, trajectory=t.name, configuration=t.configuration,
-                task=task, split=split, note=lambda m: self.log(f"measure: {m}"),
+                task=task, split=split, filter_name=t.filter,
+                note=lambda m: self.log(f"measure: {m}"),
             )  # fmt: skip
         self.log(f"measure: {t.name}: lm-eval samples ingested")
 
@@ -324,7 +328,17 @@ class StudyRun:
         pool = ItemPool.load(cfg.task, val, test, cfg.test_task)
         rows = []
         for t in self.trajectories():
-            have = checkpoint_steps(t.folder) if t.source != "lm_eval" else []
+            if t.source == "lm_eval":  # generations made elsewhere: only ingested here
+                n_ckpt = len(list((t.folder / "test").glob("checkpoint-*")))
+                rows.append(
+                    {
+                        "trajectory": t.name, "source": t.source, "checkpoints": n_ckpt,
+                        "trained": n_ckpt, "items": pool.n_items, "generations_todo": 0,
+                        "generations_done": 0, "nll_todo": 0,
+                    }
+                )  # fmt: skip
+                continue
+            have = checkpoint_steps(t.folder)
             if t.source == "runs" and not have:
                 have = [c.step for c in discover_checkpoints(t.folder)]
             steps = sorted(set(have) | set(t.expected_steps))
@@ -369,7 +383,8 @@ def fingerprint_diff(before: dict, now: dict) -> list[str]:
                 if name not in b:
                     diffs.append(f"configuration {name!r} was removed (its records remain)")
                 elif a[name] != b[name]:
-                    keys = sorted(k for k in set(a[name]) | set(b[name]) if a[name].get(k) != b[name].get(k))
+                    both = set(a[name]) | set(b[name])
+                    keys = sorted(k for k in both if a[name].get(k) != b[name].get(k))
                     diffs.append(
                         f"configuration {name!r}: "
                         + ", ".join(f"{k} {a[name].get(k)!r} -> {b[name].get(k)!r}" for k in keys)
@@ -379,7 +394,8 @@ def fingerprint_diff(before: dict, now: dict) -> list[str]:
             if gone:
                 diffs.append(f"seeds {gone} were removed (their records remain)")
         elif a != b:
-            diffs.append(f"{key}: {json.dumps(a, sort_keys=True)} -> {json.dumps(b, sort_keys=True)}")
+            old, new = json.dumps(a, sort_keys=True), json.dumps(b, sort_keys=True)
+            diffs.append(f"{key}: {old} -> {new}")
     return diffs
 
 

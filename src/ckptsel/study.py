@@ -335,7 +335,7 @@ def final_steps(study: Study, n_train_examples: int) -> dict[str, int]:
     return {name: cfg.total_steps(n_train_examples) for name, cfg, _seed in study.trajectories()}
 
 
-# --------------------------------------------------------------------------- schema 2: a whole study
+# ------------------------------------------------------------------ schema 2: a whole study
 #
 # ``schema = 2`` files describe a whole study for ``ckptsel run`` (README "ckptsel run"):
 #
@@ -350,7 +350,8 @@ def final_steps(study: Study, n_train_examples: int) -> dict[str, int]:
 #   [analysis]     permutations, draws, seed, level, interval, budgets
 #   [[configurations]]  a Configuration (trained here), or name + runs = "GLOB" (existing run
 #                  folders; seed from the folder name, ``...-s42`` / ``..._seed42``), or
-#                  name + lm_eval = "GLOB" (lm-eval sample folders <trajectory>/checkpoint-<step>)
+#                  name + lm_eval = "GLOB" [+ filter]: lm-eval --log_samples folders, per
+#                  trajectory <folder>/{validation,test}/checkpoint-<step>/ (generations only)
 
 SCHEMA_VERSION = 2
 STATE_DIR = ".ckptsel"  # the study's own files (pools, split, fingerprint) under the workdir
@@ -407,7 +408,7 @@ _CONFIG_TYPES: dict[str, tuple[type, ...]] = {
     "name": _STR, "adaptation": _STR, "rank": _INT, "alpha": _FLOAT, "lr": _FLOAT,
     "steps": _INT, "epochs": _FLOAT, "save_every": _INT, "batch_size": _INT,
     "micro_batch": _INT, "max_length": _INT, "warmup_ratio": _FLOAT, "weight_decay": _FLOAT,
-    "target_modules": _LIST, "runs": _STR, "lm_eval": _STR,
+    "target_modules": _LIST, "runs": _STR, "lm_eval": _STR, "filter": _STR,
 }  # fmt: skip
 
 
@@ -418,6 +419,7 @@ class ExternalConfiguration:
     name: str
     kind: str  # "runs" | "lm_eval"
     pattern: str  # absolute glob
+    filter: str | None = None  # lm-eval: the filter to keep (e.g. "strict-match")
 
 
 @dataclass(frozen=True)
@@ -632,17 +634,21 @@ def load_spec(
         if len(kinds) > 1:
             chk.fail("configurations", "lm_eval", "give 'runs' or 'lm_eval', not both", i)
         if kinds:
-            extra = set(rc) - {"name", kinds[0]}
+            extra = set(rc) - {"name", kinds[0]} - ({"filter"} if kinds[0] == "lm_eval" else set())
             if extra:
                 chk.fail(
                     "configurations", sorted(extra)[0],
                     f"a configuration with '{kinds[0]}' is not trained here; drop this key", i,
                 )  # fmt: skip
             pattern = str(_resolve(root, rc[kinds[0]]))
-            external.append(ExternalConfiguration(rc["name"], kinds[0], pattern))
+            external.append(
+                ExternalConfiguration(rc["name"], kinds[0], pattern, rc.get("filter"))
+            )
             continue
         if train_file is None:
-            chk.fail("train", None, f"configuration {rc['name']!r} is trained: give [train] or [pool]")
+            chk.fail(
+                "train", None, f"configuration {rc['name']!r} is trained: give [train] or [pool]"
+            )
         kw = dict(rc)
         if "target_modules" in kw:
             kw["target_modules"] = tuple(kw["target_modules"])
