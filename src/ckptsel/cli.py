@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "ckptsel.commands.report",
     "ckptsel.commands.practitioner",
     "ckptsel.commands.records",
+    "ckptsel.commands.run",
 )
 
 for _name in COMMAND_MODULES:

@@ -81,6 +81,9 @@ def register(app: typer.Typer) -> None:
         ),
         validation: Path = typer.Option(..., "--validation", help="Validation items file."),
         test: Path = typer.Option(..., "--test", help="Test items file."),
+        test_task: str = typer.Option(
+            None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
+        ),
         out: Path = typer.Option(
             ..., "--out", help="Records folder (shared by runs; rows are appended)."
         ),
@@ -149,6 +152,7 @@ def register(app: typer.Typer) -> None:
             backend=backend,
             dtype=dtype,
             only=only,
+            test_task=test_task,
             max_loras=max_loras,
             max_lora_rank=max_lora_rank,
             check_here=executor != "ray",  # on Ray the GPUs are the workers', not the driver's

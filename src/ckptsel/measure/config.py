@@ -35,7 +35,9 @@ class MeasureConfig:
     adapter rank of the run); ``check_here=False`` defers the CUDA check to where the models
     run (a Ray driver without a GPU; :meth:`check_device` runs on the worker). Task,
     generation length, window and backend name the part files (see the fingerprints), so a
-    changed setting is measured again rather than reused.
+    changed setting is measured again rather than reused. ``test_task`` is the test split's
+    task when it differs from the validation task (e.g. MetaMathQA validation, GSM8K test);
+    ``None`` means both splits use ``task``.
     """
 
     task: str
@@ -49,6 +51,7 @@ class MeasureConfig:
     max_loras: int = 1
     max_lora_rank: int = 0
     check_here: bool = field(default=True, compare=False, repr=False)
+    test_task: str | None = None
 
     def __post_init__(self) -> None:
         from ckptsel.tasks import get_task
@@ -56,6 +59,10 @@ class MeasureConfig:
         if not isinstance(self.task, str):
             raise CkptselError(f"--task must be a task name (got {self.task!r})")
         get_task(self.task)  # unknown task -> CkptselError listing the known ones
+        if self.test_task is not None:
+            if not isinstance(self.test_task, str):
+                raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
+            get_task(self.test_task)
         for name, flag, low in (
             ("batch_size", "--batch-size", 1),
             ("max_new_tokens", "--max-new-tokens", 1),
@@ -95,6 +102,10 @@ class MeasureConfig:
             if not torch.cuda.is_available():
                 raise CkptselError("--device cuda asked for, but torch sees no CUDA device")
 
+    def task_for(self, split: str) -> str:
+        """The task (answer rules) of ``split``: ``test_task`` for the test split if set."""
+        return self.test_task if split == "test" and self.test_task else self.task
+
     @property
     def windows(self) -> tuple[int, ...]:
         """The NLL windows recorded: the matched window and the complete response."""
@@ -104,6 +115,8 @@ class MeasureConfig:
         from ckptsel.tasks import PROMPT_TEMPLATE
 
         payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
+        if self.test_task and self.test_task != self.task:  # unchanged hashes without it
+            payload["test_task"] = self.test_task
         blob = json.dumps(payload, sort_keys=True).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,19 @@ def _load_items(task: str, path: Path, split: str) -> list[Any]:
     return items
 
 
+def _items_of(task: str, source: Path | Sequence[Any], split: str) -> list[Any]:
+    if isinstance(source, (str, Path)):
+        return _load_items(task, Path(source), split)
+    items = list(source)
+    if not items:
+        raise CkptselError(f"no {split} items")
+    ids = [it.item_id for it in items]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise CkptselError(f"{split} items: duplicate item_id {dup!r}")
+    return items
+
+
 @dataclass(frozen=True)
 class ItemPool:
     """The items measured at every checkpoint, per split, with their content hashes."""
@@ -64,11 +78,19 @@ class ItemPool:
     hashes: dict[str, list[str]]
 
     @classmethod
-    def load(cls, task: str, validation: Path, test: Path) -> ItemPool:
-        """Both items files, checked (present, non-empty, unique ids)."""
+    def load(
+        cls,
+        task: str,
+        validation: Path | Sequence[Any],
+        test: Path | Sequence[Any],
+        test_task: str | None = None,
+    ) -> ItemPool:
+        """Both items files (or item lists already built, e.g. by :mod:`ckptsel.pools`),
+        checked (present, non-empty, unique ids). The test file is read with ``test_task``
+        when given."""
         splits = {
-            "validation": _load_items(task, validation, "validation"),
-            "test": _load_items(task, test, "test"),
+            "validation": _items_of(task, validation, "validation"),
+            "test": _items_of(test_task or task, test, "test"),
         }
         return cls(splits, {s: [item_hash(it) for it in its] for s, its in splits.items()})
 
@@ -162,9 +184,10 @@ class StepParts:
         return merged.sort_values(list(key), kind="mergesort").reset_index(drop=True)
 
     def contract_generations(
-        self, task: str, trajectory: str, configuration: str
+        self, task: str, trajectory: str, configuration: str, test_task: str | None = None
     ) -> pd.DataFrame | None:
-        """Contract rows for the current items, answers re-derived from the stored text."""
+        """Contract rows for the current items, answers re-derived from the stored text (the
+        test split's with ``test_task`` when given)."""
         if self.gen is None or self.only == "nll":
             return None
         cur = self.pool.current(self.gen)
@@ -177,7 +200,7 @@ class StepParts:
                 generation_frame(
                     sel,
                     rows["text"].astype(str).tolist(),
-                    task=task,
+                    task=test_task if split == "test" and test_task else task,
                     split=split,
                     trajectory=trajectory,
                     configuration=configuration,

@@ -83,7 +83,7 @@ def measure_model(
         gen = generation_frame(
             items,
             texts,
-            task=config.task,
+            task=config.task_for(split),
             split=split,
             trajectory=trajectory,
             configuration=configuration,
@@ -123,19 +123,23 @@ class MeasureResult:
 
 
 def _check_trajectory_identity(
-    table, out: Path, trajectory: str, configuration: str, task: str
+    table, out: Path, trajectory: str, configuration: str, config: MeasureConfig
 ) -> None:
-    """A trajectory name already in ``out`` must keep its configuration and task (else the mix
-    would only surface at ``analyze``)."""
+    """A trajectory name already in ``out`` must keep its configuration and each split's task
+    (else the mix would only surface at ``analyze``)."""
     if table is None or table.num_rows == 0:
         return
-    cols = [c for c in ("trajectory", "configuration", "task") if c in table.column_names]
-    if len(cols) < 3:
+    cols = [c for c in ("trajectory", "configuration", "task", "split") if c in table.column_names]
+    if len(cols) < 4:
         return
     df = table.select(cols).to_pandas().drop_duplicates()
     mine = df[df["trajectory"] == trajectory]
-    for column, value in (("configuration", configuration), ("task", task)):
-        other = sorted(set(mine[column].astype(str)) - {value})
+    checks = [("configuration", configuration, mine)] + [
+        ("task", config.task_for(split), mine[mine["split"].astype(str) == split])
+        for split in SPLITS
+    ]
+    for column, value, rows in checks:
+        other = sorted(set(rows[column].astype(str)) - {value})
         if other:
             raise CkptselError(
                 f"{out / GENERATIONS_FILE}: trajectory {trajectory!r} is already recorded with "
@@ -173,13 +177,13 @@ def measure_run(
     run_dir, out = Path(run_dir), Path(out)
     trajectory = check_name("trajectory", trajectory or run_dir.resolve().name)
     configuration = check_name("configuration", configuration or trajectory)
-    pool = ItemPool.load(config.task, validation, test)
+    pool = ItemPool.load(config.task, validation, test, config.test_task)
     ckpts = discover_checkpoints(run_dir, base)
     read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", trajectory)])
     _check_trajectory_identity(
-        read_rows(out, "generations", columns=["trajectory", "configuration", "task"],
+        read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],
                   filters=[("trajectory", "=", trajectory)]),
-        out, trajectory, configuration, config.task,
+        out, trajectory, configuration, config,
     )
     result = MeasureResult(trajectory, configuration, [c.step for c in ckpts])
     emit = on_progress or (lambda event: None)
@@ -198,7 +202,9 @@ def measure_run(
                 result.reused_steps.append(ckpt.step)
             upsert_records(
                 out,
-                generations=parts.contract_generations(config.task, trajectory, configuration),
+                generations=parts.contract_generations(
+                    config.task, trajectory, configuration, config.test_task
+                ),
                 nll=parts.contract_nll(trajectory),
             )
             emit(ProgressEvent("step_done", trajectory, step=ckpt.step, total=pool.n_items * 2))
@@ -296,7 +302,7 @@ class _Measurer:
         return generation_frame(
             items,
             texts,
-            task=self.config.task,
+            task=self.config.task_for(split),
             split=split,
             trajectory=trajectory,
             configuration=configuration,
