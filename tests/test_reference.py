@@ -545,7 +545,7 @@ def test_default_budgets_are_not_written(tmp_path: Path) -> None:
     a = analyze(rec, tmp_path / "a", permutations=4, draws=50, **NO_REPORT)
     b = analyze(rec, tmp_path / "b", permutations=4, draws=50, budgets=(64, 32, 256, 128),
                 **NO_REPORT)
-    assert "budgets" not in a and "D_from" not in a
+    assert "budgets" not in a and "D_from" not in a and b == a
     assert (tmp_path / "a" / "summary.json").read_bytes() == (
         tmp_path / "b" / "summary.json"
     ).read_bytes()
