@@ -310,13 +310,18 @@ def nested_vectors(
     return acc
 
 
+def one_variant_budgets(budgets: Sequence[int]) -> list[int]:
+    """SPEC §6 with budgets as a setting: 32/64/128 with the default budgets, else the budgets."""
+    return list(ONE_VARIANT_BUDGETS) if tuple(budgets) == BUDGETS else list(budgets)
+
+
 def choose_reference(
-    t: RefTrajectory, orders: SharedOrders
+    t: RefTrajectory, orders: SharedOrders, all_budgets: Sequence[int] = BUDGETS
 ) -> dict[tuple[str, str, str], list[float]]:
     """Every frozen selection vector ``(scheme, rule, budget) -> (T,)`` of one trajectory."""
     n = len(t.val_ids)
     T = len(t.steps)
-    budgets = [b for b in BUDGETS if b <= n]
+    budgets = [b for b in all_budgets if b <= n]
     out: dict[tuple[str, str, str], list[float]] = {}
     for rule in RULES:
         for lab, vec in nested_vectors(t, rule, orders.validation, budgets).items():
@@ -328,7 +333,7 @@ def choose_reference(
             for lab, vec in nested_vectors(t, rule, orders.validation, budgets, grid=grid).items():
                 out[(f"thin{k}", rule, lab)] = vec
         n_groups = len(set(t.val_groups))
-        ov_budgets = [b for b in ONE_VARIANT_BUDGETS if b <= n_groups]
+        ov_budgets = [b for b in one_variant_budgets(all_budgets) if b <= n_groups]
         for lab, vec in nested_vectors(
             t, rule, orders.one_variant, ov_budgets, full_over_orders=True
         ).items():
@@ -385,9 +390,14 @@ def matched_half(t: RefTrajectory, rule: str, partitions: list[list[int]]) -> di
 
 
 def per_trajectory(
-    t: RefTrajectory, vectors: dict[tuple[str, str, str], list[float]], partitions: list[list[int]]
+    t: RefTrajectory,
+    vectors: dict[tuple[str, str, str], list[float]],
+    partitions: list[list[int]],
+    smallest: str = "32",
 ) -> dict[str, float]:
-    """Every per-trajectory quantity (G, H, D, matched half, NLL-control agreement), in pp."""
+    """Every per-trajectory quantity (G, H, D, matched half, NLL-control agreement), in pp.
+
+    ``D = G(full) − G(smallest)``, ``smallest`` the label of the smallest budget."""
     T = len(t.steps)
     all_items = list(range(len(t.test_ids)))
     acc = [accuracy_pp(t.test_correct[c], all_items) for c in range(T)]
@@ -400,18 +410,18 @@ def per_trajectory(
             for rule in RULES:
                 out[f"G|{scheme}|{rule}|{lab}"] = G[(scheme, rule, lab)]
                 out[f"H|{scheme}|{rule}|{lab}"] = G[(scheme, rule, lab)] - G[(scheme, "nll", lab)]
-        if "32" in labels:
+        if smallest in labels:
             for rule in RULES:
-                out[f"D|{scheme}|{rule}"] = G[(scheme, rule, FULL)] - G[(scheme, rule, "32")]
+                out[f"D|{scheme}|{rule}"] = G[(scheme, rule, FULL)] - G[(scheme, rule, smallest)]
     complete = [lab for (s, r, lab) in vectors if s == "nll_complete"]
     for lab in complete:
         g0 = G[("nll_complete", "nll", lab)]
         out[f"G|nll_complete|nll|{lab}"] = g0
         for rule in ("accuracy", "agreement", "last"):
             out[f"H|nll_complete|{rule}|{lab}"] = G[("nested", rule, lab)] - g0
-    if "32" in complete:
+    if smallest in complete:
         out["D|nll_complete|nll"] = (
-            G[("nll_complete", "nll", FULL)] - G[("nll_complete", "nll", "32")]
+            G[("nll_complete", "nll", FULL)] - G[("nll_complete", "nll", smallest)]
         )
     if FULL in complete:
         out["same_nll_choice|nll_complete|nll|full"] = same_choice(
@@ -436,16 +446,23 @@ class RefStudy:
     trajectories: list[RefTrajectory]
     vectors: dict[str, dict[tuple[str, str, str], list[float]]]  # trajectory -> choices
     quantities: dict[str, dict[str, float]]  # trajectory -> name -> value (pp)
+    budgets: tuple[int, ...] = BUDGETS
 
 
-def analyze_reference(trajectories: list[RefTrajectory], permutations: int, seed: int) -> RefStudy:
+def analyze_reference(
+    trajectories: list[RefTrajectory],
+    permutations: int,
+    seed: int,
+    budgets: Sequence[int] = BUDGETS,
+) -> RefStudy:
     """Choices and per-trajectory quantities for every trajectory (the deterministic part)."""
+    budgets = tuple(sorted(set(budgets)))
     vectors, quantities = {}, {}
     for t in trajectories:
         orders = shared_orders(t, permutations, seed)
-        vectors[t.name] = choose_reference(t, orders)
-        quantities[t.name] = per_trajectory(t, vectors[t.name], orders.test)
-    return RefStudy(trajectories, vectors, quantities)
+        vectors[t.name] = choose_reference(t, orders, budgets)
+        quantities[t.name] = per_trajectory(t, vectors[t.name], orders.test, str(budgets[0]))
+    return RefStudy(trajectories, vectors, quantities, budgets)
 
 
 def mean_over(study: RefStudy, name: str, task: str | None = None) -> float | None:
@@ -478,7 +495,8 @@ def _budget_block(study: RefStudy, scheme: str, task: str | None, labels: Sequen
 
 def summary_means(study: RefStudy, task: str | None = None) -> dict:
     """Point estimates in the shape of ``summary.json`` (values are the "mean" fields)."""
-    labels = [*(str(b) for b in BUDGETS), FULL]
+    finite = sorted(set(study.budgets) | set(one_variant_budgets(study.budgets)))
+    labels = [*(str(b) for b in finite), FULL]
     out: dict = {"budget": _budget_block(study, "nested", task, labels)}
     out["D"] = {
         r: mean_over(study, f"D|nested|{r}", task)

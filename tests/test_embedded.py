@@ -82,7 +82,37 @@ def test_pretraining_text_is_not_instruction_format():
     texts = E.generate_pretraining_text(SMALL)
     assert len(texts) == SMALL.n_pretrain
     assert not any("### Instruction" in t or "The answer is" in t for t in texts)
-    for t in texts[:200]:
+    _check_sums(texts[:200])
+
+
+def test_pretraining_mix_has_answered_formatted_problems_outside_the_pools():
+    """``formatted_fraction``: that share of the base's texts are answered problems in the
+    Alpaca format (an 'instruction-tuned' base), correct, spread over the list, and never a
+    question of the fine-tuning or test pool."""
+    from ckptsel.tasks import format_prompt
+
+    cfg = E.EmbeddedConfig(**{**SMALL.__dict__, "formatted_fraction": 0.25})
+    texts = E.pretraining_corpus(cfg)
+    assert len(texts) == cfg.n_pretrain
+    formatted = [t for t in texts if "### Instruction" in t]
+    assert len(formatted) == 100
+    head = format_prompt("Q").split("Q")[0]
+    pools = E.pool_questions(cfg)
+    for t in formatted:
+        assert t.startswith(head)
+        question = t[len(head):].split("\n")[0]
+        assert E.normalize_question(question) not in pools
+        answer = t.rsplit("The answer is: ", 1)[1]
+        assert int(answer) == _eval(question), t
+    # mixed in, not appended: each quarter of the list holds some
+    quarters = [sum("### Instruction" in t for t in texts[k * 100:(k + 1) * 100]) for k in range(4)]
+    assert min(quarters) >= 20, quarters
+    _check_sums([t for t in texts if "### Instruction" not in t][:200])
+    assert texts == E.pretraining_corpus(cfg)  # deterministic
+
+
+def _check_sums(texts: list[str]) -> None:
+    for t in texts:
         lhs, rhs = re.findall(r"(\d+ [-+*] \d+|\d+ (?:plus|minus|times) \d+) (?:=|is) (\d+)", t)[0]
         a, op, b = lhs.split()
         want = {

@@ -36,7 +36,7 @@ def test_quickstart_artifacts(quick):
     out, output = quick
     study = load_study(out / "study.toml")
     trajectories = study.trajectories()
-    assert len({c.name for _, c, _ in trajectories}) >= 2 and len(study.seeds) == 3
+    assert len({c.name for _, c, _ in trajectories}) >= 5 and len(study.seeds) == 3
     assert {c.adaptation for _, c, _ in trajectories} == {"lora", "full"}
     finals = json.loads((out / "final_steps.json").read_text())
     gen = read_frame(out / "records", "generations")
@@ -57,21 +57,36 @@ def test_quickstart_artifacts(quick):
     assert len(frozen.sha256) == 64
     summary = json.loads((out / "results" / "summary.json").read_text())
     assert summary["schema"] == 1
-    assert summary["population"]["trajectories"] == 6
-    assert summary["population"]["configurations"] == 2
+    assert summary["population"]["trajectories"] == 15
+    assert summary["population"]["configurations"] == 5
+    # enough configurations: the few-configurations caution does not fire
+    assert not any("configuration(s)" in w for w in summary["warnings"]), summary["warnings"]
     assert set(summary["budget"]) >= {"accuracy", "agreement", "nll", "last"}
     assert (out / "results" / "report.html").is_file()
     assert str(out / "results" / "report.html") in output.replace("\n", "")
     assert (out / "data" / "split" / "lineage.json").is_file()
     assert (out / "data" / "audit" / "audit.json").is_file()
-    assert "median best-to-worst" in output
+    assert "median best-to-worst" in output and "the paper's is 3.5 pp" in output
+    # the three claims in plain words, as report.html reads them
+    assert "More validation data helps?" in output
+    assert "Beats matched-NLL selection?" in output
+    assert "Beats simply keeping the final checkpoint?" in output
+    # a log (no TTY) gets lines per stage and trajectory, not progress-bar updates
+    assert "\r" not in output and "it/s" not in output
+    assert output.count("measured 10 checkpoints") == 15
 
 
-def test_quickstart_model_learns_and_checkpoints_differ(quick):
+def test_quickstart_base_knows_the_format_and_checkpoints_differ_by_points(quick):
+    """Like an instruction-tuned model, the base already answers in the format (it solves a
+    good share of the test pool); SFT changes test accuracy, and checkpoints of a trajectory
+    differ by points, not tens of points (BENCHMARKS.md has the measured spreads)."""
     out, _ = quick
     q = json.loads((out / "results" / "quickstart.json").read_text())
-    assert q["final_test_accuracy_pp"] > q["base_test_accuracy_pp"] + 20.0, q
-    assert q["median_best_to_worst_spread_pp"] > 0.0, q
+    assert q["base_test_accuracy_pp"] > 20.0, q
+    assert q["final_test_accuracy_pp"] != q["base_test_accuracy_pp"], q
+    assert 1.0 <= q["median_best_to_worst_spread_pp"] <= 20.0, q
+    assert q["configurations"] == 5 and q["paper_median_spread_pp"] == 3.5
+    assert set(q["cpu_seconds"]) == set(q["seconds"])
 
 
 def test_quickstart_second_run_reuses_everything(quick):
@@ -80,7 +95,7 @@ def test_quickstart_second_run_reuses_everything(quick):
     from ckptsel.quickstart import run_quickstart
 
     out, _ = quick
-    ck = out / "runs" / "full-s42"
+    ck = out / "runs" / "full-lr3e-4-s42"
     before = {p: p.stat().st_mtime_ns for p in ck.rglob("*") if p.is_file()}
     rec = _records_bytes(out / "records")
     base = (out / "base" / "model.safetensors").stat().st_mtime_ns

@@ -70,15 +70,20 @@ def compare_study(
     permutations: int = 20,
     seed: int = 7,
     draws: int = 200,
+    budgets: tuple[int, ...] | None = None,
 ) -> ref.RefStudy:
-    """Run engine and reference on one study; assert every output agrees. Returns the reference."""
+    """Run engine and reference on one study; assert every output agrees. Returns the reference.
+
+    ``budgets`` (None: the default) go to both the reference and ``analyze(budgets=...)``."""
     gen, nll = trajs if isinstance(trajs, tuple) else rg.tables(trajs)
     rec = rg.write(tmp / "records", gen, nll)
-    study = ref.analyze_reference(ref.trajectories_from_tables(gen, nll), permutations, seed)
+    study = ref.analyze_reference(
+        ref.trajectories_from_tables(gen, nll), permutations, seed, budgets or ref.BUDGETS
+    )
     problems: list[str] = []
 
     # 1. every frozen selection vector
-    settings = ChoiceSettings(permutations=permutations, seed=seed)
+    settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=budgets or ref.BUDGETS)
     validation = records.load_validation(rec)
     assert sorted(v.trajectory for v in validation) == sorted(study.vectors)
     for v in validation:
@@ -97,7 +102,10 @@ def compare_study(
 
     # 2. every per-trajectory quantity of the whole pipeline
     out = tmp / "out"
-    summary = analyze(rec, out, permutations=permutations, draws=draws, seed=seed, **NO_REPORT)
+    extra = {} if budgets is None else {"budgets": budgets}
+    summary = analyze(
+        rec, out, permutations=permutations, draws=draws, seed=seed, **NO_REPORT, **extra
+    )
     table = pd.read_csv(out / "tables" / "per_trajectory.csv")
     columns = [c for c in table.columns if c not in ("trajectory", "configuration", "task")]
     expected_columns = sorted({name for q in study.quantities.values() for name in q})
@@ -479,3 +487,111 @@ def test_every_trajectory_single_checkpoint(tmp_path: Path) -> None:
     rng = np.random.default_rng(13)
     study = compare_study(rg.random_study(rng, n_configs=2, seeds=2, T=(1, 2)), tmp_path)
     assert ref.summary_means(study)["sensitivities"]["thinning"] == {}
+
+
+# --------------------------------------------------------------------------- budgets as a setting
+def test_budgets_setting_reaches_512_and_d_from_32(tmp_path: Path) -> None:
+    """``budgets=(32, 128, 512)`` on pools of >= 512 items: G(512) is reported, D is full − 32,
+    the one-variant sensitivity keeps the budgets its groups fit (not 512), and every vector and
+    estimate equals the loop reference run with the same budgets."""
+    rng = np.random.default_rng(512)
+    trajs = rg.random_study(
+        rng, n_configs=3, seeds=1, T=(3, 5), n_val=(520, 560), n_test=(20, 40), tasks=("a",)
+    )
+    study = compare_study(trajs, tmp_path, permutations=8, budgets=(32, 128, 512))
+    keys = {k for vecs in study.vectors.values() for k in vecs}
+    assert ("nested", "accuracy", "512") in keys and ("nested", "accuracy", "64") not in keys
+    assert ("one_variant", "accuracy", "128") in keys
+    assert ("one_variant", "accuracy", "512") not in keys  # fewer than 512 groups
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["budgets"] == [32, 128, 512] and summary["D_from"] == 32
+    assert set(summary["budget"]["accuracy"]) == {"32", "128", "512", "full"}
+    # D is G(full) − G(32) per trajectory, so its mean is the difference of the means
+    for rule in ("accuracy", "agreement", "nll"):
+        g = summary["budget"][rule]
+        assert summary["D"][rule]["mean"] == pytest.approx(
+            g["full"]["G"]["mean"] - g["32"]["G"]["mean"], abs=2e-6
+        )
+    main = (tmp_path / "out" / "tables" / "main.md").read_text()
+    assert "D_r (full − 32)" in main
+
+
+def test_budgets_setting_d_from_smallest_and_verify(tmp_path: Path) -> None:
+    """Budgets without 32: D runs from the smallest (50), the outputs say so, and ``verify``
+    reproduces the results with the recorded budgets (hashed with the choices)."""
+    from ckptsel.pipeline import verify
+
+    rng = np.random.default_rng(50)
+    trajs = rg.random_study(
+        rng, n_configs=2, seeds=2, T=(3, 5), n_val=(210, 230), n_test=(15, 30), tasks=("a", "b")
+    )
+    study = compare_study(trajs, tmp_path, permutations=6, budgets=(200, 50))
+    assert any("D|nested|accuracy" in q for q in study.quantities.values())
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["budgets"] == [50, 200] and summary["D_from"] == 50
+    assert "32" not in summary["budget"]["accuracy"]
+    assert "D_r (full − 50)" in (out / "tables" / "main.md").read_text()
+    hashed = json.loads((out / "choices" / "choices.sha256").read_text())
+    assert hashed["settings"]["budgets"] == [50, 200]
+    assert any("reproduced exactly" in line for line in verify(out))
+
+
+def test_default_budgets_are_not_written(tmp_path: Path) -> None:
+    """Default budgets leave summary.json and the hashed settings as they were (byte-stable)."""
+    trajs = rg.random_study(np.random.default_rng(3), n_configs=2, seeds=1, n_val=(40, 50))
+    gen, nll = rg.tables(trajs)
+    rec = rg.write(tmp_path / "records", gen, nll)
+    a = analyze(rec, tmp_path / "a", permutations=4, draws=50, **NO_REPORT)
+    b = analyze(rec, tmp_path / "b", permutations=4, draws=50, budgets=(64, 32, 256, 128),
+                **NO_REPORT)
+    assert "budgets" not in a and "D_from" not in a and b == a
+    assert (tmp_path / "a" / "summary.json").read_bytes() == (
+        tmp_path / "b" / "summary.json"
+    ).read_bytes()
+    assert ChoiceSettings(budgets=(64, 32, 256, 128)).to_dict() == {
+        "permutations": ChoiceSettings().permutations, "seed": ChoiceSettings().seed
+    }
+
+
+@pytest.mark.parametrize("bad", ["32,x", "0,32", "", "-5", "32,,1e3"])
+def test_bad_budgets_are_one_clear_error(bad: str) -> None:
+    from ckptsel.choose import parse_budgets
+    from ckptsel.errors import CkptselError
+
+    with pytest.raises(CkptselError, match="budgets"):
+        parse_budgets(bad)
+
+
+def test_parse_budgets_sorts_and_dedups() -> None:
+    from ckptsel.choose import parse_budgets
+
+    assert parse_budgets("1024, 32,128,512,32") == (32, 128, 512, 1024)
+
+
+def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:
+    """``ckptsel analyze --budgets 32,128,512``: the terminal table names D's budget, summary.json
+    the budgets and G(512); a bad list exits 2 with one error naming --budgets."""
+    from typer.testing import CliRunner
+
+    from ckptsel.cli import app
+
+    trajs = rg.random_study(
+        np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(515, 530), tasks=("a",)
+    )
+    gen, nll = rg.tables(trajs)
+    rec = rg.write(tmp_path / "records", gen, nll)
+    base = ["analyze", str(rec), "--permutations", "3", "--draws", "50", "--no-report"]
+    res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "o"), "--budgets", "32,128,512"])
+    assert res.exit_code == 0, res.output
+    assert "validation budgets: 32, 128, 512, full; D_r = G_r(full) − G_r(32)" in res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["budgets"] == [32, 128, 512] and summary["D_from"] == 32
+    assert "G" in summary["budget"]["accuracy"]["512"]
+    from ckptsel.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--out", str(tmp_path / "p"), "--budgets", "32,x"])
+    assert exc.value.code == 2
+    assert "--budgets" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

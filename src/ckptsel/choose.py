@@ -35,11 +35,65 @@ COLUMNS = ["trajectory", "scheme", "rule", "budget", "step", "prob"]
 
 @dataclass(frozen=True)
 class ChoiceSettings:
+    """Permutations, seed and the finite validation budgets ("full" is always added).
+
+    ``budgets`` are kept sorted and distinct; ``D`` is ``G(full) − G(budgets[0])``. The
+    one-variant sensitivity uses :data:`~ckptsel.defaults.ONE_VARIANT_BUDGETS` with the default
+    budgets and the chosen budgets otherwise (in both cases those that fit its groups). The
+    settings' dictionary (hashed with the choices) names the budgets only when they are not
+    the default, so default choices hash as before.
+    """
+
     permutations: int = defaults.PERMUTATIONS
     seed: int = defaults.SEED
+    budgets: tuple[int, ...] = BUDGETS
+
+    def __post_init__(self):
+        object.__setattr__(self, "budgets", check_budgets(self.budgets))
+
+    @property
+    def one_variant_budgets(self) -> tuple[int, ...]:
+        return ONE_VARIANT_BUDGETS if self.budgets == BUDGETS else self.budgets
+
+    @property
+    def d_from(self) -> int:
+        """The budget ``D`` starts from: the smallest."""
+        return self.budgets[0]
 
     def to_dict(self) -> dict:
-        return {"permutations": self.permutations, "seed": self.seed}
+        out: dict = {"permutations": self.permutations, "seed": self.seed}
+        if self.budgets != BUDGETS:
+            out["budgets"] = list(self.budgets)
+        return out
+
+
+MAX_BUDGET = 10**9
+
+
+def check_budgets(budgets) -> tuple[int, ...]:
+    """Budgets as a sorted tuple of distinct positive integers; one clear error otherwise."""
+    if isinstance(budgets, (str, bytes)) or not hasattr(budgets, "__iter__"):
+        raise CkptselError(f"budgets must be a list of positive integers, not {budgets!r}")
+    values = list(budgets)
+    for b in values:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= MAX_BUDGET:
+            raise CkptselError(
+                f"budgets must be positive integers (at most {MAX_BUDGET}); got {b!r} in {values!r}"
+            )
+    if not values:
+        raise CkptselError("budgets: give at least one finite validation budget (e.g. 32,128,512)")
+    return tuple(sorted({int(b) for b in values}))
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """``"32,128,512"`` → ``(32, 128, 512)`` (the ``--budgets`` option)."""
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError as err:
+        raise CkptselError(
+            f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})"
+        ) from err
+    return check_budgets(values)
 
 
 def _budget_labels(pool: int, budgets: tuple[int, ...]) -> tuple[list[int], list[str]]:
@@ -98,7 +152,7 @@ class PoolSubsets:
     """
 
     labels: list[str]
-    nested: core.NestedSubsets | None  # finite budgets; None when the pool is below 32
+    nested: core.NestedSubsets | None  # finite budgets; None when the pool is below them all
     ov_labels: list[str]
     one_variant: core.NestedSubsets
 
@@ -106,7 +160,7 @@ class PoolSubsets:
     def build(cls, item_ids: np.ndarray, groups: np.ndarray, settings: ChoiceSettings) -> PoolSubsets:
         n = len(item_ids)
         keys = core.string_keys(item_ids)
-        finite, labels = _budget_labels(n, BUDGETS)
+        finite, labels = _budget_labels(n, settings.budgets)
         orders = core.permutations(keys, settings.seed, settings.permutations)
         nested = core.NestedSubsets(orders, finite, n) if finite else None
         group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
@@ -115,7 +169,7 @@ class PoolSubsets:
             keys, group_codes.astype(np.int64), core.string_keys(list(group_names)),
             settings.seed, settings.permutations,
         )
-        ov_finite, ov_labels = _budget_labels(n_groups, ONE_VARIANT_BUDGETS)
+        ov_finite, ov_labels = _budget_labels(n_groups, settings.one_variant_budgets)
         return cls(labels, nested, ov_labels, core.NestedSubsets(ov_orders, [*ov_finite, n_groups], n))
 
 
@@ -270,7 +324,7 @@ def load_frozen(out_dir: Path) -> FrozenChoices:
         meta = json.loads(hpath.read_text(encoding="utf-8"))
         settings = ChoiceSettings(**meta["settings"])
         stored = str(meta["sha256"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, CkptselError) as err:
         raise VerificationError(
             f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})"
         ) from err

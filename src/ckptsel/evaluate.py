@@ -1,7 +1,8 @@
 """Scoring frozen choices on the test pool (SPEC §4, §5, §6).
 
 Every gain is a linear functional of a trajectory's test accuracies: ``G = (q_r − e_T)·A``,
-``H = (q_r − q_nll)·A``, ``D = (q_r(full) − q_r(32))·A``. Each quantity is therefore kept as a
+``H = (q_r − q_nll)·A``, ``D = (q_r(full) − q_r(n_1))·A`` (``n_1`` the smallest budget, 32 by
+default). Each quantity is therefore kept as a
 weight vector over checkpoints, which gives both its value and its per-question utilities
 ``d_i = 100 w·z_i`` for the test-question bootstrap.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ckptsel.analysis import core
-from ckptsel.choose import FULL, FrozenChoices
+from ckptsel.choose import FULL, ChoiceSettings, FrozenChoices
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.records import TestData
 from ckptsel.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
@@ -27,11 +28,21 @@ MH_STATS = ("G_in", "G_out", "B")
 Name = tuple[str, ...]
 
 
-def quantity_names() -> list[Name]:
+def budget_labels(settings: ChoiceSettings | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(nested labels, one-variant labels) of these settings: the finite budgets, then "full"."""
+    settings = settings or ChoiceSettings()
+    return (
+        (*[str(b) for b in settings.budgets], FULL),
+        (*[str(b) for b in settings.one_variant_budgets], FULL),
+    )
+
+
+def quantity_names(settings: ChoiceSettings | None = None) -> list[Name]:
     """Every quantity in canonical order (a study has a subset of them)."""
+    nested_labels, ov_labels = budget_labels(settings)
     names: list[Name] = []
     for scheme in SCHEMES:
-        labels = OV_LABELS if scheme == "one_variant" else BUDGET_LABELS
+        labels = ov_labels if scheme == "one_variant" else nested_labels
         for budget in labels:
             for rule in RULES:
                 names += [("G", scheme, rule, budget), ("H", scheme, rule, budget)]
@@ -42,8 +53,12 @@ def quantity_names() -> list[Name]:
     return names
 
 
-def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkpoints: int) -> dict[Name, np.ndarray]:
-    """Weight vectors over checkpoints of every linear quantity this trajectory has."""
+def trajectory_weights(
+    vectors: dict[tuple[str, str, str], np.ndarray], n_checkpoints: int, d_from: str = "32"
+) -> dict[Name, np.ndarray]:
+    """Weight vectors over checkpoints of every linear quantity this trajectory has.
+
+    ``D`` is full minus the budget labelled ``d_from`` (the smallest budget)."""
     final = np.zeros(n_checkpoints)
     final[-1] = 1.0
     out: dict[Name, np.ndarray] = {}
@@ -63,7 +78,7 @@ def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkp
                     out[("H", scheme, r, budget)] = base - q
     for scheme in SCHEMES:
         for rule in RULES:
-            full, small = vectors.get((scheme, rule, FULL)), vectors.get((scheme, rule, "32"))
+            full, small = vectors.get((scheme, rule, FULL)), vectors.get((scheme, rule, d_from))
             if full is not None and small is not None:
                 out[("D", scheme, rule, "")] = full - small
     return out
@@ -85,6 +100,13 @@ class Scored:
     utilities: dict[str, np.ndarray] = field(default_factory=dict)
     test_accuracy: dict[str, np.ndarray] = field(default_factory=dict)  # trajectory -> (T,) pp
     steps: dict[str, np.ndarray] = field(default_factory=dict)
+    budgets: tuple[int, ...] = BUDGETS  # the finite budgets the choices were made at
+    one_variant_budgets: tuple[int, ...] = ONE_VARIANT_BUDGETS
+
+    @property
+    def d_from(self) -> int:
+        """``D = G(full) − G(d_from)``: the smallest budget."""
+        return self.budgets[0]
 
     @property
     def linear_names(self) -> list[Name]:
@@ -95,7 +117,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
     """Score frozen choices on the test records (choices first, test data second, by type)."""
     settings = frozen.settings
     partitions = partitions or settings.permutations
-    all_names = quantity_names()
+    all_names = quantity_names(settings)
     index = {n: k for k, n in enumerate(all_names)}
     J = len(tests)
     values = np.full((J, len(all_names)), np.nan)
@@ -106,7 +128,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         vectors = frozen.vectors(t.trajectory, t.steps)
         acc = 100.0 * t.correct.mean(axis=1)
         test_accuracy[t.trajectory], steps[t.trajectory] = acc, t.steps
-        w = trajectory_weights(vectors, len(t.steps))
+        w = trajectory_weights(vectors, len(t.steps), str(settings.d_from))
         weights.append(w)
         for name, vec in w.items():
             values[j, index[name]] = vec @ acc
@@ -152,4 +174,6 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         utilities=utilities,
         test_accuracy=test_accuracy,
         steps=steps,
+        budgets=settings.budgets,
+        one_variant_budgets=settings.one_variant_budgets,
     )

@@ -113,6 +113,7 @@ def analyze(
     seed: int = defaults.SEED,
     level: float = defaults.CONFIDENCE,
     interval: str = defaults.INTERVAL,
+    budgets: tuple[int, ...] | list[int] = defaults.BUDGETS,
     report: bool = False,
     force: bool = False,
 ) -> dict:
@@ -127,11 +128,15 @@ def analyze(
     ``interval`` names the interval method (``ckptsel.analysis.intervals.METHODS``;
     ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
     ``"percentile"``, and ``verify`` reads it back.
+    ``budgets`` are the finite validation budgets ("full" is always added); ``D`` is
+    ``G(full) − G(smallest budget)``. Non-default budgets are hashed with the frozen choices and
+    recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
     """
     check_settings(permutations=permutations, draws=draws, seed=seed, level=level)
     stat = StatSettings(draws, seed, level, interval)  # checks the method name before any work
+    settings = ch.ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
     with single_threaded():
-        return _analyze(records_dir, Path(out_dir), permutations, stat, report, force)
+        return _analyze(records_dir, Path(out_dir), settings, stat, report, force)
 
 
 def check_settings(*, permutations: int, draws: int, seed: int, level: float) -> None:
@@ -155,11 +160,11 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 
 
 def _analyze(
-    records_dir: Path, out_dir: Path, permutations: int, stat: StatSettings, report: bool, force: bool
+    records_dir: Path, out_dir: Path, settings: ch.ChoiceSettings, stat: StatSettings, report: bool,
+    force: bool,
 ) -> dict:
     meta = {"report": REPORT_META} if report else None
     with publish.staged(out_dir, force=force, meta=meta) as stage:
-        settings = ch.ChoiceSettings(permutations=permutations, seed=stat.seed)
         validation, _ = freeze_choices(records_dir, stage, settings)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
         write_outputs(stage, records_dir, summary, tables)

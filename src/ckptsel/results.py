@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ckptsel.analysis.intervals import label as interval_label
-from ckptsel.defaults import CONFIDENCE
+from ckptsel.defaults import BUDGETS, CONFIDENCE
 from ckptsel.rules import RULE_ORDER
 
 SUMMARY_FILE = "summary.json"
@@ -86,6 +86,16 @@ def level_percent(summary: dict) -> int:
     return int(round(summary.get("confidence", CONFIDENCE) * 100))
 
 
+def d_from(summary: dict) -> int:
+    """The budget D starts from: ``D = G(full) − G(d_from)`` (summary ``"D_from"``, else 32)."""
+    return int(summary.get("D_from", BUDGETS[0]))
+
+
+def d_column(summary: dict) -> str:
+    """The main table's D column header, naming the budget D starts from."""
+    return f"D_r (full − {d_from(summary)})"
+
+
 # --------------------------------------------------------------------------- main table
 def main_table_rows(summary: dict) -> list[tuple[str, str, str, str]]:
     """(rule, D_r, H_r(full), G_r(full)) formatted as 'mean [lo, hi]' in pp."""
@@ -103,7 +113,7 @@ def main_table_markdown(summary: dict) -> str:
         f"percentage points, {level_percent(summary)}% {interval_label(summary)} intervals "
         f"({summary['draws']} draws).",
         "",
-        "| rule | D_r (full − 32) | H_r(full) vs matched NLL | G_r(full) vs final |",
+        f"| rule | {d_column(summary)} | H_r(full) vs matched NLL | G_r(full) vs final |",
         "|---|---|---|---|",
     ]
     lines += [f"| {r} | {d} | {h} | {g} |" for r, d, h, g in main_table_rows(summary)]

@@ -138,15 +138,15 @@ def _mh_block(e: _Estimates) -> dict:
     return out
 
 
-def _study_blocks(e: _Estimates, sensitivities: bool) -> dict:
-    out = {"budget": _budget_block(e, "nested"), "D": _d_block(e, "nested"), "matched_half": _mh_block(e)}
+def _study_blocks(e: _Estimates, sensitivities: bool, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> dict:
+    out = {"budget": _budget_block(e, "nested", labels), "D": _d_block(e, "nested"), "matched_half": _mh_block(e)}
     if sensitivities:
         sens: dict = {
-            "one_variant": {"budget": _budget_block(e, "one_variant", OV_LABELS), "D": _d_block(e, "one_variant")},
+            "one_variant": {"budget": _budget_block(e, "one_variant", ov_labels), "D": _d_block(e, "one_variant")},
             "thinning": {
-                str(k): {"budget": _budget_block(e, f"thin{k}"), "D": _d_block(e, f"thin{k}")}
+                str(k): {"budget": _budget_block(e, f"thin{k}", labels), "D": _d_block(e, f"thin{k}")}
                 for k in THINNING
-                if _budget_block(e, f"thin{k}")
+                if _budget_block(e, f"thin{k}", labels)
             },
         }
         same = e.get(("same_nll_choice", "nll_complete", "nll", FULL))
@@ -155,7 +155,7 @@ def _study_blocks(e: _Estimates, sensitivities: bool) -> dict:
         else:
             sens["nll_complete"] = {
                 "same_choice_fraction": same,
-                "budget": _budget_block(e, "nll_complete"),
+                "budget": _budget_block(e, "nll_complete", labels),
             }
         out["sensitivities"] = sens
     return out
@@ -191,6 +191,8 @@ def summarize(
     ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
     ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
     """
+    labels = (*[str(b) for b in scored.budgets], FULL)
+    ov_labels = (*[str(b) for b in scored.one_variant_budgets], FULL)
     configs = sorted(set(scored.configurations))
     conf_code = np.array([configs.index(c) for c in scored.configurations])
     sums, sizes = _config_sums(scored.values, conf_code, len(configs))
@@ -235,9 +237,15 @@ def summarize(
         "confidence": settings.level,
         **({} if percentile else {"interval": settings.interval}),
         **{k: v for k, v in provenance.items() if v is not None},
+        # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
+        **(
+            {}
+            if tuple(scored.budgets) == defaults.BUDGETS
+            else {"budgets": list(scored.budgets), "D_from": int(scored.d_from)}
+        ),
         "population": population,
     }
-    summary.update(_study_blocks(conf_est, sensitivities=True))
+    summary.update(_study_blocks(conf_est, True, labels, ov_labels))
     by_task = {}
     for t_i, task in enumerate(sorted(set(scored.tasks))):
         members = np.array([t == task for t in scored.tasks])
@@ -248,16 +256,16 @@ def summarize(
         e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
         block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
                                 "test_items": scored.test_items[task]}}
-        block.update(_study_blocks(e, sensitivities=True))
+        block.update(_study_blocks(e, True, labels, ov_labels))
         by_task[task] = block
     summary["by_task"] = by_task
-    qb = {"budget": _budget_block(q_est, "nested"), "D": _d_block(q_est, "nested"), "by_task": {}}
+    qb = {"budget": _budget_block(q_est, "nested", labels), "D": _d_block(q_est, "nested"), "by_task": {}}
     for task, reps in per_task.items():
         cidx = task_conf[task]
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = sums[cidx][:, lin_idx].sum(axis=0) / sizes[cidx][:, lin_idx].sum(axis=0)
         e = _Estimates(lin_names, t_means, reps, settings.level)
-        qb["by_task"][task] = {"budget": _budget_block(e, "nested"), "D": _d_block(e, "nested")}
+        qb["by_task"][task] = {"budget": _budget_block(e, "nested", labels), "D": _d_block(e, "nested")}
     summary["question_bootstrap"] = qb
     if j_est is not None:
         summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}

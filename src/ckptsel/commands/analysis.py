@@ -10,6 +10,7 @@ from rich.console import Console
 
 from ckptsel import defaults, pipeline
 from ckptsel.analysis.intervals import METHODS
+from ckptsel.choose import parse_budgets
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 
 console = Console()
@@ -29,6 +30,11 @@ def register(app: typer.Typer) -> None:
             help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
             "bootstrap; see README 'What the intervals estimate').",
         ),
+        budgets: str = typer.Option(
+            ",".join(str(b) for b in defaults.BUDGETS), "--budgets",
+            help="Finite validation budgets, comma-separated ('full' is always added); "
+            "D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
+        ),
         report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
         force: bool = typer.Option(
             False,
@@ -40,10 +46,11 @@ def register(app: typer.Typer) -> None:
         and report G, H, D and B with bootstrap intervals."""
         start = time.perf_counter()
         pipeline.check_settings(permutations=permutations, draws=draws, seed=seed, level=confidence)
+        budget_tuple = parse_budgets(budgets)
         with console.status("choosing on validation records, then scoring frozen choices…"):
             summary = pipeline.analyze(
                 records_dir, out, permutations=permutations, draws=draws, seed=seed,
-                level=confidence, interval=interval, report=report, force=force,
+                level=confidence, interval=interval, budgets=budget_tuple, report=report, force=force,
             )
         from ckptsel.report.terminal import print_main_table
 

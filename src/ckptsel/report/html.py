@@ -14,8 +14,9 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from ckptsel.defaults import BUDGETS
 from ckptsel.report.tables import ReportTable
-from ckptsel.results import fmt, level_percent
+from ckptsel.results import d_from, fmt, level_percent
 from ckptsel.rules import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
 
 CSS = """
@@ -48,7 +49,7 @@ footer{color:#777;font-size:.8em;margin-top:3em}
 """
 
 CLAIMS = (
-    ("D", "More validation data helps", "D_r = G_r(full) − G_r(32)"),
+    ("D", "More validation data helps", "D_r = G_r(full) − G_r({n})"),  # n: the smallest budget
     ("H", "Beats matched-NLL selection", "H_r(full)"),
     ("G", "Beats simply keeping the final checkpoint", "G_r(full)"),
 )
@@ -74,6 +75,7 @@ def claim_sentences(summary: dict) -> list[tuple[str, str]]:
     level = level_percent(summary)
     out = []
     for key, question, symbol in CLAIMS:
+        symbol = symbol.format(n=d_from(summary))
         for rule in SIGNAL_RULES:
             if key == "H" and rule == H_BASELINE:
                 continue  # matched NLL against itself is 0 by construction
@@ -87,8 +89,9 @@ def claim_sentences(summary: dict) -> list[tuple[str, str]]:
                     out.append(
                         (
                             v,
-                            f"<b>{html.escape(question)}?</b> Not available: D_r needs the 32-item "
-                            "budget, and no eligible validation pool has 32 items.",
+                            f"<b>{html.escape(question)}?</b> Not available: D_r needs the "
+                            f"{d_from(summary)}-item budget, and no eligible validation pool "
+                            f"has {d_from(summary)} items.",
                         )
                     )
                 continue
@@ -149,6 +152,11 @@ def _population(summary: dict) -> str:
         (
             "resampling",
             f"{summary.get('draws')} bootstrap draws, {summary.get('permutations')} nested permutations, seed {summary.get('seed')}",
+        ),
+        (
+            "validation budgets",
+            ", ".join(str(n) for n in summary.get("budgets", BUDGETS)) + ", full"
+            + f" (D_r = G_r(full) − G_r({d_from(summary)}))",
         ),
         ("frozen choices SHA-256", summary.get("choices_sha256", "")),
     ]

@@ -16,11 +16,12 @@ from pathlib import Path
 import pandas as pd
 
 from ckptsel.analysis.intervals import label as interval_label
+from ckptsel.defaults import BUDGETS
 from ckptsel.io import write_csv, write_text
-from ckptsel.results import fmt, level_percent, main_table_rows
+from ckptsel.results import d_column, fmt, level_percent, main_table_rows
 from ckptsel.rules import RULE_ORDER
 
-BUDGET_ORDER = ("32", "64", "128", "256", "full")
+BUDGET_ORDER = (*(str(b) for b in BUDGETS), "full")  # the default; any budgets sort by size
 INTERVAL_KINDS = (
     ("configuration", None),
     ("test-question", "question_bootstrap"),
@@ -47,13 +48,12 @@ class ReportTable:
 
 # --------------------------------------------------------------------------- helpers
 def budgets_in(block: dict) -> list[str]:
-    """Budget labels present in a ``{"<n>": ...}`` block, in the paper's order."""
-    known = [b for b in BUDGET_ORDER if b in block]
-    extra = sorted(
-        (b for b in block if b not in BUDGET_ORDER),
-        key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0),
+    """Budget labels present in a ``{"<n>": ...}`` block: the finite budgets by size (whatever
+    budgets the summary was made with), then "full", then anything else."""
+    return sorted(
+        block,
+        key=lambda s: (0, int(s), "") if s.isdigit() else (1 if s == "full" else 2, 0, s),
     )
-    return known + extra
 
 
 def _est(e: dict | None) -> dict | None:
@@ -80,7 +80,7 @@ def main_table(summary: dict) -> ReportTable:
     """Per rule: D_r, H_r(full), G_r(full) (the paper's main table)."""
     display = pd.DataFrame(
         main_table_rows(summary),
-        columns=["rule", "D_r (full − 32)", "H_r(full) vs matched NLL", "G_r(full) vs final"],
+        columns=["rule", d_column(summary), "H_r(full) vs matched NLL", "G_r(full) vs final"],
     )
     nums = []
     for rule in RULE_ORDER:
@@ -156,7 +156,7 @@ def task_strata(summary: dict) -> ReportTable:
                     "task": task,
                     "trajectories": pop.get("trajectories", ""),
                     "rule": rule,
-                    "D_r (full − 32)": fmt(d),
+                    d_column(summary): fmt(d),
                     "H_r(full)": fmt(full.get("H")),
                     "G_r(full)": fmt(full.get("G")),
                     "B (matched half)": fmt(block.get("matched_half", {}).get(rule, {}).get("B"))

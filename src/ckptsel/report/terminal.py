@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ckptsel.analysis.intervals import label as interval_label
-from ckptsel.results import main_table_rows
+from ckptsel.defaults import BUDGETS
+from ckptsel.results import d_from, main_table_rows
 
 
 def print_main_table(summary: dict, console: Console | None = None) -> None:
@@ -16,11 +17,14 @@ def print_main_table(summary: dict, console: Console | None = None) -> None:
         title=f"ckptsel — {pop['trajectories']} trajectories, {pop['configurations']} configurations "
         f"(pp; {int(summary['confidence'] * 100)}% {interval_label(summary)} intervals)",
     )
-    for col in ("rule", "D_r = G(full) − G(32)", "H_r(full): vs matched NLL", "G_r(full): vs final"):
+    d_col = f"D_r = G(full) − G({d_from(summary)})"
+    for col in ("rule", d_col, "H_r(full): vs matched NLL", "G_r(full): vs final"):
         table.add_column(col)
     for row in main_table_rows(summary):
         table.add_row(*row)
     console.print(table)
+    budgets = ", ".join(str(n) for n in summary.get("budgets", BUDGETS))
+    console.print(f"validation budgets: {budgets}, full; D_r = G_r(full) − G_r({d_from(summary)})")
     excluded = pop["validation_exclusions"]["total"]
     if excluded:
         console.print(f"validation items excluded (incomplete or empty): {excluded}")
