@@ -25,7 +25,7 @@ from ckptsel.analysis.paired import (
 )
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
-from ckptsel.schema import GENERATIONS_FILE
+from ckptsel.records.schema import GENERATIONS_FILE
 
 SPLIT_STREAM = {"validation": 1, "test": 2}
 

@@ -48,7 +48,7 @@ from ckptsel.analysis.bootstrap import CHUNK
 from ckptsel.analysis.paired import cluster_codes, cluster_sums, draw_counts
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
-from ckptsel.schema import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.simulate import norm_cdf, norm_ppf
 
 PLAN_RULES = ("accuracy", "agreement", "nll")
