@@ -15,6 +15,7 @@ import numpy as np
 from ckptsel.analysis import core
 from ckptsel.choose import FULL, FrozenChoices
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
+from ckptsel.errors import CkptselError
 from ckptsel.records import TestData
 from ckptsel.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
 
@@ -85,6 +86,7 @@ class Scored:
     utilities: dict[str, np.ndarray] = field(default_factory=dict)
     test_accuracy: dict[str, np.ndarray] = field(default_factory=dict)  # trajectory -> (T,) pp
     steps: dict[str, np.ndarray] = field(default_factory=dict)
+    groups: dict[str, np.ndarray] = field(default_factory=dict)  # task -> (N,) item clusters
 
     @property
     def linear_names(self) -> list[Name]:
@@ -128,6 +130,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
     lin_names = [n for n, lin in zip(names, linear, strict=True) if lin]
     configurations = [t.configuration for t in tests]
     utilities: dict[str, np.ndarray] = {}
+    groups: dict[str, np.ndarray] = {}
     test_items: dict[str, int] = {}
     for task in sorted({t.task for t in tests}):
         members = [j for j, t in enumerate(tests) if t.task == task]
@@ -141,6 +144,14 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
             W = np.stack([weights[j].get(n, np.zeros(len(t.steps))) for n in lin_names])  # (Q, T)
             util[task_configs.index(configurations[j])] += 100.0 * (t.correct.T.astype(np.float64) @ W.T)
         utilities[task] = util
+        if tests[members[0]].groups is not None:
+            groups[task] = tests[members[0]].groups
+            for j in members:  # one clustering per test pool
+                if not np.array_equal(tests[j].groups, groups[task]):
+                    raise CkptselError(
+                        f"trajectory {tests[j].trajectory!r}: the test items' groups differ from "
+                        f"those of trajectory {tests[members[0]].trajectory!r} (same {task} test pool)"
+                    )
     return Scored(
         trajectories=[t.trajectory for t in tests],
         configurations=configurations,
@@ -152,4 +163,5 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         utilities=utilities,
         test_accuracy=test_accuracy,
         steps=steps,
+        groups=groups,
     )
