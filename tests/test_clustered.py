@@ -136,3 +136,27 @@ def test_select_reports_clusters_and_load_test_returns_groups(tmp_path):
     acc = out["rules"]["accuracy"]
     assert acc["split_validation"]["clusters"] == 20
     assert acc["test"]["clusters"] == 3 and acc["test"]["items"] == 30
+
+
+def test_analyze_reports_test_clusters_and_single_groups_add_nothing(tmp_path):
+    from ckptsel import pipeline
+
+    rng = np.random.default_rng(8)
+    gen, nll = rg.tables(rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(40, 60),
+                                         n_test=(30, 40), tasks=("a",)))  # fmt: skip
+    plain = pipeline.analyze(rg.write(tmp_path / "r1", gen, nll), tmp_path / "o1",
+                             permutations=10, draws=400, interval="percentile")  # fmt: skip
+    assert "test_clusters" not in plain["by_task"]["a"]["population"]
+    test_rows = gen["split"] == "test"
+    gen.loc[test_rows, "group"] = gen.loc[test_rows, "item_id"].str[:-1]  # t000x -> 10 per cluster
+    clustered = pipeline.analyze(rg.write(tmp_path / "r2", gen, nll), tmp_path / "o2",
+                                 permutations=10, draws=400, interval="percentile")  # fmt: skip
+    pop = clustered["by_task"]["a"]["population"]
+    assert pop["test_clusters"] == len(np.unique(gen.loc[test_rows, "group"])) < pop["test_items"]
+    # same point estimates; only the question-bootstrap intervals change
+    a = plain["question_bootstrap"]["D"]
+    b = clustered["question_bootstrap"]["D"]
+    assert a.keys() == b.keys() and len(a) >= 3
+    for k in a:
+        assert a[k]["mean"] == b[k]["mean"]
+    assert a != b

@@ -254,8 +254,9 @@ def summarize(
             t_means = t_sums.sum(axis=0) / t_sizes.sum(axis=0)
         e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
         block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
-                                "test_items": scored.test_items[task],
-                                "test_clusters": _clusters(scored, task)}}
+                                "test_items": scored.test_items[task]}}
+        if _clusters(scored, task) < scored.test_items[task]:  # items share groups: resampled together
+            block["population"]["test_clusters"] = _clusters(scored, task)
         block.update(_study_blocks(e, sensitivities=True))
         by_task[task] = block
     summary["by_task"] = by_task
