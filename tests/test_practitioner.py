@@ -328,3 +328,10 @@ def test_default_budgets():
     assert default_budgets(64) == (16, 32, 64)
     with pytest.raises(CkptselError):
         default_budgets(0)
+
+
+def test_plan_writes_no_figure_unless_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run(["plan", "--delta", "2", "--agreement", "0.8", "--json"])
+    assert json.loads(capsys.readouterr().out)["figure"] is None
+    assert list(tmp_path.iterdir()) == []
