@@ -174,6 +174,11 @@ def register(app: typer.Typer) -> None:
         ),
         confidence: float = typer.Option(CONFIDENCE, help="Test level of the closed form."),
         seed: int = typer.Option(SEED, help="Resampling seed."),
+        method: str = typer.Option(
+            "split",
+            help="split: choose on one half of the pilot, score the choice on the other (default); "
+            "pilot: choose and score on the whole pilot (optimistic).",
+        ),
         figure: Path = typer.Option(
             None, help="Write the figure here (.png or .svg); without it no figure is written."
         ),
@@ -205,7 +210,9 @@ def register(app: typer.Typer) -> None:
             raise CkptselError(f"--figure {figure}: use a .png or .svg path")
         pilot = None
         if records_dir is not None:
-            settings = PlanSettings(budgets=chosen, draws=draws, seed=seed, target=target)
+            settings = PlanSettings(
+                budgets=chosen, draws=draws, seed=seed, target=target, method=method
+            )
             pilot = plan_from_pilot(records_dir, trajectory or None, rule=rule, settings=settings)
         closed = None
         if delta is not None:
