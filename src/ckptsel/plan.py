@@ -15,9 +15,11 @@ cluster: ``round(n · G / N)`` of the ``G`` clusters are drawn with replacement,
 
 Budgets beyond the pilot size ``N`` draw more items than the pilot holds (with replacement):
 the pilot's accuracy differences are then taken as exact, which they are not; the output
-says how far each budget extrapolates (``n / N``). The pilot's own noise makes small true
-gaps look like real ones, so with a small pilot ``p_beat`` is optimistic for checkpoints that
-are truly equal (see ``benchmarks/bench_plan.py`` for the measured calibration).
+says how far each budget extrapolates (``n / N``). Scored on the pilot itself
+(``method="pilot"``) the pilot's own noise makes small true gaps look like real ones, so
+``p_beat`` is optimistic; the default ``method="split"`` chooses on one half of the pilot's
+clusters and scores on the other (both ways), which makes fewer false plans and is
+conservative when the gain is real (``benchmarks/bench_plan.py`` measures both).
 
 **Closed form from assumed inputs** (Card et al. 2020; Miller 2024) for two checkpoints, A
 better than the final checkpoint B by ``δ`` (pp), that give the same correctness on a fraction
