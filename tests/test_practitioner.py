@@ -260,7 +260,7 @@ def test_pilot_known_answers():
 
 
 def test_plan_from_records_and_cli(records, tmp_path, capsys):
-    s = PlanSettings(budgets=(2, 8, 40, 160), draws=300)
+    s = PlanSettings(budgets=(2, 8, 40, 160), draws=300, method="pilot")
     out = plan_from_pilot(records, ["run-a"], settings=s)
     # step 20 is right everywhere; every cluster (a pair {even, odd}) holds an item the final
     # step gets wrong, so even one drawn cluster picks step 20: P(beat) = 1, gain = 50 pp
@@ -269,6 +269,13 @@ def test_plan_from_records_and_cli(records, tmp_path, capsys):
     assert all(r["p_beat"] == 1.0 and r["p_worse"] == 0.0 for r in rows)
     assert all(r["gain"] == pytest.approx(50.0) for r in rows)
     assert out["planned_budget"] == 2 and out["trajectories"]["run-a"]["pilot_clusters"] == 20
+    # split pilot (the default): choices on one half, scored on the other; the same known
+    # answers (each half holds whole {even, odd} pairs), extrapolation relative to the half
+    out = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160),
+                                                                    draws=300))  # fmt: skip
+    assert out["settings"]["method"] == "split"
+    assert [r["extrapolation"] for r in out["rows"]] == [0.1, 0.4, 2.0, 8.0]
+    assert all(r["p_beat"] == 1.0 and r["gain"] == pytest.approx(50.0) for r in out["rows"])
     # without the clusters a 2-item draw can hold two even items and tie step 20 with the final
     flat = pilot_curves(
         np.tile(np.arange(40) % 2 == 0, (3, 1)) | (np.arange(3) == 1)[:, None],
@@ -328,3 +335,10 @@ def test_default_budgets():
     assert default_budgets(64) == (16, 32, 64)
     with pytest.raises(CkptselError):
         default_budgets(0)
+
+
+def test_plan_writes_no_figure_unless_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run(["plan", "--delta", "2", "--agreement", "0.8", "--json"])
+    assert json.loads(capsys.readouterr().out)["figure"] is None
+    assert list(tmp_path.iterdir()) == []

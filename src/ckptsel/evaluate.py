@@ -16,6 +16,7 @@ import numpy as np
 from ckptsel.analysis import core
 from ckptsel.choose import FULL, ChoiceSettings, FrozenChoices
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
+from ckptsel.errors import CkptselError
 from ckptsel.records import TestData
 from ckptsel.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
 
@@ -107,6 +108,7 @@ class Scored:
     def d_from(self) -> int:
         """``D = G(full) − G(d_from)``: the smallest budget."""
         return self.budgets[0]
+    groups: dict[str, np.ndarray] = field(default_factory=dict)  # task -> (N,) item clusters
 
     @property
     def linear_names(self) -> list[Name]:
@@ -150,6 +152,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
     lin_names = [n for n, lin in zip(names, linear, strict=True) if lin]
     configurations = [t.configuration for t in tests]
     utilities: dict[str, np.ndarray] = {}
+    groups: dict[str, np.ndarray] = {}
     test_items: dict[str, int] = {}
     for task in sorted({t.task for t in tests}):
         members = [j for j, t in enumerate(tests) if t.task == task]
@@ -163,6 +166,14 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
             W = np.stack([weights[j].get(n, np.zeros(len(t.steps))) for n in lin_names])  # (Q, T)
             util[task_configs.index(configurations[j])] += 100.0 * (t.correct.T.astype(np.float64) @ W.T)
         utilities[task] = util
+        if tests[members[0]].groups is not None:
+            groups[task] = tests[members[0]].groups
+            for j in members:  # one clustering per test pool
+                if not np.array_equal(tests[j].groups, groups[task]):
+                    raise CkptselError(
+                        f"trajectory {tests[j].trajectory!r}: the test items' groups differ from "
+                        f"those of trajectory {tests[members[0]].trajectory!r} (same {task} test pool)"
+                    )
     return Scored(
         trajectories=[t.trajectory for t in tests],
         configurations=configurations,
@@ -176,4 +187,5 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         steps=steps,
         budgets=settings.budgets,
         one_variant_budgets=settings.one_variant_budgets,
+        groups=groups,
     )

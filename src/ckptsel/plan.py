@@ -15,9 +15,11 @@ cluster: ``round(n · G / N)`` of the ``G`` clusters are drawn with replacement,
 
 Budgets beyond the pilot size ``N`` draw more items than the pilot holds (with replacement):
 the pilot's accuracy differences are then taken as exact, which they are not; the output
-says how far each budget extrapolates (``n / N``). The pilot's own noise makes small true
-gaps look like real ones, so with a small pilot ``p_beat`` is optimistic for checkpoints that
-are truly equal (see ``benchmarks/bench_plan.py`` for the measured calibration).
+says how far each budget extrapolates (``n / N``). Scored on the pilot itself
+(``method="pilot"``) the pilot's own noise makes small true gaps look like real ones, so
+``p_beat`` is optimistic; the default ``method="split"`` chooses on one half of the pilot's
+clusters and scores on the other (both ways), which makes fewer false plans and is
+conservative when the gain is real (``benchmarks/bench_plan.py`` measures both).
 
 **Closed form from assumed inputs** (Card et al. 2020; Miller 2024) for two checkpoints, A
 better than the final checkpoint B by ``δ`` (pp), that give the same correctness on a fraction
@@ -63,6 +65,7 @@ class PlanSettings:
     target: float = (
         0.8  # the probability of beating the final checkpoint a planned budget must reach
     )
+    method: str = "split"  # "split": choose on one half of the pilot, score on the other; "pilot"
 
 
 def default_budgets(max_budget: int) -> tuple[int, ...]:
@@ -74,6 +77,9 @@ def default_budgets(max_budget: int) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------- pilot resampling
+PLAN_METHODS = ("split", "pilot")
+
+
 def pilot_curves(
     signal: np.ndarray,
     correct: np.ndarray,
@@ -83,23 +89,65 @@ def pilot_curves(
     draws: int,
     seed: int,
     stream: int = 0,
+    method: str = "pilot",
 ) -> dict[str, np.ndarray]:
     """``(B,)`` curves of one trajectory's pilot: ``gain`` (pp), ``p_beat``, ``p_worse``,
     ``p_final``.
 
     ``signal`` (T, n) is what the rule sums over the chosen items (correct / agreeing
     indicators, or NLL sums when ``maximize`` is False), ``correct`` (T, n) the correctness that
-    defines the pilot truth, ``groups`` (n,) the clusters. Budget ``b`` uses chunks of draws
-    from ``default_rng([seed, 9, stream, b_index, chunk])``.
+    defines the pilot truth, ``groups`` (n,) the clusters.
+
+    ``method="pilot"``: choices on resamples of the whole pilot, scored by the whole pilot's
+    accuracies (the pilot's noise is taken as truth). ``method="split"`` (cross-fitting): the
+    pilot's clusters are split at random into two halves; choices are made on resamples of one
+    half and scored by the accuracies of the *other* half, both ways round, averaged. The
+    half that scores the choice is independent of the half that made it, so a checkpoint that
+    only looks better by the pilot's luck is not counted as a true gain (see
+    ``benchmarks/bench_plan.py``). Budget ``b`` uses chunks of draws from
+    ``default_rng([seed, 9, stream, b_index, chunk])`` (split: ``[..., chunk, half]``).
     """
+    if method not in PLAN_METHODS:
+        raise CkptselError(f"unknown plan method {method!r}; choose from {list(PLAN_METHODS)}")
+    signal = np.asarray(signal, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
-    T, n = correct.shape
+    if method == "pilot":
+        return _curves(signal, groups, correct, maximize, budgets, draws, (seed, 9, stream))
     codes, G = cluster_codes(groups)
-    sig_g = cluster_sums(np.asarray(signal, dtype=np.float64).T, codes, G).T  # (T, G)
+    if G < 2:
+        raise CkptselError("plan --method split: the pilot needs at least 2 clusters of items")
+    order = np.random.default_rng([seed, 10, stream]).permutation(G)
+    first_half = np.zeros(G, dtype=bool)
+    first_half[order[: G // 2]] = True
+    in_a = first_half[codes]  # (n,) items of the first half
+    parts = []
+    for h, (choose, score) in enumerate(((in_a, ~in_a), (~in_a, in_a))):
+        parts.append(
+            _curves(signal[:, choose], np.asarray(groups)[choose], correct[:, score], maximize,
+                    budgets, draws, (seed, 9, stream), half=h)
+        )  # fmt: skip
+    return {k: (parts[0][k] + parts[1][k]) / 2.0 for k in parts[0]}
+
+
+def _curves(
+    signal: np.ndarray,
+    groups: np.ndarray,
+    truth: np.ndarray,
+    maximize: bool,
+    budgets,
+    draws: int,
+    key: tuple[int, ...],
+    half: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Choices on resamples of ``signal`` (T, n) (clusters ``groups``), scored by the accuracies
+    of ``truth`` (T, m): one matrix product per budget and chunk of draws."""
+    T, n = signal.shape
+    codes, G = cluster_codes(groups)
+    sig_g = cluster_sums(signal.T, codes, G).T  # (T, G)
     first = core.first_identical_row(sig_g)  # identical checkpoints must tie exactly
     unique = np.flatnonzero(first == np.arange(T))
-    counts = correct.sum(axis=1)  # (T,) exact integers in float64
-    gain_t = 100.0 * (counts - counts[-1]) / n
+    counts = truth.sum(axis=1)  # (T,) exact integers in float64
+    gain_t = 100.0 * (counts - counts[-1]) / truth.shape[1]
     beat_t = (counts > counts[-1]).astype(np.float64)
     worse_t = (counts < counts[-1]).astype(np.float64)
     final_t = np.zeros(T)
@@ -111,7 +159,8 @@ def pilot_curves(
         total = np.zeros(4)
         for c, start in enumerate(range(0, draws, CHUNK)):
             stop = min(draws, start + CHUNK)
-            C = draw_counts(G, m, stop - start, np.random.default_rng([seed, 9, stream, k, c]))
+            rng_key = [*key, k, c] if half is None else [*key, k, c, half]
+            C = draw_counts(G, m, stop - start, np.random.default_rng(rng_key))
             scores = np.zeros((T, stop - start))
             scores[unique] = sig_g[unique] @ C.T
             p = core.tie_probabilities(scores[first], maximize=maximize)  # (T, chunk)
@@ -145,6 +194,8 @@ def plan_from_pilot(
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(PLAN_RULES)}")
     if settings.draws < 10:
         raise CkptselError("--draws must be >= 10")
+    if settings.method not in PLAN_METHODS:
+        raise CkptselError(f"unknown --method {settings.method!r}; choose from {list(PLAN_METHODS)}")
     if not 0.0 < settings.target < 1.0:
         raise CkptselError("--target must be between 0 and 1")
     if not settings.budgets or min(settings.budgets) < 1:
@@ -167,7 +218,7 @@ def plan_from_pilot(
             raise CkptselError(f"trajectory {t!r}: one checkpoint only; nothing to choose")
         c = pilot_curves(
             _signal(v, rule), v.correct, v.groups, MAXIMIZE[rule], budgets,
-            settings.draws, settings.seed, stream=j,
+            settings.draws, settings.seed, stream=j, method=settings.method,
         )  # fmt: skip
         curves.append(np.stack([c["gain"], c["p_beat"], c["p_worse"], c["p_final"]]))
         acc = 100.0 * v.correct.mean(axis=1)
@@ -182,6 +233,8 @@ def plan_from_pilot(
         }
     mean = np.mean(curves, axis=0)  # (4, B): equal weight per trajectory
     pilot = min(p["pilot_items"] for p in per_traj.values())
+    # the items a choice is made from: half of the pilot with the split method
+    base = pilot / 2 if settings.method == "split" else pilot
     rows = [
         {
             "budget": b,
@@ -189,7 +242,7 @@ def plan_from_pilot(
             "p_beat": round(float(mean[1, k]), 6),
             "p_worse": round(float(mean[2, k]), 6),
             "p_final": round(float(mean[3, k]), 6),
-            "extrapolation": round(b / pilot, 4),
+            "extrapolation": round(b / base, 4),
         }
         for k, b in enumerate(budgets)
     ]

@@ -32,6 +32,7 @@ from ckptsel import defaults
 from ckptsel.analysis import core
 from ckptsel.analysis.blas import single_threaded
 from ckptsel.analysis.bootstrap import percentile_interval, resample_counts
+from ckptsel.analysis.paired import cluster_codes
 from ckptsel.choose import FULL, ChoiceSettings, choose_trajectory, signals
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
@@ -118,14 +119,31 @@ def partition_masks(item_ids: np.ndarray, partitions: int, seed: int) -> np.ndar
     return in_s
 
 
+def question_weights(groups: np.ndarray | None, n: int, draws: int, rng) -> tuple[np.ndarray, int]:
+    """``(draws, n)`` question multiplicities of a clustered question bootstrap, and ``G``.
+
+    Items that share a group are drawn as one cluster (``G`` clusters drawn ``G`` times), so
+    every item of a cluster gets the cluster's count. With single-item groups (or ``groups``
+    None) this is exactly ``resample_counts(n, draws, rng)``.
+    """
+    if groups is None:
+        return resample_counts(n, draws, rng), n
+    codes, G = cluster_codes(groups)
+    counts = resample_counts(G, draws, rng)
+    return (counts if G == n and np.array_equal(codes, np.arange(n)) else counts[:, codes]), G
+
+
 def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> dict:
-    """Frozen full-pool choice scored on the test pool; test-question bootstrap with the choice held fixed."""
+    """Frozen full-pool choice scored on the test pool; test-question bootstrap with the choice held
+    fixed (items sharing a ``group`` resampled as one cluster)."""
     z = test.correct.astype(np.float64)
     d = 100.0 * (choice @ (z - z[-1]))  # (N,) per-question utility d_i = 100 (Σ_t p_t z_ti − z_Ti)
     n = len(d)
-    reps = resample_counts(n, draws, np.random.default_rng([seed, 6])) @ d / n
+    R, clusters = question_weights(test.groups, n, draws, np.random.default_rng([seed, 6]))
+    reps = R @ d / (n if clusters == n else R.sum(axis=1))
     est = _estimate(d.mean(), reps, level)
     est["items"] = int(n)
+    est["clusters"] = int(clusters)
     est["chosen_accuracy"] = round(float(100.0 * (choice @ z).mean()), 6)
     est["final_accuracy"] = round(float(100.0 * z[-1].mean()), 6)
     return est
@@ -214,7 +232,9 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
     _check_select_memory(settings, n, len(steps))
     in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
     in_s_boot = in_s[: settings.bootstrap_partitions]
-    weights = resample_counts(n, settings.draws, np.random.default_rng([settings.seed, 5]))
+    weights, clusters = question_weights(
+        v.groups, n, settings.draws, np.random.default_rng([settings.seed, 5])
+    )
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
 
     if rule not in sig:
@@ -226,7 +246,8 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
         point = split_validation_gains(sig[r], v.correct, maximize, in_s, np.ones((1, n)))[0]
         reps = split_validation_gains(sig[r], v.correct, maximize, in_s_boot, weights)
         split = _estimate(point, reps, settings.level)
-        split.update({"partitions": settings.partitions, "half_sizes": [n // 2, n - n // 2]})
+        split.update({"partitions": settings.partitions, "half_sizes": [n // 2, n - n // 2],
+                      "clusters": clusters})  # fmt: skip
         curve = []
         for label in labels:
             vec = chosen[("nested", r, label)]
@@ -255,6 +276,7 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
         "steps": [int(s) for s in steps],
         "final_step": int(steps[-1]),
         "validation_items": n,
+        "validation_clusters": clusters,
         "validation_exclusions": {k: int(c) for k, c in v.exclusions.items()},
         "test_items": None if test is None else len(test.item_ids),
         "settings": asdict(settings),

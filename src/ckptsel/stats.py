@@ -182,6 +182,12 @@ def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> t
     return onehot @ np.where(has, values, 0.0), onehot @ has.astype(np.float64)
 
 
+def _clusters(scored: Scored, task: str) -> int:
+    """Test-question clusters of ``task`` (items sharing a ``group``; = test items without groups)."""
+    g = scored.groups.get(task)
+    return scored.test_items[task] if g is None else len(np.unique(g))
+
+
 def summarize(
     scored: Scored, settings: StatSettings, population: dict, *, permutations: int | None = None,
     partitions: int | None = None, choices_sha256: str | None = None,
@@ -218,7 +224,8 @@ def summarize(
         for task in scored.utilities
     }
     pooled, per_task, joint = bs.question_replicates(
-        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols
+        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
+        groups=scored.groups,
     )
     q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
     j_names = [lin_names[k] for k in joint_cols]
@@ -256,6 +263,8 @@ def summarize(
         e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
         block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
                                 "test_items": scored.test_items[task]}}
+        if _clusters(scored, task) < scored.test_items[task]:  # items share groups: resampled together
+            block["population"]["test_clusters"] = _clusters(scored, task)
         block.update(_study_blocks(e, True, labels, ov_labels))
         by_task[task] = block
     summary["by_task"] = by_task

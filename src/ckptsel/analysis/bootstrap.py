@@ -60,15 +60,22 @@ def question_replicates(
     draws: int,
     seed: int,
     joint_columns: Sequence[int] = (),
+    groups: dict[str, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
     """Test-question (and joint) bootstrap replicates.
 
     ``utilities[task]`` is ``(K_task, N_task, Q)``: per-configuration sums over trajectories
     of ``d_i = 100 w·z_i``. ``config_index[task]`` gives those configurations' rows in
     ``sizes`` (``(K, Q)`` trajectory counts) and in ``config_counts`` (``(draws, K)``).
+    ``groups[task]`` (``(N_task,)``, optional) clusters the questions: items that share a
+    group are drawn as one unit (``G_task`` clusters drawn ``G_task`` times; a replicate is the
+    resampled sum over the resampled number of items). With single-item groups (or no
+    ``groups``) this is the plain question bootstrap, bit for bit.
     Returns pooled question replicates ``(draws, Q)``, the per-task replicates, and the joint
     replicates ``(draws, len(joint_columns))`` (None without ``config_counts``).
     """
+    from ckptsel.analysis.paired import cluster_codes, cluster_sums
+
     tasks = sorted(utilities)
     total = sizes.sum(axis=0)  # trajectories per quantity, fixed weights
     q = sizes.shape[1]
@@ -85,12 +92,20 @@ def question_replicates(
         task_size = sizes[config_index[task]].sum(axis=0)
         task_reps = np.zeros((draws, q))
         joint_util = util[:, :, joint_cols].transpose(1, 0, 2).reshape(n_items, -1).astype(np.float32)
+        codes, n_units = cluster_codes(groups[task]) if groups and task in groups else (None, n_items)
+        unit_sizes = None
+        if n_units < n_items:  # clusters: sum utilities per cluster, divide by items drawn
+            task_sum = cluster_sums(task_sum, codes, n_units).astype(np.float32)
+            joint_util = cluster_sums(joint_util, codes, n_units).astype(np.float32)
+            unit_sizes = np.bincount(codes, minlength=n_units).astype(np.float32)
         for c, start in enumerate(range(0, draws, CHUNK)):
             stop = min(draws, start + CHUNK)
-            R = resample_counts(n_items, stop - start, np.random.default_rng([seed, 2, k, c])).astype(np.float32)
-            task_reps[start:stop] = (R @ task_sum) / n_items
+            R = resample_counts(n_units, stop - start, np.random.default_rng([seed, 2, k, c])).astype(np.float32)
+            drawn = n_items if unit_sizes is None else (R @ unit_sizes)[:, None]  # items per draw
+            task_reps[start:stop] = (R @ task_sum) / drawn
             if config_counts is not None and len(joint_cols):
-                per_conf = (R @ joint_util).reshape(stop - start, n_conf, len(joint_cols)) / n_items
+                per_conf = (R @ joint_util) / drawn
+                per_conf = per_conf.reshape(stop - start, n_conf, len(joint_cols))
                 C = config_counts[start:stop][:, config_index[task]]
                 joint_num[start:stop] += np.einsum("bk,bkq->bq", C, per_conf)
         pooled += task_reps

@@ -174,7 +174,14 @@ def register(app: typer.Typer) -> None:
         ),
         confidence: float = typer.Option(CONFIDENCE, help="Test level of the closed form."),
         seed: int = typer.Option(SEED, help="Resampling seed."),
-        figure: Path = typer.Option(Path("plan.png"), help="Figure path (.png or .svg)."),
+        method: str = typer.Option(
+            "split",
+            help="split: choose on one half of the pilot, score the choice on the other (default); "
+            "pilot: choose and score on the whole pilot (optimistic).",
+        ),
+        figure: Path = typer.Option(
+            None, help="Write the figure here (.png or .svg); without it no figure is written."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """How many validation items a rule needs: expected gain and P(beats final) by budget."""
@@ -199,19 +206,24 @@ def register(app: typer.Typer) -> None:
                 raise CkptselError(f"--budgets: expected comma-separated integers ({err})") from err
         else:
             chosen = default_budgets(max_budget)
-        if figure.suffix not in (".png", ".svg"):
+        if figure is not None and figure.suffix not in (".png", ".svg"):
             raise CkptselError(f"--figure {figure}: use a .png or .svg path")
         pilot = None
         if records_dir is not None:
-            settings = PlanSettings(budgets=chosen, draws=draws, seed=seed, target=target)
+            settings = PlanSettings(
+                budgets=chosen, draws=draws, seed=seed, target=target, method=method
+            )
             pilot = plan_from_pilot(records_dir, trajectory or None, rule=rule, settings=settings)
         closed = None
         if delta is not None:
             closed = closed_form(delta, agreement, chosen, target=target, level=confidence)
-        write_bytes(figure, figure_bytes(plan_figure(pilot, closed), figure.suffix[1:]))
+        if figure is not None:
+            write_bytes(figure, figure_bytes(plan_figure(pilot, closed), figure.suffix[1:]))
+        shown = None if figure is None else str(figure)
         if as_json:
-            typer.echo(json.dumps({"pilot": pilot, "closed_form": closed, "figure": str(figure)},
+            typer.echo(json.dumps({"pilot": pilot, "closed_form": closed, "figure": shown},
                                   indent=1, allow_nan=False))  # fmt: skip
         else:
             print_plan(pilot, closed)
-            console.print(f"figure: {figure}")
+            if figure is not None:
+                console.print(f"figure: {figure}")

@@ -18,6 +18,11 @@ from ckptsel.results import fmt
 console = Console()
 
 
+def _clusters(clusters: int | None, items: int) -> str:
+    """Text naming the clusters when items share groups (resampled together), else empty."""
+    return f" in {clusters} clusters" if clusters is not None and clusters < items else ""
+
+
 def print_selection(result: dict) -> None:
     """The human-readable form of :func:`ckptsel.select.select_checkpoint`'s answer."""
     s = result["settings"]
@@ -25,6 +30,7 @@ def print_selection(result: dict) -> None:
     table = Table(
         title=f"{result['trajectory']} ({result['task']}): checkpoints {result['steps'][0]}…{result['final_step']} "
         f"(final = {result['final_step']}), {result['validation_items']} eligible validation items"
+        + _clusters(result.get("validation_clusters"), result["validation_items"])
         + (f", {result['test_items']} test items" if result["test_items"] else ", no test records")
     )
     for col in (

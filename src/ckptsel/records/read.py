@@ -62,6 +62,7 @@ class TestData:
     subtasks: np.ndarray  # (N,)
     correct: np.ndarray  # (T, N) bool
     answers: np.ndarray  # (T, N) int codes
+    groups: np.ndarray | None = None  # (N,) cluster of each item (the `group` column)
 
 
 # --------------------------------------------------------------------------- reading
@@ -317,6 +318,11 @@ def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str,
     return present, correct, answers, g.values[item_field][np.maximum(per_item, 0)]
 
 
+def _item_groups(g: _Grid, rows, steps, item_index, item_ids, traj: str) -> np.ndarray:
+    """``(n,)`` the ``group`` of each item (must not vary across checkpoints)."""
+    return _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")[3]
+
+
 def _generation_grid(records_dir: Path, split: str) -> _Grid:
     """One split of the generation records, validated and placed on its grid."""
     gen, gpath = _read(records_dir, "generations", GENERATION_COLUMNS, split)
@@ -538,6 +544,7 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
                 trajectory=str(traj), configuration=configuration, task=task, steps=steps,
                 item_ids=item_ids.astype(str), subtasks=subtasks.astype(str), correct=corr,
                 answers=ans,
+                groups=_item_groups(g, rows, steps, item_index, item_ids, traj).astype(str),
             )
         )
     _check_test_pools(out, gpath)

@@ -1,0 +1,286 @@
+"""SelectionCallback: a Trainer (and trl's SFTTrainer) run that chooses, keeps and loads the
+recommended checkpoint, with selection.json equal to `ckptsel select` on the same records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, write_jsonl  # noqa: E402
+
+MAX_NEW = 8
+N_VAL = 8
+
+
+def _settings():
+    from ckptsel.select import SelectSettings
+
+    return SelectSettings(partitions=20, draws=200, bootstrap_partitions=5, permutations=20)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, one_thread):
+    from transformers import AutoTokenizer
+
+    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.train import encode_example
+
+    root = tmp_path_factory.mktemp("selection")
+    val_rows, train_rows = make_gsm8k_rows(N_VAL, seed=1), make_gsm8k_rows(8, seed=3)
+    texts = [
+        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"]
+        for r in val_rows + train_rows
+    ]
+    base = build_tiny_base(root / "base", texts, seed=0)
+    val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
+    train_file = write_jsonl(root / "data" / "train.jsonl", train_rows)
+    tok = AutoTokenizer.from_pretrained(str(base))
+    train = [
+        encode_example(tok, format_prompt(it.instruction), it.response)
+        for it in load_items("gsm8k", train_file)
+    ]
+    return root, base, val, tok, train, train_file
+
+
+def _lora_model(base):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    return get_peft_model(
+        model,
+        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
+    )
+
+
+def _args(out: Path, max_steps: int, **extra):
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(out),
+        max_steps=max_steps,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        remove_unused_columns=False,
+        seed=0,
+        **extra,
+    )
+
+
+def _rigged(pattern):
+    """A SelectionCallback whose recorded correctness at step s is ``pattern(s)`` (real generation
+    and records writer; only the `correct` column is replaced), so the answer is known."""
+    from ckptsel.integrations import SelectionCallback
+    from ckptsel.records import upsert_records
+
+    class Rigged(SelectionCallback):
+        def measure(self, model, tokenizer, step):
+            super().measure(model, tokenizer, step)
+            gen = pd.read_parquet(self.records_dir / "generations.parquet")
+            gen = gen[gen["step"] == step].sort_values("item_id").reset_index(drop=True)
+            gen["correct"] = np.asarray(pattern(step), dtype=bool)
+            upsert_records(self.records_dir, gen, None)
+
+    return Rigged
+
+
+def _lora_state(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+def _checkpoint_lora(folder: Path):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _assert_loaded(model, folder: Path):
+    saved = _checkpoint_lora(folder)
+    live = _lora_state(model)
+    assert len(saved) == len(live) > 0
+    for k, v in saved.items():
+        match = [n for n in live if n.replace(".default", "") == k]
+        assert len(match) == 1, k
+        assert np.array_equal(live[match[0]].numpy(), v.numpy()), k
+
+
+def _train(setup, name, callback, max_steps, **extra):
+    from transformers import Trainer
+
+    from ckptsel.train import collate
+
+    root, base, _, tok, train, _ = setup
+    trainer = Trainer(
+        model=_lora_model(base),
+        args=_args(root / "runs" / name, max_steps, **extra),
+        train_dataset=train,
+        eval_dataset=train[:2],
+        data_collator=lambda batch: collate(batch, tok.pad_token_id),
+        processing_class=tok,
+        callbacks=[callback],
+    )
+    trainer.train()
+    return trainer, root / "runs" / name
+
+
+BEST_EARLY = lambda step: [step == 2] * N_VAL  # noqa: E731  step 2 right on every item
+
+
+@pytest.mark.parametrize("load_best", [True, False])
+def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, load_best):
+    from ckptsel.select import select_checkpoint
+
+    root, _, val, *_ = setup
+    name = f"early-{load_best}"
+    cb = _rigged(BEST_EARLY)(
+        val,
+        "gsm8k",
+        root / f"records-{name}",
+        name,
+        settings=_settings(),
+        verbose=False,
+    )
+    extra = {"save_total_limit": 2}
+    if load_best:
+        extra.update(load_best_model_at_end=True, eval_strategy="steps", eval_steps=2)
+    trainer, out = _train(setup, name, cb, 8, **extra)
+    assert cb.measured_steps == [2, 4, 6, 8]
+    # rotation kept the recommended early checkpoint and the latest one, nothing else
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-8"]
+    sel = json.loads((out / "selection.json").read_text())
+    assert sel["marked_step"] == 2 and sel["recommendation"]["keep_step"] == 2
+    assert not sel["recommendation"]["keep_final"]
+    assert trainer.state.best_model_checkpoint == str(out / "checkpoint-2")
+    if load_best:
+        _assert_loaded(trainer.model, out / "checkpoint-2")
+    else:  # without load_best_model_at_end the final weights stay in memory
+        _assert_loaded(trainer.model, out / "checkpoint-8")
+    # selection.json is `ckptsel select` on the same records
+    ref = select_checkpoint(root / f"records-{name}", name, settings=_settings())
+    assert sel["recommendation"] == ref["recommendation"]
+    assert sel["split_validation"] == ref["rules"]["accuracy"]["split_validation"]
+    assert sel["choice"] == ref["rules"]["accuracy"]["choice"]
+    assert sel["steps"] == ref["steps"] == [2, 4, 6, 8]
+    assert sel["split_validation"]["lo"] > 0
+
+
+def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
+    from ckptsel.select import select_checkpoint
+
+    root, _, val, *_ = setup
+    # step 2 is right on one item more than the others: the raw argmax, but not resolved
+    def pattern(step):
+        return [True] + [False] * (N_VAL - 1) if step == 2 else [False] * N_VAL
+
+    for prefer_final, marked in ((True, 6), (False, 2)):
+        name = f"unresolved-{prefer_final}"
+        cb = _rigged(pattern)(
+            val, "gsm8k", root / f"records-{name}", name, prefer_final=prefer_final,
+            settings=_settings(), verbose=False,
+        )  # fmt: skip
+        trainer, out = _train(
+            setup, name, cb, 6, save_total_limit=2, load_best_model_at_end=True,
+            eval_strategy="steps", eval_steps=2,
+        )  # fmt: skip
+        sel = json.loads((out / "selection.json").read_text())
+        ref = select_checkpoint(root / f"records-{name}", name, settings=_settings())
+        assert ref["recommendation"]["keep_step"] == 6  # keep the final checkpoint
+        assert sel["recommendation"] == ref["recommendation"]
+        assert sel["choice"]["steps"] == [2]
+        assert sel["marked_step"] == marked
+        assert (out / f"checkpoint-{marked}").is_dir()
+        _assert_loaded(trainer.model, out / f"checkpoint-{marked}")
+
+
+def test_early_stopping_after_patience_saves(setup):
+    root, _, val, *_ = setup
+    cb = _rigged(BEST_EARLY)(
+        val, "gsm8k", root / "records-stop", "stop", early_stopping_patience=2,
+        settings=_settings(), verbose=False,
+    )  # fmt: skip
+    trainer, out = _train(setup, "stop", cb, 12, save_total_limit=2)
+    # step 4 and step 6 are resolved worse than step 2: stop at the second such save
+    assert cb.measured_steps == [2, 4, 6]
+    assert trainer.state.global_step == 6
+    sel = json.loads((out / "selection.json").read_text())
+    assert sel["early_stopped"] and sel["marked_step"] == 2
+    assert (out / "checkpoint-2").is_dir()
+
+
+def test_real_measurement_with_sft_trainer(setup):
+    """trl's SFTTrainer, real measurement (nothing rigged), NLL rule: the marked checkpoint is on
+    disk and loaded, and selection.json equals `ckptsel select` on the callback's records."""
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+
+    from ckptsel.integrations import SelectionCallback
+    from ckptsel.select import select_checkpoint
+    from ckptsel.tasks import format_prompt, load_items
+
+    root, base, val, tok, _, train_file = setup
+    rows = [
+        {"prompt": format_prompt(it.instruction), "completion": " " + it.response}
+        for it in load_items("gsm8k", train_file)
+    ]
+    cb = SelectionCallback(
+        val, "gsm8k", root / "records-sft", "sft", rule="nll", settings=_settings(),
+        verbose=False,
+    )  # fmt: skip
+    args = trl.SFTConfig(
+        output_dir=str(root / "runs" / "sft"), max_steps=6, save_strategy="steps", save_steps=2,
+        eval_strategy="steps", eval_steps=2, load_best_model_at_end=True, save_total_limit=2,
+        per_device_train_batch_size=4, learning_rate=5e-2, lr_scheduler_type="constant",
+        report_to="none", use_cpu=True, logging_strategy="no", disable_tqdm=True,
+        save_only_model=True, seed=0,
+    )  # fmt: skip
+    trainer = trl.SFTTrainer(
+        model=_lora_model(base),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        eval_dataset=Dataset.from_list(rows[:2]),
+        processing_class=tok,
+        callbacks=[cb],
+    )
+    trainer.train()
+    out = root / "runs" / "sft"
+    assert cb.measured_steps == [2, 4, 6]
+    nll = pd.read_parquet(root / "records-sft" / "nll.parquet")
+    assert sorted(nll["step"].unique()) == [2, 4, 6]
+    sel = json.loads((out / "selection.json").read_text())
+    ref = select_checkpoint(root / "records-sft", "sft", rule="nll", settings=_settings())
+    assert sel["recommendation"] == ref["recommendation"]
+    assert sel["split_validation"] == ref["rules"]["nll"]["split_validation"]
+    assert sel["marked_step"] == ref["recommendation"]["keep_step"]
+    assert (out / f"checkpoint-{sel['marked_step']}").is_dir()
+    _assert_loaded(trainer.model, out / f"checkpoint-{sel['marked_step']}")
+
+
+def test_selection_callback_rejects_bad_options(tmp_path):
+    from ckptsel.errors import CkptselError
+    from ckptsel.integrations import SelectionCallback
+
+    val = write_jsonl(tmp_path / "v.jsonl", make_gsm8k_rows(3))
+    with pytest.raises(CkptselError, match="unknown rule 'last'"):
+        SelectionCallback(val, "gsm8k", tmp_path / "r", "t", rule="last")
+    with pytest.raises(CkptselError, match="early_stopping_patience"):
+        SelectionCallback(val, "gsm8k", tmp_path / "r", "t", early_stopping_patience=0)
+    one = write_jsonl(tmp_path / "one.jsonl", make_gsm8k_rows(1))
+    with pytest.raises(CkptselError, match="at least 2 validation items"):
+        SelectionCallback(one, "gsm8k", tmp_path / "r", "t")
