@@ -30,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+from ckptsel.records import read_frame  # noqa: E402
+
 from _common import machine, update_section  # noqa: E402
 
 MODES = {"local": ("local", 0), "ray-1": ("ray", 1), "ray-2": ("ray", 2)}
@@ -139,11 +141,10 @@ def main() -> None:
                 raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
             results[mode] = json.loads(line[-1][7:]) | {"process_seconds": time.perf_counter() - t0}
             print(mode, results[mode], flush=True)
-        import pandas as pd
 
         same = all(
-            pd.read_parquet(tmp / f"records-{m}" / "generations.parquet").equals(
-                pd.read_parquet(tmp / "records-local" / "generations.parquet")
+            read_frame(tmp / f"records-{m}", "generations").equals(
+                read_frame(tmp / "records-local", "generations")
             )
             for m in ("ray-1", "ray-2")
         )

@@ -17,15 +17,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ckptsel"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("__init__", "errors", "defaults", "io", "analysis")),
     ("records", ("records",)),
-    ("data", ("answers", "tasks", "split", "audit", "tiny", "embedded")),
+    ("data", ("answers", "tasks", "pools", "split", "audit", "tiny", "embedded")),
     ("train", ("study", "train")),
-    ("measure", ("measure", "ingest", "integrations")),
+    ("measure", ("measure", "ingest")),
     ("choose", ("rules", "choose")),
     ("evaluate", ("evaluate",)),
     ("stats", ("stats", "results")),
     ("report", ("report", "publish")),
-    ("workflows", ("pipeline", "select", "compare", "plan", "simulate")),
-    ("cli", ("quickstart", "cli", "commands", "__main__")),
+    ("workflows", ("pipeline", "select", "compare", "plan", "simulate", "runner")),
+    ("entry points", ("quickstart", "integrations", "cli", "commands", "__main__")),
 )
 LAYER_OF = {name: k for k, (_, names) in enumerate(LAYERS) for name in names}
 

@@ -640,15 +640,22 @@ def _audit_one_line_pools(tmp, gen, nll, rec):
 
 
 def _measure_name_taken(tmp, gen, nll, rec):
+    from types import SimpleNamespace
+
     from ckptsel.measure.runner import _check_trajectory_identity
 
-    table = pa.Table.from_pandas(gen[["trajectory", "configuration", "task"]])
+    table = pa.Table.from_pandas(gen[["trajectory", "configuration", "task", "split"]])
     traj, conf, task = gen.iloc[0][["trajectory", "configuration", "task"]]
-    _check_trajectory_identity(table, rec, traj, conf, task)  # same identity: fine
+    config = SimpleNamespace(task_for=lambda split: task)  # simulated tasks are not registered
+    _check_trajectory_identity(table, rec, traj, conf, config)  # same identity: fine
     with pytest.raises(
         CkptselError, match=f"trajectory {traj!r} is already recorded with configuration"
     ):
-        _check_trajectory_identity(table, rec, traj, "another-config", task)
+        _check_trajectory_identity(table, rec, traj, "another-config", config)
+    with pytest.raises(CkptselError, match=f"trajectory {traj!r} is already recorded with task"):
+        _check_trajectory_identity(
+            table, rec, traj, conf, SimpleNamespace(task_for=lambda s: task + "-other" * (s == "test"))
+        )
 
 
 def _negative_steps_named_right(tmp, gen, nll, rec):

@@ -16,6 +16,7 @@ import pytest
 
 from ckptsel.errors import CkptselError
 from ckptsel.measure.executors import ExecutorConfig, import_ray
+from ckptsel.records import read_frame, read_rows
 
 STEPS = (10, 20, 30, 40)
 KEY = ["trajectory", "step", "split", "item_id"]
@@ -117,7 +118,7 @@ def measure(run, out: Path, executor=None):
 
 
 def read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return pd.read_parquet(out / "generations.parquet"), pd.read_parquet(out / "nll.parquet")
+    return read_frame(out, "generations"), read_frame(out, "nll")
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +186,8 @@ def test_worker_killed_mid_run_is_retried(ray_cluster, run, local, tmp_path, mon
 
 
 def recorded_steps(out: Path) -> set[int]:
-    try:
-        return set(pd.read_parquet(out / "generations.parquet")["step"])
-    except (FileNotFoundError, OSError, ValueError):
-        return set()
+    table = read_rows(out, "generations", columns=["step"])  # None until a unit is written
+    return set() if table is None else set(table.column("step").to_pylist())
 
 
 @pytest.mark.slow  # a second driver process (imports torch and ray) on top of the cluster
@@ -233,7 +232,7 @@ def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
             executor=ExecutorConfig("ray", workers=1),
         )  # fmt: skip
     assert str(err.value) == "--device cuda asked for, but torch sees no CUDA device"
-    assert not (out / "generations.parquet").exists()
+    assert read_rows(out, "generations") is None
 
 
 def test_unit_work_carries_only_the_missing_items(run):

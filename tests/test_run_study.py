@@ -279,12 +279,12 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     """MetaMathQA validation, GSM8K test: the study's summary equals the same records
     analysed directly, and a re-run does nothing new and rewrites the same summary."""
     from ckptsel.pipeline import analyze
-    from ckptsel.records import read_table
+    from ckptsel.records import read_frame
 
     extra = [s.format(pool=tiny["pool"]) for s in MATH_SIZES]
     work = run_example(tiny, "gsm8k", extra, tmp_path / "g")
     summary = (work / "results" / "summary.json").read_bytes()
-    gen = read_table(work / "records" / "generations.parquet").to_pandas()
+    gen = read_frame(work / "records", "generations")
     tasks = gen.groupby("split")["task"].unique().map(list).to_dict()
     assert tasks == {"test": ["gsm8k"], "validation": ["metamath"]}
     assert gen.groupby("trajectory").size().nunique() == 1
@@ -326,11 +326,11 @@ def sizes_plain(tiny: dict, extra: list[str]) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_math_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
-    from ckptsel.records import read_table
+    from ckptsel.records import read_frame
 
     extra = [s.format(pool=tiny["pool"]) for s in MATH_SIZES]
     work = run_example(tiny, "math", extra, tmp_path / "m")
-    gen = read_table(work / "records" / "generations.parquet").to_pandas()
+    gen = read_frame(work / "records", "generations")
     assert set(gen.loc[gen["split"] == "test", "task"]) == {"math"}
     assert json.loads((work / "results" / "summary.json").read_text())["population"]
 
@@ -338,7 +338,7 @@ def test_math_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_commonsense_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
-    from ckptsel.records import read_table
+    from ckptsel.records import read_frame
 
     train = tiny["data"] / "commonsense" / "boolq" / "train.json"
     extra = [
@@ -348,7 +348,7 @@ def test_commonsense_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
     work = run_example(tiny, "commonsense", extra, tmp_path / "c")
     strata = json.loads((work / ".ckptsel" / "pools" / "strata.json").read_text())
     assert set(strata["test"].values()) == {2} and len(strata["test"]) == 8
-    gen = read_table(work / "records" / "generations.parquet").to_pandas()
+    gen = read_frame(work / "records", "generations")
     per = gen[gen["split"] == "test"].groupby("subtask")["item_id"].nunique()
     assert per.to_dict() == dict.fromkeys(strata["test"], 2)
     assert (work / "results" / "summary.json").is_file()
@@ -412,7 +412,7 @@ def _run_until(study: Path, work: Path, marker: str | None) -> int:
 
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_summary(tiny: dict, tmp_path: Path) -> None:
-    from ckptsel.records import read_table
+    from ckptsel.records import read_frame
 
     test_file = tiny["data"] / "gsm8k" / "test.jsonl"
     study = write(
@@ -429,9 +429,9 @@ def test_killed_run_resumes_to_the_same_summary(tiny: dict, tmp_path: Path) -> N
         ref / "results" / "summary.json"
     ).read_bytes()
     key = ["trajectory", "step", "split", "item_id"]
-    for name, k in (("generations.parquet", key), ("nll.parquet", [*key, "window"])):
-        a = read_table(ref / "records" / name).to_pandas().sort_values(k).reset_index(drop=True)
-        b = read_table(got / "records" / name).to_pandas().sort_values(k).reset_index(drop=True)
+    for kind, k in (("generations", key), ("nll", [*key, "window"])):
+        a = read_frame(ref / "records", kind).sort_values(k).reset_index(drop=True)
+        b = read_frame(got / "records", kind).sort_values(k).reset_index(drop=True)
         assert not b.duplicated(k).any()
         pd.testing.assert_frame_equal(a[k], b[k])
 
@@ -440,7 +440,7 @@ def test_killed_run_resumes_to_the_same_summary(tiny: dict, tmp_path: Path) -> N
 def test_existing_run_folders_by_pattern(tiny: dict, tmp_path: Path, capsys) -> None:
     """Trajectories trained elsewhere: a glob per configuration, seeds from folder names;
     ``--dry-run`` shows the plan, ``--until measure`` stops before the analysis."""
-    from ckptsel.records import read_table
+    from ckptsel.records import read_frame
 
     from tinyrun import save_lora_checkpoints
 
@@ -478,7 +478,7 @@ runs = "ext/b_seed*"
         assert name in plan
     assert "4 trajectories x 8 checkpoints in all x 6 items: 48 generations to do" in plan
     cli(["run", str(study), "--until", "measure"])
-    gen = read_table(tmp_path / "records" / "generations.parquet").to_pandas()
+    gen = read_frame(tmp_path / "records", "generations")
     assert sorted(gen["trajectory"].unique()) == [
         "lora-a-s1",
         "lora-a-s2",
@@ -497,7 +497,7 @@ runs = "ext/b_seed*"
 def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
     """Trajectories evaluated by lm-evaluation-harness: ``<folder>/<split>/checkpoint-<step>``."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from ckptsel.records import read_table
+    from ckptsel.records import read_frame
     from test_ingest import gsm8k_checkpoint
 
     for k, folder in enumerate(("a-s1", "a-s2", "b-s1", "b-s2")):
@@ -519,11 +519,11 @@ def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
     )
     study = write(study_dir / "s.toml", text)
     cli(["run", str(study), "--until", "measure"])
-    gen = read_table(study_dir / "records" / "generations.parquet").to_pandas()
+    gen = read_frame(study_dir / "records", "generations")
     assert len(gen) == 4 * 2 * 2 * 3 and set(gen["split"]) == {"validation", "test"}
     assert sorted(gen["trajectory"].unique()) == ["a-s1", "a-s2", "b-s1", "b-s2"]
     cli(["run", str(study), "--only", "measure"])  # again: the same rows, none duplicated
-    again = read_table(study_dir / "records" / "generations.parquet").to_pandas()
+    again = read_frame(study_dir / "records", "generations")
     assert len(again) == len(gen)
     with pytest.raises(CkptselError, match="drop this key"):
         load_spec(study, overrides=["configurations.rank=4"])

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
+
+from ckptsel.records import read_frame
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -93,7 +94,7 @@ def _rigged(pattern):
     class Rigged(SelectionCallback):
         def measure(self, model, tokenizer, step):
             super().measure(model, tokenizer, step)
-            gen = pd.read_parquet(self.records_dir / "generations.parquet")
+            gen = read_frame(self.records_dir, "generations")
             gen = gen[gen["step"] == step].sort_values("item_id").reset_index(drop=True)
             gen["correct"] = np.asarray(pattern(step), dtype=bool)
             upsert_records(self.records_dir, gen, None)
@@ -261,7 +262,7 @@ def test_real_measurement_with_sft_trainer(setup):
     trainer.train()
     out = root / "runs" / "sft"
     assert cb.measured_steps == [2, 4, 6]
-    nll = pd.read_parquet(root / "records-sft" / "nll.parquet")
+    nll = read_frame(root / "records-sft", "nll")
     assert sorted(nll["step"].unique()) == [2, 4, 6]
     sel = json.loads((out / "selection.json").read_text())
     ref = select_checkpoint(root / "records-sft", "sft", rule="nll", settings=_settings())

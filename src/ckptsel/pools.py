@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ckptsel.errors import CkptselError
-from ckptsel.tasks import COMMONSENSE_TASKS, Item, get_task, load_items
+from ckptsel.tasks import COMMONSENSE_TASKS, Item, get_task, item_hash, load_items
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,6 @@ def strata_counts(items: Sequence[Item]) -> dict[str, int]:
 
 def pool_digest(items: Sequence[Item]) -> str:
     """Content hash of a pool (ids and texts), for the study fingerprint."""
-    from ckptsel.measure.parts import item_hash
-
     h = hashlib.sha256()
     for it in items:
         h.update(item_hash(it).encode())

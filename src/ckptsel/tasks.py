@@ -47,6 +47,8 @@ file, the line (jsonl) or record index (json list), and the field.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -92,6 +94,14 @@ class Item:
     response: str
     group: str
     subtask: str = ""
+
+
+def item_hash(item: Any) -> str:
+    """Content hash of an item, so an edited items file is re-measured, not reused."""
+    blob = json.dumps(
+        [item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]
+    ).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 Loader = Callable[[Path, "Task"], list[Item]]

@@ -12,8 +12,6 @@ is only a cache: it is measured again.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,18 +24,11 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame
 from ckptsel.records.write import coerce_nll
+from ckptsel.tasks import item_hash
 
 PARTS_DIR = ".parts"
 _GEN_KEY = ("split", "item_id")
 _NLL_KEY = ("split", "item_id", "window")
-
-
-def item_hash(item: Any) -> str:
-    """Content hash of an item, so an edited items file is re-measured, not reused."""
-    blob = json.dumps(
-        [item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]
-    ).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def _load_items(task: str, path: Path, split: str) -> list[Any]:
