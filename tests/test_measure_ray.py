@@ -159,6 +159,54 @@ def test_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
     assert_same_records(out, local)
 
 
+def test_study_file_with_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
+    """``ckptsel run`` on a study whose file says ``executor = "ray"``: the same records as the
+    local executor (trajectory named from the folder), measured by Ray actors."""
+    from ckptsel.cli import main
+
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "tiny-s1").symlink_to(run.run_dir, target_is_directory=True)
+    study = tmp_path / "study.toml"
+    study.write_text(
+        f"""schema = 2
+executor = "ray"
+[study]
+base_model = "{run.base}"
+[validation]
+task = "gsm8k"
+file = "{run.validation}"
+[test]
+task = "gsm8k"
+file = "{run.test}"
+[measure]
+batch_size = 2
+max_new_tokens = 8
+window = 64
+device = "cpu"
+[[configurations]]
+name = "tiny"
+runs = "ext/tiny-s*"
+"""
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(study), "--until", "measure"])
+    assert (e.value.code or 0) == 0, capsys.readouterr()
+    g, n = read(tmp_path / "records")
+    assert set(g["trajectory"]) == {"tiny-s1"} and set(g["configuration"]) == {"tiny"}
+    same = {
+        "trajectory": local[0]["trajectory"].iloc[0],
+        "configuration": local[0]["configuration"].iloc[0],
+    }
+    pd.testing.assert_frame_equal(g.assign(**same).astype(local[0].dtypes), local[0])
+    exact = [c for c in n.columns if c not in ("nll_sum", "trajectory")]
+    pd.testing.assert_frame_equal(n[exact], local[1][exact])
+    # an unknown executor setting is one error naming the table, before anything runs
+    study.write_text(study.read_text().replace('executor = "ray"', '[executor]\nkind = "dask"'))
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(study), "--until", "measure"])
+    assert e.value.code == 2 and "[executor]" in capsys.readouterr().err
+
+
 def test_worker_killed_mid_run_is_retried(ray_cluster, run, local, tmp_path, monkeypatch):
     marker = tmp_path / "killed"
     monkeypatch.setenv("CKPTSEL_RAY_KILL_ONCE", str(marker))

@@ -77,6 +77,12 @@ class StudyRun:
     def __init__(self, spec: StudySpec, *, device: str | None = None, log: Log = print) -> None:
         self.spec, self.log = spec, log
         self.device = device
+        from ckptsel.measure.executors import ExecutorConfig
+
+        try:  # [executor] is checked before anything runs
+            self.executor = ExecutorConfig.coerce(spec.executor)
+        except CkptselError as err:
+            raise CkptselError(f"{spec.source}: [executor]: {err}") from err
         self._pools: tuple[list, list] | None = None
 
     # ---------------------------------------------------------------- inputs
@@ -110,7 +116,9 @@ class StudyRun:
             m["device"] = self.device
         m.setdefault("device", _default_device())
         v, t = self.spec.validation.task, self.spec.test.task
-        return MeasureConfig(task=v, test_task=t if t != v else None, **m)
+        # on Ray the GPUs are the workers', not this process's: checked where the models run
+        check_here = self.executor.kind != "ray"
+        return MeasureConfig(task=v, test_task=t if t != v else None, check_here=check_here, **m)
 
     def n_train(self) -> int:
         from ckptsel.tasks import load_items
@@ -278,7 +286,7 @@ class StudyRun:
                 continue
             res = measure_run(
                 t.folder, cfg, validation=val, test=test, out=self.records_dir,
-                trajectory=t.name, configuration=t.configuration,
+                trajectory=t.name, configuration=t.configuration, executor=self.executor,
             )  # fmt: skip
             self.log(
                 f"measure: {t.name}: {len(res.steps)} checkpoints, "

@@ -392,6 +392,16 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "device": (_STR, "cpu | cuda"),
         "backend": (_STR, "hf | vllm"),
         "dtype": (_STR, "auto | float32 | bfloat16 | float16"),
+        "max_loras": (_INT, "vLLM: adapters the engine holds at once"),
+        "max_lora_rank": (_INT, "vLLM: largest LoRA rank (0: the adapters' own)"),
+    },
+    "executor": {
+        "kind": (_STR, "local (this process, default) | ray (a Ray cluster)"),
+        "address": (_STR, "Ray cluster to join (default: $RAY_ADDRESS, else a local one)"),
+        "workers": (_INT, "Ray actors (0: as many as the cluster's resources hold)"),
+        "num_cpus": (_FLOAT, "CPUs each actor reserves"),
+        "num_gpus": (_FLOAT, "GPUs each actor reserves (1: one actor per GPU)"),
+        "max_retries": (_INT, "restarts of a dead actor (its checkpoint is measured again)"),
     },
     "analysis": {
         "permutations": (_INT, "permutations of the configuration bootstrap"),
@@ -447,6 +457,7 @@ class StudySpec:
     external: tuple[ExternalConfiguration, ...]
     analysis: dict[str, Any]
     results_dir: Path
+    executor: dict[str, Any] = field(default_factory=dict)  # [executor]: where measure runs
 
     @property
     def state_dir(self) -> Path:
@@ -550,6 +561,8 @@ def load_spec(
         return _spec_from_v1(data, root, work, path, chk)
     if version != SCHEMA_VERSION:
         chk.fail("", "schema", f"unknown version {version!r} (this ckptsel reads 1 and 2)")
+    if isinstance(data.get("executor"), str):  # executor = "ray": that kind, default settings
+        data["executor"] = {"kind": data["executor"]}
     for table in data:
         if table not in SCHEMA and table != "configurations":
             chk.fail("", table, f"unknown table (known: {', '.join([*SCHEMA, 'configurations'])})")
@@ -678,6 +691,7 @@ def load_spec(
     return StudySpec(
         path.resolve(), work, study, validation, test, split, tuple(external),
         dict(data.get("analysis", {})), _resolve(work, s.get("results_dir", "results")),
+        dict(data.get("executor", {})),
     )  # fmt: skip
 
 
