@@ -54,8 +54,9 @@ class RecordingCallback(TrainerCallback):
             length, window: as in ``ckptsel measure``), or just the task name (``gsm8k``,
             ``math``, ``commonsense``, ...) for the default options. The task picks the
             answer scorer; the config's device is not used (the model stays where it is).
-        records_dir: where ``generations.parquet`` / ``nll.parquet`` are kept (created; rows
-            of other trajectories are kept, rows of the same key are replaced).
+        records_dir: the records folder (created); each save writes its checkpoint's own
+            units (:mod:`ckptsel.records.dataset`), so other trajectories' records are never
+            rewritten and a re-recorded step replaces exactly its own rows.
         trajectory: this run's name; ``configuration`` defaults to it (seeds of one
             configuration must share the configuration name).
         test: optional test data file or items, measured at every save too (so ``ckptsel

@@ -19,7 +19,7 @@ console = Console()
 def register(app: typer.Typer) -> None:
     @app.command()
     def analyze(
-        records_dir: Path = typer.Argument(..., help="Folder with generations.parquet and nll.parquet."),
+        records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
         out: Path = typer.Option(..., "--out", help="Results folder (summary.json, choices/, tables/)."),
         permutations: int = typer.Option(defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."),
         draws: int = typer.Option(defaults.DRAWS, help="Bootstrap draws."),

@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def compare(
         records_dir: Path = typer.Argument(
-            ..., help="Folder with generations.parquet (and nll.parquet)."
+            ..., help="Records folder (single files or units)."
         ),
         step_a: int = typer.Argument(..., help="Step of checkpoint A."),
         step_b: int = typer.Argument(..., help="Step of checkpoint B."),

@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def select(
         records_dir: Path = typer.Argument(
-            ..., help="Folder with generations.parquet and nll.parquet."
+            ..., help="Records folder (single files or units)."
         ),
         trajectory: str = typer.Option(
             ..., "--trajectory", help="The trajectory (run) to choose a checkpoint for."
