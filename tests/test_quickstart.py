@@ -64,8 +64,9 @@ def test_quickstart_artifacts(quick):
     assert set(summary["budget"]) >= {"accuracy", "agreement", "nll", "last"}
     assert (out / "results" / "report.html").is_file()
     assert str(out / "results" / "report.html") in output.replace("\n", "")
-    assert (out / "data" / "split" / "lineage.json").is_file()
-    assert (out / "data" / "audit" / "audit.json").is_file()
+    # split and audit by `ckptsel run`'s prepare stage, in the study's state folder
+    assert (out / ".ckptsel" / "split" / "lineage.json").is_file()
+    assert (out / ".ckptsel" / "audit" / "audit.json").is_file()
     assert "median best-to-worst" in output and "the paper's is 3.5 pp" in output
     # the three claims in plain words, as report.html reads them
     assert "More validation data helps?" in output
@@ -73,7 +74,7 @@ def test_quickstart_artifacts(quick):
     assert "Beats simply keeping the final checkpoint?" in output
     # a log (no TTY) gets lines per stage and trajectory, not progress-bar updates
     assert "\r" not in output and "it/s" not in output
-    assert output.count("measured 10 checkpoints") == 15
+    assert output.count(": 10 checkpoints, 10 measured, 0 already recorded") == 15
 
 
 def test_quickstart_base_knows_the_format_and_checkpoints_differ_by_points(quick):
@@ -120,6 +121,42 @@ def test_quickstart_refuses_to_mix_studies(quick, tmp_path):
     with pytest.raises(CkptselError, match="not a quickstart folder"):
         run_quickstart(tmp_path, fast=True, analyze=False)
     assert not (tmp_path / "quickstart_plan.json").exists()
+
+
+def test_quickstart_is_ckptsel_run_on_its_study_file(quick, capsys):
+    """The quickstart wrote a schema-2 study file (MetaMathQA pool split into train +
+    validation, the GSM8K-format test file read by the gsm8k task: no rewritten test file);
+    `ckptsel run` on it in the finished folder measures nothing new and rewrites the same
+    summary.json, byte for byte."""
+    import tomllib
+
+    from ckptsel.cli import main
+    from ckptsel.study import load_spec
+
+    out, _ = quick
+    data = tomllib.loads((out / "study.toml").read_text())
+    assert data["schema"] == 2 and data["test"] == {"task": "gsm8k", "file": "data/test.jsonl"}
+    assert data["pool"]["task"] == "metamath" and data["pool"]["file"] == "data/metamath.json"
+    assert not (out / "data" / "test_measure.json").exists()
+    spec = load_spec(out / "study.toml")
+    assert spec.study.base_model == str(out / "base") and spec.workdir == out
+    gen = read_frame(out / "records", "generations")
+    assert gen.groupby("split")["task"].unique().map(list).to_dict() == {
+        "test": ["gsm8k"], "validation": ["metamath"],
+    }  # fmt: skip
+    summary = (out / "results" / "summary.json").read_bytes()
+    rec = _records_bytes(out / "records")
+    capsys.readouterr()
+    try:
+        main(["run", str(out / "study.toml")])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    text = capsys.readouterr().out
+    assert text.count("10 checkpoints, 0 measured, 10 already recorded") == 15, text
+    assert ": trained," not in text and "resumed from" not in text
+    assert (out / "results" / "summary.json").read_bytes() == summary
+    assert _records_bytes(out / "records") == rec
+    assert (out / "results" / "quickstart.json").is_file()  # the quickstart's own file is kept
 
 
 def _records_bytes(folder):

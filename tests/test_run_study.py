@@ -392,16 +392,21 @@ max_length = 256
 """
 
 
-def _run_until(study: Path, work: Path, marker: str | None) -> int:
-    """``ckptsel run`` in a subprocess; SIGKILL once a line containing ``marker`` appears."""
+def _run_until(
+    study: Path, work: Path, marker: str | None, extra: tuple[str, ...] = (), lines=None
+) -> int:
+    """``ckptsel run`` in a subprocess; SIGKILL once a line containing ``marker`` appears
+    (``lines``: a list that gets the output lines)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "ckptsel", "run", str(study), "--workdir", str(work)]
+    cmd = [sys.executable, "-m", "ckptsel", "run", str(study), "--workdir", str(work), *extra]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     assert proc.stdout is not None
     for line in proc.stdout:
+        if lines is not None:
+            lines.append(line)
         if marker is not None and marker in line:
             time.sleep(0.3)
             proc.send_signal(signal.SIGKILL)
@@ -410,30 +415,73 @@ def _run_until(study: Path, work: Path, marker: str | None) -> int:
     return proc.wait()
 
 
-@pytest.mark.slow
-def test_killed_run_resumes_to_the_same_summary(tiny: dict, tmp_path: Path) -> None:
-    from ckptsel.records import read_frame
-
+@pytest.fixture(scope="module")
+def kill_ref(tiny: dict, tmp_path_factory) -> tuple[Path, Path]:
+    """The 2 configurations x 2 seeds study file and its uninterrupted run (``--workers 1``)."""
+    root = tmp_path_factory.mktemp("kill")
     test_file = tiny["data"] / "gsm8k" / "test.jsonl"
     study = write(
-        tmp_path / "study.toml",
+        root / "study.toml",
         KILL_STUDY.format(base=tiny["base"], pool=tiny["pool"], test=test_file),
     )
-    assert _run_until(study, tmp_path / "ref", None) == 0
-    work = tmp_path / "killed"
-    for marker in ("prepare: validation", "train: r4-s1", "measure: r4-s1", "measure: r8-s2"):
-        assert _run_until(study, work, marker) == -9
-    assert _run_until(study, work, None) == 0
-    ref, got = tmp_path / "ref", work
-    assert (got / "results" / "summary.json").read_bytes() == (
-        ref / "results" / "summary.json"
-    ).read_bytes()
+    assert _run_until(study, root / "ref", None) == 0
+    return study, root / "ref"
+
+
+def _same_records(ref: Path, got: Path) -> None:
+    from ckptsel.records import read_frame
+
     key = ["trajectory", "step", "split", "item_id"]
     for kind, k in (("generations", key), ("nll", [*key, "window"])):
         a = read_frame(ref / "records", kind).sort_values(k).reset_index(drop=True)
         b = read_frame(got / "records", kind).sort_values(k).reset_index(drop=True)
         assert not b.duplicated(k).any()
         pd.testing.assert_frame_equal(a[k], b[k])
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_summary(kill_ref, tmp_path: Path) -> None:
+    study, ref = kill_ref
+    work = tmp_path / "killed"
+    for marker in ("prepare: validation", "train: r4-s1", "measure: r4-s1", "measure: r8-s2"):
+        assert _run_until(study, work, marker) == -9
+    assert _run_until(study, work, None) == 0
+    got = work
+    assert (got / "results" / "summary.json").read_bytes() == (
+        ref / "results" / "summary.json"
+    ).read_bytes()
+    _same_records(ref, got)
+
+
+def test_workers_give_the_same_records_and_summary(kill_ref, tmp_path: Path) -> None:
+    """``--workers 2`` trains + measures trajectories in two spawned processes: the same
+    records and the same summary.json bytes as ``--workers 1``; a log gets one line per stage
+    and trajectory; a re-run skips every trajectory without measuring anything."""
+    from ckptsel.records import read_frame
+
+    study, ref = kill_ref
+    lines: list[str] = []
+    assert _run_until(study, tmp_path / "w2", None, ("--workers", "2"), lines) == 0
+    out = "".join(lines)
+    assert (tmp_path / "w2" / "results" / "summary.json").read_bytes() == (
+        ref / "results" / "summary.json"
+    ).read_bytes()
+    _same_records(ref, tmp_path / "w2")
+    for name in ("r4-s1", "r4-s2", "r8-s1", "r8-s2"):
+        assert out.count(f"train: {name}: trained") == 1, out
+        assert out.count(f"measure: {name}: 3 checkpoints, 3 measured, 0 already") == 1, out
+    assert "\r" not in out and "it/s" not in out
+    before = read_frame(tmp_path / "w2" / "records", "generations")
+    lines.clear()
+    assert _run_until(study, tmp_path / "w2", None, ("--workers", "2"), lines) == 0
+    again = "".join(lines)
+    assert "already done, skipped: r4-s1, r4-s2, r8-s1, r8-s2" in again
+    assert "measured" not in again
+    pd.testing.assert_frame_equal(read_frame(tmp_path / "w2" / "records", "generations"), before)
+    with pytest.raises(CkptselError, match="--workers must be an integer >= 1"):
+        from ckptsel.runner import StudyRun
+
+        StudyRun(load_spec(study), workers=0)
 
 
 @pytest.mark.usefixtures("one_thread")

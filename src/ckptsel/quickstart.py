@@ -1,18 +1,18 @@
-"""``ckptsel quickstart``: the whole pipeline on the embedded task, offline, on a CPU (SPEC §13).
+"""``ckptsel quickstart``: ``ckptsel run`` on an embedded study, offline, on a CPU (SPEC §13).
 
-split -> audit -> base -> training -> measurement -> frozen choices -> analysis -> report, each
-one call, each skipped when its output already exists (the data, the base model and the
-checkpoints are cached in the out folder, and measurement keeps what is recorded), so a
-second run only redoes the analysis. Everything a user needs to see what was run is written
-into the out folder: ``study.toml``, ``final_steps.json``, ``data/`` with the lineage and
-audit, ``runs/``, ``records/`` and ``results/`` (summary, tables, figures, ``report.html``).
+The quickstart writes the embedded task's files (:mod:`ckptsel.embedded`) into ``data/``,
+pre-trains a tiny base model that already knows the answer format into ``base/`` (both cached
+by fingerprint), writes a schema-2 ``study.toml`` into the out folder and runs it through
+:class:`ckptsel.runner.StudyRun` — split + audit, training, measurement, frozen choices,
+analysis and report, each stage skipping what is done — then adds its own reading: the base
+model's test accuracy, the within-trajectory spreads beside the paper's 3.5 pp, and the three
+claims in plain words (``results/quickstart.json``).
 
-The embedded task is made test-pool-independent the way the paper's is: fine-tuning and
-validation come from the MetaMathQA-format pool (variants share a group), the test pool is the
-independent GSM8K-format file. ``ckptsel measure`` reads both splits with one task, so the test
-pool is also written in MetaMathQA form (``data/test_measure.json``: same question, the GSM8K
-solution rewritten ``The answer is: N`` as :func:`ckptsel.tasks.gsm8k_response` does, group =
-the question itself, ids ``test-<i>``).
+The study is arranged the way the paper's is: fine-tuning and validation come from the
+MetaMathQA-format pool (``[pool]``, split by question group: variants share a group), the test
+pool is the independent GSM8K-format file read by the ``gsm8k`` task (``[test]``). A user can
+edit ``study.toml`` and re-run it with ``ckptsel run study.toml``: on a finished folder that
+measures nothing new and rewrites the same ``summary.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,12 @@ from typing import Any
 from ckptsel import defaults
 from ckptsel.embedded import BaseConfig, EmbeddedConfig, pretrain_base, write_embedded
 from ckptsel.io import write_text
-from ckptsel.study import Configuration, Study, study_to_toml
+from ckptsel.study import Configuration, configurations_toml
 
-TASK = "metamath"
+TASK = "metamath"  # the fine-tuning pool's task (validation too)
+TEST_TASK = "gsm8k"  # the independent test pool's
+VAL_FRACTION = 0.1
+STUDY_FILE = "study.toml"
 PAPER_SPREAD_PP = 3.5  # the paper's median within-trajectory best-to-worst test-accuracy spread
 
 
@@ -127,43 +129,65 @@ class QuickstartResult:
         }
 
 
-def write_measure_test(test_jsonl: Path, out: Path) -> Path:
-    """The GSM8K-format test pool in MetaMathQA form, for ``measure`` (see module doc)."""
-    from ckptsel.tasks import gsm8k_response
+def study_toml(plan: QuickstartPlan, fast: bool) -> str:
+    """The embedded study as a schema-2 study file (paths relative to the out folder)."""
+    v = json.dumps  # TOML values here are strings, numbers and lists of integers
 
-    rows = []
-    for i, line in enumerate(test_jsonl.read_text(encoding="utf-8").splitlines()):
-        r = json.loads(line)
-        rows.append(
-            {
-                "id": f"test-{i}",
-                "query": r["question"],
-                "response": gsm8k_response(r["answer"]),
-                "type": "GSM8K_test",
-                "original_question": r["question"],
-            }
-        )
-    body = json.dumps(rows, indent=1) + "\n"
-    if not out.is_file() or out.read_text(encoding="utf-8") != body:
-        write_text(out, body)
-    return out
+    flag = " --fast" if fast else ""
+    lines = [
+        f"# Written by `ckptsel quickstart{flag}`: the embedded study it runs. Edit it and",
+        "# re-run it with `ckptsel run study.toml` (paths are relative to this file). A change",
+        "# that invalidates recorded work is refused; new configurations or seeds are added.",
+        "schema = 2",
+        "",
+        "[study]",
+        f"name = {v('quickstart-fast' if fast else 'quickstart')}",
+        'base_model = "base"              # the tiny base pre-trained by the quickstart',
+        f"seeds = {v(list(plan.seeds))}",
+        "",
+        "[pool]                            # split by question group into train + validation",
+        f"task = {v(TASK)}",
+        'file = "data/metamath.json"',
+        f"val_fraction = {v(VAL_FRACTION)}",
+        f"seed = {v(defaults.DATA_SEED)}",
+        "",
+        "[test]                            # the independent GSM8K-format test pool",
+        f"task = {v(TEST_TASK)}",
+        'file = "data/test.jsonl"',
+        "",
+        "[measure]",
+        f"max_new_tokens = {v(plan.max_new_tokens)}",
+        f"batch_size = {v(plan.measure_batch)}",
+        "",
+        "[analysis]",
+        f"permutations = {v(plan.permutations)}",
+        f"draws = {v(plan.draws)}",
+        f"seed = {v(plan.seed)}",
+        *configurations_toml(plan.configurations),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def base_test_accuracy(
-    base_dir: Path, test_file: Path, plan: QuickstartPlan, device: str | None, cache: Path
+    base_dir: Path, items: list, plan: QuickstartPlan, device: str | None, cache: Path
 ) -> float:
-    """Test accuracy (pp) of the base model itself — what SFT must beat. Cached in ``cache``."""
+    """Test accuracy (pp) of the base model itself on the study's test ``items`` — what SFT
+    must beat. Cached in ``cache`` (keyed by the base's fingerprint and the items)."""
+    import hashlib
+
+    fp = json.loads((base_dir / "base.json").read_text())["fingerprint"]
+    ids = hashlib.sha256("\n".join(it.item_id for it in items).encode()).hexdigest()[:16]
+    key = {"base": fp, "items": len(items), "item_ids": ids, "task": TEST_TASK}
     if cache.is_file():
         data = json.loads(cache.read_text())
-        if data.get("base") == json.loads((base_dir / "base.json").read_text())["fingerprint"]:
+        if all(data.get(k) == x for k, x in key.items()):
             return float(data["accuracy_pp"])
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ckptsel.answers import is_correct
     from ckptsel.measure.generate import generate_texts
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.tasks import format_prompt
 
-    items = load_items(TASK, test_file)
     tok = AutoTokenizer.from_pretrained(str(base_dir))
     model = AutoModelForCausalLM.from_pretrained(str(base_dir))
     if device:
@@ -175,15 +199,9 @@ def base_test_accuracy(
         batch_size=plan.measure_batch,
         max_new_tokens=plan.max_new_tokens,
     )
-    acc = (
-        100.0
-        * sum(is_correct(TASK, t, it.reference) for t, it in zip(texts, items, strict=True))
-        / len(items)
-    )
-    fp = json.loads((base_dir / "base.json").read_text())["fingerprint"]
-    write_text(
-        cache, json.dumps({"base": fp, "accuracy_pp": acc, "items": len(items)}, indent=2) + "\n"
-    )
+    right = sum(is_correct(TEST_TASK, t, it.reference) for t, it in zip(texts, items, strict=True))
+    acc = 100.0 * right / len(items)
+    write_text(cache, json.dumps({**key, "accuracy_pp": acc}, indent=2) + "\n")
     return acc
 
 
@@ -203,140 +221,6 @@ def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]
         spreads[str(traj)] = float(s.max() - s.min())
         finals[str(traj)] = float(s.iloc[-1])
     return spreads, finals
-
-
-def _quiet_transformers() -> None:
-    """No per-load 'Loading weights' bars from transformers: ours say what is happening."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-
-def trajectory_job(
-    study_file: str, name: str, max_new_tokens: int, batch_size: int, device: str, progress: bool
-) -> str:
-    """Train (or resume) one trajectory, then measure all its checkpoints into the study's
-    records. A top-level function so that worker processes can run it; the records store
-    locks its files, so trajectories measured in parallel never clobber each other."""
-    import torch
-
-    from ckptsel.commands.measure import progress_bars
-    from ckptsel.measure import MeasureConfig, measure_run
-    from ckptsel.study import load_study
-    from ckptsel.train import train_study
-
-    if device == "cpu":
-        torch.set_num_threads(1)
-    _quiet_transformers()
-    import warnings
-
-    # peft asks transformers 5 for a deprecated attribute on every load: nothing a user can do,
-    # and in a log it would be two lines per trajectory
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-    study = load_study(study_file)
-    cfg = {n: c for n, c, _ in study.trajectories()}[name]
-    lines: list[str] = []
-    train_study(study, only=[name], device=device, progress=progress, log=lines.append)
-    config = MeasureConfig(
-        study.task, batch_size=batch_size, max_new_tokens=max_new_tokens, device=device
-    )
-    with progress_bars(progress) as on_progress:
-        res = measure_run(
-            study.run_root / name,
-            config,
-            validation=study.validation,
-            test=study.test,
-            out=study.records_root,
-            trajectory=name,
-            configuration=cfg.name,
-            on_progress=on_progress,
-        )
-    lines.append(
-        f"{name}: measured {len(res.measured_steps)} checkpoints, reused {len(res.reused_steps)}"
-    )
-    return "\n".join(lines)
-
-
-def finished_trajectories(study: Study) -> set[str]:
-    """Trajectories with their final checkpoint AND records of every checkpoint on both
-    splits: a second quickstart run skips them without starting a process."""
-
-    from ckptsel.records import read_rows
-    from ckptsel.train import study_status
-
-    cols = ["trajectory", "step", "split"]
-    tables = {k: read_rows(study.records_root, k, columns=cols) for k in ("generations", "nll")}
-    if any(t is None for t in tables.values()):
-        return set()
-    have = {}
-    for name, table in tables.items():
-        df = table.to_pandas().drop_duplicates()
-        have[name] = {
-            (str(t), str(sp)): set(g["step"].astype(int))
-            for (t, sp), g in df.groupby(["trajectory", "split"])
-        }
-    done = set()
-    for st in study_status(study):
-        if st.valid and all(
-            have[f].get((st.trajectory, sp)) == set(st.steps)
-            for f in have
-            for sp in ("validation", "test")
-        ):
-            done.add(st.trajectory)
-    return done
-
-
-def run_trajectories(
-    study: Study,
-    study_file: Path,
-    plan: QuickstartPlan,
-    *,
-    device: str,
-    workers: int,
-    console: Any,
-) -> None:
-    """Every unfinished trajectory through :func:`trajectory_job`; with ``workers > 1`` in that
-    many spawned processes (one thread each: two tiny-model trajectories on two cores finish
-    in about the time of one), otherwise in this process.
-
-    Progress: on a terminal one live display (trajectories done / to do, elapsed time); the
-    jobs draw no bars of their own. Either way each finished trajectory prints its lines
-    (trained / measured), so a log (no TTY) gets one line per trajectory and stage, not bar
-    updates."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    done = finished_trajectories(study)
-    names = [n for n, _, _ in study.trajectories() if n not in done]
-    if done:
-        console.print(f"trained and measured already, skipped: {', '.join(sorted(done))}")
-    if not names:
-        return
-    args = (plan.max_new_tokens, plan.measure_batch, device, False)
-    workers = max(1, min(workers, len(names)))
-    bar = Progress(
-        TextColumn(f"train + measure ({workers} process{'es' if workers > 1 else ''})"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
-    with bar:
-        task = bar.add_task("trajectories", total=len(names))
-        if workers == 1:
-            for name in names:
-                bar.console.print(trajectory_job(str(study_file), name, *args))
-                bar.update(task, advance=1)
-            return
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [pool.submit(trajectory_job, str(study_file), name, *args) for name in names]
-            for fut in as_completed(futures):
-                bar.console.print(fut.result())
-                bar.update(task, advance=1)
 
 
 def default_workers(device: str) -> int:
@@ -361,12 +245,13 @@ def run_quickstart(
     import torch
     from rich.console import Console
 
+    from ckptsel.runner import quiet_transformers
     from ckptsel.train import pick_device
 
     console = console or Console()
     plan = plan or make_plan(fast)
     device = pick_device(device)
-    _quiet_transformers()
+    quiet_transformers()
     threads = torch.get_num_threads()
     if device == "cpu":
         # A tiny model gains nothing from intra-op threads; on a busy machine they spin.
@@ -427,16 +312,19 @@ def _run(
     analyze: bool,
     workers: int,
 ) -> QuickstartResult:
-    from ckptsel.audit import audit_pools, write_audit
-    from ckptsel.split import split_file
-    from ckptsel.tasks import load_items
+    from ckptsel.publish import MANIFEST_FILE
+    from ckptsel.runner import StudyRun
+    from ckptsel.study import load_spec
 
     out = Path(out).resolve()
     check_plan(out, plan, fast)
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, float] = {}
     cpu0: list[float] = [cpu_time()]
-    say: Callable[[str], None] = console.print
+
+    def say(text: str, markup: bool = True) -> None:
+        # soft_wrap: a log (no TTY) gets whole lines, never words cut at 80 columns
+        console.print(text, soft_wrap=True, markup=markup, highlight=False)
 
     def stage(name: str, t0: float) -> None:
         seconds[name] = round(time.perf_counter() - t0, 2)
@@ -446,97 +334,46 @@ def _run(
         say(f"[bold]{name}[/bold] done in {seconds[name]:.1f}s")
 
     t = time.perf_counter()
-    files = write_embedded(out / "data", plan.task)
-    split_dir = out / "data" / "split"
-    if (
-        not (split_dir / "lineage.json").is_file()
-        or json.loads((split_dir / "lineage.json").read_text()).get("source_sha256") is None
-    ):
-        split_file(files.metamath, split_dir, seed=defaults.DATA_SEED, val_fraction=0.1)
-    else:
-        import hashlib
-
-        lin = json.loads((split_dir / "lineage.json").read_text())
-        if lin["source_sha256"] != hashlib.sha256(files.metamath.read_bytes()).hexdigest():
-            split_file(files.metamath, split_dir, seed=defaults.DATA_SEED, val_fraction=0.1)
-    train_file, val_file = split_dir / "train.json", split_dir / "validation.json"
-    test_measure = write_measure_test(files.test, out / "data" / "test_measure.json")
-    stage("data + split", t)
-
-    t = time.perf_counter()
-    audit_dir = out / "data" / "audit"
-    if not (audit_dir / "audit.json").is_file():
-        pools = {
-            "train": [it.instruction for it in load_items(TASK, train_file)],
-            "validation": [it.instruction for it in load_items(TASK, val_file)],
-            "test": [json.loads(x)["question"] for x in files.test.read_text().splitlines()],
-        }
-        result = audit_pools(pools)
-        write_audit(result, audit_dir)
-        if not result.control_ok:
-            say("[red]audit: the planted positive control was NOT found; see data/audit[/red]")
-    stage("audit", t)
-
-    t = time.perf_counter()
+    write_embedded(out / "data", plan.task)
     base_dir = pretrain_base(out / "base", plan.task, plan.base, progress=False)
-    stage("base model", t)
+    toml = study_toml(plan, fast)
+    study_file = out / STUDY_FILE
+    if not study_file.is_file() or study_file.read_text(encoding="utf-8") != toml:
+        write_text(study_file, toml)
+    stage("data + base model", t)
 
-    study = Study(
-        name="quickstart-fast" if fast else "quickstart",
-        root=out,
-        base_model=str(base_dir),
-        task=TASK,
-        test_task=TASK,
-        train=train_file,
-        validation=val_file,
-        test=test_measure,
-        configurations=plan.configurations,
-        seeds=plan.seeds,
-        runs_dir=out / "runs",
-        records_dir=out / "records",
-        measure={"max_new_tokens": plan.max_new_tokens, "batch_size": plan.measure_batch},
+    job = StudyRun(
+        load_spec(study_file),
+        device=device,
+        log=lambda m: say(m, markup=False),
+        workers=workers,
+        console=console,
     )
-    toml = (
-        f"# written by `ckptsel quickstart{' --fast' if fast else ''}`: the embedded study that "
-        "was run.\n# Re-train or check it with `ckptsel train study.toml [--check]`.\n"
-        + study_to_toml(study)
-    )
-    if not (out / "study.toml").is_file() or (out / "study.toml").read_text() != toml:
-        write_text(out / "study.toml", toml)
+    t = time.perf_counter()
+    job.run(("prepare",))
+    stage("split + audit", t)
 
     t = time.perf_counter()
-    run_trajectories(
-        study, out / "study.toml", plan, device=device, workers=workers, console=console
-    )
+    job.run(("train", "measure"))
+    _, test_items = job.pools()
     base_acc = base_test_accuracy(
-        base_dir, test_measure, plan, device, out / "results" / "base_accuracy.json"
+        base_dir, test_items, plan, device, out / "data" / "base_accuracy.json"
     )
     stage("training + measurement", t)
 
-    spreads, finals = test_spreads(study.records_root)
+    spreads, finals = test_spreads(job.records_dir)
     median_spread = statistics.median(spreads.values())
     final_acc = statistics.mean(finals.values())
 
     summary = None
     report = None
+    results = job.spec.results_dir
     if analyze:
-        from ckptsel.pipeline import analyze as run_analysis
         from ckptsel.report.terminal import print_main_table
         from ckptsel.results import REPORT_FILE
 
         t = time.perf_counter()
-        results = out / "results"
-        # the report is built in the staging folder and published with the results as a
-        # whole; force: results/ also holds the quickstart's own base_accuracy.json (kept)
-        summary = run_analysis(
-            study.records_root,
-            results,
-            permutations=plan.permutations,
-            draws=plan.draws,
-            seed=plan.seed,
-            report=True,
-            force=True,
-        )
+        summary = job.run(("analyze",))
         report = results / REPORT_FILE
         stage("frozen choices + analysis + report", t)
         say("")
@@ -544,8 +381,10 @@ def _run(
     res = QuickstartResult(
         out, summary, base_acc, final_acc, median_spread, spreads, report, seconds, cpu_seconds,
         len(plan.configurations),
-    )
-    write_text(out / "results" / "quickstart.json", json.dumps(res.to_dict(), indent=2) + "\n")
+    )  # fmt: skip
+    if (results / MANIFEST_FILE).is_file():  # beside the results (never before them: the
+        # analysis publishes only into an empty folder or a results folder)
+        write_text(results / "quickstart.json", json.dumps(res.to_dict(), indent=2) + "\n")
     say(
         f"test accuracy: base model {base_acc:.1f}%, final checkpoints {final_acc:.1f}% "
         f"(mean over {len(finals)} trajectories in {len(plan.configurations)} configurations)"
@@ -558,7 +397,8 @@ def _run(
         say("")
         say("[bold]What this study says[/bold] (the three claims, as report.html reads them):")
         for line in claims_in_words(summary):
-            say(f"  • {line}")
+            say(f"  • {line}", markup=False)
     if report is not None:
-        say(f"report: {report}")
+        say(f"report: {report}", markup=False)
+    say(f"study file: {study_file} (edit it and re-run: ckptsel run {study_file})", markup=False)
     return res

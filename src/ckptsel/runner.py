@@ -15,6 +15,16 @@ continues and ends with the same records and the same ``summary.json``:
   found by a glob), on both pools (:func:`ckptsel.measure.measure_run`, whose part cache skips
   what is recorded); lm-eval sample folders are ingested (:mod:`ckptsel.ingest`).
 * ``analyze`` — :func:`ckptsel.pipeline.analyze` with the report.
+
+With ``workers > 1`` (``ckptsel run --workers N``) the ``train`` and ``measure`` stages run per
+trajectory instead: :func:`trajectory_job` trains one trajectory (when it is trained here) and
+measures its checkpoints, in ``N`` spawned processes with one torch thread each. Every
+trajectory's training is seeded on its own and the records store takes per-trajectory units
+under a lock, so the records and ``summary.json`` are those of ``workers = 1``. Trajectories
+already trained and fully recorded are skipped without starting a process.
+
+Progress: every stage and trajectory logs one line (a log gets no bar updates); with a
+``console`` that is a terminal, one live display counts the trajectories as well.
 """
 
 from __future__ import annotations
@@ -74,7 +84,18 @@ class Trajectory:
 class StudyRun:
     """A loaded study file and its stages."""
 
-    def __init__(self, spec: StudySpec, *, device: str | None = None, log: Log = print) -> None:
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        device: str | None = None,
+        log: Log = print,
+        workers: int = 1,
+        console: Any = None,
+    ) -> None:
+        """``workers``: processes that train + measure trajectories (1: this process, stage
+        by stage); ``console``: a rich console for the live display (shown only when it is a
+        terminal)."""
         self.spec, self.log = spec, log
         self.device = device
         from ckptsel.measure.executors import ExecutorConfig
@@ -83,6 +104,14 @@ class StudyRun:
             self.executor = ExecutorConfig.coerce(spec.executor)
         except CkptselError as err:
             raise CkptselError(f"{spec.source}: [executor]: {err}") from err
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise CkptselError(f"--workers must be an integer >= 1, got {workers!r}")
+        if workers > 1 and self.executor.kind == "ray":
+            raise CkptselError(
+                f"--workers {workers}: [executor] is ray, which spreads the measurement over "
+                "its cluster itself; run with --workers 1"
+            )
+        self.workers, self.console = workers, console
         self._pools: tuple[list, list] | None = None
 
     # ---------------------------------------------------------------- inputs
@@ -266,33 +295,142 @@ class StudyRun:
         write_audit(res, out)
         self.log(f"prepare: overlap audit written to {out / 'audit.md'}")
 
-    def train(self) -> None:
+    def train(self, only: Sequence[str] | None = None) -> None:
+        """Train (or resume) the trajectories trained here (``only``: these names)."""
         st = self.spec.study
         if not st.configurations:
             self.log("train: no configuration is trained here")
             return
         from ckptsel.train import train_study
 
-        train_study(st, device=self.device, progress=False, log=lambda m: self.log(f"train: {m}"))
+        with self._live("train", len(st.trajectories()) if only is None else 0) as advance:
 
-    def measure(self) -> None:
+            def log(m: str) -> None:  # train_study logs one line per trajectory
+                self.log(f"train: {m}")
+                advance()
+
+            train_study(st, only=only, device=self.device, progress=False, log=log)
+
+    def measure(self, only: Sequence[str] | None = None) -> None:
+        """Measure every checkpoint of every trajectory (``only``: these names)."""
         from ckptsel.measure import measure_run
 
         val, test = self.pools()
         cfg = self.measure_config()
-        for t in self.trajectories():
-            if t.source == "lm_eval":
-                self._ingest(t)
-                continue
-            res = measure_run(
-                t.folder, cfg, validation=val, test=test, out=self.records_dir,
-                trajectory=t.name, configuration=t.configuration, executor=self.executor,
-            )  # fmt: skip
-            self.log(
-                f"measure: {t.name}: {len(res.steps)} checkpoints, "
-                f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already recorded "
-                f"({res.seconds:.1f}s)"
-            )
+        trajs = [t for t in self.trajectories() if only is None or t.name in only]
+        with self._live("measure", len(trajs) if only is None else 0) as advance:
+            for t in trajs:
+                if t.source == "lm_eval":
+                    self._ingest(t)
+                    advance()
+                    continue
+                res = measure_run(
+                    t.folder, cfg, validation=val, test=test, out=self.records_dir,
+                    trajectory=t.name, configuration=t.configuration, executor=self.executor,
+                )  # fmt: skip
+                self.log(
+                    f"measure: {t.name}: {len(res.steps)} checkpoints, "
+                    f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already "
+                    f"recorded ({res.seconds:.1f}s)"
+                )
+                advance()
+
+    def train_and_measure(self, train: bool = True, measure: bool = True) -> None:
+        """The ``train`` and/or ``measure`` stages per trajectory in ``workers`` spawned
+        processes (:func:`trajectory_job`); lm-eval samples are ingested here afterwards."""
+        trajs = [t for t in self.trajectories() if t.source != "lm_eval"]
+        done = self.finished(trajs) if measure else set()
+        if done:
+            self.log(f"train + measure: already done, skipped: {', '.join(sorted(done))}")
+        todo = [t.name for t in trajs if t.name not in done]
+        what = " + ".join(s for s, on in (("train", train), ("measure", measure)) if on)
+        if todo:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            n = min(self.workers, len(todo))
+            ctx = multiprocessing.get_context("spawn")
+            label = f"{what} ({n} process{'es' if n > 1 else ''})"
+            with self._live(label, len(todo)) as advance:
+                with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+                    futures = [
+                        pool.submit(trajectory_job, self.spec, self.device, name, train, measure)
+                        for name in todo
+                    ]
+                    try:
+                        for fut in as_completed(futures):
+                            for line in fut.result():
+                                self.log(line)
+                            advance()
+                    except BaseException:
+                        for f in futures:
+                            f.cancel()
+                        raise
+        if measure:
+            for t in self.trajectories():
+                if t.source == "lm_eval":
+                    self._ingest(t)
+
+    def finished(self, trajectories: Sequence[Trajectory]) -> set[str]:
+        """Names of the trajectories whose checkpoints are all there (trained here: the whole
+        grid) and whose generations and NLL rows cover every item of both pools at every
+        checkpoint: nothing is left to train or measure."""
+        from ckptsel.measure.checkpoints import discover_checkpoints
+        from ckptsel.records import read_rows
+        from ckptsel.train import checkpoint_steps
+
+        val, test = self.pools()
+        size = {"validation": len({it.item_id for it in val}),
+                "test": len({it.item_id for it in test})}  # fmt: skip
+        cols = ["trajectory", "step", "split", "item_id"]
+        counts = []
+        for kind in ("generations", "nll"):
+            table = read_rows(self.records_dir, kind, columns=cols)
+            if table is None:
+                return set()
+            df = table.to_pandas()
+            n = df.groupby(["trajectory", "split", "step"])["item_id"].nunique()
+            counts.append({(str(t), str(sp), int(st)): int(c) for (t, sp, st), c in n.items()})
+        done = set()
+        for t in trajectories:
+            if t.source == "train":
+                have = set(checkpoint_steps(t.folder))
+                if not t.expected_steps or not set(t.expected_steps) <= have:
+                    continue
+                steps = sorted(have)
+            else:
+                steps = [c.step for c in discover_checkpoints(t.folder)]
+            if steps and all(
+                c.get((t.name, sp, step)) == size[sp]
+                for c in counts
+                for sp in size
+                for step in steps
+            ):
+                done.add(t.name)
+        return done
+
+    def _live(self, label: str, total: int):
+        """A live display counting ``total`` trajectories on a terminal console (a context
+        manager yielding ``advance()``); a no-op otherwise."""
+        from contextlib import contextmanager, nullcontext
+
+        console = self.console
+        if not total or console is None or not getattr(console, "is_terminal", False):
+            return nullcontext(lambda: None)
+
+        @contextmanager
+        def bar():
+            from rich import progress as rp
+
+            with rp.Progress(
+                rp.TextColumn(label), rp.BarColumn(), rp.MofNCompleteColumn(),
+                rp.TextColumn("trajectories"), rp.TimeElapsedColumn(), console=console,
+                transient=True,
+            ) as progress:  # fmt: skip
+                task = progress.add_task(label, total=total)
+                yield lambda: progress.update(task, advance=1)
+
+        return bar()
 
     def _ingest(self, t: Trajectory) -> None:
         """lm-eval samples: ``<trajectory folder>/<split>/checkpoint-<step>/`` per split."""
@@ -368,15 +506,60 @@ class StudyRun:
         return rows
 
     def run(self, stages: Sequence[str] = STAGES) -> dict | None:
+        """Run ``stages`` in order; with ``workers > 1`` train and measure together, per
+        trajectory (:meth:`train_and_measure`)."""
         summary = None
+        together = self.workers > 1
         for stage in STAGES:
             if stage in stages:
                 if stage != "prepare":  # a resumed stage still checks the study first
                     self.check_fingerprint(write=False)
+                if together and stage in ("train", "measure"):
+                    if stage == "measure" and "train" in stages:
+                        continue  # done with the train stage
+                    self.train_and_measure(train="train" in stages, measure="measure" in stages)
+                    continue
                 out = getattr(self, stage)()
                 if stage == "analyze":
                     summary = out
         return summary
+
+
+def trajectory_job(
+    spec: StudySpec, device: str | None, name: str, train: bool = True, measure: bool = True
+) -> list[str]:
+    """Train (when it is trained here and ``train``) and measure (when ``measure``) one
+    trajectory of ``spec``; returns its log lines. A top-level function so that spawned worker
+    processes can run it: one torch thread each (tiny models gain nothing from more, and
+    ``workers`` processes share the cores); the records store takes per-trajectory units
+    under a lock, so trajectories measured in parallel never clobber each other."""
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(1)
+    quiet_transformers()
+    # peft asks transformers 5 for a deprecated attribute on every load: nothing a user can do,
+    # and in a log it would be two lines per trajectory
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+    lines: list[str] = []
+    job = StudyRun(spec, device=device, log=lines.append)
+    source = {t.name: t.source for t in job.trajectories()}[name]
+    if train and source == "train":
+        job.train(only=[name])
+    if measure:
+        job.measure(only=[name])
+    return lines
+
+
+def quiet_transformers() -> None:
+    """No per-load 'Loading weights' bars from transformers: the runner's lines say what is
+    happening."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover
+        return
+    hf_logging.disable_progress_bar()
 
 
 def fingerprint_diff(before: dict, now: dict) -> list[str]:

@@ -315,8 +315,15 @@ def study_to_toml(study: Study) -> str:
     if study.measure:
         lines += ["", "[measure]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in study.measure.items()]
+    lines += configurations_toml(study.configurations)
+    return "\n".join(lines) + "\n"
+
+
+def configurations_toml(configurations: Sequence[Configuration]) -> list[str]:
+    """``[[configurations]]`` tables (TOML lines; defaults left out), as both schemas read them."""
+    lines: list[str] = []
     defaults = Configuration(name="x", steps=1)
-    for c in study.configurations:
+    for c in configurations:
         lines += ["", "[[configurations]]"]
         for f in fields(Configuration):
             v = getattr(c, f.name)
@@ -327,7 +334,7 @@ def study_to_toml(study: Study) -> str:
             if c.adaptation == "full" and f.name in _LORA_ONLY:
                 continue
             lines.append(f"{f.name} = {_toml_value(v)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def final_steps(study: Study, n_train_examples: int) -> dict[str, int]:

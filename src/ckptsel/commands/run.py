@@ -27,14 +27,22 @@ def register(app: typer.Typer) -> None:
             None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"
         ),
         device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda if any)"),
+        workers: int = typer.Option(
+            1, "--workers", help="processes that train + measure trajectories side by side"
+        ),
     ) -> None:
         """Run or resume a whole study; every stage skips what is already done."""
+        from rich.console import Console
+
         from ckptsel.runner import StudyRun, format_plan, stages_to_run
         from ckptsel.study import load_spec
 
         stages = stages_to_run(until, only)
         spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
-        job = StudyRun(spec, device=device, log=lambda m: typer.echo(m))
+        console = Console()
+        job = StudyRun(
+            spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console
+        )
         if dry_run:
             if spec.split is not None:
                 job._split()
