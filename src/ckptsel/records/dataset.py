@@ -65,6 +65,7 @@ TEXT_COLUMNS: dict[str, str] = {
 UNIT_COLUMNS = {"generations": GENERATION_COLUMNS, "nll": NLL_COLUMNS, "texts": TEXT_COLUMNS}
 _UNIT_RE = re.compile(r"^step-(\d+)\.parquet$")
 _CACHE_KEY = b"ckptsel.units"
+DIRECT_SCAN_UNITS = 256  # trajectory-filtered reads of up to this many units skip the cache
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
 
 
@@ -255,6 +256,14 @@ def _shadow(single: pa.Table, units: list[Unit]) -> pa.Table:
     return single.filter(pa.array(~np.asarray(keys.isin(have))))
 
 
+def _trajectories_of(filters: list[tuple] | None) -> set[str] | None:
+    """The trajectories a ``read_rows`` filter restricts to (``None``: no such filter)."""
+    for col, op, value in filters or []:
+        if col == "trajectory":
+            return {str(value)} if op in ("=", "==") else {str(v) for v in value}
+    return None
+
+
 def read_rows(
     records_dir: Path,
     kind: str,
@@ -268,13 +277,22 @@ def read_rows(
 
     A single file alone is read exactly as before (one ``pq.read_table``). With units, the
     read cache answers (see the module docstring); single-file rows of a (trajectory, step)
-    that has a unit are dropped (the unit supersedes them).
+    that has a unit are dropped (the unit supersedes them). A filter on ``trajectory``
+    (``measure``'s checks of the trajectory it records) over at most ``DIRECT_SCAN_UNITS``
+    units reads just those units and leaves the cache alone: the cache is stale after every
+    write, and rebuilding it for the whole folder costs ~15 s at paper scale.
     """
     records_dir = Path(records_dir)
     single = single_file(records_dir, kind)
     units = list_units(records_dir, kind)
     if single is None and not units:
         return None
+    wanted = _trajectories_of(filters)
+    direct = None  # a few units of the wanted trajectories, read without the cache
+    if units and wanted is not None:
+        mine = [u for u in units if u.trajectory in wanted]
+        if len(mine) <= DIRECT_SCAN_UNITS:
+            units = direct = mine
     need = list(columns) if columns is not None else None
     if need is not None and filters:
         need += [c for c, _, _ in filters if c not in need]
@@ -287,7 +305,9 @@ def read_rows(
         t = _read_file(single, columns=need_s, filters=filters, read_dictionary=read_dictionary)
         t = _shadow(t, units)
         tables.append(t.select(need) if need is not None else t)
-    if units:
+    if direct is not None:
+        tables.append(_project(_scan(direct, kind), need, filters, read_dictionary))
+    elif units:
         cache, table = _cached_units(records_dir, kind, units)
         if table is None:
             t = _read_file(cache, columns=need, filters=filters, read_dictionary=read_dictionary)
