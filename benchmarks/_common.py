@@ -12,6 +12,15 @@ BENCHMARKS_MD = REPO / "BENCHMARKS.md"
 HEADER = "# Benchmarks\n\nEach section is written by the script named in it; re-run the script to refresh it.\n"
 
 
+def rss_mb() -> float:
+    """Current resident set size (Linux /proc), MB."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 

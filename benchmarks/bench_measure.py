@@ -26,16 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _common import machine, update_section  # noqa: E402
-
-
-def rss_mb() -> float:
-    """Current resident set size (Linux /proc), MB."""
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from _common import machine, rss_mb, update_section  # noqa: E402
 
 
 def peak_mb() -> float:

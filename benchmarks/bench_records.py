@@ -30,20 +30,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _common import machine, update_section  # noqa: E402
+from _common import machine, rss_mb, update_section  # noqa: E402
 
 WORDS = (
     "so the answer is we first compute the total number of apples then subtract those eaten "
     "each day which leaves twelve and multiply by three to get thirty six therefore"
 ).split()
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def texts(n: int, seed: int) -> list[str]:

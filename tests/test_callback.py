@@ -15,7 +15,13 @@ from ckptsel.records import read_frame
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, write_jsonl  # noqa: E402
+from tinyrun import (  # noqa: E402
+    TEMPLATE_HINT,
+    build_tiny_base,
+    make_gsm8k_rows,
+    tiny_training_args,
+    write_jsonl,
+)
 
 MAX_NEW = 12
 
@@ -23,7 +29,7 @@ MAX_NEW = 12
 def _train_with_callback(root: Path):
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
 
     from ckptsel.integrations import RecordingCallback
     from ckptsel.measure import MeasureConfig
@@ -71,22 +77,7 @@ def _train_with_callback(root: Path):
         test=test,
         verbose=False,
     )
-    args = TrainingArguments(
-        output_dir=str(root / "runs" / "tiny-s0"),
-        max_steps=4,
-        save_strategy="steps",
-        save_steps=2,
-        per_device_train_batch_size=4,
-        learning_rate=5e-2,
-        lr_scheduler_type="constant",
-        report_to="none",
-        use_cpu=True,
-        logging_strategy="no",
-        disable_tqdm=True,
-        save_only_model=True,
-        remove_unused_columns=False,
-        seed=0,
-    )
+    args = tiny_training_args(root / "runs" / "tiny-s0", 4)
     trainer = Trainer(
         model=model,
         args=args,

@@ -523,20 +523,7 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
             2,
         )
     if name.startswith("verify_"):
-        code, err = run_cli(
-            [
-                "analyze",
-                rec,
-                "--out",
-                tmp / "res",
-                "--permutations",
-                10,
-                "--draws",
-                200,
-                "--no-report",
-            ],
-            capsys,
-        )
+        code, err = run_cli(analyze, capsys)
         assert code == 0, err
         res = tmp / "res"
         target, content = {

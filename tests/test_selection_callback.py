@@ -14,7 +14,13 @@ from ckptsel.records import read_frame
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, write_jsonl  # noqa: E402
+from tinyrun import (  # noqa: E402
+    TEMPLATE_HINT,
+    build_tiny_base,
+    make_gsm8k_rows,
+    tiny_training_args,
+    write_jsonl,
+)
 
 MAX_NEW = 8
 N_VAL = 8
@@ -63,28 +69,6 @@ def _lora_model(base):
     )
 
 
-def _args(out: Path, max_steps: int, **extra):
-    from transformers import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=str(out),
-        max_steps=max_steps,
-        save_strategy="steps",
-        save_steps=2,
-        per_device_train_batch_size=4,
-        learning_rate=5e-2,
-        lr_scheduler_type="constant",
-        report_to="none",
-        use_cpu=True,
-        logging_strategy="no",
-        disable_tqdm=True,
-        save_only_model=True,
-        remove_unused_columns=False,
-        seed=0,
-        **extra,
-    )
-
-
 def _rigged(pattern):
     """A SelectionCallback whose recorded correctness at step s is ``pattern(s)`` (real generation
     and records writer; only the `correct` column is replaced), so the answer is known."""
@@ -130,7 +114,7 @@ def _train(setup, name, callback, max_steps, **extra):
     root, base, _, tok, train, _ = setup
     trainer = Trainer(
         model=_lora_model(base),
-        args=_args(root / "runs" / name, max_steps, **extra),
+        args=tiny_training_args(root / "runs" / name, max_steps, **extra),
         train_dataset=train,
         eval_dataset=train[:2],
         data_collator=lambda batch: collate(batch, tok.pad_token_id),

@@ -135,6 +135,29 @@ class TinyRun:
     steps: tuple[int, ...]
 
 
+def tiny_training_args(out: Path, max_steps: int, **extra):
+    """Trainer arguments of the callback tests: CPU, a save every 2 steps, no logging."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(out),
+        max_steps=max_steps,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        remove_unused_columns=False,
+        seed=0,
+        **extra,
+    )
+
+
 def build_tiny_run(
     root: Path,
     *,
