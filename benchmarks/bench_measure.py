@@ -40,8 +40,7 @@ def naive_subset(run, n_ckpts: int, n_items: int, max_new: int, window: int) -> 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ckptsel.measure.generate import generate_texts
-    from ckptsel.measure.nll import response_nll
+    from ckptsel.measure.passes import generate_texts, response_nll
     from ckptsel.tasks import format_prompt, load_items
 
     items = load_items("gsm8k", run.validation)[:n_items]

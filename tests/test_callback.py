@@ -174,9 +174,9 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
     )
     assert na[nkey].equals(nb[nkey])
     assert na["n_tokens"].tolist() == nb["n_tokens"].tolist()
-    np.testing.assert_allclose(
-        na["nll_sum"].to_numpy(), nb["nll_sum"].to_numpy(), rtol=0, atol=1e-6
-    )
+    # measure merges each float32 adapter into a copy of the base on the CPU; the callback
+    # scores the training model's unmerged LoRA: equal to float32 rounding
+    np.testing.assert_allclose(na["nll_sum"].to_numpy(), nb["nll_sum"].to_numpy(), rtol=1e-7)
     # and the steps really differ in NLL (training happened between saves)
     v = na[na["window"] == 512].pivot_table(index="item_id", columns="step", values="nll_sum")
     assert not np.allclose(v[2], v[4])

@@ -194,8 +194,7 @@ def test_n_tokens_constant_across_checkpoints(measured):
 
 
 def test_batch_size_does_not_change_answers_or_nll(measured):
-    from ckptsel.measure.generate import generate_texts
-    from ckptsel.measure.nll import response_nll
+    from ckptsel.measure.passes import generate_texts, response_nll
     from ckptsel.tasks import format_prompt, load_items
 
     run, *_ = measured

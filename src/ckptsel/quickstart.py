@@ -185,7 +185,7 @@ def base_test_accuracy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ckptsel.answers import is_correct
-    from ckptsel.measure.generate import generate_texts
+    from ckptsel.measure.passes import generate_texts
     from ckptsel.tasks import format_prompt
 
     tok = AutoTokenizer.from_pretrained(str(base_dir))

@@ -52,56 +52,99 @@ def measure_model(
     generate: bool = True,
     nll: bool = True,
     on_batch: Callable[[int], None] | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measure a model already in memory (e.g. from a Trainer callback) on ``items``.
 
     Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled
     (``configuration`` defaults to ``trajectory``); ``generations`` carries ``text``. NLL rows
     are given for ``config.window`` and for the complete response (``window=0``). ``device``
-    is where inputs go (default: the model's own device). Write the frames with
+    is where inputs go (default: the model's own device). Generation and NLL share one forward
+    pass per batch (:mod:`ckptsel.measure.passes`); ``seconds`` (if given) accumulates the time
+    of its ``forward``, ``nll`` and ``decode`` steps. Write the frames with
     :func:`ckptsel.records.upsert_records`. The model is left in eval mode.
     """
-    from ckptsel.measure.generate import generate_texts
-    from ckptsel.measure.nll import response_nll
+    return measure_splits(
+        model, tokenizer, {split: items}, config, trajectory=trajectory, step=step,
+        configuration=configuration, device=device, generate=generate, nll=nll,
+        on_batch=on_batch, seconds=seconds,
+    )  # fmt: skip
+
+
+def measure_splits(
+    model: Any,
+    tokenizer: Any,
+    items: dict[str, Sequence[Any]],
+    config: MeasureConfig,
+    *,
+    trajectory: str,
+    step: int,
+    configuration: str | None = None,
+    device: Any = None,
+    generate: bool = True,
+    nll: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+    seconds: dict[str, float] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`measure_model` for the items of several splits (``{split: items}``) at once: one
+    pass over all of them (fuller batches, less padding), frames per split, concatenated."""
+    from ckptsel.measure.passes import measure_items
     from ckptsel.tasks import format_prompt
 
-    if split not in SPLITS:
-        raise CkptselError(f"unknown split {split!r}: use validation or test")
+    for split in items:
+        if split not in SPLITS:
+            raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or trajectory
-    prompts = [format_prompt(it.instruction) for it in items]
-    gen, nl = empty_generations(), empty_nll()
-    if generate:
-        texts = generate_texts(
-            model,
-            tokenizer,
-            prompts,
-            batch_size=config.batch_size,
-            max_new_tokens=config.max_new_tokens,
-            device=device,
-            on_batch=on_batch,
-        )
-        gen = generation_frame(
-            items,
-            texts,
-            task=config.task_for(split),
-            split=split,
-            trajectory=trajectory,
-            configuration=configuration,
-            step=step,
-        )
-    if nll:
-        scored = response_nll(
-            model,
-            tokenizer,
-            prompts,
-            [it.response for it in items],
-            windows=config.windows,
-            batch_size=config.batch_size,
-            device=device,
-            on_batch=on_batch,
-        )
-        nl = nll_frame(items, scored, split=split, trajectory=trajectory, step=step)
-    return gen, nl
+    flat = [it for its in items.values() for it in its]
+    texts, scored = measure_items(
+        model,
+        tokenizer,
+        [format_prompt(it.instruction) for it in flat],
+        [it.response for it in flat] if nll else None,
+        generate=generate,
+        windows=config.windows,
+        batch_size=config.batch_size,
+        max_new_tokens=config.max_new_tokens,
+        device=device,
+        on_batch=on_batch,
+        seconds=seconds,
+    )
+    gens, nlls, start = [empty_generations()], [empty_nll()], 0
+    for split, its in items.items():
+        part = slice(start, start + len(its))
+        start += len(its)
+        if texts is not None:
+            gens.append(generation_frame(
+                its, texts[part], task=config.task_for(split), split=split,
+                trajectory=trajectory, configuration=configuration, step=step,
+            ))  # fmt: skip
+        if scored is not None:
+            nlls.append(
+                nll_frame(its, scored[part], split=split, trajectory=trajectory, step=step)
+            )
+    return _concat(gens), _concat(nlls)
+
+
+def _with_hashes(frames: list[pd.DataFrame], pool: ItemPool) -> list[pd.DataFrame]:
+    """Each frame with its rows' ``item_hash`` (by split and item id)."""
+    hashes = {
+        (split, it.item_id): h
+        for split, its in pool.splits.items()
+        for it, h in zip(its, pool.hashes[split], strict=True)
+    }
+    return [
+        f.assign(item_hash=pd.Series(
+            [hashes[k] for k in zip(f["split"], f["item_id"], strict=True)], index=f.index,
+            dtype="string",
+        ))  # fmt: skip
+        for f in frames
+    ]
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The frames stacked (the first, empty one only keeps the contract dtypes)."""
+    frames = [f for f in frames[1:] if len(f)] or frames[:1]
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 @dataclass
@@ -264,33 +307,47 @@ class _Measurer:
         model = self.holder.get(ckpt)
         cfg, res, pool = self.config, self.result, parts.pool
         new_gen, new_nll = [], []
+        # one pass for the items that need both, one for each kind alone (resumed parts); the
+        # splits share each pass (fuller batches)
+        groups: dict[tuple[bool, bool], dict[str, list[Any]]] = {}
         for split, its in pool.splits.items():
-            hashes = pool.hashes[split]
-            # what both passes (generation only, NLL only) share
-            common = dict(
-                split=split, trajectory=trajectory, configuration=configuration,
-                step=ckpt.step, device=cfg.device, on_batch=tick,
-            )  # fmt: skip
-            sel = [its[i] for i in parts.todo_gen[split]]
-            if sel:
+            gen_todo, nll_todo = set(parts.todo_gen[split]), set(parts.todo_nll[split])
+            if self.vllm is not None and gen_todo:
                 t0 = time.perf_counter()
-                if self.vllm is not None:
-                    g = self._generate_vllm(ckpt, sel, split, trajectory, configuration)
-                    tick(len(sel))
-                else:
-                    g, _ = measure_model(model, self.tokenizer, sel, cfg, nll=False, **common)
+                sel = [its[i] for i in sorted(gen_todo)]
+                new_gen.append(self._generate_vllm(ckpt, sel, split, trajectory, configuration))
                 res.generation_seconds += time.perf_counter() - t0
                 res.generated_items += len(sel)
-                new_gen.append(g.assign(item_hash=[hashes[i] for i in parts.todo_gen[split]]))
-            sel = [its[i] for i in parts.todo_nll[split]]
-            if sel:
-                t0 = time.perf_counter()
-                _, n = measure_model(model, self.tokenizer, sel, cfg, generate=False, **common)
-                res.nll_seconds += time.perf_counter() - t0
-                res.scored_items += len(sel)
-                ih = dict(zip((it.item_id for it in its), hashes, strict=True))
-                new_nll.append(n.assign(item_hash=n["item_id"].map(ih).astype("string")))
-        return new_gen, new_nll
+                tick(len(sel))
+                gen_todo = set()
+            for todo, flags in (
+                (gen_todo & nll_todo, (True, True)),
+                (gen_todo - nll_todo, (True, False)),
+                (nll_todo - gen_todo, (False, True)),
+            ):
+                if todo:
+                    groups.setdefault(flags, {})[split] = [its[i] for i in sorted(todo)]
+        for (gen, nll), by_split in groups.items():
+            seconds: dict[str, float] = {}
+            g, n = measure_splits(
+                model, self.tokenizer, by_split, cfg, trajectory=trajectory,
+                configuration=configuration, step=ckpt.step, device=cfg.device,
+                generate=gen, nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m),
+                seconds=seconds,
+            )  # fmt: skip
+            # the forward over prompt + response is the NLL's cost (the prompt prefill that
+            # generation needs rides along); without NLL it is generation's prefill
+            fwd = seconds.get("forward", 0.0)
+            res.generation_seconds += seconds.get("decode", 0.0) + (0.0 if nll else fwd)
+            res.nll_seconds += seconds.get("nll", 0.0) + (fwd if nll else 0.0)
+            n_items = sum(map(len, by_split.values()))
+            if gen:
+                res.generated_items += n_items
+                new_gen.append(g)
+            if nll:
+                res.scored_items += n_items
+                new_nll.append(n)
+        return _with_hashes(new_gen, pool), _with_hashes(new_nll, pool)
 
     def _generate_vllm(
         self, ckpt: Checkpoint, items: list[Any], split: str, trajectory: str, configuration: str

@@ -1,0 +1,260 @@
+"""One forward pass per batch of items on a Hugging Face model: the prompt and the reference
+response go through the model once, and greedy decoding continues from that pass's KV cache.
+
+Why one pass: the prompt is the longer half of most items, and both measurements need its
+keys and values. Recomputing them (a full forward over prompt + response for the NLL, another
+prefill inside ``generate``) cost a third of measurement time. A causal LM computes position
+``j`` from tokens ``< j`` only, so one forward over ``prompt + response`` gives the response's
+teacher-forced NLL *and*, at the prompt's last position, the first generated token; the
+prompt's cached keys and values are exactly what the rest of the generation conditions on.
+Values agree with a single unpadded forward and with ``generate`` to float rounding (tests
+check both against such references).
+
+Shapes: a batch is ``B`` items; row ``r`` feeds ``prompt_r + response_r[:-1]`` (``n_p`` +
+``n_r - 1`` tokens; without NLL, just the prompt), right-padded to width ``W``; the vocabulary
+has ``V`` tokens.
+
+* forward: ``B × W`` tokens, no attention mask (right padding cannot reach a real token under
+  causal attention, and the mask-free path is the fast one) → logits for positions
+  ``n_p - 1 .. n_p + n_r - 2`` (response tokens ``0..n_r-1``; only the suffix of positions the
+  batch needs is projected onto the vocabulary) and the KV cache;
+* score: per row, log-softmax (float32 or wider) at those positions, the response token's NLL,
+  summed in float64 in token order, per window (SPEC §3);
+* decode: greedy, one token per step for every row until each row has emitted a stop token or
+  ``max_new_tokens`` are done (finished rows are fed the pad token, as ``generate`` does). The
+  cache is cut to the longest prompt; row ``r`` attends to its prompt (``< n_p``) and to its
+  new tokens, never to its response or padding, and its new tokens take positions ``n_p,
+  n_p + 1, …``: what it would see alone.
+
+Items are sorted by fed length (little padding; the longest batch first, so memory problems
+show at once).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
+from ckptsel.measure.generate import encode_prompts, pad_id, stop_token_ids
+from ckptsel.measure.nll import Scored, encode_responses, scored_positions
+from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+
+
+def measure_items(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    responses: Sequence[str] | None = None,
+    *,
+    generate: bool = True,
+    windows: Sequence[int] = (MATCHED_WINDOW, COMPLETE_WINDOW),
+    batch_size: int = BATCH_SIZE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    device: Any = None,
+    on_batch: Callable[[int], None] | None = None,
+    seconds: dict[str, float] | None = None,
+) -> tuple[list[str] | None, list[dict[int, Scored]] | None]:
+    """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.
+
+    Texts exclude the prompt and the stop token (any of :func:`stop_token_ids`). NLLs are
+    ``{window: Scored}`` per item: the response tokens (and EOS) that remain once prompt +
+    response is cut to ``window`` tokens (``0``: the complete response). ``on_batch(n)`` is
+    called after each batch with its size; ``seconds`` (if given) accumulates the time spent in
+    ``forward``, ``nll`` and ``decode``.
+    """
+    import torch
+
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    if responses is not None and len(responses) != len(prompts):
+        raise ValueError("prompts and responses differ in length")
+    if not generate and responses is None:
+        return None, None
+    device = device if device is not None else next(model.parameters()).device
+    encoded = encode_prompts(tokenizer, prompts)
+    if any(not p for p in encoded):
+        raise ValueError("empty prompt: nothing conditions the first token")
+    answers = encode_responses(tokenizer, responses) if responses is not None else None
+    fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
+    stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
+    order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))
+    texts: list[str] | None = [""] * len(fed) if generate else None
+    scored: list[dict[int, Scored]] | None = [{} for _ in fed] if answers else None
+    clock = _Clock(seconds)
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = _Batch([fed[i] for i in idx], [len(encoded[i]) for i in idx], pad, device)
+            with clock("forward"):
+                logits, cache = _forward(model, batch, keep_cache=generate)
+            if answers is not None:
+                with clock("nll"):
+                    for row, i in enumerate(idx):
+                        cums = _response_nll(logits, batch, row, answers[i])
+                        scored[i] = _windows(cums, batch.n_prompt[row], windows)
+            if generate:
+                with clock("decode"):
+                    toks = _decode(model, cache, logits, batch, stops, pad, max_new_tokens)
+                for i, row in zip(idx, toks, strict=True):
+                    cut = next((k for k, t in enumerate(row) if t in stops), len(row))
+                    texts[i] = tokenizer.decode(row[:cut], skip_special_tokens=True)
+            del logits, cache
+            if on_batch is not None:
+                on_batch(len(idx))
+    return texts, scored
+
+
+def generate_texts(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    batch_size: int = BATCH_SIZE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    device: Any = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Greedy continuation of every prompt, in input order (see :func:`measure_items`)."""
+    texts, _ = measure_items(
+        model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
+        device=device, on_batch=on_batch,
+    )  # fmt: skip
+    return texts
+
+
+def response_nll(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    *,
+    windows: Sequence[int] = (MATCHED_WINDOW, COMPLETE_WINDOW),
+    batch_size: int = BATCH_SIZE,
+    device: Any = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[dict[int, Scored]]:
+    """Per item, ``{window: Scored}`` for each requested window (see :func:`measure_items`)."""
+    _, scored = measure_items(
+        model, tokenizer, prompts, responses, generate=False, windows=windows,
+        batch_size=batch_size, device=device, on_batch=on_batch,
+    )  # fmt: skip
+    return scored
+
+
+# --------------------------------------------------------------------------- the three steps
+
+
+class _Batch:
+    """Right-padded fed tokens (``ids`` ``B × W``), each row's prompt length ``n_p``, and
+    ``first``: the first position whose logits the batch needs (``min n_p - 1``)."""
+
+    def __init__(self, seqs: list[list[int]], n_prompt: list[int], pad: int, device: Any) -> None:
+        import torch
+
+        self.width = max(map(len, seqs))
+        ids = torch.full((len(seqs), self.width), pad, dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        self.ids, self.n_prompt = ids.to(device), n_prompt
+        self.first = min(n_prompt) - 1
+
+
+def _forward(model: Any, batch: _Batch, *, keep_cache: bool) -> tuple[Any, Any]:
+    """(logits for positions ``first .. W-1``: ``B × (W - first) × V``, the KV cache or None)."""
+    extra = {"logits_to_keep": batch.width - batch.first} if _keeps_logits(model) else {}
+    out = model(input_ids=batch.ids, use_cache=keep_cache, **extra)
+    logits = out.logits
+    if logits.shape[1] != batch.width - batch.first:  # the model projected every position
+        logits = logits[:, batch.first :]
+    return logits, (out.past_key_values if keep_cache else None)
+
+
+def _response_nll(logits: Any, batch: _Batch, row: int, answer: list[int]) -> Any:
+    """Cumulative NLL (float64, CPU) of ``answer``'s tokens under ``row``'s logits, in order."""
+    import torch
+
+    start = batch.n_prompt[row] - 1 - batch.first  # the prompt's last position predicts token 0
+    lg = logits[row, start : start + len(answer)]
+    if lg.dtype not in (torch.float32, torch.float64):
+        lg = lg.float()
+    target = torch.tensor(answer, dtype=torch.long, device=lg.device)
+    tok_nll = -lg.log_softmax(-1).gather(-1, target[:, None])[:, 0]
+    return torch.cumsum(tok_nll.double().cpu(), 0)
+
+
+def _windows(cums: Any, n_prompt: int, windows: Sequence[int]) -> dict[int, Scored]:
+    n_response = len(cums)
+    out = {}
+    for w in windows:
+        k = scored_positions(n_prompt, n_response, w)
+        out[w] = Scored(float(cums[k - 1]) if k > 0 else 0.0, k)
+    return out
+
+
+def _decode(
+    model: Any, cache: Any, logits: Any, batch: _Batch, stops: list[int], pad: int,
+    max_new_tokens: int,
+) -> list[list[int]]:  # fmt: skip
+    """Greedy tokens per row (``B × steps``; a finished row continues with ``pad``)."""
+    import torch
+
+    device = batch.ids.device
+    b = len(batch.n_prompt)
+    n_p = torch.tensor(batch.n_prompt, dtype=torch.long, device=device)
+    stop = torch.tensor(stops or [-1], dtype=torch.long, device=device)
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    # each row sees its prompt only; the columns past the longest prompt (responses, padding)
+    # are seen by no row, so they are dropped; new tokens are appended after the rest
+    width = max(batch.n_prompt)
+    if width < batch.width:
+        cache.crop(width - batch.width)  # negative: drop that many (transformers 4.x and 5.x)
+    mask = (torch.arange(width, device=device)[None, :] < n_p[:, None]).long()
+    last = logits[torch.arange(b, device=device), n_p - 1 - batch.first]
+    out = []
+    for step in range(max_new_tokens):
+        nxt = torch.where(done, pad, last.argmax(-1))
+        out.append(nxt)
+        done = done | torch.isin(nxt, stop)
+        if step + 1 == max_new_tokens or bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], 1)
+        res = model(
+            input_ids=nxt[:, None], attention_mask=mask, position_ids=(n_p + step)[:, None],
+            past_key_values=cache, use_cache=True,
+        )  # fmt: skip
+        last, cache = res.logits[:, -1, :], res.past_key_values
+    return torch.stack(out, 1).tolist() if out else [[] for _ in range(b)]
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (recent transformers)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(type(inner).forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class _Clock:
+    """``with clock(name):`` adds the block's wall time to ``seconds[name]`` (if given)."""
+
+    def __init__(self, seconds: dict[str, float] | None) -> None:
+        self.seconds = seconds
+        self.name, self.t0 = "", 0.0
+
+    def __call__(self, name: str) -> _Clock:
+        self.name = name
+        return self
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.seconds is not None:
+            self.seconds[self.name] = self.seconds.get(self.name, 0.0) + (
+                time.perf_counter() - self.t0
+            )
