@@ -284,8 +284,8 @@ transformers, peft, ckptsel.measure) {b['imports']:.1f} s; `measure_run` {b['mea
 forward's cache) + the rest {rest:.1f} s (item and checkpoint checks, {b['model_loads']}
 base-model load, each adapter merged into a copy of the base (float32 CPU), records units written
 once per checkpoint). The remaining wall time of (a) is interpreter start-up, the CLI and exit.
-What made the difference: one forward per item instead of three (NLL's full forward, and
-`generate`'s prefill), the validation and test items in one pass (fuller batches), float32
+What made the difference: the prompt goes through the model once per item instead of twice (NLL's
+full forward and `generate`'s prefill), the validation and test items in one pass (fuller batches), float32
 adapters merged on the CPU (LoRA's extra matmuls were a quarter of the forward), and an exit that
 skips the interpreter's final garbage collection over torch's objects (about a second).
 """
