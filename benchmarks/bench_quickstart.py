@@ -6,9 +6,9 @@ Each mode runs in a fresh temporary folder as a subprocess (``python -m ckptsel 
 Wall time on a shared machine says more about the other jobs than about ckptsel, so the CPU
 time is measured too (user + system of the quickstart process and its worker processes, per
 stage, from ``quickstart.json``), and the wall time on an otherwise idle machine with W cores
-is estimated as: serial stages' CPU time + the training/measurement stage's CPU time / W
-(that stage runs min(W, 2) single-threaded worker processes; the others run in one process,
-one thread).
+is estimated as: each stage's CPU time / the cores it keeps busy (the base pre-training runs
+min(W, 2) threads and the training/measurement stage min(W, 2) single-threaded worker
+processes; the others run in one process, one thread).
 
     .venv/bin/python benchmarks/bench_quickstart.py [--modes fast,default] [--keep DIR]
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 
 from _common import machine, update_section  # noqa: E402
 
-PARALLEL_STAGE = "training + measurement"
+PARALLEL_STAGES = ("data + base model", "training + measurement")  # two threads / two workers
 LIMITS = {"fast": 180.0, "default": 300.0}  # seconds, issue 10
 
 
@@ -54,7 +54,7 @@ def run_mode(mode: str, root: Path) -> dict:
     q = json.loads((out / "results" / "quickstart.json").read_text())
     workers = min(2, os.cpu_count() or 1)
     cpu = q["cpu_seconds"]
-    estimate = sum(v for k, v in cpu.items() if k != PARALLEL_STAGE) + cpu.get(PARALLEL_STAGE, 0.0) / workers
+    estimate = sum(v / (workers if k in PARALLEL_STAGES else 1) for k, v in cpu.items())
     lines = stdout.count("\n") + stderr.count("\n")
     return {
         "mode": mode,
@@ -84,8 +84,8 @@ def section(results: list[dict]) -> str:
         "5 s during each run, says how busy it was: 2 means both cores were taken). Each mode "
         "from an empty folder, output to a log (no TTY). "
         "CPU = user + system of the quickstart and its workers; the idle-machine estimate is "
-        "serial stages' CPU + the training/measurement stage's CPU / 2 (two single-threaded "
-        "worker processes).",
+        "each stage's CPU / the cores it keeps busy (2 for the base pre-training's two threads "
+        "and for the two single-threaded workers of training + measurement, 1 otherwise).",
         "",
         "| mode | configurations × seeds | wall (1-min load avg: start, mean, max) | CPU "
         "| estimate, idle 2 cores "

@@ -142,3 +142,22 @@ def test_base_is_pretrained_and_cached(tmp_path):
     mtime = (out / "model.safetensors").stat().st_mtime_ns
     assert E.pretrain_base(tmp_path / "base", SMALL, cfg, progress=False) == out
     assert (out / "model.safetensors").stat().st_mtime_ns == mtime  # reused, not retrained
+
+
+def test_base_weights_do_not_depend_on_the_thread_count(tmp_path):
+    """The quickstart pre-trains its base with up to two threads (nothing else runs then); the
+    weights must be those of one thread, bit for bit, or the study would change with the
+    machine's core count."""
+    torch = pytest.importorskip("torch")
+
+    cfg = E.BaseConfig(steps=25, batch_size=48)  # the quickstart's model shape
+    before = torch.get_num_threads()
+    blobs = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            out = E.pretrain_base(tmp_path / f"base-{n}", SMALL, cfg, progress=False)
+            blobs.append((out / "model.safetensors").read_bytes())
+    finally:
+        torch.set_num_threads(before)
+    assert blobs[0] == blobs[1]

@@ -80,11 +80,11 @@ def make_plan(fast: bool = False) -> QuickstartPlan:
     instruction format (``formatted_fraction``), so, like an instruction-tuned model, it already
     knows the answer format and SFT moves test accuracy by a few points per checkpoint.
     Learning rates are above the SPEC defaults because the model is tiny."""
-    steps, every = (60, 6) if fast else (100, 10)
+    steps, every = (50, 5) if fast else (100, 10)
     task = EmbeddedConfig(
         n_original=400 if fast else 700,
         variants=3,
-        n_test=200 if fast else 300,
+        n_test=150 if fast else 300,
         max_operand=9,
         max_mul=6,
         formatted_fraction=0.5,
@@ -265,6 +265,7 @@ def run_quickstart(
             console=console,
             analyze=analyze,
             workers=default_workers(device) if workers is None else workers,
+            base_threads=min(2, threads),
         )
     finally:
         torch.set_num_threads(threads)
@@ -311,7 +312,10 @@ def _run(
     console: Any,
     analyze: bool,
     workers: int,
+    base_threads: int = 1,
 ) -> QuickstartResult:
+    import torch
+
     from ckptsel.publish import MANIFEST_FILE
     from ckptsel.runner import StudyRun
     from ckptsel.study import load_spec
@@ -335,7 +339,14 @@ def _run(
 
     t = time.perf_counter()
     write_embedded(out / "data", plan.task)
-    base_dir = pretrain_base(out / "base", plan.task, plan.base, progress=False)
+    # the base pre-trains alone (nothing else runs yet): up to two threads, which give it the
+    # same weights bit for bit as one (tests/test_quickstart.py checks)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(base_threads)
+    try:
+        base_dir = pretrain_base(out / "base", plan.task, plan.base, progress=False)
+    finally:
+        torch.set_num_threads(threads)
     toml = study_toml(plan, fast)
     study_file = out / STUDY_FILE
     if not study_file.is_file() or study_file.read_text(encoding="utf-8") != toml:

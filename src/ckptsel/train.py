@@ -55,10 +55,16 @@ def encode_example(
     if tokenizer.eos_token_id is None:
         raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
     p = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-    r = list(tokenizer(response, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
-    ids = (p + r)[:max_length]
-    labels = ([IGNORE_INDEX] * len(p) + r)[:max_length]
-    return {"input_ids": ids, "labels": labels}
+    r = list(tokenizer(response, add_special_tokens=False)["input_ids"])
+    return _example(p, r, tokenizer.eos_token_id, max_length)
+
+
+def _example(p: list[int], r: list[int], eos: int, max_length: int) -> dict[str, list[int]]:
+    r = [*r, eos]
+    return {
+        "input_ids": (p + r)[:max_length],
+        "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length],
+    }
 
 
 def collate(examples: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, Any]:
@@ -555,12 +561,20 @@ def train_trajectory(
 def encode_items(
     tokenizer, items: Sequence[Any], max_length: int = 512
 ) -> list[dict[str, list[int]]]:
-    """Encode ``ckptsel.tasks.Item`` objects (prompt = the Alpaca template, SPEC §9)."""
+    """Encode ``ckptsel.tasks.Item`` objects (prompt = the Alpaca template, SPEC §9): what
+    :func:`encode_example` gives for each, with the prompts and the responses tokenized in one
+    batch call each."""
     from ckptsel.tasks import format_prompt
 
+    if tokenizer.eos_token_id is None:
+        raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
+    if not items:
+        return []
+    prompts = tokenizer([format_prompt(it.instruction) for it in items], add_special_tokens=True)
+    responses = tokenizer([it.response for it in items], add_special_tokens=False)
     return [
-        encode_example(tokenizer, format_prompt(it.instruction), it.response, max_length)
-        for it in items
+        _example(list(p), list(r), tokenizer.eos_token_id, max_length)
+        for p, r in zip(prompts["input_ids"], responses["input_ids"], strict=True)
     ]
 
 

@@ -16,6 +16,7 @@ adapters stay unmerged.
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,14 @@ class ModelHolder:
 
     def free(self) -> None:
         """Drop the model and give its memory back."""
-        if self.model is None and self.pristine is None:
+        held = [weakref.ref(m) for m in (self.model, self.pristine) if m is not None]
+        if not held:
             return
         self.model = self.base = self.adapter = self.pristine = None
-        gc.collect()
+        # models are usually freed right here, by reference counting; a full collection
+        # (a quarter second with torch loaded) only when something survived in a cycle
+        if any(ref() is not None for ref in held):
+            gc.collect()
         try:
             import torch
 

@@ -56,6 +56,7 @@ def measure_items(
     device: Any = None,
     on_batch: Callable[[int], None] | None = None,
     seconds: dict[str, float] | None = None,
+    token_cache: dict[tuple[str, str], list[int]] | None = None,
 ) -> tuple[list[str] | None, list[dict[int, Scored]] | None]:
     """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.
 
@@ -63,7 +64,8 @@ def measure_items(
     ``{window: Scored}`` per item: the response tokens (and EOS) that remain once prompt +
     response is cut to ``window`` tokens (``0``: the complete response). ``on_batch(n)`` is
     called after each batch with its size; ``seconds`` (if given) accumulates the time spent in
-    ``forward``, ``nll`` and ``decode``.
+    ``forward``, ``nll`` and ``decode``. ``token_cache`` (a dict the caller keeps for one
+    tokenizer, e.g. over the checkpoints of a run) saves tokenizing the same texts again.
     """
     import torch
 
@@ -74,10 +76,12 @@ def measure_items(
     if not generate and responses is None:
         return None, None
     device = device if device is not None else next(model.parameters()).device
-    encoded = encode_prompts(tokenizer, prompts)
+    encoded = _cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
-    answers = encode_responses(tokenizer, responses) if responses is not None else None
+    answers = None
+    if responses is not None:
+        answers = _cached(encode_responses, tokenizer, responses, token_cache, "response")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
     stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
     order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))
@@ -228,6 +232,20 @@ def _decode(
         )  # fmt: skip
         last, cache = res.logits[:, -1, :], res.past_key_values
     return torch.stack(out, 1).tolist() if out else [[] for _ in range(b)]
+
+
+def _cached(
+    encode: Callable[[Any, Sequence[str]], list[list[int]]], tokenizer: Any,
+    texts: Sequence[str], cache: dict[tuple[str, str], list[int]] | None, kind: str,
+) -> list[list[int]]:  # fmt: skip
+    """``encode(tokenizer, texts)``, through ``cache`` when one is given (the lists returned
+    are shared with the cache: read them, never change them)."""
+    if cache is None:
+        return encode(tokenizer, texts)
+    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
+    if todo:
+        cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
+    return [cache[(kind, t)] for t in texts]
 
 
 def _keeps_logits(model: Any) -> bool:

@@ -85,9 +85,11 @@ def measure_splits(
     nll: bool = True,
     on_batch: Callable[[int], None] | None = None,
     seconds: dict[str, float] | None = None,
+    token_cache: dict[tuple[str, str], list[int]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`measure_model` for the items of several splits (``{split: items}``) at once: one
-    pass over all of them (fuller batches, less padding), frames per split, concatenated."""
+    pass over all of them (fuller batches, less padding), frames per split, concatenated.
+    ``token_cache``: see :func:`ckptsel.measure.passes.measure_items`."""
     from ckptsel.measure.passes import measure_items
     from ckptsel.tasks import format_prompt
 
@@ -108,6 +110,7 @@ def measure_splits(
         device=device,
         on_batch=on_batch,
         seconds=seconds,
+        token_cache=token_cache,
     )
     gens, nlls, start = [empty_generations()], [empty_nll()], 0
     for split, its in items.items():
@@ -280,6 +283,7 @@ class _Measurer:
             )
         self.holder = ModelHolder(config.device, resolve_dtype(config.dtype, config.device))
         self.tokenizer: Any = None
+        self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one set of bars (the caller's), not one per load
@@ -333,7 +337,7 @@ class _Measurer:
                 model, self.tokenizer, by_split, cfg, trajectory=trajectory,
                 configuration=configuration, step=ckpt.step, device=cfg.device,
                 generate=gen, nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m),
-                seconds=seconds,
+                seconds=seconds, token_cache=self.token_cache,
             )  # fmt: skip
             # the forward over prompt + response is the NLL's cost (the prompt prefill that
             # generation needs rides along); without NLL it is generation's prefill
