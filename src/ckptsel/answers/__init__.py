@@ -12,8 +12,6 @@ for a mixed ``commonsense`` pool pass the item's subtask, else the union of all 
 
 from __future__ import annotations
 
-import functools
-
 from ckptsel.answers import commonsense as _commonsense
 from ckptsel.answers import gsm8k as _gsm8k
 from ckptsel.answers import math as _math
@@ -41,12 +39,6 @@ def _commonsense_subtask(task: str, subtask: str) -> str:
     return get_task(task).subtask
 
 
-# Pure functions of their strings, called for every item at every checkpoint (and again when
-# records are rebuilt from the part cache), where most texts repeat: cached.
-_CACHE = 1 << 14
-
-
-@functools.lru_cache(maxsize=_CACHE)
 def extract(task: str, text: str, *, subtask: str = "") -> str:
     """Normalized answer found in a generation; "" if none was found."""
     family = family_of(task)
@@ -57,7 +49,6 @@ def extract(task: str, text: str, *, subtask: str = "") -> str:
     return _commonsense.extract(text, _commonsense_subtask(task, subtask))
 
 
-@functools.lru_cache(maxsize=_CACHE)
 def is_correct(task: str, text: str, reference: str, *, subtask: str = "") -> bool:
     """Whether the generation's answer matches the gold reference."""
     family = family_of(task)

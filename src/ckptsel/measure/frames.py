@@ -7,6 +7,7 @@ fix never needs a re-generation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,13 +20,23 @@ def score_texts(
     task: str, items: Sequence[Any], texts: Sequence[str]
 ) -> tuple[list[str], list[bool]]:
     """Normalized answers and correctness of generated texts (``ckptsel.answers``)."""
+    # the item's subtask picks the label pattern in a mixed commonsense pool
+    scored = [
+        _score(task, it.subtask, t, it.reference) for t, it in zip(texts, items, strict=True)
+    ]
+    return [a for a, _ in scored], [ok for _, ok in scored]
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _score(task: str, subtask: str, text: str, reference: str) -> tuple[str, bool]:
+    """(answer, correct) of one text. Cached: every item is scored at every checkpoint, and
+    again when the records are rebuilt from the parts, and most texts repeat."""
     from ckptsel import answers
 
-    # the item's subtask picks the label pattern in a mixed commonsense pool
-    pairs = list(zip(texts, items, strict=True))
-    ans = [answers.extract(task, t, subtask=it.subtask) for t, it in pairs]
-    ok = [bool(answers.is_correct(task, t, it.reference, subtask=it.subtask)) for t, it in pairs]
-    return ans, ok
+    return (
+        answers.extract(task, text, subtask=subtask),
+        bool(answers.is_correct(task, text, reference, subtask=subtask)),
+    )
 
 
 def generation_frame(
