@@ -80,7 +80,7 @@ def make_plan(fast: bool = False) -> QuickstartPlan:
     instruction format (``formatted_fraction``), so, like an instruction-tuned model, it already
     knows the answer format and SFT moves test accuracy by a few points per checkpoint.
     Learning rates are above the SPEC defaults because the model is tiny."""
-    steps, every = (50, 5) if fast else (100, 10)
+    steps, every = (40, 4) if fast else (100, 10)
     task = EmbeddedConfig(
         n_original=400 if fast else 700,
         variants=3,
