@@ -26,7 +26,7 @@ CHILD = r"""
 import json, sys, time
 from pathlib import Path
 from ckptsel import choose as ch, pipeline, records
-from ckptsel.evaluate import score
+from ckptsel.choose.evaluate import score
 from ckptsel.stats import StatSettings, summarize
 rec, out = Path(sys.argv[1]), Path(sys.argv[2])
 t = {}
@@ -39,7 +39,7 @@ t["analyze (total), CPU seconds of the process"] = time.process_time() - c0
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
 rss = int(hwm.split()[1]) / 1024 / 1024
 # the phases, once more, separately (warm caches)
-from ckptsel.analysis.blas import single_threaded
+from ckptsel._util.threads import single_threaded
 single_threaded().__enter__()
 t0 = time.perf_counter(); val = records.load_validation(rec); t["load validation"] = time.perf_counter() - t0
 t0 = time.perf_counter(); table = ch.choose(val, ch.ChoiceSettings()); t["choose (all schemes)"] = time.perf_counter() - t0
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    from ckptsel.simulate import write_simulation
+    from ckptsel.sim import write_simulation
 
     with tempfile.TemporaryDirectory() as tmp:
         sim = write_simulation(Path(tmp) / "simulated", "paper", seed=0)

@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ckptsel.audit import (
+from ckptsel.data.audit import (
     audit_pools,
     brute_force_jaccard_pairs,
     char_ngrams,

@@ -2,7 +2,7 @@
 
 Each simulated study (``coverage_sim``: shared test questions, configuration heterogeneity,
 seeds correlated within a configuration) goes through the same interval code as
-``ckptsel analyze`` (``ckptsel.analysis.bootstrap`` / ``intervals``, draws shared across
+``ckptsel analyze`` (``ckptsel.stats.bootstrap`` / ``intervals``, draws shared across
 families as in ``stats.summarize``). Each family is scored against its own estimand:
 
 * configuration — percentile bootstrap, CR2 t (Bell–McCaffrey df), wild cluster bootstrap-t
@@ -25,8 +25,8 @@ import time
 import numpy as np
 from coverage_sim import Scenario, Simulator, arrays
 
-from ckptsel.analysis import bootstrap as bs
-from ckptsel.analysis import intervals as iv
+from ckptsel.stats import bootstrap as bs
+from ckptsel.stats import intervals as iv
 
 from _common import machine, update_section
 

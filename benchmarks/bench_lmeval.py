@@ -3,7 +3,7 @@
 The sweep: a tiny local Llama (``tests/tinyrun.py``: BPE vocab 400, hidden 64, 2 layers) with 6
 LoRA checkpoints (rank 4), 100 GSM8K items (the first 50 + next 50 questions of
 ``../shared/data/gsm8k/test.jsonl`` as validation + test), greedy decoding, the same Alpaca prompt
-(``ckptsel.tasks.format_prompt``), the same ``max_new_tokens`` and batch size, stop at EOS only,
+(``ckptsel.data.format_prompt``), the same ``max_new_tokens`` and batch size, stop at EOS only,
 fp32 on the CPU with torch's default threads (2 on the bench machine). Three sides, each timed
 from outside as a fresh process (wall time including imports), repeats interleaved:
 
@@ -94,7 +94,7 @@ print(json.dumps({"imports": t_import, "generation": r.generation_seconds, "nll"
 
 def setup(root: Path, n_items: int) -> dict:
     """Tiny base + 6 LoRA checkpoints; validation/test jsonl for ckptsel; the lm-eval task."""
-    from ckptsel.tasks import format_prompt
+    from ckptsel.data import format_prompt
 
     from tinyrun import TEMPLATE_HINT, build_tiny_base, save_lora_checkpoints, write_jsonl
 

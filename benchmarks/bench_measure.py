@@ -40,8 +40,8 @@ def naive_subset(run, n_ckpts: int, n_items: int, max_new: int, window: int) -> 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ckptsel.measure.passes import generate_texts, response_nll
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.data import format_prompt, load_items
+    from ckptsel.measure import generate_texts, response_nll
 
     items = load_items("gsm8k", run.validation)[:n_items]
     load_s = item_s = 0.0
@@ -71,8 +71,8 @@ def swap_rss(run) -> tuple[float, float]:
 
     import torch
 
-    from ckptsel.measure.checkpoints import discover_checkpoints
-    from ckptsel.measure.models import ModelHolder
+    from ckptsel.measure.backends.hf import ModelHolder
+    from ckptsel.train import discover_checkpoints
 
     ckpts = discover_checkpoints(run.run_dir)
     holder = ModelHolder("cpu", torch.float32)
@@ -106,7 +106,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from ckptsel import records
-    from ckptsel.commands.measure import progress_bars
+    from ckptsel.cli.measure import progress_bars
     from ckptsel.measure import MeasureConfig, measure_run
 
     from tinyrun import build_tiny_run

@@ -7,7 +7,7 @@ group share part of it) and ``e`` independent noise, so a fresh item is right wi
 exactly ``p_t`` and checkpoints agree on most items (``a`` sets the agreement).
 
 For each scenario and pilot size, ``--pilots`` pilots are drawn and ``plan_from_pilot``'s
-engine (:func:`ckptsel.plan.pilot_curves`, accuracy rule) predicts, per budget, the probability
+engine (:func:`ckptsel.workflows.advise.planning.pilot_curves`, accuracy rule) predicts, per budget, the probability
 that the rule's choice beats the final checkpoint and its expected gain, by both methods:
 ``split`` (plan's default: choose on resamples of one half of the pilot, score on the other,
 both ways) and ``pilot`` (choose and score on the whole pilot). The *actual* values
@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from ckptsel.analysis import core
-from ckptsel.plan import pilot_curves
-from ckptsel.simulate import norm_ppf
+from ckptsel.choose import core
+from ckptsel.stats import norm_ppf
+from ckptsel.workflows.advise.planning import pilot_curves
 
 from _common import machine, update_section
 

@@ -139,7 +139,7 @@ def main() -> None:
     args = ap.parse_args()
     import numpy as np
 
-    from ckptsel.simulate import write_simulation
+    from ckptsel.sim import write_simulation
 
     load0 = os.getloadavg()[0]
 
@@ -222,7 +222,7 @@ def main() -> None:
 shared with other jobs, so absolute times are noisy).
 
 Each checkpoint is written once as its own units (generations, texts, NLL; see
-`ckptsel.records.dataset`); nothing already recorded is read or rewritten. The folder is filled
+`ckptsel.records.units`); nothing already recorded is read or rewritten. The folder is filled
 with the paper preset's {n} checkpoints (3.76M generation rows with 1-2 KB texts, 7.51M NLL rows;
 {size:.2f} GiB on disk) in {fill_s:.0f} s. Write time per checkpoint (generations + texts + NLL,
 ~2,400 generation rows each) as the folder grows, and the writing process's resident memory

@@ -5,7 +5,7 @@ Run from the repo root:  .venv/bin/python benchmarks/bench_reference_speedup.py 
 Times the deterministic part of the analysis — every frozen choice (nested budgets, thinning,
 one variant per group, complete-response NLL) and every per-trajectory quantity (G, H, D,
 matched half) — at P = 200 permutations/partitions, on studies where the reference still
-finishes: the ``ckptsel.simulate`` "small" preset and a larger random study from
+finishes: the ``ckptsel.sim.simulate`` "small" preset and a larger random study from
 ``tests/recordsgen.py``. Both sides must agree (max |difference| is reported) before a timing
 counts. Prints a table and writes the ``<!-- bench_reference -->`` section of BENCHMARKS.md
 (other sections are kept).
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from ckptsel import records  # noqa: E402
 from ckptsel.choose import ChoiceSettings, choose_trajectory  # noqa: E402
-from ckptsel.pipeline import analyze  # noqa: E402
+from ckptsel.workflows import analyze  # noqa: E402
 
 import recordsgen as rg  # noqa: E402
 import reference_impl as ref  # noqa: E402
@@ -68,7 +68,7 @@ def _median_time(fn, repeats: int):
 def _studies(which: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     out = {}
     if "small" in which:
-        from ckptsel.simulate import simulate
+        from ckptsel.sim.simulate import simulate
 
         gen, nll, _ = simulate("small", seed=0)
         out["simulate small"] = (gen, nll)
@@ -87,7 +87,7 @@ def _studies(which: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
         )
         out["random medium"] = rg.tables(trajs)
     if "paper" in which:  # the paper's scale: the reference takes many minutes here
-        from ckptsel.simulate import simulate
+        from ckptsel.sim.simulate import simulate
 
         gen, nll, _ = simulate("paper", seed=0)
         out["simulate paper"] = (gen, nll)

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel.records import write_records
-from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS
+from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS, write_records
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Loop-based REFERENCE implementation of the analysis (SPEC §3–§6), for cross-checking the engine.
 
-Why this exists: the engine (``ckptsel.choose`` / ``ckptsel.evaluate`` / ``ckptsel.pipeline``)
+Why this exists: the engine (``ckptsel.choose`` / ``ckptsel.choose.evaluate`` / ``ckptsel.workflows.analysis``)
 is vectorized for speed, and vectorized code hides its bugs well (a wrong axis, an off-by-one
 prefix, a tie broken by ``argmax`` instead of averaged). This module recomputes every selection
 vector and every per-trajectory quantity with plain Python loops written directly from the
@@ -139,7 +139,7 @@ class SharedOrders:
 
 def shared_orders(t: RefTrajectory, permutations: int, seed: int) -> SharedOrders:
     """Ask the engine's hash functions for the subsets (the only engine code used here)."""
-    from ckptsel.analysis import core
+    from ckptsel.choose import core
 
     val = core.permutations(core.string_keys(t.val_ids), seed, permutations) if t.val_ids else None
     codes, names = pd.factorize(pd.Series(t.val_groups, dtype=object), sort=True)

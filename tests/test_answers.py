@@ -9,10 +9,11 @@ from fractions import Fraction
 
 import pytest
 
-from ckptsel import answers, tasks
-from ckptsel.answers import commonsense as cs_answers
-from ckptsel.answers import math as math_answers
-from ckptsel.answers.numbers import canonical, canonical_number
+from ckptsel.data import scoring as answers
+from ckptsel.data import tasks
+from ckptsel.data.answers import commonsense as cs_answers
+from ckptsel.data.answers import latex as math_answers
+from ckptsel.data.answers.numbers import canonical, canonical_number
 from ckptsel.errors import CkptselError
 
 # --------------------------------------------------------------------------- numbers
@@ -340,8 +341,8 @@ def test_every_commonsense_label_is_recognised(shared_data, task: str) -> None:
 
 def test_measure_scores_a_mixed_commonsense_pool_with_each_items_labels():
     """In a mixed pool the item's subtask decides the label pattern (not the first label seen)."""
+    from ckptsel.data import Item
     from ckptsel.measure.frames import score_texts
-    from ckptsel.tasks import Item
 
     items = [
         Item("c1", "q", "answer2", "the correct answer is answer2", "c1", subtask="social_i_qa"),

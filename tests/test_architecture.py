@@ -1,79 +1,279 @@
-"""The layers of ARCHITECTURE.md, enforced: a module imports only from its own layer or earlier ones.
+"""The architecture of ARCHITECTURE.md, enforced.
 
-Data flows one way (``data → train → measure → records → choose → evaluate → stats → report``);
-the records contract sits low because producers (measure, ingest, the Trainer callbacks) write it
-and consumers (choose onwards) read it. Every module must be placed in a layer, so a new module
-has to be given a home here (and in ARCHITECTURE.md) before the suite passes.
+Data flows one way (``data → train → measure → records → choose → evaluate → stats → report``),
+and the tree says so: one package per stage, in :data:`ORDER`, and inside each package its
+modules in :data:`SUBORDER`. Every module gets a rank from those two tables; a module may import
+only modules of lower rank (a package's ``__init__`` ranks after its own modules). That one rule
+forbids backward imports between stages and between the modules of a stage, and it makes an
+import cycle impossible; :func:`test_no_import_cycle` checks the cycles on their own, with the
+cycle in the message. Function-level imports count like top-level ones.
+
+Besides: other stages import only a stage's public names (``from ckptsel.<stage> import x``, x in
+its ``__all__``; the foundation modules are imported directly); no module imports another's
+private ``_name``; the package root holds at most 8 modules; no function is over 100 lines.
+A new module must be placed in these tables (and in ARCHITECTURE.md) before the suite passes.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ckptsel"
 
-# Earlier layers first. Names are top-level modules or packages of ckptsel.
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("__init__", "errors", "defaults", "io", "analysis")),
+# Stages, earlier first: (layer, top-level names of ckptsel in their order)
+ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("errors", "defaults", "_util", "_moved", "__init__")),
     ("records", ("records",)),
-    ("data", ("answers", "tasks", "pools", "split", "audit", "tiny", "embedded")),
-    ("train", ("study", "train")),
-    ("measure", ("measure", "ingest")),
-    ("choose", ("rules", "choose")),
-    ("evaluate", ("evaluate",)),
-    ("stats", ("stats", "results")),
-    ("report", ("report", "publish")),
-    ("workflows", ("pipeline", "select", "compare", "plan", "simulate", "runner")),
-    ("entry points", ("quickstart", "integrations", "cli", "commands", "__main__")),
+    ("data", ("data",)),
+    ("study", ("study",)),
+    ("train", ("train",)),
+    ("measure", ("measure",)),
+    ("choose", ("choose",)),
+    ("results", ("results",)),
+    ("stats", ("stats",)),
+    ("report", ("report",)),
+    ("workflows", ("workflows",)),
+    ("sim", ("sim",)),
+    ("integrations", ("integrations",)),
+    ("cli", ("cli", "__main__")),
 )
-LAYER_OF = {name: k for k, (_, names) in enumerate(LAYERS) for name in names}
-
-
-def _top(module: str) -> str:
-    return module.split(".")[0]
-
-
-def _imports(path: Path) -> set[str]:
-    """Top-level ckptsel modules that ``path`` imports (``from ckptsel import x`` counts x)."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "ckptsel":
-                out |= {a.name for a in node.names if a.name != "__version__"}
-            elif node.module.startswith("ckptsel."):
-                out.add(_top(node.module[len("ckptsel."):]))
-        elif isinstance(node, ast.Import):
-            out |= {_top(a.name[len("ckptsel."):]) for a in node.names if a.name.startswith("ckptsel.")}
-    return out
+# The modules of each package, earlier first (a package's __init__ comes after them all).
+SUBORDER: dict[str, tuple[str, ...]] = {
+    "_util": ("io", "checks", "rng", "threads"),
+    "records": ("schema", "codec", "units", "scan", "store", "load"),
+    "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
+    "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "study": ("configuration", "spec"),
+    "train": ("checkpoints", "models", "trajectory"),
+    "measure": (
+        "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
+        "executors", "run", "ingest",
+    ),  # fmt: skip
+    "measure.backends": ("hf", "vllm"),
+    "measure.executors": ("base", "local", "ray_actors"),
+    "measure.ingest": ("lm_eval",),
+    "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
+    "results": ("estimate", "layout", "summary", "publish"),
+    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates"),
+    "report": ("tables", "figures", "html", "terminal", "build"),
+    "workflows": ("analysis", "advise", "study_run"),
+    "workflows.advise": ("comparison", "planning", "selection"),
+    "workflows.study_run": ("job",),
+    "sim": ("tiny", "embedded", "simulate", "quickstart"),
+    "integrations": ("hf_trainer",),
+    "cli": (
+        "app", "analysis", "data", "measure", "practitioner", "records", "report", "run",
+        "simulate", "train",
+    ),  # fmt: skip
+}
+FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}
+MAX_ROOT_MODULES = 8
+MAX_FUNCTION_LINES = 100
 
 
 def _modules() -> dict[str, Path]:
-    return {
-        str(p.relative_to(PACKAGE).with_suffix("")).replace("/", "."): p
-        for p in sorted(PACKAGE.rglob("*.py"))
-    }
+    """``{"records.load": path, "records": path-of-__init__, "__init__": root init, ...}``."""
+    out = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        parts = list(p.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
 
 
-def test_every_module_has_a_layer():
-    unplaced = sorted({_top(m) for m in _modules()} - set(LAYER_OF))
-    assert not unplaced, f"give these modules a layer in tests/test_architecture.py and ARCHITECTURE.md: {unplaced}"
+MODULES = _modules()
 
 
-def test_imports_follow_the_layers():
+def _is_package(name: str) -> bool:
+    return name != "__init__" and MODULES[name].name == "__init__.py"
+
+
+def rank(name: str) -> tuple[int, ...]:
+    """The module's place in the flow (raises KeyError when a table does not place it)."""
+    parts = name.split(".")
+    top = parts[0]
+    layer = next(k for k, (_, names) in enumerate(ORDER) if top in names)
+    out = [layer, ORDER[layer][1].index(top)]
+    for depth in range(1, len(parts)):
+        pkg = ".".join(parts[:depth])
+        out.append(SUBORDER[pkg].index(parts[depth]))
+    if _is_package(name):
+        out.append(len(SUBORDER.get(name, ())))  # __init__ after the package's modules
+    return tuple(out)
+
+
+def _resolve(module: str, name: str | None) -> str | None:
+    """The ckptsel module an import names (``from module import name``), or None."""
+    if not module.startswith("ckptsel"):
+        return None
+    base = module[len("ckptsel.") :] if module != "ckptsel" else "__init__"
+    if name is not None:
+        sub = f"{base}.{name}" if base != "__init__" else name
+        if sub in MODULES:
+            return sub
+    return base if base in MODULES else None
+
+
+def _imports(path: Path):
+    """``(line, imported module, names)`` of every ckptsel import in ``path``, at any depth."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                target = _resolve(node.module, alias.name)
+                if target is not None:
+                    yield node.lineno, target, node.module, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _resolve(alias.name, None)
+                if target is not None:
+                    yield node.lineno, target, alias.name, None
+
+
+def _graph() -> dict[str, set[str]]:
+    return {m: {t for _, t, _, _ in _imports(p) if t != m} for m, p in MODULES.items()}
+
+
+def test_every_module_has_a_place():
+    unplaced = []
+    for name in MODULES:
+        try:
+            rank(name)
+        except (KeyError, ValueError, StopIteration):
+            unplaced.append(name)
+    assert not unplaced, (
+        "place these modules in ORDER/SUBORDER of tests/test_architecture.py and in "
+        f"ARCHITECTURE.md: {unplaced}"
+    )
+    stale = [
+        f"{pkg}.{sub}" for pkg, subs in SUBORDER.items() for sub in subs
+        if f"{pkg}.{sub}" not in MODULES
+    ]  # fmt: skip
+    assert not stale, f"SUBORDER names modules that do not exist: {stale}"
+
+
+def test_imports_follow_the_flow():
     wrong = []
-    for module, path in _modules().items():
-        here = LAYER_OF[_top(module)]
-        for dep in _imports(path):
-            if dep in LAYER_OF and LAYER_OF[dep] > here:
-                wrong.append(
-                    f"{module} ({LAYERS[here][0]}) imports {dep} ({LAYERS[LAYER_OF[dep]][0]})"
-                )
+    for module, path in MODULES.items():
+        for line, target, _, _ in _imports(path):
+            if target != module and rank(target) > rank(module):
+                wrong.append(f"{module} (line {line}) imports {target}, which comes after it")
     assert not wrong, "imports against the data flow:\n" + "\n".join(wrong)
 
 
-def test_the_check_catches_a_backward_import(tmp_path):
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp.append(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycle():
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles (function-level imports count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_no_private_name_crosses_modules():
+    wrong = []
+    for module, path in MODULES.items():
+        for line, target, _, name in _imports(path):
+            if name and name.startswith("_") and not name.startswith("__") and target != module:
+                wrong.append(f"{module} (line {line}) imports {name} from {target}")
+    assert not wrong, "private names imported across modules:\n" + "\n".join(wrong)
+
+
+def test_other_stages_import_public_names_only():
+    wrong = []
+    for module, path in MODULES.items():
+        stage = module.split(".")[0]
+        for line, target, imported_from, name in _imports(path):
+            tstage = target.split(".")[0]
+            if tstage == stage or tstage in FOUNDATION:
+                continue
+            if imported_from != f"ckptsel.{tstage}":
+                wrong.append(f"{module} (line {line}): from {imported_from} import {name}")
+                continue
+            public = getattr(importlib.import_module(f"ckptsel.{tstage}"), "__all__", ())
+            if name not in public:
+                wrong.append(f"{module} (line {line}): {name} is not in ckptsel.{tstage}.__all__")
+    assert not wrong, (
+        "import other stages through their package's public names "
+        "(from ckptsel.<stage> import name):\n" + "\n".join(wrong)
+    )
+
+
+def test_the_package_root_is_small():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules at the package root: {root}"
+
+
+def test_no_function_over_100_lines():
+    long = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {n} lines")
+    assert not long, "split these functions into the steps they perform:\n" + "\n".join(long)
+
+
+def test_the_checks_catch_what_they_forbid(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from ckptsel.report import write_report\nfrom ckptsel import stats\n")
-    assert _imports(bad) == {"report", "stats"}
-    assert LAYER_OF["report"] > LAYER_OF["records"]  # so records importing it would be reported
+    bad.write_text(
+        "from ckptsel.report import write_report\nfrom ckptsel.stats import summarize\n"
+        "from ckptsel.records.load import _Grid\n"
+    )
+    imports = {(t, n) for _, t, _, n in _imports(bad)}
+    assert ("report", "write_report") in imports and ("records.load", "_Grid") in imports
+    assert rank("report") > rank("records") > rank("errors")  # records importing report: caught
+    assert rank("records.schema") < rank("records.load") < rank("records")
+    assert rank("measure.executors.local") > rank("measure.measurer")
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("name", ["records", "data", "choose", "stats", "results", "workflows"])
+def test_every_public_name_exists(name):
+    pkg = importlib.import_module(f"ckptsel.{name}")
+    missing = [n for n in pkg.__all__ if not hasattr(pkg, n)]
+    assert not missing, f"ckptsel.{name}.__all__ names what it does not define: {missing}"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import ckptsel.audit as audit_mod
-from ckptsel.audit import (
+import ckptsel.data.audit as audit_mod
+from ckptsel.cli import main
+from ckptsel.data.audit import (
     _case_punct,
     _one_word,
     audit_files,
@@ -25,7 +26,6 @@ from ckptsel.audit import (
     shared_ngram_pairs,
     word_ngrams,
 )
-from ckptsel.cli import main
 from ckptsel.errors import CkptselError
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptsel.analysis import bootstrap as bs
+from ckptsel.stats import CHUNK
+from ckptsel.stats import bootstrap as bs
 
 
 def test_resample_counts_are_multiplicities_of_a_draw_with_replacement():
@@ -34,7 +35,7 @@ def test_cluster_replicates_match_a_loop_over_draws():
 
 def test_question_and_joint_replicates_match_loops():
     rng = np.random.default_rng(2)
-    draws, seed = 2 * bs.CHUNK + 37, 11  # more than one chunk
+    draws, seed = 2 * CHUNK + 37, 11  # more than one chunk
     tasks = {"a": (3, 9), "b": (2, 6)}  # task -> (configurations, questions)
     Q = 2
     utilities, config_index, sizes_rows, traj_d = {}, {}, [], {}
@@ -55,11 +56,11 @@ def test_question_and_joint_replicates_match_loops():
     for k, task in enumerate(sorted(tasks)):
         N = tasks[task][1]
         R[task] = np.concatenate([
-            bs.resample_counts(N, min(bs.CHUNK, draws - s), np.random.default_rng([seed, 2, k, c]))
-            for c, s in enumerate(range(0, draws, bs.CHUNK))
+            bs.resample_counts(N, min(CHUNK, draws - s), np.random.default_rng([seed, 2, k, c]))
+            for c, s in enumerate(range(0, draws, CHUNK))
         ])
     J = sizes.sum(axis=0)[0]
-    for b in (0, 1, bs.CHUNK + 5, draws - 1):
+    for b in (0, 1, CHUNK + 5, draws - 1):
         # question bootstrap: every trajectory's mean utility over the resampled questions
         total = np.zeros(Q)
         for task in tasks:

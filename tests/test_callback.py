@@ -31,10 +31,10 @@ def _train_with_callback(root: Path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
 
+    from ckptsel.data import load_items
     from ckptsel.integrations import RecordingCallback
     from ckptsel.measure import MeasureConfig
-    from ckptsel.tasks import load_items
-    from ckptsel.train import collate, encode_example
+    from ckptsel.train.trajectory import collate, encode_example
 
     val_rows, test_rows, train_rows = (
         make_gsm8k_rows(5, seed=1),
@@ -62,7 +62,7 @@ def _train_with_callback(root: Path):
             target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
         ),
     )
-    from ckptsel.tasks import format_prompt
+    from ckptsel.data import format_prompt
 
     train = [
         encode_example(tok, format_prompt(it.instruction), it.response)
@@ -183,7 +183,7 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
 
 
 def test_select_answers_from_callback_records(trained):
-    from ckptsel.select import SelectSettings, select_checkpoint
+    from ckptsel.workflows import SelectSettings, select_checkpoint
 
     root = trained[0]
     out = select_checkpoint(

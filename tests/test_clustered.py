@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from ckptsel import records as rec
-from ckptsel import select as sel
-from ckptsel.analysis.bootstrap import question_replicates, resample_counts
 from ckptsel.records import load_test
-from ckptsel.select import SelectSettings, question_weights, select_checkpoint
+from ckptsel.stats import question_weights, resample_counts
+from ckptsel.stats.bootstrap import question_replicates
+from ckptsel.workflows import SelectSettings, select_checkpoint
+from ckptsel.workflows.advise import selection as sel
 
 import recordsgen as rg
 
@@ -139,7 +140,7 @@ def test_select_reports_clusters_and_load_test_returns_groups(tmp_path):
 
 
 def test_analyze_reports_test_clusters_and_single_groups_add_nothing(tmp_path):
-    from ckptsel import pipeline
+    from ckptsel.workflows import analysis as pipeline
 
     rng = np.random.default_rng(8)
     gen, nll = rg.tables(rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(40, 60),

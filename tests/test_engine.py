@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptsel.analysis import core
-from ckptsel.choose import ChoiceSettings, choose_trajectory
+from ckptsel.choose import ChoiceSettings, choose_trajectory, core
+from ckptsel.choose.evaluate import matched_half
 from ckptsel.records import ValidationData
 
 import recordsgen as rg
@@ -112,7 +112,7 @@ def _study_dir(tmp_path, trajs):
 
 
 def test_pipeline_G_H_D_by_hand(tmp_path):
-    from ckptsel.pipeline import analyze
+    from ckptsel.workflows import analyze
 
     # One trajectory, 3 checkpoints, 64 validation items, 10 test items.
     # Validation: checkpoint 1 is right on all 64 items (accuracy picks it at every budget);
@@ -148,7 +148,7 @@ def test_matched_half_by_hand():
     # (0, 0). Averaged over directions: G_in = +50, G_out = -50, B = +100.
     correct = np.array([[1, 0], [0, 1]], dtype=bool)
     orders = core.permutations(core.string_keys(["a", "b"]), 0, 10, stream=4)
-    out = core.matched_half(correct, core.plurality_agreement(np.array([[0, 0], [1, 1]])), orders)
+    out = matched_half(correct, core.plurality_agreement(np.array([[0, 0], [1, 1]])), orders)
     assert out["oracle"] == pytest.approx({"G_in": 50.0, "G_out": -50.0, "B": 100.0})
 
 

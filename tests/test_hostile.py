@@ -21,9 +21,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from ckptsel import pipeline, publish, records
+from ckptsel import records
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError, VerificationError
+from ckptsel.results import publish
+from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
 
@@ -578,7 +580,7 @@ def test_bad_settings_and_files_give_one_line_errors(study, name, capsys):
 
 
 def test_weights_are_checked_before_anything_is_measured(tmp_path):
-    from ckptsel.measure.checkpoints import discover_checkpoints
+    from ckptsel.train import discover_checkpoints
 
     run = tmp_path / "run"
     for step in (10, 20, 30):
@@ -616,7 +618,7 @@ class _no_warnings:
 
 
 def _audit_one_line_pools(tmp, gen, nll, rec):
-    from ckptsel.audit import audit_pools
+    from ckptsel.data import audit_pools
 
     q = "how many apples are left over now in the basket"
     result = audit_pools(
@@ -629,7 +631,7 @@ def _audit_one_line_pools(tmp, gen, nll, rec):
 def _measure_name_taken(tmp, gen, nll, rec):
     from types import SimpleNamespace
 
-    from ckptsel.measure.runner import _check_trajectory_identity
+    from ckptsel.measure.run import _check_trajectory_identity
 
     table = pa.Table.from_pandas(gen[["trajectory", "configuration", "task", "split"]])
     traj, conf, task = gen.iloc[0][["trajectory", "configuration", "task"]]

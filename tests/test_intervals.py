@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from ckptsel import pipeline
-from ckptsel.analysis import bootstrap as bs
-from ckptsel.analysis import intervals as iv
 from ckptsel.cli import main
-from ckptsel.stats import StatSettings, study_warnings
+from ckptsel.stats import bootstrap as bs
+from ckptsel.stats import intervals as iv
+from ckptsel.stats.estimates import StatSettings, study_warnings
+from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
 
@@ -232,6 +232,6 @@ def test_cli_rejects_an_unknown_interval(studies, tmp_path, capsys):
 
 def test_few_configuration_warning_quotes_the_measurement():
     for method in iv.METHODS:
-        k = __import__("ckptsel.stats", fromlist=["x"]).FEW_CONFIGURATIONS[method][0]
+        k = __import__("ckptsel.stats.estimates", fromlist=["x"]).FEW_CONFIGURATIONS[method][0]
         assert any("configuration(s)" in w for w in study_warnings(k - 1, interval=method))
         assert not study_warnings(k, interval=method)

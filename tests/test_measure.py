@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
+from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
 
 from tinyrun import build_tiny_run, make_gsm8k_rows, write_jsonl  # noqa: E402
 
@@ -127,8 +127,8 @@ def test_contract_columns_and_keys(measured):
 
 
 def test_every_record_matches_direct_forward_and_generate(measured):
-    from ckptsel import answers
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.data import format_prompt, load_items
+    from ckptsel.data import scoring as answers
 
     run, _, gen, nll = measured
     items = {
@@ -172,7 +172,7 @@ def test_checkpoints_differ(measured):
 def test_window_truncates_long_responses_and_window0_is_complete(measured):
     from transformers import AutoTokenizer
 
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.data import format_prompt, load_items
 
     run, _, _, nll = measured
     tok = AutoTokenizer.from_pretrained(str(run.base))
@@ -194,8 +194,8 @@ def test_n_tokens_constant_across_checkpoints(measured):
 
 
 def test_batch_size_does_not_change_answers_or_nll(measured):
-    from ckptsel.measure.passes import generate_texts, response_nll
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.data import format_prompt, load_items
+    from ckptsel.measure import generate_texts, response_nll
 
     run, *_ = measured
     model, tok = load_checkpoint(run, 20)
@@ -217,8 +217,8 @@ def test_batch_size_does_not_change_answers_or_nll(measured):
 
 
 def test_measure_model_in_memory(measured):
+    from ckptsel.data import load_items
     from ckptsel.measure import MeasureConfig, measure_model
-    from ckptsel.tasks import load_items
 
     run, _, gen, nll = measured
     model, tok = load_checkpoint(run, 30)

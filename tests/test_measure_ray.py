@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.executors import ExecutorConfig, import_ray
+from ckptsel.measure.executors.base import ExecutorConfig, import_ray
 from ckptsel.records import read_frame, read_rows
 
 STEPS = (10, 20, 30, 40)
@@ -55,8 +55,8 @@ def test_without_ray_one_line_says_how_to_install(monkeypatch):
 
 
 def test_units_are_grouped_by_base_and_actors_keep_theirs():
-    from ckptsel.measure.checkpoints import Checkpoint
-    from ckptsel.measure.ray_executor import order_units, pick_unit
+    from ckptsel.measure.executors.ray_actors import order_units, pick_unit
+    from ckptsel.train import Checkpoint
 
     def ck(step, base):
         kind = "adapter" if base else "full"
@@ -284,8 +284,8 @@ def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
 
 
 def test_unit_work_carries_only_the_missing_items(run):
-    from ckptsel.measure.parts import ItemPool
-    from ckptsel.measure.ray_executor import unit_work
+    from ckptsel.measure import ItemPool
+    from ckptsel.measure.executors.ray_actors import unit_work
 
     pool = ItemPool.load("gsm8k", run.validation, run.test)
 
@@ -306,7 +306,7 @@ def test_unit_work_carries_only_the_missing_items(run):
 
 
 def test_vllm_rank_is_one_vllm_accepts():
-    from ckptsel.measure.vllm_backend import vllm_rank
+    from ckptsel.measure.backends.vllm import vllm_rank
 
     assert [vllm_rank(r) for r in (1, 4, 8, 9, 64, 100, 512)] == [8, 8, 8, 16, 64, 128, 512]
     with pytest.raises(CkptselError, match="above"):

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from ckptsel import choose as ch
-from ckptsel import pipeline, records
+from ckptsel import records
 from ckptsel.cli import main
 from ckptsel.errors import VerificationError
+from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
 
@@ -74,21 +75,23 @@ def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_di
         calls.append(json.loads((staged[0] / "choices.sha256").read_text())["sha256"])
         return real_load_test(records_dir_, validation)
 
-    monkeypatch.setattr(records, "load_test", spy_load_test)
+    # the analysis reads test records through the name it imported: patch it there
+    monkeypatch.setattr(pipeline, "load_test", spy_load_test)
 
     def forbid_test_reads(*args, **kwargs):
         raise AssertionError("choose() must not read records")
 
-    monkeypatch.setattr(ch, "load_frozen", ch.load_frozen)  # unchanged: scoring reads frozen choices
+    monkeypatch.setattr(pipeline, "load_frozen", ch.load_frozen)  # unchanged: scoring reads frozen choices
     real_choose = ch.choose
 
     def guarded_choose(validation, settings):
         assert all(isinstance(v, records.ValidationData) for v in validation)
         with monkeypatch.context() as m:  # no test loading is possible while choosing
+            m.setattr(pipeline, "load_test", forbid_test_reads)
             m.setattr(records, "load_test", forbid_test_reads)
             return real_choose(validation, settings)
 
-    monkeypatch.setattr(ch, "choose", guarded_choose)
+    monkeypatch.setattr(pipeline, "choose", guarded_choose)
     s = analyze(records_dir, tmp_path / "out")
     assert calls == [s["choices_sha256"]]
 
@@ -167,7 +170,7 @@ def test_tables_are_written(records_dir, tmp_path):
 
 def test_study_without_nll_records_is_analysed_without_the_nll_rule(tmp_path):
     """Generations alone (e.g. from `ckptsel ingest lm-eval`): no NLL rule, no H, a warning."""
-    from ckptsel.select import select_checkpoint
+    from ckptsel.workflows import select_checkpoint
 
     rng = np.random.default_rng(4)
     gen, nll = rg.tables(rg.random_study(rng, n_configs=5, seeds=2, T=(3, 6), n_val=(40, 80), n_test=(30, 50)))

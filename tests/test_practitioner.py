@@ -10,25 +10,29 @@ import math
 import numpy as np
 import pytest
 
-from ckptsel.analysis.bootstrap import resample_counts
-from ckptsel.analysis.paired import (
+from ckptsel.cli import main
+from ckptsel.errors import CkptselError
+from ckptsel.stats import (
     cluster_codes,
     clustered_means,
     draw_counts,
     mcnemar_exact,
+    norm_cdf,
+    resample_counts,
     two_by_two,
 )
-from ckptsel.cli import main
-from ckptsel.compare import CompareSettings, compare_checkpoints, paired_difference
-from ckptsel.errors import CkptselError
-from ckptsel.plan import (
+from ckptsel.workflows.advise.comparison import (
+    CompareSettings,
+    compare_checkpoints,
+    paired_difference,
+)
+from ckptsel.workflows.advise.planning import (
     PlanSettings,
     closed_form,
     default_budgets,
     pilot_curves,
     plan_from_pilot,
 )
-from ckptsel.simulate import norm_cdf
 
 import recordsgen as rg
 

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from ckptsel.cli import app  # noqa: E402
-from ckptsel.records import read_frame  # noqa: E402
-from ckptsel.train import checkpoint_steps  # noqa: E402
+from ckptsel.cli import app
+from ckptsel.records import read_frame
+from ckptsel.train import checkpoint_steps
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -93,7 +93,7 @@ def test_quickstart_base_knows_the_format_and_checkpoints_differ_by_points(quick
 def test_quickstart_second_run_reuses_everything(quick):
     from rich.console import Console
 
-    from ckptsel.quickstart import run_quickstart
+    from ckptsel.sim import run_quickstart
 
     out, _ = quick
     ck = out / "runs" / "full-lr3e-4-s42"
@@ -112,7 +112,7 @@ def test_quickstart_second_run_reuses_everything(quick):
 
 def test_quickstart_refuses_to_mix_studies(quick, tmp_path):
     from ckptsel.errors import CkptselError
-    from ckptsel.quickstart import run_quickstart
+    from ckptsel.sim import run_quickstart
 
     out, _ = quick
     with pytest.raises(CkptselError, match=r"other settings \(--fast\)"):

@@ -77,7 +77,7 @@ def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
 
 
 def test_analyze_summary_identical_on_units(study, tmp_path):
-    from ckptsel import pipeline
+    from ckptsel.workflows import analysis as pipeline
 
     gen, nll = study
     single = rg.write(tmp_path / "single", gen, nll)

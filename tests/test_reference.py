@@ -22,7 +22,7 @@ import pytest
 
 from ckptsel import records
 from ckptsel.choose import ChoiceSettings, choose_trajectory
-from ckptsel.pipeline import analyze
+from ckptsel.workflows import analyze
 
 import recordsgen as rg
 import reference_impl as ref
@@ -394,7 +394,7 @@ def test_excluded_validation_items(tmp_path: Path) -> None:
 
 def test_simulated_small_preset(tmp_path: Path) -> None:
     """Realistic records: off-grid final steps, excluded items, empty answers, continuous NLL, subtasks."""
-    from ckptsel.simulate import simulate
+    from ckptsel.sim.simulate import simulate
 
     gen, nll, _ = simulate("small", seed=3)
     study = compare_study((gen, nll), tmp_path, permutations=20)
@@ -519,7 +519,7 @@ def test_budgets_setting_reaches_512_and_d_from_32(tmp_path: Path) -> None:
 def test_budgets_setting_d_from_smallest_and_verify(tmp_path: Path) -> None:
     """Budgets without 32: D runs from the smallest (50), the outputs say so, and ``verify``
     reproduces the results with the recorded budgets (hashed with the choices)."""
-    from ckptsel.pipeline import verify
+    from ckptsel.workflows import verify
 
     rng = np.random.default_rng(50)
     trajs = rg.random_study(

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptsel import pipeline
 from ckptsel.report import write_report
+from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
 

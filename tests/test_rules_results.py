@@ -7,11 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from ckptsel import rules
-from ckptsel.analysis import core
-from ckptsel.choose import ChoiceSettings, choose_trajectory
+from ckptsel.choose import ChoiceSettings, choose_trajectory, core, rules
 from ckptsel.results import Estimate, fmt
-from ckptsel.select import SelectSettings, select_checkpoint
+from ckptsel.workflows import SelectSettings, select_checkpoint
 from test_engine import val
 
 import recordsgen as rg
@@ -72,7 +70,7 @@ def test_select_offers_the_registered_rules(tmp_path, monkeypatch):
     name = trajs[0].name
     settings = SelectSettings(partitions=5, draws=20, bootstrap_partitions=2, permutations=5)
     monkeypatch.setitem(rules.RULES, "worst", rules.RuleSpec("worst", _worst, False, True))
-    monkeypatch.setattr("ckptsel.select.SIGNAL_RULES", (*rules.SIGNAL_RULES, "worst"))
+    monkeypatch.setattr("ckptsel.workflows.advise.selection.SIGNAL_RULES", (*rules.SIGNAL_RULES, "worst"))
     out = select_checkpoint(rec, name, rule="worst", settings=settings)
     assert list(out["rules"]) == ["accuracy", "agreement", "nll", "worst"]
     assert out["recommendation"]["rule"] == "worst"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ckptsel.data.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
 from ckptsel.errors import CkptselError
-from ckptsel.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
-from ckptsel.runner import fingerprint_diff, seed_of, stages_to_run
 from ckptsel.study import load_spec, load_study
+from ckptsel.workflows.study_run.job import fingerprint_diff, seed_of, stages_to_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -210,7 +210,7 @@ def tiny(tmp_path_factory, shared_data: Path):
     import sys as _sys
 
     _sys.path.insert(0, str(Path(__file__).parent))
-    from ckptsel.tasks import format_prompt, gsm8k_response
+    from ckptsel.data.tasks import format_prompt, gsm8k_response
 
     from tinyrun import build_tiny_base
 
@@ -278,8 +278,8 @@ def run_example(tiny: dict, name: str, extra: list[str], work: Path) -> Path:
 def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_path: Path, capsys):
     """MetaMathQA validation, GSM8K test: the study's summary equals the same records
     analysed directly, and a re-run does nothing new and rewrites the same summary."""
-    from ckptsel.pipeline import analyze
     from ckptsel.records import read_frame
+    from ckptsel.workflows import analyze
 
     extra = [s.format(pool=tiny["pool"]) for s in MATH_SIZES]
     work = run_example(tiny, "gsm8k", extra, tmp_path / "g")
@@ -312,7 +312,7 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     assert (work / "results" / "summary.json").read_bytes() == summary
     # a change that invalidates the records is refused, with the difference
     with pytest.raises(CkptselError, match=r"test: .*\"n\": 4.* -> .*\"n\": 5"):
-        from ckptsel.runner import StudyRun
+        from ckptsel.workflows import StudyRun
 
         spec = load_spec(EXAMPLES / "gsm8k.toml", overrides=[*sizes_plain(tiny, extra), "test.n=5"],
                          workdir=work)  # fmt: skip
@@ -479,7 +479,7 @@ def test_workers_give_the_same_records_and_summary(kill_ref, tmp_path: Path) -> 
     assert "measured" not in again
     pd.testing.assert_frame_equal(read_frame(tmp_path / "w2" / "records", "generations"), before)
     with pytest.raises(CkptselError, match="--workers must be an integer >= 1"):
-        from ckptsel.runner import StudyRun
+        from ckptsel.workflows import StudyRun
 
         StudyRun(load_spec(study), workers=0)
 
@@ -536,7 +536,7 @@ runs = "ext/b_seed*"
     assert set(gen["configuration"]) == {"lora-a", "lora-b"} and len(gen) == 48
     assert not (tmp_path / "results").exists()
     with pytest.raises(CkptselError, match="matches no folder"):
-        from ckptsel.runner import StudyRun
+        from ckptsel.workflows import StudyRun
 
         spec = load_spec(study, overrides=['configurations.runs="ext/zz*"'])
         StudyRun(spec, log=lambda m: None).trajectories()

@@ -10,7 +10,7 @@ import pytest
 
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError
-from ckptsel.select import (
+from ckptsel.workflows.advise.selection import (
     SelectSettings,
     partition_masks,
     select_checkpoint,

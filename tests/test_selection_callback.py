@@ -27,7 +27,7 @@ N_VAL = 8
 
 
 def _settings():
-    from ckptsel.select import SelectSettings
+    from ckptsel.workflows import SelectSettings
 
     return SelectSettings(partitions=20, draws=200, bootstrap_partitions=5, permutations=20)
 
@@ -36,7 +36,7 @@ def _settings():
 def setup(tmp_path_factory, one_thread):
     from transformers import AutoTokenizer
 
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.data import format_prompt, load_items
     from ckptsel.train import encode_example
 
     root = tmp_path_factory.mktemp("selection")
@@ -109,7 +109,7 @@ def _assert_loaded(model, folder: Path):
 def _train(setup, name, callback, max_steps, **extra):
     from transformers import Trainer
 
-    from ckptsel.train import collate
+    from ckptsel.train.trajectory import collate
 
     root, base, _, tok, train, _ = setup
     trainer = Trainer(
@@ -130,7 +130,7 @@ BEST_EARLY = lambda step: [step == 2] * N_VAL  # noqa: E731  step 2 right on eve
 
 @pytest.mark.parametrize("load_best", [True, False])
 def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, load_best):
-    from ckptsel.select import select_checkpoint
+    from ckptsel.workflows import select_checkpoint
 
     root, _, val, *_ = setup
     name = f"early-{load_best}"
@@ -167,7 +167,7 @@ def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, loa
 
 
 def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
-    from ckptsel.select import select_checkpoint
+    from ckptsel.workflows import select_checkpoint
 
     root, _, val, *_ = setup
     # step 2 is right on one item more than the others: the raw argmax, but not resolved
@@ -215,9 +215,9 @@ def test_real_measurement_with_sft_trainer(setup):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
+    from ckptsel.data import format_prompt, load_items
     from ckptsel.integrations import SelectionCallback
-    from ckptsel.select import select_checkpoint
-    from ckptsel.tasks import format_prompt, load_items
+    from ckptsel.workflows import select_checkpoint
 
     root, base, val, tok, _, train_file = setup
     rows = [

@@ -15,17 +15,16 @@ import typer
 from typer.testing import CliRunner
 
 from ckptsel.errors import CkptselError
-from ckptsel.records.schema import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
-from ckptsel.simulate import (
+from ckptsel.records import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
+from ckptsel.sim.simulate import (
     PRESETS,
     TRUTH_COLUMNS,
     SimSpec,
     TaskSim,
-    norm_cdf,
-    norm_ppf,
     simulate,
     write_simulation,
 )
+from ckptsel.stats import norm_cdf, norm_ppf
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +128,7 @@ def test_determinism_byte_identical(tmp_path):
 
 
 def test_cli_writes_files_and_rejects_bad_preset(tmp_path):
-    from ckptsel.commands.simulate import register
+    from ckptsel.cli.simulate import register
 
     app = typer.Typer()
     register(app)

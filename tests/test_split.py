@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from ckptsel.cli import main
-from ckptsel.errors import CkptselError
-from ckptsel.split import (
+from ckptsel.data.split import (
     group_unit,
     is_validation_group,
     read_records,
     split_file,
     split_records,
 )
+from ckptsel.errors import CkptselError
 
 
 def _run_cli(argv: list[str]) -> int:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel import answers, tasks
+from ckptsel.data import Item, tasks
+from ckptsel.data import scoring as answers
 from ckptsel.errors import CkptselError
-from ckptsel.tasks import Item
 
 COMMONSENSE_COUNTS = {
     "boolq": 3270,

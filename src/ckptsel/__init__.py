@@ -1,6 +1,13 @@
 """ckptsel: which checkpoint of an SFT run to keep, and what the validation data buys.
 
-The analysis layer (``ckptsel.analysis``) is pure NumPy and never imports torch.
+One package per stage, in the order data flows (ARCHITECTURE.md): ``records`` (the contract),
+``data``, ``study``, ``train``, ``measure``, ``choose``, ``results``, ``stats``, ``report``,
+``workflows``, ``sim``, ``integrations``, ``cli``. The analysis (``records``, ``choose``,
+``stats``) is pure NumPy and never imports torch.
 """
 
+from ckptsel import _moved
+
 __version__ = "0.1.0"
+
+_moved.install()  # old module names (ckptsel.select, ckptsel.answers, …) for one release

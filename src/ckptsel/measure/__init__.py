@@ -1,35 +1,58 @@
 """Measurement: checkpoints -> records (generation answers + teacher-forced NLL).
 
-Public entry points (torch/transformers are imported only inside the functions):
+Modules, in the order a measurement flows through them (torch/transformers are imported only
+inside functions):
 
-* :class:`MeasureConfig` — the measurement options, validated once (defaults from
-  :mod:`ckptsel.defaults`).
-* :func:`measure_run` — every ``checkpoint-<step>/`` of a run dir into a records dir
-  (resumable through :mod:`ckptsel.measure.parts`, appends to records shared with other
-  runs, progress as :class:`ProgressEvent` s).
-* :func:`measure_model` — one model already in memory (Trainer callback) -> record frames.
-* :func:`discover_checkpoints` — the validated checkpoints of a run dir.
-* :class:`ExecutorConfig` — where ``measure_run`` measures: this process (``local``) or a Ray
-  cluster (``ray``; :mod:`ckptsel.measure.executors`, Ray imported only then).
-
-Records are written through :mod:`ckptsel.records` (``records.upsert_records``).
+* :mod:`~ckptsel.measure.config` — :class:`MeasureConfig`, the measurement options, validated once;
+* :mod:`~ckptsel.measure.tokens` — which tokens are fed, scored and stopped at;
+* :mod:`~ckptsel.measure.passes` — one forward per item on a Hugging Face model, shared by the
+  NLL and greedy decoding;
+* :mod:`~ckptsel.measure.backends` — the engines (``hf`` model holder, optional ``vllm``);
+* :mod:`~ckptsel.measure.frames` — contract record frames from texts and scores;
+* :mod:`~ckptsel.measure.parts` — the per-checkpoint part cache that makes runs resumable;
+* :mod:`~ckptsel.measure.progress` — progress events (no UI code here);
+* :mod:`~ckptsel.measure.measurer` — :class:`Measurer` (one checkpoint's missing rows) and
+  :func:`measure_model` (a model already in memory, e.g. the Trainer callback);
+* :mod:`~ckptsel.measure.executors` — where units run: this process or Ray actors;
+* :mod:`~ckptsel.measure.run` — :func:`measure_run`: every ``checkpoint-<step>/`` of a run
+  into a records folder;
+* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs.
 """
 
 from __future__ import annotations
 
-from ckptsel.measure.checkpoints import Checkpoint, discover_checkpoints
-from ckptsel.measure.config import MeasureConfig
+from ckptsel._moved import moved_attribute
+from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
-from ckptsel.measure.progress import ProgressEvent
-from ckptsel.measure.runner import MeasureResult, measure_model, measure_run
+from ckptsel.measure.ingest import ingest_lm_eval
+from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
+from ckptsel.measure.parts import ItemPool, StepParts
+from ckptsel.measure.passes import generate_texts, measure_items, response_nll
+from ckptsel.measure.progress import ProgressCallback, ProgressEvent
+from ckptsel.measure.run import measure_run
 
 __all__ = [
-    "Checkpoint",
+    "BACKENDS",
+    "DTYPES",
     "ExecutorConfig",
+    "ItemPool",
     "MeasureConfig",
     "MeasureResult",
+    "Measurer",
+    "ProgressCallback",
     "ProgressEvent",
-    "discover_checkpoints",
+    "StepParts",
+    "generate_texts",
+    "ingest_lm_eval",
+    "measure_items",
     "measure_model",
     "measure_run",
+    "measure_splits",
+    "response_nll",
 ]
+
+
+def __getattr__(name: str):
+    """Names that moved to another stage (``Checkpoint``, ``discover_checkpoints``: now in
+    :mod:`ckptsel.train`), with a DeprecationWarning, for one release."""
+    return moved_attribute(__name__, name)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
-from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
 
 FORMAT_VERSION = 1  # bump when the meaning of a measurement changes
 BACKENDS = ("hf", "vllm")
@@ -54,7 +54,7 @@ class MeasureConfig:
     test_task: str | None = None
 
     def __post_init__(self) -> None:
-        from ckptsel.tasks import get_task
+        from ckptsel.data import get_task
 
         if not isinstance(self.task, str):
             raise CkptselError(f"--task must be a task name (got {self.task!r})")
@@ -112,7 +112,7 @@ class MeasureConfig:
         return tuple(dict.fromkeys((self.window, COMPLETE_WINDOW)))
 
     def _hash(self, payload: dict[str, Any]) -> str:
-        from ckptsel.tasks import PROMPT_TEMPLATE
+        from ckptsel.data import PROMPT_TEMPLATE
 
         payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
         if self.test_task and self.test_task != self.task:  # unchanged hashes without it

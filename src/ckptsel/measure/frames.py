@@ -1,7 +1,7 @@
 """Contract record frames (SPEC §2) from generated texts and scored responses.
 
 Answers and correctness are always derived from the generated ``text`` with the current
-:mod:`ckptsel.answers`, here and when the part cache is turned back into records, so a scorer
+:mod:`ckptsel.data.scoring`, here and when the part cache is turned back into records, so a scorer
 fix never needs a re-generation.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.records.write import coerce_generations, coerce_nll, empty_nll
+from ckptsel.records import coerce_generations, coerce_nll, empty_nll
 
 
 def score_texts(
     task: str, items: Sequence[Any], texts: Sequence[str]
 ) -> tuple[list[str], list[bool]]:
-    """Normalized answers and correctness of generated texts (``ckptsel.answers``)."""
+    """Normalized answers and correctness of generated texts (``ckptsel.data.scoring``)."""
     # the item's subtask picks the label pattern in a mixed commonsense pool
     scored = [
         _score(task, it.subtask, t, it.reference) for t, it in zip(texts, items, strict=True)
@@ -31,11 +31,11 @@ def score_texts(
 def _score(task: str, subtask: str, text: str, reference: str) -> tuple[str, bool]:
     """(answer, correct) of one text. Cached: every item is scored at every checkpoint, and
     again when the records are rebuilt from the parts, and most texts repeat."""
-    from ckptsel import answers
+    from ckptsel.data import extract, is_correct
 
     return (
-        answers.extract(task, text, subtask=subtask),
-        bool(answers.is_correct(task, text, reference, subtask=subtask)),
+        extract(task, text, subtask=subtask),
+        bool(is_correct(task, text, reference, subtask=subtask)),
     )
 
 
@@ -95,4 +95,3 @@ def nll_frame(
     if not rows:
         return empty_nll()
     return coerce_nll(pd.DataFrame(rows))
-

@@ -19,12 +19,12 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel import io
+from ckptsel._util import io
+from ckptsel.data import item_hash
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame
-from ckptsel.records.write import coerce_nll
-from ckptsel.tasks import item_hash
+from ckptsel.records import coerce_nll
 
 PARTS_DIR = ".parts"
 _GEN_KEY = ("split", "item_id")
@@ -32,7 +32,7 @@ _NLL_KEY = ("split", "item_id", "window")
 
 
 def _load_items(task: str, path: Path, split: str) -> list[Any]:
-    from ckptsel.tasks import load_items
+    from ckptsel.data import load_items
 
     path = Path(path)
     if not path.exists():
@@ -76,7 +76,7 @@ class ItemPool:
         test: Path | Sequence[Any],
         test_task: str | None = None,
     ) -> ItemPool:
-        """Both items files (or item lists already built, e.g. by :mod:`ckptsel.pools`),
+        """Both items files (or item lists already built, e.g. by :mod:`ckptsel.data.pools`),
         checked (present, non-empty, unique ids). The test file is read with ``test_task``
         when given."""
         splits = {
@@ -205,4 +205,3 @@ class StepParts:
         if self.nll is None or self.only == "generation":
             return None
         return coerce_nll(self.pool.current(self.nll).assign(trajectory=trajectory))
-

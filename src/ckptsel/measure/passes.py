@@ -38,9 +38,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
-from ckptsel.measure.generate import encode_prompts, pad_id, stop_token_ids
-from ckptsel.measure.nll import Scored, encode_responses, scored_positions
-from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
+from ckptsel.measure.tokens import (
+    ResponseNll,
+    encode_prompts,
+    encode_responses,
+    pad_id,
+    scored_positions,
+    stop_token_ids,
+)
+from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
 
 
 def measure_items(
@@ -57,11 +63,11 @@ def measure_items(
     on_batch: Callable[[int], None] | None = None,
     seconds: dict[str, float] | None = None,
     token_cache: dict[tuple[str, str], list[int]] | None = None,
-) -> tuple[list[str] | None, list[dict[int, Scored]] | None]:
+) -> tuple[list[str] | None, list[dict[int, ResponseNll]] | None]:
     """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.
 
     Texts exclude the prompt and the stop token (any of :func:`stop_token_ids`). NLLs are
-    ``{window: Scored}`` per item: the response tokens (and EOS) that remain once prompt +
+    ``{window: ResponseNll}`` per item: the response tokens (and EOS) that remain once prompt +
     response is cut to ``window`` tokens (``0``: the complete response). ``on_batch(n)`` is
     called after each batch with its size; ``seconds`` (if given) accumulates the time spent in
     ``forward``, ``nll`` and ``decode``. ``token_cache`` (a dict the caller keeps for one
@@ -86,7 +92,7 @@ def measure_items(
     stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
     order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))
     texts: list[str] | None = [""] * len(fed) if generate else None
-    scored: list[dict[int, Scored]] | None = [{} for _ in fed] if answers else None
+    scored: list[dict[int, ResponseNll]] | None = [{} for _ in fed] if answers else None
     clock = _Clock(seconds)
     model.eval()
     with torch.inference_mode():
@@ -140,8 +146,8 @@ def response_nll(
     batch_size: int = BATCH_SIZE,
     device: Any = None,
     on_batch: Callable[[int], None] | None = None,
-) -> list[dict[int, Scored]]:
-    """Per item, ``{window: Scored}`` for each requested window (see :func:`measure_items`)."""
+) -> list[dict[int, ResponseNll]]:
+    """Per item, ``{window: ResponseNll}`` for each requested window (see :func:`measure_items`)."""
     _, scored = measure_items(
         model, tokenizer, prompts, responses, generate=False, windows=windows,
         batch_size=batch_size, device=device, on_batch=on_batch,
@@ -190,12 +196,12 @@ def _response_nll(logits: Any, batch: _Batch, row: int, answer: list[int]) -> An
     return torch.cumsum(tok_nll.double().cpu(), 0)
 
 
-def _windows(cums: Any, n_prompt: int, windows: Sequence[int]) -> dict[int, Scored]:
+def _windows(cums: Any, n_prompt: int, windows: Sequence[int]) -> dict[int, ResponseNll]:
     n_response = len(cums)
     out = {}
     for w in windows:
         k = scored_positions(n_prompt, n_response, w)
-        out[w] = Scored(float(cums[k - 1]) if k > 0 else 0.0, k)
+        out[w] = ResponseNll(float(cums[k - 1]) if k > 0 else 0.0, k)
     return out
 
 

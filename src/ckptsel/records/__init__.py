@@ -1,29 +1,25 @@
-"""Records folders (SPEC §2): the contract, the one writer and the one reader, side by side.
+"""Records folders (SPEC §2): the contract, the one checked Parquet codec, the units layout,
+the reader, the one writer and the analysis's loaders — in the order data flows through them.
 
-* :mod:`ckptsel.records.schema` — file names, columns, dtypes, keys, the matched window.
-* :mod:`ckptsel.records.write` — every producer's writer (``measure``, ``ingest``, the Trainer
-  callback, ``simulate``): one row order and row-group size, write-once per-checkpoint units
-  (``write_unit``), plain trajectory/configuration names.
-* :mod:`ckptsel.records.dataset` — the units layout, reading both forms together
-  (``read_rows``, ``read_frame``) and ``compact`` (back to the single-file form).
-* :mod:`ckptsel.records.read` — the analysis's loaders: validation and test records by
+* :mod:`~ckptsel.records.schema` — file names, columns, dtypes, keys, row order, the matched
+  window; contract frames (``coerce_*``, ``empty_*``) and plain names (``check_name``).
+* :mod:`~ckptsel.records.codec` — the one checked Parquet read (page checksums verified) and
+  write (records layout).
+* :mod:`~ckptsel.records.units` — where single files and write-once units live.
+* :mod:`~ckptsel.records.scan` — both forms read as one table (``read_rows``, ``read_frame``),
+  through a read cache.
+* :mod:`~ckptsel.records.store` — every producer's writer (``write_unit``, ``upsert_records``,
+  ``write_records``) and ``compact``.
+* :mod:`~ckptsel.records.load` — the analysis's loaders: validation and test records by
   separate calls, validated into per-trajectory arrays.
 
-``from ckptsel import records`` gives the names of all three (``records.load_validation``,
-``records.upsert_records``, ``records.MATCHED_WINDOW``, …).
+Other packages import the names below from ``ckptsel.records``.
 """
 
 from __future__ import annotations
 
-from ckptsel.records.dataset import (
-    UNITS_DIR,
-    compact,
-    list_units,
-    read_frame,
-    read_rows,
-    unit_path,
-)
-from ckptsel.records.read import (
+from ckptsel.records.codec import parquet_bytes, read_schema, read_table
+from ckptsel.records.load import (
     TestData,
     ValidationData,
     find_trajectory,
@@ -31,6 +27,7 @@ from ckptsel.records.read import (
     load_test,
     load_validation,
 )
+from ckptsel.records.scan import read_frame, read_rows
 from ckptsel.records.schema import (
     COMPLETE_WINDOW,
     FINAL_STEPS_FILE,
@@ -42,25 +39,25 @@ from ckptsel.records.schema import (
     NLL_COLUMNS,
     NLL_FILE,
     NLL_KEY,
-    SPLITS,
-)
-from ckptsel.records.write import (
     RECORDS_ORDER,
     RECORDS_ROW_GROUP,
+    SPLITS,
     check_name,
     coerce_generations,
     coerce_nll,
     empty_generations,
     empty_nll,
-    read_table,
+)
+from ckptsel.records.store import (
+    compact,
     records_lock,
     upsert_records,
     write_records,
     write_unit,
 )
+from ckptsel.records.units import UNITS_DIR, list_units, unit_path
 
 __all__ = [
-    "find_trajectory",
     "COMPLETE_WINDOW",
     "FINAL_STEPS_FILE",
     "GENERATIONS_FILE",
@@ -79,16 +76,19 @@ __all__ = [
     "ValidationData",
     "check_name",
     "coerce_generations",
-    "compact",
     "coerce_nll",
+    "compact",
     "empty_generations",
     "empty_nll",
+    "find_trajectory",
     "has_validation_nll",
     "list_units",
     "load_test",
     "load_validation",
+    "parquet_bytes",
     "read_frame",
     "read_rows",
+    "read_schema",
     "read_table",
     "records_lock",
     "unit_path",

@@ -1,12 +1,19 @@
-"""The records contract (SPEC §2): the one place that names the files and columns of a records
-folder.
+"""The records contract (SPEC §2): the one place that names the files, columns, dtypes, keys
+and row order of a records folder, and turns frames into contract frames.
 
 Every producer (``measure``, ``ingest``, ``simulate``, the Trainer callback) writes these
-columns through :mod:`ckptsel.records.write` and every consumer reads them through
-:mod:`ckptsel.records.read`.
+columns through :mod:`ckptsel.records.store` and every consumer reads them through
+:mod:`ckptsel.records.scan` and :mod:`ckptsel.records.load`.
 """
 
 from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pyarrow as pa
+
+from ckptsel.errors import CkptselError
 
 GENERATIONS_FILE = "generations.parquet"
 NLL_FILE = "nll.parquet"
@@ -42,3 +49,63 @@ NLL_COLUMNS: dict[str, str] = {
     "window": "int64",
 }
 NLL_KEY = ("trajectory", "step", "split", "item_id", "window")
+KINDS = ("generations", "nll", "texts")
+TEXT_COLUMNS: dict[str, str] = {
+    "trajectory": "string",
+    "step": "int64",
+    "split": "string",
+    "item_id": "string",
+    "text": "string",
+}
+UNIT_COLUMNS = {"generations": GENERATION_COLUMNS, "nll": NLL_COLUMNS, "texts": TEXT_COLUMNS}
+_ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+
+
+def arrow_schema(kind: str) -> pa.Schema:
+    """The Arrow schema of a unit of ``kind`` (contract columns and types)."""
+    return pa.schema([(c, _ARROW[t]) for c, t in UNIT_COLUMNS[kind].items()])
+
+RECORDS_ORDER = ("split", "trajectory", "step", "item_id", "window")  # row order of every file
+RECORDS_ROW_GROUP = 262_144  # rows per Parquet row group
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@,-]*$")
+
+
+def empty_generations(with_text: bool = True) -> pd.DataFrame:
+    """A zero-row generations frame with the contract dtypes."""
+    cols = dict(GENERATION_COLUMNS)
+    if with_text:
+        cols.update(GENERATION_OPTIONAL)
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
+
+
+def empty_nll() -> pd.DataFrame:
+    """A zero-row NLL frame with the contract dtypes."""
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in NLL_COLUMNS.items()})
+
+
+def check_name(kind: str, name: str) -> str:
+    """Trajectory/configuration names become folder names: keep them plain."""
+    if not _NAME_RE.match(name):
+        raise CkptselError(
+            f"{kind} name {name!r} must start with a letter/digit and use only letters, digits and ._+=@,-"
+        )
+    return name
+
+
+def coerce_generations(df: pd.DataFrame) -> pd.DataFrame:
+    """Contract columns in contract order and dtypes (+ ``text`` when present)."""
+    cols = dict(GENERATION_COLUMNS)
+    if "text" in df.columns:
+        cols.update(GENERATION_OPTIONAL)
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise CkptselError(f"generation rows lack column(s) {missing}")
+    return df[list(cols)].astype(cols).reset_index(drop=True)
+
+
+def coerce_nll(df: pd.DataFrame) -> pd.DataFrame:
+    """Contract columns in contract order and dtypes."""
+    missing = [c for c in NLL_COLUMNS if c not in df.columns]
+    if missing:
+        raise CkptselError(f"NLL rows lack column(s) {missing}")
+    return df[list(NLL_COLUMNS)].astype(NLL_COLUMNS).reset_index(drop=True)

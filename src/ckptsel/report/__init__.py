@@ -1,97 +1,45 @@
 """Reports a person reads: paper-style tables, figures and one self-contained HTML page,
 all generated from a results folder written by ``ckptsel analyze``.
 
+* :mod:`~ckptsel.report.tables` — the paper's tables (Markdown, LaTeX, CSV);
+* :mod:`~ckptsel.report.figures` — budget curves, per-configuration gains, matched half
+  (matplotlib, imported only when a figure is made);
+* :mod:`~ckptsel.report.html` — the self-contained ``report.html`` and the claims in words;
+* :mod:`~ckptsel.report.terminal` — the main table in a terminal;
+* :mod:`~ckptsel.report.build` — ``write_report``: all of them from a results folder.
+
 Only the analysis outputs are read (``summary.json`` and ``tables/*.parquet``), never the
 records, so a report can be rebuilt at any time without touching the frozen choices.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from pathlib import Path
+from typing import Any
 
-import pandas as pd
+from ckptsel.report.build import load_results, write_report
+from ckptsel.report.html import claim_sentences, render_html
+from ckptsel.report.tables import TABLE_FORMATS, all_tables, write_tables
+from ckptsel.report.terminal import print_main_table
 
-from ckptsel.errors import CkptselError
-from ckptsel.io import write_bytes, write_text
-from ckptsel.results import FIGURES_DIR, REPORT_FILE, SCHEMA, SUMMARY_FILE, TABLES_DIR
+_FIGURES = ("FIGURE_FORMATS", "all_figures", "figure_bytes", "save_figure")
 
-
-def load_results(results_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """``summary.json``, the per-configuration table and the checkpoint curves of a results folder."""
-    results_dir = Path(results_dir)
-    spath = results_dir / SUMMARY_FILE
-    if not spath.is_file():
-        raise CkptselError(
-            f"{spath}: not found; run `ckptsel analyze RECORDS --out {results_dir}` first"
-        )
-    try:
-        summary = json.loads(spath.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise CkptselError(f"{spath}: not valid JSON ({err})") from err
-    if summary.get("schema") != SCHEMA:
-        raise CkptselError(
-            f"{spath}: schema {summary.get('schema')!r} is not supported (expected {SCHEMA})"
-        )
-    frames = []
-    for name in ("per_configuration", "checkpoint_curves"):
-        path = results_dir / TABLES_DIR / f"{name}.parquet"
-        if not path.is_file():
-            raise CkptselError(
-                f"{path}: not found; the results folder is incomplete (re-run `ckptsel analyze`)"
-            )
-        frames.append(pd.read_parquet(path))
-    return summary, frames[0], frames[1]
+__all__ = [
+    "TABLE_FORMATS",
+    "all_tables",
+    "claim_sentences",
+    "load_results",
+    "print_main_table",
+    "render_html",
+    "write_report",
+    "write_tables",
+    *_FIGURES,
+]
 
 
-def write_report(
-    results_dir: Path,
-    formats: Iterable[str] = ("md", "tex", "csv", "png", "svg", "html"),
-    trajectory: str | None = None,
-) -> dict[str, list[Path]]:
-    """Write tables (md/tex/csv), figures (png/svg) and ``report.html`` into ``results_dir``.
+def __getattr__(name: str) -> Any:
+    """Figure functions, imported (with matplotlib) on first use."""
+    if name in _FIGURES:
+        from ckptsel.report import figures
 
-    ``formats`` picks any of ``md tex csv`` (tables), ``png svg`` (figures) and ``html``;
-    ``trajectory`` picks the trajectory of the within-trajectory figure (default: the first).
-    Returns the written paths by kind.
-    """
-    from ckptsel.report import figures as figs
-    from ckptsel.report import html as rhtml
-    from ckptsel.report import tables as rtables
-
-    formats = tuple(formats)
-    known = set(rtables.TABLE_FORMATS) | set(figs.FIGURE_FORMATS) | {"html"}
-    unknown = sorted(set(formats) - known)
-    if unknown:
-        raise CkptselError(f"unknown report format(s) {unknown}; choose from {sorted(known)}")
-    results_dir = Path(results_dir)
-    summary, per_conf, curves = load_results(results_dir)
-    written: dict[str, list[Path]] = {"tables": [], "figures": [], "html": []}
-    table_formats = [f for f in formats if f in rtables.TABLE_FORMATS]
-    if table_formats:
-        written["tables"] = rtables.write_tables(summary, results_dir / TABLES_DIR, table_formats)
-    figure_formats = [f for f in formats if f in figs.FIGURE_FORMATS]
-    if figure_formats or "html" in formats:
-        pngs: dict[str, bytes] = {}
-        for name, fig in figs.all_figures(summary, per_conf, curves, trajectory).items():
-            needed = figure_formats + (
-                ["png"] if "html" in formats and "png" not in figure_formats else []
-            )
-            rendered = {
-                fmt: figs.figure_bytes(fig, fmt) for fmt in needed
-            }  # each format drawn once
-            for fmt in figure_formats:
-                path = results_dir / FIGURES_DIR / f"{name}.{fmt}"
-                write_bytes(path, rendered[fmt])
-                written["figures"].append(path)
-            if "html" in formats:
-                pngs[name] = rendered["png"]
-        if "html" in formats:
-            page = rhtml.render_html(summary, rtables.all_tables(summary), pngs)
-            write_text(results_dir / REPORT_FILE, page)
-            written["html"].append(results_dir / REPORT_FILE)
-    return written
-
-
-__all__ = ["REPORT_FILE", "load_results", "write_report"]
+        return getattr(figures, name)
+    raise AttributeError(f"module 'ckptsel.report' has no attribute {name!r}")

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ckptsel._util.io import write_bytes
+from ckptsel.choose import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.io import write_bytes
 from ckptsel.report.tables import budgets_in
 from ckptsel.results import level_percent
-from ckptsel.rules import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
 
 FIGURE_FORMATS = ("png", "svg")
 RULE_STYLE = {

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from ckptsel.choose import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
 from ckptsel.defaults import BUDGETS
 from ckptsel.report.tables import ReportTable
 from ckptsel.results import d_from, fmt, level_percent
-from ckptsel.rules import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}

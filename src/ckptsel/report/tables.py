@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ckptsel.analysis.intervals import label as interval_label
-from ckptsel.defaults import BUDGETS
-from ckptsel.io import write_csv, write_text
-from ckptsel.results import d_column, fmt, level_percent, main_table_rows
-from ckptsel.rules import RULE_ORDER
+from ckptsel._util.io import write_csv, write_text
+from ckptsel.choose import RULE_ORDER
+from ckptsel.results import d_column, fmt, interval_label, level_percent, main_table_rows
 
-BUDGET_ORDER = (*(str(b) for b in BUDGETS), "full")  # the default; any budgets sort by size
 INTERVAL_KINDS = (
     ("configuration", None),
     ("test-question", "question_bootstrap"),

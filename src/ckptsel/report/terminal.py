@@ -5,9 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ckptsel.analysis.intervals import label as interval_label
 from ckptsel.defaults import BUDGETS
-from ckptsel.results import d_from, main_table_rows
+from ckptsel.results import d_from, interval_label, main_table_rows
 
 
 def print_main_table(summary: dict, console: Console | None = None) -> None:

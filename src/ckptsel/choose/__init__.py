@@ -1,0 +1,85 @@
+"""Choosing: validation records → selection-probability vectors, frozen and hashed, then scored
+on the test pool (SPEC §3–§7).
+
+* :mod:`~ckptsel.choose.core` — pure-NumPy kernels: hashed orders, nested subsets, exact ties,
+  pluralities, thinning;
+* :mod:`~ckptsel.choose.rules` — the rule registry (:class:`RuleSpec`: signal, direction, labels);
+* :mod:`~ckptsel.choose.settings` — :class:`ChoiceSettings` (permutations, seed, budgets);
+* :mod:`~ckptsel.choose.choices` — every trajectory's selection vectors (``choose``);
+* :mod:`~ckptsel.choose.frozen` — ``freeze`` (write + SHA-256) and ``load_frozen``, the only way
+  to a :class:`FrozenChoices`;
+* :mod:`~ckptsel.choose.evaluate` — frozen choices scored on test records (``score``) and the
+  matched-half diagnostic.
+
+The freeze rule is structural: ``choose`` sees only :class:`~ckptsel.records.ValidationData`,
+``score`` accepts only :class:`FrozenChoices`.
+"""
+
+from __future__ import annotations
+
+from ckptsel.choose import core
+from ckptsel.choose.choices import PoolSubsets, choose, choose_trajectory, signals, thinned
+from ckptsel.choose.evaluate import (
+    BUDGET_LABELS,
+    MH_RULES,
+    MH_STATS,
+    OV_LABELS,
+    SCHEMES,
+    Name,
+    ScoredChoices,
+    quantity_names,
+    score,
+)
+from ckptsel.choose.frozen import (
+    CHOICES_FILE,
+    HASH_FILE,
+    FrozenChoices,
+    choices_hash,
+    freeze,
+    load_frozen,
+)
+from ckptsel.choose.rules import (
+    ALL_RULES,
+    H_BASELINE,
+    MATCHED_HALF_RULES,
+    RULE_ORDER,
+    RULES,
+    SIGNAL_RULES,
+    RuleSpec,
+)
+from ckptsel.choose.settings import FULL, ChoiceSettings, check_budgets, parse_budgets
+
+__all__ = [
+    "ALL_RULES",
+    "BUDGET_LABELS",
+    "CHOICES_FILE",
+    "FULL",
+    "HASH_FILE",
+    "H_BASELINE",
+    "MATCHED_HALF_RULES",
+    "MH_RULES",
+    "MH_STATS",
+    "Name",
+    "OV_LABELS",
+    "RULES",
+    "RULE_ORDER",
+    "SCHEMES",
+    "SIGNAL_RULES",
+    "ChoiceSettings",
+    "FrozenChoices",
+    "PoolSubsets",
+    "RuleSpec",
+    "ScoredChoices",
+    "check_budgets",
+    "core",
+    "choices_hash",
+    "choose",
+    "choose_trajectory",
+    "freeze",
+    "load_frozen",
+    "parse_budgets",
+    "quantity_names",
+    "score",
+    "signals",
+    "thinned",
+]

@@ -1,0 +1,230 @@
+"""Pure array functions behind every rule, budget and diagnostic (no I/O, no pandas).
+
+Shapes: ``T`` checkpoints (ascending step, the last is the final checkpoint), ``n`` items,
+``P`` permutations/partitions/repetitions, ``B`` budgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ckptsel._util import rng as streams
+from ckptsel.choose import core
+from ckptsel.choose.core import tie_probabilities
+from ckptsel.choose.frozen import FrozenChoices
+from ckptsel.choose.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
+from ckptsel.choose.settings import FULL, ChoiceSettings
+from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
+from ckptsel.errors import CkptselError
+from ckptsel.records import TestData
+
+
+# --------------------------------------------------------------------------- matched half
+def matched_half(
+    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray
+) -> dict[str, dict[str, float]]:
+    """Same-item optimism on the test pool (SPEC §5), averaged over partitions and directions.
+
+    ``orders`` (P, N) are random orders of the test items; the first ⌊N/2⌋ form ``S``. The
+    rule selects on ``S`` (oracle: correctness counts; agreement: agreement counts) and the
+    same choice is scored on ``S`` (G_in) and on ``S̄`` (G_out); then the roles swap.
+    """
+    n_items = correct.shape[1]
+    half = n_items // 2
+    sizes = np.array([half, n_items - half], dtype=np.float64)
+    in_s = np.zeros(orders.shape, dtype=np.float64)
+    np.put_along_axis(in_s, orders[:, :half], 1.0, axis=1)  # (P, N) indicator of S
+    correct_f = correct.astype(np.float64)
+    acc_s = correct_f @ in_s.T  # (T, P) correct counts on S
+    acc_total = correct_f.sum(axis=1, keepdims=True)
+    acc_halves = np.stack([acc_s, acc_total - acc_s])  # (2, T, P): counts on S, S̄
+    signals = {"oracle": acc_halves}
+    agree_f = agree.astype(np.float64)
+    agr_s = agree_f @ in_s.T
+    signals["agreement"] = np.stack([agr_s, agree_f.sum(axis=1, keepdims=True) - agr_s])
+    acc_rate = acc_halves / sizes[:, None, None]  # (2, T, P)
+    out: dict[str, dict[str, float]] = {}
+    for rule, sig in signals.items():
+        g_in = []
+        g_out = []
+        for d in (0, 1):  # select on half d, score on half d (in) and 1-d (out)
+            p = tie_probabilities(sig[d])  # (T, P)
+            g_in.append(((p * acc_rate[d]).sum(axis=0) - acc_rate[d, -1]).mean())
+            g_out.append(((p * acc_rate[1 - d]).sum(axis=0) - acc_rate[1 - d, -1]).mean())
+        gi, go = 100.0 * np.mean(g_in), 100.0 * np.mean(g_out)
+        out[rule] = {"G_in": gi, "G_out": go, "B": gi - go}
+    return out
+
+SCHEMES = ("nested", "one_variant", *(f"thin{k}" for k in THINNING), "nll_complete")
+BUDGET_LABELS = (*[str(b) for b in BUDGETS], FULL)
+OV_LABELS = (*[str(b) for b in ONE_VARIANT_BUDGETS], FULL)
+MH_RULES = tuple(MATCHED_HALF_RULES)
+MH_STATS = ("G_in", "G_out", "B")
+
+Name = tuple[str, ...]
+
+
+def budget_labels(settings: ChoiceSettings | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(nested labels, one-variant labels) of these settings: the finite budgets, then "full"."""
+    settings = settings or ChoiceSettings()
+    return (
+        (*[str(b) for b in settings.budgets], FULL),
+        (*[str(b) for b in settings.one_variant_budgets], FULL),
+    )
+
+
+def quantity_names(settings: ChoiceSettings | None = None) -> list[Name]:
+    """Every quantity in canonical order (a study has a subset of them)."""
+    nested_labels, ov_labels = budget_labels(settings)
+    names: list[Name] = []
+    for scheme in SCHEMES:
+        labels = ov_labels if scheme == "one_variant" else nested_labels
+        for budget in labels:
+            for rule in RULES:
+                names += [("G", scheme, rule, budget), ("H", scheme, rule, budget)]
+        for rule in RULES:
+            names.append(("D", scheme, rule, ""))
+    names += [("MH", rule, stat, "") for rule in MH_RULES for stat in MH_STATS]
+    names.append(("same_nll_choice", "nll_complete", "nll", FULL))
+    return names
+
+
+def trajectory_weights(
+    vectors: dict[tuple[str, str, str], np.ndarray], n_checkpoints: int, d_from: str = "32"
+) -> dict[Name, np.ndarray]:
+    """Weight vectors over checkpoints of every linear quantity this trajectory has.
+
+    ``D`` is full minus the budget labelled ``d_from`` (the smallest budget)."""
+    final = np.zeros(n_checkpoints)
+    final[-1] = 1.0
+    out: dict[Name, np.ndarray] = {}
+    for (scheme, rule, budget), q in vectors.items():
+        if scheme == "nll_complete":
+            continue
+        out[("G", scheme, rule, budget)] = q - final
+        nll = vectors.get((scheme, H_BASELINE, budget))
+        if nll is not None:
+            out[("H", scheme, rule, budget)] = q - nll
+    for (scheme, _rule, budget), q in vectors.items():
+        if scheme == "nll_complete":  # G of the window-0 NLL rule; H of every rule against it
+            out[("G", scheme, H_BASELINE, budget)] = q - final
+            for r in RULES:
+                base = vectors.get(("nested", r, budget))
+                if base is not None and r != H_BASELINE:
+                    out[("H", scheme, r, budget)] = base - q
+    for scheme in SCHEMES:
+        for rule in RULES:
+            full, small = vectors.get((scheme, rule, FULL)), vectors.get((scheme, rule, d_from))
+            if full is not None and small is not None:
+                out[("D", scheme, rule, "")] = full - small
+    return out
+
+
+@dataclass
+class ScoredChoices:
+    """Per-trajectory results and what the bootstraps need; no I/O, no test rows beyond arrays."""
+
+    trajectories: list[str]
+    configurations: list[str]
+    tasks: list[str]
+    names: list[Name]
+    values: np.ndarray  # (J, Q), NaN where a trajectory lacks the quantity
+    linear: np.ndarray  # (Q,) bool: nested-scheme w·A quantity, given per-question utilities
+    test_items: dict[str, int]  # task -> test pool size
+    # task -> (K_task, N, Q_lin): per-configuration sums of per-question utilities, configurations
+    # in sorted order, quantities in ``linear_names`` order
+    utilities: dict[str, np.ndarray] = field(default_factory=dict)
+    test_accuracy: dict[str, np.ndarray] = field(default_factory=dict)  # trajectory -> (T,) pp
+    steps: dict[str, np.ndarray] = field(default_factory=dict)
+    budgets: tuple[int, ...] = BUDGETS  # the finite budgets the choices were made at
+    one_variant_budgets: tuple[int, ...] = ONE_VARIANT_BUDGETS
+
+    @property
+    def d_from(self) -> int:
+        """``D = G(full) − G(d_from)``: the smallest budget."""
+        return self.budgets[0]
+    groups: dict[str, np.ndarray] = field(default_factory=dict)  # task -> (N,) item clusters
+
+    @property
+    def linear_names(self) -> list[Name]:
+        return [n for n, lin in zip(self.names, self.linear, strict=True) if lin]
+
+
+def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None) -> ScoredChoices:
+    """Score frozen choices on the test records (choices first, test data second, by type)."""
+    settings = frozen.settings
+    partitions = partitions or settings.permutations
+    all_names = quantity_names(settings)
+    index = {n: k for k, n in enumerate(all_names)}
+    J = len(tests)
+    values = np.full((J, len(all_names)), np.nan)
+    weights: list[dict[Name, np.ndarray]] = []
+    half_orders: dict[bytes, np.ndarray] = {}
+    test_accuracy, steps = {}, {}
+    for j, t in enumerate(tests):
+        vectors = frozen.vectors(t.trajectory, t.steps)
+        acc = 100.0 * t.correct.mean(axis=1)
+        test_accuracy[t.trajectory], steps[t.trajectory] = acc, t.steps
+        w = trajectory_weights(vectors, len(t.steps), str(settings.d_from))
+        weights.append(w)
+        for name, vec in w.items():
+            values[j, index[name]] = vec @ acc
+        key = t.item_ids.tobytes()
+        if key not in half_orders:  # trajectories of one task share the test pool's partitions
+            half_orders[key] = core.permutations(
+                core.string_keys(t.item_ids), settings.seed, partitions, stream=streams.MATCHED_HALF
+            )
+        agree = core.plurality_agreement(t.answers)
+        for rule, stats in matched_half(t.correct, agree, half_orders[key]).items():
+            for stat, val in stats.items():
+                values[j, index[("MH", rule, stat, "")]] = val
+        a, b = vectors.get(("nested", "nll", FULL)), vectors.get(("nll_complete", "nll", FULL))
+        if a is not None and b is not None:
+            values[j, index[("same_nll_choice", "nll_complete", "nll", FULL)]] = float(np.array_equal(a, b))
+
+    present = ~np.all(np.isnan(values), axis=0)
+    names = [n for n, keep in zip(all_names, present, strict=True) if keep]
+    values = values[:, present]
+    linear = np.array([n[0] in ("G", "H", "D") and n[1] == "nested" for n in names])
+    lin_names = [n for n, lin in zip(names, linear, strict=True) if lin]
+    configurations = [t.configuration for t in tests]
+    utilities: dict[str, np.ndarray] = {}
+    groups: dict[str, np.ndarray] = {}
+    test_items: dict[str, int] = {}
+    for task in sorted({t.task for t in tests}):
+        members = [j for j, t in enumerate(tests) if t.task == task]
+        task_configs = sorted({configurations[j] for j in members})
+        n_items = tests[members[0]].correct.shape[1]
+        test_items[task] = n_items
+        # per-configuration sums of d_i = 100 w·z_i (seeds stay together); absent quantities add 0
+        util = np.zeros((len(task_configs), n_items, len(lin_names)))
+        for j in members:
+            t = tests[j]
+            W = np.stack([weights[j].get(n, np.zeros(len(t.steps))) for n in lin_names])  # (Q, T)
+            util[task_configs.index(configurations[j])] += 100.0 * (t.correct.T.astype(np.float64) @ W.T)
+        utilities[task] = util
+        if tests[members[0]].groups is not None:
+            groups[task] = tests[members[0]].groups
+            for j in members:  # one clustering per test pool
+                if not np.array_equal(tests[j].groups, groups[task]):
+                    raise CkptselError(
+                        f"trajectory {tests[j].trajectory!r}: the test items' groups differ from "
+                        f"those of trajectory {tests[members[0]].trajectory!r} (same {task} test pool)"
+                    )
+    return ScoredChoices(
+        trajectories=[t.trajectory for t in tests],
+        configurations=configurations,
+        tasks=[t.task for t in tests],
+        names=names,
+        values=values,
+        linear=linear,
+        test_items=test_items,
+        utilities=utilities,
+        test_accuracy=test_accuracy,
+        steps=steps,
+        budgets=settings.budgets,
+        one_variant_budgets=settings.one_variant_budgets,
+        groups=groups,
+    )

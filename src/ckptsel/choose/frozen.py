@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ckptsel._util.io import write_parquet, write_text
+from ckptsel.choose.settings import ChoiceSettings
+from ckptsel.errors import CkptselError, VerificationError
+
+CHOICES_FILE = "choices.parquet"
+HASH_FILE = "choices.sha256"
+COLUMNS = ["trajectory", "scheme", "rule", "budget", "step", "prob"]
+
+
+# --------------------------------------------------------------------------- freezing
+def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
+    """The hashed form: settings as JSON, then one CSV row per choice, floats as ``repr``."""
+    t = table[COLUMNS]
+    lines = [json.dumps(settings.to_dict(), sort_keys=True), ",".join(COLUMNS)]
+    cols = [t[c].astype(str).tolist() for c in COLUMNS[:4]]
+    cols += [t["step"].astype(np.int64).tolist(), t["prob"].astype(np.float64).tolist()]
+    lines += [f"{a},{b},{c},{d},{e},{f!r}" for a, b, c, d, e, f in zip(*cols, strict=True)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def choices_hash(table: pd.DataFrame, settings: ChoiceSettings) -> str:
+    return hashlib.sha256(canonical_bytes(table, settings)).hexdigest()
+
+
+def freeze(table: pd.DataFrame, settings: ChoiceSettings, out_dir: Path) -> str:
+    """Write the choices and their SHA-256 (of the canonical form). Returns the hash."""
+    out_dir = Path(out_dir)
+    digest = choices_hash(table, settings)
+    stored = table[COLUMNS].copy()
+    write_parquet(out_dir / CHOICES_FILE, stored)
+    write_text(
+        out_dir / HASH_FILE,
+        json.dumps({"sha256": digest, "settings": settings.to_dict(), "rows": len(stored)}, indent=1) + "\n",
+    )
+    return digest
+
+
+@dataclass(frozen=True)
+class FrozenChoices:
+    """Choices read back from disk after their hash was checked. Only :func:`load_frozen` makes one."""
+
+    table: pd.DataFrame
+    settings: ChoiceSettings
+    sha256: str
+
+    def vectors(self, trajectory: str, steps: np.ndarray) -> dict[tuple[str, str, str], np.ndarray]:
+        """``(scheme, rule, budget) -> (T,)`` selection probabilities over ``steps``."""
+        rows = self.table[self.table["trajectory"] == trajectory]
+        if rows.empty:
+            raise CkptselError(f"trajectory {trajectory!r} has test records but no frozen choices")
+        col = np.searchsorted(steps, rows["step"].to_numpy())
+        if (col >= len(steps)).any() or not np.array_equal(steps[np.minimum(col, len(steps) - 1)], rows["step"].to_numpy()):
+            raise CkptselError(
+                f"trajectory {trajectory!r}: frozen choices name checkpoints that have no test records"
+            )
+        keys = list(zip(rows["scheme"], rows["rule"], rows["budget"], strict=True))
+        uniq, inv = np.unique(np.array(["\x00".join(k) for k in keys]), return_inverse=True)
+        mats = np.zeros((len(uniq), len(steps)))
+        mats[inv, col] = rows["prob"].to_numpy()
+        return {tuple(u.split("\x00")): mats[i] for i, u in enumerate(uniq)}
+
+
+def load_frozen(out_dir: Path) -> FrozenChoices:
+    """Read frozen choices and verify their SHA-256 before anyone may use them."""
+    out_dir = Path(out_dir)
+    path, hpath = out_dir / CHOICES_FILE, out_dir / HASH_FILE
+    if not path.is_file() or not hpath.is_file():
+        raise CkptselError(f"{out_dir}: frozen choices not found ({CHOICES_FILE} and {HASH_FILE})")
+    try:
+        meta = json.loads(hpath.read_text(encoding="utf-8"))
+        settings = ChoiceSettings(**meta["settings"])
+        stored = str(meta["sha256"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, CkptselError) as err:
+        raise VerificationError(
+            f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})"
+        ) from err
+    try:
+        table = pd.read_parquet(path)
+        digest = choices_hash(table, settings)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise VerificationError(f"{path}: not readable frozen choices ({err})") from err
+    if digest != stored:
+        raise VerificationError(
+            f"{path}: SHA-256 {digest} does not match the frozen hash {stored} in {hpath.name}"
+        )
+    return FrozenChoices(table=table, settings=settings, sha256=digest)

@@ -1,0 +1,88 @@
+"""Choosing: validation records → selection-probability vectors, frozen and hashed (SPEC §3, §4, §6, §7).
+
+Nothing here can see a test record: :func:`choose` takes only :class:`ValidationData`.
+:func:`freeze` writes the choices and their SHA-256; :func:`load_frozen` is the only way
+to obtain a :class:`FrozenChoices`, and it verifies the hash first. Scoring accepts nothing
+else. The rules (signal, direction) come from :mod:`ckptsel.choose.rules`, the budgets, thinning
+factors and settings' defaults from :mod:`ckptsel.defaults`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ckptsel import defaults
+from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS
+from ckptsel.errors import CkptselError
+
+FULL = "full"
+
+
+@dataclass(frozen=True)
+class ChoiceSettings:
+    """Permutations, seed and the finite validation budgets ("full" is always added).
+
+    ``budgets`` are kept sorted and distinct; ``D`` is ``G(full) − G(budgets[0])``. The
+    one-variant sensitivity uses :data:`~ckptsel.defaults.ONE_VARIANT_BUDGETS` with the default
+    budgets and the chosen budgets otherwise (in both cases those that fit its groups). The
+    settings' dictionary (hashed with the choices) names the budgets only when they are not
+    the default, so default choices hash as before.
+    """
+
+    permutations: int = defaults.PERMUTATIONS
+    seed: int = defaults.SEED
+    budgets: tuple[int, ...] = BUDGETS
+
+    def __post_init__(self):
+        object.__setattr__(self, "budgets", check_budgets(self.budgets))
+
+    @property
+    def one_variant_budgets(self) -> tuple[int, ...]:
+        return ONE_VARIANT_BUDGETS if self.budgets == BUDGETS else self.budgets
+
+    @property
+    def d_from(self) -> int:
+        """The budget ``D`` starts from: the smallest."""
+        return self.budgets[0]
+
+    def to_dict(self) -> dict:
+        out: dict = {"permutations": self.permutations, "seed": self.seed}
+        if self.budgets != BUDGETS:
+            out["budgets"] = list(self.budgets)
+        return out
+
+
+MAX_BUDGET = 10**9
+
+
+def check_budgets(budgets) -> tuple[int, ...]:
+    """Budgets as a sorted tuple of distinct positive integers; one clear error otherwise."""
+    if isinstance(budgets, (str, bytes)) or not hasattr(budgets, "__iter__"):
+        raise CkptselError(f"budgets must be a list of positive integers, not {budgets!r}")
+    values = list(budgets)
+    for b in values:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= MAX_BUDGET:
+            raise CkptselError(
+                f"budgets must be positive integers (at most {MAX_BUDGET}); got {b!r} in {values!r}"
+            )
+    if not values:
+        raise CkptselError("budgets: give at least one finite validation budget (e.g. 32,128,512)")
+    return tuple(sorted({int(b) for b in values}))
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """``"32,128,512"`` → ``(32, 128, 512)`` (the ``--budgets`` option)."""
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError as err:
+        raise CkptselError(
+            f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})"
+        ) from err
+    return check_budgets(values)
+
+
+def budget_labels_for_pool(pool: int, budgets: tuple[int, ...]) -> tuple[list[int], list[str]]:
+    finite = [b for b in budgets if b <= pool]  # larger budgets are skipped
+    return finite, [str(b) for b in finite] + [FULL]

@@ -1,0 +1,75 @@
+"""``ckptsel analyze`` and ``ckptsel verify``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ckptsel import defaults
+from ckptsel.choose import parse_budgets
+from ckptsel.results import REPORT_FILE, SUMMARY_FILE
+from ckptsel.stats import METHODS
+from ckptsel.workflows import analyze as run_analysis
+from ckptsel.workflows import check_settings
+from ckptsel.workflows import verify as run_verify
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def analyze(
+        records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
+        out: Path = typer.Option(..., "--out", help="Results folder (summary.json, choices/, tables/)."),
+        permutations: int = typer.Option(defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."),
+        draws: int = typer.Option(defaults.DRAWS, help="Bootstrap draws."),
+        seed: int = typer.Option(defaults.SEED, help="Seed for permutations, partitions and bootstraps."),
+        confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
+        interval: str = typer.Option(
+            defaults.INTERVAL, "--interval",
+            help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
+            "bootstrap; see README 'What the intervals estimate').",
+        ),
+        budgets: str = typer.Option(
+            ",".join(str(b) for b in defaults.BUDGETS), "--budgets",
+            help="Finite validation budgets, comma-separated ('full' is always added); "
+            "D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
+        ),
+        report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Allow a non-empty --out that is not a results folder (its files are kept).",
+        ),
+    ) -> None:
+        """Choose checkpoints on validation records (frozen + hashed), score them on test records,
+        and report G, H, D and B with bootstrap intervals."""
+        start = time.perf_counter()
+        check_settings(permutations=permutations, draws=draws, seed=seed, level=confidence)
+        budget_tuple = parse_budgets(budgets)
+        with console.status("choosing on validation records, then scoring frozen choices…"):
+            summary = run_analysis(
+                records_dir, out, permutations=permutations, draws=draws, seed=seed,
+                level=confidence, interval=interval, budgets=budget_tuple, report=report, force=force,
+            )
+        from ckptsel.report import print_main_table
+
+        print_main_table(summary, console)
+        if report:
+            console.print(f"report: {out / REPORT_FILE}")
+        console.print(
+            f"wrote {out / SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
+            f"in {time.perf_counter() - start:.1f} s"
+        )
+
+    @app.command()
+    def verify(
+        results_dir: Path = typer.Argument(..., help="A results folder written by `ckptsel analyze`."),
+        records: Path = typer.Option(None, "--records", help="Records folder (default: the one analyzed)."),
+    ) -> None:
+        """Recompute the frozen choices and the results; exit 1 on any mismatch."""
+        for line in run_verify(results_dir, records):
+            console.print(f"[green]ok[/green] {line}")

@@ -1,1 +1,0 @@
-"""CLI commands, one module each (registered in ``ckptsel.cli``)."""

@@ -1,0 +1,60 @@
+"""Data: tasks and their answer rules, validation/test pools, the group split and the overlap
+audit (SPEC §9, §10).
+
+* :mod:`~ckptsel.data.answers` — answer rules per family (gsm8k, math, commonsense);
+* :mod:`~ckptsel.data.tasks` — the task registry, each dataset's file format, the prompt;
+* :mod:`~ckptsel.data.scoring` — ``extract`` / ``is_correct`` by task name;
+* :mod:`~ckptsel.data.pools` — validation and test pools (files, mixtures, seeded samples);
+* :mod:`~ckptsel.data.split` — train/validation by whole group, with lineage;
+* :mod:`~ckptsel.data.audit` — overlap between fine-tuning, validation and test questions.
+"""
+
+from __future__ import annotations
+
+from ckptsel.data.answers import FAMILIES
+from ckptsel.data.audit import audit_files, audit_pools, write_audit
+from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
+from ckptsel.data.scoring import extract, family_of, is_correct, normalize_reference
+from ckptsel.data.split import split_file
+from ckptsel.data.tasks import (
+    COMMONSENSE_TASKS,
+    PROMPT_TEMPLATE,
+    QUESTION_FIELDS,
+    TASKS,
+    Item,
+    Task,
+    format_prompt,
+    get_task,
+    item_hash,
+    load_items,
+    register_task,
+    task_family,
+)
+
+__all__ = [
+    "COMMONSENSE_TASKS",
+    "FAMILIES",
+    "PROMPT_TEMPLATE",
+    "QUESTION_FIELDS",
+    "TASKS",
+    "Item",
+    "PoolSpec",
+    "Task",
+    "audit_files",
+    "audit_pools",
+    "build_pools",
+    "extract",
+    "family_of",
+    "format_prompt",
+    "get_task",
+    "is_correct",
+    "item_hash",
+    "load_items",
+    "normalize_reference",
+    "pool_digest",
+    "register_task",
+    "split_file",
+    "strata_counts",
+    "task_family",
+    "write_audit",
+]

@@ -1,0 +1,12 @@
+"""Integrations with the tools users train with: Hugging Face ``Trainer`` callbacks that record
+every checkpoint as it is saved (:class:`RecordingCallback`) and keep a choice up to date
+(:class:`SelectionCallback`), in :mod:`~ckptsel.integrations.hf_trainer`.
+
+Importing this package imports ``transformers`` (the callbacks subclass ``TrainerCallback``).
+"""
+
+from __future__ import annotations
+
+from ckptsel.integrations.hf_trainer import SELECTION_FILE, RecordingCallback, SelectionCallback
+
+__all__ = ["SELECTION_FILE", "RecordingCallback", "SelectionCallback"]

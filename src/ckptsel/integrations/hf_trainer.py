@@ -1,0 +1,366 @@
+"""Record while you train: a ``transformers`` Trainer callback that measures every saved checkpoint.
+
+:class:`RecordingCallback` runs at ``on_save``: the model the Trainer just saved is still in
+memory, so the validation items (and, optionally, test items) are measured right there —
+greedy generation + teacher-forced NLL, through :func:`ckptsel.measure.measure_model`, the
+same code path as ``ckptsel measure`` — and the step's records are upserted atomically into
+``records_dir``. When training ends the records are complete and ``ckptsel select`` can
+answer at once; no checkpoint has to be reloaded.
+
+Works with ``transformers.Trainer`` and its subclasses (e.g. ``trl``'s ``SFTTrainer``).
+Only the main process measures (``state.is_world_process_zero``); with sharded parameters
+(FSDP, DeepSpeed ZeRO-3) measure the saved checkpoints with ``ckptsel measure`` instead.
+
+This module imports ``transformers`` at import time (it subclasses ``TrainerCallback``);
+the analysis never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ckptsel.errors import CkptselError
+from ckptsel.measure import MeasureConfig
+
+
+def _items(task: str, source: str | Path | Sequence[Any] | None, what: str) -> list[Any] | None:
+    """Items from a data file (loaded now, so a bad file fails before training starts) or a list."""
+    if source is None:
+        return None
+    if isinstance(source, (str, Path)):
+        from ckptsel.data import load_items
+
+        items = load_items(task, source)
+    else:
+        items = list(source)
+    if not items:
+        raise CkptselError(f"{what} items: none given ({source!r})")
+    return items
+
+
+class RecordingCallback(TrainerCallback):
+    """Measure validation (and optionally test) items at every checkpoint save and append the records.
+
+    Args:
+        validation: validation data file (any format ``ckptsel.data.load_items`` reads for
+            the task) or a list of :class:`ckptsel.data.Item`.
+        config: a :class:`ckptsel.measure.MeasureConfig` (task, batch size, generation
+            length, window: as in ``ckptsel measure``), or just the task name (``gsm8k``,
+            ``math``, ``commonsense``, ...) for the default options. The task picks the
+            answer scorer; the config's device is not used (the model stays where it is).
+        records_dir: the records folder (created); each save writes its checkpoint's own
+            units (:mod:`ckptsel.records.units`), so other trajectories' records are never
+            rewritten and a re-recorded step replaces exactly its own rows.
+        trajectory: this run's name; ``configuration`` defaults to it (seeds of one
+            configuration must share the configuration name).
+        test: optional test data file or items, measured at every save too (so ``ckptsel
+            select`` can report the test-set gain; leave it out to keep the test set unseen).
+        tokenizer: used when the Trainer has no ``processing_class``.
+    """
+
+    def __init__(
+        self,
+        validation: str | Path | Sequence[Any],
+        config: MeasureConfig | str,
+        records_dir: str | Path,
+        trajectory: str,
+        configuration: str | None = None,
+        *,
+        test: str | Path | Sequence[Any] | None = None,
+        tokenizer: Any = None,
+        verbose: bool = True,
+    ) -> None:
+        from ckptsel.records import check_name
+
+        # bad options or an unknown task -> CkptselError now, not at the first save
+        self.config = MeasureConfig(config) if isinstance(config, str) else config
+        self.task = task = self.config.task
+        self.records_dir = Path(records_dir)
+        self.trajectory = check_name("trajectory", trajectory)
+        self.configuration = check_name("configuration", configuration or trajectory)
+        self.splits = {"validation": _items(task, validation, "validation")}
+        if test is not None:
+            self.splits["test"] = _items(task, test, "test")
+        self.tokenizer = tokenizer
+        self.verbose = verbose
+        self.nll = True  # teacher-forced NLL rows too (SelectionCallback: when its rule needs them)
+        self.measured_steps: list[int] = []
+
+    def measure(self, model: Any, tokenizer: Any, step: int) -> None:
+        """Measure ``model`` (in memory) at ``step`` and upsert its records."""
+        import pandas as pd
+
+        from ckptsel.measure import measure_model
+        from ckptsel.records import upsert_records
+
+        was_training = bool(getattr(model, "training", False))
+        padding_side = getattr(tokenizer, "padding_side", None)
+        start = time.perf_counter()
+        gens, nlls = [], []
+        try:
+            for split, items in self.splits.items():
+                gen, nll = measure_model(
+                    model,
+                    tokenizer,
+                    items,
+                    self.config,
+                    split=split,
+                    trajectory=self.trajectory,
+                    step=int(step),
+                    configuration=self.configuration,
+                    nll=self.nll,
+                )
+                gens.append(gen)
+                nlls.append(nll)
+        finally:
+            if padding_side is not None:
+                tokenizer.padding_side = padding_side  # training collators may depend on it
+            if was_training:
+                model.train()
+        upsert_records(  # the one records writer (SelectionCallback reuses this path)
+            self.records_dir,
+            pd.concat(gens, ignore_index=True),
+            pd.concat(nlls, ignore_index=True) if self.nll else None,
+        )
+        self.measured_steps.append(int(step))
+        if self.verbose:
+            n = sum(len(v) for v in self.splits.values())
+            print(
+                f"ckptsel: recorded step {step} of {self.trajectory} ({n} items) in {time.perf_counter() - start:.1f} s"
+            )
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if not getattr(state, "is_world_process_zero", True):
+            return control
+        if int(state.global_step) in self.measured_steps:
+            return control  # saved twice at one step (e.g. a step save then the final save): same weights
+        self._measure_saved(state, kwargs)
+        return control
+
+    def _measure_saved(self, state: Any, kwargs: dict) -> None:
+        """Measure the model the Trainer just saved (passed in ``kwargs``) at ``state.global_step``."""
+        model = kwargs.get("model")
+        tokenizer = self.tokenizer
+        for key in ("processing_class", "tokenizer"):
+            if tokenizer is None and kwargs.get(key) is not None:
+                tokenizer = kwargs[key]
+        if model is None:
+            raise CkptselError("RecordingCallback.on_save: the Trainer passed no model")
+        if tokenizer is None:
+            raise CkptselError(
+                "RecordingCallback: no tokenizer (give the Trainer processing_class=tokenizer or pass tokenizer=...)"
+            )
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
+        self.measure(model, tokenizer, int(state.global_step))
+
+
+SELECTION_FILE = "selection.json"  # written into the Trainer's output folder at the end
+
+
+class SelectionCallback(RecordingCallback):
+    """Choose the checkpoint to keep while training, by what the model *generates*, and keep it.
+
+    At every save it records the validation items like :class:`RecordingCallback` (greedy
+    generation; teacher-forced NLL only when ``rule="nll"``), then answers ``ckptsel select``
+    on the records so far (:func:`ckptsel.workflows.select_checkpoint`: the rule from
+    :mod:`ckptsel.choose.rules`, its split-validation gain over the latest checkpoint and its
+    interval). What it does with the answer:
+
+    * **Protect the candidate.** Between saves ``state.best_model_checkpoint`` /
+      ``best_global_step`` / ``best_metric`` name the rule's raw choice (the latest of a tie),
+      so the Trainer's ``save_total_limit`` rotation never deletes it (the latest checkpoint is
+      never rotated away either): both checkpoints the final answer can name stay on disk.
+    * **Mark the answer at the last save.** With ``prefer_final=True`` (default) the marked
+      checkpoint is the *recommended* one: the final checkpoint unless the rule's
+      split-validation gain over it is resolved positive (the rule of ``ckptsel select``);
+      ``prefer_final=False`` marks the raw choice. ``load_best_model_at_end=True`` then loads
+      it. (The Trainer needs ``eval_strategy`` equal to ``save_strategy`` for that option; its
+      own ``metric_for_best_model`` comparison is neutralized during training so that it cannot
+      overwrite the mark. ``save_strategy="best"`` is refused.)
+    * **Early stopping (optional).** With ``early_stopping_patience=N`` training stops after
+      ``N`` consecutive saves at which an earlier checkpoint is recommended over the latest
+      one, i.e. the latest checkpoint is resolved worse (no resolved improvement).
+    * **At the end** it writes ``selection.json`` (choice, recommendation, reason, intervals)
+      into ``args.output_dir`` and prints one line.
+
+    Only the main process measures and decides (``state.is_world_process_zero``); the other
+    processes keep the Trainer's defaults, so with multi-process training the mark exists on
+    the main process only, and with sharded parameters (FSDP, DeepSpeed ZeRO-3) the model in
+    memory is a shard: measure the saved checkpoints with ``ckptsel measure`` and run
+    ``ckptsel select`` instead. Resuming from a checkpoint re-reads the records folder, so the
+    steps recorded before the interruption still count.
+
+    Args (besides :class:`RecordingCallback`'s): ``rule`` (``accuracy``, ``agreement`` or
+    ``nll``); ``prefer_final``; ``early_stopping_patience``; ``settings`` (a
+    :class:`ckptsel.workflows.SelectSettings`, default as ``ckptsel select``).
+    """
+
+    def __init__(
+        self,
+        validation: str | Path | Sequence[Any],
+        config: MeasureConfig | str,
+        records_dir: str | Path,
+        trajectory: str,
+        configuration: str | None = None,
+        *,
+        rule: str = "accuracy",
+        prefer_final: bool = True,
+        early_stopping_patience: int | None = None,
+        settings: Any = None,
+        test: str | Path | Sequence[Any] | None = None,
+        tokenizer: Any = None,
+        verbose: bool = True,
+    ) -> None:
+        from ckptsel.choose import SIGNAL_RULES
+        from ckptsel.workflows import SelectSettings
+
+        if rule not in SIGNAL_RULES:
+            raise CkptselError(
+                f"SelectionCallback: unknown rule {rule!r}; use one of {list(SIGNAL_RULES)}"
+            )
+        if early_stopping_patience is not None and (
+            isinstance(early_stopping_patience, bool)
+            or not isinstance(early_stopping_patience, int)
+            or early_stopping_patience < 1
+        ):
+            raise CkptselError(
+                f"SelectionCallback: early_stopping_patience must be an integer >= 1 or None "
+                f"(got {early_stopping_patience!r})"
+            )
+        super().__init__(
+            validation,
+            config,
+            records_dir,
+            trajectory,
+            configuration,
+            test=test,
+            tokenizer=tokenizer,
+            verbose=verbose,
+        )
+        if len(self.splits["validation"]) < 2:
+            raise CkptselError(
+                "SelectionCallback: at least 2 validation items are needed to split validation"
+            )
+        self.rule = rule
+        self.nll = rule == "nll"
+        self.prefer_final = bool(prefer_final)
+        self.patience = early_stopping_patience
+        self.settings = settings or SelectSettings()
+        self.result: dict | None = None  # the latest select answer
+        self.marked_step: int | None = None
+        self.stale_saves = 0  # consecutive saves at which an earlier checkpoint is recommended
+        self.early_stopped = False
+        self._training = False
+        self._best_metric: float | None = None
+
+    # ---------------------------------------------------------------- the Trainer's own best
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if str(getattr(args, "save_strategy", "")).lower().endswith("best"):
+            raise CkptselError(
+                'SelectionCallback: save_strategy="best" saves only when the Trainer\'s own metric '
+                'improves; use save_strategy="steps" or "epoch"'
+            )
+        self._training = True
+        return control
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        # The Trainer compares its metric_for_best_model with state.best_metric right after this
+        # hook; a best_metric nothing can beat keeps it from overwriting our mark. on_save
+        # restores our value.
+        if self._training and getattr(args, "metric_for_best_model", None) is not None:
+            state.best_metric = float("inf") if args.greater_is_better else float("-inf")
+        return control
+
+    # ---------------------------------------------------------------- measure, choose, mark
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if not getattr(state, "is_world_process_zero", True):
+            return control
+        step = int(state.global_step)
+        if step not in self.measured_steps:
+            self._measure_saved(state, kwargs)
+        self._decide(args, state)
+        max_steps = int(getattr(state, "max_steps", 0) or 0)
+        last = bool(control.should_training_stop) or step >= max_steps
+        if self.patience is not None and self.stale_saves >= self.patience and not last:
+            control.should_training_stop = True
+            self.early_stopped = last = True
+        self._mark(args, state, last)
+        return control
+
+    def _decide(self, args: Any, state: Any) -> None:
+        from ckptsel.workflows import select_checkpoint
+
+        self.result = select_checkpoint(
+            self.records_dir, self.trajectory, rule=self.rule, settings=self.settings
+        )
+        rec = self.result["recommendation"]
+        self.stale_saves = 0 if rec["keep_final"] else self.stale_saves + 1
+
+    def choice_step(self) -> int:
+        """The rule's raw choice on the full validation pool (the latest of a tie)."""
+        assert self.result is not None
+        return max(self.result["rules"][self.rule]["choice"]["steps"])
+
+    def _mark(self, args: Any, state: Any, last: bool) -> None:
+        """Point the Trainer's best-checkpoint fields at the candidate (at the end: the answer)."""
+        assert self.result is not None
+        if last:
+            rec = self.result["recommendation"]["keep_step"]
+            step = rec if self.prefer_final else self.choice_step()
+            self.marked_step = step
+        else:
+            step = self.choice_step()
+        folder = Path(args.output_dir) / f"checkpoint-{step}"
+        state.best_global_step = step
+        state.best_model_checkpoint = str(folder)
+        sv = self.result["rules"][self.rule]["split_validation"]
+        gain = float(sv["mean"]) if step != self.result["final_step"] else 0.0
+        state.best_metric = self._best_metric = gain  # split-validation gain over the final (pp)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self._training = False
+        if not getattr(state, "is_world_process_zero", True) or self.result is None:
+            return control
+        if self._best_metric is not None:
+            state.best_metric = self._best_metric
+        if self.marked_step is None:  # stopped by something that on_save could not see
+            rec = self.result["recommendation"]["keep_step"]
+            self.marked_step = rec if self.prefer_final else self.choice_step()
+        out = self.selection()
+        from ckptsel._util.io import write_text
+
+        write_text(Path(args.output_dir) / SELECTION_FILE, json.dumps(out, indent=2) + "\n")
+        if self.verbose:
+            print(
+                f"ckptsel: keep checkpoint-{out['marked_step']} of {self.trajectory} "
+                f"({out['recommendation']['reason']})"
+            )
+        return control
+
+    def selection(self) -> dict:
+        """The contents of ``selection.json`` (JSON-ready)."""
+        assert self.result is not None and self.marked_step is not None
+        r = self.result["rules"][self.rule]
+        return {
+            "trajectory": self.trajectory,
+            "rule": self.rule,
+            "prefer_final": self.prefer_final,
+            "marked_step": self.marked_step,
+            "marked_checkpoint": f"checkpoint-{self.marked_step}",
+            "choice": r["choice"],
+            "recommendation": self.result["recommendation"],
+            "reason": self.result["recommendation"]["reason"],
+            "split_validation": r["split_validation"],
+            "test": r["test"],
+            "steps": self.result["steps"],
+            "final_step": self.result["final_step"],
+            "validation_items": self.result["validation_items"],
+            "early_stopped": self.early_stopped,
+            "settings": self.result["settings"],
+        }

@@ -1,0 +1,156 @@
+"""Models for measurement: the dtype, one model in memory at a time, the run's tokenizer.
+
+The base model is loaded once per run and LoRA adapters are swapped in place
+(``PeftModel.from_pretrained`` for the first, then ``load_adapter`` / ``set_adapter`` /
+``delete_adapter``); full checkpoints are loaded one at a time and freed.
+
+In float32 on the CPU, with a base of at most :data:`MERGE_MAX_BYTES`, each adapter is instead
+merged into a fresh copy of the untouched base (``merge_and_unload``): LoRA's extra matmuls
+cost a quarter of measurement time there, and a float32 merge moves values only at rounding
+level (every item's text and NLL agree with the unmerged adapter in the tests). The base is
+never merged into and unmerged from, so results do not depend on the order checkpoints are
+measured in. On GPUs (bfloat16, where a merge would round the adapter's small update away)
+adapters stay unmerged.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ckptsel.errors import CkptselError
+from ckptsel.train import Checkpoint
+
+MERGE_MAX_BYTES = 4 << 30  # a merged copy beside the base: at most this much more memory
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """``auto``: float32 on CPU (exact, batch-invariant); bfloat16 on GPUs that have it."""
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_available():
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise CkptselError(f"unknown --dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+class ModelHolder:
+    """Keeps at most one model in memory: the base (+ the current adapter), the base and one
+    merged copy (float32 CPU), or one full checkpoint. The base is never reloaded for a new
+    adapter."""
+
+    def __init__(self, device: str, dtype: Any) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.model: Any = None
+        self.base: str | None = None  # set while self.model is that base + an adapter
+        self.adapter: str | None = None
+        self.pristine: Any = None  # the untouched base that adapters are merged into copies of
+        self.loads = 0  # base/full model loads, for tests and benchmarks
+
+    def _load(self, ref: str | Path) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        self.loads += 1
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(ref), dtype=self.dtype)
+        except (OSError, ValueError) as err:
+            raise CkptselError(f"{ref}: cannot load model ({err})") from err
+        return model.to(self.device).eval()
+
+    def free(self) -> None:
+        """Drop the model and give its memory back."""
+        held = [weakref.ref(m) for m in (self.model, self.pristine) if m is not None]
+        if not held:
+            return
+        self.model = self.base = self.adapter = self.pristine = None
+        # models are usually freed right here, by reference counting; a full collection
+        # (a quarter second with torch loaded) only when something survived in a cycle
+        if any(ref() is not None for ref in held):
+            gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover
+            pass
+
+    def get(self, ckpt: Checkpoint) -> Any:
+        """The model for ``ckpt``, ready for inference."""
+        if ckpt.kind == "full":
+            self.free()
+            self.model = self._load(ckpt.path)
+            return self.model
+        from peft import PeftModel
+
+        name = f"step{ckpt.step}"
+        if self.pristine is not None and self.base == ckpt.base:
+            if name != self.adapter:
+                self.model = self._merged(ckpt, name)
+            return self.model
+        if self.model is None or self.base != ckpt.base:
+            self.free()
+            base = self._load(ckpt.base)
+            if self._merges(base):
+                self.pristine, self.base = base, ckpt.base
+                self.model = self._merged(ckpt, name)
+                return self.model
+            self.model = PeftModel.from_pretrained(base, str(ckpt.path), adapter_name=name)
+            self.model.to(self.device).eval()
+            self.base, self.adapter = ckpt.base, name
+            return self.model
+        if name != self.adapter:
+            old = self.adapter
+            self.model.load_adapter(str(ckpt.path), adapter_name=name, torch_device=self.device)
+            self.model.set_adapter(name, inference_mode=True)
+            self.model.delete_adapter(old)
+            self.adapter = name
+            self.model.eval()
+        return self.model
+
+    def _merges(self, base: Any) -> bool:
+        """Merge adapters into copies of ``base``: float32 on the CPU, small enough to copy."""
+        import torch
+
+        if self.device != "cpu" or self.dtype != torch.float32:
+            return False
+        size = sum(p.numel() * p.element_size() for p in base.parameters())
+        return size <= MERGE_MAX_BYTES
+
+    def _merged(self, ckpt: Checkpoint, name: str) -> Any:
+        """A fresh copy of the pristine base with ``ckpt``'s adapter merged in."""
+        import copy
+
+        from peft import PeftModel
+
+        self.model = None  # the previous merged copy goes before the next is made
+        peft_model = PeftModel.from_pretrained(
+            copy.deepcopy(self.pristine), str(ckpt.path), adapter_name=name
+        )
+        self.adapter = name
+        return peft_model.merge_and_unload().eval()
+
+
+def load_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
+    """One tokenizer for the whole run: the first checkpoint that ships one, else the base."""
+    from transformers import AutoTokenizer
+
+    refs: list[str] = [str(c.path) for c in ckpts if (c.path / "tokenizer_config.json").exists()]
+    refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
+    if not refs:
+        raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
+    try:
+        tok = AutoTokenizer.from_pretrained(refs[0])
+    except (OSError, ValueError) as err:
+        raise CkptselError(f"{refs[0]}: cannot load tokenizer ({err})") from err
+    if tok.eos_token_id is None:
+        raise CkptselError(f"{refs[0]}: tokenizer has no EOS token (needed to end responses)")
+    return tok

@@ -1,0 +1,91 @@
+"""What every executor shares: its settings (:class:`ExecutorConfig`), the unit of work and
+the rows it gives back, and the Ray import with its install hint."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ckptsel.errors import CkptselError
+from ckptsel.measure.parts import StepParts
+from ckptsel.train import Checkpoint
+
+EXECUTORS = ("local", "ray")
+RAY_INSTALL_HINT = "pip install 'ckptsel[ray]' (or pip install 'ray[default]')"
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+
+WorkUnit = tuple[Checkpoint, StepParts]
+NewRows = tuple[list[Any], list[Any]]  # (generation part frames, NLL part frames)
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """How and where the units run (validated in ``__post_init__``).
+
+    ``kind``: ``local`` or ``ray``. Ray only: ``address`` of a running cluster (``None``:
+    ``$RAY_ADDRESS`` if set, else a local ``ray.init()``); ``workers`` = actors to start
+    (0: as many as the cluster's resources hold, at most one per unit); ``num_cpus`` /
+    ``num_gpus`` = resources each actor reserves (one actor per GPU: ``num_gpus=1``);
+    ``max_retries`` = restarts of a dead actor and retries of its unit before the run stops.
+    """
+
+    kind: str = "local"
+    address: str | None = None
+    workers: int = 0
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise CkptselError(f"unknown --executor {self.kind!r}: use local or ray")
+        for name, flag, low in (
+            ("workers", "--workers", 0),
+            ("max_retries", "--max-retries", 0),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise CkptselError(f"{flag} ({name}) must be an integer >= {low} (got {value!r})")
+        for name, flag in (("num_cpus", "--num-cpus"), ("num_gpus", "--num-gpus")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise CkptselError(f"{flag} ({name}) must be a number >= 0 (got {value!r})")
+        if self.num_cpus == 0 and self.num_gpus == 0:
+            raise CkptselError("--num-cpus and --num-gpus are both 0: an actor needs a resource")
+
+    @classmethod
+    def coerce(cls, value: ExecutorConfig | str | Mapping[str, Any] | None) -> ExecutorConfig:
+        """``None`` -> local; ``"local"``/``"ray"`` -> that kind with default settings; a
+        mapping (a study file's ``executor = {kind = "ray", workers = 4}``) -> its fields."""
+        if value is None:
+            return cls()
+        if isinstance(value, ExecutorConfig):
+            return value
+        if isinstance(value, str):
+            return cls(kind=value)
+        if isinstance(value, Mapping):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise CkptselError(
+                    f"executor: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})"
+                )
+            return cls(**dict(value))
+        raise CkptselError(f"executor must be 'local', 'ray' or a table of settings, not {value!r}")
+
+    def resolved_address(self) -> str | None:
+        """The cluster to join: ``address``, else ``$RAY_ADDRESS``, else ``None`` (local)."""
+        return self.address or os.environ.get(RAY_ADDRESS_ENV) or None
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or one clear error saying how to install it."""
+    try:
+        import ray
+    except ImportError as err:
+        raise CkptselError(
+            f"--executor ray needs the ray package, which is not installed: {RAY_INSTALL_HINT}"
+        ) from err
+    return ray

@@ -1,0 +1,335 @@
+"""The Ray executor: long-lived measuring actors on a Ray cluster, one writer (the driver).
+
+Each actor (:class:`MeasureWorker`) holds one :class:`~ckptsel.measure.measurer.Measurer`, so
+it loads a base model once and swaps LoRA adapters in place, exactly like the local path;
+with ``--backend vllm`` it holds one vLLM engine on its GPU (``num_gpus=1``) with one
+``LoRARequest`` per checkpoint, NLL staying on the Hugging Face path. A unit is one
+checkpoint: the actor gets the checkpoint and the items still missing there, and sends back
+the new part rows; it writes nothing.
+
+Scheduling: units are ordered by base model, then step; an idle actor takes the next unit on
+the base it already holds, else a base no other actor is on, else the next unit. Each actor
+has one unit in flight; its next one is sent before the driver writes the result.
+
+Faults: actors are created with ``max_restarts`` / ``max_task_retries`` = ``max_retries``,
+so a worker process that dies is restarted by Ray and its unit runs again; the driver only
+sees the one result, and writes it once. Errors raised by the measurement itself (a bad
+checkpoint) are not retried: they stop the run as a :class:`CkptselError`.
+
+Checkpoints, base models and the records folder must be reachable under the same paths
+from every node (a shared filesystem), as on a usual Slurm or Kubernetes cluster.
+
+Test hook: with ``CKPTSEL_RAY_KILL_ONCE=/path/marker`` set in the driver's environment, the
+first actor to start a unit while the marker file does not exist creates it and exits
+(``os._exit``), as a crashed worker would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ckptsel.errors import CkptselError
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.executors.base import ExecutorConfig, NewRows, WorkUnit, import_ray
+from ckptsel.measure.measurer import Measurer, MeasureResult
+from ckptsel.measure.parts import ItemPool, StepParts
+from ckptsel.measure.progress import ProgressEvent
+from ckptsel.train import Checkpoint
+
+KILL_ONCE_ENV = "CKPTSEL_RAY_KILL_ONCE"
+
+
+def _rss_mb() -> tuple[float, float]:
+    """(current, peak) resident memory of this process in MB (Linux /proc)."""
+    cur = peak = float("nan")
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    cur = int(line.split()[1]) / 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) / 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return cur, peak
+
+
+@dataclass
+class _Work:
+    """What ``Measurer.measure`` reads of a :class:`StepParts`: the items and what is missing."""
+
+    pool: ItemPool
+    todo_gen: dict[str, list[int]]
+    todo_nll: dict[str, list[int]]
+
+
+def unit_work(parts: StepParts) -> _Work:
+    """What an actor needs for one unit: only the items still missing there (re-indexed), so
+    nothing large sits in Ray's object store for the actor's lifetime."""
+    pool = parts.pool
+    splits, hashes, todo_gen, todo_nll = {}, {}, {}, {}
+    for s in pool.splits:
+        need = sorted(set(parts.todo_gen[s]) | set(parts.todo_nll[s]))
+        where = {i: k for k, i in enumerate(need)}
+        splits[s] = [pool.splits[s][i] for i in need]
+        hashes[s] = [pool.hashes[s][i] for i in need]
+        todo_gen[s] = [where[i] for i in parts.todo_gen[s]]
+        todo_nll[s] = [where[i] for i in parts.todo_nll[s]]
+    return _Work(ItemPool(splits, hashes), todo_gen, todo_nll)
+
+
+class MeasureWorker:
+    """A measuring actor's state: the run's config and checkpoints, and one measurer.
+
+    An error while starting (no CUDA device on this node, say) is kept and raised by the
+    first :meth:`measure`, as an ordinary task error: Ray does not restart the actor for it.
+    """
+
+    def __init__(
+        self,
+        config: MeasureConfig,
+        ckpts: list[Checkpoint],
+        base: str | None,
+        threads: int = 0,
+        kill_marker: str | None = None,
+    ) -> None:
+
+        if threads > 0:
+            import torch
+
+            torch.set_num_threads(threads)
+        self.kill_marker = kill_marker
+        self.result = MeasureResult("", "", [])
+        self.error: CkptselError | None = None
+        try:
+            self.measurer = Measurer(config, ckpts, base, self.result)
+        except CkptselError as err:
+            self.error = err
+
+    def measure(
+        self, ckpt: Checkpoint, work: _Work, trajectory: str, configuration: str
+    ) -> tuple[NewRows, dict[str, Any]]:
+        """New part rows for the missing items of ``ckpt``, and what it cost."""
+        if self.error is not None:
+            raise self.error
+        if self.kill_marker and not os.path.exists(self.kill_marker):
+            with open(self.kill_marker, "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
+            os._exit(1)  # test hook: die like a crashed worker, mid-run, once
+        r = self.result
+        before = (r.generated_items, r.scored_items, r.generation_seconds, r.nll_seconds)
+        loads = self.measurer.holder.loads
+        t0 = time.perf_counter()
+        new = self.measurer.measure(ckpt, work, trajectory, configuration, lambda n: None)
+        rss, peak = _rss_mb()
+        stats = {
+            "pid": os.getpid(),
+            "seconds": time.perf_counter() - t0,
+            "generated_items": r.generated_items - before[0],
+            "scored_items": r.scored_items - before[1],
+            "generation_seconds": r.generation_seconds - before[2],
+            "nll_seconds": r.nll_seconds - before[3],
+            "model_loads": self.measurer.holder.loads - loads,
+            "rss_mb": rss,
+            "peak_rss_mb": peak,
+        }
+        return new, stats
+
+    def ready(self) -> int:
+        """The actor's process id, once it has started (its measurer is built)."""
+        return os.getpid()
+
+
+def _base_key(ckpt: Checkpoint) -> str:
+    """The model a unit needs loaded: the adapter's base, or the full checkpoint itself."""
+    return str(ckpt.base) if ckpt.kind == "adapter" else f"full:{ckpt.path}"
+
+
+def order_units(units: Sequence[WorkUnit]) -> list[WorkUnit]:
+    """Units grouped by base model (first appearance), by step within a group."""
+    first: dict[str, int] = {}
+    for i, (ckpt, _) in enumerate(units):
+        first.setdefault(_base_key(ckpt), i)
+    return sorted(units, key=lambda u: (first[_base_key(u[0])], u[0].step))
+
+
+def pick_unit(pending: list[WorkUnit], held: str | None, busy: set[str]) -> int:
+    """Index in ``pending`` of the unit for an idle actor that holds base ``held``: same base
+    first, then a base no other actor (``busy``) is on, then the first."""
+    keys = [_base_key(c) for c, _ in pending]
+    if held is not None and held in keys:
+        return keys.index(held)
+    for i, key in enumerate(keys):
+        if key not in busy:
+            return i
+    return 0
+
+
+class RayExecutor:
+    """Units measured by Ray actors; results come back here in the order they finish."""
+
+    def __init__(
+        self,
+        ex: ExecutorConfig,
+        config: MeasureConfig,
+        ckpts: list[Checkpoint],
+        base: str | None,
+        result: Any,
+    ) -> None:
+        self.ray = import_ray()
+        self.ex, self.config, self.ckpts, self.base, self.result = ex, config, ckpts, base, result
+        self.started_ray = False
+        self.actors: list[Any] = []
+
+    def __enter__(self) -> RayExecutor:
+        ray = self.ray
+        if not ray.is_initialized():
+            address = self.ex.resolved_address()
+            try:
+                quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
+                if address:
+                    ray.init(address=address, **quiet)
+                else:
+                    ray.init(include_dashboard=False, **quiet)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                where = address or "a local Ray instance"
+                raise CkptselError(f"--executor ray: cannot connect to {where} ({err})") from err
+            self.started_ray = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # already gone
+                pass
+        self.actors = []
+        if self.started_ray:
+            self.ray.shutdown()
+
+    def _n_workers(self, n_units: int) -> int:
+        if self.ex.workers:
+            return min(self.ex.workers, n_units)
+        res = self.ray.cluster_resources()
+        fits = []
+        if self.ex.num_cpus:
+            fits.append(int(res.get("CPU", 0) // self.ex.num_cpus))
+        if self.ex.num_gpus:
+            fits.append(int(res.get("GPU", 0) // self.ex.num_gpus))
+        n = min(fits)
+        if n < 1:
+            raise CkptselError(
+                f"--executor ray: the cluster has {res.get('CPU', 0):g} CPUs and "
+                f"{res.get('GPU', 0):g} GPUs, not enough for one actor "
+                f"(--num-cpus {self.ex.num_cpus:g} --num-gpus {self.ex.num_gpus:g})"
+            )
+        return min(n, n_units)
+
+    def _start(self, n: int) -> list[Any]:
+        ray, ex = self.ray, self.ex
+        remote = ray.remote(
+            num_cpus=ex.num_cpus,
+            num_gpus=ex.num_gpus,
+            max_restarts=ex.max_retries,
+            max_task_retries=ex.max_retries,
+        )(MeasureWorker)
+        threads = max(1, int(ex.num_cpus)) if ex.num_cpus else 0
+        kill = os.environ.get(KILL_ONCE_ENV) or None
+        return [
+            remote.remote(self.config, self.ckpts, self.base, threads, kill)
+            for _ in range(n)
+        ]
+
+    def run(
+        self,
+        units: Sequence[WorkUnit],
+        trajectory: str,
+        configuration: str,
+        emit: Callable[[ProgressEvent], None],
+    ) -> Iterator[tuple[Checkpoint, StepParts, NewRows | None]]:
+        """Recorded units first (nothing to measure), then measured ones as they finish."""
+        ray = self.ray
+        todo = []
+        for ckpt, parts in units:
+            if parts.n_todo:
+                todo.append((ckpt, parts))
+                continue
+            emit(ProgressEvent("step", trajectory, step=ckpt.step, total=0))
+            yield ckpt, parts, None
+        if not todo:
+            return
+        t0 = time.perf_counter()
+        pending = order_units(todo)
+        self.actors = self._start(self._n_workers(len(pending)))
+        stats = self.result.executor_stats
+        stats.update(executor="ray", workers=len(self.actors), units=len(pending))
+        held: list[str | None] = [None] * len(self.actors)
+        inflight: dict[Any, tuple[int, Checkpoint, StepParts, float]] = {}
+
+        def submit(i: int) -> None:
+            busy = {held[j] for j, *_ in inflight.values() if held[j] is not None}
+            ckpt, parts = pending.pop(pick_unit(pending, held[i], busy))
+            held[i] = _base_key(ckpt)
+            ref = self.actors[i].measure.remote(
+                ckpt, unit_work(parts), trajectory, configuration
+            )
+            inflight[ref] = (i, ckpt, parts, time.perf_counter())
+
+        for i in range(len(self.actors)):
+            if pending:
+                submit(i)
+        roundtrip, compute, first_on_actor, peak = [], [], [], {}
+        seen_actor: set[int] = set()
+        first_done = None
+        while inflight:
+            [ref], _ = ray.wait(list(inflight), num_returns=1)
+            i, ckpt, parts, t_sent = inflight.pop(ref)
+            new, st = self._get(ref, ckpt)
+            now = time.perf_counter()
+            first_done = first_done if first_done is not None else now - t0
+            if pending:
+                submit(i)  # keep the actor busy while the driver writes
+            roundtrip.append(now - t_sent)
+            first_on_actor.append(i not in seen_actor)  # its round trip includes the start
+            seen_actor.add(i)
+            compute.append(st["seconds"])
+            peak[st["pid"]] = max(peak.get(st["pid"], 0.0), st["peak_rss_mb"])
+            res = self.result
+            res.generated_items += st["generated_items"]
+            res.scored_items += st["scored_items"]
+            res.generation_seconds += st["generation_seconds"]
+            res.nll_seconds += st["nll_seconds"]
+            res.model_loads += st["model_loads"]
+            emit(ProgressEvent("step", trajectory, step=ckpt.step, total=parts.n_todo))
+            emit(ProgressEvent("items", trajectory, step=ckpt.step, done=parts.n_todo))
+            yield ckpt, parts, new
+        stats.update(
+            seconds=time.perf_counter() - t0,
+            first_unit_seconds=first_done,
+            unit_roundtrip_seconds=roundtrip,
+            unit_compute_seconds=compute,
+            unit_first_on_actor=first_on_actor,
+            worker_peak_rss_mb=peak,
+            worker_processes=len(peak),
+        )
+
+    def _get(self, ref: Any, ckpt: Checkpoint) -> tuple[NewRows, dict[str, Any]]:
+        """The unit's result; a measurement error or a worker lost for good -> CkptselError."""
+        ray = self.ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, CkptselError):
+                raise CkptselError(str(cause)) from None
+            raise CkptselError(f"{ckpt.path}: measuring failed on a Ray worker ({err})") from err
+        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as err:
+            raise CkptselError(
+                f"{ckpt.path}: the Ray worker measuring it could not start or died more than "
+                f"{self.ex.max_retries} times (--max-retries); Ray says: {err}"
+            ) from err

@@ -1,0 +1,319 @@
+"""Import generations evaluated elsewhere into records (SPEC §2: "what ``ingest`` produces").
+
+``lm-eval``: lm-evaluation-harness ``--log_samples`` output, ONE FOLDER PER CHECKPOINT
+(``lm_eval ... --output_path evals/<trajectory>/checkpoint-<step>``; the harness writes
+``<model_name>/samples_<task>_<timestamp>.jsonl`` inside it). Conventions:
+
+* step: from the folder name ``checkpoint-<step>``; ``--step`` only for a single folder.
+* trajectory: ``--trajectory``, else the name of the folders' common parent.
+* split: ``--split`` (default ``test``); one split per invocation.
+* item_id: ``<lm-eval task>-<doc_id>`` (``--id-prefix`` replaces the task name), which is
+  the ``<task>-<index>`` id that ``ckptsel.data.tasks`` gives the same file in file order, so
+  ingested generations line up with NLL records measured by ``ckptsel measure``.
+* subtask: the lm-eval task name when it differs from ``--task`` (e.g. ``boolq`` under
+  ``--task commonsense``), else empty.
+* correct: the per-sample metric (``--metric``; default ``exact_match``, else ``acc``), which
+  must be 0/1; answer: ``ckptsel.extract(task, response)`` when ``--task`` is a known
+  ckptsel task, else the stripped response; for multiple-choice (log-likelihood) samples
+  the answer is the index of the highest-scoring choice.
+* several filters in a file (gsm8k: ``strict-match``, ``flexible-extract``): ``--filter``
+  names the one to keep; if a folder holds several files for one task, the newest
+  timestamp is used and a note is printed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ckptsel.errors import CkptselError
+from ckptsel.records import coerce_generations, upsert_records
+from ckptsel.train import CHECKPOINT_RE
+
+SAMPLES_RE = re.compile(
+    r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"
+)
+DEFAULT_METRICS = ("exact_match", "acc")
+
+
+def find_sample_files(folder: Path, note: Callable[[str], None] = print) -> dict[str, Path]:
+    """``{lm-eval task: newest samples file}`` anywhere under ``folder``."""
+    found: dict[str, tuple[str, Path]] = {}
+    for path in sorted(Path(folder).rglob("samples_*.jsonl*")):
+        m = SAMPLES_RE.match(path.name)
+        if not m:
+            continue
+        task, ts = m.group("task"), m.group("ts")
+        if task in found:
+            older, newer = sorted([found[task], (ts, path)])
+            note(
+                f"note: {folder}: several samples files for {task}; using {newer[1].name}, ignoring {older[1].name}"
+            )
+            found[task] = newer
+        else:
+            found[task] = (ts, path)
+    return {t: p for t, (_, p) in sorted(found.items())}
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a samples file (``.jsonl`` or ``.jsonl.gz``), one per line."""
+    try:
+        return _read_samples(path)
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise CkptselError(
+            f"{path}: cannot read the samples file (corrupt or truncated? {err})"
+        ) from err
+    except UnicodeDecodeError as err:
+        raise CkptselError(
+            f"{path}: not a UTF-8 JSON Lines samples file ({err.reason} at byte {err.start})"
+        ) from err
+
+
+def _read_samples(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    rows: list[dict[str, Any]] = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CkptselError(f"{path}:{n}: not valid JSON ({err})") from err
+            if not isinstance(obj, dict):
+                raise CkptselError(f"{path}:{n}: expected a JSON object per line")
+            obj["_line"] = n
+            rows.append(obj)
+    return rows
+
+
+def _as_float(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return float(x)
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            return None
+    return None
+
+
+def response_of(sample: dict[str, Any], where: str) -> tuple[str, bool]:
+    """(response, is_choice_index) from ``filtered_resps``: generated text, or for
+    multiple-choice samples (``[[loglik, is_greedy], ...]``) the argmax choice index."""
+    if "filtered_resps" not in sample:
+        raise CkptselError(f"{where}: field filtered_resps missing")
+    resp = sample["filtered_resps"]
+    if isinstance(resp, str):
+        return resp, False
+    if not isinstance(resp, list) or not resp:
+        raise CkptselError(f"{where}: field filtered_resps is empty or not a list")
+    first = resp[0]
+    if isinstance(first, str):
+        return first, False
+    if (
+        isinstance(first, list)
+        and first
+        and all(isinstance(x, str) for x in first)
+        and len(resp) == 1
+    ):
+        if len(first) == 2 and _as_float(first[0]) is not None and first[1] in ("True", "False"):
+            pass  # a single [loglik, is_greedy] choice: handled below
+        else:
+            return first[0], False  # [["text"]]: one repeat
+    scores = []
+    for choice in resp:
+        s = _as_float(choice[0]) if isinstance(choice, list) and choice else _as_float(choice)
+        if s is None:
+            raise CkptselError(
+                f"{where}: filtered_resps is neither text nor [loglik, is_greedy] pairs"
+            )
+        scores.append(s)
+    return str(max(range(len(scores)), key=lambda i: (scores[i], -i))), True
+
+
+def _correct(sample: dict[str, Any], metric: str | None, where: str) -> bool:
+    names = [metric] if metric else [m for m in DEFAULT_METRICS if m in sample]
+    if not names or names[0] not in sample:
+        wanted = metric or " or ".join(DEFAULT_METRICS)
+        raise CkptselError(
+            f"{where}: per-sample metric {wanted} missing (choose one with --metric)"
+        )
+    v = _as_float(sample[names[0]])
+    if v is None or math.isnan(v) or v not in (0.0, 1.0):
+        raise CkptselError(
+            f"{where}: metric {names[0]}={sample[names[0]]!r} is not 0/1, so not a correctness"
+        )
+    return v == 1.0
+
+
+def _known_task(task: str | None) -> bool:
+    if not task:
+        return False
+    from ckptsel.data import task_family
+
+    try:
+        task_family(task)
+    except (CkptselError, KeyError):
+        return False
+    return True
+
+
+def samples_to_rows(
+    samples: Sequence[dict[str, Any]],
+    *,
+    path: Path,
+    lm_task: str,
+    task: str | None,
+    filter_name: str | None,
+    metric: str | None,
+    id_prefix: str | None,
+) -> pd.DataFrame:
+    """Generation rows (without trajectory/configuration/step/split) from one samples file."""
+    filters = sorted({str(s.get("filter", "none")) for s in samples})
+    if filter_name is None:
+        if len(filters) > 1:
+            raise CkptselError(f"{path}: several filters {filters}; choose one with --filter")
+        chosen = filters[0] if filters else "none"
+    else:
+        if filter_name not in filters:
+            raise CkptselError(f"{path}: filter {filter_name!r} not found (file has {filters})")
+        chosen = filter_name
+    extract = _known_task(task)
+    if extract:
+        from ckptsel.data import extract
+    rows, seen = [], {}
+    for s in samples:
+        if str(s.get("filter", "none")) != chosen:
+            continue
+        where = f"{path}:{s['_line']}"
+        if "doc_id" not in s:
+            raise CkptselError(f"{where}: field doc_id missing")
+        doc = str(s["doc_id"])
+        if doc in seen:
+            raise CkptselError(f"{where}: doc_id {doc} repeated (first at line {seen[doc]})")
+        seen[doc] = s["_line"]
+        text, is_choice = response_of(s, where)
+        if is_choice or not extract:
+            answer = text.strip()
+        else:
+            answer = extract(task, text)
+        raw = s.get("resps")
+        while isinstance(raw, list) and raw:
+            raw = raw[0]
+        rows.append(
+            {
+                "item_id": f"{id_prefix or lm_task}-{doc}",
+                "answer": answer,
+                "correct": _correct(s, metric, where),
+                "text": raw if isinstance(raw, str) and not is_choice else text,
+                "doc_hash": str(s.get("doc_hash", "")),
+                "subtask": "" if lm_task == task else lm_task,
+            }
+        )
+    if not rows:
+        raise CkptselError(f"{path}: no samples for filter {chosen!r}")
+    return pd.DataFrame(rows)
+
+
+def step_of(folder: Path, step: int | None, n_folders: int) -> int:
+    """The checkpoint step of a samples folder: ``checkpoint-<step>`` or ``--step``."""
+    if step is not None:
+        if n_folders != 1:
+            raise CkptselError(
+                "--step applies to a single SAMPLES_DIR; name folders checkpoint-<step> instead"
+            )
+        return step
+    m = CHECKPOINT_RE.match(Path(folder).name)
+    if not m or not m.group(1).isdigit():
+        raise CkptselError(
+            f"{folder}: cannot tell the step; name the folder checkpoint-<step> or pass --step"
+        )
+    return int(m.group(1))
+
+
+def ingest_lm_eval(
+    folders: Sequence[Path],
+    *,
+    out: Path,
+    trajectory: str | None = None,
+    configuration: str | None = None,
+    task: str | None = None,
+    split: str = "test",
+    step: int | None = None,
+    metric: str | None = None,
+    filter_name: str | None = None,
+    id_prefix: str | None = None,
+    note: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """Read lm-eval samples (one folder per checkpoint) and upsert them into ``out``.
+
+    Everything is read and checked before anything is written. Returns the rows written.
+    """
+    from ckptsel.records import check_name
+
+    if not folders:
+        raise CkptselError("no SAMPLES_DIR given")
+    if split not in ("validation", "test"):
+        raise CkptselError(f"unknown --split {split!r}: use validation or test")
+    folders = [Path(f) for f in folders]
+    for f in folders:
+        if not f.is_dir():
+            raise CkptselError(f"{f}: samples folder not found")
+    if trajectory is None:
+        parents = {f.resolve().parent.name for f in folders}
+        if len(parents) != 1:
+            raise CkptselError(
+                f"folders have different parents {sorted(parents)}; pass --trajectory"
+            )
+        trajectory = parents.pop()
+    check_name("trajectory", trajectory)
+    configuration = check_name("configuration", configuration or trajectory)
+    frames, steps, hashes = [], {}, {}
+    for f in folders:
+        st = step_of(f, step, len(folders))
+        if st in steps:
+            raise CkptselError(f"{f}: step {st} also given by {steps[st]}")
+        steps[st] = f
+        files = find_sample_files(f, note)
+        if not files:
+            raise CkptselError(
+                f"{f}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)"
+            )
+        if id_prefix and len(files) > 1:
+            raise CkptselError(
+                f"{f}: --id-prefix needs a single lm-eval task, found {sorted(files)}"
+            )
+        for lm_task, path in files.items():
+            df = samples_to_rows(
+                read_samples(path),
+                path=path,
+                lm_task=lm_task,
+                task=task,
+                filter_name=filter_name,
+                metric=metric,
+                id_prefix=id_prefix,
+            )
+            for item, h in zip(df["item_id"], df["doc_hash"], strict=True):
+                if h and hashes.setdefault(item, (h, path))[0] != h:
+                    raise CkptselError(
+                        f"{path}: item {item} has doc_hash {h} but {hashes[item][1]} has {hashes[item][0]} "
+                        "(different documents under one doc_id)"
+                    )
+            frames.append(df.assign(step=st, task=task or lm_task))
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows.assign(trajectory=trajectory, configuration=configuration, split=split)
+    rows["group"] = rows["item_id"]
+    gen = coerce_generations(rows)
+    upsert_records(Path(out), generations=gen)
+    return gen

@@ -1,0 +1,669 @@
+"""Load and validate the two records tables (SPEC §2) into per-trajectory arrays.
+
+Validation and test records are loaded by separate calls (:func:`load_validation`,
+:func:`load_test`) so that choosing can run — and be frozen — before a single test outcome
+is read. Every contract violation raises :class:`CkptselError` naming the file, trajectory,
+step and item; validation items that are incomplete are excluded and counted, never skipped
+silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ckptsel.errors import CkptselError
+from ckptsel.records import units
+from ckptsel.records.codec import read_schema, read_table
+from ckptsel.records.scan import read_rows
+from ckptsel.records.schema import (
+    COMPLETE_WINDOW,
+    FINAL_STEPS_FILE,
+    GENERATION_COLUMNS,
+    MATCHED_WINDOW,
+    NLL_COLUMNS,
+    NLL_FILE,
+    SPLITS,
+)
+
+
+@dataclass
+class ValidationData:
+    """One trajectory's eligible validation pool, as arrays over (checkpoints × items)."""
+
+    trajectory: str
+    configuration: str
+    task: str
+    steps: np.ndarray  # (T,) ascending; steps[-1] is the final checkpoint
+    item_ids: np.ndarray  # (n,) eligible items, sorted by id
+    groups: np.ndarray  # (n,)
+    correct: np.ndarray  # (T, n) bool
+    answers: np.ndarray  # (T, n) int answer codes (equal code = equal answer string)
+    nll: dict[int, np.ndarray]  # window -> (T, n) float64 nll_sum
+    n_tokens: dict[int, np.ndarray]  # window -> (n,) int64
+    exclusions: dict[str, int] = field(default_factory=dict)  # reason -> excluded items
+
+
+@dataclass
+class TestData:
+    """One trajectory's test pool (every item is present for every checkpoint)."""
+
+    trajectory: str
+    configuration: str
+    task: str
+    steps: np.ndarray  # (T,)
+    item_ids: np.ndarray  # (N,) sorted
+    subtasks: np.ndarray  # (N,)
+    correct: np.ndarray  # (T, N) bool
+    answers: np.ndarray  # (T, N) int codes
+    groups: np.ndarray | None = None  # (N,) cluster of each item (the `group` column)
+
+
+# --------------------------------------------------------------------------- reading
+def _read(
+    records_dir: Path, kind: str, columns: dict[str, str], split: str | None
+) -> tuple[pa.Table, Path]:
+    """Read one kind of records (single file, units or both), check its columns and types,
+    keep one split; returns the table and the path that error messages name.
+
+    String columns are read dictionary-encoded (an order of magnitude faster than plain
+    strings on millions of rows) and stay so; :func:`_codes` turns them into integers.
+    """
+    records_dir = Path(records_dir)
+    path = units.display_path(records_dir, kind)
+    if not units.exists(records_dir, kind):
+        name = units.SINGLE_FILES[kind]
+        raise CkptselError(
+            f"{records_dir / name}: records file not found (expected {name} or "
+            f"{units.UNITS_DIR}/{kind}/ in {records_dir})"
+        )
+    single = units.single_file(records_dir, kind)
+    if single is not None:
+        schema = read_schema(single)
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise CkptselError(f"{single}: missing column(s) {', '.join(missing)}")
+        _check_splits(single)
+    strings = [c for c, kind_ in columns.items() if kind_ == "string"]
+    filters = [("split", "=", split)] if split else None
+    table = read_rows(
+        records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings
+    )
+    out = {}
+    for name, kind in columns.items():
+        col = table.column(name)
+        if col.null_count:
+            r = pc.index(pc.is_null(col), True).as_py()
+            where = ", ".join(
+                f"{k} {table.column(k)[r].as_py()!r}" for k in ("trajectory", "step", "item_id")
+                if k in table.column_names
+            )
+            hint = " (NaN/inf losses are not allowed)" if name == "nll_sum" else ""
+            raise CkptselError(f"{path.name}: {where}: {name} is missing/NaN{hint} [{path}]")
+        value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        ok = {
+            "string": pa.types.is_string(value_type) or pa.types.is_large_string(value_type),
+            "int64": pa.types.is_integer(value_type),
+            "float64": pa.types.is_floating(value_type),
+            "bool": pa.types.is_boolean(value_type),
+        }[kind]
+        if not ok:
+            raise CkptselError(f"{path}: column {name!r} has type {value_type}, expected {kind}")
+        if kind == "int64" and not value_type.equals(pa.int64()):
+            col = col.cast(pa.int64())
+        if kind == "float64" and not value_type.equals(pa.float64()):
+            col = col.cast(pa.float64())
+        if name == "step" and len(col) and pc.min(col).as_py() < 0:
+            r = pc.index(pc.less(col, 0), True).as_py()
+            raise CkptselError(
+                f"{_describe(path, str(table.column('trajectory')[r].as_py()), int(col[r].as_py()))}: "
+                f"negative step (training steps are >= 0) [{path}]"
+            )
+        out[name] = col
+    return pa.table(out), path
+
+
+def _check_splits(path: Path) -> None:
+    """Unknown split names are an error for the whole file (reads only the split column)."""
+    stat = path.stat()
+    _check_splits_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _check_splits_once(path_str: str, _mtime: int, _size: int) -> None:
+    path = Path(path_str)
+    splits = read_table(path, columns=["split"], read_dictionary=["split"]).column("split")
+    _, values = _codes(splits)
+    unknown = sorted(set(values.tolist()) - set(SPLITS))
+    if unknown:
+        raise CkptselError(
+            f"{path}: unknown split name(s) {unknown}; expected one of {list(SPLITS)}"
+        )
+
+
+def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a string column (equal code = equal string) and the distinct values."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.unify_dictionaries() if pa.types.is_dictionary(col.type) else col
+        chunks = col.chunks
+        if not chunks:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+        if pa.types.is_dictionary(col.type):
+            codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
+            values = np.asarray(chunks[0].dictionary.to_pylist(), dtype=object)
+            # drop dictionary values that the split filter removed (O(n), no sort)
+            used = np.bincount(codes, minlength=len(values)) > 0
+            remap = np.cumsum(used) - 1
+            return remap[codes].astype(np.int64), values[used]
+        col = col.combine_chunks()
+    enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
+        enc.dictionary.to_pylist(), dtype=object
+    )
+
+
+def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of integer values in ascending order (O(n) via bincount when the range is small)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 50_000_000:
+        codes, uniques = pd.factorize(values, sort=True)
+        return codes.astype(np.int64), np.asarray(uniques)
+    present = np.bincount(values - lo, minlength=hi - lo + 1) > 0
+    remap = np.cumsum(present) - 1
+    return remap[values - lo], np.flatnonzero(present) + lo
+
+
+def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
+    parts = [f"{path.name}: trajectory {traj!r}"]
+    if step is not None:
+        parts.append(f"step {step}")
+    if item is not None:
+        parts.append(f"item {item!r}")
+    return ", ".join(parts)
+
+
+class _Grid:
+    """Rows of one split placed on a (trajectory) × (step) × (item) grid via integer codes.
+
+    Rows are sorted once by the combined key, which both finds duplicated keys and makes
+    every trajectory's rows one contiguous slice.
+    """
+
+    def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None):
+        self.path = path
+        self.table = table
+        self.codes: dict[str, np.ndarray] = {}
+        self.values: dict[str, np.ndarray] = {}
+        for name in table.column_names:  # the split column is constant after filtering
+            if name != "split" and pa.types.is_dictionary(table.column(name).type):
+                self.codes[name], self.values[name] = _codes(table.column(name))
+        self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
+        self.item_code, self.items = self.codes["item_id"], self.values["item_id"]
+        self.step = table.column("step").to_numpy()
+        self.correct = (
+            table.column("correct").to_numpy(zero_copy_only=False) if "correct" in table.column_names else None
+        )
+        # rank of each item id as a string: trajectories list their items in id order
+        self.item_rank = np.empty(len(self.items), dtype=np.int64)
+        self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
+        step_code, step_values = _small_int_codes(self.step)
+        key = (self.traj_code * len(step_values) + step_code) * len(self.items) + self.item_code
+        extra = None
+        if key_extra:
+            extra, extra_values = _small_int_codes(table.column(key_extra).to_numpy())
+            key = key * len(extra_values) + extra
+        self.order = np.argsort(key, kind="stable")
+        sorted_key = key[self.order]
+        dup = np.flatnonzero(sorted_key[1:] == sorted_key[:-1])
+        if len(dup):
+            r = self.order[dup[0] + 1]
+            more = f", {key_extra} {int(table.column(key_extra)[int(r)].as_py())}" if key_extra else ""
+            raise CkptselError(
+                f"{_describe(path, self.trajs[self.traj_code[r]], int(self.step[r]), self.items[self.item_code[r]])}"
+                f"{more}: duplicated record (the key must be unique)"
+            )
+        self.bounds = np.searchsorted(self.traj_code[self.order], np.arange(len(self.trajs) + 1))
+
+    def rows_of(self, t: int) -> np.ndarray:
+        """Rows of trajectory ``t``, sorted by step then item code."""
+        return self.order[self.bounds[t] : self.bounds[t + 1]]
+
+    def axes(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This trajectory's steps (ascending), item codes (in id order) and code -> column map."""
+        s = self.step[rows]
+        steps = s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
+        present = np.zeros(len(self.items), dtype=bool)
+        present[self.item_code[rows]] = True
+        codes = np.flatnonzero(present)
+        codes = codes[np.argsort(self.item_rank[codes], kind="stable")]
+        index = np.full(len(self.items), -1)
+        index[codes] = np.arange(len(codes))
+        return steps, codes, index
+
+    def attrs(self, rows: np.ndarray, traj: str) -> tuple[str, str]:
+        """The trajectory's configuration and task, which must be single-valued."""
+        out = []
+        for name in ("configuration", "task"):
+            used = np.unique(self.codes[name][rows])
+            if len(used) != 1:
+                raise CkptselError(
+                    f"{_describe(self.path, traj)}: several values of {name!r}: "
+                    f"{[str(v) for v in self.values[name][used][:5]]}"
+                )
+            out.append(str(self.values[name][used[0]]))
+        return out[0], out[1]
+
+
+def _final_steps(records_dir: Path) -> dict[str, int]:
+    """Expected final step per trajectory, when the study declares them."""
+    for candidate in (Path(records_dir) / FINAL_STEPS_FILE, Path(records_dir).parent / FINAL_STEPS_FILE):
+        if candidate.is_file():
+            try:
+                data = json.loads(candidate.read_text())
+                return {str(k): int(v) for k, v in data.items()}
+            except (ValueError, AttributeError, TypeError) as err:
+                raise CkptselError(f"{candidate}: expected a JSON object {{trajectory: step}} ({err})") from err
+    return {}
+
+
+def _place(grid: _Grid, rows: np.ndarray, steps: np.ndarray, item_index: np.ndarray):
+    """Map rows to (checkpoint index, item index) on this trajectory's grid."""
+    return np.searchsorted(steps, grid.step[rows]), item_index[grid.item_code[rows]]
+
+
+def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str, item_field: str):
+    """One trajectory's generation rows as (T, n) present/correct/answer-code matrices, plus
+    a per-item column (``group`` or ``subtask``) that must not vary across checkpoints."""
+    T, n = len(steps), len(item_ids)
+    ci, ii = _place(g, rows, steps, item_index)
+    present = np.zeros((T, n), dtype=bool)
+    present[ci, ii] = True
+    correct = np.zeros((T, n), dtype=bool)
+    correct[ci, ii] = g.correct[rows]
+    answers = np.full((T, n), -1, dtype=np.int64)
+    answers[ci, ii] = g.codes["answer"][rows]
+    codes = g.codes[item_field][rows]
+    per_item = np.full(n, -1, dtype=np.int64)
+    per_item[ii] = codes
+    mismatch = per_item[ii] != codes
+    if mismatch.any():
+        i = int(ii[np.flatnonzero(mismatch)[0]])
+        raise CkptselError(
+            f"{_describe(g.path, traj, item=str(item_ids[i]))}: {item_field!r} differs across checkpoints"
+        )
+    return present, correct, answers, g.values[item_field][np.maximum(per_item, 0)]
+
+
+def _item_groups(g: _Grid, rows, steps, item_index, item_ids, traj: str) -> np.ndarray:
+    """``(n,)`` the ``group`` of each item (must not vary across checkpoints)."""
+    return _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")[3]
+
+
+def _generation_grid(records_dir: Path, split: str) -> _Grid:
+    """One split of the generation records, validated and placed on its grid."""
+    gen, gpath = _read(records_dir, "generations", GENERATION_COLUMNS, split)
+    if gen.num_rows == 0:
+        raise CkptselError(f"{gpath}: no {split} records")
+    return _Grid(gen, gpath)
+
+
+def _trajectories(g: _Grid, records_dir: Path):
+    """Per trajectory: its rows, configuration, task, steps, item columns and ids, with the
+    declared final step checked."""
+    expected = _final_steps(records_dir)
+    _check_final_names(expected, g, records_dir)
+    for t, traj in enumerate(g.trajs):
+        rows = g.rows_of(t)
+        configuration, task = g.attrs(rows, traj)
+        steps, item_codes, item_index = g.axes(rows)
+        _check_final(traj, steps, expected, g.path)
+        yield traj, rows, configuration, task, steps, item_index, g.items[item_codes]
+
+
+def _check_final_names(expected: dict[str, int], g: _Grid, records_dir: Path) -> None:
+    """A declared final step for a trajectory without records is an error, not ignored."""
+    unknown = sorted(set(expected) - {str(t) for t in g.trajs})
+    if unknown:
+        raise CkptselError(
+            f"{FINAL_STEPS_FILE} (beside {records_dir}): trajectory {unknown[0]!r} is declared but "
+            f"has no records in {g.path.name}"
+        )
+
+
+def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: Path) -> None:
+    if traj in expected and steps[-1] != expected[traj]:
+        raise CkptselError(
+            f"{_describe(path, traj)}: invalid trajectory — its final checkpoint (step "
+            f"{expected[traj]}, declared in {FINAL_STEPS_FILE}) has no records; the largest "
+            f"recorded step is {int(steps[-1])}"
+        )
+
+
+# --------------------------------------------------------------------------- public loaders
+class _NllTable:
+    """The validation NLL rows, ready to be placed on each trajectory's grid."""
+
+    def __init__(self, records_dir: Path, gen_items: np.ndarray):
+        table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
+        self.path = npath
+        self.grid = _Grid(table, npath, key_extra="window")
+        _check_nll_values(table, self.grid, npath)
+        self.windows = table.column("window").to_numpy()
+        self.nll_sum = table.column("nll_sum").to_numpy()
+        self.n_tokens = table.column("n_tokens").to_numpy()
+        self.traj_index = {name: i for i, name in enumerate(self.grid.trajs)}
+        # NLL item codes -> generation item codes (-1: the item has no generation record)
+        self.to_gen = pd.Index(gen_items).get_indexer(self.grid.items)
+
+    def trajectory(self, traj: str, steps, item_index, item_ids, gpath: Path):
+        """``(nll, n_tokens, present)`` per window for one trajectory's (T, n) grid."""
+        nl = self.grid
+        if traj not in self.traj_index:
+            raise CkptselError(f"{_describe(self.path, traj)}: no validation NLL records for this trajectory")
+        nrows = nl.rows_of(self.traj_index[traj])
+        nsteps = nl.axes(nrows)[0]
+        if not np.array_equal(steps, nsteps):
+            raise CkptselError(
+                f"trajectory {traj!r}: generation and NLL tables disagree on its validation "
+                f"checkpoints (only in {gpath.name}: {sorted(set(steps) - set(nsteps))}; only in "
+                f"{self.path.name}: {sorted(set(nsteps) - set(steps))})"
+            )
+        T, n = len(steps), len(item_ids)
+        index = item_index[self.to_gen]
+        index[self.to_gen < 0] = -1
+        nci, nii = np.searchsorted(steps, nl.step[nrows]), index[nl.item_code[nrows]]
+        known = nii >= 0
+        nll_by_w, tok_by_w, present_by_w = {}, {}, {}
+        for w in np.unique(self.windows[nrows]):
+            sel = known & (self.windows[nrows] == w)
+            r = nrows[sel]
+            mat = np.zeros((T, n))
+            mat[nci[sel], nii[sel]] = self.nll_sum[r]
+            have = np.zeros((T, n), dtype=bool)
+            have[nci[sel], nii[sel]] = True
+            tok = np.full((T, n), -1, dtype=np.int64)
+            tok[nci[sel], nii[sel]] = self.n_tokens[r]
+            _check_tokens_constant(tok, have, self.path, traj, item_ids, steps, int(w))
+            nll_by_w[int(w)] = mat
+            tok_by_w[int(w)] = np.where(have, tok, -1).max(axis=0)
+            present_by_w[int(w)] = have
+        if MATCHED_WINDOW not in nll_by_w:
+            raise CkptselError(
+                f"{_describe(self.path, traj)}: no validation NLL rows with window={MATCHED_WINDOW}"
+            )
+        return nll_by_w, tok_by_w, present_by_w
+
+
+def has_validation_nll(records_dir: Path) -> bool:
+    """Whether the study has validation NLL records (``ingest lm-eval`` alone gives none)."""
+    if not units.exists(records_dir, "nll"):
+        return False
+    npath = units.single_file(records_dir, "nll")
+    if npath is not None:
+        if "split" not in read_schema(npath).names:
+            raise CkptselError(f"{npath}: missing column(s) split")
+        _check_splits(npath)
+    rows = read_rows(
+        records_dir, "nll", columns=["split"], filters=[("split", "=", "validation")]
+    )
+    return rows is not None and rows.num_rows > 0
+
+
+def load_validation(records_dir: Path) -> list[ValidationData]:
+    """Validation records of every trajectory, with eligibility applied (SPEC §2, §4).
+
+    A study without any validation NLL records (e.g. generations imported from
+    lm-evaluation-harness) is analysed without the matched-NLL rule: ``nll`` stays empty.
+    A study with NLL records must have them for every trajectory.
+    """
+    records_dir = Path(records_dir)
+    g = _generation_grid(records_dir, "validation")
+    gpath = g.path
+    nll = _NllTable(records_dir, g.items) if has_validation_nll(records_dir) else None
+
+    out = []
+    for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
+        present, corr, ans, groups = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")
+        gen_complete = present.all(axis=0)
+        if nll is None:
+            nll_by_w, tok_by_w, nll_present = {}, {}, {}
+            eligible = gen_complete
+            exclusions = {"missing_generation": int((~gen_complete).sum()), "missing_nll": 0, "empty_response": 0}
+        else:
+            nll_by_w, tok_by_w, nll_present = nll.trajectory(traj, steps, item_index, item_ids, gpath)
+            nll_complete = nll_present[MATCHED_WINDOW].all(axis=0)
+            empty = tok_by_w[MATCHED_WINDOW] == 0
+            eligible = gen_complete & nll_complete & ~empty
+            exclusions = {
+                "missing_generation": int((~gen_complete).sum()),
+                "missing_nll": int((gen_complete & ~nll_complete).sum()),
+                "empty_response": int((gen_complete & nll_complete & empty).sum()),
+            }
+        if not eligible.any():
+            raise CkptselError(
+                f"{_describe(gpath, traj)}: no eligible validation items (every item lacks a "
+                f"generation or NLL record for some checkpoint, or has n_tokens == 0)"
+            )
+        keep = np.flatnonzero(eligible)
+        windows_kept = {}
+        tokens_kept = {}
+        for w, mat in nll_by_w.items():
+            if nll_present[w][:, keep].all():
+                windows_kept[w] = mat[:, keep]
+                tokens_kept[w] = tok_by_w[w][keep]
+        out.append(
+            ValidationData(
+                trajectory=str(traj), configuration=configuration, task=task, steps=steps,
+                item_ids=item_ids[keep].astype(str), groups=groups[keep].astype(str),
+                correct=corr[:, keep], answers=ans[:, keep], nll=windows_kept,
+                n_tokens=tokens_kept, exclusions=exclusions,
+            )
+        )
+    if nll is not None:
+        missing = sorted(set(nll.grid.trajs) - {v.trajectory for v in out})
+        if missing:
+            raise CkptselError(
+                f"{nll.path}: trajectory {missing[0]!r} has validation NLL records but no generation "
+                f"records in {gpath.name}"
+            )
+    return out
+
+
+def load_test(records_dir: Path, validation: list[ValidationData] | None = None) -> list[TestData]:
+    """Test records of every trajectory; every test item must exist for every checkpoint.
+
+    When ``validation`` is given, each trajectory's test checkpoints must equal its
+    validation checkpoints.
+    """
+    records_dir = Path(records_dir)
+    g = _generation_grid(records_dir, "test")
+    gpath = g.path
+    val_steps = {v.trajectory: v.steps for v in validation or []}
+    test_nll = _test_nll_table(records_dir)
+    test_nll_steps = _test_nll_steps(records_dir, test_nll)
+    only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
+    if only_nll:
+        raise CkptselError(
+            f"{records_dir / NLL_FILE}: trajectory {only_nll[0]!r} has test NLL records but no test "
+            f"generation records in {gpath.name}"
+        )
+    out = []
+    for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
+        if traj in test_nll_steps and not np.array_equal(steps, test_nll_steps[traj]):
+            raise CkptselError(
+                f"trajectory {traj!r}: generation and NLL tables disagree on its test checkpoints "
+                f"(generations: {steps.tolist()}, nll: {test_nll_steps[traj].tolist()})"
+            )
+        if validation is not None:
+            if traj not in val_steps:
+                raise CkptselError(f"{_describe(gpath, traj)}: test records but no validation records")
+            if not np.array_equal(steps, val_steps[traj]):
+                raise CkptselError(
+                    f"trajectory {traj!r}: validation and test records disagree on its checkpoints "
+                    f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
+                )
+        _check_test_nll(test_nll, traj, steps, item_ids)
+        if len(item_ids) < 2:
+            raise CkptselError(
+                f"{_describe(gpath, traj)}: only {len(item_ids)} test item; the test pool must have at "
+                f"least 2 (the matched-half diagnostic splits it in two halves, SPEC §5)"
+            )
+        present, corr, ans, subtasks = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "subtask")
+        if not present.all():
+            c, i = np.argwhere(~present)[0]
+            raise CkptselError(
+                f"{_describe(gpath, traj, int(steps[c]), str(item_ids[i]))}: test item missing for "
+                f"this checkpoint (test items must be recorded for every checkpoint)"
+            )
+        out.append(
+            TestData(
+                trajectory=str(traj), configuration=configuration, task=task, steps=steps,
+                item_ids=item_ids.astype(str), subtasks=subtasks.astype(str), correct=corr,
+                answers=ans,
+                groups=_item_groups(g, rows, steps, item_index, item_ids, traj).astype(str),
+            )
+        )
+    _check_test_pools(out, gpath)
+    if validation is not None:
+        missing = sorted(set(val_steps) - {t.trajectory for t in out})
+        if missing:
+            raise CkptselError(f"{gpath}: trajectory {missing[0]!r} has validation but no test records")
+    return out
+
+
+def _test_nll_steps(records_dir: Path, table: _TestNll | None = None) -> dict[str, np.ndarray]:
+    """Checkpoints of each trajectory in the test NLL rows (optional; for consistency).
+
+    The rows are validated like validation NLL rows (SPEC §2): types, NaN/inf, negative or
+    impossible values, duplicated keys; :func:`_check_test_nll` checks each trajectory's items.
+    """
+    table = table or _test_nll_table(records_dir)
+    if table is None:
+        return {}
+    grid = table.grid
+    return {str(name): grid.axes(grid.rows_of(t))[0] for t, name in enumerate(grid.trajs)}
+
+
+class _TestNll:
+    """The test NLL rows, validated and placed on a (trajectory, step, item, window) grid."""
+
+    def __init__(self, npath: Path, table: pa.Table):
+        self.path = npath
+        self.grid = _Grid(table, npath, key_extra="window")
+        _check_nll_values(table, self.grid, npath)
+        self.windows = table.column("window").to_numpy()
+        self.n_tokens = table.column("n_tokens").to_numpy()
+
+
+def _test_nll_table(records_dir: Path) -> _TestNll | None:
+    if not units.exists(records_dir, "nll"):
+        return None
+    table, npath = _read(records_dir, "nll", NLL_COLUMNS, "test")
+    if table.num_rows == 0:
+        return None
+    return _TestNll(npath, table)
+
+
+def _check_test_nll(
+    test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray
+) -> None:
+    """One trajectory's test NLL rows: every item of its test generations, for every checkpoint
+    and window, with ``n_tokens`` constant across checkpoints (SPEC §2)."""
+    if test_nll is None:
+        return
+    grid = test_nll.grid
+    where = np.flatnonzero(grid.trajs == traj)
+    if not len(where):
+        return
+    rows = grid.rows_of(int(where[0]))
+    items = grid.items[grid.item_code[rows]]
+    known = pd.Index(item_ids).get_indexer(items)
+    if (known < 0).any():
+        r = int(rows[np.flatnonzero(known < 0)[0]])
+        raise CkptselError(
+            f"{_describe(test_nll.path, traj, int(grid.step[r]), str(grid.items[grid.item_code[r]]))}: "
+            f"test NLL record for an item with no test generation records"
+        )
+    T, n = len(steps), len(item_ids)
+    ci = np.searchsorted(steps, grid.step[rows])
+    for w in np.unique(test_nll.windows[rows]):
+        sel = test_nll.windows[rows] == w
+        have = np.zeros((T, n), dtype=bool)
+        have[ci[sel], known[sel]] = True
+        tok = np.full((T, n), -1, dtype=np.int64)
+        tok[ci[sel], known[sel]] = test_nll.n_tokens[rows[sel]]
+        if not have.all():
+            c, i = np.argwhere(~have)[0]
+            raise CkptselError(
+                f"{_describe(test_nll.path, traj, int(steps[c]), str(item_ids[i]))}, window {int(w)}: "
+                f"test NLL record missing (test items must be recorded for every checkpoint)"
+            )
+        _check_tokens_constant(tok, have, test_nll.path, traj, item_ids, steps, int(w))
+
+
+def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):
+    """The :class:`ValidationData` / :class:`TestData` of one trajectory, or one clear error."""
+    for x in loaded:
+        if x.trajectory == trajectory:
+            return x
+    names = [x.trajectory for x in loaded]
+    raise CkptselError(
+        f"{Path(records_dir)}: trajectory {trajectory!r} has no {split} records "
+        f"(known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
+    )
+
+
+# --------------------------------------------------------------------------- checks
+def _check_nll_values(nll: pa.Table, grid: _Grid, path: Path) -> None:
+    values = nll.column("nll_sum").to_numpy()
+    tokens = nll.column("n_tokens").to_numpy()
+    for bad, problem in (
+        (~np.isfinite(values), lambda r: f"nll_sum is {values[r]} (NaN/inf losses are not allowed)"),
+        (values < 0, lambda r: f"nll_sum is {values[r]} (a sum of -log p is never negative)"),
+        (tokens < 0, lambda r: f"negative n_tokens ({int(tokens[r])})"),
+    ):
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            where = _describe(
+                path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]]
+            )
+            raise CkptselError(f"{where}: {problem(r)}")
+    windows = nll.column("window").to_numpy()
+    if ((windows != MATCHED_WINDOW) & (windows != COMPLETE_WINDOW) & (windows < 0)).any():
+        raise CkptselError(f"{path}: negative window values")
+
+
+def _check_tokens_constant(tok, have, path, traj, item_ids, steps, window) -> None:
+    hi = np.where(have, tok, np.iinfo(np.int64).min).max(axis=0)
+    lo = np.where(have, tok, np.iinfo(np.int64).max).min(axis=0)
+    differ = have.any(axis=0) & (hi != lo)
+    if differ.any():
+        i = int(np.flatnonzero(differ)[0])
+        vals = sorted({int(v) for v in tok[have[:, i], i]})
+        raise CkptselError(
+            f"{_describe(path, traj, item=str(item_ids[i]))}, window {window}: n_tokens differ "
+            f"across checkpoints ({vals}); the scored response must be the same for every checkpoint"
+        )
+
+
+def _check_test_pools(tests: list[TestData], path: Path) -> None:
+    """Trajectories of one task share one test pool (the question bootstrap resamples it)."""
+    first: dict[str, TestData] = {}
+    for t in tests:
+        ref = first.setdefault(t.task, t)
+        if not np.array_equal(ref.item_ids, t.item_ids):
+            extra = sorted(set(t.item_ids) ^ set(ref.item_ids))[:3]
+            raise CkptselError(
+                f"{path.name}: trajectories {ref.trajectory!r} and {t.trajectory!r} of task "
+                f"{t.task!r} have different test items (e.g. {extra}); trajectories of one task "
+                f"must be scored on the same test pool"
+            )

@@ -1,0 +1,268 @@
+"""Writing records folders (SPEC §2): the one writer every producer goes through, and
+``compact`` (units back to the single-file form).
+
+``measure``, ``ingest``, the Trainer callback (:mod:`ckptsel.integrations`) and ``simulate``
+all write here, so every records file has the same layout: rows sorted by
+:data:`RECORDS_ORDER` (split first, then trajectory, step, item and window) in row groups of
+:data:`RECORDS_ROW_GROUP` rows. Split first lets a reader that asks for one split skip the
+other split's row groups from the Parquet statistics; at paper scale this layout loaded
+fastest of those measured (split- or trajectory-first, 256 Ki-row or default row groups).
+
+Two ways in:
+
+* :func:`write_records` — a whole table at once (``simulate``; test fixtures).
+* :func:`write_unit` — one checkpoint of one trajectory (``measure``, the cluster driver, the
+  Trainer callback): its rows become write-once *unit* files (generations, NLL, texts) in
+  the records folder's units (:mod:`ckptsel.records.units`). Nothing else is read or
+  rewritten, so recording a checkpoint costs the same in an empty folder and at paper scale;
+  a re-measured checkpoint replaces exactly its own units (rows with the same key replaced,
+  others kept); files are written atomically (a kill leaves complete units only) under a
+  per-trajectory lock (producers of different trajectories never wait for each other).
+* :func:`upsert_records` — rows of any checkpoints (``ingest``): grouped by (trajectory,
+  step) and written unit by unit.
+
+:func:`check_name` keeps trajectory and configuration names plain (they become folder names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ckptsel._util import io
+from ckptsel.errors import CkptselError
+from ckptsel.records.codec import parquet_bytes, read_schema, read_table, unit_bytes
+from ckptsel.records.scan import read_frame
+from ckptsel.records.schema import (
+    GENERATION_KEY,
+    NLL_KEY,
+    RECORDS_ORDER,
+    arrow_schema,
+    check_name,
+    coerce_generations,
+    coerce_nll,
+)
+from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, exists, single_file, unit_path
+
+
+def compact(records_dir: Path) -> list[Path]:
+    """Write the single-file form (``generations.parquet``, ``nll.parquet``, texts as the
+    optional ``text`` column) from everything in ``records_dir``, then remove the units.
+
+    Each file is written atomically before any unit is removed; a kill in between leaves
+    both forms, which read as before (units supersede the single file's rows).
+    """
+    records_dir = Path(records_dir)
+    written = []
+    for kind in ("generations", "nll"):
+        if exists(records_dir, kind):
+            path = records_dir / SINGLE_FILES[kind]
+            write_records(path, read_frame(records_dir, kind))
+            written.append(path)
+    units = records_dir / UNITS_DIR
+    if units.is_dir():
+        shutil.rmtree(units)
+    return written
+
+LOCK_FILE = ".lock"
+
+
+def _order(columns) -> list[str]:
+    """The sort columns of :data:`RECORDS_ORDER` that a table has."""
+    return [c for c in RECORDS_ORDER if c in columns]
+
+
+def write_records(path: Path, df: pd.DataFrame) -> None:
+    """Write a whole records table (SPEC §2) in the records layout (see the module docstring)."""
+    ordered = df.sort_values(_order(df.columns), kind="stable", ignore_index=True)
+    io.write_bytes(
+        path, parquet_bytes(pa.Table.from_pandas(ordered, preserve_index=False))
+    )
+
+
+@contextlib.contextmanager
+def records_lock(records_dir: Path) -> Iterator[None]:
+    """Exclusive advisory lock on ``records_dir`` (POSIX ``flock``; a no-op elsewhere)."""
+    records_dir = Path(records_dir)
+    records_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(records_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _keys(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
+    """One string per row joining the key columns (unit separator between fields)."""
+    cols = [pc.cast(table[c], pa.string()) for c in key]
+    return pc.binary_join_element_wise(*cols, "\x1f")
+
+
+def _upsert(
+    old: pa.Table | None, new: pa.Table, key: tuple[str, ...], target: pa.Schema
+) -> pa.Table:
+    """``old`` without the rows whose key is in ``new``, plus ``new``, in the records order.
+
+    Done in Arrow (not pandas) so that rewriting a large shared records file after every
+    checkpoint stays cheap in time and memory.
+    """
+    new_keys = _keys(new, key)
+    if pc.count_distinct(new_keys).as_py() != new.num_rows:
+        dup = new.select(list(key)).to_pandas()
+        first = dup[dup.duplicated()].iloc[0].to_dict()
+        raise CkptselError(f"duplicate record key {first} in the rows to write")
+    if old is None or old.num_rows == 0:
+        merged = new
+    else:
+        for c in key:
+            if c not in old.column_names:
+                raise CkptselError(f"existing records lack key column {c!r}")
+        kept = old.filter(pc.invert(pc.is_in(_keys(old, key), value_set=new_keys)))
+        names = [f.name for f in target]
+        kept = kept.select([c for c in names if c in kept.column_names])
+        merged = pa.concat_tables(
+            [_conform(kept, target), _conform(new, target)], promote_options="default"
+        )
+    merged = _conform(merged, target)
+    return merged.sort_by([(c, "ascending") for c in _order(merged.column_names)])
+
+
+def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """Columns of ``target`` in its order and types (missing optional columns as nulls)."""
+    cols = []
+    for f in target:
+        if f.name in table.column_names:
+            cols.append(pc.cast(table[f.name], f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=target)
+
+
+@contextlib.contextmanager
+def _unit_lock(records_dir: Path, trajectory: str) -> Iterator[None]:
+    """Exclusive lock on one trajectory's units (producers of other trajectories never wait)."""
+    folder = Path(records_dir) / UNITS_DIR / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(folder / f"{trajectory}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _existing(records_dir: Path, kind: str, trajectory: str, step: int) -> pa.Table | None:
+    """The unit's current rows: its file, else the single file's rows of this checkpoint (which
+    the new unit then carries on, since a unit supersedes the single file's rows)."""
+    path = unit_path(records_dir, kind, trajectory, step)
+    if path.is_file():
+        return read_table(path)
+    single = single_file(records_dir, "generations" if kind == "texts" else kind)
+    if single is None:
+        return None
+    if kind == "texts" and "text" not in read_schema(single).names:
+        return None
+    filters = [("trajectory", "=", trajectory), ("step", "=", int(step))]
+    old = read_table(single, filters=filters)
+    if kind == "texts":
+        old = old.filter(pc.is_valid(old.column("text")))
+    return old
+
+
+def write_unit(
+    records_dir: Path,
+    trajectory: str,
+    step: int,
+    generations: pd.DataFrame | None = None,
+    nll: pd.DataFrame | None = None,
+) -> list[Path]:
+    """Record one checkpoint: its rows go to its own unit files (see
+    :mod:`ckptsel.records.units`), nothing else in ``records_dir`` is read or rewritten.
+
+    ``generations`` / ``nll`` are contract frames whose rows all belong to ``trajectory`` at
+    ``step`` (either may be ``None``). Rows with the same key as rows already in the unit
+    replace them, other rows are kept (a re-measured checkpoint replaces exactly its own
+    unit). The generations' optional ``text`` goes to the unit's texts file, which analysis
+    never reads. Every file is written atomically, serialized in memory first and renamed back
+    to back. Safe to call from several processes at once (a per-trajectory lock). Returns the
+    files written.
+    """
+    records_dir = Path(records_dir)
+    check_name("trajectory", trajectory)
+    step = int(step)
+    payload: list[tuple[str, pd.DataFrame, tuple[str, ...]]] = []
+    if nll is not None:
+        payload.append(("nll", coerce_nll(nll), NLL_KEY))
+    if generations is not None:
+        gen = coerce_generations(generations)
+        if "text" in gen.columns:
+            texts = gen[["trajectory", "step", "split", "item_id", "text"]]
+            payload.append(("texts", texts[texts["text"].notna()], GENERATION_KEY))
+            gen = gen.drop(columns="text")
+        payload.append(("generations", gen, GENERATION_KEY))
+    for kind, df, _ in payload:
+        wrong = (df["trajectory"] != trajectory) | (df["step"] != step)
+        if wrong.any():
+            r = df[wrong].iloc[0]
+            raise CkptselError(
+                f"{kind} row of trajectory {r['trajectory']!r} step {int(r['step'])} given to "
+                f"write_unit for trajectory {trajectory!r} step {step}"
+            )
+    written = []
+    with _unit_lock(records_dir, trajectory):
+        blobs = []
+        for kind, df, key in payload:
+            if kind == "texts" and df.empty:
+                continue
+            target = arrow_schema(kind)
+            table = pa.Table.from_pandas(df, preserve_index=False).cast(target)
+            old = _existing(records_dir, kind, trajectory, step)
+            merged = _upsert(old, table, key, target).replace_schema_metadata(None)
+            blobs.append((unit_path(records_dir, kind, trajectory, step), unit_bytes(merged)))
+        for path, data in blobs:
+            io.write_bytes(path, data)
+            written.append(path)
+    return written
+
+
+def upsert_records(
+    records_dir: Path,
+    generations: pd.DataFrame | None = None,
+    nll: pd.DataFrame | None = None,
+) -> None:
+    """Add rows to ``records_dir``, replacing rows with the same key: each (trajectory, step)
+    among the rows is written as its own unit through :func:`write_unit`, so the cost depends
+    on the rows given, never on the records already there. Rows of other checkpoints are
+    untouched. The optional ``text`` column goes to the units' texts files.
+    """
+    groups: dict[tuple[str, int], dict[str, pd.DataFrame]] = {}
+    for name, df in (("generations", generations), ("nll", nll)):
+        if df is None:
+            continue
+        missing = [c for c in ("trajectory", "step") if c not in df.columns]
+        if missing:
+            raise CkptselError(f"{name} rows lack column(s) {missing}")
+        for (traj, step), part in df.groupby(["trajectory", "step"], sort=True, observed=True):
+            groups.setdefault((str(traj), int(step)), {})[name] = part
+    for (traj, step), frames in groups.items():
+        write_unit(records_dir, traj, step, **frames)

@@ -1,0 +1,28 @@
+"""Inputs with known truth and the embedded default study.
+
+* :mod:`~ckptsel.sim.simulate` — synthetic records with realistic, known structure
+  (``ckptsel simulate``);
+* :mod:`~ckptsel.sim.tiny` — tiny causal LMs built locally (tokenizer + Llama-style model);
+* :mod:`~ckptsel.sim.embedded` — the generated math-word-problem task and its pre-trained base;
+* :mod:`~ckptsel.sim.quickstart` — ``ckptsel quickstart``: the embedded study through
+  ``ckptsel run``.
+"""
+
+from __future__ import annotations
+
+from ckptsel.sim.quickstart import make_plan, run_quickstart
+from ckptsel.sim.simulate import PRESETS, TRUTH_FILE, SimSpec, TaskSim, write_simulation
+from ckptsel.sim.tiny import build_model, build_tokenizer, save_tiny
+
+__all__ = [
+    "PRESETS",
+    "TRUTH_FILE",
+    "SimSpec",
+    "TaskSim",
+    "build_model",
+    "build_tokenizer",
+    "make_plan",
+    "run_quickstart",
+    "save_tiny",
+    "write_simulation",
+]

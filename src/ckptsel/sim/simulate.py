@@ -1,0 +1,958 @@
+"""Synthetic records with realistic, *known* structure (``ckptsel simulate``).
+
+The analysis needs inputs whose truth is known: how accurate each checkpoint really is on a
+fresh test item, so that a rule's estimated gain can be checked against the gain it truly
+buys. Real records never give that. This module builds records that look like the paper's
+(tasks with augmented validation variants and commonsense subtasks, checkpoint grids every 25
+steps plus an off-grid final step, item-level correctness that persists across neighbouring
+checkpoints, shared wrong answers, NLL that bottoms out early and then rises, a few excluded
+validation items) while every quantity is drawn from a stated model:
+
+* True accuracy ``p[j, t]`` of trajectory ``j`` at checkpoint ``t``: configuration curve (rise
+  then plateau, a late decline for some configurations) + seed offset + checkpoint jitter.
+* Correctness is a Gaussian copula: item ``i`` is correct at ``t`` iff the latent
+  ``z = a·u_i + b·v_ji + c·e_jit < Φ⁻¹(p[j, t])`` with ``u`` the item difficulty (shared by the
+  task's trajectories and, in part, by the variants of one group), ``v`` a trajectory-item
+  effect and ``e`` an AR(1) process along checkpoints. Every ``z`` is N(0, 1), so the chance that
+  a fresh item is answered correctly is exactly ``p[j, t]`` (``truth.parquet``).
+* Wrong answers come from a second AR(1) Gaussian latent cut at item-specific thresholds: a
+  few weighted distractors per item (often the same one at neighbouring checkpoints, so
+  pluralities are sometimes wrong) plus the empty answer.
+* NLL per token follows a U-shaped curve with its minimum in the first ~third of training,
+  times item-level lognormal noise weakly tied to the correctness latent.
+
+Everything is vectorized over items; Python loops run only over tasks, configurations and
+trajectories (and over the few checkpoints of the AR recursion).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ckptsel._util.io import write_parquet, write_text
+from ckptsel.errors import CkptselError
+from ckptsel.records import (
+    COMPLETE_WINDOW,
+    GENERATION_COLUMNS,
+    GENERATIONS_FILE,
+    MATCHED_WINDOW,
+    NLL_COLUMNS,
+    NLL_FILE,
+    SPLITS,
+    write_records,
+)
+from ckptsel.stats import norm_ppf
+
+TRUTH_FILE = "truth.parquet"
+SIMULATION_FILE = "simulation.json"
+TRUTH_COLUMNS: dict[str, str] = {
+    "trajectory": "string",
+    "configuration": "string",
+    "task": "string",
+    "step": "int64",
+    "true_test_accuracy": "float64",
+}
+
+# Commonsense subtasks of the LLM-Adapters suite and the label each one's answers use.
+COMMONSENSE_LABELS: dict[str, tuple[str, ...]] = {
+    "boolq": ("true", "false"),
+    "piqa": ("solution1", "solution2"),
+    "social_i_qa": ("answer1", "answer2", "answer3"),
+    "hellaswag": ("ending1", "ending2", "ending3", "ending4"),
+    "winogrande": ("option1", "option2"),
+    "ARC-Easy": ("answer1", "answer2", "answer3", "answer4"),
+    "ARC-Challenge": ("answer1", "answer2", "answer3", "answer4"),
+    "openbookqa": ("answer1", "answer2", "answer3", "answer4"),
+}
+ANSWER_KINDS = ("numeric", "latex", "choice")
+
+
+@dataclass(frozen=True)
+class TaskSim:
+    """One task: its item pools, answer style, accuracy level and token lengths.
+
+    ``seeds_per_configuration`` has one entry per configuration of the task, so the number of
+    configurations and of trajectories per configuration are both explicit.
+    """
+
+    name: str
+    kind: str  # "numeric" (GSM8K-like), "latex" (MATH-like) or "choice" (commonsense-like)
+    seeds_per_configuration: tuple[int, ...]
+    n_validation: int
+    n_test: int
+    variants_per_group: tuple[int, int] = (1, 1)  # inclusive range; (1, 1): group == item_id
+    subtasks: tuple[str, ...] = ()  # test items split equally across these ("choice" only)
+    n_distractors: int = 3  # shared wrong answers per item ("choice": the other labels)
+    plateau_accuracy: float = 0.6  # mean plateau of the configurations' true test accuracy
+    validation_shift: float = 0.0  # probit shift of validation items (>0: easier than test)
+    empty_answer_rate: float = 0.05  # share of wrong answers with no extractable answer ("")
+    response_tokens: float = 150.0  # median reference-response length
+    response_sigma: float = 0.5  # lognormal sigma of that length
+    prompt_tokens: float = 120.0  # median prompt length (template + question)
+    prompt_sigma: float = 0.3
+    per_token_loss: float = 0.4  # level of the teacher-forced NLL per token at its minimum
+    empty_sequence_rate: float = 0.0  # validation items whose prompt fills the 512 window
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """Every knob of the simulation; ``PRESETS`` holds the two shipped settings.
+
+    Probabilities are fractions, ``*_pp`` values are percentage points of accuracy, ranges
+    are inclusive ``(low, high)`` uniform ranges drawn per configuration.
+    """
+
+    tasks: tuple[TaskSim, ...]
+    seeds: tuple[int, ...] = (42, 43, 44, 45)  # seed ids, used in order per configuration
+    checkpoints: tuple[int, int] = (10, 31)  # range of T, drawn per configuration
+    step_interval: int = 25
+    offgrid_final_prob: float = 0.5  # chance the final step is not a multiple of the interval
+    models: tuple[str, ...] = ("llama3-8b", "mistral-7b", "qwen2.5-7b", "gemma2-9b", "llama3.2-3b")
+    adaptations: tuple[str, ...] = ("lora8", "full", "lora64")
+    # true accuracy curves
+    configuration_sd: float = 0.05  # sd of configuration plateaus around the task's level
+    rise_pp: tuple[float, float] = (1.5, 6.0)  # early improvement still to come at step 0
+    rise_tau: tuple[float, float] = (0.05, 0.25)  # its time constant, fraction of training
+    decline_prob: float = 0.4  # share of configurations with a late decline
+    decline_pp: tuple[float, float] = (0.5, 3.0)  # size of that decline by the final step
+    decline_start: tuple[float, float] = (0.35, 0.75)
+    gain_scale: float = 1.0  # planted effect: multiplies every configuration's late decline
+    seed_sd_pp: float = 0.8  # seed-level offset of the whole curve
+    seed_decline_sd: float = 0.3  # lognormal sd of a seed's decline around its configuration's
+    checkpoint_sd_pp: float = 0.65  # independent jitter of each checkpoint
+    validation_mismatch: float = 0.02  # probit sd: validation curve vs test curve per checkpoint
+    # item-level correlation (Gaussian copula); item_share + trajectory_item_share < 1
+    item_share: float = 0.45  # variance share of the item difficulty (shared by the task)
+    trajectory_item_share: float = 0.25  # variance share of the trajectory-item effect
+    group_share: float = 0.6  # share of a validation item's effects common to its group
+    ar_coefficient: float = 0.7  # AR(1) coefficient of the remaining part along checkpoints
+    shared_answer_prob: float = 0.5  # chance an augmented variant keeps its group's answer
+    # wrong answers
+    distractor_concentration: float = 0.7  # Dirichlet alpha of the distractor weights
+    wrong_item_share: float = 0.5  # variance share of the item-level "favourite wrong answer"
+    wrong_ar: float = 0.8  # AR(1) coefficient of the wrong-answer latent
+    # NLL
+    nll_min_at: tuple[float, float] = (0.15, 0.4)  # fraction of training where NLL is lowest
+    nll_early_excess: tuple[float, float] = (0.05, 0.2)  # relative excess at step 0
+    nll_late_rise: tuple[float, float] = (0.05, 0.3)  # relative rise by the final step
+    nll_tail_shift: tuple[float, float] = (0.0, 0.4)  # later minimum of truncated tail tokens
+    nll_item_sigma: float = 0.5  # lognormal item heterogeneity of the per-token loss
+    nll_noise_sigma: float = 0.05  # per-checkpoint lognormal noise of an item's loss
+    nll_checkpoint_sd: float = 0.005  # relative jitter of the trajectory's loss per checkpoint
+    nll_correctness_corr: float = 0.3  # corr of log-loss with the correctness latent
+    tokenizer_spread: float = 0.1  # token counts scale by U(1 ± spread) per configuration
+    # exclusions
+    missing_rate: float = 0.0  # per (trajectory, validation item): one checkpoint's rows dropped
+
+
+def _commonsense_task(**kw) -> TaskSim:
+    base = dict(
+        name="commonsense",
+        kind="choice",
+        subtasks=tuple(COMMONSENSE_LABELS),
+        plateau_accuracy=0.8,
+        validation_shift=0.1,
+        empty_answer_rate=0.02,
+        response_tokens=8.0,
+        response_sigma=0.15,
+        prompt_tokens=110.0,
+        prompt_sigma=0.5,
+        per_token_loss=0.15,
+    )
+    base.update(kw)
+    return TaskSim(**base)
+
+
+PRESETS: dict[str, SimSpec] = {
+    # Small: used by many tests. Few checkpoints and few distinct answers, so exact ties in
+    # accuracy counts at budget 32 and plurality ties occur; exclusions are frequent enough.
+    "small": SimSpec(
+        tasks=(
+            TaskSim(
+                name="gsm8k",
+                kind="numeric",
+                seeds_per_configuration=(3, 2, 3),
+                n_validation=150,
+                n_test=200,
+                variants_per_group=(1, 4),
+                n_distractors=2,
+                plateau_accuracy=0.62,
+                validation_shift=0.15,
+                empty_answer_rate=0.05,
+                response_tokens=140.0,
+                prompt_tokens=130.0,
+                per_token_loss=0.35,
+                empty_sequence_rate=0.02,
+            ),
+            TaskSim(
+                name="math",
+                kind="latex",
+                seeds_per_configuration=(3, 2),
+                n_validation=100,
+                n_test=80,
+                variants_per_group=(1, 4),
+                n_distractors=2,
+                plateau_accuracy=0.32,
+                validation_shift=0.1,
+                empty_answer_rate=0.12,
+                response_tokens=260.0,
+                response_sigma=0.6,
+                prompt_tokens=110.0,
+                per_token_loss=0.55,
+                empty_sequence_rate=0.02,
+            ),
+            _commonsense_task(seeds_per_configuration=(2, 3), n_validation=60, n_test=240),
+        ),
+        checkpoints=(5, 8),
+        missing_rate=0.01,
+    ),
+    # Paper: 81 trajectories in 26 configurations, T 10..31, the paper's pool sizes.
+    "paper": SimSpec(
+        tasks=(
+            TaskSim(
+                name="gsm8k",
+                kind="numeric",
+                seeds_per_configuration=(3,) * 8 + (4, 4),
+                n_validation=1024,
+                n_test=1319,
+                variants_per_group=(1, 6),
+                n_distractors=3,
+                plateau_accuracy=0.62,
+                validation_shift=0.15,
+                empty_answer_rate=0.04,
+                response_tokens=140.0,
+                prompt_tokens=130.0,
+                per_token_loss=0.35,
+                empty_sequence_rate=0.0,
+            ),
+            TaskSim(
+                name="math",
+                kind="latex",
+                seeds_per_configuration=(3,) * 7 + (4,),
+                n_validation=512,
+                n_test=500,
+                variants_per_group=(1, 6),
+                n_distractors=4,
+                plateau_accuracy=0.30,
+                validation_shift=0.1,
+                empty_answer_rate=0.12,
+                response_tokens=260.0,
+                response_sigma=0.6,
+                prompt_tokens=110.0,
+                per_token_loss=0.55,
+                empty_sequence_rate=0.002,
+            ),
+            _commonsense_task(seeds_per_configuration=(3,) * 8, n_validation=305, n_test=4000),
+        ),
+        checkpoints=(10, 31),
+        missing_rate=0.0002,
+    ),
+}
+
+
+def _ar1(rng: np.random.Generator, n: int, t: int, phi: float) -> np.ndarray:
+    """A stationary N(0, 1) AR(1) process along axis 0: shape (t, n)."""
+    out = np.empty((t, n))
+    out[0] = rng.standard_normal(n)
+    s = math.sqrt(1 - phi * phi)
+    for k in range(1, t):
+        out[k] = phi * out[k - 1] + s * rng.standard_normal(n)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Item pools (shared by all trajectories of a task)
+
+
+@dataclass
+class _Pool:
+    """Validation + test items of one task, concatenated (validation first)."""
+
+    item_ids: list[str]
+    groups: list[str]
+    subtasks: list[str]  # what the records show ("" for validation and non-choice tasks)
+    is_test: np.ndarray  # bool (n,)
+    group_index: np.ndarray  # int (n,): index into the task's groups
+    n_groups: int
+    difficulty: np.ndarray  # u_i (n,), N(0, 1)
+    wrong_pref: np.ndarray  # item part of the wrong-answer latent (n,), N(0, 1)
+    answers: list[list[str]]  # per item: [reference, distractor 1..K]
+    thresholds: np.ndarray  # (n, K): cut points of the wrong-answer latent (see _cut_points)
+    n_distractors: np.ndarray  # int (n,)
+    k_max: int
+    prompt_tokens: np.ndarray  # float (n,)
+    response_tokens: np.ndarray  # float (n,)
+    nll_item: np.ndarray  # ξ_i (n,), N(0, 1): item part of the log-loss
+
+
+def _numeric_answer(rng: np.random.Generator) -> str:
+    if rng.random() < 0.05:
+        return f"{rng.integers(1, 200) / 4:g}"
+    value = int(round(math.exp(rng.uniform(0.0, 7.5))))
+    if rng.random() < 0.03:
+        value = -value
+    return str(value)
+
+
+def _numeric_distractors(rng: np.random.Generator, ref: str, k: int) -> list[str]:
+    v = float(ref)
+    cands = [
+        v + 1,
+        v - 1,
+        2 * v,
+        v / 2,
+        v + 10,
+        v * 10,
+        v - 10,
+        v + 2,
+        v - 2,
+        v * 3,
+        v + 5,
+        v + 100,
+    ]
+    out: list[str] = []
+    for c in rng.permutation(len(cands)):
+        s = f"{cands[c]:g}" if not float(cands[c]).is_integer() else str(int(cands[c]))
+        if s != ref and s not in out and s != "":
+            out.append(s)
+        if len(out) == k:
+            break
+    return out
+
+
+def _latex_answer(rng: np.random.Generator) -> str:
+    form = rng.choice(5, p=[0.45, 0.2, 0.12, 0.1, 0.13])
+    a, b = int(rng.integers(1, 13)), int(rng.integers(2, 17))
+    if form == 0:
+        return str(int(rng.integers(-20, 400)))
+    if form == 1:
+        g = math.gcd(a, b)
+        a, b = a // g, b // g
+        return f"\\frac{{{a}}}{{{b}}}" if b != 1 else str(a)
+    if form == 2:
+        return f"{a}\\sqrt{{{b}}}" if a != 1 else f"\\sqrt{{{b}}}"
+    if form == 3:
+        return f"{a}\\pi"
+    return f"({a}, {b})"
+
+
+def _latex_distractors(rng: np.random.Generator, ref: str, k: int) -> list[str]:
+    out: list[str] = []
+    tries = 0
+    while len(out) < k and tries < 200:
+        tries += 1
+        if rng.random() < 0.35:
+            s = str(int(rng.integers(-5, 60)))
+        else:
+            s = _latex_answer(rng)
+        if s != ref and s not in out:
+            out.append(s)
+    return out
+
+
+def _build_pool(task: TaskSim, spec: SimSpec, rng: np.random.Generator) -> _Pool:
+    """Draw the task's validation items (groups of variants) and test items (subtasks)."""
+    n_val, n_test = task.n_validation, task.n_test
+    n = n_val + n_test
+    is_test = np.zeros(n, dtype=bool)
+    is_test[n_val:] = True
+    item_ids = [f"{task.name}-val-{k:05d}" for k in range(n_val)]
+    item_ids += [f"{task.name}-test-{k:05d}" for k in range(n_test)]
+
+    # groups: validation variants share a group; test items are their own group
+    lo, hi = task.variants_per_group
+    sizes: list[int] = []
+    while sum(sizes) < n_val:
+        sizes.append(int(rng.integers(lo, hi + 1)))
+    sizes[-1] -= sum(sizes) - n_val
+    val_group = np.repeat(np.arange(len(sizes)), sizes)
+    group_index = np.concatenate([val_group, len(sizes) + np.arange(n_test)])
+    n_groups = len(sizes) + n_test
+    if hi > 1:
+        group_names = [f"{task.name}-grp-{g:05d}" for g in range(len(sizes))]
+        groups = [group_names[g] for g in val_group]
+    else:
+        groups = item_ids[:n_val]
+    groups += item_ids[n_val:]
+
+    # subtask of each item (for label sets); records show it on test items only
+    label_subtask: list[str] = [""] * n
+    if task.kind == "choice":
+        subs = task.subtasks or tuple(COMMONSENSE_LABELS)
+        per = np.array_split(np.arange(n_test), len(subs))
+        for s, idx in zip(subs, per, strict=True):
+            for i in idx:
+                label_subtask[n_val + i] = s
+        for i, s in enumerate(rng.integers(0, len(subs), n_val)):
+            label_subtask[i] = subs[s]
+    subtasks = [""] * n_val + label_subtask[n_val:]
+
+    # latents: validation variants share part of their difficulty with their group
+    gs = spec.group_share
+    group_u = rng.standard_normal(n_groups)
+    difficulty = rng.standard_normal(n)
+    difficulty[:n_val] = math.sqrt(gs) * group_u[val_group] + math.sqrt(1 - gs) * difficulty[:n_val]
+    wrong_pref = rng.standard_normal(n)
+    nll_item = rng.standard_normal(n)
+
+    # answers: reference + item-specific distractors
+    answers: list[list[str]] = []
+    group_ref: dict[int, str] = {}
+    for i in range(n):
+        if task.kind == "choice":
+            labels = COMMONSENSE_LABELS[label_subtask[i]]
+            ref = labels[int(rng.integers(len(labels)))]
+            dis = [lab for lab in labels if lab != ref]
+        else:
+            g = int(group_index[i])
+            if g in group_ref and rng.random() < spec.shared_answer_prob:
+                ref = group_ref[g]
+            else:
+                ref = _numeric_answer(rng) if task.kind == "numeric" else _latex_answer(rng)
+                group_ref.setdefault(g, ref)
+            maker = _numeric_distractors if task.kind == "numeric" else _latex_distractors
+            dis = maker(rng, ref, task.n_distractors)
+        answers.append([ref, *dis])
+    k_max = max(len(a) - 1 for a in answers)
+
+    # distractor weights: Dirichlet, sorted (one favourite wrong answer), then "" last
+    probs = np.zeros((n, k_max + 1))
+    n_dis = np.array([len(a) - 1 for a in answers])
+    raw = rng.gamma(spec.distractor_concentration, size=(n, k_max)) + 1e-12
+    raw = np.where(np.arange(k_max)[None, :] < n_dis[:, None], raw, 0.0)
+    raw = -np.sort(-raw, axis=1)
+    probs[:, :k_max] = raw / raw.sum(axis=1, keepdims=True) * (1 - task.empty_answer_rate)
+    probs[:, k_max] = task.empty_answer_rate
+    thresholds = _cut_points(probs, n_dis, k_max)
+
+    # token lengths (before the per-configuration tokenizer factor)
+    prompt = task.prompt_tokens * np.exp(task.prompt_sigma * rng.standard_normal(n))
+    prompt = np.clip(prompt, 20.0, 400.0)
+    n_empty = int(round(task.empty_sequence_rate * n_val))
+    if n_empty:
+        chosen = rng.choice(n_val, size=n_empty, replace=False)
+        prompt[chosen] = rng.uniform(600.0, 900.0, n_empty)  # fills the 512 window
+    response = task.response_tokens * np.exp(task.response_sigma * rng.standard_normal(n))
+    response = np.clip(response, 2.0, 3000.0)
+
+    return _Pool(
+        item_ids=item_ids,
+        groups=groups,
+        subtasks=subtasks,
+        is_test=is_test,
+        group_index=group_index,
+        n_groups=n_groups,
+        difficulty=difficulty,
+        wrong_pref=wrong_pref,
+        answers=answers,
+        thresholds=thresholds,
+        n_distractors=n_dis,
+        k_max=k_max,
+        prompt_tokens=prompt,
+        response_tokens=response,
+        nll_item=nll_item,
+    )
+
+
+def _cut_points(probs: np.ndarray, n_dis: np.ndarray, k_max: int) -> np.ndarray:
+    """Cut points of the N(0, 1) wrong-answer latent, shape (n, k_max).
+
+    Category ``c`` (0-based: distractors ``0..n_dis-1``, then the empty answer) is the number of
+    cut points the latent exceeds, capped so that every item's last category is "".
+    Cut ``j`` sits at Φ⁻¹(cumulative weight of categories ``0..j``); for items with fewer
+    distractors the remaining cuts are +inf except the one before "", so "" keeps its weight.
+    """
+    dis = probs[:, :k_max]
+    cum = np.cumsum(dis, axis=1)  # cumulative weight of distractors 0..j
+    cuts = norm_ppf(np.clip(cum, 0.0, 1.0))
+    j = np.arange(k_max)[None, :]
+    # cut j (between category j and j+1) exists for j < n_dis; cut n_dis-1 separates the last
+    # distractor from "". Cuts beyond are +inf so the count never passes n_dis.
+    return np.where(j < n_dis[:, None], cuts, np.inf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Curves
+
+
+@dataclass
+class _Config:
+    name: str
+    task_index: int
+    steps: np.ndarray  # int64 (T,)
+    plateau: float
+    rise: float
+    tau: float
+    decline: float
+    decline_start: float
+    token_factor: float
+    nll_level: float
+    nll_min_at: float
+    nll_early: float
+    nll_late: float
+    nll_tail_min_at: float
+
+
+def _configurations(spec: SimSpec, seed: int) -> list[_Config]:
+    combos = [(m, a) for a in spec.adaptations for m in spec.models]
+    out: list[_Config] = []
+    for ti, task in enumerate(spec.tasks):
+        if len(task.seeds_per_configuration) > len(combos):
+            raise CkptselError(
+                f"simulate: task {task.name!r} asks for {len(task.seeds_per_configuration)} "
+                f"configurations but models × adaptations gives only {len(combos)}"
+            )
+        for ci in range(len(task.seeds_per_configuration)):
+            rng = np.random.default_rng([seed, 2, ti, ci])
+            model, adapt = combos[ci]
+            t_lo, t_hi = spec.checkpoints
+            t = int(rng.integers(t_lo, t_hi + 1))
+            iv = spec.step_interval
+            last = iv * t
+            if rng.random() < spec.offgrid_final_prob:
+                last = iv * (t - 1) + int(rng.integers(max(1, iv // 5), iv))
+            steps = np.append(iv * np.arange(1, t, dtype=np.int64), np.int64(last))
+            declines = rng.random() < spec.decline_prob
+            d_lo, d_hi = spec.decline_pp
+            nll_min = rng.uniform(*spec.nll_min_at)
+            out.append(
+                _Config(
+                    name=f"{model}-{adapt}-{task.name}",
+                    task_index=ti,
+                    steps=steps,
+                    plateau=float(
+                        np.clip(
+                            task.plateau_accuracy + spec.configuration_sd * rng.standard_normal(),
+                            0.05,
+                            0.95,
+                        )
+                    ),
+                    rise=rng.uniform(*spec.rise_pp) / 100,
+                    tau=rng.uniform(*spec.rise_tau),
+                    decline=(spec.gain_scale * rng.uniform(d_lo, d_hi) / 100) if declines else 0.0,
+                    decline_start=rng.uniform(*spec.decline_start),
+                    token_factor=rng.uniform(1 - spec.tokenizer_spread, 1 + spec.tokenizer_spread),
+                    nll_level=task.per_token_loss * math.exp(0.15 * rng.standard_normal()),
+                    nll_min_at=nll_min,
+                    nll_early=rng.uniform(*spec.nll_early_excess),
+                    nll_late=rng.uniform(*spec.nll_late_rise),
+                    nll_tail_min_at=min(0.95, nll_min + rng.uniform(*spec.nll_tail_shift)),
+                )
+            )
+    return out
+
+
+def _accuracy_curve(cfg: _Config, spec: SimSpec, rng: np.random.Generator) -> np.ndarray:
+    """True test accuracy of one seed of ``cfg`` at each checkpoint."""
+    x = cfg.steps / cfg.steps[-1]
+    decline = cfg.decline * math.exp(spec.seed_decline_sd * rng.standard_normal())
+    late = np.clip((x - cfg.decline_start) / (1 - cfg.decline_start), 0.0, None)
+    p = cfg.plateau - cfg.rise * np.exp(-x / cfg.tau) - decline * late
+    p = p + spec.seed_sd_pp / 100 * rng.standard_normal()
+    p = p + spec.checkpoint_sd_pp / 100 * rng.standard_normal(len(x))
+    return np.clip(p, 0.01, 0.99)
+
+
+def _loss_curve(x: np.ndarray, level: float, at: float, early: float, late: float) -> np.ndarray:
+    """U-shaped per-token loss: quadratic descent to ``at``, linear rise after (overfitting)."""
+    down = early * np.clip((at - x) / at, 0.0, None) ** 2
+    up = late * np.clip((x - at) / (1 - at), 0.0, None)
+    return level * (1 + down + up)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main entry points
+
+
+def _resolve(spec: SimSpec | str) -> tuple[SimSpec, str]:
+    if isinstance(spec, SimSpec):
+        name = next((k for k, v in PRESETS.items() if v == spec), "custom")
+        return spec, name
+    if spec not in PRESETS:
+        raise CkptselError(f"simulate: unknown preset {spec!r} (choose from {', '.join(PRESETS)})")
+    return PRESETS[spec], spec
+
+
+def _check(spec: SimSpec) -> None:
+    if spec.item_share + spec.trajectory_item_share >= 1:
+        raise CkptselError("simulate: item_share + trajectory_item_share must be < 1")
+    if not spec.tasks:
+        raise CkptselError("simulate: the spec has no tasks")
+    names = [t.name for t in spec.tasks]
+    if len(set(names)) != len(names):
+        raise CkptselError(f"simulate: duplicate task names {names}")
+    for t in spec.tasks:
+        if t.kind not in ANSWER_KINDS:
+            raise CkptselError(f"simulate: task {t.name!r} has unknown kind {t.kind!r}")
+        if max(t.seeds_per_configuration, default=0) > len(spec.seeds):
+            raise CkptselError(f"simulate: task {t.name!r} wants more seeds than spec.seeds")
+        if t.n_validation < 1 or t.n_test < 1:
+            raise CkptselError(f"simulate: task {t.name!r} needs validation and test items")
+    if spec.checkpoints[0] < 2 or spec.checkpoints[0] > spec.checkpoints[1]:
+        raise CkptselError(f"simulate: bad checkpoint range {spec.checkpoints}")
+
+
+class _Vocab:
+    """Insertion-ordered string → code table (dictionary encoding of string columns)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def code(self, s: str) -> int:
+        c = self.index.get(s)
+        if c is None:
+            c = self.index[s] = len(self.index)
+        return c
+
+    def codes(self, items: list[str]) -> np.ndarray:
+        return np.fromiter((self.code(s) for s in items), dtype=np.int32, count=len(items))
+
+    def column(
+        self, codes: np.ndarray, strings: str = "string"
+    ) -> pd.api.extensions.ExtensionArray:
+        """Decode codes to a pandas ``string`` array (pyarrow storage, no Python objects), or to
+        a ``category`` array when ``strings == "category"`` (no per-row string copies)."""
+        values = list(self.index)
+        codes = codes.astype(np.int32, copy=False)
+        if strings == "category":
+            return pd.Categorical.from_codes(codes, categories=pd.Index(values, dtype="string"))
+        dictionary = pa.array(values, type=pa.large_string())
+        return pd.array(dictionary.take(pa.array(codes)), dtype="string[pyarrow]")
+
+
+STRING_MODES = ("string", "category")
+
+
+def simulate(
+    spec: SimSpec | str = "small", seed: int = 0, *, strings: str = "string"
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Draw ``(generations, nll, truth)`` for a preset name or a ``SimSpec``.
+
+    The same spec and seed give identical tables. ``truth`` has one row per checkpoint with
+    ``true_test_accuracy``: the probability that a fresh test item is answered correctly.
+    String columns have the schema's ``string`` dtype; ``strings="category"`` gives pandas
+    categoricals instead (same values, several times faster at paper scale, for benchmarks).
+    """
+    spec, _ = _resolve(spec)
+    _check(spec)
+    if strings not in STRING_MODES:
+        raise CkptselError(f"simulate: strings must be one of {STRING_MODES}, not {strings!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise CkptselError(f"simulate: seed must be a non-negative integer, not {seed!r}")
+    seed = int(seed)
+    configs = _configurations(spec, seed)
+    pools = [
+        _build_pool(t, spec, np.random.default_rng([seed, 0, ti]))
+        for ti, t in enumerate(spec.tasks)
+    ]
+
+    item_vocab, group_vocab, sub_vocab, ans_vocab = _Vocab(), _Vocab(), _Vocab(), _Vocab()
+    pool_codes = []
+    for pool in pools:
+        ans_codes = np.full((len(pool.answers), pool.k_max + 2), -1, dtype=np.int32)
+        for i, a in enumerate(pool.answers):
+            ans_codes[i, : len(a)] = [ans_vocab.code(s) for s in a]
+            ans_codes[i, len(a)] = ans_vocab.code("")
+        pool_codes.append(
+            (
+                item_vocab.codes(pool.item_ids),
+                group_vocab.codes(pool.groups),
+                sub_vocab.codes(pool.subtasks),
+                ans_codes,
+            )
+        )
+
+    split_vocab = _Vocab()
+    split_vocab.codes(list(SPLITS))
+    split_codes = [
+        np.where(pool.is_test, split_vocab.code("test"), split_vocab.code("validation")).astype(
+            np.int32
+        )
+        for pool in pools
+    ]
+    traj_vocab, conf_vocab, task_vocab = _Vocab(), _Vocab(), _Vocab()
+    task_vocab.codes([t.name for t in spec.tasks])
+    trajs: list[_Traj] = []
+
+    a_u = math.sqrt(spec.item_share)
+    a_v = math.sqrt(spec.trajectory_item_share)
+    a_e = math.sqrt(1 - spec.item_share - spec.trajectory_item_share)
+    gs = spec.group_share
+    w_i, w_e = math.sqrt(spec.wrong_item_share), math.sqrt(1 - spec.wrong_item_share)
+    rc = spec.nll_correctness_corr
+    windows = np.array([MATCHED_WINDOW, COMPLETE_WINDOW], dtype=np.int64)
+
+    for ci, cfg in enumerate(configs):
+        task = spec.tasks[cfg.task_index]
+        pool = pools[cfg.task_index]
+        ans_codes = pool_codes[cfg.task_index][3]
+        n = len(pool.item_ids)
+        n_val = task.n_validation
+        t_count = len(cfg.steps)
+        x = cfg.steps / cfg.steps[-1]
+        n_seeds = task.seeds_per_configuration[ci - _first_config(configs, cfg.task_index)]
+        for si in range(n_seeds):
+            rng = np.random.default_rng([seed, 1, cfg.task_index, ci, si])
+
+            # true accuracy: test curve, validation curve (shifted, slightly mismatched)
+            p_test = _accuracy_curve(cfg, spec, rng)
+            z_val = norm_ppf(p_test) + task.validation_shift
+            z_val = z_val + spec.validation_mismatch * rng.standard_normal(t_count)
+            thr = np.where(pool.is_test[None, :], norm_ppf(p_test)[:, None], z_val[:, None])
+
+            # correctness latent: item difficulty + trajectory-item effect + AR(1) along steps
+            v = rng.standard_normal(n)
+            vg = rng.standard_normal(pool.n_groups)
+            val = ~pool.is_test
+            v[val] = math.sqrt(gs) * vg[pool.group_index[val]] + math.sqrt(1 - gs) * v[val]
+            static = a_u * pool.difficulty + a_v * v
+            z = static[None, :] + a_e * _ar1(rng, n, t_count, spec.ar_coefficient)
+            correct = z < thr  # (T, n)
+
+            # answers: reference when correct; otherwise a persistent item-specific wrong one
+            wl = w_i * pool.wrong_pref[None, :] + w_e * _ar1(rng, n, t_count, spec.wrong_ar)
+            # slot 0: reference, 1..n_dis: distractors, n_dis + 1: "" (see _cut_points)
+            slot = 1 + (wl[:, :, None] > pool.thresholds[None, :, :]).sum(axis=2)
+            slot = np.where(correct, 0, slot)
+            answer = ans_codes[np.arange(n)[None, :], slot]
+
+            # token counts: fixed per item across checkpoints (tokenizer factor per config)
+            n_complete = np.rint(pool.response_tokens * cfg.token_factor).astype(np.int64)
+            n_complete = np.maximum(1, n_complete)
+            prompt = np.rint(pool.prompt_tokens * cfg.token_factor).astype(np.int64)
+            n_matched = np.clip(MATCHED_WINDOW - prompt, 0, n_complete)
+
+            # per-token loss: U-shaped curve × item lognormal weakly tied to correctness latent
+            curve = _loss_curve(x, cfg.nll_level, cfg.nll_min_at, cfg.nll_early, cfg.nll_late)
+            curve = curve * np.exp(spec.nll_checkpoint_sd * rng.standard_normal(t_count))
+            tail = _loss_curve(x, cfg.nll_level, cfg.nll_tail_min_at, cfg.nll_early, cfg.nll_late)
+            item_eff = math.sqrt(1 - rc * rc) * pool.nll_item[None, :] + rc * z
+            noise = spec.nll_noise_sigma * rng.standard_normal((t_count, n))
+            mult = np.exp(spec.nll_item_sigma * item_eff + noise)
+            tail_mult = np.exp(0.3 * rng.standard_normal(n))
+            nll_matched = n_matched[None, :] * curve[:, None] * mult
+            n_tail = (n_complete - n_matched)[None, :]
+            nll_complete = nll_matched + n_tail * tail[:, None] * mult * tail_mult[None, :]
+
+            # exclusions: drop one checkpoint's rows for a few validation items
+            keep_gen = np.ones((t_count, n), dtype=bool)
+            keep_nll = np.ones((t_count, n), dtype=bool)
+            n_missing = int(rng.binomial(n_val, spec.missing_rate)) if spec.missing_rate > 0 else 0
+            if n_missing:
+                who = rng.choice(n_val, size=n_missing, replace=False)
+                when = rng.integers(0, t_count, n_missing)
+                mode = rng.integers(0, 3, n_missing)  # 0: generation, 1: NLL, 2: both
+                keep_gen[when[mode != 1], who[mode != 1]] = False
+                keep_nll[when[mode != 0], who[mode != 0]] = False
+
+            steps_grid = np.broadcast_to(cfg.steps[:, None], (t_count, n))
+            k = int(keep_nll.sum())
+            ntok = np.stack([n_matched, n_complete])  # (2, n)
+            trajs.append(
+                _Traj(
+                    code=traj_vocab.code(f"{cfg.name}-s{spec.seeds[si]}"),
+                    configuration=conf_vocab.code(cfg.name),
+                    task=cfg.task_index,
+                    steps=cfg.steps,
+                    p_test=p_test,
+                    keep_gen=keep_gen,
+                    keep_nll=keep_nll,
+                    gen_step=steps_grid[keep_gen],
+                    answer=answer[keep_gen],
+                    correct=correct[keep_gen],
+                    # NLL rows: window innermost (512, then complete) for each kept cell
+                    nll_step=np.repeat(steps_grid[keep_nll], 2),
+                    nll_sum=np.stack([nll_matched[keep_nll], nll_complete[keep_nll]], 1).ravel(),
+                    n_tokens=np.broadcast_to(ntok.T[None, :, :], (t_count, n, 2))[keep_nll].ravel(),
+                    window=np.tile(windows, k),
+                )
+            )
+
+    vocabs = {
+        "trajectory": traj_vocab,
+        "configuration": conf_vocab,
+        "task": task_vocab,
+        "split": split_vocab,
+        "item_id": item_vocab,
+        "group": group_vocab,
+        "subtask": sub_vocab,
+        "answer": ans_vocab,
+    }
+    return _assemble(trajs, pool_codes, split_codes, vocabs, strings)
+
+
+@dataclass
+class _Traj:
+    """One trajectory's rows: kept cells of the (checkpoint × item) grid, in that order."""
+
+    code: int
+    configuration: int
+    task: int
+    steps: np.ndarray
+    p_test: np.ndarray
+    keep_gen: np.ndarray  # (T, n) bool
+    keep_nll: np.ndarray  # (T, n) bool
+    gen_step: np.ndarray
+    answer: np.ndarray
+    correct: np.ndarray
+    nll_step: np.ndarray
+    nll_sum: np.ndarray
+    n_tokens: np.ndarray
+    window: np.ndarray
+
+
+def _first_config(configs: list[_Config], task_index: int) -> int:
+    return next(i for i, c in enumerate(configs) if c.task_index == task_index)
+
+
+def _tiled_column(
+    vocab: _Vocab, blocks: list[tuple[np.ndarray, np.ndarray]], repeat: int, strings: str
+) -> pd.api.extensions.ExtensionArray:
+    """A string column whose rows are the kept cells of per-trajectory (checkpoint × item) grids.
+
+    ``blocks`` holds, per trajectory, the per-item codes (n,) and the keep mask (T, n); every
+    kept cell gives ``repeat`` rows. In ``string`` mode the rows of a fully kept checkpoint are
+    one slice of a per-item Arrow array, so strings are copied once, in bulk, not row by row.
+    """
+    if strings == "category":
+        codes = np.concatenate(
+            [np.repeat(np.broadcast_to(c[None, :], keep.shape)[keep], repeat) for c, keep in blocks]
+        )
+        return vocab.column(codes, strings)
+    dictionary = pa.array(list(vocab.index), type=pa.large_string())
+    cache: dict[int, pa.Array] = {}
+    chunks: list[pa.Array] = []
+    for c, keep in blocks:
+        base = cache.get(id(c))
+        if base is None:
+            base = cache[id(c)] = dictionary.take(pa.array(np.repeat(c, repeat)))
+        for row in keep:
+            if row.all():
+                chunks.append(base)
+            else:
+                chunks.append(base.filter(pa.array(np.repeat(row, repeat))))
+    return pd.array(pa.concat_arrays(chunks), dtype="string[pyarrow]")
+
+
+def _assemble(
+    trajs: list[_Traj],
+    pool_codes: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    split_codes: list[np.ndarray],
+    vocabs: dict[str, _Vocab],
+    strings: str,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Concatenate the per-trajectory arrays and build the string columns."""
+    consts = {
+        tr.code: {
+            "trajectory": np.full(len(pool_codes[tr.task][0]), tr.code, dtype=np.int32),
+            "configuration": np.full(len(pool_codes[tr.task][0]), tr.configuration, np.int32),
+            "task": np.full(len(pool_codes[tr.task][0]), tr.task, dtype=np.int32),
+        }
+        for tr in trajs
+    }
+
+    def per_item(tr: _Traj, name: str) -> np.ndarray:
+        if name in consts[tr.code]:
+            return consts[tr.code][name]
+        if name == "split":
+            return split_codes[tr.task]
+        items, groups, subs, _ = pool_codes[tr.task]
+        return {"item_id": items, "group": groups, "subtask": subs}[name]
+
+    def strcol(name: str, table: str) -> pd.api.extensions.ExtensionArray:
+        repeat = 2 if table == "nll" else 1
+        keep = "keep_nll" if table == "nll" else "keep_gen"
+        blocks = [(per_item(tr, name), getattr(tr, keep)) for tr in trajs]
+        return _tiled_column(vocabs[name], blocks, repeat, strings)
+
+    gen_cols: dict[str, object] = {}
+    for name in GENERATION_COLUMNS:
+        if name == "step":
+            gen_cols[name] = np.concatenate([tr.gen_step for tr in trajs]).astype(np.int64)
+        elif name == "answer":
+            codes = np.concatenate([tr.answer for tr in trajs])
+            gen_cols[name] = vocabs["answer"].column(codes, strings)
+        elif name == "correct":
+            gen_cols[name] = np.concatenate([tr.correct for tr in trajs]).astype(bool)
+        else:
+            gen_cols[name] = strcol(name, "generations")
+    gen = pd.DataFrame(gen_cols, copy=False)
+
+    numeric = {"step": "nll_step", "nll_sum": "nll_sum", "n_tokens": "n_tokens", "window": "window"}
+    nll_cols: dict[str, object] = {}
+    for name, dtype in NLL_COLUMNS.items():
+        if name in numeric:
+            parts = [getattr(tr, numeric[name]) for tr in trajs]
+            nll_cols[name] = np.concatenate(parts).astype(dtype, copy=False)
+        else:
+            nll_cols[name] = strcol(name, "nll")
+    nll = pd.DataFrame(nll_cols, copy=False)
+
+    tt = np.concatenate([np.full(len(tr.steps), i) for i, tr in enumerate(trajs)])
+    truth = pd.DataFrame(
+        {
+            "trajectory": vocabs["trajectory"].column(
+                np.array([tr.code for tr in trajs], dtype=np.int32)[tt], strings
+            ),
+            "configuration": vocabs["configuration"].column(
+                np.array([tr.configuration for tr in trajs], dtype=np.int32)[tt], strings
+            ),
+            "task": vocabs["task"].column(
+                np.array([tr.task for tr in trajs], dtype=np.int32)[tt], strings
+            ),
+            "step": np.concatenate([tr.steps for tr in trajs]).astype(np.int64),
+            "true_test_accuracy": np.concatenate([tr.p_test for tr in trajs]).astype(np.float64),
+        }
+    )
+    return gen, nll, truth
+
+
+def _parameters(spec: SimSpec) -> dict:
+    return asdict(spec)
+
+
+def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: int = 0) -> Path:
+    """Write generations/nll/truth parquet files and ``simulation.json`` into ``out_dir``.
+
+    Returns ``out_dir``. Same spec and seed → byte-identical files (no timestamps anywhere).
+    """
+    spec_obj, name = _resolve(spec)
+    gen, nll, truth = simulate(spec_obj, seed)
+    out = Path(out_dir)
+    write_records(out / GENERATIONS_FILE, gen)
+    write_records(out / NLL_FILE, nll)
+    write_parquet(out / TRUTH_FILE, truth)
+    meta = {
+        "preset": name,
+        "seed": int(seed),
+        "parameters": _parameters(spec_obj),
+        "counts": {
+            "trajectories": int(truth["trajectory"].nunique()),
+            "configurations": int(truth["configuration"].nunique()),
+            "generation_rows": len(gen),
+            "nll_rows": len(nll),
+        },
+        "files": [GENERATIONS_FILE, NLL_FILE, TRUTH_FILE],
+    }
+    write_text(out / SIMULATION_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+__all__ = [
+    "COMMONSENSE_LABELS",
+    "PRESETS",
+    "SIMULATION_FILE",
+    "TRUTH_COLUMNS",
+    "TRUTH_FILE",
+    "SimSpec",
+    "TaskSim",
+    "simulate",
+    "write_simulation",
+]

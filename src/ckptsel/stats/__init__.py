@@ -1,0 +1,54 @@
+"""Statistics over scored trajectories (SPEC §8): resampling, bootstraps, interval methods and
+the summary they make. Pure NumPy over arrays; no I/O.
+
+* :mod:`~ckptsel.stats.resample` — the one clustered resampler;
+* :mod:`~ckptsel.stats.distributions` — normal and Student-t functions;
+* :mod:`~ckptsel.stats.bootstrap` — configuration, test-question and joint bootstrap
+  replicates as matrix products, percentile intervals;
+* :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
+* :mod:`~ckptsel.stats.paired` — the paired 2×2 counts and the exact McNemar test;
+* :mod:`~ckptsel.stats.estimates` — :class:`StatSettings` and ``summarize``: scored choices →
+  the typed summary and the descriptive tables.
+"""
+
+from __future__ import annotations
+
+from ckptsel.stats.bootstrap import percentile_interval
+from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
+from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
+from ckptsel.stats.intervals import METHODS
+from ckptsel.stats.paired import mcnemar_exact, two_by_two
+from ckptsel.stats.resample import (
+    CHUNK,
+    Clusters,
+    chunked_counts,
+    cluster_codes,
+    cluster_sums,
+    clustered_means,
+    draw_counts,
+    question_weights,
+    resample_counts,
+)
+
+__all__ = [
+    "CHUNK",
+    "Clusters",
+    "FEW_CONFIGURATIONS",
+    "METHODS",
+    "StatSettings",
+    "chunked_counts",
+    "cluster_codes",
+    "cluster_sums",
+    "clustered_means",
+    "draw_counts",
+    "est",
+    "mcnemar_exact",
+    "norm_cdf",
+    "norm_ppf",
+    "percentile_interval",
+    "question_weights",
+    "resample_counts",
+    "summarize",
+    "t_quantile",
+    "two_by_two",
+]

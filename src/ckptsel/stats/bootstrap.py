@@ -1,0 +1,137 @@
+"""Bootstrap replicates as matrix products (SPEC §8): no Python loop over draws.
+
+* configuration bootstrap: a counts matrix ``C`` (draws × configurations) times the
+  per-configuration sums; the replicate is a trajectory-weighted mean. Estimand: the mean gain
+  over a population of configurations, **conditional on the observed test items**;
+* test-question bootstrap: a counts matrix ``R`` (draws × questions) per task times the
+  per-question utilities, with frozen choices held fixed. Estimand: the gain over a population
+  of test questions, **conditional on the observed trajectories and their frozen choices**;
+* joint: both at once, sharing the same ``C`` and ``R`` (the "pigeonhole" bootstrap of a
+  crossed configurations × questions design). Estimand: the superpopulation mean (both
+  sources). Stacking the two resamplings counts the interaction variance about three times;
+  :func:`ckptsel.stats.intervals.twoway_variance` corrects that (Owen 2007).
+The percentile intervals here are the paper's method (``--interval percentile``); the other
+methods live in :mod:`ckptsel.stats.intervals`.
+Draw matrices come from the one clustered resampler (:mod:`ckptsel.stats.resample`), in
+fixed-size chunks so memory stays bounded; chunk ``c`` of task ``k`` always comes from the same
+generator (:data:`ckptsel._util.rng.QUESTION_DRAWS`), so every quantity sees the same resamples.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from ckptsel._util import rng as streams
+from ckptsel.stats.resample import Clusters, chunked_counts, resample_counts
+
+
+def configuration_counts(n_configurations: int, draws: int, seed: int, stream: int = 0) -> np.ndarray:
+    """The configuration-draw matrix shared by every quantity (and by the joint bootstrap)."""
+    gen = streams.generator(seed, streams.CONFIGURATION_DRAWS, stream)
+    return resample_counts(n_configurations, draws, gen)
+
+
+def cluster_replicates(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(draws, Q)`` replicate means: ``(C @ sums) / (C @ sizes)``.
+
+    ``sums[k, q]`` is the total of quantity q over configuration k's trajectories and
+    ``sizes[k, q]`` how many of them have it (seeds stay together); a replicate with no
+    trajectory for q is NaN.
+    """
+    num = counts @ sums
+    # most quantities are present for the same trajectories: one product per distinct column
+    uniq, inverse = np.unique(sizes, axis=1, return_inverse=True)
+    den = (counts @ uniq)[:, inverse.ravel()]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def question_replicates(
+    utilities: dict[str, np.ndarray],
+    config_index: dict[str, np.ndarray],
+    sizes: np.ndarray,
+    config_counts: np.ndarray | None,
+    draws: int,
+    seed: int,
+    joint_columns: Sequence[int] = (),
+    groups: dict[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+    """Test-question (and joint) bootstrap replicates.
+
+    ``utilities[task]`` is ``(K_task, N_task, Q)``: per-configuration sums over trajectories
+    of ``d_i = 100 w·z_i``. ``config_index[task]`` gives those configurations' rows in
+    ``sizes`` (``(K, Q)`` trajectory counts) and in ``config_counts`` (``(draws, K)``).
+    ``groups[task]`` (``(N_task,)``, optional) clusters the questions: items that share a
+    group are drawn as one unit (``G_task`` clusters drawn ``G_task`` times; a replicate is the
+    resampled sum over the resampled number of items). With single-item groups (or no
+    ``groups``) this is the plain question bootstrap, bit for bit.
+    Returns pooled question replicates ``(draws, Q)``, the per-task replicates, and the joint
+    replicates ``(draws, len(joint_columns))`` (None without ``config_counts``).
+    """
+    tasks = sorted(utilities)
+    total = sizes.sum(axis=0)  # trajectories per quantity, fixed weights
+    q = sizes.shape[1]
+    pooled = np.zeros((draws, q))
+    per_task = {}
+    joint_cols = np.asarray(joint_columns, dtype=np.int64)
+    joint_num = np.zeros((draws, len(joint_cols)))
+    for k, task in enumerate(tasks):
+        util = utilities[task]
+        n_conf, n_items, _ = util.shape
+        # products in float32: the counts are exact, the utilities carry ~7 significant digits,
+        # far below the Monte Carlo error of the percentiles; sums are kept in float64
+        task_sum = util.sum(axis=0).astype(np.float32)  # (N, Q)
+        task_size = sizes[config_index[task]].sum(axis=0)
+        task_reps = np.zeros((draws, q))
+        joint_util = util[:, :, joint_cols].transpose(1, 0, 2).reshape(n_items, -1).astype(np.float32)
+        clusters = Clusters.of(groups.get(task) if groups else None, n_items)
+        unit_sizes = None
+        if clusters.count < n_items:  # clusters: sum utilities per cluster, divide by items drawn
+            task_sum = clusters.sums(task_sum).astype(np.float32)
+            joint_util = clusters.sums(joint_util).astype(np.float32)
+            unit_sizes = clusters.sizes.astype(np.float32)
+        for rows, R in chunked_counts(clusters.count, draws, (seed, streams.QUESTION_DRAWS, k)):
+            R = R.astype(np.float32)
+            drawn = n_items if unit_sizes is None else (R @ unit_sizes)[:, None]  # items per draw
+            task_reps[rows] = (R @ task_sum) / drawn
+            if config_counts is not None and len(joint_cols):
+                per_conf = (R @ joint_util) / drawn
+                per_conf = per_conf.reshape(R.shape[0], n_conf, len(joint_cols))
+                C = config_counts[rows][:, config_index[task]]
+                joint_num[rows] += np.einsum("bk,bkq->bq", C, per_conf)
+        pooled += task_reps
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_task[task] = task_reps / np.where(task_size > 0, task_size, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled /= np.where(total > 0, total, np.nan)
+    joint = None
+    if config_counts is not None and len(joint_cols):
+        den = config_counts @ sizes[:, joint_cols]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            joint = np.where(den > 0, joint_num / np.where(den > 0, den, 1.0), np.nan)
+    return pooled, per_task, joint
+
+
+def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per column, ignoring NaN replicates."""
+    alpha = (1.0 - level) / 2.0
+    probs = [alpha, 1.0 - alpha]
+    if np.isnan(replicates).any():
+        with np.errstate(invalid="ignore"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                lo, hi = np.nanquantile(replicates, probs, axis=0)
+    else:
+        lo, hi = np.quantile(replicates, probs, axis=0)
+    return lo, hi
+
+
+def leave_one_out_means(sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(K, Q)`` trajectory-weighted means with each configuration left out in turn."""
+    num = sums.sum(axis=0, keepdims=True) - sums
+    den = sizes.sum(axis=0, keepdims=True) - sizes
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)

@@ -1,0 +1,327 @@
+"""Statistics over scored trajectories: point estimates, bootstrap intervals, descriptives.
+
+Turns a :class:`~ckptsel.choose.ScoredChoices` into the ``summary.json`` structure (SPEC §12,
+schema 1) plus per-trajectory and per-configuration tables. Pure computation; no I/O. Blocks
+iterate over :data:`ckptsel.choose.RULES`; every estimate is a :class:`ckptsel.results.Estimate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ckptsel import defaults
+from ckptsel.choose import (
+    BUDGET_LABELS,
+    FULL,
+    MH_RULES,
+    MH_STATS,
+    OV_LABELS,
+    RULES,
+    Name,
+    ScoredChoices,
+)
+from ckptsel.defaults import THINNING
+from ckptsel.errors import CkptselError
+from ckptsel.results import SCHEMA, Estimate
+from ckptsel.stats import bootstrap as bs
+from ckptsel.stats import intervals as iv
+
+# Per interval method: (K, what was measured below it). K is the smallest number of
+# configurations from which the configuration interval covered >= 90% of its estimand in every
+# scenario of benchmarks/bench_coverage.py (K = 2, 3, 4, 8, 16, 26; BENCHMARKS.md); fewer
+# configurations than K -> a caution quoting the measurement. One configuration never gives a
+# configuration-level interval (there is no spread to see), whatever the method.
+FEW_CONFIGURATIONS = {
+    "percentile": (16, "85.2% at 8 configurations, 76.6% at 4"),
+    "cr2": (2, "the cr2 interval covered >= 93% from 2 configurations up"),
+    "wild": (4, "87.6% at 3 configurations"),
+}
+
+
+def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile") -> list[str]:
+    """Caveats a reader must see next to the numbers."""
+    out = []
+    if not nll_records:
+        out.append(
+            "no validation NLL records (e.g. generations imported with `ckptsel ingest`): the "
+            "matched-NLL rule and every H (gain over matched NLL) are not reported"
+        )
+    threshold, measured = FEW_CONFIGURATIONS[interval]
+    if n_configurations < threshold:
+        if n_configurations < 2:
+            detail = "one configuration shows no spread, so the configuration intervals are just the point"
+        else:
+            distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
+            detail = f"the {interval} configuration interval" + (
+                f" (just {distinct} distinct bootstrap resamples)" if interval == "percentile" else ""
+            ) + f" covered under 90% of its estimand below {threshold} configurations in simulation"
+        out.append(
+            f"only {n_configurations} configuration(s): {detail} ({measured}; BENCHMARKS.md), so it is "
+            "not reliable here; read the test-question intervals (tables/intervals.md, report.html) "
+            "and add configurations before drawing conclusions"
+        )
+    return out
+
+
+@dataclass
+class StatSettings:
+    """Bootstrap draws, seed, level and the interval method (``intervals.METHODS``).
+
+    ``interval="percentile"`` is the paper's method and reproduces its numbers exactly.
+    """
+
+    draws: int = defaults.DRAWS
+    seed: int = defaults.SEED
+    level: float = defaults.CONFIDENCE
+    interval: str = defaults.INTERVAL
+
+    def __post_init__(self):
+        if self.interval not in iv.METHODS:
+            raise CkptselError(f"--interval must be one of {', '.join(iv.METHODS)}, not {self.interval!r}")
+
+
+def name_str(name: Name) -> str:
+    return "|".join(p for p in name if p != "")
+
+
+def est(mean: float, lo: float, hi: float) -> dict:
+    """An estimate in percentage points, as stored (see :class:`ckptsel.results.Estimate`)."""
+    return Estimate(mean, lo, hi).to_dict()
+
+
+class _Estimates:
+    """Point estimates + intervals for one family of replicates, addressable by name.
+
+    ``reps`` ``(draws, Q)`` gives percentile intervals; ``bounds`` = ``(lo, hi)`` gives them
+    directly (the t-type methods). Where those are undefined (fewer than two configurations
+    carry the quantity, or no spread at all) the interval collapses to the point, as the
+    percentile bootstrap's does; the few-configurations warning covers that case.
+    """
+
+    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
+                 bounds: tuple[np.ndarray, np.ndarray] | None = None):
+        self.index = {n: k for k, n in enumerate(names)}
+        self.means = means
+        self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
+        if bounds is not None:
+            self.lo = np.where(np.isnan(self.lo), means, self.lo)
+            self.hi = np.where(np.isnan(self.hi), means, self.hi)
+
+    def get(self, name: Name) -> dict | None:
+        k = self.index.get(name)
+        if k is None or not np.isfinite(self.means[k]):
+            return None
+        return est(self.means[k], self.lo[k], self.hi[k])
+
+
+def _budget_block(e: _Estimates, scheme: str, labels=BUDGET_LABELS, rules=RULES) -> dict:
+    out: dict = {}
+    for rule in rules:
+        per = {}
+        for b in labels:
+            cell = {k: e.get((k, scheme, rule, b)) for k in ("G", "H")}
+            cell = {k: v for k, v in cell.items() if v is not None}
+            if cell:
+                per[b] = cell
+        if per:
+            out[rule] = per
+    return out
+
+
+def _d_block(e: _Estimates, scheme: str) -> dict:
+    return {r: v for r in RULES if (v := e.get(("D", scheme, r, ""))) is not None}
+
+
+def _mh_block(e: _Estimates) -> dict:
+    out = {}
+    for rule in MH_RULES:
+        cell = {s: e.get(("MH", rule, s, "")) for s in MH_STATS}
+        if all(v is not None for v in cell.values()):
+            out[rule] = cell
+    return out
+
+
+def _study_blocks(e: _Estimates, sensitivities: bool, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> dict:
+    out = {"budget": _budget_block(e, "nested", labels), "D": _d_block(e, "nested"), "matched_half": _mh_block(e)}
+    if sensitivities:
+        sens: dict = {
+            "one_variant": {"budget": _budget_block(e, "one_variant", ov_labels), "D": _d_block(e, "one_variant")},
+            "thinning": {
+                str(k): {"budget": _budget_block(e, f"thin{k}", labels), "D": _d_block(e, f"thin{k}")}
+                for k in THINNING
+                if _budget_block(e, f"thin{k}", labels)
+            },
+        }
+        same = e.get(("same_nll_choice", "nll_complete", "nll", FULL))
+        if same is None:
+            sens["nll_complete"] = {"skipped": "no complete-response NLL records (window=0) for the eligible items"}
+        else:
+            sens["nll_complete"] = {
+                "same_choice_fraction": same,
+                "budget": _budget_block(e, "nll_complete", labels),
+            }
+        out["sensitivities"] = sens
+    return out
+
+
+def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int) -> _Estimates:
+    """The configuration family (estimand: mean over configurations, test items fixed)."""
+    k = sums.shape[0]
+    if settings.interval == "cr2":
+        _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi))
+    if settings.interval == "wild":
+        W = iv.webb_weights(k, settings.draws, settings.seed, stream)
+        _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi))
+    C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
+    return _Estimates(names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+
+
+def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
+    has = ~np.isnan(values)
+    onehot = np.zeros((n_conf, len(config_codes)))
+    onehot[config_codes, np.arange(len(config_codes))] = 1.0
+    return onehot @ np.where(has, values, 0.0), onehot @ has.astype(np.float64)
+
+
+def _clusters(scored: ScoredChoices, task: str) -> int:
+    """Test-question clusters of ``task`` (items sharing a ``group``; = test items without groups)."""
+    g = scored.groups.get(task)
+    return scored.test_items[task] if g is None else len(np.unique(g))
+
+
+def summarize(
+    scored: ScoredChoices, settings: StatSettings, population: dict, *, permutations: int | None = None,
+    partitions: int | None = None, choices_sha256: str | None = None,
+) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The summary dictionary and the descriptive tables (per trajectory, per configuration).
+
+    ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
+    ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
+    """
+    labels = (*[str(b) for b in scored.budgets], FULL)
+    ov_labels = (*[str(b) for b in scored.one_variant_budgets], FULL)
+    configs = sorted(set(scored.configurations))
+    conf_code = np.array([configs.index(c) for c in scored.configurations])
+    sums, sizes = _config_sums(scored.values, conf_code, len(configs))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums.sum(axis=0) / sizes.sum(axis=0)
+
+    percentile = settings.interval == "percentile"
+    C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
+    if percentile:
+        conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+    else:
+        conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0)
+
+    # test-question and joint bootstraps (nested-scheme G/H/D; joint for the main table)
+    lin_idx = np.flatnonzero(scored.linear)
+    lin_names = scored.linear_names
+    main = [("D", "nested", r, "") for r in RULES] + [
+        (k, "nested", r, FULL) for r in RULES for k in ("H", "G")
+    ]
+    joint_cols = [lin_names.index(n) for n in main if n in lin_names]
+    task_conf = {
+        task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
+        for task in scored.utilities
+    }
+    pooled, per_task, joint = bs.question_replicates(
+        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
+        groups=scored.groups,
+    )
+    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
+    j_names = [lin_names[k] for k in joint_cols]
+    j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
+    if not percentile and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
+        j_means = means[lin_idx][joint_cols]
+        bounds = iv.twoway_interval(scored.utilities, task_conf, sizes[:, lin_idx], joint_cols, j_means,
+                                    settings.level)
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds)
+
+    provenance = {"permutations": permutations, "partitions": partitions, "choices_sha256": choices_sha256}
+    summary = {
+        "schema": SCHEMA,
+        "seed": settings.seed,
+        "draws": settings.draws,
+        "confidence": settings.level,
+        **({} if percentile else {"interval": settings.interval}),
+        **{k: v for k, v in provenance.items() if v is not None},
+        # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
+        **(
+            {}
+            if tuple(scored.budgets) == defaults.BUDGETS
+            else {"budgets": list(scored.budgets), "D_from": int(scored.d_from)}
+        ),
+        "population": population,
+    }
+    summary.update(_study_blocks(conf_est, True, labels, ov_labels))
+    by_task = {}
+    for t_i, task in enumerate(sorted(set(scored.tasks))):
+        members = np.array([t == task for t in scored.tasks])
+        cidx = task_conf[task]
+        t_sums, t_sizes = sums[cidx], sizes[cidx]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t_means = t_sums.sum(axis=0) / t_sizes.sum(axis=0)
+        e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
+        block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
+                                "test_items": scored.test_items[task]}}
+        if _clusters(scored, task) < scored.test_items[task]:  # items share groups: resampled together
+            block["population"]["test_clusters"] = _clusters(scored, task)
+        block.update(_study_blocks(e, True, labels, ov_labels))
+        by_task[task] = block
+    summary["by_task"] = by_task
+    qb = {"budget": _budget_block(q_est, "nested", labels), "D": _d_block(q_est, "nested"), "by_task": {}}
+    for task, reps in per_task.items():
+        cidx = task_conf[task]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t_means = sums[cidx][:, lin_idx].sum(axis=0) / sizes[cidx][:, lin_idx].sum(axis=0)
+        e = _Estimates(lin_names, t_means, reps, settings.level)
+        qb["by_task"][task] = {"budget": _budget_block(e, "nested", labels), "D": _d_block(e, "nested")}
+    summary["question_bootstrap"] = qb
+    if j_est is not None:
+        summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
+    summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
+    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True), settings.interval)
+
+    tables = _tables(scored, configs, sums, sizes)
+    return summary, tables
+
+
+def _sign_counts(scored: ScoredChoices, sums, sizes, names: list[Name]) -> dict:
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_means = sums / sizes
+    for name in names:
+        if name not in scored.names:
+            continue
+        col = conf_means[:, scored.names.index(name)]
+        col = col[np.isfinite(col)]
+        out[name_str(name)] = {
+            "configurations_positive": int((col > 0).sum()),
+            "configurations_negative": int((col < 0).sum()),
+            "configurations_zero": int((col == 0).sum()),
+        }
+    return out
+
+
+def _tables(scored: ScoredChoices, configs: list[str], sums, sizes) -> dict[str, pd.DataFrame]:
+    cols = [name_str(n) for n in scored.names]
+    per_traj = pd.DataFrame(scored.values, columns=cols)
+    per_traj.insert(0, "task", scored.tasks)
+    per_traj.insert(0, "configuration", scored.configurations)
+    per_traj.insert(0, "trajectory", scored.trajectories)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_means = sums / sizes
+    task_of = dict(zip(scored.configurations, scored.tasks, strict=True))
+    per_conf = pd.DataFrame(conf_means, columns=cols)
+    per_conf.insert(0, "trajectories", sizes.max(axis=1).astype(int))
+    per_conf.insert(0, "task", [task_of[c] for c in configs])
+    per_conf.insert(0, "configuration", configs)
+    loo = pd.DataFrame(bs.leave_one_out_means(sums, sizes), columns=cols)
+    loo.insert(0, "left_out_configuration", configs)
+    return {"per_trajectory": per_traj, "per_configuration": per_conf, "leave_one_out": loo}

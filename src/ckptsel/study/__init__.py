@@ -1,0 +1,54 @@
+"""The study file: what is trained, on what, with which seeds, and how it is measured and
+analysed.
+
+* :mod:`~ckptsel.study.configuration` — :class:`Configuration` (everything that defines a
+  trajectory but its seed), :class:`Study` (the trained part), schema-1 files and TOML writing;
+* :mod:`~ckptsel.study.spec` — :class:`StudySpec`, a whole study for ``ckptsel run`` (schema 2,
+  validated key by key; a schema-1 file is converted on load).
+"""
+
+from __future__ import annotations
+
+from ckptsel.study.configuration import (
+    DEFAULT_LR,
+    DEFAULT_SEEDS,
+    LORA_TARGETS,
+    Configuration,
+    Study,
+    configurations_toml,
+    final_steps,
+    resolve_model,
+    study_from_dict,
+    study_to_toml,
+    trajectory_name,
+)
+from ckptsel.study.spec import (
+    SCHEMA,
+    STATE_DIR,
+    ExternalConfiguration,
+    PoolSplit,
+    StudySpec,
+    load_spec,
+    load_study,
+)
+
+__all__ = [
+    "DEFAULT_LR",
+    "DEFAULT_SEEDS",
+    "LORA_TARGETS",
+    "SCHEMA",
+    "STATE_DIR",
+    "Configuration",
+    "ExternalConfiguration",
+    "PoolSplit",
+    "Study",
+    "StudySpec",
+    "configurations_toml",
+    "final_steps",
+    "load_spec",
+    "load_study",
+    "resolve_model",
+    "study_from_dict",
+    "study_to_toml",
+    "trajectory_name",
+]

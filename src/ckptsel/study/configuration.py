@@ -1,0 +1,328 @@
+"""What is trained: :class:`Configuration` (everything that defines a trajectory but its seed),
+:class:`Study` (the trained part of a study file), and schema-1 study files read and written.
+
+A study is the unit a person hands to ``ckptsel train``; keeping every setting in one TOML
+file (written back into the study directory) is what makes a run reproducible and lets the
+analysis check each trajectory's expected final step (SPEC §2, §11).
+
+Format (paths are relative to the TOML file's folder)::
+
+    [study]
+    name = "my-study"
+    base_model = "path/or/hub-name"
+    task = "metamath"                # task of the training and validation files
+    train = "data/train.json"
+    validation = "data/validation.json"
+    test = "data/test.jsonl"
+    test_task = "gsm8k"              # optional, defaults to ``task``
+    seeds = [42, 43, 44]
+    runs_dir = "runs"                # RUN_DIR/<trajectory>/checkpoint-<step>/
+    records_dir = "records"
+
+    [measure]                        # optional, settings handed to ``ckptsel measure``
+    max_new_tokens = 512
+    batch_size = 16
+
+    [[configurations]]
+    name = "lora-r8"
+    adaptation = "lora"              # lora | full
+    rank = 8
+    alpha = 16
+    lr = 2e-4                        # default 2e-4 (lora) / 2e-5 (full)
+    steps = 500                      # or: epochs = 3
+    save_every = 25
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ckptsel.errors import CkptselError
+
+DEFAULT_LR = {"lora": 2e-4, "full": 2e-5}
+DEFAULT_SEEDS = (42, 43, 44)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """Everything that defines a trajectory except its seed (SPEC §1)."""
+
+    name: str
+    adaptation: str = "lora"
+    rank: int = 8
+    alpha: float = 16.0
+    lr: float | None = None
+    steps: int | None = None
+    epochs: float | None = None
+    save_every: int = 25
+    batch_size: int = 32  # effective batch = micro_batch x gradient accumulation
+    micro_batch: int = 8
+    max_length: int = 512
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    target_modules: tuple[str, ...] = LORA_TARGETS
+
+    def __post_init__(self) -> None:
+        where = f"configuration {self.name!r}"
+        if not self.name or "/" in self.name:
+            raise CkptselError(f"{where}: name must be non-empty and contain no '/'")
+        if self.adaptation not in DEFAULT_LR:
+            raise CkptselError(
+                f"{where}: adaptation must be 'lora' or 'full', got {self.adaptation!r}"
+            )
+        if (self.steps is None) == (self.epochs is None):
+            raise CkptselError(f"{where}: give exactly one of 'steps' or 'epochs'")
+        if self.steps is not None and self.steps < 1:
+            raise CkptselError(f"{where}: steps must be >= 1, got {self.steps}")
+        if self.epochs is not None and self.epochs <= 0:
+            raise CkptselError(f"{where}: epochs must be > 0, got {self.epochs}")
+        if self.save_every < 1:
+            raise CkptselError(f"{where}: save_every must be >= 1, got {self.save_every}")
+        if self.batch_size < 1 or self.micro_batch < 1 or self.batch_size % self.micro_batch:
+            raise CkptselError(
+                f"{where}: batch_size ({self.batch_size}) must be a positive multiple of "
+                f"micro_batch ({self.micro_batch})"
+            )
+        if self.adaptation == "lora" and self.rank < 1:
+            raise CkptselError(f"{where}: rank must be >= 1, got {self.rank}")
+        if self.lr is not None and not self.lr > 0:
+            raise CkptselError(f"{where}: lr must be > 0, got {self.lr}")
+
+    @property
+    def learning_rate(self) -> float:
+        """Peak LR: the configured one, else the SPEC §11 default for the adaptation."""
+        return float(self.lr) if self.lr is not None else DEFAULT_LR[self.adaptation]
+
+    @property
+    def grad_accum(self) -> int:
+        return self.batch_size // self.micro_batch
+
+    def total_steps(self, n_examples: int) -> int:
+        """Optimizer steps of one trajectory (``epochs`` rounds up to whole steps)."""
+        if self.steps is not None:
+            return int(self.steps)
+        return max(1, math.ceil(float(self.epochs) * n_examples / self.batch_size))
+
+    def save_steps(self, n_examples: int) -> list[int]:
+        """Checkpoint steps: every ``save_every`` steps and always the final step."""
+        final = self.total_steps(n_examples)
+        steps = list(range(self.save_every, final + 1, self.save_every))
+        if not steps or steps[-1] != final:
+            steps.append(final)
+        return steps
+
+
+@dataclass(frozen=True)
+class Study:
+    """A parsed study file. Paths are absolute (resolved against the TOML's folder)."""
+
+    name: str
+    root: Path
+    base_model: str
+    task: str
+    train: Path
+    validation: Path | None
+    test: Path | None
+    configurations: tuple[Configuration, ...]
+    test_task: str | None = None
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    runs_dir: Path | None = None
+    records_dir: Path | None = None
+    measure: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_root(self) -> Path:
+        return self.runs_dir if self.runs_dir is not None else self.root / "runs"
+
+    @property
+    def records_root(self) -> Path:
+        return self.records_dir if self.records_dir is not None else self.root / "records"
+
+    def trajectories(self) -> list[tuple[str, Configuration, int]]:
+        """``(trajectory name, configuration, seed)``; name = ``<configuration>-s<seed>``."""
+        return [(trajectory_name(c.name, s), c, s) for c in self.configurations for s in self.seeds]
+
+
+def trajectory_name(configuration: str, seed: int) -> str:
+    return f"{configuration}-s{seed}"
+
+
+_CONFIG_FIELDS = {f.name for f in fields(Configuration)}
+_STUDY_KEYS = {
+    "name",
+    "base_model",
+    "task",
+    "test_task",
+    "train",
+    "validation",
+    "test",
+    "seeds",
+    "runs_dir",
+    "records_dir",
+}
+
+
+def resolve_path(root: Path, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (root / p).resolve()
+
+
+def resolve_model(root: Path, value: str) -> str:
+    """A local path (absolute, or relative to the study) if it exists there, else a hub name."""
+    p = Path(value).expanduser()
+    cand = p if p.is_absolute() else root / p
+    if cand.exists():
+        return str(cand.resolve())
+    return value
+
+
+def study_from_dict(data: dict[str, Any], root: Path, source: str = "<dict>") -> Study:
+    """Build and validate a :class:`Study` from the parsed TOML mapping."""
+    s = data.get("study")
+    if not isinstance(s, dict):
+        raise CkptselError(f"{source}: missing [study] table")
+    unknown = set(s) - _STUDY_KEYS
+    if unknown:
+        raise CkptselError(f"{source}: unknown key(s) in [study]: {', '.join(sorted(unknown))}")
+    for key in ("base_model", "task", "train"):
+        if not s.get(key):
+            raise CkptselError(f"{source}: [study] needs '{key}'")
+    seeds = s.get("seeds", list(DEFAULT_SEEDS))
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
+        raise CkptselError(f"{source}: [study] seeds must be a non-empty list of integers")
+    if len(set(seeds)) != len(seeds):
+        raise CkptselError(f"{source}: [study] seeds contain duplicates: {seeds}")
+    raw_configs = data.get("configurations")
+    if not isinstance(raw_configs, list) or not raw_configs:
+        raise CkptselError(f"{source}: needs at least one [[configurations]] table")
+    configs = []
+    for i, rc in enumerate(raw_configs):
+        bad = set(rc) - _CONFIG_FIELDS
+        if bad:
+            raise CkptselError(
+                f"{source}: configurations[{i}] has unknown key(s): {', '.join(sorted(bad))}"
+            )
+        if "name" not in rc:
+            raise CkptselError(f"{source}: configurations[{i}] needs 'name'")
+        kw = dict(rc)
+        if "target_modules" in kw:
+            kw["target_modules"] = tuple(kw["target_modules"])
+        configs.append(Configuration(**kw))
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise CkptselError(f"{source}: configuration names must be unique, got {names}")
+    measure = data.get("measure", {})
+    if not isinstance(measure, dict):
+        raise CkptselError(f"{source}: [measure] must be a table")
+    return Study(
+        name=str(s.get("name", root.name)),
+        root=root,
+        base_model=resolve_model(root, str(s["base_model"])),
+        task=str(s["task"]),
+        test_task=s.get("test_task"),
+        train=resolve_path(root, s["train"]),
+        validation=resolve_path(root, s.get("validation")),
+        test=resolve_path(root, s.get("test")),
+        configurations=tuple(configs),
+        seeds=tuple(seeds),
+        runs_dir=resolve_path(root, s.get("runs_dir")),
+        records_dir=resolve_path(root, s.get("records_dir")),
+        measure=dict(measure),
+    )
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, (str, Path)):
+        return json.dumps(str(v))  # a JSON string is a valid TOML basic string
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+_ALWAYS_WRITTEN = {
+    "name",
+    "adaptation",
+    "rank",
+    "alpha",
+    "lr",
+    "steps",
+    "epochs",
+    "save_every",
+    "batch_size",
+    "micro_batch",
+}
+_LORA_ONLY = {"rank", "alpha", "target_modules"}
+
+
+def study_to_toml(study: Study) -> str:
+    """Serialize a study back to TOML (paths relative to its root when inside it)."""
+
+    def rel(p: Path | str | None) -> str | None:
+        if p is None:
+            return None
+        p = Path(p)
+        try:
+            return str(p.relative_to(study.root))
+        except ValueError:
+            return str(p)
+
+    base = study.base_model
+    if Path(base).is_absolute():
+        base = rel(base)
+    lines = ["[study]"]
+    entries: dict[str, Any] = {
+        "name": study.name,
+        "base_model": base,
+        "task": study.task,
+        "test_task": study.test_task,
+        "train": rel(study.train),
+        "validation": rel(study.validation),
+        "test": rel(study.test),
+        "seeds": list(study.seeds),
+        "runs_dir": rel(study.run_root),
+        "records_dir": rel(study.records_root),
+    }
+    lines += [f"{k} = {_toml_value(v)}" for k, v in entries.items() if v is not None]
+    if study.measure:
+        lines += ["", "[measure]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in study.measure.items()]
+    lines += configurations_toml(study.configurations)
+    return "\n".join(lines) + "\n"
+
+
+def configurations_toml(configurations: Sequence[Configuration]) -> list[str]:
+    """``[[configurations]]`` tables (TOML lines; defaults left out), as both schemas read them."""
+    lines: list[str] = []
+    defaults = Configuration(name="x", steps=1)
+    for c in configurations:
+        lines += ["", "[[configurations]]"]
+        for f in fields(Configuration):
+            v = getattr(c, f.name)
+            if v is None:
+                continue
+            if f.name not in _ALWAYS_WRITTEN and v == getattr(defaults, f.name):
+                continue
+            if c.adaptation == "full" and f.name in _LORA_ONLY:
+                continue
+            lines.append(f"{f.name} = {_toml_value(v)}")
+    return lines
+
+
+def final_steps(study: Study, n_train_examples: int) -> dict[str, int]:
+    """Expected final step per trajectory (written to ``final_steps.json``)."""
+    return {name: cfg.total_steps(n_train_examples) for name, cfg, _seed in study.trajectories()}
+

@@ -1,0 +1,60 @@
+"""Training: SFT trajectories with a checkpoint grid (SPEC §11), and the checkpoint folders
+every later stage reads.
+
+* :mod:`~ckptsel.train.checkpoints` — the one ``checkpoint-<step>/`` parser (Hugging Face
+  Trainer layout): which folders are checkpoints, which are complete, what each holds
+  (adapter or full model), whether a trajectory reached its final step;
+* :mod:`~ckptsel.train.models` — device, tokenizer and the trainable model (LoRA or full);
+* :mod:`~ckptsel.train.trajectory` — the resumable training loop and a study's trajectories.
+
+torch/transformers/peft are imported inside functions only.
+"""
+
+from __future__ import annotations
+
+from ckptsel.train.checkpoints import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINT_RE,
+    STATE_FILE,
+    Checkpoint,
+    TrajectoryStatus,
+    checkpoint_steps,
+    discover_checkpoints,
+    inspect_checkpoint,
+    trajectory_status,
+)
+from ckptsel.train.models import build_trainable, load_tokenizer, pick_device, use_bf16
+from ckptsel.train.trajectory import (
+    TrainResult,
+    encode_example,
+    encode_items,
+    example_order,
+    study_status,
+    train_study,
+    train_trajectory,
+    write_final_steps,
+)
+
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "CHECKPOINT_RE",
+    "STATE_FILE",
+    "Checkpoint",
+    "TrainResult",
+    "TrajectoryStatus",
+    "build_trainable",
+    "checkpoint_steps",
+    "discover_checkpoints",
+    "encode_example",
+    "encode_items",
+    "example_order",
+    "inspect_checkpoint",
+    "load_tokenizer",
+    "pick_device",
+    "study_status",
+    "train_study",
+    "train_trajectory",
+    "trajectory_status",
+    "use_bf16",
+    "write_final_steps",
+]

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ckptsel.errors import CkptselError
+from ckptsel.study import Configuration
+
+# --------------------------------------------------------------------------- model setup
+
+
+def pick_device(device: str | None = None) -> str:
+    import torch
+
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def use_bf16(device: str) -> bool:
+    """bf16 autocast where the hardware has it (SPEC §11), fp32 elsewhere (e.g. CPU)."""
+    import torch
+
+    return (
+        device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    )
+
+
+def load_tokenizer(base_model: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(base_model)
+    except (OSError, ValueError) as err:
+        raise CkptselError(
+            f"cannot load the tokenizer of base model {base_model!r}: {err}"
+        ) from err
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _load_causal_lm(path: str, dtype=None):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    except (OSError, ValueError) as err:
+        raise CkptselError(f"cannot load model {path!r}: {err}") from err
+
+
+def _lora_targets(model, wanted: Sequence[str]) -> list[str]:
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in wanted if t in present]
+    if not targets:
+        raise CkptselError(
+            f"none of the LoRA target modules {list(wanted)} exist in the model "
+            f"{model.config._name_or_path!r}; set target_modules in the configuration"
+        )
+    return targets
+
+
+def build_trainable(
+    base_model: str,
+    config: Configuration,
+    seed: int,
+    resume_from: Path | None,
+    frozen_bf16: bool = False,
+):
+    """The model to train: base + fresh (seeded) LoRA, base + LoRA from a checkpoint, or a full
+    model (from the base or from a checkpoint).
+
+    Trainable weights are fp32 (bf16 enters through autocast). With ``frozen_bf16`` (a GPU with
+    bf16) the frozen LoRA base is loaded in bf16 to halve its memory; peft keeps the adapter
+    weights in fp32 (``autocast_adapter_dtype``)."""
+    import torch
+
+    if config.adaptation == "full":
+        return _load_causal_lm(str(resume_from) if resume_from else base_model)
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    base = _load_causal_lm(base_model, torch.bfloat16 if frozen_bf16 else None)
+    if resume_from is not None:
+        return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True)
+    lcfg = LoraConfig(
+        r=config.rank,
+        lora_alpha=config.alpha,
+        lora_dropout=0.0,
+        target_modules=_lora_targets(base, config.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    torch.manual_seed(seed)  # LoRA A matrices are randomly initialised
+    return get_peft_model(base, lcfg)

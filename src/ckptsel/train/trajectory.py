@@ -1,0 +1,468 @@
+"""Supervised fine-tuning trajectories with a checkpoint grid (SPEC §11).
+
+A plain PyTorch loop on top of ``transformers`` models and ``peft`` LoRA, rather than
+``Trainer``, because the grid has to be exact and resumable bit for bit: the example order of
+step ``k`` is a pure function of (seed, k), and every checkpoint carries the optimizer,
+scheduler and RNG state, so a trajectory restarted from its last checkpoint ends with the same
+weights as one that never stopped. Checkpoints use the Hugging Face Trainer folder layout
+(``RUN_DIR/<trajectory>/checkpoint-<step>/`` with ``trainer_state.json``, ``optimizer.pt``,
+``scheduler.pt``, ``rng_state.pth``) so that ``ckptsel measure`` and any HF tool read them.
+
+Loss: response-masked cross-entropy (prompt tokens labelled -100), averaged over the supervised
+tokens of the whole effective batch, so micro-batch x accumulation equals one big batch.
+torch/transformers/peft are imported inside functions: the analysis layer never pays for them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ckptsel._util.io import write_text
+from ckptsel.errors import CkptselError
+from ckptsel.records import FINAL_STEPS_FILE
+from ckptsel.study import Configuration, Study
+from ckptsel.train.checkpoints import (
+    CHECKPOINT_PREFIX,
+    STATE_FILE,
+    TrajectoryStatus,
+    checkpoint_steps,
+    trajectory_status,
+)
+from ckptsel.train.models import build_trainable, load_tokenizer, pick_device, use_bf16
+
+IGNORE_INDEX = -100
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def encode_example(
+    tokenizer, prompt: str, response: str, max_length: int = 512
+) -> dict[str, list[int]]:
+    """Token ids and labels of one SFT example.
+
+    The prompt and the response are tokenized separately and concatenated (prompt with the
+    tokenizer's special tokens, e.g. BOS; response without, then EOS), so the prompt tokens are
+    exactly what generation later starts from. Prompt tokens get label -100; response tokens and
+    the EOS are supervised. Truncated to ``max_length`` tokens from the right.
+    """
+    if tokenizer.eos_token_id is None:
+        raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
+    p = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    r = list(tokenizer(response, add_special_tokens=False)["input_ids"])
+    return _example(p, r, tokenizer.eos_token_id, max_length)
+
+
+def _example(p: list[int], r: list[int], eos: int, max_length: int) -> dict[str, list[int]]:
+    r = [*r, eos]
+    return {
+        "input_ids": (p + r)[:max_length],
+        "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length],
+    }
+
+
+def collate(examples: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, Any]:
+    """Right-pad a micro-batch; padding is masked out of attention and of the loss."""
+    import torch
+
+    n = max(len(e["input_ids"]) for e in examples)
+    ids = torch.full((len(examples), n), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), n), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(examples), n), dtype=torch.long)
+    for i, e in enumerate(examples):
+        k = len(e["input_ids"])
+        ids[i, :k] = torch.tensor(e["input_ids"])
+        labels[i, :k] = torch.tensor(e["labels"])
+        mask[i, :k] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def example_order(n_examples: int, total_examples: int, seed: int) -> np.ndarray:
+    """The example stream of a trajectory: one seeded permutation per epoch, concatenated.
+
+    Step ``k`` uses ``stream[k*B:(k+1)*B]``, so the data a step sees depends only on
+    (seed, k) — what makes resuming exact without saving a data-loader state.
+    """
+    if n_examples < 1:
+        raise CkptselError("no training examples")
+    epochs = math.ceil(total_examples / n_examples)
+    parts = [np.random.default_rng([seed, e]).permutation(n_examples) for e in range(epochs)]
+    return np.concatenate(parts)[:total_examples]
+
+
+def _rng_state() -> dict[str, Any]:
+    import torch
+
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "cpu": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_all(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainResult:
+    trajectory: str
+    run_dir: Path
+    final_step: int
+    saved_steps: list[int] = field(default_factory=list)
+    resumed_from: int | None = None
+    skipped: bool = False
+    seconds: float = 0.0
+    last_loss: float | None = None
+
+
+def _save_checkpoint(
+    model,
+    tokenizer,
+    optimizer,
+    scheduler,
+    run_dir: Path,
+    step: int,
+    state: dict[str, Any],
+    config: Configuration,
+    base_model: str,
+) -> Path:
+    """Write ``checkpoint-<step>/`` into a temp folder, then rename it into place, so a killed
+    job never leaves a half-written checkpoint that looks complete."""
+    import torch
+
+    final = run_dir / f"{CHECKPOINT_PREFIX}{step}"
+    tmp = run_dir / f".{CHECKPOINT_PREFIX}{step}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    if config.adaptation == "full":
+        tokenizer.save_pretrained(tmp)
+    else:
+        # The adapter must point at the base folder that ``measure`` will load.
+        cfg_path = tmp / "adapter_config.json"
+        acfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        if acfg.get("base_model_name_or_path") != base_model:
+            acfg["base_model_name_or_path"] = base_model
+            write_text(cfg_path, json.dumps(acfg, indent=2, sort_keys=True) + "\n")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(_rng_state(), tmp / "rng_state.pth")
+    write_text(tmp / STATE_FILE, json.dumps(state, indent=2) + "\n")
+    if final.exists():  # an earlier incomplete leftover of the same step
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def train_trajectory(
+    base_model: str,
+    examples: Sequence[dict[str, list[int]]],
+    config: Configuration,
+    seed: int,
+    run_dir: str | Path,
+    *,
+    tokenizer=None,
+    device: str | None = None,
+    stop_after: int | None = None,
+    progress: bool = True,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Train one trajectory into ``run_dir`` (= ``RUN_DIR/<trajectory>``), resuming from its
+    last complete checkpoint if there is one.
+
+    ``examples`` are encoded with :func:`encode_example`. ``stop_after`` stops after saving the
+    checkpoint of that step (used to test resuming; a killed job behaves the same).
+    """
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
+    name = run_dir.name
+    n = len(examples)
+    total = config.total_steps(n)
+    save_at = set(config.save_steps(n))
+    have = checkpoint_steps(run_dir)
+    resume_step = max((s for s in have if s in save_at), default=None)
+    if resume_step is not None and resume_step >= total:
+        return TrainResult(
+            name, run_dir, total, have, resume_step, skipped=True, seconds=time.perf_counter() - t0
+        )
+    device = pick_device(device)
+    bf16 = use_bf16(device)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(base_model)
+    resume_dir = run_dir / f"{CHECKPOINT_PREFIX}{resume_step}" if resume_step else None
+    prev: dict[str, Any] = {}
+    if resume_dir is not None:
+        missing = [
+            f
+            for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth")
+            if not (resume_dir / f).is_file()
+        ]
+        if missing:
+            raise CkptselError(
+                f"{resume_dir}: cannot resume, training state missing ({', '.join(missing)})"
+            )
+        prev = json.loads((resume_dir / STATE_FILE).read_text(encoding="utf-8"))
+        want = {
+            "seed": seed,
+            "max_steps": total,
+            "configuration": config.name,
+            "effective_batch_size": config.batch_size,
+        }
+        diff = {k: (prev.get(k), v) for k, v in want.items() if k in prev and prev[k] != v}
+        if diff:
+            raise CkptselError(
+                f"{resume_dir}: cannot resume, it was written with different settings "
+                + ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in diff.items())
+                + "; move the run folder away or restore the study settings"
+            )
+
+    _seed_all(seed)
+    with warnings.catch_warnings():
+        # peft 0.21 asks transformers 5 for a deprecated attribute; nothing for a user to do
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        model = build_trainable(base_model, config, seed, resume_dir, frozen_bf16=bf16)
+    model.to(device)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=config.learning_rate,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=config.weight_decay,
+    )
+    warmup = math.ceil(config.warmup_ratio * total)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
+    log_history: list[dict[str, Any]] = []
+    start = 0
+    if resume_dir is not None:
+        optimizer.load_state_dict(
+            torch.load(resume_dir / "optimizer.pt", map_location=device, weights_only=False)
+        )
+        scheduler.load_state_dict(torch.load(resume_dir / "scheduler.pt", weights_only=False))
+        _set_rng_state(torch.load(resume_dir / "rng_state.pth", weights_only=False))
+        log_history = list(prev.get("log_history", []))
+        start = resume_step
+
+    order = example_order(n, total * config.batch_size, seed)
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    saved: list[int] = []
+    last_loss = None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, initial=start, desc=name, unit="step", leave=False)
+    for step in range(start + 1, total + 1):
+        idx = order[(step - 1) * config.batch_size : step * config.batch_size]
+        batch = [examples[i] for i in idx]
+        n_tok = sum(sum(1 for x in e["labels"][1:] if x != IGNORE_INDEX) for e in batch)
+        n_tok = max(n_tok, 1)
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for m0 in range(0, len(batch), config.micro_batch):
+            mb = collate(batch[m0 : m0 + config.micro_batch], pad_id)
+            mb = {k: v.to(device) for k, v in mb.items()}
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(
+                    input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]
+                ).logits
+            logits = logits[:, :-1].float()
+            target = mb["labels"][:, 1:]
+            loss = (
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    target.reshape(-1),
+                    ignore_index=IGNORE_INDEX,
+                    reduction="sum",
+                )
+                / n_tok
+            )
+            loss.backward()
+            loss_sum += float(loss.detach())
+        optimizer.step()
+        scheduler.step()
+        last_loss = loss_sum
+        if not math.isfinite(loss_sum):
+            raise CkptselError(
+                f"trajectory {name}: loss became {loss_sum} at step {step}; "
+                f"lower the learning rate of configuration {config.name!r}"
+            )
+        log_history.append(
+            {"step": step, "loss": round(loss_sum, 6), "learning_rate": scheduler.get_last_lr()[0]}
+        )
+        if on_step is not None:
+            on_step(step, loss_sum)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_sum:.3f}")
+        if step in save_at:
+            state = {
+                "global_step": step,
+                "max_steps": total,
+                "save_steps": config.save_every,
+                "train_batch_size": config.micro_batch,
+                "gradient_accumulation_steps": config.grad_accum,
+                "effective_batch_size": config.batch_size,
+                "num_train_examples": n,
+                "epoch": step * config.batch_size / n,
+                "seed": seed,
+                "trajectory": name,
+                "configuration": config.name,
+                "adaptation": config.adaptation,
+                "learning_rate": config.learning_rate,
+                "base_model": base_model,
+                "bf16": bf16,
+                "log_history": log_history,
+            }
+            _save_checkpoint(
+                model, tokenizer, optimizer, scheduler, run_dir, step, state, config, base_model
+            )
+            saved.append(step)
+            if stop_after is not None and step >= stop_after:
+                break
+    if bar is not None:
+        bar.close()
+    return TrainResult(
+        name, run_dir, total, saved, resume_step, False, time.perf_counter() - t0, last_loss
+    )
+
+
+def encode_items(
+    tokenizer, items: Sequence[Any], max_length: int = 512
+) -> list[dict[str, list[int]]]:
+    """Encode ``ckptsel.data.Item`` objects (prompt = the Alpaca template, SPEC §9): what
+    :func:`encode_example` gives for each, with the prompts and the responses tokenized in one
+    batch call each."""
+    from ckptsel.data import format_prompt
+
+    if tokenizer.eos_token_id is None:
+        raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
+    if not items:
+        return []
+    prompts = tokenizer([format_prompt(it.instruction) for it in items], add_special_tokens=True)
+    responses = tokenizer([it.response for it in items], add_special_tokens=False)
+    return [
+        _example(list(p), list(r), tokenizer.eos_token_id, max_length)
+        for p, r in zip(prompts["input_ids"], responses["input_ids"], strict=True)
+    ]
+
+
+def write_final_steps(study: Study, n_train_examples: int) -> Path:
+    """``final_steps.json``: the expected final step per trajectory, for the analysis."""
+    from ckptsel.study import final_steps
+
+    path = study.root / FINAL_STEPS_FILE
+    write_text(
+        path, json.dumps(final_steps(study, n_train_examples), indent=2, sort_keys=True) + "\n"
+    )
+    return path
+
+
+def train_study(
+    study: Study,
+    *,
+    only: Sequence[str] | None = None,
+    device: str | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> list[TrainResult]:
+    """Train (or resume) every trajectory of a study; completed ones are skipped."""
+    from ckptsel.data import load_items
+
+    items = load_items(study.task, study.train)
+    tokenizer = load_tokenizer(study.base_model)
+    by_len: dict[int, list[dict[str, list[int]]]] = {}
+    results = []
+    write_final_steps(study, len(items))
+    known = {name for name, _, _ in study.trajectories()}
+    for name in only or ():
+        if name not in known:
+            raise CkptselError(f"unknown trajectory {name!r}; the study has {sorted(known)}")
+    for name, cfg, seed in study.trajectories():
+        if only and name not in only:
+            continue
+        final = cfg.total_steps(len(items))
+        if final in checkpoint_steps(study.run_root / name):
+            res = TrainResult(name, study.run_root / name, final, [], final, skipped=True)
+        else:
+            if cfg.max_length not in by_len:  # tokenize only when something is left to train
+                by_len[cfg.max_length] = encode_items(tokenizer, items, cfg.max_length)
+            res = train_trajectory(
+                study.base_model,
+                by_len[cfg.max_length],
+                cfg,
+                seed,
+                study.run_root / name,
+                tokenizer=tokenizer,
+                device=device,
+                progress=progress,
+            )
+        if log is not None:
+            if res.skipped:
+                log(f"{name}: complete (final checkpoint-{res.final_step}), skipped")
+            else:
+                how = (
+                    f"resumed from checkpoint-{res.resumed_from}" if res.resumed_from else "trained"
+                )
+                log(
+                    f"{name}: {how}, {len(res.saved_steps)} checkpoints, final step "
+                    f"{res.final_step}, loss {res.last_loss:.4f}, {res.seconds:.1f}s"
+                )
+        results.append(res)
+    return results
+
+
+def study_status(study: Study) -> list[TrajectoryStatus]:
+    """Status of every trajectory against the final step the study file implies (the item
+    count is read only when a configuration is given in epochs)."""
+    n_items = 0
+    if any(c.epochs is not None for c in study.configurations):
+        from ckptsel.data import load_items
+
+        n_items = len(load_items(study.task, study.train))
+    return [
+        trajectory_status(study.run_root / name, cfg.total_steps(n_items))
+        for name, cfg, _ in study.trajectories()
+    ]

@@ -1,0 +1,34 @@
+"""The practitioner's questions about one run, answered from its records.
+
+* :mod:`~ckptsel.workflows.advise.selection` — ``ckptsel select``: which checkpoint to keep,
+  with a gain estimate never scored on the items that made the choice;
+* :mod:`~ckptsel.workflows.advise.comparison` — ``ckptsel compare``: is checkpoint A really
+  better than B on the same items;
+* :mod:`~ckptsel.workflows.advise.planning` — ``ckptsel plan``: how many validation items a
+  rule needs.
+"""
+
+from __future__ import annotations
+
+from ckptsel.workflows.advise.comparison import CompareSettings, compare_checkpoints
+from ckptsel.workflows.advise.planning import (
+    PlanSettings,
+    closed_form,
+    default_budgets,
+    plan_figure,
+    plan_from_pilot,
+)
+from ckptsel.workflows.advise.selection import SelectSettings, recommend, select_checkpoint
+
+__all__ = [
+    "CompareSettings",
+    "PlanSettings",
+    "SelectSettings",
+    "closed_form",
+    "compare_checkpoints",
+    "default_budgets",
+    "plan_figure",
+    "plan_from_pilot",
+    "recommend",
+    "select_checkpoint",
+]

@@ -1,0 +1,190 @@
+"""``ckptsel compare``: is checkpoint A really better than checkpoint B on the same items?
+
+Both checkpoints are scored on the items they share (validation: the eligible pools of the
+two trajectories, intersected; test: the test pool). Per split it reports the paired accuracy
+difference A − B (pp), a paired bootstrap interval in which items sharing a ``group`` are
+resampled together (the number of clusters is reported), the exact McNemar p-value (binomial
+on the discordant pairs) and the 2×2 counts. The two checkpoints may come from one trajectory
+or from two runs measured on the same items (``trajectory_b``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ckptsel._util import rng as streams
+from ckptsel.defaults import CONFIDENCE, SEED
+from ckptsel.errors import CkptselError
+from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation
+from ckptsel.stats import (
+    cluster_codes,
+    clustered_means,
+    mcnemar_exact,
+    percentile_interval,
+    two_by_two,
+)
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    draws: int = 10000
+    seed: int = SEED
+    level: float = CONFIDENCE
+
+
+@dataclass
+class _Side:
+    """One checkpoint's correctness on one split, with the items' ids and groups."""
+
+    item_ids: np.ndarray  # (n,)
+    groups: np.ndarray  # (n,)
+    correct: np.ndarray  # (n,) bool
+
+
+def paired_difference(
+    a: np.ndarray, b: np.ndarray, groups: np.ndarray, settings: CompareSettings, stream: int = 0
+) -> dict:
+    """The paired comparison of two boolean vectors over the same ``n`` items (see module doc)."""
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    n = len(a)
+    d = 100.0 * (a.astype(np.float64) - b.astype(np.float64))  # (n,) per-item difference, pp
+    reps = clustered_means(d, groups, settings.draws, settings.seed, stream)[:, 0]
+    lo, hi = percentile_interval(reps[:, None], settings.level)
+    counts = two_by_two(a, b)
+    lo, hi = float(lo[0]), float(hi[0])
+    return {
+        "items": n,
+        "clusters": cluster_codes(groups)[1],
+        "accuracy_a": round(100.0 * float(a.mean()), 6),
+        "accuracy_b": round(100.0 * float(b.mean()), 6),
+        "difference": {
+            "mean": round(float(d.mean()), 6),
+            "lo": round(lo, 6),
+            "hi": round(hi, 6),
+            "unresolved": bool(lo <= 0.0 <= hi),
+        },
+        "table": counts,
+        "mcnemar_p": mcnemar_exact(counts["only_a"], counts["only_b"]),
+    }
+
+
+# --------------------------------------------------------------------------- loading
+def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
+    where = np.flatnonzero(steps == step)
+    if len(where) == 0:
+        raise CkptselError(
+            f"trajectory {trajectory!r}: no checkpoint at step {step} "
+            f"(known steps: {', '.join(str(int(s)) for s in steps)})"
+        )
+    return int(where[0])
+
+
+def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
+    from ckptsel.records import read_rows
+
+    path = Path(records_dir) / GENERATIONS_FILE
+    rows = read_rows(
+        records_dir,
+        "generations",
+        columns=["trajectory"],
+        filters=[("split", "=", split), ("trajectory", "in", trajectories)],
+    )
+    if rows is None:
+        raise CkptselError(f"{path}: records file not found (expected {GENERATIONS_FILE})")
+    return rows.num_rows > 0
+
+
+def _test_groups(records_dir: Path, trajectory: str, item_ids: np.ndarray) -> np.ndarray:
+    """The ``group`` of each test item (TestData carries subtasks, not groups)."""
+    from ckptsel.records import read_rows
+
+    table = read_rows(
+        records_dir,
+        "generations",
+        columns=["item_id", "group"],
+        filters=[("split", "=", "test"), ("trajectory", "=", trajectory)],
+    ).to_pandas()
+    by_item = table.drop_duplicates("item_id").set_index("item_id")["group"]
+    return by_item.reindex(item_ids).to_numpy().astype(str)
+
+
+def _shared(
+    a: _Side, b: _Side, split: str, trajectories: tuple[str, str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """Both sides on their shared items, in item-id order; groups must agree."""
+    shared, ia, ib = np.intersect1d(a.item_ids, b.item_ids, return_indices=True)
+    if len(shared) == 0:
+        raise CkptselError(
+            f"{split}: trajectories {trajectories[0]!r} and {trajectories[1]!r} share no "
+            f"{split} items; a paired comparison needs the same items"
+        )
+    ga, gb = a.groups[ia], b.groups[ib]
+    differ = np.flatnonzero(ga != gb)
+    if len(differ):
+        i = differ[0]
+        raise CkptselError(
+            f"{split} item {shared[i]!r}: group {ga[i]!r} in trajectory {trajectories[0]!r} but "
+            f"{gb[i]!r} in {trajectories[1]!r}"
+        )
+    dropped = {
+        "only_in_a": int(len(a.item_ids) - len(shared)),
+        "only_in_b": int(len(b.item_ids) - len(shared)),
+    }
+    return a.correct[ia], b.correct[ib], ga, dropped
+
+
+def compare_checkpoints(
+    records_dir: Path,
+    trajectory: str,
+    step_a: int,
+    step_b: int,
+    *,
+    trajectory_b: str | None = None,
+    settings: CompareSettings | None = None,
+) -> dict:
+    """Everything ``ckptsel compare`` reports, as a JSON-ready dict (see the module docstring)."""
+    settings = settings or CompareSettings()
+    if settings.draws < 10:
+        raise CkptselError("--draws must be >= 10")
+    if not 0.0 < settings.level < 1.0:
+        raise CkptselError("--confidence must be between 0 and 1")
+    records_dir = Path(records_dir)
+    traj_b = trajectory_b or trajectory
+    if traj_b == trajectory and step_a == step_b:
+        raise CkptselError(f"step {step_a} compared with itself; name two different checkpoints")
+    names = (trajectory, traj_b)
+    out = {
+        "a": {"trajectory": trajectory, "step": int(step_a)},
+        "b": {"trajectory": traj_b, "step": int(step_b)},
+        "settings": asdict(settings),
+        "splits": {},
+    }
+    validation = load_validation(records_dir)
+    va, vb = (find_trajectory(validation, t, "validation", records_dir) for t in names)
+    sides = []
+    for v, step in ((va, step_a), (vb, step_b)):
+        c = _step_index(v.steps, step, v.trajectory)
+        sides.append(_Side(np.asarray(v.item_ids), np.asarray(v.groups), v.correct[c]))
+    a, b, groups, dropped = _shared(*sides, "validation", names)
+    res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["validation"])
+    res["not_shared"] = dropped
+    out["splits"]["validation"] = res
+
+    if _has_split(records_dir, "test", list(set(names))):
+        tests = load_test(records_dir)
+        sides = []
+        for t, step in zip(names, (step_a, step_b), strict=True):
+            td = find_trajectory(tests, t, "test", records_dir)
+            c = _step_index(td.steps, step, t)
+            ids = np.asarray(td.item_ids)
+            sides.append(_Side(ids, _test_groups(records_dir, t, ids), td.correct[c]))
+        a, b, groups, dropped = _shared(*sides, "test", names)
+        res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["test"])
+        res["not_shared"] = dropped
+        out["splits"]["test"] = res
+    else:
+        out["splits"]["test"] = None
+    return out

@@ -1,0 +1,315 @@
+"""Practitioner mode: which checkpoint of ONE trajectory to keep, with an honest gain estimate.
+
+For each rule the full-pool choice (or its tie set) and the budget curve (which checkpoint
+each validation budget picks) come from the same engine as the study analysis
+(:func:`ckptsel.choose.choose_trajectory`). The gain of the choice over the final checkpoint
+is never scored on the items used to make it:
+
+* **split validation** — the eligible validation pool is split into random halves (``P``
+  partitions, both directions); the rule chooses on one half and the choice is scored by
+  accuracy on the other half. Its interval is a question bootstrap that redoes the whole
+  split-and-choose procedure on every resample of validation questions (weights per
+  question, so a repeated question never sits on both sides), so the variability of the
+  choice itself is in the interval;
+* **test** (when the trajectory has test records) — the frozen full-pool choice scored on
+  the test pool, with a test-question bootstrap (choice held fixed, SPEC §8).
+
+The recommendation is "keep checkpoint X" only when the split-validation interval lies
+wholly above 0; otherwise "keep the final checkpoint", with the reason. Everything is
+vectorized: masks and matrix products over partitions and draws. The rules and their signals
+come from :mod:`ckptsel.choose.rules` (via :func:`ckptsel.choose.signals`), weighted sums from
+:func:`ckptsel.analysis.core.weighted_sums` and estimates from :func:`ckptsel.stats.est`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ckptsel import defaults
+from ckptsel._util import rng as streams
+from ckptsel._util.threads import single_threaded
+from ckptsel.choose import (
+    FULL,
+    RULES,
+    SIGNAL_RULES,
+    ChoiceSettings,
+    choose_trajectory,
+    core,
+    signals,
+)
+from ckptsel.defaults import BUDGETS
+from ckptsel.errors import CkptselError
+from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
+from ckptsel.results import fmt
+from ckptsel.stats import est, percentile_interval, question_weights
+
+CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
+
+
+@dataclass(frozen=True)
+class SelectSettings:
+    """How hard to look: partitions for the point estimate, draws × partitions for the interval."""
+
+    partitions: int = defaults.PERMUTATIONS
+    draws: int = 1000
+    bootstrap_partitions: int = 20
+    permutations: int = defaults.PERMUTATIONS
+    seed: int = defaults.SEED
+    level: float = defaults.CONFIDENCE
+
+
+# --------------------------------------------------------------------------- estimates
+def _estimate(mean: float, replicates: np.ndarray, level: float) -> dict:
+    """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates."""
+    lo, hi = percentile_interval(replicates[:, None], level)
+    return est(mean, lo[0], hi[0])
+
+
+def split_validation_gains(
+    signal: np.ndarray, correct: np.ndarray, maximize: bool, in_s: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """``(W,)`` split-validation gains (pp), one per weight row, averaged over partitions and both directions.
+
+    ``in_s`` (P, n) marks the first half of each partition, ``weights`` (W, n) the question
+    multiplicities (ones for the point estimate). In direction 1 the rule chooses on S by
+    ``signal`` and the choice is scored by accuracy on S̄; direction 2 swaps the halves.
+    Ties among checkpoints are averaged uniformly.
+    """
+    W, P = weights.shape[0], in_s.shape[0]
+    corr = correct.astype(np.float64)
+    total_sig = core.weighted_sums(signal, weights.T)  # (T, W)
+    total_corr = corr @ weights.T
+    total_w = weights.sum(axis=1)
+    gains = np.empty(W * P)
+    rows_per_chunk = max(1, CHUNK_CELLS // (P * max(1, weights.shape[1])))
+    for start in range(0, W, rows_per_chunk):
+        stop = min(W, start + rows_per_chunk)
+        masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(
+            -1, in_s.shape[1]
+        )  # (w*P, n)
+        rep = np.repeat(np.arange(start, stop), P)
+        sig_in = core.weighted_sums(signal, masks.T)
+        sig_out = total_sig[:, rep] - sig_in
+        corr_in = corr @ masks.T
+        corr_out = total_corr[:, rep] - corr_in
+        size_in = masks.sum(axis=1)
+        size_out = total_w[rep] - size_in
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = []
+            for choose_on, score_on, size in (
+                (sig_in, corr_out, size_out),
+                (sig_out, corr_in, size_in),
+            ):
+                p = core.tie_probabilities(choose_on, maximize=maximize)
+                # differences to the final checkpoint first: an exact 0 when the choice equals it
+                g.append(
+                    (p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan)
+                )
+        gains[start * P : stop * P] = 100.0 * np.nanmean(np.stack(g), axis=0)
+    return gains.reshape(W, P).mean(axis=1)
+
+
+def partition_masks(item_ids: np.ndarray, partitions: int, seed: int) -> np.ndarray:
+    """``(P, n)`` indicators of the first half (⌊n/2⌋ items) of each deterministic random partition."""
+    n = len(item_ids)
+    orders = core.permutations(
+        core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES
+    )
+    in_s = np.zeros((partitions, n))
+    np.put_along_axis(in_s, orders[:, : n // 2], 1.0, axis=1)
+    return in_s
+
+
+def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> dict:
+    """Frozen full-pool choice scored on the test pool; test-question bootstrap with the choice held
+    fixed (items sharing a ``group`` resampled as one cluster)."""
+    z = test.correct.astype(np.float64)
+    d = 100.0 * (choice @ (z - z[-1]))  # (N,) per-question utility d_i = 100 (Σ_t p_t z_ti − z_Ti)
+    n = len(d)
+    R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
+    reps = R @ d / (n if clusters == n else R.sum(axis=1))
+    est = _estimate(d.mean(), reps, level)
+    est["items"] = int(n)
+    est["clusters"] = int(clusters)
+    est["chosen_accuracy"] = round(float(100.0 * (choice @ z).mean()), 6)
+    est["final_accuracy"] = round(float(100.0 * z[-1].mean()), 6)
+    return est
+
+
+# --------------------------------------------------------------------------- the answer
+def _probabilities(vec: np.ndarray, steps: np.ndarray) -> dict[str, float]:
+    nz = np.flatnonzero(vec > 0)
+    return {str(int(steps[i])): round(float(vec[i]), 6) for i in nz}
+
+
+def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
+    from ckptsel.records import read_rows
+
+    rows = read_rows(
+        records_dir,
+        "generations",
+        columns=["trajectory"],
+        filters=[("split", "=", "test"), ("trajectory", "=", v.trajectory)],
+    )
+    if rows is None or rows.num_rows == 0:
+        return None
+    test = next(t for t in load_test(records_dir) if t.trajectory == v.trajectory)
+    if not np.array_equal(test.steps, v.steps):
+        raise CkptselError(
+            f"trajectory {v.trajectory!r}: validation and test records disagree on its checkpoints "
+            f"(validation: {v.steps.tolist()}, test: {test.steps.tolist()})"
+        )
+    return test
+
+
+def select_checkpoint(
+    records_dir: Path,
+    trajectory: str,
+    *,
+    rule: str = "accuracy",
+    settings: SelectSettings | None = None,
+) -> dict:
+    """Everything ``ckptsel select`` reports, as a JSON-ready dict (see the module docstring)."""
+    with single_threaded():
+        return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings())
+
+
+SELECT_MEMORY_LIMIT = 8 * 2**30  # bytes the largest intermediate arrays may take
+
+
+def _check_select_sizes(settings: SelectSettings) -> None:
+    """Settings out of range, before any record is read (one clear error each)."""
+    if not 0 <= settings.seed < 2**63:
+        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {settings.seed})")
+    if not 0.0 < settings.level < 1.0:
+        raise CkptselError(f"--confidence must be between 0 and 1 (got {settings.level})")
+    if settings.bootstrap_partitions > settings.partitions:
+        raise CkptselError("--bootstrap-partitions must be <= --partitions")
+
+
+def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> None:
+    """The (draws × items) resampling weights and (partitions × items) masks must fit in memory."""
+    need = 8 * n * (3 * settings.draws + 2 * settings.partitions)
+    need += 8 * settings.draws * settings.bootstrap_partitions * checkpoints
+    if need > SELECT_MEMORY_LIMIT:
+        raise CkptselError(
+            f"--draws {settings.draws} / --partitions {settings.partitions} with {n} validation items "
+            f"would need about {need / 2**30:.0f} GiB; lower --draws or --partitions"
+        )
+
+
+def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: SelectSettings) -> dict:
+    if rule not in SIGNAL_RULES:
+        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
+    if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
+        raise CkptselError("--partitions and --bootstrap-partitions must be >= 1 and --draws >= 10")
+    _check_select_sizes(settings)
+    v = find_trajectory(load_validation(records_dir), trajectory, "validation", records_dir)
+    steps = v.steps
+    n = len(v.item_ids)
+    if n < 2:
+        raise CkptselError(
+            f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation"
+        )
+    test = _test_data(Path(records_dir), v)
+    chosen = choose_trajectory(
+        v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
+    )
+    sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
+    _check_select_memory(settings, n, len(steps))
+    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
+    in_s_boot = in_s[: settings.bootstrap_partitions]
+    weights, clusters = question_weights(
+        v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
+    )
+    labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
+
+    if rule not in sig:
+        raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
+    rules = {}
+    for r in (r for r in SIGNAL_RULES if r in sig):
+        full = chosen[("nested", r, FULL)]
+        maximize = RULES[r].maximize
+        point = split_validation_gains(sig[r], v.correct, maximize, in_s, np.ones((1, n)))[0]
+        reps = split_validation_gains(sig[r], v.correct, maximize, in_s_boot, weights)
+        split = _estimate(point, reps, settings.level)
+        split.update({"partitions": settings.partitions, "half_sizes": [n // 2, n - n // 2],
+                      "clusters": clusters})  # fmt: skip
+        curve = []
+        for label in labels:
+            vec = chosen[("nested", r, label)]
+            k = int(np.argmax(vec))
+            curve.append(
+                {
+                    "budget": label,
+                    "most_likely_step": int(steps[k]),
+                    "probability": round(float(vec[k]), 6),
+                    "picks": _probabilities(vec, steps),
+                }
+            )
+        tied = [int(steps[i]) for i in np.flatnonzero(full > 0)]
+        rules[r] = {
+            "choice": {"steps": tied, "probabilities": _probabilities(full, steps)},
+            "budget_curve": curve,
+            "split_validation": split,
+            "test": test_gain(full, test, settings.draws, settings.seed, settings.level)
+            if test is not None
+            else None,
+        }
+    return {
+        "trajectory": v.trajectory,
+        "configuration": v.configuration,
+        "task": v.task,
+        "steps": [int(s) for s in steps],
+        "final_step": int(steps[-1]),
+        "validation_items": n,
+        "validation_clusters": clusters,
+        "validation_exclusions": {k: int(c) for k, c in v.exclusions.items()},
+        "test_items": None if test is None else len(test.item_ids),
+        "settings": asdict(settings),
+        "rules": rules,
+        "recommendation": recommend(rules[rule], rule, int(steps[-1]), settings.level),
+    }
+
+
+def recommend(result: dict, rule: str, final_step: int, level: float = defaults.CONFIDENCE) -> dict:
+    """ "keep checkpoint X" only when the split-validation interval is wholly above 0."""
+    tied = result["choice"]["steps"]
+    sv = result["split_validation"]
+    pct = int(round(level * 100))
+    gain = fmt(sv, unit=" pp", mark=False)
+    if final_step in tied:
+        also = " (tied with other checkpoints)" if len(tied) > 1 else ""
+        return {
+            "rule": rule,
+            "keep_step": final_step,
+            "keep_final": True,
+            "reason": f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
+        }
+    if sv["lo"] > 0 and not sv["unresolved"]:
+        candidates = [s for s in tied if s != final_step]
+        keep = max(candidates)  # a tie set: the latest of the tied checkpoints
+        tie_note = (
+            f" (tied with {', '.join(str(s) for s in tied if s != keep)}; the latest is kept)"
+            if len(tied) > 1
+            else ""
+        )
+        return {
+            "rule": rule,
+            "keep_step": keep,
+            "keep_final": False,
+            "reason": f"the {rule} rule picks step {keep}{tie_note}, and its split-validation gain over the final "
+            f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
+        }
+    why = "contains 0 (unresolved)" if sv["unresolved"] else "is below 0"
+    return {
+        "rule": rule,
+        "keep_step": final_step,
+        "keep_final": True,
+        "reason": f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
+        f"final checkpoint is {gain} and the {pct}% interval {why}; without evidence that the choice "
+        "beats the final checkpoint on items it did not see, keep the final checkpoint",
+    }

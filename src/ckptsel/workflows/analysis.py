@@ -1,0 +1,315 @@
+"""``analyze`` and ``verify``: records → frozen choices → test scores → statistics → files.
+
+The order is structural: validation records are loaded and the choices written and hashed
+*before* :func:`ckptsel.load_test` is called, and scoring only accepts choices read
+back through :func:`ckptsel.choose.load_frozen`, which checks the hash. The results folder's
+names, its estimates and the main table are defined in :mod:`ckptsel.results`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ckptsel import defaults
+from ckptsel._util.io import write_csv, write_parquet, write_text
+from ckptsel._util.threads import single_threaded
+from ckptsel.choose import ChoiceSettings, choices_hash, choose, freeze, load_frozen, score
+from ckptsel.errors import CkptselError, VerificationError
+from ckptsel.records import MATCHED_WINDOW, ValidationData, load_test, load_validation
+from ckptsel.results import (
+    CHOICES_DIR,
+    RUN_FILE,
+    SUMMARY_FILE,
+    TABLES_DIR,
+    main_table_markdown,
+    publish,
+)
+from ckptsel.stats import StatSettings, summarize
+
+
+def population(validation: list[ValidationData]) -> dict:
+    """Who is in the study: counted from validation records only (safe before freezing)."""
+    exclusions: dict[str, int] = {}
+    for v in validation:
+        for reason, count in v.exclusions.items():
+            exclusions[reason] = exclusions.get(reason, 0) + count
+    sizes = [len(v.item_ids) for v in validation]
+    ckpts = [len(v.steps) for v in validation]
+    return {
+        "trajectories": len(validation),
+        "nll_records": any(MATCHED_WINDOW in v.nll for v in validation),
+        "configurations": len({v.configuration for v in validation}),
+        "tasks": sorted({v.task for v in validation}),
+        "checkpoints": {"min": int(min(ckpts)), "max": int(max(ckpts))},
+        "validation_items": {"min": int(min(sizes)), "max": int(max(sizes))},
+        "validation_exclusions": {
+            "total": int(sum(exclusions.values())),
+            **dict(sorted(exclusions.items())),
+            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in validation if sum(v.exclusions.values())},
+        },
+    }
+
+
+def freeze_choices(records_dir: Path, out_dir: Path, settings: ChoiceSettings) -> tuple[list, str]:
+    """Step 1: choose on validation records only, write and hash the choices."""
+    validation = load_validation(records_dir)
+    table = choose(validation, settings)
+    digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
+    return validation, digest
+
+
+def evaluate_frozen(records_dir: Path, out_dir: Path, validation: list, stat: StatSettings) -> tuple[dict, dict]:
+    """Step 2: read the frozen choices back (hash checked), then — only then — the test records."""
+    frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
+    tests = load_test(records_dir, validation)
+    scored = score(frozen, tests)
+    pop = population(validation)
+    pop["test_items"] = scored.test_items
+    summary, tables = summarize(
+        scored,
+        stat,
+        pop,
+        permutations=frozen.settings.permutations,
+        partitions=frozen.settings.permutations,  # score() partitions the test pool as often
+        choices_sha256=frozen.sha256,
+    )
+    tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
+    return summary, tables
+
+
+def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
+    """Per checkpoint: test accuracy, and validation accuracy / matched NLL on the eligible pool."""
+    frames = []
+    for v in validation:
+        nll = v.nll.get(MATCHED_WINDOW)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "trajectory": v.trajectory,
+                    "configuration": v.configuration,
+                    "task": v.task,
+                    "step": v.steps.astype(np.int64),
+                    "test_accuracy": scored.test_accuracy[v.trajectory],
+                    "validation_accuracy": 100.0 * v.correct.mean(axis=1),
+                    "validation_nll": (
+                        nll.sum(axis=1) / v.n_tokens[MATCHED_WINDOW].sum()
+                        if nll is not None
+                        else np.full(len(v.steps), np.nan)
+                    ),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(summary, indent=1, sort_keys=False, allow_nan=False) + "\n"
+
+
+def analyze(
+    records_dir: Path,
+    out_dir: Path,
+    *,
+    permutations: int = defaults.PERMUTATIONS,
+    draws: int = defaults.DRAWS,
+    seed: int = defaults.SEED,
+    level: float = defaults.CONFIDENCE,
+    interval: str = defaults.INTERVAL,
+    budgets: tuple[int, ...] | list[int] = defaults.BUDGETS,
+    report: bool = False,
+    force: bool = False,
+) -> dict:
+    """The whole analysis; writes ``summary.json``, frozen choices and tables (and, with
+    ``report``, figures and ``report.html``) into ``out_dir``.
+
+    Everything is built in a staging folder beside ``out_dir`` (the choices are frozen and read
+    back there before any test record is loaded), a manifest of SHA-256s is written last, and
+    the folder is swapped in atomically (:mod:`ckptsel.results.publish`): bad input or a kill never
+    leaves a half-written or mixed results folder. ``force`` allows a non-empty ``out_dir``
+    that is not a results folder (its files are kept, never overwritten).
+    ``interval`` names the interval method (``ckptsel.analysis.intervals.METHODS``;
+    ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
+    ``"percentile"``, and ``verify`` reads it back.
+    ``budgets`` are the finite validation budgets ("full" is always added); ``D`` is
+    ``G(full) − G(smallest budget)``. Non-default budgets are hashed with the frozen choices and
+    recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
+    """
+    check_settings(permutations=permutations, draws=draws, seed=seed, level=level)
+    stat = StatSettings(draws, seed, level, interval)  # checks the method name before any work
+    settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
+    with single_threaded():
+        return _analyze(records_dir, Path(out_dir), settings, stat, report, force)
+
+
+def check_settings(*, permutations: int, draws: int, seed: int, level: float) -> None:
+    """Protocol settings checked before any work starts (one clear error each)."""
+    if permutations < 1 or draws < 10:
+        raise CkptselError("--permutations must be >= 1 and --draws >= 10")
+    if permutations > MAX_PERMUTATIONS or draws > MAX_DRAWS:
+        raise CkptselError(
+            f"--permutations must be <= {MAX_PERMUTATIONS} and --draws <= {MAX_DRAWS} "
+            f"(got {permutations}, {draws})"
+        )
+    if not 0 <= seed < 2**63:
+        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {seed})")
+    if not 0.0 < level < 1.0:
+        raise CkptselError(f"--confidence must be between 0 and 1 (got {level})")
+
+
+MAX_PERMUTATIONS = 100_000
+MAX_DRAWS = 1_000_000
+REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
+
+
+def _analyze(
+    records_dir: Path, out_dir: Path, settings: ChoiceSettings, stat: StatSettings, report: bool,
+    force: bool,
+) -> dict:
+    meta = {"report": REPORT_META} if report else None
+    with publish.staged(out_dir, force=force, meta=meta) as stage:
+        validation, _ = freeze_choices(records_dir, stage, settings)
+        summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
+        write_outputs(stage, records_dir, summary, tables)
+        if report:
+            from ckptsel.report import write_report
+
+            write_report(stage, formats=REPORT_META["formats"])
+    return summary
+
+
+def write_outputs(stage: Path, records_dir: Path, summary: dict, tables: dict) -> None:
+    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already there)."""
+    tdir = stage / TABLES_DIR
+    for name, df in tables.items():
+        write_parquet(tdir / f"{name}.parquet", df)
+        write_csv(tdir / f"{name}.csv", df)
+    write_text(tdir / "main.md", main_table_markdown(summary))
+    write_text(stage / SUMMARY_FILE, summary_json(summary))
+    from ckptsel import __version__
+
+    run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
+    write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
+
+
+def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
+    """Recompute choices and results; raise :class:`VerificationError` on any mismatch."""
+    with single_threaded():
+        return _verify(Path(results_dir), records_dir)
+
+
+def _read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise CkptselError(f"{path}: {what} not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise VerificationError(f"{path}: not a readable JSON {what} ({err})") from err
+    if not isinstance(data, dict):
+        raise VerificationError(f"{path}: {what} is not a JSON object")
+    return data
+
+
+def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
+    spath = results_dir / SUMMARY_FILE
+    if not spath.is_file():
+        raise CkptselError(f"{spath}: no summary to verify")
+    stored = _read_json(spath, "summary")
+    if records_dir is None:
+        run_path = results_dir / RUN_FILE
+        if not run_path.is_file():
+            raise CkptselError(f"{run_path}: not found; pass the records directory explicitly")
+        records_dir = _read_json(run_path, "run record").get("records_dir")
+        if not isinstance(records_dir, str):
+            raise VerificationError(f"{run_path}: no records_dir string; pass --records explicitly")
+    records_dir = Path(records_dir)
+    frozen = load_frozen(results_dir / CHOICES_DIR)  # raises when the stored hash is off
+    validation = load_validation(records_dir)
+    again = choose(validation, frozen.settings)
+    digest = choices_hash(again, frozen.settings)
+    if digest != frozen.sha256:
+        raise VerificationError(
+            f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices in "
+            f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
+        )
+    try:
+        draws, seed = int(stored["draws"]), int(stored["seed"])
+        level = float(stored.get("confidence", defaults.CONFIDENCE))
+        interval = str(stored.get("interval", "percentile"))
+        check_settings(
+            permutations=frozen.settings.permutations, draws=draws, seed=seed, level=level
+        )
+        stat = StatSettings(draws=draws, seed=seed, level=level, interval=interval)
+    except (KeyError, TypeError, ValueError, CkptselError) as err:
+        raise VerificationError(
+            f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
+        ) from err
+    summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
+    if summary_json(summary) != summary_json(stored):
+        diff = _first_difference(stored, summary)
+        raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
+    lines = [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
+    lines += publish.check_manifest(results_dir)
+    lines.append(_recompute_files(results_dir, records_dir, summary, tables, again, frozen.settings))
+    return lines
+
+
+def _recompute_files(
+    results_dir: Path, records_dir: Path, summary: dict, tables: dict, choices, settings
+) -> str:
+    """Rebuild every output (tables, report) from the recomputed results in a scratch folder and
+    compare it byte for byte with the manifest; name the first file that differs."""
+    files = publish.read_manifest(results_dir) or {}
+    report_meta = publish.read_manifest_meta(results_dir).get("report")
+    with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
+        scratch = Path(tmp)
+        freeze(choices, settings, scratch / CHOICES_DIR)
+        write_outputs(scratch, records_dir, summary, tables)
+        if isinstance(report_meta, dict):
+            from ckptsel.report import write_report
+
+            write_report(
+                scratch,
+                formats=report_meta.get("formats") or (),
+                trajectory=report_meta.get("trajectory"),
+            )
+        checked = 0
+        for rel in sorted(files):
+            again = scratch / rel
+            if rel == RUN_FILE or not again.is_file():
+                continue  # provenance (paths) and files that cannot be rebuilt here
+            digest = publish.sha256_file(again)
+            parquet = rel.endswith(".parquet")
+            if digest != files[rel] and parquet and _same_frame(results_dir / rel, again):
+                digest = files[rel]  # same data, other Parquet encoding (e.g. an older pyarrow)
+            if digest != files[rel]:
+                raise VerificationError(
+                    f"{results_dir / rel}: recomputed file has SHA-256 {digest}, the stored one "
+                    f"{files[rel]} (the first file that differs)"
+                )
+            checked += 1
+    return (
+        f"files: {checked} of {len(files)} recomputed and identical "
+        f"(Parquet tables compared by content)"
+    )
+
+
+def _same_frame(a: Path, b: Path) -> bool:
+    try:
+        return pd.read_parquet(a).equals(pd.read_parquet(b))
+    except (OSError, ValueError):
+        return False
+
+
+def _first_difference(a, b, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a or k not in b:
+                return f"{path}/{k} (present in only one)"
+            if a[k] != b[k]:
+                return _first_difference(a[k], b[k], f"{path}/{k}")
+    return f"{path}: stored {a!r}, recomputed {b!r}"
