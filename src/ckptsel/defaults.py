@@ -17,3 +17,15 @@ THINNING = (2, 3, 4)  # checkpoint-thinning factors (SPEC §6)
 BATCH_SIZE = 16  # prompts per measurement batch (answers do not depend on it)
 MAX_NEW_TOKENS = 512  # greedy generation length limit
 DATA_SEED = 42  # train/validation group split (SPEC §9)
+# practitioner commands (select, compare, plan): bootstrap draws and partitions
+SELECT_DRAWS = 1000  # select: question-bootstrap draws of the split-validation gain
+SELECT_BOOTSTRAP_PARTITIONS = 20  # select: partitions redone on every bootstrap draw
+COMPARE_DRAWS = 10000  # compare: paired bootstrap draws
+PLAN_DRAWS = 2000  # plan: resampled validation sets per budget
+PLAN_MAX_BUDGET = 1024  # plan: the largest budget planned for
+PLAN_TARGET = 0.8  # plan: the probability of beating the final checkpoint a plan must reach
+
+# limits of the protocol settings (beyond them memory or time explode; checked up front)
+MAX_PERMUTATIONS = 100_000
+MAX_DRAWS = 1_000_000
+MIN_DRAWS = 10

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ckptsel import defaults
+from ckptsel._util.checks import check_int, check_seed
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS
 from ckptsel.errors import CkptselError
 
@@ -36,6 +37,8 @@ class ChoiceSettings:
     budgets: tuple[int, ...] = BUDGETS
 
     def __post_init__(self):
+        check_int(self.permutations, "--permutations", low=1, high=defaults.MAX_PERMUTATIONS)
+        check_seed(self.seed)
         object.__setattr__(self, "budgets", check_budgets(self.budgets))
 
     @property

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptsel._util.checks import check_choice, check_int
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
 from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
@@ -63,34 +64,18 @@ class MeasureConfig:
             if not isinstance(self.test_task, str):
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
             get_task(self.test_task)
-        for name, flag, low in (
-            ("batch_size", "--batch-size", 1),
-            ("max_new_tokens", "--max-new-tokens", 1),
-            ("window", "--window", 0),
+        check_int(self.batch_size, "--batch-size (batch_size)", low=1)
+        check_int(self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1)
+        check_int(self.window, "--window (window; 0 = complete response only)", low=0)
+        check_choice(self.backend, "--backend", BACKENDS)
+        check_choice(self.only, "--only", (None, "generation", "nll"))
+        check_choice(self.dtype, "--dtype", DTYPES)
+        if not isinstance(self.device, str) or not (
+            self.device in ("cpu", "cuda") or self.device.startswith("cuda:")
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                extra = "; 0 = complete response only" if name == "window" else ""
-                raise CkptselError(
-                    f"{flag} ({name}) must be an integer >= {low} (got {value!r}{extra})"
-                )
-        if self.backend not in BACKENDS:
-            raise CkptselError(f"unknown --backend {self.backend!r}: use hf or vllm")
-        if self.only not in (None, "generation", "nll"):
-            raise CkptselError(f"unknown --only {self.only!r}: use generation or nll")
-        if self.dtype not in DTYPES:
-            raise CkptselError(
-                f"unknown --dtype {self.dtype!r}: use auto, float32, bfloat16 or float16"
-            )
-        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
-        for name, flag, low in (
-            ("max_loras", "--max-loras", 1),
-            ("max_lora_rank", "--max-lora-rank", 0),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise CkptselError(f"{flag} ({name}) must be an integer >= {low} (got {value!r})")
+        check_int(self.max_loras, "--max-loras (max_loras)", low=1)
+        check_int(self.max_lora_rank, "--max-lora-rank (max_lora_rank)", low=0)
         if self.check_here:
             self.check_device()
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ckptsel._util.checks import check_choice, check_int, check_number
 from ckptsel.errors import CkptselError
 from ckptsel.measure.parts import StepParts
 from ckptsel.train import Checkpoint
@@ -39,19 +40,11 @@ class ExecutorConfig:
     max_retries: int = 3
 
     def __post_init__(self) -> None:
-        if self.kind not in EXECUTORS:
-            raise CkptselError(f"unknown --executor {self.kind!r}: use local or ray")
-        for name, flag, low in (
-            ("workers", "--workers", 0),
-            ("max_retries", "--max-retries", 0),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise CkptselError(f"{flag} ({name}) must be an integer >= {low} (got {value!r})")
-        for name, flag in (("num_cpus", "--num-cpus"), ("num_gpus", "--num-gpus")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise CkptselError(f"{flag} ({name}) must be a number >= 0 (got {value!r})")
+        check_choice(self.kind, "--executor", EXECUTORS)
+        check_int(self.workers, "--workers (workers)", low=0)
+        check_int(self.max_retries, "--max-retries (max_retries)", low=0)
+        check_number(self.num_cpus, "--num-cpus (num_cpus)", low=0)
+        check_number(self.num_gpus, "--num-gpus (num_gpus)", low=0)
         if self.num_cpus == 0 and self.num_gpus == 0:
             raise CkptselError("--num-cpus and --num-gpus are both 0: an actor needs a resource")
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ckptsel import defaults
 from ckptsel._util import rng as streams
-from ckptsel.defaults import CONFIDENCE, SEED
+from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation
 from ckptsel.stats import (
@@ -30,9 +31,16 @@ from ckptsel.stats import (
 
 @dataclass(frozen=True)
 class CompareSettings:
-    draws: int = 10000
-    seed: int = SEED
-    level: float = CONFIDENCE
+    """Paired-bootstrap draws, seed and interval level (validated when built)."""
+
+    draws: int = defaults.COMPARE_DRAWS
+    seed: int = defaults.SEED
+    level: float = defaults.CONFIDENCE
+
+    def __post_init__(self) -> None:
+        check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
+        check_seed(self.seed)
+        check_level(self.level)
 
 
 @dataclass
@@ -147,10 +155,6 @@ def compare_checkpoints(
 ) -> dict:
     """Everything ``ckptsel compare`` reports, as a JSON-ready dict (see the module docstring)."""
     settings = settings or CompareSettings()
-    if settings.draws < 10:
-        raise CkptselError("--draws must be >= 10")
-    if not 0.0 < settings.level < 1.0:
-        raise CkptselError("--confidence must be between 0 and 1")
     records_dir = Path(records_dir)
     traj_b = trajectory_b or trajectory
     if traj_b == trajectory and step_a == step_b:

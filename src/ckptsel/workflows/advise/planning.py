@@ -44,38 +44,50 @@ from pathlib import Path
 
 import numpy as np
 
+from ckptsel import defaults
 from ckptsel._util import rng as streams
+from ckptsel._util.checks import check_choice, check_int, check_level, check_seed
 from ckptsel.choose import core
-from ckptsel.defaults import CONFIDENCE, SEED
+from ckptsel.defaults import CONFIDENCE
 from ckptsel.errors import CkptselError
 from ckptsel.records import MATCHED_WINDOW, load_validation
 from ckptsel.stats import Clusters, chunked_counts, norm_cdf, norm_ppf
 
 PLAN_RULES = ("accuracy", "agreement", "nll")
+PLAN_METHODS = ("split", "pilot")
 MAXIMIZE = {"accuracy": True, "agreement": True, "nll": False}
 
 
 @dataclass(frozen=True)
 class PlanSettings:
-    budgets: tuple[int, ...] = field(default_factory=lambda: default_budgets(1024))
-    draws: int = 2000
-    seed: int = SEED
-    target: float = (
-        0.8  # the probability of beating the final checkpoint a planned budget must reach
-    )
+    """Budgets to plan for, resampling draws, seed, the target probability of beating the final
+    checkpoint, and the pilot method (validated when built)."""
+
+    budgets: tuple[int, ...] = field(default_factory=lambda: default_budgets(defaults.PLAN_MAX_BUDGET))
+    draws: int = defaults.PLAN_DRAWS
+    seed: int = defaults.SEED
+    target: float = defaults.PLAN_TARGET  # P(beat final) a planned budget must reach
     method: str = "split"  # "split": choose on one half of the pilot, score on the other; "pilot"
+
+    def __post_init__(self) -> None:
+        check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
+        check_seed(self.seed)
+        check_level(self.target, "--target")
+        check_choice(self.method, "--method", PLAN_METHODS)
+        if isinstance(self.budgets, (str, bytes)) or not len(self.budgets):
+            raise CkptselError("--budgets: give at least one budget")
+        for b in self.budgets:
+            check_int(b, "budgets", low=1)
 
 
 def default_budgets(max_budget: int) -> tuple[int, ...]:
     """16, 32, 64, … up to ``max_budget`` (always included)."""
-    if max_budget < 1:
-        raise CkptselError("--max-budget must be >= 1")
+    check_int(max_budget, "--max-budget", low=1)
     out = [b for b in (2 ** np.arange(4, 31)).tolist() if b < max_budget]
     return tuple(out + [int(max_budget)])
 
 
 # --------------------------------------------------------------------------- pilot resampling
-PLAN_METHODS = ("split", "pilot")
 
 
 def pilot_curves(
@@ -190,14 +202,6 @@ def plan_from_pilot(
     settings = settings or PlanSettings()
     if rule not in PLAN_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(PLAN_RULES)}")
-    if settings.draws < 10:
-        raise CkptselError("--draws must be >= 10")
-    if settings.method not in PLAN_METHODS:
-        raise CkptselError(f"unknown --method {settings.method!r}; choose from {list(PLAN_METHODS)}")
-    if not 0.0 < settings.target < 1.0:
-        raise CkptselError("--target must be between 0 and 1")
-    if not settings.budgets or min(settings.budgets) < 1:
-        raise CkptselError("budgets must be >= 1")
     validation = load_validation(Path(records_dir))
     known = {v.trajectory: v for v in validation}
     names = list(trajectories) if trajectories else sorted(known)
