@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.backends.hf import ModelHolder, load_tokenizer, resolve_dtype
+from ckptsel.measure.backends.hf import ModelHolder, resolve_dtype, run_tokenizer
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
@@ -203,7 +203,7 @@ class Measurer:
     ) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
         """New generation and NLL part rows (with ``item_hash``) for what ``parts`` lacks."""
         if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.ckpts, self.base)
+            self.tokenizer = run_tokenizer(self.ckpts, self.base)
         model = self.holder.get(ckpt)
         cfg, res, pool = self.config, self.result, parts.pool
         new_gen, new_nll = [], []

@@ -26,15 +26,18 @@ def use_bf16(device: str) -> bool:
     )
 
 
-def load_tokenizer(base_model: str):
+def load_tokenizer(ref: str | Path):
+    """The tokenizer of a model (a folder or a hub name), as training and measurement use it:
+    it must have an EOS token (every response ends with one); without a pad token, EOS pads
+    (padding is masked out of attention and loss, and cut from generations)."""
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(base_model)
+        tok = AutoTokenizer.from_pretrained(str(ref))
     except (OSError, ValueError) as err:
-        raise CkptselError(
-            f"cannot load the tokenizer of base model {base_model!r}: {err}"
-        ) from err
+        raise CkptselError(f"{ref}: cannot load tokenizer ({err})") from err
+    if tok.eos_token_id is None:
+        raise CkptselError(f"{ref}: tokenizer has no EOS token (needed to end responses)")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel.errors import CkptselError
-from ckptsel.train import Checkpoint
+from ckptsel.train import Checkpoint, load_tokenizer
 
 MERGE_MAX_BYTES = 4 << 30  # a merged copy beside the base: at most this much more memory
 
@@ -139,18 +139,10 @@ class ModelHolder:
         return peft_model.merge_and_unload().eval()
 
 
-def load_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
+def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
     """One tokenizer for the whole run: the first checkpoint that ships one, else the base."""
-    from transformers import AutoTokenizer
-
     refs: list[str] = [str(c.path) for c in ckpts if (c.path / "tokenizer_config.json").exists()]
     refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
     if not refs:
         raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
-    try:
-        tok = AutoTokenizer.from_pretrained(refs[0])
-    except (OSError, ValueError) as err:
-        raise CkptselError(f"{refs[0]}: cannot load tokenizer ({err})") from err
-    if tok.eos_token_id is None:
-        raise CkptselError(f"{refs[0]}: tokenizer has no EOS token (needed to end responses)")
-    return tok
+    return load_tokenizer(refs[0])
