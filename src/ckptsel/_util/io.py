@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel.errors import CkptselError
+
 
 def _atomic(path: Path, write) -> None:
-    from ckptsel.errors import CkptselError
-
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,8 +75,6 @@ def read_json_records(path: Path) -> JsonRecords:
     names the file and the line. Lines are split on "\\n" only (``splitlines`` would also split
     inside a JSON string holding U+2028).
     """
-    from ckptsel.errors import CkptselError
-
     path = Path(path)
     if path.is_dir():
         raise CkptselError(f"{path}: is a folder; pass the data file (.json or .jsonl)")

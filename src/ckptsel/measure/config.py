@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptsel._util.checks import check_choice, check_int
+from ckptsel.data import PROMPT_TEMPLATE, get_task
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
 from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
@@ -55,8 +56,6 @@ class MeasureConfig:
     test_task: str | None = None
 
     def __post_init__(self) -> None:
-        from ckptsel.data import get_task
-
         if not isinstance(self.task, str):
             raise CkptselError(f"--task must be a task name (got {self.task!r})")
         get_task(self.task)  # unknown task -> CkptselError listing the known ones
@@ -97,8 +96,6 @@ class MeasureConfig:
         return tuple(dict.fromkeys((self.window, COMPLETE_WINDOW)))
 
     def _hash(self, payload: dict[str, Any]) -> str:
-        from ckptsel.data import PROMPT_TEMPLATE
-
         payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
         if self.test_task and self.test_task != self.task:  # unchanged hashes without it
             payload["test_task"] = self.test_task

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel.data import extract, is_correct
 from ckptsel.records import coerce_generations, coerce_nll, empty_nll
 
 
@@ -31,8 +32,6 @@ def score_texts(
 def _score(task: str, subtask: str, text: str, reference: str) -> tuple[str, bool]:
     """(answer, correct) of one text. Cached: every item is scored at every checkpoint, and
     again when the records are rebuilt from the parts, and most texts repeat."""
-    from ckptsel.data import extract, is_correct
-
     return (
         extract(task, text, subtask=subtask),
         bool(is_correct(task, text, reference, subtask=subtask)),

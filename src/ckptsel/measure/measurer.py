@@ -19,11 +19,14 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel.data import format_prompt
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import ModelHolder, resolve_dtype, run_tokenizer
+from ckptsel.measure.backends.vllm import VllmGenerator
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
+from ckptsel.measure.passes import measure_items
 from ckptsel.records import SPLITS, empty_generations, empty_nll
 from ckptsel.train import Checkpoint
 
@@ -80,9 +83,6 @@ def measure_splits(
     """:func:`measure_model` for the items of several splits (``{split: items}``) at once: one
     pass over all of them (fuller batches, less padding), frames per split, concatenated.
     ``token_cache``: see :func:`ckptsel.measure.passes.measure_items`."""
-    from ckptsel.data import format_prompt
-    from ckptsel.measure.passes import measure_items
-
     for split in items:
         if split not in SPLITS:
             raise CkptselError(f"unknown split {split!r}: use validation or test")
@@ -169,8 +169,6 @@ class Measurer:
         config.check_device()
         self.vllm = None
         if config.backend == "vllm":
-            from ckptsel.measure.backends.vllm import VllmGenerator
-
             self.vllm = VllmGenerator.for_checkpoints(
                 ckpts,
                 max_new_tokens=config.max_new_tokens,
@@ -252,8 +250,6 @@ class Measurer:
     def _generate_vllm(
         self, ckpt: Checkpoint, items: list[Any], split: str, trajectory: str, configuration: str
     ) -> pd.DataFrame:
-        from ckptsel.data import format_prompt
-
         prompts = [format_prompt(it.instruction) for it in items]
         texts = self.vllm.generate(ckpt, self.tokenizer, prompts)
         return generation_frame(

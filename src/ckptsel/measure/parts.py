@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ckptsel._util import io
-from ckptsel.data import item_hash
+from ckptsel.data import item_hash, load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame
@@ -32,8 +32,6 @@ _NLL_KEY = ("split", "item_id", "window")
 
 
 def _load_items(task: str, path: Path, split: str) -> list[Any]:
-    from ckptsel.data import load_items
-
     path = Path(path)
     if not path.exists():
         raise CkptselError(f"{path}: {split} items file not found")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
@@ -91,8 +92,6 @@ def measure_run(
     result = MeasureResult(trajectory, configuration, [c.step for c in ckpts])
     emit = on_progress or (lambda event: None)
     emit(ProgressEvent("run", trajectory, total=len(ckpts) * pool.n_items * 2, units=len(ckpts)))
-    from ckptsel.measure.executors import open_executor
-
     units = [(ckpt, StepParts(out, trajectory, ckpt.step, config, pool)) for ckpt in ckpts]
     with open_executor(executor, config, ckpts, base, result) as measurer:
         # units come back in the executor's order (local: one by one; ray: as they finish);

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptsel.errors import CkptselError
+from ckptsel.measure.tokens import encode_prompts
 from ckptsel.train import Checkpoint
 
 INSTALL_HINT = "pip install 'ckptsel[vllm]' (or pip install vllm) on a machine with a CUDA GPU"
@@ -113,8 +114,6 @@ class VllmGenerator:
         """Greedy texts for ``prompts`` under ``ckpt``'s adapter, in input order."""
         from vllm.inputs import TokensPrompt
         from vllm.lora.request import LoRARequest
-
-        from ckptsel.measure.tokens import encode_prompts
 
         reqs = [TokensPrompt(prompt_token_ids=ids) for ids in encode_prompts(tokenizer, prompts)]
         lora = LoRARequest(f"step{ckpt.step}", ckpt.step + 1, str(ckpt.path))

@@ -13,7 +13,7 @@
 * subtask: the lm-eval task name when it differs from ``--task`` (e.g. ``boolq`` under
   ``--task commonsense``), else empty.
 * correct: the per-sample metric (``--metric``; default ``exact_match``, else ``acc``), which
-  must be 0/1; answer: ``ckptsel.extract(task, response)`` when ``--task`` is a known
+  must be 0/1; answer: ``ckptsel.data.extract(task, response)`` when ``--task`` is a known
   ckptsel task, else the stripped response; for multiple-choice (log-likelihood) samples
   the answer is the index of the highest-scoring choice.
 * several filters in a file (gsm8k: ``strict-match``, ``flexible-extract``): ``--filter``
@@ -22,6 +22,9 @@
 """
 
 from __future__ import annotations
+
+from ckptsel.data import extract, task_family
+from ckptsel.records import check_name
 
 import gzip
 import json
@@ -160,8 +163,6 @@ def _correct(sample: dict[str, Any], metric: str | None, where: str) -> bool:
 def _known_task(task: str | None) -> bool:
     if not task:
         return False
-    from ckptsel.data import task_family
-
     try:
         task_family(task)
     except (CkptselError, KeyError):
@@ -189,9 +190,7 @@ def samples_to_rows(
         if filter_name not in filters:
             raise CkptselError(f"{path}: filter {filter_name!r} not found (file has {filters})")
         chosen = filter_name
-    extract = _known_task(task)
-    if extract:
-        from ckptsel.data import extract
+    known_task = _known_task(task)
     rows, seen = [], {}
     for s in samples:
         if str(s.get("filter", "none")) != chosen:
@@ -204,7 +203,7 @@ def samples_to_rows(
             raise CkptselError(f"{where}: doc_id {doc} repeated (first at line {seen[doc]})")
         seen[doc] = s["_line"]
         text, is_choice = response_of(s, where)
-        if is_choice or not extract:
+        if is_choice or not known_task:
             answer = text.strip()
         else:
             answer = extract(task, text)
@@ -260,8 +259,6 @@ def ingest_lm_eval(
 
     Everything is read and checked before anything is written. Returns the rows written.
     """
-    from ckptsel.records import check_name
-
     if not folders:
         raise CkptselError("no SAMPLES_DIR given")
     if split not in ("validation", "test"):

@@ -19,7 +19,7 @@ from ckptsel import defaults
 from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.errors import CkptselError
-from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation
+from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation, read_rows
 from ckptsel.stats import (
     cluster_codes,
     clustered_means,
@@ -91,8 +91,6 @@ def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
 
 
 def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
-    from ckptsel.records import read_rows
-
     path = Path(records_dir) / GENERATIONS_FILE
     rows = read_rows(
         records_dir,
@@ -107,8 +105,6 @@ def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
 
 def _test_groups(records_dir: Path, trajectory: str, item_ids: np.ndarray) -> np.ndarray:
     """The ``group`` of each test item (TestData carries subtasks, not groups)."""
-    from ckptsel.records import read_rows
-
     table = read_rows(
         records_dir,
         "generations",
