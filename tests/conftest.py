@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from s3local import s3, s3_endpoint  # noqa: F401  (fixtures: a local S3 server, a bucket per test)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

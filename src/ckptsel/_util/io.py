@@ -1,10 +1,13 @@
 """Atomic file writes: write a temp file in the same folder, then rename.
 
-A killed job therefore leaves either the old file or the new one, never half of one.
+A killed job therefore leaves either the old file or the new one, never half of one. Every
+writer also takes a URL (:mod:`ckptsel._util.locations`): on an object store the file is one
+PUT of bytes serialized in memory, which readers likewise see whole or not at all.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -14,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 
 
@@ -36,12 +40,16 @@ def _atomic(path: Path, write) -> None:
         raise
 
 
-def write_text(path: Path, text: str) -> None:
-    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+def write_text(path: Path | Location | str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    _atomic(path, lambda p: p.write_bytes(data))
+def write_bytes(path: Path | Location | str, data: bytes) -> None:
+    loc = as_location(path)
+    if loc.is_local:
+        _atomic(loc.local, lambda p: p.write_bytes(data))
+    else:
+        loc.write_bytes(data)
 
 
 # every Parquet file ckptsel writes carries page CRCs, verified on read
@@ -49,19 +57,29 @@ def write_bytes(path: Path, data: bytes) -> None:
 PARQUET_OPTIONS = {"write_page_checksum": True}
 
 
-def write_parquet(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, lambda p: df.to_parquet(p, index=False, **PARQUET_OPTIONS))
+def write_parquet(path: Path | Location | str, df: pd.DataFrame) -> None:
+    loc = as_location(path)
+    if loc.is_local:
+        _atomic(loc.local, lambda p: df.to_parquet(p, index=False, **PARQUET_OPTIONS))
+    else:
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False, **PARQUET_OPTIONS)
+        loc.write_bytes(buf.getvalue())
 
 
-def write_csv(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, lambda p: df.to_csv(p, index=False, lineterminator="\n"))
+def write_csv(path: Path | Location | str, df: pd.DataFrame) -> None:
+    loc = as_location(path)
+    if loc.is_local:
+        _atomic(loc.local, lambda p: df.to_csv(p, index=False, lineterminator="\n"))
+    else:
+        loc.write_bytes(df.to_csv(index=False, lineterminator="\n").encode("utf-8"))
 
 
 @dataclass
 class JsonRecords:
     """The records of a JSON-list or JSON-Lines file, with their places for error messages."""
 
-    path: Path
+    path: Path | Location  # a Path when local
     format: str  # "json" (a list) or "jsonl"
     records: list[Any]
     locations: list[str]  # "line N" (JSON Lines) or "record N" (JSON list), 1-based
@@ -75,11 +93,12 @@ def read_json_records(path: Path) -> JsonRecords:
     names the file and the line. Lines are split on "\\n" only (``splitlines`` would also split
     inside a JSON string holding U+2028).
     """
-    path = Path(path)
-    if path.is_dir():
+    loc = as_location(path)
+    path = loc.local if loc.is_local else loc
+    if loc.is_dir():
         raise CkptselError(f"{path}: is a folder; pass the data file (.json or .jsonl)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = loc.read_text(encoding="utf-8")
     except OSError as err:
         raise CkptselError(f"{path}: cannot read ({err.strerror or err})") from err
     except UnicodeDecodeError as err:
