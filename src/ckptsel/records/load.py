@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records import units
 from ckptsel.records.codec import read_schema, read_table
@@ -76,7 +78,7 @@ def _read(
     String columns are read dictionary-encoded (an order of magnitude faster than plain
     strings on millions of rows) and stay so; :func:`_codes` turns them into integers.
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     path = units.display_path(records_dir, kind)
     if not units.exists(records_dir, kind):
         name = units.SINGLE_FILES[kind]
@@ -130,15 +132,16 @@ def _read(
     return pa.table(out), path
 
 
-def _check_splits(path: Path) -> None:
+def _check_splits(path: Location) -> None:
     """Unknown split names are an error for the whole file (reads only the split column)."""
-    stat = path.stat()
-    _check_splits_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    info = path.info()
+    where = os.path.realpath(path) if path.is_local else str(path)
+    _check_splits_once(where, path.is_local, info.tag if info else "", info.size if info else -1)
 
 
 @functools.lru_cache(maxsize=16)
-def _check_splits_once(path_str: str, _mtime: int, _size: int) -> None:
-    path = Path(path_str)
+def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
+    path = Location(Path(where)) if local else Location(where)
     splits = read_table(path, columns=["split"], read_dictionary=["split"]).column("split")
     _, values = _codes(splits)
     unknown = sorted(set(values.tolist()) - set(SPLITS))
@@ -263,9 +266,9 @@ class _Grid:
         return out[0], out[1]
 
 
-def _final_steps(records_dir: Path) -> dict[str, int]:
+def _final_steps(records_dir: Location) -> dict[str, int]:
     """Expected final step per trajectory, when the study declares them."""
-    for candidate in (Path(records_dir) / FINAL_STEPS_FILE, Path(records_dir).parent / FINAL_STEPS_FILE):
+    for candidate in (records_dir / FINAL_STEPS_FILE, records_dir.parent / FINAL_STEPS_FILE):
         if candidate.is_file():
             try:
                 data = json.loads(candidate.read_text())
@@ -425,7 +428,7 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     lm-evaluation-harness) is analysed without the matched-NLL rule: ``nll`` stays empty.
     A study with NLL records must have them for every trajectory.
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     g = _generation_grid(records_dir, "validation")
     gpath = g.path
     nll = _NllTable(records_dir, g.items) if has_validation_nll(records_dir) else None
@@ -484,7 +487,7 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     When ``validation`` is given, each trajectory's test checkpoints must equal its
     validation checkpoints.
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     g = _generation_grid(records_dir, "test")
     gpath = g.path
     val_steps = {v.trajectory: v.steps for v in validation or []}
@@ -617,7 +620,7 @@ def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path
             return x
     names = [x.trajectory for x in loaded]
     raise CkptselError(
-        f"{Path(records_dir)}: trajectory {trajectory!r} has no {split} records "
+        f"{as_location(records_dir)}: trajectory {trajectory!r} has no {split} records "
         f"(known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
     )
 

@@ -7,8 +7,10 @@ the result (checked by :mod:`ckptsel.records.load`).
 
 Reading thousands of small files one by one is slow (about 5 ms each: ~8 s for the 1,563
 checkpoints of the paper preset), so readers go through a consolidated *read cache*, one
-Parquet file per kind keyed by the units' names, sizes and modification times; it is rebuilt
-(in one multi-threaded dataset scan) when any unit changes and is never a source of truth.
+Parquet file per kind keyed by the units' names, sizes and versions (modification times
+locally, ETags on object stores); it is rebuilt (in one multi-threaded dataset scan, or on an
+object store concurrent GETs parsed in memory) when any unit changes and is never a source of
+truth.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from ckptsel._util import io
+from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
-from ckptsel.records.codec import parquet_bytes, read_schema, read_table
+from ckptsel.records.codec import parquet_bytes, read_schema, read_table, table_from_bytes
 from ckptsel.records.schema import (
     RECORDS_ORDER,
     SPLITS,
@@ -68,6 +70,22 @@ def _culprit(units: list[UnitFile], kind: str) -> None:
                 ) from err
 
 
+def _fetch(units: list[UnitFile], schema: pa.Schema) -> pa.Table:
+    """Units on an object store: concurrent GETs, each parsed in memory (checksums verified),
+    conformed to ``schema`` as a dataset scan would (missing columns as nulls)."""
+    fs = units[0].path.fs
+    blobs = fs.cat([u.path.fs_path for u in units])
+    tables = []
+    for u in units:
+        t = table_from_bytes(blobs[u.path.fs_path], u.path)
+        cols = [
+            t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+            for f in schema
+        ]
+        tables.append(pa.Table.from_arrays(cols, schema=schema))
+    return pa.concat_tables(tables)
+
+
 def _scan(units: list[UnitFile], kind: str) -> pa.Table:
     """All rows of ``units`` in one multi-threaded scan (page checksums verified), in the
     single file's row order."""
@@ -78,12 +96,13 @@ def _scan(units: list[UnitFile], kind: str) -> pa.Table:
         default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
     )
     try:
-        table = ds.dataset([str(u.path) for u in units], schema=schema, format=fmt).to_table()
-    except (OSError, pa.ArrowException, ValueError) as err:
+        if units[0].path.is_local:
+            table = ds.dataset([str(u.path) for u in units], schema=schema, format=fmt).to_table()
+        else:
+            table = _fetch(units, schema)
+    except (OSError, pa.ArrowException, ValueError, CkptselError) as err:
         _culprit(units, kind)
-        raise CkptselError(
-            f"{Path(units[0].path).parents[1]}: unreadable units ({err})"
-        ) from err
+        raise CkptselError(f"{units[0].path.parent.parent}: unreadable units ({err})") from err
     if any(table.column(c).null_count for c in schema.names):
         _culprit(units, kind)  # a unit without a column reads as nulls: name it
     split = table.column("split")
@@ -93,7 +112,7 @@ def _scan(units: list[UnitFile], kind: str) -> pa.Table:
         r = pc.index(bad, True).as_py()
         traj, step = table.column("trajectory")[r].as_py(), table.column("step")[r].as_py()
         raise CkptselError(
-            f"{unit_path(units[0].path.parents[2], kind, traj, step)}: unknown split name(s) "
+            f"{unit_path(units[0].path.parent.parent.parent.parent, kind, traj, step)}: unknown split name(s) "
             f"{unknown}; expected one of {list(SPLITS)}"
         )
     # the single file's row order (split ascending, then trajectory, step, item, window)
@@ -102,22 +121,23 @@ def _scan(units: list[UnitFile], kind: str) -> pa.Table:
 
 
 def _key(units: list[UnitFile]) -> str:
-    blob = json.dumps([[u.trajectory, u.step, u.size, u.mtime_ns] for u in units])
+    blob = json.dumps([[u.trajectory, u.step, u.size, u.tag] for u in units])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _cached_units(records_dir: Path, kind: str, units: list[UnitFile]) -> tuple[Path | None, pa.Table | None]:
+def _cached_units(
+    records_dir: Location, kind: str, units: list[UnitFile]
+) -> tuple[Location | None, pa.Table | None]:
     """The read cache for ``units``: ``(path, None)`` when the cache file is current, else
     ``(path_or_None, table)`` with the rebuilt table (written to the cache when possible)."""
-    cache = Path(records_dir) / UNITS_DIR / CACHE_DIR / f"{kind}.parquet"
+    cache = records_dir / UNITS_DIR / CACHE_DIR / f"{kind}.parquet"
     key = _key(units).encode()
-    if cache.is_file():
-        try:
-            meta = pq.read_schema(cache).metadata or {}
-        except (OSError, pa.ArrowException, ValueError):
-            meta = {}
-        if meta.get(_CACHE_KEY) == key:
-            return cache, None
+    try:
+        meta = read_schema(cache).metadata or {}
+    except CkptselError:  # no cache yet, or a damaged one: rebuilt below
+        meta = {}
+    if meta.get(_CACHE_KEY) == key:
+        return cache, None
     table = _scan(units, kind)
     stored = table.replace_schema_metadata({_CACHE_KEY: key})
     try:
@@ -186,7 +206,7 @@ def read_rows(
     units reads just those units and leaves the cache alone: the cache is stale after every
     write, and rebuilding it for the whole folder costs ~15 s at paper scale.
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     single = single_file(records_dir, kind)
     units = list_units(records_dir, kind)
     if single is None and not units:
@@ -263,7 +283,7 @@ def _concat(tables: list[pa.Table], records_dir: Path, kind: str) -> pa.Table:
     return out
 
 
-def sources(records_dir: Path, kind: str) -> list[Path]:
+def sources(records_dir: Path | Location | str, kind: str) -> list[Location]:
     """Every file that holds records of ``kind`` (for messages and manifests)."""
     single = single_file(records_dir, kind)
     return ([single] if single else []) + [u.path for u in list_units(records_dir, kind)]
@@ -274,7 +294,7 @@ def read_frame(records_dir: Path, kind: str) -> pd.DataFrame:
     records row order, whichever form they are in; generations carry ``text`` when any
     was recorded (null where unknown). For tools, tests and :func:`compact`, not for analysis.
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     columns = list(UNIT_COLUMNS[kind])
     table = read_rows(records_dir, kind, columns=columns)
     if table is None:

@@ -18,6 +18,11 @@ Two ways in:
   a re-measured checkpoint replaces exactly its own units (rows with the same key replaced,
   others kept); files are written atomically (a kill leaves complete units only) under a
   per-trajectory lock (producers of different trajectories never wait for each other).
+  On an object store (a records URL) there is no lock: each unit is one PUT, conditional on
+  the version that was read (S3 ``If-Match`` / ``If-None-Match``), and a writer that lost the
+  race reads, merges and writes again, so concurrent producers lose no rows. Stores without
+  conditional writes (GCS here) rely on one writer per trajectory, which ``measure`` is (its
+  driver alone writes).
 * :func:`upsert_records` — rows of any checkpoints (``ingest``): grouped by (trajectory,
   step) and written unit by unit.
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,8 +43,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ckptsel._util import io
+from ckptsel._util.locations import Location, WriteConflict, as_location
 from ckptsel.errors import CkptselError
-from ckptsel.records.codec import parquet_bytes, read_schema, read_table, unit_bytes
+from ckptsel.records.codec import (
+    parquet_bytes,
+    read_schema,
+    read_table,
+    table_from_bytes,
+    unit_bytes,
+)
 from ckptsel.records.scan import read_frame
 from ckptsel.records.schema import (
     GENERATION_KEY,
@@ -52,14 +65,14 @@ from ckptsel.records.schema import (
 from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, exists, single_file, unit_path
 
 
-def compact(records_dir: Path) -> list[Path]:
+def compact(records_dir: Path | Location | str) -> list[Location]:
     """Write the single-file form (``generations.parquet``, ``nll.parquet``, texts as the
     optional ``text`` column) from everything in ``records_dir``, then remove the units.
 
     Each file is written atomically before any unit is removed; a kill in between leaves
     both forms, which read as before (units supersede the single file's rows).
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     written = []
     for kind in ("generations", "nll"):
         if exists(records_dir, kind):
@@ -67,7 +80,9 @@ def compact(records_dir: Path) -> list[Path]:
             write_records(path, read_frame(records_dir, kind))
             written.append(path)
     units = records_dir / UNITS_DIR
-    if units.is_dir():
+    if not units.is_local:
+        units.remove_tree()
+    elif units.is_dir():
         shutil.rmtree(units)
     return written
 
@@ -79,7 +94,7 @@ def _order(columns) -> list[str]:
     return [c for c in RECORDS_ORDER if c in columns]
 
 
-def write_records(path: Path, df: pd.DataFrame) -> None:
+def write_records(path: Path | Location | str, df: pd.DataFrame) -> None:
     """Write a whole records table (SPEC §2) in the records layout (see the module docstring)."""
     ordered = df.sort_values(_order(df.columns), kind="stable", ignore_index=True)
     io.write_bytes(
@@ -88,9 +103,13 @@ def write_records(path: Path, df: pd.DataFrame) -> None:
 
 
 @contextlib.contextmanager
-def records_lock(records_dir: Path) -> Iterator[None]:
-    """Exclusive advisory lock on ``records_dir`` (POSIX ``flock``; a no-op elsewhere)."""
-    records_dir = Path(records_dir)
+def records_lock(records_dir: Path | Location | str) -> Iterator[None]:
+    """Exclusive advisory lock on ``records_dir`` (POSIX ``flock``; a no-op elsewhere, and on
+    object stores, which have no locks)."""
+    if not as_location(records_dir).is_local:
+        yield
+        return
+    records_dir = as_location(records_dir).local
     records_dir.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -153,9 +172,9 @@ def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
 
 
 @contextlib.contextmanager
-def _unit_lock(records_dir: Path, trajectory: str) -> Iterator[None]:
+def _unit_lock(records_dir: Location, trajectory: str) -> Iterator[None]:
     """Exclusive lock on one trajectory's units (producers of other trajectories never wait)."""
-    folder = Path(records_dir) / UNITS_DIR / ".locks"
+    folder = records_dir.local / UNITS_DIR / ".locks"
     folder.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -171,12 +190,17 @@ def _unit_lock(records_dir: Path, trajectory: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _existing(records_dir: Path, kind: str, trajectory: str, step: int) -> pa.Table | None:
+def _existing(records_dir: Location, kind: str, trajectory: str, step: int) -> pa.Table | None:
     """The unit's current rows: its file, else the single file's rows of this checkpoint (which
     the new unit then carries on, since a unit supersedes the single file's rows)."""
     path = unit_path(records_dir, kind, trajectory, step)
     if path.is_file():
         return read_table(path)
+    return _from_single(records_dir, kind, trajectory, step)
+
+
+def _from_single(records_dir: Location, kind: str, trajectory: str, step: int) -> pa.Table | None:
+    """The single file's rows of this checkpoint (``None`` without a single file)."""
     single = single_file(records_dir, "generations" if kind == "texts" else kind)
     if single is None:
         return None
@@ -190,12 +214,12 @@ def _existing(records_dir: Path, kind: str, trajectory: str, step: int) -> pa.Ta
 
 
 def write_unit(
-    records_dir: Path,
+    records_dir: Path | Location | str,
     trajectory: str,
     step: int,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
-) -> list[Path]:
+) -> list[Location]:
     """Record one checkpoint: its rows go to its own unit files (see
     :mod:`ckptsel.records.units`), nothing else in ``records_dir`` is read or rewritten.
 
@@ -204,10 +228,10 @@ def write_unit(
     replace them, other rows are kept (a re-measured checkpoint replaces exactly its own
     unit). The generations' optional ``text`` goes to the unit's texts file, which analysis
     never reads. Every file is written atomically, serialized in memory first and renamed back
-    to back. Safe to call from several processes at once (a per-trajectory lock). Returns the
-    files written.
+    to back. Safe to call from several processes at once (a per-trajectory lock; on an object
+    store, conditional writes: see the module docstring). Returns the files written.
     """
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     check_name("trajectory", trajectory)
     step = int(step)
     payload: list[tuple[str, pd.DataFrame, tuple[str, ...]]] = []
@@ -228,6 +252,12 @@ def write_unit(
                 f"{kind} row of trajectory {r['trajectory']!r} step {int(r['step'])} given to "
                 f"write_unit for trajectory {trajectory!r} step {step}"
             )
+    if not records_dir.is_local:
+        return [
+            _write_remote_unit(records_dir, kind, trajectory, step, df, key)
+            for kind, df, key in payload
+            if not (kind == "texts" and df.empty)
+        ]
     written = []
     with _unit_lock(records_dir, trajectory):
         blobs = []
@@ -245,8 +275,38 @@ def write_unit(
     return written
 
 
+UNIT_WRITE_ATTEMPTS = 50
+
+
+def _write_remote_unit(
+    records_dir: Location, kind: str, trajectory: str, step: int, df: pd.DataFrame, key: tuple[str, ...]
+) -> Location:
+    """One unit on an object store: read it with its version, merge, write it back in one PUT
+    conditional on that version (or on its absence); a lost race reads again."""
+    path = unit_path(records_dir, kind, trajectory, step)
+    target = arrow_schema(kind)
+    table = pa.Table.from_pandas(df, preserve_index=False).cast(target)
+    conditional = path.has_conditions
+    for attempt in range(UNIT_WRITE_ATTEMPTS):
+        got = path.read_tagged()
+        if got is not None:
+            old = table_from_bytes(got[0], path)
+        else:
+            old = _from_single(records_dir, kind, trajectory, step)
+        data = unit_bytes(_upsert(old, table, key, target).replace_schema_metadata(None))
+        if not conditional:  # one writer per trajectory (see the module docstring)
+            path.write_bytes(data)
+            return path
+        try:
+            path.write_bytes(data, if_absent=got is None, if_tag=None if got is None else got[1])
+            return path
+        except WriteConflict:
+            time.sleep(min(0.5, 0.01 * (attempt + 1)))
+    raise CkptselError(f"{path}: {UNIT_WRITE_ATTEMPTS} concurrent writers kept overwriting this unit")
+
+
 def upsert_records(
-    records_dir: Path,
+    records_dir: Path | Location | str,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
 ) -> None:

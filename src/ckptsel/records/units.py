@@ -8,6 +8,10 @@ Layout inside a records folder::
     units/texts/<trajectory>/step-<n>.parquet         trajectory, step, split, item_id, text
     units/.cache/<kind>.parquet                       derived read cache (safe to delete)
 
+A records folder may be a local path or a URL (``s3://bucket/records``; see
+:mod:`ckptsel._util.locations`): units are then objects, each written with one PUT, and a
+unit's version is its ETag instead of its modification time.
+
 A *unit* is one trajectory × checkpoint × kind. It is written once, atomically, by
 :func:`ckptsel.records.store.write_unit`; a re-measured unit replaces exactly its own file;
 nothing else is ever rewritten, so the cost of recording a checkpoint does not depend on how
@@ -23,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptsel._util.locations import Location, as_location
 from ckptsel.records.schema import (
     GENERATIONS_FILE,
     NLL_FILE,
@@ -34,24 +39,29 @@ SINGLE_FILES = {"generations": GENERATIONS_FILE, "nll": NLL_FILE}
 _UNIT_RE = re.compile(r"^step-(\d+)\.parquet$")
 
 
-def unit_path(records_dir: Path, kind: str, trajectory: str, step: int) -> Path:
+def unit_path(records_dir: Path | Location | str, kind: str, trajectory: str, step: int) -> Location:
     """Where the unit of ``kind`` for ``trajectory`` at ``step`` lives."""
-    return Path(records_dir) / UNITS_DIR / kind / trajectory / f"step-{int(step)}.parquet"
+    return as_location(records_dir) / UNITS_DIR / kind / trajectory / f"step-{int(step)}.parquet"
 
 
 @dataclass(frozen=True)
 class UnitFile:
+    """One unit on disk: its key, where it is, and its version (``size`` + ``tag``: the
+    modification time in ns locally, the ETag on object stores)."""
+
     trajectory: str
     step: int
-    path: Path
+    path: Location
     size: int
-    mtime_ns: int
+    tag: str
 
 
-def list_units(records_dir: Path, kind: str) -> list[UnitFile]:
+def list_units(records_dir: Path | Location | str, kind: str) -> list[UnitFile]:
     """Every complete unit of ``kind`` (temp files of writes in flight are skipped), sorted by
-    trajectory then step."""
-    base = Path(records_dir) / UNITS_DIR / kind
+    trajectory then step. On an object store: one recursive listing."""
+    base = as_location(records_dir) / UNITS_DIR / kind
+    if not base.is_local:
+        return _list_remote(base)
     out: list[UnitFile] = []
     try:
         trajs = sorted(e.name for e in os.scandir(base) if e.is_dir() and e.name[0] != ".")
@@ -64,27 +74,39 @@ def list_units(records_dir: Path, kind: str) -> list[UnitFile]:
                 m = _UNIT_RE.match(e.name)
                 if m and e.is_file():
                     st = e.stat()
-                    found.append(UnitFile(traj, int(m.group(1)), Path(e.path), st.st_size, st.st_mtime_ns))
+                    found.append(
+                        UnitFile(traj, int(m.group(1)), Location(Path(e.path)), st.st_size, str(st.st_mtime_ns))
+                    )
         out.extend(sorted(found, key=lambda u: u.step))
     return out
 
 
-def single_file(records_dir: Path, kind: str) -> Path | None:
+def _list_remote(base: Location) -> list[UnitFile]:
+    out = []
+    for rel, info in base.listing().items():
+        traj, _, name = rel.partition("/")
+        m = _UNIT_RE.match(name)
+        if m and traj and traj[0] != "." and "/" not in name:
+            out.append(UnitFile(traj, int(m.group(1)), base / rel, info.size, info.tag))
+    return sorted(out, key=lambda u: (u.trajectory, u.step))
+
+
+def single_file(records_dir: Path | Location | str, kind: str) -> Location | None:
     """The single-file form of ``kind`` when present."""
     name = SINGLE_FILES.get(kind)
-    path = Path(records_dir) / name if name else None
+    path = as_location(records_dir) / name if name else None
     return path if path is not None and path.is_file() else None
 
 
-def exists(records_dir: Path, kind: str) -> bool:
+def exists(records_dir: Path | Location | str, kind: str) -> bool:
     """Whether ``records_dir`` holds records of ``kind`` in either form."""
     return single_file(records_dir, kind) is not None or bool(list_units(records_dir, kind))
 
 
-def display_path(records_dir: Path, kind: str) -> Path:
+def display_path(records_dir: Path | Location | str, kind: str) -> Location:
     """The name error messages give for a kind's records: the single file when it is the only
     form, else the units folder."""
     single = single_file(records_dir, kind)
     if single is not None and not list_units(records_dir, kind):
         return single
-    return Path(records_dir) / UNITS_DIR / kind
+    return as_location(records_dir) / UNITS_DIR / kind
