@@ -15,7 +15,8 @@ inside functions):
   :func:`measure_model` (a model already in memory, e.g. the Trainer callback);
 * :mod:`~ckptsel.measure.executors` — where units run: this process or Ray actors;
 * :mod:`~ckptsel.measure.run` — :func:`measure_run`: every ``checkpoint-<step>/`` of a run
-  into a records folder;
+  into a records folder (local paths or URLs); :class:`RunMeasurement`, the same one
+  checkpoint batch at a time;
 * :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs.
 """
 
@@ -29,7 +30,7 @@ from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, mea
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import generate_texts, measure_items, response_nll
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
-from ckptsel.measure.run import measure_run
+from ckptsel.measure.run import RunMeasurement, measure_run
 
 __all__ = [
     "BACKENDS",
@@ -41,6 +42,7 @@ __all__ = [
     "Measurer",
     "ProgressCallback",
     "ProgressEvent",
+    "RunMeasurement",
     "StepParts",
     "generate_texts",
     "ingest_lm_eval",

@@ -7,19 +7,23 @@ that changes a measurement (:meth:`MeasureConfig.generation_fingerprint`,
 :meth:`MeasureConfig.nll_fingerprint`); part rows also carry a hash of each item's content
 (:func:`item_hash`). A re-run reuses matching part rows and measures only what is missing, so
 a killed job restarted ends with exactly the records of an uninterrupted one. A damaged part
-is only a cache: it is measured again.
+is only a cache: it is measured again. In a records folder at a URL a part is one object,
+written with one PUT (a kill leaves whole parts or none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ckptsel._util import io
+from ckptsel._util.locations import Location, as_location
+from ckptsel._util.nodecache import local_copy
 from ckptsel.data import item_hash, load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
@@ -31,11 +35,12 @@ _GEN_KEY = ("split", "item_id")
 _NLL_KEY = ("split", "item_id", "window")
 
 
-def _load_items(task: str, path: Path, split: str) -> list[Any]:
-    path = Path(path)
-    if not path.exists():
+def _load_items(task: str, path: Path | Location | str, split: str) -> list[Any]:
+    loc = as_location(path)
+    path = loc.local if loc.is_local else loc
+    if not loc.exists():
         raise CkptselError(f"{path}: {split} items file not found")
-    items = list(load_items(task, path))
+    items = list(load_items(task, local_copy(loc)))  # a URL: this node's copy
     if not items:
         raise CkptselError(f"{path}: no {split} items")
     seen: set[str] = set()
@@ -46,9 +51,9 @@ def _load_items(task: str, path: Path, split: str) -> list[Any]:
     return items
 
 
-def _items_of(task: str, source: Path | Sequence[Any], split: str) -> list[Any]:
-    if isinstance(source, (str, Path)):
-        return _load_items(task, Path(source), split)
+def _items_of(task: str, source: Path | Location | Sequence[Any], split: str) -> list[Any]:
+    if isinstance(source, (str, Path, Location)):
+        return _load_items(task, source, split)
     items = list(source)
     if not items:
         raise CkptselError(f"no {split} items")
@@ -114,11 +119,13 @@ def _keys(part: pd.DataFrame):
     )
 
 
-def _load(path: Path) -> pd.DataFrame | None:
-    if not path.exists():
-        return None
+def _load(path: Location) -> pd.DataFrame | None:
     try:
-        return pd.read_parquet(path)
+        if path.is_local:
+            return pd.read_parquet(path) if path.exists() else None
+        return pd.read_parquet(BytesIO(path.read_bytes()))  # one GET
+    except FileNotFoundError:
+        return None
     except Exception:  # a damaged part is only a cache: measure again
         return None
 
@@ -131,9 +138,14 @@ class StepParts:
     """
 
     def __init__(
-        self, records_dir: Path, trajectory: str, step: int, config: MeasureConfig, pool: ItemPool
+        self,
+        records_dir: Path | Location | str,
+        trajectory: str,
+        step: int,
+        config: MeasureConfig,
+        pool: ItemPool,
     ) -> None:
-        folder = Path(records_dir) / PARTS_DIR / trajectory
+        folder = as_location(records_dir) / PARTS_DIR / trajectory
         self.gen_path = folder / f"step-{step}.{config.generation_fingerprint()}.gen.parquet"
         self.nll_path = folder / f"step-{step}.{config.nll_fingerprint()}.nll.parquet"
         self.pool = pool

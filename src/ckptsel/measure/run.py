@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors import open_executor
@@ -23,11 +24,11 @@ from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.records import GENERATIONS_FILE, SPLITS, check_name, read_rows, upsert_records
-from ckptsel.train import discover_checkpoints
+from ckptsel.train import Checkpoint, discover_checkpoints
 
 
 def _check_trajectory_identity(
-    table, out: Path, trajectory: str, configuration: str, config: MeasureConfig
+    table, out: Location, trajectory: str, configuration: str, config: MeasureConfig
 ) -> None:
     """A trajectory name already in ``out`` must keep its configuration and each split's task
     (else the mix would only surface at ``analyze``)."""
@@ -51,13 +52,116 @@ def _check_trajectory_identity(
             )
 
 
+def _default_name(run_dir: Location) -> str:
+    """A run's trajectory name: its folder's name (a local path resolved first)."""
+    return run_dir.local.resolve().name if run_dir.is_local else run_dir.name
+
+
+class RunMeasurement:
+    """One run being measured into a records folder, checkpoint by checkpoint.
+
+    Built once: names checked, items loaded, the records already in ``out`` checked. Then
+    :meth:`measure` measures the checkpoints it is given (what their part caches lack) and
+    records them; the executor opens on first use and stays open until :meth:`close` (the
+    base model stays loaded), so a watcher (:mod:`ckptsel.measure.watch`) can hand it
+    checkpoints as they become complete. :func:`measure_run` hands it all of a run's at once.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path | Location | str,
+        config: MeasureConfig,
+        *,
+        validation: Path | Location | str,
+        test: Path | Location | str,
+        out: Path | Location | str,
+        base: str | None = None,
+        trajectory: str | None = None,
+        configuration: str | None = None,
+        on_progress: ProgressCallback | None = None,
+        after_checkpoint: Callable[[int], None] | None = None,
+        executor: Any = None,
+    ) -> None:
+        self.run_dir, self.out = as_location(run_dir), as_location(out)
+        self.trajectory = check_name("trajectory", trajectory or _default_name(self.run_dir))
+        self.configuration = check_name("configuration", configuration or self.trajectory)
+        self.config, self.base, self.executor = config, base, executor
+        self.pool = ItemPool.load(config.task, validation, test, config.test_task)
+        self.emit = on_progress or (lambda event: None)
+        self.after_checkpoint = after_checkpoint
+        self.result = MeasureResult(self.trajectory, self.configuration, [])
+        self.ckpts: list[Checkpoint] = []  # every checkpoint handed in (the executor's list)
+        self._open: Any = None
+
+    def check_records(self) -> None:
+        """The trajectory's records in ``out`` are readable and keep its configuration and
+        tasks (before the first write)."""
+        out, traj = self.out, self.trajectory
+        read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", traj)])
+        _check_trajectory_identity(
+            read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],
+                      filters=[("trajectory", "=", traj)]),
+            out, traj, self.configuration, self.config,
+        )  # fmt: skip
+
+    def parts(self, step: int) -> StepParts:
+        return StepParts(self.out, self.trajectory, step, self.config, self.pool)
+
+    def measure(self, ckpts: list[Checkpoint]) -> None:
+        """Measure what ``ckpts`` lack and record them (one checkpoint's units at a time)."""
+        traj, config, emit, res = self.trajectory, self.config, self.emit, self.result
+        self.ckpts.extend(c for c in ckpts if c not in self.ckpts)
+        res.steps.extend(c.step for c in ckpts if c.step not in res.steps)
+        emit(ProgressEvent("run", traj, total=len(ckpts) * self.pool.n_items * 2, units=len(ckpts)))
+        units = [(ckpt, self.parts(ckpt.step)) for ckpt in ckpts]
+        if self._open is None:
+            self._open = open_executor(self.executor, config, self.ckpts, self.base, res)
+            self._open.__enter__()
+        # units come back in the executor's order (local: one by one; ray: as they finish);
+        # the driver alone writes: parts files, then the checkpoint's contract rows
+        for ckpt, parts, new in self._open.run(units, traj, self.configuration, emit):
+            if new is not None:
+                parts.add(*new)
+                res.measured_steps.append(ckpt.step)
+            else:
+                res.reused_steps.append(ckpt.step)
+            upsert_records(
+                self.out,
+                generations=parts.contract_generations(
+                    config.task, traj, self.configuration, config.test_task
+                ),
+                nll=parts.contract_nll(traj),
+            )
+            emit(ProgressEvent("step_done", traj, step=ckpt.step, total=self.pool.n_items * 2))
+            if self.after_checkpoint is not None:
+                self.after_checkpoint(ckpt.step)
+
+    def forget(self, step: int) -> None:
+        """Drop a checkpoint's part cache (its folder was rewritten: measure it afresh)."""
+        parts = self.parts(step)
+        for path in (parts.gen_path, parts.nll_path):
+            path.unlink(missing_ok=True)
+        self.ckpts = [c for c in self.ckpts if c.step != step]
+
+    def close(self, *exc: object) -> None:
+        if self._open is not None:
+            opened, self._open = self._open, None
+            opened.__exit__(*(exc or (None, None, None)))
+
+    def __enter__(self) -> RunMeasurement:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(*exc)
+
+
 def measure_run(
-    run_dir: Path,
+    run_dir: Path | Location | str,
     config: MeasureConfig,
     *,
-    validation: Path,
-    test: Path,
-    out: Path,
+    validation: Path | Location | str,
+    test: Path | Location | str,
+    out: Path | Location | str,
     base: str | None = None,
     trajectory: str | None = None,
     configuration: str | None = None,
@@ -76,42 +180,21 @@ def measure_run(
     (tests use it). ``executor`` says where checkpoints are measured: ``None``/``"local"``
     (this process), ``"ray"`` or an :class:`~ckptsel.measure.executors.ExecutorConfig`
     (a Ray cluster; results still come back here and are written by this process alone).
+    ``run_dir``, ``out``, the item files and ``base`` may be URLs (``s3://...``): checkpoints
+    and base are then copied once per node into its cache (:mod:`ckptsel._util.nodecache`),
+    and records are written as objects.
     """
     t_start = time.perf_counter()
-    run_dir, out = Path(run_dir), Path(out)
-    trajectory = check_name("trajectory", trajectory or run_dir.resolve().name)
-    configuration = check_name("configuration", configuration or trajectory)
-    pool = ItemPool.load(config.task, validation, test, config.test_task)
-    ckpts = discover_checkpoints(run_dir, base)
-    read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", trajectory)])
-    _check_trajectory_identity(
-        read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],
-                  filters=[("trajectory", "=", trajectory)]),
-        out, trajectory, configuration, config,
-    )
-    result = MeasureResult(trajectory, configuration, [c.step for c in ckpts])
-    emit = on_progress or (lambda event: None)
-    emit(ProgressEvent("run", trajectory, total=len(ckpts) * pool.n_items * 2, units=len(ckpts)))
-    units = [(ckpt, StepParts(out, trajectory, ckpt.step, config, pool)) for ckpt in ckpts]
-    with open_executor(executor, config, ckpts, base, result) as measurer:
-        # units come back in the executor's order (local: one by one; ray: as they finish);
-        # the driver alone writes: parts files, then the checkpoint's contract rows
-        for ckpt, parts, new in measurer.run(units, trajectory, configuration, emit):
-            if new is not None:
-                parts.add(*new)
-                result.measured_steps.append(ckpt.step)
-            else:
-                result.reused_steps.append(ckpt.step)
-            upsert_records(
-                out,
-                generations=parts.contract_generations(
-                    config.task, trajectory, configuration, config.test_task
-                ),
-                nll=parts.contract_nll(trajectory),
-            )
-            emit(ProgressEvent("step_done", trajectory, step=ckpt.step, total=pool.n_items * 2))
-            if after_checkpoint is not None:
-                after_checkpoint(ckpt.step)
+    session = RunMeasurement(
+        run_dir, config, validation=validation, test=test, out=out, base=base,
+        trajectory=trajectory, configuration=configuration, on_progress=on_progress,
+        after_checkpoint=after_checkpoint, executor=executor,
+    )  # fmt: skip
+    ckpts = discover_checkpoints(session.run_dir, base)
+    session.check_records()
+    with session:
+        session.measure(ckpts)
+    result = session.result
     result.measured_steps.sort()
     result.reused_steps.sort()
     result.seconds = time.perf_counter() - t_start

@@ -1,22 +1,38 @@
 """Find and validate the checkpoints of a run before anything is measured or written.
 
-A run directory holds ``checkpoint-<step>/`` folders in the Hugging Face ``Trainer`` layout:
-either a PEFT adapter (``adapter_config.json`` + adapter weights) or a full model
-(``config.json`` + weights). Everything is checked up front so that a bad folder stops the
-job before a single record is touched.
+A run directory holds ``checkpoint-<step>/`` folders in the Hugging Face ``Trainer`` layout
+(also what TRL, axolotl and LLaMA-Factory write; torchtune's ``epoch_<n>/`` / ``step_<n>/``
+with ``layout="torchtune"``): either a PEFT adapter (``adapter_config.json`` + adapter
+weights) or a full model (``config.json`` + weights). Everything is checked up front so that
+a bad folder stops the job before a single record is touched. The run directory and the base
+model may be URLs (``s3://bucket/run``; :mod:`ckptsel._util.locations`): folders are then
+listed and weight headers read with ranged GETs, nothing is downloaded here.
+
+For a run still being written (``ckptsel watch``), :func:`checkpoint_readiness` says whether
+a folder is complete: its marker (the Trainer's ``trainer_state.json``, written last) parses
+with the folder's step, and the files a measurement reads are there and whole. The watcher
+adds the last condition, that the folder's listing stayed the same for a settle window
+(callbacks that write after the marker, uploads in any order).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.locations import FileInfo, Location, as_location, is_url
 from ckptsel.errors import CkptselError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(.+)$")
+LAYOUTS = {
+    "hf": CHECKPOINT_RE,  # HF Trainer, TRL, axolotl, LLaMA-Factory
+    "torchtune": re.compile(r"^(?:epoch|step)_(.+)$"),
+}
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 MODEL_WEIGHTS = (
     "model.safetensors",
@@ -28,26 +44,35 @@ MODEL_WEIGHTS = (
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One checkpoint folder: its step, path, kind (``"adapter"``|``"full"``) and base model."""
+    """One checkpoint folder: its step, location (a local path or a URL), kind
+    (``"adapter"``|``"full"``) and base model (a local folder, a URL or a hub name)."""
 
     step: int
-    path: Path
+    path: Location
     kind: str
-    base: str | None = None  # adapters only: a local folder or a hub name
+    base: str | None = None  # adapters only
 
 
 def _looks_like_hub_id(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", name)) and not name.startswith(".")
 
 
-def resolve_base(name: str, run_dir: Path, where: Path) -> str:
-    """A base model reference as a usable string: an existing folder (as given, or relative
-    to the run directory) or, failing that, something shaped like a hub id."""
-    for cand in (Path(name).expanduser(), Path(run_dir) / name):
+def resolve_base(name: str, run_dir: Path | Location | str, where: Any) -> str:
+    """A base model reference as a usable string: an existing folder (a URL, a local path as
+    given, or relative to the run directory) or, failing that, something shaped like a hub
+    id."""
+    run = as_location(run_dir)
+    if is_url(name):
+        cands = [Location(name)]
+    else:
+        cands = [Location(Path(name).expanduser())]
+        if not Path(name).is_absolute():
+            cands.append(run / name)
+    for cand in cands:
         if cand.is_dir():
             if not (cand / "config.json").exists():
                 raise CkptselError(f"{where}: base model folder {cand} has no config.json")
-            return str(cand.resolve())
+            return str(cand.local.resolve()) if cand.is_local else str(cand)
     if _looks_like_hub_id(name) and not Path(name).is_absolute():
         return name
     raise CkptselError(
@@ -55,49 +80,60 @@ def resolve_base(name: str, run_dir: Path, where: Path) -> str:
     )
 
 
-def inspect_checkpoint(path: Path, step: int, run_dir: Path, base: str | None) -> Checkpoint:
+def _read_json(file: Location) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CkptselError(f"{file}: not valid JSON ({err})") from err
+
+
+def inspect_checkpoint(
+    path: Path | Location | str, step: int, run_dir: Path | Location | str, base: str | None
+) -> Checkpoint:
     """Validate one folder and say what it holds; ``base`` overrides the adapter's own."""
-    adapter_cfg = path / "adapter_config.json"
-    if adapter_cfg.exists():
-        try:
-            cfg = json.loads(adapter_cfg.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise CkptselError(f"{adapter_cfg}: not valid JSON ({err})") from err
+    path = as_location(path)
+    names = {name for name, folder in path.children() if not folder}
+    if "adapter_config.json" in names:
+        adapter_cfg = path / "adapter_config.json"
+        cfg = _read_json(adapter_cfg)
         if not isinstance(cfg, dict):
             raise CkptselError(f"{adapter_cfg}: expected a JSON object")
-        if not any((path / w).exists() for w in ADAPTER_WEIGHTS):
+        if not names & set(ADAPTER_WEIGHTS):
             raise CkptselError(
                 f"{path}: adapter_config.json but no adapter weights ({ADAPTER_WEIGHTS[0]})"
             )
-        check_weights(path, ADAPTER_WEIGHTS)
+        check_weights(path, ADAPTER_WEIGHTS, names)
         name = base if base is not None else cfg.get("base_model_name_or_path")
         if not name:
             raise CkptselError(
                 f"{adapter_cfg}: field base_model_name_or_path is empty; pass --base MODEL_DIR"
             )
         return Checkpoint(step, path, "adapter", resolve_base(str(name), run_dir, adapter_cfg))
-    if (path / "config.json").exists():
-        try:
-            json.loads((path / "config.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise CkptselError(f"{path / 'config.json'}: not valid JSON ({err})") from err
-        if not any((path / w).exists() for w in MODEL_WEIGHTS):
+    if "config.json" in names:
+        _read_json(path / "config.json")
+        if not names & set(MODEL_WEIGHTS):
             raise CkptselError(f"{path}: config.json but no model weights ({MODEL_WEIGHTS[0]})")
-        check_weights(path, MODEL_WEIGHTS)
+        check_weights(path, MODEL_WEIGHTS, names)
         return Checkpoint(step, path, "full")
     raise CkptselError(
         f"{path}: neither a PEFT adapter (adapter_config.json) nor a full model (config.json)"
     )
 
 
-def check_weights(path: Path, names: tuple[str, ...]) -> None:
+def check_weights(
+    path: Path | Location | str, names: tuple[str, ...], present: set[str] | None = None
+) -> None:
     """Open the weight files of a checkpoint folder and check they are whole (before anything
     is measured or written): a ``.safetensors`` header must parse and its tensors must fit in
-    the file; sharded weights are checked shard by shard; ``.bin`` files must not be empty."""
+    the file; sharded weights are checked shard by shard; ``.bin`` files must not be empty.
+    ``present``: the folder's file names when already listed."""
+    path = as_location(path)
+    if present is None:
+        present = {name for name, folder in path.children() if not folder}
     for name in names:
-        file = path / name
-        if not file.exists():
+        if name not in present:
             continue
+        file = path / name
         if name.endswith(".index.json"):
             try:
                 index = json.loads(file.read_text(encoding="utf-8"))
@@ -105,33 +141,35 @@ def check_weights(path: Path, names: tuple[str, ...]) -> None:
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
                 raise CkptselError(f"{file}: not a valid weight index ({err})") from err
             for shard in shards:
-                shard_path = path / str(shard)
-                if not shard_path.is_file():
+                if str(shard) not in present:
                     raise CkptselError(f"{file}: shard {shard!r} is missing")
-                _check_weight_file(shard_path)
+                _check_weight_file(path / str(shard))
         else:
             _check_weight_file(file)
 
 
-def _check_weight_file(file: Path) -> None:
-    import struct
+def _safetensors_header(file: Location, size: int) -> tuple[int, Any]:
+    """The header length and parsed header of a safetensors file (two ranged reads)."""
+    head = file.read_range(0, 8)
+    if len(head) < 8:
+        raise CkptselError(f"{file}: truncated safetensors file (no header)")
+    (n,) = struct.unpack("<Q", head)
+    if n > size - 8:
+        raise CkptselError(f"{file}: truncated safetensors file (header of {n} bytes, file of {size})")
+    return n, json.loads(file.read_range(8, 8 + n).decode("utf-8"))
 
+
+def _check_weight_file(file: Location) -> None:
     try:
-        size = file.stat().st_size
+        info = file.info()
+        if info is None:
+            raise FileNotFoundError(f"no file {file}")
+        size = info.size
         if size == 0:
             raise CkptselError(f"{file}: empty weight file")
         if file.suffix != ".safetensors":
             return
-        with open(file, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                raise CkptselError(f"{file}: truncated safetensors file (no header)")
-            (n,) = struct.unpack("<Q", head)
-            if n > size - 8:
-                raise CkptselError(
-                    f"{file}: truncated safetensors file (header of {n} bytes, file of {size})"
-                )
-            header = json.loads(fh.read(n).decode("utf-8"))
+        n, header = _safetensors_header(file, size)
     except OSError as err:
         raise CkptselError(f"{file}: cannot read weights ({err.strerror or err})") from err
     except (ValueError, UnicodeDecodeError) as err:
@@ -153,25 +191,39 @@ def _check_weight_file(file: Path) -> None:
         )
 
 
-def discover_checkpoints(run_dir: Path, base: str | None = None) -> list[Checkpoint]:
-    """All ``checkpoint-<step>`` folders of ``run_dir``, validated, ascending by step."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+def layout_pattern(layout: str) -> re.Pattern[str]:
+    """The folder-name pattern of a checkpoint layout (``hf`` or ``torchtune``)."""
+    if layout not in LAYOUTS:
+        raise CkptselError(f"unknown checkpoint layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    return LAYOUTS[layout]
+
+
+def discover_checkpoints(
+    run_dir: Path | Location | str, base: str | None = None, layout: str = "hf"
+) -> list[Checkpoint]:
+    """All ``checkpoint-<step>`` folders of ``run_dir`` (``epoch_<n>`` / ``step_<n>`` with
+    ``layout="torchtune"``), validated, ascending by step."""
+    run_dir = as_location(run_dir)
+    pattern = layout_pattern(layout)
+    entries = run_dir.children()
+    if not entries and not run_dir.is_dir():
         raise CkptselError(f"{run_dir}: run directory not found")
     found: list[Checkpoint] = []
-    for child in sorted(run_dir.iterdir()):
-        m = CHECKPOINT_RE.match(child.name)
+    for name, folder in entries:
+        m = pattern.match(name)
         if not m:
             continue
-        if not child.is_dir():
+        child = run_dir / name
+        if not folder:
             raise CkptselError(f"{child}: checkpoint entry is not a folder")
         if not m.group(1).isdigit():
             raise CkptselError(
-                f"{child}: checkpoint folder name must be checkpoint-<step> (an integer)"
+                f"{child}: checkpoint folder name must be {name[: m.start(1)]}<step> (an integer)"
             )
         found.append(inspect_checkpoint(child, int(m.group(1)), run_dir, base))
     if not found:
-        raise CkptselError(f"{run_dir}: no checkpoint-<step> folders found")
+        what = "checkpoint-<step>" if layout == "hf" else "epoch_<n> / step_<n>"
+        raise CkptselError(f"{run_dir}: no {what} folders found")
     found.sort(key=lambda c: c.step)
     steps = [c.step for c in found]
     if len(set(steps)) != len(steps):
@@ -180,6 +232,60 @@ def discover_checkpoints(run_dir: Path, base: str | None = None) -> list[Checkpo
             f"{run_dir}: step {dup} appears twice (e.g. checkpoint-{dup} and a zero-padded twin)"
         )
     return found
+
+
+# --------------------------------------------------------------------------- a run being written
+
+
+def checkpoint_readiness(
+    folder: Location, step: int, files: Mapping[str, FileInfo], marker: str | None
+) -> tuple[bool, str, dict[str, Any]]:
+    """Whether a checkpoint folder that a trainer may still be writing is complete:
+    ``(ready, why not, the marker's JSON)``. ``files``: the folder's files (name -> size and
+    tag) from the caller's listing; ``marker``: the file the trainer writes last (``None``:
+    no marker, e.g. torchtune). Ready when the marker parses (a Trainer's ``global_step``
+    equal to ``step``) and the files a measurement reads are there and whole (weights parse,
+    every shard present). Never raises for a half-written folder: it is just not ready."""
+    state: dict[str, Any] = {}
+    if marker:
+        if marker not in files:
+            return False, f"no {marker} yet", state
+        try:
+            state = json.loads((folder / marker).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False, f"{marker} is not readable JSON yet", state
+        if not isinstance(state, dict):
+            return False, f"{marker} is not a JSON object", {}
+        if "global_step" in state and state.get("global_step") != step:
+            return False, f"{marker} says global_step {state.get('global_step')}, not {step}", state
+    if "adapter_config.json" in files:
+        weights = ADAPTER_WEIGHTS
+    elif "config.json" in files:
+        weights = MODEL_WEIGHTS
+    else:
+        return False, "no adapter_config.json or config.json yet", state
+    if not set(files) & set(weights):
+        return False, "no weights yet", state
+    try:
+        check_weights(folder, weights, set(files))
+    except CkptselError as err:
+        return False, f"weights not whole yet ({err})", state
+    return True, "", state
+
+
+def is_final_checkpoint(state: Mapping[str, Any], step: int, until_step: int | None = None) -> bool:
+    """Whether the checkpoint at ``step`` is the run's last: ``step >= until_step`` when given,
+    else what the Trainer's state says (``should_training_stop``, as at the last save and on
+    early stopping, or ``global_step >= max_steps``)."""
+    if until_step is not None:
+        return step >= until_step
+    control = (state.get("stateful_callbacks") or {}).get("TrainerControl") or {}
+    if (control.get("args") or {}).get("should_training_stop"):
+        return True
+    max_steps = state.get("max_steps") or 0
+    return isinstance(max_steps, int) and max_steps > 0 and step >= max_steps
+
+
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
 
@@ -209,11 +315,9 @@ class TrajectoryStatus:
         }
 
 
-def _is_complete_checkpoint(path: Path) -> bool:
+def _is_complete_checkpoint(path: Location) -> bool:
     """A checkpoint folder holding loadable weights (adapter or full model)."""
-    if not path.is_dir():
-        return False
-    names = {p.name for p in path.iterdir()}
+    names = {name for name, _ in path.children()}
     has_adapter = "adapter_config.json" in names and any(
         n.startswith("adapter_model.") for n in names
     )
@@ -226,16 +330,15 @@ def _is_complete_checkpoint(path: Path) -> bool:
     return has_adapter or has_full
 
 
-def checkpoint_steps(run_dir: Path) -> list[int]:
+def checkpoint_steps(run_dir: Path | Location | str) -> list[int]:
     """Steps of the complete ``checkpoint-<step>/`` folders of a run, ascending."""
-    run_dir = Path(run_dir)
+    run_dir = as_location(run_dir)
     steps = []
-    if run_dir.is_dir():
-        for p in run_dir.iterdir():
-            if p.name.startswith(CHECKPOINT_PREFIX):
-                tail = p.name[len(CHECKPOINT_PREFIX) :]
-                if tail.isdigit() and _is_complete_checkpoint(p):
-                    steps.append(int(tail))
+    for name, folder in run_dir.children():
+        if folder and name.startswith(CHECKPOINT_PREFIX):
+            tail = name[len(CHECKPOINT_PREFIX) :]
+            if tail.isdigit() and _is_complete_checkpoint(run_dir / name):
+                steps.append(int(tail))
     return sorted(steps)
 
 

@@ -11,6 +11,10 @@ level (every item's text and NLL agree with the unmerged adapter in the tests). 
 never merged into and unmerged from, so results do not depend on the order checkpoints are
 measured in. On GPUs (bfloat16, where a merge would round the adapter's small update away)
 adapters stay unmerged.
+
+Checkpoints and base models at URLs are loaded from this node's copy
+(:func:`ckptsel._util.nodecache.local_ref`: downloaded once per node, checked against the
+remote listing on every use), so a Ray actor on a node without the run's disk gets only URLs.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from ckptsel._util.nodecache import local_ref
 from ckptsel.errors import CkptselError
 from ckptsel.train import Checkpoint, load_tokenizer
 
@@ -55,12 +59,12 @@ class ModelHolder:
         self.pristine: Any = None  # the untouched base that adapters are merged into copies of
         self.loads = 0  # base/full model loads, for tests and benchmarks
 
-    def _load(self, ref: str | Path) -> Any:
+    def _load(self, ref: Any) -> Any:
         from transformers import AutoModelForCausalLM
 
         self.loads += 1
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(ref), dtype=self.dtype)
+            model = AutoModelForCausalLM.from_pretrained(local_ref(ref), dtype=self.dtype)
         except (OSError, ValueError) as err:
             raise CkptselError(f"{ref}: cannot load model ({err})") from err
         return model.to(self.device).eval()
@@ -103,13 +107,15 @@ class ModelHolder:
                 self.pristine, self.base = base, ckpt.base
                 self.model = self._merged(ckpt, name)
                 return self.model
-            self.model = PeftModel.from_pretrained(base, str(ckpt.path), adapter_name=name)
+            self.model = PeftModel.from_pretrained(base, local_ref(ckpt.path), adapter_name=name)
             self.model.to(self.device).eval()
             self.base, self.adapter = ckpt.base, name
             return self.model
         if name != self.adapter:
             old = self.adapter
-            self.model.load_adapter(str(ckpt.path), adapter_name=name, torch_device=self.device)
+            self.model.load_adapter(
+                local_ref(ckpt.path), adapter_name=name, torch_device=self.device
+            )
             self.model.set_adapter(name, inference_mode=True)
             self.model.delete_adapter(old)
             self.adapter = name
@@ -133,7 +139,7 @@ class ModelHolder:
 
         self.model = None  # the previous merged copy goes before the next is made
         peft_model = PeftModel.from_pretrained(
-            copy.deepcopy(self.pristine), str(ckpt.path), adapter_name=name
+            copy.deepcopy(self.pristine), local_ref(ckpt.path), adapter_name=name
         )
         self.adapter = name
         return peft_model.merge_and_unload().eval()
@@ -141,8 +147,8 @@ class ModelHolder:
 
 def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
     """One tokenizer for the whole run: the first checkpoint that ships one, else the base."""
-    refs: list[str] = [str(c.path) for c in ckpts if (c.path / "tokenizer_config.json").exists()]
+    refs: list[Any] = [c.path for c in ckpts if (c.path / "tokenizer_config.json").exists()]
     refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
     if not refs:
         raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
-    return load_tokenizer(refs[0])
+    return load_tokenizer(local_ref(refs[0]))

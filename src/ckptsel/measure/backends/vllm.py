@@ -3,7 +3,8 @@
 
 Only generation goes through vLLM; teacher-forced NLL stays on the Hugging Face path (the
 two must score the exact same tokens, and vLLM's prompt log-probs are not that). Greedy
-decoding (temperature 0) with the same prompt token ids as the HF path.
+decoding (temperature 0) with the same prompt token ids as the HF path. A base model or an
+adapter at a URL is served from this node's copy (:mod:`ckptsel._util.nodecache`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ckptsel._util.nodecache import local_ref
 from ckptsel.errors import CkptselError
 from ckptsel.measure.tokens import encode_prompts
 from ckptsel.train import Checkpoint
@@ -104,7 +106,7 @@ class VllmGenerator:
                 f"--max-lora-rank {max_lora_rank} is below the run's adapter rank {rank}"
             )
         return cls(
-            str(next(iter(bases))),
+            local_ref(next(iter(bases))),
             max_new_tokens=max_new_tokens,
             max_lora_rank=vllm_rank(max_lora_rank or rank),
             max_loras=max_loras,
@@ -116,7 +118,7 @@ class VllmGenerator:
         from vllm.lora.request import LoRARequest
 
         reqs = [TokensPrompt(prompt_token_ids=ids) for ids in encode_prompts(tokenizer, prompts)]
-        lora = LoRARequest(f"step{ckpt.step}", ckpt.step + 1, str(ckpt.path))
+        lora = LoRARequest(f"step{ckpt.step}", ckpt.step + 1, local_ref(ckpt.path))
         outs = self.llm.generate(reqs, self.params, lora_request=lora, use_tqdm=False)
         return [o.outputs[0].text for o in outs]
 

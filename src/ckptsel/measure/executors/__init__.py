@@ -28,6 +28,7 @@ from ckptsel.measure.executors.base import (
     NewRows,
     WorkUnit,
     import_ray,
+    storage_env,
 )
 from ckptsel.measure.executors.local import LocalExecutor
 from ckptsel.measure.executors.ray_actors import RayExecutor
@@ -42,6 +43,7 @@ __all__ = [
     "WorkUnit",
     "import_ray",
     "open_executor",
+    "storage_env",
 ]
 
 

@@ -1,5 +1,6 @@
 """What every executor shares: its settings (:class:`ExecutorConfig`), the unit of work and
-the rows it gives back, and the Ray import with its install hint."""
+the rows it gives back, the Ray import with its install hint, and the storage settings that
+travel to workers (:func:`storage_env`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,18 @@ from ckptsel.train import Checkpoint
 EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'ckptsel[ray]' (or pip install 'ray[default]')"
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
+# where objects are and how to reach them: always forwarded to workers (no secrets here)
+STORAGE_ENV = (
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+    "AWS_EC2_METADATA_DISABLED", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT",
+    "CKPTSEL_CACHE_DIR",
+)  # fmt: skip
+STORAGE_ENV_PREFIXES = ("FSSPEC_", "GCSFS_")
+# secrets: forwarded only with forward_credentials (a runtime_env is visible in Ray's dashboard)
+CREDENTIALS_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)  # fmt: skip
 
 WorkUnit = tuple[Checkpoint, StepParts]
 NewRows = tuple[list[Any], list[Any]]  # (generation part frames, NLL part frames)
@@ -29,7 +42,11 @@ class ExecutorConfig:
     ``$RAY_ADDRESS`` if set, else a local ``ray.init()``); ``workers`` = actors to start
     (0: as many as the cluster's resources hold, at most one per unit); ``num_cpus`` /
     ``num_gpus`` = resources each actor reserves (one actor per GPU: ``num_gpus=1``);
-    ``max_retries`` = restarts of a dead actor and retries of its unit before the run stops.
+    ``max_retries`` = restarts of a dead actor and retries of its unit before the run stops;
+    ``forward_credentials`` = also hand the driver's storage credentials (``AWS_ACCESS_KEY_ID``,
+    ...) to the workers (off: each node uses its own, e.g. an instance role or
+    ``~/.aws``; storage settings such as ``AWS_ENDPOINT_URL`` always travel, see
+    :func:`storage_env`).
     """
 
     kind: str = "local"
@@ -38,8 +55,13 @@ class ExecutorConfig:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     max_retries: int = 3
+    forward_credentials: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.forward_credentials, bool):
+            raise CkptselError(
+                f"forward_credentials must be true or false, not {self.forward_credentials!r}"
+            )
         check_choice(self.kind, "--executor", EXECUTORS)
         check_int(self.workers, "--workers (workers)", low=0)
         check_int(self.max_retries, "--max-retries (max_retries)", low=0)
@@ -71,6 +93,17 @@ class ExecutorConfig:
     def resolved_address(self) -> str | None:
         """The cluster to join: ``address``, else ``$RAY_ADDRESS``, else ``None`` (local)."""
         return self.address or os.environ.get(RAY_ADDRESS_ENV) or None
+
+
+def storage_env(forward_credentials: bool = False) -> dict[str, str]:
+    """The driver's storage settings that workers need to reach the same URLs (endpoint,
+    region, profile name, fsspec settings, the node cache folder), plus its credentials when
+    ``forward_credentials``. On a real cluster, workers do not inherit the driver's
+    environment."""
+    names = STORAGE_ENV + (CREDENTIALS_ENV if forward_credentials else ())
+    out = {k: v for k, v in os.environ.items() if k in names}
+    out.update({k: v for k, v in os.environ.items() if k.startswith(STORAGE_ENV_PREFIXES)})
+    return out
 
 
 def import_ray() -> Any:

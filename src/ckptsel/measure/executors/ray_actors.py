@@ -16,32 +16,94 @@ so a worker process that dies is restarted by Ray and its unit runs again; the d
 sees the one result, and writes it once. Errors raised by the measurement itself (a bad
 checkpoint) are not retried: they stop the run as a :class:`CkptselError`.
 
-Checkpoints, base models and the records folder must be reachable under the same paths
-from every node (a shared filesystem), as on a usual Slurm or Kubernetes cluster.
+Files: checkpoints and base models given as local paths must be reachable under the same
+paths from every node (a shared filesystem, as on a usual Slurm or Kubernetes cluster). Given
+as URLs (``s3://...``), nothing is shared: actors get URLs, never paths, and each node copies
+what its actors load into its own cache once (:mod:`ckptsel._util.nodecache`;
+``CKPTSEL_CACHE_DIR``, where ``{node}`` stands for the Ray node id). The driver's storage
+settings travel to the actors in their ``runtime_env`` (:func:`~ckptsel.measure.executors.
+base.storage_env`; credentials only with ``forward_credentials``). Each actor works in a
+private temporary folder (its working directory), removed when it is closed; folders of
+actors that died are removed by the next actor started on that node. Only the driver
+writes records.
 
-Test hook: with ``CKPTSEL_RAY_KILL_ONCE=/path/marker`` set in the driver's environment, the
-first actor to start a unit while the marker file does not exist creates it and exits
-(``os._exit``), as a crashed worker would.
+Test hook: with ``CKPTSEL_RAY_KILL_ONCE=/path/marker`` (or a URL) set in the driver's
+environment, the first actor to start a unit while the marker does not exist creates it and
+exits (``os._exit``), as a crashed worker would.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ckptsel._util.locations import WriteConflict, as_location
+from ckptsel._util.nodecache import CACHE_ENV
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.executors.base import ExecutorConfig, NewRows, WorkUnit, import_ray
+from ckptsel.measure.executors.base import (
+    ExecutorConfig,
+    NewRows,
+    WorkUnit,
+    import_ray,
+    storage_env,
+)
 from ckptsel.measure.measurer import Measurer, MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressEvent
 from ckptsel.train import Checkpoint
 
 KILL_ONCE_ENV = "CKPTSEL_RAY_KILL_ONCE"
+WORKDIR_PREFIX = "ckptsel-actor-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def private_workdir() -> str:
+    """A fresh working directory for this actor process (``ckptsel-actor-<pid>-*`` in the
+    node's temp folder), after removing those of actors that are gone (``ray.kill`` runs no
+    cleanup in the process it kills)."""
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob(f"{WORKDIR_PREFIX}*"):
+        pid = old.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+
+
+def _node_cache(node_id: str) -> None:
+    """``{node}`` in ``CKPTSEL_CACHE_DIR`` becomes this node's id (several nodes on one disk)."""
+    cache = os.environ.get(CACHE_ENV, "")
+    if "{node}" in cache:
+        os.environ[CACHE_ENV] = cache.replace("{node}", node_id[:16])
+
+
+def _kill_once(marker: str) -> None:
+    """Test hook: the first caller while ``marker`` (a path or URL) does not exist creates it
+    and dies."""
+    loc = as_location(marker)
+    if loc.exists():
+        return
+    try:
+        loc.write_bytes(str(os.getpid()).encode(), if_absent=loc.is_local or loc.has_conditions)
+    except WriteConflict:
+        return
+    os._exit(1)  # die like a crashed worker, mid-run, once
 
 
 def _rss_mb() -> tuple[float, float]:
@@ -98,7 +160,11 @@ class MeasureWorker:
         threads: int = 0,
         kill_marker: str | None = None,
     ) -> None:
-
+        ray = import_ray()
+        self.node = ray.get_runtime_context().get_node_id()
+        _node_cache(self.node)
+        self.workdir = private_workdir()
+        os.chdir(self.workdir)
         if threads > 0:
             import torch
 
@@ -117,10 +183,8 @@ class MeasureWorker:
         """New part rows for the missing items of ``ckpt``, and what it cost."""
         if self.error is not None:
             raise self.error
-        if self.kill_marker and not os.path.exists(self.kill_marker):
-            with open(self.kill_marker, "w", encoding="ascii") as fh:
-                fh.write(str(os.getpid()))
-            os._exit(1)  # test hook: die like a crashed worker, mid-run, once
+        if self.kill_marker:
+            _kill_once(self.kill_marker)
         r = self.result
         before = (r.generated_items, r.scored_items, r.generation_seconds, r.nll_seconds)
         loads = self.measurer.holder.loads
@@ -129,6 +193,8 @@ class MeasureWorker:
         rss, peak = _rss_mb()
         stats = {
             "pid": os.getpid(),
+            "node": self.node,
+            "workdir": os.getcwd(),
             "seconds": time.perf_counter() - t0,
             "generated_items": r.generated_items - before[0],
             "scored_items": r.scored_items - before[1],
@@ -143,6 +209,13 @@ class MeasureWorker:
     def ready(self) -> int:
         """The actor's process id, once it has started (its measurer is built)."""
         return os.getpid()
+
+    def close(self) -> None:
+        """Free the model and remove the private working directory (before ``ray.kill``)."""
+        if getattr(self, "measurer", None) is not None:
+            self.measurer.__exit__(None, None, None)
+        os.chdir(tempfile.gettempdir())
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _base_key(ckpt: Checkpoint) -> str:
@@ -185,6 +258,7 @@ class RayExecutor:
         self.ex, self.config, self.ckpts, self.base, self.result = ex, config, ckpts, base, result
         self.started_ray = False
         self.actors: list[Any] = []
+        self.held: list[str | None] = []
 
     def __enter__(self) -> RayExecutor:
         ray = self.ray
@@ -203,12 +277,16 @@ class RayExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        try:  # each actor removes its working directory; a dead one's goes at the next start
+            self.ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors), timeout=10)
+        except Exception:  # already gone
+            pass
         for actor in self.actors:
             try:
                 self.ray.kill(actor)
             except Exception:  # already gone
                 pass
-        self.actors = []
+        self.actors, self.held = [], []
         if self.started_ray:
             self.ray.shutdown()
 
@@ -238,6 +316,9 @@ class RayExecutor:
             max_restarts=ex.max_retries,
             max_task_retries=ex.max_retries,
         )(MeasureWorker)
+        env = storage_env(ex.forward_credentials)
+        if env:  # workers of a cluster do not inherit the driver's environment
+            remote = remote.options(runtime_env={"env_vars": env})
         threads = max(1, int(ex.num_cpus)) if ex.num_cpus else 0
         kill = os.environ.get(KILL_ONCE_ENV) or None
         return [
@@ -265,10 +346,13 @@ class RayExecutor:
             return
         t0 = time.perf_counter()
         pending = order_units(todo)
-        self.actors = self._start(self._n_workers(len(pending)))
+        more = self._n_workers(len(pending)) - len(self.actors)
+        if more > 0:  # actors stay up between calls (a watcher hands units in as they come)
+            self.actors += self._start(more)
         stats = self.result.executor_stats
         stats.update(executor="ray", workers=len(self.actors), units=len(pending))
-        held: list[str | None] = [None] * len(self.actors)
+        held = self.held  # the base each actor holds, kept between calls
+        held.extend([None] * (len(self.actors) - len(held)))
         inflight: dict[Any, tuple[int, Checkpoint, StepParts, float]] = {}
 
         def submit(i: int) -> None:
@@ -283,7 +367,8 @@ class RayExecutor:
         for i in range(len(self.actors)):
             if pending:
                 submit(i)
-        roundtrip, compute, first_on_actor, peak = [], [], [], {}
+        roundtrip, compute, first_on_actor = [], [], []
+        peak, nodes, workdirs = {}, {}, {}
         seen_actor: set[int] = set()
         first_done = None
         while inflight:
@@ -299,6 +384,7 @@ class RayExecutor:
             seen_actor.add(i)
             compute.append(st["seconds"])
             peak[st["pid"]] = max(peak.get(st["pid"], 0.0), st["peak_rss_mb"])
+            nodes[st["pid"]], workdirs[st["pid"]] = st["node"], st["workdir"]
             res = self.result
             res.generated_items += st["generated_items"]
             res.scored_items += st["scored_items"]
@@ -316,6 +402,8 @@ class RayExecutor:
             unit_first_on_actor=first_on_actor,
             worker_peak_rss_mb=peak,
             worker_processes=len(peak),
+            worker_nodes=nodes,
+            worker_workdirs=workdirs,
         )
 
     def _get(self, ref: Any, ckpt: Checkpoint) -> tuple[NewRows, dict[str, Any]]:

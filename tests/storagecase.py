@@ -1,0 +1,72 @@
+"""Test helper shared by the storage tests (issue 21): one tiny run and its records measured
+from local folders (the reference every URL, cluster and watcher run must reproduce), built
+once per test process, and the comparison they all use (every unit's bytes, every row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ckptsel._util.locations import Location
+from ckptsel.records import list_units, read_frame
+
+from tinyrun import TinyRun, build_tiny_run
+
+STEPS = (10, 20, 30)
+_BUILT: dict[str, Case] = {}
+
+
+@dataclass(frozen=True)
+class Case:
+    run: TinyRun
+    records: Path  # measured from the local folders by the local executor
+
+
+def config():
+    from ckptsel.measure import MeasureConfig
+
+    return MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8, window=64)
+
+
+def tiny_case(tmp_path_factory) -> Case:
+    """The tiny run (three LoRA checkpoints) and its reference records, built once."""
+    if "case" not in _BUILT:
+        from ckptsel.measure import measure_run
+
+        root = tmp_path_factory.mktemp("storage-case")
+        run = build_tiny_run(root, steps=STEPS, n_validation=6, n_test=4)
+        out = root / "records-local"
+        res = measure_run(run.run_dir, config(), validation=run.validation, test=run.test, out=out)
+        assert res.measured_steps == list(STEPS)
+        _BUILT["case"] = Case(run, out)
+    return _BUILT["case"]
+
+
+def assert_same_records(expected: Path | str, got: Path | str) -> None:
+    """Identical records: the same units with the same bytes, the same rows."""
+    for kind in ("generations", "nll", "texts"):
+        a, b = list_units(expected, kind), list_units(got, kind)
+        assert [(u.trajectory, u.step) for u in a] == [(u.trajectory, u.step) for u in b], kind
+        for x, y in zip(a, b, strict=True):
+            assert x.path.read_bytes() == y.path.read_bytes(), f"{y.path} differs from {x.path}"
+    for kind in ("generations", "nll"):
+        g = read_frame(got, kind)
+        key = ["trajectory", "step", "split", "item_id"] + (["window"] if kind == "nll" else [])
+        assert not g.duplicated(key).any()
+        pd.testing.assert_frame_equal(read_frame(expected, kind), g)
+
+
+def upload_run(s3, case: Case) -> dict[str, str]:
+    """The run, its base model and the item files on the local S3 server; URLs by name."""
+    return {
+        "run": s3.upload(case.run.run_dir, "runs", case.run.run_dir.name),
+        "base": s3.upload(case.run.base, "models", "base"),
+        "validation": s3.upload(case.run.validation, "data", "validation.jsonl"),
+        "test": s3.upload(case.run.test, "data", "test.jsonl"),
+    }
+
+
+def units_of(records: Path | str | Location, kind: str = "generations") -> set[int]:
+    return {u.step for u in list_units(records, kind)}
