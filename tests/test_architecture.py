@@ -51,7 +51,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "train": ("checkpoints", "models", "trajectory"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
-        "executors", "run", "ingest",
+        "executors", "run", "watch", "ingest",
     ),  # fmt: skip
     "measure.backends": ("hf", "vllm"),
     "measure.executors": ("base", "local", "ray_actors"),

@@ -17,6 +17,8 @@ inside functions):
 * :mod:`~ckptsel.measure.run` — :func:`measure_run`: every ``checkpoint-<step>/`` of a run
   into a records folder (local paths or URLs); :class:`RunMeasurement`, the same one
   checkpoint batch at a time;
+* :mod:`~ckptsel.measure.watch` — :func:`watch_run`: a run still training, each checkpoint
+  measured as soon as it is complete;
 * :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs.
 """
 
@@ -31,6 +33,14 @@ from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import generate_texts, measure_items, response_nll
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.run import RunMeasurement, measure_run
+from ckptsel.measure.watch import (
+    WatchSettings,
+    WatchStatus,
+    list_folders,
+    read_status,
+    status_path,
+    watch_run,
+)
 
 __all__ = [
     "BACKENDS",
@@ -44,13 +54,19 @@ __all__ = [
     "ProgressEvent",
     "RunMeasurement",
     "StepParts",
+    "WatchSettings",
+    "WatchStatus",
     "generate_texts",
     "ingest_lm_eval",
+    "list_folders",
     "measure_items",
     "measure_model",
     "measure_run",
     "measure_splits",
+    "read_status",
     "response_nll",
+    "status_path",
+    "watch_run",
 ]
 
 
