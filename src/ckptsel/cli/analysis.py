@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         if report:
             console.print(f"report: {out / REPORT_FILE}")
         console.print(
-            f"wrote {out / SUMMARY_FILE} (choices SHA-256 {summary['choices_sha256'][:16]}…) "
+            f"wrote {out / SUMMARY_FILE} (choices SHA-256 {(summary.choices_sha256 or '')[:16]}…) "
             f"in {time.perf_counter() - start:.1f} s"
         )
 

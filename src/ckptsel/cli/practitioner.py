@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
+from ckptsel.results import fmt
 
 console = Console()
 
@@ -40,10 +41,8 @@ def print_comparison(result: dict) -> None:
         if r is None:
             table.add_row(split, "no records", "–", "–", "–", "–", "–")
             continue
-        d, t = r["difference"], r["table"]
-        diff = f"{d['mean']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}]" + (
-            " unresolved" if d["unresolved"] else ""
-        )
+        t = r["table"]
+        diff = fmt(r["difference"])  # the stored estimate, printed like every other
         table.add_row(
             split,
             f"{r['items']} ({r['clusters']})",

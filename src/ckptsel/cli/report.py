@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -15,6 +16,9 @@ from ckptsel import defaults
 from ckptsel.errors import CkptselError
 from ckptsel.results import fmt
 
+if TYPE_CHECKING:
+    from ckptsel.workflows import Selection
+
 console = Console()
 
 
@@ -23,15 +27,15 @@ def _clusters(clusters: int | None, items: int) -> str:
     return f" in {clusters} clusters" if clusters is not None and clusters < items else ""
 
 
-def print_selection(result: dict) -> None:
+def print_selection(result: Selection) -> None:
     """The human-readable form of :func:`ckptsel.workflows.select_checkpoint`'s answer."""
-    s = result["settings"]
-    level = int(round(s["level"] * 100))
+    s = result.settings
+    level = int(round(s.level * 100))
     table = Table(
-        title=f"{result['trajectory']} ({result['task']}): checkpoints {result['steps'][0]}…{result['final_step']} "
-        f"(final = {result['final_step']}), {result['validation_items']} eligible validation items"
-        + _clusters(result.get("validation_clusters"), result["validation_items"])
-        + (f", {result['test_items']} test items" if result["test_items"] else ", no test records")
+        title=f"{result.trajectory} ({result.task}): checkpoints {result.steps[0]}…{result.final_step} "
+        f"(final = {result.final_step}), {result.validation_items} eligible validation items"
+        + _clusters(result.validation_clusters, result.validation_items)
+        + (f", {result.test_items} test items" if result.test_items else ", no test records")
     )
     for col in (
         "rule",
@@ -41,30 +45,26 @@ def print_selection(result: dict) -> None:
         f"test gain, pp ({level}%)",
     ):
         table.add_column(col)
-    for rule, r in result["rules"].items():
+    for rule, r in result.rules.items():
         choice = ", ".join(
-            f"{st} ({p:.2f})" if p < 1 else st for st, p in r["choice"]["probabilities"].items()
+            f"{st} ({p:.2f})" if p < 1 else st for st, p in r.probabilities.items()
         )
         curve = "; ".join(
-            f"{c['budget']} → {c['most_likely_step']} ({c['probability']:.2f})"
-            for c in r["budget_curve"]
+            f"{c.budget} → {c.most_likely_step} ({c.probability:.2f})" for c in r.budget_curve
         )
-        table.add_row(
-            rule, choice, curve, fmt(r["split_validation"]), fmt(r["test"])
-        )
+        test = None if r.test is None else r.test.estimate
+        table.add_row(rule, choice, curve, fmt(r.split_validation.estimate), fmt(test))
     console.print(table)
-    rec = result["recommendation"]
-    what = (
-        "keep the final checkpoint" if rec["keep_final"] else f"keep checkpoint {rec['keep_step']}"
-    )
-    colour = "yellow" if rec["keep_final"] else "green"
+    rec = result.recommendation
+    what = "keep the final checkpoint" if rec.keep_final else f"keep checkpoint {rec.keep_step}"
+    colour = "yellow" if rec.keep_final else "green"
     console.print(
-        f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec['keep_step']}) — {rec['reason']}."
+        f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}."
     )
     console.print(
         f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
-        f"half ({s['partitions']} partitions, both directions); interval: {s['draws']} question-bootstrap draws "
-        f"× {s['bootstrap_partitions']} partitions, the choice redone on each."
+        f"half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
+        f"× {s.bootstrap_partitions} partitions, the choice redone on each."
     )
 
 
@@ -142,6 +142,6 @@ def register(app: typer.Typer) -> None:
         )
         result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings)
         if as_json:
-            typer.echo(json.dumps(result, indent=1, allow_nan=False))
+            typer.echo(json.dumps(result.to_dict(), indent=1, allow_nan=False))
         else:
             print_selection(result)

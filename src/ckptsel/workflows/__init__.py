@@ -13,9 +13,15 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
 from __future__ import annotations
 
 from ckptsel.workflows.advise import (
+    BudgetPick,
     CompareSettings,
     PlanSettings,
+    Recommendation,
+    RuleSelection,
+    Selection,
     SelectSettings,
+    SplitValidationGain,
+    TestGain,
     closed_form,
     compare_checkpoints,
     default_budgets,
@@ -34,9 +40,15 @@ from ckptsel.workflows.study_run import (
 
 __all__ = [
     "STAGES",
+    "BudgetPick",
     "CompareSettings",
     "PlanSettings",
+    "Recommendation",
+    "RuleSelection",
     "SelectSettings",
+    "Selection",
+    "SplitValidationGain",
+    "TestGain",
     "StudyRun",
     "analyze",
     "check_settings",

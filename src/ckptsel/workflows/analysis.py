@@ -3,7 +3,8 @@
 The order is structural: validation records are loaded and the choices written and hashed
 *before* :func:`ckptsel.load_test` is called, and scoring only accepts choices read
 back through :func:`ckptsel.choose.load_frozen`, which checks the hash. The results folder's
-names, its estimates and the main table are defined in :mod:`ckptsel.results`.
+names and the typed :class:`ckptsel.results.Summary` (whose ``to_dict()`` is ``summary.json``)
+are defined in :mod:`ckptsel.results`; ``verify`` reads the stored summary back through it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ckptsel.results import (
     RUN_FILE,
     SUMMARY_FILE,
     TABLES_DIR,
-    main_table_markdown,
+    Summary,
     publish,
 )
 from ckptsel.stats import StatSettings, summarize
@@ -63,7 +64,9 @@ def freeze_choices(records_dir: Path, out_dir: Path, settings: ChoiceSettings) -
     return validation, digest
 
 
-def evaluate_frozen(records_dir: Path, out_dir: Path, validation: list, stat: StatSettings) -> tuple[dict, dict]:
+def evaluate_frozen(
+    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings
+) -> tuple[Summary, dict]:
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
     tests = load_test(records_dir, validation)
@@ -107,8 +110,10 @@ def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def summary_json(summary: dict) -> str:
-    return json.dumps(summary, indent=1, sort_keys=False, allow_nan=False) + "\n"
+def summary_json(summary: Summary | dict) -> str:
+    """The bytes of ``summary.json``: ``summary.to_dict()`` (a dict as it is), indented."""
+    data = summary.to_dict() if isinstance(summary, Summary) else summary
+    return json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
 
 def analyze(
@@ -123,8 +128,8 @@ def analyze(
     budgets: tuple[int, ...] | list[int] = defaults.BUDGETS,
     report: bool = False,
     force: bool = False,
-) -> dict:
-    """The whole analysis; writes ``summary.json``, frozen choices and tables (and, with
+) -> Summary:
+    """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
 
     Everything is built in a staging folder beside ``out_dir`` (the choices are frozen and read
@@ -169,7 +174,7 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 def _analyze(
     records_dir: Path, out_dir: Path, settings: ChoiceSettings, stat: StatSettings, report: bool,
     force: bool,
-) -> dict:
+) -> Summary:
     meta = {"report": REPORT_META} if report else None
     with publish.staged(out_dir, force=force, meta=meta) as stage:
         validation, _ = freeze_choices(records_dir, stage, settings)
@@ -182,13 +187,13 @@ def _analyze(
     return summary
 
 
-def write_outputs(stage: Path, records_dir: Path, summary: dict, tables: dict) -> None:
+def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict) -> None:
     """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already there)."""
     tdir = stage / TABLES_DIR
     for name, df in tables.items():
         write_parquet(tdir / f"{name}.parquet", df)
         write_csv(tdir / f"{name}.csv", df)
-    write_text(tdir / "main.md", main_table_markdown(summary))
+    write_text(tdir / "main.md", summary.main_table_markdown())
     write_text(stage / SUMMARY_FILE, summary_json(summary))
     from ckptsel import __version__
 
@@ -214,11 +219,20 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
+def _read_summary(path: Path) -> Summary:
+    """The stored summary, checked key by key (a malformed one fails verification)."""
+    data = _read_json(path, "summary")
+    try:
+        return Summary.from_dict(data, path)
+    except CkptselError as err:
+        raise VerificationError(str(err)) from err
+
+
 def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(f"{spath}: no summary to verify")
-    stored = _read_json(spath, "summary")
+    stored = _read_summary(spath)
     if records_dir is None:
         run_path = results_dir / RUN_FILE
         if not run_path.is_file():
@@ -237,20 +251,19 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
         )
     try:
-        draws, seed = int(stored["draws"]), int(stored["seed"])
-        level = float(stored.get("confidence", defaults.CONFIDENCE))
-        interval = str(stored.get("interval", "percentile"))
+        draws, seed, level = stored.draws, stored.seed, float(stored.level)
         check_settings(
             permutations=frozen.settings.permutations, draws=draws, seed=seed, level=level
         )
-        stat = StatSettings(draws=draws, seed=seed, level=level, interval=interval)
-    except (KeyError, TypeError, ValueError, CkptselError) as err:
+        stat = StatSettings(draws=draws, seed=seed, level=level, interval=stored.interval_method)
+    except CkptselError as err:
         raise VerificationError(
             f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
         ) from err
     summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
-    if summary_json(summary) != summary_json(stored):
-        diff = _first_difference(stored, summary)
+    kept, again_dict = stored.to_dict(), summary.to_dict()
+    if summary_json(again_dict) != summary_json(kept):
+        diff = _first_difference(kept, again_dict)
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
     lines = [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
     lines += publish.check_manifest(results_dir)
@@ -259,7 +272,7 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
 
 
 def _recompute_files(
-    results_dir: Path, records_dir: Path, summary: dict, tables: dict, choices, settings
+    results_dir: Path, records_dir: Path, summary: Summary, tables: dict, choices, settings
 ) -> str:
     """Rebuild every output (tables, report) from the recomputed results in a scratch folder and
     compare it byte for byte with the manifest; name the first file that differs."""
