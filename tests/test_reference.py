@@ -570,6 +570,38 @@ def test_parse_budgets_sorts_and_dedups() -> None:
     assert parse_budgets("1024, 32,128,512,32") == (32, 128, 512, 1024)
 
 
+def test_nothing_is_cut_silently_from_the_budgets() -> None:
+    """Repeated budgets are used once and budgets larger than a pool are skipped, as SPEC §4
+    says; each is said in one line (``analyze`` prints them as notes)."""
+    from ckptsel.choose import budget_notes, parse_budget_list
+
+    assert parse_budget_list("32,32,5000") == [32, 32, 5000]
+    notes = budget_notes([32, 32, 5000, 100], pool_sizes=[120, 80, 150])
+    assert notes[0] == "budgets: 32 given more than once (each is used once)"
+    assert "budget 100 is larger than the eligible validation pool of 1 of 3 trajectories" in notes[1]
+    assert "budget 5000 is larger than every trajectory's eligible validation pool (at most 150" in notes[2]
+    assert len(notes) == 3 and budget_notes([32, 64], [120]) == []
+
+
+def test_analyze_says_what_it_does_with_the_budgets(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from ckptsel.cli import app
+
+    trajs = rg.random_study(
+        np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(100, 130), tasks=("a",)
+    )
+    rec = rg.write(tmp_path / "records", *rg.tables(trajs))
+    res = CliRunner().invoke(app, [
+        "analyze", str(rec), "--permutations", "3", "--draws", "50", "--no-report",
+        "--out", str(tmp_path / "o"), "--budgets", "32,32,5000",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "note: budgets: 32 given more than once (each is used once)" in res.output
+    assert "note: budget 5000 is larger than every trajectory's eligible validation pool" in res.output
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["budgets"] == [32, 5000]
+
+
 def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:
     """``ckptsel analyze --budgets 32,128,512``: the terminal table names D's budget, summary.json
     the budgets and G(512); a bad list exits 2 with one error naming --budgets."""

@@ -9,11 +9,10 @@ import typer
 from rich.console import Console
 
 from ckptsel import defaults
-from ckptsel.choose import parse_budgets
+from ckptsel.choose import parse_budget_list
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 from ckptsel.stats import METHODS
 from ckptsel.workflows import analyze as run_analysis
-from ckptsel.workflows import check_settings
 from ckptsel.workflows import verify as run_verify
 
 console = Console()
@@ -48,12 +47,12 @@ def register(app: typer.Typer) -> None:
         """Choose checkpoints on validation records (frozen + hashed), score them on test records,
         and report G, H, D and B with bootstrap intervals."""
         start = time.perf_counter()
-        check_settings(permutations=permutations, draws=draws, seed=seed, level=confidence)
-        budget_tuple = parse_budgets(budgets)
+        budget_list = parse_budget_list(budgets)
         with console.status("choosing on validation records, then scoring frozen choices…"):
             summary = run_analysis(
                 records_dir, out, permutations=permutations, draws=draws, seed=seed,
-                level=confidence, interval=interval, budgets=budget_tuple, report=report, force=force,
+                level=confidence, interval=interval, budgets=budget_list, report=report, force=force,
+                note=lambda line: console.print(f"note: {line}", style="yellow", soft_wrap=True),
             )
         from ckptsel.report import print_main_table
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ckptsel import defaults
+from ckptsel._util.checks import check_choice, check_int, check_level, check_seed
 from ckptsel.choose import (
     BUDGET_LABELS,
     FULL,
@@ -26,7 +27,6 @@ from ckptsel.choose import (
     ScoredChoices,
 )
 from ckptsel.defaults import THINNING
-from ckptsel.errors import CkptselError
 from ckptsel.results import (
     NO_NLL_COMPLETE,
     BudgetCell,
@@ -95,8 +95,10 @@ class StatSettings:
     interval: str = defaults.INTERVAL
 
     def __post_init__(self):
-        if self.interval not in iv.METHODS:
-            raise CkptselError(f"--interval must be one of {', '.join(iv.METHODS)}, not {self.interval!r}")
+        check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
+        check_seed(self.seed)
+        check_level(self.level)
+        check_choice(self.interval, "--interval", iv.METHODS)
 
 
 def name_str(name: Name) -> str:

@@ -29,7 +29,7 @@ from ckptsel.workflows.advise import (
     plan_from_pilot,
     select_checkpoint,
 )
-from ckptsel.workflows.analysis import analyze, check_settings, verify
+from ckptsel.workflows.analysis import analyze, verify
 from ckptsel.workflows.study_run import (
     STAGES,
     StudyRun,
@@ -51,7 +51,6 @@ __all__ = [
     "TestGain",
     "StudyRun",
     "analyze",
-    "check_settings",
     "closed_form",
     "compare_checkpoints",
     "default_budgets",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,15 @@ import pandas as pd
 from ckptsel import defaults
 from ckptsel._util.io import write_csv, write_parquet, write_text
 from ckptsel._util.threads import single_threaded
-from ckptsel.choose import ChoiceSettings, choices_hash, choose, freeze, load_frozen, score
+from ckptsel.choose import (
+    ChoiceSettings,
+    budget_notes,
+    choices_hash,
+    choose,
+    freeze,
+    load_frozen,
+    score,
+)
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.records import MATCHED_WINDOW, ValidationData, load_test, load_validation
 from ckptsel.results import (
@@ -128,6 +137,7 @@ def analyze(
     budgets: tuple[int, ...] | list[int] = defaults.BUDGETS,
     report: bool = False,
     force: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> Summary:
     """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
@@ -137,47 +147,35 @@ def analyze(
     the folder is swapped in atomically (:mod:`ckptsel.results.publish`): bad input or a kill never
     leaves a half-written or mixed results folder. ``force`` allows a non-empty ``out_dir``
     that is not a results folder (its files are kept, never overwritten).
-    ``interval`` names the interval method (``ckptsel.analysis.intervals.METHODS``;
+    ``interval`` names the interval method (``ckptsel.stats.METHODS``;
     ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
     ``"percentile"``, and ``verify`` reads it back.
     ``budgets`` are the finite validation budgets ("full" is always added); ``D`` is
     ``G(full) − G(smallest budget)``. Non-default budgets are hashed with the frozen choices and
     recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
+    ``note(line)`` hears what the analysis does with the settings that a reader would not guess
+    (repeated budgets used once, budgets larger than a pool skipped); nothing is cut silently.
     """
-    check_settings(permutations=permutations, draws=draws, seed=seed, level=level)
-    stat = StatSettings(draws, seed, level, interval)  # checks the method name before any work
+    # the settings objects check every value before any work (one clear error each)
+    stat = StatSettings(draws, seed, level, interval)
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
     with single_threaded():
-        return _analyze(records_dir, Path(out_dir), settings, stat, report, force)
+        return _analyze(records_dir, Path(out_dir), settings, stat, report, force,
+                        budgets, note or (lambda line: None))  # fmt: skip
 
 
-def check_settings(*, permutations: int, draws: int, seed: int, level: float) -> None:
-    """Protocol settings checked before any work starts (one clear error each)."""
-    if permutations < 1 or draws < 10:
-        raise CkptselError("--permutations must be >= 1 and --draws >= 10")
-    if permutations > MAX_PERMUTATIONS or draws > MAX_DRAWS:
-        raise CkptselError(
-            f"--permutations must be <= {MAX_PERMUTATIONS} and --draws <= {MAX_DRAWS} "
-            f"(got {permutations}, {draws})"
-        )
-    if not 0 <= seed < 2**63:
-        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {seed})")
-    if not 0.0 < level < 1.0:
-        raise CkptselError(f"--confidence must be between 0 and 1 (got {level})")
-
-
-MAX_PERMUTATIONS = 100_000
-MAX_DRAWS = 1_000_000
 REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
 
 
 def _analyze(
     records_dir: Path, out_dir: Path, settings: ChoiceSettings, stat: StatSettings, report: bool,
-    force: bool,
-) -> Summary:
+    force: bool, given_budgets, note: Callable[[str], None],
+) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
     with publish.staged(out_dir, force=force, meta=meta) as stage:
         validation, _ = freeze_choices(records_dir, stage, settings)
+        for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
+            note(line)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
         write_outputs(stage, records_dir, summary, tables)
         if report:
@@ -252,9 +250,6 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
         )
     try:
         draws, seed, level = stored.draws, stored.seed, float(stored.level)
-        check_settings(
-            permutations=frozen.settings.permutations, draws=draws, seed=seed, level=level
-        )
         stat = StatSettings(draws=draws, seed=seed, level=level, interval=stored.interval_method)
     except CkptselError as err:
         raise VerificationError(

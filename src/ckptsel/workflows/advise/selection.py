@@ -35,6 +35,7 @@ import numpy as np
 
 from ckptsel import defaults
 from ckptsel._util import rng as streams
+from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel._util.threads import single_threaded
 from ckptsel.choose import (
     FULL,
@@ -59,11 +60,21 @@ class SelectSettings:
     """How hard to look: partitions for the point estimate, draws × partitions for the interval."""
 
     partitions: int = defaults.PERMUTATIONS
-    draws: int = 1000
-    bootstrap_partitions: int = 20
+    draws: int = defaults.SELECT_DRAWS
+    bootstrap_partitions: int = defaults.SELECT_BOOTSTRAP_PARTITIONS
     permutations: int = defaults.PERMUTATIONS
     seed: int = defaults.SEED
     level: float = defaults.CONFIDENCE
+
+    def __post_init__(self) -> None:
+        check_int(self.partitions, "--partitions", low=1, high=defaults.MAX_PERMUTATIONS)
+        check_int(
+            self.bootstrap_partitions, "--bootstrap-partitions", low=1, high=self.partitions
+        )
+        check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
+        check_int(self.permutations, "--permutations", low=1, high=defaults.MAX_PERMUTATIONS)
+        check_seed(self.seed)
+        check_level(self.level)
 
 
 # --------------------------------------------------------------------------- the answer, typed
@@ -327,16 +338,6 @@ def select_checkpoint(
 SELECT_MEMORY_LIMIT = 8 * 2**30  # bytes the largest intermediate arrays may take
 
 
-def _check_select_sizes(settings: SelectSettings) -> None:
-    """Settings out of range, before any record is read (one clear error each)."""
-    if not 0 <= settings.seed < 2**63:
-        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {settings.seed})")
-    if not 0.0 < settings.level < 1.0:
-        raise CkptselError(f"--confidence must be between 0 and 1 (got {settings.level})")
-    if settings.bootstrap_partitions > settings.partitions:
-        raise CkptselError("--bootstrap-partitions must be <= --partitions")
-
-
 def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> None:
     """The (draws × items) resampling weights and (partitions × items) masks must fit in memory."""
     need = 8 * n * (3 * settings.draws + 2 * settings.partitions)
@@ -353,9 +354,6 @@ def _select_checkpoint(
 ) -> Selection:
     if rule not in SIGNAL_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
-    if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
-        raise CkptselError("--partitions and --bootstrap-partitions must be >= 1 and --draws >= 10")
-    _check_select_sizes(settings)
     v = find_trajectory(load_validation(records_dir), trajectory, "validation", records_dir)
     steps = v.steps
     n = len(v.item_ids)
