@@ -17,7 +17,7 @@ import pytest
 from ckptsel.data.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
 from ckptsel.errors import CkptselError
 from ckptsel.study import load_spec, load_study
-from ckptsel.workflows.study_run.job import fingerprint_diff, seed_of, stages_to_run
+from ckptsel.workflows.study_run import fingerprint_diff, seed_of, stages_to_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
