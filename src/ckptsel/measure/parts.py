@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ckptsel._util import io
 from ckptsel.data import item_hash
@@ -99,10 +101,11 @@ class ItemPool:
 
     def missing(self, part: pd.DataFrame | None, split: str) -> list[int]:
         """Indices of ``split``'s items that ``part`` does not hold with the same content hash."""
+        return self._absent(_key_set(part), split)
+
+    def _absent(self, have: set[tuple[str, str, str]], split: str) -> list[int]:
+        """Indices of ``split``'s items whose (split, item_id, item_hash) is not in ``have``."""
         items, hashes = self.splits[split], self.hashes[split]
-        if part is None or len(part) == 0:
-            return list(range(len(items)))
-        have = set(_keys(part))
         return [i for i, it in enumerate(items) if (split, it.item_id, hashes[i]) not in have]
 
     def current(self, part: pd.DataFrame) -> pd.DataFrame:
@@ -116,21 +119,35 @@ class ItemPool:
 
 
 def _keys(part: pd.DataFrame):
-    return zip(
-        part["split"].astype(str),
-        part["item_id"].astype(str),
-        part["item_hash"].astype(str),
-        strict=True,
-    )
+    """(split, item_id, item_hash) of each row (as lists first: iterating a pyarrow-backed
+    column value by value is several times slower)."""
+    return zip(*(part[c].astype(str).tolist() for c in _PART_KEY), strict=True)
 
 
-def _load(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
+def _key_set(part: pd.DataFrame | None) -> set[tuple[str, str, str]]:
+    return set() if part is None or len(part) == 0 else set(_keys(part))
+
+
+def _load(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None
     try:
-        return pd.read_parquet(path, columns=columns)
+        return pd.read_parquet(path)
     except Exception:  # a damaged part is only a cache: measure again
         return None
+
+
+def _load_keys(path: Path) -> set[tuple[str, str, str]]:
+    """The (split, item_id, item_hash) keys of a part file, its other columns left unread (a
+    small file read on one thread: a thread pool costs more than it saves here)."""
+    if not path.exists():
+        return set()
+    try:
+        table = pq.ParquetFile(path).read(columns=_PART_KEY, use_threads=False)
+        columns = [table.column(c).cast(pa.string()).to_pylist() for c in _PART_KEY]
+        return set(zip(*columns, strict=True))
+    except Exception:  # a damaged part is only a cache: measure again
+        return set()
 
 
 def part_paths(
@@ -145,13 +162,13 @@ def part_paths(
 
 
 def _todo(
-    pool: ItemPool, gen: pd.DataFrame | None, nll: pd.DataFrame | None, only: str | None
+    pool: ItemPool, have_gen: set, have_nll: set, only: str | None
 ) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
-    """Per split, the indices of the items to generate and to score: those the parts do not
-    hold with the item's current content hash. ``only`` (``measure --only generation|nll``)
-    leaves the other kind alone."""
-    todo_gen = {s: [] if only == "nll" else pool.missing(gen, s) for s in pool.splits}
-    todo_nll = {s: [] if only == "generation" else pool.missing(nll, s) for s in pool.splits}
+    """Per split, the indices of the items to generate and to score: those whose (split,
+    item_id, item_hash) the parts' keys (``have_gen``, ``have_nll``) lack. ``only``
+    (``measure --only generation|nll``) leaves the other kind alone."""
+    todo_gen = {s: [] if only == "nll" else pool._absent(have_gen, s) for s in pool.splits}
+    todo_nll = {s: [] if only == "generation" else pool._absent(have_nll, s) for s in pool.splits}
     return todo_gen, todo_nll
 
 
@@ -170,7 +187,9 @@ class StepParts:
         self.gen = _load(self.gen_path)
         self.nll = _load(self.nll_path)
         self.only = config.only  # measure --only generation|nll: the other kind is left alone
-        self.todo_gen, self.todo_nll = _todo(pool, self.gen, self.nll, self.only)
+        self.todo_gen, self.todo_nll = _todo(
+            pool, _key_set(self.gen), _key_set(self.nll), self.only
+        )
 
     @property
     def n_todo(self) -> int:
@@ -310,7 +329,7 @@ def left_to_measure(
     out = []
     for step in steps:
         gen_path, nll_path = part_paths(records_dir, trajectory, step, config)
-        gen, nll = _todo(pool, _load(gen_path, _PART_KEY), _load(nll_path, _PART_KEY), config.only)
+        gen, nll = _todo(pool, _load_keys(gen_path), _load_keys(nll_path), config.only)
         out.append(
             CheckpointTodo(
                 int(step),
