@@ -62,7 +62,9 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "report": ("tables", "figures", "html", "terminal", "build"),
     "workflows": ("analysis", "advise", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
-    "workflows.study_run": ("job",),
+    "workflows.study_run": (
+        "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
+    ),  # fmt: skip
     "sim": ("tiny", "embedded", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (

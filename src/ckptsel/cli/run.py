@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from ckptsel.study import load_spec
-        from ckptsel.workflows import StudyRun, format_plan, stages_to_run
+        from ckptsel.workflows import StudyRun, stages_to_run
 
         stages = stages_to_run(until, only)
         spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
@@ -44,10 +44,7 @@ def register(app: typer.Typer) -> None:
             spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console
         )
         if dry_run:
-            if spec.split is not None:
-                job._split()
-            job.check_fingerprint(write=False)
-            typer.echo(format_plan(job.plan()))
+            typer.echo(job.dry_run())
             typer.echo(f"stages: {', '.join(stages)}")
             return
         job.run(stages)

@@ -96,7 +96,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "seed": (_INT, "analysis seed"),
         "level": (_FLOAT, "confidence level"),
         "interval": (_STR, "cr2 | wild | percentile"),
-        "budgets": (_LIST, "validation budgets (when analyze supports them)"),
+        "budgets": (_LIST, "finite validation budgets (\"full\" is always added)"),
     },
 }
 SCHEMA["test"] = SCHEMA["validation"]
