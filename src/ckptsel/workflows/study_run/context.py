@@ -22,6 +22,7 @@ from ckptsel.data import build_pools, load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure import ExecutorConfig, MeasureConfig
 from ckptsel.study import StudySpec
+from ckptsel.train import pick_device
 from ckptsel.workflows.study_run.progress import Log
 
 _SEED_RE = re.compile(r"(?:^|[-_.])(?:s|seed)[-_]?(\d+)$")
@@ -87,7 +88,7 @@ class StudyContext:
         m = dict(self.spec.study.measure)
         if self.device is not None:
             m["device"] = self.device
-        m.setdefault("device", _default_device())
+        m.setdefault("device", pick_device())
         v, t = self.spec.validation.task, self.spec.test.task
         # on Ray the GPUs are the workers', not this process's: checked where the models run
         check_here = self.executor.kind != "ray"
@@ -138,12 +139,3 @@ def _external(ext: Any) -> list[Trajectory]:
             )
         out.append(Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, Path(f), (), ext.filter))
     return out
-
-
-def _default_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:  # pragma: no cover
-        return "cpu"
