@@ -66,8 +66,8 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "sim": ("tiny", "embedded", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
-        "app", "analysis", "data", "measure", "practitioner", "records", "report", "run",
-        "simulate", "train",
+        "output", "split", "audit", "measure", "ingest", "analyze", "verify", "simulate", "train",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

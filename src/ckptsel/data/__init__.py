@@ -12,7 +12,7 @@ audit (SPEC §9, §10).
 from __future__ import annotations
 
 from ckptsel.data.answers import FAMILIES
-from ckptsel.data.audit import audit_files, audit_pools, write_audit
+from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
 from ckptsel.data.scoring import extract, family_of, is_correct, normalize_reference
 from ckptsel.data.split import split_file
@@ -37,6 +37,7 @@ __all__ = [
     "PROMPT_TEMPLATE",
     "QUESTION_FIELDS",
     "TASKS",
+    "AuditResult",
     "Item",
     "PoolSpec",
     "Task",
