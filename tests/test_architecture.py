@@ -48,7 +48,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "study": ("configuration", "spec"),
-    "train": ("checkpoints", "models", "trajectory"),
+    "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
         "executors", "run", "ingest",
