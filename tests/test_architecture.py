@@ -47,6 +47,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "records": ("schema", "codec", "units", "scan", "store", "load"),
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec"),
     "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (

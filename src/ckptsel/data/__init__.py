@@ -6,7 +6,8 @@ audit (SPEC §9, §10).
 * :mod:`~ckptsel.data.scoring` — ``extract`` / ``is_correct`` by task name;
 * :mod:`~ckptsel.data.pools` — validation and test pools (files, mixtures, seeded samples);
 * :mod:`~ckptsel.data.split` — train/validation by whole group, with lineage;
-* :mod:`~ckptsel.data.audit` — overlap between fine-tuning, validation and test questions.
+* :mod:`~ckptsel.data.audit` — overlap between fine-tuning, validation and test questions
+  (a package: n-grams, indexes, findings, the planted control, the run, files).
 """
 
 from __future__ import annotations
