@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.io import write_text
+from ckptsel.data import format_prompt
 from ckptsel.sim.tiny import build_model, build_tokenizer
 
 NAMES = (
@@ -254,8 +255,6 @@ def generate_pretraining_text(cfg: EmbeddedConfig, exclude: set[str] | None = No
     texts are answered problems in the Alpaca format (prompt, one reasoning line, ``The answer
     is: N``) from the seed stream ``"pretrain-sft"``, skipping questions whose normalized text is
     in ``exclude`` (the fine-tuning and test pools)."""
-    from ckptsel.data import format_prompt
-
     exclude = exclude or set()
     n_formatted = int(round(cfg.formatted_fraction * cfg.n_pretrain))
     out = []
@@ -304,8 +303,6 @@ def pretraining_corpus(cfg: EmbeddedConfig) -> list[str]:
 def tokenizer_corpus(cfg: EmbeddedConfig) -> list[str]:
     """Texts the tokenizer is trained on: pre-training text, the prompt template and a sample
     of instructions/responses (so the long Alpaca template compresses to few tokens)."""
-    from ckptsel.data import format_prompt
-
     mm = generate_metamath(EmbeddedConfig(**{**cfg.__dict__, "n_original": 200}))
     return pretraining_corpus(cfg) + [
         format_prompt(r["query"]) + " " + r["response"] for r in mm
