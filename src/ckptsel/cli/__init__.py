@@ -6,8 +6,8 @@ in the module named after it (``split``, ``audit``, ``measure``, ``ingest``, ``a
 them print (the console, progress bars, the select/compare/plan tables).
 
 A command module imports at its top what ``ckptsel --help`` loads anyway (the foundation,
-records, study, choose, results, stats, workflows, rich's console and tables); the stage that
-does a command's work (data, train, measure, report, sim; matplotlib) is imported inside the
+records, data, study, choose, results, stats, workflows, rich's console and tables); the stage
+that does a command's work (train, measure, report, sim; matplotlib) is imported inside the
 command, so that ``--help`` does not pay for every stage."""
 
 from __future__ import annotations

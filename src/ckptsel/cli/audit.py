@@ -4,17 +4,14 @@ positive control (SPEC §9)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ckptsel.cli.output import console
+from ckptsel.data import AuditResult, audit_files, write_audit
 from ckptsel.errors import CkptselError
-
-if TYPE_CHECKING:
-    from ckptsel.data import AuditResult
 
 
 def audit(
@@ -34,8 +31,6 @@ def audit(
 ) -> None:
     """Overlap audit between the given pools (exact, normalized, character 13-gram
     Jaccard, word 5-gram) with a planted positive control; exit 1 if the control fails."""
-    from ckptsel.data import audit_files, write_audit  # when run (see ckptsel.cli)
-
     files = {
         name: path
         for name, path in (("train", train), ("validation", validation), ("test", test))

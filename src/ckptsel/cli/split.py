@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ckptsel.cli.output import console
+from ckptsel.data import split_file
 from ckptsel.defaults import DATA_SEED
 
 
@@ -33,8 +34,6 @@ def split(
 ) -> None:
     """Split DATA_FILE into train/validation by whole group (SHA-256 of seed and group
     key), in the input's format, with a lineage table (lineage.json, lineage.md)."""
-    from ckptsel.data import split_file  # when run (see ckptsel.cli)
-
     lin = split_file(data_file, out, seed=seed, val_fraction=val_fraction, group_field=group_field)
     table = Table(title=f"split of {data_file} (group field {lin['group_field']!r})")
     for col in ("side", "records", "groups"):
