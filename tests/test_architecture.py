@@ -47,8 +47,9 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "records": ("schema", "codec", "units", "scan", "store", "load"),
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec"),
-    "train": ("checkpoints", "models", "trajectory"),
+    "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
         "executors", "run", "ingest",
@@ -68,8 +69,8 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "sim": ("tiny", "embedded", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
-        "app", "analysis", "data", "measure", "practitioner", "records", "report", "run",
-        "simulate", "train",
+        "output", "split", "audit", "measure", "ingest", "analyze", "verify", "simulate", "train",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}
