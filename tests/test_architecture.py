@@ -66,7 +66,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
     ),  # fmt: skip
-    "sim": ("tiny", "embedded", "simulate", "quickstart"),
+    "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
         "output", "split", "audit", "measure", "ingest", "analyze", "verify", "simulate", "train",

@@ -12,23 +12,8 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
 
 from __future__ import annotations
 
-from ckptsel.workflows.advise import (
-    BudgetPick,
-    CompareSettings,
-    PlanSettings,
-    Recommendation,
-    RuleSelection,
-    Selection,
-    SelectSettings,
-    SplitValidationGain,
-    TestGain,
-    closed_form,
-    compare_checkpoints,
-    default_budgets,
-    plan_figure,
-    plan_from_pilot,
-    select_checkpoint,
-)
+from ckptsel.workflows import advise
+from ckptsel.workflows.advise import *  # noqa: F403 - the advise names are workflows' too
 from ckptsel.workflows.analysis import analyze, verify
 from ckptsel.workflows.study_run import (
     STAGES,
@@ -39,26 +24,12 @@ from ckptsel.workflows.study_run import (
 )
 
 __all__ = [
+    *advise.__all__,
     "STAGES",
-    "BudgetPick",
-    "CompareSettings",
-    "PlanSettings",
-    "Recommendation",
-    "RuleSelection",
-    "SelectSettings",
-    "Selection",
-    "SplitValidationGain",
-    "TestGain",
     "StudyRun",
     "analyze",
-    "closed_form",
-    "compare_checkpoints",
-    "default_budgets",
     "format_plan",
-    "plan_figure",
-    "plan_from_pilot",
     "quiet_transformers",
-    "select_checkpoint",
     "stages_to_run",
     "verify",
 ]
