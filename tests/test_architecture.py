@@ -61,7 +61,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "results": ("estimate", "layout", "summary", "publish"),
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates"),
     "report": ("tables", "figures", "html", "terminal", "build"),
-    "workflows": ("analysis", "advise", "study_run"),
+    "workflows": ("analysis", "advise", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
@@ -69,7 +69,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
-        "output", "split", "audit", "measure", "ingest", "analyze", "verify", "simulate", "train",
+        "output", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
         "quickstart", "report", "selection", "compare", "plan", "run", "records", "app",
     ),  # fmt: skip
 }

@@ -217,3 +217,60 @@ def test_layouts_and_settings(case, tmp_path):
     ):  # fmt: skip
         with pytest.raises(CkptselError, match=said):
             WatchSettings(**bad)
+
+
+def run_cli(args: list[str]) -> int:
+    from ckptsel.cli import main
+
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return 0
+
+
+def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
+    """``ckptsel watch`` on a run being written: the one-shot records, ``status.json`` done,
+    ``selection.json`` equal to ``ckptsel select`` on those records; a second watch continues
+    (nothing measured again); ``--until-step`` stops there; bad options are one line, exit 2."""
+    from ckptsel.workflows import SelectSettings, select_checkpoint
+
+    name = case.run.run_dir.name
+    run_dir, out = tmp_path / "runs" / name, tmp_path / "records"
+    common = [
+        "--task", "gsm8k", "--validation", case.run.validation, "--test", case.run.test,
+        "--base", case.run.base, "--batch-size", "2", "--max-new-tokens", "8", "--no-progress",
+    ]  # fmt: skip  (the default window: select reads its NLL)
+    once = tmp_path / "records-once"
+    assert run_cli(["measure", case.run.run_dir, "--out", once, *common]) == 0
+    args = ["watch", run_dir, "--out", out, *common, "--poll", "0.05", "--settle", "0.4",
+            "--timeout", "150", "--draws", "50"]  # fmt: skip
+    writer = Writer(case.run.run_dir, local_put(run_dir), pause=0.05, hold=1.0)
+    writer.start()
+    assert run_cli(args) == 0
+    writer.join(10)
+    said = capsys.readouterr().out
+    assert "weights not whole" in said and f"done at step {STEPS[-1]}" in said
+    assert_same_records(once, out)
+    status = json.loads((out / "watch" / name / "status.json").read_text())
+    assert status["state"] == "done" and status["recorded"] == list(STEPS)
+    selection = json.loads((out / "watch" / name / "selection.json").read_text())
+    answer = select_checkpoint(out, name, settings=SelectSettings(draws=50)).to_dict()
+    assert selection.pop("watch") == {"recorded": list(STEPS), "final": True}
+    assert selection == {"state": "selected", "rule": "accuracy", **answer}
+    assert f"keep checkpoint-{answer['recommendation']['keep_step']}" in said
+
+    parts = {p: p.stat().st_mtime_ns for p in (out / ".parts").rglob("*.parquet")}
+    assert run_cli(args) == 0  # started again: continues from the records, measures nothing
+    assert parts == {p: p.stat().st_mtime_ns for p in (out / ".parts").rglob("*.parquet")}
+    assert_same_records(once, out)
+
+    until_out = tmp_path / "records-until"
+    argv = [a if a != out else until_out for a in args] + ["--until-step", "20"]
+    assert run_cli(argv) == 0
+    assert units_of(until_out) == {10, 20}
+    assert json.loads((until_out / "watch" / name / "status.json").read_text())["final_step"] == 20
+    capsys.readouterr()
+    assert run_cli(args + ["--poll", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--poll" in err and len(err.splitlines()) == 1

@@ -26,6 +26,7 @@ from ckptsel.cli import (
     split,
     train,
     verify,
+    watch,
 )
 from ckptsel.errors import CkptselError
 
@@ -36,6 +37,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("split", split.split),
     ("audit", audit.audit),
     ("measure", measure.measure),
+    ("watch", watch.watch),
     ("analyze", analyze.analyze),
     ("verify", verify.verify),
     ("simulate", simulate.simulate),

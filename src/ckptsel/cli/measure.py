@@ -3,8 +3,6 @@ response NLL), here or on a Ray cluster."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from ckptsel.cli.output import progress_bars
@@ -13,17 +11,19 @@ from ckptsel.records import MATCHED_WINDOW
 
 
 def measure(
-    run_dir: Path = typer.Argument(..., help="Run folder holding checkpoint-<step>/ folders."),
+    run_dir: str = typer.Argument(
+        ..., help="Run folder or URL (s3://, gs://, file://) holding checkpoint-<step>/ folders."
+    ),
     task: str = typer.Option(
         ..., "--task", help="gsm8k, metamath, math, commonsense or a commonsense task."
     ),
-    validation: Path = typer.Option(..., "--validation", help="Validation items file."),
-    test: Path = typer.Option(..., "--test", help="Test items file."),
+    validation: str = typer.Option(..., "--validation", help="Validation items file or URL."),
+    test: str = typer.Option(..., "--test", help="Test items file or URL."),
     test_task: str = typer.Option(
         None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
     ),
-    out: Path = typer.Option(
-        ..., "--out", help="Records folder (shared by runs; rows are appended)."
+    out: str = typer.Option(
+        ..., "--out", help="Records folder or URL (shared by runs; rows are appended)."
     ),
     base: str = typer.Option(
         None, "--base", help="Base model folder for adapters (overrides adapter_config.json)."

@@ -39,7 +39,7 @@ from ckptsel.measure.parts import (
 )
 from ckptsel.measure.passes import generate_texts, measure_items, response_nll
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
-from ckptsel.measure.run import RunMeasurement, measure_run
+from ckptsel.measure.run import RunMeasurement, measure_run, trajectory_name
 from ckptsel.measure.watch import (
     WatchSettings,
     WatchStatus,
@@ -76,6 +76,7 @@ __all__ = [
     "read_status",
     "response_nll",
     "status_path",
+    "trajectory_name",
     "watch_run",
 ]
 

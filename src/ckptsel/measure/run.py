@@ -52,8 +52,9 @@ def _check_trajectory_identity(
             )
 
 
-def _default_name(run_dir: Location) -> str:
-    """A run's trajectory name: its folder's name (a local path resolved first)."""
+def trajectory_name(run_dir: Path | Location | str) -> str:
+    """A run's default trajectory name: its folder's name (a local path resolved first)."""
+    run_dir = as_location(run_dir)
     return run_dir.local.resolve().name if run_dir.is_local else run_dir.name
 
 
@@ -83,7 +84,7 @@ class RunMeasurement:
         executor: Any = None,
     ) -> None:
         self.run_dir, self.out = as_location(run_dir), as_location(out)
-        self.trajectory = check_name("trajectory", trajectory or _default_name(self.run_dir))
+        self.trajectory = check_name("trajectory", trajectory or trajectory_name(self.run_dir))
         self.configuration = check_name("configuration", configuration or self.trajectory)
         self.config, self.base, self.executor = config, base, executor
         self.pool = ItemPool.load(config.task, validation, test, config.test_task)

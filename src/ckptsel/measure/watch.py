@@ -22,7 +22,8 @@ cache is dropped and it is measured again once it settles. A folder deleted befo
 measured (``save_total_limit``) is reported as missed.
 
 **Final**: the marker says so (``should_training_stop``, or ``global_step >= max_steps``), or
-the step reached ``until_step`` (``--until-step``, or the study's final step). The watch ends
+the step reached ``until_step`` (``--until-step``, or the study's final step; the folders
+after the first one at or past it are left alone). The watch ends
 when the final checkpoint is recorded and no earlier folder is still being written; folders
 that stayed incomplete are named in the status.
 
@@ -193,8 +194,10 @@ class _Watch:
             set(st.missed) | {s for s in self.seen if s not in folders and s not in self.done}
         )
         ready = []
+        until = self.settings.until_step  # folders after the first at or past it: left alone
+        cap = min((s for s in folders if until is not None and s >= until), default=None)
         for step, (name, files) in sorted(folders.items()):
-            if step in self.done:
+            if step in self.done or (cap is not None and step > cap):
                 continue
             why = self._why_not(step, name, files, now)
             if why:

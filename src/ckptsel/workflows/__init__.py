@@ -6,6 +6,8 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
   published results folder; ``verify`` recomputes it;
 * :mod:`~ckptsel.workflows.advise` — one trajectory's recommendation, paired checkpoint
   comparison, validation-budget planning;
+* :mod:`~ckptsel.workflows.watching` — a run still training, measured checkpoint by checkpoint
+  with ``selection.json`` kept current (``ckptsel watch``);
 * :mod:`~ckptsel.workflows.study_run` — a study's stages, resumable, optionally in worker
   processes.
 """
@@ -22,14 +24,26 @@ from ckptsel.workflows.study_run import (
     quiet_transformers,
     stages_to_run,
 )
+from ckptsel.workflows.watching import (
+    SELECTION_FILE,
+    describe,
+    selection_path,
+    watch_and_select,
+    write_selection,
+)
 
 __all__ = [
     *advise.__all__,
+    "SELECTION_FILE",
     "STAGES",
     "StudyRun",
     "analyze",
+    "describe",
     "format_plan",
     "quiet_transformers",
+    "selection_path",
     "stages_to_run",
     "verify",
+    "watch_and_select",
+    "write_selection",
 ]
