@@ -708,3 +708,23 @@ def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
     assert len(again) == len(gen)
     with pytest.raises(CkptselError, match="drop this key"):
         load_spec(study, overrides=["configurations.rank=4"])
+
+
+def test_watch_measures_while_training_to_the_same_summary(kill_ref, tmp_path: Path) -> None:
+    """``ckptsel run --watch``: training in the background, each checkpoint measured as it
+    lands; the same records and summary.json bytes as the stage-by-stage run, and each
+    trajectory's selection.json kept in the records folder."""
+    study, ref = kill_ref
+    lines: list[str] = []
+    work = tmp_path / "watch"
+    assert _run_until(study, work, None, ("--watch",), lines) == 0, "".join(lines)
+    out = "".join(lines)
+    assert (work / "results" / "summary.json").read_bytes() == (
+        ref / "results" / "summary.json"
+    ).read_bytes()
+    _same_records(ref, work)
+    for name in ("r4-s1", "r4-s2", "r8-s1", "r8-s2"):
+        assert out.count(f"measure: {name}: watched, 3 checkpoints recorded") == 1, out
+        sel = json.loads((work / "records" / "watch" / name / "selection.json").read_text())
+        assert sel["watch"]["final"] and sel["trajectory"] == name
+    assert _run_until(study, work, None, ("--watch", "--workers", "2"), lines) == 2

@@ -30,6 +30,9 @@ def run(
     workers: int = typer.Option(
         1, "--workers", help="processes that train + measure trajectories side by side"
     ),
+    watch: bool = typer.Option(
+        False, "--watch", help="measure each checkpoint as soon as it lands, while training goes on"
+    ),
 ) -> None:
     """Run or resume a whole study; every stage skips what is already done."""
     stages = stages_to_run(until, only)
@@ -41,4 +44,4 @@ def run(
         typer.echo(job.dry_run())
         typer.echo(f"stages: {', '.join(stages)}")
         return
-    job.run(stages)
+    job.run(stages, watch=watch)

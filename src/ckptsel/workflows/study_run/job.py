@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ckptsel.errors import CkptselError
 from ckptsel.study import StudySpec
 from ckptsel.workflows.study_run import stages as st
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
@@ -97,17 +98,24 @@ class StudyRun:
     def analyze(self) -> dict:
         return st.analyze(self.context)
 
-    def run(self, stages: Sequence[str] = st.STAGES) -> dict | None:
+    def run(self, stages: Sequence[str] = st.STAGES, watch: bool = False) -> dict | None:
         """Run ``stages`` in order; with ``workers > 1`` train and measure together, per
-        trajectory (:meth:`train_and_measure`)."""
+        trajectory (:meth:`train_and_measure`); with ``watch``, measure each checkpoint of the
+        trajectories trained here as soon as it lands (:func:`~ckptsel.workflows.study_run.
+        stages.train_and_watch`)."""
         summary = None
         together = self.workers > 1
+        if watch and (together or "measure" not in stages):
+            raise CkptselError("--watch measures while training: use it with --workers 1 and a measure stage")
         for stage in st.STAGES:
             if stage not in stages:
                 continue
             if stage != "prepare":  # a resumed stage still checks the study first
                 self.check_fingerprint(write=False)
-            if together and stage in ("train", "measure"):
+            if watch and stage in ("train", "measure"):
+                if stage == "measure":  # the train stage runs beside it
+                    st.train_and_watch(self.context, train_here="train" in stages)
+            elif together and stage in ("train", "measure"):
                 if stage == "measure" and "train" in stages:
                     continue  # done with the train stage
                 self.train_and_measure(train="train" in stages, measure="measure" in stages)

@@ -15,25 +15,35 @@ anywhere and run again continues and ends with the same records and the same ``s
   what is recorded); lm-eval sample folders are ingested (:func:`ingest`).
 * :func:`analyze` — :func:`ckptsel.workflows.analyze` with the report.
 
+With ``--watch`` (:func:`train_and_watch`) the ``train`` stage runs in a background thread while
+the ``measure`` stage watches each trajectory trained here (:func:`ckptsel.workflows.
+watch_and_select`), measuring each checkpoint as soon as its folder is in place and keeping the
+trajectory's ``selection.json`` current; a trajectory's watch ends at its last checkpoint of the
+grid. ``--only measure --watch`` watches runs that another process trains.
+
 :func:`stages_to_run` reads ``--until`` / ``--only``.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from ckptsel._util.io import write_text
 from ckptsel.data import audit_pools, load_items, split_file, strata_counts, write_audit
 from ckptsel.errors import CkptselError
-from ckptsel.measure import ingest_lm_eval, measure_run
+from ckptsel.measure import WatchSettings, ingest_lm_eval, measure_run
 from ckptsel.train import train_study
 from ckptsel.workflows.analysis import analyze as analyze_records
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint
 from ckptsel.workflows.study_run.progress import live
+from ckptsel.workflows.watching import watch_and_select
 
 STAGES = ("prepare", "train", "measure", "analyze")
 
@@ -130,14 +140,27 @@ def train(ctx: StudyContext, only: Sequence[str] | None = None) -> None:
         train_study(st, only=only, device=ctx.device, progress=False, log=log)
 
 
-def measure(ctx: StudyContext, only: Sequence[str] | None = None) -> None:
-    """Measure every checkpoint of every trajectory (``only``: these names)."""
+WATCH_POLL = 2.0  # seconds between listings of a run trained here (--watch)
+
+
+def measure(
+    ctx: StudyContext,
+    only: Sequence[str] | None = None,
+    watch: Callable[[float], None] | None = None,
+) -> None:
+    """Measure every checkpoint of every trajectory (``only``: these names). ``watch``: the
+    trajectories trained here are watched while they train, ``watch`` sleeping between polls
+    (it raises when the training they wait for has failed)."""
     val, test = ctx.pools
     trajs = [t for t in ctx.trajectories if only is None or t.name in only]
     with live(ctx.console, "measure", len(trajs) if only is None else 0) as advance:
         for t in trajs:
             if t.source == "lm_eval":
                 ingest(ctx, t)
+                advance()
+                continue
+            if watch is not None and t.source == "train":
+                watch_trajectory(ctx, t, watch)
                 advance()
                 continue
             res = measure_run(
@@ -150,6 +173,61 @@ def measure(ctx: StudyContext, only: Sequence[str] | None = None) -> None:
                 f"recorded ({res.seconds:.1f}s)"
             )
             advance()
+
+
+def watch_trajectory(ctx: StudyContext, t: Trajectory, sleep: Callable[[float], None]) -> None:
+    """One trajectory trained here, measured checkpoint by checkpoint as its folders land
+    (ckptsel's trainer renames a whole checkpoint folder into place: no settle time needed)."""
+    val, test = ctx.pools
+    final = t.expected_steps[-1] if t.expected_steps else None
+    settings = WatchSettings(poll=WATCH_POLL, settle=0.0, until_step=final)
+    status = watch_and_select(
+        t.folder, ctx.measure_config, validation=val, test=test, out=ctx.records_dir,
+        settings=settings, trajectory=t.name, configuration=t.configuration,
+        executor=ctx.executor, sleep=sleep,
+    )  # fmt: skip
+    ctx.log(
+        f"measure: {t.name}: watched, {len(status.recorded)} checkpoints recorded as they "
+        f"landed (final step {status.final_step})"
+    )
+
+
+class _Background(threading.Thread):
+    """A stage in a background thread; :meth:`sleep` (the watchers' sleep) raises once it
+    has failed, so no watcher waits for checkpoints that will never come."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        super().__init__(name="ckptsel-train", daemon=True)
+        self.work, self.error = work, None
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as err:  # noqa: BLE001 - raised in the main thread
+            self.error = err
+
+    def sleep(self, seconds: float) -> None:
+        if self.error is not None:
+            raise CkptselError(f"--watch: training stopped ({self.error}); nothing more to watch")
+        time.sleep(seconds)
+
+
+def train_and_watch(ctx: StudyContext, train_here: bool) -> None:
+    """``--watch``: the ``measure`` stage watching the trajectories trained here while (with
+    ``train_here``) the ``train`` stage runs in a background thread."""
+    if not train_here:
+        measure(ctx, watch=time.sleep)
+        return
+    quiet = copy.copy(ctx)
+    quiet.console = None  # one live display at a time: the measure stage's
+    trainer = _Background(lambda: train(quiet))
+    trainer.start()
+    try:
+        measure(ctx, watch=trainer.sleep)
+    finally:
+        trainer.join()
+    if trainer.error is not None:
+        raise trainer.error
 
 
 def ingest(ctx: StudyContext, t: Trajectory) -> None:
