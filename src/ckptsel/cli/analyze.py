@@ -4,11 +4,11 @@ records, and report G, H, D and B with intervals."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import typer
 
 from ckptsel import defaults
+from ckptsel._util.locations import as_location
 from ckptsel.choose import parse_budget_list
 from ckptsel.cli.output import console
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
@@ -17,9 +17,11 @@ from ckptsel.workflows import analyze as run_analysis
 
 
 def analyze(
-    records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
-    out: Path = typer.Option(
-        ..., "--out", help="Results folder (summary.json, choices/, tables/)."
+    records_dir: str = typer.Argument(
+        ..., help="Records folder or URL (single files or units)."
+    ),
+    out: str = typer.Option(
+        ..., "--out", help="Results folder or URL (summary.json, choices/, tables/)."
     ),
     permutations: int = typer.Option(
         defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."
@@ -64,8 +66,8 @@ def analyze(
 
     print_main_table(summary, console)
     if report:
-        console.print(f"report: {out / REPORT_FILE}")
+        console.print(f"report: {as_location(out) / REPORT_FILE}")
     console.print(
-        f"wrote {out / SUMMARY_FILE} (choices SHA-256 {(summary.choices_sha256 or '')[:16]}…) "
+        f"wrote {as_location(out) / SUMMARY_FILE} (choices SHA-256 {(summary.choices_sha256 or '')[:16]}…) "
         f"in {time.perf_counter() - start:.1f} s"
     )

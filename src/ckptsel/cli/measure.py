@@ -70,6 +70,10 @@ def measure(
     max_lora_rank: int = typer.Option(
         0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."
     ),
+    forward_credentials: bool = typer.Option(
+        False, "--forward-credentials",
+        help="Ray: hand the driver's storage credentials (AWS_*, GOOGLE_*) to the workers.",
+    ),  # fmt: skip
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     only: str = typer.Option(
         None, "--only", help="generation or nll: measure and record just that kind."
@@ -87,7 +91,7 @@ def measure(
     )  # fmt: skip
     ex = ExecutorConfig(
         kind=executor, address=ray_address, workers=workers, num_cpus=num_cpus,
-        num_gpus=num_gpus, max_retries=max_retries,
+        num_gpus=num_gpus, max_retries=max_retries, forward_credentials=forward_credentials,
     )  # fmt: skip
     with progress_bars(progress) as on_progress:
         res = measure_run(

@@ -5,7 +5,6 @@ gain over the final one. (Named ``selection`` to keep clear of the standard libr
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 
@@ -16,7 +15,9 @@ from ckptsel.workflows import SelectSettings, select_checkpoint
 
 
 def select(
-    records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
+    records_dir: str = typer.Argument(
+        ..., help="Records folder or URL (single files or units)."
+    ),
     trajectory: str = typer.Option(
         ..., "--trajectory", help="The trajectory (run) to choose a checkpoint for."
     ),

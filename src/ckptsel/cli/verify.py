@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from ckptsel.cli.output import console
@@ -11,9 +9,11 @@ from ckptsel.workflows import verify as run_verify
 
 
 def verify(
-    results_dir: Path = typer.Argument(..., help="A results folder written by `ckptsel analyze`."),
-    records: Path = typer.Option(
-        None, "--records", help="Records folder (default: the one analyzed)."
+    results_dir: str = typer.Argument(
+        ..., help="A results folder (or URL) written by `ckptsel analyze`."
+    ),
+    records: str = typer.Option(
+        None, "--records", help="Records folder or URL (default: the one analyzed)."
     ),
 ) -> None:
     """Recompute the frozen choices and the results; exit 1 on any mismatch."""

@@ -6,6 +6,8 @@ then the staging folder and ``--out`` are exchanged in one atomic ``renameat2(RE
 call (or, where the file system lacks it, two renames that the next run repairs). A kill at any
 moment therefore leaves either the old folder or the new one under ``--out``; leftovers of a
 killed run (staging folders of dead processes) are removed at the start of the next run.
+A results folder at a URL (an object store has no rename) is staged here the same way, then
+uploaded one PUT per file with the manifest last (:func:`staged_url`; see there).
 
 Ownership: ``--out`` may be a missing or empty folder, or a ckptsel results folder (one with a
 manifest, or an older one with ``summary.json`` and ``choices/choices.sha256``). Anything else
@@ -26,6 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ckptsel._util.locations import FileInfo, Location
 from ckptsel.errors import CkptselError, VerificationError
 
 MANIFEST_FILE = "manifest.json"
@@ -330,3 +333,96 @@ def staged(
     finally:
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- at a URL
+# An object store has no rename: a results folder at a URL is built in a local staging folder
+# as above, then each file is uploaded with one PUT (a reader sees an old or a new file, never
+# part of one) and the manifest goes last; the files of the previous results that the new ones
+# do not name are deleted after it. The manifest is the commit point: ``verify`` (and any
+# reader that checks the SHA-256s) never accepts a mix of two publishes, and a publish killed
+# half way is found by the manifest check and repaired by the next one.
+
+
+def _owned_remote(out: Location, files: dict[str, FileInfo]) -> set[str]:
+    """Files at ``out`` ckptsel wrote (its manifest's); ``--out`` checks as :func:`check_out`."""
+    if MANIFEST_FILE not in files:
+        return set()
+    try:
+        manifest = json.loads((out / MANIFEST_FILE).read_text())
+        return set(manifest["files"]) | {MANIFEST_FILE}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CkptselError(f"{out / MANIFEST_FILE}: not a readable manifest ({err})") from err
+
+
+def check_out_url(out: Location, force: bool) -> tuple[set[str], set[str]]:
+    """Up-front check of an ``--out`` URL: ``(files ckptsel wrote there, other files)``."""
+    files = out.listing()
+    owned = _owned_remote(out, files)
+    foreign = set(files) - owned
+    if foreign and not owned and not force:
+        raise CkptselError(
+            f"{out}: not empty and not a ckptsel results folder; refusing to write into it "
+            f"(choose an empty or new --out, or pass --force to add the results and keep its files)"
+        )
+    for rel in sorted(foreign):
+        top = rel.split("/")[0]
+        if top in OWNED_NAMES and (rel == top or top not in _OWNED_DIRS):
+            raise CkptselError(
+                f"{out / rel}: a file ckptsel did not write has the name of a results file; "
+                f"refusing to overwrite it (move it or choose another --out)"
+            )
+    return owned & set(files), foreign
+
+
+@contextlib.contextmanager
+def staged_url(out: Location, *, force: bool = False, meta: dict | None = None) -> Iterator[Path]:
+    """:func:`staged` for a results folder at a URL: yield a local staging folder; when the
+    block succeeds, upload its files, the manifest last, then delete the old results' leftovers."""
+    old, foreign = check_out_url(out, force)
+    with tempfile.TemporaryDirectory(prefix=".ckptsel-results-") as tmp:
+        local = Path(tmp) / "results"
+        with staged(local, meta=meta) as stage:
+            yield stage
+        manifest = read_manifest(local) or {}
+        clash = sorted(set(manifest) & foreign)
+        if clash:
+            raise CkptselError(
+                f"{out / clash[0]}: a file ckptsel did not write would be overwritten by a "
+                f"result; refusing (move it or choose another --out)"
+            )
+        try:
+            for rel in sorted(manifest):
+                (out / rel).write_bytes((local / rel).read_bytes())
+            (out / MANIFEST_FILE).write_bytes((local / MANIFEST_FILE).read_bytes())
+            for rel in sorted(old - set(manifest) - {MANIFEST_FILE}):
+                (out / rel).unlink(missing_ok=True)
+        except OSError as err:
+            raise CkptselError(f"{out}: cannot publish results ({err})") from err
+
+
+def fetch_results(url: Location, into: Path) -> Path:
+    """A local copy of the results folder at ``url`` (its manifest and the files it names,
+    plus ``summary.json`` and ``run.json``), for ``verify``; returns the folder."""
+    manifest = url / MANIFEST_FILE
+    try:
+        text = manifest.read_bytes()
+    except FileNotFoundError:
+        if not (url / "summary.json").exists():
+            raise CkptselError(f"{url / 'summary.json'}: no summary to verify") from None
+        raise VerificationError(
+            f"{manifest}: not found (not a complete ckptsel results folder)"
+        ) from None
+    _write_local(into / MANIFEST_FILE, text)
+    files = read_manifest(into) or {}
+    for rel in sorted(set(files) | {"summary.json", "run.json"}):
+        try:
+            _write_local(into / rel, (url / rel).read_bytes())
+        except FileNotFoundError:
+            continue  # verify names what is missing
+    return into
+
+
+def _write_local(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)

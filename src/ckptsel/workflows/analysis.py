@@ -19,6 +19,7 @@ import pandas as pd
 
 from ckptsel import defaults
 from ckptsel._util.io import write_csv, write_parquet, write_text
+from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import single_threaded
 from ckptsel.choose import (
     ChoiceSettings,
@@ -160,7 +161,7 @@ def analyze(
     stat = StatSettings(draws, seed, level, interval)
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
     with single_threaded():
-        return _analyze(records_dir, Path(out_dir), settings, stat, report, force,
+        return _analyze(records_dir, as_location(out_dir), settings, stat, report, force,
                         budgets, note or (lambda line: None))  # fmt: skip
 
 
@@ -168,11 +169,15 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 
 
 def _analyze(
-    records_dir: Path, out_dir: Path, settings: ChoiceSettings, stat: StatSettings, report: bool,
-    force: bool, given_budgets, note: Callable[[str], None],
+    records_dir: Path, out_dir: Location, settings: ChoiceSettings, stat: StatSettings,
+    report: bool, force: bool, given_budgets, note: Callable[[str], None],
 ) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
-    with publish.staged(out_dir, force=force, meta=meta) as stage:
+    if out_dir.is_local:
+        staging = publish.staged(out_dir.local, force=force, meta=meta)
+    else:  # built here, then uploaded file by file with the manifest last
+        staging = publish.staged_url(out_dir, force=force, meta=meta)
+    with staging as stage:
         validation, _ = freeze_choices(records_dir, stage, settings)
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
@@ -195,14 +200,29 @@ def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict
     write_text(stage / SUMMARY_FILE, summary_json(summary))
     from ckptsel import __version__
 
-    run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
+    records = as_location(records_dir)
+    where = str(records.local.resolve()) if records.is_local else str(records)
+    run = {"records_dir": where, "ckptsel": __version__}
     write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
 
 
-def verify(results_dir: Path, records_dir: Path | None = None) -> list[str]:
-    """Recompute choices and results; raise :class:`VerificationError` on any mismatch."""
+def verify(
+    results_dir: Path | Location | str, records_dir: Path | Location | str | None = None
+) -> list[str]:
+    """Recompute choices and results; raise :class:`VerificationError` on any mismatch. A
+    results folder at a URL is verified from a local copy of what its manifest names (the
+    messages name the URL)."""
+    results = as_location(results_dir)
     with single_threaded():
-        return _verify(Path(results_dir), records_dir)
+        if results.is_local:
+            return _verify(results.local, records_dir)
+        with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
+            local = str(Path(tmp) / "results")
+            try:
+                lines = _verify(publish.fetch_results(results, Path(local)), records_dir)
+            except CkptselError as err:
+                raise type(err)(str(err).replace(local, str(results))) from err
+            return [line.replace(local, str(results)) for line in lines]
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -238,7 +258,7 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
         records_dir = _read_json(run_path, "run record").get("records_dir")
         if not isinstance(records_dir, str):
             raise VerificationError(f"{run_path}: no records_dir string; pass --records explicitly")
-    records_dir = Path(records_dir)
+    records_dir = as_location(records_dir)
     frozen = load_frozen(results_dir / CHOICES_DIR)  # raises when the stored hash is off
     validation = load_validation(records_dir)
     again = choose(validation, frozen.settings)

@@ -361,7 +361,7 @@ def _select_checkpoint(
         raise CkptselError(
             f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation"
         )
-    test = _test_data(Path(records_dir), v)
+    test = _test_data(records_dir, v)
     chosen = choose_trajectory(
         v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
     )
