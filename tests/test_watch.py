@@ -41,11 +41,14 @@ def case(tmp_path_factory):
 class Writer(threading.Thread):
     """Copies the run's checkpoints in as a trainer would: folder by folder, one file at a
     time with pauses, ``trainer_state.json`` (with ``max_steps``) last; the ``HELD`` folder
-    gets its marker first and its weights in two halves ``hold`` seconds apart."""
+    gets its marker first and its weights in two halves ``hold`` seconds apart (or, with
+    ``seen``, as soon as ``seen()`` says the watcher has reported that folder incomplete: the
+    half-written state is then observed whatever the machine's load, at most ``hold`` s)."""
 
-    def __init__(self, src: Path, put: Callable[[str, bytes], None], pause: float, hold: float):
+    def __init__(self, src: Path, put: Callable[[str, bytes], None], pause: float, hold: float,
+                 seen: Callable[[], bool] | None = None):  # fmt: skip
         super().__init__(daemon=True)
-        self.src, self.put, self.pause, self.hold = src, put, pause, hold
+        self.src, self.put, self.pause, self.hold, self.seen = src, put, pause, hold, seen
         self.complete_at: dict[int, float] = {}
         self.error: BaseException | None = None
 
@@ -68,11 +71,17 @@ class Writer(threading.Thread):
             data = (folder / name).read_bytes()
             if step == HELD and name.endswith(".safetensors"):
                 self.put(f"checkpoint-{step}/{name}", data[: len(data) // 2])
-                time.sleep(self.hold)  # half a weights file, marker present: not complete
+                self._hold()  # half a weights file, marker present: not complete
             self.put(f"checkpoint-{step}/{name}", data)
             time.sleep(self.pause)
         if step != HELD:
             self.put(f"checkpoint-{step}/trainer_state.json", marker)
+
+
+    def _hold(self) -> None:
+        end = time.monotonic() + self.hold
+        while time.monotonic() < end and not (self.seen is not None and self.seen()):
+            time.sleep(0.02)
 
 
 def local_put(root: Path) -> Callable[[str, bytes], None]:
@@ -89,8 +98,13 @@ def test_watch_a_local_run_being_written(case, tmp_path):
     from ckptsel.measure import watch_run
 
     run_dir = tmp_path / "runs" / case.run.run_dir.name
-    writer = Writer(case.run.run_dir, local_put(run_dir), pause=0.05, hold=2.0)
-    started, statuses = {}, []
+    statuses: list[dict] = []
+
+    def seen() -> bool:
+        return any("weights not whole" in w.get(HELD, "") for w in statuses)
+
+    writer = Writer(case.run.run_dir, local_put(run_dir), pause=0.05, hold=30.0, seen=seen)
+    started = {}
 
     def on_progress(event):
         if event.kind == "step":
@@ -245,7 +259,16 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     assert run_cli(["measure", case.run.run_dir, "--out", once, *common]) == 0
     args = ["watch", run_dir, "--out", out, *common, "--poll", "0.05", "--settle", "0.4",
             "--timeout", "150", "--draws", "50"]  # fmt: skip
-    writer = Writer(case.run.run_dir, local_put(run_dir), pause=0.05, hold=1.0)
+    status_file = out / "watch" / name / "status.json"
+
+    def seen() -> bool:  # the watcher has said so in its status file
+        try:
+            waiting = json.loads(status_file.read_text())["waiting"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return "weights not whole" in waiting.get(str(HELD), "")
+
+    writer = Writer(case.run.run_dir, local_put(run_dir), pause=0.05, hold=30.0, seen=seen)
     writer.start()
     assert run_cli(args) == 0
     writer.join(10)
