@@ -294,6 +294,7 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     assert units_of(until_out) == {10, 20}
     assert json.loads((until_out / "watch" / name / "status.json").read_text())["final_step"] == 20
     capsys.readouterr()
-    assert run_cli(args + ["--poll", "-1"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "--poll" in err and len(err.splitlines()) == 1
+    for bad, said in ((["--poll", "-1"], "--poll"), (["--rule", "best"], "unknown rule")):
+        assert run_cli(args + bad) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1

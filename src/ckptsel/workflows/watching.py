@@ -20,6 +20,7 @@ from typing import Any
 
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location
+from ckptsel.choose import SIGNAL_RULES
 from ckptsel.errors import CkptselError
 from ckptsel.measure import (
     MeasureConfig,
@@ -87,6 +88,8 @@ def watch_and_select(
     """:func:`~ckptsel.measure.watch_run` (same arguments), keeping ``selection.json`` up to
     date when ``selection`` (see the module docstring); ``on_selection(data)`` hears each one
     written. Returns the watcher's final status."""
+    if rule not in SIGNAL_RULES:  # bad input fails now, not as a 'pending' selection later
+        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
     name = trajectory or trajectory_name(run_dir)
     where = selection_path(out, name)
     recorded: list[int] = []
