@@ -146,11 +146,11 @@ WATCH_POLL = 2.0  # seconds between listings of a run trained here (--watch)
 def measure(
     ctx: StudyContext,
     only: Sequence[str] | None = None,
-    watch: Callable[[float], None] | None = None,
+    watch: Callable[[], Callable[[float], None]] | None = None,
 ) -> None:
     """Measure every checkpoint of every trajectory (``only``: these names). ``watch``: the
-    trajectories trained here are watched while they train, ``watch`` sleeping between polls
-    (it raises when the training they wait for has failed)."""
+    trajectories trained here are watched while they train, each watcher sleeping between
+    polls with a sleep ``watch()`` makes (it raises when the training it waits for failed)."""
     val, test = ctx.pools
     trajs = [t for t in ctx.trajectories if only is None or t.name in only]
     with live(ctx.console, "measure", len(trajs) if only is None else 0) as advance:
@@ -160,7 +160,7 @@ def measure(
                 advance()
                 continue
             if watch is not None and t.source == "train":
-                watch_trajectory(ctx, t, watch)
+                watch_trajectory(ctx, t, watch())
                 advance()
                 continue
             res = measure_run(
@@ -193,8 +193,8 @@ def watch_trajectory(ctx: StudyContext, t: Trajectory, sleep: Callable[[float], 
 
 
 class _Background(threading.Thread):
-    """A stage in a background thread; :meth:`sleep` (the watchers' sleep) raises once it
-    has failed, so no watcher waits for checkpoints that will never come."""
+    """A stage in a background thread; the watchers' sleeps (:meth:`sleeper`) raise once it
+    has failed or ended, so no watcher waits for checkpoints that will never come."""
 
     def __init__(self, work: Callable[[], None]) -> None:
         super().__init__(name="ckptsel-train", daemon=True)
@@ -206,24 +206,38 @@ class _Background(threading.Thread):
         except BaseException as err:  # noqa: BLE001 - raised in the main thread
             self.error = err
 
-    def sleep(self, seconds: float) -> None:
-        if self.error is not None:
-            raise CkptselError(f"--watch: training stopped ({self.error}); nothing more to watch")
-        time.sleep(seconds)
+    def sleeper(self, polls_after: int = 5) -> Callable[[float], None]:
+        """A watcher's sleep: raises once the training has failed, or once it has ended and
+        the watcher has still not finished after ``polls_after`` more polls."""
+        left = [polls_after]
+
+        def sleep(seconds: float) -> None:
+            if self.error is not None:
+                raise CkptselError(f"--watch: training stopped ({self.error}); nothing more to watch")
+            if not self.is_alive():
+                left[0] -= 1
+                if left[0] < 0:
+                    raise CkptselError(
+                        "--watch: training has ended but a trajectory's final checkpoint was "
+                        "never complete; see its status.json in the records folder"
+                    )
+            time.sleep(seconds)
+
+        return sleep
 
 
 def train_and_watch(ctx: StudyContext, train_here: bool) -> None:
     """``--watch``: the ``measure`` stage watching the trajectories trained here while (with
     ``train_here``) the ``train`` stage runs in a background thread."""
     if not train_here:
-        measure(ctx, watch=time.sleep)
+        measure(ctx, watch=lambda: time.sleep)
         return
     quiet = copy.copy(ctx)
     quiet.console = None  # one live display at a time: the measure stage's
     trainer = _Background(lambda: train(quiet))
     trainer.start()
     try:
-        measure(ctx, watch=trainer.sleep)
+        measure(ctx, watch=trainer.sleeper)
     finally:
         trainer.join()
     if trainer.error is not None:
