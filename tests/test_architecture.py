@@ -55,7 +55,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "measure.backends": ("hf", "vllm"),
     "measure.executors": ("base", "local", "ray_actors"),
-    "measure.ingest": ("lm_eval",),
+    "measure.ingest": ("mapping", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates"),

@@ -16,7 +16,8 @@ inside functions):
 * :mod:`~ckptsel.measure.executors` — where units run: this process or Ray actors;
 * :mod:`~ckptsel.measure.run` — :func:`measure_run`: every ``checkpoint-<step>/`` of a run
   into a records folder;
-* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs.
+* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs (lm-eval, inspect,
+  lighteval), through one shared mapping.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from __future__ import annotations
 from ckptsel._moved import moved_attribute
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
-from ckptsel.measure.ingest import ingest_lm_eval
+from ckptsel.measure.ingest import (
+    CheckpointLog,
+    Ingested,
+    ingest_inspect,
+    ingest_lighteval,
+    ingest_lm_eval,
+    ingest_logs,
+    read_inspect_log,
+    unavailable_lines,
+)
 from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import generate_texts, measure_items, response_nll
@@ -33,8 +43,10 @@ from ckptsel.measure.run import measure_run
 
 __all__ = [
     "BACKENDS",
+    "CheckpointLog",
     "DTYPES",
     "ExecutorConfig",
+    "Ingested",
     "ItemPool",
     "MeasureConfig",
     "MeasureResult",
@@ -43,12 +55,17 @@ __all__ = [
     "ProgressEvent",
     "StepParts",
     "generate_texts",
+    "ingest_inspect",
+    "ingest_lighteval",
     "ingest_lm_eval",
+    "ingest_logs",
     "measure_items",
     "measure_model",
     "measure_run",
     "measure_splits",
+    "read_inspect_log",
     "response_nll",
+    "unavailable_lines",
 ]
 
 
