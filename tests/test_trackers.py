@@ -138,6 +138,17 @@ def test_payload_names_every_estimate_and_the_evidence(study):
         "unresolved",
     ]
     check_description(registration(payload, NAME, study.checkpoint).description, study)
+    alone = build_payload(None, study.selection)  # `select --log`: no analysis, one trajectory
+    assert alone.main_table is None and alone.files == () and alone.summary is None
+    sv = study.selection["rules"]["accuracy"]["split_validation"]
+    assert alone.metrics["ckptsel/select/accuracy/split_validation/lo"] == pytest.approx(sv["lo"])
+    assert (
+        alone.metrics["ckptsel/select/keep_step"] == study.selection["recommendation"]["keep_step"]
+    )
+    assert (
+        "Final checkpoint kept because the gain is unresolved"
+        in registration(alone, NAME).description
+    )
     with pytest.raises(CkptselError, match="needs a recommendation"):
         registration(build_payload(study.results), NAME)
     with pytest.raises(CkptselError, match="--register name"):
@@ -179,6 +190,26 @@ def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tm
     assert version.tags["ckptsel.step"] == str(study.selection["recommendation"]["keep_step"])
     assert version.tags["ckptsel.trajectory"] == TRAJ
     check_description(version.description, study)
+
+
+def test_mlflow_a_selection_alone(study, stores):
+    mlflow = import_mlflow()
+    [logged] = log_results(
+        None, ["mlflow"], selection=study.selection, register=NAME,
+        targets={"mlflow": LogTarget(run_name=TRAJ, project="exp-select")}, note=lambda m: None,
+    )  # fmt: skip
+    client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
+    run = client.get_run(logged.run_id)
+    sv = study.selection["rules"]["accuracy"]["split_validation"]
+    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(
+        sv["mean"]
+    )
+    assert run.data.tags["ckptsel.select.rule"] == "accuracy"
+    assert [a.path for a in client.list_artifacts(logged.run_id, "ckptsel")] == [
+        "ckptsel/selection.json"
+    ]
+    version = client.get_model_version_by_alias(NAME, ALIAS)
+    assert version.run_id == logged.run_id and version.tags["ckptsel.trajectory"] == TRAJ
 
 
 def test_mlflow_into_the_training_run_by_id(study, stores):

@@ -231,13 +231,13 @@ def _text(value: Any) -> str:
 # --------------------------------------------------------------------------- the payload
 @dataclass(frozen=True)
 class Payload:
-    """Everything logged for one results folder (and, optionally, one selection)."""
+    """Everything logged for one results folder and/or one selection."""
 
-    results_dir: Path
-    summary: dict
+    results_dir: Path | None
+    summary: dict | None
     metrics: dict[str, float]
     params: dict[str, str]
-    main_table: pd.DataFrame  # rule, quantity, mean, lo, hi, unresolved
+    main_table: pd.DataFrame | None  # rule, quantity, mean, lo, hi, unresolved
     files: tuple[tuple[Path, str], ...]  # (file, folder under the run's artifacts)
     figures: tuple[Path, ...] = ()
     report: Path | None = None
@@ -245,7 +245,7 @@ class Payload:
 
     @property
     def choices_sha256(self) -> str:
-        return str(self.summary.get("choices_sha256", ""))
+        return str((self.summary or {}).get("choices_sha256", ""))
 
 
 def _files(results_dir: Path) -> tuple[tuple[Path, str], ...]:
@@ -264,8 +264,20 @@ def _files(results_dir: Path) -> tuple[tuple[Path, str], ...]:
     return tuple((p, sub) for p, sub in out if p.is_file())
 
 
-def build_payload(results_dir: Path, selection: dict | None = None) -> Payload:
-    """The :class:`Payload` of a results folder (and a selection, when given)."""
+def build_payload(results_dir: Path | None, selection: dict | None = None) -> Payload:
+    """The :class:`Payload` of a results folder and/or a selection (at least one of them)."""
+    if results_dir is None:
+        if selection is None:
+            raise CkptselError("nothing to log: give a results folder or a selection")
+        return Payload(
+            results_dir=None,
+            summary=None,
+            metrics=selection_metrics(selection),
+            params=selection_params(selection),
+            main_table=None,
+            files=(),
+            selection=selection,
+        )
     results_dir = Path(results_dir)
     summary = read_summary(results_dir)
     metrics = summary_metrics(summary)
@@ -290,15 +302,22 @@ def build_payload(results_dir: Path, selection: dict | None = None) -> Payload:
 
 
 def selection_params(selection: dict) -> dict[str, str]:
+    """The selection's trajectory, rule, steps, settings and reason as ``ckptsel.select.*``."""
     rec = selection.get("recommendation") or {}
+    settings = selection.get("settings") or {}
     params = {
         "select.trajectory": selection.get("trajectory"),
+        "select.configuration": selection.get("configuration"),
+        "select.steps": ",".join(map(str, selection.get("steps") or [])) or None,
+        "select.validation_items": selection.get("validation_items"),
+        "select.test_items": selection.get("test_items"),
+        **{f"select.{k}": v for k, v in settings.items()},
         "select.rule": rec.get("rule"),
         "select.keep_step": rec.get("keep_step"),
         "select.final_step": selection.get("final_step"),
         "select.reason": rec.get("reason"),
     }
-    return {f"{PREFIX}.{k}": str(v) for k, v in params.items() if v is not None}
+    return {f"{PREFIX}.{k}": _text(v) for k, v in params.items() if v is not None}
 
 
 # --------------------------------------------------------------------------- registration

@@ -22,7 +22,7 @@ LOGGERS = {"mlflow": log_mlflow, "wandb": log_wandb, "trackio": log_trackio}
 
 
 def log_results(
-    results_dir: Path,
+    results_dir: Path | None,
     trackers: Sequence[str],
     *,
     selection: dict | None = None,
@@ -31,19 +31,19 @@ def log_results(
     targets: Mapping[str, LogTarget] | None = None,
     note: Callable[[str], None] = print,
 ) -> list[Logged]:
-    """Log ``results_dir`` to each of ``trackers`` (``mlflow``, ``wandb``, ``trackio``).
+    """Log ``results_dir`` (an analysis) and/or ``selection`` (a recommendation:
+    ``select_checkpoint``'s result) to each of ``trackers`` (``mlflow``, ``wandb``, ``trackio``).
 
-    ``selection``: a recommendation (``select_checkpoint``'s result) logged with it; ``register``:
-    the name under which the recommended checkpoint is registered (needs ``selection``);
-    ``checkpoint``: its folder, referenced by the registration; ``targets``: where in each tracker
-    (:class:`LogTarget`; default: a new run named ``ckptsel``). Every tracker package is imported
-    (a missing one is one line with its install hint) and the payload is built before anything is
-    logged.
+    ``register``: the name under which the recommended checkpoint is registered (needs
+    ``selection``); ``checkpoint``: its folder, referenced by the registration; ``targets``: where
+    in each tracker (:class:`LogTarget`; default: a new run named ``ckptsel``). Every tracker
+    package is imported (a missing one is one line with its install hint) and the payload is
+    built before anything is logged.
     """
     names = check_trackers(list(trackers))
     for name in names:
         require(name)
-    payload = build_payload(Path(results_dir), selection)
+    payload = build_payload(None if results_dir is None else Path(results_dir), selection)
     reg = registration(payload, register, checkpoint) if register else None
     out = []
     for name in names:

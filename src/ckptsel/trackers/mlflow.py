@@ -69,7 +69,8 @@ def _log_values(mlflow, client, run_id: str, payload: Payload) -> None:
 def _log_files(client, run_id: str, payload: Payload) -> None:
     for path, folder in payload.files:
         client.log_artifact(run_id, str(path), artifact_path=folder)
-    client.log_table(run_id, data=payload.main_table, artifact_file=f"{PREFIX}/main_table.json")
+    if payload.main_table is not None:
+        client.log_table(run_id, data=payload.main_table, artifact_file=f"{PREFIX}/main_table.json")
     if payload.selection is not None:
         client.log_dict(run_id, payload.selection, f"{PREFIX}/selection.json")
 

@@ -50,12 +50,15 @@ def _init(trackio, target: LogTarget, project: str, config: dict):
 
 def _log(trackio, payload: Payload) -> None:
     trackio.log(dict(payload.metrics))
-    media = {f"{PREFIX}/main_table": trackio.Table(dataframe=payload.main_table)}
+    media = {}
+    if payload.main_table is not None:
+        media[f"{PREFIX}/main_table"] = trackio.Table(dataframe=payload.main_table)
     if payload.report is not None:
         media[f"{PREFIX}/report"] = trackio.Html(str(payload.report))
     for png in payload.figures:
         media[f"{PREFIX}/figures/{png.stem}"] = trackio.Image(str(png))
-    trackio.log(media)
+    if media:
+        trackio.log(media)
     results = trackio.Artifact(
         f"{PREFIX}-results",
         type=f"{PREFIX}-results",

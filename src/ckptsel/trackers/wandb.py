@@ -58,12 +58,15 @@ def _run(wandb, target: LogTarget):
 def _log(wandb, run, payload: Payload) -> None:
     run.summary.update(payload.metrics)
     run.config.update(payload.params, allow_val_change=True)
-    media = {f"{PREFIX}/main_table": wandb.Table(dataframe=payload.main_table)}
+    media = {}
+    if payload.main_table is not None:
+        media[f"{PREFIX}/main_table"] = wandb.Table(dataframe=payload.main_table)
     if payload.report is not None:
         media[f"{PREFIX}/report"] = wandb.Html(payload.report.read_text(encoding="utf-8"))
     for png in payload.figures:
         media[f"{PREFIX}/figures/{png.stem}"] = wandb.Image(str(png))
-    run.log(media)
+    if media:
+        run.log(media)
     results = wandb.Artifact(
         f"{PREFIX}-results",
         type=f"{PREFIX}-results",
