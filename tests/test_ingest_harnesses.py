@@ -52,7 +52,7 @@ def _records_bytes(folder: Path) -> dict:
 
 
 def _analyze(records: Path, out: Path) -> dict:
-    return analyze(records, out, permutations=20, draws=200, budgets=(4,))
+    return analyze(records, out, permutations=20, draws=200, budgets=(4,)).to_dict()
 
 
 def _keep(out: Path) -> None:

@@ -50,7 +50,7 @@ def study(tmp_path_factory):
         root / "records",
         TRAJ,
         settings=SelectSettings(partitions=40, draws=200, bootstrap_partitions=5),
-    )
+    ).to_dict()
     step = selection["recommendation"]["keep_step"]
     checkpoint = root / "runs" / TRAJ / f"checkpoint-{step}"
     checkpoint.mkdir(parents=True)

@@ -50,8 +50,8 @@ from ckptsel.results import (
     RUN_FILE,
     SUMMARY_FILE,
     TABLES_DIR,
+    Summary,
     fmt,
-    level_percent,
 )
 
 TRACKERS = ("mlflow", "wandb", "trackio")
@@ -93,11 +93,10 @@ def check_trackers(trackers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def read_summary(results_dir: Path) -> dict:
-    """``summary.json`` of a results folder as a dict (checked by ``ckptsel.report``).
-
-    The one place that reads it here, so that a typed summary can replace the dict in one edit.
-    """
-    return load_results(Path(results_dir))[0]
+    """``summary.json`` of a results folder, read back checked as the typed
+    :class:`~ckptsel.results.Summary` and handed on as its dict (the file's own tree, which the
+    metric names follow path for path)."""
+    return load_results(Path(results_dir))[0].to_dict()
 
 
 # --------------------------------------------------------------------------- metrics
@@ -375,7 +374,7 @@ def evidence(selection: dict, summary: dict | None = None) -> str:
         pop = summary.get("population") or {}
         if full is not None:
             lines.append(
-                f"- study: G_{rule}(full) = {_gain(full, level_percent(summary))} over "
+                f"- study: G_{rule}(full) = {_gain(full, Summary.coerce(summary).level_percent)} over "
                 f"{pop.get('trajectories')} trajectories in {pop.get('configurations')} configurations"
             )
         lines.append(f"- frozen choices SHA-256: `{summary.get('choices_sha256', '')}`")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ckptsel.trackers.base import (
     Logged,
@@ -25,14 +26,14 @@ def log_results(
     results_dir: Path | None,
     trackers: Sequence[str],
     *,
-    selection: dict | None = None,
+    selection: Any = None,
     register: str | None = None,
     checkpoint: Path | None = None,
     targets: Mapping[str, LogTarget] | None = None,
     note: Callable[[str], None] = print,
 ) -> list[Logged]:
     """Log ``results_dir`` (an analysis) and/or ``selection`` (a recommendation:
-    ``select_checkpoint``'s result) to each of ``trackers`` (``mlflow``, ``wandb``, ``trackio``).
+    ``select_checkpoint``'s typed ``Selection`` or its ``to_dict()``) to each of ``trackers`` (``mlflow``, ``wandb``, ``trackio``).
 
     ``register``: the name under which the recommended checkpoint is registered (needs
     ``selection``); ``checkpoint``: its folder, referenced by the registration; ``targets``: where
@@ -41,6 +42,8 @@ def log_results(
     built before anything is logged.
     """
     names = check_trackers(list(trackers))
+    if selection is not None and not isinstance(selection, dict):
+        selection = selection.to_dict()
     for name in names:
         require(name)
     payload = build_payload(None if results_dir is None else Path(results_dir), selection)
