@@ -78,6 +78,30 @@ def import_trackio(root: Path):
     return trackio
 
 
+def estimates(node, path=()):
+    """(path, estimate) of every estimate in a summary, walked independently of ckptsel."""
+    if isinstance(node, dict) and {"mean", "lo", "hi"} <= set(node):
+        yield path, node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from estimates(v, (*path, k))
+
+
+def expected_metrics(summary: dict) -> dict[str, float]:
+    """The documented names: ckptsel/<summary path>/<stat>, budget blocks quantity first."""
+    out = {}
+    for path, est in estimates(summary):
+        p = list(path)
+        if "budget" in p and len(p) == p.index("budget") + 4:
+            k = p.index("budget")
+            p = [*p[:k], p[k + 3], p[k + 1], p[k + 2]]
+        for stat in ("mean", "lo", "hi"):
+            if est[stat] is not None:
+                out["/".join(["ckptsel", *p, stat])] = est[stat]
+        out["/".join(["ckptsel", *p, "unresolved"])] = 1.0 if est["unresolved"] else 0.0
+    return out
+
+
 def import_mlflow():
     mlflow = pytest.importorskip(
         "mlflow", reason="mlflow not installed: pip install 'ckptsel[mlflow]'"

@@ -63,7 +63,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
-    "workflows": ("analysis", "advise", "study_run"),
+    "workflows": ("analysis", "advise", "tracking", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
