@@ -131,7 +131,9 @@ class EmbeddedConfig:
     operations: tuple[str, ...] = ("add", "sub", "mul")
     seed: int = 0
     n_pretrain: int = 20000  # pre-training sentences
-    formatted_fraction: float = 0.0  # share of pre-training texts that are answered, formatted problems
+    formatted_fraction: float = (
+        0.0  # share of pre-training texts that are answered, formatted problems
+    )
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.__dict__, sort_keys=True, default=list)
@@ -173,6 +175,22 @@ def _question(op: str, template: int, f: dict[str, Any]) -> str:
     return TEMPLATES[op][template].format(**f)
 
 
+def _draw(rng: random.Random, cfg: EmbeddedConfig) -> tuple[str, dict[str, Any], int]:
+    """One problem from ``rng``: its operation, its fields and its answer (the draws in the
+    fixed order every pool uses: operation, numbers, fields)."""
+    op = rng.choice(cfg.operations)
+    a, b, r = _numbers(op, rng, cfg)
+    return op, _fields(rng, a, b, r), r
+
+
+def _drawn_question(
+    rng: random.Random, cfg: EmbeddedConfig
+) -> tuple[str, dict[str, Any], int, str]:
+    """:func:`_draw` and the question, in a template drawn next."""
+    op, f, r = _draw(rng, cfg)
+    return op, f, r, _question(op, rng.randrange(len(TEMPLATES[op])), f)
+
+
 def _response(op: str, f: dict[str, Any]) -> str:
     return REASONING[op].format(**f) + f"\nThe answer is: {f['r']}"
 
@@ -196,9 +214,8 @@ def generate_metamath(cfg: EmbeddedConfig) -> list[dict[str, str]]:
     while n_groups < cfg.n_original:
         rng = _rng("metamath", cfg.seed, i)
         i += 1
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
+        op, f, r = _draw(rng, cfg)
+        a, b = f["a"], f["b"]
         t0 = rng.randrange(len(TEMPLATES[op]))
         original = _question(op, t0, f)
         out = [(original, "GSM_AnsAug", f)]
@@ -236,12 +253,8 @@ def generate_test(cfg: EmbeddedConfig, exclude: set[str] | None = None) -> list[
     seen: set[str] = set()
     i = 0
     while len(rows) < cfg.n_test:
-        rng = _rng("test", cfg.seed, i)
+        op, f, r, q = _drawn_question(_rng("test", cfg.seed, i), cfg)
         i += 1
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
-        q = _question(op, rng.randrange(len(TEMPLATES[op])), f)
         key = normalize_question(q)
         if key in exclude or key in seen:
             continue
@@ -260,19 +273,13 @@ def generate_pretraining_text(cfg: EmbeddedConfig, exclude: set[str] | None = No
     out = []
     for i in range(cfg.n_pretrain - n_formatted):
         rng = _rng("pretrain", cfg.seed, i)
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
+        op, f, r = _draw(rng, cfg)
         out.append(rng.choice(PRETRAIN[op]).format(**f))
     i = 0
     formatted = []
     while len(formatted) < n_formatted:
-        rng = _rng("pretrain-sft", cfg.seed, i)
+        op, f, r, q = _drawn_question(_rng("pretrain-sft", cfg.seed, i), cfg)
         i += 1
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
-        q = _question(op, rng.randrange(len(TEMPLATES[op])), f)
         if normalize_question(q) in exclude:
             continue
         formatted.append(format_prompt(q) + " " + _response(op, f))
@@ -304,9 +311,7 @@ def tokenizer_corpus(cfg: EmbeddedConfig) -> list[str]:
     """Texts the tokenizer is trained on: pre-training text, the prompt template and a sample
     of instructions/responses (so the long Alpaca template compresses to few tokens)."""
     mm = generate_metamath(EmbeddedConfig(**{**cfg.__dict__, "n_original": 200}))
-    return pretraining_corpus(cfg) + [
-        format_prompt(r["query"]) + " " + r["response"] for r in mm
-    ]
+    return pretraining_corpus(cfg) + [format_prompt(r["query"]) + " " + r["response"] for r in mm]
 
 
 @dataclass(frozen=True)
@@ -380,7 +385,9 @@ def _encode_pretraining(tok, text: str) -> list[int]:
             + list(tok(response, add_special_tokens=False)["input_ids"])
             + [tok.eos_token_id]
         )
-    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return (
+        [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    )
 
 
 def pretrain_base(

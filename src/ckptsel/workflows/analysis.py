@@ -1,7 +1,7 @@
 """``analyze`` and ``verify``: records → frozen choices → test scores → statistics → files.
 
 The order is structural: validation records are loaded and the choices written and hashed
-*before* :func:`ckptsel.load_test` is called, and scoring only accepts choices read
+*before* :func:`ckptsel.records.load_test` is called, and scoring only accepts choices read
 back through :func:`ckptsel.choose.load_frozen`, which checks the hash. The results folder's
 names and the typed :class:`ckptsel.results.Summary` (whose ``to_dict()`` is ``summary.json``)
 are defined in :mod:`ckptsel.results`; ``verify`` reads the stored summary back through it.
