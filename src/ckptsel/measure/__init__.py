@@ -20,7 +20,8 @@ inside functions):
   checkpoint batch at a time;
 * :mod:`~ckptsel.measure.watch` — :func:`watch_run`: a run still training, each checkpoint
   measured as soon as it is complete;
-* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs.
+* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs (lm-eval, inspect,
+  lighteval), through one shared mapping.
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ from __future__ import annotations
 from ckptsel._moved import moved_attribute
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
-from ckptsel.measure.ingest import ingest_lm_eval
+from ckptsel.measure.ingest import (
+    CheckpointLog,
+    Ingested,
+    ingest_inspect,
+    ingest_lighteval,
+    ingest_lm_eval,
+    ingest_logs,
+    read_inspect_log,
+    unavailable_lines,
+)
 from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
 from ckptsel.measure.parts import (
     CheckpointTodo,
@@ -51,9 +61,11 @@ from ckptsel.measure.watch import (
 
 __all__ = [
     "BACKENDS",
+    "CheckpointLog",
     "CheckpointTodo",
     "DTYPES",
     "ExecutorConfig",
+    "Ingested",
     "ItemPool",
     "MeasureConfig",
     "MeasureResult",
@@ -66,17 +78,22 @@ __all__ = [
     "WatchSettings",
     "WatchStatus",
     "generate_texts",
+    "ingest_inspect",
+    "ingest_lighteval",
     "ingest_lm_eval",
+    "ingest_logs",
     "left_to_measure",
     "list_folders",
     "measure_items",
     "measure_model",
     "measure_run",
     "measure_splits",
+    "read_inspect_log",
     "read_status",
     "response_nll",
     "status_path",
     "trajectory_name",
+    "unavailable_lines",
     "watch_run",
 ]
 

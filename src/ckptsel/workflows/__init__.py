@@ -6,6 +6,8 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
   published results folder; ``verify`` recomputes it;
 * :mod:`~ckptsel.workflows.advise` — one trajectory's recommendation, paired checkpoint
   comparison, validation-budget planning;
+* :mod:`~ckptsel.workflows.tracking` — results and the recommendation logged to MLflow, W&B or
+  Trackio (``--log``), the recommended checkpoint registered there (``--register``);
 * :mod:`~ckptsel.workflows.watching` — a run still training, measured checkpoint by checkpoint
   with ``selection.json`` kept current (``ckptsel watch``);
 * :mod:`~ckptsel.workflows.study_run` — a study's stages, resumable, optionally in worker
@@ -24,6 +26,7 @@ from ckptsel.workflows.study_run import (
     quiet_transformers,
     stages_to_run,
 )
+from ckptsel.workflows.tracking import LogSettings, log_analysis, log_selection
 from ckptsel.workflows.watching import (
     SELECTION_FILE,
     describe,
@@ -36,10 +39,13 @@ __all__ = [
     *advise.__all__,
     "SELECTION_FILE",
     "STAGES",
+    "LogSettings",
     "StudyRun",
     "analyze",
     "describe",
     "format_plan",
+    "log_analysis",
+    "log_selection",
     "quiet_transformers",
     "selection_path",
     "stages_to_run",
