@@ -236,7 +236,8 @@ class Measurer:
             # the forward over prompt + response is the NLL's cost (the prompt prefill that
             # generation needs rides along); without NLL it is generation's prefill
             fwd = seconds.get("forward", 0.0)
-            res.generation_seconds += seconds.get("decode", 0.0) + (0.0 if nll else fwd)
+            res.generation_seconds += seconds.get("decode", 0.0) + seconds.get("prefill", 0.0)
+            res.generation_seconds += 0.0 if nll else fwd
             res.nll_seconds += seconds.get("nll", 0.0) + (fwd if nll else 0.0)
             n_items = sum(map(len, by_split.values()))
             if gen:

@@ -73,3 +73,22 @@ def scored_positions(n_prompt: int, n_response: int, window: int) -> int:
     if window == 0:
         return n_response
     return max(0, min(n_response, window - n_prompt))
+
+
+def window_sums(
+    cums: Sequence[float], n_prompt: int, windows: Sequence[int]
+) -> dict[int, ResponseNll]:
+    """``{window: ResponseNll}`` from the cumulative NLL of the response tokens (float64, in
+    token order): what every engine records, so that all of them score the same tokens."""
+    n_response = len(cums)
+    out = {}
+    for w in windows:
+        k = scored_positions(n_prompt, n_response, w)
+        out[w] = ResponseNll(float(cums[k - 1]) if k > 0 else 0.0, k)
+    return out
+
+
+def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
+    """The generated tokens before the first stop token (the text excludes it)."""
+    stop = set(stops)
+    return list(tokens[: next((k for k, t in enumerate(tokens) if t in stop), len(tokens))])
