@@ -53,7 +53,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
         "executors", "run", "ingest",
     ),  # fmt: skip
-    "measure.backends": ("hf", "vllm"),
+    "measure.backends": ("hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
     "measure.ingest": ("lm_eval",),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),

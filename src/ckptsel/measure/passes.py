@@ -66,6 +66,7 @@ from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.measure.tokens import (
     ResponseNll,
     cut_at_stop,
+    encode_cached,
     encode_prompts,
     encode_responses,
     pad_id,
@@ -109,12 +110,12 @@ def measure_items(
     if not generate and responses is None:
         return None, None
     device = device if device is not None else next(model.parameters()).device
-    encoded = _cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+    encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
     answers = None
     if responses is not None:
-        answers = _cached(encode_responses, tokenizer, responses, token_cache, "response")
+        answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
     stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
     order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))
@@ -377,20 +378,6 @@ def cache_layout(model: Any) -> CacheLayout:
         return CacheLayout("other")
     sliding = [int(w) for t, w in zip(types, wins, strict=True) if t in SLIDING_TYPES and w]
     return CacheLayout("sliding", min(sliding)) if sliding else CacheLayout("full")
-
-
-def _cached(
-    encode: Callable[[Any, Sequence[str]], list[list[int]]], tokenizer: Any,
-    texts: Sequence[str], cache: dict[tuple[str, str], list[int]] | None, kind: str,
-) -> list[list[int]]:  # fmt: skip
-    """``encode(tokenizer, texts)``, through ``cache`` when one is given (the lists returned
-    are shared with the cache: read them, never change them)."""
-    if cache is None:
-        return encode(tokenizer, texts)
-    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
-    if todo:
-        cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
-    return [cache[(kind, t)] for t in texts]
 
 
 def _keeps_logits(model: Any) -> bool:

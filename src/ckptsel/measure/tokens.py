@@ -18,7 +18,7 @@ checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,3 +92,18 @@ def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
     """The generated tokens before the first stop token (the text excludes it)."""
     stop = set(stops)
     return list(tokens[: next((k for k, t in enumerate(tokens) if t in stop), len(tokens))])
+
+
+def encode_cached(
+    encode: Callable[[Any, Sequence[str]], list[list[int]]], tokenizer: Any,
+    texts: Sequence[str], cache: dict[tuple[str, str], list[int]] | None, kind: str,
+) -> list[list[int]]:  # fmt: skip
+    """``encode(tokenizer, texts)``, through ``cache`` (a dict kept for one tokenizer, keyed by
+    ``(kind, text)``) when one is given; the lists returned are shared with the cache: read
+    them, never change them."""
+    if cache is None:
+        return encode(tokenizer, texts)
+    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
+    if todo:
+        cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
+    return [cache[(kind, t)] for t in texts]

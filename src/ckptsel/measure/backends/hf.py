@@ -139,10 +139,26 @@ class ModelHolder:
         return peft_model.merge_and_unload().eval()
 
 
-def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
-    """One tokenizer for the whole run: the first checkpoint that ships one, else the base."""
+def tokenizer_ref(ckpts: Sequence[Checkpoint], base: str | None) -> str:
+    """Where the run's one tokenizer is: the first checkpoint that ships one, else the base."""
     refs: list[str] = [str(c.path) for c in ckpts if (c.path / "tokenizer_config.json").exists()]
     refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
     if not refs:
         raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
-    return load_tokenizer(refs[0])
+    return str(refs[0])
+
+
+def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
+    """One tokenizer for the whole run (:func:`tokenizer_ref`)."""
+    return load_tokenizer(tokenizer_ref(ckpts, base))
+
+
+def generation_config(ref: str | Path) -> Any:
+    """The generation config a model loaded from ``ref`` gets (``generation_config.json``, else
+    one derived from its config), without loading the model: where its extra EOS ids are."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(str(ref))
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(ref)))
