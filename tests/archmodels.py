@@ -190,11 +190,13 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
-def generate_one(model: Any, tok: Any, prompt: str, max_new: int, stops: list[int]) -> str:
+def generate_one(
+    model: Any, tok: Any, prompt: str, max_new: int, stops: list[int], device: Any = None
+) -> str:
     """Reference text: ``model.generate`` on the one unpadded prompt, cut at the first stop."""
     import torch
 
-    ids = torch.tensor([tok(prompt)["input_ids"]])
+    ids = torch.tensor([tok(prompt)["input_ids"]], device=device)
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
@@ -206,7 +208,7 @@ def generate_one(model: Any, tok: Any, prompt: str, max_new: int, stops: list[in
 
 
 def generate_batched(model: Any, tok: Any, prompts: list[str], max_new: int,
-                     stops: list[int], batch_size: int) -> list[str]:  # fmt: skip
+                     stops: list[int], batch_size: int, device: Any = None) -> list[str]:  # fmt: skip
     """HF's own batched ``generate`` (left-padded), as a user would call it: the bf16 baseline."""
     import torch
 
@@ -221,8 +223,8 @@ def generate_batched(model: Any, tok: Any, prompts: list[str], max_new: int,
             mask[row, width - len(e) :] = 1
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
-                pad_token_id=tok.pad_token_id, eos_token_id=stops,
+                input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new,
+                do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stops,
             )  # fmt: skip
         for row in out[:, width:].tolist():
             cut = next((j for j, t in enumerate(row) if t in stops), len(row))

@@ -181,6 +181,7 @@ class MeasureResult:
     scored_items: int = 0
     generation_seconds: float = 0.0
     nll_seconds: float = 0.0
+    engine_seconds: float = 0.0  # vLLM engine starts (not in generation/NLL seconds)
     seconds: float = 0.0
     model_loads: int = 0
     executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
@@ -301,7 +302,7 @@ class Measurer:
             flat = [it for its in items.values() for it in its]
             if not flat:
                 continue
-            t0 = time.perf_counter()
+            t0, started = time.perf_counter(), self.vllm.start_seconds
             prompts = [format_prompt(it.instruction) for it in flat]
             ids = encode_cached(encode_prompts, tok, prompts, cache, "prompt")
             if kind == "nll":
@@ -310,14 +311,17 @@ class Measurer:
                 )
                 scored = self.vllm.score(ckpt, ids, answers, cfg.windows)
                 frames[1].append(split_frames(items, None, scored, cfg, *names, ckpt.step)[1])
-                res.nll_seconds += time.perf_counter() - t0
+                res.nll_seconds += time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 res.scored_items += len(flat)
             else:
                 stops = self._stops(ckpt)
                 texts = self.vllm.generate(ckpt, tok, ids, stops, cfg.max_new_tokens)
                 frames[0].append(split_frames(items, texts, None, cfg, *names, ckpt.step)[0])
-                res.generation_seconds += time.perf_counter() - t0
+                res.generation_seconds += (
+                    time.perf_counter() - t0 - (self.vllm.start_seconds - started)
+                )
                 res.generated_items += len(flat)
+            res.engine_seconds += self.vllm.start_seconds - started
             tick(len(flat))
         return frames
 
