@@ -32,6 +32,11 @@ def test_nll_backend_defaults_to_the_backend_and_names_its_parts():
     # NLL parts of the HF path keep their hash, whatever generates; vLLM's never mix with them
     assert MeasureConfig("gsm8k", backend="vllm", nll_backend="hf").nll_fingerprint() == hf
     assert MeasureConfig("gsm8k", nll_backend="vllm").nll_fingerprint() != hf
+    # another dtype or device: other parts; float32 on the CPU is the default there
+    assert MeasureConfig("gsm8k", dtype="float32").nll_fingerprint() == hf
+    assert MeasureConfig("gsm8k", dtype="bfloat16").nll_fingerprint() != hf
+    gpu = MeasureConfig("gsm8k", device="cuda", check_here=False)
+    assert gpu.generation_fingerprint() != MeasureConfig("gsm8k").generation_fingerprint()
     # memory settings change nothing measured
     same = MeasureConfig("gsm8k", kv_cache_gib=2, gpu_memory_utilization=0.5)
     assert same.nll_fingerprint() == hf

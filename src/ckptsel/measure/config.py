@@ -41,8 +41,9 @@ class MeasureConfig:
     GPU, else 0.85); ``check_here=False`` defers the CUDA check to where the models
     run (a Ray driver without a GPU; :meth:`check_device` runs on the worker). Task,
     generation length, window and backend name the part files (see the fingerprints), so a
-    changed setting is measured again rather than reused (the NLL engine names NLL parts when it
-    is vLLM; the memory settings change nothing measured). ``test_task`` is the test split's
+    changed setting is measured again rather than reused (so do the NLL engine when it is vLLM,
+    and the dtype and device unless float32 on the CPU; the memory settings change nothing
+    measured). ``test_task`` is the test split's
     task when it differs from the validation task (e.g. MetaMathQA validation, GSM8K test);
     ``None`` means both splits use ``task``.
     """
@@ -115,6 +116,12 @@ class MeasureConfig:
         payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
         if self.test_task and self.test_task != self.task:  # unchanged hashes without it
             payload["test_task"] = self.test_task
+        # the numbers: float32 on the CPU (the default there) keeps the hashes it always had;
+        # another dtype or a GPU is measured again rather than reused
+        if self.device != "cpu":
+            payload["device"], payload["dtype"] = "cuda", self.dtype
+        elif self.dtype not in ("auto", "float32"):
+            payload["dtype"] = self.dtype
         blob = json.dumps(payload, sort_keys=True).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
 
