@@ -106,7 +106,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from ckptsel import records
-    from ckptsel.cli.measure import progress_bars
+    from ckptsel.cli.output import progress_bars
     from ckptsel.measure import MeasureConfig, measure_run
 
     from tinyrun import build_tiny_run

@@ -47,8 +47,9 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "records": ("schema", "codec", "units", "scan", "store", "load"),
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec"),
-    "train": ("checkpoints", "models", "trajectory"),
+    "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
         "executors", "run", "ingest",
@@ -62,12 +63,14 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "report": ("tables", "figures", "html", "terminal", "build"),
     "workflows": ("analysis", "advise", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
-    "workflows.study_run": ("job",),
-    "sim": ("tiny", "embedded", "simulate", "quickstart"),
+    "workflows.study_run": (
+        "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
+    ),  # fmt: skip
+    "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
-        "app", "analysis", "data", "measure", "practitioner", "records", "report", "run",
-        "simulate", "train",
+        "output", "split", "audit", "measure", "ingest", "analyze", "verify", "simulate", "train",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

@@ -13,8 +13,6 @@ import pytest
 import ckptsel.data.audit as audit_mod
 from ckptsel.cli import main
 from ckptsel.data.audit import (
-    _case_punct,
-    _one_word,
     audit_files,
     audit_pools,
     brute_force_jaccard_pairs,
@@ -26,6 +24,7 @@ from ckptsel.data.audit import (
     shared_ngram_pairs,
     word_ngrams,
 )
+from ckptsel.data.audit.plant import _case_punct, _one_word
 from ckptsel.errors import CkptselError
 
 

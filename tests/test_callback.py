@@ -191,9 +191,9 @@ def test_select_answers_from_callback_records(trained):
         "tiny-s0",
         settings=SelectSettings(partitions=10, draws=50, bootstrap_partitions=5, permutations=10),
     )
-    assert out["steps"] == [2, 4] and out["final_step"] == 4
-    assert out["test_items"] == 3
-    assert out["recommendation"]["keep_step"] in (2, 4)
+    assert list(out.steps) == [2, 4] and out.final_step == 4
+    assert out.test_items == 3
+    assert out.recommendation.keep_step in (2, 4)
 
 
 def test_callback_rejects_bad_input(tmp_path):

@@ -96,12 +96,13 @@ def test_select_test_gain_clusters():
     choice = np.array([0.0, 1.0, 0.0])
     plain = sel.test_gain(choice, _test_data(correct), 500, 7, 0.95)
     single = sel.test_gain(choice, _test_data(correct, np.array([f"g{k}" for k in range(40)])), 500, 7, 0.95)
-    assert plain == single and single["clusters"] == 40
+    assert plain == single and single.clusters == 40
+    assert plain.to_dict() == single.to_dict()
     pairs = np.repeat([f"q{k}" for k in range(40)], 2)
     doubled = sel.test_gain(choice, _test_data(np.repeat(correct, 2, axis=1), pairs), 500, 7, 0.95)
-    assert doubled["clusters"] == 40 and doubled["items"] == 80
+    assert doubled.clusters == 40 and doubled.items == 80
     for key in ("mean", "lo", "hi"):
-        assert doubled[key] == pytest.approx(plain[key], abs=1e-9)
+        assert getattr(doubled.estimate, key) == pytest.approx(getattr(plain.estimate, key), abs=1e-9)
 
 
 def test_question_weights():
@@ -133,10 +134,11 @@ def test_select_reports_clusters_and_load_test_returns_groups(tmp_path):
     out = select_checkpoint(records, "run", settings=SelectSettings(partitions=20, draws=200,
                                                                    bootstrap_partitions=5,
                                                                    permutations=20))
-    assert out["validation_clusters"] == 20 and out["validation_items"] == 60
-    acc = out["rules"]["accuracy"]
-    assert acc["split_validation"]["clusters"] == 20
-    assert acc["test"]["clusters"] == 3 and acc["test"]["items"] == 30
+    assert out.validation_clusters == 20 and out.validation_items == 60
+    acc = out.rules["accuracy"]
+    assert acc.split_validation.clusters == 20
+    assert acc.test.clusters == 3 and acc.test.items == 30
+    assert out.to_dict()["rules"]["accuracy"]["test"]["clusters"] == 3
 
 
 def test_analyze_reports_test_clusters_and_single_groups_add_nothing(tmp_path):
@@ -147,17 +149,18 @@ def test_analyze_reports_test_clusters_and_single_groups_add_nothing(tmp_path):
                                          n_test=(30, 40), tasks=("a",)))  # fmt: skip
     plain = pipeline.analyze(rg.write(tmp_path / "r1", gen, nll), tmp_path / "o1",
                              permutations=10, draws=400, interval="percentile")  # fmt: skip
-    assert "test_clusters" not in plain["by_task"]["a"]["population"]
+    assert plain.by_task["a"].population.test_clusters is None
+    assert "test_clusters" not in plain.to_dict()["by_task"]["a"]["population"]
     test_rows = gen["split"] == "test"
     gen.loc[test_rows, "group"] = gen.loc[test_rows, "item_id"].str[:-1]  # t000x -> 10 per cluster
     clustered = pipeline.analyze(rg.write(tmp_path / "r2", gen, nll), tmp_path / "o2",
                                  permutations=10, draws=400, interval="percentile")  # fmt: skip
-    pop = clustered["by_task"]["a"]["population"]
-    assert pop["test_clusters"] == len(np.unique(gen.loc[test_rows, "group"])) < pop["test_items"]
+    pop = clustered.by_task["a"].population
+    assert pop.test_clusters == len(np.unique(gen.loc[test_rows, "group"])) < pop.test_items
     # same point estimates; only the question-bootstrap intervals change
-    a = plain["question_bootstrap"]["D"]
-    b = clustered["question_bootstrap"]["D"]
+    a = plain.question_bootstrap.gains.D
+    b = clustered.question_bootstrap.gains.D
     assert a.keys() == b.keys() and len(a) >= 3
     for k in a:
-        assert a[k]["mean"] == b[k]["mean"]
+        assert a[k].mean == b[k].mean
     assert a != b

@@ -130,15 +130,15 @@ def test_pipeline_G_H_D_by_hand(tmp_path):
     traj = rg.Traj("t1", "c1", "x", [25, 50, 60], vc, np.where(vc, "1", "2"), nll, np.full(n, 4), tc,
                    np.where(tc, "1", "2"))
     s = analyze(_study_dir(tmp_path, [traj]), tmp_path / "out", permutations=20, draws=100)
-    assert s["budget"]["accuracy"]["full"]["G"]["mean"] == pytest.approx(20.0)
-    assert s["budget"]["accuracy"]["32"]["G"]["mean"] == pytest.approx(20.0)
-    assert s["budget"]["nll"]["full"]["G"]["mean"] == pytest.approx(-20.0)
-    assert s["budget"]["accuracy"]["full"]["H"]["mean"] == pytest.approx(40.0)
-    assert s["budget"]["last"]["full"]["H"]["mean"] == pytest.approx(20.0)
-    assert s["D"]["accuracy"]["mean"] == pytest.approx(0.0)
-    assert s["budget"]["last"]["64"]["G"]["mean"] == pytest.approx(0.0)
+    assert s.gains.get("G", "accuracy", "full").mean == pytest.approx(20.0)
+    assert s.gains.get("G", "accuracy", "32").mean == pytest.approx(20.0)
+    assert s.gains.get("G", "nll", "full").mean == pytest.approx(-20.0)
+    assert s.gains.get("H", "accuracy", "full").mean == pytest.approx(40.0)
+    assert s.gains.get("H", "last", "full").mean == pytest.approx(20.0)
+    assert s.D["accuracy"].mean == pytest.approx(0.0)
+    assert s.gains.get("G", "last", "64").mean == pytest.approx(0.0)
     # one configuration: the configuration bootstrap is degenerate, and the summary says so
-    assert len(s["warnings"]) == 1 and "only 1 configuration(s)" in s["warnings"][0]
+    assert len(s.warnings) == 1 and "only 1 configuration(s)" in s.warnings[0]
 
 
 def test_matched_half_by_hand():

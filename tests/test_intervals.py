@@ -197,23 +197,24 @@ BEFORE = {5: "903d8c307150050138ac4a94040545968f968aebc6f5e539f42f3aa5177af692",
 def test_percentile_reproduces_the_numbers_from_before_issue_14(studies, tmp_path):
     for n, rec in studies.items():
         s = pipeline.analyze(rec, tmp_path / f"out{n}", permutations=20, draws=1500, interval="percentile")
-        assert "interval" not in s
-        s = {k: v for k, v in s.items() if k != "warnings"}
+        assert s.interval is None and "interval" not in s.to_dict()
+        s = {k: v for k, v in s.to_dict().items() if k != "warnings"}
         assert hashlib.sha256(pipeline.summary_json(s).encode()).hexdigest() == BEFORE[n]
 
 
 def test_default_interval_is_recorded_and_verified(studies, tmp_path):
     out = tmp_path / "cr2"
     s = pipeline.analyze(studies[5], out, permutations=20, draws=300)
-    assert s["interval"] == StatSettings().interval
+    assert s.interval == StatSettings().interval
     perc = pipeline.analyze(studies[5], tmp_path / "p", permutations=20, draws=300, interval="percentile")
     # same point estimates, other intervals
-    assert s["budget"]["accuracy"]["full"]["G"]["mean"] == perc["budget"]["accuracy"]["full"]["G"]["mean"]
-    assert s["budget"]["accuracy"]["full"]["G"]["lo"] != perc["budget"]["accuracy"]["full"]["G"]["lo"]
-    assert s["question_bootstrap"] == perc["question_bootstrap"]  # the question family is unchanged
+    assert s.gains.get("G", "accuracy").mean == perc.gains.get("G", "accuracy").mean
+    assert s.gains.get("G", "accuracy").lo != perc.gains.get("G", "accuracy").lo
+    assert s.question_bootstrap == perc.question_bootstrap  # the question family is unchanged
+    joint, joint_perc = s.joint_bootstrap.to_dict(), perc.joint_bootstrap.to_dict()
     for key in ("budget", "D"):
-        for rule, v in s["joint_bootstrap"][key].items():
-            assert v.keys() == perc["joint_bootstrap"][key][rule].keys()
+        for rule, v in joint[key].items():
+            assert v.keys() == joint_perc[key][rule].keys()
     lines = pipeline.verify(out, studies[5])  # choices, summary, then the manifest and every file
     assert len(lines) == 4 and lines[1].endswith("reproduced exactly")
     data = json.loads((out / "summary.json").read_text())

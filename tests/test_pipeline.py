@@ -12,6 +12,7 @@ from ckptsel import choose as ch
 from ckptsel import records
 from ckptsel.cli import main
 from ckptsel.errors import VerificationError
+from ckptsel.results import Estimate, Summary
 from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
@@ -40,29 +41,34 @@ def test_same_inputs_and_seed_give_byte_identical_summary(records_dir, tmp_path)
 
 
 def test_summary_schema(records_dir, tmp_path):
-    s = analyze(records_dir, tmp_path / "out")
-    assert s["schema"] == 1 and s["draws"] == 500 and s["permutations"] == 20
-    assert s["population"] == {**s["population"], "trajectories": 15, "configurations": 5}
+    s = analyze(records_dir, tmp_path / "out")  # the typed summary; its dict is summary.json
+    assert isinstance(s, Summary)
+    assert pipeline.summary_json(s) == (tmp_path / "out" / "summary.json").read_text()
+    d = s.to_dict()
+    assert s.schema == 1 and s.draws == 500 and s.permutations == 20
+    assert d["population"] == {**d["population"], "trajectories": 15, "configurations": 5}
+    assert (s.population.trajectories, s.population.configurations) == (15, 5)
     for rule in ("accuracy", "agreement", "nll", "last"):
         for budget in ("32", "64", "full"):
             for k in ("G", "H"):
-                e = s["budget"][rule][budget][k]
-                assert set(e) >= {"mean", "lo", "hi"} and e["lo"] <= e["mean"] <= e["hi"]
-                assert e["unresolved"] == (e["lo"] <= 0 <= e["hi"])
-        assert "mean" in s["D"][rule]
-    assert set(s["matched_half"]) == {"oracle", "agreement"}
-    mh = s["matched_half"]["oracle"]
-    assert mh["B"]["mean"] == pytest.approx(mh["G_in"]["mean"] - mh["G_out"]["mean"], abs=1e-5)
-    assert set(s["by_task"]) == {"a", "b"}
-    assert set(s["sensitivities"]) == {"one_variant", "thinning", "nll_complete"}
-    assert set(s["sensitivities"]["thinning"]) == {"2", "3", "4"}
-    assert 0 <= s["sensitivities"]["nll_complete"]["same_choice_fraction"]["mean"] <= 1
-    assert "joint_bootstrap" in s and "question_bootstrap" in s
-    assert s["warnings"] == []  # 5 configurations: no small-study caveat
+                e = s.gains.get(k, rule, budget)
+                assert isinstance(e, Estimate) and e.lo <= e.mean <= e.hi
+                assert e.unresolved == (e.lo <= 0 <= e.hi)
+        assert s.D[rule].mean is not None
+    assert set(s.matched_half) == {"oracle", "agreement"}
+    mh = s.matched_half["oracle"]
+    assert mh.B.mean == pytest.approx(mh.G_in.mean - mh.G_out.mean, abs=1e-5)
+    assert set(s.by_task) == {"a", "b"}
+    assert set(d["sensitivities"]) == {"one_variant", "thinning", "nll_complete"}
+    assert set(s.sensitivities.thinning) == {"2", "3", "4"}
+    assert 0 <= s.sensitivities.nll_complete.same_choice_fraction.mean <= 1
+    assert s.joint_bootstrap is not None and s.question_bootstrap is not None
+    assert "joint_bootstrap" in d and "question_bootstrap" in d
+    assert s.warnings == () and d["warnings"] == []  # 5 configurations: no small-study caveat
     # the summary's point estimates equal the per-trajectory table's trajectory-weighted means
     per_traj = pd.read_csv(tmp_path / "out" / "tables" / "per_trajectory.csv")
-    assert s["budget"]["accuracy"]["full"]["G"]["mean"] == pytest.approx(per_traj["G|nested|accuracy|full"].mean(), abs=1e-6)
-    assert s["D"]["agreement"]["mean"] == pytest.approx(per_traj["D|nested|agreement"].mean(), abs=1e-6)
+    assert s.budget["accuracy"]["full"].G.mean == pytest.approx(per_traj["G|nested|accuracy|full"].mean(), abs=1e-6)
+    assert s.D["agreement"].mean == pytest.approx(per_traj["D|nested|agreement"].mean(), abs=1e-6)
 
 
 def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_dir, tmp_path, monkeypatch):
@@ -93,7 +99,7 @@ def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_di
 
     monkeypatch.setattr(pipeline, "choose", guarded_choose)
     s = analyze(records_dir, tmp_path / "out")
-    assert calls == [s["choices_sha256"]]
+    assert calls == [s.choices_sha256]
 
 
 def test_test_outcomes_cannot_change_the_choices(records_dir, tmp_path):
@@ -104,8 +110,8 @@ def test_test_outcomes_cannot_change_the_choices(records_dir, tmp_path):
     gen.loc[test, "answer"] = "changed"
     rg.write(records_dir, gen, pd.read_parquet(records_dir / "nll.parquet"))
     s2 = analyze(records_dir, tmp_path / "b")
-    assert s1["choices_sha256"] == s2["choices_sha256"]
-    assert s1["budget"]["accuracy"]["full"]["G"] != s2["budget"]["accuracy"]["full"]["G"]
+    assert s1.choices_sha256 == s2.choices_sha256
+    assert s1.gains.get("G", "accuracy") != s2.gains.get("G", "accuracy")
 
 
 def test_scoring_refuses_tampered_choices(records_dir, tmp_path):
@@ -178,13 +184,14 @@ def test_study_without_nll_records_is_analysed_without_the_nll_rule(tmp_path):
     with_nll = pipeline.analyze(rec, tmp_path / "with", permutations=10, draws=200)
     (rec / "nll.parquet").unlink()
     s = pipeline.analyze(rec, tmp_path / "without", permutations=10, draws=200)
-    assert set(s["budget"]) == {"accuracy", "agreement", "last"}
-    assert all("H" not in cell for per in s["budget"].values() for cell in per.values())
-    assert "nll" not in s["D"] and "no validation NLL records" in s["warnings"][0]
-    assert s["population"]["nll_records"] is False and with_nll["population"]["nll_records"] is True
+    assert set(s.budget) == {"accuracy", "agreement", "last"}
+    assert all(cell.H is None for per in s.budget.values() for cell in per.values())
+    assert all("H" not in cell for per in s.to_dict()["budget"].values() for cell in per.values())
+    assert "nll" not in s.D and "no validation NLL records" in s.warnings[0]
+    assert s.population.nll_records is False and with_nll.population.nll_records is True
     # the accuracy and agreement choices do not depend on the NLL records
     for rule in ("accuracy", "agreement"):
-        assert s["budget"][rule]["full"]["G"]["mean"] == with_nll["budget"][rule]["full"]["G"]["mean"]
+        assert s.gains.get("G", rule).mean == with_nll.gains.get("G", rule).mean
     assert pipeline.verify(tmp_path / "without")[1].endswith("reproduced exactly")
     picked = select_checkpoint(rec, "c0-s0")
-    assert set(picked["rules"]) == {"accuracy", "agreement"}
+    assert set(picked.rules) == {"accuracy", "agreement"}

@@ -145,8 +145,8 @@ def test_validation_items_incomplete_or_empty_are_excluded_and_counted(tmp_path,
     from ckptsel.workflows import analyze
 
     s = analyze(records, tmp_path / "out", permutations=5, draws=50)
-    assert s["population"]["validation_exclusions"]["total"] == 3
-    assert s["population"]["validation_exclusions"]["by_trajectory"] == {traj: 3}
+    assert s.population.validation_exclusions.total == 3
+    assert s.population.validation_exclusions.by_trajectory == {traj: 3}
 
 
 def test_trajectories_of_one_task_must_share_the_test_pool(tmp_path, capsys, study):

@@ -130,7 +130,7 @@ def compare_study(
     # 3. summary point estimates (trajectory-weighted means), overall and by task
     with open(out / "summary.json") as fh:
         on_disk = json.load(fh)
-    assert _means(on_disk["budget"]) == _means(summary["budget"])
+    assert _means(on_disk["budget"]) == _means(summary.to_dict()["budget"])
     mine = ref.summary_means(study)
     _compare_tree(
         {k: _means(on_disk[k]) for k in SECTIONS},
@@ -545,7 +545,8 @@ def test_default_budgets_are_not_written(tmp_path: Path) -> None:
     a = analyze(rec, tmp_path / "a", permutations=4, draws=50, **NO_REPORT)
     b = analyze(rec, tmp_path / "b", permutations=4, draws=50, budgets=(64, 32, 256, 128),
                 **NO_REPORT)
-    assert "budgets" not in a and "D_from" not in a and b == a
+    assert a.budgets is None and a.D_from is None and b == a
+    assert "budgets" not in a.to_dict() and "D_from" not in a.to_dict()
     assert (tmp_path / "a" / "summary.json").read_bytes() == (
         tmp_path / "b" / "summary.json"
     ).read_bytes()
@@ -567,6 +568,38 @@ def test_parse_budgets_sorts_and_dedups() -> None:
     from ckptsel.choose import parse_budgets
 
     assert parse_budgets("1024, 32,128,512,32") == (32, 128, 512, 1024)
+
+
+def test_nothing_is_cut_silently_from_the_budgets() -> None:
+    """Repeated budgets are used once and budgets larger than a pool are skipped, as SPEC §4
+    says; each is said in one line (``analyze`` prints them as notes)."""
+    from ckptsel.choose import budget_notes, parse_budget_list
+
+    assert parse_budget_list("32,32,5000") == [32, 32, 5000]
+    notes = budget_notes([32, 32, 5000, 100], pool_sizes=[120, 80, 150])
+    assert notes[0] == "budgets: 32 given more than once (each is used once)"
+    assert "budget 100 is larger than the eligible validation pool of 1 of 3 trajectories" in notes[1]
+    assert "budget 5000 is larger than every trajectory's eligible validation pool (at most 150" in notes[2]
+    assert len(notes) == 3 and budget_notes([32, 64], [120]) == []
+
+
+def test_analyze_says_what_it_does_with_the_budgets(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from ckptsel.cli import app
+
+    trajs = rg.random_study(
+        np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(100, 130), tasks=("a",)
+    )
+    rec = rg.write(tmp_path / "records", *rg.tables(trajs))
+    res = CliRunner().invoke(app, [
+        "analyze", str(rec), "--permutations", "3", "--draws", "50", "--no-report",
+        "--out", str(tmp_path / "o"), "--budgets", "32,32,5000",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "note: budgets: 32 given more than once (each is used once)" in res.output
+    assert "note: budget 5000 is larger than every trajectory's eligible validation pool" in res.output
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["budgets"] == [32, 5000]
 
 
 def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:

@@ -72,8 +72,8 @@ def test_select_offers_the_registered_rules(tmp_path, monkeypatch):
     monkeypatch.setitem(rules.RULES, "worst", rules.RuleSpec("worst", _worst, False, True))
     monkeypatch.setattr("ckptsel.workflows.advise.selection.SIGNAL_RULES", (*rules.SIGNAL_RULES, "worst"))
     out = select_checkpoint(rec, name, rule="worst", settings=settings)
-    assert list(out["rules"]) == ["accuracy", "agreement", "nll", "worst"]
-    assert out["recommendation"]["rule"] == "worst"
+    assert list(out.rules) == ["accuracy", "agreement", "nll", "worst"]
+    assert out.recommendation.rule == "worst"
 
 
 def test_estimate_rounds_and_flags_like_summary_json():

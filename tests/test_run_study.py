@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ import pytest
 from ckptsel.data.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
 from ckptsel.errors import CkptselError
 from ckptsel.study import load_spec, load_study
-from ckptsel.workflows.study_run.job import fingerprint_diff, seed_of, stages_to_run
+from ckptsel.workflows.study_run import fingerprint_diff, seed_of, stages_to_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -197,6 +198,138 @@ def test_fingerprint_diff_refuses_changes_not_additions() -> None:
     assert any("a': lr 1 -> 2" in d for d in diffs)
     assert any(d.startswith("seeds [1]") for d in diffs)
     assert any(d.startswith('test: {"n": 5} -> {"n": 6}') for d in diffs)
+
+
+# --------------------------------------------------------------------------- what is left
+
+
+def _record(records: Path, trajectory: str, step: int, cfg, pool) -> None:
+    """What ``measure_run`` writes for one checkpoint, without a model: made-up texts and NLLs
+    for the items its part cache lacks, then the checkpoint's contract rows."""
+    from ckptsel.measure import StepParts
+    from ckptsel.measure.frames import generation_frame, nll_frame
+    from ckptsel.measure.tokens import ResponseNll
+    from ckptsel.records import upsert_records
+
+    parts = StepParts(records, trajectory, step, cfg, pool)
+    gens, nlls = [], []
+    for split, its in pool.splits.items():
+        hashes = {it.item_id: h for it, h in zip(its, pool.hashes[split], strict=True)}
+        sel = [its[i] for i in parts.todo_gen[split]]
+        g = generation_frame(
+            sel, ["#### 1"] * len(sel), task=cfg.task_for(split), split=split,
+            trajectory=trajectory, configuration="a", step=step,
+        )  # fmt: skip
+        sel = [its[i] for i in parts.todo_nll[split]]
+        n = nll_frame(
+            sel, [{0: ResponseNll(1.5, 3)}] * len(sel), split=split, trajectory=trajectory,
+            step=step,
+        )  # fmt: skip
+        for frame, out in ((g, gens), (n, nlls)):
+            if len(frame):
+                out.append(frame.assign(item_hash=[hashes[i] for i in frame["item_id"]]))
+    parts.add(gens, nlls)
+    upsert_records(
+        records,
+        generations=parts.contract_generations(cfg.task, trajectory, "a", cfg.test_task),
+        nll=parts.contract_nll(trajectory),
+    )
+
+
+def _delete_records(records: Path) -> None:
+    """The contract records (and their read cache) gone, the part cache kept."""
+    import shutil
+
+    for p in records.iterdir():
+        if p.name != ".parts":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def test_left_to_measure_reads_parts_and_records(study_dir: Path) -> None:
+    """One answer per checkpoint: items to generate and to score come from the part cache
+    (by content hash), item rows to record from the contract records; no model is loaded."""
+    from ckptsel.data import load_items
+    from ckptsel.measure import ItemPool, MeasureConfig, RecordedItems, left_to_measure
+
+    records = study_dir / "records"
+    cfg = MeasureConfig(task="gsm8k", device="cpu")
+    val = load_items("gsm8k", study_dir / "val.jsonl")
+    test = load_items("gsm8k", study_dir / "test.jsonl")
+    pool = ItemPool.load("gsm8k", val, test)
+    first = left_to_measure(records, "t", [1, 2], cfg, pool)
+    assert [(c.step, c.generate, c.score, c.unrecorded) for c in first] == [
+        (1, 12, 12, 24), (2, 12, 12, 24),
+    ]  # fmt: skip
+    _record(records, "t", 1, cfg, pool)
+    one, two = left_to_measure(records, "t", [1, 2], cfg, pool)
+    assert one.done and (one.generate, one.score, one.unrecorded) == (0, 0, 0)
+    assert not two.done and two.generate == 12
+    # the records read once for several trajectories answer the same
+    recorded = RecordedItems.read(records, pool)
+    assert left_to_measure(records, "t", [1, 2], cfg, pool, recorded) == [one, two]
+    # parts there, records deleted: nothing to measure, but the rows are still to write
+    _delete_records(records)
+    (one,) = left_to_measure(records, "t", [1], cfg, pool)
+    assert (one.generate, one.score, one.unrecorded) == (0, 0, 24) and not one.done
+    _record(records, "t", 1, cfg, pool)
+    assert left_to_measure(records, "t", [1], cfg, pool)[0].done
+    # an item changed since (same id, another answer): that item is measured again
+    changed = [*test[:-1], replace(test[-1], reference="999")]
+    (one,) = left_to_measure(records, "t", [1], cfg, ItemPool.load("gsm8k", val, changed))
+    assert (one.generate, one.score, one.unrecorded) == (1, 1, 0)
+    # measure --only: the other kind is neither measured nor required in the records
+    nll_only = MeasureConfig(task="gsm8k", device="cpu", only="nll")
+    assert left_to_measure(records, "u", [1], nll_only, pool)[0].generate == 0
+
+
+def _fake_checkpoints(folder: Path, steps: list[int]) -> None:
+    """Checkpoint folders that count as saved (nothing here loads them)."""
+    for step in steps:
+        write(folder / f"checkpoint-{step}" / "adapter_config.json", "{}")
+        write(folder / f"checkpoint-{step}" / "adapter_model.safetensors", "x")
+
+
+def test_finished_and_plan_agree_on_what_is_left(study_dir: Path) -> None:
+    """``--workers`` skips exactly the trajectories with every checkpoint there and nothing left
+    to measure or record; ``--dry-run`` counts generations from the same answer."""
+    from ckptsel.workflows.study_run import StudyContext, finished, plan, what_is_left
+    from ckptsel.workflows.study_run.plan import item_pool
+
+    spec = load_spec(write(study_dir / "s.toml", MINIMAL))
+    ctx = StudyContext(spec, device="cpu", log=lambda m: None)
+    (traj,) = ctx.trajectories
+    assert traj.expected_steps == (1, 2)
+    assert finished(ctx, [traj]) == set()  # not trained
+    _fake_checkpoints(traj.folder, [1])
+    pool = item_pool(ctx)
+    _record(ctx.records_dir, traj.name, 1, ctx.measure_config, pool)
+    assert finished(ctx, [traj]) == set()  # checkpoint 2 is still to train
+    (row,) = plan(ctx)
+    assert (row["checkpoints"], row["trained"], row["generations_todo"]) == (2, 1, 12)
+    assert row["generations_done"] == 12
+    _fake_checkpoints(traj.folder, [2])
+    _record(ctx.records_dir, traj.name, 2, ctx.measure_config, pool)
+    assert finished(ctx, [traj]) == {"a-s1"}
+    assert plan(ctx)[0]["generations_todo"] == 0
+    # the records deleted, the part cache kept: not finished (measure writes the rows again)
+    _delete_records(ctx.records_dir)
+    (left,) = what_is_left(ctx, [traj])
+    assert left.trained and not left.finished
+    assert [c.unrecorded for c in left.checkpoints] == [24, 24]
+    assert finished(ctx, [traj]) == set()
+    assert plan(ctx)[0]["generations_todo"] == 0  # nothing to generate: the parts hold it all
+    for step in (1, 2):
+        _record(ctx.records_dir, traj.name, step, ctx.measure_config, pool)
+    assert finished(ctx, [traj]) == {"a-s1"}
+    # an edited test item: a new context sees it, and that item is to measure again
+    rows = gsm_rows(6)
+    rows[2]["answer"] = "x\n#### 77"
+    jsonl(study_dir / "test.jsonl", rows)
+    ctx = StudyContext(spec, device="cpu", log=lambda m: None)
+    (left,) = what_is_left(ctx, list(ctx.trajectories))
+    assert [(c.generate, c.score) for c in left.checkpoints] == [(1, 1), (1, 1)]
+    assert finished(ctx, list(ctx.trajectories)) == set()
+    assert plan(ctx)[0]["generations_todo"] == 2
 
 
 # --------------------------------------------------------------------------- tiny-model studies

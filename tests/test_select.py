@@ -10,6 +10,7 @@ import pytest
 
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError
+from ckptsel.results import Estimate
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
     partition_masks,
@@ -93,60 +94,61 @@ def records(tmp_path_factory):
 
 
 def test_planted_better_checkpoint_is_recommended(records):
-    out = select_checkpoint(records, "run-s42", settings=FAST)
-    acc = out["rules"]["accuracy"]
-    assert acc["choice"] == {"steps": [30], "probabilities": {"30": 1.0}}
-    assert [c["budget"] for c in acc["budget_curve"]] == ["32", "64", "128", "full"]
-    assert all(c["most_likely_step"] == 30 for c in acc["budget_curve"])
-    assert acc["budget_curve"][-1]["probability"] == 1.0
-    sv = acc["split_validation"]
-    assert sv["mean"] == pytest.approx(50.0, abs=1e-9)  # hand-computed: see planted()
-    assert sv["half_sizes"] == [100, 100]
-    assert 30 < sv["lo"] < 50 < sv["hi"] < 70 and not sv["unresolved"]
-    test = acc["test"]
-    assert test["mean"] == pytest.approx(40.0) and test["items"] == 100
-    assert (test["chosen_accuracy"], test["final_accuracy"]) == (100.0, 60.0)
-    assert test["lo"] > 0 and not test["unresolved"]
-    rec = out["recommendation"]
+    out = select_checkpoint(records, "run-s42", settings=FAST)  # a typed Selection
+    acc = out.rules["accuracy"]
+    assert acc.choice == {"steps": [30], "probabilities": {"30": 1.0}}
+    assert [c.budget for c in acc.budget_curve] == ["32", "64", "128", "full"]
+    assert all(c.most_likely_step == 30 for c in acc.budget_curve)
+    assert acc.budget_curve[-1].probability == 1.0
+    sv = acc.split_validation.estimate
+    assert isinstance(sv, Estimate)
+    assert sv.mean == pytest.approx(50.0, abs=1e-9)  # hand-computed: see planted()
+    assert acc.split_validation.to_dict()["half_sizes"] == [100, 100]
+    assert 30 < sv.lo < 50 < sv.hi < 70 and not sv.unresolved
+    test = acc.test
+    assert test.estimate.mean == pytest.approx(40.0) and test.items == 100
+    assert (test.chosen_accuracy, test.final_accuracy) == (100.0, 60.0)
+    assert test.estimate.lo > 0 and not test.estimate.unresolved
+    rec = out.to_dict()["recommendation"]
     assert rec == {**rec, "rule": "accuracy", "keep_step": 30, "keep_final": False}
-    assert "+50.00 pp" in rec["reason"]
+    assert "+50.00 pp" in out.recommendation.reason
     # matched NLL picks step 20, identical to the final checkpoint in accuracy: gain exactly 0
-    nll = out["rules"]["nll"]
-    assert nll["choice"]["steps"] == [20]
-    assert nll["split_validation"]["mean"] == 0.0 and nll["split_validation"]["unresolved"]
-    assert nll["test"]["mean"] == 0.0
+    nll = out.rules["nll"]
+    assert list(nll.steps) == [20]
+    assert nll.split_validation.estimate.mean == 0.0 and nll.split_validation.estimate.unresolved
+    assert nll.test.estimate.mean == 0.0
     # agreement: the plurality is the (shared) wrong answer on odd items, so the four other
     # checkpoints tie and the final checkpoint is in the tie set -> keep the final checkpoint
-    agr = out["rules"]["agreement"]
-    assert agr["choice"]["steps"] == [10, 20, 40, 50]
-    assert agr["choice"]["probabilities"] == {"10": 0.25, "20": 0.25, "40": 0.25, "50": 0.25}
-    assert agr["split_validation"]["mean"] == 0.0
-    by_agreement = select_checkpoint(records, "run-s42", rule="agreement", settings=FAST)[
-        "recommendation"
-    ]
-    assert by_agreement["keep_final"] and by_agreement["keep_step"] == 50
-    assert "final checkpoint itself" in by_agreement["reason"]
+    agr = out.rules["agreement"]
+    assert agr.choice["steps"] == [10, 20, 40, 50]
+    assert agr.probabilities == {"10": 0.25, "20": 0.25, "40": 0.25, "50": 0.25}
+    assert agr.split_validation.estimate.mean == 0.0
+    by_agreement = select_checkpoint(
+        records, "run-s42", rule="agreement", settings=FAST
+    ).recommendation
+    assert by_agreement.keep_final and by_agreement.keep_step == 50
+    assert "final checkpoint itself" in by_agreement.reason
 
 
 def test_equal_checkpoints_keep_the_final_one(records):
     out = select_checkpoint(records, "flat-s42", settings=FAST)
     for rule in ("accuracy", "agreement", "nll"):
-        r = out["rules"][rule]
-        assert r["choice"]["steps"] == STEPS  # one tie set: every checkpoint
-        sv = r["split_validation"]
-        assert (sv["mean"], sv["lo"], sv["hi"], sv["unresolved"]) == (0.0, 0.0, 0.0, True)
-        assert r["test"]["mean"] == 0.0 or r["test"]["unresolved"]
-    assert out["recommendation"]["keep_final"] and out["recommendation"]["keep_step"] == 50
+        r = out.rules[rule]
+        assert list(r.steps) == STEPS  # one tie set: every checkpoint
+        sv = r.split_validation.estimate
+        assert (sv.mean, sv.lo, sv.hi, sv.unresolved) == (0.0, 0.0, 0.0, True)
+        assert r.test.estimate.mean == 0.0 or r.test.estimate.unresolved
+    assert out.recommendation.keep_final and out.recommendation.keep_step == 50
 
 
 def test_equal_in_truth_but_noisy_keeps_the_final_one(records):
     out = select_checkpoint(records, "noisy-s42", settings=FAST)
-    acc = out["rules"]["accuracy"]
-    assert acc["choice"]["steps"] != [50]  # validation noise does pick some other checkpoint…
-    sv = acc["split_validation"]
-    assert sv["unresolved"] and sv["lo"] < 0 < sv["hi"]  # …but held-out halves do not back it
-    rec = out["recommendation"]
-    assert rec["keep_final"] and rec["keep_step"] == 50 and "contains 0" in rec["reason"]
+    acc = out.rules["accuracy"]
+    assert list(acc.steps) != [50]  # validation noise does pick some other checkpoint…
+    sv = acc.split_validation.estimate
+    assert sv.unresolved and sv.lo < 0 < sv.hi  # …but held-out halves do not back it
+    rec = out.recommendation
+    assert rec.keep_final and rec.keep_step == 50 and "contains 0" in rec.reason
 
 
 def loop_gains(signal, correct, maximize, in_s, weights):
@@ -185,7 +187,7 @@ def test_select_without_test_records(tmp_path):
     gen, nll = rg.tables([planted(n=64)])
     gen = gen[gen["split"] == "validation"]
     records = rg.write(tmp_path / "records", gen, nll)
-    out = select_checkpoint(records, "run-s42", settings=FAST)
+    out = select_checkpoint(records, "run-s42", settings=FAST).to_dict()  # as `select --json`
     assert out["test_items"] is None and out["rules"]["accuracy"]["test"] is None
     assert [c["budget"] for c in out["rules"]["accuracy"]["budget_curve"]] == ["32", "64", "full"]
     assert out["recommendation"]["keep_step"] == 30

@@ -158,7 +158,7 @@ def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, loa
     else:  # without load_best_model_at_end the final weights stay in memory
         _assert_loaded(trainer.model, out / "checkpoint-8")
     # selection.json is `ckptsel select` on the same records
-    ref = select_checkpoint(root / f"records-{name}", name, settings=_settings())
+    ref = select_checkpoint(root / f"records-{name}", name, settings=_settings()).to_dict()
     assert sel["recommendation"] == ref["recommendation"]
     assert sel["split_validation"] == ref["rules"]["accuracy"]["split_validation"]
     assert sel["choice"] == ref["rules"]["accuracy"]["choice"]
@@ -185,7 +185,7 @@ def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
             eval_strategy="steps", eval_steps=2,
         )  # fmt: skip
         sel = json.loads((out / "selection.json").read_text())
-        ref = select_checkpoint(root / f"records-{name}", name, settings=_settings())
+        ref = select_checkpoint(root / f"records-{name}", name, settings=_settings()).to_dict()
         assert ref["recommendation"]["keep_step"] == 6  # keep the final checkpoint
         assert sel["recommendation"] == ref["recommendation"]
         assert sel["choice"]["steps"] == [2]
@@ -249,7 +249,7 @@ def test_real_measurement_with_sft_trainer(setup):
     nll = read_frame(root / "records-sft", "nll")
     assert sorted(nll["step"].unique()) == [2, 4, 6]
     sel = json.loads((out / "selection.json").read_text())
-    ref = select_checkpoint(root / "records-sft", "sft", rule="nll", settings=_settings())
+    ref = select_checkpoint(root / "records-sft", "sft", rule="nll", settings=_settings()).to_dict()
     assert sel["recommendation"] == ref["recommendation"]
     assert sel["split_validation"] == ref["rules"]["nll"]["split_validation"]
     assert sel["marked_step"] == ref["recommendation"]["keep_step"]

@@ -128,10 +128,10 @@ def test_determinism_byte_identical(tmp_path):
 
 
 def test_cli_writes_files_and_rejects_bad_preset(tmp_path):
-    from ckptsel.cli.simulate import register
+    from ckptsel.cli.simulate import simulate
 
     app = typer.Typer()
-    register(app)
+    app.command("simulate")(simulate)
 
     @app.command("noop")
     def _noop() -> None:  # a second command keeps typer from collapsing to a single command

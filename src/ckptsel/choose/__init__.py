@@ -47,7 +47,14 @@ from ckptsel.choose.rules import (
     SIGNAL_RULES,
     RuleSpec,
 )
-from ckptsel.choose.settings import FULL, ChoiceSettings, check_budgets, parse_budgets
+from ckptsel.choose.settings import (
+    FULL,
+    ChoiceSettings,
+    budget_notes,
+    check_budgets,
+    parse_budget_list,
+    parse_budgets,
+)
 
 __all__ = [
     "ALL_RULES",
@@ -70,6 +77,7 @@ __all__ = [
     "PoolSubsets",
     "RuleSpec",
     "ScoredChoices",
+    "budget_notes",
     "check_budgets",
     "core",
     "choices_hash",
@@ -77,6 +85,7 @@ __all__ = [
     "choose_trajectory",
     "freeze",
     "load_frozen",
+    "parse_budget_list",
     "parse_budgets",
     "quantity_names",
     "score",

@@ -9,6 +9,7 @@ factors and settings' defaults from :mod:`ckptsel.defaults`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,15 +76,49 @@ def check_budgets(budgets) -> tuple[int, ...]:
     return tuple(sorted({int(b) for b in values}))
 
 
-def parse_budgets(text: str) -> tuple[int, ...]:
-    """``"32,128,512"`` → ``(32, 128, 512)`` (the ``--budgets`` option)."""
+def parse_budget_list(text: str) -> list[int]:
+    """``"32,128,32"`` → ``[32, 128, 32]``: the ``--budgets`` option's integers as given (each
+    checked; repeats kept so that :func:`budget_notes` can say what was repeated)."""
     try:
         values = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError as err:
         raise CkptselError(
             f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})"
         ) from err
-    return check_budgets(values)
+    check_budgets(values)
+    return values
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """``"32,128,512"`` → ``(32, 128, 512)`` (the ``--budgets`` option), sorted and distinct."""
+    return check_budgets(parse_budget_list(text))
+
+
+def budget_notes(given: Sequence[int], pool_sizes: Sequence[int]) -> list[str]:
+    """What the analysis does with the budgets it was given that a reader would not guess:
+    repeated budgets are used once, and a budget larger than a trajectory's eligible pool is
+    skipped for that trajectory (SPEC §4: ``full`` is the whole pool). One line each."""
+    given = [int(b) for b in given]
+    notes = []
+    repeated = sorted({b for b in given if given.count(b) > 1})
+    if repeated:
+        notes.append(
+            f"budgets: {', '.join(map(str, repeated))} given more than once (each is used once)"
+        )
+    sizes = sorted(int(n) for n in pool_sizes)
+    for b in sorted(set(given)):
+        over = sum(n < b for n in sizes)
+        if over == len(sizes) and sizes:
+            notes.append(
+                f"budget {b} is larger than every trajectory's eligible validation pool (at most "
+                f"{sizes[-1]} items): skipped; 'full' is the whole pool"
+            )
+        elif over:
+            notes.append(
+                f"budget {b} is larger than the eligible validation pool of {over} of "
+                f"{len(sizes)} trajectories (smallest {sizes[0]} items): skipped for them"
+            )
+    return notes
 
 
 def budget_labels_for_pool(pool: int, budgets: tuple[int, ...]) -> tuple[list[int], list[str]]:

@@ -1,4 +1,4 @@
-"""``ckptsel records``: maintenance of records folders (``compact``: the single-file form)."""
+"""``ckptsel records compact``: maintenance of records folders (the single-file form)."""
 
 from __future__ import annotations
 
@@ -6,26 +6,19 @@ from pathlib import Path
 
 import typer
 
+from ckptsel.errors import CkptselError
+from ckptsel.records import compact as compact_records
 
-def register(app: typer.Typer) -> None:
-    """Add the ``records`` sub-app to the CLI."""
-    records_app = typer.Typer(no_args_is_help=True, help="Maintain records folders.")
 
-    @records_app.command("compact")
-    def compact_cmd(
-        records_dir: Path = typer.Argument(..., help="Records folder (units and/or single files)."),
-    ) -> None:
-        """Write RECORDS_DIR's records as the single files generations.parquet (with the
-        texts as its text column) and nll.parquet, then remove the per-checkpoint units.
-        Run it when no producer is writing into the folder (e.g. to ship one file)."""
-        from ckptsel.errors import CkptselError
-        from ckptsel.records import compact
-
-        if not Path(records_dir).is_dir():
-            raise CkptselError(f"{records_dir}: records folder not found")
-        written = compact(records_dir)
-        if not written:
-            raise CkptselError(f"{records_dir}: no records to compact")
-        typer.echo("wrote " + ", ".join(str(p) for p in written))
-
-    app.add_typer(records_app, name="records")
+def compact(
+    records_dir: Path = typer.Argument(..., help="Records folder (units and/or single files)."),
+) -> None:
+    """Write RECORDS_DIR's records as the single files generations.parquet (with the
+    texts as its text column) and nll.parquet, then remove the per-checkpoint units.
+    Run it when no producer is writing into the folder (e.g. to ship one file)."""
+    if not Path(records_dir).is_dir():
+        raise CkptselError(f"{records_dir}: records folder not found")
+    written = compact_records(records_dir)
+    if not written:
+        raise CkptselError(f"{records_dir}: no records to compact")
+    typer.echo("wrote " + ", ".join(str(p) for p in written))

@@ -6,48 +6,39 @@ from pathlib import Path
 
 import typer
 
+from ckptsel.cli.output import console
+from ckptsel.study import load_spec
+from ckptsel.workflows import StudyRun, stages_to_run
 
-def register(app: typer.Typer) -> None:
-    """Add the ``run`` command."""
 
-    @app.command()
-    def run(
-        study_file: Path = typer.Argument(..., help="study.toml (schema 2; schema 1 works too)"),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="print the plan (trajectories x checkpoints x items) only"
-        ),
-        until: str = typer.Option(
-            None, "--until", help="stop after this stage: prepare, train, measure, analyze"
-        ),
-        only: str = typer.Option(None, "--only", help="run only this stage"),
-        workdir: Path = typer.Option(
-            None, "--workdir", help="runs, records, results and state (default: the file's folder)"
-        ),
-        set_: list[str] = typer.Option(
-            None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"
-        ),
-        device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda if any)"),
-        workers: int = typer.Option(
-            1, "--workers", help="processes that train + measure trajectories side by side"
-        ),
-    ) -> None:
-        """Run or resume a whole study; every stage skips what is already done."""
-        from rich.console import Console
-
-        from ckptsel.study import load_spec
-        from ckptsel.workflows import StudyRun, format_plan, stages_to_run
-
-        stages = stages_to_run(until, only)
-        spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
-        console = Console()
-        job = StudyRun(
-            spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console
-        )
-        if dry_run:
-            if spec.split is not None:
-                job._split()
-            job.check_fingerprint(write=False)
-            typer.echo(format_plan(job.plan()))
-            typer.echo(f"stages: {', '.join(stages)}")
-            return
-        job.run(stages)
+def run(
+    study_file: Path = typer.Argument(..., help="study.toml (schema 2; schema 1 works too)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the plan (trajectories x checkpoints x items) only"
+    ),
+    until: str = typer.Option(
+        None, "--until", help="stop after this stage: prepare, train, measure, analyze"
+    ),
+    only: str = typer.Option(None, "--only", help="run only this stage"),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="runs, records, results and state (default: the file's folder)"
+    ),
+    set_: list[str] = typer.Option(
+        None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"
+    ),
+    device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda if any)"),
+    workers: int = typer.Option(
+        1, "--workers", help="processes that train + measure trajectories side by side"
+    ),
+) -> None:
+    """Run or resume a whole study; every stage skips what is already done."""
+    stages = stages_to_run(until, only)
+    spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
+    job = StudyRun(
+        spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console
+    )
+    if dry_run:
+        typer.echo(job.dry_run())
+        typer.echo(f"stages: {', '.join(stages)}")
+        return
+    job.run(stages)

@@ -2,52 +2,46 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pandas as pd
 import typer
+from rich.table import Table
+
+from ckptsel.cli.output import console
+from ckptsel.records import GENERATIONS_FILE
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``simulate`` command to the CLI."""
+def simulate(
+    out_dir: Path = typer.Argument(..., help="Folder for the records and the truth."),
+    preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
+) -> None:
+    """Write synthetic generations.parquet and nll.parquet (the records contract) plus
+    truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR."""
+    from ckptsel.sim import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
 
-    @app.command("simulate")
-    def simulate_cmd(
-        out_dir: Path = typer.Argument(..., help="Folder for the records and the truth."),
-        preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
-        seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
-    ) -> None:
-        """Write synthetic generations.parquet and nll.parquet (the records contract) plus
-        truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR."""
-        import time
-
-        import pandas as pd
-        from rich.console import Console
-        from rich.table import Table
-
-        from ckptsel.records import GENERATIONS_FILE
-        from ckptsel.sim import TRUTH_FILE, write_simulation
-
-        start = time.perf_counter()
-        out = write_simulation(out_dir, preset, seed)
-        elapsed = time.perf_counter() - start
-        truth = pd.read_parquet(out / TRUTH_FILE)
-        gen = pd.read_parquet(out / GENERATIONS_FILE, columns=["task", "split", "item_id"])
-        table = Table(title=f"simulated records (preset {preset!r}, seed {seed})")
-        for col in ("task", "configurations", "trajectories", "checkpoints", "validation", "test"):
-            table.add_column(col, justify="left" if col == "task" else "right")
-        items = gen.drop_duplicates().groupby(["task", "split"]).size()
-        for task, t in truth.groupby("task", sort=False):
-            table.add_row(
-                str(task),
-                str(t["configuration"].nunique()),
-                str(t["trajectory"].nunique()),
-                str(len(t)),
-                str(items.get((task, "validation"), 0)),
-                str(items.get((task, "test"), 0)),
-            )
-        console = Console()
-        console.print(table)
-        console.print(
-            f"wrote {out}/generations.parquet, nll.parquet, truth.parquet, simulation.json "
-            f"in {elapsed:.1f} s"
+    start = time.perf_counter()
+    out = write_simulation(out_dir, preset, seed)
+    elapsed = time.perf_counter() - start
+    truth = pd.read_parquet(out / TRUTH_FILE)
+    gen = pd.read_parquet(out / GENERATIONS_FILE, columns=["task", "split", "item_id"])
+    table = Table(title=f"simulated records (preset {preset!r}, seed {seed})")
+    for col in ("task", "configurations", "trajectories", "checkpoints", "validation", "test"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    items = gen.drop_duplicates().groupby(["task", "split"]).size()
+    for task, t in truth.groupby("task", sort=False):
+        table.add_row(
+            str(task),
+            str(t["configuration"].nunique()),
+            str(t["trajectory"].nunique()),
+            str(len(t)),
+            str(items.get((task, "validation"), 0)),
+            str(items.get((task, "test"), 0)),
         )
+    console.print(table)
+    console.print(
+        f"wrote {out}/generations.parquet, nll.parquet, truth.parquet, simulation.json "
+        f"in {elapsed:.1f} s"
+    )

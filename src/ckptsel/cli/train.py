@@ -1,75 +1,46 @@
-"""``ckptsel train STUDY.toml`` and ``ckptsel quickstart``."""
+"""``ckptsel train STUDY.toml``: train (or resume) every trajectory of a study, or check them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+from rich.table import Table
+
+from ckptsel.cli.output import console
+from ckptsel.study import load_study
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``train`` and ``quickstart`` commands."""
+def train(
+    study_file: Path = typer.Argument(
+        ..., help="study.toml listing base model, data, configurations, seeds"
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="only report each trajectory's status; exit 1 if any is invalid"
+    ),
+    only: list[str] = typer.Option(
+        None, "--only", help="train only these trajectories (repeatable)"
+    ),
+    device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)"),
+) -> None:
+    """Train (or resume) every trajectory of a study: RUN_DIR/<configuration>-s<seed>/checkpoint-<step>/."""
+    from ckptsel.train import study_status, train_study  # when run (see ckptsel.cli)
 
-    @app.command()
-    def train(
-        study_file: Path = typer.Argument(
-            ..., help="study.toml listing base model, data, configurations, seeds"
-        ),
-        check: bool = typer.Option(
-            False, "--check", help="only report each trajectory's status; exit 1 if any is invalid"
-        ),
-        only: list[str] = typer.Option(
-            None, "--only", help="train only these trajectories (repeatable)"
-        ),
-        device: str = typer.Option(
-            None, "--device", help="cpu | cuda (default: cuda when available)"
-        ),
-    ) -> None:
-        """Train (or resume) every trajectory of a study: RUN_DIR/<configuration>-s<seed>/checkpoint-<step>/."""
-        from rich.console import Console
-        from rich.table import Table
-
-        from ckptsel.study import load_study
-        from ckptsel.train import study_status, train_study
-
-        study = load_study(study_file)
-        console = Console()
-        if not check:
-            train_study(study, only=only or None, device=device, log=console.print)
-        statuses = study_status(study)
-        table = Table(title=f"study {study.name}: trajectories")
-        for col in ("trajectory", "checkpoints", "final", "expected", "status"):
-            table.add_column(col)
-        for st in statuses:
-            table.add_row(
-                st.trajectory,
-                str(len(st.steps)),
-                str(st.steps[-1]) if st.steps else "-",
-                str(st.expected_final_step),
-                "[green]valid[/green]" if st.valid else f"[red]INVALID[/red]: {st.reason}",
-            )
-        console.print(table)
-        if any(not st.valid for st in statuses):
-            raise typer.Exit(code=1)
-
-    @app.command()
-    def quickstart(
-        out: Path = typer.Option(
-            Path("ckptsel-quickstart"), "--out", help="study folder (reused when it exists)"
-        ),
-        fast: bool = typer.Option(
-            False, "--fast", help="fewer items and steps (about 2-4 minutes on 2 CPU cores)"
-        ),
-        device: str = typer.Option(
-            None, "--device", help="cpu | cuda (default: cuda when available)"
-        ),
-        workers: int = typer.Option(
-            None,
-            "--workers",
-            help="parallel trajectory processes (default: 2 on a CPU, 1 on a GPU)",
-        ),
-    ) -> None:
-        """The whole pipeline on an embedded task and a tiny model, offline, in minutes."""
-        from ckptsel.sim import run_quickstart
-
-        run_quickstart(out, fast=fast, device=device, workers=workers)
+    study = load_study(study_file)
+    if not check:
+        train_study(study, only=only or None, device=device, log=console.print)
+    statuses = study_status(study)
+    table = Table(title=f"study {study.name}: trajectories")
+    for col in ("trajectory", "checkpoints", "final", "expected", "status"):
+        table.add_column(col)
+    for st in statuses:
+        table.add_row(
+            st.trajectory,
+            str(len(st.steps)),
+            str(st.steps[-1]) if st.steps else "-",
+            str(st.expected_final_step),
+            "[green]valid[/green]" if st.valid else f"[red]INVALID[/red]: {st.reason}",
+        )
+    console.print(table)
+    if any(not st.valid for st in statuses):
+        raise typer.Exit(code=1)

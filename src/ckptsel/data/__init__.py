@@ -6,13 +6,14 @@ audit (SPEC §9, §10).
 * :mod:`~ckptsel.data.scoring` — ``extract`` / ``is_correct`` by task name;
 * :mod:`~ckptsel.data.pools` — validation and test pools (files, mixtures, seeded samples);
 * :mod:`~ckptsel.data.split` — train/validation by whole group, with lineage;
-* :mod:`~ckptsel.data.audit` — overlap between fine-tuning, validation and test questions.
+* :mod:`~ckptsel.data.audit` — overlap between fine-tuning, validation and test questions
+  (a package: n-grams, indexes, findings, the planted control, the run, files).
 """
 
 from __future__ import annotations
 
 from ckptsel.data.answers import FAMILIES
-from ckptsel.data.audit import audit_files, audit_pools, write_audit
+from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
 from ckptsel.data.scoring import extract, family_of, is_correct, normalize_reference
 from ckptsel.data.split import split_file
@@ -37,6 +38,7 @@ __all__ = [
     "PROMPT_TEMPLATE",
     "QUESTION_FIELDS",
     "TASKS",
+    "AuditResult",
     "Item",
     "PoolSpec",
     "Task",

@@ -50,7 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,11 +189,16 @@ def load_items(task: str, path: str | Path) -> list[Item]:
 # --------------------------------------------------------------------------- reading files
 
 
-def _read_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """``(location, record)`` pairs of a json list or jsonl file; location names the line
-    (jsonl) or the record index (json list) for error messages."""
+def _parse_file(path: Path, parse: Callable[[Any, str, int], Item]) -> list[Item]:
+    """The items of a json list or jsonl file, ``parse(record, where, index)`` making each;
+    ``where`` names the line (jsonl) or the record index (json list) for error messages.
+    Item ids must be unique within the file."""
     data = read_json_records(path)
-    yield from zip(data.locations, data.records, strict=True)
+    items = [
+        parse(record, where, index)
+        for index, (where, record) in enumerate(zip(data.locations, data.records, strict=True))
+    ]
+    return _check_unique(items, data.locations, path)
 
 
 def _field(record: Any, name: str, path: Path, where: str, *, required: bool = True) -> str | None:
@@ -251,8 +256,8 @@ def gsm8k_response(answer: str) -> str:
 
 def load_gsm8k(path: Path, task: Task) -> list[Item]:
     """GSM8K ``question``/``answer`` records (reusable for any task in that format)."""
-    items, wheres = [], []
-    for index, (where, record) in enumerate(_read_records(path)):
+
+    def item(record: Any, where: str, index: int) -> Item:
         question = _field(record, "question", path, where)
         answer = _field(record, "answer", path, where)
         if "####" not in answer:
@@ -263,17 +268,15 @@ def load_gsm8k(path: Path, task: Task) -> list[Item]:
                 f"{path}: {where}: field 'answer': final value {reference!r} is not a number"
             )
         item_id = _file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
-        items.append(
-            Item(item_id, question, reference, gsm8k_response(answer), item_id, task.subtask)
-        )
-        wheres.append(where)
-    return _check_unique(items, wheres, path)
+        return Item(item_id, question, reference, gsm8k_response(answer), item_id, task.subtask)
+
+    return _parse_file(path, item)
 
 
 def load_metamath(path: Path, task: Task) -> list[Item]:
     """MetaMathQA ``query``/``response`` records; the gold is after the last marker."""
-    items, wheres = [], []
-    for index, (where, record) in enumerate(_read_records(path)):
+
+    def item(record: Any, where: str, index: int) -> Item:
         query = _field(record, "query", path, where)
         response = _field(record, "response", path, where)
         reference = math_answers.after_marker(response)
@@ -288,15 +291,15 @@ def load_metamath(path: Path, task: Task) -> list[Item]:
         item_id = _file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
         group = _field(record, "original_question", path, where, required=False) or item_id
         subtask = _field(record, "type", path, where, required=False) or task.subtask
-        items.append(Item(item_id, query, reference, response, group, subtask))
-        wheres.append(where)
-    return _check_unique(items, wheres, path)
+        return Item(item_id, query, reference, response, group, subtask)
+
+    return _parse_file(path, item)
 
 
 def load_math(path: Path, task: Task) -> list[Item]:
     """MATH / MATH-500 ``problem``/``solution``/``answer`` records."""
-    items, wheres = [], []
-    for index, (where, record) in enumerate(_read_records(path)):
+
+    def item(record: Any, where: str, index: int) -> Item:
         problem = _field(record, "problem", path, where)
         solution = _field(record, "solution", path, where)
         answer = _field(record, "answer", path, where, required=False)
@@ -313,9 +316,9 @@ def load_math(path: Path, task: Task) -> list[Item]:
             _file_id(record, path, where, "unique_id", "item_id", "id") or f"{task.name}-{index}"
         )
         subject = _field(record, "subject", path, where, required=False) or task.subtask
-        items.append(Item(item_id, problem, answer.strip(), solution, item_id, subject))
-        wheres.append(where)
-    return _check_unique(items, wheres, path)
+        return Item(item_id, problem, answer.strip(), solution, item_id, subject)
+
+    return _parse_file(path, item)
 
 
 def _commonsense_name(name: str) -> str | None:
@@ -344,8 +347,8 @@ def _commonsense_test_file(folder: Path) -> Path:
 def _load_commonsense_file(path: Path, subtask: str) -> list[Item]:
     label = commonsense_answers.label_regex(subtask)
     prefix = subtask or "commonsense"
-    items, wheres = [], []
-    for index, (where, record) in enumerate(_read_records(path)):
+
+    def item(record: Any, where: str, index: int) -> Item:
         instruction = _field(record, "instruction", path, where)
         extra = _field(record, "input", path, where, required=False)
         if extra and extra.strip():
@@ -362,9 +365,9 @@ def _load_commonsense_file(path: Path, subtask: str) -> list[Item]:
                 f"{subtask or 'commonsense'} ({allowed})"
             )
         item_id = _file_id(record, path, where, "item_id", "id") or f"{prefix}-{index}"
-        items.append(Item(item_id, instruction, answer, output, item_id, subtask))
-        wheres.append(where)
-    return _check_unique(items, wheres, path)
+        return Item(item_id, instruction, answer, output, item_id, subtask)
+
+    return _parse_file(path, item)
 
 
 def load_commonsense(path: Path, task: Task) -> list[Item]:

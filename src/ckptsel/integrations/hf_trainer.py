@@ -21,12 +21,15 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from ckptsel.errors import CkptselError
 from ckptsel.measure import MeasureConfig
+
+if TYPE_CHECKING:
+    from ckptsel.workflows import Selection
 
 
 def _items(task: str, source: str | Path | Sequence[Any] | None, what: str) -> list[Any] | None:
@@ -252,7 +255,7 @@ class SelectionCallback(RecordingCallback):
         self.prefer_final = bool(prefer_final)
         self.patience = early_stopping_patience
         self.settings = settings or SelectSettings()
-        self.result: dict | None = None  # the latest select answer
+        self.result: Selection | None = None  # the latest select answer
         self.marked_step: int | None = None
         self.stale_saves = 0  # consecutive saves at which an earlier checkpoint is recommended
         self.early_stopped = False
@@ -299,19 +302,18 @@ class SelectionCallback(RecordingCallback):
         self.result = select_checkpoint(
             self.records_dir, self.trajectory, rule=self.rule, settings=self.settings
         )
-        rec = self.result["recommendation"]
-        self.stale_saves = 0 if rec["keep_final"] else self.stale_saves + 1
+        self.stale_saves = 0 if self.result.recommendation.keep_final else self.stale_saves + 1
 
     def choice_step(self) -> int:
         """The rule's raw choice on the full validation pool (the latest of a tie)."""
         assert self.result is not None
-        return max(self.result["rules"][self.rule]["choice"]["steps"])
+        return max(self.result.rules[self.rule].steps)
 
     def _mark(self, args: Any, state: Any, last: bool) -> None:
         """Point the Trainer's best-checkpoint fields at the candidate (at the end: the answer)."""
         assert self.result is not None
         if last:
-            rec = self.result["recommendation"]["keep_step"]
+            rec = self.result.recommendation.keep_step
             step = rec if self.prefer_final else self.choice_step()
             self.marked_step = step
         else:
@@ -319,8 +321,8 @@ class SelectionCallback(RecordingCallback):
         folder = Path(args.output_dir) / f"checkpoint-{step}"
         state.best_global_step = step
         state.best_model_checkpoint = str(folder)
-        sv = self.result["rules"][self.rule]["split_validation"]
-        gain = float(sv["mean"]) if step != self.result["final_step"] else 0.0
+        sv = self.result.rules[self.rule].split_validation.estimate
+        gain = float(sv.mean) if step != self.result.final_step else 0.0
         state.best_metric = self._best_metric = gain  # split-validation gain over the final (pp)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -330,7 +332,7 @@ class SelectionCallback(RecordingCallback):
         if self._best_metric is not None:
             state.best_metric = self._best_metric
         if self.marked_step is None:  # stopped by something that on_save could not see
-            rec = self.result["recommendation"]["keep_step"]
+            rec = self.result.recommendation.keep_step
             self.marked_step = rec if self.prefer_final else self.choice_step()
         out = self.selection()
         from ckptsel._util.io import write_text
@@ -344,9 +346,11 @@ class SelectionCallback(RecordingCallback):
         return control
 
     def selection(self) -> dict:
-        """The contents of ``selection.json`` (JSON-ready)."""
+        """The contents of ``selection.json`` (JSON-ready): the rule's part of the select
+        answer (:meth:`ckptsel.workflows.Selection.to_dict`) and the mark."""
         assert self.result is not None and self.marked_step is not None
-        r = self.result["rules"][self.rule]
+        answer = self.result.to_dict()
+        r = answer["rules"][self.rule]
         return {
             "trajectory": self.trajectory,
             "rule": self.rule,
@@ -354,13 +358,13 @@ class SelectionCallback(RecordingCallback):
             "marked_step": self.marked_step,
             "marked_checkpoint": f"checkpoint-{self.marked_step}",
             "choice": r["choice"],
-            "recommendation": self.result["recommendation"],
-            "reason": self.result["recommendation"]["reason"],
+            "recommendation": answer["recommendation"],
+            "reason": self.result.recommendation.reason,
             "split_validation": r["split_validation"],
             "test": r["test"],
-            "steps": self.result["steps"],
-            "final_step": self.result["final_step"],
-            "validation_items": self.result["validation_items"],
+            "steps": answer["steps"],
+            "final_step": self.result.final_step,
+            "validation_items": self.result.validation_items,
             "early_stopped": self.early_stopped,
-            "settings": self.result["settings"],
+            "settings": answer["settings"],
         }

@@ -9,7 +9,8 @@ inside functions):
   NLL and greedy decoding;
 * :mod:`~ckptsel.measure.backends` — the engines (``hf`` model holder, optional ``vllm``);
 * :mod:`~ckptsel.measure.frames` — contract record frames from texts and scores;
-* :mod:`~ckptsel.measure.parts` — the per-checkpoint part cache that makes runs resumable;
+* :mod:`~ckptsel.measure.parts` — the per-checkpoint part cache that makes runs resumable, and
+  what is left to measure and record at a checkpoint (:func:`left_to_measure`);
 * :mod:`~ckptsel.measure.progress` — progress events (no UI code here);
 * :mod:`~ckptsel.measure.measurer` — :class:`Measurer` (one checkpoint's missing rows) and
   :func:`measure_model` (a model already in memory, e.g. the Trainer callback);
@@ -26,13 +27,20 @@ from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import ingest_lm_eval
 from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
-from ckptsel.measure.parts import ItemPool, StepParts
+from ckptsel.measure.parts import (
+    CheckpointTodo,
+    ItemPool,
+    RecordedItems,
+    StepParts,
+    left_to_measure,
+)
 from ckptsel.measure.passes import generate_texts, measure_items, response_nll
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.run import measure_run
 
 __all__ = [
     "BACKENDS",
+    "CheckpointTodo",
     "DTYPES",
     "ExecutorConfig",
     "ItemPool",
@@ -41,9 +49,11 @@ __all__ = [
     "Measurer",
     "ProgressCallback",
     "ProgressEvent",
+    "RecordedItems",
     "StepParts",
     "generate_texts",
     "ingest_lm_eval",
+    "left_to_measure",
     "measure_items",
     "measure_model",
     "measure_run",

@@ -51,30 +51,15 @@ def measure_model(
     config: MeasureConfig,
     *,
     split: str,
-    trajectory: str,
-    step: int,
-    configuration: str | None = None,
-    device: Any = None,
-    generate: bool = True,
-    nll: bool = True,
-    on_batch: Callable[[int], None] | None = None,
-    seconds: dict[str, float] | None = None,
+    **options: Any,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Measure a model already in memory (e.g. from a Trainer callback) on ``items``.
+    """Measure a model already in memory (e.g. from a Trainer callback) on the ``items`` of
+    one ``split``: :func:`measure_splits` with ``{split: items}``, the same keywords.
 
-    Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled
-    (``configuration`` defaults to ``trajectory``); ``generations`` carries ``text``. NLL rows
-    are given for ``config.window`` and for the complete response (``window=0``). ``device``
-    is where inputs go (default: the model's own device). Generation and NLL share one forward
-    pass per batch (:mod:`ckptsel.measure.passes`); ``seconds`` (if given) accumulates the time
-    of its ``forward``, ``nll`` and ``decode`` steps. Write the frames with
-    :func:`ckptsel.records.upsert_records`. The model is left in eval mode.
+    Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled;
+    write them with :func:`ckptsel.records.upsert_records`.
     """
-    return measure_splits(
-        model, tokenizer, {split: items}, config, trajectory=trajectory, step=step,
-        configuration=configuration, device=device, generate=generate, nll=nll,
-        on_batch=on_batch, seconds=seconds,
-    )  # fmt: skip
+    return measure_splits(model, tokenizer, {split: items}, config, **options)
 
 
 def measure_splits(
@@ -93,9 +78,17 @@ def measure_splits(
     seconds: dict[str, float] | None = None,
     token_cache: dict[tuple[str, str], list[int]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`measure_model` for the items of several splits (``{split: items}``) at once: one
-    pass over all of them (fuller batches, less padding), frames per split, concatenated.
-    ``token_cache``: see :func:`ckptsel.measure.passes.measure_items`."""
+    """Measure a model already in memory on the items of several splits (``{split: items}``)
+    in one pass over all of them (fuller batches, less padding); frames per split, concatenated.
+
+    Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled
+    (``configuration`` defaults to ``trajectory``); ``generations`` carries ``text``. NLL rows
+    are given for ``config.window`` and for the complete response (``window=0``). ``device``
+    is where inputs go (default: the model's own device). Generation and NLL share one forward
+    pass per batch (:mod:`ckptsel.measure.passes`); ``seconds`` (if given) accumulates the time
+    of its ``forward``, ``nll`` and ``decode`` steps; ``token_cache``: see
+    :func:`ckptsel.measure.passes.measure_items`. The model is left in eval mode.
+    """
     for split in items:
         if split not in SPLITS:
             raise CkptselError(f"unknown split {split!r}: use validation or test")

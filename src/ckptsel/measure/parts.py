@@ -8,6 +8,13 @@ that changes a measurement (:meth:`MeasureConfig.generation_fingerprint`,
 (:func:`item_hash`). A re-run reuses matching part rows and measures only what is missing, so
 a killed job restarted ends with exactly the records of an uninterrupted one. A damaged part
 is only a cache: it is measured again.
+
+What is left to do at a checkpoint is answered here, once, for every caller: :class:`StepParts`
+(what ``measure_run`` measures) and :func:`left_to_measure` (what a study still has to measure
+and record: ``ckptsel run`` skips finished trajectories and prints its ``--dry-run`` plan with
+it) take the items to generate and to score from the same rule, and :func:`left_to_measure`
+adds the items the contract records lack (:class:`RecordedItems`, read once for every
+trajectory). Neither loads a model.
 """
 
 from __future__ import annotations
@@ -18,17 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ckptsel._util import io
 from ckptsel.data import item_hash, load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame
-from ckptsel.records import coerce_nll
+from ckptsel.records import coerce_nll, read_rows
 
 PARTS_DIR = ".parts"
 _GEN_KEY = ("split", "item_id")
 _NLL_KEY = ("split", "item_id", "window")
+_PART_KEY = ["split", "item_id", "item_hash"]  # what says which item (and version) a row is
 
 
 def _load_items(task: str, path: Path, split: str) -> list[Any]:
@@ -89,10 +99,11 @@ class ItemPool:
 
     def missing(self, part: pd.DataFrame | None, split: str) -> list[int]:
         """Indices of ``split``'s items that ``part`` does not hold with the same content hash."""
+        return self._absent(_key_set(part), split)
+
+    def _absent(self, have: set[tuple[str, str, str]], split: str) -> list[int]:
+        """Indices of ``split``'s items whose (split, item_id, item_hash) is not in ``have``."""
         items, hashes = self.splits[split], self.hashes[split]
-        if part is None or len(part) == 0:
-            return list(range(len(items)))
-        have = set(_keys(part))
         return [i for i, it in enumerate(items) if (split, it.item_id, hashes[i]) not in have]
 
     def current(self, part: pd.DataFrame) -> pd.DataFrame:
@@ -106,12 +117,13 @@ class ItemPool:
 
 
 def _keys(part: pd.DataFrame):
-    return zip(
-        part["split"].astype(str),
-        part["item_id"].astype(str),
-        part["item_hash"].astype(str),
-        strict=True,
-    )
+    """(split, item_id, item_hash) of each row (as lists first: iterating a pyarrow-backed
+    column value by value is several times slower)."""
+    return zip(*(part[c].astype(str).tolist() for c in _PART_KEY), strict=True)
+
+
+def _key_set(part: pd.DataFrame | None) -> set[tuple[str, str, str]]:
+    return set() if part is None or len(part) == 0 else set(_keys(part))
 
 
 def _load(path: Path) -> pd.DataFrame | None:
@@ -121,6 +133,41 @@ def _load(path: Path) -> pd.DataFrame | None:
         return pd.read_parquet(path)
     except Exception:  # a damaged part is only a cache: measure again
         return None
+
+
+def _load_keys(path: Path) -> set[tuple[str, str, str]]:
+    """The (split, item_id, item_hash) keys of a part file, its other columns left unread (a
+    small file read on one thread: a thread pool costs more than it saves here)."""
+    if not path.exists():
+        return set()
+    try:
+        table = pq.ParquetFile(path).read(columns=_PART_KEY, use_threads=False)
+        columns = [table.column(c).cast(pa.string()).to_pylist() for c in _PART_KEY]
+        return set(zip(*columns, strict=True))
+    except Exception:  # a damaged part is only a cache: measure again
+        return set()
+
+
+def part_paths(
+    records_dir: Path, trajectory: str, step: int, config: MeasureConfig
+) -> tuple[Path, Path]:
+    """One checkpoint's generation and NLL part files (named by the measurement fingerprints)."""
+    folder = Path(records_dir) / PARTS_DIR / trajectory
+    return (
+        folder / f"step-{step}.{config.generation_fingerprint()}.gen.parquet",
+        folder / f"step-{step}.{config.nll_fingerprint()}.nll.parquet",
+    )
+
+
+def _todo(
+    pool: ItemPool, have_gen: set, have_nll: set, only: str | None
+) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Per split, the indices of the items to generate and to score: those whose (split,
+    item_id, item_hash) the parts' keys (``have_gen``, ``have_nll``) lack. ``only``
+    (``measure --only generation|nll``) leaves the other kind alone."""
+    todo_gen = {s: [] if only == "nll" else pool._absent(have_gen, s) for s in pool.splits}
+    todo_nll = {s: [] if only == "generation" else pool._absent(have_nll, s) for s in pool.splits}
+    return todo_gen, todo_nll
 
 
 class StepParts:
@@ -133,19 +180,14 @@ class StepParts:
     def __init__(
         self, records_dir: Path, trajectory: str, step: int, config: MeasureConfig, pool: ItemPool
     ) -> None:
-        folder = Path(records_dir) / PARTS_DIR / trajectory
-        self.gen_path = folder / f"step-{step}.{config.generation_fingerprint()}.gen.parquet"
-        self.nll_path = folder / f"step-{step}.{config.nll_fingerprint()}.nll.parquet"
+        self.gen_path, self.nll_path = part_paths(records_dir, trajectory, step, config)
         self.pool = pool
         self.gen = _load(self.gen_path)
         self.nll = _load(self.nll_path)
-        self.todo_gen = {s: pool.missing(self.gen, s) for s in pool.splits}
-        self.todo_nll = {s: pool.missing(self.nll, s) for s in pool.splits}
         self.only = config.only  # measure --only generation|nll: the other kind is left alone
-        if self.only == "nll":
-            self.todo_gen = {s: [] for s in pool.splits}
-        if self.only == "generation":
-            self.todo_nll = {s: [] for s in pool.splits}
+        self.todo_gen, self.todo_nll = _todo(
+            pool, _key_set(self.gen), _key_set(self.nll), self.only
+        )
 
     @property
     def n_todo(self) -> int:
@@ -203,3 +245,95 @@ class StepParts:
         if self.nll is None or self.only == "generation":
             return None
         return coerce_nll(self.pool.current(self.nll).assign(trajectory=trajectory))
+
+
+# --------------------------------------------------------------------------- what is left
+
+_RECORD_KINDS = {None: ("generations", "nll"), "generation": ("generations",), "nll": ("nll",)}
+
+
+class RecordedItems:
+    """How many of a pool's items the contract records hold, per kind (``generations``,
+    ``nll``) and (trajectory, split, step): the records read once, for every trajectory."""
+
+    def __init__(self, sizes: dict[str, int], counts: dict[str, dict[tuple, int]]) -> None:
+        self.sizes, self.counts = sizes, counts
+
+    @classmethod
+    def read(
+        cls, records_dir: Path, pool: ItemPool, trajectories: Sequence[str] | None = None
+    ) -> RecordedItems:
+        """Read the records' keys (of ``trajectories`` only, when given) in one pass per kind."""
+        cols = ["trajectory", "step", "split", "item_id"]
+        only = None if trajectories is None else [("trajectory", "in", list(trajectories))]
+        counts: dict[str, dict[tuple, int]] = {}
+        for kind in ("generations", "nll"):
+            table = read_rows(Path(records_dir), kind, columns=cols, filters=only)
+            counts[kind] = {} if table is None else _current_counts(table.to_pandas(), pool)
+        return cls({s: len(its) for s, its in pool.splits.items()}, counts)
+
+    def missing(self, trajectory: str, step: int, kinds: Sequence[str]) -> int:
+        """Item rows of ``kinds`` the records lack at this checkpoint (kinds counted apart)."""
+        return sum(
+            n - self.counts[kind].get((trajectory, split, int(step)), 0)
+            for kind in kinds
+            for split, n in self.sizes.items()
+        )
+
+
+def _current_counts(df: pd.DataFrame, pool: ItemPool) -> dict[tuple, int]:
+    """Distinct current items per (trajectory, split, step) in a records frame."""
+    split, ids = df["split"].astype(str), df["item_id"].astype(str)
+    keep = pd.Series(False, index=df.index)
+    for s, its in pool.splits.items():
+        keep |= (split == s) & ids.isin({it.item_id for it in its})
+    cur = df.assign(split=split, item_id=ids)[keep]
+    n = cur.groupby(["trajectory", "split", "step"], observed=True)["item_id"].nunique()
+    return {(str(t), str(sp), int(st)): int(c) for (t, sp, st), c in n.items()}
+
+
+@dataclass(frozen=True)
+class CheckpointTodo:
+    """What is left at one checkpoint: items to generate and to score (the part cache lacks
+    them, or holds another version of the item: a model must measure them), and item rows the
+    contract records lack (written from the part cache once it holds them)."""
+
+    step: int
+    generate: int
+    score: int
+    unrecorded: int
+
+    @property
+    def done(self) -> bool:
+        """Nothing to measure and nothing to record."""
+        return not (self.generate or self.score or self.unrecorded)
+
+
+def left_to_measure(
+    records_dir: Path,
+    trajectory: str,
+    steps: Sequence[int],
+    config: MeasureConfig,
+    pool: ItemPool,
+    recorded: RecordedItems | None = None,
+) -> list[CheckpointTodo]:
+    """What is left to measure and record of ``trajectory`` at each of ``steps``, in the order
+    given: the same rule as :class:`StepParts` (only the parts' key columns are read), plus the
+    contract rows missing from ``recorded`` (default: this trajectory's records, read now).
+    Loads no model; a checkpoint need not exist yet (then everything is left)."""
+    if recorded is None:
+        recorded = RecordedItems.read(records_dir, pool, [trajectory])
+    kinds = _RECORD_KINDS[config.only]
+    out = []
+    for step in steps:
+        gen_path, nll_path = part_paths(records_dir, trajectory, step, config)
+        gen, nll = _todo(pool, _load_keys(gen_path), _load_keys(nll_path), config.only)
+        out.append(
+            CheckpointTodo(
+                int(step),
+                generate=sum(map(len, gen.values())),
+                score=sum(map(len, nll.values())),
+                unrecorded=recorded.missing(trajectory, step, kinds),
+            )
+        )
+    return out

@@ -2,7 +2,7 @@
 
 :func:`ckptsel.measure.measure_run` calls ``on_progress(event)`` with one
 :class:`ProgressEvent` at a time; ``ckptsel measure`` renders them as progress bars
-(:func:`ckptsel.commands.measure.progress_bars`), other callers may log or ignore them.
+(:func:`ckptsel.cli.output.progress_bars`), other callers may log or ignore them.
 Units are items generated plus items scored (each item counts twice per checkpoint).
 """
 

@@ -8,8 +8,10 @@ all generated from a results folder written by ``ckptsel analyze``.
 * :mod:`~ckptsel.report.terminal` — the main table in a terminal;
 * :mod:`~ckptsel.report.build` — ``write_report``: all of them from a results folder.
 
-Only the analysis outputs are read (``summary.json`` and ``tables/*.parquet``), never the
-records, so a report can be rebuilt at any time without touching the frozen choices.
+Only the analysis outputs are read (``summary.json``, as a typed
+:class:`ckptsel.results.Summary`, and ``tables/*.parquet``), never the records, so a report can
+be rebuilt at any time without touching the frozen choices. Every function taking a summary
+also accepts its ``summary.json`` dict (checked through ``Summary.from_dict``).
 """
 
 from __future__ import annotations

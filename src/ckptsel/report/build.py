@@ -1,5 +1,6 @@
 """Building a results folder's report: tables, figures and ``report.html`` from what
-``ckptsel analyze`` wrote.
+``ckptsel analyze`` wrote, its ``summary.json`` read back as a typed
+:class:`ckptsel.results.Summary`.
 
 Only the analysis outputs are read (``summary.json`` and ``tables/*.parquet``), never the
 records, so a report can be rebuilt at any time without touching the frozen choices.
@@ -7,7 +8,6 @@ records, so a report can be rebuilt at any time without touching the frozen choi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,25 +17,19 @@ from ckptsel._util.io import write_bytes, write_text
 from ckptsel.errors import CkptselError
 from ckptsel.report import html as rhtml
 from ckptsel.report import tables as rtables
-from ckptsel.results import FIGURES_DIR, REPORT_FILE, SCHEMA, SUMMARY_FILE, TABLES_DIR
+from ckptsel.results import FIGURES_DIR, REPORT_FILE, SUMMARY_FILE, TABLES_DIR, Summary
 
 
-def load_results(results_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """``summary.json``, the per-configuration table and the checkpoint curves of a results folder."""
+def load_results(results_dir: Path) -> tuple[Summary, pd.DataFrame, pd.DataFrame]:
+    """The typed summary (``summary.json``, checked), the per-configuration table and the
+    checkpoint curves of a results folder."""
     results_dir = Path(results_dir)
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(
             f"{spath}: not found; run `ckptsel analyze RECORDS --out {results_dir}` first"
         )
-    try:
-        summary = json.loads(spath.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise CkptselError(f"{spath}: not valid JSON ({err})") from err
-    if summary.get("schema") != SCHEMA:
-        raise CkptselError(
-            f"{spath}: schema {summary.get('schema')!r} is not supported (expected {SCHEMA})"
-        )
+    summary = Summary.load(spath)
     frames = []
     for name in ("per_configuration", "checkpoint_curves"):
         path = results_dir / TABLES_DIR / f"{name}.parquet"

@@ -1,5 +1,6 @@
 """Report figures (matplotlib, no GUI): budget curves, per-configuration gains, matched half,
-and within-trajectory checkpoint curves.
+and within-trajectory checkpoint curves, drawn from the typed summary
+(:class:`ckptsel.results.Summary`, or its ``summary.json`` dict) and the results tables.
 
 Figures are built on :class:`matplotlib.figure.Figure` directly (never ``pyplot``), so no
 interactive backend is touched and nothing global is kept between calls; each function
@@ -21,8 +22,7 @@ from matplotlib.figure import Figure
 from ckptsel._util.io import write_bytes
 from ckptsel.choose import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.report.tables import budgets_in
-from ckptsel.results import level_percent
+from ckptsel.results import Gains, Summary, budget_order
 
 FIGURE_FORMATS = ("png", "svg")
 RULE_STYLE = {
@@ -35,29 +35,30 @@ def _style(rule: str) -> dict:
 
 
 def budget_curve_figure(
-    summary: dict, quantity: str = "G", budget: dict | None = None, title: str | None = None
+    summary: Summary | dict, quantity: str = "G", gains: Gains | None = None, title: str | None = None
 ) -> Figure:
     """G_r(n) (or H_r(n)) per rule against the validation budget, with shaded pointwise intervals.
 
-    The x axis is categorical: the finite budgets, then "full" (the whole eligible pool, whose
-    size differs by dataset) after a small gap, so it is not read as a point on a number line.
+    ``gains`` is the block drawn (default: the study's; e.g. a task's). The x axis is
+    categorical: the finite budgets, then "full" (the whole eligible pool, whose size differs by
+    dataset) after a small gap, so it is not read as a point on a number line.
     """
-    budget = summary["budget"] if budget is None else budget
+    summary = Summary.coerce(summary)
+    gains = summary.gains if gains is None else gains
+    budget = gains.budget
     rules = [r for r in RULE_ORDER if r in budget] + [r for r in budget if r not in RULE_ORDER]
     labels: list[str] = []
     for r in rules:
-        labels += [b for b in budgets_in(budget[r]) if b not in labels]
-    labels = budgets_in({b: None for b in labels})
+        labels += [b for b in gains.labels(r) if b not in labels]
+    labels = budget_order(labels)
     pos = {b: (i + 0.5 if b == "full" else i) for i, b in enumerate(labels)}
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for k, r in enumerate(rules):
         cells = [
-            (b, budget[r][b][quantity])
+            (b, e.as_stored())
             for b in labels
-            if b in budget[r]
-            and quantity in budget[r][b]
-            and budget[r][b][quantity].get("mean") is not None
+            if (e := gains.get(quantity, r, b)) is not None and e.mean is not None
         ]
         st = _style(r)
         dodge = (k - (len(rules) - 1) / 2) * 0.06  # separates the error bars at "full"
@@ -67,9 +68,9 @@ def budget_curve_figure(
             if not part:
                 continue
             x = np.array([p[0] for p in part], dtype=float)
-            m = np.array([p[1]["mean"] for p in part])
-            lo = np.array([p[1]["lo"] for p in part])
-            hi = np.array([p[1]["hi"] for p in part])
+            m = np.array([p[1].mean for p in part])
+            lo = np.array([p[1].lo for p in part])
+            hi = np.array([p[1].hi for p in part])
             first = part is finite or not finite  # one legend entry per rule
             ax.plot(
                 x,
@@ -96,7 +97,7 @@ def budget_curve_figure(
     ax.set_ylabel(f"{what} (pp)")
     ax.set_title(
         title
-        or f"{quantity}_r(n) by validation budget, {level_percent(summary)}% intervals"
+        or f"{quantity}_r(n) by validation budget, {summary.level_percent}% intervals"
     )
     if ax.get_legend_handles_labels()[0]:  # nothing to label when a rule set is empty
         ax.legend(fontsize=8, loc="best")
@@ -150,12 +151,15 @@ def configuration_gain_figure(
     return fig
 
 
-def matched_half_figure(per_configuration: pd.DataFrame, summary: dict | None = None) -> Figure:
+def matched_half_figure(
+    per_configuration: pd.DataFrame, summary: Summary | dict | None = None
+) -> Figure:
     """Selection-half gain G_in against complementary-half gain G_out, per configuration.
 
     Points above the diagonal would mean the rule does better on items it never saw; the
     vertical distance to the diagonal is the same-item optimism B.
     """
+    summary = None if summary is None else Summary.coerce(summary)
     fig = Figure(figsize=(5.6, 5.0), layout="constrained")
     ax = fig.add_subplot()
     vals = []
@@ -175,23 +179,20 @@ def matched_half_figure(per_configuration: pd.DataFrame, summary: dict | None = 
             alpha=0.6,
             label=f"{st['label']}: configurations",
         )
-        mh = (summary or {}).get("matched_half", {}).get(r, {})
-        if all((mh.get(q) or {}).get("mean") is not None for q in ("G_in", "G_out")):
-            e = mh
+        mh = None if summary is None else summary.matched_half.get(r)
+        if mh is not None and mh.G_in.mean is not None and mh.G_out.mean is not None:
+            gi, go = mh.G_in.as_stored(), mh.G_out.as_stored()
             ax.errorbar(
-                e["G_in"]["mean"],
-                e["G_out"]["mean"],
-                xerr=[[e["G_in"]["mean"] - e["G_in"]["lo"]], [e["G_in"]["hi"] - e["G_in"]["mean"]]],
-                yerr=[
-                    [e["G_out"]["mean"] - e["G_out"]["lo"]],
-                    [e["G_out"]["hi"] - e["G_out"]["mean"]],
-                ],
+                gi.mean,
+                go.mean,
+                xerr=[[gi.mean - gi.lo], [gi.hi - gi.mean]],
+                yerr=[[go.mean - go.lo], [go.hi - go.mean]],
                 marker=st["marker"],
                 markersize=10,
                 color=st["color"],
                 markeredgecolor="black",
                 capsize=3,
-                label=f"{st['label']}: mean, {level_percent(summary)}% intervals",
+                label=f"{st['label']}: mean, {summary.level_percent}% intervals",
             )
     finite = np.concatenate(vals) if vals else np.array([0.0])
     finite = finite[np.isfinite(finite)]
@@ -281,12 +282,13 @@ def save_figure(
 
 
 def all_figures(
-    summary: dict,
+    summary: Summary | dict,
     per_configuration: pd.DataFrame,
     curves: pd.DataFrame,
     trajectory: str | None = None,
 ) -> dict[str, Figure]:
     """Every report figure by file stem, in reading order."""
+    summary = Summary.coerce(summary)
     figs = {
         "budget_curves_G": budget_curve_figure(summary, "G"),
         "budget_curves_H": budget_curve_figure(summary, "H"),

@@ -15,9 +15,8 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ckptsel.choose import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
-from ckptsel.defaults import BUDGETS
 from ckptsel.report.tables import ReportTable
-from ckptsel.results import d_from, fmt, level_percent
+from ckptsel.results import Estimate, Range, Summary, fmt
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -56,13 +55,15 @@ CLAIMS = (
 RULE_WORDS = {name: RULES[name].words for name in SIGNAL_RULES}
 
 
-def verdict(e: dict | None) -> str:
+def verdict(e: Estimate | dict | None) -> str:
     """'resolved positive' / 'resolved negative' / 'unresolved' from an estimate's interval."""
-    if not e or e.get("mean") is None:
+    e = Estimate.coerce(e)
+    if e is None or e.mean is None:
         return "not available"
-    if e["lo"] <= 0.0 <= e["hi"] or e.get("unresolved"):
+    e = e.as_stored()
+    if e.lo <= 0.0 <= e.hi or e.unresolved:
         return "unresolved"
-    return "resolved positive" if e["lo"] > 0 else "resolved negative"
+    return "resolved positive" if e.lo > 0 else "resolved negative"
 
 
 def _tag(v: str) -> str:
@@ -70,19 +71,17 @@ def _tag(v: str) -> str:
     return f'<span class="tag {cls}">{html.escape(v)}</span>'
 
 
-def claim_sentences(summary: dict) -> list[tuple[str, str]]:
+def claim_sentences(summary: Summary | dict) -> list[tuple[str, str]]:
     """(verdict, plain-language sentence) for each claim and rule, from the numbers."""
-    level = level_percent(summary)
+    summary = Summary.coerce(summary)
+    level, d_from = summary.level_percent, summary.d_from
     out = []
     for key, question, symbol in CLAIMS:
-        symbol = symbol.format(n=d_from(summary))
+        symbol = symbol.format(n=d_from)
         for rule in SIGNAL_RULES:
             if key == "H" and rule == H_BASELINE:
                 continue  # matched NLL against itself is 0 by construction
-            if key == "D":
-                e = summary["D"].get(rule)
-            else:
-                e = summary["budget"].get(rule, {}).get("full", {}).get(key)
+            e = summary.gains.get(key, rule)
             v = verdict(e)
             if v == "not available":
                 if key == "D" and rule == SIGNAL_RULES[0]:  # said once, not per rule
@@ -90,8 +89,8 @@ def claim_sentences(summary: dict) -> list[tuple[str, str]]:
                         (
                             v,
                             f"<b>{html.escape(question)}?</b> Not available: D_r needs the "
-                            f"{d_from(summary)}-item budget, and no eligible validation pool "
-                            f"has {d_from(summary)} items.",
+                            f"{d_from}-item budget, and no eligible validation pool "
+                            f"has {d_from} items.",
                         )
                     )
                 continue
@@ -132,42 +131,40 @@ def table_html(df: pd.DataFrame) -> str:
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
-def _population(summary: dict) -> str:
-    pop = summary["population"]
-    ex = pop.get("validation_exclusions", {})
-    reasons = ", ".join(
-        f"{k.replace('_', ' ')}: {v}" for k, v in ex.items() if k not in ("total", "by_trajectory")
-    )
+def _population(summary: Summary) -> str:
+    pop = summary.population
+    ex = pop.validation_exclusions
+    reasons = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in ex.reasons.items())
     rows = [
-        ("trajectories", pop.get("trajectories")),
-        ("configurations", pop.get("configurations")),
-        ("tasks", ", ".join(pop.get("tasks", []))),
-        ("checkpoints per trajectory", _range(pop.get("checkpoints"))),
-        ("eligible validation items per trajectory", _range(pop.get("validation_items"))),
+        ("trajectories", pop.trajectories),
+        ("configurations", pop.configurations),
+        ("tasks", ", ".join(pop.tasks)),
+        ("checkpoints per trajectory", _range(pop.checkpoints)),
+        ("eligible validation items per trajectory", _range(pop.validation_items)),
         (
             "test items per task",
-            ", ".join(f"{t}: {n}" for t, n in pop.get("test_items", {}).items()),
+            ", ".join(f"{t}: {n}" for t, n in (pop.test_items or {}).items()),
         ),
-        ("validation exclusions", f"{ex.get('total', 0)}" + (f" ({reasons})" if reasons else "")),
+        ("validation exclusions", f"{ex.total}" + (f" ({reasons})" if reasons else "")),
         (
             "resampling",
-            f"{summary.get('draws')} bootstrap draws, {summary.get('permutations')} nested permutations, seed {summary.get('seed')}",
+            f"{summary.draws} bootstrap draws, {summary.permutations} nested permutations, seed {summary.seed}",
         ),
         (
             "validation budgets",
-            ", ".join(str(n) for n in summary.get("budgets", BUDGETS)) + ", full"
-            + f" (D_r = G_r(full) − G_r({d_from(summary)}))",
+            ", ".join(str(n) for n in summary.finite_budgets) + ", full"
+            + f" (D_r = G_r(full) − G_r({summary.d_from}))",
         ),
-        ("frozen choices SHA-256", summary.get("choices_sha256", "")),
+        ("frozen choices SHA-256", summary.choices_sha256 or ""),
     ]
     body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in rows)
     return f'<dl class="pop">{body}</dl>'
 
 
-def _range(r: dict | None) -> str:
-    if not r:
+def _range(r: Range | None) -> str:
+    if r is None:
         return "–"
-    return str(r["min"]) if r["min"] == r["max"] else f"{r['min']}–{r['max']}"
+    return str(r.min) if r.min == r.max else f"{r.min}–{r.max}"
 
 
 FIGURE_CAPTIONS = {
@@ -183,12 +180,13 @@ FIGURE_CAPTIONS = {
 
 
 def render_html(
-    summary: dict,
+    summary: Summary | dict,
     tables: Iterable[ReportTable],
     figures_png: dict[str, bytes],
     title: str = "ckptsel report",
 ) -> str:
     """The report page as one string (figures inlined as base64 PNG)."""
+    summary = Summary.coerce(summary)
     tables = list(tables)
     by_name = {t.name: t for t in tables}
     claims = "".join(f"<li>{_tag(v)} {s}</li>" for v, s in claim_sentences(summary))
@@ -203,7 +201,7 @@ def render_html(
         "<i>unresolved</i>: these data cannot tell the sign of the effect, which may still be large either way.</p>",
         "<h2>Population</h2>",
         _population(summary),
-        *(f'<p class="caution"><b>Caution:</b> {html.escape(w)}</p>' for w in summary.get("warnings", [])),
+        *(f'<p class="caution"><b>Caution:</b> {html.escape(w)}</p>' for w in summary.warnings or ()),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',
     ]
@@ -233,7 +231,7 @@ def render_html(
         ]
     rules = ", ".join(r for r in RULE_ORDER)
     parts.append(
-        f"<footer>Rules: {html.escape(rules)}. Generated by ckptsel from summary.json (schema {summary.get('schema')}). "
+        f"<footer>Rules: {html.escape(rules)}. Generated by ckptsel from summary.json (schema {summary.schema}). "
         "Intervals are percentile intervals; configurations are the primary resampling unit.</footer>"
     )
     parts.append("</main></body></html>")

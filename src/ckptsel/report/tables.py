@@ -1,4 +1,5 @@
-"""Paper-style tables from ``summary.json``: Markdown, LaTeX (booktabs) and CSV.
+"""Paper-style tables from the typed summary (:class:`ckptsel.results.Summary`, or its
+``summary.json`` dict): Markdown, LaTeX (booktabs) and CSV.
 
 Every table is built once as a :class:`ReportTable` holding both the strings a person reads
 (``display``: "mean [lo, hi]" cells, made by :func:`ckptsel.results.fmt` so the CLI, the
@@ -17,13 +18,8 @@ import pandas as pd
 
 from ckptsel._util.io import write_csv, write_text
 from ckptsel.choose import RULE_ORDER
-from ckptsel.results import d_column, fmt, interval_label, level_percent, main_table_rows
+from ckptsel.results import MATCHED_HALF_STATS, Estimate, Gains, Summary, fmt
 
-INTERVAL_KINDS = (
-    ("configuration", None),
-    ("test-question", "question_bootstrap"),
-    ("joint", "joint_bootstrap"),
-)
 TABLE_FORMATS = ("md", "tex", "csv")
 
 
@@ -44,146 +40,130 @@ class ReportTable:
 
 
 # --------------------------------------------------------------------------- helpers
-def budgets_in(block: dict) -> list[str]:
-    """Budget labels present in a ``{"<n>": ...}`` block: the finite budgets by size (whatever
-    budgets the summary was made with), then "full", then anything else."""
-    return sorted(
-        block,
-        key=lambda s: (0, int(s), "") if s.isdigit() else (1 if s == "full" else 2, 0, s),
-    )
+def _stored(e: Estimate | None) -> Estimate | None:
+    """The estimate as stored (its printed numbers), None when there is none."""
+    return None if e is None or e.mean is None else e.as_stored()
 
 
-def _est(e: dict | None) -> dict | None:
-    return e if isinstance(e, dict) and e.get("mean") is not None else None
-
-
-def _num_row(est: dict | None, **keys: object) -> dict:
-    e = _est(est)
+def _num_row(est: Estimate | None, **keys: object) -> dict:
+    e = _stored(est)
     return {
         **keys,
-        "mean": e["mean"] if e else float("nan"),
-        "lo": e["lo"] if e else float("nan"),
-        "hi": e["hi"] if e else float("nan"),
-        "unresolved": bool(e["unresolved"]) if e else None,
+        "mean": e.mean if e else float("nan"),
+        "lo": e.lo if e else float("nan"),
+        "hi": e.hi if e else float("nan"),
+        "unresolved": e.unresolved if e else None,
     }
 
 
-def _rules(block: dict) -> list[str]:
-    return [r for r in RULE_ORDER if r in block] + sorted(r for r in block if r not in RULE_ORDER)
+def _full_rows(gains: Gains, rule: str, **keys: object) -> list[dict]:
+    """The long-form rows of D_r, H_r(full) and G_r(full) of one rule."""
+    return [
+        _num_row(gains.get("D", rule), **keys, rule=rule, quantity="D"),
+        _num_row(gains.get("H", rule), **keys, rule=rule, quantity="H_full"),
+        _num_row(gains.get("G", rule), **keys, rule=rule, quantity="G_full"),
+    ]
 
 
 # --------------------------------------------------------------------------- the tables
-def main_table(summary: dict) -> ReportTable:
+def main_table(summary: Summary | dict) -> ReportTable:
     """Per rule: D_r, H_r(full), G_r(full) (the paper's main table)."""
+    summary = Summary.coerce(summary)
     display = pd.DataFrame(
-        main_table_rows(summary),
-        columns=["rule", d_column(summary), "H_r(full) vs matched NLL", "G_r(full) vs final"],
+        summary.main_table_rows(),
+        columns=["rule", summary.d_column, "H_r(full) vs matched NLL", "G_r(full) vs final"],
     )
-    nums = []
-    for rule in RULE_ORDER:
-        full = summary["budget"].get(rule, {}).get("full", {})
-        nums.append(_num_row(summary["D"].get(rule), rule=rule, quantity="D"))
-        nums.append(_num_row(full.get("H"), rule=rule, quantity="H_full"))
-        nums.append(_num_row(full.get("G"), rule=rule, quantity="G_full"))
-    pop = summary["population"]
-    title = (
-        f"Main table — {pop['trajectories']} trajectories in {pop['configurations']} configurations; "
-        f"percentage points, {level_percent(summary)}% {interval_label(summary)} intervals ({summary['draws']} draws)."
-    )
-    return ReportTable("main_table", title, display, pd.DataFrame(nums))
+    nums = [row for rule in RULE_ORDER for row in _full_rows(summary.gains, rule)]
+    return ReportTable("main_table", summary.main_table_title, display, pd.DataFrame(nums))
 
 
-def _budget_rows(budget: dict, **keys: object) -> tuple[list[dict], list[dict]]:
+def _budget_rows(gains: Gains, **keys: object) -> tuple[list[dict], list[dict]]:
     disp, nums = [], []
-    for rule in _rules(budget):
-        for b in budgets_in(budget[rule]):
-            cell = budget[rule][b]
+    for rule in gains.rules:
+        for b in gains.labels(rule):
+            cell = gains.budget[rule][b]
             disp.append(
                 {
                     **keys,
                     "rule": rule,
                     "budget n": b,
-                    "G_r(n) vs final": fmt(cell.get("G")),
-                    "H_r(n) vs matched NLL": fmt(cell.get("H")),
+                    "G_r(n) vs final": fmt(cell.G),
+                    "H_r(n) vs matched NLL": fmt(cell.H),
                 }
             )
             for q in ("G", "H"):
-                if q in cell:
-                    nums.append(_num_row(cell[q], **keys, rule=rule, budget=b, quantity=q))
+                if cell.get(q) is not None:
+                    nums.append(_num_row(cell.get(q), **keys, rule=rule, budget=b, quantity=q))
     return disp, nums
 
 
-def budget_curves(summary: dict) -> ReportTable:
+def budget_curves(summary: Summary | dict) -> ReportTable:
     """G_r(n) and H_r(n) at every validation budget (nested subsets)."""
-    disp, nums = _budget_rows(summary["budget"])
+    summary = Summary.coerce(summary)
+    disp, nums = _budget_rows(summary.gains)
     return ReportTable(
         "budget_curves",
-        f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {level_percent(summary)}% configuration-bootstrap "
+        f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {summary.level_percent}% configuration-bootstrap "
         "intervals; 'full' is the whole eligible pool, whose size differs by dataset).",
         pd.DataFrame(disp),
         pd.DataFrame(nums),
     )
 
 
-def matched_half(summary: dict) -> ReportTable:
+def matched_half(summary: Summary | dict) -> ReportTable:
     """Same-item optimism: selection-half gain G_in, complementary-half gain G_out, B = G_in − G_out."""
+    summary = Summary.coerce(summary)
     disp, nums = [], []
-    for rule, block in summary.get("matched_half", {}).items():
-        disp.append({"rule": rule, **{f"{q}": fmt(block.get(q)) for q in ("G_in", "G_out", "B")}})
-        nums += [_num_row(block.get(q), rule=rule, quantity=q) for q in ("G_in", "G_out", "B")]
+    for rule, mh in summary.matched_half.items():
+        disp.append({"rule": rule, **{q: fmt(mh.get(q)) for q in MATCHED_HALF_STATS}})
+        nums += [_num_row(mh.get(q), rule=rule, quantity=q) for q in MATCHED_HALF_STATS]
     return ReportTable(
         "matched_half",
         "Matched-half diagnostic on the test pool — gain on the half used to choose (G_in), on the other half "
-        f"(G_out), and the same-item optimism B = G_in − G_out (pp, {level_percent(summary)}% configuration-bootstrap intervals).",
+        f"(G_out), and the same-item optimism B = G_in − G_out (pp, {summary.level_percent}% configuration-bootstrap intervals).",
         pd.DataFrame(disp, columns=["rule", "G_in", "G_out", "B"]),
         pd.DataFrame(nums),
     )
 
 
-def task_strata(summary: dict) -> ReportTable:
+def task_strata(summary: Summary | dict) -> ReportTable:
     """The main table and the matched-half B per task."""
+    summary = Summary.coerce(summary)
     disp, nums = [], []
-    for task, block in summary.get("by_task", {}).items():
-        pop = block.get("population", {})
-        for rule in _rules(block.get("budget", {})):
-            full = block["budget"][rule].get("full", {})
-            d = block.get("D", {}).get(rule)
+    for task, block in summary.by_task.items():
+        g, mhs = block.gains, block.gains.matched_half or {}
+        for rule in g.rules:
             disp.append(
                 {
                     "task": task,
-                    "trajectories": pop.get("trajectories", ""),
+                    "trajectories": block.population.trajectories,
                     "rule": rule,
-                    d_column(summary): fmt(d),
-                    "H_r(full)": fmt(full.get("H")),
-                    "G_r(full)": fmt(full.get("G")),
-                    "B (matched half)": fmt(block.get("matched_half", {}).get(rule, {}).get("B"))
-                    if rule in block.get("matched_half", {})
-                    else "–",
+                    summary.d_column: fmt(g.get("D", rule)),
+                    "H_r(full)": fmt(g.get("H", rule)),
+                    "G_r(full)": fmt(g.get("G", rule)),
+                    "B (matched half)": fmt(mhs[rule].B) if rule in mhs else "–",
                 }
             )
-            nums += [
-                _num_row(d, task=task, rule=rule, quantity="D"),
-                _num_row(full.get("H"), task=task, rule=rule, quantity="H_full"),
-                _num_row(full.get("G"), task=task, rule=rule, quantity="G_full"),
-            ]
-        for rule, mh in block.get("matched_half", {}).items():
+            nums += _full_rows(g, rule, task=task)
+        for rule, mh in mhs.items():
             nums += [
                 _num_row(mh.get(q), task=task, rule=rule, quantity=f"MH_{q}")
-                for q in ("G_in", "G_out", "B")
+                for q in MATCHED_HALF_STATS
             ]
     return ReportTable(
         "task_strata",
-        f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {level_percent(summary)}% intervals).",
+        f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {summary.level_percent}% intervals).",
         pd.DataFrame(disp),
         pd.DataFrame(nums),
     )
 
 
-def task_budget_curves(summary: dict) -> ReportTable:
+def task_budget_curves(summary: Summary | dict) -> ReportTable:
     """G_r(n), H_r(n) per task."""
+    summary = Summary.coerce(summary)
     disp, nums = [], []
-    for task, block in summary.get("by_task", {}).items():
-        d, n = _budget_rows(block.get("budget", {}), task=task)
+    for task, block in summary.by_task.items():
+        d, n = _budget_rows(block.gains, task=task)
         disp += d
         nums += n
     return ReportTable(
@@ -191,52 +171,46 @@ def task_budget_curves(summary: dict) -> ReportTable:
     )
 
 
-def _sensitivity_blocks(summary: dict) -> Iterable[tuple[str, dict | None, str | None]]:
-    """(analysis name, {"budget":..., "D":...} block or None, note)."""
-    yield "nested (main analysis)", {"budget": summary["budget"], "D": summary["D"]}, None
-    sens = summary.get("sensitivities", {})
-    if "one_variant" in sens:
-        yield "one variant per group ('full' = all groups)", sens["one_variant"], None
-    for k, block in sorted(sens.get("thinning", {}).items()):
-        yield f"thinning: every k-th checkpoint, k = {k}", block, None
-    nc = sens.get("nll_complete")
-    if nc is not None:
-        if "skipped" in nc:
-            yield "complete-response NLL", None, f"skipped: {nc['skipped']}"
-        else:
-            yield "complete-response NLL", nc, None
+def _sensitivity_blocks(
+    summary: Summary,
+) -> Iterable[tuple[str, Gains | None, str | None, Estimate | None]]:
+    """(analysis name, gains or None, note, same-choice fraction of the NLL control)."""
+    yield "nested (main analysis)", summary.gains, None, None
+    sens = summary.sensitivities
+    yield "one variant per group ('full' = all groups)", sens.one_variant, None, None
+    for k, block in sorted(sens.thinning.items()):
+        yield f"thinning: every k-th checkpoint, k = {k}", block, None, None
+    nc = sens.nll_complete
+    if nc.skipped is not None:
+        yield "complete-response NLL", None, f"skipped: {nc.skipped}", None
+    else:
+        yield "complete-response NLL", nc.gains, None, nc.same_choice_fraction
 
 
-def sensitivities(summary: dict) -> ReportTable:
+def sensitivities(summary: Summary | dict) -> ReportTable:
     """D_r, H_r(full), G_r(full) under each sensitivity analysis next to the main analysis."""
+    summary = Summary.coerce(summary)
     disp, nums = [], []
-    for name, block, note in _sensitivity_blocks(summary):
-        if block is None:
+    for name, gains, note, same in _sensitivity_blocks(summary):
+        if gains is None:
             disp.append(
                 {"analysis": name, "rule": "–", "D_r": note, "H_r(full)": "–", "G_r(full)": "–"}
             )
             continue
-        budget = block.get("budget", {})
-        for rule in _rules(budget):
-            full = budget[rule].get("full", {})
-            d = block.get("D", {}).get(rule)
+        for rule in gains.rules:
             disp.append(
                 {
                     "analysis": name,
                     "rule": rule,
-                    "D_r": fmt(d),
-                    "H_r(full)": fmt(full.get("H")),
-                    "G_r(full)": fmt(full.get("G")),
+                    "D_r": fmt(gains.get("D", rule)),
+                    "H_r(full)": fmt(gains.get("H", rule)),
+                    "G_r(full)": fmt(gains.get("G", rule)),
                 }
             )
-            nums += [
-                _num_row(d, analysis=name, rule=rule, quantity="D"),
-                _num_row(full.get("H"), analysis=name, rule=rule, quantity="H_full"),
-                _num_row(full.get("G"), analysis=name, rule=rule, quantity="G_full"),
-            ]
-        if "same_choice_fraction" in block:
-            e = block["same_choice_fraction"]
-            text = f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]" if _est(e) else "–"
+            nums += _full_rows(gains, rule, analysis=name)
+        if same is not None:
+            e = _stored(same)
+            text = f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]" if e else "–"
             disp.append(
                 {
                     "analysis": name,
@@ -246,31 +220,27 @@ def sensitivities(summary: dict) -> ReportTable:
                     "G_r(full)": "",
                 }
             )
-            nums.append(_num_row(e, analysis=name, rule="nll", quantity="same_choice_fraction"))
+            nums.append(_num_row(same, analysis=name, rule="nll", quantity="same_choice_fraction"))
     return ReportTable(
         "sensitivities",
         "Sensitivities — one variant per group, checkpoint thinning and the complete-response NLL control "
-        f"(pp, {level_percent(summary)}% configuration-bootstrap intervals; in the NLL control H is measured against the "
+        f"(pp, {summary.level_percent}% configuration-bootstrap intervals; in the NLL control H is measured against the "
         "complete-response NLL rule).",
         pd.DataFrame(disp, columns=["analysis", "rule", "D_r", "H_r(full)", "G_r(full)"]),
         pd.DataFrame(nums),
     )
 
 
-def interval_comparison(summary: dict) -> ReportTable:
+def interval_comparison(summary: Summary | dict) -> ReportTable:
     """Configuration vs test-question vs joint intervals for D_r, H_r(full), G_r(full)."""
+    summary = Summary.coerce(summary)
     disp, nums = [], []
-    sources = [(kind, summary if key is None else summary.get(key)) for kind, key in INTERVAL_KINDS]
-    sources = [(k, s) for k, s in sources if s]
+    sources = summary.interval_sources()
     for rule in RULE_ORDER:
-        for qname, getter in (
-            ("D_r", lambda s, r: s.get("D", {}).get(r)),
-            ("H_r(full)", lambda s, r: s.get("budget", {}).get(r, {}).get("full", {}).get("H")),
-            ("G_r(full)", lambda s, r: s.get("budget", {}).get(r, {}).get("full", {}).get("G")),
-        ):
-            ests = {kind: getter(src, rule) for kind, src in sources}
-            base = _est(ests.get("configuration"))
-            row = {"rule": rule, "quantity": qname, "mean": f"{base['mean']:+.2f}" if base else "–"}
+        for qname, q in (("D_r", "D"), ("H_r(full)", "H"), ("G_r(full)", "G")):
+            ests = {kind: gains.get(q, rule) for kind, gains in sources}
+            base = _stored(ests.get("configuration"))
+            row = {"rule": rule, "quantity": qname, "mean": f"{base.mean:+.2f}" if base else "–"}
             row.update({f"{kind} interval": fmt(e, mean=False) for kind, e in ests.items()})
             disp.append(row)
             nums += [
@@ -278,17 +248,18 @@ def interval_comparison(summary: dict) -> ReportTable:
             ]
     return ReportTable(
         "intervals",
-        f"Interval comparison — {level_percent(summary)}% intervals: {interval_label(summary)} (primary), "
+        f"Interval comparison — {summary.level_percent}% intervals: {summary.interval_label} (primary), "
         "the test-question percentile bootstrap (frozen choices held fixed) and the joint "
-        + ("pigeonhole bootstrap." if summary.get("interval", "percentile") == "percentile"
+        + ("pigeonhole bootstrap." if summary.interval_method == "percentile"
            else "two-way t (crossed-design variance)."),
         pd.DataFrame(disp),
         pd.DataFrame(nums),
     )
 
 
-def all_tables(summary: dict) -> list[ReportTable]:
+def all_tables(summary: Summary | dict) -> list[ReportTable]:
     """Every report table, in reading order."""
+    summary = Summary.coerce(summary)
     return [
         main_table(summary),
         budget_curves(summary),
@@ -359,7 +330,7 @@ def to_latex(df: pd.DataFrame, title: str = "", label: str = "") -> str:
 
 
 def write_tables(
-    summary: dict, tables_dir: Path, formats: Iterable[str] = TABLE_FORMATS
+    summary: Summary | dict, tables_dir: Path, formats: Iterable[str] = TABLE_FORMATS
 ) -> list[Path]:
     """Write every table in each of ``formats`` (md, tex, csv) into ``tables_dir``; return the paths."""
     formats = tuple(formats)

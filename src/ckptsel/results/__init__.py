@@ -1,4 +1,4 @@
-"""The results of an analysis, as data: typed estimates, how a summary is read, the folder's
+"""The results of an analysis, as data: the typed summary and its estimates, the folder's
 file names, and how a results folder is published (staged, hashed, swapped in whole).
 
 This is the contract between the analysis (``stats``, ``workflows.analysis``, which write it)
@@ -6,8 +6,10 @@ and the report, ``select`` and the CLI (which read it), as ``records`` is betwee
 and choosing; so it sits before ``stats`` in the layers.
 
 * :mod:`~ckptsel.results.estimate` — :class:`Estimate` and :func:`fmt`;
-* :mod:`~ckptsel.results.summary` — reading a summary: level, interval method, ``D``'s start,
-  the main table;
+* :mod:`~ckptsel.results.summary` — :class:`Summary` and its parts (:class:`Gains`,
+  :class:`BudgetCell`, :class:`MatchedHalf`, :class:`Sensitivities`, :class:`TaskResult`, …):
+  ``summary.json`` is ``Summary.to_dict()``, read back (checked) by ``Summary.load``; level,
+  interval method, ``D``'s start and the main table are its properties and methods;
 * :mod:`~ckptsel.results.layout` — the folder's file names;
 * :mod:`~ckptsel.results.publish` — staging, the manifest and the atomic swap.
 """
@@ -27,13 +29,26 @@ from ckptsel.results.layout import (
 from ckptsel.results.publish import MANIFEST_FILE
 from ckptsel.results.summary import (
     INTERVAL_LABELS,
+    MATCHED_HALF_STATS,
+    NO_NLL_COMPLETE,
     SCHEMA,
-    d_column,
-    d_from,
+    BudgetCell,
+    Exclusions,
+    Gains,
+    MatchedHalf,
+    NllControl,
+    Population,
+    QuestionBootstrap,
+    Range,
+    Sensitivities,
+    SignCounts,
+    Summary,
+    TaskPopulation,
+    TaskResult,
+    budget_order,
     interval_label,
-    level_percent,
-    main_table_markdown,
     main_table_rows,
+    rule_order,
 )
 
 __all__ = [
@@ -42,18 +57,31 @@ __all__ = [
     "FIGURES_DIR",
     "INTERVAL_LABELS",
     "MANIFEST_FILE",
+    "MATCHED_HALF_STATS",
+    "NO_NLL_COMPLETE",
     "REPORT_FILE",
     "RUN_FILE",
     "SCHEMA",
     "SUMMARY_FILE",
     "TABLES_DIR",
+    "BudgetCell",
     "Estimate",
-    "d_column",
-    "d_from",
+    "Exclusions",
+    "Gains",
+    "MatchedHalf",
+    "NllControl",
+    "Population",
+    "QuestionBootstrap",
+    "Range",
+    "Sensitivities",
+    "SignCounts",
+    "Summary",
+    "TaskPopulation",
+    "TaskResult",
+    "budget_order",
     "fmt",
     "interval_label",
-    "level_percent",
-    "main_table_markdown",
     "main_table_rows",
     "publish",
+    "rule_order",
 ]

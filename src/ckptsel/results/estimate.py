@@ -1,12 +1,21 @@
 """An estimate and how it is printed: :class:`Estimate` (percentage points, with its interval;
 *unresolved* when the interval contains 0) and :func:`fmt`, the one way a cell is printed, so
 the terminal, Markdown, LaTeX and HTML show the same numbers.
+
+An estimate is made either from computed values (``Estimate(mean, lo, hi)``, kept unrounded)
+or as ``summary.json`` stores it (:meth:`Estimate.rounded`, :meth:`Estimate.from_dict`): rounded
+to :data:`DIGITS` decimals, with the ``unresolved`` flag decided on the unrounded bounds kept as
+it was (a lower bound of 1e-9 is stored as 0.0 and stays resolved). The stored form is what
+is printed and serialised, so a summary read back writes the same bytes.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptsel.errors import CkptselError
 
 DIGITS = 6  # decimals stored in summary.json
 
@@ -15,38 +24,94 @@ def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
+def _round(x: float | None) -> float | None:
+    """As stored: rounded to :data:`DIGITS` (an exact -0.0 becomes 0.0); None if not finite."""
+    return round(float(x) + 0.0, DIGITS) if _finite(x) else None
+
+
+def _contains_zero(lo: float | None, hi: float | None) -> bool:
+    if not (_finite(lo) and _finite(hi)):
+        return True
+    return bool(lo <= 0.0 <= hi)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A point estimate and its interval; ``unresolved`` when the interval contains 0 (or is
-    missing). Values are kept as computed; :meth:`to_dict` rounds them for ``summary.json``."""
+    missing).
+
+    A computed estimate keeps its values as given and :meth:`to_dict` rounds them; an estimate
+    *as stored* (``stored``: made by :meth:`rounded` or :meth:`from_dict`) holds the values of
+    ``summary.json`` and :meth:`to_dict` gives them back unchanged (a stored ``-0.0`` stays).
+    ``stored_unresolved`` is set only where the stored ``unresolved`` flag differs from what the
+    rounded bounds say (the flag was decided on the unrounded bounds); it is None otherwise, so
+    ``Estimate.from_dict(d)`` equals ``Estimate(d["mean"], d["lo"], d["hi"])`` in the usual case.
+    """
 
     mean: float | None
     lo: float | None
     hi: float | None
+    stored_unresolved: bool | None = None
+    stored: bool = field(default=False, compare=False, repr=False)
 
     @property
     def unresolved(self) -> bool:
-        if not (_finite(self.lo) and _finite(self.hi)):
-            return True
-        return bool(self.lo <= 0.0 <= self.hi)
+        if self.stored_unresolved is not None:
+            return self.stored_unresolved
+        return _contains_zero(self.lo, self.hi)
+
+    @classmethod
+    def rounded(cls, mean: float | None, lo: float | None, hi: float | None) -> Estimate:
+        """The estimate as ``summary.json`` stores it: values rounded to :data:`DIGITS`, the
+        ``unresolved`` flag decided on the unrounded bounds."""
+        return cls(mean, lo, hi).as_stored()
+
+    def as_stored(self) -> Estimate:
+        """This estimate as ``summary.json`` stores it (itself when it is stored already)."""
+        if self.stored:
+            return self
+        lo, hi = _round(self.lo), _round(self.hi)
+        flag = None if _contains_zero(lo, hi) == self.unresolved else self.unresolved
+        return Estimate(_round(self.mean), lo, hi, flag, stored=True)
 
     def to_dict(self) -> dict:
         """``{"mean", "lo", "hi", "unresolved"}``, rounded to :data:`DIGITS` (None if not finite)."""
-
-        def r(x):
-            return round(float(x) + 0.0, DIGITS) if _finite(x) else None
-
-        return {"mean": r(self.mean), "lo": r(self.lo), "hi": r(self.hi), "unresolved": self.unresolved}
+        e = self.as_stored()
+        return {"mean": e.mean, "lo": e.lo, "hi": e.hi, "unresolved": e.unresolved}
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Estimate | None:
         """An estimate read back from ``summary.json`` (None when absent or without a mean).
 
-        ``unresolved`` is then recomputed from the stored (rounded) bounds.
+        The stored values and ``unresolved`` flag are kept exactly.
         """
         if not isinstance(d, dict) or d.get("mean") is None:
             return None
-        return cls(d["mean"], d.get("lo"), d.get("hi"))
+        mean, lo, hi = d["mean"], d.get("lo"), d.get("hi")
+        flag = d.get("unresolved")
+        keep = flag if isinstance(flag, bool) and flag != _contains_zero(lo, hi) else None
+        return cls(mean, lo, hi, keep, stored=True)
+
+    @classmethod
+    def read(cls, d: Any, where: str) -> Estimate:
+        """A stored estimate, checked: ``{"mean", "lo", "hi", "unresolved"}`` with numbers (or
+        null bounds) and a boolean flag; raises :class:`CkptselError` naming ``where``."""
+        if not isinstance(d, dict) or list(d) != ["mean", "lo", "hi", "unresolved"]:
+            raise CkptselError(f"{where}: expected an estimate {{mean, lo, hi, unresolved}}, got {d!r}")
+        for key in ("mean", "lo", "hi"):
+            v = d[key]
+            if not (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))):
+                raise CkptselError(f"{where}/{key}: expected a number, got {v!r}")
+        if not isinstance(d["unresolved"], bool):
+            raise CkptselError(f"{where}/unresolved: expected true or false, got {d['unresolved']!r}")
+        if d["mean"] is None:
+            raise CkptselError(f"{where}/mean: an estimate without a mean is never stored")
+        return cls.from_dict(d)
+
+    @classmethod
+    def coerce(cls, e: Estimate | dict | None) -> Estimate | None:
+        """An :class:`Estimate` from an estimate or its stored dict (None when there is none)."""
+        return e if isinstance(e, Estimate) else cls.from_dict(e)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -54,13 +119,14 @@ def fmt(e: Estimate | dict | None, *, mean: bool = True, unit: str = "", mark: b
     """``"+1.23 [-0.40, +2.10] unresolved"`` (pp, two decimals); "–" when there is no estimate.
 
     ``mean=False`` prints the interval only, ``unit`` follows the mean (e.g. ``" pp"``), and
-    ``mark=False`` leaves out the "unresolved" mark. A dict keeps its stored ``unresolved`` flag.
+    ``mark=False`` leaves out the "unresolved" mark. The numbers printed are those stored
+    (rounded to :data:`DIGITS` first); a stored dict keeps its ``unresolved`` flag.
     """
-    if isinstance(e, Estimate):
-        e = e.to_dict()
-    if not e or e.get("mean") is None:
+    e = Estimate.coerce(e)
+    if e is None or e.mean is None:
         return "–"
-    text = f"[{e['lo']:+.2f}, {e['hi']:+.2f}]"
+    e = e.as_stored()
+    text = f"[{e.lo:+.2f}, {e.hi:+.2f}]"
     if mean:
-        text = f"{e['mean']:+.2f}{unit} {text}"
-    return text + (" unresolved" if mark and e["unresolved"] else "")
+        text = f"{e.mean:+.2f}{unit} {text}"
+    return text + (" unresolved" if mark and e.unresolved else "")

@@ -1,5 +1,6 @@
 """Inputs with known truth and the embedded default study.
 
+* :mod:`~ckptsel.sim.presets` — the simulation's knobs and the two shipped settings;
 * :mod:`~ckptsel.sim.simulate` — synthetic records with realistic, known structure
   (``ckptsel simulate``);
 * :mod:`~ckptsel.sim.tiny` — tiny causal LMs built locally (tokenizer + Llama-style model);
@@ -10,8 +11,9 @@
 
 from __future__ import annotations
 
+from ckptsel.sim.presets import PRESETS, SimSpec, TaskSim
 from ckptsel.sim.quickstart import make_plan, run_quickstart
-from ckptsel.sim.simulate import PRESETS, TRUTH_FILE, SimSpec, TaskSim, write_simulation
+from ckptsel.sim.simulate import TRUTH_FILE, write_simulation
 from ckptsel.sim.tiny import build_model, build_tokenizer, save_tiny
 
 __all__ = [

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.io import write_text
+from ckptsel.data import format_prompt
+from ckptsel.sim.tiny import build_model, build_tokenizer
 
 NAMES = (
     "Tom",
@@ -127,7 +131,9 @@ class EmbeddedConfig:
     operations: tuple[str, ...] = ("add", "sub", "mul")
     seed: int = 0
     n_pretrain: int = 20000  # pre-training sentences
-    formatted_fraction: float = 0.0  # share of pre-training texts that are answered, formatted problems
+    formatted_fraction: float = (
+        0.0  # share of pre-training texts that are answered, formatted problems
+    )
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.__dict__, sort_keys=True, default=list)
@@ -169,6 +175,22 @@ def _question(op: str, template: int, f: dict[str, Any]) -> str:
     return TEMPLATES[op][template].format(**f)
 
 
+def _draw(rng: random.Random, cfg: EmbeddedConfig) -> tuple[str, dict[str, Any], int]:
+    """One problem from ``rng``: its operation, its fields and its answer (the draws in the
+    fixed order every pool uses: operation, numbers, fields)."""
+    op = rng.choice(cfg.operations)
+    a, b, r = _numbers(op, rng, cfg)
+    return op, _fields(rng, a, b, r), r
+
+
+def _drawn_question(
+    rng: random.Random, cfg: EmbeddedConfig
+) -> tuple[str, dict[str, Any], int, str]:
+    """:func:`_draw` and the question, in a template drawn next."""
+    op, f, r = _draw(rng, cfg)
+    return op, f, r, _question(op, rng.randrange(len(TEMPLATES[op])), f)
+
+
 def _response(op: str, f: dict[str, Any]) -> str:
     return REASONING[op].format(**f) + f"\nThe answer is: {f['r']}"
 
@@ -192,9 +214,8 @@ def generate_metamath(cfg: EmbeddedConfig) -> list[dict[str, str]]:
     while n_groups < cfg.n_original:
         rng = _rng("metamath", cfg.seed, i)
         i += 1
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
+        op, f, r = _draw(rng, cfg)
+        a, b = f["a"], f["b"]
         t0 = rng.randrange(len(TEMPLATES[op]))
         original = _question(op, t0, f)
         out = [(original, "GSM_AnsAug", f)]
@@ -232,12 +253,8 @@ def generate_test(cfg: EmbeddedConfig, exclude: set[str] | None = None) -> list[
     seen: set[str] = set()
     i = 0
     while len(rows) < cfg.n_test:
-        rng = _rng("test", cfg.seed, i)
+        op, f, r, q = _drawn_question(_rng("test", cfg.seed, i), cfg)
         i += 1
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
-        q = _question(op, rng.randrange(len(TEMPLATES[op])), f)
         key = normalize_question(q)
         if key in exclude or key in seen:
             continue
@@ -251,26 +268,18 @@ def generate_pretraining_text(cfg: EmbeddedConfig, exclude: set[str] | None = No
     texts are answered problems in the Alpaca format (prompt, one reasoning line, ``The answer
     is: N``) from the seed stream ``"pretrain-sft"``, skipping questions whose normalized text is
     in ``exclude`` (the fine-tuning and test pools)."""
-    from ckptsel.data import format_prompt
-
     exclude = exclude or set()
     n_formatted = int(round(cfg.formatted_fraction * cfg.n_pretrain))
     out = []
     for i in range(cfg.n_pretrain - n_formatted):
         rng = _rng("pretrain", cfg.seed, i)
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
+        op, f, r = _draw(rng, cfg)
         out.append(rng.choice(PRETRAIN[op]).format(**f))
     i = 0
     formatted = []
     while len(formatted) < n_formatted:
-        rng = _rng("pretrain-sft", cfg.seed, i)
+        op, f, r, q = _drawn_question(_rng("pretrain-sft", cfg.seed, i), cfg)
         i += 1
-        op = rng.choice(cfg.operations)
-        a, b, r = _numbers(op, rng, cfg)
-        f = _fields(rng, a, b, r)
-        q = _question(op, rng.randrange(len(TEMPLATES[op])), f)
         if normalize_question(q) in exclude:
             continue
         formatted.append(format_prompt(q) + " " + _response(op, f))
@@ -301,12 +310,8 @@ def pretraining_corpus(cfg: EmbeddedConfig) -> list[str]:
 def tokenizer_corpus(cfg: EmbeddedConfig) -> list[str]:
     """Texts the tokenizer is trained on: pre-training text, the prompt template and a sample
     of instructions/responses (so the long Alpaca template compresses to few tokens)."""
-    from ckptsel.data import format_prompt
-
     mm = generate_metamath(EmbeddedConfig(**{**cfg.__dict__, "n_original": 200}))
-    return pretraining_corpus(cfg) + [
-        format_prompt(r["query"]) + " " + r["response"] for r in mm
-    ]
+    return pretraining_corpus(cfg) + [format_prompt(r["query"]) + " " + r["response"] for r in mm]
 
 
 @dataclass(frozen=True)
@@ -380,7 +385,9 @@ def _encode_pretraining(tok, text: str) -> list[int]:
             + list(tok(response, add_special_tokens=False)["input_ids"])
             + [tok.eos_token_id]
         )
-    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return (
+        [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    )
 
 
 def pretrain_base(
@@ -396,14 +403,6 @@ def pretrain_base(
     Cached: a folder whose ``base.json`` holds the same fingerprint is reused as is. The model
     is written to a temp folder first and renamed, so a killed run leaves no half base.
     """
-    import os
-    import shutil
-
-    import torch
-    from transformers import get_linear_schedule_with_warmup
-
-    from ckptsel.sim.tiny import build_model, build_tokenizer
-
     task = task or EmbeddedConfig()
     cfg = cfg or BaseConfig()
     out_dir = Path(out_dir)
@@ -416,6 +415,22 @@ def pretrain_base(
     model = build_model(
         tok, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads, seed=cfg.seed
     )
+    loss = _pretrain(model, tok, texts, cfg, progress)
+    meta = {"fingerprint": fp, "base": cfg.__dict__, "task": task.fingerprint(), "final_loss": loss}
+    _save_base(out_dir, tok, model, meta)
+    return out_dir
+
+
+def _pretrain(model, tok, texts: list[str], cfg: BaseConfig, progress: bool) -> float:
+    """``cfg.steps`` AdamW steps (linear warm-up and decay) of plain causal-LM loss on batches
+    of ``texts``; returns the last step's loss.
+
+    Batches are of one kind (formatted problems or short statements), drawn in proportion to
+    the mix: a short statement padded to a formatted problem's length would cost as much as
+    one."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
     enc = [_encode_pretraining(tok, t) for t in texts]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     sched = get_linear_schedule_with_warmup(opt, max(1, cfg.steps // 20), cfg.steps)
@@ -427,8 +442,6 @@ def pretrain_base(
 
         bar = tqdm(total=cfg.steps, desc="pre-train base", unit="step", leave=False)
     loss_v = float("nan")
-    # batches of one kind (formatted problems or short statements), drawn in proportion to the
-    # mix: a short statement padded to a formatted problem's length would cost as much as one
     formatted = np.array(["### Instruction" in t for t in texts])
     pools = [np.flatnonzero(~formatted), np.flatnonzero(formatted)]
     pools = [p for p in pools if len(p)]
@@ -436,15 +449,7 @@ def pretrain_base(
     for _ in range(cfg.steps):
         pool = pools[int(rng.choice(len(pools), p=share))] if len(pools) > 1 else pools[0]
         idx = pool[rng.integers(0, len(pool), cfg.batch_size)]
-        seqs = [enc[i] for i in idx]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for r, s in enumerate(seqs):
-            ids[r, : len(s)] = torch.tensor(s)
-            labels[r, : len(s)] = torch.tensor(s)
-            mask[r, : len(s)] = 1
+        ids, mask, labels = _batch([enc[i] for i in idx], tok.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -456,26 +461,34 @@ def pretrain_base(
             bar.set_postfix(loss=f"{loss_v:.3f}")
     if bar is not None:
         bar.close()
+    return loss_v
+
+
+def _batch(seqs: list[list[int]], pad_id: int):
+    """Right-padded ``(input ids, attention mask, labels)`` of token sequences (every real token
+    is a label; padding is masked out)."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : len(s)] = torch.tensor(s)
+        labels[r, : len(s)] = torch.tensor(s)
+        mask[r, : len(s)] = 1
+    return ids, mask, labels
+
+
+def _save_base(out_dir: Path, tok, model, meta: dict[str, Any]) -> None:
+    """Tokenizer, model and ``base.json`` into a temp folder, then renamed to ``out_dir``."""
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     tok.save_pretrained(tmp)
     model.save_pretrained(tmp)
-    write_text(
-        tmp / "base.json",
-        json.dumps(
-            {
-                "fingerprint": fp,
-                "base": cfg.__dict__,
-                "task": task.fingerprint(),
-                "final_loss": loss_v,
-            },
-            indent=2,
-        )
-        + "\n",
-    )
+    write_text(tmp / "base.json", json.dumps(meta, indent=2) + "\n")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
-    return out_dir

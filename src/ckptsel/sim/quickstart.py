@@ -6,7 +6,11 @@ by fingerprint), writes a schema-2 ``study.toml`` into the out folder and runs i
 :class:`ckptsel.workflows.StudyRun` — split + audit, training, measurement, frozen choices,
 analysis and report, each stage skipping what is done — then adds its own reading: the base
 model's test accuracy, the within-trajectory spreads beside the paper's 3.5 pp, and the three
-claims in plain words (``results/quickstart.json``).
+claims in plain words (``results/quickstart.json``). :func:`run_quickstart` sets the threads and
+device; its steps are :func:`check_plan` (one study per folder), :func:`write_inputs` (data, base,
+study file), the study's stages, :func:`base_test_accuracy` and :func:`test_spreads` (the
+quickstart's own reading of the records), the analysis and the lines printed; each stage's wall
+and CPU seconds are kept by :class:`StageClock`.
 
 The study is arranged the way the paper's is: fine-tuning and validation come from the
 MetaMathQA-format pool (``[pool]``, split by question group: variants share a group), the test
@@ -17,17 +21,31 @@ measures nothing new and rewrites the same ``summary.json``.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import html
 import json
+import os
+import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckptsel import defaults
 from ckptsel._util.io import write_text
+from ckptsel.data import format_prompt, is_correct
+from ckptsel.errors import CkptselError
+from ckptsel.measure import generate_texts
+from ckptsel.records import read_rows
+from ckptsel.report import claim_sentences, print_main_table
+from ckptsel.results import MANIFEST_FILE, REPORT_FILE
 from ckptsel.sim.embedded import BaseConfig, EmbeddedConfig, pretrain_base, write_embedded
-from ckptsel.study import Configuration, configurations_toml
+from ckptsel.study import Configuration, configurations_toml, load_spec
+from ckptsel.train import pick_device
+from ckptsel.workflows import StudyRun, quiet_transformers
 
 TASK = "metamath"  # the fine-tuning pool's task (validation too)
 TEST_TASK = "gsm8k"  # the independent test pool's
@@ -38,7 +56,7 @@ PAPER_SPREAD_PP = 3.5  # the paper's median within-trajectory best-to-worst test
 
 def cpu_time() -> float:
     """CPU seconds (user + system) of this process and of its finished worker processes."""
-    import resource
+    import resource  # Unix only
 
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -47,11 +65,6 @@ def cpu_time() -> float:
 
 def claims_in_words(summary: dict) -> list[str]:
     """The report's plain-language reading of the three claims (D, H, G per rule), as text."""
-    import html
-    import re
-
-    from ckptsel.report import claim_sentences
-
     return [
         html.unescape(re.sub(r"<[^>]+>", "", sentence)) + f" [{verdict}]"
         for verdict, sentence in claim_sentences(summary)
@@ -173,8 +186,6 @@ def base_test_accuracy(
 ) -> float:
     """Test accuracy (pp) of the base model itself on the study's test ``items`` — what SFT
     must beat. Cached in ``cache`` (keyed by the base's fingerprint and the items)."""
-    import hashlib
-
     fp = json.loads((base_dir / "base.json").read_text())["fingerprint"]
     ids = hashlib.sha256("\n".join(it.item_id for it in items).encode()).hexdigest()[:16]
     key = {"base": fp, "items": len(items), "item_ids": ids, "task": TEST_TASK}
@@ -183,9 +194,6 @@ def base_test_accuracy(
         if all(data.get(k) == x for k, x in key.items()):
             return float(data["accuracy_pp"])
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ckptsel.data import format_prompt, is_correct
-    from ckptsel.measure import generate_texts
 
     tok = AutoTokenizer.from_pretrained(str(base_dir))
     model = AutoModelForCausalLM.from_pretrained(str(base_dir))
@@ -207,9 +215,6 @@ def base_test_accuracy(
 def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
     """Per trajectory: best-to-worst test accuracy over its checkpoints (pp), and the final
     checkpoint's test accuracy (pp)."""
-
-    from ckptsel.records import read_rows
-
     gen = read_rows(
         records_dir, "generations", columns=["trajectory", "step", "split", "correct"]
     ).to_pandas()
@@ -224,8 +229,6 @@ def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]
 
 def default_workers(device: str) -> int:
     """Two processes on a multi-core CPU, one on a GPU."""
-    import os
-
     return 1 if device != "cpu" else max(1, min(2, os.cpu_count() or 1))
 
 
@@ -243,9 +246,6 @@ def run_quickstart(
     best-to-worst test-accuracy spread and the report path."""
     import torch
     from rich.console import Console
-
-    from ckptsel.train import pick_device
-    from ckptsel.workflows import quiet_transformers
 
     console = console or Console()
     plan = plan or make_plan(fast)
@@ -274,9 +274,6 @@ PLAN_FILE = "quickstart_plan.json"
 
 
 def plan_fingerprint(plan: QuickstartPlan) -> str:
-    import dataclasses
-    import hashlib
-
     blob = json.dumps(dataclasses.asdict(plan), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -284,8 +281,6 @@ def plan_fingerprint(plan: QuickstartPlan) -> str:
 def check_plan(out: Path, plan: QuickstartPlan, fast: bool) -> None:
     """Refuse to mix two different quickstart studies in one folder (their checkpoints would
     be resumed with other settings); record the plan of a new folder."""
-    from ckptsel.errors import CkptselError
-
     fp = plan_fingerprint(plan)
     path = out / PLAN_FILE
     if path.is_file():
@@ -302,41 +297,33 @@ def check_plan(out: Path, plan: QuickstartPlan, fast: bool) -> None:
     write_text(path, json.dumps({"fingerprint": fp, "fast": fast}, indent=2) + "\n")
 
 
-def _run(
-    out: str | Path,
-    plan: QuickstartPlan,
-    *,
-    fast: bool,
-    device: str,
-    console: Any,
-    analyze: bool,
-    workers: int,
-    base_threads: int = 1,
-) -> QuickstartResult:
+class StageClock:
+    """Wall and CPU seconds per quickstart stage, and the lines it prints."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
+        self._cpu = cpu_time()
+
+    def say(self, text: str, markup: bool = True) -> None:
+        # soft_wrap: a log (no TTY) gets whole lines, never words cut at 80 columns
+        self.console.print(text, soft_wrap=True, markup=markup, highlight=False)
+
+    def stage(self, name: str, t0: float) -> None:
+        """``name`` ended now (it started at ``t0``, a ``time.perf_counter()``)."""
+        self.seconds[name] = round(time.perf_counter() - t0, 2)
+        now = cpu_time()
+        self.cpu_seconds[name] = round(now - self._cpu, 2)
+        self._cpu = now
+        self.say(f"[bold]{name}[/bold] done in {self.seconds[name]:.1f}s")
+
+
+def write_inputs(out: Path, plan: QuickstartPlan, fast: bool, base_threads: int) -> Path:
+    """The embedded task's files, the pre-trained base (both cached by fingerprint) and
+    ``study.toml`` (rewritten only when it differs); returns the base model's folder."""
     import torch
 
-    from ckptsel.results import MANIFEST_FILE
-    from ckptsel.study import load_spec
-    from ckptsel.workflows import StudyRun
-
-    out = Path(out).resolve()
-    check_plan(out, plan, fast)
-    seconds: dict[str, float] = {}
-    cpu_seconds: dict[str, float] = {}
-    cpu0: list[float] = [cpu_time()]
-
-    def say(text: str, markup: bool = True) -> None:
-        # soft_wrap: a log (no TTY) gets whole lines, never words cut at 80 columns
-        console.print(text, soft_wrap=True, markup=markup, highlight=False)
-
-    def stage(name: str, t0: float) -> None:
-        seconds[name] = round(time.perf_counter() - t0, 2)
-        now = cpu_time()
-        cpu_seconds[name] = round(now - cpu0[0], 2)
-        cpu0[0] = now
-        say(f"[bold]{name}[/bold] done in {seconds[name]:.1f}s")
-
-    t = time.perf_counter()
     write_embedded(out / "data", plan.task)
     # the base pre-trains alone (nothing else runs yet): up to two threads, which give it the
     # same weights bit for bit as one (tests/test_quickstart.py checks)
@@ -350,18 +337,36 @@ def _run(
     study_file = out / STUDY_FILE
     if not study_file.is_file() or study_file.read_text(encoding="utf-8") != toml:
         write_text(study_file, toml)
-    stage("data + base model", t)
+    return base_dir
+
+
+def _run(
+    out: str | Path,
+    plan: QuickstartPlan,
+    *,
+    fast: bool,
+    device: str,
+    console: Any,
+    analyze: bool,
+    workers: int,
+    base_threads: int = 1,
+) -> QuickstartResult:
+    """Inputs, then the study's stages through :class:`StudyRun`, then the quickstart's own
+    reading of the records (base accuracy, spreads) and of the summary (the three claims)."""
+    out = Path(out).resolve()
+    check_plan(out, plan, fast)
+    clock = StageClock(console)
+    t = time.perf_counter()
+    base_dir = write_inputs(out, plan, fast, base_threads)
+    clock.stage("data + base model", t)
 
     job = StudyRun(
-        load_spec(study_file),
-        device=device,
-        log=lambda m: say(m, markup=False),
-        workers=workers,
-        console=console,
-    )
+        load_spec(out / STUDY_FILE), device=device, log=lambda m: clock.say(m, markup=False),
+        workers=workers, console=console,
+    )  # fmt: skip
     t = time.perf_counter()
     job.run(("prepare",))
-    stage("split + audit", t)
+    clock.stage("split + audit", t)
 
     t = time.perf_counter()
     job.run(("train", "measure"))
@@ -369,46 +374,54 @@ def _run(
     base_acc = base_test_accuracy(
         base_dir, test_items, plan, device, out / "data" / "base_accuracy.json"
     )
-    stage("training + measurement", t)
+    clock.stage("training + measurement", t)
 
     spreads, finals = test_spreads(job.records_dir)
-    median_spread = statistics.median(spreads.values())
-    final_acc = statistics.mean(finals.values())
-
-    summary = None
-    report = None
+    summary = _analyze(job, clock) if analyze else None
     results = job.spec.results_dir
-    if analyze:
-        from ckptsel.report import print_main_table
-        from ckptsel.results import REPORT_FILE
-
-        t = time.perf_counter()
-        summary = job.run(("analyze",))
-        report = results / REPORT_FILE
-        stage("frozen choices + analysis + report", t)
-        say("")
-        print_main_table(summary, console)
     res = QuickstartResult(
-        out, summary, base_acc, final_acc, median_spread, spreads, report, seconds, cpu_seconds,
+        out, summary, base_acc, statistics.mean(finals.values()),
+        statistics.median(spreads.values()), spreads,
+        results / REPORT_FILE if analyze else None, clock.seconds, clock.cpu_seconds,
         len(plan.configurations),
     )  # fmt: skip
     if (results / MANIFEST_FILE).is_file():  # beside the results (never before them: the
         # analysis publishes only into an empty folder or a results folder)
         write_text(results / "quickstart.json", json.dumps(res.to_dict(), indent=2) + "\n")
+    _print_reading(res, len(finals), clock.say)
+    clock.say(
+        f"study file: {out / STUDY_FILE} (edit it and re-run: ckptsel run {out / STUDY_FILE})",
+        markup=False,
+    )
+    return res
+
+
+def _analyze(job: StudyRun, clock: StageClock) -> dict:
+    """The analyze stage, timed, then the main table."""
+    t = time.perf_counter()
+    summary = job.run(("analyze",))
+    clock.stage("frozen choices + analysis + report", t)
+    clock.say("")
+    print_main_table(summary, clock.console)
+    return summary
+
+
+def _print_reading(res: QuickstartResult, n_trajectories: int, say: Callable[..., None]) -> None:
+    """Base and final test accuracy, the median spread beside the paper's, the three claims in
+    plain words and the report's path."""
     say(
-        f"test accuracy: base model {base_acc:.1f}%, final checkpoints {final_acc:.1f}% "
-        f"(mean over {len(finals)} trajectories in {len(plan.configurations)} configurations)"
+        f"test accuracy: base model {res.base_accuracy:.1f}%, final checkpoints "
+        f"{res.final_accuracy:.1f}% (mean over {n_trajectories} trajectories in "
+        f"{res.configurations} configurations)"
     )
     say(
-        f"median best-to-worst test-accuracy spread within a trajectory: {median_spread:.2f} pp "
-        f"(the paper's is {PAPER_SPREAD_PP} pp)"
+        "median best-to-worst test-accuracy spread within a trajectory: "
+        f"{res.median_spread:.2f} pp (the paper's is {PAPER_SPREAD_PP} pp)"
     )
-    if summary is not None:
+    if res.summary is not None:
         say("")
         say("[bold]What this study says[/bold] (the three claims, as report.html reads them):")
-        for line in claims_in_words(summary):
+        for line in claims_in_words(res.summary):
             say(f"  • {line}", markup=False)
-    if report is not None:
-        say(f"report: {report}", markup=False)
-    say(f"study file: {study_file} (edit it and re-run: ckptsel run {study_file})", markup=False)
-    return res
+    if res.report is not None:
+        say(f"report: {res.report}", markup=False)

@@ -48,6 +48,7 @@ from ckptsel.records import (
     SPLITS,
     write_records,
 )
+from ckptsel.sim.presets import ANSWER_KINDS, COMMONSENSE_LABELS, PRESETS, SimSpec, TaskSim
 from ckptsel.stats import norm_ppf
 
 TRUTH_FILE = "truth.parquet"
@@ -59,203 +60,6 @@ TRUTH_COLUMNS: dict[str, str] = {
     "step": "int64",
     "true_test_accuracy": "float64",
 }
-
-# Commonsense subtasks of the LLM-Adapters suite and the label each one's answers use.
-COMMONSENSE_LABELS: dict[str, tuple[str, ...]] = {
-    "boolq": ("true", "false"),
-    "piqa": ("solution1", "solution2"),
-    "social_i_qa": ("answer1", "answer2", "answer3"),
-    "hellaswag": ("ending1", "ending2", "ending3", "ending4"),
-    "winogrande": ("option1", "option2"),
-    "ARC-Easy": ("answer1", "answer2", "answer3", "answer4"),
-    "ARC-Challenge": ("answer1", "answer2", "answer3", "answer4"),
-    "openbookqa": ("answer1", "answer2", "answer3", "answer4"),
-}
-ANSWER_KINDS = ("numeric", "latex", "choice")
-
-
-@dataclass(frozen=True)
-class TaskSim:
-    """One task: its item pools, answer style, accuracy level and token lengths.
-
-    ``seeds_per_configuration`` has one entry per configuration of the task, so the number of
-    configurations and of trajectories per configuration are both explicit.
-    """
-
-    name: str
-    kind: str  # "numeric" (GSM8K-like), "latex" (MATH-like) or "choice" (commonsense-like)
-    seeds_per_configuration: tuple[int, ...]
-    n_validation: int
-    n_test: int
-    variants_per_group: tuple[int, int] = (1, 1)  # inclusive range; (1, 1): group == item_id
-    subtasks: tuple[str, ...] = ()  # test items split equally across these ("choice" only)
-    n_distractors: int = 3  # shared wrong answers per item ("choice": the other labels)
-    plateau_accuracy: float = 0.6  # mean plateau of the configurations' true test accuracy
-    validation_shift: float = 0.0  # probit shift of validation items (>0: easier than test)
-    empty_answer_rate: float = 0.05  # share of wrong answers with no extractable answer ("")
-    response_tokens: float = 150.0  # median reference-response length
-    response_sigma: float = 0.5  # lognormal sigma of that length
-    prompt_tokens: float = 120.0  # median prompt length (template + question)
-    prompt_sigma: float = 0.3
-    per_token_loss: float = 0.4  # level of the teacher-forced NLL per token at its minimum
-    empty_sequence_rate: float = 0.0  # validation items whose prompt fills the 512 window
-
-
-@dataclass(frozen=True)
-class SimSpec:
-    """Every knob of the simulation; ``PRESETS`` holds the two shipped settings.
-
-    Probabilities are fractions, ``*_pp`` values are percentage points of accuracy, ranges
-    are inclusive ``(low, high)`` uniform ranges drawn per configuration.
-    """
-
-    tasks: tuple[TaskSim, ...]
-    seeds: tuple[int, ...] = (42, 43, 44, 45)  # seed ids, used in order per configuration
-    checkpoints: tuple[int, int] = (10, 31)  # range of T, drawn per configuration
-    step_interval: int = 25
-    offgrid_final_prob: float = 0.5  # chance the final step is not a multiple of the interval
-    models: tuple[str, ...] = ("llama3-8b", "mistral-7b", "qwen2.5-7b", "gemma2-9b", "llama3.2-3b")
-    adaptations: tuple[str, ...] = ("lora8", "full", "lora64")
-    # true accuracy curves
-    configuration_sd: float = 0.05  # sd of configuration plateaus around the task's level
-    rise_pp: tuple[float, float] = (1.5, 6.0)  # early improvement still to come at step 0
-    rise_tau: tuple[float, float] = (0.05, 0.25)  # its time constant, fraction of training
-    decline_prob: float = 0.4  # share of configurations with a late decline
-    decline_pp: tuple[float, float] = (0.5, 3.0)  # size of that decline by the final step
-    decline_start: tuple[float, float] = (0.35, 0.75)
-    gain_scale: float = 1.0  # planted effect: multiplies every configuration's late decline
-    seed_sd_pp: float = 0.8  # seed-level offset of the whole curve
-    seed_decline_sd: float = 0.3  # lognormal sd of a seed's decline around its configuration's
-    checkpoint_sd_pp: float = 0.65  # independent jitter of each checkpoint
-    validation_mismatch: float = 0.02  # probit sd: validation curve vs test curve per checkpoint
-    # item-level correlation (Gaussian copula); item_share + trajectory_item_share < 1
-    item_share: float = 0.45  # variance share of the item difficulty (shared by the task)
-    trajectory_item_share: float = 0.25  # variance share of the trajectory-item effect
-    group_share: float = 0.6  # share of a validation item's effects common to its group
-    ar_coefficient: float = 0.7  # AR(1) coefficient of the remaining part along checkpoints
-    shared_answer_prob: float = 0.5  # chance an augmented variant keeps its group's answer
-    # wrong answers
-    distractor_concentration: float = 0.7  # Dirichlet alpha of the distractor weights
-    wrong_item_share: float = 0.5  # variance share of the item-level "favourite wrong answer"
-    wrong_ar: float = 0.8  # AR(1) coefficient of the wrong-answer latent
-    # NLL
-    nll_min_at: tuple[float, float] = (0.15, 0.4)  # fraction of training where NLL is lowest
-    nll_early_excess: tuple[float, float] = (0.05, 0.2)  # relative excess at step 0
-    nll_late_rise: tuple[float, float] = (0.05, 0.3)  # relative rise by the final step
-    nll_tail_shift: tuple[float, float] = (0.0, 0.4)  # later minimum of truncated tail tokens
-    nll_item_sigma: float = 0.5  # lognormal item heterogeneity of the per-token loss
-    nll_noise_sigma: float = 0.05  # per-checkpoint lognormal noise of an item's loss
-    nll_checkpoint_sd: float = 0.005  # relative jitter of the trajectory's loss per checkpoint
-    nll_correctness_corr: float = 0.3  # corr of log-loss with the correctness latent
-    tokenizer_spread: float = 0.1  # token counts scale by U(1 ± spread) per configuration
-    # exclusions
-    missing_rate: float = 0.0  # per (trajectory, validation item): one checkpoint's rows dropped
-
-
-def _commonsense_task(**kw) -> TaskSim:
-    base = dict(
-        name="commonsense",
-        kind="choice",
-        subtasks=tuple(COMMONSENSE_LABELS),
-        plateau_accuracy=0.8,
-        validation_shift=0.1,
-        empty_answer_rate=0.02,
-        response_tokens=8.0,
-        response_sigma=0.15,
-        prompt_tokens=110.0,
-        prompt_sigma=0.5,
-        per_token_loss=0.15,
-    )
-    base.update(kw)
-    return TaskSim(**base)
-
-
-PRESETS: dict[str, SimSpec] = {
-    # Small: used by many tests. Few checkpoints and few distinct answers, so exact ties in
-    # accuracy counts at budget 32 and plurality ties occur; exclusions are frequent enough.
-    "small": SimSpec(
-        tasks=(
-            TaskSim(
-                name="gsm8k",
-                kind="numeric",
-                seeds_per_configuration=(3, 2, 3),
-                n_validation=150,
-                n_test=200,
-                variants_per_group=(1, 4),
-                n_distractors=2,
-                plateau_accuracy=0.62,
-                validation_shift=0.15,
-                empty_answer_rate=0.05,
-                response_tokens=140.0,
-                prompt_tokens=130.0,
-                per_token_loss=0.35,
-                empty_sequence_rate=0.02,
-            ),
-            TaskSim(
-                name="math",
-                kind="latex",
-                seeds_per_configuration=(3, 2),
-                n_validation=100,
-                n_test=80,
-                variants_per_group=(1, 4),
-                n_distractors=2,
-                plateau_accuracy=0.32,
-                validation_shift=0.1,
-                empty_answer_rate=0.12,
-                response_tokens=260.0,
-                response_sigma=0.6,
-                prompt_tokens=110.0,
-                per_token_loss=0.55,
-                empty_sequence_rate=0.02,
-            ),
-            _commonsense_task(seeds_per_configuration=(2, 3), n_validation=60, n_test=240),
-        ),
-        checkpoints=(5, 8),
-        missing_rate=0.01,
-    ),
-    # Paper: 81 trajectories in 26 configurations, T 10..31, the paper's pool sizes.
-    "paper": SimSpec(
-        tasks=(
-            TaskSim(
-                name="gsm8k",
-                kind="numeric",
-                seeds_per_configuration=(3,) * 8 + (4, 4),
-                n_validation=1024,
-                n_test=1319,
-                variants_per_group=(1, 6),
-                n_distractors=3,
-                plateau_accuracy=0.62,
-                validation_shift=0.15,
-                empty_answer_rate=0.04,
-                response_tokens=140.0,
-                prompt_tokens=130.0,
-                per_token_loss=0.35,
-                empty_sequence_rate=0.0,
-            ),
-            TaskSim(
-                name="math",
-                kind="latex",
-                seeds_per_configuration=(3,) * 7 + (4,),
-                n_validation=512,
-                n_test=500,
-                variants_per_group=(1, 6),
-                n_distractors=4,
-                plateau_accuracy=0.30,
-                validation_shift=0.1,
-                empty_answer_rate=0.12,
-                response_tokens=260.0,
-                response_sigma=0.6,
-                prompt_tokens=110.0,
-                per_token_loss=0.55,
-                empty_sequence_rate=0.002,
-            ),
-            _commonsense_task(seeds_per_configuration=(3,) * 8, n_validation=305, n_test=4000),
-        ),
-        checkpoints=(10, 31),
-        missing_rate=0.0002,
-    ),
-}
-
 
 def _ar1(rng: np.random.Generator, n: int, t: int, phi: float) -> np.ndarray:
     """A stationary N(0, 1) AR(1) process along axis 0: shape (t, n)."""
@@ -365,33 +169,8 @@ def _build_pool(task: TaskSim, spec: SimSpec, rng: np.random.Generator) -> _Pool
     is_test[n_val:] = True
     item_ids = [f"{task.name}-val-{k:05d}" for k in range(n_val)]
     item_ids += [f"{task.name}-test-{k:05d}" for k in range(n_test)]
-
-    # groups: validation variants share a group; test items are their own group
-    lo, hi = task.variants_per_group
-    sizes: list[int] = []
-    while sum(sizes) < n_val:
-        sizes.append(int(rng.integers(lo, hi + 1)))
-    sizes[-1] -= sum(sizes) - n_val
-    val_group = np.repeat(np.arange(len(sizes)), sizes)
-    group_index = np.concatenate([val_group, len(sizes) + np.arange(n_test)])
-    n_groups = len(sizes) + n_test
-    if hi > 1:
-        group_names = [f"{task.name}-grp-{g:05d}" for g in range(len(sizes))]
-        groups = [group_names[g] for g in val_group]
-    else:
-        groups = item_ids[:n_val]
-    groups += item_ids[n_val:]
-
-    # subtask of each item (for label sets); records show it on test items only
-    label_subtask: list[str] = [""] * n
-    if task.kind == "choice":
-        subs = task.subtasks or tuple(COMMONSENSE_LABELS)
-        per = np.array_split(np.arange(n_test), len(subs))
-        for s, idx in zip(subs, per, strict=True):
-            for i in idx:
-                label_subtask[n_val + i] = s
-        for i, s in enumerate(rng.integers(0, len(subs), n_val)):
-            label_subtask[i] = subs[s]
+    val_group, group_index, n_groups, groups = _groups(task, item_ids, rng)
+    label_subtask = _label_subtasks(task, rng)
     subtasks = [""] * n_val + label_subtask[n_val:]
 
     # latents: validation variants share part of their difficulty with their group
@@ -402,46 +181,9 @@ def _build_pool(task: TaskSim, spec: SimSpec, rng: np.random.Generator) -> _Pool
     wrong_pref = rng.standard_normal(n)
     nll_item = rng.standard_normal(n)
 
-    # answers: reference + item-specific distractors
-    answers: list[list[str]] = []
-    group_ref: dict[int, str] = {}
-    for i in range(n):
-        if task.kind == "choice":
-            labels = COMMONSENSE_LABELS[label_subtask[i]]
-            ref = labels[int(rng.integers(len(labels)))]
-            dis = [lab for lab in labels if lab != ref]
-        else:
-            g = int(group_index[i])
-            if g in group_ref and rng.random() < spec.shared_answer_prob:
-                ref = group_ref[g]
-            else:
-                ref = _numeric_answer(rng) if task.kind == "numeric" else _latex_answer(rng)
-                group_ref.setdefault(g, ref)
-            maker = _numeric_distractors if task.kind == "numeric" else _latex_distractors
-            dis = maker(rng, ref, task.n_distractors)
-        answers.append([ref, *dis])
-    k_max = max(len(a) - 1 for a in answers)
-
-    # distractor weights: Dirichlet, sorted (one favourite wrong answer), then "" last
-    probs = np.zeros((n, k_max + 1))
-    n_dis = np.array([len(a) - 1 for a in answers])
-    raw = rng.gamma(spec.distractor_concentration, size=(n, k_max)) + 1e-12
-    raw = np.where(np.arange(k_max)[None, :] < n_dis[:, None], raw, 0.0)
-    raw = -np.sort(-raw, axis=1)
-    probs[:, :k_max] = raw / raw.sum(axis=1, keepdims=True) * (1 - task.empty_answer_rate)
-    probs[:, k_max] = task.empty_answer_rate
-    thresholds = _cut_points(probs, n_dis, k_max)
-
-    # token lengths (before the per-configuration tokenizer factor)
-    prompt = task.prompt_tokens * np.exp(task.prompt_sigma * rng.standard_normal(n))
-    prompt = np.clip(prompt, 20.0, 400.0)
-    n_empty = int(round(task.empty_sequence_rate * n_val))
-    if n_empty:
-        chosen = rng.choice(n_val, size=n_empty, replace=False)
-        prompt[chosen] = rng.uniform(600.0, 900.0, n_empty)  # fills the 512 window
-    response = task.response_tokens * np.exp(task.response_sigma * rng.standard_normal(n))
-    response = np.clip(response, 2.0, 3000.0)
-
+    answers = _pool_answers(task, spec, label_subtask, group_index, rng)
+    thresholds, n_dis, k_max = _distractor_cuts(answers, task, spec, rng)
+    prompt, response = _token_lengths(task, rng)
     return _Pool(
         item_ids=item_ids,
         groups=groups,
@@ -459,6 +201,107 @@ def _build_pool(task: TaskSim, spec: SimSpec, rng: np.random.Generator) -> _Pool
         response_tokens=response,
         nll_item=nll_item,
     )
+
+
+def _groups(
+    task: TaskSim, item_ids: list[str], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
+    """``(group of each validation item, group index of every item, number of groups, group
+    name of every item)``: validation variants share a group (sizes drawn from
+    ``variants_per_group``); test items are their own group."""
+    n_val, n_test = task.n_validation, task.n_test
+    lo, hi = task.variants_per_group
+    sizes: list[int] = []
+    while sum(sizes) < n_val:
+        sizes.append(int(rng.integers(lo, hi + 1)))
+    sizes[-1] -= sum(sizes) - n_val
+    val_group = np.repeat(np.arange(len(sizes)), sizes)
+    group_index = np.concatenate([val_group, len(sizes) + np.arange(n_test)])
+    if hi > 1:
+        group_names = [f"{task.name}-grp-{g:05d}" for g in range(len(sizes))]
+        groups = [group_names[g] for g in val_group]
+    else:
+        groups = item_ids[:n_val]
+    groups += item_ids[n_val:]
+    return val_group, group_index, len(sizes) + n_test, groups
+
+
+def _label_subtasks(task: TaskSim, rng: np.random.Generator) -> list[str]:
+    """The subtask whose labels each item's answers use ("" unless the task is "choice"):
+    test items split equally across the subtasks, validation items drawn at random."""
+    n_val, n_test = task.n_validation, task.n_test
+    label_subtask: list[str] = [""] * (n_val + n_test)
+    if task.kind == "choice":
+        subs = task.subtasks or tuple(COMMONSENSE_LABELS)
+        per = np.array_split(np.arange(n_test), len(subs))
+        for s, idx in zip(subs, per, strict=True):
+            for i in idx:
+                label_subtask[n_val + i] = s
+        for i, s in enumerate(rng.integers(0, len(subs), n_val)):
+            label_subtask[i] = subs[s]
+    return label_subtask
+
+
+def _pool_answers(
+    task: TaskSim,
+    spec: SimSpec,
+    label_subtask: list[str],
+    group_index: np.ndarray,
+    rng: np.random.Generator,
+) -> list[list[str]]:
+    """Per item: [reference, distractor 1..K]. Choice items use their subtask's labels; a
+    variant keeps its group's reference with probability ``shared_answer_prob``."""
+    answers: list[list[str]] = []
+    group_ref: dict[int, str] = {}
+    for i in range(len(label_subtask)):
+        if task.kind == "choice":
+            labels = COMMONSENSE_LABELS[label_subtask[i]]
+            ref = labels[int(rng.integers(len(labels)))]
+            dis = [lab for lab in labels if lab != ref]
+        else:
+            g = int(group_index[i])
+            if g in group_ref and rng.random() < spec.shared_answer_prob:
+                ref = group_ref[g]
+            else:
+                ref = _numeric_answer(rng) if task.kind == "numeric" else _latex_answer(rng)
+                group_ref.setdefault(g, ref)
+            maker = _numeric_distractors if task.kind == "numeric" else _latex_distractors
+            dis = maker(rng, ref, task.n_distractors)
+        answers.append([ref, *dis])
+    return answers
+
+
+def _distractor_cuts(
+    answers: list[list[str]], task: TaskSim, spec: SimSpec, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(cut points, distractors per item, most distractors)``: Dirichlet distractor weights,
+    sorted (one favourite wrong answer), then the empty answer last (:func:`_cut_points`)."""
+    n = len(answers)
+    k_max = max(len(a) - 1 for a in answers)
+    probs = np.zeros((n, k_max + 1))
+    n_dis = np.array([len(a) - 1 for a in answers])
+    raw = rng.gamma(spec.distractor_concentration, size=(n, k_max)) + 1e-12
+    raw = np.where(np.arange(k_max)[None, :] < n_dis[:, None], raw, 0.0)
+    raw = -np.sort(-raw, axis=1)
+    probs[:, :k_max] = raw / raw.sum(axis=1, keepdims=True) * (1 - task.empty_answer_rate)
+    probs[:, k_max] = task.empty_answer_rate
+    return _cut_points(probs, n_dis, k_max), n_dis, k_max
+
+
+def _token_lengths(task: TaskSim, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and reference-response token counts per item (before the per-configuration
+    tokenizer factor); a few validation prompts fill the 512 window."""
+    n_val = task.n_validation
+    n = n_val + task.n_test
+    prompt = task.prompt_tokens * np.exp(task.prompt_sigma * rng.standard_normal(n))
+    prompt = np.clip(prompt, 20.0, 400.0)
+    n_empty = int(round(task.empty_sequence_rate * n_val))
+    if n_empty:
+        chosen = rng.choice(n_val, size=n_empty, replace=False)
+        prompt[chosen] = rng.uniform(600.0, 900.0, n_empty)  # fills the 512 window
+    response = task.response_tokens * np.exp(task.response_sigma * rng.standard_normal(n))
+    response = np.clip(response, 2.0, 3000.0)
+    return prompt, response
 
 
 def _cut_points(probs: np.ndarray, n_dis: np.ndarray, k_max: int) -> np.ndarray:
@@ -652,7 +495,35 @@ def simulate(
         _build_pool(t, spec, np.random.default_rng([seed, 0, ti]))
         for ti, t in enumerate(spec.tasks)
     ]
+    vocabs, pool_codes, split_codes = _encode_pools(spec, pools)
+    mix = _Mixing.of(spec)
+    trajs: list[_Traj] = []
+    for ci, cfg in enumerate(configs):
+        task = spec.tasks[cfg.task_index]
+        n_seeds = task.seeds_per_configuration[ci - _first_config(configs, cfg.task_index)]
+        for si in range(n_seeds):
+            rng = np.random.default_rng([seed, 1, cfg.task_index, ci, si])
+            trajs.append(
+                _trajectory(
+                    cfg, task, pools[cfg.task_index], pool_codes[cfg.task_index][3], spec, mix, rng,
+                    code=vocabs["trajectory"].code(f"{cfg.name}-s{spec.seeds[si]}"),
+                    configuration=vocabs["configuration"].code(cfg.name),
+                )
+            )  # fmt: skip
+    return _assemble(trajs, pool_codes, split_codes, vocabs, strings)
 
+
+def _encode_pools(
+    spec: SimSpec, pools: list[_Pool]
+) -> tuple[
+    dict[str, _Vocab],
+    list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    list[np.ndarray],
+]:
+    """Dictionary-encode the pools' strings: the vocabularies (trajectory and configuration
+    ones empty, filled as trajectories are drawn), per pool the codes of its item ids, groups,
+    subtasks and answers (``(n, k_max + 2)``: reference, distractors, "", then -1 padding),
+    and per pool its split codes."""
     item_vocab, group_vocab, sub_vocab, ans_vocab = _Vocab(), _Vocab(), _Vocab(), _Vocab()
     pool_codes = []
     for pool in pools:
@@ -668,7 +539,6 @@ def simulate(
                 ans_codes,
             )
         )
-
     split_vocab = _Vocab()
     split_vocab.codes(list(SPLITS))
     split_codes = [
@@ -677,107 +547,11 @@ def simulate(
         )
         for pool in pools
     ]
-    traj_vocab, conf_vocab, task_vocab = _Vocab(), _Vocab(), _Vocab()
+    task_vocab = _Vocab()
     task_vocab.codes([t.name for t in spec.tasks])
-    trajs: list[_Traj] = []
-
-    a_u = math.sqrt(spec.item_share)
-    a_v = math.sqrt(spec.trajectory_item_share)
-    a_e = math.sqrt(1 - spec.item_share - spec.trajectory_item_share)
-    gs = spec.group_share
-    w_i, w_e = math.sqrt(spec.wrong_item_share), math.sqrt(1 - spec.wrong_item_share)
-    rc = spec.nll_correctness_corr
-    windows = np.array([MATCHED_WINDOW, COMPLETE_WINDOW], dtype=np.int64)
-
-    for ci, cfg in enumerate(configs):
-        task = spec.tasks[cfg.task_index]
-        pool = pools[cfg.task_index]
-        ans_codes = pool_codes[cfg.task_index][3]
-        n = len(pool.item_ids)
-        n_val = task.n_validation
-        t_count = len(cfg.steps)
-        x = cfg.steps / cfg.steps[-1]
-        n_seeds = task.seeds_per_configuration[ci - _first_config(configs, cfg.task_index)]
-        for si in range(n_seeds):
-            rng = np.random.default_rng([seed, 1, cfg.task_index, ci, si])
-
-            # true accuracy: test curve, validation curve (shifted, slightly mismatched)
-            p_test = _accuracy_curve(cfg, spec, rng)
-            z_val = norm_ppf(p_test) + task.validation_shift
-            z_val = z_val + spec.validation_mismatch * rng.standard_normal(t_count)
-            thr = np.where(pool.is_test[None, :], norm_ppf(p_test)[:, None], z_val[:, None])
-
-            # correctness latent: item difficulty + trajectory-item effect + AR(1) along steps
-            v = rng.standard_normal(n)
-            vg = rng.standard_normal(pool.n_groups)
-            val = ~pool.is_test
-            v[val] = math.sqrt(gs) * vg[pool.group_index[val]] + math.sqrt(1 - gs) * v[val]
-            static = a_u * pool.difficulty + a_v * v
-            z = static[None, :] + a_e * _ar1(rng, n, t_count, spec.ar_coefficient)
-            correct = z < thr  # (T, n)
-
-            # answers: reference when correct; otherwise a persistent item-specific wrong one
-            wl = w_i * pool.wrong_pref[None, :] + w_e * _ar1(rng, n, t_count, spec.wrong_ar)
-            # slot 0: reference, 1..n_dis: distractors, n_dis + 1: "" (see _cut_points)
-            slot = 1 + (wl[:, :, None] > pool.thresholds[None, :, :]).sum(axis=2)
-            slot = np.where(correct, 0, slot)
-            answer = ans_codes[np.arange(n)[None, :], slot]
-
-            # token counts: fixed per item across checkpoints (tokenizer factor per config)
-            n_complete = np.rint(pool.response_tokens * cfg.token_factor).astype(np.int64)
-            n_complete = np.maximum(1, n_complete)
-            prompt = np.rint(pool.prompt_tokens * cfg.token_factor).astype(np.int64)
-            n_matched = np.clip(MATCHED_WINDOW - prompt, 0, n_complete)
-
-            # per-token loss: U-shaped curve × item lognormal weakly tied to correctness latent
-            curve = _loss_curve(x, cfg.nll_level, cfg.nll_min_at, cfg.nll_early, cfg.nll_late)
-            curve = curve * np.exp(spec.nll_checkpoint_sd * rng.standard_normal(t_count))
-            tail = _loss_curve(x, cfg.nll_level, cfg.nll_tail_min_at, cfg.nll_early, cfg.nll_late)
-            item_eff = math.sqrt(1 - rc * rc) * pool.nll_item[None, :] + rc * z
-            noise = spec.nll_noise_sigma * rng.standard_normal((t_count, n))
-            mult = np.exp(spec.nll_item_sigma * item_eff + noise)
-            tail_mult = np.exp(0.3 * rng.standard_normal(n))
-            nll_matched = n_matched[None, :] * curve[:, None] * mult
-            n_tail = (n_complete - n_matched)[None, :]
-            nll_complete = nll_matched + n_tail * tail[:, None] * mult * tail_mult[None, :]
-
-            # exclusions: drop one checkpoint's rows for a few validation items
-            keep_gen = np.ones((t_count, n), dtype=bool)
-            keep_nll = np.ones((t_count, n), dtype=bool)
-            n_missing = int(rng.binomial(n_val, spec.missing_rate)) if spec.missing_rate > 0 else 0
-            if n_missing:
-                who = rng.choice(n_val, size=n_missing, replace=False)
-                when = rng.integers(0, t_count, n_missing)
-                mode = rng.integers(0, 3, n_missing)  # 0: generation, 1: NLL, 2: both
-                keep_gen[when[mode != 1], who[mode != 1]] = False
-                keep_nll[when[mode != 0], who[mode != 0]] = False
-
-            steps_grid = np.broadcast_to(cfg.steps[:, None], (t_count, n))
-            k = int(keep_nll.sum())
-            ntok = np.stack([n_matched, n_complete])  # (2, n)
-            trajs.append(
-                _Traj(
-                    code=traj_vocab.code(f"{cfg.name}-s{spec.seeds[si]}"),
-                    configuration=conf_vocab.code(cfg.name),
-                    task=cfg.task_index,
-                    steps=cfg.steps,
-                    p_test=p_test,
-                    keep_gen=keep_gen,
-                    keep_nll=keep_nll,
-                    gen_step=steps_grid[keep_gen],
-                    answer=answer[keep_gen],
-                    correct=correct[keep_gen],
-                    # NLL rows: window innermost (512, then complete) for each kept cell
-                    nll_step=np.repeat(steps_grid[keep_nll], 2),
-                    nll_sum=np.stack([nll_matched[keep_nll], nll_complete[keep_nll]], 1).ravel(),
-                    n_tokens=np.broadcast_to(ntok.T[None, :, :], (t_count, n, 2))[keep_nll].ravel(),
-                    window=np.tile(windows, k),
-                )
-            )
-
     vocabs = {
-        "trajectory": traj_vocab,
-        "configuration": conf_vocab,
+        "trajectory": _Vocab(),
+        "configuration": _Vocab(),
         "task": task_vocab,
         "split": split_vocab,
         "item_id": item_vocab,
@@ -785,7 +559,169 @@ def simulate(
         "subtask": sub_vocab,
         "answer": ans_vocab,
     }
-    return _assemble(trajs, pool_codes, split_codes, vocabs, strings)
+    return vocabs, pool_codes, split_codes
+
+
+@dataclass(frozen=True)
+class _Mixing:
+    """Weights of the latent parts (square roots of their variance shares)."""
+
+    a_u: float  # item difficulty in the correctness latent
+    a_v: float  # trajectory-item effect
+    a_e: float  # AR(1) remainder along checkpoints
+    gs: float  # share of a validation item's effects common to its group
+    w_i: float  # item part of the wrong-answer latent
+    w_e: float  # its AR(1) part
+    rc: float  # correlation of the log-loss with the correctness latent
+
+    @classmethod
+    def of(cls, spec: SimSpec) -> _Mixing:
+        return cls(
+            a_u=math.sqrt(spec.item_share),
+            a_v=math.sqrt(spec.trajectory_item_share),
+            a_e=math.sqrt(1 - spec.item_share - spec.trajectory_item_share),
+            gs=spec.group_share,
+            w_i=math.sqrt(spec.wrong_item_share),
+            w_e=math.sqrt(1 - spec.wrong_item_share),
+            rc=spec.nll_correctness_corr,
+        )
+
+
+def _trajectory(
+    cfg: _Config,
+    task: TaskSim,
+    pool: _Pool,
+    ans_codes: np.ndarray,
+    spec: SimSpec,
+    mix: _Mixing,
+    rng: np.random.Generator,
+    *,
+    code: int,
+    configuration: int,
+) -> _Traj:
+    """One seed of ``cfg``: its true accuracy curve and the kept cells of its (checkpoint ×
+    item) grid: answers, correctness, NLL rows. The draws from ``rng`` follow one fixed order
+    (accuracy, correctness, answers, NLL, exclusions)."""
+    n = len(pool.item_ids)
+    t_count = len(cfg.steps)
+    p_test, z, correct = _correctness(cfg, task, pool, spec, mix, rng)
+    answer = _answer_codes(pool, ans_codes, correct, spec, mix, rng)
+    n_matched, n_complete, nll_matched, nll_complete = _nll(cfg, pool, z, spec, mix, rng)
+    keep_gen, keep_nll = _exclusions(task.n_validation, t_count, n, spec, rng)
+    steps_grid = np.broadcast_to(cfg.steps[:, None], (t_count, n))
+    k = int(keep_nll.sum())
+    ntok = np.stack([n_matched, n_complete])  # (2, n)
+    windows = np.array([MATCHED_WINDOW, COMPLETE_WINDOW], dtype=np.int64)
+    return _Traj(
+        code=code,
+        configuration=configuration,
+        task=cfg.task_index,
+        steps=cfg.steps,
+        p_test=p_test,
+        keep_gen=keep_gen,
+        keep_nll=keep_nll,
+        gen_step=steps_grid[keep_gen],
+        answer=answer[keep_gen],
+        correct=correct[keep_gen],
+        # NLL rows: window innermost (512, then complete) for each kept cell
+        nll_step=np.repeat(steps_grid[keep_nll], 2),
+        nll_sum=np.stack([nll_matched[keep_nll], nll_complete[keep_nll]], 1).ravel(),
+        n_tokens=np.broadcast_to(ntok.T[None, :, :], (t_count, n, 2))[keep_nll].ravel(),
+        window=np.tile(windows, k),
+    )
+
+
+def _correctness(
+    cfg: _Config,
+    task: TaskSim,
+    pool: _Pool,
+    spec: SimSpec,
+    mix: _Mixing,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(true test accuracy (T,), correctness latent z (T, n), correct (T, n))``: the latent
+    is item difficulty + trajectory-item effect + AR(1) along checkpoints, cut at the test
+    curve for test items and at the (shifted, slightly mismatched) validation curve."""
+    n = len(pool.item_ids)
+    t_count = len(cfg.steps)
+    p_test = _accuracy_curve(cfg, spec, rng)
+    z_val = norm_ppf(p_test) + task.validation_shift
+    z_val = z_val + spec.validation_mismatch * rng.standard_normal(t_count)
+    thr = np.where(pool.is_test[None, :], norm_ppf(p_test)[:, None], z_val[:, None])
+    v = rng.standard_normal(n)
+    vg = rng.standard_normal(pool.n_groups)
+    val = ~pool.is_test
+    gs = mix.gs
+    v[val] = math.sqrt(gs) * vg[pool.group_index[val]] + math.sqrt(1 - gs) * v[val]
+    static = mix.a_u * pool.difficulty + mix.a_v * v
+    z = static[None, :] + mix.a_e * _ar1(rng, n, t_count, spec.ar_coefficient)
+    return p_test, z, z < thr
+
+
+def _answer_codes(
+    pool: _Pool,
+    ans_codes: np.ndarray,
+    correct: np.ndarray,
+    spec: SimSpec,
+    mix: _Mixing,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Answer code per (checkpoint, item): the reference when correct, otherwise a persistent
+    item-specific wrong one (the wrong-answer latent cut at the item's thresholds)."""
+    t_count, n = correct.shape
+    wl = mix.w_i * pool.wrong_pref[None, :] + mix.w_e * _ar1(rng, n, t_count, spec.wrong_ar)
+    # slot 0: reference, 1..n_dis: distractors, n_dis + 1: "" (see _cut_points)
+    slot = 1 + (wl[:, :, None] > pool.thresholds[None, :, :]).sum(axis=2)
+    slot = np.where(correct, 0, slot)
+    return ans_codes[np.arange(n)[None, :], slot]
+
+
+def _nll(
+    cfg: _Config,
+    pool: _Pool,
+    z: np.ndarray,
+    spec: SimSpec,
+    mix: _Mixing,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(matched tokens (n,), complete tokens (n,), matched NLL (T, n), complete NLL (T, n))``:
+    token counts fixed per item (tokenizer factor per configuration); per-token loss on a
+    U-shaped curve × an item lognormal weakly tied to the correctness latent ``z``."""
+    t_count, n = z.shape
+    x = cfg.steps / cfg.steps[-1]
+    n_complete = np.rint(pool.response_tokens * cfg.token_factor).astype(np.int64)
+    n_complete = np.maximum(1, n_complete)
+    prompt = np.rint(pool.prompt_tokens * cfg.token_factor).astype(np.int64)
+    n_matched = np.clip(MATCHED_WINDOW - prompt, 0, n_complete)
+    curve = _loss_curve(x, cfg.nll_level, cfg.nll_min_at, cfg.nll_early, cfg.nll_late)
+    curve = curve * np.exp(spec.nll_checkpoint_sd * rng.standard_normal(t_count))
+    tail = _loss_curve(x, cfg.nll_level, cfg.nll_tail_min_at, cfg.nll_early, cfg.nll_late)
+    rc = mix.rc
+    item_eff = math.sqrt(1 - rc * rc) * pool.nll_item[None, :] + rc * z
+    noise = spec.nll_noise_sigma * rng.standard_normal((t_count, n))
+    mult = np.exp(spec.nll_item_sigma * item_eff + noise)
+    tail_mult = np.exp(0.3 * rng.standard_normal(n))
+    nll_matched = n_matched[None, :] * curve[:, None] * mult
+    n_tail = (n_complete - n_matched)[None, :]
+    nll_complete = nll_matched + n_tail * tail[:, None] * mult * tail_mult[None, :]
+    return n_matched, n_complete, nll_matched, nll_complete
+
+
+def _exclusions(
+    n_val: int, t_count: int, n: int, spec: SimSpec, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keep masks (T, n) of the generation and NLL rows: a few validation items lose one
+    checkpoint's generation, NLL or both rows."""
+    keep_gen = np.ones((t_count, n), dtype=bool)
+    keep_nll = np.ones((t_count, n), dtype=bool)
+    n_missing = int(rng.binomial(n_val, spec.missing_rate)) if spec.missing_rate > 0 else 0
+    if n_missing:
+        who = rng.choice(n_val, size=n_missing, replace=False)
+        when = rng.integers(0, t_count, n_missing)
+        mode = rng.integers(0, 3, n_missing)  # 0: generation, 1: NLL, 2: both
+        keep_gen[when[mode != 1], who[mode != 1]] = False
+        keep_nll[when[mode != 0], who[mode != 0]] = False
+    return keep_gen, keep_nll
 
 
 @dataclass
@@ -946,13 +882,9 @@ def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: i
 
 
 __all__ = [
-    "COMMONSENSE_LABELS",
-    "PRESETS",
     "SIMULATION_FILE",
     "TRUTH_COLUMNS",
     "TRUTH_FILE",
-    "SimSpec",
-    "TaskSim",
     "simulate",
     "write_simulation",
 ]

@@ -1,8 +1,9 @@
 """Statistics over scored trajectories: point estimates, bootstrap intervals, descriptives.
 
-Turns a :class:`~ckptsel.choose.ScoredChoices` into the ``summary.json`` structure (SPEC §12,
-schema 1) plus per-trajectory and per-configuration tables. Pure computation; no I/O. Blocks
-iterate over :data:`ckptsel.choose.RULES`; every estimate is a :class:`ckptsel.results.Estimate`.
+Turns a :class:`~ckptsel.choose.ScoredChoices` into the typed :class:`ckptsel.results.Summary`
+(whose ``to_dict()`` is ``summary.json``, SPEC §12, schema 1) plus per-trajectory and
+per-configuration tables. Pure computation; no I/O. Blocks iterate over
+:data:`ckptsel.choose.RULES`; every estimate is a :class:`ckptsel.results.Estimate` as stored.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ckptsel import defaults
+from ckptsel._util.checks import check_choice, check_int, check_level, check_seed
 from ckptsel.choose import (
     BUDGET_LABELS,
     FULL,
@@ -25,8 +27,21 @@ from ckptsel.choose import (
     ScoredChoices,
 )
 from ckptsel.defaults import THINNING
-from ckptsel.errors import CkptselError
-from ckptsel.results import SCHEMA, Estimate
+from ckptsel.results import (
+    NO_NLL_COMPLETE,
+    BudgetCell,
+    Estimate,
+    Gains,
+    MatchedHalf,
+    NllControl,
+    Population,
+    QuestionBootstrap,
+    Sensitivities,
+    SignCounts,
+    Summary,
+    TaskPopulation,
+    TaskResult,
+)
 from ckptsel.stats import bootstrap as bs
 from ckptsel.stats import intervals as iv
 
@@ -80,17 +95,19 @@ class StatSettings:
     interval: str = defaults.INTERVAL
 
     def __post_init__(self):
-        if self.interval not in iv.METHODS:
-            raise CkptselError(f"--interval must be one of {', '.join(iv.METHODS)}, not {self.interval!r}")
+        check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
+        check_seed(self.seed)
+        check_level(self.level)
+        check_choice(self.interval, "--interval", iv.METHODS)
 
 
 def name_str(name: Name) -> str:
     return "|".join(p for p in name if p != "")
 
 
-def est(mean: float, lo: float, hi: float) -> dict:
-    """An estimate in percentage points, as stored (see :class:`ckptsel.results.Estimate`)."""
-    return Estimate(mean, lo, hi).to_dict()
+def est(mean: float, lo: float, hi: float) -> Estimate:
+    """An estimate in percentage points, as stored (see :meth:`ckptsel.results.Estimate.rounded`)."""
+    return Estimate.rounded(mean, lo, hi)
 
 
 class _Estimates:
@@ -111,61 +128,50 @@ class _Estimates:
             self.lo = np.where(np.isnan(self.lo), means, self.lo)
             self.hi = np.where(np.isnan(self.hi), means, self.hi)
 
-    def get(self, name: Name) -> dict | None:
+    def get(self, name: Name) -> Estimate | None:
         k = self.index.get(name)
         if k is None or not np.isfinite(self.means[k]):
             return None
         return est(self.means[k], self.lo[k], self.hi[k])
 
 
-def _budget_block(e: _Estimates, scheme: str, labels=BUDGET_LABELS, rules=RULES) -> dict:
-    out: dict = {}
-    for rule in rules:
+def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True,
+           matched_half: bool = False) -> Gains:
+    """``budget`` (rules and budgets with an estimate), ``D`` and the matched half of a scheme."""
+    budget: dict[str, dict[str, BudgetCell]] = {}
+    for rule in RULES:
         per = {}
         for b in labels:
-            cell = {k: e.get((k, scheme, rule, b)) for k in ("G", "H")}
-            cell = {k: v for k, v in cell.items() if v is not None}
-            if cell:
+            cell = BudgetCell(e.get(("G", scheme, rule, b)), e.get(("H", scheme, rule, b)))
+            if cell.G is not None or cell.H is not None:
                 per[b] = cell
         if per:
-            out[rule] = per
-    return out
+            budget[rule] = per
+    D = {r: v for r in RULES if (v := e.get(("D", scheme, r, ""))) is not None} if d else None
+    return Gains(budget, D, _matched_half(e) if matched_half else None)
 
 
-def _d_block(e: _Estimates, scheme: str) -> dict:
-    return {r: v for r in RULES if (v := e.get(("D", scheme, r, ""))) is not None}
-
-
-def _mh_block(e: _Estimates) -> dict:
+def _matched_half(e: _Estimates) -> dict[str, MatchedHalf]:
     out = {}
     for rule in MH_RULES:
-        cell = {s: e.get(("MH", rule, s, "")) for s in MH_STATS}
-        if all(v is not None for v in cell.values()):
-            out[rule] = cell
+        cell = [e.get(("MH", rule, s, "")) for s in MH_STATS]
+        if all(v is not None for v in cell):
+            out[rule] = MatchedHalf(*cell)
     return out
 
 
-def _study_blocks(e: _Estimates, sensitivities: bool, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> dict:
-    out = {"budget": _budget_block(e, "nested", labels), "D": _d_block(e, "nested"), "matched_half": _mh_block(e)}
-    if sensitivities:
-        sens: dict = {
-            "one_variant": {"budget": _budget_block(e, "one_variant", ov_labels), "D": _d_block(e, "one_variant")},
-            "thinning": {
-                str(k): {"budget": _budget_block(e, f"thin{k}", labels), "D": _d_block(e, f"thin{k}")}
-                for k in THINNING
-                if _budget_block(e, f"thin{k}", labels)
-            },
-        }
-        same = e.get(("same_nll_choice", "nll_complete", "nll", FULL))
-        if same is None:
-            sens["nll_complete"] = {"skipped": "no complete-response NLL records (window=0) for the eligible items"}
-        else:
-            sens["nll_complete"] = {
-                "same_choice_fraction": same,
-                "budget": _budget_block(e, "nll_complete", labels),
-            }
-        out["sensitivities"] = sens
-    return out
+def _sensitivities(e: _Estimates, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> Sensitivities:
+    thinning = {str(k): _gains(e, f"thin{k}", labels) for k in THINNING}
+    same = e.get(("same_nll_choice", "nll_complete", "nll", FULL))
+    if same is None:
+        nll_complete = NllControl(skipped=NO_NLL_COMPLETE)
+    else:
+        nll_complete = NllControl(same, _gains(e, "nll_complete", labels, d=False))
+    return Sensitivities(
+        _gains(e, "one_variant", ov_labels),
+        {k: g for k, g in thinning.items() if g.budget},
+        nll_complete,
+    )
 
 
 def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int) -> _Estimates:
@@ -196,14 +202,16 @@ def _clusters(scored: ScoredChoices, task: str) -> int:
 
 
 def summarize(
-    scored: ScoredChoices, settings: StatSettings, population: dict, *, permutations: int | None = None,
-    partitions: int | None = None, choices_sha256: str | None = None,
-) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """The summary dictionary and the descriptive tables (per trajectory, per configuration).
+    scored: ScoredChoices, settings: StatSettings, population: Population | dict, *,
+    permutations: int | None = None, partitions: int | None = None, choices_sha256: str | None = None,
+) -> tuple[Summary, dict[str, pd.DataFrame]]:
+    """The typed summary and the descriptive tables (per trajectory, per configuration).
 
+    ``population`` (who is in the study, checked into a :class:`ckptsel.results.Population`),
     ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
     ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
     """
+    population = Population.coerce(population)
     labels = (*[str(b) for b in scored.budgets], FULL)
     ov_labels = (*[str(b) for b in scored.one_variant_budgets], FULL)
     configs = sorted(set(scored.configurations))
@@ -211,6 +219,10 @@ def summarize(
     sums, sizes = _config_sums(scored.values, conf_code, len(configs))
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.sum(axis=0) / sizes.sum(axis=0)
+    task_conf = {
+        task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
+        for task in scored.utilities
+    }
 
     percentile = settings.interval == "percentile"
     C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
@@ -218,48 +230,37 @@ def summarize(
         conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
     else:
         conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0)
-
-    # test-question and joint bootstraps (nested-scheme G/H/D; joint for the main table)
-    lin_idx = np.flatnonzero(scored.linear)
-    lin_names = scored.linear_names
     main = [("D", "nested", r, "") for r in RULES] + [
         (k, "nested", r, FULL) for r in RULES for k in ("H", "G")
     ]
-    joint_cols = [lin_names.index(n) for n in main if n in lin_names]
-    task_conf = {
-        task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
-        for task in scored.utilities
-    }
-    pooled, per_task, joint = bs.question_replicates(
-        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
-        groups=scored.groups,
+    question, joint = _question_and_joint(scored, settings, C, sums, sizes, means, task_conf, main, labels)
+    # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
+    default_budgets = tuple(scored.budgets) == defaults.BUDGETS
+    summary = Summary(
+        seed=settings.seed,
+        draws=settings.draws,
+        confidence=settings.level,
+        interval=None if percentile else settings.interval,
+        permutations=permutations,
+        partitions=partitions,
+        choices_sha256=choices_sha256,
+        budgets=None if default_budgets else tuple(int(b) for b in scored.budgets),
+        D_from=None if default_budgets else int(scored.d_from),
+        population=population,
+        gains=_gains(conf_est, "nested", labels, matched_half=True),
+        sensitivities=_sensitivities(conf_est, labels, ov_labels),
+        by_task=_by_task(scored, settings, sums, sizes, task_conf, labels, ov_labels),
+        question_bootstrap=question,
+        joint_bootstrap=joint,
+        descriptive=_sign_counts(scored, sums, sizes, main),
+        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval)),
     )
-    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
-    j_names = [lin_names[k] for k in joint_cols]
-    j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
-    if not percentile and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
-        j_means = means[lin_idx][joint_cols]
-        bounds = iv.twoway_interval(scored.utilities, task_conf, sizes[:, lin_idx], joint_cols, j_means,
-                                    settings.level)
-        j_est = _Estimates(j_names, j_means, None, settings.level, bounds)
+    return summary, _tables(scored, configs, sums, sizes)
 
-    provenance = {"permutations": permutations, "partitions": partitions, "choices_sha256": choices_sha256}
-    summary = {
-        "schema": SCHEMA,
-        "seed": settings.seed,
-        "draws": settings.draws,
-        "confidence": settings.level,
-        **({} if percentile else {"interval": settings.interval}),
-        **{k: v for k, v in provenance.items() if v is not None},
-        # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
-        **(
-            {}
-            if tuple(scored.budgets) == defaults.BUDGETS
-            else {"budgets": list(scored.budgets), "D_from": int(scored.d_from)}
-        ),
-        "population": population,
-    }
-    summary.update(_study_blocks(conf_est, True, labels, ov_labels))
+
+def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels,
+             ov_labels) -> dict[str, TaskResult]:
+    """Per task: its configurations' own intervals (stream ``1 + task index``)."""
     by_task = {}
     for t_i, task in enumerate(sorted(set(scored.tasks))):
         members = np.array([t == task for t in scored.tasks])
@@ -268,31 +269,48 @@ def summarize(
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = t_sums.sum(axis=0) / t_sizes.sum(axis=0)
         e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
-        block = {"population": {"trajectories": int(members.sum()), "configurations": len(cidx),
-                                "test_items": scored.test_items[task]}}
-        if _clusters(scored, task) < scored.test_items[task]:  # items share groups: resampled together
-            block["population"]["test_clusters"] = _clusters(scored, task)
-        block.update(_study_blocks(e, True, labels, ov_labels))
-        by_task[task] = block
-    summary["by_task"] = by_task
-    qb = {"budget": _budget_block(q_est, "nested", labels), "D": _d_block(q_est, "nested"), "by_task": {}}
+        clusters = _clusters(scored, task)
+        population = TaskPopulation(
+            int(members.sum()), len(cidx), scored.test_items[task],
+            # items share groups (resampled together): the clusters are named
+            clusters if clusters < scored.test_items[task] else None,
+        )  # fmt: skip
+        by_task[task] = TaskResult(
+            population, _gains(e, "nested", labels, matched_half=True), _sensitivities(e, labels, ov_labels)
+        )
+    return by_task
+
+
+def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, sizes, means, task_conf,
+                        main: list[Name], labels) -> tuple[QuestionBootstrap, Gains | None]:
+    """Test-question bootstrap (nested-scheme G/H/D, overall and per task) and the joint
+    intervals of the main table (pigeonhole bootstrap, or the two-way t for the t methods)."""
+    lin_idx = np.flatnonzero(scored.linear)
+    lin_names = scored.linear_names
+    joint_cols = [lin_names.index(n) for n in main if n in lin_names]
+    pooled, per_task, joint = bs.question_replicates(
+        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
+        groups=scored.groups,
+    )
+    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
+    j_names = [lin_names[k] for k in joint_cols]
+    j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
+    if settings.interval != "percentile" and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
+        j_means = means[lin_idx][joint_cols]
+        bounds = iv.twoway_interval(scored.utilities, task_conf, sizes[:, lin_idx], joint_cols, j_means,
+                                    settings.level)
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds)
+    by_task = {}
     for task, reps in per_task.items():
         cidx = task_conf[task]
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = sums[cidx][:, lin_idx].sum(axis=0) / sizes[cidx][:, lin_idx].sum(axis=0)
-        e = _Estimates(lin_names, t_means, reps, settings.level)
-        qb["by_task"][task] = {"budget": _budget_block(e, "nested", labels), "D": _d_block(e, "nested")}
-    summary["question_bootstrap"] = qb
-    if j_est is not None:
-        summary["joint_bootstrap"] = {"budget": _budget_block(j_est, "nested", labels=(FULL,)), "D": _d_block(j_est, "nested")}
-    summary["descriptive"] = _sign_counts(scored, sums, sizes, main)
-    summary["warnings"] = study_warnings(len(configs), population.get("nll_records", True), settings.interval)
-
-    tables = _tables(scored, configs, sums, sizes)
-    return summary, tables
+        by_task[task] = _gains(_Estimates(lin_names, t_means, reps, settings.level), "nested", labels)
+    question = QuestionBootstrap(_gains(q_est, "nested", labels), by_task)
+    return question, None if j_est is None else _gains(j_est, "nested", labels=(FULL,))
 
 
-def _sign_counts(scored: ScoredChoices, sums, sizes, names: list[Name]) -> dict:
+def _sign_counts(scored: ScoredChoices, sums, sizes, names: list[Name]) -> dict[str, SignCounts]:
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_means = sums / sizes
@@ -301,11 +319,9 @@ def _sign_counts(scored: ScoredChoices, sums, sizes, names: list[Name]) -> dict:
             continue
         col = conf_means[:, scored.names.index(name)]
         col = col[np.isfinite(col)]
-        out[name_str(name)] = {
-            "configurations_positive": int((col > 0).sum()),
-            "configurations_negative": int((col < 0).sum()),
-            "configurations_zero": int((col == 0).sum()),
-        }
+        out[name_str(name)] = SignCounts(
+            int((col > 0).sum()), int((col < 0).sum()), int((col == 0).sum())
+        )
     return out
 
 

@@ -19,7 +19,9 @@ A schema-2 file describes a whole study (README "ckptsel run")::
 
 :func:`load_spec` checks every key (known, typed, files present) before anything runs; errors
 name the key and its line. A schema-1 file (:mod:`ckptsel.study.configuration`) is converted on
-load: one validation and one test file. :func:`load_study` gives the trained part of either.
+load into this structure (``[study]`` task + train → ``[train]``, validation → ``[validation]``,
+test + test_task → ``[test]``) and checked by the same steps. :func:`load_study` gives the
+trained part of either (a schema-1 file needs no validation or test file there).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 
 import tomllib
 
+from ckptsel.data import PoolSpec, get_task
+from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
 from ckptsel.study.configuration import (
     DEFAULT_SEEDS,
@@ -38,7 +42,6 @@ from ckptsel.study.configuration import (
     Study,
     resolve_model,
     resolve_path,
-    study_from_dict,
 )
 
 _INT, _FLOAT, _STR, _LIST = (int,), (int, float), (str,), (list,)
@@ -96,7 +99,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "seed": (_INT, "analysis seed"),
         "level": (_FLOAT, "confidence level"),
         "interval": (_STR, "cr2 | wild | percentile"),
-        "budgets": (_LIST, "validation budgets (when analyze supports them)"),
+        "budgets": (_LIST, "finite validation budgets (\"full\" is always added)"),
     },
 }
 SCHEMA["test"] = SCHEMA["validation"]
@@ -138,8 +141,8 @@ class StudySpec:
     source: Path
     workdir: Path
     study: Study
-    validation: Any  # ckptsel.data.PoolSpec (its files are empty with [pool]: the split part)
-    test: Any  # ckptsel.data.PoolSpec
+    validation: PoolSpec  # its files are empty with [pool]: the split's part
+    test: PoolSpec
     split: PoolSplit | None
     external: tuple[ExternalConfiguration, ...]
     analysis: dict[str, Any]
@@ -177,12 +180,17 @@ def _line_of(text: str, table: str, key: str, index: int | None = None) -> int |
 
 
 class _Checker:
-    """Errors naming the file, the key and its line."""
+    """Errors naming the file, the key and its line. A schema-1 file is checked in the schema-2
+    structure it converts to; ``moved`` maps a converted ``(table, key)`` back to where the file
+    has it (``[train] file`` is the schema-1 ``[study] train``), so errors name the file's key."""
 
     def __init__(self, source: str, text: str) -> None:
         self.source, self.text = source, text
+        self.schema = SCHEMA_VERSION
+        self.moved: dict[tuple[str, str | None], tuple[str, str | None]] = {}
 
     def fail(self, table: str, key: str | None, msg: str, index: int | None = None) -> None:
+        table, key = self.moved.get((table, key), (table, key))
         where = f"[{table}]" if index is None else f"configurations[{index}]"
         if table == "":
             where = "top level"
@@ -200,6 +208,10 @@ class _Checker:
             if isinstance(value, bool) or not isinstance(value, want):
                 names = " or ".join(t.__name__ for t in want)
                 self.fail(table, key, f"must be {names}, got {value!r}", index)
+
+    def where(self, table: str) -> str:
+        """How errors about a pool name its table (``PoolSpec.where``)."""
+        return f"[study] {table}" if self.schema == 1 else f"[{table}]"
 
 
 def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> None:
@@ -223,33 +235,128 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> None:
 def load_spec(
     path: str | Path, *, overrides: Sequence[str] = (), workdir: str | Path | None = None
 ) -> StudySpec:
-    """Read and validate a study file for ``ckptsel run`` (schema 1 files are read as a
-    study with one validation and one test file). Every key is checked (known, typed, files
-    present) before anything runs; errors name the key and its line. ``overrides`` are
+    """Read and validate a study file for ``ckptsel run`` (a schema-1 file is converted to the
+    schema-2 structure: one validation and one test file). Every key is checked (known, typed,
+    files present) before anything runs; errors name the key and its line. ``overrides`` are
     ``SECTION.KEY=VALUE`` strings applied first (``--set``); ``workdir`` (default: the file's
     folder) holds runs, records, results and the study's state."""
-    from ckptsel.data import PoolSpec
-    from ckptsel.defaults import DATA_SEED
+    return _load(Path(path), overrides, workdir, run=True)
 
-    path = Path(path)
+
+def load_study(path: str | Path) -> Study:
+    """Read ``study.toml`` (either schema) for ``ckptsel train``: its trained part. A schema-1
+    file needs no validation or test file here. Bad files raise :class:`CkptselError` naming
+    the file and key."""
+    return _load(Path(path), (), None, run=False).study
+
+
+def _load(
+    path: Path, overrides: Sequence[str], workdir: str | Path | None, *, run: bool
+) -> StudySpec:
+    """The steps of :func:`load_spec`; ``run=False`` (:func:`load_study`) lets a schema-1
+    file leave out its validation and test files (the spec's pools are then None)."""
+    text, data = _read(path)
+    _apply_overrides(data, overrides)
+    chk = _Checker(str(path), text)
+    data = _schema2(data, chk, run=run)
+    _check_tables(data, chk)
+    root = path.resolve().parent
+    work = Path(workdir).resolve() if workdir is not None else root
+    s = data.get("study", {})
+    seeds = _seeds(s, chk)
+    split, train_task, train_file = _training_data(data, chk, root, work)
+    validation = _pool_spec(data, "validation", chk, root, split, train_task)
+    test = _pool_spec(data, "test", chk, root, split, train_task)
+    trained, external = _configurations(data.get("configurations"), chk, root, train_file)
+    study = Study(
+        name=str(s.get("name", root.name)),
+        root=work,
+        base_model=resolve_model(root, str(s["base_model"])),
+        task=train_task or validation.task,
+        test_task=test.task if test is not None else None,
+        train=train_file,
+        validation=validation.files[0] if validation is not None and validation.files else None,
+        test=test.files[0] if test is not None and test.files else None,
+        configurations=tuple(trained),
+        seeds=tuple(seeds),
+        runs_dir=resolve_path(work, s.get("runs_dir", "runs")),
+        records_dir=resolve_path(work, s.get("records_dir", "records")),
+        measure=dict(data.get("measure", {})),
+    )
+    return StudySpec(
+        path.resolve(), work, study, validation, test, split, tuple(external),
+        dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
+        dict(data.get("executor", {})),
+    )  # fmt: skip
+
+
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    """The file's text and its TOML mapping."""
     if not path.is_file():
         raise CkptselError(f"study file not found: {path}")
     text = path.read_text(encoding="utf-8")
     try:
-        data = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise CkptselError(f"{path}: invalid TOML: {err}") from err
-    _apply_overrides(data, overrides)
-    root = path.resolve().parent
-    work = Path(workdir).resolve() if workdir is not None else root
-    chk = _Checker(str(path), text)
+
+
+def _schema2(data: dict[str, Any], chk: _Checker, *, run: bool) -> dict[str, Any]:
+    """The mapping in the schema-2 structure: its ``schema`` version checked, a schema-1
+    mapping converted (:func:`_from_schema1`), ``executor = "KIND"`` as its table."""
     version = data.pop("schema", 1)
     if version == 1:
-        return _spec_from_v1(data, root, work, path, chk)
+        return _from_schema1(data, chk, run=run)
     if version != SCHEMA_VERSION:
         chk.fail("", "schema", f"unknown version {version!r} (this ckptsel reads 1 and 2)")
     if isinstance(data.get("executor"), str):  # executor = "ray": that kind, default settings
         data["executor"] = {"kind": data["executor"]}
+    return data
+
+
+_V1_TABLES = ("study", "measure", "configurations")
+_V1_STUDY: dict[str, tuple[type, ...]] = {
+    "name": _STR, "base_model": _STR, "task": _STR, "test_task": _STR, "train": _STR,
+    "validation": _STR, "test": _STR, "seeds": _LIST, "runs_dir": _STR, "records_dir": _STR,
+}  # fmt: skip
+
+
+def _from_schema1(data: dict[str, Any], chk: _Checker, *, run: bool) -> dict[str, Any]:
+    """A schema-1 mapping (:mod:`ckptsel.study.configuration`) in the schema-2 structure:
+    ``[study]`` task + train become ``[train]``, validation ``[validation]`` (the same task),
+    test ``[test]`` (task: test_task, else task); ``[measure]`` and ``[[configurations]]`` stay.
+    Everything else is then checked as in a schema-2 file."""
+    chk.schema = 1
+    for table in data:
+        if table not in _V1_TABLES:
+            chk.fail("", table, f"unknown table (known: {', '.join(_V1_TABLES)})")
+    s = data.get("study")
+    if not isinstance(s, dict):
+        chk.fail("study", None, "missing table")
+    chk.typed("study", s, _V1_STUDY)
+    for key in ("base_model", "task", "train"):
+        if not s.get(key):
+            chk.fail("study", None, f"needs '{key}'")
+    if run and not ("validation" in s and "test" in s):
+        chk.fail("study", None, "`ckptsel run` needs 'validation' and 'test' files")
+    test_task = "test_task" if "test_task" in s else "task"
+    out: dict[str, Any] = {
+        "study": {k: v for k, v in s.items() if k in SCHEMA["study"]},
+        "train": {"task": s["task"], "file": s["train"]},
+    }
+    chk.moved.update({("train", None): ("study", None), ("train", "task"): ("study", "task"),
+                      ("train", "file"): ("study", "train")})  # fmt: skip
+    for table, task in (("validation", "task"), ("test", test_task)):
+        if table in s:
+            out[table] = {"task": s[task], "file": s[table]}
+            chk.moved.update({(table, None): ("study", None), (table, "task"): ("study", task),
+                              (table, "file"): ("study", table)})  # fmt: skip
+    out.update({k: data[k] for k in ("measure", "configurations") if k in data})
+    return out
+
+
+def _check_tables(data: dict[str, Any], chk: _Checker) -> None:
+    """Known tables only, each a table of known, typed keys (:data:`SCHEMA`)."""
     for table in data:
         if table not in SCHEMA and table != "configurations":
             chk.fail("", table, f"unknown table (known: {', '.join([*SCHEMA, 'configurations'])})")
@@ -258,7 +365,10 @@ def load_spec(
             if not isinstance(data[table], dict):
                 chk.fail("", table, "must be a table")
             chk.typed(table, data[table], {k: v[0] for k, v in types.items()})
-    s = data.get("study", {})
+
+
+def _seeds(s: dict[str, Any], chk: _Checker) -> list[int]:
+    """``[study]``: a base model, and distinct integer seeds (default :data:`DEFAULT_SEEDS`)."""
     if "base_model" not in s:
         chk.fail("study", None, "needs 'base_model'")
     seeds = s.get("seeds", list(DEFAULT_SEEDS))
@@ -266,66 +376,99 @@ def load_spec(
         chk.fail("study", "seeds", "must be a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
         chk.fail("study", "seeds", f"contains duplicates: {seeds}")
+    return seeds
 
-    def file_of(table: str, key: str, value: str) -> Path:
-        p = resolve_path(root, value)
-        if not p.exists():
-            chk.fail(table, key, f"file not found: {p}")
-        return p
 
-    split = None
-    if "pool" in data:
-        p = data["pool"]
-        for key in ("task", "file"):
-            if key not in p:
-                chk.fail("pool", None, f"needs '{key}'")
-        if "train" in data:
-            chk.fail("train", None, "give either [pool] (split into train + validation) or [train]")
-        frac = p.get("val_fraction", 0.1)
-        if not 0 < frac < 1:
-            chk.fail("pool", "val_fraction", f"must be in (0, 1), got {frac}")
-        split = PoolSplit(
-            _check_task(chk, "pool", p["task"]), file_of("pool", "file", p["file"]), float(frac),
-            p.get("seed", DATA_SEED), p.get("group_field"),
-        )  # fmt: skip
-        train_task = split.task
-        train_file = work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
-    else:
+def _file(chk: _Checker, root: Path, table: str, key: str, value: str) -> Path:
+    """A path of the file (relative to its folder) that must exist."""
+    p = resolve_path(root, value)
+    if not p.exists():
+        chk.fail(table, key, f"file not found: {p}")
+    return p
+
+
+def _check_task(chk: _Checker, table: str, task: str) -> str:
+    try:
+        get_task(task)
+    except CkptselError as err:
+        chk.fail(table, "task", str(err))
+    return task
+
+
+def _training_data(
+    data: dict[str, Any], chk: _Checker, root: Path, work: Path
+) -> tuple[PoolSplit | None, str | None, Path | None]:
+    """``(split, train task, train file)``: from ``[pool]`` (split into train + validation
+    under the work folder) or from ``[train]`` (both None when nothing is trained here)."""
+    if "pool" not in data:
         t = data.get("train", {})
         train_task = _check_task(chk, "train", t["task"]) if "task" in t else None
-        train_file = file_of("train", "file", t["file"]) if "file" in t else None
+        train_file = _file(chk, root, "train", "file", t["file"]) if "file" in t else None
+        return None, train_task, train_file
+    p = data["pool"]
+    for key in ("task", "file"):
+        if key not in p:
+            chk.fail("pool", None, f"needs '{key}'")
+    if "train" in data:
+        chk.fail("train", None, "give either [pool] (split into train + validation) or [train]")
+    frac = p.get("val_fraction", 0.1)
+    if not 0 < frac < 1:
+        chk.fail("pool", "val_fraction", f"must be in (0, 1), got {frac}")
+    split = PoolSplit(
+        _check_task(chk, "pool", p["task"]), _file(chk, root, "pool", "file", p["file"]),
+        float(frac), p.get("seed", DATA_SEED), p.get("group_field"),
+    )  # fmt: skip
+    return split, split.task, work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
 
-    def pool_spec(table: str) -> PoolSpec:
-        p = data.get(table)
-        if p is None:
-            if table == "validation" and split is not None:
-                p = {}
-            else:
-                chk.fail(table, None, "missing table")
-        task = p.get("task") or (train_task if table == "validation" else None)
-        if task is None:
-            chk.fail(table, None, "needs 'task'")
-        task = _check_task(chk, table, task)
-        if "file" in p and "files" in p:
-            chk.fail(table, "files", "give 'file' or 'files', not both")
-        raw = [p["file"]] if "file" in p else p.get("files")
-        if raw is None and not (table == "validation" and split is not None):
-            chk.fail(table, None, "needs 'file' or 'files'")
-        if raw is not None and not all(isinstance(f, str) for f in raw):
-            chk.fail(table, "files", "must be a list of paths")
-        files = tuple(file_of(table, "file" if "file" in p else "files", f) for f in raw or ())
-        for key in ("n", "per_task"):
-            if key in p and p[key] < 1:
-                chk.fail(table, key, f"must be >= 1, got {p[key]}")
-        return PoolSpec(
-            task, files, p.get("n"), p.get("per_task"), p.get("seed", DATA_SEED), f"[{table}]"
-        )
 
-    validation, test = pool_spec("validation"), pool_spec("test")
-    trained, external = [], []
-    raw_configs = data.get("configurations")
+def _pool_spec(
+    data: dict[str, Any],
+    table: str,
+    chk: _Checker,
+    root: Path,
+    split: PoolSplit | None,
+    train_task: str | None,
+) -> PoolSpec | None:
+    """``[validation]`` or ``[test]`` as a :class:`~ckptsel.data.PoolSpec`. With ``[pool]``,
+    validation defaults to the split's part (files empty: the runner fills them in) and to the
+    pool's task. None only for a schema-1 file read by :func:`load_study` without that file."""
+    p = data.get(table)
+    if p is None:
+        if table == "validation" and split is not None:
+            p = {}
+        elif chk.schema == 1:
+            return None
+        else:
+            chk.fail(table, None, "missing table")
+    task = p.get("task") or (train_task if table == "validation" else None)
+    if task is None:
+        chk.fail(table, None, "needs 'task'")
+    task = _check_task(chk, table, task)
+    if "file" in p and "files" in p:
+        chk.fail(table, "files", "give 'file' or 'files', not both")
+    raw = [p["file"]] if "file" in p else p.get("files")
+    if raw is None and not (table == "validation" and split is not None):
+        chk.fail(table, None, "needs 'file' or 'files'")
+    if raw is not None and not all(isinstance(f, str) for f in raw):
+        chk.fail(table, "files", "must be a list of paths")
+    key = "file" if "file" in p else "files"
+    files = tuple(_file(chk, root, table, key, f) for f in raw or ())
+    for key in ("n", "per_task"):
+        if key in p and p[key] < 1:
+            chk.fail(table, key, f"must be >= 1, got {p[key]}")
+    return PoolSpec(
+        task, files, p.get("n"), p.get("per_task"), p.get("seed", DATA_SEED), chk.where(table)
+    )
+
+
+def _configurations(
+    raw_configs: Any, chk: _Checker, root: Path, train_file: Path | None
+) -> tuple[list[Configuration], list[ExternalConfiguration]]:
+    """``[[configurations]]``: trained here (a :class:`Configuration`, which needs training
+    data) or external (``runs`` / ``lm_eval`` globs, nothing else but ``filter``); names unique."""
     if not isinstance(raw_configs, list) or not raw_configs:
         chk.fail("", "configurations", "needs at least one [[configurations]] table")
+    trained, external = [], []
     for i, rc in enumerate(raw_configs):
         chk.typed("configurations", rc, _CONFIG_TYPES, i)
         if "name" not in rc:
@@ -334,16 +477,7 @@ def load_spec(
         if len(kinds) > 1:
             chk.fail("configurations", "lm_eval", "give 'runs' or 'lm_eval', not both", i)
         if kinds:
-            extra = set(rc) - {"name", kinds[0]} - ({"filter"} if kinds[0] == "lm_eval" else set())
-            if extra:
-                chk.fail(
-                    "configurations", sorted(extra)[0],
-                    f"a configuration with '{kinds[0]}' is not trained here; drop this key", i,
-                )  # fmt: skip
-            pattern = str(resolve_path(root, rc[kinds[0]]))
-            external.append(
-                ExternalConfiguration(rc["name"], kinds[0], pattern, rc.get("filter"))
-            )
+            external.append(_external(rc, kinds[0], chk, root, i))
             continue
         if train_file is None:
             chk.fail(
@@ -359,70 +493,18 @@ def load_spec(
     names = [c.name for c in trained] + [c.name for c in external]
     if len(set(names)) != len(names):
         chk.fail("configurations", None, f"names must be unique, got {names}")
-    m = data.get("measure", {})
-    study = Study(
-        name=str(s.get("name", root.name)),
-        root=work,
-        base_model=resolve_model(root, str(s["base_model"])),
-        task=train_task or validation.task,
-        test_task=test.task,
-        train=train_file,
-        validation=validation.files[0] if validation.files else None,
-        test=test.files[0] if test.files else None,
-        configurations=tuple(trained),
-        seeds=tuple(seeds),
-        runs_dir=resolve_path(work, s.get("runs_dir", "runs")),
-        records_dir=resolve_path(work, s.get("records_dir", "records")),
-        measure=dict(m),
-    )
-    return StudySpec(
-        path.resolve(), work, study, validation, test, split, tuple(external),
-        dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
-        dict(data.get("executor", {})),
-    )  # fmt: skip
+    return trained, external
 
 
-def _check_task(chk: _Checker, table: str, task: str) -> str:
-    from ckptsel.data import get_task
-
-    try:
-        get_task(task)
-    except CkptselError as err:
-        chk.fail(table, "task", str(err))
-    return task
-
-
-def _spec_from_v1(data: dict, root: Path, work: Path, path: Path, chk: _Checker) -> StudySpec:
-    """A schema-1 (``ckptsel train``) file as a whole study: one validation, one test file."""
-    from ckptsel.data import PoolSpec
-    from ckptsel.defaults import DATA_SEED
-
-    study = study_from_dict(data, root, source=str(path))
-    if study.validation is None or study.test is None:
-        chk.fail("study", None, "`ckptsel run` needs 'validation' and 'test' files")
-    for key, p in (("validation", study.validation), ("test", study.test)):
-        if not p.exists():
-            chk.fail("study", key, f"file not found: {p}")
-    tt = study.test_task or study.task
-    return StudySpec(
-        path.resolve(), work, study,
-        PoolSpec(study.task, (study.validation,), seed=DATA_SEED, where="[study] validation"),
-        PoolSpec(tt, (study.test,), seed=DATA_SEED, where="[study] test"),
-        None, (), {}, work / "results",
-    )  # fmt: skip
-
-
-def load_study(path: str | Path) -> Study:
-    """Read ``study.toml``; bad files raise :class:`CkptselError` naming the file and key."""
-    path = Path(path)
-    if not path.is_file():
-        raise CkptselError(f"study file not found: {path}")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise CkptselError(f"{path}: invalid TOML: {err}") from err
-    if data.get("schema", 1) != 1:  # a whole-study file (``ckptsel run``): its trained part
-        return load_spec(path).study
-    return study_from_dict(data, path.resolve().parent, source=str(path))
-
-
+def _external(
+    rc: dict[str, Any], kind: str, chk: _Checker, root: Path, index: int
+) -> ExternalConfiguration:
+    """A configuration whose trajectories exist already (``runs`` or ``lm_eval``)."""
+    extra = set(rc) - {"name", kind} - ({"filter"} if kind == "lm_eval" else set())
+    if extra:
+        chk.fail(
+            "configurations", sorted(extra)[0],
+            f"a configuration with '{kind}' is not trained here; drop this key", index,
+        )  # fmt: skip
+    pattern = str(resolve_path(root, rc[kind]))
+    return ExternalConfiguration(rc["name"], kind, pattern, rc.get("filter"))

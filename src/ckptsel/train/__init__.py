@@ -5,7 +5,8 @@ every later stage reads.
   Trainer layout): which folders are checkpoints, which are complete, what each holds
   (adapter or full model), whether a trajectory reached its final step;
 * :mod:`~ckptsel.train.models` — device, tokenizer and the trainable model (LoRA or full);
-* :mod:`~ckptsel.train.trajectory` — the resumable training loop and a study's trajectories.
+* :mod:`~ckptsel.train.trajectory` — the resumable training loop of one trajectory;
+* :mod:`~ckptsel.train.study` — a study's trajectories: train them all, check them.
 
 torch/transformers/peft are imported inside functions only.
 """
@@ -24,15 +25,13 @@ from ckptsel.train.checkpoints import (
     trajectory_status,
 )
 from ckptsel.train.models import build_trainable, load_tokenizer, pick_device, use_bf16
+from ckptsel.train.study import study_status, train_study, write_final_steps
 from ckptsel.train.trajectory import (
     TrainResult,
     encode_example,
     encode_items,
     example_order,
-    study_status,
-    train_study,
     train_trajectory,
-    write_final_steps,
 )
 
 __all__ = [

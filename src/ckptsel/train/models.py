@@ -10,10 +10,14 @@ from ckptsel.study import Configuration
 
 
 def pick_device(device: str | None = None) -> str:
-    import torch
-
+    """``device`` when given, else ``cuda`` when torch sees a GPU, else ``cpu`` (also without
+    torch installed: the analysis-only install never needs one)."""
     if device:
         return device
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the [ml] extra is not installed
+        return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

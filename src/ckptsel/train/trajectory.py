@@ -11,6 +11,7 @@ weights as one that never stopped. Checkpoints use the Hugging Face Trainer fold
 Loss: response-masked cross-entropy (prompt tokens labelled -100), averaged over the supervised
 tokens of the whole effective batch, so micro-batch x accumulation equals one big batch.
 torch/transformers/peft are imported inside functions: the analysis layer never pays for them.
+A study's trajectories (train them all, check them) are :mod:`ckptsel.train.study`'s.
 """
 
 from __future__ import annotations
@@ -30,16 +31,10 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.io import write_text
+from ckptsel.data import Item, format_prompt
 from ckptsel.errors import CkptselError
-from ckptsel.records import FINAL_STEPS_FILE
-from ckptsel.study import Configuration, Study
-from ckptsel.train.checkpoints import (
-    CHECKPOINT_PREFIX,
-    STATE_FILE,
-    TrajectoryStatus,
-    checkpoint_steps,
-    trajectory_status,
-)
+from ckptsel.study import Configuration
+from ckptsel.train.checkpoints import CHECKPOINT_PREFIX, STATE_FILE, checkpoint_steps
 from ckptsel.train.models import build_trainable, load_tokenizer, pick_device, use_bf16
 
 IGNORE_INDEX = -100
@@ -71,6 +66,24 @@ def _example(p: list[int], r: list[int], eos: int, max_length: int) -> dict[str,
         "input_ids": (p + r)[:max_length],
         "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length],
     }
+
+
+def encode_items(
+    tokenizer, items: Sequence[Item], max_length: int = 512
+) -> list[dict[str, list[int]]]:
+    """Encode ``ckptsel.data.Item`` objects (prompt = the Alpaca template, SPEC §9): what
+    :func:`encode_example` gives for each, with the prompts and the responses tokenized in one
+    batch call each."""
+    if tokenizer.eos_token_id is None:
+        raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
+    if not items:
+        return []
+    prompts = tokenizer([format_prompt(it.instruction) for it in items], add_special_tokens=True)
+    responses = tokenizer([it.response for it in items], add_special_tokens=False)
+    return [
+        _example(list(p), list(r), tokenizer.eos_token_id, max_length)
+        for p, r in zip(prompts["input_ids"], responses["input_ids"], strict=True)
+    ]
 
 
 def collate(examples: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, Any]:
@@ -209,13 +222,9 @@ def train_trajectory(
     ``examples`` are encoded with :func:`encode_example`. ``stop_after`` stops after saving the
     checkpoint of that step (used to test resuming; a killed job behaves the same).
     """
-    import torch
-    from transformers import get_linear_schedule_with_warmup
-
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
-    name = run_dir.name
-    n = len(examples)
+    name, n = run_dir.name, len(examples)
     total = config.total_steps(n)
     save_at = set(config.save_steps(n))
     have = checkpoint_steps(run_dir)
@@ -229,31 +238,101 @@ def train_trajectory(
     if tokenizer is None:
         tokenizer = load_tokenizer(base_model)
     resume_dir = run_dir / f"{CHECKPOINT_PREFIX}{resume_step}" if resume_step else None
-    prev: dict[str, Any] = {}
+    prev = _resume_state(resume_dir, seed, total, config) if resume_dir is not None else {}
+    model, optimizer, scheduler = _setup(base_model, config, seed, total, resume_dir, device, bf16)
+    log_history: list[dict[str, Any]] = []
+    start = 0
     if resume_dir is not None:
-        missing = [
-            f
-            for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth")
-            if not (resume_dir / f).is_file()
-        ]
-        if missing:
+        _restore(resume_dir, optimizer, scheduler, device)
+        log_history = list(prev.get("log_history", []))
+        start = resume_step
+
+    order = example_order(n, total * config.batch_size, seed)
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    saved: list[int] = []
+    last_loss = None
+    bar = _progress_bar(total, start, name) if progress else None
+    for step in range(start + 1, total + 1):
+        idx = order[(step - 1) * config.batch_size : step * config.batch_size]
+        batch = [examples[i] for i in idx]
+        loss = _train_step(
+            model, optimizer, scheduler, batch, config.micro_batch, pad_id, device, bf16
+        )
+        last_loss = loss
+        if not math.isfinite(loss):
             raise CkptselError(
-                f"{resume_dir}: cannot resume, training state missing ({', '.join(missing)})"
+                f"trajectory {name}: loss became {loss} at step {step}; "
+                f"lower the learning rate of configuration {config.name!r}"
             )
-        prev = json.loads((resume_dir / STATE_FILE).read_text(encoding="utf-8"))
-        want = {
-            "seed": seed,
-            "max_steps": total,
-            "configuration": config.name,
-            "effective_batch_size": config.batch_size,
-        }
-        diff = {k: (prev.get(k), v) for k, v in want.items() if k in prev and prev[k] != v}
-        if diff:
-            raise CkptselError(
-                f"{resume_dir}: cannot resume, it was written with different settings "
-                + ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in diff.items())
-                + "; move the run folder away or restore the study settings"
+        log_history.append(
+            {"step": step, "loss": round(loss, 6), "learning_rate": scheduler.get_last_lr()[0]}
+        )
+        if on_step is not None:
+            on_step(step, loss)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}")
+        if step in save_at:
+            state = _trainer_state(
+                step, total, n, seed, name, config, base_model, bf16, log_history
             )
+            _save_checkpoint(
+                model, tokenizer, optimizer, scheduler, run_dir, step, state, config, base_model
+            )
+            saved.append(step)
+            if stop_after is not None and step >= stop_after:
+                break
+    if bar is not None:
+        bar.close()
+    return TrainResult(
+        name, run_dir, total, saved, resume_step, False, time.perf_counter() - t0, last_loss
+    )
+
+
+def _resume_state(resume_dir: Path, seed: int, total: int, config: Configuration) -> dict:
+    """The ``trainer_state.json`` of the checkpoint to resume from, after checking that the
+    training state is all there and was written with this trajectory's settings."""
+    missing = [
+        f
+        for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth")
+        if not (resume_dir / f).is_file()
+    ]
+    if missing:
+        raise CkptselError(
+            f"{resume_dir}: cannot resume, training state missing ({', '.join(missing)})"
+        )
+    prev = json.loads((resume_dir / STATE_FILE).read_text(encoding="utf-8"))
+    want = {
+        "seed": seed,
+        "max_steps": total,
+        "configuration": config.name,
+        "effective_batch_size": config.batch_size,
+    }
+    diff = {k: (prev.get(k), v) for k, v in want.items() if k in prev and prev[k] != v}
+    if diff:
+        raise CkptselError(
+            f"{resume_dir}: cannot resume, it was written with different settings "
+            + ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in diff.items())
+            + "; move the run folder away or restore the study settings"
+        )
+    return prev
+
+
+def _setup(
+    base_model: str,
+    config: Configuration,
+    seed: int,
+    total: int,
+    resume_dir: Path | None,
+    device: str,
+    bf16: bool,
+) -> tuple[Any, Any, Any]:
+    """Seed every RNG, then build the trainable model (from ``resume_dir``'s weights when
+    resuming), its AdamW optimizer and the linear warm-up/decay schedule over ``total`` steps."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
 
     _seed_all(seed)
     with warnings.catch_warnings():
@@ -272,197 +351,96 @@ def train_trajectory(
     )
     warmup = math.ceil(config.warmup_ratio * total)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
-    log_history: list[dict[str, Any]] = []
-    start = 0
-    if resume_dir is not None:
-        optimizer.load_state_dict(
-            torch.load(resume_dir / "optimizer.pt", map_location=device, weights_only=False)
+    return model, optimizer, scheduler
+
+
+def _restore(resume_dir: Path, optimizer, scheduler, device: str) -> None:
+    """Optimizer, scheduler and RNG states as the checkpoint saved them."""
+    import torch
+
+    optimizer.load_state_dict(
+        torch.load(resume_dir / "optimizer.pt", map_location=device, weights_only=False)
+    )
+    scheduler.load_state_dict(torch.load(resume_dir / "scheduler.pt", weights_only=False))
+    _set_rng_state(torch.load(resume_dir / "rng_state.pth", weights_only=False))
+
+
+def _progress_bar(total: int, start: int, name: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=start, desc=name, unit="step", leave=False)
+
+
+def _train_step(
+    model,
+    optimizer,
+    scheduler,
+    batch: Sequence[dict[str, list[int]]],
+    micro_batch: int,
+    pad_id: int,
+    device: str,
+    bf16: bool,
+) -> float:
+    """One optimizer step on an effective batch, in micro-batches of ``micro_batch``: the
+    response-masked cross-entropy summed over the batch's supervised tokens and divided by
+    their number (so the accumulated gradient is that of one big batch). Returns the loss."""
+    import torch
+
+    n_tok = sum(sum(1 for x in e["labels"][1:] if x != IGNORE_INDEX) for e in batch)
+    n_tok = max(n_tok, 1)
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for m0 in range(0, len(batch), micro_batch):
+        mb = collate(batch[m0 : m0 + micro_batch], pad_id)
+        mb = {k: v.to(device) for k, v in mb.items()}
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
+        logits = logits[:, :-1].float()
+        target = mb["labels"][:, 1:]
+        loss = (
+            torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                target.reshape(-1),
+                ignore_index=IGNORE_INDEX,
+                reduction="sum",
+            )
+            / n_tok
         )
-        scheduler.load_state_dict(torch.load(resume_dir / "scheduler.pt", weights_only=False))
-        _set_rng_state(torch.load(resume_dir / "rng_state.pth", weights_only=False))
-        log_history = list(prev.get("log_history", []))
-        start = resume_step
-
-    order = example_order(n, total * config.batch_size, seed)
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
-    saved: list[int] = []
-    last_loss = None
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, initial=start, desc=name, unit="step", leave=False)
-    for step in range(start + 1, total + 1):
-        idx = order[(step - 1) * config.batch_size : step * config.batch_size]
-        batch = [examples[i] for i in idx]
-        n_tok = sum(sum(1 for x in e["labels"][1:] if x != IGNORE_INDEX) for e in batch)
-        n_tok = max(n_tok, 1)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for m0 in range(0, len(batch), config.micro_batch):
-            mb = collate(batch[m0 : m0 + config.micro_batch], pad_id)
-            mb = {k: v.to(device) for k, v in mb.items()}
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
-                logits = model(
-                    input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]
-                ).logits
-            logits = logits[:, :-1].float()
-            target = mb["labels"][:, 1:]
-            loss = (
-                torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]),
-                    target.reshape(-1),
-                    ignore_index=IGNORE_INDEX,
-                    reduction="sum",
-                )
-                / n_tok
-            )
-            loss.backward()
-            loss_sum += float(loss.detach())
-        optimizer.step()
-        scheduler.step()
-        last_loss = loss_sum
-        if not math.isfinite(loss_sum):
-            raise CkptselError(
-                f"trajectory {name}: loss became {loss_sum} at step {step}; "
-                f"lower the learning rate of configuration {config.name!r}"
-            )
-        log_history.append(
-            {"step": step, "loss": round(loss_sum, 6), "learning_rate": scheduler.get_last_lr()[0]}
-        )
-        if on_step is not None:
-            on_step(step, loss_sum)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum:.3f}")
-        if step in save_at:
-            state = {
-                "global_step": step,
-                "max_steps": total,
-                "save_steps": config.save_every,
-                "train_batch_size": config.micro_batch,
-                "gradient_accumulation_steps": config.grad_accum,
-                "effective_batch_size": config.batch_size,
-                "num_train_examples": n,
-                "epoch": step * config.batch_size / n,
-                "seed": seed,
-                "trajectory": name,
-                "configuration": config.name,
-                "adaptation": config.adaptation,
-                "learning_rate": config.learning_rate,
-                "base_model": base_model,
-                "bf16": bf16,
-                "log_history": log_history,
-            }
-            _save_checkpoint(
-                model, tokenizer, optimizer, scheduler, run_dir, step, state, config, base_model
-            )
-            saved.append(step)
-            if stop_after is not None and step >= stop_after:
-                break
-    if bar is not None:
-        bar.close()
-    return TrainResult(
-        name, run_dir, total, saved, resume_step, False, time.perf_counter() - t0, last_loss
-    )
+        loss.backward()
+        loss_sum += float(loss.detach())
+    optimizer.step()
+    scheduler.step()
+    return loss_sum
 
 
-def encode_items(
-    tokenizer, items: Sequence[Any], max_length: int = 512
-) -> list[dict[str, list[int]]]:
-    """Encode ``ckptsel.data.Item`` objects (prompt = the Alpaca template, SPEC §9): what
-    :func:`encode_example` gives for each, with the prompts and the responses tokenized in one
-    batch call each."""
-    from ckptsel.data import format_prompt
-
-    if tokenizer.eos_token_id is None:
-        raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
-    if not items:
-        return []
-    prompts = tokenizer([format_prompt(it.instruction) for it in items], add_special_tokens=True)
-    responses = tokenizer([it.response for it in items], add_special_tokens=False)
-    return [
-        _example(list(p), list(r), tokenizer.eos_token_id, max_length)
-        for p, r in zip(prompts["input_ids"], responses["input_ids"], strict=True)
-    ]
-
-
-def write_final_steps(study: Study, n_train_examples: int) -> Path:
-    """``final_steps.json``: the expected final step per trajectory, for the analysis."""
-    from ckptsel.study import final_steps
-
-    path = study.root / FINAL_STEPS_FILE
-    write_text(
-        path, json.dumps(final_steps(study, n_train_examples), indent=2, sort_keys=True) + "\n"
-    )
-    return path
-
-
-def train_study(
-    study: Study,
-    *,
-    only: Sequence[str] | None = None,
-    device: str | None = None,
-    progress: bool = True,
-    log: Callable[[str], None] | None = print,
-) -> list[TrainResult]:
-    """Train (or resume) every trajectory of a study; completed ones are skipped."""
-    from ckptsel.data import load_items
-
-    items = load_items(study.task, study.train)
-    tokenizer = load_tokenizer(study.base_model)
-    by_len: dict[int, list[dict[str, list[int]]]] = {}
-    results = []
-    write_final_steps(study, len(items))
-    known = {name for name, _, _ in study.trajectories()}
-    for name in only or ():
-        if name not in known:
-            raise CkptselError(f"unknown trajectory {name!r}; the study has {sorted(known)}")
-    for name, cfg, seed in study.trajectories():
-        if only and name not in only:
-            continue
-        final = cfg.total_steps(len(items))
-        if final in checkpoint_steps(study.run_root / name):
-            res = TrainResult(name, study.run_root / name, final, [], final, skipped=True)
-        else:
-            if cfg.max_length not in by_len:  # tokenize only when something is left to train
-                by_len[cfg.max_length] = encode_items(tokenizer, items, cfg.max_length)
-            res = train_trajectory(
-                study.base_model,
-                by_len[cfg.max_length],
-                cfg,
-                seed,
-                study.run_root / name,
-                tokenizer=tokenizer,
-                device=device,
-                progress=progress,
-            )
-        if log is not None:
-            if res.skipped:
-                log(f"{name}: complete (final checkpoint-{res.final_step}), skipped")
-            else:
-                how = (
-                    f"resumed from checkpoint-{res.resumed_from}" if res.resumed_from else "trained"
-                )
-                log(
-                    f"{name}: {how}, {len(res.saved_steps)} checkpoints, final step "
-                    f"{res.final_step}, loss {res.last_loss:.4f}, {res.seconds:.1f}s"
-                )
-        results.append(res)
-    return results
-
-
-def study_status(study: Study) -> list[TrajectoryStatus]:
-    """Status of every trajectory against the final step the study file implies (the item
-    count is read only when a configuration is given in epochs)."""
-    n_items = 0
-    if any(c.epochs is not None for c in study.configurations):
-        from ckptsel.data import load_items
-
-        n_items = len(load_items(study.task, study.train))
-    return [
-        trajectory_status(study.run_root / name, cfg.total_steps(n_items))
-        for name, cfg, _ in study.trajectories()
-    ]
+def _trainer_state(
+    step: int,
+    total: int,
+    n_examples: int,
+    seed: int,
+    name: str,
+    config: Configuration,
+    base_model: str,
+    bf16: bool,
+    log_history: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """``trainer_state.json`` of the checkpoint at ``step`` (HF Trainer keys, plus what a
+    resume checks: seed, configuration, effective batch size)."""
+    return {
+        "global_step": step,
+        "max_steps": total,
+        "save_steps": config.save_every,
+        "train_batch_size": config.micro_batch,
+        "gradient_accumulation_steps": config.grad_accum,
+        "effective_batch_size": config.batch_size,
+        "num_train_examples": n_examples,
+        "epoch": step * config.batch_size / n_examples,
+        "seed": seed,
+        "trajectory": name,
+        "configuration": config.name,
+        "adaptation": config.adaptation,
+        "learning_rate": config.learning_rate,
+        "base_model": base_model,
+        "bf16": bf16,
+        "log_history": log_history,
+    }

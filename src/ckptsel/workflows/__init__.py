@@ -12,18 +12,9 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
 
 from __future__ import annotations
 
-from ckptsel.workflows.advise import (
-    CompareSettings,
-    PlanSettings,
-    SelectSettings,
-    closed_form,
-    compare_checkpoints,
-    default_budgets,
-    plan_figure,
-    plan_from_pilot,
-    select_checkpoint,
-)
-from ckptsel.workflows.analysis import analyze, check_settings, verify
+from ckptsel.workflows import advise
+from ckptsel.workflows.advise import *  # noqa: F403 - the advise names are workflows' too
+from ckptsel.workflows.analysis import analyze, verify
 from ckptsel.workflows.study_run import (
     STAGES,
     StudyRun,
@@ -33,21 +24,12 @@ from ckptsel.workflows.study_run import (
 )
 
 __all__ = [
+    *advise.__all__,
     "STAGES",
-    "CompareSettings",
-    "PlanSettings",
-    "SelectSettings",
     "StudyRun",
     "analyze",
-    "check_settings",
-    "closed_form",
-    "compare_checkpoints",
-    "default_budgets",
     "format_plan",
-    "plan_figure",
-    "plan_from_pilot",
     "quiet_transformers",
-    "select_checkpoint",
     "stages_to_run",
     "verify",
 ]

@@ -1,15 +1,17 @@
 """``analyze`` and ``verify``: records → frozen choices → test scores → statistics → files.
 
 The order is structural: validation records are loaded and the choices written and hashed
-*before* :func:`ckptsel.load_test` is called, and scoring only accepts choices read
+*before* :func:`ckptsel.records.load_test` is called, and scoring only accepts choices read
 back through :func:`ckptsel.choose.load_frozen`, which checks the hash. The results folder's
-names, its estimates and the main table are defined in :mod:`ckptsel.results`.
+names and the typed :class:`ckptsel.results.Summary` (whose ``to_dict()`` is ``summary.json``)
+are defined in :mod:`ckptsel.results`; ``verify`` reads the stored summary back through it.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,15 @@ import pandas as pd
 from ckptsel import defaults
 from ckptsel._util.io import write_csv, write_parquet, write_text
 from ckptsel._util.threads import single_threaded
-from ckptsel.choose import ChoiceSettings, choices_hash, choose, freeze, load_frozen, score
+from ckptsel.choose import (
+    ChoiceSettings,
+    budget_notes,
+    choices_hash,
+    choose,
+    freeze,
+    load_frozen,
+    score,
+)
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.records import MATCHED_WINDOW, ValidationData, load_test, load_validation
 from ckptsel.results import (
@@ -26,7 +36,7 @@ from ckptsel.results import (
     RUN_FILE,
     SUMMARY_FILE,
     TABLES_DIR,
-    main_table_markdown,
+    Summary,
     publish,
 )
 from ckptsel.stats import StatSettings, summarize
@@ -63,7 +73,9 @@ def freeze_choices(records_dir: Path, out_dir: Path, settings: ChoiceSettings) -
     return validation, digest
 
 
-def evaluate_frozen(records_dir: Path, out_dir: Path, validation: list, stat: StatSettings) -> tuple[dict, dict]:
+def evaluate_frozen(
+    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings
+) -> tuple[Summary, dict]:
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
     tests = load_test(records_dir, validation)
@@ -107,8 +119,10 @@ def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def summary_json(summary: dict) -> str:
-    return json.dumps(summary, indent=1, sort_keys=False, allow_nan=False) + "\n"
+def summary_json(summary: Summary | dict) -> str:
+    """The bytes of ``summary.json``: ``summary.to_dict()`` (a dict as it is), indented."""
+    data = summary.to_dict() if isinstance(summary, Summary) else summary
+    return json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
 
 def analyze(
@@ -123,8 +137,9 @@ def analyze(
     budgets: tuple[int, ...] | list[int] = defaults.BUDGETS,
     report: bool = False,
     force: bool = False,
-) -> dict:
-    """The whole analysis; writes ``summary.json``, frozen choices and tables (and, with
+    note: Callable[[str], None] | None = None,
+) -> Summary:
+    """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
 
     Everything is built in a staging folder beside ``out_dir`` (the choices are frozen and read
@@ -132,47 +147,35 @@ def analyze(
     the folder is swapped in atomically (:mod:`ckptsel.results.publish`): bad input or a kill never
     leaves a half-written or mixed results folder. ``force`` allows a non-empty ``out_dir``
     that is not a results folder (its files are kept, never overwritten).
-    ``interval`` names the interval method (``ckptsel.analysis.intervals.METHODS``;
+    ``interval`` names the interval method (``ckptsel.stats.METHODS``;
     ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
     ``"percentile"``, and ``verify`` reads it back.
     ``budgets`` are the finite validation budgets ("full" is always added); ``D`` is
     ``G(full) − G(smallest budget)``. Non-default budgets are hashed with the frozen choices and
     recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
+    ``note(line)`` hears what the analysis does with the settings that a reader would not guess
+    (repeated budgets used once, budgets larger than a pool skipped); nothing is cut silently.
     """
-    check_settings(permutations=permutations, draws=draws, seed=seed, level=level)
-    stat = StatSettings(draws, seed, level, interval)  # checks the method name before any work
+    # the settings objects check every value before any work (one clear error each)
+    stat = StatSettings(draws, seed, level, interval)
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
     with single_threaded():
-        return _analyze(records_dir, Path(out_dir), settings, stat, report, force)
+        return _analyze(records_dir, Path(out_dir), settings, stat, report, force,
+                        budgets, note or (lambda line: None))  # fmt: skip
 
 
-def check_settings(*, permutations: int, draws: int, seed: int, level: float) -> None:
-    """Protocol settings checked before any work starts (one clear error each)."""
-    if permutations < 1 or draws < 10:
-        raise CkptselError("--permutations must be >= 1 and --draws >= 10")
-    if permutations > MAX_PERMUTATIONS or draws > MAX_DRAWS:
-        raise CkptselError(
-            f"--permutations must be <= {MAX_PERMUTATIONS} and --draws <= {MAX_DRAWS} "
-            f"(got {permutations}, {draws})"
-        )
-    if not 0 <= seed < 2**63:
-        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {seed})")
-    if not 0.0 < level < 1.0:
-        raise CkptselError(f"--confidence must be between 0 and 1 (got {level})")
-
-
-MAX_PERMUTATIONS = 100_000
-MAX_DRAWS = 1_000_000
 REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
 
 
 def _analyze(
     records_dir: Path, out_dir: Path, settings: ChoiceSettings, stat: StatSettings, report: bool,
-    force: bool,
-) -> dict:
+    force: bool, given_budgets, note: Callable[[str], None],
+) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
     with publish.staged(out_dir, force=force, meta=meta) as stage:
         validation, _ = freeze_choices(records_dir, stage, settings)
+        for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
+            note(line)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
         write_outputs(stage, records_dir, summary, tables)
         if report:
@@ -182,13 +185,13 @@ def _analyze(
     return summary
 
 
-def write_outputs(stage: Path, records_dir: Path, summary: dict, tables: dict) -> None:
+def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict) -> None:
     """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already there)."""
     tdir = stage / TABLES_DIR
     for name, df in tables.items():
         write_parquet(tdir / f"{name}.parquet", df)
         write_csv(tdir / f"{name}.csv", df)
-    write_text(tdir / "main.md", main_table_markdown(summary))
+    write_text(tdir / "main.md", summary.main_table_markdown())
     write_text(stage / SUMMARY_FILE, summary_json(summary))
     from ckptsel import __version__
 
@@ -214,11 +217,20 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
+def _read_summary(path: Path) -> Summary:
+    """The stored summary, checked key by key (a malformed one fails verification)."""
+    data = _read_json(path, "summary")
+    try:
+        return Summary.from_dict(data, path)
+    except CkptselError as err:
+        raise VerificationError(str(err)) from err
+
+
 def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(f"{spath}: no summary to verify")
-    stored = _read_json(spath, "summary")
+    stored = _read_summary(spath)
     if records_dir is None:
         run_path = results_dir / RUN_FILE
         if not run_path.is_file():
@@ -237,20 +249,16 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
         )
     try:
-        draws, seed = int(stored["draws"]), int(stored["seed"])
-        level = float(stored.get("confidence", defaults.CONFIDENCE))
-        interval = str(stored.get("interval", "percentile"))
-        check_settings(
-            permutations=frozen.settings.permutations, draws=draws, seed=seed, level=level
-        )
-        stat = StatSettings(draws=draws, seed=seed, level=level, interval=interval)
-    except (KeyError, TypeError, ValueError, CkptselError) as err:
+        draws, seed, level = stored.draws, stored.seed, float(stored.level)
+        stat = StatSettings(draws=draws, seed=seed, level=level, interval=stored.interval_method)
+    except CkptselError as err:
         raise VerificationError(
             f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
         ) from err
     summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
-    if summary_json(summary) != summary_json(stored):
-        diff = _first_difference(stored, summary)
+    kept, again_dict = stored.to_dict(), summary.to_dict()
+    if summary_json(again_dict) != summary_json(kept):
+        diff = _first_difference(kept, again_dict)
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
     lines = [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
     lines += publish.check_manifest(results_dir)
@@ -259,7 +267,7 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
 
 
 def _recompute_files(
-    results_dir: Path, records_dir: Path, summary: dict, tables: dict, choices, settings
+    results_dir: Path, records_dir: Path, summary: Summary, tables: dict, choices, settings
 ) -> str:
     """Rebuild every output (tables, report) from the recomputed results in a scratch folder and
     compare it byte for byte with the manifest; name the first file that differs."""

@@ -23,9 +23,6 @@
 
 from __future__ import annotations
 
-from ckptsel.data import extract, task_family
-from ckptsel.records import check_name
-
 import gzip
 import json
 import math
@@ -37,8 +34,9 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel.data import extract, task_family
 from ckptsel.errors import CkptselError
-from ckptsel.records import coerce_generations, upsert_records
+from ckptsel.records import check_name, coerce_generations, upsert_records
 from ckptsel.train import CHECKPOINT_RE
 
 SAMPLES_RE = re.compile(

@@ -1,7 +1,8 @@
 """The practitioner's questions about one run, answered from its records.
 
 * :mod:`~ckptsel.workflows.advise.selection` — ``ckptsel select``: which checkpoint to keep,
-  with a gain estimate never scored on the items that made the choice;
+  with a gain estimate never scored on the items that made the choice (a typed
+  :class:`Selection`);
 * :mod:`~ckptsel.workflows.advise.comparison` — ``ckptsel compare``: is checkpoint A really
   better than B on the same items;
 * :mod:`~ckptsel.workflows.advise.planning` — ``ckptsel plan``: how many validation items a
@@ -18,12 +19,28 @@ from ckptsel.workflows.advise.planning import (
     plan_figure,
     plan_from_pilot,
 )
-from ckptsel.workflows.advise.selection import SelectSettings, recommend, select_checkpoint
+from ckptsel.workflows.advise.selection import (
+    BudgetPick,
+    Recommendation,
+    RuleSelection,
+    Selection,
+    SelectSettings,
+    SplitValidationGain,
+    TestGain,
+    recommend,
+    select_checkpoint,
+)
 
 __all__ = [
+    "BudgetPick",
     "CompareSettings",
     "PlanSettings",
+    "Recommendation",
+    "RuleSelection",
     "SelectSettings",
+    "Selection",
+    "SplitValidationGain",
+    "TestGain",
     "closed_form",
     "compare_checkpoints",
     "default_budgets",

@@ -18,7 +18,12 @@ The recommendation is "keep checkpoint X" only when the split-validation interva
 wholly above 0; otherwise "keep the final checkpoint", with the reason. Everything is
 vectorized: masks and matrix products over partitions and draws. The rules and their signals
 come from :mod:`ckptsel.choose.rules` (via :func:`ckptsel.choose.signals`), weighted sums from
-:func:`ckptsel.analysis.core.weighted_sums` and estimates from :func:`ckptsel.stats.est`.
+:func:`ckptsel.choose.core.weighted_sums` and estimates (:class:`ckptsel.results.Estimate`, as
+stored) from :func:`ckptsel.stats.est`.
+
+The answer is typed: a :class:`Selection` (per rule a :class:`RuleSelection` with its
+:class:`SplitValidationGain` and :class:`TestGain`, and the :class:`Recommendation`), whose
+``to_dict()`` is what ``ckptsel select --json`` prints and the Trainer callback writes.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 
 from ckptsel import defaults
 from ckptsel._util import rng as streams
+from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel._util.threads import single_threaded
 from ckptsel.choose import (
     FULL,
@@ -43,7 +49,7 @@ from ckptsel.choose import (
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
-from ckptsel.results import fmt
+from ckptsel.results import Estimate, fmt
 from ckptsel.stats import est, percentile_interval, question_weights
 
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
@@ -54,15 +60,166 @@ class SelectSettings:
     """How hard to look: partitions for the point estimate, draws × partitions for the interval."""
 
     partitions: int = defaults.PERMUTATIONS
-    draws: int = 1000
-    bootstrap_partitions: int = 20
+    draws: int = defaults.SELECT_DRAWS
+    bootstrap_partitions: int = defaults.SELECT_BOOTSTRAP_PARTITIONS
     permutations: int = defaults.PERMUTATIONS
     seed: int = defaults.SEED
     level: float = defaults.CONFIDENCE
 
+    def __post_init__(self) -> None:
+        check_int(self.partitions, "--partitions", low=1, high=defaults.MAX_PERMUTATIONS)
+        check_int(
+            self.bootstrap_partitions, "--bootstrap-partitions", low=1, high=self.partitions
+        )
+        check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
+        check_int(self.permutations, "--permutations", low=1, high=defaults.MAX_PERMUTATIONS)
+        check_seed(self.seed)
+        check_level(self.level)
+
+
+# --------------------------------------------------------------------------- the answer, typed
+@dataclass(frozen=True)
+class SplitValidationGain:
+    """The split-validation gain over the final checkpoint (pp): chosen on one half, scored on
+    the other, ``partitions`` times both ways; its interval redoes the split on each of the
+    question-bootstrap draws (``clusters`` resampled validation clusters)."""
+
+    estimate: Estimate
+    partitions: int
+    half_sizes: tuple[int, int]
+    clusters: int
+
+    def to_dict(self) -> dict:
+        return {
+            **self.estimate.to_dict(),
+            "partitions": self.partitions,
+            "half_sizes": list(self.half_sizes),
+            "clusters": self.clusters,
+        }
+
+
+@dataclass(frozen=True)
+class TestGain:
+    """The frozen full-pool choice scored on the test pool (pp), test-question interval."""
+
+    __test__ = False  # not a pytest test class
+
+    estimate: Estimate
+    items: int
+    clusters: int
+    chosen_accuracy: float
+    final_accuracy: float
+
+    def to_dict(self) -> dict:
+        return {
+            **self.estimate.to_dict(),
+            "items": self.items,
+            "clusters": self.clusters,
+            "chosen_accuracy": self.chosen_accuracy,
+            "final_accuracy": self.final_accuracy,
+        }
+
+
+@dataclass(frozen=True)
+class BudgetPick:
+    """What one validation budget picks: the most likely step, its probability, every pick."""
+
+    budget: str
+    most_likely_step: int
+    probability: float
+    picks: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {
+            "budget": self.budget,
+            "most_likely_step": self.most_likely_step,
+            "probability": self.probability,
+            "picks": dict(self.picks),
+        }
+
+
+@dataclass(frozen=True)
+class RuleSelection:
+    """One rule's answer: its full-pool choice (``steps``: the tie set; ``probabilities`` by
+    step), its budget curve, its split-validation gain and (with test records) its test gain."""
+
+    steps: tuple[int, ...]
+    probabilities: dict[str, float]
+    budget_curve: tuple[BudgetPick, ...]
+    split_validation: SplitValidationGain
+    test: TestGain | None = None
+
+    @property
+    def choice(self) -> dict:
+        """``{"steps", "probabilities"}`` as ``select --json`` prints it."""
+        return {"steps": list(self.steps), "probabilities": dict(self.probabilities)}
+
+    def to_dict(self) -> dict:
+        return {
+            "choice": self.choice,
+            "budget_curve": [c.to_dict() for c in self.budget_curve],
+            "split_validation": self.split_validation.to_dict(),
+            "test": None if self.test is None else self.test.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Which checkpoint to keep, and why."""
+
+    rule: str
+    keep_step: int
+    keep_final: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {
+            "rule": self.rule,
+            "keep_step": self.keep_step,
+            "keep_final": self.keep_final,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Everything ``ckptsel select`` answers for one trajectory; :meth:`to_dict` is its JSON."""
+
+    trajectory: str
+    configuration: str
+    task: str
+    steps: tuple[int, ...]
+    validation_items: int
+    validation_clusters: int
+    validation_exclusions: dict[str, int]
+    test_items: int | None
+    settings: SelectSettings
+    rules: dict[str, RuleSelection]
+    recommendation: Recommendation
+
+    @property
+    def final_step(self) -> int:
+        return int(self.steps[-1])
+
+    def to_dict(self) -> dict:
+        return {
+            "trajectory": self.trajectory,
+            "configuration": self.configuration,
+            "task": self.task,
+            "steps": list(self.steps),
+            "final_step": self.final_step,
+            "validation_items": self.validation_items,
+            "validation_clusters": self.validation_clusters,
+            "validation_exclusions": dict(self.validation_exclusions),
+            "test_items": self.test_items,
+            "settings": asdict(self.settings),
+            "rules": {r: sel.to_dict() for r, sel in self.rules.items()},
+            "recommendation": self.recommendation.to_dict(),
+        }
+
 
 # --------------------------------------------------------------------------- estimates
-def _estimate(mean: float, replicates: np.ndarray, level: float) -> dict:
+def _estimate(mean: float, replicates: np.ndarray, level: float) -> Estimate:
     """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates."""
     lo, hi = percentile_interval(replicates[:, None], level)
     return est(mean, lo[0], hi[0])
@@ -123,7 +280,7 @@ def partition_masks(item_ids: np.ndarray, partitions: int, seed: int) -> np.ndar
     return in_s
 
 
-def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> dict:
+def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> TestGain:
     """Frozen full-pool choice scored on the test pool; test-question bootstrap with the choice held
     fixed (items sharing a ``group`` resampled as one cluster)."""
     z = test.correct.astype(np.float64)
@@ -131,12 +288,13 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
     n = len(d)
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
     reps = R @ d / (n if clusters == n else R.sum(axis=1))
-    est = _estimate(d.mean(), reps, level)
-    est["items"] = int(n)
-    est["clusters"] = int(clusters)
-    est["chosen_accuracy"] = round(float(100.0 * (choice @ z).mean()), 6)
-    est["final_accuracy"] = round(float(100.0 * z[-1].mean()), 6)
-    return est
+    return TestGain(
+        _estimate(d.mean(), reps, level),
+        items=int(n),
+        clusters=int(clusters),
+        chosen_accuracy=round(float(100.0 * (choice @ z).mean()), 6),
+        final_accuracy=round(float(100.0 * z[-1].mean()), 6),
+    )
 
 
 # --------------------------------------------------------------------------- the answer
@@ -171,23 +329,13 @@ def select_checkpoint(
     *,
     rule: str = "accuracy",
     settings: SelectSettings | None = None,
-) -> dict:
-    """Everything ``ckptsel select`` reports, as a JSON-ready dict (see the module docstring)."""
+) -> Selection:
+    """Everything ``ckptsel select`` reports (see the module docstring); ``to_dict()`` is its JSON."""
     with single_threaded():
         return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings())
 
 
 SELECT_MEMORY_LIMIT = 8 * 2**30  # bytes the largest intermediate arrays may take
-
-
-def _check_select_sizes(settings: SelectSettings) -> None:
-    """Settings out of range, before any record is read (one clear error each)."""
-    if not 0 <= settings.seed < 2**63:
-        raise CkptselError(f"--seed must be between 0 and 2**63 - 1 (got {settings.seed})")
-    if not 0.0 < settings.level < 1.0:
-        raise CkptselError(f"--confidence must be between 0 and 1 (got {settings.level})")
-    if settings.bootstrap_partitions > settings.partitions:
-        raise CkptselError("--bootstrap-partitions must be <= --partitions")
 
 
 def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> None:
@@ -201,12 +349,11 @@ def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> 
         )
 
 
-def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: SelectSettings) -> dict:
+def _select_checkpoint(
+    records_dir: Path, trajectory: str, rule: str, settings: SelectSettings
+) -> Selection:
     if rule not in SIGNAL_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
-    if settings.partitions < 1 or settings.bootstrap_partitions < 1 or settings.draws < 10:
-        raise CkptselError("--partitions and --bootstrap-partitions must be >= 1 and --draws >= 10")
-    _check_select_sizes(settings)
     v = find_trajectory(load_validation(records_dir), trajectory, "validation", records_dir)
     steps = v.steps
     n = len(v.item_ids)
@@ -221,7 +368,6 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
     sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
     _check_select_memory(settings, n, len(steps))
     in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
-    in_s_boot = in_s[: settings.bootstrap_partitions]
     weights, clusters = question_weights(
         v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
     )
@@ -234,62 +380,56 @@ def _select_checkpoint(records_dir: Path, trajectory: str, rule: str, settings: 
         full = chosen[("nested", r, FULL)]
         maximize = RULES[r].maximize
         point = split_validation_gains(sig[r], v.correct, maximize, in_s, np.ones((1, n)))[0]
-        reps = split_validation_gains(sig[r], v.correct, maximize, in_s_boot, weights)
-        split = _estimate(point, reps, settings.level)
-        split.update({"partitions": settings.partitions, "half_sizes": [n // 2, n - n // 2],
-                      "clusters": clusters})  # fmt: skip
-        curve = []
-        for label in labels:
-            vec = chosen[("nested", r, label)]
-            k = int(np.argmax(vec))
-            curve.append(
-                {
-                    "budget": label,
-                    "most_likely_step": int(steps[k]),
-                    "probability": round(float(vec[k]), 6),
-                    "picks": _probabilities(vec, steps),
-                }
-            )
-        tied = [int(steps[i]) for i in np.flatnonzero(full > 0)]
-        rules[r] = {
-            "choice": {"steps": tied, "probabilities": _probabilities(full, steps)},
-            "budget_curve": curve,
-            "split_validation": split,
-            "test": test_gain(full, test, settings.draws, settings.seed, settings.level)
-            if test is not None
-            else None,
-        }
-    return {
-        "trajectory": v.trajectory,
-        "configuration": v.configuration,
-        "task": v.task,
-        "steps": [int(s) for s in steps],
-        "final_step": int(steps[-1]),
-        "validation_items": n,
-        "validation_clusters": clusters,
-        "validation_exclusions": {k: int(c) for k, c in v.exclusions.items()},
-        "test_items": None if test is None else len(test.item_ids),
-        "settings": asdict(settings),
-        "rules": rules,
-        "recommendation": recommend(rules[rule], rule, int(steps[-1]), settings.level),
-    }
+        reps = split_validation_gains(
+            sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
+        )
+        split = SplitValidationGain(
+            _estimate(point, reps, settings.level), settings.partitions, (n // 2, n - n // 2), clusters
+        )
+        rules[r] = RuleSelection(
+            steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
+            probabilities=_probabilities(full, steps),
+            budget_curve=tuple(_budget_pick(chosen[("nested", r, b)], b, steps) for b in labels),
+            split_validation=split,
+            test=None if test is None else test_gain(
+                full, test, settings.draws, settings.seed, settings.level
+            ),
+        )
+    return Selection(
+        trajectory=v.trajectory,
+        configuration=v.configuration,
+        task=v.task,
+        steps=tuple(int(s) for s in steps),
+        validation_items=n,
+        validation_clusters=clusters,
+        validation_exclusions={k: int(c) for k, c in v.exclusions.items()},
+        test_items=None if test is None else len(test.item_ids),
+        settings=settings,
+        rules=rules,
+        recommendation=recommend(rules[rule], rule, int(steps[-1]), settings.level),
+    )
 
 
-def recommend(result: dict, rule: str, final_step: int, level: float = defaults.CONFIDENCE) -> dict:
+def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
+    k = int(np.argmax(vec))
+    return BudgetPick(label, int(steps[k]), round(float(vec[k]), 6), _probabilities(vec, steps))
+
+
+def recommend(
+    result: RuleSelection, rule: str, final_step: int, level: float = defaults.CONFIDENCE
+) -> Recommendation:
     """ "keep checkpoint X" only when the split-validation interval is wholly above 0."""
-    tied = result["choice"]["steps"]
-    sv = result["split_validation"]
+    tied = list(result.steps)
+    sv = result.split_validation.estimate
     pct = int(round(level * 100))
     gain = fmt(sv, unit=" pp", mark=False)
     if final_step in tied:
         also = " (tied with other checkpoints)" if len(tied) > 1 else ""
-        return {
-            "rule": rule,
-            "keep_step": final_step,
-            "keep_final": True,
-            "reason": f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
-        }
-    if sv["lo"] > 0 and not sv["unresolved"]:
+        return Recommendation(
+            rule, final_step, True,
+            f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
+        )  # fmt: skip
+    if sv.lo > 0 and not sv.unresolved:
         candidates = [s for s in tied if s != final_step]
         keep = max(candidates)  # a tie set: the latest of the tied checkpoints
         tie_note = (
@@ -297,19 +437,15 @@ def recommend(result: dict, rule: str, final_step: int, level: float = defaults.
             if len(tied) > 1
             else ""
         )
-        return {
-            "rule": rule,
-            "keep_step": keep,
-            "keep_final": False,
-            "reason": f"the {rule} rule picks step {keep}{tie_note}, and its split-validation gain over the final "
+        return Recommendation(
+            rule, keep, False,
+            f"the {rule} rule picks step {keep}{tie_note}, and its split-validation gain over the final "
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
-        }
-    why = "contains 0 (unresolved)" if sv["unresolved"] else "is below 0"
-    return {
-        "rule": rule,
-        "keep_step": final_step,
-        "keep_final": True,
-        "reason": f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
+        )  # fmt: skip
+    why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
+    return Recommendation(
+        rule, final_step, True,
+        f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
         f"final checkpoint is {gain} and the {pct}% interval {why}; without evidence that the choice "
         "beats the final checkpoint on items it did not see, keep the final checkpoint",
-    }
+    )  # fmt: skip

@@ -1,26 +1,55 @@
-"""``ckptsel run STUDY.toml``: a whole study as one resumable job (see
-:mod:`~ckptsel.workflows.study_run.job`)."""
+"""``ckptsel run STUDY.toml``: a whole study as one resumable job, stage functions over one
+context. Modules, each importing only those before it:
+
+* :mod:`~ckptsel.workflows.study_run.progress` — log lines, the live display, quiet transformers;
+* :mod:`~ckptsel.workflows.study_run.context` — :class:`StudyContext`: the loaded study and what
+  the stages derive from it (pools, measurement config, executor, trajectories), built once;
+* :mod:`~ckptsel.workflows.study_run.fingerprint` — the settings recorded work depends on; a
+  change that invalidates it is refused, with the difference;
+* :mod:`~ckptsel.workflows.study_run.plan` — what is done and what is left, in one place: the
+  trajectories ``--workers`` skips and the ``--dry-run`` table;
+* :mod:`~ckptsel.workflows.study_run.stages` — ``prepare``, ``train``, ``measure``, ``analyze``;
+* :mod:`~ckptsel.workflows.study_run.workers` — ``--workers N``: a trajectory per spawned process;
+* :mod:`~ckptsel.workflows.study_run.job` — :class:`StudyRun`, the facade the CLI and the
+  quickstart use.
+"""
 
 from __future__ import annotations
 
-from ckptsel.workflows.study_run.job import (
-    STAGES,
-    StudyRun,
-    Trajectory,
+from ckptsel.workflows.study_run.context import StudyContext, Trajectory, seed_of
+from ckptsel.workflows.study_run.fingerprint import (
+    check_fingerprint,
+    fingerprint,
     fingerprint_diff,
-    format_plan,
-    quiet_transformers,
-    stages_to_run,
-    trajectory_job,
 )
+from ckptsel.workflows.study_run.job import StudyRun
+from ckptsel.workflows.study_run.plan import (
+    TrajectoryTodo,
+    finished,
+    format_plan,
+    plan,
+    what_is_left,
+)
+from ckptsel.workflows.study_run.progress import quiet_transformers
+from ckptsel.workflows.study_run.stages import STAGES, stages_to_run
+from ckptsel.workflows.study_run.workers import train_and_measure, trajectory_job
 
 __all__ = [
     "STAGES",
+    "StudyContext",
     "StudyRun",
     "Trajectory",
+    "TrajectoryTodo",
+    "check_fingerprint",
+    "finished",
+    "fingerprint",
     "fingerprint_diff",
     "format_plan",
+    "plan",
     "quiet_transformers",
+    "seed_of",
     "stages_to_run",
+    "train_and_measure",
     "trajectory_job",
+    "what_is_left",
 ]

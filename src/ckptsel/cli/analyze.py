@@ -1,0 +1,71 @@
+"""``ckptsel analyze``: choose on validation records (frozen + hashed), score the choices on test
+records, and report G, H, D and B with intervals."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from ckptsel import defaults
+from ckptsel.choose import parse_budget_list
+from ckptsel.cli.output import console
+from ckptsel.results import REPORT_FILE, SUMMARY_FILE
+from ckptsel.stats import METHODS
+from ckptsel.workflows import analyze as run_analysis
+
+
+def analyze(
+    records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
+    out: Path = typer.Option(
+        ..., "--out", help="Results folder (summary.json, choices/, tables/)."
+    ),
+    permutations: int = typer.Option(
+        defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."
+    ),
+    draws: int = typer.Option(defaults.DRAWS, help="Bootstrap draws."),
+    seed: int = typer.Option(
+        defaults.SEED, help="Seed for permutations, partitions and bootstraps."
+    ),
+    confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
+    interval: str = typer.Option(
+        defaults.INTERVAL,
+        "--interval",
+        help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
+        "bootstrap; see README 'What the intervals estimate').",
+    ),
+    budgets: str = typer.Option(
+        ",".join(str(b) for b in defaults.BUDGETS),
+        "--budgets",
+        help="Finite validation budgets, comma-separated ('full' is always added); "
+        "D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
+    ),
+    report: bool = typer.Option(
+        True, "--report/--no-report", help="Also write tables, figures and report.html."
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Allow a non-empty --out that is not a results folder (its files are kept).",
+    ),
+) -> None:
+    """Choose checkpoints on validation records (frozen + hashed), score them on test records,
+    and report G, H, D and B with bootstrap intervals."""
+    start = time.perf_counter()
+    budget_list = parse_budget_list(budgets)
+    with console.status("choosing on validation records, then scoring frozen choices…"):
+        summary = run_analysis(
+            records_dir, out, permutations=permutations, draws=draws, seed=seed,
+            level=confidence, interval=interval, budgets=budget_list, report=report, force=force,
+            note=lambda line: console.print(f"note: {line}", style="yellow", soft_wrap=True),
+        )  # fmt: skip
+    from ckptsel.report import print_main_table  # when run (see ckptsel.cli)
+
+    print_main_table(summary, console)
+    if report:
+        console.print(f"report: {out / REPORT_FILE}")
+    console.print(
+        f"wrote {out / SUMMARY_FILE} (choices SHA-256 {(summary.choices_sha256 or '')[:16]}…) "
+        f"in {time.perf_counter() - start:.1f} s"
+    )

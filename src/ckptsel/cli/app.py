@@ -1,0 +1,88 @@
+"""The ``ckptsel`` Typer app: the command table, and bad input turned into one clear line with
+exit code 2 (:class:`~ckptsel.errors.CkptselError`). Each command is a module-level function
+in the module named after it."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+
+import typer
+
+from ckptsel.cli import (
+    analyze,
+    audit,
+    compare,
+    ingest,
+    measure,
+    plan,
+    quickstart,
+    records,
+    report,
+    run,
+    selection,
+    simulate,
+    split,
+    train,
+    verify,
+)
+from ckptsel.errors import CkptselError
+
+__all__ = ["COMMANDS", "GROUPS", "app", "main"]
+
+# The commands in the order `ckptsel --help` lists them.
+COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("split", split.split),
+    ("audit", audit.audit),
+    ("measure", measure.measure),
+    ("analyze", analyze.analyze),
+    ("verify", verify.verify),
+    ("simulate", simulate.simulate),
+    ("train", train.train),
+    ("quickstart", quickstart.quickstart),
+    ("report", report.report),
+    ("select", selection.select),
+    ("compare", compare.compare),
+    ("plan", plan.plan),
+    ("run", run.run),
+)
+# Command groups (listed after the commands): (name, help, its subcommands).
+GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...] = (
+    ("ingest", "Import generations evaluated by other tools.", (("lm-eval", ingest.lm_eval),)),
+    ("records", "Maintain records folders.", (("compact", records.compact),)),
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Which SFT checkpoint to keep, and what the validation data used to choose it is worth.",
+)
+for _name, _command in COMMANDS:
+    app.command(_name)(_command)
+for _name, _help, _subcommands in GROUPS:
+    _group = typer.Typer(no_args_is_help=True, help=_help)
+    for _sub, _command in _subcommands:
+        _group.command(_sub)(_command)
+    app.add_typer(_group, name=_name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point (``argv=None``: the process's own arguments, and the process ends
+    when the command does)."""
+    try:
+        app(args=argv, standalone_mode=True)
+    except CkptselError as err:
+        typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
+        sys.exit(err.exit_code)
+    finally:
+        if argv is None:
+            # the interpreter's final garbage collection walks every object torch and
+            # transformers created (about a second, measured); the process is ending, so
+            # freeze them out of its reach. Exit handlers and flushes still run.
+            gc.freeze()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,247 @@
+"""What the commands print, shared: the console, the measurement progress bars, and the tables
+of ``select``, ``compare`` and ``plan``.
+
+The measurement runner has no UI code: it reports :class:`ckptsel.measure.ProgressEvent` s,
+which :func:`progress_bars` renders as rich progress bars (one for the run, one for the
+checkpoint being measured, each with its items/s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ckptsel.results import fmt
+
+if TYPE_CHECKING:
+    from ckptsel.workflows import Selection
+
+console = Console()
+
+
+# --------------------------------------------------------------------------- measure
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
+    """A ``measure_run`` progress callback that draws rich bars (none when not ``enabled``)."""
+    from rich.progress import (  # only when measuring (see ckptsel.cli)
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, disable=not enabled, transient=False) as bar:
+        state: dict[str, Any] = {}
+
+        def rate(done: int, since: float) -> str:
+            return f"{done / max(time.perf_counter() - since, 1e-9):.1f} items/s"
+
+        def on_event(ev: Any) -> None:
+            if ev.kind == "run":
+                state.update(t0=time.perf_counter(), done=0, recorded=0, units=0)
+                state.update(name=ev.trajectory, n_units=ev.units)
+                state["overall"] = bar.add_task(ev.trajectory, total=ev.total, rate="")
+            elif ev.kind == "step":
+                state.update(step_t0=time.perf_counter(), step_done=0, step_total=max(ev.total, 1))
+                state["step"] = bar.add_task(
+                    f"  step {ev.step}", total=state["step_total"], rate=""
+                )
+            elif ev.kind == "items":
+                state["step_done"] += ev.done
+                state["done"] += ev.done
+                step_rate = rate(state["step_done"], state["step_t0"])
+                bar.update(state["step"], advance=ev.done, rate=step_rate)
+                bar.update(state["overall"], advance=ev.done, rate=rate(state["done"], state["t0"]))
+            elif ev.kind == "step_done":
+                state["recorded"] += ev.total
+                state["units"] += 1
+                units = f"{state['name']} ({state['units']}/{state['n_units']} checkpoints)"
+                bar.update(state["overall"], completed=state["recorded"], description=units)
+                bar.update(state["step"], completed=state["step_total"])
+                bar.remove_task(state["step"])
+
+        yield on_event
+
+
+# --------------------------------------------------------------------------- select
+
+
+def _clusters(clusters: int | None, items: int) -> str:
+    """Text naming the clusters when items share groups (resampled together), else empty."""
+    return f" in {clusters} clusters" if clusters is not None and clusters < items else ""
+
+
+def print_selection(result: Selection) -> None:
+    """The human-readable form of :func:`ckptsel.workflows.select_checkpoint`'s answer."""
+    s = result.settings
+    level = int(round(s.level * 100))
+    table = Table(
+        title=f"{result.trajectory} ({result.task}): checkpoints {result.steps[0]}…{result.final_step} "
+        f"(final = {result.final_step}), {result.validation_items} eligible validation items"
+        + _clusters(result.validation_clusters, result.validation_items)
+        + (f", {result.test_items} test items" if result.test_items else ", no test records")
+    )
+    for col in (
+        "rule",
+        "full-pool choice",
+        "budget curve (n → step, prob.)",
+        f"split-validation gain, pp ({level}%)",
+        f"test gain, pp ({level}%)",
+    ):
+        table.add_column(col)
+    for rule, r in result.rules.items():
+        choice = ", ".join(
+            f"{st} ({p:.2f})" if p < 1 else st for st, p in r.probabilities.items()
+        )
+        curve = "; ".join(
+            f"{c.budget} → {c.most_likely_step} ({c.probability:.2f})" for c in r.budget_curve
+        )
+        test = None if r.test is None else r.test.estimate
+        table.add_row(rule, choice, curve, fmt(r.split_validation.estimate), fmt(test))
+    console.print(table)
+    rec = result.recommendation
+    what = "keep the final checkpoint" if rec.keep_final else f"keep checkpoint {rec.keep_step}"
+    colour = "yellow" if rec.keep_final else "green"
+    console.print(
+        f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}."
+    )
+    console.print(
+        f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
+        f"half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
+        f"× {s.bootstrap_partitions} partitions, the choice redone on each."
+    )
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def print_comparison(result: dict) -> None:
+    """The human-readable form of :func:`ckptsel.workflows.compare_checkpoints`'s answer."""
+    a, b = result["a"], result["b"]
+    level = int(round(result["settings"]["level"] * 100))
+    name_a = f"{a['trajectory']}@{a['step']}"
+    name_b = f"{b['trajectory']}@{b['step']}"
+    table = Table(title=f"A = {name_a}  vs  B = {name_b}  (paired, same items)")
+    for col in (
+        "split",
+        "items (clusters)",
+        "acc A %",
+        "acc B %",
+        f"A − B pp [{level}%]",
+        "✓✓/A/B/✗✗",
+        "McNemar p",
+    ):
+        table.add_column(col, no_wrap=col in ("split", "items (clusters)"))
+    for split, r in result["splits"].items():
+        if r is None:
+            table.add_row(split, "no records", "–", "–", "–", "–", "–")
+            continue
+        t = r["table"]
+        diff = fmt(r["difference"])  # the stored estimate, printed like every other
+        table.add_row(
+            split,
+            f"{r['items']} ({r['clusters']})",
+            f"{r['accuracy_a']:.2f}",
+            f"{r['accuracy_b']:.2f}",
+            diff,
+            f"{t['both_correct']} / {t['only_a']} / {t['only_b']} / {t['both_wrong']}",
+            _p(r["mcnemar_p"]),
+        )
+    console.print(table)
+    console.print(
+        "✓✓/A/B/✗✗: items both right / only A right / only B right / both wrong; McNemar p: exact "
+        "two-sided binomial test on the discordant items."
+    )
+    for split, r in result["splits"].items():
+        if r and (r["not_shared"]["only_in_a"] or r["not_shared"]["only_in_b"]):
+            console.print(
+                f"{split}: compared on the {r['items']} shared items; "
+                f"{r['not_shared']['only_in_a']} item(s) "
+                f"only in A's pool and {r['not_shared']['only_in_b']} only in B's were left out."
+            )
+    console.print(
+        f"Interval: {result['settings']['draws']} bootstrap draws of whole clusters (items "
+        "sharing a group are resampled together). An interval that contains 0 is unresolved, "
+        "not 'no difference'."
+    )
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def print_plan(pilot: dict | None, closed: dict | None) -> None:
+    """The human-readable form of :func:`ckptsel.workflows.plan_from_pilot` and
+    :func:`ckptsel.workflows.closed_form` (either may be None)."""
+    if pilot is not None:
+        _print_pilot_plan(pilot)
+    if closed is not None:
+        _print_closed_form(closed)
+
+
+def _print_pilot_plan(pilot: dict) -> None:
+    s = pilot["settings"]
+    trajs = pilot["trajectories"]
+    table = Table(
+        title=f"plan from pilot records: rule {pilot['rule']}, {len(trajs)} trajectory(ies), "
+        f"pilot {pilot['pilot_items']} items (smallest), {s['draws']} draws per budget"
+    )
+    for col in (
+        "budget",
+        "× pilot",
+        "E gain over final, pp",
+        "P(beats final)",
+        "P(worse than final)",
+        "P(keeps final)",
+    ):
+        table.add_column(col, justify="right")
+    for r in pilot["rows"]:
+        x = f"{r['extrapolation']:.2f}" + ("*" if r["extrapolation"] > 1 else "")
+        table.add_row(
+            str(r["budget"]), x, f"{r['gain']:+.2f}", f"{r['p_beat']:.3f}",
+            f"{r['p_worse']:.3f}", f"{r['p_final']:.3f}",
+        )  # fmt: skip
+    console.print(table)
+    nb = pilot["planned_budget"]
+    console.print(
+        f"planned budget for P(beats final) ≥ {s['target']:.2f}: "
+        + (f"[bold]{nb}[/bold] items" if nb else "not reached within the budgets tried")
+        + ". Truth = accuracy on the pilot pool; budgets above the pilot size (*) extrapolate "
+        "(the pilot's differences are taken as exact), and a small pilot makes truly equal "
+        "checkpoints look different, so P(beats final) is optimistic there."
+    )
+
+
+def _print_closed_form(closed: dict) -> None:
+    table = Table(
+        title=f"closed form: candidate better than final by δ = {closed['delta']:g} pp, "
+        f"agreement {closed['agreement']:g} (discordant {closed['discordant']:.3f})"
+    )
+    for col in ("budget", "P(rule picks the better)", "E gain, pp", "paired SE, pp"):
+        table.add_column(col, justify="right")
+    for r in closed["rows"]:
+        table.add_row(str(r["budget"]), f"{r['p_pick']:.3f}", f"{r['gain']:+.2f}", f"{r['se']:.2f}")
+    console.print(table)
+    console.print(
+        f"budget for P(pick) ≥ {closed['target']:.2f}: "
+        f"[bold]{closed['budget_to_pick']}[/bold]; for a paired (McNemar) test at "
+        f"{closed['level']:.2f} with power {closed['target']:.2f}: "
+        f"[bold]{closed['budget_for_test']}[/bold] (normal approximation)."
+    )

@@ -1,0 +1,55 @@
+"""``ckptsel select``: which checkpoint of one trajectory to keep, and an honest estimate of its
+gain over the final one. (Named ``selection`` to keep clear of the standard library's
+``select``.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ckptsel import defaults
+from ckptsel.cli.output import print_selection
+from ckptsel.errors import CkptselError
+from ckptsel.workflows import SelectSettings, select_checkpoint
+
+
+def select(
+    records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
+    trajectory: str = typer.Option(
+        ..., "--trajectory", help="The trajectory (run) to choose a checkpoint for."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a machine-readable JSON object instead of tables."
+    ),
+    rule: str = typer.Option(
+        "accuracy",
+        "--rule",
+        help="Rule the recommendation follows: accuracy, agreement or nll.",
+    ),
+    partitions: int = typer.Option(
+        defaults.PERMUTATIONS, help="Random half/half partitions of the validation pool."
+    ),
+    draws: int = typer.Option(1000, help="Question-bootstrap draws for the intervals."),
+    bootstrap_partitions: int = typer.Option(20, help="Partitions per bootstrap draw."),
+    seed: int = typer.Option(
+        defaults.SEED, help="Seed for permutations, partitions and bootstraps."
+    ),
+    confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
+) -> None:
+    """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the final one."""
+    if not 0.0 < confidence < 1.0:
+        raise CkptselError("--confidence must be between 0 and 1")
+    settings = SelectSettings(
+        partitions=partitions,
+        draws=draws,
+        bootstrap_partitions=bootstrap_partitions,
+        seed=seed,
+        level=confidence,
+    )
+    result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=1, allow_nan=False))
+    else:
+        print_selection(result)

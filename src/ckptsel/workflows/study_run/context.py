@@ -1,0 +1,141 @@
+"""What every stage of a study run works from, built once: :class:`StudyContext` holds the loaded
+study file (``StudySpec``), the device, the checked ``[executor]``, where lines go (``log``,
+``console``), and derives on first use the validation and test pools, the
+:class:`~ckptsel.measure.MeasureConfig` and the study's :class:`Trajectory` s (trained here, or
+found by each external configuration's glob, seed read from the folder name by
+:func:`seed_of`).
+
+The pools and the trajectories are derived lazily because, with ``[pool]``, they read the
+split's files, which the ``prepare`` stage writes first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from functools import cached_property
+from glob import glob
+from pathlib import Path
+from typing import Any
+
+from ckptsel.data import build_pools, load_items
+from ckptsel.errors import CkptselError
+from ckptsel.measure import ExecutorConfig, MeasureConfig
+from ckptsel.study import StudySpec
+from ckptsel.train import pick_device
+from ckptsel.workflows.study_run.progress import Log
+
+_SEED_RE = re.compile(r"(?:^|[-_.])(?:s|seed)[-_]?(\d+)$")
+
+
+def seed_of(folder: str) -> int | None:
+    """The seed in a run folder's name: ``...-s42``, ``..._seed42``, ``...-seed-42``."""
+    m = _SEED_RE.search(Path(folder).name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One trajectory of the study and where its checkpoints are (or will be)."""
+
+    name: str
+    configuration: str
+    source: str  # "train" | "runs" | "lm_eval"
+    folder: Path
+    expected_steps: tuple[int, ...] = ()  # trained here: the checkpoint grid
+    filter: str | None = None  # lm-eval filter
+
+
+class StudyContext:
+    """A loaded study and the inputs its stages share (each built once, on first use)."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        device: str | None = None,
+        log: Log = print,
+        console: Any = None,
+    ) -> None:
+        """``[executor]`` is checked here, before anything runs; ``console``: a rich console
+        for the live display (shown only when it is a terminal)."""
+        self.spec, self.device, self.log, self.console = spec, device, log, console
+        try:
+            self.executor = ExecutorConfig.coerce(spec.executor)
+        except CkptselError as err:
+            raise CkptselError(f"{spec.source}: [executor]: {err}") from err
+
+    @property
+    def records_dir(self) -> Path:
+        return self.spec.study.records_root
+
+    @property
+    def validation_spec(self) -> Any:
+        """The validation pool spec; with ``[pool]`` its file is the split's validation part."""
+        v = self.spec.validation
+        if not v.files and self.spec.split is not None:
+            ext = self.spec.split.file.suffix or ".jsonl"
+            return replace(v, files=(self.spec.state_dir / "split" / f"validation{ext}",))
+        return v
+
+    @cached_property
+    def pools(self) -> tuple[list, list]:
+        """(validation items, test items)."""
+        return build_pools(self.validation_spec, self.spec.test)
+
+    @cached_property
+    def measure_config(self) -> MeasureConfig:
+        m = dict(self.spec.study.measure)
+        if self.device is not None:
+            m["device"] = self.device
+        m.setdefault("device", pick_device())
+        v, t = self.spec.validation.task, self.spec.test.task
+        # on Ray the GPUs are the workers', not this process's: checked where the models run
+        check_here = self.executor.kind != "ray"
+        return MeasureConfig(task=v, test_task=t if t != v else None, check_here=check_here, **m)
+
+    def n_train(self) -> int:
+        """Training items (0 when nothing is trained here or the file is not there yet)."""
+        st = self.spec.study
+        if not st.configurations or st.train is None or not st.train.exists():
+            return 0
+        return len(load_items(st.task, st.train))
+
+    @cached_property
+    def trajectories(self) -> tuple[Trajectory, ...]:
+        """Trained-here trajectories, then those found by each external configuration's glob."""
+        st = self.spec.study
+        n = self.n_train() if any(c.epochs is not None for c in st.configurations) else 0
+        out = [
+            Trajectory(name, cfg.name, "train", st.run_root / name, tuple(cfg.save_steps(n)))
+            for name, cfg, _seed in st.trajectories()
+        ]
+        for ext in self.spec.external:
+            out += _external(ext)
+        names = [t.name for t in out]
+        dup = sorted({x for x in names if names.count(x) > 1})
+        if dup:
+            raise CkptselError(f"trajectory names occur twice: {dup} (two folders, one seed?)")
+        return tuple(out)
+
+    def trajectory(self, name: str) -> Trajectory:
+        return next(t for t in self.trajectories if t.name == name)
+
+
+def _external(ext: Any) -> list[Trajectory]:
+    """The trajectories of one external configuration (``runs`` or ``lm_eval`` glob)."""
+    folders = sorted(p for p in glob(ext.pattern) if Path(p).is_dir())
+    if not folders:
+        raise CkptselError(
+            f"configuration {ext.name!r}: {ext.kind} = {ext.pattern!r} matches no folder"
+        )
+    out = []
+    for f in folders:
+        seed = seed_of(f)
+        if seed is None:
+            raise CkptselError(
+                f"configuration {ext.name!r}: cannot read a seed from folder {f} "
+                "(name it ...-s<seed> or ..._seed<seed>)"
+            )
+        out.append(Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, Path(f), (), ext.filter))
+    return out

@@ -1,0 +1,132 @@
+"""What is done and what is left, answered in one place: :func:`what_is_left` gives, per
+trajectory, the checkpoints it has and will have and what measuring and recording them has left
+(:func:`ckptsel.measure.left_to_measure`: the part cache and the contract records, read once for
+all trajectories; no model is loaded). :func:`finished` (the trajectories ``--workers`` skips)
+and :func:`plan` (the ``--dry-run`` rows, printed by :func:`format_plan`) both read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ckptsel.measure import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
+from ckptsel.train import checkpoint_steps, discover_checkpoints
+from ckptsel.workflows.study_run.context import StudyContext, Trajectory
+
+
+@dataclass(frozen=True)
+class TrajectoryTodo:
+    """One trajectory: the checkpoints it has (``have``), those it has or will have once
+    trained (``steps``), and what is left at each of ``steps`` (``checkpoints``)."""
+
+    trajectory: Trajectory
+    have: tuple[int, ...]
+    steps: tuple[int, ...]
+    checkpoints: tuple[CheckpointTodo, ...]
+
+    @property
+    def trained(self) -> bool:
+        """Every checkpoint is there (trained here: the whole grid)."""
+        if self.trajectory.source == "train" and not self.trajectory.expected_steps:
+            return False
+        return bool(self.steps) and set(self.steps) <= set(self.have)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to train, measure or record."""
+        return self.trained and all(c.done for c in self.checkpoints)
+
+
+def steps_of(t: Trajectory) -> tuple[list[int], list[int]]:
+    """(the checkpoints a trajectory has, those it has or will have): trained here, its complete
+    ``checkpoint-<step>/`` folders and the grid; run folders, their validated checkpoints."""
+    if t.source == "train":
+        have = checkpoint_steps(t.folder)
+        return have, sorted(set(have) | set(t.expected_steps))
+    have = [c.step for c in discover_checkpoints(t.folder)]
+    return have, have
+
+
+def item_pool(ctx: StudyContext) -> ItemPool:
+    """The study's validation and test items with their content hashes."""
+    val, test = ctx.pools
+    cfg = ctx.measure_config
+    return ItemPool.load(cfg.task, val, test, cfg.test_task)
+
+
+def what_is_left(
+    ctx: StudyContext, trajectories: Sequence[Trajectory], pool: ItemPool | None = None
+) -> list[TrajectoryTodo]:
+    """What is left of each of ``trajectories`` (measured here: not lm-eval ones); the records
+    are read once for all of them."""
+    if not trajectories:
+        return []
+    pool = pool or item_pool(ctx)
+    # all trajectories' keys at once: the records' read cache answers (a trajectory filter
+    # would scan up to DIRECT_SCAN_UNITS unit files instead)
+    recorded = RecordedItems.read(ctx.records_dir, pool)
+    out = []
+    for t in trajectories:
+        have, steps = steps_of(t)
+        todo = left_to_measure(ctx.records_dir, t.name, steps, ctx.measure_config, pool, recorded)
+        out.append(TrajectoryTodo(t, tuple(have), tuple(steps), tuple(todo)))
+    return out
+
+
+def finished(ctx: StudyContext, trajectories: Sequence[Trajectory]) -> set[str]:
+    """Names of the trajectories with every checkpoint there (trained here: the whole grid)
+    whose part cache and contract records hold every current item of both pools at every
+    checkpoint: nothing is left to train, measure or record."""
+    return {x.trajectory.name for x in what_is_left(ctx, trajectories) if x.finished}
+
+
+def plan(ctx: StudyContext) -> list[dict[str, Any]]:
+    """Per trajectory: checkpoints (existing or to train), items, generations to do/done."""
+    pool = item_pool(ctx)
+    measured = [t for t in ctx.trajectories if t.source != "lm_eval"]
+    left = {x.trajectory.name: x for x in what_is_left(ctx, measured, pool)}
+    rows = []
+    for t in ctx.trajectories:
+        if t.source == "lm_eval":  # generations made elsewhere: only ingested here
+            n_ckpt = len(list((t.folder / "test").glob("checkpoint-*")))
+            rows.append(
+                {
+                    "trajectory": t.name, "source": t.source, "checkpoints": n_ckpt,
+                    "trained": n_ckpt, "items": pool.n_items, "generations_todo": 0,
+                    "generations_done": 0, "nll_todo": 0,
+                }
+            )  # fmt: skip
+            continue
+        x = left[t.name]
+        to_gen = sum(c.generate for c in x.checkpoints)
+        rows.append(
+            {
+                "trajectory": t.name, "source": t.source, "checkpoints": len(x.steps),
+                "trained": len([s for s in x.steps if s in x.have]), "items": pool.n_items,
+                "generations_todo": to_gen,
+                "generations_done": pool.n_items * len(x.steps) - to_gen,
+                "nll_todo": sum(c.score for c in x.checkpoints),
+            }
+        )  # fmt: skip
+    return rows
+
+
+def format_plan(rows: list[dict[str, Any]]) -> str:
+    """The ``--dry-run`` table."""
+    head = ("trajectory", "source", "checkpoints", "trained", "items", "gen todo", "gen done")
+    keys = ("trajectory", "source", "checkpoints", "trained", "items", "generations_todo",
+            "generations_done")  # fmt: skip
+    table = [head] + [tuple(str(r[k]) for k in keys) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
+    n_ckpt = sum(r["checkpoints"] for r in rows)
+    items = rows[0]["items"] if rows else 0
+    todo = sum(r["generations_todo"] for r in rows)
+    done = sum(r["generations_done"] for r in rows)
+    lines.append(
+        f"{len(rows)} trajectories x {n_ckpt} checkpoints in all x {items} items: "
+        f"{todo} generations to do, {done} already recorded"
+    )
+    return "\n".join(lines)

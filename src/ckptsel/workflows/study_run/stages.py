@@ -1,0 +1,178 @@
+"""The stages of ``ckptsel run``, in order (:data:`STAGES`), each a function of the
+:class:`~ckptsel.workflows.study_run.context.StudyContext` and each idempotent, so a job killed
+anywhere and run again continues and ends with the same records and the same ``summary.json``:
+
+* :func:`prepare` — with ``[pool]``, split the fine-tuning file into train + validation
+  (:func:`split`: :func:`ckptsel.data.split_file`, skipped when its lineage matches the file)
+  and audit the train, validation and test questions for overlap (:func:`audit`, once); build
+  the validation and test pools and write them (with their strata) under
+  ``<workdir>/.ckptsel/``; check the study against the fingerprint of the recorded work and
+  store it.
+* :func:`train` — every trajectory of the configurations trained here that lacks its final
+  checkpoint (:func:`ckptsel.train.train_study`; finished ones are skipped, others resume).
+* :func:`measure` — every checkpoint of every trajectory (trained here, or existing run folders
+  found by a glob), on both pools (:func:`ckptsel.measure.measure_run`, whose part cache skips
+  what is recorded); lm-eval sample folders are ingested (:func:`ingest`).
+* :func:`analyze` — :func:`ckptsel.workflows.analyze` with the report.
+
+:func:`stages_to_run` reads ``--until`` / ``--only``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from ckptsel._util.io import write_text
+from ckptsel.data import audit_pools, load_items, split_file, strata_counts, write_audit
+from ckptsel.errors import CkptselError
+from ckptsel.measure import ingest_lm_eval, measure_run
+from ckptsel.train import train_study
+from ckptsel.workflows.analysis import analyze as analyze_records
+from ckptsel.workflows.study_run.context import StudyContext, Trajectory
+from ckptsel.workflows.study_run.fingerprint import check_fingerprint
+from ckptsel.workflows.study_run.progress import live
+
+STAGES = ("prepare", "train", "measure", "analyze")
+
+
+def stages_to_run(until: str | None = None, only: str | None = None) -> tuple[str, ...]:
+    """The stages selected by ``--until`` / ``--only`` (one of them at most)."""
+    for flag, value in (("--until", until), ("--only", only)):
+        if value is not None and value not in STAGES:
+            raise CkptselError(f"{flag} {value!r}: stages are {', '.join(STAGES)}")
+    if until and only:
+        raise CkptselError("give --until or --only, not both")
+    if only:
+        return (only,)
+    if until:
+        return STAGES[: STAGES.index(until) + 1]
+    return STAGES
+
+
+# --------------------------------------------------------------------------- prepare
+
+
+def prepare(ctx: StudyContext) -> None:
+    """Split (with ``[pool]``), check and store the fingerprint, write the pools, audit."""
+    spec = ctx.spec
+    if spec.split is not None:
+        split(ctx)
+    check_fingerprint(ctx)
+    val, test = ctx.pools
+    for name, items in (("validation", val), ("test", test)):
+        rows = [{**asdict(it)} for it in items]
+        write_text(
+            spec.state_dir / "pools" / f"{name}.json",
+            json.dumps(rows, indent=1, ensure_ascii=False) + "\n",
+        )
+    strata = {"validation": strata_counts(val), "test": strata_counts(test)}
+    write_text(spec.state_dir / "pools" / "strata.json", json.dumps(strata, indent=2) + "\n")
+    ctx.log(
+        f"prepare: validation {len(val)} items ({spec.validation.task}), "
+        f"test {len(test)} items ({spec.test.task})"
+        + (f"; strata {strata['test']}" if len(strata["test"]) > 1 else "")
+    )
+    if spec.split is not None:
+        audit(ctx, val, test)
+
+
+def split(ctx: StudyContext) -> None:
+    """``[pool]``: the fine-tuning file into train + validation, unless its lineage matches."""
+    sp, out = ctx.spec.split, ctx.spec.state_dir / "split"
+    lineage = out / "lineage.json"
+    sha = hashlib.sha256(sp.file.read_bytes()).hexdigest()
+    if lineage.is_file():
+        lin = json.loads(lineage.read_text(encoding="utf-8"))
+        same = lin.get("source_sha256") == sha and lin.get("seed") == sp.seed
+        if same and lin.get("val_fraction") == sp.val_fraction:
+            ctx.log("prepare: split is done (lineage matches the pool file)")
+            return
+    split_file(sp.file, out, seed=sp.seed, val_fraction=sp.val_fraction, group_field=sp.group_field)
+    ctx.log(f"prepare: split {sp.file.name} into train + validation ({out})")
+
+
+def audit(ctx: StudyContext, val: list, test: list) -> None:
+    """The overlap audit of train, validation and test questions (once)."""
+    out = ctx.spec.state_dir / "audit"
+    if (out / "audit.json").is_file():
+        return
+    st = ctx.spec.study
+    train_items = [it.instruction for it in load_items(st.task, st.train)]
+    res = audit_pools(
+        {
+            "train": train_items,
+            "validation": [it.instruction for it in val],
+            "test": [it.instruction for it in test],
+        }
+    )
+    write_audit(res, out)
+    ctx.log(f"prepare: overlap audit written to {out / 'audit.md'}")
+
+
+# --------------------------------------------------------------------------- train, measure
+
+
+def train(ctx: StudyContext, only: Sequence[str] | None = None) -> None:
+    """Train (or resume) the trajectories trained here (``only``: these names)."""
+    st = ctx.spec.study
+    if not st.configurations:
+        ctx.log("train: no configuration is trained here")
+        return
+    with live(ctx.console, "train", len(st.trajectories()) if only is None else 0) as advance:
+
+        def log(m: str) -> None:  # train_study logs one line per trajectory
+            ctx.log(f"train: {m}")
+            advance()
+
+        train_study(st, only=only, device=ctx.device, progress=False, log=log)
+
+
+def measure(ctx: StudyContext, only: Sequence[str] | None = None) -> None:
+    """Measure every checkpoint of every trajectory (``only``: these names)."""
+    val, test = ctx.pools
+    trajs = [t for t in ctx.trajectories if only is None or t.name in only]
+    with live(ctx.console, "measure", len(trajs) if only is None else 0) as advance:
+        for t in trajs:
+            if t.source == "lm_eval":
+                ingest(ctx, t)
+                advance()
+                continue
+            res = measure_run(
+                t.folder, ctx.measure_config, validation=val, test=test, out=ctx.records_dir,
+                trajectory=t.name, configuration=t.configuration, executor=ctx.executor,
+            )  # fmt: skip
+            ctx.log(
+                f"measure: {t.name}: {len(res.steps)} checkpoints, "
+                f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already "
+                f"recorded ({res.seconds:.1f}s)"
+            )
+            advance()
+
+
+def ingest(ctx: StudyContext, t: Trajectory) -> None:
+    """lm-eval samples: ``<trajectory folder>/<split>/checkpoint-<step>/`` per split."""
+    for split_name in ("validation", "test"):
+        folders = sorted(p for p in (t.folder / split_name).glob("checkpoint-*") if p.is_dir())
+        if not folders:
+            raise CkptselError(f"{t.folder / split_name}: no checkpoint-<step>/ sample folders")
+        task = ctx.spec.test.task if split_name == "test" else ctx.spec.validation.task
+        ingest_lm_eval(
+            folders, out=ctx.records_dir, trajectory=t.name, configuration=t.configuration,
+            task=task, split=split_name, filter_name=t.filter,
+            note=lambda m: ctx.log(f"measure: {m}"),
+        )  # fmt: skip
+    ctx.log(f"measure: {t.name}: lm-eval samples ingested")
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def analyze(ctx: StudyContext) -> dict:
+    """The analysis with the report, into the study's results folder (``[analysis]``)."""
+    out = ctx.spec.results_dir
+    summary = analyze_records(ctx.records_dir, out, report=True, **ctx.spec.analysis)
+    ctx.log(f"analyze: results in {out}")
+    return summary
