@@ -44,7 +44,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 # The modules of each package, earlier first (a package's __init__ comes after them all).
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("io", "checks", "rng", "threads"),
-    "records": ("schema", "codec", "units", "scan", "store", "load"),
+    "records": ("schema", "codec", "units", "provenance", "scan", "store", "load"),
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
@@ -52,7 +52,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
-        "executors", "run", "ingest",
+        "executors", "provenance", "run", "ingest",
     ),  # fmt: skip
     "measure.backends": ("hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),

@@ -22,7 +22,7 @@ vllm = require_vllm()
 from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
 from ckptsel.measure.backends.vllm import VllmEngine  # noqa: E402
-from ckptsel.records import read_frame  # noqa: E402
+from ckptsel.records import read_frame, read_provenance  # noqa: E402
 from ckptsel.train import discover_checkpoints  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
@@ -91,7 +91,7 @@ def run(tmp_path_factory):
 def hf(run, tmp_path_factory):
     out = tmp_path_factory.mktemp("hf") / "records"
     measure(run, out, backend="hf")
-    return records(out)
+    return (*records(out), out)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def by_vllm(run, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm") / "records"
     result = measure(run, out, backend="vllm")
     assert result.measured_steps == list(STEPS) and result.model_loads == 0  # no HF model
-    return records(out)
+    return (*records(out), out)
 
 
 def assert_same_generations(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -123,6 +123,32 @@ def test_vllm_records_equal_the_hf_records(hf, by_vllm):
     assert (hf[1]["n_tokens"] < hf[1]["n_tokens"].max()).any()  # the window cut some
 
 
+def engine_of(out: Path, kind: str) -> dict:
+    """The one provenance the run's units of ``kind`` record."""
+    (one,) = read_provenance(out, kind)["run-a"].measured_by
+    return json.loads(one)
+
+
+def test_units_say_which_engine_measured_them_and_engines_do_not_mix(run, hf, by_vllm):
+    import transformers
+
+    for kind in ("generations", "nll"):
+        assert engine_of(hf[2], kind)["engine"] == "hf"
+        assert engine_of(hf[2], kind)["version"] == transformers.__version__
+        p = engine_of(by_vllm[2], kind)
+        assert (p["engine"], p["version"], p["dtype"], p["device"]) == (
+            "vllm", vllm.__version__, "float32", "cpu"
+        )
+        assert p["batch_size"] >= 1  # the engine's max_num_seqs
+    # vLLM into the HF records: refused in one line before an engine starts; records intact
+    before = records(hf[2])
+    with pytest.raises(CkptselError, match=r"measured by hf .*, not vllm 0\.32") as err:
+        measure(run, hf[2], backend="vllm")
+    assert "\n" not in str(err.value)
+    pd.testing.assert_frame_equal(records(hf[2])[0], before[0])
+    pd.testing.assert_frame_equal(records(hf[2])[1], before[1])
+
+
 def test_vllm_generation_with_hf_nll(run, hf, tmp_path):
     measure(run, tmp_path / "records", backend="vllm", nll_backend="hf")
     gen, nll = records(tmp_path / "records")
@@ -143,6 +169,7 @@ def test_in_a_ray_actor(run, hf, tmp_path):
     gen, nll = records(tmp_path / "records")
     assert_same_generations(hf[0], gen)
     assert_same_nll(hf[1], nll)
+    assert engine_of(tmp_path / "records", "generations")["engine"] == "vllm"  # the actor's
 
 
 def test_the_engine_is_sized_and_set_from_the_work(run):

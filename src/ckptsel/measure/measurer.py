@@ -25,6 +25,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import (
     ModelHolder,
     generation_config,
+    hf_provenance,
     resolve_dtype,
     run_tokenizer,
     tokenizer_ref,
@@ -40,7 +41,7 @@ from ckptsel.measure.tokens import (
     encode_responses,
     stop_token_ids,
 )
-from ckptsel.records import SPLITS, empty_generations, empty_nll
+from ckptsel.records import SPLITS, canonical, empty_generations, empty_nll
 from ckptsel.train import Checkpoint
 
 
@@ -155,6 +156,14 @@ def _with_hashes(frames: list[pd.DataFrame], pool: ItemPool) -> list[pd.DataFram
     ]
 
 
+def stamp(frame: pd.DataFrame, provenance: dict[str, Any]) -> pd.DataFrame:
+    """``frame`` with a ``provenance`` column: what measured its rows (a canonical string,
+    :func:`ckptsel.records.canonical`); part rows keep it, so a unit written from the part
+    cache says what measured each of its items."""
+    value = canonical(provenance)
+    return frame.assign(provenance=pd.Series([value] * len(frame), index=frame.index, dtype="string"))
+
+
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """The frames stacked (the first, empty one only keeps the contract dtypes)."""
     frames = [f for f in frames[1:] if len(f)] or frames[:1]
@@ -265,8 +274,9 @@ class Measurer:
         """One shared pass of the HF model over ``by_split``'s items."""
         cfg, res = self.config, self.result
         seconds: dict[str, float] = {}
+        model = self.holder.get(ckpt)
         g, n = measure_splits(
-            self.holder.get(ckpt), self.tokenizer, by_split, cfg, trajectory=trajectory,
+            model, self.tokenizer, by_split, cfg, trajectory=trajectory,
             configuration=configuration, step=ckpt.step, device=cfg.device, generate=gen,
             nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m), seconds=seconds,
             token_cache=self.token_cache,
@@ -280,7 +290,8 @@ class Measurer:
         n_items = sum(map(len, by_split.values()))
         res.generated_items += n_items if gen else 0
         res.scored_items += n_items if nll else 0
-        return g, n
+        made_by = hf_provenance(model, cfg.batch_size, cfg.device)
+        return stamp(g, made_by), stamp(n, made_by)
 
     def _measure_vllm(
         self, ckpt: Checkpoint, pool: ItemPool, gen: dict[str, list[int]],
@@ -303,13 +314,15 @@ class Measurer:
                     encode_responses, tok, [it.response for it in flat], cache, "response"
                 )
                 scored = self.vllm.score(ckpt, ids, answers, cfg.windows)
-                frames[1].append(split_frames(items, None, scored, cfg, *names, ckpt.step)[1])
+                frame = split_frames(items, None, scored, cfg, *names, ckpt.step)[1]
+                frames[1].append(stamp(frame, self.vllm.provenance()))
                 res.nll_seconds += time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 res.scored_items += len(flat)
             else:
                 stops = self._stops(ckpt)
                 texts = self.vllm.generate(ckpt, tok, ids, stops, cfg.max_new_tokens)
-                frames[0].append(split_frames(items, texts, None, cfg, *names, ckpt.step)[0])
+                frame = split_frames(items, texts, None, cfg, *names, ckpt.step)[0]
+                frames[0].append(stamp(frame, self.vllm.provenance()))
                 res.generation_seconds += (
                     time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 )

@@ -22,6 +22,7 @@ from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
+from ckptsel.measure.provenance import ProvenanceGate
 from ckptsel.records import GENERATIONS_FILE, SPLITS, check_name, read_rows, upsert_records
 from ckptsel.train import discover_checkpoints
 
@@ -64,6 +65,7 @@ def measure_run(
     on_progress: ProgressCallback | None = None,
     after_checkpoint: Callable[[int], None] | None = None,
     executor: Any = None,
+    allow_mixed_engines: bool = False,
 ) -> MeasureResult:
     """Measure every checkpoint of ``run_dir`` on the validation and test items into ``out``.
 
@@ -76,6 +78,9 @@ def measure_run(
     (tests use it). ``executor`` says where checkpoints are measured: ``None``/``"local"``
     (this process), ``"ray"`` or an :class:`~ckptsel.measure.executors.ExecutorConfig`
     (a Ray cluster; results still come back here and are written by this process alone).
+    Each unit records what measured it (:mod:`ckptsel.measure.provenance`); rows measured with
+    a provenance the trajectory's records lack are refused before they are written, unless
+    ``allow_mixed_engines`` (then the units say what was mixed).
     """
     t_start = time.perf_counter()
     run_dir, out = Path(run_dir), Path(out)
@@ -93,11 +98,15 @@ def measure_run(
     emit = on_progress or (lambda event: None)
     emit(ProgressEvent("run", trajectory, total=len(ckpts) * pool.n_items * 2, units=len(ckpts)))
     units = [(ckpt, StepParts(out, trajectory, ckpt.step, config, pool)) for ckpt in ckpts]
+    gate = ProvenanceGate(out, trajectory, config.only, allow_mixed_engines)
+    if any(parts.n_todo for _, parts in units):
+        gate.check_settings(config)  # before any model loads
     with open_executor(executor, config, ckpts, base, result) as measurer:
         # units come back in the executor's order (local: one by one; ray: as they finish);
         # the driver alone writes: parts files, then the checkpoint's contract rows
         for ckpt, parts, new in measurer.run(units, trajectory, configuration, emit):
             if new is not None:
+                gate.admit_rows(*new)  # before anything is cached or recorded
                 parts.add(*new)
                 result.measured_steps.append(ckpt.step)
             else:
@@ -108,6 +117,7 @@ def measure_run(
                     config.task, trajectory, configuration, config.test_task
                 ),
                 nll=parts.contract_nll(trajectory),
+                provenance=gate.units(parts),
             )
             emit(ProgressEvent("step_done", trajectory, step=ckpt.step, total=pool.n_items * 2))
             if after_checkpoint is not None:

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from ckptsel._util import io
 from ckptsel.errors import CkptselError
 from ckptsel.records.codec import parquet_bytes, read_schema, read_table, unit_bytes
+from ckptsel.records.provenance import UnitProvenance, read_provenance, single_file_metadata
 from ckptsel.records.scan import read_frame
 from ckptsel.records.schema import (
     GENERATION_KEY,
@@ -57,14 +58,16 @@ def compact(records_dir: Path) -> list[Path]:
     optional ``text`` column) from everything in ``records_dir``, then remove the units.
 
     Each file is written atomically before any unit is removed; a kill in between leaves
-    both forms, which read as before (units supersede the single file's rows).
+    both forms, which read as before (units supersede the single file's rows). The units'
+    provenance goes into each file's metadata, per trajectory (:mod:`ckptsel.records.provenance`).
     """
     records_dir = Path(records_dir)
     written = []
     for kind in ("generations", "nll"):
         if exists(records_dir, kind):
             path = records_dir / SINGLE_FILES[kind]
-            write_records(path, read_frame(records_dir, kind))
+            meta = single_file_metadata(read_provenance(records_dir, kind))
+            write_records(path, read_frame(records_dir, kind), metadata=meta)
             written.append(path)
     units = records_dir / UNITS_DIR
     if units.is_dir():
@@ -79,12 +82,14 @@ def _order(columns) -> list[str]:
     return [c for c in RECORDS_ORDER if c in columns]
 
 
-def write_records(path: Path, df: pd.DataFrame) -> None:
-    """Write a whole records table (SPEC §2) in the records layout (see the module docstring)."""
+def write_records(path: Path, df: pd.DataFrame, metadata: dict[bytes, bytes] | None = None) -> None:
+    """Write a whole records table (SPEC §2) in the records layout (see the module docstring),
+    with ``metadata`` added to the file's key-value metadata."""
     ordered = df.sort_values(_order(df.columns), kind="stable", ignore_index=True)
-    io.write_bytes(
-        path, parquet_bytes(pa.Table.from_pandas(ordered, preserve_index=False))
-    )
+    table = pa.Table.from_pandas(ordered, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    io.write_bytes(path, parquet_bytes(table))
 
 
 @contextlib.contextmanager
@@ -195,6 +200,7 @@ def write_unit(
     step: int,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
+    provenance: dict[str, UnitProvenance] | None = None,
 ) -> list[Path]:
     """Record one checkpoint: its rows go to its own unit files (see
     :mod:`ckptsel.records.units`), nothing else in ``records_dir`` is read or rewritten.
@@ -205,7 +211,9 @@ def write_unit(
     unit). The generations' optional ``text`` goes to the unit's texts file, which analysis
     never reads. Every file is written atomically, serialized in memory first and renamed back
     to back. Safe to call from several processes at once (a per-trajectory lock). Returns the
-    files written.
+    files written. ``provenance`` (``{"generations" | "nll": UnitProvenance}``) says what
+    measured the rows: it goes into the units' metadata (the texts unit gets the generations');
+    a unit written without it records none (:mod:`ckptsel.records.provenance`).
     """
     records_dir = Path(records_dir)
     check_name("trajectory", trajectory)
@@ -238,6 +246,9 @@ def write_unit(
             table = pa.Table.from_pandas(df, preserve_index=False).cast(target)
             old = _existing(records_dir, kind, trajectory, step)
             merged = _upsert(old, table, key, target).replace_schema_metadata(None)
+            made_by = (provenance or {}).get("generations" if kind == "texts" else kind)
+            if made_by is not None:
+                merged = merged.replace_schema_metadata(made_by.metadata())
             blobs.append((unit_path(records_dir, kind, trajectory, step), unit_bytes(merged)))
         for path, data in blobs:
             io.write_bytes(path, data)
@@ -249,11 +260,13 @@ def upsert_records(
     records_dir: Path,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
+    provenance: dict[str, UnitProvenance] | None = None,
 ) -> None:
     """Add rows to ``records_dir``, replacing rows with the same key: each (trajectory, step)
     among the rows is written as its own unit through :func:`write_unit`, so the cost depends
     on the rows given, never on the records already there. Rows of other checkpoints are
-    untouched. The optional ``text`` column goes to the units' texts files.
+    untouched. The optional ``text`` column goes to the units' texts files; ``provenance``
+    (see :func:`write_unit`) goes to every unit written.
     """
     groups: dict[tuple[str, int], dict[str, pd.DataFrame]] = {}
     for name, df in (("generations", generations), ("nll", nll)):
@@ -265,4 +278,4 @@ def upsert_records(
         for (traj, step), part in df.groupby(["trajectory", "step"], sort=True, observed=True):
             groups.setdefault((str(traj), int(step)), {})[name] = part
     for (traj, step), frames in groups.items():
-        write_unit(records_dir, traj, step, **frames)
+        write_unit(records_dir, traj, step, **frames, provenance=provenance)

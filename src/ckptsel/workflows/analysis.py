@@ -30,7 +30,13 @@ from ckptsel.choose import (
     score,
 )
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.records import MATCHED_WINDOW, ValidationData, load_test, load_validation
+from ckptsel.records import (
+    MATCHED_WINDOW,
+    ValidationData,
+    load_test,
+    load_validation,
+    provenance_lines,
+)
 from ckptsel.results import (
     CHOICES_DIR,
     RUN_FILE,
@@ -138,6 +144,7 @@ def analyze(
     report: bool = False,
     force: bool = False,
     note: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Summary:
     """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
@@ -155,13 +162,17 @@ def analyze(
     recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
     ``note(line)`` hears what the analysis does with the settings that a reader would not guess
     (repeated budgets used once, budgets larger than a pool skipped); nothing is cut silently.
+    It also hears what measured the records (engine + version, dtype, attention, batch size,
+    device: :func:`ckptsel.records.provenance_lines`; also in ``run.json``); ``warn(line)``
+    (default: ``note``) hears when the study mixes provenances.
     """
     # the settings objects check every value before any work (one clear error each)
     stat = StatSettings(draws, seed, level, interval)
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
     with single_threaded():
+        note = note or (lambda line: None)
         return _analyze(records_dir, Path(out_dir), settings, stat, report, force,
-                        budgets, note or (lambda line: None))  # fmt: skip
+                        budgets, note, warn or note)  # fmt: skip
 
 
 REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
@@ -169,9 +180,14 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 
 def _analyze(
     records_dir: Path, out_dir: Path, settings: ChoiceSettings, stat: StatSettings, report: bool,
-    force: bool, given_budgets, note: Callable[[str], None],
+    force: bool, given_budgets, note: Callable[[str], None], warn: Callable[[str], None],
 ) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
+    lines, warnings = provenance_lines(records_dir)
+    for line in lines:
+        note(line)
+    for line in warnings:
+        warn(line)
     with publish.staged(out_dir, force=force, meta=meta) as stage:
         validation, _ = freeze_choices(records_dir, stage, settings)
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
@@ -195,7 +211,11 @@ def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict
     write_text(stage / SUMMARY_FILE, summary_json(summary))
     from ckptsel import __version__
 
-    run = {"records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__}
+    lines, warnings = provenance_lines(records_dir)
+    run = {
+        "records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__,
+        "measured_by": lines, "provenance_warnings": warnings,
+    }  # fmt: skip
     write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
 
 

@@ -139,6 +139,31 @@ class ModelHolder:
         return peft_model.merge_and_unload().eval()
 
 
+def dtype_name(dtype: Any) -> str:
+    """``torch.float32`` -> ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def device_kind(device: Any) -> str:
+    """``cpu`` or ``cuda`` (whatever the index): the device kind records name."""
+    return "cuda" if str(device).startswith("cuda") else str(device).split(":")[0]
+
+
+def hf_provenance(model: Any, batch_size: int, device: Any = None) -> dict[str, Any]:
+    """What measured with ``model`` on the Hugging Face path (see
+    :mod:`ckptsel.records.provenance`): transformers' version, the model's dtype and attention
+    implementation, the batch size and the device kind (default: the model's)."""
+    import transformers
+
+    config = getattr(model, "config", None)
+    attention = getattr(config, "_attn_implementation", None) or "unknown"
+    return {
+        "engine": "hf", "version": transformers.__version__, "dtype": dtype_name(model.dtype),
+        "attention": str(attention), "batch_size": int(batch_size),
+        "device": device_kind(device if device is not None else model.device),
+    }  # fmt: skip
+
+
 def tokenizer_ref(ckpts: Sequence[Checkpoint], base: str | None) -> str:
     """Where the run's one tokenizer is: the first checkpoint that ships one, else the base."""
     refs: list[str] = [str(c.path) for c in ckpts if (c.path / "tokenizer_config.json").exists()]

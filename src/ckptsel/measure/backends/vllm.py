@@ -373,14 +373,24 @@ class VllmEngine:
             scored.append(window_sums(cums, len(p), windows))
         return scored
 
-    def provenance(self) -> dict[str, str]:
-        """What the records say about how they were measured."""
+    def provenance(self) -> dict[str, Any]:
+        """What measured through this engine (see :mod:`ckptsel.records.provenance`): vLLM's
+        version, the dtype, the attention backend (``VLLM_ATTENTION_BACKEND`` when set, else
+        vLLM's choice for the platform), the most sequences it batches and the device kind."""
         return {
-            "engine": f"vllm {self.version}",
-            "dtype": self.dtype,
-            "attention": "vllm-cpu" if self.on_cpu else "vllm",
-            "device": "cpu" if self.on_cpu else "cuda",
-        }
+            "engine": "vllm", "version": self.version, "dtype": self.dtype,
+            "attention": os.environ.get("VLLM_ATTENTION_BACKEND") or (
+                "vllm-cpu" if self.on_cpu else "vllm-auto"),
+            "batch_size": self.max_num_seqs(), "device": "cpu" if self.on_cpu else "cuda",
+        }  # fmt: skip
+
+    def max_num_seqs(self) -> int | None:
+        """The most sequences the running engine batches (its scheduler's ``max_num_seqs``;
+        ``None`` before it has started)."""
+        engine = getattr(self.llm, "llm_engine", None)
+        scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
+        value = getattr(scheduler, "max_num_seqs", None)
+        return int(value) if value is not None else None
 
 
 def _model_ref(ckpt: Checkpoint) -> str:
