@@ -183,17 +183,17 @@ def _analyze(
     force: bool, given_budgets, note: Callable[[str], None], warn: Callable[[str], None],
 ) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
-    lines, warnings = provenance_lines(records_dir)
-    for line in lines:
+    provenance = provenance_lines(records_dir)
+    for line in provenance[0]:
         note(line)
-    for line in warnings:
+    for line in provenance[1]:
         warn(line)
     with publish.staged(out_dir, force=force, meta=meta) as stage:
         validation, _ = freeze_choices(records_dir, stage, settings)
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
-        write_outputs(stage, records_dir, summary, tables)
+        write_outputs(stage, records_dir, summary, tables, provenance)
         if report:
             from ckptsel.report import write_report
 
@@ -201,8 +201,12 @@ def _analyze(
     return summary
 
 
-def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict) -> None:
-    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already there)."""
+def write_outputs(
+    stage: Path, records_dir: Path, summary: Summary, tables: dict,
+    provenance: tuple[list[str], list[str]] | None = None,
+) -> None:  # fmt: skip
+    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already
+    there); ``provenance``: :func:`ckptsel.records.provenance_lines` (read when not given)."""
     tdir = stage / TABLES_DIR
     for name, df in tables.items():
         write_parquet(tdir / f"{name}.parquet", df)
@@ -211,7 +215,7 @@ def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict
     write_text(stage / SUMMARY_FILE, summary_json(summary))
     from ckptsel import __version__
 
-    lines, warnings = provenance_lines(records_dir)
+    lines, warnings = provenance if provenance is not None else provenance_lines(records_dir)
     run = {
         "records_dir": str(Path(records_dir).resolve()), "ckptsel": __version__,
         "measured_by": lines, "provenance_warnings": warnings,
