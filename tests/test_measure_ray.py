@@ -329,11 +329,11 @@ def test_cuda_check_runs_where_the_models_run():
 
 @pytest.mark.skipif(
     not torch.cuda.is_available(),
-    reason="vLLM needs a CUDA GPU and this machine has none: the vLLM-in-actor path "
-    "(--executor ray --backend vllm --num-gpus 1) has not run here",
+    reason="no CUDA GPU here: the GPU vLLM-in-actor path (--executor ray --backend vllm "
+    "--num-gpus 1) is checked by benchmarks/gpu_check.py; the CPU one by tests/with_vllm",
 )
 def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
-    """GPU only: one vLLM engine per GPU actor, one LoRARequest per checkpoint, NLL on HF."""
+    """On a GPU: one vLLM engine per GPU actor, one LoRARequest per checkpoint."""
     pytest.importorskip("vllm", reason="vllm is not installed (pip install 'ckptsel[vllm]')")
     from ckptsel.measure import MeasureConfig, measure_run
 
