@@ -136,7 +136,10 @@ def raw_work(s: dict, path: Path, max_new: int) -> None:
 
 def timed(cmd: list[str], env: dict) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-15:]
+        raise SystemExit(f"{' '.join(cmd[:4])} … failed ({res.returncode}):\n" + "\n".join(tail))
     return time.perf_counter() - t0
 
 
