@@ -45,7 +45,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 # The modules of each package, earlier first (a package's __init__ comes after them all).
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("locations", "nodecache", "io", "checks", "rng", "threads"),
-    "records": ("schema", "codec", "units", "scan", "store", "load"),
+    "records": ("schema", "codec", "units", "provenance", "scan", "store", "load"),
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
@@ -53,9 +53,9 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
-        "executors", "run", "watch", "ingest",
+        "executors", "provenance", "run", "watch", "ingest",
     ),  # fmt: skip
-    "measure.backends": ("hf", "vllm"),
+    "measure.backends": ("hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
     "measure.ingest": ("mapping", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),

@@ -108,6 +108,14 @@ def test_callback_records_every_save(trained):
     nll = read_frame(root / "records_cb", "nll")
     assert sorted(gen["step"].unique()) == [2, 4]
     assert set(gen["split"]) == {"validation", "test"}
+    # each unit says what measured it: the training model on the Hugging Face path
+    from ckptsel.records import read_provenance
+
+    for kind in ("generations", "nll"):
+        prov = read_provenance(root / "records_cb", kind)["tiny-s0"]
+        assert prov.units == 2 and not prov.unrecorded
+        (one,) = prov.measured_by
+        assert '"engine":"hf"' in one and '"batch_size":4' in one and '"device":"cpu"' in one
     assert len(gen) == 2 * (5 + 3)
     assert set(nll["window"]) == {512, 0}
     assert (gen["trajectory"] == "tiny-s0").all() and (gen["configuration"] == "tiny").all()

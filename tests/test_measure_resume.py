@@ -139,9 +139,10 @@ def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_pat
     pd.testing.assert_frame_equal(n, uninterrupted[1])
 
     # a different decoding setting is a different measurement: generation again, NLL reused
+    # (with the batch size the records were measured with: another one would mix provenances)
     res = measure_run(
         run.run_dir,
-        MeasureConfig("gsm8k", batch_size=4, max_new_tokens=3, window=64),
+        MeasureConfig("gsm8k", batch_size=1, max_new_tokens=3, window=64),
         validation=run.validation,
         test=run.test,
         out=out,

@@ -6,6 +6,7 @@ errors before anything is written."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from ckptsel._util import nodecache
 from ckptsel._util.locations import Location
 from ckptsel.errors import CkptselError
+from ckptsel.records import read_provenance
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -46,6 +48,10 @@ def test_measure_from_s3_into_s3_gives_the_local_records(case, s3):
     assert res.measured_steps == list(STEPS) and res.model_loads == 1
     assert_same_records(case.records, s3.url("records"))
     assert {k.split("/")[0] for k in s3.keys("records")} == {".parts", "units"}
+    # the units at the URL say what measured them, as local ones do
+    for kind in ("generations", "nll"):
+        (only,) = read_provenance(s3.url("records"), kind).values()
+        assert [json.loads(p)["engine"] for p in only.measured_by] == ["hf"] and not only.unrecorded
     # this node copied the base, the item files and each checkpoint once
     assert nodecache.STATS["downloads"] - before["downloads"] == 3 + len(STEPS)
     # a re-run reads the parts back from S3: nothing measured, nothing loaded, same records

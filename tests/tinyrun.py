@@ -169,15 +169,17 @@ def build_tiny_run(
     seed: int = 0,
     full: bool = False,
     long_every: int = 0,
+    hidden_size: int = 64,
 ) -> TinyRun:
-    """Everything a measurement test needs, under ``root``."""
+    """Everything a measurement test needs, under ``root`` (``hidden_size=128``: attention
+    heads of 32, a size vLLM's CPU attention takes)."""
     root = Path(root)
     val = make_gsm8k_rows(n_validation, seed=seed, long_every=long_every)
     test = make_gsm8k_rows(n_test, seed=seed + 100, long_every=long_every)
     texts = [
         TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val + test
     ]
-    base = build_tiny_base(root / "base", texts, seed=seed)
+    base = build_tiny_base(root / "base", texts, seed=seed, hidden_size=hidden_size)
     run_dir = root / "runs" / run_name
     if full:
         save_full_checkpoints(base, run_dir, list(steps), seed=seed)

@@ -88,6 +88,7 @@ def analyze(
             records_dir, out, permutations=permutations, draws=draws, seed=seed,
             level=confidence, interval=interval, budgets=budget_list, report=report, force=force,
             note=lambda line: console.print(f"note: {line}", style="yellow", soft_wrap=True),
+            warn=lambda line: console.print(f"warning: {line}", style="bold red", soft_wrap=True),
         )  # fmt: skip
     from ckptsel.report import print_main_table  # when run (see ckptsel.cli)
 

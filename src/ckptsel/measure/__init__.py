@@ -15,6 +15,8 @@ inside functions):
 * :mod:`~ckptsel.measure.measurer` — :class:`Measurer` (one checkpoint's missing rows) and
   :func:`measure_model` (a model already in memory, e.g. the Trainer callback);
 * :mod:`~ckptsel.measure.executors` — where units run: this process or Ray actors;
+* :mod:`~ckptsel.measure.provenance` — what each unit records about how it was measured, and
+  the rule that refuses to mix provenances in a trajectory (``--allow-mixed-engines``);
 * :mod:`~ckptsel.measure.run` — :func:`measure_run`: every ``checkpoint-<step>/`` of a run
   into a records folder (local paths or URLs); :class:`RunMeasurement`, the same one
   checkpoint batch at a time;
@@ -27,6 +29,7 @@ inside functions):
 from __future__ import annotations
 
 from ckptsel._moved import moved_attribute
+from ckptsel.measure.backends.hf import hf_provenance
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
@@ -78,6 +81,7 @@ __all__ = [
     "WatchSettings",
     "WatchStatus",
     "generate_texts",
+    "hf_provenance",
     "ingest_inspect",
     "ingest_lighteval",
     "ingest_lm_eval",

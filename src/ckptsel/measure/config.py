@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptsel._util.checks import check_choice, check_int
+from ckptsel._util.checks import check_choice, check_int, check_number
 from ckptsel.data import PROMPT_TEMPLATE, get_task
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
@@ -34,10 +34,16 @@ class MeasureConfig:
     ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
     depend on it); ``device``/``dtype``/``backend`` say where and how models run;
     ``max_loras`` / ``max_lora_rank`` size the vLLM engine's LoRA slots (rank 0: the largest
-    adapter rank of the run); ``check_here=False`` defers the CUDA check to where the models
+    adapter rank of the run); ``nll_backend`` is the engine that scores the NLL (``None``: the
+    ``backend``; vLLM's prompt log-probs score the HF path's tokens); ``kv_cache_gib`` sets
+    vLLM's KV cache (0: sized from the work on a CPU, ``gpu_memory_utilization`` on a GPU) and
+    ``gpu_memory_utilization`` vLLM's share of the GPU (0: 0.6 while the HF model shares the
+    GPU, else 0.85); ``check_here=False`` defers the CUDA check to where the models
     run (a Ray driver without a GPU; :meth:`check_device` runs on the worker). Task,
     generation length, window and backend name the part files (see the fingerprints), so a
-    changed setting is measured again rather than reused. ``test_task`` is the test split's
+    changed setting is measured again rather than reused (so do the NLL engine when it is vLLM,
+    and the dtype and device unless float32 on the CPU; the memory settings change nothing
+    measured). ``test_task`` is the test split's
     task when it differs from the validation task (e.g. MetaMathQA validation, GSM8K test);
     ``None`` means both splits use ``task``.
     """
@@ -52,6 +58,9 @@ class MeasureConfig:
     only: str | None = None  # "generation" or "nll": measure and record just that kind
     max_loras: int = 1
     max_lora_rank: int = 0
+    nll_backend: str | None = None
+    kv_cache_gib: float = 0.0
+    gpu_memory_utilization: float = 0.0
     check_here: bool = field(default=True, compare=False, repr=False)
     test_task: str | None = None
 
@@ -67,6 +76,14 @@ class MeasureConfig:
         check_int(self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1)
         check_int(self.window, "--window (window; 0 = complete response only)", low=0)
         check_choice(self.backend, "--backend", BACKENDS)
+        if self.nll_backend is None:
+            object.__setattr__(self, "nll_backend", self.backend)
+        check_choice(self.nll_backend, "--nll-backend", BACKENDS)
+        check_number(self.kv_cache_gib, "--kv-cache-gib (kv_cache_gib)", low=0)
+        check_number(
+            self.gpu_memory_utilization, "--gpu-memory-utilization (gpu_memory_utilization)",
+            low=0, high=0.99,
+        )  # fmt: skip
         check_choice(self.only, "--only", (None, "generation", "nll"))
         check_choice(self.dtype, "--dtype", DTYPES)
         if not isinstance(self.device, str) or not (
@@ -99,6 +116,12 @@ class MeasureConfig:
         payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
         if self.test_task and self.test_task != self.task:  # unchanged hashes without it
             payload["test_task"] = self.test_task
+        # the numbers: float32 on the CPU (the default there) keeps the hashes it always had;
+        # another dtype or a GPU is measured again rather than reused
+        if self.device != "cpu":
+            payload["device"], payload["dtype"] = "cuda", self.dtype
+        elif self.dtype not in ("auto", "float32"):
+            payload["dtype"] = self.dtype
         blob = json.dumps(payload, sort_keys=True).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -109,5 +132,14 @@ class MeasureConfig:
         )
 
     def nll_fingerprint(self) -> str:
-        """Hash of what determines an NLL row (teacher forcing, response + EOS, windows)."""
-        return self._hash({"nll": "response+eos", "windows": list(self.windows)})
+        """Hash of what determines an NLL row (teacher forcing, response + EOS, windows; the
+        engine when it is vLLM: its rows never mix silently with the HF path's)."""
+        payload: dict[str, Any] = {"nll": "response+eos", "windows": list(self.windows)}
+        if self.nll_backend != "hf":  # HF parts keep the hashes they always had
+            payload["nll_backend"] = self.nll_backend
+        return self._hash(payload)
+
+    @property
+    def uses_hf(self) -> bool:
+        """Whether a Hugging Face model is loaded (generation or NLL on the HF path)."""
+        return "hf" in (self.backend, self.nll_backend)

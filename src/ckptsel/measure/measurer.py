@@ -1,8 +1,9 @@
 """The measurer: one model at a time on one backend, measuring the missing rows of a checkpoint.
 
 * :class:`Measurer` — a run's models (one in memory at a time, :mod:`ckptsel.measure.backends.hf`),
-  its tokenizer and, with ``backend="vllm"``, the vLLM engine; :meth:`Measurer.measure` returns
-  the new part rows of one checkpoint. Executors (:mod:`ckptsel.measure.executors`) hold one
+  its tokenizer and, when generation or NLL goes through vLLM, the vLLM engine
+  (:mod:`ckptsel.measure.backends.vllm`); :meth:`Measurer.measure` returns the new part rows of
+  one checkpoint. Executors (:mod:`ckptsel.measure.executors`) hold one
   each, in this process or in a Ray actor.
 * :func:`measure_model` / :func:`measure_splits` — a model already in memory (the Trainer
   callback) on items of one or several splits: generation and NLL share one forward pass per
@@ -21,13 +22,26 @@ import pandas as pd
 
 from ckptsel.data import format_prompt
 from ckptsel.errors import CkptselError
-from ckptsel.measure.backends.hf import ModelHolder, resolve_dtype, run_tokenizer
-from ckptsel.measure.backends.vllm import VllmGenerator
+from ckptsel.measure.backends.hf import (
+    ModelHolder,
+    generation_config,
+    hf_provenance,
+    resolve_dtype,
+    run_tokenizer,
+    tokenizer_ref,
+)
+from ckptsel.measure.backends.vllm import VllmEngine
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import measure_items
-from ckptsel.records import SPLITS, empty_generations, empty_nll
+from ckptsel.measure.tokens import (
+    encode_cached,
+    encode_prompts,
+    encode_responses,
+    stop_token_ids,
+)
+from ckptsel.records import SPLITS, canonical, empty_generations, empty_nll
 from ckptsel.train import Checkpoint
 
 
@@ -95,6 +109,20 @@ def measure_splits(
         seconds=seconds,
         token_cache=token_cache,
     )
+    return split_frames(items, texts, scored, config, trajectory, configuration, step)
+
+
+def split_frames(
+    items: dict[str, Sequence[Any]],
+    texts: Sequence[str] | None,
+    scored: Sequence[Any] | None,
+    config: MeasureConfig,
+    trajectory: str,
+    configuration: str,
+    step: int,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Contract frames (generations with ``text``, NLL) of ``items`` (``{split: items}``) from
+    their texts and scores in the same flat order (``None``: that kind was not measured)."""
     gens, nlls, start = [empty_generations()], [empty_nll()], 0
     for split, its in items.items():
         part = slice(start, start + len(its))
@@ -128,6 +156,14 @@ def _with_hashes(frames: list[pd.DataFrame], pool: ItemPool) -> list[pd.DataFram
     ]
 
 
+def stamp(frame: pd.DataFrame, provenance: dict[str, Any]) -> pd.DataFrame:
+    """``frame`` with a ``provenance`` column: what measured its rows (a canonical string,
+    :func:`ckptsel.records.canonical`); part rows keep it, so a unit written from the part
+    cache says what measured each of its items."""
+    value = canonical(provenance)
+    return frame.assign(provenance=pd.Series([value] * len(frame), index=frame.index, dtype="string"))
+
+
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """The frames stacked (the first, empty one only keeps the contract dtypes)."""
     frames = [f for f in frames[1:] if len(f)] or frames[:1]
@@ -147,14 +183,16 @@ class MeasureResult:
     scored_items: int = 0
     generation_seconds: float = 0.0
     nll_seconds: float = 0.0
+    engine_seconds: float = 0.0  # vLLM engine starts (not in generation/NLL seconds)
     seconds: float = 0.0
     model_loads: int = 0
     executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
 
 
 class Measurer:
-    """The run's models (one at a time), its tokenizer and, with ``backend="vllm"``, the vLLM
-    engine; measures the missing rows of one checkpoint's parts."""
+    """The run's models (one at a time), its tokenizer and, when generation (``backend``) or
+    NLL (``nll_backend``) goes through vLLM, the vLLM engine; measures the missing rows of one
+    checkpoint's parts."""
 
     def __init__(
         self,
@@ -165,17 +203,13 @@ class Measurer:
     ) -> None:
         self.config, self.ckpts, self.base, self.result = config, ckpts, base, result
         config.check_device()
-        self.vllm = None
-        if config.backend == "vllm":
-            self.vllm = VllmGenerator.for_checkpoints(
-                ckpts,
-                max_new_tokens=config.max_new_tokens,
-                max_loras=config.max_loras,
-                max_lora_rank=config.max_lora_rank,
-            )
+        self.vllm: VllmEngine | None = None
+        if "vllm" in (config.backend, config.nll_backend):
+            self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
         self.holder = ModelHolder(config.device, resolve_dtype(config.dtype, config.device))
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
+        self.stops: dict[str, list[int]] = {}  # vLLM: stop ids per model
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one set of bars (the caller's), not one per load
@@ -200,22 +234,26 @@ class Measurer:
         """New generation and NLL part rows (with ``item_hash``) for what ``parts`` lacks."""
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
-        model = self.holder.get(ckpt)
-        cfg, res, pool = self.config, self.result, parts.pool
+        cfg, pool = self.config, parts.pool
+        todo_gen = {s: set(parts.todo_gen[s]) for s in pool.splits}
+        todo_nll = {s: set(parts.todo_nll[s]) for s in pool.splits}
         new_gen, new_nll = [], []
+        if self.vllm is not None:
+            take = lambda todo, engine: {  # noqa: E731
+                s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
+            }
+            g, n = self._measure_vllm(
+                ckpt, pool, take(todo_gen, cfg.backend), take(todo_nll, cfg.nll_backend),
+                (trajectory, configuration), tick,
+            )  # fmt: skip
+            new_gen, new_nll = g, n
+            todo_gen = {s: set() for s in pool.splits} if cfg.backend == "vllm" else todo_gen
+            todo_nll = {s: set() for s in pool.splits} if cfg.nll_backend == "vllm" else todo_nll
         # one pass for the items that need both, one for each kind alone (resumed parts); the
         # splits share each pass (fuller batches)
         groups: dict[tuple[bool, bool], dict[str, list[Any]]] = {}
         for split, its in pool.splits.items():
-            gen_todo, nll_todo = set(parts.todo_gen[split]), set(parts.todo_nll[split])
-            if self.vllm is not None and gen_todo:
-                t0 = time.perf_counter()
-                sel = [its[i] for i in sorted(gen_todo)]
-                new_gen.append(self._generate_vllm(ckpt, sel, split, trajectory, configuration))
-                res.generation_seconds += time.perf_counter() - t0
-                res.generated_items += len(sel)
-                tick(len(sel))
-                gen_todo = set()
+            gen_todo, nll_todo = todo_gen[split], todo_nll[split]
             for todo, flags in (
                 (gen_todo & nll_todo, (True, True)),
                 (gen_todo - nll_todo, (True, False)),
@@ -224,38 +262,79 @@ class Measurer:
                 if todo:
                     groups.setdefault(flags, {})[split] = [its[i] for i in sorted(todo)]
         for (gen, nll), by_split in groups.items():
-            seconds: dict[str, float] = {}
-            g, n = measure_splits(
-                model, self.tokenizer, by_split, cfg, trajectory=trajectory,
-                configuration=configuration, step=ckpt.step, device=cfg.device,
-                generate=gen, nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m),
-                seconds=seconds, token_cache=self.token_cache,
-            )  # fmt: skip
-            # the forward over prompt + response is the NLL's cost (the prompt prefill that
-            # generation needs rides along); without NLL it is generation's prefill
-            fwd = seconds.get("forward", 0.0)
-            res.generation_seconds += seconds.get("decode", 0.0) + (0.0 if nll else fwd)
-            res.nll_seconds += seconds.get("nll", 0.0) + (fwd if nll else 0.0)
-            n_items = sum(map(len, by_split.values()))
-            if gen:
-                res.generated_items += n_items
-                new_gen.append(g)
-            if nll:
-                res.scored_items += n_items
-                new_nll.append(n)
+            g, n = self._measure_hf(ckpt, by_split, gen, nll, trajectory, configuration, tick)
+            new_gen += [g] if gen else []
+            new_nll += [n] if nll else []
         return _with_hashes(new_gen, pool), _with_hashes(new_nll, pool)
 
-    def _generate_vllm(
-        self, ckpt: Checkpoint, items: list[Any], split: str, trajectory: str, configuration: str
-    ) -> pd.DataFrame:
-        prompts = [format_prompt(it.instruction) for it in items]
-        texts = self.vllm.generate(ckpt, self.tokenizer, prompts)
-        return generation_frame(
-            items,
-            texts,
-            task=self.config.task_for(split),
-            split=split,
-            trajectory=trajectory,
-            configuration=configuration,
-            step=ckpt.step,
-        )
+    def _measure_hf(
+        self, ckpt: Checkpoint, by_split: dict[str, list[Any]], gen: bool, nll: bool,
+        trajectory: str, configuration: str, tick: Callable[[int], None],
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+        """One shared pass of the HF model over ``by_split``'s items."""
+        cfg, res = self.config, self.result
+        seconds: dict[str, float] = {}
+        model = self.holder.get(ckpt)
+        g, n = measure_splits(
+            model, self.tokenizer, by_split, cfg, trajectory=trajectory,
+            configuration=configuration, step=ckpt.step, device=cfg.device, generate=gen,
+            nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m), seconds=seconds,
+            token_cache=self.token_cache,
+        )  # fmt: skip
+        # the forward over prompt + response is the NLL's cost (the prompt prefill that
+        # generation needs rides along); without NLL it is generation's prefill
+        fwd = seconds.get("forward", 0.0)
+        res.generation_seconds += seconds.get("decode", 0.0) + seconds.get("prefill", 0.0)
+        res.generation_seconds += 0.0 if nll else fwd
+        res.nll_seconds += seconds.get("nll", 0.0) + (fwd if nll else 0.0)
+        n_items = sum(map(len, by_split.values()))
+        res.generated_items += n_items if gen else 0
+        res.scored_items += n_items if nll else 0
+        made_by = hf_provenance(model, cfg.batch_size, cfg.device)
+        return stamp(g, made_by), stamp(n, made_by)
+
+    def _measure_vllm(
+        self, ckpt: Checkpoint, pool: ItemPool, gen: dict[str, list[int]],
+        nll: dict[str, list[int]], names: tuple[str, str], tick: Callable[[int], None],
+    ) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:  # fmt: skip
+        """The items of ``gen`` (``{split: indices}``) generated and those of ``nll`` scored by
+        the vLLM engine: NLL first (its prompts then sit in vLLM's prefix cache)."""
+        cfg, res, tok, cache = self.config, self.result, self.tokenizer, self.token_cache
+        frames: tuple[list[pd.DataFrame], list[pd.DataFrame]] = ([], [])
+        for kind, todo in (("nll", nll), ("gen", gen)):
+            items = {s: [pool.splits[s][i] for i in idx] for s, idx in todo.items() if idx}
+            flat = [it for its in items.values() for it in its]
+            if not flat:
+                continue
+            t0, started = time.perf_counter(), self.vllm.start_seconds
+            prompts = [format_prompt(it.instruction) for it in flat]
+            ids = encode_cached(encode_prompts, tok, prompts, cache, "prompt")
+            if kind == "nll":
+                answers = encode_cached(
+                    encode_responses, tok, [it.response for it in flat], cache, "response"
+                )
+                scored = self.vllm.score(ckpt, ids, answers, cfg.windows)
+                frame = split_frames(items, None, scored, cfg, *names, ckpt.step)[1]
+                frames[1].append(stamp(frame, self.vllm.provenance()))
+                res.nll_seconds += time.perf_counter() - t0 - (self.vllm.start_seconds - started)
+                res.scored_items += len(flat)
+            else:
+                stops = self._stops(ckpt)
+                texts = self.vllm.generate(ckpt, tok, ids, stops, cfg.max_new_tokens)
+                frame = split_frames(items, texts, None, cfg, *names, ckpt.step)[0]
+                frames[0].append(stamp(frame, self.vllm.provenance()))
+                res.generation_seconds += (
+                    time.perf_counter() - t0 - (self.vllm.start_seconds - started)
+                )
+                res.generated_items += len(flat)
+            res.engine_seconds += self.vllm.start_seconds - started
+            tick(len(flat))
+        return frames
+
+    def _stops(self, ckpt: Checkpoint) -> list[int]:
+        """The HF path's stop ids for ``ckpt``'s model, without loading it."""
+        ref = str(ckpt.base) if ckpt.kind == "adapter" else str(ckpt.path)
+        if ref not in self.stops:
+            holder = type("Model", (), {"generation_config": generation_config(ref)})
+            self.stops[ref] = stop_token_ids(holder, self.tokenizer)
+        return self.stops[ref]

@@ -258,6 +258,15 @@ class StepParts:
             )
         return pd.concat(frames, ignore_index=True)
 
+    def provenance(self, kind: str) -> set[str]:
+        """What measured the current rows of ``kind`` (``generations`` or ``nll``): the distinct
+        ``provenance`` values of the part rows (rows cached before provenance was recorded
+        have none)."""
+        rows = self.gen if kind == "generations" else self.nll
+        if rows is None or "provenance" not in rows.columns or not len(rows):
+            return set()
+        return set(self.pool.current(rows)["provenance"].dropna().astype(str))
+
     def contract_nll(self, trajectory: str) -> pd.DataFrame | None:
         """Contract NLL rows for the current items."""
         if self.nll is None or self.only == "generation":

@@ -28,6 +28,30 @@ has ``V`` tokens.
 
 Items are sorted by fed length (little padding; the longest batch first, so memory problems
 show at once).
+
+Caches that are not plain full-attention layers. A sliding-window layer (transformers'
+``DynamicSlidingWindowLayer``: Mistral, Mixtral, Phi-3 with ``sliding_window``, Qwen2 with
+``use_sliding_window``, Gemma-2/3, ...) keeps only its last ``window - 1`` columns and counts
+the window in cache *columns*, not in a row's own positions: cropping it once the window is
+full raises, and in the layout above (each row's prompt at columns ``0..n_p-1``, then columns
+no row sees) a shorter row's window would slide over those dead columns and drop its own
+prompt tokens early — wrong texts, silently. So each batch takes one of three modes
+(:func:`cache_layout`, :meth:`CacheLayout.mode`):
+
+* ``single`` — every cached layer is full attention (or has no cache), or every column a
+  sliding layer will ever hold stays inside the smallest window (``max(W, max n_p +
+  max_new_tokens - 1) < window``; real models with windows of thousands of tokens): the one
+  pass above;
+* ``split`` — sliding layers that the batch outgrows: the NLL forward runs without a cache
+  (same logits: the model applies the window from positions), and generation starts from
+  its own prompt-only prefill, LEFT-padded with an attention mask and positions counted from
+  each row's first real token (what ``generate`` does), so each row's tokens are contiguous
+  columns ending at the current one and a window over columns is a window over its tokens;
+* ``rowwise`` — cache layers of any other kind (chunked attention, linear/recurrent states,
+  types this module does not know): ``split`` with one row per prefill/decode batch, no
+  padding at all.
+
+``seconds`` then also gets a ``prefill`` key (generation's own prompt forward).
 """
 
 from __future__ import annotations
@@ -35,16 +59,19 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.measure.tokens import (
     ResponseNll,
+    cut_at_stop,
+    encode_cached,
     encode_prompts,
     encode_responses,
     pad_id,
-    scored_positions,
     stop_token_ids,
+    window_sums,
 )
 from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
 
@@ -70,7 +97,8 @@ def measure_items(
     ``{window: ResponseNll}`` per item: the response tokens (and EOS) that remain once prompt +
     response is cut to ``window`` tokens (``0``: the complete response). ``on_batch(n)`` is
     called after each batch with its size; ``seconds`` (if given) accumulates the time spent in
-    ``forward``, ``nll`` and ``decode``. ``token_cache`` (a dict the caller keeps for one
+    ``forward``, ``nll``, ``prefill`` (generation's own prompt forward, sliding-window caches
+    only) and ``decode``. ``token_cache`` (a dict the caller keeps for one
     tokenizer, e.g. over the checkpoints of a run) saves tokenizing the same texts again.
     """
     import torch
@@ -82,36 +110,51 @@ def measure_items(
     if not generate and responses is None:
         return None, None
     device = device if device is not None else next(model.parameters()).device
-    encoded = _cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+    encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
     answers = None
     if responses is not None:
-        answers = _cached(encode_responses, tokenizer, responses, token_cache, "response")
+        answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
     stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
     order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))
     texts: list[str] | None = [""] * len(fed) if generate else None
     scored: list[dict[int, ResponseNll]] | None = [{} for _ in fed] if answers else None
     clock = _Clock(seconds)
+    layout = cache_layout(model) if generate else None
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             batch = _Batch([fed[i] for i in idx], [len(encoded[i]) for i in idx], pad, device)
-            with clock("forward"):
-                logits, cache = _forward(model, batch, keep_cache=generate)
+            mode = layout.mode(batch.width, max(batch.n_prompt), max_new_tokens) if layout else ""
+            logits = cache = None
+            if answers is not None or mode == "single":
+                with clock("forward"):
+                    logits, cache = _forward(model, batch, keep_cache=mode == "single")
             if answers is not None:
                 with clock("nll"):
                     for row, i in enumerate(idx):
                         cums = _response_nll(logits, batch, row, answers[i])
-                        scored[i] = _windows(cums, batch.n_prompt[row], windows)
-            if generate:
+                        scored[i] = window_sums(cums, batch.n_prompt[row], windows)
+            if mode == "single":
                 with clock("decode"):
                     toks = _decode(model, cache, logits, batch, stops, pad, max_new_tokens)
+            elif generate:
+                logits = cache = None  # the NLL forward's logits go before the prefill
+                rows = 1 if mode == "rowwise" else len(idx)
+                toks = _decode_left_padded(
+                    model,
+                    [encoded[i] for i in idx],
+                    rows,
+                    device,
+                    (stops, pad, max_new_tokens),
+                    clock,
+                )
+            if generate:
                 for i, row in zip(idx, toks, strict=True):
-                    cut = next((k for k, t in enumerate(row) if t in stops), len(row))
-                    texts[i] = tokenizer.decode(row[:cut], skip_special_tokens=True)
+                    texts[i] = tokenizer.decode(cut_at_stop(row, stops), skip_special_tokens=True)
             del logits, cache
             if on_batch is not None:
                 on_batch(len(idx))
@@ -196,15 +239,6 @@ def _response_nll(logits: Any, batch: _Batch, row: int, answer: list[int]) -> An
     return torch.cumsum(tok_nll.double().cpu(), 0)
 
 
-def _windows(cums: Any, n_prompt: int, windows: Sequence[int]) -> dict[int, ResponseNll]:
-    n_response = len(cums)
-    out = {}
-    for w in windows:
-        k = scored_positions(n_prompt, n_response, w)
-        out[w] = ResponseNll(float(cums[k - 1]) if k > 0 else 0.0, k)
-    return out
-
-
 def _decode(
     model: Any, cache: Any, logits: Any, batch: _Batch, stops: list[int], pad: int,
     max_new_tokens: int,
@@ -215,8 +249,6 @@ def _decode(
     device = batch.ids.device
     b = len(batch.n_prompt)
     n_p = torch.tensor(batch.n_prompt, dtype=torch.long, device=device)
-    stop = torch.tensor(stops or [-1], dtype=torch.long, device=device)
-    done = torch.zeros(b, dtype=torch.bool, device=device)
     # each row sees its prompt only; the columns past the longest prompt (responses, padding)
     # are seen by no row, so they are dropped; new tokens are appended after the rest
     width = max(batch.n_prompt)
@@ -224,6 +256,63 @@ def _decode(
         cache.crop(width - batch.width)  # negative: drop that many (transformers 4.x and 5.x)
     mask = (torch.arange(width, device=device)[None, :] < n_p[:, None]).long()
     last = logits[torch.arange(b, device=device), n_p - 1 - batch.first]
+    return _greedy(model, cache, last, mask, n_p, stops, pad, max_new_tokens)
+
+
+def _decode_left_padded(
+    model: Any, prompts: list[list[int]], rows: int, device: Any,
+    decoding: tuple[list[int], int, int], clock: _Clock,
+) -> list[list[int]]:  # fmt: skip
+    """Greedy tokens per prompt from their own prompt-only prefill, ``rows`` prompts at a
+    time (``split``: the whole batch; ``rowwise``: 1); ``decoding`` = (stops, pad,
+    max_new_tokens)."""
+    stops, pad, max_new_tokens = decoding
+    out: list[list[int]] = []
+    for k in range(0, len(prompts), rows):
+        with clock("prefill"):
+            cache, last, mask, n_p = _prefill(model, prompts[k : k + rows], pad, device)
+        with clock("decode"):
+            out += _greedy(model, cache, last, mask, n_p, stops, pad, max_new_tokens)
+        del cache
+    return out
+
+
+def _prefill(
+    model: Any, prompts: list[list[int]], pad: int, device: Any
+) -> tuple[Any, Any, Any, Any]:
+    """Prompt-only forward, LEFT-padded as ``generate`` pads: (cache, the last position's
+    logits ``B × V``, attention mask ``B × P``, prompt lengths). Positions count from each
+    row's first real token, so a row sees the positions it would see alone, and its tokens
+    are the last columns of the cache."""
+    import torch
+
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[row, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    extra = {"logits_to_keep": 1} if _keeps_logits(model) else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
+    n_p = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    return out.past_key_values, out.logits[:, -1, :], mask, n_p
+
+
+def _greedy(
+    model: Any, cache: Any, last: Any, mask: Any, n_p: Any, stops: list[int], pad: int,
+    max_new_tokens: int,
+) -> list[list[int]]:  # fmt: skip
+    """Greedy decoding from a filled ``cache``: ``last`` are the logits that give each row's
+    first new token, ``mask`` the columns each row sees, ``n_p`` its prompt length (its new
+    tokens take positions ``n_p, n_p + 1, …``). A finished row continues with ``pad``."""
+    import torch
+
+    device = last.device
+    b = last.shape[0]
+    stop = torch.tensor(stops or [-1], dtype=torch.long, device=device)
+    done = torch.zeros(b, dtype=torch.bool, device=device)
     out = []
     for step in range(max_new_tokens):
         nxt = torch.where(done, pad, last.argmax(-1))
@@ -240,18 +329,55 @@ def _decode(
     return torch.stack(out, 1).tolist() if out else [[] for _ in range(b)]
 
 
-def _cached(
-    encode: Callable[[Any, Sequence[str]], list[list[int]]], tokenizer: Any,
-    texts: Sequence[str], cache: dict[tuple[str, str], list[int]] | None, kind: str,
-) -> list[list[int]]:  # fmt: skip
-    """``encode(tokenizer, texts)``, through ``cache`` when one is given (the lists returned
-    are shared with the cache: read them, never change them)."""
-    if cache is None:
-        return encode(tokenizer, texts)
-    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
-    if todo:
-        cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
-    return [cache[(kind, t)] for t in texts]
+# --------------------------------------------------------------------------- cache layouts
+
+SLIDING_TYPES = ("sliding_attention",)  # a window over cache columns
+FULL_TYPES = ("full_attention", "dummy")  # a croppable cache, or a layer that caches nothing
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """How a model's decoder layers cache: ``kind`` is ``full`` (every layer croppable),
+    ``sliding`` (some layers keep a window; ``window`` = the smallest) or ``other`` (layers
+    this module cannot batch safely: chunked attention, linear/recurrent states, unknown)."""
+
+    kind: str
+    window: int | None = None
+
+    def mode(self, width: int, longest_prompt: int, max_new_tokens: int) -> str:
+        """``single``, ``split`` or ``rowwise`` for a batch fed ``width`` columns (module doc)."""
+        if self.kind == "full":
+            return "single"
+        if self.kind == "sliding":
+            # every column a sliding layer holds (the fed width; the longest prompt plus the
+            # new tokens fed back) stays below its window: crop works, no window ever cuts
+            last_col = max(width, longest_prompt + max_new_tokens - 1)
+            return "single" if last_col < self.window else "split"
+        return "rowwise"
+
+
+def cache_layout(model: Any) -> CacheLayout:
+    """The model's :class:`CacheLayout`, from the layer types and windows that transformers'
+    ``DynamicCache(config=...)`` builds its layers from (``get_layer_types_and_kwargs``,
+    transformers 5); on 4.x, the config's ``layer_types`` / ``sliding_window``."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = inner.config
+    cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+    except ImportError:  # transformers 4.x
+        win = getattr(cfg, "sliding_window", None)
+        types = getattr(cfg, "layer_types", None) or [
+            "sliding_attention" if win else "full_attention"
+        ] * int(cfg.num_hidden_layers)
+        wins = [win] * len(types)
+    else:
+        types, kwargs = get_layer_types_and_kwargs(cfg)
+        wins = [kw.get("sliding_window") for kw in kwargs]
+    if any(t not in FULL_TYPES + SLIDING_TYPES for t in types):
+        return CacheLayout("other")
+    sliding = [int(w) for t, w in zip(types, wins, strict=True) if t in SLIDING_TYPES and w]
+    return CacheLayout("sliding", min(sliding)) if sliding else CacheLayout("full")
 
 
 def _keeps_logits(model: Any) -> bool:

@@ -23,6 +23,7 @@ from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
+from ckptsel.measure.provenance import ProvenanceGate
 from ckptsel.records import GENERATIONS_FILE, SPLITS, check_name, read_rows, upsert_records
 from ckptsel.train import Checkpoint, discover_checkpoints
 
@@ -82,6 +83,7 @@ class RunMeasurement:
         on_progress: ProgressCallback | None = None,
         after_checkpoint: Callable[[int], None] | None = None,
         executor: Any = None,
+        allow_mixed_engines: bool = False,
     ) -> None:
         self.run_dir, self.out = as_location(run_dir), as_location(out)
         self.trajectory = check_name("trajectory", trajectory or trajectory_name(self.run_dir))
@@ -92,6 +94,8 @@ class RunMeasurement:
         self.after_checkpoint = after_checkpoint
         self.result = MeasureResult(self.trajectory, self.configuration, [])
         self.ckpts: list[Checkpoint] = []  # every checkpoint handed in (the executor's list)
+        self.allow_mixed_engines = allow_mixed_engines
+        self._gate: ProvenanceGate | None = None  # read from the records at the first measure
         self._open: Any = None
 
     def check_records(self) -> None:
@@ -115,6 +119,7 @@ class RunMeasurement:
         res.steps.extend(c.step for c in ckpts if c.step not in res.steps)
         emit(ProgressEvent("run", traj, total=len(ckpts) * self.pool.n_items * 2, units=len(ckpts)))
         units = [(ckpt, self.parts(ckpt.step)) for ckpt in ckpts]
+        gate = self._provenance_gate(any(parts.n_todo for _, parts in units))
         if self._open is None:
             self._open = open_executor(self.executor, config, self.ckpts, self.base, res)
             self._open.__enter__()
@@ -122,6 +127,7 @@ class RunMeasurement:
         # the driver alone writes: parts files, then the checkpoint's contract rows
         for ckpt, parts, new in self._open.run(units, traj, self.configuration, emit):
             if new is not None:
+                gate.admit_rows(*new)  # before anything is cached or recorded
                 parts.add(*new)
                 res.measured_steps.append(ckpt.step)
             else:
@@ -132,10 +138,24 @@ class RunMeasurement:
                     config.task, traj, self.configuration, config.test_task
                 ),
                 nll=parts.contract_nll(traj),
+                provenance=gate.units(parts),
             )
             emit(ProgressEvent("step_done", traj, step=ckpt.step, total=self.pool.n_items * 2))
             if self.after_checkpoint is not None:
                 self.after_checkpoint(ckpt.step)
+
+    def _provenance_gate(self, will_measure: bool) -> ProvenanceGate:
+        """The trajectory's provenance rule (read once); the settings are checked against it
+        before the first model loads."""
+        if self._gate is None:
+            self._gate = ProvenanceGate(
+                self.out, self.trajectory, self.config.only, self.allow_mixed_engines
+            )
+            self._settings_checked = False
+        if will_measure and not self._settings_checked:
+            self._gate.check_settings(self.config)
+            self._settings_checked = True
+        return self._gate
 
     def forget(self, step: int) -> None:
         """Drop a checkpoint's part cache (its folder was rewritten: measure it afresh)."""
@@ -169,6 +189,7 @@ def measure_run(
     on_progress: ProgressCallback | None = None,
     after_checkpoint: Callable[[int], None] | None = None,
     executor: Any = None,
+    allow_mixed_engines: bool = False,
 ) -> MeasureResult:
     """Measure every checkpoint of ``run_dir`` on the validation and test items into ``out``.
 
@@ -183,13 +204,17 @@ def measure_run(
     (a Ray cluster; results still come back here and are written by this process alone).
     ``run_dir``, ``out``, the item files and ``base`` may be URLs (``s3://...``): checkpoints
     and base are then copied once per node into its cache (:mod:`ckptsel._util.nodecache`),
-    and records are written as objects.
+    and records are written as objects. Each unit records what measured it
+    (:mod:`ckptsel.measure.provenance`); rows measured with a provenance the trajectory's
+    records lack are refused before they are written, unless ``allow_mixed_engines`` (then the
+    units say what was mixed).
     """
     t_start = time.perf_counter()
     session = RunMeasurement(
         run_dir, config, validation=validation, test=test, out=out, base=base,
         trajectory=trajectory, configuration=configuration, on_progress=on_progress,
         after_checkpoint=after_checkpoint, executor=executor,
+        allow_mixed_engines=allow_mixed_engines,
     )  # fmt: skip
     ckpts = discover_checkpoints(session.run_dir, base)
     session.check_records()

@@ -18,7 +18,7 @@ checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,3 +73,37 @@ def scored_positions(n_prompt: int, n_response: int, window: int) -> int:
     if window == 0:
         return n_response
     return max(0, min(n_response, window - n_prompt))
+
+
+def window_sums(
+    cums: Sequence[float], n_prompt: int, windows: Sequence[int]
+) -> dict[int, ResponseNll]:
+    """``{window: ResponseNll}`` from the cumulative NLL of the response tokens (float64, in
+    token order): what every engine records, so that all of them score the same tokens."""
+    n_response = len(cums)
+    out = {}
+    for w in windows:
+        k = scored_positions(n_prompt, n_response, w)
+        out[w] = ResponseNll(float(cums[k - 1]) if k > 0 else 0.0, k)
+    return out
+
+
+def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
+    """The generated tokens before the first stop token (the text excludes it)."""
+    stop = set(stops)
+    return list(tokens[: next((k for k, t in enumerate(tokens) if t in stop), len(tokens))])
+
+
+def encode_cached(
+    encode: Callable[[Any, Sequence[str]], list[list[int]]], tokenizer: Any,
+    texts: Sequence[str], cache: dict[tuple[str, str], list[int]] | None, kind: str,
+) -> list[list[int]]:  # fmt: skip
+    """``encode(tokenizer, texts)``, through ``cache`` (a dict kept for one tokenizer, keyed by
+    ``(kind, text)``) when one is given; the lists returned are shared with the cache: read
+    them, never change them."""
+    if cache is None:
+        return encode(tokenizer, texts)
+    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
+    if todo:
+        cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
+    return [cache[(kind, t)] for t in texts]

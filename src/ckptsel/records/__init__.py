@@ -6,6 +6,8 @@ the reader, the one writer and the analysis's loaders — in the order data flow
 * :mod:`~ckptsel.records.codec` — the one checked Parquet read (page checksums verified) and
   write (records layout).
 * :mod:`~ckptsel.records.units` — where single files and write-once units live.
+* :mod:`~ckptsel.records.provenance` — what measured each unit (engine + version, dtype,
+  attention, batch size, device), in the unit's metadata; the study's provenance for ``analyze``.
 * :mod:`~ckptsel.records.scan` — both forms read as one table (``read_rows``, ``read_frame``),
   through a read cache.
 * :mod:`~ckptsel.records.store` — every producer's writer (``write_unit``, ``upsert_records``,
@@ -26,6 +28,15 @@ from ckptsel.records.load import (
     has_validation_nll,
     load_test,
     load_validation,
+)
+from ckptsel.records.provenance import (
+    TrajectoryProvenance,
+    UnitProvenance,
+    canonical,
+    describe,
+    provenance_lines,
+    read_provenance,
+    unit_provenance,
 )
 from ckptsel.records.scan import read_frame, read_rows
 from ckptsel.records.schema import (
@@ -72,12 +83,16 @@ __all__ = [
     "RECORDS_ROW_GROUP",
     "SPLITS",
     "TestData",
+    "TrajectoryProvenance",
+    "UnitProvenance",
     "UNITS_DIR",
     "ValidationData",
+    "canonical",
     "check_name",
     "coerce_generations",
     "coerce_nll",
     "compact",
+    "describe",
     "empty_generations",
     "empty_nll",
     "find_trajectory",
@@ -85,13 +100,16 @@ __all__ = [
     "list_units",
     "load_test",
     "load_validation",
+    "provenance_lines",
     "parquet_bytes",
     "read_frame",
+    "read_provenance",
     "read_rows",
     "read_schema",
     "read_table",
     "records_lock",
     "unit_path",
+    "unit_provenance",
     "upsert_records",
     "write_records",
     "write_unit",

@@ -52,6 +52,7 @@ from ckptsel.records.codec import (
     table_from_bytes,
     unit_bytes,
 )
+from ckptsel.records.provenance import UnitProvenance, read_provenance, single_file_metadata
 from ckptsel.records.scan import read_frame
 from ckptsel.records.schema import (
     GENERATION_KEY,
@@ -70,14 +71,16 @@ def compact(records_dir: Path | Location | str) -> list[Location]:
     optional ``text`` column) from everything in ``records_dir``, then remove the units.
 
     Each file is written atomically before any unit is removed; a kill in between leaves
-    both forms, which read as before (units supersede the single file's rows).
+    both forms, which read as before (units supersede the single file's rows). The units'
+    provenance goes into each file's metadata, per trajectory (:mod:`ckptsel.records.provenance`).
     """
     records_dir = as_location(records_dir)
     written = []
     for kind in ("generations", "nll"):
         if exists(records_dir, kind):
             path = records_dir / SINGLE_FILES[kind]
-            write_records(path, read_frame(records_dir, kind))
+            meta = single_file_metadata(read_provenance(records_dir, kind))
+            write_records(path, read_frame(records_dir, kind), metadata=meta)
             written.append(path)
     units = records_dir / UNITS_DIR
     if not units.is_local:
@@ -94,12 +97,16 @@ def _order(columns) -> list[str]:
     return [c for c in RECORDS_ORDER if c in columns]
 
 
-def write_records(path: Path | Location | str, df: pd.DataFrame) -> None:
-    """Write a whole records table (SPEC §2) in the records layout (see the module docstring)."""
+def write_records(
+    path: Path | Location | str, df: pd.DataFrame, metadata: dict[bytes, bytes] | None = None
+) -> None:
+    """Write a whole records table (SPEC §2) in the records layout (see the module docstring),
+    with ``metadata`` added to the file's key-value metadata."""
     ordered = df.sort_values(_order(df.columns), kind="stable", ignore_index=True)
-    io.write_bytes(
-        path, parquet_bytes(pa.Table.from_pandas(ordered, preserve_index=False))
-    )
+    table = pa.Table.from_pandas(ordered, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    io.write_bytes(path, parquet_bytes(table))
 
 
 @contextlib.contextmanager
@@ -219,6 +226,7 @@ def write_unit(
     step: int,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
+    provenance: dict[str, UnitProvenance] | None = None,
 ) -> list[Location]:
     """Record one checkpoint: its rows go to its own unit files (see
     :mod:`ckptsel.records.units`), nothing else in ``records_dir`` is read or rewritten.
@@ -230,6 +238,9 @@ def write_unit(
     never reads. Every file is written atomically, serialized in memory first and renamed back
     to back. Safe to call from several processes at once (a per-trajectory lock; on an object
     store, conditional writes: see the module docstring). Returns the files written.
+    ``provenance`` (``{"generations" | "nll": UnitProvenance}``) says what measured the rows:
+    it goes into the units' metadata (the texts unit gets the generations'); a unit written
+    without it records none (:mod:`ckptsel.records.provenance`).
     """
     records_dir = as_location(records_dir)
     check_name("trajectory", trajectory)
@@ -254,7 +265,7 @@ def write_unit(
             )
     if not records_dir.is_local:
         return [
-            _write_remote_unit(records_dir, kind, trajectory, step, df, key)
+            _write_remote_unit(records_dir, kind, trajectory, step, df, key, _made_by(provenance, kind))
             for kind, df, key in payload
             if not (kind == "texts" and df.empty)
         ]
@@ -267,7 +278,7 @@ def write_unit(
             target = arrow_schema(kind)
             table = pa.Table.from_pandas(df, preserve_index=False).cast(target)
             old = _existing(records_dir, kind, trajectory, step)
-            merged = _upsert(old, table, key, target).replace_schema_metadata(None)
+            merged = _stamp(_upsert(old, table, key, target), _made_by(provenance, kind))
             blobs.append((unit_path(records_dir, kind, trajectory, step), unit_bytes(merged)))
         for path, data in blobs:
             io.write_bytes(path, data)
@@ -275,12 +286,23 @@ def write_unit(
     return written
 
 
+def _made_by(provenance: dict[str, UnitProvenance] | None, kind: str) -> UnitProvenance | None:
+    """What measured a unit of ``kind`` (the texts unit shares the generations')."""
+    return (provenance or {}).get("generations" if kind == "texts" else kind)
+
+
+def _stamp(table: pa.Table, made_by: UnitProvenance | None) -> pa.Table:
+    """``table`` with exactly ``made_by``'s metadata (none when ``None``)."""
+    return table.replace_schema_metadata(None if made_by is None else made_by.metadata())
+
+
 UNIT_WRITE_ATTEMPTS = 50
 
 
 def _write_remote_unit(
-    records_dir: Location, kind: str, trajectory: str, step: int, df: pd.DataFrame, key: tuple[str, ...]
-) -> Location:
+    records_dir: Location, kind: str, trajectory: str, step: int, df: pd.DataFrame,
+    key: tuple[str, ...], made_by: UnitProvenance | None = None,
+) -> Location:  # fmt: skip
     """One unit on an object store: read it with its version, merge, write it back in one PUT
     conditional on that version (or on its absence); a lost race reads again."""
     path = unit_path(records_dir, kind, trajectory, step)
@@ -293,7 +315,7 @@ def _write_remote_unit(
             old = table_from_bytes(got[0], path)
         else:
             old = _from_single(records_dir, kind, trajectory, step)
-        data = unit_bytes(_upsert(old, table, key, target).replace_schema_metadata(None))
+        data = unit_bytes(_stamp(_upsert(old, table, key, target), made_by))
         if not conditional:  # one writer per trajectory (see the module docstring)
             path.write_bytes(data)
             return path
@@ -309,11 +331,13 @@ def upsert_records(
     records_dir: Path | Location | str,
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
+    provenance: dict[str, UnitProvenance] | None = None,
 ) -> None:
     """Add rows to ``records_dir``, replacing rows with the same key: each (trajectory, step)
     among the rows is written as its own unit through :func:`write_unit`, so the cost depends
     on the rows given, never on the records already there. Rows of other checkpoints are
-    untouched. The optional ``text`` column goes to the units' texts files.
+    untouched. The optional ``text`` column goes to the units' texts files; ``provenance``
+    (see :func:`write_unit`) goes to every unit written.
     """
     groups: dict[tuple[str, int], dict[str, pd.DataFrame]] = {}
     for name, df in (("generations", generations), ("nll", nll)):
@@ -325,4 +349,4 @@ def upsert_records(
         for (traj, step), part in df.groupby(["trajectory", "step"], sort=True, observed=True):
             groups.setdefault((str(traj), int(step)), {})[name] = part
     for (traj, step), frames in groups.items():
-        write_unit(records_dir, traj, step, **frames)
+        write_unit(records_dir, traj, step, **frames, provenance=provenance)

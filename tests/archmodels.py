@@ -1,0 +1,248 @@
+"""Test helper: tiny random-initialised causal LMs of the families the paper's models come from
+(Llama, Qwen2, Qwen3, Mistral, Gemma-2/3, Phi-3, MoE), sliding-window and hybrid caches
+included, and the items that exercise them.
+
+``FAMILIES`` maps a name to a function ``tokenizer -> (model class, config)``. Every model has 2
+layers and a hidden size of 64; sliding-window families get :data:`WINDOW` tokens, shorter than
+most prompt + response lengths of :func:`items`, so windows really cut. Used by
+``tests/test_architectures.py`` (float32: identical texts, equal NLL) and
+``benchmarks/bench_architectures.py`` (bfloat16 agreement).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+WINDOW = 16
+INIT = 0.1  # initializer_range: above the default 0.02, so argmaxes are rarely near-ties
+ATTENTION = {"gemma2": ("eager",)}  # Gemma-2's attention soft-capping: no sdpa in transformers
+
+
+def _common(tok: Any) -> dict[str, Any]:
+    return dict(
+        vocab_size=len(tok), num_hidden_layers=2, max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, initializer_range=INIT, hidden_size=64,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+
+
+def _llama(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM, LlamaConfig(intermediate_size=128, **_common(tok))
+
+
+def _qwen2(tok):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM, Qwen2Config(intermediate_size=128, **_common(tok))
+
+
+def _qwen2_sw(tok):
+    """Qwen2 with ``use_sliding_window``: layers from ``max_window_layers`` on slide (hybrid:
+    layer 0 full, layer 1 sliding)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM, Qwen2Config(
+        intermediate_size=128, use_sliding_window=True, sliding_window=WINDOW,
+        max_window_layers=1, **_common(tok),
+    )  # fmt: skip
+
+
+def _qwen3(tok):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM, Qwen3Config(intermediate_size=128, head_dim=16, **_common(tok))
+
+
+def _mistral_sw(tok):
+    """Mistral with a window shorter than the items (every layer slides)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return MistralForCausalLM, MistralConfig(
+        intermediate_size=128, sliding_window=WINDOW, **_common(tok)
+    )
+
+
+def _gemma2(tok):
+    """Gemma-2: alternating sliding/full layers, attention and final logit soft-capping."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return Gemma2ForCausalLM, Gemma2Config(
+        intermediate_size=128, head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=16,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, **_common(tok),
+    )  # fmt: skip
+
+
+def _gemma3(tok):
+    """Gemma-3 text: ``sliding_window_pattern=2`` -> layer 0 sliding, layer 1 full."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    return Gemma3ForCausalLM, Gemma3TextConfig(
+        intermediate_size=128, head_dim=16, sliding_window=WINDOW, sliding_window_pattern=2,
+        query_pre_attn_scalar=16, final_logit_softcapping=30.0, **_common(tok),
+    )  # fmt: skip
+
+
+def _phi3_sw(tok):
+    """Phi-3 (fused ``qkv_proj`` / ``gate_up_proj``) with a sliding window, as Phi-3-mini."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    return Phi3ForCausalLM, Phi3Config(intermediate_size=128, sliding_window=WINDOW, **_common(tok))
+
+
+def _qwen3_moe(tok):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    return Qwen3MoeForCausalLM, Qwen3MoeConfig(
+        intermediate_size=128, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        head_dim=16, decoder_sparse_step=1, **_common(tok),
+    )  # fmt: skip
+
+
+def _mixtral_sw(tok):
+    """Mixtral (MoE) with a sliding window."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    return MixtralForCausalLM, MixtralConfig(
+        intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=WINDOW, **_common(tok),
+    )  # fmt: skip
+
+
+FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
+    "llama": _llama, "qwen2": _qwen2, "qwen2_sw": _qwen2_sw, "qwen3": _qwen3,
+    "mistral_sw": _mistral_sw, "gemma2": _gemma2, "gemma3": _gemma3, "phi3_sw": _phi3_sw,
+    "qwen3_moe": _qwen3_moe, "mixtral_sw": _mixtral_sw,
+}  # fmt: skip
+SLIDING = ("qwen2_sw", "mistral_sw", "gemma2", "gemma3", "phi3_sw", "mixtral_sw")
+
+
+def attentions(family: str) -> tuple[str, ...]:
+    """The attention implementations ``family`` runs with in transformers."""
+    return ATTENTION.get(family, ("eager", "sdpa"))
+
+
+def build(family: str, tok: Any, attn: str = "sdpa", dtype: Any = None, seed: int = 0,
+          **overrides: Any) -> Any:  # fmt: skip
+    """A random-initialised ``family`` model in eval mode (``overrides`` change its config,
+    e.g. ``sliding_window=256``)."""
+    import torch
+
+    cls, cfg = FAMILIES[family](tok)
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    cfg._attn_implementation = attn
+    torch.manual_seed(seed)
+    return cls(cfg).to(dtype or torch.float32).eval()
+
+
+WORDS = (
+    "apples pens cards books coins shells Tom Ann Raj Mia has gets more how many does now "
+    "total each the and of to is"
+).split()
+
+
+def tokenizer() -> Any:
+    """A small byte-level BPE tokenizer (``ckptsel.sim.build_tokenizer``) on word salad."""
+    from ckptsel.sim import build_tokenizer
+
+    rng = random.Random(7)
+    texts = [
+        " ".join(rng.choice(WORDS) + (str(rng.randint(0, 99)) if rng.random() < 0.2 else "")
+                 for _ in range(rng.randint(3, 40)))
+        for _ in range(400)
+    ]  # fmt: skip
+    return build_tokenizer(texts, vocab_size=320)
+
+
+def items(n: int = 12, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Prompts of very different lengths (about 3 to 70 tokens: several beyond the window) and
+    responses of 3 to 40 tokens."""
+    rng = random.Random(seed)
+    prompts, responses = [], []
+    for i in range(n):
+        k = [2, 30, 5, 45, 12, 60, 8, 25][i % 8] + rng.randint(0, 3)
+        prompts.append(" ".join(rng.choice(WORDS) for _ in range(k)))
+        responses.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30))))
+    return prompts, responses
+
+
+def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
+    """The model under an unmerged PEFT LoRA adapter (rank 8, random non-zero A and B) on
+    every linear layer but the head."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=8, lora_alpha=16, lora_dropout=0.0, init_lora_weights=False,
+        target_modules="all-linear",
+    )  # fmt: skip
+    torch.manual_seed(1000 + seed)
+    peft_model = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn_like(p) * scale)
+    return peft_model.eval()
+
+
+def generate_one(
+    model: Any, tok: Any, prompt: str, max_new: int, stops: list[int], device: Any = None
+) -> str:
+    """Reference text: ``model.generate`` on the one unpadded prompt, cut at the first stop."""
+    import torch
+
+    ids = torch.tensor([tok(prompt)["input_ids"]], device=device)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+            do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stops,
+        )  # fmt: skip
+    new = out[0, ids.shape[1] :].tolist()
+    cut = next((k for k, t in enumerate(new) if t in stops), len(new))
+    return tok.decode(new[:cut], skip_special_tokens=True)
+
+
+def generate_batched(model: Any, tok: Any, prompts: list[str], max_new: int,
+                     stops: list[int], batch_size: int, device: Any = None) -> list[str]:  # fmt: skip
+    """HF's own batched ``generate`` (left-padded), as a user would call it: the bf16 baseline."""
+    import torch
+
+    texts = []
+    for k in range(0, len(prompts), batch_size):
+        enc = [tok(p)["input_ids"] for p in prompts[k : k + batch_size]]
+        width = max(map(len, enc))
+        ids = torch.full((len(enc), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, e in enumerate(enc):
+            ids[row, width - len(e) :] = torch.tensor(e)
+            mask[row, width - len(e) :] = 1
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new,
+                do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stops,
+            )  # fmt: skip
+        for row in out[:, width:].tolist():
+            cut = next((j for j, t in enumerate(row) if t in stops), len(row))
+            texts.append(tok.decode(row[:cut], skip_special_tokens=True))
+    return texts
+
+
+def direct_nll(model: Any, tok: Any, prompt: str, response: str, window: int) -> tuple[float, int]:
+    """Reference NLL: one unpadded sequence (prompt + response + EOS) cut to ``window``
+    tokens (0: whole), scored in float64."""
+    import torch
+
+    p = tok(prompt)["input_ids"]
+    r = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    seq = (p + r)[:window] if window else p + r
+    n = max(0, len(seq) - len(p))
+    if n == 0:  # the prompt alone fills the window
+        return 0.0, 0
+    with torch.inference_mode():
+        logp = model(input_ids=torch.tensor([seq])).logits[0].double().log_softmax(-1)
+    return -sum(float(logp[len(p) - 1 + k, r[k]]) for k in range(n)), n

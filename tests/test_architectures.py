@@ -1,0 +1,127 @@
+"""Every architecture measured right: tiny random Llama, Qwen2 (+ sliding window), Qwen3,
+Mistral (window shorter than the items), Gemma-2/3, Phi-3, Qwen3-MoE and Mixtral, eager and
+sdpa, under an unmerged LoRA adapter.
+
+float32: ckptsel's texts equal ``model.generate`` on each unpadded prompt, and its NLLs an
+unpadded forward's to 1e-6 relative, with the same ``n_tokens``. bfloat16: no family crashes
+(its agreement with HF's own batched ``generate`` is measured by
+``benchmarks/bench_architectures.py`` into BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from ckptsel.measure import measure_items  # noqa: E402
+from ckptsel.measure.passes import CacheLayout, cache_layout  # noqa: E402
+from ckptsel.measure.tokens import stop_token_ids  # noqa: E402
+
+import archmodels as am  # noqa: E402
+
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.filterwarnings("ignore:.*keys did not match any targeted module:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning"),
+]
+
+MAX_NEW = 12
+WINDOWS = (40, 0)  # 40 cuts several items; 0 = the complete response
+BATCH = 6
+RTOL = 1e-6
+CASES = [(f, a) for f in am.FAMILIES for a in am.attentions(f)]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return am.tokenizer()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return am.items(12)
+
+
+def check_against_references(model, tok, prompts, responses, texts, scored):
+    stops = stop_token_ids(model, tok)
+    ref_texts = [am.generate_one(model, tok, p, MAX_NEW, stops) for p in prompts]
+    assert texts == ref_texts
+    for p, r, got in zip(prompts, responses, scored, strict=True):
+        for w in WINDOWS:
+            want, n = am.direct_nll(model, tok, p, r, w)
+            assert got[w].n_tokens == n
+            assert got[w].nll_sum == pytest.approx(want, rel=RTOL, abs=1e-9)
+
+
+@pytest.mark.parametrize("family,attn", CASES, ids=[f"{f}-{a}" for f, a in CASES])
+def test_float32_texts_and_nll_equal_generate_and_an_unpadded_forward(family, attn, tok, data):
+    prompts, responses = data
+    model = am.add_lora(am.build(family, tok, attn=attn))
+    seconds: dict[str, float] = {}
+    texts, scored = measure_items(
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
+        max_new_tokens=MAX_NEW, seconds=seconds,
+    )  # fmt: skip
+    check_against_references(model, tok, prompts, responses, texts, scored)
+    # sliding layers that the items outgrow take the split mode (their own prefill)
+    assert ("prefill" in seconds) == (family in am.SLIDING)
+    if family in am.SLIDING:  # generation alone (no NLL forward) gives the same texts
+        alone, _ = measure_items(model, tok, prompts, batch_size=BATCH, max_new_tokens=MAX_NEW)
+        assert alone == texts
+
+
+def test_cache_layouts(tok):
+    assert cache_layout(am.build("llama", tok)) == CacheLayout("full")
+    assert cache_layout(am.build("qwen3_moe", tok)) == CacheLayout("full")
+    for family in am.SLIDING:
+        assert cache_layout(am.build(family, tok, attn="eager")) == CacheLayout(
+            "sliding", am.WINDOW
+        )
+    layout = CacheLayout("sliding", 100)
+    assert layout.mode(60, 50, 40) == "single"  # columns 0..89 stay inside the window
+    assert layout.mode(60, 50, 60) == "split"
+    assert layout.mode(120, 10, 1) == "split"
+    assert CacheLayout("other").mode(5, 5, 1) == "rowwise"
+
+
+def test_windows_longer_than_the_items_keep_the_single_pass(tok, data):
+    prompts, responses = data
+    model = am.add_lora(am.build("mistral_sw", tok, sliding_window=256))
+    seconds: dict[str, float] = {}
+    texts, scored = measure_items(
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
+        max_new_tokens=MAX_NEW, seconds=seconds,
+    )  # fmt: skip
+    assert "prefill" not in seconds
+    check_against_references(model, tok, prompts, responses, texts, scored)
+
+
+def test_unknown_cache_layouts_decode_row_by_row(tok, data, monkeypatch):
+    import ckptsel.measure.passes as passes
+
+    prompts, responses = data
+    model = am.add_lora(am.build("gemma3", tok))
+    monkeypatch.setattr(passes, "cache_layout", lambda m: CacheLayout("other"))
+    seconds: dict[str, float] = {}
+    texts, scored = measure_items(
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
+        max_new_tokens=MAX_NEW, seconds=seconds,
+    )  # fmt: skip
+    assert "prefill" in seconds
+    check_against_references(model, tok, prompts, responses, texts, scored)
+
+
+@pytest.mark.parametrize("family,attn", CASES, ids=[f"{f}-{a}" for f, a in CASES])
+def test_bfloat16_runs_every_family(family, attn, tok, data):
+    prompts, responses = data
+    model = am.add_lora(am.build(family, tok, attn=attn, dtype=torch.bfloat16))
+    texts, scored = measure_items(
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
+        max_new_tokens=MAX_NEW,
+    )  # fmt: skip
+    assert len(texts) == len(prompts) and all(isinstance(t, str) for t in texts)
+    n_tok = [len(tok(r, add_special_tokens=False)["input_ids"]) + 1 for r in responses]
+    assert [s[0].n_tokens for s in scored] == n_tok
+    assert all(s[0].nll_sum > 0 and s[0].nll_sum == s[0].nll_sum for s in scored)

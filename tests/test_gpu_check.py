@@ -1,0 +1,55 @@
+"""``benchmarks/gpu_check.py`` runs its CPU-safe parts here (toy sizes, float32), so the script
+that validates a GPU box cannot rot: the architecture matrix, the HF vs vLLM comparison (skipped
+with its reason without vLLM) and the throughput table, written as its BENCHMARKS.md section."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.filterwarnings("ignore:.*keys did not match any targeted module:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return gpu_check
+
+
+def test_cpu_parts_write_the_section(gpu_check, tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    assert gpu_check.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "<!-- gpu_check -->" in text and "Device: CPU" in text
+    for family in ("llama", "mistral_sw"):
+        for attn in ("eager", "sdpa"):  # float32 on the CPU: ckptsel equals generate
+            assert f"| {family} | {attn} | 8/8 |" in text
+    assert "crash" not in text
+    assert "| tiny | ckptsel-hf |" in text
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        assert "skipped: vllm is not installed" in text
+
+
+def test_without_a_gpu_it_says_so(gpu_check, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    assert gpu_check.main([]) == 2
+    assert "no CUDA device" in capsys.readouterr().out
