@@ -59,7 +59,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "measure.ingest": ("lm_eval",),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
-    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates"),
+    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "workflows": ("analysis", "advise", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),

@@ -122,11 +122,31 @@ def print_selection(result: Selection) -> None:
     console.print(
         f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}."
     )
+    _print_best(result, level)
     console.print(
         f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
         f"half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
         f"× {s.bootstrap_partitions} partitions, the choice redone on each."
     )
+
+
+def _print_best(result: Selection, level: int) -> None:
+    """The plausibly-best set and the selection-corrected estimate, when present."""
+    pb, ce = result.plausibly_best, result.chosen_estimate
+    if pb is not None:
+        console.print(
+            f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
+            f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
+            f"[/bold] — the validation data cannot tell these apart."
+        )
+    if ce is not None:
+        console.print(
+            f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
+            f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
+            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, Andrews-Kitagawa-McCloskey hybrid); the "
+            f"naive {ce.naive_mean:.2f}% [{ce.naive_lo:.2f}, {ce.naive_hi:.2f}] is "
+            f"{ce.naive_mean - ce.mean:+.2f} pp optimistic."
+        )
 
 
 def _p(p: float) -> str:
