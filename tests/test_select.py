@@ -317,3 +317,25 @@ def test_small_truth_known_coverage():
     naive = ((nlo <= truth) & (truth <= nhi)).mean()
     assert 0.90 <= cover <= 0.99 and naive < cover
     assert (est - truth).mean() < (x.max(axis=1) - truth).mean()  # less optimistic than the max
+
+
+def test_model_confidence_set_decisive_without_variance():
+    from ckptsel.stats import (
+        Clusters,
+        accuracy_moments,
+        bootstrap_accuracies,
+        model_confidence_set,
+        resample_counts,
+    )
+
+    # step 1 right everywhere, step 2 on even items, step 0 on none; every cluster (a pair
+    # {even, odd}) shows the same differences, so they have no variance and are decisive
+    c = np.zeros((1, 3, 40), dtype=bool)
+    c[0, 1] = True
+    c[0, 2] = np.arange(40) % 2 == 0
+    clusters = Clusters.of(np.repeat(np.arange(20), 2))
+    x, sums, sigma = accuracy_moments(c, clusters)
+    xb = bootstrap_accuracies(sums, clusters.sizes, resample_counts(20, 100, np.random.default_rng(0)))
+    mcs = model_confidence_set(x, sigma, xb, 0.95)
+    assert mcs["in_set"].tolist() == [[False, True, False]]
+    assert mcs["p_mcs"].tolist() == [[0.0, 1.0, 0.0]]

@@ -83,7 +83,10 @@ def model_confidence_set(x: np.ndarray, sigma: np.ndarray, xb: np.ndarray, level
     se = _pair_se(sigma)
     pos = se > 0
     inv_all = np.where(pos, 1.0 / np.where(pos, se, 1.0), 0.0)
-    t = (x[:, :, None] - x[:, None, :]) * inv_all  # (R, T, T) t_ij
+    diff = x[:, :, None] - x[:, None, :]
+    # t_ij; a difference with no variance at all (the same in every cluster) is decisive
+    with np.errstate(invalid="ignore"):
+        t = np.where(pos | (np.abs(diff) <= 1e-12), diff * inv_all, np.sign(diff) * np.inf)
     dev = xb - x[:, None, :]
     active = np.ones((R, T), dtype=bool)
     p_mcs, order = np.ones((R, T)), np.full((R, T), -1)
