@@ -48,7 +48,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
-    "study": ("configuration", "spec"),
+    "study": ("configuration", "spec", "protocol"),
     "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
@@ -70,7 +70,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "integrations": ("hf_trainer",),
     "cli": (
         "output", "split", "audit", "measure", "ingest", "analyze", "verify", "simulate", "train",
-        "quickstart", "report", "selection", "compare", "plan", "run", "records", "app",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

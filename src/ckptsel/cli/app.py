@@ -17,6 +17,7 @@ from ckptsel.cli import (
     ingest,
     measure,
     plan,
+    protocol,
     quickstart,
     records,
     report,
@@ -51,6 +52,11 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
 GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...] = (
     ("ingest", "Import generations evaluated by other tools.", (("lm-eval", ingest.lm_eval),)),
     ("records", "Maintain records folders.", (("compact", records.compact),)),
+    (
+        "protocol",
+        "Freeze a study's protocol before training (pre-registration), and check it.",
+        (("freeze", protocol.freeze_protocol), ("check", protocol.check)),
+    ),
 )
 
 app = typer.Typer(

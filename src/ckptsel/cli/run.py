@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ckptsel.cli.output import console
-from ckptsel.study import load_spec
+from ckptsel.study import check_protocol, load_spec, protocol_status
 from ckptsel.workflows import StudyRun, stages_to_run
 
 
@@ -33,7 +33,9 @@ def run(
 ) -> None:
     """Run or resume a whole study; every stage skips what is already done."""
     stages = stages_to_run(until, only)
+    record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
+    typer.echo(f"{study_file.name}: {protocol_status(record)}")
     job = StudyRun(
         spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console
     )
