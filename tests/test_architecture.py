@@ -36,6 +36,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("results", ("results",)),
     ("stats", ("stats",)),
     ("report", ("report",)),
+    ("trackers", ("trackers",)),
     ("workflows", ("workflows",)),
     ("sim", ("sim",)),
     ("integrations", ("integrations",)),
@@ -56,12 +57,13 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "measure.backends": ("hf", "vllm"),
     "measure.executors": ("base", "local", "ray_actors"),
-    "measure.ingest": ("lm_eval",),
+    "measure.ingest": ("mapping", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
-    "workflows": ("analysis", "advise", "study_run"),
+    "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
+    "workflows": ("analysis", "advise", "tracking", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",

@@ -173,6 +173,7 @@ def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
     from ckptsel.workflows import select_checkpoint
 
     root, _, val, *_ = setup
+
     # step 2 is right on one item more than the others: the raw argmax, but not resolved
     def pattern(step):
         return [True] + [False] * (N_VAL - 1) if step == 2 else [False] * N_VAL
@@ -272,3 +273,69 @@ def test_selection_callback_rejects_bad_options(tmp_path):
     one = write_jsonl(tmp_path / "one.jsonl", make_gsm8k_rows(1))
     with pytest.raises(CkptselError, match="at least 2 validation items"):
         SelectionCallback(one, "gsm8k", tmp_path / "r", "t")
+
+
+# --------------------------------------------------------------------------- report_to
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """The offline tracker stores test_trackers uses too (Trackio's folder is fixed at import)."""
+    from types import SimpleNamespace
+
+    from offline_trackers import offline_env
+
+    root = tmp_path_factory.getbasetemp() / "trackers"
+    with pytest.MonkeyPatch.context() as mp:
+        yield SimpleNamespace(root=root, **offline_env(mp, root))
+
+
+def test_answer_logged_into_the_trainers_own_runs_and_registered(setup, stores):
+    """report_to defaults to the Trainer's: MLflow, W&B and Trackio each get the answer in the
+    run the Trainer logged its loss to, and the recommended checkpoint is registered."""
+    from ckptsel.trackers import ALIAS
+
+    from offline_trackers import import_mlflow, import_trackio, wandb_run, wandb_runs
+
+    mlflow = import_mlflow()
+    wandb = pytest.importorskip("wandb", reason="wandb not installed: pip install 'ckptsel[wandb]'")
+    import_trackio(stores.root)
+    from trackio.sqlite_storage import SQLiteStorage
+
+    root, _, val, *_ = setup
+    cb = _rigged(BEST_EARLY)(
+        val, "gsm8k", root / "records-tracked", "tracked", settings=_settings(), verbose=False,
+        register="callback-model",
+    )  # fmt: skip
+    _, out = _train(
+        setup, "tracked", cb, 4, report_to=["mlflow", "wandb", "trackio"], run_name="sft-tracked",
+        project="cb-project", logging_strategy="steps", logging_steps=2,
+    )  # fmt: skip
+    wandb_id = wandb.run.id if wandb.run is not None else cb.run_ids["wandb"]
+    if wandb.run is not None:
+        wandb.finish()  # the Trainer's WandbCallback leaves its run open
+    sel = json.loads((out / "selection.json").read_text())
+    step = sel["recommendation"]["keep_step"]
+    assert set(cb.run_ids) == {"mlflow", "wandb", "trackio"} and cb.run_ids["wandb"] == wandb_id
+
+    client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
+    run = client.get_run(cb.run_ids["mlflow"])
+    assert "train_loss" in run.data.metrics or "loss" in run.data.metrics  # the Trainer's own run
+    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(
+        sel["split_validation"]["mean"]
+    )
+    version = client.get_model_version_by_alias("callback-model", ALIAS)
+    assert version.run_id == cb.run_ids["mlflow"] and version.tags["ckptsel.step"] == str(step)
+    assert version.source == (out / f"checkpoint-{step}").resolve().as_uri()
+
+    runs = [wandb_run(f) for f in wandb_runs(stores.wandb, wandb_id)]
+    summary = {k: v for r in runs for k, v in r["summary"].items()}
+    assert summary["ckptsel/select/keep_step"] == step and "train_loss" in summary
+    assert any(
+        a["name"] == "callback-model" and ALIAS in a["aliases"]
+        for r in runs
+        for a in r["artifacts"]
+    )
+
+    rows = SQLiteStorage.get_logs("cb-project", cb.run_ids["trackio"])
+    assert any("ckptsel/select/keep_step" in r for r in rows) and any(
+        "train/loss" in r or "loss" in r for r in rows
+    )

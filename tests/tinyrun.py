@@ -136,10 +136,11 @@ class TinyRun:
 
 
 def tiny_training_args(out: Path, max_steps: int, **extra):
-    """Trainer arguments of the callback tests: CPU, a save every 2 steps, no logging."""
+    """Trainer arguments of the callback tests: CPU, a save every 2 steps, no logging (``extra``
+    adds or overrides)."""
     from transformers import TrainingArguments
 
-    return TrainingArguments(
+    settings = dict(
         output_dir=str(out),
         max_steps=max_steps,
         save_strategy="steps",
@@ -154,8 +155,8 @@ def tiny_training_args(out: Path, max_steps: int, **extra):
         save_only_model=True,
         remove_unused_columns=False,
         seed=0,
-        **extra,
     )
+    return TrainingArguments(**{**settings, **extra})  # extra overrides (report_to, logging)
 
 
 def build_tiny_run(

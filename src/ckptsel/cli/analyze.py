@@ -10,9 +10,19 @@ import typer
 
 from ckptsel import defaults
 from ckptsel.choose import parse_budget_list
-from ckptsel.cli.output import console
+from ckptsel.cli.output import (
+    CHECKPOINTS,
+    LOG,
+    PROJECT,
+    REGISTER,
+    RUN_ID,
+    RUN_NAME,
+    console,
+    log_settings,
+)
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 from ckptsel.stats import METHODS
+from ckptsel.workflows import SelectSettings, log_analysis
 from ckptsel.workflows import analyze as run_analysis
 
 
@@ -49,11 +59,27 @@ def analyze(
         "--force",
         help="Allow a non-empty --out that is not a results folder (its files are kept).",
     ),
+    log: list[str] = LOG,
+    run_id: list[str] = RUN_ID,
+    run_name: str = RUN_NAME,
+    project: str = PROJECT,
+    register: str = REGISTER,
+    trajectory: str = typer.Option(
+        None,
+        "--trajectory",
+        help="Whose recommended checkpoint --register registers (default: the records' only "
+        "trajectory); its select answer is logged too.",
+    ),
+    checkpoints: Path = CHECKPOINTS,
 ) -> None:
     """Choose checkpoints on validation records (frozen + hashed), score them on test records,
     and report G, H, D and B with bootstrap intervals."""
     start = time.perf_counter()
     budget_list = parse_budget_list(budgets)
+    tracking = log_settings(
+        log, run_id, register, run_name=run_name, project=project, trajectory=trajectory,
+        checkpoints=checkpoints,
+    ).for_records(records_dir)  # fmt: skip
     with console.status("choosing on validation records, then scoring frozen choices…"):
         summary = run_analysis(
             records_dir, out, permutations=permutations, draws=draws, seed=seed,
@@ -69,3 +95,9 @@ def analyze(
         f"wrote {out / SUMMARY_FILE} (choices SHA-256 {(summary.choices_sha256 or '')[:16]}…) "
         f"in {time.perf_counter() - start:.1f} s"
     )
+    if tracking.to:
+        with console.status(f"logging to {', '.join(tracking.to)}…"):
+            log_analysis(
+                records_dir, out, tracking, select_settings=SelectSettings(seed=seed, level=confidence),
+                note=lambda line: console.print(line, soft_wrap=True),
+            )  # fmt: skip

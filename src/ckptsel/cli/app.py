@@ -50,7 +50,15 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
 )
 # Command groups (listed after the commands): (name, help, its subcommands).
 GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...] = (
-    ("ingest", "Import generations evaluated by other tools.", (("lm-eval", ingest.lm_eval),)),
+    (
+        "ingest",
+        "Import generations evaluated by other tools.",
+        (
+            ("lm-eval", ingest.lm_eval),
+            ("inspect", ingest.inspect),
+            ("lighteval", ingest.lighteval),
+        ),
+    ),
     ("records", "Maintain records folders.", (("compact", records.compact),)),
     (
         "protocol",

@@ -1,10 +1,74 @@
-"""``ckptsel ingest lm-eval``: generations evaluated by lm-evaluation-harness, as records."""
+"""``ckptsel ingest lm-eval | inspect | lighteval``: generations other harnesses evaluated, as
+records (all three through :mod:`ckptsel.measure.ingest`'s one mapping and the one records
+writer). What a harness's logs lack is said in one line, and ``analyze`` runs the other rules."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+
+from ckptsel.errors import CkptselError
+
+
+def _echo_err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> dict:
+    """``KEY=VALUE`` pairs (repeatable, or comma-separated in one value) as a dict; the key is
+    everything before the last ``=`` (log file names may hold ``=`` and ``,`` is rare in them)."""
+    out: dict = {}
+    for value in values or []:
+        for pair in value.split(","):
+            if not pair.strip():
+                continue
+            key, sep, val = pair.strip().rpartition("=")
+            if not sep or not key or not val:
+                raise CkptselError(f"{option} {pair!r}: use KEY=VALUE")
+            if as_int:
+                if not val.isdigit():
+                    raise CkptselError(
+                        f"{option} {pair!r}: the step must be a non-negative integer"
+                    )
+                out[key] = int(val)
+            else:
+                out[key] = val
+    return out
+
+
+def _report(ingested, out: Path) -> None:
+    """The one-line summary and, on stderr, what the logs lack."""
+    rows = ingested.generations
+    for line in ingested.unavailable:
+        _echo_err(f"note: {line}")
+    trajectories = ", ".join(sorted(rows["trajectory"].unique()))
+    nll = 0 if ingested.nll is None else len(ingested.nll)
+    typer.echo(
+        f"ingested {len(rows)} generation rows and {nll} NLL rows ({rows['step'].nunique()} "
+        f"checkpoints, trajectory {trajectories}) -> {out}"
+    )
+
+
+OUT = typer.Option(..., "--out", help="Records folder (rows are added; keys must be new).")
+TRAJECTORY = typer.Option(
+    None, "--trajectory", help="Default: what the logs say (metadata, checkpoint folder's parent)."
+)
+CONFIGURATION = typer.Option(None, "--configuration", help="Default: the trajectory name.")
+TASK = typer.Option(
+    None,
+    "--task",
+    help="ckptsel task (answers normalized with it); default: the harness's task name.",
+)
+SPLIT = typer.Option(
+    "test", "--split", help="validation or test, for samples whose metadata names none."
+)
+STEPS = typer.Option(
+    None,
+    "--steps",
+    help="LOG=STEP (repeatable or comma-separated): a log's file name, path or model name "
+    "and its checkpoint's step, where the logs do not say.",
+)
 
 
 def lm_eval(
@@ -15,9 +79,7 @@ def lm_eval(
     trajectory: str = typer.Option(
         None, "--trajectory", help="Default: the folders' common parent name."
     ),
-    configuration: str = typer.Option(
-        None, "--configuration", help="Default: the trajectory name."
-    ),
+    configuration: str = CONFIGURATION,
     task: str = typer.Option(
         None,
         "--task",
@@ -43,9 +105,73 @@ def lm_eval(
     rows = ingest_lm_eval(
         samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, step=step, metric=metric, filter_name=filter_name, id_prefix=id_prefix,
-        note=lambda m: typer.echo(m, err=True),
+        note=_echo_err,
     )  # fmt: skip
     typer.echo(
         f"ingested {len(rows)} generation rows ({rows['step'].nunique()} checkpoints, "
         f"trajectory {rows['trajectory'].iloc[0]}) -> {out}"
     )
+
+
+def inspect(
+    logs: list[Path] = typer.Argument(
+        ..., help="inspect_ai .eval/.json logs, one per checkpoint (files or folders of them)."
+    ),
+    out: Path = OUT,
+    trajectory: str = TRAJECTORY,
+    configuration: str = CONFIGURATION,
+    task: str = TASK,
+    split: str = SPLIT,
+    steps: list[str] = STEPS,
+    scorer: str = typer.Option(
+        None, "--scorer", help="The scorer giving correctness, when samples carry several."
+    ),
+) -> None:
+    """Read inspect_ai evaluation logs (one per checkpoint) into generation records.
+
+    The step comes from --steps, else the eval metadata's `step` (inspect eval --metadata
+    step=80), else checkpoint-<step> in the model name (--model hf/runs/sft/checkpoint-80).
+    inspect records no log-probabilities of the reference answer: the NLL rule is unavailable."""
+    from ckptsel.measure import ingest_inspect  # when run (see ckptsel.cli)
+
+    ingested = ingest_inspect(
+        logs, out=out, trajectory=trajectory, configuration=configuration, task=task,
+        split=split, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
+        note=_echo_err,
+    )  # fmt: skip
+    _report(ingested, out)
+
+
+def lighteval(
+    details: list[Path] = typer.Argument(
+        ...,
+        help="lighteval --save-details output: the details folder, a model's folder, or "
+        "parquet files (one model name per checkpoint).",
+    ),
+    out: Path = OUT,
+    trajectory: str = TRAJECTORY,
+    configuration: str = CONFIGURATION,
+    task: str = TASK,
+    split: str = SPLIT,
+    splits: list[str] = typer.Option(
+        None,
+        "--splits",
+        help="LIGHTEVAL_TASK=validation|test (repeatable) for documents that do not say.",
+    ),
+    steps: list[str] = STEPS,
+    metric: str = typer.Option(
+        None, "--metric", help="0/1 per-sample metric; default extractive_match or the only one."
+    ),
+) -> None:
+    """Read lighteval details files (lighteval ... --save-details) into generation records.
+
+    The step comes from --steps, else checkpoint-<step> in the model name (run lighteval with
+    model_name=runs/<trajectory>/checkpoint-<step>)."""
+    from ckptsel.measure import ingest_lighteval  # when run (see ckptsel.cli)
+
+    ingested = ingest_lighteval(
+        details, out=out, trajectory=trajectory, configuration=configuration, task=task,
+        split=split, splits=parse_map(splits, "--splits"),
+        steps=parse_map(steps, "--steps", as_int=True), metric=metric, note=_echo_err,
+    )  # fmt: skip
+    _report(ingested, out)

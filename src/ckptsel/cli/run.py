@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ckptsel.cli.output import console
+from ckptsel.cli.output import LOG, PROJECT, REGISTER, RUN_ID, RUN_NAME, console
 from ckptsel.study import check_protocol, load_spec, protocol_status
 from ckptsel.workflows import StudyRun, stages_to_run
 
@@ -30,15 +30,30 @@ def run(
     workers: int = typer.Option(
         1, "--workers", help="processes that train + measure trajectories side by side"
     ),
+    log: list[str] = LOG,
+    run_id: list[str] = RUN_ID,
+    run_name: str = RUN_NAME,
+    project: str = PROJECT,
+    register: str = REGISTER,
+    trajectory: str = typer.Option(
+        None, "--trajectory", help="Whose recommended checkpoint --register registers."
+    ),
 ) -> None:
-    """Run or resume a whole study; every stage skips what is already done."""
+    """Run or resume a whole study; every stage skips what is already done. With --log (or the
+    study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""
     stages = stages_to_run(until, only)
     record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
     typer.echo(f"{study_file.name}: {protocol_status(record)}")
-    job = StudyRun(
-        spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console
+    from ckptsel.workflows import LogSettings  # when run (see ckptsel.cli)
+
+    tracking = LogSettings.build(
+        log, run_id, register=register, run_name=run_name, project=project, trajectory=trajectory
     )
+    job = StudyRun(
+        spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console,
+        tracking=tracking,
+    )  # fmt: skip
     if dry_run:
         typer.echo(job.dry_run())
         typer.echo(f"stages: {', '.join(stages)}")

@@ -10,9 +10,18 @@ from pathlib import Path
 import typer
 
 from ckptsel import defaults
-from ckptsel.cli.output import print_selection
+from ckptsel.cli.output import (
+    CHECKPOINTS,
+    LOG,
+    PROJECT,
+    REGISTER,
+    RUN_ID,
+    RUN_NAME,
+    log_settings,
+    print_selection,
+)
 from ckptsel.errors import CkptselError
-from ckptsel.workflows import SelectSettings, select_checkpoint
+from ckptsel.workflows import SelectSettings, log_selection, select_checkpoint
 
 
 def select(
@@ -37,10 +46,20 @@ def select(
         defaults.SEED, help="Seed for permutations, partitions and bootstraps."
     ),
     confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
+    log: list[str] = LOG,
+    run_id: list[str] = RUN_ID,
+    run_name: str = RUN_NAME,
+    project: str = PROJECT,
+    register: str = REGISTER,
+    checkpoints: Path = CHECKPOINTS,
 ) -> None:
     """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the final one."""
     if not 0.0 < confidence < 1.0:
         raise CkptselError("--confidence must be between 0 and 1")
+    tracking = log_settings(
+        log, run_id, register, run_name=run_name, project=project, rule=rule,
+        checkpoints=checkpoints,
+    )  # fmt: skip
     settings = SelectSettings(
         partitions=partitions,
         draws=draws,
@@ -53,3 +72,5 @@ def select(
         typer.echo(json.dumps(result.to_dict(), indent=1, allow_nan=False))
     else:
         print_selection(result)
+    # with --json, stdout is the JSON object alone
+    log_selection(result, tracking, note=lambda line: typer.echo(line, err=as_json))

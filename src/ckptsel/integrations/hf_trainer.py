@@ -17,7 +17,9 @@ the analysis never imports it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -166,6 +168,25 @@ class RecordingCallback(TrainerCallback):
 SELECTION_FILE = "selection.json"  # written into the Trainer's output folder at the end
 
 
+def _tracker_names(report_to: str | Sequence[str] | None, strict: bool = False) -> tuple[str, ...]:
+    """The trackers ckptsel logs to among ``report_to`` (``"all"``: the installed ones;
+    ``strict``: a name ckptsel does not know is an error, else it is left to the Trainer)."""
+    from ckptsel.trackers import TRACKERS, check_trackers, require
+
+    if report_to is None:
+        return ()
+    names = [report_to] if isinstance(report_to, str) else list(report_to)
+    if "all" in names:
+        return tuple(t for t in TRACKERS if importlib.util.find_spec(t) is not None)
+    names = [n for n in names if n != "none"]
+    if strict:
+        out = check_trackers(names)
+        for name in out:
+            require(name)
+        return out
+    return tuple(n for n in names if n in TRACKERS)
+
+
 class SelectionCallback(RecordingCallback):
     """Choose the checkpoint to keep while training, by what the model *generates*, and keep it.
 
@@ -192,6 +213,14 @@ class SelectionCallback(RecordingCallback):
     * **At the end** it writes ``selection.json`` (choice, recommendation, reason, intervals,
       the plausibly-best set and the selection-corrected accuracy estimate)
       into ``args.output_dir`` and prints one line.
+    * **Into the training run.** With ``report_to`` (default: the Trainer's own
+      ``args.report_to``; ``"all"`` means every installed one) naming ``mlflow``, ``wandb`` or
+      ``trackio``, the answer is logged into the run the Trainer logged to (its id is taken
+      while training: MLflow and Trackio close their runs before ``on_train_end``), else into a
+      new run ``ckptsel-<run_name>``; with ``register=NAME`` the recommended checkpoint's folder
+      becomes a registered model version / artifact NAME with alias ``ckptsel-recommended``
+      (:mod:`ckptsel.workflows.tracking`). Names ckptsel does not log to (tensorboard, …) are
+      left to the Trainer.
 
     Only the main process measures and decides (``state.is_world_process_zero``); the other
     processes keep the Trainer's defaults, so with multi-process training the mark exists on
@@ -202,7 +231,8 @@ class SelectionCallback(RecordingCallback):
 
     Args (besides :class:`RecordingCallback`'s): ``rule`` (``accuracy``, ``agreement`` or
     ``nll``); ``prefer_final``; ``early_stopping_patience``; ``settings`` (a
-    :class:`ckptsel.workflows.SelectSettings`, default as ``ckptsel select``).
+    :class:`ckptsel.workflows.SelectSettings`, default as ``ckptsel select``); ``report_to``
+    (``None``: the Trainer's; ``"none"`` or ``[]``: nowhere); ``register``.
     """
 
     def __init__(
@@ -220,6 +250,8 @@ class SelectionCallback(RecordingCallback):
         test: str | Path | Sequence[Any] | None = None,
         tokenizer: Any = None,
         verbose: bool = True,
+        report_to: str | Sequence[str] | None = None,
+        register: str | None = None,
     ) -> None:
         from ckptsel.choose import SIGNAL_RULES
         from ckptsel.workflows import SelectSettings
@@ -262,6 +294,14 @@ class SelectionCallback(RecordingCallback):
         self.early_stopped = False
         self._training = False
         self._best_metric: float | None = None
+        self.report_to = _tracker_names(report_to, strict=True) if report_to is not None else None
+        self.register = register
+        if register is not None:
+            from ckptsel.trackers import check_model_name
+
+            check_model_name(register)
+        self.run_ids: dict[str, str] = {}  # tracker -> the training run (Trackio: its name)
+        self._trackio_project: str | None = None
 
     # ---------------------------------------------------------------- the Trainer's own best
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -271,6 +311,7 @@ class SelectionCallback(RecordingCallback):
                 'improves; use save_strategy="steps" or "epoch"'
             )
         self._training = True
+        self._capture_runs()
         return control
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -286,6 +327,7 @@ class SelectionCallback(RecordingCallback):
         if not getattr(state, "is_world_process_zero", True):
             return control
         step = int(state.global_step)
+        self._capture_runs()
         if step not in self.measured_steps:
             self._measure_saved(state, kwargs)
         self._decide(args, state)
@@ -344,7 +386,49 @@ class SelectionCallback(RecordingCallback):
                 f"ckptsel: keep checkpoint-{out['marked_step']} of {self.trajectory} "
                 f"({out['recommendation']['reason']})"
             )
+        self._log(args)
         return control
+
+    # ---------------------------------------------------------------- experiment trackers
+    def trackers(self, args: Any) -> tuple[str, ...]:
+        """Where the answer is logged: ``report_to``, else the Trainer's ``args.report_to``."""
+        given = self.report_to
+        return given if given is not None else _tracker_names(getattr(args, "report_to", None))
+
+    def _capture_runs(self) -> None:
+        """The training run of each tracker already imported (the Trainer's integrations run
+        before this callback), while it is open."""
+        mlflow, wandb, trackio = (sys.modules.get(m) for m in ("mlflow", "wandb", "trackio"))
+        if mlflow is not None and mlflow.active_run() is not None:
+            self.run_ids["mlflow"] = mlflow.active_run().info.run_id
+        if wandb is not None and getattr(wandb, "run", None) is not None:
+            self.run_ids["wandb"] = wandb.run.id
+        context = getattr(trackio, "context_vars", None) if trackio is not None else None
+        run = context.current_run.get() if context is not None else None
+        if run is not None:
+            self.run_ids["trackio"] = run.name
+            self._trackio_project = getattr(run, "project", None)
+
+    def _log(self, args: Any) -> None:
+        trackers = self.trackers(args)
+        if not trackers or self.result is None:
+            return
+        from ckptsel.workflows import LogSettings, log_selection
+
+        settings = LogSettings(
+            to=trackers,
+            run_ids={t: r for t, r in self.run_ids.items() if t in trackers},
+            run_name=getattr(args, "run_name", None),
+            project=self._trackio_project if "trackio" in self.run_ids else None,
+            register=self.register,
+            rule=self.rule,
+        ).check()
+        step = self.result.recommendation.keep_step
+        folder = Path(args.output_dir) / f"checkpoint-{step}"
+        log_selection(
+            self.result, settings, checkpoint=folder if folder.is_dir() else None,
+            note=(lambda line: print(f"ckptsel: {line}")) if self.verbose else (lambda line: None),
+        )  # fmt: skip
 
     def selection(self) -> dict:
         """The contents of ``selection.json`` (JSON-ready): the rule's part of the select

@@ -17,7 +17,8 @@ inside functions):
 * :mod:`~ckptsel.measure.executors` — where units run: this process or Ray actors;
 * :mod:`~ckptsel.measure.run` — :func:`measure_run`: every ``checkpoint-<step>/`` of a run
   into a records folder;
-* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs.
+* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs (lm-eval, inspect,
+  lighteval), through one shared mapping.
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from __future__ import annotations
 from ckptsel._moved import moved_attribute
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
-from ckptsel.measure.ingest import ingest_lm_eval
+from ckptsel.measure.ingest import (
+    CheckpointLog,
+    Ingested,
+    ingest_inspect,
+    ingest_lighteval,
+    ingest_lm_eval,
+    ingest_logs,
+    read_inspect_log,
+    unavailable_lines,
+)
 from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
 from ckptsel.measure.parts import (
     CheckpointTodo,
@@ -40,9 +50,11 @@ from ckptsel.measure.run import measure_run
 
 __all__ = [
     "BACKENDS",
+    "CheckpointLog",
     "CheckpointTodo",
     "DTYPES",
     "ExecutorConfig",
+    "Ingested",
     "ItemPool",
     "MeasureConfig",
     "MeasureResult",
@@ -52,13 +64,18 @@ __all__ = [
     "RecordedItems",
     "StepParts",
     "generate_texts",
+    "ingest_inspect",
+    "ingest_lighteval",
     "ingest_lm_eval",
+    "ingest_logs",
     "left_to_measure",
     "measure_items",
     "measure_model",
     "measure_run",
     "measure_splits",
+    "read_inspect_log",
     "response_nll",
+    "unavailable_lines",
 ]
 
 

@@ -29,6 +29,7 @@ PROTOCOL_SCHEMA = 1
 # keys that do not decide choices or estimates: section -> keys (None: the whole section)
 OPERATIONAL: dict[str, tuple[str, ...] | None] = {
     "executor": None,
+    "log": None,  # experiment trackers (MLflow, W&B, Trackio)
     "measure": ("batch_size", "device"),
     "study": ("runs_dir", "records_dir", "results_dir"),
 }

@@ -12,6 +12,8 @@ A schema-2 file describes a whole study (README "ckptsel run")::
     [measure]      max_new_tokens, batch_size, window, device, backend, dtype
     [executor]     kind, address, workers, num_cpus, num_gpus, max_retries
     [analysis]     permutations, draws, seed, level, interval, budgets
+    [log]          to, run_id, run_name, project, tracking_uri, register, trajectory, rule
+                   (results logged to MLflow / W&B / Trackio after analyze; ckptsel.workflows)
     [[configurations]]  a Configuration (trained here), or name + runs = "GLOB" (existing run
                    folders; seed from the folder name, ``...-s42`` / ``..._seed42``), or
                    name + lm_eval = "GLOB" [+ filter]: lm-eval --log_samples folders, per
@@ -101,6 +103,16 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "interval": (_STR, "cr2 | wild | percentile"),
         "budgets": (_LIST, "finite validation budgets (\"full\" is always added)"),
     },
+    "log": {
+        "to": (_LIST, 'trackers the results go to: ["mlflow", "wandb", "trackio"]'),
+        "run_id": (_STR, "the run to log into (TRACKER=ID with several); default: a new run"),
+        "run_name": (_STR, "the training run's name a new run is linked to"),
+        "project": (_STR, "MLflow experiment / W&B or Trackio project (default: ckptsel)"),
+        "tracking_uri": (_STR, "MLflow tracking URI (default: MLFLOW_TRACKING_URI)"),
+        "register": (_STR, "register the recommended checkpoint under this model name"),
+        "trajectory": (_STR, "whose checkpoint register registers (default: the only one)"),
+        "rule": (_STR, "the rule the recommendation follows (default: accuracy)"),
+    },
 }
 SCHEMA["test"] = SCHEMA["validation"]
 _SOURCE_KEYS = {"runs": "existing run folders (glob)", "lm_eval": "lm-eval sample folders (glob)"}
@@ -148,6 +160,7 @@ class StudySpec:
     analysis: dict[str, Any]
     results_dir: Path
     executor: dict[str, Any] = field(default_factory=dict)  # [executor]: where measure runs
+    log: dict[str, Any] = field(default_factory=dict)  # [log]: trackers the results go to
 
     @property
     def state_dir(self) -> Path:
@@ -286,7 +299,7 @@ def _load(
     return StudySpec(
         path.resolve(), work, study, validation, test, split, tuple(external),
         dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
-        dict(data.get("executor", {})),
+        dict(data.get("executor", {})), dict(data.get("log", {})),
     )  # fmt: skip
 
 

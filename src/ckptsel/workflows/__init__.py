@@ -6,6 +6,8 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
   published results folder; ``verify`` recomputes it;
 * :mod:`~ckptsel.workflows.advise` — one trajectory's recommendation, paired checkpoint
   comparison, validation-budget planning;
+* :mod:`~ckptsel.workflows.tracking` — results and the recommendation logged to MLflow, W&B or
+  Trackio (``--log``), the recommended checkpoint registered there (``--register``);
 * :mod:`~ckptsel.workflows.study_run` — a study's stages, resumable, optionally in worker
   processes.
 """
@@ -22,13 +24,17 @@ from ckptsel.workflows.study_run import (
     quiet_transformers,
     stages_to_run,
 )
+from ckptsel.workflows.tracking import LogSettings, log_analysis, log_selection
 
 __all__ = [
     *advise.__all__,
     "STAGES",
+    "LogSettings",
     "StudyRun",
     "analyze",
     "format_plan",
+    "log_analysis",
+    "log_selection",
     "quiet_transformers",
     "stages_to_run",
     "verify",

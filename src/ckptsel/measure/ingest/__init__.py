@@ -1,8 +1,27 @@
-"""Records from generations other tools made: lm-evaluation-harness ``--log_samples`` output
-(:mod:`~ckptsel.measure.ingest.lm_eval`), written through the one records writer.
+"""Records from generations other tools made, written through the one records writer:
+
+* :mod:`~ckptsel.measure.ingest.mapping` — the mapping every harness shares (item id, split,
+  step, trajectory, task, answer, correct → contract rows) and what a harness lacks;
+* :mod:`~ckptsel.measure.ingest.lm_eval` — lm-evaluation-harness ``--log_samples`` output;
+* :mod:`~ckptsel.measure.ingest.inspect` — inspect_ai ``.eval``/``.json`` logs (read without
+  inspect_ai);
+* :mod:`~ckptsel.measure.ingest.lighteval` — lighteval ``--save-details`` parquet files.
 """
+
 from __future__ import annotations
 
+from ckptsel.measure.ingest.inspect import ingest_inspect, read_inspect_log
+from ckptsel.measure.ingest.lighteval import ingest_lighteval
 from ckptsel.measure.ingest.lm_eval import ingest_lm_eval
+from ckptsel.measure.ingest.mapping import CheckpointLog, Ingested, ingest_logs, unavailable_lines
 
-__all__ = ["ingest_lm_eval"]
+__all__ = [
+    "CheckpointLog",
+    "Ingested",
+    "ingest_inspect",
+    "ingest_lighteval",
+    "ingest_lm_eval",
+    "ingest_logs",
+    "read_inspect_log",
+    "unavailable_lines",
+]

@@ -1,4 +1,5 @@
-"""Import generations evaluated elsewhere into records (SPEC §2: "what ``ingest`` produces").
+"""Import generations evaluated elsewhere into records (SPEC §2: "what ``ingest`` produces"),
+through the mapping every ingester shares (:mod:`~ckptsel.measure.ingest.mapping`).
 
 ``lm-eval``: lm-evaluation-harness ``--log_samples`` output, ONE FOLDER PER CHECKPOINT
 (``lm_eval ... --output_path evals/<trajectory>/checkpoint-<step>``; the harness writes
@@ -7,6 +8,7 @@
 * step: from the folder name ``checkpoint-<step>``; ``--step`` only for a single folder.
 * trajectory: ``--trajectory``, else the name of the folders' common parent.
 * split: ``--split`` (default ``test``); one split per invocation.
+* task: ``--task``, else the lm-eval task when the folders hold one (several need ``--task``).
 * item_id: ``<lm-eval task>-<doc_id>`` (``--id-prefix`` replaces the task name), which is
   the ``<task>-<index>`` id that ``ckptsel.data.tasks`` gives the same file in file order, so
   ingested generations line up with NLL records measured by ``ckptsel measure``.
@@ -34,9 +36,9 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.data import extract, task_family
+from ckptsel.data import extract
 from ckptsel.errors import CkptselError
-from ckptsel.records import check_name, coerce_generations, upsert_records
+from ckptsel.measure.ingest.mapping import CheckpointLog, check_split, ingest_logs, known_task
 from ckptsel.train import CHECKPOINT_RE
 
 SAMPLES_RE = re.compile(
@@ -158,16 +160,6 @@ def _correct(sample: dict[str, Any], metric: str | None, where: str) -> bool:
     return v == 1.0
 
 
-def _known_task(task: str | None) -> bool:
-    if not task:
-        return False
-    try:
-        task_family(task)
-    except (CkptselError, KeyError):
-        return False
-    return True
-
-
 def samples_to_rows(
     samples: Sequence[dict[str, Any]],
     *,
@@ -188,7 +180,7 @@ def samples_to_rows(
         if filter_name not in filters:
             raise CkptselError(f"{path}: filter {filter_name!r} not found (file has {filters})")
         chosen = filter_name
-    known_task = _known_task(task)
+    is_known = known_task(task)
     rows, seen = [], {}
     for s in samples:
         if str(s.get("filter", "none")) != chosen:
@@ -201,7 +193,7 @@ def samples_to_rows(
             raise CkptselError(f"{where}: doc_id {doc} repeated (first at line {seen[doc]})")
         seen[doc] = s["_line"]
         text, is_choice = response_of(s, where)
-        if is_choice or not known_task:
+        if is_choice or not is_known:
             answer = text.strip()
         else:
             answer = extract(task, text)
@@ -255,12 +247,12 @@ def ingest_lm_eval(
 ) -> pd.DataFrame:
     """Read lm-eval samples (one folder per checkpoint) and upsert them into ``out``.
 
-    Everything is read and checked before anything is written. Returns the rows written.
+    Everything is read and checked before anything is written (through the mapping shared by
+    every ingester, :mod:`~ckptsel.measure.ingest.mapping`). Returns the rows written.
     """
     if not folders:
         raise CkptselError("no SAMPLES_DIR given")
-    if split not in ("validation", "test"):
-        raise CkptselError(f"unknown --split {split!r}: use validation or test")
+    check_split(split)
     folders = [Path(f) for f in folders]
     for f in folders:
         if not f.is_dir():
@@ -272,9 +264,7 @@ def ingest_lm_eval(
                 f"folders have different parents {sorted(parents)}; pass --trajectory"
             )
         trajectory = parents.pop()
-    check_name("trajectory", trajectory)
-    configuration = check_name("configuration", configuration or trajectory)
-    frames, steps, hashes = [], {}, {}
+    logs, steps, hashes = [], {}, {}
     for f in folders:
         st = step_of(f, step, len(folders))
         if st in steps:
@@ -305,10 +295,15 @@ def ingest_lm_eval(
                         f"{path}: item {item} has doc_hash {h} but {hashes[item][1]} has {hashes[item][0]} "
                         "(different documents under one doc_id)"
                     )
-            frames.append(df.assign(step=st, task=task or lm_task))
-    rows = pd.concat(frames, ignore_index=True)
-    rows = rows.assign(trajectory=trajectory, configuration=configuration, split=split)
-    rows["group"] = rows["item_id"]
-    gen = coerce_generations(rows)
-    upsert_records(Path(out), generations=gen)
-    return gen
+            logs.append(CheckpointLog(str(path), st, df.assign(harness_task=lm_task)))
+    ingested = ingest_logs(
+        logs,
+        out=out,
+        harness="lm-eval",
+        trajectory=trajectory,
+        configuration=configuration,
+        task=task,
+        split=split,
+        note=note,
+    )
+    return ingested.generations

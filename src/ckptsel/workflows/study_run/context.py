@@ -24,6 +24,7 @@ from ckptsel.measure import ExecutorConfig, MeasureConfig
 from ckptsel.study import StudySpec
 from ckptsel.train import pick_device
 from ckptsel.workflows.study_run.progress import Log
+from ckptsel.workflows.tracking import LogSettings
 
 _SEED_RE = re.compile(r"(?:^|[-_.])(?:s|seed)[-_]?(\d+)$")
 
@@ -56,14 +57,35 @@ class StudyContext:
         device: str | None = None,
         log: Log = print,
         console: Any = None,
+        tracking: LogSettings | None = None,
     ) -> None:
-        """``[executor]`` is checked here, before anything runs; ``console``: a rich console
+        """``[executor]`` is checked here, before anything runs; ``tracking``: the command
+        line's ``--log`` options, over ``[log]`` (:attr:`tracking`); ``console``: a rich console
         for the live display (shown only when it is a terminal)."""
         self.spec, self.device, self.log, self.console = spec, device, log, console
         try:
             self.executor = ExecutorConfig.coerce(spec.executor)
         except CkptselError as err:
             raise CkptselError(f"{spec.source}: [executor]: {err}") from err
+        self._given_tracking = tracking
+
+    @cached_property
+    def tracking(self) -> LogSettings:
+        """Where the results are logged (the study file's ``[log]``, then the command line's);
+        the tracker packages imported and the registered trajectory settled on first use
+        (:class:`~ckptsel.workflows.StudyRun` asks at once; worker processes never do)."""
+        tracking = LogSettings.from_table(self.spec.log, f"{self.spec.source}: [log]")
+        if self._given_tracking is not None:
+            tracking = tracking.merged(self._given_tracking)
+        if tracking.register and not tracking.trajectory:
+            names = [t.name for t in self.trajectories]
+            if len(names) != 1:
+                raise CkptselError(
+                    f"{self.spec.source}: [log] register: the study has {len(names)} "
+                    'trajectories; say whose checkpoint with trajectory = "NAME" (--trajectory)'
+                )
+            tracking = replace(tracking, trajectory=names[0])
+        return tracking.check()
 
     @property
     def records_dir(self) -> Path:

@@ -20,6 +20,7 @@ from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerpri
 from ckptsel.workflows.study_run.plan import finished, format_plan, plan
 from ckptsel.workflows.study_run.progress import Log
 from ckptsel.workflows.study_run.workers import check_workers, train_and_measure
+from ckptsel.workflows.tracking import LogSettings
 
 
 class StudyRun:
@@ -33,11 +34,16 @@ class StudyRun:
         log: Log = print,
         workers: int = 1,
         console: Any = None,
+        tracking: LogSettings | None = None,
     ) -> None:
         """``workers``: processes that train + measure trajectories (1: this process, stage
         by stage); ``console``: a rich console for the live display (shown only when it is a
-        terminal). ``[executor]`` and ``workers`` are checked here, before anything runs."""
-        self.context = StudyContext(spec, device=device, log=log, console=console)
+        terminal); ``tracking``: the command line's ``--log`` options, over the file's ``[log]``.
+        ``[executor]``, ``[log]`` and ``workers`` are checked here, before anything runs."""
+        self.context = StudyContext(
+            spec, device=device, log=log, console=console, tracking=tracking
+        )
+        self.context.tracking  # noqa: B018 - [log] checked (and its packages imported) now
         self.workers = check_workers(workers, self.context.executor)
 
     # ---------------------------------------------------------------- inputs

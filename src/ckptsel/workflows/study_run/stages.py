@@ -24,16 +24,20 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
 from ckptsel._util.io import write_text
 from ckptsel.data import audit_pools, load_items, split_file, strata_counts, write_audit
+from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
 from ckptsel.measure import ingest_lm_eval, measure_run
 from ckptsel.train import train_study
+from ckptsel.workflows.advise import SelectSettings, select_checkpoint
 from ckptsel.workflows.analysis import analyze as analyze_records
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint
 from ckptsel.workflows.study_run.progress import live
+from ckptsel.workflows.tracking import log_analysis, log_selection
 
 STAGES = ("prepare", "train", "measure", "analyze")
 
@@ -171,8 +175,33 @@ def ingest(ctx: StudyContext, t: Trajectory) -> None:
 
 
 def analyze(ctx: StudyContext) -> dict:
-    """The analysis with the report, into the study's results folder (``[analysis]``)."""
+    """The analysis with the report, into the study's results folder (``[analysis]``), then
+    logged where ``[log]`` says."""
     out = ctx.spec.results_dir
     summary = analyze_records(ctx.records_dir, out, report=True, **ctx.spec.analysis)
     ctx.log(f"analyze: results in {out}")
+    log_results(ctx, out)
     return summary
+
+
+def log_results(ctx: StudyContext, out: Path) -> None:
+    """The results (and, with a trajectory, its recommendation, registered with ``register``)
+    to the trackers ``[log]`` names; the registration references the checkpoint's folder."""
+    tracking = ctx.tracking
+    if not tracking.to:
+        return
+    note = lambda line: ctx.log(f"log: {line}")  # noqa: E731
+    if not tracking.trajectory:
+        log_analysis(ctx.records_dir, out, tracking, note=note)
+        return
+    a = ctx.spec.analysis
+    settings = SelectSettings(seed=a.get("seed", SEED), level=a.get("level", CONFIDENCE))
+    selection = select_checkpoint(
+        ctx.records_dir, tracking.trajectory, rule=tracking.rule, settings=settings
+    )
+    folder = ctx.trajectory(tracking.trajectory).folder
+    checkpoint = folder / f"checkpoint-{selection.recommendation.keep_step}"
+    log_selection(
+        selection, tracking, results_dir=out, note=note,
+        checkpoint=checkpoint if checkpoint.is_dir() else None,
+    )  # fmt: skip

@@ -1,0 +1,321 @@
+"""Records from inspect_ai evaluation logs: ``.eval`` (the default) and ``.json`` logs, one log per
+checkpoint, read WITHOUT inspect_ai installed.
+
+A ``.eval`` log is a ZIP archive whose members are Zstandard-compressed (ZIP method 93), which
+Python's ``zipfile`` cannot inflate before 3.14; the members are inflated here with pyarrow's
+zstd codec (pyarrow is a ckptsel dependency). Members used: ``header.json`` (the eval spec: task,
+model, model args, generation config, metadata; the status) and ``samples/<id>_epoch_<n>.json``.
+A ``.json`` log is one object with the same fields and a ``samples`` list.
+
+Conventions (SPEC §2 through :mod:`~ckptsel.measure.ingest.mapping`):
+
+* step: ``--steps`` (keys: the log's file name or path, or the model name), else ``step`` in the
+  eval metadata (``inspect eval --metadata step=80``), else ``checkpoint-<step>`` in the model
+  name (``hf/runs/sft/checkpoint-80``) or in the model args;
+* trajectory: ``--trajectory``, else ``trajectory`` in the eval metadata, else the folder above
+  ``checkpoint-<step>`` in the model name; configuration: ``--configuration``, else the
+  metadata's ``configuration``, else the trajectory;
+* item_id: the sample id; split, group, subtask: the sample metadata's ``split`` / ``group`` /
+  ``subtask`` when present (split: else ``--split``);
+* correct: the value of the scorer (``--scorer`` when samples carry several): ``C``/``I``
+  (CORRECT/INCORRECT), true/false or 1/0; anything else (partial credit) is an error;
+* answer: the score's ``answer`` (what the scorer extracted); text: the completion.
+
+Not accepted: logs that did not finish (status other than ``success``), and several epochs
+(ckptsel records one greedy answer per item). Samples that errored are left out, with a note.
+inspect records no log-probabilities of the reference response (with ``logprobs=True`` only those
+of the generated tokens), so ingested records have no matched NLL.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ckptsel.errors import CkptselError
+from ckptsel.measure.ingest.mapping import (
+    CheckpointLog,
+    Ingested,
+    check_split,
+    ingest_logs,
+    lookup_step,
+    step_in_path,
+)
+
+ZSTD_METHOD = 93  # APPNOTE 6.3.7
+_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # ZIP local file header (30 bytes)
+_CORRECT = {"C": True, "I": False}
+
+
+# --------------------------------------------------------------------------- reading a log
+def _member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
+    """One member's bytes, Zstandard members inflated with pyarrow's codec."""
+    info = zf.getinfo(name)
+    if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        return zf.read(name)
+    if info.compress_type != ZSTD_METHOD:
+        raise CkptselError(
+            f"{path}: member {name} uses ZIP compression {info.compress_type}, not zstd"
+        )
+    import pyarrow as pa
+
+    if not pa.Codec.is_available("zstd"):
+        raise CkptselError(
+            f"{path}: this pyarrow build has no zstd codec; install pyarrow from PyPI"
+        )
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        head = fh.read(_LOCAL_HEADER.size)
+        if len(head) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack(head)[0] != 0x04034B50:
+            raise CkptselError(f"{path}: member {name}: bad ZIP local header (truncated file?)")
+        name_len, extra_len = _LOCAL_HEADER.unpack(head)[-2:]
+        fh.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+        raw = fh.read(info.compress_size)
+    try:
+        return pa.Codec("zstd").decompress(raw, decompressed_size=info.file_size).to_pybytes()
+    except (OSError, ValueError) as err:  # pyarrow raises ArrowIOError/ArrowInvalid
+        raise CkptselError(f"{path}: member {name} cannot be inflated ({err})") from err
+
+
+def _json(data: bytes | str, path: Path, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CkptselError(f"{path}: {what} is not valid JSON ({err})") from err
+
+
+def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
+    """``(header, samples)`` of an inspect log (``.eval`` or ``.json``), as plain JSON objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise CkptselError(f"{path}: inspect log not found")
+    if path.suffix == ".json":
+        log = _json(path.read_bytes(), path, "the log")
+        if not isinstance(log, dict) or "eval" not in log:
+            raise CkptselError(f"{path}: not an inspect log (no 'eval' field)")
+        return log, list(log.get("samples") or [])
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            if "header.json" not in names:
+                raise CkptselError(
+                    f"{path}: no header.json in the log: the evaluation is still running or was interrupted"
+                )
+            header = _json(_member(zf, path, "header.json"), path, "header.json")
+            samples = [
+                _json(_member(zf, path, n), path, n)
+                for n in sorted(names)
+                if n.startswith("samples/") and n.endswith(".json")
+            ]
+    except (zipfile.BadZipFile, OSError) as err:
+        raise CkptselError(f"{path}: not a readable .eval log ({err})") from err
+    if not isinstance(header, dict) or "eval" not in header:
+        raise CkptselError(f"{path}: not an inspect log (header.json has no 'eval' field)")
+    return header, samples
+
+
+def find_inspect_logs(paths: Sequence[Path]) -> list[Path]:
+    """The log files named, and the ``.eval``/``.json`` logs inside folders named."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(
+                f
+                for f in p.iterdir()
+                if f.suffix == ".eval" or (f.suffix == ".json" and f.name != "logs.json")
+            )
+            if not found:
+                raise CkptselError(f"{p}: no inspect logs (.eval or .json) in this folder")
+            out.extend(found)
+        elif p.suffix in (".eval", ".json"):
+            out.append(p)
+        elif p.exists():
+            raise CkptselError(f"{p}: not an inspect log (.eval or .json)")
+        else:
+            raise CkptselError(f"{p}: inspect log not found")
+    return out
+
+
+# --------------------------------------------------------------------------- one log
+def _model_names(ev: dict) -> list[str]:
+    """The model as the log names it: ``hf/<path>`` and ``<path>``."""
+    model = str(ev.get("model") or "")
+    names = [model]
+    if "/" in model:
+        names.append(model.split("/", 1)[1])
+    return names
+
+
+def _step_and_trajectory(
+    path: Path, ev: dict, steps: Mapping[str, int] | None
+) -> tuple[int, str | None]:
+    meta = ev.get("metadata") or {}
+    found = [step_in_path(n) for n in _model_names(ev)]
+    args = ev.get("model_args") or {}
+    found += [step_in_path(str(v)) for v in args.values() if isinstance(v, str)]
+    found = [f for f in found if f is not None]
+    folder_traj = found[0][1] if found else None
+    traj = str(meta["trajectory"]) if meta.get("trajectory") else folder_traj
+    explicit = lookup_step(steps, [path.name, str(path), *_model_names(ev)])
+    if explicit is not None:
+        return explicit, traj
+    if "step" in meta:
+        value = meta["step"]
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CkptselError(
+                f"{path}: eval metadata step {value!r} is not a non-negative integer"
+            )
+        return value, traj
+    if found:
+        return found[0][0], traj
+    raise CkptselError(
+        f"{path}: cannot tell the checkpoint's step: no 'step' in the eval metadata and no "
+        f"checkpoint-<step> in the model name {ev.get('model')!r}; pass --steps"
+    )
+
+
+def _scorer(path: Path, samples: list[dict], scorer: str | None) -> str:
+    names = sorted({k for s in samples for k in (s.get("scores") or {})})
+    if scorer is not None:
+        if scorer not in names:
+            raise CkptselError(f"{path}: scorer {scorer!r} not found (the samples have {names})")
+        return scorer
+    if len(names) != 1:
+        if not names:
+            raise CkptselError(f"{path}: the samples carry no scores (run the eval with a scorer)")
+        raise CkptselError(f"{path}: several scorers {names}; choose one with --scorer")
+    return names[0]
+
+
+def _correct(value: Any, where: str, scorer: str) -> bool:
+    if isinstance(value, str) and value in _CORRECT:
+        return _CORRECT[value]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return value == 1
+    raise CkptselError(
+        f"{where}: score {value!r} of scorer {scorer} is not a correctness (C/I, true/false or 0/1); "
+        "choose a scorer that grades right/wrong with --scorer"
+    )
+
+
+def _completion(sample: dict) -> str | None:
+    text = (sample.get("output") or {}).get("completion")
+    if isinstance(text, str) and text.startswith("attachment://"):
+        text = (sample.get("attachments") or {}).get(text[len("attachment://") :], text)
+    return text if isinstance(text, str) else None
+
+
+def _sample_rows(path: Path, samples: list[dict], scorer: str, task: str) -> Iterator[dict]:
+    for s in samples:
+        where = f"{path}: sample {s.get('id')!r}"
+        if s.get("id") is None:
+            raise CkptselError(f"{path}: a sample has no id")
+        score = (s.get("scores") or {}).get(scorer)
+        if score is None:
+            raise CkptselError(f"{where}: no score from scorer {scorer}")
+        meta = s.get("metadata") or {}
+        answer = score.get("answer")
+        yield {
+            "item_id": str(s["id"]),
+            "answer": None if answer is None else str(answer),
+            "correct": _correct(score.get("value"), where, scorer),
+            "text": _completion(s),
+            "harness_task": task,
+            "split": meta.get("split"),
+            "group": None if meta.get("group") is None else str(meta["group"]),
+            "subtask": None if meta.get("subtask") is None else str(meta["subtask"]),
+        }
+
+
+def _greedy(ev: dict) -> bool:
+    config = ev.get("model_generate_config") or {}
+    return config.get("temperature") == 0 or (ev.get("model_args") or {}).get("do_sample") is False
+
+
+def inspect_checkpoint(
+    path: Path,
+    *,
+    steps: Mapping[str, int] | None = None,
+    scorer: str | None = None,
+    note: Callable[[str], None] = print,
+) -> CheckpointLog:
+    """One inspect log as a :class:`CheckpointLog` (its samples mapped, not yet written)."""
+    path = Path(path)
+    header, samples = read_inspect_log(path)
+    ev = header["eval"]
+    status = header.get("status")
+    if status != "success":
+        raise CkptselError(
+            f"{path}: the log's status is {status!r}, not 'success' (the evaluation did not finish); "
+            "re-run it or `inspect eval-retry` it"
+        )
+    epochs = sorted({int(s.get("epoch", 1)) for s in samples})
+    if epochs and epochs != [1]:
+        raise CkptselError(
+            f"{path}: samples of epochs {epochs}; ckptsel records one greedy answer per item (run with epochs=1)"
+        )
+    failed = [str(s.get("id")) for s in samples if s.get("error")]
+    if failed:
+        note(
+            f"note: {path}: {len(failed)} sample(s) errored in inspect and are left out ({', '.join(failed[:5])})"
+        )
+        samples = [s for s in samples if not s.get("error")]
+    if not _greedy(ev):
+        note(
+            f"note: {path}: the log does not record greedy decoding (temperature 0, or do_sample=false "
+            "for hf models); accuracy and agreement assume one greedy answer per item"
+        )
+    step, trajectory = _step_and_trajectory(path, ev, steps)
+    task = str(ev.get("task") or "inspect")
+    rows = pd.DataFrame(list(_sample_rows(path, samples, _scorer(path, samples, scorer), task)))
+    if rows.empty:
+        raise CkptselError(f"{path}: no scored samples")
+    meta = ev.get("metadata") or {}
+    conf = meta.get("configuration")
+    return CheckpointLog(
+        str(path), step, rows, trajectory=trajectory, configuration=conf and str(conf)
+    )
+
+
+def ingest_inspect(
+    logs: Sequence[Path],
+    *,
+    out: Path,
+    trajectory: str | None = None,
+    configuration: str | None = None,
+    task: str | None = None,
+    split: str = "test",
+    steps: Mapping[str, int] | None = None,
+    scorer: str | None = None,
+    note: Callable[[str], None] = print,
+) -> Ingested:
+    """Read inspect logs (one per checkpoint; files or folders of them) into ``out``.
+
+    Everything is read and checked before anything is written. Returns what was written and
+    what the logs lack (:attr:`Ingested.unavailable`).
+    """
+    check_split(split)
+    files = find_inspect_logs(logs)
+    if not files:
+        raise CkptselError("no inspect LOGS given")
+    mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, note=note) for f in files]
+    return ingest_logs(
+        mapped,
+        out=out,
+        harness="inspect",
+        trajectory=trajectory,
+        configuration=configuration,
+        task=task,
+        split=split,
+        note=note,
+    )

@@ -1,0 +1,297 @@
+"""The one mapping from other harnesses' logs to records (SPEC §2), shared by every ingester.
+
+An ingester (``lm_eval``, ``inspect``, ``lighteval``) reads its harness's files and hands over one
+:class:`CheckpointLog` per log: the checkpoint's step, what the log says about its trajectory,
+and one row per scored sample (``item_id``, ``answer``, ``correct``, ``text``, ``harness_task``,
+and where the log has them ``split``, ``group``, ``subtask``). This module turns them into
+contract rows the same way for every harness:
+
+* trajectory: ``--trajectory``, else what the log says (metadata, or the folder above
+  ``checkpoint-<step>``); configuration: ``--configuration``, else the log's, else the trajectory;
+* split: the sample's own (its metadata), else ``--split``; only ``validation`` and ``test``;
+* task: ``--task``, else the harness task when a trajectory's logs hold one;
+  subtask: the sample's own, else the harness task when it differs from the task;
+* group: the sample's own, else its item id;
+* answer: the harness's extracted answer; where it has none, ckptsel's extraction when the task
+  is a ckptsel task, else the stripped generation (agreement then compares whole generations);
+* keys: one row per (trajectory, step, split, item); a key given twice is an error naming both
+  logs. Everything is checked before the one records writer (:func:`ckptsel.records.upsert_records`)
+  writes anything.
+
+:func:`unavailable_lines` says, in one line each, which rules the ingested records cannot support
+because the harness does not record what they need (the analysis then runs the other rules).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ckptsel.data import extract, task_family
+from ckptsel.errors import CkptselError
+from ckptsel.records import SPLITS, check_name, coerce_generations, coerce_nll, upsert_records
+from ckptsel.train import CHECKPOINT_RE
+
+# what each harness lacks for the matched-NLL rule, said once after ingesting its logs
+NO_NLL_REASON = {
+    "lm-eval": "lm-eval samples hold no teacher-forced log-probabilities of the reference response",
+    "inspect": "inspect records no log-probabilities of the reference response",
+    "lighteval": "these details hold no log-probability of the reference response",
+}
+ROW_COLUMNS = ("item_id", "answer", "correct", "text", "harness_task")
+OPTIONAL_ROW_COLUMNS = ("split", "group", "subtask")
+
+
+@dataclass(frozen=True)
+class CheckpointLog:
+    """One harness log of one checkpoint, read but not yet named.
+
+    ``rows``: one row per scored sample with :data:`ROW_COLUMNS` (``answer`` may be None where
+    the harness extracted none; ``text`` may be None) and any of :data:`OPTIONAL_ROW_COLUMNS`
+    (None where the sample does not say). ``nll``: contract NLL rows (``item_id``, ``split``,
+    ``nll_sum``, ``n_tokens``, ``window``) when the log holds the quantity the contract means.
+    """
+
+    source: str  # the log file or folder, named in errors
+    step: int
+    rows: pd.DataFrame
+    trajectory: str | None = None  # what the log says about its trajectory
+    configuration: str | None = None
+    nll: pd.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What an ingest wrote: contract generation (and NLL) rows, and what the logs lack."""
+
+    generations: pd.DataFrame
+    nll: pd.DataFrame | None = None
+    unavailable: tuple[str, ...] = field(default_factory=tuple)
+
+
+def known_task(task: str | None) -> bool:
+    """Whether ``task`` is a ckptsel task (answers can be extracted with its rule)."""
+    if not task:
+        return False
+    try:
+        task_family(task)
+    except (CkptselError, KeyError):
+        return False
+    return True
+
+
+def step_in_path(text: str) -> tuple[int, str | None] | None:
+    """``(step, trajectory)`` from the last ``checkpoint-<step>`` component of a path or model
+    name (the trajectory is the component above it, when there is one), else None."""
+    parts = [p for p in re.split(r"[/\\]", text) if p]
+    for k in range(len(parts) - 1, -1, -1):
+        m = CHECKPOINT_RE.match(parts[k])
+        if m and m.group(1).isdigit():
+            return int(m.group(1)), (parts[k - 1] if k > 0 else None)
+    return None
+
+
+def lookup_step(steps: Mapping[str, int] | None, keys: Iterable[str]) -> int | None:
+    """The step an explicit ``--steps`` map gives the first of ``keys`` it names, else None."""
+    if not steps:
+        return None
+    for key in keys:
+        if key in steps:
+            value = steps[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CkptselError(
+                    f"--steps: step {value!r} for {key!r} is not a non-negative integer"
+                )
+            return value
+    return None
+
+
+def check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise CkptselError(f"unknown --split {split!r}: use validation or test")
+    return split
+
+
+def _resolve_names(
+    logs: Sequence[CheckpointLog], trajectory: str | None, configuration: str | None
+) -> list[tuple[str, str]]:
+    """(trajectory, configuration) of each log."""
+    out = []
+    for log in logs:
+        traj = trajectory or log.trajectory
+        if not traj:
+            raise CkptselError(
+                f"{log.source}: the log does not say which trajectory it belongs to; pass --trajectory"
+            )
+        check_name("trajectory", traj)
+        conf = check_name("configuration", configuration or log.configuration or traj)
+        out.append((traj, conf))
+    return out
+
+
+def _resolve_task(frame: pd.DataFrame, task: str | None) -> pd.Series:
+    """The ckptsel task of every row: ``task``, else the one harness task of its trajectory."""
+    if task:
+        return pd.Series(task, index=frame.index, dtype=object)
+    out = pd.Series("", index=frame.index, dtype=object)
+    for traj, rows in frame.groupby("trajectory", sort=True):
+        names = sorted(set(rows["harness_task"]))
+        if len(names) > 1:
+            raise CkptselError(
+                f"trajectory {traj!r}: the logs hold several tasks ({', '.join(names)}); "
+                "name the ckptsel task with --task (each harness task then becomes a subtask)"
+            )
+        out[rows.index] = names[0]
+    return out
+
+
+def _fill(frame: pd.DataFrame, column: str, default: pd.Series) -> pd.Series:
+    """``frame[column]`` where it is set (not None/NaN), else ``default``."""
+    if column not in frame.columns:
+        return default
+    have = frame[column].notna()
+    return frame[column].where(have, default).astype(object)
+
+
+def _answers(frame: pd.DataFrame, note: Callable[[str], None], harness: str) -> pd.Series:
+    """The harness's extracted answers; where it has none, ckptsel's or the stripped text."""
+    missing = frame["answer"].isna()
+    if not missing.any():
+        return frame["answer"].astype(object)
+    out = frame["answer"].astype(object).copy()
+    texts = frame["text"].where(frame["text"].notna(), "").astype(str)
+    for task, idx in frame[missing].groupby("task").groups.items():
+        if known_task(task):
+            out[idx] = [
+                extract(task, t, subtask=s)
+                for t, s in zip(texts[idx], frame.loc[idx, "subtask"], strict=True)
+            ]
+            how = f"extracted with ckptsel's {task} rule"
+        else:
+            out[idx] = [t.strip() for t in texts[idx]]
+            how = "the whole stripped generations (agreement compares them as they are; --task names a ckptsel task whose rule extracts answers)"
+        note(
+            f"note: {len(idx)} {harness} sample(s) of task {task} carry no extracted answer: answers are {how}"
+        )
+    return out
+
+
+def _check_keys(frame: pd.DataFrame, key: Sequence[str], what: str) -> None:
+    dup = frame.duplicated(list(key), keep=False)
+    if dup.any():
+        first = frame[dup].sort_values(list(key)).head(2)
+        row = first.iloc[0]
+        sources = sorted(set(first["source"]))
+        where = " and ".join(sources)
+        raise CkptselError(
+            f"{where}: {what} for item {row['item_id']!r} ({row['split']}) of trajectory "
+            f"{row['trajectory']!r} at step {row['step']} given twice"
+        )
+
+
+def to_records(
+    logs: Sequence[CheckpointLog],
+    *,
+    harness: str,
+    trajectory: str | None = None,
+    configuration: str | None = None,
+    task: str | None = None,
+    split: str = "test",
+    note: Callable[[str], None] = print,
+) -> Ingested:
+    """Contract rows from checkpoint logs (nothing is written; see :func:`ingest_logs`)."""
+    check_split(split)
+    if not logs:
+        raise CkptselError(f"no {harness} logs given")
+    names = _resolve_names(logs, trajectory, configuration)
+    frames, nll_frames = [], []
+    for log, (traj, conf) in zip(logs, names, strict=True):
+        missing = [c for c in ROW_COLUMNS if c not in log.rows.columns]
+        if missing:
+            raise CkptselError(f"{log.source}: sample rows lack {missing}")  # an ingester's bug
+        if log.rows.empty:
+            raise CkptselError(f"{log.source}: no scored samples")
+        frames.append(
+            log.rows.assign(source=log.source, step=log.step, trajectory=traj, configuration=conf)
+        )
+        if log.nll is not None and not log.nll.empty:
+            nll_frames.append(log.nll.assign(source=log.source, step=log.step, trajectory=traj))
+    rows = pd.concat(frames, ignore_index=True)
+    rows["split"] = _fill(rows, "split", pd.Series(split, index=rows.index))
+    bad = ~rows["split"].isin(SPLITS)
+    if bad.any():
+        r = rows[bad].iloc[0]
+        raise CkptselError(
+            f"{r['source']}: item {r['item_id']!r} has split {r['split']!r}; only validation and test are known"
+        )
+    rows["task"] = _resolve_task(rows, task)
+    own = pd.Series(
+        ["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)],
+        index=rows.index,
+    )
+    rows["subtask"] = _fill(rows, "subtask", own)
+    rows["group"] = _fill(rows, "group", rows["item_id"].astype(object))
+    rows["answer"] = _answers(rows, note, harness)
+    _check_keys(rows, ("trajectory", "step", "split", "item_id"), "a generation")
+    generations = coerce_generations(rows)
+    nll = None
+    if nll_frames:
+        nf = pd.concat(nll_frames, ignore_index=True)
+        nf["split"] = _fill(nf, "split", pd.Series(split, index=nf.index))
+        _check_keys(nf, ("trajectory", "step", "split", "item_id", "window"), "an NLL")
+        nll = coerce_nll(nf)
+    return Ingested(generations, nll, tuple(unavailable_lines(harness, nll)))
+
+
+def unavailable_lines(
+    harness: str, nll: pd.DataFrame | None, reason: str | None = None
+) -> list[str]:
+    """One line per rule that records ingested from ``harness`` cannot support.
+
+    The matched-NLL rule needs teacher-forced log-probabilities of each reference response
+    (SPEC §3); no harness ckptsel reads records that quantity, so this says so, with the reason
+    (``reason`` overrides the harness's usual one).
+    """
+    if nll is not None and len(nll):
+        return []
+    why = reason or NO_NLL_REASON.get(harness, "the logs hold no teacher-forced NLL")
+    return [
+        f"no matched NLL in these {harness} logs ({why}): the NLL rule and H (gain over matched "
+        "NLL) are unavailable; analyze runs accuracy, agreement and last"
+    ]
+
+
+def ingest_logs(
+    logs: Sequence[CheckpointLog],
+    *,
+    out: Path,
+    harness: str,
+    trajectory: str | None = None,
+    configuration: str | None = None,
+    task: str | None = None,
+    split: str = "test",
+    note: Callable[[str], None] = print,
+    nll_reason: str | None = None,
+) -> Ingested:
+    """:func:`to_records`, then the one records writer; returns what was written."""
+    ingested = to_records(
+        logs,
+        harness=harness,
+        trajectory=trajectory,
+        configuration=configuration,
+        task=task,
+        split=split,
+        note=note,
+    )
+    if nll_reason and ingested.unavailable:
+        ingested = Ingested(
+            ingested.generations,
+            ingested.nll,
+            tuple(unavailable_lines(harness, ingested.nll, nll_reason)),
+        )
+    upsert_records(Path(out), generations=ingested.generations, nll=ingested.nll)
+    return ingested

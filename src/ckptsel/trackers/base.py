@@ -1,0 +1,461 @@
+"""What ckptsel logs to an experiment tracker, whichever tracker it is.
+
+A results folder (``ckptsel analyze --out``) and, optionally, a selection (the object
+``ckptsel select --json`` prints) become one :class:`Payload`:
+
+* metrics: every estimate in ``summary.json`` with its interval, as flat numbers named
+  ``ckptsel/<summary path>/{mean,lo,hi,unresolved}``; the budget block reads quantity first
+  (``budget → accuracy → full → G`` is ``ckptsel/G/accuracy/full/mean``), the rest keeps the
+  summary's path (``ckptsel/D/agreement/lo``, ``ckptsel/matched_half/oracle/B/hi``,
+  ``ckptsel/by_task/gsm8k/G/nll/full/mean``, ``ckptsel/question_bootstrap/G/last/32/mean``);
+  ``unresolved`` is 1 when the interval contains 0. A selection adds
+  ``ckptsel/select/<rule>/{split_validation,test}/…`` and ``ckptsel/select/keep_step``;
+* settings and provenance (flat strings named ``ckptsel.<name>``): seed, draws, interval level and
+  method, permutations, the population, the frozen-choices SHA-256, the summary's SHA-256, the
+  records folder and a SHA-256 over its record files, the ckptsel version, the warnings;
+* the main table (rule, quantity, mean, lo, hi, unresolved) and files: ``summary.json``,
+  ``run.json``, ``manifest.json``, ``choices/choices.sha256``, ``tables/*.md|csv``, ``report.html``
+  and the PNG figures (those two when the folder has them: ``analyze --report``).
+
+With ``--register NAME`` the recommended checkpoint becomes a :class:`Registration`: a model
+version / artifact named NAME with alias :data:`ALIAS` and the evidence in its description.
+Each tracker's module (``mlflow``, ``wandb``, ``trackio``) turns these into that tool's calls; its
+package is imported only then (:func:`require`), with a one-line install hint when missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pandas as pd
+
+from ckptsel.errors import CkptselError
+from ckptsel.records import GENERATIONS_FILE, NLL_FILE, UNITS_DIR
+from ckptsel.report import all_tables, load_results
+from ckptsel.results import (
+    CHOICES_DIR,
+    FIGURES_DIR,
+    MANIFEST_FILE,
+    REPORT_FILE,
+    RUN_FILE,
+    SUMMARY_FILE,
+    TABLES_DIR,
+    Summary,
+    fmt,
+)
+
+TRACKERS = ("mlflow", "wandb", "trackio")
+ALIAS = "ckptsel-recommended"
+PREFIX = "ckptsel"
+# tracker -> (module to import, pip extra)
+_PACKAGES = {
+    "mlflow": ("mlflow", "mlflow"),
+    "wandb": ("wandb", "wandb"),
+    "trackio": ("trackio", "trackio"),
+}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def require(tracker: str) -> ModuleType:
+    """The tracker's package, imported now; a missing one is one line with the install hint."""
+    if tracker not in _PACKAGES:
+        raise CkptselError(f"unknown tracker {tracker!r}; choose from {', '.join(TRACKERS)}")
+    module, extra = _PACKAGES[tracker]
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise CkptselError(
+            f"--log {tracker} needs the {module} package ({err}): pip install 'ckptsel[{extra}]'"
+        ) from err
+
+
+def check_trackers(trackers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Known tracker names, each once, in the order given."""
+    out: list[str] = []
+    for t in trackers:
+        if t not in TRACKERS:
+            raise CkptselError(
+                f"unknown tracker {t!r} for --log; choose from {', '.join(TRACKERS)}"
+            )
+        if t not in out:
+            out.append(t)
+    return tuple(out)
+
+
+def read_summary(results_dir: Path) -> dict:
+    """``summary.json`` of a results folder, read back checked as the typed
+    :class:`~ckptsel.results.Summary` and handed on as its dict (the file's own tree, which the
+    metric names follow path for path)."""
+    return load_results(Path(results_dir))[0].to_dict()
+
+
+# --------------------------------------------------------------------------- metrics
+def _is_estimate(node: Any) -> bool:
+    return isinstance(node, dict) and {"mean", "lo", "hi"} <= set(node)
+
+
+def _estimates(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict]]:
+    if _is_estimate(node):
+        yield path, node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _estimates(value, (*path, str(key)))
+
+
+def metric_path(path: tuple[str, ...]) -> tuple[str, ...]:
+    """A summary path as a metric path: ``budget/<rule>/<n>/<Q>`` reads ``<Q>/<rule>/<n>``."""
+    p = list(path)
+    if "budget" in p:
+        k = p.index("budget")
+        if len(p) == k + 4:
+            p = [*p[:k], p[k + 3], p[k + 1], p[k + 2]]
+    return tuple(p)
+
+
+def metric_name(path: tuple[str, ...], stat: str) -> str:
+    """``ckptsel/<path>/<stat>`` with characters trackers refuse replaced by ``_``."""
+    name = "/".join((PREFIX, *path, stat))
+    return re.sub(r"[^0-9A-Za-z_\-. :/]", "_", name)
+
+
+def _estimate_metrics(est: dict, path: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for stat in ("mean", "lo", "hi"):
+        v = est.get(stat)
+        if v is not None and math.isfinite(float(v)):
+            out[metric_name(path, stat)] = float(v)
+    if est.get("unresolved") is not None:
+        out[metric_name(path, "unresolved")] = 1.0 if est["unresolved"] else 0.0
+    return out
+
+
+def summary_metrics(summary: dict) -> dict[str, float]:
+    """Every estimate of a summary as flat metrics (see the module for the names)."""
+    out: dict[str, float] = {}
+    for path, est in _estimates(summary):
+        out.update(_estimate_metrics(est, metric_path(path)))
+    return out
+
+
+def selection_metrics(selection: dict) -> dict[str, float]:
+    """A selection's gains (split-validation and test, per rule) and the recommended step."""
+    out: dict[str, float] = {}
+    for rule, block in (selection.get("rules") or {}).items():
+        for part in ("split_validation", "test"):
+            if _is_estimate(block.get(part)):
+                out.update(_estimate_metrics(block[part], ("select", rule, part)))
+    rec = selection.get("recommendation") or {}
+    if rec.get("keep_step") is not None:
+        out[metric_name(("select",), "keep_step")] = float(rec["keep_step"])
+        out[metric_name(("select",), "keep_final")] = 1.0 if rec.get("keep_final") else 0.0
+    return out
+
+
+# --------------------------------------------------------------------------- provenance
+def records_sha256(records_dir: Path) -> str | None:
+    """SHA-256 over the record files' names and bytes (single files and units), or None when
+    the folder is not there any more."""
+    records_dir = Path(records_dir)
+    if not records_dir.is_dir():
+        return None
+    files = [records_dir / GENERATIONS_FILE, records_dir / NLL_FILE]
+    files += (
+        sorted((records_dir / UNITS_DIR).rglob("*.parquet"))
+        if (records_dir / UNITS_DIR).is_dir()
+        else []
+    )
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file():
+            h.update(f.relative_to(records_dir).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def summary_params(summary: dict, results_dir: Path) -> dict[str, str]:
+    """Settings, population and provenance as flat ``ckptsel.<name>`` strings."""
+    pop = summary.get("population") or {}
+    run = _read_json(Path(results_dir) / RUN_FILE)
+    params: dict[str, Any] = {
+        "schema": summary.get("schema"),
+        "seed": summary.get("seed"),
+        "draws": summary.get("draws"),
+        "confidence": summary.get("confidence"),
+        "interval": summary.get("interval", "percentile"),
+        "permutations": summary.get("permutations"),
+        "partitions": summary.get("partitions"),
+        "budgets": ",".join(map(str, summary["budgets"])) if summary.get("budgets") else None,
+        "choices_sha256": summary.get("choices_sha256"),
+        "summary_sha256": hashlib.sha256(
+            (Path(results_dir) / SUMMARY_FILE).read_bytes()
+        ).hexdigest(),
+        "trajectories": pop.get("trajectories"),
+        "configurations": pop.get("configurations"),
+        "tasks": ",".join(pop.get("tasks") or []),
+        "test_items": pop.get("test_items"),
+        "nll_records": pop.get("nll_records"),
+        "results_dir": str(Path(results_dir).resolve()),
+        "records_dir": run.get("records_dir"),
+        "records_sha256": records_sha256(Path(run["records_dir"]))
+        if run.get("records_dir")
+        else None,
+        "version": run.get("ckptsel"),
+        "warnings": " | ".join(summary.get("warnings") or []) or None,
+    }
+    return {f"{PREFIX}.{k}": _text(v) for k, v in params.items() if v is not None and v != ""}
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+# --------------------------------------------------------------------------- the payload
+@dataclass(frozen=True)
+class Payload:
+    """Everything logged for one results folder and/or one selection."""
+
+    results_dir: Path | None
+    summary: dict | None
+    metrics: dict[str, float]
+    params: dict[str, str]
+    main_table: pd.DataFrame | None  # rule, quantity, mean, lo, hi, unresolved
+    files: tuple[tuple[Path, str], ...]  # (file, folder under the run's artifacts)
+    figures: tuple[Path, ...] = ()
+    report: Path | None = None
+    selection: dict | None = None
+
+    @property
+    def choices_sha256(self) -> str:
+        return str((self.summary or {}).get("choices_sha256", ""))
+
+
+def _files(results_dir: Path) -> tuple[tuple[Path, str], ...]:
+    names = [SUMMARY_FILE, RUN_FILE, MANIFEST_FILE, REPORT_FILE, f"{CHOICES_DIR}/choices.sha256"]
+    out = [(results_dir / n, "/".join((PREFIX, *Path(n).parts[:-1]))) for n in names]
+    tables = results_dir / TABLES_DIR
+    if tables.is_dir():
+        out += [
+            (p, f"{PREFIX}/{TABLES_DIR}")
+            for p in sorted(tables.iterdir())
+            if p.suffix in (".md", ".csv")
+        ]
+    figures = results_dir / FIGURES_DIR
+    if figures.is_dir():
+        out += [(p, f"{PREFIX}/{FIGURES_DIR}") for p in sorted(figures.glob("*.png"))]
+    return tuple((p, sub) for p, sub in out if p.is_file())
+
+
+def build_payload(results_dir: Path | None, selection: dict | None = None) -> Payload:
+    """The :class:`Payload` of a results folder and/or a selection (at least one of them)."""
+    if results_dir is None:
+        if selection is None:
+            raise CkptselError("nothing to log: give a results folder or a selection")
+        return Payload(
+            results_dir=None,
+            summary=None,
+            metrics=selection_metrics(selection),
+            params=selection_params(selection),
+            main_table=None,
+            files=(),
+            selection=selection,
+        )
+    results_dir = Path(results_dir)
+    summary = read_summary(results_dir)
+    metrics = summary_metrics(summary)
+    params = summary_params(summary, results_dir)
+    if selection is not None:
+        metrics.update(selection_metrics(selection))
+        params.update(selection_params(selection))
+    table = next(t for t in all_tables(summary) if t.name == "main_table").numbers
+    figures = results_dir / FIGURES_DIR
+    report = results_dir / REPORT_FILE
+    return Payload(
+        results_dir=results_dir,
+        summary=summary,
+        metrics=metrics,
+        params=params,
+        main_table=table.reset_index(drop=True),
+        files=_files(results_dir),
+        figures=tuple(sorted(figures.glob("*.png"))) if figures.is_dir() else (),
+        report=report if report.is_file() else None,
+        selection=selection,
+    )
+
+
+def selection_params(selection: dict) -> dict[str, str]:
+    """The selection's trajectory, rule, steps, settings and reason as ``ckptsel.select.*``."""
+    rec = selection.get("recommendation") or {}
+    settings = selection.get("settings") or {}
+    params = {
+        "select.trajectory": selection.get("trajectory"),
+        "select.configuration": selection.get("configuration"),
+        "select.steps": ",".join(map(str, selection.get("steps") or [])) or None,
+        "select.validation_items": selection.get("validation_items"),
+        "select.test_items": selection.get("test_items"),
+        **{f"select.{k}": v for k, v in settings.items()},
+        "select.rule": rec.get("rule"),
+        "select.keep_step": rec.get("keep_step"),
+        "select.final_step": selection.get("final_step"),
+        "select.reason": rec.get("reason"),
+    }
+    return {f"{PREFIX}.{k}": _text(v) for k, v in params.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- registration
+@dataclass(frozen=True)
+class Registration:
+    """The recommended checkpoint as a registered model version / artifact."""
+
+    name: str
+    trajectory: str
+    step: int
+    rule: str
+    keep_final: bool
+    description: str
+    checkpoint: Path | None = None  # the checkpoint folder, referenced (never copied)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def aliases(self) -> list[str]:
+        return [ALIAS, f"step-{self.step}"]
+
+
+def check_model_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise CkptselError(
+            f"--register name {name!r}: start with a letter or digit and use only letters, digits and ._-"
+        )
+    return name
+
+
+def _gain(est: dict, pct: int) -> str:
+    """``-0.22 pp [-7.14, +10.74] (95% interval, unresolved)``."""
+    flag = ", unresolved" if est.get("unresolved") else ""
+    return f"{fmt(est, unit=' pp', mark=False)} ({pct}% interval{flag})"
+
+
+def evidence(selection: dict, summary: dict | None = None) -> str:
+    """The recommendation's evidence in a few Markdown lines (a model version's description)."""
+    rec = selection["recommendation"]
+    rule, step, traj = rec["rule"], rec["keep_step"], selection["trajectory"]
+    block = (selection.get("rules") or {}).get(rule, {})
+    sv, test = block.get("split_validation"), block.get("test")
+    pct = int(round(float((selection.get("settings") or {}).get("level", 0.95)) * 100))
+    tied = (block.get("choice") or {}).get("steps") or []
+    lines = [f"ckptsel recommends **step {step}** of trajectory `{traj}` (rule `{rule}`)."]
+    if rec.get("keep_final") and selection.get("final_step") not in tied and sv is not None:
+        why = "unresolved" if sv.get("unresolved") else "below 0"
+        lines.append(f"Final checkpoint kept because the gain is {why}.")
+    if sv is not None:
+        lines.append(f"- split-validation gain over the final checkpoint: {_gain(sv, pct)}")
+    if test is not None:
+        lines.append(f"- test gain of the choice over the final checkpoint: {_gain(test, pct)}")
+    lines.append(f"- why: {rec['reason']}")
+    if summary is not None:
+        full = ((summary.get("budget") or {}).get(rule) or {}).get("full", {}).get("G")
+        pop = summary.get("population") or {}
+        if full is not None:
+            lines.append(
+                f"- study: G_{rule}(full) = {_gain(full, Summary.coerce(summary).level_percent)} over "
+                f"{pop.get('trajectories')} trajectories in {pop.get('configurations')} configurations"
+            )
+        lines.append(f"- frozen choices SHA-256: `{summary.get('choices_sha256', '')}`")
+    return "\n".join(lines)
+
+
+def registration(payload: Payload, name: str, checkpoint: Path | None = None) -> Registration:
+    """The :class:`Registration` of the payload's recommendation under ``name``."""
+    check_model_name(name)
+    sel = payload.selection
+    if not sel or (sel.get("recommendation") or {}).get("keep_step") is None:
+        raise CkptselError(
+            "--register needs a recommendation: select a checkpoint of one trajectory first"
+        )
+    rec = sel["recommendation"]
+    step = int(rec["keep_step"])
+    folder = Path(checkpoint) if checkpoint is not None else None
+    if folder is not None and not folder.is_dir():
+        raise CkptselError(f"{folder}: checkpoint folder not found")
+    tags = {
+        f"{PREFIX}.trajectory": str(sel["trajectory"]),
+        f"{PREFIX}.step": str(step),
+        f"{PREFIX}.rule": str(rec["rule"]),
+        f"{PREFIX}.keep_final": str(bool(rec.get("keep_final"))).lower(),
+        f"{PREFIX}.choices_sha256": payload.choices_sha256,
+    }
+    if folder is not None:
+        tags[f"{PREFIX}.checkpoint"] = str(folder.resolve())
+    return Registration(
+        name=name,
+        trajectory=str(sel["trajectory"]),
+        step=step,
+        rule=str(rec["rule"]),
+        keep_final=bool(rec.get("keep_final")),
+        description=evidence(sel, payload.summary),
+        checkpoint=folder,
+        tags=tags,
+    )
+
+
+def selection_file(selection: dict) -> Path:
+    """The selection as ``selection.json`` in a fresh temporary folder (for artifact stores)."""
+    path = Path(tempfile.mkdtemp(prefix="ckptsel-")) / "selection.json"
+    path.write_text(json.dumps(selection, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- where to log
+@dataclass(frozen=True)
+class LogTarget:
+    """Where a payload goes in one tracker.
+
+    ``run_id``: the tracker's id of the run to log into (for Trackio, which resumes runs by name,
+    the run's name); without it a new run named ``ckptsel-<run_name>`` (or ``ckptsel``) is
+    created and linked to ``run_name`` (tag / group). ``project``: the MLflow experiment, the W&B
+    or Trackio project (default: the tool's environment variable, else ``ckptsel``).
+    ``tracking_uri``: MLflow only (default: ``MLFLOW_TRACKING_URI`` / MLflow's default).
+    """
+
+    run_id: str | None = None
+    run_name: str | None = None
+    project: str | None = None
+    tracking_uri: str | None = None
+
+    @property
+    def new_run_name(self) -> str:
+        return f"{PREFIX}-{self.run_name}" if self.run_name else PREFIX
+
+
+@dataclass(frozen=True)
+class Logged:
+    """Where a payload went: the tracker, its run, and the registered model (if any)."""
+
+    tracker: str
+    run_id: str
+    run_name: str
+    location: str  # the store (MLflow URI, W&B run folder/URL, Trackio folder/project)
+    registered: str | None = None  # "<name> version <v>" / "<name>:<alias>"
+
+    def line(self) -> str:
+        reg = f"; registered {self.registered} (alias {ALIAS})" if self.registered else ""
+        return (
+            f"{self.tracker}: logged to run {self.run_name} ({self.run_id}) in {self.location}{reg}"
+        )

@@ -1,0 +1,57 @@
+"""``log_results``: one results folder (and optionally a selection) to one or more trackers, and
+the recommended checkpoint registered in each of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ckptsel.trackers.base import (
+    Logged,
+    LogTarget,
+    build_payload,
+    check_trackers,
+    registration,
+    require,
+)
+from ckptsel.trackers.mlflow import log_mlflow
+from ckptsel.trackers.trackio import log_trackio
+from ckptsel.trackers.wandb import log_wandb
+
+LOGGERS = {"mlflow": log_mlflow, "wandb": log_wandb, "trackio": log_trackio}
+
+
+def log_results(
+    results_dir: Path | None,
+    trackers: Sequence[str],
+    *,
+    selection: Any = None,
+    register: str | None = None,
+    checkpoint: Path | None = None,
+    targets: Mapping[str, LogTarget] | None = None,
+    note: Callable[[str], None] = print,
+) -> list[Logged]:
+    """Log ``results_dir`` (an analysis) and/or ``selection`` (a recommendation:
+    ``select_checkpoint``'s typed ``Selection`` or its ``to_dict()``) to each of ``trackers`` (``mlflow``, ``wandb``, ``trackio``).
+
+    ``register``: the name under which the recommended checkpoint is registered (needs
+    ``selection``); ``checkpoint``: its folder, referenced by the registration; ``targets``: where
+    in each tracker (:class:`LogTarget`; default: a new run named ``ckptsel``). Every tracker
+    package is imported (a missing one is one line with its install hint) and the payload is
+    built before anything is logged.
+    """
+    names = check_trackers(list(trackers))
+    if selection is not None and not isinstance(selection, dict):
+        selection = selection.to_dict()
+    for name in names:
+        require(name)
+    payload = build_payload(None if results_dir is None else Path(results_dir), selection)
+    reg = registration(payload, register, checkpoint) if register else None
+    out = []
+    for name in names:
+        target = (targets or {}).get(name) or LogTarget()
+        logged = LOGGERS[name](payload, target, reg, note)
+        note(logged.line())
+        out.append(logged)
+    return out
