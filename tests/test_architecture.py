@@ -49,7 +49,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
-    "study": ("configuration", "spec"),
+    "study": ("configuration", "spec", "protocol"),
     "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
@@ -60,7 +60,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "measure.ingest": ("mapping", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
-    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates"),
+    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
     "workflows": ("analysis", "advise", "tracking", "watching", "study_run"),
@@ -72,7 +72,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "integrations": ("hf_trainer",),
     "cli": (
         "output", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
-        "quickstart", "report", "selection", "compare", "plan", "run", "records", "app",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

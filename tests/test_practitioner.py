@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -27,7 +28,9 @@ from ckptsel.workflows.advise.comparison import (
     paired_difference,
 )
 from ckptsel.workflows.advise.planning import (
+    PilotMoments,
     PlanSettings,
+    calibrated_curves,
     closed_form,
     default_budgets,
     pilot_curves,
@@ -273,10 +276,10 @@ def test_plan_from_records_and_cli(records, tmp_path, capsys):
     assert all(r["p_beat"] == 1.0 and r["p_worse"] == 0.0 for r in rows)
     assert all(r["gain"] == pytest.approx(50.0) for r in rows)
     assert out["planned_budget"] == 2 and out["trajectories"]["run-a"]["pilot_clusters"] == 20
-    # split pilot (the default): choices on one half, scored on the other; the same known
-    # answers (each half holds whole {even, odd} pairs), extrapolation relative to the half
+    # split pilot: choices on one half, scored on the other; the same known answers (each
+    # half holds whole {even, odd} pairs), extrapolation relative to the half
     out = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160),
-                                                                    draws=300))  # fmt: skip
+                                                                    draws=300, method="split"))  # fmt: skip
     assert out["settings"]["method"] == "split"
     assert [r["extrapolation"] for r in out["rows"]] == [0.1, 0.4, 2.0, 8.0]
     assert all(r["p_beat"] == 1.0 and r["gain"] == pytest.approx(50.0) for r in out["rows"])
@@ -288,13 +291,22 @@ def test_plan_from_records_and_cli(records, tmp_path, capsys):
     )  # fmt: skip
     # both even (prob. 1/4): all three checkpoints tie, step 20 gets a third of the draw
     assert flat["p_beat"][0] == pytest.approx(0.75 + 0.25 / 3, abs=0.03)
+    # calibrated (the default): every pair differs by exactly 50 pp, so the pilot has no doubt
+    # (zero variance): step 20 is a confident beater and the promise is the same known answer
+    cal = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160),
+                                                                    draws=300))  # fmt: skip
+    assert cal["settings"]["method"] == "calibrated" and cal["reaches_target"]
+    assert cal["trajectories"]["run-a"]["confident_beaters"] == [20]
+    assert all(r["p_beat"] == 1.0 and r["p_beat_point"] == 1.0 for r in cal["rows"])
+    assert cal["planned_budget"] == 2 and cal["answer"].startswith("2 items")
     args = ["plan", str(records), "--trajectory", "run-a", "--budgets", "2,8,40,160",
-            "--draws", "300", "--delta", "3", "--agreement", "0.9", "--json"]  # fmt: skip
+            "--draws", "300", "--delta", "3", "--agreement", "0.9", "--json", "--method", "split"]  # fmt: skip
     run([*args, "--figure", str(tmp_path / "a.png")])
     first = json.loads(capsys.readouterr().out)
     run([*args, "--figure", str(tmp_path / "b.png")])
     second = json.loads(capsys.readouterr().out)
     assert first["pilot"] == second["pilot"] == json.loads(json.dumps(out))
+    assert first["pilot"]["answer"].startswith("2 items")
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
     assert first["closed_form"]["budget_to_pick"] > 0
     run(["plan", "--delta", "2", "--agreement", "0.8", "--figure", str(tmp_path / "c.svg")])
@@ -346,3 +358,70 @@ def test_plan_writes_no_figure_unless_asked(tmp_path, monkeypatch, capsys):
     run(["plan", "--delta", "2", "--agreement", "0.8", "--json"])
     assert json.loads(capsys.readouterr().out)["figure"] is None
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- calibrated plan
+def test_closed_form_paired_mde_known_answers():
+    # δ = 2 pp, agreement 0.9: q = 0.1, σ² = q − δ² = 0.0996, k = z_.975 + z_.8 = 2.801585;
+    # budget whose MDE is δ: k² σ² / δ² = 7.848879 · 0.0996 / 0.0004 = 1954.37 → 1955
+    cf = closed_form(2.0, 0.9, (100, 1955, 4000))
+    k = 1.959964 + 0.841621
+    assert cf["budget_mde"] == cf["planned_budget"] == 1955
+    assert cf["budget_for_test"] == 1960  # Connor: (1.959964·√0.1 + 0.841621·√0.0996)² / 0.0004
+    # MDE(n) = k √q / √(n + k²): at 100 items 2.801585·0.316228/√107.85 = 8.53 pp
+    mde = [r["mde"] for r in cf["rows"]]
+    assert mde[0] == pytest.approx(100 * k * math.sqrt(0.1) / math.sqrt(100 + k * k), rel=1e-5)
+    assert mde[0] == pytest.approx(8.5306, abs=1e-3)
+    assert mde[1] == pytest.approx(2.0, abs=2e-3)  # the planned budget detects δ
+    assert [r["detectable"] for r in cf["rows"]] == [False, True, True]
+
+
+def _pilot(p, n, rng):
+    """(T, n) correctness of ``n`` items in pairs (bench_plan's generator, loading 0.85)."""
+    g = rng.standard_normal((1, n // 2)).repeat(2, axis=1)
+    u = np.sqrt(0.5) * g + np.sqrt(0.5) * rng.standard_normal((1, n))
+    z = 0.85 * u + np.sqrt(1 - 0.85**2) * rng.standard_normal((len(p), n))
+    return z < np.array([NormalDist().inv_cdf(x) for x in p])[:, None]
+
+
+def test_calibrated_plan_final_best_gets_no_plan():
+    # the final checkpoint truly best by 0.5-3 pp: every pilot's promise stays below the target
+    p = [0.45, 0.52, 0.56, 0.58, 0.585, 0.59, 0.595, 0.60]
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(256), 2).astype(str)
+    for j in range(5):
+        pilot = _pilot(p, 512, rng)
+        m = PilotMoments.of(pilot, pilot, groups, True)
+        c = calibrated_curves(m, (32, 256, 2048), 1000, 0.95, seed=j)
+        assert c["p_beat"].max() < 0.8 and c["critical"] > 1.96  # simultaneous > pointwise
+        assert np.all(c["p_beat"] <= c["p_beat_point"] + 1e-12)  # never above the pilot-as-truth
+        assert c["gap_bounds_pp"].shape == (7, 2)
+    # a clear gain: the promise rises with the budget and reaches the target
+    p = [0.40, 0.50, 0.60, 0.50]
+    pilot = _pilot(p, 1024, rng)
+    m = PilotMoments.of(pilot, pilot, np.repeat(np.arange(512), 2).astype(str), True)
+    c = calibrated_curves(m, (16, 64, 256), 1000, 0.95, seed=0)
+    assert c["p_beat"][-1] >= 0.8 and np.all(np.diff(c["p_beat"]) >= 0)
+
+
+def test_plan_cli_answers_no_budget_reaches_the_target(tmp_path, capsys):
+    p = [0.50, 0.58, 0.60]
+    rng = np.random.default_rng(3)
+    val = _pilot(p, 200, rng)
+    traj = rg.Traj(
+        name="run", configuration="cfg", task="gsm8k", steps=STEPS, val_correct=val,
+        val_answers=np.where(val, "A", "B"), val_nll=np.ones(val.shape), val_tokens=np.full(200, 3),
+        test_correct=val[:, :10], test_answers=np.where(val[:, :10], "A", "B"),
+        val_groups=[f"q{i // 2}" for i in range(200)],
+    )  # fmt: skip
+    records = rg.write(tmp_path / "records", *rg.tables([traj]))
+    run(["plan", str(records), "--max-budget", "512", "--draws", "500", "--json"])
+    out = json.loads(capsys.readouterr().out)["pilot"]
+    assert out["planned_budget"] is None and out["reaches_target"] is False
+    assert 0.0 <= out["max_promise"] < 0.8
+    assert out["max_promise_budget"] in [r["budget"] for r in out["rows"]]
+    assert out["answer"].startswith("no budget up to 512 reaches")
+    run(["plan", str(records), "--max-budget", "512", "--draws", "500"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no budget up to 512 reaches P(choice beats final) ≥ 0.8" in text
+    assert "the most that can be promised is" in text

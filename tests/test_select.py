@@ -4,6 +4,7 @@ hand-computed split-validation and test gains, and the vectorized gains against 
 from __future__ import annotations
 
 import json
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -209,11 +210,15 @@ def test_select_cli_json_and_errors(records, capsys):
     assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["recommendation"]["keep_step"] == 30 and out["settings"]["partitions"] == 40
+    assert out["plausibly_best"]["steps"] == [30] and out["chosen_estimate"]["steps"] == [30]
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 0
     text = capsys.readouterr().out
     assert "keep checkpoint 30" in text and "split-validation" in text
+    flat = " ".join(text.split())
+    assert "plausibly best (95% model confidence set" in flat and "steps 30 " in flat
+    assert "corrected for having been chosen" in flat
     with pytest.raises(SystemExit) as exc:
         main(["select", str(records), "--trajectory", "nope"])
     assert exc.value.code == 2 and "'nope'" in capsys.readouterr().err
@@ -222,3 +227,115 @@ def test_select_cli_json_and_errors(records, capsys):
     assert exc.value.code == 2 and "unknown rule" in capsys.readouterr().err
     with pytest.raises(CkptselError, match="draws"):
         select_checkpoint(records, "run-s42", settings=SelectSettings(draws=1))
+
+
+# --------------------------------------------------------------------------- plausibly best, chosen estimate
+def test_plausibly_best_and_chosen_estimate_known_answers(records):
+    # planted: step 30 right everywhere, the others identical and right on even items only;
+    # every paired difference to step 30 is +50 pp: the set is {30}, the estimate 100 %
+    out = select_checkpoint(records, "run-s42", settings=FAST).to_dict()
+    pb, ce = out["plausibly_best"], out["chosen_estimate"]
+    assert pb["steps"] == [30] and pb["level"] == 0.95 and "confidence set" in pb["method"]
+    assert "0.05" in pb["error_rate"] and pb["mcs_p_values"]["30"] == 1.0
+    assert [e["rejected"] for e in pb["eliminations"]] == [True] * 4
+    assert ce["steps"] == [30] and ce["naive"] == {"mean": 100.0, "lo": 100.0, "hi": 100.0}
+    assert ce["mean"] == pytest.approx(100.0, abs=0.01) and ce["lo"] <= ce["mean"] <= ce["hi"]
+    # identical checkpoints: nothing can be told apart, every step is plausibly best
+    flat = select_checkpoint(records, "flat-s42", settings=FAST).to_dict()
+    assert flat["plausibly_best"]["steps"] == STEPS
+    assert flat["chosen_estimate"]["steps"] == STEPS  # all tied at the top
+    # deterministic: same seed, same answer
+    again = select_checkpoint(records, "run-s42", settings=FAST).to_dict()
+    assert json.dumps(again) == json.dumps(out)
+
+
+def _range_statistic_loop(x, se, xb, members):
+    """The MCS range statistic and its bootstrap p-value, by plain loops."""
+    tr = max(abs(x[i] - x[j]) / se[i, j] for i in members for j in members if i != j)
+    hits = 0
+    for row in xb:
+        d = row - x
+        trb = max(abs(d[i] - d[j]) / se[i, j] for i in members for j in members if i != j)
+        hits += trb >= tr - 1e-12
+    return tr, hits / len(xb)
+
+
+def test_model_confidence_set_first_test_matches_a_loop():
+    from ckptsel.stats import (
+        Clusters,
+        accuracy_moments,
+        bootstrap_accuracies,
+        model_confidence_set,
+        resample_counts,
+    )
+
+    rng = np.random.default_rng(4)
+    correct = rng.random((1, 4, 60)) < np.array([0.4, 0.5, 0.55, 0.6])[None, :, None]
+    clusters = Clusters.of(np.repeat(np.arange(30), 2))
+    x, sums, sigma = accuracy_moments(correct, clusters)
+    # CR1 covariance by hand: G/(G−1) Σ_g r_g r_gᵀ / n²
+    r = correct[0].reshape(4, 30, 2).sum(axis=2).T - 2 * x[0]
+    assert np.allclose(sigma[0], 30 / 29 * r.T @ r / 3600)
+    xb = bootstrap_accuracies(sums, clusters.sizes, resample_counts(30, 200, np.random.default_rng(1)))
+    mcs = model_confidence_set(x, sigma, xb, 0.95)
+    d = np.diag(sigma[0])
+    se = np.sqrt(d[:, None] + d[None, :] - 2 * sigma[0])
+    tr, p = _range_statistic_loop(x[0], se, xb[0], range(4))
+    assert mcs["statistic"][0, 0] == pytest.approx(tr) and mcs["p_steps"][0, 0] == pytest.approx(p)
+    assert mcs["p_mcs"][0].max() == 1.0  # the last survivor
+    assert mcs["in_set"][0, np.argmax(x[0])]  # the empirical best is never eliminated first
+
+
+def test_small_truth_known_coverage():
+    """A fast version of benchmarks/bench_select.py: 5 checkpoints, the best +3 pp."""
+    from ckptsel.stats import (
+        Clusters,
+        accuracy_moments,
+        bootstrap_accuracies,
+        model_confidence_set,
+        naive_winner,
+        resample_counts,
+        winner_interval,
+    )
+
+    p = np.array([0.50, 0.56, 0.59, 0.59, 0.56])
+    rng = np.random.default_rng(11)
+    reps, n = 300, 200
+    u = rng.standard_normal((reps, 1, n))
+    z = 0.85 * u + np.sqrt(1 - 0.85**2) * rng.standard_normal((reps, 5, n))
+    correct = z < np.array([NormalDist().inv_cdf(q) for q in p])[None, :, None]
+    clusters = Clusters.of(None, n)
+    x, sums, sigma = accuracy_moments(correct, clusters)
+    xb = bootstrap_accuracies(sums, clusters.sizes, resample_counts(n, 300, np.random.default_rng(2)))
+    in_set = model_confidence_set(x, sigma, xb, 0.95)["in_set"]
+    assert in_set[:, 2:4].any(axis=1).mean() >= 0.95
+    top = (x >= x.max(axis=1, keepdims=True) - 1e-12).astype(float)
+    truth = top / top.sum(axis=1, keepdims=True) @ p
+    est, lo, hi, _ = winner_interval(x, sigma, n, n, 0.95, np.random.default_rng(3), jitter=4)
+    cover = ((lo <= truth) & (truth <= hi)).mean()
+    _, nlo, nhi = naive_winner(x, sigma, 0.95)
+    naive = ((nlo <= truth) & (truth <= nhi)).mean()
+    assert 0.90 <= cover <= 0.99 and naive < cover
+    assert (est - truth).mean() < (x.max(axis=1) - truth).mean()  # less optimistic than the max
+
+
+def test_model_confidence_set_decisive_without_variance():
+    from ckptsel.stats import (
+        Clusters,
+        accuracy_moments,
+        bootstrap_accuracies,
+        model_confidence_set,
+        resample_counts,
+    )
+
+    # step 1 right everywhere, step 2 on even items, step 0 on none; every cluster (a pair
+    # {even, odd}) shows the same differences, so they have no variance and are decisive
+    c = np.zeros((1, 3, 40), dtype=bool)
+    c[0, 1] = True
+    c[0, 2] = np.arange(40) % 2 == 0
+    clusters = Clusters.of(np.repeat(np.arange(20), 2))
+    x, sums, sigma = accuracy_moments(c, clusters)
+    xb = bootstrap_accuracies(sums, clusters.sizes, resample_counts(20, 100, np.random.default_rng(0)))
+    mcs = model_confidence_set(x, sigma, xb, 0.95)
+    assert mcs["in_set"].tolist() == [[False, True, False]]
+    assert mcs["p_mcs"].tolist() == [[0.0, 1.0, 0.0]]

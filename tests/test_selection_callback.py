@@ -164,6 +164,9 @@ def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, loa
     assert sel["choice"] == ref["rules"]["accuracy"]["choice"]
     assert sel["steps"] == ref["steps"] == [2, 4, 6, 8]
     assert sel["split_validation"]["lo"] > 0
+    assert sel["plausibly_best"] == ref["plausibly_best"] and sel["plausibly_best"]["steps"]
+    assert sel["chosen_estimate"] == ref["chosen_estimate"]
+    assert sel["chosen_estimate"]["lo"] <= sel["chosen_estimate"]["mean"] <= sel["chosen_estimate"]["hi"]
 
 
 def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):

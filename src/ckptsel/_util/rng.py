@@ -32,6 +32,8 @@ SELECT_TEST_DRAWS = 6  # ``select``: test-question weights ([seed, 6])
 PAIRED_DRAWS = 8  # ``compare``: clustered paired bootstrap ([seed, 8, split, chunk])
 PLAN_DRAWS = 9  # ``plan``: pilot resamples ([seed, 9, trajectory, budget, chunk(, half)])
 PLAN_HALVES = 10  # ``plan --method split``: the pilot's two halves ([seed, 10, trajectory])
+PLAN_PROMISE = 11  # ``plan --method calibrated``: fresh-set noise ([seed, 11, trajectory, 0]), critical value ([..., 1])
+SELECT_WINNER = 12  # ``select``: MCS bootstrap ([seed, 12, 0]); projection value, then jitter ([seed, 12, 1])
 
 # sub-streams of PAIRED_DRAWS: one per split, so the two splits never share draws
 COMPARE_SPLITS = {"validation": 1, "test": 2}

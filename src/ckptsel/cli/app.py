@@ -17,6 +17,7 @@ from ckptsel.cli import (
     ingest,
     measure,
     plan,
+    protocol,
     quickstart,
     records,
     report,
@@ -61,6 +62,11 @@ GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...]
         ),
     ),
     ("records", "Maintain records folders.", (("compact", records.compact),)),
+    (
+        "protocol",
+        "Freeze a study's protocol before training (pre-registration), and check it.",
+        (("freeze", protocol.freeze_protocol), ("check", protocol.check)),
+    ),
 )
 
 app = typer.Typer(

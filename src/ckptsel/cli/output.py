@@ -124,11 +124,31 @@ def print_selection(result: Selection) -> None:
     console.print(
         f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}."
     )
+    _print_best(result, level)
     console.print(
         f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
         f"half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
         f"× {s.bootstrap_partitions} partitions, the choice redone on each."
     )
+
+
+def _print_best(result: Selection, level: int) -> None:
+    """The plausibly-best set and the selection-corrected estimate, when present."""
+    pb, ce = result.plausibly_best, result.chosen_estimate
+    if pb is not None:
+        console.print(
+            f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
+            f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
+            f"[/bold] — the validation data cannot tell these apart."
+        )
+    if ce is not None:
+        console.print(
+            f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
+            f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
+            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, Andrews-Kitagawa-McCloskey hybrid); the "
+            f"naive {ce.naive_mean:.2f}% [{ce.naive_lo:.2f}, {ce.naive_hi:.2f}] is "
+            f"{ce.naive_mean - ce.mean:+.2f} pp optimistic."
+        )
 
 
 def _p(p: float) -> str:
@@ -201,34 +221,42 @@ def print_plan(pilot: dict | None, closed: dict | None) -> None:
 def _print_pilot_plan(pilot: dict) -> None:
     s = pilot["settings"]
     trajs = pilot["trajectories"]
+    calibrated = s["method"] == "calibrated"
+    how = (f"promise at {100 * s['level']:g}% confidence" if calibrated
+           else f"{s['method']} resampling (not calibrated)")  # fmt: skip
     table = Table(
         title=f"plan from pilot records: rule {pilot['rule']}, {len(trajs)} trajectory(ies), "
-        f"pilot {pilot['pilot_items']} items (smallest), {s['draws']} draws per budget"
+        f"pilot {pilot['pilot_items']} items (smallest), {how}, {s['draws']} draws per budget"
     )
-    for col in (
-        "budget",
-        "× pilot",
-        "E gain over final, pp",
-        "P(beats final)",
-        "P(worse than final)",
-        "P(keeps final)",
-    ):
+    cols = ["budget", "× pilot", "E gain over final, pp", "P(beats final)", "P(worse than final)",
+            "P(keeps final)"]  # fmt: skip
+    if calibrated:
+        cols += ["P(beats) if the pilot were exact"]
+    for col in cols:
         table.add_column(col, justify="right")
     for r in pilot["rows"]:
         x = f"{r['extrapolation']:.2f}" + ("*" if r["extrapolation"] > 1 else "")
-        table.add_row(
-            str(r["budget"]), x, f"{r['gain']:+.2f}", f"{r['p_beat']:.3f}",
-            f"{r['p_worse']:.3f}", f"{r['p_final']:.3f}",
-        )  # fmt: skip
+        cells = [str(r["budget"]), x, f"{r['gain']:+.2f}", f"{r['p_beat']:.3f}",
+                 f"{r['p_worse']:.3f}", f"{r['p_final']:.3f}"]  # fmt: skip
+        if calibrated:
+            cells.append(f"{r['p_beat_point']:.3f}")
+        table.add_row(*cells)
     console.print(table)
-    nb = pilot["planned_budget"]
-    console.print(
-        f"planned budget for P(beats final) ≥ {s['target']:.2f}: "
-        + (f"[bold]{nb}[/bold] items" if nb else "not reached within the budgets tried")
-        + ". Truth = accuracy on the pilot pool; budgets above the pilot size (*) extrapolate "
-        "(the pilot's differences are taken as exact), and a small pilot makes truly equal "
-        "checkpoints look different, so P(beats final) is optimistic there."
-    )
+    answer = pilot["answer"]
+    console.print(f"[bold]{answer}[/bold]." if pilot["reaches_target"] else f"[bold red]{answer}[/bold red].")
+    if calibrated:
+        console.print(
+            "The promise holds for every truth the pilot cannot rule out at that confidence "
+            "(checkpoints not confidently better than the final one are taken as ties), so a "
+            "pilot that cannot tell a gain from noise gets no plan: measure a larger pilot, or "
+            "keep the final checkpoint."
+        )
+    else:
+        console.print(
+            "Truth = accuracy on the pilot pool; budgets above the pilot size (*) extrapolate "
+            "(the pilot's differences are taken as exact), and a small pilot makes truly equal "
+            "checkpoints look different, so P(beats final) is optimistic there."
+        )
 
 
 def _print_closed_form(closed: dict) -> None:
@@ -236,16 +264,20 @@ def _print_closed_form(closed: dict) -> None:
         title=f"closed form: candidate better than final by δ = {closed['delta']:g} pp, "
         f"agreement {closed['agreement']:g} (discordant {closed['discordant']:.3f})"
     )
-    for col in ("budget", "P(rule picks the better)", "E gain, pp", "paired SE, pp"):
+    for col in ("budget", "P(rule picks the better)", "E gain, pp", "paired SE, pp",
+                "paired MDE, pp"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in closed["rows"]:
-        table.add_row(str(r["budget"]), f"{r['p_pick']:.3f}", f"{r['gain']:+.2f}", f"{r['se']:.2f}")
+        mde = f"{r['mde']:.2f}" + ("" if r["detectable"] else "*")
+        table.add_row(str(r["budget"]), f"{r['p_pick']:.3f}", f"{r['gain']:+.2f}",
+                      f"{r['se']:.2f}", mde)  # fmt: skip
     console.print(table)
     console.print(
-        f"budget for P(pick) ≥ {closed['target']:.2f}: "
-        f"[bold]{closed['budget_to_pick']}[/bold]; for a paired (McNemar) test at "
-        f"{closed['level']:.2f} with power {closed['target']:.2f}: "
-        f"[bold]{closed['budget_for_test']}[/bold] (normal approximation)."
+        f"planned budget (paired MDE = {closed['delta']:g} pp at level {closed['level']:.2f}, "
+        f"power {closed['target']:.2f}): [bold]{closed['budget_mde']}[/bold] items; below it a "
+        f"real gain of {closed['delta']:g} pp cannot be told from noise (* = MDE above δ). "
+        f"P(pick) ≥ {closed['target']:.2f} alone needs {closed['budget_to_pick']}; the McNemar "
+        f"budget is {closed['budget_for_test']} (normal approximation)."
     )
 
 

@@ -31,7 +31,7 @@ def plan(
     rule: str = typer.Option("accuracy", help="accuracy, agreement or nll."),
     max_budget: int = typer.Option(1024, help="Largest budget (budgets 16, 32, … up to it)."),
     budgets: str = typer.Option(None, help="Explicit comma-separated budgets instead."),
-    draws: int = typer.Option(2000, help="Resampled validation sets per budget."),
+    draws: int = typer.Option(2000, help="Simulated fresh validation sets per budget."),
     target: float = typer.Option(
         0.8, help="Probability of beating the final checkpoint to plan for."
     ),
@@ -39,12 +39,15 @@ def plan(
     agreement: float = typer.Option(
         None, help="Closed form: fraction of items on which the two checkpoints agree."
     ),
-    confidence: float = typer.Option(CONFIDENCE, help="Test level of the closed form."),
+    confidence: float = typer.Option(
+        CONFIDENCE,
+        help="Confidence of the calibrated promise, and the test level of the closed form.",
+    ),
     seed: int = typer.Option(SEED, help="Resampling seed."),
     method: str = typer.Option(
-        "split",
-        help="split: choose on one half of the pilot, score the choice on the other (default); "
-        "pilot: choose and score on the whole pilot (optimistic).",
+        "calibrated",
+        help="calibrated: promise P(beats final) at the least favourable truth the pilot allows "
+        "(default); split / pilot: the older resampling estimates (not calibrated).",
     ),
     figure: Path = typer.Option(
         None, help="Write the figure here (.png or .svg); without it no figure is written."
@@ -62,7 +65,8 @@ def plan(
     pilot = None
     if records_dir is not None:
         settings = PlanSettings(
-            budgets=chosen, draws=draws, seed=seed, target=target, method=method
+            budgets=chosen, draws=draws, seed=seed, target=target, method=method,
+            level=confidence,
         )
         pilot = plan_from_pilot(records_dir, trajectory or None, rule=rule, settings=settings)
     closed = None

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ckptsel.cli.output import LOG, PROJECT, REGISTER, RUN_ID, RUN_NAME, console
-from ckptsel.study import load_spec
+from ckptsel.study import check_protocol, load_spec, protocol_status
 from ckptsel.workflows import StudyRun, stages_to_run
 
 
@@ -45,7 +45,9 @@ def run(
     """Run or resume a whole study; every stage skips what is already done. With --log (or the
     study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""
     stages = stages_to_run(until, only)
+    record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
+    typer.echo(f"{study_file.name}: {protocol_status(record)}")
     from ckptsel.workflows import LogSettings  # when run (see ckptsel.cli)
 
     tracking = LogSettings.build(

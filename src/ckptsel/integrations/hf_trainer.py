@@ -213,7 +213,8 @@ class SelectionCallback(RecordingCallback):
     * **Early stopping (optional).** With ``early_stopping_patience=N`` training stops after
       ``N`` consecutive saves at which an earlier checkpoint is recommended over the latest
       one, i.e. the latest checkpoint is resolved worse (no resolved improvement).
-    * **At the end** it writes ``selection.json`` (choice, recommendation, reason, intervals)
+    * **At the end** it writes ``selection.json`` (choice, recommendation, reason, intervals,
+      the plausibly-best set and the selection-corrected accuracy estimate)
       into ``args.output_dir`` and prints one line.
     * **Into the training run.** With ``report_to`` (default: the Trainer's own
       ``args.report_to``; ``"all"`` means every installed one) naming ``mlflow``, ``wandb`` or
@@ -449,6 +450,8 @@ class SelectionCallback(RecordingCallback):
             "reason": self.result.recommendation.reason,
             "split_validation": r["split_validation"],
             "test": r["test"],
+            "plausibly_best": answer["plausibly_best"],
+            "chosen_estimate": answer["chosen_estimate"],
             "steps": answer["steps"],
             "final_step": self.result.final_step,
             "validation_items": self.result.validation_items,

@@ -8,7 +8,9 @@ the summary they make. Pure NumPy over arrays; no I/O.
 * :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
 * :mod:`~ckptsel.stats.paired` — the paired 2×2 counts and the exact McNemar test;
 * :mod:`~ckptsel.stats.estimates` — :class:`StatSettings` and ``summarize``: scored choices →
-  the typed summary and the descriptive tables.
+  the typed summary and the descriptive tables;
+* :mod:`~ckptsel.stats.winners` — the model confidence set of the best checkpoints and the
+  winner's-curse-corrected accuracy of the chosen one (``ckptsel select``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from ckptsel.stats.resample import (
     question_weights,
     resample_counts,
 )
+from ckptsel.stats.winners import (
+    accuracy_moments,
+    bootstrap_accuracies,
+    model_confidence_set,
+    naive_winner,
+    winner_interval,
+)
 
 __all__ = [
     "CHUNK",
@@ -36,6 +45,8 @@ __all__ = [
     "FEW_CONFIGURATIONS",
     "METHODS",
     "StatSettings",
+    "accuracy_moments",
+    "bootstrap_accuracies",
     "chunked_counts",
     "cluster_codes",
     "cluster_sums",
@@ -43,6 +54,8 @@ __all__ = [
     "draw_counts",
     "est",
     "mcnemar_exact",
+    "model_confidence_set",
+    "naive_winner",
     "norm_cdf",
     "norm_ppf",
     "percentile_interval",
@@ -51,4 +64,5 @@ __all__ = [
     "summarize",
     "t_quantile",
     "two_by_two",
+    "winner_interval",
 ]

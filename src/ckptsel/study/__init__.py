@@ -4,7 +4,9 @@ analysed.
 * :mod:`~ckptsel.study.configuration` — :class:`Configuration` (everything that defines a
   trajectory but its seed), :class:`Study` (the trained part), schema-1 files and TOML writing;
 * :mod:`~ckptsel.study.spec` — :class:`StudySpec`, a whole study for ``ckptsel run`` (schema 2,
-  validated key by key; a schema-1 file is converted on load).
+  validated key by key; a schema-1 file is converted on load);
+* :mod:`~ckptsel.study.protocol` — the protocol frozen before training (``ckptsel protocol
+  freeze``) and its check.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from ckptsel.study.configuration import (
     study_to_toml,
     trajectory_name,
 )
+from ckptsel.study.protocol import (
+    check_protocol,
+    freeze,
+    protocol_path,
+    protocol_status,
+)
 from ckptsel.study.spec import (
     SCHEMA,
     STATE_DIR,
@@ -33,6 +41,10 @@ from ckptsel.study.spec import (
 )
 
 __all__ = [
+    "check_protocol",
+    "freeze",
+    "protocol_path",
+    "protocol_status",
     "DEFAULT_LR",
     "DEFAULT_SEEDS",
     "LORA_TARGETS",

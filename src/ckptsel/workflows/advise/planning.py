@@ -3,23 +3,34 @@
 Two answers.
 
 **From pilot records** (one or more trajectories measured on some validation items). The
-pilot pool stands in for the population of validation items: a checkpoint's "true" accuracy is
-its accuracy on the whole pilot pool. For each budget ``n`` the rule chooses on ``draws``
-resampled validation sets of about ``n`` items (items sharing a ``group`` are drawn as one
-cluster: ``round(n · G / N)`` of the ``G`` clusters are drawn with replacement, so a set holds
-``n`` items on average), and the choice (uniform over exact ties) is scored on the pilot:
+question is ``P(beat)``: the probability that the rule's choice on ``b`` fresh validation items
+is strictly better than the final checkpoint on new items. The default method
+(``"calibrated"``) promises only what the pilot can support:
 
-* ``gain`` — the expected gain of the rule's choice over the final checkpoint (pp);
-* ``p_beat`` / ``p_worse`` — the probability that the choice is strictly better / worse than
-  the final checkpoint on the pilot pool (a choice that ties the final one counts in neither).
+* per pilot item ``i`` and checkpoint ``t < T`` the paired differences to the final checkpoint,
+  ``x_ti = ±(s_ti − s_Ti)`` for the rule's signal (signed so that larger is better) and
+  ``y_ti = z_ti − z_Ti`` for correctness; their item means ``ŝ``, ``d̂`` (T−1 each) and their
+  cluster-robust (CR1) covariances (items sharing a ``group`` form one cluster);
+* a fresh set of ``b`` items gives signal differences ``S_b ~ N(s, Σ_s / b)`` (``Σ_s = n V̂_s``,
+  the per-item covariance, design effect included); the rule keeps ``argmax_t S_b,t`` when that
+  maximum is > 0 and the final checkpoint otherwise; ``P(beat) = P(max S_b > 0 and d_pick > 0)``;
+* the promise is that probability at the *least favourable truth* in the simultaneous
+  two-sided box of level ``level`` around (ŝ, d̂) (max-|t| critical value by Gaussian draws with
+  the pilot's correlation): checkpoints whose gap is confidently > 0 (``L_t > 0``) sit at their
+  lower bounds, every other checkpoint is a non-beater as strong as the box allows (gap
+  ``min(U_t, 0)``, signal at its upper bound). With probability ≥ ``level`` the truth lies in the
+  box, so when the final checkpoint is the best a plan is made with probability ≤ 1 − level,
+  whatever the budget;
+* the planned budget is the smallest whose promise reaches ``target``; otherwise the answer is
+  "no budget up to the largest reaches the target", with the largest promise and its budget.
 
-Budgets beyond the pilot size ``N`` draw more items than the pilot holds (with replacement):
-the pilot's accuracy differences are then taken as exact, which they are not; the output
-says how far each budget extrapolates (``n / N``). Scored on the pilot itself
-(``method="pilot"``) the pilot's own noise makes small true gaps look like real ones, so
-``p_beat`` is optimistic; the default ``method="split"`` chooses on one half of the pilot's
-clusters and scores on the other (both ways), which makes fewer false plans and is
-conservative when the gain is real (``benchmarks/bench_plan.py`` measures both).
+The pilot-as-truth curve (``p_beat_point``: the same formula at (ŝ, d̂)) is reported beside the
+promise. ``benchmarks/bench_plan.py`` measures the calibration on truth-known scenarios.
+
+The older resampling methods remain (``method="split"``, ``"pilot"``): the rule chooses on
+resampled validation sets of about ``n`` items (whole clusters) and the choice is scored on the
+pilot pool (``"pilot"``) or on the other half of the pilot (``"split"``). They take the pilot's
+differences as exact and promise gains that are not there (BENCHMARKS.md).
 
 **Closed form from assumed inputs** (Card et al. 2020; Miller 2024) for two checkpoints, A
 better than the final checkpoint B by ``δ`` (pp), that give the same correctness on a fraction
@@ -29,11 +40,15 @@ difference has variance ``σ² = q − δ²`` and, by the normal approximation,
 * ``P(the rule picks A on n items) = Φ(δ √n / σ)`` (ties split evenly), expected gain
   ``δ · P``; the budget for ``P ≥ π`` is ``n = (z_π σ / δ)²``;
 * the paired standard error of the accuracy difference is ``σ / √n`` (Miller 2024);
-* the budget for a two-sided paired (McNemar) test at level ``α`` to detect ``δ`` with power
-  ``π`` is ``n = (z_{1−α/2} √q + z_π σ)² / δ²`` (Connor 1987), the power question of Card et al.
+* the paired minimum detectable effect at ``n`` items (two-sided level ``α``, power ``π``,
+  ``k = z_{1−α/2} + z_π``) is ``MDE(n) = k √q / √(n + k²)``, the exact solution of
+  ``δ = k √((q − δ²)/n)``; the budget whose MDE is ``δ`` is ``n = k² (q − δ²) / δ²``: below it
+  a real gain of ``δ`` cannot be told from noise with that power (the paired-MDE budget);
+* the McNemar budget ``n = (z_{1−α/2} √q + z_π σ)² / δ²`` (Connor 1987), nearly the same.
 
-Everything is vectorized: one counts matrix (draws × clusters) and one matrix product per
-budget and chunk of draws.
+Everything is vectorized: one (draws × checkpoints) matrix of normal draws per trajectory and
+one argmax per budget (calibrated); one counts matrix and one matrix product per budget and
+chunk of draws (resampling).
 """
 
 from __future__ import annotations
@@ -54,7 +69,9 @@ from ckptsel.records import MATCHED_WINDOW, load_validation
 from ckptsel.stats import Clusters, chunked_counts, norm_cdf, norm_ppf
 
 PLAN_RULES = ("accuracy", "agreement", "nll")
-PLAN_METHODS = ("split", "pilot")
+PLAN_METHODS = ("calibrated", "split", "pilot")
+CRITICAL_DRAWS = 10_000  # Gaussian draws for the box's simultaneous critical value
+BEAT_CELLS = 4_000_000  # (budget × draw × checkpoint) cells per chunk of beat_curves (~32 MB)
 MAXIMIZE = {"accuracy": True, "agreement": True, "nll": False}
 
 
@@ -67,12 +84,14 @@ class PlanSettings:
     draws: int = defaults.PLAN_DRAWS
     seed: int = defaults.SEED
     target: float = defaults.PLAN_TARGET  # P(beat final) a planned budget must reach
-    method: str = "split"  # "split": choose on one half of the pilot, score on the other; "pilot"
+    method: str = "calibrated"  # the box promise (module docstring); or "split", "pilot"
+    level: float = CONFIDENCE  # confidence of the calibrated promise
 
     def __post_init__(self) -> None:
         check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
         check_seed(self.seed)
         check_level(self.target, "--target")
+        check_level(self.level, "--confidence")
         check_choice(self.method, "--method", PLAN_METHODS)
         if isinstance(self.budgets, (str, bytes)) or not len(self.budgets):
             raise CkptselError("--budgets: give at least one budget")
@@ -85,6 +104,112 @@ def default_budgets(max_budget: int) -> tuple[int, ...]:
     check_int(max_budget, "--max-budget", low=1)
     out = [b for b in (2 ** np.arange(4, 31)).tolist() if b < max_budget]
     return tuple(out + [int(max_budget)])
+
+
+# --------------------------------------------------------------------------- calibrated promise
+@dataclass(frozen=True)
+class PilotMoments:
+    """Paired differences to the final checkpoint over one pilot: item means and their
+    cluster-robust (CR1) covariances. ``k = T − 1``."""
+
+    s_hat: np.ndarray  # (k,) signal differences (larger = better)
+    d_hat: np.ndarray  # (k,) accuracy differences (fraction)
+    v_s: np.ndarray  # (k, k) covariance of s_hat
+    v_d: np.ndarray  # (k, k) covariance of d_hat
+    v_sd: np.ndarray  # (k, k) cov(s_hat, d_hat)
+    items: int
+    clusters: int
+    same: bool  # the signal is the correctness (accuracy rule): s ≡ d
+
+    @classmethod
+    def of(cls, signal: np.ndarray, correct: np.ndarray, groups: np.ndarray, maximize: bool):
+        """From ``signal`` and ``correct`` (T, n) and the items' ``groups`` (n,)."""
+        signal = np.asarray(signal, dtype=np.float64)
+        correct = np.asarray(correct, dtype=np.float64)
+        sign = 1.0 if maximize else -1.0
+        x = sign * (signal[:-1] - signal[-1:])  # (k, n)
+        y = correct[:-1] - correct[-1:]
+        k, n = y.shape
+        clusters = Clusters.of(groups)
+        G = clusters.count
+        v = np.concatenate([x, y]).T  # (n, 2k)
+        mean = v.mean(axis=0)
+        r = clusters.sums(v - mean)  # (G, 2k)
+        cov = (G / max(G - 1, 1)) * (r.T @ r) / (n * n)
+        same = bool(np.array_equal(x, y))
+        return cls(mean[:k], mean[k:], cov[:k, :k], cov[k:, k:], cov[:k, k:], n, G, same)
+
+
+def _sqrt_psd(cov: np.ndarray) -> np.ndarray:
+    """``L`` with ``L Lᵀ = cov`` for a symmetric positive semi-definite ``cov`` (k, k)."""
+    w, u = np.linalg.eigh((cov + cov.T) / 2)
+    return u * np.sqrt(np.clip(w, 0.0, None))
+
+
+def max_abs_t_critical(cov: np.ndarray, level: float, rng: np.random.Generator) -> float:
+    """The ``level`` quantile of ``max_t |W_t| / sd_t``, ``W ~ N(0, cov)`` (``cov`` (q, q);
+    coordinates with sd 0 are left out): the simultaneous two-sided critical value."""
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    ok = sd > 0
+    if not ok.any():
+        return float(norm_ppf(np.array(1.0 - (1.0 - level) / 2.0)))
+    corr = cov[np.ix_(ok, ok)] / np.outer(sd[ok], sd[ok])
+    w = rng.standard_normal((CRITICAL_DRAWS, int(ok.sum()))) @ _sqrt_psd(corr).T
+    return float(np.quantile(np.abs(w).max(axis=1), level))
+
+
+def beat_curves(
+    s: np.ndarray, d: np.ndarray, root: np.ndarray, budgets, z: np.ndarray
+) -> dict[str, np.ndarray]:
+    """``(B,)`` curves of the rule on fresh sets of each budget for one truth ``(s, d)`` (k,):
+    ``p_beat``, ``p_worse``, ``p_final`` and ``gain`` (pp). ``root`` (k, k) is a square root of the
+    per-item signal covariance, ``z`` (M, k) standard normal draws shared by every budget
+    (common random numbers: the curves are smooth in the budget)."""
+    noise = z @ root.T  # (M, k) per-item-scale noise
+    scale = 1.0 / np.sqrt(np.asarray(budgets, dtype=np.float64))  # (B,)
+    out = np.empty((4, len(scale)))
+    step = max(1, BEAT_CELLS // max(1, noise.size))  # budgets per chunk: bounds memory
+    for a in range(0, len(scale), step):
+        vals = s[None, None, :] + noise[None, :, :] * scale[a : a + step, None, None]  # (b, M, k)
+        pick = vals.argmax(axis=2)  # (b, M)
+        keep = np.take_along_axis(vals, pick[..., None], axis=2)[..., 0] > 0.0
+        gap = d[pick]  # (b, M)
+        out[:, a : a + step] = [
+            100.0 * np.where(keep, gap, 0.0).mean(axis=1),
+            (keep & (gap > 0)).mean(axis=1),
+            (keep & (gap < 0)).mean(axis=1),
+            1.0 - keep.mean(axis=1),
+        ]
+    return dict(zip(("gain", "p_beat", "p_worse", "p_final"), out, strict=True))
+
+
+def calibrated_curves(
+    m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0
+) -> dict:
+    """The box promise of the module docstring for one pilot's moments ``m``: the ``(B,)``
+    curves at the least favourable truth of the level-``level`` simultaneous box, the
+    pilot-as-truth ``p_beat_point`` (B,), the critical value and the gap bounds (pp, k each).
+    Draws: ``[seed, PLAN_PROMISE, stream, 0]`` (M = ``draws`` fresh-set noises, (M, k)) and
+    ``[..., 1]`` (the critical value)."""
+    k = len(m.d_hat)
+    z = streams.generator(seed, streams.PLAN_PROMISE, stream, 0).standard_normal((draws, k))
+    root = _sqrt_psd(m.items * m.v_s)
+    box = m.v_d if m.same else np.block([[m.v_s, m.v_sd], [m.v_sd.T, m.v_d]])
+    c = max_abs_t_critical(box, level, streams.generator(seed, streams.PLAN_PROMISE, stream, 1))
+    se_d = np.sqrt(np.clip(np.diag(m.v_d), 0.0, None))
+    lo, hi = m.d_hat - c * se_d, m.d_hat + c * se_d
+    beater = lo > 0
+    d_w = np.where(beater, lo, np.minimum(hi, 0.0))
+    if m.same:
+        s_w = d_w
+    else:
+        se_s = np.sqrt(np.clip(np.diag(m.v_s), 0.0, None))
+        s_w = np.where(beater, m.s_hat - c * se_s, m.s_hat + c * se_s)
+    out = beat_curves(s_w, d_w, root, budgets, z)
+    out["p_beat_point"] = beat_curves(m.s_hat, m.d_hat, root, budgets, z)["p_beat"]
+    out["critical"] = c
+    out["gap_bounds_pp"] = np.stack([100.0 * lo, 100.0 * hi], axis=1)  # (k, 2)
+    return out
 
 
 # --------------------------------------------------------------------------- pilot resampling
@@ -117,8 +242,8 @@ def pilot_curves(
     ``benchmarks/bench_plan.py``). Budget ``b`` uses chunks of draws from
     ``default_rng([seed, PLAN_DRAWS, stream, b_index, chunk])`` (split: ``[..., chunk, half]``).
     """
-    if method not in PLAN_METHODS:
-        raise CkptselError(f"unknown plan method {method!r}; choose from {list(PLAN_METHODS)}")
+    if method not in ("split", "pilot"):
+        raise CkptselError(f"pilot_curves: unknown resampling method {method!r} (split or pilot)")
     signal = np.asarray(signal, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
     if method == "pilot":
@@ -198,7 +323,9 @@ def plan_from_pilot(
     rule: str = "accuracy",
     settings: PlanSettings | None = None,
 ) -> dict:
-    """The pilot-resampling plan (module docstring), averaged over the chosen trajectories."""
+    """The pilot plan (module docstring), averaged over the chosen trajectories (equal weight):
+    per budget the promised curves, the planned budget or the answer that none reaches the
+    target (``reaches_target``, ``max_promise`` and its budget, ``answer``)."""
     settings = settings or PlanSettings()
     if rule not in PLAN_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(PLAN_RULES)}")
@@ -212,17 +339,13 @@ def plan_from_pilot(
                 f"(known: {', '.join(sorted(known)[:10])})"
             )
     budgets = tuple(int(b) for b in settings.budgets)
-    per_traj = {}
-    curves = []
+    per_traj, curves = {}, []
     for j, t in enumerate(names):
         v = known[t]
         if len(v.steps) < 2:
             raise CkptselError(f"trajectory {t!r}: one checkpoint only; nothing to choose")
-        c = pilot_curves(
-            _signal(v, rule), v.correct, v.groups, MAXIMIZE[rule], budgets,
-            settings.draws, settings.seed, stream=j, method=settings.method,
-        )  # fmt: skip
-        curves.append(np.stack([c["gain"], c["p_beat"], c["p_worse"], c["p_final"]]))
+        c, extra = _trajectory_curves(v, rule, settings, budgets, stream=j)
+        curves.append(np.stack([c[key] for key in CURVES]))
         acc = 100.0 * v.correct.mean(axis=1)
         per_traj[t] = {
             "pilot_items": len(v.item_ids),
@@ -232,30 +355,69 @@ def plan_from_pilot(
             "best_pilot_gain": round(float(acc.max() - acc[-1]), 6),
             "gain": [round(float(x), 6) for x in c["gain"]],
             "p_beat": [round(float(x), 6) for x in c["p_beat"]],
+            **extra,
         }
-    mean = np.mean(curves, axis=0)  # (4, B): equal weight per trajectory
+    mean = np.mean(curves, axis=0)  # (len(CURVES), B): equal weight per trajectory
     pilot = min(p["pilot_items"] for p in per_traj.values())
     # the items a choice is made from: half of the pilot with the split method
     base = pilot / 2 if settings.method == "split" else pilot
     rows = [
-        {
-            "budget": b,
-            "gain": round(float(mean[0, k]), 6),
-            "p_beat": round(float(mean[1, k]), 6),
-            "p_worse": round(float(mean[2, k]), 6),
-            "p_final": round(float(mean[3, k]), 6),
-            "extrapolation": round(b / base, 4),
-        }
+        {"budget": b}
+        | {key: round(float(mean[i, k]), 6) for i, key in enumerate(CURVES) if np.isfinite(mean[i, k])}
+        | {"extrapolation": round(b / base, 4)}
         for k, b in enumerate(budgets)
     ]
+    planned = _planned(rows, settings.target)
+    best = max(range(len(rows)), key=lambda k: (rows[k]["p_beat"], -k))
     return {
         "rule": rule,
         "trajectories": per_traj,
         "pilot_items": pilot,
         "settings": asdict(settings) | {"budgets": list(budgets)},
         "rows": rows,
-        "planned_budget": _planned(rows, settings.target),
+        "planned_budget": planned,
+        "reaches_target": planned is not None,
+        "max_promise": rows[best]["p_beat"],
+        "max_promise_budget": rows[best]["budget"],
+        "answer": _answer(settings, planned, rows[best]),
     }
+
+
+CURVES = ("gain", "p_beat", "p_worse", "p_final", "p_beat_point")
+
+
+def _trajectory_curves(v, rule: str, settings: PlanSettings, budgets, stream: int) -> tuple[dict, dict]:
+    """One trajectory's curves (``CURVES``; NaN where the method has none) and its extra facts."""
+    signal, maximize = _signal(v, rule), MAXIMIZE[rule]
+    if settings.method != "calibrated":
+        c = pilot_curves(signal, v.correct, v.groups, maximize, budgets, settings.draws,
+                         settings.seed, stream=stream, method=settings.method)  # fmt: skip
+        return c | {"p_beat_point": np.full(len(budgets), np.nan)}, {}
+    m = PilotMoments.of(signal, v.correct, v.groups, maximize)
+    c = calibrated_curves(m, budgets, settings.draws, settings.level, settings.seed, stream)
+    bounds = c["gap_bounds_pp"]
+    return c, {
+        "critical_value": round(float(c["critical"]), 6),
+        "gap_bounds_pp": {
+            str(int(s)): [round(float(a), 6), round(float(b), 6)]
+            for s, (a, b) in zip(v.steps[:-1], bounds, strict=True)
+        },
+        "confident_beaters": [int(s) for s, (a, _) in zip(v.steps[:-1], bounds, strict=True) if a > 0],
+        "p_beat_point": [round(float(x), 6) for x in c["p_beat_point"]],
+    }
+
+
+def _answer(settings: PlanSettings, planned: int | None, best: dict) -> str:
+    """The plan in one sentence."""
+    what = "promised" if settings.method == "calibrated" else "estimated"
+    conf = f" with {100 * settings.level:g}% confidence" if settings.method == "calibrated" else ""
+    if planned is not None:
+        return (f"{planned} items: P(choice beats final) ≥ {settings.target:g} ({what}{conf})")
+    return (
+        f"no budget up to {max(settings.budgets)} reaches P(choice beats final) ≥ "
+        f"{settings.target:g}; the most that can be {what} is {best['p_beat']:.2f} at "
+        f"{best['budget']} items{conf}"
+    )
 
 
 def _planned(rows: list[dict], target: float) -> int | None:
@@ -297,6 +459,9 @@ def closed_form(
     z_a = float(norm_ppf(np.array(1.0 - (1.0 - level) / 2.0)))
     n_pick = math.ceil((z_t * sigma / d) ** 2) if sigma > 0 else 1
     n_test = math.ceil(((z_a * math.sqrt(q) + z_t * sigma) / d) ** 2)
+    k = z_a + z_t
+    mde = k * math.sqrt(q) / np.sqrt(n + k * k)  # (B,) paired MDE (fraction)
+    n_mde = math.ceil(k * k * (q - d * d) / (d * d))
     return {
         "delta": delta,
         "agreement": agreement,
@@ -310,11 +475,15 @@ def closed_form(
                 "p_pick": round(float(p), 6),
                 "gain": round(float(delta * p), 6),
                 "se": round(float(100.0 * sigma / math.sqrt(b)), 6),
+                "mde": round(float(100.0 * e), 6),
+                "detectable": bool(100.0 * e <= delta),
             }
-            for b, p in zip(n.astype(int), p_pick, strict=True)
+            for b, p, e in zip(n.astype(int), p_pick, mde, strict=True)
         ],
         "budget_to_pick": n_pick,
+        "budget_mde": n_mde,
         "budget_for_test": n_test,
+        "planned_budget": n_mde,
     }
 
 

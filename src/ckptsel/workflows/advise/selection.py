@@ -14,6 +14,19 @@ is never scored on the items used to make it:
 * **test** (when the trajectory has test records) — the frozen full-pool choice scored on
   the test pool, with a test-question bootstrap (choice held fixed, SPEC §8).
 
+Two more answers concern the checkpoint with the highest validation accuracy (the accuracy
+rule's full-pool choice), from :mod:`ckptsel.stats.winners`:
+
+* **plausibly best** — the checkpoints the validation data cannot tell apart from the best: a
+  model confidence set (Hansen, Lunde & Nason 2011; range statistic on paired accuracy
+  differences, cluster bootstrap of ``draws`` resamples), which holds every truly best
+  checkpoint with probability ≥ ``level`` (family-wise over its elimination tests);
+* **chosen estimate** — the chosen checkpoint's accuracy on new items, corrected for having
+  been chosen as the best of T (the winner's curse): the hybrid estimate and interval of
+  Andrews, Kitagawa & McCloskey (2024), beside the naive ``max ± z·se`` it corrects.
+
+``benchmarks/bench_select.py`` measures both on truth-known trajectories.
+
 The recommendation is "keep checkpoint X" only when the split-validation interval lies
 wholly above 0; otherwise "keep the final checkpoint", with the reason. Everything is
 vectorized: masks and matrix products over partitions and draws. The rules and their signals
@@ -50,7 +63,18 @@ from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
 from ckptsel.results import Estimate, fmt
-from ckptsel.stats import est, percentile_interval, question_weights
+from ckptsel.stats import (
+    Clusters,
+    accuracy_moments,
+    bootstrap_accuracies,
+    est,
+    model_confidence_set,
+    naive_winner,
+    percentile_interval,
+    question_weights,
+    resample_counts,
+    winner_interval,
+)
 
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
 
@@ -182,6 +206,70 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class PlausiblyBest:
+    """The checkpoints the validation data cannot tell apart from the most accurate one."""
+
+    steps: tuple[int, ...]
+    level: float
+    mcs_p_values: dict[str, float]
+    eliminations: tuple[dict, ...]  # per test: set size, statistic, p-value, who left
+    draws: int
+    clusters: int
+
+    method = (
+        "model confidence set (Hansen, Lunde & Nason 2011): range statistic on paired accuracy "
+        "differences, cluster bootstrap"
+    )
+
+    def to_dict(self) -> dict:
+        return {
+            "steps": list(self.steps),
+            "method": self.method,
+            "error_rate": f"P(a truly best checkpoint is left out) <= {1 - self.level:.3g} "
+            "(family-wise over the elimination tests; asymptotic)",
+            "level": self.level,
+            "mcs_p_values": dict(self.mcs_p_values),
+            "eliminations": [dict(e) for e in self.eliminations],
+            "draws": self.draws,
+            "clusters": self.clusters,
+        }
+
+
+@dataclass(frozen=True)
+class ChosenEstimate:
+    """The accuracy (%) on new items of the checkpoint with the highest validation accuracy,
+    corrected for having been chosen, with the naive estimate it corrects."""
+
+    steps: tuple[int, ...]  # the chosen step(s): ties at the top
+    mean: float
+    lo: float
+    hi: float
+    naive_mean: float
+    naive_lo: float
+    naive_hi: float
+    level: float
+    jitter_draws: int
+
+    method = (
+        "hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & McCloskey "
+        "2024), cluster-robust covariance"
+    )
+
+    def to_dict(self) -> dict:
+        return {
+            "steps": list(self.steps),
+            "mean": self.mean,
+            "lo": self.lo,
+            "hi": self.hi,
+            "level": self.level,
+            "method": self.method,
+            "optimism_pp": round(self.naive_mean - self.mean, 6),
+            "naive": {"mean": self.naive_mean, "lo": self.naive_lo, "hi": self.naive_hi},
+            "jitter_draws": self.jitter_draws,
+        }
+
+
+@dataclass(frozen=True)
 class Selection:
     """Everything ``ckptsel select`` answers for one trajectory; :meth:`to_dict` is its JSON."""
 
@@ -196,6 +284,8 @@ class Selection:
     settings: SelectSettings
     rules: dict[str, RuleSelection]
     recommendation: Recommendation
+    plausibly_best: PlausiblyBest | None = None
+    chosen_estimate: ChosenEstimate | None = None
 
     @property
     def final_step(self) -> int:
@@ -215,6 +305,8 @@ class Selection:
             "settings": asdict(self.settings),
             "rules": {r: sel.to_dict() for r, sel in self.rules.items()},
             "recommendation": self.recommendation.to_dict(),
+            "plausibly_best": None if self.plausibly_best is None else self.plausibly_best.to_dict(),
+            "chosen_estimate": None if self.chosen_estimate is None else self.chosen_estimate.to_dict(),
         }
 
 
@@ -323,6 +415,52 @@ def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     return test
 
 
+JITTER_DRAWS = 16  # jitter draws of the winner interval (stats.winners)
+
+
+def best_checkpoints(
+    correct: np.ndarray, groups: np.ndarray, steps: np.ndarray, settings: SelectSettings
+) -> tuple[PlausiblyBest, ChosenEstimate]:
+    """The plausibly-best set and the selection-corrected estimate of one trajectory's
+    validation ``correct`` (T, n), items clustered by ``groups`` (n,). Draws: the MCS bootstrap
+    counts from ``[seed, SELECT_WINNER, 0]``, the projection value and jitter from ``[..., 1]``."""
+    clusters = Clusters.of(groups, correct.shape[1])
+    x, sums, sigma = accuracy_moments(correct[None], clusters)
+    counts = resample_counts(
+        clusters.count, settings.draws, streams.generator(settings.seed, streams.SELECT_WINNER, 0)
+    )
+    xb = bootstrap_accuracies(sums, clusters.sizes, counts)
+    mcs = model_confidence_set(x, sigma, xb, settings.level)
+    order = mcs["order"][0]
+    gone = sorted((int(k) for k in np.flatnonzero(order >= 0)), key=lambda k: order[k])
+    eliminations = tuple(
+        {"set_size": len(steps) - j, "statistic": round(float(mcs["statistic"][0, j]), 6),
+         "p_value": round(float(mcs["p_steps"][0, j]), 6), "eliminated": int(steps[k]),
+         "rejected": bool(mcs["p_mcs"][0, k] < 1 - settings.level)}
+        for j, k in enumerate(gone)
+    )  # fmt: skip
+    best = PlausiblyBest(
+        steps=tuple(int(steps[k]) for k in np.flatnonzero(mcs["in_set"][0])),
+        level=settings.level,
+        mcs_p_values={str(int(st)): round(float(p), 6) for st, p in zip(steps, mcs["p_mcs"][0], strict=True)},
+        eliminations=eliminations,
+        draws=settings.draws,
+        clusters=clusters.count,
+    )
+    rng = streams.generator(settings.seed, streams.SELECT_WINNER, 1)
+    mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level,
+                                          rng, jitter=JITTER_DRAWS)  # fmt: skip
+    n_mean, n_lo, n_hi = naive_winner(x, sigma, settings.level)
+    top = np.flatnonzero(x[0] >= x[0].max() - 1e-12)
+    chosen = ChosenEstimate(
+        tuple(int(steps[k]) for k in top),
+        *(round(float(100.0 * v[0]), 6) for v in (mean, lo, hi, n_mean, n_lo, n_hi)),
+        level=settings.level,
+        jitter_draws=JITTER_DRAWS,
+    )
+    return best, chosen
+
+
 def select_checkpoint(
     records_dir: Path,
     trajectory: str,
@@ -372,6 +510,7 @@ def _select_checkpoint(
         v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
     )
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
+    best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
 
     if rule not in sig:
         raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
@@ -407,6 +546,8 @@ def _select_checkpoint(
         settings=settings,
         rules=rules,
         recommendation=recommend(rules[rule], rule, int(steps[-1]), settings.level),
+        plausibly_best=best,
+        chosen_estimate=chosen_estimate,
     )
 
 

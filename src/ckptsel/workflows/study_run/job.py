@@ -2,7 +2,8 @@
 functions (:mod:`~ckptsel.workflows.study_run.stages`), the worker pool
 (:mod:`~ckptsel.workflows.study_run.workers`), the fingerprint and the plan, all working from one
 :class:`~ckptsel.workflows.study_run.context.StudyContext`. :meth:`StudyRun.run` runs the
-selected stages in order, checking the study's fingerprint before each resumed one; with
+selected stages in order, checking the study's frozen protocol (when it has one) before every
+stage and its fingerprint before each resumed one; with
 ``workers > 1`` the ``train`` and ``measure`` stages run together, per trajectory.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel.errors import CkptselError
-from ckptsel.study import StudySpec
+from ckptsel.study import StudySpec, check_protocol
 from ckptsel.workflows.study_run import stages as st
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerprint
@@ -116,6 +117,7 @@ class StudyRun:
         for stage in st.STAGES:
             if stage not in stages:
                 continue
+            check_protocol(self.spec.source)  # a frozen protocol still holds, before every stage
             if stage != "prepare":  # a resumed stage still checks the study first
                 self.check_fingerprint(write=False)
             if watch and stage in ("train", "measure"):

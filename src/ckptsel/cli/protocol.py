@@ -1,0 +1,40 @@
+"""``ckptsel protocol freeze|check STUDY.toml``: pre-register a study's protocol before training,
+and check later that it still holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ckptsel.study import (
+    STATE_DIR,
+    check_protocol,
+    freeze,
+    load_spec,
+    protocol_path,
+    protocol_status,
+)
+
+
+def freeze_protocol(
+    study_file: Path = typer.Argument(..., help="study.toml (schema 2; schema 1 works too)"),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="the study's workdir (default: the file's folder), to tell "
+        "whether work has started",
+    ),  # fmt: skip
+    force: bool = typer.Option(False, "--force", help="replace an existing protocol"),
+) -> None:
+    """Write STUDY.toml.protocol.json: the protocol, its SHA-256 and the time."""
+    spec = load_spec(study_file, workdir=workdir)  # a protocol is frozen for a valid study only
+    started = (spec.workdir / STATE_DIR / "fingerprint.json").exists()
+    record = freeze(study_file, started=started, force=force)
+    typer.echo(f"{protocol_path(study_file)}: {protocol_status(record)}")
+    typer.echo(f"sha256 {record['sha256']}")
+
+
+def check(
+    study_file: Path = typer.Argument(..., help="study.toml with a frozen protocol"),
+) -> None:
+    """Check that STUDY.toml still matches its frozen protocol (exit 2 naming the differences)."""
+    typer.echo(f"{study_file.name}: {protocol_status(check_protocol(study_file))}")

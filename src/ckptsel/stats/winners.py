@@ -1,0 +1,197 @@
+"""What validation accuracies say about the best checkpoint: the set that cannot be told apart
+from the best, and the chosen checkpoint's accuracy corrected for having been chosen.
+
+Every function takes a batch of ``R`` trajectories that share one item/cluster layout
+(``R = 1`` for ``ckptsel select``; many in the truth-known benchmark): accuracies ``x`` (R, T),
+their cluster-robust covariance ``sigma`` (R, T, T), and cluster-bootstrap accuracies ``xb``
+(R, M, T).
+
+* :func:`model_confidence_set` — the model confidence set of Hansen, Lunde & Nason (2011) with
+  the range statistic on paired accuracy differences: for the current set ``S``,
+  ``T_R = max_{i,j∈S} |x_i − x_j| / se_ij`` (``se_ij`` the cluster-robust s.e. of the paired
+  difference); its null distribution is the cluster bootstrap of
+  ``max_{i,j∈S} |(x*_i − x*_j) − (x_i − x_j)| / se_ij``. While the bootstrap p-value is below
+  ``1 − level``, the checkpoint most significantly beaten (``argmax_i max_j t_ji``) leaves and
+  the test is repeated. A checkpoint's MCS p-value is the largest test p-value up to its
+  elimination; the set is ``{p_MCS ≥ 1 − level}``, and it holds every truly best checkpoint with
+  probability ≥ ``level`` (asymptotically; the sequence of tests is family-wise controlled).
+* :func:`winner_interval` — the hybrid estimate and interval of Andrews, Kitagawa & McCloskey
+  (2024, "Inference on winners") for the accuracy of the checkpoint with the highest validation
+  accuracy: conditional on the winner ``w`` and on ``Z = x − c x_w`` (``c = Σ_·w / Σ_ww``),
+  ``x_w`` is normal with mean ``μ_w`` truncated to the values for which ``w`` still wins,
+  further intersected with the level-(1−β) projection interval ``|x_w − μ| ≤ c_β σ_w``. The
+  interval is ``{μ : a ≤ F(x_w; μ) ≤ 1 − a}``, ``a = (α − β) / (2 (1 − β))``, the estimate
+  solves ``F = ½``. Accuracies are discrete: they are made continuous by a uniform jitter of
+  under half an item (``K`` jitter draws, which also break exact ties at random as the rule
+  does) and the estimate and endpoints are averaged over the draws. With few clusters ``Σ`` is
+  inflated by ``(t_{G−1} / z)²``.
+* :func:`naive_winner` — ``x_w ± z σ_w``: what a plain report gives (optimistic).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ckptsel.stats.distributions import log_norm_cdf, norm_ppf, t_quantile
+from ckptsel.stats.resample import Clusters
+
+PAIR_CELLS = 20_000_000  # (trajectory × draw × T × T) cells per chunk of the MCS bootstrap
+BISECTIONS = 60
+
+
+def accuracy_moments(correct: np.ndarray, clusters: Clusters) -> tuple[np.ndarray, ...]:
+    """``x`` (R, T) accuracies of ``correct`` (R, T, n), ``sums`` (R, G, T) per-cluster sums and
+    ``sigma`` (R, T, T) the cluster-robust (CR1) covariance of ``x``."""
+    c = np.asarray(correct, dtype=np.float64)
+    n = c.shape[2]
+    G = clusters.count
+    sums = clusters.sums(c.transpose(2, 0, 1)).transpose(1, 0, 2)  # (R, G, T)
+    x = c.mean(axis=2)
+    resid = sums - clusters.sizes[None, :, None] * x[:, None, :]
+    sigma = (G / max(G - 1, 1)) * np.einsum("rgt,rgu->rtu", resid, resid) / (n * n)
+    return x, sums, sigma
+
+
+def bootstrap_accuracies(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``(R, M, T)`` cluster-bootstrap accuracies for the ``(M, G)`` cluster ``counts``."""
+    return np.einsum("mg,rgt->rmt", counts, sums) / (counts @ sizes)[None, :, None]
+
+
+def _pair_se(sigma: np.ndarray) -> np.ndarray:
+    """``(R, T, T)`` standard errors of the paired differences ``x_i − x_j``."""
+    d = np.diagonal(sigma, axis1=1, axis2=2)
+    return np.sqrt(np.clip(d[:, :, None] + d[:, None, :] - 2 * sigma, 0.0, None))
+
+
+def _boot_range(dev: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """``(R, M)`` bootstrap range statistics ``max_{ij} |dev_i − dev_j| · inv_ij`` of the
+    deviations ``dev`` (R, M, T), in chunks of draws (memory bound)."""
+    R, M, T = dev.shape
+    out = np.empty((R, M))
+    step = max(1, PAIR_CELLS // max(1, R * T * T))
+    for a in range(0, M, step):
+        d = dev[:, a : a + step]
+        out[:, a : a + step] = (np.abs(d[..., :, None] - d[..., None, :]) * inv[:, None]).max(axis=(2, 3))
+    return out
+
+
+def model_confidence_set(x: np.ndarray, sigma: np.ndarray, xb: np.ndarray, level: float) -> dict:
+    """The model confidence set (module docstring). Returns ``in_set`` (R, T) bool, ``p_mcs``
+    (R, T), ``order`` (R, T) the elimination step of each checkpoint (−1: the last survivor),
+    and per step ``p_steps``, ``statistic`` (R, T − 1). One pass per eliminated checkpoint."""
+    R, T = x.shape
+    se = _pair_se(sigma)
+    pos = se > 0
+    inv_all = np.where(pos, 1.0 / np.where(pos, se, 1.0), 0.0)
+    diff = x[:, :, None] - x[:, None, :]
+    # t_ij; a difference with no variance at all (the same in every cluster) is decisive
+    with np.errstate(invalid="ignore"):
+        t = np.where(pos | (np.abs(diff) <= 1e-12), diff * inv_all, np.sign(diff) * np.inf)
+    dev = xb - x[:, None, :]
+    active = np.ones((R, T), dtype=bool)
+    p_mcs, order = np.ones((R, T)), np.full((R, T), -1)
+    p_steps, stat = np.full((R, T - 1), np.nan), np.full((R, T - 1), np.nan)
+    p_run, rows = np.zeros(R), np.arange(R)
+    for step in range(T - 1):  # eliminate down to one survivor: every checkpoint's p-value
+        pair = active[:, :, None] & active[:, None, :]
+        tr = np.where(pair, np.abs(t), 0.0).max(axis=(1, 2))
+        trb = _boot_range(dev, np.where(pair, inv_all, 0.0))
+        p = (trb >= tr[:, None] - 1e-12).mean(axis=1)
+        p_run = np.maximum(p_run, p)
+        p_steps[:, step], stat[:, step] = p, tr
+        beaten = np.where(pair, t.transpose(0, 2, 1), -np.inf).max(axis=2)  # max_j t_ji
+        e = np.where(active, beaten, -np.inf).argmax(axis=1)
+        p_mcs[rows, e], order[rows, e] = p_run, step
+        active[rows, e] = False
+    p_mcs[active] = np.maximum(p_mcs[active], 1.0)
+    return {"in_set": p_mcs >= 1 - level, "p_mcs": p_mcs, "order": order, "p_steps": p_steps,
+            "statistic": stat}  # fmt: skip
+
+
+def projection_critical(sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = 4000) -> np.ndarray:
+    """``(R,)`` 1−β quantiles of ``max_t |W_t| / sd_t``, ``W ~ N(0, Σ)`` (``draws`` Gaussian draws
+    shared by the batch): the projection interval's ``c_β``."""
+    T = sigma.shape[1]
+    sd = np.sqrt(np.clip(np.diagonal(sigma, axis1=1, axis2=2), 1e-30, None))
+    w, u = np.linalg.eigh(sigma / (sd[:, :, None] * sd[:, None, :]))
+    root = u * np.sqrt(np.clip(w, 0, None))[:, None, :]
+    z = rng.standard_normal((draws, T))
+    return np.quantile(np.abs(np.einsum("mt,rut->rmu", z, root)).max(axis=2), 1 - beta, axis=1)
+
+
+def _truncated_cdf(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``P(W ≤ y | lo ≤ W ≤ hi)``, ``W ~ N(0, 1)``, stable in both tails (all arrays alike)."""
+    y = np.clip(y, lo, hi)
+    upper = lo > 0  # the whole interval in the upper tail: work with survival functions
+    a, b = np.where(upper, -hi, lo), np.where(upper, -lo, hi)
+    yy = np.where(upper, -y, y)
+    la, lb, ly = log_norm_cdf(a), log_norm_cdf(b), log_norm_cdf(yy)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        num = np.exp(ly - lb) * -np.expm1(np.minimum(la - ly, 0.0))
+        den = -np.expm1(np.minimum(la - lb, 0.0))
+        f = np.clip(np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.5), 0.0, 1.0)
+    return np.where(upper, 1.0 - f, f)
+
+
+def _hybrid(x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray):
+    """Hybrid estimate, lower and upper end (each (R,)) for continuous accuracies ``x`` (R, T):
+    the winner is ``argmax x`` (no ties). Bisection on μ, all trajectories at once."""
+    R, T = x.shape
+    a = ((1 - level) - beta) / (2 * (1 - beta))
+    rows = np.arange(R)
+    w = x.argmax(axis=1)
+    var = np.maximum(sigma[rows, w, w], 1e-12)  # a checkpoint right (or wrong) everywhere: floor
+    sd, y = np.sqrt(var), x[rows, w]
+    c = sigma[rows, :, w] / var[:, None]  # (R, T)
+    k = 1.0 - c
+    z = x - c * y[:, None]
+    others = np.arange(T)[None, :] != w[:, None]
+    bound = z / np.where(np.abs(k) > 1e-12, k, 1.0)  # w still wins iff k_j y ≥ z_j for every j
+    lower = np.minimum(np.where(others & (k > 1e-12), bound, -np.inf).max(axis=1), y)
+    upper = np.maximum(np.where(others & (k < -1e-12), bound, np.inf).min(axis=1), y)
+    targets = np.array([1 - a, 0.5, a])[None, :]  # lo, estimate, hi (F decreases in μ)
+    left = np.repeat((y - c_beta * sd)[:, None], 3, axis=1)
+    right = np.repeat((y + c_beta * sd)[:, None], 3, axis=1)
+    cb, sd2, y2 = c_beta[:, None], sd[:, None], y[:, None]
+    for _ in range(BISECTIONS):
+        mu = (left + right) / 2
+        lo_t = np.maximum(lower[:, None], mu - cb * sd2)
+        hi_t = np.minimum(upper[:, None], mu + cb * sd2)
+        f = _truncated_cdf((y2 - mu) / sd2, (lo_t - mu) / sd2, (hi_t - mu) / sd2)
+        go_right = f > targets
+        left, right = np.where(go_right, mu, left), np.where(go_right, right, mu)
+    sol = (left + right) / 2
+    return sol[:, 1], sol[:, 0], sol[:, 2]
+
+
+def winner_interval(
+    x: np.ndarray, sigma: np.ndarray, n: int, clusters: int, level: float,
+    rng: np.random.Generator, jitter: int = 16, beta: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring),
+    averaged over ``jitter`` draws of ``(U − ½)/n`` added to ``x`` (R, T) (``n`` items,
+    ``clusters`` clusters); also ``c_beta`` (R,). Draws from ``rng``: the projection value's
+    Gaussians first, then the jitter."""
+    alpha = 1 - level
+    beta = alpha / 10 if beta is None else beta
+    z = float(norm_ppf(np.array(1 - alpha / 2)))
+    inflate = (float(t_quantile(1 - alpha / 2, np.array(float(max(clusters - 1, 2))))) / z) ** 2
+    sigma = sigma * inflate
+    c_beta = projection_critical(sigma, beta, rng)
+    total = np.zeros((3, x.shape[0]))
+    for _ in range(jitter):  # a handful of jitter draws
+        xj = x + (rng.random(x.shape) - 0.5) / n
+        total += np.stack(_hybrid(xj, sigma, level, beta, c_beta))
+    est, lo, hi = total / jitter
+    return est, lo, hi, c_beta
+
+
+def naive_winner(x: np.ndarray, sigma: np.ndarray, level: float) -> tuple[np.ndarray, ...]:
+    """``x_w ± z σ_w`` (each (R,)), averaged over exact ties at the top: the uncorrected report."""
+    z = float(norm_ppf(np.array(1 - (1 - level) / 2)))
+    w = (x >= x.max(axis=1, keepdims=True) - 1e-12).astype(float)
+    w /= w.sum(axis=1, keepdims=True)
+    se = np.sqrt(np.clip(np.diagonal(sigma, axis1=1, axis2=2), 0, None))
+    mean, s = (w * x).sum(axis=1), (w * se).sum(axis=1)
+    return mean, mean - z * s, mean + z * s
+
