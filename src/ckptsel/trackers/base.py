@@ -19,8 +19,11 @@ A results folder (``ckptsel analyze --out``) and, optionally, a selection (the o
 
 With ``--register NAME`` the recommended checkpoint becomes a :class:`Registration`: a model
 version / artifact named NAME with alias :data:`ALIAS` and the evidence in its description.
-Each tracker's module (``mlflow``, ``wandb``, ``trackio``) turns these into that tool's calls; its
-package is imported only then (:func:`require`), with a one-line install hint when missing.
+Each tracker's module (``mlflow``, ``wandb``, ``trackio``) turns these (one :class:`LogJob`:
+payload, :class:`LogTarget`, registration) into that tool's calls; its package is imported only
+then (:func:`require`), with a one-line install hint when missing. W&B and Trackio share W&B's
+media and artifact classes, so their media and artifacts are built here once (:func:`media`,
+:func:`results_artifact`, :func:`model_artifact`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import math
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -422,6 +425,56 @@ def selection_file(selection: dict) -> Path:
     return path
 
 
+# --------------------------------------------------------------------------- W&B-style media
+# W&B and Trackio share W&B's media classes (``Table(dataframe=…)``, ``Html``, ``Image``) and
+# artifacts (``Artifact(name, type=…, description=…, metadata=…)``, ``add_file``,
+# ``add_reference``): the helpers below build them once, each tool handing its own classes.
+def media(
+    payload: Payload,
+    table: Callable[[pd.DataFrame], Any],
+    html: Callable[[Path], Any],
+    image: Callable[[Path], Any],
+) -> dict[str, Any]:
+    """The main table, ``report.html`` and the figures as the tool's media objects (made by
+    ``table``, ``html`` and ``image``), keyed ``ckptsel/main_table``, ``ckptsel/report`` and
+    ``ckptsel/figures/<name>``; empty when the payload has none of them."""
+    out: dict[str, Any] = {}
+    if payload.main_table is not None:
+        out[f"{PREFIX}/main_table"] = table(payload.main_table)
+    if payload.report is not None:
+        out[f"{PREFIX}/report"] = html(payload.report)
+    for png in payload.figures:
+        out[f"{PREFIX}/figures/{png.stem}"] = image(png)
+    return out
+
+
+def results_artifact(artifact: Callable[..., Any], payload: Payload) -> Any:
+    """The payload's files (and its selection, as ``selection.json``) as one artifact
+    ``ckptsel-results`` made by the tool's ``Artifact`` class."""
+    results = artifact(
+        f"{PREFIX}-results",
+        type=f"{PREFIX}-results",
+        description="ckptsel results: summary.json, tables, figures, report.html",
+        metadata={"choices_sha256": payload.choices_sha256},
+    )
+    for path, folder in payload.files:
+        results.add_file(str(path), name=f"{folder}/{path.name}".removeprefix(f"{PREFIX}/"))
+    if payload.selection is not None:
+        results.add_file(str(selection_file(payload.selection)), name="selection.json")
+    return results
+
+
+def model_artifact(artifact: Callable[..., Any], reg: Registration, selection: dict) -> Any:
+    """The recommended checkpoint as a ``model`` artifact ``reg.name`` made by the tool's
+    ``Artifact`` class: the evidence as its description, the tags as its metadata, the
+    checkpoint folder as a reference (never uploaded) and the selection as ``selection.json``."""
+    art = artifact(reg.name, type="model", description=reg.description, metadata=dict(reg.tags))
+    if reg.checkpoint is not None:
+        art.add_reference(reg.checkpoint.resolve().as_uri(), name="checkpoint", checksum=False)
+    art.add_file(str(selection_file(selection)), name="selection.json")
+    return art
+
+
 # --------------------------------------------------------------------------- where to log
 @dataclass(frozen=True)
 class LogTarget:
@@ -442,6 +495,17 @@ class LogTarget:
     @property
     def new_run_name(self) -> str:
         return f"{PREFIX}-{self.run_name}" if self.run_name else PREFIX
+
+
+@dataclass(frozen=True)
+class LogJob:
+    """One tracker's share of :func:`~ckptsel.trackers.log.log_results`: the payload, where it
+    goes, and the registration to make there (None: log only). Each tool's ``log_<tool>`` takes
+    one."""
+
+    payload: Payload
+    target: LogTarget = field(default_factory=LogTarget)
+    registration: Registration | None = None
 
 
 @dataclass(frozen=True)

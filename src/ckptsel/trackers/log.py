@@ -9,6 +9,7 @@ from typing import Any
 
 from ckptsel.trackers.base import (
     Logged,
+    LogJob,
     LogTarget,
     build_payload,
     check_trackers,
@@ -51,7 +52,7 @@ def log_results(
     out = []
     for name in names:
         target = (targets or {}).get(name) or LogTarget()
-        logged = LOGGERS[name](payload, target, reg, note)
+        logged = LOGGERS[name](LogJob(payload, target, reg))
         note(logged.line())
         out.append(logged)
     return out

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 
 from ckptsel.errors import CkptselError
-from ckptsel.trackers.base import ALIAS, PREFIX, Logged, LogTarget, Payload, Registration, require
+from ckptsel.trackers import base
 
 BATCH_METRICS = 1000  # MLflow's per-request limits
 BATCH_TAGS = 100
 DEFAULT_EXPERIMENT = "ckptsel"
 
 
-def _client(mlflow, target: LogTarget):
+def _client(mlflow, target: base.LogTarget):
     uri = target.tracking_uri or mlflow.get_tracking_uri()
     return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri), uri
 
@@ -38,7 +37,7 @@ def _experiment_id(client, name: str) -> str:
     return exp.experiment_id if exp is not None else client.create_experiment(name)
 
 
-def _run(mlflow, client, target: LogTarget) -> tuple[str, str, bool]:
+def _run(mlflow, client, target: base.LogTarget) -> tuple[str, str, bool]:
     """(run id, run name, created here) of the run to log into."""
     if target.run_id:
         try:
@@ -47,14 +46,14 @@ def _run(mlflow, client, target: LogTarget) -> tuple[str, str, bool]:
             raise CkptselError(f"MLflow run {target.run_id!r} not found: {err.message}") from err
         return run.info.run_id, run.info.run_name, False
     experiment = target.project or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
-    tags = {f"{PREFIX}.training_run_name": target.run_name} if target.run_name else {}
+    tags = {f"{base.PREFIX}.training_run_name": target.run_name} if target.run_name else {}
     run = client.create_run(
         _experiment_id(client, experiment), run_name=target.new_run_name, tags=tags
     )
     return run.info.run_id, run.info.run_name, True
 
 
-def _log_values(mlflow, client, run_id: str, payload: Payload) -> None:
+def _log_values(mlflow, client, run_id: str, payload: base.Payload) -> None:
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
@@ -66,47 +65,48 @@ def _log_values(mlflow, client, run_id: str, payload: Payload) -> None:
         client.log_batch(run_id, tags=tags[i : i + BATCH_TAGS])
 
 
-def _log_files(client, run_id: str, payload: Payload) -> None:
+def _log_files(client, run_id: str, payload: base.Payload) -> None:
     for path, folder in payload.files:
         client.log_artifact(run_id, str(path), artifact_path=folder)
     if payload.main_table is not None:
-        client.log_table(run_id, data=payload.main_table, artifact_file=f"{PREFIX}/main_table.json")
+        client.log_table(
+            run_id, data=payload.main_table, artifact_file=f"{base.PREFIX}/main_table.json"
+        )
     if payload.selection is not None:
-        client.log_dict(run_id, payload.selection, f"{PREFIX}/selection.json")
+        client.log_dict(run_id, payload.selection, f"{base.PREFIX}/selection.json")
 
 
-def register(mlflow, client, run_id: str, reg: Registration) -> str:
+def register(mlflow, client, run_id: str, reg: base.Registration) -> str:
     """A model version of ``reg.name`` for the recommended checkpoint, with the alias."""
     try:
         client.get_registered_model(reg.name)
     except mlflow.exceptions.MlflowException:
         client.create_registered_model(reg.name, description="checkpoints recommended by ckptsel")
-    source = reg.checkpoint.resolve().as_uri() if reg.checkpoint else f"runs:/{run_id}/{PREFIX}"
+    source = (
+        reg.checkpoint.resolve().as_uri() if reg.checkpoint else f"runs:/{run_id}/{base.PREFIX}"
+    )
     version = client.create_model_version(
         reg.name, source=source, run_id=run_id, description=reg.description, tags=reg.tags
     )
-    client.set_registered_model_alias(reg.name, ALIAS, version.version)
+    client.set_registered_model_alias(reg.name, base.ALIAS, version.version)
     return f"{reg.name} version {version.version}"
 
 
-def log_mlflow(
-    payload: Payload,
-    target: LogTarget,
-    registration: Registration | None = None,
-    note: Callable[[str], None] = print,
-) -> Logged:
-    """Log the payload to MLflow (and register the recommended checkpoint)."""
-    mlflow = require("mlflow")
-    client, uri = _client(mlflow, target)
+def log_mlflow(job: base.LogJob) -> base.Logged:
+    """Log the job's payload to MLflow (and register the recommended checkpoint)."""
+    mlflow = base.require("mlflow")
+    client, uri = _client(mlflow, job.target)
     try:
-        run_id, run_name, created = _run(mlflow, client, target)
+        run_id, run_name, created = _run(mlflow, client, job.target)
         try:
-            _log_values(mlflow, client, run_id, payload)
-            _log_files(client, run_id, payload)
-            registered = register(mlflow, client, run_id, registration) if registration else None
+            _log_values(mlflow, client, run_id, job.payload)
+            _log_files(client, run_id, job.payload)
+            registered = (
+                register(mlflow, client, run_id, job.registration) if job.registration else None
+            )
         finally:
             if created:
                 client.set_terminated(run_id)
     except mlflow.exceptions.MlflowException as err:
         raise CkptselError(f"MLflow ({uri}): {err.message}") from err
-    return Logged("mlflow", run_id, run_name, uri, registered)
+    return base.Logged("mlflow", run_id, run_name, uri, registered)

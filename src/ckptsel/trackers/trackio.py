@@ -14,25 +14,14 @@ Space or server is configured. Needs ``trackio``: ``pip install 'ckptsel[trackio
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ckptsel.errors import CkptselError
-from ckptsel.trackers.base import (
-    ALIAS,
-    PREFIX,
-    Logged,
-    LogTarget,
-    Payload,
-    Registration,
-    require,
-    selection_file,
-)
+from ckptsel.trackers import base
 
 DEFAULT_PROJECT = "ckptsel"
 REGISTRY = "models"
 
 
-def _init(trackio, target: LogTarget, project: str, config: dict):
+def _init(trackio, target: base.LogTarget, project: str, config: dict):
     quiet = {"auto_log_cpu": False, "auto_log_gpu": False}
     if target.run_id:
         try:
@@ -48,67 +37,45 @@ def _init(trackio, target: LogTarget, project: str, config: dict):
     )
 
 
-def _log(trackio, payload: Payload) -> None:
+def _log(trackio, payload: base.Payload) -> None:
     trackio.log(dict(payload.metrics))
-    media = {}
-    if payload.main_table is not None:
-        media[f"{PREFIX}/main_table"] = trackio.Table(dataframe=payload.main_table)
-    if payload.report is not None:
-        media[f"{PREFIX}/report"] = trackio.Html(str(payload.report))
-    for png in payload.figures:
-        media[f"{PREFIX}/figures/{png.stem}"] = trackio.Image(str(png))
-    if media:
-        trackio.log(media)
-    results = trackio.Artifact(
-        f"{PREFIX}-results",
-        type=f"{PREFIX}-results",
-        description="ckptsel results: summary.json, tables, figures, report.html",
-        metadata={"choices_sha256": payload.choices_sha256},
+    shown = base.media(
+        payload,
+        table=lambda df: trackio.Table(dataframe=df),
+        html=lambda report: trackio.Html(str(report)),
+        image=lambda png: trackio.Image(str(png)),
     )
-    for path, folder in payload.files:
-        results.add_file(str(path), name=f"{folder}/{path.name}".removeprefix(f"{PREFIX}/"))
-    if payload.selection is not None:
-        results.add_file(str(selection_file(payload.selection)), name="selection.json")
-    trackio.log_artifact(results)
+    if shown:
+        trackio.log(shown)
+    trackio.log_artifact(base.results_artifact(trackio.Artifact, payload))
 
 
-def register(trackio, run, reg: Registration, selection: dict) -> str:
+def register(trackio, run, reg: base.Registration, selection: dict) -> str:
     """A ``model`` artifact with the aliases, linked into the local registry ``models``."""
-    art = trackio.Artifact(
-        reg.name, type="model", description=reg.description, metadata=dict(reg.tags)
-    )
-    if reg.checkpoint is not None:
-        art.add_reference(reg.checkpoint.resolve().as_uri(), name="checkpoint", checksum=False)
-    art.add_file(str(selection_file(selection)), name="selection.json")
+    art = base.model_artifact(trackio.Artifact, reg, selection)
     logged = trackio.log_artifact(art, aliases=reg.aliases)
     try:
         trackio.Api().create_registry(REGISTRY, description="checkpoints recommended by ckptsel")
     except ValueError:
         pass  # it exists already (registries are never created implicitly)
-    run.link_artifact(logged, f"registry-{REGISTRY}/{reg.name}", aliases=[ALIAS])
-    return f"{reg.name}:{ALIAS}"
+    run.link_artifact(logged, f"registry-{REGISTRY}/{reg.name}", aliases=[base.ALIAS])
+    return f"{reg.name}:{base.ALIAS}"
 
 
-def log_trackio(
-    payload: Payload,
-    target: LogTarget,
-    registration: Registration | None = None,
-    note: Callable[[str], None] = print,
-) -> Logged:
-    """Log the payload to Trackio (and register the recommended checkpoint)."""
-    trackio = require("trackio")
+def log_trackio(job: base.LogJob) -> base.Logged:
+    """Log the job's payload to Trackio (and register the recommended checkpoint)."""
+    trackio = base.require("trackio")
     from trackio import utils
 
-    project = target.project or DEFAULT_PROJECT
-    run = _init(trackio, target, project, dict(payload.params))
+    project = job.target.project or DEFAULT_PROJECT
+    run = _init(trackio, job.target, project, dict(job.payload.params))
+    reg = job.registration
     try:
-        _log(trackio, payload)
-        registered = (
-            register(trackio, run, registration, payload.selection or {}) if registration else None
-        )
+        _log(trackio, job.payload)
+        registered = register(trackio, run, reg, job.payload.selection or {}) if reg else None
     finally:
         trackio.finish()
-    return Logged(
+    return base.Logged(
         "trackio",
         str(run.id),
         str(run.name),

@@ -17,24 +17,14 @@ Needs ``wandb``: ``pip install 'ckptsel[wandb]'``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from ckptsel.errors import CkptselError
-from ckptsel.trackers.base import (
-    ALIAS,
-    PREFIX,
-    Logged,
-    LogTarget,
-    Payload,
-    Registration,
-    require,
-    selection_file,
-)
+from ckptsel.trackers import base
 
 DEFAULT_PROJECT = "ckptsel"
 
 
-def _run(wandb, target: LogTarget):
+def _run(wandb, target: base.LogTarget):
     """(run, created here) of the run to log into."""
     active = wandb.run
     if active is not None and target.run_id and active.id == target.run_id:
@@ -48,67 +38,42 @@ def _run(wandb, target: LogTarget):
             project=project,
             name=target.new_run_name,
             group=target.run_name,
-            job_type=PREFIX,
-            tags=[PREFIX],
+            job_type=base.PREFIX,
+            tags=[base.PREFIX],
             **kwargs,
         )
     return run, True
 
 
-def _log(wandb, run, payload: Payload) -> None:
+def _log(wandb, run, payload: base.Payload) -> None:
     run.summary.update(payload.metrics)
     run.config.update(payload.params, allow_val_change=True)
-    media = {}
-    if payload.main_table is not None:
-        media[f"{PREFIX}/main_table"] = wandb.Table(dataframe=payload.main_table)
-    if payload.report is not None:
-        media[f"{PREFIX}/report"] = wandb.Html(payload.report.read_text(encoding="utf-8"))
-    for png in payload.figures:
-        media[f"{PREFIX}/figures/{png.stem}"] = wandb.Image(str(png))
-    if media:
-        run.log(media)
-    results = wandb.Artifact(
-        f"{PREFIX}-results",
-        type=f"{PREFIX}-results",
-        description="ckptsel results: summary.json, tables, figures, report.html",
-        metadata={"choices_sha256": payload.choices_sha256},
+    shown = base.media(
+        payload,
+        table=lambda df: wandb.Table(dataframe=df),
+        html=lambda report: wandb.Html(report.read_text(encoding="utf-8")),
+        image=lambda png: wandb.Image(str(png)),
     )
-    for path, folder in payload.files:
-        results.add_file(str(path), name=f"{folder}/{path.name}".removeprefix(f"{PREFIX}/"))
-    if payload.selection is not None:
-        results.add_file(str(selection_file(payload.selection)), name="selection.json")
-    run.log_artifact(results)
+    if shown:
+        run.log(shown)
+    run.log_artifact(base.results_artifact(wandb.Artifact, payload))
 
 
-def register(wandb, run, reg: Registration, selection: dict) -> str:
+def register(wandb, run, reg: base.Registration, selection: dict) -> str:
     """A ``model`` artifact for the recommended checkpoint, with the aliases."""
-    art = wandb.Artifact(
-        reg.name, type="model", description=reg.description, metadata=dict(reg.tags)
-    )
-    if reg.checkpoint is not None:
-        art.add_reference(reg.checkpoint.resolve().as_uri(), name="checkpoint", checksum=False)
-    art.add_file(str(selection_file(selection)), name="selection.json")
-    run.log_artifact(art, aliases=reg.aliases)
-    return f"{reg.name}:{ALIAS}"
+    run.log_artifact(base.model_artifact(wandb.Artifact, reg, selection), aliases=reg.aliases)
+    return f"{reg.name}:{base.ALIAS}"
 
 
-def log_wandb(
-    payload: Payload,
-    target: LogTarget,
-    registration: Registration | None = None,
-    note: Callable[[str], None] = print,
-) -> Logged:
-    """Log the payload to W&B (and register the recommended checkpoint)."""
-    wandb = require("wandb")
+def log_wandb(job: base.LogJob) -> base.Logged:
+    """Log the job's payload to W&B (and register the recommended checkpoint)."""
+    wandb = base.require("wandb")
+    reg = job.registration
     try:
-        run, created = _run(wandb, target)
+        run, created = _run(wandb, job.target)
         try:
-            _log(wandb, run, payload)
-            registered = (
-                register(wandb, run, registration, payload.selection or {})
-                if registration
-                else None
-            )
+            _log(wandb, run, job.payload)
+            registered = register(wandb, run, reg, job.payload.selection or {}) if reg else None
             where = run.url or os.path.dirname(run.dir)
             run_id, run_name = run.id, run.name
         finally:
@@ -116,4 +81,4 @@ def log_wandb(
                 run.finish()
     except wandb.errors.Error as err:
         raise CkptselError(f"W&B: {err}") from err
-    return Logged("wandb", run_id, run_name, where, registered)
+    return base.Logged("wandb", run_id, run_name, where, registered)
