@@ -1,7 +1,8 @@
 """Records from generations other tools made, written through the one records writer:
 
 * :mod:`~ckptsel.measure.ingest.mapping` — the mapping every harness shares (item id, split,
-  step, trajectory, task, answer, correct → contract rows) and what a harness lacks;
+  step, trajectory, task, answer, correct → contract rows), the keywords every ingester takes
+  (:class:`~ckptsel.measure.ingest.mapping.Naming`) and what a harness lacks;
 * :mod:`~ckptsel.measure.ingest.lm_eval` — lm-evaluation-harness ``--log_samples`` output;
 * :mod:`~ckptsel.measure.ingest.inspect` — inspect_ai ``.eval``/``.json`` logs (read without
   inspect_ai);
@@ -13,11 +14,18 @@ from __future__ import annotations
 from ckptsel.measure.ingest.inspect import ingest_inspect, read_inspect_log
 from ckptsel.measure.ingest.lighteval import ingest_lighteval
 from ckptsel.measure.ingest.lm_eval import ingest_lm_eval
-from ckptsel.measure.ingest.mapping import CheckpointLog, Ingested, ingest_logs, unavailable_lines
+from ckptsel.measure.ingest.mapping import (
+    CheckpointLog,
+    Ingested,
+    Naming,
+    ingest_logs,
+    unavailable_lines,
+)
 
 __all__ = [
     "CheckpointLog",
     "Ingested",
+    "Naming",
     "ingest_inspect",
     "ingest_lighteval",
     "ingest_lm_eval",

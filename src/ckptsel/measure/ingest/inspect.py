@@ -34,7 +34,7 @@ import struct
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -42,11 +42,16 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
-    check_split,
+    checked_note,
     ingest_logs,
     lookup_step,
     step_in_path,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
+    from ckptsel.measure.ingest.mapping import Naming
 
 ZSTD_METHOD = 93  # APPNOTE 6.3.7
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # ZIP local file header (30 bytes)
@@ -291,31 +296,19 @@ def ingest_inspect(
     logs: Sequence[Path],
     *,
     out: Path,
-    trajectory: str | None = None,
-    configuration: str | None = None,
-    task: str | None = None,
-    split: str = "test",
     steps: Mapping[str, int] | None = None,
     scorer: str | None = None,
-    note: Callable[[str], None] = print,
+    **naming: Unpack[Naming],
 ) -> Ingested:
     """Read inspect logs (one per checkpoint; files or folders of them) into ``out``.
 
+    ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`).
     Everything is read and checked before anything is written. Returns what was written and
     what the logs lack (:attr:`Ingested.unavailable`).
     """
-    check_split(split)
+    note = checked_note(naming)
     files = find_inspect_logs(logs)
     if not files:
         raise CkptselError("no inspect LOGS given")
     mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, note=note) for f in files]
-    return ingest_logs(
-        mapped,
-        out=out,
-        harness="inspect",
-        trajectory=trajectory,
-        configuration=configuration,
-        task=task,
-        split=split,
-        note=note,
-    )
+    return ingest_logs(mapped, out=out, harness="inspect", **naming)

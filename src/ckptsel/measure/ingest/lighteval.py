@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -45,22 +46,25 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
-    check_split,
+    checked_note,
     ingest_logs,
     lookup_step,
+    newest_per_key,
     step_in_path,
 )
 from ckptsel.records import SPLITS
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
+    from ckptsel.measure.ingest.mapping import Naming
+
 DETAILS_RE = re.compile(r"^details_(?P<task>.+)_(?P<ts>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.parquet$")
 FEWSHOT_RE = re.compile(r"\|\d+$")
+# the default --metric where the rows have several 0/1 metrics: the first of these they have
 PREFERRED_METRICS = (
-    "extractive_match",
-    "exact_match",
-    "quasi_exact_match",
-    "prefix_exact_match",
-    "acc",
-)
+    "extractive_match", "exact_match", "quasi_exact_match", "prefix_exact_match", "acc",
+)  # fmt: skip
 NOT_NLL = (
     "their LOGPROBS metric scores the reference differently from the matched NLL: the prompt's "
     "trailing whitespace is scored, the EOS is not, long contexts are cut on the left"
@@ -96,21 +100,16 @@ def model_name(path: Path) -> str:
 
 
 def newest_files(files: Sequence[Path], note: Callable[[str], None]) -> dict[tuple[str, str], Path]:
-    """``{(model name, task): newest file}``."""
-    found: dict[tuple[str, str], tuple[str, Path]] = {}
-    for f in files:
-        m = DETAILS_RE.match(f.name)
-        key = (model_name(f), m.group("task"))
-        ts = m.group("ts")
-        if key in found:
-            older, newer = sorted([found[key], (ts, f)])
-            note(
-                f"note: {key[0]}: several details files for {key[1]}; using {newer[1]}, ignoring {older[1]}"
-            )
-            found[key] = newer
-        else:
-            found[key] = (ts, f)
-    return {k: p for k, (_, p) in sorted(found.items())}
+    """``{(model name, task): newest file}`` (``files``: details files, named as lighteval does)."""
+    matches = [(f, DETAILS_RE.match(f.name)) for f in files]
+    found = [((model_name(f), m.group("task")), m.group("ts"), f) for f, m in matches if m]
+
+    def passed_over(key: tuple[str, str], used: Path, ignored: Path) -> None:
+        note(
+            f"note: {key[0]}: several details files for {key[1]}; using {used}, ignoring {ignored}"
+        )
+
+    return newest_per_key(found, passed_over)
 
 
 # --------------------------------------------------------------------------- one file
@@ -271,22 +270,19 @@ def ingest_lighteval(
     details: Sequence[Path],
     *,
     out: Path,
-    trajectory: str | None = None,
-    configuration: str | None = None,
-    task: str | None = None,
-    split: str = "test",
     splits: Mapping[str, str] | None = None,
     steps: Mapping[str, int] | None = None,
     metric: str | None = None,
-    note: Callable[[str], None] = print,
+    **naming: Unpack[Naming],
 ) -> Ingested:
     """Read lighteval details (folders or files; one model name per checkpoint) into ``out``.
 
+    ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`).
     ``splits`` maps lighteval task names to ``validation``/``test`` for documents whose
     ``specific`` does not say (default: ``split``). Everything is read and checked before
     anything is written. Returns what was written and what the details lack.
     """
-    check_split(split)
+    note = checked_note(naming)
     for name, s in (splits or {}).items():
         if s not in SPLITS:
             raise CkptselError(f"split {s!r} for lighteval task {name!r}: use validation or test")
@@ -300,14 +296,5 @@ def ingest_lighteval(
         log, ref = lighteval_checkpoint(model, files, steps=steps, splits=splits, metric=metric)
         mapped.append(log)
         reference = reference or ref
-    return ingest_logs(
-        mapped,
-        out=out,
-        harness="lighteval",
-        trajectory=trajectory,
-        configuration=configuration,
-        task=task,
-        split=split,
-        note=note,
-        nll_reason=NOT_NLL if reference else None,
-    )
+    nll_reason = NOT_NLL if reference else None
+    return ingest_logs(mapped, out=out, harness="lighteval", nll_reason=nll_reason, **naming)

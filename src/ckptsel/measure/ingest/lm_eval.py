@@ -32,14 +32,25 @@ import re
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ckptsel.data import extract
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.mapping import CheckpointLog, check_split, ingest_logs, known_task
+from ckptsel.measure.ingest.mapping import (
+    CheckpointLog,
+    checked_note,
+    ingest_logs,
+    known_task,
+    newest_per_key,
+)
 from ckptsel.train import CHECKPOINT_RE
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
+    from ckptsel.measure.ingest.mapping import Naming
 
 SAMPLES_RE = re.compile(
     r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"
@@ -49,21 +60,18 @@ DEFAULT_METRICS = ("exact_match", "acc")
 
 def find_sample_files(folder: Path, note: Callable[[str], None] = print) -> dict[str, Path]:
     """``{lm-eval task: newest samples file}`` anywhere under ``folder``."""
-    found: dict[str, tuple[str, Path]] = {}
+    found = []
     for path in sorted(Path(folder).rglob("samples_*.jsonl*")):
         m = SAMPLES_RE.match(path.name)
-        if not m:
-            continue
-        task, ts = m.group("task"), m.group("ts")
-        if task in found:
-            older, newer = sorted([found[task], (ts, path)])
-            note(
-                f"note: {folder}: several samples files for {task}; using {newer[1].name}, ignoring {older[1].name}"
-            )
-            found[task] = newer
-        else:
-            found[task] = (ts, path)
-    return {t: p for t, (_, p) in sorted(found.items())}
+        if m:
+            found.append((m.group("task"), m.group("ts"), path))
+
+    def passed_over(task: str, used: Path, ignored: Path) -> None:
+        note(
+            f"note: {folder}: several samples files for {task}; using {used.name}, ignoring {ignored.name}"
+        )
+
+    return newest_per_key(found, passed_over)
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
@@ -235,35 +243,33 @@ def ingest_lm_eval(
     folders: Sequence[Path],
     *,
     out: Path,
-    trajectory: str | None = None,
-    configuration: str | None = None,
-    task: str | None = None,
-    split: str = "test",
     step: int | None = None,
     metric: str | None = None,
     filter_name: str | None = None,
     id_prefix: str | None = None,
-    note: Callable[[str], None] = print,
+    **naming: Unpack[Naming],
 ) -> pd.DataFrame:
     """Read lm-eval samples (one folder per checkpoint) and upsert them into ``out``.
 
-    Everything is read and checked before anything is written (through the mapping shared by
-    every ingester, :mod:`~ckptsel.measure.ingest.mapping`). Returns the rows written.
+    ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`;
+    the trajectory defaults to the folders' common parent). Everything is read and checked
+    before anything is written (through the mapping shared by every ingester,
+    :mod:`~ckptsel.measure.ingest.mapping`). Returns the rows written.
     """
     if not folders:
         raise CkptselError("no SAMPLES_DIR given")
-    check_split(split)
+    note = checked_note(naming)
     folders = [Path(f) for f in folders]
     for f in folders:
         if not f.is_dir():
             raise CkptselError(f"{f}: samples folder not found")
-    if trajectory is None:
+    if naming.get("trajectory") is None:
         parents = {f.resolve().parent.name for f in folders}
         if len(parents) != 1:
             raise CkptselError(
                 f"folders have different parents {sorted(parents)}; pass --trajectory"
             )
-        trajectory = parents.pop()
+        naming["trajectory"] = parents.pop()
     logs, steps, hashes = [], {}, {}
     for f in folders:
         st = step_of(f, step, len(folders))
@@ -284,7 +290,7 @@ def ingest_lm_eval(
                 read_samples(path),
                 path=path,
                 lm_task=lm_task,
-                task=task,
+                task=naming.get("task"),
                 filter_name=filter_name,
                 metric=metric,
                 id_prefix=id_prefix,
@@ -296,14 +302,4 @@ def ingest_lm_eval(
                         "(different documents under one doc_id)"
                     )
             logs.append(CheckpointLog(str(path), st, df.assign(harness_task=lm_task)))
-    ingested = ingest_logs(
-        logs,
-        out=out,
-        harness="lm-eval",
-        trajectory=trajectory,
-        configuration=configuration,
-        task=task,
-        split=split,
-        note=note,
-    )
-    return ingested.generations
+    return ingest_logs(logs, out=out, harness="lm-eval", **naming).generations

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import pandas as pd
 
@@ -35,6 +36,9 @@ from ckptsel.data import extract, task_family
 from ckptsel.errors import CkptselError
 from ckptsel.records import SPLITS, check_name, coerce_generations, coerce_nll, upsert_records
 from ckptsel.train import CHECKPOINT_RE
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 # what each harness lacks for the matched-NLL rule, said once after ingesting its logs
 NO_NLL_REASON = {
@@ -44,6 +48,20 @@ NO_NLL_REASON = {
 }
 ROW_COLUMNS = ("item_id", "answer", "correct", "text", "harness_task")
 OPTIONAL_ROW_COLUMNS = ("split", "group", "subtask")
+DEFAULT_SPLIT = "test"
+K = TypeVar("K")
+
+
+class Naming(TypedDict, total=False):
+    """The keywords every ingester takes (the ``ingest`` commands' shared options), each optional:
+    ``trajectory``, ``configuration``, ``task`` and ``split`` (default :data:`DEFAULT_SPLIT`) name
+    the rows as the module says; ``note`` takes the notes (default ``print``)."""
+
+    trajectory: str | None
+    configuration: str | None
+    task: str | None
+    split: str
+    note: Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,33 @@ def check_split(split: str) -> str:
     if split not in SPLITS:
         raise CkptselError(f"unknown --split {split!r}: use validation or test")
     return split
+
+
+def checked_note(naming: Naming) -> Callable[[str], None]:
+    """Where an ingester's notes go, once ``naming`` is checked: no keyword that :class:`Naming`
+    lacks (a TypeError, as for any unexpected keyword), and a known ``split`` (so that a wrong
+    ``--split`` is said before any log is read)."""
+    unknown = sorted(set(naming) - Naming.__optional_keys__)
+    if unknown:  # as a signature that names each keyword would say
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    check_split(naming.get("split", DEFAULT_SPLIT))
+    return naming.get("note", print)
+
+
+def newest_per_key(
+    files: Iterable[tuple[K, str, Path]], passed_over: Callable[[K, Path, Path], None]
+) -> dict[K, Path]:
+    """``{key: the file with the latest timestamp}`` in key order, from ``(key, timestamp, file)``
+    triples; ``passed_over(key, used, ignored)`` is told of each older file left out."""
+    found: dict[K, tuple[str, Path]] = {}
+    for key, ts, path in files:
+        if key in found:
+            older, newer = sorted([found[key], (ts, path)])
+            passed_over(key, newer[1], older[1])
+            found[key] = newer
+        else:
+            found[key] = (ts, path)
+    return {k: p for k, (_, p) in sorted(found.items())}
 
 
 def _resolve_names(
@@ -197,17 +242,15 @@ def to_records(
     logs: Sequence[CheckpointLog],
     *,
     harness: str,
-    trajectory: str | None = None,
-    configuration: str | None = None,
-    task: str | None = None,
-    split: str = "test",
-    note: Callable[[str], None] = print,
+    **naming: Unpack[Naming],
 ) -> Ingested:
-    """Contract rows from checkpoint logs (nothing is written; see :func:`ingest_logs`)."""
-    check_split(split)
+    """Contract rows from checkpoint logs, named as the module says from ``naming`` (see
+    :class:`Naming`; nothing is written, see :func:`ingest_logs`)."""
+    note = checked_note(naming)
+    split = naming.get("split", DEFAULT_SPLIT)
     if not logs:
         raise CkptselError(f"no {harness} logs given")
-    names = _resolve_names(logs, trajectory, configuration)
+    names = _resolve_names(logs, naming.get("trajectory"), naming.get("configuration"))
     frames, nll_frames = [], []
     for log, (traj, conf) in zip(logs, names, strict=True):
         missing = [c for c in ROW_COLUMNS if c not in log.rows.columns]
@@ -228,7 +271,7 @@ def to_records(
         raise CkptselError(
             f"{r['source']}: item {r['item_id']!r} has split {r['split']!r}; only validation and test are known"
         )
-    rows["task"] = _resolve_task(rows, task)
+    rows["task"] = _resolve_task(rows, naming.get("task"))
     own = pd.Series(
         ["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)],
         index=rows.index,
@@ -270,23 +313,13 @@ def ingest_logs(
     *,
     out: Path,
     harness: str,
-    trajectory: str | None = None,
-    configuration: str | None = None,
-    task: str | None = None,
-    split: str = "test",
-    note: Callable[[str], None] = print,
     nll_reason: str | None = None,
+    **naming: Unpack[Naming],
 ) -> Ingested:
-    """:func:`to_records`, then the one records writer; returns what was written."""
-    ingested = to_records(
-        logs,
-        harness=harness,
-        trajectory=trajectory,
-        configuration=configuration,
-        task=task,
-        split=split,
-        note=note,
-    )
+    """:func:`to_records` (named by ``naming``, see :class:`Naming`), then the one records
+    writer; returns what was written. ``nll_reason`` says why the logs hold no matched NLL where
+    it is not the harness's usual reason."""
+    ingested = to_records(logs, harness=harness, **naming)
     if nll_reason and ingested.unavailable:
         ingested = Ingested(
             ingested.generations,
