@@ -232,29 +232,22 @@ class SelectionCallback(RecordingCallback):
     ``ckptsel select`` instead. Resuming from a checkpoint re-reads the records folder, so the
     steps recorded before the interruption still count.
 
-    Args (besides :class:`RecordingCallback`'s): ``rule`` (``accuracy``, ``agreement`` or
-    ``nll``); ``prefer_final``; ``early_stopping_patience``; ``settings`` (a
-    :class:`ckptsel.workflows.SelectSettings`, default as ``ckptsel select``); ``report_to``
-    (``None``: the Trainer's; ``"none"`` or ``[]``: nowhere); ``register``.
+    Args (besides :class:`RecordingCallback`'s, passed on to it as they are): ``rule``
+    (``accuracy``, ``agreement`` or ``nll``); ``prefer_final``; ``early_stopping_patience``;
+    ``settings`` (a :class:`ckptsel.workflows.SelectSettings`, default as ``ckptsel select``);
+    ``report_to`` (``None``: the Trainer's; ``"none"`` or ``[]``: nowhere); ``register``.
     """
 
     def __init__(
         self,
-        validation: str | Path | Sequence[Any],
-        config: MeasureConfig | str,
-        records_dir: str | Path,
-        trajectory: str,
-        configuration: str | None = None,
-        *,
+        *args: Any,
         rule: str = "accuracy",
         prefer_final: bool = True,
         early_stopping_patience: int | None = None,
         settings: Any = None,
-        test: str | Path | Sequence[Any] | None = None,
-        tokenizer: Any = None,
-        verbose: bool = True,
         report_to: str | Sequence[str] | None = None,
         register: str | None = None,
+        **kwargs: Any,
     ) -> None:
         from ckptsel.choose import SIGNAL_RULES
         from ckptsel.workflows import SelectSettings
@@ -272,16 +265,7 @@ class SelectionCallback(RecordingCallback):
                 f"SelectionCallback: early_stopping_patience must be an integer >= 1 or None "
                 f"(got {early_stopping_patience!r})"
             )
-        super().__init__(
-            validation,
-            config,
-            records_dir,
-            trajectory,
-            configuration,
-            test=test,
-            tokenizer=tokenizer,
-            verbose=verbose,
-        )
+        super().__init__(*args, **kwargs)  # RecordingCallback's arguments
         if len(self.splits["validation"]) < 2:
             raise CkptselError(
                 "SelectionCallback: at least 2 validation items are needed to split validation"

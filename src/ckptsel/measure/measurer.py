@@ -72,23 +72,20 @@ def measure_splits(
     trajectory: str,
     step: int,
     configuration: str | None = None,
-    device: Any = None,
     generate: bool = True,
     nll: bool = True,
-    on_batch: Callable[[int], None] | None = None,
-    seconds: dict[str, float] | None = None,
-    token_cache: dict[tuple[str, str], list[int]] | None = None,
+    **passes: Any,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measure a model already in memory on the items of several splits (``{split: items}``)
     in one pass over all of them (fuller batches, less padding); frames per split, concatenated.
 
     Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled
     (``configuration`` defaults to ``trajectory``); ``generations`` carries ``text``. NLL rows
-    are given for ``config.window`` and for the complete response (``window=0``). ``device``
-    is where inputs go (default: the model's own device). Generation and NLL share one forward
-    pass per batch (:mod:`ckptsel.measure.passes`); ``seconds`` (if given) accumulates the time
-    of its ``forward``, ``nll`` and ``decode`` steps; ``token_cache``: see
-    :func:`ckptsel.measure.passes.measure_items`. The model is left in eval mode.
+    are given for ``config.window`` and for the complete response (``window=0``). Generation
+    and NLL share one forward pass per batch (:func:`ckptsel.measure.passes.measure_items`);
+    ``passes`` are that function's ``device`` (where inputs go; default: the model's own
+    device), ``on_batch``, ``seconds`` (if given, accumulates the time of its ``forward``,
+    ``nll`` and ``decode`` steps) and ``token_cache``. The model is left in eval mode.
     """
     for split in items:
         if split not in SPLITS:
@@ -104,10 +101,7 @@ def measure_splits(
         windows=config.windows,
         batch_size=config.batch_size,
         max_new_tokens=config.max_new_tokens,
-        device=device,
-        on_batch=on_batch,
-        seconds=seconds,
-        token_cache=token_cache,
+        **passes,
     )
     return split_frames(items, texts, scored, config, trajectory, configuration, step)
 

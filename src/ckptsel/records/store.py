@@ -116,14 +116,21 @@ def records_lock(records_dir: Path | Location | str) -> Iterator[None]:
     if not as_location(records_dir).is_local:
         yield
         return
-    records_dir = as_location(records_dir).local
-    records_dir.mkdir(parents=True, exist_ok=True)
+    with _flock(as_location(records_dir).local / LOCK_FILE):
+        yield
+
+
+@contextlib.contextmanager
+def _flock(lock_file: Path) -> Iterator[None]:
+    """Exclusive advisory lock on ``lock_file`` (POSIX ``flock``; created with its folder; a
+    no-op where there is no ``fcntl``)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    fd = os.open(records_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -181,20 +188,8 @@ def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
 @contextlib.contextmanager
 def _unit_lock(records_dir: Location, trajectory: str) -> Iterator[None]:
     """Exclusive lock on one trajectory's units (producers of other trajectories never wait)."""
-    folder = records_dir.local / UNITS_DIR / ".locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
+    with _flock(records_dir.local / UNITS_DIR / ".locks" / f"{trajectory}.lock"):
         yield
-        return
-    fd = os.open(folder / f"{trajectory}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def _existing(records_dir: Location, kind: str, trajectory: str, step: int) -> pa.Table | None:

@@ -32,6 +32,19 @@ class ReportTable:
     display: pd.DataFrame
     numbers: pd.DataFrame
 
+    @classmethod
+    def of_rows(
+        cls,
+        name: str,
+        title: str,
+        display: list[dict],
+        numbers: list[dict],
+        columns: list[str] | None = None,
+    ) -> ReportTable:
+        """The table of its display rows (``columns``: their order, kept when there are none)
+        and its long-form number rows."""
+        return cls(name, title, pd.DataFrame(display, columns=columns), pd.DataFrame(numbers))
+
     def markdown(self) -> str:
         return to_markdown(self.display, self.title)
 
@@ -101,12 +114,12 @@ def budget_curves(summary: Summary | dict) -> ReportTable:
     """G_r(n) and H_r(n) at every validation budget (nested subsets)."""
     summary = Summary.coerce(summary)
     disp, nums = _budget_rows(summary.gains)
-    return ReportTable(
+    return ReportTable.of_rows(
         "budget_curves",
         f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {summary.level_percent}% configuration-bootstrap "
         "intervals; 'full' is the whole eligible pool, whose size differs by dataset).",
-        pd.DataFrame(disp),
-        pd.DataFrame(nums),
+        disp,
+        nums,
     )
 
 
@@ -117,12 +130,13 @@ def matched_half(summary: Summary | dict) -> ReportTable:
     for rule, mh in summary.matched_half.items():
         disp.append({"rule": rule, **{q: fmt(mh.get(q)) for q in MATCHED_HALF_STATS}})
         nums += [_num_row(mh.get(q), rule=rule, quantity=q) for q in MATCHED_HALF_STATS]
-    return ReportTable(
+    return ReportTable.of_rows(
         "matched_half",
         "Matched-half diagnostic on the test pool — gain on the half used to choose (G_in), on the other half "
         f"(G_out), and the same-item optimism B = G_in − G_out (pp, {summary.level_percent}% configuration-bootstrap intervals).",
-        pd.DataFrame(disp, columns=["rule", "G_in", "G_out", "B"]),
-        pd.DataFrame(nums),
+        disp,
+        nums,
+        columns=["rule", "G_in", "G_out", "B"],
     )
 
 
@@ -150,25 +164,21 @@ def task_strata(summary: Summary | dict) -> ReportTable:
                 _num_row(mh.get(q), task=task, rule=rule, quantity=f"MH_{q}")
                 for q in MATCHED_HALF_STATS
             ]
-    return ReportTable(
+    return ReportTable.of_rows(
         "task_strata",
         f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {summary.level_percent}% intervals).",
-        pd.DataFrame(disp),
-        pd.DataFrame(nums),
+        disp,
+        nums,
     )
 
 
 def task_budget_curves(summary: Summary | dict) -> ReportTable:
     """G_r(n), H_r(n) per task."""
     summary = Summary.coerce(summary)
-    disp, nums = [], []
-    for task, block in summary.by_task.items():
-        d, n = _budget_rows(block.gains, task=task)
-        disp += d
-        nums += n
-    return ReportTable(
-        "task_budget_curves", "Budget curves per task (pp).", pd.DataFrame(disp), pd.DataFrame(nums)
-    )
+    per_task = [_budget_rows(block.gains, task=task) for task, block in summary.by_task.items()]
+    disp = [row for rows, _ in per_task for row in rows]
+    nums = [row for _, rows in per_task for row in rows]
+    return ReportTable.of_rows("task_budget_curves", "Budget curves per task (pp).", disp, nums)
 
 
 def _sensitivity_blocks(
@@ -221,13 +231,14 @@ def sensitivities(summary: Summary | dict) -> ReportTable:
                 }
             )
             nums.append(_num_row(same, analysis=name, rule="nll", quantity="same_choice_fraction"))
-    return ReportTable(
+    return ReportTable.of_rows(
         "sensitivities",
         "Sensitivities — one variant per group, checkpoint thinning and the complete-response NLL control "
         f"(pp, {summary.level_percent}% configuration-bootstrap intervals; in the NLL control H is measured against the "
         "complete-response NLL rule).",
-        pd.DataFrame(disp, columns=["analysis", "rule", "D_r", "H_r(full)", "G_r(full)"]),
-        pd.DataFrame(nums),
+        disp,
+        nums,
+        columns=["analysis", "rule", "D_r", "H_r(full)", "G_r(full)"],
     )
 
 
@@ -246,14 +257,14 @@ def interval_comparison(summary: Summary | dict) -> ReportTable:
             nums += [
                 _num_row(e, rule=rule, quantity=qname, interval=kind) for kind, e in ests.items()
             ]
-    return ReportTable(
+    return ReportTable.of_rows(
         "intervals",
         f"Interval comparison — {summary.level_percent}% intervals: {summary.interval_label} (primary), "
         "the test-question percentile bootstrap (frozen choices held fixed) and the joint "
         + ("pigeonhole bootstrap." if summary.interval_method == "percentile"
            else "two-way t (crossed-design variance)."),
-        pd.DataFrame(disp),
-        pd.DataFrame(nums),
+        disp,
+        nums,
     )
 
 

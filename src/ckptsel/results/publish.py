@@ -151,6 +151,18 @@ def owned_files(out: Path) -> set[str] | None:
     return None
 
 
+def _refuse_results_names(out: Path | Location, foreign: set[str]) -> None:
+    """Refuse an ``--out`` where a file ckptsel did not write (in ``foreign``) has the name of
+    a results file (writing the results would overwrite it)."""
+    for rel in sorted(foreign):
+        top = rel.split("/")[0]
+        if top in OWNED_NAMES and (rel == top or top not in _OWNED_DIRS):
+            raise CkptselError(
+                f"{out / rel}: a file ckptsel did not write has the name of a results file; "
+                f"refusing to overwrite it (move it or choose another --out)"
+            )
+
+
 def check_out(out: Path, force: bool) -> set[str]:
     """Up-front check of ``--out``; returns the files in it that ckptsel did not write."""
     out = Path(out)
@@ -179,13 +191,7 @@ def check_out(out: Path, force: bool) -> set[str]:
             )
         owned = set()
     foreign = set(_files(out)) - owned
-    for rel in sorted(foreign):
-        top = rel.split("/")[0]
-        if top in OWNED_NAMES and (rel == top or top not in _OWNED_DIRS):
-            raise CkptselError(
-                f"{out / rel}: a file ckptsel did not write has the name of a results file; "
-                f"refusing to overwrite it (move it or choose another --out)"
-            )
+    _refuse_results_names(out, foreign)
     return foreign
 
 
@@ -365,13 +371,7 @@ def check_out_url(out: Location, force: bool) -> tuple[set[str], set[str]]:
             f"{out}: not empty and not a ckptsel results folder; refusing to write into it "
             f"(choose an empty or new --out, or pass --force to add the results and keep its files)"
         )
-    for rel in sorted(foreign):
-        top = rel.split("/")[0]
-        if top in OWNED_NAMES and (rel == top or top not in _OWNED_DIRS):
-            raise CkptselError(
-                f"{out / rel}: a file ckptsel did not write has the name of a results file; "
-                f"refusing to overwrite it (move it or choose another --out)"
-            )
+    _refuse_results_names(out, foreign)
     return owned & set(files), foreign
 
 

@@ -342,6 +342,27 @@ def checkpoint_steps(run_dir: Path | Location | str) -> list[int]:
     return sorted(steps)
 
 
+def _judge_trajectory(
+    run_dir: Path, steps: tuple[int, ...], expected_final_step: int | None
+) -> tuple[bool, str]:
+    """Whether a run holding checkpoints at ``steps`` is a valid trajectory, and why."""
+    if not steps:
+        return False, f"no complete checkpoint-<step>/ folder in {run_dir}"
+    if expected_final_step is None:
+        return True, f"final step {steps[-1]}"
+    if expected_final_step not in steps:
+        return False, (
+            f"lacks its final checkpoint-{expected_final_step} "
+            f"(last is checkpoint-{steps[-1]}); resume with `ckptsel train`"
+        )
+    extra = [s for s in steps if s > expected_final_step]
+    if extra:
+        return False, (
+            f"has checkpoints beyond the expected final step {expected_final_step}: {extra}"
+        )
+    return True, f"complete: final checkpoint-{expected_final_step}"
+
+
 def trajectory_status(
     run_dir: str | Path, expected_final_step: int | None = None
 ) -> TrajectoryStatus:
@@ -351,43 +372,5 @@ def trajectory_status(
     """
     run_dir = Path(run_dir)
     steps = tuple(checkpoint_steps(run_dir))
-    name = run_dir.name
-    if not steps:
-        return TrajectoryStatus(
-            name,
-            run_dir,
-            steps,
-            expected_final_step,
-            False,
-            f"no complete checkpoint-<step>/ folder in {run_dir}",
-        )
-    if expected_final_step is None:
-        return TrajectoryStatus(name, run_dir, steps, None, True, f"final step {steps[-1]}")
-    if expected_final_step in steps:
-        extra = [s for s in steps if s > expected_final_step]
-        if extra:
-            return TrajectoryStatus(
-                name,
-                run_dir,
-                steps,
-                expected_final_step,
-                False,
-                f"has checkpoints beyond the expected final step {expected_final_step}: {extra}",
-            )
-        return TrajectoryStatus(
-            name,
-            run_dir,
-            steps,
-            expected_final_step,
-            True,
-            f"complete: final checkpoint-{expected_final_step}",
-        )
-    return TrajectoryStatus(
-        name,
-        run_dir,
-        steps,
-        expected_final_step,
-        False,
-        f"lacks its final checkpoint-{expected_final_step} "
-        f"(last is checkpoint-{steps[-1]}); resume with `ckptsel train`",
-    )
+    valid, reason = _judge_trajectory(run_dir, steps, expected_final_step)
+    return TrajectoryStatus(run_dir.name, run_dir, steps, expected_final_step, valid, reason)

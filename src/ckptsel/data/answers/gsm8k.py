@@ -51,21 +51,14 @@ _MARKER_RE = re.compile(
 
 def after_marker(text: str) -> str | None:
     """Text after the last ``The answer is`` (or GSM8K ``####``) marker, to the line end."""
-    matches = list(_MARKER_RE.finditer(text))
-    if not matches:
-        return None
-    tail = text[matches[-1].end() :].lstrip()
-    return tail.split("\n", 1)[0].strip()
+    return math_answers.line_after_last(_MARKER_RE, text)
 
 
 def extract_raw(text: str) -> str:
     """The answer span as written: the marker's line, else the last number; "" if none."""
     tail = after_marker(text)
     if tail is not None:
-        tail = tail.strip()
-        while tail.endswith("."):
-            tail = tail[:-1].rstrip()
-        return tail
+        return math_answers.without_final_periods(tail)
     numbers = NUMBER_RE.findall(clean_numeric_text(text))
     return numbers[-1] if numbers else ""
 

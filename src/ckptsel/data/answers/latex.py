@@ -79,13 +79,27 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def after_marker(text: str) -> str | None:
-    """Text after the last ``The answer is`` marker, up to the end of its line."""
-    matches = list(MARKER_RE.finditer(text))
+def line_after_last(marker: re.Pattern[str], text: str) -> str | None:
+    """Text after the last match of ``marker`` up to the end of its line, stripped (``None``
+    when ``marker`` does not occur)."""
+    matches = list(marker.finditer(text))
     if not matches:
         return None
     tail = text[matches[-1].end() :].lstrip()
     return tail.split("\n", 1)[0].strip()
+
+
+def without_final_periods(span: str) -> str:
+    """``span`` stripped, without the periods (and the spaces between them) it ends with."""
+    span = span.strip()
+    while span.endswith("."):
+        span = span[:-1].rstrip()
+    return span
+
+
+def after_marker(text: str) -> str | None:
+    """Text after the last ``The answer is`` marker, up to the end of its line."""
+    return line_after_last(MARKER_RE, text)
 
 
 def extract_raw(text: str) -> str:
@@ -96,10 +110,7 @@ def extract_raw(text: str) -> str:
     tail = after_marker(text)
     if tail is None:
         return ""
-    tail = tail.strip()
-    while tail.endswith("."):
-        tail = tail[:-1].rstrip()
-    return tail.strip("$ ").strip()
+    return without_final_periods(tail).strip("$ ").strip()
 
 
 def _unwrap(text: str) -> str:

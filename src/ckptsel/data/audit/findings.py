@@ -56,13 +56,8 @@ class PairReport:
     checks: dict[str, CheckResult]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "a": self.a,
-            "b": self.b,
-            "n_a": self.n_a,
-            "n_b": self.n_b,
-            "checks": {k: v.to_dict() for k, v in self.checks.items()},
-        }
+        checks = {k: v.to_dict() for k, v in self.checks.items()}
+        return {**vars(self), "checks": checks}  # the fields in their order, checks as dicts
 
 
 @dataclass
@@ -84,18 +79,10 @@ class PlantedPair:
         return all(self.found[c] for c in self.expected)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "a": self.a,
-            "b": self.b,
-            "kind": self.kind,
-            "source_index": self.source_index,
-            "source_text": self.source_text,
-            "planted_text": self.planted_text,
-            "expected": list(self.expected),
-            "found": self.found,
-            "char13_jaccard": round(self.jaccard, 6),
-            "ok": self.ok,
-        }
+        # the fields in their order, the last (jaccard) named for its check and rounded
+        d = {k: v for k, v in vars(self).items() if k != "jaccard"}
+        d["expected"] = list(self.expected)
+        return {**d, "char13_jaccard": round(self.jaccard, 6), "ok": self.ok}
 
 
 @dataclass

@@ -11,14 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ckptsel.data.audit import grams
 from ckptsel.data.audit.findings import AuditResult, CheckResult, PairReport, PlantedPair
-from ckptsel.data.audit.grams import (
-    char_ngrams,
-    jaccard,
-    normalize,
-    threshold_fraction,
-    word_ngrams,
-)
 from ckptsel.data.audit.indexes import (
     MAX_WORD_PAIRS,
     TEMPLATE_FRACTION,
@@ -27,6 +21,12 @@ from ckptsel.data.audit.indexes import (
 )
 from ckptsel.data.audit.plant import EXPECTED_CHECKS, plant_copies
 from ckptsel.errors import CkptselError
+
+
+def _features(text: str) -> tuple[str, frozenset[str], frozenset[str]]:
+    """A question's normalized text and the character and word n-gram sets of it."""
+    norm = grams.normalize(text)
+    return norm, grams.char_ngrams(norm), grams.word_ngrams(norm)
 
 
 @dataclass
@@ -38,12 +38,12 @@ class _Prepared:
 
     @classmethod
     def of(cls, texts: list[str]) -> _Prepared:
-        norm = [normalize(s) for s in texts]
+        features = [_features(s) for s in texts]
         return cls(
             list(texts),
-            norm,
-            [char_ngrams(s) for s in norm],
-            [word_ngrams(s) for s in norm],
+            [norm for norm, _, _ in features],
+            [chars for _, chars, _ in features],
+            [words for _, _, words in features],
         )
 
     def __add__(self, other: _Prepared) -> _Prepared:
@@ -87,8 +87,7 @@ def _scan(a_texts: list[str], targets: list[_Target], progress: str | None) -> N
         items = track(items, description=progress, total=len(a_texts))
     for i in items:
         s = a_texts[i]
-        norm = normalize(s)
-        chars, words = char_ngrams(norm), word_ngrams(norm)
+        norm, chars, words = _features(s)
         for tg in targets:
             tg.raw["exact"].extend((i, j) for j in tg.exact.get(s, ()))
             tg.raw["normalized"].extend((i, j) for j in tg.norm.get(norm, ()))
@@ -201,7 +200,7 @@ def audit_pools(
     for name, texts in pools.items():
         if not isinstance(texts, list) or not all(isinstance(s, str) for s in texts):
             raise CkptselError(f"pool {name!r}: expected a list of question strings")
-    threshold_fraction(threshold)
+    grams.threshold_fraction(threshold)
     start = time.perf_counter()
     names = list(pools)
     word_opts = {"template_fraction": template_fraction, "max_pairs": max_word_pairs}
@@ -241,7 +240,9 @@ def audit_pools(
                         planted_text=text,
                         expected=EXPECTED_CHECKS[kind],
                         found=_found(tg.raw, i, j),
-                        jaccard=jaccard(char_ngrams(normalize(a_texts[i])), tg.b.chars[j]),
+                        jaccard=grams.jaccard(
+                            grams.char_ngrams(grams.normalize(a_texts[i])), tg.b.chars[j]
+                        ),
                     )
                 )
     for q in planted:

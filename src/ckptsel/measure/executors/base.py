@@ -1,17 +1,18 @@
-"""What every executor shares: its settings (:class:`ExecutorConfig`), the unit of work and
-the rows it gives back, the Ray import with its install hint, and the storage settings that
-travel to workers (:func:`storage_env`)."""
+"""What every executor shares: its settings (:class:`ExecutorConfig`), the unit of work, the
+rows it gives back and its progress callback's type, the Ray import with its install hint, and
+the storage settings that travel to workers (:func:`storage_env`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ckptsel._util.checks import check_choice, check_int, check_number
 from ckptsel.errors import CkptselError
 from ckptsel.measure.parts import StepParts
+from ckptsel.measure.progress import ProgressEvent
 from ckptsel.train import Checkpoint
 
 EXECUTORS = ("local", "ray")
@@ -32,6 +33,10 @@ CREDENTIALS_ENV = (
 
 WorkUnit = tuple[Checkpoint, StepParts]
 NewRows = tuple[list[Any], list[Any]]  # (generation part frames, NLL part frames)
+# what an executor's ``run`` gives back per unit: (checkpoint, parts, new rows or None when
+# nothing was missing there)
+UnitResult = tuple[Checkpoint, StepParts, NewRows | None]
+Emit = Callable[[ProgressEvent], None]  # where an executor sends its progress events
 
 
 @dataclass(frozen=True)

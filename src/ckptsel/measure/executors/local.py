@@ -4,13 +4,12 @@ in place)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.executors.base import NewRows, WorkUnit
+from ckptsel.measure.executors.base import Emit, UnitResult, WorkUnit
 from ckptsel.measure.measurer import Measurer
-from ckptsel.measure.parts import StepParts
 from ckptsel.measure.progress import ProgressEvent
 from ckptsel.train import Checkpoint
 
@@ -30,12 +29,8 @@ class LocalExecutor:
         self.measurer.__exit__(*exc)
 
     def run(
-        self,
-        units: Sequence[WorkUnit],
-        trajectory: str,
-        configuration: str,
-        emit: Callable[[ProgressEvent], None],
-    ) -> Iterator[tuple[Checkpoint, StepParts, NewRows | None]]:
+        self, units: Sequence[WorkUnit], trajectory: str, configuration: str, emit: Emit
+    ) -> Iterator[UnitResult]:
         """``(checkpoint, parts, new rows or None when nothing was missing)`` per unit."""
         for ckpt, parts in units:
             emit(ProgressEvent("step", trajectory, step=ckpt.step, total=parts.n_todo))

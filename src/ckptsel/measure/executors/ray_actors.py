@@ -40,7 +40,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,10 @@ from ckptsel._util.nodecache import CACHE_ENV
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors.base import (
+    Emit,
     ExecutorConfig,
     NewRows,
+    UnitResult,
     WorkUnit,
     import_ray,
     storage_env,
@@ -328,12 +330,8 @@ class RayExecutor:
         ]
 
     def run(
-        self,
-        units: Sequence[WorkUnit],
-        trajectory: str,
-        configuration: str,
-        emit: Callable[[ProgressEvent], None],
-    ) -> Iterator[tuple[Checkpoint, StepParts, NewRows | None]]:
+        self, units: Sequence[WorkUnit], trajectory: str, configuration: str, emit: Emit
+    ) -> Iterator[UnitResult]:
         """Recorded units first (nothing to measure), then measured ones as they finish."""
         ray = self.ray
         todo = []

@@ -154,12 +154,7 @@ class BudgetPick:
     picks: dict[str, float]
 
     def to_dict(self) -> dict:
-        return {
-            "budget": self.budget,
-            "most_likely_step": self.most_likely_step,
-            "probability": self.probability,
-            "picks": dict(self.picks),
-        }
+        return asdict(self)  # its fields, in order
 
 
 @dataclass(frozen=True)
@@ -197,12 +192,7 @@ class Recommendation:
     reason: str
 
     def to_dict(self) -> dict:
-        return {
-            "rule": self.rule,
-            "keep_step": self.keep_step,
-            "keep_final": self.keep_final,
-            "reason": self.reason,
-        }
+        return asdict(self)  # its fields, in order
 
 
 @dataclass(frozen=True)

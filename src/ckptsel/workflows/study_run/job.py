@@ -19,31 +19,19 @@ from ckptsel.workflows.study_run import stages as st
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerprint
 from ckptsel.workflows.study_run.plan import finished, format_plan, plan
-from ckptsel.workflows.study_run.progress import Log
 from ckptsel.workflows.study_run.workers import check_workers, train_and_measure
-from ckptsel.workflows.tracking import LogSettings
 
 
 class StudyRun:
     """A loaded study file and its stages."""
 
-    def __init__(
-        self,
-        spec: StudySpec,
-        *,
-        device: str | None = None,
-        log: Log = print,
-        workers: int = 1,
-        console: Any = None,
-        tracking: LogSettings | None = None,
-    ) -> None:
+    def __init__(self, spec: StudySpec, *, workers: int = 1, **context: Any) -> None:
         """``workers``: processes that train + measure trajectories (1: this process, stage
-        by stage); ``console``: a rich console for the live display (shown only when it is a
-        terminal); ``tracking``: the command line's ``--log`` options, over the file's ``[log]``.
+        by stage); ``context``: :class:`StudyContext`'s keywords (``device``, ``log``,
+        ``console``: a rich console for the live display, shown only when it is a terminal;
+        ``tracking``: the command line's ``--log`` options, over the file's ``[log]``).
         ``[executor]``, ``[log]`` and ``workers`` are checked here, before anything runs."""
-        self.context = StudyContext(
-            spec, device=device, log=log, console=console, tracking=tracking
-        )
+        self.context = StudyContext(spec, **context)
         self.context.tracking  # noqa: B018 - [log] checked (and its packages imported) now
         self.workers = check_workers(workers, self.context.executor)
 
