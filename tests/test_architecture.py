@@ -71,7 +71,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
-        "output", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
+        "output", "options", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
         "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "app",
     ),  # fmt: skip
 }

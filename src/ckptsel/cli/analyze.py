@@ -5,32 +5,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ckptsel import defaults
 from ckptsel._util.locations import as_location
 from ckptsel.choose import parse_budget_list
-from ckptsel.cli.output import (
-    CHECKPOINTS,
-    LOG,
-    PROJECT,
-    REGISTER,
-    RUN_ID,
-    RUN_NAME,
-    console,
-    log_settings,
-)
+from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
+from ckptsel.cli.output import console
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 from ckptsel.stats import METHODS
 from ckptsel.workflows import SelectSettings, log_analysis
 from ckptsel.workflows import analyze as run_analysis
 
 
+@with_groups
 def analyze(
-    records_dir: str = typer.Argument(
-        ..., help="Records folder or URL (single files or units)."
-    ),
+    records_dir: str = RECORDS_DIR,
     out: str = typer.Option(
         ..., "--out", help="Results folder or URL (summary.json, choices/, tables/)."
     ),
@@ -62,11 +54,7 @@ def analyze(
         "--force",
         help="Allow a non-empty --out that is not a results folder (its files are kept).",
     ),
-    log: list[str] = LOG,
-    run_id: list[str] = RUN_ID,
-    run_name: str = RUN_NAME,
-    project: str = PROJECT,
-    register: str = REGISTER,
+    log: dict[str, Any] = LOG,
     trajectory: str = typer.Option(
         None,
         "--trajectory",
@@ -79,10 +67,8 @@ def analyze(
     and report G, H, D and B with bootstrap intervals."""
     start = time.perf_counter()
     budget_list = parse_budget_list(budgets)
-    tracking = log_settings(
-        log, run_id, register, run_name=run_name, project=project, trajectory=trajectory,
-        checkpoints=checkpoints,
-    ).for_records(records_dir)  # fmt: skip
+    tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
+    tracking = tracking.for_records(records_dir)
     with console.status("choosing on validation records, then scoring frozen choices…"):
         summary = run_analysis(
             records_dir, out, permutations=permutations, draws=draws, seed=seed,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ckptsel.cli.options import CONFIGURATION
 from ckptsel.errors import CkptselError
 
 
@@ -54,7 +55,6 @@ OUT = typer.Option(..., "--out", help="Records folder (rows are added; keys must
 TRAJECTORY = typer.Option(
     None, "--trajectory", help="Default: what the logs say (metadata, checkpoint folder's parent)."
 )
-CONFIGURATION = typer.Option(None, "--configuration", help="Default: the trajectory name.")
 TASK = typer.Option(
     None,
     "--task",

@@ -1,6 +1,6 @@
 """What the commands print, shared: the console, the measurement progress bars, the tables
-of ``select``, ``compare`` and ``plan``, and the ``--log`` options of ``analyze``, ``select`` and
-``run``.
+of ``select``, ``compare`` and ``plan`` (the options several commands share are in
+:mod:`~ckptsel.cli.options`).
 
 The measurement runner has no UI code: it reports :class:`ckptsel.measure.ProgressEvent` s,
 which :func:`progress_bars` renders as rich progress bars (one for the run, one for the
@@ -14,14 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from ckptsel.results import fmt
 
 if TYPE_CHECKING:
-    from ckptsel.workflows import LogSettings, Selection
+    from ckptsel.workflows import Selection
 
 console = Console()
 
@@ -279,54 +278,3 @@ def _print_closed_form(closed: dict) -> None:
         f"P(pick) ≥ {closed['target']:.2f} alone needs {closed['budget_to_pick']}; the McNemar "
         f"budget is {closed['budget_for_test']} (normal approximation)."
     )
-
-
-# --------------------------------------------------------------------------- --log
-
-
-LOG = typer.Option(
-    None,
-    "--log",
-    help="Also log to mlflow | wandb | trackio (repeatable): estimates with intervals, the main "
-    "table, figures, report.html, summary.json, the frozen-choices hash, the records' provenance.",
-)
-RUN_ID = typer.Option(
-    None,
-    "--run-id",
-    help="Log into this run (the training run: MLflow/W&B run id, Trackio run name); with "
-    "several --log write TRACKER=ID. Default: a new run ckptsel-<run name>.",
-)
-RUN_NAME = typer.Option(
-    None, "--run-name", help="The training run's name the new run is linked to (tag/group)."
-)
-PROJECT = typer.Option(
-    None,
-    "--project",
-    help="MLflow experiment / W&B or Trackio project (default: MLFLOW_EXPERIMENT_NAME, "
-    "WANDB_PROJECT, else ckptsel).",
-)
-REGISTER = typer.Option(
-    None,
-    "--register",
-    help="Register the recommended checkpoint under this name (MLflow model version / W&B or "
-    "Trackio artifact, alias ckptsel-recommended) with its evidence; needs --log.",
-)
-CHECKPOINTS = typer.Option(
-    None,
-    "--checkpoints",
-    help="Folder holding <trajectory>/checkpoint-<step>: the registration references the "
-    "recommended checkpoint's folder.",
-)
-
-
-def log_settings(
-    log: list[str] | None,
-    run_id: list[str] | None,
-    register: str | None,
-    **kwargs: Any,
-) -> LogSettings:
-    """The ``--log`` options as checked :class:`~ckptsel.workflows.LogSettings`, every tracker
-    package imported now (before the work; a missing one is one line with its install hint)."""
-    from ckptsel.workflows import LogSettings  # when run (see ckptsel.cli)
-
-    return LogSettings.build(log, run_id, register=register, **kwargs).check()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from ckptsel.cli.output import LOG, PROJECT, REGISTER, RUN_ID, RUN_NAME, console
+from ckptsel.cli.options import LOG, log_settings, with_groups
+from ckptsel.cli.output import console
 from ckptsel.study import check_protocol, load_spec, protocol_status
 from ckptsel.workflows import StudyRun, stages_to_run
 
 
+@with_groups
 def run(
     study_file: Path = typer.Argument(..., help="study.toml (schema 2; schema 1 works too)"),
     dry_run: bool = typer.Option(
@@ -33,11 +36,7 @@ def run(
     watch: bool = typer.Option(
         False, "--watch", help="measure each checkpoint as soon as it lands, while training goes on"
     ),
-    log: list[str] = LOG,
-    run_id: list[str] = RUN_ID,
-    run_name: str = RUN_NAME,
-    project: str = PROJECT,
-    register: str = REGISTER,
+    log: dict[str, Any] = LOG,
     trajectory: str = typer.Option(
         None, "--trajectory", help="Whose recommended checkpoint --register registers."
     ),
@@ -48,11 +47,7 @@ def run(
     record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
     typer.echo(f"{study_file.name}: {protocol_status(record)}")
-    from ckptsel.workflows import LogSettings  # when run (see ckptsel.cli)
-
-    tracking = LogSettings.build(
-        log, run_id, register=register, run_name=run_name, project=project, trajectory=trajectory
-    )
+    tracking = log_settings(log, check=False, trajectory=trajectory)
     job = StudyRun(
         spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console,
         tracking=tracking,

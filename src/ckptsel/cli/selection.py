@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ckptsel import defaults
-from ckptsel.cli.output import (
-    CHECKPOINTS,
-    LOG,
-    PROJECT,
-    REGISTER,
-    RUN_ID,
-    RUN_NAME,
-    log_settings,
-    print_selection,
-)
+from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
+from ckptsel.cli.output import print_selection
 from ckptsel.errors import CkptselError
 from ckptsel.workflows import SelectSettings, log_selection, select_checkpoint
 
 
+@with_groups
 def select(
-    records_dir: str = typer.Argument(
-        ..., help="Records folder or URL (single files or units)."
-    ),
+    records_dir: str = RECORDS_DIR,
     trajectory: str = typer.Option(
         ..., "--trajectory", help="The trajectory (run) to choose a checkpoint for."
     ),
@@ -48,20 +40,13 @@ def select(
         defaults.SEED, help="Seed for permutations, partitions and bootstraps."
     ),
     confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
-    log: list[str] = LOG,
-    run_id: list[str] = RUN_ID,
-    run_name: str = RUN_NAME,
-    project: str = PROJECT,
-    register: str = REGISTER,
+    log: dict[str, Any] = LOG,
     checkpoints: Path = CHECKPOINTS,
 ) -> None:
     """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the final one."""
     if not 0.0 < confidence < 1.0:
         raise CkptselError("--confidence must be between 0 and 1")
-    tracking = log_settings(
-        log, run_id, register, run_name=run_name, project=project, rule=rule,
-        checkpoints=checkpoints,
-    )  # fmt: skip
+    tracking = log_settings(log, rule=rule, checkpoints=checkpoints)
     settings = SelectSettings(
         partitions=partitions,
         draws=draws,

@@ -4,36 +4,20 @@ live status (terminal and ``status.json``) and ``selection.json`` kept up to dat
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
 from ckptsel import defaults
+from ckptsel.cli import options
 from ckptsel.cli.output import console, progress_bars
-from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
-from ckptsel.records import MATCHED_WINDOW
 
 
+@options.with_groups
 def watch(
-    run_dir: str = typer.Argument(
-        ..., help="Run folder or URL (s3://, gs://, file://) that gets checkpoint-<step>/ folders."
-    ),
-    task: str = typer.Option(
-        ..., "--task", help="gsm8k, metamath, math, commonsense or a commonsense task."
-    ),
-    validation: str = typer.Option(..., "--validation", help="Validation items file or URL."),
-    test: str = typer.Option(..., "--test", help="Test items file or URL."),
-    test_task: str = typer.Option(
-        None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
-    ),
-    out: str = typer.Option(
-        ..., "--out", help="Records folder or URL (status.json and selection.json go there too)."
-    ),
-    base: str = typer.Option(
-        None, "--base", help="Base model folder or URL for adapters (overrides adapter_config.json)."
-    ),
-    trajectory: str = typer.Option(None, "--trajectory", help="Default: the run folder's name."),
-    configuration: str = typer.Option(
-        None, "--configuration", help="Default: the trajectory name."
+    run: dict[str, Any] = options.run_options(
+        run_dir="Run folder or URL (s3://, gs://, file://) that gets checkpoint-<step>/ folders.",
+        out="Records folder or URL (status.json and selection.json go there too).",
     ),
     until_step: int = typer.Option(
         None, "--until-step", help="Final step (default: the marker's max_steps / should_training_stop)."
@@ -59,26 +43,17 @@ def watch(
     ),
     rule: str = typer.Option("accuracy", "--rule", help="Rule of the selection: accuracy, agreement or nll."),
     draws: int = typer.Option(defaults.SELECT_DRAWS, "--draws", help="Selection: bootstrap draws."),
-    batch_size: int = typer.Option(BATCH_SIZE, "--batch-size", help="Prompts per batch."),
-    max_new_tokens: int = typer.Option(MAX_NEW_TOKENS, "--max-new-tokens", help="Generation length limit."),
-    window: int = typer.Option(
-        MATCHED_WINDOW, "--window", help="Matched NLL window in tokens (0 = complete only)."
-    ),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    backend: str = typer.Option("hf", "--backend", help="hf or vllm."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16, float16."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+    engine: dict[str, Any] = options.ENGINE,
+    vllm_and_mixing: dict[str, Any] = options.VLLM_AND_MIXING,
+    progress: bool = options.PROGRESS,
 ) -> None:
     """Watch RUN_DIR while a trainer writes it and measure each checkpoint into OUT as soon as
     it is complete; ends once the final checkpoint is recorded. Run it again to continue."""
     # the measurement stage loads when the command runs (see ckptsel.cli)
-    from ckptsel.measure import MeasureConfig, WatchSettings
+    from ckptsel.measure import WatchSettings
     from ckptsel.workflows import SelectSettings, describe, selection_path, watch_and_select
 
-    config = MeasureConfig(
-        task=task, batch_size=batch_size, max_new_tokens=max_new_tokens, window=window,
-        device=device, backend=backend, dtype=dtype, test_task=test_task,
-    )  # fmt: skip
+    run_dir, config, where = options.measure_inputs(run, engine, vllm_and_mixing)
     settings = WatchSettings(
         poll=poll, settle=settle, until_step=until_step, layout=layout, timeout=timeout,
         marker=None if marker.lower() == "none" else marker,
@@ -86,12 +61,12 @@ def watch(
     select_settings = SelectSettings(draws=draws)
     with progress_bars(progress and sys.stderr.isatty()) as on_progress:
         status = watch_and_select(
-            run_dir, config, validation=validation, test=test, out=out, settings=settings,
-            base=base, trajectory=trajectory, configuration=configuration, rule=rule,
+            run_dir, config, **where, settings=settings, rule=rule,
             select_settings=select_settings, selection=select, status_file=status_file,
             on_status=_StatusLines(describe), on_progress=on_progress, on_selection=_selected,
         )  # fmt: skip
-    where = selection_path(out, status.trajectory)
+    out = where["out"]
+    selection_at = selection_path(out, status.trajectory)
     if status.state != "done":
         console.print(f"watch: stopped after {timeout:g} s without the final checkpoint; run it again to continue")
         raise typer.Exit(1)
@@ -99,7 +74,7 @@ def watch(
     console.print(
         f"watch: {status.trajectory}: done at step {status.final_step}, "
         f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}"
-        + (f"; selection in {where}" if select else ""), soft_wrap=True, highlight=False,
+        + (f"; selection in {selection_at}" if select else ""), soft_wrap=True, highlight=False,
     )
 
 

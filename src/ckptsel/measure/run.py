@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,42 +60,61 @@ def trajectory_name(run_dir: Path | Location | str) -> str:
     return run_dir.local.resolve().name if run_dir.is_local else run_dir.name
 
 
+@dataclass(frozen=True)
+class MeasureSetup:
+    """What a run is measured against and recorded into, and who measures it: the arguments
+    of :func:`measure_run` that every layer above :class:`RunMeasurement` passes on as they
+    are (``watch_run`` and ``watch_and_select`` take them as keywords too).
+
+    ``validation`` and ``test``: the item files; ``out``: the records folder; ``base``:
+    overrides the adapters' base model; ``trajectory`` (default: the run folder's name) and
+    ``configuration`` (default: the trajectory); ``executor``: where checkpoints are measured
+    (see :func:`measure_run`); ``allow_mixed_engines``: admit rows measured with a
+    provenance the trajectory's records lack (the units say what was mixed).
+    """
+
+    validation: Path | Location | str
+    test: Path | Location | str
+    out: Path | Location | str
+    base: str | None = None
+    trajectory: str | None = None
+    configuration: str | None = None
+    executor: Any = None
+    allow_mixed_engines: bool = False
+
+
 class RunMeasurement:
     """One run being measured into a records folder, checkpoint by checkpoint.
 
-    Built once: names checked, items loaded, the records already in ``out`` checked. Then
-    :meth:`measure` measures the checkpoints it is given (what their part caches lack) and
-    records them; the executor opens on first use and stays open until :meth:`close` (the
-    base model stays loaded), so a watcher (:mod:`ckptsel.measure.watch`) can hand it
-    checkpoints as they become complete. :func:`measure_run` hands it all of a run's at once.
+    Built once from a :class:`MeasureSetup`: names checked, items loaded, the records already
+    in ``out`` checked. Then :meth:`measure` measures the checkpoints it is given (what their
+    part caches lack) and records them; the executor opens on first use and stays open until
+    :meth:`close` (the base model stays loaded), so a watcher (:mod:`ckptsel.measure.watch`)
+    can hand it checkpoints as they become complete. :func:`measure_run` hands it all of a
+    run's at once.
     """
 
     def __init__(
         self,
         run_dir: Path | Location | str,
         config: MeasureConfig,
+        setup: MeasureSetup,
         *,
-        validation: Path | Location | str,
-        test: Path | Location | str,
-        out: Path | Location | str,
-        base: str | None = None,
-        trajectory: str | None = None,
-        configuration: str | None = None,
         on_progress: ProgressCallback | None = None,
         after_checkpoint: Callable[[int], None] | None = None,
-        executor: Any = None,
-        allow_mixed_engines: bool = False,
     ) -> None:
-        self.run_dir, self.out = as_location(run_dir), as_location(out)
-        self.trajectory = check_name("trajectory", trajectory or trajectory_name(self.run_dir))
-        self.configuration = check_name("configuration", configuration or self.trajectory)
-        self.config, self.base, self.executor = config, base, executor
-        self.pool = ItemPool.load(config.task, validation, test, config.test_task)
+        self.run_dir, self.out = as_location(run_dir), as_location(setup.out)
+        self.trajectory = check_name(
+            "trajectory", setup.trajectory or trajectory_name(self.run_dir)
+        )
+        self.configuration = check_name("configuration", setup.configuration or self.trajectory)
+        self.config, self.base, self.executor = config, setup.base, setup.executor
+        self.pool = ItemPool.load(config.task, setup.validation, setup.test, config.test_task)
         self.emit = on_progress or (lambda event: None)
         self.after_checkpoint = after_checkpoint
         self.result = MeasureResult(self.trajectory, self.configuration, [])
         self.ckpts: list[Checkpoint] = []  # every checkpoint handed in (the executor's list)
-        self.allow_mixed_engines = allow_mixed_engines
+        self.allow_mixed_engines = setup.allow_mixed_engines
         self._gate: ProvenanceGate | None = None  # read from the records at the first measure
         self._open: Any = None
 
@@ -210,12 +230,13 @@ def measure_run(
     units say what was mixed).
     """
     t_start = time.perf_counter()
-    session = RunMeasurement(
-        run_dir, config, validation=validation, test=test, out=out, base=base,
-        trajectory=trajectory, configuration=configuration, on_progress=on_progress,
-        after_checkpoint=after_checkpoint, executor=executor,
-        allow_mixed_engines=allow_mixed_engines,
+    setup = MeasureSetup(
+        validation=validation, test=test, out=out, base=base, trajectory=trajectory,
+        configuration=configuration, executor=executor, allow_mixed_engines=allow_mixed_engines,
     )  # fmt: skip
+    session = RunMeasurement(
+        run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint
+    )
     ckpts = discover_checkpoints(session.run_dir, base)
     session.check_records()
     with session:

@@ -53,7 +53,7 @@ from ckptsel._util.locations import FileInfo, Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.progress import ProgressCallback
-from ckptsel.measure.run import RunMeasurement
+from ckptsel.measure.run import MeasureSetup, RunMeasurement
 from ckptsel.train import (
     STATE_FILE,
     checkpoint_readiness,
@@ -285,36 +285,34 @@ def watch_run(
     run_dir: Path | Location | str,
     config: MeasureConfig,
     *,
-    validation: Path | Location | str,
-    test: Path | Location | str,
-    out: Path | Location | str,
     settings: WatchSettings | None = None,
-    base: str | None = None,
-    trajectory: str | None = None,
-    configuration: str | None = None,
     status_file: Path | Location | str | None = None,
     on_status: Callable[[WatchStatus], None] | None = None,
     on_progress: ProgressCallback | None = None,
     after_checkpoint: Callable[[int], None] | None = None,
-    executor: Any = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    **where: Any,
 ) -> WatchStatus:
     """Watch ``run_dir`` and measure each checkpoint into ``out`` once complete (see the
     module docstring); returns the final status (``state`` ``done``, or ``stopped`` after
-    ``settings.timeout``). Arguments as :func:`~ckptsel.measure.run.measure_run`, plus
-    ``status_file`` (default :func:`status_path`), ``on_status(status)`` after every poll
-    (a live display) and ``after_checkpoint(step)`` once a step is recorded (e.g. to keep
-    ``selection.json`` current). The run folder need not exist yet."""
+    ``settings.timeout``). ``where``: what :func:`~ckptsel.measure.run.measure_run` takes as
+    keywords (``validation``, ``test`` and ``out``; ``base``, ``trajectory``,
+    ``configuration``, ``executor``, ``allow_mixed_engines``: a
+    :class:`~ckptsel.measure.run.MeasureSetup`), plus ``status_file`` (default
+    :func:`status_path`), ``on_status(status)`` after every poll (a live display) and
+    ``after_checkpoint(step)`` once a step is recorded (e.g. to keep ``selection.json``
+    current). The run folder need not exist yet."""
     settings = settings or WatchSettings()
+    setup = MeasureSetup(**where)
     session = RunMeasurement(
-        run_dir, config, validation=validation, test=test, out=out, base=base,
-        trajectory=trajectory, configuration=configuration, on_progress=on_progress,
-        after_checkpoint=after_checkpoint, executor=executor,
-    )  # fmt: skip
+        run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint
+    )
     session.check_records()
-    status_at = as_location(status_file) if status_file else status_path(out, session.trajectory)
-    watch = _Watch(session, settings, base, status_at, on_status, clock)
+    status_at = (
+        as_location(status_file) if status_file else status_path(setup.out, session.trajectory)
+    )
+    watch = _Watch(session, settings, setup.base, status_at, on_status, clock)
     deadline = None if settings.timeout is None else clock() + settings.timeout
     with session:
         while not watch.poll():

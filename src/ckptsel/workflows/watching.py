@@ -68,13 +68,7 @@ def watch_and_select(
     run_dir: Path | Location | str,
     config: MeasureConfig,
     *,
-    validation: Path | Location | str,
-    test: Path | Location | str,
-    out: Path | Location | str,
     settings: WatchSettings | None = None,
-    base: str | None = None,
-    trajectory: str | None = None,
-    configuration: str | None = None,
     rule: str = "accuracy",
     select_settings: SelectSettings | None = None,
     selection: bool = True,
@@ -82,22 +76,25 @@ def watch_and_select(
     on_status: Callable[[WatchStatus], None] | None = None,
     on_progress: ProgressCallback | None = None,
     on_selection: Callable[[dict[str, Any]], None] | None = None,
-    executor: Any = None,
     sleep: Callable[[float], None] = time.sleep,
+    **where: Any,
 ) -> WatchStatus:
-    """:func:`~ckptsel.measure.watch_run` (same arguments), keeping ``selection.json`` up to
-    date when ``selection`` (see the module docstring); ``on_selection(data)`` hears each one
-    written. Returns the watcher's final status."""
+    """:func:`~ckptsel.measure.watch_run` (same arguments: ``where`` holds
+    :func:`~ckptsel.measure.measure_run`'s keywords, ``validation``, ``test``, ``out``, ``base``,
+    ``trajectory``, ...), keeping ``selection.json`` up to date when ``selection`` (see the
+    module docstring); ``on_selection(data)`` hears each one written. Returns the watcher's
+    final status."""
     if rule not in SIGNAL_RULES:  # bad input fails now, not as a 'pending' selection later
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
-    name = trajectory or trajectory_name(run_dir)
-    where = selection_path(out, name)
+    out = where["out"]
+    name = where.pop("trajectory", None) or trajectory_name(run_dir)
+    selection_at = selection_path(out, name)
     recorded: list[int] = []
 
     def select(final: bool) -> None:
         watch = {"recorded": sorted(recorded), "final": final}
         data = write_selection(
-            out, name, where, rule=rule, settings=select_settings, watch=watch
+            out, name, selection_at, rule=rule, settings=select_settings, watch=watch
         )
         if on_selection is not None:
             on_selection(data)
@@ -108,10 +105,9 @@ def watch_and_select(
             select(False)
 
     status = watch_run(
-        run_dir, config, validation=validation, test=test, out=out, settings=settings, base=base,
-        trajectory=name, configuration=configuration, status_file=status_file,
+        run_dir, config, settings=settings, trajectory=name, status_file=status_file,
         on_status=on_status, on_progress=on_progress, after_checkpoint=after_checkpoint,
-        executor=executor, sleep=sleep,
+        sleep=sleep, **where,
     )  # fmt: skip
     if selection:
         recorded[:] = status.recorded
