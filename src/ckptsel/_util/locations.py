@@ -288,6 +288,17 @@ class Location:
             if info.get("type") == "file" and name.startswith(base)
         }
 
+    def glob(self) -> list[Location]:
+        """The locations matching this one read as a glob pattern (``*``, ``?``, ``[...]``),
+        sorted; ``[]`` when none does."""
+        if self._local:
+            import glob as globbing
+
+            return [Location(p) for p in sorted(globbing.glob(self._s))]
+        self._fresh()
+        fs = self.fs
+        return sorted(Location(fs.unstrip_protocol(p)) for p in fs.glob(self.fs_path))
+
     # ------------------------------------------------------------------ reading
     def read_bytes(self) -> bytes:
         """The file's bytes (``FileNotFoundError`` when there is none)."""

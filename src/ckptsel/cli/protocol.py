@@ -3,8 +3,6 @@ and check later that it still holds."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from ckptsel.study import (
@@ -18,10 +16,10 @@ from ckptsel.study import (
 
 
 def freeze_protocol(
-    study_file: Path = typer.Argument(..., help="study.toml (schema 2; schema 1 works too)"),
-    workdir: Path = typer.Option(
-        None, "--workdir", help="the study's workdir (default: the file's folder), to tell "
-        "whether work has started",
+    study_file: str = typer.Argument(..., help="study.toml or its URL (schema 2 or 1)"),
+    workdir: str = typer.Option(
+        None, "--workdir", help="the study's workdir (default: the file's folder; a study "
+        "file at a URL needs one), to tell whether work has started",
     ),  # fmt: skip
     force: bool = typer.Option(False, "--force", help="replace an existing protocol"),
 ) -> None:
@@ -34,7 +32,7 @@ def freeze_protocol(
 
 
 def check(
-    study_file: Path = typer.Argument(..., help="study.toml with a frozen protocol"),
+    study_file: str = typer.Argument(..., help="study.toml (or its URL) with a frozen protocol"),
 ) -> None:
     """Check that STUDY.toml still matches its frozen protocol (exit 2 naming the differences)."""
-    typer.echo(f"{study_file.name}: {protocol_status(check_protocol(study_file))}")
+    typer.echo(f"{study_file}: {protocol_status(check_protocol(study_file))}")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import typer
 
+from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
 from ckptsel.cli.output import console
 from ckptsel.study import check_protocol, load_spec, protocol_status
@@ -15,7 +15,9 @@ from ckptsel.workflows import StudyRun, stages_to_run
 
 @with_groups
 def run(
-    study_file: Path = typer.Argument(..., help="study.toml (schema 2; schema 1 works too)"),
+    study_file: str = typer.Argument(
+        ..., help="study.toml or its URL (schema 2; schema 1 works too)"
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the plan (trajectories x checkpoints x items) only"
     ),
@@ -23,9 +25,11 @@ def run(
         None, "--until", help="stop after this stage: prepare, train, measure, analyze"
     ),
     only: str = typer.Option(None, "--only", help="run only this stage"),
-    workdir: Path = typer.Option(
-        None, "--workdir", help="runs, records, results and state (default: the file's folder)"
-    ),
+    workdir: str = typer.Option(
+        None, "--workdir",
+        help="runs, records, results and state (default: the file's folder; a study file at a "
+        "URL needs one)",
+    ),  # fmt: skip
     set_: list[str] = typer.Option(
         None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"
     ),
@@ -46,7 +50,7 @@ def run(
     stages = stages_to_run(until, only)
     record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
-    typer.echo(f"{study_file.name}: {protocol_status(record)}")
+    typer.echo(f"{as_location(study_file).name}: {protocol_status(record)}")
     tracking = log_settings(log, check=False, trajectory=trajectory)
     job = StudyRun(
         spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console,

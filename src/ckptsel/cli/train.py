@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from rich.table import Table
 
@@ -12,8 +10,8 @@ from ckptsel.study import load_study
 
 
 def train(
-    study_file: Path = typer.Argument(
-        ..., help="study.toml listing base model, data, configurations, seeds"
+    study_file: str = typer.Argument(
+        ..., help="study.toml (or its URL) listing base model, data, configurations, seeds"
     ),
     check: bool = typer.Option(
         False, "--check", help="only report each trajectory's status; exit 1 if any is invalid"
@@ -22,11 +20,15 @@ def train(
         None, "--only", help="train only these trajectories (repeatable)"
     ),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)"),
+    workdir: str = typer.Option(
+        None, "--workdir", help="where runs go (default: the file's folder; a study file at a "
+        "URL needs one)",
+    ),  # fmt: skip
 ) -> None:
     """Train (or resume) every trajectory of a study: RUN_DIR/<configuration>-s<seed>/checkpoint-<step>/."""
     from ckptsel.train import study_status, train_study  # when run (see ckptsel.cli)
 
-    study = load_study(study_file)
+    study = load_study(study_file, workdir=workdir)
     if not check:
         train_study(study, only=only or None, device=device, log=console.print)
     statuses = study_status(study)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.data.tasks import COMMONSENSE_TASKS, Item, get_task, item_hash, load_items
 from ckptsel.errors import CkptselError
 
@@ -31,7 +32,7 @@ class PoolSpec:
     whole pool; ``seed`` seeds the hash. ``where`` names the study-file table in errors."""
 
     task: str
-    files: tuple[Path, ...]
+    files: tuple[Path | Location, ...]  # local paths or URLs
     n: int | None = None
     per_task: int | None = None
     seed: int = 0
@@ -53,8 +54,9 @@ def rank_key(seed: int, label: str, item_id: str) -> str:
     return hashlib.sha256(f"{seed}\x1f{label}\x1f{item_id}".encode()).hexdigest()
 
 
-def _label(path: Path) -> str:
+def _label(path: Path | Location) -> str:
     """A file's label in a mixture: its commonsense task folder name, else its stem."""
+    path = PurePosixPath(str(path)) if is_url(path) else Path(path)
     for part in (path.parent.name, path.stem, path.name):
         for name in COMMONSENSE_TASKS:
             if part.lower() == name.lower():
@@ -69,7 +71,9 @@ def sample(items: Sequence[Item], k: int, seed: int, label: str) -> list[Item]:
     return [it for i, it in enumerate(items) if i in chosen]
 
 
-def build_pool(spec: PoolSpec, exclude: dict[Path, set[str]] | None = None) -> list[Item]:
+def build_pool(
+    spec: PoolSpec, exclude: dict[Path | Location, set[str]] | None = None
+) -> list[Item]:
     """The items of a pool (see the module docstring); ``exclude`` maps a file to item ids
     that must not be drawn (the other split's sample of the same file).
 
@@ -81,9 +85,9 @@ def build_pool(spec: PoolSpec, exclude: dict[Path, set[str]] | None = None) -> l
     parts: list[tuple[str, list[Item]]] = []
     for path in spec.files:
         items = load_items(spec.task, path)
-        banned = exclude.get(Path(path), set())
+        banned = exclude.get(as_location(path), set())
         items = [it for it in items if it.item_id not in banned]
-        label = _label(Path(path))
+        label = _label(path)
         if spec.per_task is not None:
             if len(items) < spec.per_task:
                 raise CkptselError(
@@ -120,8 +124,8 @@ def build_pool(spec: PoolSpec, exclude: dict[Path, set[str]] | None = None) -> l
 def build_pools(validation: PoolSpec, test: PoolSpec) -> tuple[list[Item], list[Item]]:
     """Both pools; the test pool excludes, per shared file, the items validation drew."""
     val = build_pool(validation)
-    shared = set(map(Path, validation.files)) & set(map(Path, test.files))
-    exclude: dict[Path, set[str]] = {}
+    shared = set(map(as_location, validation.files)) & set(map(as_location, test.files))
+    exclude: dict[Path | Location, set[str]] = {}
     if shared:
         taken = {it.item_id for it in val}
         for path in shared:

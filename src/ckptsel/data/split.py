@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.io import read_json_records, write_text
+from ckptsel._util.locations import Location, as_location
+from ckptsel._util.nodecache import local_copy
 from ckptsel.data.tasks import QUESTION_FIELDS
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
@@ -250,7 +252,7 @@ def lineage_markdown(lin: dict[str, Any]) -> str:
 
 
 def split_file(
-    path: Path,
+    path: Path | Location | str,
     out_dir: Path,
     *,
     seed: int = DATA_SEED,
@@ -258,8 +260,10 @@ def split_file(
     group_field: str | None = None,
 ) -> dict[str, Any]:
     """Split a data file into ``out_dir/train.<ext>`` and ``out_dir/validation.<ext>`` in the
-    input's format, plus ``lineage.json`` and ``lineage.md``; returns the lineage dict."""
-    path, out_dir = Path(path), Path(out_dir)
+    input's format, plus ``lineage.json`` and ``lineage.md``; returns the lineage dict.
+    ``path`` may be a URL (read from this node's copy; the lineage names the URL)."""
+    source = str(as_location(path))
+    path, out_dir = local_copy(path), Path(out_dir)
     records, fmt, raw, locs = read_records(path)
     text = _read_text(path)  # the layout (indentation) of a JSON list is kept
     to_val, _, field = _assign(
@@ -268,7 +272,7 @@ def split_file(
         val_fraction=val_fraction,
         group_field=group_field,
         where=locs,
-        source=str(path),
+        source=source,
     )
     train = [r for r, v in zip(records, to_val, strict=True) if not v]
     validation = [r for r, v in zip(records, to_val, strict=True) if v]
@@ -293,7 +297,7 @@ def split_file(
         files[side] = {"path": name, "sha256": _sha256_text(body)}
     lin = {
         **lin,
-        "source": str(path),
+        "source": source,
         "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),  # bytes as on disk
         "format": fmt,
         "files": files,

@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.io import read_json_records
+from ckptsel._util.locations import Location
+from ckptsel._util.nodecache import local_copy
 from ckptsel.data.answers import FAMILIES
 from ckptsel.data.answers import commonsense as commonsense_answers
 from ckptsel.data.answers import gsm8k as gsm8k_answers
@@ -181,8 +183,11 @@ def task_family(task: str) -> str:
     return get_task(task).family
 
 
-def load_items(task: str, path: str | Path) -> list[Item]:
-    """Items of a data file (or commonsense folder), in file order."""
+def load_items(task: str, path: str | Path | Location) -> list[Item]:
+    """Items of a data file (or commonsense folder), in file order; a URL is read from this
+    node's copy (:func:`ckptsel._util.nodecache.local_copy`)."""
+    if isinstance(path, Location) or (isinstance(path, str) and "://" in path):
+        path = local_copy(path)
     return get_task(task).load(path)
 
 

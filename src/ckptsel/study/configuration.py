@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.errors import CkptselError
 
 DEFAULT_LR = {"lora": 2e-4, "full": 2e-5}
@@ -120,28 +121,30 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Study:
-    """A parsed study file. Paths are absolute (resolved against the TOML's folder)."""
+    """A parsed study file. Paths are absolute (resolved against the TOML's folder); data
+    files, ``records_dir`` and a base model may be URLs (:class:`~ckptsel._util.locations.
+    Location`; the base model as its string); ``root`` (the work folder) is local."""
 
     name: str
     root: Path
     base_model: str
     task: str
-    train: Path
-    validation: Path | None
-    test: Path | None
+    train: Path | Location
+    validation: Path | Location | None
+    test: Path | Location | None
     configurations: tuple[Configuration, ...]
     test_task: str | None = None
     seeds: tuple[int, ...] = DEFAULT_SEEDS
-    runs_dir: Path | None = None
-    records_dir: Path | None = None
+    runs_dir: Path | Location | None = None
+    records_dir: Path | Location | None = None
     measure: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def run_root(self) -> Path:
+    def run_root(self) -> Path | Location:
         return self.runs_dir if self.runs_dir is not None else self.root / "runs"
 
     @property
-    def records_root(self) -> Path:
+    def records_root(self) -> Path | Location:
         return self.records_dir if self.records_dir is not None else self.root / "records"
 
     def trajectories(self) -> list[tuple[str, Configuration, int]]:
@@ -168,19 +171,30 @@ _STUDY_KEYS = {
 }
 
 
-def resolve_path(root: Path, value: str | None) -> Path | None:
+def resolve_path(root: Path | Location, value: str | None) -> Path | Location | None:
+    """A path a study file names: a URL as a :class:`Location` (``file://``: its local path),
+    an absolute path as it is, a relative one against ``root`` (the file's folder: a local
+    path, or a URL whose folder the reference is then below)."""
     if value is None:
         return None
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else (root / p).resolve()
+    if is_url(value):
+        return Location(value)
+    p = Path(str(as_location(value)) if value.startswith("file://") else value).expanduser()
+    if p.is_absolute():
+        return p
+    if is_url(root):
+        return as_location(root) / p.as_posix()
+    return (Path(root) / p).resolve()
 
 
-def resolve_model(root: Path, value: str) -> str:
-    """A local path (absolute, or relative to the study) if it exists there, else a hub name."""
-    p = Path(value).expanduser()
-    cand = p if p.is_absolute() else root / p
+def resolve_model(root: Path | Location, value: str) -> str:
+    """A local path or URL (absolute, or relative to the study) if it exists there, else a hub
+    name."""
+    if is_url(value):
+        return str(Location(value))
+    cand = resolve_path(root, value)
     if cand.exists():
-        return str(cand.resolve())
+        return str(cand) if is_url(cand) else str(cand.resolve())
     return value
 
 
@@ -271,9 +285,9 @@ _LORA_ONLY = {"rank", "alpha", "target_modules"}
 def study_to_toml(study: Study) -> str:
     """Serialize a study back to TOML (paths relative to its root when inside it)."""
 
-    def rel(p: Path | str | None) -> str | None:
-        if p is None:
-            return None
+    def rel(p: Path | Location | str | None) -> str | None:
+        if p is None or is_url(p):
+            return None if p is None else str(p)
         p = Path(p)
         try:
             return str(p.relative_to(study.root))
@@ -281,7 +295,7 @@ def study_to_toml(study: Study) -> str:
             return str(p)
 
     base = study.base_model
-    if Path(base).is_absolute():
+    if not is_url(base) and Path(base).is_absolute():
         base = rel(base)
     lines = ["[study]"]
     entries: dict[str, Any] = {

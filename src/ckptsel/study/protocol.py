@@ -8,7 +8,8 @@ folder hashes its files in order). :func:`freeze` writes it with its SHA-256 and
 ``<study file>.protocol.json`` beside the study file (a file to commit or share: the
 pre-registration); :func:`check_protocol` recomputes it and refuses, naming every difference, a
 study changed after freezing, and a protocol file edited after the fact (its content no longer
-matches its own hash). ``ckptsel run`` checks before every stage.
+matches its own hash). ``ckptsel run`` checks before every stage. A study file at a URL has its
+protocol beside it at the URL, and its data files are hashed as read through the store.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 import tomllib
 
 from ckptsel._util.io import write_text
+from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.errors import CkptselError
+from ckptsel.study.configuration import resolve_path
 
 PROTOCOL_SUFFIX = ".protocol.json"
 PROTOCOL_SCHEMA = 1
@@ -35,8 +38,12 @@ OPERATIONAL: dict[str, tuple[str, ...] | None] = {
 }
 
 
-def protocol_path(study_file: str | Path) -> Path:
-    """Where the frozen protocol of ``study_file`` lives: ``<study file>.protocol.json``."""
+def protocol_path(study_file: str | Path | Location) -> Path | Location:
+    """Where the frozen protocol of ``study_file`` lives: ``<study file>.protocol.json`` (a
+    :class:`Location` beside a study file at a URL)."""
+    if is_url(study_file):
+        p = as_location(study_file)
+        return p.parent / (p.name + PROTOCOL_SUFFIX)
     p = Path(study_file)
     return p.with_name(p.name + PROTOCOL_SUFFIX)
 
@@ -49,17 +56,22 @@ def _sha256(value: Any) -> str:
     return hashlib.sha256(_canonical(value)).hexdigest()
 
 
-def _file_digest(path: Path) -> str:
-    """SHA-256 of a file, or of a folder's files (relative names and contents, in order)."""
+def _file_digest(path: Location) -> str:
+    """SHA-256 of a file, or of a folder's files (relative names and contents, in order), the
+    bytes read through the file's store."""
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode() + b"\0")
+    if path.is_dir():
+        names = sorted(path.listing(), key=lambda rel: rel.split("/"))  # as Path sorts
+        files = [(rel, path / rel) for rel in names]
+    else:
+        files = [(path.name, path)]
+    for name, f in files:
+        h.update(name.encode() + b"\0")
         h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()
 
 
-def _data_files(data: dict, root: Path) -> dict[str, str]:
+def _data_files(data: dict, root: Path | Location) -> dict[str, str]:
     """``{"section.key[i]": sha256}`` of every existing file named by a ``file``/``files`` key."""
     out = {}
     for section, table in data.items():
@@ -70,18 +82,18 @@ def _data_files(data: dict, root: Path) -> dict[str, str]:
             for key in ("file", "files"):
                 names = tab.get(key)
                 for i, name in enumerate([names] if isinstance(names, str) else names or []):
-                    path = root / str(name)
+                    path = as_location(resolve_path(root, str(name)))
                     if path.exists():
                         out[f"{where}.{key}" + (f"[{i}]" if key == "files" else "")] = _file_digest(path)
     return out
 
 
-def protocol_content(study_file: str | Path) -> dict[str, Any]:
+def protocol_content(study_file: str | Path | Location) -> dict[str, Any]:
     """The protocol of ``study_file`` (module docstring): ``{"study": …, "data_files": …}``."""
-    path = Path(study_file)
+    path = as_location(study_file)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as err:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise CkptselError(f"{path}: cannot read the study file ({err})") from err
     kept = {}
     for section, table in data.items():
@@ -91,10 +103,13 @@ def protocol_content(study_file: str | Path) -> dict[str, Any]:
         kept[section] = (
             {k: v for k, v in table.items() if k not in drop} if isinstance(table, dict) else table
         )
-    return {"study": kept, "data_files": _data_files(data, path.resolve().parent)}
+    root = path.parent if is_url(path) else path.local.resolve().parent
+    return {"study": kept, "data_files": _data_files(data, root)}
 
 
-def freeze(study_file: str | Path, *, started: bool = False, force: bool = False) -> dict[str, Any]:
+def freeze(
+    study_file: str | Path | Location, *, started: bool = False, force: bool = False
+) -> dict[str, Any]:
     """Write the protocol of ``study_file`` with its SHA-256 and the time (UTC); ``started``
     records that work already existed (the protocol is then not "before training"). An existing
     protocol is kept unless ``force``."""
@@ -108,7 +123,7 @@ def freeze(study_file: str | Path, *, started: bool = False, force: bool = False
     protocol = protocol_content(study_file)
     record = {
         "schema": PROTOCOL_SCHEMA,
-        "study_file": Path(study_file).name,
+        "study_file": as_location(study_file).name,
         "frozen_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
         "before_training": not started,
         "protocol": protocol,
@@ -137,13 +152,17 @@ def protocol_diff(before: dict, now: dict) -> list[str]:
     ]
 
 
-def check_protocol(study_file: str | Path, overrides: tuple[str, ...] = ()) -> dict[str, Any] | None:
+def check_protocol(
+    study_file: str | Path | Location, overrides: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
     """The frozen protocol record of ``study_file`` when it still holds, None when the study is
     not pre-registered; :class:`CkptselError` naming the differences when the study changed
     after freezing, when the protocol file was edited after the fact, or when ``overrides``
     (``SECTION.KEY=VALUE``, ``run --set``) touch a protocol key."""
     path = protocol_path(study_file)
     if not path.exists():
+        if not as_location(study_file).is_file():
+            raise CkptselError(f"study file not found: {study_file}")
         return None
     for o in overrides:
         section, _, key = o.split("=", 1)[0].strip().partition(".")

@@ -35,6 +35,7 @@ from typing import Any
 
 import tomllib
 
+from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.data import PoolSpec, get_task
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
@@ -142,7 +143,7 @@ class PoolSplit:
     """``[pool]``: one fine-tuning file split into train and validation (:mod:`ckptsel.data.split`)."""
 
     task: str
-    file: Path
+    file: Path | Location
     val_fraction: float = 0.1
     seed: int | None = None
     group_field: str | None = None
@@ -153,7 +154,7 @@ class StudySpec:
     """A whole study (schema 2) for ``ckptsel run``; ``study`` is what ``train`` needs
     (its configurations are the ones trained here)."""
 
-    source: Path
+    source: Path | Location  # the study file (a URL: a Location)
     workdir: Path
     study: Study
     validation: PoolSpec  # its files are empty with [pool]: the split's part
@@ -161,7 +162,7 @@ class StudySpec:
     split: PoolSplit | None
     external: tuple[ExternalConfiguration, ...]
     analysis: dict[str, Any]
-    results_dir: Path
+    results_dir: Path | Location
     executor: dict[str, Any] = field(default_factory=dict)  # [executor]: where measure runs
     log: dict[str, Any] = field(default_factory=dict)  # [log]: trackers the results go to
 
@@ -249,41 +250,55 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> None:
 
 
 def load_spec(
-    path: str | Path, *, overrides: Sequence[str] = (), workdir: str | Path | None = None
+    path: str | Path | Location,
+    *,
+    overrides: Sequence[str] = (),
+    workdir: str | Path | None = None,
 ) -> StudySpec:
     """Read and validate a study file for ``ckptsel run`` (a schema-1 file is converted to the
     schema-2 structure: one validation and one test file). Every key is checked (known, typed,
     files present) before anything runs; errors name the key and its line. ``overrides`` are
     ``SECTION.KEY=VALUE`` strings applied first (``--set``); ``workdir`` (default: the file's
-    folder) holds runs, records, results and the study's state."""
-    return _load(Path(path), overrides, workdir, run=True)
+    folder) holds runs, records, results and the study's state. ``path`` may be a URL
+    (``s3://…``): its relative references are then below its folder URL, and ``workdir``, a
+    local folder, must be given."""
+    return _load(path, overrides, workdir, run=True)
 
 
-def load_study(path: str | Path) -> Study:
+def load_study(path: str | Path | Location, *, workdir: str | Path | None = None) -> Study:
     """Read ``study.toml`` (either schema) for ``ckptsel train``: its trained part. A schema-1
     file needs no validation or test file here. Bad files raise :class:`CkptselError` naming
-    the file and key."""
-    return _load(Path(path), (), None, run=False).study
+    the file and key. ``path`` and ``workdir`` as in :func:`load_spec`."""
+    return _load(path, (), workdir, run=False).study
 
 
 def _load(
-    path: Path, overrides: Sequence[str], workdir: str | Path | None, *, run: bool
+    path: str | Path | Location, overrides: Sequence[str], workdir: str | Path | None, *, run: bool
 ) -> StudySpec:
     """The steps of :func:`load_spec`; ``run=False`` (:func:`load_study`) lets a schema-1
     file leave out its validation and test files (the spec's pools are then None)."""
-    text, data = _read(path)
+    source = as_location(path) if is_url(path) else Path(path)
+    text, data = _read(source)
     _apply_overrides(data, overrides)
-    chk = _Checker(str(path), text)
+    chk = _Checker(str(source), text)
     data = _schema2(data, chk, run=run)
     _check_tables(data, chk)
-    root = path.resolve().parent
-    work = Path(workdir).resolve() if workdir is not None else root
+    if is_url(source):
+        root: Path | Location = source.parent
+    else:
+        source = source.resolve()
+        root = source.parent
+    work = _workdir(source, workdir)
     s = data.get("study", {})
     seeds = _seeds(s, chk)
     split, train_task, train_file = _training_data(data, chk, root, work)
     validation = _pool_spec(data, "validation", chk, root, split, train_task)
     test = _pool_spec(data, "test", chk, root, split, train_task)
     trained, external = _configurations(data.get("configurations"), chk, root, train_file)
+    runs_dir = resolve_path(work, s.get("runs_dir", "runs"))
+    if trained and is_url(runs_dir):
+        msg = f"must be a local folder, got {runs_dir} (training writes there)"
+        chk.fail("study", "runs_dir", msg)
     study = Study(
         name=str(s.get("name", root.name)),
         root=work,
@@ -295,22 +310,41 @@ def _load(
         test=test.files[0] if test is not None and test.files else None,
         configurations=tuple(trained),
         seeds=tuple(seeds),
-        runs_dir=resolve_path(work, s.get("runs_dir", "runs")),
+        runs_dir=runs_dir,
         records_dir=resolve_path(work, s.get("records_dir", "records")),
         measure=dict(data.get("measure", {})),
     )
     return StudySpec(
-        path.resolve(), work, study, validation, test, split, tuple(external),
+        source, work, study, validation, test, split, tuple(external),
         dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
         dict(data.get("executor", {})), dict(data.get("log", {})),
     )  # fmt: skip
 
 
-def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    """The file's text and its TOML mapping."""
-    if not path.is_file():
-        raise CkptselError(f"study file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+def _workdir(source: Path | Location, workdir: str | Path | None) -> Path:
+    """The study's work folder: ``workdir``, else the study file's folder; a local folder (a
+    study file at a URL has none of its own: ``--workdir`` must be given)."""
+    if workdir is not None and is_url(workdir):
+        raise CkptselError(f"--workdir {workdir}: must be a local folder (runs and state go there)")
+    if workdir is not None:
+        return Path(str(as_location(workdir))).resolve()
+    if is_url(source):
+        raise CkptselError(
+            f"{source}: a study file at a URL has no local folder for its runs, state and "
+            "results: give --workdir DIR (a local folder)"
+        )
+    return source.parent
+
+
+def _read(path: Path | Location) -> tuple[str, dict[str, Any]]:
+    """The file's text and its TOML mapping (a URL read through its filesystem)."""
+    loc = as_location(path)
+    try:
+        if not loc.is_file():
+            raise CkptselError(f"study file not found: {path}")
+        text = loc.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CkptselError(f"{path}: cannot read the study file ({err})") from err
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -395,8 +429,10 @@ def _seeds(s: dict[str, Any], chk: _Checker) -> list[int]:
     return seeds
 
 
-def _file(chk: _Checker, root: Path, table: str, key: str, value: str) -> Path:
-    """A path of the file (relative to its folder) that must exist."""
+def _file(
+    chk: _Checker, root: Path | Location, table: str, key: str, value: str
+) -> Path | Location:
+    """A path or URL of the file (relative to its folder) that must exist."""
     p = resolve_path(root, value)
     if not p.exists():
         chk.fail(table, key, f"file not found: {p}")
@@ -412,8 +448,8 @@ def _check_task(chk: _Checker, table: str, task: str) -> str:
 
 
 def _training_data(
-    data: dict[str, Any], chk: _Checker, root: Path, work: Path
-) -> tuple[PoolSplit | None, str | None, Path | None]:
+    data: dict[str, Any], chk: _Checker, root: Path | Location, work: Path
+) -> tuple[PoolSplit | None, str | None, Path | Location | None]:
     """``(split, train task, train file)``: from ``[pool]`` (split into train + validation
     under the work folder) or from ``[train]`` (both None when nothing is trained here)."""
     if "pool" not in data:
@@ -441,7 +477,7 @@ def _pool_spec(
     data: dict[str, Any],
     table: str,
     chk: _Checker,
-    root: Path,
+    root: Path | Location,
     split: PoolSplit | None,
     train_task: str | None,
 ) -> PoolSpec | None:
@@ -478,7 +514,7 @@ def _pool_spec(
 
 
 def _configurations(
-    raw_configs: Any, chk: _Checker, root: Path, train_file: Path | None
+    raw_configs: Any, chk: _Checker, root: Path | Location, train_file: Path | Location | None
 ) -> tuple[list[Configuration], list[ExternalConfiguration]]:
     """``[[configurations]]``: trained here (a :class:`Configuration`, which needs training
     data) or external (``runs`` / ``lm_eval`` globs, nothing else but ``filter``); names unique."""
@@ -513,7 +549,7 @@ def _configurations(
 
 
 def _external(
-    rc: dict[str, Any], kind: str, chk: _Checker, root: Path, index: int
+    rc: dict[str, Any], kind: str, chk: _Checker, root: Path | Location, index: int
 ) -> ExternalConfiguration:
     """A configuration whose trajectories exist already (``runs`` or ``lm_eval``)."""
     extra = set(rc) - {"name", kind} - ({"filter"} if kind == "lm_eval" else set())

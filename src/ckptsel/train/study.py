@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ckptsel._util.io import write_text
+from ckptsel._util.nodecache import local_ref
 from ckptsel.data import load_items
 from ckptsel.errors import CkptselError
 from ckptsel.records import FINAL_STEPS_FILE
@@ -35,8 +36,9 @@ def train_study(
     log: Callable[[str], None] | None = print,
 ) -> list[TrainResult]:
     """Train (or resume) every trajectory of a study; completed ones are skipped."""
-    items = load_items(study.task, study.train)
-    tokenizer = load_tokenizer(study.base_model)
+    items = load_items(study.task, study.train)  # a URL: this node's copy
+    base = local_ref(study.base_model)  # a URL: this node's copy
+    tokenizer = load_tokenizer(base)
     by_len: dict[int, list[dict[str, list[int]]]] = {}
     results = []
     write_final_steps(study, len(items))
@@ -54,7 +56,7 @@ def train_study(
             if cfg.max_length not in by_len:  # tokenize only when something is left to train
                 by_len[cfg.max_length] = encode_items(tokenizer, items, cfg.max_length)
             res = train_trajectory(
-                study.base_model,
+                base,
                 by_len[cfg.max_length],
                 cfg,
                 seed,

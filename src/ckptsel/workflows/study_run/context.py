@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from functools import cached_property
-from glob import glob
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.locations import Location, as_location
+from ckptsel._util.nodecache import local_copy
 from ckptsel.data import build_pools, load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure import ExecutorConfig, MeasureConfig
@@ -42,7 +43,7 @@ class Trajectory:
     name: str
     configuration: str
     source: str  # "train" | "runs" | "lm_eval"
-    folder: Path
+    folder: Path | Location  # runs found at a URL: a Location
     expected_steps: tuple[int, ...] = ()  # trained here: the checkpoint grid
     filter: str | None = None  # lm-eval filter
 
@@ -88,7 +89,7 @@ class StudyContext:
         return tracking.check()
 
     @property
-    def records_dir(self) -> Path:
+    def records_dir(self) -> Path | Location:
         return self.spec.study.records_root
 
     @property
@@ -145,19 +146,21 @@ class StudyContext:
 
 
 def _external(ext: Any) -> list[Trajectory]:
-    """The trajectories of one external configuration (``runs`` or ``lm_eval`` glob)."""
-    folders = sorted(p for p in glob(ext.pattern) if Path(p).is_dir())
+    """The trajectories of one external configuration (``runs`` or ``lm_eval`` glob; a URL
+    pattern is listed on its store, lm-eval folders there read from this node's copy)."""
+    folders = [f for f in as_location(ext.pattern).glob() if f.is_dir()]
     if not folders:
         raise CkptselError(
             f"configuration {ext.name!r}: {ext.kind} = {ext.pattern!r} matches no folder"
         )
     out = []
-    for f in folders:
-        seed = seed_of(f)
+    for loc in folders:
+        seed = seed_of(loc.name)
         if seed is None:
             raise CkptselError(
-                f"configuration {ext.name!r}: cannot read a seed from folder {f} "
+                f"configuration {ext.name!r}: cannot read a seed from folder {loc} "
                 "(name it ...-s<seed> or ..._seed<seed>)"
             )
-        out.append(Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, Path(f), (), ext.filter))
+        f = loc.local if loc.is_local else (local_copy(loc) if ext.kind == "lm_eval" else loc)
+        out.append(Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, f, (), ext.filter))
     return out
