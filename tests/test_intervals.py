@@ -188,8 +188,8 @@ def studies(tmp_path):
     return out
 
 
-# SHA-256 of summary.json (less the warnings, whose few-configurations threshold issue 14 moved)
-# written by ckptsel before issue 14 (commit 483c591) for these two studies.
+# SHA-256 of summary.json (less the warnings, whose few-configurations threshold issue 14 moved,
+# and the protocol line issue 23 added) written by ckptsel before issue 14 (commit 483c591) for these two studies.
 BEFORE = {5: "903d8c307150050138ac4a94040545968f968aebc6f5e539f42f3aa5177af692",
           3: "2d93735c3b945ff434671bcca68913d2989c8ee3462e353daf4175676711844e"}
 
@@ -198,7 +198,7 @@ def test_percentile_reproduces_the_numbers_from_before_issue_14(studies, tmp_pat
     for n, rec in studies.items():
         s = pipeline.analyze(rec, tmp_path / f"out{n}", permutations=20, draws=1500, interval="percentile")
         assert s.interval is None and "interval" not in s.to_dict()
-        s = {k: v for k, v in s.to_dict().items() if k != "warnings"}
+        s = {k: v for k, v in s.to_dict().items() if k not in ("warnings", "protocol")}
         assert hashlib.sha256(pipeline.summary_json(s).encode()).hexdigest() == BEFORE[n]
 
 
@@ -215,8 +215,9 @@ def test_default_interval_is_recorded_and_verified(studies, tmp_path):
     for key in ("budget", "D"):
         for rule, v in joint[key].items():
             assert v.keys() == joint_perc[key][rule].keys()
-    lines = pipeline.verify(out, studies[5])  # choices, summary, then the manifest and every file
-    assert len(lines) == 4 and lines[1].endswith("reproduced exactly")
+    lines = pipeline.verify(out, studies[5])  # protocol, choices, summary, manifest, every file
+    assert len(lines) == 5 and lines[0] == "protocol: not pre-registered"
+    assert lines[2].endswith("reproduced exactly")
     data = json.loads((out / "summary.json").read_text())
     data["interval"] = "wild"  # verify must use the recorded method: another one cannot match
     (out / "summary.json").write_text(pipeline.summary_json(data))

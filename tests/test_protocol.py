@@ -84,3 +84,92 @@ def test_protocol_file_edited_after_the_fact_is_caught(study: Path, capsys) -> N
     assert run(["protocol", "check", str(study)]) == 2
     assert "edited after it was frozen" in capsys.readouterr().err
     assert run(["run", str(study), "--dry-run"]) == 2
+
+
+# ------------------------------------------------------------------ the chain protocol → results
+def _resha(record: dict) -> dict:
+    """A protocol record rewritten after the fact *with* a fresh hash (a careful forger)."""
+    import hashlib
+
+    canon = json.dumps(record["protocol"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return {**record, "sha256": hashlib.sha256(canon.encode()).hexdigest()}
+
+
+@pytest.fixture
+def bound(study: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Simulated records analysed under the study's frozen protocol (draws = 500 there)."""
+    from ckptsel.sim import write_simulation
+    from ckptsel.workflows import analyze
+
+    write(study, study.read_text() + "permutations = 20\n")  # in [analysis]
+    record = freeze(study)
+    records = write_simulation(tmp_path / "sim", "small")
+    out = tmp_path / "res"
+    summary = analyze(records, out, permutations=20, draws=500, protocol=record,
+                      protocol_file=str(protocol_path(study)))  # fmt: skip
+    assert summary.protocol.status == protocol_status(record)
+    return out, protocol_path(study)
+
+
+def test_results_say_and_copy_the_frozen_protocol(bound, capsys) -> None:
+    out, pfile = bound
+    record = json.loads(pfile.read_text())
+    said = json.loads((out / "summary.json").read_text())["protocol"]
+    assert said == {"status": protocol_status(record), "sha256": record["sha256"],
+                    "frozen_at": record["frozen_at"], "before_training": True}  # fmt: skip
+    assert said["status"].startswith("protocol frozen at ") and said["status"].endswith(", before training")
+    assert (out / "protocol.json").read_bytes() == pfile.read_bytes()
+    assert json.loads((out / "run.json").read_text())["protocol_file"] == str(pfile)
+    assert run(["verify", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"{pfile} unedited, SHA-256 {record['sha256']}" in text.replace("\n", "")
+    assert "protocol → choices" in text and "reproduced exactly" in text
+
+
+def test_verify_catches_a_protocol_file_edited_after_the_fact(bound, capsys) -> None:
+    out, pfile = bound
+    record = json.loads(pfile.read_text())
+    edited = json.loads(json.dumps(record))
+    edited["protocol"]["study"]["analysis"]["draws"] = 2000  # history rewritten, hash kept
+    pfile.write_text(json.dumps(edited))
+    assert run(["verify", str(out)]) == 1
+    assert "edited after it was frozen" in capsys.readouterr().err
+    pfile.write_text(json.dumps(_resha(edited)))  # ... and rehashed: not the results' protocol
+    assert run(["verify", str(out)]) == 1
+    assert "is not the one the results were bound to" in capsys.readouterr().err.replace("\n", "")
+    pfile.write_text(json.dumps(record))  # the original again (any formatting)
+    assert run(["verify", str(out)]) == 0
+
+
+def test_verify_catches_results_not_made_under_their_protocol(bound, tmp_path, capsys) -> None:
+    """A summary that names a protocol whose analysis settings it did not use, or whose copy
+    is missing, fails; a copy in a folder that says "not pre-registered" fails too."""
+    from ckptsel.results import publish
+
+    out, pfile = bound
+    copy = out / "protocol.json"
+    other = json.loads(copy.read_text())
+    other["protocol"]["study"]["analysis"]["draws"] = 2000
+    other = _resha(other)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["protocol"]["sha256"] = other["sha256"]
+    for path, data in ((copy, other), (out / "summary.json", summary)):
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    assert run(["verify", str(out), "--protocol", str(tmp_path / "absent.json")]) == 1
+    assert "analysis.draws: 2000 -> 500" in capsys.readouterr().err
+    assert publish.MANIFEST_FILE  # (the manifest would catch these edits too; the chain comes first)
+    copy.unlink()
+    assert run(["verify", str(out)]) == 1
+    assert "protocol.json" in capsys.readouterr().err
+
+
+def test_an_analysis_that_differs_from_its_protocol_is_refused(study: Path, tmp_path: Path) -> None:
+    from ckptsel.sim import write_simulation
+    from ckptsel.workflows import analyze
+
+    record = freeze(study)
+    records = write_simulation(tmp_path / "sim", "small")
+    with pytest.raises(CkptselError, match=r"differ from the protocol frozen at (.|\n)*"
+                       r"analysis\.permutations: 200 -> 20\n  analysis\.draws: 500 -> 300"):  # fmt: skip
+        analyze(records, tmp_path / "res", permutations=20, draws=300, protocol=record)
+    assert not (tmp_path / "res").exists()  # refused before any work

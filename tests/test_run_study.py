@@ -728,3 +728,31 @@ def test_watch_measures_while_training_to_the_same_summary(kill_ref, tmp_path: P
         sel = json.loads((work / "records" / "watch" / name / "selection.json").read_text())
         assert sel["watch"]["final"] and sel["trajectory"] == name
     assert _run_until(study, work, None, ("--watch", "--workers", "2"), lines) == 2
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_study_frozen_before_training_is_said_and_verified(tiny: dict, tmp_path: Path, capsys):
+    """protocol freeze → run: summary.json, the report and the terminal say "protocol frozen at …
+    (hash …), before training", the results hold the protocol, and verify checks the chain."""
+    for name, n in (("train", 10), ("val", 6), ("test", 6)):
+        jsonl(tmp_path / f"{name}.jsonl", gsm_rows(n))
+    text = MINIMAL.replace('"base"', json.dumps(str(tiny["base"]))) + (
+        "batch_size = 4\nmicro_batch = 4\nmax_length = 256\n"  # (the configuration "a")
+        '[[configurations]]\nname = "b"\nlr = 1e-3\nsteps = 2\nsave_every = 1\n'
+        "batch_size = 4\nmicro_batch = 4\nmax_length = 256\n"
+        '[measure]\nmax_new_tokens = 4\nbatch_size = 16\ndevice = "cpu"\nbackend = "hf"\n'
+        "[analysis]\ndraws = 200\n"
+    )
+    study = write(tmp_path / "s.toml", text)
+    cli(["protocol", "freeze", str(study)])
+    record = json.loads((tmp_path / "s.toml.protocol.json").read_text())
+    cli(["run", str(study)])
+    out = capsys.readouterr().out
+    status = f"protocol frozen at {record['frozen_at']} (hash {record['sha256'][:12]}), before training"
+    assert f"s.toml: {status}" in out and f"results in {tmp_path / 'results'}; {status}" in out
+    res = tmp_path / "results"
+    assert json.loads((res / "summary.json").read_text())["protocol"]["status"] == status
+    assert f"<b>Protocol:</b> {status}" in (res / "report.html").read_text()
+    assert (res / "protocol.json").read_bytes() == (tmp_path / "s.toml.protocol.json").read_bytes()
+    cli(["verify", str(res)])
+    assert "unedited, SHA-256" in capsys.readouterr().out

@@ -15,7 +15,14 @@ def verify(
     records: str = typer.Option(
         None, "--records", help="Records folder or URL (default: the one analyzed)."
     ),
+    protocol: str = typer.Option(
+        None, "--protocol",
+        help="The study's frozen protocol file (STUDY.toml.protocol.json; default: the one the "
+        "results name in run.json).",
+    ),  # fmt: skip
 ) -> None:
-    """Recompute the frozen choices and the results; exit 1 on any mismatch."""
-    for line in run_verify(results_dir, records):
+    """Recompute the frozen choices and the results; exit 1 on any mismatch. A pre-registered
+    study is checked as a chain: protocol (unedited, the one the results copied, its analysis
+    settings used) → choices → results."""
+    for line in run_verify(results_dir, records, protocol):
         console.print(f"[green]ok[/green] {line}")

@@ -201,6 +201,8 @@ def render_html(
         "<i>unresolved</i>: these data cannot tell the sign of the effect, which may still be large either way.</p>",
         "<h2>Population</h2>",
         _population(summary),
+        *([f'<p class="caption" id="protocol"><b>Protocol:</b> {html.escape(summary.protocol.status)}</p>']
+          if summary.protocol is not None else []),
         *(f'<p class="caution"><b>Caution:</b> {html.escape(w)}</p>' for w in summary.warnings or ()),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',

@@ -28,5 +28,7 @@ def print_main_table(summary: Summary | dict, console: Console | None = None) ->
     excluded = pop.validation_exclusions.total
     if excluded:
         console.print(f"validation items excluded (incomplete or empty): {excluded}")
+    if summary.protocol is not None:
+        console.print(f"protocol: {summary.protocol.status}")
     for warning in summary.warnings or ():
         console.print(f"[yellow]caution:[/yellow] {warning}")

@@ -9,7 +9,8 @@ and choosing; so it sits before ``stats`` in the layers.
 * :mod:`~ckptsel.results.summary` — :class:`Summary` and its parts (:class:`Gains`,
   :class:`BudgetCell`, :class:`MatchedHalf`, :class:`Sensitivities`, :class:`TaskResult`, …):
   ``summary.json`` is ``Summary.to_dict()``, read back (checked) by ``Summary.load``; level,
-  interval method, ``D``'s start and the main table are its properties and methods;
+  interval method, ``D``'s start and the main table are its properties and methods; whether
+  the protocol was pre-registered (:class:`Preregistration`);
 * :mod:`~ckptsel.results.layout` — the folder's file names;
 * :mod:`~ckptsel.results.publish` — staging, the manifest and the atomic swap.
 """
@@ -21,6 +22,7 @@ from ckptsel.results.estimate import DIGITS, Estimate, fmt
 from ckptsel.results.layout import (
     CHOICES_DIR,
     FIGURES_DIR,
+    PROTOCOL_FILE,
     REPORT_FILE,
     RUN_FILE,
     SUMMARY_FILE,
@@ -31,6 +33,7 @@ from ckptsel.results.summary import (
     INTERVAL_LABELS,
     MATCHED_HALF_STATS,
     NO_NLL_COMPLETE,
+    NOT_PREREGISTERED,
     SCHEMA,
     BudgetCell,
     Exclusions,
@@ -38,6 +41,7 @@ from ckptsel.results.summary import (
     MatchedHalf,
     NllControl,
     Population,
+    Preregistration,
     QuestionBootstrap,
     Range,
     Sensitivities,
@@ -59,6 +63,8 @@ __all__ = [
     "MANIFEST_FILE",
     "MATCHED_HALF_STATS",
     "NO_NLL_COMPLETE",
+    "NOT_PREREGISTERED",
+    "PROTOCOL_FILE",
     "REPORT_FILE",
     "RUN_FILE",
     "SCHEMA",
@@ -71,6 +77,7 @@ __all__ = [
     "MatchedHalf",
     "NllControl",
     "Population",
+    "Preregistration",
     "QuestionBootstrap",
     "Range",
     "Sensitivities",

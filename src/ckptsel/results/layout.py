@@ -7,6 +7,7 @@ from __future__ import annotations
 
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"  # provenance (paths, version): kept out of summary.json so it stays byte-stable
+PROTOCOL_FILE = "protocol.json"  # a copy of the frozen protocol the analysis was bound to
 CHOICES_DIR = "choices"
 TABLES_DIR = "tables"
 FIGURES_DIR = "figures"

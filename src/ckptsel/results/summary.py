@@ -467,6 +467,49 @@ class SignCounts:
         return cls(*(_int(d[k], at / k) for k in keys))
 
 
+# --------------------------------------------------------------------------- the protocol
+NOT_PREREGISTERED = "not pre-registered"
+
+
+@dataclass(frozen=True)
+class Preregistration:
+    """Whether the study's protocol was frozen before the analysis (``ckptsel protocol
+    freeze``): ``status`` is the line the report prints ("protocol frozen at … (hash …), before
+    training" or "not pre-registered"); a frozen protocol also gives its full ``sha256``, the
+    time it was frozen and whether that was before training. The protocol itself is
+    ``protocol.json`` in the results folder; ``verify`` checks the chain protocol → choices →
+    results."""
+
+    status: str = NOT_PREREGISTERED
+    sha256: str | None = None
+    frozen_at: str | None = None
+    before_training: bool | None = None
+
+    @property
+    def frozen(self) -> bool:
+        return self.sha256 is not None
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"status": self.status}
+        if self.frozen:
+            out.update(sha256=self.sha256, frozen_at=self.frozen_at,
+                       before_training=self.before_training)  # fmt: skip
+        return out
+
+    @classmethod
+    def read(cls, d: Any, at: _At) -> Preregistration:
+        d = _object(d, at, ("status",), ("sha256", "frozen_at", "before_training"))
+        if "sha256" not in d:
+            return cls(_str(d["status"], at / "status"))
+        before = d.get("before_training")
+        if not isinstance(before, bool):
+            (at / "before_training").fail(f"expected true or false, got {before!r}")
+        return cls(
+            _str(d["status"], at / "status"), _str(d["sha256"], at / "sha256"),
+            _str(d.get("frozen_at"), at / "frozen_at"), before,
+        )  # fmt: skip
+
+
 # --------------------------------------------------------------------------- the summary
 _SETTINGS = ("confidence", "interval", "permutations", "partitions", "choices_sha256", "budgets",
              "D_from")  # fmt: skip
@@ -482,7 +525,8 @@ class Summary:
     :meth:`to_dict`: ``interval`` (the percentile method), ``budgets``/``D_from`` (the default
     budgets), ``permutations``/``partitions``/``choices_sha256`` (not recorded). The
     properties give their effective values (:attr:`interval_method`, :attr:`finite_budgets`,
-    :attr:`d_from`, :attr:`level`). ``gains`` holds the study's ``budget``, ``D`` and
+    :attr:`d_from`, :attr:`level`). ``protocol`` (:class:`Preregistration`) says whether the
+    protocol was frozen before the analysis (None in summaries written before it did). ``gains`` holds the study's ``budget``, ``D`` and
     ``matched_half`` (also reachable as :attr:`budget`, :attr:`D`, :attr:`matched_half`).
     """
 
@@ -504,6 +548,7 @@ class Summary:
     D_from: int | None = None
     joint_bootstrap: Gains | None = None
     warnings: tuple[str, ...] | None = None  # None: written before summaries carried warnings
+    protocol: Preregistration | None = None  # None: written before summaries said
 
     # ------------------------------------------------------------------ reading it
     @property
@@ -596,6 +641,8 @@ class Summary:
             value = getattr(self, key)
             if value is not None:
                 out[key] = list(value) if key == "budgets" else value
+        if self.protocol is not None:
+            out["protocol"] = self.protocol.to_dict()
         out["population"] = self.population.to_dict()
         out.update(self.gains.to_dict())
         out["sensitivities"] = self.sensitivities.to_dict()
@@ -614,7 +661,7 @@ class Summary:
         earlier versions); raises :class:`CkptselError` naming ``source`` and the key of the
         first malformed value."""
         at = _At(str(source))
-        d = _object(d, at, _REQUIRED, (*_SETTINGS, "joint_bootstrap", "warnings"))
+        d = _object(d, at, _REQUIRED, (*_SETTINGS, "protocol", "joint_bootstrap", "warnings"))
         if d["schema"] != SCHEMA:
             (at / "schema").fail(f"schema {d['schema']!r} is not supported (expected {SCHEMA})")
         return cls(
@@ -629,6 +676,7 @@ class Summary:
             **_read_settings(d, at),
             joint_bootstrap=_optional(d, "joint_bootstrap", at, Gains.read_block),
             warnings=_optional(d, "warnings", at, _warnings),
+            protocol=_optional(d, "protocol", at, Preregistration.read),
         )
 
     @classmethod

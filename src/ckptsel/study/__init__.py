@@ -25,10 +25,13 @@ from ckptsel.study.configuration import (
     trajectory_name,
 )
 from ckptsel.study.protocol import (
+    analysis_differences,
     check_protocol,
     freeze,
+    protocol_json,
     protocol_path,
     protocol_status,
+    read_protocol,
 )
 from ckptsel.study.spec import (
     SCHEMA,
@@ -41,10 +44,13 @@ from ckptsel.study.spec import (
 )
 
 __all__ = [
+    "analysis_differences",
     "check_protocol",
     "freeze",
+    "protocol_json",
     "protocol_path",
     "protocol_status",
+    "read_protocol",
     "DEFAULT_LR",
     "DEFAULT_SEEDS",
     "LORA_TARGETS",

@@ -8,7 +8,9 @@ folder hashes its files in order). :func:`freeze` writes it with its SHA-256 and
 ``<study file>.protocol.json`` beside the study file (a file to commit or share: the
 pre-registration); :func:`check_protocol` recomputes it and refuses, naming every difference, a
 study changed after freezing, and a protocol file edited after the fact (its content no longer
-matches its own hash). ``ckptsel run`` checks before every stage. A study file at a URL has its
+matches its own hash). ``ckptsel run`` checks before every stage and hands the record to the
+analysis, which copies it into the results folder and fixes its analysis settings
+(:func:`protocol_analysis`); ``verify`` checks that chain. A study file at a URL has its
 protocol beside it at the URL, and its data files are hashed as read through the store.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 
 import tomllib
 
+from ckptsel import defaults
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.errors import CkptselError
@@ -29,6 +32,11 @@ from ckptsel.study.configuration import resolve_path
 
 PROTOCOL_SUFFIX = ".protocol.json"
 PROTOCOL_SCHEMA = 1
+# what an [analysis] table leaves out: the defaults the protocol then fixes
+ANALYSIS_DEFAULTS: dict[str, Any] = {
+    "permutations": defaults.PERMUTATIONS, "draws": defaults.DRAWS, "seed": defaults.SEED,
+    "level": defaults.CONFIDENCE, "interval": defaults.INTERVAL, "budgets": list(defaults.BUDGETS),
+}  # fmt: skip
 # keys that do not decide choices or estimates: section -> keys (None: the whole section)
 OPERATIONAL: dict[str, tuple[str, ...] | None] = {
     "executor": None,
@@ -129,8 +137,47 @@ def freeze(
         "protocol": protocol,
         "sha256": _sha256(protocol),
     }
-    write_text(out, json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_text(out, protocol_json(record))
     return record
+
+
+def protocol_json(record: dict[str, Any]) -> str:
+    """The bytes of a protocol file (also its copy in a results folder)."""
+    return json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def read_protocol(path: str | Path | Location) -> dict[str, Any]:
+    """A protocol file's record, checked: :class:`CkptselError` when it is unreadable or was
+    edited after it was frozen (its content no longer hashes to its recorded SHA-256)."""
+    path = as_location(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        stored, claimed = record["protocol"], record["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CkptselError(f"{path}: not a protocol file ({err})") from err
+    if _sha256(stored) != claimed:
+        raise CkptselError(
+            f"{path}: the protocol file was edited after it was frozen (its content hashes to "
+            f"{_sha256(stored)[:12]}, not the recorded {str(claimed)[:12]})"
+        )
+    return record
+
+
+def protocol_analysis(record: dict[str, Any]) -> dict[str, Any]:
+    """The analysis settings a frozen protocol fixes: its study's ``[analysis]`` table over
+    :data:`ANALYSIS_DEFAULTS` (budgets as a sorted list without repeats)."""
+    table = record["protocol"]["study"].get("analysis", {})
+    out = {**ANALYSIS_DEFAULTS, **(table if isinstance(table, dict) else {})}
+    out["budgets"] = sorted(set(out["budgets"]))
+    return out
+
+
+def analysis_differences(record: dict[str, Any], used: dict[str, Any]) -> list[str]:
+    """``key: protocol -> used`` for every analysis setting (:func:`protocol_analysis`) that
+    ``used`` (the same keys) does not hold as the protocol froze it."""
+    fixed = protocol_analysis(record)
+    used = {**used, "budgets": sorted(set(used["budgets"]))}
+    return [f"analysis.{k}: {fixed[k]!r} -> {used[k]!r}" for k in fixed if fixed[k] != used[k]]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -172,17 +219,9 @@ def check_protocol(
                 f"--set {o}: {study_file} has a frozen protocol ({path.name}); only operational "
                 f"keys may be overridden ({', '.join(_operational_keys())})"
             )
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        stored, claimed = record["protocol"], record["sha256"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CkptselError(f"{path}: not a protocol file ({err})") from err
-    if _sha256(stored) != claimed:
-        raise CkptselError(
-            f"{path}: the protocol file was edited after it was frozen (its content hashes to "
-            f"{_sha256(stored)[:12]}, not the recorded {str(claimed)[:12]})"
-        )
-    diffs = protocol_diff(stored, protocol_content(study_file))
+    record = read_protocol(path)
+    claimed = record["sha256"]
+    diffs = protocol_diff(record["protocol"], protocol_content(study_file))
     if diffs:
         raise CkptselError(
             f"{study_file}: the study differs from its protocol frozen at {record.get('frozen_at')} "

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,13 +42,16 @@ from ckptsel.records import (
 )
 from ckptsel.results import (
     CHOICES_DIR,
+    PROTOCOL_FILE,
     RUN_FILE,
     SUMMARY_FILE,
     TABLES_DIR,
+    Preregistration,
     Summary,
     publish,
 )
 from ckptsel.stats import StatSettings, summarize
+from ckptsel.study import analysis_differences, protocol_json, protocol_status, read_protocol
 
 
 def population(validation: list[ValidationData]) -> dict:
@@ -146,6 +151,8 @@ def analyze(
     force: bool = False,
     note: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    protocol: dict[str, Any] | None = None,
+    protocol_file: str | None = None,
 ) -> Summary:
     """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
@@ -166,14 +173,51 @@ def analyze(
     It also hears what measured the records (engine + version, dtype, attention, batch size,
     device: :func:`ckptsel.records.provenance_lines`; also in ``run.json``); ``warn(line)``
     (default: ``note``) hears when the study mixes provenances.
+    ``protocol``: the study's frozen protocol record (:func:`ckptsel.study.check_protocol`), or
+    None (not pre-registered). A frozen protocol fixes the analysis settings (a difference is
+    refused before any work), is copied into the folder (``protocol.json``) and named in
+    ``summary.json`` (``"protocol"``: frozen when, hash, before training), with its file's place
+    ``protocol_file`` in ``run.json`` for ``verify``; otherwise summary.json says "not
+    pre-registered".
     """
     # the settings objects check every value before any work (one clear error each)
     stat = StatSettings(draws, seed, level, interval)
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
+    if protocol is not None:
+        used = dict(permutations=permutations, draws=draws, seed=seed, level=level,
+                    interval=interval, budgets=list(budgets))  # fmt: skip
+        _refuse_unprotocolled(protocol, used, protocol_file)
     with single_threaded():
         note = note or (lambda line: None)
+        bound = Bound(protocol, protocol_file)
         return _analyze(records_dir, as_location(out_dir), settings, stat, report, force,
-                        budgets, note, warn or note)  # fmt: skip
+                        budgets, note, warn or note, bound)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The protocol an analysis is bound to (None: not pre-registered) and where its file is."""
+
+    record: dict[str, Any] | None = None
+    file: str | None = None
+
+    @property
+    def preregistration(self) -> Preregistration:
+        r = self.record
+        if r is None:
+            return Preregistration()
+        return Preregistration(protocol_status(r), r["sha256"], r.get("frozen_at"),
+                               bool(r.get("before_training")))  # fmt: skip
+
+
+def _refuse_unprotocolled(record: dict, used: dict, where: str | None) -> None:
+    diffs = analysis_differences(record, used)
+    if diffs:
+        raise CkptselError(
+            f"the analysis settings differ from the protocol frozen at {record.get('frozen_at')} "
+            f"(hash {record['sha256'][:12]}{', ' + where if where else ''}):\n  "
+            + "\n  ".join(diffs)
+        )
 
 
 REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajectory": None}
@@ -182,7 +226,7 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 def _analyze(
     records_dir: Path, out_dir: Location, settings: ChoiceSettings, stat: StatSettings,
     report: bool, force: bool, given_budgets, note: Callable[[str], None],
-    warn: Callable[[str], None],
+    warn: Callable[[str], None], bound: Bound,
 ) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
     if out_dir.is_local:
@@ -199,7 +243,10 @@ def _analyze(
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
-        write_outputs(stage, records_dir, summary, tables, provenance)
+        summary = replace(summary, protocol=bound.preregistration)
+        if bound.record is not None:
+            write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
+        write_outputs(stage, records_dir, summary, tables, provenance, bound.file)
         if report:
             from ckptsel.report import write_report
 
@@ -209,10 +256,11 @@ def _analyze(
 
 def write_outputs(
     stage: Path, records_dir: Path, summary: Summary, tables: dict,
-    provenance: tuple[list[str], list[str]] | None = None,
+    provenance: tuple[list[str], list[str]] | None = None, protocol_file: str | None = None,
 ) -> None:  # fmt: skip
     """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already
-    there); ``provenance``: :func:`ckptsel.records.provenance_lines` (read when not given)."""
+    there); ``provenance``: :func:`ckptsel.records.provenance_lines` (read when not given);
+    ``protocol_file``: where the frozen protocol lives (in ``run.json``, for ``verify``)."""
     tdir = stage / TABLES_DIR
     for name, df in tables.items():
         write_parquet(tdir / f"{name}.parquet", df)
@@ -228,23 +276,29 @@ def write_outputs(
         "records_dir": where, "ckptsel": __version__,
         "measured_by": lines, "provenance_warnings": warnings,
     }  # fmt: skip
+    if protocol_file is not None:
+        run["protocol_file"] = protocol_file
     write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
 
 
 def verify(
-    results_dir: Path | Location | str, records_dir: Path | Location | str | None = None
-) -> list[str]:
+    results_dir: Path | Location | str, records_dir: Path | Location | str | None = None,
+    protocol_file: Path | Location | str | None = None,
+) -> list[str]:  # fmt: skip
     """Recompute choices and results; raise :class:`VerificationError` on any mismatch. A
     results folder at a URL is verified from a local copy of what its manifest names (the
-    messages name the URL)."""
+    messages name the URL). A pre-registered analysis is checked as a chain: the protocol file
+    (``protocol_file``, default: the one ``run.json`` names) is unedited and the one the results
+    copied, the choices and the statistics used the settings it froze, then the choices and the
+    results are recomputed."""
     results = as_location(results_dir)
     with single_threaded():
         if results.is_local:
-            return _verify(results.local, records_dir)
+            return _verify(results.local, records_dir, protocol_file)
         with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
             local = str(Path(tmp) / "results")
             try:
-                lines = _verify(publish.fetch_results(results, Path(local)), records_dir)
+                lines = _verify(publish.fetch_results(results, Path(local)), records_dir, protocol_file)
             except CkptselError as err:
                 raise type(err)(str(err).replace(local, str(results))) from err
             return [line.replace(local, str(results)) for line in lines]
@@ -271,20 +325,22 @@ def _read_summary(path: Path) -> Summary:
         raise VerificationError(str(err)) from err
 
 
-def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
+def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> list[str]:
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(f"{spath}: no summary to verify")
     stored = _read_summary(spath)
+    run_path = results_dir / RUN_FILE
+    run = _read_json(run_path, "run record") if run_path.is_file() else {}
     if records_dir is None:
-        run_path = results_dir / RUN_FILE
         if not run_path.is_file():
             raise CkptselError(f"{run_path}: not found; pass the records directory explicitly")
-        records_dir = _read_json(run_path, "run record").get("records_dir")
+        records_dir = run.get("records_dir")
         if not isinstance(records_dir, str):
             raise VerificationError(f"{run_path}: no records_dir string; pass --records explicitly")
     records_dir = as_location(records_dir)
     frozen = load_frozen(results_dir / CHOICES_DIR)  # raises when the stored hash is off
+    chain = _protocol_chain(results_dir, stored, frozen.settings, protocol_file or run.get("protocol_file"))
     validation = load_validation(records_dir)
     again = choose(validation, frozen.settings)
     digest = choices_hash(again, frozen.settings)
@@ -301,14 +357,70 @@ def _verify(results_dir: Path, records_dir: Path | None) -> list[str]:
             f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
         ) from err
     summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
+    summary = replace(summary, protocol=stored.protocol)  # checked by _protocol_chain
     kept, again_dict = stored.to_dict(), summary.to_dict()
     if summary_json(again_dict) != summary_json(kept):
         diff = _first_difference(kept, again_dict)
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
-    lines = [f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
+    lines = [*chain, f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
     lines += publish.check_manifest(results_dir)
     lines.append(_recompute_files(results_dir, records_dir, summary, tables, again, frozen.settings))
     return lines
+
+
+def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protocol_file) -> list[str]:
+    """The first links of the chain protocol → choices → results: the protocol file is unedited
+    and is the one copied into the results, and the choices and the statistics used the analysis
+    settings it froze (a summary that was not pre-registered says so, and has no copy)."""
+    copy_path = results_dir / PROTOCOL_FILE
+    said = stored.protocol
+    if said is None or not said.frozen:
+        if copy_path.is_file():
+            raise VerificationError(f"{copy_path}: a protocol copy, but {SUMMARY_FILE} says "
+                                    "the analysis was not pre-registered")  # fmt: skip
+        return [f"protocol: {said.status if said else 'not recorded (an older summary)'}"]
+    try:
+        copy = read_protocol(copy_path)
+    except CkptselError as err:
+        raise VerificationError(str(err)) from err
+    if copy["sha256"] != said.sha256 or copy.get("frozen_at") != said.frozen_at:
+        raise VerificationError(
+            f"{copy_path}: protocol {copy['sha256'][:12]} frozen at {copy.get('frozen_at')}, but "
+            f"{SUMMARY_FILE} names {said.sha256[:12]} frozen at {said.frozen_at}"
+        )
+    used = dict(permutations=choice_settings.permutations, seed=stored.seed, draws=stored.draws,
+                level=stored.level, interval=stored.interval_method,
+                budgets=list(choice_settings.budgets))  # fmt: skip
+    diffs = analysis_differences(copy, used)
+    if choice_settings.seed != stored.seed:
+        diffs.append(f"seed: choices {choice_settings.seed} -> statistics {stored.seed}")
+    if diffs:
+        raise VerificationError(
+            f"{results_dir}: the analysis did not use the settings its protocol "
+            f"({said.sha256[:12]}) froze:\n  " + "\n  ".join(diffs)
+        )
+    return [_protocol_file_line(copy, protocol_file), f"protocol → choices: {said.status}; the "
+            "choices and statistics used the analysis settings it froze"]  # fmt: skip
+
+
+def _protocol_file_line(copy: dict, protocol_file) -> str:
+    """The protocol file as it is now, against the copy the results hold."""
+    if protocol_file is None:
+        return f"protocol: the copy in {PROTOCOL_FILE} (no protocol file named; pass --protocol)"
+    where = as_location(protocol_file)
+    if not where.exists():
+        return f"protocol: {where} not found; checked the copy in {PROTOCOL_FILE}"
+    try:
+        now = read_protocol(where)  # an edited protocol file fails here
+    except CkptselError as err:
+        raise VerificationError(str(err)) from err
+    if now != copy:
+        raise VerificationError(
+            f"{where}: the protocol file ({now['sha256'][:12]}, frozen at {now.get('frozen_at')}) "
+            f"is not the one the results were bound to ({copy['sha256'][:12]}, frozen at "
+            f"{copy.get('frozen_at')})"
+        )
+    return f"protocol: {where} unedited, SHA-256 {copy['sha256']} matches the results' copy"
 
 
 def _recompute_files(

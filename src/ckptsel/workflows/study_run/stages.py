@@ -40,6 +40,7 @@ from ckptsel.data import audit_pools, load_items, split_file, strata_counts, wri
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
 from ckptsel.measure import WatchSettings, ingest_lm_eval, measure_run
+from ckptsel.study import check_protocol, protocol_path
 from ckptsel.train import train_study
 from ckptsel.workflows.advise import SelectSettings, select_checkpoint
 from ckptsel.workflows.analysis import analyze as analyze_records
@@ -267,14 +268,20 @@ def ingest(ctx: StudyContext, t: Trajectory) -> None:
 
 
 def analyze(ctx: StudyContext) -> dict:
-    """The analysis with the report, into the study's results folder (``[analysis]``), then
-    logged where ``[log]`` says."""
+    """The analysis with the report, into the study's results folder (``[analysis]``), bound to
+    the study's frozen protocol when it has one, then logged where ``[log]`` says."""
     out = ctx.spec.results_dir
+    source = ctx.spec.source
+    protocol = check_protocol(source)
+    where = protocol_path(source)  # named in run.json for verify: absolute, or the URL
+    where = where.resolve() if isinstance(where, Path) else where
     summary = analyze_records(
         ctx.records_dir, out, report=True, **ctx.spec.analysis,
         warn=lambda line: ctx.log(f"analyze: warning: {line}"),  # a study that mixes engines
+        protocol=protocol,
+        protocol_file=None if protocol is None else str(where),
     )  # fmt: skip
-    ctx.log(f"analyze: results in {out}")
+    ctx.log(f"analyze: results in {out}; {summary.protocol.status}")
     log_results(ctx, out)
     return summary
 
