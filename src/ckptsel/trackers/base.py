@@ -207,6 +207,8 @@ def summary_params(summary: dict, results_dir: Path) -> dict[str, str]:
         "partitions": summary.get("partitions"),
         "budgets": ",".join(map(str, summary["budgets"])) if summary.get("budgets") else None,
         "choices_sha256": summary.get("choices_sha256"),
+        "protocol": (summary.get("protocol") or {}).get("status"),
+        "protocol_sha256": (summary.get("protocol") or {}).get("sha256"),
         "summary_sha256": hashlib.sha256(
             (Path(results_dir) / SUMMARY_FILE).read_bytes()
         ).hexdigest(),
@@ -381,6 +383,8 @@ def evidence(selection: dict, summary: dict | None = None) -> str:
                 f"{pop.get('trajectories')} trajectories in {pop.get('configurations')} configurations"
             )
         lines.append(f"- frozen choices SHA-256: `{summary.get('choices_sha256', '')}`")
+        if summary.get("protocol"):
+            lines.append(f"- {summary['protocol']['status']}")
     return "\n".join(lines)
 
 
