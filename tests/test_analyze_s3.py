@@ -76,3 +76,32 @@ def test_analyze_and_verify_at_urls(s3, tmp_path, capsys):
 @pytest.fixture(autouse=True)
 def _moto(s3):  # every test here needs the server
     return s3
+
+
+def test_results_and_records_at_urls_logged_to_a_tracker(s3, tmp_path, capsys, monkeypatch):
+    """``analyze s3://…/records --out s3://…/results --log mlflow``: the run holds the results'
+    files (summary.json byte for byte), names the URLs, and hashes the records at their URL as
+    the local folder they were uploaded from (the read cache the analysis left there aside)."""
+    import re
+
+    from ckptsel.trackers.base import records_sha256
+    from offline_trackers import import_mlflow, offline_env
+
+    mlflow = import_mlflow()
+    uri = offline_env(monkeypatch, tmp_path / "stores")["mlflow"]
+    gen, nll = rg.tables(rg.random_study(np.random.default_rng(6), n_configs=2, seeds=2))
+    local = tmp_path / "records"
+    records.upsert_records(local, generations=gen, nll=nll)
+    remote, out = s3.upload(local, "records"), s3.url("results")
+    code, said = cli(["analyze", remote, "--out", out, *FAST, "--log", "mlflow"], capsys)
+    assert code == 0, said
+    [run_id] = re.findall(r"mlflow: logged to run \S+ \((\w+)\)", said)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    tags = client.get_run(run_id).data.tags
+    assert tags["ckptsel.results_dir"] == out and tags["ckptsel.records_dir"] == remote
+    assert tags["ckptsel.records_sha256"] == records_sha256(local) == records_sha256(remote)
+    got = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path / "dl"),
+        tracking_uri=uri,
+    )  # fmt: skip
+    assert open(got, "rb").read() == s3.fs.cat_file(f"{s3.bucket}/results/summary.json")

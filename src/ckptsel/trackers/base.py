@@ -42,6 +42,7 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE, NLL_FILE, UNITS_DIR
 from ckptsel.report import all_tables, load_results
@@ -165,22 +166,24 @@ def selection_metrics(selection: dict) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- provenance
-def records_sha256(records_dir: Path) -> str | None:
-    """SHA-256 over the record files' names and bytes (single files and units), or None when
-    the folder is not there any more."""
-    records_dir = Path(records_dir)
-    if not records_dir.is_dir():
+def records_sha256(records_dir: str | Path | Location) -> str | None:
+    """SHA-256 over the record files' names and bytes (single files and units; not the read
+    cache or the locks, which come and go), at a path or a URL alike, or None when the folder
+    is not there any more."""
+    root = as_location(records_dir)
+    if not root.is_dir():
         return None
-    files = [records_dir / GENERATIONS_FILE, records_dir / NLL_FILE]
-    files += (
-        sorted((records_dir / UNITS_DIR).rglob("*.parquet"))
-        if (records_dir / UNITS_DIR).is_dir()
-        else []
-    )
+    names = [GENERATIONS_FILE, NLL_FILE]
+    units = root / UNITS_DIR
+    if units.is_dir():
+        rels = [r for r in units.listing()
+                if r.endswith(".parquet") and not any(p.startswith(".") for p in r.split("/"))]  # fmt: skip
+        names += [f"{UNITS_DIR}/{r}" for r in sorted(rels, key=lambda r: r.split("/"))]
     h = hashlib.sha256()
-    for f in files:
+    for name in names:
+        f = root / name
         if f.is_file():
-            h.update(f.relative_to(records_dir).as_posix().encode() + b"\0")
+            h.update(name.encode() + b"\0")
             h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()
 
@@ -193,8 +196,9 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def summary_params(summary: dict, results_dir: Path) -> dict[str, str]:
-    """Settings, population and provenance as flat ``ckptsel.<name>`` strings."""
+def summary_params(summary: dict, results_dir: Path, named: str | None = None) -> dict[str, str]:
+    """Settings, population and provenance as flat ``ckptsel.<name>`` strings; ``named``: the
+    results folder's URL when ``results_dir`` is a local copy of it."""
     pop = summary.get("population") or {}
     run = _read_json(Path(results_dir) / RUN_FILE)
     params: dict[str, Any] = {
@@ -217,9 +221,9 @@ def summary_params(summary: dict, results_dir: Path) -> dict[str, str]:
         "tasks": ",".join(pop.get("tasks") or []),
         "test_items": pop.get("test_items"),
         "nll_records": pop.get("nll_records"),
-        "results_dir": str(Path(results_dir).resolve()),
+        "results_dir": named or str(Path(results_dir).resolve()),
         "records_dir": run.get("records_dir"),
-        "records_sha256": records_sha256(Path(run["records_dir"]))
+        "records_sha256": records_sha256(run["records_dir"])
         if run.get("records_dir")
         else None,
         "version": run.get("ckptsel"),
@@ -268,8 +272,11 @@ def _files(results_dir: Path) -> tuple[tuple[Path, str], ...]:
     return tuple((p, sub) for p, sub in out if p.is_file())
 
 
-def build_payload(results_dir: Path | None, selection: dict | None = None) -> Payload:
-    """The :class:`Payload` of a results folder and/or a selection (at least one of them)."""
+def build_payload(
+    results_dir: Path | None, selection: dict | None = None, named: str | None = None
+) -> Payload:
+    """The :class:`Payload` of a results folder and/or a selection (at least one of them);
+    ``named``: the folder's URL when ``results_dir`` is a local copy of it."""
     if results_dir is None:
         if selection is None:
             raise CkptselError("nothing to log: give a results folder or a selection")
@@ -285,7 +292,7 @@ def build_payload(results_dir: Path | None, selection: dict | None = None) -> Pa
     results_dir = Path(results_dir)
     summary = read_summary(results_dir)
     metrics = summary_metrics(summary)
-    params = summary_params(summary, results_dir)
+    params = summary_params(summary, results_dir, named)
     if selection is not None:
         metrics.update(selection_metrics(selection))
         params.update(selection_params(selection))

@@ -3,10 +3,13 @@ the recommended checkpoint registered in each of them."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.locations import Location, as_location, is_url
+from ckptsel.results import publish
 from ckptsel.trackers.base import (
     Logged,
     LogJob,
@@ -24,7 +27,7 @@ LOGGERS = {"mlflow": log_mlflow, "wandb": log_wandb, "trackio": log_trackio}
 
 
 def log_results(
-    results_dir: Path | None,
+    results_dir: str | Path | Location | None,
     trackers: Sequence[str],
     *,
     selection: Any = None,
@@ -40,14 +43,25 @@ def log_results(
     ``selection``); ``checkpoint``: its folder, referenced by the registration; ``targets``: where
     in each tracker (:class:`LogTarget`; default: a new run named ``ckptsel``). Every tracker
     package is imported (a missing one is one line with its install hint) and the payload is
-    built before anything is logged.
+    built before anything is logged. A results folder at a URL is logged from a local copy of
+    what its manifest names (the parameters name the URL).
     """
     names = check_trackers(list(trackers))
     if selection is not None and not isinstance(selection, dict):
         selection = selection.to_dict()
     for name in names:
         require(name)
-    payload = build_payload(None if results_dir is None else Path(results_dir), selection)
+    if results_dir is None or not is_url(results_dir):
+        local = None if results_dir is None else Path(results_dir)
+        return _log(build_payload(local, selection), names, register, checkpoint, targets, note)
+    url = as_location(results_dir)
+    with tempfile.TemporaryDirectory(prefix=".ckptsel-log-") as tmp:
+        copy = publish.fetch_results(url, Path(tmp) / "results")
+        payload = build_payload(copy, selection, named=str(url))
+        return _log(payload, names, register, checkpoint, targets, note)
+
+
+def _log(payload, names, register, checkpoint, targets, note) -> list[Logged]:
     reg = registration(payload, register, checkpoint) if register else None
     out = []
     for name in names:
