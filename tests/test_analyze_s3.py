@@ -85,6 +85,7 @@ def test_results_and_records_at_urls_logged_to_a_tracker(s3, tmp_path, capsys, m
     import re
 
     from ckptsel.trackers.base import records_sha256
+
     from offline_trackers import import_mlflow, offline_env
 
     mlflow = import_mlflow()
