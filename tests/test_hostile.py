@@ -292,7 +292,7 @@ def _kill_many(study, kills: int, budget_s: float) -> None:
     _run_to_end(_analyze_argv(rec, out, 1))
     assert not [p.name for p in tmp.iterdir() if p.name.startswith(".res.")]
     assert _snapshot(out) == snaps[1]
-    assert pipeline.verify(out)[2].startswith("manifest:")
+    assert pipeline.verify(out)[3].startswith("manifest:")  # after the protocol, choices, results lines
     print(f"kills: {k + 1}, new folder after {swaps} of them, run: {duration:.1f} s")
     assert k >= 5
 
@@ -424,7 +424,7 @@ def test_out_never_overwrites_files_it_did_not_write(study, case, capsys):
         assert {rel: os.stat(out / rel).st_ino for rel in before} == inodes  # the very same files
         assert "summary.json" in after and "manifest.json" in after
         assert "data.csv" not in json.loads(after["manifest.json"])["files"]
-        assert pipeline.verify(out)[2].startswith("manifest:")
+        assert pipeline.verify(out)[3].startswith("manifest:")  # after the protocol, choices, results lines
         code, err = run_cli(args, capsys)  # now a results folder: a rerun needs no --force
         assert code == 0, err and _snapshot(out)["data.csv"] == before["data.csv"]
         return

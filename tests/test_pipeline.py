@@ -192,6 +192,6 @@ def test_study_without_nll_records_is_analysed_without_the_nll_rule(tmp_path):
     # the accuracy and agreement choices do not depend on the NLL records
     for rule in ("accuracy", "agreement"):
         assert s.gains.get("G", rule).mean == with_nll.gains.get("G", rule).mean
-    assert pipeline.verify(tmp_path / "without")[1].endswith("reproduced exactly")
+    assert pipeline.verify(tmp_path / "without")[2].endswith("reproduced exactly")
     picked = select_checkpoint(rec, "c0-s0")
     assert set(picked.rules) == {"accuracy", "agreement"}

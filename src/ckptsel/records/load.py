@@ -588,8 +588,8 @@ def _check_test_nll(
     if not len(where):
         return
     rows = grid.rows_of(int(where[0]))
-    items = grid.items[grid.item_code[rows]]
-    known = pd.Index(item_ids).get_indexer(items)
+    # each distinct item id looked up once, then spread over the rows by its code
+    known = pd.Index(item_ids).get_indexer(grid.items)[grid.item_code[rows]]
     if (known < 0).any():
         r = int(rows[np.flatnonzero(known < 0)[0]])
         raise CkptselError(
