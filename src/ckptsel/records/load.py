@@ -163,8 +163,8 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
             values = np.asarray(chunks[0].dictionary.to_pylist(), dtype=object)
             # drop dictionary values that the split filter removed (O(n), no sort)
             used = np.bincount(codes, minlength=len(values)) > 0
-            remap = np.cumsum(used) - 1
-            return remap[codes].astype(np.int64), values[used]
+            remap = np.cumsum(used, dtype=np.int64) - 1
+            return remap[codes], values[used]  # int64 already: no second copy of the rows
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
