@@ -180,9 +180,10 @@ def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if hi - lo > 50_000_000:
         codes, uniques = pd.factorize(values, sort=True)
         return codes.astype(np.int64), np.asarray(uniques)
-    present = np.bincount(values - lo, minlength=hi - lo + 1) > 0
-    remap = np.cumsum(present) - 1
-    return remap[values - lo], np.flatnonzero(present) + lo
+    shifted = values - lo if lo else values
+    present = np.bincount(shifted, minlength=hi - lo + 1) > 0
+    remap = np.cumsum(present, dtype=np.int64) - 1
+    return remap[shifted], np.flatnonzero(present) + lo
 
 
 def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
@@ -224,8 +225,12 @@ class _Grid:
         if key_extra:
             extra, extra_values = _small_int_codes(table.column(key_extra).to_numpy())
             key = key * len(extra_values) + extra
-        self.order = np.argsort(key, kind="stable")
-        sorted_key = key[self.order]
+        # records are written sorted by this key: then the stable sort is the identity
+        if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
+            self.order, sorted_key = np.arange(len(key)), key
+        else:
+            self.order = np.argsort(key, kind="stable")
+            sorted_key = key[self.order]
         dup = np.flatnonzero(sorted_key[1:] == sorted_key[:-1])
         if len(dup):
             r = self.order[dup[0] + 1]
