@@ -6,7 +6,11 @@ One package per stage, in the order data flows (ARCHITECTURE.md): ``records`` (t
 ``stats``) is pure NumPy and never imports torch.
 """
 
-from ckptsel import _moved
+from ckptsel._util.blas import pin_kernels
+
+pin_kernels()  # before numpy loads: the same float results on every x86-64 CPU (_util/blas.py)
+
+from ckptsel import _moved  # noqa: E402
 
 __version__ = "0.1.0"
 
