@@ -44,8 +44,8 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # The modules of each package, earlier first (a package's __init__ comes after them all).
 SUBORDER: dict[str, tuple[str, ...]] = {
-    "_util": ("locations", "nodecache", "io", "checks", "rng", "threads"),
-    "records": ("schema", "codec", "units", "provenance", "scan", "store", "load"),
+    "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads"),
+    "records": ("schema", "codec", "units", "memo", "provenance", "scan", "store", "load"),
     "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),

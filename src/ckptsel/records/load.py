@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
-from ckptsel.records import units
+from ckptsel.records import memo, units
 from ckptsel.records.codec import read_schema, read_table
 from ckptsel.records.scan import read_rows
 from ckptsel.records.schema import (
@@ -434,6 +434,14 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     A study with NLL records must have them for every trajectory.
     """
     records_dir = as_location(records_dir)
+    return memo.cached(
+        records_dir, "validation", lambda: _validation_records(records_dir),
+        _encode_validation, _decode_validation,
+    )  # fmt: skip
+
+
+def _validation_records(records_dir: Location) -> list[ValidationData]:
+    """:func:`load_validation`'s work (what :mod:`ckptsel.records.memo` caches)."""
     g = _generation_grid(records_dir, "validation")
     gpath = g.path
     nll = _NllTable(records_dir, g.items) if has_validation_nll(records_dir) else None
@@ -493,9 +501,34 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     validation checkpoints.
     """
     records_dir = as_location(records_dir)
+    out = memo.cached(
+        records_dir, "test", lambda: _test_records(records_dir), _encode_test, _decode_test
+    )
+    if validation is not None:
+        _match_validation(out, validation, units.display_path(records_dir, "generations"))
+    return out
+
+
+def _match_validation(tests: list[TestData], validation: list[ValidationData], gpath) -> None:
+    """Every trajectory has test and validation records, on the same checkpoints."""
+    val_steps = {v.trajectory: v.steps for v in validation}
+    for t in tests:
+        if t.trajectory not in val_steps:
+            raise CkptselError(f"{_describe(gpath, t.trajectory)}: test records but no validation records")
+        if not np.array_equal(t.steps, val_steps[t.trajectory]):
+            raise CkptselError(
+                f"trajectory {t.trajectory!r}: validation and test records disagree on its checkpoints "
+                f"(validation: {val_steps[t.trajectory].tolist()}, test: {t.steps.tolist()})"
+            )
+    missing = sorted(set(val_steps) - {t.trajectory for t in tests})
+    if missing:
+        raise CkptselError(f"{gpath}: trajectory {missing[0]!r} has validation but no test records")
+
+
+def _test_records(records_dir: Location) -> list[TestData]:
+    """:func:`load_test`'s work on the records alone (what :mod:`ckptsel.records.memo` caches)."""
     g = _generation_grid(records_dir, "test")
     gpath = g.path
-    val_steps = {v.trajectory: v.steps for v in validation or []}
     test_nll = _test_nll_table(records_dir)
     test_nll_steps = _test_nll_steps(records_dir, test_nll)
     only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
@@ -511,14 +544,6 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
                 f"trajectory {traj!r}: generation and NLL tables disagree on its test checkpoints "
                 f"(generations: {steps.tolist()}, nll: {test_nll_steps[traj].tolist()})"
             )
-        if validation is not None:
-            if traj not in val_steps:
-                raise CkptselError(f"{_describe(gpath, traj)}: test records but no validation records")
-            if not np.array_equal(steps, val_steps[traj]):
-                raise CkptselError(
-                    f"trajectory {traj!r}: validation and test records disagree on its checkpoints "
-                    f"(validation: {val_steps[traj].tolist()}, test: {steps.tolist()})"
-                )
         _check_test_nll(test_nll, traj, steps, item_ids)
         if len(item_ids) < 2:
             raise CkptselError(
@@ -541,11 +566,55 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
             )
         )
     _check_test_pools(out, gpath)
-    if validation is not None:
-        missing = sorted(set(val_steps) - {t.trajectory for t in out})
-        if missing:
-            raise CkptselError(f"{gpath}: trajectory {missing[0]!r} has validation but no test records")
     return out
+
+
+# --------------------------------------------------------------------------- the cached form
+def _encode_validation(loaded: list[ValidationData]) -> dict[str, np.ndarray]:
+    """``loaded`` as named arrays for :func:`ckptsel.records.memo.cached` (shapes kept)."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = []
+    for i, v in enumerate(loaded):
+        meta.append([v.trajectory, v.configuration, v.task, v.exclusions, list(v.nll), list(v.n_tokens)])
+        for name in ("steps", "item_ids", "groups", "correct", "answers"):
+            arrays[f"{i}.{name}"] = getattr(v, name)
+        for w, mat in v.nll.items():
+            arrays[f"{i}.nll.{w}"] = mat
+        for w, tok in v.n_tokens.items():
+            arrays[f"{i}.n_tokens.{w}"] = tok
+    return {"meta": memo.json_array(meta), **arrays}
+
+
+def _decode_validation(arrays) -> list[ValidationData]:
+    out = []
+    for i, (traj, configuration, task, exclusions, nll_w, tok_w) in enumerate(memo.array_json(arrays["meta"])):
+        a = {name: arrays[f"{i}.{name}"] for name in ("steps", "item_ids", "groups", "correct", "answers")}
+        out.append(
+            ValidationData(
+                trajectory=traj, configuration=configuration, task=task, **a,
+                nll={w: arrays[f"{i}.nll.{w}"] for w in nll_w},
+                n_tokens={w: arrays[f"{i}.n_tokens.{w}"] for w in tok_w}, exclusions=exclusions,
+            )
+        )  # fmt: skip
+    return out
+
+
+_TEST_ARRAYS = ("steps", "item_ids", "subtasks", "correct", "answers", "groups")
+
+
+def _encode_test(loaded: list[TestData]) -> dict[str, np.ndarray]:
+    """``loaded`` as named arrays for :func:`ckptsel.records.memo.cached` (shapes kept)."""
+    arrays = {f"{i}.{name}": getattr(t, name) for i, t in enumerate(loaded) for name in _TEST_ARRAYS}
+    meta = [[t.trajectory, t.configuration, t.task] for t in loaded]
+    return {"meta": memo.json_array(meta), **arrays}
+
+
+def _decode_test(arrays) -> list[TestData]:
+    return [
+        TestData(trajectory=traj, configuration=configuration, task=task,
+                 **{name: arrays[f"{i}.{name}"] for name in _TEST_ARRAYS})  # fmt: skip
+        for i, (traj, configuration, task) in enumerate(memo.array_json(arrays["meta"]))
+    ]
 
 
 def _test_nll_steps(records_dir: Path, table: _TestNll | None = None) -> dict[str, np.ndarray]:

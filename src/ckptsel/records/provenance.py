@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ckptsel._util.locations import Location, as_location
+from ckptsel.records import memo
 from ckptsel.records.codec import read_schema
 from ckptsel.records.units import list_units, single_file
 
@@ -150,8 +153,28 @@ def single_file_metadata(per_trajectory: dict[str, TrajectoryProvenance]) -> dic
 
 
 def study_provenance(records_dir: Path | Location | str) -> dict[str, dict[str, TrajectoryProvenance]]:
-    """Every trajectory's provenance, per kind (``generations``, ``nll``)."""
-    return {kind: read_provenance(records_dir, kind) for kind in PROVENANCE_KINDS}
+    """Every trajectory's provenance, per kind (``generations``, ``nll``); the footers of
+    thousands of units are read once per state of the records (:mod:`ckptsel.records.memo`)."""
+    return memo.cached(
+        records_dir, "provenance",
+        lambda: {kind: read_provenance(records_dir, kind) for kind in PROVENANCE_KINDS},
+        _encode, _decode,
+    )  # fmt: skip
+
+
+def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.ndarray]:
+    plain = {
+        kind: {t: [sorted(p.measured_by), sorted(p.mixed), p.units, p.unrecorded] for t, p in per.items()}
+        for kind, per in study.items()
+    }
+    return {"study": memo.json_array(plain)}
+
+
+def _decode(arrays) -> dict[str, dict[str, TrajectoryProvenance]]:
+    return {
+        kind: {t: TrajectoryProvenance(set(m), set(x), u, n) for t, (m, x, u, n) in per.items()}
+        for kind, per in memo.array_json(arrays["study"]).items()
+    }
 
 
 def _count(n: int, noun: str) -> str:

@@ -51,9 +51,15 @@ class UnitFile:
 
     trajectory: str
     step: int
-    path: Location
+    where: Location | str  # a local unit's path stays a plain string until asked for
     size: int
     tag: str
+
+    @property
+    def path(self) -> Location:
+        """Where the unit is (built on demand: listing thousands of units stays cheap)."""
+        w = self.where
+        return w if isinstance(w, Location) else Location(Path(w))
 
 
 def list_units(records_dir: Path | Location | str, kind: str) -> list[UnitFile]:
@@ -75,7 +81,7 @@ def list_units(records_dir: Path | Location | str, kind: str) -> list[UnitFile]:
                 if m and e.is_file():
                     st = e.stat()
                     found.append(
-                        UnitFile(traj, int(m.group(1)), Location(Path(e.path)), st.st_size, str(st.st_mtime_ns))
+                        UnitFile(traj, int(m.group(1)), e.path, st.st_size, str(st.st_mtime_ns))
                     )
         out.extend(sorted(found, key=lambda u: u.step))
     return out

@@ -1,0 +1,173 @@
+"""A derived cache of what loading computes from a records folder (safe to delete).
+
+Turning millions of record rows into per-trajectory arrays — reading them, coding their
+strings, checking the contract, placing them on (checkpoint × item) grids — is most of what a
+paper-scale ``analyze`` used to spend (about 7 s of 13 s on 2 cores), and it gives the same
+arrays every time the records are the same. :func:`cached` keeps those arrays in
+``<records>/.cache/<name>.arrays``, keyed by everything the result depends on:
+
+* every records file the loaders read — the single files and every unit of generations and
+  NLL, by name, size and version (modification time in ns; as the read cache of
+  :mod:`ckptsel.records.scan` is keyed);
+* the declared final steps (``final_steps.json`` beside or above the records), by content;
+* the loaders' own source code (a changed loader never reads an older loader's arrays).
+
+A hit returns what the computation returned then, arrays and all; a miss computes, and
+stores the result when the records did not change meanwhile (the key is taken before and
+after). Errors are never cached: bad records raise every time. Records at a URL, or a
+folder that cannot be written, are simply computed each time. The cache is never a source
+of truth: deleting ``.cache`` only costs the next load its time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from ckptsel._util import io as atomic
+from ckptsel._util.locations import Location, as_location
+from ckptsel.errors import CkptselError
+from ckptsel.records.schema import FINAL_STEPS_FILE
+from ckptsel.records.units import SINGLE_FILES, list_units, single_file
+
+MEMO_DIR = ".cache"  # inside the records folder (hidden: not records, never hashed as such)
+FORMAT = 2  # bump when what is stored changes shape
+
+T = TypeVar("T")
+Arrays = Mapping[str, np.ndarray]
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """SHA-256 of the modules whose code decides the loaded arrays."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for module in ("codec", "load", "memo", "provenance", "scan", "schema", "units"):
+        h.update((here / f"{module}.py").read_bytes())
+    return h.hexdigest()
+
+
+def source_key(records_dir: Location, name: str) -> str:
+    """What ``name``'s arrays depend on, as one SHA-256 (see the module docstring)."""
+    files = {}
+    for kind in SINGLE_FILES:
+        single = single_file(records_dir, kind)
+        info = single.info() if single is not None else None
+        files[kind] = {
+            "single": None if info is None else [info.size, info.tag],
+            "units": [[u.trajectory, u.step, u.size, u.tag] for u in list_units(records_dir, kind)],
+        }
+    declared = []
+    for candidate in (records_dir / FINAL_STEPS_FILE, records_dir.parent / FINAL_STEPS_FILE):
+        declared.append(candidate.read_bytes().hex() if candidate.is_file() else None)
+    blob = json.dumps([FORMAT, name, _code_digest(), files, declared])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_MAGIC = b"CKPTSEL-MEMO\n"
+
+
+def _read(path: Path, key: str) -> dict[str, np.ndarray] | None:
+    """The stored arrays when ``path`` holds them under ``key``, else None (missing, stale or
+    damaged: all mean "compute"). One read into one writable buffer; the arrays are views."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = bytearray(size)
+            if f.readinto(buf) != size or not buf.startswith(_MAGIC):
+                return None
+        head_len = int.from_bytes(buf[len(_MAGIC) : len(_MAGIC) + 8], "little")
+        start = len(_MAGIC) + 8 + head_len
+        head = json.loads(bytes(buf[len(_MAGIC) + 8 : start]))
+        if head["key"] != key or head["size"] != size - start:
+            return None
+        data = memoryview(buf)[start:]
+        if zlib.crc32(data) != head["crc32"]:
+            return None
+        return {
+            name: _widen(np.frombuffer(data, np.dtype(stored), int(np.prod(shape)), offset).reshape(shape), dtype)
+            for name, (stored, shape, offset, dtype) in head["arrays"].items()
+        }
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _narrowest(array: np.ndarray) -> np.ndarray:
+    """Integers in the smallest signed type that holds them (answer codes, token counts:
+    int64 in memory, mostly small), contiguous; anything else as it is."""
+    if array.dtype.kind in "iu" and array.size:
+        lo, hi = int(array.min()), int(array.max())
+        for t in (np.int8, np.int16, np.int32):
+            if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+                return np.ascontiguousarray(array, dtype=t)
+    return np.ascontiguousarray(array)
+
+
+def _widen(array: np.ndarray, dtype: str) -> np.ndarray:
+    """A stored array back in its own dtype (a writable copy when narrowed, else a view)."""
+    return array if array.dtype.str == dtype else array.astype(np.dtype(dtype))
+
+
+def _write(path: Path, key: str, arrays: Arrays) -> None:
+    """``arrays`` (C order) after a JSON header naming each one's dtype, shape and offset."""
+    parts, index, offset = [], {}, 0
+    for name, array in arrays.items():
+        array = np.asarray(array)
+        if array.dtype.hasobject:
+            raise TypeError(f"{name}: object arrays are not stored")
+        stored = _narrowest(array)
+        pad = -offset % 16  # aligned views
+        parts.append(b"\0" * pad)
+        offset += pad
+        index[name] = [stored.dtype.str, list(array.shape), offset, array.dtype.str]
+        parts.append(stored.tobytes())
+        offset += stored.nbytes
+    payload = b"".join(parts)
+    head = json.dumps(
+        {"key": key, "size": len(payload), "crc32": zlib.crc32(payload), "arrays": index}
+    ).encode()
+    try:
+        atomic.write_bytes(path, _MAGIC + len(head).to_bytes(8, "little") + head + payload)
+    except CkptselError:  # a read-only records folder: the next load computes again
+        pass
+
+
+def cached(
+    records_dir: Path | Location | str,
+    name: str,
+    compute: Callable[[], T],
+    encode: Callable[[T], Arrays],
+    decode: Callable[[Arrays], T],
+) -> T:
+    """``compute()`` for the records in ``records_dir``, or what it gave last time for the same
+    records (stored as ``encode(result)``, given back as ``decode(arrays)``)."""
+    records_dir = as_location(records_dir)
+    if not records_dir.is_local:
+        return compute()
+    path = records_dir.local / MEMO_DIR / f"{name}.arrays"
+    key = source_key(records_dir, name)
+    stored = _read(path, key)
+    if stored is not None:
+        return decode(stored)
+    result = compute()
+    if source_key(records_dir, name) == key:  # records unchanged while computing
+        _write(path, key, encode(result))
+    return result
+
+
+def json_array(value) -> np.ndarray:
+    """A JSON-able value as a ``uint8`` array (for metadata stored beside arrays)."""
+    return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
+
+
+def array_json(array: np.ndarray):
+    """Inverse of :func:`json_array`."""
+    return json.loads(bytes(array).decode())
