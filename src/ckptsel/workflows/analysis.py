@@ -107,28 +107,30 @@ def evaluate_frozen(
 
 
 def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
-    """Per checkpoint: test accuracy, and validation accuracy / matched NLL on the eligible pool."""
-    frames = []
-    for v in validation:
+    """Per checkpoint: test accuracy, and validation accuracy / matched NLL on the eligible pool
+    (one row per trajectory × checkpoint, trajectories in ``validation`` order)."""
+    counts = [len(v.steps) for v in validation]
+
+    def each(name: str) -> np.ndarray:  # a per-trajectory label, once per checkpoint
+        return np.repeat(np.array([getattr(v, name) for v in validation], dtype=object), counts)
+
+    def nll_curve(v: ValidationData) -> np.ndarray:  # (T,)
         nll = v.nll.get(MATCHED_WINDOW)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "trajectory": v.trajectory,
-                    "configuration": v.configuration,
-                    "task": v.task,
-                    "step": v.steps.astype(np.int64),
-                    "test_accuracy": scored.test_accuracy[v.trajectory],
-                    "validation_accuracy": 100.0 * v.correct.mean(axis=1),
-                    "validation_nll": (
-                        nll.sum(axis=1) / v.n_tokens[MATCHED_WINDOW].sum()
-                        if nll is not None
-                        else np.full(len(v.steps), np.nan)
-                    ),
-                }
-            )
-        )
-    return pd.concat(frames, ignore_index=True)
+        if nll is None:
+            return np.full(len(v.steps), np.nan)
+        return nll.sum(axis=1) / v.n_tokens[MATCHED_WINDOW].sum()
+
+    return pd.DataFrame(
+        {
+            "trajectory": each("trajectory"),
+            "configuration": each("configuration"),
+            "task": each("task"),
+            "step": np.concatenate([v.steps.astype(np.int64) for v in validation]),
+            "test_accuracy": np.concatenate([scored.test_accuracy[v.trajectory] for v in validation]),
+            "validation_accuracy": np.concatenate([100.0 * v.correct.mean(axis=1) for v in validation]),
+            "validation_nll": np.concatenate([nll_curve(v) for v in validation]),
+        }
+    )
 
 
 def summary_json(summary: Summary | dict) -> str:
