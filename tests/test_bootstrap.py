@@ -94,3 +94,74 @@ def test_leave_one_out_means():
     sums = np.array([[2.0], [4.0], [9.0]])
     sizes = np.array([[1.0], [2.0], [3.0]])
     np.testing.assert_allclose(bs.leave_one_out_means(sums, sizes)[:, 0], [13 / 5, 11 / 4, 6 / 3])
+
+
+def _one_call_counts(n_units, size, draws, rng):
+    """The counts of one ``integers`` call for all draws (the resampler before it drew in blocks)."""
+    idx = rng.integers(0, n_units, size=(draws, size)) + np.arange(draws)[:, None] * n_units
+    return np.bincount(idx.ravel(), minlength=draws * n_units).reshape(draws, n_units)
+
+
+@pytest.mark.parametrize(
+    "n_units, size, draws",
+    [(7, 7, 50), (4000, 4000, 37), (1319, 1319, 111), (500, 200, 333), (3, 70000, 5), (1, 1, 4), (9, 0, 3)],
+)
+def test_draw_counts_in_blocks_are_the_counts_of_one_call(n_units, size, draws):
+    from ckptsel.stats import draw_counts
+
+    a, b = np.random.default_rng([5, 2, 1, 0]), np.random.default_rng([5, 2, 1, 0])
+    got = draw_counts(n_units, size, draws, a)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, _one_call_counts(n_units, size, draws, b))
+    assert a.random() == b.random()  # the generator is left where one call leaves it
+    out = np.empty((draws, n_units), dtype=np.float32)
+    assert draw_counts(n_units, size, draws, np.random.default_rng([5, 2, 1, 0]), out=out) is out
+    np.testing.assert_array_equal(out, got)
+
+
+def test_map_chunks_gives_every_chunk_its_own_draws_whatever_the_threads():
+    from ckptsel.stats import chunked_counts, map_chunks
+
+    draws, key = 3 * CHUNK + 17, (4, 2, 1)
+    expected = np.concatenate([C for _, C in chunked_counts(23, draws, key)])
+    for workers in (1, 2, 3):
+        got = np.full((draws, 23), np.nan, dtype=np.float32)
+
+        def work(rows, C, got=got):
+            got[rows] = C
+
+        map_chunks(work, 23, draws, key, dtype=np.float32, workers=workers)
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ZeroDivisionError):  # an error in a chunk reaches the caller
+        map_chunks(lambda rows, C: 1 / 0, 23, draws, key, workers=2)
+
+
+def test_percentile_interval_is_np_quantile_bit_for_bit():
+    rng = np.random.default_rng(7)
+    cases = [
+        rng.normal(size=(20000, 5)),
+        rng.normal(size=(1000, 3)) * 1e-300,
+        np.round(rng.normal(size=(999, 4)), 1),  # many ties
+        rng.integers(-3, 4, size=(37, 6)).astype(float),  # ties and (positive) zeros
+        rng.normal(size=(1, 3)),
+        rng.normal(size=(2, 3)),
+        np.array([[1.0, np.inf], [2.0, 5.0], [-np.inf, np.inf], [0.0, 3.0]]),
+        np.zeros((50, 2)),
+    ]
+    for x in cases:
+        for level in (0.95, 0.9, 0.5, 0.99, 0.999999, 0.0, 1.0):
+            alpha = (1.0 - level) / 2.0
+            with np.errstate(invalid="ignore"):
+                want = np.quantile(x, [alpha, 1.0 - alpha], axis=0)
+                got = np.stack(bs.percentile_interval(x, level))
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+            np.testing.assert_array_equal(got, want)
+    # a negative zero where a zero is picked: np.quantile's selection order decides the sign
+    x = np.array([[0.0, 1.0], [-0.0, 2.0], [0.0, 3.0], [-0.0, 4.0]])
+    assert bs.sorted_quantiles(x, [0.25, 0.75]) is None
+    want = np.quantile(x, [0.25, 0.75], axis=0)
+    got = np.stack(bs.percentile_interval(x, 0.5))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    x[:, 0] = [np.nan, 1.0, 2.0, 3.0]  # NaN: np.nanquantile
+    lo, hi = bs.percentile_interval(x, 0.5)
+    np.testing.assert_array_equal(np.stack([lo, hi]), np.nanquantile(x, [0.25, 0.75], axis=0))

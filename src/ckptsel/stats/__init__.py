@@ -28,6 +28,7 @@ from ckptsel.stats.resample import (
     cluster_sums,
     clustered_means,
     draw_counts,
+    map_chunks,
     question_weights,
     resample_counts,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "clustered_means",
     "draw_counts",
     "est",
+    "map_chunks",
     "mcnemar_exact",
     "model_confidence_set",
     "naive_winner",
