@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from ckptsel._util import rng as streams
 from ckptsel.choose import core
 from ckptsel.choose.rules import H_BASELINE, RULES
 from ckptsel.choose.settings import ChoiceSettings, budget_labels_for_pool
@@ -82,8 +83,8 @@ class PoolSubsets:
         n = len(item_ids)
         keys = core.string_keys(item_ids)
         finite, labels = budget_labels_for_pool(n, settings.budgets)
-        orders = core.permutations(keys, settings.seed, settings.permutations)
-        nested = core.NestedSubsets(orders, finite, n) if finite else None
+        h = core.hashed_ranks(keys, settings.seed, streams.PERMUTATIONS, settings.permutations)  # (P, n)
+        nested = core.NestedSubsets.of_hashes(h, finite) if finite else None  # of core.permutations
         group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
         n_groups = len(group_names)
         ov_orders = core.one_variant_orders(
@@ -94,48 +95,92 @@ class PoolSubsets:
         return cls(labels, nested, ov_labels, core.NestedSubsets(ov_orders, [*ov_finite, n_groups], n))
 
 
+@dataclass
+class _Signals:
+    """One trajectory's signals and what summing them over the subsets needs."""
+
+    sig: dict[str, np.ndarray]  # rule -> (T, n) validation signal
+    thin: dict[int, np.ndarray]  # thinning factor k -> kept checkpoint indices (two or more)
+    redo: dict[tuple[int, str], np.ndarray]  # (k, rule) -> (T_k, n) grid-dependent signal, redone
+    nested: dict  # everything summed over the nested subsets (sig, redo, the window-0 NLL)
+    firsts: dict  # key of a float signal -> (T,) its first identical rows
+
+    @classmethod
+    def of(cls, v: ValidationData) -> _Signals:
+        sig = signals(v)
+        # checkpoint thinning: accuracy/NLL sums are row subsets; grid-dependent signals
+        # (agreement's pluralities) are redone on the thinned grid (one checkpoint: no choice)
+        thin = {k: idx for k in THINNING if len(idx := core.thinned_indices(len(v.steps), k)) >= 2}
+        redo = {
+            (k, r): RULES[r].signal(thinned(v, idx)) for k, idx in thin.items() for r in sig if RULES[r].grid_dependent
+        }
+        nested: dict = {**sig, **redo}
+        if COMPLETE_WINDOW in v.nll:  # complete-response NLL control: window-0 sums, same subsets
+            nested[(COMPLETE_WINDOW, H_BASELINE)] = v.nll[COMPLETE_WINDOW]
+        firsts = {key: core.first_identical_row(a) for key, a in nested.items() if a.dtype.kind not in "biu"}
+        return cls(sig, thin, redo, nested, firsts)
+
+
+def _subset_sums(
+    subsets: core.NestedSubsets | None, sigs: list[dict], firsts: list[dict], P: int
+) -> list[dict]:
+    """Per trajectory, ``(T_k, P, B)`` sums of every signal ``(T_k, n)`` over the subsets: the
+    integer signals of all the trajectories in one float32 product (exact), the float signals
+    (NLL) in one float64 product that chooses as each signal's own would
+    (:meth:`~ckptsel.choose.core.NestedSubsets.ordered_sums`, with the identical-row maps ``firsts``)."""
+    if subsets is None:
+        return [{key: np.zeros((a.shape[0], P, 0)) for key, a in sig.items()} for sig in sigs]
+    counts = [(j, key) for j, sig in enumerate(sigs) for key, a in sig.items() if a.dtype.kind in "biu"]
+    summed = subsets.count_sums([sigs[j][key] for j, key in counts]) if counts else []
+    out: list[dict] = [{} for _ in sigs]
+    for (j, key), sums in zip(counts, summed, strict=True):
+        out[j][key] = sums
+    floats = [(j, key) for j, sig in enumerate(sigs) for key in sig if key not in out[j]]
+    summed = subsets.ordered_sums([sigs[j][key] for j, key in floats], [firsts[j][key] for j, key in floats]) if floats else []
+    for (j, key), sums in zip(floats, summed, strict=True):
+        out[j][key] = sums
+    return [{key: out[j][key] for key in sig} for j, sig in enumerate(sigs)]
+
+
 def choose_trajectory(
     v: ValidationData, settings: ChoiceSettings, subsets: PoolSubsets | None = None
 ) -> dict[tuple[str, str, str], np.ndarray]:
     """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``."""
-    T = v.correct.shape[0]
     subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
-    labels = subsets.labels
-    P = settings.permutations
-    sig = signals(v)
+    s = _Signals.of(v)
+    (prefix,) = _subset_sums(subsets.nested, [s.nested], [s.firsts], settings.permutations)
+    (ov,) = _subset_sums(subsets.one_variant, [s.sig], [s.firsts], settings.permutations)
+    return _choices(v, s, subsets, prefix, ov)
 
-    def prefix(sig: np.ndarray) -> np.ndarray:
-        if subsets.nested is None:
-            return np.zeros((sig.shape[0], P, 0))
-        return subsets.nested.sums(sig)
 
+def _choices(
+    v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict, ov: dict
+) -> dict[tuple[str, str, str], np.ndarray]:
+    """:func:`choose_trajectory` from the subset sums ``(T, P, B)`` of its signals: ``prefix``
+    (nested subsets, keys of ``s.nested``) and ``ov`` (one variant per group, keys of ``s.sig``)."""
+    T = v.correct.shape[0]
+    labels, sig = subsets.labels, s.sig
     out: dict[tuple[str, str, str], np.ndarray] = {}
-    scores = {r: prefix(s) for r, s in sig.items()}
-    full = {r: s.sum(axis=1) for r, s in sig.items()}
+    scores = {r: prefix[r] for r in sig}
+    full = {r: a.sum(axis=1) for r, a in sig.items()}
     for key, p in {**_rule_probs(scores, full, labels), **_last(T, labels)}.items():
         out[("nested", *key)] = p
 
     # complete-response NLL control: the NLL rule on window=0 sums, same subsets
     if COMPLETE_WINDOW in v.nll:
         nll0 = v.nll[COMPLETE_WINDOW]
-        control = _rule_probs({H_BASELINE: prefix(nll0)}, {H_BASELINE: nll0.sum(axis=1)}, labels)
+        control = _rule_probs(
+            {H_BASELINE: prefix[(COMPLETE_WINDOW, H_BASELINE)]}, {H_BASELINE: nll0.sum(axis=1)}, labels
+        )
         for (rule, label), p in control.items():
             out[("nll_complete", rule, label)] = p
 
-    # checkpoint thinning: accuracy/NLL sums are row subsets; grid-dependent signals (agreement's
-    # pluralities) are redone on the thinned grid
-    for k in THINNING:
-        idx = core.thinned_indices(T, k)
-        if len(idx) < 2:  # nothing left to choose between: the final checkpoint alone
-            continue
+    # checkpoint thinning: row subsets of the sums, the redone signals' own sums
+    for k, idx in s.thin.items():
         th_scores = {r: sc[idx] for r, sc in scores.items()}
         th_full = {r: f[idx] for r, f in full.items()}
-        redo = [r for r in sig if RULES[r].grid_dependent]
-        if redo:
-            v_k = thinned(v, idx)
-            for r in redo:
-                sig_k = RULES[r].signal(v_k)
-                th_scores[r], th_full[r] = prefix(sig_k), sig_k.sum(axis=1)
+        for r in (r for r in sig if (k, r) in s.redo):
+            th_scores[r], th_full[r] = prefix[(k, r)], s.redo[(k, r)].sum(axis=1)
         for (rule, label), p in {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}.items():
             vec = np.zeros(T)
             vec[idx] = p
@@ -144,8 +189,7 @@ def choose_trajectory(
     # one variant per group: per repetition one eligible variant of each group, groups reordered;
     # its last budget is "all groups", which differs by repetition, so it comes from the masks too
     for rule in (r for r in RULES.values() if r.name in sig):
-        ov = subsets.one_variant.sums(sig[rule.name])
-        probs = core.tie_probabilities(ov, maximize=rule.maximize).mean(axis=1)
+        probs = core.tie_probabilities(ov[rule.name], maximize=rule.maximize).mean(axis=1)
         for b, label in enumerate(subsets.ov_labels):
             out[("one_variant", rule.name, label)] = probs[:, b]
     for (rule, label), p in _last(T, subsets.ov_labels).items():
@@ -153,30 +197,49 @@ def choose_trajectory(
     return out
 
 
-def choose(validation: list[ValidationData], settings: ChoiceSettings) -> pd.DataFrame:
-    """Frozen-choice table for every trajectory (rows with non-zero probability only)."""
-    frames = []
-    pools: dict[bytes, PoolSubsets] = {}
-    for v in validation:
+def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) -> list[dict]:
+    """:func:`choose_trajectory` of every trajectory; trajectories that share a pool share its
+    subsets and one product for all their integer signals."""
+    pools: dict[bytes, list[int]] = {}
+    for j, v in enumerate(validation):
         key = hashlib.sha256("\n".join([*v.item_ids, "\x00", *v.groups]).encode()).digest()
-        if key not in pools:  # trajectories sharing a pool share its subsets
-            pools[key] = PoolSubsets.build(v.item_ids, v.groups, settings)
-        picked = choose_trajectory(v, settings, pools[key])
-        keys = list(picked)
-        probs = np.stack([picked[k] for k in keys])  # (K, T)
+        pools.setdefault(key, []).append(j)
+    picked: list[dict] = [{} for _ in validation]
+    P = settings.permutations
+    for members in pools.values():
+        first = validation[members[0]]
+        subsets = PoolSubsets.build(first.item_ids, first.groups, settings)
+        sigs = [_Signals.of(validation[j]) for j in members]
+        firsts = [s.firsts for s in sigs]
+        prefix = _subset_sums(subsets.nested, [s.nested for s in sigs], firsts, P)
+        ov = _subset_sums(subsets.one_variant, [s.sig for s in sigs], firsts, P)
+        for m, j in enumerate(members):
+            picked[j] = _choices(validation[j], sigs[m], subsets, prefix[m], ov[m])
+    return picked
+
+
+def choose(validation: list[ValidationData], settings: ChoiceSettings) -> pd.DataFrame:
+    """Frozen-choice table for every trajectory (rows with non-zero probability only), sorted by
+    trajectory, scheme, rule, budget and step."""
+    picked = _choose_pools(validation, settings)
+    names = [v.trajectory for v in validation]
+    steps = [v.steps.astype(np.int64) for v in validation]
+    # rows are made in table order: trajectories and keys sorted, steps ascending (the loaded
+    # order); otherwise (a repeated trajectory name, unsorted steps) the table is sorted after
+    in_order = len(set(names)) == len(names) and all((np.diff(st) > 0).all() for st in steps)
+    order = sorted(range(len(validation)), key=names.__getitem__) if in_order else range(len(validation))
+    cols: dict[str, list] = {c: [] for c in ("trajectory", "scheme", "rule", "budget", "step", "prob")}
+    for j in order:
+        keys = sorted(picked[j]) if in_order else list(picked[j])
+        probs = np.stack([picked[j][k] for k in keys])  # (K, T)
         k_idx, c_idx = np.nonzero(probs)
-        names = np.array(keys, dtype=object)  # (K, 3)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "trajectory": v.trajectory,
-                    "scheme": names[k_idx, 0],
-                    "rule": names[k_idx, 1],
-                    "budget": names[k_idx, 2],
-                    "step": v.steps[c_idx].astype(np.int64),
-                    "prob": probs[k_idx, c_idx],
-                }
-            )
-        )
-    table = pd.concat(frames, ignore_index=True)
+        key_names = np.array(keys, dtype=object)  # (K, 3)
+        cols["trajectory"].append(np.full(len(k_idx), names[j], dtype=object))
+        for c, col in enumerate(("scheme", "rule", "budget")):
+            cols[col].append(key_names[k_idx, c])
+        cols["step"].append(steps[j][c_idx])
+        cols["prob"].append(probs[k_idx, c_idx])
+    table = pd.DataFrame({c: np.concatenate(parts) for c, parts in cols.items()})
+    if in_order:
+        return table
     return table.sort_values(["trajectory", "scheme", "rule", "budget", "step"], kind="stable").reset_index(drop=True)

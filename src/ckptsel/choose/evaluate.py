@@ -22,28 +22,38 @@ from ckptsel.records import TestData
 
 
 # --------------------------------------------------------------------------- matched half
+def selection_halves(orders: np.ndarray) -> np.ndarray:
+    """``(N, P)`` float32 indicator of ``S``, the first ⌊N/2⌋ items of each order row (P × N)."""
+    n_items = orders.shape[1]
+    in_s = np.zeros((n_items, orders.shape[0]), dtype=np.float32)
+    in_s[orders[:, : n_items // 2], np.arange(orders.shape[0])[:, None]] = 1.0
+    return in_s
+
+
 def matched_half(
-    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray
+    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray | None, in_s: np.ndarray | None = None
 ) -> dict[str, dict[str, float]]:
     """Same-item optimism on the test pool (SPEC §5), averaged over partitions and directions.
 
     ``orders`` (P, N) are random orders of the test items; the first ⌊N/2⌋ form ``S``. The
     rule selects on ``S`` (oracle: correctness counts; agreement: agreement counts) and the
     same choice is scored on ``S`` (G_in) and on ``S̄`` (G_out); then the roles swap.
+    ``in_s``: the ``(N, P)`` indicator of ``S`` (:func:`selection_halves` of ``orders``), when the
+    caller has it (then ``orders`` may be None).
     """
     n_items = correct.shape[1]
     half = n_items // 2
     sizes = np.array([half, n_items - half], dtype=np.float64)
-    in_s = np.zeros(orders.shape, dtype=np.float64)
-    np.put_along_axis(in_s, orders[:, :half], 1.0, axis=1)  # (P, N) indicator of S
-    correct_f = correct.astype(np.float64)
-    acc_s = correct_f @ in_s.T  # (T, P) correct counts on S
-    acc_total = correct_f.sum(axis=1, keepdims=True)
-    acc_halves = np.stack([acc_s, acc_total - acc_s])  # (2, T, P): counts on S, S̄
+    in_s = selection_halves(orders) if in_s is None else in_s
+    # counts on S of both signals in one float32 product (exact: integers below 2**24)
+    counts = np.concatenate([correct, agree]).astype(np.float32)  # (2T, N)
+    on_s = (counts @ in_s).astype(np.float64)  # (2T, P)
+    totals = counts.sum(axis=1, keepdims=True, dtype=np.float64)  # (2T, 1)
+    T = correct.shape[0]
+    acc_s, agr_s = on_s[:T], on_s[T:]
+    acc_halves = np.stack([acc_s, totals[:T] - acc_s])  # (2, T, P): counts on S, S̄
     signals = {"oracle": acc_halves}
-    agree_f = agree.astype(np.float64)
-    agr_s = agree_f @ in_s.T
-    signals["agreement"] = np.stack([agr_s, agree_f.sum(axis=1, keepdims=True) - agr_s])
+    signals["agreement"] = np.stack([agr_s, totals[T:] - agr_s])
     acc_rate = acc_halves / sizes[:, None, None]  # (2, T, P)
     out: dict[str, dict[str, float]] = {}
     for rule, sig in signals.items():
@@ -161,7 +171,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
     J = len(tests)
     values = np.full((J, len(all_names)), np.nan)
     weights: list[dict[Name, np.ndarray]] = []
-    half_orders: dict[bytes, np.ndarray] = {}
+    halves: dict[bytes, np.ndarray] = {}  # test pool -> (N, P) indicator of S
     test_accuracy, steps = {}, {}
     for j, t in enumerate(tests):
         vectors = frozen.vectors(t.trajectory, t.steps)
@@ -172,12 +182,12 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         for name, vec in w.items():
             values[j, index[name]] = vec @ acc
         key = t.item_ids.tobytes()
-        if key not in half_orders:  # trajectories of one task share the test pool's partitions
-            half_orders[key] = core.permutations(
-                core.string_keys(t.item_ids), settings.seed, partitions, stream=streams.MATCHED_HALF
-            )
+        if key not in halves:  # trajectories of one task share the test pool's partitions
+            # S: the first half of each core.permutations order of the test items (stream MATCHED_HALF)
+            h = core.hashed_ranks(core.string_keys(t.item_ids), settings.seed, streams.MATCHED_HALF, partitions)
+            halves[key] = core.first_of_orders(h, [len(t.item_ids) // 2])[:, 0, :].astype(np.float32)
         agree = core.plurality_agreement(t.answers)
-        for rule, stats in matched_half(t.correct, agree, half_orders[key]).items():
+        for rule, stats in matched_half(t.correct, agree, None, halves[key]).items():
             for stat, val in stats.items():
                 values[j, index[("MH", rule, stat, "")]] = val
         a, b = vectors.get(("nested", "nll", FULL)), vectors.get(("nll_complete", "nll", FULL))

@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -56,19 +57,53 @@ class FrozenChoices:
 
     def vectors(self, trajectory: str, steps: np.ndarray) -> dict[tuple[str, str, str], np.ndarray]:
         """``(scheme, rule, budget) -> (T,)`` selection probabilities over ``steps``."""
-        rows = self.table[self.table["trajectory"] == trajectory]
-        if rows.empty:
+        rows, key_codes, keys = self._by_trajectory.get(trajectory, (None, None, None))
+        if rows is None:
             raise CkptselError(f"trajectory {trajectory!r} has test records but no frozen choices")
-        col = np.searchsorted(steps, rows["step"].to_numpy())
-        if (col >= len(steps)).any() or not np.array_equal(steps[np.minimum(col, len(steps) - 1)], rows["step"].to_numpy()):
+        row_steps = self._steps[rows]
+        col = np.searchsorted(steps, row_steps)
+        if (col >= len(steps)).any() or not np.array_equal(steps[np.minimum(col, len(steps) - 1)], row_steps):
             raise CkptselError(
                 f"trajectory {trajectory!r}: frozen choices name checkpoints that have no test records"
             )
-        keys = list(zip(rows["scheme"], rows["rule"], rows["budget"], strict=True))
-        uniq, inv = np.unique(np.array(["\x00".join(k) for k in keys]), return_inverse=True)
-        mats = np.zeros((len(uniq), len(steps)))
-        mats[inv, col] = rows["prob"].to_numpy()
-        return {tuple(u.split("\x00")): mats[i] for i, u in enumerate(uniq)}
+        mats = np.zeros((len(keys), len(steps)))
+        mats[key_codes, col] = self._probs[rows]
+        return {key: mats[i] for i, key in enumerate(keys)}
+
+    @cached_property
+    def _steps(self) -> np.ndarray:
+        return self.table["step"].to_numpy()
+
+    @cached_property
+    def _probs(self) -> np.ndarray:
+        return self.table["prob"].to_numpy()
+
+    @cached_property
+    def _by_trajectory(self) -> dict[str, tuple[np.ndarray, np.ndarray, list[tuple[str, str, str]]]]:
+        """Per trajectory: its rows (in table order), each row's key code and the keys, in string
+        order (one pass over the table for all trajectories)."""
+        if self.table.empty:
+            return {}
+        traj, traj_names = pd.factorize(self.table["trajectory"])
+        parts = [pd.factorize(self.table[c]) for c in ("scheme", "rule", "budget")]
+        dims = [len(uniques) for _, uniques in parts]
+        used, key = np.unique(np.ravel_multi_index([codes for codes, _ in parts], dims), return_inverse=True)
+        names = [
+            tuple(str(uniques[c]) for (_, uniques), c in zip(parts, cs, strict=True))
+            for cs in zip(*np.unravel_index(used, dims), strict=True)
+        ]
+        rank = np.argsort(np.array(["\x00".join(k) for k in names]), kind="stable")  # (K,) string order
+        key_rank = np.empty_like(rank)
+        key_rank[rank] = np.arange(len(rank))
+        key = key_rank[key]  # (rows,) each row's key, numbered in string order
+        by_traj = np.argsort(traj, kind="stable")
+        bounds = np.searchsorted(traj[by_traj], np.arange(len(traj_names) + 1))
+        out = {}
+        for t, name in enumerate(traj_names):
+            rows = by_traj[bounds[t] : bounds[t + 1]]
+            codes, inv = np.unique(key[rows], return_inverse=True)
+            out[str(name)] = (rows, inv, [names[rank[c]] for c in codes])
+        return out
 
 
 def load_frozen(out_dir: Path) -> FrozenChoices:
