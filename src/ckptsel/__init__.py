@@ -8,7 +8,7 @@ One package per stage, in the order data flows (ARCHITECTURE.md): ``records`` (t
 
 from ckptsel._util.blas import pin_kernels
 
-pin_kernels()  # before numpy loads: the same float results on every x86-64 CPU (_util/blas.py)
+pin_kernels()  # before numpy/torch load: the same float results on every x86-64 CPU (_util/blas.py)
 
 from ckptsel import _moved  # noqa: E402
 
