@@ -39,7 +39,7 @@ from ckptsel.records.schema import FINAL_STEPS_FILE
 from ckptsel.records.units import SINGLE_FILES, list_units, single_file
 
 MEMO_DIR = ".cache"  # inside the records folder (hidden: not records, never hashed as such)
-FORMAT = 2  # bump when what is stored changes shape
+FORMAT = 3  # bump when what is stored changes shape
 
 T = TypeVar("T")
 Arrays = Mapping[str, np.ndarray]
@@ -93,8 +93,8 @@ def _read(path: Path, key: str) -> dict[str, np.ndarray] | None:
         if zlib.crc32(data) != head["crc32"]:
             return None
         return {
-            name: _widen(np.frombuffer(data, np.dtype(stored), int(np.prod(shape)), offset).reshape(shape), dtype)
-            for name, (stored, shape, offset, dtype) in head["arrays"].items()
+            name: _widen(_view(data, np.dtype(stored), shape, offset, fortran), dtype)
+            for name, (stored, shape, offset, dtype, fortran) in head["arrays"].items()
         }
     except (OSError, KeyError, ValueError, TypeError):
         return None
@@ -111,9 +111,16 @@ def _narrowest(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def _view(data: memoryview, stored: np.dtype, shape: list[int], offset: int, fortran: bool) -> np.ndarray:
+    """A stored array as a view of ``data``, in its own memory order (C, or F when ``fortran``)."""
+    flat = np.frombuffer(data, stored, int(np.prod(shape)), offset)
+    return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
+
+
 def _widen(array: np.ndarray, dtype: str) -> np.ndarray:
-    """A stored array back in its own dtype (a writable copy when narrowed, else a view)."""
-    return array if array.dtype.str == dtype else array.astype(np.dtype(dtype))
+    """A stored array back in its own dtype and memory order (a writable copy when narrowed,
+    else a view)."""
+    return array if array.dtype.str == dtype else array.astype(np.dtype(dtype), order="K")
 
 
 def _write(path: Path, key: str, arrays: Arrays) -> None:
@@ -123,11 +130,14 @@ def _write(path: Path, key: str, arrays: Arrays) -> None:
         array = np.asarray(array)
         if array.dtype.hasobject:
             raise TypeError(f"{name}: object arrays are not stored")
-        stored = _narrowest(array)
-        pad = -offset % 16  # aligned views
+        # the memory order is kept: numpy sums a row of an F-ordered matrix in another order
+        # than a row of a C-ordered one (last bits), so a cached array must be laid out as computed
+        fortran = bool(array.ndim > 1 and array.flags.f_contiguous and not array.flags.c_contiguous)
+        stored = _narrowest(array.T if fortran else array)
+        pad = -offset % 64  # aligned views
         parts.append(b"\0" * pad)
         offset += pad
-        index[name] = [stored.dtype.str, list(array.shape), offset, array.dtype.str]
+        index[name] = [stored.dtype.str, list(array.shape), offset, array.dtype.str, fortran]
         parts.append(stored.tobytes())
         offset += stored.nbytes
     payload = b"".join(parts)
