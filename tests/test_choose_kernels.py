@@ -120,3 +120,29 @@ def test_frozen_vectors_group_the_table_by_trajectory():
         frozen.vectors("c", np.array([10]))
     with pytest.raises(Exception, match="no test records"):
         frozen.vectors("b", np.array([10, 20]))
+
+
+def test_canonical_bytes_equal_the_row_by_row_definition():
+    """The hashed form built column-wise equals one f-string per row (floats as repr), for
+    -0.0, NaN, tiny and huge values, negative and large steps, and an empty table."""
+    import json
+
+    from ckptsel.choose.frozen import COLUMNS, canonical_bytes
+
+    def plain(table, settings):
+        lines = [json.dumps(settings.to_dict(), sort_keys=True), ",".join(COLUMNS)]
+        for r in table[COLUMNS].itertuples(index=False):
+            lines.append(f"{r.trajectory},{r.scheme},{r.rule},{r.budget},{int(r.step)},{float(r.prob)!r}")
+        return ("\n".join(lines) + "\n").encode()
+
+    rng = np.random.default_rng(5)
+    n = 400
+    table = pd.DataFrame({
+        "trajectory": rng.choice(["a-s1", "b-s2", "c"], n), "scheme": rng.choice(["nested", "thin-2"], n),
+        "rule": rng.choice(["accuracy", "nll", "final"], n), "budget": rng.choice(["32", "full"], n),
+        "step": rng.integers(-5, 10**12, n),
+        "prob": rng.choice([0.0, -0.0, np.nan, 1 / 3, 1e-05, 2.5e-300, 1.0, 0.1 + 0.2], n),
+    })  # fmt: skip
+    settings = ChoiceSettings()
+    assert canonical_bytes(table, settings) == plain(table, settings)
+    assert canonical_bytes(table.head(0), settings) == plain(table.head(0), settings)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ckptsel._util.io import write_parquet, write_text
 from ckptsel.choose.settings import ChoiceSettings
@@ -21,13 +22,21 @@ COLUMNS = ["trajectory", "scheme", "rule", "budget", "step", "prob"]
 
 # --------------------------------------------------------------------------- freezing
 def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
-    """The hashed form: settings as JSON, then one CSV row per choice, floats as ``repr``."""
+    """The hashed form: settings as JSON, then one CSV row per choice, floats as ``repr``.
+
+    Built column-wise (Arrow joins the fields of every row at once; each distinct probability
+    is ``repr``-ed once, told apart by its bits so that ``-0.0`` stays ``-0.0``)."""
     t = table[COLUMNS]
-    lines = [json.dumps(settings.to_dict(), sort_keys=True), ",".join(COLUMNS)]
-    cols = [t[c].astype(str).tolist() for c in COLUMNS[:4]]
-    cols += [t["step"].astype(np.int64).tolist(), t["prob"].astype(np.float64).tolist()]
-    lines += [f"{a},{b},{c},{d},{e},{f!r}" for a, b, c, d, e, f in zip(*cols, strict=True)]
-    return ("\n".join(lines) + "\n").encode()
+    head = json.dumps(settings.to_dict(), sort_keys=True) + "\n" + ",".join(COLUMNS) + "\n"
+    if len(t) == 0:
+        return head.encode()
+    fields = [pa.array(t[c].astype(str).to_numpy(dtype=object), type=pa.string()) for c in COLUMNS[:4]]
+    fields.append(pa.array(t["step"].to_numpy(dtype=np.int64)).cast(pa.string()))
+    bits = np.ascontiguousarray(t["prob"].to_numpy(dtype=np.float64)).view(np.int64)
+    distinct, which = np.unique(bits, return_inverse=True)
+    fields.append(pa.array([f"{v!r}\n" for v in distinct.view(np.float64).tolist()]).take(which.ravel()))
+    rows = pc.binary_join_element_wise(*fields, ",")
+    return (head + "".join(rows.to_pylist())).encode()
 
 
 def choices_hash(table: pd.DataFrame, settings: ChoiceSettings) -> str:
