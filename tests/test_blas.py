@@ -20,7 +20,7 @@ pinnable = pytest.mark.skipif(
 )
 
 
-def _kernel_in_a_fresh_process(code: str, **env) -> str:
+def _printed_by_a_fresh_process(code: str, **env) -> str:
     clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "MKL_CBWR")}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True,
                          text=True, check=True)  # fmt: skip
@@ -31,15 +31,15 @@ def _kernel_in_a_fresh_process(code: str, **env) -> str:
 def test_ckptsel_loaded_first_pins_the_kernels():
     assert blas_kernel() == KERNEL  # this test session (conftest loads ckptsel first)
     show = "from ckptsel._util.blas import blas_kernel; print(blas_kernel())"
-    assert _kernel_in_a_fresh_process(f"import ckptsel, numpy; {show}") == KERNEL
+    assert _printed_by_a_fresh_process(f"import ckptsel, numpy; {show}") == KERNEL
     # a kernel the user chose is kept
-    assert _kernel_in_a_fresh_process(f"import ckptsel; {show}", OPENBLAS_CORETYPE="Sandybridge") == "Sandybridge"
+    assert _printed_by_a_fresh_process(f"import ckptsel; {show}", OPENBLAS_CORETYPE="Sandybridge") == "Sandybridge"
 
 
 @pinnable
 def test_torch_gets_the_strict_mkl_path_unless_loaded_first():
     show = "import os; print(os.environ.get('MKL_CBWR'))"
     assert os.environ.get("MKL_CBWR") == MKL_PATH  # this session
-    assert _kernel_in_a_fresh_process(f"import ckptsel, torch; {show}") == MKL_PATH
-    assert _kernel_in_a_fresh_process(f"import torch, ckptsel; {show}") == "None"
-    assert _kernel_in_a_fresh_process(f"import ckptsel; {show}", MKL_CBWR="COMPATIBLE") == "COMPATIBLE"
+    assert _printed_by_a_fresh_process(f"import ckptsel, torch; {show}") == MKL_PATH
+    assert _printed_by_a_fresh_process(f"import torch, ckptsel; {show}") == "None"
+    assert _printed_by_a_fresh_process(f"import ckptsel; {show}", MKL_CBWR="COMPATIBLE") == "COMPATIBLE"

@@ -124,7 +124,8 @@ def _widen(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _write(path: Path, key: str, arrays: Arrays) -> None:
-    """``arrays`` (C order) after a JSON header naming each one's dtype, shape and offset."""
+    """``arrays`` after a JSON header naming each one's stored and own dtype, shape, offset and
+    memory order (F-ordered matrices are stored transposed, so they come back F-ordered)."""
     parts, index, offset = [], {}, 0
     for name, array in arrays.items():
         array = np.asarray(array)
