@@ -86,6 +86,26 @@ def test_cache_layouts(tok):
     assert CacheLayout("other").mode(5, 5, 1) == "rowwise"
 
 
+def test_cache_layouts_with_one_shared_kwargs_dict(tok, monkeypatch):
+    """transformers 5.0-5.2x (5.17 on the first GPU check) return one kwargs dict for every
+    layer, not a list per layer: every family crashed in ``cache_layout`` there."""
+    import transformers.cache_utils as cu
+
+    real = cu.get_layer_types_and_kwargs
+
+    def shared_dict(cfg):
+        types, per_layer = real(cfg)
+        windows = {kw.get("sliding_window") for kw in per_layer} - {None}
+        return types, ({"sliding_window": windows.pop()} if windows else {})
+
+    monkeypatch.setattr(cu, "get_layer_types_and_kwargs", shared_dict)
+    assert cache_layout(am.build("llama", tok)) == CacheLayout("full")
+    for family in am.SLIDING:
+        assert cache_layout(am.build(family, tok, attn="eager")) == CacheLayout(
+            "sliding", am.WINDOW
+        )
+
+
 def test_windows_longer_than_the_items_keep_the_single_pass(tok, data):
     prompts, responses = data
     model = am.add_lora(am.build("mistral_sw", tok, sliding_window=256))

@@ -359,7 +359,8 @@ class CacheLayout:
 def cache_layout(model: Any) -> CacheLayout:
     """The model's :class:`CacheLayout`, from the layer types and windows that transformers'
     ``DynamicCache(config=...)`` builds its layers from (``get_layer_types_and_kwargs``,
-    transformers 5); on 4.x, the config's ``layer_types`` / ``sliding_window``."""
+    transformers 5: one kwargs dict for all layers up to 5.2x — 5.17 on the GPU check —, a
+    list of per-layer dicts later); on 4.x, the config's ``layer_types`` / ``sliding_window``."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg = inner.config
     cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
@@ -373,7 +374,10 @@ def cache_layout(model: Any) -> CacheLayout:
         wins = [win] * len(types)
     else:
         types, kwargs = get_layer_types_and_kwargs(cfg)
-        wins = [kw.get("sliding_window") for kw in kwargs]
+        if isinstance(kwargs, dict):  # transformers 5.0-5.2x: one dict shared by every layer
+            wins = [kwargs.get("sliding_window")] * len(types)
+        else:  # later: one dict per layer
+            wins = [kw.get("sliding_window") for kw in kwargs]
     if any(t not in FULL_TYPES + SLIDING_TYPES for t in types):
         return CacheLayout("other")
     sliding = [int(w) for t, w in zip(types, wins, strict=True) if t in SLIDING_TYPES and w]
