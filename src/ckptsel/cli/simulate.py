@@ -17,13 +17,17 @@ def simulate(
     out_dir: Path = typer.Argument(..., help="Folder for the records and the truth."),
     preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace records in OUT_DIR that no simulation wrote."
+    ),
 ) -> None:
     """Write synthetic generations.parquet and nll.parquet (the records contract) plus
-    truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR."""
+    truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR.
+    Records a simulation did not write (a measured folder) are kept unless --force."""
     from ckptsel.sim import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
 
     start = time.perf_counter()
-    out = write_simulation(out_dir, preset, seed)
+    out = write_simulation(out_dir, preset, seed, force=force)
     elapsed = time.perf_counter() - start
     truth = pd.read_parquet(out / TRUTH_FILE)
     gen = pd.read_parquet(out / GENERATIONS_FILE, columns=["task", "split", "item_id"])

@@ -31,10 +31,18 @@ def split(
         "--strict",
         help="Exit 1 when identical question text lands on both sides (different groups).",
     ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Overwrite files in --out that no earlier split wrote (never the input itself).",
+    ),
 ) -> None:
     """Split DATA_FILE into train/validation by whole group (SHA-256 of seed and group
-    key), in the input's format, with a lineage table (lineage.json, lineage.md)."""
-    lin = split_file(data_file, out, seed=seed, val_fraction=val_fraction, group_field=group_field)
+    key), in the input's format, with a lineage table (lineage.json, lineage.md). Files in
+    --out are replaced only when an earlier split wrote them, unchanged, or with --force."""
+    lin = split_file(
+        data_file, out, seed=seed, val_fraction=val_fraction, group_field=group_field, force=force
+    )
     table = Table(title=f"split of {data_file} (group field {lin['group_field']!r})")
     for col in ("side", "records", "groups"):
         table.add_column(col, justify="left" if col == "side" else "right")

@@ -251,6 +251,46 @@ def lineage_markdown(lin: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+LINEAGE_FILES = ("lineage.json", "lineage.md")
+
+
+def _written_by_split(out_dir: Path) -> dict[str, str]:
+    """``{file name: sha256}`` of the outputs an earlier split recorded in ``out_dir``'s
+    ``lineage.json`` (empty when there is none, or it is not a split's); ``lineage.md`` is
+    the split's when ``lineage.json`` is."""
+    try:
+        lin = json.loads((out_dir / "lineage.json").read_text(encoding="utf-8"))
+        files = {f["path"]: f["sha256"] for f in lin["files"].values()}
+        lin["source_sha256"], lin["group_field"]  # noqa: B018 - a split's lineage has both
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return {**files, "lineage.json": "", "lineage.md": ""}
+
+
+def check_outputs(source: Path, out_dir: Path, names: list[str], *, force: bool) -> None:
+    """Refuse (one line) a split that would overwrite its own input, or a file in ``out_dir``
+    that no earlier split wrote (or that changed since), unless ``force``."""
+    targets = [out_dir / n for n in [*names, *LINEAGE_FILES]]
+    for target in targets:
+        if target.exists() and target.resolve() == source.resolve():
+            raise CkptselError(
+                f"{source}: the split would overwrite its own input ({target.name} in "
+                f"{out_dir}); choose another --out"
+            )
+    if force:
+        return
+    ours = _written_by_split(out_dir)
+    for target in targets:
+        if not target.exists():
+            continue
+        digest = ours.get(target.name)
+        if digest is None or (digest and _sha256_text(_read_text(target)) != digest):
+            raise CkptselError(
+                f"{target} exists and was not written by an earlier split (or changed since); "
+                "choose another --out, or pass --force to overwrite it"
+            )
+
+
 def split_file(
     path: Path | Location | str,
     out_dir: Path,
@@ -258,13 +298,20 @@ def split_file(
     seed: int = DATA_SEED,
     val_fraction: float = 0.1,
     group_field: str | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Split a data file into ``out_dir/train.<ext>`` and ``out_dir/validation.<ext>`` in the
     input's format, plus ``lineage.json`` and ``lineage.md``; returns the lineage dict.
-    ``path`` may be a URL (read from this node's copy; the lineage names the URL)."""
+    ``path`` may be a URL (read from this node's copy; the lineage names the URL).
+
+    Never overwrites the input, and overwrites an existing output file only when an earlier
+    split wrote it (``lineage.json`` names it with its unchanged SHA-256) or ``force``."""
     source = str(as_location(path))
     path, out_dir = local_copy(path), Path(out_dir)
+    ext = path.suffix or None
     records, fmt, raw, locs = read_records(path)
+    ext = ext or (".json" if fmt == "json" else ".jsonl")
+    check_outputs(path, out_dir, [f"train{ext}", f"validation{ext}"], force=force)
     text = _read_text(path)  # the layout (indentation) of a JSON list is kept
     to_val, _, field = _assign(
         records,
@@ -280,7 +327,6 @@ def split_file(
     if lin["intersections"]["groups"]:
         raise RuntimeError(f"internal error: {lin['intersections']['groups']} groups on both sides")
 
-    ext = path.suffix or (".json" if fmt == "json" else ".jsonl")
     texts: dict[str, str] = {}
     if fmt == "jsonl":
         for side, want in (("train", False), ("validation", True)):

@@ -46,6 +46,7 @@ from ckptsel.records import (
     NLL_COLUMNS,
     NLL_FILE,
     SPLITS,
+    UNITS_DIR,
     write_records,
 )
 from ckptsel.sim.presets import ANSWER_KINDS, COMMONSENSE_LABELS, PRESETS, SimSpec, TaskSim
@@ -60,6 +61,7 @@ TRUTH_COLUMNS: dict[str, str] = {
     "step": "int64",
     "true_test_accuracy": "float64",
 }
+
 
 def _ar1(rng: np.random.Generator, n: int, t: int, phi: float) -> np.ndarray:
     """A stationary N(0, 1) AR(1) process along axis 0: shape (t, n)."""
@@ -854,17 +856,33 @@ def _parameters(spec: SimSpec) -> dict:
     return asdict(spec)
 
 
-def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: int = 0) -> Path:
+def foreign_records(out: Path) -> list[str]:
+    """Records in ``out`` that no simulation wrote: its records files and units when the
+    folder has no ``simulation.json`` (a simulation's folder has one)."""
+    if (out / SIMULATION_FILE).is_file() or not out.is_dir():
+        return []
+    names = [GENERATIONS_FILE, NLL_FILE, TRUTH_FILE, UNITS_DIR]
+    return [n for n in names if (out / n).exists()]
+
+
+def write_simulation(
+    out_dir: str | Path, spec: SimSpec | str = "small", seed: int = 0, *, force: bool = False
+) -> Path:
     """Write generations/nll/truth parquet files and ``simulation.json`` into ``out_dir``.
 
     Returns ``out_dir``. Same spec and seed → byte-identical files (no timestamps anywhere).
+    Records that a simulation did not write (no ``simulation.json`` beside them: a measured
+    folder) are never replaced unless ``force``.
     """
     spec_obj, name = _resolve(spec)
-    gen, nll, truth = simulate(spec_obj, seed)
     out = Path(out_dir)
-    write_records(out / GENERATIONS_FILE, gen)
-    write_records(out / NLL_FILE, nll)
-    write_parquet(out / TRUTH_FILE, truth)
+    found = [] if force else foreign_records(out)
+    if found:
+        raise CkptselError(
+            f"{out} holds records that no simulation wrote ({', '.join(found)}); "
+            "choose another folder, or pass --force to replace them"
+        )
+    gen, nll, truth = simulate(spec_obj, seed)
     meta = {
         "preset": name,
         "seed": int(seed),
@@ -877,7 +895,11 @@ def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: i
         },
         "files": [GENERATIONS_FILE, NLL_FILE, TRUTH_FILE],
     }
+    # the folder is marked as a simulation's first: a run killed midway can be run again
     write_text(out / SIMULATION_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    write_records(out / GENERATIONS_FILE, gen)
+    write_records(out / NLL_FILE, nll)
+    write_parquet(out / TRUTH_FILE, truth)
     return out
 
 

@@ -105,7 +105,10 @@ def split(ctx: StudyContext) -> None:
         if same and lin.get("val_fraction") == sp.val_fraction:
             ctx.log("prepare: split is done (lineage matches the pool file)")
             return
-    split_file(sp.file, out, seed=sp.seed, val_fraction=sp.val_fraction, group_field=sp.group_field)
+    split_file(  # the study's own state folder: an interrupted split is simply redone
+        sp.file, out, seed=sp.seed, val_fraction=sp.val_fraction, group_field=sp.group_field,
+        force=True,
+    )  # fmt: skip
     ctx.log(f"prepare: split {sp.file.name} into train + validation ({out})")
 
 
@@ -218,7 +221,9 @@ class _Background(threading.Thread):
 
         def sleep(seconds: float) -> None:
             if self.error is not None:
-                raise CkptselError(f"--watch: training stopped ({self.error}); nothing more to watch")
+                raise CkptselError(
+                    f"--watch: training stopped ({self.error}); nothing more to watch"
+                )
             if not self.is_alive():
                 left[0] -= 1
                 if left[0] < 0:
