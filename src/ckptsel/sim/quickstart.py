@@ -247,9 +247,11 @@ def run_quickstart(
     import torch
     from rich.console import Console
 
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise CkptselError(f"--workers must be an integer >= 1, got {workers!r}")
     console = console or Console()
     plan = plan or make_plan(fast)
-    device = pick_device(device)
+    device = pick_device(device)  # checked before anything is written
     quiet_transformers()
     threads = torch.get_num_threads()
     if device == "cpu":

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -46,6 +47,7 @@ from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.errors import CkptselError
 
 DEFAULT_LR = {"lora": 2e-4, "full": 2e-5}
+_NAME_RE = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,99}")
 DEFAULT_SEEDS = (42, 43, 44)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -71,8 +73,12 @@ class Configuration:
 
     def __post_init__(self) -> None:
         where = f"configuration {self.name!r}"
-        if not self.name or "/" in self.name:
-            raise CkptselError(f"{where}: name must be non-empty and contain no '/'")
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
+            raise CkptselError(
+                f"{where}: a name is 1-100 letters, digits, '.', '_', '+' or '-', not starting "
+                "with '.' or '-' (it names folders: <name>-s<seed>)"
+            )
+        self._check_numbers(where)
         if self.adaptation not in DEFAULT_LR:
             raise CkptselError(
                 f"{where}: adaptation must be 'lora' or 'full', got {self.adaptation!r}"
@@ -92,8 +98,21 @@ class Configuration:
             )
         if self.adaptation == "lora" and self.rank < 1:
             raise CkptselError(f"{where}: rank must be >= 1, got {self.rank}")
-        if self.lr is not None and not self.lr > 0:
-            raise CkptselError(f"{where}: lr must be > 0, got {self.lr}")
+
+    def _check_numbers(self, where: str) -> None:
+        """Finite learning rate, alpha, warm-up and weight decay; room for a response token."""
+        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
+            raise CkptselError(f"{where}: lr must be a finite number > 0, got {self.lr}")
+        if not (self.alpha > 0 and math.isfinite(self.alpha)):
+            raise CkptselError(f"{where}: alpha must be a finite number > 0, got {self.alpha}")
+        if not 0 <= self.warmup_ratio <= 1:
+            raise CkptselError(f"{where}: warmup_ratio must be in [0, 1], got {self.warmup_ratio}")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise CkptselError(
+                f"{where}: weight_decay must be a finite number >= 0, got {self.weight_decay}"
+            )
+        if self.max_length < 2:  # the prompt's first token and at least one response token
+            raise CkptselError(f"{where}: max_length must be >= 2, got {self.max_length}")
 
     @property
     def learning_rate(self) -> float:

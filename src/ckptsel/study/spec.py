@@ -426,6 +426,8 @@ def _seeds(s: dict[str, Any], chk: _Checker) -> list[int]:
         chk.fail("study", "seeds", "must be a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
         chk.fail("study", "seeds", f"contains duplicates: {seeds}")
+    if any(not 0 <= x < 2**32 for x in seeds):
+        chk.fail("study", "seeds", f"must be in [0, 2**32) (torch and numpy seeds), got {seeds}")
     return seeds
 
 

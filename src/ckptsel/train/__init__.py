@@ -28,7 +28,14 @@ from ckptsel.train.checkpoints import (
     layout_pattern,
     trajectory_status,
 )
-from ckptsel.train.models import build_trainable, load_tokenizer, pick_device, use_bf16
+from ckptsel.train.models import (
+    build_trainable,
+    check_device,
+    check_lora_targets,
+    load_tokenizer,
+    pick_device,
+    use_bf16,
+)
 from ckptsel.train.study import study_status, train_study, write_final_steps
 from ckptsel.train.trajectory import (
     TrainResult,
@@ -47,6 +54,8 @@ __all__ = [
     "TrainResult",
     "TrajectoryStatus",
     "build_trainable",
+    "check_device",
+    "check_lora_targets",
     "checkpoint_readiness",
     "checkpoint_steps",
     "discover_checkpoints",

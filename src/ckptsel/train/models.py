@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ckptsel.errors import CkptselError
-from ckptsel.study import Configuration
+from ckptsel.study import LORA_TARGETS, Configuration
 
 # --------------------------------------------------------------------------- model setup
 
@@ -13,12 +13,34 @@ def pick_device(device: str | None = None) -> str:
     """``device`` when given, else ``cuda`` when torch sees a GPU, else ``cpu`` (also without
     torch installed: the analysis-only install never needs one)."""
     if device:
-        return device
+        return check_device(device)
     try:
         import torch
     except ImportError:  # pragma: no cover - the [ml] extra is not installed
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device: str) -> str:
+    """``cpu``, ``cuda`` / ``cuda:N`` (when torch sees that GPU) or ``mps`` (when available);
+    anything else is refused in one line before any work."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    if kind == "cpu" and not index:
+        return device
+    if kind == "cuda" and (not index or index.isdigit()):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise CkptselError(f"--device {device}: torch sees no CUDA GPU here; use --device cpu")
+        if index and int(index) >= n:
+            raise CkptselError(f"--device {device}: torch sees {n} CUDA GPU(s) (cuda:0..{n - 1})")
+        return device
+    if kind == "mps" and not index:
+        if not torch.backends.mps.is_available():
+            raise CkptselError("--device mps: torch sees no MPS device here; use --device cpu")
+        return device
+    raise CkptselError(f"--device {device!r}: expected cpu, cuda, cuda:N or mps")
 
 
 def use_bf16(device: str) -> bool:
@@ -58,14 +80,37 @@ def _load_causal_lm(path: str, dtype=None):
 
 
 def _lora_targets(model, wanted: Sequence[str]) -> list[str]:
+    """The target modules the model has. The default list (:data:`LORA_TARGETS`) needs one of
+    its names in the model; a list the configuration names needs every one (a misspelt module
+    is refused, never dropped silently)."""
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [t for t in wanted if t in present]
-    if not targets:
+    missing = [t for t in wanted if t not in present]
+    if not targets or (missing and tuple(wanted) != LORA_TARGETS):
         raise CkptselError(
-            f"none of the LoRA target modules {list(wanted)} exist in the model "
+            f"LoRA target module(s) {missing} do not exist in the model "
             f"{model.config._name_or_path!r}; set target_modules in the configuration"
         )
     return targets
+
+
+def check_lora_targets(base_model: str, config: Configuration) -> None:
+    """Refuse (one line) LoRA target modules ``base_model`` lacks (see :func:`_lora_targets`),
+    from the model's skeleton on the meta device: no weights are read."""
+    if config.adaptation != "lora":
+        return
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(base_model)
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(cfg)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CkptselError(f"cannot read the base model {base_model!r}: {first}") from err
+    skeleton.config._name_or_path = base_model
+    _lora_targets(skeleton, config.target_modules)
 
 
 def build_trainable(

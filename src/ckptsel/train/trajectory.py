@@ -225,6 +225,13 @@ def train_trajectory(
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
     name, n = run_dir.name, len(examples)
+    # labels are the prompt's (ignored) then the response's, cut from the right: an example
+    # keeps a response token exactly when its last label is one
+    if not any(ex["labels"] and ex["labels"][-1] != IGNORE_INDEX for ex in examples):
+        raise CkptselError(
+            f"trajectory {name!r}: no training example keeps a response token within "
+            f"max_length = {config.max_length}: nothing would be trained; raise max_length"
+        )
     total = config.total_steps(n)
     save_at = set(config.save_steps(n))
     have = checkpoint_steps(run_dir)

@@ -69,6 +69,7 @@ class StudyContext:
         except CkptselError as err:
             raise CkptselError(f"{spec.source}: [executor]: {err}") from err
         self._given_tracking = tracking
+        self.split_dir = spec.state_dir / "split"  # ``--dry-run``: a temporary folder instead
 
     @cached_property
     def tracking(self) -> LogSettings:
@@ -98,7 +99,7 @@ class StudyContext:
         v = self.spec.validation
         if not v.files and self.spec.split is not None:
             ext = self.spec.split.file.suffix or ".jsonl"
-            return replace(v, files=(self.spec.state_dir / "split" / f"validation{ext}",))
+            return replace(v, files=(self.split_dir / f"validation{ext}",))
         return v
 
     @cached_property

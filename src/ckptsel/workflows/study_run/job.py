@@ -9,17 +9,40 @@ stage and its fingerprint before each resumed one; with
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ckptsel import defaults
+from ckptsel._util.locations import is_url
+from ckptsel.choose import ChoiceSettings
 from ckptsel.errors import CkptselError
+from ckptsel.stats import StatSettings
 from ckptsel.study import StudySpec, check_protocol
+from ckptsel.train import check_lora_targets
 from ckptsel.workflows.study_run import stages as st
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerprint
 from ckptsel.workflows.study_run.plan import finished, format_plan, plan
 from ckptsel.workflows.study_run.workers import check_workers, train_and_measure
+
+
+def check_analysis(spec: StudySpec) -> None:
+    """``[analysis]`` checked by the settings objects the analysis builds (one line naming
+    the study file), before any stage runs."""
+    a = {**ANALYSIS_DEFAULTS, **spec.analysis}
+    try:
+        StatSettings(a["draws"], a["seed"], a["level"], a["interval"])
+        ChoiceSettings(permutations=a["permutations"], seed=a["seed"], budgets=tuple(a["budgets"]))
+    except (CkptselError, TypeError, ValueError) as err:
+        raise CkptselError(f"{spec.source}: [analysis]: {err}") from err
+
+
+ANALYSIS_DEFAULTS = {
+    "permutations": defaults.PERMUTATIONS, "draws": defaults.DRAWS, "seed": defaults.SEED,
+    "level": defaults.CONFIDENCE, "interval": defaults.INTERVAL, "budgets": defaults.BUDGETS,
+}  # fmt: skip
 
 
 class StudyRun:
@@ -34,6 +57,7 @@ class StudyRun:
         self.context = StudyContext(spec, **context)
         self.context.tracking  # noqa: B018 - [log] checked (and its packages imported) now
         self.workers = check_workers(workers, self.context.executor)
+        check_analysis(spec)  # now, not after training
 
     # ---------------------------------------------------------------- inputs
     @property
@@ -70,12 +94,25 @@ class StudyRun:
         return plan(self.context)
 
     def dry_run(self) -> str:
-        """The ``--dry-run`` table: splits the pool file when needed (the validation pool is
-        its part), checks the fingerprint without storing it, runs nothing else."""
-        if self.spec.split is not None:
-            st.split(self.context)
-        self.check_fingerprint(write=False)
-        return format_plan(self.plan())
+        """The ``--dry-run`` table, writing nothing: the pool file is split into a temporary
+        folder when the study's own split is not there yet (the validation pool is its part);
+        every check the real run makes before its first step is made (the study file, ``[analysis]``,
+        the LoRA target modules against the base model's skeleton, the fingerprint)."""
+        base = self.spec.study.base_model
+        for cfg in self.spec.study.configurations if not is_url(base) else ():
+            check_lora_targets(base, cfg)
+        if self.spec.split is None or (self.context.split_dir / "lineage.json").is_file():
+            self.check_fingerprint(write=False)
+            return format_plan(self.plan())
+        with tempfile.TemporaryDirectory(prefix="ckptsel-dry-run-") as tmp:
+            self.context.split_dir = Path(tmp)
+            try:
+                st.split(self.context)
+                self.check_fingerprint(write=False)
+                return format_plan(self.plan())
+            finally:
+                self.context.split_dir = self.spec.state_dir / "split"
+                self.context.__dict__.pop("pools", None)  # built from the temporary split
 
     # ---------------------------------------------------------------- stages
     def prepare(self) -> None:

@@ -96,7 +96,7 @@ def prepare(ctx: StudyContext) -> None:
 
 def split(ctx: StudyContext) -> None:
     """``[pool]``: the fine-tuning file into train + validation, unless its lineage matches."""
-    sp, out = ctx.spec.split, ctx.spec.state_dir / "split"
+    sp, out = ctx.spec.split, ctx.split_dir
     lineage = out / "lineage.json"
     sha = hashlib.sha256(sp.file.read_bytes()).hexdigest()
     if lineage.is_file():
