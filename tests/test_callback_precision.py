@@ -185,3 +185,73 @@ def test_sft_trainer_defaults_records_equal_measure(setup):
     print(f"SFTTrainer defaults: callback vs measure: {diff}")
     assert diff["generations"] == 0 and diff["nll"] == 0, diff
     assert _provenance(root / "records-sft", "sft") == {"float32"}
+
+
+def _saved(model, root: Path, run: str, step: int) -> None:
+    """``model``'s adapter saved as ``runs/<run>/checkpoint-<step>`` (as the Trainer saves it)."""
+    path = root / "runs" / run / f"checkpoint-{step}"
+    model.save_pretrained(str(path))
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}), encoding="utf-8")
+
+
+def test_autocast_it_cannot_undo_is_stamped_and_never_mixed(setup):
+    """A forward the user wrapped in an autocast of their own (not accelerate's): the callback
+    cannot put it aside, so the provenance says so, and ``measure`` (float32) refuses to add
+    its records to that trajectory."""
+    import torch
+
+    from ckptsel.errors import CkptselError
+    from ckptsel.integrations import RecordingCallback
+
+    root, base, data, tok, _, _ = setup
+    model = _lora_model(base)
+    _saved(model, root, "forced", 2)
+    model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
+    cb = RecordingCallback(
+        data[0], _config(), root / "records-forced", "forced", test=data[1], verbose=False
+    )
+    cb.measure(model, tok, 2)
+    assert _provenance(root / "records-forced", "forced") == {"float32 with bfloat16 autocast"}
+    with pytest.raises(CkptselError, match="float32 with bfloat16 autocast.*refusing to mix"):
+        _measure_saved(root, "forced", base, data, root / "records-forced")
+    # an autocast around the callback (the caller's) is disabled: plain float32
+    plain = _lora_model(base)
+    cb = RecordingCallback(
+        data[0], _config(), root / "records-outer", "outer", test=data[1], verbose=False
+    )
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cb.measure(plain, tok, 2)
+    assert _provenance(root / "records-outer", "outer") == {"float32"}
+
+
+def test_model_in_another_dtype_is_stamped_and_refused(setup):
+    """A bfloat16 training model on the CPU, where ``measure`` loads float32: measured in
+    bfloat16 with a warning and stamped so (``measure`` refuses to mix); an explicit
+    ``dtype="float32"`` is refused before training starts."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ckptsel.errors import CkptselError
+    from ckptsel.integrations import RecordingCallback
+    from ckptsel.measure import MeasureConfig
+
+    root, base, data, tok, _, _ = setup
+    model = _lora_model(base, torch.bfloat16)
+    _saved(model, root, "bf16", 2)
+    cb = RecordingCallback(
+        data[0], _config(), root / "records-bf16", "bf16", test=data[1], verbose=False
+    )
+    with pytest.warns(UserWarning, match="training model is bfloat16.*--dtype bfloat16"):
+        cb.measure(model, tok, 2)
+    assert _provenance(root / "records-bf16", "bf16") == {"bfloat16"}
+    with pytest.raises(CkptselError, match="bfloat16.*refusing to mix"):
+        _measure_saved(root, "bf16", base, data, root / "records-bf16")
+    strict = RecordingCallback(
+        data[0], MeasureConfig("gsm8k", dtype="float32"), root / "records-strict", "strict",
+        verbose=False,
+    )  # fmt: skip
+    state = SimpleNamespace(is_world_process_zero=True)
+    with pytest.raises(CkptselError, match="asks for dtype float32 but .* are bfloat16"):
+        strict.on_train_begin(None, state, "control", model=model)
+    assert not (root / "records-strict").exists()
