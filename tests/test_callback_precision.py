@@ -54,7 +54,9 @@ def setup(tmp_path_factory, one_thread):
     tok = AutoTokenizer.from_pretrained(str(base))
     items = load_items("gsm8k", train_file)
     train = [encode_example(tok, format_prompt(it.instruction), it.response) for it in items]
-    rows = [{"prompt": format_prompt(it.instruction), "completion": " " + it.response} for it in items]
+    rows = [
+        {"prompt": format_prompt(it.instruction), "completion": " " + it.response} for it in items
+    ]
     return root, base, (val, test), tok, train, rows
 
 
@@ -97,7 +99,9 @@ def _compare(a_dir: Path, b_dir: Path) -> dict[str, int]:
     assert a[KEY].equals(b[KEY]) and len(a)
     gen_diff = np.zeros(len(a), dtype=bool)
     for col in GEN_COLUMNS:
-        gen_diff |= np.array([x != y for x, y in zip(a[col].tolist(), b[col].tolist(), strict=True)])
+        gen_diff |= np.array(
+            [x != y for x, y in zip(a[col].tolist(), b[col].tolist(), strict=True)]
+        )
     nkey = KEY + ["window"]
     na = read_frame(a_dir, "nll").sort_values(nkey).reset_index(drop=True)
     nb = read_frame(b_dir, "nll").sort_values(nkey).reset_index(drop=True)
