@@ -92,9 +92,9 @@ def _plain_precision(model: Any) -> Iterator[set[str]]:
     ]
     watched = {id(m): m for m in _ends(model)}.values()
     with ExitStack() as stack:
+        stack.callback(lambda: [setattr(m, "forward", f) for m, f in swapped])
         for module, _ in swapped:
             module.forward = module.__dict__["_original_forward"]
-        stack.callback(lambda: [setattr(m, "forward", f) for m, f in swapped])
         for module in watched:
             stack.callback(module.register_forward_pre_hook(probe).remove)
         stack.enter_context(torch.autocast(device_type, enabled=False))
