@@ -7,6 +7,19 @@ same code path as ``ckptsel measure`` — and the step's records are upserted at
 ``records_dir``. When training ends the records are complete and ``ckptsel select`` can
 answer at once; no checkpoint has to be reloaded.
 
+Precision: the records are measured in the model's own dtype with autocast off, as ``ckptsel
+measure`` measures a loaded checkpoint. Mixed-precision training (``bf16=True``/``fp16=True``;
+``trl``'s ``SFTConfig`` turns ``bf16`` on by default) runs the model's forward under an
+autocast that accelerate wraps around it (``accelerator.prepare`` keeps the plain forward as
+``_original_forward``): for the measurement the plain forward is put back and an enclosing
+autocast is disabled, then the training forward is restored. What the measurement really ran
+in (the parameters' dtype, and any autocast seen inside the forward passes, e.g.
+``float32 with bfloat16 autocast``) is stamped in the units' provenance, so records of another
+precision are never mixed into the trajectory silently. A model whose dtype is not the one
+``measure`` would load the checkpoints in (``MeasureConfig.dtype``; ``auto``: float32 on the
+CPU, bfloat16 on GPUs) is measured in its own dtype and stamped so, with a warning; an explicit
+``dtype`` the model is not in is refused before training starts.
+
 Works with ``transformers.Trainer`` and its subclasses (e.g. ``trl``'s ``SFTTrainer``).
 Only the main process measures (``state.is_world_process_zero``); with sharded parameters
 (FSDP, DeepSpeed ZeRO-3) measure the saved checkpoints with ``ckptsel measure`` instead.
@@ -21,7 +34,9 @@ import importlib.util
 import json
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +62,65 @@ def _items(task: str, source: str | Path | Sequence[Any] | None, what: str) -> l
     if not items:
         raise CkptselError(f"{what} items: none given ({source!r})")
     return items
+
+
+@contextmanager
+def _plain_precision(model: Any) -> Iterator[set[str]]:
+    """Run ``model`` in its own dtype, outside any autocast, while the block runs; yields the
+    autocast dtypes still seen inside its forward passes (empty: none).
+
+    accelerate's mixed precision replaces ``module.forward`` by an autocast + fp32-outputs
+    wrapper and keeps the plain one as ``module._original_forward``: the plain one is put
+    back for the block and the wrapper restored after (training goes on unchanged). An
+    enclosing autocast (the caller's) is disabled. Forward pre-hooks on the input and output
+    embeddings (where every forward starts and ends) record an autocast that is active all the
+    same (a wrapper this does not know), so that the provenance says the truth."""
+    import torch
+
+    device = getattr(model, "device", None)
+    device_type = getattr(device, "type", None) or str(device or "cpu").split(":")[0]
+    seen: set[str] = set()
+
+    def probe(module: Any, args: Any) -> None:
+        if torch.is_autocast_enabled(device_type):
+            seen.add(str(torch.get_autocast_dtype(device_type)).removeprefix("torch."))
+
+    swapped = [
+        (m, m.__dict__["forward"])
+        for m in model.modules()
+        if "_original_forward" in m.__dict__ and "forward" in m.__dict__
+    ]
+    watched = {id(m): m for m in _ends(model)}.values()
+    with ExitStack() as stack:
+        stack.callback(lambda: [setattr(m, "forward", f) for m, f in swapped])
+        for module, _ in swapped:
+            module.forward = module.__dict__["_original_forward"]
+        for module in watched:
+            stack.callback(module.register_forward_pre_hook(probe).remove)
+        stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield seen
+
+
+def _ends(model: Any) -> list[Any]:
+    """The modules every forward of ``model`` passes through first and last (its input and
+    output embeddings), else the model itself."""
+    ends = []
+    for name in ("get_input_embeddings", "get_output_embeddings"):
+        try:
+            module = getattr(model, name)()
+        except (AttributeError, NotImplementedError):
+            module = None
+        if module is not None:
+            ends.append(module)
+    return ends or [model]
+
+
+def _precision_name(dtype: str, autocast: set[str]) -> str:
+    """What a measurement ran in, as the provenance's ``dtype``: the parameters' dtype, with
+    the autocast dtype(s) seen, e.g. ``float32 with bfloat16 autocast``."""
+    if not autocast:
+        return dtype
+    return f"{dtype} with {'+'.join(sorted(autocast))} autocast"
 
 
 class RecordingCallback(TrainerCallback):
@@ -96,6 +170,40 @@ class RecordingCallback(TrainerCallback):
         self.verbose = verbose
         self.nll = True  # teacher-forced NLL rows too (SelectionCallback: when its rule needs them)
         self.measured_steps: list[int] = []
+        self._dtype_warned = False
+
+    def check_dtype(self, model: Any) -> None:
+        """The model's dtype against the one ``measure`` would load the checkpoints in
+        (``config.dtype`` on the model's device): an explicit ``dtype`` the model is not in is
+        refused; with ``auto``, a difference is warned about once (the records are measured in
+        the model's own dtype and stamped so; ``measure`` adds to them with ``--dtype``)."""
+        from ckptsel.measure import device_kind, dtype_name, resolve_dtype
+
+        own = dtype_name(model.dtype)
+        device = device_kind(model.device)
+        wanted = dtype_name(resolve_dtype(self.config.dtype, device))
+        if own == wanted or self._dtype_warned:
+            return
+        if self.config.dtype != "auto":
+            raise CkptselError(
+                f"RecordingCallback: trajectory {self.trajectory!r}: the config asks for dtype "
+                f"{wanted} but the training model's parameters are {own}; the callback measures "
+                f"the model in memory in its own dtype (pass dtype={own!r} or 'auto')"
+            )
+        self._dtype_warned = True
+        warnings.warn(
+            f"ckptsel: trajectory {self.trajectory!r}: the training model is {own}, but "
+            f"`ckptsel measure` loads checkpoints on {device} in {wanted} by default; the "
+            f"records are measured in {own} and say so (measure the saved checkpoints with "
+            f"--dtype {own} to add to them)",
+            stacklevel=2,
+        )
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        model = kwargs.get("model")
+        if model is not None and getattr(state, "is_world_process_zero", True):
+            self.check_dtype(model)  # a refused dtype fails before the first training step
+        return control
 
     def measure(self, model: Any, tokenizer: Any, step: int) -> None:
         """Measure ``model`` (in memory) at ``step`` and upsert its records."""
@@ -104,32 +212,37 @@ class RecordingCallback(TrainerCallback):
         from ckptsel.measure import hf_provenance, measure_model
         from ckptsel.records import canonical, unit_provenance, upsert_records
 
+        self.check_dtype(model)
         was_training = bool(getattr(model, "training", False))
         padding_side = getattr(tokenizer, "padding_side", None)
         start = time.perf_counter()
         gens, nlls = [], []
         try:
-            for split, items in self.splits.items():
-                gen, nll = measure_model(
-                    model,
-                    tokenizer,
-                    items,
-                    self.config,
-                    split=split,
-                    trajectory=self.trajectory,
-                    step=int(step),
-                    configuration=self.configuration,
-                    nll=self.nll,
-                )
-                gens.append(gen)
-                nlls.append(nll)
+            with _plain_precision(model) as autocast:
+                for split, items in self.splits.items():
+                    gen, nll = measure_model(
+                        model,
+                        tokenizer,
+                        items,
+                        self.config,
+                        split=split,
+                        trajectory=self.trajectory,
+                        step=int(step),
+                        configuration=self.configuration,
+                        nll=self.nll,
+                    )
+                    gens.append(gen)
+                    nlls.append(nll)
         finally:
             if padding_side is not None:
                 tokenizer.padding_side = padding_side  # training collators may depend on it
             if was_training:
                 model.train()
-        # what measured the units: the training model, on the Hugging Face path
-        made_by = unit_provenance([canonical(hf_provenance(model, self.config.batch_size))])
+        # what measured the units: the training model on the Hugging Face path, in the
+        # precision it really ran in
+        provenance = hf_provenance(model, self.config.batch_size)
+        provenance["dtype"] = _precision_name(provenance["dtype"], autocast)
+        made_by = unit_provenance([canonical(provenance)])
         upsert_records(  # the one records writer (SelectionCallback reuses this path)
             self.records_dir,
             pd.concat(gens, ignore_index=True),
@@ -297,6 +410,7 @@ class SelectionCallback(RecordingCallback):
                 'SelectionCallback: save_strategy="best" saves only when the Trainer\'s own metric '
                 'improves; use save_strategy="steps" or "epoch"'
             )
+        super().on_train_begin(args, state, control, **kwargs)
         self._training = True
         self._capture_runs()
         return control

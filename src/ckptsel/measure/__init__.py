@@ -29,7 +29,7 @@ inside functions):
 from __future__ import annotations
 
 from ckptsel._moved import moved_attribute
-from ckptsel.measure.backends.hf import hf_provenance
+from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
@@ -80,6 +80,8 @@ __all__ = [
     "StepParts",
     "WatchSettings",
     "WatchStatus",
+    "device_kind",
+    "dtype_name",
     "generate_texts",
     "hf_provenance",
     "ingest_inspect",
@@ -94,6 +96,7 @@ __all__ = [
     "measure_splits",
     "read_inspect_log",
     "read_status",
+    "resolve_dtype",
     "response_nll",
     "status_path",
     "trajectory_name",
