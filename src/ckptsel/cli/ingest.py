@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from ckptsel.cli.options import CONFIGURATION
 from ckptsel.errors import CkptselError
 
 
@@ -39,10 +38,14 @@ def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> di
 
 
 def _report(ingested, out: Path) -> None:
-    """The one-line summary and, on stderr, what the logs lack."""
+    """The one-line summary, each trajectory's configuration and seed, and, on stderr, what the
+    logs lack."""
+    from ckptsel.measure import names_line
+
     rows = ingested.generations
     for line in ingested.unavailable:
         _echo_err(f"note: {line}")
+    typer.echo(names_line(ingested.names))
     trajectories = ", ".join(sorted(rows["trajectory"].unique()))
     nll = 0 if ingested.nll is None else len(ingested.nll)
     typer.echo(
@@ -51,6 +54,12 @@ def _report(ingested, out: Path) -> None:
     )
 
 
+CONFIGURATION = typer.Option(
+    None,
+    "--configuration",
+    help="Default: the log's, else the trajectory's name less its seed, as `ckptsel run` "
+    "names trajectories (cfgA-s42: configuration cfgA, seed 42), else the trajectory name.",
+)
 OUT = typer.Option(..., "--out", help="Records folder (rows are added; keys must be new).")
 TRAJECTORY = typer.Option(
     None, "--trajectory", help="Default: what the logs say (metadata, checkpoint folder's parent)."
@@ -100,17 +109,14 @@ def lm_eval(
     ),
 ) -> None:
     """Read lm-evaluation-harness --log_samples output into generation records."""
-    from ckptsel.measure import ingest_lm_eval  # when run (see ckptsel.cli)
+    from ckptsel.measure import ingest_lm_eval_logs  # when run (see ckptsel.cli)
 
-    rows = ingest_lm_eval(
+    ingested = ingest_lm_eval_logs(
         samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, step=step, metric=metric, filter_name=filter_name, id_prefix=id_prefix,
         note=_echo_err,
     )  # fmt: skip
-    typer.echo(
-        f"ingested {len(rows)} generation rows ({rows['step'].nunique()} checkpoints, "
-        f"trajectory {rows['trajectory'].iloc[0]}) -> {out}"
-    )
+    _report(ingested, out)
 
 
 def inspect(

@@ -36,7 +36,7 @@ import json
 import os
 import struct
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
+    Notes,
     checked_note,
     ingest_logs,
     lookup_step,
@@ -324,9 +325,11 @@ def inspect_checkpoint(
     *,
     steps: Mapping[str, int] | None = None,
     scorer: str | None = None,
-    note: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> CheckpointLog:
-    """One inspect log as a :class:`CheckpointLog` (its samples mapped, not yet written)."""
+    """One inspect log as a :class:`CheckpointLog` (its samples mapped, not yet written);
+    what it has to say goes to ``notes`` (said once per ingest; default: printed now)."""
+    said = Notes(print) if notes is None else notes
     path = Path(path)
     header, samples = read_inspect_log(path)
     ev = header["eval"]
@@ -343,20 +346,24 @@ def inspect_checkpoint(
         )
     failed = [str(s.get("id")) for s in samples if s.get("error")]
     if failed:
-        note(
-            f"note: {path}: {len(failed)} sample(s) errored in inspect and are left out ({', '.join(failed[:5])})"
+        said.add(
+            "samples that errored in inspect are left out",
+            f"{path}: {len(failed)} ({', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''})",
         )
         samples = [s for s in samples if not s.get("error")]
     if not _greedy(ev):
-        note(
-            f"note: {path}: the log does not record greedy decoding (temperature 0, or do_sample=false "
-            "for hf models); accuracy and agreement assume one greedy answer per item"
+        said.add(
+            "the log does not record greedy decoding (temperature 0, or do_sample=false for hf "
+            "models); accuracy and agreement assume one greedy answer per item",
+            str(path),
         )
     step, trajectory = _step_and_trajectory(path, ev, steps)
     task = str(ev.get("task") or "inspect")
     rows = pd.DataFrame(list(_sample_rows(path, samples, _scorer(path, samples, scorer), task)))
     if rows.empty:
         raise CkptselError(f"{path}: no scored samples")
+    if notes is None:
+        said.say()
     meta = ev.get("metadata") or {}
     conf = meta.get("configuration")
     return CheckpointLog(
@@ -382,5 +389,7 @@ def ingest_inspect(
     files = find_inspect_logs(logs)
     if not files:
         raise CkptselError("no inspect LOGS given")
-    mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, note=note) for f in files]
+    notes = Notes(note)
+    mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, notes=notes) for f in files]
+    notes.say()
     return ingest_logs(mapped, out=out, harness="inspect", **naming)

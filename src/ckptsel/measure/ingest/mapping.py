@@ -7,7 +7,10 @@ and where the log has them ``split``, ``group``, ``subtask``). This module turns
 contract rows the same way for every harness:
 
 * trajectory: ``--trajectory``, else what the log says (metadata, or the folder above
-  ``checkpoint-<step>``); configuration: ``--configuration``, else the log's, else the trajectory;
+  ``checkpoint-<step>``); configuration: ``--configuration``, else the log's, else what the
+  trajectory's name says as ``ckptsel run`` reads it (``cfgA-s42`` → configuration ``cfgA``,
+  seed 42: :func:`ckptsel.study.configuration_and_seed`), else the trajectory; the mapping is
+  returned (:attr:`Ingested.names`) and said once (:func:`names_line`);
 * split: the sample's own (its metadata), else ``--split``; only ``validation`` and ``test``;
 * task: ``--task``, else the harness task when a trajectory's logs hold one;
   subtask: the sample's own, else the harness task when it differs from the task;
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
@@ -35,6 +38,7 @@ import pandas as pd
 from ckptsel.data import extract, task_family
 from ckptsel.errors import CkptselError
 from ckptsel.records import SPLITS, check_name, coerce_generations, coerce_nll, upsert_records
+from ckptsel.study import configuration_and_seed
 from ckptsel.train import CHECKPOINT_RE
 
 if TYPE_CHECKING:
@@ -84,11 +88,45 @@ class CheckpointLog:
 
 @dataclass(frozen=True)
 class Ingested:
-    """What an ingest wrote: contract generation (and NLL) rows, and what the logs lack."""
+    """What an ingest wrote: contract generation (and NLL) rows, what the logs lack, and each
+    trajectory's ``(trajectory, configuration, seed)`` (seed None where its name says none)."""
 
     generations: pd.DataFrame
     nll: pd.DataFrame | None = None
     unavailable: tuple[str, ...] = field(default_factory=tuple)
+    names: tuple[tuple[str, str, int | None], ...] = field(default_factory=tuple)
+
+
+def names_line(names: Iterable[tuple[str, str, int | None]]) -> str:
+    """One line: each trajectory → its configuration and seed."""
+    parts = [
+        f"{t} -> configuration {c}, " + ("no seed in the name" if s is None else f"seed {s}")
+        for t, c, s in names
+    ]
+    return "trajectories: " + "; ".join(parts)
+
+
+class Notes:
+    """Notes said once per ingest, not once per log: each kind of note in one line naming the
+    logs it concerns (the first few, and how many more)."""
+
+    SHOWN = 3
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self._note = note
+        self._found: dict[str, list[str]] = {}
+
+    def add(self, what: str, where: str) -> None:
+        """One more log (``where``: its name and details) that ``what`` concerns."""
+        self._found.setdefault(what, []).append(where)
+
+    def say(self) -> None:
+        """Each kind of note, once; then nothing is left to say."""
+        for what, wheres in self._found.items():
+            more = len(wheres) - self.SHOWN
+            shown = "; ".join(wheres[: self.SHOWN]) + (f"; and {more} more" if more > 0 else "")
+            self._note(f"note: {what} ({len(wheres)} log(s): {shown})")
+        self._found.clear()
 
 
 def known_task(task: str | None) -> bool:
@@ -163,8 +201,8 @@ def newest_per_key(
 
 def _resolve_names(
     logs: Sequence[CheckpointLog], trajectory: str | None, configuration: str | None
-) -> list[tuple[str, str]]:
-    """(trajectory, configuration) of each log."""
+) -> list[tuple[str, str, int | None]]:
+    """(trajectory, configuration, seed) of each log (see the module)."""
     out = []
     for log in logs:
         traj = trajectory or log.trajectory
@@ -173,8 +211,9 @@ def _resolve_names(
                 f"{log.source}: the log does not say which trajectory it belongs to; pass --trajectory"
             )
         check_name("trajectory", traj)
-        conf = check_name("configuration", configuration or log.configuration or traj)
-        out.append((traj, conf))
+        named, seed = configuration_and_seed(traj)
+        conf = check_name("configuration", configuration or log.configuration or named)
+        out.append((traj, conf, seed))
     return out
 
 
@@ -252,7 +291,7 @@ def to_records(
         raise CkptselError(f"no {harness} logs given")
     names = _resolve_names(logs, naming.get("trajectory"), naming.get("configuration"))
     frames, nll_frames = [], []
-    for log, (traj, conf) in zip(logs, names, strict=True):
+    for log, (traj, conf, _) in zip(logs, names, strict=True):
         missing = [c for c in ROW_COLUMNS if c not in log.rows.columns]
         if missing:
             raise CkptselError(f"{log.source}: sample rows lack {missing}")  # an ingester's bug
@@ -287,7 +326,9 @@ def to_records(
         nf["split"] = _fill(nf, "split", pd.Series(split, index=nf.index))
         _check_keys(nf, ("trajectory", "step", "split", "item_id", "window"), "an NLL")
         nll = coerce_nll(nf)
-    return Ingested(generations, nll, tuple(unavailable_lines(harness, nll)))
+    return Ingested(
+        generations, nll, tuple(unavailable_lines(harness, nll)), tuple(sorted(set(names)))
+    )
 
 
 def unavailable_lines(
@@ -321,10 +362,7 @@ def ingest_logs(
     it is not the harness's usual reason."""
     ingested = to_records(logs, harness=harness, **naming)
     if nll_reason and ingested.unavailable:
-        ingested = Ingested(
-            ingested.generations,
-            ingested.nll,
-            tuple(unavailable_lines(harness, ingested.nll, nll_reason)),
-        )
+        why = tuple(unavailable_lines(harness, ingested.nll, nll_reason))
+        ingested = replace(ingested, unavailable=why)
     upsert_records(Path(out), generations=ingested.generations, nll=ingested.nll)
     return ingested
