@@ -37,7 +37,7 @@ def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> di
     return out
 
 
-def _report(ingested, out: Path) -> None:
+def _report(ingested, out: str) -> None:
     """The one-line summary, each trajectory's configuration and seed, and, on stderr, what the
     logs lack."""
     from ckptsel.measure import names_line
@@ -46,6 +46,9 @@ def _report(ingested, out: Path) -> None:
     for line in ingested.unavailable:
         _echo_err(f"note: {line}")
     typer.echo(names_line(ingested.names))
+    gen, nll = ingested.replaced
+    if gen or nll:
+        typer.echo(f"replaced {gen} generation rows and {nll} NLL rows already recorded in {out}")
     trajectories = ", ".join(sorted(rows["trajectory"].unique()))
     nll = 0 if ingested.nll is None else len(ingested.nll)
     typer.echo(
@@ -60,7 +63,17 @@ CONFIGURATION = typer.Option(
     help="Default: the log's, else the trajectory's name less its seed, as `ckptsel run` "
     "names trajectories (cfgA-s42: configuration cfgA, seed 42), else the trajectory name.",
 )
-OUT = typer.Option(..., "--out", help="Records folder (rows are added; keys must be new).")
+OUT = typer.Option(
+    ...,
+    "--out",
+    help="Records folder or URL (s3://, gs://, file://). Rows are added; a (trajectory, step, "
+    "split, item) already recorded there is refused (nothing written) unless --replace.",
+)
+REPLACE = typer.Option(
+    False,
+    "--replace",
+    help="Replace rows whose key is already recorded in --out (says how many).",
+)
 TRAJECTORY = typer.Option(
     None, "--trajectory", help="Default: what the logs say (metadata, checkpoint folder's parent)."
 )
@@ -84,7 +97,8 @@ def lm_eval(
     samples_dirs: list[Path] = typer.Argument(
         ..., help="One folder per checkpoint (checkpoint-<step>)."
     ),
-    out: Path = typer.Option(..., "--out", help="Records folder (rows are appended)."),
+    out: str = OUT,
+    replace: bool = REPLACE,
     trajectory: str = typer.Option(
         None, "--trajectory", help="Default: the folders' common parent name."
     ),
@@ -114,7 +128,7 @@ def lm_eval(
     ingested = ingest_lm_eval_logs(
         samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, step=step, metric=metric, filter_name=filter_name, id_prefix=id_prefix,
-        note=_echo_err,
+        note=_echo_err, replace=replace,
     )  # fmt: skip
     _report(ingested, out)
 
@@ -123,7 +137,8 @@ def inspect(
     logs: list[Path] = typer.Argument(
         ..., help="inspect_ai .eval/.json logs, one per checkpoint (files or folders of them)."
     ),
-    out: Path = OUT,
+    out: str = OUT,
+    replace: bool = REPLACE,
     trajectory: str = TRAJECTORY,
     configuration: str = CONFIGURATION,
     task: str = TASK,
@@ -143,7 +158,7 @@ def inspect(
     ingested = ingest_inspect(
         logs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
-        note=_echo_err,
+        note=_echo_err, replace=replace,
     )  # fmt: skip
     _report(ingested, out)
 
@@ -154,7 +169,8 @@ def lighteval(
         help="lighteval --save-details output: the details folder, a model's folder, or "
         "parquet files (one model name per checkpoint).",
     ),
-    out: Path = OUT,
+    out: str = OUT,
+    replace: bool = REPLACE,
     trajectory: str = TRAJECTORY,
     configuration: str = CONFIGURATION,
     task: str = TASK,
@@ -179,5 +195,6 @@ def lighteval(
         details, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, splits=parse_map(splits, "--splits"),
         steps=parse_map(steps, "--steps", as_int=True), metric=metric, note=_echo_err,
+        replace=replace,
     )  # fmt: skip
     _report(ingested, out)

@@ -374,7 +374,7 @@ def inspect_checkpoint(
 def ingest_inspect(
     logs: Sequence[Path],
     *,
-    out: Path,
+    out: Path | str,
     steps: Mapping[str, int] | None = None,
     scorer: str | None = None,
     **naming: Unpack[Naming],

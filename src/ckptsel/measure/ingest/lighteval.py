@@ -272,7 +272,7 @@ def lighteval_checkpoint(
 def ingest_lighteval(
     details: Sequence[Path],
     *,
-    out: Path,
+    out: Path | str,
     splits: Mapping[str, str] | None = None,
     steps: Mapping[str, int] | None = None,
     metric: str | None = None,
