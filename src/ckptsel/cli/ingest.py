@@ -152,7 +152,10 @@ def inspect(
 
     The step comes from --steps, else the eval metadata's `step` (inspect eval --metadata
     step=80), else checkpoint-<step> in the model name (--model hf/runs/sft/checkpoint-80).
-    inspect records no log-probabilities of the reference answer: the NLL rule is unavailable."""
+    inspect records no log-probabilities of the reference answer: the NLL rule is unavailable.
+    A .eval member inflating past 100x its compressed size (16 MiB at least), or a log past 100x
+    its size, or past 2 GiB, is refused as a possible ZIP bomb ($CKPTSEL_INFLATE_MAX_RATIO,
+    $CKPTSEL_INFLATE_MAX_BYTES raise the limits)."""
     from ckptsel.measure import ingest_inspect  # when run (see ckptsel.cli)
 
     ingested = ingest_inspect(
