@@ -231,8 +231,16 @@ def test_ingest_appends_to_existing_records(evals):
     kept = gen[gen["trajectory"] == "other"].reset_index(drop=True)
     assert kept[list(GENERATION_COLUMNS)].astype(object).equals(other.astype(object))
     assert kept["text"].isna().all()
-    # ingesting again replaces the same keys instead of duplicating them
-    ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
+    # ingesting again is refused (keys already recorded), nothing written; --replace replaces
+    # the same keys instead of duplicating them
+    with pytest.raises(CkptselError, match=r"6 generation row\(s\) of these logs are already"):
+        ingest_lm_eval(
+            folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None
+        )
+    ingest_lm_eval(
+        folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None,
+        replace=True,
+    )  # fmt: skip
     assert len(read_frame(out, "generations")) == len(gen) == 8
 
 

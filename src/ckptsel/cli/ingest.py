@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from ckptsel.cli.options import CONFIGURATION
 from ckptsel.errors import CkptselError
 
 
@@ -38,11 +37,18 @@ def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> di
     return out
 
 
-def _report(ingested, out: Path) -> None:
-    """The one-line summary and, on stderr, what the logs lack."""
+def _report(ingested, out: str) -> None:
+    """The one-line summary, each trajectory's configuration and seed, and, on stderr, what the
+    logs lack."""
+    from ckptsel.measure import names_line
+
     rows = ingested.generations
     for line in ingested.unavailable:
         _echo_err(f"note: {line}")
+    typer.echo(names_line(ingested.names))
+    gen, nll = ingested.replaced
+    if gen or nll:
+        typer.echo(f"replaced {gen} generation rows and {nll} NLL rows already recorded in {out}")
     trajectories = ", ".join(sorted(rows["trajectory"].unique()))
     nll = 0 if ingested.nll is None else len(ingested.nll)
     typer.echo(
@@ -51,7 +57,23 @@ def _report(ingested, out: Path) -> None:
     )
 
 
-OUT = typer.Option(..., "--out", help="Records folder (rows are added; keys must be new).")
+CONFIGURATION = typer.Option(
+    None,
+    "--configuration",
+    help="Default: the log's, else the trajectory's name less its seed, as `ckptsel run` "
+    "names trajectories (cfgA-s42: configuration cfgA, seed 42), else the trajectory name.",
+)
+OUT = typer.Option(
+    ...,
+    "--out",
+    help="Records folder or URL (s3://, gs://, file://). Rows are added; a (trajectory, step, "
+    "split, item) already recorded there is refused (nothing written) unless --replace.",
+)
+REPLACE = typer.Option(
+    False,
+    "--replace",
+    help="Replace rows whose key is already recorded in --out (says how many).",
+)
 TRAJECTORY = typer.Option(
     None, "--trajectory", help="Default: what the logs say (metadata, checkpoint folder's parent)."
 )
@@ -75,7 +97,8 @@ def lm_eval(
     samples_dirs: list[Path] = typer.Argument(
         ..., help="One folder per checkpoint (checkpoint-<step>)."
     ),
-    out: Path = typer.Option(..., "--out", help="Records folder (rows are appended)."),
+    out: str = OUT,
+    replace: bool = REPLACE,
     trajectory: str = typer.Option(
         None, "--trajectory", help="Default: the folders' common parent name."
     ),
@@ -100,24 +123,22 @@ def lm_eval(
     ),
 ) -> None:
     """Read lm-evaluation-harness --log_samples output into generation records."""
-    from ckptsel.measure import ingest_lm_eval  # when run (see ckptsel.cli)
+    from ckptsel.measure import ingest_lm_eval_logs  # when run (see ckptsel.cli)
 
-    rows = ingest_lm_eval(
+    ingested = ingest_lm_eval_logs(
         samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, step=step, metric=metric, filter_name=filter_name, id_prefix=id_prefix,
-        note=_echo_err,
+        note=_echo_err, replace=replace,
     )  # fmt: skip
-    typer.echo(
-        f"ingested {len(rows)} generation rows ({rows['step'].nunique()} checkpoints, "
-        f"trajectory {rows['trajectory'].iloc[0]}) -> {out}"
-    )
+    _report(ingested, out)
 
 
 def inspect(
     logs: list[Path] = typer.Argument(
         ..., help="inspect_ai .eval/.json logs, one per checkpoint (files or folders of them)."
     ),
-    out: Path = OUT,
+    out: str = OUT,
+    replace: bool = REPLACE,
     trajectory: str = TRAJECTORY,
     configuration: str = CONFIGURATION,
     task: str = TASK,
@@ -131,13 +152,16 @@ def inspect(
 
     The step comes from --steps, else the eval metadata's `step` (inspect eval --metadata
     step=80), else checkpoint-<step> in the model name (--model hf/runs/sft/checkpoint-80).
-    inspect records no log-probabilities of the reference answer: the NLL rule is unavailable."""
+    inspect records no log-probabilities of the reference answer: the NLL rule is unavailable.
+    A .eval member inflating past 100x its compressed size (16 MiB at least), or a log past 100x
+    its size, or past 2 GiB, is refused as a possible ZIP bomb ($CKPTSEL_INFLATE_MAX_RATIO,
+    $CKPTSEL_INFLATE_MAX_BYTES raise the limits)."""
     from ckptsel.measure import ingest_inspect  # when run (see ckptsel.cli)
 
     ingested = ingest_inspect(
         logs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
-        note=_echo_err,
+        note=_echo_err, replace=replace,
     )  # fmt: skip
     _report(ingested, out)
 
@@ -148,7 +172,8 @@ def lighteval(
         help="lighteval --save-details output: the details folder, a model's folder, or "
         "parquet files (one model name per checkpoint).",
     ),
-    out: Path = OUT,
+    out: str = OUT,
+    replace: bool = REPLACE,
     trajectory: str = TRAJECTORY,
     configuration: str = CONFIGURATION,
     task: str = TASK,
@@ -173,5 +198,6 @@ def lighteval(
         details, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, splits=parse_map(splits, "--splits"),
         steps=parse_map(steps, "--steps", as_int=True), metric=metric, note=_echo_err,
+        replace=replace,
     )  # fmt: skip
     _report(ingested, out)

@@ -175,6 +175,27 @@ def trajectory_name(configuration: str, seed: int) -> str:
     return f"{configuration}-s{seed}"
 
 
+# the seed at the end of a run folder's or trajectory's name: ``-s42``, ``_seed42``, ``-seed-42``
+SEED_RE = re.compile(r"(?:^|[-_.])(?:s|seed)[-_]?(\d+)$")
+
+
+def seed_of(folder: str) -> int | None:
+    """The seed in a run folder's name: ``...-s42``, ``..._seed42``, ``...-seed-42``."""
+    m = SEED_RE.search(Path(folder).name)
+    return int(m.group(1)) if m else None
+
+
+def configuration_and_seed(trajectory: str) -> tuple[str, int | None]:
+    """``(configuration, seed)`` a trajectory's name says, read as ``ckptsel run`` reads run
+    folders (:func:`seed_of`) and names trajectories (:func:`trajectory_name`): ``cfgA-s42`` →
+    ``("cfgA", 42)``, ``lora_seed7`` → ``("lora", 7)``; a name with no seed at its end (or
+    nothing before it) is its own configuration, seed unknown: ``("lora-r8", None)``."""
+    m = SEED_RE.search(trajectory)
+    if m is None or m.start() == 0:
+        return trajectory, None
+    return trajectory[: m.start()], int(m.group(1))
+
+
 _CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 _STUDY_KEYS = {
     "name",
@@ -358,4 +379,3 @@ def configurations_toml(configurations: Sequence[Configuration]) -> list[str]:
 def final_steps(study: Study, n_train_examples: int) -> dict[str, int]:
     """Expected final step per trajectory (written to ``final_steps.json``)."""
     return {name: cfg.total_steps(n_train_examples) for name, cfg, _seed in study.trajectories()}
-

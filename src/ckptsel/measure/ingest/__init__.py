@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from ckptsel.measure.ingest.inspect import ingest_inspect, read_inspect_log
 from ckptsel.measure.ingest.lighteval import ingest_lighteval
-from ckptsel.measure.ingest.lm_eval import ingest_lm_eval
+from ckptsel.measure.ingest.lm_eval import ingest_lm_eval, ingest_lm_eval_logs
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
     Naming,
     ingest_logs,
+    names_line,
     unavailable_lines,
 )
 
@@ -29,7 +30,9 @@ __all__ = [
     "ingest_inspect",
     "ingest_lighteval",
     "ingest_lm_eval",
+    "ingest_lm_eval_logs",
     "ingest_logs",
+    "names_line",
     "read_inspect_log",
     "unavailable_lines",
 ]

@@ -2,9 +2,12 @@
 checkpoint, read WITHOUT inspect_ai installed.
 
 A ``.eval`` log is a ZIP archive whose members are Zstandard-compressed (ZIP method 93), which
-Python's ``zipfile`` cannot inflate before 3.14; the members are inflated here with pyarrow's
-zstd codec (pyarrow is a ckptsel dependency). Members used: ``header.json`` (the eval spec: task,
-model, model args, generation config, metadata; the status) and ``samples/<id>_epoch_<n>.json``.
+Python's ``zipfile`` cannot inflate before 3.14; the members are inflated here with pyarrow's zstd
+codec (pyarrow is a ckptsel dependency), as a stream counted as it inflates: a member inflating
+past 100x its compressed size (16 MiB at least), or a log past 100x its file size, or past 2 GiB,
+is refused as a possible ZIP bomb (``$CKPTSEL_INFLATE_MAX_RATIO``, ``$CKPTSEL_INFLATE_MAX_BYTES``).
+Members used: ``header.json`` (the eval spec: task, model, model args, generation config, metadata;
+the status) and ``samples/<id>_epoch_<n>.json``.
 A ``.json`` log is one object with the same fields and a ``samples`` list.
 
 Conventions (SPEC §2 through :mod:`~ckptsel.measure.ingest.mapping`):
@@ -30,9 +33,10 @@ of the generated tokens), so ingested records have no matched NLL.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +46,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
+    Notes,
     checked_note,
     ingest_logs,
     lookup_step,
@@ -58,12 +63,78 @@ _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # ZIP local file header (30 bytes
 _CORRECT = {"C": True, "I": False}
 
 
+# --------------------------------------------------------------------------- inflate limits
+# A .eval member inflates to at most INFLATE_RATIO times its compressed size (never refused
+# below INFLATE_FLOOR: small members of real logs reach 10x) and the whole log to at most
+# INFLATE_RATIO times the archive's size, both capped at INFLATE_MAX_BYTES; the environment
+# variables below change the ratio and the cap. Members are inflated as a stream, counted as
+# they come: the sizes the ZIP headers declare are not trusted.
+INFLATE_RATIO = 100
+INFLATE_FLOOR = 16 << 20
+INFLATE_MAX_BYTES = 2 << 30
+RATIO_ENV = "CKPTSEL_INFLATE_MAX_RATIO"
+MAX_BYTES_ENV = "CKPTSEL_INFLATE_MAX_BYTES"
+_CHUNK = 1 << 20
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise CkptselError(f"${name}={raw!r}: expected a positive integer")
+    return int(raw)
+
+
+def inflate_limit(compressed: int) -> int:
+    """The most bytes ``compressed`` bytes may inflate to (see the limits above)."""
+    ratio = _env_int(RATIO_ENV, INFLATE_RATIO)
+    cap = _env_int(MAX_BYTES_ENV, INFLATE_MAX_BYTES)
+    return min(cap, max(INFLATE_FLOOR, ratio * int(compressed)))
+
+
+class _Budget:
+    """What is left of one log's inflate limit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.left = inflate_limit(path.stat().st_size)
+        self.total = self.left
+
+    def read(self, stream: Any, name: str, compressed: int) -> bytes:
+        """``stream`` read to its end in chunks, refused as soon as it passes the member's
+        limit or what is left of the log's."""
+        mine = inflate_limit(compressed)
+        limit = min(mine, self.left)
+        parts, size = [], 0
+        while True:
+            chunk = stream.read(min(_CHUNK, limit + 1 - size))
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                what = (
+                    f"{mine} bytes ({compressed} compressed)"
+                    if limit == mine
+                    else f"the {self.total} bytes the whole log may inflate to"
+                )
+                raise CkptselError(
+                    f"{self.path}: member {name} inflates to more than {what}: refused as a "
+                    f"possible ZIP bomb (${RATIO_ENV}, ${MAX_BYTES_ENV} raise the limits)"
+                )
+            parts.append(chunk)
+        self.left -= size
+        return b"".join(parts)
+
+
 # --------------------------------------------------------------------------- reading a log
-def _member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
-    """One member's bytes, Zstandard members inflated with pyarrow's codec."""
+def _member(zf: zipfile.ZipFile, path: Path, name: str, budget: _Budget) -> bytes:
+    """One member's bytes, inflated as a stream within ``budget`` (Zstandard members with
+    pyarrow's codec)."""
     info = zf.getinfo(name)
     if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        return zf.read(name)
+        with zf.open(name) as stream:
+            return budget.read(stream, name, info.compress_size)
     if info.compress_type != ZSTD_METHOD:
         raise CkptselError(
             f"{path}: member {name} uses ZIP compression {info.compress_type}, not zstd"
@@ -83,7 +154,8 @@ def _member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
         fh.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
         raw = fh.read(info.compress_size)
     try:
-        return pa.Codec("zstd").decompress(raw, decompressed_size=info.file_size).to_pybytes()
+        with pa.input_stream(pa.py_buffer(raw), compression="zstd") as stream:
+            return budget.read(stream, name, len(raw))
     except (OSError, ValueError) as err:  # pyarrow raises ArrowIOError/ArrowInvalid
         raise CkptselError(f"{path}: member {name} cannot be inflated ({err})") from err
 
@@ -112,9 +184,10 @@ def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
                 raise CkptselError(
                     f"{path}: no header.json in the log: the evaluation is still running or was interrupted"
                 )
-            header = _json(_member(zf, path, "header.json"), path, "header.json")
+            budget = _Budget(path)
+            header = _json(_member(zf, path, "header.json", budget), path, "header.json")
             samples = [
-                _json(_member(zf, path, n), path, n)
+                _json(_member(zf, path, n, budget), path, n)
                 for n in sorted(names)
                 if n.startswith("samples/") and n.endswith(".json")
             ]
@@ -252,9 +325,11 @@ def inspect_checkpoint(
     *,
     steps: Mapping[str, int] | None = None,
     scorer: str | None = None,
-    note: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> CheckpointLog:
-    """One inspect log as a :class:`CheckpointLog` (its samples mapped, not yet written)."""
+    """One inspect log as a :class:`CheckpointLog` (its samples mapped, not yet written);
+    what it has to say goes to ``notes`` (said once per ingest; default: printed now)."""
+    said = Notes(print) if notes is None else notes
     path = Path(path)
     header, samples = read_inspect_log(path)
     ev = header["eval"]
@@ -271,20 +346,24 @@ def inspect_checkpoint(
         )
     failed = [str(s.get("id")) for s in samples if s.get("error")]
     if failed:
-        note(
-            f"note: {path}: {len(failed)} sample(s) errored in inspect and are left out ({', '.join(failed[:5])})"
+        said.add(
+            "samples that errored in inspect are left out",
+            f"{path}: {len(failed)} ({', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''})",
         )
         samples = [s for s in samples if not s.get("error")]
     if not _greedy(ev):
-        note(
-            f"note: {path}: the log does not record greedy decoding (temperature 0, or do_sample=false "
-            "for hf models); accuracy and agreement assume one greedy answer per item"
+        said.add(
+            "the log does not record greedy decoding (temperature 0, or do_sample=false for hf "
+            "models); accuracy and agreement assume one greedy answer per item",
+            str(path),
         )
     step, trajectory = _step_and_trajectory(path, ev, steps)
     task = str(ev.get("task") or "inspect")
     rows = pd.DataFrame(list(_sample_rows(path, samples, _scorer(path, samples, scorer), task)))
     if rows.empty:
         raise CkptselError(f"{path}: no scored samples")
+    if notes is None:
+        said.say()
     meta = ev.get("metadata") or {}
     conf = meta.get("configuration")
     return CheckpointLog(
@@ -295,7 +374,7 @@ def inspect_checkpoint(
 def ingest_inspect(
     logs: Sequence[Path],
     *,
-    out: Path,
+    out: Path | str,
     steps: Mapping[str, int] | None = None,
     scorer: str | None = None,
     **naming: Unpack[Naming],
@@ -310,5 +389,7 @@ def ingest_inspect(
     files = find_inspect_logs(logs)
     if not files:
         raise CkptselError("no inspect LOGS given")
-    mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, note=note) for f in files]
+    notes = Notes(note)
+    mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, notes=notes) for f in files]
+    notes.say()
     return ingest_logs(mapped, out=out, harness="inspect", **naming)

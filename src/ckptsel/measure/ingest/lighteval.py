@@ -46,6 +46,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
+    Notes,
     checked_note,
     ingest_logs,
     lookup_step,
@@ -99,14 +100,16 @@ def model_name(path: Path) -> str:
     return str(model_dir)
 
 
-def newest_files(files: Sequence[Path], note: Callable[[str], None]) -> dict[tuple[str, str], Path]:
-    """``{(model name, task): newest file}`` (``files``: details files, named as lighteval does)."""
+def newest_files(files: Sequence[Path], notes: Notes) -> dict[tuple[str, str], Path]:
+    """``{(model name, task): newest file}`` (``files``: details files, named as lighteval does;
+    the files passed over go to ``notes``)."""
     matches = [(f, DETAILS_RE.match(f.name)) for f in files]
     found = [((model_name(f), m.group("task")), m.group("ts"), f) for f, m in matches if m]
 
     def passed_over(key: tuple[str, str], used: Path, ignored: Path) -> None:
-        note(
-            f"note: {key[0]}: several details files for {key[1]}; using {used}, ignoring {ignored}"
+        notes.add(
+            "several details files for one task: the newest is used",
+            f"{key[0]}: {key[1]}: using {used}, ignoring {ignored}",
         )
 
     return newest_per_key(found, passed_over)
@@ -269,7 +272,7 @@ def lighteval_checkpoint(
 def ingest_lighteval(
     details: Sequence[Path],
     *,
-    out: Path,
+    out: Path | str,
     splits: Mapping[str, str] | None = None,
     steps: Mapping[str, int] | None = None,
     metric: str | None = None,
@@ -287,8 +290,10 @@ def ingest_lighteval(
         if s not in SPLITS:
             raise CkptselError(f"split {s!r} for lighteval task {name!r}: use validation or test")
     by_model: dict[str, list[Path]] = {}
-    for (model, _), path in newest_files(_details_files(details), note).items():
+    notes = Notes(note)
+    for (model, _), path in newest_files(_details_files(details), notes).items():
         by_model.setdefault(model, []).append(path)
+    notes.say()
     if not by_model:
         raise CkptselError("no lighteval DETAILS_DIR given")
     mapped, reference = [], False

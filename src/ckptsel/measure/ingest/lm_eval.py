@@ -30,7 +30,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,8 @@ from ckptsel.data import extract
 from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
+    Ingested,
+    Notes,
     checked_note,
     ingest_logs,
     known_task,
@@ -58,8 +60,10 @@ SAMPLES_RE = re.compile(
 DEFAULT_METRICS = ("exact_match", "acc")
 
 
-def find_sample_files(folder: Path, note: Callable[[str], None] = print) -> dict[str, Path]:
-    """``{lm-eval task: newest samples file}`` anywhere under ``folder``."""
+def find_sample_files(folder: Path, notes: Notes | None = None) -> dict[str, Path]:
+    """``{lm-eval task: newest samples file}`` anywhere under ``folder`` (the files passed
+    over go to ``notes``, said once per ingest; default: printed now)."""
+    said = Notes(print) if notes is None else notes
     found = []
     for path in sorted(Path(folder).rglob("samples_*.jsonl*")):
         m = SAMPLES_RE.match(path.name)
@@ -67,11 +71,15 @@ def find_sample_files(folder: Path, note: Callable[[str], None] = print) -> dict
             found.append((m.group("task"), m.group("ts"), path))
 
     def passed_over(task: str, used: Path, ignored: Path) -> None:
-        note(
-            f"note: {folder}: several samples files for {task}; using {used.name}, ignoring {ignored.name}"
+        said.add(
+            "several samples files for one task: the newest is used",
+            f"{folder}: {task}: using {used.name}, ignoring {ignored.name}",
         )
 
-    return newest_per_key(found, passed_over)
+    newest = newest_per_key(found, passed_over)
+    if notes is None:
+        said.say()
+    return newest
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
@@ -242,20 +250,38 @@ def step_of(folder: Path, step: int | None, n_folders: int) -> int:
 def ingest_lm_eval(
     folders: Sequence[Path],
     *,
-    out: Path,
+    out: Path | str,
     step: int | None = None,
     metric: str | None = None,
     filter_name: str | None = None,
     id_prefix: str | None = None,
     **naming: Unpack[Naming],
 ) -> pd.DataFrame:
-    """Read lm-eval samples (one folder per checkpoint) and upsert them into ``out``.
+    """Read lm-eval samples (one folder per checkpoint) and write them into ``out``.
 
     ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`;
     the trajectory defaults to the folders' common parent). Everything is read and checked
     before anything is written (through the mapping shared by every ingester,
-    :mod:`~ckptsel.measure.ingest.mapping`). Returns the rows written.
+    :mod:`~ckptsel.measure.ingest.mapping`). Returns the rows written
+    (:func:`ingest_lm_eval_logs` returns the whole :class:`~ckptsel.measure.ingest.mapping.Ingested`).
     """
+    return ingest_lm_eval_logs(
+        folders, out=out, step=step, metric=metric, filter_name=filter_name,
+        id_prefix=id_prefix, **naming,
+    ).generations  # fmt: skip
+
+
+def ingest_lm_eval_logs(
+    folders: Sequence[Path],
+    *,
+    out: Path | str,
+    step: int | None = None,
+    metric: str | None = None,
+    filter_name: str | None = None,
+    id_prefix: str | None = None,
+    **naming: Unpack[Naming],
+) -> Ingested:
+    """:func:`ingest_lm_eval`, returning what was written, the names and what the logs lack."""
     if not folders:
         raise CkptselError("no SAMPLES_DIR given")
     note = checked_note(naming)
@@ -270,13 +296,13 @@ def ingest_lm_eval(
                 f"folders have different parents {sorted(parents)}; pass --trajectory"
             )
         naming["trajectory"] = parents.pop()
-    logs, steps, hashes = [], {}, {}
+    logs, steps, hashes, notes = [], {}, {}, Notes(note)
     for f in folders:
         st = step_of(f, step, len(folders))
         if st in steps:
             raise CkptselError(f"{f}: step {st} also given by {steps[st]}")
         steps[st] = f
-        files = find_sample_files(f, note)
+        files = find_sample_files(f, notes)
         if not files:
             raise CkptselError(
                 f"{f}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)"
@@ -302,4 +328,5 @@ def ingest_lm_eval(
                         "(different documents under one doc_id)"
                     )
             logs.append(CheckpointLog(str(path), st, df.assign(harness_task=lm_task)))
-    return ingest_logs(logs, out=out, harness="lm-eval", **naming).generations
+    notes.say()
+    return ingest_logs(logs, out=out, harness="lm-eval", **naming)

@@ -7,7 +7,10 @@ and where the log has them ``split``, ``group``, ``subtask``). This module turns
 contract rows the same way for every harness:
 
 * trajectory: ``--trajectory``, else what the log says (metadata, or the folder above
-  ``checkpoint-<step>``); configuration: ``--configuration``, else the log's, else the trajectory;
+  ``checkpoint-<step>``); configuration: ``--configuration``, else the log's, else what the
+  trajectory's name says as ``ckptsel run`` reads it (``cfgA-s42`` → configuration ``cfgA``,
+  seed 42: :func:`ckptsel.study.configuration_and_seed`), else the trajectory; the mapping is
+  returned (:attr:`Ingested.names`) and said once (:func:`names_line`);
 * split: the sample's own (its metadata), else ``--split``; only ``validation`` and ``test``;
 * task: ``--task``, else the harness task when a trajectory's logs hold one;
   subtask: the sample's own, else the harness task when it differs from the task;
@@ -15,8 +18,11 @@ contract rows the same way for every harness:
 * answer: the harness's extracted answer; where it has none, ckptsel's extraction when the task
   is a ckptsel task, else the stripped generation (agreement then compares whole generations);
 * keys: one row per (trajectory, step, split, item); a key given twice is an error naming both
-  logs. Everything is checked before the one records writer (:func:`ckptsel.records.upsert_records`)
-  writes anything.
+  logs. A key already in the records folder is refused (one line: the first such key and how
+  many), unless ``replace`` is given, which replaces those rows and counts them
+  (:attr:`Ingested.replaced`); a trajectory already recorded under another configuration is
+  refused either way. Everything is checked before the one records writer
+  (:func:`ckptsel.records.upsert_records`) writes anything, at a path or a URL.
 
 :func:`unavailable_lines` says, in one line each, which rules the ingested records cannot support
 because the harness does not record what they need (the analysis then runs the other rules).
@@ -26,15 +32,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import pandas as pd
 
+from ckptsel._util.locations import Location, as_location
 from ckptsel.data import extract, task_family
 from ckptsel.errors import CkptselError
-from ckptsel.records import SPLITS, check_name, coerce_generations, coerce_nll, upsert_records
+from ckptsel.records import (
+    GENERATION_KEY,
+    NLL_KEY,
+    SPLITS,
+    check_name,
+    coerce_generations,
+    coerce_nll,
+    read_rows,
+    upsert_records,
+)
+from ckptsel.study import configuration_and_seed
 from ckptsel.train import CHECKPOINT_RE
 
 if TYPE_CHECKING:
@@ -55,13 +72,16 @@ K = TypeVar("K")
 class Naming(TypedDict, total=False):
     """The keywords every ingester takes (the ``ingest`` commands' shared options), each optional:
     ``trajectory``, ``configuration``, ``task`` and ``split`` (default :data:`DEFAULT_SPLIT`) name
-    the rows as the module says; ``note`` takes the notes (default ``print``)."""
+    the rows as the module says; ``note`` takes the notes (default ``print``); ``replace``
+    (default False): rows whose key is already recorded replace those rows instead of being
+    refused."""
 
     trajectory: str | None
     configuration: str | None
     task: str | None
     split: str
     note: Callable[[str], None]
+    replace: bool
 
 
 @dataclass(frozen=True)
@@ -84,11 +104,46 @@ class CheckpointLog:
 
 @dataclass(frozen=True)
 class Ingested:
-    """What an ingest wrote: contract generation (and NLL) rows, and what the logs lack."""
+    """What an ingest wrote: contract generation (and NLL) rows, what the logs lack, and each
+    trajectory's ``(trajectory, configuration, seed)`` (seed None where its name says none)."""
 
     generations: pd.DataFrame
     nll: pd.DataFrame | None = None
     unavailable: tuple[str, ...] = field(default_factory=tuple)
+    names: tuple[tuple[str, str, int | None], ...] = field(default_factory=tuple)
+    replaced: tuple[int, int] = (0, 0)  # (generation rows, NLL rows) that were already recorded
+
+
+def names_line(names: Iterable[tuple[str, str, int | None]]) -> str:
+    """One line: each trajectory → its configuration and seed."""
+    parts = [
+        f"{t} -> configuration {c}, " + ("no seed in the name" if s is None else f"seed {s}")
+        for t, c, s in names
+    ]
+    return "trajectories: " + "; ".join(parts)
+
+
+class Notes:
+    """Notes said once per ingest, not once per log: each kind of note in one line naming the
+    logs it concerns (the first few, and how many more)."""
+
+    SHOWN = 3
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self._note = note
+        self._found: dict[str, list[str]] = {}
+
+    def add(self, what: str, where: str) -> None:
+        """One more log (``where``: its name and details) that ``what`` concerns."""
+        self._found.setdefault(what, []).append(where)
+
+    def say(self) -> None:
+        """Each kind of note, once; then nothing is left to say."""
+        for what, wheres in self._found.items():
+            more = len(wheres) - self.SHOWN
+            shown = "; ".join(wheres[: self.SHOWN]) + (f"; and {more} more" if more > 0 else "")
+            self._note(f"note: {what} ({len(wheres)} log(s): {shown})")
+        self._found.clear()
 
 
 def known_task(task: str | None) -> bool:
@@ -163,8 +218,8 @@ def newest_per_key(
 
 def _resolve_names(
     logs: Sequence[CheckpointLog], trajectory: str | None, configuration: str | None
-) -> list[tuple[str, str]]:
-    """(trajectory, configuration) of each log."""
+) -> list[tuple[str, str, int | None]]:
+    """(trajectory, configuration, seed) of each log (see the module)."""
     out = []
     for log in logs:
         traj = trajectory or log.trajectory
@@ -173,8 +228,9 @@ def _resolve_names(
                 f"{log.source}: the log does not say which trajectory it belongs to; pass --trajectory"
             )
         check_name("trajectory", traj)
-        conf = check_name("configuration", configuration or log.configuration or traj)
-        out.append((traj, conf))
+        named, seed = configuration_and_seed(traj)
+        conf = check_name("configuration", configuration or log.configuration or named)
+        out.append((traj, conf, seed))
     return out
 
 
@@ -252,7 +308,7 @@ def to_records(
         raise CkptselError(f"no {harness} logs given")
     names = _resolve_names(logs, naming.get("trajectory"), naming.get("configuration"))
     frames, nll_frames = [], []
-    for log, (traj, conf) in zip(logs, names, strict=True):
+    for log, (traj, conf, _) in zip(logs, names, strict=True):
         missing = [c for c in ROW_COLUMNS if c not in log.rows.columns]
         if missing:
             raise CkptselError(f"{log.source}: sample rows lack {missing}")  # an ingester's bug
@@ -287,7 +343,9 @@ def to_records(
         nf["split"] = _fill(nf, "split", pd.Series(split, index=nf.index))
         _check_keys(nf, ("trajectory", "step", "split", "item_id", "window"), "an NLL")
         nll = coerce_nll(nf)
-    return Ingested(generations, nll, tuple(unavailable_lines(harness, nll)))
+    return Ingested(
+        generations, nll, tuple(unavailable_lines(harness, nll)), tuple(sorted(set(names)))
+    )
 
 
 def unavailable_lines(
@@ -308,23 +366,87 @@ def unavailable_lines(
     ]
 
 
+def _recorded(out: Location, kind: str, frame: pd.DataFrame, key: Sequence[str]) -> pd.DataFrame:
+    """The rows of ``kind`` already in ``out`` for the trajectories of ``frame``: their key
+    columns (as strings) and, for generations, their configuration."""
+    trajs = sorted(set(frame["trajectory"].astype(str)))
+    cols = list(key) + (["configuration"] if kind == "generations" else [])
+    table = read_rows(out, kind, columns=cols, filters=[("trajectory", "in", trajs)])
+    if table is None or table.num_rows == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    return table.to_pandas().astype({c: str for c in key})
+
+
+def _clashes(
+    out: Location, kind: str, frame: pd.DataFrame | None, key: Sequence[str]
+) -> tuple[int, str | None]:
+    """How many of ``frame``'s keys ``out`` already holds, and the first of them, said."""
+    if frame is None or frame.empty:
+        return 0, None
+    old = _recorded(out, kind, frame, key)
+    if kind == "generations":
+        _check_configurations(out, frame, old)
+    new = frame[list(key)].astype(str).sort_values(list(key), ignore_index=True)
+    have = pd.MultiIndex.from_frame(new).isin(pd.MultiIndex.from_frame(old[list(key)]))
+    if not have.any():
+        return 0, None
+    r = new[have].iloc[0]
+    first = (
+        f"trajectory {r['trajectory']!r} step {r['step']} {r['split']} item {r['item_id']!r}"
+        + (f" window {r['window']}" if "window" in key else "")
+    )
+    return int(have.sum()), first
+
+
+def _check_configurations(out: Location, frame: pd.DataFrame, old: pd.DataFrame) -> None:
+    """A trajectory already in ``out`` keeps its configuration (else the mix would only
+    surface at ``analyze``)."""
+    if old.empty:
+        return
+    recorded = old.groupby("trajectory")["configuration"].agg(lambda c: sorted(set(map(str, c))))
+    for traj, conf in frame.groupby("trajectory")["configuration"].first().items():
+        other = [c for c in recorded.get(traj, []) if c != conf]
+        if other:
+            raise CkptselError(
+                f"{out}: trajectory {traj!r} is already recorded with configuration "
+                f"{other[0]!r}, not {conf!r}; nothing was written: pass --configuration "
+                f"{other[0]} (or ingest under another --trajectory name)"
+            )
+
+
+def check_new_keys(out: Location, ingested: Ingested, replace: bool) -> tuple[int, int]:
+    """``(generation rows, NLL rows)`` of ``ingested`` whose key ``out`` already holds; any is
+    an error unless ``replace`` (see the module)."""
+    gen, gen_first = _clashes(out, "generations", ingested.generations, GENERATION_KEY)
+    nll, nll_first = _clashes(out, "nll", ingested.nll, NLL_KEY)
+    if (gen or nll) and not replace:
+        counts = " and ".join(
+            f"{n} {what} row(s)" for n, what in ((gen, "generation"), (nll, "NLL")) if n
+        )
+        raise CkptselError(
+            f"{out}: {counts} of these logs are already recorded there (first: "
+            f"{gen_first or nll_first}); nothing was written: pass --replace to replace them"
+        )
+    return gen, nll
+
+
 def ingest_logs(
     logs: Sequence[CheckpointLog],
     *,
-    out: Path,
+    out: Path | Location | str,
     harness: str,
     nll_reason: str | None = None,
     **naming: Unpack[Naming],
 ) -> Ingested:
-    """:func:`to_records` (named by ``naming``, see :class:`Naming`), then the one records
+    """:func:`to_records` (named by ``naming``, see :class:`Naming`), the keys checked against
+    the records already in ``out`` (a folder or a URL; see the module), then the one records
     writer; returns what was written. ``nll_reason`` says why the logs hold no matched NLL where
     it is not the harness's usual reason."""
+    out = as_location(out)
     ingested = to_records(logs, harness=harness, **naming)
     if nll_reason and ingested.unavailable:
-        ingested = Ingested(
-            ingested.generations,
-            ingested.nll,
-            tuple(unavailable_lines(harness, ingested.nll, nll_reason)),
-        )
-    upsert_records(Path(out), generations=ingested.generations, nll=ingested.nll)
-    return ingested
+        why = tuple(unavailable_lines(harness, ingested.nll, nll_reason))
+        ingested = replace(ingested, unavailable=why)
+    replaced = check_new_keys(out, ingested, naming.get("replace", False))
+    upsert_records(out, generations=ingested.generations, nll=ingested.nll)
+    return replace(ingested, replaced=replaced)

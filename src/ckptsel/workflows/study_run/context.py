@@ -3,7 +3,7 @@ study file (``StudySpec``), the device, the checked ``[executor]``, where lines 
 ``console``), and derives on first use the validation and test pools, the
 :class:`~ckptsel.measure.MeasureConfig` and the study's :class:`Trajectory` s (trained here, or
 found by each external configuration's glob, seed read from the folder name by
-:func:`seed_of`).
+:func:`ckptsel.study.seed_of`).
 
 The pools and the trajectories are derived lazily because, with ``[pool]``, they read the
 split's files, which the ``prepare`` stage writes first.
@@ -11,7 +11,6 @@ split's files, which the ``prepare`` stage writes first.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -22,18 +21,10 @@ from ckptsel._util.nodecache import local_copy
 from ckptsel.data import build_pools, load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure import ExecutorConfig, MeasureConfig
-from ckptsel.study import StudySpec
+from ckptsel.study import StudySpec, seed_of  # seed_of: its old home, kept
 from ckptsel.train import pick_device
 from ckptsel.workflows.study_run.progress import Log
 from ckptsel.workflows.tracking import LogSettings
-
-_SEED_RE = re.compile(r"(?:^|[-_.])(?:s|seed)[-_]?(\d+)$")
-
-
-def seed_of(folder: str) -> int | None:
-    """The seed in a run folder's name: ``...-s42``, ``..._seed42``, ``...-seed-42``."""
-    m = _SEED_RE.search(Path(folder).name)
-    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True)

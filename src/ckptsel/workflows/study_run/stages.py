@@ -263,7 +263,7 @@ def ingest(ctx: StudyContext, t: Trajectory) -> None:
         task = ctx.spec.test.task if split_name == "test" else ctx.spec.validation.task
         ingest_lm_eval(
             folders, out=ctx.records_dir, trajectory=t.name, configuration=t.configuration,
-            task=task, split=split_name, filter_name=t.filter,
+            task=task, split=split_name, filter_name=t.filter, replace=True,  # a re-run
             note=lambda m: ctx.log(f"measure: {m}"),
         )  # fmt: skip
     ctx.log(f"measure: {t.name}: lm-eval samples ingested")
