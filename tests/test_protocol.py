@@ -88,10 +88,13 @@ def test_protocol_file_edited_after_the_fact_is_caught(study: Path, capsys) -> N
 
 # ------------------------------------------------------------------ the chain protocol → results
 def _resha(record: dict) -> dict:
-    """A protocol record rewritten after the fact *with* a fresh hash (a careful forger)."""
+    """A protocol record rewritten after the fact *with* a fresh hash (a careful forger: the
+    SHA-256 is not a signature)."""
     import hashlib
 
-    canon = json.dumps(record["protocol"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    keys = ("schema", "study_file", "frozen_at", "before_training", "protocol", "evidence")
+    hashed = record["protocol"] if record.get("schema", 1) == 1 else {k: record.get(k) for k in keys}
+    canon = json.dumps(hashed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return {**record, "sha256": hashlib.sha256(canon.encode()).hexdigest()}
 
 

@@ -26,6 +26,7 @@ from ckptsel.study.configuration import (
 )
 from ckptsel.study.protocol import (
     analysis_differences,
+    before_training,
     check_protocol,
     freeze,
     protocol_json,
@@ -45,6 +46,7 @@ from ckptsel.study.spec import (
 
 __all__ = [
     "analysis_differences",
+    "before_training",
     "check_protocol",
     "freeze",
     "protocol_json",

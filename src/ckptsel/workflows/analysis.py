@@ -52,7 +52,13 @@ from ckptsel.results import (
     publish,
 )
 from ckptsel.stats import StatSettings, summarize
-from ckptsel.study import analysis_differences, protocol_json, protocol_status, read_protocol
+from ckptsel.study import (
+    analysis_differences,
+    before_training,
+    protocol_json,
+    protocol_status,
+    read_protocol,
+)
 
 
 def population(validation: list[ValidationData]) -> dict:
@@ -210,7 +216,7 @@ class Bound:
         if r is None:
             return Preregistration()
         return Preregistration(protocol_status(r), r["sha256"], r.get("frozen_at"),
-                               bool(r.get("before_training")))  # fmt: skip
+                               before_training(r))  # fmt: skip
 
 
 def _refuse_unprotocolled(record: dict, used: dict, where: str | None) -> None:
@@ -408,6 +414,11 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
         raise VerificationError(
             f"{results_dir}: the analysis did not use the settings its protocol "
             f"({said.sha256[:12]}) froze:\n  " + "\n  ".join(diffs)
+        )
+    if said != Bound(copy).preregistration:  # what the summary says is what the copy says
+        raise VerificationError(
+            f"{results_dir / SUMMARY_FILE}: its protocol block says {said.status!r} (before "
+            f"training: {said.before_training}), the protocol copy {protocol_status(copy)!r}"
         )
     return [_protocol_file_line(copy, protocol_file), f"protocol → choices: {said.status}; the "
             "choices and statistics used the analysis settings it froze"]  # fmt: skip
