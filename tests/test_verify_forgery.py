@@ -5,6 +5,7 @@ the analysis never writes, and an edited ``run.json`` are each refused with one 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def test_a_forged_read_cache_is_not_trusted(analysed, tmp_path: Path, capsys) ->
     arrays = memo._read(path, key)
     assert arrays is not None  # the cache is current for the copy
     forged = {name: np.array(a, order="K") for name, a in arrays.items()}
-    forged["0.correct"] = 1 - forged["0.correct"]  # the first trajectory's validation answers flipped
+    forged["0.correct"] = (
+        1 - forged["0.correct"]
+    )  # the first trajectory's validation answers flipped
     memo._write(path, key, forged)
     assert memo._read(path, key) is not None  # CRC-valid, under the right key
     out = tmp_path / "res"
@@ -85,7 +88,10 @@ def test_a_forged_read_cache_is_not_trusted(analysed, tmp_path: Path, capsys) ->
     assert json.loads((out / "summary.json").read_text()) != clean
     refused(out, capsys, "choices recomputed from", "SHA-256")
     # ... and verify neither read nor rewrote the cache: the forged file is still there
-    assert memo._read(path, key) is not None and memo._read(path, key)["0.correct"].sum() == forged["0.correct"].sum()
+    assert (
+        memo._read(path, key) is not None
+        and memo._read(path, key)["0.correct"].sum() == forged["0.correct"].sum()
+    )
 
 
 def test_a_forged_units_read_cache_is_not_trusted(analysed, tmp_path: Path) -> None:
@@ -111,8 +117,12 @@ def test_a_forged_units_read_cache_is_not_trusted(analysed, tmp_path: Path) -> N
     assert pq.read_table(cache[0]).num_rows == full.num_rows - 1  # neither read nor rewritten
 
 
-@pytest.mark.parametrize("rel", ["report.html", "tables/main_table.csv", "figures/matched_half.svg"])
-def test_a_deleted_output_with_its_manifest_entry_is_refused(results: Path, rel: str, capsys) -> None:
+@pytest.mark.parametrize(
+    "rel", ["report.html", "tables/main_table.csv", "figures/matched_half.svg"]
+)
+def test_a_deleted_output_with_its_manifest_entry_is_refused(
+    results: Path, rel: str, capsys
+) -> None:
     (results / rel).unlink()
     _refresh_manifest(results, drop=(rel,))
     publish.check_manifest(results)  # the manifest alone is consistent
@@ -156,4 +166,61 @@ def test_a_report_in_every_format_is_rebuilt(results: Path) -> None:
     assert lines[3].startswith("manifest:")
     n = len(publish.read_manifest(results)) - 1  # run.json: its own line
     assert lines[5].startswith("run: ")
-    assert f"all {n} files the analysis writes recomputed and identical, with the report" in lines[4]
+    assert (
+        f"all {n} files the analysis writes recomputed and identical, with the report" in lines[4]
+    )
+
+
+# ------------------------------------------------------------ Markdown escaped (issue 30, item 5)
+HOSTILE = "<svg/onload=alert(2)>|`x`\n[a](javascript:b)&"
+
+
+def test_md_cell_escapes_what_a_renderer_would_interpret() -> None:
+    from ckptsel._util.markdown import md_cell
+
+    assert md_cell(HOSTILE) == "&lt;svg/onload=alert(2)&gt;\\|\\`x\\` [a\\](javascript:b)&amp;"
+    assert md_cell("+1.2 [-0.3, 2.6]") == "+1.2 [-0.3, 2.6]" and md_cell("c0-s1_a") == "c0-s1_a"
+    assert md_cell("a\\|b") == "a\\\\\\|b"  # the backslash first: the pipe stays escaped
+
+
+def test_a_hostile_task_name_is_escaped_in_every_markdown_table(analysed, tmp_path: Path) -> None:
+    """A task named like HTML, with pipes, backticks, a link and a newline, reads as text in
+    tables/task_strata.md (on d664043 it appeared raw) and keeps every table's shape."""
+    import pandas as pd
+
+    from ckptsel.records import GENERATIONS_FILE, NLL_FILE, write_records
+    from ckptsel.report import write_report
+
+    gen = pd.read_parquet(analysed[0] / "generations.parquet")
+    nll = pd.read_parquet(analysed[0] / "nll.parquet")
+    gen["task"] = gen["task"].astype(str).replace("math", HOSTILE)
+    if "task" in nll:
+        nll["task"] = nll["task"].astype(str).replace("math", HOSTILE)
+    records = tmp_path / "records"
+    write_records(records / GENERATIONS_FILE, gen)
+    write_records(records / NLL_FILE, nll)
+    out = tmp_path / "res"
+    analyze(records, out, **FAST)
+    write_report(out, formats=["md"])
+    strata = (out / "tables" / "task_strata.md").read_text(encoding="utf-8")
+    assert "&lt;svg/onload=alert(2)&gt;\\|\\`x\\` [a\\](javascript:b)&amp;" in strata
+    for md in sorted((out / "tables").glob("*.md")):
+        text = md.read_text(encoding="utf-8")
+        assert "<svg" not in text and not re.search(r"(?<!\\)\]\(", text), md.name
+        for block in text.split("\n\n"):  # every table: the same number of cells in each row
+            rows = [r for r in block.splitlines() if r.startswith("|")]
+            cells = {len(r.replace("\\|", "").split("|")) for r in rows}
+            assert len(cells) <= 1, (md.name, rows)
+
+
+def test_the_audit_markdown_escapes_pool_names_and_texts() -> None:
+    from ckptsel.data.audit.findings import AuditResult, CheckResult, PairReport
+
+    check = CheckResult(pairs=1, items_a=1, items_b=1,
+                        examples=[{"i": 0, "j": 0, "a_text": HOSTILE, "b_text": "<b>x</b>"}])  # fmt: skip
+    pair = PairReport(
+        a=HOSTILE, b="test", n_a=1, n_b=1, checks={"exact": check, "word5": CheckResult(0, 0, 0)}
+    )
+    text = AuditResult(threshold=0.5, pools={HOSTILE: 1, "test": 1}, pairs=[pair], planted=[],
+                       control_run=False, control_notes=[HOSTILE], seconds=0.1).to_markdown()  # fmt: skip
+    assert "<svg" not in text and "<b>" not in text and "&lt;svg" in text
