@@ -36,7 +36,7 @@ def results(analysed, tmp_path: Path) -> Path:
     """A private copy of the analysed results folder (run.json still names the records)."""
     out = tmp_path / "res"
     shutil.copytree(analysed[1], out)
-    assert verify(out)[-1].startswith("run: ")
+    verify(out)  # the untouched copy passes
     return out
 
 
