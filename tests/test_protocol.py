@@ -4,6 +4,7 @@ and then edited is refused with the difference; a protocol file edited after the
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -88,10 +89,13 @@ def test_protocol_file_edited_after_the_fact_is_caught(study: Path, capsys) -> N
 
 # ------------------------------------------------------------------ the chain protocol → results
 def _resha(record: dict) -> dict:
-    """A protocol record rewritten after the fact *with* a fresh hash (a careful forger)."""
+    """A protocol record rewritten after the fact *with* a fresh hash (a careful forger: the
+    SHA-256 is not a signature)."""
     import hashlib
 
-    canon = json.dumps(record["protocol"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    keys = ("schema", "study_file", "frozen_at", "before_training", "protocol", "evidence")
+    hashed = record["protocol"] if record.get("schema", 1) == 1 else {k: record.get(k) for k in keys}
+    canon = json.dumps(hashed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return {**record, "sha256": hashlib.sha256(canon.encode()).hexdigest()}
 
 
@@ -173,3 +177,110 @@ def test_an_analysis_that_differs_from_its_protocol_is_refused(study: Path, tmp_
                        r"analysis\.permutations: 200 -> 20\n  analysis\.draws: 500 -> 300"):  # fmt: skip
         analyze(records, tmp_path / "res", permutations=20, draws=300, protocol=record)
     assert not (tmp_path / "res").exists()  # refused before any work
+
+
+# ------------------------------------------------------------ the record cannot be forged (issue 30)
+def _base_model(study: Path) -> Path:
+    """A local base model folder (``base_model = "base"`` in the study): config, tokenizer and a
+    small safetensors file (8-byte header length, JSON header, data)."""
+    base = study.parent / "base"
+    base.mkdir(exist_ok=True)
+    (base / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}\n')
+    (base / "tokenizer.json").write_text('{"version": "1.0"}\n')
+    (base / "README.md").write_text("a tiny model\n")  # not part of the identity
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    (base / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    return base
+
+
+def test_freeze_force_after_training_then_edited_times_are_caught(study: Path, capsys) -> None:
+    """``freeze --force`` after work started says so; editing frozen_at / before_training
+    afterwards no longer matches the hash (on d664043 it did: the hash covered the protocol only)."""
+    (study.parent / ".ckptsel").mkdir()
+    (study.parent / ".ckptsel" / "fingerprint.json").write_text("{}\n")  # the runner had started
+    assert run(["protocol", "freeze", str(study), "--force"]) == 0
+    assert "after work had started" in capsys.readouterr().out
+    path = protocol_path(study)
+    record = json.loads(path.read_text())
+    assert record["before_training"] is False and record["evidence"]["work_started"] is True
+    for edit in ({"before_training": True}, {"frozen_at": "2020-01-01T00:00:00+00:00"},
+                 {"before_training": True, "frozen_at": "2020-01-01T00:00:00+00:00"}):  # fmt: skip
+        path.write_text(json.dumps({**record, **edit}, indent=2))
+        assert run(["protocol", "check", str(study)]) == 2
+        err = capsys.readouterr().err
+        assert "edited after it was frozen" in err and len(err.strip().splitlines()) == 1, err
+        assert run(["run", str(study), "--dry-run"]) == 2
+        assert "edited after it was frozen" in capsys.readouterr().err
+
+
+def test_a_rehashed_before_training_claim_meets_older_checkpoints(study: Path, capsys) -> None:
+    """A forger who also rehashes the record (SHA-256 is no signature) is caught by the clock
+    evidence: a checkpoint older than frozen_at contradicts "before training"."""
+    ckpt = study.parent / "runs" / "a-s1" / "checkpoint-1"
+    ckpt.mkdir(parents=True)
+    record = freeze(study)
+    assert record["before_training"] is False and record["evidence"]["checkpoints"] == ["a-s1/checkpoint-1"]
+    forged = _resha({**record, "before_training": True,
+                     "evidence": {**record["evidence"], "checkpoints": []}})  # fmt: skip
+    protocol_path(study).write_text(json.dumps(forged))
+    old = datetime_ts(record["frozen_at"]) - 3600
+    os.utime(ckpt, (old, old))  # trained an hour before the freeze
+    assert run(["protocol", "check", str(study)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint-1: written at" in err and "which says before training" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_editing_the_base_model_after_the_freeze_is_refused(study: Path, capsys) -> None:
+    base = _base_model(study)
+    record = freeze(study)
+    files = record["protocol"]["base_model"]["files"]
+    assert set(files) == {"config.json", "tokenizer.json", "model.safetensors"}  # README: not the model
+    assert "header_sha256" in files["model.safetensors"]
+    assert run(["protocol", "check", str(study)]) == 0
+    (base / "README.md").write_text("edited\n")
+    assert run(["protocol", "check", str(study)]) == 0
+    capsys.readouterr()
+    (base / "config.json").write_text('{"model_type": "gpt2", "n_layer": 4}\n')
+    for argv in (["protocol", "check", str(study)], ["run", str(study), "--dry-run"]):
+        assert run(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{base / 'config.json'}: base model file content changed" in err.replace("\n", ""), err
+        assert len(err.strip().splitlines()) == 1
+    with pytest.raises(CkptselError, match="config.json: base model file content changed"):
+        StudyRun(load_spec(study), device="cpu").run(("prepare",))
+    (base / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}\n')  # restored
+    assert check_protocol(study) == record
+    weights = base / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] = 1  # one weight's last byte
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CkptselError, match="model.safetensors: base model file content changed"):
+        check_protocol(study)
+    weights.write_bytes(data[:-8].replace(b"[2]", b"[1]") + bytes(8))  # the header edited
+    with pytest.raises(CkptselError, match="tensor layout changed"):
+        check_protocol(study)
+
+
+def test_a_schema_1_protocol_is_never_before_training(study: Path) -> None:
+    """An older protocol file (hash over the protocol alone) is still read, but its time is not
+    covered by its hash: never "before training", in the status or in the results."""
+    from ckptsel.study import before_training
+    from ckptsel.workflows.analysis import Bound
+
+    record = freeze(study)
+    old = {k: v for k, v in record.items() if k not in ("evidence",)}
+    old["schema"] = 1
+    old["protocol"] = {k: v for k, v in record["protocol"].items() if k != "base_model"}
+    old = _resha(old)
+    protocol_path(study).write_text(json.dumps(old))
+    assert check_protocol(study) == old
+    status = protocol_status(old)
+    assert status.endswith("time not covered by the hash") and "before training" not in status
+    assert before_training(old) is False and Bound(old).preregistration.before_training is False
+
+
+def datetime_ts(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()

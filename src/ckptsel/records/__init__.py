@@ -29,6 +29,7 @@ from ckptsel.records.load import (
     load_test,
     load_validation,
 )
+from ckptsel.records.memo import uncached
 from ckptsel.records.provenance import (
     TrajectoryProvenance,
     UnitProvenance,
@@ -108,6 +109,7 @@ __all__ = [
     "read_schema",
     "read_table",
     "records_lock",
+    "uncached",
     "unit_path",
     "unit_provenance",
     "upsert_records",

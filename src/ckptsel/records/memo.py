@@ -17,16 +17,24 @@ stores the result when the records did not change meanwhile (the key is taken be
 after). Errors are never cached: bad records raise every time. Records at a URL, or a
 folder that cannot be written, are simply computed each time. The cache is never a source
 of truth: deleting ``.cache`` only costs the next load its time.
+
+The cache is keyed by names, sizes and modification times and checked by CRC32 only: it
+guards against staleness and damage, not against a forger (anyone who can write the records
+folder can write a different, CRC-valid cache under the right key). ``verify`` therefore loads
+inside :func:`uncached`, which computes from the records themselves, bypassing both this cache
+and the units' read cache of :mod:`ckptsel.records.scan`, and never writes either.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import json
 import os
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,6 +51,25 @@ FORMAT = 3  # bump when what is stored changes shape
 
 T = TypeVar("T")
 Arrays = Mapping[str, np.ndarray]
+
+_BYPASS: contextvars.ContextVar[bool] = contextvars.ContextVar("ckptsel_records_uncached", default=False)
+
+
+@contextlib.contextmanager
+def uncached() -> Iterator[None]:
+    """Inside this block every load computes from the records files themselves: neither this
+    module's array cache nor the units' read cache is read or written (``verify``: a cache it
+    cannot authenticate is never a source of what it checks)."""
+    token = _BYPASS.set(True)
+    try:
+        yield
+    finally:
+        _BYPASS.reset(token)
+
+
+def bypassed() -> bool:
+    """True inside :func:`uncached`."""
+    return _BYPASS.get()
 
 
 @functools.lru_cache(maxsize=1)
@@ -161,7 +188,7 @@ def cached(
     """``compute()`` for the records in ``records_dir``, or what it gave last time for the same
     records (stored as ``encode(result)``, given back as ``decode(arrays)``)."""
     records_dir = as_location(records_dir)
-    if not records_dir.is_local:
+    if not records_dir.is_local or bypassed():
         return compute()
     path = records_dir.local / MEMO_DIR / f"{name}.arrays"
     key = source_key(records_dir, name)

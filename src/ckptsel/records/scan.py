@@ -10,7 +10,8 @@ checkpoints of the paper preset), so readers go through a consolidated *read cac
 Parquet file per kind keyed by the units' names, sizes and versions (modification times
 locally, ETags on object stores); it is rebuilt (in one multi-threaded dataset scan, or on an
 object store concurrent GETs parsed in memory) when any unit changes and is never a source of
-truth.
+truth. Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units themselves are read
+and the read cache is neither read nor written.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ckptsel._util import io
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records.codec import parquet_bytes, read_schema, read_table, table_from_bytes
+from ckptsel.records.memo import bypassed
 from ckptsel.records.schema import (
     RECORDS_ORDER,
     SPLITS,
@@ -229,6 +231,8 @@ def read_rows(
         t = read_table(single, columns=need_s, filters=filters, read_dictionary=read_dictionary)
         t = _shadow(t, units)
         tables.append(t.select(need) if need is not None else t)
+    if direct is None and units and bypassed():  # memo.uncached: the units themselves
+        direct = units
     if direct is not None:
         tables.append(_project(_scan(direct, kind), need, filters, read_dictionary))
     elif units:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ckptsel._util.io import write_csv, write_text
+from ckptsel._util.markdown import md_cell
 from ckptsel.choose import RULE_ORDER
 from ckptsel.results import MATCHED_HALF_STATS, Estimate, Gains, Summary, fmt
 
@@ -283,17 +284,13 @@ def all_tables(summary: Summary | dict) -> list[ReportTable]:
 
 
 # --------------------------------------------------------------------------- rendering
-def _md_cell(v: object) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(df: pd.DataFrame, title: str = "") -> str:
     """A GitHub-flavoured Markdown table (with an optional caption line above it)."""
     lines = [title, ""] if title else []
-    lines.append("| " + " | ".join(_md_cell(c) for c in df.columns) + " |")
+    lines.append("| " + " | ".join(md_cell(c) for c in df.columns) + " |")
     lines.append("|" + "---|" * len(df.columns))
     for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
+        lines.append("| " + " | ".join(md_cell(v) for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 

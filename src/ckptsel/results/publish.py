@@ -66,6 +66,12 @@ def _files(root: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- manifest
+def manifest_files(root: Path) -> list[str]:
+    """Relative POSIX paths of every file under ``root`` but the manifest, sorted (what a
+    manifest of ``root`` would list)."""
+    return [rel for rel in _files(Path(root)) if rel != MANIFEST_FILE]
+
+
 def read_manifest(results_dir: Path) -> dict[str, str] | None:
     """``{relative path: sha256}`` of a results folder's manifest, or None when it has none."""
     path = Path(results_dir) / MANIFEST_FILE

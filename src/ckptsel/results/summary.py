@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+from ckptsel._util.markdown import md_cell
 from ckptsel.choose import FULL, RULE_ORDER
 from ckptsel.defaults import BUDGETS, CONFIDENCE
 from ckptsel.errors import CkptselError
@@ -630,7 +631,7 @@ class Summary:
             f"| rule | {self.d_column} | H_r(full) vs matched NLL | G_r(full) vs final |",
             "|---|---|---|---|",
         ]
-        lines += [f"| {r} | {d} | {h} | {g} |" for r, d, h, g in self.main_table_rows()]
+        lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in self.main_table_rows()]
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ serialisation

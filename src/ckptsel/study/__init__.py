@@ -28,6 +28,7 @@ from ckptsel.study.configuration import (
 )
 from ckptsel.study.protocol import (
     analysis_differences,
+    before_training,
     check_protocol,
     freeze,
     protocol_json,
@@ -47,6 +48,7 @@ from ckptsel.study.spec import (
 
 __all__ = [
     "analysis_differences",
+    "before_training",
     "check_protocol",
     "freeze",
     "protocol_json",

@@ -39,6 +39,7 @@ from ckptsel.records import (
     load_test,
     load_validation,
     provenance_lines,
+    uncached,
 )
 from ckptsel.results import (
     CHOICES_DIR,
@@ -51,7 +52,13 @@ from ckptsel.results import (
     publish,
 )
 from ckptsel.stats import StatSettings, summarize
-from ckptsel.study import analysis_differences, protocol_json, protocol_status, read_protocol
+from ckptsel.study import (
+    analysis_differences,
+    before_training,
+    protocol_json,
+    protocol_status,
+    read_protocol,
+)
 
 
 def population(validation: list[ValidationData]) -> dict:
@@ -209,7 +216,7 @@ class Bound:
         if r is None:
             return Preregistration()
         return Preregistration(protocol_status(r), r["sha256"], r.get("frozen_at"),
-                               bool(r.get("before_training")))  # fmt: skip
+                               before_training(r))  # fmt: skip
 
 
 def _refuse_unprotocolled(record: dict, used: dict, where: str | None) -> None:
@@ -343,22 +350,18 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
     records_dir = as_location(records_dir)
     frozen = load_frozen(results_dir / CHOICES_DIR)  # raises when the stored hash is off
     chain = _protocol_chain(results_dir, stored, frozen.settings, protocol_file or run.get("protocol_file"))
-    validation = load_validation(records_dir)
-    again = choose(validation, frozen.settings)
-    digest = choices_hash(again, frozen.settings)
-    if digest != frozen.sha256:
-        raise VerificationError(
-            f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices in "
-            f"{results_dir / CHOICES_DIR} have {frozen.sha256}"
-        )
-    try:
-        draws, seed, level = stored.draws, stored.seed, float(stored.level)
-        stat = StatSettings(draws=draws, seed=seed, level=level, interval=stored.interval_method)
-    except CkptselError as err:
-        raise VerificationError(
-            f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
-        ) from err
-    summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
+    with uncached():  # from the records themselves: a cache verify cannot authenticate is not read
+        validation = load_validation(records_dir)
+        again = choose(validation, frozen.settings)
+        digest = choices_hash(again, frozen.settings)
+        if digest != frozen.sha256:
+            raise VerificationError(
+                f"choices recomputed from {records_dir} have SHA-256 {digest}, but the frozen choices "
+                f"in {results_dir / CHOICES_DIR} have {frozen.sha256}"
+            )
+        stat = _stored_stat(stored, spath)
+        summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
+        provenance = provenance_lines(records_dir)
     summary = replace(summary, protocol=stored.protocol)  # checked by _protocol_chain
     kept, again_dict = stored.to_dict(), summary.to_dict()
     if summary_json(again_dict) != summary_json(kept):
@@ -366,8 +369,19 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
     lines = [*chain, f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
     lines += publish.check_manifest(results_dir)
-    lines.append(_recompute_files(results_dir, records_dir, summary, tables, again, frozen.settings))
+    lines.append(_recompute_files(results_dir, summary, tables, again, frozen.settings, provenance))
+    lines.append(_check_run(run_path, run, records_dir, provenance, stored))
     return lines
+
+
+def _stored_stat(stored: Summary, spath: Path) -> StatSettings:
+    try:
+        draws, seed, level = stored.draws, stored.seed, float(stored.level)
+        return StatSettings(draws=draws, seed=seed, level=level, interval=stored.interval_method)
+    except CkptselError as err:
+        raise VerificationError(
+            f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
+        ) from err
 
 
 def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protocol_file) -> list[str]:
@@ -401,6 +415,11 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
             f"{results_dir}: the analysis did not use the settings its protocol "
             f"({said.sha256[:12]}) froze:\n  " + "\n  ".join(diffs)
         )
+    if said != Bound(copy).preregistration:  # what the summary says is what the copy says
+        raise VerificationError(
+            f"{results_dir / SUMMARY_FILE}: its protocol block says {said.status!r} (before "
+            f"training: {said.before_training}), the protocol copy {protocol_status(copy)!r}"
+        )
     return [_protocol_file_line(copy, protocol_file), f"protocol → choices: {said.status}; the "
             "choices and statistics used the analysis settings it froze"]  # fmt: skip
 
@@ -426,43 +445,110 @@ def _protocol_file_line(copy: dict, protocol_file) -> str:
 
 
 def _recompute_files(
-    results_dir: Path, records_dir: Path, summary: Summary, tables: dict, choices, settings
+    results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance
 ) -> str:
-    """Rebuild every output (tables, report) from the recomputed results in a scratch folder and
-    compare it byte for byte with the manifest; name the first file that differs."""
+    """Rebuild every file the analysis writes from the recomputed results in a scratch folder —
+    the report in all of :data:`REPORT_META`'s formats whenever the folder holds a report,
+    whatever its manifest says — and compare: each rebuilt file must be in the folder and its
+    manifest with the same bytes (Parquet: the same content; ``report.html``, PNG and SVG are
+    byte-deterministic here: fixed metadata, no dates, fixed hash salt), and the manifest may
+    name no file the analysis does not write. ``run.json`` is checked by :func:`_check_run`."""
     files = publish.read_manifest(results_dir) or {}
-    report_meta = publish.read_manifest_meta(results_dir).get("report")
+    meta = publish.read_manifest_meta(results_dir).get("report")
     with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
         scratch = Path(tmp)
         freeze(choices, settings, scratch / CHOICES_DIR)
-        write_outputs(scratch, records_dir, summary, tables)
-        if isinstance(report_meta, dict):
-            from ckptsel.report import write_report
-
-            write_report(
-                scratch,
-                formats=report_meta.get("formats") or (),
-                trajectory=report_meta.get("trajectory"),
+        write_outputs(scratch, scratch, summary, tables, provenance)
+        core = set(publish.manifest_files(scratch))
+        reported = meta is not None or _has_report(results_dir, files)
+        if reported:
+            _rebuild_report(scratch, results_dir, meta)
+        expected = set(publish.manifest_files(scratch)) - {RUN_FILE}
+        if summary.protocol is not None and summary.protocol.frozen:
+            expected.add(PROTOCOL_FILE)  # checked by _protocol_chain
+        for rel in sorted(expected | {RUN_FILE}):
+            if rel not in files:
+                what = "missing" if not (results_dir / rel).exists() else "not in its manifest"
+                hint = "" if rel in core or rel == PROTOCOL_FILE else (
+                    " (a report is checked whole: every one of "
+                    f"{','.join(REPORT_META['formats'])}; `ckptsel report` without --formats rebuilds it)")
+                raise VerificationError(f"{results_dir / rel}: a file this analysis writes is {what}{hint}")
+        extra = sorted(set(files) - expected - {RUN_FILE})
+        if extra:
+            raise VerificationError(
+                f"{results_dir / extra[0]}: listed in {publish.MANIFEST_FILE}, but not a file "
+                "this analysis writes"
             )
-        checked = 0
-        for rel in sorted(files):
-            again = scratch / rel
-            if rel == RUN_FILE or not again.is_file():
-                continue  # provenance (paths) and files that cannot be rebuilt here
-            digest = publish.sha256_file(again)
-            parquet = rel.endswith(".parquet")
-            if digest != files[rel] and parquet and _same_frame(results_dir / rel, again):
-                digest = files[rel]  # same data, other Parquet encoding (e.g. an older pyarrow)
-            if digest != files[rel]:
-                raise VerificationError(
-                    f"{results_dir / rel}: recomputed file has SHA-256 {digest}, the stored one "
-                    f"{files[rel]} (the first file that differs)"
-                )
-            checked += 1
+        for rel in sorted(expected - {PROTOCOL_FILE}):
+            _compare_file(results_dir, scratch, rel, files[rel])
+    report = "with the report in every format" if reported else "no report"
     return (
-        f"files: {checked} of {len(files)} recomputed and identical "
-        f"(Parquet tables compared by content)"
+        f"files: all {len(expected)} files the analysis writes recomputed and identical, "
+        f"{report} (Parquet tables compared by content)"
     )
+
+
+def _has_report(results_dir: Path, files: dict[str, str]) -> bool:
+    """Whether the folder (or its manifest) holds anything only a report writes."""
+    from ckptsel.results import FIGURES_DIR, REPORT_FILE
+
+    if (results_dir / REPORT_FILE).exists() or (results_dir / FIGURES_DIR).exists():
+        return True
+    return any(rel == REPORT_FILE or rel.startswith(FIGURES_DIR + "/") or rel.endswith(".tex")
+               for rel in files)  # fmt: skip
+
+
+def _rebuild_report(scratch: Path, results_dir: Path, meta) -> None:
+    from ckptsel.report import write_report
+
+    trajectory = meta.get("trajectory") if isinstance(meta, dict) else None
+    if trajectory is not None and not isinstance(trajectory, str):
+        raise VerificationError(f"{results_dir / publish.MANIFEST_FILE}: report trajectory "
+                                f"{trajectory!r} is not a name")  # fmt: skip
+    try:
+        write_report(scratch, formats=REPORT_META["formats"], trajectory=trajectory)
+    except CkptselError as err:
+        raise VerificationError(f"{results_dir}: the report cannot be rebuilt ({err})") from err
+
+
+def _compare_file(results_dir: Path, scratch: Path, rel: str, recorded: str) -> None:
+    digest = publish.sha256_file(scratch / rel)
+    if digest != recorded and rel.endswith(".parquet") and _same_frame(results_dir / rel, scratch / rel):
+        digest = recorded  # same data, other Parquet encoding (e.g. an older pyarrow)
+    if digest != recorded:
+        raise VerificationError(
+            f"{results_dir / rel}: recomputed file has SHA-256 {digest}, the stored one "
+            f"{recorded} (the first file that differs)"
+        )
+
+
+def _check_run(run_path: Path, run: dict, records_dir: Location, provenance, stored: Summary) -> str:
+    """``run.json`` against what verify recomputed: what measured the records and their
+    warnings, the protocol file named exactly when the analysis was bound to one, no other keys."""
+    from ckptsel import __version__
+
+    if not run_path.is_file():
+        raise VerificationError(f"{run_path}: not found (a file this analysis writes)")
+    known = {"records_dir", "ckptsel", "measured_by", "provenance_warnings", "protocol_file"}
+    unknown = sorted(set(run) - known)
+    if unknown:
+        raise VerificationError(f"{run_path}: key {unknown[0]!r} is not one the analysis writes")
+    lines, warnings = provenance
+    for key, value in (("measured_by", lines), ("provenance_warnings", warnings)):
+        if run.get(key) != value:
+            raise VerificationError(
+                f"{run_path}: {key} {run.get(key)!r} differs from the records' own provenance {value!r}"
+            )
+    bound = stored.protocol is not None and stored.protocol.frozen
+    if bound != isinstance(run.get("protocol_file"), str):
+        said = "names no protocol file" if bound else "names a protocol file"
+        raise VerificationError(f"{run_path}: {said}, but {SUMMARY_FILE} says "
+                                f"{stored.protocol.status if stored.protocol else 'nothing'}")  # fmt: skip
+    version = run.get("ckptsel")
+    if not isinstance(version, str) or not isinstance(run.get("records_dir"), str):
+        raise VerificationError(f"{run_path}: ckptsel and records_dir must be strings")
+    note = "" if version == __version__ else f" (written by ckptsel {version}, verified by {__version__})"
+    return f"run: {run_path} matches the records' provenance{note}"
 
 
 def _same_frame(a: Path, b: Path) -> bool:

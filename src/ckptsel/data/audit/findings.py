@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptsel._util.markdown import md_cell
 from ckptsel.data.audit.grams import CHAR_N, WORD_N
 from ckptsel.data.audit.indexes import TEMPLATE_FRACTION, TEMPLATE_MIN_COUNT
 
@@ -139,10 +140,12 @@ class AuditResult:
         }
 
     def to_markdown(self) -> str:
+        """The audit as Markdown; every name and text from the pools escaped (:func:`md_cell`)."""
+        e = md_cell
         lines = [
             "# Overlap audit",
             "",
-            "Pools: " + ", ".join(f"{k} ({v} questions)" for k, v in self.pools.items()) + ".",
+            "Pools: " + ", ".join(f"{e(k)} ({v} questions)" for k, v in self.pools.items()) + ".",
             f"Checks: exact; normalized (case, whitespace, punctuation); character {CHAR_N}-gram "
             f"Jaccard >= {self.threshold}; shares >= 1 word {WORD_N}-gram (template "
             f"{WORD_N}-grams, in >= {self.template_fraction:.0%} of a pool's questions, ignored).",
@@ -155,7 +158,7 @@ class AuditResult:
             for name, c in p.checks.items():
                 new = "—" if c.new_pairs is None else str(c.new_pairs)
                 lines.append(
-                    f"| {p.a}–{p.b} | {name} | {c.pairs} | {new} | {c.items_a}/{p.n_a} | "
+                    f"| {e(p.a)}–{e(p.b)} | {name} | {c.pairs} | {new} | {c.items_a}/{p.n_a} | "
                     f"{c.items_b}/{p.n_b} |"
                 )
         lines.append("")
@@ -163,20 +166,21 @@ class AuditResult:
             w5 = p.checks["word5"]
             if w5.histogram:
                 lines.append(
-                    f"- {p.a}–{p.b} word-5-gram pairs by number of shared 5-grams: "
+                    f"- {e(p.a)}–{e(p.b)} word-5-gram pairs by number of shared 5-grams: "
                     + ", ".join(f"{k}: {v}" for k, v in w5.histogram.items())
                 )
             if w5.n_template_ngrams:
                 top = "; ".join(
-                    f"'{g}' ({da}/{p.n_a}, {db}/{p.n_b})" for g, da, db in w5.template_ngrams or []
+                    f"'{e(g)}' ({da}/{p.n_a}, {db}/{p.n_b})"
+                    for g, da, db in w5.template_ngrams or []
                 )
                 lines.append(
-                    f"- {p.a}–{p.b}: {w5.n_template_ngrams} template 5-grams ignored "
+                    f"- {e(p.a)}–{e(p.b)}: {w5.n_template_ngrams} template 5-grams ignored "
                     f"(in >= {self.template_fraction:.0%} of a pool's questions), e.g. {top}"
                 )
             if w5.dropped_ngrams:
                 lines.append(
-                    f"- **{p.a}–{p.b}: word-5-gram pair list incomplete**: {w5.dropped_ngrams} "
+                    f"- **{e(p.a)}–{e(p.b)}: word-5-gram pair list incomplete**: {w5.dropped_ngrams} "
                     "most common 5-grams exceeded the pair budget (item counts are complete)"
                 )
         lines.append("")
@@ -184,14 +188,14 @@ class AuditResult:
             for name, c in p.checks.items():
                 if not c.examples:
                     continue
-                lines.append(f"### {p.a}–{p.b}, {name}: examples")
+                lines.append(f"### {e(p.a)}–{e(p.b)}, {name}: examples")
                 lines.append("")
                 for ex in c.examples:
                     extra = ", ".join(f"{k} {ex[k]}" for k in ("jaccard", "shared") if k in ex)
                     lines.append(
-                        f"- {p.a}[{ex['i']}] / {p.b}[{ex['j']}]"
+                        f"- {e(p.a)}[{ex['i']}] / {e(p.b)}[{ex['j']}]"
                         + (f" ({extra})" if extra else "")
-                        + f": {ex['a_text'][:240]!r} / {ex['b_text'][:240]!r}"
+                        + f": {e(repr(ex['a_text'][:240]))} / {e(repr(ex['b_text'][:240]))}"
                     )
                 lines.append("")
         verdict = "PASSED" if self.control_ok else "FAILED"
@@ -204,10 +208,10 @@ class AuditResult:
         for q in self.planted:
             found = ", ".join(c for c, f in q.found.items() if f) or "—"
             lines.append(
-                f"| {q.a}→{q.b} | {q.kind} | {q.source_index} | {', '.join(q.expected)} | "
+                f"| {e(q.a)}→{e(q.b)} | {q.kind} | {q.source_index} | {', '.join(q.expected)} | "
                 f"{found} | {'yes' if q.ok else 'NO'} |"
             )
         if self.control_notes:
-            lines += ["", *[f"- {n}" for n in self.control_notes]]
+            lines += ["", *[f"- {e(n)}" for n in self.control_notes]]
         lines += ["", f"Audit time: {self.seconds:.2f} s.", ""]
         return "\n".join(lines)
