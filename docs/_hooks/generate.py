@@ -60,7 +60,9 @@ def study_keys() -> str:
     for table, keys in SCHEMA.items():
         for i, (key, (types, meaning)) in enumerate(keys.items()):
             kind = " or ".join(t.__name__ for t in types)
-            rows.append(f"| {f'`[{table}]`' if i == 0 else ''} | `{key}` | {kind} | {_cell(meaning)} |")
+            rows.append(
+                f"| {f'`[{table}]`' if i == 0 else ''} | `{key}` | {kind} | {_cell(meaning)} |"
+            )
     return "\n".join(rows)
 
 
