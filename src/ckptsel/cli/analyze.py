@@ -38,7 +38,7 @@ def analyze(
         defaults.INTERVAL,
         "--interval",
         help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
-        "bootstrap; see README 'What the intervals estimate').",
+        "bootstrap; see the docs' explanation 'What the intervals estimate').",
     ),
     budgets: str = typer.Option(
         ",".join(str(b) for b in defaults.BUDGETS),
@@ -69,12 +69,19 @@ def analyze(
     budget_list = parse_budget_list(budgets)
     tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
     tracking = tracking.for_records(records_dir)
-    with console.status("choosing on validation records, then scoring frozen choices…"):
+    with console.status("choosing on validation records, then scoring frozen choices…") as status:
+
+        def phase(line: str) -> None:  # one line per phase, in a log too; the spinner says it
+            console.print(f"analyze: {line} [{time.perf_counter() - start:.1f} s]",
+                          style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+            status.update(line)
+
         summary = run_analysis(
             records_dir, out, permutations=permutations, draws=draws, seed=seed,
             level=confidence, interval=interval, budgets=budget_list, report=report, force=force,
             note=lambda line: console.print(f"note: {line}", style="yellow", soft_wrap=True),
             warn=lambda line: console.print(f"warning: {line}", style="bold red", soft_wrap=True),
+            progress=phase,
         )  # fmt: skip
     from ckptsel.report import print_main_table  # when run (see ckptsel.cli)
 

@@ -5,11 +5,14 @@ in the module named after it."""
 from __future__ import annotations
 
 import gc
+import inspect
 import sys
 from collections.abc import Callable
 
 import typer
+from rich.markup import escape
 
+from ckptsel import __version__
 from ckptsel.cli import (
     analyze,
     audit,
@@ -31,7 +34,7 @@ from ckptsel.cli import (
 )
 from ckptsel.errors import CkptselError
 
-__all__ = ["COMMANDS", "GROUPS", "app", "main"]
+__all__ = ["COMMANDS", "GROUPS", "app", "command_help", "main"]
 
 # The commands in the order `ckptsel --help` lists them.
 COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
@@ -69,18 +72,45 @@ GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...]
     ),
 )
 
+
+def command_help(command: Callable[..., None]) -> str:
+    """A command's ``--help`` text from its docstring: each paragraph's lines joined into one
+    (the terminal wraps them; a docstring's line breaks would break lines mid-sentence) and
+    Rich's markup escaped, so ``[log]`` and ``[executor]`` print as written."""
+    paragraphs = (inspect.getdoc(command) or "").split("\n\n")
+    return "\n\n".join(escape(" ".join(p.split())) for p in paragraphs)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"ckptsel {__version__}")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Which SFT checkpoint to keep, and what the validation data used to choose it is worth.",
 )
+
+
+@app.callback()
+def _options(
+    show_version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True,
+        help="Print ckptsel's version and exit.",
+    ),
+) -> None:  # fmt: skip
+    """Which SFT checkpoint to keep, and what the validation data used to choose it is worth."""
+
+
 for _name, _command in COMMANDS:
-    app.command(_name)(_command)
+    app.command(_name, help=command_help(_command))(_command)
 for _name, _help, _subcommands in GROUPS:
     _group = typer.Typer(no_args_is_help=True, help=_help)
     for _sub, _command in _subcommands:
-        _group.command(_sub)(_command)
+        _group.command(_sub, help=command_help(_command))(_command)
     app.add_typer(_group, name=_name)
 
 

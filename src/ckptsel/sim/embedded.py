@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -395,10 +396,12 @@ def pretrain_base(
     task: EmbeddedConfig | None = None,
     cfg: BaseConfig | None = None,
     *,
-    progress: bool = True,
+    progress: bool | Callable[[int, int, float], None] = True,
 ) -> Path:
     """Build the tokenizer and tiny Llama model, pre-train it briefly on generic text (plain
     causal-LM loss on statements and sums), and save it in HF layout to ``out_dir``.
+    ``progress``: a tqdm bar (True), nothing (False), or ``progress(step, steps, loss)`` called
+    after each step.
 
     Cached: a folder whose ``base.json`` holds the same fingerprint is reused as is. The model
     is written to a temp folder first and renamed, so a killed run leaves no half base.
@@ -421,7 +424,7 @@ def pretrain_base(
     return out_dir
 
 
-def _pretrain(model, tok, texts: list[str], cfg: BaseConfig, progress: bool) -> float:
+def _pretrain(model, tok, texts: list[str], cfg: BaseConfig, progress) -> float:
     """``cfg.steps`` AdamW steps (linear warm-up and decay) of plain causal-LM loss on batches
     of ``texts``; returns the last step's loss.
 
@@ -437,7 +440,8 @@ def _pretrain(model, tok, texts: list[str], cfg: BaseConfig, progress: bool) -> 
     rng = np.random.default_rng(cfg.seed)
     model.train()
     bar = None
-    if progress:
+    report = progress if callable(progress) else None
+    if progress is True:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, desc="pre-train base", unit="step", leave=False)
@@ -446,7 +450,7 @@ def _pretrain(model, tok, texts: list[str], cfg: BaseConfig, progress: bool) -> 
     pools = [np.flatnonzero(~formatted), np.flatnonzero(formatted)]
     pools = [p for p in pools if len(p)]
     share = np.array([len(p) for p in pools], dtype=np.float64) / len(texts)
-    for _ in range(cfg.steps):
+    for step in range(1, cfg.steps + 1):
         pool = pools[int(rng.choice(len(pools), p=share))] if len(pools) > 1 else pools[0]
         idx = pool[rng.integers(0, len(pool), cfg.batch_size)]
         ids, mask, labels = _batch([enc[i] for i in idx], tok.pad_token_id)
@@ -459,6 +463,8 @@ def _pretrain(model, tok, texts: list[str], cfg: BaseConfig, progress: bool) -> 
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_v:.3f}")
+        if report is not None:
+            report(step, cfg.steps, loss_v)
     if bar is not None:
         bar.close()
     return loss_v

@@ -321,18 +321,34 @@ class StageClock:
         self.say(f"[bold]{name}[/bold] done in {self.seconds[name]:.1f}s")
 
 
-def write_inputs(out: Path, plan: QuickstartPlan, fast: bool, base_threads: int) -> Path:
+def write_inputs(
+    out: Path, plan: QuickstartPlan, fast: bool, base_threads: int,
+    say: Callable[[str], None] = lambda line: None,
+) -> Path:  # fmt: skip
     """The embedded task's files, the pre-trained base (both cached by fingerprint) and
-    ``study.toml`` (rewritten only when it differs); returns the base model's folder."""
+    ``study.toml`` (rewritten only when it differs); returns the base model's folder.
+    ``say(line)`` hears each step as it starts, and the pre-training's progress every tenth of
+    its steps."""
     import torch
 
+    say(f"quickstart: writing the embedded task into {out / 'data'}…")
     write_embedded(out / "data", plan.task)
     # the base pre-trains alone (nothing else runs yet): up to two threads, which give it the
     # same weights bit for bit as one (tests/test_quickstart.py checks)
     threads = torch.get_num_threads()
     torch.set_num_threads(base_threads)
+    steps = plan.base.steps
+    say(f"quickstart: pre-training the tiny base model into {out / 'base'} ({steps} steps; "
+        "reused when it is already there)…")  # fmt: skip
+    every = max(1, steps // 10)
+
+    def step_line(step: int, total: int, loss: float) -> None:
+        if step == 1 or step % every == 0 or step == total:
+            say(f"quickstart: pre-training the tiny base model (step {step}/{total}, "
+                f"loss {loss:.3f})…")  # fmt: skip
+
     try:
-        base_dir = pretrain_base(out / "base", plan.task, plan.base, progress=False)
+        base_dir = pretrain_base(out / "base", plan.task, plan.base, progress=step_line)
     finally:
         torch.set_num_threads(threads)
     toml = study_toml(plan, fast)
@@ -359,7 +375,7 @@ def _run(
     check_plan(out, plan, fast)
     clock = StageClock(console)
     t = time.perf_counter()
-    base_dir = write_inputs(out, plan, fast, base_threads)
+    base_dir = write_inputs(out, plan, fast, base_threads, lambda m: clock.say(m, markup=False))
     clock.stage("data + base model", t)
 
     job = StudyRun(

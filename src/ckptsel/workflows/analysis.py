@@ -61,6 +61,10 @@ from ckptsel.study import (
 )
 
 
+def _quiet(line: str) -> None:
+    """The default progress callback: says nothing."""
+
+
 def population(validation: list[ValidationData]) -> dict:
     """Who is in the study: counted from validation records only (safe before freezing)."""
     exclusions: dict[str, int] = {}
@@ -84,21 +88,31 @@ def population(validation: list[ValidationData]) -> dict:
     }
 
 
-def freeze_choices(records_dir: Path, out_dir: Path, settings: ChoiceSettings) -> tuple[list, str]:
-    """Step 1: choose on validation records only, write and hash the choices."""
+def freeze_choices(
+    records_dir: Path, out_dir: Path, settings: ChoiceSettings, progress: Callable[[str], None] = _quiet
+) -> tuple[list, str]:  # fmt: skip
+    """Step 1: choose on validation records only, write and hash the choices (``progress(line)``
+    hears each phase as it starts)."""
+    progress("loading validation records…")
     validation = load_validation(records_dir)
+    progress(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
     table = choose(validation, settings)
+    progress("freezing the choices (written and hashed before any test record is read)…")
     digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
     return validation, digest
 
 
 def evaluate_frozen(
-    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings
-) -> tuple[Summary, dict]:
-    """Step 2: read the frozen choices back (hash checked), then — only then — the test records."""
+    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings,
+    progress: Callable[[str], None] = _quiet,
+) -> tuple[Summary, dict]:  # fmt: skip
+    """Step 2: read the frozen choices back (hash checked), then — only then — the test records
+    (``progress(line)`` hears each phase as it starts)."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
+    progress("scoring the frozen choices on test records…")
     tests = load_test(records_dir, validation)
     scored = score(frozen, tests)
+    progress(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
     pop = population(validation)
     pop["test_items"] = scored.test_items
     summary, tables = summarize(
@@ -162,6 +176,7 @@ def analyze(
     warn: Callable[[str], None] | None = None,
     protocol: dict[str, Any] | None = None,
     protocol_file: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Summary:
     """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
@@ -187,7 +202,8 @@ def analyze(
     refused before any work), is copied into the folder (``protocol.json``) and named in
     ``summary.json`` (``"protocol"``: frozen when, hash, before training), with its file's place
     ``protocol_file`` in ``run.json`` for ``verify``; otherwise summary.json says "not
-    pre-registered".
+    pre-registered". ``progress(line)`` hears each phase as it starts (loading, choosing,
+    freezing, scoring, bootstrap, outputs, report).
     """
     # the settings objects check every value before any work (one clear error each)
     stat = StatSettings(draws, seed, level, interval)
@@ -200,7 +216,7 @@ def analyze(
         note = note or (lambda line: None)
         bound = Bound(protocol, protocol_file)
         return _analyze(records_dir, as_location(out_dir), settings, stat, report, force,
-                        budgets, note, warn or note, bound)  # fmt: skip
+                        budgets, note, warn or note, bound, progress or _quiet)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -235,7 +251,7 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 def _analyze(
     records_dir: Path, out_dir: Location, settings: ChoiceSettings, stat: StatSettings,
     report: bool, force: bool, given_budgets, note: Callable[[str], None],
-    warn: Callable[[str], None], bound: Bound,
+    warn: Callable[[str], None], bound: Bound, progress: Callable[[str], None] = _quiet,
 ) -> Summary:  # fmt: skip
     meta = {"report": REPORT_META} if report else None
     if out_dir.is_local:
@@ -248,10 +264,11 @@ def _analyze(
             note(line)
         for line in provenance[1]:
             warn(line)
-        validation, _ = freeze_choices(records_dir, stage, settings)
+        validation, _ = freeze_choices(records_dir, stage, settings, progress)
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
-        summary, tables = evaluate_frozen(records_dir, stage, validation, stat)
+        summary, tables = evaluate_frozen(records_dir, stage, validation, stat, progress)
+        progress("writing summary.json and the tables…")
         summary = replace(summary, protocol=bound.preregistration)
         if bound.record is not None:
             write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
@@ -259,6 +276,7 @@ def _analyze(
         if report:
             from ckptsel.report import write_report
 
+            progress("writing the report (tables, figures, report.html)…")
             write_report(stage, formats=REPORT_META["formats"])
     return summary
 
