@@ -259,7 +259,7 @@ def _phi3_longrope(tok):
     a forward call past it (head 16: 8 factors each)."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    scaling = {"rope_type": "longrope", "short_factor": [1.0 + k / 8 for k in range(8)],
+    scaling = {"type": "longrope", "short_factor": [1.0 + k / 8 for k in range(8)],
                "long_factor": [2.0 + k for k in range(8)]}  # fmt: skip
     return Phi3ForCausalLM, Phi3Config(
         intermediate_size=128, rope_scaling=scaling,

@@ -123,10 +123,12 @@ def measure_items(
     texts: list[str] | None = [""] * len(fed) if generate else None
     scored: list[dict[int, ResponseNll]] | None = [{} for _ in fed] if answers else None
     clock = _Clock(seconds)
-    layout = cache_layout(model) if generate else None
     model.eval()
     with torch.inference_mode():
+        layout = _checked_layout(model)
         alone = set(_reference_items(model, layout, encoded, answers, generate, max_new_tokens))
+        stateful = layout.kind == "stateful"
+        layout = layout if generate else None
         fast = [i for i in order if i not in alone]
         for start in range(0, len(fast), batch_size):
             idx = fast[start : start + batch_size]
@@ -138,7 +140,7 @@ def measure_items(
                 on_batch(len(idx))
         for i in (i for i in order if i in alone):
             toks, nll = _measure_alone(
-                model, encoded[i], answers[i] if answers else None, generate,
+                model, encoded[i], answers[i] if answers else None, (generate, stateful),
                 (stops, pad, max_new_tokens), windows, clock,
             )  # fmt: skip
             if texts is not None:
@@ -369,15 +371,15 @@ def _greedy(
 
 
 def _reference_items(
-    model: Any, layout: CacheLayout | None, encoded: list[list[int]], answers: Any,
-    generate: bool, max_new_tokens: int,
+    model: Any, layout: CacheLayout, encoded: list[list[int]], answers: Any, generate: bool,
+    max_new_tokens: int,
 ) -> list[int]:  # fmt: skip
     """The items measured one at a time by :func:`_measure_alone`: every item of a model that
     keeps its recurrent state to itself (its forward returns no cache: RecurrentGemma), and,
     under length-dependent RoPE (:func:`length_rope`), each item one of whose calls reaches
     the boundary (its NLL sequence or its prompt plus ``max_new_tokens``): there the batch's
     width would choose the frequencies, and generation rebuilds its cache on the way."""
-    if generate and layout is not None and layout.kind == "other" and not _returns_cache(model):
+    if layout.kind == "stateful":
         return list(range(len(encoded)))
     rope = length_rope(model)
     if rope is None:
@@ -391,14 +393,18 @@ def _reference_items(
 
 
 def _measure_alone(
-    model: Any, prompt: list[int], answer: list[int] | None, generate: bool,
+    model: Any, prompt: list[int], answer: list[int] | None, what: tuple[bool, bool],
     decoding: tuple[list[int], int, int], windows: Sequence[int], clock: _Clock,
 ) -> tuple[list[int], dict[int, ResponseNll] | None]:  # fmt: skip
     """One item, unbatched, as the references define it: each window's NLL from one unpadded
     forward over its own cut of ``prompt + answer`` (the frequencies of that length), and the
     generated tokens from ``model.generate`` on the one prompt (greedy, ``stops``; Phi-3's
-    LongRoPE rebuilds its cache when the boundary is crossed, in ``generate``)."""
+    LongRoPE rebuilds its cache when the boundary is crossed, in ``generate``). ``what`` =
+    (generate, stateful): a stateful model scores with ``use_cache`` on, as its generation's
+    prefill runs (RecurrentGemma on transformers 4.x computes otherwise without it)."""
     import torch
+
+    generate, stateful = what
 
     device = next(model.parameters()).device
     nll: dict[int, ResponseNll] | None = None
@@ -408,7 +414,7 @@ def _measure_alone(
             for w in windows:
                 seq = (prompt + answer)[:w] if w else prompt + answer
                 if len(seq) not in by_len:
-                    by_len[len(seq)] = _unpadded_nll(model, seq, len(prompt), device)
+                    by_len[len(seq)] = _unpadded_nll(model, seq, len(prompt), stateful)
                 nll[w] = window_sums(by_len[len(seq)], len(prompt), (w,))[w]
     toks: list[int] = []
     if generate:
@@ -429,15 +435,16 @@ def _measure_alone(
     return toks, nll
 
 
-def _unpadded_nll(model: Any, seq: list[int], n_prompt: int, device: Any) -> Any:
+def _unpadded_nll(model: Any, seq: list[int], n_prompt: int, cached: bool) -> Any:
     """Cumulative NLL (float64) of ``seq[n_prompt:]`` from one forward over ``seq`` alone."""
     import torch
 
     if len(seq) <= n_prompt:
         return torch.zeros(0, dtype=torch.float64)
+    device = next(model.parameters()).device
     _fresh_rope(model, device)
     ids = torch.tensor([seq], dtype=torch.long, device=device)
-    lg = model(input_ids=ids, use_cache=False).logits[0, n_prompt - 1 : len(seq) - 1].float()
+    lg = model(input_ids=ids, use_cache=cached).logits[0, n_prompt - 1 : len(seq) - 1].float()
     target = ids[0, n_prompt:]
     tok_nll = -lg.log_softmax(-1).gather(-1, target[:, None])[:, 0]
     return torch.cumsum(tok_nll.double().cpu(), 0)
@@ -463,8 +470,10 @@ FULL_TYPES = ("full_attention", "dummy")  # a croppable cache, or a layer that c
 @dataclass(frozen=True)
 class CacheLayout:
     """How a model's decoder layers cache: ``kind`` is ``full`` (every layer croppable),
-    ``sliding`` (some layers keep a window; ``window`` = the smallest) or ``other`` (layers
-    this module cannot batch safely: chunked attention, linear/recurrent states, unknown)."""
+    ``sliding`` (some layers keep a window; ``window`` = the smallest), ``other`` (layers
+    this module cannot batch safely: chunked attention, linear/recurrent states, unknown) or
+    ``stateful`` (the forward returns no cache at all: each item alone, through
+    ``generate``)."""
 
     kind: str
     window: int | None = None
@@ -478,7 +487,7 @@ class CacheLayout:
             # new tokens fed back) stays below its window: crop works, no window ever cuts
             last_col = max(width, longest_prompt + max_new_tokens - 1)
             return "single" if last_col < self.window else "split"
-        return "rowwise"
+        return "alone" if self.kind == "stateful" else "rowwise"
 
 
 def cache_layout(model: Any) -> CacheLayout:
@@ -549,14 +558,23 @@ def _cache_of(model: Any, out: Any) -> Any:
     return None
 
 
-def _returns_cache(model: Any) -> bool:
-    """Whether a one-token forward with ``use_cache`` returns a cache (RecurrentGemma keeps
-    its state inside the model instead)."""
+def _checked_layout(model: Any) -> CacheLayout:
+    """:func:`cache_layout`, checked against the cache a one-token forward returns: none at
+    all (RecurrentGemma keeps its state inside the model; hybrids on transformers 4.x want
+    their cache built for them) -> ``stateful`` (every item alone, :func:`_measure_alone`);
+    a cache that is not a plain ``DynamicCache`` (transformers 4.x's Mamba and hybrid caches:
+    no ``crop``) where the config promised one -> ``other`` (row by row)."""
     import torch
 
+    layout = cache_layout(model)
     device = next(model.parameters()).device
     out = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=True)
-    return _cache_of(model, out) is not None
+    cache = _cache_of(model, out)
+    if cache is None:
+        return CacheLayout("stateful")
+    if layout.kind != "other" and type(cache).__name__ != "DynamicCache":
+        return CacheLayout("other")
+    return layout
 
 
 def _text_config(model: Any) -> Any:
