@@ -278,13 +278,23 @@ def _llama_dynamic(tok):
     )
 
 
-NEW_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
+SEAM_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
     "mamba": _mamba, "mamba2": _mamba2, "falcon_mamba": _falcon_mamba, "jamba": _jamba,
     "bamba": _bamba, "falcon_h1": _falcon_h1, "granitemoehybrid": _granitemoehybrid,
     "zamba2": _zamba2, "lfm2": _lfm2, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
     "recurrent_gemma": _recurrent_gemma, "phi3_longrope": _phi3_longrope,
     "llama_dynamic": _llama_dynamic,
 }  # fmt: skip
+FAMILIES.update(SEAM_FAMILIES)
+SSM = ("mamba", "mamba2", "falcon_mamba")
+HYBRID = ("jamba", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "lfm2", "nemotron_h",
+          "qwen3_next")  # fmt: skip
+MAMBA_MIXERS = ("mamba", "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "jamba", "bamba",
+                "zamba2", "granitemoehybrid")  # fmt: skip
+ROPE = ("phi3_longrope", "llama_dynamic")  # length-dependent RoPE: long items measured alone
+STATEFUL = ("recurrent_gemma",)  # no cache returned: every item measured alone
+# one attention each (the matrix's cost; Mamba has no sdpa)
+ATTENTION.update({f: ("eager",) for f in SEAM_FAMILIES})
 
 
 def attentions(family: str) -> tuple[str, ...]:
@@ -343,9 +353,11 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    # PEFT refuses a LoRA on a Mamba mixer's out_proj and conv1d (its fused kernels read them)
+    mamba = model.config.model_type in MAMBA_MIXERS
     cfg = LoraConfig(
         r=8, lora_alpha=16, lora_dropout=0.0, init_lora_weights=False,
-        target_modules="all-linear",
+        target_modules="all-linear", exclude_modules=["out_proj", "conv1d"] if mamba else None,
     )  # fmt: skip
     torch.manual_seed(1000 + seed)
     peft_model = get_peft_model(model, cfg)
@@ -356,12 +368,22 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
+def fresh(model: Any, device: Any = None) -> None:
+    """A one-token forward: dynamic RoPE drops the frequencies a longer call left behind, so
+    the reference that follows sees what a freshly loaded model sees (a no-op elsewhere)."""
+    import torch
+
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
+
+
 def generate_one(
     model: Any, tok: Any, prompt: str, max_new: int, stops: list[int], device: Any = None
 ) -> str:
     """Reference text: ``model.generate`` on the one unpadded prompt, cut at the first stop."""
     import torch
 
+    fresh(model, device)
     ids = torch.tensor([tok(prompt)["input_ids"]], device=device)
     with torch.inference_mode():
         out = model.generate(
@@ -409,6 +431,7 @@ def direct_nll(model: Any, tok: Any, prompt: str, response: str, window: int) ->
     n = max(0, len(seq) - len(p))
     if n == 0:  # the prompt alone fills the window
         return 0.0, 0
+    fresh(model)
     with torch.inference_mode():
         logp = model(input_ids=torch.tensor([seq])).logits[0].double().log_softmax(-1)
     return -sum(float(logp[len(p) - 1 + k, r[k]]) for k in range(n)), n
