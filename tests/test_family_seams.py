@@ -110,6 +110,19 @@ def _jamba_checkpoint(tmp_path, tok, targets):
     return Checkpoint(1, Location(ckpt_dir), "adapter", str(tmp_path / "base"))
 
 
+def _calls_dt_proj(model) -> bool:
+    """Whether the installed Jamba's forward calls its ``dt_proj`` modules (plain hooks)."""
+    called = []
+    mods = [m for n, m in model.named_modules() if n.endswith("dt_proj")]
+    hooks = [m.register_forward_hook(lambda *_: called.append(1)) for m in mods]
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((1, 2), dtype=torch.long))
+    for h in hooks:
+        h.remove()
+    assert mods
+    return bool(called)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_lora_on_a_module_the_forward_never_calls_is_refused(dtype, tok, tmp_path):
     """Jamba reads ``dt_proj.weight`` directly: float32 on the CPU merges the adapter (the LoRA
@@ -118,8 +131,11 @@ def test_lora_on_a_module_the_forward_never_calls_is_refused(dtype, tok, tmp_pat
     from ckptsel.measure.backends.hf import ModelHolder
 
     bad = _jamba_checkpoint(tmp_path / "bad", tok, ["dt_proj", "q_proj", "x_proj"])
-    with pytest.raises(CkptselError, match=r"dt_proj") as err:
-        ModelHolder("cpu", getattr(torch, dtype)).get(bad)
-    assert "\n" not in str(err.value)
+    if _calls_dt_proj(build("jamba", tok)):  # transformers 4.x's slow path calls it: no seam
+        assert ModelHolder("cpu", getattr(torch, dtype)).get(bad) is not None
+    else:
+        with pytest.raises(CkptselError, match=r"dt_proj") as err:
+            ModelHolder("cpu", getattr(torch, dtype)).get(bad)
+        assert "\n" not in str(err.value)
     good = _jamba_checkpoint(tmp_path / "good", tok, ["q_proj", "x_proj"])
     assert ModelHolder("cpu", getattr(torch, dtype)).get(good) is not None

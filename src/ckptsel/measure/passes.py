@@ -559,7 +559,8 @@ def _cache_of(model: Any, out: Any) -> Any:
 
 
 def _checked_layout(model: Any) -> CacheLayout:
-    """:func:`cache_layout`, checked against the cache a one-token forward returns: none at
+    """:func:`cache_layout`, checked against the cache a two-token forward returns (one token
+    would be a decode step without a state for RecurrentGemma on 4.x): none at
     all (RecurrentGemma keeps its state inside the model; hybrids on transformers 4.x want
     their cache built for them) -> ``stateful`` (every item alone, :func:`_measure_alone`);
     a cache that is not a plain ``DynamicCache`` (transformers 4.x's Mamba and hybrid caches:
@@ -568,7 +569,7 @@ def _checked_layout(model: Any) -> CacheLayout:
 
     layout = cache_layout(model)
     device = next(model.parameters()).device
-    out = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=True)
+    out = model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device), use_cache=True)
     cache = _cache_of(model, out)
     if cache is None:
         return CacheLayout("stateful")
