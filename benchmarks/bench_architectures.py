@@ -16,6 +16,14 @@ from unbatched, and the target is ckptsel no worse than HF batched generation: j
 and pooled item by item (the items only one side gets right, with an exact sign test). Main venv::
 
     python benchmarks/bench_architectures.py [--items 32] [--max-new-tokens 24] [--no-write]
+    python benchmarks/bench_architectures.py --quick
+
+``--quick``: the issue-29 families only, 8 items, 12 new tokens, printed (not written to
+BENCHMARKS.md): 74 s of CPU (3.0 min wall on a shared 2-core machine).
+
+The issue-29 families (state-space, hybrid, RecurrentGemma, LongRoPE and dynamic RoPE crossing
+their boundary at 48 positions) run with eager attention only, LoRA off the Mamba mixers'
+``out_proj``/``conv1d`` (PEFT refuses those).
 """
 
 from __future__ import annotations
@@ -69,7 +77,11 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="issue-29 families, 8 items, 12 tokens")
+    ap.add_argument("--families", nargs="*", help="only these (default: every family)")
     args = ap.parse_args()
+    if args.quick:
+        args.items, args.max_new_tokens, args.no_write = 8, 12, True
     import torch
 
     import archmodels as am
@@ -78,7 +90,8 @@ def main() -> None:
     tok, data = am.tokenizer(), am.items(args.items)
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     rows = []
-    for family in am.FAMILIES:
+    names = args.families or (list(am.SEAM_FAMILIES) if args.quick else list(am.FAMILIES))
+    for family in names:
         for attn in am.attentions(family):
             res = {d: run_case(family, attn, getattr(torch, d), tok, data, args)
                    for d in ("float32", "bfloat16")}  # fmt: skip

@@ -121,6 +121,182 @@ FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
 SLIDING = ("qwen2_sw", "mistral_sw", "gemma2", "gemma3", "phi3_sw", "mixtral_sw")
 
 
+# ------------------------------------------------ state-space, hybrid, length-dependent RoPE
+# (issue 29): recurrent states, which the right-padded single pass cannot batch, and RoPE whose
+# frequencies depend on the length of the forward call. Tiny configs (2 or 4 layers, hidden 64)
+
+
+def _ssm(tok: Any) -> dict[str, Any]:
+    return dict(
+        vocab_size=len(tok), num_hidden_layers=2, hidden_size=64, state_size=8,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, initializer_range=INIT,
+    )  # fmt: skip
+
+
+def _mamba(tok):
+    from transformers import MambaConfig, MambaForCausalLM
+
+    return MambaForCausalLM, MambaConfig(**_ssm(tok))
+
+
+def _falcon_mamba(tok):
+    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+
+    return FalconMambaForCausalLM, FalconMambaConfig(**_ssm(tok))
+
+
+def _mamba2(tok):
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    return Mamba2ForCausalLM, Mamba2Config(
+        num_heads=8, head_dim=16, n_groups=1, chunk_size=16, **_ssm(tok)
+    )
+
+
+def _hybrid(tok: Any) -> dict[str, Any]:
+    return dict(_common(tok), num_hidden_layers=4, intermediate_size=128)
+
+
+def _jamba(tok):
+    """Jamba: layer 1 attention, the rest Mamba (``dt_proj`` read as a weight); MoE off."""
+    from transformers import JambaConfig, JambaForCausalLM
+
+    return JambaForCausalLM, JambaConfig(
+        attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+        expert_layer_offset=1, num_experts=2, num_experts_per_tok=1, use_mamba_kernels=False,
+        mamba_d_state=8, mamba_dt_rank=8, **_hybrid(tok),
+    )  # fmt: skip
+
+
+def _mamba2_mixer(prefix: str = "mamba_") -> dict[str, Any]:
+    return {f"{prefix}n_heads": 8, f"{prefix}d_head": 16, f"{prefix}n_groups": 1,
+            f"{prefix}d_state": 8, f"{prefix}chunk_size": 16}  # fmt: skip
+
+
+def _bamba(tok):
+    from transformers import BambaConfig, BambaForCausalLM
+
+    return BambaForCausalLM, BambaConfig(attn_layer_indices=[1], **_mamba2_mixer(), **_hybrid(tok))
+
+
+def _falcon_h1(tok):
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    return FalconH1ForCausalLM, FalconH1Config(
+        mamba_d_ssm=128, **_mamba2_mixer(), head_dim=16, **_hybrid(tok)
+    )
+
+
+def _granitemoehybrid(tok):
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    return GraniteMoeHybridForCausalLM, GraniteMoeHybridConfig(
+        layer_types=["mamba", "attention", "mamba", "attention"], num_local_experts=2,
+        num_experts_per_tok=1, shared_intermediate_size=64, **_mamba2_mixer(), **_hybrid(tok),
+    )  # fmt: skip
+
+
+def _zamba2(tok):
+    from transformers import Zamba2Config, Zamba2ForCausalLM
+
+    c = _hybrid(tok)
+    c.update(num_hidden_layers=4, num_key_value_heads=4)
+    return Zamba2ForCausalLM, Zamba2Config(
+        layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], n_mamba_heads=8,
+        mamba_d_state=8, mamba_ngroups=1, chunk_size=16, use_mem_eff_path=False, **c,
+    )  # fmt: skip
+
+
+def _lfm2(tok):
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    return Lfm2ForCausalLM, Lfm2Config(
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        block_auto_adjust_ff_dim=False, **_hybrid(tok),
+    )  # fmt: skip
+
+
+def _nemotron_h(tok):
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    c = _hybrid(tok)
+    return NemotronHForCausalLM, NemotronHConfig(
+        layers_block_type=["mamba", "attention", "mamba", "mlp"], head_dim=16,
+        mamba_num_heads=8, mamba_head_dim=16, n_groups=1, ssm_state_size=8, chunk_size=16,
+        use_mamba_kernels=False, **c,
+    )  # fmt: skip
+
+
+def _qwen3_next(tok):
+    """Qwen3-Next: gated DeltaNet (linear attention) layers and full attention, MoE."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    return Qwen3NextForCausalLM, Qwen3NextConfig(
+        layer_types=["linear_attention", "full_attention"] * 2, head_dim=16,
+        linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+        num_experts=4, num_experts_per_tok=2, **_hybrid(tok),
+    )  # fmt: skip
+
+
+def _recurrent_gemma(tok):
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    c = _hybrid(tok)
+    c.update(num_hidden_layers=3, num_key_value_heads=1)
+    c.pop("max_position_embeddings")
+    return RecurrentGemmaForCausalLM, RecurrentGemmaConfig(
+        lru_width=64, attention_window_size=WINDOW, **c
+    )
+
+
+ROPE_BOUNDARY = 48  # original_max_position_embeddings: about half the items cross it
+
+
+def _phi3_longrope(tok):
+    """Phi-3 with LongRoPE: short factors up to :data:`ROPE_BOUNDARY` positions, long ones for
+    a forward call past it (head 16: 8 factors each)."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    scaling = {"type": "longrope", "short_factor": [1.0 + k / 8 for k in range(8)],
+               "long_factor": [2.0 + k for k in range(8)]}  # fmt: skip
+    return Phi3ForCausalLM, Phi3Config(
+        intermediate_size=128, rope_scaling=scaling,
+        original_max_position_embeddings=ROPE_BOUNDARY, **_common(tok),
+    )  # fmt: skip
+
+
+def _llama_dynamic(tok):
+    """Llama with dynamic NTK RoPE: frequencies rescaled for a forward call past
+    :data:`ROPE_BOUNDARY` positions (``max_position_embeddings``)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = dict(_common(tok), max_position_embeddings=ROPE_BOUNDARY)
+    return LlamaForCausalLM, LlamaConfig(
+        intermediate_size=128, rope_scaling={"rope_type": "dynamic", "factor": 4.0}, **c
+    )
+
+
+SEAM_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
+    "mamba": _mamba, "mamba2": _mamba2, "falcon_mamba": _falcon_mamba, "jamba": _jamba,
+    "bamba": _bamba, "falcon_h1": _falcon_h1, "granitemoehybrid": _granitemoehybrid,
+    "zamba2": _zamba2, "lfm2": _lfm2, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
+    "recurrent_gemma": _recurrent_gemma, "phi3_longrope": _phi3_longrope,
+    "llama_dynamic": _llama_dynamic,
+}  # fmt: skip
+FAMILIES.update(SEAM_FAMILIES)
+SSM = ("mamba", "mamba2", "falcon_mamba")
+HYBRID = ("jamba", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "lfm2", "nemotron_h",
+          "qwen3_next")  # fmt: skip
+MAMBA_MIXERS = ("mamba", "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "jamba", "bamba",
+                "zamba2", "granitemoehybrid")  # fmt: skip
+ROPE = ("phi3_longrope", "llama_dynamic")  # length-dependent RoPE: long items measured alone
+STATEFUL = ("recurrent_gemma",)  # no cache returned: every item measured alone
+# one attention each (the matrix's cost; Mamba has no sdpa)
+ATTENTION.update({f: ("eager",) for f in SEAM_FAMILIES})
+
+
 def attentions(family: str) -> tuple[str, ...]:
     """The attention implementations ``family`` runs with in transformers."""
     return ATTENTION.get(family, ("eager", "sdpa"))
@@ -177,9 +353,11 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    # PEFT refuses a LoRA on a Mamba mixer's out_proj and conv1d (its fused kernels read them)
+    mamba = model.config.model_type in MAMBA_MIXERS
     cfg = LoraConfig(
         r=8, lora_alpha=16, lora_dropout=0.0, init_lora_weights=False,
-        target_modules="all-linear",
+        target_modules="all-linear", exclude_modules=["out_proj", "conv1d"] if mamba else None,
     )  # fmt: skip
     torch.manual_seed(1000 + seed)
     peft_model = get_peft_model(model, cfg)
@@ -190,12 +368,22 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
+def fresh(model: Any, device: Any = None) -> None:
+    """A one-token forward: dynamic RoPE drops the frequencies a longer call left behind, so
+    the reference that follows sees what a freshly loaded model sees (a no-op elsewhere)."""
+    import torch
+
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
+
+
 def generate_one(
     model: Any, tok: Any, prompt: str, max_new: int, stops: list[int], device: Any = None
 ) -> str:
     """Reference text: ``model.generate`` on the one unpadded prompt, cut at the first stop."""
     import torch
 
+    fresh(model, device)
     ids = torch.tensor([tok(prompt)["input_ids"]], device=device)
     with torch.inference_mode():
         out = model.generate(
@@ -243,6 +431,7 @@ def direct_nll(model: Any, tok: Any, prompt: str, response: str, window: int) ->
     n = max(0, len(seq) - len(p))
     if n == 0:  # the prompt alone fills the window
         return 0.0, 0
+    fresh(model)
     with torch.inference_mode():
         logp = model(input_ids=torch.tensor([seq])).logits[0].double().log_softmax(-1)
     return -sum(float(logp[len(p) - 1 + k, r[k]]) for k in range(n)), n

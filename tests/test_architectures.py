@@ -1,6 +1,8 @@
 """Every architecture measured right: tiny random Llama, Qwen2 (+ sliding window), Qwen3,
 Mistral (window shorter than the items), Gemma-2/3, Phi-3, Qwen3-MoE and Mixtral, eager and
-sdpa, under an unmerged LoRA adapter.
+sdpa; state-space (Mamba, Mamba2, FalconMamba), hybrid (Jamba, Bamba, FalconH1, GraniteMoeHybrid,
+Zamba2, LFM2, Nemotron-H, Qwen3-Next), RecurrentGemma, and RoPE that depends on the call's
+length (Phi-3 LongRoPE, Llama dynamic), under an unmerged LoRA adapter (issue 29).
 
 float32: ckptsel's texts equal ``model.generate`` on each unpadded prompt, and its NLLs an
 unpadded forward's to 1e-6 relative, with the same ``n_tokens``. bfloat16: no family crashes
@@ -34,6 +36,14 @@ RTOL = 1e-6
 CASES = [(f, a) for f in am.FAMILIES for a in am.attentions(f)]
 
 
+def build(family, tok, **kw):
+    """``am.build``, skipped when the installed transformers lacks the family (the floor)."""
+    try:
+        return am.build(family, tok, **kw)
+    except ImportError as err:
+        pytest.skip(f"{family} is not in this transformers: {err}")
+
+
 @pytest.fixture(scope="module")
 def tok():
     return am.tokenizer()
@@ -42,6 +52,26 @@ def tok():
 @pytest.fixture(scope="module")
 def data():
     return am.items(12)
+
+
+def lora(model, family):
+    """``am.add_lora``; on transformers 4.x (the floor), a family PEFT cannot wrap there
+    (Zamba2's tied-weight keys) skips."""
+    import transformers
+
+    try:
+        return am.add_lora(model)
+    except AttributeError as err:
+        if int(transformers.__version__.split(".")[0]) >= 5:
+            raise
+        pytest.skip(f"PEFT cannot wrap {family} of transformers {transformers.__version__}: {err}")
+
+
+def few(family, data):
+    """The items a family is measured on: 6 for the issue-29 families (pure-PyTorch scans
+    are slow; lengths 3 to 64 + responses, both sides of the RoPE boundary), else all 12."""
+    n = 6 if family in am.SEAM_FAMILIES else len(data[0])
+    return data[0][:n], data[1][:n]
 
 
 def check_against_references(model, tok, prompts, responses, texts, scored):
@@ -57,17 +87,22 @@ def check_against_references(model, tok, prompts, responses, texts, scored):
 
 @pytest.mark.parametrize("family,attn", CASES, ids=[f"{f}-{a}" for f, a in CASES])
 def test_float32_texts_and_nll_equal_generate_and_an_unpadded_forward(family, attn, tok, data):
-    prompts, responses = data
-    model = am.add_lora(am.build(family, tok, attn=attn))
+    prompts, responses = few(family, data)
+    model = lora(build(family, tok, attn=attn), family)
     seconds: dict[str, float] = {}
     texts, scored = measure_items(
         model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
         max_new_tokens=MAX_NEW, seconds=seconds,
     )  # fmt: skip
     check_against_references(model, tok, prompts, responses, texts, scored)
-    # sliding layers that the items outgrow take the split mode (their own prefill)
-    assert ("prefill" in seconds) == (family in am.SLIDING)
-    if family in am.SLIDING:  # generation alone (no NLL forward) gives the same texts
+    # sliding layers that the items outgrow take the split mode, recurrent states the
+    # rowwise one (both: their own prefill); hybrids on transformers 4.x return no cache
+    # unless given one of their own, and are measured item by item through generate
+    if family in am.SLIDING + am.SSM:
+        assert "prefill" in seconds
+    elif family not in am.HYBRID:
+        assert "prefill" not in seconds
+    if family in am.SLIDING + am.SSM + am.ROPE:  # generation alone gives the same texts
         alone, _ = measure_items(model, tok, prompts, batch_size=BATCH, max_new_tokens=MAX_NEW)
         assert alone == texts
 
@@ -135,8 +170,8 @@ def test_unknown_cache_layouts_decode_row_by_row(tok, data, monkeypatch):
 
 @pytest.mark.parametrize("family,attn", CASES, ids=[f"{f}-{a}" for f, a in CASES])
 def test_bfloat16_runs_every_family(family, attn, tok, data):
-    prompts, responses = data
-    model = am.add_lora(am.build(family, tok, attn=attn, dtype=torch.bfloat16))
+    prompts, responses = few(family, data)
+    model = lora(build(family, tok, attn=attn, dtype=torch.bfloat16), family)
     texts, scored = measure_items(
         model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
         max_new_tokens=MAX_NEW,

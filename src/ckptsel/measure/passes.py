@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
+from ckptsel.errors import CkptselError
 from ckptsel.measure.tokens import (
     ResponseNll,
     cut_at_stop,
@@ -122,43 +123,67 @@ def measure_items(
     texts: list[str] | None = [""] * len(fed) if generate else None
     scored: list[dict[int, ResponseNll]] | None = [{} for _ in fed] if answers else None
     clock = _Clock(seconds)
-    layout = cache_layout(model) if generate else None
     model.eval()
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            batch = _Batch([fed[i] for i in idx], [len(encoded[i]) for i in idx], pad, device)
-            mode = layout.mode(batch.width, max(batch.n_prompt), max_new_tokens) if layout else ""
-            logits = cache = None
-            if answers is not None or mode == "single":
-                with clock("forward"):
-                    logits, cache = _forward(model, batch, keep_cache=mode == "single")
-            if answers is not None:
-                with clock("nll"):
-                    for row, i in enumerate(idx):
-                        cums = _response_nll(logits, batch, row, answers[i])
-                        scored[i] = window_sums(cums, batch.n_prompt[row], windows)
-            if mode == "single":
-                with clock("decode"):
-                    toks = _decode(model, cache, logits, batch, stops, pad, max_new_tokens)
-            elif generate:
-                logits = cache = None  # the NLL forward's logits go before the prefill
-                rows = 1 if mode == "rowwise" else len(idx)
-                toks = _decode_left_padded(
-                    model,
-                    [encoded[i] for i in idx],
-                    rows,
-                    device,
-                    (stops, pad, max_new_tokens),
-                    clock,
-                )
-            if generate:
-                for i, row in zip(idx, toks, strict=True):
-                    texts[i] = tokenizer.decode(cut_at_stop(row, stops), skip_special_tokens=True)
-            del logits, cache
+        layout = _checked_layout(model)
+        alone = set(_reference_items(model, layout, encoded, answers, generate, max_new_tokens))
+        stateful = layout.kind == "stateful"
+        layout = layout if generate else None
+        fast = [i for i in order if i not in alone]
+        for start in range(0, len(fast), batch_size):
+            idx = fast[start : start + batch_size]
+            _measure_batch(
+                model, idx, (fed, encoded, answers), layout, (stops, pad, max_new_tokens),
+                (texts, scored, windows), device, clock, tokenizer,
+            )  # fmt: skip
             if on_batch is not None:
                 on_batch(len(idx))
+        for i in (i for i in order if i in alone):
+            toks, nll = _measure_alone(
+                model, encoded[i], answers[i] if answers else None, (generate, stateful),
+                (stops, pad, max_new_tokens), windows, clock,
+            )  # fmt: skip
+            if texts is not None:
+                texts[i] = tokenizer.decode(cut_at_stop(toks, stops), skip_special_tokens=True)
+            if scored is not None:
+                scored[i] = nll
+            if on_batch is not None:
+                on_batch(1)
     return texts, scored
+
+
+def _measure_batch(
+    model: Any, idx: list[int], tokens: tuple[Any, Any, Any], layout: CacheLayout | None,
+    decoding: tuple[list[int], int, int], out: tuple[Any, Any, Sequence[int]], device: Any,
+    clock: _Clock, tokenizer: Any,
+) -> None:  # fmt: skip
+    """One batch of the fast path (module doc): items ``idx``; ``tokens`` = (fed, prompts,
+    answers or None); fills ``out`` = (texts or None, scored or None, windows) in place."""
+    fed, encoded, answers = tokens
+    texts, scored, windows = out
+    stops, pad, max_new_tokens = decoding
+    batch = _Batch([fed[i] for i in idx], [len(encoded[i]) for i in idx], pad, device)
+    mode = layout.mode(batch.width, max(batch.n_prompt), max_new_tokens) if layout else ""
+    logits = cache = None
+    if answers is not None or mode == "single":
+        with clock("forward"):
+            logits, cache = _forward(model, batch, keep_cache=mode == "single")
+    if answers is not None:
+        with clock("nll"):
+            for row, i in enumerate(idx):
+                cums = _response_nll(logits, batch, row, answers[i])
+                scored[i] = window_sums(cums, batch.n_prompt[row], windows)
+    if mode == "single":
+        with clock("decode"):
+            toks = _decode(model, cache, logits, batch, stops, pad, max_new_tokens)
+    elif texts is not None:
+        logits = cache = None  # the NLL forward's logits go before the prefill
+        rows = 1 if mode == "rowwise" else len(idx)
+        prompts = [encoded[i] for i in idx]
+        toks = _decode_left_padded(model, prompts, rows, device, decoding, clock)
+    if texts is not None:
+        for i, row in zip(idx, toks, strict=True):
+            texts[i] = tokenizer.decode(cut_at_stop(row, stops), skip_special_tokens=True)
 
 
 def generate_texts(
@@ -223,7 +248,7 @@ def _forward(model: Any, batch: _Batch, *, keep_cache: bool) -> tuple[Any, Any]:
     logits = out.logits
     if logits.shape[1] != batch.width - batch.first:  # the model projected every position
         logits = logits[:, batch.first :]
-    return logits, (out.past_key_values if keep_cache else None)
+    return logits, (_cache_of(model, out) if keep_cache else None)
 
 
 def _response_nll(logits: Any, batch: _Batch, row: int, answer: list[int]) -> Any:
@@ -256,7 +281,7 @@ def _decode(
         cache.crop(width - batch.width)  # negative: drop that many (transformers 4.x and 5.x)
     mask = (torch.arange(width, device=device)[None, :] < n_p[:, None]).long()
     last = logits[torch.arange(b, device=device), n_p - 1 - batch.first]
-    return _greedy(model, cache, last, mask, n_p, stops, pad, max_new_tokens)
+    return _greedy(model, cache, (last, mask, width), n_p, stops, pad, max_new_tokens)
 
 
 def _decode_left_padded(
@@ -272,7 +297,8 @@ def _decode_left_padded(
         with clock("prefill"):
             cache, last, mask, n_p = _prefill(model, prompts[k : k + rows], pad, device)
         with clock("decode"):
-            out += _greedy(model, cache, last, mask, n_p, stops, pad, max_new_tokens)
+            cols = max(len(p) for p in prompts[k : k + rows])
+            out += _greedy(model, cache, (last, mask, cols), n_p, stops, pad, max_new_tokens)
         del cache
     return out
 
@@ -281,9 +307,9 @@ def _prefill(
     model: Any, prompts: list[list[int]], pad: int, device: Any
 ) -> tuple[Any, Any, Any, Any]:
     """Prompt-only forward, LEFT-padded as ``generate`` pads: (cache, the last position's
-    logits ``B × V``, attention mask ``B × P``, prompt lengths). Positions count from each
-    row's first real token, so a row sees the positions it would see alone, and its tokens
-    are the last columns of the cache."""
+    logits ``B × V``, attention mask ``B × P`` or None when no row is padded, prompt lengths).
+    Positions count from each row's first real token, so a row sees the positions it would
+    see alone, and its tokens are the last columns of the cache."""
     import torch
 
     width = max(map(len, prompts))
@@ -297,22 +323,31 @@ def _prefill(
     extra = {"logits_to_keep": 1} if _keeps_logits(model) else {}
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra)
     n_p = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
-    return out.past_key_values, out.logits[:, -1, :], mask, n_p
+    cache = _cache_of(model, out)
+    if cache is None:
+        raise CkptselError(f"{_model_type(model)}: the model returned no cache to decode from")
+    # no padding (one row, or equal prompts): decode unmasked, as generate does for the
+    # state-space families (a [B, cols] mask would broadcast into their [B, 1] step)
+    return cache, out.logits[:, -1, :], (None if bool(mask.all()) else mask), n_p
 
 
 def _greedy(
-    model: Any, cache: Any, last: Any, mask: Any, n_p: Any, stops: list[int], pad: int,
+    model: Any, cache: Any, start: tuple[Any, Any, int], n_p: Any, stops: list[int], pad: int,
     max_new_tokens: int,
 ) -> list[list[int]]:  # fmt: skip
-    """Greedy decoding from a filled ``cache``: ``last`` are the logits that give each row's
-    first new token, ``mask`` the columns each row sees, ``n_p`` its prompt length (its new
-    tokens take positions ``n_p, n_p + 1, …``). A finished row continues with ``pad``."""
+    """Greedy decoding from a filled ``cache``; ``start`` = (``last``: the logits that give
+    each row's first new token, ``mask``: the columns each row sees, None when every row sees
+    every column, ``cols``: the cache's columns); ``n_p`` are the prompt lengths (row ``r``'s
+    new tokens take positions ``n_p[r], n_p[r] + 1, …``). A finished row continues with
+    ``pad``. The cache goes in by the name the model's ``forward`` takes (:func:`cache_name`)."""
     import torch
 
+    last, mask, cols = start
     device = last.device
     b = last.shape[0]
     stop = torch.tensor(stops or [-1], dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
+    name, with_position = cache_name(model), _takes(model, "cache_position")
     out = []
     for step in range(max_new_tokens):
         nxt = torch.where(done, pad, last.argmax(-1))
@@ -320,13 +355,110 @@ def _greedy(
         done = done | torch.isin(nxt, stop)
         if step + 1 == max_new_tokens or bool(done.all()):
             break
-        mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], 1)
-        res = model(
-            input_ids=nxt[:, None], attention_mask=mask, position_ids=(n_p + step)[:, None],
-            past_key_values=cache, use_cache=True,
-        )  # fmt: skip
-        last, cache = res.logits[:, -1, :], res.past_key_values
+        extra = {name: cache}
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], 1)
+            extra["attention_mask"] = mask
+        if with_position:  # transformers 4.x (Mamba there needs it to tell a step from a prefill)
+            extra["cache_position"] = torch.tensor([cols + step], device=device)
+        res = model(input_ids=nxt[:, None], position_ids=(n_p + step)[:, None], use_cache=True,
+                    **extra)  # fmt: skip
+        last, cache = res.logits[:, -1, :], _cache_of(model, res)
     return torch.stack(out, 1).tolist() if out else [[] for _ in range(b)]
+
+
+# --------------------------------------------------------------------------- one item alone
+
+
+def _reference_items(
+    model: Any, layout: CacheLayout, encoded: list[list[int]], answers: Any, generate: bool,
+    max_new_tokens: int,
+) -> list[int]:  # fmt: skip
+    """The items measured one at a time by :func:`_measure_alone`: every item of a model that
+    keeps its recurrent state to itself (its forward returns no cache: RecurrentGemma), and,
+    under length-dependent RoPE (:func:`length_rope`), each item one of whose calls reaches
+    the boundary (its NLL sequence or its prompt plus ``max_new_tokens``): there the batch's
+    width would choose the frequencies, and generation rebuilds its cache on the way."""
+    if layout.kind == "stateful":
+        return list(range(len(encoded)))
+    rope = length_rope(model)
+    if rope is None:
+        return []
+    bound = rope[1]
+    return [
+        i for i, p in enumerate(encoded)
+        if (answers is not None and len(p) + len(answers[i]) >= bound)
+        or (generate and len(p) + max_new_tokens >= bound)
+    ]  # fmt: skip
+
+
+def _measure_alone(
+    model: Any, prompt: list[int], answer: list[int] | None, what: tuple[bool, bool],
+    decoding: tuple[list[int], int, int], windows: Sequence[int], clock: _Clock,
+) -> tuple[list[int], dict[int, ResponseNll] | None]:  # fmt: skip
+    """One item, unbatched, as the references define it: each window's NLL from one unpadded
+    forward over its own cut of ``prompt + answer`` (the frequencies of that length), and the
+    generated tokens from ``model.generate`` on the one prompt (greedy, ``stops``; Phi-3's
+    LongRoPE rebuilds its cache when the boundary is crossed, in ``generate``). ``what`` =
+    (generate, stateful): a stateful model scores with ``use_cache`` on, as its generation's
+    prefill runs (RecurrentGemma on transformers 4.x computes otherwise without it)."""
+    import torch
+
+    generate, stateful = what
+
+    device = next(model.parameters()).device
+    nll: dict[int, ResponseNll] | None = None
+    if answer is not None:
+        nll, by_len = {}, {}
+        with clock("forward"):
+            for w in windows:
+                seq = (prompt + answer)[:w] if w else prompt + answer
+                if len(seq) not in by_len:
+                    by_len[len(seq)] = _unpadded_nll(model, seq, len(prompt), stateful)
+                nll[w] = window_sums(by_len[len(seq)], len(prompt), (w,))[w]
+    toks: list[int] = []
+    if generate:
+        from transformers import GenerationConfig
+
+        stops, pad, max_new_tokens = decoding
+        config = GenerationConfig(
+            do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=stops,
+            pad_token_id=pad,
+        )  # fmt: skip
+        _fresh_rope(model, device)
+        ids = torch.tensor([prompt], dtype=torch.long, device=device)
+        with clock("decode"):
+            res = model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+            )
+        toks = res[0, len(prompt) :].tolist()
+    return toks, nll
+
+
+def _unpadded_nll(model: Any, seq: list[int], n_prompt: int, cached: bool) -> Any:
+    """Cumulative NLL (float64) of ``seq[n_prompt:]`` from one forward over ``seq`` alone."""
+    import torch
+
+    if len(seq) <= n_prompt:
+        return torch.zeros(0, dtype=torch.float64)
+    device = next(model.parameters()).device
+    _fresh_rope(model, device)
+    ids = torch.tensor([seq], dtype=torch.long, device=device)
+    lg = model(input_ids=ids, use_cache=cached).logits[0, n_prompt - 1 : len(seq) - 1].float()
+    target = ids[0, n_prompt:]
+    tok_nll = -lg.log_softmax(-1).gather(-1, target[:, None])[:, 0]
+    return torch.cumsum(tok_nll.double().cpu(), 0)
+
+
+def _fresh_rope(model: Any, device: Any) -> None:
+    """Dynamic RoPE keeps the frequencies of the longest call so far until a call shorter than
+    its boundary resets them (transformers' ``dynamic_frequency_update``): a one-token forward
+    first, so that a call sees what it would see on a freshly loaded model."""
+    import torch
+
+    rope = length_rope(model)
+    if rope is not None and rope[0] == "dynamic":
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
 
 
 # --------------------------------------------------------------------------- cache layouts
@@ -338,8 +470,10 @@ FULL_TYPES = ("full_attention", "dummy")  # a croppable cache, or a layer that c
 @dataclass(frozen=True)
 class CacheLayout:
     """How a model's decoder layers cache: ``kind`` is ``full`` (every layer croppable),
-    ``sliding`` (some layers keep a window; ``window`` = the smallest) or ``other`` (layers
-    this module cannot batch safely: chunked attention, linear/recurrent states, unknown)."""
+    ``sliding`` (some layers keep a window; ``window`` = the smallest), ``other`` (layers
+    this module cannot batch safely: chunked attention, linear/recurrent states, unknown) or
+    ``stateful`` (the forward returns no cache at all: each item alone, through
+    ``generate``)."""
 
     kind: str
     window: int | None = None
@@ -353,7 +487,7 @@ class CacheLayout:
             # new tokens fed back) stays below its window: crop works, no window ever cuts
             last_col = max(width, longest_prompt + max_new_tokens - 1)
             return "single" if last_col < self.window else "split"
-        return "rowwise"
+        return "alone" if self.kind == "stateful" else "rowwise"
 
 
 def cache_layout(model: Any) -> CacheLayout:
@@ -384,13 +518,92 @@ def cache_layout(model: Any) -> CacheLayout:
     return CacheLayout("sliding", min(sliding)) if sliding else CacheLayout("full")
 
 
-def _keeps_logits(model: Any) -> bool:
-    """Whether the model's forward takes ``logits_to_keep`` (recent transformers)."""
+def length_rope(model: Any) -> tuple[str, int] | None:
+    """``(kind, boundary)`` when the model's RoPE frequencies depend on the length of the
+    forward call (transformers' ``dynamic_rope_update``): ``longrope`` (Phi-3: long factors
+    once a call passes ``original_max_position_embeddings``) or ``dynamic`` (NTK scaling past
+    ``max_position_embeddings``); None for static RoPE. Calls shorter than the boundary see
+    the unscaled frequencies."""
+    cfg = _text_config(model)
+    params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if not isinstance(params, dict):
+        return None
+    nested = [v for v in params.values() if isinstance(v, dict)]
+    for p in [params, *nested]:
+        kind = str(p.get("rope_type", p.get("type", "")))
+        orig = p.get("original_max_position_embeddings")
+        if kind == "longrope":
+            return "longrope", int(orig or cfg.original_max_position_embeddings)
+        if "dynamic" in kind:
+            bound = int(cfg.max_position_embeddings)
+            return "dynamic", min(bound, int(orig)) if orig else bound
+    return None
+
+
+def cache_name(model: Any) -> str:
+    """The keyword the model's ``forward`` takes its cache by: ``cache`` (transformers 5.x,
+    every family; ``past_key_values`` and Mamba's ``cache_params`` are deprecated there,
+    removal announced for 5.40), else ``cache_params`` (Mamba on 4.x), else
+    ``past_key_values``. A name the model does not take would be dropped into its
+    ``**kwargs``, and every decode step would run without its context."""
+    for name in ("cache", "cache_params"):
+        if _takes(model, name):
+            return name
+    return "past_key_values"
+
+
+def _cache_of(model: Any, out: Any) -> Any:
+    """The cache a forward returned (``out.cache`` on 5.x, read without the deprecated
+    aliases), or None."""
+    keys = out.keys() if hasattr(out, "keys") else ()
+    for name in ("cache", "past_key_values", "cache_params"):
+        if name in keys:
+            return out[name]
+    return None
+
+
+def _checked_layout(model: Any) -> CacheLayout:
+    """:func:`cache_layout`, checked against the cache a two-token forward returns (one token
+    would be a decode step without a state for RecurrentGemma on 4.x): none at
+    all (RecurrentGemma keeps its state inside the model; hybrids on transformers 4.x want
+    their cache built for them) -> ``stateful`` (every item alone, :func:`_measure_alone`);
+    a cache that is not a plain ``DynamicCache`` (transformers 4.x's Mamba and hybrid caches:
+    no ``crop``) where the config promised one -> ``other`` (row by row)."""
+    import torch
+
+    layout = cache_layout(model)
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device), use_cache=True)
+    cache = _cache_of(model, out)
+    if cache is None:
+        return CacheLayout("stateful")
+    if layout.kind != "other" and type(cache).__name__ != "DynamicCache":
+        return CacheLayout("other")
+    return layout
+
+
+def _text_config(model: Any) -> Any:
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = inner.config
+    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+
+
+def _model_type(model: Any) -> str:
+    return str(getattr(_text_config(model), "model_type", type(model).__name__))
+
+
+def _takes(model: Any, name: str) -> bool:
+    """Whether the model's (the PEFT base model's) ``forward`` takes keyword ``name``."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
-        return "logits_to_keep" in inspect.signature(type(inner).forward).parameters
+        return name in inspect.signature(type(inner).forward).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (recent transformers)."""
+    return _takes(model, "logits_to_keep")
 
 
 class _Clock:

@@ -12,6 +12,11 @@ never merged into and unmerged from, so results do not depend on the order check
 measured in. On GPUs (bfloat16, where a merge would round the adapter's small update away)
 adapters stay unmerged.
 
+An adapter whose LoRA sits on a module the model's forward never calls (it reads the weight
+directly: ``dt_proj`` in HF's Mamba, FalconMamba and Jamba mixers) is refused in one line when
+that LoRA is not zero (:func:`check_adapter_reaches`): unmerged, HF ignores it; merged, it
+counts, so the same checkpoint's records would depend on the dtype.
+
 Checkpoints and base models at URLs are loaded from this node's copy
 (:func:`ckptsel._util.nodecache.local_ref`: downloaded once per node, checked against the
 remote listing on every use), so a Ray actor on a node without the run's disk gets only URLs.
@@ -110,6 +115,7 @@ class ModelHolder:
                 return self.model
             self.model = PeftModel.from_pretrained(base, local_ref(ckpt.path), adapter_name=name)
             self.model.to(self.device).eval()
+            check_adapter_reaches(self.model, name, ckpt.path)
             self.base, self.adapter = ckpt.base, name
             return self.model
         if name != self.adapter:
@@ -121,6 +127,7 @@ class ModelHolder:
             self.model.delete_adapter(old)
             self.adapter = name
             self.model.eval()
+            check_adapter_reaches(self.model, name, ckpt.path)
         return self.model
 
     def _merges(self, base: Any) -> bool:
@@ -142,8 +149,48 @@ class ModelHolder:
         peft_model = PeftModel.from_pretrained(
             copy.deepcopy(self.pristine), local_ref(ckpt.path), adapter_name=name
         )
+        check_adapter_reaches(peft_model.eval(), name, ckpt.path)
         self.adapter = name
         return peft_model.merge_and_unload().eval()
+
+
+def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
+    """Refuse (one line, naming the module) an adapter ``name`` whose non-zero LoRA sits on a
+    module that a short forward never calls: the model reads that module's weight directly
+    (HF's Mamba/FalconMamba/Jamba ``dt_proj``), so the unmerged LoRA is ignored while a merged
+    one counts. Modules are judged by name (``...dt_proj``): one call of any module of that
+    name (an MoE expert the two probe tokens route to) clears them all."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    carrying = {
+        n: m for n, m in peft_model.named_modules()
+        if isinstance(m, LoraLayer) and name in m.lora_B and bool(m.lora_B[name].weight.any())
+    }  # fmt: skip
+    if not carrying:
+        return
+    called: set[str] = set()
+    hooks = [
+        m.register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1]))
+        for n, m in carrying.items()
+    ]
+    try:
+        device = next(peft_model.parameters()).device
+        with torch.inference_mode():
+            peft_model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
+    finally:
+        for h in hooks:
+            h.remove()
+    missed = [n for n in carrying if n.rsplit(".", 1)[-1] not in called]
+    if missed:
+        kind = getattr(peft_model.get_base_model().config, "model_type", "this model")
+        leaf = missed[0].rsplit(".", 1)[-1]
+        raise CkptselError(
+            f"{where}: the adapter's LoRA on {missed[0]} ({len(missed)} {leaf} modules) is never "
+            f"called by {kind}'s forward, which reads the weight directly: unmerged (bfloat16) "
+            f"it is ignored, merged (float32 CPU) it counts; train without {leaf} in "
+            "target_modules"
+        )
 
 
 def dtype_name(dtype: Any) -> str:
