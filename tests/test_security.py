@@ -104,3 +104,101 @@ def test_unreadable_training_state_is_one_line(tiny_run, tmp_path):
     with pytest.raises(CkptselError, match="optimizer.pt: cannot resume") as e:
         train(run)
     assert "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- remote names
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/.", "", "a\\..\\x", "a\0b", ".."],
+)
+def test_safe_join_refuses_names_that_leave_the_root(tmp_path, name):
+    from ckptsel._util.locations import safe_join
+
+    with pytest.raises(CkptselError, match="refusing the name") as e:
+        safe_join(tmp_path / "root", name, source="s3://b/run")
+    assert "\n" not in str(e.value) and str(e.value).startswith("s3://b/run: ")
+
+
+def test_safe_join_refuses_a_path_through_a_symlink_out_of_the_root(tmp_path):
+    from ckptsel._util.locations import safe_join
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+    (root / "inner").mkdir()
+    (root / "same").symlink_to(root / "inner")
+    with pytest.raises(CkptselError, match="leads out of"):
+        safe_join(root, "link/x", source="manifest.json")
+    assert safe_join(root, "same/x") == root / "same" / "x"  # a symlink that stays inside
+    assert safe_join(root, "a/b.json") == root / "a" / "b.json"
+    assert safe_join(root, "checkpoint-25/adapter_config.json").parent == root / "checkpoint-25"
+
+
+def _put(s3, key: str, data: bytes) -> None:
+    """One object under exactly ``key`` (no client-side normalization of ``..``)."""
+    s3.fs.call_s3("put_object", Bucket=s3.bucket, Key=key, Body=data)
+
+
+@pytest.mark.parametrize(
+    ("bad", "target"),
+    [
+        ("checkpoint-25/../../ESCAPED", "ESCAPED"),
+        ("checkpoint-25//ESCAPED", "run/checkpoint-25/ESCAPED"),
+    ],
+)
+def test_node_cache_refuses_object_keys_that_leave_the_cache(s3, tmp_path, bad, target):
+    """d664043 copied ``run/checkpoint-25/../../ESCAPED`` to ``<cache>/ESCAPED`` (the object
+    the normalized key names), beside the cache's folders, and returned 0."""
+    from ckptsel._util import nodecache
+
+    _put(s3, "run/checkpoint-25/adapter_config.json", b"{}")
+    _put(s3, f"run/{bad}", b"planted")
+    _put(s3, target, b"planted")
+    assert f"{bad}" in s3.keys("run"), s3.keys("run")
+    with pytest.raises(CkptselError, match="refusing the name") as e:
+        nodecache.local_copy(s3.url("run"))
+    msg = str(e.value)
+    assert "\n" not in msg and bad in msg and s3.url("run") in msg
+    assert not list(tmp_path.rglob("ESCAPED")), list(tmp_path.rglob("ESCAPED"))
+    cache = tmp_path / "node-cache"
+    assert not cache.exists() or not [p for p in cache.iterdir() if ".tmp-" in p.name]
+
+
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    from ckptsel.cli.app import main
+
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    got = capsys.readouterr()
+    return code, got.out + got.err
+
+
+@pytest.mark.parametrize("entry", ["../../ESCAPED", "/tmp/ESCAPED-abs", "tables/../../../ESCAPED"])
+def test_verify_refuses_manifest_entries_that_leave_its_copy(
+    s3, tmp_path, monkeypatch, capsys, entry
+):
+    """d664043 wrote every manifest entry under verify's temporary copy unchecked: ``../../X``
+    landed beside the temporary folder (anywhere the user can write, with more ``..``)."""
+    import json
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # verify's copy goes below here
+    manifest = {"kind": "ckptsel-results", "schema": 1, "files": {"summary.json": "0", entry: "0"}}
+    _put(s3, "a/b/results/manifest.json", json.dumps(manifest).encode())
+    _put(s3, "a/b/results/summary.json", b"{}")
+    _put(s3, "a/ESCAPED", b"planted")  # what a/b/results/../../ESCAPED names
+    _put(s3, "a/b/results/tables/ESCAPED", b"planted")
+    code, said = _cli(["verify", s3.url("a", "b", "results")], capsys)
+    assert not list(tmp_path.rglob("ESCAPED*")), list(tmp_path.rglob("ESCAPED*"))
+    assert not Path("/tmp/ESCAPED-abs").exists()
+    assert code == 2 and "Traceback" not in said, said
+    line = " ".join(said.split())
+    assert "refusing the name" in line and entry in line and "manifest.json" in line

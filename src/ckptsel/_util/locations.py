@@ -504,6 +504,38 @@ def _s3_get(loc: Location) -> tuple[bytes, str] | None:
     return data, str(resp["ETag"]).strip('"')
 
 
+def safe_join(root: str | os.PathLike[str], name: str, source: object = None) -> Path:
+    """The local path of the ``/``-separated relative ``name`` (an object key below a listed
+    folder, a manifest entry, an archive member) inside ``root``, or a one-line
+    :class:`CkptselError` naming it (and ``source``, where it came from) when it would land
+    anywhere else: empty, absolute (``/x``; ``C:x`` on Windows), a ``.``/``..``/empty part, a
+    backslash or NUL byte, or a path through a symlink that leads out of ``root``.
+
+    The one guard every local path built from a remote name goes through: a bucket or a
+    downloaded results folder must never write (or read) outside ckptsel's own folder."""
+    where = f"{source}: " if source is not None else ""
+    parts = name.split("/") if isinstance(name, str) else []
+    bad = (
+        not parts
+        or any(p in ("", ".", "..") for p in parts)
+        or "\\" in name
+        or "\0" in name
+        or (os.name == "nt" and ":" in name)
+    )
+    if bad:
+        raise CkptselError(
+            f"{where}refusing the name {name!r}: it would be written outside {root} "
+            "(absolute, '..', '.', an empty part or a backslash)"
+        )
+    base = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, path]) != base or path == base:
+        raise CkptselError(
+            f"{where}refusing the name {name!r}: it leads out of {root} (through a symlink)"
+        )
+    return Path(root).joinpath(*parts)
+
+
 def matches(rel: str, patterns: tuple[str, ...]) -> bool:
     """Whether the ``/``-separated relative path ``rel`` matches one of ``patterns``
     (``fnmatch``; a pattern without ``/`` is matched against the file name)."""
