@@ -202,3 +202,60 @@ def test_verify_refuses_manifest_entries_that_leave_its_copy(
     assert code == 2 and "Traceback" not in said, said
     line = " ".join(said.split())
     assert "refusing the name" in line and entry in line and "manifest.json" in line
+
+
+# --------------------------------------------------------------------------- Ray environment
+
+
+class _FakeRemote:
+    """What ``ray.remote(...)(cls)`` returns, recording the ``runtime_env`` it is given."""
+
+    def __init__(self, seen: dict):
+        self.seen = seen
+
+    def options(self, runtime_env=None, **_):
+        self.seen["runtime_env"] = runtime_env
+        return self
+
+    def remote(self, *args):
+        return args
+
+
+class _FakeRay:
+    def __init__(self):
+        self.seen: dict = {}
+
+    def remote(self, **_):
+        return lambda cls: _FakeRemote(self.seen)
+
+
+def _actor_env(monkeypatch, forward: bool) -> dict[str, str]:
+    from ckptsel.measure.executors import ExecutorConfig
+    from ckptsel.measure.executors.ray_actors import RayExecutor
+
+    ex = RayExecutor.__new__(RayExecutor)  # no Ray: the actors' options are what is checked
+    ex.ray, ex.ex = _FakeRay(), ExecutorConfig("ray", workers=1, forward_credentials=forward)
+    ex.config, ex.ckpts, ex.base = None, [], None
+    ex._start(1)
+    return (ex.ray.seen.get("runtime_env") or {}).get("env_vars", {})
+
+
+def test_fsspec_and_gcsfs_variables_go_to_ray_workers_only_with_forward_credentials(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("AWS_", "FSSPEC_", "GCSFS_", "GOOGLE_")):
+            monkeypatch.delenv(key)
+    secrets = {
+        "FSSPEC_S3_KEY": "AKIA-secret",
+        "FSSPEC_S3_SECRET": "s3-secret",
+        "GCSFS_TOKEN": "gcs-token",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+    }
+    settings = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"}
+    for key, value in {**secrets, **settings}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CKPTSEL_CACHE_DIR", "/tmp/cache-{node}")
+    plain = _actor_env(monkeypatch, forward=False)
+    assert not set(secrets) & set(plain), plain
+    assert settings.items() <= plain.items() and plain["CKPTSEL_CACHE_DIR"] == "/tmp/cache-{node}"
+    forwarded = _actor_env(monkeypatch, forward=True)
+    assert {**secrets, **settings}.items() <= forwarded.items()
