@@ -259,3 +259,52 @@ def test_fsspec_and_gcsfs_variables_go_to_ray_workers_only_with_forward_credenti
     assert settings.items() <= plain.items() and plain["CKPTSEL_CACHE_DIR"] == "/tmp/cache-{node}"
     forwarded = _actor_env(monkeypatch, forward=True)
     assert {**secrets, **settings}.items() <= forwarded.items()
+
+
+# --------------------------------------------------------------------------- file modes
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield 0o027
+    os.umask(old)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {
+        p.relative_to(root).as_posix(): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]
+    }
+
+
+def test_records_and_results_are_created_with_the_umask(tmp_path, umask_027, capsys):
+    """d664043 made every atomically written file 0600 (mkstemp) and the results folder 0700
+    (mkdtemp), whatever the umask; ``--force`` narrowed a user's 0755 folder to 0700."""
+    import numpy as np
+
+    from ckptsel._util.locations import Location
+
+    import recordsgen as rg
+
+    gen, nll = rg.tables(rg.random_study(np.random.default_rng(3), n_configs=2, seeds=2))
+    rec = rg.write(tmp_path / "records", gen, nll)
+    for rel, mode in _modes(rec).items():
+        assert mode == (0o750 if (rec / rel).is_dir() else 0o640), (rel, oct(mode))
+    Location(tmp_path / "plain.bin").write_bytes(b"x")
+    assert (tmp_path / "plain.bin").stat().st_mode & 0o777 == 0o640
+    fast = ["--permutations", "10", "--draws", "200", "--no-report"]
+    code, said = _cli(["analyze", rec, "--out", tmp_path / "res", *fast], capsys)
+    assert code == 0, said
+    modes = _modes(tmp_path / "res")
+    assert modes["."] == 0o750 and modes["summary.json"] == 0o640, modes
+    for rel, mode in modes.items():
+        assert mode == (0o750 if (tmp_path / "res" / rel).is_dir() else 0o640), (rel, oct(mode))
+    # --force into a user's folder keeps that folder's mode (neither narrowed nor widened)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    for mode in (0o755, 0o700):
+        mine.chmod(mode)
+        code, said = _cli(["analyze", rec, "--out", mine, *fast, "--force"], capsys)
+        assert code == 0, said
+        assert mine.stat().st_mode & 0o777 == mode and (mine / "summary.json").is_file()

@@ -35,7 +35,6 @@ import contextlib
 import fnmatch
 import os
 import posixpath
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -432,11 +431,45 @@ def _resolve(loc: Location) -> None:
     loc._fs, loc._path = fs, path
 
 
+def temp_file(folder: str | os.PathLike[str], prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """``(fd, path)`` of a new, empty file in ``folder`` under a fresh random name, created
+    with mode ``0o666`` less the umask, as ``open`` would (``tempfile.mkstemp`` makes it 0600,
+    and the renamed result kept that whatever the user's umask)."""
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}{suffix}")
+        try:
+            return os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+            ), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name for {prefix}*{suffix}")
+
+
+def temp_dir(
+    folder: str | os.PathLike[str], prefix: str, like: str | os.PathLike[str] | None = None
+) -> str:
+    """A new folder in ``folder`` under a fresh random name, created with mode ``0o777`` less
+    the umask (``tempfile.mkdtemp`` makes it 0700); when ``like`` is an existing folder, with
+    ``like``'s mode instead, so a folder that replaces it (a results folder swapped in) never
+    narrows (nor widens) who may read it."""
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        if like is not None and os.path.isdir(like):
+            os.chmod(path, os.stat(like).st_mode & 0o7777)
+        return path
+    raise FileExistsError(f"{folder}: no free temporary name for {prefix}*")
+
+
 def _write_local(path: str, data: bytes, if_absent: bool) -> None:
     folder = os.path.dirname(path) or "."
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        fd, tmp = temp_file(folder, prefix=f".{os.path.basename(path)}.")
     except OSError as err:  # read-only folder, a file where a folder should be, ...
         raise CkptselError(f"{path}: cannot write here ({err.strerror or err})") from err
     try:

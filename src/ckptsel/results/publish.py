@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptsel._util.locations import FileInfo, Location, safe_join
+from ckptsel._util.locations import FileInfo, Location, safe_join, temp_dir
 from ckptsel.errors import CkptselError, VerificationError
 
 MANIFEST_FILE = "manifest.json"
@@ -309,9 +309,8 @@ def staged(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stray(out)
-        stage = Path(
-            tempfile.mkdtemp(prefix=f"{_staging_prefix(out)}{os.getpid()}-", dir=out.parent)
-        )
+        # the umask's mode, or the mode of the folder it replaces (--force never narrows it)
+        stage = Path(temp_dir(out.parent, f"{_staging_prefix(out)}{os.getpid()}-", like=out))
     except OSError as err:
         raise CkptselError(f"{out}: cannot write results there ({err.strerror or err})") from err
     try:
