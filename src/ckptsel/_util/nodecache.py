@@ -36,7 +36,15 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptsel._util.locations import FileInfo, Location, as_location, is_url, matches, safe_join
+from ckptsel._util.locations import (
+    FileInfo,
+    Location,
+    as_location,
+    is_url,
+    matches,
+    remote_errors,
+    safe_join,
+)
 from ckptsel.errors import CkptselError
 
 CACHE_ENV = "CKPTSEL_CACHE_DIR"
@@ -125,7 +133,8 @@ def _download(loc: Location, want: dict[str, FileInfo], single: bool, root: Path
         for path in local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
-            loc.fs.get(remote, local)  # concurrent GETs on object stores
+            with remote_errors(loc):  # no credentials, endpoint down: one line
+                loc.fs.get(remote, local)  # concurrent GETs on object stores
         except OSError as err:
             raise CkptselError(f"{loc}: cannot download ({err})") from err
         for (rel, info), path in zip(want.items(), local, strict=True):

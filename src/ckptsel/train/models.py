@@ -10,9 +10,19 @@ from ckptsel.study import Configuration
 
 
 def pick_device(device: str | None = None) -> str:
-    """``device`` when given, else ``cuda`` when torch sees a GPU, else ``cpu`` (also without
-    torch installed: the analysis-only install never needs one)."""
+    """``device`` when given (``cpu``, ``cuda`` or ``cuda:<n>``, and CUDA only where torch sees
+    a GPU: anything else is one line), else ``cuda`` when torch sees a GPU, else ``cpu`` (also
+    without torch installed: the analysis-only install never needs one)."""
     if device:
+        if not isinstance(device, str) or not (
+            device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())
+        ):
+            raise CkptselError(f"unknown --device {device!r}: use cpu or cuda")
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise CkptselError(f"--device {device} asked for, but torch sees no CUDA device")
         return device
     try:
         import torch
