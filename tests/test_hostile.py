@@ -524,6 +524,24 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
             path.name,
             2,
         )
+    if name == "out_name_too_long":  # the system refuses the name: one line naming it
+        return [*analyze[:2], "--out", tmp / ("a" * 300), *analyze[4:]], "File name too long", 2
+    if name == "simulate_url":  # Path() would have made it a local s3:/ folder
+        return ["simulate", "s3://bucket/sim"], "not a URL", 2
+    if name == "step_beyond_int64":
+        run = tmp / "run"
+        (run / "checkpoint-99999999999999999999").mkdir(parents=True)
+        (tmp / "items.jsonl").write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n")
+        items = ["--validation", tmp / "items.jsonl", "--test", tmp / "items.jsonl"]
+        return ["measure", run, "--out", tmp / "m", "--task", "gsm8k", *items], "beyond", 2
+    if name in ("train_device_tpu", "run_device_tpu"):
+        return [name.split("_")[0], tmp / "study.toml", "--device", "tpu"], "--device 'tpu'", 2
+    if name in ("train_device_cuda", "run_device_cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+        return [name.split("_")[0], tmp / "study.toml", "--device", "cuda"], "no CUDA device", 2
     if name.startswith("verify_"):
         code, err = run_cli(analyze, capsys)
         assert code == 0, err
@@ -565,6 +583,13 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
         "verify_hash_no_settings",
         "verify_choices_garbage",
         "verify_manifest_garbage",
+        "out_name_too_long",
+        "simulate_url",
+        "step_beyond_int64",
+        "train_device_tpu",
+        "run_device_tpu",
+        "train_device_cuda",
+        "run_device_cuda",
     ],
 )
 def test_bad_settings_and_files_give_one_line_errors(study, name, capsys):
@@ -680,3 +705,76 @@ def test_verify_names_a_missing_manifest(study):
     (out / "manifest.json").unlink()
     with pytest.raises(VerificationError, match="manifest.json: not found"):
         pipeline.verify(out)
+
+
+# ============================================================== 6. storage and trackers: one line (issue 30)
+def _storage_env(monkeypatch, tmp: Path, case: str) -> None:
+    """The environment of one storage failure; s3fs's cached filesystems forgotten."""
+    s3fs = pytest.importorskip("s3fs")
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # no retries: an unreachable endpoint fails at once
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")  # nothing listens on port 1
+    if case != "no_credentials":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    if case == "unknown_profile":
+        monkeypatch.setenv("AWS_PROFILE", "nope")
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("no_credentials", "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"),
+        ("unknown_profile", "AWS_PROFILE='nope' is not a profile"),
+        ("endpoint_unreachable", "cannot reach the storage endpoint http://127.0.0.1:1"),
+    ],
+)
+@pytest.mark.parametrize("command", ["analyze", "verify", "analyze_out"])
+def test_storage_failures_are_one_line_naming_the_url(
+    study, monkeypatch, capsys, case, needle, command
+):
+    tmp, _, _, rec = study
+    _storage_env(monkeypatch, tmp, case)
+    argv = {
+        "analyze": ["analyze", "s3://bucket/records", "--out", tmp / "res", "--no-report"],
+        "verify": ["verify", "s3://bucket/results"],
+        "analyze_out": ["analyze", rec, "--out", "s3://bucket/results", "--no-report"],
+    }[command]
+    assert_one_line_error(argv, capsys, needle, "s3://bucket/")
+    assert not (tmp / "res").exists()
+
+
+def test_a_missing_bucket_is_one_line_naming_it(study, s3, capsys):
+    tmp, _, _, rec = study
+    nobucket = f"{s3.bucket}-missing"
+    argv = ["analyze", f"s3://{nobucket}/records", "--out", tmp / "res", "--no-report"]
+    assert_one_line_error(argv, capsys, f"the bucket {nobucket!r} does not exist")
+    argv = ["analyze", rec, "--out", f"s3://{nobucket}/results", "--no-report", *_fast_args()]
+    assert_one_line_error(argv, capsys, f"the bucket {nobucket!r} does not exist")
+
+
+def _fast_args() -> list[str]:
+    return ["--permutations", "10", "--draws", "200"]
+
+
+def test_a_tracking_store_mlflow_refuses_is_one_line(study, monkeypatch, capsys):
+    """MLflow 3 refuses a file:// tracking store as its client is made; the results are
+    already written by then, and the refusal is one line naming the store."""
+    pytest.importorskip("mlflow")
+    tmp, _, _, rec = study
+    uri = (tmp / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    argv = ["analyze", rec, "--out", tmp / "res", "--no-report", *_fast_args(), "--log", "mlflow"]
+    got, err = run_cli(argv, capsys)
+    if got == 0:
+        pytest.skip("this MLflow still accepts a file:// store")
+    assert got == 2 and "Traceback" not in err, err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert lines[0].startswith(f"error: MLflow ({uri})"), err
+    assert (tmp / "res" / "summary.json").is_file()

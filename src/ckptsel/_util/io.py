@@ -1,6 +1,7 @@
 """Atomic file writes: write a temp file in the same folder, then rename.
 
-A killed job therefore leaves either the old file or the new one, never half of one. Every
+A killed job therefore leaves either the old file or the new one, never half of one. The file
+gets the mode ``open`` would give it (``0o666`` less the umask), not ``mkstemp``'s 0600. Every
 writer also takes a URL (:mod:`ckptsel._util.locations`): on an object store the file is one
 PUT of bytes serialized in memory, which readers likewise see whole or not at all.
 """
@@ -10,14 +11,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ckptsel._util.locations import Location, as_location
+from ckptsel._util.locations import Location, as_location, temp_file
 from ckptsel.errors import CkptselError
 
 
@@ -25,7 +25,7 @@ def _atomic(path: Path, write) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = temp_file(path.parent, prefix=f".{path.name}.")  # the umask's mode
     except OSError as err:  # read-only folder, a file where a folder should be, ...
         raise CkptselError(f"{path}: cannot write here ({err.strerror or err})") from err
     os.close(fd)
@@ -110,7 +110,9 @@ def read_json_records(path: Path) -> JsonRecords:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise CkptselError(f"{path}: line {err.lineno}: malformed JSON ({err.msg}, column {err.colno})") from err
+            raise CkptselError(
+                f"{path}: line {err.lineno}: malformed JSON ({err.msg}, column {err.colno})"
+            ) from err
         return JsonRecords(path, "json", data, [f"record {k + 1}" for k in range(len(data))], [])
     records, locations, raw = [], [], []
     for number, line in enumerate(text.split("\n"), start=1):
@@ -119,7 +121,9 @@ def read_json_records(path: Path) -> JsonRecords:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as err:
-            raise CkptselError(f"{path}: line {number}: malformed JSON ({err.msg}, column {err.colno})") from err
+            raise CkptselError(
+                f"{path}: line {number}: malformed JSON ({err.msg}, column {err.colno})"
+            ) from err
         locations.append(f"line {number}")
         raw.append(line)
     return JsonRecords(path, "jsonl", records, locations, raw)

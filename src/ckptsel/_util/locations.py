@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import os
 import posixpath
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +60,97 @@ class FileInfo:
     tag: str
 
 
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+_UNREACHABLE = (
+    "EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ProxyConnectionError",
+    "ClientConnectorError", "ServerDisconnectedError", "InvalidURL", "ConnectionRefusedError",
+)  # fmt: skip
+_DENIED = (
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "ExpiredToken",
+    "InvalidToken",
+)
+
+
+def _endpoint(loc: Location) -> str:
+    """The endpoint a URL's store is reached at, for messages."""
+    if loc.protocol in ("s3", "s3a"):
+        return (
+            os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+        )
+    if loc.protocol in ("gs", "gcs"):
+        return os.environ.get("STORAGE_EMULATOR_HOST") or "Google Cloud Storage"
+    return f"{loc.protocol}://"
+
+
+def storage_error(loc: Location | str, err: BaseException) -> CkptselError | None:
+    """The one-line :class:`CkptselError` for a storage failure at ``loc`` that a user fixes
+    in their environment (no credentials, an unknown profile, an endpoint that does not answer,
+    a bucket that does not exist, access denied), or ``None`` for anything else. The store's
+    libraries are never imported here: their exceptions are recognized by class name along
+    the cause chain (botocore, aiobotocore, aiohttp, google-auth)."""
+    loc = as_location(loc)
+    chain, seen = [], err
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    names = {c.__name__ for e in chain for c in type(e).__mro__}
+    text = " ".join(" ".join(str(e).split()) for e in chain)
+    said = " ".join(str(err).split())[:160] or type(err).__name__
+    if names & {"DefaultCredentialsError", "RefreshError"}:
+        return CkptselError(
+            f"{loc}: no usable Google Cloud credentials ({said}); set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a key file, or run `gcloud auth application-default login`"
+        )
+    if loc.protocol not in ("s3", "s3a"):
+        return None
+    bucket = str(loc).partition("://")[2].split("/", 1)[0]
+    if "ProfileNotFound" in names:
+        return CkptselError(
+            f"{loc}: AWS_PROFILE={os.environ.get('AWS_PROFILE', '')!r} is not a profile in "
+            "~/.aws/config or ~/.aws/credentials; set AWS_PROFILE to one that exists, or unset "
+            "it and set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        )
+    if names & set(_NO_CREDENTIALS):
+        return CkptselError(
+            f"{loc}: no S3 credentials found; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
+            "AWS_PROFILE (a profile in ~/.aws), or run where an instance role applies"
+        )
+    if names & set(_UNREACHABLE):
+        return CkptselError(
+            f"{loc}: cannot reach the storage endpoint {_endpoint(loc)} "
+            f"({said}); check AWS_ENDPOINT_URL and the network"
+        )
+    if "NoSuchBucket" in text or "bucket does not exist" in text:
+        return CkptselError(
+            f"{loc}: the bucket {bucket!r} does not exist at {_endpoint(loc)} (or these "
+            "credentials cannot see it); check the URL, AWS_ENDPOINT_URL and AWS_PROFILE"
+        )
+    if any(code in text for code in _DENIED) or isinstance(err, PermissionError):
+        return CkptselError(
+            f"{loc}: access denied by {_endpoint(loc)} ({said}); check the credentials "
+            "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and their permissions"
+        )
+    return None
+
+
+@contextlib.contextmanager
+def remote_errors(loc: Location | str):
+    """Storage failures inside the block as :func:`storage_error`'s one line; everything else
+    (``FileNotFoundError`` of a missing object included) as it was."""
+    try:
+        yield
+    except (CkptselError, WriteConflict):
+        raise
+    except Exception as err:
+        translated = storage_error(loc, err)
+        if translated is None:
+            raise
+        raise translated from err
+
+
 def is_url(value: Any) -> bool:
     """Whether ``value`` names a remote location (a ``scheme://`` string other than ``file://``)."""
     if isinstance(value, Location):
@@ -77,6 +168,28 @@ def _tag(info: dict[str, Any]) -> str:
     if hasattr(stamp, "timestamp"):
         stamp = stamp.timestamp()
     return f"{info.get('size')}:{stamp}"
+
+
+def _remote(method):
+    """A :class:`Location` method whose storage failures at a URL are one line
+    (:func:`remote_errors`); a local path's errors stay as they are."""
+
+    @functools.wraps(method)
+    def wrapped(self: Location, *args: Any, **kwargs: Any) -> Any:
+        if self._local:
+            return method(self, *args, **kwargs)
+        with remote_errors(self):
+            return method(self, *args, **kwargs)
+
+    return wrapped
+
+
+def _bucket_missing(loc: Location, err: BaseException) -> None:
+    """Raise the one-line error when ``err`` (a ``FileNotFoundError`` a method would read as
+    'no such file') says the bucket itself does not exist: that is a wrong URL, not a gap."""
+    translated = storage_error(loc, err)
+    if translated is not None:
+        raise translated from err
 
 
 class Location:
@@ -204,6 +317,7 @@ class Location:
         if not self._local:
             self.fs.invalidate_cache(self.fs_path)
 
+    @_remote
     def info(self) -> FileInfo | None:
         """Size and tag of the file, or ``None`` when there is none (a folder is ``None``)."""
         if self._local:
@@ -215,12 +329,14 @@ class Location:
         self._fresh()
         try:
             got = self.fs.info(self.fs_path)
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            _bucket_missing(self, err)
             return None
         if got.get("type") != "file":
             return None
         return FileInfo(int(got.get("size") or 0), _tag(got))
 
+    @_remote
     def exists(self) -> bool:
         if self._local:
             return os.path.exists(self._s)
@@ -230,15 +346,18 @@ class Location:
     def is_file(self) -> bool:
         return os.path.isfile(self._s) if self._local else self.info() is not None
 
+    @_remote
     def is_dir(self) -> bool:
         if self._local:
             return os.path.isdir(self._s)
         self._fresh()
         try:
             return bool(self.fs.isdir(self.fs_path))
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            _bucket_missing(self, err)
             return False
 
+    @_remote
     def children(self) -> list[tuple[str, bool]]:
         """``(name, is_folder)`` of every entry directly inside this folder, sorted by name;
         ``[]`` when it does not exist."""
@@ -251,7 +370,8 @@ class Location:
         self._fresh()
         try:
             found = self.fs.ls(self.fs_path, detail=True, refresh=True)
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            _bucket_missing(self, err)
             return []
         base = self.fs_path.rstrip("/")
         out = set()
@@ -261,6 +381,7 @@ class Location:
                 out.add((name.rsplit("/", 1)[-1], info.get("type") == "directory"))
         return sorted(out)
 
+    @_remote
     def listing(self) -> dict[str, FileInfo]:
         """Every file below this folder, ``{relative path: FileInfo}`` (one recursive listing:
         a paginated LIST on object stores, however deep the tree)."""
@@ -279,7 +400,8 @@ class Location:
         self._fresh()
         try:
             found = self.fs.find(self.fs_path, detail=True, withdirs=False)
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            _bucket_missing(self, err)
             return {}
         base = self.fs_path.rstrip("/") + "/"
         return {
@@ -288,6 +410,7 @@ class Location:
             if info.get("type") == "file" and name.startswith(base)
         }
 
+    @_remote
     def glob(self) -> list[Location]:
         """The locations matching this one read as a glob pattern (``*``, ``?``, ``[...]``),
         sorted; ``[]`` when none does."""
@@ -300,6 +423,7 @@ class Location:
         return sorted(Location(fs.unstrip_protocol(p)) for p in fs.glob(self.fs_path))
 
     # ------------------------------------------------------------------ reading
+    @_remote
     def read_bytes(self) -> bytes:
         """The file's bytes (``FileNotFoundError`` when there is none)."""
         if self._local:
@@ -309,6 +433,7 @@ class Location:
     def read_text(self, encoding: str = "utf-8") -> str:
         return self.read_bytes().decode(encoding)
 
+    @_remote
     def read_range(self, start: int, end: int) -> bytes:
         """Bytes ``start:end`` of the file (one ranged GET on object stores)."""
         if self._local:
@@ -317,6 +442,7 @@ class Location:
                 return fh.read(max(0, end - start))
         return self.fs.cat_file(self.fs_path, start=start, end=end)
 
+    @_remote
     def read_tagged(self) -> tuple[bytes, str] | None:
         """``(bytes, tag)`` of the file, the tag naming exactly the bytes read; ``None`` when
         there is no file. The tag feeds :meth:`write_bytes`'s ``if_tag``."""
@@ -338,6 +464,7 @@ class Location:
             return None
 
     # ------------------------------------------------------------------ writing
+    @_remote
     def write_bytes(
         self, data: bytes, *, if_absent: bool = False, if_tag: str | None = None
     ) -> None:
@@ -375,6 +502,7 @@ class Location:
     def write_text(self, text: str, encoding: str = "utf-8") -> None:
         self.write_bytes(text.encode(encoding))
 
+    @_remote
     def unlink(self, missing_ok: bool = False) -> None:
         if self._local:
             Path(self._s).unlink(missing_ok=missing_ok)
@@ -385,6 +513,7 @@ class Location:
             if not missing_ok:
                 raise
 
+    @_remote
     def remove_tree(self) -> None:
         """Delete this folder and everything below it (nothing when it does not exist)."""
         if self._local:
@@ -432,11 +561,45 @@ def _resolve(loc: Location) -> None:
     loc._fs, loc._path = fs, path
 
 
+def temp_file(folder: str | os.PathLike[str], prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """``(fd, path)`` of a new, empty file in ``folder`` under a fresh random name, created
+    with mode ``0o666`` less the umask, as ``open`` would (``tempfile.mkstemp`` makes it 0600,
+    and the renamed result kept that whatever the user's umask)."""
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}{suffix}")
+        try:
+            return os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+            ), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name for {prefix}*{suffix}")
+
+
+def temp_dir(
+    folder: str | os.PathLike[str], prefix: str, like: str | os.PathLike[str] | None = None
+) -> str:
+    """A new folder in ``folder`` under a fresh random name, created with mode ``0o777`` less
+    the umask (``tempfile.mkdtemp`` makes it 0700); when ``like`` is an existing folder, with
+    ``like``'s mode instead, so a folder that replaces it (a results folder swapped in) never
+    narrows (nor widens) who may read it."""
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        if like is not None and os.path.isdir(like):
+            os.chmod(path, os.stat(like).st_mode & 0o7777)
+        return path
+    raise FileExistsError(f"{folder}: no free temporary name for {prefix}*")
+
+
 def _write_local(path: str, data: bytes, if_absent: bool) -> None:
     folder = os.path.dirname(path) or "."
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        fd, tmp = temp_file(folder, prefix=f".{os.path.basename(path)}.")
     except OSError as err:  # read-only folder, a file where a folder should be, ...
         raise CkptselError(f"{path}: cannot write here ({err.strerror or err})") from err
     try:
@@ -502,6 +665,38 @@ def _s3_get(loc: Location) -> tuple[bytes, str] | None:
 
     data = fsspec.asyn.sync(fs.loop, _read, resp["Body"])
     return data, str(resp["ETag"]).strip('"')
+
+
+def safe_join(root: str | os.PathLike[str], name: str, source: object = None) -> Path:
+    """The local path of the ``/``-separated relative ``name`` (an object key below a listed
+    folder, a manifest entry, an archive member) inside ``root``, or a one-line
+    :class:`CkptselError` naming it (and ``source``, where it came from) when it would land
+    anywhere else: empty, absolute (``/x``; ``C:x`` on Windows), a ``.``/``..``/empty part, a
+    backslash or NUL byte, or a path through a symlink that leads out of ``root``.
+
+    The one guard every local path built from a remote name goes through: a bucket or a
+    downloaded results folder must never write (or read) outside ckptsel's own folder."""
+    where = f"{source}: " if source is not None else ""
+    parts = name.split("/") if isinstance(name, str) else []
+    bad = (
+        not parts
+        or any(p in ("", ".", "..") for p in parts)
+        or "\\" in name
+        or "\0" in name
+        or (os.name == "nt" and ":" in name)
+    )
+    if bad:
+        raise CkptselError(
+            f"{where}refusing the name {name!r}: it would be written outside {root} "
+            "(absolute, '..', '.', an empty part or a backslash)"
+        )
+    base = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, path]) != base or path == base:
+        raise CkptselError(
+            f"{where}refusing the name {name!r}: it leads out of {root} (through a symlink)"
+        )
+    return Path(root).joinpath(*parts)
 
 
 def matches(rel: str, patterns: tuple[str, ...]) -> bool:

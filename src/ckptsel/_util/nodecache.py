@@ -17,6 +17,9 @@ base model at a URL is first copied to this machine, once per node:
 * **Never half.** Files go to ``<key>.tmp-<pid>/`` and the folder is renamed into place once
   every file arrived with its listed size; a download killed half way leaves a temp folder
   that the next holder of the lock deletes, never a folder a later call would trust.
+* **Only inside the cache.** Every local path is built from an object key by
+  :func:`~ckptsel._util.locations.safe_join`: a key with ``..``, an absolute or empty part is
+  refused in one line naming it, before anything is downloaded.
 * **Only what is read.** Training state that measurement never reads (optimizer, scheduler,
   RNG state, ``training_args.bin``, DeepSpeed's ``global_step*/`` shards) is not copied
   (:data:`SKIP`): on real runs the optimizer alone is two to three times the adapter.
@@ -33,7 +36,15 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptsel._util.locations import FileInfo, Location, as_location, is_url, matches
+from ckptsel._util.locations import (
+    FileInfo,
+    Location,
+    as_location,
+    is_url,
+    matches,
+    remote_errors,
+    safe_join,
+)
 from ckptsel.errors import CkptselError
 
 CACHE_ENV = "CKPTSEL_CACHE_DIR"
@@ -118,11 +129,12 @@ def _download(loc: Location, want: dict[str, FileInfo], single: bool, root: Path
     tmp.mkdir(parents=True)
     try:
         remote = [loc.fs_path] if single else [(loc / rel).fs_path for rel in want]
-        local = [str(tmp.joinpath(*rel.split("/"))) for rel in want]
+        local = [str(safe_join(tmp, rel, source=loc)) for rel in want]
         for path in local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
-            loc.fs.get(remote, local)  # concurrent GETs on object stores
+            with remote_errors(loc):  # no credentials, endpoint down: one line
+                loc.fs.get(remote, local)  # concurrent GETs on object stores
         except OSError as err:
             raise CkptselError(f"{loc}: cannot download ({err})") from err
         for (rel, info), path in zip(want.items(), local, strict=True):

@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     except CkptselError as err:
         typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
         sys.exit(err.exit_code)
+    except OSError as err:  # a local path the system refuses (name too long, read-only, ...)
+        where = f"{err.filename}: " if err.filename else ""
+        typer.secho(f"error: {where}{err.strerror or err}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
     finally:
         if argv is None:
             # the interpreter's final garbage collection walks every object torch and

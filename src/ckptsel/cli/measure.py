@@ -37,7 +37,9 @@ def measure(
     vllm_and_mixing: dict[str, Any] = options.VLLM_AND_MIXING,
     forward_credentials: bool = typer.Option(
         False, "--forward-credentials",
-        help="Ray: hand the driver's storage credentials (AWS_*, GOOGLE_*) to the workers.",
+        help="Ray: hand the driver's storage credentials (AWS_ACCESS_KEY_ID, ..., "
+        "GOOGLE_APPLICATION_CREDENTIALS, every FSSPEC_* and GCSFS_*) to the workers; "
+        "without it only settings (endpoint, region, profile name) travel.",
     ),  # fmt: skip
     progress: bool = options.PROGRESS,
     only: str = typer.Option(

@@ -47,6 +47,10 @@ def run(
 ) -> None:
     """Run or resume a whole study; every stage skips what is already done. With --log (or the
     study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""
+    if device:  # a device that cannot run is said before any stage starts
+        from ckptsel.train import pick_device
+
+        pick_device(device)
     stages = stages_to_run(until, only)
     record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)

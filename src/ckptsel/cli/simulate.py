@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pandas as pd
 import typer
 from rich.table import Table
 
+from ckptsel._util.locations import Location
 from ckptsel.cli.output import console
+from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE
 
 
 def simulate(
-    out_dir: Path = typer.Argument(..., help="Folder for the records and the truth."),
+    out_dir: str = typer.Argument(..., help="Local folder for the records and the truth."),
     preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
     force: bool = typer.Option(
@@ -26,6 +27,12 @@ def simulate(
     Records a simulation did not write (a measured folder) are kept unless --force."""
     from ckptsel.sim import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
 
+    if "://" in out_dir and not out_dir.startswith("file://"):  # Path() would make s3:/b/...
+        raise CkptselError(
+            f"{out_dir}: simulate writes a local folder, not a URL; write it here and upload "
+            "the folder (ckptsel reads records at URLs)"
+        )
+    out_dir = Location(out_dir).local
     start = time.perf_counter()
     out = write_simulation(out_dir, preset, seed, force=force)
     elapsed = time.perf_counter() - start

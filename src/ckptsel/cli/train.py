@@ -26,8 +26,10 @@ def train(
     ),  # fmt: skip
 ) -> None:
     """Train (or resume) every trajectory of a study: RUN_DIR/<configuration>-s<seed>/checkpoint-<step>/."""
-    from ckptsel.train import study_status, train_study  # when run (see ckptsel.cli)
+    from ckptsel.train import pick_device, study_status, train_study  # when run (see ckptsel.cli)
 
+    if device:  # a device that cannot train is said before the study is read
+        pick_device(device)
     study = load_study(study_file, workdir=workdir)
     if not check:
         train_study(study, only=only or None, device=device, log=console.print)

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptsel._util.locations import FileInfo, Location
+from ckptsel._util.locations import FileInfo, Location, safe_join, temp_dir
 from ckptsel.errors import CkptselError, VerificationError
 
 MANIFEST_FILE = "manifest.json"
@@ -315,9 +315,8 @@ def staged(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stray(out)
-        stage = Path(
-            tempfile.mkdtemp(prefix=f"{_staging_prefix(out)}{os.getpid()}-", dir=out.parent)
-        )
+        # the umask's mode, or the mode of the folder it replaces (--force never narrows it)
+        stage = Path(temp_dir(out.parent, f"{_staging_prefix(out)}{os.getpid()}-", like=out))
     except OSError as err:
         raise CkptselError(f"{out}: cannot write results there ({err.strerror or err})") from err
     try:
@@ -409,7 +408,9 @@ def staged_url(out: Location, *, force: bool = False, meta: dict | None = None) 
 
 def fetch_results(url: Location, into: Path) -> Path:
     """A local copy of the results folder at ``url`` (its manifest and the files it names,
-    plus ``summary.json`` and ``run.json``), for ``verify``; returns the folder."""
+    plus ``summary.json`` and ``run.json``), for ``verify``; returns the folder. A manifest
+    entry that would land outside ``into`` (``..``, absolute, through a symlink) is refused in
+    one line naming it, before any file is written (:func:`safe_join`)."""
     manifest = url / MANIFEST_FILE
     try:
         text = manifest.read_bytes()
@@ -421,9 +422,11 @@ def fetch_results(url: Location, into: Path) -> Path:
         ) from None
     _write_local(into / MANIFEST_FILE, text)
     files = read_manifest(into) or {}
-    for rel in sorted(set(files) | {"summary.json", "run.json"}):
+    names = sorted(set(files) | {"summary.json", "run.json"})
+    local = {rel: safe_join(into, rel, source=manifest) for rel in names}  # all, before a write
+    for rel in names:
         try:
-            _write_local(into / rel, (url / rel).read_bytes())
+            _write_local(local[rel], (url / rel).read_bytes())
         except FileNotFoundError:
             continue  # verify names what is missing
     return into

@@ -27,9 +27,8 @@ BATCH_TAGS = 100
 DEFAULT_EXPERIMENT = "ckptsel"
 
 
-def _client(mlflow, target: base.LogTarget):
-    uri = target.tracking_uri or mlflow.get_tracking_uri()
-    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri), uri
+def _client(mlflow, uri: str):
+    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 def _experiment_id(client, name: str) -> str:
@@ -95,8 +94,9 @@ def register(mlflow, client, run_id: str, reg: base.Registration) -> str:
 def log_mlflow(job: base.LogJob) -> base.Logged:
     """Log the job's payload to MLflow (and register the recommended checkpoint)."""
     mlflow = base.require("mlflow")
-    client, uri = _client(mlflow, job.target)
-    try:
+    uri = job.target.tracking_uri or mlflow.get_tracking_uri()
+    try:  # the client too: a store MLflow refuses (e.g. file://) fails as it is made
+        client = _client(mlflow, uri)
         run_id, run_name, created = _run(mlflow, client, job.target)
         try:
             _log_values(mlflow, client, run_id, job.payload)
@@ -108,5 +108,5 @@ def log_mlflow(job: base.LogJob) -> base.Logged:
             if created:
                 client.set_terminated(run_id)
     except mlflow.exceptions.MlflowException as err:
-        raise CkptselError(f"MLflow ({uri}): {err.message}") from err
+        raise CkptselError(f"MLflow ({uri}): {' '.join(str(err.message).split())}") from err
     return base.Logged("mlflow", run_id, run_name, uri, registered)

@@ -198,6 +198,20 @@ def layout_pattern(layout: str) -> re.Pattern[str]:
     return LAYOUTS[layout]
 
 
+MAX_STEP = 2**63 - 1  # records store steps as int64
+
+
+def _step(path: Location, digits: str) -> int:
+    """The step a checkpoint folder's name gives, or one line when records cannot hold it."""
+    step = int(digits)
+    if step > MAX_STEP:
+        raise CkptselError(
+            f"{path}: step {digits[:30]}{'…' if len(digits) > 30 else ''} is beyond the largest "
+            f"step records hold ({MAX_STEP}); rename or move this folder"
+        )
+    return step
+
+
 def discover_checkpoints(
     run_dir: Path | Location | str, base: str | None = None, layout: str = "hf"
 ) -> list[Checkpoint]:
@@ -216,11 +230,11 @@ def discover_checkpoints(
         child = run_dir / name
         if not folder:
             raise CkptselError(f"{child}: checkpoint entry is not a folder")
-        if not m.group(1).isdigit():
+        if not (m.group(1).isascii() and m.group(1).isdigit()):
             raise CkptselError(
                 f"{child}: checkpoint folder name must be {name[: m.start(1)]}<step> (an integer)"
             )
-        found.append(inspect_checkpoint(child, int(m.group(1)), run_dir, base))
+        found.append(inspect_checkpoint(child, _step(child, m.group(1)), run_dir, base))
     if not found:
         what = "checkpoint-<step>" if layout == "hf" else "epoch_<n> / step_<n>"
         raise CkptselError(f"{run_dir}: no {what} folders found")
@@ -337,8 +351,8 @@ def checkpoint_steps(run_dir: Path | Location | str) -> list[int]:
     for name, folder in run_dir.children():
         if folder and name.startswith(CHECKPOINT_PREFIX):
             tail = name[len(CHECKPOINT_PREFIX) :]
-            if tail.isdigit() and _is_complete_checkpoint(run_dir / name):
-                steps.append(int(tail))
+            if tail.isascii() and tail.isdigit() and _is_complete_checkpoint(run_dir / name):
+                steps.append(_step(run_dir / name, tail))
     return sorted(steps)
 
 

@@ -10,8 +10,8 @@ from ckptsel.study import LORA_TARGETS, Configuration
 
 
 def pick_device(device: str | None = None) -> str:
-    """``device`` when given, else ``cuda`` when torch sees a GPU, else ``cpu`` (also without
-    torch installed: the analysis-only install never needs one)."""
+    """``device`` when given (checked by :func:`check_device`: anything else is one line), else ``cuda`` when torch sees a GPU, else ``cpu`` (also
+    without torch installed: the analysis-only install never needs one)."""
     if device:
         return check_device(device)
     try:
@@ -32,7 +32,7 @@ def check_device(device: str) -> str:
     if kind == "cuda" and (not index or index.isdigit()):
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
-            raise CkptselError(f"--device {device}: torch sees no CUDA GPU here; use --device cpu")
+            raise CkptselError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
         if index and int(index) >= n:
             raise CkptselError(f"--device {device}: torch sees {n} CUDA GPU(s) (cuda:0..{n - 1})")
         return device

@@ -361,15 +361,49 @@ def _setup(
     return model, optimizer, scheduler
 
 
-def _restore(resume_dir: Path, optimizer, scheduler, device: str) -> None:
-    """Optimizer, scheduler and RNG states as the checkpoint saved them."""
+def _numpy_globals() -> list:
+    """What a NumPy RNG state (``np.random.get_state()``: a name, a uint32 array, numbers)
+    needs beyond tensors and plain containers; the same list the HF Trainer allows."""
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def load_training_state(path: Path, device: str = "cpu") -> Any:
+    """One training-state file (``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth``) read
+    without running any code it carries: ``torch.load(weights_only=True)`` with only the NumPy
+    array types of an RNG state allowed. A file that needs anything else (a planted pickle, a
+    custom class) is refused in one line naming it; nothing in it is executed."""
+    import pickle
+
     import torch
 
-    optimizer.load_state_dict(
-        torch.load(resume_dir / "optimizer.pt", map_location=device, weights_only=False)
-    )
-    scheduler.load_state_dict(torch.load(resume_dir / "scheduler.pt", weights_only=False))
-    _set_rng_state(torch.load(resume_dir / "rng_state.pth", weights_only=False))
+    try:
+        with torch.serialization.safe_globals(_numpy_globals()):
+            return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as e:
+        keep = [
+            " ".join(p.split())
+            for p in str(e).split("\n\n")
+            if p.strip() and not p.startswith(("Weights only load failed", "Check the doc"))
+        ]
+        raise CkptselError(
+            f"{path}: cannot resume, refusing a training state that is not plain tensors and "
+            f"numbers ({' '.join(keep)[:200]}); delete this checkpoint folder to train it again"
+        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError) as e:
+        why = " ".join(str(e).split())[:200]
+        raise CkptselError(
+            f"{path}: cannot resume, training state unreadable ({type(e).__name__}: {why}); "
+            "delete this checkpoint folder to train it again"
+        ) from None
+
+
+def _restore(resume_dir: Path, optimizer, scheduler, device: str) -> None:
+    """Optimizer, scheduler and RNG states as the checkpoint saved them, read as data only
+    (:func:`load_training_state`): a run folder may be shared or downloaded."""
+    optimizer.load_state_dict(load_training_state(resume_dir / "optimizer.pt", device))
+    scheduler.load_state_dict(load_training_state(resume_dir / "scheduler.pt"))
+    _set_rng_state(load_training_state(resume_dir / "rng_state.pth"))
 
 
 def _progress_bar(total: int, start: int, name: str):

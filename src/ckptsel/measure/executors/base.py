@@ -24,12 +24,14 @@ STORAGE_ENV = (
     "AWS_EC2_METADATA_DISABLED", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT",
     "CKPTSEL_CACHE_DIR",
 )  # fmt: skip
-STORAGE_ENV_PREFIXES = ("FSSPEC_", "GCSFS_")
-# secrets: forwarded only with forward_credentials (a runtime_env is visible in Ray's dashboard)
+# secrets: forwarded only with forward_credentials (a runtime_env is visible in Ray's dashboard).
+# fsspec's and gcsfs' own variables are here too: they carry any filesystem argument, keys and
+# tokens included (FSSPEC_S3_KEY, FSSPEC_S3_SECRET, FSSPEC_GCS_TOKEN, GCSFS_...)
 CREDENTIALS_ENV = (
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
     "GOOGLE_APPLICATION_CREDENTIALS",
 )  # fmt: skip
+CREDENTIALS_ENV_PREFIXES = ("FSSPEC_", "GCSFS_")
 
 WorkUnit = tuple[Checkpoint, StepParts]
 NewRows = tuple[list[Any], list[Any]]  # (generation part frames, NLL part frames)
@@ -49,9 +51,9 @@ class ExecutorConfig:
     ``num_gpus`` = resources each actor reserves (one actor per GPU: ``num_gpus=1``);
     ``max_retries`` = restarts of a dead actor and retries of its unit before the run stops;
     ``forward_credentials`` = also hand the driver's storage credentials (``AWS_ACCESS_KEY_ID``,
-    ...) to the workers (off: each node uses its own, e.g. an instance role or
-    ``~/.aws``; storage settings such as ``AWS_ENDPOINT_URL`` always travel, see
-    :func:`storage_env`).
+    ..., and every ``FSSPEC_*``/``GCSFS_*`` variable, which may hold keys) to the workers (off:
+    each node uses its own, e.g. an instance role or ``~/.aws``; storage settings such as
+    ``AWS_ENDPOINT_URL`` always travel, see :func:`storage_env`).
     """
 
     kind: str = "local"
@@ -102,13 +104,16 @@ class ExecutorConfig:
 
 def storage_env(forward_credentials: bool = False) -> dict[str, str]:
     """The driver's storage settings that workers need to reach the same URLs (endpoint,
-    region, profile name, fsspec settings, the node cache folder), plus its credentials when
-    ``forward_credentials``. On a real cluster, workers do not inherit the driver's
-    environment."""
-    names = STORAGE_ENV + (CREDENTIALS_ENV if forward_credentials else ())
-    out = {k: v for k, v in os.environ.items() if k in names}
-    out.update({k: v for k, v in os.environ.items() if k.startswith(STORAGE_ENV_PREFIXES)})
-    return out
+    region, profile name, the node cache folder), plus its credentials and every
+    ``FSSPEC_*``/``GCSFS_*`` variable (they may carry keys) only when ``forward_credentials``.
+    On a real cluster, workers do not inherit the driver's environment."""
+    if not forward_credentials:
+        return {k: v for k, v in os.environ.items() if k in STORAGE_ENV}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k in STORAGE_ENV + CREDENTIALS_ENV or k.startswith(CREDENTIALS_ENV_PREFIXES)
+    }
 
 
 def import_ray() -> Any:

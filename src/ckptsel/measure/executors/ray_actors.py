@@ -23,7 +23,8 @@ as URLs (``s3://...``), nothing is shared: actors get URLs, never paths, and eac
 what its actors load into its own cache once (:mod:`ckptsel._util.nodecache`;
 ``CKPTSEL_CACHE_DIR``, where ``{node}`` stands for the Ray node id). The driver's storage
 settings travel to the actors in their ``runtime_env`` (:func:`~ckptsel.measure.executors.
-base.storage_env`; credentials only with ``forward_credentials``). Each actor works in a
+base.storage_env`; credentials, ``FSSPEC_*`` and ``GCSFS_*`` only with
+``forward_credentials``). Each actor works in a
 private temporary folder (its working directory), removed when it is closed; folders of
 actors that died are removed by the next actor started on that node. Only the driver
 writes records.
