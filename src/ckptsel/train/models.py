@@ -10,8 +10,9 @@ from ckptsel.study import LORA_TARGETS, Configuration
 
 
 def pick_device(device: str | None = None) -> str:
-    """``device`` when given (checked by :func:`check_device`: anything else is one line), else ``cuda`` when torch sees a GPU, else ``cpu`` (also
-    without torch installed: the analysis-only install never needs one)."""
+    """``device`` when given (checked by :func:`check_device`: anything else is one line), else
+    ``cuda`` when torch sees a GPU, else ``cpu`` (also without torch installed: the
+    analysis-only install never needs one)."""
     if device:
         return check_device(device)
     try:
@@ -24,11 +25,11 @@ def pick_device(device: str | None = None) -> str:
 def check_device(device: str) -> str:
     """``cpu``, ``cuda`` / ``cuda:N`` (when torch sees that GPU) or ``mps`` (when available);
     anything else is refused in one line before any work."""
-    import torch
-
     kind, _, index = device.partition(":")
     if kind == "cpu" and not index:
         return device
+    import torch
+
     if kind == "cuda" and (not index or index.isdigit()):
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
