@@ -14,7 +14,6 @@ import pytest
 
 from ckptsel.errors import CkptselError
 from ckptsel.records import compact, list_units, load_validation, read_frame, read_schema
-from ckptsel.records.weights import CHECKPOINT_KEY
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -63,6 +62,8 @@ def measure_args(run, run_dir: Path, out: Path, *extra: str) -> list[str]:
 
 
 def stamp(out: Path, step: int) -> dict:
+    from ckptsel.records.weights import CHECKPOINT_KEY
+
     unit = next(u for u in list_units(out, "generations") if u.step == step)
     return json.loads(read_schema(unit.path).metadata[CHECKPOINT_KEY])
 
@@ -76,21 +77,20 @@ def small_run(run, tmp_path: Path, steps=(10, 20)) -> Path:
 
 
 def test_replaced_checkpoint_is_refused_then_replaced(run, tmp_path, capsys):
-    from ckptsel.train import weights_fingerprint
-
     run_dir, out = small_run(run, tmp_path), tmp_path / "records"
     measure(run, run_dir, out)
-    old = weights_fingerprint(run_dir / "checkpoint-20")
-    assert stamp(out, 20)["weights"] == old and stamp(out, 20)["run_final_step"] == 20
     before = read_frame(out, "generations")
     # checkpoint-20 rewritten with other weights (a resumed run saving again, a copy over it)
     shutil.rmtree(run_dir / "checkpoint-20")
     save_lora_checkpoints(run.base, run_dir, [20], seed=7)
-    new = weights_fingerprint(run_dir / "checkpoint-20")
-    assert new != old
     code, said = cli(measure_args(run, run_dir, out), capsys)
     lines = [x for x in said.splitlines() if x.strip()]
-    assert code == 2 and len(lines) == 1, said
+    assert code == 2 and len(lines) == 1, said  # before: 0, "1 already recorded"
+    from ckptsel.train import weights_fingerprint
+
+    old = stamp(out, 20)["weights"]
+    new = weights_fingerprint(run_dir / "checkpoint-20")
+    assert new != old and stamp(out, 20)["run_final_step"] == 20
     assert "'traj' step 20" in said and old[:19] in said and new[:19] in said, said
     assert "already recorded" not in said
     compact(out)  # the single file keeps the fingerprints: still refused
@@ -164,7 +164,7 @@ def test_watch_selection_in_progress_is_never_final(run, tmp_path):
     )  # fmt: skip
     assert status.state == "stopped" and sorted(status.recorded) == [10, 20, 30]
     data = json.loads((out / "watch" / "traj" / "selection.json").read_text())
-    assert data["status"] == "in progress", data
+    assert data["status"] == "in progress" and data["state"] == "selected", data
     if data["state"] == "selected":
         assert data["final_step"] is None and data["last_recorded_step"] == 30
         assert data["recommendation"]["keep_final"] is None
