@@ -11,9 +11,10 @@ JSON::
 (:func:`ckptsel.train.weights_fingerprint`): ``measure`` refuses to reuse or overwrite the
 records of a step whose weights on disk differ from those recorded (a replaced checkpoint,
 another run under the same trajectory name) unless told ``--replace``. ``run_final_step`` is
-the largest checkpoint step the run folder held when the unit was measured (``watch``: the
-largest it had seen, complete or not), and ``run_complete`` whether that checkpoint said it
-was the run's last (``None``: nothing said). The analysis refuses a trajectory whose records
+the largest checkpoint step the run folder held when the unit was measured (``watch``: only
+a checkpoint whose marker, or ``--until-step``, says it is the last; ``None`` while the run
+still trains, so a provisional selection stays possible), and ``run_complete`` whether that
+checkpoint said it was the run's last (``None``: nothing said). The analysis refuses a trajectory whose records
 stop before the largest ``run_final_step`` any of its units declares
 (:func:`declared_final_steps`): the final checkpoint would be the wrong one. Units without a
 stamp (older records, ``ingest``, the Trainer callback) constrain nothing.
