@@ -280,6 +280,7 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     selection = json.loads((out / "watch" / name / "selection.json").read_text())
     answer = select_checkpoint(out, name, settings=SelectSettings(draws=50)).to_dict()
     assert selection.pop("watch") == {"recorded": list(STEPS), "final": True}
+    assert selection.pop("status") == "complete"
     assert selection == {"state": "selected", "rule": "accuracy", **answer}
     assert f"keep checkpoint-{answer['recommendation']['keep_step']}" in said
 

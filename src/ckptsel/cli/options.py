@@ -140,6 +140,11 @@ VLLM_AND_MIXING = OptionGroup(
         help="Record into a trajectory measured with another engine, dtype, attention, batch "
         "size or device (the units say what was mixed).",
     )),
+    replace=(bool, typer.Option(
+        False, "--replace",
+        help="Measure again, and record in place of the old rows, a checkpoint whose weights "
+        "differ from those its records were measured from (else refused).",
+    )),
 )  # fmt: skip
 """The vLLM engine's sizes (:class:`~ckptsel.measure.MeasureConfig` fields) and the provenance
 override (a :func:`~ckptsel.measure.measure_run` keyword)."""
@@ -154,7 +159,7 @@ def measure_inputs(
     (and more :class:`~ckptsel.measure.MeasureConfig` fields in ``config``) as what
     :func:`~ckptsel.measure.measure_run` takes: the run folder, the config (the values named
     like its fields), and the other values as keywords (the items, the records folder, the
-    base model, the names, ``allow_mixed_engines``)."""
+    base model, the names, ``allow_mixed_engines``, ``replace``)."""
     from ckptsel.measure import MeasureConfig  # when run (see ckptsel.cli)
 
     where = {name: value for group in groups for name, value in group.items()}

@@ -98,4 +98,5 @@ class _StatusLines:
 def _selected(data: dict) -> None:
     if data["state"] == "selected":
         rec = data["recommendation"]
-        _say(f"selection: keep checkpoint-{rec['keep_step']} ({rec['reason']})")
+        what = "selection (provisional: run in progress)" if rec.get("provisional") else "selection"
+        _say(f"{what}: keep checkpoint-{rec['keep_step']} ({rec['reason']})")

@@ -11,6 +11,7 @@ comes in one validated :class:`~ckptsel.measure.config.MeasureConfig`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +26,22 @@ from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.provenance import ProvenanceGate
-from ckptsel.records import GENERATIONS_FILE, SPLITS, check_name, read_rows, upsert_records
-from ckptsel.train import Checkpoint, discover_checkpoints
+from ckptsel.records import (
+    GENERATIONS_FILE,
+    SPLITS,
+    CheckpointStamp,
+    check_name,
+    read_rows,
+    recorded_weights,
+    upsert_records,
+)
+from ckptsel.train import (
+    STATE_FILE,
+    Checkpoint,
+    discover_checkpoints,
+    is_final_checkpoint,
+    weights_fingerprint,
+)
 
 
 def _check_trajectory_identity(
@@ -70,7 +85,9 @@ class MeasureSetup:
     overrides the adapters' base model; ``trajectory`` (default: the run folder's name) and
     ``configuration`` (default: the trajectory); ``executor``: where checkpoints are measured
     (see :func:`measure_run`); ``allow_mixed_engines``: admit rows measured with a
-    provenance the trajectory's records lack (the units say what was mixed).
+    provenance the trajectory's records lack (the units say what was mixed); ``replace``:
+    measure again, and record in place of the old rows, a checkpoint whose weights differ from
+    those its records were measured from (else that is refused).
     """
 
     validation: Path | Location | str
@@ -81,6 +98,21 @@ class MeasureSetup:
     configuration: str | None = None
     executor: Any = None
     allow_mixed_engines: bool = False
+    replace: bool = False
+
+
+def _short(fingerprint: str) -> str:
+    return fingerprint[: len("sha256:") + 12]
+
+
+def run_complete(ckpt: Checkpoint) -> bool | None:
+    """Whether ``ckpt`` says it is its run's last (its ``trainer_state.json``: see
+    :func:`ckptsel.train.is_final_checkpoint`); ``None`` without a readable state."""
+    try:
+        state = json.loads((ckpt.path / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return is_final_checkpoint(state, ckpt.step) if isinstance(state, dict) else None
 
 
 class RunMeasurement:
@@ -117,6 +149,14 @@ class RunMeasurement:
         self.allow_mixed_engines = setup.allow_mixed_engines
         self._gate: ProvenanceGate | None = None  # read from the records at the first measure
         self._open: Any = None
+        self.replace = setup.replace
+        self.weights: dict[int, str] = {}  # step -> fingerprint of the weights measured
+        self.replacing: set[int] = set()  # steps whose earlier records are dropped at the write
+        self.rewritten: set[int] = set()  # steps the watcher saw rewritten (replaced, no flag)
+        # what the run folder says of its final checkpoint: (its step, whether that checkpoint
+        # says it is the last); measure_run: its largest; the watcher sets it per poll (only a
+        # checkpoint that says it is final); else the largest checkpoint handed in
+        self.run_final: tuple[int | None, bool | None] | None = None
 
     def check_records(self) -> None:
         """The trajectory's records in ``out`` are readable and keep its configuration and
@@ -135,6 +175,7 @@ class RunMeasurement:
     def measure(self, ckpts: list[Checkpoint]) -> None:
         """Measure what ``ckpts`` lack and record them (one checkpoint's units at a time)."""
         traj, config, emit, res = self.trajectory, self.config, self.emit, self.result
+        self.check_weights(ckpts)  # before anything is measured, reused or written
         self.ckpts.extend(c for c in ckpts if c not in self.ckpts)
         res.steps.extend(c.step for c in ckpts if c.step not in res.steps)
         emit(ProgressEvent("run", traj, total=len(ckpts) * self.pool.n_items * 2, units=len(ckpts)))
@@ -159,10 +200,54 @@ class RunMeasurement:
                 ),
                 nll=parts.contract_nll(traj),
                 provenance=gate.units(parts),
+                checkpoint=self._stamp(ckpt.step),
+                replace=ckpt.step in self.replacing,
             )
+            self.replacing.discard(ckpt.step)
             emit(ProgressEvent("step_done", traj, step=ckpt.step, total=self.pool.n_items * 2))
             if self.after_checkpoint is not None:
                 self.after_checkpoint(ckpt.step)
+
+    def check_weights(self, ckpts: list[Checkpoint]) -> None:
+        """Fingerprint each checkpoint's weights and compare them with those its records were
+        measured from: a difference (a replaced checkpoint, another run under this trajectory
+        name) is refused in one line, for every checkpoint before any is measured, unless
+        ``replace`` (or the watcher saw the folder rewritten): then its part cache is dropped
+        and its records are replaced. Records without a fingerprint are accepted as before."""
+        for ckpt in ckpts:
+            if ckpt.step not in self.weights:
+                self.weights[ckpt.step] = weights_fingerprint(ckpt.path)
+        recorded = recorded_weights(self.out, self.trajectory, [c.step for c in ckpts])
+        for ckpt in ckpts:
+            now = self.weights[ckpt.step]
+            other = sorted(recorded.get(ckpt.step, set()) - {now})
+            if not other:
+                continue
+            if not (self.replace or ckpt.step in self.rewritten):
+                raise CkptselError(
+                    f"{self.out}: trajectory {self.trajectory!r} step {ckpt.step} is recorded "
+                    f"from weights {_short(other[0])}, but {ckpt.path} holds weights "
+                    f"{_short(now)} (replaced, or another run under this name); refusing to "
+                    "reuse or mix them (pass --replace to measure it again, or use another "
+                    "--trajectory or --out)"
+                )
+            self.replacing.add(ckpt.step)
+            self.drop_parts(ckpt.step)
+
+    def _stamp(self, step: int) -> CheckpointStamp:
+        """What the units of ``step`` say of the checkpoint they were measured from."""
+        final = self.run_final
+        if final is None:
+            final = (max(c.step for c in self.ckpts), None)
+        return CheckpointStamp(
+            self.weights.get(step), None if final[0] is None else int(final[0]), final[1]
+        )
+
+    def drop_parts(self, step: int) -> None:
+        """Delete a checkpoint's part cache."""
+        parts = self.parts(step)
+        for path in (parts.gen_path, parts.nll_path):
+            path.unlink(missing_ok=True)
 
     def _provenance_gate(self, will_measure: bool) -> ProvenanceGate:
         """The trajectory's provenance rule (read once); the settings are checked against it
@@ -178,10 +263,11 @@ class RunMeasurement:
         return self._gate
 
     def forget(self, step: int) -> None:
-        """Drop a checkpoint's part cache (its folder was rewritten: measure it afresh)."""
-        parts = self.parts(step)
-        for path in (parts.gen_path, parts.nll_path):
-            path.unlink(missing_ok=True)
+        """Drop a checkpoint's part cache (its folder was rewritten: measure it afresh, its
+        records replaced)."""
+        self.drop_parts(step)
+        self.weights.pop(step, None)
+        self.rewritten.add(step)
         self.ckpts = [c for c in self.ckpts if c.step != step]
 
     def close(self, *exc: object) -> None:
@@ -210,6 +296,7 @@ def measure_run(
     after_checkpoint: Callable[[int], None] | None = None,
     executor: Any = None,
     allow_mixed_engines: bool = False,
+    replace: bool = False,
 ) -> MeasureResult:
     """Measure every checkpoint of ``run_dir`` on the validation and test items into ``out``.
 
@@ -227,17 +314,22 @@ def measure_run(
     and records are written as objects. Each unit records what measured it
     (:mod:`ckptsel.measure.provenance`); rows measured with a provenance the trajectory's
     records lack are refused before they are written, unless ``allow_mixed_engines`` (then the
-    units say what was mixed).
+    units say what was mixed). Each unit also records the fingerprint of the weights it was
+    measured from and the run's final step (:mod:`ckptsel.records.weights`); a checkpoint
+    whose weights differ from its records' is refused before anything is written, unless
+    ``replace`` (then it is measured again and its records replaced).
     """
     t_start = time.perf_counter()
     setup = MeasureSetup(
         validation=validation, test=test, out=out, base=base, trajectory=trajectory,
         configuration=configuration, executor=executor, allow_mixed_engines=allow_mixed_engines,
+        replace=replace,
     )  # fmt: skip
     session = RunMeasurement(
         run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint
     )
     ckpts = discover_checkpoints(session.run_dir, base)
+    session.run_final = (ckpts[-1].step, run_complete(ckpts[-1]))
     session.check_records()
     with session:
         session.measure(ckpts)

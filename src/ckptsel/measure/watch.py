@@ -205,6 +205,11 @@ class _Watch:
             else:
                 ready.append((step, name, files))
         if ready:
+            # what the units say of the run's final checkpoint: only what a marker (or
+            # --until-step) says; a run still training declares none, so its records still
+            # answer a provisional selection (selection.json says it is in progress)
+            final = [step for step, name, _ in ready if self._says_final(step, name)]
+            self.session.run_final = (min(final), True) if final else (None, None)
             self._measure(ready)
         finished = self._finished(folders)
         st.updated = self.clock()
@@ -224,6 +229,11 @@ class _Watch:
             return f"settling ({now - seen[1]:.0f}/{self.settings.settle:g} s unchanged)"
         ok, why, _ = checkpoint_readiness(self.run / name, step, files, self.settings.marker)
         return "" if ok else why
+
+    def _says_final(self, step: int, name: str) -> bool:
+        marker = self.settings.marker
+        state = _marker_state(self.run / name / marker) if marker else {}
+        return is_final_checkpoint(state, step, self.settings.until_step)
 
     def _measure(self, ready: list[tuple[int, str, dict[str, FileInfo]]]) -> None:
         """Measure and record the ready folders; a folder that changed meanwhile goes back to

@@ -8,6 +8,8 @@ the reader, the one writer and the analysis's loaders — in the order data flow
 * :mod:`~ckptsel.records.units` — where single files and write-once units live.
 * :mod:`~ckptsel.records.provenance` — what measured each unit (engine + version, dtype,
   attention, batch size, device), in the unit's metadata; the study's provenance for ``analyze``.
+* :mod:`~ckptsel.records.weights` — what checkpoint each unit was measured from (its
+  weights' fingerprint, the run's final step then), in the unit's metadata.
 * :mod:`~ckptsel.records.scan` — both forms read as one table (``read_rows``, ``read_frame``),
   through a read cache.
 * :mod:`~ckptsel.records.store` — every producer's writer (``write_unit``, ``upsert_records``,
@@ -68,9 +70,11 @@ from ckptsel.records.store import (
     write_unit,
 )
 from ckptsel.records.units import UNITS_DIR, list_units, unit_path
+from ckptsel.records.weights import CheckpointStamp, declared_final_steps, recorded_weights
 
 __all__ = [
     "COMPLETE_WINDOW",
+    "CheckpointStamp",
     "FINAL_STEPS_FILE",
     "GENERATIONS_FILE",
     "GENERATION_COLUMNS",
@@ -93,6 +97,7 @@ __all__ = [
     "coerce_generations",
     "coerce_nll",
     "compact",
+    "declared_final_steps",
     "describe",
     "empty_generations",
     "empty_nll",
@@ -105,6 +110,7 @@ __all__ = [
     "parquet_bytes",
     "read_frame",
     "read_provenance",
+    "recorded_weights",
     "read_rows",
     "read_schema",
     "read_table",

@@ -34,6 +34,7 @@ from ckptsel.records.schema import (
     NLL_FILE,
     SPLITS,
 )
+from ckptsel.records.weights import declared_final_steps
 
 
 @dataclass
@@ -329,11 +330,13 @@ def _trajectories(g: _Grid, records_dir: Path):
     declared final step checked."""
     expected = _final_steps(records_dir)
     _check_final_names(expected, g, records_dir)
+    measured = declared_final_steps(records_dir)
     for t, traj in enumerate(g.trajs):
         rows = g.rows_of(t)
         configuration, task = g.attrs(rows, traj)
         steps, item_codes, item_index = g.axes(rows)
         _check_final(traj, steps, expected, g.path)
+        _check_measured_final(traj, steps, measured, expected, g.path)
         yield traj, rows, configuration, task, steps, item_index, g.items[item_codes]
 
 
@@ -354,6 +357,22 @@ def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: P
             f"{expected[traj]}, declared in {FINAL_STEPS_FILE}) has no records; the largest "
             f"recorded step is {int(steps[-1])}"
         )
+
+
+def _check_measured_final(
+    traj: str, steps: np.ndarray, measured: dict[str, int], expected: dict[str, int], path: Path
+) -> None:
+    """The run's final checkpoint, as its units declare it (the largest checkpoint of the run
+    folder when it was measured: :mod:`ckptsel.records.weights`), must have records; a final
+    step declared in ``final_steps.json`` takes precedence."""
+    if traj in expected or traj not in measured or measured[traj] <= int(steps[-1]):
+        return
+    raise CkptselError(
+        f"{_describe(path, traj)}: its final checkpoint (step {measured[traj]}, the last in "
+        f"its run folder when it was measured) has no records (last recorded: step "
+        f"{int(steps[-1])}); measure it (ckptsel measure resumes where it stopped), or "
+        f"declare the run's final step in {FINAL_STEPS_FILE}"
+    )
 
 
 # --------------------------------------------------------------------------- public loaders

@@ -64,6 +64,7 @@ from ckptsel.records.schema import (
     coerce_nll,
 )
 from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, exists, single_file, unit_path
+from ckptsel.records.weights import CheckpointStamp, single_file_stamps
 
 
 def compact(records_dir: Path | Location | str) -> list[Location]:
@@ -80,6 +81,7 @@ def compact(records_dir: Path | Location | str) -> list[Location]:
         if exists(records_dir, kind):
             path = records_dir / SINGLE_FILES[kind]
             meta = single_file_metadata(read_provenance(records_dir, kind))
+            meta.update(single_file_stamps(records_dir, kind))
             write_records(path, read_frame(records_dir, kind), metadata=meta)
             written.append(path)
     units = records_dir / UNITS_DIR
@@ -222,6 +224,8 @@ def write_unit(
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
     provenance: dict[str, UnitProvenance] | None = None,
+    checkpoint: CheckpointStamp | None = None,
+    replace: bool = False,
 ) -> list[Location]:
     """Record one checkpoint: its rows go to its own unit files (see
     :mod:`ckptsel.records.units`), nothing else in ``records_dir`` is read or rewritten.
@@ -235,9 +239,12 @@ def write_unit(
     store, conditional writes: see the module docstring). Returns the files written.
     ``provenance`` (``{"generations" | "nll": UnitProvenance}``) says what measured the rows:
     it goes into the units' metadata (the texts unit gets the generations'); a unit written
-    without it records none (:mod:`ckptsel.records.provenance`).
+    without it records none (:mod:`ckptsel.records.provenance`). ``checkpoint`` says what
+    checkpoint they were measured from (:mod:`ckptsel.records.weights`); ``replace``: the
+    checkpoint's earlier rows are dropped, not merged (``measure --replace``).
     """
     records_dir = as_location(records_dir)
+    stamp = _Stamp(provenance, checkpoint)
     check_name("trajectory", trajectory)
     step = int(step)
     payload: list[tuple[str, pd.DataFrame, tuple[str, ...]]] = []
@@ -260,7 +267,7 @@ def write_unit(
             )
     if not records_dir.is_local:
         return [
-            _write_remote_unit(records_dir, kind, trajectory, step, df, key, _made_by(provenance, kind))
+            _write_remote_unit(records_dir, kind, trajectory, step, df, key, stamp.of(kind), replace)
             for kind, df, key in payload
             if not (kind == "texts" and df.empty)
         ]
@@ -269,11 +276,13 @@ def write_unit(
         blobs = []
         for kind, df, key in payload:
             if kind == "texts" and df.empty:
+                if replace:
+                    unit_path(records_dir, kind, trajectory, step).unlink(missing_ok=True)
                 continue
             target = arrow_schema(kind)
             table = pa.Table.from_pandas(df, preserve_index=False).cast(target)
-            old = _existing(records_dir, kind, trajectory, step)
-            merged = _stamp(_upsert(old, table, key, target), _made_by(provenance, kind))
+            old = None if replace else _existing(records_dir, kind, trajectory, step)
+            merged = _stamp(_upsert(old, table, key, target), stamp.of(kind))
             blobs.append((unit_path(records_dir, kind, trajectory, step), unit_bytes(merged)))
         for path, data in blobs:
             io.write_bytes(path, data)
@@ -281,14 +290,27 @@ def write_unit(
     return written
 
 
-def _made_by(provenance: dict[str, UnitProvenance] | None, kind: str) -> UnitProvenance | None:
-    """What measured a unit of ``kind`` (the texts unit shares the generations')."""
-    return (provenance or {}).get("generations" if kind == "texts" else kind)
+class _Stamp:
+    """What a unit's metadata says: what measured it, and from which checkpoint."""
+
+    def __init__(
+        self, provenance: dict[str, UnitProvenance] | None, checkpoint: CheckpointStamp | None
+    ) -> None:
+        self.provenance, self.checkpoint = provenance or {}, checkpoint
+
+    def of(self, kind: str) -> dict[bytes, bytes] | None:
+        """A unit of ``kind``'s metadata (the texts unit shares the generations' provenance);
+        ``None``: none."""
+        made_by = self.provenance.get("generations" if kind == "texts" else kind)
+        meta = {} if made_by is None else made_by.metadata()
+        if self.checkpoint is not None:
+            meta.update(self.checkpoint.metadata())
+        return meta or None
 
 
-def _stamp(table: pa.Table, made_by: UnitProvenance | None) -> pa.Table:
-    """``table`` with exactly ``made_by``'s metadata (none when ``None``)."""
-    return table.replace_schema_metadata(None if made_by is None else made_by.metadata())
+def _stamp(table: pa.Table, metadata: dict[bytes, bytes] | None) -> pa.Table:
+    """``table`` with exactly ``metadata`` (none when ``None``)."""
+    return table.replace_schema_metadata(metadata)
 
 
 UNIT_WRITE_ATTEMPTS = 50
@@ -296,7 +318,7 @@ UNIT_WRITE_ATTEMPTS = 50
 
 def _write_remote_unit(
     records_dir: Location, kind: str, trajectory: str, step: int, df: pd.DataFrame,
-    key: tuple[str, ...], made_by: UnitProvenance | None = None,
+    key: tuple[str, ...], made_by: dict[bytes, bytes] | None = None, replace: bool = False,
 ) -> Location:  # fmt: skip
     """One unit on an object store: read it with its version, merge, write it back in one PUT
     conditional on that version (or on its absence); a lost race reads again."""
@@ -306,7 +328,9 @@ def _write_remote_unit(
     conditional = path.has_conditions
     for attempt in range(UNIT_WRITE_ATTEMPTS):
         got = path.read_tagged()
-        if got is not None:
+        if replace:
+            old = None
+        elif got is not None:
             old = table_from_bytes(got[0], path)
         else:
             old = _from_single(records_dir, kind, trajectory, step)
@@ -327,12 +351,15 @@ def upsert_records(
     generations: pd.DataFrame | None = None,
     nll: pd.DataFrame | None = None,
     provenance: dict[str, UnitProvenance] | None = None,
+    checkpoint: CheckpointStamp | None = None,
+    replace: bool = False,
 ) -> None:
     """Add rows to ``records_dir``, replacing rows with the same key: each (trajectory, step)
     among the rows is written as its own unit through :func:`write_unit`, so the cost depends
     on the rows given, never on the records already there. Rows of other checkpoints are
     untouched. The optional ``text`` column goes to the units' texts files; ``provenance``
-    (see :func:`write_unit`) goes to every unit written.
+    and ``checkpoint`` (see :func:`write_unit`) go to every unit written; ``replace``: each
+    checkpoint's earlier rows are dropped, not merged.
     """
     groups: dict[tuple[str, int], dict[str, pd.DataFrame]] = {}
     for name, df in (("generations", generations), ("nll", nll)):
@@ -344,4 +371,7 @@ def upsert_records(
         for (traj, step), part in df.groupby(["trajectory", "step"], sort=True, observed=True):
             groups.setdefault((str(traj), int(step)), {})[name] = part
     for (traj, step), frames in groups.items():
-        write_unit(records_dir, traj, step, **frames, provenance=provenance)
+        write_unit(
+            records_dir, traj, step, **frames, provenance=provenance, checkpoint=checkpoint,
+            replace=replace,
+        )  # fmt: skip

@@ -27,6 +27,8 @@ from ckptsel.train.checkpoints import (
     is_final_checkpoint,
     layout_pattern,
     trajectory_status,
+    weight_files,
+    weights_fingerprint,
 )
 from ckptsel.train.models import (
     build_trainable,
@@ -72,5 +74,7 @@ __all__ = [
     "train_trajectory",
     "trajectory_status",
     "use_bf16",
+    "weight_files",
+    "weights_fingerprint",
     "write_final_steps",
 ]

@@ -17,10 +17,11 @@ adds the last condition, that the folder's listing stayed the same for a settle 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -388,3 +389,84 @@ def trajectory_status(
     steps = tuple(checkpoint_steps(run_dir))
     valid, reason = _judge_trajectory(run_dir, steps, expected_final_step)
     return TrajectoryStatus(run_dir.name, run_dir, steps, expected_final_step, valid, reason)
+
+
+# --------------------------------------------------------------------------- what was measured
+
+WHOLE_FILE_BYTES = 256 * 2**20  # weight files up to this size are hashed whole
+SAMPLES = 64  # larger files: this many evenly spaced chunks of SAMPLE_BYTES (and the tail)
+SAMPLE_BYTES = 64 * 2**10
+_NOT_WEIGHTS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+
+
+def weight_files(path: Path | Location | str) -> list[str]:
+    """The names of a checkpoint folder's weight files, sorted: the adapter or model weights
+    (every shard of an index), else every ``.safetensors`` / ``.bin`` / ``.pt`` / ``.pth`` file
+    that is not trainer state (a torchtune folder)."""
+    path = as_location(path)
+    present = {name for name, folder in path.children() if not folder}
+    named = [n for n in ADAPTER_WEIGHTS + MODEL_WEIGHTS if n in present]
+    files: set[str] = set()
+    for name in named:
+        if name.endswith(".index.json"):
+            try:
+                index = json.loads((path / name).read_text(encoding="utf-8"))
+                files.update(str(s) for s in index["weight_map"].values())
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                raise CkptselError(f"{path / name}: not a valid weight index ({err})") from err
+        else:
+            files.add(name)
+    if not named:
+        files = {
+            n for n in present
+            if n.endswith((".safetensors", ".bin", ".pt", ".pth"))
+            and n not in _NOT_WEIGHTS and not n.startswith("rng_state")
+        }  # fmt: skip
+    return sorted(files)
+
+
+def weights_fingerprint(path: Path | Location | str) -> str:
+    """A content fingerprint of a checkpoint's weights (``sha256:<hex>``): every weight file
+    (:func:`weight_files`) by name and size, and its bytes — whole for files up to
+    :data:`WHOLE_FILE_BYTES` (every LoRA adapter), else the safetensors header (tensor names,
+    dtypes, shapes, offsets) and :data:`SAMPLES` chunks of :data:`SAMPLE_BYTES` at fixed,
+    evenly spaced offsets plus the last chunk (about 4 MiB per file, ranged reads on object
+    stores). Equal weights always give equal fingerprints (no modification time, no path);
+    a checkpoint trained again, or another run's, changes the sampled bytes (training
+    changes every tensor), though an edit confined to unsampled bytes of a large file would
+    go unseen."""
+    path = as_location(path)
+    digest = hashlib.sha256()
+    for name in weight_files(path):
+        file = path / name
+        info = file.info()
+        if info is None:
+            raise CkptselError(f"{file}: weight file not found")
+        digest.update(f"{name}\0{info.size}\0".encode())
+        try:
+            for chunk in _fingerprint_chunks(file, info.size):
+                digest.update(chunk)
+        except OSError as err:
+            raise CkptselError(f"{file}: cannot read weights ({err.strerror or err})") from err
+    return "sha256:" + digest.hexdigest()
+
+
+def _fingerprint_chunks(file: Location, size: int) -> Iterator[bytes]:
+    """The bytes of ``file`` that its fingerprint covers (see :func:`weights_fingerprint`)."""
+    if size <= WHOLE_FILE_BYTES:
+        if file.is_local:
+            with open(file.local, "rb") as fh:
+                while chunk := fh.read(8 * 2**20):
+                    yield chunk
+        else:
+            yield file.read_bytes()
+        return
+    head = SAMPLE_BYTES
+    if file.suffix == ".safetensors":
+        (n,) = struct.unpack("<Q", file.read_range(0, 8))
+        head = 8 + min(n, size - 8)
+    yield file.read_range(0, head)
+    for i in range(SAMPLES):
+        start = head + (size - head - SAMPLE_BYTES) * i // max(1, SAMPLES - 1)
+        yield file.read_range(max(head, start), max(head, start) + SAMPLE_BYTES)
+    yield file.read_range(max(0, size - SAMPLE_BYTES), size)

@@ -6,7 +6,10 @@ every recorded checkpoint, and once more when the watch ends, the answer of ``ck
 for the trajectory is written (atomically: one PUT on object stores) next to the watcher's
 ``status.json``, in the records folder (``<records>/watch/<trajectory>/``), never in the run
 folder, which belongs to the trainer. Until the records can answer (a single checkpoint, or
-too few validation items), the file says ``"state": "pending"`` and why. Like the status, it
+too few validation items), the file says ``"state": "pending"`` and why. Until the run's final
+checkpoint is recorded (still training, being written, or the watcher stopped or was killed
+early) it says ``"status": "in progress"`` with ``final_step`` null and a provisional
+recommendation, never that the last recorded checkpoint is the final one. Like the status, it
 is derived from the records, so a watcher started again rewrites it from what is recorded.
 """
 
@@ -52,16 +55,37 @@ def write_selection(
 ) -> dict[str, Any]:
     """Write (and return) ``selection.json``: ``ckptsel select``'s answer for ``trajectory``
     from ``records`` (``"state": "selected"``), or ``"state": "pending"`` with the reason when
-    the records cannot answer yet; ``watch`` (the watcher's state) is added as it is."""
+    the records cannot answer yet; ``watch`` (the watcher's state) is added as it is, and
+    with it ``"status"``: ``"complete"`` once the run's final checkpoint is recorded, else
+    ``"in progress"`` (see :func:`_run_status`)."""
     try:
         answer = select_checkpoint(records, trajectory, rule=rule, settings=settings)
         data: dict[str, Any] = {"state": "selected", "rule": rule, **answer.to_dict()}
     except CkptselError as err:
         data = {"state": "pending", "trajectory": trajectory, "rule": rule, "reason": str(err)}
     if watch is not None:
+        data = _run_status(data, bool(watch.get("final")))
         data["watch"] = watch
     write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return data
+
+
+def _run_status(data: dict[str, Any], final: bool) -> dict[str, Any]:
+    """``data`` saying whether the run is complete: ``"status": "complete"`` once the watcher
+    recorded its final checkpoint; else ``"in progress"`` — the final checkpoint is still
+    being trained or written, or the watcher stopped early — with ``final_step`` null, the
+    largest recorded step as ``last_recorded_step``, and the recommendation provisional
+    (``keep_final`` null: the checkpoint it would keep may be beaten or become the final)."""
+    if final:
+        return {"status": "complete", **data}
+    out = {"status": "in progress", **data}
+    if "final_step" in out:
+        out["last_recorded_step"] = out["final_step"]
+        out["final_step"] = None
+    rec = out.get("recommendation")
+    if isinstance(rec, dict):
+        out["recommendation"] = {**rec, "keep_final": None, "provisional": True}
+    return out
 
 
 def watch_and_select(
