@@ -31,6 +31,7 @@ from __future__ import annotations
 from ckptsel._moved import moved_attribute
 from ckptsel.measure.backends.hf import hf_provenance
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
+from ckptsel.measure.conformance import check_conformance
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
     CheckpointLog,
@@ -80,6 +81,7 @@ __all__ = [
     "StepParts",
     "WatchSettings",
     "WatchStatus",
+    "check_conformance",
     "generate_texts",
     "hf_provenance",
     "ingest_inspect",
