@@ -295,8 +295,20 @@ class _Recorder:
         return text
 
 
-def _reference(model: Any, prompt: list[int], answer: list[int], cfg: Any,
-               device: Any) -> tuple[list[int], list[Step], float]:  # fmt: skip
+def unpadded_nll(model: Any, prompt: list[int], answer: list[int], device: Any) -> float:
+    """NLL of ``answer`` after ``prompt`` from one unpadded forward (log-softmax in float64)."""
+    import torch
+
+    seq = torch.tensor([prompt + answer], dtype=torch.long, device=device)
+    with torch.inference_mode():
+        logits = model(input_ids=seq).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(answer)]
+        target = torch.tensor(answer, dtype=torch.long, device=logits.device)
+        return float(-logits.double().log_softmax(-1).gather(-1, target[:, None]).sum())
+
+
+def _reference(
+    model: Any, prompt: list[int], answer: list[int], cfg: Any, device: Any
+) -> tuple[list[int], list[Step], float]:
     """Unbatched greedy ``generate`` on one unpadded prompt (tokens, per-step scores) and the
     NLL of ``answer`` from one unpadded forward."""
     import torch
@@ -304,20 +316,14 @@ def _reference(model: Any, prompt: list[int], answer: list[int], cfg: Any,
     x = torch.tensor([prompt], dtype=torch.long, device=device)
     with torch.inference_mode():
         out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=cfg)
-        seq = torch.tensor([prompt + answer], dtype=torch.long, device=device)
-        logits = model(input_ids=seq).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(answer)]
-        target = torch.tensor(answer, dtype=torch.long, device=logits.device)
-        nll = float(-logits.double().log_softmax(-1).gather(-1, target[:, None]).sum())
     new = out.sequences[0, len(prompt) :].tolist()
     eps = EPS.get(dtype_name(model.dtype), EPS["bfloat16"])
     steps = []
     for row, chosen in zip(out.logits, new, strict=False):
         row = row[0].float().cpu()
-        top = float(row[chosen])
-        steps.append(
-            Step(lambda t, r=row: float(r[t]), chosen, TIE_ULPS * eps * max(1.0, abs(top)))
-        )
-    return new, steps, nll
+        margin = TIE_ULPS * eps * max(1.0, abs(float(row[chosen])))
+        steps.append(Step(lambda t, r=row: float(r[t]), chosen, margin))
+    return new, steps, unpadded_nll(model, prompt, answer, device)
 
 
 def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: int,
@@ -348,6 +354,45 @@ def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: i
     return summarize(
         type(inner).__name__, dtype_name(inner.dtype), results, rels, "unbatched generate"
     )
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+def _vllm_steps(logprobs: list[dict[int, float]], tokens: list[int], dtype: str) -> list[Step]:
+    margin = TIE_ULPS * EPS.get(dtype, EPS["bfloat16"]) * VLLM_LOGIT_SCALE
+    return [Step(step.get, tok, margin) for step, tok in zip(logprobs, tokens, strict=False)]
+
+
+def check_vllm(
+    engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], config: MeasureConfig,
+    stops: Sequence[int], hf_model: Any = None,
+) -> Verdict:  # fmt: skip
+    """vLLM in one batch against vLLM one request at a time (texts; the NLL when vLLM scores
+    it) and, when ``hf_model`` is given, its NLL against an HF unpadded forward (module doc)."""
+    prompts = encode_prompts(tokenizer, [format_prompt(it.instruction) for it in items])
+    dtype, new = engine.dtype, config.max_new_tokens
+    results, rels = [], []
+    if config.backend == "vllm":
+        batched = engine.greedy(ckpt, prompts, stops, new)
+        for p, (fast, _) in zip(prompts, batched, strict=True):
+            ((ref, lps),) = engine.greedy(ckpt, [p], stops, new)
+            steps = _vllm_steps(lps, ref, dtype)
+            results.append(text_agrees(ref, steps, cut_at_stop(fast, stops), stops))
+    against = "vLLM one request at a time"
+    if config.nll_backend == "vllm":
+        answers = encode_responses(tokenizer, [it.response for it in items])
+        scored = engine.score(ckpt, prompts, answers, (0,))
+        for k, (p, a) in enumerate(zip(prompts, answers, strict=True)):
+            alone = engine.score(ckpt, [p], [a], (0,))[0][0].nll_sum
+            rels.append(_rel(scored[k][0].nll_sum, alone))
+            if hf_model is not None:
+                ref = unpadded_nll(hf_model, p, a, next(hf_model.parameters()).device)
+                rels.append(_rel(scored[k][0].nll_sum, ref))
+        if hf_model is not None:
+            against += " and an HF unpadded forward"
+    family = str(engine.architecture(ckpt))
+    return summarize(family, dtype, results, rels, against, against)
 
 
 class Conformance:
@@ -392,6 +437,27 @@ class Conformance:
                 model, tokenizer, pick_items(items), self.config.max_new_tokens, device
             ),
         )
+
+    def vllm(
+        self, engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], stops: Sequence[int],
+        hf_model: Callable[[], Any] | None = None,
+    ) -> str:  # fmt: skip
+        """:meth:`verdict` of the vLLM engine on ``ckpt``'s model (:func:`check_vllm`);
+        ``hf_model()`` gives the run's HF model when it has one (called only to check)."""
+        if not self.config.conformance_check:
+            return SKIPPED
+        key = vllm_key(str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter")
+        key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config, k) == "vllm"]
+        if self.config.nll_backend == "vllm" and hf_model is not None:
+            key["nll_against"] = "hf"
+        picked = pick_items(items)
+        return self.verdict(
+            key,
+            lambda: check_vllm(
+                engine, ckpt, tokenizer, picked, self.config, stops,
+                hf_model() if hf_model is not None and self.config.nll_backend == "vllm" else None,
+            ),
+        )  # fmt: skip
 
 
 def check_conformance(

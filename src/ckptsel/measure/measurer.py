@@ -307,6 +307,12 @@ class Measurer:
         the vLLM engine: NLL first (its prompts then sit in vLLM's prefix cache)."""
         cfg, res, tok, cache = self.config, self.result, self.tokenizer, self.token_cache
         frames: tuple[list[pd.DataFrame], list[pd.DataFrame]] = ([], [])
+        if any(gen.values()) or any(nll.values()):
+            # an HF model beside vLLM only when the run loads it anyway (module doc)
+            verdict = self.conformance.vllm(
+                self.vllm, ckpt, tok, self.check_items, self._stops(ckpt),
+                (lambda: self.holder.get(ckpt)) if cfg.uses_hf else None,
+            )  # fmt: skip
         for kind, todo in (("nll", nll), ("gen", gen)):
             items = {s: [pool.splits[s][i] for i in idx] for s, idx in todo.items() if idx}
             flat = [it for its in items.values() for it in its]
@@ -321,14 +327,14 @@ class Measurer:
                 )
                 scored = self.vllm.score(ckpt, ids, answers, cfg.windows)
                 frame = split_frames(items, None, scored, cfg, *names, ckpt.step)[1]
-                frames[1].append(stamp(frame, self.vllm.provenance()))
+                frames[1].append(stamp(frame, {**self.vllm.provenance(), "conformance": verdict}))
                 res.nll_seconds += time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 res.scored_items += len(flat)
             else:
                 stops = self._stops(ckpt)
                 texts = self.vllm.generate(ckpt, tok, ids, stops, cfg.max_new_tokens)
                 frame = split_frames(items, texts, None, cfg, *names, ckpt.step)[0]
-                frames[0].append(stamp(frame, self.vllm.provenance()))
+                frames[0].append(stamp(frame, {**self.vllm.provenance(), "conformance": verdict}))
                 res.generation_seconds += (
                     time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 )
