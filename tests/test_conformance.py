@@ -221,3 +221,10 @@ def test_text_agrees_tolerates_only_a_reference_near_tie():
     assert conformance.text_agrees([5, 5, 0], steps, [5, 7], stops) == "wrong"  # 7 logits apart
     assert conformance.text_agrees([5, 5, 0], steps, [5], stops) == "wrong"  # stopped early
     assert conformance.text_agrees([5, 5, 0], steps, [5, 5, 5], stops) == "wrong"  # ran on
+
+
+@pytest.mark.parametrize("command", ["measure", "watch"])
+def test_the_opt_out_is_on_measure_and_watch(command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich's help table: option names not cut
+    assert run_cli([command, "--help"]) == 0
+    assert "--no-conformance-check" in capsys.readouterr().out
