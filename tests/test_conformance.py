@@ -23,6 +23,7 @@ from tinyrun import build_tiny_run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_NEW = 12
+HF_PASSED = "passed (6 items: texts vs unbatched generate, NLL vs an unpadded forward)"
 
 
 # ------------------------------------------------------------------ a family never seen before
@@ -115,7 +116,7 @@ def test_a_correct_family_passes_once_is_cached_and_stamped(tiny, cache, tmp_pat
     assert verdict["family"] == "LlamaForCausalLM" and verdict["items"] == 6
     assert "6 of 6 texts equal unbatched generate" in verdict["detail"]
     stamps = recorded_verdicts(tmp_path / "a")
-    assert stamps == {f"passed (6 items, checked {verdict['checked']}): {verdict['detail']}"}
+    assert stamps == {HF_PASSED}
     # a second run (another records folder) reads the verdict: no check at all
     assert run_cli(measure_args(run, tmp_path / "b")) == 0
     assert conformance.STATS["checks"] == before["checks"] + 1
@@ -184,7 +185,7 @@ def test_check_conformance_on_models_in_memory(cache):
     config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW)
     good = archmodels.build("llama", tok)
     stamp = check_conformance(good, tok, items, config)
-    assert stamp.startswith("passed (6 items, checked ") and "6 of 6 texts" in stamp
+    assert stamp == HF_PASSED
     cls = _register()
     bad = cls(_broken_config(good))
     bad.load_state_dict(good.state_dict())
@@ -228,3 +229,13 @@ def test_the_opt_out_is_on_measure_and_watch(command, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # rich's help table: option names not cut
     assert run_cli([command, "--help"]) == 0
     assert "--no-conformance-check" in capsys.readouterr().out
+
+
+def test_the_watcher_refuses_an_unseen_broken_family(tiny, cache, tmp_path, capsys):
+    run, broken = tiny
+    out = tmp_path / "records"
+    args = measure_args(run, out, "--base", str(broken), "--poll", "0.05", "--settle", "0.1")
+    assert run_cli(["watch", *args[1:], "--timeout", "120"]) == 2
+    (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err.startswith("error: PositionlessLlamaForCausalLM float32: "), err
+    assert not list(out.rglob("*.parquet"))  # no unit, no part: only the watcher's status

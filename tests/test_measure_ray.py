@@ -369,7 +369,7 @@ def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(
     verdicts = json.loads(cache.read_text())["verdicts"]
     ((key, v),) = verdicts.items()
     assert v["passed"] and v["family"] == "LlamaForCausalLM"
-    stamp = f"passed ({v['items']} items, checked {v['checked']}): {v['detail']}"
+    stamp = "passed (6 items: texts vs unbatched generate, NLL vs an unpadded forward)"
     assert read_provenance(tmp_path / "a", "generations")["run-a"].conformance == {stamp}
     verdicts[key] = {**v, "passed": False, "detail": "0 of 6 texts equal unbatched generate"}
     cache.write_text(json.dumps({"format": 1, "verdicts": verdicts}))

@@ -55,11 +55,17 @@ def test_vllm_is_checked_against_itself_one_request_at_a_time(run, cache, tmp_pa
     assert v["detail"].startswith("6 of 6 texts equal vLLM one request at a time; NLL max rel")
     for kind in ("generations", "nll"):
         got = read_provenance(tmp_path / "records", kind)["run-a"]
-        assert got.conformance == {f"passed (6 items, checked {v['checked']}): {v['detail']}"}
+        assert got.conformance == {
+            "passed (6 items: texts vs vLLM one request at a time, "
+            "NLL vs vLLM one request at a time)"
+        }
     # the HF model loaded anyway (NLL through HF): vLLM's NLL is also checked against it
     measure(run, tmp_path / "mixed", backend="hf", nll_backend="vllm")
     (w,) = [x for x in verdicts(cache) if x != v and "HF unpadded forward" in x["detail"]]
     assert w["passed"] and "texts not checked" in w["detail"]
+    assert read_provenance(tmp_path / "mixed", "nll")["run-a"].conformance == {
+        "passed (6 items: NLL vs vLLM one request at a time and an HF unpadded forward)"
+    }
 
 
 def test_a_vllm_family_that_batches_wrongly_is_refused(run, cache, tmp_path, monkeypatch):

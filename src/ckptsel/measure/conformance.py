@@ -48,8 +48,9 @@ atomically (read, merged, replaced: two processes that check at once both write 
 verdict). Refusals are cached too: a refused family is refused at once every time, until a
 version in its key changes (or the file is deleted). A cache folder that cannot be written
 costs a check per process, nothing else. Every unit measured records the verdict in its
-provenance (``conformance``: ``passed (6 items, checked 2026-11-26T19:02Z): 6 of 6 texts
-equal ...`` or :data:`SKIPPED`); ``MeasureConfig(conformance_check=False)``
+provenance (``conformance``: ``passed (6 items: texts vs unbatched generate, NLL vs an
+unpadded forward)`` or :data:`SKIPPED`; the time and numbers of the check stay in the cache, so that a
+unit's bytes do not depend on which cache or checkpoint checked); ``MeasureConfig(conformance_check=False)``
 (``--no-conformance-check``) skips the check and says so there.
 """
 
@@ -104,10 +105,13 @@ class Verdict:
     detail: str
     items: int
     checked: str
+    reference: str = ""
 
     def stamp(self) -> str:
-        """The provenance's ``conformance`` value of the units this verdict admits."""
-        return f"passed ({self.items} items, checked {self.checked}): {self.detail}"
+        """The provenance's ``conformance`` value of the units this verdict admits: what
+        passed against what, and no more (not the time or the numbers, which depend on the
+        checkpoint and the cache that checked: a unit's bytes do not)."""
+        return f"passed ({self.items} items: {self.reference})"
 
     def refusal(self) -> str:
         """The one line a refused family gets."""
@@ -256,11 +260,12 @@ def _rel(a: float, b: float) -> float:
 
 
 def summarize(
+    items: int,
     family: str, dtype: str, texts: Sequence[str], nll_rel: Sequence[float], against: str,
     nll_against: str = "an unpadded forward",
 ) -> Verdict:  # fmt: skip
-    """The verdict of per-item text results (``equal``/``tie``/``wrong``) and NLL relative
-    differences."""
+    """The verdict on ``items`` items of their text results (``equal``/``tie``/``wrong``) and
+    NLL relative differences (one or more per item)."""
     n, equal, ties = len(texts), texts.count("equal"), texts.count("tie")
     tol = NLL_REL.get(dtype, NLL_REL["bfloat16"])
     worst = max(nll_rel, default=0.0)
@@ -270,7 +275,9 @@ def summarize(
         detail += f"; NLL max rel diff {worst:.1e} vs {nll_against} (tolerance {tol:.0e})"
     passed = texts.count("wrong") == 0 and worst <= tol
     checked = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    return Verdict(passed, family, dtype, detail, max(n, len(nll_rel)), checked)
+    reference = [f"texts vs {against}"] if texts else []
+    reference += [f"NLL vs {nll_against}"] if nll_rel else []
+    return Verdict(passed, family, dtype, detail, items, checked, ", ".join(reference))
 
 
 # --------------------------------------------------------------------------- HF
@@ -352,7 +359,12 @@ def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: i
         rels.append(_rel(scored[k][0].nll_sum, nll))
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     return summarize(
-        type(inner).__name__, dtype_name(inner.dtype), results, rels, "unbatched generate"
+        len(items),
+        type(inner).__name__,
+        dtype_name(inner.dtype),
+        results,
+        rels,
+        "unbatched generate",
     )
 
 
@@ -379,7 +391,6 @@ def check_vllm(
             ((ref, lps),) = engine.greedy(ckpt, [p], stops, new)
             steps = _vllm_steps(lps, ref, dtype)
             results.append(text_agrees(ref, steps, cut_at_stop(fast, stops), stops))
-    against = "vLLM one request at a time"
     if config.nll_backend == "vllm":
         answers = encode_responses(tokenizer, [it.response for it in items])
         scored = engine.score(ckpt, prompts, answers, (0,))
@@ -389,10 +400,10 @@ def check_vllm(
             if hf_model is not None:
                 ref = unpadded_nll(hf_model, p, a, next(hf_model.parameters()).device)
                 rels.append(_rel(scored[k][0].nll_sum, ref))
-        if hf_model is not None:
-            against += " and an HF unpadded forward"
     family = str(engine.architecture(ckpt))
-    return summarize(family, dtype, results, rels, against, against)
+    one = "vLLM one request at a time"
+    nll_against = one if hf_model is None else f"{one} and an HF unpadded forward"
+    return summarize(len(items), family, dtype, results, rels, one, nll_against)
 
 
 class Conformance:
