@@ -97,7 +97,8 @@ _SOURCES = ("passes.py", "tokens.py", "conformance.py", "backends/vllm.py")
 @dataclass(frozen=True)
 class Verdict:
     """One family's verdict: ``passed``, the ``family`` (model class) and ``dtype``, what was
-    compared (``detail``), on how many ``items``, and when (``checked``, UTC)."""
+    found (``detail``: counts and the largest NLL difference), on how many ``items``, when
+    (``checked``, UTC) and against what (``reference``)."""
 
     passed: bool
     family: str
