@@ -14,6 +14,16 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _conformance_cache(tmp_path_factory):
+    """ckptsel's caches (conformance verdicts, the node cache) in a folder of this session, not
+    the user's ~/.cache: no verdict of a run outside the tests is read or written."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CKPTSEL_CACHE_DIR", str(tmp_path_factory.mktemp("ckptsel-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Torch on one thread for a module's tiny models: tiny matrices run far faster on one

@@ -52,7 +52,8 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "study": ("configuration", "spec", "protocol"),
     "train": ("checkpoints", "models", "trajectory", "study"),
     "measure": (
-        "config", "tokens", "backends", "passes", "frames", "parts", "progress", "measurer",
+        "config", "tokens", "backends", "passes", "frames", "parts", "progress", "conformance",
+        "measurer",
         "executors", "provenance", "run", "watch", "ingest",
     ),  # fmt: skip
     "measure.backends": ("hf", "vllm", "vllm_patch"),

@@ -5,6 +5,7 @@ complete records and no duplicates; a driver killed and re-run finishes the rest
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -351,3 +352,29 @@ def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
     assert len(g) == len(local[0]) and len(n) == len(local[1])
     assert (g["answer"].to_numpy() == local[0]["answer"].to_numpy()).mean() >= 0.9
     assert (n["nll_sum"] - local[1]["nll_sum"]).abs().max() <= 1e-3
+
+
+def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(
+    ray_cluster, run, tmp_path, monkeypatch
+):
+    """The actor checks the family (the verdict cache is the driver's CKPTSEL_CACHE_DIR, handed
+    to the workers), the units record the verdict; a refused verdict there is refused by the
+    actor, in the driver's one line, and nothing is written."""
+    from ckptsel.records import read_provenance
+
+    cache = tmp_path / "cache" / "conformance.json"
+    monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(cache.parent))
+    ex = ExecutorConfig(kind="ray", workers=1)
+    measure(run, tmp_path / "a", executor=ex)
+    verdicts = json.loads(cache.read_text())["verdicts"]
+    ((key, v),) = verdicts.items()
+    assert v["passed"] and v["family"] == "LlamaForCausalLM"
+    stamp = "passed (6 items: texts vs unbatched generate, NLL vs an unpadded forward)"
+    assert read_provenance(tmp_path / "a", "generations")["run-a"].conformance == {stamp}
+    verdicts[key] = {**v, "passed": False, "detail": "0 of 6 texts equal unbatched generate"}
+    cache.write_text(json.dumps({"format": 1, "verdicts": verdicts}))
+    out = tmp_path / "b"
+    with pytest.raises(CkptselError, match=r"^LlamaForCausalLM float32: 0 of 6 texts") as err:
+        measure(run, out, executor=ex)
+    assert "\n" not in str(err.value)
+    assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))

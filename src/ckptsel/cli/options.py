@@ -118,6 +118,12 @@ ENGINE = OptionGroup(
     dtype=(str, typer.Option(
         "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
     )),
+    conformance_check=(bool, typer.Option(
+        True, "--conformance-check/--no-conformance-check",
+        help="Check the fast path against unbatched generate on a few items the first time a "
+        "model family (class, dtype, attention, versions, device) is measured; refuse a family "
+        "it is wrong for (verdicts cached; the units record it). Off: at your own risk.",
+    )),
 )  # fmt: skip
 """How checkpoints are measured (:class:`~ckptsel.measure.MeasureConfig` fields)."""
 

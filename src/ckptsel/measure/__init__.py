@@ -31,6 +31,7 @@ from __future__ import annotations
 from ckptsel._moved import moved_attribute
 from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
+from ckptsel.measure.conformance import check_conformance
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
     CheckpointLog,
@@ -82,6 +83,7 @@ __all__ = [
     "StepParts",
     "WatchSettings",
     "WatchStatus",
+    "check_conformance",
     "device_kind",
     "dtype_name",
     "generate_texts",

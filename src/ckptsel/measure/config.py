@@ -45,7 +45,10 @@ class MeasureConfig:
     and the dtype and device unless float32 on the CPU; the memory settings change nothing
     measured). ``test_task`` is the test split's
     task when it differs from the validation task (e.g. MetaMathQA validation, GSM8K test);
-    ``None`` means both splits use ``task``.
+    ``None`` means both splits use ``task``. ``conformance_check`` (``--no-conformance-check``
+    turns it off) checks the fast path against unbatched ``generate`` the first time a model
+    family is measured (:mod:`ckptsel.measure.conformance`); it changes nothing measured, so
+    it names no part file, and every unit records whether it ran.
     """
 
     task: str
@@ -63,6 +66,7 @@ class MeasureConfig:
     gpu_memory_utilization: float = 0.0
     check_here: bool = field(default=True, compare=False, repr=False)
     test_task: str | None = None
+    conformance_check: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str):
@@ -90,6 +94,10 @@ class MeasureConfig:
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:")
         ):
             raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
+        if not isinstance(self.conformance_check, bool):
+            raise CkptselError(
+                f"conformance_check must be true or false, not {self.conformance_check!r}"
+            )
         check_int(self.max_loras, "--max-loras (max_loras)", low=1)
         check_int(self.max_lora_rank, "--max-lora-rank (max_lora_rank)", low=0)
         if self.check_here:

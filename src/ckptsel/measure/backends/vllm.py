@@ -349,6 +349,27 @@ class VllmEngine:
             for o in outs
         ]  # fmt: skip
 
+    def greedy(
+        self, ckpt: Checkpoint, prompts: Sequence[list[int]], stops: Sequence[int],
+        max_new_tokens: int, top: int = 2,
+    ) -> list[tuple[list[int], list[dict[int, float]]]]:  # fmt: skip
+        """Greedy token ids of ``prompts`` as generated (the stop token included when vLLM
+        returns it) and, per step, the log-probabilities of the ``top`` best tokens and the
+        chosen one: what the conformance check compares (:mod:`ckptsel.measure.conformance`)."""
+        params = self.vllm.SamplingParams(
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops),
+            ignore_eos=True, detokenize=False, logprobs=top,
+        )  # fmt: skip
+        outs = self._run(ckpt, list(prompts), params, max_new_tokens)
+        return [
+            (
+                list(o.outputs[0].token_ids),
+                [{int(t): float(lp.logprob) for t, lp in step.items()}
+                 for step in (o.outputs[0].logprobs or [])],
+            )
+            for o in outs
+        ]  # fmt: skip
+
     def score(
         self,
         ckpt: Checkpoint,
@@ -374,6 +395,11 @@ class VllmEngine:
             cums = np.cumsum(np.asarray(tok_nll, dtype=np.float64))
             scored.append(window_sums(cums, len(p), windows))
         return scored
+
+    def architecture(self, ckpt: Checkpoint) -> str:
+        """The model class vLLM runs for ``ckpt`` (its config's first architecture)."""
+        cfg = text_config(_model_ref(ckpt))
+        return str((getattr(cfg, "architectures", None) or [type(cfg).__name__])[0])
 
     def provenance(self) -> dict[str, Any]:
         """What measured through this engine (see :mod:`ckptsel.records.provenance`): vLLM's
