@@ -126,6 +126,8 @@ def test_cache_layouts_with_one_shared_kwargs_dict(tok, monkeypatch):
     layer, not a list per layer: every family crashed in ``cache_layout`` there."""
     import transformers.cache_utils as cu
 
+    if not hasattr(cu, "get_layer_types_and_kwargs"):
+        pytest.skip("transformers 4.x reads the config itself (no get_layer_types_and_kwargs)")
     real = cu.get_layer_types_and_kwargs
 
     def shared_dict(cfg):
