@@ -239,3 +239,33 @@ def test_the_watcher_refuses_an_unseen_broken_family(tiny, cache, tmp_path, caps
     (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert err.startswith("error: PositionlessLlamaForCausalLM float32: "), err
     assert not list(out.rglob("*.parquet"))  # no unit, no part: only the watcher's status
+
+
+# ------------------------------------------------------------------ the Trainer callback
+
+
+def test_the_trainer_callback_checks_the_family_and_stamps_it(cache, tmp_path):
+    """The recording callback runs the same check once, on the training model in the precision
+    it measures in: a correct family is stamped in every unit, a broken one refused before a
+    row is written."""
+    from ckptsel.integrations.hf_trainer import RecordingCallback
+
+    tok = archmodels.tokenizer()
+    prompts, _ = archmodels.items(8)  # prompts of different lengths: padding in the batch
+    rows = [{"question": p, "answer": f"#### {a}"} for a, p in enumerate(prompts)]
+    data = tmp_path / "val.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW)
+    good = archmodels.build("llama", tok)
+    rec = tmp_path / "rec"
+    cb = RecordingCallback(data, config, rec, "good-s1", tokenizer=tok, verbose=False)
+    cb.measure(good, tok, 1)
+    cb.measure(good, tok, 2)  # checked once per callback
+    assert recorded_verdicts(rec) == {HF_PASSED}
+    bad = _register()(_broken_config(good))
+    bad.load_state_dict(good.state_dict())
+    rec_bad = tmp_path / "rec-bad"
+    cb = RecordingCallback(data, config, rec_bad, "bad-s1", tokenizer=tok, verbose=False)
+    with pytest.raises(CkptselError, match="PositionlessLlamaForCausalLM float32"):
+        cb.measure(bad, tok, 1)
+    assert not rec_bad.exists() or not any(rec_bad.rglob("*.parquet"))

@@ -123,3 +123,15 @@ def test_quickstart_checks_its_options_first(tmp_path, capsys, args):
     assert code == 2, text
     assert "Traceback" not in text
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_study_file_can_turn_the_conformance_check_off(study: Path, capsys):
+    from ckptsel.study import load_spec
+    from ckptsel.workflows import StudyRun
+
+    study.write_text(POOL_STUDY + "[measure]\nconformance_check = false\n")
+    job = StudyRun(load_spec(study), device="cpu", log=lambda m: None)
+    assert job.measure_config().conformance_check is False
+    study.write_text(POOL_STUDY + '[measure]\nconformance_check = "no"\n')
+    code, out = run_cli(["run", study, "--dry-run"], capsys)
+    assert code == 2 and "conformance_check: must be bool" in out, out

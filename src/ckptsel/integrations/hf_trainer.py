@@ -171,6 +171,7 @@ class RecordingCallback(TrainerCallback):
         self.nll = True  # teacher-forced NLL rows too (SelectionCallback: when its rule needs them)
         self.measured_steps: list[int] = []
         self._dtype_warned = False
+        self._conformance: str | None = None  # the fast path's verdict, once per callback
 
     def check_dtype(self, model: Any) -> None:
         """The model's dtype against the one ``measure`` would load the checkpoints in
@@ -209,7 +210,7 @@ class RecordingCallback(TrainerCallback):
         """Measure ``model`` (in memory) at ``step`` and upsert its records."""
         import pandas as pd
 
-        from ckptsel.measure import hf_provenance, measure_model
+        from ckptsel.measure import check_conformance, hf_provenance, measure_model
         from ckptsel.records import canonical, unit_provenance, upsert_records
 
         self.check_dtype(model)
@@ -219,6 +220,9 @@ class RecordingCallback(TrainerCallback):
         gens, nlls = [], []
         try:
             with _plain_precision(model) as autocast:
+                if self._conformance is None:  # the fast path checked once, in this precision
+                    items = [it for v in self.splits.values() for it in v]
+                    self._conformance = check_conformance(model, tokenizer, items, self.config)
                 for split, items in self.splits.items():
                     gen, nll = measure_model(
                         model,
@@ -242,6 +246,7 @@ class RecordingCallback(TrainerCallback):
         # precision it really ran in
         provenance = hf_provenance(model, self.config.batch_size)
         provenance["dtype"] = _precision_name(provenance["dtype"], autocast)
+        provenance["conformance"] = self._conformance
         made_by = unit_provenance([canonical(provenance)])
         upsert_records(  # the one records writer (SelectionCallback reuses this path)
             self.records_dir,

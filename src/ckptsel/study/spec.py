@@ -47,7 +47,7 @@ from ckptsel.study.configuration import (
     resolve_path,
 )
 
-_INT, _FLOAT, _STR, _LIST = (int,), (int, float), (str,), (list,)
+_INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,)
 SCHEMA_VERSION = 2
 STATE_DIR = ".ckptsel"  # the study's own files (pools, split, fingerprint) under the workdir
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -90,6 +90,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "nll_backend": (_STR, "hf | vllm: the engine that scores the NLL (default: backend)"),
         "kv_cache_gib": (_FLOAT, "vLLM: KV cache in GiB (0: sized from the work on a CPU)"),
         "gpu_memory_utilization": (_FLOAT, "vLLM: its share of the GPU (0: 0.6 or 0.85)"),
+        "conformance_check": (
+            _BOOL, "false: skip the fast path's conformance check (stamped; at your own risk)"
+        ),
     },
     "executor": {
         "kind": (_STR, "local (this process, default) | ray (a Ray cluster)"),
@@ -222,7 +225,7 @@ class _Checker:
                 known = ", ".join(sorted(types))
                 self.fail(table, key, f"unknown key (known: {known})", index)
             want = types[key]
-            if isinstance(value, bool) or not isinstance(value, want):
+            if (isinstance(value, bool) and want != _BOOL) or not isinstance(value, want):
                 names = " or ".join(t.__name__ for t in want)
                 self.fail(table, key, f"must be {names}, got {value!r}", index)
 
