@@ -301,9 +301,17 @@ class Selection:
 
 
 # --------------------------------------------------------------------------- estimates
-def _estimate(mean: float, replicates: np.ndarray, level: float) -> Estimate:
-    """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates."""
+def _estimate(
+    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str
+) -> Estimate:
+    """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
+    ``clusters`` resampled ``unit`` clusters; not estimable from one cluster, or when the
+    replicates show no spread around a nonzero mean (no variance information)."""
+    if clusters < 2:
+        return Estimate.without_interval(mean, f"{clusters} {unit} cluster")
     lo, hi = percentile_interval(replicates[:, None], level)
+    if abs(hi[0] - lo[0]) <= 1e-9 * max(1.0, abs(mean)) and mean != 0.0:
+        return Estimate.without_interval(mean, f"no spread across the {clusters} {unit} clusters")
     return est(mean, lo[0], hi[0])
 
 
@@ -371,7 +379,7 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
     reps = R @ d / (n if clusters == n else R.sum(axis=1))
     return TestGain(
-        _estimate(d.mean(), reps, level),
+        _estimate(d.mean(), reps, level, clusters, "test-question"),
         items=int(n),
         clusters=int(clusters),
         chosen_accuracy=round(float(100.0 * (choice @ z).mean()), 6),
@@ -512,9 +520,8 @@ def _select_checkpoint(
         reps = split_validation_gains(
             sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
         )
-        split = SplitValidationGain(
-            _estimate(point, reps, settings.level), settings.partitions, (n // 2, n - n // 2), clusters
-        )
+        gain = _estimate(point, reps, settings.level, clusters, "validation")
+        split = SplitValidationGain(gain, settings.partitions, (n // 2, n - n // 2), clusters)
         rules[r] = RuleSelection(
             steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
             probabilities=_probabilities(full, steps),
@@ -560,7 +567,7 @@ def recommend(
             rule, final_step, True,
             f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
         )  # fmt: skip
-    if sv.lo > 0 and not sv.unresolved:
+    if sv.estimable and not sv.unresolved and sv.lo > 0:
         candidates = [s for s in tied if s != final_step]
         keep = max(candidates)  # a tie set: the latest of the tied checkpoints
         tie_note = (
@@ -574,6 +581,8 @@ def recommend(
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
         )  # fmt: skip
     why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
+    if not sv.estimable:
+        why = f"is not estimable ({sv.not_estimable})"
     return Recommendation(
         rule, final_step, True,
         f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
