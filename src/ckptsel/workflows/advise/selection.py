@@ -359,15 +359,36 @@ def split_validation_gains(
     return gains.reshape(W, P).mean(axis=1)
 
 
-def partition_masks(item_ids: np.ndarray, partitions: int, seed: int) -> np.ndarray:
-    """``(P, n)`` indicators of the first half (⌊n/2⌋ items) of each deterministic random partition."""
+def partition_masks(
+    item_ids: np.ndarray, partitions: int, seed: int, groups: np.ndarray | None = None
+) -> np.ndarray:
+    """``(P, n)`` indicators of the first half of each deterministic random partition.
+
+    Without shared groups the first half is ⌊n/2⌋ items in a random order of the items. When
+    items share a ``group`` (variants of one question) whole groups go to one half: the groups
+    are put in a random order (hashed by group name) and a group joins the first half when its
+    midpoint in that order falls before n/2 items, so the halves hold about n/2 items each and
+    never split a group (a split group would leak: its variants are scored on the other half).
+    """
     n = len(item_ids)
+    clusters = Clusters.of(groups, n)
+    if clusters.count == n:  # every item its own group: the item order, as always
+        orders = core.permutations(
+            core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES
+        )
+        in_s = np.zeros((partitions, n))
+        np.put_along_axis(in_s, orders[:, : n // 2], 1.0, axis=1)
+        return in_s
+    first = np.unique(clusters.codes, return_index=True)[1]  # each cluster's first item
+    names = np.asarray(groups)[first]
     orders = core.permutations(
-        core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES
+        core.string_keys(list(names)), seed, partitions, stream=streams.SELECT_HALVES
     )
-    in_s = np.zeros((partitions, n))
-    np.put_along_axis(in_s, orders[:, : n // 2], 1.0, axis=1)
-    return in_s
+    size = clusters.sizes[orders]  # (P, G) in each partition's cluster order
+    middle = np.cumsum(size, axis=1) - size / 2.0
+    in_first = np.zeros((partitions, clusters.count))
+    np.put_along_axis(in_first, orders, (middle < n / 2.0).astype(np.float64), axis=1)
+    return in_first[:, clusters.codes]
 
 
 def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> TestGain:
@@ -503,10 +524,12 @@ def _select_checkpoint(
     )
     sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
     _check_select_memory(settings, n, len(steps))
-    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
+    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
     weights, clusters = question_weights(
         v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
     )
+    first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
+    halves = (first, n - first)
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
 
@@ -521,7 +544,7 @@ def _select_checkpoint(
             sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
         )
         gain = _estimate(point, reps, settings.level, clusters, "validation")
-        split = SplitValidationGain(gain, settings.partitions, (n // 2, n - n // 2), clusters)
+        split = SplitValidationGain(gain, settings.partitions, halves, clusters)
         rules[r] = RuleSelection(
             steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
             probabilities=_probabilities(full, steps),
