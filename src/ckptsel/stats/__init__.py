@@ -33,6 +33,7 @@ from ckptsel.stats.resample import (
     question_weights,
     resample_counts,
 )
+from ckptsel.stats.winners import JITTER as WINNER_JITTER
 from ckptsel.stats.winners import (
     accuracy_moments,
     bootstrap_accuracies,
@@ -47,6 +48,7 @@ __all__ = [
     "FEW_CONFIGURATIONS",
     "METHODS",
     "StatSettings",
+    "WINNER_JITTER",
     "accuracy_moments",
     "bootstrap_accuracies",
     "chunked_counts",
