@@ -125,8 +125,8 @@ def print_selection(result: Selection) -> None:
     )
     _print_best(result, level)
     console.print(
-        f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
-        f"half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
+        f"split validation: choose on one random half of the eligible validation pool (items sharing a group "
+        f"kept on one side), score accuracy on the other half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
         f"× {s.bootstrap_partitions} partitions, the choice redone on each."
     )
 

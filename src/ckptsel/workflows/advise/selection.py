@@ -6,7 +6,8 @@ each validation budget picks) come from the same engine as the study analysis
 is never scored on the items used to make it:
 
 * **split validation** — the eligible validation pool is split into random halves (``P``
-  partitions, both directions); the rule chooses on one half and the choice is scored by
+  partitions, both directions; items that share a ``group`` always go to the same half, so
+  no question's variants sit on both sides); the rule chooses on one half and the choice is scored by
   accuracy on the other half. Its interval is a question bootstrap that redoes the whole
   split-and-choose procedure on every resample of validation questions (weights per
   question, so a repeated question never sits on both sides), so the variability of the
