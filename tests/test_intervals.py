@@ -385,3 +385,18 @@ def test_wild_draws_are_never_dropped_nor_huge():
     W = iv.webb_weights(3, 4000, seed=4)
     _, _, tstar = iv.wild_t_stats(W, sums, sizes)
     assert np.isfinite(tstar).all() and np.abs(tstar).max() < 1e4
+
+
+def test_a_not_estimable_estimate_reads_back_byte_for_byte():
+    import math
+
+    from ckptsel.results import Estimate
+
+    e = Estimate.without_interval(-1e-17, "1 configuration")  # a mean that rounds to -0.0
+    d = e.to_dict()
+    assert math.copysign(1.0, d["mean"]) == -1.0
+    back = Estimate.read(json.loads(json.dumps(d)), "x")
+    assert json.dumps(back.to_dict()) == json.dumps(d) and back == e
+    bad = dict(d, lo=1.0)
+    with pytest.raises(Exception, match="not_estimable"):
+        Estimate.read(bad, "x")
