@@ -116,8 +116,9 @@ class Estimate:
         """
         if not isinstance(d, dict) or d.get("mean") is None:
             return None
-        if d.get("not_estimable") is not None:  # the stored mean kept as it is (a stored -0.0 stays)
-            return cls(d["mean"], None, None, None, stored=True, not_estimable=str(d["not_estimable"]))
+        reason = d.get("not_estimable")
+        if reason is not None:  # the stored mean kept as it is (a stored -0.0 stays)
+            return cls(d["mean"], None, None, None, stored=True, not_estimable=str(reason))
         mean, lo, hi = d["mean"], d.get("lo"), d.get("hi")
         flag = d.get("unresolved")
         keep = flag if isinstance(flag, bool) and flag != _contains_zero(lo, hi) else None
