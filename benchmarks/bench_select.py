@@ -9,7 +9,7 @@ adjacent checkpoints agree more). Marginally P(right) = ``p_t`` exactly.
 
 For each scenario, validation size ``n`` and group size ``g``, ``--reps`` trajectories are drawn
 and ``select``'s engine (:func:`ckptsel.stats.model_confidence_set` with ``--draws``
-cluster-bootstrap resamples; :func:`~ckptsel.stats.winner_interval`, 16 jitter draws) is
+cluster-bootstrap resamples; :func:`~ckptsel.stats.winner_interval`, its default jitter points) is
 run on each, exactly as ``ckptsel select`` does (level 0.95). Reported:
 
 * how often the plausibly-best set holds a truly best checkpoint (and all of them, where several
@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from ckptsel.stats import (
+    WINNER_JITTER,
     Clusters,
     accuracy_moments,
     bootstrap_accuracies,
@@ -38,6 +39,7 @@ from ckptsel.stats import (
     resample_counts,
     winner_interval,
 )
+from ckptsel.stats.winners import PROJECTION_DRAWS
 
 from _common import machine, update_section
 
@@ -157,7 +159,8 @@ def main() -> None:
         f"Truth-known trajectories (items in groups of `g` variants, difficulty and checkpoint "
         f"noise shared within a group, AR(1) ρ = 0.5 across checkpoints, loading {LOADING}); "
         f"`select`'s engine at level {LEVEL}: model confidence set with {args.draws} cluster-"
-        f"bootstrap resamples, hybrid winner interval with 16 jitter draws. Run: `python "
+        f"bootstrap resamples, hybrid winner interval with {WINNER_JITTER} Latin-hypercube jitter points "
+        f"and {PROJECTION_DRAWS} projection draws. Run: `python "
         f"benchmarks/bench_select.py --reps {args.reps} --draws {args.draws}` (a quarter of the "
         f"trajectories, at least 100, for 20 checkpoints). {machine()}; {elapsed:.0f} s.",
         "",

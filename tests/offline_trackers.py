@@ -99,6 +99,8 @@ def expected_metrics(summary: dict) -> dict[str, float]:
             if est[stat] is not None:
                 out["/".join(["ckptsel", *p, stat])] = est[stat]
         out["/".join(["ckptsel", *p, "unresolved"])] = 1.0 if est["unresolved"] else 0.0
+        if est.get("not_estimable"):  # no interval (issue 29): said as a metric of its own
+            out["/".join(["ckptsel", *p, "not_estimable"])] = 1.0
     return out
 
 

@@ -95,3 +95,18 @@ def random_study(rng: np.random.Generator, n_configs=4, seeds=2, T=(3, 6), n_val
                 val_nll0=(nll + rng.integers(0, 3, (Tk, nv)) / 4.0) if nll0 else None,
             ))
     return trajs
+
+
+def as_zero_width(d):
+    """``summary.json`` as written before estimates could be *not estimable* (issue 29): every
+    ``{"mean", "lo": null, "hi": null, "unresolved": true, "not_estimable": why}`` back to the
+    zero-width interval ``[mean, mean]`` it used to be (unresolved only when the mean is 0).
+    Pinned hashes of older summaries hold for the result iff nothing else changed."""
+    if isinstance(d, list):
+        return [as_zero_width(v) for v in d]
+    if not isinstance(d, dict):
+        return d
+    if "not_estimable" in d and {"mean", "lo", "hi", "unresolved"} <= set(d):
+        m = d["mean"]
+        return {"mean": m, "lo": m, "hi": m, "unresolved": m == 0.0}
+    return {k: as_zero_width(v) for k, v in d.items()}

@@ -189,9 +189,17 @@ def studies(tmp_path):
 
 
 # SHA-256 of summary.json (less the warnings, whose few-configurations threshold issue 14 moved,
-# and the protocol line issue 23 added) written by ckptsel before issue 14 (commit 483c591) for these two studies.
-BEFORE = {5: "903d8c307150050138ac4a94040545968f968aebc6f5e539f42f3aa5177af692",
-          3: "2d93735c3b945ff434671bcca68913d2989c8ee3462e353daf4175676711844e"}
+# and the protocol line issue 23 added) written by ckptsel before issue 14 (commit 483c591) for these two studies,
+# with the zero-width intervals that issue 29 made *not estimable* (by_task strata and sensitivities that
+# 1-3 configurations carry, each with no spread) written back as they were (rg.as_zero_width).
+BEFORE = {
+    5: "903d8c307150050138ac4a94040545968f968aebc6f5e539f42f3aa5177af692",
+    # issue 29: two by_task/b thinning-2 estimates of this study (one configuration each) had a mean
+    # of ~1e-12, stored as +0.00 [+0.00, +0.00] but *resolved* (the flag read the unrounded bounds);
+    # they are not estimable now, so the zero-width form cannot give the old bytes back (it reads
+    # them unresolved). Everything else is unchanged (checked against the summary of d664043).
+    3: "6eba022f7ea8d9c7c0299a332cefc262cb5387c53112b0cbbd0cac8631c1cb04",
+}
 
 
 def test_percentile_reproduces_the_numbers_from_before_issue_14(studies, tmp_path):
@@ -199,6 +207,8 @@ def test_percentile_reproduces_the_numbers_from_before_issue_14(studies, tmp_pat
         s = pipeline.analyze(rec, tmp_path / f"out{n}", permutations=20, draws=1500, interval="percentile")
         assert s.interval is None and "interval" not in s.to_dict()
         s = {k: v for k, v in s.to_dict().items() if k not in ("warnings", "protocol")}
+        assert "not_estimable" in json.dumps(s)  # these studies have strata of one configuration
+        s = rg.as_zero_width(s)
         assert hashlib.sha256(pipeline.summary_json(s).encode()).hexdigest() == BEFORE[n]
 
 
@@ -237,3 +247,156 @@ def test_few_configuration_warning_quotes_the_measurement():
         k = __import__("ckptsel.stats.estimates", fromlist=["x"]).FEW_CONFIGURATIONS[method][0]
         assert any("configuration(s)" in w for w in study_warnings(k - 1, interval=method))
         assert not study_warnings(k, interval=method)
+
+
+# ------------------------------------------------------------------------------ issue 29: no variance, no interval
+@pytest.fixture(scope="module")
+def few(tmp_path_factory):
+    """Records of one task with 1, 2 and 3 configurations (3 seeds each)."""
+    root = tmp_path_factory.mktemp("few")
+    out = {}
+    for k in (1, 2, 3):
+        gen, nll = rg.tables(rg.random_study(np.random.default_rng(40 + k), n_configs=k, seeds=3, T=(4, 7),
+                                             n_val=(60, 90), n_test=(40, 60), tasks=("a",)))  # fmt: skip
+        out[k] = rg.write(root / f"rec{k}", gen, nll)
+    return out
+
+
+def _estimates_of(node):
+    if isinstance(node, dict):
+        if {"mean", "lo", "hi", "unresolved"} <= set(node):
+            yield node
+        else:
+            for v in node.values():
+                yield from _estimates_of(v)
+
+
+@pytest.mark.parametrize("method", iv.METHODS)
+def test_one_configuration_is_not_estimable_never_resolved(few, tmp_path, method):
+    s = pipeline.analyze(few[1], tmp_path / "out", permutations=10, draws=300, interval=method,
+                         report=method == "cr2")  # fmt: skip
+    g = s.gains.get("G", "accuracy")
+    assert g.mean is not None and g.lo is None and g.hi is None
+    assert g.not_estimable == "1 configuration" and g.unresolved and not g.estimable
+    d = s.to_dict()
+    for block in ("budget", "D", "matched_half", "sensitivities", "by_task", "joint_bootstrap"):
+        for e in _estimates_of(d[block]):  # every configuration-level (and joint) estimate
+            assert e["lo"] is None and e["hi"] is None and e["unresolved"] is True, (block, e)
+            assert e["not_estimable"] == "1 configuration" or (
+                e["mean"] == 0.0 and "not_estimable" not in e
+            )
+    from ckptsel.results import Summary, fmt
+
+    assert Summary.from_dict(json.loads(pipeline.summary_json(d))) == s  # read back, checked
+    assert fmt(g).endswith("not estimable: 1 configuration") and "[" not in fmt(g)
+    assert "not estimable: 1 configuration" in s.main_table_markdown()
+    if method == "cr2":
+        assert (
+            "not estimable: 1 configuration"
+            in (tmp_path / "out" / "tables" / "main_table.md").read_text()
+        )
+        html = (tmp_path / "out" / "report.html").read_text()
+        assert "not estimable: 1 configuration" in html and "resolved positive" not in html
+        assert "resolved negative" not in html
+    # the question family resamples test questions: still an interval
+    assert s.question_bootstrap.gains.get("G", "accuracy").estimable
+
+
+def test_no_spread_across_configurations_is_not_estimable():
+    sums = np.array(
+        [[2.0, 3.0, 0.0], [2.0, 3.0, 0.0], [2.0, 1.0, 0.0]]
+    )  # quantity 0: the same in all three
+    sizes = np.ones_like(sums)
+    names = [
+        ("G", "nested", "accuracy", "full"),
+        ("G", "nested", "nll", "full"),
+        ("G", "nested", "last", "full"),
+    ]
+    means = sums.mean(axis=0)
+    from ckptsel.stats.estimates import _configuration_estimates
+
+    for method in iv.METHODS:
+        e = _configuration_estimates(
+            names, means, sums, sizes, StatSettings(draws=500, interval=method), 0
+        )
+        assert e.get(names[0]).not_estimable == "no spread across the 3 configurations", method
+        assert e.get(names[1]).estimable
+        last = e.get(names[2])  # exactly 0 everywhere: [0, 0], unresolved, as always
+        assert (last.lo, last.hi, last.unresolved) == (0.0, 0.0, True)
+
+
+def test_one_test_question_cluster_is_not_estimable(few, tmp_path):
+    import pandas as pd
+
+    from ckptsel.records import write_records
+
+    gen = pd.read_parquet(few[3] / "generations.parquet")
+    test = gen["split"] == "test"
+    gen.loc[test, "group"] = "one"  # every test item in one cluster
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    write_records(rec / "generations.parquet", gen)
+    (rec / "nll.parquet").write_bytes((few[3] / "nll.parquet").read_bytes())
+    s = pipeline.analyze(rec, tmp_path / "out", permutations=10, draws=300, report=False)
+    q = s.question_bootstrap.gains.get("G", "accuracy")
+    assert q.not_estimable == "1 test-question cluster", q
+    assert (
+        s.question_bootstrap.by_task["a"].get("G", "accuracy").not_estimable
+        == "1 test-question cluster"
+    )
+    assert s.gains.get(
+        "G", "accuracy"
+    ).estimable  # 3 configurations: the configuration interval stands
+
+
+def test_wild_at_two_configurations_is_not_estimable_and_says_why(few, tmp_path):
+    s = pipeline.analyze(
+        few[2], tmp_path / "out", permutations=10, draws=2000, interval="wild", report=False
+    )
+    for e in _estimates_of({k: s.to_dict()[k] for k in ("budget", "D", "by_task")}):
+        assert "not_estimable" in e or e["mean"] == 0.0, e
+    g = s.gains.get("G", "accuracy")
+    assert g.not_estimable == "2 configurations: the wild bootstrap-t needs 3 or more"
+    assert any("wild bootstrap-t is degenerate below 3" in w for w in s.warnings)
+    assert (
+        s.gains.get("G", "accuracy").mean
+        == pipeline.analyze(few[2], tmp_path / "cr2", permutations=10, draws=300, report=False)
+        .gains.get("G", "accuracy")
+        .mean
+    )
+
+
+def test_wild_draws_are_never_dropped_nor_huge():
+    """Two configurations: w_1 = -w_2 zeroes both bootstrap scores (V* = 0, δ ≠ 0): t* = ±inf, kept
+    (they used to be dropped as NaN, or kept as ±5e7 from rounding)."""
+    sums, sizes = np.array([[3.0], [1.0]]), np.array([[2.0], [2.0]])
+    W = iv.webb_weights(2, 6000, seed=3)
+    _, _, tstar = iv.wild_t_stats(W, sums, sizes)
+    opposite = np.isclose(W[:, 0], -W[:, 1])
+    assert opposite.mean() == pytest.approx(1 / 6, abs=0.02)
+    assert np.isinf(tstar[opposite, 0]).all() and np.isfinite(tstar[~opposite, 0]).all()
+    assert np.abs(tstar[~opposite, 0]).max() < 1e3
+    _, lo, hi = iv.wild_interval(W, sums, sizes)
+    assert (
+        np.isnan(lo).all() and np.isnan(hi).all()
+    )  # the quantiles fall on infinite draws: undefined
+    # three or more configurations: every draw finite, the interval is the quantiles of all of them
+    per, sums, sizes = _clusters(np.random.default_rng(8), K=3, Q=3, absent=False)
+    W = iv.webb_weights(3, 4000, seed=4)
+    _, _, tstar = iv.wild_t_stats(W, sums, sizes)
+    assert np.isfinite(tstar).all() and np.abs(tstar).max() < 1e4
+
+
+def test_a_not_estimable_estimate_reads_back_byte_for_byte():
+    import math
+
+    from ckptsel.results import Estimate
+
+    e = Estimate.without_interval(-1e-17, "1 configuration")  # a mean that rounds to -0.0
+    d = e.to_dict()
+    assert math.copysign(1.0, d["mean"]) == -1.0
+    back = Estimate.read(json.loads(json.dumps(d)), "x")
+    assert json.dumps(back.to_dict()) == json.dumps(d) and back == e
+    bad = dict(d, lo=1.0)
+    with pytest.raises(Exception, match="not_estimable"):
+        Estimate.read(bad, "x")

@@ -174,7 +174,11 @@ def test_compare_hand_computed(records):
     assert t["table"] == {"both_correct": 18, "only_a": 6, "only_b": 0, "both_wrong": 6}
     assert (t["items"], t["clusters"]) == (30, 10)
     assert t["difference"]["mean"] == pytest.approx(20.0)
-    assert t["mcnemar_p"] == pytest.approx(2 / 64)
+    # items share groups (clusters of 3): the clustered McNemar (issue 29) flips whole clusters; the 6
+    # discordant items are 2 clusters of d_k = +3, so P(|S*| >= 6) = 2/4; the item-level 2/64 is kept aside
+    assert t["mcnemar_p"] == pytest.approx(0.5) and t["mcnemar_p_items"] == pytest.approx(2 / 64)
+    assert t["mcnemar_method"].startswith("clustered")
+    assert v["mcnemar_method"].startswith("clustered")
     # the 6 discordant test items fill 2 of the 10 clusters: a resample misses both with
     # probability 0.8**10 ≈ 0.11 > 2.5 %, so the clustered interval reaches 0 (unresolved)
     assert t["difference"]["lo"] == 0.0 and t["difference"]["hi"] > 20
@@ -425,3 +429,56 @@ def test_plan_cli_answers_no_budget_reaches_the_target(tmp_path, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "no budget up to 512 reaches P(choice beats final) ≥ 0.8" in text
     assert "the most that can be promised is" in text
+
+
+def test_compare_mcnemar_holds_its_level_when_items_come_in_groups():
+    """Issue 29: items in groups of 4 that share difficulty; A and B equally good (exchangeable).
+    The plain McNemar test rejected this true null ~11% of the time at 5%; compare's default now
+    flips whole clusters and holds the level."""
+    from ckptsel.workflows.advise.comparison import paired_difference
+
+    rng = np.random.default_rng(2029)
+    G, size, reps = 50, 4, 400
+    groups = np.repeat(np.arange(G), size).astype(str)
+    settings = CompareSettings(draws=10)
+    rejected, plain = 0, 0
+    for _ in range(reps):  # datasets, not items
+        base = rng.normal(0.0, 1.5, G)
+        pa = 1 / (1 + np.exp(-np.repeat(base + rng.normal(0.0, 1.5, G), size)))
+        pb = 1 / (1 + np.exp(-np.repeat(base + rng.normal(0.0, 1.5, G), size)))
+        r = paired_difference(
+            rng.random(G * size) < pa, rng.random(G * size) < pb, groups, settings
+        )
+        rejected += r["mcnemar_p"] < 0.05
+        plain += r["mcnemar_p_items"] < 0.05
+    assert rejected / reps <= 0.06 and plain / reps >= 0.08, (rejected / reps, plain / reps)
+    # every item its own group: the exact McNemar test, as before (and no second p-value)
+    a, b = rng.random(60) < 0.6, rng.random(60) < 0.5
+    r = paired_difference(a, b, np.arange(60).astype(str), settings)
+    assert "mcnemar_method" not in r and r["mcnemar_p"] == pytest.approx(
+        mcnemar_exact(int((a & ~b).sum()), int((~a & b).sum())), rel=1e-12
+    )
+    from ckptsel.stats import clustered_mcnemar
+
+    assert clustered_mcnemar(a, b, np.arange(60).astype(str)) == pytest.approx(
+        r["mcnemar_p"], rel=1e-9
+    )
+
+
+def test_compare_difference_of_one_cluster_is_not_estimable(capsys):
+    from ckptsel.cli.output import print_comparison
+    from ckptsel.workflows.advise.comparison import paired_difference
+
+    a, b = np.ones(8, dtype=bool), np.zeros(8, dtype=bool)
+    r = paired_difference(a, b, np.array(["g"] * 8), CompareSettings(draws=50))
+    assert r["difference"] == {"mean": 100.0, "lo": None, "hi": None, "unresolved": True,
+                               "not_estimable": "1 cluster"}  # fmt: skip
+    assert r["mcnemar_p"] == 1.0  # one cluster flipped: |S*| = |S| always
+    print_comparison({"a": {"trajectory": "t", "step": 1}, "b": {"trajectory": "t", "step": 2},
+                      "settings": {"level": 0.95, "draws": 50}, "splits": {"test": {**r, "not_shared": {
+                          "only_in_a": 0, "only_in_b": 0}}}})  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    assert "is the clustered test" in out and "estimab" in out
+    from ckptsel.results import fmt
+
+    assert fmt(r["difference"]) == "+100.00 not estimable: 1 cluster"

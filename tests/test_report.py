@@ -310,3 +310,39 @@ def test_report_cli(results, tmp_path, capsys):
         main(["report", str(tmp_path / "missing")])
     assert exc.value.code == 2
     assert "summary.json" in capsys.readouterr().err
+
+
+def test_every_caption_names_the_interval_method_that_made_the_numbers(results, summary):
+    """Issue 30 item 8: under cr2 (the default) the footer said "percentile intervals" and three
+    captions "configuration-bootstrap intervals"; now every one names the summary's method."""
+    from rich.console import Console
+
+    from ckptsel.report import terminal
+    from ckptsel.results import INTERVAL_LABELS, Summary
+
+    assert summary["interval"] == "cr2"
+    label = INTERVAL_LABELS["cr2"]
+    page = (results / "report.html").read_text()
+    footer = page[page.index("<footer>") :]
+    assert "percentile" not in footer and label in footer and "interval: cr2" in footer
+    assert "configuration-bootstrap" not in page and "percentile intervals" not in page
+    for name in (
+        "budget_curves",
+        "matched_half",
+        "sensitivities",
+        "task_strata",
+        "task_budget_curves",
+    ):
+        text = (results / "tables" / f"{name}.md").read_text()
+        assert label in text.splitlines()[0], name
+    for name in ("budget_curves_G", "budget_curves_H", "matched_half"):
+        assert label in rhtml.figure_caption(name, Summary.coerce(summary))
+    for method in ("wild", "percentile"):  # each from the summary's recorded method
+        other = dict(summary, interval=method) if method != "percentile" else {
+            k: v for k, v in summary.items() if k != "interval"}  # fmt: skip
+        html = rhtml.render_html(other, [rtables.budget_curves(other)], {})
+        assert INTERVAL_LABELS[method] in html[html.index("<footer>") :]
+        assert INTERVAL_LABELS[method] in rtables.budget_curves(other).title
+        console = Console(record=True, width=300)
+        terminal.print_main_table(other, console)
+        assert INTERVAL_LABELS[method] in console.export_text()

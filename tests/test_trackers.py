@@ -310,3 +310,25 @@ def test_trackio_into_the_training_run_by_name(study, stores):
             study.results, ["trackio"], targets={"trackio": LogTarget(run_id="nope", project="ckptsel-train")},
             note=lambda m: None,
         )  # fmt: skip
+
+
+def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
+    """Issue 29: one configuration has no configuration interval; a tracker must not get lo = hi =
+    mean (a zero-width interval that reads resolved), but the mean and not_estimable = 1."""
+    from ckptsel.trackers import evidence, summary_metrics
+
+    one = {
+        "mean": 1.78,
+        "lo": None,
+        "hi": None,
+        "unresolved": True,
+        "not_estimable": "1 configuration",
+    }
+    m = summary_metrics({"D": {"accuracy": one}})
+    assert m == {"ckptsel/D/accuracy/mean": 1.78, "ckptsel/D/accuracy/unresolved": 1.0,
+                 "ckptsel/D/accuracy/not_estimable": 1.0}  # fmt: skip
+    sel = {"recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True, "reason": "r"},
+           "trajectory": "t", "final_step": 4, "settings": {"level": 0.95},
+           "rules": {"accuracy": {"choice": {"steps": [2]}, "split_validation": one}}}  # fmt: skip
+    text = evidence(sel)
+    assert "+1.78 pp not estimable: 1 configuration (no interval)" in text and "[" not in text

@@ -38,7 +38,10 @@ def analyze(
         defaults.INTERVAL,
         "--interval",
         help=f"Interval method: {' | '.join(METHODS)} (percentile = the paper's configuration "
-        "bootstrap; see the docs' explanation 'What the intervals estimate').",
+        "bootstrap; wild needs 3 or more configurations; see the docs' explanation 'What the "
+        "intervals estimate'). Whatever the method, an estimate whose design gives no variance "
+        "information (1 configuration, 1 test-question cluster, no spread) has no interval: "
+        "'not estimable'.",
     ),
     budgets: str = typer.Option(
         ",".join(str(b) for b in defaults.BUDGETS),

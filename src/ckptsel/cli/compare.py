@@ -25,7 +25,8 @@ def compare(
     seed: int = typer.Option(SEED, help="Bootstrap seed."),
     confidence: float = typer.Option(CONFIDENCE, help="Interval level."),
 ) -> None:
-    """Paired comparison of two checkpoints on the same items: A − B, interval, McNemar."""
+    """Paired comparison of two checkpoints on the same items: A − B, interval, McNemar (exact;
+    clustered, by sign flips of whole groups, when items share groups)."""
     result = compare_checkpoints(
         records_dir, trajectory, step_a, step_b, trajectory_b=trajectory_b,
         settings=CompareSettings(draws=draws, seed=seed, level=confidence),

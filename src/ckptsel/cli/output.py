@@ -125,8 +125,8 @@ def print_selection(result: Selection) -> None:
     )
     _print_best(result, level)
     console.print(
-        f"split validation: choose on one random half of the eligible validation pool, score accuracy on the other "
-        f"half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
+        f"split validation: choose on one random half of the eligible validation pool (items sharing a group "
+        f"kept on one side), score accuracy on the other half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
         f"× {s.bootstrap_partitions} partitions, the choice redone on each."
     )
 
@@ -184,13 +184,21 @@ def print_comparison(result: dict) -> None:
             f"{r['accuracy_b']:.2f}",
             diff,
             f"{t['both_correct']} / {t['only_a']} / {t['only_b']} / {t['both_wrong']}",
-            _p(r["mcnemar_p"]),
+            _p(r["mcnemar_p"]) + (" (clustered)" if "mcnemar_method" in r else ""),
         )
     console.print(table)
     console.print(
         "✓✓/A/B/✗✗: items both right / only A right / only B right / both wrong; McNemar p: exact "
         "two-sided binomial test on the discordant items."
     )
+    for split, r in result["splits"].items():
+        if r and "mcnemar_method" in r:
+            console.print(
+                f"{split}: items share groups ({r['items']} items in {r['clusters']} clusters), so its McNemar p "
+                "is the clustered test (exact sign-flip test of whole clusters' only A − only B; Durkalski "
+                "et al. 2003); the plain McNemar test would treat the items as independent "
+                f"(p = {_p(r['mcnemar_p_items'])}) and reject a true null too often."
+            )
     for split, r in result["splits"].items():
         if r and (r["not_shared"]["only_in_a"] or r["not_shared"]["only_in_b"]):
             console.print(

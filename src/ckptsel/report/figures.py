@@ -69,8 +69,9 @@ def budget_curve_figure(
                 continue
             x = np.array([p[0] for p in part], dtype=float)
             m = np.array([p[1].mean for p in part])
-            lo = np.array([p[1].lo for p in part])
-            hi = np.array([p[1].hi for p in part])
+            # an estimate without an interval (not estimable) draws its point and no band
+            lo = np.array([np.nan if p[1].lo is None else p[1].lo for p in part], dtype=float)
+            hi = np.array([np.nan if p[1].hi is None else p[1].hi for p in part], dtype=float)
             first = part is finite or not finite  # one legend entry per rule
             ax.plot(
                 x,
@@ -82,7 +83,7 @@ def budget_curve_figure(
             )
             if len(part) > 1:
                 ax.fill_between(x, lo, hi, color=st["color"], alpha=0.15, linewidth=0)
-            else:
+            elif np.isfinite(lo).all() and np.isfinite(hi).all():
                 ax.errorbar(
                     x, m, yerr=[m - lo, hi - m], color=st["color"], capsize=4, linestyle="none"
                 )
@@ -185,8 +186,8 @@ def matched_half_figure(
             ax.errorbar(
                 gi.mean,
                 go.mean,
-                xerr=[[gi.mean - gi.lo], [gi.hi - gi.mean]],
-                yerr=[[go.mean - go.lo], [go.hi - go.mean]],
+                xerr=[[gi.mean - gi.lo], [gi.hi - gi.mean]] if gi.estimable else None,
+                yerr=[[go.mean - go.lo], [go.hi - go.mean]] if go.estimable else None,
                 marker=st["marker"],
                 markersize=10,
                 color=st["color"],

@@ -117,7 +117,7 @@ def budget_curves(summary: Summary | dict) -> ReportTable:
     disp, nums = _budget_rows(summary.gains)
     return ReportTable.of_rows(
         "budget_curves",
-        f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {summary.level_percent}% configuration-bootstrap "
+        f"Budget curves — G_r(n) and H_r(n) at every validation budget n (pp, {summary.level_percent}% {summary.interval_label} "
         "intervals; 'full' is the whole eligible pool, whose size differs by dataset).",
         disp,
         nums,
@@ -134,7 +134,7 @@ def matched_half(summary: Summary | dict) -> ReportTable:
     return ReportTable.of_rows(
         "matched_half",
         "Matched-half diagnostic on the test pool — gain on the half used to choose (G_in), on the other half "
-        f"(G_out), and the same-item optimism B = G_in − G_out (pp, {summary.level_percent}% configuration-bootstrap intervals).",
+        f"(G_out), and the same-item optimism B = G_in − G_out (pp, {summary.level_percent}% {summary.interval_label} intervals).",
         disp,
         nums,
         columns=["rule", "G_in", "G_out", "B"],
@@ -167,7 +167,7 @@ def task_strata(summary: Summary | dict) -> ReportTable:
             ]
     return ReportTable.of_rows(
         "task_strata",
-        f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {summary.level_percent}% intervals).",
+        f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each task's configurations).",
         disp,
         nums,
     )
@@ -179,7 +179,9 @@ def task_budget_curves(summary: Summary | dict) -> ReportTable:
     per_task = [_budget_rows(block.gains, task=task) for task, block in summary.by_task.items()]
     disp = [row for rows, _ in per_task for row in rows]
     nums = [row for _, rows in per_task for row in rows]
-    return ReportTable.of_rows("task_budget_curves", "Budget curves per task (pp).", disp, nums)
+    title = (f"Budget curves per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each "
+             "task's configurations).")  # fmt: skip
+    return ReportTable.of_rows("task_budget_curves", title, disp, nums)
 
 
 def _sensitivity_blocks(
@@ -221,7 +223,8 @@ def sensitivities(summary: Summary | dict) -> ReportTable:
             nums += _full_rows(gains, rule, analysis=name)
         if same is not None:
             e = _stored(same)
-            text = f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]" if e else "–"
+            text = "–" if not e else (f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]" if e.estimable
+                                      else f"{e.mean:.2f} not estimable: {e.not_estimable}")  # fmt: skip
             disp.append(
                 {
                     "analysis": name,
@@ -235,7 +238,7 @@ def sensitivities(summary: Summary | dict) -> ReportTable:
     return ReportTable.of_rows(
         "sensitivities",
         "Sensitivities — one variant per group, checkpoint thinning and the complete-response NLL control "
-        f"(pp, {summary.level_percent}% configuration-bootstrap intervals; in the NLL control H is measured against the "
+        f"(pp, {summary.level_percent}% {summary.interval_label} intervals; in the NLL control H is measured against the "
         "complete-response NLL rule).",
         disp,
         nums,

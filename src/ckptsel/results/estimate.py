@@ -1,6 +1,14 @@
 """An estimate and how it is printed: :class:`Estimate` (percentage points, with its interval;
-*unresolved* when the interval contains 0) and :func:`fmt`, the one way a cell is printed, so
+*unresolved* when the interval contains 0; *not estimable*, with the reason, when the design
+gives no information about its variance) and :func:`fmt`, the one way a cell is printed, so
 the terminal, Markdown, LaTeX and HTML show the same numbers.
+
+An estimate whose design carries no variance information (one configuration, one test-question
+cluster, no spread at all across the sampling units, a method that needs more units than there
+are) has no interval: ``lo``/``hi`` are None, ``not_estimable`` says why (e.g. ``"1
+configuration"``), it is never *resolved*, and it prints as ``+1.78 not estimable: 1
+configuration``. ``summary.json`` stores it as ``{"mean", "lo": null, "hi": null, "unresolved":
+true, "not_estimable": reason}``.
 
 An estimate is made either from computed values (``Estimate(mean, lo, hi)``, kept unrounded)
 or as ``summary.json`` stores it (:meth:`Estimate.rounded`, :meth:`Estimate.from_dict`): rounded
@@ -53,9 +61,24 @@ class Estimate:
     hi: float | None
     stored_unresolved: bool | None = None
     stored: bool = field(default=False, compare=False, repr=False)
+    not_estimable: str | None = None  # why there is no interval (then lo = hi = None)
+
+    @classmethod
+    def without_interval(cls, mean: float | None, reason: str) -> Estimate:
+        """A point estimate whose interval is not estimable (``reason``, e.g. "1 configuration"),
+        as stored."""
+        return cls(_round(mean), None, None, None, stored=True, not_estimable=str(reason))
+
+    @property
+    def estimable(self) -> bool:
+        """Whether the estimate has an interval (``not_estimable`` is None)."""
+        return self.not_estimable is None
 
     @property
     def unresolved(self) -> bool:
+        """Whether the interval contains 0 (or is missing); never False without an interval."""
+        if self.not_estimable is not None:
+            return True
         if self.stored_unresolved is not None:
             return self.stored_unresolved
         return _contains_zero(self.lo, self.hi)
@@ -70,14 +93,20 @@ class Estimate:
         """This estimate as ``summary.json`` stores it (itself when it is stored already)."""
         if self.stored:
             return self
+        if self.not_estimable is not None:
+            return Estimate.without_interval(self.mean, self.not_estimable)
         lo, hi = _round(self.lo), _round(self.hi)
         flag = None if _contains_zero(lo, hi) == self.unresolved else self.unresolved
         return Estimate(_round(self.mean), lo, hi, flag, stored=True)
 
     def to_dict(self) -> dict:
-        """``{"mean", "lo", "hi", "unresolved"}``, rounded to :data:`DIGITS` (None if not finite)."""
+        """``{"mean", "lo", "hi", "unresolved"}``, rounded to :data:`DIGITS` (None if not finite);
+        ``"not_estimable": reason`` follows when there is no interval."""
         e = self.as_stored()
-        return {"mean": e.mean, "lo": e.lo, "hi": e.hi, "unresolved": e.unresolved}
+        out = {"mean": e.mean, "lo": e.lo, "hi": e.hi, "unresolved": e.unresolved}
+        if e.not_estimable is not None:
+            out["not_estimable"] = e.not_estimable
+        return out
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Estimate | None:
@@ -87,6 +116,9 @@ class Estimate:
         """
         if not isinstance(d, dict) or d.get("mean") is None:
             return None
+        reason = d.get("not_estimable")
+        if reason is not None:  # the stored mean kept as it is (a stored -0.0 stays)
+            return cls(d["mean"], None, None, None, stored=True, not_estimable=str(reason))
         mean, lo, hi = d["mean"], d.get("lo"), d.get("hi")
         flag = d.get("unresolved")
         keep = flag if isinstance(flag, bool) and flag != _contains_zero(lo, hi) else None
@@ -95,9 +127,18 @@ class Estimate:
     @classmethod
     def read(cls, d: Any, where: str) -> Estimate:
         """A stored estimate, checked: ``{"mean", "lo", "hi", "unresolved"}`` with numbers (or
-        null bounds) and a boolean flag; raises :class:`CkptselError` naming ``where``."""
-        if not isinstance(d, dict) or list(d) != ["mean", "lo", "hi", "unresolved"]:
+        null bounds) and a boolean flag, or that and ``"not_estimable": reason`` with null bounds
+        and ``unresolved`` true; raises :class:`CkptselError` naming ``where``."""
+        keys = ["mean", "lo", "hi", "unresolved"]
+        if not isinstance(d, dict) or list(d) not in (keys, [*keys, "not_estimable"]):
             raise CkptselError(f"{where}: expected an estimate {{mean, lo, hi, unresolved}}, got {d!r}")
+        if "not_estimable" in d and not (
+            isinstance(d["not_estimable"], str) and d["not_estimable"]
+            and d["lo"] is None and d["hi"] is None and d["unresolved"] is True
+        ):  # fmt: skip
+            raise CkptselError(
+                f"{where}/not_estimable: expected a reason with null lo/hi and unresolved true, got {d!r}"
+            )
         for key in ("mean", "lo", "hi"):
             v = d[key]
             if not (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))):
@@ -120,12 +161,16 @@ def fmt(e: Estimate | dict | None, *, mean: bool = True, unit: str = "", mark: b
 
     ``mean=False`` prints the interval only, ``unit`` follows the mean (e.g. ``" pp"``), and
     ``mark=False`` leaves out the "unresolved" mark. The numbers printed are those stored
-    (rounded to :data:`DIGITS` first); a stored dict keeps its ``unresolved`` flag.
+    (rounded to :data:`DIGITS` first); a stored dict keeps its ``unresolved`` flag. An estimate
+    without an interval prints ``"+1.78 not estimable: 1 configuration"`` (whatever ``mark``).
     """
     e = Estimate.coerce(e)
     if e is None or e.mean is None:
         return "–"
     e = e.as_stored()
+    if e.not_estimable is not None:
+        text = f"not estimable: {e.not_estimable}"
+        return f"{e.mean:+.2f}{unit} {text}" if mean else text
     text = f"[{e.lo:+.2f}, {e.hi:+.2f}]"
     if mean:
         text = f"{e.mean:+.2f}{unit} {text}"

@@ -41,7 +41,7 @@ SCHEMA = 1
 # how each interval method's configuration intervals are named in captions
 # (the methods themselves: ckptsel.stats.intervals.METHODS)
 INTERVAL_LABELS = {
-    "percentile": "configuration-bootstrap",
+    "percentile": "configuration-bootstrap percentile",
     "cr2": "configuration cluster-robust t (CR2, Bell–McCaffrey df)",
     "wild": "configuration wild-bootstrap-t (Webb weights)",
 }

@@ -6,7 +6,8 @@ the summary they make. Pure NumPy over arrays; no I/O.
 * :mod:`~ckptsel.stats.bootstrap` — configuration, test-question and joint bootstrap
   replicates as matrix products, percentile intervals;
 * :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
-* :mod:`~ckptsel.stats.paired` — the paired 2×2 counts and the exact McNemar test;
+* :mod:`~ckptsel.stats.paired` — the paired 2×2 counts, the exact McNemar test and its clustered
+  form (sign flips of whole clusters);
 * :mod:`~ckptsel.stats.estimates` — :class:`StatSettings` and ``summarize``: scored choices →
   the typed summary and the descriptive tables;
 * :mod:`~ckptsel.stats.winners` — the model confidence set of the best checkpoints and the
@@ -19,7 +20,7 @@ from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
 from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
 from ckptsel.stats.intervals import METHODS
-from ckptsel.stats.paired import mcnemar_exact, two_by_two
+from ckptsel.stats.paired import cluster_differences, clustered_mcnemar, mcnemar_exact, two_by_two
 from ckptsel.stats.resample import (
     CHUNK,
     Clusters,
@@ -32,6 +33,7 @@ from ckptsel.stats.resample import (
     question_weights,
     resample_counts,
 )
+from ckptsel.stats.winners import JITTER as WINNER_JITTER
 from ckptsel.stats.winners import (
     accuracy_moments,
     bootstrap_accuracies,
@@ -46,11 +48,14 @@ __all__ = [
     "FEW_CONFIGURATIONS",
     "METHODS",
     "StatSettings",
+    "WINNER_JITTER",
     "accuracy_moments",
     "bootstrap_accuracies",
     "chunked_counts",
     "cluster_codes",
+    "cluster_differences",
     "cluster_sums",
+    "clustered_mcnemar",
     "clustered_means",
     "draw_counts",
     "est",

@@ -50,6 +50,8 @@ from ckptsel.stats import intervals as iv
 # scenario of benchmarks/bench_coverage.py (K = 2, 3, 4, 8, 16, 26; BENCHMARKS.md); fewer
 # configurations than K -> a caution quoting the measurement. One configuration never gives a
 # configuration-level interval (there is no spread to see), whatever the method.
+# below: two configurations' wild draws are degenerate (intervals.wild_t_stats)
+WILD_MIN_CONFIGURATIONS = 3
 FEW_CONFIGURATIONS = {
     "percentile": (16, "85.2% at 8 configurations, 76.6% at 4"),
     "cr2": (2, "the cr2 interval covered >= 93% from 2 configurations up"),
@@ -68,7 +70,18 @@ def study_warnings(n_configurations: int, nll_records: bool = True, interval: st
     threshold, measured = FEW_CONFIGURATIONS[interval]
     if n_configurations < threshold:
         if n_configurations < 2:
-            detail = "one configuration shows no spread, so the configuration intervals are just the point"
+            out.append(
+                f"only {n_configurations} configuration(s): one configuration shows no spread between "
+                "configurations, so the configuration and joint intervals are not estimable (none is "
+                "reported); read the test-question intervals (tables/intervals.md, report.html), which "
+                "hold this configuration's trajectories fixed, and add configurations before drawing "
+                "conclusions about new ones"
+            )
+            return out
+        if interval == "wild" and n_configurations < WILD_MIN_CONFIGURATIONS:
+            detail = (f"the wild bootstrap-t is degenerate below {WILD_MIN_CONFIGURATIONS} configurations, "
+                      "so its configuration intervals are not estimable (use --interval cr2); it")  # fmt: skip
+            detail += f" covered under 90% of its estimand below {threshold} configurations"
         else:
             distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
             detail = f"the {interval} configuration interval" + (
@@ -110,28 +123,61 @@ def est(mean: float, lo: float, hi: float) -> Estimate:
     return Estimate.rounded(mean, lo, hi)
 
 
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}" + ("" if n == 1 else "s")
+
+
 class _Estimates:
     """Point estimates + intervals for one family of replicates, addressable by name.
 
     ``reps`` ``(draws, Q)`` gives percentile intervals; ``bounds`` = ``(lo, hi)`` gives them
-    directly (the t-type methods). Where those are undefined (fewer than two configurations
-    carry the quantity, or no spread at all) the interval collapses to the point, as the
-    percentile bootstrap's does; the few-configurations warning covers that case.
+    directly (the t-type methods). ``units`` ``(Q,)`` counts the family's sampling units that
+    carry each quantity (``unit``: what they are, e.g. "configuration"). An interval is *not
+    estimable* (an :class:`~ckptsel.results.Estimate` without bounds, with the reason) where the
+    design gives no information about its variance: fewer than ``min_units`` units, an
+    undefined interval, or no spread at all across the units (zero width around a nonzero
+    mean; an estimate that is exactly 0 everywhere, e.g. the last rule's G, keeps the
+    ``[0, 0]`` it always had, which is unresolved). ``need``: the method's reason for ``min_units``.
     """
 
     def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
-                 bounds: tuple[np.ndarray, np.ndarray] | None = None):
+                 bounds: tuple[np.ndarray, np.ndarray] | None = None, *, units: np.ndarray | None = None,
+                 unit: str = "configuration", min_units: int = 2, need: str = ""):  # fmt: skip
         self.index = {n: k for k, n in enumerate(names)}
         self.means = means
         self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
-        if bounds is not None:
-            self.lo = np.where(np.isnan(self.lo), means, self.lo)
-            self.hi = np.where(np.isnan(self.hi), means, self.hi)
+        self.units = units
+        self.unit, self.min_units, self.need = unit, min_units, need
+
+    def reason(self, k: int) -> str | None:
+        """Why quantity ``k`` has no interval (None when it has one)."""
+        units = None if self.units is None else int(self.units[k])
+        if units is not None and units < self.min_units:  # one unit: no spread, whatever the method
+            return _plural(units, self.unit) + (self.need if units >= 2 else "")
+        lo, hi, mean = float(self.lo[k]), float(self.hi[k]), float(self.means[k])
+        if mean == 0.0 and not (
+            lo < hi
+        ):  # exactly 0 throughout (the last rule's G): [0, 0], unresolved
+            return None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return "no finite interval" + (
+                "" if units is None else f" from {_plural(units, self.unit)}"
+            )
+        if abs(hi - lo) <= 1e-9 * max(1.0, abs(mean)) and mean != 0.0:
+            return "no spread across the " + (
+                "units" if units is None else _plural(units, self.unit)
+            )
+        return None
 
     def get(self, name: Name) -> Estimate | None:
         k = self.index.get(name)
         if k is None or not np.isfinite(self.means[k]):
             return None
+        why = self.reason(k)
+        if why is not None:
+            return Estimate.without_interval(self.means[k], why)
+        if self.means[k] == 0.0 and not self.lo[k] < self.hi[k]:
+            return est(0.0, 0.0, 0.0)
         return est(self.means[k], self.lo[k], self.hi[k])
 
 
@@ -174,18 +220,26 @@ def _sensitivities(e: _Estimates, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> 
     )
 
 
-def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int) -> _Estimates:
-    """The configuration family (estimand: mean over configurations, test items fixed)."""
+def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int,
+                             C: np.ndarray | None = None) -> _Estimates:  # fmt: skip
+    """The configuration family (estimand: mean over configurations, test items fixed).
+
+    ``C``: the percentile method's configuration counts (drawn here when not given)."""
     k = sums.shape[0]
+    units = (sizes > 0).sum(axis=0)
     if settings.interval == "cr2":
         _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
-        return _Estimates(names, means, None, settings.level, (lo, hi))
+        return _Estimates(names, means, None, settings.level, (lo, hi), units=units)
     if settings.interval == "wild":
         W = iv.webb_weights(k, settings.draws, settings.seed, stream)
         _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
-        return _Estimates(names, means, None, settings.level, (lo, hi))
-    C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
-    return _Estimates(names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
+        return _Estimates(names, means, None, settings.level, (lo, hi), units=units,
+                          min_units=WILD_MIN_CONFIGURATIONS,
+                          need=f": the wild bootstrap-t needs {WILD_MIN_CONFIGURATIONS} or more")  # fmt: skip
+    if C is None:
+        C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
+    reps = bs.cluster_replicates(C, sums, sizes)
+    return _Estimates(names, means, reps, settings.level, units=units)
 
 
 def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
@@ -226,10 +280,7 @@ def summarize(
 
     percentile = settings.interval == "percentile"
     C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
-    if percentile:
-        conf_est = _Estimates(scored.names, means, bs.cluster_replicates(C, sums, sizes), settings.level)
-    else:
-        conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0)
+    conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0, C)
     main = [("D", "nested", r, "") for r in RULES] + [
         (k, "nested", r, FULL) for r in RULES for k in ("H", "G")
     ]
@@ -292,20 +343,37 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
         groups=scored.groups,
     )
-    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level)
+    lin_sizes = sizes[:, lin_idx]
+    clusters = {t: np.where(lin_sizes[task_conf[t]].sum(axis=0) > 0, _clusters(scored, t), np.iinfo(np.int64).max)
+                for t in per_task}  # fmt: skip  # per task and quantity: its test-question clusters
+    fewest = (
+        np.min(np.stack(list(clusters.values())), axis=0)
+        if clusters
+        else np.zeros(len(lin_idx), np.int64)
+    )
+    unit = "test-question cluster"
+    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level, units=fewest, unit=unit)
     j_names = [lin_names[k] for k in joint_cols]
-    j_est = _Estimates(j_names, means[lin_idx][joint_cols], joint, settings.level) if joint is not None else None
+    j_units = (lin_sizes[:, joint_cols] > 0).sum(axis=0)
+    j_est = None
+    if joint is not None:
+        j_means = means[lin_idx][joint_cols]
+        j_est = _Estimates(j_names, j_means, joint, settings.level, units=j_units)
     if settings.interval != "percentile" and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
         j_means = means[lin_idx][joint_cols]
-        bounds = iv.twoway_interval(scored.utilities, task_conf, sizes[:, lin_idx], joint_cols, j_means,
-                                    settings.level)
-        j_est = _Estimates(j_names, j_means, None, settings.level, bounds)
+        bounds = iv.twoway_interval(
+            scored.utilities, task_conf, lin_sizes, joint_cols, j_means, settings.level
+        )
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds, units=j_units)
     by_task = {}
     for task, reps in per_task.items():
         cidx = task_conf[task]
         with np.errstate(invalid="ignore", divide="ignore"):
-            t_means = sums[cidx][:, lin_idx].sum(axis=0) / sizes[cidx][:, lin_idx].sum(axis=0)
-        by_task[task] = _gains(_Estimates(lin_names, t_means, reps, settings.level), "nested", labels)
+            t_means = sums[cidx][:, lin_idx].sum(axis=0) / lin_sizes[cidx].sum(axis=0)
+        t_est = _Estimates(
+            lin_names, t_means, reps, settings.level, units=clusters[task], unit=unit
+        )
+        by_task[task] = _gains(t_est, "nested", labels)
     question = QuestionBootstrap(_gains(q_est, "nested", labels), by_task)
     return question, None if j_est is None else _gains(j_est, "nested", labels=(FULL,))
 

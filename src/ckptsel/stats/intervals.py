@@ -99,6 +99,13 @@ def wild_t_stats(W: np.ndarray, sums, sizes) -> tuple[np.ndarray, np.ndarray, np
     Draw b multiplies configuration k's residuals by ``W[b, k]``: y* = μ̂ + w_k e. Then
     δ = μ* − μ̂ = (W u)/N, the bootstrap cluster scores are u*_k = w_k u_k − n_k δ, and
     V* = Σ c_k² u*_k² / N² = [(W²)(c²u²) − 2δ∘W(c²un) + δ²Σc²n²]/N², all matrix products.
+
+    A draw whose bootstrap scores all vanish (V* = 0 up to rounding) while δ ≠ 0 has t* = ±∞:
+    kept as such (it lies in a tail), never dropped. Such draws are not rare at two
+    configurations: the residuals satisfy Σ u_k = 0, so u*_k = (w_k u_k − n_k δ) is zero for both
+    clusters whenever w_1/n_1 = w_2/n_2 on the residual line (equal sizes: w_1 = −w_2, 1 draw in 6
+    with Webb weights), and rounding turns the exact 0 into V* ≈ 1e-30 (t* ≈ ±5e7). Below three
+    configurations the method is degenerate and ``stats.summarize`` reports no interval.
     """
     N = sizes.sum(axis=0)
     mean, var, _ = cr2(sums, sizes)
@@ -107,24 +114,29 @@ def wild_t_stats(W: np.ndarray, sums, sizes) -> tuple[np.ndarray, np.ndarray, np
         c2 = np.where(sizes > 0, N / (N - sizes), 0.0)
         c2 = np.where(np.isfinite(c2), c2, 0.0)
         delta = (W @ u) / N
+        scale = (c2 * u * u).sum(axis=0)  # N² × the CR2 variance: the size of V*'s terms
         vstar = ((W * W) @ (c2 * u * u) - 2.0 * delta * (W @ (c2 * u * sizes))) / N**2
         vstar += delta**2 * (c2 * sizes**2).sum(axis=0) / N**2
-        tstar = delta / np.sqrt(np.maximum(vstar, 0.0))
+        spread = vstar > 1e-10 * scale / N**2  # else V* = 0 but for rounding: no bootstrap spread
+        moved = np.abs(delta) * N > 1e-10 * np.sqrt(scale)  # δ ≠ 0 beyond rounding
+        # no spread: ±∞ where the draw moved the mean, 0 where it did not (the sample itself)
+        flat = np.where(moved, np.sign(delta) * np.inf, 0.0)
+        tstar = np.where(spread, delta / np.sqrt(np.where(spread, vstar, 1.0)), flat)
     return mean, np.sqrt(var), tstar
 
 
 def wild_interval(W: np.ndarray, sums, sizes, level: float = 0.95):
-    """``(mean, lo, hi)``: percentile-t interval μ̂ − q*_{1−α/2} se, μ̂ − q*_{α/2} se."""
+    """``(mean, lo, hi)``: percentile-t interval μ̂ − q*_{1−α/2} se, μ̂ − q*_{α/2} se.
+
+    Every draw counts (±∞ ones too, see :func:`wild_t_stats`); where a quantile falls on an
+    infinite draw the interval is NaN (undefined), and the caller reports it as not estimable.
+    """
     mean, se, tstar = wild_t_stats(W, sums, sizes)
     alpha = (1.0 - level) / 2.0
-    tstar = np.where(np.isfinite(tstar), tstar, np.nan)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        qlo, qhi = np.nanquantile(tstar, [alpha, 1.0 - alpha], axis=0)
-    ok = np.isfinite(se) & np.isfinite(qlo) & np.isfinite(qhi)
-    lo, hi = np.where(ok, mean - qhi * se, np.nan), np.where(ok, mean - qlo * se, np.nan)
+    with np.errstate(invalid="ignore"):
+        qlo, qhi = np.quantile(tstar, [alpha, 1.0 - alpha], axis=0)
+        ok = np.isfinite(se) & np.isfinite(qlo) & np.isfinite(qhi)
+        lo, hi = np.where(ok, mean - qhi * se, np.nan), np.where(ok, mean - qlo * se, np.nan)
     flat = se == 0.0  # every configuration has the same mean: no spread to resample
     return mean, np.where(flat, mean, lo), np.where(flat, mean, hi)
 

@@ -1,8 +1,17 @@
-"""Paired comparisons of two checkpoints on the same items: the 2×2 counts and the exact
-McNemar test.
+"""Paired comparisons of two checkpoints on the same items: the 2×2 counts and the McNemar
+test, exact for independent items and clustered for items that come in groups.
 
 * :func:`two_by_two` — both right, only A, only B, both wrong;
-* :func:`mcnemar_exact` — the exact (binomial) two-sided McNemar p-value on discordant pairs.
+* :func:`mcnemar_exact` — the exact (binomial) two-sided McNemar p-value on discordant pairs;
+* :func:`clustered_mcnemar` — the McNemar test for clustered items: the exact sign-flip
+  (randomization) test of ``S = Σ_k d_k``, ``d_k`` = (only A) − (only B) in cluster ``k``. Under
+  the null that A and B are exchangeable within each cluster, every cluster's ``d_k`` is as
+  likely to have either sign, so flipping whole clusters gives the null distribution of ``S``
+  (computed exactly, no draws); its statistic ``S² / Σ d_k²`` is Durkalski et al. (2003)'s
+  clustered McNemar (the denominator does not change under the flips). With single-item
+  clusters it is the exact McNemar test (flips of ``±1`` are the binomial). The plain McNemar
+  test on grouped items treats correlated items as independent and rejects a true null far
+  too often (BENCHMARKS.md, ``bench_stat_fixes``).
 """
 
 from __future__ import annotations
@@ -10,6 +19,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from ckptsel.stats.resample import cluster_codes
 
 
 def two_by_two(a: np.ndarray, b: np.ndarray) -> dict[str, int]:
@@ -48,3 +59,37 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     if n == 0:
         return 1.0
     return float(min(1.0, 2.0 * math.exp(binomial_tail_log(min(only_a, only_b), n))))
+
+
+def cluster_differences(a: np.ndarray, b: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """``(G,)`` per-cluster (only A right) − (only B right) counts, clusters by first appearance."""
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    codes, count = cluster_codes(groups)
+    return np.bincount(codes, weights=(a & ~b).astype(np.float64) - (~a & b), minlength=count)
+
+
+def _binomial_pmf(m: int) -> np.ndarray:
+    """``(m + 1,)`` pmf of Binomial(m, 1/2) (log-space, no overflow)."""
+    j = np.arange(1, m + 1, dtype=np.float64)
+    log_comb = np.concatenate([[0.0], np.cumsum(np.log(m - j + 1.0) - np.log(j))])
+    return np.exp(log_comb - m * math.log(2.0))
+
+
+def clustered_mcnemar(a: np.ndarray, b: np.ndarray, groups: np.ndarray) -> float:
+    """Two-sided p-value ``P(|S*| ≥ |S|)`` of the clustered McNemar test (module docstring),
+    exact: ``S*`` flips the sign of every cluster's ``d_k`` independently, and the clusters with
+    the same ``|d_k| = v`` (``m_v`` of them) add ``v (2 Bin(m_v, 1/2) − m_v)``; one convolution
+    per distinct ``|d_k|`` (at most the largest group's size). 1 when every ``d_k`` is 0."""
+    d = cluster_differences(a, b, groups)
+    v = np.abs(d[d != 0]).astype(np.int64)
+    if len(v) == 0:
+        return 1.0
+    observed, total = abs(int(round(d.sum()))), int(v.sum())
+    values, counts = np.unique(v, return_counts=True)
+    pmf = np.ones(1)  # distribution of S* + total on 0, 1, ..., 2 total
+    for value, m in zip(values.tolist(), counts.tolist(), strict=True):  # distinct |d_k| only
+        step = np.zeros(2 * value * m + 1)
+        step[:: 2 * value] = _binomial_pmf(m)
+        pmf = np.convolve(pmf, step)
+    s = np.arange(len(pmf)) - total
+    return float(min(1.0, pmf[np.abs(s) >= observed].sum()))

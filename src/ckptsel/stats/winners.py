@@ -22,9 +22,12 @@ their cluster-robust covariance ``sigma`` (R, T, T), and cluster-bootstrap accur
   further intersected with the level-(1−β) projection interval ``|x_w − μ| ≤ c_β σ_w``. The
   interval is ``{μ : a ≤ F(x_w; μ) ≤ 1 − a}``, ``a = (α − β) / (2 (1 − β))``, the estimate
   solves ``F = ½``. Accuracies are discrete: they are made continuous by a uniform jitter of
-  under half an item (``K`` jitter draws, which also break exact ties at random as the rule
-  does) and the estimate and endpoints are averaged over the draws. With few clusters ``Σ`` is
-  inflated by ``(t_{G−1} / z)²``.
+  under half an item (``K`` jitter points, which also break exact ties at random as the rule
+  does) and the estimate and endpoints are averaged over the points. With few clusters ``Σ`` is
+  inflated by ``(t_{G−1} / z)²``. Its Monte-Carlo parts (the projection value ``c_β`` from
+  :data:`PROJECTION_DRAWS` Gaussian draws and :data:`JITTER` Latin-hypercube jitter points, all
+  in one batch) move the estimate by under 0.1 pp (sd at 100 items, BENCHMARKS.md); the caller
+  fixes their stream (``ckptsel select`` uses one that does not depend on ``--seed``).
 * :func:`naive_winner` — ``x_w ± z σ_w``: what a plain report gives (optimistic).
 """
 
@@ -37,6 +40,10 @@ from ckptsel.stats.resample import Clusters
 
 PAIR_CELLS = 20_000_000  # (trajectory × draw × T × T) cells per chunk of the MCS bootstrap
 BISECTIONS = 60
+PROJECTION_DRAWS = (
+    65536  # Gaussian draws of the projection value c_β (its 1 − β quantile, β = α/10)
+)
+JITTER = 256  # Latin-hypercube jitter points of the winner interval (one batch)
 
 
 def accuracy_moments(correct: np.ndarray, clusters: Clusters) -> tuple[np.ndarray, ...]:
@@ -108,7 +115,9 @@ def model_confidence_set(x: np.ndarray, sigma: np.ndarray, xb: np.ndarray, level
             "statistic": stat}  # fmt: skip
 
 
-def projection_critical(sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = 4000) -> np.ndarray:
+def projection_critical(
+    sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = PROJECTION_DRAWS
+) -> np.ndarray:
     """``(R,)`` 1−β quantiles of ``max_t |W_t| / sd_t``, ``W ~ N(0, Σ)`` (``draws`` Gaussian draws
     shared by the batch): the projection interval's ``c_β``."""
     T = sigma.shape[1]
@@ -166,23 +175,25 @@ def _hybrid(x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta:
 
 def winner_interval(
     x: np.ndarray, sigma: np.ndarray, n: int, clusters: int, level: float,
-    rng: np.random.Generator, jitter: int = 16, beta: float | None = None,
+    rng: np.random.Generator, jitter: int = JITTER, beta: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring),
-    averaged over ``jitter`` draws of ``(U − ½)/n`` added to ``x`` (R, T) (``n`` items,
-    ``clusters`` clusters); also ``c_beta`` (R,). Draws from ``rng``: the projection value's
-    Gaussians first, then the jitter."""
+    averaged over ``jitter`` points ``(U − ½)/n`` added to ``x`` (R, T) (``n`` items,
+    ``clusters`` clusters; ``U`` a Latin hypercube in ``[0, 1)^T``, shared by the batch); also
+    ``c_beta`` (R,). Draws from ``rng``: the projection value's Gaussians first, then the jitter.
+    The jitter points are solved in one batch of ``R × jitter`` rows."""
     alpha = 1 - level
     beta = alpha / 10 if beta is None else beta
     z = float(norm_ppf(np.array(1 - alpha / 2)))
     inflate = (float(t_quantile(1 - alpha / 2, np.array(float(max(clusters - 1, 2))))) / z) ** 2
     sigma = sigma * inflate
     c_beta = projection_critical(sigma, beta, rng)
-    total = np.zeros((3, x.shape[0]))
-    for _ in range(jitter):  # a handful of jitter draws
-        xj = x + (rng.random(x.shape) - 0.5) / n
-        total += np.stack(_hybrid(xj, sigma, level, beta, c_beta))
-    est, lo, hi = total / jitter
+    R, T = x.shape
+    # Latin hypercube: in every coordinate each of the `jitter` strata holds one point
+    u = (np.argsort(rng.random((T, jitter)), axis=1) + rng.random((T, jitter))) / jitter
+    xj = (x[:, None, :] + (u.T[None, :, :] - 0.5) / n).reshape(R * jitter, T)
+    sol = _hybrid(xj, np.repeat(sigma, jitter, axis=0), level, beta, np.repeat(c_beta, jitter))
+    est, lo, hi = (v.reshape(R, jitter).mean(axis=1) for v in sol)
     return est, lo, hi, c_beta
 
 

@@ -8,7 +8,9 @@ A results folder (``ckptsel analyze --out``) and, optionally, a selection (the o
   (``budget → accuracy → full → G`` is ``ckptsel/G/accuracy/full/mean``), the rest keeps the
   summary's path (``ckptsel/D/agreement/lo``, ``ckptsel/matched_half/oracle/B/hi``,
   ``ckptsel/by_task/gsm8k/G/nll/full/mean``, ``ckptsel/question_bootstrap/G/last/32/mean``);
-  ``unresolved`` is 1 when the interval contains 0. A selection adds
+  ``unresolved`` is 1 when the interval contains 0 (or there is none); an estimate whose interval
+  is not estimable (e.g. one configuration) has no ``lo``/``hi`` and ``not_estimable`` = 1 (the
+  reason is in the main table and ``summary.json``). A selection adds
   ``ckptsel/select/<rule>/{split_validation,test}/…`` and ``ckptsel/select/keep_step``;
 * settings and provenance (flat strings named ``ckptsel.<name>``): seed, draws, interval level and
   method, permutations, the population, the frozen-choices SHA-256, the summary's SHA-256, the
@@ -140,6 +142,8 @@ def _estimate_metrics(est: dict, path: tuple[str, ...]) -> dict[str, float]:
             out[metric_name(path, stat)] = float(v)
     if est.get("unresolved") is not None:
         out[metric_name(path, "unresolved")] = 1.0 if est["unresolved"] else 0.0
+    if est.get("not_estimable"):
+        out[metric_name(path, "not_estimable")] = 1.0
     return out
 
 
@@ -359,7 +363,10 @@ def check_model_name(name: str) -> str:
 
 
 def _gain(est: dict, pct: int) -> str:
-    """``-0.22 pp [-7.14, +10.74] (95% interval, unresolved)``."""
+    """``-0.22 pp [-7.14, +10.74] (95% interval, unresolved)``; ``+1.78 pp not estimable: 1
+    configuration (no interval)``."""
+    if est.get("not_estimable"):
+        return f"{fmt(est, unit=' pp')} (no interval)"
     flag = ", unresolved" if est.get("unresolved") else ""
     return f"{fmt(est, unit=' pp', mark=False)} ({pct}% interval{flag})"
 

@@ -3,8 +3,14 @@
 Both checkpoints are scored on the items they share (validation: the eligible pools of the
 two trajectories, intersected; test: the test pool). Per split it reports the paired accuracy
 difference A − B (pp), a paired bootstrap interval in which items sharing a ``group`` are
-resampled together (the number of clusters is reported), the exact McNemar p-value (binomial
-on the discordant pairs) and the 2×2 counts. The two checkpoints may come from one trajectory
+resampled together (the number of clusters is reported), the McNemar p-value and the 2×2
+counts. The McNemar test is the exact binomial test on the discordant items when every item
+is its own group, and the clustered McNemar test (exact sign-flip test of whole clusters'
+``only A − only B``, Durkalski et al. 2003's statistic; :func:`ckptsel.stats.clustered_mcnemar`)
+when items share groups: the plain test treats correlated items as independent and rejects a
+true null far more often than its level (``mcnemar_method`` says which test made
+``mcnemar_p``; the plain one is kept as ``mcnemar_p_items`` then). A difference whose items
+form one cluster has no interval (not estimable). The two checkpoints may come from one trajectory
 or from two runs measured on the same items (``trajectory_b``).
 """
 
@@ -20,13 +26,18 @@ from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation, read_rows
+from ckptsel.results import Estimate
 from ckptsel.stats import (
     cluster_codes,
+    clustered_mcnemar,
     clustered_means,
     mcnemar_exact,
     percentile_interval,
     two_by_two,
 )
+
+EXACT = "exact binomial (items independent)"
+CLUSTERED = "clustered: exact sign-flip test of whole clusters (Durkalski et al. 2003 statistic)"
 
 
 @dataclass(frozen=True)
@@ -58,25 +69,35 @@ def paired_difference(
     """The paired comparison of two boolean vectors over the same ``n`` items (see module doc)."""
     a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
     n = len(a)
+    clusters = cluster_codes(groups)[1]
     d = 100.0 * (a.astype(np.float64) - b.astype(np.float64))  # (n,) per-item difference, pp
     reps = clustered_means(d, groups, settings.draws, settings.seed, stream)[:, 0]
     lo, hi = percentile_interval(reps[:, None], settings.level)
     counts = two_by_two(a, b)
     lo, hi = float(lo[0]), float(hi[0])
-    return {
+    difference = {
+        "mean": round(float(d.mean()), 6),
+        "lo": round(lo, 6),
+        "hi": round(hi, 6),
+        "unresolved": bool(lo <= 0.0 <= hi),
+    }
+    if clusters < 2:  # one cluster: no variance information, no interval
+        difference = Estimate.without_interval(float(d.mean()), f"{clusters} cluster").to_dict()
+    exact = mcnemar_exact(counts["only_a"], counts["only_b"])
+    out = {
         "items": n,
-        "clusters": cluster_codes(groups)[1],
+        "clusters": clusters,
         "accuracy_a": round(100.0 * float(a.mean()), 6),
         "accuracy_b": round(100.0 * float(b.mean()), 6),
-        "difference": {
-            "mean": round(float(d.mean()), 6),
-            "lo": round(lo, 6),
-            "hi": round(hi, 6),
-            "unresolved": bool(lo <= 0.0 <= hi),
-        },
+        "difference": difference,
         "table": counts,
-        "mcnemar_p": mcnemar_exact(counts["only_a"], counts["only_b"]),
+        "mcnemar_p": exact,
     }
+    if clusters < n:  # items share groups: the clustered test is the one reported
+        out["mcnemar_p"] = clustered_mcnemar(a, b, groups)
+        out["mcnemar_method"] = CLUSTERED
+        out["mcnemar_p_items"] = exact
+    return out
 
 
 # --------------------------------------------------------------------------- loading

@@ -6,7 +6,8 @@ each validation budget picks) come from the same engine as the study analysis
 is never scored on the items used to make it:
 
 * **split validation** — the eligible validation pool is split into random halves (``P``
-  partitions, both directions); the rule chooses on one half and the choice is scored by
+  partitions, both directions; items that share a ``group`` always go to the same half, so
+  no question's variants sit on both sides); the rule chooses on one half and the choice is scored by
   accuracy on the other half. Its interval is a question bootstrap that redoes the whole
   split-and-choose procedure on every resample of validation questions (weights per
   question, so a repeated question never sits on both sides), so the variability of the
@@ -64,6 +65,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
 from ckptsel.results import Estimate, fmt
 from ckptsel.stats import (
+    WINNER_JITTER,
     Clusters,
     accuracy_moments,
     bootstrap_accuracies,
@@ -301,9 +303,17 @@ class Selection:
 
 
 # --------------------------------------------------------------------------- estimates
-def _estimate(mean: float, replicates: np.ndarray, level: float) -> Estimate:
-    """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates."""
+def _estimate(
+    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str
+) -> Estimate:
+    """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
+    ``clusters`` resampled ``unit`` clusters; not estimable from one cluster, or when the
+    replicates show no spread around a nonzero mean (no variance information)."""
+    if clusters < 2:
+        return Estimate.without_interval(mean, f"{clusters} {unit} cluster")
     lo, hi = percentile_interval(replicates[:, None], level)
+    if abs(hi[0] - lo[0]) <= 1e-9 * max(1.0, abs(mean)) and mean != 0.0:
+        return Estimate.without_interval(mean, f"no spread across the {clusters} {unit} clusters")
     return est(mean, lo[0], hi[0])
 
 
@@ -351,15 +361,36 @@ def split_validation_gains(
     return gains.reshape(W, P).mean(axis=1)
 
 
-def partition_masks(item_ids: np.ndarray, partitions: int, seed: int) -> np.ndarray:
-    """``(P, n)`` indicators of the first half (⌊n/2⌋ items) of each deterministic random partition."""
+def partition_masks(
+    item_ids: np.ndarray, partitions: int, seed: int, groups: np.ndarray | None = None
+) -> np.ndarray:
+    """``(P, n)`` indicators of the first half of each deterministic random partition.
+
+    Without shared groups the first half is ⌊n/2⌋ items in a random order of the items. When
+    items share a ``group`` (variants of one question) whole groups go to one half: the groups
+    are put in a random order (hashed by group name) and a group joins the first half when its
+    midpoint in that order falls before n/2 items, so the halves hold about n/2 items each and
+    never split a group (a split group would leak: its variants are scored on the other half).
+    """
     n = len(item_ids)
+    clusters = Clusters.of(groups, n)
+    if clusters.count == n:  # every item its own group: the item order, as always
+        orders = core.permutations(
+            core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES
+        )
+        in_s = np.zeros((partitions, n))
+        np.put_along_axis(in_s, orders[:, : n // 2], 1.0, axis=1)
+        return in_s
+    first = np.unique(clusters.codes, return_index=True)[1]  # each cluster's first item
+    names = np.asarray(groups)[first]
     orders = core.permutations(
-        core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES
+        core.string_keys(list(names)), seed, partitions, stream=streams.SELECT_HALVES
     )
-    in_s = np.zeros((partitions, n))
-    np.put_along_axis(in_s, orders[:, : n // 2], 1.0, axis=1)
-    return in_s
+    size = clusters.sizes[orders]  # (P, G) in each partition's cluster order
+    middle = np.cumsum(size, axis=1) - size / 2.0
+    in_first = np.zeros((partitions, clusters.count))
+    np.put_along_axis(in_first, orders, (middle < n / 2.0).astype(np.float64), axis=1)
+    return in_first[:, clusters.codes]
 
 
 def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> TestGain:
@@ -371,7 +402,7 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
     reps = R @ d / (n if clusters == n else R.sum(axis=1))
     return TestGain(
-        _estimate(d.mean(), reps, level),
+        _estimate(d.mean(), reps, level, clusters, "test-question"),
         items=int(n),
         clusters=int(clusters),
         chosen_accuracy=round(float(100.0 * (choice @ z).mean()), 6),
@@ -405,7 +436,9 @@ def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     return test
 
 
-JITTER_DRAWS = 16  # jitter draws of the winner interval (stats.winners)
+JITTER_DRAWS = WINNER_JITTER  # jitter points of the winner interval (stats.winners)
+# the winner interval's Monte-Carlo stream: fixed, so --seed does not move the chosen estimate
+WINNER_STREAM_SEED = 0
 
 
 def best_checkpoints(
@@ -413,7 +446,9 @@ def best_checkpoints(
 ) -> tuple[PlausiblyBest, ChosenEstimate]:
     """The plausibly-best set and the selection-corrected estimate of one trajectory's
     validation ``correct`` (T, n), items clustered by ``groups`` (n,). Draws: the MCS bootstrap
-    counts from ``[seed, SELECT_WINNER, 0]``, the projection value and jitter from ``[..., 1]``."""
+    counts from ``[seed, SELECT_WINNER, 0]``; the projection value and jitter of the chosen
+    estimate from ``[0, SELECT_WINNER, 1]`` whatever the seed (its Monte-Carlo error, under
+    0.1 pp, would otherwise move the estimate with ``--seed``)."""
     clusters = Clusters.of(groups, correct.shape[1])
     x, sums, sigma = accuracy_moments(correct[None], clusters)
     counts = resample_counts(
@@ -437,7 +472,7 @@ def best_checkpoints(
         draws=settings.draws,
         clusters=clusters.count,
     )
-    rng = streams.generator(settings.seed, streams.SELECT_WINNER, 1)
+    rng = streams.generator(WINNER_STREAM_SEED, streams.SELECT_WINNER, 1)
     mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level,
                                           rng, jitter=JITTER_DRAWS)  # fmt: skip
     n_mean, n_lo, n_hi = naive_winner(x, sigma, settings.level)
@@ -495,10 +530,12 @@ def _select_checkpoint(
     )
     sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
     _check_select_memory(settings, n, len(steps))
-    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed)
+    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
     weights, clusters = question_weights(
         v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
     )
+    first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
+    halves = (first, n - first)
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
 
@@ -512,9 +549,8 @@ def _select_checkpoint(
         reps = split_validation_gains(
             sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
         )
-        split = SplitValidationGain(
-            _estimate(point, reps, settings.level), settings.partitions, (n // 2, n - n // 2), clusters
-        )
+        gain = _estimate(point, reps, settings.level, clusters, "validation")
+        split = SplitValidationGain(gain, settings.partitions, halves, clusters)
         rules[r] = RuleSelection(
             steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
             probabilities=_probabilities(full, steps),
@@ -560,7 +596,7 @@ def recommend(
             rule, final_step, True,
             f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
         )  # fmt: skip
-    if sv.lo > 0 and not sv.unresolved:
+    if sv.estimable and not sv.unresolved and sv.lo > 0:
         candidates = [s for s in tied if s != final_step]
         keep = max(candidates)  # a tie set: the latest of the tied checkpoints
         tie_note = (
@@ -574,6 +610,8 @@ def recommend(
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
         )  # fmt: skip
     why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
+    if not sv.estimable:
+        why = f"is not estimable ({sv.not_estimable})"
     return Recommendation(
         rule, final_step, True,
         f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
