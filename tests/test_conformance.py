@@ -269,3 +269,22 @@ def test_the_trainer_callback_checks_the_family_and_stamps_it(cache, tmp_path):
     with pytest.raises(CkptselError, match="PositionlessLlamaForCausalLM float32"):
         cb.measure(bad, tok, 1)
     assert not rec_bad.exists() or not any(rec_bad.rglob("*.parquet"))
+
+
+def test_a_length_dependent_rope_is_a_family_of_its_own(cache):
+    """A dynamic-RoPE Llama is measured by another path than a plain Llama (items past the
+    boundary alone): it gets its own verdict, never the plain Llama's (the first GPU check
+    found it passing on that cached verdict in 0.00 s)."""
+    tok = archmodels.tokenizer()
+    prompts, responses = archmodels.items(8)
+    items = [
+        type("Item", (), {"instruction": p, "response": r})()
+        for p, r in zip(prompts, responses, strict=True)
+    ]
+    config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW)
+    assert check_conformance(archmodels.build("llama", tok, attn="eager"), tok, items, config)
+    checks = conformance.STATS["checks"]
+    dynamic = archmodels.build("llama_dynamic", tok, attn="eager")
+    assert conformance.hf_key(dynamic, "cpu")["rope"] == "dynamic"
+    assert check_conformance(dynamic, tok, items, config) == HF_PASSED
+    assert conformance.STATS["checks"] == checks + 1

@@ -9,7 +9,10 @@ an *unknown* seam is made loud: the first time a family is measured, it is check
 
 **What is a family.** The key of a verdict (:func:`hf_key`, :func:`vllm_key`): the model class
 (the architecture for vLLM), whether a LoRA adapter is applied unmerged, the dtype, the
-attention implementation, the cache layout (full / sliding / other), the engine and its version
+attention implementation, the cache layout (full / sliding / other), whether the RoPE
+frequencies depend on the call's length (static / longrope / dynamic: measured by another
+path, so checked on their own — the first GPU check found a dynamic-RoPE Llama passed on the
+plain Llama's cached verdict), the engine and its version
 (transformers or vLLM), torch's version, the device kind, and a digest of the fast path's own
 source (so a fixed ``passes.py`` is checked again, and a refused family stays refused only
 while the code that was wrong is the code that runs).
@@ -73,7 +76,7 @@ from ckptsel.data import format_prompt
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.passes import cache_layout, measure_items
+from ckptsel.measure.passes import cache_layout, fresh_rope, length_rope, measure_items
 from ckptsel.measure.tokens import (
     cut_at_stop,
     encode_prompts,
@@ -193,6 +196,7 @@ def hf_key(model: Any, device: Any) -> dict[str, Any]:
         "dtype": dtype_name(inner.dtype),
         "attention": str(getattr(inner.config, "_attn_implementation", None) or "unknown"),
         "cache": cache_layout(model).kind, "device": device_kind(device),
+        "rope": (length_rope(model) or ("static",))[0],
     }  # fmt: skip
 
 
@@ -318,12 +322,15 @@ def _reference(
     model: Any, prompt: list[int], answer: list[int], cfg: Any, device: Any
 ) -> tuple[list[int], list[Step], float]:
     """Unbatched greedy ``generate`` on one unpadded prompt (tokens, per-step scores) and the
-    NLL of ``answer`` from one unpadded forward."""
+    NLL of ``answer`` from one unpadded forward, each as a freshly loaded model gives them
+    (dynamic RoPE keeps the frequencies of the longest call so far: reset first)."""
     import torch
 
     x = torch.tensor([prompt], dtype=torch.long, device=device)
     with torch.inference_mode():
+        fresh_rope(model, device)
         out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=cfg)
+        fresh_rope(model, device)
     new = out.sequences[0, len(prompt) :].tolist()
     eps = EPS.get(dtype_name(model.dtype), EPS["bfloat16"])
     steps = []

@@ -425,7 +425,7 @@ def _measure_alone(
             do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=stops,
             pad_token_id=pad,
         )  # fmt: skip
-        _fresh_rope(model, device)
+        fresh_rope(model, device)
         ids = torch.tensor([prompt], dtype=torch.long, device=device)
         with clock("decode"):
             res = model.generate(
@@ -442,7 +442,7 @@ def _unpadded_nll(model: Any, seq: list[int], n_prompt: int, cached: bool) -> An
     if len(seq) <= n_prompt:
         return torch.zeros(0, dtype=torch.float64)
     device = next(model.parameters()).device
-    _fresh_rope(model, device)
+    fresh_rope(model, device)
     ids = torch.tensor([seq], dtype=torch.long, device=device)
     lg = model(input_ids=ids, use_cache=cached).logits[0, n_prompt - 1 : len(seq) - 1].float()
     target = ids[0, n_prompt:]
@@ -450,7 +450,7 @@ def _unpadded_nll(model: Any, seq: list[int], n_prompt: int, cached: bool) -> An
     return torch.cumsum(tok_nll.double().cpu(), 0)
 
 
-def _fresh_rope(model: Any, device: Any) -> None:
+def fresh_rope(model: Any, device: Any) -> None:
     """Dynamic RoPE keeps the frequencies of the longest call so far until a call shorter than
     its boundary resets them (transformers' ``dynamic_frequency_update``): a one-token forward
     first, so that a call sees what it would see on a freshly loaded model."""
