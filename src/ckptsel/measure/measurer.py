@@ -203,7 +203,9 @@ class Measurer:
         self.vllm: VllmEngine | None = None
         if "vllm" in (config.backend, config.nll_backend):
             self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
-        self.holder = ModelHolder(config.device, resolve_dtype(config.dtype, config.device))
+        self.holder = ModelHolder(
+            config.device, resolve_dtype(config.dtype, config.device), config.swap_weights
+        )
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
         self.stops: dict[str, list[int]] = {}  # vLLM: stop ids per model
