@@ -85,3 +85,11 @@ def test_a_checkpoint_with_another_config_is_loaded_afresh(run, tmp_path):
     holder.swap = False
     holder.get(ckpts[2])
     assert holder.loads == 2 and holder.log.fallbacks == {"step 6": "swapping off (--no-swap)"}
+
+
+def test_the_result_says_how_the_weights_got_in(run, tmp_path):
+    res = measure(run, tmp_path / "rec")
+    assert res.engine_starts == 1 and res.weight_swaps == 2
+    assert (
+        res.engines.startswith("hf model started once") and "2 checkpoints swapped" in res.engines
+    )

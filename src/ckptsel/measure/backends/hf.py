@@ -150,7 +150,7 @@ class ModelHolder:
             return True
         why = "swapping off (--no-swap)" if not self.swap else swap_refusal(self.full, ref)
         if why:
-            self.log.fallbacks[f"step {ckpt.step}"] = why
+            self.log.fell_back(ckpt.step, why)
             return False
         _, seconds = timed(lambda: swap_hf(self.model, ref))
         self.model.generation_config = generation_config(ref)  # its own stop ids

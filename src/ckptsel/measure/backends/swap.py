@@ -38,14 +38,22 @@ class SwapLog:
     swaps: int = 0
     swap_seconds: float = 0.0
     fallbacks: dict[str, str] = field(default_factory=dict)
+    last: str = ""  # how the current full checkpoint got into the model, in words
+    pending: str = ""  # why the next start is a fallback
 
     def started(self, seconds: float) -> None:
         self.starts += 1
         self.start_seconds += seconds
+        self.last, self.pending = self.pending or "loaded", ""
 
     def swapped(self, seconds: float) -> None:
         self.swaps += 1
         self.swap_seconds += seconds
+        self.last = f"swapped in place, proven by {PROOF_TENSORS} tensor checksums"
+
+    def fell_back(self, step: int, why: str) -> None:
+        self.fallbacks[f"step {step}"] = why
+        self.pending = f"loaded afresh: {why}"
 
     def words(self, engine: str) -> str:
         """E.g. ``vllm engine started once (31.2 s), 9 checkpoints swapped in place, 0.40 s
@@ -56,7 +64,8 @@ class SwapLog:
             each = self.swap_seconds / self.swaps
             text += f", {self.swaps} checkpoints swapped in place, {each:.2f} s each"
         if self.fallbacks:
-            text += f", {len(self.fallbacks)} loaded afresh ({next(iter(self.fallbacks.values()))})"
+            why = next(iter(self.fallbacks.values()))
+            text += f", {len(self.fallbacks)} loaded afresh ({why})"
         return text
 
 
@@ -116,6 +125,17 @@ def proof_names(
         return both
     picks = {round(i * (len(both) - 1) / (PROOF_TENSORS - 1)) for i in range(PROOF_TENSORS)}
     return [both[i] for i in sorted(picks)]
+
+
+def file_checksums(ref: str | Path, model_shapes: dict[str, tuple], dtype: Any) -> dict[str, float]:
+    """The checksums (:func:`checksum`, cast to ``dtype``) of the :func:`proof_names` tensors of
+    checkpoint ``ref``, read alone from its safetensors files (not the whole checkpoint)."""
+    from safetensors import safe_open
+
+    handles = [safe_open(str(path), framework="pt") for path in weight_files(ref)]
+    where = {name: h for h in handles for name in h.keys()}  # noqa: SIM118 - no iterator
+    shapes = {name: tuple(h.get_slice(name).get_shape()) for name, h in where.items()}
+    return {n: checksum(where[n].get_tensor(n), dtype) for n in proof_names(shapes, model_shapes)}
 
 
 def prove(expected: dict[str, float], got: dict[str, float], where: Any) -> None:
