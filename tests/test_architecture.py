@@ -56,7 +56,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "measurer",
         "executors", "provenance", "run", "watch", "ingest",
     ),  # fmt: skip
-    "measure.backends": ("hf", "vllm", "vllm_patch"),
+    "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
     "measure.ingest": ("mapping", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),

@@ -241,7 +241,7 @@ def test_measure_model_in_memory(measured):
     assert m["nll_sum"].to_numpy() == pytest.approx(m["nll_sum_ref"].to_numpy(), rel=1e-6)
 
 
-def test_lora_run_loads_the_base_once_and_full_run_loads_each(tmp_path):
+def test_lora_run_loads_the_base_once_and_full_run_swaps_into_one_model(tmp_path):
     from ckptsel.measure import MeasureConfig, measure_run
 
     run = build_tiny_run(
@@ -251,7 +251,7 @@ def test_lora_run_loads_the_base_once_and_full_run_loads_each(tmp_path):
     res = measure_run(
         run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec"
     )
-    assert res.model_loads == 2 and res.measured_steps == [5, 7]
+    assert res.model_loads == 1 and res.measured_steps == [5, 7]  # step 7 swapped in (issue 31)
     lora = build_tiny_run(tmp_path / "lora", steps=(1, 2, 3), n_validation=3, n_test=2)
     res = measure_run(
         lora.run_dir,

@@ -67,3 +67,5 @@ def measure(
         f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "
         f"{res.generated_items} generations, {res.scored_items} NLL items in {res.seconds:.1f}s -> {where['out']}"
     )
+    if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
+        typer.echo(f"  {res.engines}")

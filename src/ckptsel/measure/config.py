@@ -48,7 +48,10 @@ class MeasureConfig:
     ``None`` means both splits use ``task``. ``conformance_check`` (``--no-conformance-check``
     turns it off) checks the fast path against unbatched ``generate`` the first time a model
     family is measured (:mod:`ckptsel.measure.conformance`); it changes nothing measured, so
-    it names no part file, and every unit records whether it ran.
+    it names no part file, and every unit records whether it ran. ``swap_weights``
+    (``False``: a fresh model or engine per full checkpoint) loads each full checkpoint of a
+    trajectory into the model or vLLM engine already running, proven by checksums
+    (:mod:`ckptsel.measure.backends.swap`); it changes nothing measured.
     """
 
     task: str
@@ -67,6 +70,7 @@ class MeasureConfig:
     check_here: bool = field(default=True, compare=False, repr=False)
     test_task: str | None = None
     conformance_check: bool = True
+    swap_weights: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str):

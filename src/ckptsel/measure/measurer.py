@@ -184,6 +184,22 @@ class MeasureResult:
     conformance_checks: int = 0  # families checked here (not read from the verdict cache)
     conformance_seconds: float = 0.0  # their cost (not in generation/NLL seconds)
     executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
+    engine_starts: int = 0  # fresh models/engines for full checkpoints and bases (issue 31)
+    weight_swaps: int = 0  # full checkpoints swapped into the one running (and proven)
+    swap_seconds: float = 0.0
+    engines: str = ""  # in words: "vllm engine started once (31.2 s), 9 checkpoints swapped ..."
+
+
+def record_engines(result: MeasureResult, holder: ModelHolder, vllm: VllmEngine | None) -> None:
+    """Engine starts and weight swaps of a measurer's model holder and vLLM engine, added to
+    ``result`` (counts, seconds and one line in words)."""
+    logs = [("hf model", holder.log)] + ([("vllm engine", vllm.log)] if vllm is not None else [])
+    logs = [(name, log) for name, log in logs if log.starts]
+    result.engine_starts += sum(log.starts for _, log in logs)
+    result.weight_swaps += sum(log.swaps for _, log in logs)
+    result.swap_seconds += sum(log.swap_seconds for _, log in logs)
+    words = "; ".join(log.words(name) for name, log in logs)
+    result.engines = "; ".join(w for w in (result.engines, words) if w)
 
 
 class Measurer:
@@ -203,7 +219,9 @@ class Measurer:
         self.vllm: VllmEngine | None = None
         if "vllm" in (config.backend, config.nll_backend):
             self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
-        self.holder = ModelHolder(config.device, resolve_dtype(config.dtype, config.device))
+        self.holder = ModelHolder(
+            config.device, resolve_dtype(config.dtype, config.device), config.swap_weights
+        )
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
         self.stops: dict[str, list[int]] = {}  # vLLM: stop ids per model
@@ -220,6 +238,7 @@ class Measurer:
         self.result.model_loads = self.holder.loads
         self.result.conformance_checks = self.conformance.checks
         self.result.conformance_seconds = self.conformance.seconds
+        record_engines(self.result, self.holder, self.vllm)
         self.holder.free()
         if self.vllm is not None:
             self.vllm.close()

@@ -25,6 +25,7 @@ remote listing on every use), so a Ray actor on a node without the run's disk ge
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any
 
 from ckptsel._util.nodecache import local_ref
 from ckptsel.errors import CkptselError
+from ckptsel.measure.backends.swap import SwapLog, swap_hf, swap_refusal, timed
 from ckptsel.train import Checkpoint, load_tokenizer
 
 MERGE_MAX_BYTES = 4 << 30  # a merged copy beside the base: at most this much more memory
@@ -56,7 +58,7 @@ class ModelHolder:
     merged copy (float32 CPU), or one full checkpoint. The base is never reloaded for a new
     adapter."""
 
-    def __init__(self, device: str, dtype: Any) -> None:
+    def __init__(self, device: str, dtype: Any, swap: bool = True) -> None:
         self.device = device
         self.dtype = dtype
         self.model: Any = None
@@ -64,23 +66,29 @@ class ModelHolder:
         self.adapter: str | None = None
         self.pristine: Any = None  # the untouched base that adapters are merged into copies of
         self.loads = 0  # base/full model loads, for tests and benchmarks
+        self.full: str | None = None  # set while self.model is that full checkpoint
+        self.swap = swap  # full checkpoints swapped into the model in memory (module doc)
+        self.log = SwapLog()
 
     def _load(self, ref: Any) -> Any:
         from transformers import AutoModelForCausalLM
 
         self.loads += 1
+        t0 = time.perf_counter()
         try:
             model = AutoModelForCausalLM.from_pretrained(local_ref(ref), dtype=self.dtype)
         except (OSError, ValueError) as err:
             raise CkptselError(f"{ref}: cannot load model ({err})") from err
-        return model.to(self.device).eval()
+        model = model.to(self.device).eval()
+        self.log.started(time.perf_counter() - t0)
+        return model
 
     def free(self) -> None:
         """Drop the model and give its memory back."""
         held = [weakref.ref(m) for m in (self.model, self.pristine) if m is not None]
         if not held:
             return
-        self.model = self.base = self.adapter = self.pristine = None
+        self.model = self.base = self.adapter = self.pristine = self.full = None
         # models are usually freed right here, by reference counting; a full collection
         # (a quarter second with torch loaded) only when something survived in a cycle
         if any(ref() is not None for ref in held):
@@ -96,8 +104,11 @@ class ModelHolder:
     def get(self, ckpt: Checkpoint) -> Any:
         """The model for ``ckpt``, ready for inference."""
         if ckpt.kind == "full":
+            if self.full is not None and self._swapped(ckpt):
+                return self.model
             self.free()
             self.model = self._load(ckpt.path)
+            self.full = str(local_ref(ckpt.path))
             return self.model
         from peft import PeftModel
 
@@ -129,6 +140,25 @@ class ModelHolder:
             self.model.eval()
             check_adapter_reaches(self.model, name, ckpt.path)
         return self.model
+
+    def _swapped(self, ckpt: Checkpoint) -> bool:
+        """``ckpt``'s tensors loaded into the full model in memory and proven there
+        (:func:`~ckptsel.measure.backends.swap.swap_hf`); False (the reason logged) when its
+        config or files need a fresh load."""
+        ref = str(local_ref(ckpt.path))
+        if ref == self.full:
+            return True
+        why = "swapping off (--no-swap)" if not self.swap else swap_refusal(self.full, ref)
+        if why:
+            self.log.fell_back(ckpt.step, why)
+            return False
+        _, seconds = timed(lambda: swap_hf(self.model, ref))
+        self.model.generation_config = generation_config(ref)  # its own stop ids
+        self.model.config._name_or_path = ref
+        self.model.eval()
+        self.full = ref
+        self.log.swapped(seconds)
+        return True
 
     def _merges(self, base: Any) -> bool:
         """Merge adapters into copies of ``base``: float32 on the CPU, small enough to copy."""

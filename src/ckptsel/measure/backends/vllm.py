@@ -49,6 +49,7 @@ from typing import Any
 from ckptsel._util.nodecache import local_ref
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import resolve_dtype
+from ckptsel.measure.backends.swap import SwapLog, checksum, file_checksums, prove, swap_refusal
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.tokens import ResponseNll, cut_at_stop, window_sums
 from ckptsel.train import Checkpoint
@@ -239,6 +240,7 @@ class VllmEngine:
         self.plan: KvPlan | None = None
         self.starts = 0  # engines started, for tests and benchmarks
         self.start_seconds = 0.0
+        self.log = SwapLog()  # starts, full checkpoints swapped in and their time
 
     # ------------------------------------------------------------------ the engine
 
@@ -248,13 +250,41 @@ class VllmEngine:
         fits = self.plan is not None and max(lengths) <= self.plan.max_model_len
         if self.llm is not None and self.model_ref == ref and fits:
             return self.llm
+        if self.llm is not None and fits and ckpt.kind == "full" and self._swapped(ckpt, ref):
+            return self.llm
         self.close()
         self.plan = self._plan(ref, lengths)
         t0 = time.perf_counter()
         self.llm = self._start(ref, self.plan)
         self.start_seconds += time.perf_counter() - t0
+        self.log.started(time.perf_counter() - t0)
         self.model_ref, self.starts = ref, self.starts + 1
         return self.llm
+
+    def _swapped(self, ckpt: Checkpoint, ref: str) -> bool:
+        """Full checkpoint ``ref`` loaded into the running engine (vLLM's ``reload_weights``,
+        the prefix cache emptied) and proven there (:mod:`~ckptsel.measure.backends.swap`);
+        False (the reason logged) when it needs an engine of its own."""
+        assert self.model_ref is not None
+        off = not self.config.swap_weights
+        why = "swapping off (--no-swap)" if off else swap_refusal(self.model_ref, ref)
+        if why:
+            self.log.fell_back(ckpt.step, why)
+            return False
+        t0 = time.perf_counter()
+        try:
+            reload_engine(self.llm, ref)
+            self.llm.reset_prefix_cache()  # its KV blocks hold the old weights' keys and values
+            prove_engine(self.llm, ref, self.dtype)
+        except CkptselError:
+            self.close()
+            raise
+        except Exception as err:  # vLLM raises many kinds; one line says which and why
+            self.close()
+            raise CkptselError(f"vLLM could not swap in {ref}: {_first_line(err)}") from err
+        self.model_ref = ref
+        self.log.swapped(time.perf_counter() - t0)
+        return True
 
     def _plan(self, ref: str, lengths: Sequence[int]) -> KvPlan:
         cfg = text_config(ref)
@@ -419,6 +449,78 @@ class VllmEngine:
         scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
         value = getattr(scheduler, "max_num_seqs", None)
         return int(value) if value is not None else None
+
+
+def reload_engine(llm: Any, ref: str) -> None:
+    """Load full checkpoint ``ref``'s weights into the running engine ``llm`` (vLLM's own
+    in-place reload on every worker)."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_path": ref})
+    llm.apply_model(_repack_shared)
+
+
+def _repack_shared(model: Any) -> None:
+    """Pack again, on the CPU, the GEMM weights of layers that keep theirs (embeddings, and the
+    LM head tied to them): vLLM's reload repacks the layers it loads, not a head that shares
+    the embedding's tensor, whose packed copy would stay the old checkpoint's."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        method = getattr(module, "quant_method", None)
+        if (getattr(module, "cpu_linear", None) is not None and method is not None
+                and weight is not None and weight.dim() == 2 and weight.numel()):  # fmt: skip
+            method.process_weights_after_loading(module)
+
+
+def _shapes(model: Any) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+def _sums(model: Any, names: Sequence[str]) -> dict[str, float]:
+    params = dict(model.named_parameters())
+    return {n: checksum(params[n]) for n in names}
+
+
+def _stale_kernels(model: Any) -> list[str]:
+    """On the CPU, the layers whose packed GEMM weights (``cpu_linear``) no longer compute with
+    the weight tensor they keep (an embedding's tied LM head after a reload): a probe through
+    both must agree to rounding."""
+    import torch
+
+    stale = []
+    gen = torch.Generator().manual_seed(0)
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        linear = getattr(module, "cpu_linear", None)
+        if linear is None or weight is None or weight.dim() != 2 or not weight.numel():
+            continue
+        probe = torch.randn(2, weight.shape[1], generator=gen).to(weight.dtype)
+        with torch.no_grad():
+            want = torch.nn.functional.linear(probe, weight).float()
+            got = linear(probe, weight, None).float()
+        if not torch.allclose(got, want, rtol=1e-2, atol=1e-3 * float(want.abs().max())):
+            stale.append(name)
+    return stale
+
+
+def prove_engine(llm: Any, ref: str, dtype: str) -> None:
+    """Stop (one line) unless the checksums of a few tensors read back from the engine's
+    model equal checkpoint ``ref``'s (:func:`~ckptsel.measure.backends.swap.prove`)."""
+    import functools
+
+    import torch
+
+    expected = file_checksums(ref, llm.apply_model(_shapes)[0], getattr(torch, dtype))
+    got = llm.apply_model(functools.partial(_sums, names=sorted(expected)))[0]
+    prove(expected, got, ref)
+    stale = llm.apply_model(_stale_kernels)[0]
+    if stale:
+        raise CkptselError(
+            f"{ref}: the weights did not swap in (the packed GEMM weights of {stale[0]} compute "
+            f"with the previous checkpoint's; {len(stale)} layers)"
+        )
 
 
 def _model_ref(ckpt: Checkpoint) -> str:
