@@ -3,7 +3,11 @@
 A results folder (``ckptsel analyze --out``) and, optionally, a selection (the object
 ``ckptsel select --json`` prints) become one :class:`Payload`:
 
-* metrics: every estimate in ``summary.json`` with its interval, as flat numbers named
+* metrics: a headline of at most :data:`HEADLINE_MAX` (:func:`headline_metrics`: the main
+  rule's G, H, D with lo/hi, the recommendation, the chosen step per trajectory or their
+  summary) logged as metrics, and every estimate in ``summary.json`` in the artifact files
+  ``metrics.csv``/``metrics.json`` (the frozen choices at the full budget in ``choices.csv``),
+  as flat numbers named
   ``ckptsel/<summary path>/{mean,lo,hi,unresolved}``; the budget block reads quantity first
   (``budget → accuracy → full → G`` is ``ckptsel/G/accuracy/full/mean``), the rest keeps the
   summary's path (``ckptsel/D/agreement/lo``, ``ckptsel/matched_half/oracle/B/hi``,
