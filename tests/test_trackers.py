@@ -71,14 +71,22 @@ def stores(tmp_path_factory):
 
 
 def check_metrics(logged: dict, summary: dict) -> None:
+    """A headline a person reads (at most 20 ckptsel metrics), each equal to summary.json; the
+    three claims of the main rule are there with their intervals."""
     want = expected_metrics(summary)
-    assert len(want) > 100
-    got = {k: v for k, v in logged.items() if k in want}
-    assert got == pytest.approx(want)
+    media = ("ckptsel/figures/", "ckptsel/report", "ckptsel/main_table")  # not metrics
+    mine = {k: v for k, v in logged.items() if k.startswith("ckptsel/") and not k.startswith(media)}
+    assert 9 <= len(mine) <= 20, sorted(mine)[9:]
+    assert {k: v for k, v in mine.items() if k in want} == pytest.approx(
+        {k: want[k] for k in mine if k in want}
+    )
+    for name in ("G/accuracy/full", "H/accuracy/full", "D/accuracy"):
+        for stat in ("mean", "lo", "hi"):
+            assert f"ckptsel/{name}/{stat}" in mine, name
     g = summary["budget"]["accuracy"]["full"]["G"]
     assert logged["ckptsel/G/accuracy/full/mean"] == pytest.approx(g["mean"])
     assert logged["ckptsel/G/accuracy/full/lo"] == pytest.approx(g["lo"])
-    assert logged["ckptsel/D/agreement/hi"] == pytest.approx(summary["D"]["agreement"]["hi"])
+    assert logged["ckptsel/D/accuracy/hi"] == pytest.approx(summary["D"]["accuracy"]["hi"])
 
 
 def check_description(text: str, study) -> None:
@@ -96,8 +104,12 @@ def check_description(text: str, study) -> None:
 # --------------------------------------------------------------------------- no tracker needed
 def test_payload_names_every_estimate_and_the_evidence(study):
     payload = build_payload(study.results, study.selection)
-    summary_only = {k: v for k, v in payload.metrics.items() if not k.startswith("ckptsel/select/")}
+    every = payload.all_metrics
+    summary_only = {k: v for k, v in every.items() if not k.startswith("ckptsel/select/")}
     assert summary_only == pytest.approx(expected_metrics(study.summary))
+    [path] = [p for p, _ in payload.files if p.name == "metrics.json"]
+    assert json.loads(path.read_text()) == pytest.approx(every)  # the full table, as a file
+    check_metrics(payload.metrics, study.summary)
     assert payload.params["ckptsel.choices_sha256"] == study.summary["choices_sha256"]
     assert payload.params["ckptsel.select.keep_step"] == str(
         study.selection["recommendation"]["keep_step"]
@@ -116,7 +128,8 @@ def test_payload_names_every_estimate_and_the_evidence(study):
     ]
     check_description(registration(payload, NAME, study.checkpoint).description, study)
     alone = build_payload(None, study.selection)  # `select --log`: no analysis, one trajectory
-    assert alone.main_table is None and alone.files == () and alone.summary is None
+    assert alone.main_table is None and alone.summary is None
+    assert {p.name for p, _ in alone.files} == {"metrics.csv", "metrics.json"}
     sv = study.selection["rules"]["accuracy"]["split_validation"]
     assert alone.metrics["ckptsel/select/accuracy/split_validation/lo"] == pytest.approx(sv["lo"])
     assert (
@@ -124,7 +137,7 @@ def test_payload_names_every_estimate_and_the_evidence(study):
     )
     assert (
         "Final checkpoint kept because the gain is unresolved"
-        in registration(alone, NAME).description
+        in registration(alone, NAME, study.checkpoint).description
     )
     with pytest.raises(CkptselError, match="needs a recommendation"):
         registration(build_payload(study.results), NAME)
@@ -154,10 +167,13 @@ def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tm
     run = client.get_run(logged.run_id)
     assert run.info.run_name == "ckptsel-sft-train" and run.info.status == "FINISHED"
     assert run.data.tags["ckptsel.training_run_name"] == "sft-train"
-    assert run.data.tags["ckptsel.choices_sha256"] == study.summary["choices_sha256"]
+    # settings are params (MLflow's Params tab), not tags
+    assert run.data.params["ckptsel.choices_sha256"] == study.summary["choices_sha256"]
+    assert "ckptsel.choices_sha256" not in run.data.tags
     check_metrics(run.data.metrics, study.summary)
     names = {a.path for a in client.list_artifacts(logged.run_id, "ckptsel")}
-    assert {"ckptsel/summary.json", "ckptsel/report.html", "ckptsel/main_table.json"} <= names
+    assert {"ckptsel/summary.json", "ckptsel/report.html", "ckptsel/main_table.json",
+            "ckptsel/metrics.csv", "ckptsel/choices.csv"} <= names  # fmt: skip
     back = mlflow.artifacts.download_artifacts(
         run_id=logged.run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path)
     )
@@ -172,7 +188,7 @@ def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tm
 def test_mlflow_a_selection_alone(study, stores):
     mlflow = import_mlflow()
     [logged] = log_results(
-        None, ["mlflow"], selection=study.selection, register=NAME,
+        None, ["mlflow"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
         targets={"mlflow": LogTarget(run_name=TRAJ, project="exp-select")}, note=lambda m: None,
     )  # fmt: skip
     client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
@@ -181,9 +197,11 @@ def test_mlflow_a_selection_alone(study, stores):
     assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(
         sv["mean"]
     )
-    assert run.data.tags["ckptsel.select.rule"] == "accuracy"
+    assert run.data.params["ckptsel.select.rule"] == "accuracy"
     assert [a.path for a in client.list_artifacts(logged.run_id, "ckptsel")] == [
-        "ckptsel/selection.json"
+        "ckptsel/metrics.csv",
+        "ckptsel/metrics.json",
+        "ckptsel/selection.json",
     ]
     version = client.get_model_version_by_alias(NAME, ALIAS)
     assert version.run_id == logged.run_id and version.tags["ckptsel.trajectory"] == TRAJ
@@ -198,7 +216,7 @@ def test_mlflow_into_the_training_run_by_id(study, stores):
     client.log_metric(train.info.run_id, "train/loss", 1.5, step=80)
     client.set_terminated(train.info.run_id)
     [logged] = log_results(
-        study.results, ["mlflow"], selection=study.selection, register=NAME,
+        study.results, ["mlflow"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
         targets={"mlflow": LogTarget(run_id=train.info.run_id)}, note=lambda m: None,
     )  # fmt: skip
     run = client.get_run(train.info.run_id)
@@ -206,10 +224,8 @@ def test_mlflow_into_the_training_run_by_id(study, stores):
     assert run.data.metrics["train/loss"] == 1.5
     check_metrics(run.data.metrics, study.summary)
     version = client.get_model_version_by_alias(NAME, ALIAS)  # the newest version carries the alias
-    assert (
-        version.run_id == train.info.run_id
-        and version.source == f"runs:/{train.info.run_id}/ckptsel"
-    )
+    assert version.run_id == train.info.run_id
+    assert version.source == study.checkpoint.resolve().as_uri()  # the model, never the results
     with pytest.raises(CkptselError, match="MLflow run 'nope' not found"):
         log_results(
             study.results,
@@ -332,3 +348,54 @@ def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
            "rules": {"accuracy": {"choice": {"steps": [2]}, "split_validation": one}}}  # fmt: skip
     text = evidence(sel)
     assert "+1.78 pp not estimable: 1 configuration (no interval)" in text and "[" not in text
+
+
+# --------------------------------------------------------------------------- what a person reads
+def test_analyze_headline_logs_the_choices_and_the_full_table_as_files(study):
+    """Without a selection: the claims, and the main rule's chosen step per trajectory at the
+    full budget summarized (the simulation has many trajectories); choices.csv holds each."""
+    import pandas as pd
+
+    payload = build_payload(study.results)
+    assert len(payload.metrics) <= 20
+    n = study.summary["population"]["trajectories"]
+    assert n > 20 - 9  # more than fit beside the claims: summarized
+    assert payload.metrics["ckptsel/choices/accuracy/trajectories"] == n
+    assert 0.0 <= payload.metrics["ckptsel/choices/accuracy/final_fraction"] <= 1.0
+    [path] = [p for p, _ in payload.files if p.name == "choices.csv"]
+    choices = pd.read_csv(path)
+    assert list(choices.columns) == ["trajectory", "rule", "step", "prob", "final"]
+    assert set(choices["rule"]) >= {"accuracy", "agreement"}
+    assert not choices.duplicated(["trajectory", "rule"]).any()
+    frozen = pd.read_parquet(study.results / "choices" / "choices.parquet")
+    full = frozen[(frozen["budget"] == "full") & (frozen["scheme"] == "nested")]
+    row = choices.iloc[0]
+    steps = full[(full["trajectory"] == row["trajectory"]) & (full["rule"] == row["rule"])]
+    assert row["step"] == steps.sort_values("prob", ascending=False)["step"].iloc[0]
+
+
+def test_register_refuses_a_folder_that_holds_no_model(study, tmp_path):
+    payload = build_payload(None, study.selection)
+    with pytest.raises(CkptselError, match="no checkpoint folder .* no model to register"):
+        registration(payload, NAME)
+    empty = tmp_path / "checkpoint-empty"
+    empty.mkdir()
+    (empty / "selection.json").write_text("{}")
+    with pytest.raises(CkptselError, match="holds no model"):
+        registration(payload, NAME, empty)
+    with pytest.raises(CkptselError, match="checkpoint folder not found"):
+        registration(payload, NAME, tmp_path / "absent")
+    weights = tmp_path / "weights-only"
+    weights.mkdir()
+    (weights / "adapter_model.safetensors").write_bytes(b"")
+    assert registration(payload, NAME, weights).checkpoint == weights
+
+
+def test_results_artifact_says_what_it_holds(study):
+    from ckptsel.trackers.base import artifact_description
+
+    alone = artifact_description(build_payload(None, study.selection))
+    assert "summary.json" not in alone and "report.html" not in alone
+    assert "selection.json" in alone
+    full = artifact_description(build_payload(study.results, study.selection))
+    assert "summary.json" in full and "report.html" in full and "choices.csv" in full

@@ -68,7 +68,11 @@ def write_report(
     figure_formats = [f for f in formats if f in figs.FIGURE_FORMATS]
     if figure_formats or "html" in formats:
         pngs: dict[str, bytes] = {}
-        for name, fig in figs.all_figures(summary, per_conf, curves, trajectory).items():
+        drawn = figs.all_figures(summary, per_conf, curves, trajectory)
+        for name in set(figs.FIGURE_NAMES) - set(drawn):  # left out: no stale copy stays
+            for fmt in figs.FIGURE_FORMATS:
+                (results_dir / FIGURES_DIR / f"{name}.{fmt}").unlink(missing_ok=True)
+        for name, fig in drawn.items():
             needed = figure_formats + (
                 ["png"] if "html" in formats and "png" not in figure_formats else []
             )
@@ -82,7 +86,8 @@ def write_report(
             if "html" in formats:
                 pngs[name] = rendered["png"]
         if "html" in formats:
-            page = rhtml.render_html(summary, rtables.all_tables(summary), pngs)
+            notes = figs.figure_notes(summary, per_conf, curves)
+            page = rhtml.render_html(summary, rtables.all_tables(summary), pngs, notes=notes)
             write_text(results_dir / REPORT_FILE, page)
             written["html"].append(results_dir / REPORT_FILE)
     return written

@@ -115,13 +115,14 @@ def configuration_gain_figure(
     )
     rules = [r for r in rules if f"G|nested|{r}|full" in df.columns]
     n = len(df)
-    fig = Figure(figsize=(10.0, max(2.5, 0.45 * n + 1.6)), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
+    panels = [("G", "G_r(full): gain over the final checkpoint (pp)")]
+    if _has_h_columns(df, rules):  # no H panel without NLL records: it would be empty
+        panels.append(("H", "H_r(full): gain over matched-NLL selection (pp)"))
+    width = 10.0 if len(panels) == 2 else 6.0
+    fig = Figure(figsize=(width, max(2.5, 0.45 * n + 1.6)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True, squeeze=False)[0])
     y = np.arange(n)[::-1]
-    for ax, q, xlabel in (
-        (axes[0], "G", "G_r(full): gain over the final checkpoint (pp)"),
-        (axes[1], "H", "H_r(full): gain over matched-NLL selection (pp)"),
-    ):
+    for ax, (q, xlabel) in zip(axes, panels, strict=True):
         for k, r in enumerate(rules):
             col = f"{q}|nested|{r}|full"
             if (q == "H" and r == H_BASELINE) or col not in df.columns:
@@ -150,6 +151,52 @@ def configuration_gain_figure(
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle("Per-configuration gains at the full validation pool (mean over seeds)")
     return fig
+
+
+def _has_h_columns(per_configuration: pd.DataFrame, rules: Iterable[str] = SIGNAL_RULES) -> bool:
+    """Whether some rule other than matched NLL has a per-configuration H(full) to draw."""
+    cols = [f"H|nested|{r}|full" for r in rules if r != H_BASELINE]
+    return any(c in per_configuration.columns and per_configuration[c].notna().any() for c in cols)
+
+
+def _has_estimate(gains: Gains, quantity: str) -> bool:
+    """Whether some rule has a ``quantity`` (G or H) estimate with a mean at some budget."""
+    return any(
+        (e := gains.get(quantity, r, b)) is not None and e.mean is not None
+        for r in gains.budget
+        for b in gains.labels(r)
+    )
+
+
+def _has_nll_curve(curves: pd.DataFrame) -> bool:
+    return "validation_nll" in curves.columns and bool(curves["validation_nll"].notna().any())
+
+
+def figure_notes(
+    summary: Summary | dict, per_configuration: pd.DataFrame, curves: pd.DataFrame
+) -> list[str]:
+    """One line for each figure or panel left out because it would have nothing to draw."""
+    summary = Summary.coerce(summary)
+    notes = []
+    if not summary.population.has_nll:
+        notes.append(
+            "no NLL records: the matched-NLL rule and H are not computed, so the H figure, the "
+            "per-configuration H panel and the NLL panel are left out"
+        )
+    else:
+        if not _has_estimate(summary.gains, "H"):
+            notes.append("no H estimate at any budget: the H figure is left out")
+        elif not _has_h_columns(per_configuration):
+            notes.append("no per-configuration H: its panel is left out")
+        if not curves.empty and not _has_nll_curve(curves):
+            notes.append("no validation NLL per checkpoint: the NLL panel is left out")
+    if not _has_estimate(summary.gains, "G"):
+        notes.append("no G estimate at any budget: the G figure is left out")
+    if not any(f"MH|{r}|G_in" in per_configuration.columns for r in MATCHED_HALF_RULES):
+        notes.append("no matched-half estimates: the matched-half figure is left out")
+    if curves.empty:
+        notes.append("no checkpoint curves: the within-trajectory figure is left out")
+    return notes
 
 
 def matched_half_figure(
@@ -226,8 +273,9 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
         )
     d = curves[curves["trajectory"] == trajectory].sort_values("step")
     steps = d["step"].to_numpy()
-    fig = Figure(figsize=(7.0, 5.6), layout="constrained")
-    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    has_nll = _has_nll_curve(d)
+    fig = Figure(figsize=(7.0, 5.6 if has_nll else 3.4), layout="constrained")
+    ax1, ax2 = fig.subplots(2, 1, sharex=True) if has_nll else (fig.add_subplot(), None)
     ax1.plot(steps, d["test_accuracy"], marker="o", color="#1f77b4", label="test accuracy")
     ax1.plot(
         steps,
@@ -240,6 +288,11 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
     ax1.set_ylabel("accuracy (%)")
     ax1.legend(fontsize=8, loc="best")
     ax1.grid(alpha=0.3)
+    task = d["task"].iloc[0] if "task" in d else ""
+    fig.suptitle(f"Within-trajectory curves: {trajectory} ({task})")
+    if ax2 is None:  # no NLL records: no NLL panel
+        ax1.set_xlabel("training step (checkpoint)")
+        return fig
     ax2.plot(
         steps,
         d["validation_nll"],
@@ -252,8 +305,6 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
     ax2.set_ylabel("matched NLL (nats / token)")
     ax2.legend(fontsize=8, loc="best")
     ax2.grid(alpha=0.3)
-    task = d["task"].iloc[0] if "task" in d else ""
-    fig.suptitle(f"Within-trajectory curves: {trajectory} ({task})")
     return fig
 
 
@@ -288,13 +339,26 @@ def all_figures(
     curves: pd.DataFrame,
     trajectory: str | None = None,
 ) -> dict[str, Figure]:
-    """Every report figure by file stem, in reading order."""
+    """Every report figure with something to draw, by file stem, in reading order (what is
+    left out, and why: :func:`figure_notes`)."""
     summary = Summary.coerce(summary)
-    figs = {
-        "budget_curves_G": budget_curve_figure(summary, "G"),
-        "budget_curves_H": budget_curve_figure(summary, "H"),
-        "configuration_gains": configuration_gain_figure(per_configuration),
-        "matched_half": matched_half_figure(per_configuration, summary),
-        "trajectory_curves": trajectory_figure(curves, trajectory),
-    }
+    figs = {}
+    if _has_estimate(summary.gains, "G"):
+        figs["budget_curves_G"] = budget_curve_figure(summary, "G")
+    if _has_estimate(summary.gains, "H"):
+        figs["budget_curves_H"] = budget_curve_figure(summary, "H")
+    figs["configuration_gains"] = configuration_gain_figure(per_configuration)
+    if any(f"MH|{r}|G_in" in per_configuration.columns for r in MATCHED_HALF_RULES):
+        figs["matched_half"] = matched_half_figure(per_configuration, summary)
+    if not curves.empty:
+        figs["trajectory_curves"] = trajectory_figure(curves, trajectory)
     return figs
+
+
+FIGURE_NAMES = (
+    "budget_curves_G",
+    "budget_curves_H",
+    "configuration_gains",
+    "matched_half",
+    "trajectory_curves",
+)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Iterable
 
 import pandas as pd
 
 from ckptsel.choose import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
-from ckptsel.report.tables import ReportTable
+from ckptsel.report.tables import ReportTable, budgets_text
 from ckptsel.results import Estimate, Range, Summary, fmt
 
 CSS = """
@@ -67,6 +68,14 @@ def verdict(e: Estimate | dict | None) -> str:
     if e.lo <= 0.0 <= e.hi or e.unresolved:
         return "unresolved"
     return "resolved positive" if e.lo > 0 else "resolved negative"
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def text_html(text: str) -> str:
+    """Plain text as HTML: escaped, and a `name` in backticks set as ``<code>name</code>``."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(text))
 
 
 def _tag(v: str) -> str:
@@ -156,14 +165,10 @@ def _population(summary: Summary) -> str:
             "resampling",
             f"{summary.draws} bootstrap draws, {summary.permutations} nested permutations, seed {summary.seed}",
         ),
-        (
-            "validation budgets",
-            ", ".join(str(n) for n in summary.finite_budgets) + ", full"
-            + f" (D_r = G_r(full) − G_r({summary.d_from}))",
-        ),
+        ("validation budgets", budgets_text(summary)),
         ("frozen choices SHA-256", summary.choices_sha256 or ""),
     ]
-    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in rows)
+    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{text_html(str(v))}</dd>" for k, v in rows)
     return f'<dl class="pop">{body}</dl>'
 
 
@@ -189,6 +194,8 @@ FIGURE_CAPTIONS = {
 def figure_caption(name: str, summary: Summary) -> str:
     """A figure's caption, naming the interval method that made its intervals."""
     cap = FIGURE_CAPTIONS.get(name, name)
+    if name == "trajectory_curves" and not summary.population.has_nll:  # no NLL panel
+        cap = cap.replace(" and validation matched NLL", "")
     return cap.replace("{level}", str(summary.level_percent)).replace(
         "{method}", summary.interval_label
     )
@@ -199,8 +206,10 @@ def render_html(
     tables: Iterable[ReportTable],
     figures_png: dict[str, bytes],
     title: str = "ckptsel report",
+    notes: Iterable[str] = (),
 ) -> str:
-    """The report page as one string (figures inlined as base64 PNG)."""
+    """The report page as one string (figures inlined as base64 PNG); ``notes``: one line for
+    each figure or panel left out, and why (:func:`ckptsel.report.figures.figure_notes`)."""
     summary = Summary.coerce(summary)
     tables = list(tables)
     by_name = {t.name: t for t in tables}
@@ -216,9 +225,9 @@ def render_html(
         "<i>unresolved</i>: these data cannot tell the sign of the effect, which may still be large either way.</p>",
         "<h2>Population</h2>",
         _population(summary),
-        *([f'<p class="caption" id="protocol"><b>Protocol:</b> {html.escape(summary.protocol.status)}</p>']
+        *([f'<p class="caption" id="protocol"><b>Protocol:</b> {text_html(summary.protocol.status)}</p>']
           if summary.protocol is not None else []),
-        *(f'<p class="caution"><b>Caution:</b> {html.escape(w)}</p>' for w in summary.warnings or ()),
+        *(f'<p class="caution"><b>Caution:</b> {text_html(w)}</p>' for w in summary.warnings or ()),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',
     ]
@@ -230,6 +239,7 @@ def render_html(
             table_html(t.display),
         ]
     parts.append("<h2>Figures</h2>")
+    parts += [f'<p class="caption figure-note">{text_html(n)}.</p>' for n in notes]
     for name, png in figures_png.items():
         data = base64.b64encode(png).decode("ascii")
         cap = figure_caption(name, summary)
@@ -243,7 +253,7 @@ def render_html(
             continue
         parts += [
             f'<h3 id="tab-{t.name}">{html.escape(t.name.replace("_", " "))}</h3>',
-            f'<p class="caption">{html.escape(t.title)}</p>',
+            f'<p class="caption">{text_html(t.title)}</p>',
             table_html(t.display),
         ]
     rules = ", ".join(r for r in RULE_ORDER)

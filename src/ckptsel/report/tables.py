@@ -19,7 +19,7 @@ import pandas as pd
 from ckptsel._util.io import write_csv, write_text
 from ckptsel._util.markdown import md_cell
 from ckptsel.choose import RULE_ORDER
-from ckptsel.results import MATCHED_HALF_STATS, Estimate, Gains, Summary, fmt
+from ckptsel.results import MATCHED_HALF_STATS, Estimate, Gains, Summary, budget_order, fmt
 
 TABLE_FORMATS = ("md", "tex", "csv")
 
@@ -284,6 +284,33 @@ def all_tables(summary: Summary | dict) -> list[ReportTable]:
         sensitivities(summary),
         interval_comparison(summary),
     ]
+
+
+def budgets_run(summary: Summary | dict) -> tuple[int, ...]:
+    """The finite validation budgets that ran (some rule has a cell there), in order; a budget
+    larger than every eligible pool is skipped by the analysis and is not among them."""
+    summary = Summary.coerce(summary)
+    labels = {b for rule in summary.gains.budget for b in summary.gains.labels(rule)}
+    return tuple(int(b) for b in budget_order(labels) if b.isdigit())
+
+
+def budgets_text(summary: Summary | dict) -> str:
+    """The validation budgets in one line of plain text: those that ran, then "full", what D
+    starts from, and the budgets skipped (larger than every eligible pool), if any."""
+    summary = Summary.coerce(summary)
+    ran = budgets_run(summary)
+    text = ", ".join([*map(str, ran), "full"])
+    if summary.d_from in ran:
+        text += f"; D_r = G_r(full) − G_r({summary.d_from})"
+    else:
+        text += f"; D_r not available (it needs budget {summary.d_from})"
+    skipped = [n for n in summary.finite_budgets if n not in ran]
+    if skipped:
+        text += (
+            f"; skipped: {', '.join(map(str, skipped))} "
+            "(larger than every eligible validation pool)"
+        )
+    return text
 
 
 # --------------------------------------------------------------------------- rendering

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from ckptsel.report.tables import budgets_text
 from ckptsel.results import Summary
 
 
@@ -21,14 +23,13 @@ def print_main_table(summary: Summary | dict, console: Console | None = None) ->
     for col in ("rule", d_col, "H_r(full): vs matched NLL", "G_r(full): vs final"):
         table.add_column(col)
     for row in summary.main_table_rows():
-        table.add_row(*row)
+        table.add_row(*(escape(str(cell)) for cell in row))
     console.print(table)
-    budgets = ", ".join(str(n) for n in summary.finite_budgets)
-    console.print(f"validation budgets: {budgets}, full; D_r = G_r(full) − G_r({summary.d_from})")
+    console.print(f"validation budgets: {escape(budgets_text(summary))}")
     excluded = pop.validation_exclusions.total
     if excluded:
         console.print(f"validation items excluded (incomplete or empty): {excluded}")
     if summary.protocol is not None:
-        console.print(f"protocol: {summary.protocol.status}")
-    for warning in summary.warnings or ():
-        console.print(f"[yellow]caution:[/yellow] {warning}")
+        console.print(f"protocol: {escape(summary.protocol.status)}")
+    for warning in summary.warnings or ():  # text, never Rich markup
+        console.print(f"[yellow]caution:[/yellow] {escape(warning)}")

@@ -199,6 +199,15 @@ def _line_of(text: str, table: str, key: str, index: int | None = None) -> int |
     return None
 
 
+def _table_line(text: str, table: str) -> int | None:
+    """Line (1-based) of the ``[table]`` header (the first ``[[table]]``), None when absent."""
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("[") and line.strip("[] ") == table:
+            return n
+    return None
+
+
 class _Checker:
     """Errors naming the file, the key and its line. A schema-1 file is checked in the schema-2
     structure it converts to; ``moved`` maps a converted ``(table, key)`` back to where the file
@@ -214,7 +223,10 @@ class _Checker:
         where = f"[{table}]" if index is None else f"configurations[{index}]"
         if table == "":
             where = "top level"
-        line = _line_of(self.text, table, key, index) if key else None
+        if key:
+            line = _line_of(self.text, table, key, index)
+        else:  # a whole table (e.g. a key it lacks): the line of its header
+            line = _table_line(self.text, table) if table and index is None else None
         at = f", line {line}" if line else ""
         name = f"{where} {key}" if key else where
         raise CkptselError(f"{self.source}{at}: {name}: {msg}")

@@ -3,7 +3,11 @@
 A results folder (``ckptsel analyze --out``) and, optionally, a selection (the object
 ``ckptsel select --json`` prints) become one :class:`Payload`:
 
-* metrics: every estimate in ``summary.json`` with its interval, as flat numbers named
+* metrics: a headline of at most :data:`HEADLINE_MAX` (:func:`headline_metrics`: the main
+  rule's G, H, D with lo/hi, the recommendation, the chosen step per trajectory or their
+  summary) logged as metrics, and every estimate in ``summary.json`` in the artifact files
+  ``metrics.csv``/``metrics.json`` (the frozen choices at the full budget in ``choices.csv``),
+  as flat numbers named
   ``ckptsel/<summary path>/{mean,lo,hi,unresolved}``; the budget block reads quantity first
   (``budget → accuracy → full → G`` is ``ckptsel/G/accuracy/full/mean``), the rest keeps the
   summary's path (``ckptsel/D/agreement/lo``, ``ckptsel/matched_half/oracle/B/hi``,
@@ -45,6 +49,7 @@ from typing import Any
 import pandas as pd
 
 from ckptsel._util.locations import Location, as_location
+from ckptsel.choose import SIGNAL_RULES
 from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE, NLL_FILE, UNITS_DIR
 from ckptsel.report import all_tables, load_results
@@ -169,6 +174,92 @@ def selection_metrics(selection: dict) -> dict[str, float]:
     return out
 
 
+HEADLINE_MAX = 20  # metrics a person reads in a tracker; the rest is in metrics.csv/json
+
+
+def _claims(summary: dict, rule: str) -> dict[str, float]:
+    """G(full), H(full) and D of ``rule``: mean, lo, hi (what the estimate has)."""
+    out: dict[str, float] = {}
+    cell = ((summary.get("budget") or {}).get(rule) or {}).get("full") or {}
+    for quantity, est in (("G", cell.get("G")), ("H", cell.get("H")),
+                          ("D", (summary.get("D") or {}).get(rule))):  # fmt: skip
+        if _is_estimate(est):
+            path = (quantity, rule, "full") if quantity != "D" else (quantity, rule)
+            out.update({k: v for k, v in _estimate_metrics(est, path).items()
+                        if k.rsplit("/", 1)[1] in ("mean", "lo", "hi")})  # fmt: skip
+    return out
+
+
+def _selection_headline(selection: dict) -> dict[str, float]:
+    """The recommended step and its rule's split-validation and test gains (mean, lo, hi)."""
+    full = selection_metrics(selection)
+    rule = (selection.get("recommendation") or {}).get("rule")
+    keep = [metric_name(("select",), "keep_step"), metric_name(("select",), "keep_final")]
+    keep += [metric_name(("select", str(rule), part), stat)
+             for part in ("split_validation", "test") for stat in ("mean", "lo", "hi")]  # fmt: skip
+    return {k: full[k] for k in keep if k in full}
+
+
+def choice_metrics(choices: pd.DataFrame | None, rule: str, room: int) -> dict[str, float]:
+    """The main rule's chosen step per trajectory (``ckptsel/choice/<trajectory>/step``) when
+    ``room`` allows, else their summary: trajectories, and the fraction kept at the final step."""
+    if choices is None or choices.empty:
+        return {}
+    mine = choices[choices["rule"] == rule]
+    if mine.empty:
+        return {}
+    if len(mine) <= room:
+        return {metric_name(("choice", str(t)), "step"): float(s)
+                for t, s in zip(mine["trajectory"], mine["step"], strict=True)}  # fmt: skip
+    return {
+        metric_name(("choices", rule), "trajectories"): float(len(mine)),
+        metric_name(("choices", rule), "final_fraction"): float(mine["final"].mean()),
+    }
+
+
+def headline_metrics(
+    summary: dict | None, selection: dict | None, choices: pd.DataFrame | None = None
+) -> dict[str, float]:
+    """At most :data:`HEADLINE_MAX` metrics: the three claims (G, H, D with lo and hi) of the
+    main rule (the recommendation's, else the first signal rule), the recommendation, and the
+    chosen checkpoint per trajectory (or their summary when there are many)."""
+    rule = str(((selection or {}).get("recommendation") or {}).get("rule") or SIGNAL_RULES[0])
+    out = _claims(summary, rule) if summary is not None else {}
+    if selection is not None:
+        out.update(_selection_headline(selection))
+    out.update(choice_metrics(choices, rule, HEADLINE_MAX - len(out)))
+    return dict(list(out.items())[:HEADLINE_MAX])
+
+
+def full_choices(results_dir: Path, curves: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """The frozen choices at the full budget: trajectory, rule, step (the most probable; the
+    first of a tie), and whether it is the trajectory's final step; None without choices."""
+    path = Path(results_dir) / CHOICES_DIR / "choices.parquet"
+    if not path.is_file():
+        return None
+    c = pd.read_parquet(path)
+    c = c[(c["budget"] == "full") & (c["scheme"] == "nested")]
+    c = c.sort_values(["trajectory", "rule", "prob", "step"], ascending=[True, True, False, True])
+    c = c.drop_duplicates(["trajectory", "rule"])[["trajectory", "rule", "step", "prob"]]
+    final = None if curves is None else curves.groupby("trajectory")["step"].max()
+    c["final"] = c["trajectory"].map(final) == c["step"] if final is not None else False
+    return c.reset_index(drop=True)
+
+
+def metrics_files(metrics: dict[str, float], choices: pd.DataFrame | None) -> tuple[Path, ...]:
+    """Every metric (``metrics.csv``, ``metrics.json``) and the choices (``choices.csv``) in a
+    fresh temporary folder, for the run's artifacts."""
+    folder = Path(tempfile.mkdtemp(prefix="ckptsel-"))
+    table = pd.DataFrame({"metric": list(metrics), "value": list(metrics.values())})
+    table.to_csv(folder / "metrics.csv", index=False)
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    out = [folder / "metrics.csv", folder / "metrics.json"]
+    if choices is not None:
+        choices.to_csv(folder / "choices.csv", index=False)
+        out.append(folder / "choices.csv")
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------- provenance
 def records_sha256(records_dir: str | Path | Location) -> str | None:
     """SHA-256 over the record files' names and bytes (single files and units; not the read
@@ -247,13 +338,15 @@ class Payload:
 
     results_dir: Path | None
     summary: dict | None
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # the headline (at most HEADLINE_MAX)
     params: dict[str, str]
     main_table: pd.DataFrame | None  # rule, quantity, mean, lo, hi, unresolved
     files: tuple[tuple[Path, str], ...]  # (file, folder under the run's artifacts)
     figures: tuple[Path, ...] = ()
     report: Path | None = None
     selection: dict | None = None
+    all_metrics: dict[str, float] = field(default_factory=dict)  # in metrics.csv/json
+    choices: pd.DataFrame | None = None  # the frozen choices at the full budget
 
     @property
     def choices_sha256(self) -> str:
@@ -284,32 +377,40 @@ def build_payload(
     if results_dir is None:
         if selection is None:
             raise CkptselError("nothing to log: give a results folder or a selection")
+        metrics = selection_metrics(selection)
+        files = tuple((p, PREFIX) for p in metrics_files(metrics, None))
         return Payload(
             results_dir=None,
             summary=None,
-            metrics=selection_metrics(selection),
+            metrics=headline_metrics(None, selection),
             params=selection_params(selection),
             main_table=None,
-            files=(),
+            files=files,
             selection=selection,
+            all_metrics=metrics,
         )
     results_dir = Path(results_dir)
-    summary = read_summary(results_dir)
+    summary, _, curves = load_results(results_dir)
+    summary = summary.to_dict()
     metrics = summary_metrics(summary)
     params = summary_params(summary, results_dir, named)
     if selection is not None:
         metrics.update(selection_metrics(selection))
         params.update(selection_params(selection))
+    choices = full_choices(results_dir, curves)
     table = next(t for t in all_tables(summary) if t.name == "main_table").numbers
     figures = results_dir / FIGURES_DIR
     report = results_dir / REPORT_FILE
+    extra = tuple((p, PREFIX) for p in metrics_files(metrics, choices))
     return Payload(
         results_dir=results_dir,
         summary=summary,
-        metrics=metrics,
+        metrics=headline_metrics(summary, selection, choices),
+        all_metrics=metrics,
+        choices=choices,
         params=params,
         main_table=table.reset_index(drop=True),
-        files=_files(results_dir),
+        files=_files(results_dir) + extra,
         figures=tuple(sorted(figures.glob("*.png"))) if figures.is_dir() else (),
         report=report if report.is_file() else None,
         selection=selection,
@@ -402,6 +503,32 @@ def evidence(selection: dict, summary: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+MODEL_FILES = ("config.json", "adapter_config.json")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def check_model_folder(name: str, checkpoint: Path | None, trajectory: str, step: int) -> Path:
+    """The checkpoint folder to register, which must hold a model (``config.json``,
+    ``adapter_config.json`` or weights); else one line saying why nothing is registered."""
+    where = f"{trajectory}/checkpoint-{step}"
+    if checkpoint is None:
+        raise CkptselError(
+            f"--register {name}: no checkpoint folder for step {step} of {trajectory}, so there is "
+            f"no model to register; give --checkpoints DIR holding {where}"
+        )
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        raise CkptselError(f"--register {name}: {folder}: checkpoint folder not found")
+    if not any((folder / f).is_file() for f in MODEL_FILES) and not any(
+        p.suffix in WEIGHT_SUFFIXES for p in folder.iterdir() if p.is_file()
+    ):
+        raise CkptselError(
+            f"--register {name}: {folder} holds no model (no {', '.join(MODEL_FILES)} or "
+            "weights); nothing to register"
+        )
+    return folder
+
+
 def registration(payload: Payload, name: str, checkpoint: Path | None = None) -> Registration:
     """The :class:`Registration` of the payload's recommendation under ``name``."""
     check_model_name(name)
@@ -412,18 +539,15 @@ def registration(payload: Payload, name: str, checkpoint: Path | None = None) ->
         )
     rec = sel["recommendation"]
     step = int(rec["keep_step"])
-    folder = Path(checkpoint) if checkpoint is not None else None
-    if folder is not None and not folder.is_dir():
-        raise CkptselError(f"{folder}: checkpoint folder not found")
+    folder = check_model_folder(name, checkpoint, str(sel["trajectory"]), step)
     tags = {
         f"{PREFIX}.trajectory": str(sel["trajectory"]),
         f"{PREFIX}.step": str(step),
         f"{PREFIX}.rule": str(rec["rule"]),
         f"{PREFIX}.keep_final": str(bool(rec.get("keep_final"))).lower(),
         f"{PREFIX}.choices_sha256": payload.choices_sha256,
+        f"{PREFIX}.checkpoint": str(folder.resolve()),
     }
-    if folder is not None:
-        tags[f"{PREFIX}.checkpoint"] = str(folder.resolve())
     return Registration(
         name=name,
         trajectory=str(sel["trajectory"]),
@@ -472,7 +596,7 @@ def results_artifact(artifact: Callable[..., Any], payload: Payload) -> Any:
     results = artifact(
         f"{PREFIX}-results",
         type=f"{PREFIX}-results",
-        description="ckptsel results: summary.json, tables, figures, report.html",
+        description=artifact_description(payload),
         metadata={"choices_sha256": payload.choices_sha256},
     )
     for path, folder in payload.files:
@@ -480,6 +604,27 @@ def results_artifact(artifact: Callable[..., Any], payload: Payload) -> Any:
     if payload.selection is not None:
         results.add_file(str(selection_file(payload.selection)), name="selection.json")
     return results
+
+
+def artifact_description(payload: Payload) -> str:
+    """What the results artifact holds, named from its files (a ``select`` alone holds no
+    analysis: no summary, tables, figures or report)."""
+    names = [f"{folder}/{p.name}".removeprefix(f"{PREFIX}/") for p, folder in payload.files]
+    if payload.selection is not None:
+        names.append("selection.json")
+    kinds = []
+    for label, test in (
+        ("summary.json", lambda n: n == SUMMARY_FILE),
+        ("tables", lambda n: n.startswith(f"{TABLES_DIR}/")),
+        ("figures", lambda n: n.startswith(f"{FIGURES_DIR}/")),
+        ("report.html", lambda n: n == REPORT_FILE),
+        ("every metric (metrics.csv, metrics.json)", lambda n: n == "metrics.csv"),
+        ("the frozen choices at the full budget (choices.csv)", lambda n: n == "choices.csv"),
+        ("the recommendation (selection.json)", lambda n: n == "selection.json"),
+    ):
+        if any(test(n) for n in names):
+            kinds.append(label)
+    return "ckptsel results: " + ", ".join(kinds)
 
 
 def model_artifact(artifact: Callable[..., Any], reg: Registration, selection: dict) -> Any:

@@ -1,4 +1,5 @@
-"""MLflow: estimates as run metrics, settings and provenance as run tags, the results as artifacts
+"""MLflow: the headline estimates as run metrics (every estimate in ``ckptsel/metrics.csv`` and
+``metrics.json``), settings and provenance as run params, the results as artifacts
 (``ckptsel/…``), the main table as an MLflow table (``ckptsel/main_table.json``), and the
 recommended checkpoint as a registered model version with alias ``ckptsel-recommended``.
 
@@ -6,8 +7,8 @@ Everything goes through :class:`mlflow.MlflowClient`, so logging into a finished
 (``--run-id``, or the id the Trainer callback captured) leaves its status as it was. Without a
 run id, a new run ``ckptsel-<run name>`` is created in the experiment (``--project``, else
 ``MLFLOW_EXPERIMENT_NAME``, else ``ckptsel``) with the tag ``ckptsel.training_run_name``.
-Settings are tags rather than params because MLflow params can never change, and a run may be
-logged again after a new analysis.
+MLflow params can never change: when a run is logged again after a new analysis, a setting whose
+value changed is written as a tag of the same name (the params keep the first values).
 
 The model version's source is the checkpoint folder's URI when the folder is known (the weights
 are referenced, not copied), else the run's ``ckptsel`` artifacts. Needs ``mlflow-skinny`` (plus
@@ -23,7 +24,8 @@ from ckptsel.errors import CkptselError
 from ckptsel.trackers import base
 
 BATCH_METRICS = 1000  # MLflow's per-request limits
-BATCH_TAGS = 100
+BATCH_TAGS = 100  # params or tags
+PARAM_LENGTH = 6000  # MLflow's longest param value
 DEFAULT_EXPERIMENT = "ckptsel"
 
 
@@ -53,15 +55,33 @@ def _run(mlflow, client, target: base.LogTarget) -> tuple[str, str, bool]:
 
 
 def _log_values(mlflow, client, run_id: str, payload: base.Payload) -> None:
-    from mlflow.entities import Metric, RunTag
+    from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
     metrics = [Metric(k, v, now, 0) for k, v in payload.metrics.items()]
     for i in range(0, len(metrics), BATCH_METRICS):
         client.log_batch(run_id, metrics=metrics[i : i + BATCH_METRICS])
-    tags = [RunTag(k, v[:8000]) for k, v in payload.params.items()]
+    params, tags = _params_and_tags(client, run_id, payload)
+    for i in range(0, len(params), BATCH_TAGS):
+        client.log_batch(run_id, params=params[i : i + BATCH_TAGS])
     for i in range(0, len(tags), BATCH_TAGS):
         client.log_batch(run_id, tags=tags[i : i + BATCH_TAGS])
+
+
+def _params_and_tags(client, run_id: str, payload: base.Payload) -> tuple[list, list]:
+    """The settings as params; a param the run holds already with another value (a run logged
+    again after a new analysis: MLflow params never change) goes as a tag of the same name."""
+    from mlflow.entities import Param, RunTag
+
+    held = client.get_run(run_id).data.params
+    params, tags = [], []
+    for k, v in payload.params.items():
+        value = v[:PARAM_LENGTH]
+        if k not in held:
+            params.append(Param(k, value))
+        elif held[k] != value:
+            tags.append(RunTag(k, v[:8000]))
+    return params, tags
 
 
 def _log_files(client, run_id: str, payload: base.Payload) -> None:

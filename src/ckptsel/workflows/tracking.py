@@ -157,12 +157,12 @@ def _only_trajectory(records_dir: Path) -> str:
 def _checkpoint(settings: LogSettings, selection: Selection) -> Path | None:
     if settings.checkpoints is None:
         return None
-    folder = (
+    # the folder even when it is not there: --register then names it (never a silent None)
+    return (
         settings.checkpoints
         / selection.trajectory
         / f"checkpoint-{selection.recommendation.keep_step}"
     )
-    return folder if folder.is_dir() else None
 
 
 def log_selection(
