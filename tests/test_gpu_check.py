@@ -53,3 +53,19 @@ def test_without_a_gpu_it_says_so(gpu_check, capsys):
         pytest.skip("a GPU is here")
     assert gpu_check.main([]) == 2
     assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_gpu_conformance_runs_on_the_cpu(tmp_path, monkeypatch):
+    """``benchmarks/gpu_conformance.py`` (the conformance check per family on a GPU) runs its
+    code on the CPU: a family passes, and its texts equal ``generate`` in float32."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import gpu_conformance
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "conformance.md"
+    args = ["--device", "cpu", "--families", "llama", "--dtypes", "float32", "--no-real-shape"]
+    assert gpu_conformance.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| llama | eager | float32 | passed |" in text and "| 8/8 |" in text
