@@ -135,3 +135,23 @@ def test_the_study_file_can_turn_the_conformance_check_off(study: Path, capsys):
     study.write_text(POOL_STUDY + '[measure]\nconformance_check = "no"\n')
     code, out = run_cli(["run", study, "--dry-run"], capsys)
     assert code == 2 and "conformance_check: must be bool" in out, out
+
+
+def test_a_ray_address_that_does_not_answer_fails_in_one_line(tmp_path, capsys):
+    """Ray retried for two minutes and then started a local instance (issue 30, item 9)."""
+    import time
+
+    pytest.importorskip("ray")
+    from tinyrun import build_tiny_run
+
+    run = build_tiny_run(tmp_path / "run", steps=(10,), n_validation=4, n_test=2)
+    out = tmp_path / "records"
+    args = ["measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation,
+            "--test", run.test, "--out", out, "--executor", "ray",
+            "--ray-address", "127.0.0.1:1", "--no-progress"]  # fmt: skip
+    t0 = time.perf_counter()
+    code, text = run_cli(args, capsys)
+    assert code == 2, text
+    assert time.perf_counter() - t0 < 30
+    assert "Traceback" not in text and "127.0.0.1:1 does not answer" in " ".join(text.split())
+    assert not out.exists() or not any(out.rglob("*.parquet"))

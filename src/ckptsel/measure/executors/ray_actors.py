@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -247,6 +248,26 @@ def pick_unit(pending: list[WorkUnit], held: str | None, busy: set[str]) -> int:
     return 0
 
 
+def check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """A cluster address (``host:port`` or ``ray://host:port``) that does not answer a TCP
+    connection within ``timeout`` seconds is refused in one line: Ray itself retries for
+    minutes and may then start a local instance instead, measuring somewhere the user did not
+    ask for. ``auto`` and a missing address are left to Ray."""
+    if not address or address == "auto" or address.startswith("local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise CkptselError(f"--executor ray: address {address!r} is not host:port or ray://host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise CkptselError(
+            f"--executor ray: the Ray cluster at {address} does not answer "
+            f"({err.strerror or err}); start it, or check the address"
+        ) from err
+
+
 class RayExecutor:
     """Units measured by Ray actors; results come back here in the order they finish."""
 
@@ -268,6 +289,7 @@ class RayExecutor:
         ray = self.ray
         if not ray.is_initialized():
             address = self.ex.resolved_address()
+            check_reachable(address)
             try:
                 quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
                 if address:
