@@ -519,22 +519,28 @@ class SelectionCallback(RecordingCallback):
         trackers = self.trackers(args)
         if not trackers or self.result is None:
             return
+        from ckptsel.trackers import check_model_folder
         from ckptsel.workflows import LogSettings, log_selection
 
+        note = (lambda line: print(f"ckptsel: {line}")) if self.verbose else (lambda line: None)
+        step = self.result.recommendation.keep_step
+        folder = Path(args.output_dir) / f"checkpoint-{step}"
+        register = self.register
+        if register is not None:
+            try:  # training is over: a checkpoint gone (save_total_limit) costs the registration only
+                check_model_folder(register, folder, self.trajectory, step)
+            except CkptselError as err:
+                print(f"ckptsel: {err}; the results are logged, no model is registered")
+                register = None
         settings = LogSettings(
             to=trackers,
             run_ids={t: r for t, r in self.run_ids.items() if t in trackers},
             run_name=getattr(args, "run_name", None),
             project=self._trackio_project if "trackio" in self.run_ids else None,
-            register=self.register,
+            register=register,
             rule=self.rule,
         ).check()
-        step = self.result.recommendation.keep_step
-        folder = Path(args.output_dir) / f"checkpoint-{step}"
-        log_selection(
-            self.result, settings, checkpoint=folder if folder.is_dir() else None,
-            note=(lambda line: print(f"ckptsel: {line}")) if self.verbose else (lambda line: None),
-        )  # fmt: skip
+        log_selection(self.result, settings, checkpoint=folder, note=note)
 
     def selection(self) -> dict:
         """The contents of ``selection.json`` (JSON-ready): the rule's part of the select

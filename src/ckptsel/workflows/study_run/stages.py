@@ -308,7 +308,9 @@ def log_results(ctx: StudyContext, out: Path) -> None:
     )
     folder = ctx.trajectory(tracking.trajectory).folder
     checkpoint = folder / f"checkpoint-{selection.recommendation.keep_step}"
+    # the folder even when it is gone: --register then names it (never "give --checkpoints")
+    local = isinstance(checkpoint, Path)
     log_selection(
         selection, tracking, results_dir=out, note=note,
-        checkpoint=checkpoint if checkpoint.is_dir() else None,
+        checkpoint=checkpoint if local or checkpoint.is_dir() else None,
     )  # fmt: skip
