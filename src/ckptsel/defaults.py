@@ -14,7 +14,7 @@ INTERVAL = "cr2"  # interval method (SPEC §8; chosen by measured coverage, BENC
 BUDGETS = (32, 64, 128, 256)  # finite validation budgets; "full" is always added (SPEC §4)
 ONE_VARIANT_BUDGETS = (32, 64, 128)  # one-variant-per-group sensitivity (SPEC §6)
 THINNING = (2, 3, 4)  # checkpoint-thinning factors (SPEC §6)
-BATCH_SIZE = 16  # prompts per measurement batch (answers do not depend on it)
+BATCH_SIZE = 16  # prompts per measurement batch (float32: answers do not depend on it; bf16 can)
 MAX_NEW_TOKENS = 512  # greedy generation length limit
 DATA_SEED = 42  # train/validation group split (SPEC §9)
 # practitioner commands (select, compare, plan): bootstrap draws and partitions
