@@ -225,8 +225,8 @@ def test_default_interval_is_recorded_and_verified(studies, tmp_path):
     for key in ("budget", "D"):
         for rule, v in joint[key].items():
             assert v.keys() == joint_perc[key][rule].keys()
-    lines = pipeline.verify(out, studies[5])  # protocol, choices, summary, manifest, every file
-    assert len(lines) == 5 and lines[0] == "protocol: not pre-registered"
+    lines = pipeline.verify(out, studies[5])  # protocol, choices, summary, manifest, every file, run.json
+    assert len(lines) == 6 and lines[0] == "protocol: not pre-registered"
     assert lines[2].endswith("reproduced exactly")
     data = json.loads((out / "summary.json").read_text())
     data["interval"] = "wild"  # verify must use the recorded method: another one cannot match

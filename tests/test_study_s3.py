@@ -160,7 +160,9 @@ def test_protocol_freeze_and_check_at_a_url(folder, s3, tmp_path, capsys):
     assert f"{url}.protocol.json: protocol frozen at" in said
     frozen = json.loads(s3.fs.cat_file(f"{s3.bucket}/p/study.toml.protocol.json"))
     # the data files hashed through the store: the same digests as the local folder's
-    assert frozen["protocol"] == protocol_content(folder / "study.toml")
+    assert "base_model" in frozen["protocol"]  # schema 2: the base model's identity too
+    rest = {k: v for k, v in frozen["protocol"].items() if k != "base_model"}
+    assert rest == protocol_content(folder / "study.toml")
     assert set(frozen["protocol"]["data_files"]) == {"validation.file", "test.file"}
     code, said = cli(["protocol", "check", url], capsys)
     assert code == 0 and "protocol frozen at" in said, said

@@ -95,23 +95,30 @@ def _lora_targets(model, wanted: Sequence[str]) -> list[str]:
     return targets
 
 
-def check_lora_targets(base_model: str, config: Configuration) -> None:
+def check_lora_targets(base_model: str, config: Configuration) -> bool:
     """Refuse (one line) LoRA target modules ``base_model`` lacks (see :func:`_lora_targets`),
-    from the model's skeleton on the meta device: no weights are read."""
+    from the model's skeleton on the meta device: no weights are read, nothing is downloaded.
+    Returns False (nothing checked) when the base model's config is neither a local folder nor
+    in the local Hugging Face cache."""
     if config.adaptation != "lora":
-        return
+        return True
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        cfg = AutoConfig.from_pretrained(base_model)
-        with torch.device("meta"):
-            skeleton = AutoModelForCausalLM.from_config(cfg)
-    except (OSError, ValueError) as err:
+        cfg = AutoConfig.from_pretrained(base_model, local_files_only=True)
+    except OSError:
+        if Path(base_model).is_dir():
+            raise CkptselError(f"cannot read the base model {base_model!r}: no config.json") from None
+        return False  # a hub name not in the local cache: checked when training loads it
+    except ValueError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CkptselError(f"cannot read the base model {base_model!r}: {first}") from err
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(cfg)
     skeleton.config._name_or_path = base_model
     _lora_targets(skeleton, config.target_modules)
+    return True
 
 
 def build_trainable(

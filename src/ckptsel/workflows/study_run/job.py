@@ -99,8 +99,9 @@ class StudyRun:
         every check the real run makes before its first step is made (the study file, ``[analysis]``,
         the LoRA target modules against the base model's skeleton, the fingerprint)."""
         base = self.spec.study.base_model
-        for cfg in self.spec.study.configurations if not is_url(base) else ():
-            check_lora_targets(base, cfg)
+        configs = self.spec.study.configurations
+        if is_url(base) or not all([check_lora_targets(base, c) for c in configs]):
+            self.context.log(f"dry run: LoRA target modules not checked ({base} is not here)")
         if self.spec.split is None or (self.context.split_dir / "lineage.json").is_file():
             self.check_fingerprint(write=False)
             return format_plan(self.plan())
