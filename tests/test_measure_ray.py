@@ -325,7 +325,7 @@ def test_cuda_check_runs_where_the_models_run():
     with pytest.raises(CkptselError, match="no CUDA device"):
         cfg.check_device()  # what the worker runs first
     with pytest.raises(CkptselError, match="--max-loras"):
-        MeasureConfig("gsm8k", max_loras=0)
+        MeasureConfig("gsm8k", max_loras=-1)
 
 
 @pytest.mark.skipif(
