@@ -162,7 +162,8 @@ def engine_counts(measurer: Measurer) -> dict[str, Any]:
 
 def engines_words(starts: int, swaps: int, seconds: float, workers: int) -> str:
     """The Ray run's engines in words, like the local run's line."""
-    text = f"{starts} model/engine starts on {workers} workers"
+    plural = lambda n, word: f"{n} {word}" + ("" if n == 1 else "s")  # noqa: E731
+    text = f"{plural(starts, 'model/engine start')} on {plural(workers, 'Ray worker')}"
     return text + (f", {swaps} checkpoints swapped in place, {seconds / swaps:.2f} s each"
                    if swaps else "")  # fmt: skip
 
