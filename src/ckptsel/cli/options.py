@@ -124,12 +124,18 @@ ENGINE = OptionGroup(
         "model family (class, dtype, attention, versions, device) is measured; refuse a family "
         "it is wrong for (verdicts cached; the units record it). Off: at your own risk.",
     )),
+    swap_weights=(bool, typer.Option(
+        True, "--swap/--no-swap",
+        help="Load each full checkpoint into the model or vLLM engine already running, proven "
+        "by checksums (one start per trajectory); --no-swap: a fresh one per checkpoint.",
+    )),
 )  # fmt: skip
 """How checkpoints are measured (:class:`~ckptsel.measure.MeasureConfig` fields)."""
 
 VLLM_AND_MIXING = OptionGroup(
     max_loras=(int, typer.Option(
-        1, "--max-loras", help="vLLM: adapters the engine holds at once."
+        0, "--max-loras", help="vLLM: adapter checkpoints measured in one batch (0: as many as "
+        "the trajectory has, capped by memory; 1: one checkpoint per call)."
     )),
     max_lora_rank=(int, typer.Option(
         0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."

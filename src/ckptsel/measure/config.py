@@ -33,8 +33,10 @@ class MeasureConfig:
     generation; ``window`` is the matched NLL window in tokens (the complete response,
     ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
     depend on it); ``device``/``dtype``/``backend`` say where and how models run;
-    ``max_loras`` / ``max_lora_rank`` size the vLLM engine's LoRA slots (rank 0: the largest
-    adapter rank of the run); ``nll_backend`` is the engine that scores the NLL (``None``: the
+    ``max_loras`` / ``max_lora_rank`` size the vLLM engine's LoRA slots: ``max_loras`` adapter
+    checkpoints are measured in one batch (0: as many as the work has, capped by memory; 1: one
+    checkpoint per call; it changes nothing measured), rank 0: the largest adapter rank of the
+    run; ``nll_backend`` is the engine that scores the NLL (``None``: the
     ``backend``; vLLM's prompt log-probs score the HF path's tokens); ``kv_cache_gib`` sets
     vLLM's KV cache (0: sized from the work on a CPU, ``gpu_memory_utilization`` on a GPU) and
     ``gpu_memory_utilization`` vLLM's share of the GPU (0: 0.6 while the HF model shares the
@@ -62,7 +64,7 @@ class MeasureConfig:
     backend: str = "hf"
     dtype: str = "auto"
     only: str | None = None  # "generation" or "nll": measure and record just that kind
-    max_loras: int = 1
+    max_loras: int = 0
     max_lora_rank: int = 0
     nll_backend: str | None = None
     kv_cache_gib: float = 0.0
@@ -102,7 +104,7 @@ class MeasureConfig:
             raise CkptselError(
                 f"conformance_check must be true or false, not {self.conformance_check!r}"
             )
-        check_int(self.max_loras, "--max-loras (max_loras)", low=1)
+        check_int(self.max_loras, "--max-loras (max_loras)", low=0)
         check_int(self.max_lora_rank, "--max-lora-rank (max_lora_rank)", low=0)
         if self.check_here:
             self.check_device()

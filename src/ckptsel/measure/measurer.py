@@ -190,6 +190,14 @@ class MeasureResult:
     engines: str = ""  # in words: "vllm engine started once (31.2 s), 9 checkpoints swapped ..."
 
 
+def weights_note(ckpt: Checkpoint, log: Any) -> str:
+    """How ``ckpt``'s weights got into the model or engine that measured it (the provenance's
+    ``weights`` note): an adapter on its base, else what the model holder's or engine's
+    :class:`~ckptsel.measure.backends.swap.SwapLog` says of the current full checkpoint
+    (``loaded``, ``swapped in place, ...``, ``loaded afresh: <why>``)."""
+    return "adapter on its base" if ckpt.kind == "adapter" else (log.last or "loaded")
+
+
 def record_engines(result: MeasureResult, holder: ModelHolder, vllm: VllmEngine | None) -> None:
     """Engine starts and weight swaps of a measurer's model holder and vLLM engine, added to
     ``result`` (counts, seconds and one line in words)."""
@@ -243,6 +251,61 @@ class Measurer:
         if self.vllm is not None:
             self.vllm.close()
 
+    def _begin(self, pool: ItemPool) -> None:
+        """The run's tokenizer (loaded once) and the items the conformance check runs on."""
+        if self.tokenizer is None:
+            self.tokenizer = run_tokenizer(self.ckpts, self.base)
+        self.check_items = [it for its in pool.splits.values() for it in its]
+
+    def batches(self, units: Sequence[tuple[Checkpoint, StepParts]]) -> list[list[Any]]:
+        """``units`` in order, grouped into what is measured together: consecutive adapter
+        checkpoints with rows to measure, as many as one vLLM batch takes
+        (:meth:`VllmEngine.plan_loras`); every other unit alone."""
+        size = 1
+        if self.vllm is not None:
+            size = self.vllm.plan_loras([c for c, p in units if p.n_todo])
+        joins = lambda u: size > 1 and u[1].n_todo > 0 and u[0].kind == "adapter"  # noqa: E731
+        out: list[list[Any]] = []
+        for unit in units:
+            if out and joins(unit) and joins(out[-1][-1]) and len(out[-1]) < size:
+                out[-1].append(unit)
+            else:
+                out.append([unit])
+        return out
+
+    def measure_many(
+        self,
+        units: Sequence[tuple[Checkpoint, StepParts]],
+        trajectory: str,
+        configuration: str,
+        ticks: Sequence[Callable[[int], None]],
+    ) -> list[tuple[list[pd.DataFrame], list[pd.DataFrame]]]:
+        """:meth:`measure` of several adapter checkpoints (of one base, sharing one item pool)
+        at once: their vLLM requests go into one ``generate`` call per kind, each request with
+        its checkpoint's ``LoRARequest``, and the rows are split back per checkpoint (the same
+        rows as one checkpoint per call); what goes through the HF model is then measured per
+        checkpoint. New rows per unit, in order; ``ticks``: each unit's progress."""
+        if len(units) < 2 or self.vllm is None:
+            return [
+                self.measure(c, p, trajectory, configuration, t)
+                for (c, p), t in zip(units, ticks, strict=True)
+            ]
+        cfg = self.config
+        self._begin(units[0][1].pool)
+        take = lambda todo, pool, engine: {  # noqa: E731
+            s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
+        }
+        work = [
+            (c, p.pool, take(p.todo_gen, p.pool, cfg.backend),
+             take(p.todo_nll, p.pool, cfg.nll_backend))
+            for c, p in units
+        ]  # fmt: skip
+        rows = self._measure_vllm_many(work, (trajectory, configuration), ticks)
+        return [
+            self.measure(c, p, trajectory, configuration, t, vllm_rows=r)
+            for (c, p), t, r in zip(units, ticks, rows, strict=True)
+        ]
+
     def measure(
         self,
         ckpt: Checkpoint,
@@ -250,15 +313,15 @@ class Measurer:
         trajectory: str,
         configuration: str,
         tick: Callable[[int], None],
+        vllm_rows: tuple[list[pd.DataFrame], list[pd.DataFrame]] | None = None,
     ) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
         """New generation and NLL part rows (with ``item_hash``) for what ``parts`` lacks.
         The first time a model family is measured, the fast path is checked on a few of the
         pool's items (:mod:`ckptsel.measure.conformance`): a family it is wrong for raises
-        :class:`CkptselError` before any row is made."""
-        if self.tokenizer is None:
-            self.tokenizer = run_tokenizer(self.ckpts, self.base)
+        :class:`CkptselError` before any row is made. ``vllm_rows``: what vLLM measured of it
+        already (:meth:`measure_many`)."""
+        self._begin(parts.pool)
         cfg, pool = self.config, parts.pool
-        self.check_items = [it for its in pool.splits.values() for it in its]
         todo_gen = {s: set(parts.todo_gen[s]) for s in pool.splits}
         todo_nll = {s: set(parts.todo_nll[s]) for s in pool.splits}
         new_gen, new_nll = [], []
@@ -266,11 +329,10 @@ class Measurer:
             take = lambda todo, engine: {  # noqa: E731
                 s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
             }
-            g, n = self._measure_vllm(
-                ckpt, pool, take(todo_gen, cfg.backend), take(todo_nll, cfg.nll_backend),
-                (trajectory, configuration), tick,
-            )  # fmt: skip
-            new_gen, new_nll = g, n
+            if vllm_rows is None:
+                work = (ckpt, pool, take(todo_gen, cfg.backend), take(todo_nll, cfg.nll_backend))
+                vllm_rows = self._measure_vllm_many([work], (trajectory, configuration), [tick])[0]
+            new_gen, new_nll = list(vllm_rows[0]), list(vllm_rows[1])
             todo_gen = {s: set() for s in pool.splits} if cfg.backend == "vllm" else todo_gen
             todo_nll = {s: set() for s in pool.splits} if cfg.nll_backend == "vllm" else todo_nll
         # one pass for the items that need both, one for each kind alone (resumed parts); the
@@ -315,52 +377,77 @@ class Measurer:
         n_items = sum(map(len, by_split.values()))
         res.generated_items += n_items if gen else 0
         res.scored_items += n_items if nll else 0
-        made_by = {**hf_provenance(model, cfg.batch_size, cfg.device), "conformance": verdict}
+        made_by = {
+            **hf_provenance(model, cfg.batch_size, cfg.device), "conformance": verdict,
+            "weights": weights_note(ckpt, self.holder.log),
+        }  # fmt: skip
         return stamp(g, made_by), stamp(n, made_by)
 
-    def _measure_vllm(
-        self, ckpt: Checkpoint, pool: ItemPool, gen: dict[str, list[int]],
-        nll: dict[str, list[int]], names: tuple[str, str], tick: Callable[[int], None],
-    ) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:  # fmt: skip
-        """The items of ``gen`` (``{split: indices}``) generated and those of ``nll`` scored by
-        the vLLM engine: NLL first (its prompts then sit in vLLM's prefix cache)."""
+    def _measure_vllm_many(
+        self, work: Sequence[tuple[Checkpoint, ItemPool, dict[str, list[int]],
+                                   dict[str, list[int]]]],
+        names: tuple[str, str], ticks: Sequence[Callable[[int], None]],
+    ) -> list[tuple[list[pd.DataFrame], list[pd.DataFrame]]]:  # fmt: skip
+        """Per ``(checkpoint, pool, gen, nll)`` of ``work``, the items of ``gen``
+        (``{split: indices}``) generated and those of ``nll`` scored by the vLLM engine, every
+        checkpoint's requests in one call per kind: NLL first (its prompts then sit in vLLM's
+        prefix cache). Frames per checkpoint, in order."""
         cfg, res, tok, cache = self.config, self.result, self.tokenizer, self.token_cache
-        frames: tuple[list[pd.DataFrame], list[pd.DataFrame]] = ([], [])
-        if any(gen.values()) or any(nll.values()):
-            # an HF model beside vLLM only when the run loads it anyway (module doc)
-            verdict = self.conformance.vllm(
-                self.vllm, ckpt, tok, self.check_items, self._stops(ckpt),
-                (lambda: self.holder.get(ckpt)) if cfg.uses_hf else None,
-            )  # fmt: skip
-        for kind, todo in (("nll", nll), ("gen", gen)):
-            items = {s: [pool.splits[s][i] for i in idx] for s, idx in todo.items() if idx}
-            flat = [it for its in items.values() for it in its]
-            if not flat:
+        out: list[tuple[list[pd.DataFrame], list[pd.DataFrame]]] = [([], []) for _ in work]
+        made_by = []
+        for ckpt, _, gen, nll in work:
+            verdict = None
+            if any(gen.values()) or any(nll.values()):
+                # an HF model beside vLLM only when the run loads it anyway (module doc)
+                verdict = self.conformance.vllm(
+                    self.vllm, ckpt, tok, self.check_items, self._stops(ckpt),
+                    (lambda c=ckpt: self.holder.get(c)) if cfg.uses_hf else None,
+                )  # fmt: skip
+            made_by.append(verdict)
+        for kind in ("nll", "gen"):
+            per = []  # (index in work, {split: items}, the items in order)
+            for k, (_, pool, gen, nll) in enumerate(work):
+                todo = nll if kind == "nll" else gen
+                items = {s: [pool.splits[s][i] for i in idx] for s, idx in todo.items() if idx}
+                flat = [it for its in items.values() for it in its]
+                per += [(k, items, flat)] if flat else []
+            if not per:
                 continue
             t0, started = time.perf_counter(), self.vllm.start_seconds
-            prompts = [format_prompt(it.instruction) for it in flat]
-            ids = encode_cached(encode_prompts, tok, prompts, cache, "prompt")
+            flat = [it for _, _, f in per for it in f]
+            owners = [work[k][0] for k, _, f in per for _ in f]
+            ids = encode_cached(
+                encode_prompts, tok, [format_prompt(it.instruction) for it in flat], cache, "prompt"
+            )
             if kind == "nll":
                 answers = encode_cached(
                     encode_responses, tok, [it.response for it in flat], cache, "response"
                 )
-                scored = self.vllm.score(ckpt, ids, answers, cfg.windows)
-                frame = split_frames(items, None, scored, cfg, *names, ckpt.step)[1]
-                frames[1].append(stamp(frame, {**self.vllm.provenance(), "conformance": verdict}))
-                res.nll_seconds += time.perf_counter() - t0 - (self.vllm.start_seconds - started)
+                values = self.vllm.score(owners, ids, answers, cfg.windows)
+            else:
+                values = self.vllm.generate(
+                    owners, tok, ids, self._stops(owners[0]), cfg.max_new_tokens
+                )
+            spent = time.perf_counter() - t0 - (self.vllm.start_seconds - started)
+            start = 0
+            for k, items, f in per:
+                part, start = values[start : start + len(f)], start + len(f)
+                texts, scored = (None, part) if kind == "nll" else (part, None)
+                frames = split_frames(items, texts, scored, cfg, *names, work[k][0].step)
+                prov = {
+                    **self.vllm.provenance(), "conformance": made_by[k],
+                    "weights": weights_note(work[k][0], self.vllm.log),
+                }  # fmt: skip
+                out[k][kind == "nll"].append(stamp(frames[kind == "nll"], prov))
+                ticks[k](len(f))
+            if kind == "nll":
+                res.nll_seconds += spent
                 res.scored_items += len(flat)
             else:
-                stops = self._stops(ckpt)
-                texts = self.vllm.generate(ckpt, tok, ids, stops, cfg.max_new_tokens)
-                frame = split_frames(items, texts, None, cfg, *names, ckpt.step)[0]
-                frames[0].append(stamp(frame, {**self.vllm.provenance(), "conformance": verdict}))
-                res.generation_seconds += (
-                    time.perf_counter() - t0 - (self.vllm.start_seconds - started)
-                )
+                res.generation_seconds += spent
                 res.generated_items += len(flat)
             res.engine_seconds += self.vllm.start_seconds - started
-            tick(len(flat))
-        return frames
+        return out
 
     def _stops(self, ckpt: Checkpoint) -> list[int]:
         """The HF path's stop ids for ``ckpt``'s model, without loading it."""

@@ -12,7 +12,10 @@ kind (:data:`FIELDS`). It is stored in the unit's Parquet key-value metadata und
 measured by different runs); ``conformance`` (when its rows say) lists the verdicts of the
 conformance check they were measured under (:mod:`ckptsel.measure.conformance`: ``passed (6
 items, checked ...): ...`` or ``skipped by --no-conformance-check``) — a note beside the
-provenance, never part of what must match (:func:`provenance_identity`); ``mixed`` is present only when ``measure --allow-mixed-engines``
+provenance, never part of what must match (:func:`provenance_identity`); ``weights`` (when its
+rows say), a note too, says how the checkpoint's weights got into the model or engine
+(``loaded``, ``swapped in place, proven by 3 tensor checksums``, ``loaded afresh: <why>``,
+``adapter on its base``); ``mixed`` is present only when ``measure --allow-mixed-engines``
 wrote the unit into a trajectory recorded with other provenance, and lists every provenance
 the trajectory then held. Readers never need it (the contract columns are unchanged); units
 written by other producers (ingest, older versions) carry none and read as *unrecorded*.
@@ -41,6 +44,7 @@ SINGLE_FILE_KEY = b"ckptsel.provenance.trajectories"
 FIELDS = ("engine", "version", "dtype", "attention", "batch_size", "device")
 PROVENANCE_KINDS = ("generations", "nll")
 NOTE = "conformance"  # the conformance verdict: carried beside the provenance, never compared
+WEIGHTS_NOTE = "weights"  # how the weights got in ("loaded", "swapped in place, ..."): a note too
 
 
 def canonical(provenance: dict[str, Any]) -> str:
@@ -49,6 +53,8 @@ def canonical(provenance: dict[str, Any]) -> str:
     blob = {k: provenance.get(k) for k in FIELDS}
     if provenance.get(NOTE) is not None:
         blob[NOTE] = str(provenance[NOTE])
+    if provenance.get(WEIGHTS_NOTE) is not None:
+        blob[WEIGHTS_NOTE] = str(provenance[WEIGHTS_NOTE])
     return json.dumps(blob, separators=(",", ":"))
 
 
@@ -59,8 +65,8 @@ def provenance_identity(provenance: dict[str, Any] | str) -> str:
     return json.dumps({k: p.get(k) for k in FIELDS}, separators=(",", ":"))
 
 
-def _verdicts(provenances: Iterable[str]) -> set[str]:
-    return {str(v) for v in (json.loads(p).get(NOTE) for p in provenances) if v is not None}
+def _verdicts(provenances: Iterable[str], note: str = NOTE) -> set[str]:
+    return {str(v) for v in (json.loads(p).get(note) for p in provenances) if v is not None}
 
 
 def describe(provenance: dict[str, Any] | str) -> str:
@@ -84,27 +90,33 @@ class UnitProvenance:
     measured_by: tuple[str, ...]
     mixed: tuple[str, ...] = ()
     conformance: tuple[str, ...] = ()
+    weights: tuple[str, ...] = ()  # how the weights got in (a note, like ``conformance``)
 
     def metadata(self) -> dict[bytes, bytes]:
         """The unit file's key-value metadata."""
         blob: dict[str, Any] = {"measured_by": [json.loads(p) for p in self.measured_by]}
         if self.conformance:
             blob[NOTE] = list(self.conformance)
+        if self.weights:
+            blob[WEIGHTS_NOTE] = list(self.weights)
         if self.mixed:
             blob["mixed"] = [json.loads(p) for p in self.mixed]
         return {PROVENANCE_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
 
 
 def unit_provenance(
-    measured_by: Iterable[str], mixed: Iterable[str] = (), conformance: Iterable[str] = ()
-) -> UnitProvenance:
+    measured_by: Iterable[str], mixed: Iterable[str] = (), conformance: Iterable[str] = (),
+    weights: Iterable[str] = (),
+) -> UnitProvenance:  # fmt: skip
     """A :class:`UnitProvenance` from canonical strings (deduplicated, sorted): the
-    conformance verdicts in ``measured_by`` go to ``conformance``, beside ``conformance``."""
+    conformance verdicts in ``measured_by`` go to ``conformance``, beside ``conformance``, and
+    how the weights got in to ``weights``, beside ``weights``."""
     measured_by, mixed = list(measured_by), list(mixed)
     return UnitProvenance(
         tuple(sorted({provenance_identity(p) for p in measured_by})),
         tuple(sorted({provenance_identity(p) for p in mixed})),
         tuple(sorted(_verdicts(measured_by) | set(conformance))),
+        tuple(sorted(_verdicts(measured_by, WEIGHTS_NOTE) | set(weights))),
     )
 
 
@@ -117,6 +129,7 @@ def _parse(blob: bytes | None) -> UnitProvenance | None:
             (canonical(p) for p in data.get("measured_by", [])),
             (canonical(p) for p in data.get("mixed", [])),
             (str(v) for v in data.get(NOTE, [])),
+            (str(v) for v in data.get(WEIGHTS_NOTE, [])),
         )
     except (ValueError, TypeError, AttributeError):
         return None  # metadata is never a source of truth: unreadable reads as unrecorded

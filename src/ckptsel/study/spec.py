@@ -85,7 +85,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "device": (_STR, "cpu | cuda"),
         "backend": (_STR, "hf | vllm"),
         "dtype": (_STR, "auto | float32 | bfloat16 | float16"),
-        "max_loras": (_INT, "vLLM: adapters the engine holds at once"),
+        "max_loras": (_INT, "vLLM: adapter checkpoints in one batch (0: from the work)"),
         "max_lora_rank": (_INT, "vLLM: largest LoRA rank (0: the adapters' own)"),
         "nll_backend": (_STR, "hf | vllm: the engine that scores the NLL (default: backend)"),
         "kv_cache_gib": (_FLOAT, "vLLM: KV cache in GiB (0: sized from the work on a CPU)"),

@@ -69,6 +69,8 @@ GPU_MEMORY_SHARED = 0.6  # the GPU's share for vLLM while the HF model (NLL) run
 GPU_MEMORY_ALONE = 0.85
 CPU_BLOCK = 128  # vLLM's KV block on the CPU, tokens
 MAX_NUM_SEQS = 256  # vLLM's default
+AUTO_LORAS = 16  # adapters in one batch when --max-loras is 0 (from the work)
+LORA_MEMORY_SHARE = 8  # LoRA slots take at most 1/8 of the memory the machine can still give
 DTYPE_NAMES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
 
@@ -241,6 +243,7 @@ class VllmEngine:
         self.starts = 0  # engines started, for tests and benchmarks
         self.start_seconds = 0.0
         self.log = SwapLog()  # starts, full checkpoints swapped in and their time
+        self.lora_slots = config.max_loras or 1  # the engine's max_loras (set before it starts)
 
     # ------------------------------------------------------------------ the engine
 
@@ -305,7 +308,7 @@ class VllmEngine:
             args["tokenizer"] = self.tokenizer_ref
         if self.adapters:
             args.update(
-                enable_lora=True, max_loras=self.config.max_loras, max_lora_rank=self.max_lora_rank
+                enable_lora=True, max_loras=self.lora_slots, max_lora_rank=self.max_lora_rank
             )
         if plan.kv_cache_bytes:
             args["kv_cache_memory_bytes"] = plan.kv_cache_bytes
@@ -345,26 +348,54 @@ class VllmEngine:
 
         return LoRARequest(f"step{ckpt.step}", ckpt.step + 1, str(_local(ckpt)))
 
-    def _run(self, ckpt: Checkpoint, seqs: list[list[int]], params: Any, new: int) -> list[Any]:
+    def plan_loras(self, ckpts: Sequence[Checkpoint]) -> int:
+        """How many of ``ckpts``' adapters go into one batch (one ``generate`` call), and, when
+        the engine has not started yet, its ``max_loras``: as many as there are, at most
+        ``--max-loras`` (0: :data:`AUTO_LORAS`) and at most what fits in a share of the memory
+        (:data:`LORA_MEMORY_SHARE`; each slot holds one adapter padded to ``max_lora_rank``).
+        1 for full checkpoints, or when ``--max-loras 1`` (one checkpoint per call)."""
+        adapters = [c for c in ckpts if c.kind == "adapter"]
+        if len(adapters) < 2:
+            return 1
+        per_slot = max(_adapter_bytes(c, self.max_lora_rank) for c in adapters)
+        fit = max(1, available_bytes() // LORA_MEMORY_SHARE // max(per_slot, 1))
+        slots = max(1, min(len(adapters), self.config.max_loras or AUTO_LORAS, fit))
+        if self.llm is None:
+            self.lora_slots = slots
+        return slots
+
+    def _run(
+        self, ckpt: Checkpoint | Sequence[Checkpoint], seqs: list[list[int]], params: Any,
+        new: int,
+    ) -> list[Any]:  # fmt: skip
+        """One ``generate`` call; ``ckpt`` is the checkpoint of every request or, a sequence,
+        of each (adapters of one base: each request carries its own ``LoRARequest``)."""
         from vllm.inputs import TokensPrompt
 
-        llm = self._ready(ckpt, [len(s) + new for s in seqs])
+        ckpts = [ckpt] * len(seqs) if isinstance(ckpt, Checkpoint) else list(ckpt)
+        if len({_model_ref(c) for c in ckpts}) > 1:
+            raise CkptselError("one vLLM batch serves the adapters of one base model only")
+        llm = self._ready(ckpts[0], [len(s) + new for s in seqs])
         reqs = [TokensPrompt(prompt_token_ids=list(s)) for s in seqs]
+        loras: dict[int, Any] = {c.step: self._lora(c) for c in ckpts}
+        lora = loras[ckpts[0].step] if len(loras) == 1 else [loras[c.step] for c in ckpts]
         try:
-            return llm.generate(reqs, params, lora_request=self._lora(ckpt), use_tqdm=False)
+            return llm.generate(reqs, params, lora_request=lora, use_tqdm=False)
         except Exception as err:
             self.close()  # an in-process engine that raised hangs on its next call
-            raise CkptselError(f"vLLM failed on {ckpt.path}: {_first_line(err)}") from err
+            where = ", ".join(sorted({str(c.path) for c in ckpts}))
+            raise CkptselError(f"vLLM failed on {where}: {_first_line(err)}") from err
 
     def generate(
         self,
-        ckpt: Checkpoint,
+        ckpt: Checkpoint | Sequence[Checkpoint],
         tokenizer: Any,
         prompts: Sequence[list[int]],
         stops: Sequence[int],
         max_new_tokens: int,
     ) -> list[str]:
-        """Greedy texts of ``prompts`` (token ids) under ``ckpt``, in input order: decoded with
+        """Greedy texts of ``prompts`` (token ids) under ``ckpt`` (or, a sequence, each prompt's
+        checkpoint: adapters of one base in one batch), in input order: decoded with
         ``tokenizer``, cut at the first of ``stops``, as the HF path's."""
         if not prompts:
             return []
@@ -402,13 +433,13 @@ class VllmEngine:
 
     def score(
         self,
-        ckpt: Checkpoint,
+        ckpt: Checkpoint | Sequence[Checkpoint],
         prompts: Sequence[list[int]],
         answers: Sequence[list[int]],
         windows: Sequence[int],
     ) -> list[dict[int, ResponseNll]]:
         """Teacher-forced NLL of each answer (response ids + EOS) after its prompt, per window:
-        the HF path's tokens, windows and ``n_tokens``."""
+        the HF path's tokens, windows and ``n_tokens``. ``ckpt``: as in :meth:`generate`."""
         import numpy as np
 
         if not prompts:
@@ -521,6 +552,17 @@ def prove_engine(llm: Any, ref: str, dtype: str) -> None:
             f"{ref}: the weights did not swap in (the packed GEMM weights of {stale[0]} compute "
             f"with the previous checkpoint's; {len(stale)} layers)"
         )
+
+
+def _adapter_bytes(ckpt: Checkpoint, max_rank: int) -> int:
+    """The memory of one LoRA slot for ``ckpt``: its weights' file size, scaled from its rank
+    to the engine's ``max_lora_rank`` (vLLM pads every slot to it)."""
+    path = _local(ckpt)
+    size = max(
+        (path / f).stat().st_size if (path / f).is_file() else 0
+        for f in ("adapter_model.safetensors", "adapter_model.bin")
+    )
+    return size * max(max_rank, 1) // max(adapter_rank(ckpt), 1)
 
 
 def _model_ref(ckpt: Checkpoint) -> str:

@@ -8,11 +8,13 @@ does not broadcast with previously seen size M`` in the worker, with or without 
 ``sampler_indices``, one per *sampled* row of the batch (N). Upstream: vllm-project/vllm#29955
 (and #17766, #16668).
 
-The fix, only while the row counts differ: every row takes the one adapter index that all
-tokens scheduled in the batch share (ckptsel sends one adapter per ``generate`` call, so there
-always is one); a batch that mixes adapters raises instead of guessing; index -1 (no adapter)
-adds nothing. When the counts match, vLLM's own code runs unchanged. ckptsel's adapters do not
-target ``lm_head``, so their logits LoRA weights are zero anyway and the result is exact.
+The fix, only while the row counts differ: when the adapters of the tokens scheduled in the
+batch have no logits LoRA weights (all zero: they do not target ``lm_head``, which ckptsel
+requires for vLLM NLL), nothing is added, exactly what vLLM would add; so a batch may mix
+adapters (a trajectory's checkpoints in one call). Otherwise every row takes the one adapter
+index that all those tokens share, and a batch that mixes such adapters raises instead of
+guessing; index -1 (no adapter) adds nothing. When the counts match, vLLM's own code runs
+unchanged.
 
 How it reaches the engine: ``LLM(..., worker_extension_cls=...PatchedWorker)`` makes vLLM import
 this module in its worker (spawned, or this process with the in-process engine) before the
@@ -37,13 +39,14 @@ def _add_lora_logits(original: Any) -> Any:
         if self.sampler_indices.numel() == rows:
             return original(self, y, x, lora_a_stacked, lora_b_stacked, scale, buffer=buffer, **kw)
         ids = torch.unique(self.token_lora_indices)
+        ids = ids[ids >= 0]  # -1: no adapter, nothing to add
+        if ids.numel() == 0 or not bool(lora_b_stacked[ids].any()):
+            return None  # no logits LoRA weights in the batch (lm_head untargeted): exact
         if ids.numel() != 1:
             raise RuntimeError(
-                "prompt log-probs with several LoRA adapters in one batch are not supported "
-                "on the CPU (ckptsel.measure.backends.vllm_patch)"
+                "prompt log-probs with several LoRA adapters targeting lm_head in one batch are "
+                "not supported on the CPU (ckptsel.measure.backends.vllm_patch)"
             )
-        if int(ids[0]) < 0:
-            return None  # no adapter: nothing to add
         shape = y.shape
         y, x = y.view(-1, y.shape[-1]), x.view(-1, x.shape[-1])
         idx = ids.expand(rows).contiguous()

@@ -150,6 +150,25 @@ def unit_work(parts: StepParts) -> _Work:
     return _Work(ItemPool(splits, hashes), todo_gen, todo_nll)
 
 
+def engine_counts(measurer: Measurer) -> dict[str, Any]:
+    """A measurer's fresh model/engine starts, weight swaps and their seconds so far (its
+    model holder's and vLLM engine's logs), as a unit's stats send them back."""
+    logs = [measurer.holder.log] + ([measurer.vllm.log] if measurer.vllm is not None else [])
+    return {
+        "engine_starts": sum(log.starts for log in logs),
+        "weight_swaps": sum(log.swaps for log in logs),
+        "swap_seconds": sum(log.swap_seconds for log in logs),
+    }
+
+
+def engines_words(starts: int, swaps: int, seconds: float, workers: int) -> str:
+    """The Ray run's engines in words, like the local run's line."""
+    plural = lambda n, word: f"{n} {word}" + ("" if n == 1 else "s")  # noqa: E731
+    text = f"{plural(starts, 'model/engine start')} on {plural(workers, 'Ray worker')}"
+    return text + (f", {swaps} checkpoints swapped in place, {seconds / swaps:.2f} s each"
+                   if swaps else "")  # fmt: skip
+
+
 class MeasureWorker:
     """A measuring actor's state: the run's config and checkpoints, and one measurer.
 
@@ -193,6 +212,7 @@ class MeasureWorker:
         r = self.result
         before = (r.generated_items, r.scored_items, r.generation_seconds, r.nll_seconds)
         loads = self.measurer.holder.loads
+        engines = engine_counts(self.measurer)
         t0 = time.perf_counter()
         new = self.measurer.measure(ckpt, work, trajectory, configuration, lambda n: None)
         rss, peak = _rss_mb()
@@ -206,6 +226,7 @@ class MeasureWorker:
             "generation_seconds": r.generation_seconds - before[2],
             "nll_seconds": r.nll_seconds - before[3],
             "model_loads": self.measurer.holder.loads - loads,
+            **{k: v - engines[k] for k, v in engine_counts(self.measurer).items()},
             "rss_mb": rss,
             "peak_rss_mb": peak,
         }
@@ -413,9 +434,17 @@ class RayExecutor:
             res.generation_seconds += st["generation_seconds"]
             res.nll_seconds += st["nll_seconds"]
             res.model_loads += st["model_loads"]
+            res.engine_starts += st.get("engine_starts", 0)
+            res.weight_swaps += st.get("weight_swaps", 0)
+            res.swap_seconds += st.get("swap_seconds", 0.0)
             emit(ProgressEvent("step", trajectory, step=ckpt.step, total=parts.n_todo))
             emit(ProgressEvent("items", trajectory, step=ckpt.step, done=parts.n_todo))
             yield ckpt, parts, new
+        res = self.result
+        if res.engine_starts or res.weight_swaps:
+            res.engines = engines_words(
+                res.engine_starts, res.weight_swaps, res.swap_seconds, len(self.actors)
+            )
         stats.update(
             seconds=time.perf_counter() - t0,
             first_unit_seconds=first_done,
