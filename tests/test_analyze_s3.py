@@ -98,9 +98,10 @@ def test_results_and_records_at_urls_logged_to_a_tracker(s3, tmp_path, capsys, m
     assert code == 0, said
     [run_id] = re.findall(r"mlflow: logged to run \S+ \((\w+)\)", said)
     client = mlflow.MlflowClient(tracking_uri=uri)
-    tags = client.get_run(run_id).data.tags
-    assert tags["ckptsel.results_dir"] == out and tags["ckptsel.records_dir"] == remote
-    assert tags["ckptsel.records_sha256"] == records_sha256(local) == records_sha256(remote)
+    data = client.get_run(run_id).data
+    given = {**data.tags, **data.params}  # settings are params now (a changed re-log: a tag)
+    assert given["ckptsel.results_dir"] == out and given["ckptsel.records_dir"] == remote
+    assert given["ckptsel.records_sha256"] == records_sha256(local) == records_sha256(remote)
     got = mlflow.artifacts.download_artifacts(
         run_id=run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path / "dl"),
         tracking_uri=uri,
