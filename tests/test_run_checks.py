@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.cli import main
-
+from clirun import run_cli
 from tinyrun import build_tiny_base
 
 POOL_STUDY = """schema = 2
@@ -27,16 +26,6 @@ name = "a"
 steps = 2
 save_every = 1
 """
-
-
-def run_cli(args: list, capsys) -> tuple[int, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.err + out.out
 
 
 def files_under(root: Path) -> set[str]:

@@ -12,6 +12,8 @@ import pytest
 
 from ckptsel.errors import CkptselError
 
+from clirun import run_cli
+
 QUESTIONS = [
     (f"What is {a} plus {b}?", f"{a} + {b} = {a + b}.\nThe answer is: {a + b}")
     for a in range(1, 5)
@@ -167,18 +169,6 @@ def test_node_cache_refuses_object_keys_that_leave_the_cache(s3, tmp_path, bad, 
     assert not cache.exists() or not [p for p in cache.iterdir() if ".tmp-" in p.name]
 
 
-def _cli(args: list[str], capsys) -> tuple[int, str]:
-    from ckptsel.cli.app import main
-
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    got = capsys.readouterr()
-    return code, got.out + got.err
-
-
 @pytest.mark.parametrize("entry", ["../../ESCAPED", "/tmp/ESCAPED-abs", "tables/../../../ESCAPED"])
 def test_verify_refuses_manifest_entries_that_leave_its_copy(
     s3, tmp_path, monkeypatch, capsys, entry
@@ -196,7 +186,7 @@ def test_verify_refuses_manifest_entries_that_leave_its_copy(
     _put(s3, "a/b/results/summary.json", b"{}")
     _put(s3, "a/ESCAPED", b"planted")  # what a/b/results/../../ESCAPED names
     _put(s3, "a/b/results/tables/ESCAPED", b"planted")
-    code, said = _cli(["verify", s3.url("a", "b", "results")], capsys)
+    code, said = run_cli(["verify", s3.url("a", "b", "results")], capsys)
     assert not list(tmp_path.rglob("ESCAPED*")), list(tmp_path.rglob("ESCAPED*"))
     assert not Path("/tmp/ESCAPED-abs").exists()
     assert code == 2 and "Traceback" not in said, said
@@ -293,7 +283,7 @@ def test_records_and_results_are_created_with_the_umask(tmp_path, umask_027, cap
     Location(tmp_path / "plain.bin").write_bytes(b"x")
     assert (tmp_path / "plain.bin").stat().st_mode & 0o777 == 0o640
     fast = ["--permutations", "10", "--draws", "200", "--no-report"]
-    code, said = _cli(["analyze", rec, "--out", tmp_path / "res", *fast], capsys)
+    code, said = run_cli(["analyze", rec, "--out", tmp_path / "res", *fast], capsys)
     assert code == 0, said
     modes = _modes(tmp_path / "res")
     assert modes["."] == 0o750 and modes["summary.json"] == 0o640, modes
@@ -305,6 +295,6 @@ def test_records_and_results_are_created_with_the_umask(tmp_path, umask_027, cap
     (mine / "notes.txt").write_text("mine\n")
     for mode in (0o755, 0o700):
         mine.chmod(mode)
-        code, said = _cli(["analyze", rec, "--out", mine, *fast, "--force"], capsys)
+        code, said = run_cli(["analyze", rec, "--out", mine, *fast, "--force"], capsys)
         assert code == 0, said
         assert mine.stat().st_mode & 0o777 == mode and (mine / "summary.json").is_file()

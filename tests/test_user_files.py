@@ -9,16 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ckptsel.cli import main
-
-
-def run_cli(args: list, capsys) -> tuple[int, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    return code, capsys.readouterr().err
+from clirun import run_cli
 
 
 def refused(args: list, capsys, *needles: str) -> None:
