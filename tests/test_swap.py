@@ -107,6 +107,17 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     assert notes[4] == notes[6] == ["swapped in place, proven by 3 tensor checksums"]
     prov = read_provenance(tmp_path / "rec", "nll")["run-a"]
     assert len(prov.measured_by) == 1 and "weights" not in next(iter(prov.measured_by))
+    assert prov.weights == {step: set(notes[step]) for step in (2, 4, 6)}
+    # compact keeps each step's note (the single file's metadata), and the provenance
+    import shutil
+
+    from ckptsel.records import UNITS_DIR, compact
+
+    shutil.copytree(tmp_path / "rec", tmp_path / "compacted")
+    compact(tmp_path / "compacted")
+    assert not (tmp_path / "compacted" / UNITS_DIR).exists()
+    after = read_provenance(tmp_path / "compacted", "nll")["run-a"]
+    assert after.weights == prov.weights and after.measured_by == prov.measured_by
     # --no-swap (measure and watch): loaded afresh, and why
     from ckptsel.cli import main
 

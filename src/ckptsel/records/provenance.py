@@ -20,7 +20,8 @@ wrote the unit into a trajectory recorded with other provenance, and lists every
 the trajectory then held. Readers never need it (the contract columns are unchanged); units
 written by other producers (ingest, older versions) carry none and read as *unrecorded*.
 :func:`~ckptsel.records.store.compact` keeps the provenance in the single file's metadata
-(:data:`SINGLE_FILE_KEY`, per trajectory).
+(:data:`SINGLE_FILE_KEY`, per trajectory; the ``weights`` notes per step, as
+``weights_by_step``, since they differ between a trajectory's checkpoints).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ FIELDS = ("engine", "version", "dtype", "attention", "batch_size", "device")
 PROVENANCE_KINDS = ("generations", "nll")
 NOTE = "conformance"  # the conformance verdict: carried beside the provenance, never compared
 WEIGHTS_NOTE = "weights"  # how the weights got in ("loaded", "swapped in place, ..."): a note too
+WEIGHTS_BY_STEP = "weights_by_step"  # the single file's form of it: {step: [notes]}
 
 
 def canonical(provenance: dict[str, Any]) -> str:
@@ -146,8 +148,9 @@ class TrajectoryProvenance:
     units: int = 0
     unrecorded: int = 0
     conformance: set[str] = field(default_factory=set)
+    weights: dict[int, set[str]] = field(default_factory=dict)  # step -> how its weights got in
 
-    def add(self, unit: UnitProvenance | None) -> None:
+    def add(self, unit: UnitProvenance | None, step: int | None = None) -> None:
         self.units += 1
         if unit is None or not unit.measured_by:
             self.unrecorded += 1
@@ -155,6 +158,17 @@ class TrajectoryProvenance:
         self.measured_by.update(unit.measured_by)
         self.mixed.update(unit.mixed)
         self.conformance.update(unit.conformance)
+        if step is not None and unit.weights:
+            self.weights.setdefault(int(step), set()).update(unit.weights)
+
+    def add_weights(self, by_step: Any) -> None:
+        """The single file's ``weights_by_step`` (``{"<step>": [note, ...]}``; anything else is
+        ignored: metadata is never a source of truth)."""
+        if not isinstance(by_step, dict):
+            return
+        for step, notes in by_step.items():
+            if str(step).isdigit() and isinstance(notes, list):
+                self.weights.setdefault(int(step), set()).update(str(n) for n in notes)
 
 
 def read_provenance(
@@ -173,29 +187,37 @@ def read_provenance(
         except ValueError:
             per_traj = {}
         for traj, entry in per_traj.items():
-            if wanted is None or traj in wanted:
+            if (wanted is None or traj in wanted) and isinstance(entry, dict):
                 unit = _parse(json.dumps(entry).encode("utf-8"))
-                out.setdefault(traj, TrajectoryProvenance()).add(unit)
+                prov = out.setdefault(traj, TrajectoryProvenance())
+                prov.add(unit)
+                prov.add_weights(entry.get(WEIGHTS_BY_STEP))
     units = [u for u in list_units(as_location(records_dir), kind) if wanted is None or u.trajectory in wanted]
     # footers only (~0.5 ms each: ~1 s for the 1,563 units of a kind at paper scale, on one
     # thread), read on a few threads
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(units)))) as pool:
         metas = list(pool.map(lambda u: read_schema(u.path).metadata or {}, units))
     for u, meta in zip(units, metas, strict=True):
-        out.setdefault(u.trajectory, TrajectoryProvenance()).add(_parse(meta.get(PROVENANCE_KEY)))
+        out.setdefault(u.trajectory, TrajectoryProvenance()).add(
+            _parse(meta.get(PROVENANCE_KEY)), u.step
+        )
     return out
 
 
 def single_file_metadata(per_trajectory: dict[str, TrajectoryProvenance]) -> dict[bytes, bytes]:
     """What :func:`~ckptsel.records.store.compact` writes into a single file's metadata: each
-    trajectory's provenance (trajectories that record none are left out)."""
-    blob = {
-        traj: json.loads(
+    trajectory's provenance (trajectories that record none are left out), with how each
+    step's weights got in (``weights_by_step``)."""
+    blob = {}
+    for traj, p in sorted(per_trajectory.items()):
+        if not p.measured_by:
+            continue
+        entry = json.loads(
             unit_provenance(p.measured_by, p.mixed, p.conformance).metadata()[PROVENANCE_KEY]
         )
-        for traj, p in sorted(per_trajectory.items())
-        if p.measured_by
-    }
+        if p.weights:
+            entry[WEIGHTS_BY_STEP] = {str(k): sorted(v) for k, v in sorted(p.weights.items())}
+        blob[traj] = entry
     return {SINGLE_FILE_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")} if blob else {}
 
 
@@ -212,7 +234,8 @@ def study_provenance(records_dir: Path | Location | str) -> dict[str, dict[str, 
 def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.ndarray]:
     plain = {
         kind: {
-            t: [sorted(p.measured_by), sorted(p.mixed), p.units, p.unrecorded, sorted(p.conformance)]
+            t: [sorted(p.measured_by), sorted(p.mixed), p.units, p.unrecorded, sorted(p.conformance),
+                {str(k): sorted(v) for k, v in sorted(p.weights.items())}]
             for t, p in per.items()
         }  # fmt: skip
         for kind, per in study.items()
@@ -223,8 +246,8 @@ def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.n
 def _decode(arrays) -> dict[str, dict[str, TrajectoryProvenance]]:
     return {
         kind: {
-            t: TrajectoryProvenance(set(m), set(x), u, n, set(c))
-            for t, (m, x, u, n, c) in per.items()
+            t: TrajectoryProvenance(set(m), set(x), u, n, set(c), {int(k): set(v) for k, v in w.items()})
+            for t, (m, x, u, n, c, w) in per.items()
         }
         for kind, per in memo.array_json(arrays["study"]).items()
     }
