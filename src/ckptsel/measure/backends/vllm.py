@@ -200,6 +200,21 @@ def kv_plan(cfg: Any, lengths: Sequence[int], dtype_bytes: int, cap_bytes: int) 
     return KvPlan(max_model_len, int(max(floor, min(want * per_token, cap_bytes))))
 
 
+def shutdown_engine(llm: Any) -> None:
+    """Shut ``llm``'s engine core down now: its workers, and the process-wide parallel state
+    (vLLM's tensor/pipeline-parallel groups) it set up. Left to the garbage collector, an engine
+    still referenced somewhere (a traceback's frame, say) is shut down at some later collection,
+    such as the one vLLM runs while the next engine starts, and its teardown then destroys that
+    new engine's parallel state ("tensor model parallel group is not initialized"). vLLM's
+    client shutdown runs once: the collector's finalizer is detached by it."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    try:
+        if core is not None:
+            core.shutdown()
+    except Exception:  # noqa: BLE001 - an engine that failed may fail its shutdown too
+        pass
+
+
 class VllmEngine:
     """vLLM for one run: checks at construction, the engine started at first use (sized from
     that work on the CPU), one ``LoRARequest`` per adapter checkpoint.
@@ -331,10 +346,13 @@ class VllmEngine:
             raise CkptselError(f"vLLM could not start on {ref}: {_first_line(err)}") from err
 
     def close(self) -> None:
-        """Drop the engine (its memory goes with it)."""
+        """Shut the engine down now (:func:`shutdown_engine`) and drop it (its memory goes with
+        it)."""
         if self.llm is None:
             return
-        self.llm = self.model_ref = None
+        llm, self.llm, self.model_ref = self.llm, None, None
+        shutdown_engine(llm)
+        del llm
         import gc
 
         gc.collect()
