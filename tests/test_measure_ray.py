@@ -204,6 +204,8 @@ def test_ray_actors_send_engine_starts_back(ray_cluster, run, tmp_path):
     assert res.measured_steps == list(STEPS)
     assert res.engine_starts == 1 and res.weight_swaps == 0  # one actor: the base loaded once
     assert res.engines == "1 model/engine start on 1 Ray worker"
+    # the HF backend: a batch is one checkpoint, no vLLM call
+    assert res.executor_stats["batches"] == len(STEPS) and res.vllm_calls == 0
 
 
 def test_study_file_with_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
