@@ -82,7 +82,7 @@ def one(args: argparse.Namespace) -> None:
     }
     if kind == "ray":
         rt, cp, first = (
-            st[k] for k in ("unit_roundtrip_seconds", "unit_compute_seconds", "unit_first_on_actor")
+            st[k] for k in ("batch_roundtrip_seconds", "batch_compute_seconds", "batch_first_on_actor")
         )
         gap = [r - c for r, c in zip(rt, cp, strict=True)]
         later = [g for g, f in zip(gap, first, strict=True) if not f]

@@ -56,7 +56,7 @@ def test_without_ray_one_line_says_how_to_install(monkeypatch):
 
 
 def test_units_are_grouped_by_base_and_actors_keep_theirs():
-    from ckptsel.measure.executors.ray_actors import order_units, pick_unit
+    from ckptsel.measure.executors.ray_actors import order_units, pick_batch
     from ckptsel.train import Checkpoint
 
     def ck(step, base):
@@ -68,11 +68,50 @@ def test_units_are_grouped_by_base_and_actors_keep_theirs():
     assert [(c.base, c.step) for c, _ in ordered] == [
         ("A", 1), ("A", 20), ("A", 30), ("B", 10), ("B", 15), (None, 5),
     ]  # fmt: skip
-    # an actor holding B takes B's next unit; a fresh actor avoids the base another holds
-    assert pick_unit(ordered, "B", {"A"}) == 3
-    assert pick_unit(ordered, None, {"A"}) == 3
-    assert pick_unit(ordered, None, {"A", "B"}) == 5
-    assert pick_unit(ordered[:2], None, {"A"}) == 0  # nothing else left: share the base
+    # an actor holding B takes B's next batch; a fresh actor avoids the base another holds
+    batches = [ordered[:2], ordered[2:3], ordered[3:5], ordered[5:]]
+    assert pick_batch(batches, "B", {"A"}) == 2
+    assert pick_batch(batches, None, {"A"}) == 2
+    assert pick_batch(batches, None, {"A", "B"}) == 3
+    assert pick_batch(batches[:2], None, {"A"}) == 0  # nothing else left: share the base
+
+
+def test_batches_are_consecutive_adapters_of_one_base_with_work():
+    """The one batching rule (both executors): known answers by hand."""
+    from types import SimpleNamespace
+
+    from ckptsel.measure.measurer import batch_units
+    from ckptsel.train import Checkpoint
+
+    def u(step, base, todo=5):
+        kind = "adapter" if base else "full"
+        ckpt = Checkpoint(step, Path(f"/r/checkpoint-{step}"), kind, base)
+        return ckpt, SimpleNamespace(n_todo=todo)
+
+    def steps(batches):
+        return [[c.step for c, _ in batch] for batch in batches]
+
+    # a full checkpoint, a unit with nothing to do and another base all break a batch
+    mixed = [u(1, "A"), u(2, "A"), u(3, None), u(4, "A"), u(5, "A", todo=0), u(6, "A"),
+             u(7, "A"), u(8, "B"), u(9, "B")]  # fmt: skip
+    assert steps(batch_units(mixed, 16)) == [[1, 2], [3], [4], [5], [6, 7], [8, 9]]
+    assert steps(batch_units(mixed, 1)) == [[k] for k in range(1, 10)]  # HF: one unit each
+    # at most ``size`` (the engine's)
+    five = [u(k, "A") for k in range(1, 6)]
+    assert steps(batch_units(five, 2)) == [[1, 2], [3, 4], [5]]
+    # at most ceil(units to measure / workers): every actor gets work
+    assert steps(batch_units(five, 16, workers=2)) == [[1, 2, 3], [4, 5]]
+    assert steps(batch_units(five, 16, workers=4)) == [[1, 2], [3, 4], [5]]
+    assert steps(batch_units(five, 16, workers=9)) == [[1], [2], [3], [4], [5]]
+    # 8 units to measure: ceil(8 / 4) = 2 keeps the pairs, ceil(8 / 5) = 2 too, ceil(8 / 8) = 1
+    # breaks them
+    for workers, pairs in ((4, True), (5, True), (8, False)):
+        want = [[1, 2], [3], [4], [5], [6, 7], [8, 9]] if pairs else [[k] for k in range(1, 10)]
+        assert steps(batch_units(mixed, 16, workers=workers)) == want
+    # nothing to measure: each unit alone
+    done = [u(k, "A", todo=0) for k in range(1, 4)]
+    assert steps(batch_units(done, 16)) == [[1], [2], [3]]
+    assert batch_units([], 16) == []
 
 
 # ---- on a local Ray cluster with the tiny model --------------------------------------------
@@ -165,6 +204,8 @@ def test_ray_actors_send_engine_starts_back(ray_cluster, run, tmp_path):
     assert res.measured_steps == list(STEPS)
     assert res.engine_starts == 1 and res.weight_swaps == 0  # one actor: the base loaded once
     assert res.engines == "1 model/engine start on 1 Ray worker"
+    # the HF backend: a batch is one checkpoint, no vLLM call
+    assert res.executor_stats["batches"] == len(STEPS) and res.vllm_calls == 0
 
 
 def test_study_file_with_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
@@ -236,7 +277,7 @@ def test_worker_killed_mid_run_is_retried(ray_cluster, run, local, tmp_path, mon
     assert res.measured_steps == list(STEPS)
     assert res.generated_items == len(STEPS) * 10 and res.scored_items == len(STEPS) * 10
     stats = res.executor_stats
-    assert stats["workers"] == 2 and len(stats["unit_roundtrip_seconds"]) == len(STEPS)
+    assert stats["workers"] == 2 and len(stats["batch_roundtrip_seconds"]) == len(STEPS)
     assert int(marker.read_text()) not in stats["worker_peak_rss_mb"]  # the dead one sent none
     assert_same_records(out, local)
 

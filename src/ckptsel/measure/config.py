@@ -157,3 +157,8 @@ class MeasureConfig:
     def uses_hf(self) -> bool:
         """Whether a Hugging Face model is loaded (generation or NLL on the HF path)."""
         return "hf" in (self.backend, self.nll_backend)
+
+    @property
+    def uses_vllm(self) -> bool:
+        """Whether a vLLM engine runs (generation or NLL through vLLM)."""
+        return "vllm" in (self.backend, self.nll_backend)

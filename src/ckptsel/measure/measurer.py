@@ -3,8 +3,9 @@
 * :class:`Measurer` — a run's models (one in memory at a time, :mod:`ckptsel.measure.backends.hf`),
   its tokenizer and, when generation or NLL goes through vLLM, the vLLM engine
   (:mod:`ckptsel.measure.backends.vllm`); :meth:`Measurer.measure` returns the new part rows of
-  one checkpoint. Executors (:mod:`ckptsel.measure.executors`) hold one
-  each, in this process or in a Ray actor.
+  one checkpoint, :meth:`Measurer.measure_many` those of a batch of adapters. Executors
+  (:mod:`ckptsel.measure.executors`) hold one each, in this process or in a Ray actor.
+* :func:`batch_units` — the one rule for which units are measured together (a batch).
 * :func:`measure_model` / :func:`measure_splits` — a model already in memory (the Trainer
   callback) on items of one or several splits: generation and NLL share one forward pass per
   batch (:mod:`ckptsel.measure.passes`); returns contract frames.
@@ -188,7 +189,35 @@ class MeasureResult:
     weight_swaps: int = 0  # full checkpoints swapped into the one running (and proven)
     swap_seconds: float = 0.0
     start_seconds: float = 0.0  # what the fresh models/engines took to load or start
+    vllm_calls: int = 0  # vLLM generate calls (a batch of adapters: one per kind)
     engines: str = ""  # in words: "vllm engine started once (31.2 s), 9 checkpoints swapped ..."
+
+
+def base_key(ckpt: Checkpoint) -> str:
+    """The model a checkpoint needs loaded: the adapter's base, or the full checkpoint itself."""
+    return str(ckpt.base) if ckpt.kind == "adapter" else f"full:{ckpt.path}"
+
+
+def batch_units(
+    units: Sequence[tuple[Checkpoint, Any]], size: int, workers: int = 1
+) -> list[list[Any]]:
+    """``units`` (``(checkpoint, parts)``, parts with ``n_todo``) in order, grouped into
+    batches, what is measured together: consecutive adapter checkpoints of one base with rows
+    to measure, at most ``size`` of them (the engine's, :meth:`Measurer.batch_size`) and at most
+    ``ceil(n / workers)``, ``n`` the units with rows to measure (so that ``workers`` actors all
+    get work); every other unit alone. Returns ``[[unit, ...], ...]``, the units in order."""
+    todo = sum(1 for _, parts in units if parts.n_todo)
+    size = min(size, -(-todo // max(workers, 1)))
+    joins = lambda u: size > 1 and u[1].n_todo > 0 and u[0].kind == "adapter"  # noqa: E731
+    out: list[list[Any]] = []
+    for unit in units:
+        if out and joins(unit) and joins(out[-1][-1]) and len(out[-1]) < size and (
+            base_key(unit[0]) == base_key(out[-1][-1][0])
+        ):
+            out[-1].append(unit)
+        else:
+            out.append([unit])
+    return out
 
 
 def weights_note(ckpt: Checkpoint, log: Any) -> str:
@@ -200,14 +229,15 @@ def weights_note(ckpt: Checkpoint, log: Any) -> str:
 
 
 def record_engines(result: MeasureResult, holder: ModelHolder, vllm: VllmEngine | None) -> None:
-    """Engine starts and weight swaps of a measurer's model holder and vLLM engine, added to
-    ``result`` (counts, seconds and one line in words)."""
+    """Engine starts, weight swaps and vLLM calls of a measurer's model holder and vLLM
+    engine, added to ``result`` (counts, seconds and one line in words)."""
     logs = [("hf model", holder.log)] + ([("vllm engine", vllm.log)] if vllm is not None else [])
     logs = [(name, log) for name, log in logs if log.starts]
     result.engine_starts += sum(log.starts for _, log in logs)
     result.weight_swaps += sum(log.swaps for _, log in logs)
     result.swap_seconds += sum(log.swap_seconds for _, log in logs)
     result.start_seconds += sum(log.start_seconds for _, log in logs)
+    result.vllm_calls += vllm.calls if vllm is not None else 0
     words = "; ".join(log.words(name) for name, log in logs)
     result.engines = "; ".join(w for w in (result.engines, words) if w)
 
@@ -227,7 +257,7 @@ class Measurer:
         self.config, self.ckpts, self.base, self.result = config, ckpts, base, result
         config.check_device()
         self.vllm: VllmEngine | None = None
-        if "vllm" in (config.backend, config.nll_backend):
+        if config.uses_vllm:
             self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
         self.holder = ModelHolder(
             config.device, resolve_dtype(config.dtype, config.device), config.swap_weights
@@ -259,21 +289,16 @@ class Measurer:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
         self.check_items = [it for its in pool.splits.values() for it in its]
 
+    def batch_size(self, ckpts: Sequence[Checkpoint]) -> int:
+        """How many of ``ckpts``' adapters go into one batch: as many as one vLLM batch takes
+        (:meth:`VllmEngine.plan_loras`, which also sizes the engine before it starts); 1
+        without vLLM."""
+        return 1 if self.vllm is None else self.vllm.plan_loras(ckpts)
+
     def batches(self, units: Sequence[tuple[Checkpoint, StepParts]]) -> list[list[Any]]:
-        """``units`` in order, grouped into what is measured together: consecutive adapter
-        checkpoints with rows to measure, as many as one vLLM batch takes
-        (:meth:`VllmEngine.plan_loras`); every other unit alone."""
-        size = 1
-        if self.vllm is not None:
-            size = self.vllm.plan_loras([c for c, p in units if p.n_todo])
-        joins = lambda u: size > 1 and u[1].n_todo > 0 and u[0].kind == "adapter"  # noqa: E731
-        out: list[list[Any]] = []
-        for unit in units:
-            if out and joins(unit) and joins(out[-1][-1]) and len(out[-1]) < size:
-                out[-1].append(unit)
-            else:
-                out.append([unit])
-        return out
+        """``units`` in order, grouped into what is measured together (:func:`batch_units`,
+        batches of :meth:`batch_size`)."""
+        return batch_units(units, self.batch_size([c for c, p in units if p.n_todo]))
 
     def measure_many(
         self,

@@ -256,6 +256,7 @@ class VllmEngine:
         self.model_ref: str | None = None
         self.plan: KvPlan | None = None
         self.starts = 0  # engines started, for tests and benchmarks
+        self.calls = 0  # LLM.generate calls (requests, conformance probes), likewise
         self.start_seconds = 0.0
         self.log = SwapLog()  # starts, full checkpoints swapped in and their time
         self.lora_slots = config.max_loras or 1  # the engine's max_loras (set before it starts)
@@ -397,6 +398,7 @@ class VllmEngine:
         reqs = [TokensPrompt(prompt_token_ids=list(s)) for s in seqs]
         loras: dict[int, Any] = {c.step: self._lora(c) for c in ckpts}
         lora = loras[ckpts[0].step] if len(loras) == 1 else [loras[c.step] for c in ckpts]
+        self.calls += 1
         try:
             return llm.generate(reqs, params, lora_request=lora, use_tqdm=False)
         except Exception as err:

