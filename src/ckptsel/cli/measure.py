@@ -67,5 +67,10 @@ def measure(
         f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "
         f"{res.generated_items} generations, {res.scored_items} NLL items in {res.seconds:.1f}s -> {where['out']}"
     )
+    if not where.get("configuration") and res.configuration != res.trajectory:
+        typer.echo(
+            f"  configuration {res.configuration!r}: the trajectory name less its seed, as run "
+            "and ingest read it (--configuration to set another)"
+        )
     if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

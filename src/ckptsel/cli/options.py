@@ -68,7 +68,10 @@ def with_groups(command: Command) -> Command:
 # --------------------------------------------------------------------------- measure, watch
 
 
-CONFIGURATION = typer.Option(None, "--configuration", help="Default: the trajectory name.")
+CONFIGURATION = typer.Option(
+    None, "--configuration",
+    help="Default: the trajectory name less its seed (cfgA-s42 -> cfgA), as run and ingest read it.",
+)  # fmt: skip
 
 
 def run_options(run_dir: str, out: str) -> OptionGroup:

@@ -136,8 +136,9 @@ class RecordingCallback(TrainerCallback):
         records_dir: the records folder (created); each save writes its checkpoint's own
             units (:mod:`ckptsel.records.units`), so other trajectories' records are never
             rewritten and a re-recorded step replaces exactly its own rows.
-        trajectory: this run's name; ``configuration`` defaults to it (seeds of one
-            configuration must share the configuration name).
+        trajectory: this run's name; ``configuration`` defaults to it less its seed
+            (``cfgA-s42`` → ``cfgA``, :func:`ckptsel.study.default_configuration`): seeds of
+            one configuration must share the configuration name.
         test: optional test data file or items, measured at every save too (so ``ckptsel
             select`` can report the test-set gain; leave it out to keep the test set unseen).
         tokenizer: used when the Trainer has no ``processing_class``.
@@ -156,13 +157,16 @@ class RecordingCallback(TrainerCallback):
         verbose: bool = True,
     ) -> None:
         from ckptsel.records import check_name
+        from ckptsel.study import default_configuration
 
         # bad options or an unknown task -> CkptselError now, not at the first save
         self.config = MeasureConfig(config) if isinstance(config, str) else config
         self.task = task = self.config.task
         self.records_dir = Path(records_dir)
         self.trajectory = check_name("trajectory", trajectory)
-        self.configuration = check_name("configuration", configuration or trajectory)
+        self.configuration = check_name(
+            "configuration", configuration or default_configuration(trajectory)
+        )
         self.splits = {"validation": _items(task, validation, "validation")}
         if test is not None:
             self.splits["test"] = _items(task, test, "test")

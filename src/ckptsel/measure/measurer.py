@@ -44,6 +44,7 @@ from ckptsel.measure.tokens import (
     stop_token_ids,
 )
 from ckptsel.records import SPLITS, canonical, empty_generations, empty_nll
+from ckptsel.study import default_configuration
 from ckptsel.train import Checkpoint
 
 
@@ -82,7 +83,8 @@ def measure_splits(
     in one pass over all of them (fuller batches, less padding); frames per split, concatenated.
 
     Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled
-    (``configuration`` defaults to ``trajectory``); ``generations`` carries ``text``. NLL rows
+    (``configuration`` defaults to ``trajectory`` less its seed:
+    :func:`~ckptsel.study.default_configuration`); ``generations`` carries ``text``. NLL rows
     are given for ``config.window`` and for the complete response (``window=0``). Generation
     and NLL share one forward pass per batch (:func:`ckptsel.measure.passes.measure_items`);
     ``passes`` are that function's ``device`` (where inputs go; default: the model's own
@@ -92,7 +94,7 @@ def measure_splits(
     for split in items:
         if split not in SPLITS:
             raise CkptselError(f"unknown split {split!r}: use validation or test")
-    configuration = configuration or trajectory
+    configuration = configuration or default_configuration(trajectory)
     flat = [it for its in items.values() for it in its]
     texts, scored = measure_items(
         model,

@@ -35,6 +35,7 @@ from ckptsel.records import (
     recorded_weights,
     upsert_records,
 )
+from ckptsel.study import default_configuration
 from ckptsel.train import (
     STATE_FILE,
     Checkpoint,
@@ -63,9 +64,10 @@ def _check_trajectory_identity(
     for column, value, rows in checks:
         other = sorted(set(rows[column].astype(str)) - {value})
         if other:
+            keep = f"pass --configuration {other[0]} to keep it, or " if column == "configuration" else ""
             raise CkptselError(
                 f"{out / GENERATIONS_FILE}: trajectory {trajectory!r} is already recorded with "
-                f"{column} {other[0]!r}, not {value!r}; pick another --trajectory name"
+                f"{column} {other[0]!r}, not {value!r}; {keep}pick another --trajectory name"
             )
 
 
@@ -83,7 +85,8 @@ class MeasureSetup:
 
     ``validation`` and ``test``: the item files; ``out``: the records folder; ``base``:
     overrides the adapters' base model; ``trajectory`` (default: the run folder's name) and
-    ``configuration`` (default: the trajectory); ``executor``: where checkpoints are measured
+    ``configuration`` (default: the trajectory less its seed, ``cfgA-s42`` → ``cfgA``:
+    :func:`~ckptsel.study.default_configuration`); ``executor``: where checkpoints are measured
     (see :func:`measure_run`); ``allow_mixed_engines``: admit rows measured with a
     provenance the trajectory's records lack (the units say what was mixed); ``replace``:
     measure again, and record in place of the old rows, a checkpoint whose weights differ from
@@ -139,7 +142,9 @@ class RunMeasurement:
         self.trajectory = check_name(
             "trajectory", setup.trajectory or trajectory_name(self.run_dir)
         )
-        self.configuration = check_name("configuration", setup.configuration or self.trajectory)
+        self.configuration = check_name(
+            "configuration", setup.configuration or default_configuration(self.trajectory)
+        )
         self.config, self.base, self.executor = config, setup.base, setup.executor
         self.pool = ItemPool.load(config.task, setup.validation, setup.test, config.test_task)
         self.emit = on_progress or (lambda event: None)

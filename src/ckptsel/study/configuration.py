@@ -196,6 +196,15 @@ def configuration_and_seed(trajectory: str) -> tuple[str, int | None]:
     return trajectory[: m.start()], int(m.group(1))
 
 
+def default_configuration(trajectory: str) -> str:
+    """The configuration a trajectory belongs to when none is given: its name less the seed at
+    its end (:func:`configuration_and_seed`: ``cfgA-s42`` → ``cfgA``), as ``run`` names them and
+    ``ingest`` reads them. Seeds of one configuration must share it: the configuration is the
+    resampling unit of the main bootstrap (SPEC §4), so seeds recorded as configurations of
+    their own would be resampled as if independent (narrower intervals than the data carry)."""
+    return configuration_and_seed(trajectory)[0]
+
+
 _CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 _STUDY_KEYS = {
     "name",
