@@ -111,3 +111,40 @@ def test_the_limits_follow_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_RATIO", "1000000")
     header, samples = read_inspect_log(small)
     assert len(samples) == len(read_inspect_log(JSON_LOG)[1])
+
+
+def test_an_lm_eval_gzip_bomb_is_refused_while_it_inflates(tmp_path, monkeypatch):
+    """lm-eval's ``.jsonl.gz`` samples are held to the same limits: a line padded to 40 MiB
+    (valid JSON, about 40 KB compressed) is refused in one line naming the file, and a plain
+    ``.jsonl.gz`` reads as its ``.jsonl``."""
+    import gzip
+    import tracemalloc
+
+    from ckptsel.measure import ingest_lm_eval
+    from ckptsel.measure.ingest.lm_eval import read_samples
+
+    from test_ingest import gsm8k_line, write_samples
+
+    lines = [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)]
+    plain = write_samples(tmp_path / "plain", "gsm8k", lines)
+    zipped = write_samples(tmp_path / "zipped", "gsm8k", lines, gz=True)
+    assert read_samples(zipped) == read_samples(plain)
+    folder = tmp_path / "evals" / "checkpoint-100"
+    bomb = write_samples(folder, "gsm8k", lines, gz=True)
+    with gzip.open(bomb, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps(lines[0]) + " " * PAD + "\n")
+    assert bomb.stat().st_size < 200_000
+    out = tmp_path / "records"
+    tracemalloc.start()
+    try:
+        with pytest.raises(CkptselError) as err:
+            ingest_lm_eval([folder], out=out, task="gsm8k", filter_name="strict-match", **QUIET)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    msg = str(err.value)
+    assert "\n" not in msg and str(bomb) in msg and "gzip bomb" in msg
+    assert peak < 24 << 20  # stopped at the 16 MiB floor, never read whole (40 MiB)
+    assert not out.exists()
+    monkeypatch.setenv("CKPTSEL_INFLATE_MAX_RATIO", "1000000")  # the limits are the user's
+    assert len(read_samples(bomb)) == 1

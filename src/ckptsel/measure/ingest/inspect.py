@@ -33,7 +33,6 @@ of the generated tokens), so ingested records have no matched NLL.
 from __future__ import annotations
 
 import json
-import os
 import struct
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ckptsel.errors import CkptselError
+from ckptsel.measure.ingest.inflate import MAX_BYTES_ENV, RATIO_ENV, inflate_limit
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
@@ -64,33 +64,7 @@ _CORRECT = {"C": True, "I": False}
 
 
 # --------------------------------------------------------------------------- inflate limits
-# A .eval member inflates to at most INFLATE_RATIO times its compressed size (never refused
-# below INFLATE_FLOOR: small members of real logs reach 10x) and the whole log to at most
-# INFLATE_RATIO times the archive's size, both capped at INFLATE_MAX_BYTES; the environment
-# variables below change the ratio and the cap. Members are inflated as a stream, counted as
-# they come: the sizes the ZIP headers declare are not trusted.
-INFLATE_RATIO = 100
-INFLATE_FLOOR = 16 << 20
-INFLATE_MAX_BYTES = 2 << 30
-RATIO_ENV = "CKPTSEL_INFLATE_MAX_RATIO"
-MAX_BYTES_ENV = "CKPTSEL_INFLATE_MAX_BYTES"
 _CHUNK = 1 << 20
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise CkptselError(f"${name}={raw!r}: expected a positive integer")
-    return int(raw)
-
-
-def inflate_limit(compressed: int) -> int:
-    """The most bytes ``compressed`` bytes may inflate to (see the limits above)."""
-    ratio = _env_int(RATIO_ENV, INFLATE_RATIO)
-    cap = _env_int(MAX_BYTES_ENV, INFLATE_MAX_BYTES)
-    return min(cap, max(INFLATE_FLOOR, ratio * int(compressed)))
 
 
 class _Budget:

@@ -25,7 +25,6 @@ through the mapping every ingester shares (:mod:`~ckptsel.measure.ingest.mapping
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -38,6 +37,7 @@ import pandas as pd
 
 from ckptsel.data import extract
 from ckptsel.errors import CkptselError
+from ckptsel.measure.ingest.inflate import open_gzip_text
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
@@ -97,9 +97,9 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_samples(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if str(path).endswith(".gz") else open
+    gz = str(path).endswith(".gz")
     rows: list[dict[str, Any]] = []
-    with opener(path, "rt", encoding="utf-8") as fh:
+    with open_gzip_text(path) if gz else open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
