@@ -11,7 +11,12 @@ On whatever CUDA device is there, with nothing downloaded (random-initialised mo
    vllm``), float32 and bfloat16: texts identical, NLL max relative difference;
 3. throughput on models of real size (Qwen3-1.7B and Llama-3-8B shapes, random weights, one
    random LoRA adapter): items/s and tokens/s of ckptsel-HF, ckptsel-vLLM and raw vLLM
-   ``generate`` (+ prompt log-probs) on the same prompts, and peak GPU memory.
+   ``generate`` (+ prompt log-probs) on the same prompts, and peak GPU memory;
+4. how a full-fine-tuning trajectory's weights get in (issue 31), on the first shape: 3 full
+   checkpoints (random perturbations of the random base) measured with a fresh model/engine
+   per checkpoint (``--no-swap``) and with each swapped into the one running (proven by
+   checksums), on HF and vLLM: engine starts and their time, swaps and their time, the whole
+   ``measure_run``, peak memory, records of the two compared.
 
 It writes its section of BENCHMARKS.md (``--out``). Each throughput side runs in its own process
 (vLLM keeps GPU memory until its process ends). Usage on the GPU box, in an environment with
@@ -203,13 +208,16 @@ def side(name: str, work: dict, device: str, max_new: int) -> dict:
     if name == "raw-vllm":
         res = raw_vllm(work, max_new)
     else:
+        swap = work.get("swap", True)
         cfg = MeasureConfig("gsm8k", backend=name.split("-")[1], device=device, batch_size=32,
-                            max_new_tokens=max_new)  # fmt: skip
-        out = Path(work["base"]).parent / f"records-{name}"
+                            max_new_tokens=max_new, swap_weights=swap)  # fmt: skip
+        out = Path(work["run"]).parent / f"records-{name}-{'swap' if swap else 'fresh'}"
         r = measure_run(Path(work["run"]), cfg, validation=Path(work["validation"]),
                         test=Path(work["test"]), out=out)  # fmt: skip
         res = {"seconds": r.generation_seconds + r.nll_seconds, "start": r.engine_seconds,
-               "items": r.generated_items}  # fmt: skip
+               "items": r.generated_items, "measure_run": r.seconds, "out": str(out),
+               "starts": r.engine_starts, "start_seconds": r.start_seconds,
+               "swaps": r.weight_swaps, "swap_seconds": r.swap_seconds}  # fmt: skip
     res["wall"] = time.perf_counter() - t0
     if cuda:
         free, total = torch.cuda.mem_get_info()
@@ -271,17 +279,7 @@ def throughput(shape: str, device: str, root: Path, max_new: int, in_process: bo
     sides = ["ckptsel-hf"] + (["ckptsel-vllm", "raw-vllm"] if have("vllm") else [])
     results = {}
     for name in sides:
-        if in_process:
-            results[name] = side(name, work, device, max_new)
-        else:
-            env = dict(os.environ, CKPTSEL_GPU_CHECK_DEVICE=device)
-            res = subprocess.run(
-                [sys.executable, __file__, "--side", name, "--work", json.dumps(work),
-                 "--device", device, "--max-new-tokens", str(max_new)],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            last = res.stdout.strip().splitlines()[-1:] if res.returncode == 0 else []
-            results[name] = json.loads(last[0]) if last else {"error": res.stderr[-300:]}
+        results[name] = _run_side(name, work, device, max_new, in_process)
         print(shape, name, results[name], flush=True)
     raw = results.get("raw-vllm", {})
     tokens = raw.get("new_tokens")
@@ -300,6 +298,89 @@ def throughput(shape: str, device: str, root: Path, max_new: int, in_process: bo
     if not have("vllm"):
         rows.append(f"| {shape} | ckptsel-vllm, raw-vllm | skipped: vllm is not installed | | | |")
     return rows
+
+
+def full_trajectory(shape: str, root: Path, device: str, n: int = 3) -> dict:
+    """``n`` full checkpoints of ``shape`` (the random base, each perturbed by its own noise)
+    under ``root/full-run`` and 32 items: the work of :func:`weights_in`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tinyrun import make_gsm8k_rows, write_jsonl
+
+    base = build_shape(shape, root, device)["base"]
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device)
+    tok = AutoTokenizer.from_pretrained(base)
+    run = root / "full-run"
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    for k in range(n):
+        torch.manual_seed(k + 1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(original[name] + torch.randn_like(p) * 0.02)
+        model.save_pretrained(run / f"checkpoint-{k + 1}")
+        tok.save_pretrained(run / f"checkpoint-{k + 1}")
+    del model, original
+    rows = make_gsm8k_rows(32, seed=2)
+    return {"base": base, "run": str(run),
+            "validation": str(write_jsonl(root / "full-val.jsonl", rows[:16])),
+            "test": str(write_jsonl(root / "full-test.jsonl", rows[16:]))}  # fmt: skip
+
+
+def weights_in(shape: str, device: str, root: Path, max_new: int, in_process: bool) -> list[str]:
+    """Markdown rows: a full trajectory restarted per checkpoint vs swapped in place, per
+    backend (HF; vLLM when installed), each side in its own process unless ``in_process``."""
+    work = full_trajectory(shape, root / f"full-{shape}", device)
+    rows = []
+    for backend in ["hf"] + (["vllm"] if have("vllm") else []):
+        got = {}
+        for swap in (False, True):
+            name, w = f"ckptsel-{backend}", {**work, "swap": swap}
+            got[swap] = _run_side(name, w, device, max_new, in_process)
+        same = _same_texts(got[False], got[True])
+        for swap, what in ((False, "restart per checkpoint"), (True, "swap in place")):
+            r = got[swap]
+            if "error" in r:
+                rows.append(f"| {shape} | {backend} | {what} | **failed**: "
+                            f"{r['error'].splitlines()[-1][:160]} | | | | | | |")  # fmt: skip
+                continue
+            each = lambda total, n: f"{total / n:.2f} s" if n else "–"  # noqa: E731
+            mem = f"{r['peak_gib']:.1f} GiB" if "peak_gib" in r else "–"
+            rows.append(
+                f"| {shape} | {backend} | {what} | {r['measure_run']:.1f} s | {r['starts']} | "
+                f"{each(r['start_seconds'], r['starts'])} | {r['swaps']} | "
+                f"{each(r['swap_seconds'], r['swaps'])} | {mem} | {same if swap else ''} |"
+            )
+    if not have("vllm"):
+        rows.append(f"| {shape} | vllm | skipped: vllm is not installed | | | | | | | |")
+    return rows
+
+
+def _run_side(name: str, work: dict, device: str, max_new: int, in_process: bool) -> dict:
+    """:func:`side` here or in a process of its own (vLLM keeps GPU memory until it ends)."""
+    if in_process:
+        return side(name, work, device, max_new)
+    env = dict(os.environ, CKPTSEL_GPU_CHECK_DEVICE=device)
+    res = subprocess.run(
+        [sys.executable, __file__, "--side", name, "--work", json.dumps(work),
+         "--device", device, "--max-new-tokens", str(max_new)],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    last = res.stdout.strip().splitlines()[-1:] if res.returncode == 0 else []
+    return json.loads(last[0]) if last else {"error": res.stderr[-300:] or "no output"}
+
+
+def _same_texts(a: dict, b: dict) -> str:
+    """``k/n texts`` identical between two sides' records (or why not compared)."""
+    if "out" not in a or "out" not in b:
+        return "not compared"
+    from ckptsel.records import read_frame
+
+    key = ["step", "split", "item_id"]
+    ga, gb = (read_frame(Path(r["out"]), "generations").sort_values(key) for r in (a, b))
+    same = int((ga["text"].to_numpy() == gb["text"].to_numpy()).sum())
+    return f"{same}/{len(ga)} texts"
 
 
 # ----------------------------------------------------------------------- main
@@ -338,12 +419,13 @@ def main(argv: list[str] | None = None) -> int:
             for s in shapes
             for row in throughput(s, args.device, root, max_new, args.in_process or cpu)
         ]
-    write(args, arch, agree, tput, time.perf_counter() - t0, max_new)
+        swaps = weights_in(shapes[0], args.device, root, max_new, args.in_process or cpu)
+    write(args, arch, agree, tput, swaps, time.perf_counter() - t0, max_new)
     return 0
 
 
-def write(args, arch: list[str], agree: list[str], tput: list[str], seconds: float,
-          max_new: int) -> None:  # fmt: skip
+def write(args, arch: list[str], agree: list[str], tput: list[str], swaps: list[str],
+          seconds: float, max_new: int) -> None:  # fmt: skip
     import torch
     import transformers
 
@@ -374,6 +456,14 @@ NLL; tokens/s = raw vLLM's generated tokens over each side's time; engine start 
 | shape | side | items/s | tokens/s | engine start | peak memory |
 |---|---|---:|---:|---:|---:|
 {nl.join(tput)}
+
+How a full-fine-tuning trajectory's weights get in (3 full checkpoints of the first shape, 32
+items, {max_new} new tokens; starts = fresh models/engines, swaps = checkpoints swapped into the
+one running, proven by checksums; time each; records of the pair compared):
+
+| shape | engine | how | measure_run | starts | each | swaps | each | peak memory | records |
+|---|---|---|---:|---:|---:|---:|---:|---:|---|
+{nl.join(swaps)}
 """
     print(body)
     if not args.out.exists():

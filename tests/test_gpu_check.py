@@ -40,6 +40,11 @@ def test_cpu_parts_write_the_section(gpu_check, tmp_path):
             assert f"| {family} | {attn} | 8/8 |" in text
     assert "crash" not in text
     assert "| tiny | ckptsel-hf |" in text
+    # a full trajectory: 3 fresh loads vs 1 load and 2 proven swaps, the same texts
+    assert "| tiny | hf | restart per checkpoint |" in text
+    row = next(r for r in text.splitlines() if r.startswith("| tiny | hf | swap in place |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == "1" and cells[6] == "2" and cells[-1] == "96/96 texts", row
     try:
         import vllm  # noqa: F401
     except ImportError:
