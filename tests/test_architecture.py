@@ -58,7 +58,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
-    "measure.ingest": ("mapping", "lm_eval", "inspect", "lighteval"),
+    "measure.ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
