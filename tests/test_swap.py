@@ -133,3 +133,22 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     assert json.loads(meta[b"ckptsel.provenance"])["weights"] == [
         "loaded afresh: swapping off (--no-swap)"
     ]
+
+
+def test_a_watched_run_says_how_its_weights_got_in(run, tmp_path):
+    """The watcher swaps too (one session for the run), and its status says so at the end."""
+    from ckptsel.measure import WatchSettings, watch_run
+    from ckptsel.measure.watch import status_path
+
+    config = MeasureConfig("gsm8k", batch_size=4, max_new_tokens=8, window=32, dtype="float32")
+    status = watch_run(
+        run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec",
+        settings=WatchSettings(poll=0, settle=0, until_step=6, marker=None),
+        sleep=lambda s: None,
+    )  # fmt: skip
+    assert status.state == "done" and sorted(status.recorded) == [2, 4, 6]
+    assert status.engines.startswith("hf model started once") and "2 checkpoints swapped" in (
+        status.engines
+    )
+    saved = json.loads(status_path(tmp_path / "rec", status.trajectory).read_text())
+    assert saved["engines"] == status.engines

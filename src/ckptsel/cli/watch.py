@@ -76,6 +76,8 @@ def watch(
         f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}"
         + (f"; selection in {selection_at}" if select else ""), soft_wrap=True, highlight=False,
     )
+    if status.engines:  # issue 31: "vllm engine started once (...), 9 checkpoints swapped ..."
+        console.print(f"  {status.engines}", soft_wrap=True, highlight=False)
 
 
 def _say(line: str) -> None:

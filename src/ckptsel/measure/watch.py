@@ -113,6 +113,7 @@ class WatchStatus:
     polls: int = 0
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    engines: str = ""  # at the end: "hf model started once (...), 9 checkpoints swapped ..."
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +132,7 @@ class WatchStatus:
             "host": socket.gethostname(),
             "started": round(self.started, 3),
             "updated": round(self.updated, 3),
+            **({"engines": self.engines} if self.engines else {}),
         }
 
 
@@ -331,4 +333,7 @@ def watch_run(
                 watch.publish()
                 break
             sleep(settings.poll)
+    if session.result.engines:  # counted when the session closes: its models and engines
+        watch.status.engines = session.result.engines
+        watch.publish()
     return watch.status

@@ -178,7 +178,7 @@ def measure(
             ctx.log(
                 f"measure: {t.name}: {len(res.steps)} checkpoints, "
                 f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already "
-                f"recorded ({res.seconds:.1f}s)"
+                f"recorded ({res.seconds:.1f}s)" + (f"; {res.engines}" if res.engines else "")
             )
             advance()
 
@@ -197,6 +197,7 @@ def watch_trajectory(ctx: StudyContext, t: Trajectory, sleep: Callable[[float], 
     ctx.log(
         f"measure: {t.name}: watched, {len(status.recorded)} checkpoints recorded as they "
         f"landed (final step {status.final_step})"
+        + (f"; {status.engines}" if status.engines else "")
     )
 
 
