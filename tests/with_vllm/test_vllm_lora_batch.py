@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_env import require_vllm
+from vllm_env import assert_same, frames, require_vllm
 
 vllm = require_vllm()
 
 from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
-from ckptsel.records import read_frame  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 
 STEPS = tuple(range(2, 21, 2))  # ten adapters, as a trajectory of the paper has
-KEY = ["trajectory", "step", "split", "item_id"]
 
 
 def config(**kw) -> MeasureConfig:
@@ -51,20 +49,6 @@ def calls(monkeypatch):
 
     monkeypatch.setattr(vllm.LLM, "generate", counted)
     return seen
-
-
-def frames(out):
-    gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
-    nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)
-    return (gen.drop(columns=["provenance"], errors="ignore"),
-            nll.drop(columns=["provenance"], errors="ignore"))  # fmt: skip
-
-
-def assert_same(a, b) -> None:
-    assert a[0]["text"].tolist() == b[0]["text"].tolist()
-    assert a[0].equals(b[0])
-    assert a[1].drop(columns="nll_sum").equals(b[1].drop(columns="nll_sum"))
-    assert a[1]["nll_sum"].to_numpy() == pytest.approx(b[1]["nll_sum"].to_numpy(), rel=1e-6)
 
 
 @pytest.fixture(scope="module")

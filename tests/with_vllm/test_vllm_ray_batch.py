@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_env import require_vllm
+from vllm_env import assert_same, frames, require_vllm
 
 vllm = require_vllm()
 
 from ckptsel.measure import ExecutorConfig, MeasureConfig, measure_run  # noqa: E402
-from ckptsel.records import read_frame, read_provenance  # noqa: E402
+from ckptsel.records import read_provenance  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 
 STEPS = (2, 4, 6, 8)
-KEY = ["trajectory", "step", "split", "item_id"]
 
 
 def config() -> MeasureConfig:
@@ -46,13 +45,6 @@ def measure(run, out, executor=None):
     )  # fmt: skip
 
 
-def frames(out):
-    gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
-    nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)
-    return (gen.drop(columns=["provenance"], errors="ignore"),
-            nll.drop(columns=["provenance"], errors="ignore"))  # fmt: skip
-
-
 def test_a_ray_actor_measures_the_trajectorys_adapters_in_one_batch(run, tmp_path):
     local = measure(run, tmp_path / "local")
     assert local.engine_starts == 1 and local.vllm_calls == 2  # one call per kind
@@ -69,10 +61,7 @@ def test_a_ray_actor_measures_the_trajectorys_adapters_in_one_batch(run, tmp_pat
     assert stats["units"] == len(STEPS) and stats["batches"] == 1
     assert result.engine_starts == 1 and result.vllm_calls == 2 < len(STEPS)
     a, b = frames(tmp_path / "ray"), frames(tmp_path / "local")
-    assert a[0]["text"].tolist() == b[0]["text"].tolist()
-    assert a[0].equals(b[0])
-    assert a[1].drop(columns="nll_sum").equals(b[1].drop(columns="nll_sum"))
-    assert a[1]["nll_sum"].to_numpy() == pytest.approx(b[1]["nll_sum"].to_numpy(), rel=1e-6)
+    assert_same(a, b)
     # the checkpoints differ: each row came back to its own checkpoint
     assert a[1].groupby("step")["nll_sum"].sum().nunique() == len(STEPS)
     # the same engine, settings and weights notes recorded

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_env import require_vllm
+from vllm_env import assert_same, frames, require_vllm
 
 vllm = require_vllm()
 
@@ -18,12 +18,10 @@ from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
 from ckptsel.measure.backends import vllm as vllm_backend  # noqa: E402
 from ckptsel.measure.backends.vllm import VllmEngine  # noqa: E402
-from ckptsel.records import read_frame  # noqa: E402
 from ckptsel.train import discover_checkpoints  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 
-KEY = ["trajectory", "step", "split", "item_id"]
 STEPS = tuple(range(2, 21, 2))  # ten full checkpoints
 
 
@@ -42,13 +40,6 @@ def run(tmp_path_factory):
     )
 
 
-def frames(out):
-    gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
-    nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)
-    return (gen.drop(columns=["provenance"], errors="ignore"),
-            nll.drop(columns=["provenance"], errors="ignore"))  # fmt: skip
-
-
 def test_one_engine_per_full_trajectory_gives_the_restart_records(run, tmp_path):
     kw = dict(validation=run.validation, test=run.test)
     swapped = measure_run(run.run_dir, config(), out=tmp_path / "swap", **kw)
@@ -59,11 +50,7 @@ def test_one_engine_per_full_trajectory_gives_the_restart_records(run, tmp_path)
     assert swapped.measured_steps == list(STEPS) == fresh.measured_steps
     assert "started once" in swapped.engines and f"{n - 1} checkpoints swapped" in swapped.engines
     g1, n1 = frames(tmp_path / "swap")
-    g2, n2 = frames(tmp_path / "fresh")
-    assert g1["text"].tolist() == g2["text"].tolist()
-    assert g1.equals(g2)
-    assert n1.drop(columns="nll_sum").equals(n2.drop(columns="nll_sum"))
-    assert n1["nll_sum"].to_numpy() == pytest.approx(n2["nll_sum"].to_numpy(), rel=1e-6)
+    assert_same((g1, n1), frames(tmp_path / "fresh"))
     # the checkpoints differ: each swap changed what was measured
     assert n1.groupby("step")["nll_sum"].sum().nunique() == len(STEPS)
 
