@@ -13,7 +13,8 @@ consecutive adapter checkpoints of one base with rows to measure go together, at
 as one vLLM batch takes (each actor's :meth:`~ckptsel.measure.measurer.Measurer.batch_size`,
 which also sizes its engine; the smallest answer counts), and at most ``ceil(units / actors)``
 so that every actor gets work; every other unit (a full checkpoint, anything on the HF
-backend) is a batch of its own. The actor measures a batch as the local executor does
+backend) is a batch of its own. No more actors are started than there are batches. The
+actor measures a batch as the local executor does
 (:meth:`~ckptsel.measure.measurer.Measurer.measure_many`: one vLLM call per kind).
 
 Scheduling: units are ordered by base model, then step, and then batched; an idle actor takes
@@ -417,10 +418,7 @@ class RayExecutor:
             return
         t0 = time.perf_counter()
         ordered = order_units(todo)
-        more = self._n_workers(len(ordered)) - len(self.actors)
-        if more > 0:  # actors stay up between calls (a watcher hands units in as they come)
-            self.actors += self._start(more)
-        pending = batch_units(ordered, self._batch_size(ordered), len(self.actors))
+        pending = self._batches(ordered)
         stats = self.result.executor_stats
         stats.update(
             executor="ray", workers=len(self.actors), units=len(ordered), batches=len(pending)
@@ -479,6 +477,30 @@ class RayExecutor:
             worker_nodes=nodes,
             worker_workdirs=workdirs,
         )
+
+    def _batches(self, ordered: Sequence[WorkUnit]) -> list[list[WorkUnit]]:
+        """``ordered``'s batches (:func:`batch_units`), with the actors they need started: as
+        many as the cluster holds (``_n_workers``) but no more than there are batches, so no
+        actor (and the GPU it reserves) sits idle. With vLLM the batch size is the engines'
+        (:meth:`_batch_size`): one actor is asked first, then the batches are made again if an
+        actor started for them takes fewer adapters. Actors stay up between calls (a watcher
+        hands units in as they come)."""
+        n = self._n_workers(len(ordered))
+        if not self.config.uses_vllm:
+            self._grow(n)
+            return batch_units(ordered, 1, n)
+        self._grow(1)
+        batches = batch_units(ordered, self._batch_size(ordered), n)
+        if self._grow(min(n, len(batches))):  # each new engine sized too (the smallest counts)
+            batches = batch_units(ordered, self._batch_size(ordered), n)
+        return batches
+
+    def _grow(self, n: int) -> bool:
+        """Start actors until there are ``n``; whether any was started."""
+        more = n - len(self.actors)
+        if more > 0:
+            self.actors += self._start(more)
+        return more > 0
 
     def _batch_size(self, units: Sequence[WorkUnit]) -> int:
         """The most adapters of ``units`` one batch takes: 1 without vLLM, else the smallest of
