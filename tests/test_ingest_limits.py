@@ -122,7 +122,6 @@ def test_an_lm_eval_gzip_bomb_is_refused_while_it_inflates(tmp_path, monkeypatch
 
     from ckptsel.measure import ingest_lm_eval
     from ckptsel.measure.ingest.lm_eval import read_samples
-
     from test_ingest import gsm8k_line, write_samples
 
     lines = [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)]
