@@ -154,15 +154,14 @@ def record_agreement(device: str, root: Path) -> list[str]:
 # ----------------------------------------------------------------------- 3. throughput
 
 
-def build_shape(shape: str, root: Path, device: str) -> dict:
-    """A random model of ``shape`` + one random LoRA adapter saved under ``root`` (HF layout),
-    and the items: GSM8K questions when ../shared/data is there, else synthetic ones."""
+def random_model(shape: str, device: str) -> tuple:
+    """``(model, tokenizer)``: a random-initialised model of ``shape`` (:data:`SHAPES`) built on
+    ``device`` in its dtype (bfloat16 on a GPU, float32 on the CPU), seed 0, and the
+    architecture matrix's tokenizer."""
     import torch
     import transformers
-    from peft import LoraConfig, get_peft_model
 
     import archmodels as am
-    from tinyrun import make_gsm8k_rows, write_jsonl
 
     family, kw = SHAPES[shape]
     tok = am.tokenizer()
@@ -174,9 +173,22 @@ def build_shape(shape: str, root: Path, device: str) -> dict:
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
-    with torch.device(device):
-        model = getattr(transformers, f"{family}ForCausalLM")(cfg)
-    torch.set_default_dtype(default)
+    try:
+        with torch.device(device):
+            model = getattr(transformers, f"{family}ForCausalLM")(cfg)
+    finally:
+        torch.set_default_dtype(default)
+    return model, tok
+
+
+def build_shape(shape: str, root: Path, device: str) -> dict:
+    """A random model of ``shape`` + one random LoRA adapter saved under ``root`` (HF layout),
+    and the items: GSM8K questions when ../shared/data is there, else synthetic ones."""
+    from peft import LoraConfig, get_peft_model
+
+    from tinyrun import make_gsm8k_rows, write_jsonl
+
+    model, tok = random_model(shape, device)
     base = root / f"base-{shape}"
     model.save_pretrained(base)
     tok.save_pretrained(base)

@@ -84,8 +84,6 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
 
 def real_shape(device: str) -> list[str]:
     """The check's cost at the Qwen3-1.7B shape beside measuring 256 items (bf16)."""
-    import torch
-    import transformers
     from peft import LoraConfig, get_peft_model
 
     from ckptsel.measure import MeasureConfig, check_conformance, measure_items
@@ -93,18 +91,9 @@ def real_shape(device: str) -> list[str]:
     import archmodels as am
 
     sys.path.insert(0, str(HERE))
-    from gpu_check import SHAPES
+    from gpu_check import random_model
 
-    family, kw = SHAPES["qwen3-1.7b" if device.startswith("cuda") else "tiny"]
-    tok = am.tokenizer()
-    cfg = getattr(transformers, f"{family}Config")(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, **kw,
-    )  # fmt: skip
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = getattr(transformers, f"{family}ForCausalLM")(cfg).to(dtype)
+    model, tok = random_model("qwen3-1.7b" if device.startswith("cuda") else "tiny", device)
     lora = LoraConfig(r=16, lora_alpha=32, init_lora_weights=False,
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
     model = get_peft_model(model, lora).eval()
@@ -123,7 +112,7 @@ def real_shape(device: str) -> list[str]:
     measure_items(model, tok, prompts, responses, batch_size=32, max_new_tokens=64, device=device)
     measure_s = time.perf_counter() - t0
     shape = "qwen3-1.7b" if device.startswith("cuda") else "tiny"
-    return [f"| {shape} | {str(dtype).split('.')[-1]} | {verdict} | {check_s:.1f} s | "
+    return [f"| {shape} | {str(model.dtype).split('.')[-1]} | {verdict} | {check_s:.1f} s | "
             f"{measure_s:.1f} s (256 items, 64 new tokens, batch 32) |"]  # fmt: skip
 
 

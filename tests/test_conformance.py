@@ -19,6 +19,7 @@ from ckptsel.measure import MeasureConfig, check_conformance, conformance  # noq
 from ckptsel.records import list_units, provenance_lines, read_schema  # noqa: E402
 
 import archmodels  # noqa: E402
+from clirun import exit_code  # noqa: E402
 from tinyrun import build_tiny_run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -74,15 +75,6 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache" / "conformance.json"
 
 
-def run_cli(args: list[str]) -> int:
-    from ckptsel.cli import main
-
-    try:
-        main(args)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
-
 
 def measure_args(run, out: Path, *extra: str) -> list[str]:
     return [
@@ -108,7 +100,7 @@ def recorded_verdicts(out: Path) -> set[str]:
 def test_a_correct_family_passes_once_is_cached_and_stamped(tiny, cache, tmp_path):
     run, _ = tiny
     before = dict(conformance.STATS)
-    assert run_cli(measure_args(run, tmp_path / "a")) == 0
+    assert exit_code(measure_args(run, tmp_path / "a")) == 0
     assert conformance.STATS["checks"] == before["checks"] + 1  # one family, two checkpoints
     verdicts = json.loads(cache.read_text())["verdicts"]
     ((key, verdict),) = verdicts.items()
@@ -118,22 +110,22 @@ def test_a_correct_family_passes_once_is_cached_and_stamped(tiny, cache, tmp_pat
     stamps = recorded_verdicts(tmp_path / "a")
     assert stamps == {HF_PASSED}
     # a second run (another records folder) reads the verdict: no check at all
-    assert run_cli(measure_args(run, tmp_path / "b")) == 0
+    assert exit_code(measure_args(run, tmp_path / "b")) == 0
     assert conformance.STATS["checks"] == before["checks"] + 1
     assert conformance.STATS["cached"] == before["cached"] + 1
     assert recorded_verdicts(tmp_path / "b") == stamps
     # the same records measured again after the check: the gate sees one provenance
-    assert run_cli(measure_args(run, tmp_path / "a")) == 0
+    assert exit_code(measure_args(run, tmp_path / "a")) == 0
     lines, warnings = provenance_lines(tmp_path / "a")
     assert not warnings and len(lines) == 2
 
 
 def test_a_new_version_is_checked_again(tiny, cache, tmp_path, monkeypatch):
     run, _ = tiny
-    assert run_cli(measure_args(run, tmp_path / "a")) == 0
+    assert exit_code(measure_args(run, tmp_path / "a")) == 0
     checks = conformance.STATS["checks"]
     monkeypatch.setattr(conformance, "CHECK_VERSION", conformance.CHECK_VERSION + 1)
-    assert run_cli(measure_args(run, tmp_path / "b")) == 0
+    assert exit_code(measure_args(run, tmp_path / "b")) == 0
     assert conformance.STATS["checks"] == checks + 1
     assert len(json.loads(cache.read_text())["verdicts"]) == 2
 
@@ -144,7 +136,7 @@ def test_an_unseen_broken_family_is_refused_in_one_line_and_nothing_is_written(
     run, broken = tiny
     out = tmp_path / "records"
     checks = conformance.STATS["checks"]
-    assert run_cli(measure_args(run, out, "--base", str(broken))) == 2
+    assert exit_code(measure_args(run, out, "--base", str(broken))) == 2
     # one line of ckptsel's (the rest of stderr, if any, is libraries' warnings)
     (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert err.startswith("error: PositionlessLlamaForCausalLM float32: "), err
@@ -153,7 +145,7 @@ def test_an_unseen_broken_family_is_refused_in_one_line_and_nothing_is_written(
     assert conformance.STATS["checks"] == checks + 1
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*")), list(out.rglob("*"))
     # refused again, at once, from the cache
-    assert run_cli(measure_args(run, out, "--base", str(broken))) == 2
+    assert exit_code(measure_args(run, out, "--base", str(broken))) == 2
     assert "PositionlessLlamaForCausalLM float32" in capsys.readouterr().err
     assert conformance.STATS["checks"] == checks + 1
     (verdict,) = json.loads(cache.read_text())["verdicts"].values()
@@ -165,7 +157,7 @@ def test_no_conformance_check_skips_and_is_stamped(tiny, cache, tmp_path):
     checks = conformance.STATS["checks"]
     out = tmp_path / "records"
     # at the user's own risk: even the broken family measures
-    assert run_cli(measure_args(run, out, "--base", str(broken), "--no-conformance-check")) == 0
+    assert exit_code(measure_args(run, out, "--base", str(broken), "--no-conformance-check")) == 0
     assert conformance.STATS["checks"] == checks and not cache.exists()
     assert recorded_verdicts(out) == {conformance.SKIPPED}
     _, warnings = provenance_lines(out)
@@ -175,13 +167,18 @@ def test_no_conformance_check_skips_and_is_stamped(tiny, cache, tmp_path):
 # ------------------------------------------------------------------ the function the callback calls
 
 
-def test_check_conformance_on_models_in_memory(cache):
-    tok = archmodels.tokenizer()
-    prompts, responses = archmodels.items(8)
-    items = [
+def _items(n: int) -> list:
+    """``n`` of the architecture matrix's items as measurement items (instruction, response)."""
+    prompts, responses = archmodels.items(n)
+    return [
         type("Item", (), {"instruction": p, "response": r})()
         for p, r in zip(prompts, responses, strict=True)
     ]
+
+
+def test_check_conformance_on_models_in_memory(cache):
+    tok = archmodels.tokenizer()
+    items = _items(8)
     config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW)
     good = archmodels.build("llama", tok)
     stamp = check_conformance(good, tok, items, config)
@@ -227,7 +224,7 @@ def test_text_agrees_tolerates_only_a_reference_near_tie():
 @pytest.mark.parametrize("command", ["measure", "watch"])
 def test_the_opt_out_is_on_measure_and_watch(command, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # rich's help table: option names not cut
-    assert run_cli([command, "--help"]) == 0
+    assert exit_code([command, "--help"]) == 0
     assert "--no-conformance-check" in capsys.readouterr().out
 
 
@@ -235,7 +232,7 @@ def test_the_watcher_refuses_an_unseen_broken_family(tiny, cache, tmp_path, caps
     run, broken = tiny
     out = tmp_path / "records"
     args = measure_args(run, out, "--base", str(broken), "--poll", "0.05", "--settle", "0.1")
-    assert run_cli(["watch", *args[1:], "--timeout", "120"]) == 2
+    assert exit_code(["watch", *args[1:], "--timeout", "120"]) == 2
     (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert err.startswith("error: PositionlessLlamaForCausalLM float32: "), err
     assert not list(out.rglob("*.parquet"))  # no unit, no part: only the watcher's status
@@ -276,11 +273,7 @@ def test_a_length_dependent_rope_is_a_family_of_its_own(cache):
     boundary alone): it gets its own verdict, never the plain Llama's (the first GPU check
     found it passing on that cached verdict in 0.00 s)."""
     tok = archmodels.tokenizer()
-    prompts, responses = archmodels.items(8)
-    items = [
-        type("Item", (), {"instruction": p, "response": r})()
-        for p, r in zip(prompts, responses, strict=True)
-    ]
+    items = _items(8)
     config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW)
     assert check_conformance(archmodels.build("llama", tok, attn="eager"), tok, items, config)
     checks = conformance.STATS["checks"]

@@ -17,6 +17,7 @@ pytest.importorskip("peft")
 from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
 
+from clirun import exit_code  # noqa: E402
 from tinyrun import build_tiny_run, make_gsm8k_rows, write_jsonl  # noqa: E402
 
 WINDOW = 64  # small matched window so the long test responses are really truncated
@@ -25,16 +26,6 @@ MAX_NEW = 16
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-def run_cli(args: list[str]) -> int:
-    """Run ``ckptsel`` in-process; return its exit code."""
-    from ckptsel.cli import main
-
-    try:
-        main(args)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 def measure_args(run, out: Path, *extra: str) -> list[str]:
@@ -65,7 +56,7 @@ def measured(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     run = build_tiny_run(root, steps=(10, 20, 30), n_validation=8, n_test=6, long_every=3)
     out = root / "records"
-    assert run_cli(measure_args(run, out)) == 0
+    assert exit_code(measure_args(run, out)) == 0
     gen = read_frame(out, "generations")
     nll = read_frame(out, "nll")
     return run, out, gen, nll
@@ -284,7 +275,7 @@ def recorded(measured, tmp_path):
 
 
 def assert_bad(args: list[str], capsys, *needles: str) -> None:
-    assert run_cli(args) == 2
+    assert exit_code(args) == 2
     err = capsys.readouterr().err
     for needle in needles:
         assert needle in err, err

@@ -18,6 +18,7 @@ from ckptsel.records import compact, list_units, load_validation, read_frame, re
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from clirun import run_cli as cli  # noqa: E402
 from tinyrun import build_tiny_run, save_lora_checkpoints  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,17 +41,6 @@ def measure(run, run_dir: Path, out: Path, **kw):
 
     return measure_run(run_dir, config(), validation=run.validation, test=run.test, out=out, **kw)
 
-
-def cli(args: list[str], capsys) -> tuple[int, str]:
-    from ckptsel.cli import main
-
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = int(e.code or 0)
-    got = capsys.readouterr()
-    return code, got.out + got.err
 
 
 def measure_args(run, run_dir: Path, out: Path, *extra: str) -> list[str]:
