@@ -165,6 +165,14 @@ def main() -> None:
             f"| {mode} | {r['seconds']:.1f} s | {rate:.0f} | {init} | {start} | {over} | {mem} |"
         )
     local_s = results["local"]["seconds"]
+    speedup = results["ray-1"]["seconds"] / results["ray-2"]["seconds"]
+    slower = results["ray-2"]["compute_seconds"] > 1.2 * results["ray-1"]["compute_seconds"]
+    reading = (
+        "i.e. the second core was not free (other jobs running) and each actor ran slower "
+        "rather than adding throughput; the speed-up from more actors needs free cores or GPUs."
+        if slower else
+        "i.e. each actor measured about as fast as one alone: the second core added throughput."
+    )  # fmt: skip
     body = f"""## Distributed measurement (`benchmarks/bench_distributed.py`)
 
 Machine: {machine()}; 1-min load average at start {load_start:.1f} (shared with other jobs:
@@ -188,16 +196,13 @@ starting and importing torch and transformers; the base model load is inside the
 time).
 
 Against the local executor ({local_s:.1f} s), `measure_run` with one Ray actor differs by
-{results['ray-1']['seconds'] - local_s:+.1f} s on this run (noise on a busy machine),
-plus {results['ray-1']['init_seconds']:.1f} s
-of `ray.init` (starting a local cluster). Two actors took
-{results['ray-2']['seconds']:.1f} s: their measuring time summed over both actors was
-{results['ray-2']['compute_seconds']:.1f} s against {results['ray-1']['compute_seconds']:.1f} s for one
-actor, i.e. on this shared 2-core machine (other jobs running) the second core was not free and
-each actor ran slower rather than adding throughput. The speed-up from more actors needs free
-cores or GPUs; what this run shows is the cost of Ray itself: the start-up, paid once per
-actor, and a per-unit overhead of tens of milliseconds against units that are minutes of GPU
-work in a real study.
+{results['ray-1']['seconds'] - local_s:+.1f} s on this run, plus
+{results['ray-1']['init_seconds']:.1f} s of `ray.init` (starting a local cluster). Two actors took
+{results['ray-2']['seconds']:.1f} s ({speedup:.2f}× one actor): their measuring time summed over
+both actors was {results['ray-2']['compute_seconds']:.1f} s against
+{results['ray-1']['compute_seconds']:.1f} s for one actor, {reading} What this run shows
+besides is the cost of Ray itself: the start-up, paid once per actor, and a per-unit overhead
+of tens of milliseconds against units that are minutes of GPU work in a real study.
 """
     print(body)
     if not args.no_write:
