@@ -247,3 +247,56 @@ def test_training_writes_the_format_and_encodes_with_it(chat_run, tmp_path):
 
     old = [encode_example(tok, format_prompt(it.instruction), it.response) for it in items]
     assert encode_items(tok, items, 512) == old
+
+
+def _sft(chat_run, out: Path, callback, max_steps: int = 2):
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
+    rows = [
+        {"prompt": [{"role": "user", "content": it.instruction}],
+         "completion": [{"role": "assistant", "content": it.response}]}
+        for it in chat_run["items"]
+    ]  # fmt: skip
+    args = trl.SFTConfig(
+        output_dir=str(out), max_steps=max_steps, save_strategy="steps", save_steps=2,
+        per_device_train_batch_size=4, learning_rate=5e-2, lr_scheduler_type="constant",
+        report_to="none", use_cpu=True, logging_strategy="no", disable_tqdm=True,
+        save_only_model=True, seed=0,
+    )  # fmt: skip
+    trl.SFTTrainer(
+        model=str(chat_run["base"]), args=args, train_dataset=Dataset.from_list(rows),
+        processing_class=tok, callbacks=[callback],
+        peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
+    ).train()  # fmt: skip
+
+
+def test_the_trainer_callback_measures_on_the_run_s_template(chat_run, tmp_path, capsys):
+    """RecordingCallback with prompt_format="chat" on trl's SFTTrainer: its records equal
+    `ckptsel measure OUTPUT_DIR` with no flag (the callback wrote prompt_format.json there);
+    with no stated format, the first save is refused in one line."""
+    from ckptsel.integrations import RecordingCallback
+    from ckptsel.measure import MeasureConfig
+
+    out = tmp_path / "chat-s1"
+    config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW, batch_size=4, prompt_format="chat")
+    cb = RecordingCallback(chat_run["validation"], config, tmp_path / "cb", "chat-s1", verbose=False)
+    _sft(chat_run, out, cb)
+    assert json.loads((out / "prompt_format.json").read_text())["prompt_format"] == "chat"
+    code, said = run_cli([
+        "measure", out, "--task", "gsm8k", "--validation", chat_run["validation"], "--test",
+        chat_run["test"], "--out", tmp_path / "cli", "--max-new-tokens", MAX_NEW,
+        "--batch-size", 4, "--no-progress",
+    ], capsys)  # fmt: skip
+    assert code == 0, said
+    cols = ["step", "item_id", "text", "correct"]
+    a = read_frame(tmp_path / "cb", "generations")[cols].sort_values(cols[:2]).reset_index(drop=True)
+    b = read_frame(tmp_path / "cli", "generations")
+    b = b[b["split"] == "validation"][cols].sort_values(cols[:2]).reset_index(drop=True)
+    assert len(a) == 6 and a.equals(b)
+    plain = RecordingCallback(chat_run["validation"], "gsm8k", tmp_path / "x", "x", verbose=False)
+    with pytest.raises(CkptselError, match="chat template and nothing says how"):
+        _sft(chat_run, tmp_path / "plain", plain)
