@@ -300,3 +300,43 @@ def test_the_trainer_callback_measures_on_the_run_s_template(chat_run, tmp_path,
     plain = RecordingCallback(chat_run["validation"], "gsm8k", tmp_path / "x", "x", verbose=False)
     with pytest.raises(CkptselError, match="chat template and nothing says how"):
         _sft(chat_run, tmp_path / "plain", plain)
+
+
+def test_ckptsel_train_records_the_format_and_measure_reads_it(chat_run, tmp_path, capsys):
+    """`ckptsel train` with `[measure] prompt_format = "chat"` trains on the chat template and
+    writes prompt_format.json; `ckptsel measure` of that run needs no flag."""
+    train = tmp_path / "train.jsonl"
+    train.write_text((chat_run["root"] / "data" / "train.jsonl").read_text())
+    (tmp_path / "study.toml").write_text(f"""
+[study]
+name = "t"
+base_model = "{chat_run['base']}"
+task = "gsm8k"
+train = "train.jsonl"
+seeds = [42]
+
+[measure]
+prompt_format = "chat"
+system_prompt = "Answer with a number."
+
+[[configurations]]
+name = "lora-r4"
+adaptation = "lora"
+rank = 4
+alpha = 8
+lr = 1e-2
+steps = 4
+save_every = 2
+batch_size = 4
+micro_batch = 4
+""")
+    code, said = run_cli(["train", tmp_path / "study.toml"], capsys)
+    assert code == 0, said
+    run = tmp_path / "runs" / "lora-r4-s42"
+    recorded = json.loads((run / "prompt_format.json").read_text())
+    assert recorded["prompt_format"] == "chat"
+    assert recorded["system_prompt"] == "Answer with a number."
+    code, said = _measure(chat_run, tmp_path / "records", capsys=capsys, run_dir=run)
+    assert code == 0, said
+    assert "prompt format: chat (the tokenizer's chat template" in said
+    assert "system prompt 'Answer with a number.'" in said

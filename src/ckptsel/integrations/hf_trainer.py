@@ -298,7 +298,7 @@ class RecordingCallback(TrainerCallback):
             tokenizer, where=f"RecordingCallback: trajectory {self.trajectory!r}"
         )  # a chat template with no stated format: refused here, in one line
         output_dir = getattr(kwargs.get("args"), "output_dir", None)
-        if output_dir and self.config.prompt_format is not None:
+        if output_dir and self.config.prompt_format is not None and not self.measured_steps:
             from ckptsel.train import write_run_format
 
             # `ckptsel measure OUTPUT_DIR` later reads the format these records were made with

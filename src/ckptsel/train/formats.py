@@ -12,6 +12,7 @@ trained elsewhere (a Trainer ``output_dir``) can state its format once by the sa
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ckptsel._util.io import write_text
@@ -37,6 +38,8 @@ def write_run_format(run_dir: Path, fmt: PromptFormat) -> Path:
     """Record ``fmt`` in ``run_dir`` (created if needed); a folder that already records another
     format (a trajectory resumed under changed settings) is refused in one line."""
     before = read_run_format(run_dir)
+    if before is not None and before.kind == fmt.kind == "chat":  # the file names no template
+        before = replace(before, chat_template=fmt.chat_template)
     if before is not None and before.identity != fmt.identity:
         raise CkptselError(
             f"{Path(run_dir) / FORMAT_FILE}: this trajectory was trained with the prompt format "
