@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from clirun import run_cli
 from ckptsel.data import PromptFormat, load_items, prompt_format
 from ckptsel.errors import CkptselError
 from ckptsel.records import read_frame
+
+from clirun import run_cli
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
