@@ -20,6 +20,7 @@ from rich.table import Table
 from ckptsel.results import fmt
 
 if TYPE_CHECKING:
+    from ckptsel.results import KeepTable
     from ckptsel.workflows import Selection
 
 console = Console()
@@ -129,6 +130,27 @@ def print_selection(result: Selection) -> None:
         f"kept on one side), score accuracy on the other half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
         f"× {s.bootstrap_partitions} partitions, the choice redone on each."
     )
+
+
+def print_keep_table(keep: KeepTable) -> None:
+    """Which checkpoint to keep per trajectory (``select --all``; ``summary.json``'s keep)."""
+    level = int(round(float(keep.settings["level"]) * 100))
+    table = Table(title=f"which checkpoint to keep: rule {keep.rule}, {len(keep.trajectories)} trajectories")
+    for col in ("trajectory", "configuration", "final", "chosen", f"split-validation gain, pp ({level}%)", "keep"):
+        table.add_column(col, no_wrap=col != "chosen")
+    for row in keep.trajectories:
+        what = f"{row.keep_step} (final)" if row.keep_final else f"{row.keep_step}"
+        chosen = ", ".join(map(str, row.choice)) or "–"
+        table.add_row(row.trajectory, row.configuration, str(row.final_step), chosen, fmt(row.gain), what)
+    console.print(table)
+    kept = [r for r in keep.trajectories if not r.keep_final]
+    console.print(
+        f"{len(kept)} of {len(keep.trajectories)} trajectories keep an earlier checkpoint: its "
+        f"split-validation gain over the final one is resolved above 0; the others keep the final checkpoint."
+    )
+    for row in keep.trajectories:
+        if not row.choice:
+            console.print(f"{row.trajectory}: {row.reason}", soft_wrap=True)
 
 
 def _print_best(result: Selection, level: int) -> None:
