@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ckptsel.workflows import Selection
 
 console = Console()
+err_console = Console(stderr=True)  # what a --json command says besides its JSON object
 
 
 # --------------------------------------------------------------------------- measure
@@ -308,3 +309,99 @@ def _print_closed_form(closed: dict) -> None:
         f"P(pick) ≥ {closed['target']:.2f} alone needs {closed['budget_to_pick']}; the McNemar "
         f"budget is {closed['budget_for_test']} (normal approximation)."
     )
+
+
+# --------------------------------------------------------------------------- --json
+# One schema per command: the keys of the JSON object ``--json`` prints on stdout, in order,
+# with what each holds. docs/reference/json.md is generated from this table and the tests
+# check every command's object against it; with --json everything else goes to stderr.
+_SELECTION_KEYS = {
+    "trajectory": "the trajectory",
+    "configuration": "its configuration",
+    "task": "its task",
+    "steps": "its checkpoints' steps",
+    "final_step": "the final checkpoint's step",
+    "validation_items": "eligible validation items",
+    "validation_clusters": "validation clusters (items sharing a group count once)",
+    "validation_exclusions": "validation items left out, by reason",
+    "test_items": "test items (null: no test records)",
+    "settings": "partitions, draws, bootstrap_partitions, permutations, seed, level",
+    "rules": "per rule: choice (steps, probabilities), budget_curve, split_validation and test "
+    "gains (estimates in pp)",
+    "recommendation": "rule, keep_step, keep_final, reason",
+    "plausibly_best": "the model confidence set of the most accurate checkpoints (or null)",
+    "chosen_estimate": "the chosen checkpoint's accuracy corrected for having been chosen (or null)",
+}
+_KEEP_KEYS = {
+    "rule": "the rule of the recommendations",
+    "settings": "the select settings that made them",
+    "trajectories": "one row per trajectory: trajectory, configuration, final_step, keep_step, "
+    "keep_final, choice (the rule's full-pool choice), gain (its split-validation gain over the "
+    "final checkpoint, pp; null when select cannot answer), reason",
+}
+JSON_SCHEMAS: dict[str, dict[str, str]] = {
+    "select": _SELECTION_KEYS,
+    "select --all": {
+        **_KEEP_KEYS,
+        "selections": "per trajectory select answers, the select --json object of each",
+    },
+    "compare": {
+        "a": "checkpoint A: trajectory, step",
+        "b": "checkpoint B: trajectory, step",
+        "settings": "draws, seed, level",
+        "splits": "validation and test (null without test records): items, clusters, accuracies, "
+        "difference (A − B, pp, with interval), the 2×2 table, McNemar p, items not shared",
+    },
+    "plan": {
+        "pilot": "the plan from pilot records (null without them): settings, rows per budget, answer",
+        "closed_form": "the closed-form plan (null without --delta/--agreement): rows per budget, "
+        "budgets",
+        "figure": "the figure's path (null: none written)",
+    },
+    "analyze": {
+        "results": "the results folder or URL",
+        "summary_file": "summary.json's path",
+        "report_file": "report.html's path (null with --no-report)",
+        "choices_sha256": "the frozen choices' SHA-256",
+        "summary": "summary.json's object (docs: Results and summary.json), the keep table last",
+    },
+    "verify": {
+        "results": "the results folder or URL",
+        "ok": "true when everything was reproduced; false on a mismatch (exit code 1)",
+        "checks": "one line per check that passed",
+        "error": "the mismatch (null when ok)",
+    },
+    "watch": {
+        "trajectory": "the trajectory watched",
+        "done": "true once the final checkpoint is recorded; false when --timeout stopped it "
+        "(exit code 1)",
+        "status": "status.json's object: state, recorded, waiting, missed, incomplete, "
+        "final_step, measuring, …",
+        "status_file": "where status.json is",
+        "selection": "selection.json's object as last written (null with --no-select)",
+        "selection_file": "where selection.json is (null with --no-select)",
+    },
+    "run": {
+        "study": "the study file",
+        "protocol": "whether its protocol was frozen before training",
+        "stages": "the stages run",
+        "dry_run": "true with --dry-run (nothing run)",
+        "plan": "with --dry-run: per trajectory, checkpoints, trained, items, generations to do and "
+        "done (null otherwise)",
+        "records_dir": "the study's records folder",
+        "results_dir": "the study's results folder",
+        "summary": "summary.json's object when the analyze stage ran (else null)",
+    },
+}
+
+
+def print_json(command: str, data: dict) -> None:
+    """``command --json``'s output: ``data`` as one indented JSON object on stdout, its keys
+    exactly the command's :data:`JSON_SCHEMAS` (a difference is a bug, said loudly)."""
+    import json
+
+    import typer
+
+    if list(data) != list(JSON_SCHEMAS[command]):
+        raise RuntimeError(f"{command} --json: keys {list(data)} differ from its schema {list(JSON_SCHEMAS[command])}")
+    typer.echo(json.dumps(data, indent=1, allow_nan=False))

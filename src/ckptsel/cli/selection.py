@@ -4,7 +4,6 @@ gain over the final one. (Named ``selection`` to keep clear of the standard libr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import typer
 
 from ckptsel import defaults
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
-from ckptsel.cli.output import print_keep_table, print_selection
+from ckptsel.cli.output import print_json, print_keep_table, print_selection
 from ckptsel.errors import CkptselError
 from ckptsel.workflows import SelectSettings, log_selection, select_all, select_checkpoint
 
@@ -67,13 +66,13 @@ def select(
     if every:
         study = select_all(records_dir, rule=rule, settings=settings)
         if as_json:
-            typer.echo(json.dumps(study.to_dict(), indent=1, allow_nan=False))
+            print_json("select --all", study.to_dict())
         else:
             print_keep_table(study.keep)
         return
     result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=1, allow_nan=False))
+        print_json("select", result.to_dict())
     else:
         print_selection(result)
     # with --json, stdout is the JSON object alone
