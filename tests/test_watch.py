@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel._util.locations import FileInfo, Location
+from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.errors import CkptselError
 from ckptsel.measure import WatchSettings, list_folders, read_status
 from ckptsel.train import checkpoint_readiness, discover_checkpoints, is_final_checkpoint
@@ -256,7 +257,11 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
         "--base", case.run.base, "--batch-size", "2", "--max-new-tokens", "8", "--no-progress",
     ]  # fmt: skip  (the default window: select reads its NLL)
     once = tmp_path / "records-once"
-    assert run_cli(["measure", case.run.run_dir, "--out", once, *common]) == 0
+    capsys.readouterr()
+    assert run_cli(["measure", case.run.run_dir, "--out", once, *common, "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)  # one object on stdout (issue 39)
+    assert list(measured) == list(JSON_SCHEMAS["measure"]) and measured["records"] == str(once)
+    assert measured["measured_steps"] == list(STEPS) and measured["reused_steps"] == []
     args = ["watch", run_dir, "--out", out, *common, "--poll", "0.05", "--settle", "0.4",
             "--timeout", "150", "--draws", "50"]  # fmt: skip
     status_file = out / "watch" / name / "status.json"
@@ -287,8 +292,16 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     assert f"keep checkpoint-{answer['recommendation']['keep_step']}" in said
 
     parts = {p: p.stat().st_mtime_ns for p in (out / ".parts").rglob("*.parquet")}
-    assert run_cli(args) == 0  # started again: continues from the records, measures nothing
+    capsys.readouterr()
+    assert run_cli([*args, "--json"]) == 0  # started again: continues, measures nothing
     assert parts == {p: p.stat().st_mtime_ns for p in (out / ".parts").rglob("*.parquet")}
+    said = capsys.readouterr()  # --json: one object on stdout, the status lines on stderr
+    answer = json.loads(said.out)
+    assert list(answer) == list(JSON_SCHEMAS["watch"]) and answer["done"] is True
+    assert answer["status"] == json.loads((out / "watch" / name / "status.json").read_text())
+    assert answer["selection"] == json.loads((out / "watch" / name / "selection.json").read_text())
+    assert answer["selection_file"] == str(out / "watch" / name / "selection.json")
+    assert f"done at step {STEPS[-1]}" in said.err
     assert_same_records(once, out)
 
     until_out = tmp_path / "records-until"

@@ -10,6 +10,7 @@ checkpoint being measured, each with its items/s).
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,21 @@ if TYPE_CHECKING:
     from ckptsel.results import KeepTable
     from ckptsel.workflows import Selection
 
-console = Console()
-err_console = Console(stderr=True)  # what a --json command says besides its JSON object
+# Piped to a file or a program, rich would wrap every line at 80 columns and fold the numbers
+# in a table's cells; such a stream gets a width no line reaches, so each keeps its numbers whole.
+PIPED_WIDTH = 10_000
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr): the terminal's width, or :data:`PIPED_WIDTH` when the
+    stream is not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty())
+    return Console(stderr=stderr, width=PIPED_WIDTH if piped else None)
+
+
+console = _console()
+err_console = _console(stderr=True)  # what a --json command says besides its JSON object
 
 
 # --------------------------------------------------------------------------- measure
@@ -357,6 +371,18 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "closed_form": "the closed-form plan (null without --delta/--agreement): rows per budget, "
         "budgets",
         "figure": "the figure's path (null: none written)",
+    },
+    "measure": {
+        "trajectory": "the trajectory measured",
+        "configuration": "its configuration",
+        "records": "the records folder or URL",
+        "steps": "its checkpoints' steps",
+        "measured_steps": "the checkpoints measured now",
+        "reused_steps": "the checkpoints already recorded (nothing measured)",
+        "generated_items": "items generated now",
+        "scored_items": "items whose NLL was scored now",
+        "seconds": "wall-clock seconds",
+        "engines": "how the weights got in, in words (empty when nothing was loaded)",
     },
     "analyze": {
         "results": "the results folder or URL",

@@ -64,7 +64,8 @@ def watch(
     )  # fmt: skip
     select_settings = SelectSettings(draws=draws)
     say = _Say(err_console if as_json else console)  # with --json, stdout is the JSON alone
-    with progress_bars(progress and sys.stderr.isatty()) as on_progress:
+    # the bars draw on stdout: not with --json
+    with progress_bars(progress and not as_json and sys.stderr.isatty()) as on_progress:
         status = watch_and_select(
             run_dir, config, **where, settings=settings, rule=rule,
             select_settings=select_settings, selection=select, status_file=status_file,
