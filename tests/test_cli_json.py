@@ -75,20 +75,21 @@ def test_every_schema_is_documented_and_every_reporting_command_has_json():
     from ckptsel.cli import app  # noqa: F401 - the commands, as the docs hook reads them
     from ckptsel.cli.app import COMMANDS
 
+    import inspect
+
     with_json = set()
     for name, command in COMMANDS:
-        import inspect
-
         if "as_json" in inspect.signature(command).parameters:
             with_json.add(name)
     assert with_json == {"measure", "analyze", "verify", "watch", "select", "compare", "plan", "run"}
     assert {c.split()[0] for c in JSON_SCHEMAS} == with_json
-    import sys
+    import importlib.util
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "docs" / "_hooks"))
-    import generate
-
+    hook = Path(__file__).parents[1] / "docs" / "_hooks" / "generate.py"
+    spec = importlib.util.spec_from_file_location("docs_hook", hook)
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
     page = generate.json_output()
     for command, keys in JSON_SCHEMAS.items():
         assert f"## `ckptsel {command} --json`" in page
