@@ -1,6 +1,7 @@
 """What the commands print, shared: the console, the measurement progress bars, the tables
-of ``select``, ``compare`` and ``plan`` (the options several commands share are in
-:mod:`~ckptsel.cli.options`).
+of ``select``, ``compare`` and ``plan``, and the JSON object each reporting command prints
+with ``--json`` (:data:`JSON_SCHEMAS`, :func:`print_json`) (the options several commands
+share are in :mod:`~ckptsel.cli.options`).
 
 The measurement runner has no UI code: it reports :class:`ckptsel.measure.ProgressEvent` s,
 which :func:`progress_bars` renders as rich progress bars (one for the run, one for the
