@@ -83,5 +83,7 @@ def measure(
             f"  configuration {res.configuration!r}: the trajectory name less its seed, as run "
             "and ingest read it (--configuration to set another)"
         )
+    if res.prompt_format:
+        typer.echo(f"  prompt format: {res.prompt_format}")
     if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")
