@@ -71,6 +71,7 @@ def measure(
             "records": str(where["out"]), "steps": res.steps, "measured_steps": res.measured_steps,
             "reused_steps": res.reused_steps, "generated_items": res.generated_items,
             "scored_items": res.scored_items, "seconds": round(res.seconds, 3), "engines": res.engines,
+            "prompt_format": res.prompt_format,
         })  # fmt: skip
         return
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""

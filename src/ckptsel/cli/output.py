@@ -384,6 +384,7 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "scored_items": "items whose NLL was scored now",
         "seconds": "wall-clock seconds",
         "engines": "how the weights got in, in words (empty when nothing was loaded)",
+        "prompt_format": "the prompt format measured with, in words (empty when nothing was measured)",
     },
     "analyze": {
         "results": "the results folder or URL",
