@@ -64,7 +64,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
-    "workflows": ("analysis", "advise", "tracking", "watching", "study_run"),
+    "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
