@@ -46,8 +46,8 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown"),
     "records": ("schema", "codec", "units", "memo", "provenance", "weights", "scan", "store", "load"),
-    "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
-    "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "data": ("answers", "taskdef", "tasks", "scoring", "pools", "split", "audit"),
+    "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
     "train": ("checkpoints", "models", "trajectory", "study"),
