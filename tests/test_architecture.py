@@ -73,7 +73,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "integrations": ("hf_trainer",),
     "cli": (
         "output", "options", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
-        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "app",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "tasks", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

@@ -48,6 +48,7 @@ def measure(
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
     # the measurement stage loads when the command runs (see ckptsel.cli)
+    from ckptsel.data import get_task
     from ckptsel.measure import ExecutorConfig, measure_run
 
     run_dir, config, where = options.measure_inputs(
@@ -72,5 +73,10 @@ def measure(
             f"  configuration {res.configuration!r}: the trajectory name less its seed, as run "
             "and ingest read it (--configuration to set another)"
         )
+    no_nll = sorted({get_task(t).name for t in (config.task, config.task_for("test"))
+                     if not get_task(t).has_response})  # fmt: skip
+    if no_nll and config.only != "generation":
+        typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the "
+                   "NLL rules of analyze need one)")  # fmt: skip
     if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

@@ -367,6 +367,6 @@ def read_task_file(path: str | Path) -> Task:
     example = _table(data, "example", path) or None
     digest = hashlib.sha256(raw + (scorer_digest(answer.scorer).encode() if answer.scorer else b""))
     return Task(
-        name, "", load_fields, description or f"task file {path.name}", fields=fields,
+        name, "", load_fields, description, fields=fields,
         answer=answer, source=str(path.resolve()), digest=digest.hexdigest()[:16], example=example,
     )  # fmt: skip

@@ -52,7 +52,9 @@ file, the line (jsonl) or record index (json list), and the field.
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -214,6 +216,27 @@ def load_items(task: str, path: str | Path | Location) -> list[Item]:
     if isinstance(path, Location) or (isinstance(path, str) and "://" in path):
         path = local_copy(path)
     return get_task(task).load(path)
+
+
+def example_item(task: str, items: str | Path | None = None, index: int = 0) -> Item | None:
+    """An item of the task, read by its own loader: ``items``' item ``index`` when a file is
+    given, else the task's example record (None when it has none)."""
+    found = get_task(task)
+    if items is not None:
+        loaded = load_items(task, items)
+        if not 0 <= index < len(loaded):
+            raise CkptselError(f"{items}: no item {index} (it has {len(loaded)}, from 0)")
+        return loaded[index]
+    if found.example is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "example.json"
+        path.write_text(json.dumps([dict(found.example)]), encoding="utf-8")
+        try:
+            return found.load(path)[0]
+        except CkptselError as err:  # name the task's [example], not the temporary file
+            detail = str(err).replace(f"{path}: ", "", 1)
+            raise CkptselError(f"{found.source or found.name}: [example] {detail}") from None
 
 
 # --------------------------------------------------------------------------- loaders

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.data import extract, is_correct
+from ckptsel.data import extract, is_correct, task_label
 from ckptsel.records import coerce_generations, coerce_nll, empty_nll
 
 
@@ -54,7 +54,7 @@ def generation_frame(
         {
             "trajectory": trajectory,
             "configuration": configuration,
-            "task": task,
+            "task": task_label(task),  # a task file: its name
             "step": int(step),
             "split": split,
             "item_id": [it.item_id for it in items],

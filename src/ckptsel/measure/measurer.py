@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -289,7 +290,13 @@ class Measurer:
         """The run's tokenizer (loaded once) and the items the conformance check runs on."""
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
-        self.check_items = [it for its in pool.splits.values() for it in its]
+        items = [it for its in pool.splits.values() for it in its]
+        # the check scores each item's response; one without (a task file with no response
+        # field) is checked on an empty response (its EOS alone)
+        self.check_items = [
+            dataclasses.replace(it, response="") if getattr(it, "response", "") is None else it
+            for it in items
+        ]
 
     def batch_size(self, ckpts: Sequence[Checkpoint]) -> int:
         """How many of ``ckpts``' adapters go into one batch: as many as one vLLM batch takes

@@ -308,7 +308,7 @@ class AnswerRule:
     def describe(self) -> list[str]:
         """How answers are extracted and compared, in lines a person reads."""
         if self._regex is not None:
-            how = f"regex {self.extract!r}, group {self.group} of the {self.select} match"
+            how = f"regex '{self.extract}', group {self.group} of the {self.select} match"
         else:
             how = f"{self.extract}: {EXTRACT_RULES[self.extract]}"
         lines = [f"extract: {how}"]
