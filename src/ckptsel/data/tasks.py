@@ -53,8 +53,10 @@ file, the line (jsonl) or record index (json list), and the field.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -104,7 +106,9 @@ def format_prompt(instruction: str) -> str:
 
 TASKS: dict[str, Task] = {}
 _LOOKUP: dict[str, Task] = {}
-_FILES: dict[str, tuple[tuple[int, int], Task]] = {}  # a task file's path -> (its stat, task)
+_FILES: dict[tuple[str, bytes], Task] = {}  # (a task file's path, its content) -> its task
+_STATS: dict[str, tuple[tuple[int, ...], int, Task]] = {}  # a --task value -> (stat, read at, task)
+_RACY_NS = 2_000_000_000  # a file changed this recently may change again within one mtime tick
 
 
 def register_task(
@@ -153,24 +157,35 @@ def is_task_file(task: str) -> bool:
 
 
 def _task_file(ref: str) -> Task:
-    """The task a task file defines, read again only when the file changed."""
+    """The task a task file defines, parsed again only when its content changed. The file is
+    read again unless its stat is unchanged since a read made when it was already older than
+    a clock tick (as git's racy-clean rule: a same-size edit within one mtime tick is never
+    missed)."""
     if "://" in ref:
         raise CkptselError(f"{ref}: a task file must be a local path")
     path = Path(ref.strip()).expanduser()
     try:
-        stat = path.stat()
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        seen = _STATS.get(ref)
+        if seen is not None and seen[0] == stamp and seen[1] - st.st_mtime_ns > _RACY_NS:
+            return seen[2]
+        read_ns = time.time_ns()
+        key = (str(path.resolve()), path.read_bytes())
     except OSError:
         raise CkptselError(f"{ref}: task file not found") from None
-    key, stamp = str(path.resolve()), (stat.st_mtime_ns, stat.st_size)
-    cached = _FILES.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
+    task = _FILES.get(key) or _parsed(path, key)
+    _STATS[ref] = (stamp, read_ns, task)
+    return task
+
+
+def _parsed(path: Path, key: tuple[str, bytes]) -> Task:
     task = read_task_file(path)
     if task.name.lower() in _LOOKUP:
         raise CkptselError(
             f"{path}: name {task.name!r} is a built-in task's; give the task file another name"
         )
-    _FILES[key] = (stamp, task)
+    _FILES[key] = task
     return task
 
 

@@ -41,8 +41,8 @@ EXTRACT_RULES: dict[str, str] = {
     "boxed": "the content of the last complete \\boxed{...}",
     "answer_is": "the text after the last 'The answer is' (to the end of its line, final "
     "periods dropped)",
-    "choice": "a choice letter A-J: the first one after the last 'answer is' / 'answer:', "
-    "else the one the text starts with ('B', '(B)', 'B.', 'B)'); upper-cased",
+    "choice": "a capital choice letter A-J: the first one standing alone after the last "
+    "'answer is' / 'answer:', else the one the text starts with ('B', '(B)', 'B.', 'B)', 'B:')",
     "label": "the first of the task's labels standing alone in the text (case ignored)",
     "gsm8k": "built-in gsm8k/metamath: after the last 'The answer is' or '####', else the last "
     "number",
@@ -57,10 +57,10 @@ COMPARE_RULES: dict[str, str] = {
     "labels": "'exact' over a label set: every reference must be one of 'labels'",
     "gsm8k": "built-in gsm8k/metamath: numbers exactly, a LaTeX gold by math-verify",
 }
-_CHOICE = r"\(?([A-J])\)?(?![A-Za-z0-9])"
 _CHOICE_MARKER_RE = re.compile(r"answer(?:\s+is)?\s*:?", re.IGNORECASE)
-_CHOICE_AFTER_RE = re.compile(r"(?<![A-Za-z0-9])" + _CHOICE)
-_CHOICE_START_RE = re.compile(r"^\s*" + _CHOICE)
+_CHOICE_AFTER_RE = re.compile(r"(?<![A-Za-z0-9])\(?([A-J])\)?(?![A-Za-z0-9])")
+# at the start: "B", "(B)", "B.", "B)", "B:" (not the article of "A cat")
+_CHOICE_START_RE = re.compile(r"^\s*\(?([A-J])(?:\)|[.:]|[ \t]*(?:\n|$))")
 _SCORER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -81,7 +81,7 @@ def _choice(text: str) -> str:
     match = (
         _CHOICE_AFTER_RE.search(text, markers[-1].end()) if markers else _CHOICE_START_RE.match(text)
     )
-    return match.group(1).upper() if match else ""
+    return match.group(1) if match else ""
 
 
 def _first_line(text: str) -> str:
