@@ -326,3 +326,119 @@ def test_without_a_response_there_is_no_nll_and_no_training(tmp_path) -> None:
     with_nll = ItemPool.load("gsm8k", items, [Item("x", "q", "1", "The answer is 1", "x")])
     todo = left_to_measure(tmp_path / "records", "t", [1], MeasureConfig(task="gsm8k"), with_nll)[0]
     assert (todo.generate, todo.score, todo.unrecorded) == (3, 1, 4)  # the test item's NLL
+
+
+# --------------------------------------------------------------------------- end to end, tiny model
+
+
+def _measure_args(run, task: str, validation: Path, test: Path, out: Path) -> list:
+    return [
+        "measure", run.run_dir, "--task", task, "--validation", validation, "--test", test,
+        "--out", out, "--batch-size", "4", "--max-new-tokens", "6", "--no-progress",
+    ]  # fmt: skip
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_measure_with_a_task_file_through_the_cli(tmp_path, capsys) -> None:
+    pytest.importorskip("peft")
+    from ckptsel.records import read_frame, read_rows
+
+    from tinyrun import build_tiny_run, make_gsm8k_rows
+
+    run = build_tiny_run(tmp_path, steps=(1, 2), n_validation=2, n_test=2)
+    rows = [
+        {"q": r["question"], "target": r["answer"], "gold": r["answer"].split()[0], "uid": f"u{i}"}
+        for i, r in enumerate(make_gsm8k_rows(7, seed=3))
+    ]
+    val = write_jsonl(tmp_path / "data" / "val.jsonl", rows[:4])
+    test = write_jsonl(tmp_path / "data" / "test.jsonl", rows[4:])
+    task = task_file(tmp_path, FIRSTWORD, "firstword.toml")
+    out = tmp_path / "records"
+    code, said = run_cli(_measure_args(run, task, val, test, out), capsys)
+    assert code == 0, said
+    assert "2 checkpoints (2 measured)" in said and "no NLL" not in said
+    gen, nll = read_frame(out, "generations"), read_frame(out, "nll")
+    assert set(gen["task"]) == {"firstword"}  # the task file's name, not its path
+    assert len(gen) == 2 * 7 and len(nll) == 2 * 7 * 2  # both windows of every item
+    gold = {r["uid"]: r["gold"] for r in rows}
+    for _, row in gen.iterrows():  # the answer rule, applied by hand to the recorded text
+        first = re.match(r"^\s*(\S+)", row["text"])
+        answer = first.group(1).lower() if first else ""
+        assert row["answer"] == answer
+        assert bool(row["correct"]) is (bool(answer) and answer == gold[row["item_id"]].lower())
+    # again: everything reused; an edited task file (a new answer rule) is measured again
+    code, said = run_cli(_measure_args(run, task, val, test, out), capsys)
+    assert code == 0 and "(0 measured, 2 already recorded)" in said, said
+    write(Path(task), FIRSTWORD.replace("'^\\s*(\\S+)'", "'(\\S+)\\s*$'"))
+    code, said = run_cli(_measure_args(run, task, val, test, out), capsys)
+    assert code == 0 and "(2 measured)" in said, said
+    gen = read_frame(out, "generations")
+    assert len(gen) == 14
+    for _, row in gen.iterrows():
+        last = re.search(r"(\S+)\s*$", row["text"])
+        assert row["answer"] == (last.group(1).lower() if last else "")
+    # no response field: generations only, said in one line
+    silent = task_file(tmp_path, FIRSTWORD.replace('response = "target"\n', "").replace(
+        'name = "firstword"', 'name = "firstword-eval"'), "eval.toml")  # fmt: skip
+    out2 = tmp_path / "records2"
+    code, said = run_cli(_measure_args(run, silent, val, test, out2), capsys)
+    assert code == 0, said
+    assert "no NLL rows for task firstword-eval: it has no response field" in said
+    assert len(read_frame(out2, "generations")) == 14
+    assert read_rows(out2, "nll") is None  # not one NLL row
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_train_a_study_whose_tasks_are_task_files(tmp_path, capsys) -> None:
+    pytest.importorskip("peft")
+    from ckptsel.sim import save_tiny
+    from ckptsel.train import checkpoint_steps
+
+    rows = [
+        {"q": f"Say word {w}", "target": f"{w} is the word", "gold": w, "uid": f"w{i}"}
+        for i, w in enumerate(["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "nut"])
+    ]
+    base = save_tiny(
+        tmp_path / "base", [f"{r['q']} {r['target']}" for r in rows], vocab_size=200,
+        hidden_size=32, layers=1, heads=2,
+    )  # fmt: skip
+    write_jsonl(tmp_path / "data" / "train.jsonl", rows[:6])
+    write_jsonl(tmp_path / "data" / "val.jsonl", rows[6:7])
+    write_jsonl(tmp_path / "data" / "test.jsonl", rows[7:])
+    write(tmp_path / "tasks" / "firstword.toml", FIRSTWORD)
+    study = write(
+        tmp_path / "study.toml",
+        f"""\
+        schema = 2
+        [study]
+        base_model = "{base}"
+        seeds = [1]
+        [train]
+        task = "tasks/firstword.toml"
+        file = "data/train.jsonl"
+        [validation]
+        task = "tasks/firstword.toml"
+        file = "data/val.jsonl"
+        [test]
+        task = "tasks/firstword.toml"
+        file = "data/test.jsonl"
+        [[configurations]]
+        name = "lora"
+        adaptation = "lora"
+        rank = 2
+        alpha = 4
+        lr = 1e-2
+        steps = 4
+        save_every = 2
+        batch_size = 2
+        micro_batch = 2
+        """,
+    )
+    code, said = run_cli(["train", study], capsys)
+    assert code == 0, said
+    assert checkpoint_steps(tmp_path / "runs" / "lora-s1") == [2, 4]
+    # a task without a response has nothing to fine-tune on: refused in one line
+    write(tmp_path / "tasks" / "firstword.toml", FIRSTWORD.replace('response = "target"\n', ""))
+    code, said = run_cli(["train", study], capsys)
+    assert code == 2 and said.count("\n") == 1, said
+    assert "[train] task: firstword has no response field: nothing to fine-tune on" in said
