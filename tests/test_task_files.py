@@ -328,6 +328,38 @@ def test_without_a_response_there_is_no_nll_and_no_training(tmp_path) -> None:
     assert (todo.generate, todo.score, todo.unrecorded) == (3, 1, 4)  # the test item's NLL
 
 
+def test_a_study_pool_of_a_task_file(tmp_path: Path) -> None:
+    from ckptsel.study import load_spec
+
+    body = FIRSTWORD.replace('id = "uid"', 'id = "uid"\ngroup = "src"')
+    write(tmp_path / "tasks" / "fw.toml", body)
+    write_jsonl(tmp_path / "pool.jsonl", [{**r, "src": "s"} for r in ITEMS])
+    study = write(
+        tmp_path / "study.toml",
+        """\
+        schema = 2
+        [study]
+        base_model = "some/model"
+        [pool]
+        task = "tasks/fw.toml"
+        file = "pool.jsonl"
+        [test]
+        task = "tasks/fw.toml"
+        file = "pool.jsonl"
+        [[configurations]]
+        name = "a"
+        steps = 2
+        """,
+    )
+    spec = load_spec(study)
+    task = str((tmp_path / "tasks" / "fw.toml").resolve())  # relative to the study file
+    assert spec.split.task == spec.validation.task == spec.test.task == task
+    assert spec.split.group_field == "src"  # the task file's group field splits the pool
+    write(tmp_path / "tasks" / "fw.toml", body.replace('response = "target"\n', ""))
+    with pytest.raises(CkptselError, match=r"\[pool\] task: firstword has no response field"):
+        load_spec(study)
+
+
 # --------------------------------------------------------------------------- end to end, tiny model
 
 

@@ -65,7 +65,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "file": (_STR, "the pool file, split by question group into train and validation"),
         "val_fraction": (_FLOAT, "share of groups that go to validation (default 0.1)"),
         "seed": (_INT, "split seed (default: ckptsel.defaults.DATA_SEED)"),
-        "group_field": (_STR, "field that groups paraphrases (default: detected)"),
+        "group_field": (_STR, "field that groups paraphrases (default: detected; a task file's "
+                        "group field, else its prompt field)"),
     },
     "train": {
         "task": (_STR, "task of the training file (a name or PATH.toml; needs a response)"),
@@ -490,9 +491,12 @@ def _training_data(
     frac = p.get("val_fraction", 0.1)
     if not 0 < frac < 1:
         chk.fail("pool", "val_fraction", f"must be in (0, 1), got {frac}")
+    task = _check_task(chk, "pool", p["task"], root)
+    fields = get_task(task).fields if is_task_file(task) else None  # a task file's own group
+    group_field = p.get("group_field") or (fields and (fields.group or fields.prompt[0]))
     split = PoolSplit(
-        _check_task(chk, "pool", p["task"], root), _file(chk, root, "pool", "file", p["file"]),
-        float(frac), p.get("seed", DATA_SEED), p.get("group_field"),
+        task, _file(chk, root, "pool", "file", p["file"]),
+        float(frac), p.get("seed", DATA_SEED), group_field,
     )  # fmt: skip
     return split, split.task, work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
 
