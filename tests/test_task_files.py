@@ -360,6 +360,40 @@ def test_a_study_pool_of_a_task_file(tmp_path: Path) -> None:
         load_spec(study)
 
 
+def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
+    from ckptsel.records import read_frame
+    from test_ingest import gsm8k_checkpoint
+
+    folder = gsm8k_checkpoint(
+        tmp_path / "evals" / "run-x" / "checkpoint-100",
+        ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"], [True, True, False],
+    )  # fmt: skip
+    task = task_file(
+        tmp_path,
+        """\
+        name = "gsm8k-first"
+        [fields]
+        prompt = "question"
+        reference = "answer"
+        [answer]
+        extract = '(\\d[\\d,]*)'
+        compare = "numeric"
+        """,
+    )
+    code, said = run_cli(
+        ["ingest", "lm-eval", folder, "--out", tmp_path / "records", "--task", task,
+         "--filter", "flexible-extract", "--trajectory", "t1"], capsys,
+    )  # fmt: skip
+    assert code == 0, said
+    gen = read_frame(tmp_path / "records", "generations").set_index("item_id")
+    assert set(gen["task"]) == {"gsm8k-first"}  # the task file's name
+    # the rule read lm-eval's filtered responses ('18', '$1234.', '4'): the first number, in
+    # numeric normal form; the verdicts are the harness's; the lm-eval task is the subtask
+    assert gen["answer"].tolist() == ["18", "1234", "4"]
+    assert gen["correct"].tolist() == [True, True, False]
+    assert set(gen["subtask"]) == {"gsm8k"}
+
+
 # --------------------------------------------------------------------------- end to end, tiny model
 
 
