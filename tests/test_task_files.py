@@ -508,3 +508,30 @@ def test_train_a_study_whose_tasks_are_task_files(tmp_path, capsys) -> None:
     code, said = run_cli(["train", study], capsys)
     assert code == 2 and said.count("\n") == 1, said
     assert "[train] task: firstword has no response field: nothing to fine-tune on" in said
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_measure_model_scores_no_nll_for_items_without_a_response(tmp_path) -> None:
+    pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from ckptsel.measure import check_conformance, measure_model
+    from ckptsel.measure.conformance import pick_items
+    from ckptsel.train import load_tokenizer
+
+    from tinyrun import build_tiny_base
+
+    base = build_tiny_base(tmp_path / "base", ["Say hello. Hello there", "Say bye. Bye now"])
+    model = AutoModelForCausalLM.from_pretrained(str(base))
+    tok = load_tokenizer(str(base))
+    task = task_file(tmp_path, FIRSTWORD.replace('response = "target"\n', ""))
+    items = load_items(task, write_jsonl(tmp_path / "items.jsonl", ITEMS))
+    with_response = Item("r1", "Say hi", "hi", "Hi you", "r1")
+    cfg = MeasureConfig(task=task, max_new_tokens=3, batch_size=2)
+    assert isinstance(check_conformance(model, tok, items, cfg), str)
+    assert [it.response for it in pick_items(items)] == ["", ""]  # checked on an empty response
+    gen, nll = measure_model(
+        model, tok, [*items, with_response], cfg, split="validation", trajectory="t-s1", step=1
+    )
+    assert gen["item_id"].tolist() == ["a1", "a2", "r1"] and set(gen["task"]) == {"firstword"}
+    assert set(nll["item_id"]) == {"r1"}  # the item with a response alone

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,17 +96,21 @@ def measure_splits(
             raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or default_configuration(trajectory)
     flat = [it for its in items.values() for it in its]
+    # an item without a response (a task file with none) gets no NLL row: its empty response
+    # (the EOS alone) shares the pass and its scores are dropped
     texts, scored = measure_items(
         model,
         tokenizer,
         [format_prompt(it.instruction) for it in flat],
-        [it.response for it in flat] if nll else None,
+        [it.response or "" for it in flat] if nll else None,
         generate=generate,
         windows=config.windows,
         batch_size=config.batch_size,
         max_new_tokens=config.max_new_tokens,
         **passes,
     )
+    if scored is not None:
+        scored = [{} if it.response is None else s for it, s in zip(flat, scored, strict=True)]
     return split_frames(items, texts, scored, config, trajectory, configuration, step)
 
 
@@ -290,13 +293,7 @@ class Measurer:
         """The run's tokenizer (loaded once) and the items the conformance check runs on."""
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
-        items = [it for its in pool.splits.values() for it in its]
-        # the check scores each item's response; one without (a task file with no response
-        # field) is checked on an empty response (its EOS alone)
-        self.check_items = [
-            dataclasses.replace(it, response="") if getattr(it, "response", "") is None else it
-            for it in items
-        ]
+        self.check_items = [it for its in pool.splits.values() for it in its]
 
     def batch_size(self, ckpts: Sequence[Checkpoint]) -> int:
         """How many of ``ckpts``' adapters go into one batch: as many as one vLLM batch takes
