@@ -233,6 +233,9 @@ def test_fields_lists_dotted_paths_defaults_and_strata(tmp_path: Path) -> None:
         (FIRSTWORD, [{"q": "x", "target": "y", "uid": "u"}],
          r"items\.jsonl: line 1: missing required field 'gold'"),
         ("name = 'x'\n[fields\n", None, r"t\.toml: invalid TOML"),
+        (FIRSTWORD + 'scorer = "m:f"\n', None, r"\[answer\] give compare or scorer, not both"),
+        (FIRSTWORD.replace('"firstword"', '"firstword"\ncolour = "red"'), None,
+         r"t\.toml: unknown key 'colour'"),
     ],
 )  # fmt: skip
 def test_bad_task_files_are_one_line_naming_file_and_key(tmp_path, body, items, message):

@@ -323,6 +323,8 @@ def _fields(table: dict[str, Any], path: Path) -> Fields:
 
 def _answer(table: dict[str, Any], path: Path) -> AnswerRule:
     settings = dict(table)
+    if "scorer" in settings and "compare" in settings:
+        raise CkptselError(f"{path}: [answer] give compare or scorer, not both")
     if "labels" in settings:
         if not isinstance(settings["labels"], list):
             raise CkptselError(f"{path}: [answer] labels: must be a list of strings")
