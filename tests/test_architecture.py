@@ -46,11 +46,11 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown"),
     "records": ("schema", "codec", "units", "memo", "provenance", "weights", "scan", "store", "load"),
-    "data": ("answers", "taskdef", "tasks", "scoring", "pools", "split", "audit"),
+    "data": ("answers", "taskdef", "tasks", "prompts", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
-    "train": ("checkpoints", "models", "trajectory", "study"),
+    "train": ("checkpoints", "formats", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "conformance",
         "measurer",

@@ -73,6 +73,8 @@ def measure(
             f"  configuration {res.configuration!r}: the trajectory name less its seed, as run "
             "and ingest read it (--configuration to set another)"
         )
+    if res.prompt_format:
+        typer.echo(f"  prompt format: {res.prompt_format}")
     no_nll = sorted({get_task(t).name for t in (config.task, config.task_for("test"))
                      if not get_task(t).has_response})  # fmt: skip
     if no_nll and config.only != "generation":

@@ -207,9 +207,13 @@ def render_html(
     figures_png: dict[str, bytes],
     title: str = "ckptsel report",
     notes: Iterable[str] = (),
+    measured_by: Iterable[str] = (),
 ) -> str:
     """The report page as one string (figures inlined as base64 PNG); ``notes``: one line for
-    each figure or panel left out, and why (:func:`ckptsel.report.figures.figure_notes`)."""
+    each figure or panel left out, and why (:func:`ckptsel.report.figures.figure_notes`);
+    ``measured_by``: what measured the records, one line each (``run.json``'s: engine, dtype,
+    device, prompt format)."""
+    measured = "".join(f"<li>{html.escape(line)}</li>" for line in measured_by)
     summary = Summary.coerce(summary)
     tables = list(tables)
     by_name = {t.name: t for t in tables}
@@ -228,6 +232,8 @@ def render_html(
         *([f'<p class="caption" id="protocol"><b>Protocol:</b> {text_html(summary.protocol.status)}</p>']
           if summary.protocol is not None else []),
         *(f'<p class="caution"><b>Caution:</b> {text_html(w)}</p>' for w in summary.warnings or ()),
+        *([f'<p class="caption" id="measured-by"><b>Measured by</b> (engine, dtype, attention, batch, '
+           f'device, prompt format):</p><ul class="caption">{measured}</ul>'] if measured else []),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',
     ]
