@@ -538,3 +538,31 @@ def test_measure_model_scores_no_nll_for_items_without_a_response(tmp_path) -> N
     )
     assert gen["item_id"].tolist() == ["a1", "a2", "r1"] and set(gen["task"]) == {"firstword"}
     assert set(nll["item_id"]) == {"r1"}  # the item with a response alone
+
+
+def test_tasks_show_renders_the_prompt_format_asked_for(tmp_path, capsys) -> None:
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from tinyrun import build_tiny_base
+
+    base = build_tiny_base(tmp_path / "base", ["user: Say bye\nassistant: Bye now"])
+    tok = AutoTokenizer.from_pretrained(str(base))
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    tok.save_pretrained(str(base))
+    task = task_file(tmp_path, FIRSTWORD)
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    show = ["tasks", "show", task, "--items", items, "--index", "1"]
+    code, said = run_cli([*show, "--prompt-format", "chat", "--tokenizer", base,
+                          "--system-prompt", "Be brief."], capsys)  # fmt: skip
+    assert code == 0, said
+    assert "as the model sees it (chat (the tokenizer's chat template, chat[" in said
+    assert "):\nsystem: Be brief.\nuser: Say bye\nassistant:\n" in said
+    template = write(tmp_path / "qa.jinja", "Q: {{ prompt }} [{{ id }}]\nA:")
+    code, said = run_cli([*show, "--prompt-format", template], capsys)
+    assert code == 0 and "):\nQ: Say bye [a2]\nA:\n" in said, said
+    code, said = run_cli([*show, "--prompt-format", "chat"], capsys)
+    assert code == 2 and "--prompt-format chat needs --tokenizer DIR" in said
