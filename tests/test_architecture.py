@@ -46,8 +46,8 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown"),
     "records": ("schema", "codec", "units", "memo", "provenance", "weights", "scan", "store", "load"),
-    "data": ("answers", "tasks", "prompts", "scoring", "pools", "split", "audit"),
-    "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "data": ("answers", "taskdef", "tasks", "prompts", "scoring", "pools", "split", "audit"),
+    "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
     "train": ("checkpoints", "formats", "models", "trajectory", "study"),
@@ -73,7 +73,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "integrations": ("hf_trainer",),
     "cli": (
         "output", "options", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
-        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "app",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "tasks", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

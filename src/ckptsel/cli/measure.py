@@ -51,6 +51,7 @@ def measure(
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
     # the measurement stage loads when the command runs (see ckptsel.cli)
+    from ckptsel.data import get_task
     from ckptsel.measure import ExecutorConfig, measure_run
 
     run_dir, config, where = options.measure_inputs(
@@ -86,5 +87,10 @@ def measure(
         )
     if res.prompt_format:
         typer.echo(f"  prompt format: {res.prompt_format}")
+    no_nll = sorted({get_task(t).name for t in (config.task, config.task_for("test"))
+                     if not get_task(t).has_response})  # fmt: skip
+    if no_nll and config.only != "generation":
+        typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the "
+                   "NLL rules of analyze need one)")  # fmt: skip
     if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

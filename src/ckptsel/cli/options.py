@@ -80,12 +80,14 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
     return OptionGroup(
         run_dir=(str, typer.Argument(..., help=run_dir)),
         task=(str, typer.Option(
-            ..., "--task", help="gsm8k, metamath, math, commonsense or a commonsense task."
+            ..., "--task", help="gsm8k, metamath, math, commonsense, a commonsense task, or a "
+            "task file PATH.toml (ckptsel tasks lists them)."
         )),
         validation=(str, typer.Option(..., "--validation", help="Validation items file or URL.")),
         test=(str, typer.Option(..., "--test", help="Test items file or URL.")),
         test_task=(str, typer.Option(
-            None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
+            None, "--test-task",
+            help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k).",
         )),
         prompt_format=(str, typer.Option(
             None, "--prompt-format",

@@ -22,6 +22,8 @@ from ckptsel.data import (
     PromptFormat,
     chat_template_of,
     get_task,
+    task_identity,
+    task_ref,
 )
 from ckptsel.data import prompt_format as make_format
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
@@ -37,7 +39,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 class MeasureConfig:
     """The measurement options (validated in ``__post_init__``).
 
-    ``task`` picks the prompt template's answer scorer; ``max_new_tokens`` bounds greedy
+    ``task`` picks the items' loader and answer rule (a task name, or a task file: kept as its
+    absolute path, named in the fingerprints by its content hash); ``max_new_tokens`` bounds greedy
     generation; ``window`` is the matched NLL window in tokens (the complete response,
     ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
     depend on it); ``device``/``dtype``/``backend`` say where and how models run;
@@ -96,10 +99,11 @@ class MeasureConfig:
         if not isinstance(self.task, str):
             raise CkptselError(f"--task must be a task name (got {self.task!r})")
         get_task(self.task)  # unknown task -> CkptselError listing the known ones
+        object.__setattr__(self, "task", task_ref(self.task))  # a task file: its absolute path
         if self.test_task is not None:
             if not isinstance(self.test_task, str):
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
-            get_task(self.test_task)
+            object.__setattr__(self, "test_task", task_ref(self.test_task))
         check_int(self.batch_size, "--batch-size (batch_size)", low=1)
         check_int(self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1)
         check_int(self.window, "--window (window; 0 = complete response only)", low=0)
@@ -113,6 +117,11 @@ class MeasureConfig:
             low=0, high=0.99,
         )  # fmt: skip
         check_choice(self.only, "--only", (None, "generation", "nll"))
+        if self.only == "nll" and not any(
+            get_task(t).has_response for t in (self.task, self.task_for("test"))
+        ):
+            name = get_task(self.task).name
+            raise CkptselError(f"--only nll: task {name} has no response field, so no NLL to score")
         check_choice(self.dtype, "--dtype", DTYPES)
         if not isinstance(self.device, str) or not (
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:")
@@ -221,11 +230,13 @@ class MeasureConfig:
         return tuple(dict.fromkeys((self.window, COMPLETE_WINDOW)))
 
     def _hash(self, payload: dict[str, Any]) -> str:
-        payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
+        # a task name as given; a task file by its name and content hash (task_identity)
+        task = task_identity(self.task)
+        payload = {"v": FORMAT_VERSION, "task": task, "template": PROMPT_TEMPLATE, **payload}
         if self.format_identity != "alpaca":  # alpaca parts keep the hashes they always had
             payload["prompt_format"] = self.format_identity
         if self.test_task and self.test_task != self.task:  # unchanged hashes without it
-            payload["test_task"] = self.test_task
+            payload["test_task"] = task_identity(self.test_task)
         # the numbers: float32 on the CPU (the default there) keeps the hashes it always had;
         # another dtype or a GPU is measured again rather than reused
         if self.device != "cpu":

@@ -65,7 +65,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,9 @@ def vllm_key(architecture: str, provenance: dict[str, Any], adapters: bool) -> d
 
 def pick_items(items: Sequence[Any], n: int = CHECK_ITEMS) -> list[Any]:
     """``n`` of ``items`` by length of prompt + response (characters): the longest, the
-    shortest and evenly between, in their input order."""
+    shortest and evenly between, in their input order. An item without a response (a task file
+    with none) is checked on an empty one (its EOS alone)."""
+    items = [replace(it, response="") if it.response is None else it for it in items]
     lengths = [len(it.instruction) + len(it.response) for it in items]
     order = sorted(range(len(items)), key=lambda i: (-lengths[i], i))
     if len(order) > n > 1:

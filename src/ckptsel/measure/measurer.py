@@ -92,11 +92,13 @@ def measure_splits(
             raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or default_configuration(trajectory)
     flat = [it for its in items.values() for it in its]
+    # an item without a response (a task file with none) gets no NLL row: its empty response
+    # (the EOS alone) shares the pass and its scores are dropped
     texts, scored = measure_items(
         model,
         tokenizer,
         [it.instruction for it in flat],
-        [it.response for it in flat] if nll else None,
+        [it.response or "" for it in flat] if nll else None,
         generate=generate,
         windows=config.windows,
         batch_size=config.batch_size,
@@ -105,6 +107,8 @@ def measure_splits(
         items=flat,
         **passes,
     )
+    if scored is not None:
+        scored = [{} if it.response is None else s for it, s in zip(flat, scored, strict=True)]
     return split_frames(items, texts, scored, config, trajectory, configuration, step)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import CHAT
+from ckptsel.data import CHAT, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_ref
 from ckptsel.measure.config import MeasureConfig
@@ -61,7 +61,7 @@ def _check_trajectory_identity(
     df = table.select(cols).to_pandas().drop_duplicates()
     mine = df[df["trajectory"] == trajectory]
     checks = [("configuration", configuration, mine)] + [
-        ("task", config.task_for(split), mine[mine["split"].astype(str) == split])
+        ("task", task_label(config.task_for(split)), mine[mine["split"].astype(str) == split])
         for split in SPLITS
     ]
     for column, value, rows in checks:

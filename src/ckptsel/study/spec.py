@@ -36,7 +36,7 @@ from typing import Any
 import tomllib
 
 from ckptsel._util.locations import Location, as_location, is_url
-from ckptsel.data import PoolSpec, get_task
+from ckptsel.data import PoolSpec, get_task, is_task_file
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
 from ckptsel.study.configuration import (
@@ -61,18 +61,20 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "results_dir": (_STR, "analysis results folder (default: <workdir>/results)"),
     },
     "pool": {
-        "task": (_STR, "task of the fine-tuning pool (loader and answer rules)"),
+        "task": (_STR, "task of the fine-tuning pool (loader and answer rules): a name or a "
+                 "task file PATH.toml (relative to this file)"),
         "file": (_STR, "the pool file, split by question group into train and validation"),
         "val_fraction": (_FLOAT, "share of groups that go to validation (default 0.1)"),
         "seed": (_INT, "split seed (default: ckptsel.defaults.DATA_SEED)"),
-        "group_field": (_STR, "field that groups paraphrases (default: detected)"),
+        "group_field": (_STR, "field that groups paraphrases (default: detected; a task file's "
+                        "group field, else its prompt field)"),
     },
     "train": {
-        "task": (_STR, "task of the training file"),
+        "task": (_STR, "task of the training file (a name or PATH.toml; needs a response)"),
         "file": (_STR, "training items file"),
     },
     "validation": {
-        "task": (_STR, "task (answer family) of the validation items"),
+        "task": (_STR, "task (loader and answer rules) of the items: a name or PATH.toml"),
         "file": (_STR, "one items file (or folder, for commonsense)"),
         "files": (_LIST, "several item files: a mixture (subtask = file's task)"),
         "n": (_INT, "seeded sample of n items of the whole pool"),
@@ -317,6 +319,9 @@ def _load(
     validation = _pool_spec(data, "validation", chk, root, split, train_task)
     test = _pool_spec(data, "test", chk, root, split, train_task)
     trained, external = _configurations(data.get("configurations"), chk, root, train_file)
+    if trained and train_task and not get_task(train_task).has_response:
+        chk.fail("pool" if split else "train", "task", f"{get_task(train_task).name} has no "
+                 "response field: nothing to fine-tune on (SFT needs one; [fields] response)")  # fmt: skip
     runs_dir = resolve_path(work, s.get("runs_dir", "runs"))
     if trained and is_url(runs_dir):
         msg = f"must be a local folder, got {runs_dir} (training writes there)"
@@ -473,7 +478,10 @@ def _file(
     return p
 
 
-def _check_task(chk: _Checker, table: str, task: str) -> str:
+def _check_task(chk: _Checker, table: str, task: str, root: Path | Location) -> str:
+    """A task name, or a task file (``PATH.toml``, relative to the study file: kept absolute)."""
+    if is_task_file(task):
+        task = str(resolve_path(root, task))
     try:
         get_task(task)
     except CkptselError as err:
@@ -488,7 +496,7 @@ def _training_data(
     under the work folder) or from ``[train]`` (both None when nothing is trained here)."""
     if "pool" not in data:
         t = data.get("train", {})
-        train_task = _check_task(chk, "train", t["task"]) if "task" in t else None
+        train_task = _check_task(chk, "train", t["task"], root) if "task" in t else None
         train_file = _file(chk, root, "train", "file", t["file"]) if "file" in t else None
         return None, train_task, train_file
     p = data["pool"]
@@ -500,9 +508,12 @@ def _training_data(
     frac = p.get("val_fraction", 0.1)
     if not 0 < frac < 1:
         chk.fail("pool", "val_fraction", f"must be in (0, 1), got {frac}")
+    task = _check_task(chk, "pool", p["task"], root)
+    fields = get_task(task).fields if is_task_file(task) else None  # a task file's own group
+    group_field = p.get("group_field") or (fields and (fields.group or fields.prompt[0]))
     split = PoolSplit(
-        _check_task(chk, "pool", p["task"]), _file(chk, root, "pool", "file", p["file"]),
-        float(frac), p.get("seed", DATA_SEED), p.get("group_field"),
+        task, _file(chk, root, "pool", "file", p["file"]),
+        float(frac), p.get("seed", DATA_SEED), group_field,
     )  # fmt: skip
     return split, split.task, work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
 
@@ -529,7 +540,7 @@ def _pool_spec(
     task = p.get("task") or (train_task if table == "validation" else None)
     if task is None:
         chk.fail(table, None, "needs 'task'")
-    task = _check_task(chk, table, task)
+    task = _check_task(chk, table, task, root)
     if "file" in p and "files" in p:
         chk.fail(table, "files", "give 'file' or 'files', not both")
     raw = [p["file"]] if "file" in p else p.get("files")

@@ -10,7 +10,7 @@ from typing import Any
 
 from ckptsel._util.io import write_text
 from ckptsel._util.nodecache import local_ref
-from ckptsel.data import PromptFormat, load_items, prompt_format
+from ckptsel.data import PromptFormat, get_task, load_items, prompt_format
 from ckptsel.errors import CkptselError
 from ckptsel.records import FINAL_STEPS_FILE
 from ckptsel.study import Study, final_steps
@@ -38,6 +38,11 @@ def train_study(
     log: Callable[[str], None] | None = print,
 ) -> list[TrainResult]:
     """Train (or resume) every trajectory of a study; completed ones are skipped."""
+    task = get_task(study.task)
+    if not task.has_response:
+        raise CkptselError(
+            f"task {task.name} has no response field: nothing to fine-tune on (SFT needs one)"
+        )
     items = load_items(study.task, study.train)  # a URL: this node's copy
     base = local_ref(study.base_model)  # a URL: this node's copy
     tokenizer = load_tokenizer(base)
