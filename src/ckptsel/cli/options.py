@@ -74,6 +74,26 @@ CONFIGURATION = typer.Option(
 )  # fmt: skip
 
 
+PROMPT = OptionGroup(
+    prompt_format=(str, typer.Option(
+        None, "--prompt-format",
+        help="How an item's prompt is wrapped: alpaca, chat (the checkpoint tokenizer's "
+        "chat template, one user turn + generation prompt) or a Jinja template file. "
+        "Default: what the run folder's prompt_format.json says (ckptsel train writes it), "
+        "else alpaca; a tokenizer with a chat template and no stated format is refused.",
+    )),
+    system_prompt=(str, typer.Option(
+        None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."
+    )),
+    chat_template_args=(str, typer.Option(
+        None, "--chat-template-args",
+        help='JSON arguments of the chat template, e.g. \'{"enable_thinking": false}\'.',
+    )),
+)  # fmt: skip
+"""How an item's prompt is wrapped (:class:`~ckptsel.measure.MeasureConfig` fields; also
+``tasks show``'s)."""
+
+
 def run_options(run_dir: str, out: str) -> OptionGroup:
     """A measured run's options, the run folder's and the records folder's help (``run_dir``,
     ``out``) said by the command: the run, its items, the records folder, the names."""
@@ -89,20 +109,7 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
             None, "--test-task",
             help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k).",
         )),
-        prompt_format=(str, typer.Option(
-            None, "--prompt-format",
-            help="How an item's prompt is wrapped: alpaca, chat (the checkpoint tokenizer's "
-            "chat template, one user turn + generation prompt) or a Jinja template file. "
-            "Default: what the run folder's prompt_format.json says (ckptsel train writes it), "
-            "else alpaca; a tokenizer with a chat template and no stated format is refused.",
-        )),
-        system_prompt=(str, typer.Option(
-            None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."
-        )),
-        chat_template_args=(str, typer.Option(
-            None, "--chat-template-args",
-            help='JSON arguments of the chat template, e.g. \'{"enable_thinking": false}\'.',
-        )),
+        **PROMPT,
         out=(str, typer.Option(..., "--out", help=out)),
         base=(str, typer.Option(
             None, "--base",

@@ -52,16 +52,7 @@ def render_prompt(item: Item, fmt: dict[str, Any]) -> tuple[str, str]:
 
 
 PROMPT_FORMAT = options.OptionGroup(
-    prompt_format=(str, typer.Option(
-        None, "--prompt-format",
-        help="alpaca (default), chat (the --tokenizer's chat template) or a Jinja template file.",
-    )),
-    system_prompt=(str, typer.Option(
-        None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."
-    )),
-    chat_template_args=(str, typer.Option(
-        None, "--chat-template-args", help="JSON arguments of the chat template."
-    )),
+    **options.PROMPT,
     tokenizer=(str, typer.Option(
         None, "--tokenizer", help="Tokenizer folder (a checkpoint) whose chat template renders it."
     )),
