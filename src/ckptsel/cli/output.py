@@ -144,7 +144,10 @@ def _print_best(result: Selection, level: int) -> None:
         console.print(
             f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
             f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
-            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, Andrews-Kitagawa-McCloskey hybrid); the "
+            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, "
+            + ("exact Clopper-Pearson: no variance to approximate" if ce.exact
+               else "Andrews-Kitagawa-McCloskey hybrid")  # fmt: skip
+            + "); the "
             f"naive {ce.naive_mean:.2f}% [{ce.naive_lo:.2f}, {ce.naive_hi:.2f}] is "
             f"{ce.naive_mean - ce.mean:+.2f} pp optimistic."
         )

@@ -51,6 +51,7 @@ from ckptsel.stats.winners import (
     model_confidence_set,
     naive_winner,
     winner_interval,
+    without_variance,
 )
 
 __all__ = [
@@ -89,4 +90,5 @@ __all__ = [
     "t_quantile",
     "two_by_two",
     "winner_interval",
+    "without_variance",
 ]

@@ -29,7 +29,9 @@ rule's full-pool choice), from :mod:`ckptsel.stats.winners`:
 ``benchmarks/bench_select.py`` measures both on truth-known trajectories.
 
 The recommendation is "keep checkpoint X" only when the split-validation interval lies
-wholly above 0; otherwise "keep the final checkpoint", with the reason. Everything is
+wholly above 0 and the design can resolve it (the chosen and the final checkpoint differ on
+enough validation clusters for an exact test to reject: 6 at 95%, :mod:`ckptsel.stats.exact`);
+otherwise "keep the final checkpoint", with the reason. Everything is
 vectorized: masks and matrix products over partitions and draws. The rules and their signals
 come from :mod:`ckptsel.choose.rules` (via :func:`ckptsel.choose.signals`), weighted sums from
 :func:`ckptsel.choose.core.weighted_sums` and estimates (:class:`ckptsel.results.Estimate`, as
@@ -69,13 +71,16 @@ from ckptsel.stats import (
     Clusters,
     accuracy_moments,
     bootstrap_accuracies,
-    est,
+    interval_estimate,
+    judged,
     model_confidence_set,
     naive_winner,
+    nonzero_units,
     percentile_interval,
     question_weights,
     resample_counts,
     winner_interval,
+    without_variance,
 )
 
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
@@ -241,11 +246,15 @@ class ChosenEstimate:
     naive_hi: float
     level: float
     jitter_draws: int
+    exact: bool = False  # the winner's accuracy has no variance: the exact interval
 
-    method = (
-        "hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & McCloskey "
-        "2024), cluster-robust covariance"
-    )
+    @property
+    def method(self) -> str:
+        if self.exact:
+            return ("exact: Clopper-Pearson over the validation clusters, simultaneous over the "
+                    "checkpoints (the winner's accuracy has no variance), median-unbiased estimate")  # fmt: skip
+        return ("hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & "
+                "McCloskey 2024), cluster-robust covariance")  # fmt: skip
 
     def to_dict(self) -> dict:
         return {
@@ -304,17 +313,24 @@ class Selection:
 
 # --------------------------------------------------------------------------- estimates
 def _estimate(
-    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str
+    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, discordant: int
 ) -> Estimate:
     """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
     ``clusters`` resampled ``unit`` clusters; not estimable from one cluster, or when the
-    replicates show no spread around a nonzero mean (no variance information)."""
-    if clusters < 2:
-        return Estimate.without_interval(mean, f"{clusters} {unit} cluster")
+    replicates show no spread around a nonzero mean (no variance information); unresolved when
+    the chosen and the final checkpoint differ on fewer clusters (``discordant``) than an exact
+    test needs at ``level`` (:func:`ckptsel.stats.judged`)."""
     lo, hi = percentile_interval(replicates[:, None], level)
-    if abs(hi[0] - lo[0]) <= 1e-9 * max(1.0, abs(mean)) and mean != 0.0:
-        return Estimate.without_interval(mean, f"no spread across the {clusters} {unit} clusters")
-    return est(mean, lo[0], hi[0])
+    e = interval_estimate(float(mean), float(lo[0]), float(hi[0]), clusters, f"{unit} cluster")
+    return judged(e, discordant, level, f"discordant {unit} clusters")
+
+
+def discordant_clusters(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None) -> int:
+    """Clusters (items sharing a group) on which the ``(T,)`` choice (probabilities over
+    checkpoints) and the final checkpoint differ in items right, from ``correct`` (T, n)."""
+    z = correct.astype(np.float64)
+    d = np.asarray(choice, dtype=np.float64) @ (z - z[-1])  # (n,)
+    return int(nonzero_units(Clusters.of(groups, len(d)).sums(d[:, None]))[0])
 
 
 def split_validation_gains(
@@ -402,7 +418,8 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
     reps = R @ d / (n if clusters == n else R.sum(axis=1))
     return TestGain(
-        _estimate(d.mean(), reps, level, clusters, "test-question"),
+        _estimate(d.mean(), reps, level, clusters, "test-question",
+                  discordant_clusters(choice, test.correct, test.groups)),  # fmt: skip
         items=int(n),
         clusters=int(clusters),
         chosen_accuracy=round(float(100.0 * (choice @ z).mean()), 6),
@@ -482,6 +499,7 @@ def best_checkpoints(
         *(round(float(100.0 * v[0]), 6) for v in (mean, lo, hi, n_mean, n_lo, n_hi)),
         level=settings.level,
         jitter_draws=JITTER_DRAWS,
+        exact=bool(without_variance(x, sigma)[0]),
     )
     return best, chosen
 
@@ -549,7 +567,8 @@ def _select_checkpoint(
         reps = split_validation_gains(
             sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
         )
-        gain = _estimate(point, reps, settings.level, clusters, "validation")
+        gain = _estimate(point, reps, settings.level, clusters, "validation",
+                         discordant_clusters(full, v.correct, v.groups))  # fmt: skip
         split = SplitValidationGain(gain, settings.partitions, halves, clusters)
         rules[r] = RuleSelection(
             steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
@@ -610,6 +629,8 @@ def recommend(
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
         )  # fmt: skip
     why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
+    if sv.cannot_resolve is not None:
+        why = f"cannot be resolved ({sv.cannot_resolve})"
     if not sv.estimable:
         why = f"is not estimable ({sv.not_estimable})"
     return Recommendation(
