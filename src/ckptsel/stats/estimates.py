@@ -160,7 +160,7 @@ class _Estimates:
                                  self.unit, self.min_units, self.need)  # fmt: skip
         if self.support is None:
             return e
-        return ex.judged(e, int(self.support[k]), self.level, f"{self.unit}s that differ from 0")
+        return ex.judged(e, int(self.support[k]), self.level, f"nonzero {self.unit}")
 
 
 def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True,

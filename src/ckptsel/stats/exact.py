@@ -81,12 +81,12 @@ def interval_estimate(mean: float, lo: float, hi: float, units: int | None, unit
 
 
 def cannot_resolve(units: int, level: float, unit: str, p: float | None = None) -> str | None:
-    """Why an interval over ``units`` nonzero sampling units (``unit``: what they are, plural,
-    e.g. ``"discordant items"``) cannot read resolved at ``level`` (None when it can); with an
-    exact test's p-value ``p``, also when ``p`` is above ``1 − level``."""
+    """Why an interval over ``units`` nonzero sampling units (``unit``: what one is, e.g.
+    ``"discordant item"``) cannot read resolved at ``level`` (None when it can); with an exact
+    test's p-value ``p``, also when ``p`` is above ``1 − level``."""
     need = needed_units(level)
     if units < need:
-        return f"{units} {unit}, and an exact {_percent(level)} test needs {need}"
+        return f"{plural(units, unit)}, and an exact {_percent(level)} test needs {need}"
     alpha = 1.0 - level
     if p is not None and p > alpha + 1e-12:
         return f"the exact test's p = {p:.3g} > {alpha:.3g}"

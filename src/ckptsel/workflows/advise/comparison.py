@@ -81,9 +81,9 @@ def paired_difference(
     lo, hi = percentile_interval(reps[:, None], settings.level)
     counts = two_by_two(a, b)
     exact = mcnemar_exact(counts["only_a"], counts["only_b"])
-    p, discordant, unit = exact, counts["only_a"] + counts["only_b"], "discordant items"
+    p, discordant, unit = exact, counts["only_a"] + counts["only_b"], "discordant item"
     if clusters < n:  # items share groups: the clustered test is the one reported
-        p, unit = clustered_mcnemar(a, b, groups), "discordant clusters"
+        p, unit = clustered_mcnemar(a, b, groups), "discordant cluster"
         discordant = int((np.abs(cluster_differences(a, b, groups)) > 0).sum())
     # one cluster or no spread: not estimable; too few discordant units or p > α: unresolved
     difference = interval_estimate(float(d.mean()), float(lo[0]), float(hi[0]), clusters, "cluster")

@@ -322,7 +322,7 @@ def _estimate(
     test needs at ``level`` (:func:`ckptsel.stats.judged`)."""
     lo, hi = percentile_interval(replicates[:, None], level)
     e = interval_estimate(float(mean), float(lo[0]), float(hi[0]), clusters, f"{unit} cluster")
-    return judged(e, discordant, level, f"discordant {unit} clusters")
+    return judged(e, discordant, level, f"discordant {unit} cluster")
 
 
 def discordant_clusters(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None) -> int:
