@@ -61,9 +61,21 @@ FEW_CONFIGURATIONS = {
 }
 
 
-def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile") -> list[str]:
-    """Caveats a reader must see next to the numbers."""
+def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile",
+                   task_configurations: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+    """Caveats a reader must see next to the numbers. ``task_configurations``: configurations
+    per task; a task with one (its by-task intervals are not estimable) is named when the
+    study has more."""
     out = []
+    lone = sorted(t for t, k in (task_configurations or {}).items() if k < 2)
+    if lone and n_configurations >= 2:
+        names = ", ".join(repr(t) for t in lone)
+        out.append(
+            f"task(s) {names} with only 1 configuration: one configuration shows no spread between "
+            "configurations, so its by-task configuration intervals are not estimable (none is "
+            "reported); the pooled intervals carry it with the other tasks, and its test-question "
+            "intervals (tables/intervals.md, report.html) hold its trajectories fixed"
+        )
     if not nll_records:
         out.append(
             "no validation NLL records (e.g. generations imported with `ckptsel ingest`): the "
@@ -295,7 +307,8 @@ def summarize(
         question_bootstrap=question,
         joint_bootstrap=joint,
         descriptive=_sign_counts(scored, sums, sizes, main),
-        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval)),
+        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval,
+                                      {t: len(c) for t, c in task_conf.items()})),  # fmt: skip
     )
     return summary, _tables(scored, configs, sums, sizes)
 
