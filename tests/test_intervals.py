@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import json
+import re
 
 import numpy as np
 import pytest
