@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from ckptsel.workflows import SelectSettings, select_checkpoint
+from ckptsel.workflows import SelectSettings
 
 import recordsgen as rg
 from clirun import run_cli

@@ -312,7 +312,7 @@ class Selection:
 
 
 # --------------------------------------------------------------------------- estimates
-def _estimate(
+def gain_estimate(
     mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, discordant: int
 ) -> Estimate:
     """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
@@ -418,7 +418,7 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
     reps = R @ d / (n if clusters == n else R.sum(axis=1))
     return TestGain(
-        _estimate(d.mean(), reps, level, clusters, "test-question",
+        gain_estimate(d.mean(), reps, level, clusters, "test-question",
                   discordant_clusters(choice, test.correct, test.groups)),  # fmt: skip
         items=int(n),
         clusters=int(clusters),
@@ -567,7 +567,7 @@ def _select_checkpoint(
         reps = split_validation_gains(
             sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
         )
-        gain = _estimate(point, reps, settings.level, clusters, "validation",
+        gain = gain_estimate(point, reps, settings.level, clusters, "validation",
                          discordant_clusters(full, v.correct, v.groups))  # fmt: skip
         split = SplitValidationGain(gain, settings.partitions, halves, clusters)
         rules[r] = RuleSelection(
