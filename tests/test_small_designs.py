@@ -108,6 +108,10 @@ def test_select_on_six_items_keeps_the_final_checkpoint(tmp_path, capsys):
     assert sel["recommendation"]["keep_final"] and sel["recommendation"]["keep_step"] == 100
     assert sv["unresolved"] and sv["cannot_resolve"].startswith("4 discordant validation clusters")
     assert "cannot be resolved (4 discordant" in sel["recommendation"]["reason"]
+    # steps 25 and 100 differ from step 75 on 4 items (exact p = 0.125): the model confidence set
+    # left them out, but no exact test can at this size; they stay plausibly best
+    pb = sel["plausibly_best"]
+    assert pb["steps"] == [25, 50, 75, 100] and pb["kept_by_exact_test"] == [25, 100]
     code, out = run_cli(["select", rec, "--trajectory", "six", "--draws", "300"], capsys)
     assert "recommendation: keep the final checkpoint" in " ".join(out.split())
 

@@ -138,7 +138,9 @@ def _print_best(result: Selection, level: int) -> None:
         console.print(
             f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
             f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
-            f"[/bold] — the validation data cannot tell these apart."
+            f"[/bold] — the validation data cannot tell these apart"
+            + (f" (steps {', '.join(map(str, pb.kept_by_exact_test))} kept: an exact paired test against the "
+               "most accurate one cannot reject at this size)." if pb.kept_by_exact_test else ".")  # fmt: skip
         )
     if ce is not None:
         console.print(

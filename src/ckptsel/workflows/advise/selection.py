@@ -71,6 +71,8 @@ from ckptsel.stats import (
     Clusters,
     accuracy_moments,
     bootstrap_accuracies,
+    cannot_resolve,
+    clustered_mcnemar,
     interval_estimate,
     judged,
     model_confidence_set,
@@ -212,6 +214,7 @@ class PlausiblyBest:
     eliminations: tuple[dict, ...]  # per test: set size, statistic, p-value, who left
     draws: int
     clusters: int
+    kept_by_exact_test: tuple[int, ...] = ()  # left out by the MCS, but an exact test cannot
 
     method = (
         "model confidence set (Hansen, Lunde & Nason 2011): range statistic on paired accuracy "
@@ -229,6 +232,7 @@ class PlausiblyBest:
             "eliminations": [dict(e) for e in self.eliminations],
             "draws": self.draws,
             "clusters": self.clusters,
+            **({"kept_by_exact_test": list(self.kept_by_exact_test)} if self.kept_by_exact_test else {}),
         }
 
 
@@ -458,6 +462,20 @@ JITTER_DRAWS = WINNER_JITTER  # jitter points of the winner interval (stats.winn
 WINNER_STREAM_SEED = 0
 
 
+def exact_holdouts(correct: np.ndarray, groups: np.ndarray, x: np.ndarray, level: float) -> np.ndarray:
+    """``(T,)`` the checkpoints an exact paired test cannot tell from the most accurate one (the
+    first of ``argmax x``): too few discordant clusters, or the clustered McNemar p above
+    ``1 − level`` (:func:`ckptsel.stats.cannot_resolve`); such a checkpoint stays plausibly best
+    whatever the model confidence set says."""
+    w = int(np.argmax(x))
+    clusters = Clusters.of(groups, correct.shape[1])
+    z = correct.astype(np.float64)
+    discordant = nonzero_units(clusters.sums((z[w] - z).T))  # (T,)
+    return np.array([k != w and cannot_resolve(int(discordant[k]), level, "discordant cluster",
+                                               clustered_mcnemar(correct[w], correct[k], groups)) is not None
+                     for k in range(len(z))])  # fmt: skip
+
+
 def best_checkpoints(
     correct: np.ndarray, groups: np.ndarray, steps: np.ndarray, settings: SelectSettings
 ) -> tuple[PlausiblyBest, ChosenEstimate]:
@@ -481,13 +499,15 @@ def best_checkpoints(
          "rejected": bool(mcs["p_mcs"][0, k] < 1 - settings.level)}
         for j, k in enumerate(gone)
     )  # fmt: skip
+    held = exact_holdouts(correct, groups, x[0], settings.level) & ~mcs["in_set"][0]
     best = PlausiblyBest(
-        steps=tuple(int(steps[k]) for k in np.flatnonzero(mcs["in_set"][0])),
+        steps=tuple(int(steps[k]) for k in np.flatnonzero(mcs["in_set"][0] | held)),
         level=settings.level,
         mcs_p_values={str(int(st)): round(float(p), 6) for st, p in zip(steps, mcs["p_mcs"][0], strict=True)},
         eliminations=eliminations,
         draws=settings.draws,
         clusters=clusters.count,
+        kept_by_exact_test=tuple(int(steps[k]) for k in np.flatnonzero(held)),
     )
     rng = streams.generator(WINNER_STREAM_SEED, streams.SELECT_WINNER, 1)
     mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level,
