@@ -21,10 +21,15 @@ rule's full-pool choice), from :mod:`ckptsel.stats.winners`:
 * **plausibly best** — the checkpoints the validation data cannot tell apart from the best: a
   model confidence set (Hansen, Lunde & Nason 2011; range statistic on paired accuracy
   differences, cluster bootstrap of ``draws`` resamples), which holds every truly best
-  checkpoint with probability ≥ ``level`` (family-wise over its elimination tests);
+  checkpoint with probability ≥ ``level`` (family-wise over its elimination tests); a
+  checkpoint that an exact paired test cannot tell from the most accurate one (too few
+  discordant clusters, or the clustered McNemar p above ``1 − level``) stays in the set
+  (``kept_by_exact_test``);
 * **chosen estimate** — the chosen checkpoint's accuracy on new items, corrected for having
   been chosen as the best of T (the winner's curse): the hybrid estimate and interval of
-  Andrews, Kitagawa & McCloskey (2024), beside the naive ``max ± z·se`` it corrects.
+  Andrews, Kitagawa & McCloskey (2024), beside the naive ``max ± z·se`` it corrects; for a
+  checkpoint whose accuracy has no variance (right on every item) the exact Clopper–Pearson
+  interval instead (``exact``), every bound in [0, 100].
 
 ``benchmarks/bench_select.py`` measures both on truth-known trajectories.
 
