@@ -61,7 +61,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "measure.ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
-    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
+    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "exact", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
     "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),

@@ -232,14 +232,18 @@ def test_select_cli_json_and_errors(records, capsys):
 # --------------------------------------------------------------------------- plausibly best, chosen estimate
 def test_plausibly_best_and_chosen_estimate_known_answers(records):
     # planted: step 30 right everywhere, the others identical and right on even items only;
-    # every paired difference to step 30 is +50 pp: the set is {30}, the estimate 100 %
+    # every paired difference to step 30 is +50 pp: the set is {30}; step 30 is right on all 200
+    # items, so its accuracy has no variance: the exact interval (Clopper-Pearson, simultaneous
+    # over the 5 checkpoints) and the median-unbiased estimate 0.5^(1/200), never 100 ± 0
     out = select_checkpoint(records, "run-s42", settings=FAST).to_dict()
     pb, ce = out["plausibly_best"], out["chosen_estimate"]
     assert pb["steps"] == [30] and pb["level"] == 0.95 and "confidence set" in pb["method"]
     assert "0.05" in pb["error_rate"] and pb["mcs_p_values"]["30"] == 1.0
     assert [e["rejected"] for e in pb["eliminations"]] == [True] * 4
     assert ce["steps"] == [30] and ce["naive"] == {"mean": 100.0, "lo": 100.0, "hi": 100.0}
-    assert ce["mean"] == pytest.approx(100.0, abs=0.01) and ce["lo"] <= ce["mean"] <= ce["hi"]
+    assert ce["mean"] == pytest.approx(100 * 0.5 ** (1 / 200), abs=1e-6)
+    assert ce["lo"] == pytest.approx(100 * (0.05 / 10) ** (1 / 200), abs=1e-6) and ce["hi"] == 100.0
+    assert ce["method"].startswith("exact: Clopper-Pearson")
     # identical checkpoints: nothing can be told apart, every step is plausibly best
     flat = select_checkpoint(records, "flat-s42", settings=FAST).to_dict()
     assert flat["plausibly_best"]["steps"] == STEPS

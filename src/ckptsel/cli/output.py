@@ -176,13 +176,18 @@ def _print_best(result: Selection, level: int) -> None:
         console.print(
             f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
             f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
-            f"[/bold] — the validation data cannot tell these apart."
+            f"[/bold] — the validation data cannot tell these apart"
+            + (f" (steps {', '.join(map(str, pb.kept_by_exact_test))} kept: an exact paired test against the "
+               "most accurate one cannot reject at this size)." if pb.kept_by_exact_test else ".")  # fmt: skip
         )
     if ce is not None:
         console.print(
             f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
             f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
-            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, Andrews-Kitagawa-McCloskey hybrid); the "
+            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, "
+            + ("exact Clopper-Pearson: no variance to approximate" if ce.exact
+               else "Andrews-Kitagawa-McCloskey hybrid")  # fmt: skip
+            + "); the "
             f"naive {ce.naive_mean:.2f}% [{ce.naive_lo:.2f}, {ce.naive_hi:.2f}] is "
             f"{ce.naive_mean - ce.mean:+.2f} pp optimistic."
         )

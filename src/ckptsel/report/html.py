@@ -110,6 +110,9 @@ def claim_sentences(summary: Summary | dict) -> list[tuple[str, str]]:
             if v == "not estimable":
                 reading = (f"no {level}% interval ({e.not_estimable}): this design says nothing about its "
                            "uncertainty, so these data cannot tell the sign")  # fmt: skip
+            elif v == "unresolved" and e.cannot_resolve is not None:
+                reading = (f"too small a design to resolve ({e.cannot_resolve}), so these data cannot "
+                           "tell the sign")  # fmt: skip
             elif v == "unresolved":
                 reading = f"the {level}% interval contains 0, so these data cannot tell the sign"
             elif v == "resolved positive":
