@@ -368,6 +368,42 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
+def plant_eos(model: Any, tok: Any, prompts: list[str], rate: float, seed: int = 0) -> Any:
+    """Stops spread over the window: the EOS row of the output embedding becomes ``alpha * u``
+    (``u`` a random unit direction), ``alpha`` chosen so that EOS is the argmax at about
+    ``rate`` of the positions of ``prompts`` (teacher-forced), so greedy rows end after about
+    ``1 / rate`` steps, each at its own step. The model is changed in place and returned;
+    ``generate`` sees the same model (a weight, not a logits processor)."""
+    import torch
+
+    head = model.get_output_embeddings()
+    eos = tok.eos_token_id
+    seen: list[Any] = []
+    hook = head.register_forward_hook(lambda m, inp, out: seen.append((inp[0], out)))
+    device = head.weight.device
+    try:
+        with torch.inference_mode():
+            for p in prompts:
+                model(input_ids=torch.tensor([tok(p)["input_ids"]], device=device))
+    finally:
+        hook.remove()
+    h = torch.cat([x[0].reshape(-1, x[0].shape[-1]) for x in seen]).float()
+    logits = torch.cat([x[1].reshape(-1, x[1].shape[-1]) for x in seen]).float()
+    logits[:, eos] = -float("inf")
+    top = logits.max(-1).values
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.randn(h.shape[-1], generator=gen)
+    u = (u / u.norm()).to(h.device)
+    s = h @ u
+    pos = s > 0
+    need = (top[pos] / s[pos]).sort().values  # alpha above need[k]: EOS wins at that position
+    k = min(len(need) - 1, max(0, int(rate * len(s))))
+    alpha = float(need[k])
+    with torch.no_grad():
+        head.weight[eos] = (alpha * u).to(head.weight.dtype)
+    return model
+
+
 def fresh(model: Any, device: Any = None) -> None:
     """A one-token forward: dynamic RoPE drops the frequencies a longer call left behind, so
     the reference that follows sees what a freshly loaded model sees (a no-op elsewhere)."""
