@@ -237,7 +237,9 @@ def batch_plan(model: Any, batch_size: int | str, fed: Sequence[list[int]],
     return rows, nll_tokens
 
 
-def _chunks(idx: list[int], fed: Sequence[list[int]], rows: int, nll_tokens: int) -> list[list[int]]:
+def _chunks(
+    idx: list[int], fed: Sequence[list[int]], rows: int, nll_tokens: int
+) -> list[list[int]]:
     """``idx`` (longest first) cut into batches of at most ``rows`` items whose padded width
     times their count stays within ``nll_tokens`` (one item at least)."""
     out: list[list[int]] = []
@@ -786,8 +788,10 @@ def _checked_layout(model: Any) -> CacheLayout:
     if layout.kind != "other" and type(cache).__name__ != "DynamicCache":
         return CacheLayout("other")
     layers = getattr(cache, "layers", None)  # transformers 4.x before 4.56: key_cache lists
-    movable = layout.kind == "full" and bool(layers) and all(
-        type(layer).__name__ == "DynamicLayer" for layer in layers
+    movable = (
+        layout.kind == "full"
+        and bool(layers)
+        and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
     )
     return replace(layout, movable=movable)
 
