@@ -368,39 +368,50 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
-def plant_eos(model: Any, tok: Any, prompts: list[str], rate: float, seed: int = 0) -> Any:
+def plant_eos(model: Any, tok: Any, prompts: list[str], max_new: int, at: float = 0.5,
+              seed: int = 0) -> Any:  # fmt: skip
     """Stops spread over the window: the EOS row of the output embedding becomes ``alpha * u``
-    (``u`` a random unit direction), ``alpha`` chosen so that EOS is the argmax at about
-    ``rate`` of the positions of ``prompts`` (teacher-forced), so greedy rows end after about
-    ``1 / rate`` steps, each at its own step. The model is changed in place and returned;
+    (``u`` a random unit direction orthogonal to the states' mean), ``alpha`` chosen on the model's own greedy continuations
+    of ``prompts`` (EOS suppressed) so that they would stop after ``at * max_new`` steps on
+    average, each at its own step (a row stops at its first step where ``alpha * h.u`` beats every other
+    logit; until then its tokens are unchanged). The model is changed in place and returned;
     ``generate`` sees the same model (a weight, not a logits processor)."""
     import torch
 
     head = model.get_output_embeddings()
-    eos = tok.eos_token_id
+    eos, device = tok.eos_token_id, head.weight.device
     seen: list[Any] = []
-    hook = head.register_forward_hook(lambda m, inp, out: seen.append((inp[0], out)))
-    device = head.weight.device
+    hook = head.register_forward_hook(
+        lambda m, inp, out: seen.append((inp[0][:, -1].float(), out[:, -1].float()))
+    )
+    side, tok.padding_side = tok.padding_side, "left"
     try:
+        enc = tok(prompts, return_tensors="pt", padding=True).to(device)
         with torch.inference_mode():
-            for p in prompts:
-                model(input_ids=torch.tensor([tok(p)["input_ids"]], device=device))
+            model.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new,
+                           do_sample=False, pad_token_id=tok.pad_token_id)  # fmt: skip
     finally:
         hook.remove()
-    h = torch.cat([x[0].reshape(-1, x[0].shape[-1]) for x in seen]).float()
-    logits = torch.cat([x[1].reshape(-1, x[1].shape[-1]) for x in seen]).float()
-    logits[:, eos] = -float("inf")
-    top = logits.max(-1).values
-    gen = torch.Generator().manual_seed(seed)
-    u = torch.randn(h.shape[-1], generator=gen)
-    u = (u / u.norm()).to(h.device)
+        tok.padding_side = side
+    h = torch.stack([x[0] for x in seen], 1).cpu()  # prompts x steps x hidden
+    logits = torch.stack([x[1] for x in seen], 1).cpu()
+    logits[..., eos] = -float("inf")
+    top = logits.max(-1).values  # prompts x steps
+    u = torch.randn(h.shape[-1], generator=torch.Generator().manual_seed(seed))
+    mean = h.reshape(-1, h.shape[-1]).mean(0)
+    u = u - (u @ mean) / (mean @ mean) * mean  # states share a large mean: h.u spreads both ways
+    u = u / u.norm()
     s = h @ u
-    pos = s > 0
-    need = (top[pos] / s[pos]).sort().values  # alpha above need[k]: EOS wins at that position
-    k = min(len(need) - 1, max(0, int(rate * len(s))))
-    alpha = float(need[k])
+    need = torch.where(s > 0, top / s.clamp(min=1e-12), torch.full_like(s, float("inf")))
+    first_need = need.cummin(1).values  # alpha above it: stopped by that step
+    cands = first_need[first_need.isfinite()].unique()
+    if len(cands) == 0:
+        raise ValueError("plant_eos: no state where EOS can win (try other prompts)")
+    # a row's stop step under alpha: the steps before its first need below alpha
+    stops = (first_need[None] >= cands[:, None, None]).sum(-1).float()  # cands x prompts
+    alpha = float(cands[(stops.mean(1) - at * max_new).abs().argmin()])
     with torch.no_grad():
-        head.weight[eos] = (alpha * u).to(head.weight.dtype)
+        head.weight[eos] = (alpha * 1.0001 * u).to(head.weight.dtype).to(device)
     return model
 
 
