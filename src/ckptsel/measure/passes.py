@@ -220,20 +220,27 @@ def batch_plan(model: Any, batch_size: int | str, fed: Sequence[list[int]],
     if device.type != "cuda" or not fed:
         return BATCH_SIZE, NO_LIMIT
     free, _ = torch.cuda.mem_get_info(device)
-    cfg = _text_config(model)
     elem = next(model.parameters()).element_size()
+    longest = max(map(len, fed)) + max_new_tokens
+    rows, nll_tokens = auto_plan(_text_config(model), elem, free, longest, len(fed))
+    logging.getLogger("ckptsel.measure").info(
+        "--batch-size auto: %d rows, %d NLL positions per forward (%.1f GiB free on %s, "
+        "longest item %d tokens)",
+        rows, nll_tokens, free / 2**30, device, longest,
+    )  # fmt: skip
+    return rows, nll_tokens
+
+
+def auto_plan(cfg: Any, elem: int, free: int, longest: int, n_items: int) -> tuple[int, int]:
+    """``(rows, nll_tokens)`` for ``--batch-size auto`` (:func:`batch_plan`) from the text
+    config ``cfg``, bytes per value ``elem``, ``free`` bytes, the ``longest`` item's tokens
+    (fed + new) and the number of items."""
     heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
     per_token = 2 * int(cfg.num_hidden_layers) * heads * head_dim * elem
-    longest = max(map(len, fed)) + max_new_tokens
     rows = int(free * AUTO_KV_SHARE // (per_token * longest))
-    rows = max(1, min(rows, AUTO_MAX_ROWS, len(fed)))
+    rows = max(1, min(rows, AUTO_MAX_ROWS, n_items))
     nll_tokens = max(longest, int(free * AUTO_LOGITS_SHARE // (int(cfg.vocab_size) * (elem + 8))))
-    logging.getLogger("ckptsel.measure").info(
-        "--batch-size auto: %d rows, %d NLL positions per forward (%.1f GiB free on %s, "
-        "%d KV bytes per token, longest item %d tokens)",
-        rows, nll_tokens, free / 2**30, device, per_token, longest,
-    )  # fmt: skip
     return rows, nll_tokens
 
 
