@@ -94,10 +94,13 @@ def hf_static(work: dict, max_new: int, rows: int, device: str) -> dict[str, Any
                            pad_token_id=tok.pad_token_id, cache_implementation="static")  # fmt: skip
     side, tok.padding_side = tok.padding_side, "left"
     out: list[list[int]] = []
+    # every call padded to the longest prompt: one static cache shape, compiled once
+    width = max(len(tok(p)["input_ids"]) for p in work["prompts"])
     try:
         with torch.inference_mode():
             for k in range(0, len(work["prompts"]), rows):
-                enc = tok(work["prompts"][k : k + rows], return_tensors="pt", padding=True)
+                enc = tok(work["prompts"][k : k + rows], return_tensors="pt",
+                          padding="max_length", max_length=width)  # fmt: skip
                 enc = {key: v.to(device) for key, v in enc.items()}
                 res = model.generate(**enc, generation_config=cfg)
                 out += res[:, enc["input_ids"].shape[1] :].tolist()
@@ -158,6 +161,7 @@ def timed(fn: Any, device: str) -> dict[str, Any]:
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the previous side's cached blocks: free for this one
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     try:
@@ -197,14 +201,22 @@ def bound_fraction(work: dict, res: dict, tokens: int, device: str) -> str:
 def run_vllm(work: dict, max_new: int, root: Path) -> dict[str, Any]:
     """Raw vLLM on the same model, adapter and prompts, in its own process (it keeps GPU
     memory until its process ends): the model and adapter are saved under ``root`` first."""
+    import torch
+
     from ckptsel.measure.tokens import stop_token_ids
 
     model, tok = work["model"], work["tok"]
     base, adapter = root / "base", root / "adapter"
-    model.get_base_model().save_pretrained(base)
+    inner = model.get_base_model()  # LoRA layers injected: save the plain weights
+    plain = {k.replace(".base_layer.", "."): v for k, v in inner.state_dict().items()
+             if "lora_" not in k}  # fmt: skip
+    inner.save_pretrained(base, state_dict=plain)
     tok.save_pretrained(base)
     model.save_pretrained(adapter)
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info()  # this process keeps its model: vLLM gets the rest
     job = {"base": str(base), "adapter": str(adapter), "max_new": max_new,
+           "util": round(max(0.1, free / total - 0.05), 3),
            "stops": stop_token_ids(model, tok),
            "prompts": [tok(p)["input_ids"] for p in work["prompts"]]}  # fmt: skip
     (root / "job.json").write_text(json.dumps(job))
@@ -227,7 +239,7 @@ def _vllm_main(job_file: str) -> None:
     job = json.loads(Path(job_file).read_text())
     longest = max(map(len, job["prompts"])) + job["max_new"]
     llm = LLM(model=job["base"], dtype="bfloat16", seed=0, max_model_len=longest,
-              enable_lora=True, max_loras=1, max_lora_rank=16, gpu_memory_utilization=0.85,
+              enable_lora=True, max_loras=1, max_lora_rank=16, gpu_memory_utilization=job["util"],
               enable_prefix_caching=True, max_num_seqs=1024)  # fmt: skip
     params = SamplingParams(temperature=0.0, max_tokens=job["max_new"], ignore_eos=True,
                             stop_token_ids=job["stops"], detokenize=False)  # fmt: skip

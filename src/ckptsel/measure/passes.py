@@ -21,10 +21,20 @@ has ``V`` tokens.
 * score: per row, log-softmax (float32 or wider) at those positions, the response token's NLL,
   summed in float64 in token order, per window (SPEC §3);
 * decode: greedy, one token per step for every row until each row has emitted a stop token or
-  ``max_new_tokens`` are done (finished rows are fed the pad token, as ``generate`` does). The
-  cache is cut to the longest prompt; row ``r`` attends to its prompt (``< n_p``) and to its
-  new tokens, never to its response or padding, and its new tokens take positions ``n_p,
-  n_p + 1, …``: what it would see alone.
+  ``max_new_tokens`` are done. The cache is cut to the longest prompt; row ``r`` attends to
+  its prompt (``< n_p``) and to its new tokens, never to its response or padding, and its new
+  tokens take positions ``n_p, n_p + 1, …``: what it would see alone.
+
+Continuous batching (full-attention caches whose layers are plain ``DynamicLayer`` s:
+:class:`_Rows`): a row leaves the batch at its stop (its cache rows are dropped, and the
+columns no remaining row sees), and once a quarter of the rows are free the next waiting items
+run their forward (NLL + prompt cache, as above) and join: both caches padded to the wider,
+the padding masked, the new rows' columns appended below the running ones. Each row still
+sees only its own columns at its own positions, so its tokens do not depend on its
+neighbours (float32: identical to ``generate``, tested with stops spread over the window).
+Other caches, and ``continuous=False``, decode fixed batches, finished rows fed the pad token
+until the batch's longest ends (as ``generate`` does). Batch sizes: :func:`batch_plan`
+(``auto``: from free GPU memory).
 
 Items are sorted by fed length (little padding; the longest batch first, so memory problems
 show at once).
@@ -103,6 +113,9 @@ def measure_items(
     ``forward``, ``nll``, ``prefill`` (generation's own prompt forward, sliding-window caches
     only) and ``decode``. ``token_cache`` (a dict the caller keeps for one
     tokenizer, e.g. over the checkpoints of a run) saves tokenizing the same texts again.
+    ``batch_size``: rows decoded together, or ``auto`` (:func:`batch_plan`); ``continuous``
+    (the default) lets rows leave and join where the cache allows (module doc); with it,
+    ``on_batch(n)`` is called with the ``n`` items each decode step finished.
     """
     import torch
 
@@ -277,6 +290,7 @@ def _continuous(
     rows, nll_tokens = sizes
     stop = torch.tensor(decoding[0] or [-1], dtype=torch.long, device=device)
     pending, live = list(fast), None
+    how = (cache_name(model), _takes(model, "cache_position"))
     while pending or live is not None:
         free = rows - (live.n if live is not None else 0)
         if pending and free >= min(len(pending), max(1, rows // REFILL_SHARE)):
@@ -294,7 +308,7 @@ def _continuous(
                 live = new if live is None else live.join(new)
             pending = pending[free:]
         with clock("decode"):
-            finished = live.step(model, stop, decoding[2])
+            finished = live.step(model, stop, decoding[2], how)
         for i, toks in finished:
             texts[i] = tokenizer.decode(cut_at_stop(toks, decoding[0]), skip_special_tokens=True)
         if on_batch is not None and finished:
@@ -351,9 +365,12 @@ class _Rows:
         self.made += other.made
         return self
 
-    def step(self, model: Any, stop: Any, max_new_tokens: int) -> list[tuple[int, list[int]]]:
+    def step(
+        self, model: Any, stop: Any, max_new_tokens: int, how: tuple[str, bool]
+    ) -> list[tuple[int, list[int]]]:
         """Each row's next token; the rows that end with it leave (``(item, tokens)`` of
-        each, returned); the rest take one forward step."""
+        each, returned); the rest take one forward step (``how``: the cache's keyword,
+        :func:`cache_name`, and whether the model takes ``cache_position``)."""
         import torch
 
         nxt = self.last.argmax(-1)
@@ -370,8 +387,8 @@ class _Rows:
             if not keep:
                 return finished
             nxt = nxt[torch.tensor(keep, device=nxt.device)]
-        extra = {cache_name(model): self.cache}
-        if _takes(model, "cache_position"):  # transformers 4.x
+        extra = {how[0]: self.cache}
+        if how[1]:  # transformers 4.x
             extra["cache_position"] = torch.tensor([self.mask.shape[1]], device=nxt.device)
         ones = torch.ones((self.n, 1), dtype=self.mask.dtype, device=nxt.device)
         self.mask = torch.cat([self.mask, ones], 1)
@@ -798,7 +815,10 @@ def _checked_layout(model: Any) -> CacheLayout:
     movable = (
         layout.kind == "full"
         and bool(layers)
-        and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+        and all(
+            type(layer).__name__ == "DynamicLayer" and getattr(layer, "is_initialized", True)
+            for layer in layers
+        )
     )
     return replace(layout, movable=movable)
 
