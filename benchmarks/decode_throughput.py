@@ -140,17 +140,19 @@ def ckptsel_side(work: dict, max_new: int, name: str, device: str) -> dict[str, 
     """``measure_items`` as before (fixed batches) or after (continuous, ``auto``)."""
     from ckptsel.measure import measure_items
     from ckptsel.measure.passes import batch_plan
+    from ckptsel.measure.tokens import encode_prompts, encode_responses
 
     kind = "cuda" if device.startswith("cuda") else "cpu"
     before = name == "before"
     size: int | str = BEFORE_ROWS[kind] if before else "auto"
     responses = None if name == "after-texts" else work["responses"]
+    fed = encode_prompts(work["tok"], work["prompts"])
+    if responses is not None:
+        answers = encode_responses(work["tok"], responses)
+        fed = [p + a[:-1] for p, a in zip(fed, answers, strict=True)]
+    rows = batch_plan(work["model"], size, fed, max_new)[0]  # what measure_items will plan
     texts, _ = measure_items(work["model"], work["tok"], work["prompts"], responses,
                              batch_size=size, max_new_tokens=max_new, continuous=not before)  # fmt: skip
-    from ckptsel.measure.tokens import encode_prompts
-
-    fed = encode_prompts(work["tok"], work["prompts"])
-    rows = size if before else batch_plan(work["model"], size, fed, max_new)[0]
     return {"texts": texts, "rows": rows}
 
 
@@ -167,11 +169,11 @@ def timed(fn: Any, device: str) -> dict[str, Any]:
     try:
         res = fn()
     except Exception as err:  # a failing side is a finding: report it, go on
-        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"}
+        return {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:160]}"}
     if cuda:
         torch.cuda.synchronize()
-        res["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    res["seconds"] = time.perf_counter() - t0
+        res.setdefault("peak_gib", torch.cuda.max_memory_allocated() / 2**30)
+    res.setdefault("seconds", time.perf_counter() - t0)  # vLLM's: its generate call only
     return res
 
 
@@ -224,7 +226,7 @@ def run_vllm(work: dict, max_new: int, root: Path) -> dict[str, Any]:
                          capture_output=True, text=True)  # fmt: skip
     last = res.stdout.strip().splitlines()[-1:] if res.returncode == 0 else []
     if not last:
-        return {"error": (res.stderr.strip().splitlines() or ["no output"])[-1][:160]}
+        raise RuntimeError((res.stderr.strip().splitlines() or ["no output"])[-1][:160])
     out = json.loads(last[0])
     texts, _ = _texts(tok, out.pop("tokens"), job["stops"])
     return {**out, "texts": texts}
@@ -286,7 +288,8 @@ def _one_work(shape: str, device: str, n_items: int, max_new: int, sides: list[s
                 why = "vllm is not installed" if not have_vllm() else "GPU only"
                 got[name] = {"skip": why}
             else:
-                got[name] = run_vllm(work, max_new, root / f"{shape}-{n_items}-{max_new}")
+                where = root / f"{shape}-{n_items}-{max_new}"
+                got[name] = timed(lambda w=where: run_vllm(work, max_new, w), device)
         elif name in ("before", "after", "after-texts"):
             got[name] = timed(lambda n=name: ckptsel_side(work, max_new, n, device), device)
         elif name == "hf-static":
