@@ -331,6 +331,31 @@ def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device:
     return out
 
 
+def gains(rows: list[str]) -> str:
+    """One line read from the rows: ``after`` over ``before`` items/s per work (both texts +
+    NLL, the same model and items: the ratio of their seconds), and ``after-texts`` over
+    ``hf-static``."""
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    ips: dict[tuple[str, ...], dict[str, float]] = {}
+    for c in cells:
+        try:
+            ips.setdefault(tuple(c[:3]), {})[c[3]] = 1.0 / float(c[-1].removesuffix(" s"))
+        except (ValueError, IndexError, ZeroDivisionError):
+            continue  # a failed or skipped side
+    parts = []
+    for (shape, n, new), got in ips.items():
+        if "after" not in got:
+            continue
+        said = [f"{got['after'] / got['before']:.2f}× today's loop"] if "before" in got else []
+        if "hf-static" in got and "after-texts" in got:
+            said.append(f"texts only {got['after-texts'] / got['hf-static']:.2f}× HF static")
+        if said:
+            parts.append(f"{shape} {n} items × {new} tokens: " + ", ".join(said))
+    if not parts:
+        return "Continuous batching (`after`, items/s): no pair measured."
+    return "Continuous batching (`after`, items/s): " + "; ".join(parts) + "."
+
+
 def table(rows: list[str], first: str) -> str:
     """The section's table (``first``: the side the texts are compared with)."""
     return (

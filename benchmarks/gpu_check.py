@@ -491,6 +491,8 @@ side's generated tokens over each side's seconds; bandwidth bound: see
 `benchmarks/decode_throughput.py`.
 
 {dt.table(rows, "before")}
+
+{dt.gains(rows)}
 """
     print(body)
     if not args.out.exists():
