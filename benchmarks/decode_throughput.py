@@ -318,6 +318,7 @@ def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device:
             out.append(f"{head} {why} | | | | | | |")
             continue
         ips = n_items / res["seconds"]
+        ips_s = f"{ips:.2f}" if ips < 10 else f"{ips:.1f}"
         tps = f"{tokens / res['seconds']:.0f}" if tokens else "–"
         mem = f"{res['peak_gib']:.1f} GiB" if "peak_gib" in res else "–"
         frac = bound_fraction(work, res, tokens, device) if tokens else "–"
@@ -326,7 +327,7 @@ def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device:
             k = sum(a == b for a, b in zip(res["texts"], first["texts"], strict=True))
             same = f"{k}/{n_items}"
         rows = res.get("rows") or "auto"
-        out.append(f"{head} {ips:.1f} | {tps} | {mem} | {rows} | {frac} | {same} | "
+        out.append(f"{head} {ips_s} | {tps} | {mem} | {rows} | {frac} | {same} | "
                    f"{res['seconds']:.1f} s |")  # fmt: skip
     return out
 

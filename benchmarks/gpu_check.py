@@ -479,7 +479,8 @@ def decode_throughput(args, cpu: bool) -> int:
                 rows += dt.throughput_rows(shape, args.device, [work], chosen, Path(td))
     device = torch.cuda.get_device_name(0) if not cpu else "CPU"
     threads = "" if not cpu else f", {torch.get_num_threads()} torch threads"
-    body = f"""## Decode throughput (`benchmarks/gpu_check.py --throughput`{" --device cpu" if cpu else ""})
+    flag = " --device cpu" if cpu else ""
+    body = f"""## Decode throughput (`benchmarks/gpu_check.py --throughput{flag}`)
 
 Device: {device}{threads}; torch {torch.__version__}, transformers {transformers.__version__};
 vLLM {"installed" if dt.have_vllm() else "not installed"}; {time.perf_counter() - t0:.0f} s.
