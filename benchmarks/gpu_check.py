@@ -24,6 +24,11 @@ It writes its section of BENCHMARKS.md (``--out``). Each throughput side runs in
 
     python benchmarks/gpu_check.py                  # everything, ~15-30 min on one H100
     python benchmarks/gpu_check.py --quick          # small sizes, a few minutes
+    python benchmarks/gpu_check.py --throughput     # only decode throughput (issue 37, ~8 min)
+
+``--throughput`` (``decode_throughput.py``): ckptsel's HF path before/after continuous
+batching, HF static-cache ``generate``, ``generate_batch`` and vLLM on the same planted-EOS
+work; ``--device cpu --throughput`` runs it on the CPU (the ``small`` shape).
 
 ``--device cpu --quick`` runs the same code on the CPU at toy sizes (no vLLM needed: its parts
 are skipped, saying so); the test suite does that, so the script cannot rot.
