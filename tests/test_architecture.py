@@ -46,11 +46,11 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown"),
     "records": ("schema", "codec", "units", "memo", "provenance", "weights", "scan", "store", "load"),
-    "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
+    "data": ("answers", "tasks", "prompts", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
-    "train": ("checkpoints", "models", "trajectory", "study"),
+    "train": ("checkpoints", "formats", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "conformance",
         "measurer",
@@ -64,7 +64,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
-    "workflows": ("analysis", "advise", "tracking", "watching", "study_run"),
+    "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",

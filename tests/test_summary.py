@@ -110,6 +110,9 @@ def test_summary_json_is_the_typed_summary_byte_for_byte(analyzed, shape):
     # the same numbers: the bytes before summary.json said whether the protocol was frozen
     data = json.loads(text)
     assert data.pop("protocol") == {"status": "not pre-registered"}
+    # and the keep table (issue 39), added last: select's answer per trajectory, checked in
+    # test_select; every other byte is as pinned
+    assert list(data)[-1] == "keep" and len(data.pop("keep")["trajectories"]) == summary.population.trajectories
     old_form = summary_json(rg.as_zero_width(data))
     assert hashlib.sha256(old_form.encode()).hexdigest() == BEFORE[shape]
 

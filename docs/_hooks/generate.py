@@ -1,7 +1,8 @@
 """MkDocs hook: the reference pages' generated parts, built from the code at every build.
 
 A page asks for a part with a marker line ``<!-- generated: NAME -->``; NAME is ``cli`` (the
-Typer app's commands and options, through Typer's own Markdown generator), ``study-keys``
+Typer app's commands and options, through Typer's own Markdown generator), ``json-output``
+(``ckptsel.cli.output.JSON_SCHEMAS``: what each command's ``--json`` prints), ``study-keys``
 (``ckptsel.study.spec.SCHEMA``) or ``records-schema`` (``ckptsel.records.schema``). Nothing in
 these parts is written by hand, so they cannot drift from the code.
 """
@@ -92,7 +93,21 @@ def records_schema() -> str:
     ])  # fmt: skip
 
 
-PARTS = {"cli": cli, "study-keys": study_keys, "records-schema": records_schema}
+def json_output() -> str:
+    from ckptsel.cli.output import JSON_SCHEMAS
+
+    parts = []
+    for command, keys in JSON_SCHEMAS.items():
+        rows = [f"## `ckptsel {command} --json`", "", "| key | holds |", "|---|---|"]
+        rows += [f"| `{key}` | {_cell(holds)} |" for key, holds in keys.items()]
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)
+
+
+PARTS = {
+    "cli": cli, "study-keys": study_keys, "records-schema": records_schema,
+    "json-output": json_output,
+}  # fmt: skip
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

@@ -87,6 +87,20 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
         test_task=(str, typer.Option(
             None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
         )),
+        prompt_format=(str, typer.Option(
+            None, "--prompt-format",
+            help="How an item's prompt is wrapped: alpaca, chat (the checkpoint tokenizer's "
+            "chat template, one user turn + generation prompt) or a Jinja template file. "
+            "Default: what the run folder's prompt_format.json says (ckptsel train writes it), "
+            "else alpaca; a tokenizer with a chat template and no stated format is refused.",
+        )),
+        system_prompt=(str, typer.Option(
+            None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."
+        )),
+        chat_template_args=(str, typer.Option(
+            None, "--chat-template-args",
+            help='JSON arguments of the chat template, e.g. \'{"enable_thinking": false}\'.',
+        )),
         out=(str, typer.Option(..., "--out", help=out)),
         base=(str, typer.Option(
             None, "--base",

@@ -3,6 +3,8 @@ audit (SPEC §9, §10).
 
 * :mod:`~ckptsel.data.answers` — answer rules per family (gsm8k, math, commonsense);
 * :mod:`~ckptsel.data.tasks` — the task registry, each dataset's file format, the prompt;
+* :mod:`~ckptsel.data.prompts` — prompt formats (alpaca, the tokenizer's chat template, a
+  template file): the text and tokens a model is fed and scored on;
 * :mod:`~ckptsel.data.scoring` — ``extract`` / ``is_correct`` by task name;
 * :mod:`~ckptsel.data.pools` — validation and test pools (files, mixtures, seeded samples);
 * :mod:`~ckptsel.data.split` — train/validation by whole group, with lineage;
@@ -15,6 +17,16 @@ from __future__ import annotations
 from ckptsel.data.answers import FAMILIES
 from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
+from ckptsel.data.prompts import (
+    ALPACA,
+    CHAT,
+    FORMAT_CHOICES,
+    FORMAT_FILE,
+    PromptFormat,
+    chat_template_of,
+    format_from_dict,
+    prompt_format,
+)
 from ckptsel.data.scoring import extract, family_of, is_correct, normalize_reference
 from ckptsel.data.split import split_file
 from ckptsel.data.tasks import (
@@ -33,20 +45,27 @@ from ckptsel.data.tasks import (
 )
 
 __all__ = [
+    "ALPACA",
+    "CHAT",
+    "FORMAT_CHOICES",
     "COMMONSENSE_TASKS",
     "FAMILIES",
+    "FORMAT_FILE",
     "PROMPT_TEMPLATE",
     "QUESTION_FIELDS",
     "TASKS",
     "AuditResult",
     "Item",
     "PoolSpec",
+    "PromptFormat",
     "Task",
     "audit_files",
     "audit_pools",
     "build_pools",
+    "chat_template_of",
     "extract",
     "family_of",
+    "format_from_dict",
     "format_prompt",
     "get_task",
     "is_correct",
@@ -54,6 +73,7 @@ __all__ = [
     "load_items",
     "normalize_reference",
     "pool_digest",
+    "prompt_format",
     "register_task",
     "split_file",
     "strata_counts",

@@ -79,6 +79,7 @@ from ckptsel.measure.tokens import (
     ResponseNll,
     cut_at_stop,
     encode_cached,
+    encode_formatted,
     encode_prompts,
     encode_responses,
     pad_id,
@@ -103,6 +104,8 @@ def measure_items(
     seconds: dict[str, float] | None = None,
     token_cache: dict[tuple[str, str], list[int]] | None = None,
     continuous: bool = True,
+    fmt: Any = None,
+    items: Sequence[Any] | None = None,
 ) -> tuple[list[str] | None, list[dict[int, ResponseNll]] | None]:
     """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.
 
@@ -116,6 +119,10 @@ def measure_items(
     ``batch_size``: rows decoded together, or ``auto`` (:func:`batch_plan`); ``continuous``
     (the default) lets rows leave and join where the cache allows (module doc); with it,
     ``on_batch(n)`` is called with the ``n`` items each decode step finished.
+    ``fmt`` (a :class:`ckptsel.data.PromptFormat`): ``prompts`` are the items' prompts before
+    formatting, wrapped and tokenized by it (``items``: their other fields, for a template
+    file; :func:`~ckptsel.measure.tokens.encode_formatted`); ``None``: ``prompts`` are final
+    texts, tokenized with the tokenizer's special tokens and responses scored with EOS.
     """
     import torch
 
@@ -126,12 +133,15 @@ def measure_items(
     if not generate and responses is None:
         return None, None
     device = device if device is not None else next(model.parameters()).device
-    encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+    if fmt is not None:
+        encoded, answers = encode_formatted(fmt, tokenizer, prompts, responses, token_cache, items)
+    else:
+        encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+        answers = None
+        if responses is not None:
+            answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
-    answers = None
-    if responses is not None:
-        answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
     stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
     order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))

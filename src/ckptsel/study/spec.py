@@ -49,6 +49,7 @@ from ckptsel.study.configuration import (
 
 _INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,)
 _INT_OR_AUTO = (int, str)  # an int, or the string "auto"
+_TABLE = (dict,)
 SCHEMA_VERSION = 2
 STATE_DIR = ".ckptsel"  # the study's own files (pools, split, fingerprint) under the workdir
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -94,6 +95,12 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "conformance_check": (
             _BOOL, "false: skip the fast path's conformance check (stamped; at your own risk)"
         ),
+        "prompt_format": (
+            _STR, "alpaca | chat (the tokenizer's chat template) | a template file (relative to "
+            "the study file); training and measurement both use it"
+        ),
+        "system_prompt": (_STR, "the system turn (chat) or the template's system text"),
+        "chat_template_args": (_TABLE, "chat template arguments, e.g. {enable_thinking = false}"),
     },
     "executor": {
         "kind": (_STR, "local (this process, default) | ray (a Ray cluster)"),
@@ -330,13 +337,23 @@ def _load(
         seeds=tuple(seeds),
         runs_dir=runs_dir,
         records_dir=resolve_path(work, s.get("records_dir", "records")),
-        measure=dict(data.get("measure", {})),
+        measure=_measure_settings(data.get("measure", {}), chk, root),
     )
     return StudySpec(
         source, work, study, validation, test, split, tuple(external),
         dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
         dict(data.get("executor", {})), dict(data.get("log", {})),
     )  # fmt: skip
+
+
+def _measure_settings(measure: dict[str, Any], chk: _Checker, root: Path | Location) -> dict:
+    """``[measure]``, its ``prompt_format`` file (when not alpaca or chat) resolved against the
+    study file's folder and required to exist."""
+    out = dict(measure)
+    fmt = out.get("prompt_format")
+    if isinstance(fmt, str) and fmt not in ("alpaca", "chat"):
+        out["prompt_format"] = str(_file(chk, root, "measure", "prompt_format", fmt))
+    return out
 
 
 def _workdir(source: Path | Location, workdir: str | Path | None) -> Path:

@@ -677,12 +677,11 @@ class Logged:
 
     tracker: str
     run_id: str
-    run_name: str
+    run_name: str | None  # None: the tool did not say (a W&B run resumed offline by its id)
     location: str  # the store (MLflow URI, W&B run folder/URL, Trackio folder/project)
     registered: str | None = None  # "<name> version <v>" / "<name>:<alias>"
 
     def line(self) -> str:
         reg = f"; registered {self.registered} (alias {ALIAS})" if self.registered else ""
-        return (
-            f"{self.tracker}: logged to run {self.run_name} ({self.run_id}) in {self.location}{reg}"
-        )
+        run = f"{self.run_name} ({self.run_id})" if self.run_name else f"id {self.run_id}"
+        return f"{self.tracker}: logged to run {run} in {self.location}{reg}"

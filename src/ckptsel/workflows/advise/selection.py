@@ -63,7 +63,7 @@ from ckptsel.choose import (
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
-from ckptsel.results import Estimate, fmt
+from ckptsel.results import Estimate, KeepRow, KeepTable, fmt
 from ckptsel.stats import (
     WINNER_JITTER,
     Clusters,
@@ -512,6 +512,57 @@ def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> 
         )
 
 
+@dataclass(frozen=True)
+class _Split:
+    """What every rule's split-validation gain of one trajectory shares: its validation data,
+    the rules' full-pool and budget choices and signals, the partition masks and the
+    question-bootstrap weights."""
+
+    v: ValidationData
+    chosen: dict
+    sig: dict[str, np.ndarray]
+    in_s: np.ndarray
+    weights: np.ndarray
+    clusters: int
+    halves: tuple[int, int]
+
+    @classmethod
+    def of(cls, v: ValidationData, rule: str, settings: SelectSettings) -> _Split:
+        n = len(v.item_ids)
+        if n < 2:
+            raise CkptselError(
+                f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation"
+            )
+        chosen = choose_trajectory(
+            v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
+        )
+        sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
+        _check_select_memory(settings, n, len(v.steps))
+        in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
+        weights, clusters = question_weights(
+            v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
+        )
+        first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
+        if rule not in sig:
+            raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
+        return cls(v, chosen, sig, in_s, weights, clusters, (first, n - first))
+
+    def gain(self, r: str, settings: SelectSettings) -> SplitValidationGain:
+        """Rule ``r``'s split-validation gain over the final checkpoint."""
+        v, maximize, n = self.v, RULES[r].maximize, len(self.v.item_ids)
+        point = split_validation_gains(self.sig[r], v.correct, maximize, self.in_s, np.ones((1, n)))[0]
+        reps = split_validation_gains(
+            self.sig[r], v.correct, maximize, self.in_s[: settings.bootstrap_partitions], self.weights
+        )
+        gain = _estimate(point, reps, settings.level, self.clusters, "validation")
+        return SplitValidationGain(gain, settings.partitions, self.halves, self.clusters)
+
+    def steps_of(self, r: str) -> tuple[int, ...]:
+        """Rule ``r``'s full-pool choice (its tie set)."""
+        full = self.chosen[("nested", r, FULL)]
+        return tuple(int(self.v.steps[i]) for i in np.flatnonzero(full > 0))
+
+
 def _select_checkpoint(
     records_dir: Path, trajectory: str, rule: str, settings: SelectSettings
 ) -> Selection:
@@ -525,37 +576,17 @@ def _select_checkpoint(
             f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation"
         )
     test = _test_data(records_dir, v)
-    chosen = choose_trajectory(
-        v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
-    )
-    sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
-    _check_select_memory(settings, n, len(steps))
-    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
-    weights, clusters = question_weights(
-        v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
-    )
-    first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
-    halves = (first, n - first)
+    split = _Split.of(v, rule, settings)
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
-
-    if rule not in sig:
-        raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
     rules = {}
-    for r in (r for r in SIGNAL_RULES if r in sig):
-        full = chosen[("nested", r, FULL)]
-        maximize = RULES[r].maximize
-        point = split_validation_gains(sig[r], v.correct, maximize, in_s, np.ones((1, n)))[0]
-        reps = split_validation_gains(
-            sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
-        )
-        gain = _estimate(point, reps, settings.level, clusters, "validation")
-        split = SplitValidationGain(gain, settings.partitions, halves, clusters)
+    for r in (r for r in SIGNAL_RULES if r in split.sig):
+        full = split.chosen[("nested", r, FULL)]
         rules[r] = RuleSelection(
-            steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
+            steps=split.steps_of(r),
             probabilities=_probabilities(full, steps),
-            budget_curve=tuple(_budget_pick(chosen[("nested", r, b)], b, steps) for b in labels),
-            split_validation=split,
+            budget_curve=tuple(_budget_pick(split.chosen[("nested", r, b)], b, steps) for b in labels),
+            split_validation=split.gain(r, settings),
             test=None if test is None else test_gain(
                 full, test, settings.draws, settings.seed, settings.level
             ),
@@ -566,7 +597,7 @@ def _select_checkpoint(
         task=v.task,
         steps=tuple(int(s) for s in steps),
         validation_items=n,
-        validation_clusters=clusters,
+        validation_clusters=split.clusters,
         validation_exclusions={k: int(c) for k, c in v.exclusions.items()},
         test_items=None if test is None else len(test.item_ids),
         settings=settings,
@@ -575,6 +606,73 @@ def _select_checkpoint(
         plausibly_best=best,
         chosen_estimate=chosen_estimate,
     )
+
+
+# --------------------------------------------------------------------------- every trajectory
+@dataclass(frozen=True)
+class StudySelection:
+    """``ckptsel select --all``: :func:`select_checkpoint` for every trajectory of the records,
+    and the table of which checkpoint to keep (``keep``, also ``summary.json``'s ``"keep"``);
+    ``selections`` leaves out the trajectories ``select`` cannot answer (their row says why)."""
+
+    keep: KeepTable
+    selections: dict[str, Selection]
+
+    def to_dict(self) -> dict:
+        return {
+            **self.keep.to_dict(),
+            "selections": {name: sel.to_dict() for name, sel in self.selections.items()},
+        }
+
+
+def select_all(
+    records_dir: Path,
+    *,
+    rule: str = "accuracy",
+    settings: SelectSettings | None = None,
+    validation: list[ValidationData] | None = None,
+    keep_only: bool = False,
+) -> StudySelection:
+    """:func:`select_checkpoint` for every trajectory (``validation``: the records' validation
+    data, when already loaded), in the records' order; a trajectory it cannot answer (too few
+    eligible items, no NLL records for the ``nll`` rule) keeps its final checkpoint, its row
+    saying why. ``keep_only``: the keep table alone (the same rows; ``selections`` empty), for
+    ``analyze``: only the rule's choice and split-validation gain are computed."""
+    if rule not in SIGNAL_RULES:
+        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
+    settings = settings or SelectSettings()
+    rows, selections = [], {}
+    with single_threaded():
+        for v in validation if validation is not None else load_validation(records_dir):
+            final = int(v.steps[-1])
+            try:
+                if keep_only:
+                    split = _Split.of(v, rule, settings)
+                    chosen = RuleSelection(split.steps_of(rule), {}, (), split.gain(rule, settings))
+                    rec = recommend(chosen, rule, final, settings.level)
+                else:
+                    sel = select_checkpoint(records_dir, v.trajectory, rule=rule, settings=settings)
+                    selections[v.trajectory] = sel
+                    chosen, rec = sel.rules[rule], sel.recommendation
+            except CkptselError as err:
+                rows.append(KeepRow(v.trajectory, v.configuration, final, final, True, (), None,
+                                    f"no selection: {err}"))  # fmt: skip
+                continue
+            rows.append(KeepRow(v.trajectory, v.configuration, final, rec.keep_step,
+                                rec.keep_final, chosen.steps, chosen.split_validation.estimate,
+                                rec.reason))  # fmt: skip
+    return StudySelection(KeepTable(rule, asdict(settings), tuple(rows)), selections)
+
+
+def keep_settings(permutations: int, draws: int, seed: int, level: float) -> SelectSettings:
+    """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``): its
+    permutations (as partitions too), at most the default select draws and bootstrap
+    partitions, its seed and level."""
+    return SelectSettings(
+        partitions=permutations, permutations=permutations, seed=seed, level=level,
+        draws=min(draws, defaults.SELECT_DRAWS),
+        bootstrap_partitions=min(permutations, defaults.SELECT_BOOTSTRAP_PARTITIONS),
+    )  # fmt: skip
 
 
 def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
