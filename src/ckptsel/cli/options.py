@@ -123,8 +123,10 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
 
 
 ENGINE = OptionGroup(
-    batch_size=(int, typer.Option(
-        BATCH_SIZE, "--batch-size", help="Prompts per batch. In float32 (the CPU default) "
+    batch_size=(str, typer.Option(
+        "auto", "--batch-size", help="Prompts per batch, or auto: "
+        f"{BATCH_SIZE} on the CPU, sized from free memory on a GPU (the log says how). In "
+        "float32 (the CPU default) "
         "texts, answers and NLLs do not depend on it; in bfloat16 they can (batch 1 vs 8, "
         "tiny models: 4-9 of 64 texts, up to 1 answer, NLL 4e-4 relative)."
     )),

@@ -43,7 +43,8 @@ class MeasureConfig:
     absolute path, named in the fingerprints by its content hash); ``max_new_tokens`` bounds greedy
     generation; ``window`` is the matched NLL window in tokens (the complete response,
     ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
-    depend on it); ``device``/``dtype``/``backend`` say where and how models run;
+    depend on it; ``auto``, the default: 16 on the CPU, sized from free memory on a GPU);
+    ``device``/``dtype``/``backend`` say where and how models run;
     ``max_loras`` / ``max_lora_rank`` size the vLLM engine's LoRA slots: ``max_loras`` adapter
     checkpoints are measured in one batch (0: as many as the work has, capped by memory; 1: one
     checkpoint per call; it changes nothing measured), rank 0: the largest adapter rank of the
@@ -74,7 +75,7 @@ class MeasureConfig:
     """
 
     task: str
-    batch_size: int = BATCH_SIZE
+    batch_size: int | str = "auto"  # "auto": BATCH_SIZE on the CPU, from free memory on a GPU
     max_new_tokens: int = MAX_NEW_TOKENS
     window: int = MATCHED_WINDOW
     device: str = "cpu"
@@ -104,7 +105,6 @@ class MeasureConfig:
             if not isinstance(self.test_task, str):
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
             object.__setattr__(self, "test_task", task_ref(self.test_task))
-        check_int(self.batch_size, "--batch-size (batch_size)", low=1)
         check_int(self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1)
         check_int(self.window, "--window (window; 0 = complete response only)", low=0)
         check_choice(self.backend, "--backend", BACKENDS)
@@ -127,6 +127,7 @@ class MeasureConfig:
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:")
         ):
             raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
+        self._check_batch_size()
         if not isinstance(self.conformance_check, bool):
             raise CkptselError(
                 f"conformance_check must be true or false, not {self.conformance_check!r}"
@@ -142,6 +143,19 @@ class MeasureConfig:
             raise CkptselError(f"bound_format must be a PromptFormat, not {self.bound_format!r}")
         if self.check_here:
             self.check_device()
+
+    def _check_batch_size(self) -> None:
+        """An int >= 1 or ``auto`` (a digit string from the CLI is that int); ``auto`` on the
+        CPU is :data:`BATCH_SIZE` (what it always was), on a GPU it stays ``auto``: sized from
+        free memory where the model runs (:func:`ckptsel.measure.passes.batch_plan`)."""
+        size = self.batch_size
+        if isinstance(size, str) and size.strip().isdigit():
+            size = int(size)
+        if size == "auto" and not self.device.startswith("cuda"):
+            size = BATCH_SIZE
+        if size != "auto":
+            check_int(size, "--batch-size (batch_size; or auto)", low=1)
+        object.__setattr__(self, "batch_size", size)
 
     @property
     def stated_format(self) -> PromptFormat | None:

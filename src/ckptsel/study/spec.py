@@ -48,6 +48,7 @@ from ckptsel.study.configuration import (
 )
 
 _INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,)
+_INT_OR_AUTO = (int, str)  # an int, or the string "auto"
 _TABLE = (dict,)
 SCHEMA_VERSION = 2
 STATE_DIR = ".ckptsel"  # the study's own files (pools, split, fingerprint) under the workdir
@@ -83,7 +84,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     },
     "measure": {
         "max_new_tokens": (_INT, "generation length limit"),
-        "batch_size": (_INT, "prompts per batch"),
+        "batch_size": (_INT_OR_AUTO, "prompts per batch, or auto (16 on a CPU, from GPU memory)"),
         "window": (_INT, "matched NLL window in tokens"),
         "device": (_STR, "cpu | cuda"),
         "backend": (_STR, "hf | vllm"),
@@ -249,6 +250,8 @@ class _Checker:
             if (isinstance(value, bool) and want != _BOOL) or not isinstance(value, want):
                 names = " or ".join(t.__name__ for t in want)
                 self.fail(table, key, f"must be {names}, got {value!r}", index)
+            if want == _INT_OR_AUTO and isinstance(value, str) and value != "auto":
+                self.fail(table, key, f'must be an int or "auto", got {value!r}', index)
 
     def where(self, table: str) -> str:
         """How errors about a pool name its table (``PoolSpec.where``)."""
