@@ -570,15 +570,18 @@ class _Split:
     halves: tuple[int, int]
 
     @classmethod
-    def of(cls, v: ValidationData, rule: str, settings: SelectSettings) -> _Split:
+    def of(
+        cls, v: ValidationData, rule: str, settings: SelectSettings, full_only: bool = False
+    ) -> _Split:
         n = len(v.item_ids)
         if n < 2:
             raise CkptselError(
                 f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation"
             )
-        chosen = choose_trajectory(
-            v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
-        )
+        # full_only: the rules' full-pool choices alone, which no permutation changes (the
+        # keep table); otherwise every budget's, over the settings' permutations
+        permutations = 1 if full_only else settings.permutations
+        chosen = choose_trajectory(v, ChoiceSettings(permutations=permutations, seed=settings.seed))
         sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
         _check_select_memory(settings, n, len(v.steps))
         in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
@@ -692,7 +695,7 @@ def select_all(
             final = int(v.steps[-1])
             try:
                 if keep_only:
-                    split = _Split.of(v, rule, settings)
+                    split = _Split.of(v, rule, settings, full_only=True)
                     chosen = RuleSelection(split.steps_of(rule), {}, (), split.gain(rule, settings))
                     rec = recommend(chosen, rule, final, settings.level)
                 else:
@@ -711,12 +714,14 @@ def select_all(
 
 def keep_settings(permutations: int, draws: int, seed: int, level: float) -> SelectSettings:
     """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``): its
-    permutations (as partitions too), at most the default select draws and bootstrap
-    partitions, its seed and level."""
+    permutations (as partitions too), at most :data:`~ckptsel.defaults.KEEP_DRAWS` draws and
+    :data:`~ckptsel.defaults.KEEP_BOOTSTRAP_PARTITIONS` bootstrap partitions (fewer than
+    ``select``'s own defaults: the table is part of every analysis), its seed and level;
+    ``select --all`` with these settings gives the same rows."""
     return SelectSettings(
         partitions=permutations, permutations=permutations, seed=seed, level=level,
-        draws=min(draws, defaults.SELECT_DRAWS),
-        bootstrap_partitions=min(permutations, defaults.SELECT_BOOTSTRAP_PARTITIONS),
+        draws=min(draws, defaults.KEEP_DRAWS),
+        bootstrap_partitions=min(permutations, defaults.KEEP_BOOTSTRAP_PARTITIONS),
     )  # fmt: skip
 
 
