@@ -229,8 +229,9 @@ def test_item4_entries_missing_fields_or_of_the_old_format_are_checked_again(tin
 def test_the_settings_and_adapter_config_key_the_verdict(cache):
     """The key's digest covers the model config (less where it was loaded from), the adapter
     config (less its base's path) and the measurement settings (prompt format, batch size)."""
-    from ckptsel.measure import MeasureConfig
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ckptsel.measure import MeasureConfig
 
     import archmodels
 

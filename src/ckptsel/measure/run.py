@@ -30,9 +30,11 @@ from ckptsel.records import (
     GENERATIONS_FILE,
     SPLITS,
     CheckpointStamp,
+    changed_files,
     check_name,
     read_rows,
-    recorded_weights,
+    recorded_stamps,
+    short_digests,
     upsert_records,
 )
 from ckptsel.study import default_configuration
@@ -40,6 +42,8 @@ from ckptsel.train import (
     STATE_FILE,
     Checkpoint,
     discover_checkpoints,
+    files_fingerprint,
+    function_digests,
     is_final_checkpoint,
     weights_fingerprint,
 )
@@ -108,6 +112,20 @@ def _short(fingerprint: str) -> str:
     return fingerprint[: len("sha256:") + 12]
 
 
+def _differs(recorded: CheckpointStamp, now: CheckpointStamp) -> tuple[str, str] | None:
+    """``None`` when a recorded stamp agrees with the checkpoint now (the files compared only
+    when both name them), else what each says, in words."""
+    if recorded.weights != now.weights:
+        return f"weights {_short(recorded.weights or '')}", f"weights {_short(now.weights or '')}"
+    if recorded.files and now.files and recorded.files != now.files:
+        names = ", ".join(changed_files(recorded, now)) or "its files"
+        return (
+            f"files {_short(recorded.files)} (weights the same)",
+            f"other {names} ({_short(now.files)})",
+        )
+    return None
+
+
 def run_complete(ckpt: Checkpoint) -> bool | None:
     """Whether ``ckpt`` says it is its run's last (its ``trainer_state.json``: see
     :func:`ckptsel.train.is_final_checkpoint`); ``None`` without a readable state."""
@@ -156,6 +174,7 @@ class RunMeasurement:
         self._open: Any = None
         self.replace = setup.replace
         self.weights: dict[int, str] = {}  # step -> fingerprint of the weights measured
+        self.files: dict[int, dict[str, str]] = {}  # step -> its other files' digests
         self.replacing: set[int] = set()  # steps whose earlier records are dropped at the write
         self.rewritten: set[int] = set()  # steps the watcher saw rewritten (replaced, no flag)
         # what the run folder says of its final checkpoint: (its step, whether that checkpoint
@@ -214,39 +233,55 @@ class RunMeasurement:
                 self.after_checkpoint(ckpt.step)
 
     def check_weights(self, ckpts: list[Checkpoint]) -> None:
-        """Fingerprint each checkpoint's weights and compare them with those its records were
-        measured from: a difference (a replaced checkpoint, another run under this trajectory
-        name) is refused in one line, for every checkpoint before any is measured, unless
-        ``replace`` (or the watcher saw the folder rewritten): then its part cache is dropped
-        and its records are replaced. Records without a fingerprint are accepted as before."""
+        """Fingerprint each checkpoint's weights and the other files that define its function
+        (:func:`~ckptsel.train.function_digests`) and compare them with those its records were
+        measured from: a difference (a replaced checkpoint, an edited config or tokenizer,
+        another run under this trajectory name) is refused in one line, for every checkpoint
+        before any is measured, unless ``replace`` (or the watcher saw the folder rewritten):
+        then its part cache is dropped and its records are replaced. Records without a
+        fingerprint are accepted as before; records stamped with the weights alone (before
+        the files were) are compared on the weights."""
         for ckpt in ckpts:
             if ckpt.step not in self.weights:
                 self.weights[ckpt.step] = weights_fingerprint(ckpt.path)
-        recorded = recorded_weights(self.out, self.trajectory, [c.step for c in ckpts])
+                self.files[ckpt.step] = function_digests(ckpt)
+        recorded = recorded_stamps(self.out, self.trajectory, [c.step for c in ckpts])
         for ckpt in ckpts:
-            now = self.weights[ckpt.step]
-            other = sorted(recorded.get(ckpt.step, set()) - {now})
-            if not other:
+            now = self._stamp_files(ckpt.step)
+            why = next(
+                (w for s in recorded.get(ckpt.step, []) if (w := _differs(s, now))), None
+            )
+            if why is None:
                 continue
             if not (self.replace or ckpt.step in self.rewritten):
                 raise CkptselError(
                     f"{self.out}: trajectory {self.trajectory!r} step {ckpt.step} is recorded "
-                    f"from weights {_short(other[0])}, but {ckpt.path} holds weights "
-                    f"{_short(now)} (replaced, or another run under this name); refusing to "
-                    "reuse or mix them (pass --replace to measure it again, or use another "
-                    "--trajectory or --out)"
+                    f"from {why[0]}, but {ckpt.path} holds {why[1]} (replaced or edited, or "
+                    "another run under this name); refusing to reuse or mix them (pass "
+                    "--replace to measure it again, or use another --trajectory or --out)"
                 )
             self.replacing.add(ckpt.step)
             self.drop_parts(ckpt.step)
+
+    def _stamp_files(self, step: int) -> CheckpointStamp:
+        """What the weights and files of ``step`` are now (a stamp's fingerprints)."""
+        digests = self.files.get(step)
+        if digests is None:
+            return CheckpointStamp(self.weights.get(step))
+        return CheckpointStamp(
+            self.weights.get(step), None, None, files_fingerprint(digests), short_digests(digests)
+        )
 
     def _stamp(self, step: int) -> CheckpointStamp:
         """What the units of ``step`` say of the checkpoint they were measured from."""
         final = self.run_final
         if final is None:
             final = (max(c.step for c in self.ckpts), None)
+        now = self._stamp_files(step)
         return CheckpointStamp(
-            self.weights.get(step), None if final[0] is None else int(final[0]), final[1]
-        )
+            now.weights, None if final[0] is None else int(final[0]), final[1], now.files,
+            now.file_digests,
+        )  # fmt: skip
 
     def drop_parts(self, step: int) -> None:
         """Delete a checkpoint's part cache."""
@@ -272,6 +307,7 @@ class RunMeasurement:
         records replaced)."""
         self.drop_parts(step)
         self.weights.pop(step, None)
+        self.files.pop(step, None)
         self.rewritten.add(step)
         self.ckpts = [c for c in self.ckpts if c.step != step]
 
