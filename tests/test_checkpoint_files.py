@@ -122,3 +122,22 @@ def test_records_stamped_before_file_fingerprints_keep_reading(run, tmp_path, ca
     code, said = cli(measure_args(run, run_dir, out), capsys)
     assert code == 0 and "(0 measured, 2 already recorded)" in said, said
     assert stamp(out, 10)["files"].startswith("sha256:")
+
+
+def test_item7_parts_of_other_files_are_not_reused(run, tmp_path, capsys):
+    """The records deleted but the part cache kept, then the adapter config edited: the parts
+    measured from the old config are not recorded as the new one's."""
+    run_dir, out = copy_run(run, tmp_path), tmp_path / "records"
+    assert cli(measure_args(run, run_dir, out), capsys)[0] == 0
+    for path in out.iterdir():
+        if path.name != ".parts":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    cfg_path = run_dir / "checkpoint-20" / "adapter_config.json"
+    cfg_path.write_text(cfg_path.read_text().replace('"lora_alpha": 8', '"lora_alpha": 9'))
+    code, said = cli(measure_args(run, run_dir, out), capsys)
+    assert code == 0 and "(1 measured, 1 already recorded)" in said, said  # before: 0 measured
+    fresh = tmp_path / "fresh"
+    assert cli(measure_args(run, run_dir, fresh), capsys)[0] == 0
+    key = ["split", "item_id", "window", "step"]
+    got, want = (read_frame(o, "nll").sort_values(key).reset_index(drop=True) for o in (out, fresh))
+    assert got.equals(want)

@@ -194,7 +194,13 @@ class RunMeasurement:
         )  # fmt: skip
 
     def parts(self, step: int) -> StepParts:
-        return StepParts(self.out, self.trajectory, step, self.config, self.pool)
+        """A checkpoint's part cache: only rows measured from its weights and files as they
+        are now (once :meth:`check_weights` has fingerprinted them)."""
+        now = self._stamp_files(step)
+        checkpoint = None if now.weights is None else files_fingerprint(
+            {"weights": now.weights, "files": now.files or ""}
+        )  # fmt: skip
+        return StepParts(self.out, self.trajectory, step, self.config, self.pool, checkpoint)
 
     def measure(self, ckpts: list[Checkpoint]) -> None:
         """Measure what ``ckpts`` lack and record them (one checkpoint's units at a time)."""
