@@ -159,7 +159,8 @@ VLLM_AND_MIXING = OptionGroup(
     replace=(bool, typer.Option(
         False, "--replace",
         help="Measure again, and record in place of the old rows, a checkpoint whose weights "
-        "differ from those its records were measured from (else refused).",
+        "or other files (configs, tokenizer) differ from those its records were measured from "
+        "(else refused).",
     )),
 )  # fmt: skip
 """The vLLM engine's sizes (:class:`~ckptsel.measure.MeasureConfig` fields) and the provenance

@@ -93,7 +93,7 @@ class MeasureSetup:
     :func:`~ckptsel.study.default_configuration`); ``executor``: where checkpoints are measured
     (see :func:`measure_run`); ``allow_mixed_engines``: admit rows measured with a
     provenance the trajectory's records lack (the units say what was mixed); ``replace``:
-    measure again, and record in place of the old rows, a checkpoint whose weights differ from
+    measure again, and record in place of the old rows, a checkpoint whose weights or files differ from
     those its records were measured from (else that is refused).
     """
 
@@ -363,7 +363,7 @@ def measure_run(
     records lack are refused before they are written, unless ``allow_mixed_engines`` (then the
     units say what was mixed). Each unit also records the fingerprint of the weights it was
     measured from and the run's final step (:mod:`ckptsel.records.weights`); a checkpoint
-    whose weights differ from its records' is refused before anything is written, unless
+    whose weights or files differ from its records' is refused before anything is written, unless
     ``replace`` (then it is measured again and its records replaced).
     """
     t_start = time.perf_counter()
