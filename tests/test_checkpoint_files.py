@@ -141,3 +141,24 @@ def test_item7_parts_of_other_files_are_not_reused(run, tmp_path, capsys):
     key = ["split", "item_id", "window", "step"]
     got, want = (read_frame(o, "nll").sort_values(key).reset_index(drop=True) for o in (out, fresh))
     assert got.equals(want)
+
+
+def test_what_the_files_fingerprint_covers(run, tmp_path):
+    """An adapter's own configs and tokenizer files, its base model's files and weights (read
+    once per base); not the trainer's state, which says nothing of the function."""
+    from ckptsel.train import discover_checkpoints, files_fingerprint, function_digests
+
+    run_dir = copy_run(run, tmp_path)
+    ckpts = discover_checkpoints(run_dir)
+    bases: dict = {}
+    digests = function_digests(ckpts[0], bases)
+    assert "adapter_config.json" in digests and "base/weights" in digests
+    assert "base/config.json" in digests and "base/tokenizer_config.json" in digests
+    assert not any("trainer_state" in name for name in digests)
+    assert list(bases) == [str(ckpts[0].base)]
+    before = files_fingerprint(digests)
+    state = run_dir / "checkpoint-10" / "trainer_state.json"
+    state.write_text(json.dumps({"global_step": 10, "max_steps": 20}))
+    assert files_fingerprint(function_digests(ckpts[0])) == before
+    (run_dir / "checkpoint-10" / "chat_template.jinja").write_text("{{ messages }}")
+    assert files_fingerprint(function_digests(ckpts[0])) != before

@@ -175,6 +175,7 @@ class RunMeasurement:
         self.replace = setup.replace
         self.weights: dict[int, str] = {}  # step -> fingerprint of the weights measured
         self.files: dict[int, dict[str, str]] = {}  # step -> its other files' digests
+        self.bases: dict[str, dict[str, str]] = {}  # the adapters' base models': read once
         self.replacing: set[int] = set()  # steps whose earlier records are dropped at the write
         self.rewritten: set[int] = set()  # steps the watcher saw rewritten (replaced, no flag)
         # what the run folder says of its final checkpoint: (its step, whether that checkpoint
@@ -250,7 +251,7 @@ class RunMeasurement:
         for ckpt in ckpts:
             if ckpt.step not in self.weights:
                 self.weights[ckpt.step] = weights_fingerprint(ckpt.path)
-                self.files[ckpt.step] = function_digests(ckpt)
+                self.files[ckpt.step] = function_digests(ckpt, self.bases)
         recorded = recorded_stamps(self.out, self.trajectory, [c.step for c in ckpts])
         for ckpt in ckpts:
             now = self._stamp_files(ckpt.step)

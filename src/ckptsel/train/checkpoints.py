@@ -501,19 +501,25 @@ def _file_digests(path: Location, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def function_digests(ckpt: Checkpoint) -> dict[str, str]:
+def function_digests(
+    ckpt: Checkpoint, bases: dict[str, dict[str, str]] | None = None
+) -> dict[str, str]:
     """A content digest (``sha256:<hex>``) per file that defines ``ckpt``'s function besides
     its own weights (:func:`function_files`), by name; an adapter's base model adds its files
     and its weights' fingerprint (:func:`weights_fingerprint`) under ``base/`` (a hub name,
-    never read here, adds its name)."""
+    never read here, adds its name). ``bases``: the base models' digests already taken (a
+    run's adapters share one base: read once), filled in here."""
     out = _file_digests(ckpt.path)
     if ckpt.kind == "adapter" and ckpt.base:
-        base = as_location(ckpt.base)
-        if base.is_dir():
-            out.update(_file_digests(base, BASE_PREFIX))
-            out[BASE_PREFIX + "weights"] = weights_fingerprint(base)
-        else:
-            out[BASE_PREFIX + "name"] = "name:" + str(ckpt.base)
+        bases = {} if bases is None else bases
+        if str(ckpt.base) not in bases:
+            base = as_location(ckpt.base)
+            found = {BASE_PREFIX + "name": "name:" + str(ckpt.base)}
+            if base.is_dir():
+                found = _file_digests(base, BASE_PREFIX)
+                found[BASE_PREFIX + "weights"] = weights_fingerprint(base)
+            bases[str(ckpt.base)] = found
+        out.update(bases[str(ckpt.base)])
     return out
 
 
