@@ -252,3 +252,22 @@ def test_the_settings_and_adapter_config_key_the_verdict(cache):
     assert conformance.hf_key(a, "cpu", config) == conformance.hf_key(b, "cpu", config)
     b.peft_config["default"].lora_alpha += 1
     assert conformance.hf_key(b, "cpu", config)["config"] != conformance.hf_key(a, "cpu", config)["config"]
+
+
+def test_tokens_that_decode_alike_are_each_compared():
+    """Two items whose different tokens decode to one text (ids the tokenizer lacks decode to
+    nothing): the check compares each item with the sequence that is its own, not with the
+    last one decoded (a 32-item check of a random model found this)."""
+    import archmodels
+
+    tok = archmodels.tokenizer()
+    rec = conformance._Recorder(tok)
+    unknown = len(tok) + 5
+    a, b = [7, 7, unknown, 7], [7, 7, 7, unknown]
+    assert rec.decode(a) == rec.decode(b)
+    assert rec.tokens[rec.decode(a)] == [a, b]
+    margin = conformance.Step(lambda t: 1.0 if t == unknown else 0.0, unknown, 1e-6)
+    plain = conformance.Step(lambda t: 1.0 if t == 7 else 0.0, 7, 1e-6)
+    steps = [plain, plain, margin, plain]
+    found = [conformance.text_agrees(a, steps, fast, [1]) for fast in rec.tokens[rec.decode(a)]]
+    assert found == ["equal", "wrong"]
