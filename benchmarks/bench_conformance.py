@@ -43,6 +43,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    from ckptsel.measure import conformance
+
     from tinyrun import build_tiny_run
 
     torch.set_num_threads(1)
@@ -59,6 +61,7 @@ def main() -> None:
         second, wall2 = one(run, root / "b", max_new, True)
         off, wall3 = one(run, root / "c", max_new, False)
     per_ckpt = (first.generation_seconds + first.nll_seconds) / len(steps)
+    checked = min(max(conformance.CHECK_ITEMS, 16), n_val + n_test)  # issue 38: at batch size
     rows = [
         f"Tiny LoRA run (Llama, hidden 64, 2 layers), {n_val + n_test} items, {len(steps)} "
         f"checkpoints, --max-new-tokens {max_new}, batch 16, float32 CPU, 1 thread; {machine()}.",
@@ -73,9 +76,10 @@ def main() -> None:
         f"| --no-conformance-check | {off.conformance_checks} | {off.conformance_seconds:.2f} | "
         f"{(off.generation_seconds + off.nll_seconds) / len(steps):.2f} | {wall3:.1f} |",
         "",
-        f"The check (6 items: one padded batch through the fast path, then unbatched `generate` "
-        f"and an unpadded forward per item) costs {first.conformance_seconds:.2f} s once per "
-        f"family and versions (cached across runs): "
+        f"The check ({checked} items: through the fast path in padded batches of 16, the run's "
+        f"batch size, then unbatched `generate` and an unpadded forward per item) costs "
+        f"{first.conformance_seconds:.2f} s once per family, config, settings and versions "
+        f"(cached across runs): "
         f"{100 * first.conformance_seconds / per_ckpt:.0f} % of one checkpoint of "
         f"{n_val + n_test} items here, the time of measuring about "
         f"{first.conformance_seconds / (per_ckpt / (n_val + n_test)):.0f} items; so about "

@@ -6,6 +6,7 @@ line (exit 2, nothing written), caches the verdict, stamps it in every unit's pr
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,7 +25,13 @@ from tinyrun import build_tiny_run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_NEW = 12
-HF_PASSED = "passed (6 items: texts vs unbatched generate, NLL vs an unpadded forward)"
+CHECKED = "texts vs unbatched generate, NLL vs an unpadded forward; checked in this run, entry "
+HF_PASSED = f"passed (6 items at batch size 4: {CHECKED}"  # the CLI's --batch-size 4
+
+
+def passed_here(stamp: str, prefix: str = HF_PASSED) -> bool:
+    """A pass checked in this run (the stamp ends with its cache entry's digest)."""
+    return bool(re.fullmatch(re.escape(prefix) + r"sha256:[0-9a-f]{12}\)", stamp))
 
 
 # ------------------------------------------------------------------ a family never seen before
@@ -106,14 +113,17 @@ def test_a_correct_family_passes_once_is_cached_and_stamped(tiny, cache, tmp_pat
     ((key, verdict),) = verdicts.items()
     assert json.loads(key)["model"].endswith("LlamaForCausalLM") and verdict["passed"]
     assert verdict["family"] == "LlamaForCausalLM" and verdict["items"] == 6
-    assert "6 of 6 texts equal unbatched generate" in verdict["detail"]
-    stamps = recorded_verdicts(tmp_path / "a")
-    assert stamps == {HF_PASSED}
+    assert verdict["equal"] == verdict["texts"] == 6 and verdict["batch"] == 4
+    ((stamp,),) = [recorded_verdicts(tmp_path / "a")]
+    assert passed_here(stamp) and verdict["digest"][:19] in stamp, stamp
     # a second run (another records folder) reads the verdict: no check at all
     assert exit_code(measure_args(run, tmp_path / "b")) == 0
     assert conformance.STATS["checks"] == before["checks"] + 1
     assert conformance.STATS["cached"] == before["cached"] + 1
-    assert recorded_verdicts(tmp_path / "b") == stamps
+    assert recorded_verdicts(tmp_path / "b") == {
+        f"passed (6 items at batch size 4: {CHECKED.split(';')[0]}; read from the cache: "
+        f"checked {verdict['checked']}, entry {verdict['digest'][:19]})"
+    }
     # the same records measured again after the check: the gate sees one provenance
     assert exit_code(measure_args(run, tmp_path / "a")) == 0
     lines, warnings = provenance_lines(tmp_path / "a")
@@ -139,7 +149,7 @@ def test_an_unseen_broken_family_is_refused_in_one_line_and_nothing_is_written(
     assert exit_code(measure_args(run, out, "--base", str(broken))) == 2
     # one line of ckptsel's (the rest of stderr, if any, is libraries' warnings)
     (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert err.startswith("error: PositionlessLlamaForCausalLM float32: "), err
+    assert err.startswith("error: PositionlessLlamaForCausalLM float32 (6 items at batch size 4): "), err
     assert "texts equal unbatched generate" in err and "--no-conformance-check" in err
     assert "6 of 6 texts" not in err
     assert conformance.STATS["checks"] == checks + 1
@@ -182,12 +192,12 @@ def test_check_conformance_on_models_in_memory(cache):
     config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW)
     good = archmodels.build("llama", tok)
     stamp = check_conformance(good, tok, items, config)
-    assert stamp == HF_PASSED
+    assert passed_here(stamp, f"passed (8 items at batch size {config.batch_size}: {CHECKED}")
     cls = _register()
     bad = cls(_broken_config(good))
     bad.load_state_dict(good.state_dict())
     bad.eval()
-    with pytest.raises(CkptselError, match="PositionlessLlamaForCausalLM float32: .* texts equal"):
+    with pytest.raises(CkptselError, match=r"PositionlessLlamaForCausalLM float32 \(8 items.*\): .* texts equal"):
         check_conformance(bad, tok, items, config)
     off = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW, conformance_check=False)
     assert check_conformance(bad, tok, items, off) == conformance.SKIPPED
@@ -234,7 +244,7 @@ def test_the_watcher_refuses_an_unseen_broken_family(tiny, cache, tmp_path, caps
     args = measure_args(run, out, "--base", str(broken), "--poll", "0.05", "--settle", "0.1")
     assert exit_code(["watch", *args[1:], "--timeout", "120"]) == 2
     (err,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert err.startswith("error: PositionlessLlamaForCausalLM float32: "), err
+    assert err.startswith("error: PositionlessLlamaForCausalLM float32 (6 items at"), err
     assert not list(out.rglob("*.parquet"))  # no unit, no part: only the watcher's status
 
 
@@ -258,7 +268,8 @@ def test_the_trainer_callback_checks_the_family_and_stamps_it(cache, tmp_path):
     cb = RecordingCallback(data, config, rec, "good-s1", tokenizer=tok, verbose=False)
     cb.measure(good, tok, 1)
     cb.measure(good, tok, 2)  # checked once per callback
-    assert recorded_verdicts(rec) == {HF_PASSED}
+    ((stamp,),) = [recorded_verdicts(rec)]
+    assert passed_here(stamp, f"passed (8 items at batch size {config.batch_size}: {CHECKED}")
     bad = _register()(_broken_config(good))
     bad.load_state_dict(good.state_dict())
     rec_bad = tmp_path / "rec-bad"
@@ -278,6 +289,7 @@ def test_a_length_dependent_rope_is_a_family_of_its_own(cache):
     assert check_conformance(archmodels.build("llama", tok, attn="eager"), tok, items, config)
     checks = conformance.STATS["checks"]
     dynamic = archmodels.build("llama_dynamic", tok, attn="eager")
-    assert conformance.hf_key(dynamic, "cpu")["rope"] == "dynamic"
-    assert check_conformance(dynamic, tok, items, config) == HF_PASSED
+    assert conformance.hf_key(dynamic, "cpu", config)["rope"] == "dynamic"
+    stamp = check_conformance(dynamic, tok, items, config)
+    assert passed_here(stamp, f"passed (8 items at batch size {config.batch_size}: {CHECKED}")
     assert conformance.STATS["checks"] == checks + 1

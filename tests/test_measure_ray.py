@@ -408,6 +408,9 @@ def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(
     """The actor checks the family (the verdict cache is the driver's CKPTSEL_CACHE_DIR, handed
     to the workers), the units record the verdict; a refused verdict there is refused by the
     actor, in the driver's one line, and nothing is written."""
+    from dataclasses import fields
+
+    from ckptsel.measure import conformance
     from ckptsel.records import read_provenance
 
     cache = tmp_path / "cache" / "conformance.json"
@@ -417,12 +420,19 @@ def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(
     verdicts = json.loads(cache.read_text())["verdicts"]
     ((key, v),) = verdicts.items()
     assert v["passed"] and v["family"] == "LlamaForCausalLM"
-    stamp = "passed (6 items: texts vs unbatched generate, NLL vs an unpadded forward)"
-    assert read_provenance(tmp_path / "a", "generations")["run-a"].conformance == {stamp}
-    verdicts[key] = {**v, "passed": False, "detail": "0 of 6 texts equal unbatched generate"}
-    cache.write_text(json.dumps({"format": 1, "verdicts": verdicts}))
+    ((stamp,),) = [read_provenance(tmp_path / "a", "generations")["run-a"].conformance]
+    assert stamp == (
+        "passed (6 items at batch size 2: texts vs unbatched generate, NLL vs an unpadded "
+        f"forward; checked in this run, entry {v['digest'][:19]})"
+    )
+    # a well-formed refusal in the cache (the actor reads it, and refuses at once)
+    same = {f.name: v[f.name] for f in fields(conformance.Verdict)}
+    refused = {**same, "passed": False, "equal": 0, "ties": 0, "wrong": 6}
+    conformance.save_verdict(key, conformance.Verdict(**refused))
     out = tmp_path / "b"
-    with pytest.raises(CkptselError, match=r"^LlamaForCausalLM float32: 0 of 6 texts") as err:
+    with pytest.raises(
+        CkptselError, match=r"^LlamaForCausalLM float32 \(6 items at batch size 2\): 0 of 6 texts"
+    ) as err:
         measure(run, out, executor=ex)
     assert "\n" not in str(err.value)
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
@@ -111,6 +112,9 @@ def test_records_without_fingerprint_are_accepted(run, tmp_path, capsys):
     g, n = read_frame(out, "generations"), read_frame(out, "nll")
     shutil.rmtree(out / "units")
     upsert_records(out, generations=g, nll=n)  # no stamp, as before this change
+    for part in (out / ".parts").rglob("*.parquet"):  # nor a checkpoint column (issue 38)
+        frame = pd.read_parquet(part)
+        frame.drop(columns=["checkpoint"]).to_parquet(part)
     shutil.rmtree(run_dir / "checkpoint-20")
     save_lora_checkpoints(run.base, run_dir, [20], seed=7)
     code, said = cli(measure_args(run, run_dir, out), capsys)

@@ -52,20 +52,26 @@ def test_vllm_is_checked_against_itself_one_request_at_a_time(run, cache, tmp_pa
     assert res.conformance_checks == 1 and conformance.STATS["checks"] == checks + 1
     (v,) = verdicts(cache)
     assert v["passed"] and v["family"] == "LlamaForCausalLM" and v["dtype"] == "float32"
-    assert v["detail"].startswith("6 of 6 texts equal vLLM one request at a time; NLL max rel")
+    assert detail(v).startswith("6 of 6 texts equal vLLM one request at a time; NLL max rel")
     for kind in ("generations", "nll"):
         got = read_provenance(tmp_path / "records", kind)["run-a"]
         assert got.conformance == {
-            "passed (6 items: texts vs vLLM one request at a time, "
-            "NLL vs vLLM one request at a time)"
+            "passed (6 items: texts vs vLLM one request at a time, NLL vs vLLM one request at "
+            f"a time; checked in this run, entry {v['digest'][:19]})"
         }
     # the HF model loaded anyway (NLL through HF): vLLM's NLL is also checked against it
     measure(run, tmp_path / "mixed", backend="hf", nll_backend="vllm")
-    (w,) = [x for x in verdicts(cache) if x != v and "HF unpadded forward" in x["detail"]]
-    assert w["passed"] and "texts not checked" in w["detail"]
+    (w,) = [x for x in verdicts(cache) if x != v and "HF unpadded forward" in detail(x)]
+    assert w["passed"] and "texts not checked" in detail(w)
     assert read_provenance(tmp_path / "mixed", "nll")["run-a"].conformance == {
-        "passed (6 items: NLL vs vLLM one request at a time and an HF unpadded forward)"
+        "passed (6 items: NLL vs vLLM one request at a time and an HF unpadded forward; "
+        f"checked in this run, entry {w['digest'][:19]})"
     }
+
+
+def detail(entry: dict) -> str:
+    """A cache entry's finding in words (entries hold numbers only)."""
+    return conformance.Verdict(**{k: v for k, v in entry.items() if k != "digest"}).detail
 
 
 def test_a_vllm_family_that_batches_wrongly_is_refused(run, cache, tmp_path, monkeypatch):
@@ -79,6 +85,7 @@ def test_a_vllm_family_that_batches_wrongly_is_refused(run, cache, tmp_path, mon
 
     monkeypatch.setattr(VllmEngine, "greedy", batched_wrong)
     out = tmp_path / "records"
-    with pytest.raises(CkptselError, match=r"^LlamaForCausalLM float32: \d of 6 texts equal vLLM"):
+    refused = r"^LlamaForCausalLM float32 \(6 items\): \d of 6 texts equal vLLM"
+    with pytest.raises(CkptselError, match=refused):
         measure(run, out, backend="vllm")
     assert not (out / "generations").exists() and not any(out.glob("*.parquet"))

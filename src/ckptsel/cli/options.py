@@ -149,8 +149,9 @@ ENGINE = OptionGroup(
     conformance_check=(bool, typer.Option(
         True, "--conformance-check/--no-conformance-check",
         help="Check the fast path against unbatched generate on a few items the first time a "
-        "model family (class, dtype, attention, versions, device) is measured; refuse a family "
-        "it is wrong for (verdicts cached; the units record it). Off: at your own risk.",
+        "model family (class, config, dtype, attention, versions, device, prompt format, batch "
+        "size) is measured; refuse a family it is wrong for (verdicts cached; the units record "
+        "it). Off: at your own risk.",
     )),
     swap_weights=(bool, typer.Option(
         True, "--swap/--no-swap",
@@ -183,7 +184,8 @@ VLLM_AND_MIXING = OptionGroup(
     replace=(bool, typer.Option(
         False, "--replace",
         help="Measure again, and record in place of the old rows, a checkpoint whose weights "
-        "differ from those its records were measured from (else refused).",
+        "or other files (configs, tokenizer) differ from those its records were measured from "
+        "(else refused).",
     )),
 )  # fmt: skip
 """The vLLM engine's sizes (:class:`~ckptsel.measure.MeasureConfig` fields) and the provenance

@@ -274,6 +274,18 @@ class MeasureConfig:
             payload["nll_backend"] = self.nll_backend
         return self._hash(payload)
 
+    def conformance_settings(self) -> dict[str, Any]:
+        """The settings that change what the fast path computes beyond the model itself: the
+        prompt format (a template file: its text, not its path), the batch size the check runs
+        at and the generation length. The conformance verdict is keyed by their digest
+        (:func:`ckptsel.measure.conformance.hf_key`); add a setting here and it is checked
+        again when it changes."""
+        return {
+            "prompt": PROMPT_TEMPLATE if self.format_identity == "alpaca" else self.format_identity,
+            "batch_size": self.batch_size,
+            "max_new_tokens": self.max_new_tokens,
+        }  # fmt: skip
+
     @property
     def uses_hf(self) -> bool:
         """Whether a Hugging Face model is loaded (generation or NLL on the HF path)."""

@@ -13,13 +13,20 @@ attention implementation, the cache layout (full / sliding / other), whether the
 frequencies depend on the call's length (static / longrope / dynamic: measured by another
 path, so checked on their own — the first GPU check found a dynamic-RoPE Llama passed on the
 plain Llama's cached verdict), the engine and its version
-(transformers or vLLM), torch's version, the device kind, and a digest of the fast path's own
+(transformers or vLLM), torch's version, the device kind, a digest of the fast path's own
 source (so a fixed ``passes.py`` is checked again, and a refused family stays refused only
-while the code that was wrong is the code that runs).
+while the code that was wrong is the code that runs), and two digests of what changes the
+function within a class (issue 38): ``config``, the model's config (every field but where it
+was loaded from and the library's version) and the adapter's (every field but its base's path),
+and ``settings``, the measurement settings that change what the fast path computes
+(:meth:`~ckptsel.measure.config.MeasureConfig.conformance_settings`: the prompt format, the
+batch size, the generation length). A Llama-4 with ``attn_temperature_tuning`` is not a plain
+Llama-4, and a check at batch 6 says nothing of batch 8.
 
-**The check (HF).** :data:`CHECK_ITEMS` of the items being measured, picked by length (the
-longest, the shortest and evenly between, so the batch has padding), go through the fast path
-in ONE batch (the real ``measure_items``, same ``max_new_tokens``), and through the reference,
+**The check (HF).** ``max(CHECK_ITEMS, batch size)`` of the items being measured (as many as
+there are, if fewer), picked by length (the longest, the shortest and evenly between, so the
+batches have padding), go through the fast path in batches of the run's batch size (the real
+``measure_items``, same ``max_new_tokens``), and through the reference,
 one unpadded item at a time: greedy ``model.generate`` (a fresh greedy ``GenerationConfig``,
 the same stop tokens, pad token and ``max_new_tokens``; the model's own sampling settings play
 no part) for the texts, and a single unpadded forward over prompt + response + EOS (log-softmax
@@ -48,13 +55,19 @@ the HF model loaded anyway (``--backend hf --nll-backend vllm`` or the other way
 **The verdict** is cached in ``conformance.json`` under ``$CKPTSEL_CACHE_DIR`` (``{node}``
 there: the node), else ``$XDG_CACHE_HOME/ckptsel``, else ``~/.cache/ckptsel``, written
 atomically (read, merged, replaced: two processes that check at once both write the same
-verdict). Refusals are cached too: a refused family is refused at once every time, until a
-version in its key changes (or the file is deleted). A cache folder that cannot be written
-costs a check per process, nothing else. Every unit measured records the verdict in its
-provenance (``conformance``: ``passed (6 items: texts vs unbatched generate, NLL vs an
-unpadded forward)`` or :data:`SKIPPED`; the time and numbers of the check stay in the cache, so that a
-unit's bytes do not depend on which cache or checkpoint checked); ``MeasureConfig(conformance_check=False)``
-(``--no-conformance-check``) skips the check and says so there.
+verdict). An entry holds numbers, never text: the counts of equal, near-tie and wrong texts,
+the largest NLL difference, which references were compared (from a fixed list), when, and a
+digest over its key and fields. It is read back only when every field is there with its type,
+its counts agree with its ``passed`` and its digest holds; anything else (a forged "passed",
+an entry of an older format, a hand edit) is checked again and replaced. Refusals are cached
+too: a refused family is refused at once every time, until something in its key changes (or
+the file is deleted). A cache folder that cannot be written costs a check per process,
+nothing else. Every unit measured records the verdict in its provenance (``conformance``),
+rebuilt from the entry's fields, never copied from the file: ``passed (6 items at batch size 4:
+texts vs unbatched generate, NLL vs an unpadded forward; checked in this run, entry
+sha256:<12 hex>)`` or ``...; read from the cache: checked <UTC time>, entry sha256:<12 hex>)``,
+or :data:`SKIPPED`; ``MeasureConfig(conformance_check=False)`` (``--no-conformance-check``)
+skips the check and says so there.
 """
 
 from __future__ import annotations
@@ -63,16 +76,18 @@ import functools
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ckptsel._util.io import write_text
-from ckptsel._util.nodecache import CACHE_ENV, cache_root
+from ckptsel._util.nodecache import CACHE_ENV, cache_root, local_ref
 from ckptsel.data import PromptFormat
+from ckptsel.defaults import BATCH_SIZE
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name
 from ckptsel.measure.config import MeasureConfig
@@ -83,9 +98,10 @@ from ckptsel.measure.tokens import (
     stop_token_ids,
 )
 
-CHECK_VERSION = 1  # bump when what the check compares changes
+CHECK_VERSION = 2  # bump when what the check compares changes (2: issue 38's keys and entries)
 CHECK_ITEMS = 6
 CACHE_FILE = "conformance.json"
+CACHE_FORMAT = 2
 SKIPPED = "skipped by --no-conformance-check"
 TIE_ULPS = 8
 EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
@@ -93,35 +109,108 @@ NLL_REL = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
 VLLM_LOGIT_SCALE = 32.0
 STATS = {"checks": 0, "cached": 0}  # this process's counts (tests, benchmarks)
 _SOURCES = ("passes.py", "tokens.py", "conformance.py", "backends/vllm.py")
+UNBATCHED = "unbatched generate"
+UNPADDED = "an unpadded forward"
+ONE_REQUEST = "vLLM one request at a time"
+TEXT_REFERENCES = ("", UNBATCHED, ONE_REQUEST)  # what texts may be compared against
+NLL_REFERENCES = ("", UNPADDED, ONE_REQUEST, f"{ONE_REQUEST} and an HF unpadded forward")
+_CHECKED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\dZ")
+_FAMILY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")
+_NOT_CONFIG = ("_name_or_path", "name_or_path", "transformers_version", "_commit_hash",
+               "torch_dtype", "dtype", "base_model_name_or_path", "revision")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One family's verdict: ``passed``, the ``family`` (model class) and ``dtype``, what was
-    found (``detail``: counts and the largest NLL difference), on how many ``items``, when
-    (``checked``, UTC) and against what (``reference``)."""
+    """One family's verdict: ``passed``, the ``family`` (model class) and ``dtype``, on how many
+    ``items`` at which ``batch`` size (0: the engine batches), when (``checked``, UTC), and
+    what was found: of ``texts`` compared against ``texts_against`` (one of
+    :data:`TEXT_REFERENCES`), how many were ``equal``, differed only after a near-``ties`` or
+    were ``wrong``; the largest NLL relative difference ``nll_worst`` against ``nll_against``
+    (``None``: NLL not checked). Numbers and names from fixed lists only: every text said of
+    a verdict is built from them (:attr:`detail`, :meth:`stamp`)."""
 
     passed: bool
     family: str
     dtype: str
-    detail: str
     items: int
+    batch: int
     checked: str
-    reference: str = ""
+    texts: int
+    equal: int
+    ties: int
+    wrong: int
+    nll_worst: float | None
+    texts_against: str
+    nll_against: str
 
-    def stamp(self) -> str:
+    @property
+    def detail(self) -> str:
+        """What was found, in words (counts and the largest NLL difference)."""
+        if self.texts:
+            detail = f"{self.equal} of {self.texts} texts equal {self.texts_against}"
+            detail += f" ({self.ties} more differ only after a near-tie)" if self.ties else ""
+        else:
+            detail = "texts not checked"
+        if self.nll_worst is not None:
+            tol = NLL_REL.get(self.dtype, NLL_REL["bfloat16"])
+            detail += (
+                f"; NLL max rel diff {self.nll_worst:.1e} vs {self.nll_against} "
+                f"(tolerance {tol:.0e})"
+            )
+        return detail
+
+    @property
+    def reference(self) -> str:
+        """Against what it was checked."""
+        parts = [f"texts vs {self.texts_against}"] if self.texts else []
+        parts += [f"NLL vs {self.nll_against}"] if self.nll_worst is not None else []
+        return ", ".join(parts)
+
+    def _shape(self) -> str:
+        at = f" at batch size {self.batch}" if self.batch else ""
+        return f"{self.items} items{at}"
+
+    def stamp(self, digest: str, fresh: bool) -> str:
         """The provenance's ``conformance`` value of the units this verdict admits: what
-        passed against what, and no more (not the time or the numbers, which depend on the
-        checkpoint and the cache that checked: a unit's bytes do not)."""
-        return f"passed ({self.items} items: {self.reference})"
+        passed against what, and whether it was checked in this run (``fresh``) or read from
+        the cache (then the entry's time); ``digest``: the cache entry's."""
+        where = "checked in this run" if fresh else f"read from the cache: checked {self.checked}"
+        return f"passed ({self._shape()}: {self.reference}; {where}, entry {digest[:19]})"
 
-    def refusal(self) -> str:
+    def refusal(self, fresh: bool) -> str:
         """The one line a refused family gets."""
+        when = "run now" if fresh else f"of {self.checked}"
         return (
-            f"{self.family} {self.dtype}: {self.detail} — ckptsel's fast path is wrong for this "
-            f"family (conformance check of {self.checked}, cached in {cache_path()}); measure "
-            "with --no-conformance-check at your own risk"
+            f"{self.family} {self.dtype} ({self._shape()}): {self.detail} — ckptsel's fast path "
+            f"is wrong for this family (conformance check {when}, cached in {cache_path()}); "
+            "measure with --no-conformance-check at your own risk"
         )
+
+    def consistent(self) -> bool:
+        """Whether the fields hold together: names from the fixed lists, counts that add up,
+        and ``passed`` exactly when no text is wrong and the NLL is within tolerance."""
+        ints = (self.items, self.batch, self.texts, self.equal, self.ties, self.wrong)
+        if not all(type(n) is int and 0 <= n <= 10**6 for n in ints):
+            return False
+        worst = self.nll_worst
+        if worst is not None and (type(worst) is not float or not 0 <= worst < float("inf")):
+            return False
+        return (
+            type(self.passed) is bool and self.dtype in EPS
+            and isinstance(self.family, str) and bool(_FAMILY.fullmatch(self.family))
+            and isinstance(self.checked, str) and bool(_CHECKED.fullmatch(self.checked))
+            and self.texts_against in TEXT_REFERENCES and self.nll_against in NLL_REFERENCES
+            and self.equal + self.ties + self.wrong == self.texts <= self.items
+            and (self.texts == 0) == (self.texts_against == "")
+            and (worst is None) == (self.nll_against == "")
+            and self.passed == (self.wrong == 0 and (worst or 0.0) <= NLL_REL[self.dtype])
+        )  # fmt: skip
+
+    def digest(self, key: str) -> str:
+        """``sha256:<hex>`` over ``key`` (:func:`key_string`) and every field."""
+        blob = json.dumps([key, asdict(self)], sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def cache_path() -> Path:
@@ -141,24 +230,41 @@ def _read_cache() -> dict[str, Any]:
         return {}  # no cache or an unreadable one: checked again, rewritten
 
 
-def cached_verdict(key: str) -> Verdict | None:
-    """The cached verdict of ``key`` (:func:`key_string`), if any."""
-    entry = _read_cache().get(key)
-    try:
-        return Verdict(**entry) if isinstance(entry, dict) else None
-    except TypeError:
+def _entry_verdict(key: str, entry: Any) -> tuple[Verdict, str] | None:
+    """An entry's verdict and digest, when it is well formed, consistent, of ``key``'s family
+    and its digest holds (module doc); else ``None``."""
+    names = {f.name for f in fields(Verdict)}
+    if not isinstance(entry, dict) or set(entry) != names | {"digest"}:
         return None
+    try:
+        verdict = Verdict(**{k: entry[k] for k in names})
+        model = str(json.loads(key).get("model", ""))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if not verdict.consistent() or model.rsplit(".", 1)[-1] != verdict.family:
+        return None
+    digest = verdict.digest(key)
+    return (verdict, digest) if entry["digest"] == digest else None
 
 
-def save_verdict(key: str, verdict: Verdict) -> None:
-    """Add ``verdict`` to the cache (atomically; a cache that cannot be written is skipped)."""
+def cached_verdict(key: str) -> tuple[Verdict, str] | None:
+    """The cached verdict of ``key`` (:func:`key_string`) and its entry's digest, if there is a
+    trustworthy one (:func:`_entry_verdict`)."""
+    return _entry_verdict(key, _read_cache().get(key))
+
+
+def save_verdict(key: str, verdict: Verdict) -> str:
+    """Add ``verdict`` to the cache (atomically; a cache that cannot be written is skipped);
+    returns its entry's digest."""
     verdicts = _read_cache()
-    verdicts[key] = asdict(verdict)
-    blob = json.dumps({"format": 1, "verdicts": verdicts}, indent=1, sort_keys=True)
+    digest = verdict.digest(key)
+    verdicts[key] = {**asdict(verdict), "digest": digest}
+    blob = json.dumps({"format": CACHE_FORMAT, "verdicts": verdicts}, indent=1, sort_keys=True)
     try:
         write_text(cache_path(), blob + "\n")
     except CkptselError:
         pass  # read-only home, say: the verdict holds for this process only
+    return digest
 
 
 @functools.cache
@@ -175,37 +281,100 @@ def key_string(key: dict[str, Any]) -> str:
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
-def _versions() -> dict[str, Any]:
+def _plain(value: Any) -> Any:
+    """``value`` as JSON the same way every time (sets sorted, enums by value, the rest by
+    ``str``)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return _plain(value.value) if hasattr(value, "value") else str(value)
+
+
+def digest_of(data: Any) -> str:
+    """A short digest (16 hex) of ``data`` as canonical JSON (:func:`_plain`)."""
+    blob = json.dumps(_plain(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def config_digest(model_config: dict[str, Any], adapters: dict[str, Any] | None) -> str:
+    """The digest of a model's config and its adapters' (``{name: config}``; ``None``: none),
+    less where they were loaded from and the library's version (:data:`_NOT_CONFIG`)."""
+    strip = lambda d: {k: v for k, v in d.items() if k not in _NOT_CONFIG}  # noqa: E731
+    return digest_of({
+        "model": strip(model_config),
+        "adapter": None if adapters is None else {n: strip(c) for n, c in adapters.items()},
+    })  # fmt: skip
+
+
+def _versions(config: MeasureConfig, engine: str) -> dict[str, Any]:
     import torch
 
-    return {"check": CHECK_VERSION, "code": source_digest(), "torch": torch.__version__}
+    settings = config.conformance_settings()
+    if engine == "vllm":
+        settings.pop("batch_size", None)  # vLLM batches as it schedules: no setting
+    return {"check": CHECK_VERSION, "code": source_digest(), "torch": torch.__version__,
+            "settings": digest_of(settings)}  # fmt: skip
 
 
-def hf_key(model: Any, device: Any) -> dict[str, Any]:
+def _adapter_config(model: Any) -> dict[str, Any] | None:
+    """An unmerged PEFT model's adapter configs (by adapter name), else ``None``."""
+    peft = getattr(model, "peft_config", None)
+    if not isinstance(peft, dict) or not peft:
+        return None
+    return {str(name): (c.to_dict() if hasattr(c, "to_dict") else vars(c))
+            for name, c in peft.items()}  # fmt: skip
+
+
+def hf_key(model: Any, device: Any, config: MeasureConfig) -> dict[str, Any]:
     """A Hugging Face model's family (module doc)."""
     import transformers
 
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     cls = type(inner)
+    adapters = _adapter_config(model) if inner is not model else None
     return {
-        **_versions(), "engine": "hf", "version": transformers.__version__,
+        **_versions(config, "hf"), "engine": "hf", "version": transformers.__version__,
         "model": f"{cls.__module__}.{cls.__qualname__}",
         "adapter": "unmerged" if inner is not model else "none",
         "dtype": dtype_name(inner.dtype),
         "attention": str(getattr(inner.config, "_attn_implementation", None) or "unknown"),
         "cache": cache_layout(model).kind, "device": device_kind(device),
         "rope": (length_rope(model) or ("static",))[0],
+        "config": config_digest(inner.config.to_dict(), adapters),
     }  # fmt: skip
 
 
-def vllm_key(architecture: str, provenance: dict[str, Any], adapters: bool) -> dict[str, Any]:
-    """A vLLM engine's family (module doc): ``provenance`` is the engine's."""
+def vllm_key(
+    architecture: str, provenance: dict[str, Any], adapters: bool, config: MeasureConfig,
+    configs: str = "",
+) -> dict[str, Any]:  # fmt: skip
+    """A vLLM engine's family (module doc): ``provenance`` is the engine's, ``configs`` the
+    :func:`config_digest` of the model's config and its adapter's."""
     return {
-        **_versions(), "engine": "vllm", "version": provenance["version"],
+        **_versions(config, "vllm"), "engine": "vllm", "version": provenance["version"],
         "model": architecture, "adapter": "lora" if adapters else "none",
         "dtype": provenance["dtype"], "attention": provenance["attention"],
-        "device": provenance["device"],
+        "device": provenance["device"], "config": configs,
     }  # fmt: skip
+
+
+def disk_config_digest(ckpt: Any) -> str:
+    """:func:`config_digest` of a checkpoint as it is on disk (the model's ``config.json`` as
+    transformers reads it; an adapter's ``adapter_config.json``): what vLLM loads."""
+    from transformers import AutoConfig
+
+    ref = local_ref(ckpt.base if ckpt.kind == "adapter" else ckpt.path)
+    model_config = AutoConfig.from_pretrained(str(ref)).to_dict()
+    adapter = None
+    if ckpt.kind == "adapter":
+        path = Path(str(local_ref(ckpt.path))) / "adapter_config.json"
+        adapter = {"default": json.loads(path.read_text(encoding="utf-8"))}
+    return config_digest(model_config, adapter)
 
 
 def pick_items(items: Sequence[Any], n: int = CHECK_ITEMS) -> list[Any]:
@@ -265,24 +434,21 @@ def _rel(a: float, b: float) -> float:
 
 
 def summarize(
-    items: int,
+    items: int, batch: int,
     family: str, dtype: str, texts: Sequence[str], nll_rel: Sequence[float], against: str,
-    nll_against: str = "an unpadded forward",
+    nll_against: str = UNPADDED,
 ) -> Verdict:  # fmt: skip
-    """The verdict on ``items`` items of their text results (``equal``/``tie``/``wrong``) and
-    NLL relative differences (one or more per item)."""
-    n, equal, ties = len(texts), texts.count("equal"), texts.count("tie")
-    tol = NLL_REL.get(dtype, NLL_REL["bfloat16"])
-    worst = max(nll_rel, default=0.0)
-    detail = f"{equal} of {n} texts equal {against}" if texts else "texts not checked"
-    detail += f" ({ties} more differ only after a near-tie)" if ties else ""
-    if nll_rel:
-        detail += f"; NLL max rel diff {worst:.1e} vs {nll_against} (tolerance {tol:.0e})"
-    passed = texts.count("wrong") == 0 and worst <= tol
-    checked = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    reference = [f"texts vs {against}"] if texts else []
-    reference += [f"NLL vs {nll_against}"] if nll_rel else []
-    return Verdict(passed, family, dtype, detail, items, checked, ", ".join(reference))
+    """The verdict on ``items`` items at ``batch`` size (0: the engine's) of their text results
+    (``equal``/``tie``/``wrong``) and NLL relative differences (one or more per item)."""
+    worst = float(max(nll_rel)) if nll_rel else None
+    wrong = texts.count("wrong")
+    passed = wrong == 0 and (worst or 0.0) <= NLL_REL.get(dtype, NLL_REL["bfloat16"])
+    return Verdict(
+        passed, family, dtype, items, batch,
+        datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        len(texts), texts.count("equal"), texts.count("tie"), wrong, worst,
+        against if texts else "", nll_against if nll_rel else "",
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- HF
@@ -290,7 +456,9 @@ def summarize(
 
 class _Recorder:
     """The tokenizer, keeping the token ids behind every text it decodes (the fast path's
-    tokens, without a change to :mod:`ckptsel.measure.passes`)."""
+    tokens, without a change to :mod:`ckptsel.measure.passes`): per text, every distinct
+    sequence that decoded to it (ids the tokenizer lacks decode to nothing, so two items'
+    different tokens can give one text: a check of 32 items found that)."""
 
     def __init__(self, tokenizer: Any) -> None:
         self._tok, self.tokens = tokenizer, {}
@@ -303,7 +471,9 @@ class _Recorder:
 
     def decode(self, ids: Any, *args: Any, **kwargs: Any) -> str:
         text = self._tok.decode(ids, *args, **kwargs)
-        self.tokens[text] = list(ids)
+        seqs = self.tokens.setdefault(text, [])
+        if list(ids) not in seqs:
+            seqs.append(list(ids))
         return text
 
 
@@ -342,18 +512,21 @@ def _reference(
 
 
 def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: int,
-             device: Any = None, fmt: Any = None) -> Verdict:  # fmt: skip
-    """The HF fast path against the reference on ``items`` (module doc), their prompts in the
-    prompt format ``fmt`` (default: alpaca)."""
+             device: Any = None, batch_size: int | None = None,
+             fmt: Any = None) -> Verdict:  # fmt: skip
+    """The HF fast path, in batches of ``batch_size`` (default: all ``items`` in one), against
+    the reference on ``items`` (module doc), their prompts in the prompt format ``fmt``
+    (default: alpaca)."""
     from transformers import GenerationConfig
 
     device = device if device is not None else next(model.parameters()).device
     fmt = fmt if fmt is not None else PromptFormat()
     prompts = [it.instruction for it in items]
     responses = [it.response for it in items]
+    batch = batch_size or len(prompts)
     rec = _Recorder(tokenizer)
     texts, scored = measure_items(
-        model, rec, prompts, responses, windows=(0,), batch_size=len(prompts),
+        model, rec, prompts, responses, windows=(0,), batch_size=batch,
         max_new_tokens=max_new_tokens, device=device, fmt=fmt, items=items,
     )  # fmt: skip
     stops = stop_token_ids(model, tokenizer)
@@ -365,16 +538,12 @@ def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: i
     ids, answers = fmt.encode(tokenizer, prompts, responses, items)
     for k in range(len(items)):
         ref, steps, nll = _reference(model, ids[k], answers[k], cfg, device)
-        results.append(text_agrees(ref, steps, rec.tokens[texts[k]], stops))
+        found = [text_agrees(ref, steps, fast, stops) for fast in rec.tokens[texts[k]]]
+        results.append(min(found, key=("equal", "tie", "wrong").index))  # texts alike: its own
         rels.append(_rel(scored[k][0].nll_sum, nll))
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     return summarize(
-        len(items),
-        type(inner).__name__,
-        dtype_name(inner.dtype),
-        results,
-        rels,
-        "unbatched generate",
+        len(items), batch, type(inner).__name__, dtype_name(inner.dtype), results, rels, UNBATCHED
     )
 
 
@@ -413,9 +582,8 @@ def check_vllm(
                 ref = unpadded_nll(hf_model, p, a, next(hf_model.parameters()).device)
                 rels.append(_rel(scored[k][0].nll_sum, ref))
     family = str(engine.architecture(ckpt))
-    one = "vLLM one request at a time"
-    nll_against = one if hf_model is None else f"{one} and an HF unpadded forward"
-    return summarize(len(items), family, dtype, results, rels, one, nll_against)
+    nll_against = ONE_REQUEST if hf_model is None else f"{ONE_REQUEST} and an HF unpadded forward"
+    return summarize(len(items), 0, family, dtype, results, rels, ONE_REQUEST, nll_against)
 
 
 class Conformance:
@@ -428,42 +596,46 @@ class Conformance:
         self.seconds, self.checks = 0.0, 0
 
     def verdict(self, key: dict[str, Any], check: Callable[[], Verdict]) -> str:
-        """The stamp of ``key``'s family (``check()`` run when no verdict is known), or
-        :class:`CkptselError` with the one line of a refusal."""
+        """The stamp of ``key``'s family (``check()`` run when the cache holds no verdict it
+        can trust), or :class:`CkptselError` with the one line of a refusal."""
         if not self.config.conformance_check:
             return SKIPPED
         name = key_string(key)
         if name not in self.stamps:
-            verdict = cached_verdict(name)
-            if verdict is None:
+            cached = cached_verdict(name)
+            fresh = cached is None
+            if cached is None:
                 t0 = time.perf_counter()
                 verdict = check()
                 self.seconds += time.perf_counter() - t0
                 self.checks += 1
                 STATS["checks"] += 1
-                save_verdict(name, verdict)
+                digest = save_verdict(name, verdict)
             else:
+                verdict, digest = cached
                 STATS["cached"] += 1
             if not verdict.passed:
-                raise CkptselError(verdict.refusal())
-            self.stamps[name] = verdict.stamp()
+                raise CkptselError(verdict.refusal(fresh))
+            self.stamps[name] = verdict.stamp(digest, fresh)
         return self.stamps[name]
 
     def hf(self, model: Any, tokenizer: Any, items: Sequence[Any], device: Any = None) -> str:
-        """:meth:`verdict` of an HF model, checked on :func:`pick_items` of ``items``."""
+        """:meth:`verdict` of an HF model, checked at the run's batch size on
+        ``max(CHECK_ITEMS, batch size)`` of ``items`` (:func:`pick_items`)."""
         if not self.config.conformance_check:
             return SKIPPED
         device = device if device is not None else next(model.parameters()).device
+        batch = self.config.batch_size
+        if not isinstance(batch, int):  # "auto" on a GPU: sized per pass; checked at 16 rows
+            batch = BATCH_SIZE
         fmt = self.config.format_for(tokenizer)
-        key = hf_key(model, device)
-        if fmt.identity != "alpaca":  # alpaca keeps the keys it always had
-            key["prompt_format"] = fmt.identity
         return self.verdict(
-            key,
+            hf_key(model, device, self.config),
             lambda: check_hf(
-                model, tokenizer, pick_items(items), self.config.max_new_tokens, device, fmt
+                model, tokenizer, pick_items(items, max(CHECK_ITEMS, batch)),
+                self.config.max_new_tokens, device, batch, fmt,
             ),
-        )
+        )  # fmt: skip
 
     def vllm(
         self, engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], stops: Sequence[int],
@@ -473,12 +645,13 @@ class Conformance:
         ``hf_model()`` gives the run's HF model when it has one (called only to check)."""
         if not self.config.conformance_check:
             return SKIPPED
-        key = vllm_key(str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter")
+        key = vllm_key(
+            str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter",
+            self.config, disk_config_digest(ckpt),
+        )  # fmt: skip
         key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config, k) == "vllm"]
         if self.config.nll_backend == "vllm" and hf_model is not None:
             key["nll_against"] = "hf"
-        if self.config.format_identity != "alpaca":
-            key["prompt_format"] = self.config.format_identity
         picked = pick_items(items)
         return self.verdict(
             key,

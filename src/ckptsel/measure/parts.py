@@ -150,6 +150,18 @@ def _load(path: Location) -> pd.DataFrame | None:
         return None
 
 
+CHECKPOINT_COLUMN = "checkpoint"  # part rows: the fingerprint of what they were measured from
+
+
+def from_checkpoint(part: pd.DataFrame | None, checkpoint: str | None) -> pd.DataFrame | None:
+    """The part rows measured from ``checkpoint`` (a fingerprint of its weights and files;
+    ``None``: every row); rows cached before the column existed are kept."""
+    if part is None or checkpoint is None or CHECKPOINT_COLUMN not in part.columns:
+        return part
+    col = part[CHECKPOINT_COLUMN]
+    return part[col.isna() | (col.astype(str) == checkpoint)].reset_index(drop=True)
+
+
 def _load_keys(path: Location) -> set[tuple[str, str, str]]:
     """The (split, item_id, item_hash) keys of a part file, its other columns left unread (a
     small file read on one thread: a thread pool costs more than it saves here)."""
@@ -199,7 +211,9 @@ class StepParts:
     """One checkpoint's part files: what is already measured, what is missing, the merge.
 
     ``gen`` / ``nll`` are the part rows (generation rows carry ``text`` and ``item_hash``;
-    NLL rows carry ``item_hash``), or ``None`` when nothing is cached.
+    NLL rows carry ``item_hash``), or ``None`` when nothing is cached. With ``checkpoint`` (a
+    fingerprint of the checkpoint's weights and the files that define its function), rows
+    measured from another checkpoint are left out (measured again) and new rows carry it.
     """
 
     def __init__(
@@ -209,11 +223,12 @@ class StepParts:
         step: int,
         config: MeasureConfig,
         pool: ItemPool,
+        checkpoint: str | None = None,
     ) -> None:
         self.gen_path, self.nll_path = part_paths(records_dir, trajectory, step, config)
-        self.pool = pool
-        self.gen = _load(self.gen_path)
-        self.nll = _load(self.nll_path)
+        self.pool, self.checkpoint = pool, checkpoint
+        self.gen = from_checkpoint(_load(self.gen_path), checkpoint)
+        self.nll = from_checkpoint(_load(self.nll_path), checkpoint)
         self.only = config.only  # measure --only generation|nll: the other kind is left alone
         self.todo_gen, self.todo_nll = _todo(
             pool, _key_set(self.gen), _key_set(self.nll), self.only
@@ -226,6 +241,12 @@ class StepParts:
 
     def add(self, new_gen: list[pd.DataFrame], new_nll: list[pd.DataFrame]) -> None:
         """Merge newly measured rows into the parts and write the parts that changed."""
+        if self.checkpoint is not None:
+            mark = lambda f: f.assign(  # noqa: E731
+                **{CHECKPOINT_COLUMN: pd.Series([self.checkpoint] * len(f), index=f.index,
+                                                dtype="string")}
+            )  # fmt: skip
+            new_gen, new_nll = [mark(f) for f in new_gen], [mark(f) for f in new_nll]
         self.gen = self._merge(self.gen, new_gen, _GEN_KEY)
         self.nll = self._merge(self.nll, new_nll, _NLL_KEY)
         if new_gen:

@@ -32,9 +32,11 @@ from ckptsel.records import (
     GENERATIONS_FILE,
     SPLITS,
     CheckpointStamp,
+    changed_files,
     check_name,
     read_rows,
-    recorded_weights,
+    recorded_stamps,
+    short_digests,
     upsert_records,
 )
 from ckptsel.study import default_configuration
@@ -42,6 +44,8 @@ from ckptsel.train import (
     STATE_FILE,
     Checkpoint,
     discover_checkpoints,
+    files_fingerprint,
+    function_digests,
     is_final_checkpoint,
     read_run_format,
     weights_fingerprint,
@@ -92,7 +96,7 @@ class MeasureSetup:
     :func:`~ckptsel.study.default_configuration`); ``executor``: where checkpoints are measured
     (see :func:`measure_run`); ``allow_mixed_engines``: admit rows measured with a
     provenance the trajectory's records lack (the units say what was mixed); ``replace``:
-    measure again, and record in place of the old rows, a checkpoint whose weights differ from
+    measure again, and record in place of the old rows, a checkpoint whose weights or files differ from
     those its records were measured from (else that is refused).
     """
 
@@ -109,6 +113,20 @@ class MeasureSetup:
 
 def _short(fingerprint: str) -> str:
     return fingerprint[: len("sha256:") + 12]
+
+
+def _differs(recorded: CheckpointStamp, now: CheckpointStamp) -> tuple[str, str] | None:
+    """``None`` when a recorded stamp agrees with the checkpoint now (the files compared only
+    when both name them), else what each says, in words."""
+    if recorded.weights != now.weights:
+        return f"weights {_short(recorded.weights or '')}", f"weights {_short(now.weights or '')}"
+    if recorded.files and now.files and recorded.files != now.files:
+        names = ", ".join(changed_files(recorded, now)) or "its files"
+        return (
+            f"files {_short(recorded.files)} (weights the same)",
+            f"other {names} ({_short(now.files)})",
+        )
+    return None
 
 
 def run_complete(ckpt: Checkpoint) -> bool | None:
@@ -183,6 +201,8 @@ class RunMeasurement:
         self._open: Any = None
         self.replace = setup.replace
         self.weights: dict[int, str] = {}  # step -> fingerprint of the weights measured
+        self.files: dict[int, dict[str, str]] = {}  # step -> its other files' digests
+        self.bases: dict[str, dict[str, str]] = {}  # the adapters' base models': read once
         self.replacing: set[int] = set()  # steps whose earlier records are dropped at the write
         self.rewritten: set[int] = set()  # steps the watcher saw rewritten (replaced, no flag)
         # what the run folder says of its final checkpoint: (its step, whether that checkpoint
@@ -204,7 +224,13 @@ class RunMeasurement:
         )  # fmt: skip
 
     def parts(self, step: int) -> StepParts:
-        return StepParts(self.out, self.trajectory, step, self.config, self.pool)
+        """A checkpoint's part cache: only rows measured from its weights and files as they
+        are now (once :meth:`check_weights` has fingerprinted them)."""
+        now = self._stamp_files(step)
+        checkpoint = None if now.weights is None else files_fingerprint(
+            {"weights": now.weights, "files": now.files or ""}
+        )  # fmt: skip
+        return StepParts(self.out, self.trajectory, step, self.config, self.pool, checkpoint)
 
     def bind_format(self, ckpts: list[Checkpoint]) -> None:
         """Resolve the prompt format once, before any part file is named: the stated one, else
@@ -264,39 +290,55 @@ class RunMeasurement:
                 self.after_checkpoint(ckpt.step)
 
     def check_weights(self, ckpts: list[Checkpoint]) -> None:
-        """Fingerprint each checkpoint's weights and compare them with those its records were
-        measured from: a difference (a replaced checkpoint, another run under this trajectory
-        name) is refused in one line, for every checkpoint before any is measured, unless
-        ``replace`` (or the watcher saw the folder rewritten): then its part cache is dropped
-        and its records are replaced. Records without a fingerprint are accepted as before."""
+        """Fingerprint each checkpoint's weights and the other files that define its function
+        (:func:`~ckptsel.train.function_digests`) and compare them with those its records were
+        measured from: a difference (a replaced checkpoint, an edited config or tokenizer,
+        another run under this trajectory name) is refused in one line, for every checkpoint
+        before any is measured, unless ``replace`` (or the watcher saw the folder rewritten):
+        then its part cache is dropped and its records are replaced. Records without a
+        fingerprint are accepted as before; records stamped with the weights alone (before
+        the files were) are compared on the weights."""
         for ckpt in ckpts:
             if ckpt.step not in self.weights:
                 self.weights[ckpt.step] = weights_fingerprint(ckpt.path)
-        recorded = recorded_weights(self.out, self.trajectory, [c.step for c in ckpts])
+                self.files[ckpt.step] = function_digests(ckpt, self.bases)
+        recorded = recorded_stamps(self.out, self.trajectory, [c.step for c in ckpts])
         for ckpt in ckpts:
-            now = self.weights[ckpt.step]
-            other = sorted(recorded.get(ckpt.step, set()) - {now})
-            if not other:
+            now = self._stamp_files(ckpt.step)
+            why = next(
+                (w for s in recorded.get(ckpt.step, []) if (w := _differs(s, now))), None
+            )
+            if why is None:
                 continue
             if not (self.replace or ckpt.step in self.rewritten):
                 raise CkptselError(
                     f"{self.out}: trajectory {self.trajectory!r} step {ckpt.step} is recorded "
-                    f"from weights {_short(other[0])}, but {ckpt.path} holds weights "
-                    f"{_short(now)} (replaced, or another run under this name); refusing to "
-                    "reuse or mix them (pass --replace to measure it again, or use another "
-                    "--trajectory or --out)"
+                    f"from {why[0]}, but {ckpt.path} holds {why[1]} (replaced or edited, or "
+                    "another run under this name); refusing to reuse or mix them (pass "
+                    "--replace to measure it again, or use another --trajectory or --out)"
                 )
             self.replacing.add(ckpt.step)
             self.drop_parts(ckpt.step)
+
+    def _stamp_files(self, step: int) -> CheckpointStamp:
+        """What the weights and files of ``step`` are now (a stamp's fingerprints)."""
+        digests = self.files.get(step)
+        if digests is None:
+            return CheckpointStamp(self.weights.get(step))
+        return CheckpointStamp(
+            self.weights.get(step), None, None, files_fingerprint(digests), short_digests(digests)
+        )
 
     def _stamp(self, step: int) -> CheckpointStamp:
         """What the units of ``step`` say of the checkpoint they were measured from."""
         final = self.run_final
         if final is None:
             final = (max(c.step for c in self.ckpts), None)
+        now = self._stamp_files(step)
         return CheckpointStamp(
-            self.weights.get(step), None if final[0] is None else int(final[0]), final[1]
-        )
+            now.weights, None if final[0] is None else int(final[0]), final[1], now.files,
+            now.file_digests,
+        )  # fmt: skip
 
     def drop_parts(self, step: int) -> None:
         """Delete a checkpoint's part cache."""
@@ -325,6 +367,7 @@ class RunMeasurement:
         else:
             self._forgotten.add(step)
         self.weights.pop(step, None)
+        self.files.pop(step, None)
         self.rewritten.add(step)
         self.ckpts = [c for c in self.ckpts if c.step != step]
 
@@ -374,7 +417,7 @@ def measure_run(
     records lack are refused before they are written, unless ``allow_mixed_engines`` (then the
     units say what was mixed). Each unit also records the fingerprint of the weights it was
     measured from and the run's final step (:mod:`ckptsel.records.weights`); a checkpoint
-    whose weights differ from its records' is refused before anything is written, unless
+    whose weights or files differ from its records' is refused before anything is written, unless
     ``replace`` (then it is measured again and its records replaced).
     """
     t_start = time.perf_counter()

@@ -71,7 +71,13 @@ from ckptsel.records.store import (
     write_unit,
 )
 from ckptsel.records.units import UNITS_DIR, list_units, unit_path
-from ckptsel.records.weights import CheckpointStamp, declared_final_steps, recorded_weights
+from ckptsel.records.weights import (
+    CheckpointStamp,
+    changed_files,
+    declared_final_steps,
+    recorded_stamps,
+    short_digests,
+)
 
 __all__ = [
     "COMPLETE_WINDOW",
@@ -94,6 +100,7 @@ __all__ = [
     "UNITS_DIR",
     "ValidationData",
     "canonical",
+    "changed_files",
     "check_name",
     "coerce_generations",
     "coerce_nll",
@@ -112,11 +119,12 @@ __all__ = [
     "parquet_bytes",
     "read_frame",
     "read_provenance",
-    "recorded_weights",
+    "recorded_stamps",
     "read_rows",
     "read_schema",
     "read_table",
     "records_lock",
+    "short_digests",
     "uncached",
     "unit_path",
     "unit_provenance",

@@ -11,7 +11,8 @@ kind (:data:`FIELDS`). It is stored in the unit's Parquet key-value metadata und
 ``measured_by`` lists the distinct provenances of the unit's rows (one, unless its items were
 measured by different runs); ``conformance`` (when its rows say) lists the verdicts of the
 conformance check they were measured under (:mod:`ckptsel.measure.conformance`: ``passed (6
-items, checked ...): ...`` or ``skipped by --no-conformance-check``) — a note beside the
+items at batch size 4: ...; checked in this run, entry sha256:...)``, ``...; read from the
+cache: checked <time>, entry sha256:...)`` or ``skipped by --no-conformance-check``) — a note beside the
 provenance, never part of what must match (:func:`provenance_identity`); ``weights`` (when its
 rows say), a note too, says how the checkpoint's weights got into the model or engine
 (``loaded``, ``swapped in place, proven by 3 tensor checksums``, ``loaded afresh: <why>``,

@@ -5,12 +5,18 @@ the unit's Parquet key-value metadata under :data:`CHECKPOINT_KEY` (written in t
 atomic write as the rows, beside the provenance of :mod:`ckptsel.records.provenance`), as
 JSON::
 
-    {"weights": "sha256:<hex>", "run_final_step": 36, "run_complete": true}
+    {"weights": "sha256:<hex>", "run_final_step": 36, "run_complete": true,
+     "files": "sha256:<hex>", "file_digests": {"adapter_config.json": "<16 hex>", ...}}
 
 ``weights`` is the fingerprint of the checkpoint's weights
-(:func:`ckptsel.train.weights_fingerprint`): ``measure`` refuses to reuse or overwrite the
-records of a step whose weights on disk differ from those recorded (a replaced checkpoint,
-another run under the same trajectory name) unless told ``--replace``. ``run_final_step`` is
+(:func:`ckptsel.train.weights_fingerprint`); ``files`` that of every other file that defines
+its function (adapter and model configs, generation config, tokenizer and its template; an
+adapter's base model, its files and weights: :func:`ckptsel.train.function_digests`), and
+``file_digests`` each of those files' digest, shortened (to name what changed). ``measure``
+refuses to reuse or overwrite the records of a step whose weights or files on disk differ from
+those recorded (a replaced checkpoint, an edited config, another run under the same trajectory
+name) unless told ``--replace``. Units stamped before ``files`` existed (weights only) are
+compared on their weights alone, and gain ``files`` at their next write. ``run_final_step`` is
 the largest checkpoint step the run folder held when the unit was measured (``watch``: only
 a checkpoint whose marker, or ``--until-step``, says it is the last; ``None`` while the run
 still trains, so a provisional selection stays possible), and ``run_complete`` whether that
@@ -51,14 +57,19 @@ class CheckpointStamp:
     weights: str | None = None
     run_final_step: int | None = None
     run_complete: bool | None = None
+    files: str | None = None  # the other files' fingerprint (None: stamped before it existed)
+    file_digests: tuple[tuple[str, str], ...] = ()  # (name, short digest), sorted
 
     def metadata(self) -> dict[bytes, bytes]:
         """The unit file's key-value metadata."""
-        blob = {
+        blob: dict[str, Any] = {
             "weights": self.weights,
             "run_final_step": self.run_final_step,
             "run_complete": self.run_complete,
         }
+        if self.files:
+            blob["files"] = self.files
+            blob["file_digests"] = dict(self.file_digests)
         return {CHECKPOINT_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
 
 
@@ -74,9 +85,31 @@ def parse_stamp(blob: bytes | None) -> CheckpointStamp | None:
             str(data["weights"]) if data.get("weights") else None,
             None if final is None else int(final),
             None if complete is None else bool(complete),
+            str(data["files"]) if data.get("files") else None,
+            _digests(data.get("file_digests")),
         )
     except (ValueError, TypeError, AttributeError, KeyError):
         return None  # metadata is never a source of truth: unreadable reads as unstamped
+
+
+def short_digests(digests: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """``{name: "sha256:<hex>"}`` as a stamp's ``file_digests`` (16 hex digits each)."""
+    return tuple(sorted((str(k), str(v).removeprefix("sha256:")[:16]) for k, v in digests.items()))
+
+
+def _digests(blob: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(blob, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in blob.items()))
+
+
+def changed_files(recorded: CheckpointStamp, now: CheckpointStamp) -> list[str]:
+    """The names of the files whose digest differs between two stamps (added and removed
+    ones included; ``[]`` when either stamp does not name its files)."""
+    a, b = dict(recorded.file_digests), dict(now.file_digests)
+    if not a or not b:
+        return []
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def _single_entries(records_dir: Location, kind: str) -> dict[str, Any]:
@@ -91,14 +124,14 @@ def _single_entries(records_dir: Location, kind: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def recorded_weights(
+def recorded_stamps(
     records_dir: Path | Location | str, trajectory: str, steps: Iterable[int]
-) -> dict[int, set[str]]:
-    """Per step of ``steps``: the weight fingerprints ``trajectory``'s records hold for it
-    (its units of every kind, else the single file's; a step whose records carry none is
-    left out)."""
+) -> dict[int, list[CheckpointStamp]]:
+    """Per step of ``steps``: the stamps ``trajectory``'s records hold for it (its units of
+    every kind, else the single file's; a step whose records carry no fingerprint is left
+    out)."""
     records_dir = as_location(records_dir)
-    out: dict[int, set[str]] = {}
+    out: dict[int, list[CheckpointStamp]] = {}
     singles = {
         kind: _single_entries(records_dir, kind).get(trajectory, {}) for kind in STAMPED_KINDS
     }
@@ -107,12 +140,21 @@ def recorded_weights(
             path = unit_path(records_dir, kind, trajectory, step)
             if path.is_file():
                 stamp = parse_stamp((read_schema(path).metadata or {}).get(CHECKPOINT_KEY))
-                weights = stamp.weights if stamp is not None else None
             else:
-                weights = (singles[kind].get("weights") or {}).get(str(int(step)))
-            if weights:
-                out.setdefault(int(step), set()).add(str(weights))
+                stamp = _single_stamp(singles[kind], step)
+            if stamp is not None and stamp.weights:
+                out.setdefault(int(step), []).append(stamp)
     return out
+
+
+def _single_stamp(entry: Any, step: int) -> CheckpointStamp | None:
+    """One step's stamp from a single file's trajectory entry (``None``: none there)."""
+    if not isinstance(entry, dict):
+        return None
+    weights = (entry.get("weights") or {}).get(str(int(step)))
+    files = (entry.get("files") or {}).get(str(int(step)))
+    digests = _digests((entry.get("file_digests") or {}).get(str(int(step))))
+    return CheckpointStamp(weights, entry.get("run_final_step"), None, files, digests) if weights else None
 
 
 def read_stamps(
@@ -123,9 +165,10 @@ def read_stamps(
     records_dir = as_location(records_dir)
     out: dict[str, dict[int, CheckpointStamp]] = {}
     for traj, entry in _single_entries(records_dir, kind).items():
-        final = entry.get("run_final_step") if isinstance(entry, dict) else None
-        for step, weights in ((entry or {}).get("weights") or {}).items():
-            out.setdefault(str(traj), {})[int(step)] = CheckpointStamp(weights, final)
+        for step in ((entry or {}).get("weights") or {}) if isinstance(entry, dict) else {}:
+            stamp = _single_stamp(entry, int(step))
+            if stamp is not None:
+                out.setdefault(str(traj), {})[int(step)] = stamp
     units = list_units(records_dir, kind)
     # footers only, on a few threads (as :func:`ckptsel.records.read_provenance` reads them)
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(units)))) as pool:
@@ -149,6 +192,10 @@ def single_file_stamps(records_dir: Path | Location | str, kind: str) -> dict[by
             "weights": {str(step): s.weights for step, s in sorted(stamps.items()) if s.weights},
             "run_final_step": max(finals) if finals else None,
         }
+        files = {str(step): s for step, s in sorted(stamps.items()) if s.weights and s.files}
+        if files:  # stamps of before file fingerprints: the single file as it always was
+            blob[traj]["files"] = {k: s.files for k, s in files.items()}
+            blob[traj]["file_digests"] = {k: dict(s.file_digests) for k, s in files.items()}
     return (
         {SINGLE_FILE_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")} if blob else {}
     )

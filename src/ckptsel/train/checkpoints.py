@@ -470,3 +470,61 @@ def _fingerprint_chunks(file: Location, size: int) -> Iterator[bytes]:
         start = head + (size - head - SAMPLE_BYTES) * i // max(1, SAMPLES - 1)
         yield file.read_range(max(head, start), max(head, start) + SAMPLE_BYTES)
     yield file.read_range(max(0, size - SAMPLE_BYTES), size)
+
+
+# the files besides the weights that define what a checkpoint computes from a prompt: its
+# adapter or model config, its generation config, its tokenizer and chat template
+FUNCTION_FILES = (
+    "adapter_config.json", "config.json", "generation_config.json", "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.model",
+    "spiece.model", "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja",
+    "chat_template.json",
+)  # fmt: skip
+BASE_PREFIX = "base/"  # an adapter's base model: its files and weights, under this prefix
+
+
+def function_files(path: Path | Location | str) -> list[str]:
+    """The names of a checkpoint folder's files that define its function besides the weights
+    (:data:`FUNCTION_FILES`, and any other ``*.jinja`` template), sorted."""
+    present = {name for name, folder in as_location(path).children() if not folder}
+    return sorted(n for n in present if n in FUNCTION_FILES or n.endswith(".jinja"))
+
+
+def _file_digests(path: Location, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for name in function_files(path):
+        try:
+            blob = (path / name).read_bytes()
+        except OSError as err:
+            raise CkptselError(f"{path / name}: cannot read ({err.strerror or err})") from err
+        out[prefix + name] = "sha256:" + hashlib.sha256(blob).hexdigest()
+    return out
+
+
+def function_digests(
+    ckpt: Checkpoint, bases: dict[str, dict[str, str]] | None = None
+) -> dict[str, str]:
+    """A content digest (``sha256:<hex>``) per file that defines ``ckpt``'s function besides
+    its own weights (:func:`function_files`), by name; an adapter's base model adds its files
+    and its weights' fingerprint (:func:`weights_fingerprint`) under ``base/`` (a hub name,
+    never read here, adds its name). ``bases``: the base models' digests already taken (a
+    run's adapters share one base: read once), filled in here."""
+    out = _file_digests(ckpt.path)
+    if ckpt.kind == "adapter" and ckpt.base:
+        bases = {} if bases is None else bases
+        if str(ckpt.base) not in bases:
+            base = as_location(ckpt.base)
+            found = {BASE_PREFIX + "name": "name:" + str(ckpt.base)}
+            if base.is_dir():
+                found = _file_digests(base, BASE_PREFIX)
+                found[BASE_PREFIX + "weights"] = weights_fingerprint(base)
+            bases[str(ckpt.base)] = found
+        out.update(bases[str(ckpt.base)])
+    return out
+
+
+def files_fingerprint(digests: Mapping[str, str]) -> str:
+    """One fingerprint (``sha256:<hex>``) of :func:`function_digests`: equal files (by name
+    and content) give equal fingerprints."""
+    blob = json.dumps(dict(sorted(digests.items())), separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
