@@ -23,11 +23,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from ckptsel.records import read_frame, unit_path  # noqa: E402
+
 import archmodels as am  # noqa: E402
 from clirun import run_cli  # noqa: E402
 from tinyrun import make_gsm8k_rows, write_jsonl  # noqa: E402
-
-from ckptsel.records import read_frame, unit_path  # noqa: E402
 
 STEPS = (2, 4)
 KEY = ["trajectory", "step", "split", "item_id"]
