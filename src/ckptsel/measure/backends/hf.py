@@ -24,10 +24,12 @@ remote listing on every use), so a Ray actor on a node without the run's disk ge
 
 from __future__ import annotations
 
+import functools
 import gc
+import pickle
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,25 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     if dtype not in table:
         raise CkptselError(f"unknown --dtype {dtype!r}: use auto, float32, bfloat16 or float16")
     return table[dtype]
+
+
+def _pickles_refused(get: Callable[[Any, Checkpoint], Any]) -> Callable[[Any, Checkpoint], Any]:
+    """``get`` with a ``.bin`` weight file that torch's weights-only loader refuses (a pickle of
+    more than tensors; it is not run) turned into one line naming the checkpoint."""
+
+    @functools.wraps(get)
+    def checked(self: Any, ckpt: Checkpoint) -> Any:
+        try:
+            return get(self, ckpt)
+        except pickle.UnpicklingError as err:
+            why = [ln.strip() for ln in str(err).splitlines() if "GLOBAL" in ln.upper()]
+            raise CkptselError(
+                f"{ckpt.path}: its .bin weights are a pickle that torch's weights-only loader "
+                f"refuses, not run ({(why or ['not only tensors'])[0][:160]}); save the "
+                "checkpoint as safetensors"
+            ) from None
+
+    return checked
 
 
 class ModelHolder:
@@ -101,6 +122,7 @@ class ModelHolder:
         except ImportError:  # pragma: no cover
             pass
 
+    @_pickles_refused
     def get(self, ckpt: Checkpoint) -> Any:
         """The model for ``ckpt``, ready for inference."""
         if ckpt.kind == "full":
