@@ -24,6 +24,11 @@ It writes its section of BENCHMARKS.md (``--out``). Each throughput side runs in
 
     python benchmarks/gpu_check.py                  # everything, ~15-30 min on one H100
     python benchmarks/gpu_check.py --quick          # small sizes, a few minutes
+    python benchmarks/gpu_check.py --throughput     # only decode throughput (issue 37, ~8 min)
+
+``--throughput`` (``decode_throughput.py``): ckptsel's HF path before/after continuous
+batching, HF static-cache ``generate``, ``generate_batch`` and vLLM on the same planted-EOS
+work; ``--device cpu --throughput`` runs it on the CPU (the ``small`` shape).
 
 ``--device cpu --quick`` runs the same code on the CPU at toy sizes (no vLLM needed: its parts
 are skipped, saying so); the test suite does that, so the script cannot rot.
@@ -45,6 +50,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 
+import decode_throughput as dt  # noqa: E402
+
 from _common import BENCHMARKS_MD, update_section  # noqa: E402
 
 SHAPES = {  # real models' shapes; random weights
@@ -56,6 +63,10 @@ SHAPES = {  # real models' shapes; random weights
     "llama3-8b": ("Llama", dict(
         hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=5e5,
+    )),
+    "small": ("Llama", dict(  # the CPU's throughput shape: compute per row counts there
+        hidden_size=512, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=8,
+        num_key_value_heads=4, vocab_size=4096, max_position_embeddings=4096,
     )),
     "tiny": ("Llama", dict(
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -406,6 +417,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file to update")
     ap.add_argument("--in-process", action="store_true", help="throughput sides in this process")
+    ap.add_argument(
+        "--throughput",
+        action="store_true",
+        help="only the decode throughput table (issue 37; ~8 min on one H100/H200)",
+    )
+    ap.add_argument(
+        "--decode-work",
+        default=None,
+        help="items x new tokens, comma-separated (default: 256x64,1024x256; CPU: 64x64,64x256)",
+    )
+    ap.add_argument(
+        "--sides",
+        default=None,
+        help="comma-separated, of: "
+        + ", ".join(dt.SIDES)
+        + " (default: all; before only on the first work)",
+    )
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -419,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ["CKPTSEL_GPU_CHECK_DEVICE"] = args.device
     cpu = not args.device.startswith("cuda")
+    if args.throughput:
+        return decode_throughput(args, cpu)
     shapes = (args.shapes or ("tiny" if cpu or args.quick else "qwen3-1.7b,llama3-8b")).split(",")
     max_new = args.max_new_tokens or (16 if args.quick else 128)
     t0 = time.perf_counter()
@@ -433,6 +463,47 @@ def main(argv: list[str] | None = None) -> int:
         ]
         swaps = weights_in(shapes[0], args.device, root, max_new, args.in_process or cpu)
     write(args, arch, agree, tput, swaps, time.perf_counter() - t0, max_new)
+    return 0
+
+
+def decode_throughput(args, cpu: bool) -> int:
+    """``--throughput``: the decode table (``decode_throughput.py``) as its own section of
+    ``--out`` (``decode_throughput`` on a GPU, ``decode_throughput_cpu`` on the CPU)."""
+    import torch
+    import transformers
+
+    shapes = (args.shapes or ("small" if cpu else "qwen3-1.7b,llama3-8b")).split(",")
+    plan = dt.parse_work(args.decode_work or ("64x64,64x256" if cpu else "256x64,1024x256"))
+    sides = args.sides.split(",") if args.sides else list(dt.SIDES)
+    t0 = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory() as td:
+        for shape in shapes:
+            for k, work in enumerate(plan):  # today's loop only on the first work (it is slow)
+                chosen = [s for s in sides if s != "before" or k == 0 or args.sides]
+                rows += dt.throughput_rows(shape, args.device, [work], chosen, Path(td))
+    device = torch.cuda.get_device_name(0) if not cpu else "CPU"
+    threads = "" if not cpu else f", {torch.get_num_threads()} torch threads"
+    flag = " --device cpu" if cpu else ""
+    body = f"""## Decode throughput (`benchmarks/gpu_check.py --throughput{flag}`)
+
+Device: {device}{threads}; torch {torch.__version__}, transformers {transformers.__version__};
+vLLM {"installed" if dt.have_vllm() else "not installed"}; {time.perf_counter() - t0:.0f} s.
+Random weights, one random LoRA adapter (r=16, q/k/v/o, unmerged), EOS planted so rows stop
+at spread steps (about half the window); {"bfloat16" if not cpu else "float32"}. `before`:
+today's loop (fixed batches, finished rows padded); `after`: continuous batching,
+`--batch-size auto`; both texts + NLL; the others texts only. tokens/s: the `hf static`
+side's generated tokens over each side's seconds; bandwidth bound: see
+`benchmarks/decode_throughput.py`.
+
+{dt.table(rows, "before")}
+
+{dt.gains(rows)}
+"""
+    print(body)
+    if not args.out.exists():
+        args.out.write_text("# Benchmarks\n")
+    update_section("decode_throughput" + ("_cpu" if cpu else ""), body, path=args.out)
     return 0
 
 

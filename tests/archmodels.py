@@ -368,6 +368,53 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
+def plant_eos(model: Any, tok: Any, prompts: list[str], max_new: int, at: float = 0.5,
+              seed: int = 0) -> Any:  # fmt: skip
+    """Stops spread over the window: the EOS row of the output embedding becomes ``alpha * u``
+    (``u`` a random unit direction orthogonal to the states' mean), ``alpha`` chosen on the model's own greedy continuations
+    of ``prompts`` (EOS suppressed) so that they would stop after ``at * max_new`` steps on
+    average, each at its own step (a row stops at its first step where ``alpha * h.u`` beats every other
+    logit; until then its tokens are unchanged). The model is changed in place and returned;
+    ``generate`` sees the same model (a weight, not a logits processor)."""
+    import torch
+
+    head = model.get_output_embeddings()
+    eos, device = tok.eos_token_id, head.weight.device
+    seen: list[Any] = []
+    hook = head.register_forward_hook(
+        lambda m, inp, out: seen.append((inp[0][:, -1].float(), out[:, -1].float()))
+    )
+    side, tok.padding_side = tok.padding_side, "left"
+    try:
+        enc = tok(prompts, return_tensors="pt", padding=True).to(device)
+        with torch.inference_mode():
+            model.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new,
+                           do_sample=False, pad_token_id=tok.pad_token_id)  # fmt: skip
+    finally:
+        hook.remove()
+        tok.padding_side = side
+    h = torch.stack([x[0] for x in seen], 1).cpu()  # prompts x steps x hidden
+    logits = torch.stack([x[1] for x in seen], 1).cpu()
+    logits[..., eos] = -float("inf")
+    top = logits.max(-1).values  # prompts x steps
+    u = torch.randn(h.shape[-1], generator=torch.Generator().manual_seed(seed))
+    mean = h.reshape(-1, h.shape[-1]).mean(0)
+    u = u - (u @ mean) / (mean @ mean) * mean  # states share a large mean: h.u spreads both ways
+    u = u / u.norm()
+    s = h @ u
+    need = torch.where(s > 0, top / s.clamp(min=1e-12), torch.full_like(s, float("inf")))
+    first_need = need.cummin(1).values  # alpha above it: stopped by that step
+    cands = first_need[first_need.isfinite()].unique()
+    if len(cands) == 0:
+        raise ValueError("plant_eos: no state where EOS can win (try other prompts)")
+    # a row's stop step under alpha: the steps before its first need below alpha
+    stops = (first_need[None] >= cands[:, None, None]).sum(-1).float()  # cands x prompts
+    alpha = float(cands[(stops.mean(1) - at * max_new).abs().argmin()])
+    with torch.no_grad():
+        head.weight[eos] = (alpha * 1.0001 * u).to(head.weight.dtype).to(device)
+    return model
+
+
 def fresh(model: Any, device: Any = None) -> None:
     """A one-token forward: dynamic RoPE drops the frequencies a longer call left behind, so
     the reference that follows sees what a freshly loaded model sees (a no-op elsewhere)."""

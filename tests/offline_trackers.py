@@ -101,6 +101,8 @@ def expected_metrics(summary: dict) -> dict[str, float]:
         out["/".join(["ckptsel", *p, "unresolved"])] = 1.0 if est["unresolved"] else 0.0
         if est.get("not_estimable"):  # no interval (issue 29): said as a metric of its own
             out["/".join(["ckptsel", *p, "not_estimable"])] = 1.0
+        if est.get("cannot_resolve"):  # too small a design to resolve (issue 38)
+            out["/".join(["ckptsel", *p, "cannot_resolve"])] = 1.0
     return out
 
 

@@ -110,3 +110,19 @@ def as_zero_width(d):
         m = d["mean"]
         return {"mean": m, "lo": m, "hi": m, "unresolved": m == 0.0}
     return {k: as_zero_width(v) for k, v in d.items()}
+
+
+def as_resolvable(d, found: list | None = None):
+    """``summary.json`` as written before the small-design rule (issue 38): every
+    ``{"mean", "lo", "hi", "unresolved": true, "cannot_resolve": why}`` back to the resolved
+    interval it used to be (``found`` collects the reasons). Pinned hashes of older summaries
+    hold for the result iff nothing else changed."""
+    if isinstance(d, list):
+        return [as_resolvable(v, found) for v in d]
+    if not isinstance(d, dict):
+        return d
+    if "cannot_resolve" in d and {"mean", "lo", "hi", "unresolved"} <= set(d):
+        if found is not None:
+            found.append(d["cannot_resolve"])
+        return {"mean": d["mean"], "lo": d["lo"], "hi": d["hi"], "unresolved": False}
+    return {k: as_resolvable(v, found) for k, v in d.items()}

@@ -46,11 +46,11 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown"),
     "records": ("schema", "codec", "units", "memo", "provenance", "weights", "scan", "store", "load"),
-    "data": ("answers", "tasks", "scoring", "pools", "split", "audit"),
-    "data.answers": ("numbers", "latex", "gsm8k", "commonsense"),
+    "data": ("answers", "taskdef", "tasks", "prompts", "scoring", "pools", "split", "audit"),
+    "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
-    "train": ("checkpoints", "models", "trajectory", "study"),
+    "train": ("checkpoints", "formats", "models", "trajectory", "study"),
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "conformance",
         "measurer",
@@ -61,10 +61,10 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "measure.ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
-    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "estimates", "winners"),
+    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "exact", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
-    "workflows": ("analysis", "advise", "tracking", "watching", "study_run"),
+    "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
@@ -73,7 +73,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "integrations": ("hf_trainer",),
     "cli": (
         "output", "options", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
-        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "app",
+        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "tasks", "app",
     ),  # fmt: skip
 }
 FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}

@@ -60,7 +60,8 @@ def test_analyze_prints_its_phases(tmp_path, capsys):
         "--draws", "200", "--permutations", "10", "--no-report",
     ])  # fmt: skip
     phases = [line for line in out.splitlines() if line.startswith("analyze: ")]
-    words = ["loading", "choosing", "freezing", "scoring", "bootstrap", "writing summary.json"]
+    words = ["loading", "choosing", "freezing", "scoring", "bootstrap",
+             "choosing the checkpoint to keep", "writing summary.json"]  # fmt: skip
     assert len(phases) == len(words), out
     for line, word in zip(phases, words, strict=True):
         assert re.match(rf"analyze: {word}.* \[\d+\.\d s\]$", line), line

@@ -14,8 +14,11 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure import MeasureConfig
 from ckptsel.measure.backends.vllm import (
     CPU_BLOCK,
+    GPU_MAX_NUM_SEQS,
+    KvPlan,
     adapter_problem,
     cpu_attention_problem,
+    gpu_args,
     import_vllm,
     kv_bytes_per_token,
     kv_plan,
@@ -54,6 +57,23 @@ def test_nll_backend_defaults_to_the_backend_and_names_its_parts():
 def test_bad_engine_settings(kw, said):
     with pytest.raises(CkptselError, match=said):
         MeasureConfig("gsm8k", **kw)
+
+
+def test_gpu_engine_settings_from_the_work():
+    """On a GPU: the memory share (0.6 beside the HF model, 0.85 alone, or the option), many
+    sequences per step, a scheduler step that holds the longest request, prefix caching and
+    CUDA graphs on (docs/how-to/vllm.md)."""
+    short, long = KvPlan(2048, None), KvPlan(40960, None)
+    alone = gpu_args(MeasureConfig("gsm8k", backend="vllm"), short)
+    assert alone == {
+        "gpu_memory_utilization": 0.85, "max_num_seqs": GPU_MAX_NUM_SEQS,
+        "max_num_batched_tokens": 16384, "enable_prefix_caching": True, "enforce_eager": False,
+    }  # fmt: skip
+    beside = MeasureConfig("gsm8k", backend="vllm", nll_backend="hf")
+    assert gpu_args(beside, long)["gpu_memory_utilization"] == 0.6
+    assert gpu_args(beside, long)["max_num_batched_tokens"] == 40960
+    mine = MeasureConfig("gsm8k", backend="vllm", gpu_memory_utilization=0.5)
+    assert gpu_args(mine, short)["gpu_memory_utilization"] == 0.5
 
 
 def cfg(**kw):

@@ -74,3 +74,21 @@ def test_gpu_conformance_runs_on_the_cpu(tmp_path, monkeypatch):
     assert gpu_conformance.main([*args, "--out", str(out)]) == 0
     text = out.read_text()
     assert "| llama | eager | float32 | passed |" in text and "| 8/8 |" in text
+
+
+def test_throughput_runs_on_the_cpu(gpu_check, tmp_path):
+    """``gpu_check.py --throughput`` (issue 37) on the CPU: every HF side on the same planted
+    model and items, the same texts as today's loop in float32, its own section."""
+    out = tmp_path / "BENCHMARKS.md"
+    args = ["--device", "cpu", "--throughput", "--shapes", "tiny", "--decode-work", "12x16"]
+    assert gpu_check.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "<!-- decode_throughput_cpu -->" in text and "Device: CPU" in text
+    for side in ("before", "after", "after-texts", "hf-static", "hf-generate-batch"):
+        row = next(r for r in text.splitlines() if r.startswith(f"| tiny | 12 | 16 | {side} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[4]) > 0 and cells[9] == "12/12", row  # items/s; texts = before
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        assert "| tiny | 12 | 16 | vllm | skipped: vllm is not installed |" in text

@@ -53,7 +53,7 @@ def test_summary_schema(records_dir, tmp_path):
             for k in ("G", "H"):
                 e = s.gains.get(k, rule, budget)
                 assert isinstance(e, Estimate) and e.lo <= e.mean <= e.hi
-                assert e.unresolved == (e.lo <= 0 <= e.hi)
+                assert e.unresolved == (e.lo <= 0 <= e.hi or e.cannot_resolve is not None)
         assert s.D[rule].mean is not None
     assert set(s.matched_half) == {"oracle", "agreement"}
     mh = s.matched_half["oracle"]

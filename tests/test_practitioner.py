@@ -165,10 +165,11 @@ def test_compare_hand_computed(records):
     assert v["table"] == {"both_correct": 20, "only_a": 20, "only_b": 0, "both_wrong": 0}
     assert (v["items"], v["clusters"]) == (40, 20)
     assert (v["accuracy_a"], v["accuracy_b"], v["difference"]["mean"]) == (100.0, 50.0, 50.0)
-    # each pair {even, odd} contributes exactly 50 pp: every cluster has the same mean
-    assert v["difference"]["lo"] == pytest.approx(50.0) and v["difference"]["hi"] == pytest.approx(
-        50.0
-    )
+    # each pair {even, odd} contributes exactly 50 pp: every cluster has the same mean, so the
+    # bootstrap has zero width: no variance information, not estimable (issue 38; it printed
+    # +50.00 [+50.00, +50.00] before), and the McNemar p carries the verdict
+    assert v["difference"]["lo"] is None and v["difference"]["hi"] is None
+    assert v["difference"]["not_estimable"] == "no spread across the 20 clusters"
     assert v["mcnemar_p"] == pytest.approx(2.0**-19, rel=1e-12)
     t = out["splits"]["test"]
     assert t["table"] == {"both_correct": 18, "only_a": 6, "only_b": 0, "both_wrong": 6}

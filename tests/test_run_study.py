@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.data.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
 from ckptsel.errors import CkptselError
 from ckptsel.study import load_spec, load_study
@@ -439,10 +440,15 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     )
     plan = capsys.readouterr().out
     assert "0 generations to do, 64 already recorded" in plan
-    cli(["run", str(EXAMPLES / "gsm8k.toml"), "--workdir", str(work), *sizes(tiny, extra)])
-    out = capsys.readouterr().out
+    cli(["run", str(EXAMPLES / "gsm8k.toml"), "--workdir", str(work), "--json", *sizes(tiny, extra)])
+    said = capsys.readouterr()
+    out = said.err  # with --json the log goes to stderr, stdout is one JSON object (issue 39)
     assert "2 measured" not in out and out.count("0 measured, 2 already recorded") == 4
     assert (work / "results" / "summary.json").read_bytes() == summary
+    answer = json.loads(said.out)
+    assert list(answer) == list(JSON_SCHEMAS["run"])
+    assert answer["summary"] == json.loads(summary) and answer["results_dir"] == str(work / "results")
+    assert answer["stages"] == ["prepare", "train", "measure", "analyze"] and answer["plan"] is None
     # a change that invalidates the records is refused, with the difference
     with pytest.raises(CkptselError, match=r"test: .*\"n\": 4.* -> .*\"n\": 5"):
         from ckptsel.workflows import StudyRun
@@ -658,6 +664,11 @@ runs = "ext/b_seed*"
     for name in ("lora-a-s1", "lora-a-s2", "lora-b-s1", "lora-b-s2"):
         assert name in plan
     assert "4 trajectories x 8 checkpoints in all x 6 items: 48 generations to do" in plan
+    cli(["run", str(study), "--dry-run", "--json"])  # the same plan, as JSON (issue 39)
+    answer = json.loads(capsys.readouterr().out)
+    assert list(answer) == list(JSON_SCHEMAS["run"]) and answer["dry_run"] is True
+    assert sorted(r["trajectory"] for r in answer["plan"]) == ["lora-a-s1", "lora-a-s2", "lora-b-s1", "lora-b-s2"]
+    assert sum(r["generations_todo"] for r in answer["plan"]) == 48 and answer["summary"] is None
     cli(["run", str(study), "--until", "measure"])
     gen = read_frame(tmp_path / "records", "generations")
     assert sorted(gen["trajectory"].unique()) == [

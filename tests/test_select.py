@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ckptsel.cli import main
-from ckptsel.errors import CkptselError
+from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.results import Estimate
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
@@ -232,14 +232,18 @@ def test_select_cli_json_and_errors(records, capsys):
 # --------------------------------------------------------------------------- plausibly best, chosen estimate
 def test_plausibly_best_and_chosen_estimate_known_answers(records):
     # planted: step 30 right everywhere, the others identical and right on even items only;
-    # every paired difference to step 30 is +50 pp: the set is {30}, the estimate 100 %
+    # every paired difference to step 30 is +50 pp: the set is {30}; step 30 is right on all 200
+    # items, so its accuracy has no variance: the exact interval (Clopper-Pearson, simultaneous
+    # over the 5 checkpoints) and the median-unbiased estimate 0.5^(1/200), never 100 ± 0
     out = select_checkpoint(records, "run-s42", settings=FAST).to_dict()
     pb, ce = out["plausibly_best"], out["chosen_estimate"]
     assert pb["steps"] == [30] and pb["level"] == 0.95 and "confidence set" in pb["method"]
     assert "0.05" in pb["error_rate"] and pb["mcs_p_values"]["30"] == 1.0
     assert [e["rejected"] for e in pb["eliminations"]] == [True] * 4
     assert ce["steps"] == [30] and ce["naive"] == {"mean": 100.0, "lo": 100.0, "hi": 100.0}
-    assert ce["mean"] == pytest.approx(100.0, abs=0.01) and ce["lo"] <= ce["mean"] <= ce["hi"]
+    assert ce["mean"] == pytest.approx(100 * 0.5 ** (1 / 200), abs=1e-6)
+    assert ce["lo"] == pytest.approx(100 * (0.05 / 10) ** (1 / 200), abs=1e-6) and ce["hi"] == 100.0
+    assert ce["method"].startswith("exact: Clopper-Pearson")
     # identical checkpoints: nothing can be told apart, every step is plausibly best
     flat = select_checkpoint(records, "flat-s42", settings=FAST).to_dict()
     assert flat["plausibly_best"]["steps"] == STEPS
@@ -392,3 +396,60 @@ def test_chosen_estimate_does_not_move_with_the_seed():
         for s in range(12)
     ]
     assert 100 * np.std(streams) < 0.1
+
+
+# --------------------------------------------------------------------------- every trajectory (issue 39)
+def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, capsys):
+    """``select --all``: one row per trajectory, each select's own recommendation (the planted
+    run keeps step 30, the flat ones their final checkpoint); ``analyze`` writes the same rows
+    into summary.json (made with keep_settings from its own settings) and report.html, and
+    ``verify`` recomputes them: an edited row fails it."""
+    from ckptsel.report import render_html
+    from ckptsel.workflows import analyze, keep_settings, select_all, verify
+
+    args = ["select", str(records), "--all", "--partitions", "30",
+            "--draws", "300", "--bootstrap-partitions", "10"]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--json"])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out) == ["rule", "settings", "trajectories", "selections"]
+    rows = {r["trajectory"]: r for r in out["trajectories"]}
+    assert list(rows) == ["flat-s42", "noisy-s42", "run-s42"]  # the records' order
+    assert (rows["run-s42"]["keep_step"], rows["run-s42"]["keep_final"]) == (30, False)
+    assert rows["run-s42"]["choice"] == [30] and rows["run-s42"]["gain"]["mean"] == pytest.approx(50.0)
+    for name in ("flat-s42", "noisy-s42"):
+        assert (rows[name]["keep_step"], rows[name]["keep_final"]) == (50, True)
+    settings = SelectSettings(**out["settings"])
+    for name, row in rows.items():  # each row is select's own answer for that trajectory
+        one = select_checkpoint(records, name, settings=settings).to_dict()
+        assert out["selections"][name] == one
+        assert row["keep_step"] == one["recommendation"]["keep_step"]
+        assert row["reason"] == one["recommendation"]["reason"]
+        sv = one["rules"]["accuracy"]["split_validation"]
+        assert row["gain"] == {k: sv[k] for k in row["gain"]}
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "which checkpoint to keep: rule accuracy, 3 trajectories" in text
+    assert "1 of 3 trajectories keep an earlier checkpoint" in text and "+50.00" in text
+    for bad in (["select", str(records)], [*args, "--trajectory", "run-s42"]):
+        with pytest.raises(SystemExit) as exc:
+            main(bad)
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 2 and "--all" in err and len(err.splitlines()) == 1
+
+    res = tmp_path / "results"
+    summary = analyze(records, res, permutations=12, draws=200)
+    expected = select_all(records, settings=keep_settings(12, 200, summary.seed, summary.level))
+    assert summary.keep == expected.keep
+    assert json.loads((res / "summary.json").read_text())["keep"] == expected.keep.to_dict()
+    page = render_html(summary, [], {})  # report.html's page (its figures take seconds to draw)
+    assert "Which checkpoint to keep" in page and "1 of 3 trajectories keep an earlier checkpoint" in page
+    assert "<td>run-s42</td><td>cfg</td><td>50</td><td>30</td>" in page
+    assert any("reproduced exactly" in line for line in verify(res))
+    data = json.loads((res / "summary.json").read_text())
+    data["keep"]["trajectories"][2]["keep_step"] = 50  # an edited answer
+    (res / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
+    with pytest.raises(VerificationError, match="keep"):
+        verify(res)

@@ -72,3 +72,12 @@ def test_train_reads_a_schema1_file_without_validation_or_test(study_dir: Path) 
     assert study.validation is None and study.test is None and study.configurations[0].steps == 4
     with pytest.raises(CkptselError, match="`ckptsel run` needs 'validation' and 'test' files"):
         load_spec(path)
+
+
+def test_batch_size_is_an_int_or_auto(study_dir: Path) -> None:
+    for value in ('"auto"', "8"):
+        load_spec(_write(study_dir, V1 + f"[measure]\nbatch_size = {value}\n"))
+    with pytest.raises(
+        CkptselError, match=r'line 12: \[measure\] batch_size: must be an int or "auto"'
+    ):
+        load_spec(_write(study_dir, V1 + '[measure]\nbatch_size = "lots"\n'))

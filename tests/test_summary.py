@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,11 @@ BEFORE = {
 }
 
 
+# issue 38: intervals per shape that read unresolved now (the design cannot resolve them)
+FLAGGED = {"default": 9, "budgets": 44, "percentile": 34, "wild": 11, "no_nll": 5, "no_nll0": 13,
+           "one_configuration": 0, "tasks": 14, "clustered": 14}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict[str, tuple[Summary, Path]]:
     root = tmp_path_factory.mktemp("summaries")
@@ -110,8 +116,18 @@ def test_summary_json_is_the_typed_summary_byte_for_byte(analyzed, shape):
     # the same numbers: the bytes before summary.json said whether the protocol was frozen
     data = json.loads(text)
     assert data.pop("protocol") == {"status": "not pre-registered"}
-    old_form = summary_json(rg.as_zero_width(data))
+    # and the keep table (issue 39), added last: select's answer per trajectory, checked in
+    # test_select; every other byte is as pinned
+    assert list(data)[-1] == "keep" and len(data.pop("keep")["trajectories"]) == summary.population.trajectories
+    found = []  # issue 38: intervals over fewer nonzero configurations than an exact test needs
+    old_form = summary_json(rg.as_resolvable(rg.as_zero_width(data), found))
     assert hashlib.sha256(old_form.encode()).hexdigest() == BEFORE[shape]
+    # and nothing else changed: these shapes have 6 configurations, 2-3 per task, so by-task (and
+    # some pooled sensitivity) intervals rest on fewer; "clustered" also has question-family
+    # intervals over 5 test-question clusters that differ from 0
+    assert len(found) == FLAGGED[shape]
+    assert all(re.fullmatch(r"[1-5] nonzero (configuration|test-question cluster)s?, and an exact "
+                            "95% test needs 6", why) for why in found), set(found)  # fmt: skip
 
 
 def test_each_shape_has_what_it_should(analyzed):

@@ -275,6 +275,8 @@ def test_wandb_into_the_training_run_by_id(study, stores):
         note=lambda m: None,
     )  # fmt: skip
     assert logged.run_id == train_id
+    line = logged.line()  # the run named (issue 39: it said "logged to run None")
+    assert "None" not in line and train_id in line and line.startswith("wandb: logged to run ")
     first, resumed = wandb_runs(stores.wandb, train_id)  # offline, a resumed run is a second folder
     assert "train/loss" in wandb_run(first)["history"][0]
     check_metrics(wandb_run(resumed)["summary"], study.summary)
@@ -317,7 +319,7 @@ def test_trackio_into_the_training_run_by_name(study, stores):
         study.results, ["trackio"], targets={"trackio": LogTarget(run_id="sft-run", project="ckptsel-train")},
         note=lambda m: None,
     )  # fmt: skip
-    assert logged.run_name == "sft-run"
+    assert logged.run_name == "sft-run" and logged.line().startswith("trackio: logged to run sft-run (")
     rows = SQLiteStorage.get_logs("ckptsel-train", "sft-run")
     assert rows[0]["train/loss"] == 1.5
     check_metrics(next(r for r in rows if "ckptsel/G/accuracy/full/mean" in r), study.summary)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel._util.locations import FileInfo, Location
+from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.errors import CkptselError
 from ckptsel.measure import WatchSettings, list_folders, read_status
 from ckptsel.train import checkpoint_readiness, discover_checkpoints, is_final_checkpoint
@@ -256,7 +257,11 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
         "--base", case.run.base, "--batch-size", "2", "--max-new-tokens", "8", "--no-progress",
     ]  # fmt: skip  (the default window: select reads its NLL)
     once = tmp_path / "records-once"
-    assert run_cli(["measure", case.run.run_dir, "--out", once, *common]) == 0
+    capsys.readouterr()
+    assert run_cli(["measure", case.run.run_dir, "--out", once, *common, "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)  # one object on stdout (issue 39)
+    assert list(measured) == list(JSON_SCHEMAS["measure"]) and measured["records"] == str(once)
+    assert measured["measured_steps"] == list(STEPS) and measured["reused_steps"] == []
     args = ["watch", run_dir, "--out", out, *common, "--poll", "0.05", "--settle", "0.4",
             "--timeout", "150", "--draws", "50"]  # fmt: skip
     status_file = out / "watch" / name / "status.json"
@@ -274,6 +279,8 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     writer.join(10)
     said = capsys.readouterr().out
     assert "weights not whole" in said and f"done at step {STEPS[-1]}" in said
+    for step in STEPS:  # what it is measuring, progress off (issue 39)
+        assert f"measuring step {step}: 0/" in said
     assert_same_records(once, out)
     status = json.loads((out / "watch" / name / "status.json").read_text())
     assert status["state"] == "done" and status["recorded"] == list(STEPS)
@@ -285,8 +292,16 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     assert f"keep checkpoint-{answer['recommendation']['keep_step']}" in said
 
     parts = {p: p.stat().st_mtime_ns for p in (out / ".parts").rglob("*.parquet")}
-    assert run_cli(args) == 0  # started again: continues from the records, measures nothing
+    capsys.readouterr()
+    assert run_cli([*args, "--json"]) == 0  # started again: continues, measures nothing
     assert parts == {p: p.stat().st_mtime_ns for p in (out / ".parts").rglob("*.parquet")}
+    said = capsys.readouterr()  # --json: one object on stdout, the status lines on stderr
+    answer = json.loads(said.out)
+    assert list(answer) == list(JSON_SCHEMAS["watch"]) and answer["done"] is True
+    assert answer["status"] == json.loads((out / "watch" / name / "status.json").read_text())
+    assert answer["selection"] == json.loads((out / "watch" / name / "selection.json").read_text())
+    assert answer["selection_file"] == str(out / "watch" / name / "selection.json")
+    assert f"done at step {STEPS[-1]}" in said.err
     assert_same_records(once, out)
 
     until_out = tmp_path / "records-until"
@@ -299,3 +314,75 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
         assert run_cli(args + bad) == 2
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1
+
+
+def test_status_and_selection_current_after_every_checkpoint(case, tmp_path):
+    """Issue 39: a writer thread puts checkpoint 10 in, then, once the watcher has recorded
+    it, 20 and 30 (the final one) at the same moment, so one poll finds both ready. Read
+    between checkpoints (when each starts to be measured, and as its items go), status.json
+    names every checkpoint recorded so far and the one being measured with its progress, and
+    selection.json holds a provisional answer (never 'measure the final checkpoint')."""
+    from ckptsel.workflows import SelectSettings, selection_path, watch_and_select
+
+    name = case.run.run_dir.name
+    run_dir, out = tmp_path / "runs" / name, tmp_path / "records"
+    status_file = out / "watch" / name / "status.json"
+
+    def written(step: int) -> bool:
+        try:
+            return step in json.loads(status_file.read_text())["recorded"]
+        except (OSError, ValueError):
+            return False
+
+    def writer() -> None:
+        put = local_put(tmp_path / "staging")
+        for step in STEPS:
+            marker = json.dumps({"global_step": step, "max_steps": STEPS[-1]}).encode()
+            for f in (case.run.run_dir / f"checkpoint-{step}").iterdir():
+                put(f"tmp-checkpoint-{step}/{f.name}", marker if f.name == "trainer_state.json" else f.read_bytes())
+        run_dir.mkdir(parents=True)
+        os.rename(tmp_path / "staging" / f"tmp-checkpoint-{STEPS[0]}", run_dir / f"checkpoint-{STEPS[0]}")
+        end = time.monotonic() + 60
+        while not written(STEPS[0]) and time.monotonic() < end:
+            time.sleep(0.02)
+        for step in STEPS[1:]:  # together: a poll finds them both complete
+            os.rename(tmp_path / "staging" / f"tmp-checkpoint-{step}", run_dir / f"checkpoint-{step}")
+
+    seen: list[tuple[str, int, dict, dict]] = []  # (event, step, status.json, selection.json)
+
+    def on_progress(event) -> None:  # the files as a user reads them, between checkpoints
+        if event.kind in ("step", "items"):
+            sel = selection_path(out, name).local
+            selection = json.loads(sel.read_text()) if sel.is_file() else {}
+            seen.append((event.kind, event.step, json.loads(status_file.read_text()), selection))
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    from ckptsel.measure import MeasureConfig
+
+    status = watch_and_select(  # the default window: select reads its NLL
+        run_dir, MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8), validation=case.run.validation, test=case.run.test, out=out,
+        base=str(case.run.base), settings=WatchSettings(**FAST, progress_every=0.0),
+        select_settings=SelectSettings(draws=20, partitions=4, bootstrap_partitions=2),
+        on_progress=on_progress,
+    )  # fmt: skip
+    thread.join(10)
+    assert status.state == "done" and sorted(status.recorded) == list(STEPS)
+    starts = [(step, st, sel) for kind, step, st, sel in seen if kind == "step"]
+    assert [step for step, _, _ in starts] == list(STEPS)
+    for k, (step, st, sel) in enumerate(starts):
+        assert st["recorded"] == list(STEPS[:k]), (step, st)  # every checkpoint so far
+        assert list(st["measuring"]) == [str(step)] and st["measuring"][str(step)]["done"] == 0
+        if k >= 2:  # two checkpoints recorded: a provisional answer, run in progress
+            assert sel["state"] == "selected" and sel["status"] == "in progress", sel.get("reason")
+            assert sel["recommendation"]["provisional"] is True
+            assert sel["watch"]["recorded"] == list(STEPS[:k])
+    items = [(step, st["measuring"][str(step)]) for kind, step, st, _ in seen if kind == "items"]
+    for step in STEPS:  # its progress, written as it goes, counted up to its total
+        done = [m["done"] for s, m in items if s == step]
+        total = {m["total"] for s, m in items if s == step}
+        assert len(done) > 1 and done == sorted(set(done)) and done[-1] == total.pop(), (step, items)
+    saved = read_status(out, name)
+    assert saved["measuring"] == {} and saved["recorded"] == list(STEPS)
+    final = json.loads(selection_path(out, name).local.read_text())
+    assert final["status"] == "complete" and final["state"] == "selected"

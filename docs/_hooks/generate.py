@@ -1,8 +1,11 @@
 """MkDocs hook: the reference pages' generated parts, built from the code at every build.
 
 A page asks for a part with a marker line ``<!-- generated: NAME -->``; NAME is ``cli`` (the
-Typer app's commands and options, through Typer's own Markdown generator), ``study-keys``
-(``ckptsel.study.spec.SCHEMA``) or ``records-schema`` (``ckptsel.records.schema``). Nothing in
+Typer app's commands and options, through Typer's own Markdown generator), ``json-output``
+(``ckptsel.cli.output.JSON_SCHEMAS``: what each command's ``--json`` prints), ``study-keys``
+(``ckptsel.study.spec.SCHEMA``), ``records-schema`` (``ckptsel.records.schema``), ``tasks``
+(every task's item schema and answer rule, ``ckptsel.data.TASKS``) or ``task-file`` (a task
+file's keys and the named answer rules). Nothing in
 these parts is written by hand, so they cannot drift from the code.
 """
 
@@ -92,7 +95,64 @@ def records_schema() -> str:
     ])  # fmt: skip
 
 
-PARTS = {"cli": cli, "study-keys": study_keys, "records-schema": records_schema}
+def json_output() -> str:
+    from ckptsel.cli.output import JSON_SCHEMAS
+
+    parts = []
+    for command, keys in JSON_SCHEMAS.items():
+        rows = [f"## `ckptsel {command} --json`", "", "| key | holds |", "|---|---|"]
+        rows += [f"| `{key}` | {_cell(holds)} |" for key, holds in keys.items()]
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)
+
+
+def tasks() -> str:
+    """Every registered task: its item schema (which record field is which role) and its
+    answer rule, from ``ckptsel.data.TASKS``."""
+    from ckptsel.data import TASKS
+
+    out = []
+    for task in TASKS.values():
+        aliases = f" (aliases: {', '.join(f'`{a}`' for a in task.aliases)})" if task.aliases else ""
+        rows = ["| role | field(s) of an item record | how / default |", "|---|---|---|"]
+        for role, names, note in task.fields.rows(task.name) if task.fields else []:
+            parts = re.split(r"( \+ | \| )", names) if names else []
+            words = {" + ": " + ", " | ": " or "}
+            shown = "".join(words.get(p) or f"`{p}`" for p in parts) or "—"
+            rows.append(f"| {role} | {shown} | {_cell(note)} |")
+        rule = "<br>".join(_cell(line) for line in task.rule.describe())
+        out.append(
+            f"### `{task.name}`{aliases}\n\n{_cell(task.description)}\n\n"
+            + "\n".join(rows) + f"\n\n**Answer rule:** {rule}"
+        )
+    return "\n\n".join(out)
+
+
+def task_file() -> str:
+    """The keys of a task file and the named extraction and comparison rules, from
+    ``ckptsel.data.TASK_FILE_KEYS``, ``EXTRACT_RULES`` and ``COMPARE_RULES``."""
+    from ckptsel.data import COMPARE_RULES, EXTRACT_RULES, TASK_FILE_KEYS
+
+    rows = ["| table | key | meaning |", "|---|---|---|"]
+    for table, keys in TASK_FILE_KEYS.items():
+        for i, (key, meaning) in enumerate(keys.items()):
+            where = (f"`[{table}]`" if table else "top level") if i == 0 else ""
+            rows.append(f"| {where} | `{key}` | {_cell(meaning)} |")
+    rules = ["| `extract` rule | the answer is |", "|---|---|"]
+    rules += [f"| `{k}` | {_cell(v)} |" for k, v in EXTRACT_RULES.items()]
+    compares = ["| `compare` rule | correct when |", "|---|---|"]
+    compares += [f"| `{k}` | {_cell(v)} |" for k, v in COMPARE_RULES.items()]
+    return "\n\n".join(["\n".join(rows), "\n".join(rules), "\n".join(compares)])
+
+
+PARTS = {
+    "cli": cli,
+    "study-keys": study_keys,
+    "records-schema": records_schema,
+    "tasks": tasks,
+    "task-file": task_file,
+    "json-output": json_output,
+}
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

@@ -13,7 +13,8 @@ from ckptsel import defaults
 from ckptsel._util.locations import as_location
 from ckptsel.choose import parse_budget_list
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
-from ckptsel.cli.output import console
+from ckptsel.cli.output import console as stdout_console
+from ckptsel.cli.output import err_console, print_json
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 from ckptsel.stats import METHODS
 from ckptsel.workflows import SelectSettings, log_analysis
@@ -65,6 +66,9 @@ def analyze(
         "trajectory); its select answer is logged too.",
     ),
     checkpoints: Path = CHECKPOINTS,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (the summary and where it is); the rest goes to stderr."
+    ),
 ) -> None:
     """Choose checkpoints on validation records (frozen + hashed), score them on test records,
     and report G, H, D and B with bootstrap intervals."""
@@ -72,6 +76,7 @@ def analyze(
     budget_list = parse_budget_list(budgets)
     tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
     tracking = tracking.for_records(records_dir)
+    console = err_console if as_json else stdout_console  # with --json, stdout is the JSON alone
     with console.status("choosing on validation records, then scoring frozen choices…") as status:
 
         def phase(line: str) -> None:  # one line per phase, in a log too; the spinner says it
@@ -88,7 +93,8 @@ def analyze(
         )  # fmt: skip
     from ckptsel.report import print_main_table  # when run (see ckptsel.cli)
 
-    print_main_table(summary, console)
+    if not as_json:
+        print_main_table(summary, console)
     if report:
         console.print(f"report: {as_location(out) / REPORT_FILE}")
     console.print(
@@ -101,3 +107,9 @@ def analyze(
                 records_dir, out, tracking, select_settings=SelectSettings(seed=seed, level=confidence),
                 note=lambda line: console.print(line, soft_wrap=True),
             )  # fmt: skip
+    if as_json:
+        print_json("analyze", {
+            "results": str(as_location(out)), "summary_file": str(as_location(out) / SUMMARY_FILE),
+            "report_file": str(as_location(out) / REPORT_FILE) if report else None,
+            "choices_sha256": summary.choices_sha256, "summary": summary.to_dict(),
+        })  # fmt: skip

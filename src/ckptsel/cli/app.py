@@ -28,6 +28,7 @@ from ckptsel.cli import (
     selection,
     simulate,
     split,
+    tasks,
     train,
     verify,
     watch,
@@ -54,6 +55,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("run", run.run),
 )
 # Command groups (listed after the commands): (name, help, its subcommands).
+# A group named in GROUP_DEFAULTS runs that function when given no subcommand (`ckptsel tasks`).
 GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...] = (
     (
         "ingest",
@@ -65,6 +67,8 @@ GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...]
         ),
     ),
     ("records", "Maintain records folders.", (("compact", records.compact),)),
+    ("tasks", "List the tasks, or show one (its fields, a prompt, its answer rule).",
+     (("show", tasks.show),)),
     (
         "protocol",
         "Freeze a study's protocol before training (pre-registration), and check it.",
@@ -107,8 +111,11 @@ def _options(
 
 for _name, _command in COMMANDS:
     app.command(_name, help=command_help(_command))(_command)
+GROUP_DEFAULTS: dict[str, Callable[..., None]] = {"tasks": tasks.tasks}
 for _name, _help, _subcommands in GROUPS:
-    _group = typer.Typer(no_args_is_help=True, help=_help)
+    _group = typer.Typer(no_args_is_help=_name not in GROUP_DEFAULTS, help=_help)
+    if _name in GROUP_DEFAULTS:
+        _group.callback(invoke_without_command=True)(GROUP_DEFAULTS[_name])
     for _sub, _command in _subcommands:
         _group.command(_sub, help=command_help(_command))(_command)
     app.add_typer(_group, name=_name)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
-from ckptsel.cli.output import print_comparison
+from ckptsel.cli.output import print_comparison, print_json
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.workflows import CompareSettings, compare_checkpoints
 
@@ -32,6 +31,6 @@ def compare(
         settings=CompareSettings(draws=draws, seed=seed, level=confidence),
     )  # fmt: skip
     if as_json:
-        typer.echo(json.dumps(result, indent=1, allow_nan=False))
+        print_json("compare", result)
     else:
         print_comparison(result)

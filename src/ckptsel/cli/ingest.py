@@ -80,7 +80,8 @@ TRAJECTORY = typer.Option(
 TASK = typer.Option(
     None,
     "--task",
-    help="ckptsel task (answers normalized with it); default: the harness's task name.",
+    help="ckptsel task or task file PATH.toml (answers normalized with it); default: the "
+    "harness's task name.",
 )
 SPLIT = typer.Option(
     "test", "--split", help="validation or test, for samples whose metadata names none."
@@ -106,7 +107,8 @@ def lm_eval(
     task: str = typer.Option(
         None,
         "--task",
-        help="ckptsel task (answers normalized with it); default: lm-eval task name.",
+        help="ckptsel task or task file PATH.toml (answers normalized with it); default: "
+        "lm-eval task name.",
     ),
     split: str = typer.Option("test", "--split", help="validation or test."),
     step: int = typer.Option(

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from ckptsel.cli import options
-from ckptsel.cli.output import progress_bars
+from ckptsel.cli.output import print_json, progress_bars
 
 
 @options.with_groups
@@ -45,9 +45,13 @@ def measure(
     only: str = typer.Option(
         None, "--only", help="generation or nll: measure and record just that kind."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (what was measured and reused, counts, seconds); no progress bars."
+    ),
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
     # the measurement stage loads when the command runs (see ckptsel.cli)
+    from ckptsel.data import get_task
     from ckptsel.measure import ExecutorConfig, measure_run
 
     run_dir, config, where = options.measure_inputs(
@@ -58,10 +62,19 @@ def measure(
         kind=executor, address=ray_address, workers=workers, num_cpus=num_cpus,
         num_gpus=num_gpus, max_retries=max_retries, forward_credentials=forward_credentials,
     )  # fmt: skip
-    with progress_bars(progress) as on_progress:
+    with progress_bars(progress and not as_json) as on_progress:  # bars draw on stdout
         res = measure_run(
             run_dir, config, **where, on_progress=on_progress, executor=ex
         )
+    if as_json:
+        print_json("measure", {
+            "trajectory": res.trajectory, "configuration": res.configuration,
+            "records": str(where["out"]), "steps": res.steps, "measured_steps": res.measured_steps,
+            "reused_steps": res.reused_steps, "generated_items": res.generated_items,
+            "scored_items": res.scored_items, "seconds": round(res.seconds, 3), "engines": res.engines,
+            "prompt_format": res.prompt_format,
+        })  # fmt: skip
+        return
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
     typer.echo(
         f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "
@@ -72,5 +85,12 @@ def measure(
             f"  configuration {res.configuration!r}: the trajectory name less its seed, as run "
             "and ingest read it (--configuration to set another)"
         )
+    if res.prompt_format:
+        typer.echo(f"  prompt format: {res.prompt_format}")
+    no_nll = sorted({get_task(t).name for t in (config.task, config.task_for("test"))
+                     if not get_task(t).has_response})  # fmt: skip
+    if no_nll and config.only != "generation":
+        typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the "
+                   "NLL rules of analyze need one)")  # fmt: skip
     if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

@@ -74,19 +74,42 @@ CONFIGURATION = typer.Option(
 )  # fmt: skip
 
 
+PROMPT = OptionGroup(
+    prompt_format=(str, typer.Option(
+        None, "--prompt-format",
+        help="How an item's prompt is wrapped: alpaca, chat (the checkpoint tokenizer's "
+        "chat template, one user turn + generation prompt) or a Jinja template file. "
+        "Default: what the run folder's prompt_format.json says (ckptsel train writes it), "
+        "else alpaca; a tokenizer with a chat template and no stated format is refused.",
+    )),
+    system_prompt=(str, typer.Option(
+        None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."
+    )),
+    chat_template_args=(str, typer.Option(
+        None, "--chat-template-args",
+        help='JSON arguments of the chat template, e.g. \'{"enable_thinking": false}\'.',
+    )),
+)  # fmt: skip
+"""How an item's prompt is wrapped (:class:`~ckptsel.measure.MeasureConfig` fields; also
+``tasks show``'s)."""
+
+
 def run_options(run_dir: str, out: str) -> OptionGroup:
     """A measured run's options, the run folder's and the records folder's help (``run_dir``,
     ``out``) said by the command: the run, its items, the records folder, the names."""
     return OptionGroup(
         run_dir=(str, typer.Argument(..., help=run_dir)),
         task=(str, typer.Option(
-            ..., "--task", help="gsm8k, metamath, math, commonsense or a commonsense task."
+            ..., "--task", help="gsm8k, metamath, math, commonsense, a commonsense task, or a "
+            "task file PATH.toml (ckptsel tasks lists them)."
         )),
         validation=(str, typer.Option(..., "--validation", help="Validation items file or URL.")),
         test=(str, typer.Option(..., "--test", help="Test items file or URL.")),
         test_task=(str, typer.Option(
-            None, "--test-task", help="Task of the test file when it differs (e.g. gsm8k)."
+            None, "--test-task",
+            help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k).",
         )),
+        **PROMPT,
         out=(str, typer.Option(..., "--out", help=out)),
         base=(str, typer.Option(
             None, "--base",
@@ -100,8 +123,10 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
 
 
 ENGINE = OptionGroup(
-    batch_size=(int, typer.Option(
-        BATCH_SIZE, "--batch-size", help="Prompts per batch. In float32 (the CPU default) "
+    batch_size=(str, typer.Option(
+        "auto", "--batch-size", help="Prompts per batch, or auto: "
+        f"{BATCH_SIZE} on the CPU, sized from free memory on a GPU (the log says how). In "
+        "float32 (the CPU default) "
         "texts, answers and NLLs do not depend on it; in bfloat16 they can (batch 1 vs 8, "
         "tiny models: 4-9 of 64 texts, up to 1 answer, NLL 4e-4 relative)."
     )),

@@ -1,6 +1,7 @@
 """What the commands print, shared: the console, the measurement progress bars, the tables
-of ``select``, ``compare`` and ``plan`` (the options several commands share are in
-:mod:`~ckptsel.cli.options`).
+of ``select``, ``compare`` and ``plan``, and the JSON object each reporting command prints
+with ``--json`` (:data:`JSON_SCHEMAS`, :func:`print_json`) (the options several commands
+share are in :mod:`~ckptsel.cli.options`).
 
 The measurement runner has no UI code: it reports :class:`ckptsel.measure.ProgressEvent` s,
 which :func:`progress_bars` renders as rich progress bars (one for the run, one for the
@@ -10,6 +11,7 @@ checkpoint being measured, each with its items/s).
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -20,9 +22,24 @@ from rich.table import Table
 from ckptsel.results import fmt
 
 if TYPE_CHECKING:
+    from ckptsel.results import KeepTable
     from ckptsel.workflows import Selection
 
-console = Console()
+# Piped to a file or a program, rich would wrap every line at 80 columns and fold the numbers
+# in a table's cells; such a stream gets a width no line reaches, so each keeps its numbers whole.
+PIPED_WIDTH = 10_000
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr): the terminal's width, or :data:`PIPED_WIDTH` when the
+    stream is not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty())
+    return Console(stderr=stderr, width=PIPED_WIDTH if piped else None)
+
+
+console = _console()
+err_console = _console(stderr=True)  # what a --json command says besides its JSON object
 
 
 # --------------------------------------------------------------------------- measure
@@ -136,6 +153,27 @@ def print_selection(result: Selection) -> None:
     )
 
 
+def print_keep_table(keep: KeepTable) -> None:
+    """Which checkpoint to keep per trajectory (``select --all``; ``summary.json``'s keep)."""
+    level = int(round(float(keep.settings["level"]) * 100))
+    table = Table(title=f"which checkpoint to keep: rule {keep.rule}, {len(keep.trajectories)} trajectories")
+    for col in ("trajectory", "configuration", "final", "chosen", f"split-validation gain, pp ({level}%)", "keep"):
+        table.add_column(col, no_wrap=col != "chosen")
+    for row in keep.trajectories:
+        what = f"{row.keep_step} (final)" if row.keep_final else f"{row.keep_step}"
+        chosen = ", ".join(map(str, row.choice)) or "–"
+        table.add_row(row.trajectory, row.configuration, str(row.final_step), chosen, fmt(row.gain), what)
+    console.print(table)
+    kept = [r for r in keep.trajectories if not r.keep_final]
+    console.print(
+        f"{len(kept)} of {len(keep.trajectories)} trajectories keep an earlier checkpoint: its "
+        f"split-validation gain over the final one is resolved above 0; the others keep the final checkpoint."
+    )
+    for row in keep.trajectories:
+        if not row.choice:
+            console.print(f"{row.trajectory}: {row.reason}", soft_wrap=True)
+
+
 def _print_best(result: Selection, level: int) -> None:
     """The plausibly-best set and the selection-corrected estimate, when present."""
     pb, ce = result.plausibly_best, result.chosen_estimate
@@ -143,13 +181,18 @@ def _print_best(result: Selection, level: int) -> None:
         console.print(
             f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
             f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
-            f"[/bold] — the validation data cannot tell these apart."
+            f"[/bold] — the validation data cannot tell these apart"
+            + (f" (steps {', '.join(map(str, pb.kept_by_exact_test))} kept: an exact paired test against the "
+               "most accurate one cannot reject at this size)." if pb.kept_by_exact_test else ".")  # fmt: skip
         )
     if ce is not None:
         console.print(
             f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
             f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
-            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, Andrews-Kitagawa-McCloskey hybrid); the "
+            f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, "
+            + ("exact Clopper-Pearson: no variance to approximate" if ce.exact
+               else "Andrews-Kitagawa-McCloskey hybrid")  # fmt: skip
+            + "); the "
             f"naive {ce.naive_mean:.2f}% [{ce.naive_lo:.2f}, {ce.naive_hi:.2f}] is "
             f"{ce.naive_mean - ce.mean:+.2f} pp optimistic."
         )
@@ -291,3 +334,112 @@ def _print_closed_form(closed: dict) -> None:
         f"P(pick) ≥ {closed['target']:.2f} alone needs {closed['budget_to_pick']}; the McNemar "
         f"budget is {closed['budget_for_test']} (normal approximation)."
     )
+
+
+# --------------------------------------------------------------------------- --json
+# One schema per command: the keys of the JSON object ``--json`` prints on stdout, in order,
+# with what each holds. docs/reference/json.md is generated from this table and the tests
+# check every command's object against it; with --json everything else goes to stderr.
+_SELECTION_KEYS = {
+    "trajectory": "the trajectory",
+    "configuration": "its configuration",
+    "task": "its task",
+    "steps": "its checkpoints' steps",
+    "final_step": "the final checkpoint's step",
+    "validation_items": "eligible validation items",
+    "validation_clusters": "validation clusters (items sharing a group count once)",
+    "validation_exclusions": "validation items left out, by reason",
+    "test_items": "test items (null: no test records)",
+    "settings": "partitions, draws, bootstrap_partitions, permutations, seed, level",
+    "rules": "per rule: choice (steps, probabilities), budget_curve, split_validation and test "
+    "gains (estimates in pp)",
+    "recommendation": "rule, keep_step, keep_final, reason",
+    "plausibly_best": "the model confidence set of the most accurate checkpoints (or null)",
+    "chosen_estimate": "the chosen checkpoint's accuracy corrected for having been chosen (or null)",
+}
+_KEEP_KEYS = {
+    "rule": "the rule of the recommendations",
+    "settings": "the select settings that made them",
+    "trajectories": "one row per trajectory: trajectory, configuration, final_step, keep_step, "
+    "keep_final, choice (the rule's full-pool choice), gain (its split-validation gain over the "
+    "final checkpoint, pp; null when select cannot answer), reason",
+}
+JSON_SCHEMAS: dict[str, dict[str, str]] = {
+    "select": _SELECTION_KEYS,
+    "select --all": {
+        **_KEEP_KEYS,
+        "selections": "per trajectory select answers, the select --json object of each",
+    },
+    "compare": {
+        "a": "checkpoint A: trajectory, step",
+        "b": "checkpoint B: trajectory, step",
+        "settings": "draws, seed, level",
+        "splits": "validation and test (null without test records): items, clusters, accuracies, "
+        "difference (A − B, pp, with interval), the 2×2 table, McNemar p, items not shared",
+    },
+    "plan": {
+        "pilot": "the plan from pilot records (null without them): settings, rows per budget, answer",
+        "closed_form": "the closed-form plan (null without --delta/--agreement): rows per budget, "
+        "budgets",
+        "figure": "the figure's path (null: none written)",
+    },
+    "measure": {
+        "trajectory": "the trajectory measured",
+        "configuration": "its configuration",
+        "records": "the records folder or URL",
+        "steps": "its checkpoints' steps",
+        "measured_steps": "the checkpoints measured now",
+        "reused_steps": "the checkpoints already recorded (nothing measured)",
+        "generated_items": "items generated now",
+        "scored_items": "items whose NLL was scored now",
+        "seconds": "wall-clock seconds",
+        "engines": "how the weights got in, in words (empty when nothing was loaded)",
+        "prompt_format": "the prompt format measured with, in words (empty when nothing was measured)",
+    },
+    "analyze": {
+        "results": "the results folder or URL",
+        "summary_file": "summary.json's path",
+        "report_file": "report.html's path (null with --no-report)",
+        "choices_sha256": "the frozen choices' SHA-256",
+        "summary": "summary.json's object (docs: Results and summary.json), the keep table last",
+    },
+    "verify": {
+        "results": "the results folder or URL",
+        "ok": "true when everything was reproduced; false on a mismatch (exit code 1)",
+        "checks": "one line per check that passed",
+        "error": "the mismatch (null when ok)",
+    },
+    "watch": {
+        "trajectory": "the trajectory watched",
+        "done": "true once the final checkpoint is recorded; false when --timeout stopped it "
+        "(exit code 1)",
+        "status": "status.json's object: state, recorded, waiting, missed, incomplete, "
+        "final_step, measuring, …",
+        "status_file": "where status.json is",
+        "selection": "selection.json's object as last written (null with --no-select)",
+        "selection_file": "where selection.json is (null with --no-select)",
+    },
+    "run": {
+        "study": "the study file",
+        "protocol": "whether its protocol was frozen before training",
+        "stages": "the stages run",
+        "dry_run": "true with --dry-run (nothing run)",
+        "plan": "with --dry-run: per trajectory, checkpoints, trained, items, generations to do and "
+        "done (null otherwise)",
+        "records_dir": "the study's records folder",
+        "results_dir": "the study's results folder",
+        "summary": "summary.json's object when the analyze stage ran (else null)",
+    },
+}
+
+
+def print_json(command: str, data: dict) -> None:
+    """``command --json``'s output: ``data`` as one indented JSON object on stdout, its keys
+    exactly the command's :data:`JSON_SCHEMAS` (a difference is a bug, said loudly)."""
+    import json
+
+    import typer
+
+    if list(data) != list(JSON_SCHEMAS[command]):
+        raise RuntimeError(f"{command} --json: keys {list(data)} differ from its schema {list(JSON_SCHEMAS[command])}")
+    typer.echo(json.dumps(data, indent=1, allow_nan=False))

@@ -3,13 +3,12 @@ form from an accuracy gap and an agreement rate)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from ckptsel._util.io import write_bytes
-from ckptsel.cli.output import console, print_plan
+from ckptsel.cli.output import console, print_json, print_plan
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
 from ckptsel.workflows import (
@@ -78,8 +77,7 @@ def plan(
         write_bytes(figure, figure_bytes(plan_figure(pilot, closed), figure.suffix[1:]))
     shown = None if figure is None else str(figure)
     if as_json:
-        typer.echo(json.dumps({"pilot": pilot, "closed_form": closed, "figure": shown},
-                              indent=1, allow_nan=False))  # fmt: skip
+        print_json("plan", {"pilot": pilot, "closed_form": closed, "figure": shown})
     else:
         print_plan(pilot, closed)
         if figure is not None:

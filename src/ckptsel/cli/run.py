@@ -8,7 +8,7 @@ import typer
 
 from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
-from ckptsel.cli.output import console
+from ckptsel.cli.output import console, err_console, print_json
 from ckptsel.study import check_protocol, load_spec, protocol_status
 from ckptsel.workflows import StudyRun, stages_to_run
 
@@ -44,6 +44,11 @@ def run(
     trajectory: str = typer.Option(
         None, "--trajectory", help="Whose recommended checkpoint --register registers."
     ),
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="At the end, print one JSON object (the stages run, where the records and results "
+        "are, the summary; with --dry-run the plan); the log goes to stderr.",
+    ),  # fmt: skip
 ) -> None:
     """Run or resume a whole study; every stage skips what is already done. With --log (or the
     study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""
@@ -54,14 +59,25 @@ def run(
     stages = stages_to_run(until, only)
     record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
-    typer.echo(f"{as_location(study_file).name}: {protocol_status(record)}")
+    status = protocol_status(record)
+    typer.echo(f"{as_location(study_file).name}: {status}", err=as_json)
     tracking = log_settings(log, check=False, trajectory=trajectory)
-    job = StudyRun(
-        spec, device=device, log=lambda m: typer.echo(m), workers=workers, console=console,
-        tracking=tracking,
+    job = StudyRun(  # with --json, stdout is the JSON alone
+        spec, device=device, log=lambda m: typer.echo(m, err=as_json), workers=workers,
+        console=err_console if as_json else console, tracking=tracking,
     )  # fmt: skip
+    answer = {
+        "study": study_file, "protocol": status, "stages": list(stages), "dry_run": dry_run,
+        "plan": None, "records_dir": str(job.context.records_dir),
+        "results_dir": str(spec.results_dir), "summary": None,
+    }  # fmt: skip
     if dry_run:
+        if as_json:
+            print_json("run", {**answer, "plan": job.dry_run(form=list)})
+            return
         typer.echo(job.dry_run())
         typer.echo(f"stages: {', '.join(stages)}")
         return
-    job.run(stages, watch=watch)
+    summary = job.run(stages, watch=watch)
+    if as_json:
+        print_json("run", {**answer, "summary": None if summary is None else summary.to_dict()})

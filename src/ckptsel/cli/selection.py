@@ -4,7 +4,6 @@ gain over the final one. (Named ``selection`` to keep clear of the standard libr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +11,22 @@ import typer
 
 from ckptsel import defaults
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
-from ckptsel.cli.output import print_selection
+from ckptsel.cli.output import print_json, print_keep_table, print_selection
 from ckptsel.errors import CkptselError
-from ckptsel.workflows import SelectSettings, log_selection, select_checkpoint
+from ckptsel.workflows import SelectSettings, log_selection, select_all, select_checkpoint
 
 
 @with_groups
 def select(
     records_dir: str = RECORDS_DIR,
     trajectory: str = typer.Option(
-        ..., "--trajectory", help="The trajectory (run) to choose a checkpoint for."
+        None, "--trajectory", help="The trajectory (run) to choose a checkpoint for."
     ),
+    every: bool = typer.Option(
+        False, "--all",
+        help="Every trajectory of the records: a table of which checkpoint to keep for each "
+        "(what analyze writes in summary.json's keep).",
+    ),  # fmt: skip
     as_json: bool = typer.Option(
         False, "--json", help="Print a machine-readable JSON object instead of tables."
     ),
@@ -43,10 +47,15 @@ def select(
     log: dict[str, Any] = LOG,
     checkpoints: Path = CHECKPOINTS,
 ) -> None:
-    """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the final one."""
+    """Which checkpoint of one trajectory to keep, and an honest estimate of its gain over the
+    final one; with --all, the checkpoint to keep for every trajectory."""
     if not 0.0 < confidence < 1.0:
         raise CkptselError("--confidence must be between 0 and 1")
+    if every == (trajectory is not None):
+        raise CkptselError("give one --trajectory, or --all for every trajectory")
     tracking = log_settings(log, rule=rule, checkpoints=checkpoints)
+    if every and tracking.to:
+        raise CkptselError("--log logs one trajectory's selection: give --trajectory, not --all")
     settings = SelectSettings(
         partitions=partitions,
         draws=draws,
@@ -54,9 +63,16 @@ def select(
         seed=seed,
         level=confidence,
     )
+    if every:
+        study = select_all(records_dir, rule=rule, settings=settings)
+        if as_json:
+            print_json("select --all", study.to_dict())
+        else:
+            print_keep_table(study.keep)
+        return
     result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=1, allow_nan=False))
+        print_json("select", result.to_dict())
     else:
         print_selection(result)
     # with --json, stdout is the JSON object alone

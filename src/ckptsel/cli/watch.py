@@ -10,7 +10,7 @@ import typer
 
 from ckptsel import defaults
 from ckptsel.cli import options
-from ckptsel.cli.output import console, progress_bars
+from ckptsel.cli.output import console, err_console, print_json, progress_bars
 
 
 @options.with_groups
@@ -46,11 +46,15 @@ def watch(
     engine: dict[str, Any] = options.ENGINE,
     vllm_and_mixing: dict[str, Any] = options.VLLM_AND_MIXING,
     progress: bool = options.PROGRESS,
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="At the end, print one JSON object (status.json's and selection.json's objects, where they are); the status lines go to stderr.",
+    ),
 ) -> None:
     """Watch RUN_DIR while a trainer writes it and measure each checkpoint into OUT as soon as
     it is complete; ends once the final checkpoint is recorded. Run it again to continue."""
     # the measurement stage loads when the command runs (see ckptsel.cli)
-    from ckptsel.measure import WatchSettings
+    from ckptsel.measure import WatchSettings, status_path
     from ckptsel.workflows import SelectSettings, describe, selection_path, watch_and_select
 
     run_dir, config, where = options.measure_inputs(run, engine, vllm_and_mixing)
@@ -59,46 +63,61 @@ def watch(
         marker=None if marker.lower() == "none" else marker,
     )  # fmt: skip
     select_settings = SelectSettings(draws=draws)
-    with progress_bars(progress and sys.stderr.isatty()) as on_progress:
+    say = _Say(err_console if as_json else console)  # with --json, stdout is the JSON alone
+    # the bars draw on stdout: not with --json
+    with progress_bars(progress and not as_json and sys.stderr.isatty()) as on_progress:
         status = watch_and_select(
             run_dir, config, **where, settings=settings, rule=rule,
             select_settings=select_settings, selection=select, status_file=status_file,
-            on_status=_StatusLines(describe), on_progress=on_progress, on_selection=_selected,
+            on_status=_StatusLines(describe, say), on_progress=on_progress, on_selection=say.selected,
         )  # fmt: skip
     out = where["out"]
     selection_at = selection_path(out, status.trajectory)
+    if as_json:
+        print_json("watch", {
+            "trajectory": status.trajectory, "done": status.state == "done", "status": status.to_dict(),
+            "status_file": str(status_file or status_path(out, status.trajectory)),
+            "selection": say.selection if select else None,
+            "selection_file": str(selection_at) if select else None,
+        })  # fmt: skip
     if status.state != "done":
-        console.print(f"watch: stopped after {timeout:g} s without the final checkpoint; run it again to continue")
+        say.console.print(f"watch: stopped after {timeout:g} s without the final checkpoint; run it again to continue")
         raise typer.Exit(1)
     incomplete = f"; never complete: {sorted(status.incomplete)}" if status.incomplete else ""
-    console.print(
+    say.console.print(
         f"watch: {status.trajectory}: done at step {status.final_step}, "
         f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}"
         + (f"; selection in {selection_at}" if select else ""), soft_wrap=True, highlight=False,
     )
     if status.engines:  # issue 31: "vllm engine started once (...), 9 checkpoints swapped ..."
-        console.print(f"  {status.engines}", soft_wrap=True, highlight=False)
+        say.console.print(f"  {status.engines}", soft_wrap=True, highlight=False)
 
 
-def _say(line: str) -> None:
-    console.print(f"watch: {line}", soft_wrap=True, highlight=False)
+class _Say:
+    """The watcher's lines on ``console``, and the last selection written."""
+
+    def __init__(self, console) -> None:
+        self.console, self.selection = console, None
+
+    def __call__(self, line: str) -> None:
+        self.console.print(f"watch: {line}", soft_wrap=True, highlight=False)
+
+    def selected(self, data: dict) -> None:
+        self.selection = data
+        if data["state"] == "selected":
+            rec = data["recommendation"]
+            what = "selection (provisional: run in progress)" if rec.get("provisional") else "selection"
+            self(f"{what}: keep checkpoint-{rec['keep_step']} ({rec['reason']})")
 
 
 class _StatusLines:
     """The live status: a line whenever the watcher's state changes (a poll alone is not news)."""
 
-    def __init__(self, describe) -> None:
-        self.describe, self.last = describe, ""
+    def __init__(self, describe, say: _Say) -> None:
+        self.describe, self.say, self.last = describe, say, ""
 
     def __call__(self, status) -> None:
         line = self.describe(status)
         if line != self.last:
             self.last = line
-            _say(line)
-
-
-def _selected(data: dict) -> None:
-    if data["state"] == "selected":
-        rec = data["recommendation"]
-        what = "selection (provisional: run in progress)" if rec.get("provisional") else "selection"
-        _say(f"{what}: keep checkpoint-{rec['keep_step']} ({rec['reason']})")
+            self.say(line)

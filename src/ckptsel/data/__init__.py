@@ -2,7 +2,11 @@
 audit (SPEC §9, §10).
 
 * :mod:`~ckptsel.data.answers` — answer rules per family (gsm8k, math, commonsense);
+* :mod:`~ckptsel.data.taskdef` — the one task definition type (item schema, answer rule) and
+  task files (``--task PATH.toml``);
 * :mod:`~ckptsel.data.tasks` — the task registry, each dataset's file format, the prompt;
+* :mod:`~ckptsel.data.prompts` — prompt formats (alpaca, the tokenizer's chat template, a
+  template file): the text and tokens a model is fed and scored on;
 * :mod:`~ckptsel.data.scoring` — ``extract`` / ``is_correct`` by task name;
 * :mod:`~ckptsel.data.pools` — validation and test pools (files, mixtures, seeded samples);
 * :mod:`~ckptsel.data.split` — train/validation by whole group, with lineage;
@@ -13,50 +17,92 @@ audit (SPEC §9, §10).
 from __future__ import annotations
 
 from ckptsel.data.answers import FAMILIES
+from ckptsel.data.answers.rules import COMPARE_RULES, EXTRACT_RULES, AnswerRule
 from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
+from ckptsel.data.prompts import (
+    ALPACA,
+    CHAT,
+    FORMAT_CHOICES,
+    FORMAT_FILE,
+    PromptFormat,
+    chat_template_of,
+    format_from_dict,
+    prompt_format,
+)
 from ckptsel.data.scoring import extract, family_of, is_correct, normalize_reference
 from ckptsel.data.split import split_file
+from ckptsel.data.taskdef import (
+    ROLES,
+    TASK_FILE_KEYS,
+    Fields,
+    Item,
+    Task,
+    item_hash,
+    read_task_file,
+)
 from ckptsel.data.tasks import (
     COMMONSENSE_TASKS,
     PROMPT_TEMPLATE,
     QUESTION_FIELDS,
     TASKS,
-    Item,
-    Task,
+    example_item,
     format_prompt,
     get_task,
-    item_hash,
+    is_task_file,
     load_items,
     register_task,
     task_family,
+    task_identity,
+    task_label,
+    task_ref,
 )
 
 __all__ = [
+    "ALPACA",
+    "CHAT",
+    "FORMAT_CHOICES",
     "COMMONSENSE_TASKS",
+    "COMPARE_RULES",
+    "EXTRACT_RULES",
     "FAMILIES",
+    "FORMAT_FILE",
     "PROMPT_TEMPLATE",
     "QUESTION_FIELDS",
+    "ROLES",
     "TASKS",
+    "TASK_FILE_KEYS",
+    "AnswerRule",
     "AuditResult",
+    "Fields",
     "Item",
     "PoolSpec",
+    "PromptFormat",
     "Task",
     "audit_files",
     "audit_pools",
     "build_pools",
+    "example_item",
+    "chat_template_of",
     "extract",
     "family_of",
+    "format_from_dict",
     "format_prompt",
     "get_task",
     "is_correct",
+    "is_task_file",
     "item_hash",
     "load_items",
     "normalize_reference",
     "pool_digest",
+    "read_task_file",
+    "prompt_format",
     "register_task",
     "split_file",
     "strata_counts",
     "task_family",
+    "task_identity",
+    "task_label",
+    "task_ref",
     "write_audit",
 ]

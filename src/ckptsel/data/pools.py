@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from ckptsel._util.locations import Location, as_location, is_url
-from ckptsel.data.tasks import COMMONSENSE_TASKS, Item, get_task, item_hash, load_items
+from ckptsel.data.taskdef import Item, item_hash
+from ckptsel.data.tasks import COMMONSENSE_TASKS, get_task, load_items
 from ckptsel.errors import CkptselError
 
 

@@ -1,6 +1,7 @@
 """Tasks: the one place that knows each dataset's file format (SPEC §9).
 
-Every loader turns a file into :class:`Item` objects with the same five meanings, so nothing
+Every loader turns a file into :class:`~ckptsel.data.taskdef.Item` objects with the same five
+meanings, so nothing
 downstream (split, training, measurement) has to know which dataset it is handling:
 
 * ``instruction`` goes into the Alpaca no-input prompt (:func:`format_prompt`);
@@ -33,7 +34,11 @@ Formats (json list or jsonl, sniffed from the first character, for every task):
     every known task present (subtask = folder name, in the order above); a task folder
     itself loads its ``test.json`` (or its single ``test*.json``).
 
-New tasks: ``register_task(name, family, loader)``; the loaders above are public
+New tasks: a task file, ``--task PATH.toml`` (no Python: which fields are what and the answer
+rule; :mod:`ckptsel.data.taskdef`), read by :func:`get_task` like a name; or
+``register_task(name, family, loader)`` in Python. The built-in tasks are definitions of the
+same kind (:class:`~ckptsel.data.taskdef.Task`, with their item schema and answer rule); the
+loaders above are public
 (``load_gsm8k``, ``load_metamath``, ``load_math``, ``load_commonsense``) so a new dataset in
 one of these formats needs only a name, e.g.
 ``register_task("gsm-hard", "gsm8k", load_gsm8k)``.
@@ -47,21 +52,31 @@ file, the line (jsonl) or record index (json list), and the field.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import tempfile
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ckptsel._util.io import read_json_records
 from ckptsel._util.locations import Location
 from ckptsel._util.nodecache import local_copy
 from ckptsel.data.answers import FAMILIES
 from ckptsel.data.answers import commonsense as commonsense_answers
 from ckptsel.data.answers import gsm8k as gsm8k_answers
 from ckptsel.data.answers import latex as math_answers
+from ckptsel.data.taskdef import (
+    Fields,
+    Item,
+    Loader,
+    Task,
+    field_value,
+    file_id,
+    parse_file,
+    read_task_file,
+)
 from ckptsel.errors import CkptselError
 
 PROMPT_TEMPLATE = (
@@ -89,50 +104,11 @@ def format_prompt(instruction: str) -> str:
     return PROMPT_TEMPLATE.format(instruction=instruction)
 
 
-@dataclass(frozen=True)
-class Item:
-    """One question of a pool, in the task-independent form every later stage uses."""
-
-    item_id: str
-    instruction: str
-    reference: str
-    response: str
-    group: str
-    subtask: str = ""
-
-
-def item_hash(item: Any) -> str:
-    """Content hash of an item, so an edited items file is re-measured, not reused."""
-    blob = json.dumps(
-        [item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]
-    ).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-Loader = Callable[[Path, "Task"], list[Item]]
-
-
-@dataclass(frozen=True)
-class Task:
-    """A registered task: how to load its files and which answer rules score it."""
-
-    name: str
-    family: str
-    loader: Loader = field(repr=False)
-    description: str = ""
-    subtask: str = ""  # for one commonsense task: its label set / subtask name
-    aliases: tuple[str, ...] = ()
-
-    def load(self, path: str | Path) -> list[Item]:
-        """Load the items of ``path`` (file or, for commonsense, folder)."""
-        path = Path(path)
-        if not path.exists():
-            raise CkptselError(f"{path}: no such file or folder (task {self.name!r})")
-        return self.loader(path, self)
-
-
 TASKS: dict[str, Task] = {}
 _LOOKUP: dict[str, Task] = {}
+_FILES: dict[tuple[str, bytes], Task] = {}  # (a task file's path, its content) -> its task
+_STATS: dict[str, tuple[tuple[int, ...], int, Task]] = {}  # a --task value -> (stat, read at, task)
+_RACY_NS = 2_000_000_000  # a file changed this recently may change again within one mtime tick
 
 
 def register_task(
@@ -144,14 +120,19 @@ def register_task(
     subtask: str = "",
     aliases: tuple[str, ...] = (),
     replace: bool = False,
+    fields: Fields | None = None,
+    example: Mapping[str, Any] | None = None,
 ) -> Task:
     """Add a task so ``load_items``/``--task`` accept it. ``loader(path, task)`` returns items;
-    ``family`` picks the answer rules (``gsm8k``, ``math`` or ``commonsense``)."""
+    ``family`` picks the answer rules (``gsm8k``, ``math`` or ``commonsense``); ``fields`` is
+    its item schema and ``example`` an example record (``ckptsel tasks show``)."""
     if family not in FAMILIES:
         raise CkptselError(
             f"task {name!r}: unknown answer family {family!r} (known: {', '.join(FAMILIES)})"
         )
-    task = Task(name, family, loader, description, subtask, tuple(aliases))
+    task = Task(
+        name, family, loader, description, subtask, tuple(aliases), fields=fields, example=example
+    )
     keys = [name, *aliases]
     for key in keys:
         existing = _LOOKUP.get(key.lower())
@@ -170,16 +151,77 @@ def register_task(
     return task
 
 
+def is_task_file(task: str) -> bool:
+    """Whether a ``--task`` value names a task file (a path ending in ``.toml``)."""
+    return isinstance(task, str) and task.strip().lower().endswith(".toml")
+
+
+def _task_file(ref: str) -> Task:
+    """The task a task file defines, parsed again only when its content changed. The file is
+    read again unless its stat is unchanged since a read made when it was already older than
+    a clock tick (as git's racy-clean rule: a same-size edit within one mtime tick is never
+    missed)."""
+    if "://" in ref:
+        raise CkptselError(f"{ref}: a task file must be a local path")
+    path = Path(ref.strip()).expanduser()
+    try:
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        seen = _STATS.get(ref)
+        if seen is not None and seen[0] == stamp and seen[1] - st.st_mtime_ns > _RACY_NS:
+            return seen[2]
+        read_ns = time.time_ns()
+        key = (str(path.resolve()), path.read_bytes())
+    except OSError:
+        raise CkptselError(f"{ref}: task file not found") from None
+    task = _FILES.get(key) or _parsed(path, key)
+    _STATS[ref] = (stamp, read_ns, task)
+    return task
+
+
+def _parsed(path: Path, key: tuple[str, bytes]) -> Task:
+    task = read_task_file(path)
+    if task.name.lower() in _LOOKUP:
+        raise CkptselError(
+            f"{path}: name {task.name!r} is a built-in task's; give the task file another name"
+        )
+    _FILES[key] = task
+    return task
+
+
 def get_task(task: str) -> Task:
-    """The registered task of a name or alias (case-insensitive); unknown -> CkptselError."""
+    """The registered task of a name or alias (case-insensitive), or the task of a task file
+    (``PATH.toml``, :func:`ckptsel.data.taskdef.read_task_file`); unknown -> CkptselError."""
     found = _LOOKUP.get(task.strip().lower())
-    if found is None:
-        raise CkptselError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
-    return found
+    if found is not None:
+        return found
+    if is_task_file(task):
+        return _task_file(task)
+    raise CkptselError(
+        f"unknown task {task!r}; known tasks: {', '.join(TASKS)} (or a task file, PATH.toml)"
+    )
+
+
+def task_ref(task: str) -> str:
+    """The ``--task`` value as measurements keep it: a task file's absolute path (so another
+    process, in another folder, reads the same file), a task name unchanged."""
+    return get_task(task).source if is_task_file(task) else task
+
+
+def task_label(task: str) -> str:
+    """The name the records' ``task`` column carries: a task file's ``name``, a task name as
+    given (so existing records keep theirs)."""
+    return get_task(task).name if is_task_file(task) else task
+
+
+def task_identity(task: str) -> str:
+    """What names a task in measurement fingerprints: a task name as given; a task file's name
+    and content hash (an edited task file is measured again, a moved one is not)."""
+    return get_task(task).identity if is_task_file(task) else task
 
 
 def task_family(task: str) -> str:
-    """Answer family of a task: ``gsm8k``, ``math`` or ``commonsense``."""
+    """Answer family of a task: ``gsm8k``, ``math`` or ``commonsense`` ("" for a task file)."""
     return get_task(task).family
 
 
@@ -191,59 +233,25 @@ def load_items(task: str, path: str | Path | Location) -> list[Item]:
     return get_task(task).load(path)
 
 
-# --------------------------------------------------------------------------- reading files
-
-
-def _parse_file(path: Path, parse: Callable[[Any, str, int], Item]) -> list[Item]:
-    """The items of a json list or jsonl file, ``parse(record, where, index)`` making each;
-    ``where`` names the line (jsonl) or the record index (json list) for error messages.
-    Item ids must be unique within the file."""
-    data = read_json_records(path)
-    items = [
-        parse(record, where, index)
-        for index, (where, record) in enumerate(zip(data.locations, data.records, strict=True))
-    ]
-    return _check_unique(items, data.locations, path)
-
-
-def _field(record: Any, name: str, path: Path, where: str, *, required: bool = True) -> str | None:
-    """A string field of a record (numbers are accepted and written as strings)."""
-    if not isinstance(record, dict):
-        raise CkptselError(f"{path}: {where}: expected a JSON object, got {type(record).__name__}")
-    value = record.get(name)
-    if value is None:
-        if required:
-            raise CkptselError(f"{path}: {where}: missing required field {name!r}")
+def example_item(task: str, items: str | Path | None = None, index: int = 0) -> Item | None:
+    """An item of the task, read by its own loader: ``items``' item ``index`` when a file is
+    given, else the task's example record (None when it has none)."""
+    found = get_task(task)
+    if items is not None:
+        loaded = load_items(task, items)
+        if not 0 <= index < len(loaded):
+            raise CkptselError(f"{items}: no item {index} (it has {len(loaded)}, from 0)")
+        return loaded[index]
+    if found.example is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise CkptselError(
-            f"{path}: {where}: field {name!r} must be a string, got {type(value).__name__}"
-        )
-    return str(value)
-
-
-def _file_id(record: dict, path: Path, where: str, *names: str) -> str | None:
-    for name in names:
-        value = _field(record, name, path, where, required=False)
-        if value is not None:
-            if not value.strip():
-                raise CkptselError(f"{path}: {where}: field {name!r} is empty")
-            return value
-    return None
-
-
-def _check_unique(items: list[Item], wheres: list[str], path: Path) -> list[Item]:
-    if not items:
-        raise CkptselError(f"{path}: no items")
-    seen: dict[str, str] = {}
-    for item, where in zip(items, wheres, strict=True):
-        if item.item_id in seen:
-            raise CkptselError(
-                f"{path}: {where}: duplicate item id {item.item_id!r} "
-                f"(first at {seen[item.item_id]})"
-            )
-        seen[item.item_id] = where
-    return items
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "example.json"
+        path.write_text(json.dumps([dict(found.example)]), encoding="utf-8")
+        try:
+            return found.load(path)[0]
+        except CkptselError as err:  # name the task's [example], not the temporary file
+            detail = str(err).replace(f"{path}: ", "", 1)
+            raise CkptselError(f"{found.source or found.name}: [example] {detail}") from None
 
 
 # --------------------------------------------------------------------------- loaders
@@ -263,8 +271,8 @@ def load_gsm8k(path: Path, task: Task) -> list[Item]:
     """GSM8K ``question``/``answer`` records (reusable for any task in that format)."""
 
     def item(record: Any, where: str, index: int) -> Item:
-        question = _field(record, "question", path, where)
-        answer = _field(record, "answer", path, where)
+        question = field_value(record, "question", path, where)
+        answer = field_value(record, "answer", path, where)
         if "####" not in answer:
             raise CkptselError(f"{path}: {where}: field 'answer' has no '#### N' final line")
         reference = gsm8k_answers.reference_span(answer)
@@ -272,18 +280,18 @@ def load_gsm8k(path: Path, task: Task) -> list[Item]:
             raise CkptselError(
                 f"{path}: {where}: field 'answer': final value {reference!r} is not a number"
             )
-        item_id = _file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
+        item_id = file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
         return Item(item_id, question, reference, gsm8k_response(answer), item_id, task.subtask)
 
-    return _parse_file(path, item)
+    return parse_file(path, item)
 
 
 def load_metamath(path: Path, task: Task) -> list[Item]:
     """MetaMathQA ``query``/``response`` records; the gold is after the last marker."""
 
     def item(record: Any, where: str, index: int) -> Item:
-        query = _field(record, "query", path, where)
-        response = _field(record, "response", path, where)
+        query = field_value(record, "query", path, where)
+        response = field_value(record, "response", path, where)
         reference = math_answers.after_marker(response)
         if reference is not None:
             reference = reference.strip()
@@ -293,21 +301,21 @@ def load_metamath(path: Path, task: Task) -> list[Item]:
             raise CkptselError(
                 f"{path}: {where}: field 'response' has no answer after 'The answer is:'"
             )
-        item_id = _file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
-        group = _field(record, "original_question", path, where, required=False) or item_id
-        subtask = _field(record, "type", path, where, required=False) or task.subtask
+        item_id = file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
+        group = field_value(record, "original_question", path, where, required=False) or item_id
+        subtask = field_value(record, "type", path, where, required=False) or task.subtask
         return Item(item_id, query, reference, response, group, subtask)
 
-    return _parse_file(path, item)
+    return parse_file(path, item)
 
 
 def load_math(path: Path, task: Task) -> list[Item]:
     """MATH / MATH-500 ``problem``/``solution``/``answer`` records."""
 
     def item(record: Any, where: str, index: int) -> Item:
-        problem = _field(record, "problem", path, where)
-        solution = _field(record, "solution", path, where)
-        answer = _field(record, "answer", path, where, required=False)
+        problem = field_value(record, "problem", path, where)
+        solution = field_value(record, "solution", path, where)
+        answer = field_value(record, "answer", path, where, required=False)
         if answer is None:
             answer = math_answers.last_boxed(solution)
             if answer is None:
@@ -318,12 +326,12 @@ def load_math(path: Path, task: Task) -> list[Item]:
         if not answer.strip():
             raise CkptselError(f"{path}: {where}: field 'answer' is empty")
         item_id = (
-            _file_id(record, path, where, "unique_id", "item_id", "id") or f"{task.name}-{index}"
+            file_id(record, path, where, "unique_id", "item_id", "id") or f"{task.name}-{index}"
         )
-        subject = _field(record, "subject", path, where, required=False) or task.subtask
+        subject = field_value(record, "subject", path, where, required=False) or task.subtask
         return Item(item_id, problem, answer.strip(), solution, item_id, subject)
 
-    return _parse_file(path, item)
+    return parse_file(path, item)
 
 
 def _commonsense_name(name: str) -> str | None:
@@ -354,12 +362,12 @@ def _load_commonsense_file(path: Path, subtask: str) -> list[Item]:
     prefix = subtask or "commonsense"
 
     def item(record: Any, where: str, index: int) -> Item:
-        instruction = _field(record, "instruction", path, where)
-        extra = _field(record, "input", path, where, required=False)
+        instruction = field_value(record, "instruction", path, where)
+        extra = field_value(record, "input", path, where, required=False)
         if extra and extra.strip():
             instruction = f"{instruction}\n\n{extra}"
-        output = _field(record, "output", path, where)
-        answer = commonsense_answers.normalize_reference(_field(record, "answer", path, where))
+        output = field_value(record, "output", path, where)
+        answer = commonsense_answers.normalize_reference(field_value(record, "answer", path, where))
         if not label.fullmatch(answer):
             allowed = (
                 commonsense_answers.LABEL_PATTERNS.get(subtask.lower())
@@ -369,10 +377,10 @@ def _load_commonsense_file(path: Path, subtask: str) -> list[Item]:
                 f"{path}: {where}: field 'answer' {answer!r} is not a label of "
                 f"{subtask or 'commonsense'} ({allowed})"
             )
-        item_id = _file_id(record, path, where, "item_id", "id") or f"{prefix}-{index}"
+        item_id = file_id(record, path, where, "item_id", "id") or f"{prefix}-{index}"
         return Item(item_id, instruction, answer, output, item_id, subtask)
 
-    return _parse_file(path, item)
+    return parse_file(path, item)
 
 
 def load_commonsense(path: Path, task: Task) -> list[Item]:
@@ -415,16 +423,112 @@ def load_commonsense(path: Path, task: Task) -> list[Item]:
     return items
 
 
+_ID_NOTE = "else <task>-<index> in file order"
+_BUILTIN_FIELDS = {
+    "gsm8k": Fields(
+        prompt=("question",), reference="answer", response="answer", id=("item_id", "id"),
+        notes=(
+            ("response", "the answer without <<...>> calculator notes, its '#### N' line "
+             "written 'The answer is: N'"),
+            ("reference", "N of the answer's final '#### N' line (a number)"),
+            ("id", _ID_NOTE),
+        ),
+    ),
+    "metamath": Fields(
+        prompt=("query",), reference="response", response="response", id=("item_id", "id"),
+        group="original_question", stratum="type",
+        notes=(
+            ("reference", "the text after the response's last 'The answer is:'"),
+            ("id", _ID_NOTE),
+        ),
+    ),
+    "math": Fields(
+        prompt=("problem",), reference="answer", response="solution",
+        id=("unique_id", "item_id", "id"), stratum="subject",
+        notes=(
+            ("reference", "else the solution's last \\boxed{...}"),
+            ("id", _ID_NOTE),
+        ),
+    ),
+    "commonsense": Fields(
+        prompt=("instruction", "input"), reference="answer", response="output",
+        id=("item_id", "id"),
+        notes=(
+            ("reference", "a label of the task (true|false, solution1|2, answer1-5, ending1-4, "
+             "option1|2)"),
+            ("id", "else <subtask>-<index> in file order"),
+            ("stratum", "the task folder's name (boolq, piqa, ...)"),
+        ),
+    ),
+}  # fmt: skip
+_BUILTIN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "gsm8k": {
+        "question": "Tom has 3 apples and buys 4 more. How many apples does he have now?",
+        "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7",
+    },
+    "metamath": {
+        "query": "Tom has 3 apples and buys 4 more. How many apples does he have now?",
+        "response": "He has 3 + 4 = 7 apples.\nThe answer is: 7",
+        "type": "GSM_Rephrased",
+        "original_question": "Tom has 3 apples and buys 4 more. How many does he have?",
+    },
+    "math": {
+        "problem": "What is $\\frac{1}{2} + \\frac{1}{3}$?",
+        "solution": "$\\frac{1}{2} + \\frac{1}{3} = \\frac{5}{6}$, so the answer is "
+        "$\\boxed{\\frac{5}{6}}$.",
+        "answer": "\\frac{5}{6}",
+        "subject": "Prealgebra",
+        "unique_id": "test/prealgebra/1.json",
+    },
+}
+_COMMONSENSE_EXAMPLES: dict[str, tuple[str, str]] = {  # task -> (instruction, answer)
+    "boolq": ("Please answer the following question with true or false, question: is the sun "
+              "a star?\n\nAnswer format: true/false", "true"),
+    "piqa": ("Please choose the correct solution to the question: keep bread fresh\n\n"
+             "Solution1: seal it in a bag\n\nSolution2: leave it in the sun\n\n"
+             "Answer format: solution1/solution2", "solution1"),
+    "social_i_qa": ("Please choose the correct answer to the question: Ann thanked Tom. Why?"
+                    "\n\nAnswer1: he helped her Answer2: he left Answer3: he slept\n\n"
+                    "Answer format: answer1/answer2/answer3", "answer1"),
+    "hellaswag": ("Please choose the correct ending to complete the given sentence: He opens "
+                  "the door and\n\nEnding1: walks in. Ending2: the door eats him. Ending3: "
+                  "sky. Ending4: blue.\n\nAnswer format: ending1/ending2/ending3/ending4",
+                  "ending1"),
+    "winogrande": ("Please choose the correct answer to fill in the blank to complete the given "
+                   "sentence: The cup fell off the table because _ was tilted.\n\n"
+                   "Option1: the table Option2: the cup\n\nAnswer format: option1/option2",
+                   "option1"),
+    "ARC-Challenge": ("Please choose the correct answer to the question: Which is a gas at room "
+                      "temperature?\n\nAnswer1: oxygen Answer2: iron Answer3: ice Answer4: "
+                      "salt\n\nAnswer format: answer1/answer2/answer3/answer4", "answer1"),
+    "ARC-Easy": ("Please choose the correct answer to the question: What do plants need to "
+                 "grow?\n\nAnswer1: light Answer2: sand Answer3: plastic Answer4: glass\n\n"
+                 "Answer format: answer1/answer2/answer3/answer4", "answer1"),
+    "openbookqa": ("Please choose the correct answer to the question: A magnet attracts\n\n"
+                   "Answer1: iron Answer2: wood Answer3: glass Answer4: paper\n\n"
+                   "Answer format: answer1/answer2/answer3/answer4", "answer1"),
+}  # fmt: skip
+
+
+def _commonsense_example(name: str) -> dict[str, Any]:
+    instruction, answer = _COMMONSENSE_EXAMPLES[name]
+    return {"instruction": instruction, "input": "", "output": f"the correct answer is {answer}",
+            "answer": answer}  # fmt: skip
+
+
 def _register_builtin() -> None:
     register_task(
-        "gsm8k", "gsm8k", load_gsm8k, description="GSM8K jsonl (question, answer '#### N')"
-    )
+        "gsm8k", "gsm8k", load_gsm8k, description="GSM8K jsonl (question, answer '#### N')",
+        fields=_BUILTIN_FIELDS["gsm8k"], example=_BUILTIN_EXAMPLES["gsm8k"],
+    )  # fmt: skip
     register_task(
         "metamath",
         "gsm8k",
         load_metamath,
         description="MetaMathQA (query, response, type, original_question)",
         aliases=("metamathqa",),
+        fields=_BUILTIN_FIELDS["metamath"],
+        example=_BUILTIN_EXAMPLES["metamath"],
     )
     register_task(
         "math",
@@ -432,12 +536,16 @@ def _register_builtin() -> None:
         load_math,
         description="MATH / MATH-500 (problem, solution, answer, subject, level, unique_id)",
         aliases=("math500", "math-500"),
+        fields=_BUILTIN_FIELDS["math"],
+        example=_BUILTIN_EXAMPLES["math"],
     )
     register_task(
         "commonsense",
         "commonsense",
         load_commonsense,
         description="LLM-Adapters commonsense json, one task file or a folder of 8 tasks",
+        fields=_BUILTIN_FIELDS["commonsense"],
+        example=_commonsense_example("boolq"),
     )
     aliases = {
         "ARC-Challenge": ("arc_challenge",),
@@ -452,6 +560,8 @@ def _register_builtin() -> None:
             description=f"LLM-Adapters {name} (commonsense subtask)",
             subtask=name,
             aliases=aliases.get(name, ()),
+            fields=_BUILTIN_FIELDS["commonsense"],
+            example=_commonsense_example(name),
         )
 
 

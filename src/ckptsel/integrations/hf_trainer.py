@@ -130,9 +130,15 @@ class RecordingCallback(TrainerCallback):
         validation: validation data file (any format ``ckptsel.data.load_items`` reads for
             the task) or a list of :class:`ckptsel.data.Item`.
         config: a :class:`ckptsel.measure.MeasureConfig` (task, batch size, generation
-            length, window: as in ``ckptsel measure``), or just the task name (``gsm8k``,
-            ``math``, ``commonsense``, ...) for the default options. The task picks the
-            answer scorer; the config's device is not used (the model stays where it is).
+            length, window, prompt format: as in ``ckptsel measure``), or just the task name
+            (``gsm8k``, ``math``, ``commonsense``, ...) for the default options. The task
+            picks the answer scorer; the config's device is not used (the model stays where it
+            is). The prompt format must be the one the Trainer's data was formatted with:
+            ``MeasureConfig(task, prompt_format="chat")`` for data the tokenizer's chat template
+            formatted (trl's ``SFTTrainer`` on conversational data); a tokenizer with a chat
+            template and no stated format is refused at the first save. A stated format is
+            written into the Trainer's ``output_dir`` (``prompt_format.json``), so ``ckptsel
+            measure`` reads it there.
         records_dir: the records folder (created); each save writes its checkpoint's own
             units (:mod:`ckptsel.records.units`), so other trajectories' records are never
             rewritten and a re-recorded step replaces exactly its own rows.
@@ -251,6 +257,7 @@ class RecordingCallback(TrainerCallback):
         provenance = hf_provenance(model, self.config.batch_size)
         provenance["dtype"] = _precision_name(provenance["dtype"], autocast)
         provenance["conformance"] = self._conformance
+        provenance["prompt_format"] = self.config.format_for(tokenizer).identity
         made_by = unit_provenance([canonical(provenance)])
         upsert_records(  # the one records writer (SelectionCallback reuses this path)
             self.records_dir,
@@ -270,7 +277,7 @@ class RecordingCallback(TrainerCallback):
             return control
         if int(state.global_step) in self.measured_steps:
             return control  # saved twice at one step (e.g. a step save then the final save): same weights
-        self._measure_saved(state, kwargs)
+        self._measure_saved(state, {**kwargs, "args": args})
         return control
 
     def _measure_saved(self, state: Any, kwargs: dict) -> None:
@@ -287,6 +294,15 @@ class RecordingCallback(TrainerCallback):
                 "RecordingCallback: no tokenizer (give the Trainer processing_class=tokenizer or pass tokenizer=...)"
             )
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
+        self.config = self.config.bind_format(
+            tokenizer, where=f"RecordingCallback: trajectory {self.trajectory!r}"
+        )  # a chat template with no stated format: refused here, in one line
+        output_dir = getattr(kwargs.get("args"), "output_dir", None)
+        if output_dir and self.config.prompt_format is not None and not self.measured_steps:
+            from ckptsel.train import write_run_format
+
+            # `ckptsel measure OUTPUT_DIR` later reads the format these records were made with
+            write_run_format(Path(output_dir), self.config.bound_format)
         self.measure(model, tokenizer, int(state.global_step))
 
 
@@ -439,7 +455,7 @@ class SelectionCallback(RecordingCallback):
         step = int(state.global_step)
         self._capture_runs()
         if step not in self.measured_steps:
-            self._measure_saved(state, kwargs)
+            self._measure_saved(state, {**kwargs, "args": args})
         self._decide(args, state)
         max_steps = int(getattr(state, "max_steps", 0) or 0)
         last = bool(control.should_training_stop) or step >= max_steps

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ckptsel._util.checks import check_choice, check_int, check_number
-from ckptsel.data import PROMPT_TEMPLATE, get_task
+from ckptsel.data import (
+    CHAT,
+    FORMAT_CHOICES,
+    PROMPT_TEMPLATE,
+    PromptFormat,
+    chat_template_of,
+    get_task,
+    task_identity,
+    task_ref,
+)
+from ckptsel.data import prompt_format as make_format
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
 from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
@@ -30,10 +40,12 @@ MAX_NEW_TOKENS_LIMIT = 1 << 17  # 131072: the longest contexts models have; a ca
 class MeasureConfig:
     """The measurement options (validated in ``__post_init__``).
 
-    ``task`` picks the prompt template's answer scorer; ``max_new_tokens`` bounds greedy
+    ``task`` picks the items' loader and answer rule (a task name, or a task file: kept as its
+    absolute path, named in the fingerprints by its content hash); ``max_new_tokens`` bounds greedy
     generation; ``window`` is the matched NLL window in tokens (the complete response,
     ``window=0``, is always recorded too); ``batch_size`` is prompts per batch (answers do not
-    depend on it); ``device``/``dtype``/``backend`` say where and how models run;
+    depend on it; ``auto``, the default: 16 on the CPU, sized from free memory on a GPU);
+    ``device``/``dtype``/``backend`` say where and how models run;
     ``max_loras`` / ``max_lora_rank`` size the vLLM engine's LoRA slots: ``max_loras`` adapter
     checkpoints are measured in one batch (0: as many as the work has, capped by memory; 1: one
     checkpoint per call; it changes nothing measured), rank 0: the largest adapter rank of the
@@ -54,11 +66,17 @@ class MeasureConfig:
     it names no part file, and every unit records whether it ran. ``swap_weights``
     (``False``: a fresh model or engine per full checkpoint) loads each full checkpoint of a
     trajectory into the model or vLLM engine already running, proven by checksums
-    (:mod:`ckptsel.measure.backends.swap`); it changes nothing measured.
+    (:mod:`ckptsel.measure.backends.swap`); it changes nothing measured. ``prompt_format``
+    (``alpaca``, ``chat`` or a template file's path; ``None``: not stated), ``system_prompt`` and
+    ``chat_template_args`` say how an item's prompt is wrapped
+    (:mod:`ckptsel.data.prompts`); ``bound_format`` is that format once resolved for the run's
+    tokenizer (:meth:`bind_format`: stated, else recorded by the run folder, else alpaca unless
+    the tokenizer has a chat template, which is refused). A format other than alpaca names the
+    part files and the rows' provenance.
     """
 
     task: str
-    batch_size: int = BATCH_SIZE
+    batch_size: int | str = "auto"  # "auto": BATCH_SIZE on the CPU, from free memory on a GPU
     max_new_tokens: int = MAX_NEW_TOKENS
     window: int = MATCHED_WINDOW
     device: str = "cpu"
@@ -74,16 +92,20 @@ class MeasureConfig:
     test_task: str | None = None
     conformance_check: bool = True
     swap_weights: bool = True
+    prompt_format: str | None = None  # alpaca | chat | a template file; None: not stated
+    system_prompt: str | None = None
+    chat_template_args: Any = ""  # a dict or JSON object text (kept as canonical JSON text)
+    bound_format: PromptFormat | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str):
             raise CkptselError(f"--task must be a task name (got {self.task!r})")
         get_task(self.task)  # unknown task -> CkptselError listing the known ones
+        object.__setattr__(self, "task", task_ref(self.task))  # a task file: its absolute path
         if self.test_task is not None:
             if not isinstance(self.test_task, str):
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
-            get_task(self.test_task)
-        check_int(self.batch_size, "--batch-size (batch_size)", low=1)
+            object.__setattr__(self, "test_task", task_ref(self.test_task))
         check_int(
             self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1,
             high=MAX_NEW_TOKENS_LIMIT,
@@ -99,19 +121,114 @@ class MeasureConfig:
             low=0, high=0.99,
         )  # fmt: skip
         check_choice(self.only, "--only", (None, "generation", "nll"))
+        if self.only == "nll" and not any(
+            get_task(t).has_response for t in (self.task, self.task_for("test"))
+        ):
+            name = get_task(self.task).name
+            raise CkptselError(f"--only nll: task {name} has no response field, so no NLL to score")
         check_choice(self.dtype, "--dtype", DTYPES)
         if not isinstance(self.device, str) or not (
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:")
         ):
             raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
+        self._check_batch_size()
         if not isinstance(self.conformance_check, bool):
             raise CkptselError(
                 f"conformance_check must be true or false, not {self.conformance_check!r}"
             )
         check_int(self.max_loras, "--max-loras (max_loras)", low=0)
         check_int(self.max_lora_rank, "--max-lora-rank (max_lora_rank)", low=0)
+        if self.bound_format is None:
+            stated = make_format(self.prompt_format, self.system_prompt, self.chat_template_args)
+            object.__setattr__(self, "chat_template_args", stated.template_args)
+            if self.prompt_format is not None and stated.kind != CHAT:
+                object.__setattr__(self, "bound_format", stated)  # needs no tokenizer
+        elif not isinstance(self.bound_format, PromptFormat):
+            raise CkptselError(f"bound_format must be a PromptFormat, not {self.bound_format!r}")
         if self.check_here:
             self.check_device()
+
+    def _check_batch_size(self) -> None:
+        """An int >= 1 or ``auto`` (a digit string from the CLI is that int); ``auto`` on the
+        CPU is :data:`BATCH_SIZE` (what it always was), on a GPU it stays ``auto``: sized from
+        free memory where the model runs (:func:`ckptsel.measure.passes.batch_plan`)."""
+        size = self.batch_size
+        if isinstance(size, str) and size.strip().isdigit():
+            size = int(size)
+        if size == "auto" and not self.device.startswith("cuda"):
+            size = BATCH_SIZE
+        if size != "auto":
+            check_int(size, "--batch-size (batch_size; or auto)", low=1)
+        object.__setattr__(self, "batch_size", size)
+
+    @property
+    def stated_format(self) -> PromptFormat | None:
+        """The prompt format the settings state (``None``: none stated, ``prompt_format`` unset;
+        a chat format not yet bound to its tokenizer's template)."""
+        if self.bound_format is not None:
+            return self.bound_format
+        if self.prompt_format is None:
+            return None
+        return make_format(self.prompt_format, self.system_prompt, self.chat_template_args)
+
+    def bind_format(
+        self, tokenizer: Any, recorded: PromptFormat | None = None, where: str = "the run"
+    ) -> MeasureConfig:
+        """These settings with the prompt format resolved for ``tokenizer`` (the run's):
+        the stated one (bound to the tokenizer's chat template for ``chat``), else the one the
+        run folder ``recorded`` (how it was trained), else ``alpaca`` — unless the tokenizer
+        has a chat template and nothing says how the run was trained: that is refused in one
+        line naming the choices (never measured silently under the Alpaca prompt). A stated
+        format that differs from the recorded one is refused too."""
+        fmt = self.format_for(tokenizer, recorded, where)
+        if fmt == self.bound_format:
+            return self
+        return replace(self, bound_format=fmt, check_here=False)
+
+    def format_for(
+        self, tokenizer: Any, recorded: PromptFormat | None = None, where: str = "the run"
+    ) -> PromptFormat:
+        """The prompt format to measure with, given the tokenizer (:meth:`bind_format`); a
+        format already bound to a chat template must find that template in ``tokenizer``."""
+        bound = self.bound_format
+        if bound is not None and bound.kind == CHAT and recorded is None:
+            if chat_template_of(tokenizer) != bound.chat_template:
+                raise CkptselError(
+                    f"{where}: its tokenizer's chat template is not the one the run was "
+                    f"resolved with ({bound.identity}); measure each run with its own tokenizer"
+                )
+            return bound
+        stated = self.stated_format
+        if stated is not None and stated.kind == CHAT:
+            stated = stated.with_tokenizer(tokenizer, f"{where}'s tokenizer")
+        if recorded is not None and recorded.kind == CHAT:
+            recorded = recorded.with_tokenizer(tokenizer, f"{where}'s tokenizer")
+        if stated is not None and recorded is not None and stated.identity != recorded.identity:
+            raise CkptselError(
+                f"{where} was trained with the prompt format {recorded.describe()}, not "
+                f"{stated.describe()}: measure it with the format it was trained with (drop "
+                "--prompt-format), or measure a copy whose prompt_format.json you changed"
+            )
+        fmt = stated or recorded
+        if fmt is None:
+            if chat_template_of(tokenizer):
+                raise CkptselError(
+                    f"{where}: its tokenizer has a chat template and nothing says how the run "
+                    f"was trained; pass {FORMAT_CHOICES} (in study.toml: [measure] prompt_format)"
+                )
+            fmt = PromptFormat()
+        return fmt
+
+    @property
+    def format_identity(self) -> str:
+        """The prompt format's identity (:attr:`ckptsel.data.PromptFormat.identity`) for the
+        fingerprints and provenance; a chat format must be bound to its tokenizer first."""
+        fmt = self.stated_format
+        if fmt is None:
+            return "alpaca"  # unstated: alpaca or refused (bind_format), never another format
+        if fmt.kind == CHAT and not fmt.chat_template:
+            raise CkptselError("internal: the chat prompt format is not bound to a tokenizer yet")
+        return fmt.identity
 
     def check_device(self) -> None:
         """The device must exist where the models run (this process, or a Ray actor)."""
@@ -131,9 +248,13 @@ class MeasureConfig:
         return tuple(dict.fromkeys((self.window, COMPLETE_WINDOW)))
 
     def _hash(self, payload: dict[str, Any]) -> str:
-        payload = {"v": FORMAT_VERSION, "task": self.task, "template": PROMPT_TEMPLATE, **payload}
+        # a task name as given; a task file by its name and content hash (task_identity)
+        task = task_identity(self.task)
+        payload = {"v": FORMAT_VERSION, "task": task, "template": PROMPT_TEMPLATE, **payload}
+        if self.format_identity != "alpaca":  # alpaca parts keep the hashes they always had
+            payload["prompt_format"] = self.format_identity
         if self.test_task and self.test_task != self.task:  # unchanged hashes without it
-            payload["test_task"] = self.test_task
+            payload["test_task"] = task_identity(self.test_task)
         # the numbers: float32 on the CPU (the default there) keeps the hashes it always had;
         # another dtype or a GPU is measured again rather than reused
         if self.device != "cpu":

@@ -65,22 +65,20 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ckptsel._util.io import write_text
 from ckptsel._util.nodecache import CACHE_ENV, cache_root
-from ckptsel.data import format_prompt
+from ckptsel.data import PromptFormat
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.passes import cache_layout, fresh_rope, length_rope, measure_items
 from ckptsel.measure.tokens import (
     cut_at_stop,
-    encode_prompts,
-    encode_responses,
     pad_id,
     stop_token_ids,
 )
@@ -212,7 +210,9 @@ def vllm_key(architecture: str, provenance: dict[str, Any], adapters: bool) -> d
 
 def pick_items(items: Sequence[Any], n: int = CHECK_ITEMS) -> list[Any]:
     """``n`` of ``items`` by length of prompt + response (characters): the longest, the
-    shortest and evenly between, in their input order."""
+    shortest and evenly between, in their input order. An item without a response (a task file
+    with none) is checked on an empty one (its EOS alone)."""
+    items = [replace(it, response="") if it.response is None else it for it in items]
     lengths = [len(it.instruction) + len(it.response) for it in items]
     order = sorted(range(len(items)), key=lambda i: (-lengths[i], i))
     if len(order) > n > 1:
@@ -342,17 +342,19 @@ def _reference(
 
 
 def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: int,
-             device: Any = None) -> Verdict:  # fmt: skip
-    """The HF fast path against the reference on ``items`` (module doc)."""
+             device: Any = None, fmt: Any = None) -> Verdict:  # fmt: skip
+    """The HF fast path against the reference on ``items`` (module doc), their prompts in the
+    prompt format ``fmt`` (default: alpaca)."""
     from transformers import GenerationConfig
 
     device = device if device is not None else next(model.parameters()).device
-    prompts = [format_prompt(it.instruction) for it in items]
+    fmt = fmt if fmt is not None else PromptFormat()
+    prompts = [it.instruction for it in items]
     responses = [it.response for it in items]
     rec = _Recorder(tokenizer)
     texts, scored = measure_items(
         model, rec, prompts, responses, windows=(0,), batch_size=len(prompts),
-        max_new_tokens=max_new_tokens, device=device,
+        max_new_tokens=max_new_tokens, device=device, fmt=fmt, items=items,
     )  # fmt: skip
     stops = stop_token_ids(model, tokenizer)
     cfg = GenerationConfig(
@@ -360,7 +362,7 @@ def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: i
         eos_token_id=stops, output_logits=True, return_dict_in_generate=True,
     )  # fmt: skip
     results, rels = [], []
-    ids, answers = encode_prompts(tokenizer, prompts), encode_responses(tokenizer, responses)
+    ids, answers = fmt.encode(tokenizer, prompts, responses, items)
     for k in range(len(items)):
         ref, steps, nll = _reference(model, ids[k], answers[k], cfg, device)
         results.append(text_agrees(ref, steps, rec.tokens[texts[k]], stops))
@@ -390,7 +392,10 @@ def check_vllm(
 ) -> Verdict:  # fmt: skip
     """vLLM in one batch against vLLM one request at a time (texts; the NLL when vLLM scores
     it) and, when ``hf_model`` is given, its NLL against an HF unpadded forward (module doc)."""
-    prompts = encode_prompts(tokenizer, [format_prompt(it.instruction) for it in items])
+    fmt = config.format_for(tokenizer)
+    prompts, answers = fmt.encode(
+        tokenizer, [it.instruction for it in items], [it.response for it in items], items
+    )
     dtype, new = engine.dtype, config.max_new_tokens
     results, rels = [], []
     if config.backend == "vllm":
@@ -400,7 +405,6 @@ def check_vllm(
             steps = _vllm_steps(lps, ref, dtype)
             results.append(text_agrees(ref, steps, cut_at_stop(fast, stops), stops))
     if config.nll_backend == "vllm":
-        answers = encode_responses(tokenizer, [it.response for it in items])
         scored = engine.score(ckpt, prompts, answers, (0,))
         for k, (p, a) in enumerate(zip(prompts, answers, strict=True)):
             alone = engine.score(ckpt, [p], [a], (0,))[0][0].nll_sum
@@ -450,10 +454,14 @@ class Conformance:
         if not self.config.conformance_check:
             return SKIPPED
         device = device if device is not None else next(model.parameters()).device
+        fmt = self.config.format_for(tokenizer)
+        key = hf_key(model, device)
+        if fmt.identity != "alpaca":  # alpaca keeps the keys it always had
+            key["prompt_format"] = fmt.identity
         return self.verdict(
-            hf_key(model, device),
+            key,
             lambda: check_hf(
-                model, tokenizer, pick_items(items), self.config.max_new_tokens, device
+                model, tokenizer, pick_items(items), self.config.max_new_tokens, device, fmt
             ),
         )
 
@@ -469,6 +477,8 @@ class Conformance:
         key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config, k) == "vllm"]
         if self.config.nll_backend == "vllm" and hf_model is not None:
             key["nll_against"] = "hf"
+        if self.config.format_identity != "alpaca":
+            key["prompt_format"] = self.config.format_identity
         picked = pick_items(items)
         return self.verdict(
             key,

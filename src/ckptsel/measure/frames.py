@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.data import extract, is_correct
+from ckptsel.data import extract, is_correct, task_identity, task_label
 from ckptsel.records import coerce_generations, coerce_nll, empty_nll
 
 
@@ -21,15 +21,18 @@ def score_texts(
     task: str, items: Sequence[Any], texts: Sequence[str]
 ) -> tuple[list[str], list[bool]]:
     """Normalized answers and correctness of generated texts (``ckptsel.data.scoring``)."""
-    # the item's subtask picks the label pattern in a mixed commonsense pool
+    # the item's subtask picks the label pattern in a mixed commonsense pool; a task file's
+    # identity (its content hash) keys the cache, so an edited file is never scored from it
+    identity = task_identity(task)
     scored = [
-        _score(task, it.subtask, t, it.reference) for t, it in zip(texts, items, strict=True)
+        _score(task, identity, it.subtask, t, it.reference)
+        for t, it in zip(texts, items, strict=True)
     ]
     return [a for a, _ in scored], [ok for _, ok in scored]
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _score(task: str, subtask: str, text: str, reference: str) -> tuple[str, bool]:
+def _score(task: str, identity: str, subtask: str, text: str, reference: str) -> tuple[str, bool]:
     """(answer, correct) of one text. Cached: every item is scored at every checkpoint, and
     again when the records are rebuilt from the parts, and most texts repeat."""
     return (
@@ -54,7 +57,7 @@ def generation_frame(
         {
             "trajectory": trajectory,
             "configuration": configuration,
-            "task": task,
+            "task": task_label(task),  # a task file: its name
             "step": int(step),
             "split": split,
             "item_id": [it.item_id for it in items],

@@ -21,7 +21,6 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.data import format_prompt
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import (
     ModelHolder,
@@ -37,12 +36,7 @@ from ckptsel.measure.conformance import Conformance
 from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import measure_items
-from ckptsel.measure.tokens import (
-    encode_cached,
-    encode_prompts,
-    encode_responses,
-    stop_token_ids,
-)
+from ckptsel.measure.tokens import encode_formatted, stop_token_ids
 from ckptsel.records import SPLITS, canonical, empty_generations, empty_nll
 from ckptsel.study import default_configuration
 from ckptsel.train import Checkpoint
@@ -87,6 +81,8 @@ def measure_splits(
     :func:`~ckptsel.study.default_configuration`); ``generations`` carries ``text``. NLL rows
     are given for ``config.window`` and for the complete response (``window=0``). Generation
     and NLL share one forward pass per batch (:func:`ckptsel.measure.passes.measure_items`);
+    prompts are wrapped in ``config``'s prompt format (:meth:`MeasureConfig.format_for`: a
+    tokenizer with a chat template and no stated format is refused);
     ``passes`` are that function's ``device`` (where inputs go; default: the model's own
     device), ``on_batch``, ``seconds`` (if given, accumulates the time of its ``forward``,
     ``nll`` and ``decode`` steps) and ``token_cache``. The model is left in eval mode.
@@ -96,17 +92,23 @@ def measure_splits(
             raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or default_configuration(trajectory)
     flat = [it for its in items.values() for it in its]
+    # an item without a response (a task file with none) gets no NLL row: its empty response
+    # (the EOS alone) shares the pass and its scores are dropped
     texts, scored = measure_items(
         model,
         tokenizer,
-        [format_prompt(it.instruction) for it in flat],
-        [it.response for it in flat] if nll else None,
+        [it.instruction for it in flat],
+        [it.response or "" for it in flat] if nll else None,
         generate=generate,
         windows=config.windows,
         batch_size=config.batch_size,
         max_new_tokens=config.max_new_tokens,
+        fmt=config.format_for(tokenizer, where=f"trajectory {trajectory!r}"),
+        items=flat,
         **passes,
     )
+    if scored is not None:
+        scored = [{} if it.response is None else s for it, s in zip(flat, scored, strict=True)]
     return split_frames(items, texts, scored, config, trajectory, configuration, step)
 
 
@@ -193,6 +195,7 @@ class MeasureResult:
     start_seconds: float = 0.0  # what the fresh models/engines took to load or start
     vllm_calls: int = 0  # vLLM generate calls (a batch of adapters: one per kind)
     engines: str = ""  # in words: "vllm engine started once (31.2 s), 9 checkpoints swapped ..."
+    prompt_format: str = ""  # the format measured with, in words (PromptFormat.describe)
 
 
 def base_key(ckpt: Checkpoint) -> str:
@@ -408,7 +411,7 @@ class Measurer:
         res.scored_items += n_items if nll else 0
         made_by = {
             **hf_provenance(model, cfg.batch_size, cfg.device), "conformance": verdict,
-            "weights": weights_note(ckpt, self.holder.log),
+            "weights": weights_note(ckpt, self.holder.log), "prompt_format": cfg.format_identity,
         }  # fmt: skip
         return stamp(g, made_by), stamp(n, made_by)
 
@@ -445,13 +448,12 @@ class Measurer:
             t0, started = time.perf_counter(), self.vllm.start_seconds
             flat = [it for _, _, f in per for it in f]
             owners = [work[k][0] for k, _, f in per for _ in f]
-            ids = encode_cached(
-                encode_prompts, tok, [format_prompt(it.instruction) for it in flat], cache, "prompt"
-            )
+            ids, answers = encode_formatted(
+                cfg.format_for(tok, where=f"trajectory {names[0]!r}"), tok,
+                [it.instruction for it in flat],
+                [it.response for it in flat] if kind == "nll" else None, cache, flat,
+            )  # fmt: skip
             if kind == "nll":
-                answers = encode_cached(
-                    encode_responses, tok, [it.response for it in flat], cache, "response"
-                )
                 values = self.vllm.score(owners, ids, answers, cfg.windows)
             else:
                 values = self.vllm.generate(
@@ -466,6 +468,7 @@ class Measurer:
                 prov = {
                     **self.vllm.provenance(), "conformance": made_by[k],
                     "weights": weights_note(work[k][0], self.vllm.log),
+                    "prompt_format": cfg.format_identity,
                 }  # fmt: skip
                 out[k][kind == "nll"].append(stamp(frames[kind == "nll"], prov))
                 ticks[k](len(f))

@@ -102,6 +102,14 @@ class ItemPool:
     def n_items(self) -> int:
         return sum(len(its) for its in self.splits.values())
 
+    def scored(self, split: str, index: int) -> bool:
+        """Whether the item has a response, so an NLL (a task file may have no response)."""
+        return getattr(self.splits[split][index], "response", "") is not None
+
+    def n_scored(self, split: str) -> int:
+        """How many of ``split``'s items have an NLL to score."""
+        return sum(self.scored(split, i) for i in range(len(self.splits[split])))
+
     def missing(self, part: pd.DataFrame | None, split: str) -> list[int]:
         """Indices of ``split``'s items that ``part`` does not hold with the same content hash."""
         return self._absent(_key_set(part), split)
@@ -177,9 +185,13 @@ def _todo(
 ) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
     """Per split, the indices of the items to generate and to score: those whose (split,
     item_id, item_hash) the parts' keys (``have_gen``, ``have_nll``) lack. ``only``
-    (``measure --only generation|nll``) leaves the other kind alone."""
+    (``measure --only generation|nll``) leaves the other kind alone. An item without a
+    response (a task file with no response field) has no NLL to score."""
     todo_gen = {s: [] if only == "nll" else pool._absent(have_gen, s) for s in pool.splits}
-    todo_nll = {s: [] if only == "generation" else pool._absent(have_nll, s) for s in pool.splits}
+    todo_nll = {
+        s: [] if only == "generation" else [i for i in pool._absent(have_nll, s) if pool.scored(s, i)]
+        for s in pool.splits
+    }
     return todo_gen, todo_nll
 
 
@@ -283,8 +295,14 @@ class RecordedItems:
     """How many of a pool's items the contract records hold, per kind (``generations``,
     ``nll``) and (trajectory, split, step): the records read once, for every trajectory."""
 
-    def __init__(self, sizes: dict[str, int], counts: dict[str, dict[tuple, int]]) -> None:
+    def __init__(
+        self,
+        sizes: dict[str, int],
+        counts: dict[str, dict[tuple, int]],
+        scored: dict[str, int] | None = None,
+    ) -> None:
         self.sizes, self.counts = sizes, counts
+        self.scored = sizes if scored is None else scored  # items with an NLL, per split
 
     @classmethod
     def read(
@@ -297,14 +315,15 @@ class RecordedItems:
         for kind in ("generations", "nll"):
             table = read_rows(records_dir, kind, columns=cols, filters=only)
             counts[kind] = {} if table is None else _current_counts(table.to_pandas(), pool)
-        return cls({s: len(its) for s, its in pool.splits.items()}, counts)
+        sizes = {s: len(its) for s, its in pool.splits.items()}
+        return cls(sizes, counts, {s: pool.n_scored(s) for s in pool.splits})
 
     def missing(self, trajectory: str, step: int, kinds: Sequence[str]) -> int:
         """Item rows of ``kinds`` the records lack at this checkpoint (kinds counted apart)."""
         return sum(
             n - self.counts[kind].get((trajectory, split, int(step)), 0)
             for kind in kinds
-            for split, n in self.sizes.items()
+            for split, n in (self.scored if kind == "nll" else self.sizes).items()
         )
 
 

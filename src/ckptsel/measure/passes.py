@@ -21,10 +21,20 @@ has ``V`` tokens.
 * score: per row, log-softmax (float32 or wider) at those positions, the response token's NLL,
   summed in float64 in token order, per window (SPEC §3);
 * decode: greedy, one token per step for every row until each row has emitted a stop token or
-  ``max_new_tokens`` are done (finished rows are fed the pad token, as ``generate`` does). The
-  cache is cut to the longest prompt; row ``r`` attends to its prompt (``< n_p``) and to its
-  new tokens, never to its response or padding, and its new tokens take positions ``n_p,
-  n_p + 1, …``: what it would see alone.
+  ``max_new_tokens`` are done. The cache is cut to the longest prompt; row ``r`` attends to
+  its prompt (``< n_p``) and to its new tokens, never to its response or padding, and its new
+  tokens take positions ``n_p, n_p + 1, …``: what it would see alone.
+
+Continuous batching (full-attention caches whose layers are plain ``DynamicLayer`` s:
+:class:`_Rows`): a row leaves the batch at its stop (its cache rows are dropped, and the
+columns no remaining row sees), and once a quarter of the rows are free the next waiting items
+run their forward (NLL + prompt cache, as above) and join: both caches padded to the wider,
+the padding masked, the new rows' columns appended below the running ones. Each row still
+sees only its own columns at its own positions, so its tokens do not depend on its
+neighbours (float32: identical to ``generate``, tested with stops spread over the window).
+Other caches, and ``continuous=False``, decode fixed batches, finished rows fed the pad token
+until the batch's longest ends (as ``generate`` does). Batch sizes: :func:`batch_plan`
+(``auto``: from free GPU memory).
 
 Items are sorted by fed length (little padding; the longest batch first, so memory problems
 show at once).
@@ -57,9 +67,10 @@ prompt tokens early — wrong texts, silently. So each batch takes one of three 
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
@@ -68,6 +79,7 @@ from ckptsel.measure.tokens import (
     ResponseNll,
     cut_at_stop,
     encode_cached,
+    encode_formatted,
     encode_prompts,
     encode_responses,
     pad_id,
@@ -85,12 +97,15 @@ def measure_items(
     *,
     generate: bool = True,
     windows: Sequence[int] = (MATCHED_WINDOW, COMPLETE_WINDOW),
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | str = BATCH_SIZE,
     max_new_tokens: int = MAX_NEW_TOKENS,
     device: Any = None,
     on_batch: Callable[[int], None] | None = None,
     seconds: dict[str, float] | None = None,
     token_cache: dict[tuple[str, str], list[int]] | None = None,
+    continuous: bool = True,
+    fmt: Any = None,
+    items: Sequence[Any] | None = None,
 ) -> tuple[list[str] | None, list[dict[int, ResponseNll]] | None]:
     """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.
 
@@ -101,22 +116,32 @@ def measure_items(
     ``forward``, ``nll``, ``prefill`` (generation's own prompt forward, sliding-window caches
     only) and ``decode``. ``token_cache`` (a dict the caller keeps for one
     tokenizer, e.g. over the checkpoints of a run) saves tokenizing the same texts again.
+    ``batch_size``: rows decoded together, or ``auto`` (:func:`batch_plan`); ``continuous``
+    (the default) lets rows leave and join where the cache allows (module doc); with it,
+    ``on_batch(n)`` is called with the ``n`` items each decode step finished.
+    ``fmt`` (a :class:`ckptsel.data.PromptFormat`): ``prompts`` are the items' prompts before
+    formatting, wrapped and tokenized by it (``items``: their other fields, for a template
+    file; :func:`~ckptsel.measure.tokens.encode_formatted`); ``None``: ``prompts`` are final
+    texts, tokenized with the tokenizer's special tokens and responses scored with EOS.
     """
     import torch
 
-    if batch_size < 1:
-        raise ValueError("batch_size must be >= 1")
+    if batch_size != "auto" and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError("batch_size must be >= 1 or 'auto'")
     if responses is not None and len(responses) != len(prompts):
         raise ValueError("prompts and responses differ in length")
     if not generate and responses is None:
         return None, None
     device = device if device is not None else next(model.parameters()).device
-    encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+    if fmt is not None:
+        encoded, answers = encode_formatted(fmt, tokenizer, prompts, responses, token_cache, items)
+    else:
+        encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+        answers = None
+        if responses is not None:
+            answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
-    answers = None
-    if responses is not None:
-        answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
     stops, pad = stop_token_ids(model, tokenizer), pad_id(tokenizer)
     order = sorted(range(len(fed)), key=lambda i: (-len(fed[i]), i))
@@ -130,8 +155,14 @@ def measure_items(
         stateful = layout.kind == "stateful"
         layout = layout if generate else None
         fast = [i for i in order if i not in alone]
-        for start in range(0, len(fast), batch_size):
-            idx = fast[start : start + batch_size]
+        rows, nll_tokens = batch_plan(model, batch_size, fed, max_new_tokens if generate else 0)
+        if continuous and layout is not None and layout.movable and fast:
+            _continuous(
+                model, fast, (fed, encoded, answers), (stops, pad, max_new_tokens),
+                (texts, scored, windows), (rows, nll_tokens), device, clock, tokenizer, on_batch,
+            )  # fmt: skip
+            fast = []
+        for idx in _chunks(fast, fed, rows, nll_tokens):
             _measure_batch(
                 model, idx, (fed, encoded, answers), layout, (stops, pad, max_new_tokens),
                 (texts, scored, windows), device, clock, tokenizer,
@@ -184,6 +215,216 @@ def _measure_batch(
     if texts is not None:
         for i, row in zip(idx, toks, strict=True):
             texts[i] = tokenizer.decode(cut_at_stop(row, stops), skip_special_tokens=True)
+
+
+REFILL_SHARE = 4  # waiting items join once a quarter of the rows (or all that wait) are free
+AUTO_KV_SHARE = 0.5  # --batch-size auto: the rows' KV caches take at most this share of free memory
+AUTO_LOGITS_SHARE = 0.2  # ... and one NLL forward's logits at most this share
+AUTO_MAX_ROWS = 256  # ... and at most this many rows decode together
+NO_LIMIT = 1 << 62
+
+
+def batch_plan(model: Any, batch_size: int | str, fed: Sequence[list[int]],
+               max_new_tokens: int) -> tuple[int, int]:  # fmt: skip
+    """``(rows, nll_tokens)``: how many items decode together and how many fed positions one
+    forward may project onto the vocabulary. An int ``batch_size`` is the rows, positions
+    unbounded (what ckptsel always did). ``auto`` on the CPU: :data:`BATCH_SIZE`; on a GPU,
+    sized from the memory free with the model loaded (``torch.cuda.mem_get_info``), as
+    lm-eval's ``auto`` sizes its batch, but computed rather than found by trying: rows whose
+    KV caches at the longest item (fed tokens + ``max_new_tokens``) fill
+    :data:`AUTO_KV_SHARE` of it (at most :data:`AUTO_MAX_ROWS`, at most the items), positions
+    whose logits (the model's dtype, plus float32 log-softmax) fill :data:`AUTO_LOGITS_SHARE`;
+    the plan is logged (``ckptsel.measure``, INFO)."""
+    import torch
+
+    if batch_size != "auto":
+        return int(batch_size), NO_LIMIT
+    device = next(model.parameters()).device
+    if device.type != "cuda" or not fed:
+        return BATCH_SIZE, NO_LIMIT
+    free, _ = torch.cuda.mem_get_info(device)
+    elem = next(model.parameters()).element_size()
+    longest = max(map(len, fed)) + max_new_tokens
+    rows, nll_tokens = auto_plan(_text_config(model), elem, free, longest, len(fed))
+    logging.getLogger("ckptsel.measure").info(
+        "--batch-size auto: %d rows, %d NLL positions per forward (%.1f GiB free on %s, "
+        "longest item %d tokens)",
+        rows, nll_tokens, free / 2**30, device, longest,
+    )  # fmt: skip
+    return rows, nll_tokens
+
+
+def auto_plan(cfg: Any, elem: int, free: int, longest: int, n_items: int) -> tuple[int, int]:
+    """``(rows, nll_tokens)`` for ``--batch-size auto`` (:func:`batch_plan`) from the text
+    config ``cfg``, bytes per value ``elem``, ``free`` bytes, the ``longest`` item's tokens
+    (fed + new) and the number of items."""
+    heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    per_token = 2 * int(cfg.num_hidden_layers) * heads * head_dim * elem
+    rows = int(free * AUTO_KV_SHARE // (per_token * longest))
+    rows = max(1, min(rows, AUTO_MAX_ROWS, n_items))
+    nll_tokens = max(longest, int(free * AUTO_LOGITS_SHARE // (int(cfg.vocab_size) * (elem + 8))))
+    return rows, nll_tokens
+
+
+def _chunks(
+    idx: list[int], fed: Sequence[list[int]], rows: int, nll_tokens: int
+) -> list[list[int]]:
+    """``idx`` (longest first) cut into batches of at most ``rows`` items whose padded width
+    times their count stays within ``nll_tokens`` (one item at least)."""
+    out: list[list[int]] = []
+    for i in idx:
+        if out and len(out[-1]) < rows and len(fed[out[-1][0]]) * (len(out[-1]) + 1) <= nll_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _continuous(
+    model: Any, fast: list[int], tokens: tuple[Any, Any, Any], decoding: tuple[list[int], int, int],
+    out: tuple[Any, Any, Sequence[int]], sizes: tuple[int, int], device: Any, clock: _Clock,
+    tokenizer: Any, on_batch: Callable[[int], None] | None,
+) -> None:  # fmt: skip
+    """Continuous batching over every item of ``fast`` (the ``single`` mode of the module doc,
+    full-attention caches): at most ``rows`` (``sizes`` = (rows, nll_tokens)) decode together;
+    a row leaves the batch (and its cache rows go) at its stop token or ``max_new_tokens``,
+    and waiting items join once a quarter of the rows are free: their forward (NLL + prompt
+    cache, as one batch of the fast path) gives their first token, and their cache rows are
+    appended to the running ones (:class:`_Rows`). A row sees only its own columns, so it
+    decodes what it would in any batch; fills ``out`` = (texts, scored or None, windows)."""
+    import torch
+
+    texts, scored, windows = out
+    fed, encoded, answers = tokens
+    rows, nll_tokens = sizes
+    stop = torch.tensor(decoding[0] or [-1], dtype=torch.long, device=device)
+    pending, live = list(fast), None
+    how = (cache_name(model), _takes(model, "cache_position"))
+    while pending or live is not None:
+        free = rows - (live.n if live is not None else 0)
+        if pending and free >= min(len(pending), max(1, rows // REFILL_SHARE)):
+            for part in _chunks(pending[:free], fed, free, nll_tokens):
+                batch = _Batch([fed[i] for i in part], [len(encoded[i]) for i in part],
+                               decoding[1], device)  # fmt: skip
+                with clock("forward"):
+                    logits, cache = _forward(model, batch, keep_cache=True)
+                if answers is not None:
+                    with clock("nll"):
+                        for row, i in enumerate(part):
+                            cums = _response_nll(logits, batch, row, answers[i])
+                            scored[i] = window_sums(cums, batch.n_prompt[row], windows)
+                new, logits = _Rows.start(part, cache, logits, batch), None
+                live = new if live is None else live.join(new)
+            pending = pending[free:]
+        with clock("decode"):
+            finished = live.step(model, stop, decoding[2], how)
+        for i, toks in finished:
+            texts[i] = tokenizer.decode(cut_at_stop(toks, decoding[0]), skip_special_tokens=True)
+        if on_batch is not None and finished:
+            on_batch(len(finished))
+        if live.n == 0:
+            live = None
+
+
+class _Rows:
+    """The rows decoding now: their items, tokens so far, KV cache (a ``DynamicCache`` of
+    ``DynamicLayer`` s: keys/values ``n × H × C × D``), the columns each row sees (``mask``
+    ``n × C``), the position of each row's next token (``pos``, ``n``) and the logits that
+    give it (``last``, ``n × V``). Columns no row sees are dropped when rows leave."""
+
+    def __init__(self, items: list[int], cache: Any, mask: Any, pos: Any, last: Any) -> None:
+        self.items, self.cache, self.mask, self.pos, self.last = items, cache, mask, pos, last
+        self.made: list[list[int]] = [[] for _ in items]
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+    @classmethod
+    def start(cls, items: list[int], cache: Any, logits: Any, batch: _Batch) -> _Rows:
+        """Rows from one fast-path forward (:func:`_forward`: logits from position ``first``,
+        the cache), cut to the longest prompt as :func:`_decode` does."""
+        import torch
+
+        device = batch.ids.device
+        n_p = torch.tensor(batch.n_prompt, dtype=torch.long, device=device)
+        width = max(batch.n_prompt)
+        if width < batch.width:
+            cache.crop(width - batch.width)
+        mask = (torch.arange(width, device=device)[None, :] < n_p[:, None]).long()
+        last = logits[torch.arange(len(items), device=device), n_p - 1 - batch.first]
+        return cls(items, cache, mask, n_p, last)
+
+    def join(self, other: _Rows) -> _Rows:
+        """``other``'s rows appended to these (both caches padded to the wider, the padding
+        masked)."""
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        cols = max(self.mask.shape[1], other.mask.shape[1])
+        wide = lambda t: F.pad(t, (0, 0, 0, cols - t.shape[-2]))  # noqa: E731
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys = torch.cat([wide(mine.keys), wide(theirs.keys)])
+            mine.values = torch.cat([wide(mine.values), wide(theirs.values)])
+        masks = [F.pad(m, (0, cols - m.shape[1])) for m in (self.mask, other.mask)]
+        self.mask = torch.cat(masks)
+        self.pos = torch.cat([self.pos, other.pos])
+        self.last = torch.cat([self.last, other.last])
+        self.items += other.items
+        self.made += other.made
+        return self
+
+    def step(
+        self, model: Any, stop: Any, max_new_tokens: int, how: tuple[str, bool]
+    ) -> list[tuple[int, list[int]]]:
+        """Each row's next token; the rows that end with it leave (``(item, tokens)`` of
+        each, returned); the rest take one forward step (``how``: the cache's keyword,
+        :func:`cache_name`, and whether the model takes ``cache_position``)."""
+        import torch
+
+        nxt = self.last.argmax(-1)
+        pairs = torch.stack([nxt, torch.isin(nxt, stop).long()]).tolist()
+        keep, finished = [], []
+        for r, (tok, ends) in enumerate(zip(*pairs, strict=True)):
+            self.made[r].append(tok)
+            if ends or len(self.made[r]) >= max_new_tokens:
+                finished.append((self.items[r], self.made[r]))
+            else:
+                keep.append(r)
+        if len(keep) < self.n:
+            self._select(keep)
+            if not keep:
+                return finished
+            nxt = nxt[torch.tensor(keep, device=nxt.device)]
+        extra = {how[0]: self.cache}
+        if how[1]:  # transformers 4.x
+            extra["cache_position"] = torch.tensor([self.mask.shape[1]], device=nxt.device)
+        ones = torch.ones((self.n, 1), dtype=self.mask.dtype, device=nxt.device)
+        self.mask = torch.cat([self.mask, ones], 1)
+        res = model(input_ids=nxt[:, None], position_ids=self.pos[:, None],
+                    attention_mask=self.mask, use_cache=True, **extra)  # fmt: skip
+        self.last, self.cache, self.pos = res.logits[:, -1, :], _cache_of(model, res), self.pos + 1
+        return finished
+
+    def _select(self, keep: list[int]) -> None:
+        """Only rows ``keep`` stay; then only the columns one of them sees."""
+        import torch
+
+        self.items = [self.items[r] for r in keep]
+        self.made = [self.made[r] for r in keep]
+        if not keep:
+            return
+        rows = torch.tensor(keep, device=self.mask.device)
+        self.mask, self.pos, self.last = self.mask[rows], self.pos[rows], self.last[rows]
+        seen = self.mask.any(0)
+        cols = None if bool(seen.all()) else seen.nonzero()[:, 0]
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+            if cols is not None:
+                layer.keys, layer.values = layer.keys[:, :, cols], layer.values[:, :, cols]
+        if cols is not None:
+            self.mask = self.mask[:, cols]
 
 
 def generate_texts(
@@ -477,6 +718,7 @@ class CacheLayout:
 
     kind: str
     window: int | None = None
+    movable: bool = field(default=False, compare=False)  # rows can leave and join (_Rows)
 
     def mode(self, width: int, longest_prompt: int, max_new_tokens: int) -> str:
         """``single``, ``split`` or ``rowwise`` for a batch fed ``width`` columns (module doc)."""
@@ -579,7 +821,16 @@ def _checked_layout(model: Any) -> CacheLayout:
         return CacheLayout("stateful")
     if layout.kind != "other" and type(cache).__name__ != "DynamicCache":
         return CacheLayout("other")
-    return layout
+    layers = getattr(cache, "layers", None)  # transformers 4.x before 4.56: key_cache lists
+    movable = (
+        layout.kind == "full"
+        and bool(layers)
+        and all(
+            type(layer).__name__ == "DynamicLayer" and getattr(layer, "is_initialized", True)
+            for layer in layers
+        )
+    )
+    return replace(layout, movable=movable)
 
 
 def _text_config(model: Any) -> Any:

@@ -65,13 +65,14 @@ def settings_provenance(config: MeasureConfig, kind: str) -> dict[str, Any]:
     return {
         "engine": engine, "version": installed_version(engine), "dtype": dtype,
         "attention": None, "batch_size": config.batch_size if engine == "hf" else None,
-        "device": device_kind(config.device),
+        "device": device_kind(config.device), "prompt_format": config.format_identity,
     }  # fmt: skip
 
 
 def _agrees(known: dict[str, Any], recorded: str) -> bool:
     """Whether a recorded provenance has every known field of ``known``."""
     rec = json.loads(recorded)
+    rec["prompt_format"] = rec.get("prompt_format") or "alpaca"  # older records: alpaca
     return all(value is None or rec.get(key) == value for key, value in known.items())
 
 

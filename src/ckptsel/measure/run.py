@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.locations import Location, as_location
+from ckptsel.data import CHAT, task_label
 from ckptsel.errors import CkptselError
+from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_ref
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
@@ -44,6 +46,7 @@ from ckptsel.train import (
     Checkpoint,
     discover_checkpoints,
     is_final_checkpoint,
+    read_run_format,
     weights_fingerprint,
 )
 
@@ -61,7 +64,7 @@ def _check_trajectory_identity(
     df = table.select(cols).to_pandas().drop_duplicates()
     mine = df[df["trajectory"] == trajectory]
     checks = [("configuration", configuration, mine)] + [
-        ("task", config.task_for(split), mine[mine["split"].astype(str) == split])
+        ("task", task_label(config.task_for(split)), mine[mine["split"].astype(str) == split])
         for split in SPLITS
     ]
     for column, value, rows in checks:
@@ -140,6 +143,30 @@ def check_records_folder(out: Location) -> None:
         )
 
 
+class _TemplateOnly:
+    """What a run's tokenizer says of its chat template, read from its files without loading
+    it (``tokenizer_config.json``'s ``chat_template``, ``chat_template.jinja`` or
+    ``chat_template.json``); a tokenizer that is not a local folder is loaded."""
+
+    def __init__(self, ref: str) -> None:
+        folder = Path(ref)
+        if not folder.is_dir():
+            from transformers import AutoTokenizer
+
+            self.chat_template = AutoTokenizer.from_pretrained(ref).chat_template
+            return
+        self.chat_template = None
+        config = folder / "tokenizer_config.json"
+        try:
+            blob = json.loads(config.read_text()) if config.is_file() else {}
+        except (OSError, ValueError):
+            blob = {}
+        found = blob.get("chat_template") if isinstance(blob, dict) else None
+        for name in ("chat_template.jinja", "chat_template.json"):
+            found = found or ((folder / name).is_file() and name)
+        self.chat_template = str(found) if found else None  # a list: named templates
+
+
 class RunMeasurement:
     """One run being measured into a records folder, checkpoint by checkpoint.
 
@@ -184,6 +211,8 @@ class RunMeasurement:
         # says it is the last); measure_run: its largest; the watcher sets it per poll (only a
         # checkpoint that says it is final); else the largest checkpoint handed in
         self.run_final: tuple[int | None, bool | None] | None = None
+        self._format_bound = False  # the prompt format resolved (at the first measure)
+        self._forgotten: set[int] = set()
 
     def check_records(self) -> None:
         """``out`` is a records folder (or new, or empty), and the trajectory's records there
@@ -200,8 +229,29 @@ class RunMeasurement:
     def parts(self, step: int) -> StepParts:
         return StepParts(self.out, self.trajectory, step, self.config, self.pool)
 
+    def bind_format(self, ckpts: list[Checkpoint]) -> None:
+        """Resolve the prompt format once, before any part file is named: the stated one, else
+        what the run folder records, else alpaca — refused in one line when the run's
+        tokenizer has a chat template and nothing says how the run was trained
+        (:meth:`MeasureConfig.bind_format`)."""
+        if self._format_bound or not ckpts:
+            return
+        cfg, recorded = self.config, read_run_format(self.run_dir)
+        stated = cfg.stated_format
+        chat = any(f is not None and f.kind == CHAT for f in (stated, recorded))
+        tokenizer = None
+        if chat or (stated is None and recorded is None):
+            ref = tokenizer_ref(ckpts, self.base)
+            tokenizer = _TemplateOnly(ref) if not chat else run_tokenizer(ckpts, self.base)
+        self.config = cfg.bind_format(tokenizer, recorded, where=str(self.run_dir))
+        self.result.prompt_format = self.config.bound_format.describe()
+        self._format_bound = True
+        for step in sorted(self._forgotten):  # rewritten before the part files had a name
+            self.drop_parts(step)
+
     def measure(self, ckpts: list[Checkpoint]) -> None:
         """Measure what ``ckpts`` lack and record them (one checkpoint's units at a time)."""
+        self.bind_format(ckpts)
         traj, config, emit, res = self.trajectory, self.config, self.emit, self.result
         self.check_weights(ckpts)  # before anything is measured, reused or written
         self.ckpts.extend(c for c in ckpts if c not in self.ckpts)
@@ -293,7 +343,10 @@ class RunMeasurement:
     def forget(self, step: int) -> None:
         """Drop a checkpoint's part cache (its folder was rewritten: measure it afresh, its
         records replaced)."""
-        self.drop_parts(step)
+        if self._format_bound:
+            self.drop_parts(step)
+        else:
+            self._forgotten.add(step)
         self.weights.pop(step, None)
         self.rewritten.add(step)
         self.ckpts = [c for c in self.ckpts if c.step != step]

@@ -107,3 +107,33 @@ def encode_cached(
     if todo:
         cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
     return [cache[(kind, t)] for t in texts]
+
+
+def encode_formatted(
+    fmt: Any, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str] | None,
+    cache: dict[tuple[str, str], list[int]] | None = None, items: Sequence[Any] | None = None,
+) -> tuple[list[list[int]], list[list[int]] | None]:  # fmt: skip
+    """``(prompt_ids, response_ids or None)`` of ``instructions`` (and ``responses``) under the
+    prompt format ``fmt`` (:class:`ckptsel.data.PromptFormat`; ``items``: their other fields,
+    for a template file), through ``cache`` as :func:`encode_cached` keeps it: prompts keyed by
+    their rendered text; responses by their text, or, for a chat template (whose continuation
+    depends on the prompt), by prompt and response. Under alpaca these are the ids
+    :func:`encode_prompts` and :func:`encode_responses` give."""
+    texts = fmt.render_many(instructions, items, tokenizer)
+    chat = fmt.kind == "chat"
+    prompts = encode_cached(
+        lambda tok, t: fmt.encode_prompts(tok, t), tokenizer, texts, cache,
+        "chat-prompt" if chat else "prompt",
+    )  # fmt: skip
+    if responses is None:
+        return prompts, None
+    if not chat:
+        return prompts, encode_cached(encode_responses, tokenizer, responses, cache, "response")
+    keys = [f"{t}\x00{r}" for t, r in zip(texts, responses, strict=True)]
+    by_key = dict(zip(keys, zip(instructions, responses, prompts, strict=True), strict=True))
+
+    def continuations(tok: Any, todo: Sequence[str]) -> list[list[int]]:
+        i, r, p = zip(*(by_key[k] for k in todo), strict=True) if todo else ((), (), ())
+        return fmt.encode_responses(tok, list(i), list(r), list(p))
+
+    return prompts, encode_cached(continuations, tokenizer, keys, cache, "chat-response")

@@ -30,8 +30,10 @@ that stayed incomplete are named in the status.
 **Restarts**: the records are the truth. A watcher killed anywhere and started again
 measures only what the part caches lack (nothing twice, nothing lost), as a re-run of
 ``ckptsel measure`` does. ``status.json`` (state, recorded steps, waiting steps and why, the
-final step) is derived and rewritten atomically (one PUT on object stores) after every poll,
-in the records folder (``<records>/watch/<trajectory>/status.json``), never in the run
+final step, the checkpoint being measured and how many of its units are done) is derived and
+rewritten atomically (one PUT on object stores) after every poll, after every checkpoint
+recorded (a poll may find several ready) and, while a checkpoint is measured, when it starts
+and every ``progress_every`` seconds, in the records folder (``<records>/watch/<trajectory>/status.json``), never in the run
 folder, which belongs to the trainer.
 """
 
@@ -52,7 +54,7 @@ from ckptsel._util.checks import check_int, check_number
 from ckptsel._util.locations import FileInfo, Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.progress import ProgressCallback
+from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.run import WATCH_DIR, MeasureSetup, RunMeasurement
 from ckptsel.train import (
     STATE_FILE,
@@ -73,7 +75,9 @@ class WatchSettings:
     same before it is measured; ``until_step``: the final step (else the marker says);
     ``marker``: the file a trainer writes last (``None``: no marker; torchtune);
     ``layout``: ``hf`` or ``torchtune``; ``timeout``: give up after this many seconds
-    without finishing (``None``: never).
+    without finishing (``None``: never); ``progress_every``: seconds between rewrites of the
+    status while a checkpoint is measured (its items done so far; a checkpoint's start and end
+    are always written at once).
     """
 
     poll: float = 10.0
@@ -82,9 +86,11 @@ class WatchSettings:
     marker: str | None = STATE_FILE
     layout: str = "hf"
     timeout: float | None = None
+    progress_every: float = 10.0
 
     def __post_init__(self) -> None:
         check_number(self.poll, "--poll", low=0)
+        check_number(self.progress_every, "progress_every", low=0)
         check_number(self.settle, "--settle", low=0)
         if self.timeout is not None:
             check_number(self.timeout, "--timeout", low=0)
@@ -113,6 +119,9 @@ class WatchStatus:
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     engines: str = ""  # at the end: "hf model started once (...), 9 checkpoints swapped ..."
+    # the checkpoints being measured now: step -> [units done, units to measure] (units: items
+    # generated plus items scored; a vLLM batch measures several steps at once)
+    measuring: dict[int, list[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,6 +135,9 @@ class WatchStatus:
             "incomplete": {str(k): v for k, v in sorted(self.incomplete.items())},
             "final_step": self.final_step,
             "remeasured": sorted(self.remeasured),
+            "measuring": {
+                str(k): {"done": d, "total": t} for k, (d, t) in sorted(self.measuring.items())
+            },
             "polls": self.polls,
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -173,17 +185,29 @@ def list_folders(run: Location, layout: str) -> dict[int, tuple[str, dict[str, F
 
 
 class _Watch:
-    """One watch: the poll loop's state (signatures seen, steps recorded, the final step)."""
+    """One watch: the poll loop's state (signatures seen, steps recorded, the final step).
 
-    def __init__(self, session: RunMeasurement, settings: WatchSettings, base: str | None,
-                 status_file: Location, on_status: Callable[[WatchStatus], None] | None,
-                 clock: Callable[[], float]) -> None:  # fmt: skip
-        self.session, self.settings, self.base = session, settings, base
-        self.status_file, self.on_status, self.clock = status_file, on_status, clock
-        self.run = session.run_dir
-        self.status = WatchStatus(session.trajectory, str(self.run), str(session.out))
+    It owns the :class:`RunMeasurement` and hears it per checkpoint: the status (and
+    ``after_checkpoint``, e.g. ``selection.json``) is current after every checkpoint recorded,
+    not only after a poll's batch, and says which checkpoint is being measured and how far."""
+
+    def __init__(self, run_dir: Path | Location | str, config: MeasureConfig, setup: MeasureSetup,
+                 settings: WatchSettings, status_file: Path | Location | str | None,
+                 hooks: _Hooks, clock: Callable[[], float]) -> None:  # fmt: skip
+        self.session = RunMeasurement(
+            run_dir, config, setup, on_progress=self._progress, after_checkpoint=self._recorded
+        )
+        self.session.check_records()
+        self.settings, self.base, self.hooks, self.clock = settings, setup.base, hooks, clock
+        self.status_file = (
+            as_location(status_file) if status_file else status_path(setup.out, self.session.trajectory)
+        )
+        self.run = self.session.run_dir
+        self.status = WatchStatus(self.session.trajectory, str(self.run), str(self.session.out))
         self.seen: dict[int, tuple[str, float]] = {}  # step -> (signature, first seen at)
         self.done: dict[int, str] = {}  # step -> signature it was measured at
+        self.batch: dict[int, tuple[str, dict[str, FileInfo], dict[str, Any]]] = {}
+        self.published = 0.0  # clock of the last status written while measuring
 
     def poll(self) -> bool:
         """One poll: list, measure what is complete, update the status. True when finished."""
@@ -206,18 +230,29 @@ class _Watch:
             else:
                 ready.append((step, name, files))
         if ready:
-            # what the units say of the run's final checkpoint: only what a marker (or
-            # --until-step) says; a run still training declares none, so its records still
-            # answer a provisional selection (selection.json says it is in progress)
-            final = [step for step, name, _ in ready if self._says_final(step, name)]
-            self.session.run_final = (min(final), True) if final else (None, None)
-            self._measure(ready)
+            self._measure_ready(ready)
         finished = self._finished(folders)
         st.updated = self.clock()
         if finished:
             st.state = "done"
         self.publish()
         return finished
+
+    def _measure_ready(self, ready: list[tuple[int, str, dict[str, FileInfo]]]) -> None:
+        """What the units say of the run's final checkpoint: only what a marker (or
+        --until-step) says; a run still training declares none. The checkpoints before the
+        first final one go first, declaring none, so that each recorded one still answers a
+        provisional selection (selection.json says it is in progress) while the final one is
+        measured; the final one (and any after it) go next, declaring it."""
+        final = [step for step, name, _ in ready if self._says_final(step, name)]
+        first = min(final) if final else None
+        before = [r for r in ready if first is None or r[0] < first]
+        if before:
+            self.session.run_final = (None, None)
+            self._measure(before)
+        if first is not None:
+            self.session.run_final = (first, True)
+            self._measure([r for r in ready if r[0] >= first])
 
     def _why_not(self, step: int, name: str, files: dict[str, FileInfo], now: float) -> str:
         """Why the folder cannot be measured now ('' when it can)."""
@@ -232,36 +267,60 @@ class _Watch:
         return "" if ok else why
 
     def _says_final(self, step: int, name: str) -> bool:
+        return is_final_checkpoint(self._state(name), step, self.settings.until_step)
+
+    def _state(self, name: str) -> dict[str, Any]:
         marker = self.settings.marker
-        state = _marker_state(self.run / name / marker) if marker else {}
-        return is_final_checkpoint(state, step, self.settings.until_step)
+        return _marker_state(self.run / name / marker) if marker else {}
 
     def _measure(self, ready: list[tuple[int, str, dict[str, FileInfo]]]) -> None:
-        """Measure and record the ready folders; a folder that changed meanwhile goes back to
-        waiting with its part cache dropped."""
+        """Measure and record the ready folders (each one heard by :meth:`_recorded` as soon
+        as its records are written)."""
         ckpts = [
             inspect_checkpoint(self.run / name, step, self.run, self.base)
             for step, name, _ in ready
         ]
-        states = {}
-        for step, name, _ in ready:
-            marker = self.settings.marker
-            states[step] = _marker_state(self.run / name / marker) if marker else {}
+        self.batch = {step: (name, files, self._state(name)) for step, name, files in ready}
         self.session.measure(ckpts)
-        after = list_folders(self.run, self.settings.layout)
+        self.batch = {}
+
+    def _recorded(self, step: int) -> None:
+        """Step ``step``'s records are written: a folder that changed meanwhile goes back to
+        waiting with its part cache dropped; else it is recorded, the status written at once
+        and ``after_checkpoint`` told."""
+        name, files, state = self.batch[step]
         st = self.status
-        for step, name, files in ready:
-            now_files = after.get(step, (name, {}))[1]
-            if _signature(now_files) != _signature(files):
-                self.session.forget(step)  # rewritten while being measured: measure again
-                st.remeasured.append(step)
-                self.seen[step] = (_signature(now_files), self.clock())
-                continue
-            self.done[step] = _signature(files)
-            if step not in st.recorded:
-                st.recorded.append(step)
-            if is_final_checkpoint(states[step], step, self.settings.until_step):
-                st.final_step = step if st.final_step is None else min(st.final_step, step)
+        st.measuring.pop(step, None)
+        now_files = list_folders(self.run, self.settings.layout).get(step, (name, {}))[1]
+        if _signature(now_files) != _signature(files):
+            self.session.forget(step)  # rewritten while being measured: measure again
+            st.remeasured.append(step)
+            self.seen[step] = (_signature(now_files), self.clock())
+            return
+        self.done[step] = _signature(files)
+        if step not in st.recorded:
+            st.recorded.append(step)
+        st.waiting.pop(step, None)
+        if is_final_checkpoint(state, step, self.settings.until_step):
+            st.final_step = step if st.final_step is None else min(st.final_step, step)
+        st.updated = self.clock()
+        self.publish()
+        if self.hooks.after_checkpoint is not None:
+            self.hooks.after_checkpoint(step)
+
+    def _progress(self, event: ProgressEvent) -> None:
+        """The measurement's events: which checkpoint is measured and how far, in the status
+        (written when a checkpoint starts, then at most every ``progress_every`` seconds)."""
+        st = self.status
+        if event.kind == "step" and event.step is not None and event.total:
+            st.measuring[event.step] = [0, event.total]
+            self.publish()
+        elif event.kind == "items" and event.step in st.measuring:
+            st.measuring[event.step][0] += event.done
+            if self.clock() - self.published >= self.settings.progress_every:
+                self.publish()
+        if self.hooks.on_progress is not None:
+            self.hooks.on_progress(event)
 
     def _finished(self, folders: dict[int, tuple[str, dict[str, FileInfo]]]) -> bool:
         """The final checkpoint is recorded and nothing before it is still being written
@@ -279,9 +338,19 @@ class _Watch:
         return True
 
     def publish(self) -> None:
+        self.published = self.clock()
         io.write_text(self.status_file, json.dumps(self.status.to_dict(), indent=1) + "\n")
-        if self.on_status is not None:
-            self.on_status(self.status)
+        if self.hooks.on_status is not None:
+            self.hooks.on_status(self.status)
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """What the caller of :func:`watch_run` hears."""
+
+    on_status: Callable[[WatchStatus], None] | None = None
+    on_progress: ProgressCallback | None = None
+    after_checkpoint: Callable[[int], None] | None = None
 
 
 def _marker_state(marker: Location) -> dict[str, Any]:
@@ -315,15 +384,9 @@ def watch_run(
     ``after_checkpoint(step)`` once a step is recorded (e.g. to keep ``selection.json``
     current). The run folder need not exist yet."""
     settings = settings or WatchSettings()
-    setup = MeasureSetup(**where)
-    session = RunMeasurement(
-        run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint
-    )
-    session.check_records()
-    status_at = (
-        as_location(status_file) if status_file else status_path(setup.out, session.trajectory)
-    )
-    watch = _Watch(session, settings, setup.base, status_at, on_status, clock)
+    hooks = _Hooks(on_status, on_progress, after_checkpoint)
+    watch = _Watch(run_dir, config, MeasureSetup(**where), settings, status_file, hooks, clock)
+    session = watch.session
     deadline = None if settings.timeout is None else clock() + settings.timeout
     with session:
         while not watch.poll():

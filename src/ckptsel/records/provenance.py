@@ -43,6 +43,9 @@ from ckptsel.records.units import list_units, single_file
 PROVENANCE_KEY = b"ckptsel.provenance"
 SINGLE_FILE_KEY = b"ckptsel.provenance.trajectories"
 FIELDS = ("engine", "version", "dtype", "attention", "batch_size", "device")
+# fields a provenance has only when they differ from what every older record implies: the prompt
+# format (absent = alpaca, the only format before formats existed), so alpaca units keep their bytes
+OPTIONAL_FIELDS = ("prompt_format",)
 PROVENANCE_KINDS = ("generations", "nll")
 NOTE = "conformance"  # the conformance verdict: carried beside the provenance, never compared
 WEIGHTS_NOTE = "weights"  # how the weights got in ("loaded", "swapped in place, ..."): a note too
@@ -52,7 +55,7 @@ WEIGHTS_BY_STEP = "weights_by_step"  # the single file's form of it: {step: [not
 def canonical(provenance: dict[str, Any]) -> str:
     """One provenance as a canonical JSON string (the :data:`FIELDS`, in that order, then the
     conformance verdict when it has one): equal provenances give equal strings."""
-    blob = {k: provenance.get(k) for k in FIELDS}
+    blob = _identity_fields(provenance)
     if provenance.get(NOTE) is not None:
         blob[NOTE] = str(provenance[NOTE])
     if provenance.get(WEIGHTS_NOTE) is not None:
@@ -64,7 +67,15 @@ def provenance_identity(provenance: dict[str, Any] | str) -> str:
     """What must match between rows of one trajectory: the canonical :data:`FIELDS` only (the
     conformance verdict left out)."""
     p = json.loads(provenance) if isinstance(provenance, str) else provenance
-    return json.dumps({k: p.get(k) for k in FIELDS}, separators=(",", ":"))
+    return json.dumps(_identity_fields(p), separators=(",", ":"))
+
+
+def _identity_fields(p: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`FIELDS` in order, then the :data:`OPTIONAL_FIELDS` a provenance has (an
+    alpaca prompt format is written as no field: older records read as alpaca)."""
+    blob = {k: p.get(k) for k in FIELDS}
+    blob.update({k: p[k] for k in OPTIONAL_FIELDS if p.get(k) not in (None, "alpaca")})
+    return blob
 
 
 def _verdicts(provenances: Iterable[str], note: str = NOTE) -> set[str]:
@@ -72,8 +83,8 @@ def _verdicts(provenances: Iterable[str], note: str = NOTE) -> set[str]:
 
 
 def describe(provenance: dict[str, Any] | str) -> str:
-    """One provenance in words, e.g. ``hf 5.23.0, float32, sdpa attention, batch 16, cpu``
-    (fields not known are left out)."""
+    """One provenance in words, e.g. ``hf 5.23.0, float32, sdpa attention, batch 16, cpu,
+    prompt format alpaca`` (fields not known are left out; no prompt format is alpaca)."""
     p = json.loads(provenance) if isinstance(provenance, str) else provenance
     engine = " ".join(str(p[k]) for k in ("engine", "version") if p.get(k) is not None)
     parts = [engine or "unknown engine"]
@@ -81,6 +92,7 @@ def describe(provenance: dict[str, Any] | str) -> str:
     parts += [f"{p['attention']} attention"] if p.get("attention") else []
     parts += [f"batch {p['batch_size']}"] if p.get("batch_size") is not None else []
     parts += [str(p["device"])] if p.get("device") else []
+    parts += [f"prompt format {p.get('prompt_format') or 'alpaca'}"]
     return ", ".join(parts)
 
 

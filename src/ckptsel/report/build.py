@@ -17,7 +17,7 @@ from ckptsel._util.io import write_bytes, write_text
 from ckptsel.errors import CkptselError
 from ckptsel.report import html as rhtml
 from ckptsel.report import tables as rtables
-from ckptsel.results import FIGURES_DIR, REPORT_FILE, SUMMARY_FILE, TABLES_DIR, Summary
+from ckptsel.results import FIGURES_DIR, REPORT_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR, Summary
 
 
 def load_results(results_dir: Path) -> tuple[Summary, pd.DataFrame, pd.DataFrame]:
@@ -87,8 +87,21 @@ def write_report(
                 pngs[name] = rendered["png"]
         if "html" in formats:
             notes = figs.figure_notes(summary, per_conf, curves)
-            page = rhtml.render_html(summary, rtables.all_tables(summary), pngs, notes=notes)
+            page = rhtml.render_html(
+                summary, rtables.all_tables(summary), pngs, notes=notes,
+                measured_by=_measured_by(results_dir),
+            )  # fmt: skip
             write_text(results_dir / REPORT_FILE, page)
             written["html"].append(results_dir / REPORT_FILE)
     return written
 
+
+def _measured_by(results_dir: Path) -> list[str]:
+    """``run.json``'s lines on what measured the records (none when it is absent or says none)."""
+    import json
+
+    try:
+        lines = json.loads((results_dir / RUN_FILE).read_text()).get("measured_by", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(line) for line in lines] if isinstance(lines, list) else []

@@ -110,6 +110,9 @@ def claim_sentences(summary: Summary | dict) -> list[tuple[str, str]]:
             if v == "not estimable":
                 reading = (f"no {level}% interval ({e.not_estimable}): this design says nothing about its "
                            "uncertainty, so these data cannot tell the sign")  # fmt: skip
+            elif v == "unresolved" and e.cannot_resolve is not None:
+                reading = (f"too small a design to resolve ({e.cannot_resolve}), so these data cannot "
+                           "tell the sign")  # fmt: skip
             elif v == "unresolved":
                 reading = f"the {level}% interval contains 0, so these data cannot tell the sign"
             elif v == "resolved positive":
@@ -201,15 +204,60 @@ def figure_caption(name: str, summary: Summary) -> str:
     )
 
 
+def keep_frame(summary: Summary) -> pd.DataFrame | None:
+    """Which checkpoint to keep per trajectory, as display strings (None: the summary has no
+    keep table)."""
+    keep = summary.keep
+    if keep is None:
+        return None
+    level = int(round(float(keep.settings.get("level", summary.level)) * 100))
+    rows = [
+        {
+            "trajectory": r.trajectory,
+            "configuration": r.configuration,
+            "final step": r.final_step,
+            f"{keep.rule} rule's choice": ", ".join(map(str, r.choice)) or "–",
+            f"split-validation gain over final, pp ({level}%)": fmt(r.gain),
+            "keep": f"{r.keep_step} (final)" if r.keep_final else f"{r.keep_step}",
+        }
+        for r in keep.trajectories
+    ]
+    return pd.DataFrame(rows)
+
+
+def _keep_section(summary: Summary) -> list[str]:
+    frame = keep_frame(summary)
+    if frame is None:
+        return []
+    keep = summary.keep
+    earlier = sum(not r.keep_final for r in keep.trajectories)
+    caption = (
+        f"For each trajectory, what <code>ckptsel select</code> answers (rule {html.escape(keep.rule)}): "
+        "the checkpoint the rule picks on the full validation pool, its gain over the final checkpoint on "
+        "validation halves it did not choose on, and the checkpoint to keep — the final one unless that "
+        f"gain is resolved above 0. {earlier} of {len(keep.trajectories)} trajectories keep an earlier "
+        "checkpoint. <code>ckptsel select --all</code> prints the same table; "
+        "<code>--trajectory</code> gives one trajectory's reasons in full."
+    )
+    unanswered = [r for r in keep.trajectories if not r.choice]
+    notes = [f'<p class="caption">{text_html(f"{r.trajectory}: {r.reason}")}</p>' for r in unanswered]
+    return ['<h2 id="keep">Which checkpoint to keep</h2>', f'<p class="caption">{caption}</p>',
+            table_html(frame), *notes]  # fmt: skip
+
+
 def render_html(
     summary: Summary | dict,
     tables: Iterable[ReportTable],
     figures_png: dict[str, bytes],
     title: str = "ckptsel report",
     notes: Iterable[str] = (),
+    measured_by: Iterable[str] = (),
 ) -> str:
     """The report page as one string (figures inlined as base64 PNG); ``notes``: one line for
-    each figure or panel left out, and why (:func:`ckptsel.report.figures.figure_notes`)."""
+    each figure or panel left out, and why (:func:`ckptsel.report.figures.figure_notes`);
+    ``measured_by``: what measured the records, one line each (``run.json``'s: engine, dtype,
+    device, prompt format)."""
+    measured = "".join(f"<li>{html.escape(line)}</li>" for line in measured_by)
     summary = Summary.coerce(summary)
     tables = list(tables)
     by_name = {t.name: t for t in tables}
@@ -228,6 +276,8 @@ def render_html(
         *([f'<p class="caption" id="protocol"><b>Protocol:</b> {text_html(summary.protocol.status)}</p>']
           if summary.protocol is not None else []),
         *(f'<p class="caution"><b>Caution:</b> {text_html(w)}</p>' for w in summary.warnings or ()),
+        *([f'<p class="caption" id="measured-by"><b>Measured by</b> (engine, dtype, attention, batch, '
+           f'device, prompt format):</p><ul class="caption">{measured}</ul>'] if measured else []),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',
     ]
@@ -238,6 +288,7 @@ def render_html(
             f'<p class="caption">{html.escape(t.title)}</p>',
             table_html(t.display),
         ]
+    parts += _keep_section(summary)
     parts.append("<h2>Figures</h2>")
     parts += [f'<p class="caption figure-note">{text_html(n)}.</p>' for n in notes]
     for name, png in figures_png.items():

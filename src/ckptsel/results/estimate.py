@@ -10,6 +10,12 @@ configuration"``), it is never *resolved*, and it prints as ``+1.78 not estimabl
 configuration``. ``summary.json`` stores it as ``{"mean", "lo": null, "hi": null, "unresolved":
 true, "not_estimable": reason}``.
 
+An estimate whose interval excludes 0 but whose design is too small for an exact test to reject
+at that level (``stats.exact``: e.g. 4 discordant items, 3 configurations) keeps its interval
+and reads *unresolved*, with the reason in ``cannot_resolve``; it prints as ``+80.00 [+40.00,
++100.00] unresolved: 4 discordant items, and an exact 95% test needs 6`` and ``summary.json``
+stores ``{"mean", "lo", "hi", "unresolved": true, "cannot_resolve": reason}``.
+
 An estimate is made either from computed values (``Estimate(mean, lo, hi)``, kept unrounded)
 or as ``summary.json`` stores it (:meth:`Estimate.rounded`, :meth:`Estimate.from_dict`): rounded
 to :data:`DIGITS` decimals, with the ``unresolved`` flag decided on the unrounded bounds kept as
@@ -62,6 +68,7 @@ class Estimate:
     stored_unresolved: bool | None = None
     stored: bool = field(default=False, compare=False, repr=False)
     not_estimable: str | None = None  # why there is no interval (then lo = hi = None)
+    cannot_resolve: str | None = None  # why the interval cannot be resolved (then unresolved)
 
     @classmethod
     def without_interval(cls, mean: float | None, reason: str) -> Estimate:
@@ -77,7 +84,7 @@ class Estimate:
     @property
     def unresolved(self) -> bool:
         """Whether the interval contains 0 (or is missing); never False without an interval."""
-        if self.not_estimable is not None:
+        if self.not_estimable is not None or self.cannot_resolve is not None:
             return True
         if self.stored_unresolved is not None:
             return self.stored_unresolved
@@ -89,6 +96,15 @@ class Estimate:
         ``unresolved`` flag decided on the unrounded bounds."""
         return cls(mean, lo, hi).as_stored()
 
+    def cannot_be_resolved(self, reason: str) -> Estimate:
+        """This estimate as stored, reading unresolved because the design cannot resolve it
+        (``reason``); its interval is kept."""
+        e = self.as_stored()
+        if e.not_estimable is not None:
+            return e
+        flag = None if _contains_zero(e.lo, e.hi) else True
+        return Estimate(e.mean, e.lo, e.hi, flag, stored=True, cannot_resolve=str(reason))
+
     def as_stored(self) -> Estimate:
         """This estimate as ``summary.json`` stores it (itself when it is stored already)."""
         if self.stored:
@@ -97,15 +113,18 @@ class Estimate:
             return Estimate.without_interval(self.mean, self.not_estimable)
         lo, hi = _round(self.lo), _round(self.hi)
         flag = None if _contains_zero(lo, hi) == self.unresolved else self.unresolved
-        return Estimate(_round(self.mean), lo, hi, flag, stored=True)
+        return Estimate(_round(self.mean), lo, hi, flag, stored=True, cannot_resolve=self.cannot_resolve)
 
     def to_dict(self) -> dict:
         """``{"mean", "lo", "hi", "unresolved"}``, rounded to :data:`DIGITS` (None if not finite);
-        ``"not_estimable": reason`` follows when there is no interval."""
+        ``"not_estimable": reason`` follows when there is no interval, ``"cannot_resolve":
+        reason`` when the design cannot resolve it."""
         e = self.as_stored()
         out = {"mean": e.mean, "lo": e.lo, "hi": e.hi, "unresolved": e.unresolved}
         if e.not_estimable is not None:
             out["not_estimable"] = e.not_estimable
+        elif e.cannot_resolve is not None:
+            out["cannot_resolve"] = e.cannot_resolve
         return out
 
     @classmethod
@@ -122,15 +141,18 @@ class Estimate:
         mean, lo, hi = d["mean"], d.get("lo"), d.get("hi")
         flag = d.get("unresolved")
         keep = flag if isinstance(flag, bool) and flag != _contains_zero(lo, hi) else None
-        return cls(mean, lo, hi, keep, stored=True)
+        why = d.get("cannot_resolve")
+        return cls(mean, lo, hi, keep, stored=True, cannot_resolve=None if why is None else str(why))
 
     @classmethod
     def read(cls, d: Any, where: str) -> Estimate:
         """A stored estimate, checked: ``{"mean", "lo", "hi", "unresolved"}`` with numbers (or
         null bounds) and a boolean flag, or that and ``"not_estimable": reason`` with null bounds
-        and ``unresolved`` true; raises :class:`CkptselError` naming ``where``."""
+        and ``unresolved`` true, or ``"cannot_resolve": reason`` with ``unresolved`` true;
+        raises :class:`CkptselError` naming ``where``."""
         keys = ["mean", "lo", "hi", "unresolved"]
-        if not isinstance(d, dict) or list(d) not in (keys, [*keys, "not_estimable"]):
+        shapes = (keys, [*keys, "not_estimable"], [*keys, "cannot_resolve"])
+        if not isinstance(d, dict) or list(d) not in shapes:
             raise CkptselError(f"{where}: expected an estimate {{mean, lo, hi, unresolved}}, got {d!r}")
         if "not_estimable" in d and not (
             isinstance(d["not_estimable"], str) and d["not_estimable"]
@@ -139,6 +161,10 @@ class Estimate:
             raise CkptselError(
                 f"{where}/not_estimable: expected a reason with null lo/hi and unresolved true, got {d!r}"
             )
+        if "cannot_resolve" in d and not (
+            isinstance(d["cannot_resolve"], str) and d["cannot_resolve"] and d["unresolved"] is True
+        ):
+            raise CkptselError(f"{where}/cannot_resolve: expected a reason with unresolved true, got {d!r}")
         for key in ("mean", "lo", "hi"):
             v = d[key]
             if not (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))):
@@ -162,7 +188,9 @@ def fmt(e: Estimate | dict | None, *, mean: bool = True, unit: str = "", mark: b
     ``mean=False`` prints the interval only, ``unit`` follows the mean (e.g. ``" pp"``), and
     ``mark=False`` leaves out the "unresolved" mark. The numbers printed are those stored
     (rounded to :data:`DIGITS` first); a stored dict keeps its ``unresolved`` flag. An estimate
-    without an interval prints ``"+1.78 not estimable: 1 configuration"`` (whatever ``mark``).
+    without an interval prints ``"+1.78 not estimable: 1 configuration"`` (whatever ``mark``);
+    one its design cannot resolve adds the reason to the mark (``"… unresolved: 4 discordant
+    items, and an exact 95% test needs 6"``).
     """
     e = Estimate.coerce(e)
     if e is None or e.mean is None:
@@ -174,4 +202,6 @@ def fmt(e: Estimate | dict | None, *, mean: bool = True, unit: str = "", mark: b
     text = f"[{e.lo:+.2f}, {e.hi:+.2f}]"
     if mean:
         text = f"{e.mean:+.2f}{unit} {text}"
+    if mark and e.cannot_resolve is not None:
+        return f"{text} unresolved: {e.cannot_resolve}"
     return text + (" unresolved" if mark and e.unresolved else "")

@@ -16,7 +16,9 @@ The parts, from the inside out:
   estimate) and ``matched_half`` (rule → cell), the last two absent in some blocks;
 * :class:`Sensitivities` (one variant, thinning ``k``, the complete-response NLL control
   :class:`NllControl`), :class:`TaskResult` (a ``by_task`` stratum),
-  :class:`QuestionBootstrap`, :class:`SignCounts`, :class:`Population`.
+  :class:`QuestionBootstrap`, :class:`SignCounts`, :class:`Population`;
+* :class:`KeepTable` (``"keep"``, last): which checkpoint to keep per trajectory, one
+  :class:`KeepRow` each (``ckptsel select``'s recommendation).
 
 Accessors the report and the CLI need (interval level and method, ``D``'s start, the main
 table) are properties and methods of :class:`Summary`.
@@ -511,6 +513,88 @@ class Preregistration:
         )  # fmt: skip
 
 
+# --------------------------------------------------------------------------- which checkpoint to keep
+@dataclass(frozen=True)
+class KeepRow:
+    """One trajectory's answer to "which checkpoint to keep" (``ckptsel select``'s
+    recommendation): the rule's choice on the full validation pool (its tie set), the
+    split-validation gain of that choice over the final checkpoint (pp), and the checkpoint to
+    keep — the final one unless that gain is resolved above 0 — with the reason. A trajectory
+    ``select`` cannot answer has no choice and no gain, and keeps the final checkpoint; its
+    reason says why."""
+
+    trajectory: str
+    configuration: str
+    final_step: int
+    keep_step: int
+    keep_final: bool
+    choice: tuple[int, ...]
+    gain: Estimate | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {
+            "trajectory": self.trajectory,
+            "configuration": self.configuration,
+            "final_step": self.final_step,
+            "keep_step": self.keep_step,
+            "keep_final": self.keep_final,
+            "choice": list(self.choice),
+            "gain": None if self.gain is None else self.gain.to_dict(),
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def read(cls, d: Any, at: _At) -> KeepRow:
+        keys = ("trajectory", "configuration", "final_step", "keep_step", "keep_final", "choice",
+                "gain", "reason")  # fmt: skip
+        d = _object(d, at, keys)
+        if not isinstance(d["keep_final"], bool):
+            (at / "keep_final").fail(f"expected true or false, got {d['keep_final']!r}")
+        if not isinstance(d["choice"], list):
+            (at / "choice").fail(f"expected a list of steps, got {d['choice']!r}")
+        return cls(
+            _str(d["trajectory"], at / "trajectory"),
+            _str(d["configuration"], at / "configuration"),
+            _int(d["final_step"], at / "final_step"),
+            _int(d["keep_step"], at / "keep_step"),
+            d["keep_final"],
+            tuple(_int(v, at / "choice" / k) for k, v in enumerate(d["choice"])),
+            None if d["gain"] is None else _estimate(d["gain"], at / "gain"),
+            _str(d["reason"], at / "reason"),
+        )
+
+
+@dataclass(frozen=True)
+class KeepTable:
+    """Which checkpoint to keep, per trajectory (``summary.json``'s ``"keep"``, ``ckptsel
+    select --all``): the rule, the ``select`` settings that made it (``select --all`` with them
+    gives the same rows) and one :class:`KeepRow` per trajectory, in the records' order."""
+
+    rule: str
+    settings: dict[str, Any]
+    trajectories: tuple[KeepRow, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "rule": self.rule,
+            "settings": dict(self.settings),
+            "trajectories": [row.to_dict() for row in self.trajectories],
+        }
+
+    @classmethod
+    def read(cls, d: Any, at: _At) -> KeepTable:
+        d = _object(d, at, ("rule", "settings", "trajectories"))
+        rows = d["trajectories"]
+        if not isinstance(rows, list):
+            (at / "trajectories").fail(f"expected a list, got {type(rows).__name__}")
+        return cls(
+            _str(d["rule"], at / "rule"),
+            _mapping(d["settings"], at / "settings", lambda v, _: v),
+            tuple(KeepRow.read(r, at / "trajectories" / k) for k, r in enumerate(rows)),
+        )
+
+
 # --------------------------------------------------------------------------- the summary
 _SETTINGS = ("confidence", "interval", "permutations", "partitions", "choices_sha256", "budgets",
              "D_from")  # fmt: skip
@@ -550,6 +634,7 @@ class Summary:
     joint_bootstrap: Gains | None = None
     warnings: tuple[str, ...] | None = None  # None: written before summaries carried warnings
     protocol: Preregistration | None = None  # None: written before summaries said
+    keep: KeepTable | None = None  # which checkpoint to keep per trajectory (None: not made)
 
     # ------------------------------------------------------------------ reading it
     @property
@@ -654,6 +739,8 @@ class Summary:
         out["descriptive"] = _dicts(self.descriptive)
         if self.warnings is not None:
             out["warnings"] = list(self.warnings)
+        if self.keep is not None:
+            out["keep"] = self.keep.to_dict()
         return out
 
     @classmethod
@@ -662,7 +749,7 @@ class Summary:
         earlier versions); raises :class:`CkptselError` naming ``source`` and the key of the
         first malformed value."""
         at = _At(str(source))
-        d = _object(d, at, _REQUIRED, (*_SETTINGS, "protocol", "joint_bootstrap", "warnings"))
+        d = _object(d, at, _REQUIRED, (*_SETTINGS, "protocol", "joint_bootstrap", "warnings", "keep"))
         if d["schema"] != SCHEMA:
             (at / "schema").fail(f"schema {d['schema']!r} is not supported (expected {SCHEMA})")
         return cls(
@@ -678,6 +765,7 @@ class Summary:
             joint_bootstrap=_optional(d, "joint_bootstrap", at, Gains.read_block),
             warnings=_optional(d, "warnings", at, _warnings),
             protocol=_optional(d, "protocol", at, Preregistration.read),
+            keep=_optional(d, "keep", at, KeepTable.read),
         )
 
     @classmethod

@@ -8,6 +8,9 @@ the summary they make. Pure NumPy over arrays; no I/O.
 * :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
 * :mod:`~ckptsel.stats.paired` — the paired 2×2 counts, the exact McNemar test and its clustered
   form (sign flips of whole clusters);
+* :mod:`~ckptsel.stats.exact` — the one rule for small designs (no interval reads resolved
+  where an exact test at that size cannot reject), zero-width intervals as not estimable, and
+  the Clopper–Pearson interval;
 * :mod:`~ckptsel.stats.estimates` — :class:`StatSettings` and ``summarize``: scored choices →
   the typed summary and the descriptive tables;
 * :mod:`~ckptsel.stats.winners` — the model confidence set of the best checkpoints and the
@@ -19,6 +22,14 @@ from __future__ import annotations
 from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
 from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
+from ckptsel.stats.exact import (
+    cannot_resolve,
+    clopper_pearson,
+    interval_estimate,
+    judged,
+    needed_units,
+    nonzero_units,
+)
 from ckptsel.stats.intervals import METHODS
 from ckptsel.stats.paired import cluster_differences, clustered_mcnemar, mcnemar_exact, two_by_two
 from ckptsel.stats.resample import (
@@ -40,6 +51,7 @@ from ckptsel.stats.winners import (
     model_confidence_set,
     naive_winner,
     winner_interval,
+    without_variance,
 )
 
 __all__ = [
@@ -51,7 +63,9 @@ __all__ = [
     "WINNER_JITTER",
     "accuracy_moments",
     "bootstrap_accuracies",
+    "cannot_resolve",
     "chunked_counts",
+    "clopper_pearson",
     "cluster_codes",
     "cluster_differences",
     "cluster_sums",
@@ -59,10 +73,14 @@ __all__ = [
     "clustered_means",
     "draw_counts",
     "est",
+    "interval_estimate",
+    "judged",
     "map_chunks",
     "mcnemar_exact",
     "model_confidence_set",
     "naive_winner",
+    "needed_units",
+    "nonzero_units",
     "norm_cdf",
     "norm_ppf",
     "percentile_interval",
@@ -72,4 +90,5 @@ __all__ = [
     "t_quantile",
     "two_by_two",
     "winner_interval",
+    "without_variance",
 ]

@@ -2,7 +2,9 @@
 
 * :func:`norm_cdf`, :func:`norm_ppf` — the standard normal CDF and its inverse;
 * :func:`t_quantile` — Student-t quantiles for real degrees of freedom (Newton on the exact CDF
-  for small df, Cornish–Fisher above).
+  for small df, Cornish–Fisher above);
+* :func:`beta_quantile` — quantiles of the Beta distribution (bisection on the exact CDF), for
+  the Clopper–Pearson bounds of :mod:`~ckptsel.stats.exact`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,19 @@ def _betainc(a: np.ndarray, b: float, x: np.ndarray) -> np.ndarray:
             break
     value = front * h / aa_
     return np.where(flip, 1.0 - value, value)
+
+
+def beta_quantile(p: float, a: float, b: float) -> float:
+    """The ``p`` quantile of Beta(``a``, ``b``) (``a, b > 0``): bisection on the exact CDF
+    ``I_x(a, b)`` to 1e-13."""
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if float(_betainc(np.array([float(a)]), float(b), np.array([mid]))[0]) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 _T_CACHE: dict[tuple[float, float], float] = {}

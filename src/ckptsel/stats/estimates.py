@@ -43,7 +43,9 @@ from ckptsel.results import (
     TaskResult,
 )
 from ckptsel.stats import bootstrap as bs
+from ckptsel.stats import exact as ex
 from ckptsel.stats import intervals as iv
+from ckptsel.stats.resample import Clusters
 
 # Per interval method: (K, what was measured below it). K is the smallest number of
 # configurations from which the configuration interval covered >= 90% of its estimand in every
@@ -59,9 +61,21 @@ FEW_CONFIGURATIONS = {
 }
 
 
-def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile") -> list[str]:
-    """Caveats a reader must see next to the numbers."""
+def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile",
+                   task_configurations: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+    """Caveats a reader must see next to the numbers. ``task_configurations``: configurations
+    per task; a task with one (its by-task intervals are not estimable) is named when the
+    study has more."""
     out = []
+    lone = sorted(t for t, k in (task_configurations or {}).items() if k < 2)
+    if lone and n_configurations >= 2:
+        names = ", ".join(repr(t) for t in lone)
+        out.append(
+            f"task(s) {names} with only 1 configuration: one configuration shows no spread between "
+            "configurations, so its by-task configuration intervals are not estimable (none is "
+            "reported); the pooled intervals carry it with the other tasks, and its test-question "
+            "intervals (tables/intervals.md, report.html) hold its trajectories fixed"
+        )
     if not nll_records:
         out.append(
             "no validation NLL records (e.g. generations imported with `ckptsel ingest`): the "
@@ -123,10 +137,6 @@ def est(mean: float, lo: float, hi: float) -> Estimate:
     return Estimate.rounded(mean, lo, hi)
 
 
-def _plural(n: int, unit: str) -> str:
-    return f"{n} {unit}" + ("" if n == 1 else "s")
-
-
 class _Estimates:
     """Point estimates + intervals for one family of replicates, addressable by name.
 
@@ -137,48 +147,32 @@ class _Estimates:
     design gives no information about its variance: fewer than ``min_units`` units, an
     undefined interval, or no spread at all across the units (zero width around a nonzero
     mean; an estimate that is exactly 0 everywhere, e.g. the last rule's G, keeps the
-    ``[0, 0]`` it always had, which is unresolved). ``need``: the method's reason for ``min_units``.
+    ``[0, 0]`` it always had, which is unresolved; :func:`ckptsel.stats.exact.interval_estimate`).
+    ``need``: the method's reason for ``min_units``. ``support`` ``(Q,)`` counts the units whose
+    total is nonzero: an interval over fewer than an exact test needs reads unresolved
+    (:func:`ckptsel.stats.exact.judged`).
     """
 
     def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
                  bounds: tuple[np.ndarray, np.ndarray] | None = None, *, units: np.ndarray | None = None,
-                 unit: str = "configuration", min_units: int = 2, need: str = ""):  # fmt: skip
+                 unit: str = "configuration", min_units: int = 2, need: str = "",
+                 support: np.ndarray | None = None):  # fmt: skip
         self.index = {n: k for k, n in enumerate(names)}
         self.means = means
         self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
-        self.units = units
+        self.units, self.support, self.level = units, support, level
         self.unit, self.min_units, self.need = unit, min_units, need
-
-    def reason(self, k: int) -> str | None:
-        """Why quantity ``k`` has no interval (None when it has one)."""
-        units = None if self.units is None else int(self.units[k])
-        if units is not None and units < self.min_units:  # one unit: no spread, whatever the method
-            return _plural(units, self.unit) + (self.need if units >= 2 else "")
-        lo, hi, mean = float(self.lo[k]), float(self.hi[k]), float(self.means[k])
-        if mean == 0.0 and not (
-            lo < hi
-        ):  # exactly 0 throughout (the last rule's G): [0, 0], unresolved
-            return None
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            return "no finite interval" + (
-                "" if units is None else f" from {_plural(units, self.unit)}"
-            )
-        if abs(hi - lo) <= 1e-9 * max(1.0, abs(mean)) and mean != 0.0:
-            return "no spread across the " + (
-                "units" if units is None else _plural(units, self.unit)
-            )
-        return None
 
     def get(self, name: Name) -> Estimate | None:
         k = self.index.get(name)
         if k is None or not np.isfinite(self.means[k]):
             return None
-        why = self.reason(k)
-        if why is not None:
-            return Estimate.without_interval(self.means[k], why)
-        if self.means[k] == 0.0 and not self.lo[k] < self.hi[k]:
-            return est(0.0, 0.0, 0.0)
-        return est(self.means[k], self.lo[k], self.hi[k])
+        units = None if self.units is None else int(self.units[k])
+        e = ex.interval_estimate(float(self.means[k]), float(self.lo[k]), float(self.hi[k]), units,
+                                 self.unit, self.min_units, self.need)  # fmt: skip
+        if self.support is None:
+            return e
+        return ex.judged(e, int(self.support[k]), self.level, f"nonzero {self.unit}")
 
 
 def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True,
@@ -227,19 +221,20 @@ def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, 
     ``C``: the percentile method's configuration counts (drawn here when not given)."""
     k = sums.shape[0]
     units = (sizes > 0).sum(axis=0)
+    support = ex.nonzero_units(sums, sizes > 0)  # configurations whose gain is not 0
     if settings.interval == "cr2":
         _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
-        return _Estimates(names, means, None, settings.level, (lo, hi), units=units)
+        return _Estimates(names, means, None, settings.level, (lo, hi), units=units, support=support)
     if settings.interval == "wild":
         W = iv.webb_weights(k, settings.draws, settings.seed, stream)
         _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
         return _Estimates(names, means, None, settings.level, (lo, hi), units=units,
-                          min_units=WILD_MIN_CONFIGURATIONS,
+                          min_units=WILD_MIN_CONFIGURATIONS, support=support,
                           need=f": the wild bootstrap-t needs {WILD_MIN_CONFIGURATIONS} or more")  # fmt: skip
     if C is None:
         C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
     reps = bs.cluster_replicates(C, sums, sizes)
-    return _Estimates(names, means, reps, settings.level, units=units)
+    return _Estimates(names, means, reps, settings.level, units=units, support=support)
 
 
 def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
@@ -253,6 +248,14 @@ def _clusters(scored: ScoredChoices, task: str) -> int:
     """Test-question clusters of ``task`` (items sharing a ``group``; = test items without groups)."""
     g = scored.groups.get(task)
     return scored.test_items[task] if g is None else len(np.unique(g))
+
+
+def _question_support(scored: ScoredChoices, task: str, present: np.ndarray) -> np.ndarray:
+    """``(Q_lin,)`` test-question clusters of ``task`` whose utility, summed over its
+    configurations, is not 0 (0 where the quantity is not ``present``)."""
+    util = np.nan_to_num(scored.utilities[task]).sum(axis=0)  # (N_t, Q_lin)
+    totals = Clusters.of(scored.groups.get(task), util.shape[0]).sums(util)
+    return ex.nonzero_units(totals) * present
 
 
 def summarize(
@@ -304,7 +307,8 @@ def summarize(
         question_bootstrap=question,
         joint_bootstrap=joint,
         descriptive=_sign_counts(scored, sums, sizes, main),
-        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval)),
+        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval,
+                                      {t: len(c) for t, c in task_conf.items()})),  # fmt: skip
     )
     return summary, _tables(scored, configs, sums, sizes)
 
@@ -352,27 +356,32 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         else np.zeros(len(lin_idx), np.int64)
     )
     unit = "test-question cluster"
-    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level, units=fewest, unit=unit)
+    q_support = {t: _question_support(scored, t, lin_sizes[task_conf[t]].sum(axis=0) > 0) for t in per_task}
+    pooled_support = sum(q_support.values(), np.zeros(len(lin_idx), np.int64))
+    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level, units=fewest, unit=unit,
+                       support=pooled_support)  # fmt: skip
     j_names = [lin_names[k] for k in joint_cols]
     j_units = (lin_sizes[:, joint_cols] > 0).sum(axis=0)
+    # both sources resampled: the fewer of the nonzero configurations and question clusters
+    j_support = np.minimum(ex.nonzero_units(sums[:, lin_idx], lin_sizes > 0), pooled_support)[joint_cols]
     j_est = None
     if joint is not None:
         j_means = means[lin_idx][joint_cols]
-        j_est = _Estimates(j_names, j_means, joint, settings.level, units=j_units)
+        j_est = _Estimates(j_names, j_means, joint, settings.level, units=j_units, support=j_support)
     if settings.interval != "percentile" and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
         j_means = means[lin_idx][joint_cols]
         bounds = iv.twoway_interval(
             scored.utilities, task_conf, lin_sizes, joint_cols, j_means, settings.level
         )
-        j_est = _Estimates(j_names, j_means, None, settings.level, bounds, units=j_units)
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds, units=j_units,
+                           support=j_support)  # fmt: skip
     by_task = {}
     for task, reps in per_task.items():
         cidx = task_conf[task]
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = sums[cidx][:, lin_idx].sum(axis=0) / lin_sizes[cidx].sum(axis=0)
-        t_est = _Estimates(
-            lin_names, t_means, reps, settings.level, units=clusters[task], unit=unit
-        )
+        t_est = _Estimates(lin_names, t_means, reps, settings.level, units=clusters[task], unit=unit,
+                           support=q_support[task])  # fmt: skip
         by_task[task] = _gains(t_est, "nested", labels)
     question = QuestionBootstrap(_gains(q_est, "nested", labels), by_task)
     return question, None if j_est is None else _gains(j_est, "nested", labels=(FULL,))

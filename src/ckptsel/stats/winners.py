@@ -28,7 +28,13 @@ their cluster-robust covariance ``sigma`` (R, T, T), and cluster-bootstrap accur
   :data:`PROJECTION_DRAWS` Gaussian draws and :data:`JITTER` Latin-hypercube jitter points, all
   in one batch) move the estimate by under 0.1 pp (sd at 100 items, BENCHMARKS.md); the caller
   fixes their stream (``ckptsel select`` uses one that does not depend on ``--seed``).
-* :func:`naive_winner` — ``x_w ± z σ_w``: what a plain report gives (optimistic).
+  A winner whose accuracy has no variance at all (right, or wrong, on every item; or the same
+  accuracy in every cluster) has no normal approximation: its interval is the exact
+  Clopper–Pearson interval over the ``G`` clusters, simultaneous over the ``T`` checkpoints
+  (each at level ``1 − α/T``, so it holds for whichever one was chosen), and its estimate the
+  median-unbiased one (``0.5^(1/G)`` at 100%). Every end stays in ``[0, 1]``.
+* :func:`naive_winner` — ``x_w ± z σ_w`` (clipped to ``[0, 1]``): what a plain report gives
+  (optimistic).
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from __future__ import annotations
 import numpy as np
 
 from ckptsel.stats.distributions import log_norm_cdf, norm_ppf, t_quantile
+from ckptsel.stats.exact import clopper_pearson
 from ckptsel.stats.resample import Clusters
 
+ZERO_VARIANCE = 1e-12  # a winner's variance below this has no normal approximation
 PAIR_CELLS = 20_000_000  # (trajectory × draw × T × T) cells per chunk of the MCS bootstrap
 BISECTIONS = 60
 PROJECTION_DRAWS = (
@@ -149,7 +157,7 @@ def _hybrid(x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta:
     a = ((1 - level) - beta) / (2 * (1 - beta))
     rows = np.arange(R)
     w = x.argmax(axis=1)
-    var = np.maximum(sigma[rows, w, w], 1e-12)  # a checkpoint right (or wrong) everywhere: floor
+    var = np.maximum(sigma[rows, w, w], ZERO_VARIANCE)  # rows without variance: exact_winner
     sd, y = np.sqrt(var), x[rows, w]
     c = sigma[rows, :, w] / var[:, None]  # (R, T)
     k = 1.0 - c
@@ -194,7 +202,28 @@ def winner_interval(
     xj = (x[:, None, :] + (u.T[None, :, :] - 0.5) / n).reshape(R * jitter, T)
     sol = _hybrid(xj, np.repeat(sigma, jitter, axis=0), level, beta, np.repeat(c_beta, jitter))
     est, lo, hi = (v.reshape(R, jitter).mean(axis=1) for v in sol)
-    return est, lo, hi, c_beta
+    w = x.argmax(axis=1)
+    for r in np.flatnonzero(without_variance(x, sigma)):  # exact, a few rows at most
+        est[r], lo[r], hi[r] = exact_winner(float(x[r, w[r]]), clusters, T, level)
+    return np.clip(est, 0.0, 1.0), np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), c_beta
+
+
+def without_variance(x: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """``(R,)`` whether the winner (``argmax x``) of each row has no variance (exact interval)."""
+    w = x.argmax(axis=1)
+    return sigma[np.arange(len(w)), w, w] < ZERO_VARIANCE
+
+
+def exact_winner(accuracy: float, clusters: int, checkpoints: int, level: float) -> tuple[float, ...]:
+    """(estimate, lo, hi) of a winner whose accuracy has no variance (module docstring): the
+    Clopper–Pearson interval of ``accuracy × clusters`` successes in ``clusters``, each of the
+    ``checkpoints`` at level ``1 − α/checkpoints``; the estimate the median-unbiased one (the
+    one-sided 50% bound at 0 or 100%, the middle of both inside)."""
+    k = accuracy * clusters
+    lo, hi = clopper_pearson(k, clusters, 1.0 - (1.0 - level) / checkpoints)
+    m_lo, m_hi = clopper_pearson(k, clusters, 0.0)
+    mid = m_lo if k >= clusters else (m_hi if k <= 0 else (m_lo + m_hi) / 2)
+    return mid, lo, hi
 
 
 def naive_winner(x: np.ndarray, sigma: np.ndarray, level: float) -> tuple[np.ndarray, ...]:
@@ -204,5 +233,5 @@ def naive_winner(x: np.ndarray, sigma: np.ndarray, level: float) -> tuple[np.nda
     w /= w.sum(axis=1, keepdims=True)
     se = np.sqrt(np.clip(np.diagonal(sigma, axis1=1, axis2=2), 0, None))
     mean, s = (w * x).sum(axis=1), (w * se).sum(axis=1)
-    return mean, mean - z * s, mean + z * s
+    return mean, np.clip(mean - z * s, 0.0, 1.0), np.clip(mean + z * s, 0.0, 1.0)
 

@@ -36,7 +36,7 @@ from typing import Any
 import tomllib
 
 from ckptsel._util.locations import Location, as_location, is_url
-from ckptsel.data import PoolSpec, get_task
+from ckptsel.data import PoolSpec, get_task, is_task_file
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
 from ckptsel.study.configuration import (
@@ -48,6 +48,8 @@ from ckptsel.study.configuration import (
 )
 
 _INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,)
+_INT_OR_AUTO = (int, str)  # an int, or the string "auto"
+_TABLE = (dict,)
 SCHEMA_VERSION = 2
 STATE_DIR = ".ckptsel"  # the study's own files (pools, split, fingerprint) under the workdir
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
@@ -60,18 +62,20 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "results_dir": (_STR, "analysis results folder (default: <workdir>/results)"),
     },
     "pool": {
-        "task": (_STR, "task of the fine-tuning pool (loader and answer rules)"),
+        "task": (_STR, "task of the fine-tuning pool (loader and answer rules): a name or a "
+                 "task file PATH.toml (relative to this file)"),
         "file": (_STR, "the pool file, split by question group into train and validation"),
         "val_fraction": (_FLOAT, "share of groups that go to validation (default 0.1)"),
         "seed": (_INT, "split seed (default: ckptsel.defaults.DATA_SEED)"),
-        "group_field": (_STR, "field that groups paraphrases (default: detected)"),
+        "group_field": (_STR, "field that groups paraphrases (default: detected; a task file's "
+                        "group field, else its prompt field)"),
     },
     "train": {
-        "task": (_STR, "task of the training file"),
+        "task": (_STR, "task of the training file (a name or PATH.toml; needs a response)"),
         "file": (_STR, "training items file"),
     },
     "validation": {
-        "task": (_STR, "task (answer family) of the validation items"),
+        "task": (_STR, "task (loader and answer rules) of the items: a name or PATH.toml"),
         "file": (_STR, "one items file (or folder, for commonsense)"),
         "files": (_LIST, "several item files: a mixture (subtask = file's task)"),
         "n": (_INT, "seeded sample of n items of the whole pool"),
@@ -80,7 +84,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     },
     "measure": {
         "max_new_tokens": (_INT, "generation length limit"),
-        "batch_size": (_INT, "prompts per batch"),
+        "batch_size": (_INT_OR_AUTO, "prompts per batch, or auto (16 on a CPU, from GPU memory)"),
         "window": (_INT, "matched NLL window in tokens"),
         "device": (_STR, "cpu | cuda"),
         "backend": (_STR, "hf | vllm"),
@@ -93,6 +97,12 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "conformance_check": (
             _BOOL, "false: skip the fast path's conformance check (stamped; at your own risk)"
         ),
+        "prompt_format": (
+            _STR, "alpaca | chat (the tokenizer's chat template) | a template file (relative to "
+            "the study file); training and measurement both use it"
+        ),
+        "system_prompt": (_STR, "the system turn (chat) or the template's system text"),
+        "chat_template_args": (_TABLE, "chat template arguments, e.g. {enable_thinking = false}"),
     },
     "executor": {
         "kind": (_STR, "local (this process, default) | ray (a Ray cluster)"),
@@ -240,6 +250,8 @@ class _Checker:
             if (isinstance(value, bool) and want != _BOOL) or not isinstance(value, want):
                 names = " or ".join(t.__name__ for t in want)
                 self.fail(table, key, f"must be {names}, got {value!r}", index)
+            if want == _INT_OR_AUTO and isinstance(value, str) and value != "auto":
+                self.fail(table, key, f'must be an int or "auto", got {value!r}', index)
 
     def where(self, table: str) -> str:
         """How errors about a pool name its table (``PoolSpec.where``)."""
@@ -310,6 +322,9 @@ def _load(
     validation = _pool_spec(data, "validation", chk, root, split, train_task)
     test = _pool_spec(data, "test", chk, root, split, train_task)
     trained, external = _configurations(data.get("configurations"), chk, root, train_file)
+    if trained and train_task and not get_task(train_task).has_response:
+        chk.fail("pool" if split else "train", "task", f"{get_task(train_task).name} has no "
+                 "response field: nothing to fine-tune on (SFT needs one; [fields] response)")  # fmt: skip
     runs_dir = resolve_path(work, s.get("runs_dir", "runs"))
     if trained and is_url(runs_dir):
         msg = f"must be a local folder, got {runs_dir} (training writes there)"
@@ -327,13 +342,23 @@ def _load(
         seeds=tuple(seeds),
         runs_dir=runs_dir,
         records_dir=resolve_path(work, s.get("records_dir", "records")),
-        measure=dict(data.get("measure", {})),
+        measure=_measure_settings(data.get("measure", {}), chk, root),
     )
     return StudySpec(
         source, work, study, validation, test, split, tuple(external),
         dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
         dict(data.get("executor", {})), dict(data.get("log", {})),
     )  # fmt: skip
+
+
+def _measure_settings(measure: dict[str, Any], chk: _Checker, root: Path | Location) -> dict:
+    """``[measure]``, its ``prompt_format`` file (when not alpaca or chat) resolved against the
+    study file's folder and required to exist."""
+    out = dict(measure)
+    fmt = out.get("prompt_format")
+    if isinstance(fmt, str) and fmt not in ("alpaca", "chat"):
+        out["prompt_format"] = str(_file(chk, root, "measure", "prompt_format", fmt))
+    return out
 
 
 def _workdir(source: Path | Location, workdir: str | Path | None) -> Path:
@@ -456,7 +481,10 @@ def _file(
     return p
 
 
-def _check_task(chk: _Checker, table: str, task: str) -> str:
+def _check_task(chk: _Checker, table: str, task: str, root: Path | Location) -> str:
+    """A task name, or a task file (``PATH.toml``, relative to the study file: kept absolute)."""
+    if is_task_file(task):
+        task = str(resolve_path(root, task))
     try:
         get_task(task)
     except CkptselError as err:
@@ -471,7 +499,7 @@ def _training_data(
     under the work folder) or from ``[train]`` (both None when nothing is trained here)."""
     if "pool" not in data:
         t = data.get("train", {})
-        train_task = _check_task(chk, "train", t["task"]) if "task" in t else None
+        train_task = _check_task(chk, "train", t["task"], root) if "task" in t else None
         train_file = _file(chk, root, "train", "file", t["file"]) if "file" in t else None
         return None, train_task, train_file
     p = data["pool"]
@@ -483,9 +511,12 @@ def _training_data(
     frac = p.get("val_fraction", 0.1)
     if not 0 < frac < 1:
         chk.fail("pool", "val_fraction", f"must be in (0, 1), got {frac}")
+    task = _check_task(chk, "pool", p["task"], root)
+    fields = get_task(task).fields if is_task_file(task) else None  # a task file's own group
+    group_field = p.get("group_field") or (fields and (fields.group or fields.prompt[0]))
     split = PoolSplit(
-        _check_task(chk, "pool", p["task"]), _file(chk, root, "pool", "file", p["file"]),
-        float(frac), p.get("seed", DATA_SEED), p.get("group_field"),
+        task, _file(chk, root, "pool", "file", p["file"]),
+        float(frac), p.get("seed", DATA_SEED), group_field,
     )  # fmt: skip
     return split, split.task, work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
 
@@ -512,7 +543,7 @@ def _pool_spec(
     task = p.get("task") or (train_task if table == "validation" else None)
     if task is None:
         chk.fail(table, None, "needs 'task'")
-    task = _check_task(chk, table, task)
+    task = _check_task(chk, table, task, root)
     if "file" in p and "files" in p:
         chk.fail(table, "files", "give 'file' or 'files', not both")
     raw = [p["file"]] if "file" in p else p.get("files")

@@ -14,7 +14,9 @@ A results folder (``ckptsel analyze --out``) and, optionally, a selection (the o
   ``ckptsel/by_task/gsm8k/G/nll/full/mean``, ``ckptsel/question_bootstrap/G/last/32/mean``);
   ``unresolved`` is 1 when the interval contains 0 (or there is none); an estimate whose interval
   is not estimable (e.g. one configuration) has no ``lo``/``hi`` and ``not_estimable`` = 1 (the
-  reason is in the main table and ``summary.json``). A selection adds
+  reason is in the main table and ``summary.json``), one too small a design cannot resolve
+  has ``cannot_resolve`` = 1 (and ``unresolved`` = 1); the headline keeps ``not_estimable``
+  beside mean, lo and hi. A selection adds
   ``ckptsel/select/<rule>/{split_validation,test}/…`` and ``ckptsel/select/keep_step``;
 * settings and provenance (flat strings named ``ckptsel.<name>``): seed, draws, interval level and
   method, permutations, the population, the frozen-choices SHA-256, the summary's SHA-256, the
@@ -149,7 +151,12 @@ def _estimate_metrics(est: dict, path: tuple[str, ...]) -> dict[str, float]:
         out[metric_name(path, "unresolved")] = 1.0 if est["unresolved"] else 0.0
     if est.get("not_estimable"):
         out[metric_name(path, "not_estimable")] = 1.0
+    if est.get("cannot_resolve"):
+        out[metric_name(path, "cannot_resolve")] = 1.0
     return out
+
+
+HEADLINE_STATS = ("mean", "lo", "hi", "not_estimable")  # an estimate's stats in the headline
 
 
 def summary_metrics(summary: dict) -> dict[str, float]:
@@ -178,7 +185,8 @@ HEADLINE_MAX = 20  # metrics a person reads in a tracker; the rest is in metrics
 
 
 def _claims(summary: dict, rule: str) -> dict[str, float]:
-    """G(full), H(full) and D of ``rule``: mean, lo, hi (what the estimate has)."""
+    """G(full), H(full) and D of ``rule``: mean, lo, hi (what the estimate has), and
+    ``not_estimable`` = 1 for one without an interval."""
     out: dict[str, float] = {}
     cell = ((summary.get("budget") or {}).get(rule) or {}).get("full") or {}
     for quantity, est in (("G", cell.get("G")), ("H", cell.get("H")),
@@ -186,17 +194,18 @@ def _claims(summary: dict, rule: str) -> dict[str, float]:
         if _is_estimate(est):
             path = (quantity, rule, "full") if quantity != "D" else (quantity, rule)
             out.update({k: v for k, v in _estimate_metrics(est, path).items()
-                        if k.rsplit("/", 1)[1] in ("mean", "lo", "hi")})  # fmt: skip
+                        if k.rsplit("/", 1)[1] in HEADLINE_STATS})  # fmt: skip
     return out
 
 
 def _selection_headline(selection: dict) -> dict[str, float]:
-    """The recommended step and its rule's split-validation and test gains (mean, lo, hi)."""
+    """The recommended step and its rule's split-validation and test gains (mean, lo, hi;
+    ``not_estimable`` when one has no interval)."""
     full = selection_metrics(selection)
     rule = (selection.get("recommendation") or {}).get("rule")
     keep = [metric_name(("select",), "keep_step"), metric_name(("select",), "keep_final")]
     keep += [metric_name(("select", str(rule), part), stat)
-             for part in ("split_validation", "test") for stat in ("mean", "lo", "hi")]  # fmt: skip
+             for part in ("split_validation", "test") for stat in HEADLINE_STATS]  # fmt: skip
     return {k: full[k] for k in keep if k in full}
 
 
@@ -469,6 +478,8 @@ def _gain(est: dict, pct: int) -> str:
     if est.get("not_estimable"):
         return f"{fmt(est, unit=' pp')} (no interval)"
     flag = ", unresolved" if est.get("unresolved") else ""
+    if est.get("cannot_resolve"):
+        flag = f", unresolved: {est['cannot_resolve']}"
     return f"{fmt(est, unit=' pp', mark=False)} ({pct}% interval{flag})"
 
 
@@ -483,6 +494,8 @@ def evidence(selection: dict, summary: dict | None = None) -> str:
     lines = [f"ckptsel recommends **step {step}** of trajectory `{traj}` (rule `{rule}`)."]
     if rec.get("keep_final") and selection.get("final_step") not in tied and sv is not None:
         why = "unresolved" if sv.get("unresolved") else "below 0"
+        if sv.get("not_estimable") or sv.get("cannot_resolve"):
+            why = f"unresolved ({sv.get('not_estimable') or sv.get('cannot_resolve')})"
         lines.append(f"Final checkpoint kept because the gain is {why}.")
     if sv is not None:
         lines.append(f"- split-validation gain over the final checkpoint: {_gain(sv, pct)}")
@@ -677,12 +690,11 @@ class Logged:
 
     tracker: str
     run_id: str
-    run_name: str
+    run_name: str | None  # None: the tool did not say (a W&B run resumed offline by its id)
     location: str  # the store (MLflow URI, W&B run folder/URL, Trackio folder/project)
     registered: str | None = None  # "<name> version <v>" / "<name>:<alias>"
 
     def line(self) -> str:
         reg = f"; registered {self.registered} (alias {ALIAS})" if self.registered else ""
-        return (
-            f"{self.tracker}: logged to run {self.run_name} ({self.run_id}) in {self.location}{reg}"
-        )
+        run = f"{self.run_name} ({self.run_id})" if self.run_name else f"id {self.run_id}"
+        return f"{self.tracker}: logged to run {run} in {self.location}{reg}"

@@ -78,7 +78,7 @@ def log_trackio(job: base.LogJob) -> base.Logged:
     return base.Logged(
         "trackio",
         str(run.id),
-        str(run.name),
+        str(run.name) if run.name else None,
         f"{utils.TRACKIO_DIR} (project {project})",
         registered,
     )

@@ -75,7 +75,7 @@ def log_wandb(job: base.LogJob) -> base.Logged:
             _log(wandb, run, job.payload)
             registered = register(wandb, run, reg, job.payload.selection or {}) if reg else None
             where = run.url or os.path.dirname(run.dir)
-            run_id, run_name = run.id, run.name
+            run_id, run_name = run.id, run.name or None  # offline, a resumed run has no name
         finally:
             if created:
                 run.finish()

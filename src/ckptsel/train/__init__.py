@@ -4,6 +4,7 @@ every later stage reads.
 * :mod:`~ckptsel.train.checkpoints` — the one ``checkpoint-<step>/`` parser (Hugging Face
   Trainer layout): which folders are checkpoints, which are complete, what each holds
   (adapter or full model), whether a trajectory reached its final step;
+* :mod:`~ckptsel.train.formats` — the prompt format a run folder was trained with;
 * :mod:`~ckptsel.train.models` — device, tokenizer and the trainable model (LoRA or full);
 * :mod:`~ckptsel.train.trajectory` — the resumable training loop of one trajectory;
 * :mod:`~ckptsel.train.study` — a study's trajectories: train them all, check them.
@@ -30,6 +31,7 @@ from ckptsel.train.checkpoints import (
     weight_files,
     weights_fingerprint,
 )
+from ckptsel.train.formats import read_run_format, write_run_format
 from ckptsel.train.models import (
     build_trainable,
     check_device,
@@ -69,6 +71,7 @@ __all__ = [
     "layout_pattern",
     "load_tokenizer",
     "pick_device",
+    "read_run_format",
     "study_status",
     "train_study",
     "train_trajectory",
@@ -76,5 +79,6 @@ __all__ = [
     "use_bf16",
     "weight_files",
     "weights_fingerprint",
+    "write_run_format",
     "write_final_steps",
 ]

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ckptsel._util.io import write_text
 from ckptsel._util.nodecache import local_ref
-from ckptsel.data import load_items
+from ckptsel.data import PromptFormat, get_task, load_items, prompt_format
 from ckptsel.errors import CkptselError
 from ckptsel.records import FINAL_STEPS_FILE
 from ckptsel.study import Study, final_steps
 from ckptsel.train.checkpoints import TrajectoryStatus, checkpoint_steps, trajectory_status
+from ckptsel.train.formats import write_run_format
 from ckptsel.train.models import load_tokenizer
 from ckptsel.train.trajectory import TrainResult, encode_items, train_trajectory
 
@@ -36,9 +38,15 @@ def train_study(
     log: Callable[[str], None] | None = print,
 ) -> list[TrainResult]:
     """Train (or resume) every trajectory of a study; completed ones are skipped."""
+    task = get_task(study.task)
+    if not task.has_response:
+        raise CkptselError(
+            f"task {task.name} has no response field: nothing to fine-tune on (SFT needs one)"
+        )
     items = load_items(study.task, study.train)  # a URL: this node's copy
     base = local_ref(study.base_model)  # a URL: this node's copy
     tokenizer = load_tokenizer(base)
+    fmt = study_format(study, tokenizer)
     by_len: dict[int, list[dict[str, list[int]]]] = {}
     results = []
     write_final_steps(study, len(items))
@@ -53,8 +61,9 @@ def train_study(
         if final in checkpoint_steps(study.run_root / name):
             res = TrainResult(name, study.run_root / name, final, [], final, skipped=True)
         else:
+            write_run_format(study.run_root / name, fmt)  # measure reads it (train.formats)
             if cfg.max_length not in by_len:  # tokenize only when something is left to train
-                by_len[cfg.max_length] = encode_items(tokenizer, items, cfg.max_length)
+                by_len[cfg.max_length] = encode_items(tokenizer, items, cfg.max_length, fmt)
             res = train_trajectory(
                 base,
                 by_len[cfg.max_length],
@@ -69,6 +78,15 @@ def train_study(
             log(_outcome(name, res))
         results.append(res)
     return results
+
+
+def study_format(study: Study, tokenizer: Any) -> PromptFormat:
+    """The prompt format a study trains (and measures) with: ``[measure] prompt_format``,
+    ``system_prompt``, ``chat_template_args`` (default alpaca), bound to the base model's
+    tokenizer (``chat`` needs its chat template)."""
+    m = study.measure
+    fmt = prompt_format(m.get("prompt_format"), m.get("system_prompt"), m.get("chat_template_args"))
+    return fmt.with_tokenizer(tokenizer, f"base model {study.base_model}: the tokenizer")
 
 
 def _outcome(name: str, res: TrainResult) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.io import write_text
-from ckptsel.data import Item, format_prompt
+from ckptsel.data import Item, PromptFormat
 from ckptsel.errors import CkptselError
 from ckptsel.study import Configuration
 from ckptsel.train.checkpoints import CHECKPOINT_PREFIX, STATE_FILE, checkpoint_steps
@@ -61,7 +61,11 @@ def encode_example(
 
 
 def _example(p: list[int], r: list[int], eos: int, max_length: int) -> dict[str, list[int]]:
-    r = [*r, eos]
+    return _supervised(p, [*r, eos], max_length)
+
+
+def _supervised(p: list[int], r: list[int], max_length: int) -> dict[str, list[int]]:
+    """Prompt ``p`` (label -100) then response ``r`` (its end included, supervised)."""
     return {
         "input_ids": (p + r)[:max_length],
         "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length],
@@ -69,20 +73,24 @@ def _example(p: list[int], r: list[int], eos: int, max_length: int) -> dict[str,
 
 
 def encode_items(
-    tokenizer, items: Sequence[Item], max_length: int = 512
+    tokenizer, items: Sequence[Item], max_length: int = 512, fmt: PromptFormat | None = None
 ) -> list[dict[str, list[int]]]:
-    """Encode ``ckptsel.data.Item`` objects (prompt = the Alpaca template, SPEC §9): what
-    :func:`encode_example` gives for each, with the prompts and the responses tokenized in one
-    batch call each."""
+    """Encode ``ckptsel.data.Item`` objects under the prompt format ``fmt`` (default: the
+    Alpaca prompt, SPEC §9): the prompt tokens (label -100) then the scored response tokens,
+    exactly as measurement feeds and scores them (:meth:`ckptsel.data.PromptFormat.encode`:
+    for alpaca, what :func:`encode_example` gives; for a chat template, the template's
+    continuation after the generation prompt). Prompts and responses are tokenized in one batch
+    call each."""
     if tokenizer.eos_token_id is None:
         raise CkptselError("tokenizer has no eos token; cannot mark the end of a response")
     if not items:
         return []
-    prompts = tokenizer([format_prompt(it.instruction) for it in items], add_special_tokens=True)
-    responses = tokenizer([it.response for it in items], add_special_tokens=False)
+    fmt = fmt or PromptFormat()
+    prompts, responses = fmt.encode(
+        tokenizer, [it.instruction for it in items], [it.response for it in items], items
+    )
     return [
-        _example(list(p), list(r), tokenizer.eos_token_id, max_length)
-        for p, r in zip(prompts["input_ids"], responses["input_ids"], strict=True)
+        _supervised(p, r, max_length) for p, r in zip(prompts, responses, strict=True)
     ]
 
 

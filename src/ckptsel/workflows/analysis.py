@@ -47,6 +47,7 @@ from ckptsel.results import (
     RUN_FILE,
     SUMMARY_FILE,
     TABLES_DIR,
+    KeepTable,
     Preregistration,
     Summary,
     publish,
@@ -59,6 +60,7 @@ from ckptsel.study import (
     protocol_status,
     read_protocol,
 )
+from ckptsel.workflows.advise import keep_settings, select_all
 
 
 def _quiet(line: str) -> None:
@@ -268,8 +270,10 @@ def _analyze(
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
         summary, tables = evaluate_frozen(records_dir, stage, validation, stat, progress)
+        progress("choosing the checkpoint to keep per trajectory (select)…")
+        keep = keep_table(records_dir, validation, settings.permutations, stat)
         progress("writing summary.json and the tables…")
-        summary = replace(summary, protocol=bound.preregistration)
+        summary = replace(summary, protocol=bound.preregistration, keep=keep)
         if bound.record is not None:
             write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
         write_outputs(stage, records_dir, summary, tables, provenance, bound.file)
@@ -279,6 +283,16 @@ def _analyze(
             progress("writing the report (tables, figures, report.html)…")
             write_report(stage, formats=REPORT_META["formats"])
     return summary
+
+
+def keep_table(
+    records_dir: Path, validation: list[ValidationData], permutations: int, stat: StatSettings
+) -> KeepTable:
+    """Which checkpoint to keep per trajectory (``summary.json``'s ``"keep"``): ``ckptsel
+    select`` on each, with the analysis' permutations, seed and level
+    (:func:`~ckptsel.workflows.advise.keep_settings`)."""
+    settings = keep_settings(permutations, stat.draws, stat.seed, stat.level)
+    return select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
 
 
 def write_outputs(
@@ -380,7 +394,10 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
         stat = _stored_stat(stored, spath)
         summary, tables = evaluate_frozen(records_dir, results_dir, validation, stat)
         provenance = provenance_lines(records_dir)
-    summary = replace(summary, protocol=stored.protocol)  # checked by _protocol_chain
+        keep = None
+        if stored.keep is not None:  # summaries written before the keep table have none
+            keep = keep_table(records_dir, validation, frozen.settings.permutations, stat)
+    summary = replace(summary, protocol=stored.protocol, keep=keep)  # protocol: _protocol_chain
     kept, again_dict = stored.to_dict(), summary.to_dict()
     if summary_json(again_dict) != summary_json(kept):
         diff = _first_difference(kept, again_dict)

@@ -142,6 +142,8 @@ def watch_and_select(
 def describe(status: WatchStatus) -> str:
     """One line of the watcher's state, for a terminal."""
     parts = [f"{status.trajectory}: {status.state}", f"recorded {_steps(status.recorded)}"]
+    for step, (done, total) in sorted(status.measuring.items()):
+        parts.append(f"measuring step {step}: {done:,}/{total:,} (items generated + items scored)")
     if status.waiting:
         waiting = ", ".join(f"{s} ({why})" for s, why in sorted(status.waiting.items()))
         parts.append(f"waiting {waiting}")

@@ -106,12 +106,17 @@ def is_numeric(normalized: str) -> bool:
 
 def is_correct(text: str, reference: str) -> bool:
     """Exact numeric match for numeric golds; MATH equivalence for LaTeX golds (MetaMath)."""
+    return matches(extract_raw(text), reference)
+
+
+def matches(raw: str, reference: str) -> bool:
+    """Whether an answer span as written (:func:`extract_raw`) matches the gold answer."""
     gold = normalize_reference(reference)
     if not gold:
         return False
-    pred = extract(text)
+    pred = normalize_span(raw) if raw else ""
     if pred == gold:
         return True
     if is_numeric(gold):
         return False
-    return math_answers.equivalent(reference_span(reference), extract_raw(text))
+    return math_answers.equivalent(reference_span(reference), raw)

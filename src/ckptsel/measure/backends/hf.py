@@ -279,17 +279,18 @@ def device_kind(device: Any) -> str:
     return "cuda" if str(device).startswith("cuda") else str(device).split(":")[0]
 
 
-def hf_provenance(model: Any, batch_size: int, device: Any = None) -> dict[str, Any]:
+def hf_provenance(model: Any, batch_size: int | str, device: Any = None) -> dict[str, Any]:
     """What measured with ``model`` on the Hugging Face path (see
     :mod:`ckptsel.records.provenance`): transformers' version, the model's dtype and attention
-    implementation, the batch size and the device kind (default: the model's)."""
+    implementation, the batch size (``auto``: sized from free GPU memory) and the device kind
+    (default: the model's)."""
     import transformers
 
     config = getattr(model, "config", None)
     attention = getattr(config, "_attn_implementation", None) or "unknown"
     return {
         "engine": "hf", "version": transformers.__version__, "dtype": dtype_name(model.dtype),
-        "attention": str(attention), "batch_size": int(batch_size),
+        "attention": str(attention), "batch_size": batch_size if batch_size == "auto" else int(batch_size),
         "device": device_kind(device if device is not None else model.device),
     }  # fmt: skip
 

@@ -22,7 +22,8 @@ and stops at.
   ``max_model_len``, the largest ``max_num_seqs`` requests the cache), unless ``kv_cache_gib``
   or ``VLLM_CPU_KVCACHE_SPACE`` (GiB) says otherwise — vLLM's own default reserves 92% of the
   machine's memory and fails on a shared one; on a GPU, ``gpu_memory_utilization`` (0.6 while
-  the HF model shares the GPU for NLL, 0.85 otherwise) or ``kv_cache_gib``;
+  the HF model shares the GPU for NLL, 0.85 otherwise) or ``kv_cache_gib``, and the rest of
+  :func:`gpu_args` (sequences per step, prefix caching, CUDA graphs);
 * on the CPU the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set):
   it starts in seconds rather than a minute, uses half the memory and raises the real error
   instead of ``EngineDeadError``; after any error the engine is dropped (an in-process engine
@@ -69,6 +70,8 @@ GPU_MEMORY_SHARED = 0.6  # the GPU's share for vLLM while the HF model (NLL) run
 GPU_MEMORY_ALONE = 0.85
 CPU_BLOCK = 128  # vLLM's KV block on the CPU, tokens
 MAX_NUM_SEQS = 256  # vLLM's default
+GPU_MAX_NUM_SEQS = 1024  # on a GPU (vLLM's own default on H100/H200, 256 on smaller cards)
+GPU_BATCHED_TOKENS = 16384  # tokens per scheduler step on a GPU, at least (vLLM's H100 default)
 AUTO_LORAS = 16  # adapters in one batch when --max-loras is 0 (from the work)
 LORA_MEMORY_SHARE = 8  # LoRA slots take at most 1/8 of the memory the machine can still give
 DTYPE_NAMES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
@@ -198,6 +201,27 @@ def kv_plan(cfg: Any, lengths: Sequence[int], dtype_bytes: int, cap_bytes: int) 
     want = sum(sorted((blocks(n) for n in lengths), reverse=True)[:MAX_NUM_SEQS]) * CPU_BLOCK
     floor = blocks(max_model_len) * CPU_BLOCK * per_token
     return KvPlan(max_model_len, int(max(floor, min(want * per_token, cap_bytes))))
+
+
+def gpu_args(config: MeasureConfig, plan: KvPlan) -> dict[str, Any]:
+    """The engine settings ckptsel sets on a GPU (docs/how-to/vllm.md):
+    ``gpu_memory_utilization`` (``--gpu-memory-utilization``, else 0.6 while the HF model
+    shares the GPU, 0.85 alone); ``max_num_seqs`` :data:`GPU_MAX_NUM_SEQS` (the sequences one
+    step decodes: a LoRA trajectory's batch is thousands of requests, and the KV cache, not
+    this, should bound them); ``max_num_batched_tokens`` at least the longest request, so an
+    NLL request's prompt is scored in one chunk; prefix caching on (NLL requests, which score
+    ``prompt + response``, skip reading it but fill it, so the generation requests of the same
+    prompts reuse those blocks); CUDA graphs on (``enforce_eager=False``: vLLM's default,
+    stated, LoRA included)."""
+    shared = config.backend == "hf" or config.nll_backend == "hf"
+    default = GPU_MEMORY_SHARED if shared else GPU_MEMORY_ALONE
+    return {
+        "gpu_memory_utilization": config.gpu_memory_utilization or default,
+        "max_num_seqs": GPU_MAX_NUM_SEQS,
+        "max_num_batched_tokens": max(GPU_BATCHED_TOKENS, plan.max_model_len),
+        "enable_prefix_caching": True,
+        "enforce_eager": False,
+    }
 
 
 def shutdown_engine(llm: Any) -> None:
@@ -333,9 +357,7 @@ class VllmEngine:
             if self.patch:
                 args["worker_extension_cls"] = WORKER_EXTENSION
         else:
-            shared = self.config.backend == "hf" or self.config.nll_backend == "hf"
-            default = GPU_MEMORY_SHARED if shared else GPU_MEMORY_ALONE
-            args["gpu_memory_utilization"] = self.config.gpu_memory_utilization or default
+            args.update(gpu_args(self.config, plan))
         return args
 
     def _start(self, ref: str, plan: KvPlan) -> Any:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ckptsel.data import extract
+from ckptsel.data import extract, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.inflate import bounded_lines, open_gzip_text
 from ckptsel.measure.ingest.mapping import (
@@ -197,6 +197,7 @@ def samples_to_rows(
             raise CkptselError(f"{path}: filter {filter_name!r} not found (file has {filters})")
         chosen = filter_name
     is_known = known_task(task)
+    label = task_label(task) if is_known else task  # a task file: its name
     rows, seen = [], {}
     for s in samples:
         if str(s.get("filter", "none")) != chosen:
@@ -223,7 +224,7 @@ def samples_to_rows(
                 "correct": _correct(s, metric, where),
                 "text": raw if isinstance(raw, str) and not is_choice else text,
                 "doc_hash": str(s.get("doc_hash", "")),
-                "subtask": "" if lm_task == task else lm_task,
+                "subtask": "" if lm_task in (task, label) else lm_task,
             }
         )
     if not rows:

@@ -40,7 +40,7 @@ import pandas as pd
 
 from ckptsel._util.checks import MAX_STEP
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import extract, task_family
+from ckptsel.data import extract, get_task, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.records import (
     GENERATION_KEY,
@@ -160,7 +160,7 @@ def known_task(task: str | None) -> bool:
     if not task:
         return False
     try:
-        task_family(task)
+        get_task(task)
     except (CkptselError, KeyError):
         return False
     return True
@@ -336,14 +336,15 @@ def to_records(
         raise CkptselError(
             f"{r['source']}: item {r['item_id']!r} has split {r['split']!r}; only validation and test are known"
         )
-    rows["task"] = _resolve_task(rows, naming.get("task"))
+    refs = _resolve_task(rows, naming.get("task"))
+    rows["task"] = refs.map(task_label)  # a task file: its name
     own = pd.Series(
         ["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)],
         index=rows.index,
     )
     rows["subtask"] = _fill(rows, "subtask", own)
     rows["group"] = _fill(rows, "group", rows["item_id"].astype(object))
-    rows["answer"] = _answers(rows, note, harness)
+    rows["answer"] = _answers(rows.assign(task=refs), note, harness)
     _check_keys(rows, ("trajectory", "step", "split", "item_id"), "a generation")
     generations = coerce_generations(rows)
     nll = None

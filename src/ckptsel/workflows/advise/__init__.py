@@ -2,7 +2,8 @@
 
 * :mod:`~ckptsel.workflows.advise.selection` — ``ckptsel select``: which checkpoint to keep,
   with a gain estimate never scored on the items that made the choice (a typed
-  :class:`Selection`);
+  :class:`Selection`); ``select --all``: every trajectory, with the table of which
+  checkpoint to keep (:class:`StudySelection`, also ``summary.json``'s ``"keep"``);
 * :mod:`~ckptsel.workflows.advise.comparison` — ``ckptsel compare``: is checkpoint A really
   better than B on the same items;
 * :mod:`~ckptsel.workflows.advise.planning` — ``ckptsel plan``: how many validation items a
@@ -26,8 +27,11 @@ from ckptsel.workflows.advise.selection import (
     Selection,
     SelectSettings,
     SplitValidationGain,
+    StudySelection,
     TestGain,
+    keep_settings,
     recommend,
+    select_all,
     select_checkpoint,
 )
 
@@ -40,12 +44,15 @@ __all__ = [
     "SelectSettings",
     "Selection",
     "SplitValidationGain",
+    "StudySelection",
     "TestGain",
     "closed_form",
     "compare_checkpoints",
     "default_budgets",
+    "keep_settings",
     "plan_figure",
     "plan_from_pilot",
     "recommend",
+    "select_all",
     "select_checkpoint",
 ]

@@ -10,8 +10,12 @@ is its own group, and the clustered McNemar test (exact sign-flip test of whole 
 when items share groups: the plain test treats correlated items as independent and rejects a
 true null far more often than its level (``mcnemar_method`` says which test made
 ``mcnemar_p``; the plain one is kept as ``mcnemar_p_items`` then). A difference whose items
-form one cluster has no interval (not estimable). The two checkpoints may come from one trajectory
-or from two runs measured on the same items (``trajectory_b``).
+form one cluster, or whose bootstrap shows no spread at all, has no interval (not estimable).
+A difference reads *resolved* only when its interval excludes 0 and the exact test rejects at
+the interval's level: too few discordant items (or clusters) for that (fewer than 6 at 95%,
+:func:`ckptsel.stats.exact.cannot_resolve`) keep the interval but read unresolved, with the
+reason. The two checkpoints may come from one trajectory or from two runs measured on the same
+items (``trajectory_b``).
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation, read_rows
-from ckptsel.results import Estimate
 from ckptsel.stats import (
     cluster_codes,
+    cluster_differences,
     clustered_mcnemar,
     clustered_means,
+    interval_estimate,
+    judged,
     mcnemar_exact,
     percentile_interval,
     two_by_two,
@@ -74,27 +80,24 @@ def paired_difference(
     reps = clustered_means(d, groups, settings.draws, settings.seed, stream)[:, 0]
     lo, hi = percentile_interval(reps[:, None], settings.level)
     counts = two_by_two(a, b)
-    lo, hi = float(lo[0]), float(hi[0])
-    difference = {
-        "mean": round(float(d.mean()), 6),
-        "lo": round(lo, 6),
-        "hi": round(hi, 6),
-        "unresolved": bool(lo <= 0.0 <= hi),
-    }
-    if clusters < 2:  # one cluster: no variance information, no interval
-        difference = Estimate.without_interval(float(d.mean()), f"{clusters} cluster").to_dict()
     exact = mcnemar_exact(counts["only_a"], counts["only_b"])
+    p, discordant, unit = exact, counts["only_a"] + counts["only_b"], "discordant item"
+    if clusters < n:  # items share groups: the clustered test is the one reported
+        p, unit = clustered_mcnemar(a, b, groups), "discordant cluster"
+        discordant = int((np.abs(cluster_differences(a, b, groups)) > 0).sum())
+    # one cluster or no spread: not estimable; too few discordant units or p > α: unresolved
+    difference = interval_estimate(float(d.mean()), float(lo[0]), float(hi[0]), clusters, "cluster")
+    difference = judged(difference, discordant, settings.level, unit, p)
     out = {
         "items": n,
         "clusters": clusters,
         "accuracy_a": round(100.0 * float(a.mean()), 6),
         "accuracy_b": round(100.0 * float(b.mean()), 6),
-        "difference": difference,
+        "difference": difference.to_dict(),
         "table": counts,
-        "mcnemar_p": exact,
+        "mcnemar_p": p,
     }
-    if clusters < n:  # items share groups: the clustered test is the one reported
-        out["mcnemar_p"] = clustered_mcnemar(a, b, groups)
+    if clusters < n:
         out["mcnemar_method"] = CLUSTERED
         out["mcnemar_p_items"] = exact
     return out

@@ -21,15 +21,22 @@ rule's full-pool choice), from :mod:`ckptsel.stats.winners`:
 * **plausibly best** — the checkpoints the validation data cannot tell apart from the best: a
   model confidence set (Hansen, Lunde & Nason 2011; range statistic on paired accuracy
   differences, cluster bootstrap of ``draws`` resamples), which holds every truly best
-  checkpoint with probability ≥ ``level`` (family-wise over its elimination tests);
+  checkpoint with probability ≥ ``level`` (family-wise over its elimination tests); a
+  checkpoint that an exact paired test cannot tell from the most accurate one (too few
+  discordant clusters, or the clustered McNemar p above ``1 − level``) stays in the set
+  (``kept_by_exact_test``);
 * **chosen estimate** — the chosen checkpoint's accuracy on new items, corrected for having
   been chosen as the best of T (the winner's curse): the hybrid estimate and interval of
-  Andrews, Kitagawa & McCloskey (2024), beside the naive ``max ± z·se`` it corrects.
+  Andrews, Kitagawa & McCloskey (2024), beside the naive ``max ± z·se`` it corrects; for a
+  checkpoint whose accuracy has no variance (right on every item) the exact Clopper–Pearson
+  interval instead (``exact``), every bound in [0, 100].
 
 ``benchmarks/bench_select.py`` measures both on truth-known trajectories.
 
 The recommendation is "keep checkpoint X" only when the split-validation interval lies
-wholly above 0; otherwise "keep the final checkpoint", with the reason. Everything is
+wholly above 0 and the design can resolve it (the chosen and the final checkpoint differ on
+enough validation clusters for an exact test to reject: 6 at 95%, :mod:`ckptsel.stats.exact`);
+otherwise "keep the final checkpoint", with the reason. Everything is
 vectorized: masks and matrix products over partitions and draws. The rules and their signals
 come from :mod:`ckptsel.choose.rules` (via :func:`ckptsel.choose.signals`), weighted sums from
 :func:`ckptsel.choose.core.weighted_sums` and estimates (:class:`ckptsel.results.Estimate`, as
@@ -63,19 +70,24 @@ from ckptsel.choose import (
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
-from ckptsel.results import Estimate, fmt
+from ckptsel.results import Estimate, KeepRow, KeepTable, fmt
 from ckptsel.stats import (
     WINNER_JITTER,
     Clusters,
     accuracy_moments,
     bootstrap_accuracies,
-    est,
+    cannot_resolve,
+    clustered_mcnemar,
+    interval_estimate,
+    judged,
     model_confidence_set,
     naive_winner,
+    nonzero_units,
     percentile_interval,
     question_weights,
     resample_counts,
     winner_interval,
+    without_variance,
 )
 
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
@@ -207,6 +219,7 @@ class PlausiblyBest:
     eliminations: tuple[dict, ...]  # per test: set size, statistic, p-value, who left
     draws: int
     clusters: int
+    kept_by_exact_test: tuple[int, ...] = ()  # left out by the MCS, but an exact test cannot
 
     method = (
         "model confidence set (Hansen, Lunde & Nason 2011): range statistic on paired accuracy "
@@ -224,6 +237,7 @@ class PlausiblyBest:
             "eliminations": [dict(e) for e in self.eliminations],
             "draws": self.draws,
             "clusters": self.clusters,
+            **({"kept_by_exact_test": list(self.kept_by_exact_test)} if self.kept_by_exact_test else {}),
         }
 
 
@@ -241,11 +255,15 @@ class ChosenEstimate:
     naive_hi: float
     level: float
     jitter_draws: int
+    exact: bool = False  # the winner's accuracy has no variance: the exact interval
 
-    method = (
-        "hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & McCloskey "
-        "2024), cluster-robust covariance"
-    )
+    @property
+    def method(self) -> str:
+        if self.exact:
+            return ("exact: Clopper-Pearson over the validation clusters, simultaneous over the "
+                    "checkpoints (the winner's accuracy has no variance), median-unbiased estimate")  # fmt: skip
+        return ("hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & "
+                "McCloskey 2024), cluster-robust covariance")  # fmt: skip
 
     def to_dict(self) -> dict:
         return {
@@ -303,18 +321,25 @@ class Selection:
 
 
 # --------------------------------------------------------------------------- estimates
-def _estimate(
-    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str
+def gain_estimate(
+    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, discordant: int
 ) -> Estimate:
     """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
     ``clusters`` resampled ``unit`` clusters; not estimable from one cluster, or when the
-    replicates show no spread around a nonzero mean (no variance information)."""
-    if clusters < 2:
-        return Estimate.without_interval(mean, f"{clusters} {unit} cluster")
+    replicates show no spread around a nonzero mean (no variance information); unresolved when
+    the chosen and the final checkpoint differ on fewer clusters (``discordant``) than an exact
+    test needs at ``level`` (:func:`ckptsel.stats.judged`)."""
     lo, hi = percentile_interval(replicates[:, None], level)
-    if abs(hi[0] - lo[0]) <= 1e-9 * max(1.0, abs(mean)) and mean != 0.0:
-        return Estimate.without_interval(mean, f"no spread across the {clusters} {unit} clusters")
-    return est(mean, lo[0], hi[0])
+    e = interval_estimate(float(mean), float(lo[0]), float(hi[0]), clusters, f"{unit} cluster")
+    return judged(e, discordant, level, f"discordant {unit} cluster")
+
+
+def discordant_clusters(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None) -> int:
+    """Clusters (items sharing a group) on which the ``(T,)`` choice (probabilities over
+    checkpoints) and the final checkpoint differ in items right, from ``correct`` (T, n)."""
+    z = correct.astype(np.float64)
+    d = np.asarray(choice, dtype=np.float64) @ (z - z[-1])  # (n,)
+    return int(nonzero_units(Clusters.of(groups, len(d)).sums(d[:, None]))[0])
 
 
 def split_validation_gains(
@@ -402,7 +427,8 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
     reps = R @ d / (n if clusters == n else R.sum(axis=1))
     return TestGain(
-        _estimate(d.mean(), reps, level, clusters, "test-question"),
+        gain_estimate(d.mean(), reps, level, clusters, "test-question",
+                  discordant_clusters(choice, test.correct, test.groups)),  # fmt: skip
         items=int(n),
         clusters=int(clusters),
         chosen_accuracy=round(float(100.0 * (choice @ z).mean()), 6),
@@ -441,6 +467,20 @@ JITTER_DRAWS = WINNER_JITTER  # jitter points of the winner interval (stats.winn
 WINNER_STREAM_SEED = 0
 
 
+def exact_holdouts(correct: np.ndarray, groups: np.ndarray, x: np.ndarray, level: float) -> np.ndarray:
+    """``(T,)`` the checkpoints an exact paired test cannot tell from the most accurate one (the
+    first of ``argmax x``): too few discordant clusters, or the clustered McNemar p above
+    ``1 − level`` (:func:`ckptsel.stats.cannot_resolve`); such a checkpoint stays plausibly best
+    whatever the model confidence set says."""
+    w = int(np.argmax(x))
+    clusters = Clusters.of(groups, correct.shape[1])
+    z = correct.astype(np.float64)
+    discordant = nonzero_units(clusters.sums((z[w] - z).T))  # (T,)
+    return np.array([k != w and cannot_resolve(int(discordant[k]), level, "discordant cluster",
+                                               clustered_mcnemar(correct[w], correct[k], groups)) is not None
+                     for k in range(len(z))])  # fmt: skip
+
+
 def best_checkpoints(
     correct: np.ndarray, groups: np.ndarray, steps: np.ndarray, settings: SelectSettings
 ) -> tuple[PlausiblyBest, ChosenEstimate]:
@@ -464,13 +504,15 @@ def best_checkpoints(
          "rejected": bool(mcs["p_mcs"][0, k] < 1 - settings.level)}
         for j, k in enumerate(gone)
     )  # fmt: skip
+    held = exact_holdouts(correct, groups, x[0], settings.level) & ~mcs["in_set"][0]
     best = PlausiblyBest(
-        steps=tuple(int(steps[k]) for k in np.flatnonzero(mcs["in_set"][0])),
+        steps=tuple(int(steps[k]) for k in np.flatnonzero(mcs["in_set"][0] | held)),
         level=settings.level,
         mcs_p_values={str(int(st)): round(float(p), 6) for st, p in zip(steps, mcs["p_mcs"][0], strict=True)},
         eliminations=eliminations,
         draws=settings.draws,
         clusters=clusters.count,
+        kept_by_exact_test=tuple(int(steps[k]) for k in np.flatnonzero(held)),
     )
     rng = streams.generator(WINNER_STREAM_SEED, streams.SELECT_WINNER, 1)
     mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level,
@@ -482,6 +524,7 @@ def best_checkpoints(
         *(round(float(100.0 * v[0]), 6) for v in (mean, lo, hi, n_mean, n_lo, n_hi)),
         level=settings.level,
         jitter_draws=JITTER_DRAWS,
+        exact=bool(without_variance(x, sigma)[0]),
     )
     return best, chosen
 
@@ -512,6 +555,59 @@ def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> 
         )
 
 
+@dataclass(frozen=True)
+class _Split:
+    """What every rule's split-validation gain of one trajectory shares: its validation data,
+    the rules' full-pool and budget choices and signals, the partition masks and the
+    question-bootstrap weights."""
+
+    v: ValidationData
+    chosen: dict
+    sig: dict[str, np.ndarray]
+    in_s: np.ndarray
+    weights: np.ndarray
+    clusters: int
+    halves: tuple[int, int]
+
+    @classmethod
+    def of(cls, v: ValidationData, rule: str, settings: SelectSettings) -> _Split:
+        n = len(v.item_ids)
+        if n < 2:
+            raise CkptselError(
+                f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation"
+            )
+        chosen = choose_trajectory(
+            v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
+        )
+        sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
+        _check_select_memory(settings, n, len(v.steps))
+        in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
+        weights, clusters = question_weights(
+            v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
+        )
+        first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
+        if rule not in sig:
+            raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
+        return cls(v, chosen, sig, in_s, weights, clusters, (first, n - first))
+
+    def gain(self, r: str, settings: SelectSettings) -> SplitValidationGain:
+        """Rule ``r``'s split-validation gain over the final checkpoint."""
+        v, maximize, n = self.v, RULES[r].maximize, len(self.v.item_ids)
+        point = split_validation_gains(self.sig[r], v.correct, maximize, self.in_s, np.ones((1, n)))[0]
+        reps = split_validation_gains(
+            self.sig[r], v.correct, maximize, self.in_s[: settings.bootstrap_partitions], self.weights
+        )
+        full = self.chosen[("nested", r, FULL)]
+        gain = gain_estimate(point, reps, settings.level, self.clusters, "validation",
+                             discordant_clusters(full, v.correct, v.groups))  # fmt: skip
+        return SplitValidationGain(gain, settings.partitions, self.halves, self.clusters)
+
+    def steps_of(self, r: str) -> tuple[int, ...]:
+        """Rule ``r``'s full-pool choice (its tie set)."""
+        full = self.chosen[("nested", r, FULL)]
+        return tuple(int(self.v.steps[i]) for i in np.flatnonzero(full > 0))
+
+
 def _select_checkpoint(
     records_dir: Path, trajectory: str, rule: str, settings: SelectSettings
 ) -> Selection:
@@ -525,37 +621,17 @@ def _select_checkpoint(
             f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation"
         )
     test = _test_data(records_dir, v)
-    chosen = choose_trajectory(
-        v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed)
-    )
-    sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
-    _check_select_memory(settings, n, len(steps))
-    in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
-    weights, clusters = question_weights(
-        v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
-    )
-    first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
-    halves = (first, n - first)
+    split = _Split.of(v, rule, settings)
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
-
-    if rule not in sig:
-        raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
     rules = {}
-    for r in (r for r in SIGNAL_RULES if r in sig):
-        full = chosen[("nested", r, FULL)]
-        maximize = RULES[r].maximize
-        point = split_validation_gains(sig[r], v.correct, maximize, in_s, np.ones((1, n)))[0]
-        reps = split_validation_gains(
-            sig[r], v.correct, maximize, in_s[: settings.bootstrap_partitions], weights
-        )
-        gain = _estimate(point, reps, settings.level, clusters, "validation")
-        split = SplitValidationGain(gain, settings.partitions, halves, clusters)
+    for r in (r for r in SIGNAL_RULES if r in split.sig):
+        full = split.chosen[("nested", r, FULL)]
         rules[r] = RuleSelection(
-            steps=tuple(int(steps[i]) for i in np.flatnonzero(full > 0)),
+            steps=split.steps_of(r),
             probabilities=_probabilities(full, steps),
-            budget_curve=tuple(_budget_pick(chosen[("nested", r, b)], b, steps) for b in labels),
-            split_validation=split,
+            budget_curve=tuple(_budget_pick(split.chosen[("nested", r, b)], b, steps) for b in labels),
+            split_validation=split.gain(r, settings),
             test=None if test is None else test_gain(
                 full, test, settings.draws, settings.seed, settings.level
             ),
@@ -566,7 +642,7 @@ def _select_checkpoint(
         task=v.task,
         steps=tuple(int(s) for s in steps),
         validation_items=n,
-        validation_clusters=clusters,
+        validation_clusters=split.clusters,
         validation_exclusions={k: int(c) for k, c in v.exclusions.items()},
         test_items=None if test is None else len(test.item_ids),
         settings=settings,
@@ -575,6 +651,73 @@ def _select_checkpoint(
         plausibly_best=best,
         chosen_estimate=chosen_estimate,
     )
+
+
+# --------------------------------------------------------------------------- every trajectory
+@dataclass(frozen=True)
+class StudySelection:
+    """``ckptsel select --all``: :func:`select_checkpoint` for every trajectory of the records,
+    and the table of which checkpoint to keep (``keep``, also ``summary.json``'s ``"keep"``);
+    ``selections`` leaves out the trajectories ``select`` cannot answer (their row says why)."""
+
+    keep: KeepTable
+    selections: dict[str, Selection]
+
+    def to_dict(self) -> dict:
+        return {
+            **self.keep.to_dict(),
+            "selections": {name: sel.to_dict() for name, sel in self.selections.items()},
+        }
+
+
+def select_all(
+    records_dir: Path,
+    *,
+    rule: str = "accuracy",
+    settings: SelectSettings | None = None,
+    validation: list[ValidationData] | None = None,
+    keep_only: bool = False,
+) -> StudySelection:
+    """:func:`select_checkpoint` for every trajectory (``validation``: the records' validation
+    data, when already loaded), in the records' order; a trajectory it cannot answer (too few
+    eligible items, no NLL records for the ``nll`` rule) keeps its final checkpoint, its row
+    saying why. ``keep_only``: the keep table alone (the same rows; ``selections`` empty), for
+    ``analyze``: only the rule's choice and split-validation gain are computed."""
+    if rule not in SIGNAL_RULES:
+        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
+    settings = settings or SelectSettings()
+    rows, selections = [], {}
+    with single_threaded():
+        for v in validation if validation is not None else load_validation(records_dir):
+            final = int(v.steps[-1])
+            try:
+                if keep_only:
+                    split = _Split.of(v, rule, settings)
+                    chosen = RuleSelection(split.steps_of(rule), {}, (), split.gain(rule, settings))
+                    rec = recommend(chosen, rule, final, settings.level)
+                else:
+                    sel = select_checkpoint(records_dir, v.trajectory, rule=rule, settings=settings)
+                    selections[v.trajectory] = sel
+                    chosen, rec = sel.rules[rule], sel.recommendation
+            except CkptselError as err:
+                rows.append(KeepRow(v.trajectory, v.configuration, final, final, True, (), None,
+                                    f"no selection: {err}"))  # fmt: skip
+                continue
+            rows.append(KeepRow(v.trajectory, v.configuration, final, rec.keep_step,
+                                rec.keep_final, chosen.steps, chosen.split_validation.estimate,
+                                rec.reason))  # fmt: skip
+    return StudySelection(KeepTable(rule, asdict(settings), tuple(rows)), selections)
+
+
+def keep_settings(permutations: int, draws: int, seed: int, level: float) -> SelectSettings:
+    """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``): its
+    permutations (as partitions too), at most the default select draws and bootstrap
+    partitions, its seed and level."""
+    return SelectSettings(
+        partitions=permutations, permutations=permutations, seed=seed, level=level,
+        draws=min(draws, defaults.SELECT_DRAWS),
+        bootstrap_partitions=min(permutations, defaults.SELECT_BOOTSTRAP_PARTITIONS),
+    )  # fmt: skip
 
 
 def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
@@ -610,6 +753,8 @@ def recommend(
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
         )  # fmt: skip
     why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
+    if sv.cannot_resolve is not None:
+        why = f"cannot be resolved ({sv.cannot_resolve})"
     if not sv.estimable:
         why = f"is not estimable ({sv.not_estimable})"
     return Recommendation(

@@ -24,6 +24,14 @@ def fingerprint(ctx: StudyContext) -> dict[str, Any]:
     spec = ctx.spec
     st, (val, test) = spec.study, ctx.pools
     cfg = ctx.measure_config
+    stated = cfg.stated_format
+    if stated is not None and stated.kind == "chat" and not stated.chat_template:
+        from ckptsel._util.nodecache import local_ref
+        from ckptsel.train import load_tokenizer
+
+        # a chat format is named by its template: the base model's (trained here, it is the
+        # template every checkpoint's tokenizer carries)
+        cfg = cfg.bind_format(load_tokenizer(local_ref(st.base_model)), where=str(st.base_model))
     return {
         "base_model": st.base_model,
         "train": {

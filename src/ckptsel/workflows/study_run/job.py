@@ -10,7 +10,7 @@ stage and its fingerprint before each resumed one; with
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +93,9 @@ class StudyRun:
         """Per trajectory: checkpoints (existing or to train), items, generations to do/done."""
         return plan(self.context)
 
-    def dry_run(self) -> str:
-        """The ``--dry-run`` table, writing nothing: the pool file is split into a temporary
+    def dry_run(self, form: Callable[[list[dict[str, Any]]], Any] = format_plan) -> Any:
+        """The ``--dry-run`` table (``form``: how the :meth:`plan` rows are given back; the
+        table by default), writing nothing: the pool file is split into a temporary
         folder when the study's own split is not there yet (the validation pool is its part);
         every check the real run makes before its first step is made (the study file, ``[analysis]``,
         the LoRA target modules against the base model's skeleton, the fingerprint)."""
@@ -104,13 +105,13 @@ class StudyRun:
             self.context.log(f"dry run: LoRA target modules not checked ({base} is not here)")
         if self.spec.split is None or (self.context.split_dir / "lineage.json").is_file():
             self.check_fingerprint(write=False)
-            return format_plan(self.plan())
+            return form(self.plan())
         with tempfile.TemporaryDirectory(prefix="ckptsel-dry-run-") as tmp:
             self.context.split_dir = Path(tmp)
             try:
                 st.split(self.context)
                 self.check_fingerprint(write=False)
-                return format_plan(self.plan())
+                return form(self.plan())
             finally:
                 self.context.split_dir = self.spec.state_dir / "split"
                 self.context.__dict__.pop("pools", None)  # built from the temporary split
