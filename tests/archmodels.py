@@ -482,3 +482,69 @@ def direct_nll(model: Any, tok: Any, prompt: str, response: str, window: int) ->
     with torch.inference_mode():
         logp = model(input_ids=torch.tensor([seq])).logits[0].double().log_softmax(-1)
     return -sum(float(logp[len(p) - 1 + k, r[k]]) for k in range(n)), n
+
+
+# ------------------------------------------------ whole runs of a family (issue 38): full-weight
+# checkpoints of MoE families whose files name each expert (``experts.<i>.gate_proj.weight``)
+# where the model holds them fused (``experts.gate_up_proj``), and Llama-4's MoE, whose router
+# (an ``nn.Linear`` returning a tuple) an ``all-linear`` LoRA wraps
+
+
+def _qwen2_moe(tok):
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    return Qwen2MoeForCausalLM, Qwen2MoeConfig(
+        intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, **_common(tok),
+    )  # fmt: skip
+
+
+def _olmoe(tok):
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    return OlmoeForCausalLM, OlmoeConfig(
+        intermediate_size=32, num_experts=4, num_experts_per_tok=2, **_common(tok)
+    )
+
+
+def _llama4(tok):
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+
+    return Llama4ForCausalLM, Llama4TextConfig(
+        intermediate_size=64, intermediate_size_mlp=128, num_local_experts=2,
+        num_experts_per_tok=1, head_dim=16, interleave_moe_layer_step=1, **_common(tok),
+    )  # fmt: skip
+
+
+RUN_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
+    "qwen2_moe": _qwen2_moe, "olmoe": _olmoe, "qwen3_moe": _qwen3_moe, "mixtral": _mixtral_sw,
+    "llama4": _llama4,
+}  # fmt: skip
+
+
+def save_run(family: str, tok: Any, root: Any, steps: tuple[int, ...], lora: bool = False) -> Any:
+    """A run folder ``root/run`` of ``family`` (from :data:`RUN_FAMILIES`): full checkpoints
+    (a differently seeded model per step), or, with ``lora``, the base in ``root/base`` and an
+    ``all-linear`` LoRA adapter per step (:func:`add_lora`). Returns the run folder."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    root = Path(root)
+    cls, cfg = RUN_FAMILIES[family](tok)
+    run = root / "run"
+    if lora:
+        torch.manual_seed(0)
+        cls(cfg).save_pretrained(root / "base")
+        tok.save_pretrained(root / "base")
+    for k, step in enumerate(steps):
+        path = run / f"checkpoint-{step}"
+        torch.manual_seed(k)
+        if lora:
+            add_lora(cls.from_pretrained(root / "base"), seed=k).save_pretrained(path)
+        else:
+            cls(cfg).save_pretrained(path)
+        tok.save_pretrained(path)
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return run

@@ -15,6 +15,7 @@ from numbers import Integral, Real
 from ckptsel.errors import CkptselError
 
 MAX_SEED = 2**63 - 1
+MAX_STEP = 2**63 - 1  # records store steps as int64 (every reader of a step checks it)
 
 
 def _range(low, high) -> str:
@@ -58,6 +59,7 @@ def check_seed(value, what: str = "--seed") -> int:
 def check_choice(value, what: str, choices: Iterable[str]) -> str:
     """One of ``choices``."""
     known = tuple(choices)
-    if value not in known:
-        raise CkptselError(f"{what} must be one of {', '.join(known)}, not {value!r}")
+    if value not in known:  # None among the choices: the option may be left out
+        names = ", ".join(str(k) for k in known if k is not None)
+        raise CkptselError(f"{what} must be one of {names}, not {value!r}")
     return value

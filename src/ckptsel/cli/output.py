@@ -67,33 +67,38 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
     )
     with Progress(*columns, disable=not enabled, transient=False) as bar:
         state: dict[str, Any] = {}
+        steps: dict[int, dict[str, Any]] = {}  # per checkpoint being measured: its bar, counts
 
         def rate(done: int, since: float) -> str:
             return f"{done / max(time.perf_counter() - since, 1e-9):.1f} items/s"
 
         def on_event(ev: Any) -> None:
+            # a batch of checkpoints (several adapters in one vLLM call) sends its events
+            # interleaved: each checkpoint keeps its own bar, found by its step
             if ev.kind == "run":
                 state.update(t0=time.perf_counter(), done=0, recorded=0, units=0)
                 state.update(name=ev.trajectory, n_units=ev.units)
                 state["overall"] = bar.add_task(ev.trajectory, total=ev.total, rate="")
             elif ev.kind == "step":
-                state.update(step_t0=time.perf_counter(), step_done=0, step_total=max(ev.total, 1))
-                state["step"] = bar.add_task(
-                    f"  step {ev.step}", total=state["step_total"], rate=""
-                )
+                total = max(ev.total, 1)
+                task = bar.add_task(f"  step {ev.step}", total=total, rate="")
+                steps[ev.step] = dict(task=task, t0=time.perf_counter(), done=0, total=total)
             elif ev.kind == "items":
-                state["step_done"] += ev.done
                 state["done"] += ev.done
-                step_rate = rate(state["step_done"], state["step_t0"])
-                bar.update(state["step"], advance=ev.done, rate=step_rate)
+                step = steps.get(ev.step)
+                if step is not None:
+                    step["done"] += ev.done
+                    bar.update(step["task"], advance=ev.done, rate=rate(step["done"], step["t0"]))
                 bar.update(state["overall"], advance=ev.done, rate=rate(state["done"], state["t0"]))
             elif ev.kind == "step_done":
                 state["recorded"] += ev.total
                 state["units"] += 1
                 units = f"{state['name']} ({state['units']}/{state['n_units']} checkpoints)"
                 bar.update(state["overall"], completed=state["recorded"], description=units)
-                bar.update(state["step"], completed=state["step_total"])
-                bar.remove_task(state["step"])
+                step = steps.pop(ev.step, None)
+                if step is not None:
+                    bar.update(step["task"], completed=step["total"])
+                    bar.remove_task(step["task"])
 
         yield on_event
 

@@ -33,6 +33,7 @@ from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
 FORMAT_VERSION = 1  # bump when the meaning of a measurement changes
 BACKENDS = ("hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+MAX_NEW_TOKENS_LIMIT = 1 << 17  # 131072: the longest contexts models have; a cache bound
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,10 @@ class MeasureConfig:
             if not isinstance(self.test_task, str):
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
             object.__setattr__(self, "test_task", task_ref(self.test_task))
-        check_int(self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1)
+        check_int(
+            self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1,
+            high=MAX_NEW_TOKENS_LIMIT,
+        )  # fmt: skip
         check_int(self.window, "--window (window; 0 = complete response only)", low=0)
         check_choice(self.backend, "--backend", BACKENDS)
         if self.nll_backend is None:

@@ -29,8 +29,11 @@ from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.provenance import ProvenanceGate
 from ckptsel.records import (
+    FINAL_STEPS_FILE,
     GENERATIONS_FILE,
+    NLL_FILE,
     SPLITS,
+    UNITS_DIR,
     CheckpointStamp,
     changed_files,
     check_name,
@@ -139,6 +142,25 @@ def run_complete(ckpt: Checkpoint) -> bool | None:
     return is_final_checkpoint(state, ckpt.step) if isinstance(state, dict) else None
 
 
+WATCH_DIR = "watch"  # a watcher's status and selection.json, per trajectory
+RECORDS_ENTRIES = frozenset({UNITS_DIR, GENERATIONS_FILE, NLL_FILE, FINAL_STEPS_FILE, WATCH_DIR})
+
+
+def check_records_folder(out: Location) -> None:
+    """Refuse (one line, nothing written) a local ``--out`` that holds files of the user's and
+    no records: measuring there would put ``units/`` and caches beside them. Dot entries
+    (caches, locks, ``.DS_Store``) are ignored; a URL is not listed."""
+    if not out.is_local or not out.local.is_dir():
+        return
+    names = sorted(p.name for p in out.local.iterdir() if not p.name.startswith("."))
+    if names and not RECORDS_ENTRIES & set(names):
+        raise CkptselError(
+            f"{out}: not a records folder: it holds {names[0]!r}"
+            f"{f' and {len(names) - 1} more' if len(names) > 1 else ''} and no records; "
+            "measure into a new or empty folder (--out)"
+        )
+
+
 class _TemplateOnly:
     """What a run's tokenizer says of its chat template, read from its files without loading
     it (``tokenizer_config.json``'s ``chat_template``, ``chat_template.jinja`` or
@@ -213,9 +235,10 @@ class RunMeasurement:
         self._forgotten: set[int] = set()
 
     def check_records(self) -> None:
-        """The trajectory's records in ``out`` are readable and keep its configuration and
-        tasks (before the first write)."""
+        """``out`` is a records folder (or new, or empty), and the trajectory's records there
+        are readable and keep its configuration and tasks (before the first write)."""
         out, traj = self.out, self.trajectory
+        check_records_folder(out)
         read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", traj)])
         _check_trajectory_identity(
             read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],

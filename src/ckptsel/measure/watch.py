@@ -55,7 +55,7 @@ from ckptsel._util.locations import FileInfo, Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
-from ckptsel.measure.run import MeasureSetup, RunMeasurement
+from ckptsel.measure.run import WATCH_DIR, MeasureSetup, RunMeasurement
 from ckptsel.train import (
     STATE_FILE,
     checkpoint_readiness,
@@ -64,7 +64,6 @@ from ckptsel.train import (
     layout_pattern,
 )
 
-WATCH_DIR = "watch"
 STATUS_FILE = "status.json"
 
 

@@ -32,6 +32,7 @@ from ckptsel._util.locations import FileInfo, Location, safe_join, temp_dir
 from ckptsel.errors import CkptselError, VerificationError
 
 MANIFEST_FILE = "manifest.json"
+OTHERS_KEY = "not_results"  # the manifest's list of files ckptsel did not write (kept, --force)
 MANIFEST_KIND = "ckptsel-results"
 # names a results folder may hold at its top level (what ckptsel writes)
 OWNED_NAMES = (
@@ -102,8 +103,12 @@ def manifest_text(root: Path, exclude: set[str] = frozenset(), meta: dict | None
         for rel in _files(root)
         if rel != MANIFEST_FILE and rel not in exclude
     }
+    others = {OTHERS_KEY: sorted(exclude)} if exclude else {}  # named, so verify knows them
     return (
-        json.dumps({"kind": MANIFEST_KIND, "schema": 1, **(meta or {}), "files": files}, indent=1)
+        json.dumps(
+            {"kind": MANIFEST_KIND, "schema": 1, **(meta or {}), **others, "files": files},
+            indent=1,
+        )
         + "\n"
     )
 
@@ -113,14 +118,15 @@ def read_manifest_meta(results_dir: Path) -> dict:
     if read_manifest(results_dir) is None:
         return {}
     data = json.loads((Path(results_dir) / MANIFEST_FILE).read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if k not in ("kind", "schema", "files")}
+    return {k: v for k, v in data.items() if k not in ("kind", "schema", "files", OTHERS_KEY)}
 
 
 def check_manifest(results_dir: Path) -> list[str]:
-    """Check every file named in the manifest; raise naming the first that differs.
+    """Check every file named in the manifest; raise naming the first that differs, and the
+    first file the manifest does not list (one put there after the results were published).
 
-    Files the manifest does not list (e.g. a user's own notes kept under ``--force``) are
-    not results and are not checked.
+    Files of the user's kept under ``--force`` are named by the manifest as not results
+    (:data:`OTHERS_KEY`): not checked, named in the lines returned.
     """
     results_dir = Path(results_dir)
     files = read_manifest(results_dir)
@@ -137,7 +143,25 @@ def check_manifest(results_dir: Path) -> list[str]:
             raise VerificationError(
                 f"{path}: SHA-256 {digest} differs from the {MANIFEST_FILE} entry {files[rel]} (file changed)"
             )
-    return [f"manifest: {len(files)} files match their SHA-256"]
+    others = _manifest_others(results_dir)
+    unlisted = [rel for rel in manifest_files(results_dir) if rel not in files and rel not in others]
+    if unlisted:
+        raise VerificationError(
+            f"{results_dir / unlisted[0]}: not listed in {MANIFEST_FILE} ({len(unlisted)} "
+            "file(s) it does not list: put there after the results were published; not results)"
+        )
+    lines = [f"manifest: {len(files)} files match their SHA-256"]
+    if others:
+        lines.append(f"manifest: {len(others)} file(s) kept beside the results are not results: "
+                     + ", ".join(sorted(others)[:5]) + (", ..." if len(others) > 5 else ""))  # fmt: skip
+    return lines
+
+
+def _manifest_others(results_dir: Path) -> set[str]:
+    """The files the manifest names as not results (:data:`OTHERS_KEY`)."""
+    data = json.loads((Path(results_dir) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    others = data.get(OTHERS_KEY) or []
+    return {str(x) for x in others} if isinstance(others, list) else set()
 
 
 # --------------------------------------------------------------------------- ownership

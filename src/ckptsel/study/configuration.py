@@ -43,8 +43,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.checks import MAX_STEP
 from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.errors import CkptselError
+
+MAX_CHECKPOINTS = 10_000  # per trajectory: each one is measured
 
 DEFAULT_LR = {"lora": 2e-4, "full": 2e-5}
 _NAME_RE = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,99}")
@@ -87,10 +90,12 @@ class Configuration:
             raise CkptselError(f"{where}: give exactly one of 'steps' or 'epochs'")
         if self.steps is not None and self.steps < 1:
             raise CkptselError(f"{where}: steps must be >= 1, got {self.steps}")
-        if self.epochs is not None and self.epochs <= 0:
-            raise CkptselError(f"{where}: epochs must be > 0, got {self.epochs}")
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            raise CkptselError(f"{where}: epochs must be a finite number > 0, got {self.epochs}")
         if self.save_every < 1:
             raise CkptselError(f"{where}: save_every must be >= 1, got {self.save_every}")
+        if self.steps is not None:
+            self.check_checkpoints(self.steps, where)
         if self.batch_size < 1 or self.micro_batch < 1 or self.batch_size % self.micro_batch:
             raise CkptselError(
                 f"{where}: batch_size ({self.batch_size}) must be a positive multiple of "
@@ -129,9 +134,22 @@ class Configuration:
             return int(self.steps)
         return max(1, math.ceil(float(self.epochs) * n_examples / self.batch_size))
 
+    def check_checkpoints(self, final: int, where: str) -> None:
+        """At most :data:`MAX_CHECKPOINTS` checkpoints of at most :data:`MAX_STEP` steps (a
+        trajectory of more could not be measured, nor its steps listed)."""
+        if final > MAX_STEP:
+            raise CkptselError(f"{where}: steps must be <= {MAX_STEP} (int64), got {final}")
+        if final // self.save_every > MAX_CHECKPOINTS:
+            raise CkptselError(
+                f"{where}: {final} steps saved every {self.save_every} make "
+                f"{final // self.save_every} checkpoints, more than {MAX_CHECKPOINTS}; raise "
+                "save_every or train fewer steps"
+            )
+
     def save_steps(self, n_examples: int) -> list[int]:
         """Checkpoint steps: every ``save_every`` steps and always the final step."""
         final = self.total_steps(n_examples)
+        self.check_checkpoints(final, f"configuration {self.name!r}")
         steps = list(range(self.save_every, final + 1, self.save_every))
         if not steps or steps[-1] != final:
             steps.append(final)

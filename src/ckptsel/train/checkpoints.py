@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptsel._util.checks import MAX_STEP
 from ckptsel._util.locations import FileInfo, Location, as_location, is_url
 from ckptsel.errors import CkptselError
 
@@ -198,8 +199,6 @@ def layout_pattern(layout: str) -> re.Pattern[str]:
         raise CkptselError(f"unknown checkpoint layout {layout!r} (known: {', '.join(LAYOUTS)})")
     return LAYOUTS[layout]
 
-
-MAX_STEP = 2**63 - 1  # records store steps as int64
 
 
 def _step(path: Location, digits: str) -> int:

@@ -3,6 +3,7 @@ set Jaccard, and the threshold read as an exact fraction."""
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from fractions import Fraction
 
@@ -46,7 +47,8 @@ def jaccard(x: frozenset[str] | set[str], y: frozenset[str] | set[str]) -> float
 
 def threshold_fraction(threshold: float) -> Fraction:
     """``threshold`` as the decimal fraction it is written as (0.8 = 4/5), checked in (0, 1]."""
-    t = Fraction(repr(float(threshold)))
+    value = float(threshold)
+    t = Fraction(repr(value)) if math.isfinite(value) else Fraction(-1)  # nan, inf: refused
     if not (0 < t <= 1):
         raise CkptselError(f"--threshold must lie in (0, 1], got {threshold}")
     return t

@@ -24,10 +24,12 @@ remote listing on every use), so a Ray actor on a node without the run's disk ge
 
 from __future__ import annotations
 
+import functools
 import gc
+import pickle
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,25 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     if dtype not in table:
         raise CkptselError(f"unknown --dtype {dtype!r}: use auto, float32, bfloat16 or float16")
     return table[dtype]
+
+
+def _pickles_refused(get: Callable[[Any, Checkpoint], Any]) -> Callable[[Any, Checkpoint], Any]:
+    """``get`` with a ``.bin`` weight file that torch's weights-only loader refuses (a pickle of
+    more than tensors; it is not run) turned into one line naming the checkpoint."""
+
+    @functools.wraps(get)
+    def checked(self: Any, ckpt: Checkpoint) -> Any:
+        try:
+            return get(self, ckpt)
+        except pickle.UnpicklingError as err:
+            why = [ln.strip() for ln in str(err).splitlines() if "GLOBAL" in ln.upper()]
+            raise CkptselError(
+                f"{ckpt.path}: its .bin weights are a pickle that torch's weights-only loader "
+                f"refuses, not run ({(why or ['not only tensors'])[0][:160]}); save the "
+                "checkpoint as safetensors"
+            ) from None
+
+    return checked
 
 
 class ModelHolder:
@@ -101,6 +122,7 @@ class ModelHolder:
         except ImportError:  # pragma: no cover
             pass
 
+    @_pickles_refused
     def get(self, ckpt: Checkpoint) -> Any:
         """The model for ``ckpt``, ready for inference."""
         if ckpt.kind == "full":
@@ -144,15 +166,17 @@ class ModelHolder:
     def _swapped(self, ckpt: Checkpoint) -> bool:
         """``ckpt``'s tensors loaded into the full model in memory and proven there
         (:func:`~ckptsel.measure.backends.swap.swap_hf`); False (the reason logged) when its
-        config or files need a fresh load."""
+        config, files or tensors need a fresh load."""
         ref = str(local_ref(ckpt.path))
         if ref == self.full:
             return True
         why = "swapping off (--no-swap)" if not self.swap else swap_refusal(self.full, ref)
+        seconds = 0.0
+        if not why:  # its tensors that do not fit the model: loaded afresh too, and why
+            why, seconds = timed(lambda: swap_hf(self.model, ref))
         if why:
             self.log.fell_back(ckpt.step, why)
             return False
-        _, seconds = timed(lambda: swap_hf(self.model, ref))
         self.model.generation_config = generation_config(ref)  # its own stop ids
         self.model.config._name_or_path = ref
         self.model.eval()
@@ -189,25 +213,34 @@ def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
     module that a short forward never calls: the model reads that module's weight directly
     (HF's Mamba/FalconMamba/Jamba ``dt_proj``), so the unmerged LoRA is ignored while a merged
     one counts. Modules are judged by name (``...dt_proj``): one call of any module of that
-    name (an MoE expert the two probe tokens route to) clears them all."""
+    name (an MoE expert the two probe tokens route to) clears them all. A LoRA on a module
+    that returns a tuple (Llama-4's MoE router), which PEFT's LoRA cannot run, is refused too."""
     import torch
     from peft.tuners.lora import LoraLayer
 
-    carrying = {
-        n: m for n, m in peft_model.named_modules()
-        if isinstance(m, LoraLayer) and name in m.lora_B and bool(m.lora_B[name].weight.any())
+    layers = {
+        n: m for n, m in peft_model.named_modules() if isinstance(m, LoraLayer) and name in m.lora_B
     }  # fmt: skip
-    if not carrying:
-        return
+    carrying = {n: m for n, m in layers.items() if bool(m.lora_B[name].weight.any())}
     called: set[str] = set()
+    odd: list[str] = []  # LoRA layers whose base module returns no tensor (Llama-4's router)
     hooks = [
         m.register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1]))
         for n, m in carrying.items()
-    ]
+    ] + [
+        m.get_base_layer().register_forward_hook(
+            lambda _m, _i, out, n=n: None if torch.is_tensor(out) else odd.append(n)
+        )
+        for n, m in layers.items()
+    ]  # fmt: skip
     try:
         device = next(peft_model.parameters()).device
         with torch.inference_mode():
             peft_model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
+    except (AttributeError, TypeError, RuntimeError):
+        if not odd:
+            raise
+        _refuse_wrapped(peft_model, odd, where)
     finally:
         for h in hooks:
             h.remove()
@@ -221,6 +254,19 @@ def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
             f"it is ignored, merged (float32 CPU) it counts; train without {leaf} in "
             "target_modules"
         )
+
+
+def _refuse_wrapped(peft_model: Any, odd: list[str], where: Any) -> None:
+    """One line for an adapter whose LoRA wraps a module returning a tuple (Llama-4's MoE
+    router: scores and logits), which PEFT's LoRA cannot add its update to."""
+    kind = getattr(peft_model.get_base_model().config, "model_type", "this model")
+    leaf = odd[0].rsplit(".", 1)[-1]
+    module = odd[0].removeprefix("base_model.model.")
+    raise CkptselError(
+        f"{where}: the adapter's LoRA on {module} wraps a module of {kind} that returns a "
+        f"tuple, not a tensor: PEFT cannot run it unmerged (bfloat16) while merged (float32 "
+        f"CPU) it would count; train without {leaf} in target_modules"
+    )
 
 
 def dtype_name(dtype: Any) -> str:

@@ -9,8 +9,11 @@ same sums of the checkpoint file's tensors cast to the model's dtype, else one l
 (:class:`~ckptsel.errors.CkptselError`) stops the run.
 
 A swap needs what a fresh load would give: the same config (:func:`swap_refusal`: every key
-but the checkpoint's name, versions and dtype), tensors in ``*.safetensors`` files; otherwise
-the model is loaded afresh and the reason is kept (:class:`SwapLog`), for the provenance.
+but the checkpoint's name, versions and dtype), tensors in ``*.safetensors`` files that, put
+through transformers' own load-time weight conversion (an MoE file's per-expert tensors fused
+as the model holds them; :func:`model_tensors`), fit the model; otherwise the model is loaded
+afresh and the reason is kept (:class:`SwapLog`), for the provenance and the unit's weights
+note: a swap never refuses a checkpoint that a fresh load takes.
 """
 
 from __future__ import annotations
@@ -172,12 +175,73 @@ def _missing_untied(model: Any, names: Iterable[str]) -> list[str]:
     return [n for n, t in own.items() if n not in names and t.data_ptr() not in present]
 
 
-def swap_hf(model: Any, ref: str | Path) -> None:
-    """Load checkpoint ``ref``'s tensors into the HF ``model`` and prove it (:func:`prove`)."""
-    tensors = read_tensors(ref)
-    missing = _missing_untied(model, set(tensors))
+class _Unfit(ValueError):
+    """A checkpoint's tensors that do not fit the model in memory (the message says why)."""
+
+
+def model_tensors(model: Any, ref: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """Checkpoint ``ref``'s tensors under the HF ``model``'s names, as a fresh load would give
+    them: through transformers' own weight conversion (``from_pretrained``'s: an MoE file's
+    per-expert ``experts.<i>.gate_proj.weight`` fused into the model's ``experts.gate_up_proj``,
+    renamed or transposed keys), run on a copy of the model on the meta device; the file's own
+    names where that transformers has none. ``(None, why)`` when they do not fit the model (a
+    fresh load then; ``why`` goes in the unit's weights note)."""
+    try:
+        converted = _converted(model, ref)
+    except ImportError:  # a transformers without load-time conversion: the file's own names
+        converted = read_tensors(ref)
+    except _Unfit as err:
+        return None, str(err)
+    except Exception as err:  # noqa: BLE001 - any failure of the conversion: load afresh
+        return None, f"transformers could not convert its tensors ({type(err).__name__})"
+    own = model.state_dict()
+    unknown = sorted(set(converted) - set(own))
+    if unknown:
+        return None, f"its tensor {unknown[0]} is not in the model"
+    missing = _missing_untied(model, set(converted))
     if missing:
-        raise CkptselError(f"{ref}: checkpoint lacks {missing[0]} ({len(missing)} tensors)")
+        return None, f"it lacks {missing[0]} ({len(missing)} tensors)"
+    bad = [n for n, t in converted.items() if tuple(t.shape) != tuple(own[n].shape)]
+    if bad:
+        return None, f"its {bad[0]} has shape {tuple(converted[bad[0]].shape)}"
+    return converted, ""
+
+
+def _converted(model: Any, ref: str | Path) -> dict[str, Any]:
+    """:func:`model_tensors` through ``transformers.core_model_loading`` (ImportError where
+    that transformers has none)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import convert_and_load_state_dict_in_model
+    from transformers.modeling_utils import LoadStateDictConfig
+
+    with torch.device("meta"):
+        shadow = AutoModelForCausalLM.from_config(model.config, dtype=model.dtype)
+    files = [safe_open(str(path), framework="pt") for path in weight_files(ref)]
+    lazy = {name: f.get_slice(name) for f in files for name in f.keys()}  # noqa: SIM118
+    config = LoadStateDictConfig(
+        dtype=model.dtype, weight_mapping=get_model_conversion_mapping(shadow)
+    )
+    info, _ = convert_and_load_state_dict_in_model(shadow, lazy, config)
+    if info.unexpected_keys:
+        raise _Unfit(f"its tensor {sorted(info.unexpected_keys)[0]} is not in the model")
+    if info.mismatched_keys:
+        name, got, want = sorted(info.mismatched_keys, key=str)[0]
+        raise _Unfit(f"its {name} has shape {tuple(got)}, the model's {tuple(want)}")
+    if info.conversion_errors:
+        raise _Unfit(f"transformers could not convert {next(iter(info.conversion_errors))}")
+    return {n: t for n, t in shadow.state_dict().items() if t.device.type != "meta"}
+
+
+def swap_hf(model: Any, ref: str | Path) -> str:
+    """Load checkpoint ``ref``'s tensors (:func:`model_tensors`) into the HF ``model`` and
+    prove it (:func:`prove`): ``""``; or why they do not fit the model (it is left untouched:
+    load the checkpoint afresh)."""
+    tensors, why = model_tensors(model, ref)
+    if tensors is None:
+        return why
     load_into(model, tensors)
     own = model.state_dict()
     names = proof_names({n: tuple(t.shape) for n, t in tensors.items()},
@@ -187,6 +251,7 @@ def swap_hf(model: Any, ref: str | Path) -> None:
         {n: checksum(own[n]) for n in names},
         ref,
     )
+    return ""
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

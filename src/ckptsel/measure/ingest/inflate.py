@@ -7,14 +7,20 @@ A stream (a ZIP member, a gzip file) inflates to at most :data:`INFLATE_RATIO` t
 compressed size, never refused below :data:`INFLATE_FLOOR` (small members of real logs reach
 10x) and never past :data:`INFLATE_MAX_BYTES`; ``$CKPTSEL_INFLATE_MAX_RATIO`` and
 ``$CKPTSEL_INFLATE_MAX_BYTES`` change the ratio and the cap.
+
+Every log reader also refuses a single record longer than :data:`MAX_LINE_BYTES` (an lm-eval
+samples line, an inspect sample or header, a lighteval details cell; ``$CKPTSEL_MAX_LINE_BYTES``
+changes it) before parsing it: parsed into Python objects, one JSON line takes about ten times
+its size (a 300 MB line: 3.3 GB), and no real log has one sample near the limit.
 """
 
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ckptsel.errors import CkptselError
 
@@ -23,6 +29,8 @@ INFLATE_FLOOR = 16 << 20
 INFLATE_MAX_BYTES = 2 << 30
 RATIO_ENV = "CKPTSEL_INFLATE_MAX_RATIO"
 MAX_BYTES_ENV = "CKPTSEL_INFLATE_MAX_BYTES"
+MAX_LINE_BYTES = 64 << 20
+LINE_ENV = "CKPTSEL_MAX_LINE_BYTES"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -75,3 +83,32 @@ def open_gzip_text(path: Path) -> io.TextIOWrapper:
     compressed = Path(path).stat().st_size
     raw = _Bounded(gzip.open(path, "rb"), inflate_limit(compressed), Path(path), compressed)
     return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8")
+
+
+def line_limit() -> int:
+    """The longest single record a log reader parses (:data:`MAX_LINE_BYTES`, or
+    ``$CKPTSEL_MAX_LINE_BYTES``)."""
+    return _env_int(LINE_ENV, MAX_LINE_BYTES)
+
+
+def check_record_size(size: int, where: str) -> None:
+    """One line when a record of ``size`` bytes (``where``: the file and line or member) is
+    past :func:`line_limit`."""
+    limit = line_limit()
+    if size > limit:
+        raise CkptselError(
+            f"{where}: a single record of more than {limit} bytes: refused before parsing "
+            f"(${LINE_ENV} raises the limit)"
+        )
+
+
+def bounded_lines(fh: IO[str], path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a text file, each line read at most :func:`line_limit`
+    characters at a time: a longer line stops with one line, never read whole."""
+    limit = line_limit()
+    n = 0
+    while line := fh.readline(limit + 1):
+        n += 1
+        if len(line) > limit and not (len(line) == limit + 1 and line.endswith("\n")):
+            check_record_size(limit + 1, f"{path}:{n}")
+        yield n, line

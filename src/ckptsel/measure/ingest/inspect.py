@@ -42,7 +42,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.inflate import MAX_BYTES_ENV, RATIO_ENV, inflate_limit
+from ckptsel.measure.ingest.inflate import (
+    MAX_BYTES_ENV,
+    RATIO_ENV,
+    check_record_size,
+    inflate_limit,
+)
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
@@ -50,6 +55,7 @@ from ckptsel.measure.ingest.mapping import (
     checked_note,
     ingest_logs,
     lookup_step,
+    newest_per_key,
     step_in_path,
 )
 
@@ -134,6 +140,13 @@ def _member(zf: zipfile.ZipFile, path: Path, name: str, budget: _Budget) -> byte
         raise CkptselError(f"{path}: member {name} cannot be inflated ({err})") from err
 
 
+def _record(data: bytes, path: Path, member: str) -> Any:
+    """One member of an ``.eval`` log (the header, a sample) parsed, unless past the line
+    limit (:func:`~ckptsel.measure.ingest.inflate.check_record_size`)."""
+    check_record_size(len(data), f"{path}: member {member}")
+    return _json(data, path, member)
+
+
 def _json(data: bytes | str, path: Path, what: str) -> Any:
     try:
         return json.loads(data)
@@ -159,9 +172,9 @@ def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
                     f"{path}: no header.json in the log: the evaluation is still running or was interrupted"
                 )
             budget = _Budget(path)
-            header = _json(_member(zf, path, "header.json", budget), path, "header.json")
+            header = _record(_member(zf, path, "header.json", budget), path, "header.json")
             samples = [
-                _json(_member(zf, path, n, budget), path, n)
+                _record(_member(zf, path, n, budget), path, n)
                 for n in sorted(names)
                 if n.startswith("samples/") and n.endswith(".json")
             ]
@@ -365,5 +378,30 @@ def ingest_inspect(
         raise CkptselError("no inspect LOGS given")
     notes = Notes(note)
     mapped = [inspect_checkpoint(f, steps=steps, scorer=scorer, notes=notes) for f in files]
+    named = {str(Path(p)) for p in logs}
+    mapped = newest_logs(mapped, [m for m in mapped if m.source not in named], notes)
     notes.say()
     return ingest_logs(mapped, out=out, harness="inspect", **naming)
+
+
+def newest_logs(
+    mapped: list[CheckpointLog], in_folders: list[CheckpointLog], notes: Notes
+) -> list[CheckpointLog]:
+    """``mapped`` less the older of the logs found in folders that evaluate one checkpoint on
+    one task (a log folder keeps every run: a rerun, a ``.json`` log beside an ``.eval``):
+    the newest is used (inspect names its logs ``<created>_<task>_<id>``), the others are
+    noted. Logs named one by one are all kept (two of one checkpoint: an error)."""
+
+    def key(log: CheckpointLog) -> tuple[str, int, str]:
+        return (str(log.trajectory), log.step, str(log.rows["harness_task"].iloc[0]))
+
+    def passed_over(k: tuple[str, int, str], used: Path, ignored: Path) -> None:
+        notes.add(
+            "several logs of one checkpoint and task in a folder: the newest is used",
+            f"{k[0]} step {k[1]} ({k[2]}): using {used}, ignoring {ignored}",
+        )
+
+    found = [(key(m), Path(m.source).name.split("_", 1)[0], Path(m.source)) for m in in_folders]
+    kept = {str(p) for p in newest_per_key(found, passed_over).values()}
+    dropped = {m.source for m in in_folders} - kept
+    return [m for m in mapped if m.source not in dropped]

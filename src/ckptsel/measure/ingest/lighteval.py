@@ -38,11 +38,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ckptsel.errors import CkptselError
+from ckptsel.measure.ingest.inflate import check_record_size
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
@@ -127,7 +128,33 @@ def _read(path: Path) -> list[dict]:
     missing = [c for c in ("doc", "metric", "model_response") if c not in table.column_names]
     if missing:
         raise CkptselError(f"{path}: not a lighteval details file (no column(s) {missing})")
+    _check_cells(table, path)
     return table.to_pylist()
+
+
+def _check_cells(table: Any, path: Path) -> None:
+    """Refuse a details file with a string or binary cell past the line limit
+    (:func:`~ckptsel.measure.ingest.inflate.check_record_size`), before its rows become Python
+    objects."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def leaves(column: Any, name: str) -> Iterator[tuple[str, Any]]:
+        kind = column.type
+        if pa.types.is_struct(kind):
+            for i in range(kind.num_fields):
+                field = kind.field(i)
+                yield from leaves(pc.struct_field(column, [i]), f"{name}.{field.name}")
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            yield from leaves(pc.list_flatten(column), f"{name}[]")
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
+            yield name, column
+
+    for name in table.column_names:
+        for leaf, values in leaves(table.column(name), name):
+            longest = pc.max(pc.binary_length(values)).as_py()
+            if longest is not None:
+                check_record_size(int(longest), f"{path}: column {leaf}")
 
 
 def _metric_values(rows: list[dict]) -> dict[str, list[float]]:

@@ -37,7 +37,7 @@ import pandas as pd
 
 from ckptsel.data import extract, task_label
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.inflate import open_gzip_text
+from ckptsel.measure.ingest.inflate import bounded_lines, open_gzip_text
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
@@ -100,7 +100,7 @@ def _read_samples(path: Path) -> list[dict[str, Any]]:
     gz = str(path).endswith(".gz")
     rows: list[dict[str, Any]] = []
     with open_gzip_text(path) if gz else open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+        for n, line in bounded_lines(fh, path):
             if not line.strip():
                 continue
             try:

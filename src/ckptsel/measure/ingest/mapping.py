@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import pandas as pd
 
+from ckptsel._util.checks import MAX_STEP
 from ckptsel._util.locations import Location, as_location
 from ckptsel.data import extract, get_task, task_label
 from ckptsel.errors import CkptselError
@@ -100,6 +101,14 @@ class CheckpointLog:
     trajectory: str | None = None  # what the log says about its trajectory
     configuration: str | None = None
     nll: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        # every harness's step (folder name, --step, --steps, eval metadata) is checked here
+        if not 0 <= self.step <= MAX_STEP:
+            raise CkptselError(
+                f"{self.source}: step {self.step} is not between 0 and {MAX_STEP}, the "
+                "steps records hold (int64)"
+            )
 
 
 @dataclass(frozen=True)
