@@ -40,7 +40,7 @@ def test_vllm_measures_a_chat_run_as_hf_does(run, tmp_path, capsys):
     common = [
         "measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation, "--test",
         run.test, "--max-new-tokens", 12, "--batch-size", 4, "--dtype", "float32",
-        "--prompt-format", "chat", "--system-prompt", "Be brief.", "--no-progress",
+        "--prompt-format", "chat", "--system-prompt", "Be brief.",
     ]  # fmt: skip
     code, said = run_cli([*common, "--out", tmp_path / "hf"], capsys)
     assert code == 0, said
@@ -55,6 +55,5 @@ def test_vllm_measures_a_chat_run_as_hf_does(run, tmp_path, capsys):
     }
     assert len(formats) == 1 and next(iter(formats)).startswith("chat[")
     # with no format stated, the chat template is refused on the vLLM path too
-    code, said = run_cli([*common[:-5], "--no-progress", "--out", tmp_path / "x",
-                          "--backend", "vllm"], capsys)  # fmt: skip
+    code, said = run_cli([*common[:-4], "--out", tmp_path / "x", "--backend", "vllm"], capsys)
     assert code == 2 and "chat template" in said
