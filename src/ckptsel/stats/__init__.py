@@ -7,7 +7,7 @@ the summary they make. Pure NumPy over arrays; no I/O.
   replicates as matrix products, percentile intervals;
 * :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
 * :mod:`~ckptsel.stats.paired` — the paired 2×2 counts, the exact McNemar test and its clustered
-  form (sign flips of whole clusters);
+  form (sign flips of whole clusters), Holm and Benjamini–Hochberg adjustments;
 * :mod:`~ckptsel.stats.estimates` — :class:`StatSettings` and ``summarize``: scored choices →
   the typed summary and the descriptive tables;
 * :mod:`~ckptsel.stats.winners` — the model confidence set of the best checkpoints and the
@@ -20,7 +20,14 @@ from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
 from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
 from ckptsel.stats.intervals import METHODS
-from ckptsel.stats.paired import cluster_differences, clustered_mcnemar, mcnemar_exact, two_by_two
+from ckptsel.stats.paired import (
+    ADJUSTMENTS,
+    adjust_pvalues,
+    cluster_differences,
+    clustered_mcnemar,
+    mcnemar_exact,
+    two_by_two,
+)
 from ckptsel.stats.resample import (
     CHUNK,
     Clusters,
@@ -43,6 +50,7 @@ from ckptsel.stats.winners import (
 )
 
 __all__ = [
+    "ADJUSTMENTS",
     "CHUNK",
     "Clusters",
     "FEW_CONFIGURATIONS",
@@ -50,6 +58,7 @@ __all__ = [
     "StatSettings",
     "WINNER_JITTER",
     "accuracy_moments",
+    "adjust_pvalues",
     "bootstrap_accuracies",
     "chunked_counts",
     "cluster_codes",
