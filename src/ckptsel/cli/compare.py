@@ -10,7 +10,8 @@ import typer
 
 from ckptsel.cli.output import print_comparison, print_json, print_log_comparison
 from ckptsel.defaults import CONFIDENCE, SEED
-from ckptsel.workflows import CompareSettings, compare_checkpoints, compare_logs as compare_log_files
+from ckptsel.workflows import CompareSettings, compare_checkpoints
+from ckptsel.workflows import compare_logs as compare_log_files
 
 
 def compare(
@@ -39,13 +40,18 @@ def compare(
 
 
 def compare_logs(
-    log_a: Path = typer.Argument(..., help="Log A: inspect .eval/.json (or folder), lm-eval "
-                                 "--log_samples folder or samples file, lighteval details."),
+    log_a: Path = typer.Argument(
+        ...,
+        help="Log A: inspect .eval/.json (or folder), lm-eval "
+        "--log_samples folder or samples file, lighteval details.",
+    ),
     log_b: Path = typer.Argument(..., help="Log B, of the same samples (any of those harnesses)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     correction: str = typer.Option(
-        "holm", "--correction", help="Across tasks: holm (family-wise error) or bh "
-        "(Benjamini–Hochberg, false discovery rate)."
+        "holm",
+        "--correction",
+        help="Across tasks: holm (family-wise error) or bh "
+        "(Benjamini–Hochberg, false discovery rate).",
     ),
     split: str = typer.Option(
         "test", "--split", help="validation or test, for samples whose metadata names none."

@@ -63,7 +63,9 @@ def log_rows(
     twice = rows.duplicated(KEY, keep=False)
     if twice.any():
         r = rows[twice].iloc[0]
-        sources = " and ".join(sorted(set(rows[twice & (rows["item_id"] == r["item_id"])]["source"])))
+        sources = " and ".join(
+            sorted(set(rows[twice & (rows["item_id"] == r["item_id"])]["source"]))
+        )
         raise CkptselError(
             f"{sources}: sample {r['item_id']!r} of task {r['task']!r} ({r['split']}) given twice "
             f"in {path}; compare one log per task"
