@@ -15,6 +15,7 @@ import pytest
 from tests.clirun import run_cli
 
 from ckptsel.stats import adjust_pvalues
+from ckptsel.workflows.advise.comparison import CLUSTERED
 
 DATA = Path(__file__).parent / "data" / "harness_logs"
 EVALS = sorted((DATA / "inspect").glob("*.eval"))
@@ -172,3 +173,60 @@ def test_no_shared_samples_bad_paths_and_options_are_one_line_exit_2(tmp_path, c
         assert code == 2, said
         lines = said.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0] and "Traceback" not in said, said
+
+
+# --------------------------------------------------------------------------- inspect mockllm
+def _mock_output(output_type, usage_type, answer: str):
+    """mockllm's answer, its token usage given (else inspect counts tokens with tiktoken, which
+    downloads its vocabulary)."""
+    out = output_type.from_content("mockllm/model", answer)
+    out.usage = usage_type(input_tokens=8, output_tokens=1, total_tokens=9)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mockllm_logs(tmp_path_factory):
+    """Two logs inspect_ai writes for its mockllm model answering 12 samples (6 groups of 2):
+    A right where i % 3 != 0, B right where i % 4 != 0."""
+    inspect_ai = pytest.importorskip("inspect_ai", reason="inspect_ai not installed")
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+    from inspect_ai.scorer import match
+    from inspect_ai.solver import generate
+
+    root = tmp_path_factory.mktemp("mockllm")
+    samples = [
+        Sample(id=f"q{i:02d}", input=f"What is {i} + 1?", target=str(i + 1),
+               metadata={"group": f"g{i // 2}"})
+        for i in range(12)
+    ]  # fmt: skip
+    paths = []
+    for name, wrong_every in (("a", 3), ("b", 4)):
+        answers = [str(i + 1) if i % wrong_every else "0" for i in range(12)]
+        model = get_model(
+            "mockllm/model",
+            custom_outputs=[_mock_output(ModelOutput, ModelUsage, a) for a in answers],
+        )
+        task = inspect_ai.Task(dataset=samples, solver=generate(), scorer=match(), name="arith")
+        [log] = inspect_ai.eval(task, model=model, log_dir=str(root / name), display="none",
+                                max_samples=1, max_connections=1)  # fmt: skip
+        assert log.status == "success", log.error
+        paths.append(Path(log.location))
+    return paths
+
+
+def test_mockllm_inspect_logs_clustered_and_equal_to_ingested_records(
+    mockllm_logs, tmp_path, capsys
+):
+    a, b = mockllm_logs
+    logs = _json(["compare-logs", a, b, "--split", "validation", *DRAWS], capsys)
+    [c] = logs["comparisons"]
+    # both right: i in {1,2,5,7,10,11}; only A: {4,8}; only B: {3,6,9}; both wrong: {0}
+    assert c["table"] == {"both_correct": 6, "only_a": 2, "only_b": 3, "both_wrong": 1}
+    assert (c["items"], c["clusters"], c["mcnemar_method"]) == (12, 6, CLUSTERED)
+    records = _ingested_compare(
+        tmp_path, capsys,
+        [["inspect", a, "--steps", f"{a.name}=0"], ["inspect", b, "--steps", f"{b.name}=1"]],
+        ["--split", "validation"],
+    )  # fmt: skip
+    assert {k: c[k] for k in SAME} == {k: records["splits"]["validation"][k] for k in SAME}
