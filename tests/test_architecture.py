@@ -58,14 +58,14 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
-    "measure.ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval"),
+    "measure.ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval", "logs"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "exact", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
     "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
-    "workflows.advise": ("comparison", "planning", "selection"),
+    "workflows.advise": ("comparison", "planning", "log_comparison", "selection"),
     "workflows.study_run": (
         "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
     ),  # fmt: skip

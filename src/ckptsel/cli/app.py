@@ -51,6 +51,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("report", report.report),
     ("select", selection.select),
     ("compare", compare.compare),
+    ("compare-logs", compare.compare_logs),
     ("plan", plan.plan),
     ("run", run.run),
 )

@@ -1,4 +1,6 @@
-"""``ckptsel compare``: two checkpoints on the same items, paired (A − B, interval, McNemar)."""
+"""``ckptsel compare``: two checkpoints on the same items, paired (A − B, interval, McNemar);
+``ckptsel compare-logs``: the same on two evaluation logs of any harness (its own command, so
+that ``compare RECORDS STEP_A STEP_B`` keeps its arguments and output)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,10 @@ from pathlib import Path
 
 import typer
 
-from ckptsel.cli.output import print_comparison, print_json
+from ckptsel.cli.output import print_comparison, print_json, print_log_comparison
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.workflows import CompareSettings, compare_checkpoints
+from ckptsel.workflows import compare_logs as compare_log_files
 
 
 def compare(
@@ -34,3 +37,54 @@ def compare(
         print_json("compare", result)
     else:
         print_comparison(result)
+
+
+def compare_logs(
+    log_a: Path = typer.Argument(
+        ...,
+        help="Log A: inspect .eval/.json (or folder), lm-eval "
+        "--log_samples folder or samples file, lighteval details.",
+    ),
+    log_b: Path = typer.Argument(..., help="Log B, of the same samples (any of those harnesses)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    correction: str = typer.Option(
+        "holm",
+        "--correction",
+        help="Across tasks: holm (family-wise error) or bh "
+        "(Benjamini–Hochberg, false discovery rate).",
+    ),
+    split: str = typer.Option(
+        "test", "--split", help="validation or test, for samples whose metadata names none."
+    ),
+    task: str = typer.Option(
+        None, "--task", help="Read every task of both logs as this one (ckptsel task or name)."
+    ),
+    scorer: str = typer.Option(None, "--scorer", help="inspect: the scorer giving correctness."),
+    metric: str = typer.Option(None, "--metric", help="lm-eval/lighteval: the 0/1 metric."),
+    filter_name: str = typer.Option(None, "--filter", help="lm-eval: the filter to keep."),
+    draws: int = typer.Option(10000, help="Paired bootstrap draws."),
+    seed: int = typer.Option(SEED, help="Bootstrap seed."),
+    confidence: float = typer.Option(CONFIDENCE, help="Interval level."),
+) -> None:
+    """Paired comparison of two evaluation logs (inspect, lm-eval, lighteval, or a mix), per
+    task: samples aligned by id, A − B with a bootstrap interval of whole groups, McNemar
+    (clustered when samples share groups), p-values adjusted across tasks (Holm or BH), and the
+    items a paired test needs to detect the difference. Nothing is written.
+
+    The numbers are those `ckptsel compare` gives on the two logs ingested as two checkpoints
+    of one trajectory (same --split, --draws, --seed). Samples in one log only are counted and
+    left out; a task whose samples the logs do not share is refused."""
+    from ckptsel.measure import LogOptions  # when run (see ckptsel.cli)
+
+    def note(line: str) -> None:
+        typer.echo(line, err=True)
+
+    result = compare_log_files(
+        log_a, log_b, split=split, correction=correction, note=note,
+        options=LogOptions(scorer=scorer, metric=metric, filter_name=filter_name, task=task),
+        settings=CompareSettings(draws=draws, seed=seed, level=confidence),
+    )  # fmt: skip
+    if as_json:
+        print_json("compare-logs", result)
+    else:
+        print_log_comparison(result)

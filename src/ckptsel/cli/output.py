@@ -261,6 +261,44 @@ def print_comparison(result: dict) -> None:
     )
 
 
+def print_log_comparison(result: dict) -> None:
+    """The human-readable form of :func:`ckptsel.workflows.compare_logs`'s answer."""
+    a, b, settings = result["a"], result["b"], result["settings"]
+    level = int(round(settings["level"] * 100))
+    console.print(f"A = {a['log']} ({a['harness']}, {a['samples']} samples)")
+    console.print(f"B = {b['log']} ({b['harness']}, {b['samples']} samples)")
+    correction = {"holm": "Holm", "bh": "BH"}[settings["correction"]]
+    table = Table(title="A vs B (paired, same samples)")
+    for col in ("task", "split", "items (clusters)", "acc A %", "acc B %", f"A − B pp [{level}%]",
+                "✓✓/A/B/✗✗", "McNemar p", f"{correction} p", "items needed"):  # fmt: skip
+        table.add_column(col, no_wrap=col in ("task", "split", "items (clusters)"))
+    for r in result["comparisons"]:
+        t = r["table"]
+        table.add_row(
+            r["task"], r["split"], f"{r['items']} ({r['clusters']})", f"{r['accuracy_a']:.2f}",
+            f"{r['accuracy_b']:.2f}", fmt(r["difference"]),
+            f"{t['both_correct']} / {t['only_a']} / {t['only_b']} / {t['both_wrong']}",
+            _p(r["mcnemar_p"]) + (" (clustered)" if "mcnemar_method" in r else ""),
+            _p(r["mcnemar_p_adjusted"]), "–" if r["items_needed"] is None else str(r["items_needed"]),
+        )  # fmt: skip
+    console.print(table)
+    for r in result["comparisons"]:
+        gone = r["not_shared"]
+        if gone["only_in_a"] or gone["only_in_b"]:
+            console.print(
+                f"{r['task']}: compared on the {r['items']} shared samples; {gone['only_in_a']} "
+                f"only in A and {gone['only_in_b']} only in B were left out."
+            )
+    console.print(
+        "✓✓/A/B/✗✗: samples both right / only A / only B / both wrong. McNemar p: exact binomial "
+        "test on the discordant samples (clustered: sign flips of whole groups, when samples "
+        f"share groups); {correction} p: adjusted across the {len(result['comparisons'])} "
+        f"comparison(s). Interval: {settings['draws']} bootstrap draws of whole groups; one containing "
+        "0 is unresolved. Items needed: independent items for a paired test at this level to "
+        f"detect this difference with {int(100 * settings['power'])}% power (plan's closed form)."
+    )
+
+
 # --------------------------------------------------------------------------- plan
 
 
@@ -376,6 +414,14 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "settings": "draws, seed, level",
         "splits": "validation and test (null without test records): items, clusters, accuracies, "
         "difference (A − B, pp, with interval), the 2×2 table, McNemar p, items not shared",
+    },
+    "compare-logs": {
+        "a": "log A: log (its path), harness (inspect, lm-eval or lighteval), samples",
+        "b": "log B: the same",
+        "settings": "draws, seed, level, correction (holm or bh), power (of items_needed)",
+        "comparisons": "one per task both logs hold: split, task, items, clusters, accuracies, "
+        "difference (A − B, pp, with interval), the 2×2 table, McNemar p (clustered when samples "
+        "share groups), samples not shared, mcnemar_p_adjusted (across tasks), items_needed",
     },
     "plan": {
         "pilot": "the plan from pilot records (null without them): settings, rows per budget, answer",

@@ -36,6 +36,7 @@ from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
     CheckpointLog,
     Ingested,
+    LogOptions,
     ingest_inspect,
     ingest_lighteval,
     ingest_lm_eval,
@@ -43,6 +44,8 @@ from ckptsel.measure.ingest import (
     ingest_logs,
     names_line,
     read_inspect_log,
+    read_logs,
+    to_records,
     unavailable_lines,
 )
 from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
@@ -73,6 +76,7 @@ __all__ = [
     "ExecutorConfig",
     "Ingested",
     "ItemPool",
+    "LogOptions",
     "MeasureConfig",
     "MeasureResult",
     "Measurer",
@@ -101,10 +105,12 @@ __all__ = [
     "measure_run",
     "measure_splits",
     "read_inspect_log",
+    "read_logs",
     "read_status",
     "resolve_dtype",
     "response_nll",
     "status_path",
+    "to_records",
     "trajectory_name",
     "unavailable_lines",
     "watch_run",

@@ -7,7 +7,7 @@ the summary they make. Pure NumPy over arrays; no I/O.
   replicates as matrix products, percentile intervals;
 * :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
 * :mod:`~ckptsel.stats.paired` — the paired 2×2 counts, the exact McNemar test and its clustered
-  form (sign flips of whole clusters);
+  form (sign flips of whole clusters), Holm and Benjamini–Hochberg adjustments;
 * :mod:`~ckptsel.stats.exact` — the one rule for small designs (no interval reads resolved
   where an exact test at that size cannot reject), zero-width intervals as not estimable, and
   the Clopper–Pearson interval;
@@ -31,7 +31,14 @@ from ckptsel.stats.exact import (
     nonzero_units,
 )
 from ckptsel.stats.intervals import METHODS
-from ckptsel.stats.paired import cluster_differences, clustered_mcnemar, mcnemar_exact, two_by_two
+from ckptsel.stats.paired import (
+    ADJUSTMENTS,
+    adjust_pvalues,
+    cluster_differences,
+    clustered_mcnemar,
+    mcnemar_exact,
+    two_by_two,
+)
 from ckptsel.stats.resample import (
     CHUNK,
     Clusters,
@@ -55,6 +62,7 @@ from ckptsel.stats.winners import (
 )
 
 __all__ = [
+    "ADJUSTMENTS",
     "CHUNK",
     "Clusters",
     "FEW_CONFIGURATIONS",
@@ -62,6 +70,7 @@ __all__ = [
     "StatSettings",
     "WINNER_JITTER",
     "accuracy_moments",
+    "adjust_pvalues",
     "bootstrap_accuracies",
     "cannot_resolve",
     "chunked_counts",

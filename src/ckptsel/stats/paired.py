@@ -11,7 +11,9 @@ test, exact for independent items and clustered for items that come in groups.
   clustered McNemar (the denominator does not change under the flips). With single-item
   clusters it is the exact McNemar test (flips of ``±1`` are the binomial). The plain McNemar
   test on grouped items treats correlated items as independent and rejects a true null far
-  too often (BENCHMARKS.md, ``bench_stat_fixes``).
+  too often (BENCHMARKS.md, ``bench_stat_fixes``);
+* :func:`adjust_pvalues` — several such tests at once (one per task): Holm's step-down
+  adjustment (family-wise error) or Benjamini–Hochberg's step-up one (false discovery rate).
 """
 
 from __future__ import annotations
@@ -93,3 +95,32 @@ def clustered_mcnemar(a: np.ndarray, b: np.ndarray, groups: np.ndarray) -> float
         pmf = np.convolve(pmf, step)
     s = np.arange(len(pmf)) - total
     return float(min(1.0, pmf[np.abs(s) >= observed].sum()))
+
+
+ADJUSTMENTS = ("holm", "bh")
+
+
+def adjust_pvalues(p: np.ndarray, method: str = "holm") -> np.ndarray:
+    """``(m,)`` adjusted p-values of ``m`` tests, in their order (reject where ≤ α).
+
+    With ``p_(1) ≤ … ≤ p_(m)`` sorted: Holm (1979) ``p̃_(i) = max_{j≤i} min(1, (m − j + 1) p_(j))``
+    controls the family-wise error; Benjamini–Hochberg (1995)
+    ``p̃_(i) = min_{j≥i} min(1, m p_(j) / j)`` controls the false discovery rate (independent or
+    positively dependent tests). One test: its own p-value.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if method not in ADJUSTMENTS:
+        raise ValueError(f"unknown adjustment {method!r}: use one of {ADJUSTMENTS}")
+    m = len(p)
+    if m == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    rank = np.arange(1, m + 1, dtype=np.float64)  # (m,) 1-based rank of each sorted p
+    ps = p[order]
+    if method == "holm":
+        adj = np.maximum.accumulate(np.minimum(1.0, (m - rank + 1.0) * ps))
+    else:
+        adj = np.minimum.accumulate(np.minimum(1.0, m * ps / rank)[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = adj
+    return out

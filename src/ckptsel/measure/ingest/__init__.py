@@ -6,7 +6,9 @@
 * :mod:`~ckptsel.measure.ingest.lm_eval` — lm-evaluation-harness ``--log_samples`` output;
 * :mod:`~ckptsel.measure.ingest.inspect` — inspect_ai ``.eval``/``.json`` logs (read without
   inspect_ai);
-* :mod:`~ckptsel.measure.ingest.lighteval` — lighteval ``--save-details`` parquet files.
+* :mod:`~ckptsel.measure.ingest.lighteval` — lighteval ``--save-details`` parquet files;
+* :mod:`~ckptsel.measure.ingest.logs` — one log of any of them, recognized and read (nothing
+  written; ``ckptsel compare-logs``).
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ from __future__ import annotations
 from ckptsel.measure.ingest.inspect import ingest_inspect, read_inspect_log
 from ckptsel.measure.ingest.lighteval import ingest_lighteval
 from ckptsel.measure.ingest.lm_eval import ingest_lm_eval, ingest_lm_eval_logs
+from ckptsel.measure.ingest.logs import LogOptions, read_logs
 from ckptsel.measure.ingest.mapping import (
     CheckpointLog,
     Ingested,
     Naming,
     ingest_logs,
     names_line,
+    to_records,
     unavailable_lines,
 )
 
 __all__ = [
     "CheckpointLog",
     "Ingested",
+    "LogOptions",
     "Naming",
     "ingest_inspect",
     "ingest_lighteval",
@@ -34,5 +39,7 @@ __all__ = [
     "ingest_logs",
     "names_line",
     "read_inspect_log",
+    "read_logs",
+    "to_records",
     "unavailable_lines",
 ]

@@ -116,6 +116,15 @@ def newest_files(files: Sequence[Path], notes: Notes) -> dict[tuple[str, str], P
     return newest_per_key(found, passed_over)
 
 
+def details_by_model(details: Sequence[Path], notes: Notes) -> dict[str, list[Path]]:
+    """``{model name: its newest details file per task}`` under the folders or files named
+    (one model name per checkpoint; the files passed over go to ``notes``)."""
+    by_model: dict[str, list[Path]] = {}
+    for (model, _), path in newest_files(_details_files(details), notes).items():
+        by_model.setdefault(model, []).append(path)
+    return by_model
+
+
 # --------------------------------------------------------------------------- one file
 def _read(path: Path) -> list[dict]:
     import pyarrow as pa
@@ -316,10 +325,8 @@ def ingest_lighteval(
     for name, s in (splits or {}).items():
         if s not in SPLITS:
             raise CkptselError(f"split {s!r} for lighteval task {name!r}: use validation or test")
-    by_model: dict[str, list[Path]] = {}
     notes = Notes(note)
-    for (model, _), path in newest_files(_details_files(details), notes).items():
-        by_model.setdefault(model, []).append(path)
+    by_model = details_by_model(details, notes)
     notes.say()
     if not by_model:
         raise CkptselError("no lighteval DETAILS_DIR given")

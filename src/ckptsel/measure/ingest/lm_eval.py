@@ -248,6 +248,55 @@ def step_of(folder: Path, step: int | None, n_folders: int) -> int:
     return int(m.group(1))
 
 
+def file_log(
+    path: Path,
+    step: int,
+    *,
+    task: str | None = None,
+    filter_name: str | None = None,
+    metric: str | None = None,
+    id_prefix: str | None = None,
+) -> CheckpointLog:
+    """One ``samples_<task>_<timestamp>.jsonl`` file as a :class:`CheckpointLog` at ``step``."""
+    path = Path(path)
+    m = SAMPLES_RE.match(path.name)
+    if not m:
+        raise CkptselError(f"{path}: not an lm-eval samples_<task>_<timestamp>.jsonl file")
+    lm_task = m.group("task")
+    df = samples_to_rows(
+        read_samples(path), path=path, lm_task=lm_task, task=task, filter_name=filter_name,
+        metric=metric, id_prefix=id_prefix,
+    )  # fmt: skip
+    return CheckpointLog(str(path), step, df.assign(harness_task=lm_task))
+
+
+def folder_logs(
+    folder: Path,
+    step: int,
+    *,
+    task: str | None = None,
+    filter_name: str | None = None,
+    metric: str | None = None,
+    id_prefix: str | None = None,
+    notes: Notes | None = None,
+) -> list[CheckpointLog]:
+    """The newest samples file of each lm-eval task under ``folder`` (one checkpoint's
+    ``--log_samples`` output), one :class:`CheckpointLog` each, at ``step``."""
+    files = find_sample_files(folder, notes)
+    if not files:
+        raise CkptselError(
+            f"{folder}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)"
+        )
+    if id_prefix and len(files) > 1:
+        raise CkptselError(
+            f"{folder}: --id-prefix needs a single lm-eval task, found {sorted(files)}"
+        )
+    return [
+        file_log(path, step, task=task, filter_name=filter_name, metric=metric, id_prefix=id_prefix)
+        for path in files.values()
+    ]
+
+
 def ingest_lm_eval(
     folders: Sequence[Path],
     *,
@@ -303,31 +352,17 @@ def ingest_lm_eval_logs(
         if st in steps:
             raise CkptselError(f"{f}: step {st} also given by {steps[st]}")
         steps[st] = f
-        files = find_sample_files(f, notes)
-        if not files:
-            raise CkptselError(
-                f"{f}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)"
-            )
-        if id_prefix and len(files) > 1:
-            raise CkptselError(
-                f"{f}: --id-prefix needs a single lm-eval task, found {sorted(files)}"
-            )
-        for lm_task, path in files.items():
-            df = samples_to_rows(
-                read_samples(path),
-                path=path,
-                lm_task=lm_task,
-                task=naming.get("task"),
-                filter_name=filter_name,
-                metric=metric,
-                id_prefix=id_prefix,
-            )
-            for item, h in zip(df["item_id"], df["doc_hash"], strict=True):
-                if h and hashes.setdefault(item, (h, path))[0] != h:
+        found = folder_logs(
+            f, st, task=naming.get("task"), filter_name=filter_name, metric=metric,
+            id_prefix=id_prefix, notes=notes,
+        )  # fmt: skip
+        for log in found:
+            for item, h in zip(log.rows["item_id"], log.rows["doc_hash"], strict=True):
+                if h and hashes.setdefault(item, (h, log.source))[0] != h:
                     raise CkptselError(
-                        f"{path}: item {item} has doc_hash {h} but {hashes[item][1]} has {hashes[item][0]} "
+                        f"{log.source}: item {item} has doc_hash {h} but {hashes[item][1]} has {hashes[item][0]} "
                         "(different documents under one doc_id)"
                     )
-            logs.append(CheckpointLog(str(path), st, df.assign(harness_task=lm_task)))
+        logs.extend(found)
     notes.say()
     return ingest_logs(logs, out=out, harness="lm-eval", **naming)

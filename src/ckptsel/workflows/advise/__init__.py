@@ -6,6 +6,8 @@
   checkpoint to keep (:class:`StudySelection`, also ``summary.json``'s ``"keep"``);
 * :mod:`~ckptsel.workflows.advise.comparison` — ``ckptsel compare``: is checkpoint A really
   better than B on the same items;
+* :mod:`~ckptsel.workflows.advise.log_comparison` — ``ckptsel compare-logs``: the same paired
+  comparison on two evaluation logs of any harness (per task, p-values adjusted across tasks);
 * :mod:`~ckptsel.workflows.advise.planning` — ``ckptsel plan``: how many validation items a
   rule needs.
 """
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 from ckptsel.workflows.advise.comparison import CompareSettings, compare_checkpoints
+from ckptsel.workflows.advise.log_comparison import compare_logs
 from ckptsel.workflows.advise.planning import (
     PlanSettings,
     closed_form,
@@ -48,6 +51,7 @@ __all__ = [
     "TestGain",
     "closed_form",
     "compare_checkpoints",
+    "compare_logs",
     "default_budgets",
     "keep_settings",
     "plan_figure",

@@ -61,7 +61,7 @@ class CompareSettings:
 
 
 @dataclass
-class _Side:
+class Side:
     """One checkpoint's correctness on one split, with the items' ids and groups."""
 
     item_ids: np.ndarray  # (n,)
@@ -139,8 +139,8 @@ def _test_groups(records_dir: Path, trajectory: str, item_ids: np.ndarray) -> np
     return by_item.reindex(item_ids).to_numpy().astype(str)
 
 
-def _shared(
-    a: _Side, b: _Side, split: str, trajectories: tuple[str, str]
+def shared_items(
+    a: Side, b: Side, split: str, trajectories: tuple[str, str]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Both sides on their shared items, in item-id order; groups must agree."""
     shared, ia, ib = np.intersect1d(a.item_ids, b.item_ids, return_indices=True)
@@ -191,8 +191,8 @@ def compare_checkpoints(
     sides = []
     for v, step in ((va, step_a), (vb, step_b)):
         c = _step_index(v.steps, step, v.trajectory)
-        sides.append(_Side(np.asarray(v.item_ids), np.asarray(v.groups), v.correct[c]))
-    a, b, groups, dropped = _shared(*sides, "validation", names)
+        sides.append(Side(np.asarray(v.item_ids), np.asarray(v.groups), v.correct[c]))
+    a, b, groups, dropped = shared_items(*sides, "validation", names)
     res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["validation"])
     res["not_shared"] = dropped
     out["splits"]["validation"] = res
@@ -204,8 +204,8 @@ def compare_checkpoints(
             td = find_trajectory(tests, t, "test", records_dir)
             c = _step_index(td.steps, step, t)
             ids = np.asarray(td.item_ids)
-            sides.append(_Side(ids, _test_groups(records_dir, t, ids), td.correct[c]))
-        a, b, groups, dropped = _shared(*sides, "test", names)
+            sides.append(Side(ids, _test_groups(records_dir, t, ids), td.correct[c]))
+        a, b, groups, dropped = shared_items(*sides, "test", names)
         res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["test"])
         res["not_shared"] = dropped
         out["splits"]["test"] = res

@@ -1,0 +1,159 @@
+"""``ckptsel compare-logs``: two evaluation logs of any harness ckptsel reads (inspect,
+lm-eval, lighteval, or a mix), compared paired, without writing records.
+
+Each log is read by its harness's own ingest reader (:func:`ckptsel.measure.read_logs`) and
+named by the one mapping every ingest uses (:func:`ckptsel.measure.to_records`: split, task,
+group, correctness), as if A and B were two checkpoints of one trajectory. Then, per
+``(split, task)`` the two logs share:
+
+* the samples are aligned by id (inspect: the sample id; lm-eval: ``<task>-<doc_id>``; lighteval:
+  the document id); samples in one log only are counted and left out, and a task the two logs
+  share no sample of is refused;
+* the paired comparison is :func:`ckptsel.workflows.advise.comparison.paired_difference`, the one
+  ``ckptsel compare`` makes on records, with the same seed stream per split, so a log pair
+  ingested as two checkpoints and compared there gives the same numbers;
+* across the tasks, the McNemar p-values adjusted by Holm (default) or Benjamini–Hochberg
+  (:func:`ckptsel.stats.adjust_pvalues`);
+* ``plan``'s closed form (:func:`ckptsel.workflows.advise.planning.closed_form`) at the observed
+  difference and agreement: how many independent items a paired test at the interval's level
+  needs to detect that difference with 80% power (null when the logs agree on every item or
+  their accuracies are equal).
+
+inspect logs with several epochs are refused (its reader keeps one answer per sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ckptsel._util import rng as streams
+from ckptsel.errors import CkptselError
+from ckptsel.measure import LogOptions, read_logs, to_records
+from ckptsel.stats import adjust_pvalues
+from ckptsel.workflows.advise.comparison import (
+    CompareSettings,
+    Side,
+    paired_difference,
+    shared_items,
+)
+from ckptsel.workflows.advise.planning import closed_form
+
+POWER = 0.8  # the power of items_needed's paired test
+KEY = ["split", "task", "item_id"]
+
+
+def log_rows(
+    path: Path, side: str, options: LogOptions, split: str, note: Callable[[str], None]
+) -> tuple[str, pd.DataFrame]:
+    """``(harness, contract generation rows)`` of one log, its ``trajectory`` ``side``."""
+    step = {"a": 0, "b": 1}[side]
+    harness, logs = read_logs(path, step, options, note)
+    frames = []
+    for log in logs:  # one task log at a time: inspect sample ids repeat across tasks
+        rows = to_records(
+            [log], harness=harness, trajectory=side, task=options.task, split=split, note=note
+        ).generations
+        frames.append(rows.assign(source=log.source))
+    rows = pd.concat(frames, ignore_index=True)
+    twice = rows.duplicated(KEY, keep=False)
+    if twice.any():
+        r = rows[twice].iloc[0]
+        sources = " and ".join(
+            sorted(set(rows[twice & (rows["item_id"] == r["item_id"])]["source"]))
+        )
+        raise CkptselError(
+            f"{sources}: sample {r['item_id']!r} of task {r['task']!r} ({r['split']}) given twice "
+            f"in {path}; compare one log per task"
+        )
+    return harness, rows
+
+
+def _pairs(a: pd.DataFrame, b: pd.DataFrame, note: Callable[[str], None]) -> list[tuple]:
+    """``[(split, task of A, task of B)]``: the (split, task)s both logs hold; or, when each
+    holds one task of one split under different names, those two (said)."""
+    ka = sorted(set(zip(a["split"], a["task"], strict=True)))
+    kb = sorted(set(zip(b["split"], b["task"], strict=True)))
+    common = [k for k in ka if k in kb]
+    if common:
+        for what, only in (("A", sorted(set(ka) - set(kb))), ("B", sorted(set(kb) - set(ka)))):
+            if only:
+                note(f"note: tasks only in log {what}, not compared: {only}")
+        return [(s, t, t) for s, t in common]
+    if len(ka) == len(kb) == 1 and ka[0][0] == kb[0][0]:
+        note(f"note: comparing task {ka[0][1]!r} of log A with task {kb[0][1]!r} of log B")
+        return [(ka[0][0], ka[0][1], kb[0][1])]
+    raise CkptselError(
+        f"the two logs share no task: A has {[t for _, t in ka]}, B has {[t for _, t in kb]} "
+        "(splits and tasks); pass --task to read both as one task"
+    )
+
+
+def _side(rows: pd.DataFrame) -> Side:
+    return Side(
+        rows["item_id"].to_numpy().astype(str),
+        rows["group"].to_numpy().astype(str),
+        rows["correct"].to_numpy().astype(bool),
+    )
+
+
+def items_needed(result: dict, level: float) -> int | None:
+    """Independent items a paired test at ``level`` needs to detect the observed difference with
+    :data:`POWER` power (``plan --delta D --agreement R``'s paired-MDE budget), else None."""
+    t, n = result["table"], result["items"]
+    delta = abs(t["only_a"] - t["only_b"]) / n * 100.0
+    agreement = (t["both_correct"] + t["both_wrong"]) / n
+    if delta == 0.0 or agreement == 0.0:
+        return None
+    return int(closed_form(delta, agreement, (n,), target=POWER, level=level)["budget_mde"])
+
+
+def _compare_pair(a: pd.DataFrame, b: pd.DataFrame, pair: tuple, names, settings) -> dict:
+    split, task_a, task_b = pair
+    ra = a[(a["split"] == split) & (a["task"] == task_a)]
+    rb = b[(b["split"] == split) & (b["task"] == task_b)]
+    if not np.isin(ra["item_id"].to_numpy(), rb["item_id"].to_numpy()).any():
+        raise CkptselError(
+            f"task {task_a!r} ({split}): the logs share no sample id ({len(ra)} in A, {len(rb)} "
+            "in B); a paired comparison needs the same samples"
+        )
+    x, y, groups, dropped = shared_items(_side(ra), _side(rb), split, names)
+    res = paired_difference(x, y, groups, settings, streams.COMPARE_SPLITS[split])
+    task = task_a if task_a == task_b else f"{task_a} | {task_b}"
+    return {"split": split, "task": task, **res, "not_shared": dropped}
+
+
+def compare_logs(
+    log_a: Path,
+    log_b: Path,
+    *,
+    options: LogOptions | None = None,
+    split: str = "test",
+    correction: str = "holm",
+    settings: CompareSettings | None = None,
+    note: Callable[[str], None] = print,
+) -> dict:
+    """Everything ``ckptsel compare-logs`` reports, as a JSON-ready dict (module docstring).
+    ``split``: the split of samples whose metadata names none."""
+    settings = settings or CompareSettings()
+    options = options or LogOptions()
+    if correction not in ("holm", "bh"):
+        raise CkptselError(f"--correction {correction!r}: use holm or bh")
+    harness_a, a = log_rows(Path(log_a), "a", options, split, note)
+    harness_b, b = log_rows(Path(log_b), "b", options, split, note)
+    names = (str(log_a), str(log_b))
+    results = [_compare_pair(a, b, pair, names, settings) for pair in _pairs(a, b, note)]
+    adjusted = adjust_pvalues(np.array([r["mcnemar_p"] for r in results]), correction)
+    for r, p in zip(results, adjusted, strict=True):
+        r["mcnemar_p_adjusted"] = float(p)
+        r["items_needed"] = items_needed(r, settings.level)
+    return {
+        "a": {"log": str(log_a), "harness": harness_a, "samples": len(a)},
+        "b": {"log": str(log_b), "harness": harness_b, "samples": len(b)},
+        "settings": {**asdict(settings), "correction": correction, "power": POWER},
+        "comparisons": results,
+    }
