@@ -41,3 +41,24 @@ def test_api_examples_run_and_print_what_the_page_shows(tmp_path, monkeypatch, c
 
     measured = load_validation(tmp_path / "my-records")
     assert [v.trajectory for v in measured] == ["my-run-s1"]
+
+
+def test_faq_quotes_the_numbers_these_examples_print(tmp_path):
+    """docs/faq.md reads its numbers off the same simulated records (small preset, seed 0, the
+    same trajectory and steps): each interval it quotes is one the examples above print, or
+    D_r of the accuracy rule with ``--seed 7``, computed here."""
+    from ckptsel.results import fmt
+    from ckptsel.sim import write_simulation
+    from ckptsel.workflows import analyze
+
+    faq = (PAGE.parents[1] / "faq.md").read_text()
+    printed = "\n".join(out for _, out in blocks() if out)
+    quoted = re.findall(r"`([+-]?\d+\.\d\d(?: pp)? \[[+-]?\d+\.\d\d, [+-]?\d+\.\d\d\])`", faq)
+    quoted += re.findall(r"`(\[[+-]?\d+\.\d\d, [+-]?\d+\.\d\d\])`", faq)
+    assert len(quoted) >= 6, quoted
+    records = write_simulation(tmp_path / "records", "small", seed=0)
+    seed7 = analyze(records, tmp_path / "results", seed=7).gains.get("D", "accuracy")
+    d7 = fmt(seed7, mark=False)
+    assert f"to `{d7}`" in faq, d7
+    missing = [q for q in quoted if q not in printed and q != d7]
+    assert not missing, f"docs/faq.md quotes numbers no example prints: {missing}"
