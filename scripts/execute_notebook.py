@@ -15,7 +15,9 @@ from nbclient import NotebookClient
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "analysis.ipynb"
 
 CELLS = [
-    ("markdown", """# ckptsel from Python: analyze, select, compare
+    (
+        "markdown",
+        """# ckptsel from Python: analyze, select, compare
 
 Which checkpoint of a fine-tuning run should you keep, and does the validation data you used
 to choose it buy anything over keeping the final checkpoint? This notebook answers both from
@@ -24,8 +26,11 @@ configurations, with a known truth), so it runs anywhere in seconds and needs no
 own study, point `records` at the folder `ckptsel measure` (or `ckptsel.measure.measure_model`)
 wrote. The docs' [Python API page](../docs/reference/api.md) has the same calls with more words.
 
-It writes into `ckptsel-notebook/` beside it."""),
-    ("code", """from pathlib import Path
+It writes into `ckptsel-notebook/` beside it.""",
+    ),
+    (
+        "code",
+        """from pathlib import Path
 
 import pandas as pd
 
@@ -34,21 +39,33 @@ from ckptsel.workflows import analyze, compare_checkpoints, select_checkpoint
 
 work = Path("ckptsel-notebook")
 records = write_simulation(work / "records", "small", seed=0)
-sorted(p.name for p in records.iterdir())"""),
-    ("markdown", """## The study: `analyze`
+sorted(p.name for p in records.iterdir())""",
+    ),
+    (
+        "markdown",
+        """## The study: `analyze`
 
 Checkpoints are chosen on validation records by four rules (generated accuracy, checkpoint
 agreement, matched NLL, keep the last), the choices are frozen (SHA-256) before any test record
 is read, and the gains are estimated in percentage points of test accuracy: `G` over keeping
 the final checkpoint, `H` over matched-NLL selection, `D` from more validation data. An
-interval that contains 0 is **unresolved**: these data cannot tell the sign."""),
-    ("code", """summary = analyze(records, work / "results")
+interval that contains 0 is **unresolved**: these data cannot tell the sign.""",
+    ),
+    (
+        "code",
+        """summary = analyze(records, work / "results")
 print(summary.main_table_title)
-pd.DataFrame(summary.main_table_rows(), columns=["rule", "D", "H(full)", "G(full)"]).set_index("rule")"""),
-    ("markdown", """Each gain has three intervals, one per population it generalizes to: new configurations
+pd.DataFrame(summary.main_table_rows(), columns=["rule", "D", "H(full)", "G(full)"]).set_index("rule")""",
+    ),
+    (
+        "markdown",
+        """Each gain has three intervals, one per population it generalizes to: new configurations
 and seeds on these test questions (configuration, the primary one), new test questions for
-these trained checkpoints (test-question), or both (joint)."""),
-    ("code", """pd.DataFrame(
+these trained checkpoints (test-question), or both (joint).""",
+    ),
+    (
+        "code",
+        """pd.DataFrame(
     [
         {"interval": family, "rule": rule, "G(full) pp": g.mean, "lo": g.lo, "hi": g.hi,
          "unresolved": g.unresolved}
@@ -56,13 +73,19 @@ these trained checkpoints (test-question), or both (joint)."""),
         for rule in ("accuracy", "agreement", "nll")
         for g in [gains.get("G", rule)]
     ]
-).set_index(["interval", "rule"]).round(2)"""),
-    ("markdown", """## One run: `select_checkpoint`
+).set_index(["interval", "rule"]).round(2)""",
+    ),
+    (
+        "markdown",
+        """## One run: `select_checkpoint`
 
 For one trajectory: each rule's choice, its gain over the final checkpoint on validation items
 that did not make the choice, and the recommendation — the final checkpoint unless that gain is
-resolved above 0."""),
-    ("code", """trajectory = "llama3-8b-lora8-gsm8k-s42"
+resolved above 0.""",
+    ),
+    (
+        "code",
+        """trajectory = "llama3-8b-lora8-gsm8k-s42"
 selection = select_checkpoint(records, trajectory)
 pd.DataFrame(
     [
@@ -70,22 +93,34 @@ pd.DataFrame(
          "lo": r.split_validation.estimate.lo, "hi": r.split_validation.estimate.hi}
         for rule, r in selection.rules.items()
     ]
-).set_index("rule").round(2)"""),
+).set_index("rule").round(2)""",
+    ),
     ("code", """print(selection.recommendation.reason)"""),
-    ("markdown", """Simulated records come with the truth (`truth.parquet`: each checkpoint's true test
-accuracy), so here we can see what the recommendation would have cost or bought:"""),
-    ("code", """truth = pd.read_parquet(records / "truth.parquet")
+    (
+        "markdown",
+        """Simulated records come with the truth (`truth.parquet`: each checkpoint's true test
+accuracy), so here we can see what the recommendation would have cost or bought:""",
+    ),
+    (
+        "code",
+        """truth = pd.read_parquet(records / "truth.parquet")
 mine = truth[truth["trajectory"] == trajectory].set_index("step")["true_test_accuracy"]
 keep = selection.recommendation.keep_step
 picked = selection.rules["accuracy"].steps[-1]
 print(f"true test accuracy: kept step {keep}: {100 * mine[keep]:.2f}%, "
       f"accuracy rule's step {picked}: {100 * mine[picked]:.2f}%, "
-      f"best step {mine.idxmax()}: {100 * mine.max():.2f}%")"""),
-    ("markdown", """## Two checkpoints: `compare_checkpoints`
+      f"best step {mine.idxmax()}: {100 * mine.max():.2f}%")""",
+    ),
+    (
+        "markdown",
+        """## Two checkpoints: `compare_checkpoints`
 
 A paired comparison on the items both checkpoints answered: A − B in percentage points with a
-paired bootstrap interval, and the McNemar p-value, per split."""),
-    ("code", """result = compare_checkpoints(records, trajectory, 100, 181)
+paired bootstrap interval, and the McNemar p-value, per split.""",
+    ),
+    (
+        "code",
+        """result = compare_checkpoints(records, trajectory, 100, 181)
 pd.DataFrame(
     [
         {"split": split, "items": r["items"], "A - B (pp)": r["difference"]["mean"],
@@ -93,13 +128,18 @@ pd.DataFrame(
          "unresolved": r["difference"]["unresolved"], "McNemar p": round(r["mcnemar_p"], 4)}
         for split, r in result["splits"].items()
     ]
-).set_index("split").round(2)"""),
+).set_index("split").round(2)""",
+    ),
 ]
 
 
 def build() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     make = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
     nb.cells = [make[kind](text) for kind, text in CELLS]
     for i, cell in enumerate(nb.cells):
@@ -109,8 +149,13 @@ def build() -> nbformat.NotebookNode:
 
 def execute(nb: nbformat.NotebookNode, where: Path, timeout: int = 300) -> nbformat.NotebookNode:
     """Run every cell in a fresh kernel with ``where`` as the working folder."""
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(where)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(where)}},
+    ).execute()
     return nb
 
 

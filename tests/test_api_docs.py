@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md"
 BLOCK = re.compile(
     r"^```python\n(?P<code>.*?)^```\n(?:\n```text\n(?P<out>.*?)^```\n)?", re.DOTALL | re.MULTILINE
@@ -62,3 +64,43 @@ def test_faq_quotes_the_numbers_these_examples_print(tmp_path):
     assert f"to `{d7}`" in faq, d7
     missing = [q for q in quoted if q not in printed and q != d7]
     assert not missing, f"docs/faq.md quotes numbers no example prints: {missing}"
+
+
+def test_sphinx_roles_become_optional_cross_references(tmp_path):
+    """docs/_hooks/sphinx_roles.py on a small package: every role form, by hand."""
+    griffe = pytest.importorskip("griffe", reason="the docs extra installs griffe (mkdocstrings)")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "sphinx_roles", PAGE.parents[1] / "_hooks" / "sphinx_roles.py"
+    )
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)
+    pkg = tmp_path / "toypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        '"""See :mod:`~toypkg.core`, :func:`run`, :class:`toypkg.core.Thing`, '
+        ':func:`the runner <toypkg.core.run>`, :data:`!LIMIT` and ``code``."""\n'
+        "from toypkg.core import run\n"
+    )
+    (pkg / "core.py").write_text(
+        'class Thing:\n    """Made by :meth:`.make`."""\n\n'
+        '    def make(self):\n        """:attr:`~Thing.size` of it."""\n\n'
+        'def run():\n    """Returns a :class:`Thing`."""\n'
+    )
+    loaded = griffe.load(
+        "toypkg", search_paths=[tmp_path], extensions=griffe.load_extensions(roles.SphinxRoles)
+    )
+
+    def ref(target: str, shown: str) -> str:
+        return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
+
+    assert loaded.docstring.value == (
+        f"See {ref('toypkg.core', 'core')}, {ref('toypkg.core.run', 'run')}, "
+        f"{ref('toypkg.core.Thing', 'toypkg.core.Thing')}, {ref('toypkg.core.run', 'the runner')}, "
+        "<code>LIMIT</code> and ``code``."
+    )
+    core = loaded["core"]
+    assert core["run"].docstring.value == f"Returns a {ref('toypkg.core.Thing', 'Thing')}."
+    assert core["Thing"].docstring.value == f"Made by {ref('toypkg.core.Thing.make', 'make')}."
+    assert core["Thing.make"].docstring.value == f"{ref('toypkg.core.Thing.size', 'size')} of it."

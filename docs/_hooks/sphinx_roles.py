@@ -51,7 +51,9 @@ def convert(text: str, obj: griffe.Object) -> str:
         code = f"<code>{html.escape(shown)}</code>"
         if body.startswith("!"):
             return code
-        return f'<autoref identifier="{html.escape(target_of(obj, name))}" optional>{code}</autoref>'
+        return (
+            f'<autoref identifier="{html.escape(target_of(obj, name))}" optional>{code}</autoref>'
+        )
 
     return ROLE.sub(one, text)
 
