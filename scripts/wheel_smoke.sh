@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The package as a user gets it, without the source tree: `python -m build` makes the sdist and,
-# from it, the wheel; the wheel is installed into a clean venv (the CPU build of torch first, as
-# scripts/setup.sh does, then ckptsel[ml]); from outside the checkout, `ckptsel --version` must
-# print the one version (ckptsel.__version__) and `ckptsel quickstart --fast` must run the
-# embedded study to its report. Usage: bash scripts/wheel_smoke.sh [DIST_DIR]
-# (DIST_DIR, if given, receives the built wheel and sdist). About 4-5 minutes on 2 cores, most of
-# it the quickstart; pip reuses its cache for torch.
+# from it, the wheel; the wheel is installed into a clean venv and run from outside the checkout:
+# `ckptsel --version` must print the one version (ckptsel.__version__); with no extra (no torch)
+# the analysis runs on simulated records (simulate, analyze, verify, select); then the CPU build
+# of torch is installed first, as scripts/setup.sh does, then ckptsel[ml], and
+# `ckptsel quickstart --fast` must run the embedded study to its report.
+# Usage: bash scripts/wheel_smoke.sh [DIST_DIR] (DIST_DIR, if given, receives the wheel and the
+# sdist). Most of its time is the quickstart (2-3 minutes on 2 idle cores); pip reuses its cache.
 set -euo pipefail
 dist_out=${1:+$(realpath -m "$1")}  # relative to where it was called from
 cd "$(dirname "$0")/.."
@@ -14,18 +15,20 @@ PY=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 say() { echo "wheel_smoke: $*"; }
+fail() { [ -f "${2:-}" ] && tail -n 40 "$2"; echo "wheel_smoke: $1" >&2; exit 1; }
+pip_in() { "$1/bin/python" -m pip install -q "${@:2}" >>"$work/pip.log" 2>&1 || fail "pip install ${*:2} failed" "$work/pip.log"; }
 
 version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/ckptsel/__init__.py)
-[ -n "$version" ] || { echo "wheel_smoke: no __version__ in src/ckptsel/__init__.py" >&2; exit 1; }
+[ -n "$version" ] || fail "no __version__ in src/ckptsel/__init__.py"
 
 say "building the sdist and the wheel of ckptsel $version (python -m build)"
 "$PY" -m venv "$work/build-env"
-"$work/build-env/bin/python" -m pip install -q build
+pip_in "$work/build-env" build
 "$work/build-env/bin/python" -m build --outdir "$work/dist" "$repo" >"$work/build.log" 2>&1 \
-  || { cat "$work/build.log"; exit 1; }
+  || fail "python -m build failed" "$work/build.log"
 wheel="$work/dist/ckptsel-$version-py3-none-any.whl"
 sdist="$work/dist/ckptsel-$version.tar.gz"
-[ -f "$wheel" ] && [ -f "$sdist" ] || { ls "$work/dist"; echo "wheel_smoke: expected $wheel and $sdist" >&2; exit 1; }
+[ -f "$wheel" ] && [ -f "$sdist" ] || { ls "$work/dist"; fail "expected $wheel and $sdist"; }
 
 # what the wheel and the sdist hold: the package with its marker file and license, no tests
 "$work/build-env/bin/python" - "$wheel" "$sdist" "$version" <<'PY'
@@ -46,25 +49,34 @@ assert not missing and not stray, f"missing: {missing}; not ckptsel's: {stray[:5
 print(f"wheel_smoke: wheel {len(names)} files, sdist {len(members)} members: ok")
 PY
 
-say "installing the wheel into a clean venv (CPU torch first)"
-"$PY" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q --upgrade pip
-"$work/venv/bin/python" -m pip install -q "torch==2.13.0"
-"$work/venv/bin/python" -m pip install -q "${wheel}[ml]"
-
+say "installing the wheel alone (no extra, no torch) into a clean venv"
+venv="$work/venv"
+"$PY" -m venv "$venv"
+pip_in "$venv" --upgrade pip
+pip_in "$venv" "$wheel"
 cd "$work"  # outside the checkout: nothing can come from the source tree
-got=$("$work/venv/bin/ckptsel" --version)
-[ "$got" = "ckptsel $version" ] || { echo "wheel_smoke: ckptsel --version printed '$got', not 'ckptsel $version'" >&2; exit 1; }
-"$work/venv/bin/python" -c "import ckptsel, sys; assert ckptsel.__file__.startswith(sys.prefix), ckptsel.__file__"
+got=$("$venv/bin/ckptsel" --version)
+[ "$got" = "ckptsel $version" ] || fail "ckptsel --version printed '$got', not 'ckptsel $version'"
+"$venv/bin/python" -c "import ckptsel, sys; assert ckptsel.__file__.startswith(sys.prefix), ckptsel.__file__"
 say "$got, imported from the venv"
+! "$venv/bin/python" -c "import torch" 2>/dev/null || fail "torch is installed without the ml extra"
+for cmd in "simulate sim-records" "analyze sim-records --out sim-results --no-report" \
+  "verify sim-results" "select sim-records --trajectory llama3-8b-lora8-gsm8k-s42"; do
+  # shellcheck disable=SC2086
+  "$venv/bin/ckptsel" $cmd >"$work/analysis.log" 2>&1 || fail "ckptsel $cmd failed without torch" "$work/analysis.log"
+done
+say "the analysis without torch: simulate, analyze, verify, select ran"
 
+say "installing torch (CPU build first) and ckptsel[ml]"
+pip_in "$venv" "torch==2.13.0"
+pip_in "$venv" "${wheel}[ml]"
 say "ckptsel quickstart --fast (from the wheel)"
 start=$SECONDS
-"$work/venv/bin/ckptsel" quickstart --fast --out "$work/quickstart" >"$work/quickstart.log" 2>&1 \
-  || { tail -n 40 "$work/quickstart.log"; exit 1; }
+"$venv/bin/ckptsel" quickstart --fast --out "$work/quickstart" >"$work/quickstart.log" 2>&1 \
+  || fail "ckptsel quickstart --fast failed" "$work/quickstart.log"
 for f in results/summary.json results/report.html study.toml; do
-  [ -s "$work/quickstart/$f" ] || { tail -n 40 "$work/quickstart.log"; echo "wheel_smoke: quickstart wrote no $f" >&2; exit 1; }
+  [ -s "$work/quickstart/$f" ] || fail "quickstart wrote no $f" "$work/quickstart.log"
 done
 tail -n 3 "$work/quickstart.log"
 if [ -n "$dist_out" ]; then mkdir -p "$dist_out" && cp "$wheel" "$sdist" "$dist_out"/; fi
-say "ok: wheel + sdist built, the wheel installed in a clean venv, --version and quickstart --fast ran ($((SECONDS - start)) s quickstart)"
+say "ok: wheel + sdist built; the wheel, in a clean venv, ran --version, the analysis without torch and quickstart --fast ($((SECONDS - start)) s)"
