@@ -52,13 +52,6 @@ from _common import machine, update_section  # noqa: E402
 DATA = REPO.parent / "shared" / "data" / "gsm8k"
 TASK = "ckptsel_chat_gsm8k"
 STEPS = (4, 8, 12)
-CHAT_TEMPLATE = (
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}System: {{ m['content'] }}\n"
-    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
-    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
-)
 
 
 def train_chat_run(root: Path, n_train: int) -> tuple[Path, Path]:
@@ -70,7 +63,7 @@ def train_chat_run(root: Path, n_train: int) -> tuple[Path, Path]:
 
     from ckptsel.data import load_items
 
-    from tinyrun import build_tiny_base
+    from tinyrun import CHAT_TEMPLATE, build_tiny_base
 
     rows = [json.loads(x) for x in (DATA / "train.jsonl").read_text().splitlines()[:n_train]]
     train_file = root / "train.jsonl"

@@ -22,16 +22,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-from tinyrun import build_tiny_base, make_gsm8k_rows, write_jsonl  # noqa: E402
+from tinyrun import CHAT_TEMPLATE, build_tiny_base, make_gsm8k_rows, write_jsonl  # noqa: E402
 
 MAX_NEW = 12
-CHAT_TEMPLATE = (
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}System: {{ m['content'] }}\n"
-    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
-    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
-)
 
 
 def _chat_ids(tok, messages, **kw):

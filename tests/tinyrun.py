@@ -15,6 +15,14 @@ from pathlib import Path
 
 NAMES = ["Tom", "Ann", "Raj", "Mia", "Leo", "Zoe", "Sam", "Ivy"]
 THINGS = ["apples", "pens", "cards", "books", "coins", "shells"]
+# a "User: ... / Assistant: ..." chat template (system turn optional) for chat-format runs
+CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}System: {{ m['content'] }}\n"
+    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
+    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
 TEMPLATE_HINT = (
     "Below is an instruction that describes a task. Write a response that appropriately "
     "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"

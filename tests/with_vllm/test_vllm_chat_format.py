@@ -15,14 +15,7 @@ vllm = require_vllm()
 from ckptsel.records import read_provenance  # noqa: E402
 
 from clirun import run_cli  # noqa: E402
-from tinyrun import build_tiny_run  # noqa: E402
-
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{% if m['role'] == 'system' %}System: {{ m['content'] }}\n"
-    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
-    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}Assistant:{% endif %}"
-)
+from tinyrun import CHAT_TEMPLATE, build_tiny_run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
