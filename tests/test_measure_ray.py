@@ -199,6 +199,34 @@ def test_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
     assert_same_records(out, local)
 
 
+def test_a_chat_format_run_on_ray_matches_local(ray_cluster, run, tmp_path, capsys):
+    """--prompt-format chat through Ray actors, progress bars on: the records the local
+    executor makes (issue 36: the format reaches the actors bound to the run's template)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from ckptsel.cli import main
+
+    from tinyrun import CHAT_TEMPLATE
+
+    base = tmp_path / "base"
+    shutil.copytree(run.base, base)
+    tok = AutoTokenizer.from_pretrained(str(base))
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(str(base))
+    args = ["measure", str(run.run_dir), "--task", "gsm8k", "--validation", str(run.validation),
+            "--test", str(run.test), "--base", str(base), "--batch-size", "2",
+            "--max-new-tokens", "8", "--prompt-format", "chat"]  # fmt: skip
+    for out, extra in (("local", []), ("ray", ["--executor", "ray", "--workers", "2"])):
+        with pytest.raises(SystemExit) as e:
+            main([*args, "--out", str(tmp_path / out), *extra])
+        said = capsys.readouterr()
+        assert (e.value.code or 0) == 0, said
+        assert "prompt format: chat" in said.out
+    assert_same_records(tmp_path / "ray", read(tmp_path / "local"))
+
+
 def test_ray_actors_send_engine_starts_back(ray_cluster, run, tmp_path):
     res = measure(run, tmp_path / "records", ExecutorConfig("ray", workers=1))
     assert res.measured_steps == list(STEPS)
