@@ -21,7 +21,7 @@ from typing import Any
 from ckptsel._util.locations import Location, as_location
 from ckptsel.data import CHAT, task_label
 from ckptsel.errors import CkptselError
-from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_ref
+from ckptsel.measure.backends.hf import run_tokenizer
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
@@ -163,17 +163,24 @@ def check_records_folder(out: Location) -> None:
 
 class _TemplateOnly:
     """What a run's tokenizer says of its chat template, read from its files without loading
-    it (``tokenizer_config.json``'s ``chat_template``, ``chat_template.jinja`` or
-    ``chat_template.json``); a tokenizer that is not a local folder is loaded."""
+    it or copying its folder (``tokenizer_config.json``'s ``chat_template``,
+    ``chat_template.jinja`` or ``chat_template.json``; a folder at a URL is read where it is):
+    the tokenizer of the first checkpoint that ships one, else the base. A hub name is loaded
+    from the local Hugging Face cache."""
 
-    def __init__(self, ref: str) -> None:
-        folder = Path(ref)
-        if not folder.is_dir():
+    def __init__(self, ckpts: list[Checkpoint], base: str | None) -> None:
+        refs: list[Any] = [c.path for c in ckpts if (c.path / "tokenizer_config.json").exists()]
+        refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
+        if not refs:
+            raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
+        ref = refs[0]
+        loc = as_location(ref)
+        folder = loc if not loc.is_local or loc.local.is_dir() else None
+        if folder is None:  # a hub name
             from transformers import AutoTokenizer
 
-            self.chat_template = AutoTokenizer.from_pretrained(ref).chat_template
+            self.chat_template = AutoTokenizer.from_pretrained(str(ref)).chat_template
             return
-        self.chat_template = None
         config = folder / "tokenizer_config.json"
         try:
             blob = json.loads(config.read_text()) if config.is_file() else {}
@@ -266,9 +273,10 @@ class RunMeasurement:
         stated = cfg.stated_format
         chat = any(f is not None and f.kind == CHAT for f in (stated, recorded))
         tokenizer = None
-        if chat or (stated is None and recorded is None):
-            ref = tokenizer_ref(ckpts, self.base)
-            tokenizer = _TemplateOnly(ref) if not chat else run_tokenizer(ckpts, self.base)
+        if chat:
+            tokenizer = run_tokenizer(ckpts, self.base)
+        elif stated is None and recorded is None:
+            tokenizer = _TemplateOnly(ckpts, self.base)
         self.config = cfg.bind_format(tokenizer, recorded, where=str(self.run_dir))
         self.result.prompt_format = self.config.bound_format.describe()
         self._format_bound = True
