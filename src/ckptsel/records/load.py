@@ -155,22 +155,41 @@ def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
 def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of a string column (equal code = equal string) and the distinct values."""
     if isinstance(col, pa.ChunkedArray):
-        col = col.unify_dictionaries() if pa.types.is_dictionary(col.type) else col
         chunks = col.chunks
         if not chunks:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
         if pa.types.is_dictionary(col.type):
-            codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
-            values = np.asarray(chunks[0].dictionary.to_pylist(), dtype=object)
+            codes, values = _chunk_codes(chunks)
             # drop dictionary values that the split filter removed (O(n), no sort)
             used = np.bincount(codes, minlength=len(values)) > 0
             remap = np.cumsum(used, dtype=np.int64) - 1
-            return remap[codes], values[used]  # int64 already: no second copy of the rows
+            values = np.asarray(values.filter(pa.array(used)).to_pylist(), dtype=object)
+            return remap[codes], values  # int64 already: no second copy of the rows
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
         enc.dictionary.to_pylist(), dtype=object
     )
+
+
+def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array]:
+    """``(rows,)`` int64 codes into one dictionary for dictionary chunks that each have their
+    own (a unit's, a row group's), in order of first appearance across the chunks' dictionaries
+    (as ``unify_dictionaries`` orders them); the dictionaries are hashed once, a run of chunks
+    with an equal dictionary (a trajectory's units list the same items) counted once."""
+    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int64), None, 0
+    for i, c in enumerate(chunks):
+        d = c.dictionary
+        if last is None or not (d is last or d.equals(last)):
+            firsts.append(d)
+            last, start = d, total
+            total += len(d)
+        starts[i] = start
+    enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
+    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
+    local = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
+    return entry[local + np.repeat(starts, lengths)], enc.dictionary
 
 
 def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -379,8 +398,7 @@ def _check_measured_final(
 class _NllTable:
     """The validation NLL rows, ready to be placed on each trajectory's grid."""
 
-    def __init__(self, records_dir: Path, gen_items: np.ndarray):
-        table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
+    def __init__(self, npath: Path, table: pa.Table, gen_items: np.ndarray):
         self.path = npath
         self.grid = _Grid(table, npath, key_extra="window")
         _check_nll_values(table, self.grid, npath)
@@ -445,6 +463,15 @@ def has_validation_nll(records_dir: Path) -> bool:
     return rows is not None and rows.num_rows > 0
 
 
+def _validation_nll(records_dir: Location, gen_items: np.ndarray) -> _NllTable | None:
+    """The validation NLL rows, read once (``None`` when the study has none, as
+    :func:`has_validation_nll` says)."""
+    if not units.exists(records_dir, "nll"):
+        return None
+    table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
+    return _NllTable(npath, table, gen_items) if table.num_rows else None
+
+
 def load_validation(records_dir: Path) -> list[ValidationData]:
     """Validation records of every trajectory, with eligibility applied (SPEC §2, §4).
 
@@ -463,7 +490,7 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
     """:func:`load_validation`'s work (what :mod:`ckptsel.records.memo` caches)."""
     g = _generation_grid(records_dir, "validation")
     gpath = g.path
-    nll = _NllTable(records_dir, g.items) if has_validation_nll(records_dir) else None
+    nll = _validation_nll(records_dir, g.items)
 
     out = []
     for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
