@@ -188,8 +188,9 @@ def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array
     enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
     entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
-    local = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
-    return entry[local + np.repeat(starts, lengths)], enc.dictionary
+    where = np.repeat(starts, lengths)  # (rows,) each row's chunk's first entry, then its own
+    where += np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
+    return entry[where], enc.dictionary
 
 
 def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -223,8 +224,7 @@ class _Grid:
     """
 
     def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None):
-        self.path = path
-        self.table = table
+        self.path = path  # the table itself is not kept: its arrays go when the caller drops it
         self.codes: dict[str, np.ndarray] = {}
         self.values: dict[str, np.ndarray] = {}
         for name in table.column_names:  # the split column is constant after filtering
@@ -341,7 +341,9 @@ def _generation_grid(records_dir: Path, split: str) -> _Grid:
     gen, gpath = _read(records_dir, "generations", GENERATION_COLUMNS, split)
     if gen.num_rows == 0:
         raise CkptselError(f"{gpath}: no {split} records")
-    return _Grid(gen, gpath)
+    grid = _Grid(gen, gpath)
+    del gen
+    return _released(grid)
 
 
 def _trajectories(g: _Grid, records_dir: Path):
@@ -469,7 +471,9 @@ def _validation_nll(records_dir: Location, gen_items: np.ndarray) -> _NllTable |
     if not units.exists(records_dir, "nll"):
         return None
     table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
-    return _NllTable(npath, table, gen_items) if table.num_rows else None
+    nll = _NllTable(npath, table, gen_items) if table.num_rows else None
+    del table
+    return _released(nll)
 
 
 def load_validation(records_dir: Path) -> list[ValidationData]:
@@ -481,9 +485,16 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     """
     records_dir = as_location(records_dir)
     return memo.cached(
-        records_dir, "validation", lambda: _validation_records(records_dir),
+        records_dir, "validation", lambda: _released(_validation_records(records_dir)),
         _encode_validation, _decode_validation,
     )  # fmt: skip
+
+
+def _released(result):
+    """``result``, after Arrow's memory pool gave back what the dropped tables held (freed,
+    its allocator would keep it from NumPy, which allocates elsewhere)."""
+    pa.default_memory_pool().release_unused()
+    return result
 
 
 def _validation_records(records_dir: Location) -> list[ValidationData]:
@@ -548,7 +559,7 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     """
     records_dir = as_location(records_dir)
     out = memo.cached(
-        records_dir, "test", lambda: _test_records(records_dir), _encode_test, _decode_test
+        records_dir, "test", lambda: _released(_test_records(records_dir)), _encode_test, _decode_test
     )
     if validation is not None:
         _match_validation(out, validation, units.display_path(records_dir, "generations"))
@@ -693,7 +704,9 @@ def _test_nll_table(records_dir: Path) -> _TestNll | None:
     table, npath = _read(records_dir, "nll", NLL_COLUMNS, "test")
     if table.num_rows == 0:
         return None
-    return _TestNll(npath, table)
+    nll = _TestNll(npath, table)
+    del table
+    return _released(nll)
 
 
 def _check_test_nll(
