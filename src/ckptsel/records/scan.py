@@ -5,13 +5,17 @@ of a kind, the unit supersedes the single file's rows of that kind (the writer c
 rows into the unit when it first writes it, so nothing is lost). Keys must be unique across
 the result (checked by :mod:`ckptsel.records.load`).
 
-Reading thousands of small files one by one is slow (about 5 ms each: ~8 s for the 1,563
-checkpoints of the paper preset), so readers go through a consolidated *read cache*, one
+Reading thousands of small files is slow (about 1-2 ms of CPU each with pyarrow, most of it
+fixed per file and per column chunk), so readers go through a consolidated *read cache*, one
 Parquet file per kind keyed by the units' names, sizes and versions (modification times
-locally, ETags on object stores); it is rebuilt (in one multi-threaded dataset scan, or on an
-object store concurrent GETs parsed in memory) when any unit changes and is never a source of
-truth. Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units themselves are read
-and the read cache is neither read nor written.
+locally, ETags on object stores); it is rebuilt (local units read one file each on a few
+threads, or on an object store concurrent GETs parsed in memory) when any unit changes and is
+never a source of truth. Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units
+themselves are read and the read cache is neither read nor written. While
+:func:`ckptsel.records.memo.cached` computes the arrays it stores (the loaders of ``analyze``),
+a stale read cache is not rebuilt either: the units are read once, only the columns and the
+split's row group the loader asks for (building the cache and reading it back doubled the
+first analysis of new records, and the stored arrays serve every later one).
 """
 
 from __future__ import annotations
@@ -281,7 +285,7 @@ def read_rows(
     that has a unit are dropped (the unit supersedes them). A filter on ``trajectory``
     (``measure``'s checks of the trajectory it records) over at most ``DIRECT_SCAN_UNITS``
     units reads just those units and leaves the cache alone: the cache is stale after every
-    write, and rebuilding it for the whole folder costs ~15 s at paper scale.
+    write, and rebuilding it for the whole folder costs many seconds at paper scale.
     """
     records_dir = as_location(records_dir)
     single = single_file(records_dir, kind)
