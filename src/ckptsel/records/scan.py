@@ -80,44 +80,6 @@ def _split_of_group(f: pq.ParquetFile, g: int) -> str | None:
     return None
 
 
-_CONSTANT = ("trajectory", "configuration", "task", "step", "split")  # one value per unit, mostly
-
-
-def _constant(f: pq.ParquetFile, groups: list[int], column: str):
-    """The one value of ``column`` in row groups ``groups`` when their statistics prove it
-    (no nulls, min == max, the same in each), else ``None``."""
-    j = f.schema_arrow.get_field_index(column)
-    values = set()
-    for g in groups:
-        st = f.metadata.row_group(g).column(j).statistics
-        if st is None or not (st.has_min_max and st.has_null_count) or st.null_count or st.min != st.max:
-            return None
-        values.add(st.min)
-    return values.pop() if len(values) == 1 else None
-
-
-def _read_groups(f: pq.ParquetFile, groups: list[int], need: list[str], dictionary) -> pa.Table:
-    """Row groups ``groups`` of ``f``: ``need``'s columns, those of :data:`_CONSTANT` whose
-    statistics prove one value built from it instead of decoded (a unit's trajectory,
-    configuration, task, step and split: half the columns and a fifth of the CPU of reading
-    a unit; strings decode at about a thousand instructions per cell)."""
-    consts = {c: v for c in need if c in _CONSTANT and (v := _constant(f, groups, c)) is not None}
-    table = f.read_row_groups(groups, columns=[c for c in need if c not in consts], use_threads=False)
-    n = table.num_rows
-    cols = []
-    for c in need:
-        if c not in consts:
-            cols.append(table.column(c))
-            continue
-        kind = f.schema_arrow.field(c).type
-        if c in dictionary:
-            kind = kind.value_type if pa.types.is_dictionary(kind) else kind
-            cols.append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([consts[c]], kind)))
-        else:
-            cols.append(pa.repeat(pa.scalar(consts[c], kind), n))
-    return pa.Table.from_arrays(cols, names=need)
-
-
 def _read_local(
     u: UnitFile, kind: str, need: list[str], split: str | None, dictionary
 ) -> list[tuple[str | None, pa.Table]]:
@@ -135,8 +97,8 @@ def _read_local(
             proven = [_split_of_group(f, g) for g in range(f.metadata.num_row_groups)]
             keep = [g for g, s in enumerate(proven) if split is None or s in (None, split)]
             if all(proven[g] is not None for g in keep):
-                return [(proven[g], _read_groups(f, [g], need, dictionary)) for g in keep]
-            return [(None, _read_groups(f, keep, need, dictionary))]
+                return [(proven[g], f.read_row_group(g, columns=need, use_threads=False)) for g in keep]
+            return [(None, f.read_row_groups(keep, columns=need, use_threads=False))]
     except KeyError:  # a column named in read_dictionary is missing
         missing = [c for c in UNIT_COLUMNS[kind] if c not in read_schema(u.path).names]
         raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}") from None
