@@ -28,6 +28,82 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from _common import machine, rss_mb, update_section  # noqa: E402
 
+# where a run's time goes (issue 37): (label, module, class or None, attribute); the first
+# two nest in "model for a checkpoint", which is not counted twice
+PARTS = (
+    ("tokenizer (once per run)", "ckptsel.measure.measurer", "Measurer", "_begin"),
+    ("base model load (once per run)", "ckptsel.measure.backends.hf", "ModelHolder", "_load"),
+    ("model for a checkpoint (adapter merge; base load included)", "ckptsel.measure.backends.hf", "ModelHolder", "get"),
+    ("conformance check (once per model family)", "ckptsel.measure.conformance", "Conformance", "hf"),
+    ("generation + NLL passes", "ckptsel.measure.measurer", None, "measure_items"),
+    ("contract frames", "ckptsel.measure.measurer", None, "split_frames"),
+    ("records written (units)", "ckptsel.measure.run", None, "upsert_records"),
+)  # fmt: skip
+NESTED = {"tokenizer (once per run)", "base model load (once per run)"}
+
+
+class PartTimes:
+    """Wall seconds and calls of each of :data:`PARTS` while in this block (wrappers patched in)."""
+
+    def __enter__(self) -> dict[str, list[float]]:
+        import importlib
+
+        self.times: dict[str, list[float]] = {label: [0, 0.0] for label, *_ in PARTS}
+        self.saved = []
+        for label, module, owner, attr in PARTS:
+            target = importlib.import_module(module)
+            target = getattr(target, owner) if owner else target
+            fn = getattr(target, attr)
+            self.saved.append((target, attr, fn))
+            setattr(target, attr, self._wrap(fn, self.times[label]))
+        return self.times
+
+    @staticmethod
+    def _wrap(fn, acc):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[0] += 1
+                acc[1] += time.perf_counter() - t0
+
+        return timed
+
+    def __exit__(self, *exc) -> None:
+        for target, attr, fn in self.saved:
+            setattr(target, attr, fn)
+
+
+def import_seconds() -> float:
+    """Seconds a fresh process takes to import what ``measure`` needs (torch, transformers,
+    peft, ckptsel.measure): paid once per ``ckptsel measure`` command."""
+    import subprocess
+
+    code = (
+        "import time; t = time.perf_counter(); import torch, transformers, peft, ckptsel.measure; "
+        "import transformers.models.llama.modeling_llama; print(time.perf_counter() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def parts_table(times: dict[str, list[float]], total: float, n_ckpts: int) -> str:
+    """The rows of the where-the-time-goes table."""
+    rows = [
+        f"| {label} | {int(n)} | {sec:.2f} | {sec / max(n, 1) * 1000:.0f} ms |"
+        for label, (n, sec) in times.items()
+    ]
+    counted = sum(sec for label, (_, sec) in times.items() if label not in NESTED)
+    rows.append(f"| everything else (listing, checks, parts, progress) | | {total - counted:.2f} | |")
+    measuring = times["generation + NLL passes"][1]
+    fixed = total - measuring
+    rows.append(
+        f"| **fixed costs (all but the passes)** | | **{fixed:.2f}** | "
+        f"{fixed / max(n_ckpts, 1) * 1000:.0f} ms per checkpoint |"
+    )
+    return "\n".join(rows)
+
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -138,7 +214,7 @@ def main() -> None:
         config = MeasureConfig(
             "gsm8k", batch_size=args.batch_size, max_new_tokens=args.max_new_tokens
         )
-        with progress_bars() as on_progress:
+        with progress_bars() as on_progress, PartTimes() as part_times:
             res = measure_run(
                 run.run_dir,
                 config,
@@ -155,6 +231,7 @@ def main() -> None:
             f"model loads {res.model_loads}"
         )
 
+        imports = import_seconds()
         swaps = swap_rss(run)
         load_s, item_s = naive_subset(
             run, args.naive_checkpoints, args.naive_items, args.max_new_tokens, 512
@@ -190,6 +267,14 @@ tokens, batch {args.batch_size}; NLL for window 512 and the complete response; f
 | naive loop: model load / per item (gen + NLL, batch 1) | {load_s:.2f} s / {item_s * 1000:.1f} ms |
 | naive loop, extrapolated to the full grid | {naive_total:.0f} s |
 | **speed-up of `ckptsel measure` over the naive loop** | **{speedup:.1f}×** |
+
+Where `ckptsel measure`'s {res.seconds:.1f} s went (wall seconds inside `measure_run`; the
+imports a fresh `ckptsel measure` process pays before it, {imports:.1f} s, come on top, and
+the naive loop's imports are not counted either):
+
+| part | calls | seconds | per call |
+|---|---:|---:|---:|
+{parts_table(part_times, res.seconds, len(steps))}
 
 The naive loop was timed on {args.naive_checkpoints} checkpoints × {args.naive_items} items and extrapolated
 (load time × checkpoints + per-item time × checkpoints × items).

@@ -155,22 +155,42 @@ def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
 def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of a string column (equal code = equal string) and the distinct values."""
     if isinstance(col, pa.ChunkedArray):
-        col = col.unify_dictionaries() if pa.types.is_dictionary(col.type) else col
         chunks = col.chunks
         if not chunks:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
         if pa.types.is_dictionary(col.type):
-            codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
-            values = np.asarray(chunks[0].dictionary.to_pylist(), dtype=object)
+            codes, values = _chunk_codes(chunks)
             # drop dictionary values that the split filter removed (O(n), no sort)
             used = np.bincount(codes, minlength=len(values)) > 0
             remap = np.cumsum(used, dtype=np.int64) - 1
-            return remap[codes], values[used]  # int64 already: no second copy of the rows
+            values = np.asarray(values.filter(pa.array(used)).to_pylist(), dtype=object)
+            return remap[codes], values  # int64 already: no second copy of the rows
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
         enc.dictionary.to_pylist(), dtype=object
     )
+
+
+def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array]:
+    """``(rows,)`` int64 codes into one dictionary for dictionary chunks that each have their
+    own (a unit's, a row group's), in order of first appearance across the chunks' dictionaries
+    (as ``unify_dictionaries`` orders them); the dictionaries are hashed once, a run of chunks
+    with an equal dictionary (a trajectory's units list the same items) counted once."""
+    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int64), None, 0
+    for i, c in enumerate(chunks):
+        d = c.dictionary
+        if last is None or not (d is last or d.equals(last)):
+            firsts.append(d)
+            last, start = d, total
+            total += len(d)
+        starts[i] = start
+    enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
+    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
+    where = np.repeat(starts, lengths)  # (rows,) each row's chunk's first entry, then its own
+    where += np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
+    return entry[where], enc.dictionary
 
 
 def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,8 +224,7 @@ class _Grid:
     """
 
     def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None):
-        self.path = path
-        self.table = table
+        self.path = path  # the table itself is not kept: its arrays go when the caller drops it
         self.codes: dict[str, np.ndarray] = {}
         self.values: dict[str, np.ndarray] = {}
         for name in table.column_names:  # the split column is constant after filtering
@@ -322,7 +341,9 @@ def _generation_grid(records_dir: Path, split: str) -> _Grid:
     gen, gpath = _read(records_dir, "generations", GENERATION_COLUMNS, split)
     if gen.num_rows == 0:
         raise CkptselError(f"{gpath}: no {split} records")
-    return _Grid(gen, gpath)
+    grid = _Grid(gen, gpath)
+    del gen
+    return _released(grid)
 
 
 def _trajectories(g: _Grid, records_dir: Path):
@@ -379,8 +400,7 @@ def _check_measured_final(
 class _NllTable:
     """The validation NLL rows, ready to be placed on each trajectory's grid."""
 
-    def __init__(self, records_dir: Path, gen_items: np.ndarray):
-        table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
+    def __init__(self, npath: Path, table: pa.Table, gen_items: np.ndarray):
         self.path = npath
         self.grid = _Grid(table, npath, key_extra="window")
         _check_nll_values(table, self.grid, npath)
@@ -445,6 +465,17 @@ def has_validation_nll(records_dir: Path) -> bool:
     return rows is not None and rows.num_rows > 0
 
 
+def _validation_nll(records_dir: Location, gen_items: np.ndarray) -> _NllTable | None:
+    """The validation NLL rows, read once (``None`` when the study has none, as
+    :func:`has_validation_nll` says)."""
+    if not units.exists(records_dir, "nll"):
+        return None
+    table, npath = _read(records_dir, "nll", NLL_COLUMNS, "validation")
+    nll = _NllTable(npath, table, gen_items) if table.num_rows else None
+    del table
+    return _released(nll)
+
+
 def load_validation(records_dir: Path) -> list[ValidationData]:
     """Validation records of every trajectory, with eligibility applied (SPEC §2, §4).
 
@@ -454,16 +485,23 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     """
     records_dir = as_location(records_dir)
     return memo.cached(
-        records_dir, "validation", lambda: _validation_records(records_dir),
+        records_dir, "validation", lambda: _released(_validation_records(records_dir)),
         _encode_validation, _decode_validation,
     )  # fmt: skip
+
+
+def _released(result):
+    """``result``, after Arrow's memory pool gave back what the dropped tables held (freed,
+    its allocator would keep it from NumPy, which allocates elsewhere)."""
+    pa.default_memory_pool().release_unused()
+    return result
 
 
 def _validation_records(records_dir: Location) -> list[ValidationData]:
     """:func:`load_validation`'s work (what :mod:`ckptsel.records.memo` caches)."""
     g = _generation_grid(records_dir, "validation")
     gpath = g.path
-    nll = _NllTable(records_dir, g.items) if has_validation_nll(records_dir) else None
+    nll = _validation_nll(records_dir, g.items)
 
     out = []
     for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
@@ -521,7 +559,7 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     """
     records_dir = as_location(records_dir)
     out = memo.cached(
-        records_dir, "test", lambda: _test_records(records_dir), _encode_test, _decode_test
+        records_dir, "test", lambda: _released(_test_records(records_dir)), _encode_test, _decode_test
     )
     if validation is not None:
         _match_validation(out, validation, units.display_path(records_dir, "generations"))
@@ -666,7 +704,9 @@ def _test_nll_table(records_dir: Path) -> _TestNll | None:
     table, npath = _read(records_dir, "nll", NLL_COLUMNS, "test")
     if table.num_rows == 0:
         return None
-    return _TestNll(npath, table)
+    nll = _TestNll(npath, table)
+    del table
+    return _released(nll)
 
 
 def _check_test_nll(

@@ -53,6 +53,7 @@ T = TypeVar("T")
 Arrays = Mapping[str, np.ndarray]
 
 _BYPASS: contextvars.ContextVar[bool] = contextvars.ContextVar("ckptsel_records_uncached", default=False)
+_FILLING: contextvars.ContextVar[bool] = contextvars.ContextVar("ckptsel_records_filling", default=False)
 
 
 @contextlib.contextmanager
@@ -70,6 +71,12 @@ def uncached() -> Iterator[None]:
 def bypassed() -> bool:
     """True inside :func:`uncached`."""
     return _BYPASS.get()
+
+
+def filling() -> bool:
+    """True while :func:`cached` computes a result it will store (records read then need
+    no other cache: see :func:`ckptsel.records.scan.read_rows`)."""
+    return _FILLING.get()
 
 
 @functools.lru_cache(maxsize=1)
@@ -195,7 +202,11 @@ def cached(
     stored = _read(path, key)
     if stored is not None:
         return decode(stored)
-    result = compute()
+    token = _FILLING.set(True)
+    try:
+        result = compute()
+    finally:
+        _FILLING.reset(token)
     if source_key(records_dir, name) == key:  # records unchanged while computing
         _write(path, key, encode(result))
     return result

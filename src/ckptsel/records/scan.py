@@ -5,32 +5,38 @@ of a kind, the unit supersedes the single file's rows of that kind (the writer c
 rows into the unit when it first writes it, so nothing is lost). Keys must be unique across
 the result (checked by :mod:`ckptsel.records.load`).
 
-Reading thousands of small files one by one is slow (about 5 ms each: ~8 s for the 1,563
-checkpoints of the paper preset), so readers go through a consolidated *read cache*, one
+Reading thousands of small files is slow (about 1-2 ms of CPU each with pyarrow, most of it
+fixed per file and per column chunk), so readers go through a consolidated *read cache*, one
 Parquet file per kind keyed by the units' names, sizes and versions (modification times
-locally, ETags on object stores); it is rebuilt (in one multi-threaded dataset scan, or on an
-object store concurrent GETs parsed in memory) when any unit changes and is never a source of
-truth. Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units themselves are read
-and the read cache is neither read nor written.
+locally, ETags on object stores); it is rebuilt (local units read one file each on a few
+threads, or on an object store concurrent GETs parsed in memory) when any unit changes and is
+never a source of truth. Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units
+themselves are read and the read cache is neither read nor written. While
+:func:`ckptsel.records.memo.cached` computes the arrays it stores (the loaders of ``analyze``),
+a stale read cache is not rebuilt either: the units are read once, only the columns and the
+split's row group the loader asks for (building the cache and reading it back doubled the
+first analysis of new records, and the stored arrays serve every later one).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from ckptsel._util import io
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records.codec import parquet_bytes, read_schema, read_table, table_from_bytes
-from ckptsel.records.memo import bypassed
+from ckptsel.records.memo import bypassed, filling
 from ckptsel.records.schema import (
     RECORDS_ORDER,
     SPLITS,
@@ -47,79 +53,141 @@ from ckptsel.records.units import (
     UnitFile,
     list_units,
     single_file,
-    unit_path,
 )
 
 _CACHE_KEY = b"ckptsel.units"
+_READ_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError)  # a damaged or foreign file
 DIRECT_SCAN_UNITS = 256  # trajectory-filtered reads of up to this many units skip the cache
 
 
-def _culprit(units: list[UnitFile], kind: str) -> None:
-    """Find the unit that made the fast scan fail and raise an error naming it."""
-    schema = arrow_schema(kind)
-    for u in units:
-        table = read_table(u.path)
-        missing = [c for c in schema.names if c not in table.column_names]
-        if missing:
-            raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
-        for f in schema:
-            try:
-                table.column(f.name).cast(f.type)
-            except (pa.ArrowException, ValueError) as err:
-                raise CkptselError(
-                    f"{u.path}: column {f.name!r} has type {table.column(f.name).type}, "
-                    f"expected {UNIT_COLUMNS[kind][f.name]}"
-                ) from err
-
-
-def _fetch(units: list[UnitFile], schema: pa.Schema) -> pa.Table:
-    """Units on an object store: concurrent GETs, each parsed in memory (checksums verified),
-    conformed to ``schema`` as a dataset scan would (missing columns as nulls)."""
+def _fetch(units: list[UnitFile], kind: str) -> list[pa.Table]:
+    """Units on an object store: concurrent GETs, each parsed in memory (checksums verified)."""
     fs = units[0].path.fs
     blobs = fs.cat([u.path.fs_path for u in units])
-    tables = []
-    for u in units:
-        t = table_from_bytes(blobs[u.path.fs_path], u.path)
-        cols = [
-            t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
-            for f in schema
-        ]
-        tables.append(pa.Table.from_arrays(cols, schema=schema))
-    return pa.concat_tables(tables)
+    tables = [table_from_bytes(blobs[u.path.fs_path], u.path) for u in units]
+    for u, t in zip(units, tables, strict=True):
+        missing = [c for c in UNIT_COLUMNS[kind] if c not in t.column_names]
+        if missing:
+            raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
+    return tables
 
 
-def _scan(units: list[UnitFile], kind: str) -> pa.Table:
-    """All rows of ``units`` in one multi-threaded scan (page checksums verified), in the
-    single file's row order."""
-    schema = arrow_schema(kind)
-    if not units:
-        return schema.empty_table()
-    fmt = ds.ParquetFileFormat(
-        default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
-    )
+def _split_of_group(f: pq.ParquetFile, g: int) -> str | None:
+    """The split every row of row group ``g`` belongs to, when its statistics prove it."""
+    stats = f.metadata.row_group(g).column(f.schema_arrow.get_field_index("split")).statistics
+    if stats is not None and stats.has_min_max and stats.min == stats.max and stats.min in SPLITS:
+        return stats.min
+    return None
+
+
+def _read_local(
+    u: UnitFile, kind: str, need: list[str], split: str | None, dictionary
+) -> list[tuple[str | None, pa.Table]]:
+    """One local unit's ``need`` columns (strings in ``dictionary`` read dictionary-encoded),
+    its contract columns checked to be present: ``(split, rows)`` per row group whose split
+    the statistics prove (a unit has one row group per split; one of another split than
+    ``split`` is not read), else ``(None, rows)`` for the rows to split by value."""
     try:
-        if units[0].path.is_local:
-            table = ds.dataset([str(u.path) for u in units], schema=schema, format=fmt).to_table()
-        else:
-            table = _fetch(units, schema)
-    except (OSError, pa.ArrowException, ValueError, CkptselError) as err:
-        _culprit(units, kind)
-        raise CkptselError(f"{units[0].path.parent.parent}: unreadable units ({err})") from err
-    if any(table.column(c).null_count for c in schema.names):
-        _culprit(units, kind)  # a unit without a column reads as nulls: name it
+        with pq.ParquetFile(
+            u.path.local, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False
+        ) as f:
+            missing = [c for c in UNIT_COLUMNS[kind] if c not in f.schema_arrow.names]
+            if missing:
+                raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
+            proven = [_split_of_group(f, g) for g in range(f.metadata.num_row_groups)]
+            keep = [g for g, s in enumerate(proven) if split is None or s in (None, split)]
+            if all(proven[g] is not None for g in keep):
+                return [(proven[g], f.read_row_group(g, columns=need, use_threads=False)) for g in keep]
+            return [(None, f.read_row_groups(keep, columns=need, use_threads=False))]
+    except KeyError:  # a column named in read_dictionary is missing
+        missing = [c for c in UNIT_COLUMNS[kind] if c not in read_schema(u.path).names]
+        raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}") from None
+    except _READ_ERRORS as err:
+        raise CkptselError(f"{u.path}: not a readable Parquet file ({err})") from err
+
+
+def _conform(table: pa.Table, u: UnitFile, kind: str, schema: pa.Schema) -> pa.Table:
+    """A unit's columns in ``schema``'s types (strings dictionary-encoded where ``schema``
+    says so), or one error naming the unit and the column."""
+    if table.schema.equals(schema):
+        return table
+    missing = [c for c in schema.names if c not in table.column_names]
+    if missing:
+        raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
+    cols = []
+    for f in schema:
+        c = table.column(f.name)
+        try:
+            if pa.types.is_dictionary(f.type):
+                if not pa.types.is_dictionary(c.type):
+                    c = pc.dictionary_encode(c.cast(f.type.value_type))
+                if not c.type.equals(f.type):
+                    c = c.cast(f.type)
+            elif not c.type.equals(f.type):
+                c = c.cast(f.type)
+        except (pa.ArrowException, ValueError) as err:
+            raise CkptselError(
+                f"{u.path}: column {f.name!r} has type {table.column(f.name).type}, "
+                f"expected {UNIT_COLUMNS[kind][f.name]}"
+            ) from err
+        cols.append(c)
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _by_split(table: pa.Table, u: UnitFile) -> dict[str, pa.Table]:
+    """A unit's rows per split (its own row order kept); unknown split names refused."""
     split = table.column("split")
-    unknown = sorted(set(pc.unique(split).to_pylist()) - set(SPLITS), key=str)
+    names = pc.unique(split.cast(pa.string()) if pa.types.is_dictionary(split.type) else split).to_pylist()
+    unknown = sorted(set(names) - set(SPLITS), key=str)
     if unknown:
-        bad = pc.invert(pc.is_in(split, value_set=pa.array(list(SPLITS))))
-        r = pc.index(bad, True).as_py()
-        traj, step = table.column("trajectory")[r].as_py(), table.column("step")[r].as_py()
-        raise CkptselError(
-            f"{unit_path(units[0].path.parent.parent.parent.parent, kind, traj, step)}: unknown split name(s) "
-            f"{unknown}; expected one of {list(SPLITS)}"
-        )
-    # the single file's row order (split ascending, then trajectory, step, item, window)
-    order = [pc.indices_nonzero(pc.equal(split, s)) for s in sorted(SPLITS)]
-    return table.take(pa.chunked_array(order, type=pa.uint64()).combine_chunks())
+        raise CkptselError(f"{u.path}: unknown split name(s) {unknown}; expected one of {list(SPLITS)}")
+    if len(names) == 1:
+        return {names[0]: table}
+    return {s: table.filter(pc.equal(split, s)) for s in names}
+
+
+def _unit_rows(u: UnitFile, kind: str, schema: pa.Schema, split: str | None, dictionary, fetched=None):
+    """One unit's rows per split, conformed to ``schema`` (``fetched``: its table, read from
+    an object store; else the local file is read)."""
+    pieces = [(None, fetched)] if fetched is not None else _read_local(u, kind, schema.names, split, dictionary)
+    out: dict[str, list[pa.Table]] = {}
+    for s, t in pieces:
+        t = _conform(t, u, kind, schema)
+        for name, rows in ({s: t} if s is not None else _by_split(t, u)).items():
+            out.setdefault(name, []).append(rows)
+    return out
+
+
+def _scan(
+    units: list[UnitFile], kind: str, columns: list[str] | None = None, split: str | None = None,
+    dictionary: list[str] | None = None,
+) -> pa.Table:
+    """The rows of ``units`` (``columns``, default all; one ``split``, default all), page
+    checksums verified, in the single file's row order: split ascending, then trajectory and
+    step (the units' order), then each unit's own order. String columns named in
+    ``dictionary`` come dictionary-encoded (each unit its own dictionary: a chunk each).
+
+    Local units are read one file each on a few threads, only the row groups ``split``
+    needs (the dataset scanner costs about three times the CPU on thousands of small files).
+    """
+    dictionary = [c for c in dictionary or [] if UNIT_COLUMNS[kind].get(c) == "string"]
+    base = arrow_schema(kind)
+    names = list(base.names) if columns is None else list(dict.fromkeys(columns))
+    need = names if "split" in names else [*names, "split"]
+    schema = pa.schema(
+        [pa.field(c, pa.dictionary(pa.int32(), pa.string())) if c in dictionary else base.field(c) for c in need]
+    )  # fmt: skip
+    if not units:
+        return schema.empty_table().select(names)
+    if units[0].path.is_local:
+        with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+            rows = list(pool.map(lambda u: _unit_rows(u, kind, schema, split, dictionary), units))
+    else:
+        fetched = _fetch(units, kind)
+        rows = [_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(units, fetched, strict=True)]
+    wanted = sorted(SPLITS) if split is None else [split]
+    out = [t for s in wanted for r in rows for t in r.get(s, ())]
+    return (pa.concat_tables(out) if out else schema.empty_table()).select(names)
 
 
 def _key(units: list[UnitFile]) -> str:
@@ -128,10 +196,11 @@ def _key(units: list[UnitFile]) -> str:
 
 
 def _cached_units(
-    records_dir: Location, kind: str, units: list[UnitFile]
+    records_dir: Location, kind: str, units: list[UnitFile], build: bool = True
 ) -> tuple[Location | None, pa.Table | None]:
     """The read cache for ``units``: ``(path, None)`` when the cache file is current, else
-    ``(path_or_None, table)`` with the rebuilt table (written to the cache when possible)."""
+    ``(path_or_None, table)`` with the rebuilt table (written to the cache when possible);
+    ``(None, None)`` when it is not current and ``build`` is false."""
     cache = records_dir / UNITS_DIR / CACHE_DIR / f"{kind}.parquet"
     key = _key(units).encode()
     try:
@@ -140,6 +209,8 @@ def _cached_units(
         meta = {}
     if meta.get(_CACHE_KEY) == key:
         return cache, None
+    if not build:
+        return None, None
     table = _scan(units, kind)
     stored = table.replace_schema_metadata({_CACHE_KEY: key})
     try:
@@ -182,6 +253,14 @@ def _shadow(single: pa.Table, units: list[UnitFile]) -> pa.Table:
     return single.filter(pa.array(~np.asarray(keys.isin(have))))
 
 
+def _split_of(filters: list[tuple] | None) -> str | None:
+    """The one split a ``read_rows`` filter restricts to (``None``: no such filter)."""
+    for col, op, value in filters or []:
+        if col == "split" and op in ("=", "=="):
+            return str(value)
+    return None
+
+
 def _trajectories_of(filters: list[tuple] | None) -> set[str] | None:
     """The trajectories a ``read_rows`` filter restricts to (``None``: no such filter)."""
     for col, op, value in filters or []:
@@ -206,7 +285,7 @@ def read_rows(
     that has a unit are dropped (the unit supersedes them). A filter on ``trajectory``
     (``measure``'s checks of the trajectory it records) over at most ``DIRECT_SCAN_UNITS``
     units reads just those units and leaves the cache alone: the cache is stale after every
-    write, and rebuilding it for the whole folder costs ~15 s at paper scale.
+    write, and rebuilding it for the whole folder costs many seconds at paper scale.
     """
     records_dir = as_location(records_dir)
     single = single_file(records_dir, kind)
@@ -233,15 +312,22 @@ def read_rows(
         tables.append(t.select(need) if need is not None else t)
     if direct is None and units and bypassed():  # memo.uncached: the units themselves
         direct = units
-    if direct is not None:
-        tables.append(_project(_scan(direct, kind), need, filters, read_dictionary))
-    elif units:
-        cache, table = _cached_units(records_dir, kind, units)
-        if table is None:
+    if direct is None and units:
+        # while the memo computes what it will store, a stale read cache is not rebuilt: the
+        # units are read once, only the columns and split asked for (the memo makes the
+        # read cache redundant for these records, and rebuilding it doubled the first load)
+        cache, table = _cached_units(records_dir, kind, units, build=not filling())
+        if cache is not None and table is None:
             t = read_table(cache, columns=need, filters=filters, read_dictionary=read_dictionary)
+            tables.append(t.replace_schema_metadata(None))
+        elif table is not None:
+            tables.append(_project(table, need, filters, read_dictionary).replace_schema_metadata(None))
         else:
-            t = _project(table, need, filters, read_dictionary)
-        tables.append(t.replace_schema_metadata(None))
+            direct = units
+    if direct is not None:
+        split = _split_of(filters)
+        t = _scan(direct, kind, columns=need, split=split, dictionary=read_dictionary)
+        tables.append(_project(t, need, filters, read_dictionary))
     if len(tables) == 1:
         out = tables[0]
     else:
