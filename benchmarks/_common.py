@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,3 +36,14 @@ def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    """Wall seconds of ``cmd`` run in a fresh process with ``env``; a failure ends the benchmark
+    with the command and the end of its stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
+    return wall

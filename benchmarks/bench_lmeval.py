@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,7 +47,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 
-from _common import machine, update_section  # noqa: E402
+from _common import machine, timed, update_section  # noqa: E402
 
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 STEPS = (10, 20, 30, 40, 50, 60)
@@ -141,15 +140,6 @@ metric_list:
 """,
         encoding="utf-8",
     )
-
-
-def timed(cmd: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
-    return wall
 
 
 def main() -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 
-from _common import machine, update_section  # noqa: E402
+from _common import machine, timed, update_section  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "gsm8k"
 TASK = "ckptsel_chat_gsm8k"
@@ -124,14 +123,6 @@ metric_list:
     )
 
 
-def run(cmd: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
-    return time.perf_counter() - t0
-
-
 def lm_eval_samples(out_dir: Path) -> list[dict]:
     (path,) = sorted(out_dir.rglob(f"samples_{TASK}_*.jsonl"))
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -189,15 +180,15 @@ def main() -> None:
         common = [str(ckptsel), "measure", str(run_dir), "--task", "gsm8k", "--validation",
                   str(val), "--test", str(test), "--no-progress", "--batch-size", "16",
                   "--max-new-tokens", str(args.max_new_tokens)]
-        t_chat = run([*common, "--out", str(root / "rec-chat"), "--prompt-format", "chat"], env)
-        t_alpaca = run([*common, "--out", str(root / "rec-alpaca"), "--prompt-format", "alpaca"], env)
+        t_chat = timed([*common, "--out", str(root / "rec-chat"), "--prompt-format", "chat"], env)
+        t_alpaca = timed([*common, "--out", str(root / "rec-alpaca"), "--prompt-format", "alpaca"], env)
         write_task(root / "lmeval", val, args.max_new_tokens)
         chat = read_frame(root / "rec-chat", "generations")
         alpaca = read_frame(root / "rec-alpaca", "generations")
         per_step, t_lm = {}, 0.0
         for step in STEPS:
             out = root / f"lm-{step}"
-            t_lm += run([
+            t_lm += timed([
                 str(lm_eval_cli), "--model", "hf", "--model_args",
                 f"pretrained={base},peft={run_dir / f'checkpoint-{step}'},dtype=float32",
                 "--tasks", TASK, "--include_path", str(root / "lmeval"), "--apply_chat_template",
