@@ -21,7 +21,7 @@ from typing import Any
 from ckptsel._util.locations import Location, as_location
 from ckptsel.data import CHAT, task_label
 from ckptsel.errors import CkptselError
-from ckptsel.measure.backends.hf import run_tokenizer
+from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_source
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
@@ -169,11 +169,7 @@ class _TemplateOnly:
     from the local Hugging Face cache."""
 
     def __init__(self, ckpts: list[Checkpoint], base: str | None) -> None:
-        refs: list[Any] = [c.path for c in ckpts if (c.path / "tokenizer_config.json").exists()]
-        refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
-        if not refs:
-            raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
-        ref = refs[0]
+        ref = tokenizer_source(ckpts, base)  # read where it is, not copied here
         loc = as_location(ref)
         folder = loc if not loc.is_local or loc.local.is_dir() else None
         if folder is None:  # a hub name

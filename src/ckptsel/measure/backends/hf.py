@@ -295,14 +295,20 @@ def hf_provenance(model: Any, batch_size: int | str, device: Any = None) -> dict
     }  # fmt: skip
 
 
-def tokenizer_ref(ckpts: Sequence[Checkpoint], base: str | None) -> str:
-    """Where the run's one tokenizer is: the first checkpoint that ships one, else the base (a
-    URL: this node's copy, :func:`~ckptsel._util.nodecache.local_ref`)."""
+def tokenizer_source(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
+    """Where the run's one tokenizer is, as found (a path, a URL or a hub name): the first
+    checkpoint that ships one, else the base."""
     refs: list[Any] = [c.path for c in ckpts if (c.path / "tokenizer_config.json").exists()]
     refs += [c.base for c in ckpts if c.base] + ([base] if base else [])
     if not refs:
         raise CkptselError("no tokenizer found in the checkpoints; pass --base MODEL_DIR")
-    return str(local_ref(refs[0]))
+    return refs[0]
+
+
+def tokenizer_ref(ckpts: Sequence[Checkpoint], base: str | None) -> str:
+    """:func:`tokenizer_source` loadable here (a URL: this node's copy,
+    :func:`~ckptsel._util.nodecache.local_ref`)."""
+    return str(local_ref(tokenizer_source(ckpts, base)))
 
 
 def run_tokenizer(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
