@@ -84,7 +84,7 @@ def _code_digest() -> str:
     """SHA-256 of the modules whose code decides the loaded arrays."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for module in ("codec", "load", "memo", "provenance", "scan", "schema", "units", "weights"):
+    for module in ("codec", "load", "memo", "pack", "provenance", "scan", "schema", "units", "weights"):
         h.update((here / f"{module}.py").read_bytes())
     return h.hexdigest()
 
