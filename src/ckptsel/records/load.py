@@ -153,7 +153,8 @@ def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
 
 
 def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of a string column (equal code = equal string) and the distinct values."""
+    """Integer codes of a string column (equal code = equal string; int32 for a dictionary
+    column: half the memory of millions of rows) and the distinct values."""
     if isinstance(col, pa.ChunkedArray):
         chunks = col.chunks
         if not chunks:
@@ -162,9 +163,11 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
             codes, values = _chunk_codes(chunks)
             # drop dictionary values that the split filter removed (O(n), no sort)
             used = np.bincount(codes, minlength=len(values)) > 0
-            remap = np.cumsum(used, dtype=np.int64) - 1
+            if used.all():  # each row group's own dictionary: nothing to drop
+                return codes, np.asarray(values.to_pylist(), dtype=object)
+            remap = np.cumsum(used, dtype=np.int32) - 1
             values = np.asarray(values.filter(pa.array(used)).to_pylist(), dtype=object)
-            return remap[codes], values  # int64 already: no second copy of the rows
+            return remap[codes], values  # int32 already: no second copy of the rows
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
@@ -173,11 +176,11 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array]:
-    """``(rows,)`` int64 codes into one dictionary for dictionary chunks that each have their
+    """``(rows,)`` int32 codes into one dictionary for dictionary chunks that each have their
     own (a unit's, a row group's), in order of first appearance across the chunks' dictionaries
     (as ``unify_dictionaries`` orders them); the dictionaries are hashed once, a run of chunks
     with an equal dictionary (a trajectory's units list the same items) counted once."""
-    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int64), None, 0
+    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int32), None, 0
     for i, c in enumerate(chunks):
         d = c.dictionary
         if last is None or not (d is last or d.equals(last)):
@@ -186,7 +189,7 @@ def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array
             total += len(d)
         starts[i] = start
     enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
-    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
     lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
     where = np.repeat(starts, lengths)  # (rows,) each row's chunk's first entry, then its own
     where += np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
@@ -223,11 +226,16 @@ class _Grid:
     every trajectory's rows one contiguous slice.
     """
 
-    def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None):
+    def __init__(
+        self, table: pa.Table, path: Path, key_extra: str | None = None, coded: tuple[str, ...] | None = None
+    ):
+        """``coded``: the string columns to code (default every one but ``split``)."""
         self.path = path  # the table itself is not kept: its arrays go when the caller drops it
         self.codes: dict[str, np.ndarray] = {}
         self.values: dict[str, np.ndarray] = {}
         for name in table.column_names:  # the split column is constant after filtering
+            if coded is not None and name not in coded:
+                continue
             if name != "split" and pa.types.is_dictionary(table.column(name).type):
                 self.codes[name], self.values[name] = _codes(table.column(name))
         self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
@@ -240,11 +248,17 @@ class _Grid:
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
         step_code, step_values = _small_int_codes(self.step)
-        key = (self.traj_code * len(step_values) + step_code) * len(self.items) + self.item_code
+        key = self.traj_code.astype(np.int64)  # built in place: one (rows,) int64 at a time
+        key *= len(step_values)
+        key += step_code
+        del step_code
+        key *= len(self.items)
+        key += self.item_code
         extra = None
         if key_extra:
             extra, extra_values = _small_int_codes(table.column(key_extra).to_numpy())
-            key = key * len(extra_values) + extra
+            key *= len(extra_values)
+            key += extra
         # records are written sorted by this key: then the stable sort is the identity
         if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
             self.order, sorted_key = np.arange(len(key)), key
@@ -397,12 +411,15 @@ def _check_measured_final(
 
 
 # --------------------------------------------------------------------------- public loaders
+_NLL_CODED = ("trajectory", "item_id")  # an NLL grid's configuration and task are never used
+
+
 class _NllTable:
     """The validation NLL rows, ready to be placed on each trajectory's grid."""
 
     def __init__(self, npath: Path, table: pa.Table, gen_items: np.ndarray):
         self.path = npath
-        self.grid = _Grid(table, npath, key_extra="window")
+        self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
         _check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
         self.nll_sum = table.column("nll_sum").to_numpy()
@@ -692,9 +709,10 @@ class _TestNll:
 
     def __init__(self, npath: Path, table: pa.Table):
         self.path = npath
-        self.grid = _Grid(table, npath, key_extra="window")
+        self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
         _check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
+        self.window_values = np.unique(self.windows)
         self.n_tokens = table.column("n_tokens").to_numpy()
 
 
@@ -731,8 +749,11 @@ def _check_test_nll(
         )
     T, n = len(steps), len(item_ids)
     ci = np.searchsorted(steps, grid.step[rows])
-    for w in np.unique(test_nll.windows[rows]):
-        sel = test_nll.windows[rows] == w
+    windows = test_nll.windows[rows]
+    for w in test_nll.window_values:  # the study's few windows; this trajectory's are checked
+        sel = windows == w
+        if not sel.any():
+            continue
         have = np.zeros((T, n), dtype=bool)
         have[ci[sel], known[sel]] = True
         tok = np.full((T, n), -1, dtype=np.int64)

@@ -434,11 +434,15 @@ def read_rows(
     if units:
         # memo.uncached (verify): the units themselves; while the memo computes what it will
         # store, stale packs are not rewritten (the stored arrays make them redundant there)
+        split = _split_of(filters)
         t = _scan(
-            units, kind, columns=need, split=_split_of(filters), dictionary=read_dictionary,
+            units, kind, columns=need, split=split, dictionary=read_dictionary,
             records_dir=None if bypassed() else records_dir, refresh=not filling(),
         )  # fmt: skip
-        tables.append(_project(t, need, filters, read_dictionary))
+        # _scan kept only the split asked for (and the trajectories were picked from the
+        # listing): filtering millions of rows again would copy them all for nothing
+        rest = [f for f in filters or [] if f[0] not in ("trajectory", "split" if split else "")]
+        tables.append(_project(t, need, rest, read_dictionary))
     if len(tables) == 1:
         out = tables[0]
     else:
