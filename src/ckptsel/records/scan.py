@@ -417,6 +417,7 @@ def read_rows(
     if single is None and not units:
         return None
     wanted = _trajectories_of(filters)
+    has_units = bool(units)  # (even when none is of the wanted trajectories: one row order)
     if units and wanted is not None:
         units = [u for u in units if u.trajectory in wanted]
     need = list(columns) if columns is not None else None
@@ -431,7 +432,7 @@ def read_rows(
         t = read_table(single, columns=need_s, filters=filters, read_dictionary=read_dictionary)
         t = _shadow(t, units)
         tables.append(t.select(need) if need is not None else t)
-    if units:
+    if has_units:
         # memo.uncached (verify): the units themselves; while the memo computes what it will
         # store, stale packs are not rewritten (the stored arrays make them redundant there)
         split = _split_of(filters)
