@@ -13,8 +13,10 @@ Two ways in:
 * :func:`write_records` — a whole table at once (``simulate``; test fixtures).
 * :func:`write_unit` — one checkpoint of one trajectory (``measure``, the cluster driver, the
   Trainer callback): its rows become write-once *unit* files (generations, NLL, texts) in
-  the records folder's units (:mod:`ckptsel.records.units`). Nothing else is read or
-  rewritten, so recording a checkpoint costs the same in an empty folder and at paper scale;
+  the records folder's units (:mod:`ckptsel.records.units`), then the trajectory's packs
+  (:mod:`ckptsel.records.pack`) are rewritten from the old pack and the new units. Nothing
+  else is read or rewritten, so recording a checkpoint costs the same in an empty folder and
+  at paper scale (a pack grows with its trajectory only);
   a re-measured checkpoint replaces exactly its own units (rows with the same key replaced,
   others kept); files are written atomically (a kill leaves complete units only) under a
   per-trajectory lock (producers of different trajectories never wait for each other).
@@ -24,7 +26,7 @@ Two ways in:
   conditional writes (GCS here) rely on one writer per trajectory, which ``measure`` is (its
   driver alone writes).
 * :func:`upsert_records` — rows of any checkpoints (``ingest``): grouped by (trajectory,
-  step) and written unit by unit.
+  step) and written unit by unit, each trajectory's packs once after its units.
 
 :func:`check_name` keeps trajectory and configuration names plain (they become folder names).
 """
