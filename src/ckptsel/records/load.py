@@ -99,6 +99,7 @@ def _read(
     table = read_rows(
         records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings
     )
+    pa.default_memory_pool().release_unused()  # the read's scratch buffers: back to the system
     out = {}
     for name, kind in columns.items():
         col = table.column(name)
@@ -601,9 +602,11 @@ def _match_validation(tests: list[TestData], validation: list[ValidationData], g
 
 def _test_records(records_dir: Location) -> list[TestData]:
     """:func:`load_test`'s work on the records alone (what :mod:`ckptsel.records.memo` caches)."""
+    # the test NLL rows first: only their grid is kept, so the (larger) NLL table is never
+    # in memory together with the generation grid (the peak of a paper-scale first analysis)
+    test_nll = _test_nll_table(records_dir)
     g = _generation_grid(records_dir, "test")
     gpath = g.path
-    test_nll = _test_nll_table(records_dir)
     test_nll_steps = _test_nll_steps(records_dir, test_nll)
     only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
     if only_nll:
