@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,6 +212,17 @@ def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return remap[shifted], np.flatnonzero(present) + lo
 
 
+def _key_parts(columns: list[np.ndarray], outer: int) -> list[tuple[np.ndarray, int]]:
+    """Integer key columns as order-preserving codes and their spans ``(codes, n)``, codes in
+    ``[0, n)``, for a grid key of ``outer`` × the spans: the offsets from each column's
+    smallest value (one subtraction) while that key stays far below 2**63, else dense codes."""
+    lows = [int(c.min()) if len(c) else 0 for c in columns]
+    spans = [int(c.max()) - lo + 1 if len(c) else 1 for c, lo in zip(columns, lows, strict=True)]
+    if outer * math.prod(spans) < 2**62:
+        return [(c - lo if lo else c, n) for c, lo, n in zip(columns, lows, spans, strict=True)]
+    return [(codes, len(values)) for codes, values in map(_small_int_codes, columns)]
+
+
 def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
     parts = [f"{path.name}: trajectory {traj!r}"]
     if step is not None:
@@ -248,18 +260,19 @@ class _Grid:
         # rank of each item id as a string: trajectories list their items in id order
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
-        step_code, step_values = _small_int_codes(self.step)
+        parts = _key_parts(
+            [self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []),
+            len(self.trajs) * len(self.items),
+        )
         key = self.traj_code.astype(np.int64)  # built in place: one (rows,) int64 at a time
-        key *= len(step_values)
-        key += step_code
-        del step_code
+        key *= parts[0][1]
+        key += parts[0][0]
         key *= len(self.items)
         key += self.item_code
-        extra = None
-        if key_extra:
-            extra, extra_values = _small_int_codes(table.column(key_extra).to_numpy())
-            key *= len(extra_values)
-            key += extra
+        for codes, span in parts[1:]:
+            key *= span
+            key += codes
+        del parts
         # records are written sorted by this key: then the stable sort is the identity
         if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
             self.order, sorted_key = np.arange(len(key)), key
@@ -751,6 +764,8 @@ def _check_test_nll(
             f"test NLL record for an item with no test generation records"
         )
     T, n = len(steps), len(item_ids)
+    if _complete_and_constant(test_nll, rows, T, n):
+        return
     ci = np.searchsorted(steps, grid.step[rows])
     windows = test_nll.windows[rows]
     for w in test_nll.window_values:  # the study's few windows; this trajectory's are checked
@@ -768,6 +783,20 @@ def _check_test_nll(
                 f"test NLL record missing (test items must be recorded for every checkpoint)"
             )
         _check_tokens_constant(tok, have, test_nll.path, traj, item_ids, steps, int(w))
+
+
+def _complete_and_constant(test_nll: _TestNll, rows: np.ndarray, T: int, n: int) -> bool:
+    """The common case, proven without building (T, n) matrices: a trajectory with one row per
+    (checkpoint, item, window) of every window the study has (its keys are unique, its
+    checkpoints those of its generations and its items among theirs, all checked before: so
+    T × n × W rows means none is missing) whose ``n_tokens`` agree across checkpoints (its rows
+    are sorted by checkpoint, then item and window: each checkpoint's block lists the same
+    items and windows). ``False``: the full check finds what is wrong."""
+    W = len(test_nll.window_values)
+    if not len(rows) or len(rows) != T * n * W:
+        return False
+    tok = test_nll.n_tokens[rows].reshape(T, n * W)
+    return bool((tok == tok[:1]).all())
 
 
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):
