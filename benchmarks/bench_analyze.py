@@ -125,7 +125,8 @@ def main() -> None:
         "|---|---|",
         f"| simulate + write the records through `upsert_records` (units and packs) | {written:.1f} |",
         f"| first analysis of new records (reads the packs, builds the cache of loaded arrays) | "
-        f"{first['times']['analyze (total)']:.2f} (peak {first['peak_gib']:.2f} GiB) |",
+        f"{first['times']['analyze (total)']:.2f} (CPU "
+        f"{first['times']['analyze (total), CPU seconds of the process']:.2f} s; peak {first['peak_gib']:.2f} GiB) |",
         f"| **analyze again** (best of {args.repeats}; caches current) | **{total:.2f}** |",
         *[f"| — {p} | {best[p]:.2f} |" for p in phases if p != "analyze (total)"],
         f"| peak memory (RSS), again | {peak:.2f} GiB |",
