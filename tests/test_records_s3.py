@@ -13,7 +13,7 @@ import pytest
 
 from ckptsel import records
 from ckptsel._util.locations import Location
-from ckptsel.records import store
+from ckptsel.records import memo, store
 from test_records_dataset import _same_loads
 
 import recordsgen as rg
@@ -39,25 +39,36 @@ def test_units_on_s3_are_the_local_units(study, s3, tmp_path):
         )
     assert s3.fs.list_multipart_uploads(s3.bucket) == []  # every unit one PUT
     _same_loads(local, remote)
-    assert ".cache/generations.parquet" in " ".join(s3.keys("records", "units"))
+    assert ".packs/generations/" in " ".join(s3.keys("records", "units"))  # one per trajectory
 
 
-def test_read_cache_follows_etags(study, s3):
+def test_packs_follow_etags(study, s3, monkeypatch):
+    """On an object store a pack is an object and a unit's version its ETag: the writer
+    rewrites the pack after its unit; a unit written without its pack (a writer killed in
+    between) makes the pack stale, and readers read that trajectory's units."""
     gen, nll = study
     remote = s3.url("records")
     records.upsert_records(remote, generations=gen, nll=nll)
     first = records.read_frame(remote, "generations")
-    cache = Location(s3.url("records", "units", ".cache", "generations.parquet"))
-    tag = cache.info().tag
-    records.read_frame(remote, "generations")
-    assert cache.info().tag == tag  # current: read, not rebuilt
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
+    packed = Location(s3.url("records", "units", ".packs", "generations", f"{traj}.parquet"))
+    tag = packed.info().tag
+    records.read_frame(remote, "generations")
+    assert packed.info().tag == tag  # current: read, not rewritten
     rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step)].head(2).assign(answer="zz")
     records.write_unit(remote, traj, step, generations=rows)  # same size, new ETag
-    after = records.read_frame(remote, "generations")
-    assert cache.info().tag != tag
-    changed = (after["answer"] != first["answer"]).sum()
-    assert changed == 2 and set(after.loc[after["answer"] == "zz", "step"]) == {step}
+    assert packed.info().tag != tag  # the writer rewrote the pack
+    tag = packed.info().tag
+    monkeypatch.setattr(store, "refresh_packs", lambda *a, **k: None)  # killed before the pack
+    records.write_unit(remote, traj, step, generations=rows.assign(answer="yy"))
+    monkeypatch.undo()
+    with memo.uncached():  # the units themselves, for reference
+        want = records.read_frame(remote, "generations")
+    got = records.read_frame(remote, "generations")
+    pd.testing.assert_frame_equal(got, want)
+    changed = (got["answer"] != first["answer"]).sum()
+    assert changed == 2 and set(got.loc[got["answer"] == "yy", "step"]) == {step}
+    assert packed.info().tag != tag  # the reader refreshed the stale pack
 
 
 def test_a_lost_race_is_merged_not_lost(study, s3, monkeypatch):

@@ -94,9 +94,10 @@ def test_a_forged_read_cache_is_not_trusted(analysed, tmp_path: Path, capsys) ->
     )
 
 
-def test_a_forged_units_read_cache_is_not_trusted(analysed, tmp_path: Path) -> None:
-    """Inside ``uncached`` the records' units are read, not the units' read cache (keyed by
-    names, sizes and mtimes: a forged one under the same key is believed by a cached read)."""
+def test_a_forged_pack_is_not_trusted(analysed, tmp_path: Path) -> None:
+    """Inside ``uncached`` the records' units are read, not the trajectories' packs (checked
+    against the units' names, sizes and mtimes: a forged one listing them is believed by a
+    cached read)."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -104,17 +105,18 @@ def test_a_forged_units_read_cache_is_not_trusted(analysed, tmp_path: Path) -> N
 
     gen = pd.read_parquet(analysed[0] / "generations.parquet")
     records = tmp_path / "units"
-    for (traj, step), rows in list(gen.groupby(["trajectory", "step"], observed=True))[:3]:
-        write_unit(records, str(traj), int(step), generations=rows.reset_index(drop=True))
-    full = read_rows(records, "generations")  # builds the read cache
-    cache = [p for p in sorted(records.rglob("*.parquet")) if ".cache" in p.parts]
-    assert len(cache) == 1, cache
-    table = pq.read_table(cache[0])
-    pq.write_table(table.slice(1).replace_schema_metadata(table.schema.metadata), cache[0])
+    traj = str(gen["trajectory"].iloc[0])
+    for step, rows in list(gen[gen["trajectory"] == traj].groupby("step", observed=True))[:3]:
+        write_unit(records, traj, int(step), generations=rows.reset_index(drop=True))
+    full = read_rows(records, "generations")  # the writer kept the trajectory's pack
+    packs = [p for p in sorted(records.rglob("*.parquet")) if ".packs" in p.parts and "generations" in p.parts]
+    assert len(packs) == 1, packs
+    table = pq.read_table(packs[0])
+    pq.write_table(table.slice(1).replace_schema_metadata(table.schema.metadata), packs[0])
     assert read_rows(records, "generations").num_rows == full.num_rows - 1  # believed
     with uncached():
         assert read_rows(records, "generations").equals(full)
-    assert pq.read_table(cache[0]).num_rows == full.num_rows - 1  # neither read nor rewritten
+    assert pq.read_table(packs[0]).num_rows == full.num_rows - 1  # neither read nor rewritten
 
 
 @pytest.mark.parametrize(

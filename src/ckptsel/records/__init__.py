@@ -6,12 +6,14 @@ the reader, the one writer and the analysis's loaders — in the order data flow
 * :mod:`~ckptsel.records.codec` — the one checked Parquet read (page checksums verified) and
   write (records layout).
 * :mod:`~ckptsel.records.units` — where single files and write-once units live.
+* :mod:`~ckptsel.records.pack` — per-trajectory packs: a trajectory's units in one derived
+  file the writer keeps current, used only while it lists the units' current versions.
 * :mod:`~ckptsel.records.provenance` — what measured each unit (engine + version, dtype,
   attention, batch size, device), in the unit's metadata; the study's provenance for ``analyze``.
 * :mod:`~ckptsel.records.weights` — what checkpoint each unit was measured from (its
   weights' fingerprint, the run's final step then), in the unit's metadata.
 * :mod:`~ckptsel.records.scan` — both forms read as one table (``read_rows``, ``read_frame``),
-  through a read cache.
+  each trajectory from its pack when current, else from its units.
 * :mod:`~ckptsel.records.store` — every producer's writer (``write_unit``, ``upsert_records``,
   ``write_records``) and ``compact``.
 * :mod:`~ckptsel.records.load` — the analysis's loaders: validation and test records by

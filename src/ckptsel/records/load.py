@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,7 @@ def _read(
     table = read_rows(
         records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings
     )
+    pa.default_memory_pool().release_unused()  # the read's scratch buffers: back to the system
     out = {}
     for name, kind in columns.items():
         col = table.column(name)
@@ -153,7 +155,8 @@ def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
 
 
 def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of a string column (equal code = equal string) and the distinct values."""
+    """Integer codes of a string column (equal code = equal string; int32 for a dictionary
+    column: half the memory of millions of rows) and the distinct values."""
     if isinstance(col, pa.ChunkedArray):
         chunks = col.chunks
         if not chunks:
@@ -162,9 +165,11 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
             codes, values = _chunk_codes(chunks)
             # drop dictionary values that the split filter removed (O(n), no sort)
             used = np.bincount(codes, minlength=len(values)) > 0
-            remap = np.cumsum(used, dtype=np.int64) - 1
+            if used.all():  # each row group's own dictionary: nothing to drop
+                return codes, np.asarray(values.to_pylist(), dtype=object)
+            remap = np.cumsum(used, dtype=np.int32) - 1
             values = np.asarray(values.filter(pa.array(used)).to_pylist(), dtype=object)
-            return remap[codes], values  # int64 already: no second copy of the rows
+            return remap[codes], values  # int32 already: no second copy of the rows
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
@@ -173,11 +178,11 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array]:
-    """``(rows,)`` int64 codes into one dictionary for dictionary chunks that each have their
+    """``(rows,)`` int32 codes into one dictionary for dictionary chunks that each have their
     own (a unit's, a row group's), in order of first appearance across the chunks' dictionaries
     (as ``unify_dictionaries`` orders them); the dictionaries are hashed once, a run of chunks
     with an equal dictionary (a trajectory's units list the same items) counted once."""
-    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int64), None, 0
+    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int32), None, 0
     for i, c in enumerate(chunks):
         d = c.dictionary
         if last is None or not (d is last or d.equals(last)):
@@ -186,7 +191,7 @@ def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array
             total += len(d)
         starts[i] = start
     enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
-    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
     lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
     where = np.repeat(starts, lengths)  # (rows,) each row's chunk's first entry, then its own
     where += np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
@@ -207,6 +212,17 @@ def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return remap[shifted], np.flatnonzero(present) + lo
 
 
+def _key_parts(columns: list[np.ndarray], outer: int) -> list[tuple[np.ndarray, int]]:
+    """Integer key columns as order-preserving codes and their spans ``(codes, n)``, codes in
+    ``[0, n)``, for a grid key of ``outer`` × the spans: the offsets from each column's
+    smallest value (one subtraction) while that key stays far below 2**63, else dense codes."""
+    lows = [int(c.min()) if len(c) else 0 for c in columns]
+    spans = [int(c.max()) - lo + 1 if len(c) else 1 for c, lo in zip(columns, lows, strict=True)]
+    if outer * math.prod(spans) < 2**62:
+        return [(c - lo if lo else c, n) for c, lo, n in zip(columns, lows, spans, strict=True)]
+    return [(codes, len(values)) for codes, values in map(_small_int_codes, columns)]
+
+
 def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
     parts = [f"{path.name}: trajectory {traj!r}"]
     if step is not None:
@@ -223,11 +239,16 @@ class _Grid:
     every trajectory's rows one contiguous slice.
     """
 
-    def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None):
+    def __init__(
+        self, table: pa.Table, path: Path, key_extra: str | None = None, coded: tuple[str, ...] | None = None
+    ):
+        """``coded``: the string columns to code (default every one but ``split``)."""
         self.path = path  # the table itself is not kept: its arrays go when the caller drops it
         self.codes: dict[str, np.ndarray] = {}
         self.values: dict[str, np.ndarray] = {}
         for name in table.column_names:  # the split column is constant after filtering
+            if coded is not None and name not in coded:
+                continue
             if name != "split" and pa.types.is_dictionary(table.column(name).type):
                 self.codes[name], self.values[name] = _codes(table.column(name))
         self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
@@ -239,12 +260,19 @@ class _Grid:
         # rank of each item id as a string: trajectories list their items in id order
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
-        step_code, step_values = _small_int_codes(self.step)
-        key = (self.traj_code * len(step_values) + step_code) * len(self.items) + self.item_code
-        extra = None
-        if key_extra:
-            extra, extra_values = _small_int_codes(table.column(key_extra).to_numpy())
-            key = key * len(extra_values) + extra
+        parts = _key_parts(
+            [self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []),
+            len(self.trajs) * len(self.items),
+        )
+        key = self.traj_code.astype(np.int64)  # built in place: one (rows,) int64 at a time
+        key *= parts[0][1]
+        key += parts[0][0]
+        key *= len(self.items)
+        key += self.item_code
+        for codes, span in parts[1:]:
+            key *= span
+            key += codes
+        del parts
         # records are written sorted by this key: then the stable sort is the identity
         if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
             self.order, sorted_key = np.arange(len(key)), key
@@ -397,12 +425,15 @@ def _check_measured_final(
 
 
 # --------------------------------------------------------------------------- public loaders
+_NLL_CODED = ("trajectory", "item_id")  # an NLL grid's configuration and task are never used
+
+
 class _NllTable:
     """The validation NLL rows, ready to be placed on each trajectory's grid."""
 
     def __init__(self, npath: Path, table: pa.Table, gen_items: np.ndarray):
         self.path = npath
-        self.grid = _Grid(table, npath, key_extra="window")
+        self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
         _check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
         self.nll_sum = table.column("nll_sum").to_numpy()
@@ -584,9 +615,11 @@ def _match_validation(tests: list[TestData], validation: list[ValidationData], g
 
 def _test_records(records_dir: Location) -> list[TestData]:
     """:func:`load_test`'s work on the records alone (what :mod:`ckptsel.records.memo` caches)."""
+    # the test NLL rows first: only their grid is kept, so the (larger) NLL table is never
+    # in memory together with the generation grid (the peak of a paper-scale first analysis)
+    test_nll = _test_nll_table(records_dir)
     g = _generation_grid(records_dir, "test")
     gpath = g.path
-    test_nll = _test_nll_table(records_dir)
     test_nll_steps = _test_nll_steps(records_dir, test_nll)
     only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
     if only_nll:
@@ -692,9 +725,10 @@ class _TestNll:
 
     def __init__(self, npath: Path, table: pa.Table):
         self.path = npath
-        self.grid = _Grid(table, npath, key_extra="window")
+        self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
         _check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
+        self.window_values = np.unique(self.windows)
         self.n_tokens = table.column("n_tokens").to_numpy()
 
 
@@ -730,9 +764,14 @@ def _check_test_nll(
             f"test NLL record for an item with no test generation records"
         )
     T, n = len(steps), len(item_ids)
+    if _complete_and_constant(test_nll, rows, T, n):
+        return
     ci = np.searchsorted(steps, grid.step[rows])
-    for w in np.unique(test_nll.windows[rows]):
-        sel = test_nll.windows[rows] == w
+    windows = test_nll.windows[rows]
+    for w in test_nll.window_values:  # the study's few windows; this trajectory's are checked
+        sel = windows == w
+        if not sel.any():
+            continue
         have = np.zeros((T, n), dtype=bool)
         have[ci[sel], known[sel]] = True
         tok = np.full((T, n), -1, dtype=np.int64)
@@ -744,6 +783,20 @@ def _check_test_nll(
                 f"test NLL record missing (test items must be recorded for every checkpoint)"
             )
         _check_tokens_constant(tok, have, test_nll.path, traj, item_ids, steps, int(w))
+
+
+def _complete_and_constant(test_nll: _TestNll, rows: np.ndarray, T: int, n: int) -> bool:
+    """The common case, proven without building (T, n) matrices: a trajectory with one row per
+    (checkpoint, item, window) of every window the study has (its keys are unique, its
+    checkpoints those of its generations and its items among theirs, all checked before: so
+    T × n × W rows means none is missing) whose ``n_tokens`` agree across checkpoints (its rows
+    are sorted by checkpoint, then item and window: each checkpoint's block lists the same
+    items and windows). ``False``: the full check finds what is wrong."""
+    W = len(test_nll.window_values)
+    if not len(rows) or len(rows) != T * n * W:
+        return False
+    tok = test_nll.n_tokens[rows].reshape(T, n * W)
+    return bool((tok == tok[:1]).all())
 
 
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):

@@ -7,8 +7,8 @@ arrays every time the records are the same. :func:`cached` keeps those arrays in
 ``<records>/.cache/<name>.arrays``, keyed by everything the result depends on:
 
 * every records file the loaders read — the single files and every unit of generations and
-  NLL, by name, size and version (modification time in ns; as the read cache of
-  :mod:`ckptsel.records.scan` is keyed);
+  NLL, by name, size and version (modification time in ns; as the packs of
+  :mod:`ckptsel.records.pack` are checked);
 * the declared final steps (``final_steps.json`` beside or above the records), by content;
 * the loaders' own source code (a changed loader never reads an older loader's arrays).
 
@@ -22,7 +22,7 @@ The cache is keyed by names, sizes and modification times and checked by CRC32 o
 guards against staleness and damage, not against a forger (anyone who can write the records
 folder can write a different, CRC-valid cache under the right key). ``verify`` therefore loads
 inside :func:`uncached`, which computes from the records themselves, bypassing both this cache
-and the units' read cache of :mod:`ckptsel.records.scan`, and never writes either.
+and the units' packs (:mod:`ckptsel.records.pack`), and never writes either.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ _FILLING: contextvars.ContextVar[bool] = contextvars.ContextVar("ckptsel_records
 @contextlib.contextmanager
 def uncached() -> Iterator[None]:
     """Inside this block every load computes from the records files themselves: neither this
-    module's array cache nor the units' read cache is read or written (``verify``: a cache it
+    module's array cache nor the units' packs are read or written (``verify``: a cache it
     cannot authenticate is never a source of what it checks)."""
     token = _BYPASS.set(True)
     try:
@@ -84,7 +84,7 @@ def _code_digest() -> str:
     """SHA-256 of the modules whose code decides the loaded arrays."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for module in ("codec", "load", "memo", "provenance", "scan", "schema", "units", "weights"):
+    for module in ("codec", "load", "memo", "pack", "provenance", "scan", "schema", "units", "weights"):
         h.update((here / f"{module}.py").read_bytes())
     return h.hexdigest()
 

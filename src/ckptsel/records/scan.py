@@ -6,21 +6,19 @@ rows into the unit when it first writes it, so nothing is lost). Keys must be un
 the result (checked by :mod:`ckptsel.records.load`).
 
 Reading thousands of small files is slow (about 1-2 ms of CPU each with pyarrow, most of it
-fixed per file and per column chunk), so readers go through a consolidated *read cache*, one
-Parquet file per kind keyed by the units' names, sizes and versions (modification times
-locally, ETags on object stores); it is rebuilt (local units read one file each on a few
-threads, or on an object store concurrent GETs parsed in memory) when any unit changes and is
-never a source of truth. Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units
-themselves are read and the read cache is neither read nor written. While
-:func:`ckptsel.records.memo.cached` computes the arrays it stores (the loaders of ``analyze``),
-a stale read cache is not rebuilt either: the units are read once, only the columns and the
-split's row group the loader asks for (building the cache and reading it back doubled the
-first analysis of new records, and the stored arrays serve every later one).
+fixed per file and per column chunk), so readers read each trajectory from its *pack*
+(:mod:`ckptsel.records.pack`: one file per trajectory and kind, kept current by the writer)
+when the pack was built from exactly the trajectory's units as listed now, and from its units
+otherwise (:func:`refresh_pack` then rewrites the pack, where the records can be written).
+Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units themselves are read and no
+pack is read or written. While :func:`ckptsel.records.memo.cached` computes the arrays it
+stores (the loaders of ``analyze``), a stale pack is not rewritten: the units are read once,
+only the columns and the split's row group the loader asks for (the stored arrays serve every
+later analysis).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,11 +30,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ckptsel._util import io
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
-from ckptsel.records.codec import parquet_bytes, read_schema, read_table, table_from_bytes
+from ckptsel.records.codec import read_schema, read_table, table_from_bytes
 from ckptsel.records.memo import bypassed, filling
+from ckptsel.records.pack import (
+    PACK_ERRORS,
+    PACK_KEY,
+    PACKED_KINDS,
+    by_trajectory,
+    current,
+    pack_bytes,
+    pack_metadata,
+    pack_path,
+    remove_pack,
+    unit_metadata,
+    versions,
+    write_pack,
+)
 from ckptsel.records.schema import (
     RECORDS_ORDER,
     SPLITS,
@@ -47,7 +58,6 @@ from ckptsel.records.schema import (
     coerce_nll,
 )
 from ckptsel.records.units import (
-    CACHE_DIR,
     SINGLE_FILES,
     UNITS_DIR,
     UnitFile,
@@ -55,9 +65,7 @@ from ckptsel.records.units import (
     single_file,
 )
 
-_CACHE_KEY = b"ckptsel.units"
 _READ_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError)  # a damaged or foreign file
-DIRECT_SCAN_UNITS = 256  # trajectory-filtered reads of up to this many units skip the cache
 
 
 def _fetch(units: list[UnitFile], kind: str) -> list[pa.Table]:
@@ -160,15 +168,18 @@ def _unit_rows(u: UnitFile, kind: str, schema: pa.Schema, split: str | None, dic
 
 def _scan(
     units: list[UnitFile], kind: str, columns: list[str] | None = None, split: str | None = None,
-    dictionary: list[str] | None = None,
+    dictionary: list[str] | None = None, records_dir: Location | None = None, refresh: bool = False,
 ) -> pa.Table:
     """The rows of ``units`` (``columns``, default all; one ``split``, default all), page
     checksums verified, in the single file's row order: split ascending, then trajectory and
     step (the units' order), then each unit's own order. String columns named in
-    ``dictionary`` come dictionary-encoded (each unit its own dictionary: a chunk each).
+    ``dictionary`` come dictionary-encoded (a chunk per file read).
 
-    Local units are read one file each on a few threads, only the row groups ``split``
-    needs (the dataset scanner costs about three times the CPU on thousands of small files).
+    With ``records_dir``, each trajectory whose pack (:mod:`ckptsel.records.pack`) is current
+    is read from it; ``refresh``: a trajectory without a current pack gets one (where the
+    records can be written) and is read from it. Other units are read one file each on a
+    few threads (local), or by concurrent GETs (object store), only the row groups ``split``
+    needs.
     """
     dictionary = [c for c in dictionary or [] if UNIT_COLUMNS[kind].get(c) == "string"]
     base = arrow_schema(kind)
@@ -179,45 +190,159 @@ def _scan(
     )  # fmt: skip
     if not units:
         return schema.empty_table().select(names)
-    if units[0].path.is_local:
-        with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
-            rows = list(pool.map(lambda u: _unit_rows(u, kind, schema, split, dictionary), units))
+    groups = list(by_trajectory(units))
+    got: list[dict | None] = [None] * len(groups)
+    if records_dir is not None and kind in PACKED_KINDS:
+        got = _packed(records_dir, kind, groups, schema, split, dictionary, refresh)
+    rest = [u for (_, g), r in zip(groups, got, strict=True) if r is None for u in g]
+    if not rest:
+        unit_rows = iter(())
+    elif rest[0].path.is_local:
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            unit_rows = iter(list(pool.map(lambda u: _unit_rows(u, kind, schema, split, dictionary), rest)))
     else:
-        fetched = _fetch(units, kind)
-        rows = [_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(units, fetched, strict=True)]
+        fetched = _fetch(rest, kind)
+        unit_rows = iter([_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(rest, fetched, strict=True)])
+    rows = []  # per trajectory, its rows per split
+    for (_, g), r in zip(groups, got, strict=True):
+        if r is None:
+            r = {}
+            for one in (next(unit_rows) for _ in g):
+                for s, ts in one.items():
+                    r.setdefault(s, []).extend(ts)
+        rows.append(r)
     wanted = sorted(SPLITS) if split is None else [split]
     out = [t for s in wanted for r in rows for t in r.get(s, ())]
     return (pa.concat_tables(out) if out else schema.empty_table()).select(names)
 
 
-def _key(units: list[UnitFile]) -> str:
-    blob = json.dumps([[u.trajectory, u.step, u.size, u.tag] for u in units])
-    return hashlib.sha256(blob.encode()).hexdigest()
+_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
-def _cached_units(
-    records_dir: Location, kind: str, units: list[UnitFile], build: bool = True
-) -> tuple[Location | None, pa.Table | None]:
-    """The read cache for ``units``: ``(path, None)`` when the cache file is current, else
-    ``(path_or_None, table)`` with the rebuilt table (written to the cache when possible);
-    ``(None, None)`` when it is not current and ``build`` is false."""
-    cache = records_dir / UNITS_DIR / CACHE_DIR / f"{kind}.parquet"
-    key = _key(units).encode()
+def _packed(records_dir, kind, groups, schema, split, dictionary, refresh) -> list[dict | None]:
+    """Per trajectory group, its rows per split from its current pack (``refresh``: a missing
+    or stale pack rewritten first), ``None`` where there is none."""
+
+    def one(g):
+        rows = _from_pack(records_dir, kind, g[0], g[1], schema, split, dictionary)
+        if rows is None and refresh and refresh_pack(records_dir, kind, g[0], g[1]):
+            rows = _from_pack(records_dir, kind, g[0], g[1], schema, split, dictionary)
+        return rows
+
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        return list(pool.map(one, groups))
+
+
+def _from_pack(
+    records_dir: Location, kind: str, traj: str, group: list[UnitFile], schema: pa.Schema,
+    split: str | None, dictionary: list[str],
+) -> dict[str, list[pa.Table]] | None:  # fmt: skip
+    """``traj``'s rows per split from its pack, when the pack is current (built from exactly
+    ``group``, the trajectory's units as listed now) and readable; else ``None`` (the units
+    are read instead: a pack is never a source of truth)."""
+    path = pack_path(records_dir, kind, traj)
     try:
-        meta = read_schema(cache).metadata or {}
-    except CkptselError:  # no cache yet, or a damaged one: rebuilt below
-        meta = {}
-    if meta.get(_CACHE_KEY) == key:
-        return cache, None
-    if not build:
-        return None, None
-    table = _scan(units, kind)
-    stored = table.replace_schema_metadata({_CACHE_KEY: key})
+        source = path.local if path.is_local else pa.BufferReader(path.read_bytes())
+        with pq.ParquetFile(
+            source, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False
+        ) as f:
+            if current(f.schema_arrow.metadata, group) is None:
+                return None
+            out: dict[str, list[pa.Table]] = {}
+            for g in range(f.metadata.num_row_groups):
+                s = _split_of_group(f, g)
+                if s is None:
+                    return None
+                if split is None or s == split:
+                    t = f.read_row_group(g, columns=schema.names, use_threads=False)
+                    out.setdefault(s, []).append(_conform(t, group[0], kind, schema))
+            return out
+    except PACK_ERRORS:
+        return None
+
+
+def _unit_whole(u: UnitFile, kind: str, schema: pa.Schema, fetched: bytes | None = None):
+    """One unit's rows per split (every column of ``schema``) and its ``ckptsel.*`` metadata
+    (``fetched``: its bytes, from an object store)."""
+    if fetched is not None:
+        table = table_from_bytes(fetched, u.path)
+        meta = table.schema.metadata
+        parts = _unit_rows(u, kind, schema, None, [], table)
+    else:
+        meta = read_schema(u.path).metadata
+        parts = _unit_rows(u, kind, schema, None, [])
+    return {s: pa.concat_tables(ts) for s, ts in parts.items()}, unit_metadata(meta)
+
+
+def _pack_parts(old: pa.Table, step_rows: dict[int, dict[str, pa.Table]], reuse: set[int]) -> None:
+    """Add to ``step_rows`` the rows of the ``reuse`` steps from an old pack (rows in split,
+    then step order: each step's rows of a split are one slice)."""
+    split = old.column("split").to_numpy(zero_copy_only=False)
+    code = pc.index_in(old.column("split"), value_set=pa.array(sorted(SPLITS))).to_numpy(zero_copy_only=False)
+    step = old.column("step").to_numpy()
+    key = code.astype(np.int64) * (int(step.max(initial=0)) + 1) + step
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ends = np.r_[starts[1:], len(key)]
+    for a, b in zip(starts, ends, strict=True):
+        st = int(step[a])
+        if st in reuse:
+            step_rows.setdefault(st, {})[str(split[a])] = old.slice(a, b - a)
+
+
+def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schema):
+    """From the old pack at ``path``: the rows and metadata of the units whose version it
+    records (``({}, {})`` without a readable one)."""
+    step_rows: dict[int, dict[str, pa.Table]] = {}
+    metas: dict[int, dict[bytes, bytes]] = {}
     try:
-        io.write_bytes(cache, parquet_bytes(stored))
-    except CkptselError:  # read-only records: the in-memory table still serves this read
-        return None, table
-    return cache, table
+        old = read_table(path)
+        recorded = json.loads(old.schema.metadata[PACK_KEY])
+        have = {s: [s, size, tag] for s, size, tag in recorded["units"]}
+        reuse = {u.step for u in units if have.get(u.step) == versions([u])[0]}
+        per_step = recorded.get("metadata") or {}
+        _pack_parts(_conform(old.replace_schema_metadata(None), units[0], kind, schema), step_rows, reuse)
+        for st in reuse:
+            metas[st] = {k.encode(): v.encode("utf-8") for k, v in per_step.get(str(st), {}).items()}
+            step_rows.setdefault(st, {})
+    except PACK_ERRORS:
+        return {}, {}
+    return step_rows, metas
+
+
+def refresh_pack(
+    records_dir: Path | Location | str, kind: str, trajectory: str, units: list[UnitFile] | None = None
+) -> bool:
+    """(Re)write ``trajectory``'s pack of ``kind`` from its units (``units``: its listing, when
+    the caller has it): rows of units whose version the old pack records are taken from it,
+    the others read from their files. ``False`` when no pack could be written (no units, a
+    unit unreadable, records that cannot be written): readers then read the units."""
+    records_dir = as_location(records_dir)
+    path = pack_path(records_dir, kind, trajectory)
+    units = list_units(records_dir, kind, trajectory) if units is None else units
+    if not units:
+        remove_pack(path)
+        return False
+    schema = arrow_schema(kind)
+    step_rows, metas = _old_pack(path, units, kind, schema)
+    rest = [u for u in units if u.step not in metas]
+    try:
+        if rest and not rest[0].path.is_local:
+            blobs = rest[0].path.fs.cat([u.path.fs_path for u in rest])
+            read = [_unit_whole(u, kind, schema, blobs[u.path.fs_path]) for u in rest]
+        else:
+            with ThreadPoolExecutor(_WORKERS) as pool:
+                read = list(pool.map(lambda u: _unit_whole(u, kind, schema), rest))
+    except (CkptselError, OSError):  # a unit unreadable (or gone): readers read the units
+        return False
+    for u, (parts, meta) in zip(rest, read, strict=True):
+        step_rows[u.step], metas[u.step] = parts, meta
+    parts = {}
+    for s in SPLITS:
+        pieces = [step_rows[u.step][s] for u in units if s in step_rows[u.step]]
+        if pieces:
+            parts[s] = pa.concat_tables(pieces)
+    meta = pack_metadata(units, [metas[u.step] for u in units])
+    return write_pack(path, pack_bytes(parts, meta, schema))
 
 
 def _project(table: pa.Table, columns, filters, read_dictionary) -> pa.Table:
@@ -280,12 +405,11 @@ def read_rows(
     ``columns`` projected and ``filters`` (``[(column, "=" | "in", value), ...]``, ANDed)
     applied; ``None`` when the folder has no records of that kind.
 
-    A single file alone is read exactly as before (one ``pq.read_table``). With units, the
-    read cache answers (see the module docstring); single-file rows of a (trajectory, step)
-    that has a unit are dropped (the unit supersedes them). A filter on ``trajectory``
-    (``measure``'s checks of the trajectory it records) over at most ``DIRECT_SCAN_UNITS``
-    units reads just those units and leaves the cache alone: the cache is stale after every
-    write, and rebuilding it for the whole folder costs many seconds at paper scale.
+    A single file alone is read exactly as before (one ``pq.read_table``). With units, each
+    trajectory is read from its pack when current, else from its units (see the module
+    docstring); single-file rows of a (trajectory, step) that has a unit are dropped (the unit
+    supersedes them). A filter on ``trajectory`` (``measure``'s checks of the trajectory it
+    records) reads just those trajectories.
     """
     records_dir = as_location(records_dir)
     single = single_file(records_dir, kind)
@@ -293,11 +417,9 @@ def read_rows(
     if single is None and not units:
         return None
     wanted = _trajectories_of(filters)
-    direct = None  # a few units of the wanted trajectories, read without the cache
+    has_units = bool(units)  # (even when none is of the wanted trajectories: one row order)
     if units and wanted is not None:
-        mine = [u for u in units if u.trajectory in wanted]
-        if len(mine) <= DIRECT_SCAN_UNITS:
-            units = direct = mine
+        units = [u for u in units if u.trajectory in wanted]
     need = list(columns) if columns is not None else None
     if need is not None and filters:
         need += [c for c, _, _ in filters if c not in need]
@@ -310,24 +432,18 @@ def read_rows(
         t = read_table(single, columns=need_s, filters=filters, read_dictionary=read_dictionary)
         t = _shadow(t, units)
         tables.append(t.select(need) if need is not None else t)
-    if direct is None and units and bypassed():  # memo.uncached: the units themselves
-        direct = units
-    if direct is None and units:
-        # while the memo computes what it will store, a stale read cache is not rebuilt: the
-        # units are read once, only the columns and split asked for (the memo makes the
-        # read cache redundant for these records, and rebuilding it doubled the first load)
-        cache, table = _cached_units(records_dir, kind, units, build=not filling())
-        if cache is not None and table is None:
-            t = read_table(cache, columns=need, filters=filters, read_dictionary=read_dictionary)
-            tables.append(t.replace_schema_metadata(None))
-        elif table is not None:
-            tables.append(_project(table, need, filters, read_dictionary).replace_schema_metadata(None))
-        else:
-            direct = units
-    if direct is not None:
+    if has_units:
+        # memo.uncached (verify): the units themselves; while the memo computes what it will
+        # store, stale packs are not rewritten (the stored arrays make them redundant there)
         split = _split_of(filters)
-        t = _scan(direct, kind, columns=need, split=split, dictionary=read_dictionary)
-        tables.append(_project(t, need, filters, read_dictionary))
+        t = _scan(
+            units, kind, columns=need, split=split, dictionary=read_dictionary,
+            records_dir=None if bypassed() else records_dir, refresh=not filling(),
+        )  # fmt: skip
+        # _scan kept only the split asked for (and the trajectories were picked from the
+        # listing): filtering millions of rows again would copy them all for nothing
+        rest = [f for f in filters or [] if f[0] not in ("trajectory", "split" if split else "")]
+        tables.append(_project(t, need, rest, read_dictionary))
     if len(tables) == 1:
         out = tables[0]
     else:

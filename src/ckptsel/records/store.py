@@ -13,8 +13,10 @@ Two ways in:
 * :func:`write_records` — a whole table at once (``simulate``; test fixtures).
 * :func:`write_unit` — one checkpoint of one trajectory (``measure``, the cluster driver, the
   Trainer callback): its rows become write-once *unit* files (generations, NLL, texts) in
-  the records folder's units (:mod:`ckptsel.records.units`). Nothing else is read or
-  rewritten, so recording a checkpoint costs the same in an empty folder and at paper scale;
+  the records folder's units (:mod:`ckptsel.records.units`), then the trajectory's packs
+  (:mod:`ckptsel.records.pack`) are rewritten from the old pack and the new units. Nothing
+  else is read or rewritten, so recording a checkpoint costs the same in an empty folder and
+  at paper scale (a pack grows with its trajectory only);
   a re-measured checkpoint replaces exactly its own units (rows with the same key replaced,
   others kept); files are written atomically (a kill leaves complete units only) under a
   per-trajectory lock (producers of different trajectories never wait for each other).
@@ -24,7 +26,7 @@ Two ways in:
   conditional writes (GCS here) rely on one writer per trajectory, which ``measure`` is (its
   driver alone writes).
 * :func:`upsert_records` — rows of any checkpoints (``ingest``): grouped by (trajectory,
-  step) and written unit by unit.
+  step) and written unit by unit, each trajectory's packs once after its units.
 
 :func:`check_name` keeps trajectory and configuration names plain (they become folder names).
 """
@@ -52,8 +54,9 @@ from ckptsel.records.codec import (
     table_from_bytes,
     unit_bytes,
 )
+from ckptsel.records.pack import PACKED_KINDS
 from ckptsel.records.provenance import UnitProvenance, read_provenance, single_file_metadata
-from ckptsel.records.scan import read_frame
+from ckptsel.records.scan import read_frame, refresh_pack
 from ckptsel.records.schema import (
     GENERATION_KEY,
     NLL_KEY,
@@ -226,9 +229,12 @@ def write_unit(
     provenance: dict[str, UnitProvenance] | None = None,
     checkpoint: CheckpointStamp | None = None,
     replace: bool = False,
+    pack: bool = True,
 ) -> list[Location]:
     """Record one checkpoint: its rows go to its own unit files (see
-    :mod:`ckptsel.records.units`), nothing else in ``records_dir`` is read or rewritten.
+    :mod:`ckptsel.records.units`), then the trajectory's packs are brought up to date
+    (:mod:`ckptsel.records.pack`; ``pack=False``: left to the caller, who writes more units
+    of the trajectory first). Nothing else in ``records_dir`` is read or rewritten.
 
     ``generations`` / ``nll`` are contract frames whose rows all belong to ``trajectory`` at
     ``step`` (either may be ``None``). Rows with the same key as rows already in the unit
@@ -266,11 +272,33 @@ def write_unit(
                 f"write_unit for trajectory {trajectory!r} step {step}"
             )
     if not records_dir.is_local:
-        return [
+        written = [
             _write_remote_unit(records_dir, kind, trajectory, step, df, key, stamp.of(kind), replace)
             for kind, df, key in payload
             if not (kind == "texts" and df.empty)
         ]
+    else:
+        written = _write_local_units(records_dir, trajectory, step, payload, stamp, replace)
+    if pack:
+        refresh_packs(records_dir, trajectory, [kind for kind, _, _ in payload])
+    return written
+
+
+def refresh_packs(records_dir: Path | Location | str, trajectory: str, kinds) -> None:
+    """Bring ``trajectory``'s packs of ``kinds`` up to date with its units (under the
+    trajectory's lock locally). A pack that cannot be written is left stale: readers then
+    read the units (a pack is never a source of truth)."""
+    records_dir = as_location(records_dir)
+    for kind in [k for k in PACKED_KINDS if k in kinds]:
+        if records_dir.is_local:
+            with _unit_lock(records_dir, trajectory):
+                refresh_pack(records_dir, kind, trajectory)
+        else:
+            refresh_pack(records_dir, kind, trajectory)
+
+
+def _write_local_units(records_dir: Location, trajectory: str, step: int, payload, stamp, replace):
+    """:func:`write_unit`'s units in a local folder, under the trajectory's lock."""
     written = []
     with _unit_lock(records_dir, trajectory):
         blobs = []
@@ -370,8 +398,12 @@ def upsert_records(
             raise CkptselError(f"{name} rows lack column(s) {missing}")
         for (traj, step), part in df.groupby(["trajectory", "step"], sort=True, observed=True):
             groups.setdefault((str(traj), int(step)), {})[name] = part
+    kinds: dict[str, set[str]] = {}
     for (traj, step), frames in groups.items():
         write_unit(
             records_dir, traj, step, **frames, provenance=provenance, checkpoint=checkpoint,
-            replace=replace,
+            replace=replace, pack=False,
         )  # fmt: skip
+        kinds.setdefault(traj, set()).update(frames)
+    for traj, written in kinds.items():  # each trajectory's packs once, after all its units
+        refresh_packs(records_dir, traj, written)

@@ -6,7 +6,8 @@ Layout inside a records folder::
     units/generations/<trajectory>/step-<n>.parquet   contract generation columns (no text)
     units/nll/<trajectory>/step-<n>.parquet           contract NLL columns
     units/texts/<trajectory>/step-<n>.parquet         trajectory, step, split, item_id, text
-    units/.cache/<kind>.parquet                       derived read cache (safe to delete)
+    units/.packs/<kind>/<trajectory>.parquet          a trajectory's units in one file
+                                                      (ckptsel.records.pack; derived, safe to delete)
     .cache/<name>.arrays                              loaded arrays (ckptsel.records.memo; safe to delete)
 
 A records folder may be a local path or a URL (``s3://bucket/records``; see
@@ -35,7 +36,6 @@ from ckptsel.records.schema import (
 )
 
 UNITS_DIR = "units"
-CACHE_DIR = ".cache"
 SINGLE_FILES = {"generations": GENERATIONS_FILE, "nll": NLL_FILE}
 _UNIT_RE = re.compile(r"^step-(\d+)\.parquet$")
 
@@ -63,15 +63,23 @@ class UnitFile:
         return w if isinstance(w, Location) else Location(Path(w))
 
 
-def list_units(records_dir: Path | Location | str, kind: str) -> list[UnitFile]:
+def list_units(
+    records_dir: Path | Location | str, kind: str, trajectory: str | None = None
+) -> list[UnitFile]:
     """Every complete unit of ``kind`` (temp files of writes in flight are skipped), sorted by
-    trajectory then step. On an object store: one recursive listing."""
+    trajectory then step; only ``trajectory``'s when given. On an object store: one recursive
+    listing."""
     base = as_location(records_dir) / UNITS_DIR / kind
     if not base.is_local:
+        if trajectory is not None:
+            return [u for u in _list_remote(base / trajectory, trajectory) if u.trajectory == trajectory]
         return _list_remote(base)
     out: list[UnitFile] = []
     try:
-        trajs = sorted(e.name for e in os.scandir(base) if e.is_dir() and e.name[0] != ".")
+        if trajectory is not None:
+            trajs = [trajectory] if os.path.isdir(base / trajectory) else []
+        else:
+            trajs = sorted(e.name for e in os.scandir(base) if e.is_dir() and e.name[0] != ".")
     except FileNotFoundError:
         return out
     for traj in trajs:
@@ -88,10 +96,11 @@ def list_units(records_dir: Path | Location | str, kind: str) -> list[UnitFile]:
     return out
 
 
-def _list_remote(base: Location) -> list[UnitFile]:
+def _list_remote(base: Location, trajectory: str | None = None) -> list[UnitFile]:
+    """Units below ``base`` (the kind's folder; one trajectory's folder when ``trajectory``)."""
     out = []
     for rel, info in base.listing().items():
-        traj, _, name = rel.partition("/")
+        traj, _, name = (trajectory, "/", rel) if trajectory is not None else rel.partition("/")
         m = _UNIT_RE.match(name)
         if m and traj and traj[0] != "." and "/" not in name:
             out.append(UnitFile(traj, int(m.group(1)), base / rel, info.size, info.tag))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import numpy as np
 from ckptsel._util.locations import Location, as_location
 from ckptsel.records import memo
 from ckptsel.records.codec import read_schema
+from ckptsel.records.pack import units_metadata
 from ckptsel.records.units import list_units, single_file, unit_path
 
 CHECKPOINT_KEY = b"ckptsel.checkpoint"
@@ -170,9 +170,8 @@ def read_stamps(
             if stamp is not None:
                 out.setdefault(str(traj), {})[int(step)] = stamp
     units = list_units(records_dir, kind)
-    # footers only, on a few threads (as :func:`ckptsel.records.read_provenance` reads them)
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(units)))) as pool:
-        metas = list(pool.map(lambda u: read_schema(u.path).metadata or {}, units))
+    # from the packs' footers, else the units' (as :func:`ckptsel.records.read_provenance`)
+    metas = units_metadata(records_dir, kind, units)
     for u, meta in zip(units, metas, strict=True):
         stamp = parse_stamp(meta.get(CHECKPOINT_KEY))
         if stamp is not None:

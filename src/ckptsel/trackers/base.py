@@ -271,8 +271,8 @@ def metrics_files(metrics: dict[str, float], choices: pd.DataFrame | None) -> tu
 
 # --------------------------------------------------------------------------- provenance
 def records_sha256(records_dir: str | Path | Location) -> str | None:
-    """SHA-256 over the record files' names and bytes (single files and units; not the read
-    cache or the locks, which come and go), at a path or a URL alike, or None when the folder
+    """SHA-256 over the record files' names and bytes (single files and units; not the packs,
+    caches or locks, which come and go), at a path or a URL alike, or None when the folder
     is not there any more."""
     root = as_location(records_dir)
     if not root.is_dir():

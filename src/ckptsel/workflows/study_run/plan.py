@@ -64,8 +64,7 @@ def what_is_left(
     if not trajectories:
         return []
     pool = pool or item_pool(ctx)
-    # all trajectories' keys at once: the records' read cache answers (a trajectory filter
-    # would scan up to DIRECT_SCAN_UNITS unit files instead)
+    # all trajectories' keys at once (each trajectory from its pack when current)
     recorded = RecordedItems.read(ctx.records_dir, pool)
     out = []
     for t in trajectories:

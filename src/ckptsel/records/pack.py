@@ -1,0 +1,152 @@
+"""Per-trajectory *packs*: one derived Parquet file per trajectory and kind holding all its units.
+
+Reading thousands of small unit files is slow: pyarrow pays about 1-2 ms of CPU per file and
+column chunk whatever its size (at paper scale, 3,126 units read twice: most of the first
+``analyze``). The one writer (:mod:`ckptsel.records.store`) therefore keeps, beside the units
+of each trajectory, its *pack*::
+
+    units/.packs/<kind>/<trajectory>.parquet    (kind: generations or nll)
+
+holding every row of the trajectory's units of that kind, in the order reading the units one
+by one gives (split, then step, then each unit's own order), one row group per split, and in
+its key-value metadata (:data:`PACK_KEY`, JSON) the exact *versions* of the units it was
+built from (step, size and tag, as :func:`ckptsel.records.units.list_units` sees them:
+modification time in ns locally, ETag on an object store) and each unit's ``ckptsel.*``
+metadata (provenance, checkpoint stamp), so that provenance and stamps come from one footer
+per trajectory too.
+
+A pack is a derived cache, never a source of truth: a reader uses it only when its versions
+equal the trajectory's current listing, else reads that trajectory's units (a unit replaced,
+added or removed after the pack, a writer killed between its unit and the pack, a damaged or
+missing pack: all read the units, never a stale number); deleting ``.packs`` changes nothing
+but speed. Packs are written atomically (one rename locally, one PUT on an object store).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ckptsel._util import io
+from ckptsel._util.io import PARQUET_OPTIONS
+from ckptsel._util.locations import Location, as_location
+from ckptsel.errors import CkptselError
+from ckptsel.records.codec import read_schema
+from ckptsel.records.schema import SPLITS
+from ckptsel.records.units import UNITS_DIR, UnitFile
+
+PACKS_DIR = ".packs"
+PACK_KEY = b"ckptsel.pack"
+PACKED_KINDS = ("generations", "nll")  # what analysis reads (texts never are)
+META_PREFIX = b"ckptsel."  # the unit metadata a pack carries (provenance, checkpoint stamp)
+# a damaged, foreign or vanished pack: read as no pack
+PACK_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError, KeyError, CkptselError)
+
+
+def pack_path(records_dir: Path | Location | str, kind: str, trajectory: str) -> Location:
+    """Where ``trajectory``'s pack of ``kind`` lives."""
+    return as_location(records_dir) / UNITS_DIR / PACKS_DIR / kind / f"{trajectory}.parquet"
+
+
+def versions(units: Iterable[UnitFile]) -> list[list]:
+    """The versions a pack records and is checked against: ``[[step, size, tag], ...]``."""
+    return [[int(u.step), int(u.size), str(u.tag)] for u in units]
+
+
+def by_trajectory(units: list[UnitFile]) -> Iterator[tuple[str, list[UnitFile]]]:
+    """``units`` (sorted by trajectory, as listed) grouped per trajectory."""
+    for traj, group in groupby(units, key=lambda u: u.trajectory):
+        yield traj, list(group)
+
+
+def unit_metadata(meta: dict[bytes, bytes] | None) -> dict[bytes, bytes]:
+    """The part of a unit's key-value metadata a pack carries (``ckptsel.*`` keys)."""
+    return {k: v for k, v in (meta or {}).items() if k.startswith(META_PREFIX) and k != PACK_KEY}
+
+
+def pack_metadata(units: list[UnitFile], metas: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    """A pack's key-value metadata: the units' versions and their ``ckptsel.*`` metadata."""
+    blob = {
+        "units": versions(units),
+        "metadata": {
+            str(u.step): {k.decode(): v.decode("utf-8", "replace") for k, v in unit_metadata(m).items()}
+            for u, m in zip(units, metas, strict=True)
+        },
+    }
+    return {PACK_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
+
+
+def current(meta: dict[bytes, bytes] | None, units: list[UnitFile]) -> dict | None:
+    """The pack's parsed metadata when it was built from exactly ``units`` (the trajectory's
+    current listing), else ``None``."""
+    try:
+        blob = json.loads((meta or {})[PACK_KEY])
+        return blob if blob.get("units") == versions(units) else None
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def pack_bytes(parts: dict[str, pa.Table], metadata: dict[bytes, bytes], schema: pa.Schema) -> bytes:
+    """A pack's Parquet bytes: one row group per split present (page checksums on)."""
+    schema = schema.with_metadata(metadata)
+    buf = pa.BufferOutputStream()
+    with pq.ParquetWriter(buf, schema, **PARQUET_OPTIONS) as writer:
+        for s in SPLITS:
+            part = parts.get(s)
+            if part is not None and part.num_rows:
+                writer.write_table(part.cast(schema), row_group_size=part.num_rows)
+    return buf.getvalue().to_pybytes()
+
+
+def write_pack(path: Location, data: bytes) -> bool:
+    """Write a pack atomically; ``False`` when the records cannot be written (read-only)."""
+    try:
+        io.write_bytes(path, data)
+    except (CkptselError, OSError):
+        return False
+    return True
+
+
+def remove_pack(path: Location) -> None:
+    """Remove a pack that no longer has units (a missing one is fine)."""
+    try:
+        path.unlink(missing_ok=True)
+    except (CkptselError, OSError):
+        pass
+
+
+def _pack_metas(records_dir: Location, kind: str, traj: str, group: list[UnitFile]):
+    """The units' ``ckptsel.*`` metadata from the trajectory's pack (one footer), or ``None``
+    when it has no current pack."""
+    try:
+        blob = current(read_schema(pack_path(records_dir, kind, traj)).metadata, group)
+    except PACK_ERRORS:
+        return None
+    if blob is None:
+        return None
+    per_step = blob.get("metadata") or {}
+    return [{k.encode(): v.encode("utf-8") for k, v in per_step.get(str(u.step), {}).items()} for u in group]
+
+
+def units_metadata(
+    records_dir: Path | Location | str, kind: str, units: list[UnitFile]
+) -> list[dict[bytes, bytes]]:
+    """Each unit's ``ckptsel.*`` key-value metadata (provenance, checkpoint stamp), in the
+    order of ``units``: from each trajectory's pack when it is current (one footer per
+    trajectory), else from the units' own footers, read on a few threads."""
+    records_dir = as_location(records_dir)
+    groups = list(by_trajectory(units))
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(groups)))) as pool:
+        packed = list(pool.map(lambda g: _pack_metas(records_dir, kind, *g), groups))
+        rest = [u for (_, g), m in zip(groups, packed, strict=True) if m is None for u in g]
+        footers = iter(pool.map(lambda u: unit_metadata(read_schema(u.path).metadata), rest))
+    out: list[dict[bytes, bytes]] = []
+    for (_, g), m in zip(groups, packed, strict=True):
+        out.extend(m if m is not None else (next(footers) for _ in g))
+    return out

@@ -1,0 +1,184 @@
+"""Per-trajectory packs (issue 37, :mod:`ckptsel.records.pack`): the writer keeps one file per
+trajectory and kind holding its units' rows; readers use it only while it lists exactly the
+trajectory's current unit versions, so a stale, missing or damaged pack never changes a number."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ckptsel import records
+from ckptsel.errors import CkptselError
+from ckptsel.records import memo, pack, store
+from ckptsel.records.codec import read_schema
+from ckptsel.records.provenance import read_provenance, unit_provenance
+from ckptsel.records.weights import CheckpointStamp, read_stamps
+from ckptsel.workflows import analysis
+
+import recordsgen as rg
+
+
+@pytest.fixture(scope="module")
+def study():
+    return rg.tables(rg.random_study(np.random.default_rng(37), n_configs=2, seeds=2))
+
+
+@pytest.fixture(scope="module")
+def reference(study, tmp_path_factory):
+    """summary.json of the study analysed from its single-file form (no units, no packs)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    analysis.analyze(rg.write(tmp / "single", *study), tmp / "out")
+    return (tmp / "out" / "summary.json").read_bytes()
+
+
+def _summary(folder, out) -> bytes:
+    """A first analysis of ``folder`` (its cache of loaded arrays removed first)."""
+    shutil.rmtree(folder / memo.MEMO_DIR, ignore_errors=True)
+    analysis.analyze(folder, out)
+    return (out / "summary.json").read_bytes()
+
+
+def _packs(folder, kind="generations") -> dict[str, object]:
+    root = folder / records.UNITS_DIR / pack.PACKS_DIR / kind
+    return {p.stem: p for p in sorted(root.glob("*.parquet"))}
+
+
+def _is_current(folder, kind, traj) -> bool:
+    units = records.list_units(folder, kind, traj)
+    meta = read_schema(pack.pack_path(folder, kind, traj)).metadata
+    return pack.current(meta, units) is not None
+
+
+def _garble_units(folder) -> None:
+    """Every generation and NLL unit overwritten with garbage of its size, its modification
+    time put back: the listing is unchanged, but reading any unit would fail."""
+    for kind in pack.PACKED_KINDS:
+        for u in records.list_units(folder, kind):
+            st = os.stat(u.path.local)
+            u.path.local.write_bytes(b"\0" * st.st_size)
+            os.utime(u.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_the_writer_keeps_packs_and_a_current_pack_opens_no_unit(study, reference, tmp_path):
+    gen, nll = study
+    folder = tmp_path / "r"
+    prov = {"generations": unit_provenance(['{"engine":"hf","version":"1"}'])}
+    stamp = CheckpointStamp(weights="sha256:ab", run_final_step=int(gen["step"].max()))
+    records.upsert_records(folder, generations=gen, nll=nll, provenance=prov, checkpoint=stamp)
+    trajs = sorted(gen["trajectory"].unique())
+    for kind in pack.PACKED_KINDS:
+        assert list(_packs(folder, kind)) == trajs
+        assert all(_is_current(folder, kind, t) for t in trajs)
+    assert not (folder / records.UNITS_DIR / pack.PACKS_DIR / "texts").exists()
+    before = records.read_frame(folder, "generations")
+    made_by = {k: read_provenance(folder, k) for k in pack.PACKED_KINDS}
+    stamps = read_stamps(folder, "generations")
+    _garble_units(folder)
+    assert _summary(folder, tmp_path / "out") == reference  # no unit was read
+    pd.testing.assert_frame_equal(records.read_frame(folder, "generations"), before)
+    # provenance comes from the packs' metadata too
+    assert {k: read_provenance(folder, k) for k in pack.PACKED_KINDS} == made_by
+    assert all(len(p.measured_by) == 1 for p in made_by["generations"].values())
+    assert read_stamps(folder, "generations") == stamps and stamps
+    with memo.uncached(), pytest.raises(CkptselError, match="step-"):  # verify: the units
+        records.load_validation(folder)
+
+
+def _flip(gen, traj, step, n=3):
+    rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step) & (gen["split"] == "validation")]
+    changed = rows.iloc[:n].assign(correct=~rows.iloc[:n]["correct"])
+    expected = gen.copy()
+    expected.loc[changed.index, "correct"] = changed["correct"]
+    return changed, expected
+
+
+def test_a_unit_replaced_or_added_after_its_pack_is_read_from_the_units(
+    study, tmp_path, monkeypatch
+):
+    """A writer killed between its unit and the pack (here: the pack refresh skipped) leaves
+    a stale pack; the analysis reads that trajectory's units, and a reader that may write
+    refreshes the pack."""
+    gen, nll = study
+    traj = sorted(gen["trajectory"].unique())[0]
+    last = int(gen.loc[gen["trajectory"] == traj, "step"].max())
+    held = (gen["trajectory"] == traj) & (gen["step"] == last)
+    nheld = (nll["trajectory"] == traj) & (nll["step"] == last)
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen[~held], nll=nll[~nheld])
+    steps = int(gen.loc[gen["trajectory"] == traj, "step"].nunique())
+    monkeypatch.setattr(store, "refresh_packs", lambda *a, **k: None)  # killed before the pack
+    records.upsert_records(folder, generations=gen[held], nll=nll[nheld])  # a unit added
+    changed, expected = _flip(gen, traj, int(gen.loc[gen["trajectory"] == traj, "step"].min()))
+    records.write_unit(folder, traj, int(changed["step"].iloc[0]), generations=changed)  # replaced
+    monkeypatch.undo()
+    meta = read_schema(pack.pack_path(folder, "generations", traj)).metadata
+    assert len(json.loads(meta[pack.PACK_KEY])["units"]) == steps - 1  # the pack is stale
+    want = _summary(rg.write(tmp_path / "expected", expected, nll), tmp_path / "want")
+    assert _summary(folder, tmp_path / "got") == want
+    assert not _is_current(folder, "generations", traj)  # analysis (filling the memo) left it
+    for kind in pack.PACKED_KINDS:  # a reader that may write refreshes the packs it reads
+        records.read_frame(folder, kind)
+    assert _is_current(folder, "generations", traj) and _is_current(folder, "nll", traj)
+    assert _summary(folder, tmp_path / "again") == want
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "bytes flipped", "foreign metadata"])
+def test_a_missing_or_damaged_pack_gives_the_same_summary(study, reference, tmp_path, damage):
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    for kind in pack.PACKED_KINDS:
+        for traj, path in _packs(folder, kind).items():
+            data = path.read_bytes()
+            if damage == "deleted":
+                path.unlink()
+            elif damage == "truncated":
+                path.write_bytes(data[: len(data) // 2])
+            elif damage == "bytes flipped":  # inside the pages: only the page CRCs can tell
+                mid = len(data) // 3
+                path.write_bytes(
+                    data[:mid] + bytes(b ^ 0x5A for b in data[mid : mid + 64]) + data[mid + 64 :]
+                )
+            else:  # a pack of another trajectory's units
+                other = [p for t, p in _packs(folder, kind).items() if t != traj][0]
+                shutil.copyfile(other, path)
+    assert _summary(folder, tmp_path / "out") == reference
+
+
+def test_compact_keeps_every_row_and_drops_the_packs(study, reference, tmp_path):
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    before = records.read_frame(folder, "nll")
+    records.compact(folder)
+    assert not (folder / records.UNITS_DIR).exists()
+    pd.testing.assert_frame_equal(records.read_frame(folder, "nll"), before)
+    assert _summary(folder, tmp_path / "out") == reference
+
+
+def test_rewriting_a_pack_reuses_its_current_rows(study, tmp_path, monkeypatch):
+    """The writer's pack refresh reads only the units the old pack does not hold (the cost
+    of recording a checkpoint stays one unit's, not the trajectory's)."""
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    traj = sorted(gen["trajectory"].unique())[1]
+    step = int(gen.loc[gen["trajectory"] == traj, "step"].max())
+    changed, expected = _flip(gen, traj, step)
+    from ckptsel.records import scan
+
+    read = []
+    real = scan._unit_whole
+    monkeypatch.setattr(scan, "_unit_whole", lambda u, *a: read.append(u.step) or real(u, *a))
+    records.write_unit(folder, traj, step, generations=changed)
+    assert read == [step]  # the generations pack: only the rewritten unit read
+    assert _is_current(folder, "generations", traj)
+    pd.testing.assert_frame_equal(
+        records.read_frame(folder, "generations"),
+        records.read_frame(rg.write(tmp_path / "e", expected, nll), "generations"),
+    )
