@@ -294,7 +294,7 @@ def breakdown_child(out_json: str, argv: list[str]) -> None:
     blob = {
         "times": times, "wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
         "import_wall": ImportClock.wall, "import_cpu": ImportClock.cpu, "cli_import": cli_wall,
-        "command": inner,
+        "command": inner, "modules": len(sys.modules), "peft": "peft" in sys.modules,
     }  # fmt: skip
     Path(out_json).write_text(json.dumps(blob))
 
@@ -325,7 +325,6 @@ def small(args: argparse.Namespace) -> None:
     """The issue's check: ``ckptsel measure`` as a user runs it vs the naive loop, both in
     fresh processes, best of ``--repeat``; then one breakdown run. Writes its section."""
     import json
-    import subprocess
 
     from tinyrun import build_tiny_run
 
@@ -387,7 +386,8 @@ paid by each); best of {len(cli)} (`ckptsel measure`) and {len(naive)} (naive).
 | **speed-up** | **{best_naive[0] / best[0]:.1f}×** | **{best_naive[1] / best[1]:.1f}×** |
 
 Where one more `ckptsel measure` run's {total:.2f} s ({parts["cpu"]:.2f} CPU-s, after Python's own
-start) went: imports timed wherever they happen, each part without the imports inside it.
+start) went: imports timed wherever they happen, each part without the imports inside it
+({parts["modules"]} modules loaded by the end; PEFT {"among them" if parts["peft"] else "not imported"}).
 
 | part | calls | wall s | CPU s |
 |---|---:|---:|---:|

@@ -144,8 +144,6 @@ class ModelHolder:
             self.model = self._load(ckpt.path)
             self.full = str(local_ref(ckpt.path))
             return self.model
-        from peft import PeftModel
-
         name = f"step{ckpt.step}"
         if self.pristine is not None and self.base == ckpt.base:
             if name != self.adapter:
@@ -158,6 +156,8 @@ class ModelHolder:
                 self.pristine, self.base = base, ckpt.base
                 self.model = self._merged(ckpt, name)
                 return self.model
+            from peft import PeftModel  # unmerged adapters (a merged plain LoRA needs no PEFT)
+
             self.model = PeftModel.from_pretrained(base, local_ref(ckpt.path), adapter_name=name)
             self.model.to(self.device).eval()
             check_adapter_reaches(self.model, name, ckpt.path)
