@@ -44,7 +44,8 @@ PARTS = (
     ("tokenizer (once per run)", "ckptsel.measure.measurer", "Measurer", "_begin"),
     ("model for a checkpoint (adapter merge; base load included)", "ckptsel.measure.backends.hf", "ModelHolder", "get"),
     ("  base model load (once per run)", "ckptsel.measure.backends.hf", "ModelHolder", "_load"),
-    ("  plain LoRA read + merged in place", "ckptsel.measure.backends.hf", None, "plain_lora"),
+    ("  plain LoRA adapter read", "ckptsel.measure.backends.hf", None, "plain_lora"),
+    ("  plain LoRA merged in place", "ckptsel.measure.backends.hf", None, "merge_lora"),
     ("  adapter reach check (plain LoRA)", "ckptsel.measure.backends.hf", None, "check_lora_reaches"),
     ("  adapter through PEFT: reach check", "ckptsel.measure.backends.hf", None, "check_adapter_reaches"),
     ("conformance check (once per model family)", "ckptsel.measure.conformance", "Conformance", "hf"),
@@ -339,12 +340,17 @@ def small(args: argparse.Namespace) -> None:
         half = SMALL["items"] // 2
         steps = tuple(25 * (k + 1) for k in range(SMALL["checkpoints"]))
         build_tiny_run(root, steps=steps, n_validation=half, n_test=SMALL["items"] - half)
-        cli, naive = [], []
+        cli, naive, against = [], [], []
         for k in range(args.repeat):
             out = Path(tmp) / f"records{k}"
             fresh = {**env, "CKPTSEL_CACHE_DIR": str(Path(tmp) / f"cache{k}")}  # a first run
             cli.append(_run_in_pty([*here[:1], "-m", "ckptsel", *measure_argv(root, out)], fresh))
             print(f"ckptsel measure: {cli[-1][0]:.2f} s wall, {cli[-1][1]:.2f} CPU-s", flush=True)
+            if args.against:  # the same, from another source tree, right after
+                other = {**fresh, "PYTHONPATH": args.against, "CKPTSEL_CACHE_DIR": f"{tmp}/o{k}"}
+                argv = measure_argv(root, Path(tmp) / f"other{k}")
+                against.append(_run_in_pty([*here[:1], "-m", "ckptsel", *argv], other))
+                print(f"  against: {against[-1][0]:.2f} s wall, {against[-1][1]:.2f} CPU-s")
             if k < args.naive_repeat:
                 naive.append(_run_in_pty([*here, "--naive-child", str(root)], env))
                 print(
@@ -357,15 +363,30 @@ def small(args: argparse.Namespace) -> None:
         parts = json.loads(report.read_text())
     load_end = os.getloadavg()
     body = small_section(cli, naive, parts, (load_start, load_end))
+    if against:
+        body += (
+            f"\nInterleaved with the CLI of `{args.against}` (each run right after this one's, "
+            f"a fresh cache each): best {min(against)[0]:.2f} s wall / "
+            f"{min(a[1] for a in against):.2f} CPU-s there, {best_of(cli)} here; all runs "
+            f"(wall, CPU s): there {_pairs(against)}, here {_pairs(cli)}.\n"
+        )
     print(body)
     if not args.no_write:
         update_section("bench_measure_small", body)
 
 
+def _pairs(runs) -> str:
+    return ", ".join(f"({w:.1f}, {c:.1f})" for w, c in runs)
+
+
+def best_of(runs) -> str:
+    return f"{min(runs)[0]:.2f} s wall / {min(c for _, c in runs):.2f} CPU-s"
+
+
 def small_section(cli, naive, parts, loads) -> str:
     """The ``bench_measure_small`` section of BENCHMARKS.md."""
-    best = min(cli)
-    best_naive = min(naive)
+    best = (min(w for w, _ in cli), min(c for _, c in cli))  # each column's best
+    best_naive = (min(w for w, _ in naive), min(c for _, c in naive))
     times = parts["times"]
     total = parts["wall"]
     counted = parts["import_wall"] + sum(
@@ -380,7 +401,7 @@ def small_section(cli, naive, parts, loads) -> str:
 Machine: {machine()}; OMP_NUM_THREADS=1; 1-min load average {loads[0][0]:.1f} at the start,
 {loads[1][0]:.1f} at the end (shared machine). Tiny Llama (hidden 64, 2 layers), {SMALL["checkpoints"]}
 LoRA checkpoints, {SMALL["items"]} GSM8K-format items ({SMALL["items"] // 2} validation + {SMALL["items"] // 2} test),
-greedy, {SMALL["max_new_tokens"]} new tokens, the CLI's defaults otherwise (batch 32, progress bars on a
+greedy, {SMALL["max_new_tokens"]} new tokens, the CLI's defaults otherwise (batch auto = 16 on the CPU, progress bars on a
 terminal, fp32 CPU). Both sides run in a fresh process (Python's start and every import
 paid by each); best of {len(cli)} (`ckptsel measure`) and {len(naive)} (naive). Every `ckptsel measure`
 run starts with an empty cache folder (`CKPTSEL_CACHE_DIR`), as on a machine's first run: it
@@ -419,6 +440,10 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="the issue's small run (see SMALL)")
     ap.add_argument("--repeat", type=int, default=3, help="--small: ckptsel measure runs")
     ap.add_argument("--naive-repeat", type=int, default=1, help="--small: naive loop runs")
+    ap.add_argument(
+        "--against",
+        help="--small: another ckptsel src folder, its CLI run interleaved (before/after)",
+    )
     if len(sys.argv) > 2 and sys.argv[1] == "--breakdown-child":
         return breakdown_child(sys.argv[2], sys.argv[4:])
     if len(sys.argv) > 2 and sys.argv[1] == "--naive-child":
