@@ -278,12 +278,31 @@ def measure_argv(root: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def gc_clock() -> list[float]:
+    """``[CPU seconds, runs]`` of Python's garbage collections from now on (filled in as they
+    happen)."""
+    import gc
+
+    acc, start = [0.0, 0], [0.0]
+
+    def on_gc(phase: str, _info: dict) -> None:
+        if phase == "start":
+            start[0] = time.process_time()
+        else:
+            acc[0] += time.process_time() - start[0]
+            acc[1] += 1
+
+    gc.callbacks.append(on_gc)
+    return acc
+
+
 def breakdown_child(out_json: str, argv: list[str]) -> None:
     """In a fresh process: ``ckptsel measure`` run through its CLI with :class:`PartTimes`
     and :class:`ImportClock` on; where its time went, as JSON in ``out_json``."""
     import json
 
     ImportClock.install()
+    collected = gc_clock()
     w0, c0 = time.perf_counter(), time.process_time()
     import ckptsel.cli
 
@@ -300,6 +319,7 @@ def breakdown_child(out_json: str, argv: list[str]) -> None:
         "times": times, "wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
         "import_wall": ImportClock.wall, "import_cpu": ImportClock.cpu, "cli_import": cli_wall,
         "command": inner, "modules": len(sys.modules), "peft": "peft" in sys.modules,
+        "gc_cpu": collected[0], "gc_runs": collected[1],
     }  # fmt: skip
     Path(out_json).write_text(json.dumps(blob))
 
@@ -422,6 +442,8 @@ start) went: imports timed wherever they happen, each part without the imports i
 | imports (torch, transformers, ...; the CLI's own: {parts["cli_import"]:.2f} s) | | {parts["import_wall"]:.2f} | {parts["import_cpu"]:.2f} |
 {lines}
 | everything else (CLI, progress, glue) | | {total - counted:.2f} | |
+
+Python's garbage collector ran {parts["gc_runs"]} times for {parts["gc_cpu"]:.2f} CPU-s in all (inside the rows above).
 """
 
 

@@ -133,3 +133,32 @@ def test_records_are_the_same_as_through_peft(run, tmp_path, monkeypatch):
         assert when(read_provenance(tmp_path / "fast", kind)) == when(
             read_provenance(tmp_path / "peft", kind)
         )
+
+
+@pytest.mark.parametrize("progress", ["--progress", "--no-progress"])
+def test_the_cli_measures_with_fewer_collections_and_gives_the_threshold_back(
+    run, tmp_path, monkeypatch, progress
+):
+    """``ckptsel measure`` runs with the collector's first threshold raised (its imports and
+    passes make millions of objects) and restores the caller's afterwards (in-process use)."""
+    import gc
+
+    import ckptsel.measure
+    from ckptsel.cli.measure import GC_THRESHOLD
+
+    from clirun import exit_code
+
+    seen, real = [], ckptsel.measure.measure_run
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_threshold()[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckptsel.measure, "measure_run", spy)
+    monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(tmp_path / "cache"))
+    before = gc.get_threshold()
+    args = ["measure", run.run_dir, "--validation", run.validation, "--test", run.test]
+    args += ["--out", tmp_path / "records", "--task", "gsm8k", "--max-new-tokens", 8, progress]
+    assert exit_code(args) == 0
+    assert seen == [GC_THRESHOLD] and gc.get_threshold() == before
+    assert len(read_frame(tmp_path / "records", "generations")) == 3 * 7
