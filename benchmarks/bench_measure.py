@@ -10,6 +10,16 @@ after each checkpoint (it must not grow with the number of checkpoints: adapters
 in place and old ones deleted). Writes its section of BENCHMARKS.md.
 
     .venv/bin/python benchmarks/bench_measure.py [--items 1000] [--checkpoints 11]
+
+``--small`` is issue 37's check instead: 6 LoRA checkpoints, 100 items, 32 new tokens, the
+CLI's defaults otherwise; ``ckptsel measure`` as a user runs it (a fresh process, progress bars
+on a terminal, an empty cache folder) against the naive loop over every checkpoint and item
+(a fresh process too), wall and CPU seconds, then where one more run's time went (imports
+timed wherever they happen; the garbage collector's share). ``--against OTHER/src`` runs
+another ckptsel's CLI interleaved with this one's (before/after). The default mode imports
+ckptsel from the environment: from a worktree, set ``PYTHONPATH=src``.
+
+    .venv/bin/python benchmarks/bench_measure.py --small [--repeat 3] [--against OTHER/src]
 """
 
 from __future__ import annotations
