@@ -263,6 +263,8 @@ def plain_lora(ref: Any, model: Any) -> dict[str, tuple[Any, Any, float]] | None
         return None
     if any(v for k, v in config.items() if k not in _PLAIN_KEYS):
         return None
+    if not isinstance(config.get("init_lora_weights", True), bool):  # PiSSA, OLoRA, ...: they
+        return None  # change the base weights as PEFT injects the adapter
     r, alpha = config.get("r"), config.get("lora_alpha")
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r, alpha))
     if not numbers or not isinstance(r, int) or r <= 0:
