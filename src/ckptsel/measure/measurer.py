@@ -123,7 +123,7 @@ def split_frames(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Contract frames (generations with ``text``, NLL) of ``items`` (``{split: items}``) from
     their texts and scores in the same flat order (``None``: that kind was not measured)."""
-    gens, nlls, start = [empty_generations()], [empty_nll()], 0
+    gens, nlls, start = [empty_generations], [empty_nll], 0  # made only when nothing else is
     for split, its in items.items():
         part = slice(start, start + len(its))
         start += len(its)
@@ -164,9 +164,10 @@ def stamp(frame: pd.DataFrame, provenance: dict[str, Any]) -> pd.DataFrame:
     return frame.assign(provenance=pd.Series([value] * len(frame), index=frame.index, dtype="string"))
 
 
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The frames stacked (the first, empty one only keeps the contract dtypes)."""
-    frames = [f for f in frames[1:] if len(f)] or frames[:1]
+def _concat(frames: list[Any]) -> pd.DataFrame:
+    """The frames stacked; the first is what makes an empty frame with the contract dtypes,
+    called only when no other frame has rows."""
+    frames = [f for f in frames[1:] if len(f)] or [frames[0]()]
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 

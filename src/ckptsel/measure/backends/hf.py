@@ -5,12 +5,18 @@ The base model is loaded once per run and LoRA adapters are swapped in place
 ``delete_adapter``); full checkpoints are loaded one at a time and freed.
 
 In float32 on the CPU, with a base of at most :data:`MERGE_MAX_BYTES`, each adapter is instead
-merged into a fresh copy of the untouched base (``merge_and_unload``): LoRA's extra matmuls
-cost a quarter of measurement time there, and a float32 merge moves values only at rounding
-level (every item's text and NLL agree with the unmerged adapter in the tests). The base is
-never merged into and unmerged from, so results do not depend on the order checkpoints are
-measured in. On GPUs (bfloat16, where a merge would round the adapter's small update away)
-adapters stay unmerged.
+merged into a copy of the untouched base: LoRA's extra matmuls cost a quarter of measurement
+time there, and a float32 merge moves values only at rounding level (every item's text and
+NLL agree with the unmerged adapter in the tests). The base is never merged into and
+unmerged from, so results do not depend on the order checkpoints are measured in. A plain
+LoRA adapter (:func:`plain_lora`: ``nn.Linear`` targets, no DoRA, patterns, biases or saved
+modules) is merged without PEFT: one working copy of the base is made per run, and per
+checkpoint the weights the last adapter changed are copied back from the untouched base and
+each target gets ``W += (B @ A) * scaling``, PEFT's own merge, operation for operation (the
+same bytes as ``merge_and_unload`` on a fresh copy, pinned by a test), for a fraction of the
+cost of a copy of the whole model, PEFT's injection and its import. Any other adapter goes
+through PEFT (``merge_and_unload`` on a fresh copy). On GPUs (bfloat16, where a merge would
+round the adapter's small update away) adapters stay unmerged.
 
 An adapter whose LoRA sits on a module the model's forward never calls (it reads the weight
 directly: ``dt_proj`` in HF's Mamba, FalconMamba and Jamba mixers) is refused in one line when
@@ -26,7 +32,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
+import math
 import pickle
+import re
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -86,6 +95,8 @@ class ModelHolder:
         self.base: str | None = None  # set while self.model is that base + an adapter
         self.adapter: str | None = None
         self.pristine: Any = None  # the untouched base that adapters are merged into copies of
+        self.work: Any = None  # the copy plain LoRA adapters are merged into (plain_lora)
+        self.touched: set[str] = set()  # the work copy's weights the last adapter changed
         self.loads = 0  # base/full model loads, for tests and benchmarks
         self.full: str | None = None  # set while self.model is that full checkpoint
         self.swap = swap  # full checkpoints swapped into the model in memory (module doc)
@@ -106,10 +117,11 @@ class ModelHolder:
 
     def free(self) -> None:
         """Drop the model and give its memory back."""
-        held = [weakref.ref(m) for m in (self.model, self.pristine) if m is not None]
+        held = [weakref.ref(m) for m in (self.model, self.pristine, self.work) if m is not None]
         if not held:
             return
-        self.model = self.base = self.adapter = self.pristine = self.full = None
+        self.model = self.base = self.adapter = self.pristine = self.full = self.work = None
+        self.touched = set()
         # models are usually freed right here, by reference counting; a full collection
         # (a quarter second with torch loaded) only when something survived in a cycle
         if any(ref() is not None for ref in held):
@@ -132,8 +144,6 @@ class ModelHolder:
             self.model = self._load(ckpt.path)
             self.full = str(local_ref(ckpt.path))
             return self.model
-        from peft import PeftModel
-
         name = f"step{ckpt.step}"
         if self.pristine is not None and self.base == ckpt.base:
             if name != self.adapter:
@@ -146,6 +156,8 @@ class ModelHolder:
                 self.pristine, self.base = base, ckpt.base
                 self.model = self._merged(ckpt, name)
                 return self.model
+            from peft import PeftModel  # unmerged adapters (a merged plain LoRA needs no PEFT)
+
             self.model = PeftModel.from_pretrained(base, local_ref(ckpt.path), adapter_name=name)
             self.model.to(self.device).eval()
             check_adapter_reaches(self.model, name, ckpt.path)
@@ -194,18 +206,140 @@ class ModelHolder:
         return size <= MERGE_MAX_BYTES
 
     def _merged(self, ckpt: Checkpoint, name: str) -> Any:
-        """A fresh copy of the pristine base with ``ckpt``'s adapter merged in."""
+        """The pristine base with ``ckpt``'s adapter merged in: a plain LoRA adapter
+        (:func:`plain_lora`) into the working copy, any other through PEFT into a fresh copy."""
         import copy
 
+        self.model = None  # the previous merged copy goes before the next is made
+        ref = local_ref(ckpt.path)
+        if self.work is None:
+            self.work, self.touched = copy.deepcopy(self.pristine), set()
+        plan = plain_lora(ref, self.work)
+        if plan is not None:
+            self.adapter = None  # until merged and checked
+            self.touched = merge_lora(self.work, self.pristine, plan, self.touched)
+            check_lora_reaches(self.work, plan, ckpt.path)
+            self.adapter = name
+            return self.work
         from peft import PeftModel
 
-        self.model = None  # the previous merged copy goes before the next is made
-        peft_model = PeftModel.from_pretrained(
-            copy.deepcopy(self.pristine), local_ref(ckpt.path), adapter_name=name
-        )
+        self.work, self.touched = None, set()  # not beside a fresh copy
+        peft_model = PeftModel.from_pretrained(copy.deepcopy(self.pristine), ref, adapter_name=name)
         check_adapter_reaches(peft_model.eval(), name, ckpt.path)
         self.adapter = name
         return peft_model.merge_and_unload().eval()
+
+
+# adapter_config.json keys a plain LoRA adapter may set to anything (the rest must be unset:
+# None, False, empty); anything else, or a key a newer PEFT adds, goes through PEFT
+_PLAIN_KEYS = frozenset({
+    "base_model_name_or_path", "auto_mapping", "revision", "peft_version", "task_type",
+    "inference_mode", "init_lora_weights", "lora_dropout", "target_modules", "r", "lora_alpha",
+    "use_rslora", "peft_type", "bias", "megatron_core", "qalora_group_size",
+})  # fmt: skip
+_LORA_KEY = re.compile(r"base_model\.model\.(.+)\.lora_([AB])\.weight")
+
+
+def plain_lora(ref: Any, model: Any) -> dict[str, tuple[Any, Any, float]] | None:
+    """A plain LoRA adapter at ``ref`` for the HF ``model`` (``{module name: (A, B,
+    scaling)}``, A and B in the model's dtype, as PEFT loads them), or None when PEFT must
+    handle it: a config key beyond :data:`_PLAIN_KEYS` set (DoRA, rank or alpha patterns,
+    biases, saved modules, layer selection, ...), ``target_modules`` not a list, weights not
+    in ``adapter_model.safetensors``, a tensor not a ``lora_A``/``lora_B`` weight of an
+    ``nn.Linear`` of its rank, a target module without both, or a target weight tied to
+    another. The modules PEFT would wrap (a name equal to or ending in ``.`` + a target) must
+    be exactly those the file has tensors for."""
+    import torch
+    from safetensors.torch import load_file
+
+    folder = Path(str(ref))
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        return None
+    if config.get("bias", "none") != "none" or not isinstance(config.get("target_modules"), list):
+        return None
+    if any(v for k, v in config.items() if k not in _PLAIN_KEYS):
+        return None
+    if not isinstance(config.get("init_lora_weights", True), bool):  # PiSSA, OLoRA, ...: they
+        return None  # change the base weights as PEFT injects the adapter
+    r, alpha = config.get("r"), config.get("lora_alpha")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r, alpha))
+    if not numbers or not isinstance(r, int) or r <= 0:
+        return None
+    if not (folder / "adapter_model.safetensors").is_file():
+        return None
+    tensors: dict[str, dict[str, Any]] = {}
+    for key, value in load_file(str(folder / "adapter_model.safetensors")).items():
+        m = _LORA_KEY.fullmatch(key)
+        if m is None:
+            return None
+        tensors.setdefault(m.group(1), {})[m.group(2)] = value
+    modules = dict(model.named_modules())
+    wanted = config["target_modules"]
+    targets = {n for n in modules if n and any(n == t or n.endswith("." + t) for t in wanted)}
+    if set(tensors) != targets or not targets:
+        return None
+    shared: dict[int, int] = {}
+    for t in model.state_dict(keep_vars=True).values():
+        shared[t.data_ptr()] = shared.get(t.data_ptr(), 0) + 1
+    scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+    plan = {}
+    for name, ab in tensors.items():
+        mod = modules[name]
+        tied = shared[mod.weight.data_ptr()] > 1
+        if type(mod) is not torch.nn.Linear or set(ab) != {"A", "B"} or tied:
+            return None
+        a, b = ab["A"], ab["B"]
+        if tuple(a.shape) != (r, mod.in_features) or tuple(b.shape) != (mod.out_features, r):
+            return None
+        plan[name] = (a.to(mod.weight.dtype), b.to(mod.weight.dtype), scaling)
+    return plan
+
+
+def merge_lora(
+    model: Any, pristine: Any, plan: dict[str, tuple[Any, Any, float]], touched: set[str]
+) -> set[str]:
+    """Merge a :func:`plain_lora` adapter into ``model``, a copy of ``pristine``: the weights
+    of ``touched`` (the last adapter's modules) and of ``plan`` copied back from ``pristine``,
+    then ``W += (B @ A) * scaling`` per module, as PEFT's ``merge`` computes it. Returns the
+    modules changed (the next call's ``touched``)."""
+    import torch
+
+    modules, originals = dict(model.named_modules()), dict(pristine.named_modules())
+    with torch.no_grad():
+        for name in sorted(touched | set(plan)):
+            modules[name].weight.copy_(originals[name].weight)
+        for name, (a, b, scaling) in plan.items():
+            modules[name].weight.data += (b @ a) * scaling
+    return set(plan)
+
+
+def check_lora_reaches(model: Any, plan: dict[str, tuple[Any, Any, float]], where: Any) -> None:
+    """:func:`check_adapter_reaches` for a :func:`plain_lora` adapter merged into ``model``:
+    a target whose B is not zero must be called (by its name's last part) in a short
+    forward."""
+    import torch
+
+    carrying = [n for n, (_, b, _) in plan.items() if bool(b.any())]
+    modules = dict(model.named_modules())
+    called: set[str] = set()
+    hooks = [
+        modules[n].register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1]))
+        for n in carrying
+    ]
+    try:
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
+    finally:
+        for h in hooks:
+            h.remove()
+    missed = [n for n in carrying if n.rsplit(".", 1)[-1] not in called]
+    if missed:
+        _refuse_unreached(model.config, missed, where)
 
 
 def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
@@ -246,14 +380,19 @@ def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
             h.remove()
     missed = [n for n in carrying if n.rsplit(".", 1)[-1] not in called]
     if missed:
-        kind = getattr(peft_model.get_base_model().config, "model_type", "this model")
-        leaf = missed[0].rsplit(".", 1)[-1]
-        raise CkptselError(
-            f"{where}: the adapter's LoRA on {missed[0]} ({len(missed)} {leaf} modules) is never "
-            f"called by {kind}'s forward, which reads the weight directly: unmerged (bfloat16) "
-            f"it is ignored, merged (float32 CPU) it counts; train without {leaf} in "
-            "target_modules"
-        )
+        _refuse_unreached(peft_model.get_base_model().config, missed, where)
+
+
+def _refuse_unreached(config: Any, missed: list[str], where: Any) -> None:
+    """One line for an adapter whose LoRA on ``missed`` modules the forward never calls."""
+    kind = getattr(config, "model_type", "this model")
+    leaf = missed[0].rsplit(".", 1)[-1]
+    raise CkptselError(
+        f"{where}: the adapter's LoRA on {missed[0]} ({len(missed)} {leaf} modules) is never "
+        f"called by {kind}'s forward, which reads the weight directly: unmerged (bfloat16) "
+        f"it is ignored, merged (float32 CPU) it counts; train without {leaf} in "
+        "target_modules"
+    )
 
 
 def _refuse_wrapped(peft_model: Any, odd: list[str], where: Any) -> None:
