@@ -18,7 +18,15 @@ The freeze rule is structural: ``choose`` sees only :class:`~ckptsel.records.Val
 from __future__ import annotations
 
 from ckptsel.choose import core
-from ckptsel.choose.choices import PoolSubsets, choose, choose_trajectory, signals, thinned
+from ckptsel.choose.choices import (
+    PoolSubsets,
+    choose,
+    choose_trajectory,
+    full_pool_choice,
+    pool_key,
+    signals,
+    thinned,
+)
 from ckptsel.choose.evaluate import (
     BUDGET_LABELS,
     MH_RULES,
@@ -84,9 +92,11 @@ __all__ = [
     "choose",
     "choose_trajectory",
     "freeze",
+    "full_pool_choice",
     "load_frozen",
     "parse_budget_list",
     "parse_budgets",
+    "pool_key",
     "quantity_names",
     "score",
     "signals",

@@ -197,13 +197,25 @@ def _choices(
     return out
 
 
+def pool_key(v: ValidationData) -> bytes:
+    """The identity of a trajectory's eligible validation pool: a hash of its item ids and
+    groups (trajectories with the same key see the same subsets, partitions and weights)."""
+    return hashlib.sha256("\n".join([*v.item_ids, "\x00", *v.groups]).encode()).digest()
+
+
+def full_pool_choice(signal: np.ndarray, maximize: bool) -> np.ndarray:
+    """``(T,)`` a rule's choice on the whole pool from its signal ``(T, n)``: uniform over the
+    checkpoints with the best sum (the ``FULL`` budget of :func:`choose_trajectory`, which
+    needs no permutation)."""
+    return core.tie_probabilities(signal.sum(axis=1), maximize=maximize)
+
+
 def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) -> list[dict]:
     """:func:`choose_trajectory` of every trajectory; trajectories that share a pool share its
     subsets and one product for all their integer signals."""
     pools: dict[bytes, list[int]] = {}
     for j, v in enumerate(validation):
-        key = hashlib.sha256("\n".join([*v.item_ids, "\x00", *v.groups]).encode()).digest()
-        pools.setdefault(key, []).append(j)
+        pools.setdefault(pool_key(v), []).append(j)
     picked: list[dict] = [{} for _ in validation]
     P = settings.permutations
     for members in pools.values():

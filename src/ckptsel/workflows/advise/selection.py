@@ -49,6 +49,7 @@ The answer is typed: a :class:`Selection` (per rule a :class:`RuleSelection` wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -65,6 +66,8 @@ from ckptsel.choose import (
     ChoiceSettings,
     choose_trajectory,
     core,
+    full_pool_choice,
+    pool_key,
     signals,
 )
 from ckptsel.defaults import BUDGETS
@@ -350,40 +353,95 @@ def split_validation_gains(
     ``in_s`` (P, n) marks the first half of each partition, ``weights`` (W, n) the question
     multiplicities (ones for the point estimate). In direction 1 the rule chooses on S by
     ``signal`` and the choice is scored by accuracy on S̄; direction 2 swaps the halves.
-    Ties among checkpoints are averaged uniformly.
+    Ties among checkpoints are averaged uniformly. One trajectory of
+    :func:`pooled_split_gains`.
     """
-    W, P = weights.shape[0], in_s.shape[0]
-    corr = correct.astype(np.float64)
-    total_sig = core.weighted_sums(signal, weights.T)  # (T, W)
-    total_corr = corr @ weights.T
-    total_w = weights.sum(axis=1)
-    gains = np.empty(W * P)
-    rows_per_chunk = max(1, CHUNK_CELLS // (P * max(1, weights.shape[1])))
+    return pooled_split_gains([signal], [correct], maximize, in_s, weights)[0]
+
+
+def pooled_split_gains(
+    signals: Sequence[np.ndarray], corrects: Sequence[np.ndarray], maximize: bool,
+    in_s: np.ndarray, weights: np.ndarray,
+) -> list[np.ndarray]:  # fmt: skip
+    """:func:`split_validation_gains` of K trajectories that share one validation pool (the same
+    items, so the same partitions ``in_s`` (P, n) and weights ``(W, n)``): ``(W,)`` gains of
+    each, from its ``(T_k, n)`` signal and correctness.
+
+    The sums over the halves are made once per chunk of (draw, partition) masks for all K:
+    integer sums (integer signals, correctness, integer weights) in one float32 product, exact
+    because every partial sum is an integer below 2**24 (so the same numbers as any float64
+    order); float signals (NLL) each in its own float64 product with identical checkpoint rows
+    summed once (:func:`ckptsel.choose.core.weighted_sums`).
+    """
+    W, P, n = weights.shape[0], in_s.shape[0], in_s.shape[1]
+    halves = _HalfSums(list(signals), list(corrects), weights)
+    gains = [np.empty(W * P) for _ in halves.sig]
+    rows_per_chunk = max(1, CHUNK_CELLS // (P * max(1, n)))
     for start in range(0, W, rows_per_chunk):
         stop = min(W, start + rows_per_chunk)
-        masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(
-            -1, in_s.shape[1]
-        )  # (w*P, n)
+        masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(-1, n)  # (w*P, n)
         rep = np.repeat(np.arange(start, stop), P)
-        sig_in = core.weighted_sums(signal, masks.T)
-        sig_out = total_sig[:, rep] - sig_in
-        corr_in = corr @ masks.T
-        corr_out = total_corr[:, rep] - corr_in
         size_in = masks.sum(axis=1)
-        size_out = total_w[rep] - size_in
-        with np.errstate(invalid="ignore", divide="ignore"):
-            g = []
-            for choose_on, score_on, size in (
-                (sig_in, corr_out, size_out),
-                (sig_out, corr_in, size_in),
-            ):
-                p = core.tie_probabilities(choose_on, maximize=maximize)
-                # differences to the final checkpoint first: an exact 0 when the choice equals it
-                g.append(
-                    (p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan)
-                )
-        gains[start * P : stop * P] = 100.0 * np.nanmean(np.stack(g), axis=0)
-    return gains.reshape(W, P).mean(axis=1)
+        size_out = halves.total_w[rep] - size_in
+        sums = halves.of(masks)
+        for k, (sig_in, corr_in) in enumerate(sums):
+            sig_out = halves.total_sig[k][:, rep] - sig_in
+            corr_out = halves.total_corr[k][:, rep] - corr_in
+            with np.errstate(invalid="ignore", divide="ignore"):
+                g = []
+                for choose_on, score_on, size in ((sig_in, corr_out, size_out), (sig_out, corr_in, size_in)):
+                    p = core.tie_probabilities(choose_on, maximize=maximize)
+                    # differences to the final checkpoint first: an exact 0 when the choice equals it
+                    g.append((p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan))
+            gains[k][start * P : stop * P] = 100.0 * np.nanmean(np.stack(g), axis=0)
+    return [g.reshape(W, P).mean(axis=1) for g in gains]
+
+
+class _HalfSums:
+    """Sums of K trajectories' signals and correctness ``(T_k, n)`` over weight rows ``(R, n)``:
+    the count rows (integer signals, correctness) of all K in one float32 product when the
+    weights are integers and every sum stays below 2**24 (exact), the rest in float64 as
+    :func:`ckptsel.choose.core.weighted_sums` makes them. ``total_*``: over ``weights`` itself."""
+
+    def __init__(self, signals: list[np.ndarray], corrects: list[np.ndarray], weights: np.ndarray):
+        self.sig = [s if s.dtype.kind in "biu" else s.astype(np.float64) for s in signals]
+        self.corr = [c.astype(np.float64) if c.dtype.kind == "f" else c for c in corrects]
+        self.firsts = [None if s.dtype.kind in "biu" else core.first_identical_row(s) for s in self.sig]
+        ints = [a for pair in zip(self.sig, self.corr, strict=True) for a in pair if a.dtype.kind in "biu"]
+        top = max((float(np.abs(a).max(initial=0)) for a in ints), default=0.0)
+        self.exact = bool((np.rint(weights) == weights).all() and (weights >= 0).all()
+                          and top * weights.sum(axis=1).max(initial=0) < 2**24)  # fmt: skip
+        # the accuracy rule's signal is its correctness: summed once
+        self.same = [self.exact and s.dtype.kind in "biu" and c.dtype.kind in "biu" and np.array_equal(s, c)
+                     for s, c in zip(self.sig, self.corr, strict=True)]  # fmt: skip
+        counts = [a for s, c, same in zip(self.sig, self.corr, self.same, strict=True)
+                  for a in ((s,) if same else (s, c)) if a.dtype.kind in "biu"]  # fmt: skip
+        self.rows = np.concatenate([a.astype(np.float32) for a in counts]) if self.exact and counts else None
+        self.total_w = weights.sum(axis=1)
+        totals = self.of(weights)
+        self.total_sig = [s for s, _ in totals]
+        self.total_corr = [c for _, c in totals]
+
+    def of(self, masks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per trajectory, ``(T_k, R)`` sums of its signal and of its correctness over ``masks`` (R, n)."""
+        flat = None if self.rows is None else (self.rows @ masks.T.astype(np.float32)).astype(np.float64)
+        at, out = 0, []
+        for s, c, first, same in zip(self.sig, self.corr, self.firsts, self.same, strict=True):
+            if flat is not None and s.dtype.kind in "biu":
+                sig = flat[at : at + len(s)]
+                at += len(s)
+            else:
+                sig = core.weighted_sums(s.astype(np.float64), masks.T, first)
+            if same:
+                out.append((sig, sig))
+                continue
+            if flat is not None and c.dtype.kind in "biu":
+                corr = flat[at : at + len(c)]
+                at += len(c)
+            else:
+                corr = c.astype(np.float64) @ masks.T
+            out.append((sig, corr))
+        return out
 
 
 def partition_masks(
@@ -556,59 +614,99 @@ def _check_select_memory(settings: SelectSettings, n: int, checkpoints: int) -> 
 
 
 @dataclass(frozen=True)
-class _Split:
-    """What every rule's split-validation gain of one trajectory shares: its validation data,
-    the rules' full-pool and budget choices and signals, the partition masks and the
-    question-bootstrap weights."""
+class _Pool:
+    """What the trajectories of one validation pool (the same items and groups) share: the
+    partition masks ``in_s`` (P, n), the question-bootstrap weights (draws, n), the number of
+    validation clusters and the two half sizes."""
 
-    v: ValidationData
-    chosen: dict
-    sig: dict[str, np.ndarray]
     in_s: np.ndarray
     weights: np.ndarray
     clusters: int
     halves: tuple[int, int]
 
     @classmethod
-    def of(
-        cls, v: ValidationData, rule: str, settings: SelectSettings, full_only: bool = False
-    ) -> _Split:
+    def of(cls, v: ValidationData, settings: SelectSettings) -> _Pool:
         n = len(v.item_ids)
-        if n < 2:
-            raise CkptselError(
-                f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation"
-            )
-        # full_only: the rules' full-pool choices alone, which no permutation changes (the
-        # keep table); otherwise every budget's, over the settings' permutations
-        permutations = 1 if full_only else settings.permutations
-        chosen = choose_trajectory(v, ChoiceSettings(permutations=permutations, seed=settings.seed))
-        sig = {r: s.astype(np.float64) for r, s in signals(v).items()}
-        _check_select_memory(settings, n, len(v.steps))
         in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
         weights, clusters = question_weights(
             v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
         )
         first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
-        if rule not in sig:
-            raise CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
-        return cls(v, chosen, sig, in_s, weights, clusters, (first, n - first))
+        return cls(in_s, weights, clusters, (first, n - first))
 
-    def gain(self, r: str, settings: SelectSettings) -> SplitValidationGain:
-        """Rule ``r``'s split-validation gain over the final checkpoint."""
-        v, maximize, n = self.v, RULES[r].maximize, len(self.v.item_ids)
-        point = split_validation_gains(self.sig[r], v.correct, maximize, self.in_s, np.ones((1, n)))[0]
-        reps = split_validation_gains(
-            self.sig[r], v.correct, maximize, self.in_s[: settings.bootstrap_partitions], self.weights
-        )
-        full = self.chosen[("nested", r, FULL)]
+    def gains(
+        self, sigs: list[np.ndarray], vs: list[ValidationData], maximize: bool, settings: SelectSettings
+    ) -> list[tuple[float, np.ndarray]]:
+        """Per trajectory of this pool (signal ``(T_k, n)`` of the rule, validation data): the
+        split-validation point estimate (every partition) and its ``(draws,)`` replicates (the
+        first ``bootstrap_partitions`` partitions)."""
+        corrects = [v.correct for v in vs]
+        n = self.in_s.shape[1]
+        points = pooled_split_gains(sigs, corrects, maximize, self.in_s, np.ones((1, n)))
+        reps = pooled_split_gains(sigs, corrects, maximize, self.in_s[: settings.bootstrap_partitions], self.weights)
+        return [(float(p[0]), r) for p, r in zip(points, reps, strict=True)]
+
+    def estimate(
+        self, point: float, reps: np.ndarray, full: np.ndarray, v: ValidationData, settings: SelectSettings
+    ) -> SplitValidationGain:
+        """The split-validation gain of the full-pool choice ``full`` (T,) of trajectory ``v``."""
         gain = gain_estimate(point, reps, settings.level, self.clusters, "validation",
                              discordant_clusters(full, v.correct, v.groups))  # fmt: skip
         return SplitValidationGain(gain, settings.partitions, self.halves, self.clusters)
 
+
+def _check_splittable(v: ValidationData, settings: SelectSettings) -> None:
+    """At least two eligible validation items, and the split's arrays fit in memory."""
+    n = len(v.item_ids)
+    if n < 2:
+        raise CkptselError(
+            f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation"
+        )
+    _check_select_memory(settings, n, len(v.steps))
+
+
+def _no_nll(rule: str) -> CkptselError:
+    return CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
+
+
+@dataclass(frozen=True)
+class _Split:
+    """What every rule's split-validation gain of one trajectory shares: its validation data,
+    the rules' full-pool and budget choices and signals, and its pool's partitions and
+    question-bootstrap weights."""
+
+    v: ValidationData
+    chosen: dict
+    sig: dict[str, np.ndarray]
+    pool: _Pool
+
+    @property
+    def clusters(self) -> int:
+        return self.pool.clusters
+
+    @classmethod
+    def of(cls, v: ValidationData, rule: str, settings: SelectSettings) -> _Split:
+        _check_splittable(v, settings)
+        chosen = choose_trajectory(v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed))
+        sig = signals(v)
+        pool = _Pool.of(v, settings)
+        if rule not in sig:
+            raise _no_nll(rule)
+        return cls(v, chosen, sig, pool)
+
+    def gain(self, r: str, settings: SelectSettings) -> SplitValidationGain:
+        """Rule ``r``'s split-validation gain over the final checkpoint."""
+        ((point, reps),) = self.pool.gains([self.sig[r]], [self.v], RULES[r].maximize, settings)
+        return self.pool.estimate(point, reps, self.chosen[("nested", r, FULL)], self.v, settings)
+
     def steps_of(self, r: str) -> tuple[int, ...]:
         """Rule ``r``'s full-pool choice (its tie set)."""
-        full = self.chosen[("nested", r, FULL)]
-        return tuple(int(self.v.steps[i]) for i in np.flatnonzero(full > 0))
+        return chosen_steps(self.chosen[("nested", r, FULL)], self.v.steps)
+
+
+def chosen_steps(full: np.ndarray, steps: np.ndarray) -> tuple[int, ...]:
+    """The steps of a full-pool choice ``full`` (T,): its tie set."""
+    return tuple(int(steps[i]) for i in np.flatnonzero(full > 0))
 
 
 def _select_checkpoint(
@@ -689,27 +787,65 @@ def select_all(
     if rule not in SIGNAL_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
     settings = settings or SelectSettings()
-    rows, selections = [], {}
+    selections = {}
     with single_threaded():
-        for v in validation if validation is not None else load_validation(records_dir):
-            final = int(v.steps[-1])
-            try:
-                if keep_only:
-                    split = _Split.of(v, rule, settings, full_only=True)
-                    chosen = RuleSelection(split.steps_of(rule), {}, (), split.gain(rule, settings))
-                    rec = recommend(chosen, rule, final, settings.level)
-                else:
+        validation = validation if validation is not None else load_validation(records_dir)
+        if keep_only:
+            rows = keep_rows(validation, rule, settings)
+        else:
+            rows = []
+            for v in validation:
+                try:
                     sel = select_checkpoint(records_dir, v.trajectory, rule=rule, settings=settings)
-                    selections[v.trajectory] = sel
-                    chosen, rec = sel.rules[rule], sel.recommendation
-            except CkptselError as err:
-                rows.append(KeepRow(v.trajectory, v.configuration, final, final, True, (), None,
-                                    f"no selection: {err}"))  # fmt: skip
-                continue
-            rows.append(KeepRow(v.trajectory, v.configuration, final, rec.keep_step,
-                                rec.keep_final, chosen.steps, chosen.split_validation.estimate,
-                                rec.reason))  # fmt: skip
+                except CkptselError as err:
+                    rows.append(_no_selection(v, err))
+                    continue
+                selections[v.trajectory] = sel
+                rows.append(_keep_row(v, sel.rules[rule], sel.recommendation))
     return StudySelection(KeepTable(rule, asdict(settings), tuple(rows)), selections)
+
+
+def _no_selection(v: ValidationData, err: CkptselError) -> KeepRow:
+    final = int(v.steps[-1])
+    return KeepRow(v.trajectory, v.configuration, final, final, True, (), None, f"no selection: {err}")
+
+
+def _keep_row(v: ValidationData, chosen: RuleSelection, rec: Recommendation) -> KeepRow:
+    return KeepRow(v.trajectory, v.configuration, int(v.steps[-1]), rec.keep_step, rec.keep_final,
+                   chosen.steps, chosen.split_validation.estimate, rec.reason)  # fmt: skip
+
+
+def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSettings) -> list[KeepRow]:
+    """The keep table's rows, in ``validation`` order: per trajectory ``rule``'s full-pool
+    choice, its split-validation gain and the recommendation, the numbers
+    :func:`select_checkpoint` gives. Trajectories of one validation pool share its partitions,
+    bootstrap weights and the products of :func:`pooled_split_gains`; the full-pool choice is
+    :func:`ckptsel.choose.full_pool_choice` (no budget, so no permutation, is needed)."""
+    rows: list[KeepRow | None] = [None] * len(validation)
+    pools: dict[bytes, list[int]] = {}
+    for j, v in enumerate(validation):
+        pools.setdefault(pool_key(v), []).append(j)
+    maximize = RULES[rule].maximize
+    for members in pools.values():
+        sigs = {}
+        for j in members:
+            v = validation[j]
+            try:
+                _check_splittable(v, settings)
+                if (sig := RULES[rule].signal(v)) is None:
+                    raise _no_nll(rule)
+                sigs[j] = sig
+            except CkptselError as err:
+                rows[j] = _no_selection(v, err)
+        if not sigs:
+            continue
+        pool = _Pool.of(validation[next(iter(sigs))], settings)
+        vs = [validation[j] for j in sigs]
+        for (j, sig), v, (point, reps) in zip(sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True):  # fmt: skip
+            full = full_pool_choice(sig, maximize)
+            chosen = RuleSelection(chosen_steps(full, v.steps), {}, (), pool.estimate(point, reps, full, v, settings))
+            rows[j] = _keep_row(v, chosen, recommend(chosen, rule, int(v.steps[-1]), settings.level))
+    return rows
 
 
 def keep_settings(permutations: int, draws: int, seed: int, level: float) -> SelectSettings:
