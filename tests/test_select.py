@@ -9,12 +9,22 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from ckptsel.choose import (
+    FULL,
+    RULES,
+    ChoiceSettings,
+    choose_trajectory,
+    core,
+    full_pool_choice,
+    pool_key,
+)
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.results import Estimate
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
     partition_masks,
+    pooled_split_gains,
     select_checkpoint,
     split_validation_gains,
 )
@@ -183,6 +193,90 @@ def test_vectorized_split_gains_equal_a_plain_loop(maximize):
     got = split_validation_gains(signal, correct, maximize, in_s, weights)
     np.testing.assert_allclose(got, loop_gains(signal, correct, maximize, in_s, weights), atol=1e-9)
 
+
+def one_trajectory_gains(
+    signal: np.ndarray, correct: np.ndarray, maximize: bool, in_s: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """``split_validation_gains`` as it was before issue 37 (one trajectory, float64 products):
+    the reference the pooled kernel must reproduce bit for bit."""
+    W, P = weights.shape[0], in_s.shape[0]
+    corr = correct.astype(np.float64)
+    total_sig = core.weighted_sums(signal, weights.T)  # (T, W)
+    total_corr = corr @ weights.T
+    total_w = weights.sum(axis=1)
+    gains = np.empty(W * P)
+    rows_per_chunk = max(1, 4_000_000 // (P * max(1, weights.shape[1])))
+    for start in range(0, W, rows_per_chunk):
+        stop = min(W, start + rows_per_chunk)
+        masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(
+            -1, in_s.shape[1]
+        )  # (w*P, n)
+        rep = np.repeat(np.arange(start, stop), P)
+        sig_in = core.weighted_sums(signal, masks.T)
+        sig_out = total_sig[:, rep] - sig_in
+        corr_in = corr @ masks.T
+        corr_out = total_corr[:, rep] - corr_in
+        size_in = masks.sum(axis=1)
+        size_out = total_w[rep] - size_in
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = []
+            for choose_on, score_on, size in (
+                (sig_in, corr_out, size_out),
+                (sig_out, corr_in, size_in),
+            ):
+                p = core.tie_probabilities(choose_on, maximize=maximize)
+                # differences to the final checkpoint first: an exact 0 when the choice equals it
+                g.append(
+                    (p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan)
+                )
+        gains[start * P : stop * P] = 100.0 * np.nanmean(np.stack(g), axis=0)
+    return gains.reshape(W, P).mean(axis=1)
+
+
+@pytest.mark.parametrize("maximize", [True, False])
+def test_pooled_split_gains_equal_one_trajectory_at_a_time(maximize):
+    """Trajectories of one pool (different checkpoint counts, tied checkpoints, integer and
+    float signals) through one pooled call: the same bits as the old one-trajectory float64
+    kernel, and the plain loop's values."""
+    rng = np.random.default_rng(5)
+    n, P = 31, 6
+    ids = np.array([f"q{k}" for k in range(n)])
+    in_s = partition_masks(ids, P, seed=2)
+    weights = np.vstack([np.ones(n), rng.integers(0, 4, (7, n)).astype(float)])
+    corrects, signals = [], []
+    for T in (2, 5, 9):
+        correct = rng.random((T, n)) < 0.5
+        correct[-1] = correct[0]  # the final checkpoint tied with the first
+        corrects.append(correct)
+        signals.append(correct.astype(np.int64) if maximize else rng.integers(0, 3, (T, n)))
+    signals.append(rng.gamma(2.0, 1.0, (4, n)))  # a float (NLL) signal
+    signals[-1][2] = signals[-1][1]
+    corrects.append(rng.random((4, n)) < 0.5)
+    for w in (np.ones((1, n)), weights):
+        got = pooled_split_gains(signals, corrects, maximize, in_s, w)
+        for g, sig, correct in zip(got, signals, corrects, strict=True):
+            want = one_trajectory_gains(sig.astype(np.float64), correct, maximize, in_s, w)
+            np.testing.assert_array_equal(g, want)
+            np.testing.assert_allclose(g, loop_gains(sig, correct, maximize, in_s, w), atol=1e-9)
+            np.testing.assert_array_equal(split_validation_gains(sig, correct, maximize, in_s, w), want)
+
+
+@pytest.mark.parametrize("rule", ["accuracy", "agreement", "nll"])
+def test_keep_rows_are_select_s_own_answers(records, rule):
+    """The keep table (pooled: two of the three trajectories share a validation pool) gives
+    each trajectory's ``select`` numbers, for every rule; its full-pool choice is
+    choose_trajectory's."""
+    from ckptsel.records import load_validation
+    from ckptsel.workflows import select_all
+
+    validation = load_validation(records)
+    assert len({pool_key(v) for v in validation}) == 2
+    full = select_all(records, rule=rule, settings=FAST)
+    keep = select_all(records, rule=rule, settings=FAST, keep_only=True)
+    assert keep.keep == full.keep and not keep.selections and len(full.selections) == 3
+    for v in validation:
+        want = choose_trajectory(v, ChoiceSettings(permutations=3))[("nested", rule, FULL)]
+        np.testing.assert_array_equal(full_pool_choice(RULES[rule].signal(v), RULES[rule].maximize), want)
 
 def test_select_without_test_records(tmp_path):
     gen, nll = rg.tables([planted(n=64)])
