@@ -138,7 +138,7 @@ def test_canonical_bytes_equal_the_row_by_row_definition():
     rng = np.random.default_rng(5)
     n = 400
     table = pd.DataFrame({
-        "trajectory": rng.choice(["a-s1", "b-s2", "c"], n), "scheme": rng.choice(["nested", "thin-2"], n),
+        "trajectory": rng.choice(["a-s1", "b-s2", "c", "ü-é"], n), "scheme": rng.choice(["nested", "thin-2"], n),
         "rule": rng.choice(["accuracy", "nll", "final"], n), "budget": rng.choice(["32", "full"], n),
         "step": rng.integers(-5, 10**12, n),
         "prob": rng.choice([0.0, -0.0, np.nan, 1 / 3, 1e-05, 2.5e-300, 1.0, 0.1 + 0.2], n),
@@ -146,3 +146,4 @@ def test_canonical_bytes_equal_the_row_by_row_definition():
     settings = ChoiceSettings()
     assert canonical_bytes(table, settings) == plain(table, settings)
     assert canonical_bytes(table.head(0), settings) == plain(table.head(0), settings)
+    assert canonical_bytes(table.iloc[7:], settings) == plain(table.iloc[7:], settings)

@@ -200,7 +200,14 @@ def _choices(
 def pool_key(v: ValidationData) -> bytes:
     """The identity of a trajectory's eligible validation pool: a hash of its item ids and
     groups (trajectories with the same key see the same subsets, partitions and weights)."""
-    return hashlib.sha256("\n".join([*v.item_ids, "\x00", *v.groups]).encode()).digest()
+    h = hashlib.sha256()
+    for a in (np.asarray(v.item_ids), np.asarray(v.groups)):
+        if a.dtype.kind == "U":  # fixed-width strings: their bytes (and width) say it all
+            h.update(f"{a.dtype.str}:{len(a)}:".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        else:
+            h.update("\n".join([*map(str, a.tolist()), f"\x00{len(a)}\x00"]).encode())
+    return h.digest()
 
 
 def full_pool_choice(signal: np.ndarray, maximize: bool) -> np.ndarray:

@@ -28,14 +28,13 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def string_keys(values: Sequence[str]) -> np.ndarray:
-    """64-bit keys of strings (first 8 bytes of SHA-256), deterministic across runs."""
+    """64-bit keys of strings (first 8 bytes of SHA-256, little-endian), deterministic across runs."""
     import hashlib
 
-    return np.fromiter(
-        (int.from_bytes(hashlib.sha256(v.encode()).digest()[:8], "little") for v in values),
-        dtype=np.uint64,
-        count=len(values),
-    )
+    sha = hashlib.sha256
+    strings = values.tolist() if isinstance(values, np.ndarray) else values
+    digests = b"".join([sha(v.encode()).digest()[:8] for v in strings])
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
 def hashed_ranks(item_keys: np.ndarray, seed: int, stream: int, reps: int) -> np.ndarray:

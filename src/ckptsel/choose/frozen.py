@@ -35,8 +35,12 @@ def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
     bits = np.ascontiguousarray(t["prob"].to_numpy(dtype=np.float64)).view(np.int64)
     distinct, which = np.unique(bits, return_inverse=True)
     fields.append(pa.array([f"{v!r}\n" for v in distinct.view(np.float64).tolist()]).take(which.ravel()))
-    rows = pc.binary_join_element_wise(*fields, ",")
-    return (head + "".join(rows.to_pylist())).encode()
+    rows = pc.binary_join_element_wise(*fields, ",")  # no nulls: one contiguous run of bytes
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks()
+    width = np.dtype(np.int64 if pa.types.is_large_string(rows.type) else np.int32)
+    offsets = np.frombuffer(rows.buffers()[1], dtype=width, count=len(rows) + 1, offset=width.itemsize * rows.offset)
+    return head.encode() + bytes(memoryview(rows.buffers()[2])[offsets[0] : offsets[-1]])
 
 
 def choices_hash(table: pd.DataFrame, settings: ChoiceSettings) -> str:
