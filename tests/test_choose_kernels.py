@@ -147,3 +147,31 @@ def test_canonical_bytes_equal_the_row_by_row_definition():
     assert canonical_bytes(table, settings) == plain(table, settings)
     assert canonical_bytes(table.head(0), settings) == plain(table.head(0), settings)
     assert canonical_bytes(table.iloc[7:], settings) == plain(table.iloc[7:], settings)
+
+
+def test_pools_on_threads_give_the_one_thread_table(tmp_path, monkeypatch):
+    """Validation pools chosen on several threads (map_threads) give the table one thread
+    gives, row for row and bit for bit; map_threads keeps the order and re-raises errors."""
+    from ckptsel import records
+    from ckptsel._util import threads
+    from ckptsel.choose import choose, pools_of
+
+    import recordsgen as rg
+
+    gen, nll = rg.tables(rg.random_study(np.random.default_rng(8), n_configs=6, seeds=2, tasks=("a", "b", "c")))
+    validation = records.load_validation(rg.write(tmp_path / "records", gen, nll))
+    assert len(pools_of(validation)) == 3
+    settings = ChoiceSettings(permutations=20)
+    monkeypatch.setattr(threads, "WORKERS", 1)
+    one = choose(validation, settings)
+    monkeypatch.setattr(threads, "WORKERS", 3)
+    pd.testing.assert_frame_equal(choose(validation, settings), one)
+    assert threads.map_threads(lambda x: x * x, range(9), workers=3) == [x * x for x in range(9)]
+
+    def fails(x):
+        if x == 4:
+            raise ValueError("four")
+        return x
+
+    with pytest.raises(ValueError, match="four"):
+        threads.map_threads(fails, range(9), workers=2)

@@ -1,6 +1,14 @@
-"""BLAS thread control for the analysis."""
+"""BLAS thread control for the analysis, and independent pieces of it on a few threads."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def single_threaded():
@@ -13,3 +21,27 @@ def single_threaded():
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
+
+
+WORKERS = 2  # threads of map_threads at most (the analysis' independent parts, e.g. validation pools)
+
+
+def map_threads(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:
+    """``[fn(x) for x in items]``, on up to ``workers`` threads (default: the usable CPUs, at most
+    :data:`WORKERS`), in the order of ``items``.
+
+    For independent pieces of NumPy work (the GIL is released in the products): each call
+    returns its own result, so the results do not depend on which thread ran what, nor when.
+    The first error raised by a call is re-raised (the calls not yet started are dropped).
+    """
+    items = list(items)
+    if workers is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = min(WORKERS, cpus)
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    pool = ThreadPoolExecutor(min(workers, len(items)))
+    try:
+        return list(pool.map(fn, items))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -24,6 +24,7 @@ from ckptsel.choose.choices import (
     choose_trajectory,
     full_pool_choice,
     pool_key,
+    pools_of,
     signals,
     thinned,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "parse_budget_list",
     "parse_budgets",
     "pool_key",
+    "pools_of",
     "quantity_names",
     "score",
     "signals",

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ckptsel._util import rng as streams
+from ckptsel._util.threads import map_threads
 from ckptsel.choose import core
 from ckptsel.choose.rules import H_BASELINE, RULES
 from ckptsel.choose.settings import ChoiceSettings, budget_labels_for_pool
@@ -217,23 +218,35 @@ def full_pool_choice(signal: np.ndarray, maximize: bool) -> np.ndarray:
     return core.tie_probabilities(signal.sum(axis=1), maximize=maximize)
 
 
-def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) -> list[dict]:
-    """:func:`choose_trajectory` of every trajectory; trajectories that share a pool share its
-    subsets and one product for all their integer signals."""
+def pools_of(validation: list[ValidationData]) -> list[list[int]]:
+    """The trajectories of each validation pool (indices into ``validation``; pools in order
+    of first appearance), largest pools (items × trajectories) first."""
     pools: dict[bytes, list[int]] = {}
     for j, v in enumerate(validation):
         pools.setdefault(pool_key(v), []).append(j)
-    picked: list[dict] = [{} for _ in validation]
+    return sorted(pools.values(), key=lambda m: -len(validation[m[0]].item_ids) * len(m))
+
+
+def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) -> list[dict]:
+    """:func:`choose_trajectory` of every trajectory; trajectories that share a pool share its
+    subsets and one product for all their integer signals. Pools run on a few threads
+    (:func:`ckptsel._util.threads.map_threads`): each is its own result."""
     P = settings.permutations
-    for members in pools.values():
+
+    def pool(members: list[int]) -> list[dict]:
         first = validation[members[0]]
         subsets = PoolSubsets.build(first.item_ids, first.groups, settings)
         sigs = [_Signals.of(validation[j]) for j in members]
         firsts = [s.firsts for s in sigs]
         prefix = _subset_sums(subsets.nested, [s.nested for s in sigs], firsts, P)
         ov = _subset_sums(subsets.one_variant, [s.sig for s in sigs], firsts, P)
-        for m, j in enumerate(members):
-            picked[j] = _choices(validation[j], sigs[m], subsets, prefix[m], ov[m])
+        return [_choices(validation[j], sigs[m], subsets, prefix[m], ov[m]) for m, j in enumerate(members)]
+
+    pools = pools_of(validation)
+    picked: list[dict] = [{} for _ in validation]
+    for members, chosen in zip(pools, map_threads(pool, pools), strict=True):
+        for j, c in zip(members, chosen, strict=True):
+            picked[j] = c
     return picked
 
 

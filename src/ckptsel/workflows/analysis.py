@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -269,9 +270,13 @@ def _analyze(
         validation, _ = freeze_choices(records_dir, stage, settings, progress)
         for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
             note(line)
-        summary, tables = evaluate_frozen(records_dir, stage, validation, stat, progress)
-        progress("choosing the checkpoint to keep per trajectory (select)…")
-        keep = keep_table(records_dir, validation, settings.permutations, stat)
+        # the keep table reads the validation records only: it is made on a second thread while
+        # the test records are scored (its own result, whatever the timing)
+        with ThreadPoolExecutor(1) as beside:
+            keeping = beside.submit(keep_table, records_dir, validation, settings.permutations, stat)
+            summary, tables = evaluate_frozen(records_dir, stage, validation, stat, progress)
+            progress("choosing the checkpoint to keep per trajectory (select)…")
+            keep = keeping.result()
         progress("writing summary.json and the tables…")
         summary = replace(summary, protocol=bound.preregistration, keep=keep)
         if bound.record is not None:

@@ -67,7 +67,7 @@ from ckptsel.choose import (
     choose_trajectory,
     core,
     full_pool_choice,
-    pool_key,
+    pools_of,
     signals,
 )
 from ckptsel.defaults import BUDGETS
@@ -822,11 +822,8 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
     bootstrap weights and the products of :func:`pooled_split_gains`; the full-pool choice is
     :func:`ckptsel.choose.full_pool_choice` (no budget, so no permutation, is needed)."""
     rows: list[KeepRow | None] = [None] * len(validation)
-    pools: dict[bytes, list[int]] = {}
-    for j, v in enumerate(validation):
-        pools.setdefault(pool_key(v), []).append(j)
     maximize = RULES[rule].maximize
-    for members in pools.values():
+    for members in pools_of(validation):
         sigs = {}
         for j in members:
             v = validation[j]
