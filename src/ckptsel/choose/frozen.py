@@ -30,7 +30,7 @@ def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
     head = json.dumps(settings.to_dict(), sort_keys=True) + "\n" + ",".join(COLUMNS) + "\n"
     if len(t) == 0:
         return head.encode()
-    fields = [pa.array(t[c].astype(str).to_numpy(dtype=object), type=pa.string()) for c in COLUMNS[:4]]
+    fields = [_strings(t[c]) for c in COLUMNS[:4]]
     fields.append(pa.array(t["step"].to_numpy(dtype=np.int64)).cast(pa.string()))
     bits = np.ascontiguousarray(t["prob"].to_numpy(dtype=np.float64)).view(np.int64)
     distinct, which = np.unique(bits, return_inverse=True)
@@ -41,6 +41,15 @@ def canonical_bytes(table: pd.DataFrame, settings: ChoiceSettings) -> bytes:
     width = np.dtype(np.int64 if pa.types.is_large_string(rows.type) else np.int32)
     offsets = np.frombuffer(rows.buffers()[1], dtype=width, count=len(rows) + 1, offset=width.itemsize * rows.offset)
     return head.encode() + bytes(memoryview(rows.buffers()[2])[offsets[0] : offsets[-1]])
+
+
+def _strings(col: pd.Series) -> pa.Array:
+    """``str`` of every value of ``col`` as an Arrow string array (a string column as it is)."""
+    if isinstance(col.dtype, pd.StringDtype):
+        arr = pa.array(col)
+        if arr.null_count == 0:
+            return arr.cast(pa.string())
+    return pa.array(col.astype(str).to_numpy(dtype=object), type=pa.string())
 
 
 def choices_hash(table: pd.DataFrame, settings: ChoiceSettings) -> str:
