@@ -92,12 +92,14 @@ def population(validation: list[ValidationData]) -> dict:
 
 
 def freeze_choices(
-    records_dir: Path, out_dir: Path, settings: ChoiceSettings, progress: Callable[[str], None] = _quiet
+    records_dir: Path, out_dir: Path, settings: ChoiceSettings, progress: Callable[[str], None] = _quiet,
+    validation: list[ValidationData] | None = None,
 ) -> tuple[list, str]:  # fmt: skip
-    """Step 1: choose on validation records only, write and hash the choices (``progress(line)``
-    hears each phase as it starts)."""
-    progress("loading validation records…")
-    validation = load_validation(records_dir)
+    """Step 1: choose on validation records only (``validation``: those records, when already
+    loaded), write and hash the choices (``progress(line)`` hears each phase as it starts)."""
+    if validation is None:
+        progress("loading validation records…")
+        validation = load_validation(records_dir)
     progress(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
     table = choose(validation, settings)
     progress("freezing the choices (written and hashed before any test record is read)…")
@@ -267,21 +269,25 @@ def _analyze(
             note(line)
         for line in provenance[1]:
             warn(line)
-        validation, _ = freeze_choices(records_dir, stage, settings, progress)
-        for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
-            note(line)
-        # the keep table reads the validation records only: it is made on a second thread while
-        # the test records are scored (its own result, whatever the timing)
+        progress("loading validation records…")
+        validation = load_validation(records_dir)
+        # beside the main line, on a second thread: the keep table (it reads the validation
+        # records only), then the tables' files; each is its own result, whatever the timing
         with ThreadPoolExecutor(1) as beside:
             keeping = beside.submit(keep_table, records_dir, validation, settings.permutations, stat)
+            freeze_choices(records_dir, stage, settings, progress, validation)
+            for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
+                note(line)
             summary, tables = evaluate_frozen(records_dir, stage, validation, stat, progress)
+            written = beside.submit(write_tables, stage, tables)
             progress("choosing the checkpoint to keep per trajectory (select)…")
             keep = keeping.result()
-        progress("writing summary.json and the tables…")
-        summary = replace(summary, protocol=bound.preregistration, keep=keep)
-        if bound.record is not None:
-            write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
-        write_outputs(stage, records_dir, summary, tables, provenance, bound.file)
+            progress("writing summary.json and the tables…")
+            summary = replace(summary, protocol=bound.preregistration, keep=keep)
+            if bound.record is not None:
+                write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
+            write_outputs(stage, records_dir, summary, {}, provenance, bound.file)
+            written.result()
         if report:
             from ckptsel.report import write_report
 
@@ -300,17 +306,23 @@ def keep_table(
     return select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
 
 
+def write_tables(stage: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Each table as Parquet and CSV in the results folder's tables folder."""
+    for name, df in tables.items():
+        write_parquet(stage / TABLES_DIR / f"{name}.parquet", df)
+        write_csv(stage / TABLES_DIR / f"{name}.csv", df)
+
+
 def write_outputs(
     stage: Path, records_dir: Path, summary: Summary, tables: dict,
     provenance: tuple[list[str], list[str]] | None = None, protocol_file: str | None = None,
 ) -> None:  # fmt: skip
-    """Tables, ``summary.json`` and ``run.json`` of a results folder (choices are already
-    there); ``provenance``: :func:`ckptsel.records.provenance_lines` (read when not given);
-    ``protocol_file``: where the frozen protocol lives (in ``run.json``, for ``verify``)."""
+    """Tables (``tables``; none when :func:`write_tables` wrote them), ``summary.json`` and
+    ``run.json`` of a results folder (choices are already there); ``provenance``:
+    :func:`ckptsel.records.provenance_lines` (read when not given); ``protocol_file``: where
+    the frozen protocol lives (in ``run.json``, for ``verify``)."""
     tdir = stage / TABLES_DIR
-    for name, df in tables.items():
-        write_parquet(tdir / f"{name}.parquet", df)
-        write_csv(tdir / f"{name}.csv", df)
+    write_tables(stage, tables)
     write_text(tdir / "main.md", summary.main_table_markdown())
     write_text(stage / SUMMARY_FILE, summary_json(summary))
     from ckptsel import __version__
