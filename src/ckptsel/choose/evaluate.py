@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ckptsel._util import rng as streams
+from ckptsel._util.threads import map_threads
 from ckptsel.choose import core
 from ckptsel.choose.core import tie_probabilities
 from ckptsel.choose.frozen import FrozenChoices
@@ -170,29 +171,34 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
     index = {n: k for k, n in enumerate(all_names)}
     J = len(tests)
     values = np.full((J, len(all_names)), np.nan)
-    weights: list[dict[Name, np.ndarray]] = []
     halves: dict[bytes, np.ndarray] = {}  # test pool -> (N, P) indicator of S
-    test_accuracy, steps = {}, {}
-    for j, t in enumerate(tests):
-        vectors = frozen.vectors(t.trajectory, t.steps)
-        acc = 100.0 * t.correct.mean(axis=1)
-        test_accuracy[t.trajectory], steps[t.trajectory] = acc, t.steps
-        w = trajectory_weights(vectors, len(t.steps), str(settings.d_from))
-        weights.append(w)
-        for name, vec in w.items():
-            values[j, index[name]] = vec @ acc
+    chosen = [frozen.vectors(t.trajectory, t.steps) for t in tests]
+    for t in tests:  # trajectories of one task share the test pool's partitions
         key = t.item_ids.tobytes()
-        if key not in halves:  # trajectories of one task share the test pool's partitions
+        if key not in halves:
             # S: the first half of each core.permutations order of the test items (stream MATCHED_HALF)
             h = core.hashed_ranks(core.string_keys(t.item_ids), settings.seed, streams.MATCHED_HALF, partitions)
             halves[key] = core.first_of_orders(h, [len(t.item_ids) // 2])[:, 0, :].astype(np.float32)
+
+    def one(j: int) -> dict[Name, np.ndarray]:  # trajectory j's weights; its row of ``values``
+        t, vectors = tests[j], chosen[j]
+        w = trajectory_weights(vectors, len(t.steps), str(settings.d_from))
+        acc = 100.0 * t.correct.mean(axis=1)
+        for name, vec in w.items():
+            values[j, index[name]] = vec @ acc
         agree = core.plurality_agreement(t.answers)
-        for rule, stats in matched_half(t.correct, agree, None, halves[key]).items():
+        for rule, stats in matched_half(t.correct, agree, None, halves[t.item_ids.tobytes()]).items():
             for stat, val in stats.items():
                 values[j, index[("MH", rule, stat, "")]] = val
         a, b = vectors.get(("nested", "nll", FULL)), vectors.get(("nll_complete", "nll", FULL))
         if a is not None and b is not None:
             values[j, index[("same_nll_choice", "nll_complete", "nll", FULL)]] = float(np.array_equal(a, b))
+        return w
+
+    # trajectories on a few threads: each writes only its own row
+    weights: list[dict[Name, np.ndarray]] = map_threads(one, range(J))
+    test_accuracy = {t.trajectory: 100.0 * t.correct.mean(axis=1) for t in tests}
+    steps = {t.trajectory: t.steps for t in tests}
 
     present = ~np.all(np.isnan(values), axis=0)
     names = [n for n, keep in zip(all_names, present, strict=True) if keep]
