@@ -182,3 +182,26 @@ def test_rewriting_a_pack_reuses_its_current_rows(study, tmp_path, monkeypatch):
         records.read_frame(folder, "generations"),
         records.read_frame(rg.write(tmp_path / "e", expected, nll), "generations"),
     )
+
+
+def test_one_listing_lists_once_and_a_write_through_the_writer_is_seen(study, tmp_path):
+    """Inside ``one_listing`` (one analysis) a kind's units are listed once: a unit file that
+    appears behind it is not seen until the block ends; one written by the writer is."""
+    gen, nll = study
+    folder = tmp_path / "rec"
+    first_traj = sorted(gen.trajectory.unique())[0]
+    steps = sorted(gen[gen.trajectory == first_traj].step.unique())
+    held = (gen.trajectory == first_traj) & (gen.step == steps[-1])
+    records.upsert_records(folder, generations=gen[~held])
+    every = [(u.trajectory, u.step) for u in records.list_units(folder, "generations")]
+    unit = records.unit_path(folder, "generations", first_traj, steps[0]).local
+    with records.one_listing():
+        assert [(u.trajectory, u.step) for u in records.list_units(folder, "generations")] == every
+        shutil.copy(unit, unit.with_name("step-999999.parquet"))  # not through the writer
+        assert [(u.trajectory, u.step) for u in records.list_units(folder, "generations")] == every
+        assert [u.step for u in records.list_units(folder, "generations", first_traj)] == steps[:-1]
+        records.write_unit(folder, first_traj, int(steps[-1]), generations=gen[held])
+        after = [u.step for u in records.list_units(folder, "generations", first_traj)]
+        assert after == [*steps, 999999]
+    os.remove(unit.with_name("step-999999.parquet"))
+    assert [u.step for u in records.list_units(folder, "generations", first_traj)] == steps

@@ -72,7 +72,7 @@ from ckptsel.records.store import (
     write_records,
     write_unit,
 )
-from ckptsel.records.units import UNITS_DIR, list_units, unit_path
+from ckptsel.records.units import UNITS_DIR, list_units, one_listing, unit_path
 from ckptsel.records.weights import (
     CheckpointStamp,
     changed_files,
@@ -114,6 +114,7 @@ __all__ = [
     "find_trajectory",
     "has_validation_nll",
     "list_units",
+    "one_listing",
     "load_test",
     "load_validation",
     "provenance_identity",

@@ -164,7 +164,8 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
         if pa.types.is_dictionary(col.type):
             codes, values = _chunk_codes(chunks)
             # drop dictionary values that the split filter removed (O(n), no sort)
-            used = np.bincount(codes, minlength=len(values)) > 0
+            used = np.zeros(len(values), dtype=bool)
+            used[codes] = True
             if used.all():  # each row group's own dictionary: nothing to drop
                 return codes, np.asarray(values.to_pylist(), dtype=object)
             remap = np.cumsum(used, dtype=np.int32) - 1
@@ -193,9 +194,22 @@ def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array
     enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
     entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
     lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
+    if all(len(c.dictionary) == 1 for c in chunks):  # one value per chunk (a pack's trajectory,
+        return np.repeat(entry[starts], lengths), enc.dictionary  # configuration, task): no pass over rows
     where = np.repeat(starts, lengths)  # (rows,) each row's chunk's first entry, then its own
     where += np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
     return entry[where], enc.dictionary
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of integers (NLL windows: millions of rows, a few values) by
+    counting when their range is small, without sorting or hashing the rows."""
+    if len(values) == 0:
+        return np.unique(values)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 1_000_000:
+        return np.unique(values)
+    return (np.flatnonzero(np.bincount(values - lo, minlength=hi - lo + 1)) + lo).astype(values.dtype)
 
 
 def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -275,7 +289,8 @@ class _Grid:
         del parts
         # records are written sorted by this key: then the stable sort is the identity
         if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
-            self.order, sorted_key = np.arange(len(key)), key
+            index = np.int32 if len(key) < 2**31 else np.int64  # half the memory of int64 rows
+            self.order, sorted_key = np.arange(len(key), dtype=index), key
         else:
             self.order = np.argsort(key, kind="stable")
             sorted_key = key[self.order]
@@ -287,7 +302,8 @@ class _Grid:
                 f"{_describe(path, self.trajs[self.traj_code[r]], int(self.step[r]), self.items[self.item_code[r]])}"
                 f"{more}: duplicated record (the key must be unique)"
             )
-        self.bounds = np.searchsorted(self.traj_code[self.order], np.arange(len(self.trajs) + 1))
+        in_order = self.traj_code if sorted_key is key else self.traj_code[self.order]
+        self.bounds = np.searchsorted(in_order, np.arange(len(self.trajs) + 1))
 
     def rows_of(self, t: int) -> np.ndarray:
         """Rows of trajectory ``t``, sorted by step then item code."""
@@ -309,7 +325,9 @@ class _Grid:
         """The trajectory's configuration and task, which must be single-valued."""
         out = []
         for name in ("configuration", "task"):
-            used = np.unique(self.codes[name][rows])
+            codes = self.codes[name][rows]
+            # one value: min == max (no sort of the rows); several: name them
+            used = codes[:1] if len(codes) and codes.min() == codes.max() else np.unique(codes)
             if len(used) != 1:
                 raise CkptselError(
                     f"{_describe(self.path, traj)}: several values of {name!r}: "
@@ -461,7 +479,7 @@ class _NllTable:
         nci, nii = np.searchsorted(steps, nl.step[nrows]), index[nl.item_code[nrows]]
         known = nii >= 0
         nll_by_w, tok_by_w, present_by_w = {}, {}, {}
-        for w in np.unique(self.windows[nrows]):
+        for w in _distinct(self.windows[nrows]):
             sel = known & (self.windows[nrows] == w)
             r = nrows[sel]
             mat = np.zeros((T, n))
@@ -728,7 +746,7 @@ class _TestNll:
         self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
         _check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
-        self.window_values = np.unique(self.windows)
+        self.window_values = _distinct(self.windows)
         self.n_tokens = table.column("n_tokens").to_numpy()
 
 

@@ -66,7 +66,14 @@ from ckptsel.records.schema import (
     coerce_generations,
     coerce_nll,
 )
-from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, exists, single_file, unit_path
+from ckptsel.records.units import (
+    SINGLE_FILES,
+    UNITS_DIR,
+    exists,
+    forget_listings,
+    single_file,
+    unit_path,
+)
 from ckptsel.records.weights import CheckpointStamp, single_file_stamps
 
 
@@ -92,6 +99,7 @@ def compact(records_dir: Path | Location | str) -> list[Location]:
         units.remove_tree()
     elif units.is_dir():
         shutil.rmtree(units)
+    forget_listings()
     return written
 
 LOCK_FILE = ".lock"
@@ -279,6 +287,7 @@ def write_unit(
         ]
     else:
         written = _write_local_units(records_dir, trajectory, step, payload, stamp, replace)
+    forget_listings()
     if pack:
         refresh_packs(records_dir, trajectory, [kind for kind, _, _ in payload])
     return written

@@ -24,8 +24,11 @@ next to units (:mod:`ckptsel.records.scan` reads both as one table).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +66,56 @@ class UnitFile:
         return w if isinstance(w, Location) else Location(Path(w))
 
 
+# {(units folder of a kind, trajectory or None): its listing} while one_listing() is active
+_LISTINGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ckptsel_unit_listings", default=None)
+
+
+@contextlib.contextmanager
+def one_listing() -> Iterator[None]:
+    """Inside this block each records folder's units of a kind are listed once: one analysis
+    reads the records as the listing at its start found them (its cache keys, packs and
+    provenance all checked against that one listing; at paper scale each listing stats 1,563
+    files, and an analysis asked for one 31 times). A unit written meanwhile is seen by the next
+    analysis, whose listing differs (and so do its cache keys). Threads started with
+    :func:`contextvars.copy_context` share the snapshot."""
+    if _LISTINGS.get() is not None:
+        yield
+        return
+    token = _LISTINGS.set({})
+    try:
+        yield
+    finally:
+        _LISTINGS.reset(token)
+
+
+def forget_listings() -> None:
+    """Drop :func:`one_listing`'s snapshot (the one writer calls it after writing units)."""
+    snapshot = _LISTINGS.get()
+    if snapshot is not None:
+        snapshot.clear()
+
+
 def list_units(
     records_dir: Path | Location | str, kind: str, trajectory: str | None = None
 ) -> list[UnitFile]:
     """Every complete unit of ``kind`` (temp files of writes in flight are skipped), sorted by
     trajectory then step; only ``trajectory``'s when given. On an object store: one recursive
-    listing."""
+    listing. Inside :func:`one_listing`, the listing made first."""
+    snapshot = _LISTINGS.get()
+    if snapshot is None:
+        return _list_units(records_dir, kind, trajectory)
+    key = (str(as_location(records_dir) / UNITS_DIR / kind), trajectory)
+    if key not in snapshot:
+        every = snapshot.get((key[0], None))
+        if trajectory is not None and every is not None:
+            snapshot[key] = [u for u in every if u.trajectory == trajectory]
+        else:
+            snapshot[key] = _list_units(records_dir, kind, trajectory)
+    return list(snapshot[key])
+
+
+def _list_units(records_dir: Path | Location | str, kind: str, trajectory: str | None) -> list[UnitFile]:
+    """:func:`list_units` read from the folder (or the object store) now."""
     base = as_location(records_dir) / UNITS_DIR / kind
     if not base.is_local:
         if trajectory is not None:

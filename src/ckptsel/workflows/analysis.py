@@ -9,6 +9,7 @@ are defined in :mod:`ckptsel.results`; ``verify`` reads the stored summary back 
 
 from __future__ import annotations
 
+import contextvars
 import json
 import tempfile
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from ckptsel.records import (
     ValidationData,
     load_test,
     load_validation,
+    one_listing,
     provenance_lines,
     uncached,
 )
@@ -263,7 +265,7 @@ def _analyze(
         staging = publish.staged(out_dir.local, force=force, meta=meta)
     else:  # built here, then uploaded file by file with the manifest last
         staging = publish.staged_url(out_dir, force=force, meta=meta)
-    with staging as stage:  # a refused --out is said before anything else
+    with staging as stage, one_listing():  # a refused --out is said before anything else
         provenance = provenance_lines(records_dir)
         for line in provenance[0]:
             note(line)
@@ -274,7 +276,10 @@ def _analyze(
         # beside the main line, on a second thread: the keep table (it reads the validation
         # records only), then the tables' files; each is its own result, whatever the timing
         with ThreadPoolExecutor(1) as beside:
-            keeping = beside.submit(keep_table, records_dir, validation, settings.permutations, stat)
+            keeping = beside.submit(
+                contextvars.copy_context().run, keep_table, records_dir, validation,
+                settings.permutations, stat,
+            )  # fmt: skip
             freeze_choices(records_dir, stage, settings, progress, validation)
             for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
                 note(line)
