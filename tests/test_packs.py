@@ -205,3 +205,37 @@ def test_one_listing_lists_once_and_a_write_through_the_writer_is_seen(study, tm
         assert after == [*steps, 999999]
     os.remove(unit.with_name("step-999999.parquet"))
     assert [u.step for u in records.list_units(folder, "generations", first_traj)] == steps
+
+
+def test_the_writer_removes_the_old_whole_folder_read_cache(study, tmp_path):
+    """Records written before the packs may hold ``units/.cache/<kind>.parquet``, which no
+    reader uses any more: the next write removes it."""
+    gen, _ = study
+    folder = tmp_path / "rec"
+    old = folder / records.UNITS_DIR / store.OLD_READ_CACHE
+    old.mkdir(parents=True)
+    (old / "generations.parquet").write_bytes(b"stale")
+    records.upsert_records(folder, generations=gen)
+    assert not old.exists() and _packs(folder)
+
+
+def test_a_unit_written_again_as_it_is_leaves_unit_and_pack_untouched(study, tmp_path):
+    """``ckptsel run`` on a finished study writes every checkpoint's units again: the same
+    bytes leave the unit file (its version) and so the trajectory's pack as they were."""
+    gen, nll = study
+    folder = tmp_path / "rec"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    units = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in records.list_units(folder, k)}
+    packs = {p: p.read_bytes() for k in pack.PACKED_KINDS for p in _packs(folder, k).values()}
+    records.upsert_records(folder, generations=gen, nll=nll)
+    again = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in records.list_units(folder, k)}
+    assert again == units
+    assert {p: p.read_bytes() for p in packs} == packs
+    traj = sorted(gen.trajectory.unique())[0]
+    mine = gen[gen.trajectory == traj]
+    changed = mine[mine.step == mine.step.max()].copy()
+    assert len(changed)
+    changed["correct"] = ~changed["correct"].astype(bool)
+    records.write_unit(folder, traj, int(changed.step.iloc[0]), generations=changed)
+    assert _is_current(folder, "generations", traj)
+    assert _packs(folder)[traj].read_bytes() != packs[_packs(folder)[traj]]

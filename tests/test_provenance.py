@@ -112,6 +112,9 @@ def test_other_provenance_is_refused_in_one_line_and_records_stay(run, measured,
     assert code == 2 and "\n" not in said, said
     assert "batch 2" in said and "batch 3" in said and repr(TRAJ) in said
     assert "--allow-mixed-engines" in said
+    # only the batch size differs (e.g. GPU records at 32 and the default auto): the line says
+    # which batch size measures the same way
+    assert "measure with --batch-size 2, as they were" in said
     assert unit_hashes(out) == before  # nothing written, step 30 not recorded
     # the same settings are accepted (and measure only the new checkpoint)
     code, stdout, _ = cli(measure_args(run, out, run_dir, batch=2), capsys)
@@ -172,8 +175,12 @@ def test_the_gate_checks_what_only_the_loaded_model_tells(measured):
     (held,) = gate.recorded["nll"]
     other = json.loads(held)
     other["attention"] = "flash_attention_2" if other["attention"] != "flash_attention_2" else "eager"
-    with pytest.raises(CkptselError, match="flash_attention_2|eager"):
+    with pytest.raises(CkptselError, match="flash_attention_2|eager") as refused:
         gate.admit({"nll": {canonical(other)}})
+    assert "--batch-size" not in str(refused.value)  # more than the batch size differs
+    batch = {**json.loads(held), "batch_size": 64}
+    with pytest.raises(CkptselError, match="measure with --batch-size 2, as they were"):
+        gate.admit({"nll": {canonical(batch)}})
     gate.admit({"nll": {held}})  # what is recorded is admitted
     # a trajectory that records nothing admits anything; --allow-mixed-engines admits the mix
     ProvenanceGate(measured, "another", None).admit({"nll": {canonical(other)}})

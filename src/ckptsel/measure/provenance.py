@@ -76,6 +76,20 @@ def _agrees(known: dict[str, Any], recorded: str) -> bool:
     return all(value is None or rec.get(key) == value for key, value in known.items())
 
 
+def _batch_hint(this_run: dict[str, Any] | str, held: list[str]) -> str | None:
+    """``measure with --batch-size N`` when a recorded provenance differs from this run's only
+    in its batch size (e.g. records measured at 32 on a GPU, now measured with the default
+    ``auto``), else None."""
+    run = json.loads(this_run) if isinstance(this_run, str) else dict(this_run)
+    for recorded in held:
+        rec = json.loads(recorded)
+        rec["prompt_format"] = rec.get("prompt_format") or "alpaca"
+        others = [k for k, v in run.items() if v is not None and k != "batch_size"]
+        if rec.get("batch_size") is not None and all(rec.get(k) == run[k] for k in others):
+            return f"measure with --batch-size {rec['batch_size']}, as they were"
+    return None
+
+
 class ProvenanceGate:
     """The provenances ``trajectory``'s records in ``out`` hold, per kind, and the rule that
     new rows must be measured with one of them (unless ``allow_mixed``)."""
@@ -91,13 +105,15 @@ class ProvenanceGate:
             found = read_provenance(self.out, kind, [trajectory]).get(trajectory)
             self.recorded[kind] = set(found.measured_by) if found is not None else set()
 
-    def _refuse(self, kind: str, this_run: str) -> None:
+    def _refuse(self, kind: str, this_run: dict[str, Any] | str) -> None:
         held = sorted(self.recorded[kind])
         more = f" (and {len(held) - 1} other)" if len(held) > 1 else ""
+        same = _batch_hint(this_run, held)
         raise CkptselError(
             f"{self.out}: trajectory {self.trajectory!r} has {kind} measured by "
-            f"{describe(held[0])}{more}, not {this_run}; refusing to mix them (measure with the "
-            "same settings, into another --trajectory or --out, or pass --allow-mixed-engines)"
+            f"{describe(held[0])}{more}, not {describe(this_run)}; refusing to mix them "
+            f"({same or 'measure with the same settings'}, into another --trajectory or --out, "
+            "or pass --allow-mixed-engines)"
         )
 
     def check_settings(self, config: MeasureConfig) -> None:
@@ -112,7 +128,7 @@ class ProvenanceGate:
             if known["version"] is None:
                 continue  # not installed here: its own error, or the workers' check at write
             if self.recorded[kind] and not any(_agrees(known, r) for r in self.recorded[kind]):
-                self._refuse(kind, describe(known))
+                self._refuse(kind, known)
 
     def admit(self, provenances: dict[str, set[str]]) -> None:
         """Refuse rows of a provenance the trajectory's records do not hold (a trajectory with
@@ -122,7 +138,7 @@ class ProvenanceGate:
         for kind, provs in provenances.items():
             new = sorted({provenance_identity(p) for p in provs} - self.recorded.get(kind, set()))
             if new and self.recorded.get(kind):
-                self._refuse(kind, describe(new[0]))
+                self._refuse(kind, new[0])
 
     def admit_rows(self, gen: Iterable[pd.DataFrame], nll: Iterable[pd.DataFrame]) -> None:
         """:meth:`admit` for newly measured part rows (before they are cached or recorded)."""

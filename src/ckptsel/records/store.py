@@ -103,6 +103,7 @@ def compact(records_dir: Path | Location | str) -> list[Location]:
     return written
 
 LOCK_FILE = ".lock"
+OLD_READ_CACHE = ".cache"  # units/.cache/<kind>.parquet: no reader uses it since the packs
 
 
 def _order(columns) -> list[str]:
@@ -298,6 +299,8 @@ def refresh_packs(records_dir: Path | Location | str, trajectory: str, kinds) ->
     trajectory's lock locally). A pack that cannot be written is left stale: readers then
     read the units (a pack is never a source of truth)."""
     records_dir = as_location(records_dir)
+    if records_dir.is_local:  # the whole-folder read cache packs replaced (before issue 37)
+        shutil.rmtree(records_dir.local / UNITS_DIR / OLD_READ_CACHE, ignore_errors=True)
     for kind in [k for k in PACKED_KINDS if k in kinds]:
         if records_dir.is_local:
             with _unit_lock(records_dir, trajectory):
@@ -322,9 +325,18 @@ def _write_local_units(records_dir: Location, trajectory: str, step: int, payloa
             merged = _stamp(_upsert(old, table, key, target), stamp.of(kind))
             blobs.append((unit_path(records_dir, kind, trajectory, step), unit_bytes(merged)))
         for path, data in blobs:
-            io.write_bytes(path, data)
+            if not _holds(path, data):  # a unit written again as it is stays untouched (its
+                io.write_bytes(path, data)  # version, and so its trajectory's pack, unchanged)
             written.append(path)
     return written
+
+
+def _holds(path: Location, data: bytes) -> bool:
+    """Whether the local file at ``path`` already holds exactly ``data``."""
+    try:
+        return os.path.getsize(path.local) == len(data) and path.local.read_bytes() == data
+    except OSError:
+        return False
 
 
 class _Stamp:
