@@ -162,7 +162,13 @@ def complete_records(run_dir: Path, timeout: float = 60.0) -> list:
     the log in its own process and may still be writing when ``run.finish()`` returns."""
     deadline = time.monotonic() + timeout
     while True:
-        records = list(wandb_records(run_dir))
+        try:
+            records = list(wandb_records(run_dir))
+        except AssertionError:  # a record still being written: its checksum is not there yet
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+            continue
         if any(r.WhichOneof("record_type") == "exit" for r in records):
             return records
         assert time.monotonic() < deadline, f"{run_dir}: no exit record after {timeout} s"

@@ -225,7 +225,7 @@ def _packed(records_dir, kind, groups, schema, split, dictionary, refresh) -> li
 
     def one(g):
         rows = _from_pack(records_dir, kind, g[0], g[1], schema, split, dictionary)
-        if rows is None and refresh and refresh_pack(records_dir, kind, g[0], g[1]):
+        if rows is None and refresh and refresh_pack(records_dir, kind, g[0], g[1], force=True):
             rows = _from_pack(records_dir, kind, g[0], g[1], schema, split, dictionary)
         return rows
 
@@ -310,20 +310,23 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
 
 
 def refresh_pack(
-    records_dir: Path | Location | str, kind: str, trajectory: str, units: list[UnitFile] | None = None
-) -> bool:
+    records_dir: Path | Location | str, kind: str, trajectory: str,
+    units: list[UnitFile] | None = None, force: bool = False,
+) -> bool:  # fmt: skip
     """(Re)write ``trajectory``'s pack of ``kind`` from its units (``units``: its listing, when
     the caller has it): rows of units whose version the old pack records are taken from it,
-    the others read from their files. ``False`` when no pack could be written (no units, a
-    unit unreadable, records that cannot be written): readers then read the units."""
+    the others read from their files; a pack already listing exactly these units is left as it
+    is unless ``force`` (a reader that could not read it). ``False`` when no pack could be
+    written (no units, a unit unreadable, records that cannot be written): readers then read
+    the units."""
     records_dir = as_location(records_dir)
     path = pack_path(records_dir, kind, trajectory)
     units = list_units(records_dir, kind, trajectory) if units is None else units
     if not units:
         remove_pack(path)
         return False
-    try:  # a pack that lists exactly these units is left as it is
-        if current(read_schema(path).metadata, units) is not None:
+    try:  # a pack that lists exactly these units is left as it is (same bytes, same version)
+        if not force and current(read_schema(path).metadata, units) is not None:
             return True
     except PACK_ERRORS:
         pass
