@@ -183,6 +183,20 @@ def _t_only_in_nll(gen, nll):
     return pd.concat([nll, extra], ignore_index=True), "ghost-run"
 
 
+def _t_item_without_nll(gen, nll):
+    """Every test NLL row of one item of one trajectory gone (the rest complete)."""
+    r = nll.loc[_first(nll, "test")]
+    gone = (nll.split == "test") & (nll.trajectory == r.trajectory) & (nll.item_id == r.item_id)
+    return nll[~gone], "test NLL record missing"
+
+
+def _t_checkpoint_without_nll(gen, nll):
+    """Every test NLL row of one checkpoint of one trajectory gone (the rest complete)."""
+    r = nll.loc[_first(nll, "test")]
+    gone = (nll.split == "test") & (nll.trajectory == r.trajectory) & (nll.step == r.step)
+    return nll[~gone], "disagree on its test checkpoints"
+
+
 @pytest.mark.parametrize(
     "breaker",
     [
@@ -194,20 +208,39 @@ def _t_only_in_nll(gen, nll):
         _t_varying_tokens,
         _t_missing_item,
         _t_only_in_nll,
+        _t_item_without_nll,
+        _t_checkpoint_without_nll,
     ],
     ids=lambda f: f.__name__,
 )
-def test_test_split_nll_rows_are_validated(study, breaker, capsys):
+@pytest.mark.parametrize("layout", ["single", "units"])
+def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
+    """In single files, and in units as ``measure`` writes them: then each trajectory's pack
+    carries what its test NLL rows prove (records.pack.PROVERS) and the first analysis reads
+    the proofs, not the rows; the refusals are the same."""
     tmp, gen, nll, rec = study
     nll = nll.copy()
     got = breaker(gen, nll)
     nll, needle = got if isinstance(got, tuple) else (nll, got)
-    rg.write(rec, gen, nll)
+    if layout == "single":
+        rg.write(rec, gen, nll)
+    else:
+        rec = tmp / "units-records"
+        if breaker is _t_duplicate:  # the writer itself refuses these rows
+            with pytest.raises(CkptselError, match="duplicate record key"):
+                records.upsert_records(rec, generations=gen, nll=nll)
+            return
+        records.upsert_records(rec, generations=gen, nll=nll)
     records.load_validation(rec)  # validation rows are fine: the test rows are what is wrong
-    assert_one_line_error(
+    first = assert_one_line_error(
         ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle
     )
     assert not (tmp / "res").exists()
+    if layout == "units":  # the same line as when the rows themselves are read
+        with records.uncached(), pytest.raises(CkptselError) as err:
+            records.load_validation(rec)
+            records.load_test(rec)
+        assert " ".join(str(err.value).split()) in " ".join(first.split())
 
 
 # ============================================================== 3. published whole; verify covers every file

@@ -239,3 +239,80 @@ def test_a_unit_written_again_as_it_is_leaves_unit_and_pack_untouched(study, tmp
     records.write_unit(folder, traj, int(changed.step.iloc[0]), generations=changed)
     assert _is_current(folder, "generations", traj)
     assert _packs(folder)[traj].read_bytes() != packs[_packs(folder)[traj]]
+
+
+def _test_nll(gen: pd.DataFrame) -> pd.DataFrame:
+    """Valid test NLL rows (two windows, n_tokens constant per item) for every test generation."""
+    test = gen[gen["split"] == "test"]
+    tokens = test["item_id"].str[1:].astype(int).to_numpy() % 17 + 3
+    return pd.concat(
+        [
+            pd.DataFrame({
+                "trajectory": test["trajectory"].to_numpy(), "step": test["step"].to_numpy(), "split": "test",
+                "item_id": test["item_id"].to_numpy(), "nll_sum": 0.25 * (tokens + w % 7), "n_tokens": tokens + w % 7,
+                "window": w,
+            })  # fmt: skip
+            for w in (512, 0)
+        ],
+        ignore_index=True,
+    )
+
+
+def _reads_no_test_nll_rows(monkeypatch):
+    from ckptsel.records import load
+
+    def refuse(records_dir):
+        raise AssertionError("the test NLL rows were read")
+
+    monkeypatch.setattr(load, "_test_nll_table", refuse)
+
+
+def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch):
+    """The writer stores in each NLL pack what its test rows prove under the reader's checks;
+    a first analysis then reads the proofs, not the rows, and loads exactly what reading the
+    rows loads. A proof by other checking code, or ``verify``, reads the rows."""
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
+    proofs = pack.proofs(folder, "nll", records.list_units(folder, "nll"))
+    assert sorted(proofs) == sorted(gen["trajectory"].unique())
+    for traj, proof in proofs.items():
+        steps = sorted(gen.loc[(gen["trajectory"] == traj) & (gen["split"] == "test"), "step"].unique())
+        assert proof["code"] == memo.code_digest() and proof["test"]["steps"] == steps
+    with memo.uncached():
+        expected = records.load_test(folder)
+    with monkeypatch.context() as m:
+        _reads_no_test_nll_rows(m)
+        got = records.load_test(folder)
+        with memo.uncached(), pytest.raises(AssertionError, match="were read"):  # verify: the rows
+            records.load_test(folder)
+        m.setattr(memo, "code_digest", lambda: "other code")
+        shutil.rmtree(folder / memo.MEMO_DIR)
+        with pytest.raises(AssertionError, match="were read"):
+            records.load_test(folder)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        for name in ("trajectory", "configuration", "task"):
+            assert getattr(a, name) == getattr(b, name)
+        for name in ("steps", "item_ids", "subtasks", "correct", "answers", "groups"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_a_pack_proves_nothing_of_rows_that_fail_a_check(study, tmp_path):
+    """Rows that fail a check get no proof (the reader reads them and names the problem);
+    rows complete on their own but short of the generations get a proof the reader finds
+    does not hold (then it reads the rows too, and refuses)."""
+    gen, nll = study
+    test = _test_nll(gen)
+    traj, item = test["trajectory"].iloc[0], test["item_id"].iloc[0]
+    nan = test.copy()
+    nan.loc[0, "nll_sum"] = np.nan
+    short = test[~((test["trajectory"] == traj) & (test["item_id"] == item))]
+    for name, rows, proven, needle in (("nan", nan, False, "nll_sum"), ("short", short, True, "record missing")):
+        folder = tmp_path / name
+        records.upsert_records(folder, generations=gen, nll=pd.concat([nll, rows], ignore_index=True))
+        meta = json.loads(read_schema(pack.pack_path(folder, "nll", traj)).metadata[pack.PACK_KEY])
+        assert ("test" in meta["proof"]) is proven, name
+        with pytest.raises(CkptselError, match=needle) as err:
+            records.load_test(folder)
+        assert repr(traj) in str(err.value)

@@ -80,7 +80,7 @@ def filling() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def _code_digest() -> str:
+def code_digest() -> str:
     """SHA-256 of the modules whose code decides the loaded arrays."""
     here = Path(__file__).parent
     h = hashlib.sha256()
@@ -102,7 +102,7 @@ def source_key(records_dir: Location, name: str) -> str:
     declared = []
     for candidate in (records_dir / FINAL_STEPS_FILE, records_dir.parent / FINAL_STEPS_FILE):
         declared.append(candidate.read_bytes().hex() if candidate.is_file() else None)
-    blob = json.dumps([FORMAT, name, _code_digest(), files, declared])
+    blob = json.dumps([FORMAT, name, code_digest(), files, declared])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -15,6 +15,13 @@ modification time in ns locally, ETag on an object store) and each unit's ``ckpt
 metadata (provenance, checkpoint stamp), so that provenance and stamps come from one footer
 per trajectory too.
 
+A pack may also carry a *proof* (:data:`PROVERS`): what the reader's own checks found of its
+rows when the writer built it (the test NLL rows, which analysis checks but never uses as
+values: their checkpoints and a digest of their items, when every row-level check passed), so
+that a first analysis checks them against the generations without reading them. A proof is
+trusted on the same terms as the pack (it lists the units' current versions) and only from the
+same checking code (the prover's digest); anything else reads the rows.
+
 A pack is a derived cache, never a source of truth: a reader uses it only when its versions
 equal the trajectory's current listing, else reads that trajectory's units (a unit replaced,
 added or removed after the pack, a writer killed between its unit and the pack, a damaged or
@@ -25,7 +32,7 @@ but speed. Packs are written atomically (one rename locally, one PUT on an objec
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from pathlib import Path
@@ -47,6 +54,10 @@ PACKED_KINDS = ("generations", "nll")  # what analysis reads (texts never are)
 META_PREFIX = b"ckptsel."  # the unit metadata a pack carries (provenance, checkpoint stamp)
 # a damaged, foreign or vanished pack: read as no pack
 PACK_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError, KeyError, CkptselError)
+# kind -> what a pack's rows (per split) prove under the reader's checks, as JSON-able data.
+# ckptsel.records.load registers its test-NLL check here (the checks keep one home, in the
+# reader); a pack built without a prover has no proof, which costs the reader time only.
+PROVERS: dict[str, Callable[[dict[str, pa.Table]], dict]] = {}
 
 
 def pack_path(records_dir: Path | Location | str, kind: str, trajectory: str) -> Location:
@@ -70,8 +81,11 @@ def unit_metadata(meta: dict[bytes, bytes] | None) -> dict[bytes, bytes]:
     return {k: v for k, v in (meta or {}).items() if k.startswith(META_PREFIX) and k != PACK_KEY}
 
 
-def pack_metadata(units: list[UnitFile], metas: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
-    """A pack's key-value metadata: the units' versions and their ``ckptsel.*`` metadata."""
+def pack_metadata(
+    units: list[UnitFile], metas: list[dict[bytes, bytes]], proof: dict | None = None
+) -> dict[bytes, bytes]:
+    """A pack's key-value metadata: the units' versions, their ``ckptsel.*`` metadata and
+    what its rows prove (:data:`PROVERS`)."""
     blob = {
         "units": versions(units),
         "metadata": {
@@ -79,6 +93,8 @@ def pack_metadata(units: list[UnitFile], metas: list[dict[bytes, bytes]]) -> dic
             for u, m in zip(units, metas, strict=True)
         },
     }
+    if proof is not None:
+        blob["proof"] = proof
     return {PACK_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
 
 
@@ -90,6 +106,37 @@ def current(meta: dict[bytes, bytes] | None, units: list[UnitFile]) -> dict | No
         return blob if blob.get("units") == versions(units) else None
     except (KeyError, ValueError, TypeError, AttributeError):
         return None
+
+
+def prove(kind: str, parts: dict[str, pa.Table]) -> dict | None:
+    """What ``parts`` (a pack's rows per split) prove, by the prover registered for ``kind``."""
+    prover = PROVERS.get(kind)
+    try:
+        return None if prover is None else prover(parts)
+    except Exception:  # noqa: BLE001 - a proof is optional: a prover that fails gives none
+        return None
+
+
+def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> dict[str, dict] | None:
+    """Each trajectory's proof from its pack's footer, when every trajectory of ``units`` (the
+    kind's listing) has a current pack with one; else ``None`` (the reader reads the rows)."""
+    records_dir = as_location(records_dir)
+    groups = list(by_trajectory(units))
+
+    def one(group):
+        try:
+            blob = current(read_schema(pack_path(records_dir, kind, group[0])).metadata, group[1])
+        except PACK_ERRORS:
+            return None
+        return None if blob is None else blob.get("proof")
+
+    if not groups:
+        return None
+    with ThreadPoolExecutor(max_workers=min(8, len(groups))) as pool:
+        found = list(pool.map(one, groups))
+    if any(not isinstance(p, dict) for p in found):
+        return None
+    return {traj: p for (traj, _), p in zip(groups, found, strict=True)}
 
 
 def pack_bytes(parts: dict[str, pa.Table], metadata: dict[bytes, bytes], schema: pa.Schema) -> bytes:

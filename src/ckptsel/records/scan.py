@@ -43,6 +43,7 @@ from ckptsel.records.pack import (
     pack_bytes,
     pack_metadata,
     pack_path,
+    prove,
     remove_pack,
     unit_metadata,
     versions,
@@ -349,7 +350,7 @@ def refresh_pack(
         pieces = [step_rows[u.step][s] for u in units if s in step_rows[u.step]]
         if pieces:
             parts[s] = pa.concat_tables(pieces)
-    meta = pack_metadata(units, [metas[u.step] for u in units])
+    meta = pack_metadata(units, [metas[u.step] for u in units], prove(kind, parts))
     return write_pack(path, pack_bytes(parts, meta, schema))
 
 
