@@ -46,7 +46,7 @@ from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records.codec import read_schema
 from ckptsel.records.schema import SPLITS
-from ckptsel.records.units import UNITS_DIR, UnitFile
+from ckptsel.records.units import UNITS_DIR, UnitFile, once_per_listing
 
 PACKS_DIR = ".packs"
 PACK_KEY = b"ckptsel.pack"
@@ -125,7 +125,7 @@ def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile])
 
     def one(group):
         try:
-            blob = current(read_schema(pack_path(records_dir, kind, group[0])).metadata, group[1])
+            blob = current(footer(records_dir, kind, group[0]), group[1])
         except PACK_ERRORS:
             return None
         return None if blob is None else blob.get("proof")
@@ -168,11 +168,18 @@ def remove_pack(path: Location) -> None:
         pass
 
 
+def footer(records_dir: Location, kind: str, traj: str) -> dict[bytes, bytes] | None:
+    """The key-value metadata of ``traj``'s pack, read once per :func:`one_listing
+    <ckptsel.records.units.one_listing>` block (provenance and proofs both read it)."""
+    path = pack_path(records_dir, kind, traj)
+    return once_per_listing(("pack footer", str(path)), lambda: read_schema(path).metadata)
+
+
 def _pack_metas(records_dir: Location, kind: str, traj: str, group: list[UnitFile]):
     """The units' ``ckptsel.*`` metadata from the trajectory's pack (one footer), or ``None``
     when it has no current pack."""
     try:
-        blob = current(read_schema(pack_path(records_dir, kind, traj)).metadata, group)
+        blob = current(footer(records_dir, kind, traj), group)
     except PACK_ERRORS:
         return None
     if blob is None:

@@ -28,9 +28,10 @@ import contextlib
 import contextvars
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel.records.schema import (
@@ -66,6 +67,7 @@ class UnitFile:
         return w if isinstance(w, Location) else Location(Path(w))
 
 
+T = TypeVar("T")
 # {(units folder of a kind, trajectory or None): its listing} while one_listing() is active
 _LISTINGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ckptsel_unit_listings", default=None)
 
@@ -86,6 +88,18 @@ def one_listing() -> Iterator[None]:
         yield
     finally:
         _LISTINGS.reset(token)
+
+
+def once_per_listing(key: tuple, compute: Callable[[], T]) -> T:
+    """``compute()``, once per :func:`one_listing` block for ``key`` (what is derived from the
+    listed files, as a pack's footer: every call outside a block computes)."""
+    snapshot = _LISTINGS.get()
+    if snapshot is None:
+        return compute()
+    key = ("derived", *key)
+    if key not in snapshot:
+        snapshot[key] = compute()
+    return snapshot[key]
 
 
 def forget_listings() -> None:
