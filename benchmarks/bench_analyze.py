@@ -8,8 +8,9 @@ callback use, so the layout timed is the one they produce), then runs the whole 
 budget, matched half with 200 partitions, sensitivities, all three bootstraps with 20,000 draws,
 the default interval) in fresh subprocesses:
 
-* **first analysis** of new records: no cache of loaded arrays yet, the trajectories' packs as
-  the writer left them (what the first ``analyze`` after ``measure`` pays, once);
+* **first analysis** of new records (median of ``--repeats``, the cache removed before each):
+  no cache of loaded arrays yet, the trajectories' packs as the writer left them (what the first
+  ``analyze`` after ``measure`` pays, once);
 * **again** (best of ``--repeats``): the caches are current, as for every later analysis,
   ``verify`` and re-run of the same records; each phase is then re-run separately (warm).
 
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ckptsel.records.memo import MEMO_DIR
 
 from _common import machine, update_section
 
@@ -104,15 +107,21 @@ def main() -> None:
         t0 = time.perf_counter()
         rec, shape = _records(Path(tmp))
         written = time.perf_counter() - t0
-        first = _run(rec, Path(tmp) / "out", phases=False)  # builds both caches
+        firsts = []  # each: the packs as the writer left them, no cache of loaded arrays
+        for _ in range(args.repeats):
+            shutil.rmtree(rec / MEMO_DIR, ignore_errors=True)
+            firsts.append(_run(rec, Path(tmp) / "out", phases=False))  # builds the caches
         runs = [_run(rec, Path(tmp) / "out", phases=True) for _ in range(args.repeats)]
-    assert all(r["summary"] == first["summary"] for r in runs), "summary.json differs between runs"
+    firsts.sort(key=lambda r: r["times"]["analyze (total)"])
+    first = firsts[len(firsts) // 2]  # the median run
+    spread = [r["times"]["analyze (total)"] for r in (firsts[0], firsts[-1])]
+    assert all(r["summary"] == first["summary"] for r in runs + firsts), "summary.json differs between runs"
     phases = list(runs[0]["times"])
     best = {p: min(r["times"][p] for r in runs) for p in phases}
     peak = max(r["peak_gib"] for r in runs)
     total = best["analyze (total)"]
     met = total <= 3 and peak <= 1
-    first_s, first_gib = first["times"]["analyze (total)"], first["peak_gib"]
+    first_s, first_gib = first["times"]["analyze (total)"], max(r["peak_gib"] for r in firsts)
     met37 = first_s <= 5 and first_gib <= 1 and total <= 2
     lines = [
         "## `ckptsel analyze` at paper scale (`benchmarks/bench_analyze.py`)",
@@ -124,14 +133,15 @@ def main() -> None:
         "| | seconds |",
         "|---|---|",
         f"| simulate + write the records through `upsert_records` (units and packs) | {written:.1f} |",
-        f"| first analysis of new records (reads the packs, builds the cache of loaded arrays) | "
-        f"{first['times']['analyze (total)']:.2f} (CPU "
-        f"{first['times']['analyze (total), CPU seconds of the process']:.2f} s; peak {first['peak_gib']:.2f} GiB) |",
+        f"| first analysis of new records (reads the packs and the test NLL's proofs, builds the cache "
+        f"of loaded arrays; median of {len(firsts)}, {spread[0]:.2f}–{spread[1]:.2f}) | "
+        f"{first_s:.2f} (CPU "
+        f"{first['times']['analyze (total), CPU seconds of the process']:.2f} s; peak {first_gib:.2f} GiB) |",
         f"| **analyze again** (best of {args.repeats}; caches current) | **{total:.2f}** |",
         *[f"| — {p} | {best[p]:.2f} |" for p in phases if p != "analyze (total)"],
         f"| peak memory (RSS), again | {peak:.2f} GiB |",
         "",
-        f"summary.json identical in all {args.repeats + 1} runs (sha256 {first['summary'][:12]}…).",
+        f"summary.json identical in all {len(runs) + len(firsts)} runs (sha256 {first['summary'][:12]}…).",
         f"Target (issue 23): analyze ≤ 3 s and ≤ 1 GiB — {'met' if met else 'NOT met'}.",
         f"Target (issue 37): first analysis ≤ 5 s and ≤ 1 GiB, again ≤ 2 s — "
         f"{'met' if met37 else 'NOT met'} (first {first_s:.2f} s, {first_gib:.2f} GiB; again {total:.2f} s).",
