@@ -316,3 +316,21 @@ def test_a_pack_proves_nothing_of_rows_that_fail_a_check(study, tmp_path):
         with pytest.raises(CkptselError, match=needle) as err:
             records.load_test(folder)
         assert repr(traj) in str(err.value)
+
+
+def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_path):
+    """A unit's local version is its size, modification time and inode: a rewrite (always a new
+    file, renamed into place) within the clock's granularity at the same size is still seen."""
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    unit = records.list_units(folder, "generations")[0]
+    assert _is_current(folder, "generations", unit.trajectory)
+    st = os.stat(unit.path.local)
+    temp = unit.path.local.with_name("replacement.tmp")
+    temp.write_bytes(unit.path.local.read_bytes())
+    os.replace(temp, unit.path.local)
+    os.utime(unit.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = records.list_units(folder, "generations")[0]
+    assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
+    assert not _is_current(folder, "generations", unit.trajectory)

@@ -11,7 +11,7 @@ holding every row of the trajectory's units of that kind, in the order reading t
 by one gives (split, then step, then each unit's own order), one row group per split, and in
 its key-value metadata (:data:`PACK_KEY`, JSON) the exact *versions* of the units it was
 built from (step, size and tag, as :func:`ckptsel.records.units.list_units` sees them:
-modification time in ns locally, ETag on an object store) and each unit's ``ckptsel.*``
+modification time in ns and inode locally, ETag on an object store) and each unit's ``ckptsel.*``
 metadata (provenance, checkpoint stamp), so that provenance and stamps come from one footer
 per trajectory too.
 

@@ -52,7 +52,7 @@ def unit_path(records_dir: Path | Location | str, kind: str, trajectory: str, st
 @dataclass(frozen=True)
 class UnitFile:
     """One unit on disk: its key, where it is, and its version (``size`` + ``tag``: the
-    modification time in ns locally, the ETag on object stores)."""
+    modification time in ns and inode locally, the ETag on object stores)."""
 
     trajectory: str
     step: int
@@ -149,10 +149,10 @@ def _list_units(records_dir: Path | Location | str, kind: str, trajectory: str |
             for e in entries:
                 m = _UNIT_RE.match(e.name)
                 if m and e.is_file():
-                    st = e.stat()
-                    found.append(
-                        UnitFile(traj, int(m.group(1)), e.path, st.st_size, str(st.st_mtime_ns))
-                    )
+                    st = e.stat()  # the tag: modification time and inode (an atomic rewrite
+                    # is a new file: within the clock's granularity, at the same size, it differs)
+                    tag = f"{st.st_mtime_ns}.{st.st_ino}"
+                    found.append(UnitFile(traj, int(m.group(1)), e.path, st.st_size, tag))
         out.extend(sorted(found, key=lambda u: u.step))
     return out
 
