@@ -14,7 +14,7 @@ import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
-from ckptsel.records import memo, pack, store
+from ckptsel.records import load, memo, pack, store
 from ckptsel.records.codec import read_schema
 from ckptsel.records.provenance import read_provenance, unit_provenance
 from ckptsel.records.weights import CheckpointStamp, read_stamps
@@ -259,8 +259,6 @@ def _test_nll(gen: pd.DataFrame) -> pd.DataFrame:
 
 
 def _reads_no_test_nll_rows(monkeypatch):
-    from ckptsel.records import load
-
     def refuse(records_dir):
         raise AssertionError("the test NLL rows were read")
 
@@ -279,6 +277,7 @@ def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch)
     for traj, proof in proofs.items():
         steps = sorted(gen.loc[(gen["trajectory"] == traj) & (gen["split"] == "test"), "step"].unique())
         assert proof["code"] == memo.code_digest() and proof["test"]["steps"] == steps
+        assert load._proof_usable(traj, proof) and not load._proof_usable(f"not-{traj}", proof)
     with memo.uncached():
         expected = records.load_test(folder)
     with monkeypatch.context() as m:

@@ -785,12 +785,13 @@ def prove_test_nll(parts: dict[str, pa.Table]) -> dict:
         del table
         if len(nll.grid.trajs) != 1:
             return {}
+        traj = str(nll.grid.trajs[0])
         steps, codes, _ = nll.grid.axes(nll.grid.rows_of(0))
         item_ids = nll.grid.items[codes].astype(str)
-        _check_test_nll(nll, str(nll.grid.trajs[0]), steps, item_ids)
+        _check_test_nll(nll, traj, steps, item_ids)
     except (CkptselError, pa.ArrowException, KeyError, ValueError):
         return {}
-    test = {"steps": [int(x) for x in steps], "items": _items_digest(item_ids)}
+    test = {"trajectory": traj, "steps": [int(x) for x in steps], "items": _items_digest(item_ids)}
     return {"code": memo.code_digest(), "test": test}
 
 
@@ -809,9 +810,16 @@ def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
         return None
     nll_units = units.list_units(records_dir, "nll")
     found = pack.proofs(records_dir, "nll", nll_units) if nll_units else None
-    if found is None or any(p.get("code") != memo.code_digest() or "test" not in p for p in found.values()):
+    if found is None or any(not _proof_usable(traj, p) for traj, p in found.items()):
         return None
     return {traj: p["test"] for traj, p in found.items()}
+
+
+def _proof_usable(traj: str, proof: dict) -> bool:
+    """A proof by this code, of rows that name the trajectory whose pack holds them."""
+    if proof.get("code") != memo.code_digest() or "test" not in proof:
+        return False
+    return proof["test"] is None or proof["test"].get("trajectory") == traj
 
 
 def _proven_steps(proofs: dict[str, dict | None]) -> dict[str, np.ndarray]:
