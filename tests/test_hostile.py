@@ -331,7 +331,7 @@ def _kill_many(study, kills: int, budget_s: float) -> None:
 
 
 def test_kill_analyze_at_random_points_leaves_old_or_new_folder(study):
-    _kill_many(study, kills=40, budget_s=28)
+    _kill_many(study, kills=30, budget_s=18)
 
 
 @pytest.mark.slow
