@@ -28,10 +28,13 @@ def _cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def _bytes(folder: Path) -> dict:
+    """The records' own files (not what readers derive from them: the cache of loaded arrays,
+    part files, and the packs, which a reader rewrites when they list other unit versions, as
+    after a copy of the folder: units are new files there)."""
     return {
         p.relative_to(folder): p.read_bytes()
         for p in sorted(folder.rglob("*.parquet"))
-        if ".cache" not in p.parts and ".parts" not in p.parts
+        if not {".cache", ".parts", ".packs"} & set(p.parts)
     }
 
 
