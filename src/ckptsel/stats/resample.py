@@ -34,7 +34,6 @@ from ckptsel._util import rng as streams
 
 CHUNK = 1000  # draws per chunk: a (CHUNK × units) counts matrix at a time
 BLOCK = 1 << 16  # indices drawn and counted at a time inside draw_counts (they stay in cache)
-ROW_COUNTS = 1024  # draws of at least this many indices are counted one by one in draw_counts
 WORKERS = 4  # at most this many threads run chunks at once (map_chunks)
 
 
@@ -60,10 +59,6 @@ def draw_counts(
     for start in range(0, draws, rows):
         stop = min(draws, start + rows)
         idx = rng.integers(0, n_units, size=(stop - start, size))
-        if size >= ROW_COUNTS:  # long draws: each counted on its own (no offsets to add)
-            for r in range(stop - start):
-                counts[start + r] = np.bincount(idx[r], minlength=n_units)
-            continue
         idx += offsets[: stop - start]
         block = np.bincount(idx.ravel(), minlength=(stop - start) * n_units)
         counts[start:stop] = block.reshape(stop - start, n_units)
