@@ -163,8 +163,13 @@ class ScoredChoices:
         return [n for n, lin in zip(self.names, self.linear, strict=True) if lin]
 
 
-def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None) -> ScoredChoices:
-    """Score frozen choices on the test records (choices first, test data second, by type)."""
+def score(
+    frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None, *, workers: int | None = None
+) -> ScoredChoices:
+    """Score frozen choices on the test records (choices first, test data second, by type).
+
+    ``workers``: threads for the trajectories (default: :func:`ckptsel._util.threads.map_threads`'
+    own; 1 when other work runs beside, since their many small array steps mostly hold the GIL)."""
     settings = frozen.settings
     partitions = partitions or settings.permutations
     all_names = quantity_names(settings)
@@ -196,7 +201,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         return w
 
     # trajectories on a few threads: each writes only its own row
-    weights: list[dict[Name, np.ndarray]] = map_threads(one, range(J))
+    weights: list[dict[Name, np.ndarray]] = map_threads(one, range(J), workers)
     test_accuracy = {t.trajectory: 100.0 * t.correct.mean(axis=1) for t in tests}
     steps = {t.trajectory: t.steps for t in tests}
 

@@ -112,15 +112,16 @@ def freeze_choices(
 def evaluate_frozen(
     records_dir: Path, out_dir: Path, validation: list, stat: StatSettings,
     progress: Callable[[str], None] = _quiet,
-    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None,
+    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None, workers: int | None = None,
 ) -> tuple[Summary, dict]:  # fmt: skip
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records
     (``progress(line)`` hears each phase as it starts; ``tables_ready(tables)`` hears the tables
-    as soon as they are made, before the bootstraps, which they do not need)."""
+    as soon as they are made, before the bootstraps, which they do not need; ``workers``: the
+    scoring's threads, :func:`ckptsel.choose.score`)."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
     progress("scoring the frozen choices on test records…")
     tests = load_test(records_dir, validation)
-    scored = score(frozen, tests)
+    scored = score(frozen, tests, workers=workers)
     progress(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
     pop = population(validation)
     pop["test_items"] = scored.test_items
@@ -297,6 +298,7 @@ def _analyze(
             summary, tables = evaluate_frozen(
                 records_dir, stage, validation, stat, progress,
                 lambda made: written.append(beside.submit(write_tables, stage, made)),
+                workers=1,  # scoring on one thread: the keep table takes the other core
             )  # fmt: skip
             progress("choosing the checkpoint to keep per trajectory (select)…")
             keep = keeping.result()
