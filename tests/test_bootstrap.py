@@ -119,38 +119,6 @@ def test_draw_counts_in_blocks_are_the_counts_of_one_call(n_units, size, draws):
     np.testing.assert_array_equal(out, got)
 
 
-def test_draws_made_ahead_are_the_draws_of_map_chunks():
-    """Chunks drawn beforehand (DrawsAhead: all, some within a byte limit, none, or taken while
-    the background thread still draws) give map_chunks exactly its own counts."""
-    from ckptsel.stats import DrawsAhead, map_chunks
-
-    n, draws, key = 37, 3 * CHUNK + 17, (4, 2, 9)
-
-    def collect(ahead):
-        out = np.full((draws, n), -1.0)
-
-        def work(rows, counts):
-            out[rows] = counts
-
-        map_chunks(work, n, draws, key, ahead=ahead, workers=2)
-        return out
-
-    plain = collect(None)
-    assert (plain.sum(axis=1) == n).all()
-    for limit, joined in ((10**9, True), (2 * CHUNK * n * 2, True), (0, True), (10**9, False)):
-        ahead = DrawsAhead([((1, 1), 5, 10), (key, n, draws)], limit=limit)
-        if joined:
-            ahead.join()
-            first = ahead.take(key, n, draws, 0)
-            assert (first is None) == (limit < 10 * 5 * 2 + CHUNK * n * 2)  # first job + one chunk fit
-            if first is not None:
-                np.testing.assert_array_equal(first, plain[:CHUNK])
-        got = collect(ahead)
-        ahead.stop()
-        start = CHUNK if joined and first is not None else 0  # chunk 0 was taken above
-        np.testing.assert_array_equal(got[start:], plain[start:])
-
-
 def test_map_chunks_gives_every_chunk_its_own_draws_whatever_the_threads():
     from ckptsel.stats import chunked_counts, map_chunks
 

@@ -19,7 +19,7 @@ the summary they make. Pure NumPy over arrays; no I/O.
 
 from __future__ import annotations
 
-from ckptsel.stats.bootstrap import percentile_interval, question_draw_jobs
+from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
 from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
 from ckptsel.stats.exact import (
@@ -42,7 +42,6 @@ from ckptsel.stats.paired import (
 from ckptsel.stats.resample import (
     CHUNK,
     Clusters,
-    DrawsAhead,
     chunked_counts,
     cluster_codes,
     cluster_sums,
@@ -66,7 +65,6 @@ __all__ = [
     "ADJUSTMENTS",
     "CHUNK",
     "Clusters",
-    "DrawsAhead",
     "FEW_CONFIGURATIONS",
     "METHODS",
     "StatSettings",
@@ -95,7 +93,6 @@ __all__ = [
     "norm_cdf",
     "norm_ppf",
     "percentile_interval",
-    "question_draw_jobs",
     "question_weights",
     "resample_counts",
     "summarize",

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ckptsel._util import rng as streams
-from ckptsel.stats.resample import Clusters, DrawsAhead, map_chunks, resample_counts
+from ckptsel.stats.resample import Clusters, map_chunks, resample_counts
 
 
 def configuration_counts(n_configurations: int, draws: int, seed: int, stream: int = 0) -> np.ndarray:
@@ -58,7 +58,6 @@ def question_replicates(
     seed: int,
     joint_columns: Sequence[int] = (),
     groups: dict[str, np.ndarray] | None = None,
-    ahead: DrawsAhead | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
     """Test-question (and joint) bootstrap replicates.
 
@@ -70,8 +69,7 @@ def question_replicates(
     resampled sum over the resampled number of items). With single-item groups (or no
     ``groups``) this is the plain question bootstrap, bit for bit.
     Returns pooled question replicates ``(draws, Q)``, the per-task replicates, and the joint
-    replicates ``(draws, len(joint_columns))`` (None without ``config_counts``). ``ahead``: the
-    draws of :func:`question_draw_jobs` begun beforehand (the same draws).
+    replicates ``(draws, len(joint_columns))`` (None without ``config_counts``).
     """
     tasks = sorted(utilities)
     total = sizes.sum(axis=0)  # trajectories per quantity, fixed weights
@@ -87,7 +85,7 @@ def question_replicates(
             task_counts = config_counts[:, config_index[task]]
         task_reps = _task_replicates(
             utilities[task], groups.get(task) if groups else None, task_counts, joint_cols, joint_num,
-            draws, (seed, streams.QUESTION_DRAWS, k), ahead,
+            draws, (seed, streams.QUESTION_DRAWS, k),
         )  # fmt: skip
         pooled += task_reps
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -104,7 +102,7 @@ def question_replicates(
 
 def _task_replicates(
     util: np.ndarray, groups: np.ndarray | None, task_counts: np.ndarray | None, joint_cols: np.ndarray,
-    joint_num: np.ndarray, draws: int, key: tuple[int, ...], ahead: DrawsAhead | None = None,
+    joint_num: np.ndarray, draws: int, key: tuple[int, ...],
 ) -> np.ndarray:  # fmt: skip
     """``(draws, Q)`` resampled utility sums of one task (``util`` ``(K_task, N_task, Q)``) over
     the items drawn; adds the task's joint numerators to ``joint_num`` ``(draws, J)`` when
@@ -130,18 +128,8 @@ def _task_replicates(
             per_conf = ((R @ joint_util) / drawn).reshape(R.shape[0], n_conf, len(joint_cols))
             joint_num[rows] += np.einsum("bk,bkq->bq", task_counts[rows], per_conf)
 
-    map_chunks(chunk, clusters.count, draws, key, dtype=np.float32, ahead=ahead)
+    map_chunks(chunk, clusters.count, draws, key, dtype=np.float32)
     return task_reps
-
-
-def question_draw_jobs(
-    pools: dict[str, tuple[int, np.ndarray | None]], draws: int, seed: int
-) -> list[tuple[tuple[int, ...], int, int]]:
-    """The draws of :func:`question_replicates` for the test pools ``pools`` (task -> (items,
-    groups or None)), in its order: ``(key, units, draws)`` per task, for
-    :class:`~ckptsel.stats.resample.DrawsAhead`."""
-    return [((seed, streams.QUESTION_DRAWS, k), Clusters.of(pools[task][1], pools[task][0]).count, draws)
-            for k, task in enumerate(sorted(pools))]  # fmt: skip
 
 
 def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

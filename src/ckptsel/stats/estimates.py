@@ -46,7 +46,7 @@ from ckptsel.results import (
 from ckptsel.stats import bootstrap as bs
 from ckptsel.stats import exact as ex
 from ckptsel.stats import intervals as iv
-from ckptsel.stats.resample import Clusters, DrawsAhead
+from ckptsel.stats.resample import Clusters
 
 # Per interval method: (K, what was measured below it). K is the smallest number of
 # configurations from which the configuration interval covered >= 90% of its estimand in every
@@ -262,7 +262,7 @@ def _question_support(scored: ScoredChoices, task: str, present: np.ndarray) -> 
 def summarize(
     scored: ScoredChoices, settings: StatSettings, population: Population | dict, *,
     permutations: int | None = None, partitions: int | None = None, choices_sha256: str | None = None,
-    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None, ahead: DrawsAhead | None = None,
+    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None,
 ) -> tuple[Summary, dict[str, pd.DataFrame]]:
     """The typed summary and the descriptive tables (per trajectory, per configuration).
 
@@ -270,9 +270,7 @@ def summarize(
     ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
     ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
     ``tables_ready(tables)`` hears the descriptive tables as soon as they are made, before the
-    bootstraps (they need none), e.g. to write them meanwhile. ``ahead``: the test-question
-    draws begun beforehand (:class:`~ckptsel.stats.resample.DrawsAhead` of
-    :func:`~ckptsel.stats.bootstrap.question_draw_jobs`; the same draws, so the same summary).
+    bootstraps (they need none), e.g. to write them meanwhile.
     """
     population = Population.coerce(population)
     labels = (*[str(b) for b in scored.budgets], FULL)
@@ -296,7 +294,7 @@ def summarize(
     main = [("D", "nested", r, "") for r in RULES] + [
         (k, "nested", r, FULL) for r in RULES for k in ("H", "G")
     ]
-    question, joint = _question_and_joint(scored, settings, C, sums, sizes, means, task_conf, main, labels, ahead)
+    question, joint = _question_and_joint(scored, settings, C, sums, sizes, means, task_conf, main, labels)
     # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
     default_budgets = tuple(scored.budgets) == defaults.BUDGETS
     summary = Summary(
@@ -346,8 +344,7 @@ def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_co
 
 
 def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, sizes, means, task_conf,
-                        main: list[Name], labels, ahead: DrawsAhead | None = None,
-                        ) -> tuple[QuestionBootstrap, Gains | None]:  # fmt: skip
+                        main: list[Name], labels) -> tuple[QuestionBootstrap, Gains | None]:
     """Test-question bootstrap (nested-scheme G/H/D, overall and per task) and the joint
     intervals of the main table (pigeonhole bootstrap, or the two-way t for the t methods)."""
     lin_idx = np.flatnonzero(scored.linear)
@@ -355,7 +352,7 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
     joint_cols = [lin_names.index(n) for n in main if n in lin_names]
     pooled, per_task, joint = bs.question_replicates(
         scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
-        groups=scored.groups, ahead=ahead,
+        groups=scored.groups,
     )
     lin_sizes = sizes[:, lin_idx]
     clusters = {t: np.where(lin_sizes[task_conf[t]].sum(axis=0) > 0, _clusters(scored, t), np.iinfo(np.int64).max)

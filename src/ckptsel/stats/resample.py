@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import queue
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,8 +43,7 @@ def resample_counts(n: int, draws: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def draw_counts(
-    n_units: int, size: int, draws: int, rng: np.random.Generator, *, out: np.ndarray | None = None,
-    block: int = BLOCK,
+    n_units: int, size: int, draws: int, rng: np.random.Generator, *, out: np.ndarray | None = None
 ) -> np.ndarray:
     """``(draws, n_units)`` multiplicities of ``size`` units drawn uniformly with replacement.
 
@@ -53,11 +51,10 @@ def draw_counts(
     come in blocks of whole draws (about :data:`BLOCK` indices each, counted while they are in
     cache), one block after the other from ``rng``: bounded integers take the generator's values
     one at a time, so the blocks hold exactly the ``(draws, size)`` indices of a single
-    ``rng.integers(0, n_units, size=(draws, size))`` and leave ``rng`` in the same state (so
-    any ``block`` gives the same counts; larger ones make fewer, longer calls).
+    ``rng.integers(0, n_units, size=(draws, size))`` and leave ``rng`` in the same state.
     """
     counts = np.empty((draws, n_units)) if out is None else out
-    rows = max(1, block // max(size, 1))  # draws per block
+    rows = max(1, BLOCK // max(size, 1))  # draws per block
     offsets = np.arange(rows)[:, None] * n_units  # row r of a block counts into bins r*n_units...
     for start in range(0, draws, rows):
         stop = min(draws, start + rows)
@@ -87,79 +84,9 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-AHEAD_BLOCK = 1 << 20  # indices per call when drawing ahead (few, long calls: little GIL time)
-AHEAD_BYTES = 64 << 20  # counts kept at most by a DrawsAhead
-
-
-class DrawsAhead:
-    """The counts of chunks of :func:`map_chunks` drawn beforehand on a background thread (e.g.
-    while the main line scores, which mostly holds the GIL and leaves a core idle).
-
-    ``jobs``: ``(key, n_units, draws)`` of the map_chunks calls to come (``size`` = ``n_units``,
-    no suffix), in the order they will come; chunks are drawn in that order, at most ``limit``
-    bytes of counts in all. :meth:`take` hands a chunk's counts to map_chunks (waiting for
-    one being drawn; None when it was not drawn ahead: map_chunks draws it). A chunk's counts
-    depend only on its generator's key, so they are the same whichever thread draws them.
-    """
-
-    def __init__(self, jobs: Sequence[tuple[Sequence[int], int, int]], limit: int = AHEAD_BYTES):
-        self._lock = threading.Lock()
-        self._ready: dict[tuple, np.ndarray] = {}
-        self._drawing: dict[tuple, threading.Event] = {}
-        self._taken: set[tuple] = set()
-        self._stop = threading.Event()
-        todo = [(tuple(key), n, d) for key, n, d in jobs if 0 < n < 1 << 16]  # uint16 counts are exact
-        self._thread = threading.Thread(target=self._run, args=(todo, limit), daemon=True)
-        self._thread.start()
-
-    def _run(self, todo: list[tuple[tuple, int, int]], limit: int) -> None:
-        kept = 0
-        for key, n_units, draws in todo:
-            for c, start in enumerate(range(0, draws, CHUNK)):
-                rows = min(draws, start + CHUNK) - start
-                ident = (key, n_units, draws, c)
-                with self._lock:
-                    if self._stop.is_set() or kept + rows * n_units * 2 > limit:
-                        return
-                    if ident in self._taken:
-                        continue
-                    done = self._drawing[ident] = threading.Event()
-                kept += rows * n_units * 2
-                counts = np.empty((rows, n_units), dtype=np.uint16)
-                draw_counts(n_units, n_units, rows, np.random.default_rng([*key, c]), out=counts, block=AHEAD_BLOCK)
-                with self._lock:
-                    self._ready[ident] = counts
-                    del self._drawing[ident]
-                done.set()
-
-    def take(self, key: Sequence[int], n_units: int, draws: int, c: int) -> np.ndarray | None:
-        """Chunk ``c``'s ``(rows, n_units)`` uint16 counts of the job ``(key, n_units, draws)``, or None."""
-        ident = (tuple(key), n_units, draws, c)
-        with self._lock:
-            self._taken.add(ident)
-            done = self._drawing.get(ident)
-            if done is None:
-                return self._ready.pop(ident, None)
-        done.wait()
-        with self._lock:
-            return self._ready.pop(ident, None)
-
-    def join(self) -> None:
-        """Wait until every chunk within the limit is drawn (or :meth:`stop`)."""
-        self._thread.join()
-
-    def stop(self) -> None:
-        """No more chunks ahead (the one being drawn is finished); the rest are dropped."""
-        self._stop.set()
-        self._thread.join()
-        with self._lock:
-            self._ready.clear()
-
-
 def map_chunks(
     work: Callable[[slice, np.ndarray], None], n_units: int, draws: int, key: Sequence[int], *,
     size: int | None = None, suffix: Sequence[int] = (), dtype=np.float64, workers: int | None = None,
-    ahead: DrawsAhead | None = None,
 ) -> None:  # fmt: skip
     """``work(rows, counts)`` for every chunk of :func:`chunked_counts` (the same draws; counts
     ``(rows, n_units)`` in ``dtype``), chunks on up to ``workers`` threads at once.
@@ -167,8 +94,7 @@ def map_chunks(
     Drawing, counting and matrix products release the GIL, so chunks overlap on several cores.
     ``work`` must write only its own ``rows`` of its outputs (then the result does not depend on
     which thread ran which chunk, nor when), and must not keep ``counts``: the buffer is reused.
-    Default ``workers``: the usable CPUs, at most :data:`WORKERS`. ``ahead``: chunks drawn
-    beforehand (:class:`DrawsAhead`; only for the default ``size`` and no ``suffix``).
+    Default ``workers``: the usable CPUs, at most :data:`WORKERS`.
     """
     starts = range(0, draws, CHUNK)
     if workers is None:
@@ -182,13 +108,8 @@ def map_chunks(
             buf = buffers.get_nowait()
         except queue.Empty:
             buf = np.empty((min(CHUNK, draws), n_units), dtype=dtype)
-        early = None if ahead is None or size or suffix else ahead.take(key, n_units, draws, c)
-        if early is not None:
-            counts = buf[: stop - start]
-            counts[...] = early  # exact: integer counts
-        else:
-            gen = np.random.default_rng([*key, c, *suffix])
-            counts = draw_counts(n_units, size or n_units, stop - start, gen, out=buf[: stop - start])
+        gen = np.random.default_rng([*key, c, *suffix])
+        counts = draw_counts(n_units, size or n_units, stop - start, gen, out=buf[: stop - start])
         work(slice(start, stop), counts)
         buffers.put(buf)
 

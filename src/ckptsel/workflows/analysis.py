@@ -55,7 +55,7 @@ from ckptsel.results import (
     Summary,
     publish,
 )
-from ckptsel.stats import DrawsAhead, StatSettings, question_draw_jobs, summarize
+from ckptsel.stats import StatSettings, summarize
 from ckptsel.study import (
     analysis_differences,
     before_training,
@@ -113,41 +113,34 @@ def evaluate_frozen(
     records_dir: Path, out_dir: Path, validation: list, stat: StatSettings,
     progress: Callable[[str], None] = _quiet,
     tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None, workers: int | None = None,
-    ahead: bool = False,
 ) -> tuple[Summary, dict]:  # fmt: skip
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records
     (``progress(line)`` hears each phase as it starts; ``tables_ready(tables)`` hears the tables
     as soon as they are made, before the bootstraps, which they do not need; ``workers``: the
-    scoring's threads, :func:`ckptsel.choose.score`; ``ahead``: the test-question bootstrap's
-    first draws are made on a background thread while scoring, which mostly holds the GIL:
-    :class:`ckptsel.stats.DrawsAhead`, the same draws)."""
+    scoring's threads, :func:`ckptsel.choose.score`)."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
     progress("scoring the frozen choices on test records…")
     tests = load_test(records_dir, validation)
-    pools: dict[str, tuple[int, Any]] = {}  # task -> its test pool's items and groups
-    for t in tests:
-        pools.setdefault(t.task, (t.correct.shape[1], t.groups))
-    early = DrawsAhead(question_draw_jobs(pools, stat.draws, stat.seed)) if ahead else None
-    try:
-        scored = score(frozen, tests, workers=workers)
-        progress(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
-        pop = population(validation)
-        pop["test_items"] = scored.test_items
+    scored = score(frozen, tests, workers=workers)
+    progress(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
+    pop = population(validation)
+    pop["test_items"] = scored.test_items
 
-        def descriptive(tables: dict[str, pd.DataFrame]) -> None:
-            tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
-            if tables_ready is not None:
-                tables_ready(tables)
+    def descriptive(tables: dict[str, pd.DataFrame]) -> None:
+        tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
+        if tables_ready is not None:
+            tables_ready(tables)
 
-        return summarize(
-            scored, stat, pop,
-            permutations=frozen.settings.permutations,
-            partitions=frozen.settings.permutations,  # score() partitions the test pool as often
-            choices_sha256=frozen.sha256, tables_ready=descriptive, ahead=early,
-        )  # fmt: skip
-    finally:
-        if early is not None:
-            early.stop()
+    summary, tables = summarize(
+        scored,
+        stat,
+        pop,
+        permutations=frozen.settings.permutations,
+        partitions=frozen.settings.permutations,  # score() partitions the test pool as often
+        choices_sha256=frozen.sha256,
+        tables_ready=descriptive,
+    )
+    return summary, tables
 
 
 def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
@@ -305,7 +298,7 @@ def _analyze(
             summary, tables = evaluate_frozen(
                 records_dir, stage, validation, stat, progress,
                 lambda made: written.append(beside.submit(write_tables, stage, made)),
-                workers=1, ahead=True,  # scoring on one thread: the keep table (and draws) beside
+                workers=1,  # scoring on one thread: the keep table takes the other core
             )  # fmt: skip
             progress("choosing the checkpoint to keep per trajectory (select)…")
             keep = keeping.result()
