@@ -69,6 +69,7 @@ def matched_half(
         out[rule] = {"G_in": gi, "G_out": go, "B": gi - go}
     return out
 
+
 def half_counts(rows: list[np.ndarray], in_s: np.ndarray) -> list[np.ndarray]:
     """``(R_k, P)`` float64 sums over ``S`` (``in_s``: ``(N, P)``) of each 0/1 signal ``(R_k, N)``
     in ``rows``, all in one float32 product (exact: every sum is an integer below 2**24, so
