@@ -175,3 +175,24 @@ def test_pools_on_threads_give_the_one_thread_table(tmp_path, monkeypatch):
 
     with pytest.raises(ValueError, match="four"):
         threads.map_threads(fails, range(9), workers=2)
+
+
+def test_scoring_on_one_thread_gives_the_threaded_scores(tmp_path):
+    """score(workers=1), as analyze runs it beside the keep table, gives every value and
+    per-question utility the threaded scoring gives, bit for bit."""
+    from ckptsel import records
+    from ckptsel.choose import choose, freeze, load_frozen, score
+
+    import recordsgen as rg
+
+    gen, nll = rg.tables(rg.random_study(np.random.default_rng(9), n_configs=5, seeds=2, tasks=("a", "b")))
+    rec = rg.write(tmp_path / "records", gen, nll)
+    validation = records.load_validation(rec)
+    settings = ChoiceSettings(permutations=12)
+    freeze(choose(validation, settings), settings, tmp_path / "choices")
+    frozen, tests = load_frozen(tmp_path / "choices"), records.load_test(rec, validation)
+    one, threaded = score(frozen, tests, workers=1), score(frozen, tests, workers=3)
+    assert one.names == threaded.names and one.values.tobytes() == threaded.values.tobytes()
+    assert list(one.utilities) == list(threaded.utilities) == ["a", "b"]
+    for task, util in one.utilities.items():
+        assert util.tobytes() == threaded.utilities[task].tobytes()

@@ -152,6 +152,21 @@ def test_matched_half_by_hand():
     assert out["oracle"] == pytest.approx({"G_in": 50.0, "G_out": -50.0, "B": 100.0})
 
 
+def test_matched_half_counts_summed_for_many_trajectories_at_once():
+    """score sums the S-counts of every trajectory of a test pool in one product (half_counts):
+    each trajectory's matched half is then exactly the one it gets alone."""
+    from ckptsel.choose.evaluate import half_counts, selection_halves
+
+    rng = np.random.default_rng(5)
+    orders = core.permutations(core.string_keys([str(i) for i in range(37)]), 2, 9, stream=4)
+    in_s = selection_halves(orders)
+    trajectories = [(rng.random((T, 37)) < 0.6, rng.integers(0, 3, (T, 37))) for T in (3, 5, 2)]
+    rows = [np.concatenate([c, core.plurality_agreement(a)]) for c, a in trajectories]
+    for (c, a), on_s in zip(trajectories, half_counts(rows, in_s), strict=True):
+        agree = core.plurality_agreement(a)
+        assert matched_half(c, agree, None, on_s=on_s) == matched_half(c, agree, orders)
+
+
 def test_nested_subsets_match_direct_sums():
     rng = np.random.default_rng(3)
     sig_i = rng.integers(0, 2, (4, 50))

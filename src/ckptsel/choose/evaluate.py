@@ -32,7 +32,8 @@ def selection_halves(orders: np.ndarray) -> np.ndarray:
 
 
 def matched_half(
-    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray | None, in_s: np.ndarray | None = None
+    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray | None, in_s: np.ndarray | None = None,
+    on_s: np.ndarray | None = None,
 ) -> dict[str, dict[str, float]]:
     """Same-item optimism on the test pool (SPEC §5), averaged over partitions and directions.
 
@@ -40,15 +41,15 @@ def matched_half(
     rule selects on ``S`` (oracle: correctness counts; agreement: agreement counts) and the
     same choice is scored on ``S`` (G_in) and on ``S̄`` (G_out); then the roles swap.
     ``in_s``: the ``(N, P)`` indicator of ``S`` (:func:`selection_halves` of ``orders``), when the
-    caller has it (then ``orders`` may be None).
+    caller has it (then ``orders`` may be None); ``on_s``: the ``(2T, P)`` counts on ``S`` of the
+    rows of ``correct`` then ``agree`` (:func:`half_counts`), when the caller has them.
     """
     n_items = correct.shape[1]
     half = n_items // 2
     sizes = np.array([half, n_items - half], dtype=np.float64)
-    in_s = selection_halves(orders) if in_s is None else in_s
-    # counts on S of both signals in one float32 product (exact: integers below 2**24)
     counts = np.concatenate([correct, agree]).astype(np.float32)  # (2T, N)
-    on_s = (counts @ in_s).astype(np.float64)  # (2T, P)
+    if on_s is None:
+        on_s = half_counts([counts], selection_halves(orders) if in_s is None else in_s)[0]
     totals = counts.sum(axis=1, keepdims=True, dtype=np.float64)  # (2T, 1)
     T = correct.shape[0]
     acc_s, agr_s = on_s[:T], on_s[T:]
@@ -67,6 +68,16 @@ def matched_half(
         gi, go = 100.0 * np.mean(g_in), 100.0 * np.mean(g_out)
         out[rule] = {"G_in": gi, "G_out": go, "B": gi - go}
     return out
+
+
+def half_counts(rows: list[np.ndarray], in_s: np.ndarray) -> list[np.ndarray]:
+    """``(R_k, P)`` float64 sums over ``S`` (``in_s``: ``(N, P)``) of each 0/1 signal ``(R_k, N)``
+    in ``rows``, all in one float32 product (exact: every sum is an integer below 2**24, so
+    the same numbers however the rows are grouped)."""
+    flat = (np.concatenate(rows).astype(np.float32) @ in_s).astype(np.float64)  # (ΣR_k, P)
+    ends = np.cumsum([len(r) for r in rows])
+    return [flat[end - len(r) : end] for r, end in zip(rows, ends, strict=True)]
+
 
 SCHEMES = ("nested", "one_variant", *(f"thin{k}" for k in THINNING), "nll_complete")
 BUDGET_LABELS = (*[str(b) for b in BUDGETS], FULL)
@@ -163,8 +174,13 @@ class ScoredChoices:
         return [n for n, lin in zip(self.names, self.linear, strict=True) if lin]
 
 
-def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None) -> ScoredChoices:
-    """Score frozen choices on the test records (choices first, test data second, by type)."""
+def score(
+    frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None, *, workers: int | None = None
+) -> ScoredChoices:
+    """Score frozen choices on the test records (choices first, test data second, by type).
+
+    ``workers``: threads for the trajectories (default: :func:`ckptsel._util.threads.map_threads`'
+    own; 1 when other work runs beside, since their many small array steps mostly hold the GIL)."""
     settings = frozen.settings
     partitions = partitions or settings.permutations
     all_names = quantity_names(settings)
@@ -173,12 +189,20 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
     values = np.full((J, len(all_names)), np.nan)
     halves: dict[bytes, np.ndarray] = {}  # test pool -> (N, P) indicator of S
     chosen = [frozen.vectors(t.trajectory, t.steps) for t in tests]
-    for t in tests:  # trajectories of one task share the test pool's partitions
+    pools: dict[bytes, list[int]] = {}  # trajectories of one task share the test pool's partitions
+    for j, t in enumerate(tests):
         key = t.item_ids.tobytes()
         if key not in halves:
             # S: the first half of each core.permutations order of the test items (stream MATCHED_HALF)
             h = core.hashed_ranks(core.string_keys(t.item_ids), settings.seed, streams.MATCHED_HALF, partitions)
             halves[key] = core.first_of_orders(h, [len(t.item_ids) // 2])[:, 0, :].astype(np.float32)
+        pools.setdefault(key, []).append(j)
+    agree = [core.plurality_agreement(t.answers) for t in tests]
+    on_s: list[np.ndarray] = [np.empty(0)] * J  # (2T, P) counts on S of correct and agree rows
+    for key, members in pools.items():  # one product per test pool
+        sums = half_counts([np.concatenate([tests[j].correct, agree[j]]) for j in members], halves[key])
+        for j, counts in zip(members, sums, strict=True):
+            on_s[j] = counts
 
     def one(j: int) -> dict[Name, np.ndarray]:  # trajectory j's weights; its row of ``values``
         t, vectors = tests[j], chosen[j]
@@ -186,8 +210,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         acc = 100.0 * t.correct.mean(axis=1)
         for name, vec in w.items():
             values[j, index[name]] = vec @ acc
-        agree = core.plurality_agreement(t.answers)
-        for rule, stats in matched_half(t.correct, agree, None, halves[t.item_ids.tobytes()]).items():
+        for rule, stats in matched_half(t.correct, agree[j], None, on_s=on_s[j]).items():
             for stat, val in stats.items():
                 values[j, index[("MH", rule, stat, "")]] = val
         a, b = vectors.get(("nested", "nll", FULL)), vectors.get(("nll_complete", "nll", FULL))
@@ -196,7 +219,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         return w
 
     # trajectories on a few threads: each writes only its own row
-    weights: list[dict[Name, np.ndarray]] = map_threads(one, range(J))
+    weights: list[dict[Name, np.ndarray]] = map_threads(one, range(J), workers)
     test_accuracy = {t.trajectory: 100.0 * t.correct.mean(axis=1) for t in tests}
     steps = {t.trajectory: t.steps for t in tests}
 

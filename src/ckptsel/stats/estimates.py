@@ -9,6 +9,7 @@ per-configuration tables. Pure computation; no I/O. Blocks iterate over
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -261,12 +262,15 @@ def _question_support(scored: ScoredChoices, task: str, present: np.ndarray) -> 
 def summarize(
     scored: ScoredChoices, settings: StatSettings, population: Population | dict, *,
     permutations: int | None = None, partitions: int | None = None, choices_sha256: str | None = None,
+    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None,
 ) -> tuple[Summary, dict[str, pd.DataFrame]]:
     """The typed summary and the descriptive tables (per trajectory, per configuration).
 
     ``population`` (who is in the study, checked into a :class:`ckptsel.results.Population`),
     ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
     ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
+    ``tables_ready(tables)`` hears the descriptive tables as soon as they are made, before the
+    bootstraps (they need none), e.g. to write them meanwhile.
     """
     population = Population.coerce(population)
     labels = (*[str(b) for b in scored.budgets], FULL)
@@ -280,6 +284,9 @@ def summarize(
         task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
         for task in scored.utilities
     }
+    tables = _tables(scored, configs, sums, sizes)
+    if tables_ready is not None:
+        tables_ready(tables)
 
     percentile = settings.interval == "percentile"
     C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
@@ -310,7 +317,7 @@ def summarize(
         warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval,
                                       {t: len(c) for t, c in task_conf.items()})),  # fmt: skip
     )
-    return summary, _tables(scored, configs, sums, sizes)
+    return summary, tables
 
 
 def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels,

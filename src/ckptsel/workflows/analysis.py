@@ -112,16 +112,25 @@ def freeze_choices(
 def evaluate_frozen(
     records_dir: Path, out_dir: Path, validation: list, stat: StatSettings,
     progress: Callable[[str], None] = _quiet,
+    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None, workers: int | None = None,
 ) -> tuple[Summary, dict]:  # fmt: skip
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records
-    (``progress(line)`` hears each phase as it starts)."""
+    (``progress(line)`` hears each phase as it starts; ``tables_ready(tables)`` hears the tables
+    as soon as they are made, before the bootstraps, which they do not need; ``workers``: the
+    scoring's threads, :func:`ckptsel.choose.score`)."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
     progress("scoring the frozen choices on test records…")
     tests = load_test(records_dir, validation)
-    scored = score(frozen, tests)
+    scored = score(frozen, tests, workers=workers)
     progress(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
     pop = population(validation)
     pop["test_items"] = scored.test_items
+
+    def descriptive(tables: dict[str, pd.DataFrame]) -> None:
+        tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
+        if tables_ready is not None:
+            tables_ready(tables)
+
     summary, tables = summarize(
         scored,
         stat,
@@ -129,8 +138,8 @@ def evaluate_frozen(
         permutations=frozen.settings.permutations,
         partitions=frozen.settings.permutations,  # score() partitions the test pool as often
         choices_sha256=frozen.sha256,
+        tables_ready=descriptive,
     )
-    tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
     return summary, tables
 
 
@@ -274,17 +283,23 @@ def _analyze(
         progress("loading validation records…")
         validation = load_validation(records_dir)
         # beside the main line, on a second thread: the keep table (it reads the validation
-        # records only), then the tables' files; each is its own result, whatever the timing
+        # records only), then the tables' files; each is its own result, whatever the timing.
+        # The keep table starts once the choices are made (choosing keeps both cores busy; what
+        # follows, freezing, reading the test records and scoring, mostly runs on one)
         with ThreadPoolExecutor(1) as beside:
+            freeze_choices(records_dir, stage, settings, progress, validation)
             keeping = beside.submit(
                 contextvars.copy_context().run, keep_table, records_dir, validation,
                 settings.permutations, stat,
             )  # fmt: skip
-            freeze_choices(records_dir, stage, settings, progress, validation)
             for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
                 note(line)
-            summary, tables = evaluate_frozen(records_dir, stage, validation, stat, progress)
-            written = beside.submit(write_tables, stage, tables)
+            written = []  # the tables are written beside the bootstraps
+            summary, tables = evaluate_frozen(
+                records_dir, stage, validation, stat, progress,
+                lambda made: written.append(beside.submit(write_tables, stage, made)),
+                workers=1,  # scoring on one thread: the keep table takes the other core
+            )  # fmt: skip
             progress("choosing the checkpoint to keep per trajectory (select)…")
             keep = keeping.result()
             progress("writing summary.json and the tables…")
@@ -292,7 +307,8 @@ def _analyze(
             if bound.record is not None:
                 write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
             write_outputs(stage, records_dir, summary, {}, provenance, bound.file)
-            written.result()
+            for w in written:
+                w.result()
         if report:
             from ckptsel.report import write_report
 
