@@ -333,3 +333,25 @@ def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_p
     again = records.list_units(folder, "generations")[0]
     assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
     assert not _is_current(folder, "generations", unit.trajectory)
+
+
+def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study, tmp_path, monkeypatch):
+    """Provenance and the test-NLL proofs both read the NLL packs' footers, on threads: inside
+    one analysis (records.one_listing) each footer is read once; a pack rewritten meanwhile (a
+    reader refreshing a stale one) is read anew."""
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
+    trajs = sorted(gen["trajectory"].unique())
+    reads: list[str] = []
+    real = pack.read_schema
+    monkeypatch.setattr(pack, "read_schema", lambda p, *a, **k: (reads.append(str(p)), real(p, *a, **k))[1])
+    with records.one_listing():
+        assert read_provenance(folder, "nll")
+        units = records.list_units(folder, "nll")
+        assert sorted(pack.proofs(folder, "nll", units)) == trajs
+        assert len(reads) == len(trajs) == len(set(reads))  # each footer once
+        store.refresh_pack(folder, "nll", trajs[0], force=True)  # rewritten in the block
+        assert sorted(pack.proofs(folder, "nll", units)) == trajs
+        assert reads.count(str(pack.pack_path(folder, "nll", trajs[0]))) == 2
+    assert len(reads) == len(trajs) + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +31,11 @@ def map_threads(fn: Callable[[T], R], items: Sequence[T], workers: int | None = 
     """``[fn(x) for x in items]``, on up to ``workers`` threads (default: the usable CPUs, at most
     :data:`WORKERS`), in the order of ``items``.
 
-    For independent pieces of NumPy work (the GIL is released in the products): each call
-    returns its own result, so the results do not depend on which thread ran what, nor when.
-    The first error raised by a call is re-raised (the calls not yet started are dropped).
+    For independent pieces of NumPy work (the GIL is released in the products) or of I/O: each
+    call returns its own result, so the results do not depend on which thread ran what, nor
+    when. Each call runs in a copy of the caller's context (its context variables, e.g. the
+    records' one listing per analysis, are seen as on the calling thread). The first error
+    raised by a call is re-raised (the calls not yet started are dropped).
     """
     items = list(items)
     if workers is None:
@@ -42,6 +45,7 @@ def map_threads(fn: Callable[[T], R], items: Sequence[T], workers: int | None = 
         return [fn(x) for x in items]
     pool = ThreadPoolExecutor(min(workers, len(items)))
     try:
-        return list(pool.map(fn, items))
+        calls = [pool.submit(contextvars.copy_context().run, fn, x) for x in items]
+        return [c.result() for c in calls]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from pathlib import Path
 
@@ -43,10 +42,11 @@ import pyarrow.parquet as pq
 from ckptsel._util import io
 from ckptsel._util.io import PARQUET_OPTIONS
 from ckptsel._util.locations import Location, as_location
+from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
 from ckptsel.records.codec import read_schema
 from ckptsel.records.schema import SPLITS
-from ckptsel.records.units import UNITS_DIR, UnitFile, once_per_listing
+from ckptsel.records.units import UNITS_DIR, UnitFile, forget_derived, once_per_listing
 
 PACKS_DIR = ".packs"
 PACK_KEY = b"ckptsel.pack"
@@ -58,6 +58,7 @@ PACK_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError, KeyError, Ckpt
 # ckptsel.records.load registers its test-NLL check here (the checks keep one home, in the
 # reader); a pack built without a prover has no proof, which costs the reader time only.
 PROVERS: dict[str, Callable[[dict[str, pa.Table]], dict]] = {}
+FOOTER_THREADS = 8  # footers are small reads: a few at a time
 
 
 def pack_path(records_dir: Path | Location | str, kind: str, trajectory: str) -> Location:
@@ -132,8 +133,7 @@ def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile])
 
     if not groups:
         return None
-    with ThreadPoolExecutor(max_workers=min(8, len(groups))) as pool:
-        found = list(pool.map(one, groups))
+    found = map_threads(one, groups, FOOTER_THREADS)
     if any(not isinstance(p, dict) for p in found):
         return None
     return {traj: p for (traj, _), p in zip(groups, found, strict=True)}
@@ -157,6 +157,7 @@ def write_pack(path: Location, data: bytes) -> bool:
         io.write_bytes(path, data)
     except (CkptselError, OSError):
         return False
+    forget_derived(_footer_key(path))  # a footer read earlier in this analysis is the old one's
     return True
 
 
@@ -172,7 +173,11 @@ def footer(records_dir: Location, kind: str, traj: str) -> dict[bytes, bytes] | 
     """The key-value metadata of ``traj``'s pack, read once per :func:`one_listing
     <ckptsel.records.units.one_listing>` block (provenance and proofs both read it)."""
     path = pack_path(records_dir, kind, traj)
-    return once_per_listing(("pack footer", str(path)), lambda: read_schema(path).metadata)
+    return once_per_listing(_footer_key(path), lambda: read_schema(path).metadata)
+
+
+def _footer_key(path: Location) -> tuple:
+    return ("pack footer", str(path))
 
 
 def _pack_metas(records_dir: Location, kind: str, traj: str, group: list[UnitFile]):
@@ -196,10 +201,9 @@ def units_metadata(
     trajectory), else from the units' own footers, read on a few threads."""
     records_dir = as_location(records_dir)
     groups = list(by_trajectory(units))
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(groups)))) as pool:
-        packed = list(pool.map(lambda g: _pack_metas(records_dir, kind, *g), groups))
-        rest = [u for (_, g), m in zip(groups, packed, strict=True) if m is None for u in g]
-        footers = iter(pool.map(lambda u: unit_metadata(read_schema(u.path).metadata), rest))
+    packed = map_threads(lambda g: _pack_metas(records_dir, kind, *g), groups, FOOTER_THREADS)
+    rest = [u for (_, g), m in zip(groups, packed, strict=True) if m is None for u in g]
+    footers = iter(map_threads(lambda u: unit_metadata(read_schema(u.path).metadata), rest, FOOTER_THREADS))
     out: list[dict[bytes, bytes]] = []
     for (_, g), m in zip(groups, packed, strict=True):
         out.extend(m if m is not None else (next(footers) for _ in g))

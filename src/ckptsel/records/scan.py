@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ckptsel._util.locations import Location, as_location
+from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
 from ckptsel.records.codec import read_schema, read_table, table_from_bytes
 from ckptsel.records.memo import bypassed, filling
@@ -230,8 +231,7 @@ def _packed(records_dir, kind, groups, schema, split, dictionary, refresh) -> li
             rows = _from_pack(records_dir, kind, g[0], g[1], schema, split, dictionary)
         return rows
 
-    with ThreadPoolExecutor(_WORKERS) as pool:
-        return list(pool.map(one, groups))
+    return map_threads(one, groups, _WORKERS)  # (the callers' one listing seen in each)
 
 
 def _from_pack(

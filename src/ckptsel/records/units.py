@@ -102,6 +102,13 @@ def once_per_listing(key: tuple, compute: Callable[[], T]) -> T:
     return snapshot[key]
 
 
+def forget_derived(key: tuple) -> None:
+    """Drop what :func:`once_per_listing` keeps for ``key`` (its file was rewritten)."""
+    snapshot = _LISTINGS.get()
+    if snapshot is not None:
+        snapshot.pop(("derived", *key), None)
+
+
 def forget_listings() -> None:
     """Drop :func:`one_listing`'s snapshot (the one writer calls it after writing units)."""
     snapshot = _LISTINGS.get()
