@@ -93,7 +93,10 @@ def _test_data(correct, groups=None):
 def test_select_test_gain_clusters():
     rng = np.random.default_rng(4)
     correct = rng.random((3, 40)) < 0.6
-    choice = np.array([0.0, 1.0, 0.0])
+    one = np.array([0.0, 1.0, 0.0])  # one checkpoint: compare's paired difference, alike for both
+    assert sel.test_gain(one, _test_data(correct), 500, 7, 0.95) == sel.test_gain(
+        one, _test_data(correct, np.array([f"g{k}" for k in range(40)])), 500, 7, 0.95)
+    choice = np.array([0.5, 0.5, 0.0])  # a tie set: the question bootstrap, then clusters matter
     plain = sel.test_gain(choice, _test_data(correct), 500, 7, 0.95)
     single = sel.test_gain(choice, _test_data(correct, np.array([f"g{k}" for k in range(40)])), 500, 7, 0.95)
     assert plain == single and single.clusters == 40

@@ -38,13 +38,17 @@ def _compare(rec, name, capsys, *extra):
 
 
 # --------------------------------------------------------------------------- compare
-def test_compare_three_items_is_not_estimable_not_resolved(tmp_path, capsys):
-    """Was +100 [+100, +100] (resolved) beside its own McNemar p = 0.25."""
+def test_compare_three_items_has_an_interval_and_reads_unresolved(tmp_path, capsys):
+    """Was +100 [+100, +100] (resolved) beside its own McNemar p = 0.25, then not estimable (a
+    bootstrap of three equal differences has no width); now Newcombe's score interval, which has
+    width at every table, and unresolved by the exact test."""
     rec = _records(tmp_path, "three", [[0, 0, 0], [1, 1, 1]])
     v = _compare(rec, "three", capsys)
     assert v["mcnemar_p"] == pytest.approx(0.25)
-    assert v["difference"] == {"mean": 100.0, "lo": None, "hi": None, "unresolved": True,
-                               "not_estimable": "no spread across the 3 clusters"}  # fmt: skip
+    d = v["difference"]
+    assert d["mean"] == 100.0 and 0.0 < d["lo"] < 100.0 and d["hi"] == 100.0 and d["unresolved"] is True
+    assert d["cannot_resolve"] == ("the exact McNemar test's p = 0.25 > 0.05 (3 discordant items: an "
+                                   "exact 95% test cannot reject with fewer than 6)")  # fmt: skip
 
 
 @pytest.mark.parametrize("n", [5, 6, 8, 10])
@@ -58,7 +62,8 @@ def test_compare_four_discordant_items_read_unresolved(tmp_path, capsys, n):
     d = v["difference"]
     assert v["mcnemar_p"] == pytest.approx(0.125) and d["mean"] == pytest.approx(400 / n)
     assert d["lo"] > 0 and d["unresolved"] is True  # the interval kept, the verdict not
-    assert d["cannot_resolve"] == "4 discordant items, and an exact 95% test needs 6"
+    assert d["cannot_resolve"] == ("the exact McNemar test's p = 0.125 > 0.05 (4 discordant items: an "
+                                   "exact 95% test cannot reject with fewer than 6)")  # fmt: skip
     code, out = run_cli(["compare", rec, "50", "25", "--trajectory", f"n{n}"], capsys)
     assert code == 0 and "unresolved" in out
 
@@ -106,8 +111,8 @@ def test_select_on_six_items_keeps_the_final_checkpoint(tmp_path, capsys):
     sv = sel["rules"]["accuracy"]["split_validation"]
     assert sel["rules"]["accuracy"]["choice"]["steps"] == [75]
     assert sel["recommendation"]["keep_final"] and sel["recommendation"]["keep_step"] == 100
-    assert sv["unresolved"] and sv["cannot_resolve"].startswith("4 discordant validation clusters")
-    assert "cannot be resolved (4 discordant" in sel["recommendation"]["reason"]
+    assert sv["unresolved"] and sv["cannot_resolve"].startswith("the exact McNemar test's p = 0.125 > 0.05 (4 discordant validation clusters")
+    assert "cannot be resolved (the exact McNemar test's p = 0.125" in sel["recommendation"]["reason"]
     # steps 25 and 100 differ from step 75 on 4 items (exact p = 0.125): the model confidence set
     # left them out, but no exact test can at this size; they stay plausibly best
     pb = sel["plausibly_best"]
@@ -194,7 +199,8 @@ def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path,
             if "cannot_resolve" in e:
                 flagged += 1
                 assert e["lo"] > 0 or e["hi"] < 0  # the interval excluded 0: it read resolved before
-                assert e["cannot_resolve"].endswith("nonzero configurations, and an exact 95% test needs 6")
+                assert e["cannot_resolve"].endswith(("exact sign-flip test's p = 0.5 > 0.05",
+                                                     "exact sign-flip test's p = 1 > 0.05"))  # fmt: skip
     assert flagged > 0
     from ckptsel.results import Summary
 

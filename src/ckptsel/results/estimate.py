@@ -10,10 +10,11 @@ configuration"``), it is never *resolved*, and it prints as ``+1.78 not estimabl
 configuration``. ``summary.json`` stores it as ``{"mean", "lo": null, "hi": null, "unresolved":
 true, "not_estimable": reason}``.
 
-An estimate whose interval excludes 0 but whose design is too small for an exact test to reject
-at that level (``stats.exact``: e.g. 4 discordant items, 3 configurations) keeps its interval
-and reads *unresolved*, with the reason in ``cannot_resolve``; it prints as ``+80.00 [+40.00,
-+100.00] unresolved: 4 discordant items, and an exact 95% test needs 6`` and ``summary.json``
+An estimate whose interval excludes 0 but is not valid at this size (``stats.exact``, the one
+small-design rule: its coverage not measured near nominal there, and the exact test does not
+reject) keeps its interval and reads *unresolved*, with the reason in ``cannot_resolve``; it
+prints as ``+80.00 [+40.00, +100.00] unresolved: the exact McNemar test's p = 0.125 > 0.05 (4
+discordant items: …)`` and ``summary.json``
 stores ``{"mean", "lo", "hi", "unresolved": true, "cannot_resolve": reason}``.
 
 An estimate is made either from computed values (``Estimate(mean, lo, hi)``, kept unrounded)
@@ -189,8 +190,8 @@ def fmt(e: Estimate | dict | None, *, mean: bool = True, unit: str = "", mark: b
     ``mark=False`` leaves out the "unresolved" mark. The numbers printed are those stored
     (rounded to :data:`DIGITS` first); a stored dict keeps its ``unresolved`` flag. An estimate
     without an interval prints ``"+1.78 not estimable: 1 configuration"`` (whatever ``mark``);
-    one its design cannot resolve adds the reason to the mark (``"… unresolved: 4 discordant
-    items, and an exact 95% test needs 6"``).
+    one its design cannot resolve adds the reason to the mark (``"… unresolved: the exact
+    McNemar test's p = 0.125 > 0.05 (…)"``).
     """
     e = Estimate.coerce(e)
     if e is None or e.mean is None:

@@ -7,10 +7,12 @@ the summary they make. Pure NumPy over arrays; no I/O.
   replicates as matrix products, percentile intervals;
 * :mod:`~ckptsel.stats.intervals` — CR2, wild-bootstrap-t and two-way interval methods;
 * :mod:`~ckptsel.stats.paired` — the paired 2×2 counts, the exact McNemar test and its clustered
-  form (sign flips of whole clusters), Holm and Benjamini–Hochberg adjustments;
-* :mod:`~ckptsel.stats.exact` — the one rule for small designs (no interval reads resolved
-  where an exact test at that size cannot reject), zero-width intervals as not estimable, and
-  the Clopper–Pearson interval;
+  form (sign flips of whole clusters), Newcombe's score interval of a paired difference, Holm
+  and Benjamini–Hochberg adjustments;
+* :mod:`~ckptsel.stats.exact` — the one small-design rule (an interval reads resolved only
+  where its coverage was measured valid at that size, or an exact sign-flip test rejects too),
+  intervals clipped to their range, zero-width intervals as not estimable, and the
+  Clopper–Pearson interval;
 * :mod:`~ckptsel.stats.estimates` — :class:`StatSettings` and ``summarize``: scored choices →
   the typed summary and the descriptive tables;
 * :mod:`~ckptsel.stats.winners` — the model confidence set of the best checkpoints and the
@@ -23,12 +25,14 @@ from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
 from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
 from ckptsel.stats.exact import (
-    cannot_resolve,
     clopper_pearson,
     interval_estimate,
     judged,
     needed_units,
     nonzero_units,
+    sign_flip_p,
+    valid_at,
+    verdict,
 )
 from ckptsel.stats.intervals import METHODS
 from ckptsel.stats.paired import (
@@ -37,6 +41,7 @@ from ckptsel.stats.paired import (
     cluster_differences,
     clustered_mcnemar,
     mcnemar_exact,
+    newcombe_paired,
     two_by_two,
 )
 from ckptsel.stats.resample import (
@@ -72,7 +77,6 @@ __all__ = [
     "accuracy_moments",
     "adjust_pvalues",
     "bootstrap_accuracies",
-    "cannot_resolve",
     "chunked_counts",
     "clopper_pearson",
     "cluster_codes",
@@ -89,15 +93,19 @@ __all__ = [
     "model_confidence_set",
     "naive_winner",
     "needed_units",
+    "newcombe_paired",
     "nonzero_units",
     "norm_cdf",
     "norm_ppf",
     "percentile_interval",
     "question_weights",
     "resample_counts",
+    "sign_flip_p",
     "summarize",
     "t_quantile",
     "two_by_two",
+    "valid_at",
+    "verdict",
     "winner_interval",
     "without_variance",
 ]

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ckptsel import defaults
+from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_choice, check_int, check_level, check_seed
 from ckptsel.choose import (
     BUDGET_LABELS,
@@ -138,31 +139,57 @@ def est(mean: float, lo: float, hi: float) -> Estimate:
     return Estimate.rounded(mean, lo, hi)
 
 
+def value_range(name: Name) -> tuple[float, float]:
+    """The range of a quantity's values, where its interval is clipped: a difference of two
+    accuracies (G, H, D, the matched half's G) lies in [−100, +100] pp; the matched half's
+    optimism B = G_in − G_out, a difference of two such, in [−200, +200]; a share of trajectories
+    (``same_nll_choice``) in [0, 1]."""
+    if name[0] == "same_nll_choice":
+        return 0.0, 1.0
+    if name[0] == "MH" and name[2] == "B":
+        return -200.0, 200.0
+    return ex.DIFFERENCE
+
+
 class _Estimates:
     """Point estimates + intervals for one family of replicates, addressable by name.
 
     ``reps`` ``(draws, Q)`` gives percentile intervals; ``bounds`` = ``(lo, hi)`` gives them
-    directly (the t-type methods). ``units`` ``(Q,)`` counts the family's sampling units that
-    carry each quantity (``unit``: what they are, e.g. "configuration"). An interval is *not
-    estimable* (an :class:`~ckptsel.results.Estimate` without bounds, with the reason) where the
-    design gives no information about its variance: fewer than ``min_units`` units, an
-    undefined interval, or no spread at all across the units (zero width around a nonzero
-    mean; an estimate that is exactly 0 everywhere, e.g. the last rule's G, keeps the
-    ``[0, 0]`` it always had, which is unresolved; :func:`ckptsel.stats.exact.interval_estimate`).
-    ``need``: the method's reason for ``min_units``. ``support`` ``(Q,)`` counts the units whose
-    total is nonzero: an interval over fewer than an exact test needs reads unresolved
-    (:func:`ckptsel.stats.exact.judged`).
+    directly (the t-type methods); both are clipped to each quantity's range
+    (:func:`value_range`). ``units`` ``(Q,)`` counts the family's sampling units that carry each
+    quantity (``unit``: what they are, e.g. "configuration"). An interval is *not estimable* (an
+    :class:`~ckptsel.results.Estimate` without bounds, with the reason) where the design gives
+    no information about its variance: fewer than ``min_units`` units, an undefined interval, or
+    no spread at all across the units (zero width around a nonzero mean; an estimate that is
+    exactly 0 everywhere, e.g. the last rule's G, keeps the ``[0, 0]`` it always had, which is
+    unresolved; :func:`ckptsel.stats.exact.interval_estimate`). ``need``: the method's reason for
+    ``min_units``.
+
+    The small-design rule (:mod:`ckptsel.stats.exact`): ``valid`` ``(Q,)`` says where the
+    interval's coverage was measured valid at this many units (None: everywhere); elsewhere an
+    interval that excludes 0 reads resolved only when the exact test rejects too: ``exact(cols)``
+    gives the ``(len(cols),)`` p-values of those quantities (computed once, for them only),
+    ``why_invalid`` says why the interval alone does not decide there.
     """
 
     def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
                  bounds: tuple[np.ndarray, np.ndarray] | None = None, *, units: np.ndarray | None = None,
                  unit: str = "configuration", min_units: int = 2, need: str = "",
-                 support: np.ndarray | None = None):  # fmt: skip
+                 valid: np.ndarray | None = None, exact: Callable[[np.ndarray], np.ndarray] | None = None,
+                 why_invalid: str = "", test: str = "the exact sign-flip test"):  # fmt: skip
         self.index = {n: k for k, n in enumerate(names)}
-        self.means = means
+        self.names, self.means = names, means
         self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
-        self.units, self.support, self.level = units, support, level
+        self.units, self.level = units, level
         self.unit, self.min_units, self.need = unit, min_units, need
+        self.valid, self.why_invalid, self.test = valid, why_invalid, test
+        self.p = np.full(len(names), np.nan)
+        if valid is not None and exact is not None:  # the exact test where the interval alone cannot decide
+            with np.errstate(invalid="ignore"):
+                excludes = (self.lo > 0) | (self.hi < 0)
+            cols = np.flatnonzero(~np.asarray(valid, bool) & excludes & np.isfinite(means))
+            if len(cols):
+                self.p[cols] = exact(cols)
 
     def get(self, name: Name) -> Estimate | None:
         k = self.index.get(name)
@@ -170,10 +197,10 @@ class _Estimates:
             return None
         units = None if self.units is None else int(self.units[k])
         e = ex.interval_estimate(float(self.means[k]), float(self.lo[k]), float(self.hi[k]), units,
-                                 self.unit, self.min_units, self.need)  # fmt: skip
-        if self.support is None:
-            return e
-        return ex.judged(e, int(self.support[k]), self.level, f"nonzero {self.unit}")
+                                 self.unit, self.min_units, self.need, value_range(name))  # fmt: skip
+        valid = self.valid is None or bool(self.valid[k])
+        why = self.why_invalid.format(units=ex.plural(units or 0, self.unit))
+        return ex.verdict(e, self.level, valid, lambda: self.p[k], self.test, why)
 
 
 def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True,
@@ -219,23 +246,34 @@ def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, 
                              C: np.ndarray | None = None) -> _Estimates:  # fmt: skip
     """The configuration family (estimand: mean over configurations, test items fixed).
 
-    ``C``: the percentile method's configuration counts (drawn here when not given)."""
+    ``C``: the percentile method's configuration counts (drawn here when not given). Where the
+    method's interval was not measured valid at this many configurations
+    (:data:`ckptsel.stats.exact.VALID_FROM`), the sign-flip test of the configurations' gain
+    totals ``sums`` must reject too (draws, beyond 16 configurations, from ``[seed,
+    SIGN_FLIPS, 0, stream]``)."""
     k = sums.shape[0]
     units = (sizes > 0).sum(axis=0)
-    support = ex.nonzero_units(sums, sizes > 0)  # configurations whose gain is not 0
+    rule = {
+        "valid": ex.valid_at("configuration", settings.interval, units),
+        "exact": lambda cols: ex.sign_flip_p(
+            sums[:, cols], lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, 0, stream)
+        ),
+        "why_invalid": f"the {settings.interval} configuration interval was not measured valid at "
+                       "{units} (BENCHMARKS.md)",
+    }  # fmt: skip
     if settings.interval == "cr2":
         _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
-        return _Estimates(names, means, None, settings.level, (lo, hi), units=units, support=support)
+        return _Estimates(names, means, None, settings.level, (lo, hi), units=units, **rule)
     if settings.interval == "wild":
         W = iv.webb_weights(k, settings.draws, settings.seed, stream)
         _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
         return _Estimates(names, means, None, settings.level, (lo, hi), units=units,
-                          min_units=WILD_MIN_CONFIGURATIONS, support=support,
-                          need=f": the wild bootstrap-t needs {WILD_MIN_CONFIGURATIONS} or more")  # fmt: skip
+                          min_units=WILD_MIN_CONFIGURATIONS,
+                          need=f": the wild bootstrap-t needs {WILD_MIN_CONFIGURATIONS} or more", **rule)  # fmt: skip
     if C is None:
         C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
     reps = bs.cluster_replicates(C, sums, sizes)
-    return _Estimates(names, means, reps, settings.level, units=units, support=support)
+    return _Estimates(names, means, reps, settings.level, units=units, **rule)
 
 
 def _config_sums(values: np.ndarray, config_codes: np.ndarray, n_conf: int) -> tuple[np.ndarray, np.ndarray]:
@@ -251,12 +289,22 @@ def _clusters(scored: ScoredChoices, task: str) -> int:
     return scored.test_items[task] if g is None else len(np.unique(g))
 
 
-def _question_support(scored: ScoredChoices, task: str, present: np.ndarray) -> np.ndarray:
-    """``(Q_lin,)`` test-question clusters of ``task`` whose utility, summed over its
-    configurations, is not 0 (0 where the quantity is not ``present``)."""
+def _question_totals(scored: ScoredChoices, task: str) -> np.ndarray:
+    """``(G_t, Q_lin)`` utility totals of ``task``'s test-question clusters, summed over its
+    trajectories and divided by its test items: the units of its sign-flip test, on the scale of
+    the pooled mean (a trajectory's value is the mean of its utilities over the task's items)."""
     util = np.nan_to_num(scored.utilities[task]).sum(axis=0)  # (N_t, Q_lin)
-    totals = Clusters.of(scored.groups.get(task), util.shape[0]).sums(util)
-    return ex.nonzero_units(totals) * present
+    return Clusters.of(scored.groups.get(task), util.shape[0]).sums(util) / util.shape[0]
+
+
+def _flips(settings: StatSettings, *key: int) -> Callable[[], np.random.Generator]:
+    return lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, *key)
+
+
+QUESTION_INVALID = ("the test-question bootstrap alone rejects more than 5% of null data sets at "
+                    "every size measured (BENCHMARKS.md)")  # fmt: skip
+JOINT_INVALID = ("the joint interval is not valid alone at {units} and these test-question "
+                 "clusters (BENCHMARKS.md)")  # fmt: skip
 
 
 def summarize(
@@ -363,32 +411,53 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         else np.zeros(len(lin_idx), np.int64)
     )
     unit = "test-question cluster"
-    q_support = {t: _question_support(scored, t, lin_sizes[task_conf[t]].sum(axis=0) > 0) for t in per_task}
-    pooled_support = sum(q_support.values(), np.zeros(len(lin_idx), np.int64))
+    q_totals = {t: _question_totals(scored, t) for t in per_task}
+    tasks = list(per_task)  # (their order in the summary)
+
+    def pooled_p(cols: np.ndarray) -> np.ndarray:  # every task's clusters flipped: one test
+        totals = np.concatenate([q_totals[t][:, cols] for t in tasks]) if tasks else np.zeros((0, len(cols)))
+        return ex.sign_flip_p(totals, _flips(settings, 1, 0))
+
     q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level, units=fewest, unit=unit,
-                       support=pooled_support)  # fmt: skip
+                       valid=ex.valid_at("question", "percentile", fewest), exact=pooled_p,
+                       why_invalid=QUESTION_INVALID)  # fmt: skip
     j_names = [lin_names[k] for k in joint_cols]
     j_units = (lin_sizes[:, joint_cols] > 0).sum(axis=0)
-    # both sources resampled: the fewer of the nonzero configurations and question clusters
-    j_support = np.minimum(ex.nonzero_units(sums[:, lin_idx], lin_sizes > 0), pooled_support)[joint_cols]
+    j_fewest = fewest[joint_cols]
+    # both sources resampled: valid at this many configurations and test-question clusters, else
+    # the exact test of each source the interval was not measured valid at must reject too
+    j_conf_valid = ex.valid_at("joint", "percentile" if settings.interval == "percentile" else "twoway", j_units)
+    j_q_valid = ex.valid_at("question", "percentile", j_fewest)
+
+    def joint_p(cols: np.ndarray) -> np.ndarray:
+        lin_cols = np.asarray(joint_cols, dtype=np.int64)[cols]
+        p_conf = ex.sign_flip_p(sums[:, lin_idx[lin_cols]], _flips(settings, 2, 0))
+        p_q = pooled_p(lin_cols)
+        return np.maximum(np.where(j_conf_valid[cols], 0.0, p_conf), np.where(j_q_valid[cols], 0.0, p_q))
+
+    joint_rule = {"valid": j_conf_valid & j_q_valid, "exact": joint_p, "why_invalid": JOINT_INVALID}
     j_est = None
     if joint is not None:
         j_means = means[lin_idx][joint_cols]
-        j_est = _Estimates(j_names, j_means, joint, settings.level, units=j_units, support=j_support)
+        j_est = _Estimates(j_names, j_means, joint, settings.level, units=j_units, **joint_rule)
     if settings.interval != "percentile" and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
         j_means = means[lin_idx][joint_cols]
         bounds = iv.twoway_interval(
             scored.utilities, task_conf, lin_sizes, joint_cols, j_means, settings.level
         )
-        j_est = _Estimates(j_names, j_means, None, settings.level, bounds, units=j_units,
-                           support=j_support)  # fmt: skip
+        j_est = _Estimates(j_names, j_means, None, settings.level, bounds, units=j_units, **joint_rule)
     by_task = {}
-    for task, reps in per_task.items():
+    for t_i, task in enumerate(tasks):
+        reps = per_task[task]
         cidx = task_conf[task]
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = sums[cidx][:, lin_idx].sum(axis=0) / lin_sizes[cidx].sum(axis=0)
+        totals = q_totals[task]
         t_est = _Estimates(lin_names, t_means, reps, settings.level, units=clusters[task], unit=unit,
-                           support=q_support[task])  # fmt: skip
+                           valid=ex.valid_at("question", "percentile", clusters[task]),
+                           exact=lambda cols, totals=totals, key=t_i + 1: ex.sign_flip_p(
+                               totals[:, cols], _flips(settings, 1, key)),
+                           why_invalid=QUESTION_INVALID)  # fmt: skip
         by_task[task] = _gains(t_est, "nested", labels)
     question = QuestionBootstrap(_gains(q_est, "nested", labels), by_task)
     return question, None if j_est is None else _gains(j_est, "nested", labels=(FULL,))

@@ -1,24 +1,34 @@
-"""What a small design can say: the one rule for when an interval may read *resolved*, and an
-interval for a proportion that stays valid at 0 and 100%.
+"""The one small-design rule, stated once and applied by every verdict ckptsel prints
+(``analyze``'s configuration, test-question and joint intervals, ``select``, ``compare``,
+``compare-logs``): a result reads *resolved* only when the interval that is reported excludes 0
+**and** that interval is valid at this size. Valid means one of two things:
 
-* :func:`needed_units` — how many sampling units that carry a nonzero difference (discordant
-  items, discordant clusters, configurations with a nonzero gain) an exact test needs before
-  it can reject at a level. With ``m`` of them, the smallest two-sided p-value of a test that
-  is exact without distributional assumptions (the exact McNemar test, its clustered sign-flip
-  form, the sign-flip test of configuration means) is ``2 / 2^m``, reached when every unit
-  points the same way; it rejects at ``α = 1 − level`` only when ``2^(1−m) ≤ α``: 6 units at
-  95%, 8 at 99%. Units whose difference is exactly 0 carry no information for such a test.
-* :func:`interval_estimate` — a point estimate and its interval as an
-  :class:`~ckptsel.results.Estimate`, or *not estimable* with the reason where the design gives
-  no information about its variance: fewer sampling units than the method needs, no finite
-  interval, or an interval of zero width around a nonzero mean (an estimate that is exactly 0
-  with zero width keeps ``[0, 0]``, which reads unresolved);
-* :func:`cannot_resolve` — why an interval over ``m`` such units (or one beside an exact p-value
-  above α) must not read resolved, None when it may; :func:`judged` applies it to an
-  :class:`~ckptsel.results.Estimate` (an interval that would read resolved reads *unresolved*,
-  with the reason; anything else is returned as it is). Every verdict ckptsel prints
-  (``compare``, ``select``, ``analyze``) goes through it.
-* :func:`nonzero_units` — ``m`` per quantity, from the units' totals.
+* its coverage was measured near nominal at this many sampling units (:data:`VALID_FROM`, from
+  ``benchmarks/bench_coverage.py`` and ``benchmarks/bench_honest.py``; BENCHMARKS.md): the CR2
+  configuration interval from 2 configurations, the joint intervals from 3-4 configurations;
+  or
+* where it was not (fewer units, or a method never measured near nominal, such as the paper's
+  percentile configuration bootstrap and the test-question bootstrap, which rejects more than 5%
+  of null data sets at every size measured), an **exact test** rejects at ``α = 1 − level``: the
+  sign-flip (randomization) test of the units' totals (:func:`sign_flip_p`: configurations'
+  gains, test-question clusters' utilities), or for two checkpoints on the same items the exact
+  McNemar test and its clustered form (:mod:`ckptsel.stats.paired`), which are the same test on
+  integer totals.
+
+There is no bare count of units: with ``m`` units that differ, the smallest two-sided p an exact
+test can give is ``2 / 2^m``, so fewer than 6 cannot reject at 95% — that falls out of the test
+and is said in the reason, it is not a separate rule.
+
+* :func:`verdict` / :func:`judged` — an :class:`~ckptsel.results.Estimate` as stored, read
+  *unresolved* (with the reason) when its interval excludes 0 but the exact test's p is above α;
+* :func:`sign_flip_p` — ``(Q,)`` exact (all ``2^G`` sign vectors, ``G ≤`` :data:`ENUMERATE_MAX`)
+  or Monte-Carlo (``(1 + b) / (1 + B)``, valid at any ``B``) two-sided p-values of ``G`` units'
+  totals, vectorized over quantities;
+* :func:`interval_estimate` — a point estimate and its interval, clipped to the quantity's range
+  (a difference of accuracies to [−100, +100] pp), or *not estimable* with the reason where the
+  design gives no information about its variance (fewer units than the method needs, no finite
+  interval, zero width around a nonzero mean; an exact 0 with zero width keeps ``[0, 0]``);
+* :func:`nonzero_units` — ``m`` per quantity, from the units' totals (for the reasons);
 * :func:`clopper_pearson` — the exact (Clopper–Pearson) binomial interval: at ``k = n`` its
   lower bound is ``(α/2)^(1/n)`` (54% at 6 items, 94% at 60), where a normal interval with
   the sample variance has width 0.
@@ -27,6 +37,7 @@ interval for a proportion that stays valid at 0 and 100%.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,11 +45,42 @@ from ckptsel.results import Estimate
 from ckptsel.stats.distributions import beta_quantile
 
 ZERO = 1e-9  # a unit total at most this far from 0 (pp or counts) carries no difference
+DIFFERENCE = (-100.0, 100.0)  # the range of a difference of two accuracies, pp
+
+# (family, method) -> the fewest sampling units at which the interval's coverage was measured
+# near nominal (BENCHMARKS.md), None where it never was; below it an exact test must reject too.
+VALID_FROM: dict[tuple[str, str], int | None] = {
+    # 93.2-95.6% at K = 2, 3, 4, 8, 16, 26 in both scenarios of bench_coverage; size 4.2-5.6%
+    ("configuration", "cr2"): 2,
+    # 87.6-88.0% at K = 3, 90.8-91.4% at K = 4, 91.6-93.6% at K = 8, 92.8-94.2% at K = 16
+    ("configuration", "wild"): 16,
+    # 48.6-94.0% at K = 2-26 (92.6% at 26 skewed): never near nominal; always the exact test
+    ("configuration", "percentile"): None,
+    # the test-question percentile bootstrap is a z interval with the plug-in variance: its size
+    # under a symmetric null is 5% + O(1/n) (bench_honest: 12.2% at 5 clusters, 6.2% at 20, 5.6%
+    # at 60, 5.3% at 200 ± 0.1%), above 5% at every size measured; always the exact test too
+    ("question", "percentile"): None,
+    # the pigeonhole joint bootstrap: 89.2% at K = 2, 92.4% at K = 3, 94.2-94.4% at K = 4 (500 questions)
+    ("joint", "percentile"): 4,
+    # the two-way t: 91.8% at K = 2, 93.4% at K = 3 in both scenarios (500 questions)
+    ("joint", "twoway"): 3,
+}
+
+ENUMERATE_MAX = 16  # up to this many units every sign vector is enumerated (2^16 rows)
+SIGN_FLIP_DRAWS = 20_000  # Monte-Carlo sign vectors beyond that
+
+
+def valid_at(family: str, method: str, units: np.ndarray | int) -> np.ndarray:
+    """Whether the ``family``'s ``method`` interval was measured valid at ``units`` sampling
+    units (:data:`VALID_FROM`); ``(Q,)`` bool for ``(Q,)`` units."""
+    least = VALID_FROM[(family, method)]
+    units = np.asarray(units)
+    return np.zeros(units.shape, bool) if least is None else units >= least
 
 
 def needed_units(level: float) -> int:
-    """The fewest nonzero units with which an exact two-sided test can reject at ``1 − level``:
-    the smallest ``m`` with ``2^(1−m) ≤ 1 − level``."""
+    """The fewest nonzero units with which an exact two-sided sign-flip test can reject at
+    ``1 − level``: the smallest ``m`` with ``2^(1−m) ≤ 1 − level`` (6 at 95%, 8 at 99%)."""
     alpha = 1.0 - float(level)
     return max(1, math.ceil(1.0 - math.log2(alpha) - 1e-12))
 
@@ -69,38 +111,82 @@ def no_interval(mean: float, lo: float, hi: float, units: int | None, unit: str,
 
 
 def interval_estimate(mean: float, lo: float, hi: float, units: int | None, unit: str,
-                      min_units: int = 2, need: str = "") -> Estimate:  # fmt: skip
-    """The estimate as stored: its interval, or not estimable with :func:`no_interval`'s reason;
+                      min_units: int = 2, need: str = "",
+                      bounds: tuple[float, float] = DIFFERENCE) -> Estimate:  # fmt: skip
+    """The estimate as stored: its interval clipped to ``bounds`` (the quantity's range; a
+    difference of accuracies by default), or not estimable with :func:`no_interval`'s reason;
     ``[0, 0]`` when it is exactly 0 without spread."""
     why = no_interval(mean, lo, hi, units, unit, min_units, need)
     if why is not None:
         return Estimate.without_interval(mean, why)
     if mean == 0.0 and not lo < hi:
         return Estimate.rounded(0.0, 0.0, 0.0)
-    return Estimate.rounded(mean, lo, hi)
+    return Estimate.rounded(mean, *np.clip([lo, hi], *bounds).tolist())
 
 
-def cannot_resolve(units: int, level: float, unit: str, p: float | None = None) -> str | None:
-    """Why an interval over ``units`` nonzero sampling units (``unit``: what one is, e.g.
-    ``"discordant item"``) cannot read resolved at ``level`` (None when it can); with an exact
-    test's p-value ``p``, also when ``p`` is above ``1 − level``."""
-    need = needed_units(level)
-    if units < need:
-        return f"{plural(units, unit)}, and an exact {_percent(level)} test needs {need}"
+def exact_reason(p: float, level: float, test: str, units: int | None = None, unit: str = "") -> str | None:
+    """Why an interval beside an exact test's p-value ``p`` must not read resolved at ``level``
+    (None when ``p ≤ 1 − level``); with ``units`` that differ (``unit``: what one is), fewer than
+    an exact test can reject with are named."""
     alpha = 1.0 - level
-    if p is not None and p > alpha + 1e-12:
-        return f"the exact test's p = {p:.3g} > {alpha:.3g}"
-    return None
+    if p <= alpha + 1e-12:  # (a NaN p never rejects)
+        return None
+    why = f"{test}'s p = {p:.3g} > {alpha:.3g}"
+    need = needed_units(level)
+    if units is not None and units < need:
+        why += f" ({plural(units, unit)}: an exact {_percent(level)} test cannot reject with fewer than {need})"
+    return why
 
 
-def judged(e: Estimate, units: int, level: float, unit: str, p: float | None = None) -> Estimate:
-    """``e`` (as stored), read *unresolved* with the reason when :func:`cannot_resolve` says it
-    cannot be resolved; an estimate that reads unresolved already is returned unchanged."""
+def judged(e: Estimate, level: float, p: float | None, test: str = "the exact test",
+           units: int | None = None, unit: str = "") -> Estimate:  # fmt: skip
+    """``e`` (as stored), read *unresolved* with the reason when its interval excludes 0 but the
+    exact test's p-value ``p`` is above ``1 − level`` (:func:`exact_reason`); ``p`` None: the
+    interval is valid at this size and decides alone. An estimate that reads unresolved already
+    is returned unchanged."""
     e = e.as_stored()
-    if e.unresolved:
+    if e.unresolved or p is None:
         return e
-    why = cannot_resolve(int(units), level, unit, p)
+    why = exact_reason(float(p), level, test, units, unit)
     return e if why is None else e.cannot_be_resolved(why)
+
+
+def verdict(e: Estimate, level: float, valid: bool, p: Callable[[], float], test: str,
+            why_invalid: str, units: int | None = None, unit: str = "") -> Estimate:  # fmt: skip
+    """The one rule (module docstring): ``e`` as stored when its interval is ``valid`` at this
+    size or reads unresolved anyway; else judged by the exact test's p-value (``p()``, computed
+    only then), the reason saying why the interval alone could not decide (``why_invalid``)."""
+    e = e.as_stored()
+    if valid or e.unresolved:
+        return e
+    why = exact_reason(float(p()), level, test, units, unit)
+    return e if why is None else e.cannot_be_resolved(f"{why_invalid}, and {why}")
+
+
+def sign_flip_p(totals: np.ndarray, rng: Callable[[], np.random.Generator],
+                draws: int = SIGN_FLIP_DRAWS) -> np.ndarray:  # fmt: skip
+    """``(Q,)`` two-sided p-values ``P(|Σ ε_g t_g| ≥ |Σ t_g|)`` of the sign-flip test of the
+    ``(G, Q)`` unit totals ``t`` (NaN counts as 0), each ``ε_g`` an independent fair sign: exact
+    for symmetric unit totals under the null, whatever their spread. Every sign vector when ``G
+    ≤`` :data:`ENUMERATE_MAX` (exact); else ``draws`` random ones from ``rng()`` and the
+    Monte-Carlo p-value ``(1 + b) / (1 + draws)``, itself an exact level-α test. 1 where every
+    total is 0."""
+    t = np.nan_to_num(np.asarray(totals, dtype=np.float64))
+    G, Q = t.shape
+    if Q == 0 or G == 0:
+        return np.ones(Q)
+    observed = np.abs(t.sum(axis=0))  # (Q,)
+    tol = 1e-9 * np.maximum(1.0, np.abs(t).sum(axis=0))  # ties of float sums count as ties
+    if G <= ENUMERATE_MAX:
+        signs = 1.0 - 2.0 * ((np.arange(2**G)[:, None] >> np.arange(G)) & 1)  # (2^G, G)
+        hits = (np.abs(signs @ t) >= observed - tol).mean(axis=0)
+    else:
+        gen, hits = rng(), np.zeros(Q)
+        for start in range(0, draws, 2000):  # (2000, G) signs at a time
+            signs = gen.choice(np.array([-1.0, 1.0]), size=(min(2000, draws - start), G))
+            hits += (np.abs(signs @ t) >= observed - tol).sum(axis=0)
+        hits = (1.0 + hits) / (1.0 + draws)
+    return np.where(np.abs(t).sum(axis=0) > ZERO, np.minimum(hits, 1.0), 1.0)
 
 
 def nonzero_units(totals: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:

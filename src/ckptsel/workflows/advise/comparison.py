@@ -2,24 +2,31 @@
 
 Both checkpoints are scored on the items they share (validation: the eligible pools of the
 two trajectories, intersected; test: the test pool). Per split it reports the paired accuracy
-difference A − B (pp), a paired bootstrap interval in which items sharing a ``group`` are
-resampled together (the number of clusters is reported), the McNemar p-value and the 2×2
-counts. The McNemar test is the exact binomial test on the discordant items when every item
-is its own group, and the clustered McNemar test (exact sign-flip test of whole clusters'
-``only A − only B``, Durkalski et al. 2003's statistic; :func:`ckptsel.stats.clustered_mcnemar`)
-when items share groups: the plain test treats correlated items as independent and rejects a
-true null far more often than its level (``mcnemar_method`` says which test made
-``mcnemar_p``; the plain one is kept as ``mcnemar_p_items`` then). A difference whose items
-form one cluster, or whose bootstrap shows no spread at all, has no interval (not estimable).
+difference A − B (pp) with its interval, the McNemar p-value and the 2×2 counts:
+
+* **items independent** (every item its own group): Newcombe's score-type interval of a paired
+  difference (:func:`ckptsel.stats.newcombe_paired`; no draws, width at every table, its level
+  kept at small ``n``) and the exact binomial McNemar test on the discordant items;
+* **items in groups**: a paired bootstrap interval in which items sharing a ``group`` are
+  resampled together (the number of clusters is reported) and the clustered McNemar test (exact
+  sign-flip test of whole clusters' ``only A − only B``, Durkalski et al. 2003's statistic;
+  :func:`ckptsel.stats.clustered_mcnemar`): the plain test treats correlated items as
+  independent and rejects a true null far more often than its level (``mcnemar_method`` says
+  which test made ``mcnemar_p``; the plain one is kept as ``mcnemar_p_items`` then). A
+  difference whose items form one cluster, or whose bootstrap shows no spread at all, has no
+  interval (not estimable).
+
 A difference reads *resolved* only when its interval excludes 0 and the exact test rejects at
-the interval's level: too few discordant items (or clusters) for that (fewer than 6 at 95%,
-:func:`ckptsel.stats.exact.cannot_resolve`) keep the interval but read unresolved, with the
-reason. The two checkpoints may come from one trajectory or from two runs measured on the same
-items (``trajectory_b``).
+the interval's level (the one small-design rule, :mod:`ckptsel.stats.exact`); otherwise it keeps
+its interval and reads unresolved, with the test's p in the reason. ``select``'s test gain of a
+single chosen checkpoint is this same comparison (:func:`paired_estimate`), so the two commands
+agree on the same two checkpoints and items. The two checkpoints may come from one trajectory
+or from two runs measured on the same items (``trajectory_b``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,6 +37,7 @@ from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.errors import CkptselError
 from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation, read_rows
+from ckptsel.results import Estimate
 from ckptsel.stats import (
     cluster_codes,
     cluster_differences,
@@ -38,6 +46,7 @@ from ckptsel.stats import (
     interval_estimate,
     judged,
     mcnemar_exact,
+    newcombe_paired,
     percentile_interval,
     two_by_two,
 )
@@ -69,6 +78,28 @@ class Side:
     correct: np.ndarray  # (n,) bool
 
 
+def paired_estimate(a: np.ndarray, b: np.ndarray, groups: np.ndarray, level: float,
+                    replicates: Callable[[np.ndarray], np.ndarray]) -> tuple[Estimate, float, dict]:  # fmt: skip
+    """The paired difference A − B (pp) of two boolean ``(n,)`` vectors over the same items, as
+    judged (module docstring), its exact McNemar p-value and the 2×2 counts. ``replicates(d)``:
+    ``(W,)`` bootstrap replicates of the mean of the ``(n,)`` per-item differences ``d``,
+    clustered by ``groups``; drawn only when the items come in groups."""
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    n, clusters = len(a), cluster_codes(groups)[1]
+    d = 100.0 * (a.astype(np.float64) - b.astype(np.float64))  # (n,) per-item difference, pp
+    counts = two_by_two(a, b)
+    if clusters == n:  # independent items: the score interval and the exact binomial test
+        lo, hi = (100.0 * v for v in newcombe_paired(counts, level))
+        p, unit = mcnemar_exact(counts["only_a"], counts["only_b"]), "discordant item"
+        discordant = counts["only_a"] + counts["only_b"]
+    else:  # items in groups: the cluster bootstrap and the clustered (sign-flip) test
+        lo, hi = (float(v[0]) for v in percentile_interval(replicates(d)[:, None], level))
+        p, unit = clustered_mcnemar(a, b, groups), "discordant cluster"
+        discordant = int((np.abs(cluster_differences(a, b, groups)) > 0).sum())
+    difference = interval_estimate(float(d.mean()), lo, hi, clusters, "cluster")
+    return judged(difference, level, p, "the exact McNemar test", discordant, unit), p, counts
+
+
 def paired_difference(
     a: np.ndarray, b: np.ndarray, groups: np.ndarray, settings: CompareSettings, stream: int = 0
 ) -> dict:
@@ -76,18 +107,11 @@ def paired_difference(
     a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
     n = len(a)
     clusters = cluster_codes(groups)[1]
-    d = 100.0 * (a.astype(np.float64) - b.astype(np.float64))  # (n,) per-item difference, pp
-    reps = clustered_means(d, groups, settings.draws, settings.seed, stream)[:, 0]
-    lo, hi = percentile_interval(reps[:, None], settings.level)
-    counts = two_by_two(a, b)
-    exact = mcnemar_exact(counts["only_a"], counts["only_b"])
-    p, discordant, unit = exact, counts["only_a"] + counts["only_b"], "discordant item"
-    if clusters < n:  # items share groups: the clustered test is the one reported
-        p, unit = clustered_mcnemar(a, b, groups), "discordant cluster"
-        discordant = int((np.abs(cluster_differences(a, b, groups)) > 0).sum())
-    # one cluster or no spread: not estimable; too few discordant units or p > α: unresolved
-    difference = interval_estimate(float(d.mean()), float(lo[0]), float(hi[0]), clusters, "cluster")
-    difference = judged(difference, discordant, settings.level, unit, p)
+
+    def replicates(d: np.ndarray) -> np.ndarray:
+        return clustered_means(d, groups, settings.draws, settings.seed, stream)[:, 0]
+
+    difference, p, counts = paired_estimate(a, b, groups, settings.level, replicates)
     out = {
         "items": n,
         "clusters": clusters,
@@ -99,7 +123,7 @@ def paired_difference(
     }
     if clusters < n:
         out["mcnemar_method"] = CLUSTERED
-        out["mcnemar_p_items"] = exact
+        out["mcnemar_p_items"] = mcnemar_exact(counts["only_a"], counts["only_b"])
     return out
 
 
