@@ -256,7 +256,8 @@ def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, 
     rule = {
         "valid": ex.valid_at("configuration", settings.interval, units),
         "exact": lambda cols: ex.sign_flip_p(
-            sums[:, cols], lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, 0, stream)
+            sums[:, cols], lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, 0, stream),
+            level=settings.level,
         ),
         "why_invalid": f"the {settings.interval} configuration interval was not measured valid at "
                        "{units} (BENCHMARKS.md)",
@@ -416,7 +417,7 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
 
     def pooled_p(cols: np.ndarray) -> np.ndarray:  # every task's clusters flipped: one test
         totals = np.concatenate([q_totals[t][:, cols] for t in tasks]) if tasks else np.zeros((0, len(cols)))
-        return ex.sign_flip_p(totals, _flips(settings, 1, 0))
+        return ex.sign_flip_p(totals, _flips(settings, 1, 0), level=settings.level)
 
     q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level, units=fewest, unit=unit,
                        valid=ex.valid_at("question", "percentile", fewest), exact=pooled_p,
@@ -431,7 +432,7 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
 
     def joint_p(cols: np.ndarray) -> np.ndarray:
         lin_cols = np.asarray(joint_cols, dtype=np.int64)[cols]
-        p_conf = ex.sign_flip_p(sums[:, lin_idx[lin_cols]], _flips(settings, 2, 0))
+        p_conf = ex.sign_flip_p(sums[:, lin_idx[lin_cols]], _flips(settings, 2, 0), level=settings.level)
         p_q = pooled_p(lin_cols)
         return np.maximum(np.where(j_conf_valid[cols], 0.0, p_conf), np.where(j_q_valid[cols], 0.0, p_q))
 
@@ -456,7 +457,7 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         t_est = _Estimates(lin_names, t_means, reps, settings.level, units=clusters[task], unit=unit,
                            valid=ex.valid_at("question", "percentile", clusters[task]),
                            exact=lambda cols, totals=totals, key=t_i + 1: ex.sign_flip_p(
-                               totals[:, cols], _flips(settings, 1, key)),
+                               totals[:, cols], _flips(settings, 1, key), level=settings.level),
                            why_invalid=QUESTION_INVALID)  # fmt: skip
         by_task[task] = _gains(t_est, "nested", labels)
     question = QuestionBootstrap(_gains(q_est, "nested", labels), by_task)
