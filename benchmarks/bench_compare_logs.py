@@ -114,7 +114,7 @@ def main() -> None:
                                    "--json"], ck_env))["splits"]["validation"]  # fmt: skip
     [c] = pooled["comparisons"]
     same = {k: c[k] for k in SAME} == {k: ingested[k] for k in SAME}
-    rows = ["| task | items | acc A % | acc B % | A − B pp [95%] | only A / only B | McNemar p | Holm p | items needed |",
+    rows = ["| task | items | acc A % | acc B % | A − B pp [95%] | only A / only B | McNemar p | Holm p | items needed (exact power) |",
             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in [*per_task["comparisons"], {**c, "task": "pooled (--task pooled)"}]:
         d = r["difference"]
@@ -122,7 +122,7 @@ def main() -> None:
             f"| {r['task']} | {r['items']} | {r['accuracy_a']:.1f} | {r['accuracy_b']:.1f} | "
             f"{d['mean']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | {r['table']['only_a']} / "
             f"{r['table']['only_b']} | {r['mcnemar_p']:.4g} | {r['mcnemar_p_adjusted']:.4g} | "
-            f"{'–' if r['items_needed'] is None else r['items_needed']} |"
+            f"{needed(r)} |"
         )
     body = "\n".join([
         "## compare-logs on real lm-eval logs (`benchmarks/bench_compare_logs.py`)",
@@ -144,6 +144,13 @@ def main() -> None:
         update_section("compare-logs", body)
     if not same:
         sys.exit("compare-logs and compare on ingested records differ")
+
+
+def needed(r: dict) -> str:
+    """The items-needed cell: the number with the exact McNemar power there, else the note."""
+    if r["items_needed"] is None:
+        return r.get("items_needed_note") or "–"
+    return f"{r['items_needed']} ({r['items_needed_power']:.3f})"
 
 
 if __name__ == "__main__":

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tests.clirun import run_cli
 
-from ckptsel.stats import adjust_pvalues
+from ckptsel.errors import CkptselError
+from ckptsel.stats import adjust_pvalues, mcnemar_exact
 from ckptsel.workflows.advise.comparison import CLUSTERED
+from ckptsel.workflows.advise.planning import (
+    ItemsNeeded,
+    exact_items_needed,
+    mcnemar_power,
+    mcnemar_power_bound,
+)
 
 DATA = Path(__file__).parent / "data" / "harness_logs"
 EVALS = sorted((DATA / "inspect").glob("*.eval"))
@@ -230,3 +238,157 @@ def test_mockllm_inspect_logs_clustered_and_equal_to_ingested_records(
         ["--split", "validation"],
     )  # fmt: skip
     assert {k: c[k] for k in SAME} == {k: records["splits"]["validation"][k] for k in SAME}
+
+
+# --------------------------------------------------------------------------- issue 44 item 6
+def _table_correct(both: int, only_a: int, only_b: int, neither: int) -> tuple[np.ndarray, np.ndarray]:
+    """A's and B's correctness over ``both + only_a + only_b + neither`` items, in that order."""
+    a = np.repeat([True, True, False, False], [both, only_a, only_b, neither])
+    b = np.repeat([True, False, True, False], [both, only_a, only_b, neither])
+    return a, b
+
+
+def _three_task_logs(tmp_path: Path, tasks: dict) -> tuple[Path, Path]:
+    a_dir, b_dir = tmp_path / "A", tmp_path / "B"
+    for task, counts in tasks.items():
+        a, b = _table_correct(*counts)
+        _samples(a_dir, task, a)
+        _samples(b_dir, task, b)
+    return a_dir, b_dir
+
+
+# t1: 11 only A, 2 only B of 40: exact p = 2·92/8192 = 0.0225 (resolved alone); Holm's ×3 = 0.067
+ADJUSTED_TASKS = {"t1": (14, 11, 2, 13), "t2": (15, 5, 5, 15), "t3": (16, 6, 3, 15)}
+
+
+@pytest.mark.parametrize("correction", ["holm", "bh"])
+def test_the_verdict_follows_the_adjusted_p(tmp_path, capsys, correction):
+    a_dir, b_dir = _three_task_logs(tmp_path, ADJUSTED_TASKS)
+    out = _json(["compare-logs", a_dir, b_dir, "--correction", correction, *DRAWS], capsys)
+    t1 = out["comparisons"][0]
+    assert t1["task"] == "t1" and t1["mcnemar_p"] == pytest.approx(2 * 92 / 8192)
+    assert t1["mcnemar_p"] <= 0.05 < t1["mcnemar_p_adjusted"]
+    assert t1["mcnemar_p_adjusted"] == pytest.approx(3 * 2 * 92 / 8192)  # Holm and BH alike here
+    name = {"holm": "Holm", "bh": "BH"}[correction]
+    why = f"the {name}-adjusted McNemar test's p = {t1['mcnemar_p_adjusted']:.3g} > 0.05"
+    d = t1["difference"]
+    assert d["unresolved"] is True and d["cannot_resolve"] == why, d
+    assert d["lo"] > 0  # the interval alone excludes 0: the adjusted p decides
+    for c in out["comparisons"][1:]:  # p > 0.05 already: unresolved by their own test
+        assert c["difference"]["unresolved"] is True
+    code, said = run_cli(["compare-logs", a_dir, b_dir, "--correction", correction, *DRAWS], capsys)
+    assert code == 0, said
+    row = next(line for line in said.splitlines() if "│ t1 " in line)
+    assert f"unresolved: {why}" in row, said
+    # alone (one task: the adjusted p is the raw one), the same table reads resolved
+    one = tmp_path / "one"
+    alone = _three_task_logs(one, {"t1": ADJUSTED_TASKS["t1"]})
+    [c] = _json(["compare-logs", *alone, "--correction", correction, *DRAWS], capsys)["comparisons"]
+    assert c["mcnemar_p_adjusted"] == c["mcnemar_p"] and c["difference"]["unresolved"] is False
+    code, said = run_cli(["compare-logs", *alone, *DRAWS], capsys)
+    assert code == 0 and "adjusted McNemar test's p =" not in said, said
+
+
+def _brute_power(n: int, p_a: float, p_b: float, level: float) -> float:
+    """P(the exact McNemar test rejects at 1 − level), summed over every (only A, only B,
+    concordant) outcome of ``n`` items, in exact integer binomial coefficients."""
+    total = 0.0
+    for a in range(n + 1):
+        for b in range(n + 1 - a):
+            if mcnemar_exact(a, b) <= 1 - level + 1e-12:
+                total += math.comb(n, a) * math.comb(n - a, b) * p_a**a * p_b**b * (1 - p_a - p_b) ** (n - a - b)
+    return total
+
+
+def _brute_powers(ns: np.ndarray, p_a: float, p_b: float, level: float) -> np.ndarray:
+    """:func:`_brute_power` for larger ``n``: every outcome's multinomial probability (log
+    gamma) and the rejections from a table of :func:`mcnemar_exact`."""
+    top = int(max(ns))
+    lg = np.array([math.lgamma(k + 1.0) for k in range(top + 1)])
+    a, b = np.meshgrid(np.arange(top + 1), np.arange(top + 1), indexing="ij")
+    rejects = np.zeros((top + 1, top + 1), bool)
+    for i, j in zip(*np.nonzero(a + b <= top), strict=True):
+        rejects[i, j] = mcnemar_exact(int(i), int(j)) <= 1 - level + 1e-12
+    out = []
+    for n in ns:
+        c = n - a - b
+        ok = rejects & (c >= 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log = (lg[n] - lg[a] - lg[b] - lg[np.clip(c, 0, None)] + np.where(a > 0, a * np.log(p_a), 0.0)
+                   + np.where(b > 0, b * np.log(p_b), 0.0)
+                   + np.where(c > 0, c * np.log(max(1 - p_a - p_b, 0.0)), 0.0))  # fmt: skip
+        out.append(float(np.exp(log[ok]).sum()))
+    return np.array(out)
+
+
+POWER_CASES = [(0.3, 0.1), (0.5, 0.5), (0.9, 0.0), (0.0, 0.4), (0.05, 0.01), (1.0, 0.0),
+               (0.2, 0.2), (0.6, 0.3), (0.0, 1.0), (5 / 9, 0.0)]  # fmt: skip
+
+
+@pytest.mark.parametrize("level", [0.95, 0.99, 0.8])
+def test_exact_power_equals_the_brute_force_sum(level):
+    for p_a, p_b in POWER_CASES:
+        ns = np.arange(13)[::-1]  # any order
+        ref = np.array([_brute_power(int(n), p_a, p_b, level) for n in ns])
+        np.testing.assert_allclose(mcnemar_power(ns, p_a, p_b, level), ref, rtol=0, atol=1e-12)
+    n = np.arange(1, 201)
+    ref = _brute_powers(n[-30:], 0.12, 0.04, level)
+    np.testing.assert_allclose(mcnemar_power(n, 0.12, 0.04, level)[-30:], ref, rtol=0, atol=1e-12)
+    for p_a, p_b in [(0.12, 0.04), (0.3, 0.0), (0.25, 0.2), (0.02, 0.05)]:  # the bound is one
+        exact = mcnemar_power(np.arange(1, 3001), p_a, p_b, level)
+        assert (mcnemar_power_bound(np.arange(1, 3001), p_a, p_b, level) <= exact + 1e-9).all()
+
+
+def test_items_needed_is_where_exact_power_reaches_and_stays_at_80_percent(lm_eval_runs, capsys):
+    run, *_ = lm_eval_runs
+    [c] = _json(["compare-logs", run / "checkpoint-0", run / "checkpoint-1", *DRAWS],
+                capsys)["comparisons"]  # fmt: skip
+    t, items = c["table"], c["items"]
+    cases = [(t["only_a"], t["only_b"], items), (15, 6, 80), (3, 0, 4), (5, 0, 9), (1, 0, 5)]
+    for only_a, only_b, n in cases:
+        answer = exact_items_needed(only_a, only_b, n)
+        assert answer.items is not None and answer.note is None
+        ns = np.arange(answer.items, answer.items + 21)
+        brute = _brute_powers(ns, only_a / n, only_b / n, 0.95)
+        assert (brute >= 0.8).all(), (only_a, only_b, n, brute)
+        assert answer.power == pytest.approx(brute[0], abs=1e-6)
+        assert _brute_powers([answer.items - 1], only_a / n, only_b / n, 0.95)[0] < 0.8
+    assert c["items_needed"] == exact_items_needed(t["only_a"], t["only_b"], items).items
+    assert c["items_needed_power"] >= 0.8 and c["items_needed_note"] is None
+    # the definition, on a search limit small enough to scan every n exactly
+    for only_a, only_b, n in [(60, 40, 1000), (15, 6, 80), (3, 0, 4), (33, 20, 100)]:
+        power = mcnemar_power(np.arange(1, 5001), only_a / n, only_b / n)
+        short = np.flatnonzero(power < 0.8)
+        expect = int(short[-1]) + 2 if len(short) else 1
+        got = exact_items_needed(only_a, only_b, n, limit=5000)
+        assert got.items == (expect if expect <= 5000 else None), (only_a, only_b, n)
+
+
+def test_items_needed_hostile_tables(tmp_path, capsys):
+    assert exact_items_needed(1, 0, 1) == ItemsNeeded(6, 1.0)  # n = 1, every item discordant
+    assert exact_items_needed(1, 0, 1, level=0.99).items == 8
+    assert exact_items_needed(0, 0, 7) == ItemsNeeded(None, note="the logs agree on every item")
+    assert exact_items_needed(4, 4, 9) == ItemsNeeded(None, note="no observed difference")
+    far = exact_items_needed(501, 499, 5000)  # the closed form says ~9.8 million
+    assert far.items is None and far.note == "over 100000 items"
+    assert exact_items_needed(501, 499, 5000, limit=50).note == "over 50 items"
+    # p_b = 0 (all discordance one way) and p_a = 0: the same answer by symmetry
+    assert exact_items_needed(5, 0, 9) == exact_items_needed(0, 5, 9)
+    assert mcnemar_power([0, 5, 6, 7], 0.0, 1.0).tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert mcnemar_power([], 0.3, 0.1).shape == (0,) and mcnemar_power([9], 0.0, 0.0)[0] == 0.0
+    with pytest.raises(CkptselError, match="not probabilities"):
+        mcnemar_power([3], 0.7, 0.6)
+    # A right on 1 of 5 samples, B on none (the closed form refused this table: 20 pp "impossible"
+    # at agreement 0.8 by rounding) and a one-sample pair of logs: answers, no refusal
+    for name, counts in {"one_way": (0, 1, 0, 4), "single": (0, 1, 0, 0)}.items():
+        a_dir, b_dir = _three_task_logs(tmp_path / name, {"arith": counts})
+        [c] = _json(["compare-logs", a_dir, b_dir, *DRAWS], capsys)["comparisons"]
+        n = sum(counts)
+        assert c["items_needed"] == exact_items_needed(1, 0, n).items
+        assert _brute_powers([c["items_needed"]], 1 / n, 0.0, 0.95)[0] >= 0.8
+        code, said = run_cli(["compare-logs", a_dir, b_dir, *DRAWS], capsys)
+        assert code == 0 and f"│ {c['items_needed']} " in said.replace("│\n", "│ \n"), said
+    # no difference: null with the reason, printed as –
+    a_dir, b_dir = _three_task_logs(tmp_path / "even", {"arith": (3, 2, 2, 3)})
+    [c] = _json(["compare-logs", a_dir, b_dir, *DRAWS], capsys)["comparisons"]
+    assert c["items_needed"] is None and c["items_needed_note"] == "no observed difference"

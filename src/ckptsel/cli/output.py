@@ -255,8 +255,10 @@ def print_comparison(result: dict) -> None:
                 f"only in A's pool and {r['not_shared']['only_in_b']} only in B's were left out."
             )
     console.print(
-        f"Interval: {result['settings']['draws']} bootstrap draws of whole clusters (items "
-        "sharing a group are resampled together). An interval that contains 0 is unresolved, "
+        "Interval: Newcombe's score interval of a paired difference when every item is its own "
+        f"group, else {result['settings']['draws']} bootstrap draws of whole clusters (items "
+        "sharing a group are resampled together). A difference reads resolved only when its "
+        "interval excludes 0 and the exact McNemar test rejects; one containing 0 is unresolved, "
         "not 'no difference'."
     )
 
@@ -274,12 +276,15 @@ def print_log_comparison(result: dict) -> None:
         table.add_column(col, no_wrap=col in ("task", "split", "items (clusters)"))
     for r in result["comparisons"]:
         t = r["table"]
+        note = r.get("items_needed_note") or ""  # "over N items" past the search; else "–"
+        needed = str(r["items_needed"]) if r["items_needed"] is not None else (
+            note if note.startswith("over") else "–")  # fmt: skip
         table.add_row(
             r["task"], r["split"], f"{r['items']} ({r['clusters']})", f"{r['accuracy_a']:.2f}",
             f"{r['accuracy_b']:.2f}", fmt(r["difference"]),
             f"{t['both_correct']} / {t['only_a']} / {t['only_b']} / {t['both_wrong']}",
             _p(r["mcnemar_p"]) + (" (clustered)" if "mcnemar_method" in r else ""),
-            _p(r["mcnemar_p_adjusted"]), "–" if r["items_needed"] is None else str(r["items_needed"]),
+            _p(r["mcnemar_p_adjusted"]), needed,
         )  # fmt: skip
     console.print(table)
     for r in result["comparisons"]:
@@ -293,9 +298,11 @@ def print_log_comparison(result: dict) -> None:
         "✓✓/A/B/✗✗: samples both right / only A / only B / both wrong. McNemar p: exact binomial "
         "test on the discordant samples (clustered: sign flips of whole groups, when samples "
         f"share groups); {correction} p: adjusted across the {len(result['comparisons'])} "
-        f"comparison(s). Interval: {settings['draws']} bootstrap draws of whole groups; one containing "
-        "0 is unresolved. Items needed: independent items for a paired test at this level to "
-        f"detect this difference with {int(100 * settings['power'])}% power (plan's closed form)."
+        f"comparison(s); a difference whose {correction} p is above {1 - settings['level']:.3g} "
+        f"reads unresolved. Interval: Newcombe's score interval (samples in groups: "
+        f"{settings['draws']} bootstrap draws of whole groups); one containing 0 is unresolved. Items needed: independent items from which on the exact "
+        f"McNemar test at this level keeps {int(100 * settings['power'])}% power at the observed "
+        "discordance (its power is not monotone in the items)."
     )
 
 
@@ -324,20 +331,30 @@ def _print_pilot_plan(pilot: dict) -> None:
     cols = ["budget", "× pilot", "E gain over final, pp", "P(beats final)", "P(worse than final)",
             "P(keeps final)"]  # fmt: skip
     if calibrated:
-        cols += ["P(beats) if the pilot were exact"]
+        cols += ["P(beats) if the pilot were exact", "plan"]
     for col in cols:
         table.add_column(col, justify="right")
+    marks = {pilot["smallest_budget"]: "smallest (estimate)", pilot["safe_budget"]: "safe (promised)"}
+    if pilot["smallest_budget"] == pilot["safe_budget"]:
+        marks = {pilot["safe_budget"]: "safe = smallest"}
     for r in pilot["rows"]:
         x = f"{r['extrapolation']:.2f}" + ("*" if r["extrapolation"] > 1 else "")
         cells = [str(r["budget"]), x, f"{r['gain']:+.2f}", f"{r['p_beat']:.3f}",
                  f"{r['p_worse']:.3f}", f"{r['p_final']:.3f}"]  # fmt: skip
         if calibrated:
-            cells.append(f"{r['p_beat_point']:.3f}")
+            cells += [f"{r['p_beat_point']:.3f}", marks.get(r["budget"], "")]
         table.add_row(*cells)
     console.print(table)
     answer = pilot["answer"]
     console.print(f"[bold]{answer}[/bold]." if pilot["reaches_target"] else f"[bold red]{answer}[/bold red].")
     if calibrated:
+        small, safe = pilot["smallest_budget"], pilot["safe_budget"]
+        console.print(
+            f"Smallest budget whose estimate reaches {s['target']:g} (the pilot taken as exact; "
+            f"not guaranteed): {small if small is not None else 'none'}; safe budget (promised): "
+            f"{safe if safe is not None else 'none'}. Power left on the table: "
+            f"{pilot['power_left']['note']}."
+        )
         console.print(
             "The promise holds for every truth the pilot cannot rule out at that confidence "
             "(checkpoints not confidently better than the final one are taken as ties), so a "
@@ -421,10 +438,15 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "settings": "draws, seed, level, correction (holm or bh), power (of items_needed)",
         "comparisons": "one per task both logs hold: split, task, items, clusters, accuracies, "
         "difference (A − B, pp, with interval), the 2×2 table, McNemar p (clustered when samples "
-        "share groups), samples not shared, mcnemar_p_adjusted (across tasks), items_needed",
+        "share groups), samples not shared, mcnemar_p_adjusted (across tasks; the difference's "
+        "verdict follows it), items_needed (from the exact McNemar test's power; null when none), "
+        "items_needed_power (that power), items_needed_note (why there is none)",
     },
     "plan": {
-        "pilot": "the plan from pilot records (null without them): settings, rows per budget, answer",
+        "pilot": "the plan from pilot records (null without them): settings, rows per budget, answer; "
+        "planned_budget = safe_budget (the promise reaches the target), smallest_budget (the pilot "
+        "taken as exact reaches it: not guaranteed), power_left (extra_items, the estimate and the "
+        "promise at each, note)",
         "closed_form": "the closed-form plan (null without --delta/--agreement): rows per budget, "
         "budgets",
         "figure": "the figure's path (null: none written)",

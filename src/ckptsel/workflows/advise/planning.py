@@ -14,18 +14,33 @@ is strictly better than the final checkpoint on new items. The default method
 * a fresh set of ``b`` items gives signal differences ``S_b ~ N(s, Σ_s / b)`` (``Σ_s = n V̂_s``,
   the per-item covariance, design effect included); the rule keeps ``argmax_t S_b,t`` when that
   maximum is > 0 and the final checkpoint otherwise; ``P(beat) = P(max S_b > 0 and d_pick > 0)``;
-* the promise is that probability at the *least favourable truth* in the simultaneous
-  two-sided box of level ``level`` around (ŝ, d̂) (max-|t| critical value by Gaussian draws with
-  the pilot's correlation): checkpoints whose gap is confidently > 0 (``L_t > 0``) sit at their
-  lower bounds, every other checkpoint is a non-beater as strong as the box allows (gap
-  ``min(U_t, 0)``, signal at its upper bound). With probability ≥ ``level`` the truth lies in the
-  box, so when the final checkpoint is the best a plan is made with probability ≤ 1 − level,
-  whatever the budget;
-* the planned budget is the smallest whose promise reaches ``target``; otherwise the answer is
-  "no budget up to the largest reaches the target", with the largest promise and its budget.
+* the promise is that probability at the *least favourable truth* in the simultaneous box of
+  level ``level`` around (ŝ, d̂) (critical values by Gaussian draws with the pilot's
+  correlation): checkpoints whose gap is confidently > 0 (``L_t > 0``) sit at their lower bounds,
+  every other checkpoint is a non-beater as strong as the box allows (gap ``min(U_t, 0)``, signal
+  at its upper bound). A beater needs only its lower bound, so the lower bounds are one-sided
+  and simultaneous (``L = d̂ − c₁ se``, ``c₁`` the ``level`` quantile of ``max_t W_t``; issue 44:
+  before it they were two-sided, ``max_t |W_t|``, and fewer pilots got a plan); the upper
+  bounds stay two-sided (``c₂``). With probability ≥ ``level`` no checkpoint's gap is
+  below its lower bound, so when the final checkpoint is the best a plan is made with
+  probability ≤ 1 − level, whatever the budget (``benchmarks/bench_plan.py`` measures it,
+  hostile truths included). A pilot of fewer than ``MIN_PROMISE_CLUSTERS`` (10) clusters
+  promises nothing (its variance, often 0, says nothing), one of a single cluster is an error;
+* the planned budget (``planned_budget``, also ``safe_budget``) is the smallest whose promise
+  reaches ``target``; otherwise the answer is "no budget up to the largest reaches the
+  target", with the largest promise and its budget.
 
 The pilot-as-truth curve (``p_beat_point``: the same formula at (ŝ, d̂)) is reported beside the
-promise. ``benchmarks/bench_plan.py`` measures the calibration on truth-known scenarios.
+promise, and with it the power the safe plan leaves on the table: ``smallest_budget``, the
+smallest budget whose ``p_beat_point`` reaches ``target`` (a point estimate, *not guaranteed*:
+it takes the pilot's noise as truth, and when the final checkpoint is truly the best it still
+names a budget for about half of the pilots, BENCHMARKS.md; never above ``safe_budget``; null
+when none reaches it), and ``power_left``: ``extra_items`` (``safe_budget − smallest_budget``, null when either is null),
+``p_beat_point_at_smallest`` / ``promise_at_smallest`` and ``p_beat_point_at_safe`` /
+``promise_at_safe`` (the estimate and the promise at each; null where there is no such budget;
+the promises null with the resampling methods, whose ``p_beat`` is itself the estimate) and
+``note`` (one sentence: "the target may be met at N items …; the safe plan asks for
+M"). ``benchmarks/bench_plan.py`` measures both on truth-known scenarios.
 
 The older resampling methods remain (``method="split"``, ``"pilot"``): the rule chooses on
 resampled validation sets of about ``n`` items (whole clusters) and the choice is scored on the
@@ -46,9 +61,20 @@ difference has variance ``σ² = q − δ²`` and, by the normal approximation,
   a real gain of ``δ`` cannot be told from noise with that power (the paired-MDE budget);
 * the McNemar budget ``n = (z_{1−α/2} √q + z_π σ)² / δ²`` (Connor 1987), nearly the same.
 
+**Exact power of the exact McNemar test** (``compare-logs``' ``items_needed``), where the
+normal approximation above is optimistic: at its budget the exact test's power is below the
+target (0.70–0.80 on typical tables, 0 where it names 3 items). :func:`mcnemar_power` is the
+exact power on ``n`` independent items with discordance probabilities ``p_a``, ``p_b``:
+``Σ_m Bin(n, p_a + p_b)(m) r(m)``, ``r(m)`` the probability that ``m`` discordant items split so
+that the test rejects (its critical values, :func:`mcnemar_critical`, once for every ``m``).
+:func:`exact_items_needed` is the smallest ``n`` from which on that power stays ≥ the target
+up to :data:`EXACT_LIMIT` (it is not monotone in ``n``), with :func:`mcnemar_power_bound` (a
+Hoeffding/Bernstein and Berry–Esseen lower bound) certifying the large ``n`` at once, so the
+exact sums run only between the answer and where the bound takes over.
+
 Everything is vectorized: one (draws × checkpoints) matrix of normal draws per trajectory and
 one argmax per budget (calibrated); one counts matrix and one matrix product per budget and
-chunk of draws (resampling).
+chunk of draws (resampling); blocks of (items × counts) log-space binomials (exact power).
 """
 
 from __future__ import annotations
@@ -58,6 +84,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ckptsel import defaults
 from ckptsel._util import rng as streams
@@ -71,6 +98,7 @@ from ckptsel.stats import Clusters, chunked_counts, norm_cdf, norm_ppf
 PLAN_RULES = ("accuracy", "agreement", "nll")
 PLAN_METHODS = ("calibrated", "split", "pilot")
 CRITICAL_DRAWS = 10_000  # Gaussian draws for the box's simultaneous critical value
+MIN_PROMISE_CLUSTERS = 10  # fewer pilot clusters: their variance says nothing, nothing is promised
 BEAT_CELLS = 4_000_000  # (budget × draw × checkpoint) cells per chunk of beat_curves (~32 MB)
 MAXIMIZE = {"accuracy": True, "agreement": True, "nll": False}
 
@@ -149,13 +177,20 @@ def _sqrt_psd(cov: np.ndarray) -> np.ndarray:
 def max_abs_t_critical(cov: np.ndarray, level: float, rng: np.random.Generator) -> float:
     """The ``level`` quantile of ``max_t |W_t| / sd_t``, ``W ~ N(0, cov)`` (``cov`` (q, q);
     coordinates with sd 0 are left out): the simultaneous two-sided critical value."""
+    return simultaneous_critical(cov, level, rng)[1]
+
+
+def simultaneous_critical(cov: np.ndarray, level: float, rng: np.random.Generator) -> tuple[float, float]:
+    """``(one-sided, two-sided)`` simultaneous critical values from the same Gaussian draws
+    ``W ~ N(0, cov)`` (``cov`` (q, q); coordinates with sd 0 are left out): the ``level``
+    quantiles of ``max_t W_t / sd_t`` (lower bounds that hold together) and ``max_t |W_t| / sd_t``."""
     sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     ok = sd > 0
     if not ok.any():
-        return float(norm_ppf(np.array(1.0 - (1.0 - level) / 2.0)))
+        return float(norm_ppf(np.array(level))), float(norm_ppf(np.array(1.0 - (1.0 - level) / 2.0)))
     corr = cov[np.ix_(ok, ok)] / np.outer(sd[ok], sd[ok])
     w = rng.standard_normal((CRITICAL_DRAWS, int(ok.sum()))) @ _sqrt_psd(corr).T
-    return float(np.quantile(np.abs(w).max(axis=1), level))
+    return float(np.quantile(w.max(axis=1), level)), float(np.quantile(np.abs(w).max(axis=1), level))
 
 
 def beat_curves(
@@ -184,30 +219,38 @@ def beat_curves(
 
 
 def calibrated_curves(
-    m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0
+    m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0,
+    lower_sides: int = 1,
 ) -> dict:
     """The box promise of the module docstring for one pilot's moments ``m``: the ``(B,)``
     curves at the least favourable truth of the level-``level`` simultaneous box, the
-    pilot-as-truth ``p_beat_point`` (B,), the critical value and the gap bounds (pp, k each).
-    Draws: ``[seed, PLAN_PROMISE, stream, 0]`` (M = ``draws`` fresh-set noises, (M, k)) and
-    ``[..., 1]`` (the critical value)."""
+    pilot-as-truth ``p_beat_point`` (B,), the critical values of the lower bounds
+    (``critical``: one-sided; ``lower_sides=2``, the rule before issue 44: two-sided) and of the
+    upper bounds (``critical_upper``: two-sided) and the gap bounds (pp, k each). Draws:
+    ``[seed, PLAN_PROMISE, stream, 0]`` (M = ``draws`` fresh-set noises, (M, k)) and
+    ``[..., 1]`` (the critical values)."""
     k = len(m.d_hat)
     z = streams.generator(seed, streams.PLAN_PROMISE, stream, 0).standard_normal((draws, k))
     root = _sqrt_psd(m.items * m.v_s)
     box = m.v_d if m.same else np.block([[m.v_s, m.v_sd], [m.v_sd.T, m.v_d]])
-    c = max_abs_t_critical(box, level, streams.generator(seed, streams.PLAN_PROMISE, stream, 1))
+    c, c2 = simultaneous_critical(box, level, streams.generator(seed, streams.PLAN_PROMISE, stream, 1))
+    if lower_sides == 2:
+        c = c2  # before issue 44: two-sided lower bounds too
     se_d = np.sqrt(np.clip(np.diag(m.v_d), 0.0, None))
-    lo, hi = m.d_hat - c * se_d, m.d_hat + c * se_d
+    lo, hi = m.d_hat - c * se_d, m.d_hat + c2 * se_d
+    if m.clusters < MIN_PROMISE_CLUSTERS:  # a zero variance from 1-9 clusters is no certainty
+        lo = np.full(k, -np.inf)
     beater = lo > 0
     d_w = np.where(beater, lo, np.minimum(hi, 0.0))
     if m.same:
         s_w = d_w
     else:
         se_s = np.sqrt(np.clip(np.diag(m.v_s), 0.0, None))
-        s_w = np.where(beater, m.s_hat - c * se_s, m.s_hat + c * se_s)
+        s_w = np.where(beater, m.s_hat - c * se_s, m.s_hat + c2 * se_s)
     out = beat_curves(s_w, d_w, root, budgets, z)
     out["p_beat_point"] = beat_curves(m.s_hat, m.d_hat, root, budgets, z)["p_beat"]
     out["critical"] = c
+    out["critical_upper"] = c2
     out["gap_bounds_pp"] = np.stack([100.0 * lo, 100.0 * hi], axis=1)  # (k, 2)
     return out
 
@@ -380,6 +423,7 @@ def plan_from_pilot(
         "max_promise": rows[best]["p_beat"],
         "max_promise_budget": rows[best]["budget"],
         "answer": _answer(settings, planned, rows[best]),
+        **_power_left(settings, rows, planned, min(p["pilot_clusters"] for p in per_traj.values())),
     }
 
 
@@ -394,12 +438,16 @@ def _trajectory_curves(v, rule: str, settings: PlanSettings, budgets, stream: in
                          settings.seed, stream=stream, method=settings.method)  # fmt: skip
         return c | {"p_beat_point": np.full(len(budgets), np.nan)}, {}
     m = PilotMoments.of(signal, v.correct, v.groups, maximize)
+    if m.clusters < 2:
+        raise CkptselError(f"plan: trajectory {v.trajectory!r}: the pilot needs at least 2 clusters "
+                           f"of items (it has {m.items} item(s) in {m.clusters} cluster(s))")  # fmt: skip
     c = calibrated_curves(m, budgets, settings.draws, settings.level, settings.seed, stream)
     bounds = c["gap_bounds_pp"]
     return c, {
         "critical_value": round(float(c["critical"]), 6),
+        "critical_value_upper": round(float(c["critical_upper"]), 6),
         "gap_bounds_pp": {
-            str(int(s)): [round(float(a), 6), round(float(b), 6)]
+            str(int(s)): [round(float(a), 6) if np.isfinite(a) else None, round(float(b), 6)]
             for s, (a, b) in zip(v.steps[:-1], bounds, strict=True)
         },
         "confident_beaters": [int(s) for s, (a, _) in zip(v.steps[:-1], bounds, strict=True) if a > 0],
@@ -420,12 +468,60 @@ def _answer(settings: PlanSettings, planned: int | None, best: dict) -> str:
     )
 
 
-def _planned(rows: list[dict], target: float) -> int | None:
-    """The smallest budget whose probability of beating the final checkpoint reaches ``target``."""
+def _planned(rows: list[dict], target: float, key: str = "p_beat") -> int | None:
+    """The smallest budget whose probability of beating the final checkpoint (``key``) reaches
+    ``target``."""
     for r in rows:
-        if r["p_beat"] >= target:
+        if r.get(key, -1.0) >= target:
             return r["budget"]
     return None
+
+
+def _power_left(settings: PlanSettings, rows: list[dict], safe: int | None, clusters: int) -> dict:
+    """``safe_budget``, ``smallest_budget`` and ``power_left`` (module docstring): what the safe
+    plan costs beside the smallest budget whose point estimate reaches the target."""
+    key = "p_beat_point" if settings.method == "calibrated" else "p_beat"
+    smallest = _planned(rows, settings.target, key)
+    if safe is not None and (smallest is None or safe < smallest):
+        smallest = safe  # the promise is the stronger statement
+    at = {r["budget"]: r for r in rows}
+
+    def point(b, k):
+        return None if b is None else at[b].get(k)
+
+    left = {
+        "extra_items": None if safe is None or smallest is None else safe - smallest,
+        "p_beat_point_at_smallest": point(smallest, key),
+        "promise_at_smallest": point(smallest, "p_beat") if key == "p_beat_point" else None,
+        "p_beat_point_at_safe": point(safe, key),
+        "promise_at_safe": point(safe, "p_beat") if key == "p_beat_point" else None,
+    }
+    return {"safe_budget": safe, "smallest_budget": smallest,
+            "power_left": left | {"note": _power_note(settings, rows, safe, smallest, left, clusters)}}  # fmt: skip
+
+
+def _power_note(settings: PlanSettings, rows: list[dict], safe, smallest, left: dict, clusters: int) -> str:
+    """``power_left["note"]``: the power the safe plan leaves on the table, in one sentence."""
+    target, top = settings.target, max(settings.budgets)
+    if settings.method != "calibrated":
+        return (f"method {settings.method}: estimates only, nothing is promised"
+                + ("" if smallest is None else f"; the estimate reaches {target:g} at {smallest} items"))
+    if smallest is None:
+        most = max(r["p_beat_point"] for r in rows)
+        return (f"even taken as exact the pilot gives P(choice beats final) < {target:g} at every "
+                f"budget up to {top} (at most {most:.2f}): keep the final checkpoint")
+    likely = (f"the target may be met at {smallest} items (P(beat) "
+              f"{left['p_beat_point_at_smallest']:.2f} if the pilot were exact; not guaranteed")
+    if safe is None:
+        few = ("" if clusters >= MIN_PROMISE_CLUSTERS else f" (a promise needs at least "
+               f"{MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has {clusters})")
+        return (f"{likely}: {left['promise_at_smallest']:.2f} can be promised there); no budget up "
+                f"to {top} can be promised{few}: a larger pilot would tell")
+    if safe == smallest:
+        return f"the safe plan is the smallest: {safe} items meet the target either way"
+    return (f"{likely}: {left['promise_at_smallest']:.2f} promised there); the safe plan asks for "
+            f"{safe} items, {safe - smallest} more (P(beat) {left['p_beat_point_at_safe']:.2f} if "
+            f"the pilot were exact)")
 
 
 # --------------------------------------------------------------------------- closed form
@@ -485,6 +581,253 @@ def closed_form(
         "budget_for_test": n_test,
         "planned_budget": n_mde,
     }
+
+
+# --------------------------------------------------------------------------- exact McNemar power
+EXACT_LIMIT = 100_000  # the largest number of items exact_items_needed searches
+POWER_CELLS = 1 << 20  # (rows × window) cells per block of the exact power sums (~8 MB)
+TAIL_SD, TAIL_PAD = 9.0, 30  # binomial mass beyond mean ± (9 sd + 30) is below 1e-17 (Bernstein)
+P_TOLERANCE = 1e-12  # a p-value within this of α rejects (as stats.exact.exact_reason)
+
+
+@dataclass(frozen=True)
+class ItemsNeeded:
+    """:func:`exact_items_needed`'s answer: ``items`` (None when there is none) with the exact
+    power there, or ``note`` saying why there is no number."""
+
+    items: int | None
+    power: float | None = None
+    note: str | None = None
+
+
+def _log_factorials(n: int) -> np.ndarray:
+    """``(n + 1,)`` log k! for k = 0..n (summed in extended precision where there is one)."""
+    k = np.arange(1, n + 1, dtype=np.longdouble)
+    return np.concatenate([[0.0], np.cumsum(np.log(k)).astype(np.float64)])
+
+
+def _window(trials: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(R,)`` ends of the counts where Binomial(trials, p) has its mass (mean ± 9 sd + 30)."""
+    t = trials.astype(np.float64)
+    pad = TAIL_SD * np.sqrt(t * p * (1.0 - p)) + TAIL_PAD
+    lo = np.maximum(np.floor(t * p - pad), 0.0).astype(np.int64)
+    return lo, np.minimum(np.ceil(t * p + pad).astype(np.int64), trials)
+
+
+def _binomial_blocks(trials: np.ndarray, p: float, lo: np.ndarray, hi: np.ndarray, lf: np.ndarray):
+    """Blocks ``(rows, j, pmf)`` over the ``(R,)`` rows (``trials`` ascending): ``j`` (r, W) the
+    counts ``lo_r, lo_r + 1, …`` and ``pmf`` (r, W) Binomial(trials_r, p) there, 0 outside
+    ``[lo_r, hi_r] ∩ [0, trials_r]``; about :data:`POWER_CELLS` cells a block. ``lf``: log
+    factorials up to ``max(trials)``. ``log pmf = lf[t] + t log(1−p) + (j log(p/(1−p)) − lf[j])
+    − lf[t − j]``: the last two read as rows of sliding windows (contiguous copies)."""
+    widths = hi - lo + 1
+    wide = int(widths.max(initial=1))
+    if 0.0 < p < 1.0:
+        k = np.arange(len(lf), dtype=np.float64)
+        row = lf + k * math.log1p(-p)  # (T + 1,) the part of log pmf that depends on t only
+        ahead = np.concatenate([k * math.log(p / (1.0 - p)) - lf, np.full(wide, -np.inf)])
+        behind = np.concatenate([np.full(wide, np.inf), lf])[::-1]  # lf[x] = behind[len - 1 - wide - x]
+        ahead_w = sliding_window_view(ahead, wide)
+        behind_w = sliding_window_view(behind, wide)
+    start, R = 0, len(trials)
+    while start < R:
+        stop = min(R, start + max(1, POWER_CELLS // max(int(widths[start]), 1)))
+        while stop - start > 1 and (stop - start) * int(widths[start:stop].max()) > 2 * POWER_CELLS:
+            stop = start + (stop - start) // 2
+        W = int(widths[start:stop].max())
+        t, low, top = trials[start:stop], lo[start:stop], hi[start:stop]
+        j = low[:, None] + np.arange(W)
+        keep = j <= np.minimum(top, t)[:, None]
+        if 0.0 < p < 1.0:
+            # lf[t − j] = behind[len − 1 − wide − t + j]: the window from len − 1 − wide − t + lo
+            log = (row[t][:, None] + ahead_w[low, :W]
+                   - behind_w[len(behind) - 1 - wide - t + low, :W])  # fmt: skip
+            pmf = np.exp(np.where(keep, log, -np.inf))
+        else:  # all mass at 0 (p = 0) or at t (p = 1)
+            pmf = (keep & (j == (t[:, None] if p >= 1.0 else 0))).astype(np.float64)
+        yield slice(start, stop), j, pmf
+        start = stop
+
+
+def mcnemar_critical(m: np.ndarray, level: float, lf: np.ndarray | None = None) -> np.ndarray:
+    """``(M,)`` critical values of the exact two-sided McNemar test at ``1 − level``, for ``m``
+    (M,) discordant items each: the largest ``c`` with ``2 P(Bin(m, 1/2) ≤ c) ≤ α`` (−1 when it
+    never rejects). The test (:func:`ckptsel.stats.mcnemar_exact`) rejects ``(only_a, only_b)``
+    iff ``min(only_a, only_b) ≤ c_{only_a + only_b}``. ``lf``: log factorials up to ``max(m)``."""
+    m = np.asarray(m, dtype=np.int64).reshape(-1)
+    lf = _log_factorials(int(m.max(initial=0))) if lf is None else lf
+    alpha = 1.0 - level + P_TOLERANCE
+    lo = np.maximum(np.floor(m / 2 - TAIL_SD / 2 * np.sqrt(m) - TAIL_PAD), 0).astype(np.int64)
+    c = np.empty(len(m), dtype=np.int64)
+    for rows, _, pmf in _binomial_blocks(m, 0.5, lo, m // 2, lf):  # P(≤ m/2) ≥ 1/2 > α/2
+        c[rows] = lo[rows] + (2.0 * np.cumsum(pmf, axis=1) <= alpha).sum(axis=1) - 1
+    return c
+
+
+def _rejection(m: np.ndarray, theta: float, level: float, lf: np.ndarray) -> np.ndarray:
+    """``(M,)`` P(the exact test rejects) given ``m`` (M,) discordant items, each "only A" with
+    probability ``theta``: ``P(X ≤ c_m) + P(X ≥ m − c_m)``, ``X ~ Bin(m, theta)``."""
+    c = mcnemar_critical(m, level, lf)
+    lo, hi = _window(m, theta)
+    r = np.zeros(len(m))
+    for rows, j, pmf in _binomial_blocks(m, theta, lo, hi, lf):
+        cc = c[rows, None]
+        r[rows] = (pmf * ((j <= cc) | (j >= m[rows, None] - cc))).sum(axis=1)
+    return r
+
+
+def mcnemar_power(n, p_a: float, p_b: float, level: float = CONFIDENCE) -> np.ndarray:
+    """``(len(n),)`` exact power of the two-sided exact McNemar test at ``1 − level`` (the test
+    ``compare`` makes: reject when :func:`ckptsel.stats.mcnemar_exact` ≤ 1 − level) on ``n``
+    independent items, each right for A only with probability ``p_a``, for B only with
+    ``p_b``, else the same for both. ``n``: (N,) item counts ≥ 0, any order.
+
+    ``power(n) = Σ_m Bin(n, p_a + p_b)(m) r(m)`` with ``r(m) = P(X ≤ c_m) + P(X ≥ m − c_m)``,
+    ``X ~ Bin(m, p_a / (p_a + p_b))`` and ``c_m`` the test's critical values
+    (:func:`mcnemar_critical`): log-space binomials summed over the counts where each has its
+    mass (mean ± (9 sd + 30), the rest below 1e-17), in blocks of rows. The exact test's power is
+    not monotone in ``n``."""
+    n = np.asarray(n, dtype=np.int64).reshape(-1)
+    if not (p_a >= 0.0 and p_b >= 0.0 and p_a + p_b <= 1.0 + 1e-12):
+        raise CkptselError(f"mcnemar_power: p_a = {p_a}, p_b = {p_b} are not probabilities")
+    if (n < 0).any():
+        raise CkptselError(f"mcnemar_power: item counts must be >= 0, got {int(n.min())}")
+    q = min(p_a + p_b, 1.0)
+    out = np.zeros(len(n))
+    if len(n) == 0 or q <= 0.0:
+        return out
+    order = np.argsort(n, kind="stable")
+    ns = n[order]
+    lf = _log_factorials(int(ns[-1]))
+    lo, hi = _window(ns, q)
+    m = np.arange(int(lo.min()), int(hi.max()) + 1)
+    r = _rejection(m, min(p_a / q, 1.0), level, lf)
+    power = np.zeros(len(ns))
+    for rows, j, pmf in _binomial_blocks(ns, q, lo, hi, lf):
+        power[rows] = (pmf * r[np.minimum(j, m[-1]) - m[0]]).sum(axis=1)
+    out[order] = np.clip(power, 0.0, 1.0)
+    return out
+
+
+_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+             -1.13520398, 1.48851587, -0.82215223, 0.17087277)  # Numerical Recipes' erfc fit
+BERRY_ESSEEN = 0.4748  # Shevtsova (2011): |P(standardized iid sum ≤ x) − Φ(x)| ≤ C ρ / (σ³ √n)
+
+
+def _phi_above(x: np.ndarray) -> np.ndarray:
+    """An upper bound of Φ(x), elementwise: Numerical Recipes' erfc fit (relative error below
+    1.2e-7 everywhere) moved by 2e-7 to the safe side."""
+    a = np.abs(x) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.5 * a)
+    poly = np.zeros_like(a)
+    for c in _ERFC_FIT[::-1]:
+        poly = poly * t + c
+    tail = 0.5 * t * np.exp(-a * a + poly)  # Φ(−|x|)
+    return np.where(x <= 0, tail * (1.0 + 2e-7), 1.0 - tail * (1.0 - 2e-7))
+
+
+def _bernstein_bound(n: np.ndarray, big: float, small: float, level: float) -> np.ndarray:
+    """``(N,)`` lower bounds of the power at ``n`` (N, 1) (:func:`mcnemar_power_bound`, with
+    Hoeffding's ``z² = 2 ln(2/α)`` and Bernstein's inequality for ``P(Y < c/2)``)."""
+    q, g = big + small, 2.0 * math.log(2.0 / (1.0 - level))
+    c = np.maximum(np.sqrt(g * n * q) * np.array([0.75, 1.1]), 1e-9)  # (N, 2)
+    kappa = g / (2.0 * c)
+    mu = big - small - kappa * q  # E Y / n
+    var = np.maximum(big * (1.0 - kappa) ** 2 + small * (1.0 + kappa) ** 2 - mu**2, 0.0)
+    t = n * mu - c / 2.0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        # |1 + κ + μ|: the most one item's y falls below its mean
+        tail = np.exp(-(t**2) / (2.0 * (n * var + np.abs(1.0 + kappa + mu) * t / 3.0)))
+    return np.where(t > 0, 1.0 - tail, 0.0).max(axis=1)
+
+
+def _normal_bound(n: np.ndarray, big: float, small: float, level: float) -> np.ndarray:
+    """``(N,)`` lower bounds of the power at ``n`` (N, 1) from Berry–Esseen, tight for large
+    ``n``. With ``m₀ = ⌊nq − 6 sd⌋`` discordant items or more (Bernstein bounds the chance of
+    fewer), ``2 P(Bin(m, 1/2) ≤ m/2 − z√m/2) ≤ 2 (Φ(−z) + C/√m₀) ≤ α`` for every ``m ≥ m₀``
+    when ``Φ(−z) ≤ α/2 − C/√m₀`` (``z`` read at the grid value of ``m₀`` below it: larger, so
+    safe); Berry–Esseen then bounds ``P(Y ≤ c/2)``."""
+    q = big + small
+    sd_m = np.sqrt(n * q * (1.0 - q))
+    m0 = np.floor(n * q - 6.0 * sd_m)
+    short = n * q - m0
+    grid = np.unique(np.geomspace(1.0, max(float(m0.max()), 1.0), 256).astype(np.int64))
+    room = (1.0 - level) / 2.0 - BERRY_ESSEEN / np.sqrt(grid)
+    z_grid = -norm_ppf(np.clip(room, 1e-300, 0.5)) + 1e-9  # Φ(−z) ≤ room (norm_ppf: ~1e-15)
+    at = np.searchsorted(grid, np.maximum(m0, 1.0), side="right") - 1
+    z, usable = z_grid[at], (room[at] > 0) & (m0 >= 1)
+    c = np.maximum(z * np.sqrt(n * q), 1e-9)  # (N, 1): z√m ≤ z² m / (2c) + c/2, equal at m = nq
+    kappa = z * z / (2.0 * c)
+    mu = big * (1.0 - kappa) - small * (1.0 + kappa)  # E y, y ∈ {1 − κ, −1 − κ, 0}
+    d1, d2, d0 = np.abs(1.0 - kappa - mu), np.abs(1.0 + kappa + mu), np.abs(mu)
+    sd = np.sqrt(big * d1**2 + small * d2**2 + (1.0 - q) * d0**2)
+    rho = big * d1**3 + small * d2**3 + (1.0 - q) * d0**3
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        p_few = np.exp(-(short**2) / (2.0 * (sd_m**2 + short / 3.0)))  # P(m < m₀), Bernstein
+        fail = (_phi_above((c / 2.0 - n * mu) / (sd * np.sqrt(n)))
+                + BERRY_ESSEEN * rho / (sd**3 * np.sqrt(n)) + p_few)  # fmt: skip
+    bound = np.where(usable & (sd > 0) & np.isfinite(fail), 1.0 - fail, 0.0)
+    return bound.max(axis=1)
+
+
+def mcnemar_power_bound(n, p_a: float, p_b: float, level: float = CONFIDENCE) -> np.ndarray:
+    """``(len(n),)`` a lower bound of :func:`mcnemar_power` (``n``: (N,) item counts), cheap for
+    any ``n``. With ``D`` = only A − only B and ``m`` discordant items (``p_a ≥ p_b``; the other
+    way round by symmetry), the test rejects whenever ``D ≥ z √m`` for a ``z`` that bounds its
+    critical values (Hoeffding's bound for Bin(m, 1/2): ``z² = 2 ln(2/α)``; or Berry–Esseen's,
+    tighter for large ``m``); that holds when ``Y = D − z² m / (2c) ≥ c / 2`` (any ``c > 0``:
+    ``z√m ≤ z² m / (2c) + c/2``), and Bernstein's inequality (or Berry–Esseen's, with
+    Shevtsova's constant 0.4748) bounds ``P(Y < c/2)`` for the sum ``Y`` of ``n`` independent
+    items. ``c`` is ``z √(n (p_a + p_b))`` (Berry–Esseen) or the better of two near it
+    (Bernstein)."""
+    n = np.asarray(n, dtype=np.float64).reshape(-1)[:, None]
+    big, small = max(p_a, p_b), min(p_a, p_b)
+    if big - small <= 0.0 or len(n) == 0:
+        return np.zeros(len(n))
+    bound = np.maximum(_bernstein_bound(n, big, small, level), _normal_bound(n, big, small, level))
+    return np.clip(bound, 0.0, 1.0)
+
+
+def exact_items_needed(
+    only_a: int, only_b: int, items: int, level: float = CONFIDENCE, target: float = 0.8,
+    limit: int = EXACT_LIMIT,
+) -> ItemsNeeded:  # fmt: skip
+    """The fewest independent items from which on the exact McNemar test at ``1 − level`` has
+    power ≥ ``target`` at every larger number up to ``limit``, at the observed discordance
+    ``p_a = only_a / items``, ``p_b = only_b / items`` (:func:`mcnemar_power`).
+
+    :func:`mcnemar_power_bound` certifies every ``n`` from some ``n_B`` up to ``limit`` at once;
+    below ``n_B`` the exact power is computed in blocks of ``n`` going down until one falls
+    short of ``target``: the answer is the ``n`` after the last that does. None, with a
+    ``note``, when the observed difference is 0 (or the logs agree on every item) or when the
+    power does not stay ≥ ``target`` up to ``limit`` ("over LIMIT items")."""
+    check_int(items, "items", low=1)
+    check_int(limit, "limit", low=1)
+    for count, name in ((only_a, "only_a"), (only_b, "only_b")):
+        check_int(count, name, low=0)
+    if only_a + only_b == 0:
+        return ItemsNeeded(None, note="the logs agree on every item")
+    if only_a == only_b:
+        return ItemsNeeded(None, note="no observed difference")
+    p_a, p_b = only_a / items, only_b / items
+    certified = mcnemar_power_bound(np.arange(1, limit + 1), p_a, p_b, level) >= target
+    # n_B: the first n from which the bound certifies every n up to limit (limit + 1: none)
+    n_b = 1 if certified.all() else limit + 1 - int(np.argmin(certified[::-1]))
+    top, answer, power, size = n_b - 1, 1, None, 256
+    while top >= 1:
+        low = max(1, top - size + 1)
+        block = mcnemar_power(np.arange(low, top + 1), p_a, p_b, level)
+        short = np.flatnonzero(block < target)
+        if len(short):
+            answer = low + int(short[-1]) + 1
+            power = None if answer > top else float(block[answer - low])
+            break
+        top, size = low - 1, 2 * size
+    if answer > limit:
+        return ItemsNeeded(None, note=f"over {limit} items")
+    if power is None:
+        power = float(mcnemar_power([answer], p_a, p_b, level)[0])
+    return ItemsNeeded(answer, round(power, 6))
 
 
 # --------------------------------------------------------------------------- figure
