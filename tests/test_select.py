@@ -30,6 +30,7 @@ from ckptsel.workflows.advise.selection import (
 )
 
 import recordsgen as rg
+from clirun import run_cli
 
 STEPS = [10, 20, 30, 40, 50]
 FAST = SelectSettings(partitions=60, draws=300, bootstrap_partitions=10, permutations=30)
@@ -496,7 +497,8 @@ def test_chosen_estimate_does_not_move_with_the_seed():
 def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, capsys):
     """``select --all``: one row per trajectory, each select's own recommendation (the planted
     run keeps step 30, the flat ones their final checkpoint); ``analyze`` writes the same rows
-    into summary.json (made with keep_settings from its own settings) and report.html, and
+    into summary.json (made with keep_settings: select's defaults, the analysis' seed and
+    level) and report.html, and
     ``verify`` recomputes them: an edited row fails it."""
     from ckptsel.report import render_html
     from ckptsel.workflows import analyze, keep_settings, select_all, verify
@@ -535,7 +537,8 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
 
     res = tmp_path / "results"
     summary = analyze(records, res, permutations=12, draws=200)
-    expected = select_all(records, settings=keep_settings(12, 200, summary.seed, summary.level))
+    expected = select_all(records, settings=keep_settings(summary.seed, summary.level))
+    assert keep_settings(summary.seed, summary.level) == SelectSettings()  # the analysis' defaults
     assert summary.keep == expected.keep
     assert json.loads((res / "summary.json").read_text())["keep"] == expected.keep.to_dict()
     page = render_html(summary, [], {})  # report.html's page (its figures take seconds to draw)
@@ -547,3 +550,20 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
     (res / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
     with pytest.raises(VerificationError, match="keep"):
         verify(res)
+
+
+def test_analyze_keep_table_is_select_all_at_its_defaults(tmp_path, capsys):
+    """Issue 44: the keep table ``analyze`` writes is ``ckptsel select --all`` at its CLI
+    defaults, row for row, whatever the analysis' permutations and draws — run as a user
+    runs them. Small preset, seed 2: the former cheap table (200 draws, 5 bootstrap
+    partitions) kept a checkpoint there that select's defaults do not."""
+    sim, res = tmp_path / "sim", tmp_path / "res"
+    assert run_cli(["simulate", sim, "--preset", "small", "--seed", 2], capsys)[0] == 0
+    code, said = run_cli(["analyze", sim, "--out", res, "--no-report", "--permutations", 50,
+                          "--draws", 1000], capsys)  # fmt: skip
+    assert code == 0, said
+    keep = json.loads((res / "summary.json").read_text())["keep"]
+    code, said = run_cli(["select", sim, "--all", "--json"], capsys)
+    assert code == 0, said
+    out = json.loads(said)
+    assert keep == {k: out[k] for k in ("rule", "settings", "trajectories")}

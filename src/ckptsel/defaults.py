@@ -17,13 +17,10 @@ THINNING = (2, 3, 4)  # checkpoint-thinning factors (SPEC §6)
 BATCH_SIZE = 16  # prompts per measurement batch (float32: answers do not depend on it; bf16 can)
 MAX_NEW_TOKENS = 512  # greedy generation length limit
 DATA_SEED = 42  # train/validation group split (SPEC §9)
-# practitioner commands (select, compare, plan): bootstrap draws and partitions
+# practitioner commands (select, compare, plan): bootstrap draws and partitions; analyze's
+# keep table (summary.json "keep") is select --all at select's defaults (issue 44)
 SELECT_DRAWS = 1000  # select: question-bootstrap draws of the split-validation gain
 SELECT_BOOTSTRAP_PARTITIONS = 20  # select: partitions redone on every bootstrap draw
-# analyze's keep table (select on every trajectory, summary.json "keep"): fewer draws and
-# partitions than select's own, so that a paper-scale analysis stays within seconds
-KEEP_DRAWS = 200
-KEEP_BOOTSTRAP_PARTITIONS = 5
 COMPARE_DRAWS = 10000  # compare: paired bootstrap draws
 PLAN_DRAWS = 2000  # plan: resampled validation sets per budget
 PLAN_MAX_BUDGET = 1024  # plan: the largest budget planned for

@@ -21,18 +21,33 @@ their cluster-robust covariance ``sigma`` (R, T, T), and cluster-bootstrap accur
   ``x_w`` is normal with mean ``μ_w`` truncated to the values for which ``w`` still wins,
   further intersected with the level-(1−β) projection interval ``|x_w − μ| ≤ c_β σ_w``. The
   interval is ``{μ : a ≤ F(x_w; μ) ≤ 1 − a}``, ``a = (α − β) / (2 (1 − β))``, the estimate
-  solves ``F = ½``. Accuracies are discrete: they are made continuous by a uniform jitter of
-  under half an item (``K`` jitter points, which also break exact ties at random as the rule
-  does) and the estimate and endpoints are averaged over the points. With few clusters ``Σ`` is
-  inflated by ``(t_{G−1} / z)²``. Its Monte-Carlo parts (the projection value ``c_β`` from
-  :data:`PROJECTION_DRAWS` Gaussian draws and :data:`JITTER` Latin-hypercube jitter points, all
-  in one batch) move the estimate by under 0.1 pp (sd at 100 items, BENCHMARKS.md); the caller
-  fixes their stream (``ckptsel select`` uses one that does not depend on ``--seed``).
-  A winner whose accuracy has no variance at all (right, or wrong, on every item; or the same
-  accuracy in every cluster) has no normal approximation: its interval is the exact
-  Clopper–Pearson interval over the ``G`` clusters, simultaneous over the ``T`` checkpoints
-  (each at level ``1 − α/T``, so it holds for whichever one was chosen), and its estimate the
-  median-unbiased one (``0.5^(1/G)`` at 100%). Every end stays in ``[0, 1]``.
+  solves ``F = ½``. Three finite-sample choices (issue 44):
+
+  - *the winner's variance at the tested mean* (score form, as Wilson's interval for one
+    proportion): ``σ_w²(μ) = d · μ(1 − μ)``, ``d = Σ_ww / (x_w(1 − x_w))`` the design effect of
+    the clusters; ``c`` and ``Z`` stay those of the data. The plug-in ``Σ_ww`` of a winner is
+    too small exactly when it matters (the winner is picked for a high accuracy, near 100% its
+    ``x(1 − x)`` is a fraction of the truth's): with it the interval covered 70–87% at 95% best
+    and 100 items; with the score form ≥ 95% in every cell measured (BENCHMARKS.md);
+  - *the projection value* ``c_β`` is Šidák's ``Φ⁻¹(1 − (1 − (1 − β)^{1/T}) / 2)``: a valid
+    simultaneous bound for any correlation (Šidák 1967), a little wider than the Monte-Carlo
+    quantile when checkpoints are correlated, and exact, so nothing in the interval is random;
+  - *discreteness*: accuracies move in steps of ``1/n``. The winner's accuracy is spread
+    uniformly over its rounding cell ``x_w ± ½/n`` (only above ``x_w`` when others tie with it:
+    it won the tie; the others stay at their accuracies) and the estimate and ends are
+    averaged over the cell by a
+    :data:`JITTER`-node midpoint rule (graded towards the tie point, where the ends move
+    fastest); when several checkpoints tie at the top each is taken as the winner in turn and
+    the results are averaged. Its numerical error is under 0.0001 pp (BENCHMARKS.md): the same
+    data print the same digits.
+
+  With few clusters ``Σ`` is inflated by ``(t_{G−1} / z)²``. The estimate is never above the
+  naive one (``x_w``; with ties the rounding cell alone could lift it) and the lower end never
+  above the estimate. A winner whose accuracy has no variance at all (right, or wrong, on every
+  item; or the same accuracy in every cluster) has no normal approximation: its interval is the
+  exact Clopper–Pearson interval over the ``G`` clusters, simultaneous over the ``T``
+  checkpoints (each at level ``1 − α/T``, so it holds for whichever one was chosen), and its
+  estimate the median-unbiased one (``0.5^(1/G)`` at 100%). Every end stays in ``[0, 1]``.
 * :func:`naive_winner` — ``x_w ± z σ_w`` (clipped to ``[0, 1]``): what a plain report gives
   (optimistic).
 """
@@ -48,10 +63,10 @@ from ckptsel.stats.resample import Clusters
 ZERO_VARIANCE = 1e-12  # a winner's variance below this has no normal approximation
 PAIR_CELLS = 20_000_000  # (trajectory × draw × T × T) cells per chunk of the MCS bootstrap
 BISECTIONS = 60
-PROJECTION_DRAWS = (
-    65536  # Gaussian draws of the projection value c_β (its 1 − β quantile, β = α/10)
-)
-JITTER = 256  # Latin-hypercube jitter points of the winner interval (one batch)
+PROJECTION_DRAWS = 65536  # Gaussian draws of projection_critical (before issue 44; benchmarks only)
+JITTER = 256  # midpoint nodes over the winner's rounding cell (winner_interval)
+GRADE = 2  # the nodes are t² (t the midpoint grid) in a cell that starts at a tie
+NODE_CELLS = 8_000_000  # (node × T × T) covariance cells per chunk of winner_interval
 
 
 def accuracy_moments(correct: np.ndarray, clusters: Clusters) -> tuple[np.ndarray, ...]:
@@ -127,13 +142,19 @@ def projection_critical(
     sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = PROJECTION_DRAWS
 ) -> np.ndarray:
     """``(R,)`` 1−β quantiles of ``max_t |W_t| / sd_t``, ``W ~ N(0, Σ)`` (``draws`` Gaussian draws
-    shared by the batch): the projection interval's ``c_β``."""
+    shared by the batch): the Monte-Carlo projection value used before issue 44 (benchmarks)."""
     T = sigma.shape[1]
     sd = np.sqrt(np.clip(np.diagonal(sigma, axis1=1, axis2=2), 1e-30, None))
     w, u = np.linalg.eigh(sigma / (sd[:, :, None] * sd[:, None, :]))
     root = u * np.sqrt(np.clip(w, 0, None))[:, None, :]
     z = rng.standard_normal((draws, T))
     return np.quantile(np.abs(np.einsum("mt,rut->rmu", z, root)).max(axis=2), 1 - beta, axis=1)
+
+
+def sidak_critical(checkpoints: int, beta: float) -> float:
+    """Šidák's projection value: ``P(max_t |W_t| / sd_t ≤ c) ≥ 1 − β`` for ``W ~ N(0, Σ)``
+    whatever the correlations, exact when they are 0."""
+    return float(norm_ppf(np.array(1 - (1 - (1 - beta) ** (1.0 / checkpoints)) / 2)))
 
 
 def _truncated_cdf(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -150,9 +171,14 @@ def _truncated_cdf(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.where(upper, 1.0 - f, f)
 
 
-def _hybrid(x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray):
+def _hybrid(
+    x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray,
+    deff: np.ndarray | None = None,
+):  # fmt: skip
     """Hybrid estimate, lower and upper end (each (R,)) for continuous accuracies ``x`` (R, T):
-    the winner is ``argmax x`` (no ties). Bisection on μ, all trajectories at once."""
+    the winner is ``argmax x`` (no ties). Bisection on μ, all trajectories at once. With the
+    design effects ``deff`` (R,) the winner's variance is the one at the tested μ,
+    ``deff · μ(1 − μ)`` (μ in [0, 1]); without, the plug-in ``Σ_ww`` (before issue 44)."""
     R, T = x.shape
     a = ((1 - level) - beta) / (2 * (1 - beta))
     rows = np.arange(R)
@@ -164,47 +190,79 @@ def _hybrid(x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta:
     z = x - c * y[:, None]
     others = np.arange(T)[None, :] != w[:, None]
     bound = z / np.where(np.abs(k) > 1e-12, k, 1.0)  # w still wins iff k_j y ≥ z_j for every j
-    lower = np.minimum(np.where(others & (k > 1e-12), bound, -np.inf).max(axis=1), y)
-    upper = np.maximum(np.where(others & (k < -1e-12), bound, np.inf).min(axis=1), y)
+    lower = np.minimum(np.where(others & (k > 1e-12), bound, -np.inf).max(axis=1), y)[:, None]
+    upper = np.maximum(np.where(others & (k < -1e-12), bound, np.inf).min(axis=1), y)[:, None]
     targets = np.array([1 - a, 0.5, a])[None, :]  # lo, estimate, hi (F decreases in μ)
-    left = np.repeat((y - c_beta * sd)[:, None], 3, axis=1)
-    right = np.repeat((y + c_beta * sd)[:, None], 3, axis=1)
+    if deff is None:
+        left = np.repeat((y - c_beta * sd)[:, None], 3, axis=1)
+        right = np.repeat((y + c_beta * sd)[:, None], 3, axis=1)
+    else:
+        left, right = np.zeros((R, 3)), np.ones((R, 3))
     cb, sd2, y2 = c_beta[:, None], sd[:, None], y[:, None]
     for _ in range(BISECTIONS):
         mu = (left + right) / 2
-        lo_t = np.maximum(lower[:, None], mu - cb * sd2)
-        hi_t = np.minimum(upper[:, None], mu + cb * sd2)
+        if deff is not None:
+            sd2 = np.sqrt(np.maximum(deff[:, None] * mu * (1 - mu), ZERO_VARIANCE))
+        lo_t = np.maximum(lower, mu - cb * sd2)
+        hi_t = np.minimum(upper, mu + cb * sd2)
         f = _truncated_cdf((y2 - mu) / sd2, (lo_t - mu) / sd2, (hi_t - mu) / sd2)
+        f = np.where(y2 < mu - cb * sd2, 0.0, np.where(y2 > mu + cb * sd2, 1.0, f))  # outside
         go_right = f > targets
         left, right = np.where(go_right, mu, left), np.where(go_right, right, mu)
     sol = (left + right) / 2
     return sol[:, 1], sol[:, 0], sol[:, 2]
 
 
+def _cell_nodes(x: np.ndarray, n: int, nodes: int) -> tuple[np.ndarray, ...]:
+    """The quadrature over the winners' rounding cells: per (row, tied winner) pair ``P`` rows
+    of ``nodes`` points each, ``x`` with the winner's accuracy moved inside its cell (R·…, T),
+    the pair's row (P,), its winner (P,), and the weight of each point (P·nodes,) (summing to 1
+    per row of ``x``)."""
+    top = x >= x.max(axis=1, keepdims=True) - 1e-12
+    rr, ww = np.nonzero(top)  # every tied winner of every row
+    tied = top.sum(axis=1)[rr]
+    t = (np.arange(nodes) + 0.5) / nodes
+    spread = np.where(tied[:, None] > 1, 0.5 * t[None, :] ** GRADE, t[None, :] - 0.5) / n
+    weight = np.where(tied[:, None] > 1, GRADE * t[None, :] ** (GRADE - 1), 1.0) / (nodes * tied[:, None])
+    xj = np.repeat(x[rr], nodes, axis=0)
+    pts = np.arange(len(rr) * nodes)
+    xj[pts, np.repeat(ww, nodes)] += spread.ravel()
+    return xj, rr, ww, weight.ravel()
+
+
 def winner_interval(
     x: np.ndarray, sigma: np.ndarray, n: int, clusters: int, level: float,
-    rng: np.random.Generator, jitter: int = JITTER, beta: float | None = None,
+    rng: np.random.Generator | None = None, jitter: int = JITTER, beta: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring),
-    averaged over ``jitter`` points ``(U − ½)/n`` added to ``x`` (R, T) (``n`` items,
-    ``clusters`` clusters; ``U`` a Latin hypercube in ``[0, 1)^T``, shared by the batch); also
-    ``c_beta`` (R,). Draws from ``rng``: the projection value's Gaussians first, then the jitter.
-    The jitter points are solved in one batch of ``R × jitter`` rows."""
+    """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring)
+    for accuracies ``x`` (R, T) of ``n`` items in ``clusters`` clusters, averaged over
+    ``jitter`` nodes of the winner's rounding cell; also ``c_beta`` (R,). Nothing is random
+    (``rng`` is accepted and unused): the same data give the same digits. The nodes of the whole
+    batch are solved at once (``R × jitter`` rows, times the number tied at the top)."""
     alpha = 1 - level
     beta = alpha / 10 if beta is None else beta
     z = float(norm_ppf(np.array(1 - alpha / 2)))
     inflate = (float(t_quantile(1 - alpha / 2, np.array(float(max(clusters - 1, 2))))) / z) ** 2
     sigma = sigma * inflate
-    c_beta = projection_critical(sigma, beta, rng)
     R, T = x.shape
-    # Latin hypercube: in every coordinate each of the `jitter` strata holds one point
-    u = (np.argsort(rng.random((T, jitter)), axis=1) + rng.random((T, jitter))) / jitter
-    xj = (x[:, None, :] + (u.T[None, :, :] - 0.5) / n).reshape(R * jitter, T)
-    sol = _hybrid(xj, np.repeat(sigma, jitter, axis=0), level, beta, np.repeat(c_beta, jitter))
-    est, lo, hi = (v.reshape(R, jitter).mean(axis=1) for v in sol)
-    w = x.argmax(axis=1)
+    c_beta = np.full(R, sidak_critical(T, beta))
+    rows, w = np.arange(R), x.argmax(axis=1)
+    acc = x[rows, w]
+    xj, rr, ww, weight = _cell_nodes(x, n, jitter)
+    # each (tied) winner's design effect: its variance over that of single items
+    deff = np.repeat(sigma[rr, ww, ww] / np.maximum(acc[rr] * (1 - acc[rr]), ZERO_VARIANCE), jitter)
+    pair = np.repeat(rr, jitter)
+    est, lo, hi = np.zeros(R), np.zeros(R), np.zeros(R)
+    step = max(1, NODE_CELLS // (T * T))  # nodes per chunk: their covariances fit in memory
+    for s in range(0, len(pair), step):
+        q = pair[s : s + step]
+        sol = _hybrid(xj[s : s + step], sigma[q], level, beta, c_beta[q], deff[s : s + step])
+        for out, v in zip((est, lo, hi), sol, strict=True):
+            out += np.bincount(q, v * weight[s : s + step], minlength=R)
     for r in np.flatnonzero(without_variance(x, sigma)):  # exact, a few rows at most
-        est[r], lo[r], hi[r] = exact_winner(float(x[r, w[r]]), clusters, T, level)
+        est[r], lo[r], hi[r] = exact_winner(float(acc[r]), clusters, T, level)
+    est = np.minimum(est, acc)  # never above the naive estimate (the cell alone lifts a tie)
+    lo = np.minimum(lo, est)
     return np.clip(est, 0.0, 1.0), np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), c_beta
 
 

@@ -63,7 +63,7 @@ from ckptsel.study import (
     protocol_status,
     read_protocol,
 )
-from ckptsel.workflows.advise import keep_settings, select_all
+from ckptsel.workflows.advise import SelectSettings, keep_settings, select_all
 
 
 def _quiet(line: str) -> None:
@@ -290,7 +290,7 @@ def _analyze(
             freeze_choices(records_dir, stage, settings, progress, validation)
             keeping = beside.submit(
                 contextvars.copy_context().run, keep_table, records_dir, validation,
-                settings.permutations, stat,
+                keep_settings(stat.seed, stat.level),
             )  # fmt: skip
             for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
                 note(line)
@@ -318,12 +318,12 @@ def _analyze(
 
 
 def keep_table(
-    records_dir: Path, validation: list[ValidationData], permutations: int, stat: StatSettings
+    records_dir: Path, validation: list[ValidationData], settings: SelectSettings
 ) -> KeepTable:
     """Which checkpoint to keep per trajectory (``summary.json``'s ``"keep"``): ``ckptsel
-    select`` on each, with the analysis' permutations, seed and level
-    (:func:`~ckptsel.workflows.advise.keep_settings`)."""
-    settings = keep_settings(permutations, stat.draws, stat.seed, stat.level)
+    select --all`` with ``settings`` — for ``analyze``, ``select``'s own defaults with the
+    analysis' seed and level (:func:`~ckptsel.workflows.advise.keep_settings`); for ``verify``,
+    the settings the stored table records."""
     return select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
 
 
@@ -434,7 +434,7 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
         provenance = provenance_lines(records_dir)
         keep = None
         if stored.keep is not None:  # summaries written before the keep table have none
-            keep = keep_table(records_dir, validation, frozen.settings.permutations, stat)
+            keep = keep_table(records_dir, validation, _stored_keep_settings(stored.keep, spath))
     summary = replace(summary, protocol=stored.protocol, keep=keep)  # protocol: _protocol_chain
     kept, again_dict = stored.to_dict(), summary.to_dict()
     if summary_json(again_dict) != summary_json(kept):
@@ -445,6 +445,16 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
     lines.append(_recompute_files(results_dir, summary, tables, again, frozen.settings, provenance))
     lines.append(_check_run(run_path, run, records_dir, provenance, stored))
     return lines
+
+
+def _stored_keep_settings(keep: KeepTable, spath: Path) -> SelectSettings:
+    """The ``select`` settings a stored keep table says made it (a table made by ckptsel 0.1.0,
+    with fewer draws and bootstrap partitions than ``select``'s defaults, is recomputed with
+    its own)."""
+    try:
+        return SelectSettings(**keep.settings)
+    except (CkptselError, TypeError) as err:
+        raise VerificationError(f"{spath}: keep table settings unreadable ({err})") from err
 
 
 def _stored_stat(stored: Summary, spath: Path) -> StatSettings:

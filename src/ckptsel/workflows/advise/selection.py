@@ -20,23 +20,25 @@ rule's full-pool choice), from :mod:`ckptsel.stats.winners`:
 
 * **plausibly best** — the checkpoints the validation data cannot tell apart from the best: a
   model confidence set (Hansen, Lunde & Nason 2011; range statistic on paired accuracy
-  differences, cluster bootstrap of ``draws`` resamples), which holds every truly best
-  checkpoint with probability ≥ ``level`` (family-wise over its elimination tests); a
-  checkpoint that an exact paired test cannot tell from the most accurate one (too few
-  discordant clusters, or the clustered McNemar p above ``1 − level``) stays in the set
-  (``kept_by_exact_test``);
+  differences, a cluster bootstrap of a fixed stream, so the set depends on the data alone, not
+  on ``--seed``), which holds every truly best checkpoint with probability ≥ ``level``
+  (family-wise over its elimination tests); a checkpoint that the exact paired test (the
+  clustered McNemar test) cannot tell from the most accurate one at ``1 − level`` stays in the
+  set (``kept_by_exact_test``);
 * **chosen estimate** — the chosen checkpoint's accuracy on new items, corrected for having
   been chosen as the best of T (the winner's curse): the hybrid estimate and interval of
-  Andrews, Kitagawa & McCloskey (2024), beside the naive ``max ± z·se`` it corrects; for a
+  Andrews, Kitagawa & McCloskey (2024) with the winner's variance taken at the accuracy tested
+  (nothing random in it; never above the naive value), beside the naive ``max ± z·se`` it
+  corrects; for a
   checkpoint whose accuracy has no variance (right on every item) the exact Clopper–Pearson
   interval instead (``exact``), every bound in [0, 100].
 
 ``benchmarks/bench_select.py`` measures both on truth-known trajectories.
 
 The recommendation is "keep checkpoint X" only when the split-validation interval lies
-wholly above 0 and the design can resolve it (the chosen and the final checkpoint differ on
-enough validation clusters for an exact test to reject: 6 at 95%, :mod:`ckptsel.stats.exact`);
-otherwise "keep the final checkpoint", with the reason. Everything is
+wholly above 0 and the exact test of the chosen against the final checkpoint on the validation
+items rejects (the McNemar test ``compare`` makes; the one small-design rule,
+:mod:`ckptsel.stats.exact`); otherwise "keep the final checkpoint", with the reason. Everything is
 vectorized: masks and matrix products over partitions and draws. The rules and their signals
 come from :mod:`ckptsel.choose.rules` (via :func:`ckptsel.choose.signals`), weighted sums from
 :func:`ckptsel.choose.core.weighted_sums` and estimates (:class:`ckptsel.results.Estimate`, as
@@ -79,19 +81,21 @@ from ckptsel.stats import (
     Clusters,
     accuracy_moments,
     bootstrap_accuracies,
-    cannot_resolve,
     clustered_mcnemar,
     interval_estimate,
     judged,
+    mcnemar_exact,
     model_confidence_set,
     naive_winner,
     nonzero_units,
     percentile_interval,
     question_weights,
     resample_counts,
+    sign_flip_p,
     winner_interval,
     without_variance,
 )
+from ckptsel.workflows.advise.comparison import paired_estimate
 
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
 
@@ -214,7 +218,8 @@ class Recommendation:
 
 @dataclass(frozen=True)
 class PlausiblyBest:
-    """The checkpoints the validation data cannot tell apart from the most accurate one."""
+    """The checkpoints the validation data cannot tell apart from the most accurate one; its
+    bootstrap (``draws`` resamples) has a fixed stream, so it depends on the data alone."""
 
     steps: tuple[int, ...]
     level: float
@@ -247,7 +252,9 @@ class PlausiblyBest:
 @dataclass(frozen=True)
 class ChosenEstimate:
     """The accuracy (%) on new items of the checkpoint with the highest validation accuracy,
-    corrected for having been chosen, with the naive estimate it corrects."""
+    corrected for having been chosen, with the naive estimate it corrects; ``mean`` is never
+    above ``naive_mean``. Nothing in it is random (``jitter_draws``: the nodes over the winner's
+    rounding cell), so it depends on the validation data alone."""
 
     steps: tuple[int, ...]  # the chosen step(s): ties at the top
     mean: float
@@ -266,7 +273,8 @@ class ChosenEstimate:
             return ("exact: Clopper-Pearson over the validation clusters, simultaneous over the "
                     "checkpoints (the winner's accuracy has no variance), median-unbiased estimate")  # fmt: skip
         return ("hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & "
-                "McCloskey 2024), cluster-robust covariance")  # fmt: skip
+                "McCloskey 2024), cluster-robust covariance, the winner's variance at the tested "
+                "accuracy, Sidak projection value, averaged over the winner's rounding cell")  # fmt: skip
 
     def to_dict(self) -> dict:
         return {
@@ -325,16 +333,17 @@ class Selection:
 
 # --------------------------------------------------------------------------- estimates
 def gain_estimate(
-    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, discordant: int
+    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, p: float, discordant: int
 ) -> Estimate:
     """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
     ``clusters`` resampled ``unit`` clusters; not estimable from one cluster, or when the
     replicates show no spread around a nonzero mean (no variance information); unresolved when
-    the chosen and the final checkpoint differ on fewer clusters (``discordant``) than an exact
-    test needs at ``level`` (:func:`ckptsel.stats.judged`)."""
+    the exact test of the chosen against the final checkpoint (``p``, :func:`choice_p`; they
+    differ on ``discordant`` clusters) does not reject at ``level`` (the one small-design rule,
+    :func:`ckptsel.stats.judged`)."""
     lo, hi = percentile_interval(replicates[:, None], level)
     e = interval_estimate(float(mean), float(lo[0]), float(hi[0]), clusters, f"{unit} cluster")
-    return judged(e, discordant, level, f"discordant {unit} cluster")
+    return judged(e, level, p, "the exact McNemar test", discordant, f"discordant {unit} cluster")
 
 
 def discordant_clusters(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None) -> int:
@@ -343,6 +352,26 @@ def discordant_clusters(choice: np.ndarray, correct: np.ndarray, groups: np.ndar
     z = correct.astype(np.float64)
     d = np.asarray(choice, dtype=np.float64) @ (z - z[-1])  # (n,)
     return int(nonzero_units(Clusters.of(groups, len(d)).sums(d[:, None]))[0])
+
+
+def choice_p(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None, seed: int,
+             level: float) -> float:  # fmt: skip
+    """The exact two-sided p-value of the ``(T,)`` choice (probabilities over checkpoints)
+    against the final checkpoint on the items of ``correct`` (T, n), clustered by ``groups``:
+    for one chosen checkpoint the McNemar test ``compare`` makes (exact binomial, or its clustered
+    sign-flip form when items share groups); for a tie set the sign-flip test of the clusters'
+    totals of the averaged difference (draws from ``[seed, SIGN_FLIPS, 3]`` beyond 16 clusters)."""
+    choice = np.asarray(choice, dtype=np.float64)
+    n = correct.shape[1]
+    one = np.flatnonzero(choice > 0)
+    if len(one) == 1:
+        a, b = correct[one[0]].astype(bool), correct[-1].astype(bool)
+        if groups is None or Clusters.of(groups, n).singletons:
+            return mcnemar_exact(int((a & ~b).sum()), int((~a & b).sum()))
+        return clustered_mcnemar(a, b, groups)
+    z = correct.astype(np.float64)
+    totals = Clusters.of(groups, n).sums((choice @ (z - z[-1]))[:, None])
+    return float(sign_flip_p(totals, lambda: streams.generator(seed, streams.SIGN_FLIPS, 3), level=level)[0])
 
 
 def split_validation_gains(
@@ -371,39 +400,113 @@ def pooled_split_gains(
     integer sums (integer signals, correctness, integer weights) in one float32 product, exact
     because every partial sum is an integer below 2**24 (so the same numbers as any float64
     order); float signals (NLL) each in its own float64 product with identical checkpoint rows
-    summed once (:func:`ckptsel.choose.core.weighted_sums`).
+    summed once (:func:`ckptsel.choose.core.weighted_sums`). Integer sums are made over
+    :func:`merged_items` (a group's variants summed once: the same exact integers).
     """
     W, P, n = weights.shape[0], in_s.shape[0], in_s.shape[1]
-    halves = _HalfSums(list(signals), list(corrects), weights)
+    rows_per_chunk = max(1, CHUNK_CELLS // (P * max(1, n)))  # of the items: the same chunks merged or not
+    signals, corrects, in_s, weights, counts = merged_items(list(signals), list(corrects), in_s, weights)
+    n = in_s.shape[1]
+    halves = _HalfSums(list(signals), list(corrects), weights, counts)
     gains = [np.empty(W * P) for _ in halves.sig]
-    rows_per_chunk = max(1, CHUNK_CELLS // (P * max(1, n)))
     for start in range(0, W, rows_per_chunk):
         stop = min(W, start + rows_per_chunk)
         masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(-1, n)  # (w*P, n)
         rep = np.repeat(np.arange(start, stop), P)
-        size_in = masks.sum(axis=1)
+        size_in = masks.sum(axis=1) if counts is None else masks @ counts
         size_out = halves.total_w[rep] - size_in
+        sizes = [np.where(size > 0, size, np.nan) for size in (size_out, size_in)]
         sums = halves.of(masks)
         for k, (sig_in, corr_in) in enumerate(sums):
-            sig_out = halves.total_sig[k][:, rep] - sig_in
-            corr_out = halves.total_corr[k][:, rep] - corr_in
+            sig_out = _outside(halves.total_sig[k][:, start:stop], sig_in)
+            corr_out = sig_out if corr_in is sig_in else _outside(halves.total_corr[k][:, start:stop], corr_in)
             with np.errstate(invalid="ignore", divide="ignore"):
                 g = []
-                for choose_on, score_on, size in ((sig_in, corr_out, size_out), (sig_out, corr_in, size_in)):
-                    p = core.tie_probabilities(choose_on, maximize=maximize)
-                    # differences to the final checkpoint first: an exact 0 when the choice equals it
-                    g.append((p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan))
+                for choose_on, score_on, size in ((sig_in, corr_out, sizes[0]), (sig_out, corr_in, sizes[1])):
+                    g.append(_choice_gains(choose_on, score_on, maximize) / size)
             gains[k][start * P : stop * P] = 100.0 * np.nanmean(np.stack(g), axis=0)
     return [g.reshape(W, P).mean(axis=1) for g in gains]
+
+
+def _outside(total: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """``(T, w·P)`` sums over the other halves: ``total`` (T, w) per draw less ``inside``
+    (T, w·P), each draw's P partitions in a row (``total[:, rep] − inside``, without the copy)."""
+    T, w = total.shape
+    return (total[:, :, None] - inside.reshape(T, w, -1)).reshape(T, -1)
+
+
+def _choice_gains(choose_on: np.ndarray, score_on: np.ndarray, maximize: bool) -> np.ndarray:
+    """``(R,)``: per column of ``choose_on`` (T, R), the choice's score on ``score_on`` over the
+    final checkpoint's, ``Σ_t p_t (score_on[t] − score_on[-1])`` with ``p`` the column's
+    :func:`ckptsel.choose.core.tie_probabilities` — differences to the final checkpoint first:
+    an exact 0 when the choice equals it. Where no score has its sign bit set (correctness
+    sums), a column with one best checkpoint is that checkpoint's difference alone, the same
+    number (every other term is +0); the tied columns are summed as NumPy sums the whole
+    ``(T, R)`` array, R ≥ 2 (row after row: pairwise summation only runs along a contiguous
+    axis, as a single column's would be)."""
+    best = choose_on.max(axis=0) if maximize else choose_on.min(axis=0)
+    tied = choose_on == best
+    count = tied.sum(axis=0)
+    if choose_on.shape[1] < 2 or np.signbit(score_on).any():
+        return ((tied / count) * (score_on - score_on[-1])).sum(axis=0)
+    out = ((tied * score_on).sum(axis=0) - score_on[-1]).astype(np.float64)
+    many = np.flatnonzero(count != 1)
+    if len(many):
+        terms = (tied[:, many] / count[many]) * (score_on[:, many] - score_on[-1, many])
+        total = terms[0].copy()
+        for row in terms[1:]:
+            total += row
+        out[many] = total
+    return out
+
+
+def merged_items(
+    signals: list[np.ndarray], corrects: list[np.ndarray], in_s: np.ndarray, weights: np.ndarray
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray | None]:
+    """The items of a split whose half and weight agree in every row of ``in_s`` and
+    ``weights`` (a group's variants: both are drawn per group) as one column each, their
+    signals and correctness summed: ``(signals, corrects, in_s, weights, counts)`` over the
+    merged columns, ``counts`` (m,) the items in each. Every sum over a mask is then the same
+    integer as over the items; so only when all of them are exact integers (integer signals and
+    correctness, non-negative integer weights, every sum below 2**24): otherwise the arguments
+    themselves and ``counts`` None."""
+    unmerged = signals, corrects, in_s, weights, None
+    arrays = [*signals, *corrects]
+    if not arrays or any(a.dtype.kind not in "biu" for a in arrays):
+        return unmerged
+    # each column hashed (any hash: the columns of one hash are then checked equal), by fixed
+    # integer multipliers below 2**20 (exact sums for integer columns: equal columns hash equal)
+    mult = (core.splitmix64(np.arange(len(in_s) + len(weights), dtype=np.uint64)) >> np.uint64(44)).astype(np.float64)
+    hashes = mult[: len(in_s)] @ in_s + mult[len(in_s) :] @ weights
+    _, first, inverse, counts = np.unique(hashes, return_index=True, return_inverse=True, return_counts=True)
+    if len(first) == in_s.shape[1]:
+        return unmerged
+    keys = [in_s[:, first], weights[:, first]]  # every column equal to its representative, integer, >= 0
+    top = max(float(np.abs(a).max(initial=0)) for a in arrays)
+    if not ((in_s[:, first[inverse]] == in_s).all() and (weights[:, first[inverse]] == weights).all()
+            and all((np.rint(k) == k).all() and (k >= 0).all() for k in keys)
+            and top * (keys[1] @ counts).max(initial=0) < 2**24):  # fmt: skip
+        return unmerged
+    order = np.argsort(inverse, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+
+    def merged(a: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(a[:, order].astype(np.int64), starts, axis=1)
+
+    return [merged(a) for a in signals], [merged(a) for a in corrects], *keys, counts.astype(np.float64)
 
 
 class _HalfSums:
     """Sums of K trajectories' signals and correctness ``(T_k, n)`` over weight rows ``(R, n)``:
     the count rows (integer signals, correctness) of all K in one float32 product when the
     weights are integers and every sum stays below 2**24 (exact), the rest in float64 as
-    :func:`ckptsel.choose.core.weighted_sums` makes them. ``total_*``: over ``weights`` itself."""
+    :func:`ckptsel.choose.core.weighted_sums` makes them. ``total_*``: over ``weights`` itself.
+    ``items``: the items in each column (:func:`merged_items`; None: one each)."""
 
-    def __init__(self, signals: list[np.ndarray], corrects: list[np.ndarray], weights: np.ndarray):
+    def __init__(
+        self, signals: list[np.ndarray], corrects: list[np.ndarray], weights: np.ndarray,
+        items: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
         self.sig = [s if s.dtype.kind in "biu" else s.astype(np.float64) for s in signals]
         self.corr = [c.astype(np.float64) if c.dtype.kind == "f" else c for c in corrects]
         self.firsts = [None if s.dtype.kind in "biu" else core.first_identical_row(s) for s in self.sig]
@@ -417,14 +520,14 @@ class _HalfSums:
         counts = [a for s, c, same in zip(self.sig, self.corr, self.same, strict=True)
                   for a in ((s,) if same else (s, c)) if a.dtype.kind in "biu"]  # fmt: skip
         self.rows = np.concatenate([a.astype(np.float32) for a in counts]) if self.exact and counts else None
-        self.total_w = weights.sum(axis=1)
+        self.total_w = weights.sum(axis=1) if items is None else weights @ items  # items: per column
         totals = self.of(weights)
         self.total_sig = [s for s, _ in totals]
         self.total_corr = [c for _, c in totals]
 
     def of(self, masks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per trajectory, ``(T_k, R)`` sums of its signal and of its correctness over ``masks`` (R, n)."""
-        flat = None if self.rows is None else (self.rows @ masks.T.astype(np.float32)).astype(np.float64)
+        flat = None if self.rows is None else self.rows @ masks.astype(np.float32).T  # exact integers
         at, out = 0, []
         for s, c, first, same in zip(self.sig, self.corr, self.firsts, self.same, strict=True):
             if flat is not None and s.dtype.kind in "biu":
@@ -478,15 +581,28 @@ def partition_masks(
 
 def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: float) -> TestGain:
     """Frozen full-pool choice scored on the test pool; test-question bootstrap with the choice held
-    fixed (items sharing a ``group`` resampled as one cluster)."""
+    fixed (items sharing a ``group`` resampled as one cluster). A single chosen checkpoint is
+    judged exactly as ``compare`` judges it against the final one on the same items
+    (:func:`ckptsel.workflows.advise.comparison.paired_estimate`: Newcombe's interval and the exact
+    McNemar test for independent items), so the two commands agree."""
     z = test.correct.astype(np.float64)
     d = 100.0 * (choice @ (z - z[-1]))  # (N,) per-question utility d_i = 100 (Σ_t p_t z_ti − z_Ti)
     n = len(d)
     R, clusters = question_weights(test.groups, n, draws, streams.generator(seed, streams.SELECT_TEST_DRAWS))
-    reps = R @ d / (n if clusters == n else R.sum(axis=1))
+
+    def replicates(values: np.ndarray) -> np.ndarray:
+        return R @ values / (n if clusters == n else R.sum(axis=1))
+
+    one = np.flatnonzero(np.asarray(choice) > 0)
+    if len(one) == 1:  # one checkpoint against the final one: compare's paired difference
+        groups = np.arange(n).astype(str) if test.groups is None else np.asarray(test.groups)
+        gain = paired_estimate(test.correct[one[0]], test.correct[-1], groups, level, replicates)[0]
+    else:
+        gain = gain_estimate(d.mean(), replicates(d), level, clusters, "test-question",
+                             choice_p(choice, test.correct, test.groups, seed, level),
+                             discordant_clusters(choice, test.correct, test.groups))  # fmt: skip
     return TestGain(
-        gain_estimate(d.mean(), reps, level, clusters, "test-question",
-                  discordant_clusters(choice, test.correct, test.groups)),  # fmt: skip
+        gain,
         items=int(n),
         clusters=int(clusters),
         chosen_accuracy=round(float(100.0 * (choice @ z).mean()), 6),
@@ -520,23 +636,22 @@ def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     return test
 
 
-JITTER_DRAWS = WINNER_JITTER  # jitter points of the winner interval (stats.winners)
-# the winner interval's Monte-Carlo stream: fixed, so --seed does not move the chosen estimate
+JITTER_DRAWS = WINNER_JITTER  # nodes over the winner's rounding cell (stats.winners; nothing random)
+# the model confidence set's bootstrap stream and size: fixed, so neither --seed nor --draws moves
+# the plausibly-best set (issue 44); counts drawn MCS_CHUNK draws at a time (memory)
 WINNER_STREAM_SEED = 0
+MCS_DRAWS = 2000
+MCS_CHUNK = 250
 
 
 def exact_holdouts(correct: np.ndarray, groups: np.ndarray, x: np.ndarray, level: float) -> np.ndarray:
     """``(T,)`` the checkpoints an exact paired test cannot tell from the most accurate one (the
-    first of ``argmax x``): too few discordant clusters, or the clustered McNemar p above
-    ``1 − level`` (:func:`ckptsel.stats.cannot_resolve`); such a checkpoint stays plausibly best
-    whatever the model confidence set says."""
+    first of ``argmax x``): the clustered McNemar p (the exact binomial one for single items)
+    above ``1 − level``; such a checkpoint stays plausibly best whatever the model confidence
+    set says."""
     w = int(np.argmax(x))
-    clusters = Clusters.of(groups, correct.shape[1])
-    z = correct.astype(np.float64)
-    discordant = nonzero_units(clusters.sums((z[w] - z).T))  # (T,)
-    return np.array([k != w and cannot_resolve(int(discordant[k]), level, "discordant cluster",
-                                               clustered_mcnemar(correct[w], correct[k], groups)) is not None
-                     for k in range(len(z))])  # fmt: skip
+    return np.array([k != w and clustered_mcnemar(correct[w], correct[k], groups) > 1.0 - level + 1e-12
+                     for k in range(len(correct))])  # fmt: skip
 
 
 def best_checkpoints(
@@ -544,15 +659,14 @@ def best_checkpoints(
 ) -> tuple[PlausiblyBest, ChosenEstimate]:
     """The plausibly-best set and the selection-corrected estimate of one trajectory's
     validation ``correct`` (T, n), items clustered by ``groups`` (n,). Draws: the MCS bootstrap
-    counts from ``[seed, SELECT_WINNER, 0]``; the projection value and jitter of the chosen
-    estimate from ``[0, SELECT_WINNER, 1]`` whatever the seed (its Monte-Carlo error, under
-    0.1 pp, would otherwise move the estimate with ``--seed``)."""
+    counts (:data:`MCS_DRAWS` of them) from ``[WINNER_STREAM_SEED, SELECT_WINNER, 0]`` whatever
+    ``--seed`` and ``--draws`` (issue 44: the set moved with ``--seed``); the chosen estimate has
+    nothing random (:func:`ckptsel.stats.winner_interval`). Both depend on the data alone."""
     clusters = Clusters.of(groups, correct.shape[1])
     x, sums, sigma = accuracy_moments(correct[None], clusters)
-    counts = resample_counts(
-        clusters.count, settings.draws, streams.generator(settings.seed, streams.SELECT_WINNER, 0)
-    )
-    xb = bootstrap_accuracies(sums, clusters.sizes, counts)
+    rng = streams.generator(WINNER_STREAM_SEED, streams.SELECT_WINNER, 0)
+    chunks = (resample_counts(clusters.count, MCS_CHUNK, rng) for _ in range(MCS_DRAWS // MCS_CHUNK))
+    xb = np.concatenate([bootstrap_accuracies(sums, clusters.sizes, c) for c in chunks], axis=1)
     mcs = model_confidence_set(x, sigma, xb, settings.level)
     order = mcs["order"][0]
     gone = sorted((int(k) for k in np.flatnonzero(order >= 0)), key=lambda k: order[k])
@@ -568,13 +682,12 @@ def best_checkpoints(
         level=settings.level,
         mcs_p_values={str(int(st)): round(float(p), 6) for st, p in zip(steps, mcs["p_mcs"][0], strict=True)},
         eliminations=eliminations,
-        draws=settings.draws,
+        draws=MCS_DRAWS,
         clusters=clusters.count,
         kept_by_exact_test=tuple(int(steps[k]) for k in np.flatnonzero(held)),
     )
-    rng = streams.generator(WINNER_STREAM_SEED, streams.SELECT_WINNER, 1)
     mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level,
-                                          rng, jitter=JITTER_DRAWS)  # fmt: skip
+                                      jitter=JITTER_DRAWS)  # fmt: skip
     n_mean, n_lo, n_hi = naive_winner(x, sigma, settings.level)
     top = np.flatnonzero(x[0] >= x[0].max() - 1e-12)
     chosen = ChosenEstimate(
@@ -651,6 +764,7 @@ class _Pool:
     ) -> SplitValidationGain:
         """The split-validation gain of the full-pool choice ``full`` (T,) of trajectory ``v``."""
         gain = gain_estimate(point, reps, settings.level, self.clusters, "validation",
+                             choice_p(full, v.correct, v.groups, settings.seed, settings.level),
                              discordant_clusters(full, v.correct, v.groups))  # fmt: skip
         return SplitValidationGain(gain, settings.partitions, self.halves, self.clusters)
 
@@ -845,17 +959,14 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
     return rows
 
 
-def keep_settings(permutations: int, draws: int, seed: int, level: float) -> SelectSettings:
-    """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``): its
-    permutations (as partitions too), at most :data:`~ckptsel.defaults.KEEP_DRAWS` draws and
-    :data:`~ckptsel.defaults.KEEP_BOOTSTRAP_PARTITIONS` bootstrap partitions (fewer than
-    ``select``'s own defaults: the table is part of every analysis), its seed and level;
-    ``select --all`` with these settings gives the same rows."""
-    return SelectSettings(
-        partitions=permutations, permutations=permutations, seed=seed, level=level,
-        draws=min(draws, defaults.KEEP_DRAWS),
-        bootstrap_partitions=min(permutations, defaults.KEEP_BOOTSTRAP_PARTITIONS),
-    )  # fmt: skip
+def keep_settings(seed: int = defaults.SEED, level: float = defaults.CONFIDENCE) -> SelectSettings:
+    """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``):
+    ``select``'s own defaults (:class:`SelectSettings`: its partitions, draws, bootstrap
+    partitions and permutations, whatever the analysis' permutations and draws) with the
+    analysis' seed and level, so that the table is ``ckptsel select --all`` at its defaults
+    (``select --all --seed S --confidence L`` where the analysis' seed or level is not the
+    default) row for row."""
+    return SelectSettings(seed=seed, level=level)
 
 
 def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
