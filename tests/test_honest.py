@@ -223,3 +223,23 @@ def test_compare_a_right_everywhere_b_wrong_everywhere_resolves_at_six(tmp_path,
     assert res["mcnemar_p"] == pytest.approx(2 / 64)
     assert d["mean"] == 100.0 and 0 < d["lo"] < 100 and d["hi"] == 100.0 and d["unresolved"] is False
     assert two_by_two(a, b)["only_a"] == 6
+
+
+# ------------------------------------------------------------------ 2. the question family
+def test_question_interval_on_eight_items_needs_the_sign_flip_test():
+    """The issue's case: on 8 items a test-question interval +70.3 [+20.3, +98.4] read resolved
+    where the exact sign test gives p = 0.070 (7 items one way, 1 the other)."""
+    from ckptsel.stats import clustered_means, percentile_interval, valid_at
+    from ckptsel.stats.estimates import QUESTION_INVALID
+
+    d = np.r_[np.full(7, 100.0), -100.0][:, None]  # (8, 1) per-item utilities, pp
+    reps = clustered_means(d, np.arange(8).astype(str), 4000, 1, 0)
+    lo, hi = percentile_interval(reps, 0.95)
+    assert lo[0] > 0  # the interval alone would read resolved
+    e = _Estimates([NAME], d.mean(axis=0), reps, 0.95, units=np.array([8]), unit="test-question cluster",
+                   valid=valid_at("question", "percentile", np.array([8])),
+                   exact=lambda cols: sign_flip_p(d[:, cols], None), why_invalid=QUESTION_INVALID)  # fmt: skip
+    got = e.get(NAME)
+    assert got.unresolved and got.lo > 0
+    assert got.cannot_resolve.endswith(f"the exact sign-flip test's p = {2 * 9 / 256:.3g} > 0.05")
+    assert sign_flip_p(d, None)[0] == pytest.approx(mcnemar_exact(7, 1))

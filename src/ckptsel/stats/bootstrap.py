@@ -19,7 +19,6 @@ generator (:data:`ckptsel._util.rng.QUESTION_DRAWS`), so every quantity sees the
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -142,11 +141,14 @@ def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np
     alpha = (1.0 - level) / 2.0
     probs = [alpha, 1.0 - alpha]
     if np.isnan(replicates).any():
-        with np.errstate(invalid="ignore"):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                lo, hi = np.nanquantile(replicates, probs, axis=0)
-        return lo, hi
+        # all-NaN columns are left NaN here rather than by silencing numpy's warning: a
+        # catch_warnings block is not thread-safe (analyze's keep table runs beside it)
+        flat = replicates.reshape(replicates.shape[0], -1)
+        some = ~np.isnan(flat).all(axis=0)
+        out = np.full((2, flat.shape[1]), np.nan)
+        if some.any():
+            out[:, some] = np.nanquantile(flat[:, some], probs, axis=0)
+        return out[0].reshape(replicates.shape[1:]), out[1].reshape(replicates.shape[1:])
     if replicates.ndim == 2 and replicates.shape[0] > 0:
         bounds = sorted_quantiles(replicates, probs)
         if bounds is not None:
