@@ -115,8 +115,9 @@ print(f"true test accuracy: kept step {keep}: {100 * mine[keep]:.2f}%, "
         "markdown",
         """## Two checkpoints: `compare_checkpoints`
 
-A paired comparison on the items both checkpoints answered: A − B in percentage points with a
-paired bootstrap interval, and the McNemar p-value, per split.""",
+A paired comparison on the items both checkpoints answered: A − B in percentage points with
+Newcombe's score interval (a paired bootstrap of whole groups when items share a group), and
+the exact McNemar p-value, per split; resolved only when both agree.""",
     ),
     (
         "code",
