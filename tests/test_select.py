@@ -498,10 +498,14 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
     """``select --all``: one row per trajectory, each select's own recommendation (the planted
     run keeps step 30, the flat ones their final checkpoint); ``analyze`` writes the same rows
     into summary.json (made with keep_settings: select's defaults, the analysis' seed and
-    level) and report.html, and
+    level, or for this quick analysis a quick table that says it is provisional) and
+    report.html, and
     ``verify`` recomputes them: an edited row fails it."""
+    from dataclasses import replace
+
     from ckptsel.report import render_html
     from ckptsel.workflows import analyze, keep_settings, select_all, verify
+    from ckptsel.workflows.advise import keep_provisional
 
     args = ["select", str(records), "--all", "--partitions", "30",
             "--draws", "300", "--bootstrap-partitions", "10"]  # fmt: skip
@@ -537,10 +541,13 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
 
     res = tmp_path / "results"
     summary = analyze(records, res, permutations=12, draws=200)
-    expected = select_all(records, settings=keep_settings(summary.seed, summary.level))
+    quick = keep_settings(summary.seed, summary.level, 200, 12)  # a quick analysis' quick table
     assert keep_settings(summary.seed, summary.level) == SelectSettings()  # the analysis' defaults
-    assert summary.keep == expected.keep
-    assert json.loads((res / "summary.json").read_text())["keep"] == expected.keep.to_dict()
+    assert (quick.partitions, quick.draws, quick.bootstrap_partitions) == (12, 200, 5)
+    expected = select_all(records, settings=quick)
+    assert summary.keep == replace(expected.keep, provisional=keep_provisional(quick))
+    assert summary.keep.provisional.startswith("made with fewer partitions 12 < 200")
+    assert json.loads((res / "summary.json").read_text())["keep"] == summary.keep.to_dict()
     page = render_html(summary, [], {})  # report.html's page (its figures take seconds to draw)
     assert "Which checkpoint to keep" in page and "1 of 3 trajectories keep an earlier checkpoint" in page
     assert "<td>run-s42</td><td>cfg</td><td>50</td><td>30</td>" in page
@@ -553,17 +560,28 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
 
 
 def test_analyze_keep_table_is_select_all_at_its_defaults(tmp_path, capsys):
-    """Issue 44: the keep table ``analyze`` writes is ``ckptsel select --all`` at its CLI
-    defaults, row for row, whatever the analysis' permutations and draws — run as a user
+    """Issue 44: the keep table ``analyze`` writes at its default permutations (with draws at
+    least select's) is ``ckptsel select --all`` at its CLI defaults, row for row — run as a user
     runs them. Small preset, seed 2: the former cheap table (200 draws, 5 bootstrap
-    partitions) kept a checkpoint there that select's defaults do not."""
+    partitions) kept a checkpoint there that select's defaults do not. A quicker analysis
+    makes a quicker table, and says it is provisional (summary.json, terminal, report)."""
     sim, res = tmp_path / "sim", tmp_path / "res"
     assert run_cli(["simulate", sim, "--preset", "small", "--seed", 2], capsys)[0] == 0
-    code, said = run_cli(["analyze", sim, "--out", res, "--no-report", "--permutations", 50,
-                          "--draws", 1000], capsys)  # fmt: skip
+    code, said = run_cli(["analyze", sim, "--out", res, "--no-report", "--draws", 1000], capsys)
     assert code == 0, said
     keep = json.loads((res / "summary.json").read_text())["keep"]
     code, said = run_cli(["select", sim, "--all", "--json"], capsys)
     assert code == 0, said
     out = json.loads(said)
     assert keep == {k: out[k] for k in ("rule", "settings", "trajectories")}
+    assert "provisional" not in keep
+    quick = tmp_path / "quick"
+    code, said = run_cli(["analyze", sim, "--out", quick, "--permutations", 20, "--draws", 300], capsys)
+    assert code == 0, said
+    keep = json.loads((quick / "summary.json").read_text())["keep"]
+    assert keep["settings"]["draws"] == 200 and keep["settings"]["bootstrap_partitions"] == 5
+    assert keep["provisional"].startswith("made with fewer partitions 20 < 200, draws 200 < 1000, "
+                                          "bootstrap partitions 5 < 20, permutations 20 < 200")  # fmt: skip
+    assert "Provisional:" in (quick / "report.html").read_text()
+    code, said = run_cli(["verify", quick, "--records", sim], capsys)
+    assert code == 0, said

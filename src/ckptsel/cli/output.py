@@ -172,6 +172,8 @@ def print_keep_table(keep: KeepTable) -> None:
     for row in keep.trajectories:
         if not row.choice:
             console.print(f"{row.trajectory}: {row.reason}", soft_wrap=True)
+    if keep.provisional is not None:
+        console.print(f"This table was {keep.provisional}.", soft_wrap=True)
 
 
 def _print_best(result: Selection, level: int) -> None:

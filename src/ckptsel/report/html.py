@@ -241,6 +241,8 @@ def _keep_section(summary: Summary) -> list[str]:
     )
     unanswered = [r for r in keep.trajectories if not r.choice]
     notes = [f'<p class="caption">{text_html(f"{r.trajectory}: {r.reason}")}</p>' for r in unanswered]
+    if keep.provisional is not None:
+        notes.append(f'<p class="caption"><strong>Provisional:</strong> {text_html(f"this table was {keep.provisional}.")}</p>')
     return ['<h2 id="keep">Which checkpoint to keep</h2>', f'<p class="caption">{caption}</p>',
             table_html(frame), *notes]  # fmt: skip
 

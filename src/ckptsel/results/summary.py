@@ -569,22 +569,29 @@ class KeepRow:
 class KeepTable:
     """Which checkpoint to keep, per trajectory (``summary.json``'s ``"keep"``, ``ckptsel
     select --all``): the rule, the ``select`` settings that made it (``select --all`` with them
-    gives the same rows) and one :class:`KeepRow` per trajectory, in the records' order."""
+    gives the same rows), one :class:`KeepRow` per trajectory, in the records' order, and, for
+    a table made with fewer than ``select``'s defaults, why it is provisional."""
 
     rule: str
     settings: dict[str, Any]
     trajectories: tuple[KeepRow, ...]
+    # why the table may differ from ``select --all`` at its defaults (an analysis run with fewer
+    # --permutations or --draws makes a quicker one); None when it is that table
+    provisional: str | None = None
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "rule": self.rule,
             "settings": dict(self.settings),
             "trajectories": [row.to_dict() for row in self.trajectories],
         }
+        if self.provisional is not None:
+            out["provisional"] = self.provisional
+        return out
 
     @classmethod
     def read(cls, d: Any, at: _At) -> KeepTable:
-        d = _object(d, at, ("rule", "settings", "trajectories"))
+        d = _object(d, at, ("rule", "settings", "trajectories"), ("provisional",))
         rows = d["trajectories"]
         if not isinstance(rows, list):
             (at / "trajectories").fail(f"expected a list, got {type(rows).__name__}")
@@ -592,6 +599,7 @@ class KeepTable:
             _str(d["rule"], at / "rule"),
             _mapping(d["settings"], at / "settings", lambda v, _: v),
             tuple(KeepRow.read(r, at / "trajectories" / k) for k, r in enumerate(rows)),
+            None if d.get("provisional") is None else _str(d["provisional"], at / "provisional"),
         )
 
 

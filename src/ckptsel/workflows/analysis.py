@@ -63,7 +63,7 @@ from ckptsel.study import (
     protocol_status,
     read_protocol,
 )
-from ckptsel.workflows.advise import SelectSettings, keep_settings, select_all
+from ckptsel.workflows.advise import SelectSettings, keep_provisional, keep_settings, select_all
 
 
 def _quiet(line: str) -> None:
@@ -290,7 +290,7 @@ def _analyze(
             freeze_choices(records_dir, stage, settings, progress, validation)
             keeping = beside.submit(
                 contextvars.copy_context().run, keep_table, records_dir, validation,
-                keep_settings(stat.seed, stat.level),
+                keep_settings(stat.seed, stat.level, stat.draws, settings.permutations),
             )  # fmt: skip
             for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
                 note(line)
@@ -324,7 +324,8 @@ def keep_table(
     select --all`` with ``settings`` — for ``analyze``, ``select``'s own defaults with the
     analysis' seed and level (:func:`~ckptsel.workflows.advise.keep_settings`); for ``verify``,
     the settings the stored table records."""
-    return select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
+    keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
+    return replace(keep, provisional=keep_provisional(settings))
 
 
 def write_tables(stage: Path, tables: dict[str, pd.DataFrame]) -> None:

@@ -959,14 +959,42 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
     return rows
 
 
-def keep_settings(seed: int = defaults.SEED, level: float = defaults.CONFIDENCE) -> SelectSettings:
-    """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``):
-    ``select``'s own defaults (:class:`SelectSettings`: its partitions, draws, bootstrap
-    partitions and permutations, whatever the analysis' permutations and draws) with the
-    analysis' seed and level, so that the table is ``ckptsel select --all`` at its defaults
-    (``select --all --seed S --confidence L`` where the analysis' seed or level is not the
-    default) row for row."""
-    return SelectSettings(seed=seed, level=level)
+def keep_settings(seed: int = defaults.SEED, level: float = defaults.CONFIDENCE,
+                  draws: int = defaults.DRAWS, permutations: int = defaults.PERMUTATIONS) -> SelectSettings:  # fmt: skip
+    """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``).
+
+    An analysis at ``select``'s defaults or above (``draws`` ≥ its draws, ``permutations`` ≥ its
+    partitions; ``analyze``'s defaults are) gets ``select``'s own defaults with the analysis'
+    seed and level, so that the table is ``ckptsel select --all`` at its defaults (``select --all
+    --seed S --confidence L`` where the seed or level is not the default) row for row. A quick
+    analysis below them (fewer ``--draws`` or ``--permutations``) gets a table as quick — its
+    permutations as partitions, at most 200 draws and 5 bootstrap partitions — which says it is
+    provisional (:attr:`ckptsel.results.KeepTable.provisional`)."""
+    full = SelectSettings(seed=seed, level=level)
+    if draws >= full.draws and permutations >= full.partitions:
+        return full
+    return SelectSettings(partitions=permutations, permutations=permutations, seed=seed, level=level,
+                          draws=min(draws, QUICK_KEEP_DRAWS),
+                          bootstrap_partitions=min(permutations, QUICK_KEEP_PARTITIONS))  # fmt: skip
+
+
+QUICK_KEEP_DRAWS = 200  # a quick analysis' (provisional) keep table: at most this many draws
+QUICK_KEEP_PARTITIONS = 5  # and bootstrap partitions
+
+
+def keep_provisional(settings: SelectSettings) -> str | None:
+    """Why a keep table made with ``settings`` may differ from ``select --all`` at its defaults
+    (fewer partitions, draws, bootstrap partitions or permutations than those), None when it
+    cannot."""
+    full = SelectSettings()
+    fewer = [f"{key.replace('_', ' ')} {getattr(settings, key)} < {getattr(full, key)}"
+             for key in ("partitions", "draws", "bootstrap_partitions", "permutations")
+             if getattr(settings, key) < getattr(full, key)]  # fmt: skip
+    if not fewer:
+        return None
+    return (f"made with fewer {', '.join(fewer)} than ckptsel select's defaults (the analysis' "
+            "--permutations / --draws were below them): provisional; `ckptsel select --all` may "
+            "keep other checkpoints")  # fmt: skip
 
 
 def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
