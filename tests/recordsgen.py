@@ -70,6 +70,20 @@ def write(dir_: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
     return dir_
 
 
+def one_trajectory(dir_: Path, name: str, val, test=None, groups=None) -> Path:
+    """Records of one trajectory ``name`` (under ``dir_/name``) whose checkpoints (steps 25, 50,
+    …) are right on ``val`` (T, n) validation items and ``test`` (T, N) test items (default:
+    ``val``); ``groups``: the validation items' groups."""
+    val = np.asarray(val, dtype=bool)
+    test = val if test is None else np.asarray(test, dtype=bool)
+    T, n = val.shape
+    traj = Traj(name=name, configuration="c", task="gsm8k", steps=[25 * (i + 1) for i in range(T)],
+                val_correct=val, val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
+                val_tokens=np.full(n, 3), test_correct=test, test_answers=np.where(test, "A", "B"),
+                val_groups=groups)  # fmt: skip
+    return write(Path(dir_) / name, *tables([traj]))
+
+
 def random_study(rng: np.random.Generator, n_configs=4, seeds=2, T=(3, 6), n_val=(20, 70), n_test=(15, 40),
                  n_answers=3, tasks=("a", "b"), dyadic=True, groups=True, nll0=True) -> list[Traj]:
     """Random small study with heavy ties: few answers, few checkpoints, dyadic NLLs (exact sums)."""

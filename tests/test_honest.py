@@ -92,13 +92,7 @@ def test_sign_flip_p_beyond_enumeration_is_a_monte_carlo_test():
 
 
 # ------------------------------------------------------------------ 2. select = compare
-def _records(tmp_path, name, val, test):
-    val, test = np.asarray(val, dtype=bool), np.asarray(test, dtype=bool)
-    T, n = val.shape
-    traj = rg.Traj(name=name, configuration="c", task="gsm8k", steps=[25 * (i + 1) for i in range(T)],
-                   val_correct=val, val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
-                   val_tokens=np.full(n, 3), test_correct=test, test_answers=np.where(test, "A", "B"))  # fmt: skip
-    return rg.write(tmp_path / name, *rg.tables([traj]))
+_records = rg.one_trajectory  # (tmp_path, name, val, test=None, groups=None)
 
 
 def test_select_test_gain_and_compare_agree_on_ten_items(tmp_path, capsys):

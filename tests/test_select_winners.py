@@ -90,13 +90,7 @@ def test_corrected_estimate_never_above_the_naive_one():
     assert ((0 <= lo) & (hi <= 1)).all()
 
 
-def _records(tmp_path, name: str, val):
-    val = np.asarray(val, dtype=bool)
-    T, n = val.shape
-    traj = rg.Traj(name=name, configuration="c", task="gsm8k", steps=[25 * (i + 1) for i in range(T)],
-                   val_correct=val, val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
-                   val_tokens=np.full(n, 3), test_correct=val, test_answers=np.where(val, "A", "B"))  # fmt: skip
-    return rg.write(tmp_path / name, *rg.tables([traj]))
+_records = rg.one_trajectory  # (tmp_path, name, val, test=None, groups=None)
 
 
 def test_plausibly_best_and_chosen_estimate_do_not_move_with_the_seed(tmp_path, capsys):

@@ -18,17 +18,7 @@ from ckptsel.workflows import SelectSettings
 import recordsgen as rg
 from clirun import run_cli
 
-
-def _records(tmp_path, name: str, val, test=None, groups=None):
-    """One trajectory whose checkpoints (steps 25, 50, …) are right on ``val`` (T, n)."""
-    val = np.asarray(val, dtype=bool)
-    test = val if test is None else np.asarray(test, dtype=bool)
-    T, n = val.shape
-    traj = rg.Traj(name=name, configuration="c", task="gsm8k", steps=[25 * (i + 1) for i in range(T)],
-                   val_correct=val, val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
-                   val_tokens=np.full(n, 3), test_correct=test, test_answers=np.where(test, "A", "B"),
-                   val_groups=groups)  # fmt: skip
-    return rg.write(tmp_path / name, *rg.tables([traj]))
+_records = rg.one_trajectory  # (tmp_path, name, val, test=None, groups=None)
 
 
 def _compare(rec, name, capsys, *extra):
