@@ -215,7 +215,8 @@ def test_percentile_reproduces_the_numbers_from_before_issue_14(studies, tmp_pat
         assert hashlib.sha256(pipeline.summary_json(s).encode()).hexdigest() == BEFORE[n]
         # only configuration intervals: the percentile one is never measured valid, and the
         # sign-flip test of 2-5 configurations cannot reject (its smallest p is 2/32); the joint
-        # percentile interval is valid from 4 configurations and 60 test-question clusters
+        # percentile interval's configuration part is valid from 4 configurations, and its
+        # question part's sign-flip test rejects wherever it excludes 0 here
         assert len(found) == {5: 152, 3: 62}[n]
         assert all(re.fullmatch(r"the percentile configuration interval was not measured valid at [2-5] "
                                 r"configurations \(BENCHMARKS.md\), and the exact sign-flip test's p = "

@@ -21,9 +21,10 @@ and is said in the reason, it is not a separate rule.
 
 * :func:`verdict` / :func:`judged` — an :class:`~ckptsel.results.Estimate` as stored, read
   *unresolved* (with the reason) when its interval excludes 0 but the exact test's p is above α;
-* :func:`sign_flip_p` — ``(Q,)`` exact (all ``2^G`` sign vectors, ``G ≤`` :data:`ENUMERATE_MAX`)
-  or Monte-Carlo (``(1 + b) / (1 + B)``, valid at any ``B``) two-sided p-values of ``G`` units'
-  totals, vectorized over quantities;
+* :func:`sign_flip_p` — ``(Q,)`` two-sided p-values of ``G`` units' totals, vectorized over
+  quantities: exact (all ``2^G`` sign vectors, ``G ≤`` :data:`ENUMERATE_MAX`); beyond, a bound
+  of the exact p where it already rejects (Hoeffding, or Berry–Esseen), else Monte-Carlo
+  (``(1 + b) / (1 + B)``, valid at any ``B``);
 * :func:`interval_estimate` — a point estimate and its interval, clipped to the quantity's range
   (a difference of accuracies to [−100, +100] pp), or *not estimable* with the reason where the
   design gives no information about its variance (fewer units than the method needs, no finite
