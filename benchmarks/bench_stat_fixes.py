@@ -196,7 +196,7 @@ def bench_chosen(trajectories: int, seeds: int) -> list[str]:
         new = [best_checkpoints(correct, groups, np.arange(len(p)), SelectSettings(draws=50, seed=s))[1].mean
                for s in range(3)]  # fmt: skip
         mc = [
-            winner_interval(x, sigma, n, n, LEVEL, np.random.default_rng([s, 77]))[0][0]
+            winner_interval(x, sigma, n, n, LEVEL)[0][0]
             for s in range(seeds)
         ]
         old_sd.append(100 * np.std(old))

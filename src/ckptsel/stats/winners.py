@@ -232,12 +232,12 @@ def _cell_nodes(x: np.ndarray, n: int, nodes: int) -> tuple[np.ndarray, ...]:
 
 def winner_interval(
     x: np.ndarray, sigma: np.ndarray, n: int, clusters: int, level: float,
-    rng: np.random.Generator | None = None, jitter: int = JITTER, beta: float | None = None,
+    jitter: int = JITTER, beta: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring)
     for accuracies ``x`` (R, T) of ``n`` items in ``clusters`` clusters, averaged over
-    ``jitter`` nodes of the winner's rounding cell; also ``c_beta`` (R,). Nothing is random
-    (``rng`` is accepted and unused): the same data give the same digits. The nodes of the whole
+    ``jitter`` nodes of the winner's rounding cell; also ``c_beta`` (R,). Nothing is random:
+    the same data give the same digits. The nodes of the whole
     batch are solved at once (``R × jitter`` rows, times the number tied at the top)."""
     alpha = 1 - level
     beta = alpha / 10 if beta is None else beta
