@@ -84,6 +84,17 @@ def one_trajectory(dir_: Path, name: str, val, test=None, groups=None) -> Path:
     return write(Path(dir_) / name, *tables([traj]))
 
 
+def estimates_in(node, path=()):
+    """``(path, estimate)`` of every estimate (``{"mean", "lo", "hi", "unresolved", …}``) in a
+    summary.json-like tree, depth first."""
+    if isinstance(node, dict):
+        if {"mean", "lo", "hi", "unresolved"} <= set(node):
+            yield path, node
+        else:
+            for k, v in node.items():
+                yield from estimates_in(v, (*path, k))
+
+
 def random_study(rng: np.random.Generator, n_configs=4, seeds=2, T=(3, 6), n_val=(20, 70), n_test=(15, 40),
                  n_answers=3, tasks=("a", "b"), dyadic=True, groups=True, nll0=True) -> list[Traj]:
     """Random small study with heavy ties: few answers, few checkpoints, dyadic NLLs (exact sums)."""

@@ -159,23 +159,15 @@ def test_analyze_bounds_stay_in_range_at_two_configurations(tmp_path, capsys):
     assert code == 0, said
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
 
-    def walk(node, path=()):
-        if isinstance(node, dict):
-            if {"mean", "lo", "hi", "unresolved"} <= set(node):
-                yield path, node
-            else:
-                for k, v in node.items():
-                    yield from walk(v, (*path, k))
-
     seen = 0
-    for path, e in walk(summary):
+    for path, e in rg.estimates_in(summary):
         if e["lo"] is not None:
             seen += 1
             limit = 200.0 if "B" in path and "matched_half" in path else 100.0
             assert -limit <= e["lo"] <= e["hi"] <= limit, (path, e)
     assert seen > 0
     # 6-8 test items: the question bootstrap is never valid alone; resolved only with the exact test
-    for _, e in walk(summary["question_bootstrap"]):
+    for _, e in rg.estimates_in(summary["question_bootstrap"]):
         if "cannot_resolve" in e:
             assert e["cannot_resolve"].startswith("the test-question bootstrap alone rejects more than 5%")
 

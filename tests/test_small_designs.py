@@ -163,13 +163,7 @@ def test_clopper_pearson_against_binomial_sums():
 
 
 # --------------------------------------------------------------------------- analyze
-def _estimates(node, path=()):
-    if isinstance(node, dict):
-        if {"mean", "lo", "hi", "unresolved"} <= set(node):
-            yield path, node
-        else:
-            for k, v in node.items():
-                yield from _estimates(v, (*path, k))
+_estimates = rg.estimates_in
 
 
 def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path, capsys):

@@ -178,7 +178,7 @@ class _Estimates:
                  valid: np.ndarray | None = None, exact: Callable[[np.ndarray], np.ndarray] | None = None,
                  why_invalid: str = "", test: str = "the exact sign-flip test"):  # fmt: skip
         self.index = {n: k for k, n in enumerate(names)}
-        self.names, self.means = names, means
+        self.means = means
         self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
         self.units, self.level = units, level
         self.unit, self.min_units, self.need = unit, min_units, need
