@@ -6,6 +6,7 @@ keeps its two commands; the generated reference covers every command."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 from pathlib import Path
@@ -150,6 +151,130 @@ def test_generated_reference_covers_the_code():
     assert all(f"`{c}`" in records for c in schema.GENERATION_COLUMNS | schema.NLL_COLUMNS)
     page = hook.on_page_markdown((DOCS / "reference" / "cli.md").read_text(), None, None, None)
     assert "<!-- generated" not in page
+
+
+def _gen_docs():
+    spec = importlib.util.spec_from_file_location("gen_docs", REPO / "scripts" / "gen_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_reference_is_current(monkeypatch):
+    """The generated parts committed in docs/reference/ are what the code generates now (a
+    reader of the repository sees the current CLI, keys and columns), and every part is in a
+    page; regenerated in memory, nothing written, in a narrow colour terminal (the pages must
+    not depend on the terminal that wrote them)."""
+    hook = _hook()
+    for key, value in {"COLUMNS": "20", "FORCE_COLOR": "1", "TERM": "xterm-256color"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    pages = hook.regenerate(DOCS)
+    assert os.environ["COLUMNS"] == "20" and "NO_COLOR" not in os.environ  # restored after
+    stale = []
+    for page, (now, fresh) in pages.items():
+        if now != fresh:
+            old, new = now.splitlines(), fresh.splitlines()
+            i = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+            stale.append(f"{page.relative_to(REPO)}, line {i + 1}: committed "
+                         f"{old[i] if i < len(old) else '(end)'!r}, generated {new[i] if i < len(new) else '(end)'!r}")  # fmt: skip
+    assert not stale, "generated reference not current: run python scripts/gen_docs.py\n" + "\n".join(stale)
+    named = {name for page, (now, _) in pages.items() for name, _, _ in hook.parts(now, str(page))}
+    assert named == set(hook.PARTS), f"parts no page holds: {set(hook.PARTS) - named}"
+    assert {p.parent.name for p in pages} == {"reference"}
+
+
+def test_gen_docs_writes_the_parts_and_check_names_stale_pages(tmp_path, capsys):
+    hook = _hook()
+    gen = _gen_docs()
+    page = tmp_path / "docs" / "reference" / "keys.md"
+    page.parent.mkdir(parents=True)
+    empty = "# Keys\n\n<!-- generated: study-keys -->\n<!-- end generated: study-keys -->\n\nAfter.\n"
+    page.write_text(empty)
+    assert gen.main(["--check", "--docs", str(tmp_path / "docs")]) == 1
+    out = capsys.readouterr().out
+    assert "keys.md: its generated parts are not current: run python scripts/gen_docs.py" in out
+    assert page.read_text() == empty  # --check writes nothing
+    assert gen.main(["--docs", str(tmp_path / "docs")]) == 0
+    written = page.read_text()
+    assert written == hook.fill(empty, "keys.md") and hook.study_keys() in written
+    assert written.endswith("<!-- end generated: study-keys -->\n\nAfter.\n")
+    assert "wrote" in capsys.readouterr().out
+    assert gen.main(["--check", "--docs", str(tmp_path / "docs")]) == 0
+    assert gen.main(["--docs", str(tmp_path / "docs")]) == 0
+    assert page.read_text() == written and sorted(p.name for p in page.parent.iterdir()) == ["keys.md"]
+    site = hook.on_page_markdown(written, None, None, None)
+    assert "<!-- " not in site and hook.study_keys() in site
+
+
+def test_docs_hook_warns_when_a_committed_part_is_stale(caplog):
+    hook = _hook()
+    stale = "<!-- generated: study-keys -->\n\n| old |\n\n<!-- end generated: study-keys -->\n"
+    with caplog.at_level("WARNING", logger="mkdocs.hooks.generate"):
+        site = hook.on_page_markdown(stale, None, None, None)
+    assert "| old |" not in site and hook.study_keys() in site  # the site shows the code's
+    assert [r.getMessage() for r in caplog.records] == [
+        "page: its generated reference is not what the code generates: run python scripts/gen_docs.py"
+    ]
+
+
+
+def test_docs_hook_fails_the_build_on_bad_markers_in_one_line():
+    exceptions = pytest.importorskip("mkdocs.exceptions", reason="the [docs] extra is not installed")
+    hook = _hook()
+    with pytest.raises(exceptions.PluginError) as caught:
+        hook.on_page_markdown("# T\n<!-- generated: cli -->\n", None, None, None)
+    assert str(caught.value) == "page, line 2: <!-- generated: cli --> has no <!-- end generated: cli --> after it"
+
+BAD_PAGES = {
+    "no-end": ("<!-- generated: cli -->\nsome text\n", "b.md, line 1: <!-- generated: cli --> has no <!-- end generated: cli -->"),
+    "unknown-part": ("<!-- generated: clii -->\n<!-- end generated: clii -->\n", "b.md, line 1: no generated part 'clii'"),
+    "end-alone": ("text\n<!-- end generated: cli -->\n", "b.md, line 2: <!-- end generated: cli --> where no part is open"),
+    "ends-disagree": ("<!-- generated: cli -->\n<!-- end generated: tasks -->\n", "b.md, line 2: <!-- end generated: tasks --> where 'cli' is open"),
+    "nested": ("<!-- generated: cli -->\n<!-- generated: tasks -->\n<!-- end generated: tasks -->\n", "b.md, line 2: a generated part starts inside 'cli'"),
+    "misspelt": ("<!--generated: cli-->\n", "b.md, line 1: not a marker line"),
+    "not-utf8": (b"\xff\xfe<!-- generated: cli -->\n", "b.md: cannot be read as UTF-8 text"),
+    "huge": ("x" * 5_000_000 + "\n<!-- generated: tasks -->\n", "b.md, line 2: <!-- generated: tasks --> has no"),
+    "fifo": (None, "b.md: not a regular file"),
+    "empty-docs": ("", "docs: no page has a <!-- generated: NAME --> part"),
+    "no-docs": ("", "missing: no such folder"),
+    "docs-is-file": ("", "a.md: not a folder"),
+    "unknown-option": ("", "gen_docs.py: unrecognized arguments: --chek"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PAGES, ids=str)
+def test_gen_docs_refuses_bad_markers_in_one_line_and_writes_nothing(case, tmp_path, capsys, monkeypatch):
+    gen = _gen_docs()
+    docs = tmp_path / "docs"
+    (docs / "reference").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    content, message = BAD_PAGES[case]
+    good = docs / "reference" / "a.md"  # a stale page the refusal must leave as it is
+    good_text = "<!-- generated: study-keys -->\n<!-- end generated: study-keys -->\n"
+    bad = docs / "reference" / "b.md"
+    if case == "fifo":
+        os.mkfifo(bad)
+    elif isinstance(content, bytes):
+        bad.write_bytes(content)
+    elif content:
+        bad.write_text(content)
+    if case not in ("empty-docs", "no-docs"):
+        good.write_text(good_text)
+    before = {p: (p.stat().st_mtime_ns, p.is_file() and p.read_bytes()) for p in docs.rglob("*") if p != bad}
+    where = {"no-docs": "missing", "docs-is-file": "docs/reference/a.md"}.get(case, "docs")
+    for check in ([], ["--check"]):
+        args = [*check, "--docs", where, *(["--chek"] if case == "unknown-option" else [])]
+        try:
+            code = gen.main(args)
+        except SystemExit as exc:  # argparse's way out
+            code = exc.code
+        out, err = capsys.readouterr()
+        assert code == 2, (case, out, err)
+        assert out == "" and len(err.splitlines()) == 1, err
+        assert message in err and "Traceback" not in err, err
+    after = {p: (p.stat().st_mtime_ns, p.is_file() and p.read_bytes()) for p in docs.rglob("*") if p != bad}
+    assert after == before  # nothing written, no temporary file left
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
