@@ -62,6 +62,17 @@ def compare_logs(
     scorer: str = typer.Option(None, "--scorer", help="inspect: the scorer giving correctness."),
     metric: str = typer.Option(None, "--metric", help="lm-eval/lighteval: the 0/1 metric."),
     filter_name: str = typer.Option(None, "--filter", help="lm-eval: the filter to keep."),
+    allow_different_items: bool = typer.Option(
+        False,
+        "--allow-different-items",
+        help="Pair a shared id whose content (lm-eval doc_hash, inspect input and target, "
+        "lighteval query and gold) differs between the logs; said, and counted. Default: refused.",
+    ),
+    rescore: bool = typer.Option(
+        False,
+        "--rescore",
+        help="Correctness by --task's answer rule (answer against reference), not the logs'.",
+    ),
     draws: int = typer.Option(10000, help="Paired bootstrap draws."),
     seed: int = typer.Option(SEED, help="Bootstrap seed."),
     confidence: float = typer.Option(CONFIDENCE, help="Interval level."),
@@ -73,7 +84,8 @@ def compare_logs(
 
     The numbers are those `ckptsel compare` gives on the two logs ingested as two checkpoints
     of one trajectory (same --split, --draws, --seed). Samples in one log only are counted and
-    left out; a task whose samples the logs do not share is refused."""
+    left out; a task whose samples the logs do not share is refused, and so is a shared id whose
+    content differs between two logs of one harness (--allow-different-items pairs it)."""
     from ckptsel.measure import LogOptions  # when run (see ckptsel.cli)
 
     def note(line: str) -> None:
@@ -81,8 +93,11 @@ def compare_logs(
 
     result = compare_log_files(
         log_a, log_b, split=split, correction=correction, note=note,
-        options=LogOptions(scorer=scorer, metric=metric, filter_name=filter_name, task=task),
+        options=LogOptions(
+            scorer=scorer, metric=metric, filter_name=filter_name, task=task, rescore=rescore
+        ),
         settings=CompareSettings(draws=draws, seed=seed, level=confidence),
+        allow_different_items=allow_different_items,
     )  # fmt: skip
     if as_json:
         print_json("compare-logs", result)

@@ -46,6 +46,11 @@ def _report(ingested, out: str) -> None:
     for line in ingested.unavailable:
         _echo_err(f"note: {line}")
     typer.echo(names_line(ingested.names))
+    if ingested.different_items:
+        typer.echo(
+            f"ingested {ingested.different_items} id(s) whose content differs between the logs "
+            "(--allow-different-items)"
+        )
     gen, nll = ingested.replaced
     if gen or nll:
         typer.echo(f"replaced {gen} generation rows and {nll} NLL rows already recorded in {out}")
@@ -86,6 +91,18 @@ TASK = typer.Option(
 SPLIT = typer.Option(
     "test", "--split", help="validation or test, for samples whose metadata names none."
 )
+ALLOW_DIFFERENT = typer.Option(
+    False,
+    "--allow-different-items",
+    help="Ingest an id whose content (lm-eval doc_hash, inspect input and target, lighteval "
+    "query and gold) differs between the logs; said, with the count. Default: refused.",
+)
+RESCORE = typer.Option(
+    False,
+    "--rescore",
+    help="Correctness by --task's answer rule (the answer against the sample's reference), not "
+    "the log's; said, with how many changed. Contradictions are said either way.",
+)
 STEPS = typer.Option(
     None,
     "--steps",
@@ -123,6 +140,14 @@ def lm_eval(
     id_prefix: str = typer.Option(
         None, "--id-prefix", help="item_id = <prefix>-<doc_id>; default the lm-eval task."
     ),
+    lm_eval_tasks: list[str] = typer.Option(
+        None,
+        "--lm-eval-task",
+        help="The lm-eval task(s) to read under --task when the folders hold several "
+        "(repeatable; the others are left out). Several without it: refused.",
+    ),
+    allow_different_items: bool = ALLOW_DIFFERENT,
+    rescore: bool = RESCORE,
 ) -> None:
     """Read lm-evaluation-harness --log_samples output into generation records."""
     from ckptsel.measure import ingest_lm_eval_logs  # when run (see ckptsel.cli)
@@ -130,7 +155,8 @@ def lm_eval(
     ingested = ingest_lm_eval_logs(
         samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, step=step, metric=metric, filter_name=filter_name, id_prefix=id_prefix,
-        note=_echo_err, replace=replace,
+        lm_eval_tasks=lm_eval_tasks or None, note=_echo_err, replace=replace,
+        allow_different_items=allow_different_items, rescore=rescore,
     )  # fmt: skip
     _report(ingested, out)
 
@@ -149,6 +175,8 @@ def inspect(
     scorer: str = typer.Option(
         None, "--scorer", help="The scorer giving correctness, when samples carry several."
     ),
+    allow_different_items: bool = ALLOW_DIFFERENT,
+    rescore: bool = RESCORE,
 ) -> None:
     """Read inspect_ai evaluation logs (one per checkpoint) into generation records.
 
@@ -163,7 +191,8 @@ def inspect(
     ingested = ingest_inspect(
         logs, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
-        note=_echo_err, replace=replace,
+        note=_echo_err, replace=replace, allow_different_items=allow_different_items,
+        rescore=rescore,
     )  # fmt: skip
     _report(ingested, out)
 
@@ -189,6 +218,8 @@ def lighteval(
     metric: str = typer.Option(
         None, "--metric", help="0/1 per-sample metric; default extractive_match or the only one."
     ),
+    allow_different_items: bool = ALLOW_DIFFERENT,
+    rescore: bool = RESCORE,
 ) -> None:
     """Read lighteval details files (lighteval ... --save-details) into generation records.
 
@@ -200,6 +231,6 @@ def lighteval(
         details, out=out, trajectory=trajectory, configuration=configuration, task=task,
         split=split, splits=parse_map(splits, "--splits"),
         steps=parse_map(steps, "--steps", as_int=True), metric=metric, note=_echo_err,
-        replace=replace,
+        replace=replace, allow_different_items=allow_different_items, rescore=rescore,
     )  # fmt: skip
     _report(ingested, out)

@@ -31,12 +31,13 @@ from __future__ import annotations
 from ckptsel._moved import moved_attribute
 from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
-from ckptsel.measure.conformance import check_conformance
+from ckptsel.measure.conformance import check_cached_verdicts, check_conformance
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
     CheckpointLog,
     Ingested,
     LogOptions,
+    check_same_items,
     ingest_inspect,
     ingest_lighteval,
     ingest_lm_eval,
@@ -87,7 +88,9 @@ __all__ = [
     "StepParts",
     "WatchSettings",
     "WatchStatus",
+    "check_cached_verdicts",
     "check_conformance",
+    "check_same_items",
     "device_kind",
     "dtype_name",
     "generate_texts",

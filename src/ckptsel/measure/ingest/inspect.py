@@ -53,9 +53,13 @@ from ckptsel.measure.ingest.mapping import (
     Ingested,
     Notes,
     checked_note,
+    digest,
     ingest_logs,
+    log_field,
+    log_object,
     lookup_step,
     newest_per_key,
+    shown,
     step_in_path,
 )
 
@@ -150,20 +154,25 @@ def _record(data: bytes, path: Path, member: str) -> Any:
 def _json(data: bytes | str, path: Path, what: str) -> Any:
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise CkptselError(f"{path}: {what} is not valid JSON ({err})") from err
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else err
+        raise CkptselError(f"{path}: {what} is not valid JSON ({why})") from err
 
 
 def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
     """``(header, samples)`` of an inspect log (``.eval`` or ``.json``), as plain JSON objects."""
     path = Path(path)
     if not path.is_file():
-        raise CkptselError(f"{path}: inspect log not found")
+        what = "not a regular file (a FIFO would block the read)" if path.exists() else "not found"
+        raise CkptselError(f"{path}: inspect log {what}")
     if path.suffix == ".json":
         log = _json(path.read_bytes(), path, "the log")
         if not isinstance(log, dict) or "eval" not in log:
             raise CkptselError(f"{path}: not an inspect log (no 'eval' field)")
-        return log, list(log.get("samples") or [])
+        samples = log_field(log, "samples", (list,), str(path)) or []
+        return log, [
+            log_object(x, f"{path}: sample {k}", "the sample") for k, x in enumerate(samples)
+        ]
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
@@ -174,10 +183,11 @@ def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
             budget = _Budget(path)
             header = _record(_member(zf, path, "header.json", budget), path, "header.json")
             samples = [
-                _record(_member(zf, path, n, budget), path, n)
+                log_object(_record(_member(zf, path, n, budget), path, n), f"{path}: member {n}",
+                           "the sample")
                 for n in sorted(names)
                 if n.startswith("samples/") and n.endswith(".json")
-            ]
+            ]  # fmt: skip
     except (zipfile.BadZipFile, OSError) as err:
         raise CkptselError(f"{path}: not a readable .eval log ({err})") from err
     if not isinstance(header, dict) or "eval" not in header:
@@ -210,7 +220,7 @@ def find_inspect_logs(paths: Sequence[Path]) -> list[Path]:
 # --------------------------------------------------------------------------- one log
 def _model_names(ev: dict) -> list[str]:
     """The model as the log names it: ``hf/<path>`` and ``<path>``."""
-    model = str(ev.get("model") or "")
+    model = str(ev.get("model") or "")  # checked a string by _eval_spec
     names = [model]
     if "/" in model:
         names.append(model.split("/", 1)[1])
@@ -247,8 +257,19 @@ def _step_and_trajectory(
     )
 
 
+def _where(path: Path, sample: dict) -> str:
+    """``<log>: sample <id>`` (the id as the log writes it, cut short)."""
+    return f"{path}: sample {shown(sample.get('id'), 40)}"
+
+
 def _scorer(path: Path, samples: list[dict], scorer: str | None) -> str:
-    names = sorted({k for s in samples for k in (s.get("scores") or {})})
+    names = sorted(
+        {
+            k
+            for s in samples
+            for k in log_object(s.get("scores") or {}, _where(path, s), "field scores")
+        }
+    )
     if scorer is not None:
         if scorer not in names:
             raise CkptselError(f"{path}: scorer {scorer!r} not found (the samples have {names})")
@@ -273,38 +294,98 @@ def _correct(value: Any, where: str, scorer: str) -> bool:
     )
 
 
-def _completion(sample: dict) -> str | None:
-    text = (sample.get("output") or {}).get("completion")
-    if isinstance(text, str) and text.startswith("attachment://"):
-        text = (sample.get("attachments") or {}).get(text[len("attachment://") :], text)
+def _attached(value: Any, attachments: dict) -> Any:
+    """``value`` with inspect's ``attachment://<hash>`` strings replaced by what they name."""
+    if isinstance(value, str) and value.startswith("attachment://"):
+        return attachments.get(value[len("attachment://") :], value)
+    if isinstance(value, list):
+        return [_attached(v, attachments) for v in value]
+    if isinstance(value, dict):
+        return {k: _attached(v, attachments) for k, v in value.items()}
+    return value
+
+
+# what a chat message or content part is, without what differs between runs of one sample
+_RUN_KEYS = frozenset({"id", "source", "metadata", "internal", "model"})
+
+
+def _item_content(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_item_content(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _item_content(v) for k, v in value.items() if k not in _RUN_KEYS}
+    return value
+
+
+def _completion(sample: dict, where: str) -> str | None:
+    output = log_object(sample.get("output") or {}, where, "field output")
+    text = _attached(output.get("completion"), sample.get("attachments") or {})
     return text if isinstance(text, str) else None
+
+
+def _sample(s: dict, path: Path, scorer: str) -> tuple[str, dict, dict]:
+    """``(where, score, metadata)`` of one sample, every field the rows read type-checked."""
+    sid = log_field(s, "id", (str, int), f"{path}: a sample")
+    if sid is None:
+        raise CkptselError(f"{path}: a sample has no id")
+    where = f"{path}: sample {sid!r}"
+    scores = log_object(s.get("scores") or {}, where, "field scores")
+    score = scores.get(scorer)
+    if score is None:
+        raise CkptselError(f"{where}: no score from scorer {scorer}")
+    score = log_object(score, where, f"the score of scorer {scorer}")
+    meta = log_object(s.get("metadata") or {}, where, "field metadata")
+    for key, kinds in (("split", (str,)), ("group", (str, int)), ("subtask", (str,))):
+        log_field(meta, key, kinds, f"{where}: metadata")
+    log_field(score, "answer", (str, int, float), f"{where}: score {scorer}")
+    log_field(s, "target", (str, list), where)
+    if not isinstance(s.get("attachments") or {}, dict):
+        raise CkptselError(f"{where}: field attachments is not an object")
+    return where, score, meta
 
 
 def _sample_rows(path: Path, samples: list[dict], scorer: str, task: str) -> Iterator[dict]:
     for s in samples:
-        where = f"{path}: sample {s.get('id')!r}"
-        if s.get("id") is None:
-            raise CkptselError(f"{path}: a sample has no id")
-        score = (s.get("scores") or {}).get(scorer)
-        if score is None:
-            raise CkptselError(f"{where}: no score from scorer {scorer}")
-        meta = s.get("metadata") or {}
-        answer = score.get("answer")
+        where, score, meta = _sample(s, path, scorer)
+        attachments = s.get("attachments") or {}
+        answer, target = score.get("answer"), _attached(s.get("target"), attachments)
+        item = _item_content([_attached(s.get("input"), attachments), target])
         yield {
             "item_id": str(s["id"]),
             "answer": None if answer is None else str(answer),
             "correct": _correct(score.get("value"), where, scorer),
-            "text": _completion(s),
+            "text": _completion(s, where),
             "harness_task": task,
             "split": meta.get("split"),
             "group": None if meta.get("group") is None else str(meta["group"]),
-            "subtask": None if meta.get("subtask") is None else str(meta["subtask"]),
+            "subtask": meta.get("subtask"),
+            "content": digest(item),
+            "reference": target if isinstance(target, str) else None,
         }
 
 
 def _greedy(ev: dict) -> bool:
     config = ev.get("model_generate_config") or {}
     return config.get("temperature") == 0 or (ev.get("model_args") or {}).get("do_sample") is False
+
+
+def _epoch(sample: dict, path: Path) -> int:
+    """The sample's epoch (1 where it says none), an integer."""
+    value = log_field(sample, "epoch", (int,), _where(path, sample))
+    return 1 if value is None else value
+
+
+def _eval_spec(header: dict, path: Path) -> dict:
+    """The log's eval spec, each field read from it type-checked."""
+    ev = log_object(header["eval"], str(path), "field eval")
+    for key, kinds in (("task", (str,)), ("model", (str,))):
+        log_field(ev, key, kinds, f"{path}: eval")
+    for key in ("metadata", "model_args", "model_generate_config"):
+        log_object(ev.get(key) or {}, f"{path}: eval", f"field {key}")
+    meta = ev.get("metadata") or {}
+    log_field(meta, "trajectory", (str, int), f"{path}: eval metadata")
+    log_field(meta, "configuration", (str, int), f"{path}: eval metadata")
+    return ev
 
 
 def inspect_checkpoint(
@@ -319,19 +400,19 @@ def inspect_checkpoint(
     said = Notes(print) if notes is None else notes
     path = Path(path)
     header, samples = read_inspect_log(path)
-    ev = header["eval"]
+    ev = _eval_spec(header, path)
     status = header.get("status")
     if status != "success":
         raise CkptselError(
             f"{path}: the log's status is {status!r}, not 'success' (the evaluation did not finish); "
             "re-run it or `inspect eval-retry` it"
         )
-    epochs = sorted({int(s.get("epoch", 1)) for s in samples})
+    epochs = sorted({_epoch(s, path) for s in samples})
     if epochs and epochs != [1]:
         raise CkptselError(
             f"{path}: samples of epochs {epochs}; ckptsel records one greedy answer per item (run with epochs=1)"
         )
-    failed = [str(s.get("id")) for s in samples if s.get("error")]
+    failed = [str(s.get("id"))[:40] for s in samples if s.get("error")]
     if failed:
         said.add(
             "samples that errored in inspect are left out",

@@ -49,9 +49,13 @@ from ckptsel.measure.ingest.mapping import (
     Ingested,
     Notes,
     checked_note,
+    digest,
     ingest_logs,
+    log_field,
+    log_object,
     lookup_step,
     newest_per_key,
+    shown,
     step_in_path,
 )
 from ckptsel.records import SPLITS
@@ -130,6 +134,8 @@ def _read(path: Path) -> list[dict]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if not Path(path).is_file():  # a FIFO would block the read forever
+        raise CkptselError(f"{path}: not a regular file (a details file is)")
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as err:
@@ -203,11 +209,12 @@ def harness_task(name: str, split: str | None) -> str:
     return name
 
 
-def _answer(doc: dict, resp: dict) -> tuple[str | None, str | None]:
+def _answer(doc: dict, resp: dict, where: str) -> tuple[str | None, str | None]:
     """(answer, text) of one scored row."""
-    texts = resp.get("text") or []
+    texts = log_field(resp, "text", (list,), f"{where}: model_response") or []
     if texts:
-        preds = (doc.get("specific") or {}).get("extracted_predictions")
+        spec = doc.get("specific") or {}
+        preds = log_field(spec, "extracted_predictions", (list,), f"{where}: doc.specific")
         answer = None if preds is None else (str(preds[0]) if len(preds) else "")
         return answer, str(texts[0])
     logprobs = resp.get("logprobs") or []
@@ -225,7 +232,9 @@ def _rows(
         value = (r["metric"] or {}).get(metric)
         if value is None:
             continue  # a row of another sampling method (e.g. LOGPROBS for a perplexity metric)
-        doc, resp = r["doc"] or {}, r["model_response"] or {}
+        where = f"{path}: row {n}"
+        doc = log_object(r["doc"] or {}, where, "column doc")
+        resp = log_object(r["model_response"] or {}, where, "column model_response")
         if value not in (0.0, 1.0):
             raise CkptselError(
                 f"{path}: row {n}: metric {metric}={value!r} is not 0/1, so not a correctness"
@@ -234,7 +243,11 @@ def _rows(
             raise CkptselError(
                 f"{path}: row {n}: several generations per document; ckptsel records one greedy answer"
             )
-        spec = doc.get("specific") or {}
+        spec = log_object(doc.get("specific") or {}, where, "doc.specific")
+        for key, kinds in (("split", (str,)), ("group", (str, int)), ("subtask", (str,)),
+                           ("item_id", (str, int)), ("id", (str, int))):  # fmt: skip
+            log_field(spec, key, kinds, f"{where}: doc.specific")
+        log_field(doc, "task_name", (str,), f"{where}: doc")
         split = spec.get("split") or split_of(str(doc.get("task_name") or ""))
         name = harness_task(str(doc.get("task_name") or ""), split)
         real = spec.get("item_id", spec.get("id"))
@@ -244,7 +257,8 @@ def _rows(
                 f"{path}: rows {seen[(split, item)]} and {n} both score item {item!r}"
             )
         seen[(split, item)] = n
-        answer, text = _answer(doc, resp)
+        answer, text = _answer(doc, resp, where)
+        gold = _gold(doc, where)
         yield {
             "item_id": item,
             "answer": answer,
@@ -254,7 +268,23 @@ def _rows(
             "split": split,
             "group": None if spec.get("group") is None else str(spec["group"]),
             "subtask": None if spec.get("subtask") is None else str(spec["subtask"]),
+            "content": digest([doc.get("query"), gold]),
+            "reference": str(gold[0]) if resp.get("text") and len(gold) == 1 else None,
         }
+
+
+def _gold(doc: dict, where: str) -> list:
+    """The document's gold choices (``choices[gold_index]``), type-checked."""
+    choices = log_field(doc, "choices", (list,), f"{where}: doc") or []
+    index = doc.get("gold_index")
+    indexes = index if isinstance(index, list) else ([] if index is None else [index])
+    for i in indexes:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(choices):
+            raise CkptselError(
+                f"{where}: doc.gold_index {shown(index)} is not an index of its {len(choices)} choices"
+            )
+    log_field(doc, "query", (str,), f"{where}: doc")
+    return [choices[i] for i in indexes]
 
 
 def _has_reference_logprob(rows: list[dict]) -> bool:

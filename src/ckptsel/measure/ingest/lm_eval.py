@@ -18,6 +18,13 @@ through the mapping every ingester shares (:mod:`~ckptsel.measure.ingest.mapping
   must be 0/1; answer: ``ckptsel.data.extract(task, response)`` when ``--task`` is a known
   ckptsel task, else the stripped response; for multiple-choice (log-likelihood) samples
   the answer is the index of the highest-scoring choice.
+* several lm-eval tasks in the folders under one ``--task``: refused unless
+  ``--lm-eval-task`` names the ones to read (the others are left out, with a note);
+* the same item: a ``doc_id`` whose ``doc_hash`` differs between folders is refused (see the
+  mapping; ``--allow-different-items``); ``reference``: the sample's ``target``, which the
+  task's rule re-checks against the answer (``--rescore``);
+* every field read is type-checked where it is read (``doc_id`` an integer or a string,
+  ``filter`` and ``doc_hash`` strings, ...): one line naming the file and line;
 * several filters in a file (gsm8k: ``strict-match``, ``flexible-extract``): ``--filter``
   names the one to keep; if a folder holds several files for one task, the newest
   timestamp is used and a note is printed.
@@ -25,6 +32,7 @@ through the mapping every ingester shares (:mod:`~ckptsel.measure.ingest.mapping
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -35,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ckptsel.data import extract, task_label
+from ckptsel.data import AnswerRuleError, extract, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.measure.ingest.inflate import bounded_lines, open_gzip_text
 from ckptsel.measure.ingest.mapping import (
@@ -45,6 +53,7 @@ from ckptsel.measure.ingest.mapping import (
     checked_note,
     ingest_logs,
     known_task,
+    log_field,
     newest_per_key,
 )
 from ckptsel.train import CHECKPOINT_RE
@@ -84,6 +93,8 @@ def find_sample_files(folder: Path, notes: Notes | None = None) -> dict[str, Pat
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a samples file (``.jsonl`` or ``.jsonl.gz``), one per line."""
+    if not Path(path).is_file():  # a FIFO would block the read forever
+        raise CkptselError(f"{path}: not a regular file (a samples file is)")
     try:
         return _read_samples(path)
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
@@ -105,8 +116,9 @@ def _read_samples(path: Path) -> list[dict[str, Any]]:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CkptselError(f"{path}:{n}: not valid JSON ({err})") from err
+            except (ValueError, RecursionError) as err:  # a number of 4300+ digits, deep nesting
+                why = "nested too deeply" if isinstance(err, RecursionError) else err
+                raise CkptselError(f"{path}:{n}: not valid JSON ({why})") from err
             if not isinstance(obj, dict):
                 raise CkptselError(f"{path}:{n}: expected a JSON object per line")
             obj["_line"] = n
@@ -153,7 +165,7 @@ def response_of(sample: dict[str, Any], where: str) -> tuple[str, bool]:
     scores = []
     for choice in resp:
         s = _as_float(choice[0]) if isinstance(choice, list) and choice else _as_float(choice)
-        if s is None:
+        if s is None or math.isnan(s):
             raise CkptselError(
                 f"{where}: filtered_resps is neither text nor [loglik, is_greedy] pairs"
             )
@@ -176,6 +188,22 @@ def _correct(sample: dict[str, Any], metric: str | None, where: str) -> bool:
     return v == 1.0
 
 
+def _filter(sample: dict[str, Any], path: Path) -> str:
+    """The sample's filter name (``none`` where it names none)."""
+    name = log_field(sample, "filter", (str,), f"{path}:{sample['_line']}")
+    return "none" if name is None else name
+
+
+def _content(sample: dict[str, Any], where: str) -> str | None:
+    """What the sample's document is: lm-eval's ``doc_hash``, else a digest of its ``doc``."""
+    found = log_field(sample, "doc_hash", (str,), where)
+    if found or sample.get("doc") is None:
+        return found or None
+    # lm-eval's own doc_hash (older versions wrote none): sha256 of the doc as it dumps it
+    blob = json.dumps(sample["doc"], indent=2, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def samples_to_rows(
     samples: Sequence[dict[str, Any]],
     *,
@@ -187,7 +215,7 @@ def samples_to_rows(
     id_prefix: str | None,
 ) -> pd.DataFrame:
     """Generation rows (without trajectory/configuration/step/split) from one samples file."""
-    filters = sorted({str(s.get("filter", "none")) for s in samples})
+    filters = sorted({_filter(s, path) for s in samples})
     if filter_name is None:
         if len(filters) > 1:
             raise CkptselError(f"{path}: several filters {filters}; choose one with --filter")
@@ -200,12 +228,10 @@ def samples_to_rows(
     label = task_label(task) if is_known else task  # a task file: its name
     rows, seen = [], {}
     for s in samples:
-        if str(s.get("filter", "none")) != chosen:
+        if _filter(s, path) != chosen:
             continue
         where = f"{path}:{s['_line']}"
-        if "doc_id" not in s:
-            raise CkptselError(f"{where}: field doc_id missing")
-        doc = str(s["doc_id"])
+        doc = str(log_field(s, "doc_id", (int, str), where, required=True))
         if doc in seen:
             raise CkptselError(f"{where}: doc_id {doc} repeated (first at line {seen[doc]})")
         seen[doc] = s["_line"]
@@ -213,17 +239,22 @@ def samples_to_rows(
         if is_choice or not is_known:
             answer = text.strip()
         else:
-            answer = extract(task, text)
+            try:
+                answer = extract(task, text)
+            except AnswerRuleError as err:  # a task file's regex past its time bound
+                raise err.at(f"{id_prefix or lm_task}-{doc}") from None
         raw = s.get("resps")
         while isinstance(raw, list) and raw:
             raw = raw[0]
+        target = log_field(s, "target", (str, int, float, list), where)
         rows.append(
             {
                 "item_id": f"{id_prefix or lm_task}-{doc}",
                 "answer": answer,
                 "correct": _correct(s, metric, where),
                 "text": raw if isinstance(raw, str) and not is_choice else text,
-                "doc_hash": str(s.get("doc_hash", "")),
+                "content": _content(s, where),
+                "reference": target if isinstance(target, str) and not is_choice else None,
                 "subtask": "" if lm_task in (task, label) else lm_task,
             }
         )
@@ -305,6 +336,7 @@ def ingest_lm_eval(
     metric: str | None = None,
     filter_name: str | None = None,
     id_prefix: str | None = None,
+    lm_eval_tasks: Sequence[str] | None = None,
     **naming: Unpack[Naming],
 ) -> pd.DataFrame:
     """Read lm-eval samples (one folder per checkpoint) and write them into ``out``.
@@ -312,12 +344,13 @@ def ingest_lm_eval(
     ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`;
     the trajectory defaults to the folders' common parent). Everything is read and checked
     before anything is written (through the mapping shared by every ingester,
-    :mod:`~ckptsel.measure.ingest.mapping`). Returns the rows written
+    :mod:`~ckptsel.measure.ingest.mapping`). ``lm_eval_tasks``: which lm-eval tasks to read
+    when the folders hold several (:func:`chosen_tasks`). Returns the rows written
     (:func:`ingest_lm_eval_logs` returns the whole :class:`~ckptsel.measure.ingest.mapping.Ingested`).
     """
     return ingest_lm_eval_logs(
         folders, out=out, step=step, metric=metric, filter_name=filter_name,
-        id_prefix=id_prefix, **naming,
+        id_prefix=id_prefix, lm_eval_tasks=lm_eval_tasks, **naming,
     ).generations  # fmt: skip
 
 
@@ -329,6 +362,7 @@ def ingest_lm_eval_logs(
     metric: str | None = None,
     filter_name: str | None = None,
     id_prefix: str | None = None,
+    lm_eval_tasks: Sequence[str] | None = None,
     **naming: Unpack[Naming],
 ) -> Ingested:
     """:func:`ingest_lm_eval`, returning what was written, the names and what the logs lack."""
@@ -346,7 +380,7 @@ def ingest_lm_eval_logs(
                 f"folders have different parents {sorted(parents)}; pass --trajectory"
             )
         naming["trajectory"] = parents.pop()
-    logs, steps, hashes, notes = [], {}, {}, Notes(note)
+    logs, steps, notes = [], {}, Notes(note)
     for f in folders:
         st = step_of(f, step, len(folders))
         if st in steps:
@@ -356,13 +390,36 @@ def ingest_lm_eval_logs(
             f, st, task=naming.get("task"), filter_name=filter_name, metric=metric,
             id_prefix=id_prefix, notes=notes,
         )  # fmt: skip
-        for log in found:
-            for item, h in zip(log.rows["item_id"], log.rows["doc_hash"], strict=True):
-                if h and hashes.setdefault(item, (h, log.source))[0] != h:
-                    raise CkptselError(
-                        f"{log.source}: item {item} has doc_hash {h} but {hashes[item][1]} has {hashes[item][0]} "
-                        "(different documents under one doc_id)"
-                    )
         logs.extend(found)
+    logs = chosen_tasks(logs, naming.get("task"), lm_eval_tasks, notes)
     notes.say()
     return ingest_logs(logs, out=out, harness="lm-eval", **naming)
+
+
+def chosen_tasks(
+    logs: list[CheckpointLog], task: str | None, named: Sequence[str] | None, notes: Notes
+) -> list[CheckpointLog]:
+    """The logs of the lm-eval tasks to file under ``--task``: with several lm-eval tasks in the
+    folders, ``named`` (``--lm-eval-task``) says which (the others are left out, noted); without
+    it they are refused, naming them and ``--task`` (without ``--task``, the mapping refuses
+    several tasks in one trajectory)."""
+    found = sorted({str(log.rows["harness_task"].iloc[0]) for log in logs})
+    if named:
+        missing = [t for t in named if t not in found]
+        if missing:
+            raise CkptselError(
+                f"--lm-eval-task {missing[0]}: no samples of that lm-eval task in the folders "
+                f"(they hold {', '.join(found)})"
+            )
+        left = [t for t in found if t not in named]
+        if left:
+            notes.add("lm-eval tasks not named by --lm-eval-task are left out", ", ".join(left))
+        return [log for log in logs if str(log.rows["harness_task"].iloc[0]) in named]
+    if task and len(found) > 1:
+        raise CkptselError(
+            f"{logs[0].source}: the folders hold lm-eval tasks {found[0]!r} and {found[1]!r}"
+            + (f" (and {len(found) - 2} more)" if len(found) > 2 else "")
+            + f"; --task {task} would file them all under one task: name the lm-eval task(s) "
+            "to read with --lm-eval-task (repeatable; one other than --task becomes a subtask)"
+        )
+    return logs

@@ -34,12 +34,15 @@ NOT_A_LOG = (
 class LogOptions:
     """What picks the correctness in a log where it holds several: inspect's ``scorer``,
     lm-eval's and lighteval's ``metric``, lm-eval's ``filter_name`` (None: the reader's
-    default); ``task``: a ckptsel task whose answer rule normalizes lm-eval's answers."""
+    default); ``task``: a ckptsel task whose answer rule normalizes lm-eval's answers;
+    ``rescore``: correctness by that task's rule, not the log's (see
+    :func:`~ckptsel.measure.ingest.mapping.check_correctness`)."""
 
     scorer: str | None = None
     metric: str | None = None
     filter_name: str | None = None
     task: str | None = None
+    rescore: bool = False
 
 
 def detect_harness(path: Path) -> str:

@@ -17,6 +17,16 @@ contract rows the same way for every harness:
 * group: the sample's own, else its item id;
 * answer: the harness's extracted answer; where it has none, ckptsel's extraction when the task
   is a ckptsel task, else the stripped generation (agreement then compares whole generations);
+* the same item: an id two logs share must name the same item there (the ingester's
+  ``content``: lm-eval's ``doc_hash``, inspect's input and target, lighteval's query and gold);
+  the first id whose content differs is refused in one line naming both logs, unless
+  ``allow_different_items`` (``--allow-different-items``: then said, with the count)
+  (:func:`check_same_items`);
+* correctness: where the task is a ckptsel task and a row has its ``reference``, the log's
+  ``correct`` is checked against the answer under the task's rule: a log that says wrong where
+  the answer equals the reference (or right where it does not) is said in one line per
+  direction, with the count and the first item (:func:`check_correctness`); ``rescore``
+  (``--rescore``) replaces the log's correctness by the rule's on those rows, and says so;
 * keys: one row per (trajectory, step, split, item); a key given twice is an error naming both
   logs. A key already in the records folder is refused (one line: the first such key and how
   many), unless ``replace`` is given, which replaces those rows and counts them
@@ -30,17 +40,20 @@ because the harness does not record what they need (the analysis then runs the o
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import pandas as pd
 
 from ckptsel._util.checks import MAX_STEP
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import extract, get_task, task_label
+from ckptsel.data import extract, get_task, is_correct, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.records import (
     GENERATION_KEY,
@@ -65,7 +78,16 @@ NO_NLL_REASON = {
     "lighteval": "these details hold no log-probability of the reference response",
 }
 ROW_COLUMNS = ("item_id", "answer", "correct", "text", "harness_task")
-OPTIONAL_ROW_COLUMNS = ("split", "group", "subtask")
+# ``content``: a digest of what the item is (two logs' rows of one id are one item only when it
+# is equal); ``reference``: the gold answer the log scored against (the task's rule re-checks it)
+OPTIONAL_ROW_COLUMNS = ("split", "group", "subtask", "content", "reference")
+# what each harness's ``content`` digests, as its messages say
+CONTENT_FIELDS = {
+    "lm-eval": "doc_hash",
+    "inspect": "input and target",
+    "lighteval": "query and gold",
+}
+ALLOW_DIFFERENT = "--allow-different-items"
 DEFAULT_SPLIT = "test"
 K = TypeVar("K")
 
@@ -75,7 +97,9 @@ class Naming(TypedDict, total=False):
     ``trajectory``, ``configuration``, ``task`` and ``split`` (default :data:`DEFAULT_SPLIT`) name
     the rows as the module says; ``note`` takes the notes (default ``print``); ``replace``
     (default False): rows whose key is already recorded replace those rows instead of being
-    refused."""
+    refused; ``allow_different_items`` (default False): an id the logs hold with different
+    contents is ingested anyway (said); ``rescore`` (default False): correctness by the task's
+    rule, not the log's (see the module)."""
 
     trajectory: str | None
     configuration: str | None
@@ -83,6 +107,8 @@ class Naming(TypedDict, total=False):
     split: str
     note: Callable[[str], None]
     replace: bool
+    allow_different_items: bool
+    rescore: bool
 
 
 @dataclass(frozen=True)
@@ -113,14 +139,18 @@ class CheckpointLog:
 
 @dataclass(frozen=True)
 class Ingested:
-    """What an ingest wrote: contract generation (and NLL) rows, what the logs lack, and each
-    trajectory's ``(trajectory, configuration, seed)`` (seed None where its name says none)."""
+    """What an ingest wrote: contract generation (and NLL) rows, what the logs lack, each
+    trajectory's ``(trajectory, configuration, seed)`` (seed None where its name says none), and
+    what :func:`check_same_items` saw."""
 
     generations: pd.DataFrame
     nll: pd.DataFrame | None = None
     unavailable: tuple[str, ...] = field(default_factory=tuple)
     names: tuple[tuple[str, str, int | None], ...] = field(default_factory=tuple)
     replaced: tuple[int, int] = (0, 0)  # (generation rows, NLL rows) that were already recorded
+    # each generation row's content digest (None where its log has none: see check_same_items)
+    content: pd.Series | None = None
+    different_items: int = 0  # ids ingested with different contents (allow_different_items)
 
 
 def names_line(names: Iterable[tuple[str, str, int | None]]) -> str:
@@ -153,6 +183,148 @@ class Notes:
             shown = "; ".join(wheres[: self.SHOWN]) + (f"; and {more} more" if more > 0 else "")
             self._note(f"note: {what} ({len(wheres)} log(s): {shown})")
         self._found.clear()
+
+
+_KIND_NAMES = {
+    str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list",
+    dict: "an object",
+}  # fmt: skip
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a log's values are named in one line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def log_object(value: Any, where: str, what: str) -> dict:
+    """``value`` where it is a JSON object, else one line naming ``where`` and ``what``."""
+    if not isinstance(value, dict):
+        raise CkptselError(f"{where}: {what} is {shown(value)}, not an object")
+    return value
+
+
+def log_field(
+    obj: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, *, required: bool = False
+) -> Any:
+    """``obj[key]`` where it is one of ``kinds`` (None where absent or null, unless
+    ``required``); anything else is one line naming ``where`` and the field. Booleans are not
+    integers, and a number is finite (a log's NaN is no id, epoch or score)."""
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise CkptselError(f"{where}: field {key} missing")
+        return None
+    ok = isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+    if ok and isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if not ok:
+        wanted = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+        raise CkptselError(f"{where}: field {key} is {shown(value)}, not {wanted}")
+    return value
+
+
+def digest(value: Any) -> str:
+    """A sha256 of ``value`` as canonical JSON (what an item is, compared across logs)."""
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_same_items(
+    frame: pd.DataFrame,
+    key: Sequence[str],
+    harness: str,
+    *,
+    allow: bool,
+    note: Callable[[str], None],
+    refused: str = "nothing was written; ",
+) -> int:
+    """How many ids (``key`` columns) ``frame``'s rows hold with different ``content`` (rows
+    without one are not compared): any is one line naming the first such id and both logs
+    (``source``), unless ``allow``, which says it and returns the count."""
+    if "content" not in frame.columns:
+        return 0
+    have = frame[frame["content"].notna() & (frame["content"].astype(str) != "")]
+    firsts = have.drop_duplicates([*key, "content"])
+    bad = firsts[firsts.duplicated(list(key), keep=False)]
+    if bad.empty:
+        return 0
+    ids = bad[list(key)].astype(str).drop_duplicates().sort_values(list(key))
+    first = bad[(bad[list(key)].astype(str) == ids.iloc[0]).all(axis=1)]
+    a, b = first.iloc[0], first.iloc[1]
+    what = CONTENT_FIELDS.get(harness, "content")
+    split = f" ({a['split']})" if "split" in key else ""
+    said = (
+        f"{b['source']}: item {a['item_id']!r}{split} is not the item {a['source']} holds under "
+        f"that id (different documents: its {what} differs, {str(b['content'])[:12]} vs "
+        f"{str(a['content'])[:12]})"
+    )
+    more = f"; {len(ids) - 1} more id(s) differ" if len(ids) > 1 else ""
+    if not allow:
+        raise CkptselError(f"{said}{more}; {refused}pass {ALLOW_DIFFERENT} to pair them anyway")
+    note(f"warning: {said}{more}; paired anyway ({ALLOW_DIFFERENT})")
+    return len(ids)
+
+
+def _rule_correct(frame: pd.DataFrame, tasks: pd.Series) -> pd.Series:
+    """Whether each row's answer matches its reference under its task's rule."""
+    out = pd.Series(False, index=frame.index)
+    keys = [tasks, frame["subtask"].astype(str)]
+    for (task, sub), idx in frame.groupby(keys, sort=True).groups.items():
+        out[idx] = [
+            is_correct(task, "" if a is None else str(a), str(r), subtask=sub)
+            for a, r in zip(frame.loc[idx, "answer"], frame.loc[idx, "reference"], strict=True)
+        ]
+    return out
+
+
+def check_correctness(
+    frame: pd.DataFrame, tasks: pd.Series, note: Callable[[str], None], rescore: bool
+) -> pd.Series:
+    """The rows' correctness: the log's, each direction in which it contradicts the answer under
+    the task's rule said in one line (how many, the first); with ``rescore``, the rule's (see the
+    module). ``tasks``: each row's ckptsel task (or harness task name)."""
+    correct = frame["correct"].astype(bool)
+    known = {t: known_task(t) for t in set(tasks)}
+    can = tasks.map(known).astype(bool)
+    if "reference" in frame.columns:
+        can &= frame["reference"].notna()
+    else:
+        can &= False
+    if not can.any():
+        if rescore:
+            raise CkptselError(
+                "--rescore: no sample can be re-scored: it needs --task naming a ckptsel task "
+                "and samples that carry their reference"
+            )
+        return correct
+    rows = frame[can]
+    rule = _rule_correct(rows, tasks[can])
+    logs = rows["source"].nunique()
+    for mask, says, how in (
+        (~correct[can] & rule, "wrong", "equals"), (correct[can] & ~rule, "right", "differs from"),
+    ):  # fmt: skip
+        if mask.any():
+            r = rows[mask].iloc[0]
+            note(
+                f"warning: {r['source']}: the log says {says} on {int(mask.sum())} item(s) whose "
+                f"answer {how} the reference under the task's {tasks[r.name]} rule (first: "
+                f"{r['item_id']!r}: answer {shown(r['answer'], 30)}, reference "
+                f"{shown(r['reference'], 30)}; {logs} log(s)); "
+                + (
+                    "re-scored with the rule (--rescore)"
+                    if rescore
+                    else "--rescore scores them with the rule"
+                )
+            )
+    if not rescore:
+        return correct
+    changed = int((rule != correct[can]).sum())
+    note(
+        f"note: --rescore: {int(can.sum())} of {len(frame)} samples scored with ckptsel's rule of "
+        f"their task, not the log's correctness ({changed} changed)"
+    )
+    return correct.where(~can, rule.reindex(frame.index, fill_value=False))
 
 
 def known_task(task: str | None) -> bool:
@@ -346,7 +518,11 @@ def to_records(
     rows["group"] = _fill(rows, "group", rows["item_id"].astype(object))
     rows["answer"] = _answers(rows.assign(task=refs), note, harness)
     _check_keys(rows, ("trajectory", "step", "split", "item_id"), "a generation")
+    allow = naming.get("allow_different_items", False)
+    different = check_same_items(rows, ("split", "item_id"), harness, allow=allow, note=note)
+    rows["correct"] = check_correctness(rows, refs, note, naming.get("rescore", False))
     generations = coerce_generations(rows)
+    content = rows["content"] if "content" in rows.columns else pd.Series(None, index=rows.index)
     nll = None
     if nll_frames:
         nf = pd.concat(nll_frames, ignore_index=True)
@@ -354,8 +530,9 @@ def to_records(
         _check_keys(nf, ("trajectory", "step", "split", "item_id", "window"), "an NLL")
         nll = coerce_nll(nf)
     return Ingested(
-        generations, nll, tuple(unavailable_lines(harness, nll)), tuple(sorted(set(names)))
-    )
+        generations, nll, tuple(unavailable_lines(harness, nll)), tuple(sorted(set(names))),
+        content=content.astype(object).reset_index(drop=True), different_items=different,
+    )  # fmt: skip
 
 
 def unavailable_lines(

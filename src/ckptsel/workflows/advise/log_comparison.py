@@ -31,13 +31,21 @@ group, correctness), as if A and B were two checkpoints of one trajectory. Then,
   which refused tables whose discordance all goes one way (a 20 pp difference "impossible" at
   agreement 0.8, by rounding).
 
+The same items: a sample id the two logs share must name the same item in both (logs of one
+harness: lm-eval's ``doc_hash``, inspect's input and target, lighteval's query and gold,
+:func:`ckptsel.measure.check_same_items`); the first id that differs is refused in one line
+naming both logs, unless ``allow_different_items`` (``--allow-different-items``), which says so
+on stderr and counts them (``different_items`` per comparison, and in ``settings``). Every field
+read from a log is type-checked by its reader; ``options.rescore`` scores the samples with the
+task's rule, not the log's correctness (each contradiction between the two is said either way).
+
 inspect logs with several epochs are refused (its reader keeps one answer per sample).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +53,7 @@ import pandas as pd
 
 from ckptsel._util import rng as streams
 from ckptsel.errors import CkptselError
-from ckptsel.measure import LogOptions, read_logs, to_records
+from ckptsel.measure import LogOptions, check_same_items, read_logs, to_records
 from ckptsel.results import Estimate
 from ckptsel.stats import adjust_pvalues, judged
 from ckptsel.workflows.advise.comparison import (
@@ -68,10 +76,13 @@ def log_rows(
     harness, logs = read_logs(path, step, options, note)
     frames = []
     for log in logs:  # one task log at a time: inspect sample ids repeat across tasks
-        rows = to_records(
-            [log], harness=harness, trajectory=side, task=options.task, split=split, note=note
-        ).generations
-        frames.append(rows.assign(source=log.source))
+        ingested = to_records(
+            [log], harness=harness, trajectory=side, task=options.task, split=split, note=note,
+            rescore=options.rescore,
+        )  # fmt: skip
+        frames.append(
+            ingested.generations.assign(source=log.source, content=ingested.content.to_numpy())
+        )
     rows = pd.concat(frames, ignore_index=True)
     twice = rows.duplicated(KEY, keep=False)
     if twice.any():
@@ -140,7 +151,31 @@ def adjusted_verdict(difference: dict, p_adjusted: float, level: float, correcti
     return judged(Estimate.from_dict(difference), level, p_adjusted, test).to_dict()
 
 
-def _compare_pair(a: pd.DataFrame, b: pd.DataFrame, pair: tuple, names, settings) -> dict:
+@dataclass(frozen=True)
+class _Pairing:
+    """How the two logs' samples pair: both logs' harnesses (the same items are checked only
+    between logs of one harness, whose contents compare) and whether ids whose contents differ
+    are paired anyway (``--allow-different-items``)."""
+
+    harnesses: tuple[str, str]
+    allow_different_items: bool
+    note: Callable[[str], None]
+
+    def different(self, ra: pd.DataFrame, rb: pd.DataFrame) -> int:
+        """How many shared ids hold different items in the two logs (see the module)."""
+        if self.harnesses[0] != self.harnesses[1]:
+            return 0
+        shared = np.intersect1d(ra["item_id"].to_numpy(), rb["item_id"].to_numpy())
+        both = pd.concat([ra, rb], ignore_index=True)
+        return check_same_items(
+            both[both["item_id"].isin(shared)], ("item_id",), self.harnesses[0],
+            allow=self.allow_different_items, note=self.note, refused="",
+        )  # fmt: skip
+
+
+def _compare_pair(
+    a: pd.DataFrame, b: pd.DataFrame, pair: tuple, names, settings, pairing: _Pairing
+) -> dict:
     split, task_a, task_b = pair
     ra = a[(a["split"] == split) & (a["task"] == task_a)]
     rb = b[(b["split"] == split) & (b["task"] == task_b)]
@@ -149,10 +184,17 @@ def _compare_pair(a: pd.DataFrame, b: pd.DataFrame, pair: tuple, names, settings
             f"task {task_a!r} ({split}): the logs share no sample id ({len(ra)} in A, {len(rb)} "
             "in B); a paired comparison needs the same samples"
         )
+    different = pairing.different(ra, rb)
     x, y, groups, dropped = shared_items(_side(ra), _side(rb), split, names)
     res = paired_difference(x, y, groups, settings, streams.COMPARE_SPLITS[split])
     task = task_a if task_a == task_b else f"{task_a} | {task_b}"
-    return {"split": split, "task": task, **res, "not_shared": dropped}
+    return {
+        "split": split,
+        "task": task,
+        **res,
+        "not_shared": dropped,
+        "different_items": different,
+    }
 
 
 def compare_logs(
@@ -164,9 +206,11 @@ def compare_logs(
     correction: str = "holm",
     settings: CompareSettings | None = None,
     note: Callable[[str], None] = print,
+    allow_different_items: bool = False,
 ) -> dict:
     """Everything ``ckptsel compare-logs`` reports, as a JSON-ready dict (module docstring).
-    ``split``: the split of samples whose metadata names none."""
+    ``split``: the split of samples whose metadata names none; ``allow_different_items``: pair
+    ids whose contents differ between the logs (said, and counted per comparison)."""
     settings = settings or CompareSettings()
     options = options or LogOptions()
     if correction not in CORRECTIONS:
@@ -174,7 +218,8 @@ def compare_logs(
     harness_a, a = log_rows(Path(log_a), "a", options, split, note)
     harness_b, b = log_rows(Path(log_b), "b", options, split, note)
     names = (str(log_a), str(log_b))
-    results = [_compare_pair(a, b, pair, names, settings) for pair in _pairs(a, b, note)]
+    pairing = _Pairing((harness_a, harness_b), allow_different_items, note)
+    results = [_compare_pair(a, b, pair, names, settings, pairing) for pair in _pairs(a, b, note)]
     adjusted = adjust_pvalues(np.array([r["mcnemar_p"] for r in results]), correction)
     for r, p in zip(results, adjusted, strict=True):
         r["mcnemar_p_adjusted"] = float(p)
@@ -183,6 +228,12 @@ def compare_logs(
     return {
         "a": {"log": str(log_a), "harness": harness_a, "samples": len(a)},
         "b": {"log": str(log_b), "harness": harness_b, "samples": len(b)},
-        "settings": {**asdict(settings), "correction": correction, "power": POWER},
+        "settings": {
+            **asdict(settings),
+            "correction": correction,
+            "power": POWER,
+            "allow_different_items": allow_different_items,
+            "rescore": options.rescore,
+        },  # fmt: skip
         "comparisons": results,
     }
