@@ -248,13 +248,15 @@ def test_bad_task_files_are_one_line_naming_file_and_key(tmp_path, body, items, 
     assert "\n" not in str(err.value)
 
 
-def test_a_module_function_scorer_is_imported_only_when_given(tmp_path, monkeypatch) -> None:
+def test_a_scorer_file_beside_the_task_file_is_imported_only_to_judge(tmp_path) -> None:
     write(
-        tmp_path / "lib" / "myscorer.py",
+        tmp_path / "myscorer.py",
         """\
-        CALLS = []
+        from pathlib import Path
+        LOG = Path(__file__).with_name("calls.txt")
+        LOG.write_text("imported\\n")
         def reversed_gold(answer, reference):
-            CALLS.append((answer, reference))
+            LOG.write_text(LOG.read_text() + f"{answer} {reference}\\n")
             return answer == reference[::-1]
         def broken(answer, reference):
             raise ValueError("no way")
@@ -262,24 +264,28 @@ def test_a_module_function_scorer_is_imported_only_when_given(tmp_path, monkeypa
             return "yes"
         """,
     )
-    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
-    body = FIRSTWORD.replace('compare = "exact"', 'scorer = "myscorer:reversed_gold"')
+    body = FIRSTWORD.replace('compare = "exact"', 'scorer = "myscorer.py:reversed_gold"')
     task = task_file(tmp_path, body)
-    import myscorer
-
-    assert is_correct(task, "olleh world", "hello") and not is_correct(task, "hello", "hello")
-    assert myscorer.CALLS == [("olleh", "hello"), ("hello", "hello")]  # the extracted answer
+    log = tmp_path / "calls.txt"
+    assert get_task(task).rule.runs_code == "myscorer.py:reversed_gold"
     assert extract(task, "  Olleh  x") == "Olleh"  # white space collapsed, case kept
+    assert not log.exists()  # reading the task and extracting answers ran no code
+    assert is_correct(task, "olleh world", "hello") and not is_correct(task, "hello", "hello")
+    assert log.read_text() == "imported\nolleh hello\nhello hello\n"  # the extracted answer
     for scorer, message in [
-        ("nomodule_xyz:f", r"cannot import 'nomodule_xyz' \(ModuleNotFoundError"),
-        ("myscorer:missing", r"myscorer has no function 'missing'"),
-        ("not a spec", r"write it as 'module:function'"),
+        ("nomodule_xyz:f", r"write it as 'score\.py:function'.*never imported from a task file"),
+        ("missing.py:f", r"scorer 'missing\.py:f': no file "),
+        ("not a spec", r"write it as 'score\.py:function'"),
     ]:
-        bad = task_file(tmp_path, body.replace("myscorer:reversed_gold", scorer), f"{scorer[:3]}.toml")
+        bad = task_file(tmp_path, body.replace("myscorer.py:reversed_gold", scorer), f"{scorer[:3]}.toml")
         with pytest.raises(CkptselError, match=message):
             get_task(bad)
+    missing = task_file(tmp_path, body.replace("reversed_gold", "missing"), "m.toml")
+    with pytest.raises(CkptselError, match=r"m\.toml: \[answer\] scorer 'myscorer\.py:missing': "
+                       r"myscorer\.py has no function 'missing'"):  # fmt: skip
+        is_correct(missing, "x", "y")
     raising = task_file(tmp_path, body.replace("reversed_gold", "broken"), "b.toml")
-    with pytest.raises(CkptselError, match=r"scorer myscorer:broken: raised ValueError: no way"):
+    with pytest.raises(CkptselError, match=r"scorer myscorer\.py:broken: raised ValueError: no way"):
         is_correct(raising, "x", "y")
     returning = task_file(tmp_path, body.replace("reversed_gold", "not_bool"), "n.toml")
     with pytest.raises(CkptselError, match=r"returned str, not a bool"):

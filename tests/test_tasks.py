@@ -46,7 +46,10 @@ def test_registry_names_families_and_aliases() -> None:
         assert tasks.task_family(name) == "commonsense"
         assert tasks.get_task(name.lower()).subtask == name
     assert tasks.get_task("arc_challenge").name == "ARC-Challenge"
-    with pytest.raises(CkptselError, match=r"unknown task 'gsm9k'; known tasks: gsm8k, metamath"):
+    assert tasks.task_family("gsm8k-raw") == "gsm8k"
+    with pytest.raises(
+        CkptselError, match=r"unknown task 'gsm9k'; known tasks: gsm8k, gsm8k-raw, metamath"
+    ):
         tasks.task_family("gsm9k")
 
 

@@ -10,6 +10,11 @@ treats as the same (``3,000`` and ``3000``) extract to the same string.
 ``subtask`` matters only for commonsense: it selects the label pattern (``boolq`` ->
 ``true|false``). For a specific commonsense task (``--task piqa``) the task name already does;
 for a mixed ``commonsense`` pool pass the item's subtask, else the union of all labels is used.
+
+A task file's rule may fail on one text (its regex past the time bound, its scorer raising or
+returning no bool): :class:`~ckptsel.data.answers.rules.AnswerRuleError`, one line naming the task
+file and the pattern or scorer; a caller that knows the item adds it (``err.at(item_id)``).
+:func:`check_scorer` imports a task's scorer up front (only :func:`is_correct` needs it).
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from __future__ import annotations
 from ckptsel.data.answers import FAMILIES
 from ckptsel.data.tasks import get_task, task_family
 
-__all__ = ["FAMILIES", "extract", "is_correct", "normalize_reference", "family_of"]
+__all__ = [
+    "FAMILIES", "check_scorer", "extract", "is_correct", "normalize_reference", "family_of",
+]  # fmt: skip
 
 
 def family_of(task: str) -> str:
@@ -42,3 +49,9 @@ def is_correct(task: str, text: str, reference: str, *, subtask: str = "") -> bo
 def normalize_reference(task: str, reference: str) -> str:
     """The normal form of a gold answer, comparable with :func:`extract`'s output."""
     return get_task(task).rule.normalize_reference(reference)
+
+
+def check_scorer(task: str) -> None:
+    """Import the task's scorer now (a task file's ``score.py:function``; nothing for a task
+    without one), so a broken scorer stops a command before anything is measured."""
+    get_task(task).rule.load_scorer()

@@ -18,8 +18,12 @@ formats; a task file is the same thing written in TOML (:func:`read_task_file`):
 
 Its items file is a JSON list or JSON Lines (sniffed from the first character); a field name may
 be a dotted path into nested objects (``doc.question``). The task file's identity is its content
-hash (:attr:`Task.digest`, with the scorer module's source when there is one): measurements name
+hash (:attr:`Task.digest`, with the scorer file's source when there is one): measurements name
 it, so an edited task file is measured again rather than reused.
+
+A task file is data: reading or showing it runs no code. Only ``[answer] scorer =
+"score.py:function"`` (a Python file beside it) is code, imported only when answers are judged.
+Every value is checked where it is read, naming the file and the key.
 
 Every item becomes an :class:`Item` with the same meanings whatever the task: ``instruction`` is
 the prompt's text (the prompt format is applied around it later), ``response`` the supervised and
@@ -40,7 +44,7 @@ from typing import Any
 import tomllib
 
 from ckptsel._util.io import read_json_records
-from ckptsel.data.answers.rules import FAMILY_RULES, AnswerRule, scorer_digest
+from ckptsel.data.answers.rules import FAMILY_RULES, AnswerRule, BoundedRegex, scorer_digest
 from ckptsel.errors import CkptselError
 
 ROLES: dict[str, str] = {
@@ -59,7 +63,13 @@ TASK_FILE_KEYS: dict[str, dict[str, str]] = {
         "'_', '-', '.'; not a built-in task's name)",
         "description": "one line shown by 'ckptsel tasks'",
     },
-    "fields": ROLES,
+    "fields": {
+        **ROLES,
+        "reference_regex": "a regex over the reference field's text whose first match (group 1 "
+        "when it has a group, else the whole match) is the gold answer: e.g. reference = "
+        "response = \"answer\" with '####\\s*(.+?)\\s*$' takes GSM8K's final number from the "
+        "raw answer (an item without a match is refused)",
+    },
     "answer": {
         "extract": "a rule name (see below) or a regex (default: whole; label when compare = "
         "'labels')",
@@ -69,8 +79,10 @@ TASK_FILE_KEYS: dict[str, dict[str, str]] = {
         "compare": "a comparison rule (see below; default: exact)",
         "tolerance": "numeric: largest absolute difference still correct (default 0)",
         "labels": "labels: the allowed answers (a list of strings)",
-        "scorer": "'module:function' instead of compare: function(answer, reference) -> bool, "
-        "imported only when given",
+        "scorer": "'score.py:function' instead of compare: a Python file beside the task file "
+        "(a relative path inside its folder), function(answer, reference) -> bool; runs code, "
+        "imported only when answers are judged (measure, tasks show --score), never to show the "
+        "task; a module:function is refused (import it from such a file)",
     },
     "example": {"<field>": "an example item record, shown by 'ckptsel tasks show'"},
 }
@@ -109,10 +121,13 @@ class Fields:
     group: str | None = None
     stratum: str | None = None
     notes: tuple[tuple[str, str], ...] = ()
+    reference_regex: str = ""
 
     def rows(self, task_name: str) -> list[tuple[str, str, str]]:
         """``(role, field(s), note)`` per role, for ``ckptsel tasks show`` and the docs."""
         notes = dict(self.notes)
+        if self.reference_regex:
+            notes.setdefault("reference", f"the match of reference_regex '{self.reference_regex}'")
         defaults = {
             "response": "none: no SFT target, no NLL target",
             "id": f"none: {task_name}-<index>",
@@ -259,6 +274,11 @@ def load_fields(path: Path, task: Task) -> list[Item]:
     loader); each reference is checked against the answer rule (a label, a number)."""
     fields, rule = task.fields, task.rule
     assert fields is not None
+    derive = (
+        BoundedRegex(fields.reference_regex, f"{task.source}: [fields] reference_regex")
+        if fields.reference_regex
+        else None
+    )
 
     def item(record: Any, where: str, index: int) -> Item:
         first = field_value(record, fields.prompt[0], path, where) or ""
@@ -267,6 +287,8 @@ def load_fields(path: Path, task: Task) -> list[Item]:
         more = [field_value(record, n, path, where, required=False) for n in fields.prompt[1:]]
         prompt = "\n\n".join([first, *(m for m in more if m and m.strip())])
         reference = field_value(record, fields.reference, path, where) or ""
+        if derive is not None:
+            reference = _derived_reference(derive, reference, path, where, fields.reference)
         problem = rule.reference_problem(reference)
         if problem:
             raise CkptselError(f"{path}: {where}: field {fields.reference!r} {problem}")
@@ -277,6 +299,20 @@ def load_fields(path: Path, task: Task) -> list[Item]:
         return Item(item_id, prompt, reference, response, group or item_id, stratum or "")
 
     return parse_file(path, item)
+
+
+def _derived_reference(derive: BoundedRegex, text: str, path: Path, where: str, name: str) -> str:
+    """The gold answer ``reference_regex`` finds in the reference field's ``text``."""
+    try:
+        found = derive.find(text, min(derive.groups, 1))
+    except CkptselError as err:
+        raise CkptselError(f"{path}: {where}: field {name!r}: {err}") from None
+    if not found or not found.strip():
+        raise CkptselError(
+            f"{path}: {where}: field {name!r}: {derive.key} {derive.pattern!r} finds no answer in "
+            f"{text[:60]!r}"
+        )
+    return found.strip()
 
 
 # --------------------------------------------------------------------------- task files
@@ -300,7 +336,11 @@ def _names(value: Any, path: Path, key: str, *, many: bool = False) -> tuple[str
     if not values or not all(isinstance(v, str) and v.strip() for v in values):
         kind = "a field name or a list of field names" if many else "a field name"
         raise CkptselError(f"{path}: [fields] {key}: must be {kind}, got {value!r}")
-    return tuple(v.strip() for v in values)
+    names = tuple(v.strip() for v in values)
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise CkptselError(f"{path}: [fields] {key}: field {twice!r} is listed twice")
+    return names
 
 
 def _fields(table: dict[str, Any], path: Path) -> Fields:
@@ -311,18 +351,39 @@ def _fields(table: dict[str, Any], path: Path) -> Fields:
     def one(key: str) -> str | None:
         return _names(table[key], path, key)[0] if key in table else None
 
-    return Fields(
+    fields = Fields(
         prompt=_names(table["prompt"], path, "prompt", many=True),
         reference=one("reference") or "",
         response=one("response"),
         id=(one("id") or "",) if "id" in table else (),
         group=one("group"),
         stratum=one("stratum"),
+        reference_regex=_reference_regex(table.get("reference_regex"), path),
     )
+    for role in ("reference", "response"):
+        named = getattr(fields, role)
+        if named in fields.prompt:
+            raise CkptselError(
+                f"{path}: [fields] prompt: names {named!r}, the {role} field (the model would be "
+                f"shown the {'answer' if role == 'reference' else 'target'})"
+            )
+    return fields
+
+
+def _reference_regex(value: Any, path: Path) -> str:
+    """``[fields] reference_regex``, compiled to check it ("" when absent)."""
+    if value is None:
+        return ""
+    try:
+        BoundedRegex(value, "[fields] reference_regex")
+    except CkptselError as err:
+        raise CkptselError(f"{path}: {err}") from None
+    return value
 
 
 def _answer(table: dict[str, Any], path: Path) -> AnswerRule:
     settings = dict(table)
+    settings.update(origin=str(path), scorer_base=str(path.resolve().parent))
     if "scorer" in settings and "compare" in settings:
         raise CkptselError(f"{path}: [answer] give compare or scorer, not both")
     if "labels" in settings:
@@ -367,7 +428,8 @@ def read_task_file(path: str | Path) -> Task:
     fields = _fields(_table(data, "fields", path), path)
     answer = _answer(_table(data, "answer", path), path)
     example = _table(data, "example", path) or None
-    digest = hashlib.sha256(raw + (scorer_digest(answer.scorer).encode() if answer.scorer else b""))
+    code = answer.scorer_file
+    digest = hashlib.sha256(raw + (scorer_digest(code).encode() if code is not None else b""))
     return Task(
         name, "", load_fields, description, fields=fields,
         answer=answer, source=str(path.resolve()), digest=digest.hexdigest()[:16], example=example,

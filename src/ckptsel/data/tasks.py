@@ -19,6 +19,10 @@ Formats (json list or jsonl, sniffed from the first character, for every task):
     annotations ``<<16-3-4=9>>`` are removed (tool markup no MetaMath-trained model has seen)
     and the ``#### N`` line becomes ``The answer is: N``, so the NLL of a GSM8K test item is
     measured on text in the format the model was fine-tuned to produce.
+``gsm8k-raw``
+    the same records, items and answer rule; ``response`` = the answer as written (calculator
+    notes and ``#### N`` kept), for a run fine-tuned on raw GSM8K answers. Its own name, so
+    its measurements never mix with ``gsm8k``'s.
 ``metamath``
     ``query``, ``response`` (ending ``The answer is: X``), optional ``type`` (-> subtask) and
     ``original_question`` (-> group). ``reference`` = X after the last marker.
@@ -55,9 +59,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +72,7 @@ from ckptsel.data.answers import FAMILIES
 from ckptsel.data.answers import commonsense as commonsense_answers
 from ckptsel.data.answers import gsm8k as gsm8k_answers
 from ckptsel.data.answers import latex as math_answers
+from ckptsel.data.answers.rules import scorer_digest
 from ckptsel.data.taskdef import (
     Fields,
     Item,
@@ -106,7 +112,8 @@ def format_prompt(instruction: str) -> str:
 
 TASKS: dict[str, Task] = {}
 _LOOKUP: dict[str, Task] = {}
-_FILES: dict[tuple[str, bytes], Task] = {}  # (a task file's path, its content) -> its task
+# (a task file's path, its content) -> (its task, its scorer file's hash)
+_FILES: dict[tuple[str, bytes], tuple[Task, str]] = {}
 _STATS: dict[str, tuple[tuple[int, ...], int, Task]] = {}  # a --task value -> (stat, read at, task)
 _RACY_NS = 2_000_000_000  # a file changed this recently may change again within one mtime tick
 
@@ -156,26 +163,53 @@ def is_task_file(task: str) -> bool:
     return isinstance(task, str) and task.strip().lower().endswith(".toml")
 
 
+def _stamp(path: Path | None) -> tuple[int, ...]:
+    """What a file's stat says of its content (() for no file or none there)."""
+    if path is None:
+        return ()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _code_hash(task: Task) -> str:
+    """The hash of a task file's scorer file now ("" without one, "-" when it is gone)."""
+    code = task.rule.scorer_file
+    try:
+        return "" if code is None else scorer_digest(code)
+    except OSError:
+        return "-"
+
+
 def _task_file(ref: str) -> Task:
-    """The task a task file defines, parsed again only when its content changed. The file is
-    read again unless its stat is unchanged since a read made when it was already older than
-    a clock tick (as git's racy-clean rule: a same-size edit within one mtime tick is never
-    missed)."""
+    """The task a task file defines, parsed again only when its content (or its scorer file's)
+    changed. The files are read again unless their stat is unchanged since a read made when
+    they were already older than a clock tick (as git's racy-clean rule: a same-size edit
+    within one mtime tick is never missed)."""
     if "://" in ref:
         raise CkptselError(f"{ref}: a task file must be a local path")
     path = Path(ref.strip()).expanduser()
     try:
-        st = os.stat(path)
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        stamp = _stamp(path)
+        if not stamp:
+            raise OSError(ref)
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would hang the read
+            raise CkptselError(f"{ref}: not a regular file (a task file is a TOML file)")
         seen = _STATS.get(ref)
-        if seen is not None and seen[0] == stamp and seen[1] - st.st_mtime_ns > _RACY_NS:
-            return seen[2]
+        if seen is not None:
+            full = stamp + _stamp(seen[2].rule.scorer_file)
+            newest = max(full[2::4])
+            if seen[0] == full and seen[1] - newest > _RACY_NS:
+                return seen[2]
         read_ns = time.time_ns()
         key = (str(path.resolve()), path.read_bytes())
     except OSError:
         raise CkptselError(f"{ref}: task file not found") from None
-    task = _FILES.get(key) or _parsed(path, key)
-    _STATS[ref] = (stamp, read_ns, task)
+    cached = _FILES.get(key)
+    task = cached[0] if cached and cached[1] == _code_hash(cached[0]) else _parsed(path, key)
+    _STATS[ref] = (stamp + _stamp(task.rule.scorer_file), read_ns, task)
     return task
 
 
@@ -185,7 +219,7 @@ def _parsed(path: Path, key: tuple[str, bytes]) -> Task:
         raise CkptselError(
             f"{path}: name {task.name!r} is a built-in task's; give the task file another name"
         )
-    _FILES[key] = task
+    _FILES[key] = (task, _code_hash(task))
     return task
 
 
@@ -268,7 +302,18 @@ def gsm8k_response(answer: str) -> str:
 
 
 def load_gsm8k(path: Path, task: Task) -> list[Item]:
-    """GSM8K ``question``/``answer`` records (reusable for any task in that format)."""
+    """GSM8K ``question``/``answer`` records (reusable for any task in that format); the
+    response is the answer in MetaMath training form (:func:`gsm8k_response`)."""
+    return _gsm8k_items(path, task, gsm8k_response)
+
+
+def load_gsm8k_raw(path: Path, task: Task) -> list[Item]:
+    """GSM8K records as :func:`load_gsm8k`, the response the answer as written (calculator
+    notes and its ``#### N`` line kept): the NLL of a run trained on the raw format."""
+    return _gsm8k_items(path, task, lambda answer: answer)
+
+
+def _gsm8k_items(path: Path, task: Task, response: Callable[[str], str]) -> list[Item]:
 
     def item(record: Any, where: str, index: int) -> Item:
         question = field_value(record, "question", path, where)
@@ -281,7 +326,7 @@ def load_gsm8k(path: Path, task: Task) -> list[Item]:
                 f"{path}: {where}: field 'answer': final value {reference!r} is not a number"
             )
         item_id = file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
-        return Item(item_id, question, reference, gsm8k_response(answer), item_id, task.subtask)
+        return Item(item_id, question, reference, response(answer), item_id, task.subtask)
 
     return parse_file(path, item)
 
@@ -434,6 +479,15 @@ _BUILTIN_FIELDS = {
             ("id", _ID_NOTE),
         ),
     ),
+    "gsm8k-raw": Fields(
+        prompt=("question",), reference="answer", response="answer", id=("item_id", "id"),
+        notes=(
+            ("response", "the answer as written: its <<...>> calculator notes and its "
+             "'#### N' line kept"),
+            ("reference", "N of the answer's final '#### N' line (a number)"),
+            ("id", _ID_NOTE),
+        ),
+    ),
     "metamath": Fields(
         prompt=("query",), reference="response", response="response", id=("item_id", "id"),
         group="original_question", stratum="type",
@@ -520,6 +574,11 @@ def _register_builtin() -> None:
     register_task(
         "gsm8k", "gsm8k", load_gsm8k, description="GSM8K jsonl (question, answer '#### N')",
         fields=_BUILTIN_FIELDS["gsm8k"], example=_BUILTIN_EXAMPLES["gsm8k"],
+    )  # fmt: skip
+    register_task(
+        "gsm8k-raw", "gsm8k", load_gsm8k_raw,
+        description="GSM8K as gsm8k, the NLL target the answer as written (<<...>>, '#### N')",
+        fields=_BUILTIN_FIELDS["gsm8k-raw"], example=_BUILTIN_EXAMPLES["gsm8k"],
     )  # fmt: skip
     register_task(
         "metamath",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.data import extract, is_correct, task_identity, task_label
+from ckptsel.data import AnswerRuleError, extract, is_correct, task_identity, task_label
 from ckptsel.records import coerce_generations, coerce_nll, empty_nll
 
 
@@ -24,10 +24,12 @@ def score_texts(
     # the item's subtask picks the label pattern in a mixed commonsense pool; a task file's
     # identity (its content hash) keys the cache, so an edited file is never scored from it
     identity = task_identity(task)
-    scored = [
-        _score(task, identity, it.subtask, t, it.reference)
-        for t, it in zip(texts, items, strict=True)
-    ]
+    scored = []
+    for t, it in zip(texts, items, strict=True):
+        try:
+            scored.append(_score(task, identity, it.subtask, t, it.reference))
+        except AnswerRuleError as err:  # a task file's regex past its bound, a scorer failing
+            raise err.at(it.item_id) from None
     return [a for a, _ in scored], [ok for _, ok in scored]
 
 

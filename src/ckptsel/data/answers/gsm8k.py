@@ -63,6 +63,14 @@ def extract_raw(text: str) -> str:
     return numbers[-1] if numbers else ""
 
 
+def fallback_used(text: str) -> bool:
+    """Whether :func:`extract_raw` found its answer only by the fallback: no marker, and a last
+    number was taken (a text with neither gives "" and no fallback answer)."""
+    if after_marker(text) is not None:
+        return False
+    return bool(NUMBER_RE.findall(clean_numeric_text(text)))
+
+
 def normalize_span(span: str) -> str:
     """Canonical number when the span states a number, else the MATH string normal form."""
     cleaned = clean_numeric_text(span).strip()

@@ -8,25 +8,35 @@ Extraction gives the answer *span* as written ("" when there is none); the compa
 form turns it into the recorded answer (what checkpoint agreement compares), and the comparison
 judges the span against the reference. A generation without an answer span is wrong.
 
-``extract`` is one of the names in :data:`EXTRACT_RULES` or, when it is none of them, a Python
-regular expression: the first match (``select = "last"``: the last) of ``re.search`` over the
-whole text, its group ``group`` (default 1 when the pattern has a group, else the whole match);
-no flags are set (write ``(?i)``, ``(?m)`` in the pattern). ``compare`` is one of
-:data:`COMPARE_RULES`; ``scorer = "module:function"`` replaces it: ``function(answer, reference)``
-gets the extracted span and the gold string and returns a bool. The module is imported when
-the rule is built (only then), and a failed import is one line.
+``extract`` is one of the names in :data:`EXTRACT_RULES` or, when it is none of them, a
+regular expression (Python syntax, run by the ``regex`` package under a time bound of
+:data:`REGEX_TIMEOUT_S` seconds per match, so a pattern that backtracks is one line, not a hang):
+the first match (``select = "last"``: the last) over the whole text, its group ``group`` (default
+1 when the pattern has a group, else the whole match); no flags are set (write ``(?i)``, ``(?m)``
+in the pattern). ``compare`` is one of :data:`COMPARE_RULES`; ``scorer = "score.py:function"``
+replaces it: a function in a Python file beside the task file (a path relative to the task
+file's folder, inside it), ``function(answer, reference)`` gets the extracted span and the gold
+string and returns a bool. A scorer is code: it is imported only when an answer is judged
+(:meth:`AnswerRule.load_scorer`), never when a task is shown or listed, and whatever it raises
+at import or at call (``SystemExit`` too) is one line naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
+import importlib.util
+import math
 import re
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import regex
 
 from ckptsel.data.answers import commonsense as commonsense_answers
 from ckptsel.data.answers import gsm8k as gsm8k_answers
@@ -61,7 +71,13 @@ _CHOICE_MARKER_RE = re.compile(r"answer(?:\s+is)?\s*:?", re.IGNORECASE)
 _CHOICE_AFTER_RE = re.compile(r"(?<![A-Za-z0-9])\(?([A-J])\)?(?![A-Za-z0-9])")
 # at the start: "B", "(B)", "B.", "B)", "B:" (not the article of "A cat")
 _CHOICE_START_RE = re.compile(r"^\s*\(?([A-J])(?:\)|[.:]|[ \t]*(?:\n|$))")
-_SCORER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_SCORER_RE = re.compile(r"^([^:]+\.py):([A-Za-z_]\w*)$")
+_MODULE_SCORER_RE = re.compile(r"^([A-Za-z_][\w.]*):([A-Za-z_]\w*)$")
+REGEX_TIMEOUT_S = 1.0  # per match of a task file's regex
+REGEX_MAX_CHARS = 1000  # the longest regex a task file may hold
+REGEX_MAX_REPEATS = 100_000  # the product of its counted repeats ({n}, {n,m}): compile time
+_REPEAT_RE = re.compile(r"(?<!\\)\{(\d*)(?:,(\d*))?\}")
+_IMPORT_LOCK = threading.Lock()
 
 
 def _exact(text: str) -> str:
@@ -110,40 +126,146 @@ _SPANS: dict[str, Callable[[str], str]] = {
 }
 
 
-def import_scorer(spec: str) -> Callable[[str, str], Any]:
-    """The function a ``module:function`` scorer names, imported now; one line when it cannot."""
-    if not isinstance(spec, str) or not _SCORER_RE.match(spec):
-        raise CkptselError(f"[answer] scorer {spec!r}: write it as 'module:function'")
-    module_name, name = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # ImportError, or whatever the module raises while importing
+class AnswerRuleError(CkptselError):
+    """A rule that failed on one text (a regex past its time bound, a scorer that raised or
+    returned no bool): ``origin`` (the task file) and ``detail``; a caller that knows which item
+    it was scoring names it with :meth:`at`."""
+
+    def __init__(self, origin: str, detail: str, item: str = "") -> None:
+        self.origin, self.detail, self.item = origin, detail, item
+        parts = [origin] if origin else []
+        super().__init__(": ".join([*parts, *([f"item {item!r}"] if item else []), detail]))
+
+    def at(self, item: str) -> AnswerRuleError:
+        """The same error naming the item (unchanged when it names one already)."""
+        return self if self.item else AnswerRuleError(self.origin, self.detail, str(item))
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: message`` of an exception raised by user code, on one line, at most 200 chars."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+
+
+class BoundedRegex:
+    """A task file's regex (``key`` names it in messages): checked when built (a string of at
+    most :data:`REGEX_MAX_CHARS`, counted repeats whose product is at most
+    :data:`REGEX_MAX_REPEATS`, compiled by ``regex``: any failure is one line), run under
+    :data:`REGEX_TIMEOUT_S` seconds per match."""
+
+    def __init__(self, pattern: Any, key: str, invalid: str = "is no valid regex") -> None:
+        if not isinstance(pattern, str) or not pattern:
+            raise CkptselError(f"{key}: a non-empty regex string is needed, got {pattern!r}")
+        if len(pattern) > REGEX_MAX_CHARS:
+            raise CkptselError(
+                f"{key}: the regex has {len(pattern)} characters (at most {REGEX_MAX_CHARS})"
+            )
+        product = math.prod(
+            max(int(n or 1), int(m or 1)) for n, m in _REPEAT_RE.findall(pattern)
+        )
+        if product > REGEX_MAX_REPEATS:
+            raise CkptselError(
+                f"{key}: {pattern!r}: counted repeats of {product} in all (at most "
+                f"{REGEX_MAX_REPEATS}: the compiled pattern would be too large)"
+            )
+        try:
+            self.compiled = regex.compile(pattern)
+        except Exception as err:  # regex.error, RecursionError, OverflowError, MemoryError, ...
+            raise CkptselError(f"{key}: {pattern!r} {invalid} ({one_line(err)})") from None
+        self.pattern, self.key, self.groups = pattern, key, self.compiled.groups
+
+    def find(self, text: str, group: int, select: str = "first", origin: str = "") -> str | None:
+        """Group ``group`` of the first (``last``) match in ``text`` (None without a match);
+        past the time bound: :class:`AnswerRuleError` naming the pattern."""
+        try:
+            if select == "last":
+                match = None
+                for match in self.compiled.finditer(text, timeout=REGEX_TIMEOUT_S):  # noqa: B007
+                    pass
+            else:
+                match = self.compiled.search(text, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            raise AnswerRuleError(
+                origin,
+                f"{self.key} {self.pattern!r}: no match decided within {REGEX_TIMEOUT_S:g} s on a "
+                f"text of {len(text)} characters (the pattern backtracks; simplify it)",
+            ) from None
+        return match.group(group) if match else None
+
+
+def scorer_path(spec: Any, base: str | Path) -> tuple[Path, str]:
+    """``(file, function)`` of a ``score.py:function`` scorer: the file a path relative to the
+    folder ``base`` (the task file's), inside it once links are followed, a regular file; the
+    file is not imported here. Anything else is one line naming the scorer."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise CkptselError(f"[answer] scorer: write it as 'score.py:function', got {spec!r}")
+    found = _SCORER_RE.fullmatch(spec.strip())
+    if not found:
+        module = _MODULE_SCORER_RE.fullmatch(spec.strip())
+        hint = (
+            " (a module is never imported from a task file alone; a score.py beside it may "
+            "import one)" if module else ""
+        )
         raise CkptselError(
-            f"[answer] scorer {spec!r}: cannot import {module_name!r} "
-            f"({type(err).__name__}: {err})"
+            f"[answer] scorer {spec!r}: write it as 'score.py:function', a Python file beside "
+            f"the task file{hint}"
+        )
+    relative, name = found.groups()
+    folder = Path(base or ".").resolve()
+    escapes = Path(relative).is_absolute() or relative.startswith(("/", "\\", "~"))
+    if escapes or ".." in Path(relative).parts:
+        raise CkptselError(
+            f"[answer] scorer {spec!r}: the file must be a relative path inside the task "
+            f"file's folder {folder}"
+        )
+    target = (folder / relative).resolve()
+    if not target.is_relative_to(folder):
+        raise CkptselError(
+            f"[answer] scorer {spec!r}: {relative} leads outside the task file's folder "
+            f"{folder} (a link)"
+        )
+    if not target.is_file():
+        raise CkptselError(f"[answer] scorer {spec!r}: no file {folder / relative}")
+    return target, name
+
+
+def import_scorer(path: Path, name: str, spec: str) -> Callable[[str, str], Any]:
+    """The function ``name`` of the Python file ``path``, imported now. Whatever the file raises
+    while importing (``SystemExit`` too; not ``KeyboardInterrupt``) is one line naming ``spec``."""
+    module_name = "ckptsel_scorer_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    try:
+        loader = importlib.util.spec_from_file_location(module_name, path)
+        if loader is None or loader.loader is None:
+            raise ImportError(f"{path.name} is not a Python file")
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[module_name] = module  # as an import does (dataclasses, pickling)
+        loader.loader.exec_module(module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # SystemExit included: a scorer never ends the command
+        sys.modules.pop(module_name, None)
+        raise CkptselError(
+            f"[answer] scorer {spec!r}: importing {path.name} raised {one_line(err)}"
         ) from None
     function = getattr(module, name, None)
     if not callable(function):
-        raise CkptselError(f"[answer] scorer {spec!r}: {module_name} has no function {name!r}")
+        raise CkptselError(f"[answer] scorer {spec!r}: {path.name} has no function {name!r}")
     return function
 
 
-def scorer_digest(spec: str) -> str:
-    """Hash of the scorer module's source file ("" when it has none), so an edited scorer is an
-    edited task."""
-    module = importlib.import_module(spec.split(":")[0])
-    source = getattr(module, "__file__", None)
-    if not source or not Path(source).is_file():
-        return ""
-    return hashlib.sha256(Path(source).read_bytes()).hexdigest()[:16]
+def scorer_digest(path: Path) -> str:
+    """Hash of a scorer file's source, so an edited scorer is an edited task (not imported)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class AnswerRule:
     """``extract`` (a rule name of :data:`EXTRACT_RULES` or a regex), ``compare`` (a name of
-    :data:`COMPARE_RULES`) or ``scorer`` (``module:function``), and their settings: ``group`` and
-    ``select`` of a regex, ``tolerance`` of ``numeric``, ``labels`` of ``labels``/``label``.
-    Bad settings raise :class:`CkptselError` naming the key (``[answer] compare``)."""
+    :data:`COMPARE_RULES`) or ``scorer`` (``score.py:function``, relative to the folder
+    ``scorer_base``), and their settings: ``group`` and ``select`` of a regex, ``tolerance`` of
+    ``numeric``, ``labels`` of ``labels``/``label``. ``origin`` (the task file) starts the
+    messages of a rule that fails on a text. Bad settings raise :class:`CkptselError` naming the
+    key (``[answer] compare``)."""
 
     extract: str = "whole"
     compare: str = "exact"
@@ -152,19 +274,28 @@ class AnswerRule:
     tolerance: float = 0.0
     labels: tuple[str, ...] = ()
     scorer: str = ""
-    _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    scorer_base: str = ""
+    origin: str = field(default="", compare=False)
+    _regex: BoundedRegex | None = field(default=None, init=False, repr=False, compare=False)
     _labels: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
     _scorer: Callable[..., Any] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _scorer_file: Path | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        for key in ("extract", "compare", "select", "scorer"):
+            if not isinstance(getattr(self, key), str):
+                raise CkptselError(
+                    f"[answer] {key}: must be a string, got {getattr(self, key)!r}"
+                )
         if self.scorer:
-            object.__setattr__(self, "_scorer", import_scorer(self.scorer))
+            file, _ = scorer_path(self.scorer, self.scorer_base)  # checked, not imported
+            object.__setattr__(self, "_scorer_file", file)
         elif self.compare not in COMPARE_RULES:
             raise CkptselError(
                 f"[answer] compare: unknown rule {self.compare!r} (known: "
-                f"{', '.join(COMPARE_RULES)}; or a scorer = 'module:function')"
+                f"{', '.join(COMPARE_RULES)}; or a scorer = 'score.py:function')"
             )
         self._check_labels()
         if self.extract not in EXTRACT_RULES:
@@ -173,43 +304,79 @@ class AnswerRule:
             raise CkptselError(
                 f"[answer] group/select: only for a regex extract, not the rule {self.extract!r}"
             )
-        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)):
-            raise CkptselError(f"[answer] tolerance: must be a number, got {self.tolerance!r}")
-        if self.tolerance < 0 or (self.tolerance and self.compare != "numeric"):
+        self._check_tolerance()
+
+    def _check_tolerance(self) -> None:
+        value = self.tolerance
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CkptselError(f"[answer] tolerance: must be a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise CkptselError(f"[answer] tolerance: a finite number >= 0, got {value!r}")
+        if value and self.compare != "numeric":
             raise CkptselError("[answer] tolerance: a number >= 0, for compare = 'numeric' only")
 
     def _check_labels(self) -> None:
         wants = self.compare == "labels" or self.extract == "label"
+        if not isinstance(self.labels, (tuple, list)):
+            raise CkptselError(f"[answer] labels: must be a list of strings, got {self.labels!r}")
         if not wants and self.labels:
             raise CkptselError("[answer] labels: only for compare = 'labels' or extract = 'label'")
         if not wants:
             return
         if not self.labels or not all(isinstance(x, str) and x.strip() for x in self.labels):
             raise CkptselError("[answer] labels: a non-empty list of non-empty strings is needed")
+        seen: dict[str, str] = {}
+        for label in self.labels:
+            if _exact(label) in seen:
+                raise CkptselError(
+                    f"[answer] labels: {label!r} is listed twice (as {seen[_exact(label)]!r})"
+                )
+            seen[_exact(label)] = label
         names = "|".join(re.escape(x.strip()) for x in sorted(self.labels, key=len, reverse=True))
         pattern = re.compile(r"(?<![A-Za-z0-9])(?:" + names + r")(?![A-Za-z0-9])", re.IGNORECASE)
         object.__setattr__(self, "_labels", pattern)
 
     def _compile_regex(self) -> None:
-        if not isinstance(self.extract, str) or not self.extract:
+        if not self.extract:
             raise CkptselError(f"[answer] extract: a rule name or a regex, got {self.extract!r}")
-        try:
-            regex = re.compile(self.extract)
-        except re.error as err:
-            raise CkptselError(
-                f"[answer] extract: {self.extract!r} is no rule ({', '.join(EXTRACT_RULES)}) "
-                f"and no valid regex ({err})"
-            ) from None
-        group = self.group if self.group is not None else min(regex.groups, 1)
-        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group <= regex.groups:
+        rules = ", ".join(EXTRACT_RULES)
+        bounded = BoundedRegex(
+            self.extract, "[answer] extract", f"is no rule ({rules}) and no valid regex"
+        )
+        group = self.group if self.group is not None else min(bounded.groups, 1)
+        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group <= bounded.groups:
             raise CkptselError(
                 f"[answer] group: {self.group!r} is not a group of {self.extract!r} "
-                f"(it has {regex.groups})"
+                f"(it has {bounded.groups})"
             )
         if self.select not in ("first", "last"):
             raise CkptselError(f"[answer] select: 'first' or 'last', got {self.select!r}")
         object.__setattr__(self, "group", group)
-        object.__setattr__(self, "_regex", regex)
+        object.__setattr__(self, "_regex", bounded)
+
+    @property
+    def runs_code(self) -> str:
+        """The scorer (``score.py:function``) this rule runs to judge an answer ("" when none)."""
+        return self.scorer
+
+    @property
+    def scorer_file(self) -> Path | None:
+        """The scorer's Python file (None without a scorer); it is read, never imported, here."""
+        return self._scorer_file
+
+    def load_scorer(self) -> None:
+        """Import the scorer now (once; nothing without one), so a broken scorer stops a command
+        before it measures: a failure is one line naming the task file and the scorer."""
+        if self._scorer_file is None or self._scorer is not None:
+            return
+        with _IMPORT_LOCK:
+            if self._scorer is None:
+                try:
+                    function = import_scorer(self._scorer_file, self.scorer.strip().rsplit(":", 1)[1],
+                                             self.scorer)  # fmt: skip
+                except CkptselError as err:
+                    raise CkptselError(f"{self.origin}: {err}" if self.origin else str(err)) from None
+                object.__setattr__(self, "_scorer", function)
 
     # ------------------------------------------------------------------ extraction
 
@@ -217,12 +384,7 @@ class AnswerRule:
         """The answer as written in ``text``; "" when there is none. ``subtask`` picks the
         label set of the ``commonsense`` rule."""
         if self._regex is not None:
-            if self.select == "last":
-                every = list(self._regex.finditer(text))
-                match = every[-1] if every else None
-            else:
-                match = self._regex.search(text)
-            found = match.group(self.group) if match else None
+            found = self._regex.find(text, self.group or 0, self.select, self.origin)
             return found.strip() if found else ""
         if self.extract == "commonsense":
             return commonsense_answers.extract(text, subtask)
@@ -236,7 +398,7 @@ class AnswerRule:
         treats as equal have the same normal form."""
         if not span:
             return ""
-        if self._scorer is not None:
+        if self.scorer:
             return " ".join(span.split())
         if self.compare == "gsm8k":
             return gsm8k_answers.normalize_span(span)
@@ -264,7 +426,7 @@ class AnswerRule:
         span = self.span(text, subtask)
         if not span:
             return False
-        if self._scorer is not None:
+        if self.scorer:
             return self._call_scorer(span, reference)
         if self.compare == "gsm8k":
             return gsm8k_answers.matches(span, reference)
@@ -279,15 +441,21 @@ class AnswerRule:
         return bool(gold) and _exact(span) == gold
 
     def _call_scorer(self, span: str, reference: str) -> bool:
+        self.load_scorer()
         try:
             verdict = self._scorer(span, reference)  # type: ignore[misc]
-        except Exception as err:
-            raise CkptselError(
-                f"scorer {self.scorer}: raised {type(err).__name__}: {err} (answer {span[:60]!r})"
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # SystemExit included: a scorer never ends the command
+            raise AnswerRuleError(
+                self.origin,
+                f"[answer] scorer {self.scorer}: raised {one_line(err)} (answer {span[:60]!r})",
             ) from None
-        if type(verdict).__name__ not in ("bool", "bool_"):
-            raise CkptselError(
-                f"scorer {self.scorer}: returned {type(verdict).__name__}, not a bool"
+        if not isinstance(verdict, (bool, np.bool_)):  # neither can be subclassed
+            raise AnswerRuleError(
+                self.origin,
+                f"[answer] scorer {self.scorer}: returned {type(verdict).__name__}, not a bool "
+                f"(answer {span[:60]!r})",
             )
         return bool(verdict)
 
@@ -308,19 +476,34 @@ class AnswerRule:
     def describe(self) -> list[str]:
         """How answers are extracted and compared, in lines a person reads."""
         if self._regex is not None:
-            how = f"regex '{self.extract}', group {self.group} of the {self.select} match"
+            how = (
+                f"regex '{self.extract}', group {self.group} of the {self.select} match (at most "
+                f"{REGEX_TIMEOUT_S:g} s a match)"
+            )
         else:
             how = f"{self.extract}: {EXTRACT_RULES[self.extract]}"
         lines = [f"extract: {how}"]
         if self.labels:
             lines.append(f"labels: {', '.join(self.labels)}")
         if self.scorer:
-            lines.append(f"compare: scorer {self.scorer} (function(answer, reference) -> bool)")
+            lines.append(
+                f"compare: scorer {self.scorer} (function(answer, reference) -> bool; runs code: "
+                f"{self.scorer}, imported only to judge answers)"
+            )
         else:
             lines.append(f"compare: {self.compare}: {COMPARE_RULES[self.compare]}")
             if self.compare == "numeric":
                 lines.append(f"tolerance: {self.tolerance}")
         return lines
+
+    def fallback_used(self, text: str, subtask: str = "") -> bool:
+        """Whether the answer of ``text`` came only from a fallback extraction (issue 48): for
+        the built-in gsm8k rule, no ``The answer is`` / ``####`` marker, so the last number in
+        the text was taken (:func:`ckptsel.data.answers.gsm8k.fallback_used`). Every other rule
+        reads one stated form (a marker, a box, a label, a regex) and has no fallback: False."""
+        if self._regex is not None or self.extract != "gsm8k":
+            return False
+        return gsm8k_answers.fallback_used(text)
 
 
 FAMILY_RULES: dict[str, AnswerRule] = {
