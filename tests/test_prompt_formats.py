@@ -206,7 +206,7 @@ def test_alpaca_keeps_its_hashes_and_bad_settings_are_one_line():
     assert plain.nll_fingerprint() == stated.nll_fingerprint() == "afae559f5bd67562"
     for kwargs, message in (
         ({"prompt_format": "nope"}, "not alpaca, chat, or a template file"),
-        ({"prompt_format": "alpaca", "system_prompt": "x"}, "need --prompt-format chat"),
+        ({"prompt_format": "alpaca", "system_prompt": "x"}, "needs? --prompt-format chat"),
         ({"prompt_format": "chat", "chat_template_args": "{bad"}, "not JSON"),
         ({"prompt_format": "chat", "chat_template_args": "[1]"}, "JSON object"),
     ):

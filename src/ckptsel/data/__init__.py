@@ -17,20 +17,23 @@ audit (SPEC §9, §10).
 from __future__ import annotations
 
 from ckptsel.data.answers import FAMILIES
-from ckptsel.data.answers.rules import COMPARE_RULES, EXTRACT_RULES, AnswerRule
+from ckptsel.data.answers.rules import COMPARE_RULES, EXTRACT_RULES, AnswerRule, AnswerRuleError
 from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
 from ckptsel.data.prompts import (
     ALPACA,
+    BOS_CHOICES,
     CHAT,
     FORMAT_CHOICES,
     FORMAT_FILE,
     PromptFormat,
+    adds_bos,
     chat_template_of,
+    drop_final_newline,
     format_from_dict,
     prompt_format,
 )
-from ckptsel.data.scoring import extract, family_of, is_correct, normalize_reference
+from ckptsel.data.scoring import check_scorer, extract, family_of, is_correct, normalize_reference
 from ckptsel.data.split import split_file
 from ckptsel.data.taskdef import (
     ROLES,
@@ -60,6 +63,7 @@ from ckptsel.data.tasks import (
 
 __all__ = [
     "ALPACA",
+    "BOS_CHOICES",
     "CHAT",
     "FORMAT_CHOICES",
     "COMMONSENSE_TASKS",
@@ -73,17 +77,21 @@ __all__ = [
     "TASKS",
     "TASK_FILE_KEYS",
     "AnswerRule",
+    "AnswerRuleError",
     "AuditResult",
     "Fields",
     "Item",
     "PoolSpec",
     "PromptFormat",
     "Task",
+    "adds_bos",
     "audit_files",
     "audit_pools",
     "build_pools",
     "example_item",
     "chat_template_of",
+    "drop_final_newline",
+    "check_scorer",
     "extract",
     "family_of",
     "format_from_dict",

@@ -18,9 +18,11 @@ from ckptsel._util.checks import check_choice, check_int, check_number
 from ckptsel.data import (
     CHAT,
     FORMAT_CHOICES,
+    FORMAT_FILE,
     PROMPT_TEMPLATE,
     PromptFormat,
     chat_template_of,
+    check_scorer,
     get_task,
     task_identity,
     task_ref,
@@ -101,11 +103,13 @@ class MeasureConfig:
         if not isinstance(self.task, str):
             raise CkptselError(f"--task must be a task name (got {self.task!r})")
         get_task(self.task)  # unknown task -> CkptselError listing the known ones
+        check_scorer(self.task)  # a task file's scorer: imported now, before anything is measured
         object.__setattr__(self, "task", task_ref(self.task))  # a task file: its absolute path
         if self.test_task is not None:
             if not isinstance(self.test_task, str):
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
             object.__setattr__(self, "test_task", task_ref(self.test_task))
+            check_scorer(self.test_task)
         check_int(
             self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1,
             high=MAX_NEW_TOKENS_LIMIT,
@@ -203,18 +207,27 @@ class MeasureConfig:
             stated = stated.with_tokenizer(tokenizer, f"{where}'s tokenizer")
         if recorded is not None and recorded.kind == CHAT:
             recorded = recorded.with_tokenizer(tokenizer, f"{where}'s tokenizer")
+        if stated is not None and recorded is not None and not stated.bos:
+            stated = replace(stated, bos=recorded.bos)  # the run folder's BOS, where it says one
         if stated is not None and recorded is not None and stated.identity != recorded.identity:
+            differ = stated.differences(recorded, "stated", "prompt_format.json")
             raise CkptselError(
                 f"{where} was trained with the prompt format {recorded.describe()}, not "
-                f"{stated.describe()}: measure it with the format it was trained with (drop "
-                "--prompt-format), or measure a copy whose prompt_format.json you changed"
+                f"{stated.describe()}; they differ in {differ or 'their identity'}: measure it "
+                "with the format it was trained with (drop --prompt-format, --system-prompt "
+                "and --chat-template-args), or measure a copy whose prompt_format.json you "
+                "changed"
             )
         fmt = stated or recorded
         if fmt is None:
             if chat_template_of(tokenizer):
                 raise CkptselError(
                     f"{where}: its tokenizer has a chat template and nothing says how the run "
-                    f"was trained; pass {FORMAT_CHOICES} (in study.toml: [measure] prompt_format)"
+                    f"was trained; pass {FORMAT_CHOICES} (in study.toml: [measure] "
+                    "prompt_format), with --system-prompt TEXT and --chat-template-args JSON if "
+                    "the run was trained with a system turn or template arguments; or state it "
+                    f"once in the run folder's {FORMAT_FILE}, e.g. "
+                    '{"prompt_format": "chat", "system_prompt": "..."}'
                 )
             fmt = PromptFormat()
         return fmt

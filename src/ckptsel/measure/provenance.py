@@ -11,6 +11,11 @@ size, device), and before each checkpoint's writes for what only the loaded mode
 attention implementation). ``allow_mixed`` (``measure --allow-mixed-engines``) lets the mix
 through and writes every provenance the trajectory then holds into the units' ``mixed``
 metadata. Units that record no provenance (older records, other producers) constrain nothing.
+Records that differ from this run in their prompt format alone are refused as a mix of prompt
+formats, not of engines, spelling out the parts that differ (system prompt, template digest,
+arguments): the recorded format is recognised as this run's less its system prompt or
+arguments, or read from what ``measure`` remembers of the formats it recorded
+(``.parts/<trajectory>/formats.json``, :func:`remember_format`).
 The conformance verdict each row carries (:mod:`ckptsel.measure.conformance`) is recorded
 beside the provenance and never compared: a family checked again (new torch, say) mixes with
 nothing.
@@ -26,11 +31,13 @@ from typing import Any
 
 import pandas as pd
 
+from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location, as_location
+from ckptsel.data import PromptFormat
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.parts import StepParts
+from ckptsel.measure.parts import PARTS_DIR, StepParts
 from ckptsel.records import (
     UnitProvenance,
     describe,
@@ -90,6 +97,61 @@ def _batch_hint(this_run: dict[str, Any] | str, held: list[str]) -> str | None:
     return None
 
 
+def _format_mix(
+    this_run: dict[str, Any] | str, held: list[str], fmt: PromptFormat | None,
+    remembered: dict[str, Any],
+) -> str | None:  # fmt: skip
+    """When the first recorded provenance differs from this run's in its prompt format alone
+    (the engine and the rest agree, as far as this run knows them): the two formats, part by
+    part, in words — the recorded one recognised as this run's format less its system prompt
+    or template arguments where it is, else named by its digest. ``None``: not a format mix."""
+    run = json.loads(this_run) if isinstance(this_run, str) else dict(this_run)
+    rec = json.loads(held[0])
+    mine, theirs = run.get("prompt_format") or "alpaca", rec.get("prompt_format") or "alpaca"
+    others = [k for k, v in run.items() if v is not None and k != "prompt_format"]
+    if mine == theirs or not all(rec.get(k) == run[k] for k in others):
+        return None
+    if fmt is None or fmt.identity != mine:
+        return f"{theirs}, not this run's {mine}"
+    variant = fmt.variant(theirs)
+    recorded = variant.parts() if variant is not None else remembered.get(theirs)
+    if not isinstance(recorded, dict) or not recorded:
+        return (
+            f"{theirs} (known by its digest only: not this run's format with its system prompt "
+            f"or template arguments dropped), not this run's {fmt.describe()}"
+        )
+    differ = fmt.differences({str(k): str(v) for k, v in recorded.items()}, "this run", "the records")
+    return f"{theirs}, not this run's {mine}; they differ in {differ or 'their identity'}"
+
+
+FORMATS_FILE = "formats.json"  # in the trajectory's part cache: its formats' parts, in words
+
+
+def _formats_path(out: Location, trajectory: str) -> Location:
+    return out / PARTS_DIR / trajectory / FORMATS_FILE
+
+
+def remembered_formats(out: Location, trajectory: str) -> dict[str, Any]:
+    """The formats ``measure`` recorded ``trajectory`` under, by identity, in words
+    (:meth:`~ckptsel.data.PromptFormat.parts`); ``{}`` when it remembers none (a cache:
+    unreadable reads as none)."""
+    try:
+        blob = json.loads(_formats_path(out, trajectory).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return blob if isinstance(blob, dict) else {}
+
+
+def remember_format(out: Location, trajectory: str, fmt: PromptFormat) -> None:
+    """Remember ``fmt``'s parts beside the trajectory's part cache, so that a later mix of
+    formats can say what differs (:func:`_format_mix`)."""
+    known = remembered_formats(out, trajectory)
+    if fmt.kind == "alpaca" or known.get(fmt.identity) == fmt.parts():
+        return
+    known[fmt.identity] = fmt.parts()
+    write_text(_formats_path(out, trajectory), json.dumps(known, indent=1, sort_keys=True))
+
+
 class ProvenanceGate:
     """The provenances ``trajectory``'s records in ``out`` hold, per kind, and the rule that
     new rows must be measured with one of them (unless ``allow_mixed``)."""
@@ -100,6 +162,7 @@ class ProvenanceGate:
     ) -> None:
         self.out, self.trajectory, self.allow_mixed = as_location(out), trajectory, allow_mixed
         self.kinds = KINDS[only]
+        self.fmt: PromptFormat | None = None  # this run's prompt format (check_settings)
         self.recorded: dict[str, set[str]] = {}
         for kind in self.kinds:
             found = read_provenance(self.out, kind, [trajectory]).get(trajectory)
@@ -108,6 +171,16 @@ class ProvenanceGate:
     def _refuse(self, kind: str, this_run: dict[str, Any] | str) -> None:
         held = sorted(self.recorded[kind])
         more = f" (and {len(held) - 1} other)" if len(held) > 1 else ""
+        formats = _format_mix(
+            this_run, held, self.fmt, remembered_formats(self.out, self.trajectory)
+        )
+        if formats is not None:
+            raise CkptselError(
+                f"{self.out}: trajectory {self.trajectory!r} has {kind} measured with another "
+                f"prompt format{more}: {formats}; refusing to mix prompt formats in one "
+                "trajectory (measure with the format its records were measured with, or into "
+                "another --trajectory or --out)"
+            )
         same = _batch_hint(this_run, held)
         raise CkptselError(
             f"{self.out}: trajectory {self.trajectory!r} has {kind} measured by "
@@ -121,6 +194,7 @@ class ProvenanceGate:
         provenance recorded (nothing is measured or written then). An engine not installed in
         this process (a Ray driver) is checked when its rows come back, before they are
         written."""
+        self.fmt = config.bound_format
         if self.allow_mixed:
             return
         for kind in self.kinds:
@@ -154,6 +228,8 @@ class ProvenanceGate:
         they are written, when there is more than one."""
         provenances = {kind: parts.provenance(kind) for kind in self.kinds}
         self.admit(provenances)
+        if self.fmt is not None and any(provenances.values()):
+            remember_format(self.out, self.trajectory, self.fmt)
         out = {}
         for kind, provs in provenances.items():
             if not provs:

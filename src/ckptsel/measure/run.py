@@ -269,12 +269,21 @@ class RunMeasurement:
         stated = cfg.stated_format
         chat = any(f is not None and f.kind == CHAT for f in (stated, recorded))
         tokenizer = None
-        if chat:
-            tokenizer = run_tokenizer(ckpts, self.base)
+        if chat or any(f is not None and f.kind == "template" for f in (stated, recorded)):
+            tokenizer = run_tokenizer(ckpts, self.base)  # chat: its template; a file: its BOS
         elif stated is None and recorded is None:
             tokenizer = _TemplateOnly(ckpts, self.base)
         self.config = cfg.bind_format(tokenizer, recorded, where=str(self.run_dir))
-        self.result.prompt_format = self.config.bound_format.describe()
+        # every item's prompt rendered now, before any model loads (a failing item, or a
+        # template under which every prompt is the same, is refused in one line)
+        self.config.bound_format.check_items(
+            [it for items in self.pool.splits.values() for it in items], tokenizer
+        )
+        bound = self.config.bound_format
+        if bound.kind == "template":
+            bound.check_bos(tokenizer)  # a template file's own BOS text: refused before a model
+        note = bound.bos_note(tokenizer) if chat else ""  # two BOS or one: unsaid, assumed
+        self.result.prompt_format = bound.describe() + (f"; warning: {note}" if note else "")
         self._format_bound = True
         for step in sorted(self._forgotten):  # rewritten before the part files had a name
             self.drop_parts(step)

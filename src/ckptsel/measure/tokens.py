@@ -9,7 +9,11 @@
   response tokens (and the EOS) are scored. A causal LM's prediction at position ``j``
   depends only on tokens ``< j``, so truncating prompt+response to ``W`` tokens just drops
   the response tokens at positions ``>= W`` (:func:`scored_positions`); ``window == 0`` means
-  the complete response.
+  the complete response. Under a prompt format (:func:`encode_formatted`) the response ids
+  are the format's: a template file's are the tokens after the prompt's in the prompt and
+  response tokenized together (as a run trained on ``tokenizer(prompt + response)`` has
+  them), a chat template's its continuation; the BOS is the one the run had
+  (:attr:`ckptsel.data.PromptFormat.bos`).
 
 Why the care: checkpoint agreement compares answers across checkpoints, so a change of batch
 size must not change an answer, and NLLs of one item must score the same tokens at every
@@ -116,24 +120,30 @@ def encode_formatted(
     """``(prompt_ids, response_ids or None)`` of ``instructions`` (and ``responses``) under the
     prompt format ``fmt`` (:class:`ckptsel.data.PromptFormat`; ``items``: their other fields,
     for a template file), through ``cache`` as :func:`encode_cached` keeps it: prompts keyed by
-    their rendered text; responses by their text, or, for a chat template (whose continuation
-    depends on the prompt), by prompt and response. Under alpaca these are the ids
-    :func:`encode_prompts` and :func:`encode_responses` give."""
+    their rendered text (and how the format tokenizes it, :attr:`~ckptsel.data.PromptFormat.
+    tokens_tag`); responses by their text, or, where the response's tokens depend on the prompt
+    (a chat template's continuation, a template file's prompt and response tokenized
+    together), by prompt and response. Under alpaca these are the ids :func:`encode_prompts`
+    and :func:`encode_responses` give."""
     texts = fmt.render_many(instructions, items, tokenizer)
-    chat = fmt.kind == "chat"
+    kind = {"chat": "chat-", "template": "template-"}.get(fmt.kind, "") + "prompt" + fmt.tokens_tag
     prompts = encode_cached(
-        lambda tok, t: fmt.encode_prompts(tok, t), tokenizer, texts, cache,
-        "chat-prompt" if chat else "prompt",
+        lambda tok, t: fmt.encode_prompts(tok, t), tokenizer, texts, cache, kind
     )  # fmt: skip
     if responses is None:
         return prompts, None
-    if not chat:
+    if fmt.kind not in ("chat", "template"):  # alpaca: the response alone, then EOS
         return prompts, encode_cached(encode_responses, tokenizer, responses, cache, "response")
     keys = [f"{t}\x00{r}" for t, r in zip(texts, responses, strict=True)]
-    by_key = dict(zip(keys, zip(instructions, responses, prompts, strict=True), strict=True))
+    by_key = dict(
+        zip(keys, zip(instructions, responses, prompts, range(len(keys)), strict=True), strict=True)
+    )
 
     def continuations(tok: Any, todo: Sequence[str]) -> list[list[int]]:
-        i, r, p = zip(*(by_key[k] for k in todo), strict=True) if todo else ((), (), ())
-        return fmt.encode_responses(tok, list(i), list(r), list(p))
+        i, r, p, k = zip(*(by_key[key] for key in todo), strict=True) if todo else ((), (), (), ())
+        its = [items[j] for j in k] if items is not None else None
+        return fmt.encode_responses(tok, list(i), list(r), list(p), its)
 
-    return prompts, encode_cached(continuations, tokenizer, keys, cache, "chat-response")
+    return prompts, encode_cached(
+        continuations, tokenizer, keys, cache, kind.replace("prompt", "response", 1)
+    )

@@ -59,22 +59,32 @@ def _looks_like_hub_id(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", name)) and not name.startswith(".")
 
 
-def resolve_base(name: str, run_dir: Path | Location | str, where: Any) -> str:
-    """A base model reference as a usable string: an existing folder (a URL, a local path as
-    given, or relative to the run directory) or, failing that, something shaped like a hub
-    id."""
+def resolve_base(name: str, run_dir: Path | Location | str, where: Any, given: bool = False) -> str:
+    """A base model reference as a usable string: an existing folder (a URL, an absolute
+    path, or a relative one: an adapter's ``base_model_name_or_path`` against the run
+    directory, as documented, else against the current directory, where a trainer launched
+    from here wrote it; a ``given`` one, ``--base``, against the current directory first) or,
+    failing that, something shaped like a hub id. An adapter's relative name that is a
+    folder both ways, two different folders, is refused in one line naming both."""
     run = as_location(run_dir)
     if is_url(name):
         cands = [Location(name)]
-    else:
+    elif Path(name).expanduser().is_absolute():
         cands = [Location(Path(name).expanduser())]
-        if not Path(name).is_absolute():
-            cands.append(run / name)
-    for cand in cands:
-        if cand.is_dir():
-            if not (cand / "config.json").exists():
-                raise CkptselError(f"{where}: base model folder {cand} has no config.json")
-            return str(cand.local.resolve()) if cand.is_local else str(cand)
+    else:
+        here, there = Location(Path(name)), run / name
+        cands = [here, there] if given else [there, here]
+    found = [(c, str(c.local.resolve()) if c.is_local else str(c)) for c in cands if c.is_dir()]
+    if not given and len(found) == 2 and found[0][1] != found[1][1]:
+        raise CkptselError(
+            f"{where}: base model {name!r} (base_model_name_or_path) is a folder both in the "
+            f"run folder ({found[0][1]}) and in the current directory ({found[1][1]}); pass "
+            "--base MODEL_DIR to say which"
+        )
+    for cand, shown in found[:1]:
+        if not (cand / "config.json").exists():
+            raise CkptselError(f"{where}: base model folder {cand} has no config.json")
+        return shown
     if _looks_like_hub_id(name) and not Path(name).is_absolute():
         return name
     raise CkptselError(
@@ -110,7 +120,8 @@ def inspect_checkpoint(
             raise CkptselError(
                 f"{adapter_cfg}: field base_model_name_or_path is empty; pass --base MODEL_DIR"
             )
-        return Checkpoint(step, path, "adapter", resolve_base(str(name), run_dir, adapter_cfg))
+        resolved = resolve_base(str(name), run_dir, adapter_cfg, given=base is not None)
+        return Checkpoint(step, path, "adapter", resolved)
     if "config.json" in names:
         _read_json(path / "config.json")
         if not names & set(MODEL_WEIGHTS):

@@ -28,10 +28,29 @@ def read_run_format(run_dir: Path | Location | str) -> PromptFormat | None:
     if not path.is_file():
         return None
     try:
-        blob = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
         raise CkptselError(f"{path}: not a readable prompt format record ({exc})") from None
+    if len(text) > MAX_FORMAT_CHARS:
+        raise CkptselError(
+            f"{path}: {len(text)} characters, too large for a prompt format record (at most "
+            f"{MAX_FORMAT_CHARS})"
+        )
+    try:
+        blob = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        why = " ".join(str(exc).split())[:200]
+        raise CkptselError(f"{path}: not a readable prompt format record ({why})") from None
+    except RecursionError:
+        raise CkptselError(f"{path}: not a prompt format record: JSON nested too deeply") from None
     return format_from_dict(blob, str(path))
+
+
+MAX_FORMAT_CHARS = 1 << 20  # a prompt format record: its template text and a few keys
+
+
+def _no_constant(word: str) -> None:
+    raise ValueError(f"{word} is not a JSON number")
 
 
 def write_run_format(run_dir: Path, fmt: PromptFormat) -> Path:
@@ -41,9 +60,11 @@ def write_run_format(run_dir: Path, fmt: PromptFormat) -> Path:
     if before is not None and before.kind == fmt.kind == "chat":  # the file names no template
         before = replace(before, chat_template=fmt.chat_template)
     if before is not None and before.identity != fmt.identity:
+        differ = fmt.differences(before, "now", "recorded")
         raise CkptselError(
             f"{Path(run_dir) / FORMAT_FILE}: this trajectory was trained with the prompt format "
-            f"{before.describe()}, not {fmt.describe()}; train it into another folder"
+            f"{before.describe()}, not {fmt.describe()} (they differ in "
+            f"{differ or 'their identity'}); train it into another folder"
         )
     path = Path(run_dir) / FORMAT_FILE
     Path(run_dir).mkdir(parents=True, exist_ok=True)
