@@ -511,7 +511,7 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
         main([*args, "--json"])
     assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
-    assert list(out) == ["rule", "settings", "trajectories", "selections"]
+    assert list(out) == ["rule", "settings", "trajectories", "selections", "notes"]  # notes: issue 48
     rows = {r["trajectory"]: r for r in out["trajectories"]}
     assert list(rows) == ["flat-s42", "noisy-s42", "run-s42"]  # the records' order
     assert (rows["run-s42"]["keep_step"], rows["run-s42"]["keep_final"]) == (30, False)

@@ -25,6 +25,26 @@ COMPARE_DRAWS = 10000  # compare: paired bootstrap draws
 PLAN_DRAWS = 2000  # plan: resampled validation sets per budget
 PLAN_MAX_BUDGET = 1024  # plan: the largest budget planned for
 PLAN_TARGET = 0.8  # plan: the probability of beating the final checkpoint a plan must reach
+# a degenerate checkpoint (issue 48): one answer given to at least DEGENERATE_SHARE of its
+# validation items (at least DEGENERATE_MIN_ITEMS of them), and that answer wrong on most of the
+# items it is given (right on under DEGENERATE_PRECISION of them). On an open-answer task
+# (GSM8K, MATH) the most common gold answer covers a few percent of the items, so a checkpoint
+# that says "6" to half of them has stopped reading the question; the precision condition keeps
+# a closed-label task (true/false, option1/2), where a good checkpoint gives its most common
+# label to half the items or more and is right on most of them, from being flagged; and where
+# the checkpoints give only K distinct answers the share must also reach 2/K (twice what one
+# answering at random among them gives its most common answer), so a 3-answer task needs 67%,
+# a binary one 100%. Below 10
+# items one answer to half of them is too often chance (5 of 10 "6"s) to name. select's
+# --degenerate-share sets the share; a flagged checkpoint is recommended only with
+# --allow-degenerate, and then the recommendation says it is flagged.
+DEGENERATE_SHARE = 0.5
+DEGENERATE_MIN_ITEMS = 10
+DEGENERATE_PRECISION = 0.5
+# analyze names a kept checkpoint whose correct validation answers come from the answer rule's
+# fallback (gsm8k: the last number, no "The answer is") for this share or more: at a tenth, the
+# fallback alone moves its accuracy by more than most gains select resolves (issue 48)
+FALLBACK_NOTE_SHARE = 0.1
 
 # limits of the protocol settings (beyond them memory or time explode; checked up front)
 MAX_PERMUTATIONS = 100_000

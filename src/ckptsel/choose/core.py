@@ -153,6 +153,57 @@ def _sorted_with_checkpoints(by_item: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.take_along_axis(by_item, order, axis=1).ravel(), order.ravel()
 
 
+def answer_concentration(answers: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per checkpoint (row of ``answers``, ``(T, n)`` integer answer codes; ``correct`` the
+    same shape): ``(share, precision, top)``, each ``(T,)`` — the share of the ``n`` items given
+    the checkpoint's most common answer (the empty answer counts like any other, as for
+    agreement), the share of those items that answer is right on, and its code. A tie for the
+    most common answer goes to the one right on fewer items (the flag errs towards saying);
+    ``n == 0`` gives shares of 0. Sort-based: no (T × distinct answers) table."""
+    answers = np.asarray(answers)
+    correct = np.asarray(correct, dtype=bool)
+    T, n = answers.shape
+    if T == 0 or n == 0:
+        zeros = np.zeros(T)
+        return zeros, zeros.copy(), np.zeros(T, dtype=answers.dtype)
+    order = np.argsort(answers, axis=1, kind="stable")
+    ranked = np.take_along_axis(answers, order, axis=1).ravel()
+    right = np.take_along_axis(correct, order, axis=1).ravel().astype(np.int64)
+    starts = np.ones(T * n, dtype=bool)
+    starts[1:] = ranked[1:] != ranked[:-1]
+    starts[::n] = True  # runs never cross checkpoints
+    run_at = np.flatnonzero(starts)
+    counts = np.diff(np.r_[run_at, T * n])  # (R,) items given the run's answer
+    hits = np.add.reduceat(right, run_at)  # (R,) of them right
+    row = run_at // n
+    # per checkpoint: most items first, then fewest right (one key, the largest wins)
+    key = counts * (n + 1) + (n - hits)
+    best_key = np.maximum.reduceat(key, np.searchsorted(run_at, np.arange(0, T * n, n)))
+    best = np.flatnonzero(key == best_key[row])
+    best = best[np.r_[True, row[best][1:] != row[best][:-1]]]  # the first such run of each row
+    share = counts[best] / n
+    precision = hits[best] / counts[best]
+    return share, precision, ranked[run_at[best]]
+
+
+def degenerate_checkpoints(
+    answers: np.ndarray, correct: np.ndarray, share: float, min_items: int, precision: float,
+    distinct: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """``(flagged, shares, precisions)`` (each ``(T,)``): a checkpoint is flagged when it gives
+    one answer to ``share`` or more of its ``n >= min_items`` items — and to at least twice the
+    ``1/K`` a checkpoint answering at random among the ``K`` answers of the grid (``distinct``,
+    default: those of ``answers``) would give its most common one, so a few-label task needs
+    more — and that answer is right on under ``precision`` of the items it is given
+    (:data:`ckptsel.defaults.DEGENERATE_SHARE`)."""
+    shares, precisions, _ = answer_concentration(answers, correct)
+    answers = np.asarray(answers)
+    k = len(np.unique(answers)) if distinct is None else distinct
+    bar = max(share, 2.0 / max(k, 1))
+    flagged = (answers.shape[1] >= min_items) & (shares >= bar) & (precisions < precision)
+    return flagged, shares, precisions
+
+
 # --------------------------------------------------------------------------- rules
 def tie_probabilities(scores: np.ndarray, maximize: bool = True) -> np.ndarray:
     """Selection probabilities along axis 0: uniform over the exactly tied best checkpoints."""

@@ -146,6 +146,7 @@ def print_selection(result: Selection) -> None:
         f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}."
     )
     _print_best(result, level)
+    _print_checks(result)
     console.print(
         f"split validation: choose on one random half of the eligible validation pool (items sharing a group "
         f"kept on one side), score accuracy on the other half ({s.partitions} partitions, both directions); interval: {s.draws} question-bootstrap draws "
@@ -153,8 +154,35 @@ def print_selection(result: Selection) -> None:
     )
 
 
-def print_keep_table(keep: KeepTable) -> None:
-    """Which checkpoint to keep per trajectory (``select --all``; ``summary.json``'s keep)."""
+def _print_checks(result: Selection) -> None:
+    """The degenerate checkpoints (one answer to most items) and what was skipped, when any."""
+    check = result.answer_check
+    if check is not None and check.flagged:
+        steps = "; ".join(check.describe(st) for st in check.flagged)
+        console.print(
+            f"[bold red]degenerate checkpoint(s)[/bold red] ({check.rule_words}): {steps} — "
+            "its accuracy comes from the items whose gold answer is the one it gives; "
+            + ("--allow-degenerate lets it be recommended." if check.settings.allow
+               else "it is never recommended (--allow-degenerate keeps it, saying so)."),
+            soft_wrap=True,
+        )  # fmt: skip
+    fb = result.fallback
+    if fb is not None and any(fb.shares.values()):
+        shares = ", ".join(f"{st}: {100 * x:.0f}%" for st, x in fb.shares.items())
+        console.print(
+            "correct validation answers found only by the answer rule's fallback (e.g. gsm8k's last "
+            f"number without 'The answer is'), by step: {shares}"
+            + (" — counted wrong here (--strict-answers)." if fb.strict
+               else "; --strict-answers counts them wrong."),
+            soft_wrap=True,
+        )  # fmt: skip
+    for line in result.notes:
+        console.print(f"note: {line}.", soft_wrap=True)
+
+
+def print_keep_table(keep: KeepTable, notes: tuple[str, ...] = ()) -> None:
+    """Which checkpoint to keep per trajectory (``select --all``; ``summary.json``'s keep);
+    ``notes``: lines said once for the table (rules skipped, degenerate checkpoints)."""
     level = int(round(float(keep.settings["level"]) * 100))
     table = Table(title=f"which checkpoint to keep: rule {keep.rule}, {len(keep.trajectories)} trajectories")
     for col in ("trajectory", "configuration", "final", "chosen", f"split-validation gain, pp ({level}%)", "keep"):
@@ -174,6 +202,8 @@ def print_keep_table(keep: KeepTable) -> None:
             console.print(f"{row.trajectory}: {row.reason}", soft_wrap=True)
     if keep.provisional is not None:
         console.print(f"This table was {keep.provisional}.", soft_wrap=True)
+    for line in notes:
+        console.print(f"note: {line}", soft_wrap=True)
 
 
 def _print_best(result: Selection, level: int) -> None:
@@ -250,6 +280,26 @@ def print_comparison(result: dict) -> None:
                 f"(p = {_p(r['mcnemar_p_items'])}) and reject a true null too often."
             )
     for split, r in result["splits"].items():
+        for side, name in (("a", name_a), ("b", name_b)):
+            ans = (r or {}).get("answers", {}).get(side)
+            if ans and ans["degenerate"]:
+                console.print(
+                    f"[bold red]{split}: {side.upper()} = {name} is degenerate[/bold red]: it gives one answer to "
+                    f"{100 * ans['most_common_share']:.0f}% of its {ans['items']} {split} items and is right on "
+                    f"{100 * ans['most_common_right']:.0f}% of those, so its accuracy comes from the items whose "
+                    "gold answer is the one it gives.",
+                    soft_wrap=True,
+                )  # fmt: skip
+    for split, r in result["splits"].items():
+        shares = [(side, (r or {}).get("answers", {}).get(side, {}).get("fallback_right")) for side in ("a", "b")]
+        if any(x is not None for _, x in shares):
+            console.print(
+                f"{split}: correct answers found only by the answer rule's fallback (e.g. gsm8k's last number "
+                "without 'The answer is'): " + ", ".join(
+                    f"{side.upper()} {100 * x:.0f}%" for side, x in shares if x is not None) + ".",
+                soft_wrap=True,
+            )  # fmt: skip
+    for split, r in result["splits"].items():
         if r and (r["not_shared"]["only_in_a"] or r["not_shared"]["only_in_b"]):
             console.print(
                 f"{split}: compared on the {r['items']} shared items; "
@@ -296,6 +346,13 @@ def print_log_comparison(result: dict) -> None:
                 f"{r['task']}: compared on the {r['items']} shared samples; {gone['only_in_a']} "
                 f"only in A and {gone['only_in_b']} only in B were left out."
             )
+        if r.get("different_items"):
+            console.print(
+                f"{r['task']}: {r['different_items']} shared id(s) name different items in the "
+                "two logs, paired anyway (--allow-different-items)."
+            )
+    if settings.get("rescore"):
+        console.print("Correctness: re-scored with the task's rule, not the logs' (--rescore).")
     console.print(
         "✓✓/A/B/✗✗: samples both right / only A / only B / both wrong. McNemar p: exact binomial "
         "test on the discordant samples (clustered: sign flips of whole groups, when samples "
@@ -413,6 +470,15 @@ _SELECTION_KEYS = {
     "recommendation": "rule, keep_step, keep_final, reason",
     "plausibly_best": "the model confidence set of the most accurate checkpoints (or null)",
     "chosen_estimate": "the chosen checkpoint's accuracy corrected for having been chosen (or null)",
+    "answer_check": "per step the share of eligible validation items given its most common answer "
+    "(most_common_share) and the share of those it is right on (most_common_right); flagged: the "
+    "degenerate steps, never recommended without allow_degenerate; threshold",
+    "fallback": "where the trajectory recorded its generated texts (else null): per step the share of "
+    "its correct validation answers that only the answer rule's fallback found (fallback_right), "
+    "strict_answers (--strict-answers: they were counted wrong), and when an earlier checkpoint is "
+    "kept, the rule's choice and split-validation gain with them counted wrong (strict_choice, "
+    "strict_gain)",
+    "notes": "what was left out for this trajectory and why (a rule skipped), one line each",
 }
 _KEEP_KEYS = {
     "rule": "the rule of the recommendations",
@@ -426,21 +492,27 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
     "select --all": {
         **_KEEP_KEYS,
         "selections": "per trajectory select answers, the select --json object of each",
+        "notes": "lines said once for the table: trajectories a rule skips, degenerate checkpoints",
     },
     "compare": {
         "a": "checkpoint A: trajectory, step",
         "b": "checkpoint B: trajectory, step",
         "settings": "draws, seed, level",
         "splits": "validation and test (null without test records): items, clusters, accuracies, "
-        "difference (A − B, pp, with interval), the 2×2 table, McNemar p, items not shared",
+        "difference (A − B, pp, with interval), the 2×2 table, McNemar p, items not shared, answers "
+        "(per side: the share of its items given its most common answer, the share of those it is "
+        "right on, degenerate; fallback_right where texts were recorded: the share of its correct "
+        "answers only the answer rule's fallback found)",
     },
     "compare-logs": {
         "a": "log A: log (its path), harness (inspect, lm-eval or lighteval), samples",
         "b": "log B: the same",
-        "settings": "draws, seed, level, correction (holm or bh), power (of items_needed)",
+        "settings": "draws, seed, level, correction (holm or bh), power (of items_needed), "
+        "allow_different_items, rescore (correctness by the task's rule)",
         "comparisons": "one per task both logs hold: split, task, items, clusters, accuracies, "
         "difference (A − B, pp, with interval), the 2×2 table, McNemar p (clustered when samples "
-        "share groups), samples not shared, mcnemar_p_adjusted (across tasks; the difference's "
+        "share groups), samples not shared, different_items (shared ids naming different items, "
+        "paired by --allow-different-items), mcnemar_p_adjusted (across tasks; the difference's "
         "verdict follows it), items_needed (from the exact McNemar test's power; null when none), "
         "items_needed_power (that power), items_needed_note (why there is none)",
     },

@@ -13,7 +13,13 @@ from ckptsel import defaults
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
 from ckptsel.cli.output import print_json, print_keep_table, print_selection
 from ckptsel.errors import CkptselError
-from ckptsel.workflows import SelectSettings, log_selection, select_all, select_checkpoint
+from ckptsel.workflows import (
+    AnswerSettings,
+    SelectSettings,
+    log_selection,
+    select_all,
+    select_checkpoint,
+)
 
 
 @with_groups
@@ -44,6 +50,21 @@ def select(
         defaults.SEED, help="Seed for permutations, partitions and bootstraps."
     ),
     confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
+    degenerate_share: float = typer.Option(
+        defaults.DEGENERATE_SHARE, "--degenerate-share",
+        help="A checkpoint giving one answer to this share of its validation items or more (at "
+        f"least {defaults.DEGENERATE_MIN_ITEMS}), wrong on most of them, is flagged as degenerate "
+        "and not recommended.",
+    ),
+    allow_degenerate: bool = typer.Option(
+        False, "--allow-degenerate",
+        help="Recommend a degenerate checkpoint when the rule picks it (the recommendation says it is flagged).",
+    ),
+    strict_answers: bool = typer.Option(
+        False, "--strict-answers",
+        help="Count an answer that only the answer rule's fallback found (gsm8k: the last number, "
+        "no 'The answer is' marker) as wrong; needs the records' generated texts.",
+    ),
     log: dict[str, Any] = LOG,
     checkpoints: Path = CHECKPOINTS,
 ) -> None:
@@ -63,14 +84,15 @@ def select(
         seed=seed,
         level=confidence,
     )
+    answers = AnswerSettings(share=degenerate_share, allow=allow_degenerate, strict=strict_answers)
     if every:
-        study = select_all(records_dir, rule=rule, settings=settings)
+        study = select_all(records_dir, rule=rule, settings=settings, answers=answers)
         if as_json:
             print_json("select --all", study.to_dict())
         else:
-            print_keep_table(study.keep)
+            print_keep_table(study.keep, study.notes)
         return
-    result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings)
+    result = select_checkpoint(records_dir, trajectory, rule=rule, settings=settings, answers=answers)
     if as_json:
         print_json("select", result.to_dict())
     else:

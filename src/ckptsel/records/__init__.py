@@ -31,6 +31,7 @@ from ckptsel.records.load import (
     find_trajectory,
     has_validation_nll,
     load_test,
+    load_texts,
     load_validation,
 )
 from ckptsel.records.memo import uncached
@@ -116,6 +117,7 @@ __all__ = [
     "list_units",
     "one_listing",
     "load_test",
+    "load_texts",
     "load_validation",
     "provenance_identity",
     "provenance_lines",

@@ -467,6 +467,11 @@ class _NllTable:
         # NLL item codes -> generation item codes (-1: the item has no generation record)
         self.to_gen = pd.Index(gen_items).get_indexer(self.grid.items)
 
+    def has(self, traj: str) -> bool:
+        """Whether ``traj`` has validation NLL rows (a measured trajectory beside ingested ones
+        may; the rules that need NLL skip a trajectory that has none, and say so)."""
+        return traj in self.traj_index
+
     def trajectory(self, traj: str, steps, item_index, item_ids, gpath: Path):
         """``(nll, n_tokens, present)`` per window for one trajectory's (T, n) grid."""
         nl = self.grid
@@ -537,7 +542,8 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
 
     A study without any validation NLL records (e.g. generations imported from
     lm-evaluation-harness) is analysed without the matched-NLL rule: ``nll`` stays empty.
-    A study with NLL records must have them for every trajectory.
+    A trajectory without NLL rows beside trajectories with them (an ingested harness's
+    generations next to a measured run) is read the same way: its ``nll`` stays empty.
     """
     records_dir = as_location(records_dir)
     return memo.cached(
@@ -563,7 +569,7 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
     for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
         present, corr, ans, groups = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")
         gen_complete = present.all(axis=0)
-        if nll is None:
+        if nll is None or not nll.has(traj):  # no NLL at all, or none for this trajectory
             nll_by_w, tok_by_w, nll_present = {}, {}, {}
             eligible = gen_complete
             exclusions = {"missing_generation": int((~gen_complete).sum()), "missing_nll": 0, "empty_response": 0}
@@ -898,6 +904,39 @@ def _complete_and_constant(test_nll: _TestNll, rows: np.ndarray, T: int, n: int)
         return False
     tok = test_nll.n_tokens[rows].reshape(T, n * W)
     return bool((tok == tok[:1]).all())
+
+
+def load_texts(records_dir: Path, trajectory: str, split: str, steps=None) -> pd.DataFrame | None:
+    """The recorded generated texts (the contract's optional ``text``) of one trajectory's
+    ``split`` (``steps``: only those checkpoints): a frame of ``step``, ``item_id``, ``text`` (a
+    unit's text over the single file's for the same row), or None when none was recorded. The
+    choice never reads them; ``select``, ``compare`` and the keep table read them to say which
+    answers only an answer rule's fallback found."""
+    records_dir = as_location(records_dir)
+    key = [("split", "=", split), ("trajectory", "=", trajectory)]
+    if steps is not None:
+        key.append(("step", "in", [int(s) for s in steps]))
+    columns = ["step", "item_id", "text"]
+    parts, places = [], []
+    single = units.single_file(records_dir, "generations")
+    if single is not None and "text" in read_schema(single).names:
+        parts.append(read_table(single, columns=columns, filters=key))
+        places.append(single)
+    unit_texts = read_rows(records_dir, "texts", columns=columns, filters=key)
+    if unit_texts is not None:
+        parts.append(unit_texts)
+        places.append(records_dir / units.UNITS_DIR / "texts")
+    for part, where in zip(parts, places, strict=True):
+        kind = part.schema.field("text").type
+        kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise CkptselError(f"{where}: column 'text' has type {kind}, expected string")
+    frames = [p.to_pandas() for p in parts if p.num_rows]
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True)
+    df = df[df["text"].notna()].drop_duplicates(["step", "item_id"], keep="last")
+    return df if len(df) else None
 
 
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):

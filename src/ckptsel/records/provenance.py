@@ -11,8 +11,8 @@ kind (:data:`FIELDS`). It is stored in the unit's Parquet key-value metadata und
 ``measured_by`` lists the distinct provenances of the unit's rows (one, unless its items were
 measured by different runs); ``conformance`` (when its rows say) lists the verdicts of the
 conformance check they were measured under (:mod:`ckptsel.measure.conformance`: ``passed (6
-items at batch size 4: ...; checked in this run, entry sha256:...)``, ``...; read from the
-cache: checked <time>, entry sha256:...)`` or ``skipped by --no-conformance-check``) — a note beside the
+items at batch size 4: ...; checked in this run, entry hmac-sha256:...)``, ``...; read from the
+cache (keyed): checked <time>, entry hmac-sha256:...)`` or ``skipped by --no-conformance-check``) — a note beside the
 provenance, never part of what must match (:func:`provenance_identity`); ``weights`` (when its
 rows say), a note too, says how the checkpoint's weights got into the model or engine
 (``loaded``, ``swapped in place, proven by 3 tensor checksums``, ``loaded afresh: <why>``,
@@ -305,9 +305,29 @@ def provenance_lines(records_dir: Path | Location | str) -> tuple[list[str], lis
                 f"; within {_count(len(mixing), 'trajectory')} ({shown}; {allowed} allowed by "
                 "--allow-mixed-engines)" if mixing else ""
             )
+            differ = _differing(counts)
             warnings.append(
                 f"the study's {kind} were measured with {len(counts)} different provenances "
-                f"(engine, dtype, attention, batch size or device){where}: results can differ "
-                "by engine as well as by checkpoint"
+                f"(they differ in {differ}){where}: results can differ by {differ} as well as "
+                "by checkpoint"
             )
     return lines, warnings
+
+
+# each compared field in words (the prompt format absent = alpaca, as :func:`describe` says)
+_FIELD_WORDS = {"engine": "engine", "version": "engine version", "dtype": "dtype",
+                "attention": "attention", "batch_size": "batch size", "device": "device",
+                "prompt_format": "prompt format"}  # fmt: skip
+
+
+def _differing(counts: dict[str, int]) -> str:
+    """The fields (in words, in :data:`FIELDS` order) whose values differ across the
+    provenances ``counts`` names, e.g. ``prompt format`` or ``dtype and device``."""
+    blobs = [json.loads(p) for p in counts]
+    names = [
+        _FIELD_WORDS[k] for k in (*FIELDS, *OPTIONAL_FIELDS)
+        if len({str(b.get(k) or ("alpaca" if k == "prompt_format" else "")) for b in blobs}) > 1
+    ]  # fmt: skip
+    if not names:  # equal identities, other notes: no field to name
+        return "what measured them"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -14,7 +14,12 @@
 
 from __future__ import annotations
 
-from ckptsel.workflows.advise.comparison import CompareSettings, compare_checkpoints
+from ckptsel.workflows.advise.comparison import (
+    CompareSettings,
+    compare_checkpoints,
+    fallback_matrix,
+    fallback_shares,
+)
 from ckptsel.workflows.advise.log_comparison import compare_logs
 from ckptsel.workflows.advise.planning import (
     PlanSettings,
@@ -24,6 +29,8 @@ from ckptsel.workflows.advise.planning import (
     plan_from_pilot,
 )
 from ckptsel.workflows.advise.selection import (
+    AnswerCheck,
+    AnswerSettings,
     BudgetPick,
     Recommendation,
     RuleSelection,
@@ -32,14 +39,19 @@ from ckptsel.workflows.advise.selection import (
     SplitValidationGain,
     StudySelection,
     TestGain,
+    degenerate_lines,
     keep_provisional,
     keep_settings,
+    nll_skip_line,
+    nll_skipped,
     recommend,
     select_all,
     select_checkpoint,
 )
 
 __all__ = [
+    "AnswerCheck",
+    "AnswerSettings",
     "BudgetPick",
     "CompareSettings",
     "PlanSettings",
@@ -54,8 +66,13 @@ __all__ = [
     "compare_checkpoints",
     "compare_logs",
     "default_budgets",
+    "degenerate_lines",
+    "fallback_matrix",
+    "fallback_shares",
     "keep_provisional",
     "keep_settings",
+    "nll_skip_line",
+    "nll_skipped",
     "plan_figure",
     "plan_from_pilot",
     "recommend",

@@ -31,12 +31,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ckptsel import defaults
 from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
+from ckptsel.choose import core
+from ckptsel.data import get_task, is_task_file
 from ckptsel.errors import CkptselError
-from ckptsel.records import GENERATIONS_FILE, find_trajectory, load_test, load_validation, read_rows
+from ckptsel.records import (
+    GENERATIONS_FILE,
+    find_trajectory,
+    load_test,
+    load_texts,
+    load_validation,
+    read_rows,
+)
 from ckptsel.results import Estimate
 from ckptsel.stats import (
     cluster_codes,
@@ -76,6 +86,63 @@ class Side:
     item_ids: np.ndarray  # (n,)
     groups: np.ndarray  # (n,)
     correct: np.ndarray  # (n,) bool
+    answers: np.ndarray | None = None  # (n,) integer answer codes (equal code = equal answer)
+    fallback: np.ndarray | None = None  # (n,) bool: only the answer rule's fallback found it
+    distinct: int | None = None  # distinct answers over its trajectory's grid (the flag's K)
+
+
+def fallback_matrix(records_dir: Path, trajectory: str, task: str, steps: np.ndarray, item_ids: np.ndarray,
+                    split: str, only_steps=None) -> np.ndarray | None:  # fmt: skip
+    """``(T, n)`` bool: the answers that only the task's answer rule's fallback found
+    (:meth:`ckptsel.data.AnswerRule.fallback_used`, e.g. gsm8k's last number without a marker),
+    read off the recorded texts with the current rule, as answers and correctness are
+    (:mod:`ckptsel.measure.frames`); ``only_steps``: just those rows are read (the others stay
+    False). None when the trajectory recorded no texts, or its task is no registered task (a
+    task file is never read from a records folder's column)."""
+    if is_task_file(task):
+        return None
+    try:
+        rule = get_task(task).rule
+    except CkptselError:
+        return None
+    texts = load_texts(records_dir, trajectory, split, only_steps)
+    if texts is None:
+        return None
+    si = np.searchsorted(steps, texts["step"].to_numpy())
+    si = np.minimum(si, len(steps) - 1)
+    ii = pd.Index(item_ids).get_indexer(texts["item_id"].astype(str))
+    keep = (steps[si] == texts["step"].to_numpy()) & (ii >= 0)
+    out = np.zeros((len(steps), len(item_ids)), dtype=bool)
+    seen: dict[str, bool] = {}  # most texts repeat across checkpoints
+    used = [seen.setdefault(t, rule.fallback_used(t)) if t not in seen else seen[t]
+            for t in texts["text"].to_numpy()[keep]]  # fmt: skip
+    out[si[keep], ii[keep]] = np.asarray(used, dtype=bool)
+    return out
+
+
+def fallback_shares(correct: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """``(T,)`` per checkpoint: the share of its correct answers that only a fallback found (0
+    where it has none right)."""
+    right = correct.sum(axis=1)
+    only = (correct & fallback).sum(axis=1)
+    return np.where(right > 0, only / np.maximum(right, 1), 0.0)
+
+
+def answer_summary(side: Side) -> dict:
+    """How concentrated one checkpoint's answers are on its pool: the share of items given its
+    most common answer, the share of those it is right on, and whether that makes it degenerate
+    (:data:`ckptsel.defaults.DEGENERATE_SHARE`; :func:`ckptsel.choose.core.degenerate_checkpoints`)."""
+    answers = np.zeros((1, 0), np.int64) if side.answers is None else np.asarray(side.answers)[None, :]
+    flagged, share, right = core.degenerate_checkpoints(
+        answers, np.asarray(side.correct, bool)[None, :], defaults.DEGENERATE_SHARE,
+        defaults.DEGENERATE_MIN_ITEMS, defaults.DEGENERATE_PRECISION, side.distinct,
+    )  # fmt: skip
+    out = {"items": int(answers.shape[1]), "most_common_share": round(float(share[0]), 6),
+           "most_common_right": round(float(right[0]), 6), "degenerate": bool(flagged[0])}  # fmt: skip
+    if side.fallback is not None:  # the share of its correct answers only a fallback found
+        out["fallback_right"] = round(float(fallback_shares(np.asarray(side.correct, bool)[None, :],
+                                                            side.fallback[None, :])[0]), 6)  # fmt: skip
+    return out
 
 
 def paired_estimate(a: np.ndarray, b: np.ndarray, groups: np.ndarray, level: float,
@@ -178,8 +245,8 @@ def shared_items(
     if len(differ):
         i = differ[0]
         raise CkptselError(
-            f"{split} item {shared[i]!r}: group {ga[i]!r} in trajectory {trajectories[0]!r} but "
-            f"{gb[i]!r} in {trajectories[1]!r}"
+            f"{split} item {str(shared[i])!r}: group {str(ga[i])!r} in trajectory {trajectories[0]!r} but "
+            f"{str(gb[i])!r} in {trajectories[1]!r}"
         )
     dropped = {
         "only_in_a": int(len(a.item_ids) - len(shared)),
@@ -215,10 +282,13 @@ def compare_checkpoints(
     sides = []
     for v, step in ((va, step_a), (vb, step_b)):
         c = _step_index(v.steps, step, v.trajectory)
-        sides.append(Side(np.asarray(v.item_ids), np.asarray(v.groups), v.correct[c]))
+        fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation", [step])
+        sides.append(Side(np.asarray(v.item_ids), np.asarray(v.groups), v.correct[c], v.answers[c],
+                          None if fb is None else fb[c], len(np.unique(v.answers))))  # fmt: skip
     a, b, groups, dropped = shared_items(*sides, "validation", names)
     res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["validation"])
     res["not_shared"] = dropped
+    res["answers"] = {"a": answer_summary(sides[0]), "b": answer_summary(sides[1])}
     out["splits"]["validation"] = res
 
     if _has_split(records_dir, "test", list(set(names))):
@@ -228,10 +298,13 @@ def compare_checkpoints(
             td = find_trajectory(tests, t, "test", records_dir)
             c = _step_index(td.steps, step, t)
             ids = np.asarray(td.item_ids)
-            sides.append(Side(ids, _test_groups(records_dir, t, ids), td.correct[c]))
+            fb = fallback_matrix(records_dir, t, td.task, td.steps, td.item_ids, "test", [step])
+            sides.append(Side(ids, _test_groups(records_dir, t, ids), td.correct[c], td.answers[c],
+                              None if fb is None else fb[c], len(np.unique(td.answers))))  # fmt: skip
         a, b, groups, dropped = shared_items(*sides, "test", names)
         res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["test"])
         res["not_shared"] = dropped
+        res["answers"] = {"a": answer_summary(sides[0]), "b": answer_summary(sides[1])}
         out["splits"]["test"] = res
     else:
         out["splits"]["test"] = None

@@ -52,7 +52,7 @@ The answer is typed: a :class:`Selection` (per rule a :class:`RuleSelection` wit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +74,14 @@ from ckptsel.choose import (
 )
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
-from ckptsel.records import TestData, ValidationData, find_trajectory, load_test, load_validation
+from ckptsel.records import (
+    MATCHED_WINDOW,
+    TestData,
+    ValidationData,
+    find_trajectory,
+    load_test,
+    load_validation,
+)
 from ckptsel.results import Estimate, KeepRow, KeepTable, fmt
 from ckptsel.stats import (
     WINNER_JITTER,
@@ -95,7 +102,7 @@ from ckptsel.stats import (
     winner_interval,
     without_variance,
 )
-from ckptsel.workflows.advise.comparison import paired_estimate
+from ckptsel.workflows.advise.comparison import fallback_matrix, fallback_shares, paired_estimate
 
 CHUNK_CELLS = 4_000_000  # (draw, partition) rows × items per mask chunk: bounds memory (~32 MB)
 
@@ -291,6 +298,97 @@ class ChosenEstimate:
 
 
 @dataclass(frozen=True)
+class AnswerSettings:
+    """When a checkpoint reads as degenerate (one answer to most items:
+    :data:`ckptsel.defaults.DEGENERATE_SHARE`) and whether one may still be recommended."""
+
+    share: float = defaults.DEGENERATE_SHARE
+    min_items: int = defaults.DEGENERATE_MIN_ITEMS
+    precision: float = defaults.DEGENERATE_PRECISION
+    allow: bool = False  # --allow-degenerate: a flagged checkpoint may be kept (and is said so)
+    strict: bool = False  # --strict-answers: an answer only a fallback found counts as wrong
+
+    def __post_init__(self) -> None:
+        if isinstance(self.share, bool) or not isinstance(self.share, (int, float)) or not 0 < self.share <= 1:
+            raise CkptselError(f"--degenerate-share must be a number in (0, 1], got {self.share!r}")
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    """Per checkpoint of a trajectory's eligible validation pool (``items`` of them): the share
+    of items given its most common answer and the share of those that answer is right on;
+    ``flagged``: the degenerate checkpoints (:func:`ckptsel.choose.core.degenerate_checkpoints`)."""
+
+    items: int
+    shares: dict[str, float]
+    precisions: dict[str, float]
+    flagged: tuple[int, ...]
+    settings: AnswerSettings
+
+    @classmethod
+    def of(cls, v: ValidationData, settings: AnswerSettings | None = None) -> AnswerCheck:
+        settings = settings or AnswerSettings()
+        flagged, shares, precisions = core.degenerate_checkpoints(
+            v.answers, v.correct, settings.share, settings.min_items, settings.precision
+        )
+        steps = [int(s) for s in v.steps]
+        return cls(
+            len(v.item_ids),
+            {str(st): round(float(x), 6) for st, x in zip(steps, shares, strict=True)},
+            {str(st): round(float(x), 6) for st, x in zip(steps, precisions, strict=True)},
+            tuple(st for st, f in zip(steps, flagged, strict=True) if f),
+            settings,
+        )
+
+    def describe(self, step: int) -> str:
+        """``step`` in words, e.g. ``step 40 gives one answer to 100% of its 128 eligible
+        validation items and is right on 5% of them``."""
+        return (f"step {step} gives one answer to {100 * self.shares[str(step)]:.0f}% of its {self.items} "
+                f"eligible validation items and is right on {100 * self.precisions[str(step)]:.0f}% of those")  # fmt: skip
+
+    @property
+    def rule_words(self) -> str:
+        """The flag's rule in words."""
+        s = self.settings
+        return (f"one answer to {100 * s.share:.0f}% or more of at least {s.min_items} items (and to 2/K "
+                "or more, K the distinct answers the checkpoints give), wrong on "
+                f"{100 * (1 - s.precision):.0f}% or more of them")  # fmt: skip
+
+    def to_dict(self) -> dict:
+        s = self.settings
+        return {
+            "items": self.items,
+            "most_common_share": dict(self.shares),
+            "most_common_right": dict(self.precisions),
+            "flagged": list(self.flagged),
+            "threshold": {"share": s.share, "min_items": s.min_items, "right_below": s.precision},
+            "allow_degenerate": s.allow,
+        }
+
+
+@dataclass(frozen=True)
+class FallbackCheck:
+    """Per checkpoint of a trajectory's eligible validation pool: the share of its correct
+    answers that only the answer rule's fallback found; ``strict``: they were counted wrong
+    (``--strict-answers``); ``strict_gain``: with them counted wrong, the split-validation gain
+    of the rule's choice (made when the recommendation keeps an earlier checkpoint, so that a
+    decision resting on fallback answers says so)."""
+
+    shares: dict[str, float]
+    strict: bool
+    strict_gain: Estimate | None = None
+    strict_steps: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "fallback_right": dict(self.shares),
+            "strict_answers": self.strict,
+            "strict_gain": None if self.strict_gain is None else self.strict_gain.to_dict(),
+            "strict_choice": list(self.strict_steps),
+        }
+
+
+@dataclass(frozen=True)
 class Selection:
     """Everything ``ckptsel select`` answers for one trajectory; :meth:`to_dict` is its JSON."""
 
@@ -307,6 +405,9 @@ class Selection:
     recommendation: Recommendation
     plausibly_best: PlausiblyBest | None = None
     chosen_estimate: ChosenEstimate | None = None
+    answer_check: AnswerCheck | None = None  # degenerate checkpoints (one answer to most items)
+    notes: tuple[str, ...] = ()  # what was left out and why (a rule skipped for this trajectory)
+    fallback: FallbackCheck | None = None  # answers only a fallback found (None: no texts)
 
     @property
     def final_step(self) -> int:
@@ -328,6 +429,9 @@ class Selection:
             "recommendation": self.recommendation.to_dict(),
             "plausibly_best": None if self.plausibly_best is None else self.plausibly_best.to_dict(),
             "chosen_estimate": None if self.chosen_estimate is None else self.chosen_estimate.to_dict(),
+            "answer_check": None if self.answer_check is None else self.answer_check.to_dict(),
+            "fallback": None if self.fallback is None else self.fallback.to_dict(),
+            "notes": list(self.notes),
         }
 
 
@@ -706,10 +810,12 @@ def select_checkpoint(
     *,
     rule: str = "accuracy",
     settings: SelectSettings | None = None,
+    answers: AnswerSettings | None = None,
 ) -> Selection:
-    """Everything ``ckptsel select`` reports (see the module docstring); ``to_dict()`` is its JSON."""
+    """Everything ``ckptsel select`` reports (see the module docstring); ``to_dict()`` is its
+    JSON. ``answers``: when a checkpoint reads as degenerate, and whether one may be kept."""
     with single_threaded():
-        return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings())
+        return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings(), answers)
 
 
 SELECT_MEMORY_LIMIT = 8 * 2**30  # bytes the largest intermediate arrays may take
@@ -779,8 +885,24 @@ def _check_splittable(v: ValidationData, settings: SelectSettings) -> None:
     _check_select_memory(settings, n, len(v.steps))
 
 
-def _no_nll(rule: str) -> CkptselError:
-    return CkptselError(f"--rule {rule}: the records have no validation NLL records; use accuracy or agreement")
+def _no_nll(rule: str, trajectory: str | None = None) -> CkptselError:
+    whose = "the records have" if trajectory is None else f"trajectory {trajectory!r} has"
+    return CkptselError(f"--rule {rule}: {whose} no validation NLL records; use accuracy or agreement")
+
+
+def nll_skipped(validation: list[ValidationData]) -> list[str]:
+    """The trajectories without validation NLL records when others have them (an ingested
+    harness's generations beside a measured run): the rules that need NLL skip them."""
+    if not any(MATCHED_WINDOW in v.nll for v in validation):
+        return []
+    return [v.trajectory for v in validation if MATCHED_WINDOW not in v.nll]
+
+
+def nll_skip_line(trajectories: list[str]) -> str:
+    """What is said, once, of :func:`nll_skipped`'s trajectories."""
+    shown = ", ".join(repr(t) for t in trajectories[:10]) + (" …" if len(trajectories) > 10 else "")
+    return (f"{len(trajectories)} trajectory(ies) without validation NLL records ({shown}; the others "
+            "have them): the matched-NLL rule, and every H (gain over matched NLL), skip them")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -805,7 +927,7 @@ class _Split:
         sig = signals(v)
         pool = _Pool.of(v, settings)
         if rule not in sig:
-            raise _no_nll(rule)
+            raise _no_nll(rule, v.trajectory)
         return cls(v, chosen, sig, pool)
 
     def gain(self, r: str, settings: SelectSettings) -> SplitValidationGain:
@@ -824,11 +946,17 @@ def chosen_steps(full: np.ndarray, steps: np.ndarray) -> tuple[int, ...]:
 
 
 def _select_checkpoint(
-    records_dir: Path, trajectory: str, rule: str, settings: SelectSettings
-) -> Selection:
+    records_dir: Path, trajectory: str, rule: str, settings: SelectSettings,
+    answers: AnswerSettings | None = None, validation: list[ValidationData] | None = None,
+) -> Selection:  # fmt: skip
     if rule not in SIGNAL_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
-    v = find_trajectory(load_validation(records_dir), trajectory, "validation", records_dir)
+    validation = load_validation(records_dir) if validation is None else validation
+    v = find_trajectory(validation, trajectory, "validation", records_dir)
+    skipped = nll_skipped(validation)
+    notes = (f"trajectory {v.trajectory!r} has no validation NLL records (other trajectories of "
+             "these records do): the nll rule is skipped for it",) if v.trajectory in skipped else ()  # fmt: skip
+    answers = answers or AnswerSettings()
     steps = v.steps
     n = len(v.item_ids)
     if n < 2:
@@ -836,6 +964,9 @@ def _select_checkpoint(
             f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation"
         )
     test = _test_data(records_dir, v)
+    as_measured = v
+    v, test, fb, more = _answers_counted(records_dir, v, test, answers)
+    check = AnswerCheck.of(v, answers)
     split = _Split.of(v, rule, settings)
     labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
@@ -851,7 +982,7 @@ def _select_checkpoint(
                 full, test, settings.draws, settings.seed, settings.level
             ),
         )
-    return Selection(
+    sel = Selection(
         trajectory=v.trajectory,
         configuration=v.configuration,
         task=v.task,
@@ -862,10 +993,64 @@ def _select_checkpoint(
         test_items=None if test is None else len(test.item_ids),
         settings=settings,
         rules=rules,
-        recommendation=recommend(rules[rule], rule, int(steps[-1]), settings.level),
+        recommendation=recommend(rules[rule], rule, int(steps[-1]), settings.level, check),
         plausibly_best=best,
         chosen_estimate=chosen_estimate,
+        answer_check=check,
+        notes=(*notes, *more),
     )
+    return _with_fallback(sel, as_measured, fb, rule, settings, answers)
+
+
+def _answers_counted(
+    records_dir: Path, v: ValidationData, test: TestData | None, answers: AnswerSettings
+) -> tuple[ValidationData, TestData | None, np.ndarray | None, tuple[str, ...]]:
+    """The trajectory's validation and test data as ``select`` counts them (``--strict-answers``:
+    an answer only a fallback found is wrong), the ``(T, n)`` validation fallback matrix (None:
+    not known) and what is to be said of it."""
+    fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation")
+    if not answers.strict:
+        return v, test, fb, ()
+    if fb is None:
+        raise CkptselError(
+            f"--strict-answers: trajectory {v.trajectory!r} recorded no generated texts of its "
+            f"validation items, or its task {v.task!r} is no registered task, so which answers only "
+            "an answer rule's fallback found is not known"
+        )
+    v = replace(v, correct=v.correct & ~fb)
+    if test is None:
+        return v, test, fb, ()
+    fb_test = fallback_matrix(records_dir, test.trajectory, test.task, test.steps, test.item_ids, "test")
+    if fb_test is None:
+        return v, test, fb, ("--strict-answers: no generated texts of the test items were recorded, so "
+                             "the test gains count every correct answer",)  # fmt: skip
+    return v, replace(test, correct=test.correct & ~fb_test), fb, ()
+
+
+def _with_fallback(sel: Selection, v: ValidationData, fb: np.ndarray | None, rule: str,
+                   settings: SelectSettings, answers: AnswerSettings) -> Selection:  # fmt: skip
+    """``sel`` with the share of each checkpoint's correct validation answers that only a
+    fallback found (``v``: as measured); a recommendation of an earlier checkpoint that rests
+    on them (with them counted wrong its gain is not resolved above 0) says so."""
+    if fb is None:
+        return sel
+    shares = fallback_shares(v.correct, fb)
+    rec = sel.recommendation
+    check = FallbackCheck({str(int(st)): round(float(x), 6) for st, x in zip(v.steps, shares, strict=True)},
+                          answers.strict)  # fmt: skip
+    if answers.strict or rec.keep_final or not (v.correct & fb).any():
+        return replace(sel, fallback=check)
+    strict = _Split.of(replace(v, correct=v.correct & ~fb), rule, settings)
+    gain, picks = strict.gain(rule, settings).estimate, strict.steps_of(rule)
+    share = 100 * check.shares[str(rec.keep_step)]
+    holds = gain.estimable and not gain.unresolved and gain.lo > 0 and rec.keep_step in picks
+    said = (f"; {share:.0f}% of step {rec.keep_step}'s correct validation answers were found only by the "
+            f"answer rule's fallback: counted wrong (--strict-answers), the {rule} rule picks step(s) "
+            f"{', '.join(map(str, picks))} with a split-validation gain of {fmt(gain, unit=' pp', mark=False)}")  # fmt: skip
+    said += ", still resolved above 0" if holds else (
+        ", not resolved above 0: the decision rests on answers only the fallback found")
+    return replace(sel, fallback=replace(check, strict_gain=gain, strict_steps=picks),
+                   recommendation=replace(rec, reason=rec.reason + said))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- every trajectory
@@ -877,11 +1062,13 @@ class StudySelection:
 
     keep: KeepTable
     selections: dict[str, Selection]
+    notes: tuple[str, ...] = ()  # said once for the table: rules skipped, degenerate checkpoints
 
     def to_dict(self) -> dict:
         return {
             **self.keep.to_dict(),
             "selections": {name: sel.to_dict() for name, sel in self.selections.items()},
+            "notes": list(self.notes),
         }
 
 
@@ -892,6 +1079,7 @@ def select_all(
     settings: SelectSettings | None = None,
     validation: list[ValidationData] | None = None,
     keep_only: bool = False,
+    answers: AnswerSettings | None = None,
 ) -> StudySelection:
     """:func:`select_checkpoint` for every trajectory (``validation``: the records' validation
     data, when already loaded), in the records' order; a trajectory it cannot answer (too few
@@ -905,18 +1093,39 @@ def select_all(
     with single_threaded():
         validation = validation if validation is not None else load_validation(records_dir)
         if keep_only:
-            rows = keep_rows(validation, rule, settings)
+            rows = keep_rows(validation, rule, settings, answers)
         else:
             rows = []
             for v in validation:
                 try:
-                    sel = select_checkpoint(records_dir, v.trajectory, rule=rule, settings=settings)
+                    sel = _select_checkpoint(records_dir, v.trajectory, rule, settings, answers, validation)
                 except CkptselError as err:
                     rows.append(_no_selection(v, err))
                     continue
                 selections[v.trajectory] = sel
                 rows.append(_keep_row(v, sel.rules[rule], sel.recommendation))
-    return StudySelection(KeepTable(rule, asdict(settings), tuple(rows)), selections)
+    skipped = nll_skipped(validation)
+    notes = ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(validation, answers)
+    return StudySelection(KeepTable(rule, asdict(settings), tuple(rows)), selections, tuple(notes))
+
+
+def degenerate_lines(validation: list[ValidationData], answers: AnswerSettings | None = None) -> list[str]:
+    """One line naming every degenerate checkpoint of ``validation`` (none: no line)."""
+    checks = [(v.trajectory, AnswerCheck.of(v, answers)) for v in validation]
+    flagged = [(t, c, st) for t, c in checks for st in c.flagged]
+    if not flagged:
+        return []
+    rule = flagged[0][1].rule_words
+    shown = "; ".join(f"{t!r} {c.describe(st)}" for t, c, st in flagged[:10])
+    more = f"; and {len(flagged) - 10} more" if len(flagged) > 10 else ""
+    allowed = flagged[0][1].settings.allow
+    return [
+        f"degenerate checkpoint(s) ({rule}): {shown}{more}. Their accuracy comes from the items whose "
+        "gold answer is the one they give; " + (
+            "--allow-degenerate: one may be kept, and its recommendation says it is flagged"
+            if allowed else "none is recommended (select --allow-degenerate keeps one, saying so)"
+        )
+    ]  # fmt: skip
 
 
 def _no_selection(v: ValidationData, err: CkptselError) -> KeepRow:
@@ -929,7 +1138,8 @@ def _keep_row(v: ValidationData, chosen: RuleSelection, rec: Recommendation) -> 
                    chosen.steps, chosen.split_validation.estimate, rec.reason)  # fmt: skip
 
 
-def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSettings) -> list[KeepRow]:
+def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSettings,
+              answers: AnswerSettings | None = None) -> list[KeepRow]:  # fmt: skip
     """The keep table's rows, in ``validation`` order: per trajectory ``rule``'s full-pool
     choice, its split-validation gain and the recommendation, the numbers
     :func:`select_checkpoint` gives. Trajectories of one validation pool share its partitions,
@@ -944,7 +1154,7 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
             try:
                 _check_splittable(v, settings)
                 if (sig := RULES[rule].signal(v)) is None:
-                    raise _no_nll(rule)
+                    raise _no_nll(rule, v.trajectory)
                 sigs[j] = sig
             except CkptselError as err:
                 rows[j] = _no_selection(v, err)
@@ -955,7 +1165,8 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
         for (j, sig), v, (point, reps) in zip(sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True):  # fmt: skip
             full = full_pool_choice(sig, maximize)
             chosen = RuleSelection(chosen_steps(full, v.steps), {}, (), pool.estimate(point, reps, full, v, settings))
-            rows[j] = _keep_row(v, chosen, recommend(chosen, rule, int(v.steps[-1]), settings.level))
+            rec = recommend(chosen, rule, int(v.steps[-1]), settings.level, AnswerCheck.of(v, answers))
+            rows[j] = _keep_row(v, chosen, rec)
     return rows
 
 
@@ -1003,9 +1214,32 @@ def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
 
 
 def recommend(
-    result: RuleSelection, rule: str, final_step: int, level: float = defaults.CONFIDENCE
-) -> Recommendation:
-    """ "keep checkpoint X" only when the split-validation interval is wholly above 0."""
+    result: RuleSelection, rule: str, final_step: int, level: float = defaults.CONFIDENCE,
+    check: AnswerCheck | None = None,
+) -> Recommendation:  # fmt: skip
+    """ "keep checkpoint X" only when the split-validation interval is wholly above 0, and X is
+    not degenerate (``check``: one answer to most items), unless ``--allow-degenerate`` — then
+    the recommendation says it is flagged; a flagged final checkpoint is said too."""
+    rec = _recommend(result, rule, final_step, level)
+    if check is None or rec.keep_step not in check.flagged:
+        return rec
+    what = check.describe(rec.keep_step)
+    if rec.keep_final:
+        return replace(rec, reason=f"{rec.reason}; note: the final checkpoint is flagged as degenerate ({what})")
+    if check.settings.allow:
+        return replace(rec, reason=f"{rec.reason}; FLAGGED as degenerate ({what}), kept because of --allow-degenerate")
+    final = (f"; note: the final checkpoint is flagged as degenerate too ({check.describe(final_step)})"
+             if final_step in check.flagged else "")  # fmt: skip
+    return Recommendation(
+        rule, final_step, True,
+        f"{rec.reason}; but {what}: a degenerate checkpoint is not recommended (its accuracy comes from "
+        "the items whose gold answer is the one it gives), so keep the final checkpoint "
+        f"(--allow-degenerate keeps it, saying so){final}",
+    )  # fmt: skip
+
+
+def _recommend(result: RuleSelection, rule: str, final_step: int, level: float) -> Recommendation:
+    """:func:`recommend` before the answer check."""
     tied = list(result.steps)
     sv = result.split_validation.estimate
     pct = int(round(level * 100))
