@@ -2,7 +2,8 @@
 # The package as a user gets it, without the source tree: `python -m build` makes the sdist and,
 # from it, the wheel; the wheel is installed into a clean venv and run from outside the checkout:
 # `ckptsel --version` must print the one version (ckptsel.__version__); with no extra (no torch)
-# the analysis runs on simulated records (simulate, analyze, verify, select); then the CPU build
+# the analysis runs on simulated records (simulate, analyze, verify, select), `run --dry-run` plans a
+# study and `measure`, `run`, `quickstart` say which extra to install; then the CPU build
 # of torch is installed first, as scripts/setup.sh does, then ckptsel[ml], and
 # `ckptsel quickstart --fast` must run the embedded study to its report.
 # Usage: bash scripts/wheel_smoke.sh [DIST_DIR] (DIST_DIR, if given, receives the wheel and the
@@ -66,6 +67,47 @@ for cmd in "simulate sim-records" "analyze sim-records --out sim-results --no-re
   "$venv/bin/ckptsel" $cmd >"$work/analysis.log" 2>&1 || fail "ckptsel $cmd failed without torch" "$work/analysis.log"
 done
 say "the analysis without torch: simulate, analyze, verify, select ran"
+# a study planned without torch (run --dry-run writes nothing), and the commands that need the
+# [ml] extra refused in one line that names it (exit 2), writing nothing
+mkdir -p study
+"$venv/bin/python" - study <<'PY'
+import json, pathlib, sys
+d = pathlib.Path(sys.argv[1])
+rows = [{"query": f"Ann has {a} pens and gets {a + 1} more. How many?",
+         "response": f"The answer is: {2 * a + 1}", "original_question": f"q{a}"} for a in range(40)]
+d.joinpath("pool.json").write_text(json.dumps(rows))
+d.joinpath("test.jsonl").write_text("".join(
+    json.dumps({"question": f"Bo has {a} cups; {a} more?", "answer": f"#### {2 * a}"}) + "\n" for a in range(6)))
+d.joinpath("study.toml").write_text("""schema = 2
+[study]
+base_model = "base"
+seeds = [1]
+[pool]
+task = "metamath"
+file = "pool.json"
+[test]
+task = "gsm8k"
+file = "test.jsonl"
+[[configurations]]
+name = "a"
+steps = 2
+save_every = 1
+""")
+PY
+"$venv/bin/ckptsel" run study/study.toml --dry-run >"$work/dry.log" 2>&1 || fail "ckptsel run --dry-run failed without torch" "$work/dry.log"
+grep -q "16 generations to do" "$work/dry.log" || fail "run --dry-run printed no plan" "$work/dry.log"
+[ ! -e study/.ckptsel ] || fail "run --dry-run wrote study/.ckptsel"
+mkdir -p run/checkpoint-1 && echo '{}' >run/checkpoint-1/config.json
+for cmd in "measure run --task gsm8k --validation study/test.jsonl --test study/test.jsonl --out rec" \
+  "run study/study.toml" "quickstart --fast --out qs"; do
+  code=0
+  # shellcheck disable=SC2086
+  "$venv/bin/ckptsel" $cmd >"$work/ml.log" 2>&1 || code=$?
+  [ "$code" = 2 ] && grep -q "pip install 'ckptsel\[ml\]'" "$work/ml.log" && ! grep -q Traceback "$work/ml.log" \
+    || fail "ckptsel $cmd without torch: exit $code, not 2 with the [ml] hint" "$work/ml.log"
+done
+[ ! -e rec ] && [ ! -e qs ] && [ ! -e study/.ckptsel ] || fail "a refused command wrote files"
+say "without torch: run --dry-run planned; measure, run and quickstart said pip install 'ckptsel[ml]'"
 
 say "installing torch (CPU build first) and ckptsel[ml]"
 pip_in "$venv" "torch==2.13.0"

@@ -20,6 +20,7 @@ def _conformance_cache(tmp_path_factory):
     the user's ~/.cache: no verdict of a run outside the tests is read or written."""
     mp = pytest.MonkeyPatch()
     mp.setenv("CKPTSEL_CACHE_DIR", str(tmp_path_factory.mktemp("ckptsel-cache")))
+    mp.setenv("CKPTSEL_KEY_FILE", str(tmp_path_factory.mktemp("ckptsel-key") / "key"))  # the caches' HMAC key
     yield
     mp.undo()
 

@@ -44,7 +44,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # The modules of each package, earlier first (a package's __init__ comes after them all).
 SUBORDER: dict[str, tuple[str, ...]] = {
-    "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown"),
+    "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown", "extras", "keys"),
     "records": ("schema", "codec", "units", "pack", "memo", "provenance", "weights", "scan", "store", "load"),
     "data": ("answers", "taskdef", "tasks", "prompts", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),

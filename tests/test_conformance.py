@@ -31,7 +31,7 @@ HF_PASSED = f"passed (6 items at batch size 4: {CHECKED}"  # the CLI's --batch-s
 
 def passed_here(stamp: str, prefix: str = HF_PASSED) -> bool:
     """A pass checked in this run (the stamp ends with its cache entry's digest)."""
-    return bool(re.fullmatch(re.escape(prefix) + r"sha256:[0-9a-f]{12}\)", stamp))
+    return bool(re.fullmatch(re.escape(prefix) + r"hmac-sha256:[0-9a-f]{7}\)", stamp))
 
 
 # ------------------------------------------------------------------ a family never seen before
@@ -121,7 +121,7 @@ def test_a_correct_family_passes_once_is_cached_and_stamped(tiny, cache, tmp_pat
     assert conformance.STATS["checks"] == before["checks"] + 1
     assert conformance.STATS["cached"] == before["cached"] + 1
     assert recorded_verdicts(tmp_path / "b") == {
-        f"passed (6 items at batch size 4: {CHECKED.split(';')[0]}; read from the cache: "
+        f"passed (6 items at batch size 4: {CHECKED.split(';')[0]}; read from the cache (keyed): "
         f"checked {verdict['checked']}, entry {verdict['digest'][:19]})"
     }
     # the same records measured again after the check: the gate sees one provenance

@@ -161,7 +161,7 @@ def test_item3_the_check_runs_at_the_runs_batch_size(tmp_path, cache, capsys):
     ((stamp,),) = [verdicts(out)]
     assert stamp.startswith(
         "passed (6 items at batch size 4: texts vs unbatched generate, NLL vs an unpadded "
-        "forward; checked in this run, entry sha256:"
+        "forward; checked in this run, entry hmac-sha256:"
     ), stamp
 
 
@@ -204,10 +204,10 @@ def test_item4_a_forged_cache_entry_is_not_trusted_nor_copied(tiny, cache, tmp_p
     assert run_cli(measure_args(tiny, tiny.run_dir, tmp_path / "d"), capsys)[0] == 0
     (first,) = verdicts(tmp_path / "c")
     (second,) = verdicts(tmp_path / "d")
-    assert "; checked in this run, entry sha256:" in first, first
-    assert "; read from the cache: checked " in second and "entry sha256:" in second, second
+    assert "; checked in this run, entry hmac-sha256:" in first, first
+    assert "; read from the cache (keyed): checked " in second and "entry hmac-sha256:" in second, second
     ((_, entry),) = json.loads(cache.read_text())["verdicts"].items()
-    assert entry["checked"] in second and entry["digest"][:12] in second
+    assert entry["checked"] in second and entry["digest"][:19] in second
     # a passing entry whose text was edited: markup never reaches a unit
     _forge(cache, reference="texts vs <i>anything</i>\nmore")
     assert run_cli(measure_args(tiny, tiny.run_dir, tmp_path / "e"), capsys)[0] == 0

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from ckptsel import __version__
+from ckptsel._util.extras import missing_module_line
 from ckptsel.cli import (
     analyze,
     audit,
@@ -35,7 +36,7 @@ from ckptsel.cli import (
 )
 from ckptsel.errors import CkptselError
 
-__all__ = ["COMMANDS", "GROUPS", "app", "command_help", "main"]
+__all__ = ["COMMANDS", "GROUPS", "app", "command_help", "command_named", "main"]
 
 # The commands in the order `ckptsel --help` lists them.
 COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
@@ -122,6 +123,16 @@ for _name, _help, _subcommands in GROUPS:
     app.add_typer(_group, name=_name)
 
 
+def command_named(args: list[str]) -> str:
+    """``ckptsel`` and the command (and subcommand) ``args`` name, for a message."""
+    words = [str(a) for a in args[:2]]
+    names = dict(COMMANDS).keys() | {g[0] for g in GROUPS}
+    if not words or words[0] not in names:
+        return "ckptsel"
+    subs = {s for g in GROUPS if g[0] == words[0] for s, _ in g[2]}
+    return "ckptsel " + " ".join(words if len(words) > 1 and words[1] in subs else words[:1])
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point (``argv=None``: the process's own arguments, and the process ends
     when the command does)."""
@@ -130,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     except CkptselError as err:
         typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
         sys.exit(err.exit_code)
+    except ModuleNotFoundError as err:  # an optional package (torch: the [ml] extra) missing
+        line = missing_module_line(err, command_named(sys.argv[1:] if argv is None else argv))
+        if line is None:
+            raise
+        typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
     except OSError as err:  # a local path the system refuses (name too long, read-only, ...)
         where = f"{err.filename}: " if err.filename else ""
         typer.secho(f"error: {where}{err.strerror or err}", err=True, fg=typer.colors.RED)

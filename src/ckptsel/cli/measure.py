@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from ckptsel._util.extras import require_ml
+from ckptsel._util.keys import user_key
 from ckptsel.cli import options
 from ckptsel.cli.output import print_json, progress_bars
 
@@ -73,6 +75,9 @@ def measure(
     ),
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
+    user_key()  # the key of the caches (verdicts, packs) checked before anything is written
+    if executor != "ray":  # on Ray the models load in the workers, not the driver
+        require_ml("ckptsel measure")  # before anything is read or written
     # the measurement stage loads when the command runs (see ckptsel.cli)
     from ckptsel.data import get_task
     from ckptsel.measure import ExecutorConfig, measure_run

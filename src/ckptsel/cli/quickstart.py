@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ckptsel._util.extras import require_ml
 from ckptsel.cli.output import console
 
 
@@ -25,6 +26,7 @@ def quickstart(
     ),
 ) -> None:
     """The whole pipeline on an embedded task and a tiny model, offline, in minutes."""
+    require_ml("ckptsel quickstart")  # it trains and measures a tiny model
     # the first line comes before torch and transformers load (seconds on a busy machine)
     say(f"quickstart{' --fast' if fast else ''}: study folder {out.resolve()}; loading torch…")
     with warnings.catch_warnings(record=True) as caught:

@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from ckptsel._util.extras import require_ml
 from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
 from ckptsel.cli.output import console, err_console, print_json
@@ -52,11 +53,14 @@ def run(
 ) -> None:
     """Run or resume a whole study; every stage skips what is already done. With --log (or the
     study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""
+    stages = stages_to_run(until, only)
+    if not dry_run and {"train", "measure"} & set(stages):  # refused before prepare writes
+        require_ml("ckptsel run (its train and measure stages; --until prepare and --only "
+                   "analyze run without them)")  # fmt: skip
     if device:  # a device that cannot run is said before any stage starts
         from ckptsel.train import pick_device
 
         pick_device(device)
-    stages = stages_to_run(until, only)
     record = check_protocol(study_file, tuple(set_ or ()))
     spec = load_spec(study_file, overrides=set_ or (), workdir=workdir)
     status = protocol_status(record)

@@ -9,6 +9,8 @@ from typing import Any
 import typer
 
 from ckptsel import defaults
+from ckptsel._util.extras import require_ml
+from ckptsel._util.keys import user_key
 from ckptsel.cli import options
 from ckptsel.cli.output import console, err_console, print_json, progress_bars
 
@@ -53,6 +55,8 @@ def watch(
 ) -> None:
     """Watch RUN_DIR while a trainer writes it and measure each checkpoint into OUT as soon as
     it is complete; ends once the final checkpoint is recorded. Run it again to continue."""
+    user_key()  # the key of the caches (verdicts, packs), checked before status.json is written
+    require_ml("ckptsel watch")
     # the measurement stage loads when the command runs (see ckptsel.cli)
     from ckptsel.measure import WatchSettings, status_path
     from ckptsel.workflows import SelectSettings, describe, selection_path, watch_and_select

@@ -56,16 +56,21 @@ the HF model loaded anyway (``--backend hf --nll-backend vllm`` or the other way
 there: the node), else ``$XDG_CACHE_HOME/ckptsel``, else ``~/.cache/ckptsel``, written
 atomically (read, merged, replaced: two processes that check at once both write the same
 verdict). An entry holds numbers, never text: the counts of equal, near-tie and wrong texts,
-the largest NLL difference, which references were compared (from a fixed list), when, and a
-digest over its key and fields. It is read back only when every field is there with its type,
-its counts agree with its ``passed`` and its digest holds; anything else (a forged "passed",
-an entry of an older format, a hand edit) is checked again and replaced. Refusals are cached
+the largest NLL difference, which references were compared (from a fixed list), when, and an
+HMAC-SHA256 over its key and fields under the user's secret key (:mod:`ckptsel._util.keys`,
+outside the cache folder: a digest anyone can recompute would let one edited file forge a
+pass). It is read back only when every field is there with its type, its counts agree with its
+``passed`` and its HMAC holds; anything else (a forged "passed", its plain digest recomputed
+or not, an entry of an older format, another user's, a hand edit) is checked again and
+replaced, and the units say ``re-checked in this run``. ``ckptsel verify --conformance``
+checks every entry under the key (:func:`check_cached_verdicts`). Refusals are cached
 too: a refused family is refused at once every time, until something in its key changes (or
 the file is deleted). A cache folder that cannot be written costs a check per process,
 nothing else. Every unit measured records the verdict in its provenance (``conformance``),
 rebuilt from the entry's fields, never copied from the file: ``passed (6 items at batch size 4:
 texts vs unbatched generate, NLL vs an unpadded forward; checked in this run, entry
-sha256:<12 hex>)`` or ``...; read from the cache: checked <UTC time>, entry sha256:<12 hex>)``,
+hmac-sha256:<7 hex>)`` or ``...; read from the cache (keyed): checked <UTC time>, entry
+hmac-sha256:<7 hex>)``,
 or :data:`SKIPPED`; ``MeasureConfig(conformance_check=False)`` (``--no-conformance-check``)
 skips the check and says so there.
 """
@@ -85,6 +90,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.io import write_text
+from ckptsel._util.keys import mac, mac_holds
 from ckptsel._util.nodecache import CACHE_ENV, cache_root, local_ref
 from ckptsel.data import PromptFormat
 from ckptsel.defaults import BATCH_SIZE
@@ -171,11 +177,15 @@ class Verdict:
         at = f" at batch size {self.batch}" if self.batch else ""
         return f"{self.items} items{at}"
 
-    def stamp(self, digest: str, fresh: bool) -> str:
+    def stamp(self, digest: str, fresh: bool, rechecked: bool = False) -> str:
         """The provenance's ``conformance`` value of the units this verdict admits: what
-        passed against what, and whether it was checked in this run (``fresh``) or read from
-        the cache (then the entry's time); ``digest``: the cache entry's."""
-        where = "checked in this run" if fresh else f"read from the cache: checked {self.checked}"
+        passed against what, and whether it was checked in this run (``fresh``; ``rechecked``:
+        the cache held an entry for the family whose HMAC did not hold) or read from the cache
+        (then the entry's time); ``digest``: the cache entry's HMAC."""
+        where = "re-checked in this run (its cached entry did not hold under this user's key)" \
+            if rechecked else "checked in this run"  # fmt: skip
+        if not fresh:
+            where = f"read from the cache (keyed): checked {self.checked}"
         return f"passed ({self._shape()}: {self.reference}; {where}, entry {digest[:19]})"
 
     def refusal(self, fresh: bool) -> str:
@@ -208,9 +218,17 @@ class Verdict:
         )  # fmt: skip
 
     def digest(self, key: str) -> str:
-        """``sha256:<hex>`` over ``key`` (:func:`key_string`) and every field."""
-        blob = json.dumps([key, asdict(self)], sort_keys=True, separators=(",", ":"))
-        return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        """``hmac-sha256:<hex>`` over ``key`` (:func:`key_string`) and every field, under the
+        user's secret key (:mod:`ckptsel._util.keys`): an entry edited in the cache file, its
+        digest recomputed by anyone without that key, does not hold."""
+        return mac(self._blob(key))
+
+    def _blob(self, key: str) -> bytes:
+        return json.dumps([key, asdict(self)], sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    def holds(self, key: str, digest: object) -> bool:
+        """Whether ``digest`` is this verdict's :meth:`digest` of ``key``."""
+        return mac_holds(digest, self._blob(key))
 
 
 def cache_path() -> Path:
@@ -243,14 +261,48 @@ def _entry_verdict(key: str, entry: Any) -> tuple[Verdict, str] | None:
         return None
     if not verdict.consistent() or model.rsplit(".", 1)[-1] != verdict.family:
         return None
-    digest = verdict.digest(key)
-    return (verdict, digest) if entry["digest"] == digest else None
+    return (verdict, entry["digest"]) if verdict.holds(key, entry["digest"]) else None
+
+
+def check_cached_verdicts() -> tuple[Path, list[str], list[str]]:
+    """``ckptsel verify --conformance``: every entry of the verdict cache checked as a measure
+    would read it (well formed, consistent, its HMAC holding under the user's key). Returns
+    (the cache file, a line per entry that holds, a line per entry that does not: the next
+    measure of that family checks it again and replaces it). Lines are built from checked
+    fields and fixed words only, never from the file's text."""
+    held, failed = [], []
+    for key, entry in sorted(_read_cache().items()):
+        try:
+            parsed = json.loads(key)
+            model = str(parsed.get("model", "")).rsplit(".", 1)[-1]
+            engine, dtype = str(parsed.get("engine", "")), str(parsed.get("dtype", ""))
+        except (TypeError, ValueError, AttributeError):
+            model = engine = dtype = ""
+        ok = _FAMILY.fullmatch(model) and engine in ("hf", "vllm") and dtype in EPS
+        label = f"{model} {dtype} ({engine})" if ok else "an entry of an unknown family"
+        got = _entry_verdict(key, entry)
+        if got is None:
+            failed.append(f"{label}: its entry does not hold under this user's key (edited, "
+                          "damaged, of an older format or another user's): checked again at "
+                          "its next measure")  # fmt: skip
+            continue
+        verdict, digest = got
+        what = "passed" if verdict.passed else "refused"
+        held.append(f"{label}: {what} ({verdict.detail}), checked {verdict.checked}, entry "
+                    f"{digest[:19]} holds under this user's key")  # fmt: skip
+    return cache_path(), held, failed
 
 
 def cached_verdict(key: str) -> tuple[Verdict, str] | None:
     """The cached verdict of ``key`` (:func:`key_string`) and its entry's digest, if there is a
     trustworthy one (:func:`_entry_verdict`)."""
     return _entry_verdict(key, _read_cache().get(key))
+
+
+def cached_entry(key: str) -> tuple[tuple[Verdict, str] | None, bool]:
+    """(:func:`cached_verdict` of ``key``, whether the cache holds an entry for it at all)."""
+    entry = _read_cache().get(key)
+    return _entry_verdict(key, entry), entry is not None
 
 
 def save_verdict(key: str, verdict: Verdict) -> str:
@@ -602,7 +654,7 @@ class Conformance:
             return SKIPPED
         name = key_string(key)
         if name not in self.stamps:
-            cached = cached_verdict(name)
+            cached, had_entry = cached_entry(name)
             fresh = cached is None
             if cached is None:
                 t0 = time.perf_counter()
@@ -616,7 +668,7 @@ class Conformance:
                 STATS["cached"] += 1
             if not verdict.passed:
                 raise CkptselError(verdict.refusal(fresh))
-            self.stamps[name] = verdict.stamp(digest, fresh)
+            self.stamps[name] = verdict.stamp(digest, fresh, rechecked=fresh and had_entry)
         return self.stamps[name]
 
     def hf(self, model: Any, tokenizer: Any, items: Sequence[Any], device: Any = None) -> str:

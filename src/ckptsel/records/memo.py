@@ -18,11 +18,14 @@ after). Errors are never cached: bad records raise every time. Records at a URL,
 folder that cannot be written, are simply computed each time. The cache is never a source
 of truth: deleting ``.cache`` only costs the next load its time.
 
-The cache is keyed by names, sizes and modification times and checked by CRC32 only: it
-guards against staleness and damage, not against a forger (anyone who can write the records
-folder can write a different, CRC-valid cache under the right key). ``verify`` therefore loads
-inside :func:`uncached`, which computes from the records themselves, bypassing both this cache
-and the units' packs (:mod:`ckptsel.records.pack`), and never writes either.
+The cache is keyed by names, sizes and modification times, and each file carries an
+HMAC-SHA256 of its header and arrays under the user's secret key (:mod:`ckptsel._util.keys`,
+kept outside the records folder): a file edited by hand, or written by another user (a records
+folder copied from elsewhere), does not hold and is computed again, which gives the same
+arrays, only slower. ``verify`` still loads inside :func:`uncached`, which computes from the
+records themselves, bypassing both this cache and the units' packs
+(:mod:`ckptsel.records.pack`), and never writes either: whoever holds the key could still
+write a cache that holds.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import functools
 import hashlib
 import json
 import os
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -41,13 +43,14 @@ from typing import TypeVar
 import numpy as np
 
 from ckptsel._util import io as atomic
+from ckptsel._util.keys import mac, mac_holds, user_key
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records.schema import FINAL_STEPS_FILE
 from ckptsel.records.units import SINGLE_FILES, list_units, single_file
 
 MEMO_DIR = ".cache"  # inside the records folder (hidden: not records, never hashed as such)
-FORMAT = 3  # bump when what is stored changes shape
+FORMAT = 4  # bump when what is stored changes shape (4: an HMAC, not a CRC32)
 
 T = TypeVar("T")
 Arrays = Mapping[str, np.ndarray]
@@ -124,14 +127,20 @@ def _read(path: Path, key: str) -> dict[str, np.ndarray] | None:
         if head["key"] != key or head["size"] != size - start:
             return None
         data = memoryview(buf)[start:]
-        if zlib.crc32(data) != head["crc32"]:
-            return None
+        if not mac_holds(head.get("mac"), *_signed(head, data)):
+            return None  # edited, damaged, or written under another user's key
         return {
             name: _widen(_view(data, np.dtype(stored), shape, offset, fortran), dtype)
             for name, (stored, shape, offset, dtype, fortran) in head["arrays"].items()
         }
     except (OSError, KeyError, ValueError, TypeError):
         return None
+
+
+def _signed(head: dict, payload) -> tuple:
+    """What a file's HMAC covers: its header (but the HMAC) as canonical JSON, then its arrays."""
+    blob = json.dumps({k: v for k, v in head.items() if k != "mac"}, sort_keys=True)
+    return blob.encode() + b"\0", payload
 
 
 def _narrowest(array: np.ndarray) -> np.ndarray:
@@ -176,9 +185,8 @@ def _write(path: Path, key: str, arrays: Arrays) -> None:
         parts.append(stored.tobytes())
         offset += stored.nbytes
     payload = b"".join(parts)
-    head = json.dumps(
-        {"key": key, "size": len(payload), "crc32": zlib.crc32(payload), "arrays": index}
-    ).encode()
+    head = {"key": key, "size": len(payload), "arrays": index}
+    head = json.dumps({**head, "mac": mac(*_signed(head, payload))}).encode()
     try:
         atomic.write_bytes(path, _MAGIC + len(head).to_bytes(8, "little") + head + payload)
     except CkptselError:  # a read-only records folder: the next load computes again
@@ -195,7 +203,10 @@ def cached(
     """``compute()`` for the records in ``records_dir``, or what it gave last time for the same
     records (stored as ``encode(result)``, given back as ``decode(arrays)``)."""
     records_dir = as_location(records_dir)
-    if not records_dir.is_local or bypassed():
+    if bypassed():
+        return compute()
+    user_key()  # a key file that is not one is said now, in one line (the packs need it too)
+    if not records_dir.is_local:
         return compute()
     path = records_dir.local / MEMO_DIR / f"{name}.arrays"
     key = source_key(records_dir, name)

@@ -27,10 +27,22 @@ equal the trajectory's current listing, else reads that trajectory's units (a un
 added or removed after the pack, a writer killed between its unit and the pack, a damaged or
 missing pack: all read the units, never a stale number); deleting ``.packs`` changes nothing
 but speed. Packs are written atomically (one rename locally, one PUT on an object store).
+
+**Keyed.** The footer's blob carries ``rows``, a SHA-256 of the file's bytes before its footer
+(every data page) and of its layout (each column chunk's place, size, type and encoding, the
+Arrow schema), and ``mac``, an HMAC-SHA256 of the whole blob under the user's secret key
+(:mod:`ckptsel._util.keys`, kept outside the records folder). A footer is trusted only when
+its HMAC holds, rows only when their digest is the footer's too: a pack edited by hand (its
+``correct`` column flipped, its footer kept or its digests recomputed) is not read. A records
+folder is often copied to another machine or user: a pack keyed by another user's key is
+simply not trusted there, and that trajectory is read from its units (the same numbers,
+slower; the writer's next refresh there keys it anew).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from itertools import groupby
@@ -41,6 +53,7 @@ import pyarrow.parquet as pq
 
 from ckptsel._util import io
 from ckptsel._util.io import PARQUET_OPTIONS
+from ckptsel._util.keys import mac, mac_holds
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
@@ -99,14 +112,64 @@ def pack_metadata(
     return {PACK_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
 
 
-def current(meta: dict[bytes, bytes] | None, units: list[UnitFile]) -> dict | None:
-    """The pack's parsed metadata when it was built from exactly ``units`` (the trajectory's
-    current listing), else ``None``."""
+def _signed(blob: dict) -> bytes:
+    """What a pack's HMAC covers: its blob but the HMAC, as canonical JSON."""
+    return json.dumps({k: v for k, v in blob.items() if k != "mac"}, sort_keys=True,
+                      separators=(",", ":")).encode("utf-8")  # fmt: skip
+
+
+def trusted(meta: dict[bytes, bytes] | None) -> dict | None:
+    """The pack's parsed metadata when its HMAC holds under the user's key (see the module
+    doc: not for an edited footer, nor one keyed by another user), else ``None``."""
     try:
         blob = json.loads((meta or {})[PACK_KEY])
-        return blob if blob.get("units") == versions(units) else None
+        return blob if isinstance(blob, dict) and mac_holds(blob.get("mac"), _signed(blob)) else None
     except (KeyError, ValueError, TypeError, AttributeError):
         return None
+
+
+def current(meta: dict[bytes, bytes] | None, units: list[UnitFile]) -> dict | None:
+    """The pack's parsed metadata when it is :func:`trusted` and was built from exactly
+    ``units`` (the trajectory's current listing), else ``None``."""
+    blob = trusted(meta)
+    return blob if blob is not None and blob.get("units") == versions(units) else None
+
+
+def rows_digest(data: bytes, f: pq.ParquetFile) -> str:
+    """SHA-256 of a pack's bytes before its footer and of its layout as ``f`` (the file read
+    from ``data``) reads it: what the rows are, whatever the footer around them says."""
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    h = hashlib.sha256(memoryview(data)[: len(data) - 8 - footer_len])
+    md = f.metadata
+    columns = [md.schema.column(i) for i in range(len(md.schema))]
+    layout: list = [_stored_arrow_schema(md), md.num_rows] + [
+        [c.path, c.physical_type, str(c.logical_type), c.converted_type, c.max_definition_level,
+         c.max_repetition_level, c.length, c.precision, c.scale] for c in columns
+    ]  # fmt: skip
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        layout.append(rg.num_rows)
+        for c in (rg.column(j) for j in range(rg.num_columns)):
+            layout.append([c.path_in_schema, c.physical_type, c.compression, list(c.encodings),
+                           c.data_page_offset, c.dictionary_page_offset, c.total_compressed_size,
+                           c.total_uncompressed_size, c.num_values])  # fmt: skip
+    h.update(json.dumps(layout, default=str).encode("utf-8"))
+    return "sha256:" + h.hexdigest()
+
+
+def _stored_arrow_schema(md: pq.FileMetaData) -> str:
+    """The Arrow schema a Parquet file stores (less its metadata, which holds the blob), as
+    text: what the reader's types come from, whatever its read options."""
+    raw = (md.metadata or {}).get(b"ARROW:schema")
+    if raw is None:
+        return ""
+    return str(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw))).remove_metadata())
+
+
+def rows_hold(data: bytes, f: pq.ParquetFile, blob: dict) -> bool:
+    """Whether the rows of the pack ``data`` (read as ``f``) are those its trusted footer
+    ``blob`` names (:func:`rows_digest`)."""
+    return blob.get("rows") == rows_digest(data, f)
 
 
 def prove(kind: str, parts: dict[str, pa.Table]) -> dict | None:
@@ -140,7 +203,20 @@ def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile])
 
 
 def pack_bytes(parts: dict[str, pa.Table], metadata: dict[bytes, bytes], schema: pa.Schema) -> bytes:
-    """A pack's Parquet bytes: one row group per split present (page checksums on)."""
+    """A pack's Parquet bytes: one row group per split present (page checksums on), its
+    footer's blob keyed (the module doc: ``rows`` and ``mac``). Written twice: the first
+    file's pages and layout are the second's (only the footer differs), so its digest holds."""
+    raw = _parquet(parts, metadata, schema)
+    if PACK_KEY not in metadata:
+        return raw
+    blob = json.loads(metadata[PACK_KEY])
+    blob["rows"] = rows_digest(raw, pq.ParquetFile(pa.BufferReader(raw)))
+    blob["mac"] = mac(_signed(blob))
+    keyed = {**metadata, PACK_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
+    return _parquet(parts, keyed, schema)
+
+
+def _parquet(parts: dict[str, pa.Table], metadata: dict[bytes, bytes], schema: pa.Schema) -> bytes:
     schema = schema.with_metadata(metadata)
     buf = pa.BufferOutputStream()
     with pq.ParquetWriter(buf, schema, **PARQUET_OPTIONS) as writer:

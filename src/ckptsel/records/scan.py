@@ -19,7 +19,6 @@ later analysis).
 
 from __future__ import annotations
 
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +36,6 @@ from ckptsel.records.codec import read_schema, read_table, table_from_bytes
 from ckptsel.records.memo import bypassed, filling
 from ckptsel.records.pack import (
     PACK_ERRORS,
-    PACK_KEY,
     PACKED_KINDS,
     by_trajectory,
     current,
@@ -46,6 +44,8 @@ from ckptsel.records.pack import (
     pack_path,
     prove,
     remove_pack,
+    rows_hold,
+    trusted,
     unit_metadata,
     versions,
     write_pack,
@@ -243,11 +243,13 @@ def _from_pack(
     are read instead: a pack is never a source of truth)."""
     path = pack_path(records_dir, kind, traj)
     try:
-        source = path.local if path.is_local else pa.BufferReader(path.read_bytes())
+        data = path.read_bytes()  # whole: its rows are checked against its keyed footer
         with pq.ParquetFile(
-            source, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False
-        ) as f:
-            if current(f.schema_arrow.metadata, group) is None:
+            pa.BufferReader(data), read_dictionary=dictionary, page_checksum_verification=True,
+            pre_buffer=False,
+        ) as f:  # fmt: skip
+            blob = current(f.schema_arrow.metadata, group)
+            if blob is None or not rows_hold(data, f, blob):
                 return None
             out: dict[str, list[pa.Table]] = {}
             for g in range(f.metadata.num_row_groups):
@@ -296,8 +298,11 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
     step_rows: dict[int, dict[str, pa.Table]] = {}
     metas: dict[int, dict[bytes, bytes]] = {}
     try:
-        old = read_table(path)
-        recorded = json.loads(old.schema.metadata[PACK_KEY])
+        data = path.read_bytes()
+        old = table_from_bytes(data, path)
+        recorded = trusted(old.schema.metadata)  # an edited pack's rows are never carried on
+        if recorded is None or not rows_hold(data, pq.ParquetFile(pa.BufferReader(data)), recorded):
+            return {}, {}
         have = {s: [s, size, tag] for s, size, tag in recorded["units"]}
         reuse = {u.step for u in units if have.get(u.step) == versions([u])[0]}
         per_step = recorded.get("metadata") or {}

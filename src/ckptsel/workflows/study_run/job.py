@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel import defaults
+from ckptsel._util.extras import ML_HINT, missing_ml
 from ckptsel._util.locations import is_url
 from ckptsel.choose import ChoiceSettings
 from ckptsel.errors import CkptselError
@@ -101,7 +102,10 @@ class StudyRun:
         the LoRA target modules against the base model's skeleton, the fingerprint)."""
         base = self.spec.study.base_model
         configs = self.spec.study.configurations
-        if is_url(base) or not all([check_lora_targets(base, c) for c in configs]):
+        if missing := missing_ml():  # the plan itself needs neither
+            self.context.log(f"dry run: LoRA target modules not checked ({' and '.join(missing)} "
+                             f"not installed; the run needs them: {ML_HINT})")  # fmt: skip
+        elif is_url(base) or not all([check_lora_targets(base, c) for c in configs]):
             self.context.log(f"dry run: LoRA target modules not checked ({base} is not here)")
         if self.spec.split is None or (self.context.split_dir / "lineage.json").is_file():
             self.check_fingerprint(write=False)
