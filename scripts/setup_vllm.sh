@@ -20,7 +20,7 @@ pip=("$VENV/bin/python" -m pip install -q)
 # text models need none of them
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 # ckptsel's own light dependencies (its ml extra would move torch/transformers), ray, pytest
-"${pip[@]}" numpy pandas pyarrow typer rich matplotlib math-verify threadpoolctl peft accelerate \
+"${pip[@]}" numpy pandas pyarrow typer rich matplotlib math-verify threadpoolctl regex jinja2 peft accelerate \
   "ray>=2.40,<3" "pytest>=8"
 # ckptsel from this source tree, through a .pth file: no build, nothing written into the tree
 # (a second editable install here could race with scripts/setup.sh's in CI)

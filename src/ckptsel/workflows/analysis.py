@@ -63,7 +63,17 @@ from ckptsel.study import (
     protocol_status,
     read_protocol,
 )
-from ckptsel.workflows.advise import SelectSettings, keep_provisional, keep_settings, select_all
+from ckptsel.workflows.advise import (
+    SelectSettings,
+    degenerate_lines,
+    fallback_matrix,
+    fallback_shares,
+    keep_provisional,
+    keep_settings,
+    nll_skip_line,
+    nll_skipped,
+    select_all,
+)
 
 
 def _quiet(line: str) -> None:
@@ -140,7 +150,19 @@ def evaluate_frozen(
         choices_sha256=frozen.sha256,
         tables_ready=descriptive,
     )
+    said = record_warnings(validation)
+    if said:
+        summary = replace(summary, warnings=(*(summary.warnings or ()), *said))
     return summary, tables
+
+
+def record_warnings(validation: list[ValidationData]) -> list[str]:
+    """What the records themselves warrant saying beside the numbers (summary.json's warnings,
+    the terminal, report.html): trajectories the NLL rule skips (no NLL records beside others
+    that have them) and degenerate checkpoints (one answer to most items; the keep table
+    never keeps one)."""
+    skipped = nll_skipped(validation)
+    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(validation)
 
 
 def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
@@ -303,7 +325,7 @@ def _analyze(
             progress("choosing the checkpoint to keep per trajectory (select)…")
             keep = keeping.result()
             progress("writing summary.json and the tables…")
-            summary = replace(summary, protocol=bound.preregistration, keep=keep)
+            summary = _with_keep(summary, keep, records_dir, validation, bound.preregistration)
             if bound.record is not None:
                 write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
             write_outputs(stage, records_dir, summary, {}, provenance, bound.file)
@@ -315,6 +337,45 @@ def _analyze(
             progress("writing the report (tables, figures, report.html)…")
             write_report(stage, formats=REPORT_META["formats"])
     return summary
+
+
+def _with_keep(summary: Summary, keep: KeepTable | None, records_dir: Path, validation: list[ValidationData],
+               protocol: Preregistration | None) -> Summary:  # fmt: skip
+    """``summary`` with its keep table and protocol, and the warning of kept checkpoints whose
+    correct answers rest on an answer rule's fallback (:func:`fallback_lines`)."""
+    said = fallback_lines(records_dir, validation, keep)
+    if said:
+        summary = replace(summary, warnings=(*(summary.warnings or ()), *said))
+    return replace(summary, protocol=protocol, keep=keep)
+
+
+def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: KeepTable | None) -> list[str]:
+    """One line naming the trajectories whose kept checkpoint (the final one without a keep
+    table) has :data:`ckptsel.defaults.FALLBACK_NOTE_SHARE` or more of its correct validation
+    answers found only by the answer rule's fallback, read off the recorded texts of that
+    checkpoint and the final one (none recorded: nothing said)."""
+    kept = {r.trajectory: r.keep_step for r in keep.trajectories} if keep is not None else {}
+    found = []
+    for v in validation:
+        final = int(v.steps[-1])
+        step = kept.get(v.trajectory, final)
+        fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation",
+                             sorted({step, final}))  # fmt: skip
+        if fb is None:
+            continue
+        shares = fallback_shares(v.correct, fb)
+        share = float(shares[list(v.steps).index(step)])
+        if share >= defaults.FALLBACK_NOTE_SHARE:
+            also = "" if step == final else f" (the final step {final}: {100 * float(shares[-1]):.0f}%)"
+            found.append(f"{v.trajectory!r} keeps step {step}: {100 * share:.0f}%{also}")
+    if not found:
+        return []
+    shown = "; ".join(found[:10]) + (f"; and {len(found) - 10} more" if len(found) > 10 else "")
+    return [
+        "correct validation answers found only by the answer rule's fallback (gsm8k: no 'The answer "
+        f"is' or '####' marker, the last number taken) make {100 * defaults.FALLBACK_NOTE_SHARE:.0f}% "
+        f"or more of a kept checkpoint's: {shown}; `ckptsel select --strict-answers` counts them wrong"
+    ]
 
 
 def keep_table(
@@ -436,7 +497,7 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
         keep = None
         if stored.keep is not None:  # summaries written before the keep table have none
             keep = keep_table(records_dir, validation, _stored_keep_settings(stored.keep, spath))
-    summary = replace(summary, protocol=stored.protocol, keep=keep)  # protocol: _protocol_chain
+    summary = _with_keep(summary, keep, records_dir, validation, stored.protocol)  # protocol: _protocol_chain
     kept, again_dict = stored.to_dict(), summary.to_dict()
     if summary_json(again_dict) != summary_json(kept):
         diff = _first_difference(kept, again_dict)
