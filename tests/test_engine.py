@@ -137,8 +137,10 @@ def test_pipeline_G_H_D_by_hand(tmp_path):
     assert s.gains.get("H", "last", "full").mean == pytest.approx(20.0)
     assert s.D["accuracy"].mean == pytest.approx(0.0)
     assert s.gains.get("G", "last", "64").mean == pytest.approx(0.0)
-    # one configuration: the configuration bootstrap is degenerate, and the summary says so
-    assert len(s.warnings) == 1 and "only 1 configuration(s)" in s.warnings[0]
+    # one configuration: the configuration bootstrap is degenerate, and the summary says so;
+    # checkpoints 25 and 60 answer "2" to every validation item, wrong on all: degenerate (issue 48)
+    assert len(s.warnings) == 2 and "only 1 configuration(s)" in s.warnings[0]
+    assert "degenerate" in s.warnings[1] and "none is recommended" in s.warnings[1]
 
 
 def test_matched_half_by_hand():
