@@ -9,23 +9,7 @@ from pathlib import Path
 import pytest
 
 from clirun import run_cli
-from tinyrun import build_tiny_base
-
-POOL_STUDY = """schema = 2
-[study]
-base_model = "base"
-seeds = [1]
-[pool]
-task = "metamath"
-file = "pool.json"
-[test]
-task = "gsm8k"
-file = "test.jsonl"
-[[configurations]]
-name = "a"
-steps = 2
-save_every = 1
-"""
+from tinyrun import POOL_STUDY, build_tiny_base
 
 
 def files_under(root: Path) -> set[str]:

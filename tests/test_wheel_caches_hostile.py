@@ -33,6 +33,7 @@ from ckptsel.records import memo, pack
 
 import recordsgen as rg
 from clirun import run_cli
+from tinyrun import POOL_STUDY
 
 HINT = "pip install 'ckptsel[ml]'"
 BLOCKER = """
@@ -47,21 +48,6 @@ class _Blocked:
         return None
 
 sys.meta_path.insert(0, _Blocked())
-"""
-STUDY = """schema = 2
-[study]
-base_model = "base"
-seeds = [1]
-[pool]
-task = "metamath"
-file = "pool.json"
-[test]
-task = "gsm8k"
-file = "test.jsonl"
-[[configurations]]
-name = "a"
-steps = 2
-save_every = 1
 """
 ALL = "torch,transformers,jinja2"
 
@@ -99,7 +85,7 @@ def place(tmp_path: Path) -> Path:
     (tmp_path / "pool.json").write_text(json.dumps(rows))
     test = [{"question": f"Bo has {a} cups; {a} more?", "answer": f"#### {2 * a}"} for a in range(6)]
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test))
-    (tmp_path / "study.toml").write_text(STUDY)
+    (tmp_path / "study.toml").write_text(POOL_STUDY)
     (tmp_path / "run" / "checkpoint-1").mkdir(parents=True)
     (tmp_path / "run" / "checkpoint-1" / "config.json").write_text("{}")
     (tmp_path / "template.txt").write_text("### Q\n{{ instruction }}\n### A\n")

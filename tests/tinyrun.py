@@ -13,6 +13,24 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+# a study of one configuration on a validation pool (metamath) and gsm8k test items, trained
+# from a local base folder `base`: the smallest study file `run` accepts
+POOL_STUDY = """schema = 2
+[study]
+base_model = "base"
+seeds = [1]
+[pool]
+task = "metamath"
+file = "pool.json"
+[test]
+task = "gsm8k"
+file = "test.jsonl"
+[[configurations]]
+name = "a"
+steps = 2
+save_every = 1
+"""
+
 NAMES = ["Tom", "Ann", "Raj", "Mia", "Leo", "Zoe", "Sam", "Ivy"]
 THINGS = ["apples", "pens", "cards", "books", "coins", "shells"]
 # a "User: ... / Assistant: ..." chat template (system turn optional) for chat-format runs
