@@ -113,10 +113,9 @@ def fallback_matrix(records_dir: Path, trajectory: str, task: str, steps: np.nda
     ii = pd.Index(item_ids).get_indexer(texts["item_id"].astype(str))
     keep = (steps[si] == texts["step"].to_numpy()) & (ii >= 0)
     out = np.zeros((len(steps), len(item_ids)), dtype=bool)
-    seen: dict[str, bool] = {}  # most texts repeat across checkpoints
-    used = [seen.setdefault(t, rule.fallback_used(t)) if t not in seen else seen[t]
-            for t in texts["text"].to_numpy()[keep]]  # fmt: skip
-    out[si[keep], ii[keep]] = np.asarray(used, dtype=bool)
+    codes, uniques = pd.factorize(texts["text"].to_numpy()[keep])  # texts repeat across checkpoints
+    used = np.array([bool(rule.fallback_used(t)) for t in uniques] + [False], dtype=bool)
+    out[si[keep], ii[keep]] = used[codes]  # code -1 (no text): the appended False
     return out
 
 
