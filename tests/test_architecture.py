@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ckptsel"
 
 # Stages, earlier first: (layer, top-level names of ckptsel in their order)
 ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "defaults", "_util", "_moved", "__init__")),
+    ("foundation", ("errors", "defaults", "_util", "__init__")),
     ("records", ("records",)),
     ("data", ("data",)),
     ("study", ("study",)),
@@ -76,7 +76,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "tasks", "app",
     ),  # fmt: skip
 }
-FOUNDATION = {"errors", "defaults", "_util", "_moved", "__init__"}
+FOUNDATION = {"errors", "defaults", "_util", "__init__"}
 MAX_ROOT_MODULES = 8
 MAX_FUNCTION_LINES = 100
 
@@ -223,7 +223,7 @@ def test_no_private_name_crosses_modules():
     for module, path in MODULES.items():
         for line, target, _, name in _imports(path):
             private = name and name.startswith("_") and not name.startswith("__")
-            is_module = target.split(".")[-1] == name  # a package-private module (_util, _moved)
+            is_module = target.split(".")[-1] == name  # a package-private module (_util)
             if private and not is_module and target != module:
                 wrong.append(f"{module} (line {line}) imports {name} from {target}")
     assert not wrong, "private names imported across modules:\n" + "\n".join(wrong)

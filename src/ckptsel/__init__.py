@@ -10,8 +10,4 @@ from ckptsel._util.blas import pin_kernels
 
 pin_kernels()  # before numpy/torch load: the same float results on every x86-64 CPU (_util/blas.py)
 
-from ckptsel import _moved  # noqa: E402
-
 __version__ = "0.1.0"
-
-_moved.install()  # old module names (ckptsel.select, ckptsel.answers, …) for one release

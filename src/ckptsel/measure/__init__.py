@@ -28,7 +28,6 @@ inside functions):
 
 from __future__ import annotations
 
-from ckptsel._moved import moved_attribute
 from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
 from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
 from ckptsel.measure.conformance import check_cached_verdicts, check_conformance
@@ -119,8 +118,3 @@ __all__ = [
     "watch_run",
 ]
 
-
-def __getattr__(name: str):
-    """Names that moved to another stage (``Checkpoint``, ``discover_checkpoints``: now in
-    :mod:`ckptsel.train`), with a DeprecationWarning, for one release."""
-    return moved_attribute(__name__, name)
