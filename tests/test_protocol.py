@@ -262,10 +262,11 @@ def test_editing_the_base_model_after_the_freeze_is_refused(study: Path, capsys)
         check_protocol(study)
 
 
-def test_a_schema_1_protocol_is_never_before_training(study: Path) -> None:
-    """An older protocol file (hash over the protocol alone) is still read, but its time is not
-    covered by its hash: never "before training", in the status or in the results."""
-    from ckptsel.study import before_training
+def test_a_schema_1_protocol_is_refused_and_never_before_training(study: Path) -> None:
+    """A pre-release protocol file (hash over the protocol alone) is refused in one line that
+    says to freeze again; a record without a schema-2 hash handed over in memory is never
+    "before training", in the status or in the results."""
+    from ckptsel.study import before_training, read_protocol
     from ckptsel.workflows.analysis import Bound
 
     record = freeze(study)
@@ -274,10 +275,19 @@ def test_a_schema_1_protocol_is_never_before_training(study: Path) -> None:
     old["protocol"] = {k: v for k, v in record["protocol"].items() if k != "base_model"}
     old = _resha(old)
     protocol_path(study).write_text(json.dumps(old))
-    assert check_protocol(study) == old
+    for read in (check_protocol, lambda s: read_protocol(protocol_path(s))):
+        with pytest.raises(CkptselError) as err:
+            read(study)
+        said = str(err.value)
+        assert "\n" not in said and said.startswith(str(protocol_path(study)))
+        assert "schema-1 protocol record" in said and "ckptsel protocol freeze" in said
+    assert run(["protocol", "check", str(study)]) == 2
     status = protocol_status(old)
     assert status.endswith("time not covered by the hash") and "before training" not in status
     assert before_training(old) is False and Bound(old).preregistration.before_training is False
+    protocol_path(study).unlink()
+    again = freeze(study)  # what the refusal says to do
+    assert check_protocol(study) == again and before_training(again)
 
 
 def datetime_ts(iso: str) -> float:

@@ -29,8 +29,9 @@ hash) kept elsewhere — commit or share the protocol file when you freeze it; t
 folder keeps a copy and ``verify`` compares. Times come from this machine's clock and the
 file system's modification times, which can be set: the check catches a protocol frozen after
 training by a clock that was not tampered with, it cannot prove the clock. A protocol file of
-schema 1 (written before this) is still read, but its hash covered the protocol alone: it is
-reported as "time not covered by the hash" and never as "before training".
+schema 1 (a pre-release format whose hash covered the protocol alone) is refused: freeze the
+study again. A record that reaches the analysis in memory without a schema-2 hash is never
+reported as "before training".
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.study.configuration import resolve_model, resolve_path
 
 PROTOCOL_SUFFIX = ".protocol.json"
-PROTOCOL_SCHEMA = 2  # 2: the hash covers the whole record (1: the protocol alone)
+PROTOCOL_SCHEMA = 2  # the hash covers the whole record (schema 1, pre-release, is refused)
 # what the record's SHA-256 covers (schema 2)
 HASHED_KEYS = ("schema", "study_file", "frozen_at", "before_training", "protocol", "evidence")
 # files of a base model folder that do not decide the model (not hashed)
@@ -208,7 +209,7 @@ def _study_data(study_file: str | Path | Location) -> tuple[dict, Path | Locatio
 
 def protocol_content(study_file: str | Path | Location) -> dict[str, Any]:
     """The protocol of ``study_file`` (module docstring): ``{"study": …, "data_files": …}``
-    (a schema-2 record adds ``"base_model"``: :func:`base_model_identity`)."""
+    (a record adds ``"base_model"``: :func:`base_model_identity`)."""
     data, root = _study_data(study_file)
     kept = {}
     for section, table in data.items():
@@ -257,16 +258,14 @@ def freeze(
 
 
 def record_hash(record: dict[str, Any]) -> str:
-    """The SHA-256 a protocol record claims: of its :data:`HASHED_KEYS` (schema 2), or of its
-    protocol alone (schema 1)."""
-    if record.get("schema", 1) == 1:
-        return _sha256(record["protocol"])
+    """The SHA-256 a protocol record claims: of its :data:`HASHED_KEYS`."""
     return _sha256({k: record.get(k) for k in HASHED_KEYS})
 
 
 def covers_time(record: dict[str, Any]) -> bool:
-    """Whether the record's hash covers ``frozen_at`` and ``before_training`` (schema 2)."""
-    return record.get("schema", 1) >= 2
+    """Whether the record's hash covers ``frozen_at`` and ``before_training`` (schema 2; every
+    record :func:`read_protocol` returns; a record handed over in memory may lack it)."""
+    return record.get("schema") == PROTOCOL_SCHEMA
 
 
 def protocol_json(record: dict[str, Any]) -> str:
@@ -282,7 +281,13 @@ def read_protocol(path: str | Path | Location) -> dict[str, Any]:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
         schema, claimed = record.get("schema", 1), record["sha256"]
-        if schema not in (1, 2) or not isinstance(record["protocol"], dict):
+        if schema == 1 and isinstance(record["protocol"], dict):
+            raise CkptselError(
+                f"{path}: a schema-1 protocol record (pre-release; its hash covers the protocol "
+                "alone) is no longer read: freeze the study again (ckptsel protocol freeze "
+                "STUDY.toml --force)"
+            )
+        if schema != PROTOCOL_SCHEMA or not isinstance(record["protocol"], dict):
             raise ValueError(f"schema {schema!r}")
         now = record_hash(record)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
