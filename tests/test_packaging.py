@@ -6,9 +6,8 @@ CHANGELOG.md and the wheel the README installs; the license pyproject declares i
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 import ckptsel
 

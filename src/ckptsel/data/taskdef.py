@@ -36,12 +36,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from ckptsel._util.io import read_json_records
 from ckptsel.data.answers.rules import FAMILY_RULES, AnswerRule, BoundedRegex, scorer_digest

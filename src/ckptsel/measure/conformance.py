@@ -85,7 +85,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -497,7 +497,7 @@ def summarize(
     passed = wrong == 0 and (worst or 0.0) <= NLL_REL.get(dtype, NLL_REL["bfloat16"])
     return Verdict(
         passed, family, dtype, items, batch,
-        datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
         len(texts), texts.count("equal"), texts.count("tie"), wrong, worst,
         against if texts else "", nll_against if nll_rel else "",
     )  # fmt: skip

@@ -39,11 +39,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from ckptsel import defaults
 from ckptsel._util.io import write_text

@@ -28,12 +28,11 @@ trained part of either (a schema-1 file needs no validation or test file there).
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.data import PoolSpec, get_task, is_task_file

@@ -37,7 +37,7 @@ import struct
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
@@ -64,8 +64,6 @@ from ckptsel.measure.ingest.mapping import (
 )
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-
     from ckptsel.measure.ingest.mapping import Naming
 
 ZSTD_METHOD = 93  # APPNOTE 6.3.7

@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
@@ -61,8 +61,6 @@ from ckptsel.measure.ingest.mapping import (
 from ckptsel.records import SPLITS
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-
     from ckptsel.measure.ingest.mapping import Naming
 
 DETAILS_RE = re.compile(r"^details_(?P<task>.+)_(?P<ts>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.parquet$")

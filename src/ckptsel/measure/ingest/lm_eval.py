@@ -39,7 +39,7 @@ import re
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import pandas as pd
 
@@ -59,8 +59,6 @@ from ckptsel.measure.ingest.mapping import (
 from ckptsel.train import CHECKPOINT_RE
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-
     from ckptsel.measure.ingest.mapping import Naming
 
 SAMPLES_RE = re.compile(

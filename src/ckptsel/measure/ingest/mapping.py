@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import pandas as pd
 
@@ -67,9 +67,6 @@ from ckptsel.records import (
 )
 from ckptsel.study import configuration_and_seed
 from ckptsel.train import CHECKPOINT_RE
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 # what each harness lacks for the matched-NLL rule, said once after ingesting its logs
 NO_NLL_REASON = {
