@@ -150,13 +150,19 @@ def test_a_pickled_bin_is_refused_in_one_line_and_not_run(tmp_path, capsys, kind
     assert not any(out.rglob("*.parquet")) if out.exists() else True
 
 
-STUDY = """[study]
+STUDY = """schema = 2
+[study]
 base_model = "base"
-task = "gsm8k"
-train = "train.jsonl"
-validation = "val.jsonl"
-test = "test.jsonl"
 seeds = [3]
+[train]
+task = "gsm8k"
+file = "train.jsonl"
+[validation]
+task = "gsm8k"
+file = "val.jsonl"
+[test]
+task = "gsm8k"
+file = "test.jsonl"
 [[configurations]]
 name = "big"
 steps = 99999999999999

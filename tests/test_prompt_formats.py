@@ -301,13 +301,15 @@ def test_ckptsel_train_records_the_format_and_measure_reads_it(chat_run, tmp_pat
     writes prompt_format.json; `ckptsel measure` of that run needs no flag."""
     train = tmp_path / "train.jsonl"
     train.write_text((chat_run["root"] / "data" / "train.jsonl").read_text())
-    (tmp_path / "study.toml").write_text(f"""
+    (tmp_path / "study.toml").write_text(f"""schema = 2
 [study]
 name = "t"
 base_model = "{chat_run['base']}"
-task = "gsm8k"
-train = "train.jsonl"
 seeds = [42]
+
+[train]
+task = "gsm8k"
+file = "train.jsonl"
 
 [measure]
 prompt_format = "chat"

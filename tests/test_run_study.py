@@ -109,7 +109,7 @@ def test_bad_study_file_names_key_and_line(study_dir: Path, edit, message: str) 
         load_spec(write(study_dir / "s.toml", text))
 
 
-def test_schema1_file_still_works_for_train_and_run(study_dir: Path) -> None:
+def test_schema1_file_is_refused_for_train_and_run(study_dir: Path) -> None:
     v1 = """[study]
 base_model = "base"
 task = "gsm8k"
@@ -122,6 +122,17 @@ name = "old"
 steps = 4
 """
     path = write(study_dir / "v1.toml", v1)
+    for load in (load_study, load_spec):
+        with pytest.raises(CkptselError, match=r"v1\.toml: a schema-1 study file .*schema = 2"):
+            load(path)
+    v2 = (
+        'schema = 2\n[study]\nbase_model = "base"\nseeds = [3]\n'
+        '[train]\ntask = "gsm8k"\nfile = "train.jsonl"\n'
+        '[validation]\ntask = "gsm8k"\nfile = "val.jsonl"\n'
+        '[test]\ntask = "gsm8k"\nfile = "test.jsonl"\n'
+        '[[configurations]]\nname = "old"\nsteps = 4\n'
+    )  # the same study as the refusal says to write it
+    path = write(study_dir / "v2.toml", v2)
     assert load_study(path).trajectories()[0][0] == "old-s3"
     spec = load_spec(path)
     assert spec.validation.files == (study_dir / "val.jsonl",) and spec.test.task == "gsm8k"

@@ -10,7 +10,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.study import load_spec
 
 EXTERNAL_ONLY = """# every configuration is existing runs, and [study] has no base_model
-
+schema = 2
 [study]
 name = "external"
 seeds = [1]

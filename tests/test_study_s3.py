@@ -212,10 +212,11 @@ def test_train_a_study_file_at_a_url(folder, s3, tmp_path, capsys):
     s3.upload(folder / "models", "t", "models")
     s3.upload(folder / "data" / "validation.jsonl", "t", "train.jsonl")
     text = (
-        '[study]\nbase_model = "models/base"\ntask = "gsm8k"\ntrain = "train.jsonl"\n'
-        'seeds = [1]\n[[configurations]]\nname = "l"\nrank = 2\nsteps = 2\nsave_every = 1\n'
+        'schema = 2\n[study]\nbase_model = "models/base"\nseeds = [1]\n'
+        '[train]\ntask = "gsm8k"\nfile = "train.jsonl"\n'
+        '[[configurations]]\nname = "l"\nrank = 2\nsteps = 2\nsave_every = 1\n'
         "batch_size = 2\nmicro_batch = 2\nmax_length = 64\n"
-    )  # a schema-1 file: what ckptsel train reads
+    )  # only what ckptsel train reads: [study], [train], [[configurations]]
     s3.fs.pipe_file(f"{s3.bucket}/t/study.toml", text.encode())
     url = s3.url("t", "study.toml")
     code, said = cli(["train", url, "--workdir", tmp_path / "w"], capsys)

@@ -15,9 +15,11 @@ from ckptsel.cli import app  # noqa: E402
 from ckptsel.data import format_prompt  # noqa: E402
 from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.sim import save_tiny  # noqa: E402
-from ckptsel.study import Configuration, load_study, study_from_dict, study_to_toml  # noqa: E402
+from ckptsel.study import Configuration, load_study  # noqa: E402
 from ckptsel.train import checkpoint_steps, load_tokenizer, trajectory_status  # noqa: E402
 from ckptsel.train.trajectory import IGNORE_INDEX, encode_example, example_order, train_trajectory  # noqa: E402
+
+from tinyrun import study_from_dict, study_to_toml  # noqa: E402
 
 QUESTIONS = [
     (
@@ -218,13 +220,15 @@ def _write_study(tmp_path: Path, base: Path, steps: int = 30) -> Path:
         for q, r in QUESTIONS
     ]
     (tmp_path / "train.json").write_text(json.dumps(rows))
-    toml = f"""
+    toml = f"""schema = 2
 [study]
 name = "t"
 base_model = "{base}"
-task = "metamath"
-train = "train.json"
 seeds = [42, 43]
+
+[train]
+task = "metamath"
+file = "train.json"
 
 [[configurations]]
 name = "lora-r4"
@@ -251,6 +255,15 @@ def test_study_file_roundtrip_and_errors(base, tmp_path):
     again = load_study(tmp_path / "again.toml")
     assert again.configurations == study.configurations and again.seeds == study.seeds
     assert again.train == study.train and again.base_model == study.base_model
+    # the same mistakes in a study file: refused by the reader, naming the key
+    good = (tmp_path / "again.toml").read_text()
+    for edit, message in (
+        (("[train]", "bogus = 1\n[train]"), r"\[study\] bogus: unknown key"),
+        (("steps =", "rnak = 8\nsteps ="), r"configurations\[0\] rnak: unknown key"),
+    ):
+        (tmp_path / "bad.toml").write_text(good.replace(*edit, 1))
+        with pytest.raises(CkptselError, match=message):
+            load_study(tmp_path / "bad.toml")
     with pytest.raises(CkptselError, match="unknown key"):
         study_from_dict(
             {

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
+
+from ckptsel._util.locations import Location, is_url
+from ckptsel.errors import CkptselError
+from ckptsel.study import DEFAULT_SEEDS, Configuration, Study, configurations_toml, resolve_model
+from ckptsel.study.configuration import resolve_path
 
 # a study of one configuration on a validation pool (metamath) and gsm8k test items, trained
 # from a local base folder `base`: the smallest study file `run` accepts
@@ -218,3 +224,118 @@ def build_tiny_run(
         test=write_jsonl(root / "data" / "test.jsonl", test),
         steps=tuple(steps),
     )
+
+
+# ------------------------------------------------------------------ studies built in memory
+_CONFIG_FIELDS = {f.name for f in fields(Configuration)}
+_STUDY_KEYS = {
+    "name", "base_model", "task", "test_task", "train", "validation", "test", "seeds",
+    "runs_dir", "records_dir",
+}  # fmt: skip
+
+
+def study_from_dict(data: dict[str, Any], root: Path, source: str = "<dict>") -> Study:
+    """Build and validate a :class:`~ckptsel.study.Study` from a mapping: ``[study]`` with
+    ``base_model``, ``task``, ``train`` (and ``validation``, ``test``, ``test_task``, ``seeds``,
+    ``runs_dir``, ``records_dir``), ``[[configurations]]``, ``[measure]``; paths relative to
+    ``root``. A test helper (the package reads study files with ``ckptsel.study.load_spec``)."""
+    s = data.get("study")
+    if not isinstance(s, dict):
+        raise CkptselError(f"{source}: missing [study] table")
+    unknown = set(s) - _STUDY_KEYS
+    if unknown:
+        raise CkptselError(f"{source}: unknown key(s) in [study]: {', '.join(sorted(unknown))}")
+    for key in ("base_model", "task", "train"):
+        if not s.get(key):
+            raise CkptselError(f"{source}: [study] needs '{key}'")
+    seeds = s.get("seeds", list(DEFAULT_SEEDS))
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
+        raise CkptselError(f"{source}: [study] seeds must be a non-empty list of integers")
+    if len(set(seeds)) != len(seeds):
+        raise CkptselError(f"{source}: [study] seeds contain duplicates: {seeds}")
+    raw_configs = data.get("configurations")
+    if not isinstance(raw_configs, list) or not raw_configs:
+        raise CkptselError(f"{source}: needs at least one [[configurations]] table")
+    configs = []
+    for i, rc in enumerate(raw_configs):
+        bad = set(rc) - _CONFIG_FIELDS
+        if bad:
+            raise CkptselError(
+                f"{source}: configurations[{i}] has unknown key(s): {', '.join(sorted(bad))}"
+            )
+        if "name" not in rc:
+            raise CkptselError(f"{source}: configurations[{i}] needs 'name'")
+        kw = dict(rc)
+        if "target_modules" in kw:
+            kw["target_modules"] = tuple(kw["target_modules"])
+        configs.append(Configuration(**kw))
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise CkptselError(f"{source}: configuration names must be unique, got {names}")
+    measure = data.get("measure", {})
+    if not isinstance(measure, dict):
+        raise CkptselError(f"{source}: [measure] must be a table")
+    return Study(
+        name=str(s.get("name", root.name)),
+        root=root,
+        base_model=resolve_model(root, str(s["base_model"])),
+        task=str(s["task"]),
+        test_task=s.get("test_task"),
+        train=resolve_path(root, s["train"]),
+        validation=resolve_path(root, s.get("validation")),
+        test=resolve_path(root, s.get("test")),
+        configurations=tuple(configs),
+        seeds=tuple(seeds),
+        runs_dir=resolve_path(root, s.get("runs_dir")),
+        records_dir=resolve_path(root, s.get("records_dir")),
+        measure=dict(measure),
+    )
+
+
+def _toml(v: Any) -> str:
+    """A TOML value (the study keys' types: bools, numbers, strings, lists)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(str(v))  # a JSON string is a valid TOML basic string
+
+
+def study_to_toml(study: Study) -> str:
+    """A study as a schema-2 study file that ``load_study`` reads back to the same trained part
+    (paths relative to its root when inside it): ``[study]``, ``[train]``, ``[validation]`` and
+    ``[test]`` when the study has them, ``[measure]``, ``[[configurations]]``."""
+
+    def rel(p: Path | Location | str | None) -> str | None:
+        if p is None or is_url(p):
+            return None if p is None else str(p)
+        try:
+            return str(Path(p).relative_to(study.root))
+        except ValueError:
+            return str(p)
+
+    base = study.base_model
+    if not is_url(base) and Path(base).is_absolute():
+        base = rel(base)
+    tables: dict[str, dict[str, Any]] = {
+        "study": {
+            "name": study.name, "base_model": base, "seeds": list(study.seeds),
+            "runs_dir": rel(study.run_root), "records_dir": rel(study.records_root),
+        },
+        "train": {"task": study.task, "file": rel(study.train)},
+        "validation": {"task": study.task, "file": rel(study.validation)},
+        "test": {"task": study.test_task or study.task, "file": rel(study.test)},
+        "measure": dict(study.measure),
+    }  # fmt: skip
+    lines = ["schema = 2"]
+    for table, entries in tables.items():
+        if table in ("validation", "test") and entries["file"] is None:
+            continue
+        if table == "measure" and not entries:
+            continue
+        lines += ["", f"[{table}]"]
+        lines += [f"{k} = {_toml(v)}" for k, v in entries.items() if v is not None]
+    lines += configurations_toml(study.configurations)
+    return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ from ckptsel.study import (
 
 
 def freeze_protocol(
-    study_file: str = typer.Argument(..., help="study.toml or its URL (schema 2 or 1)"),
+    study_file: str = typer.Argument(..., help="study.toml or its URL (schema 2)"),
     workdir: str = typer.Option(
         None, "--workdir", help="the study's workdir (default: the file's folder; a study "
         "file at a URL needs one), to tell whether work has started",

@@ -16,9 +16,7 @@ from ckptsel.workflows import StudyRun, stages_to_run
 
 @with_groups
 def run(
-    study_file: str = typer.Argument(
-        ..., help="study.toml or its URL (schema 2; schema 1 works too)"
-    ),
+    study_file: str = typer.Argument(..., help="study.toml or its URL (schema 2)"),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the plan (trajectories x checkpoints x items) only"
     ),

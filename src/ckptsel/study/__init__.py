@@ -2,9 +2,9 @@
 analysed.
 
 * :mod:`~ckptsel.study.configuration` — :class:`Configuration` (everything that defines a
-  trajectory but its seed), :class:`Study` (the trained part), schema-1 files and TOML writing;
+  trajectory but its seed), :class:`Study` (the trained part), ``[[configurations]]`` as TOML;
 * :mod:`~ckptsel.study.spec` — :class:`StudySpec`, a whole study for ``ckptsel run`` (schema 2,
-  validated key by key; a schema-1 file is converted on load);
+  validated key by key; a schema-1 file is refused, saying how to write it);
 * :mod:`~ckptsel.study.protocol` — the protocol frozen before training (``ckptsel protocol
   freeze``) and its check.
 """
@@ -23,8 +23,6 @@ from ckptsel.study.configuration import (
     final_steps,
     resolve_model,
     seed_of,
-    study_from_dict,
-    study_to_toml,
     trajectory_name,
 )
 from ckptsel.study.protocol import (
@@ -73,8 +71,6 @@ __all__ = [
     "load_spec",
     "load_study",
     "resolve_model",
-    "study_from_dict",
     "seed_of",
-    "study_to_toml",
     "trajectory_name",
 ]

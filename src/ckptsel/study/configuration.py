@@ -1,27 +1,11 @@
 """What is trained: :class:`Configuration` (everything that defines a trajectory but its seed),
-:class:`Study` (the trained part of a study file), and schema-1 study files read and written.
+:class:`Study` (the trained part of a study file), and ``[[configurations]]`` written as TOML.
 
 A study is the unit a person hands to ``ckptsel train``; keeping every setting in one TOML
 file (written back into the study directory) is what makes a run reproducible and lets the
-analysis check each trajectory's expected final step (SPEC §2, §11).
-
-Format (paths are relative to the TOML file's folder)::
-
-    [study]
-    name = "my-study"
-    base_model = "path/or/hub-name"
-    task = "metamath"                # task of the training and validation files
-    train = "data/train.json"
-    validation = "data/validation.json"
-    test = "data/test.jsonl"
-    test_task = "gsm8k"              # optional, defaults to ``task``
-    seeds = [42, 43, 44]
-    runs_dir = "runs"                # RUN_DIR/<trajectory>/checkpoint-<step>/
-    records_dir = "records"
-
-    [measure]                        # optional, settings handed to ``ckptsel measure``
-    max_new_tokens = 512
-    batch_size = 16
+analysis check each trajectory's expected final step (SPEC §2, §11). The file itself
+(``schema = 2``) is read by :mod:`ckptsel.study.spec`; a ``[[configurations]]`` table holds a
+:class:`Configuration`'s fields::
 
     [[configurations]]
     name = "lora-r8"
@@ -223,21 +207,6 @@ def default_configuration(trajectory: str) -> str:
     return configuration_and_seed(trajectory)[0]
 
 
-_CONFIG_FIELDS = {f.name for f in fields(Configuration)}
-_STUDY_KEYS = {
-    "name",
-    "base_model",
-    "task",
-    "test_task",
-    "train",
-    "validation",
-    "test",
-    "seeds",
-    "runs_dir",
-    "records_dir",
-}
-
-
 def resolve_path(root: Path | Location, value: str | None) -> Path | Location | None:
     """A path a study file names: a URL as a :class:`Location` (``file://``: its local path),
     an absolute path as it is, a relative one against ``root`` (the file's folder: a local
@@ -263,61 +232,6 @@ def resolve_model(root: Path | Location, value: str) -> str:
     if cand.exists():
         return str(cand) if is_url(cand) else str(cand.resolve())
     return value
-
-
-def study_from_dict(data: dict[str, Any], root: Path, source: str = "<dict>") -> Study:
-    """Build and validate a :class:`Study` from the parsed TOML mapping."""
-    s = data.get("study")
-    if not isinstance(s, dict):
-        raise CkptselError(f"{source}: missing [study] table")
-    unknown = set(s) - _STUDY_KEYS
-    if unknown:
-        raise CkptselError(f"{source}: unknown key(s) in [study]: {', '.join(sorted(unknown))}")
-    for key in ("base_model", "task", "train"):
-        if not s.get(key):
-            raise CkptselError(f"{source}: [study] needs '{key}'")
-    seeds = s.get("seeds", list(DEFAULT_SEEDS))
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
-        raise CkptselError(f"{source}: [study] seeds must be a non-empty list of integers")
-    if len(set(seeds)) != len(seeds):
-        raise CkptselError(f"{source}: [study] seeds contain duplicates: {seeds}")
-    raw_configs = data.get("configurations")
-    if not isinstance(raw_configs, list) or not raw_configs:
-        raise CkptselError(f"{source}: needs at least one [[configurations]] table")
-    configs = []
-    for i, rc in enumerate(raw_configs):
-        bad = set(rc) - _CONFIG_FIELDS
-        if bad:
-            raise CkptselError(
-                f"{source}: configurations[{i}] has unknown key(s): {', '.join(sorted(bad))}"
-            )
-        if "name" not in rc:
-            raise CkptselError(f"{source}: configurations[{i}] needs 'name'")
-        kw = dict(rc)
-        if "target_modules" in kw:
-            kw["target_modules"] = tuple(kw["target_modules"])
-        configs.append(Configuration(**kw))
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        raise CkptselError(f"{source}: configuration names must be unique, got {names}")
-    measure = data.get("measure", {})
-    if not isinstance(measure, dict):
-        raise CkptselError(f"{source}: [measure] must be a table")
-    return Study(
-        name=str(s.get("name", root.name)),
-        root=root,
-        base_model=resolve_model(root, str(s["base_model"])),
-        task=str(s["task"]),
-        test_task=s.get("test_task"),
-        train=resolve_path(root, s["train"]),
-        validation=resolve_path(root, s.get("validation")),
-        test=resolve_path(root, s.get("test")),
-        configurations=tuple(configs),
-        seeds=tuple(seeds),
-        runs_dir=resolve_path(root, s.get("runs_dir")),
-        records_dir=resolve_path(root, s.get("records_dir")),
-        measure=dict(measure),
-    )
 
 
 def _toml_value(v: Any) -> str:
@@ -349,44 +263,8 @@ _ALWAYS_WRITTEN = {
 _LORA_ONLY = {"rank", "alpha", "target_modules"}
 
 
-def study_to_toml(study: Study) -> str:
-    """Serialize a study back to TOML (paths relative to its root when inside it)."""
-
-    def rel(p: Path | Location | str | None) -> str | None:
-        if p is None or is_url(p):
-            return None if p is None else str(p)
-        p = Path(p)
-        try:
-            return str(p.relative_to(study.root))
-        except ValueError:
-            return str(p)
-
-    base = study.base_model
-    if not is_url(base) and Path(base).is_absolute():
-        base = rel(base)
-    lines = ["[study]"]
-    entries: dict[str, Any] = {
-        "name": study.name,
-        "base_model": base,
-        "task": study.task,
-        "test_task": study.test_task,
-        "train": rel(study.train),
-        "validation": rel(study.validation),
-        "test": rel(study.test),
-        "seeds": list(study.seeds),
-        "runs_dir": rel(study.run_root),
-        "records_dir": rel(study.records_root),
-    }
-    lines += [f"{k} = {_toml_value(v)}" for k, v in entries.items() if v is not None]
-    if study.measure:
-        lines += ["", "[measure]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in study.measure.items()]
-    lines += configurations_toml(study.configurations)
-    return "\n".join(lines) + "\n"
-
-
 def configurations_toml(configurations: Sequence[Configuration]) -> list[str]:
-    """``[[configurations]]`` tables (TOML lines; defaults left out), as both schemas read them."""
+    """``[[configurations]]`` tables (TOML lines; defaults left out), as study files hold them."""
     lines: list[str] = []
     defaults = Configuration(name="x", steps=1)
     for c in configurations:

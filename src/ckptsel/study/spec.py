@@ -20,10 +20,10 @@ A schema-2 file describes a whole study (README "ckptsel run")::
                    trajectory <folder>/{validation,test}/checkpoint-<step>/ (generations only)
 
 :func:`load_spec` checks every key (known, typed, files present) before anything runs; errors
-name the key and its line. A schema-1 file (:mod:`ckptsel.study.configuration`) is converted on
-load into this structure (``[study]`` task + train → ``[train]``, validation → ``[validation]``,
-test + test_task → ``[test]``) and checked by the same steps. :func:`load_study` gives the
-trained part of either (a schema-1 file needs no validation or test file there).
+name the key and its line. :func:`load_study` gives the trained part (a file with ``[train]`` or
+``[pool]`` needs no ``[validation]`` or ``[test]`` there). A file without ``schema = 2`` (the
+schema-1 form, ``[study]`` task/train/validation/test) is refused in one line that
+says how to write it (:data:`SCHEMA1_HOWTO`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ _INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,
 _INT_OR_AUTO = (int, str)  # an int, or the string "auto"
 _TABLE = (dict,)
 SCHEMA_VERSION = 2
+# how a schema-1 file ([study] task, train, validation, test, test_task) is written in schema 2
+SCHEMA1_HOWTO = (
+    "add `schema = 2` at the top and move [study] task + train to [train] task/file, validation "
+    "to [validation] task/file, test (task: test_task, else task) to [test] task/file "
+    "(docs/reference/study-toml.md)"
+)
 STATE_DIR = ".ckptsel"  # the study's own files (pools, split, fingerprint) under the workdir
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     "study": {
@@ -218,17 +224,12 @@ def _table_line(text: str, table: str) -> int | None:
 
 
 class _Checker:
-    """Errors naming the file, the key and its line. A schema-1 file is checked in the schema-2
-    structure it converts to; ``moved`` maps a converted ``(table, key)`` back to where the file
-    has it (``[train] file`` is the schema-1 ``[study] train``), so errors name the file's key."""
+    """Errors naming the file, the key and its line."""
 
     def __init__(self, source: str, text: str) -> None:
         self.source, self.text = source, text
-        self.schema = SCHEMA_VERSION
-        self.moved: dict[tuple[str, str | None], tuple[str, str | None]] = {}
 
     def fail(self, table: str, key: str | None, msg: str, index: int | None = None) -> None:
-        table, key = self.moved.get((table, key), (table, key))
         where = f"[{table}]" if index is None else f"configurations[{index}]"
         if table == "":
             where = "top level"
@@ -251,10 +252,6 @@ class _Checker:
                 self.fail(table, key, f"must be {names}, got {value!r}", index)
             if want == _INT_OR_AUTO and isinstance(value, str) and value != "auto":
                 self.fail(table, key, f'must be an int or "auto", got {value!r}', index)
-
-    def where(self, table: str) -> str:
-        """How errors about a pool name its table (``PoolSpec.where``)."""
-        return f"[study] {table}" if self.schema == 1 else f"[{table}]"
 
 
 def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> None:
@@ -281,33 +278,34 @@ def load_spec(
     overrides: Sequence[str] = (),
     workdir: str | Path | None = None,
 ) -> StudySpec:
-    """Read and validate a study file for ``ckptsel run`` (a schema-1 file is converted to the
-    schema-2 structure: one validation and one test file). Every key is checked (known, typed,
-    files present) before anything runs; errors name the key and its line. ``overrides`` are
-    ``SECTION.KEY=VALUE`` strings applied first (``--set``); ``workdir`` (default: the file's
-    folder) holds runs, records, results and the study's state. ``path`` may be a URL
+    """Read and validate a study file (``schema = 2``) for ``ckptsel run``. Every key is
+    checked (known, typed, files present) before anything runs; errors name the key and its
+    line. ``overrides`` are ``SECTION.KEY=VALUE`` strings applied first (``--set``);
+    ``workdir`` (default: the file's folder) holds runs, records, results and the study's
+    state. ``path`` may be a URL
     (``s3://…``): its relative references are then below its folder URL, and ``workdir``, a
     local folder, must be given."""
     return _load(path, overrides, workdir, run=True)
 
 
 def load_study(path: str | Path | Location, *, workdir: str | Path | None = None) -> Study:
-    """Read ``study.toml`` (either schema) for ``ckptsel train``: its trained part. A schema-1
-    file needs no validation or test file here. Bad files raise :class:`CkptselError` naming
-    the file and key. ``path`` and ``workdir`` as in :func:`load_spec`."""
+    """Read ``study.toml`` (``schema = 2``) for ``ckptsel train``: its trained part. A file with
+    ``[train]`` or ``[pool]`` needs no ``[validation]`` or ``[test]`` here. Bad files raise
+    :class:`CkptselError` naming the file and key. ``path`` and ``workdir`` as in
+    :func:`load_spec`."""
     return _load(path, (), workdir, run=False).study
 
 
 def _load(
     path: str | Path | Location, overrides: Sequence[str], workdir: str | Path | None, *, run: bool
 ) -> StudySpec:
-    """The steps of :func:`load_spec`; ``run=False`` (:func:`load_study`) lets a schema-1
-    file leave out its validation and test files (the spec's pools are then None)."""
+    """The steps of :func:`load_spec`; ``run=False`` (:func:`load_study`) lets a file that
+    trains leave out its validation and test tables (the spec's pools are then None)."""
     source = as_location(path) if is_url(path) else Path(path)
     text, data = _read(source)
     _apply_overrides(data, overrides)
     chk = _Checker(str(source), text)
-    data = _schema2(data, chk, run=run)
+    data = _schema2(data, chk)
     _check_tables(data, chk)
     if is_url(source):
         root: Path | Location = source.parent
@@ -318,8 +316,8 @@ def _load(
     s = data.get("study", {})
     seeds = _seeds(s, chk)
     split, train_task, train_file = _training_data(data, chk, root, work)
-    validation = _pool_spec(data, "validation", chk, root, split, train_task)
-    test = _pool_spec(data, "test", chk, root, split, train_task)
+    validation = _pool_spec(data, "validation", chk, root, split, train_task, run=run)
+    test = _pool_spec(data, "test", chk, root, split, train_task, run=run)
     trained, external = _configurations(data.get("configurations"), chk, root, train_file)
     if trained and train_task and not get_task(train_task).has_response:
         chk.fail("pool" if split else "train", "task", f"{get_task(train_task).name} has no "
@@ -390,58 +388,22 @@ def _read(path: Path | Location) -> tuple[str, dict[str, Any]]:
         raise CkptselError(f"{path}: invalid TOML: {err}") from err
 
 
-def _schema2(data: dict[str, Any], chk: _Checker, *, run: bool) -> dict[str, Any]:
-    """The mapping in the schema-2 structure: its ``schema`` version checked, a schema-1
-    mapping converted (:func:`_from_schema1`), ``executor = "KIND"`` as its table."""
+def _schema2(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
+    """The mapping, its ``schema`` version checked (a file without ``schema = 2`` is refused,
+    saying how to write it), ``executor = "KIND"`` as its table."""
     version = data.pop("schema", 1)
     if version == 1:
-        return _from_schema1(data, chk, run=run)
+        line = _line_of(chk.text, "", "schema")
+        at = f", line {line}" if line else ""
+        raise CkptselError(
+            f"{chk.source}{at}: a schema-1 study file (no `schema = 2`) is no longer read: "
+            f"{SCHEMA1_HOWTO}"
+        )
     if version != SCHEMA_VERSION:
-        chk.fail("", "schema", f"unknown version {version!r} (this ckptsel reads 1 and 2)")
+        chk.fail("", "schema", f"unknown version {version!r} (this ckptsel reads 2)")
     if isinstance(data.get("executor"), str):  # executor = "ray": that kind, default settings
         data["executor"] = {"kind": data["executor"]}
     return data
-
-
-_V1_TABLES = ("study", "measure", "configurations")
-_V1_STUDY: dict[str, tuple[type, ...]] = {
-    "name": _STR, "base_model": _STR, "task": _STR, "test_task": _STR, "train": _STR,
-    "validation": _STR, "test": _STR, "seeds": _LIST, "runs_dir": _STR, "records_dir": _STR,
-}  # fmt: skip
-
-
-def _from_schema1(data: dict[str, Any], chk: _Checker, *, run: bool) -> dict[str, Any]:
-    """A schema-1 mapping (:mod:`ckptsel.study.configuration`) in the schema-2 structure:
-    ``[study]`` task + train become ``[train]``, validation ``[validation]`` (the same task),
-    test ``[test]`` (task: test_task, else task); ``[measure]`` and ``[[configurations]]`` stay.
-    Everything else is then checked as in a schema-2 file."""
-    chk.schema = 1
-    for table in data:
-        if table not in _V1_TABLES:
-            chk.fail("", table, f"unknown table (known: {', '.join(_V1_TABLES)})")
-    s = data.get("study")
-    if not isinstance(s, dict):
-        chk.fail("study", None, "missing table")
-    chk.typed("study", s, _V1_STUDY)
-    for key in ("base_model", "task", "train"):
-        if not s.get(key):
-            chk.fail("study", None, f"needs '{key}'")
-    if run and not ("validation" in s and "test" in s):
-        chk.fail("study", None, "`ckptsel run` needs 'validation' and 'test' files")
-    test_task = "test_task" if "test_task" in s else "task"
-    out: dict[str, Any] = {
-        "study": {k: v for k, v in s.items() if k in SCHEMA["study"]},
-        "train": {"task": s["task"], "file": s["train"]},
-    }
-    chk.moved.update({("train", None): ("study", None), ("train", "task"): ("study", "task"),
-                      ("train", "file"): ("study", "train")})  # fmt: skip
-    for table, task in (("validation", "task"), ("test", test_task)):
-        if table in s:
-            out[table] = {"task": s[task], "file": s[table]}
-            chk.moved.update({(table, None): ("study", None), (table, "task"): ("study", task),
-                              (table, "file"): ("study", table)})  # fmt: skip
-    out.update({k: data[k] for k in ("measure", "configurations") if k in data})
-    return out
 
 
 def _check_tables(data: dict[str, Any], chk: _Checker) -> None:
@@ -527,15 +489,18 @@ def _pool_spec(
     root: Path | Location,
     split: PoolSplit | None,
     train_task: str | None,
+    *,
+    run: bool,
 ) -> PoolSpec | None:
     """``[validation]`` or ``[test]`` as a :class:`~ckptsel.data.PoolSpec`. With ``[pool]``,
     validation defaults to the split's part (files empty: the runner fills them in) and to the
-    pool's task. None only for a schema-1 file read by :func:`load_study` without that file."""
+    pool's task. None only for :func:`load_study` (``run=False``) of a file that trains
+    (``[train]`` or ``[pool]``) and lacks that table."""
     p = data.get(table)
     if p is None:
         if table == "validation" and split is not None:
             p = {}
-        elif chk.schema == 1:
+        elif not run and train_task is not None:
             return None
         else:
             chk.fail(table, None, "missing table")
@@ -556,7 +521,7 @@ def _pool_spec(
         if key in p and p[key] < 1:
             chk.fail(table, key, f"must be >= 1, got {p[key]}")
     return PoolSpec(
-        task, files, p.get("n"), p.get("per_task"), p.get("seed", DATA_SEED), chk.where(table)
+        task, files, p.get("n"), p.get("per_task"), p.get("seed", DATA_SEED), f"[{table}]"
     )
 
 
