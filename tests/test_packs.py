@@ -207,16 +207,27 @@ def test_one_listing_lists_once_and_a_write_through_the_writer_is_seen(study, tm
     assert [u.step for u in records.list_units(folder, "generations", first_traj)] == steps
 
 
-def test_the_writer_removes_the_old_whole_folder_read_cache(study, tmp_path):
-    """Records written before the packs may hold ``units/.cache/<kind>.parquet``, which no
-    reader uses any more: the next write removes it."""
-    gen, _ = study
-    folder = tmp_path / "rec"
-    old = folder / records.UNITS_DIR / store.OLD_READ_CACHE
-    old.mkdir(parents=True)
-    (old / "generations.parquet").write_bytes(b"stale")
-    records.upsert_records(folder, generations=gen)
-    assert not old.exists() and _packs(folder)
+def test_a_stray_folder_under_units_is_no_records(study, tmp_path):
+    """Only ``units/<kind>/`` holds units: anything else there (the ``units/.cache/`` of the
+    whole-folder read cache the packs replaced) is never read, so records read the same with
+    it as without it, and the writer leaves it alone."""
+    gen, nll = study
+    clean, folder = tmp_path / "clean", tmp_path / "rec"
+    stray = folder / records.UNITS_DIR / ".cache"
+    stray.mkdir(parents=True)
+    (stray / "generations.parquet").write_bytes(b"stale")
+    for f in (clean, folder):
+        records.upsert_records(f, generations=gen, nll=nll)
+    assert _packs(folder) and _packs(folder).keys() == _packs(clean).keys()
+    assert (stray / "generations.parquet").read_bytes() == b"stale"
+    for kind in ("generations", "nll"):
+        pd.testing.assert_frame_equal(
+            records.read_frame(folder, kind), records.read_frame(clean, kind)
+        )
+    a, b = load.load_validation(folder), load.load_validation(clean)
+    assert [(v.trajectory, v.steps.tolist(), v.item_ids.tolist()) for v in a] == [
+        (v.trajectory, v.steps.tolist(), v.item_ids.tolist()) for v in b
+    ]
 
 
 def test_a_unit_written_again_as_it_is_leaves_unit_and_pack_untouched(study, tmp_path):

@@ -103,7 +103,6 @@ def compact(records_dir: Path | Location | str) -> list[Location]:
     return written
 
 LOCK_FILE = ".lock"
-OLD_READ_CACHE = ".cache"  # units/.cache/<kind>.parquet: no reader uses it since the packs
 
 
 def _order(columns) -> list[str]:
@@ -299,8 +298,6 @@ def refresh_packs(records_dir: Path | Location | str, trajectory: str, kinds) ->
     trajectory's lock locally). A pack that cannot be written is left stale: readers then
     read the units (a pack is never a source of truth)."""
     records_dir = as_location(records_dir)
-    if records_dir.is_local:  # the whole-folder read cache packs replaced (before issue 37)
-        shutil.rmtree(records_dir.local / UNITS_DIR / OLD_READ_CACHE, ignore_errors=True)
     for kind in [k for k in PACKED_KINDS if k in kinds]:
         if records_dir.is_local:
             with _unit_lock(records_dir, trajectory):
