@@ -40,6 +40,13 @@ from ckptsel.measure.frames import generation_frame
 from ckptsel.records import coerce_nll, read_rows
 
 PARTS_DIR = ".parts"
+# NEVER CHANGE how part files are named and keyed: released records folders (0.1.0 on) hold
+# parts named by :func:`part_paths` (``step-<n>.<fingerprint>.{gen,nll}.parquet``, the
+# fingerprints of MeasureConfig.generation_fingerprint / nll_fingerprint, every payload key and
+# the 16 hex digits included) and rows keyed by :data:`_PART_KEY` (``item_hash``:
+# ckptsel.data.item_hash). Any change to those rules makes every released part a miss, so a
+# resumed ``measure``/``run`` measures everything again; a new setting may only add a payload
+# key when it is not at its old default (as ``nll_backend`` and ``dtype`` do).
 _GEN_KEY = ("split", "item_id")
 _NLL_KEY = ("split", "item_id", "window")
 _PART_KEY = ["split", "item_id", "item_hash"]  # what says which item (and version) a row is
