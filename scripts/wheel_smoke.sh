@@ -8,6 +8,9 @@
 # `ckptsel quickstart --fast` must run the embedded study to its report.
 # Usage: bash scripts/wheel_smoke.sh [DIST_DIR] (DIST_DIR, if given, receives the wheel and the
 # sdist). Most of its time is the quickstart (2-3 minutes on 2 idle cores); pip reuses its cache.
+# CKPTSEL_QUICKSTART_OUT=DIR: the quickstart writes to DIR (a new or empty folder; its output goes
+# to DIR.log) and both are kept; .ci/run hands them to tests/test_quickstart.py
+# (CKPTSEL_TEST_QUICKSTART=DIR), which then checks this run instead of running its own.
 set -euo pipefail
 dist_out=${1:+$(realpath -m "$1")}  # relative to where it was called from
 cd "$(dirname "$0")/.."
@@ -114,11 +117,17 @@ pip_in "$venv" "torch==2.13.0"
 pip_in "$venv" "${wheel}[ml]"
 say "ckptsel quickstart --fast (from the wheel)"
 start=$SECONDS
-"$venv/bin/ckptsel" quickstart --fast --out "$work/quickstart" >"$work/quickstart.log" 2>&1 \
-  || fail "ckptsel quickstart --fast failed" "$work/quickstart.log"
+qs=$work/quickstart
+if [ -n "${CKPTSEL_QUICKSTART_OUT:-}" ]; then
+  qs=$(realpath -m "$CKPTSEL_QUICKSTART_OUT")
+  [ ! -e "$qs" ] || [ -z "$(ls -A "$qs")" ] || fail "CKPTSEL_QUICKSTART_OUT=$qs is not empty"
+  mkdir -p "$(dirname "$qs")"
+fi
+"$venv/bin/ckptsel" quickstart --fast --out "$qs" >"$qs.log" 2>&1 \
+  || fail "ckptsel quickstart --fast failed" "$qs.log"
 for f in results/summary.json results/report.html study.toml; do
-  [ -s "$work/quickstart/$f" ] || fail "quickstart wrote no $f" "$work/quickstart.log"
+  [ -s "$qs/$f" ] || fail "quickstart wrote no $f" "$qs.log"
 done
-tail -n 3 "$work/quickstart.log"
+tail -n 3 "$qs.log"
 if [ -n "$dist_out" ]; then mkdir -p "$dist_out" && cp "$wheel" "$sdist" "$dist_out"/; fi
 say "ok: wheel + sdist built; the wheel, in a clean venv, ran --version, the analysis without torch and quickstart --fast ($((SECONDS - start)) s)"

@@ -54,14 +54,47 @@ def assert_one_line_error(args: list[str], capsys, *needles: str, code: int = 2)
     return text
 
 
-@pytest.fixture
-def study(tmp_path):
+def _make_study(folder: Path):
     rng = np.random.default_rng(9)
     gen, nll = rg.tables(
         rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(30, 50), n_test=(20, 30))
     )
     nll = pd.concat([nll, _test_nll(gen, rng)], ignore_index=True)
-    return tmp_path, gen, nll, rg.write(tmp_path / "records", gen, nll)
+    return folder, gen, nll, rg.write(folder / "records", gen, nll)
+
+
+@pytest.fixture
+def study(tmp_path):
+    return _make_study(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory):
+    """``analyzed(report)``: a copy, in the test's own folder, of one ``analyze`` of the study
+    fixture's records (``--permutations 10 --draws 200``, with or without ``--no-report``),
+    made once per module (it is the slow part of the verify cases). The records stay where
+    the module's analysis read them (run.json names them; verify recomputes from them)."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("analyzed")
+    made: dict[bool, Path] = {}
+
+    def copy(report: bool, to: Path) -> Path:
+        if report not in made:
+            rec = base / "records"
+            if not rec.exists():
+                _make_study(base)
+            out = base / ("res-report" if report else "res-no-report")
+            argv = ["analyze", rec, "--out", out, "--permutations", 10, "--draws", 200]
+            try:
+                main([str(a) for a in (argv if report else [*argv, "--no-report"])])
+            except SystemExit as e:
+                assert not e.code, f"analyze exited {e.code}"
+            made[report] = out
+        shutil.copytree(made[report], to, symlinks=True)
+        return to
+
+    return copy
 
 
 def _test_nll(gen: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
@@ -388,13 +421,8 @@ def _edit_bytes(path: Path) -> None:
         ("manifest-entry", None),
     ],
 )
-def test_verify_checks_every_output_file(study, rel, edit, capsys):
-    tmp, _, _, rec = study
-    out = tmp / "res"
-    code, err = run_cli(
-        ["analyze", rec, "--out", out, "--permutations", 10, "--draws", 200], capsys
-    )
-    assert code == 0, err
+def test_verify_checks_every_output_file(analyzed, tmp_path, rel, edit, capsys):
+    out = analyzed(True, tmp_path / "res")  # `analyze REC --out res --permutations 10 --draws 200`
     assert run_cli(["verify", out], capsys)[0] == 0
     if edit is None:  # an edited file whose manifest entry was "fixed" too: recomputation finds it
         rel = "tables/main.md"
@@ -480,7 +508,7 @@ def _safetensors(path: Path, truncate: bool) -> None:
     path.write_bytes(data[:-20] if truncate else data)
 
 
-def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per case
+def _case(name: str, tmp: Path, rec: Path, capsys, analyzed):  # noqa: C901 - one arm per case
     """Prepare one bad situation; return (argv, needle, exit code)."""
     analyze = [
         "analyze",
@@ -575,10 +603,8 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
         return [name.split("_")[0], tmp / "study.toml", "--device", "cuda"], "no CUDA device", 2
-    if name.startswith("verify_"):
-        code, err = run_cli(analyze, capsys)
-        assert code == 0, err
-        res = tmp / "res"
+    if name.startswith("verify_"):  # the module's `analyze` (as `analyze` above), copied
+        res = analyzed(False, tmp / "res")
         target, content = {
             "verify_summary_not_json": ("summary.json", b"{not json"),
             "verify_summary_a_list": ("summary.json", b"[1, 2]\n"),
@@ -625,9 +651,9 @@ def _case(name: str, tmp: Path, rec: Path, capsys):  # noqa: C901 - one arm per 
         "run_device_cuda",
     ],
 )
-def test_bad_settings_and_files_give_one_line_errors(study, name, capsys):
+def test_bad_settings_and_files_give_one_line_errors(study, name, capsys, analyzed):
     tmp, _, _, rec = study
-    argv, needle, code = _case(name, tmp, rec, capsys)
+    argv, needle, code = _case(name, tmp, rec, capsys, analyzed)
     got, err = run_cli(argv, capsys)
     assert got in ((1, 2) if code is None else (code,)), err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]

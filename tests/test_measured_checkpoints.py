@@ -152,10 +152,17 @@ def test_watch_selection_in_progress_is_never_final(run, tmp_path):
     for step in (10, 20, 30):
         state = {"global_step": step, "max_steps": 60}
         (run_dir / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    # the watcher's clock advances only by its sleeps: the 20 s timeout passes without waiting
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
     status = watch_and_select(
         run_dir, config(), validation=run.validation, test=run.test, out=out,
-        settings=WatchSettings(poll=0.05, settle=0.1, timeout=20),
+        settings=WatchSettings(poll=0.05, settle=0.1, timeout=20), sleep=sleep, clock=lambda: now[0],
     )  # fmt: skip
+    assert now[0] >= 20  # stopped by the timeout, as before
     assert status.state == "stopped" and sorted(status.recorded) == [10, 20, 30]
     data = json.loads((out / "watch" / "traj" / "selection.json").read_text())
     assert data["status"] == "in progress" and data["state"] == "selected", data

@@ -1,10 +1,18 @@
 """End-to-end ``ckptsel quickstart --fast`` into a tmp folder (the slowest test of the suite:
 a few minutes on 2 CPU cores). Checks every stage's artifacts and that the tiny model really
-learns and that its checkpoints differ."""
+learns and that its checkpoints differ.
+
+With ``CKPTSEL_TEST_QUICKSTART=DIR`` the checks run on a quickstart already made: DIR is the
+``--out`` folder of a finished ``ckptsel quickstart --fast`` and ``DIR.log`` its output (what
+``scripts/wheel_smoke.sh`` keeps with ``CKPTSEL_QUICKSTART_OUT=DIR``; ``.ci/run`` runs it before
+the suite, so CI runs the quickstart once, from the wheel). The tests reuse and extend that
+folder (a second run, ``ckptsel run`` on it): hand them a throwaway one."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +30,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def quick(tmp_path_factory):
     from typer.testing import CliRunner
 
+    made = os.environ.get("CKPTSEL_TEST_QUICKSTART")
+    if made:  # a finished `ckptsel quickstart --fast --out DIR >DIR.log` (scripts/wheel_smoke.sh)
+        out = Path(made).resolve()
+        log = out.with_name(out.name + ".log")
+        for need in (out / "results" / "summary.json", log):
+            assert need.is_file(), f"CKPTSEL_TEST_QUICKSTART={made}: no {need} (see this module's docstring)"
+        return out, log.read_text(encoding="utf-8")
     out = tmp_path_factory.mktemp("qs") / "study"
     result = CliRunner().invoke(app, ["quickstart", "--fast", "--out", str(out)])
     assert result.exit_code == 0, result.output + repr(result.exception)
