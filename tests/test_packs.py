@@ -1,4 +1,4 @@
-"""Per-trajectory packs (issue 37, :mod:`ckptsel.records.pack`): the writer keeps one file per
+"""Per-trajectory packs (issue 37, :mod:`ckptsel.records.cache.pack`): the writer keeps one file per
 trajectory and kind holding its units' rows; readers use it only while it lists exactly the
 trajectory's current unit versions, so a stale, missing or damaged pack never changes a number."""
 
@@ -10,13 +10,16 @@ import shutil
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
-from ckptsel.records import load, memo, pack, store
+from ckptsel.records import store
+from ckptsel.records.cache import memo, pack
 from ckptsel.records.codec import read_schema
 from ckptsel.records.provenance import read_provenance, unit_provenance
+from ckptsel.records.schema import arrow_schema
 from ckptsel.records.weights import CheckpointStamp, read_stamps
 from ckptsel.workflows import analysis
 
@@ -258,37 +261,31 @@ def _test_nll(gen: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _reads_no_test_nll_rows(monkeypatch):
-    def refuse(records_dir):
-        raise AssertionError("the test NLL rows were read")
-
-    monkeypatch.setattr(load, "_test_nll_table", refuse)
-
-
-def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch):
-    """The writer stores in each NLL pack what its test rows prove under the reader's checks;
-    a first analysis then reads the proofs, not the rows, and loads exactly what reading the
-    rows loads. A proof by other checking code, or ``verify``, reads the rows."""
+def test_a_pack_carries_rows_not_proofs_and_a_proof_in_its_footer_is_ignored(study, tmp_path):
+    """Issue 49 dropped the test-NLL proofs: a pack's footer carries its units' versions and
+    metadata only, and the test NLL rows are read and checked from the pack. A pack written
+    before (a ``proof`` key in its keyed footer) is still current, its proof ignored: what is
+    loaded is what reading the units loads."""
     gen, nll = study
     folder = tmp_path / "r"
     records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
-    proofs = pack.proofs(folder, "nll", records.list_units(folder, "nll"))
-    assert sorted(proofs) == sorted(gen["trajectory"].unique())
-    for traj, proof in proofs.items():
-        steps = sorted(gen.loc[(gen["trajectory"] == traj) & (gen["split"] == "test"), "step"].unique())
-        assert proof["code"] == memo.code_digest() and proof["test"]["steps"] == steps
-        assert load._proof_usable(traj, proof) and not load._proof_usable(f"not-{traj}", proof)
     with memo.uncached():
         expected = records.load_test(folder)
-    with monkeypatch.context() as m:
-        _reads_no_test_nll_rows(m)
-        got = records.load_test(folder)
-        with memo.uncached(), pytest.raises(AssertionError, match="were read"):  # verify: the rows
-            records.load_test(folder)
-        m.setattr(memo, "code_digest", lambda: "other code")
-        shutil.rmtree(folder / memo.MEMO_DIR)
-        with pytest.raises(AssertionError, match="were read"):
-            records.load_test(folder)
+    traj = sorted(gen["trajectory"].unique())[0]
+    path = pack.pack_path(folder, "nll", traj)
+    blob = json.loads(read_schema(path).metadata[pack.PACK_KEY])
+    assert "proof" not in blob and set(blob) >= {"units", "metadata", "rows", "mac"}
+    # an older writer's pack: the same rows, a (forged, wrong) proof in its footer, keyed anew
+    parts = _pack_parts_by_split(path)
+    meta = {pack.PACK_KEY: json.dumps({"units": blob["units"], "metadata": blob["metadata"],
+                                       "proof": {"code": "old", "test": None}}).encode()}  # fmt: skip
+    data = pack.pack_bytes(parts, meta, arrow_schema("nll"))
+    path.local.write_bytes(data)
+    units = records.list_units(folder, "nll", traj)
+    assert pack.current(read_schema(path).metadata, units) is not None  # still current
+    assert json.loads(read_schema(path).metadata[pack.PACK_KEY])["proof"]["code"] == "old"
+    shutil.rmtree(folder / memo.MEMO_DIR, ignore_errors=True)
+    got = records.load_test(folder)
     assert len(got) == len(expected)
     for a, b in zip(got, expected, strict=True):
         for name in ("trajectory", "configuration", "task"):
@@ -297,21 +294,26 @@ def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch)
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
-def test_a_pack_proves_nothing_of_rows_that_fail_a_check(study, tmp_path):
-    """Rows that fail a check get no proof (the reader reads them and names the problem);
-    rows complete on their own but short of the generations get a proof the reader finds
-    does not hold (then it reads the rows too, and refuses)."""
+def _pack_parts_by_split(path):
+    table = records.read_table(path).replace_schema_metadata(None)
+    split = table.column("split").to_numpy(zero_copy_only=False)
+    return {s: table.filter(pa.array(split == s)) for s in sorted(set(split))}
+
+
+def test_test_nll_rows_that_fail_a_check_are_refused_from_the_packs(study, tmp_path):
+    """The test NLL rows are read from the packs and checked there: rows that fail a check, or
+    complete on their own but short of the generations, are refused naming the trajectory."""
     gen, nll = study
     test = _test_nll(gen)
     traj, item = test["trajectory"].iloc[0], test["item_id"].iloc[0]
     nan = test.copy()
     nan.loc[0, "nll_sum"] = np.nan
     short = test[~((test["trajectory"] == traj) & (test["item_id"] == item))]
-    for name, rows, proven, needle in (("nan", nan, False, "nll_sum"), ("short", short, True, "record missing")):
+    for name, rows, needle in (("nan", nan, "nll_sum"), ("short", short, "record missing")):
         folder = tmp_path / name
         records.upsert_records(folder, generations=gen, nll=pd.concat([nll, rows], ignore_index=True))
         meta = json.loads(read_schema(pack.pack_path(folder, "nll", traj)).metadata[pack.PACK_KEY])
-        assert ("test" in meta["proof"]) is proven, name
+        assert "proof" not in meta, name
         with pytest.raises(CkptselError, match=needle) as err:
             records.load_test(folder)
         assert repr(traj) in str(err.value)
@@ -336,7 +338,7 @@ def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_p
 
 
 def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study, tmp_path, monkeypatch):
-    """Provenance and the test-NLL proofs both read the NLL packs' footers, on threads: inside
+    """Provenance and the checkpoint stamps both read the NLL packs' footers, on threads: inside
     one analysis (records.one_listing) each footer is read once; a pack rewritten meanwhile (a
     reader refreshing a stale one) is read anew."""
     gen, nll = study
@@ -349,9 +351,9 @@ def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study,
     with records.one_listing():
         assert read_provenance(folder, "nll")
         units = records.list_units(folder, "nll")
-        assert sorted(pack.proofs(folder, "nll", units)) == trajs
+        assert len(pack.units_metadata(folder, "nll", units)) == len(units)
         assert len(reads) == len(trajs) == len(set(reads))  # each footer once
         store.refresh_pack(folder, "nll", trajs[0], force=True)  # rewritten in the block
-        assert sorted(pack.proofs(folder, "nll", units)) == trajs
+        assert len(pack.units_metadata(folder, "nll", units)) == len(units)
         assert reads.count(str(pack.pack_path(folder, "nll", trajs[0]))) == 2
     assert len(reads) == len(trajs) + 1

@@ -7,11 +7,11 @@ the result (checked by :mod:`ckptsel.records.load`).
 
 Reading thousands of small files is slow (about 1-2 ms of CPU each with pyarrow, most of it
 fixed per file and per column chunk), so readers read each trajectory from its *pack*
-(:mod:`ckptsel.records.pack`: one file per trajectory and kind, kept current by the writer)
+(:mod:`ckptsel.records.cache.pack`: one file per trajectory and kind, kept current by the writer)
 when the pack was built from exactly the trajectory's units as listed now, and from its units
 otherwise (:func:`refresh_pack` then rewrites the pack, where the records can be written).
-Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units themselves are read and no
-pack is read or written. While :func:`ckptsel.records.memo.cached` computes the arrays it
+Inside :func:`ckptsel.records.cache.memo.uncached` (``verify``) the units themselves are read and no
+pack is read or written. While :func:`ckptsel.records.cache.memo.cached` computes the arrays it
 stores (the loaders of ``analyze``), a stale pack is not rewritten: the units are read once,
 only the columns and the split's row group the loader asks for (the stored arrays serve every
 later analysis).
@@ -32,17 +32,16 @@ import pyarrow.parquet as pq
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
-from ckptsel.records.codec import read_schema, read_table, table_from_bytes
-from ckptsel.records.memo import bypassed, filling
-from ckptsel.records.pack import (
+from ckptsel.records.cache import (
     PACK_ERRORS,
     PACKED_KINDS,
     by_trajectory,
+    bypassed,
     current,
+    filling,
     pack_bytes,
     pack_metadata,
     pack_path,
-    prove,
     remove_pack,
     rows_hold,
     trusted,
@@ -50,6 +49,7 @@ from ckptsel.records.pack import (
     versions,
     write_pack,
 )
+from ckptsel.records.codec import read_schema, read_table, table_from_bytes
 from ckptsel.records.schema import (
     RECORDS_ORDER,
     SPLITS,
@@ -177,7 +177,7 @@ def _scan(
     step (the units' order), then each unit's own order. String columns named in
     ``dictionary`` come dictionary-encoded (a chunk per file read).
 
-    With ``records_dir``, each trajectory whose pack (:mod:`ckptsel.records.pack`) is current
+    With ``records_dir``, each trajectory whose pack (:mod:`ckptsel.records.cache.pack`) is current
     is read from it; ``refresh``: a trajectory without a current pack gets one (where the
     records can be written) and is read from it. Other units are read one file each on a
     few threads (local), or by concurrent GETs (object store), only the row groups ``split``
@@ -355,7 +355,7 @@ def refresh_pack(
         pieces = [step_rows[u.step][s] for u in units if s in step_rows[u.step]]
         if pieces:
             parts[s] = pa.concat_tables(pieces)
-    meta = pack_metadata(units, [metas[u.step] for u in units], prove(kind, parts))
+    meta = pack_metadata(units, [metas[u.step] for u in units])
     return write_pack(path, pack_bytes(parts, meta, schema))
 
 

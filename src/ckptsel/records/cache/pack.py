@@ -15,12 +15,9 @@ modification time in ns and inode locally, ETag on an object store) and each uni
 metadata (provenance, checkpoint stamp), so that provenance and stamps come from one footer
 per trajectory too.
 
-A pack may also carry a *proof* (:data:`PROVERS`): what the reader's own checks found of its
-rows when the writer built it (the test NLL rows, which analysis checks but never uses as
-values: their checkpoints and a digest of their items, when every row-level check passed), so
-that a first analysis checks them against the generations without reading them. A proof is
-trusted on the same terms as the pack (it lists the units' current versions) and only from the
-same checking code (the prover's digest); anything else reads the rows.
+Packs carry rows, never conclusions: the reader checks every row it reads (issue 49 dropped
+the test-NLL *proofs* that earlier packs carried in their footer; a ``proof`` key in an
+existing pack's footer is ignored).
 
 A pack is a derived cache, never a source of truth: a reader uses it only when its versions
 equal the trajectory's current listing, else reads that trajectory's units (a unit replaced,
@@ -44,7 +41,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from itertools import groupby
 from pathlib import Path
 
@@ -67,10 +64,6 @@ PACKED_KINDS = ("generations", "nll")  # what analysis reads (texts never are)
 META_PREFIX = b"ckptsel."  # the unit metadata a pack carries (provenance, checkpoint stamp)
 # a damaged, foreign or vanished pack: read as no pack
 PACK_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError, KeyError, CkptselError)
-# kind -> what a pack's rows (per split) prove under the reader's checks, as JSON-able data.
-# ckptsel.records.load registers its test-NLL check here (the checks keep one home, in the
-# reader); a pack built without a prover has no proof, which costs the reader time only.
-PROVERS: dict[str, Callable[[dict[str, pa.Table]], dict]] = {}
 FOOTER_THREADS = 8  # footers are small reads: a few at a time
 
 
@@ -95,11 +88,8 @@ def unit_metadata(meta: dict[bytes, bytes] | None) -> dict[bytes, bytes]:
     return {k: v for k, v in (meta or {}).items() if k.startswith(META_PREFIX) and k != PACK_KEY}
 
 
-def pack_metadata(
-    units: list[UnitFile], metas: list[dict[bytes, bytes]], proof: dict | None = None
-) -> dict[bytes, bytes]:
-    """A pack's key-value metadata: the units' versions, their ``ckptsel.*`` metadata and
-    what its rows prove (:data:`PROVERS`)."""
+def pack_metadata(units: list[UnitFile], metas: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    """A pack's key-value metadata: the units' versions and their ``ckptsel.*`` metadata."""
     blob = {
         "units": versions(units),
         "metadata": {
@@ -107,8 +97,6 @@ def pack_metadata(
             for u, m in zip(units, metas, strict=True)
         },
     }
-    if proof is not None:
-        blob["proof"] = proof
     return {PACK_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")}
 
 
@@ -172,36 +160,6 @@ def rows_hold(data: bytes, f: pq.ParquetFile, blob: dict) -> bool:
     return blob.get("rows") == rows_digest(data, f)
 
 
-def prove(kind: str, parts: dict[str, pa.Table]) -> dict | None:
-    """What ``parts`` (a pack's rows per split) prove, by the prover registered for ``kind``."""
-    prover = PROVERS.get(kind)
-    try:
-        return None if prover is None else prover(parts)
-    except Exception:  # noqa: BLE001 - a proof is optional: a prover that fails gives none
-        return None
-
-
-def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> dict[str, dict] | None:
-    """Each trajectory's proof from its pack's footer, when every trajectory of ``units`` (the
-    kind's listing) has a current pack with one; else ``None`` (the reader reads the rows)."""
-    records_dir = as_location(records_dir)
-    groups = list(by_trajectory(units))
-
-    def one(group):
-        try:
-            blob = current(footer(records_dir, kind, group[0]), group[1])
-        except PACK_ERRORS:
-            return None
-        return None if blob is None else blob.get("proof")
-
-    if not groups:
-        return None
-    found = map_threads(one, groups, FOOTER_THREADS)
-    if any(not isinstance(p, dict) for p in found):
-        return None
-    return {traj: p for (traj, _), p in zip(groups, found, strict=True)}
-
-
 def pack_bytes(parts: dict[str, pa.Table], metadata: dict[bytes, bytes], schema: pa.Schema) -> bytes:
     """A pack's Parquet bytes: one row group per split present (page checksums on), its
     footer's blob keyed (the module doc: ``rows`` and ``mac``). Written twice: the first
@@ -247,7 +205,7 @@ def remove_pack(path: Location) -> None:
 
 def footer(records_dir: Location, kind: str, traj: str) -> dict[bytes, bytes] | None:
     """The key-value metadata of ``traj``'s pack, read once per :func:`one_listing
-    <ckptsel.records.units.one_listing>` block (provenance and proofs both read it)."""
+    <ckptsel.records.units.one_listing>` block (provenance and checkpoint stamps both read it)."""
     path = pack_path(records_dir, kind, traj)
     return once_per_listing(_footer_key(path), lambda: read_schema(path).metadata)
 
