@@ -144,7 +144,7 @@ def form_main(args) -> None:
         rec.rename(keep)
         shutil.rmtree(tmp)
         print(f"records written to {keep}: {shape}")
-    work = keep.parent / f"{keep.name}-forms"
+    work = keep.parent / f"{keep.name}-forms-{args.form}"  # (forms may run side by side)
     work.mkdir(exist_ok=True)
     runs = []
     for _ in range(args.repeats):

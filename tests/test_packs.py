@@ -10,16 +10,15 @@ import shutil
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
-from ckptsel.records import store
+from ckptsel.records import cache as seam
+from ckptsel.records import load, store
 from ckptsel.records.cache import memo, pack
 from ckptsel.records.codec import read_schema
 from ckptsel.records.provenance import read_provenance, unit_provenance
-from ckptsel.records.schema import arrow_schema
 from ckptsel.records.weights import CheckpointStamp, read_stamps
 from ckptsel.workflows import analysis
 
@@ -261,31 +260,37 @@ def _test_nll(gen: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def test_a_pack_carries_rows_not_proofs_and_a_proof_in_its_footer_is_ignored(study, tmp_path):
-    """Issue 49 dropped the test-NLL proofs: a pack's footer carries its units' versions and
-    metadata only, and the test NLL rows are read and checked from the pack. A pack written
-    before (a ``proof`` key in its keyed footer) is still current, its proof ignored: what is
-    loaded is what reading the units loads."""
+def _reads_no_test_nll_rows(monkeypatch):
+    def refuse(records_dir):
+        raise AssertionError("the test NLL rows were read")
+
+    monkeypatch.setattr(load, "_test_nll_table", refuse)
+
+
+def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch):
+    """The writer stores in each NLL pack what its test rows prove under the reader's checks;
+    a first analysis then reads the proofs, not the rows, and loads exactly what reading the
+    rows loads. A proof by other checking code, or ``verify``, reads the rows."""
     gen, nll = study
     folder = tmp_path / "r"
     records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
+    proofs = pack.proofs(folder, "nll", records.list_units(folder, "nll"))
+    assert sorted(proofs) == sorted(gen["trajectory"].unique())
+    for traj, proof in proofs.items():
+        steps = sorted(gen.loc[(gen["trajectory"] == traj) & (gen["split"] == "test"), "step"].unique())
+        assert proof["code"] == memo.code_digest() and proof["test"]["steps"] == steps
+        assert load._proof_usable(traj, proof) and not load._proof_usable(f"not-{traj}", proof)
     with memo.uncached():
         expected = records.load_test(folder)
-    traj = sorted(gen["trajectory"].unique())[0]
-    path = pack.pack_path(folder, "nll", traj)
-    blob = json.loads(read_schema(path).metadata[pack.PACK_KEY])
-    assert "proof" not in blob and set(blob) >= {"units", "metadata", "rows", "mac"}
-    # an older writer's pack: the same rows, a (forged, wrong) proof in its footer, keyed anew
-    parts = _pack_parts_by_split(path)
-    meta = {pack.PACK_KEY: json.dumps({"units": blob["units"], "metadata": blob["metadata"],
-                                       "proof": {"code": "old", "test": None}}).encode()}  # fmt: skip
-    data = pack.pack_bytes(parts, meta, arrow_schema("nll"))
-    path.local.write_bytes(data)
-    units = records.list_units(folder, "nll", traj)
-    assert pack.current(read_schema(path).metadata, units) is not None  # still current
-    assert json.loads(read_schema(path).metadata[pack.PACK_KEY])["proof"]["code"] == "old"
-    shutil.rmtree(folder / memo.MEMO_DIR, ignore_errors=True)
-    got = records.load_test(folder)
+    with monkeypatch.context() as m:
+        _reads_no_test_nll_rows(m)
+        got = records.load_test(folder)
+        with memo.uncached(), pytest.raises(AssertionError, match="were read"):  # verify: the rows
+            records.load_test(folder)
+        m.setattr(seam, "code_digest", lambda: "other code")  # (the loaders call it through the seam)
+        shutil.rmtree(folder / memo.MEMO_DIR)
+        with pytest.raises(AssertionError, match="were read"):
+            records.load_test(folder)
     assert len(got) == len(expected)
     for a, b in zip(got, expected, strict=True):
         for name in ("trajectory", "configuration", "task"):
@@ -294,26 +299,21 @@ def test_a_pack_carries_rows_not_proofs_and_a_proof_in_its_footer_is_ignored(stu
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
-def _pack_parts_by_split(path):
-    table = records.read_table(path).replace_schema_metadata(None)
-    split = table.column("split").to_numpy(zero_copy_only=False)
-    return {s: table.filter(pa.array(split == s)) for s in sorted(set(split))}
-
-
-def test_test_nll_rows_that_fail_a_check_are_refused_from_the_packs(study, tmp_path):
-    """The test NLL rows are read from the packs and checked there: rows that fail a check, or
-    complete on their own but short of the generations, are refused naming the trajectory."""
+def test_a_pack_proves_nothing_of_rows_that_fail_a_check(study, tmp_path):
+    """Rows that fail a check get no proof (the reader reads them and names the problem);
+    rows complete on their own but short of the generations get a proof the reader finds
+    does not hold (then it reads the rows too, and refuses)."""
     gen, nll = study
     test = _test_nll(gen)
     traj, item = test["trajectory"].iloc[0], test["item_id"].iloc[0]
     nan = test.copy()
     nan.loc[0, "nll_sum"] = np.nan
     short = test[~((test["trajectory"] == traj) & (test["item_id"] == item))]
-    for name, rows, needle in (("nan", nan, "nll_sum"), ("short", short, "record missing")):
+    for name, rows, proven, needle in (("nan", nan, False, "nll_sum"), ("short", short, True, "record missing")):
         folder = tmp_path / name
         records.upsert_records(folder, generations=gen, nll=pd.concat([nll, rows], ignore_index=True))
         meta = json.loads(read_schema(pack.pack_path(folder, "nll", traj)).metadata[pack.PACK_KEY])
-        assert "proof" not in meta, name
+        assert ("test" in meta["proof"]) is proven, name
         with pytest.raises(CkptselError, match=needle) as err:
             records.load_test(folder)
         assert repr(traj) in str(err.value)
@@ -321,24 +321,60 @@ def test_test_nll_rows_that_fail_a_check_are_refused_from_the_packs(study, tmp_p
 
 def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_path):
     """A unit's local version is its size, modification time and inode: a rewrite (always a new
-    file, renamed into place) within the clock's granularity at the same size is still seen."""
+    file, renamed into place) within the clock's granularity at the same size is still seen.
+    (Issue 49: the pack also records the units' contents, so a rewrite of the very same bytes
+    is the same unit and its pack stays current; other bytes of the same size are not.)"""
     gen, nll = study
     folder = tmp_path / "r"
     records.upsert_records(folder, generations=gen, nll=nll)
     unit = records.list_units(folder, "generations")[0]
     assert _is_current(folder, "generations", unit.trajectory)
     st = os.stat(unit.path.local)
-    temp = unit.path.local.with_name("replacement.tmp")
-    temp.write_bytes(unit.path.local.read_bytes())
-    os.replace(temp, unit.path.local)
-    os.utime(unit.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
-    again = records.list_units(folder, "generations")[0]
-    assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
-    assert not _is_current(folder, "generations", unit.trajectory)
+    original = unit.path.local.read_bytes()
+    for i, (data, current) in enumerate(((original, True), (original[:-9] + b"\1" + original[-8:], False))):
+        os.link(unit.path.local, tmp_path / f"kept-{i}")  # (no inode of a version reused)
+        temp = unit.path.local.with_name("replacement.tmp")
+        temp.write_bytes(data)
+        os.replace(temp, unit.path.local)
+        os.utime(unit.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
+        again = records.list_units(folder, "generations")[0]
+        assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
+        assert again.tag != unit.tag  # a new version ...
+        assert _is_current(folder, "generations", unit.trajectory) is current  # ... of these bytes?
+
+
+def test_a_copied_folder_reuses_its_packs(study, reference, tmp_path, monkeypatch):
+    """Issue 49: ``cp -r`` gives every unit a new file (new modification time and inode), but
+    the packs record the units' contents too: the copy's first analysis reads its packs, opens
+    no unit for its rows, and gives the same summary.json; the writer there reuses the packs'
+    rows too (only a unit of other bytes is read again)."""
+    from ckptsel.records import scan
+
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    copied = tmp_path / "copy"
+    shutil.copytree(folder, copied)
+    trajs = sorted(gen["trajectory"].unique())
+    for kind in pack.PACKED_KINDS:
+        versions = {u.tag for u in records.list_units(folder, kind)}
+        assert not versions & {u.tag for u in records.list_units(copied, kind)}  # all new versions
+        assert all(_is_current(copied, kind, t) for t in trajs)
+    opened = []
+    real = scan._read_local
+    monkeypatch.setattr(scan, "_read_local", lambda u, *a: opened.append(u.path) or real(u, *a))
+    assert _summary(copied, tmp_path / "out") == reference
+    assert opened == []  # every row from the packs
+    read = []
+    whole = scan._unit_whole
+    monkeypatch.setattr(scan, "_unit_whole", lambda u, *a: read.append(u.step) or whole(u, *a))
+    for kind in pack.PACKED_KINDS:
+        assert store.refresh_pack(copied, kind, trajs[0], force=True)
+    assert read == []  # the old pack's rows reused: its units' contents are the same
 
 
 def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study, tmp_path, monkeypatch):
-    """Provenance and the checkpoint stamps both read the NLL packs' footers, on threads: inside
+    """Provenance and the test-NLL proofs both read the NLL packs' footers, on threads: inside
     one analysis (records.one_listing) each footer is read once; a pack rewritten meanwhile (a
     reader refreshing a stale one) is read anew."""
     gen, nll = study
@@ -351,9 +387,9 @@ def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study,
     with records.one_listing():
         assert read_provenance(folder, "nll")
         units = records.list_units(folder, "nll")
-        assert len(pack.units_metadata(folder, "nll", units)) == len(units)
+        assert sorted(pack.proofs(folder, "nll", units)) == trajs
         assert len(reads) == len(trajs) == len(set(reads))  # each footer once
         store.refresh_pack(folder, "nll", trajs[0], force=True)  # rewritten in the block
-        assert len(pack.units_metadata(folder, "nll", units)) == len(units)
+        assert sorted(pack.proofs(folder, "nll", units)) == trajs
         assert reads.count(str(pack.pack_path(folder, "nll", trajs[0]))) == 2
     assert len(reads) == len(trajs) + 1

@@ -10,6 +10,7 @@ silently.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -646,12 +647,15 @@ def _match_validation(tests: list[TestData], validation: list[ValidationData], g
 
 def _test_records(records_dir: Location) -> list[TestData]:
     """:func:`load_test`'s work on the records alone (what :mod:`ckptsel.records.cache.memo` caches)."""
-    # The test NLL rows are checked, never used as values: they come first and only their grid
-    # is kept, so the (larger) NLL table is never in memory together with the generation grid.
-    test_nll = _test_nll_table(records_dir)
+    # The test NLL rows are checked, never used as values: when every trajectory's NLL pack
+    # carries the proof its writer computed with this module's checks, only the proofs are
+    # read. Else the NLL rows come first and only their grid is kept, so the (larger) NLL
+    # table is never in memory together with the generation grid.
+    proofs = _test_nll_proofs(records_dir)
+    test_nll = _test_nll_table(records_dir) if proofs is None else None
     g = _generation_grid(records_dir, "test")
     gpath = g.path
-    test_nll_steps = _test_nll_steps(records_dir, test_nll)
+    test_nll_steps = _test_nll_steps(records_dir, test_nll) if proofs is None else _proven_steps(proofs)
     only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
     if only_nll:
         raise CkptselError(
@@ -665,7 +669,10 @@ def _test_records(records_dir: Location) -> list[TestData]:
                 f"trajectory {traj!r}: generation and NLL tables disagree on its test checkpoints "
                 f"(generations: {steps.tolist()}, nll: {test_nll_steps[traj].tolist()})"
             )
-        _check_test_nll(test_nll, traj, steps, item_ids)
+        if proofs is None:
+            _check_test_nll(test_nll, traj, steps, item_ids)
+        elif not _proof_holds(proofs.get(str(traj)), item_ids):  # the rows name what is wrong
+            _check_test_nll(_test_nll_table(records_dir), traj, steps, item_ids)
         if len(item_ids) < 2:
             raise CkptselError(
                 f"{_describe(gpath, traj)}: only {len(item_ids)} test item; the test pool must have at "
@@ -714,6 +721,76 @@ class _TestNll:
         self.windows = table.column("window").to_numpy()
         self.window_values = _distinct(self.windows)
         self.n_tokens = table.column("n_tokens").to_numpy()
+
+
+def prove_test_nll(parts: dict[str, pa.Table]) -> dict:
+    """What one trajectory's NLL pack (its rows per split) proves of its test rows under this
+    module's checks (:data:`ckptsel.records.cache.pack.PROVERS`): ``test`` is ``None`` without test
+    rows, else their checkpoints and the digest of their items when the rows pass every check
+    :func:`_test_nll_table` and :func:`_check_test_nll` make of them (columns and types, no
+    NaN/inf or negative values, unique keys, every window present complete over the rows' own
+    checkpoints × items, ``n_tokens`` constant across checkpoints); no proof (``{}``) when
+    one fails. ``code``: the checking code's digest (another version's proof is not used)."""
+    rows = parts.get("test")
+    if rows is None or rows.num_rows == 0:
+        return {"code": cache.code_digest(), "test": None}
+    path = Path(NLL_FILE)
+    try:
+        strings = [c for c, kind in NLL_COLUMNS.items() if kind == "string"]
+        table = rows.select(list(NLL_COLUMNS))
+        for name in strings:
+            i = table.column_names.index(name)
+            table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
+        nll = _TestNll(path, _checked(table, NLL_COLUMNS, path))
+        del table
+        if len(nll.grid.trajs) != 1:
+            return {}
+        traj = str(nll.grid.trajs[0])
+        steps, codes, _ = nll.grid.axes(nll.grid.rows_of(0))
+        item_ids = nll.grid.items[codes].astype(str)
+        _check_test_nll(nll, traj, steps, item_ids)
+    except (CkptselError, pa.ArrowException, KeyError, ValueError):
+        return {}
+    test = {"trajectory": traj, "steps": [int(x) for x in steps], "items": _items_digest(item_ids)}
+    return {"code": cache.code_digest(), "test": test}
+
+
+cache.PROVERS["nll"] = prove_test_nll  # the checks keep one home: here
+
+
+def _items_digest(item_ids: np.ndarray) -> str:
+    return hashlib.sha256(json.dumps([str(i) for i in item_ids]).encode("utf-8")).hexdigest()
+
+
+def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
+    """Per trajectory with NLL units, its proven test NLL (``None``: none), when every one's
+    pack carries a proof by this code; else ``None`` (the rows are read: a single NLL file,
+    ``verify``, a pack stale or built by other code or whose rows failed a check)."""
+    if cache.bypassed() or units.single_file(records_dir, "nll") is not None:
+        return None
+    nll_units = units.list_units(records_dir, "nll")
+    found = cache.proofs(records_dir, "nll", nll_units) if nll_units else None
+    if found is None or any(not _proof_usable(traj, p) for traj, p in found.items()):
+        return None
+    return {traj: p["test"] for traj, p in found.items()}
+
+
+def _proof_usable(traj: str, proof: dict) -> bool:
+    """A proof by this code, of rows that name the trajectory whose pack holds them."""
+    if proof.get("code") != cache.code_digest() or "test" not in proof:
+        return False
+    return proof["test"] is None or proof["test"].get("trajectory") == traj
+
+
+def _proven_steps(proofs: dict[str, dict | None]) -> dict[str, np.ndarray]:
+    """:func:`_test_nll_steps` from the proofs."""
+    return {traj: np.asarray(p["steps"], dtype=np.int64) for traj, p in proofs.items() if p is not None}
+
+
+def _proof_holds(proof: dict | None, item_ids: np.ndarray) -> bool:
+    """Whether a trajectory's proven test NLL rows (their checkpoints already compared) are
+    what :func:`_check_test_nll` accepts: none, or exactly the generations' items."""
+    return proof is None or proof["items"] == _items_digest(item_ids)
 
 
 def _test_nll_table(records_dir: Path) -> _TestNll | None:

@@ -42,11 +42,12 @@ from ckptsel.records.cache import (
     pack_bytes,
     pack_metadata,
     pack_path,
+    prove,
     remove_pack,
     rows_hold,
+    same_units,
     trusted,
     unit_metadata,
-    versions,
     write_pack,
 )
 from ckptsel.records.codec import read_schema, read_table, table_from_bytes
@@ -293,8 +294,8 @@ def _pack_parts(old: pa.Table, step_rows: dict[int, dict[str, pa.Table]], reuse:
 
 
 def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schema):
-    """From the old pack at ``path``: the rows and metadata of the units whose version it
-    records (``({}, {})`` without a readable one)."""
+    """From the old pack at ``path``: the rows and metadata of the units whose version (or
+    contents) it records (``({}, {})`` without a readable one)."""
     step_rows: dict[int, dict[str, pa.Table]] = {}
     metas: dict[int, dict[bytes, bytes]] = {}
     try:
@@ -303,8 +304,7 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
         recorded = trusted(old.schema.metadata)  # an edited pack's rows are never carried on
         if recorded is None or not rows_hold(data, pq.ParquetFile(pa.BufferReader(data)), recorded):
             return {}, {}
-        have = {s: [s, size, tag] for s, size, tag in recorded["units"]}
-        reuse = {u.step for u in units if have.get(u.step) == versions([u])[0]}
+        reuse = same_units(recorded, units)  # the same version, or a copy of the same bytes
         per_step = recorded.get("metadata") or {}
         _pack_parts(_conform(old.replace_schema_metadata(None), units[0], kind, schema), step_rows, reuse)
         for st in reuse:
@@ -355,7 +355,7 @@ def refresh_pack(
         pieces = [step_rows[u.step][s] for u in units if s in step_rows[u.step]]
         if pieces:
             parts[s] = pa.concat_tables(pieces)
-    meta = pack_metadata(units, [metas[u.step] for u in units])
+    meta = pack_metadata(units, [metas[u.step] for u in units], prove(kind, parts))
     return write_pack(path, pack_bytes(parts, meta, schema))
 
 
