@@ -15,6 +15,15 @@ the default interval) in fresh subprocesses:
   ``verify`` and re-run of the same records; each phase is then re-run separately (warm).
 
     python benchmarks/bench_analyze.py [--repeats 3] [--no-write]
+
+``--form`` times the first analysis of one form of the same records instead (issue 49; the
+``--records DIR`` folder is written once and kept, so runs before and after a change read the
+same records; nothing is written to BENCHMARKS.md): ``packed`` (as the writer left them),
+``copied`` (``cp -r`` of the folder: every unit a new file, new mtimes and inodes), ``units``
+(the packs deleted: units written by another producer) and ``single`` (the single-file form
+of the same rows, ``compact``). Each prints its CPU seconds and summary.json's sha256.
+
+    python benchmarks/bench_analyze.py --form packed|copied|units|single --records DIR [--repeats 3]
 """
 
 from __future__ import annotations
@@ -30,7 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ckptsel.records.memo import MEMO_DIR
+try:
+    from ckptsel.records.cache.memo import MEMO_DIR
+except ImportError:  # before issue 49
+    from ckptsel.records.memo import MEMO_DIR
 
 from _common import machine, update_section
 
@@ -97,11 +109,70 @@ def _records(tmp: Path) -> tuple[Path, str]:
     return rec, shape
 
 
+def _form(rec: Path, form: str, work: Path) -> Path:
+    """A fresh copy of the records ``rec`` in ``form`` under ``work`` (the loaded-array cache
+    removed: what a first analysis of that folder meets)."""
+    target = work / f"records-{form}"
+    shutil.rmtree(target, ignore_errors=True)
+    if form == "single":
+        single = work / "records-single-kept"
+        if not single.exists():
+            from ckptsel.records import compact
+
+            shutil.copytree(rec, single)
+            compact(single)
+        src = single
+    else:
+        src = rec
+    shutil.copytree(src, target)  # as ``cp -r``: new files, new mtimes and inodes
+    shutil.rmtree(target / MEMO_DIR, ignore_errors=True)
+    if form == "units":
+        shutil.rmtree(target / "units" / ".packs", ignore_errors=True)
+    return target
+
+
+def form_main(args) -> None:
+    """``--form``: the first analysis of one form of the records kept in ``--records``."""
+    keep = Path(args.records)
+    if not (keep / "units").exists():
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        tmp = keep.parent / f"{keep.name}-build"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        rec, shape = _records(tmp)
+        shutil.rmtree(keep, ignore_errors=True)
+        rec.rename(keep)
+        shutil.rmtree(tmp)
+        print(f"records written to {keep}: {shape}")
+    work = keep.parent / f"{keep.name}-forms-{args.form}"  # (forms may run side by side)
+    work.mkdir(exist_ok=True)
+    runs = []
+    for _ in range(args.repeats):
+        if args.form == "packed":
+            rec = keep
+            shutil.rmtree(rec / MEMO_DIR, ignore_errors=True)
+        else:
+            rec = _form(keep, args.form, work)
+        runs.append(_run(rec, work / "out", phases=False))
+    cpu = sorted(r["times"]["analyze (total), CPU seconds of the process"] for r in runs)
+    wall = sorted(r["times"]["analyze (total)"] for r in runs)
+    print(json.dumps({
+        "form": args.form, "cpu_s": cpu, "wall_s": wall, "load": os.getloadavg()[0],
+        "peak_gib": max(r["peak_gib"] for r in runs), "summary": sorted({r["summary"] for r in runs}),
+    }))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--form", choices=["packed", "copied", "units", "single"])
+    ap.add_argument("--records", help="with --form: where the records are written once and kept")
     args = ap.parse_args()
+    if args.form:
+        if not args.records:
+            ap.error("--form needs --records DIR")
+        return form_main(args)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -45,7 +45,8 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 # The modules of each package, earlier first (a package's __init__ comes after them all).
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown", "extras", "keys"),
-    "records": ("schema", "codec", "units", "pack", "memo", "provenance", "weights", "scan", "store", "load"),
+    "records": ("schema", "codec", "units", "cache", "provenance", "weights", "scan", "store", "load"),
+    "records.cache": ("memo", "arrays", "pack"),
     "data": ("answers", "taskdef", "tasks", "prompts", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
@@ -169,6 +170,32 @@ def test_imports_follow_the_flow():
             if target != module and rank(target) > rank(module):
                 wrong.append(f"{module} (line {line}) imports {target}, which comes after it")
     assert not wrong, "imports against the data flow:\n" + "\n".join(wrong)
+
+
+# Who may call the records' speed layers (issue 49), and only through the seam
+# (``ckptsel.records.cache``, never its modules): the loaders, the one writer (it keeps the
+# packs current), the package's public face (``records.uncached``), and the readers that still
+# take pack rows and footers through it (scan: a trajectory's pack or its units; provenance and
+# weights: the units' metadata from pack footers, their results in the array cache).
+CACHE_SEAM = "records.cache"
+CACHE_CALLERS = {"records.load", "records.store", "records", "records.scan", "records.provenance", "records.weights"}
+
+
+def test_the_records_caches_sit_behind_one_seam():
+    wrong = []
+    for module, path in MODULES.items():
+        if module == CACHE_SEAM or module.startswith(CACHE_SEAM + "."):
+            continue
+        for line, target, _, _ in _imports(path):
+            if target != CACHE_SEAM and not target.startswith(CACHE_SEAM + "."):
+                continue
+            if not module.startswith("records"):
+                wrong.append(f"{module} (line {line}) imports {target}: the caches are private to ckptsel.records")
+            elif module not in CACHE_CALLERS:
+                wrong.append(f"{module} (line {line}) imports {target}: only {sorted(CACHE_CALLERS)} call the caches")
+            elif target != CACHE_SEAM:
+                wrong.append(f"{module} (line {line}) imports {target}: through the seam ({CACHE_SEAM}) only")
+    assert not wrong, "the records' caches behind one seam:\n" + "\n".join(wrong)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

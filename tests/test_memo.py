@@ -1,4 +1,4 @@
-"""The cache of loaded arrays (issue 23 part 4, :mod:`ckptsel.records.memo`): a second load
+"""The cache of loaded arrays (issue 23 part 4, :mod:`ckptsel.records.cache.memo`): a second load
 reads no record and gives the very same arrays; any change to the records, the declared final
 steps or the cache file is noticed; errors are never cached; summary.json is the same."""
 
@@ -11,7 +11,8 @@ import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
-from ckptsel.records import load, memo, provenance
+from ckptsel.records import load, provenance
+from ckptsel.records.cache import memo
 from ckptsel.workflows import analysis
 
 import recordsgen as rg

@@ -1,4 +1,4 @@
-"""Per-trajectory packs (issue 37, :mod:`ckptsel.records.pack`): the writer keeps one file per
+"""Per-trajectory packs (issue 37, :mod:`ckptsel.records.cache.pack`): the writer keeps one file per
 trajectory and kind holding its units' rows; readers use it only while it lists exactly the
 trajectory's current unit versions, so a stale, missing or damaged pack never changes a number."""
 
@@ -14,7 +14,9 @@ import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
-from ckptsel.records import load, memo, pack, store
+from ckptsel.records import cache as seam
+from ckptsel.records import load, store
+from ckptsel.records.cache import memo, pack
 from ckptsel.records.codec import read_schema
 from ckptsel.records.provenance import read_provenance, unit_provenance
 from ckptsel.records.weights import CheckpointStamp, read_stamps
@@ -296,7 +298,7 @@ def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch)
         got = records.load_test(folder)
         with memo.uncached(), pytest.raises(AssertionError, match="were read"):  # verify: the rows
             records.load_test(folder)
-        m.setattr(memo, "code_digest", lambda: "other code")
+        m.setattr(seam, "code_digest", lambda: "other code")  # (the loaders call it through the seam)
         shutil.rmtree(folder / memo.MEMO_DIR)
         with pytest.raises(AssertionError, match="were read"):
             records.load_test(folder)
@@ -330,20 +332,56 @@ def test_a_pack_proves_nothing_of_rows_that_fail_a_check(study, tmp_path):
 
 def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_path):
     """A unit's local version is its size, modification time and inode: a rewrite (always a new
-    file, renamed into place) within the clock's granularity at the same size is still seen."""
+    file, renamed into place) within the clock's granularity at the same size is still seen.
+    (Issue 49: the pack also records the units' contents, so a rewrite of the very same bytes
+    is the same unit and its pack stays current; other bytes of the same size are not.)"""
     gen, nll = study
     folder = tmp_path / "r"
     records.upsert_records(folder, generations=gen, nll=nll)
     unit = records.list_units(folder, "generations")[0]
     assert _is_current(folder, "generations", unit.trajectory)
     st = os.stat(unit.path.local)
-    temp = unit.path.local.with_name("replacement.tmp")
-    temp.write_bytes(unit.path.local.read_bytes())
-    os.replace(temp, unit.path.local)
-    os.utime(unit.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
-    again = records.list_units(folder, "generations")[0]
-    assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
-    assert not _is_current(folder, "generations", unit.trajectory)
+    original = unit.path.local.read_bytes()
+    for i, (data, current) in enumerate(((original, True), (original[:-9] + b"\1" + original[-8:], False))):
+        os.link(unit.path.local, tmp_path / f"kept-{i}")  # (no inode of a version reused)
+        temp = unit.path.local.with_name("replacement.tmp")
+        temp.write_bytes(data)
+        os.replace(temp, unit.path.local)
+        os.utime(unit.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
+        again = records.list_units(folder, "generations")[0]
+        assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
+        assert again.tag != unit.tag  # a new version ...
+        assert _is_current(folder, "generations", unit.trajectory) is current  # ... of these bytes?
+
+
+def test_a_copied_folder_reuses_its_packs(study, reference, tmp_path, monkeypatch):
+    """Issue 49: ``cp -r`` gives every unit a new file (new modification time and inode), but
+    the packs record the units' contents too: the copy's first analysis reads its packs, opens
+    no unit for its rows, and gives the same summary.json; the writer there reuses the packs'
+    rows too (only a unit of other bytes is read again)."""
+    from ckptsel.records import scan
+
+    gen, nll = study
+    folder = tmp_path / "r"
+    records.upsert_records(folder, generations=gen, nll=nll)
+    copied = tmp_path / "copy"
+    shutil.copytree(folder, copied)
+    trajs = sorted(gen["trajectory"].unique())
+    for kind in pack.PACKED_KINDS:
+        versions = {u.tag for u in records.list_units(folder, kind)}
+        assert not versions & {u.tag for u in records.list_units(copied, kind)}  # all new versions
+        assert all(_is_current(copied, kind, t) for t in trajs)
+    opened = []
+    real = scan._read_local
+    monkeypatch.setattr(scan, "_read_local", lambda u, *a: opened.append(u.path) or real(u, *a))
+    assert _summary(copied, tmp_path / "out") == reference
+    assert opened == []  # every row from the packs
+    read = []
+    whole = scan._unit_whole
+    monkeypatch.setattr(scan, "_unit_whole", lambda u, *a: read.append(u.step) or whole(u, *a))
+    for kind in pack.PACKED_KINDS:
+        assert store.refresh_pack(copied, kind, trajs[0], force=True)
+    assert read == []  # the old pack's rows reused: its units' contents are the same
 
 
 def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study, tmp_path, monkeypatch):

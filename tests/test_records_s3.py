@@ -13,7 +13,8 @@ import pytest
 
 from ckptsel import records
 from ckptsel._util.locations import Location
-from ckptsel.records import memo, store
+from ckptsel.records import store
+from ckptsel.records.cache import memo
 from test_records_dataset import _same_loads
 
 import recordsgen as rg

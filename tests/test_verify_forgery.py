@@ -14,7 +14,7 @@ import pytest
 
 from ckptsel._util.locations import as_location
 from ckptsel.cli import main
-from ckptsel.records import memo
+from ckptsel.records.cache import memo
 from ckptsel.results import publish
 from ckptsel.sim import write_simulation
 from ckptsel.workflows import analyze, verify

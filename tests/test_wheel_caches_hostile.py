@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ckptsel import records
-from ckptsel.records import memo, pack
+from ckptsel.records.cache import memo, pack
 
 import recordsgen as rg
 from clirun import run_cli

@@ -1,7 +1,7 @@
 """The per-user secret key that binds ckptsel's caches, so that editing one cache file (and
 recomputing any digest it carries) cannot forge an entry: the conformance verdicts
-(:mod:`ckptsel.measure.conformance`), the trajectories' packs (:mod:`ckptsel.records.pack`) and
-the array memo (:mod:`ckptsel.records.memo`) each carry an HMAC-SHA256 under this key, and an
+(:mod:`ckptsel.measure.conformance`), the trajectories' packs (:mod:`ckptsel.records.cache.pack`) and
+the array memo (:mod:`ckptsel.records.cache.memo`) each carry an HMAC-SHA256 under this key, and an
 entry whose HMAC does not hold is not trusted (checked or computed again).
 
 The key lives outside every cache folder: ``$CKPTSEL_KEY_FILE``, else

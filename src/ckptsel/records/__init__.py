@@ -6,8 +6,9 @@ the reader, the one writer and the analysis's loaders — in the order data flow
 * :mod:`~ckptsel.records.codec` — the one checked Parquet read (page checksums verified) and
   write (records layout).
 * :mod:`~ckptsel.records.units` — where single files and write-once units live.
-* :mod:`~ckptsel.records.pack` — per-trajectory packs: a trajectory's units in one derived
-  file the writer keeps current, used only while it lists the units' current versions.
+* :mod:`~ckptsel.records.cache` — the speed layers behind one seam (derived, safe to delete):
+  per-trajectory packs (``cache.pack``), the loaded-array cache (``cache.memo``) and its array
+  codec (``cache.arrays``).
 * :mod:`~ckptsel.records.provenance` — what measured each unit (engine + version, dtype,
   attention, batch size, device), in the unit's metadata; the study's provenance for ``analyze``.
 * :mod:`~ckptsel.records.weights` — what checkpoint each unit was measured from (its
@@ -24,6 +25,7 @@ Other packages import the names below from ``ckptsel.records``.
 
 from __future__ import annotations
 
+from ckptsel.records.cache import uncached
 from ckptsel.records.codec import parquet_bytes, read_schema, read_table
 from ckptsel.records.load import (
     TestData,
@@ -34,7 +36,6 @@ from ckptsel.records.load import (
     load_texts,
     load_validation,
 )
-from ckptsel.records.memo import uncached
 from ckptsel.records.provenance import (
     TrajectoryProvenance,
     UnitProvenance,

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
-from ckptsel.records import memo, pack, units
+from ckptsel.records import cache, units
 from ckptsel.records.codec import read_schema, read_table
 from ckptsel.records.scan import read_rows
 from ckptsel.records.schema import (
@@ -546,9 +546,9 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     generations next to a measured run) is read the same way: its ``nll`` stays empty.
     """
     records_dir = as_location(records_dir)
-    return memo.cached(
+    return cache.cached(
         records_dir, "validation", lambda: _released(_validation_records(records_dir)),
-        _encode_validation, _decode_validation,
+        cache.encode_validation, functools.partial(cache.decode_validation, make=ValidationData),
     )  # fmt: skip
 
 
@@ -560,7 +560,7 @@ def _released(result):
 
 
 def _validation_records(records_dir: Location) -> list[ValidationData]:
-    """:func:`load_validation`'s work (what :mod:`ckptsel.records.memo` caches)."""
+    """:func:`load_validation`'s work (what :mod:`ckptsel.records.cache.memo` caches)."""
     g = _generation_grid(records_dir, "validation")
     gpath = g.path
     nll = _validation_nll(records_dir, g.items)
@@ -620,9 +620,10 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     validation checkpoints.
     """
     records_dir = as_location(records_dir)
-    out = memo.cached(
-        records_dir, "test", lambda: _released(_test_records(records_dir)), _encode_test, _decode_test
-    )
+    out = cache.cached(
+        records_dir, "test", lambda: _released(_test_records(records_dir)),
+        cache.encode_test, functools.partial(cache.decode_test, make=TestData),
+    )  # fmt: skip
     if validation is not None:
         _match_validation(out, validation, units.display_path(records_dir, "generations"))
     return out
@@ -645,7 +646,7 @@ def _match_validation(tests: list[TestData], validation: list[ValidationData], g
 
 
 def _test_records(records_dir: Location) -> list[TestData]:
-    """:func:`load_test`'s work on the records alone (what :mod:`ckptsel.records.memo` caches)."""
+    """:func:`load_test`'s work on the records alone (what :mod:`ckptsel.records.cache.memo` caches)."""
     # The test NLL rows are checked, never used as values: when every trajectory's NLL pack
     # carries the proof its writer computed with this module's checks, only the proofs are
     # read. Else the NLL rows come first and only their grid is kept, so the (larger) NLL
@@ -696,54 +697,7 @@ def _test_records(records_dir: Location) -> list[TestData]:
     return out
 
 
-# --------------------------------------------------------------------------- the cached form
-def _encode_validation(loaded: list[ValidationData]) -> dict[str, np.ndarray]:
-    """``loaded`` as named arrays for :func:`ckptsel.records.memo.cached` (shapes kept)."""
-    arrays: dict[str, np.ndarray] = {}
-    meta = []
-    for i, v in enumerate(loaded):
-        meta.append([v.trajectory, v.configuration, v.task, v.exclusions, list(v.nll), list(v.n_tokens)])
-        for name in ("steps", "item_ids", "groups", "correct", "answers"):
-            arrays[f"{i}.{name}"] = getattr(v, name)
-        for w, mat in v.nll.items():
-            arrays[f"{i}.nll.{w}"] = mat
-        for w, tok in v.n_tokens.items():
-            arrays[f"{i}.n_tokens.{w}"] = tok
-    return {"meta": memo.json_array(meta), **arrays}
-
-
-def _decode_validation(arrays) -> list[ValidationData]:
-    out = []
-    for i, (traj, configuration, task, exclusions, nll_w, tok_w) in enumerate(memo.array_json(arrays["meta"])):
-        a = {name: arrays[f"{i}.{name}"] for name in ("steps", "item_ids", "groups", "correct", "answers")}
-        out.append(
-            ValidationData(
-                trajectory=traj, configuration=configuration, task=task, **a,
-                nll={w: arrays[f"{i}.nll.{w}"] for w in nll_w},
-                n_tokens={w: arrays[f"{i}.n_tokens.{w}"] for w in tok_w}, exclusions=exclusions,
-            )
-        )  # fmt: skip
-    return out
-
-
-_TEST_ARRAYS = ("steps", "item_ids", "subtasks", "correct", "answers", "groups")
-
-
-def _encode_test(loaded: list[TestData]) -> dict[str, np.ndarray]:
-    """``loaded`` as named arrays for :func:`ckptsel.records.memo.cached` (shapes kept)."""
-    arrays = {f"{i}.{name}": getattr(t, name) for i, t in enumerate(loaded) for name in _TEST_ARRAYS}
-    meta = [[t.trajectory, t.configuration, t.task] for t in loaded]
-    return {"meta": memo.json_array(meta), **arrays}
-
-
-def _decode_test(arrays) -> list[TestData]:
-    return [
-        TestData(trajectory=traj, configuration=configuration, task=task,
-                 **{name: arrays[f"{i}.{name}"] for name in _TEST_ARRAYS})  # fmt: skip
-        for i, (traj, configuration, task) in enumerate(memo.array_json(arrays["meta"]))
-    ]
-
-
+# --------------------------------------------------------------------------- test NLL
 def _test_nll_steps(records_dir: Path, table: _TestNll | None = None) -> dict[str, np.ndarray]:
     """Checkpoints of each trajectory in the test NLL rows (optional; for consistency).
 
@@ -771,7 +725,7 @@ class _TestNll:
 
 def prove_test_nll(parts: dict[str, pa.Table]) -> dict:
     """What one trajectory's NLL pack (its rows per split) proves of its test rows under this
-    module's checks (:data:`ckptsel.records.pack.PROVERS`): ``test`` is ``None`` without test
+    module's checks (:data:`ckptsel.records.cache.pack.PROVERS`): ``test`` is ``None`` without test
     rows, else their checkpoints and the digest of their items when the rows pass every check
     :func:`_test_nll_table` and :func:`_check_test_nll` make of them (columns and types, no
     NaN/inf or negative values, unique keys, every window present complete over the rows' own
@@ -779,7 +733,7 @@ def prove_test_nll(parts: dict[str, pa.Table]) -> dict:
     one fails. ``code``: the checking code's digest (another version's proof is not used)."""
     rows = parts.get("test")
     if rows is None or rows.num_rows == 0:
-        return {"code": memo.code_digest(), "test": None}
+        return {"code": cache.code_digest(), "test": None}
     path = Path(NLL_FILE)
     try:
         strings = [c for c, kind in NLL_COLUMNS.items() if kind == "string"]
@@ -798,10 +752,10 @@ def prove_test_nll(parts: dict[str, pa.Table]) -> dict:
     except (CkptselError, pa.ArrowException, KeyError, ValueError):
         return {}
     test = {"trajectory": traj, "steps": [int(x) for x in steps], "items": _items_digest(item_ids)}
-    return {"code": memo.code_digest(), "test": test}
+    return {"code": cache.code_digest(), "test": test}
 
 
-pack.PROVERS["nll"] = prove_test_nll
+cache.PROVERS["nll"] = prove_test_nll  # the checks keep one home: here
 
 
 def _items_digest(item_ids: np.ndarray) -> str:
@@ -812,10 +766,10 @@ def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
     """Per trajectory with NLL units, its proven test NLL (``None``: none), when every one's
     pack carries a proof by this code; else ``None`` (the rows are read: a single NLL file,
     ``verify``, a pack stale or built by other code or whose rows failed a check)."""
-    if memo.bypassed() or units.single_file(records_dir, "nll") is not None:
+    if cache.bypassed() or units.single_file(records_dir, "nll") is not None:
         return None
     nll_units = units.list_units(records_dir, "nll")
-    found = pack.proofs(records_dir, "nll", nll_units) if nll_units else None
+    found = cache.proofs(records_dir, "nll", nll_units) if nll_units else None
     if found is None or any(not _proof_usable(traj, p) for traj, p in found.items()):
         return None
     return {traj: p["test"] for traj, p in found.items()}
@@ -823,7 +777,7 @@ def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
 
 def _proof_usable(traj: str, proof: dict) -> bool:
     """A proof by this code, of rows that name the trajectory whose pack holds them."""
-    if proof.get("code") != memo.code_digest() or "test" not in proof:
+    if proof.get("code") != cache.code_digest() or "test" not in proof:
         return False
     return proof["test"] is None or proof["test"].get("trajectory") == traj
 

@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.records import memo
+from ckptsel.records import cache
 from ckptsel.records.codec import read_schema
-from ckptsel.records.pack import units_metadata
 from ckptsel.records.units import list_units, single_file
 
 PROVENANCE_KEY = b"ckptsel.provenance"
@@ -208,7 +207,7 @@ def read_provenance(
     units = [u for u in list_units(as_location(records_dir), kind) if wanted is None or u.trajectory in wanted]
     # one pack footer per trajectory, or the units' footers (~0.5 ms each: ~1 s for the 1,563
     # units of a kind at paper scale) where a trajectory has no current pack
-    metas = units_metadata(records_dir, kind, units)
+    metas = cache.units_metadata(records_dir, kind, units)
     for u, meta in zip(units, metas, strict=True):
         out.setdefault(u.trajectory, TrajectoryProvenance()).add(
             _parse(meta.get(PROVENANCE_KEY)), u.step
@@ -235,8 +234,8 @@ def single_file_metadata(per_trajectory: dict[str, TrajectoryProvenance]) -> dic
 
 def study_provenance(records_dir: Path | Location | str) -> dict[str, dict[str, TrajectoryProvenance]]:
     """Every trajectory's provenance, per kind (``generations``, ``nll``); the footers of
-    thousands of units are read once per state of the records (:mod:`ckptsel.records.memo`)."""
-    return memo.cached(
+    thousands of units are read once per state of the records (:mod:`ckptsel.records.cache.memo`)."""
+    return cache.cached(
         records_dir, "provenance",
         lambda: {kind: read_provenance(records_dir, kind) for kind in PROVENANCE_KINDS},
         _encode, _decode,
@@ -252,7 +251,7 @@ def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.n
         }  # fmt: skip
         for kind, per in study.items()
     }
-    return {"study": memo.json_array(plain)}
+    return {"study": cache.json_array(plain)}
 
 
 def _decode(arrays) -> dict[str, dict[str, TrajectoryProvenance]]:
@@ -261,7 +260,7 @@ def _decode(arrays) -> dict[str, dict[str, TrajectoryProvenance]]:
             t: TrajectoryProvenance(set(m), set(x), u, n, set(c), {int(k): set(v) for k, v in w.items()})
             for t, (m, x, u, n, c, w) in per.items()
         }
-        for kind, per in memo.array_json(arrays["study"]).items()
+        for kind, per in cache.array_json(arrays["study"]).items()
     }
 
 

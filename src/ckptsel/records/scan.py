@@ -7,11 +7,11 @@ the result (checked by :mod:`ckptsel.records.load`).
 
 Reading thousands of small files is slow (about 1-2 ms of CPU each with pyarrow, most of it
 fixed per file and per column chunk), so readers read each trajectory from its *pack*
-(:mod:`ckptsel.records.pack`: one file per trajectory and kind, kept current by the writer)
+(:mod:`ckptsel.records.cache.pack`: one file per trajectory and kind, kept current by the writer)
 when the pack was built from exactly the trajectory's units as listed now, and from its units
 otherwise (:func:`refresh_pack` then rewrites the pack, where the records can be written).
-Inside :func:`ckptsel.records.memo.uncached` (``verify``) the units themselves are read and no
-pack is read or written. While :func:`ckptsel.records.memo.cached` computes the arrays it
+Inside :func:`ckptsel.records.cache.memo.uncached` (``verify``) the units themselves are read and no
+pack is read or written. While :func:`ckptsel.records.cache.memo.cached` computes the arrays it
 stores (the loaders of ``analyze``), a stale pack is not rewritten: the units are read once,
 only the columns and the split's row group the loader asks for (the stored arrays serve every
 later analysis).
@@ -32,24 +32,25 @@ import pyarrow.parquet as pq
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
-from ckptsel.records.codec import read_schema, read_table, table_from_bytes
-from ckptsel.records.memo import bypassed, filling
-from ckptsel.records.pack import (
+from ckptsel.records.cache import (
     PACK_ERRORS,
     PACKED_KINDS,
     by_trajectory,
+    bypassed,
     current,
+    filling,
     pack_bytes,
     pack_metadata,
     pack_path,
     prove,
     remove_pack,
     rows_hold,
+    same_units,
     trusted,
     unit_metadata,
-    versions,
     write_pack,
 )
+from ckptsel.records.codec import read_schema, read_table, table_from_bytes
 from ckptsel.records.schema import (
     RECORDS_ORDER,
     SPLITS,
@@ -177,7 +178,7 @@ def _scan(
     step (the units' order), then each unit's own order. String columns named in
     ``dictionary`` come dictionary-encoded (a chunk per file read).
 
-    With ``records_dir``, each trajectory whose pack (:mod:`ckptsel.records.pack`) is current
+    With ``records_dir``, each trajectory whose pack (:mod:`ckptsel.records.cache.pack`) is current
     is read from it; ``refresh``: a trajectory without a current pack gets one (where the
     records can be written) and is read from it. Other units are read one file each on a
     few threads (local), or by concurrent GETs (object store), only the row groups ``split``
@@ -293,8 +294,8 @@ def _pack_parts(old: pa.Table, step_rows: dict[int, dict[str, pa.Table]], reuse:
 
 
 def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schema):
-    """From the old pack at ``path``: the rows and metadata of the units whose version it
-    records (``({}, {})`` without a readable one)."""
+    """From the old pack at ``path``: the rows and metadata of the units whose version (or
+    contents) it records (``({}, {})`` without a readable one)."""
     step_rows: dict[int, dict[str, pa.Table]] = {}
     metas: dict[int, dict[bytes, bytes]] = {}
     try:
@@ -303,8 +304,7 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
         recorded = trusted(old.schema.metadata)  # an edited pack's rows are never carried on
         if recorded is None or not rows_hold(data, pq.ParquetFile(pa.BufferReader(data)), recorded):
             return {}, {}
-        have = {s: [s, size, tag] for s, size, tag in recorded["units"]}
-        reuse = {u.step for u in units if have.get(u.step) == versions([u])[0]}
+        reuse = same_units(recorded, units)  # the same version, or a copy of the same bytes
         per_step = recorded.get("metadata") or {}
         _pack_parts(_conform(old.replace_schema_metadata(None), units[0], kind, schema), step_rows, reuse)
         for st in reuse:

@@ -14,7 +14,7 @@ Two ways in:
 * :func:`write_unit` — one checkpoint of one trajectory (``measure``, the cluster driver, the
   Trainer callback): its rows become write-once *unit* files (generations, NLL, texts) in
   the records folder's units (:mod:`ckptsel.records.units`), then the trajectory's packs
-  (:mod:`ckptsel.records.pack`) are rewritten from the old pack and the new units. Nothing
+  (:mod:`ckptsel.records.cache.pack`) are rewritten from the old pack and the new units. Nothing
   else is read or rewritten, so recording a checkpoint costs the same in an empty folder and
   at paper scale (a pack grows with its trajectory only);
   a re-measured checkpoint replaces exactly its own units (rows with the same key replaced,
@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from ckptsel._util import io
 from ckptsel._util.locations import Location, WriteConflict, as_location
 from ckptsel.errors import CkptselError
+from ckptsel.records.cache import PACKED_KINDS
 from ckptsel.records.codec import (
     parquet_bytes,
     read_schema,
@@ -54,7 +55,6 @@ from ckptsel.records.codec import (
     table_from_bytes,
     unit_bytes,
 )
-from ckptsel.records.pack import PACKED_KINDS
 from ckptsel.records.provenance import UnitProvenance, read_provenance, single_file_metadata
 from ckptsel.records.scan import read_frame, refresh_pack
 from ckptsel.records.schema import (
@@ -241,7 +241,7 @@ def write_unit(
 ) -> list[Location]:
     """Record one checkpoint: its rows go to its own unit files (see
     :mod:`ckptsel.records.units`), then the trajectory's packs are brought up to date
-    (:mod:`ckptsel.records.pack`; ``pack=False``: left to the caller, who writes more units
+    (:mod:`ckptsel.records.cache.pack`; ``pack=False``: left to the caller, who writes more units
     of the trajectory first). Nothing else in ``records_dir`` is read or rewritten.
 
     ``generations`` / ``nll`` are contract frames whose rows all belong to ``trajectory`` at

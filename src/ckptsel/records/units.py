@@ -7,8 +7,8 @@ Layout inside a records folder::
     units/nll/<trajectory>/step-<n>.parquet           contract NLL columns
     units/texts/<trajectory>/step-<n>.parquet         trajectory, step, split, item_id, text
     units/.packs/<kind>/<trajectory>.parquet          a trajectory's units in one file
-                                                      (ckptsel.records.pack; derived, safe to delete)
-    .cache/<name>.arrays                              loaded arrays (ckptsel.records.memo; safe to delete)
+                                                      (ckptsel.records.cache.pack; derived, safe to delete)
+    .cache/<name>.arrays                              loaded arrays (ckptsel.records.cache.memo; safe to delete)
 
 A records folder may be a local path or a URL (``s3://bucket/records``; see
 :mod:`ckptsel._util.locations`): units are then objects, each written with one PUT, and a

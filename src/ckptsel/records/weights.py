@@ -39,9 +39,8 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.records import memo
+from ckptsel.records import cache
 from ckptsel.records.codec import read_schema
-from ckptsel.records.pack import units_metadata
 from ckptsel.records.units import list_units, single_file, unit_path
 
 CHECKPOINT_KEY = b"ckptsel.checkpoint"
@@ -171,7 +170,7 @@ def read_stamps(
                 out.setdefault(str(traj), {})[int(step)] = stamp
     units = list_units(records_dir, kind)
     # from the packs' footers, else the units' (as :func:`ckptsel.records.read_provenance`)
-    metas = units_metadata(records_dir, kind, units)
+    metas = cache.units_metadata(records_dir, kind, units)
     for u, meta in zip(units, metas, strict=True):
         stamp = parse_stamp(meta.get(CHECKPOINT_KEY))
         if stamp is not None:
@@ -203,8 +202,8 @@ def single_file_stamps(records_dir: Path | Location | str, kind: str) -> dict[by
 def declared_final_steps(records_dir: Path | Location | str) -> dict[str, int]:
     """Per trajectory, the largest final step its generation units declare (trajectories whose
     units declare none are left out); read once per state of the records
-    (:mod:`ckptsel.records.memo`)."""
-    return memo.cached(
+    (:mod:`ckptsel.records.cache.memo`)."""
+    return cache.cached(
         records_dir, "declared-finals", lambda: _declared(records_dir), _encode, _decode
     )
 
@@ -219,8 +218,8 @@ def _declared(records_dir: Path | Location | str) -> dict[str, int]:
 
 
 def _encode(finals: dict[str, int]) -> dict[str, np.ndarray]:
-    return {"finals": memo.json_array(finals)}
+    return {"finals": cache.json_array(finals)}
 
 
 def _decode(arrays) -> dict[str, int]:
-    return {str(k): int(v) for k, v in memo.array_json(arrays["finals"]).items()}
+    return {str(k): int(v) for k, v in cache.array_json(arrays["finals"]).items()}

@@ -8,7 +8,7 @@ arrays every time the records are the same. :func:`cached` keeps those arrays in
 
 * every records file the loaders read — the single files and every unit of generations and
   NLL, by name, size and version (modification time in ns; as the packs of
-  :mod:`ckptsel.records.pack` are checked);
+  :mod:`ckptsel.records.cache.pack` are checked);
 * the declared final steps (``final_steps.json`` beside or above the records), by content;
 * the loaders' own source code (a changed loader never reads an older loader's arrays).
 
@@ -24,7 +24,7 @@ kept outside the records folder): a file edited by hand, or written by another u
 folder copied from elsewhere), does not hold and is computed again, which gives the same
 arrays, only slower. ``verify`` still loads inside :func:`uncached`, which computes from the
 records themselves, bypassing both this cache and the units' packs
-(:mod:`ckptsel.records.pack`), and never writes either: whoever holds the key could still
+(:mod:`ckptsel.records.cache.pack`), and never writes either: whoever holds the key could still
 write a cache that holds.
 """
 
@@ -85,9 +85,11 @@ def filling() -> bool:
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """SHA-256 of the modules whose code decides the loaded arrays."""
-    here = Path(__file__).parent
+    here = Path(__file__).parent  # records/cache
     h = hashlib.sha256()
-    for module in ("codec", "load", "memo", "pack", "provenance", "scan", "schema", "units", "weights"):
+    for module in ("codec", "load", "provenance", "scan", "schema", "units", "weights"):
+        h.update((here.parent / f"{module}.py").read_bytes())
+    for module in ("__init__", "arrays", "memo", "pack"):
         h.update((here / f"{module}.py").read_bytes())
     return h.hexdigest()
 
