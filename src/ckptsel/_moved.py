@@ -34,7 +34,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "ckptsel.answers.gsm8k": ("ckptsel.data.answers.gsm8k",),
     "ckptsel.answers.math": ("ckptsel.data.answers.latex",),
     "ckptsel.answers.commonsense": ("ckptsel.data.answers.commonsense",),
-    "ckptsel.tasks": ("ckptsel.data.tasks",),
+    "ckptsel.tasks": ("ckptsel.data.tasks", "ckptsel.data.prompts"),
     "ckptsel.pools": ("ckptsel.data.pools",),
     "ckptsel.split": ("ckptsel.data.split",),
     "ckptsel.audit": ("ckptsel.data.audit",),

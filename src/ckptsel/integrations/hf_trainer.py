@@ -224,6 +224,9 @@ class RecordingCallback(TrainerCallback):
         from ckptsel.records import canonical, unit_provenance, upsert_records
 
         self.check_dtype(model)
+        self.config = self.config.bind_format(  # once: a no-op when _measure_saved resolved it
+            tokenizer, where=f"RecordingCallback: trajectory {self.trajectory!r}"
+        )
         was_training = bool(getattr(model, "training", False))
         padding_side = getattr(tokenizer, "padding_side", None)
         start = time.perf_counter()

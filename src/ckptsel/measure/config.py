@@ -131,7 +131,7 @@ class MeasureSpec:
         """The resolved prompt format the run measures with (:meth:`MeasureConfig.bind_format`
         first: an unresolved one is an internal error)."""
         if self.fmt is None or not self.resolved:
-            raise CkptselError("internal: the prompt format is not resolved for the run's tokenizer yet")
+            raise CkptselError("internal: the prompt format is not resolved for the tokenizer yet")
         return self.fmt
 
     @property
@@ -154,9 +154,8 @@ class MeasureSpec:
         enters the payload only when it differs from its old value, so old keys stay.
         """
         if kind == "generations":
-            payload: dict[str, Any] = {
-                "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "backend": self.backend,
-            }  # fmt: skip
+            payload: dict[str, Any] = {"decoding": "greedy"}
+            payload.update(max_new_tokens=self.max_new_tokens, backend=self.backend)
         elif kind == "nll":
             payload = {"nll": "response+eos", "windows": list(self.windows)}
             if self.nll_backend != "hf":  # HF parts keep the keys they always had
@@ -252,7 +251,9 @@ class MeasureConfig:
     measured: MeasureSpec
     runtime: RunSettings
     # every option the keyword constructor takes, each named once (the CLI's and study.toml's)
-    SPEC_OPTIONS: ClassVar[tuple[str, ...]] = tuple(f.name for f in fields(MeasureSpec) if f.name != "fmt")
+    SPEC_OPTIONS: ClassVar[tuple[str, ...]] = tuple(
+        f.name for f in fields(MeasureSpec) if f.name != "fmt"
+    )
     RUN_OPTIONS: ClassVar[tuple[str, ...]] = tuple(f.name for f in fields(RunSettings))
     OPTIONS: ClassVar[tuple[str, ...]] = SPEC_OPTIONS + FORMAT_OPTIONS + RUN_OPTIONS
 

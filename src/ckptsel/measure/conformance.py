@@ -701,7 +701,7 @@ class Conformance:
             str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter",
             self.config, disk_config_digest(ckpt),
         )  # fmt: skip
-        key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config, k) == "vllm"]
+        key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config.measured, k) == "vllm"]
         if self.config.measured.nll_backend == "vllm" and hf_model is not None:
             key["nll_against"] = "hf"
         picked = pick_items(items)

@@ -92,7 +92,8 @@ def measure_splits(
         if split not in SPLITS:
             raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or default_configuration(trajectory)
-    config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")  # once: a no-op when resolved
+    # the format resolved once for this tokenizer (a no-op when it already is)
+    config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")
     flat = [it for its in items.values() for it in its]
     # an item without a response (a task file with none) gets no NLL row: its empty response
     # (the EOS alone) shares the pass and its scores are dropped
@@ -267,8 +268,9 @@ class Measurer:
         self.vllm: VllmEngine | None = None
         if config.measured.uses_vllm:
             self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
+        spec = config.measured
         self.holder = ModelHolder(
-            config.measured.device, resolve_dtype(config.measured.dtype, config.measured.device), config.runtime.swap_weights
+            spec.device, resolve_dtype(spec.dtype, spec.device), config.runtime.swap_weights
         )
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
@@ -368,7 +370,8 @@ class Measurer:
                 s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
             }
             if vllm_rows is None:
-                work = (ckpt, pool, take(todo_gen, cfg.measured.backend), take(todo_nll, cfg.measured.nll_backend))
+                spec = cfg.measured
+                work = (ckpt, pool, take(todo_gen, spec.backend), take(todo_nll, spec.nll_backend))
                 vllm_rows = self._measure_vllm_many([work], (trajectory, configuration), [tick])[0]
             new_gen, new_nll = list(vllm_rows[0]), list(vllm_rows[1])
             todo_gen = {s: set() for s in pool.splits} if cfg.measured.backend == "vllm" else todo_gen

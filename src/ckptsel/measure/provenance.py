@@ -67,7 +67,8 @@ def settings_provenance(config: MeasureConfig, kind: str) -> dict[str, Any]:
     GPU this process cannot see)."""
     engine = config.measured.backend if kind == "generations" else config.measured.nll_backend
     dtype: str | None = dtype_name(resolve_dtype(config.measured.dtype, config.measured.device))
-    if config.measured.dtype == "auto" and device_kind(config.measured.device) == "cuda" and not config.runtime.check_here:
+    spec = config.measured
+    if spec.dtype == "auto" and device_kind(spec.device) == "cuda" and not config.runtime.check_here:
         dtype = None  # resolved where the GPU is
     return {
         "engine": engine, "version": installed_version(engine), "dtype": dtype,
