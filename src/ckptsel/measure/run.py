@@ -22,7 +22,7 @@ from ckptsel._util.locations import Location, as_location
 from ckptsel.data import CHAT, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_source
-from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.config import MeasureConfig, MeasureSpec
 from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
@@ -56,7 +56,7 @@ from ckptsel.train import (
 
 
 def _check_trajectory_identity(
-    table, out: Location, trajectory: str, configuration: str, config: MeasureConfig
+    table, out: Location, trajectory: str, configuration: str, spec: MeasureSpec
 ) -> None:
     """A trajectory name already in ``out`` must keep its configuration and each split's task
     (else the mix would only surface at ``analyze``)."""
@@ -68,7 +68,7 @@ def _check_trajectory_identity(
     df = table.select(cols).to_pandas().drop_duplicates()
     mine = df[df["trajectory"] == trajectory]
     checks = [("configuration", configuration, mine)] + [
-        ("task", task_label(config.measured.task_for(split)), mine[mine["split"].astype(str) == split])
+        ("task", task_label(spec.task_for(split)), mine[mine["split"].astype(str) == split])
         for split in SPLITS
     ]
     for column, value, rows in checks:
@@ -246,7 +246,7 @@ class RunMeasurement:
         _check_trajectory_identity(
             read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],
                       filters=[("trajectory", "=", traj)]),
-            out, traj, self.configuration, self.config,
+            out, traj, self.configuration, self.config.measured,
         )  # fmt: skip
 
     def parts(self, step: int) -> StepParts:
