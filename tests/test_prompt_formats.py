@@ -213,7 +213,7 @@ def test_alpaca_keeps_its_hashes_and_bad_settings_are_one_line():
         with pytest.raises(CkptselError, match=message):
             MeasureConfig("gsm8k", **kwargs)
     chat = MeasureConfig("gsm8k", prompt_format="chat", chat_template_args={"enable_thinking": False})
-    assert chat.chat_template_args == '{"enable_thinking":false}'
+    assert chat.measured.fmt.template_args == '{"enable_thinking":false}'
     with pytest.raises(CkptselError, match="not bound"):
         chat.generation_fingerprint()
 

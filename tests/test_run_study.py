@@ -355,7 +355,8 @@ def tiny(tmp_path_factory, shared_data: Path):
     import sys as _sys
 
     _sys.path.insert(0, str(Path(__file__).parent))
-    from ckptsel.data.tasks import format_prompt, gsm8k_response
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import gsm8k_response
 
     from tinyrun import build_tiny_base
 

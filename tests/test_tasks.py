@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.data import Item, tasks
+from ckptsel.data import Item, prompts, tasks
 from ckptsel.data import scoring as answers
 from ckptsel.errors import CkptselError
 
@@ -30,7 +30,7 @@ def _write_jsonl(path: Path, records: list) -> Path:
 
 
 def test_prompt_template_is_the_alpaca_no_input_text() -> None:
-    assert tasks.format_prompt("Add 2 and 3.") == (
+    assert prompts.format_prompt("Add 2 and 3.") == (
         "Below is an instruction that describes a task. Write a response that appropriately "
         "completes the request.\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:"
     )

@@ -115,9 +115,10 @@ def measure(
         )
     if res.prompt_format:
         typer.echo(f"  prompt format: {res.prompt_format}")
-    no_nll = sorted({get_task(t).name for t in (config.task, config.task_for("test"))
+    spec = config.measured
+    no_nll = sorted({get_task(t).name for t in (spec.task, spec.task_for("test"))
                      if not get_task(t).has_response})  # fmt: skip
-    if no_nll and config.only != "generation":
+    if no_nll and config.runtime.only != "generation":
         typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the "
                    "NLL rules of analyze need one)")  # fmt: skip
     if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."

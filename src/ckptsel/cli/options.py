@@ -11,7 +11,6 @@ order). The command receives the group as one dict of the options' values.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import typing
@@ -206,9 +205,9 @@ def measure_inputs(
 
     where = {name: value for group in groups for name, value in group.items()}
     run_dir = where.pop("run_dir")
-    for field in dataclasses.fields(MeasureConfig):
-        if field.name in where:
-            config[field.name] = where.pop(field.name)
+    for name in MeasureConfig.OPTIONS:
+        if name in where:
+            config[name] = where.pop(name)
     return run_dir, MeasureConfig(**config), where
 
 

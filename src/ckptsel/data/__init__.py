@@ -4,9 +4,9 @@ audit (SPEC §9, §10).
 * :mod:`~ckptsel.data.answers` — answer rules per family (gsm8k, math, commonsense);
 * :mod:`~ckptsel.data.taskdef` — the one task definition type (item schema, answer rule) and
   task files (``--task PATH.toml``);
-* :mod:`~ckptsel.data.tasks` — the task registry, each dataset's file format, the prompt;
+* :mod:`~ckptsel.data.tasks` — the task registry, each dataset's file format;
 * :mod:`~ckptsel.data.prompts` — prompt formats (alpaca, the tokenizer's chat template, a
-  template file): the text and tokens a model is fed and scored on;
+  template file), every prompt template: the text and tokens a model is fed and scored on;
 * :mod:`~ckptsel.data.scoring` — ``extract`` / ``is_correct`` by task name;
 * :mod:`~ckptsel.data.pools` — validation and test pools (files, mixtures, seeded samples);
 * :mod:`~ckptsel.data.split` — train/validation by whole group, with lineage;
@@ -26,12 +26,15 @@ from ckptsel.data.prompts import (
     CHAT,
     FORMAT_CHOICES,
     FORMAT_FILE,
+    PROMPT_TEMPLATE,
     PromptFormat,
     adds_bos,
     chat_template_of,
     drop_final_newline,
     format_from_dict,
+    format_prompt,
     prompt_format,
+    resolve_format,
 )
 from ckptsel.data.scoring import check_scorer, extract, family_of, is_correct, normalize_reference
 from ckptsel.data.split import split_file
@@ -46,11 +49,9 @@ from ckptsel.data.taskdef import (
 )
 from ckptsel.data.tasks import (
     COMMONSENSE_TASKS,
-    PROMPT_TEMPLATE,
     QUESTION_FIELDS,
     TASKS,
     example_item,
-    format_prompt,
     get_task,
     is_task_file,
     load_items,
@@ -106,6 +107,7 @@ __all__ = [
     "read_task_file",
     "prompt_format",
     "register_task",
+    "resolve_format",
     "split_file",
     "strata_counts",
     "task_family",

@@ -6,7 +6,7 @@ The format sits beside the task, not inside it (as lm-evaluation-harness's
 how the answer is scored; the format says how the prompt is wrapped.
 
 ``alpaca``
-    ckptsel's default, the Alpaca no-input prompt (:data:`ckptsel.data.PROMPT_TEMPLATE`)::
+    ckptsel's default, the Alpaca no-input prompt (:data:`PROMPT_TEMPLATE`, :func:`format_prompt`)::
 
         Below is an instruction that describes a task. Write a response that appropriately
         completes the request.
@@ -60,8 +60,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ckptsel.data.tasks import format_prompt
 from ckptsel.errors import CkptselError
+
+# every prompt template ckptsel writes lives in this module; the Alpaca no-input prompt is the
+# default, and its text names the part files (ckptsel.measure.MeasureSpec.part_key): never edit it
+PROMPT_TEMPLATE = (
+    "Below is an instruction that describes a task. Write a response that "
+    "appropriately completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"
+)
 
 ALPACA = "alpaca"
 CHAT = "chat"
@@ -73,6 +79,11 @@ FORMAT_CHOICES = "--prompt-format chat (the tokenizer's chat template), alpaca (
 # tokenizer's special tokens on the rendered text, or both (tokenizer(apply_chat_template(...,
 # tokenize=False)), the hand-written path: two BOS when the template writes one)
 BOS_CHOICES = ("template", "tokenizer", "template+tokenizer")
+
+
+def format_prompt(instruction: str) -> str:
+    """The Alpaca no-input prompt: the same text at training, generation and NLL time."""
+    return PROMPT_TEMPLATE.format(instruction=instruction)
 
 
 def _sha(blob: Any) -> str:
@@ -894,6 +905,54 @@ def prompt_format(
     return _checked_format(TEMPLATE, system_prompt, template_args, _FLAGS, text, str(path))
 
 
+def resolve_format(
+    stated: PromptFormat | None, tokenizer: Any, recorded: PromptFormat | None = None,
+    where: str = "the run",
+) -> PromptFormat:  # fmt: skip
+    """The one prompt format a run is measured with, resolved once for its tokenizer: the
+    ``stated`` one (``--prompt-format``; chat: bound to ``tokenizer``'s chat template), else
+    the one the run folder ``recorded`` (:data:`FORMAT_FILE`: how it was trained), else
+    alpaca — unless ``tokenizer`` has a chat template and nothing says how the run was
+    trained: refused in one line naming the choices (never measured silently under the Alpaca
+    prompt). A stated format that differs from the recorded one is refused too, and so is a
+    chat format already bound to another template than ``tokenizer``'s."""
+    if stated is not None and stated.kind == CHAT and stated.chat_template and recorded is None:
+        if chat_template_of(tokenizer) != stated.chat_template:
+            raise CkptselError(
+                f"{where}: its tokenizer's chat template is not the one the run was "
+                f"resolved with ({stated.identity}); measure each run with its own tokenizer"
+            )
+        return stated
+    if stated is not None and stated.kind == CHAT:
+        stated = stated.with_tokenizer(tokenizer, f"{where}'s tokenizer")
+    if recorded is not None and recorded.kind == CHAT:
+        recorded = recorded.with_tokenizer(tokenizer, f"{where}'s tokenizer")
+    if stated is not None and recorded is not None and not stated.bos:
+        stated = replace(stated, bos=recorded.bos)  # the run folder's BOS, where it says one
+    if stated is not None and recorded is not None and stated.identity != recorded.identity:
+        differ = stated.differences(recorded, "stated", FORMAT_FILE)
+        raise CkptselError(
+            f"{where} was trained with the prompt format {recorded.describe()}, not "
+            f"{stated.describe()}; they differ in {differ or 'their identity'}: measure it "
+            "with the format it was trained with (drop --prompt-format, --system-prompt "
+            "and --chat-template-args), or measure a copy whose prompt_format.json you "
+            "changed"
+        )
+    fmt = stated or recorded
+    if fmt is None:
+        if chat_template_of(tokenizer):
+            raise CkptselError(
+                f"{where}: its tokenizer has a chat template and nothing says how the run "
+                f"was trained; pass {FORMAT_CHOICES} (in study.toml: [measure] "
+                "prompt_format), with --system-prompt TEXT and --chat-template-args JSON if "
+                "the run was trained with a system turn or template arguments; or state it "
+                f"once in the run folder's {FORMAT_FILE}, e.g. "
+                '{"prompt_format": "chat", "system_prompt": "..."}'
+            )
+        fmt = PromptFormat()
+    return fmt
+
+
 def _depth(blob: Any) -> int:
     """The nesting depth of a JSON value (iterative: any depth is measured, none recursed)."""
     deepest, todo = 0, [(blob, 1)]
@@ -957,12 +1016,15 @@ __all__ = [
     "CHAT",
     "FORMAT_CHOICES",
     "FORMAT_FILE",
+    "PROMPT_TEMPLATE",
     "TEMPLATE",
     "PromptFormat",
     "adds_bos",
     "chat_template_of",
     "drop_final_newline",
     "format_from_dict",
+    "format_prompt",
     "prompt_format",
+    "resolve_format",
     "template_args_json",
 ]

@@ -4,7 +4,7 @@ Every loader turns a file into :class:`~ckptsel.data.taskdef.Item` objects with 
 meanings, so nothing
 downstream (split, training, measurement) has to know which dataset it is handling:
 
-* ``instruction`` goes into the Alpaca no-input prompt (:func:`format_prompt`);
+* ``instruction`` goes into the Alpaca no-input prompt (:func:`ckptsel.data.prompts.format_prompt`);
 * ``response`` is the supervised target (SFT) and the teacher-forced NLL target;
 * ``reference`` is the gold answer the scorer in :mod:`ckptsel.data.scoring` compares against;
 * ``group`` is the original question, shared by augmented variants (validation split and the
@@ -85,11 +85,6 @@ from ckptsel.data.taskdef import (
 )
 from ckptsel.errors import CkptselError
 
-PROMPT_TEMPLATE = (
-    "Below is an instruction that describes a task. Write a response that "
-    "appropriately completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"
-)
-
 COMMONSENSE_TASKS = (
     "boolq",
     "piqa",
@@ -103,11 +98,6 @@ COMMONSENSE_TASKS = (
 
 # fields that hold the question of a raw record, in the formats the loaders read (first found)
 QUESTION_FIELDS = ("query", "question", "problem", "instruction")
-
-
-def format_prompt(instruction: str) -> str:
-    """The Alpaca no-input prompt: the same text at training, generation and NLL time."""
-    return PROMPT_TEMPLATE.format(instruction=instruction)
 
 
 TASKS: dict[str, Task] = {}

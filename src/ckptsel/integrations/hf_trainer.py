@@ -167,7 +167,7 @@ class RecordingCallback(TrainerCallback):
 
         # bad options or an unknown task -> CkptselError now, not at the first save
         self.config = MeasureConfig(config) if isinstance(config, str) else config
-        self.task = task = self.config.task
+        self.task = task = self.config.measured.task
         self.records_dir = Path(records_dir)
         self.trajectory = check_name("trajectory", trajectory)
         self.configuration = check_name(
@@ -185,17 +185,17 @@ class RecordingCallback(TrainerCallback):
 
     def check_dtype(self, model: Any) -> None:
         """The model's dtype against the one ``measure`` would load the checkpoints in
-        (``config.dtype`` on the model's device): an explicit ``dtype`` the model is not in is
+        (``config.measured.dtype`` on the model's device): an explicit ``dtype`` the model is not in is
         refused; with ``auto``, a difference is warned about once (the records are measured in
         the model's own dtype and stamped so; ``measure`` adds to them with ``--dtype``)."""
         from ckptsel.measure import device_kind, dtype_name, resolve_dtype
 
         own = dtype_name(model.dtype)
         device = device_kind(model.device)
-        wanted = dtype_name(resolve_dtype(self.config.dtype, device))
+        wanted = dtype_name(resolve_dtype(self.config.measured.dtype, device))
         if own == wanted or self._dtype_warned:
             return
-        if self.config.dtype != "auto":
+        if self.config.measured.dtype != "auto":
             raise CkptselError(
                 f"RecordingCallback: trajectory {self.trajectory!r}: the config asks for dtype "
                 f"{wanted} but the training model's parameters are {own}; the callback measures "
@@ -224,6 +224,9 @@ class RecordingCallback(TrainerCallback):
         from ckptsel.records import canonical, unit_provenance, upsert_records
 
         self.check_dtype(model)
+        self.config = self.config.bind_format(  # once: a no-op when _measure_saved resolved it
+            tokenizer, where=f"RecordingCallback: trajectory {self.trajectory!r}"
+        )
         was_training = bool(getattr(model, "training", False))
         padding_side = getattr(tokenizer, "padding_side", None)
         start = time.perf_counter()
@@ -254,10 +257,10 @@ class RecordingCallback(TrainerCallback):
                 model.train()
         # what measured the units: the training model on the Hugging Face path, in the
         # precision it really ran in
-        provenance = hf_provenance(model, self.config.batch_size)
+        provenance = hf_provenance(model, self.config.runtime.batch_size)
         provenance["dtype"] = _precision_name(provenance["dtype"], autocast)
         provenance["conformance"] = self._conformance
-        provenance["prompt_format"] = self.config.format_for(tokenizer).identity
+        provenance["prompt_format"] = self.config.measured.prompt.identity
         made_by = unit_provenance([canonical(provenance)])
         upsert_records(  # the one records writer (SelectionCallback reuses this path)
             self.records_dir,
@@ -294,15 +297,16 @@ class RecordingCallback(TrainerCallback):
                 "RecordingCallback: no tokenizer (give the Trainer processing_class=tokenizer or pass tokenizer=...)"
             )
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
+        stated = self.config.measured.fmt is not None
         self.config = self.config.bind_format(
             tokenizer, where=f"RecordingCallback: trajectory {self.trajectory!r}"
         )  # a chat template with no stated format: refused here, in one line
         output_dir = getattr(kwargs.get("args"), "output_dir", None)
-        if output_dir and self.config.prompt_format is not None and not self.measured_steps:
+        if output_dir and stated and not self.measured_steps:
             from ckptsel.train import write_run_format
 
             # `ckptsel measure OUTPUT_DIR` later reads the format these records were made with
-            write_run_format(Path(output_dir), self.config.bound_format)
+            write_run_format(Path(output_dir), self.config.measured.prompt)
         self.measure(model, tokenizer, int(state.global_step))
 
 

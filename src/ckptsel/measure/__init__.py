@@ -3,7 +3,8 @@
 Modules, in the order a measurement flows through them (torch/transformers are imported only
 inside functions):
 
-* :mod:`~ckptsel.measure.config` — :class:`MeasureConfig`, the measurement options, validated once;
+* :mod:`~ckptsel.measure.config` — :class:`MeasureConfig`, the measurement options, validated once:
+  :class:`MeasureSpec` (what is measured; names the part files) and :class:`RunSettings` (how);
 * :mod:`~ckptsel.measure.tokens` — which tokens are fed, scored and stopped at;
 * :mod:`~ckptsel.measure.passes` — one forward per item on a Hugging Face model, shared by the
   NLL and greedy decoding;
@@ -29,7 +30,7 @@ inside functions):
 from __future__ import annotations
 
 from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
-from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig
+from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig, MeasureSpec, RunSettings
 from ckptsel.measure.conformance import check_cached_verdicts, check_conformance
 from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.ingest import (
@@ -78,12 +79,14 @@ __all__ = [
     "ItemPool",
     "LogOptions",
     "MeasureConfig",
+    "MeasureSpec",
     "MeasureResult",
     "Measurer",
     "ProgressCallback",
     "ProgressEvent",
     "RecordedItems",
     "RunMeasurement",
+    "RunSettings",
     "StepParts",
     "WatchSettings",
     "WatchStatus",

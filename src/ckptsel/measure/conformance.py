@@ -565,7 +565,7 @@ def _reference(
 
 def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: int,
              device: Any = None, batch_size: int | None = None,
-             fmt: Any = None) -> Verdict:  # fmt: skip
+             fmt: PromptFormat | None = None) -> Verdict:  # fmt: skip
     """The HF fast path, in batches of ``batch_size`` (default: all ``items`` in one), against
     the reference on ``items`` (module doc), their prompts in the prompt format ``fmt``
     (default: alpaca)."""
@@ -613,19 +613,19 @@ def check_vllm(
 ) -> Verdict:  # fmt: skip
     """vLLM in one batch against vLLM one request at a time (texts; the NLL when vLLM scores
     it) and, when ``hf_model`` is given, its NLL against an HF unpadded forward (module doc)."""
-    fmt = config.format_for(tokenizer)
+    fmt = config.measured.prompt
     prompts, answers = fmt.encode(
         tokenizer, [it.instruction for it in items], [it.response for it in items], items
     )
-    dtype, new = engine.dtype, config.max_new_tokens
+    dtype, new = engine.dtype, config.measured.max_new_tokens
     results, rels = [], []
-    if config.backend == "vllm":
+    if config.measured.backend == "vllm":
         batched = engine.greedy(ckpt, prompts, stops, new)
         for p, (fast, _) in zip(prompts, batched, strict=True):
             ((ref, lps),) = engine.greedy(ckpt, [p], stops, new)
             steps = _vllm_steps(lps, ref, dtype)
             results.append(text_agrees(ref, steps, cut_at_stop(fast, stops), stops))
-    if config.nll_backend == "vllm":
+    if config.measured.nll_backend == "vllm":
         scored = engine.score(ckpt, prompts, answers, (0,))
         for k, (p, a) in enumerate(zip(prompts, answers, strict=True)):
             alone = engine.score(ckpt, [p], [a], (0,))[0][0].nll_sum
@@ -650,7 +650,7 @@ class Conformance:
     def verdict(self, key: dict[str, Any], check: Callable[[], Verdict]) -> str:
         """The stamp of ``key``'s family (``check()`` run when the cache holds no verdict it
         can trust), or :class:`CkptselError` with the one line of a refusal."""
-        if not self.config.conformance_check:
+        if not self.config.runtime.conformance_check:
             return SKIPPED
         name = key_string(key)
         if name not in self.stamps:
@@ -674,18 +674,18 @@ class Conformance:
     def hf(self, model: Any, tokenizer: Any, items: Sequence[Any], device: Any = None) -> str:
         """:meth:`verdict` of an HF model, checked at the run's batch size on
         ``max(CHECK_ITEMS, batch size)`` of ``items`` (:func:`pick_items`)."""
-        if not self.config.conformance_check:
+        if not self.config.runtime.conformance_check:
             return SKIPPED
         device = device if device is not None else next(model.parameters()).device
-        batch = self.config.batch_size
+        batch = self.config.runtime.batch_size
         if not isinstance(batch, int):  # "auto" on a GPU: sized per pass; checked at 16 rows
             batch = BATCH_SIZE
-        fmt = self.config.format_for(tokenizer)
+        fmt = self.config.measured.prompt
         return self.verdict(
             hf_key(model, device, self.config),
             lambda: check_hf(
                 model, tokenizer, pick_items(items, max(CHECK_ITEMS, batch)),
-                self.config.max_new_tokens, device, batch, fmt,
+                self.config.measured.max_new_tokens, device, batch, fmt,
             ),
         )  # fmt: skip
 
@@ -695,21 +695,21 @@ class Conformance:
     ) -> str:  # fmt: skip
         """:meth:`verdict` of the vLLM engine on ``ckpt``'s model (:func:`check_vllm`);
         ``hf_model()`` gives the run's HF model when it has one (called only to check)."""
-        if not self.config.conformance_check:
+        if not self.config.runtime.conformance_check:
             return SKIPPED
         key = vllm_key(
             str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter",
             self.config, disk_config_digest(ckpt),
         )  # fmt: skip
-        key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config, k) == "vllm"]
-        if self.config.nll_backend == "vllm" and hf_model is not None:
+        key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config.measured, k) == "vllm"]
+        if self.config.measured.nll_backend == "vllm" and hf_model is not None:
             key["nll_against"] = "hf"
         picked = pick_items(items)
         return self.verdict(
             key,
             lambda: check_vllm(
                 engine, ckpt, tokenizer, picked, self.config, stops,
-                hf_model() if hf_model is not None and self.config.nll_backend == "vllm" else None,
+                hf_model() if hf_model is not None and self.config.measured.nll_backend == "vllm" else None,
             ),
         )  # fmt: skip
 
@@ -719,7 +719,8 @@ def check_conformance(
 ) -> str:
     """The conformance verdict of a model already in memory (the Trainer callback): the value
     for its provenance's ``conformance`` field (:data:`SKIPPED` when
-    ``config.conformance_check`` is off), or :class:`CkptselError` with one line when ckptsel's
+    ``config.runtime.conformance_check`` is off), or :class:`CkptselError` with one line when ckptsel's
     fast path is wrong for the model's family. ``items`` are the items about to be measured
     (a few are picked); the verdict is cached per family (module doc)."""
+    config = config.bind_format(tokenizer, where="the model")  # the format, once
     return Conformance(config).hf(model, tokenizer, items, device)

@@ -79,10 +79,11 @@ def measure_splits(
     Returns ``(generations, nll)`` as contract frames with ``trajectory``/``step`` filled
     (``configuration`` defaults to ``trajectory`` less its seed:
     :func:`~ckptsel.study.default_configuration`); ``generations`` carries ``text``. NLL rows
-    are given for ``config.window`` and for the complete response (``window=0``). Generation
+    are given for ``config.measured.window`` and for the complete response (``window=0``). Generation
     and NLL share one forward pass per batch (:func:`ckptsel.measure.passes.measure_items`);
-    prompts are wrapped in ``config``'s prompt format (:meth:`MeasureConfig.format_for`: a
-    tokenizer with a chat template and no stated format is refused);
+    prompts are wrapped in ``config``'s prompt format, resolved here for ``tokenizer`` unless
+    it already is (:meth:`MeasureConfig.bind_format`: a tokenizer with a chat template and no
+    stated format is refused);
     ``passes`` are that function's ``device`` (where inputs go; default: the model's own
     device), ``on_batch``, ``seconds`` (if given, accumulates the time of its ``forward``,
     ``nll`` and ``decode`` steps) and ``token_cache``. The model is left in eval mode.
@@ -91,6 +92,8 @@ def measure_splits(
         if split not in SPLITS:
             raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or default_configuration(trajectory)
+    # the format resolved once for this tokenizer (a no-op when it already is)
+    config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")
     flat = [it for its in items.values() for it in its]
     # an item without a response (a task file with none) gets no NLL row: its empty response
     # (the EOS alone) shares the pass and its scores are dropped
@@ -100,10 +103,10 @@ def measure_splits(
         [it.instruction for it in flat],
         [it.response or "" for it in flat] if nll else None,
         generate=generate,
-        windows=config.windows,
-        batch_size=config.batch_size,
-        max_new_tokens=config.max_new_tokens,
-        fmt=config.format_for(tokenizer, where=f"trajectory {trajectory!r}"),
+        windows=config.measured.windows,
+        batch_size=config.runtime.batch_size,
+        max_new_tokens=config.measured.max_new_tokens,
+        fmt=config.measured.prompt,
         items=flat,
         **passes,
     )
@@ -129,7 +132,7 @@ def split_frames(
         start += len(its)
         if texts is not None:
             gens.append(generation_frame(
-                its, texts[part], task=config.task_for(split), split=split,
+                its, texts[part], task=config.measured.task_for(split), split=split,
                 trajectory=trajectory, configuration=configuration, step=step,
             ))  # fmt: skip
         if scored is not None:
@@ -263,10 +266,11 @@ class Measurer:
         self.config, self.ckpts, self.base, self.result = config, ckpts, base, result
         config.check_device()
         self.vllm: VllmEngine | None = None
-        if config.uses_vllm:
+        if config.measured.uses_vllm:
             self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
+        spec = config.measured
         self.holder = ModelHolder(
-            config.device, resolve_dtype(config.dtype, config.device), config.swap_weights
+            spec.device, resolve_dtype(spec.dtype, spec.device), config.runtime.swap_weights
         )
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
@@ -293,6 +297,9 @@ class Measurer:
         """The run's tokenizer (loaded once) and the items the conformance check runs on."""
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
+            # the run's format (resolved by the driver) checked once against this tokenizer
+            self.config = self.config.bind_format(self.tokenizer, where="the run")
+            self.conformance.config = self.config
         self.check_items = [it for its in pool.splits.values() for it in its]
 
     def batch_size(self, ckpts: Sequence[Checkpoint]) -> int:
@@ -329,8 +336,8 @@ class Measurer:
             s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
         }
         work = [
-            (c, p.pool, take(p.todo_gen, p.pool, cfg.backend),
-             take(p.todo_nll, p.pool, cfg.nll_backend))
+            (c, p.pool, take(p.todo_gen, p.pool, cfg.measured.backend),
+             take(p.todo_nll, p.pool, cfg.measured.nll_backend))
             for c, p in units
         ]  # fmt: skip
         rows = self._measure_vllm_many(work, (trajectory, configuration), ticks)
@@ -363,11 +370,12 @@ class Measurer:
                 s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
             }
             if vllm_rows is None:
-                work = (ckpt, pool, take(todo_gen, cfg.backend), take(todo_nll, cfg.nll_backend))
+                spec = cfg.measured
+                work = (ckpt, pool, take(todo_gen, spec.backend), take(todo_nll, spec.nll_backend))
                 vllm_rows = self._measure_vllm_many([work], (trajectory, configuration), [tick])[0]
             new_gen, new_nll = list(vllm_rows[0]), list(vllm_rows[1])
-            todo_gen = {s: set() for s in pool.splits} if cfg.backend == "vllm" else todo_gen
-            todo_nll = {s: set() for s in pool.splits} if cfg.nll_backend == "vllm" else todo_nll
+            todo_gen = {s: set() for s in pool.splits} if cfg.measured.backend == "vllm" else todo_gen
+            todo_nll = {s: set() for s in pool.splits} if cfg.measured.nll_backend == "vllm" else todo_nll
         # one pass for the items that need both, one for each kind alone (resumed parts); the
         # splits share each pass (fuller batches)
         groups: dict[tuple[bool, bool], dict[str, list[Any]]] = {}
@@ -394,10 +402,10 @@ class Measurer:
         cfg, res = self.config, self.result
         seconds: dict[str, float] = {}
         model = self.holder.get(ckpt)
-        verdict = self.conformance.hf(model, self.tokenizer, self.check_items, cfg.device)
+        verdict = self.conformance.hf(model, self.tokenizer, self.check_items, cfg.measured.device)
         g, n = measure_splits(
             model, self.tokenizer, by_split, cfg, trajectory=trajectory,
-            configuration=configuration, step=ckpt.step, device=cfg.device, generate=gen,
+            configuration=configuration, step=ckpt.step, device=cfg.measured.device, generate=gen,
             nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m), seconds=seconds,
             token_cache=self.token_cache,
         )  # fmt: skip
@@ -411,8 +419,8 @@ class Measurer:
         res.generated_items += n_items if gen else 0
         res.scored_items += n_items if nll else 0
         made_by = {
-            **hf_provenance(model, cfg.batch_size, cfg.device), "conformance": verdict,
-            "weights": weights_note(ckpt, self.holder.log), "prompt_format": cfg.format_identity,
+            **hf_provenance(model, cfg.runtime.batch_size, cfg.measured.device), "conformance": verdict,
+            "weights": weights_note(ckpt, self.holder.log), "prompt_format": cfg.measured.format_identity,
         }  # fmt: skip
         return stamp(g, made_by), stamp(n, made_by)
 
@@ -434,7 +442,7 @@ class Measurer:
                 # an HF model beside vLLM only when the run loads it anyway (module doc)
                 verdict = self.conformance.vllm(
                     self.vllm, ckpt, tok, self.check_items, self._stops(ckpt),
-                    (lambda c=ckpt: self.holder.get(c)) if cfg.uses_hf else None,
+                    (lambda c=ckpt: self.holder.get(c)) if cfg.measured.uses_hf else None,
                 )  # fmt: skip
             made_by.append(verdict)
         for kind in ("nll", "gen"):
@@ -450,15 +458,15 @@ class Measurer:
             flat = [it for _, _, f in per for it in f]
             owners = [work[k][0] for k, _, f in per for _ in f]
             ids, answers = encode_formatted(
-                cfg.format_for(tok, where=f"trajectory {names[0]!r}"), tok,
+                cfg.measured.prompt, tok,
                 [it.instruction for it in flat],
                 [it.response for it in flat] if kind == "nll" else None, cache, flat,
             )  # fmt: skip
             if kind == "nll":
-                values = self.vllm.score(owners, ids, answers, cfg.windows)
+                values = self.vllm.score(owners, ids, answers, cfg.measured.windows)
             else:
                 values = self.vllm.generate(
-                    owners, tok, ids, self._stops(owners[0]), cfg.max_new_tokens
+                    owners, tok, ids, self._stops(owners[0]), cfg.measured.max_new_tokens
                 )
             spent = time.perf_counter() - t0 - (self.vllm.start_seconds - started)
             start = 0
@@ -469,7 +477,7 @@ class Measurer:
                 prov = {
                     **self.vllm.provenance(), "conformance": made_by[k],
                     "weights": weights_note(work[k][0], self.vllm.log),
-                    "prompt_format": cfg.format_identity,
+                    "prompt_format": cfg.measured.format_identity,
                 }  # fmt: skip
                 out[k][kind == "nll"].append(stamp(frames[kind == "nll"], prov))
                 ticks[k](len(f))

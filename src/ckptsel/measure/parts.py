@@ -236,7 +236,7 @@ class StepParts:
         self.pool, self.checkpoint = pool, checkpoint
         self.gen = from_checkpoint(_load(self.gen_path), checkpoint)
         self.nll = from_checkpoint(_load(self.nll_path), checkpoint)
-        self.only = config.only  # measure --only generation|nll: the other kind is left alone
+        self.only = config.runtime.only  # measure --only generation|nll: the other kind is left alone
         self.todo_gen, self.todo_nll = _todo(
             pool, _key_set(self.gen), _key_set(self.nll), self.only
         )
@@ -397,11 +397,11 @@ def left_to_measure(
     Loads no model; a checkpoint need not exist yet (then everything is left)."""
     if recorded is None:
         recorded = RecordedItems.read(records_dir, pool, [trajectory])
-    kinds = _RECORD_KINDS[config.only]
+    kinds = _RECORD_KINDS[config.runtime.only]
     out = []
     for step in steps:
         gen_path, nll_path = part_paths(records_dir, trajectory, step, config)
-        gen, nll = _todo(pool, _load_keys(gen_path), _load_keys(nll_path), config.only)
+        gen, nll = _todo(pool, _load_keys(gen_path), _load_keys(nll_path), config.runtime.only)
         out.append(
             CheckpointTodo(
                 int(step),

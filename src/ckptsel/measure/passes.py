@@ -73,6 +73,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ckptsel.data import PromptFormat
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
 from ckptsel.measure.tokens import (
@@ -104,7 +105,7 @@ def measure_items(
     seconds: dict[str, float] | None = None,
     token_cache: dict[tuple[str, str], list[int]] | None = None,
     continuous: bool = True,
-    fmt: Any = None,
+    fmt: PromptFormat | None = None,
     items: Sequence[Any] | None = None,
 ) -> tuple[list[str] | None, list[dict[int, ResponseNll]] | None]:
     """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.

@@ -65,14 +65,15 @@ def settings_provenance(config: MeasureConfig, kind: str) -> dict[str, Any]:
     """What the settings already say about the provenance of ``kind``'s rows; ``None`` for
     what only the running engine knows (attention; vLLM's batch size; the dtype ``auto`` on a
     GPU this process cannot see)."""
-    engine = config.backend if kind == "generations" else config.nll_backend
-    dtype: str | None = dtype_name(resolve_dtype(config.dtype, config.device))
-    if config.dtype == "auto" and device_kind(config.device) == "cuda" and not config.check_here:
+    engine = config.measured.backend if kind == "generations" else config.measured.nll_backend
+    dtype: str | None = dtype_name(resolve_dtype(config.measured.dtype, config.measured.device))
+    spec = config.measured
+    if spec.dtype == "auto" and device_kind(spec.device) == "cuda" and not config.runtime.check_here:
         dtype = None  # resolved where the GPU is
     return {
         "engine": engine, "version": installed_version(engine), "dtype": dtype,
-        "attention": None, "batch_size": config.batch_size if engine == "hf" else None,
-        "device": device_kind(config.device), "prompt_format": config.format_identity,
+        "attention": None, "batch_size": config.runtime.batch_size if engine == "hf" else None,
+        "device": device_kind(config.measured.device), "prompt_format": config.measured.format_identity,
     }  # fmt: skip
 
 
@@ -194,7 +195,7 @@ class ProvenanceGate:
         provenance recorded (nothing is measured or written then). An engine not installed in
         this process (a Ray driver) is checked when its rows come back, before they are
         written."""
-        self.fmt = config.bound_format
+        self.fmt = config.measured.fmt
         if self.allow_mixed:
             return
         for kind in self.kinds:

@@ -22,7 +22,7 @@ from ckptsel._util.locations import Location, as_location
 from ckptsel.data import CHAT, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_source
-from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.config import MeasureConfig, MeasureSpec
 from ckptsel.measure.executors import open_executor
 from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
@@ -56,7 +56,7 @@ from ckptsel.train import (
 
 
 def _check_trajectory_identity(
-    table, out: Location, trajectory: str, configuration: str, config: MeasureConfig
+    table, out: Location, trajectory: str, configuration: str, spec: MeasureSpec
 ) -> None:
     """A trajectory name already in ``out`` must keep its configuration and each split's task
     (else the mix would only surface at ``analyze``)."""
@@ -68,7 +68,7 @@ def _check_trajectory_identity(
     df = table.select(cols).to_pandas().drop_duplicates()
     mine = df[df["trajectory"] == trajectory]
     checks = [("configuration", configuration, mine)] + [
-        ("task", task_label(config.task_for(split)), mine[mine["split"].astype(str) == split])
+        ("task", task_label(spec.task_for(split)), mine[mine["split"].astype(str) == split])
         for split in SPLITS
     ]
     for column, value, rows in checks:
@@ -216,7 +216,7 @@ class RunMeasurement:
             "configuration", setup.configuration or default_configuration(self.trajectory)
         )
         self.config, self.base, self.executor = config, setup.base, setup.executor
-        self.pool = ItemPool.load(config.task, setup.validation, setup.test, config.test_task)
+        self.pool = ItemPool.load(config.measured.task, setup.validation, setup.test, config.measured.test_task)
         self.emit = on_progress or (lambda event: None)
         self.after_checkpoint = after_checkpoint
         self.result = MeasureResult(self.trajectory, self.configuration, [])
@@ -246,7 +246,7 @@ class RunMeasurement:
         _check_trajectory_identity(
             read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],
                       filters=[("trajectory", "=", traj)]),
-            out, traj, self.configuration, self.config,
+            out, traj, self.configuration, self.config.measured,
         )  # fmt: skip
 
     def parts(self, step: int) -> StepParts:
@@ -266,7 +266,7 @@ class RunMeasurement:
         if self._format_bound or not ckpts:
             return
         cfg, recorded = self.config, read_run_format(self.run_dir)
-        stated = cfg.stated_format
+        stated = cfg.measured.fmt
         chat = any(f is not None and f.kind == CHAT for f in (stated, recorded))
         tokenizer = None
         if chat or any(f is not None and f.kind == "template" for f in (stated, recorded)):
@@ -274,12 +274,10 @@ class RunMeasurement:
         elif stated is None and recorded is None:
             tokenizer = _TemplateOnly(ckpts, self.base)
         self.config = cfg.bind_format(tokenizer, recorded, where=str(self.run_dir))
+        bound = self.config.measured.prompt  # the run's one format, from here on
         # every item's prompt rendered now, before any model loads (a failing item, or a
         # template under which every prompt is the same, is refused in one line)
-        self.config.bound_format.check_items(
-            [it for items in self.pool.splits.values() for it in items], tokenizer
-        )
-        bound = self.config.bound_format
+        bound.check_items([it for items in self.pool.splits.values() for it in items], tokenizer)
         if bound.kind == "template":
             bound.check_bos(tokenizer)  # a template file's own BOS text: refused before a model
         note = bound.bos_note(tokenizer) if chat else ""  # two BOS or one: unsaid, assumed
@@ -313,7 +311,7 @@ class RunMeasurement:
             upsert_records(
                 self.out,
                 generations=parts.contract_generations(
-                    config.task, traj, self.configuration, config.test_task
+                    config.measured.task, traj, self.configuration, config.measured.test_task
                 ),
                 nll=parts.contract_nll(traj),
                 provenance=gate.units(parts),
@@ -387,7 +385,7 @@ class RunMeasurement:
         before the first model loads."""
         if self._gate is None:
             self._gate = ProvenanceGate(
-                self.out, self.trajectory, self.config.only, self.allow_mixed_engines
+                self.out, self.trajectory, self.config.runtime.only, self.allow_mixed_engines
             )
             self._settings_checked = False
         if will_measure and not self._settings_checked:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckptsel.data import PromptFormat
+
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """EOS ids that end a generation: the tokenizer's EOS plus the model's generation EOS ids
@@ -114,7 +116,7 @@ def encode_cached(
 
 
 def encode_formatted(
-    fmt: Any, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str] | None,
+    fmt: PromptFormat, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str] | None,
     cache: dict[tuple[str, str], list[int]] | None = None, items: Sequence[Any] | None = None,
 ) -> tuple[list[list[int]], list[list[int]] | None]:  # fmt: skip
     """``(prompt_ids, response_ids or None)`` of ``instructions`` (and ``responses``) under the

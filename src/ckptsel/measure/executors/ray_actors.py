@@ -486,7 +486,7 @@ class RayExecutor:
         actor started for them takes fewer adapters. Actors stay up between calls (a watcher
         hands units in as they come)."""
         n = self._n_workers(len(ordered))
-        if not self.config.uses_vllm:
+        if not self.config.measured.uses_vllm:
             self._grow(n)
             return batch_units(ordered, 1, n)
         self._grow(1)
@@ -505,7 +505,7 @@ class RayExecutor:
     def _batch_size(self, units: Sequence[WorkUnit]) -> int:
         """The most adapters of ``units`` one batch takes: 1 without vLLM, else the smallest of
         the actors' answers (:meth:`MeasureWorker.batch_size`: each sizes its own engine)."""
-        if not self.config.uses_vllm:
+        if not self.config.measured.uses_vllm:
             return 1
         ckpts = [ckpt for ckpt, _ in units]
         refs = [actor.batch_size.remote(ckpts) for actor in self.actors]

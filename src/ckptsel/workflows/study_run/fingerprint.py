@@ -24,7 +24,7 @@ def fingerprint(ctx: StudyContext) -> dict[str, Any]:
     spec = ctx.spec
     st, (val, test) = spec.study, ctx.pools
     cfg = ctx.measure_config
-    stated = cfg.stated_format
+    stated = cfg.measured.fmt
     if stated is not None and stated.kind == "chat" and not stated.chat_template:
         from ckptsel._util.nodecache import local_ref
         from ckptsel.train import load_tokenizer

@@ -53,7 +53,7 @@ def item_pool(ctx: StudyContext) -> ItemPool:
     """The study's validation and test items with their content hashes."""
     val, test = ctx.pools
     cfg = ctx.measure_config
-    return ItemPool.load(cfg.task, val, test, cfg.test_task)
+    return ItemPool.load(cfg.measured.task, val, test, cfg.measured.test_task)
 
 
 def what_is_left(
