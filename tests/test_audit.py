@@ -12,18 +12,10 @@ import pytest
 
 import ckptsel.data.audit as audit_mod
 from ckptsel.cli import main
-from ckptsel.data.audit import (
-    audit_files,
-    audit_pools,
-    brute_force_jaccard_pairs,
-    char_ngrams,
-    jaccard,
-    jaccard_pairs,
-    normalize,
-    read_questions,
-    shared_ngram_pairs,
-    word_ngrams,
-)
+from ckptsel.data.audit import audit_files, audit_pools
+from ckptsel.data.audit.files import read_questions
+from ckptsel.data.audit.grams import char_ngrams, jaccard, normalize, word_ngrams
+from ckptsel.data.audit.indexes import brute_force_jaccard_pairs, jaccard_pairs, shared_ngram_pairs
 from ckptsel.data.audit.plant import _case_punct, _one_word
 from ckptsel.errors import CkptselError
 

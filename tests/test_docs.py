@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from ckptsel.cli import app, main
+from ckptsel.cli import main
+from ckptsel.cli.app import app
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

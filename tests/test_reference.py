@@ -557,7 +557,7 @@ def test_default_budgets_are_not_written(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["32,x", "0,32", "", "-5", "32,,1e3"])
 def test_bad_budgets_are_one_clear_error(bad: str) -> None:
-    from ckptsel.choose import parse_budgets
+    from ckptsel.choose.settings import parse_budgets
     from ckptsel.errors import CkptselError
 
     with pytest.raises(CkptselError, match="budgets"):
@@ -565,7 +565,7 @@ def test_bad_budgets_are_one_clear_error(bad: str) -> None:
 
 
 def test_parse_budgets_sorts_and_dedups() -> None:
-    from ckptsel.choose import parse_budgets
+    from ckptsel.choose.settings import parse_budgets
 
     assert parse_budgets("1024, 32,128,512,32") == (32, 128, 512, 1024)
 
@@ -586,7 +586,7 @@ def test_nothing_is_cut_silently_from_the_budgets() -> None:
 def test_analyze_says_what_it_does_with_the_budgets(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from ckptsel.cli import app
+    from ckptsel.cli.app import app
 
     trajs = rg.random_study(
         np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(100, 130), tasks=("a",)
@@ -607,7 +607,7 @@ def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:
     the budgets and G(512); a bad list exits 2 with one error naming --budgets."""
     from typer.testing import CliRunner
 
-    from ckptsel.cli import app
+    from ckptsel.cli.app import app
 
     trajs = rg.random_study(
         np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(515, 530), tasks=("a",)

@@ -22,11 +22,11 @@ Everything else lives in its stage, one package per stage in the order data flow
 ``cli``. The analysis (``records``, ``choose``, ``stats``) is pure NumPy and never imports torch.
 """
 
+import importlib
+
 from ckptsel._util.blas import pin_kernels
 
 pin_kernels()  # before numpy/torch load: the same float results on every x86-64 CPU (_util/blas.py)
-
-import importlib  # noqa: E402
 
 from ckptsel import _moved  # noqa: E402
 

@@ -21,7 +21,10 @@ import warnings
 # old module -> the modules that now hold its names (the first is its main new home)
 MOVED: dict[str, tuple[str, ...]] = {
     "ckptsel.io": ("ckptsel._util.io",),
-    "ckptsel.analysis": ("ckptsel.stats",),
+    "ckptsel.analysis": (
+        "ckptsel.stats", "ckptsel.stats.resample", "ckptsel.stats.distributions",
+        "ckptsel.stats.paired", "ckptsel.stats.exact", "ckptsel.stats.estimates",
+    ),  # fmt: skip
     "ckptsel.analysis.core": ("ckptsel.choose.core", "ckptsel.choose.evaluate"),
     "ckptsel.analysis.bootstrap": ("ckptsel.stats.bootstrap", "ckptsel.stats.resample"),
     "ckptsel.analysis.paired": ("ckptsel.stats.paired", "ckptsel.stats.resample"),
@@ -37,7 +40,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "ckptsel.tasks": ("ckptsel.data.tasks",),
     "ckptsel.pools": ("ckptsel.data.pools",),
     "ckptsel.split": ("ckptsel.data.split",),
-    "ckptsel.audit": ("ckptsel.data.audit",),
+    "ckptsel.audit": (
+        "ckptsel.data.audit", "ckptsel.data.audit.grams", "ckptsel.data.audit.indexes",
+        "ckptsel.data.audit.findings", "ckptsel.data.audit.plant", "ckptsel.data.audit.files",
+    ),  # fmt: skip
     "ckptsel.ingest": ("ckptsel.measure.ingest.lm_eval",),
     "ckptsel.rules": ("ckptsel.choose.rules",),
     "ckptsel.evaluate": ("ckptsel.choose.evaluate",),
