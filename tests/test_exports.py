@@ -215,3 +215,32 @@ def test_the_checks_see_what_they_count():
     assert _outside("ckptsel.cli.app", "choose") and not _outside("ckptsel.choose.core", "choose")
     assert not _outside("ckptsel.data", "data") and _outside("ckptsel.data", "data.audit")
     assert "select_checkpoint" in exported("workflows")  # through `*advise.__all__`
+
+
+def test_a_name_that_left_an_init_still_works_for_one_release_with_a_warning():
+    import warnings
+
+    from ckptsel import _moved
+
+    assert _moved._LEFT_INIT
+    for package, homes in _moved._LEFT_INIT.items():
+        pkg = importlib.import_module(package)
+        for home, names in homes.items():
+            defining = importlib.import_module(home)
+            for name in names:
+                assert name not in pkg.__all__, f"{package}.{name}"
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    assert getattr(pkg, name) is getattr(defining, name), f"{package}.{name}"
+                assert any(
+                    f"{package}.{name} is deprecated: use {home}.{name}" in str(w.message)
+                    for w in caught
+                ), f"{package}.{name}"
+    import ckptsel.choose
+
+    try:
+        ckptsel.choose.no_such_name  # noqa: B018
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError("an unknown name must raise AttributeError")

@@ -17,6 +17,7 @@ The freeze rule is structural: ``choose`` sees only :class:`~ckptsel.records.Val
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.choose import core
 from ckptsel.choose.choices import choose, choose_trajectory, full_pool_choice, pools_of, signals
 from ckptsel.choose.evaluate import (
@@ -67,3 +68,9 @@ __all__ = [
     "score",
     "signals",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

@@ -16,6 +16,7 @@ audit (SPEC §9, §10).
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.data.answers.rules import AnswerRuleError
 from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
@@ -81,3 +82,9 @@ __all__ = [
     "task_ref",
     "write_audit",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptsel._moved import moved_attribute
 from ckptsel.report.build import load_results, write_report
 from ckptsel.report.html import claim_sentences
 from ckptsel.report.tables import all_tables
@@ -36,9 +37,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Figure functions, imported (with matplotlib) on first use."""
+    """Figure functions, imported (with matplotlib) on first use; a name this ``__init__`` no
+    longer exports (issue 49), for one release, with a DeprecationWarning."""
     if name in _FIGURES:
         from ckptsel.report import figures
 
         return getattr(figures, name)
-    raise AttributeError(f"module 'ckptsel.report' has no attribute {name!r}")
+    return moved_attribute(__name__, name)

@@ -17,6 +17,7 @@ and choosing; so it sits before ``stats`` in the layers.
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.results import publish
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.layout import (
@@ -81,3 +82,9 @@ __all__ = [
     "fmt",
     "publish",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

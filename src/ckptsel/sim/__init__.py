@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.sim.quickstart import run_quickstart
 from ckptsel.sim.simulate import TRUTH_FILE, write_simulation
 
@@ -19,3 +20,9 @@ __all__ = [
     "run_quickstart",
     "write_simulation",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

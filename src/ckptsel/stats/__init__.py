@@ -21,6 +21,7 @@ the summary they make. Pure NumPy over arrays; no I/O.
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import norm_cdf, norm_ppf
 from ckptsel.stats.estimates import StatSettings, summarize
@@ -83,3 +84,9 @@ __all__ = [
     "winner_interval",
     "without_variance",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

@@ -14,6 +14,7 @@ It sits after ``report`` (it reads results folders through ``ckptsel.results`` a
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.trackers.base import (
     TRACKERS,
     Logged,
@@ -35,3 +36,9 @@ __all__ = [
     "log_results",
     "require",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

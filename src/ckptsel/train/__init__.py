@@ -14,6 +14,7 @@ torch/transformers/peft are imported inside functions only.
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.train.checkpoints import (
     CHECKPOINT_RE,
     STATE_FILE,
@@ -53,3 +54,9 @@ __all__ = [
     "weights_fingerprint",
     "write_run_format",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)

@@ -54,6 +54,7 @@ control's copies), :mod:`~.run` (:func:`audit_pools`), :mod:`~.files` (:func:`au
 
 from __future__ import annotations
 
+from ckptsel._moved import moved_attribute
 from ckptsel.data.audit.files import audit_files, write_audit
 from ckptsel.data.audit.findings import AuditResult
 from ckptsel.data.audit.run import audit_pools
@@ -64,3 +65,9 @@ __all__ = [
     "audit_pools",
     "write_audit",
 ]
+
+
+def __getattr__(name: str):
+    """A name this ``__init__`` no longer exports (issue 49): its defining module's, for one
+    release, with a DeprecationWarning (:data:`ckptsel._moved.MOVED_NAMES`)."""
+    return moved_attribute(__name__, name)
