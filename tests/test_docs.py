@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from ckptsel.cli import main
-from ckptsel.cli.app import app
+from ckptsel.cli import app, main
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

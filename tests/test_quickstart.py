@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from ckptsel.cli.app import app
+from ckptsel.cli import app
 from ckptsel.records import read_frame
 from ckptsel.train import checkpoint_steps
 

@@ -174,7 +174,7 @@ def test_texts_live_apart_and_compact_writes_single_files(study, tmp_path):
 def test_compact_command(study, tmp_path):
     from typer.testing import CliRunner
 
-    from ckptsel.cli.app import app
+    from ckptsel.cli import app
 
     gen, nll = study
     folder = _units(tmp_path / "c", gen, nll)

@@ -586,7 +586,7 @@ def test_nothing_is_cut_silently_from_the_budgets() -> None:
 def test_analyze_says_what_it_does_with_the_budgets(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from ckptsel.cli.app import app
+    from ckptsel.cli import app
 
     trajs = rg.random_study(
         np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(100, 130), tasks=("a",)
@@ -607,7 +607,7 @@ def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:
     the budgets and G(512); a bad list exits 2 with one error naming --budgets."""
     from typer.testing import CliRunner
 
-    from ckptsel.cli.app import app
+    from ckptsel.cli import app
 
     trajs = rg.random_study(
         np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(515, 530), tasks=("a",)

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from ckptsel.cli.app import app  # noqa: E402
+from ckptsel.cli import app  # noqa: E402
 from ckptsel.data import format_prompt  # noqa: E402
 from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.sim.tiny import save_tiny  # noqa: E402

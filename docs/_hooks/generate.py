@@ -79,7 +79,7 @@ def cli() -> str:
     import typer
     from typer.cli import get_docs_for_click
 
-    from ckptsel.cli.app import app
+    from ckptsel.cli import app
 
     with _plain_terminal():
         command = typer.main.get_command(app)
