@@ -77,7 +77,6 @@ RENAMED: dict[str, dict[str, str]] = {
     "ckptsel.measure.runner": {"_Measurer": "Measurer"},
     "ckptsel.analysis.intervals": {"LABELS": "INTERVAL_LABELS", "label": "interval_label"},
 }
-# package -> {name that left it: its new home}, answered by that package's __getattr__
 # package -> {the module that defines them: names its __init__ no longer exports}: only tests and
 # docs imported them there (issue 49, tests/test_exports.py); still given, with a warning
 _LEFT_INIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -101,11 +100,11 @@ _LEFT_INIT: dict[str, dict[str, tuple[str, ...]]] = {
         "ckptsel.data.audit.findings": ("CheckResult", "PairReport", "PlantedPair"),
         "ckptsel.data.audit.grams": (
             "CHAR_N", "WORD_N", "char_ngrams", "jaccard", "normalize", "threshold_fraction",
-            "word_ngrams"
+            "word_ngrams",
         ),
         "ckptsel.data.audit.indexes": (
             "JaccardIndex", "MAX_WORD_PAIRS", "SharedGramIndex", "TEMPLATE_FRACTION",
-            "TEMPLATE_MIN_COUNT", "brute_force_jaccard_pairs", "jaccard_pairs", "shared_ngram_pairs"
+            "TEMPLATE_MIN_COUNT", "brute_force_jaccard_pairs", "jaccard_pairs", "shared_ngram_pairs",
         ),
         "ckptsel.data.audit.plant": ("EXPECTED_CHECKS", "PLANT_KINDS"),
     },
@@ -121,7 +120,7 @@ _LEFT_INIT: dict[str, dict[str, tuple[str, ...]]] = {
         "ckptsel.results.estimate": ("DIGITS",),
         "ckptsel.results.summary": (
             "Exclusions", "INTERVAL_LABELS", "NOT_PREREGISTERED", "SCHEMA", "interval_label",
-            "main_table_rows", "rule_order"
+            "main_table_rows", "rule_order",
         ),
     },
     "ckptsel.sim": {
@@ -139,20 +138,21 @@ _LEFT_INIT: dict[str, dict[str, tuple[str, ...]]] = {
     "ckptsel.trackers": {
         "ckptsel.trackers.base": (
             "ALIAS", "Payload", "Registration", "build_payload", "evidence", "metric_name",
-            "read_summary", "registration", "summary_metrics"
+            "read_summary", "registration", "summary_metrics",
         ),
     },
     "ckptsel.train": {
         "ckptsel.train.checkpoints": (
-            "CHECKPOINT_PREFIX", "LAYOUTS", "TrajectoryStatus", "trajectory_status", "weight_files"
+            "CHECKPOINT_PREFIX", "LAYOUTS", "TrajectoryStatus", "trajectory_status", "weight_files",
         ),
         "ckptsel.train.models": ("build_trainable", "check_device", "use_bf16"),
         "ckptsel.train.study": ("write_final_steps",),
         "ckptsel.train.trajectory": (
-            "TrainResult", "encode_example", "encode_items", "example_order", "train_trajectory"
+            "TrainResult", "encode_example", "encode_items", "example_order", "train_trajectory",
         ),
     },
 }
+# package -> {name that left it: its new home}, answered by that package's __getattr__
 MOVED_NAMES: dict[str, dict[str, str]] = {
     "ckptsel.measure": {
         "Checkpoint": "ckptsel.train",
