@@ -205,7 +205,7 @@ def large_run(root: Path, steps: tuple[int, ...], args: argparse.Namespace):
     64; ~0.5 GB of float32 weights per checkpoint at 1024x12) for the HF pair, where loading a
     checkpoint is no longer free; :data:`LARGE_ITEMS` items, :data:`LARGE_NEW_TOKENS` new
     tokens."""
-    from ckptsel.sim import save_tiny
+    from ckptsel.sim.tiny import save_tiny
 
     from tinyrun import TEMPLATE_HINT, TinyRun, make_gsm8k_rows, save_full_checkpoints, write_jsonl
 

@@ -47,10 +47,10 @@ from ckptsel.stats import (
     naive_winner,
     norm_ppf,
     resample_counts,
-    t_quantile,
     winner_interval,
     winners,
 )
+from ckptsel.stats.distributions import t_quantile
 from ckptsel.workflows.advise.selection import MCS_DRAWS, SelectSettings, best_checkpoints
 
 from _common import machine, update_section

@@ -38,11 +38,11 @@ from ckptsel.stats import (
     clustered_mcnemar,
     mcnemar_exact,
     norm_ppf,
-    t_quantile,
     winner_interval,
     winners,
 )
 from ckptsel.stats import intervals as iv
+from ckptsel.stats.distributions import t_quantile
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
     best_checkpoints,

@@ -323,8 +323,8 @@ WORDS = (
 
 
 def tokenizer() -> Any:
-    """A small byte-level BPE tokenizer (``ckptsel.sim.build_tokenizer``) on word salad."""
-    from ckptsel.sim import build_tokenizer
+    """A small byte-level BPE tokenizer (``ckptsel.sim.tiny.build_tokenizer``) on word salad."""
+    from ckptsel.sim.tiny import build_tokenizer
 
     rng = random.Random(7)
     texts = [

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import ckptsel.data.audit as audit_mod
+import ckptsel.data.audit.indexes as audit_indexes
 from ckptsel.cli import main
-from ckptsel.data.audit import (
-    audit_files,
-    audit_pools,
-    brute_force_jaccard_pairs,
-    char_ngrams,
-    jaccard,
-    jaccard_pairs,
-    normalize,
-    read_questions,
-    shared_ngram_pairs,
-    word_ngrams,
-)
+from ckptsel.data.audit import audit_files, audit_pools
+from ckptsel.data.audit.files import read_questions
+from ckptsel.data.audit.grams import char_ngrams, jaccard, normalize, word_ngrams
+from ckptsel.data.audit.indexes import brute_force_jaccard_pairs, jaccard_pairs, shared_ngram_pairs
 from ckptsel.data.audit.plant import _case_punct, _one_word
 from ckptsel.errors import CkptselError
 
@@ -276,7 +268,7 @@ def test_control_fails_when_a_check_is_broken(monkeypatch, tmp_path: Path):
     a = [" ".join(rng.choices(vocab, k=40)) for _ in range(30)]
     b = [" ".join(rng.choices(vocab, k=40)) for _ in range(30)]
     assert audit_pools({"a": a, "b": b}).control_ok
-    monkeypatch.setattr(audit_mod.JaccardIndex, "query", lambda self, x: [])  # a broken index
+    monkeypatch.setattr(audit_indexes.JaccardIndex, "query", lambda self, x: [])  # a broken index
     broken = audit_pools({"a": a, "b": b})
     assert not broken.control_ok
     assert any("NOT found by char13" in n for n in broken.control_notes)

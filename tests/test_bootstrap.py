@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptsel.stats import CHUNK
 from ckptsel.stats import bootstrap as bs
+from ckptsel.stats.resample import CHUNK
 
 
 def test_resample_counts_are_multiplicities_of_a_draw_with_replacement():
@@ -107,7 +107,7 @@ def _one_call_counts(n_units, size, draws, rng):
     [(7, 7, 50), (4000, 4000, 37), (1319, 1319, 111), (500, 200, 333), (3, 70000, 5), (1, 1, 4), (9, 0, 3)],
 )
 def test_draw_counts_in_blocks_are_the_counts_of_one_call(n_units, size, draws):
-    from ckptsel.stats import draw_counts
+    from ckptsel.stats.resample import draw_counts
 
     a, b = np.random.default_rng([5, 2, 1, 0]), np.random.default_rng([5, 2, 1, 0])
     got = draw_counts(n_units, size, draws, a)
@@ -120,7 +120,8 @@ def test_draw_counts_in_blocks_are_the_counts_of_one_call(n_units, size, draws):
 
 
 def test_map_chunks_gives_every_chunk_its_own_draws_whatever_the_threads():
-    from ckptsel.stats import chunked_counts, map_chunks
+    from ckptsel.stats import chunked_counts
+    from ckptsel.stats.resample import map_chunks
 
     draws, key = 3 * CHUNK + 17, (4, 2, 1)
     expected = np.concatenate([C for _, C in chunked_counts(23, draws, key)])

@@ -38,7 +38,7 @@ def setup(tmp_path_factory, one_thread):
     from transformers import AutoTokenizer
 
     from ckptsel.data import format_prompt, load_items
-    from ckptsel.train import encode_example
+    from ckptsel.train.trajectory import encode_example
 
     root = tmp_path_factory.mktemp("precision")
     val_rows, test_rows = make_gsm8k_rows(N_VAL, seed=1), make_gsm8k_rows(N_TEST, seed=2)

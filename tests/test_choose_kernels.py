@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel.choose import ChoiceSettings, FrozenChoices, core
+from ckptsel.choose import ChoiceSettings, core
+from ckptsel.choose.frozen import FrozenChoices
 
 
 def plain_plurality(answers: np.ndarray) -> np.ndarray:

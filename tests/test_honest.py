@@ -215,8 +215,9 @@ def test_compare_a_right_everywhere_b_wrong_everywhere_resolves_at_six(tmp_path,
 def test_question_interval_on_eight_items_needs_the_sign_flip_test():
     """The issue's case: on 8 items a test-question interval +70.3 [+20.3, +98.4] read resolved
     where the exact sign test gives p = 0.070 (7 items one way, 1 the other)."""
-    from ckptsel.stats import clustered_means, percentile_interval, valid_at
+    from ckptsel.stats import clustered_means, percentile_interval
     from ckptsel.stats.estimates import QUESTION_INVALID
+    from ckptsel.stats.exact import valid_at
 
     d = np.r_[np.full(7, 100.0), -100.0][:, None]  # (8, 1) per-item utilities, pp
     reps = clustered_means(d, np.arange(8).astype(str), 4000, 1, 0)

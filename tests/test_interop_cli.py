@@ -21,7 +21,7 @@ import pytest
 
 from ckptsel.cli import main
 from ckptsel.records import read_frame
-from ckptsel.trackers import ALIAS
+from ckptsel.trackers.base import ALIAS
 
 from offline_trackers import (
     expected_metrics,

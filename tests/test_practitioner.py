@@ -16,12 +16,12 @@ from ckptsel.errors import CkptselError
 from ckptsel.stats import (
     cluster_codes,
     clustered_means,
-    draw_counts,
     mcnemar_exact,
     norm_cdf,
     resample_counts,
     two_by_two,
 )
+from ckptsel.stats.resample import draw_counts
 from ckptsel.workflows.advise.comparison import (
     CompareSettings,
     compare_checkpoints,

@@ -221,7 +221,8 @@ def test_alpaca_keeps_its_hashes_and_bad_settings_are_one_line():
 def test_training_writes_the_format_and_encodes_with_it(chat_run, tmp_path):
     from transformers import AutoTokenizer
 
-    from ckptsel.train import encode_items, read_run_format, write_run_format
+    from ckptsel.train import read_run_format, write_run_format
+    from ckptsel.train.trajectory import encode_items
 
     tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
     fmt = prompt_format("chat", "Answer with a number.").with_tokenizer(tok)
@@ -237,7 +238,7 @@ def test_training_writes_the_format_and_encodes_with_it(chat_run, tmp_path):
         write_run_format(tmp_path / "run", PromptFormat())
     # alpaca examples are what they always were
     from ckptsel.data import format_prompt
-    from ckptsel.train import encode_example
+    from ckptsel.train.trajectory import encode_example
 
     old = [encode_example(tok, format_prompt(it.instruction), it.response) for it in items]
     assert encode_items(tok, items, 512) == old

@@ -557,7 +557,7 @@ def test_default_budgets_are_not_written(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["32,x", "0,32", "", "-5", "32,,1e3"])
 def test_bad_budgets_are_one_clear_error(bad: str) -> None:
-    from ckptsel.choose import parse_budgets
+    from ckptsel.choose.settings import parse_budgets
     from ckptsel.errors import CkptselError
 
     with pytest.raises(CkptselError, match="budgets"):
@@ -565,7 +565,7 @@ def test_bad_budgets_are_one_clear_error(bad: str) -> None:
 
 
 def test_parse_budgets_sorts_and_dedups() -> None:
-    from ckptsel.choose import parse_budgets
+    from ckptsel.choose.settings import parse_budgets
 
     assert parse_budgets("1024, 32,128,512,32") == (32, 128, 512, 1024)
 

@@ -79,7 +79,8 @@ def test_dry_run_refuses_what_the_run_refuses(study: Path, capsys, case):
 def test_training_that_keeps_no_response_token_is_refused(tmp_path, base):
     from ckptsel.errors import CkptselError
     from ckptsel.study import Configuration
-    from ckptsel.train import encode_example, load_tokenizer, train_trajectory
+    from ckptsel.train import load_tokenizer
+    from ckptsel.train.trajectory import encode_example, train_trajectory
 
     tok = load_tokenizer(base)
     cfg = Configuration("a", steps=1, max_length=3, batch_size=1, micro_batch=1)

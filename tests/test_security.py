@@ -42,7 +42,7 @@ def tiny_run(tmp_path_factory):
     import torch
 
     from ckptsel.data import format_prompt
-    from ckptsel.sim import save_tiny
+    from ckptsel.sim.tiny import save_tiny
     from ckptsel.study import Configuration
     from ckptsel.train import load_tokenizer
     from ckptsel.train.trajectory import encode_example, train_trajectory

@@ -9,15 +9,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from ckptsel.choose import (
-    FULL,
-    RULES,
-    ChoiceSettings,
-    choose_trajectory,
-    core,
-    full_pool_choice,
-    pool_key,
-)
+from ckptsel.choose import FULL, RULES, ChoiceSettings, choose_trajectory, core, full_pool_choice
+from ckptsel.choose.choices import pool_key
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.results import Estimate
@@ -501,7 +494,7 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
     ``verify`` recomputes them: an edited row fails it."""
     from dataclasses import replace
 
-    from ckptsel.report import render_html
+    from ckptsel.report.html import render_html
     from ckptsel.workflows import analyze, keep_settings, select_all, verify
     from ckptsel.workflows.advise import keep_provisional
 

@@ -37,7 +37,7 @@ def setup(tmp_path_factory, one_thread):
     from transformers import AutoTokenizer
 
     from ckptsel.data import format_prompt, load_items
-    from ckptsel.train import encode_example
+    from ckptsel.train.trajectory import encode_example
 
     root = tmp_path_factory.mktemp("selection")
     val_rows, train_rows = make_gsm8k_rows(N_VAL, seed=1), make_gsm8k_rows(8, seed=3)
@@ -291,7 +291,7 @@ def stores(tmp_path_factory):
 def test_answer_logged_into_the_trainers_own_runs_and_registered(setup, stores):
     """report_to defaults to the Trainer's: MLflow, W&B and Trackio each get the answer in the
     run the Trainer logged its loss to, and the recommended checkpoint is registered."""
-    from ckptsel.trackers import ALIAS
+    from ckptsel.trackers.base import ALIAS
 
     from offline_trackers import import_mlflow, import_trackio, wandb_run, wandb_runs
 

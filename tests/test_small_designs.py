@@ -146,7 +146,7 @@ def test_chosen_estimate_right_on_every_item_is_exact(n):
 
 
 def test_clopper_pearson_against_binomial_sums():
-    from ckptsel.stats import clopper_pearson, needed_units
+    from ckptsel.stats.exact import clopper_pearson, needed_units
 
     assert (needed_units(0.95), needed_units(0.99), needed_units(0.9), needed_units(0.5)) == (6, 8, 5, 2)
 

@@ -18,17 +18,10 @@ from rich.console import Console
 
 from ckptsel.cli import main
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.report import all_tables, claim_sentences, print_main_table, render_html, write_report
-from ckptsel.results import (
-    BudgetCell,
-    Estimate,
-    Gains,
-    MatchedHalf,
-    NllControl,
-    Summary,
-    fmt,
-    main_table_rows,
-)
+from ckptsel.report import all_tables, claim_sentences, print_main_table, write_report
+from ckptsel.report.html import render_html
+from ckptsel.results import BudgetCell, Estimate, Gains, MatchedHalf, NllControl, Summary, fmt
+from ckptsel.results.summary import main_table_rows
 from ckptsel.workflows import Selection, SelectSettings, analyze, select_checkpoint, verify
 from ckptsel.workflows.analysis import summary_json
 

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from ckptsel.data import (
-    AnswerRule,
     Item,
     extract,
     get_task,
     is_correct,
     item_hash,
     load_items,
-    normalize_reference,
     task_identity,
     task_label,
 )
+from ckptsel.data.answers.rules import AnswerRule
+from ckptsel.data.scoring import normalize_reference
 from ckptsel.errors import CkptselError
 from ckptsel.measure import MeasureConfig
 
@@ -466,7 +466,7 @@ def test_measure_with_a_task_file_through_the_cli(tmp_path, capsys) -> None:
 @pytest.mark.usefixtures("one_thread")
 def test_train_a_study_whose_tasks_are_task_files(tmp_path, capsys) -> None:
     pytest.importorskip("peft")
-    from ckptsel.sim import save_tiny
+    from ckptsel.sim.tiny import save_tiny
     from ckptsel.train import checkpoint_steps
 
     rows = [

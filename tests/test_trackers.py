@@ -18,14 +18,8 @@ import pytest
 from ckptsel.errors import CkptselError
 from ckptsel.results import fmt
 from ckptsel.sim import write_simulation
-from ckptsel.trackers import (
-    ALIAS,
-    LogTarget,
-    build_payload,
-    log_results,
-    registration,
-    require,
-)
+from ckptsel.trackers import LogTarget, log_results, require
+from ckptsel.trackers.base import ALIAS, build_payload, registration
 from ckptsel.workflows import SelectSettings, analyze, select_checkpoint
 
 from offline_trackers import (
@@ -333,7 +327,7 @@ def test_trackio_into_the_training_run_by_name(study, stores):
 def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
     """Issue 29: one configuration has no configuration interval; a tracker must not get lo = hi =
     mean (a zero-width interval that reads resolved), but the mean and not_estimable = 1."""
-    from ckptsel.trackers import evidence, summary_metrics
+    from ckptsel.trackers.base import evidence, summary_metrics
 
     one = {
         "mean": 1.78,

@@ -14,9 +14,10 @@ pytest.importorskip("peft")
 from ckptsel.cli import app  # noqa: E402
 from ckptsel.data import format_prompt  # noqa: E402
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.sim import save_tiny  # noqa: E402
+from ckptsel.sim.tiny import save_tiny  # noqa: E402
 from ckptsel.study import Configuration, load_study  # noqa: E402
-from ckptsel.train import checkpoint_steps, load_tokenizer, trajectory_status  # noqa: E402
+from ckptsel.train import checkpoint_steps, load_tokenizer  # noqa: E402
+from ckptsel.train.checkpoints import trajectory_status  # noqa: E402
 from ckptsel.train.trajectory import IGNORE_INDEX, encode_example, example_order, train_trajectory  # noqa: E402
 
 from tinyrun import study_from_dict, study_to_toml  # noqa: E402

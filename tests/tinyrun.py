@@ -79,7 +79,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 def build_tiny_base(out_dir: Path, texts: list[str], seed: int = 0, hidden_size: int = 64) -> Path:
     """A tiny Llama base model + BPE tokenizer trained on ``texts`` (``ckptsel.sim.tiny``)."""
-    from ckptsel.sim import save_tiny
+    from ckptsel.sim.tiny import save_tiny
 
     return save_tiny(
         Path(out_dir), texts, vocab_size=400, seed=seed, hidden_size=hidden_size, layers=2, heads=4

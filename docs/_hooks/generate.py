@@ -168,8 +168,9 @@ def tasks() -> str:
 
 def task_file() -> str:
     """The keys of a task file and the named extraction and comparison rules, from
-    ``ckptsel.data.TASK_FILE_KEYS``, ``EXTRACT_RULES`` and ``COMPARE_RULES``."""
-    from ckptsel.data import COMPARE_RULES, EXTRACT_RULES, TASK_FILE_KEYS
+    ``ckptsel.data.taskdef.TASK_FILE_KEYS``, ``EXTRACT_RULES`` and ``COMPARE_RULES``."""
+    from ckptsel.data.answers.rules import COMPARE_RULES, EXTRACT_RULES
+    from ckptsel.data.taskdef import TASK_FILE_KEYS
 
     rows = ["| table | key | meaning |", "|---|---|---|"]
     for table, keys in TASK_FILE_KEYS.items():

@@ -18,35 +18,17 @@ The freeze rule is structural: ``choose`` sees only :class:`~ckptsel.records.Val
 from __future__ import annotations
 
 from ckptsel.choose import core
-from ckptsel.choose.choices import (
-    PoolSubsets,
-    choose,
-    choose_trajectory,
-    full_pool_choice,
-    pool_key,
-    pools_of,
-    signals,
-    thinned,
-)
+from ckptsel.choose.choices import choose, choose_trajectory, full_pool_choice, pools_of, signals
 from ckptsel.choose.evaluate import (
     BUDGET_LABELS,
     MH_RULES,
     MH_STATS,
     OV_LABELS,
-    SCHEMES,
     Name,
     ScoredChoices,
-    quantity_names,
     score,
 )
-from ckptsel.choose.frozen import (
-    CHOICES_FILE,
-    HASH_FILE,
-    FrozenChoices,
-    choices_hash,
-    freeze,
-    load_frozen,
-)
+from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
 from ckptsel.choose.rules import (
     ALL_RULES,
     H_BASELINE,
@@ -54,23 +36,13 @@ from ckptsel.choose.rules import (
     RULE_ORDER,
     RULES,
     SIGNAL_RULES,
-    RuleSpec,
 )
-from ckptsel.choose.settings import (
-    FULL,
-    ChoiceSettings,
-    budget_notes,
-    check_budgets,
-    parse_budget_list,
-    parse_budgets,
-)
+from ckptsel.choose.settings import FULL, ChoiceSettings, budget_notes, parse_budget_list
 
 __all__ = [
     "ALL_RULES",
     "BUDGET_LABELS",
-    "CHOICES_FILE",
     "FULL",
-    "HASH_FILE",
     "H_BASELINE",
     "MATCHED_HALF_RULES",
     "MH_RULES",
@@ -79,15 +51,10 @@ __all__ = [
     "OV_LABELS",
     "RULES",
     "RULE_ORDER",
-    "SCHEMES",
     "SIGNAL_RULES",
     "ChoiceSettings",
-    "FrozenChoices",
-    "PoolSubsets",
-    "RuleSpec",
     "ScoredChoices",
     "budget_notes",
-    "check_budgets",
     "core",
     "choices_hash",
     "choose",
@@ -96,11 +63,7 @@ __all__ = [
     "full_pool_choice",
     "load_frozen",
     "parse_budget_list",
-    "parse_budgets",
-    "pool_key",
     "pools_of",
-    "quantity_names",
     "score",
     "signals",
-    "thinned",
 ]

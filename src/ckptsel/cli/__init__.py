@@ -14,4 +14,6 @@ from __future__ import annotations
 
 from ckptsel.cli.app import app, main
 
+# ``app`` stays although only tests import it: without it, ``ckptsel.cli.app`` would be the
+# submodule, and ``from ckptsel.cli import app`` would quietly give a module, not the Typer app
 __all__ = ["app", "main"]

@@ -16,85 +16,55 @@ audit (SPEC §9, §10).
 
 from __future__ import annotations
 
-from ckptsel.data.answers import FAMILIES
-from ckptsel.data.answers.rules import COMPARE_RULES, EXTRACT_RULES, AnswerRule, AnswerRuleError
+from ckptsel.data.answers.rules import AnswerRuleError
 from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
 from ckptsel.data.prompts import (
-    ALPACA,
-    BOS_CHOICES,
     CHAT,
     FORMAT_CHOICES,
     FORMAT_FILE,
     PROMPT_TEMPLATE,
     PromptFormat,
-    adds_bos,
     chat_template_of,
-    drop_final_newline,
     format_from_dict,
     format_prompt,
     prompt_format,
     resolve_format,
 )
-from ckptsel.data.scoring import check_scorer, extract, family_of, is_correct, normalize_reference
+from ckptsel.data.scoring import check_scorer, extract, is_correct
 from ckptsel.data.split import split_file
-from ckptsel.data.taskdef import (
-    ROLES,
-    TASK_FILE_KEYS,
-    Fields,
-    Item,
-    Task,
-    item_hash,
-    read_task_file,
-)
+from ckptsel.data.taskdef import Item, Task, item_hash
 from ckptsel.data.tasks import (
-    COMMONSENSE_TASKS,
-    QUESTION_FIELDS,
     TASKS,
     example_item,
     get_task,
     is_task_file,
     load_items,
     register_task,
-    task_family,
     task_identity,
     task_label,
     task_ref,
 )
 
 __all__ = [
-    "ALPACA",
-    "BOS_CHOICES",
     "CHAT",
     "FORMAT_CHOICES",
-    "COMMONSENSE_TASKS",
-    "COMPARE_RULES",
-    "EXTRACT_RULES",
-    "FAMILIES",
     "FORMAT_FILE",
     "PROMPT_TEMPLATE",
-    "QUESTION_FIELDS",
-    "ROLES",
     "TASKS",
-    "TASK_FILE_KEYS",
-    "AnswerRule",
     "AnswerRuleError",
     "AuditResult",
-    "Fields",
     "Item",
     "PoolSpec",
     "PromptFormat",
     "Task",
-    "adds_bos",
     "audit_files",
     "audit_pools",
     "build_pools",
     "example_item",
     "chat_template_of",
-    "drop_final_newline",
     "check_scorer",
     "extract",
-    "family_of",
     "format_from_dict",
     "format_prompt",
     "get_task",
@@ -102,15 +72,12 @@ __all__ = [
     "is_task_file",
     "item_hash",
     "load_items",
-    "normalize_reference",
     "pool_digest",
-    "read_task_file",
     "prompt_format",
     "register_task",
     "resolve_format",
     "split_file",
     "strata_counts",
-    "task_family",
     "task_identity",
     "task_label",
     "task_ref",

@@ -7,6 +7,6 @@ Importing this package imports ``transformers`` (the callbacks subclass ``Traine
 
 from __future__ import annotations
 
-from ckptsel.integrations.hf_trainer import SELECTION_FILE, RecordingCallback, SelectionCallback
+from ckptsel.integrations.hf_trainer import RecordingCallback, SelectionCallback
 
-__all__ = ["SELECTION_FILE", "RecordingCallback", "SelectionCallback"]
+__all__ = ["RecordingCallback", "SelectionCallback"]

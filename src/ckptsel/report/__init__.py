@@ -19,21 +19,18 @@ from __future__ import annotations
 from typing import Any
 
 from ckptsel.report.build import load_results, write_report
-from ckptsel.report.html import claim_sentences, render_html
-from ckptsel.report.tables import TABLE_FORMATS, all_tables, write_tables
+from ckptsel.report.html import claim_sentences
+from ckptsel.report.tables import all_tables
 from ckptsel.report.terminal import print_main_table
 
-_FIGURES = ("FIGURE_FORMATS", "all_figures", "figure_bytes", "save_figure")
+_FIGURES = ("figure_bytes",)
 
 __all__ = [
-    "TABLE_FORMATS",
     "all_tables",
     "claim_sentences",
     "load_results",
     "print_main_table",
-    "render_html",
     "write_report",
-    "write_tables",
     *_FIGURES,
 ]
 

@@ -18,7 +18,7 @@ and choosing; so it sits before ``stats`` in the layers.
 from __future__ import annotations
 
 from ckptsel.results import publish
-from ckptsel.results.estimate import DIGITS, Estimate, fmt
+from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.layout import (
     CHOICES_DIR,
     FIGURES_DIR,
@@ -30,13 +30,9 @@ from ckptsel.results.layout import (
 )
 from ckptsel.results.publish import MANIFEST_FILE
 from ckptsel.results.summary import (
-    INTERVAL_LABELS,
     MATCHED_HALF_STATS,
     NO_NLL_COMPLETE,
-    NOT_PREREGISTERED,
-    SCHEMA,
     BudgetCell,
-    Exclusions,
     Gains,
     KeepRow,
     KeepTable,
@@ -52,29 +48,21 @@ from ckptsel.results.summary import (
     TaskPopulation,
     TaskResult,
     budget_order,
-    interval_label,
-    main_table_rows,
-    rule_order,
 )
 
 __all__ = [
     "CHOICES_DIR",
-    "DIGITS",
     "FIGURES_DIR",
-    "INTERVAL_LABELS",
     "MANIFEST_FILE",
     "MATCHED_HALF_STATS",
     "NO_NLL_COMPLETE",
-    "NOT_PREREGISTERED",
     "PROTOCOL_FILE",
     "REPORT_FILE",
     "RUN_FILE",
-    "SCHEMA",
     "SUMMARY_FILE",
     "TABLES_DIR",
     "BudgetCell",
     "Estimate",
-    "Exclusions",
     "Gains",
     "KeepRow",
     "KeepTable",
@@ -91,8 +79,5 @@ __all__ = [
     "TaskResult",
     "budget_order",
     "fmt",
-    "interval_label",
-    "main_table_rows",
     "publish",
-    "rule_order",
 ]

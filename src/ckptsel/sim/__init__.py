@@ -11,20 +11,11 @@
 
 from __future__ import annotations
 
-from ckptsel.sim.presets import PRESETS, SimSpec, TaskSim
-from ckptsel.sim.quickstart import make_plan, run_quickstart
+from ckptsel.sim.quickstart import run_quickstart
 from ckptsel.sim.simulate import TRUTH_FILE, write_simulation
-from ckptsel.sim.tiny import build_model, build_tokenizer, save_tiny
 
 __all__ = [
-    "PRESETS",
     "TRUTH_FILE",
-    "SimSpec",
-    "TaskSim",
-    "build_model",
-    "build_tokenizer",
-    "make_plan",
     "run_quickstart",
-    "save_tiny",
     "write_simulation",
 ]

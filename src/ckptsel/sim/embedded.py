@@ -375,9 +375,9 @@ RESPONSE_MARK = "### Response:"
 
 def _encode_pretraining(tok, text: str) -> list[int]:
     """Token ids of one pre-training text. A formatted problem is encoded exactly as SFT and
-    generation see it (:func:`ckptsel.train.encode_example`: the prompt as the tokenizer
-    encodes it, the response tokenized on its own, then EOS), so the base learns the format
-    it will be prompted with; a statement is BOS + text + EOS."""
+    generation see it (:func:`ckptsel.train.trajectory.encode_example`: the prompt as the
+    tokenizer encodes it, the response tokenized on its own, then EOS), so the base learns the
+    format it will be prompted with; a statement is BOS + text + EOS."""
     if RESPONSE_MARK in text:
         cut = text.index(RESPONSE_MARK) + len(RESPONSE_MARK)
         prompt, response = text[:cut], text[cut:].lstrip(" ")

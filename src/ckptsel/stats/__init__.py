@@ -22,21 +22,11 @@ the summary they make. Pure NumPy over arrays; no I/O.
 from __future__ import annotations
 
 from ckptsel.stats.bootstrap import percentile_interval
-from ckptsel.stats.distributions import norm_cdf, norm_ppf, t_quantile
-from ckptsel.stats.estimates import FEW_CONFIGURATIONS, StatSettings, est, summarize
-from ckptsel.stats.exact import (
-    clopper_pearson,
-    interval_estimate,
-    judged,
-    needed_units,
-    nonzero_units,
-    sign_flip_p,
-    valid_at,
-    verdict,
-)
+from ckptsel.stats.distributions import norm_cdf, norm_ppf
+from ckptsel.stats.estimates import StatSettings, summarize
+from ckptsel.stats.exact import interval_estimate, judged, nonzero_units, sign_flip_p
 from ckptsel.stats.intervals import METHODS
 from ckptsel.stats.paired import (
-    ADJUSTMENTS,
     adjust_pvalues,
     cluster_differences,
     clustered_mcnemar,
@@ -45,14 +35,10 @@ from ckptsel.stats.paired import (
     two_by_two,
 )
 from ckptsel.stats.resample import (
-    CHUNK,
     Clusters,
     chunked_counts,
     cluster_codes,
-    cluster_sums,
     clustered_means,
-    draw_counts,
-    map_chunks,
     question_weights,
     resample_counts,
 )
@@ -67,10 +53,7 @@ from ckptsel.stats.winners import (
 )
 
 __all__ = [
-    "ADJUSTMENTS",
-    "CHUNK",
     "Clusters",
-    "FEW_CONFIGURATIONS",
     "METHODS",
     "StatSettings",
     "WINNER_JITTER",
@@ -78,21 +61,15 @@ __all__ = [
     "adjust_pvalues",
     "bootstrap_accuracies",
     "chunked_counts",
-    "clopper_pearson",
     "cluster_codes",
     "cluster_differences",
-    "cluster_sums",
     "clustered_mcnemar",
     "clustered_means",
-    "draw_counts",
-    "est",
     "interval_estimate",
     "judged",
-    "map_chunks",
     "mcnemar_exact",
     "model_confidence_set",
     "naive_winner",
-    "needed_units",
     "newcombe_paired",
     "nonzero_units",
     "norm_cdf",
@@ -102,10 +79,7 @@ __all__ = [
     "resample_counts",
     "sign_flip_p",
     "summarize",
-    "t_quantile",
     "two_by_two",
-    "valid_at",
-    "verdict",
     "winner_interval",
     "without_variance",
 ]

@@ -15,41 +15,23 @@ It sits after ``report`` (it reads results folders through ``ckptsel.results`` a
 from __future__ import annotations
 
 from ckptsel.trackers.base import (
-    ALIAS,
     TRACKERS,
     Logged,
     LogTarget,
-    Payload,
-    Registration,
-    build_payload,
     check_model_folder,
     check_model_name,
     check_trackers,
-    evidence,
-    metric_name,
-    read_summary,
-    registration,
     require,
-    summary_metrics,
 )
 from ckptsel.trackers.log import log_results
 
 __all__ = [
-    "ALIAS",
     "TRACKERS",
     "LogTarget",
     "Logged",
-    "Payload",
-    "Registration",
-    "build_payload",
     "check_model_folder",
     "check_model_name",
     "check_trackers",
-    "evidence",
     "log_results",
-    "metric_name",
-    "read_summary",
-    "registration",
     "require",
-    "summary_metrics",
 ]

@@ -15,12 +15,9 @@ torch/transformers/peft are imported inside functions only.
 from __future__ import annotations
 
 from ckptsel.train.checkpoints import (
-    CHECKPOINT_PREFIX,
     CHECKPOINT_RE,
-    LAYOUTS,
     STATE_FILE,
     Checkpoint,
-    TrajectoryStatus,
     checkpoint_readiness,
     checkpoint_steps,
     discover_checkpoints,
@@ -29,45 +26,20 @@ from ckptsel.train.checkpoints import (
     inspect_checkpoint,
     is_final_checkpoint,
     layout_pattern,
-    trajectory_status,
-    weight_files,
     weights_fingerprint,
 )
 from ckptsel.train.formats import read_run_format, write_run_format
-from ckptsel.train.models import (
-    build_trainable,
-    check_device,
-    check_lora_targets,
-    load_tokenizer,
-    pick_device,
-    use_bf16,
-)
-from ckptsel.train.study import study_status, train_study, write_final_steps
-from ckptsel.train.trajectory import (
-    TrainResult,
-    encode_example,
-    encode_items,
-    example_order,
-    train_trajectory,
-)
+from ckptsel.train.models import check_lora_targets, load_tokenizer, pick_device
+from ckptsel.train.study import study_status, train_study
 
 __all__ = [
-    "CHECKPOINT_PREFIX",
     "CHECKPOINT_RE",
-    "LAYOUTS",
     "STATE_FILE",
     "Checkpoint",
-    "TrainResult",
-    "TrajectoryStatus",
-    "build_trainable",
-    "check_device",
     "check_lora_targets",
     "checkpoint_readiness",
     "checkpoint_steps",
     "discover_checkpoints",
-    "encode_example",
-    "encode_items",
-    "example_order",
     "files_fingerprint",
     "function_digests",
     "inspect_checkpoint",
@@ -78,11 +50,6 @@ __all__ = [
     "read_run_format",
     "study_status",
     "train_study",
-    "train_trajectory",
-    "trajectory_status",
-    "use_bf16",
-    "weight_files",
     "weights_fingerprint",
     "write_run_format",
-    "write_final_steps",
 ]

@@ -54,54 +54,13 @@ control's copies), :mod:`~.run` (:func:`audit_pools`), :mod:`~.files` (:func:`au
 
 from __future__ import annotations
 
-from ckptsel.data.audit.files import audit_files, read_questions, write_audit
-from ckptsel.data.audit.findings import AuditResult, CheckResult, PairReport, PlantedPair
-from ckptsel.data.audit.grams import (
-    CHAR_N,
-    WORD_N,
-    char_ngrams,
-    jaccard,
-    normalize,
-    threshold_fraction,
-    word_ngrams,
-)
-from ckptsel.data.audit.indexes import (
-    MAX_WORD_PAIRS,
-    TEMPLATE_FRACTION,
-    TEMPLATE_MIN_COUNT,
-    JaccardIndex,
-    SharedGramIndex,
-    brute_force_jaccard_pairs,
-    jaccard_pairs,
-    shared_ngram_pairs,
-)
-from ckptsel.data.audit.plant import EXPECTED_CHECKS, PLANT_KINDS
+from ckptsel.data.audit.files import audit_files, write_audit
+from ckptsel.data.audit.findings import AuditResult
 from ckptsel.data.audit.run import audit_pools
 
 __all__ = [
-    "CHAR_N",
-    "EXPECTED_CHECKS",
-    "MAX_WORD_PAIRS",
-    "PLANT_KINDS",
-    "TEMPLATE_FRACTION",
-    "TEMPLATE_MIN_COUNT",
-    "WORD_N",
     "AuditResult",
-    "CheckResult",
-    "JaccardIndex",
-    "PairReport",
-    "PlantedPair",
-    "SharedGramIndex",
     "audit_files",
     "audit_pools",
-    "brute_force_jaccard_pairs",
-    "char_ngrams",
-    "jaccard",
-    "jaccard_pairs",
-    "normalize",
-    "read_questions",
-    "shared_ngram_pairs",
-    "threshold_fraction",
-    "word_ngrams",
     "write_audit",
 ]
