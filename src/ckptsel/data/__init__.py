@@ -21,11 +21,9 @@ from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audi
 from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
 from ckptsel.data.prompts import (
     CHAT,
-    FORMAT_CHOICES,
     FORMAT_FILE,
     PROMPT_TEMPLATE,
     PromptFormat,
-    chat_template_of,
     format_from_dict,
     format_prompt,
     prompt_format,
@@ -48,7 +46,6 @@ from ckptsel.data.tasks import (
 
 __all__ = [
     "CHAT",
-    "FORMAT_CHOICES",
     "FORMAT_FILE",
     "PROMPT_TEMPLATE",
     "TASKS",
@@ -62,7 +59,6 @@ __all__ = [
     "audit_pools",
     "build_pools",
     "example_item",
-    "chat_template_of",
     "check_scorer",
     "extract",
     "format_from_dict",
