@@ -45,7 +45,7 @@ def run_case(family: str, attn: str, dtype, tok, data, args) -> dict:
     """One family x attention x dtype: the agreement counts (and float32 NLL error)."""
     import torch
 
-    from ckptsel.measure import measure_items
+    from ckptsel.measure.passes import measure_items
     from ckptsel.measure.tokens import stop_token_ids
 
     import archmodels as am

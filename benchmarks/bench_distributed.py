@@ -50,7 +50,8 @@ def one(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from ckptsel.measure import ExecutorConfig, MeasureConfig, measure_run
+    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.executors import ExecutorConfig
 
     kind, workers = MODES[args.one]
     run = json.loads(Path(args.run).read_text())

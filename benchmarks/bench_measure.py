@@ -182,7 +182,8 @@ def naive_subset(run, n_ckpts: int, items: list, max_new: int, window: int) -> t
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ckptsel.data import format_prompt
-    from ckptsel.measure import generate_texts, response_nll
+    from ckptsel.measure import generate_texts
+    from ckptsel.measure.passes import response_nll
 
     load_s = item_s = 0.0
     for step in run.steps[:n_ckpts]:

@@ -81,7 +81,7 @@ def moto_process(lifetime_s: float = 3600) -> Iterator[str]:
 
 
 def same_units(a: str | Path, b: str | Path) -> bool:
-    from ckptsel.records import list_units
+    from ckptsel.records.units import list_units
 
     for kind in ("generations", "nll", "texts"):
         ua, ub = list_units(a, kind), list_units(b, kind)

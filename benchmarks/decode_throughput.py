@@ -138,8 +138,7 @@ def hf_generate_batch(work: dict, max_new: int, device: str) -> dict[str, Any]:
 
 def ckptsel_side(work: dict, max_new: int, name: str, device: str) -> dict[str, Any]:
     """``measure_items`` as before (fixed batches) or after (continuous, ``auto``)."""
-    from ckptsel.measure import measure_items
-    from ckptsel.measure.passes import batch_plan
+    from ckptsel.measure.passes import batch_plan, measure_items
     from ckptsel.measure.tokens import encode_prompts, encode_responses
 
     kind = "cuda" if device.startswith("cuda") else "cpu"

@@ -90,7 +90,7 @@ def arch_matrix(device: str, quick: bool) -> list[str]:
     """Markdown rows: family, attention, ckptsel / HF batched texts equal to unbatched."""
     import torch
 
-    from ckptsel.measure import measure_items
+    from ckptsel.measure.passes import measure_items
     from ckptsel.measure.tokens import stop_token_ids
 
     import archmodels as am

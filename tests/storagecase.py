@@ -12,8 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from ckptsel._util.locations import Location
-from ckptsel.records import list_units, read_frame, read_table
+from ckptsel.records import read_frame
+from ckptsel.records.codec import read_table
 from ckptsel.records.provenance import PROVENANCE_KEY
+from ckptsel.records.units import list_units
 from ckptsel.records.weights import CHECKPOINT_KEY
 
 from tinyrun import TinyRun, build_tiny_run

@@ -17,8 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from ckptsel.measure import measure_items  # noqa: E402
-from ckptsel.measure.passes import CacheLayout, cache_layout  # noqa: E402
+from ckptsel.measure.passes import (  # noqa: E402
+    CacheLayout,
+    cache_layout,
+    measure_items,  # noqa: E402
+)
 from ckptsel.measure.tokens import stop_token_ids  # noqa: E402
 
 import archmodels as am  # noqa: E402

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.records import compact, list_units, read_frame, read_schema
+from ckptsel.records import compact, read_frame
+from ckptsel.records.codec import read_schema
+from ckptsel.records.units import list_units
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")

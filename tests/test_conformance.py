@@ -17,7 +17,9 @@ pytest.importorskip("peft")
 
 from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.measure import MeasureConfig, check_conformance, conformance  # noqa: E402
-from ckptsel.records import list_units, provenance_lines, read_schema  # noqa: E402
+from ckptsel.records import provenance_lines  # noqa: E402
+from ckptsel.records.codec import read_schema  # noqa: E402
+from ckptsel.records.units import list_units  # noqa: E402
 
 import archmodels  # noqa: E402
 from clirun import exit_code  # noqa: E402

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.measure import conformance  # noqa: E402
-from ckptsel.records import list_units, read_schema  # noqa: E402
+from ckptsel.records.codec import read_schema  # noqa: E402
+from ckptsel.records.units import list_units  # noqa: E402
 
 from clirun import run_cli  # noqa: E402
 from tinyrun import build_tiny_run  # noqa: E402

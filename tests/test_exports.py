@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ckptsel"
 MAX_TOP_LEVEL = 25
 BEFORE = 458  # names exported across the package __init__s when issue 49 was filed
 # packages (and their subpackages) whose __init__s other work is trimming: empty this list
-PENDING = ("records", "measure", "study", "workflows")
+PENDING = ("study", "workflows")
 # exported with no outside importer, on purpose: (package, name) -> why
 KEPT = {
     ("cli", "app"): "without it ckptsel.cli.app is the submodule: `from ckptsel.cli import app` "
@@ -98,13 +98,41 @@ def top_level_table() -> dict[str, str]:
     return {}
 
 
+def _attribute_uses(tree: ast.Module, packages: dict[str, Path]) -> set[tuple[str, str]]:
+    """``(package, name)`` for each ``alias.name`` where ``alias`` is a package imported as a
+    module (``from ckptsel.records import cache`` then ``cache.PROVERS``; ``import
+    ckptsel.records.cache as cache``)."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}".removeprefix("ckptsel.")
+                if node.module.startswith("ckptsel") and full in packages:
+                    aliases[alias.asname or alias.name] = full
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                full = alias.name.removeprefix("ckptsel.")
+                if alias.asname and alias.name.startswith("ckptsel.") and full in packages:
+                    aliases[alias.asname] = full
+    return {
+        (aliases[node.value.id], node.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+    }
+
+
 def importers() -> dict[tuple[str, str], set[str]]:
     """``{(package, name): {importing module, ...}}`` over ``src/ckptsel``, at any depth."""
     out: dict[tuple[str, str], set[str]] = {}
     packages = _packages()
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for package, name in _attribute_uses(tree, packages):
+            out.setdefault((package, name), set()).add(module)
+        for node in ast.walk(tree):
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
                 continue
             package = node.module.removeprefix("ckptsel.")

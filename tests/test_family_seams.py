@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.measure import measure_items  # noqa: E402
+from ckptsel.measure.passes import measure_items  # noqa: E402
 
 import archmodels as am  # noqa: E402
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel.cli.output import progress_bars
-from ckptsel.measure import ProgressEvent
+from ckptsel.measure.progress import ProgressEvent
 from test_ingest import gsm8k_checkpoint
 
 from clirun import run_cli

@@ -186,7 +186,8 @@ def test_n_tokens_constant_across_checkpoints(measured):
 
 def test_batch_size_does_not_change_answers_or_nll(measured):
     from ckptsel.data import format_prompt, load_items
-    from ckptsel.measure import generate_texts, response_nll
+    from ckptsel.measure import generate_texts
+    from ckptsel.measure.passes import response_nll
 
     run, *_ = measured
     model, tok = load_checkpoint(run, 20)

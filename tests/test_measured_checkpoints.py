@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.records import compact, list_units, load_validation, read_frame, read_schema
+from ckptsel.records import compact, load_validation, read_frame
+from ckptsel.records.codec import read_schema
+from ckptsel.records.units import list_units
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")

@@ -218,8 +218,8 @@ def test_fingerprint_diff_refuses_changes_not_additions() -> None:
 def _record(records: Path, trajectory: str, step: int, cfg, pool) -> None:
     """What ``measure_run`` writes for one checkpoint, without a model: made-up texts and NLLs
     for the items its part cache lacks, then the checkpoint's contract rows."""
-    from ckptsel.measure import StepParts
     from ckptsel.measure.frames import generation_frame, nll_frame
+    from ckptsel.measure.parts import StepParts
     from ckptsel.measure.tokens import ResponseNll
     from ckptsel.records import upsert_records
 

@@ -97,7 +97,8 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     # compared: the loaded and swapped units sit in one trajectory, one provenance)
     import pyarrow.parquet as pq
 
-    from ckptsel.records import read_provenance, unit_path
+    from ckptsel.records import read_provenance
+    from ckptsel.records.units import unit_path
 
     notes = {}
     for step in (2, 4, 6):

@@ -101,7 +101,9 @@ def test_a_forged_pack_is_not_trusted(analysed, tmp_path: Path) -> None:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from ckptsel.records import read_rows, uncached, write_unit
+    from ckptsel.records import read_rows
+    from ckptsel.records.cache import uncached
+    from ckptsel.records.store import write_unit
 
     gen = pd.read_parquet(analysed[0] / "generations.parquet")
     records = tmp_path / "units"

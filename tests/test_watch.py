@@ -21,7 +21,8 @@ import pytest
 from ckptsel._util.locations import FileInfo, Location
 from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.errors import CkptselError
-from ckptsel.measure import WatchSettings, list_folders, read_status
+from ckptsel.measure import WatchSettings
+from ckptsel.measure.watch import list_folders, read_status
 from ckptsel.train import checkpoint_readiness, discover_checkpoints, is_final_checkpoint
 
 torch = pytest.importorskip("torch")

@@ -19,7 +19,8 @@ from vllm_env import assert_same, frames, require_vllm
 
 vllm = require_vllm()
 
-from ckptsel.measure import ExecutorConfig, MeasureConfig, measure_run  # noqa: E402
+from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
+from ckptsel.measure.executors import ExecutorConfig  # noqa: E402
 from ckptsel.records import read_provenance  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402

@@ -61,7 +61,7 @@ def add_end_of_turn(base: Path) -> int:
 
     from transformers import AutoModelForCausalLM
 
-    from ckptsel.measure import measure_items
+    from ckptsel.measure.passes import measure_items
     from ckptsel.train import load_tokenizer
 
     tok = load_tokenizer(base)

@@ -30,94 +30,34 @@ inside functions):
 from __future__ import annotations
 
 from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
-from ckptsel.measure.config import BACKENDS, DTYPES, MeasureConfig, MeasureSpec, RunSettings
+from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.conformance import check_cached_verdicts, check_conformance
-from ckptsel.measure.executors import ExecutorConfig
-from ckptsel.measure.ingest import (
-    CheckpointLog,
-    Ingested,
-    LogOptions,
-    check_same_items,
-    ingest_inspect,
-    ingest_lighteval,
-    ingest_lm_eval,
-    ingest_lm_eval_logs,
-    ingest_logs,
-    names_line,
-    read_inspect_log,
-    read_logs,
-    to_records,
-    unavailable_lines,
-)
-from ckptsel.measure.measurer import Measurer, MeasureResult, measure_model, measure_splits
-from ckptsel.measure.parts import (
-    CheckpointTodo,
-    ItemPool,
-    RecordedItems,
-    StepParts,
-    left_to_measure,
-)
-from ckptsel.measure.passes import generate_texts, measure_items, response_nll
-from ckptsel.measure.progress import ProgressCallback, ProgressEvent
-from ckptsel.measure.run import RunMeasurement, measure_run, trajectory_name
-from ckptsel.measure.watch import (
-    WatchSettings,
-    WatchStatus,
-    list_folders,
-    read_status,
-    status_path,
-    watch_run,
-)
+from ckptsel.measure.measurer import measure_model
+from ckptsel.measure.parts import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
+from ckptsel.measure.passes import generate_texts
+from ckptsel.measure.progress import ProgressCallback
+from ckptsel.measure.run import measure_run, trajectory_name
+from ckptsel.measure.watch import WatchSettings, WatchStatus, status_path, watch_run
 
 __all__ = [
-    "BACKENDS",
-    "CheckpointLog",
     "CheckpointTodo",
-    "DTYPES",
-    "ExecutorConfig",
-    "Ingested",
     "ItemPool",
-    "LogOptions",
     "MeasureConfig",
-    "MeasureSpec",
-    "MeasureResult",
-    "Measurer",
     "ProgressCallback",
-    "ProgressEvent",
     "RecordedItems",
-    "RunMeasurement",
-    "RunSettings",
-    "StepParts",
     "WatchSettings",
     "WatchStatus",
     "check_cached_verdicts",
     "check_conformance",
-    "check_same_items",
     "device_kind",
     "dtype_name",
     "generate_texts",
     "hf_provenance",
-    "ingest_inspect",
-    "ingest_lighteval",
-    "ingest_lm_eval",
-    "ingest_lm_eval_logs",
-    "ingest_logs",
-    "names_line",
     "left_to_measure",
-    "list_folders",
-    "measure_items",
     "measure_model",
     "measure_run",
-    "measure_splits",
-    "read_inspect_log",
-    "read_logs",
-    "read_status",
     "resolve_dtype",
-    "response_nll",
     "status_path",
-    "to_records",
     "trajectory_name",
-    "unavailable_lines",
     "watch_run",
 ]
-

@@ -25,19 +25,15 @@ Other packages import the names below from ``ckptsel.records``.
 
 from __future__ import annotations
 
-from ckptsel.records.cache import uncached
-from ckptsel.records.codec import parquet_bytes, read_schema, read_table
 from ckptsel.records.load import (
     TestData,
     ValidationData,
     find_trajectory,
-    has_validation_nll,
     load_test,
     load_texts,
     load_validation,
 )
 from ckptsel.records.provenance import (
-    TrajectoryProvenance,
     UnitProvenance,
     canonical,
     describe,
@@ -52,14 +48,11 @@ from ckptsel.records.schema import (
     FINAL_STEPS_FILE,
     GENERATION_COLUMNS,
     GENERATION_KEY,
-    GENERATION_OPTIONAL,
     GENERATIONS_FILE,
     MATCHED_WINDOW,
     NLL_COLUMNS,
     NLL_FILE,
     NLL_KEY,
-    RECORDS_ORDER,
-    RECORDS_ROW_GROUP,
     SPLITS,
     check_name,
     coerce_generations,
@@ -67,21 +60,9 @@ from ckptsel.records.schema import (
     empty_generations,
     empty_nll,
 )
-from ckptsel.records.store import (
-    compact,
-    records_lock,
-    upsert_records,
-    write_records,
-    write_unit,
-)
-from ckptsel.records.units import UNITS_DIR, list_units, one_listing, unit_path
-from ckptsel.records.weights import (
-    CheckpointStamp,
-    changed_files,
-    declared_final_steps,
-    recorded_stamps,
-    short_digests,
-)
+from ckptsel.records.store import compact, upsert_records, write_records
+from ckptsel.records.units import UNITS_DIR, one_listing
+from ckptsel.records.weights import CheckpointStamp, changed_files, recorded_stamps, short_digests
 
 __all__ = [
     "COMPLETE_WINDOW",
@@ -90,16 +71,12 @@ __all__ = [
     "GENERATIONS_FILE",
     "GENERATION_COLUMNS",
     "GENERATION_KEY",
-    "GENERATION_OPTIONAL",
     "MATCHED_WINDOW",
     "NLL_COLUMNS",
     "NLL_FILE",
     "NLL_KEY",
-    "RECORDS_ORDER",
-    "RECORDS_ROW_GROUP",
     "SPLITS",
     "TestData",
-    "TrajectoryProvenance",
     "UnitProvenance",
     "UNITS_DIR",
     "ValidationData",
@@ -109,32 +86,22 @@ __all__ = [
     "coerce_generations",
     "coerce_nll",
     "compact",
-    "declared_final_steps",
     "describe",
     "empty_generations",
     "empty_nll",
     "find_trajectory",
-    "has_validation_nll",
-    "list_units",
     "one_listing",
     "load_test",
     "load_texts",
     "load_validation",
     "provenance_identity",
     "provenance_lines",
-    "parquet_bytes",
     "read_frame",
     "read_provenance",
     "recorded_stamps",
     "read_rows",
-    "read_schema",
-    "read_table",
-    "records_lock",
     "short_digests",
-    "uncached",
-    "unit_path",
     "unit_provenance",
     "upsert_records",
     "write_records",
-    "write_unit",
 ]

@@ -26,28 +26,14 @@ from __future__ import annotations
 from typing import Any
 
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.executors.base import (
-    EXECUTORS,
-    ExecutorConfig,
-    NewRows,
-    WorkUnit,
-    import_ray,
-    storage_env,
-)
+from ckptsel.measure.executors.base import ExecutorConfig
 from ckptsel.measure.executors.local import LocalExecutor
 from ckptsel.measure.executors.ray_actors import RayExecutor
 from ckptsel.train import Checkpoint
 
 __all__ = [
-    "EXECUTORS",
     "ExecutorConfig",
-    "LocalExecutor",
-    "NewRows",
-    "RayExecutor",
-    "WorkUnit",
-    "import_ray",
     "open_executor",
-    "storage_env",
 ]
 
 

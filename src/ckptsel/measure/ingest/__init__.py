@@ -13,35 +13,20 @@
 
 from __future__ import annotations
 
-from ckptsel.measure.ingest.inspect import ingest_inspect, read_inspect_log
+from ckptsel.measure.ingest.inspect import ingest_inspect
 from ckptsel.measure.ingest.lighteval import ingest_lighteval
 from ckptsel.measure.ingest.lm_eval import ingest_lm_eval, ingest_lm_eval_logs
 from ckptsel.measure.ingest.logs import LogOptions, read_logs
-from ckptsel.measure.ingest.mapping import (
-    CheckpointLog,
-    Ingested,
-    Naming,
-    check_same_items,
-    ingest_logs,
-    names_line,
-    to_records,
-    unavailable_lines,
-)
+from ckptsel.measure.ingest.mapping import check_same_items, names_line, to_records
 
 __all__ = [
-    "CheckpointLog",
-    "Ingested",
     "LogOptions",
-    "Naming",
     "check_same_items",
     "ingest_inspect",
     "ingest_lighteval",
     "ingest_lm_eval",
     "ingest_lm_eval_logs",
-    "ingest_logs",
     "names_line",
-    "read_inspect_log",
     "read_logs",
     "to_records",
-    "unavailable_lines",
 ]

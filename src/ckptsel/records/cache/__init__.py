@@ -21,7 +21,6 @@ from ckptsel.records.cache.arrays import (
     encode_validation,
 )
 from ckptsel.records.cache.memo import (
-    MEMO_DIR,
     array_json,
     bypassed,
     cached,
@@ -47,12 +46,10 @@ from ckptsel.records.cache.pack import (
     trusted,
     unit_metadata,
     units_metadata,
-    versions,
     write_pack,
 )
 
 __all__ = [
-    "MEMO_DIR",
     "PACKED_KINDS",
     "PACK_ERRORS",
     "PROVERS",
@@ -80,6 +77,5 @@ __all__ = [
     "uncached",
     "unit_metadata",
     "units_metadata",
-    "versions",
     "write_pack",
 ]
