@@ -32,6 +32,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("study", ("study",)),
     ("train", ("train",)),
     ("measure", ("measure",)),
+    ("ingest", ("ingest",)),
     ("choose", ("choose",)),
     ("results", ("results",)),
     ("stats", ("stats",)),
@@ -55,11 +56,11 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "measure": (
         "config", "tokens", "backends", "passes", "frames", "parts", "progress", "conformance",
         "measurer",
-        "executors", "provenance", "run", "watch", "ingest",
+        "executors", "provenance", "run", "watch",
     ),  # fmt: skip
     "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
-    "measure.ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval", "logs"),
+    "ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval", "logs"),
     "choose": ("core", "rules", "settings", "choices", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
     "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "exact", "estimates", "winners"),

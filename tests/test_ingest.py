@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest import ingest_lm_eval
+from ckptsel.ingest import ingest_lm_eval
 from ckptsel.records import GENERATION_COLUMNS, read_frame, upsert_records
 
 STAMP = "2025-03-04T05-06-07.123456"

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest import ingest_inspect, ingest_lighteval
-from ckptsel.measure.ingest.inspect import read_inspect_log
-from ckptsel.measure.ingest.mapping import CheckpointLog, ingest_logs
+from ckptsel.ingest import ingest_inspect, ingest_lighteval
+from ckptsel.ingest.inspect import read_inspect_log
+from ckptsel.ingest.mapping import CheckpointLog, ingest_logs
 from ckptsel.records import read_frame, upsert_records
 from ckptsel.workflows import analyze
 

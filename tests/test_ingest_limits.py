@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest import ingest_inspect
-from ckptsel.measure.ingest.inspect import read_inspect_log
+from ckptsel.ingest import ingest_inspect
+from ckptsel.ingest.inspect import read_inspect_log
 
 DATA = Path(__file__).parent / "data" / "harness_logs" / "inspect"
 [JSON_LOG] = sorted(DATA.glob("*.json"))
@@ -121,8 +121,8 @@ def test_an_lm_eval_gzip_bomb_is_refused_while_it_inflates(tmp_path, monkeypatch
     import gzip
     import tracemalloc
 
-    from ckptsel.measure.ingest import ingest_lm_eval
-    from ckptsel.measure.ingest.lm_eval import read_samples
+    from ckptsel.ingest import ingest_lm_eval
+    from ckptsel.ingest.lm_eval import read_samples
     from test_ingest import gsm8k_line, write_samples
 
     lines = [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.measure.ingest import ingest_inspect, ingest_lm_eval
+from ckptsel.ingest import ingest_inspect, ingest_lm_eval
 from ckptsel.records import read_frame
 from ckptsel.study import configuration_and_seed, seed_of, trajectory_name
 from test_ingest import gsm8k_checkpoint, gsm8k_line, write_samples

@@ -86,7 +86,7 @@ def compare_logs(
     of one trajectory (same --split, --draws, --seed). Samples in one log only are counted and
     left out; a task whose samples the logs do not share is refused, and so is a shared id whose
     content differs between two logs of one harness (--allow-different-items pairs it)."""
-    from ckptsel.measure.ingest import LogOptions
+    from ckptsel.ingest import LogOptions
 
     def note(line: str) -> None:
         typer.echo(line, err=True)

@@ -1,5 +1,5 @@
 """``ckptsel ingest lm-eval | inspect | lighteval``: generations other harnesses evaluated, as
-records (all three through :mod:`ckptsel.measure.ingest`'s one mapping and the one records
+records (all three through :mod:`ckptsel.ingest`'s one mapping and the one records
 writer). What a harness's logs lack is said in one line, and ``analyze`` runs the other rules."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> di
 def _report(ingested, out: str) -> None:
     """The one-line summary, each trajectory's configuration and seed, and, on stderr, what the
     logs lack."""
-    from ckptsel.measure.ingest import names_line
+    from ckptsel.ingest import names_line
 
     rows = ingested.generations
     for line in ingested.unavailable:
@@ -150,7 +150,7 @@ def lm_eval(
     rescore: bool = RESCORE,
 ) -> None:
     """Read lm-evaluation-harness --log_samples output into generation records."""
-    from ckptsel.measure.ingest import ingest_lm_eval_logs
+    from ckptsel.ingest import ingest_lm_eval_logs
 
     ingested = ingest_lm_eval_logs(
         samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
@@ -186,7 +186,7 @@ def inspect(
     A .eval member inflating past 100x its compressed size (16 MiB at least), or a log past 100x
     its size, or past 2 GiB, is refused as a possible ZIP bomb ($CKPTSEL_INFLATE_MAX_RATIO,
     $CKPTSEL_INFLATE_MAX_BYTES raise the limits)."""
-    from ckptsel.measure.ingest import ingest_inspect
+    from ckptsel.ingest import ingest_inspect
 
     ingested = ingest_inspect(
         logs, out=out, trajectory=trajectory, configuration=configuration, task=task,
@@ -225,7 +225,7 @@ def lighteval(
 
     The step comes from --steps, else checkpoint-<step> in the model name (run lighteval with
     model_name=runs/<trajectory>/checkpoint-<step>)."""
-    from ckptsel.measure.ingest import ingest_lighteval
+    from ckptsel.ingest import ingest_lighteval
 
     ingested = ingest_lighteval(
         details, out=out, trajectory=trajectory, configuration=configuration, task=task,

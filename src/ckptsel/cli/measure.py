@@ -80,8 +80,7 @@ def measure(
         require_ml("ckptsel measure")  # before anything is read or written
     # the measurement stage loads when the command runs (see ckptsel.cli)
     from ckptsel.data import get_task
-    from ckptsel.measure import measure_run
-    from ckptsel.measure.executors import ExecutorConfig
+    from ckptsel.measure import ExecutorConfig, measure_run
 
     run_dir, config, where = options.measure_inputs(
         run, engine, vllm_and_mixing, only=only,

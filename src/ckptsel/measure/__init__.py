@@ -22,9 +22,9 @@ inside functions):
   into a records folder (local paths or URLs); :class:`RunMeasurement`, the same one
   checkpoint batch at a time;
 * :mod:`~ckptsel.measure.watch` — :func:`watch_run`: a run still training, each checkpoint
-  measured as soon as it is complete;
-* :mod:`~ckptsel.measure.ingest` — records from other harnesses' logs (lm-eval, inspect,
-  lighteval), through one shared mapping.
+  measured as soon as it is complete.
+
+Other harnesses' logs (lm-eval, inspect, lighteval) become records in :mod:`ckptsel.ingest`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.conformance import check_cached_verdicts, check_conformance
+from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.measurer import measure_model
 from ckptsel.measure.parts import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
 from ckptsel.measure.passes import generate_texts
@@ -40,6 +41,7 @@ from ckptsel.measure.run import measure_run, trajectory_name
 from ckptsel.measure.watch import WatchSettings, WatchStatus, status_path, watch_run
 
 __all__ = [
+    "ExecutorConfig",
     "CheckpointTodo",
     "ItemPool",
     "MeasureConfig",

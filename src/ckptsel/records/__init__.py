@@ -25,6 +25,7 @@ Other packages import the names below from ``ckptsel.records``.
 
 from __future__ import annotations
 
+from ckptsel.records.cache import uncached
 from ckptsel.records.load import (
     TestData,
     ValidationData,
@@ -102,6 +103,7 @@ __all__ = [
     "read_rows",
     "short_digests",
     "unit_provenance",
+    "uncached",
     "upsert_records",
     "write_records",
 ]

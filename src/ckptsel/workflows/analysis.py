@@ -42,8 +42,8 @@ from ckptsel.records import (
     load_validation,
     one_listing,
     provenance_lines,
+    uncached,
 )
-from ckptsel.records.cache import uncached
 from ckptsel.results import (
     CHOICES_DIR,
     PROTOCOL_FILE,

@@ -53,7 +53,7 @@ import pandas as pd
 
 from ckptsel._util import rng as streams
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest import LogOptions, check_same_items, read_logs, to_records
+from ckptsel.ingest import LogOptions, check_same_items, read_logs, to_records
 from ckptsel.results import Estimate
 from ckptsel.stats import adjust_pvalues, judged
 from ckptsel.workflows.advise.comparison import (

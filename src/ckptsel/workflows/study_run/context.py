@@ -20,8 +20,7 @@ from ckptsel._util.locations import Location, as_location
 from ckptsel._util.nodecache import local_copy
 from ckptsel.data import build_pools, load_items
 from ckptsel.errors import CkptselError
-from ckptsel.measure import MeasureConfig
-from ckptsel.measure.executors import ExecutorConfig
+from ckptsel.measure import ExecutorConfig, MeasureConfig
 from ckptsel.study import StudySpec, seed_of  # seed_of: its old home, kept
 from ckptsel.train import pick_device
 from ckptsel.workflows.study_run.progress import Log

@@ -39,8 +39,8 @@ from ckptsel._util.io import write_text
 from ckptsel.data import audit_pools, load_items, split_file, strata_counts, write_audit
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
+from ckptsel.ingest import ingest_lm_eval
 from ckptsel.measure import WatchSettings, measure_run
-from ckptsel.measure.ingest import ingest_lm_eval
 from ckptsel.study import check_protocol, protocol_path
 from ckptsel.train import train_study
 from ckptsel.workflows.advise import SelectSettings, select_checkpoint

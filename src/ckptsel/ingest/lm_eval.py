@@ -1,5 +1,5 @@
 """Import generations evaluated elsewhere into records (SPEC §2: "what ``ingest`` produces"),
-through the mapping every ingester shares (:mod:`~ckptsel.measure.ingest.mapping`).
+through the mapping every ingester shares (:mod:`~ckptsel.ingest.mapping`).
 
 ``lm-eval``: lm-evaluation-harness ``--log_samples`` output, ONE FOLDER PER CHECKPOINT
 (``lm_eval ... --output_path evals/<trajectory>/checkpoint-<step>``; the harness writes
@@ -45,8 +45,8 @@ import pandas as pd
 
 from ckptsel.data import AnswerRuleError, extract, task_label
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.inflate import bounded_lines, open_gzip_text
-from ckptsel.measure.ingest.mapping import (
+from ckptsel.ingest.inflate import bounded_lines, open_gzip_text
+from ckptsel.ingest.mapping import (
     CheckpointLog,
     Ingested,
     Notes,
@@ -59,7 +59,7 @@ from ckptsel.measure.ingest.mapping import (
 from ckptsel.train import CHECKPOINT_RE
 
 if TYPE_CHECKING:
-    from ckptsel.measure.ingest.mapping import Naming
+    from ckptsel.ingest.mapping import Naming
 
 SAMPLES_RE = re.compile(
     r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"
@@ -339,12 +339,12 @@ def ingest_lm_eval(
 ) -> pd.DataFrame:
     """Read lm-eval samples (one folder per checkpoint) and write them into ``out``.
 
-    ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`;
+    ``naming``: the keywords every ingester takes (:class:`~ckptsel.ingest.mapping.Naming`;
     the trajectory defaults to the folders' common parent). Everything is read and checked
     before anything is written (through the mapping shared by every ingester,
-    :mod:`~ckptsel.measure.ingest.mapping`). ``lm_eval_tasks``: which lm-eval tasks to read
+    :mod:`~ckptsel.ingest.mapping`). ``lm_eval_tasks``: which lm-eval tasks to read
     when the folders hold several (:func:`chosen_tasks`). Returns the rows written
-    (:func:`ingest_lm_eval_logs` returns the whole :class:`~ckptsel.measure.ingest.mapping.Ingested`).
+    (:func:`ingest_lm_eval_logs` returns the whole :class:`~ckptsel.ingest.mapping.Ingested`).
     """
     return ingest_lm_eval_logs(
         folders, out=out, step=step, metric=metric, filter_name=filter_name,

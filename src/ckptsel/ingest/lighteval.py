@@ -3,7 +3,7 @@
 lighteval writes ``<output>/details/<model_name>/<timestamp>/details_<task>|<fewshot>_<timestamp>.parquet``,
 one file per task, with three struct columns (``doc``, ``metric``, ``model_response``) and one row
 per (document, sampling method). Conventions (SPEC §2 through
-:mod:`~ckptsel.measure.ingest.mapping`):
+:mod:`~ckptsel.ingest.mapping`):
 
 * DETAILS_DIR: any folder above the parquet files (the ``details`` folder, a model's folder, a
   timestamp folder) or the files themselves; where one model has several timestamps for a task,
@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, Unpack
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.inflate import check_record_size
-from ckptsel.measure.ingest.mapping import (
+from ckptsel.ingest.inflate import check_record_size
+from ckptsel.ingest.mapping import (
     CheckpointLog,
     Ingested,
     Notes,
@@ -61,7 +61,7 @@ from ckptsel.measure.ingest.mapping import (
 from ckptsel.records import SPLITS
 
 if TYPE_CHECKING:
-    from ckptsel.measure.ingest.mapping import Naming
+    from ckptsel.ingest.mapping import Naming
 
 DETAILS_RE = re.compile(r"^details_(?P<task>.+)_(?P<ts>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.parquet$")
 FEWSHOT_RE = re.compile(r"\|\d+$")
@@ -147,7 +147,7 @@ def _read(path: Path) -> list[dict]:
 
 def _check_cells(table: Any, path: Path) -> None:
     """Refuse a details file with a string or binary cell past the line limit
-    (:func:`~ckptsel.measure.ingest.inflate.check_record_size`), before its rows become Python
+    (:func:`~ckptsel.ingest.inflate.check_record_size`), before its rows become Python
     objects."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -344,7 +344,7 @@ def ingest_lighteval(
 ) -> Ingested:
     """Read lighteval details (folders or files; one model name per checkpoint) into ``out``.
 
-    ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`).
+    ``naming``: the keywords every ingester takes (:class:`~ckptsel.ingest.mapping.Naming`).
     ``splits`` maps lighteval task names to ``validation``/``test`` for documents whose
     ``specific`` does not say (default: ``split``). Everything is read and checked before
     anything is written. Returns what was written and what the details lack.

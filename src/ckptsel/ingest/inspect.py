@@ -10,7 +10,7 @@ Members used: ``header.json`` (the eval spec: task, model, model args, generatio
 the status) and ``samples/<id>_epoch_<n>.json``.
 A ``.json`` log is one object with the same fields and a ``samples`` list.
 
-Conventions (SPEC §2 through :mod:`~ckptsel.measure.ingest.mapping`):
+Conventions (SPEC §2 through :mod:`~ckptsel.ingest.mapping`):
 
 * step: ``--steps`` (keys: the log's file name or path, or the model name), else ``step`` in the
   eval metadata (``inspect eval --metadata step=80``), else ``checkpoint-<step>`` in the model
@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any, Unpack
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.inflate import (
+from ckptsel.ingest.inflate import (
     MAX_BYTES_ENV,
     RATIO_ENV,
     check_record_size,
     inflate_limit,
 )
-from ckptsel.measure.ingest.mapping import (
+from ckptsel.ingest.mapping import (
     CheckpointLog,
     Ingested,
     Notes,
@@ -64,7 +64,7 @@ from ckptsel.measure.ingest.mapping import (
 )
 
 if TYPE_CHECKING:
-    from ckptsel.measure.ingest.mapping import Naming
+    from ckptsel.ingest.mapping import Naming
 
 ZSTD_METHOD = 93  # APPNOTE 6.3.7
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # ZIP local file header (30 bytes)
@@ -144,7 +144,7 @@ def _member(zf: zipfile.ZipFile, path: Path, name: str, budget: _Budget) -> byte
 
 def _record(data: bytes, path: Path, member: str) -> Any:
     """One member of an ``.eval`` log (the header, a sample) parsed, unless past the line
-    limit (:func:`~ckptsel.measure.ingest.inflate.check_record_size`)."""
+    limit (:func:`~ckptsel.ingest.inflate.check_record_size`)."""
     check_record_size(len(data), f"{path}: member {member}")
     return _json(data, path, member)
 
@@ -447,7 +447,7 @@ def ingest_inspect(
 ) -> Ingested:
     """Read inspect logs (one per checkpoint; files or folders of them) into ``out``.
 
-    ``naming``: the keywords every ingester takes (:class:`~ckptsel.measure.ingest.mapping.Naming`).
+    ``naming``: the keywords every ingester takes (:class:`~ckptsel.ingest.mapping.Naming`).
     Everything is read and checked before anything is written. Returns what was written and
     what the logs lack (:attr:`Ingested.unavailable`).
     """

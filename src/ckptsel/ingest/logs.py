@@ -1,5 +1,5 @@
 """One evaluation log of any harness ckptsel reads, recognized and read as
-:class:`~ckptsel.measure.ingest.mapping.CheckpointLog` s through that harness's own reader
+:class:`~ckptsel.ingest.mapping.CheckpointLog` s through that harness's own reader
 (nothing written; ``ckptsel compare-logs``):
 
 * an inspect_ai ``.eval``/``.json`` log, or a folder of them (one log per task);
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.ingest.inspect import find_inspect_logs, inspect_checkpoint
-from ckptsel.measure.ingest.lighteval import DETAILS_RE, details_by_model, lighteval_checkpoint
-from ckptsel.measure.ingest.lm_eval import SAMPLES_RE, file_log, folder_logs
-from ckptsel.measure.ingest.mapping import CheckpointLog, Notes
+from ckptsel.ingest.inspect import find_inspect_logs, inspect_checkpoint
+from ckptsel.ingest.lighteval import DETAILS_RE, details_by_model, lighteval_checkpoint
+from ckptsel.ingest.lm_eval import SAMPLES_RE, file_log, folder_logs
+from ckptsel.ingest.mapping import CheckpointLog, Notes
 
 HARNESSES = ("inspect", "lm-eval", "lighteval")
 NOT_A_LOG = (
@@ -36,7 +36,7 @@ class LogOptions:
     lm-eval's and lighteval's ``metric``, lm-eval's ``filter_name`` (None: the reader's
     default); ``task``: a ckptsel task whose answer rule normalizes lm-eval's answers;
     ``rescore``: correctness by that task's rule, not the log's (see
-    :func:`~ckptsel.measure.ingest.mapping.check_correctness`)."""
+    :func:`~ckptsel.ingest.mapping.check_correctness`)."""
 
     scorer: str | None = None
     metric: str | None = None
