@@ -29,10 +29,8 @@ from ckptsel.choose.choices import (
     thinned,
 )
 from ckptsel.choose.evaluate import (
-    BUDGET_LABELS,
     MH_RULES,
     MH_STATS,
-    OV_LABELS,
     SCHEMES,
     Name,
     ScoredChoices,
@@ -57,10 +55,13 @@ from ckptsel.choose.rules import (
     RuleSpec,
 )
 from ckptsel.choose.settings import (
+    BUDGET_LABELS,
     FULL,
+    OV_LABELS,
     ChoiceSettings,
     budget_notes,
     check_budgets,
+    labels_of,
     parse_budget_list,
     parse_budgets,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "choose_trajectory",
     "freeze",
     "full_pool_choice",
+    "labels_of",
     "load_frozen",
     "parse_budget_list",
     "parse_budgets",

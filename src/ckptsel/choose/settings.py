@@ -9,7 +9,7 @@ factors and settings' defaults from :mod:`ckptsel.defaults`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,6 +121,18 @@ def budget_notes(given: Sequence[int], pool_sizes: Sequence[int]) -> list[str]:
     return notes
 
 
+def labels_of(budgets: Iterable[int]) -> tuple[str, ...]:
+    """The budget labels of finite ``budgets``: each budget as text, then "full" (the one place
+    budgets become labels: choices, scores, statistics and ``select`` all use it)."""
+    return (*[str(int(b)) for b in budgets], FULL)
+
+
+BUDGET_LABELS = labels_of(BUDGETS)  # the default budgets' labels
+OV_LABELS = labels_of(ONE_VARIANT_BUDGETS)  # the one-variant sensitivity's at the default budgets
+
+
 def budget_labels_for_pool(pool: int, budgets: tuple[int, ...]) -> tuple[list[int], list[str]]:
+    """The finite budgets that fit a pool of ``pool`` items (larger ones are skipped) and their
+    labels (:func:`labels_of`)."""
     finite = [b for b in budgets if b <= pool]  # larger budgets are skipped
-    return finite, [str(b) for b in finite] + [FULL]
+    return finite, list(labels_of(finite))
