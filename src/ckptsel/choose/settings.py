@@ -77,16 +77,15 @@ def check_budgets(budgets) -> tuple[int, ...]:
 
 
 def parse_budget_list(text: str) -> list[int]:
-    """``"32,128,32"`` → ``[32, 128, 32]``: the ``--budgets`` option's integers as given (each
-    checked; repeats kept so that :func:`budget_notes` can say what was repeated)."""
+    """``"32,128,32"`` → ``[32, 128, 32]``: the ``--budgets`` option's integers as given (repeats
+    kept so that :func:`budget_notes` can say what was repeated); the values are checked once,
+    by :func:`check_budgets` (:class:`ChoiceSettings` calls it)."""
     try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError as err:
         raise CkptselError(
             f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})"
         ) from err
-    check_budgets(values)
-    return values
 
 
 def parse_budgets(text: str) -> tuple[int, ...]:

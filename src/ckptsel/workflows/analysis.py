@@ -172,6 +172,12 @@ class AnalysisEvents:
 QUIET = AnalysisEvents()  # says nothing
 
 
+def by_name(validation: list[ValidationData]) -> list[ValidationData]:
+    """``validation`` sorted by trajectory: what summary.json lists per trajectory (keep rows,
+    exclusions, warnings) comes in this order, not in the order the records are stored in."""
+    return sorted(validation, key=lambda v: v.trajectory)
+
+
 def population(validation: list[ValidationData]) -> dict:
     """Who is in the study: counted from validation records only (safe before freezing)."""
     exclusions: dict[str, int] = {}
@@ -190,7 +196,8 @@ def population(validation: list[ValidationData]) -> dict:
         "validation_exclusions": {
             "total": int(sum(exclusions.values())),
             **dict(sorted(exclusions.items())),
-            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in validation if sum(v.exclusions.values())},
+            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in by_name(validation)
+                              if sum(v.exclusions.values())},  # fmt: skip
         },
     }
 
@@ -245,8 +252,9 @@ def record_warnings(validation: list[ValidationData]) -> list[str]:
     the terminal, report.html): trajectories the NLL rule skips (no NLL records beside others
     that have them) and degenerate checkpoints (one answer to most items; the keep table
     never keeps one)."""
-    skipped = nll_skipped(validation)
-    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(validation)
+    ordered = by_name(validation)
+    skipped = nll_skipped(ordered)
+    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(ordered)
 
 
 def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
@@ -417,7 +425,7 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
     checkpoint and the final one (none recorded: nothing said)."""
     kept = {r.trajectory: r.keep_step for r in keep.trajectories} if keep is not None else {}
     found = []
-    for v in validation:
+    for v in by_name(validation):
         final = int(v.steps[-1])
         step = kept.get(v.trajectory, final)
         fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation",
@@ -447,7 +455,7 @@ def keep_table(
     analysis' seed and level (:func:`~ckptsel.workflows.advise.keep_settings`); for ``verify``,
     the settings the stored table records."""
     keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
-    rows = tuple(sorted(keep.trajectories, key=lambda row: row.trajectory))  # not the storage's order
+    rows = tuple(sorted(keep.trajectories, key=lambda row: row.trajectory))  # as by_name orders them
     return replace(keep, trajectories=rows, provisional=keep_provisional(settings))
 
 
