@@ -179,8 +179,8 @@ def test_pools_on_threads_give_the_one_thread_table(tmp_path, monkeypatch):
 
 
 def test_scoring_on_one_thread_gives_the_threaded_scores(tmp_path):
-    """score(workers=1), as analyze runs it beside the keep table, gives every value and
-    per-question utility the threaded scoring gives, bit for bit."""
+    """score(workers=1) gives every value and per-question utility the threaded scoring (what
+    analyze runs) gives, bit for bit."""
     from ckptsel import records
     from ckptsel.choose import choose, freeze, load_frozen, score
 

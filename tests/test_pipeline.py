@@ -11,7 +11,7 @@ import pytest
 from ckptsel import choose as ch
 from ckptsel import records
 from ckptsel.cli import main
-from ckptsel.errors import VerificationError
+from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.results import Estimate, Summary
 from ckptsel.workflows import analysis as pipeline
 
@@ -195,3 +195,44 @@ def test_study_without_nll_records_is_analysed_without_the_nll_rule(tmp_path):
     assert pipeline.verify(tmp_path / "without")[2].endswith("reproduced exactly")
     picked = select_checkpoint(rec, "c0-s0")
     assert set(picked.rules) == {"accuracy", "agreement"}
+
+
+def test_analysis_settings_one_object_with_the_defaults_and_clear_errors():
+    """[analysis] is parsed into one AnalysisSettings: absent keys are ckptsel.defaults', a bad
+    value is one error naming where it was read, and the keyword options build the same object."""
+    from ckptsel import defaults
+
+    default = pipeline.AnalysisSettings.from_table({}, "study.toml: [analysis]")
+    assert default == pipeline.AnalysisSettings() == pipeline.AnalysisSettings.of()
+    assert default.to_dict() == {
+        "permutations": defaults.PERMUTATIONS, "draws": defaults.DRAWS, "seed": defaults.SEED,
+        "level": defaults.CONFIDENCE, "interval": defaults.INTERVAL, "budgets": list(defaults.BUDGETS),
+    }  # fmt: skip
+    given = pipeline.AnalysisSettings.from_table({"budgets": [64, 32, 64], "seed": 3}, "s: [analysis]")
+    assert given.choice.budgets == (32, 64) and given.given_budgets == (64, 32, 64)
+    assert given.choice.seed == given.stat.seed == 3
+    for bad in ({"budgets": [0]}, {"draws": 1}, {"interval": "nope"}, {"budgets": 32}):
+        with pytest.raises(CkptselError, match=r"^study.toml: \[analysis\]: "):
+            pipeline.AnalysisSettings.from_table(bad, "study.toml: [analysis]")
+
+
+def test_analyze_tells_one_events_object(records_dir, tmp_path):
+    """phase, note and warn reach one AnalysisEvents; settings and loose options are not mixed."""
+    heard = []
+
+    class Events(pipeline.AnalysisEvents):
+        def phase(self, line):
+            heard.append(("phase", line))
+
+        def note(self, line):
+            heard.append(("note", line))
+
+    settings = pipeline.AnalysisSettings.of(permutations=20, draws=500, budgets=(32, 32, 100000))
+    pipeline.analyze(records_dir, tmp_path / "out", settings=settings, events=Events())
+    phases = [line for kind, line in heard if kind == "phase"]
+    assert phases[0] == "loading validation records…" and phases[-1] == "writing summary.json and the tables…"
+    assert any(line.startswith("choosing the checkpoint to keep") for line in phases)
+    notes = [line for kind, line in heard if kind == "note"]
+    assert "budgets: 32 given more than once (each is used once)" in notes
+    with pytest.raises(CkptselError, match="not both"):
+        pipeline.analyze(records_dir, tmp_path / "again", settings=settings, draws=300)

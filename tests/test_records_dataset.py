@@ -88,6 +88,36 @@ def test_analyze_summary_identical_on_units(study, tmp_path):
     assert a == b
 
 
+def test_summary_bytes_do_not_depend_on_how_the_records_are_stored(tmp_path):
+    """The same records as one file whose rows are in no particular order (a valid single file
+    another tool wrote) and as write-once units load their trajectories in different orders;
+    summary.json is byte-identical all the same (the keep table's rows sorted by trajectory)."""
+    from ckptsel.workflows import analysis as pipeline
+
+    trajs = rg.random_study(np.random.default_rng(7), n_configs=3, seeds=2)
+    for t, name in zip(trajs, ["b-run", "A_run", "a.run", "Z+run", "a,run", "a-run"], strict=True):
+        t.name = name
+    gen, nll = rg.tables(trajs)
+    for name in ("b-run", "A_run"):  # a validation item missing at one checkpoint: excluded, counted
+        row = gen[(gen.trajectory == name) & (gen.split == "validation")].index[0]
+        gen = gen.drop(index=row)
+    single = tmp_path / "single"
+    single.mkdir()
+    gen.sample(frac=1.0, random_state=0).to_parquet(single / "generations.parquet", index=False)
+    nll.sample(frac=1.0, random_state=0).to_parquet(single / "nll.parquet", index=False)
+    units = _units(tmp_path / "units", gen, nll)
+    orders = [[v.trajectory for v in records.load_validation(d)] for d in (single, units)]
+    assert orders[0] != orders[1]  # the storage orders differ
+    out = {}
+    for name, folder in (("single", single), ("units", units)):
+        summary = pipeline.analyze(folder, tmp_path / f"res-{name}", permutations=10, draws=200)
+        out[name] = (tmp_path / f"res-{name}" / "summary.json").read_bytes()
+        kept = [row.trajectory for row in summary.keep.trajectories]
+        assert kept == sorted(kept) == sorted(orders[0])
+        assert list(summary.to_dict()["population"]["validation_exclusions"]["by_trajectory"]) == ["A_run", "b-run"]
+    assert out["single"] == out["units"]
+
+
 def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
     gen, nll = study
     folder = _units(tmp_path / "r", gen, nll)

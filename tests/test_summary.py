@@ -416,23 +416,17 @@ def test_select_is_typed_and_its_json_is_unchanged(tmp_path, capsys):
     assert list(json.loads(text)["chosen_estimate"])[:4] == ["steps", "mean", "lo", "hi"]
 
 
-def test_the_tables_are_heard_before_the_bootstraps(tmp_path, monkeypatch):
-    """analyze writes the descriptive tables while the bootstraps run: evaluate_frozen hands them
-    over (checkpoint curves included) before any bootstrap draw, and returns those very tables."""
+def test_evaluate_frozen_returns_the_tables_with_the_checkpoint_curves(tmp_path):
+    """evaluate_frozen returns the summary and the descriptive tables, the checkpoint curves
+    last (stats does no I/O and hears no callback: analyze writes the tables with summary.json)."""
     from ckptsel.choose import ChoiceSettings
     from ckptsel.records import load_validation
     from ckptsel.stats import StatSettings
-    from ckptsel.stats import bootstrap as bs
     from ckptsel.workflows.analysis import evaluate_frozen, freeze_choices
 
     rec = _records(tmp_path, "default")
     validation, _ = freeze_choices(rec, tmp_path / "res", ChoiceSettings(permutations=8), validation=load_validation(rec))
-    events, heard = [], {}
-    real = bs.question_replicates
-    monkeypatch.setattr(bs, "question_replicates", lambda *a, **k: (events.append("bootstrap"), real(*a, **k))[1])
-    summary, tables = evaluate_frozen(rec, tmp_path / "res", validation, StatSettings(draws=200),
-                                      tables_ready=lambda made: (events.append("tables"), heard.update(made)))  # fmt: skip
-    assert events == ["tables", "bootstrap"]
-    assert list(heard) == ["per_trajectory", "per_configuration", "leave_one_out", "checkpoint_curves"]
-    assert list(tables) == list(heard) and all(heard[k] is tables[k] for k in tables)
+    summary, tables = evaluate_frozen(rec, tmp_path / "res", validation, StatSettings(draws=200))
+    assert list(tables) == ["per_trajectory", "per_configuration", "leave_one_out", "checkpoint_curves"]
+    assert len(tables["checkpoint_curves"]) == sum(len(v.steps) for v in validation)
     assert summary.question_bootstrap is not None

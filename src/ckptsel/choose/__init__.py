@@ -20,10 +20,8 @@ from __future__ import annotations
 from ckptsel.choose import core
 from ckptsel.choose.choices import choose, choose_trajectory, full_pool_choice, pools_of, signals
 from ckptsel.choose.evaluate import (
-    BUDGET_LABELS,
     MH_RULES,
     MH_STATS,
-    OV_LABELS,
     Name,
     ScoredChoices,
     score,
@@ -37,7 +35,15 @@ from ckptsel.choose.rules import (
     RULES,
     SIGNAL_RULES,
 )
-from ckptsel.choose.settings import FULL, ChoiceSettings, budget_notes, parse_budget_list
+from ckptsel.choose.settings import (
+    BUDGET_LABELS,
+    FULL,
+    OV_LABELS,
+    ChoiceSettings,
+    budget_notes,
+    labels_of,
+    parse_budget_list,
+)
 
 __all__ = [
     "ALL_RULES",
@@ -61,6 +67,7 @@ __all__ = [
     "choose_trajectory",
     "freeze",
     "full_pool_choice",
+    "labels_of",
     "load_frozen",
     "parse_budget_list",
     "pools_of",

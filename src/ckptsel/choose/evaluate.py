@@ -16,7 +16,7 @@ from ckptsel.choose import core
 from ckptsel.choose.core import tie_probabilities
 from ckptsel.choose.frozen import FrozenChoices
 from ckptsel.choose.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
-from ckptsel.choose.settings import FULL, ChoiceSettings
+from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.errors import CkptselError
 from ckptsel.records import TestData
@@ -80,8 +80,6 @@ def half_counts(rows: list[np.ndarray], in_s: np.ndarray) -> list[np.ndarray]:
 
 
 SCHEMES = ("nested", "one_variant", *(f"thin{k}" for k in THINNING), "nll_complete")
-BUDGET_LABELS = (*[str(b) for b in BUDGETS], FULL)
-OV_LABELS = (*[str(b) for b in ONE_VARIANT_BUDGETS], FULL)
 MH_RULES = tuple(MATCHED_HALF_RULES)
 MH_STATS = ("G_in", "G_out", "B")
 
@@ -91,10 +89,7 @@ Name = tuple[str, ...]
 def budget_labels(settings: ChoiceSettings | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(nested labels, one-variant labels) of these settings: the finite budgets, then "full"."""
     settings = settings or ChoiceSettings()
-    return (
-        (*[str(b) for b in settings.budgets], FULL),
-        (*[str(b) for b in settings.one_variant_budgets], FULL),
-    )
+    return labels_of(settings.budgets), labels_of(settings.one_variant_budgets)
 
 
 def quantity_names(settings: ChoiceSettings | None = None) -> list[Name]:

@@ -9,7 +9,7 @@ factors and settings' defaults from :mod:`ckptsel.defaults`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,16 +77,15 @@ def check_budgets(budgets) -> tuple[int, ...]:
 
 
 def parse_budget_list(text: str) -> list[int]:
-    """``"32,128,32"`` → ``[32, 128, 32]``: the ``--budgets`` option's integers as given (each
-    checked; repeats kept so that :func:`budget_notes` can say what was repeated)."""
+    """``"32,128,32"`` → ``[32, 128, 32]``: the ``--budgets`` option's integers as given (repeats
+    kept so that :func:`budget_notes` can say what was repeated); the values are checked once,
+    by :func:`check_budgets` (:class:`ChoiceSettings` calls it)."""
     try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError as err:
         raise CkptselError(
             f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})"
         ) from err
-    check_budgets(values)
-    return values
 
 
 def parse_budgets(text: str) -> tuple[int, ...]:
@@ -121,6 +120,18 @@ def budget_notes(given: Sequence[int], pool_sizes: Sequence[int]) -> list[str]:
     return notes
 
 
+def labels_of(budgets: Iterable[int]) -> tuple[str, ...]:
+    """The budget labels of finite ``budgets``: each budget as text, then "full" (the one place
+    budgets become labels: choices, scores, statistics and ``select`` all use it)."""
+    return (*[str(int(b)) for b in budgets], FULL)
+
+
+BUDGET_LABELS = labels_of(BUDGETS)  # the default budgets' labels
+OV_LABELS = labels_of(ONE_VARIANT_BUDGETS)  # the one-variant sensitivity's at the default budgets
+
+
 def budget_labels_for_pool(pool: int, budgets: tuple[int, ...]) -> tuple[list[int], list[str]]:
+    """The finite budgets that fit a pool of ``pool`` items (larger ones are skipped) and their
+    labels (:func:`labels_of`)."""
     finite = [b for b in budgets if b <= pool]  # larger budgets are skipped
-    return finite, [str(b) for b in finite] + [FULL]
+    return finite, list(labels_of(finite))

@@ -17,7 +17,7 @@ from ckptsel.cli.output import console as stdout_console
 from ckptsel.cli.output import err_console, print_json
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 from ckptsel.stats import METHODS
-from ckptsel.workflows import SelectSettings, log_analysis
+from ckptsel.workflows import AnalysisEvents, AnalysisSettings, SelectSettings, log_analysis
 from ckptsel.workflows import analyze as run_analysis
 
 
@@ -73,24 +73,27 @@ def analyze(
     """Choose checkpoints on validation records (frozen + hashed), score them on test records,
     and report G, H, D and B with bootstrap intervals."""
     start = time.perf_counter()
-    budget_list = parse_budget_list(budgets)
+    settings = AnalysisSettings.of(permutations=permutations, draws=draws, seed=seed, level=confidence,
+                                   interval=interval, budgets=parse_budget_list(budgets))  # fmt: skip
     tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
     tracking = tracking.for_records(records_dir)
     console = err_console if as_json else stdout_console  # with --json, stdout is the JSON alone
     with console.status("choosing on validation records, then scoring frozen choices…") as status:
 
-        def phase(line: str) -> None:  # one line per phase, in a log too; the spinner says it
-            console.print(f"analyze: {line} [{time.perf_counter() - start:.1f} s]",
-                          style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
-            status.update(line)
+        class Events(AnalysisEvents):
+            def phase(self, line: str) -> None:  # one line per phase, in a log too; the spinner says it
+                console.print(f"analyze: {line} [{time.perf_counter() - start:.1f} s]",
+                              style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+                status.update(line)
 
-        summary = run_analysis(
-            records_dir, out, permutations=permutations, draws=draws, seed=seed,
-            level=confidence, interval=interval, budgets=budget_list, report=report, force=force,
-            note=lambda line: console.print(f"note: {line}", style="yellow", soft_wrap=True),
-            warn=lambda line: console.print(f"warning: {line}", style="bold red", soft_wrap=True),
-            progress=phase,
-        )  # fmt: skip
+            def note(self, line: str) -> None:
+                console.print(f"note: {line}", style="yellow", soft_wrap=True)
+
+            def warn(self, line: str) -> None:
+                console.print(f"warning: {line}", style="bold red", soft_wrap=True)
+
+        summary = run_analysis(records_dir, out, settings=settings, report=report, force=force,
+                               events=Events())  # fmt: skip
     from ckptsel.report import print_main_table  # when run (see ckptsel.cli)
 
     if not as_json:

@@ -142,7 +142,7 @@ def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np
     probs = [alpha, 1.0 - alpha]
     if np.isnan(replicates).any():
         # all-NaN columns are left NaN here rather than by silencing numpy's warning: a
-        # catch_warnings block is not thread-safe (analyze's keep table runs beside it)
+        # catch_warnings block is not thread-safe (a caller may run other analyses on threads)
         flat = replicates.reshape(replicates.shape[0], -1)
         some = ~np.isnan(flat).all(axis=0)
         out = np.full((2, flat.shape[1]), np.nan)

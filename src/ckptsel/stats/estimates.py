@@ -27,6 +27,7 @@ from ckptsel.choose import (
     RULES,
     Name,
     ScoredChoices,
+    labels_of,
 )
 from ckptsel.defaults import THINNING
 from ckptsel.results import (
@@ -311,19 +312,15 @@ JOINT_INVALID = ("the joint interval is not valid alone at {units} and these tes
 def summarize(
     scored: ScoredChoices, settings: StatSettings, population: Population | dict, *,
     permutations: int | None = None, partitions: int | None = None, choices_sha256: str | None = None,
-    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None,
 ) -> tuple[Summary, dict[str, pd.DataFrame]]:
     """The typed summary and the descriptive tables (per trajectory, per configuration).
 
     ``population`` (who is in the study, checked into a :class:`ckptsel.results.Population`),
     ``permutations`` (nested validation orders), ``partitions`` (matched-half partitions) and
     ``choices_sha256`` (the frozen choices' hash) are recorded in the summary when given.
-    ``tables_ready(tables)`` hears the descriptive tables as soon as they are made, before the
-    bootstraps (they need none), e.g. to write them meanwhile.
     """
     population = Population.coerce(population)
-    labels = (*[str(b) for b in scored.budgets], FULL)
-    ov_labels = (*[str(b) for b in scored.one_variant_budgets], FULL)
+    labels, ov_labels = labels_of(scored.budgets), labels_of(scored.one_variant_budgets)
     configs = sorted(set(scored.configurations))
     conf_code = np.array([configs.index(c) for c in scored.configurations])
     sums, sizes = _config_sums(scored.values, conf_code, len(configs))
@@ -334,8 +331,6 @@ def summarize(
         for task in scored.utilities
     }
     tables = _tables(scored, configs, sums, sizes)
-    if tables_ready is not None:
-        tables_ready(tables)
 
     percentile = settings.interval == "percentile"
     C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None

@@ -26,10 +26,10 @@ from ckptsel.study.configuration import (
     trajectory_name,
 )
 from ckptsel.study.protocol import (
-    analysis_differences,
     before_training,
     check_protocol,
     freeze,
+    protocol_analysis,
     protocol_json,
     protocol_path,
     protocol_status,
@@ -46,10 +46,10 @@ from ckptsel.study.spec import (
 )
 
 __all__ = [
-    "analysis_differences",
     "before_training",
     "check_protocol",
     "freeze",
+    "protocol_analysis",
     "protocol_json",
     "protocol_path",
     "protocol_status",

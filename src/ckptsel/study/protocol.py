@@ -44,7 +44,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ckptsel import defaults
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.errors import CkptselError
@@ -56,11 +55,6 @@ PROTOCOL_SCHEMA = 2  # the hash covers the whole record (schema 1, pre-release, 
 HASHED_KEYS = ("schema", "study_file", "frozen_at", "before_training", "protocol", "evidence")
 # files of a base model folder that do not decide the model (not hashed)
 _NOT_MODEL = ("README", "LICENSE", "NOTICE", "USE_POLICY")
-# what an [analysis] table leaves out: the defaults the protocol then fixes
-ANALYSIS_DEFAULTS: dict[str, Any] = {
-    "permutations": defaults.PERMUTATIONS, "draws": defaults.DRAWS, "seed": defaults.SEED,
-    "level": defaults.CONFIDENCE, "interval": defaults.INTERVAL, "budgets": list(defaults.BUDGETS),
-}  # fmt: skip
 # keys that do not decide choices or estimates: section -> keys (None: the whole section)
 OPERATIONAL: dict[str, tuple[str, ...] | None] = {
     "executor": None,
@@ -300,20 +294,11 @@ def read_protocol(path: str | Path | Location) -> dict[str, Any]:
 
 
 def protocol_analysis(record: dict[str, Any]) -> dict[str, Any]:
-    """The analysis settings a frozen protocol fixes: its study's ``[analysis]`` table over
-    :data:`ANALYSIS_DEFAULTS` (budgets as a sorted list without repeats)."""
+    """The ``[analysis]`` table of a frozen protocol's study as it was frozen (empty when it has
+    none): the analysis settings it fixes, over the defaults
+    (:class:`ckptsel.workflows.analysis.AnalysisSettings` parses it)."""
     table = record["protocol"]["study"].get("analysis", {})
-    out = {**ANALYSIS_DEFAULTS, **(table if isinstance(table, dict) else {})}
-    out["budgets"] = sorted(set(out["budgets"]))
-    return out
-
-
-def analysis_differences(record: dict[str, Any], used: dict[str, Any]) -> list[str]:
-    """``key: protocol -> used`` for every analysis setting (:func:`protocol_analysis`) that
-    ``used`` (the same keys) does not hold as the protocol froze it."""
-    fixed = protocol_analysis(record)
-    used = {**used, "budgets": sorted(set(used["budgets"]))}
-    return [f"analysis.{k}: {fixed[k]!r} -> {used[k]!r}" for k in fixed if fixed[k] != used[k]]
+    return dict(table) if isinstance(table, dict) else {}
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ckptsel.workflows import advise
 from ckptsel.workflows.advise import *  # noqa: F403 - the advise names are workflows' too
-from ckptsel.workflows.analysis import analyze, verify
+from ckptsel.workflows.analysis import AnalysisEvents, AnalysisSettings, analyze, verify
 from ckptsel.workflows.study_run import (
     STAGES,
     StudyRun,
@@ -39,6 +39,8 @@ __all__ = [
     *advise.__all__,
     "SELECTION_FILE",
     "STAGES",
+    "AnalysisEvents",
+    "AnalysisSettings",
     "LogSettings",
     "StudyRun",
     "analyze",

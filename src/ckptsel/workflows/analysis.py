@@ -5,16 +5,16 @@ The order is structural: validation records are loaded and the choices written a
 back through :func:`ckptsel.choose.load_frozen`, which checks the hash. The results folder's
 names and the typed :class:`ckptsel.results.Summary` (whose ``to_dict()`` is ``summary.json``)
 are defined in :mod:`ckptsel.results`; ``verify`` reads the stored summary back through it.
+The analysis' settings are one :class:`AnalysisSettings` (a study's ``[analysis]``, or
+``ckptsel analyze``'s options), what it tells as it runs goes to one :class:`AnalysisEvents`.
 """
 
 from __future__ import annotations
 
-import contextvars
 import json
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,8 @@ from ckptsel.results import (
 )
 from ckptsel.stats import StatSettings, summarize
 from ckptsel.study import (
-    analysis_differences,
     before_training,
+    protocol_analysis,
     protocol_json,
     protocol_status,
     read_protocol,
@@ -75,9 +75,107 @@ from ckptsel.workflows.advise import (
     select_all,
 )
 
+ANALYSIS_KEYS = ("permutations", "draws", "seed", "level", "interval", "budgets")  # [analysis]'s keys
 
-def _quiet(line: str) -> None:
-    """The default progress callback: says nothing."""
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    """What decides an analysis' choices and estimates, checked once: the choices' settings
+    (nested permutations, seed, finite validation budgets: :class:`~ckptsel.choose.ChoiceSettings`)
+    and the statistics' (bootstrap draws, seed, level, interval method:
+    :class:`~ckptsel.stats.StatSettings`), one seed for both. Every default is
+    :mod:`ckptsel.defaults`'. ``given_budgets``: the budgets as given, repeats kept (only for
+    :func:`~ckptsel.choose.budget_notes`; not compared)."""
+
+    choice: ChoiceSettings = field(default_factory=ChoiceSettings)
+    stat: StatSettings = field(default_factory=StatSettings)
+    given_budgets: tuple[int, ...] | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.given_budgets is None:
+            object.__setattr__(self, "given_budgets", self.choice.budgets)
+        if self.choice.seed != self.stat.seed:
+            raise CkptselError(f"one seed for choices and statistics, not {self.choice.seed} and "
+                               f"{self.stat.seed}")  # fmt: skip
+
+    @classmethod
+    def of(
+        cls, *, permutations: int = defaults.PERMUTATIONS, draws: int = defaults.DRAWS,
+        seed: int = defaults.SEED, level: float = defaults.CONFIDENCE,
+        interval: str = defaults.INTERVAL, budgets: Any = defaults.BUDGETS,
+    ) -> AnalysisSettings:  # fmt: skip
+        """The settings of these values (the keys of a study's ``[analysis]``), each checked by
+        the settings object that uses it (one clear error)."""
+        stat = StatSettings(draws, seed, level, interval)
+        choice = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
+        return cls(choice, stat, tuple(int(b) for b in budgets))
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any] | None, where: str) -> AnalysisSettings:
+        """A study's ``[analysis]`` table (absent keys: the defaults); an error names ``where``
+        (e.g. ``"<study file>: [analysis]"``)."""
+        try:
+            return cls.of(**dict(table or {}))
+        except (CkptselError, TypeError, ValueError) as err:
+            raise CkptselError(f"{where}: {err}") from err
+
+    def to_dict(self) -> dict[str, Any]:
+        """``[analysis]``'s keys and values (budgets: a sorted list without repeats), what a
+        frozen protocol is compared with."""
+        c, s = self.choice, self.stat
+        return {"permutations": c.permutations, "draws": s.draws, "seed": s.seed, "level": s.level,
+                "interval": s.interval, "budgets": list(c.budgets)}  # fmt: skip
+
+    @property
+    def keep(self) -> SelectSettings:
+        """The keep table's ``select`` settings (:func:`~ckptsel.workflows.advise.keep_settings`)."""
+        return keep_settings(self.stat.seed, self.stat.level, self.stat.draws, self.choice.permutations)
+
+
+def analysis_differences(fixed: AnalysisSettings, used: Mapping[str, Any]) -> list[str]:
+    """``analysis.key: protocol -> used`` for every setting of ``fixed`` (a frozen protocol's,
+    :meth:`AnalysisSettings.to_dict`) that ``used`` (the same keys) does not hold as it froze it."""
+    want = fixed.to_dict()
+    used = {**used, "budgets": sorted(set(used["budgets"]))}
+    return [f"analysis.{k}: {want[k]!r} -> {used[k]!r}" for k in ANALYSIS_KEYS if want[k] != used[k]]
+
+
+def protocol_settings(record: Mapping[str, Any], where: str = "protocol") -> AnalysisSettings:
+    """The analysis settings a frozen protocol fixes: its study's ``[analysis]`` over the
+    defaults (:func:`ckptsel.study.protocol_analysis`)."""
+    return AnalysisSettings.from_table(protocol_analysis(dict(record)), f"{where}: [analysis]")
+
+
+class AnalysisEvents:
+    """What an analysis tells as it runs, one method per kind of line; here each says nothing
+    (:data:`QUIET`): a caller overrides those it shows.
+
+    * :meth:`phase` — each phase as it starts (loading, choosing, freezing, scoring, bootstrap,
+      keep table, outputs, report);
+    * :meth:`note` — what the analysis does with the settings that a reader would not guess
+      (repeated budgets used once, budgets larger than a pool skipped; nothing is cut silently)
+      and what measured the records (:func:`ckptsel.records.provenance_lines`);
+    * :meth:`warn` — a study that mixes provenances (default: :meth:`note`).
+    """
+
+    def phase(self, line: str) -> None:
+        """A phase starts."""
+
+    def note(self, line: str) -> None:
+        """A note."""
+
+    def warn(self, line: str) -> None:
+        """A warning (default: a note)."""
+        self.note(line)
+
+
+QUIET = AnalysisEvents()  # says nothing
+
+
+def by_name(validation: list[ValidationData]) -> list[ValidationData]:
+    """``validation`` sorted by trajectory: what summary.json lists per trajectory (keep rows,
+    exclusions, warnings) comes in this order, not in the order the records are stored in."""
+    return sorted(validation, key=lambda v: v.trajectory)
 
 
 def population(validation: list[ValidationData]) -> dict:
@@ -98,49 +196,42 @@ def population(validation: list[ValidationData]) -> dict:
         "validation_exclusions": {
             "total": int(sum(exclusions.values())),
             **dict(sorted(exclusions.items())),
-            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in validation if sum(v.exclusions.values())},
+            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in by_name(validation)
+                              if sum(v.exclusions.values())},  # fmt: skip
         },
     }
 
 
 def freeze_choices(
-    records_dir: Path, out_dir: Path, settings: ChoiceSettings, progress: Callable[[str], None] = _quiet,
+    records_dir: Path, out_dir: Path, settings: ChoiceSettings, events: AnalysisEvents = QUIET,
     validation: list[ValidationData] | None = None,
 ) -> tuple[list, str]:  # fmt: skip
     """Step 1: choose on validation records only (``validation``: those records, when already
-    loaded), write and hash the choices (``progress(line)`` hears each phase as it starts)."""
+    loaded), write and hash the choices (``events.phase`` hears each phase as it starts)."""
     if validation is None:
-        progress("loading validation records…")
+        events.phase("loading validation records…")
         validation = load_validation(records_dir)
-    progress(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
+    events.phase(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
     table = choose(validation, settings)
-    progress("freezing the choices (written and hashed before any test record is read)…")
+    events.phase("freezing the choices (written and hashed before any test record is read)…")
     digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
     return validation, digest
 
 
 def evaluate_frozen(
     records_dir: Path, out_dir: Path, validation: list, stat: StatSettings,
-    progress: Callable[[str], None] = _quiet,
-    tables_ready: Callable[[dict[str, pd.DataFrame]], None] | None = None, workers: int | None = None,
-) -> tuple[Summary, dict]:  # fmt: skip
-    """Step 2: read the frozen choices back (hash checked), then — only then — the test records
-    (``progress(line)`` hears each phase as it starts; ``tables_ready(tables)`` hears the tables
-    as soon as they are made, before the bootstraps, which they do not need; ``workers``: the
-    scoring's threads, :func:`ckptsel.choose.score`)."""
+    events: AnalysisEvents = QUIET,
+) -> tuple[Summary, dict[str, pd.DataFrame]]:  # fmt: skip
+    """Step 2: read the frozen choices back (hash checked), then — only then — the test records;
+    score the choices on them and summarize (the summary, and the descriptive tables with the
+    checkpoint curves last); ``events.phase`` hears each phase as it starts."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
-    progress("scoring the frozen choices on test records…")
+    events.phase("scoring the frozen choices on test records…")
     tests = load_test(records_dir, validation)
-    scored = score(frozen, tests, workers=workers)
-    progress(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
+    scored = score(frozen, tests)
+    events.phase(f"bootstrap intervals ({stat.draws} draws, {stat.interval})…")
     pop = population(validation)
     pop["test_items"] = scored.test_items
-
-    def descriptive(tables: dict[str, pd.DataFrame]) -> None:
-        tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
-        if tables_ready is not None:
-            tables_ready(tables)
-
     summary, tables = summarize(
         scored,
         stat,
@@ -148,8 +239,8 @@ def evaluate_frozen(
         permutations=frozen.settings.permutations,
         partitions=frozen.settings.permutations,  # score() partitions the test pool as often
         choices_sha256=frozen.sha256,
-        tables_ready=descriptive,
     )
+    tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
     said = record_warnings(validation)
     if said:
         summary = replace(summary, warnings=(*(summary.warnings or ()), *said))
@@ -161,8 +252,9 @@ def record_warnings(validation: list[ValidationData]) -> list[str]:
     the terminal, report.html): trajectories the NLL rule skips (no NLL records beside others
     that have them) and degenerate checkpoints (one answer to most items; the keep table
     never keeps one)."""
-    skipped = nll_skipped(validation)
-    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(validation)
+    ordered = by_name(validation)
+    skipped = nll_skipped(ordered)
+    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(ordered)
 
 
 def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
@@ -202,59 +294,51 @@ def analyze(
     records_dir: Path,
     out_dir: Path,
     *,
-    permutations: int = defaults.PERMUTATIONS,
-    draws: int = defaults.DRAWS,
-    seed: int = defaults.SEED,
-    level: float = defaults.CONFIDENCE,
-    interval: str = defaults.INTERVAL,
-    budgets: tuple[int, ...] | list[int] = defaults.BUDGETS,
+    settings: AnalysisSettings | None = None,
     report: bool = False,
     force: bool = False,
-    note: Callable[[str], None] | None = None,
-    warn: Callable[[str], None] | None = None,
+    events: AnalysisEvents = QUIET,
     protocol: dict[str, Any] | None = None,
     protocol_file: str | None = None,
-    progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> Summary:
     """The whole analysis (returns the typed summary); writes ``summary.json``, frozen choices and tables (and, with
     ``report``, figures and ``report.html``) into ``out_dir``.
+
+    ``settings``: the analysis' :class:`AnalysisSettings` (a study's parsed ``[analysis]``);
+    or its values as ``options`` (``permutations``, ``draws``, ``seed``, ``level``, ``interval``,
+    ``budgets``: :meth:`AnalysisSettings.of`, the defaults for those not given), not both.
+    ``interval`` names the interval method (``ckptsel.stats.METHODS``; ``"percentile"``
+    reproduces the paper's numbers); summary.json records it unless it is ``"percentile"``, and
+    ``verify`` reads it back. ``budgets`` are the finite validation budgets ("full" is always
+    added); ``D`` is ``G(full) − G(smallest budget)``. Non-default budgets are hashed with the
+    frozen choices and recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify``
+    reproduces with them.
 
     Everything is built in a staging folder beside ``out_dir`` (the choices are frozen and read
     back there before any test record is loaded), a manifest of SHA-256s is written last, and
     the folder is swapped in atomically (:mod:`ckptsel.results.publish`): bad input or a kill never
     leaves a half-written or mixed results folder. ``force`` allows a non-empty ``out_dir``
     that is not a results folder (its files are kept, never overwritten).
-    ``interval`` names the interval method (``ckptsel.stats.METHODS``;
-    ``"percentile"`` reproduces the paper's numbers); summary.json records it unless it is
-    ``"percentile"``, and ``verify`` reads it back.
-    ``budgets`` are the finite validation budgets ("full" is always added); ``D`` is
-    ``G(full) − G(smallest budget)``. Non-default budgets are hashed with the frozen choices and
-    recorded in summary.json (``"budgets"``, ``"D_from"``); ``verify`` reproduces with them.
-    ``note(line)`` hears what the analysis does with the settings that a reader would not guess
-    (repeated budgets used once, budgets larger than a pool skipped); nothing is cut silently.
-    It also hears what measured the records (engine + version, dtype, attention, batch size,
-    device: :func:`ckptsel.records.provenance_lines`; also in ``run.json``); ``warn(line)``
-    (default: ``note``) hears when the study mixes provenances.
+    ``events`` (:class:`AnalysisEvents`; default: :data:`QUIET`) hears each phase as it starts,
+    the notes (settings a reader would not guess, what measured the records: also in
+    ``run.json``) and the warnings (a study that mixes provenances).
     ``protocol``: the study's frozen protocol record (:func:`ckptsel.study.check_protocol`), or
     None (not pre-registered). A frozen protocol fixes the analysis settings (a difference is
     refused before any work), is copied into the folder (``protocol.json``) and named in
     ``summary.json`` (``"protocol"``: frozen when, hash, before training), with its file's place
     ``protocol_file`` in ``run.json`` for ``verify``; otherwise summary.json says "not
-    pre-registered". ``progress(line)`` hears each phase as it starts (loading, choosing,
-    freezing, scoring, bootstrap, outputs, report).
+    pre-registered".
     """
-    # the settings objects check every value before any work (one clear error each)
-    stat = StatSettings(draws, seed, level, interval)
-    settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
+    if settings is None:  # the settings objects check every value before any work (one clear error each)
+        settings = AnalysisSettings.of(**options)
+    elif options:
+        raise CkptselError(f"analyze: give settings or {', '.join(sorted(options))}, not both")
     if protocol is not None:
-        used = dict(permutations=permutations, draws=draws, seed=seed, level=level,
-                    interval=interval, budgets=list(budgets))  # fmt: skip
-        _refuse_unprotocolled(protocol, used, protocol_file)
+        _refuse_unprotocolled(protocol, settings.to_dict(), protocol_file)
     with single_threaded():
-        note = note or (lambda line: None)
-        bound = Bound(protocol, protocol_file)
-        return _analyze(records_dir, as_location(out_dir), settings, stat, report, force,
-                        budgets, note, warn or note, bound, progress or _quiet)  # fmt: skip
+        return _analyze(records_dir, as_location(out_dir), settings, report, force, events,
+                        Bound(protocol, protocol_file))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -274,7 +358,7 @@ class Bound:
 
 
 def _refuse_unprotocolled(record: dict, used: dict, where: str | None) -> None:
-    diffs = analysis_differences(record, used)
+    diffs = analysis_differences(protocol_settings(record, where or "protocol"), used)
     if diffs:
         raise CkptselError(
             f"the analysis settings differ from the protocol frozen at {record.get('frozen_at')} "
@@ -287,10 +371,11 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 
 
 def _analyze(
-    records_dir: Path, out_dir: Location, settings: ChoiceSettings, stat: StatSettings,
-    report: bool, force: bool, given_budgets, note: Callable[[str], None],
-    warn: Callable[[str], None], bound: Bound, progress: Callable[[str], None] = _quiet,
+    records_dir: Path, out_dir: Location, settings: AnalysisSettings, report: bool, force: bool,
+    events: AnalysisEvents, bound: Bound,
 ) -> Summary:  # fmt: skip
+    """The pipeline: load validation → choose → freeze → load frozen → load test → score →
+    summarize → keep table → write (→ report), in a staging folder published at the end."""
     meta = {"report": REPORT_META} if report else None
     if out_dir.is_local:
         staging = publish.staged(out_dir.local, force=force, meta=meta)
@@ -299,42 +384,26 @@ def _analyze(
     with staging as stage, one_listing():  # a refused --out is said before anything else
         provenance = provenance_lines(records_dir)
         for line in provenance[0]:
-            note(line)
+            events.note(line)
         for line in provenance[1]:
-            warn(line)
-        progress("loading validation records…")
+            events.warn(line)
+        events.phase("loading validation records…")
         validation = load_validation(records_dir)
-        # beside the main line, on a second thread: the keep table (it reads the validation
-        # records only), then the tables' files; each is its own result, whatever the timing.
-        # The keep table starts once the choices are made (choosing keeps both cores busy; what
-        # follows, freezing, reading the test records and scoring, mostly runs on one)
-        with ThreadPoolExecutor(1) as beside:
-            freeze_choices(records_dir, stage, settings, progress, validation)
-            keeping = beside.submit(
-                contextvars.copy_context().run, keep_table, records_dir, validation,
-                keep_settings(stat.seed, stat.level, stat.draws, settings.permutations),
-            )  # fmt: skip
-            for line in budget_notes(given_budgets, [len(v.item_ids) for v in validation]):
-                note(line)
-            written = []  # the tables are written beside the bootstraps
-            summary, tables = evaluate_frozen(
-                records_dir, stage, validation, stat, progress,
-                lambda made: written.append(beside.submit(write_tables, stage, made)),
-                workers=1,  # scoring on one thread: the keep table takes the other core
-            )  # fmt: skip
-            progress("choosing the checkpoint to keep per trajectory (select)…")
-            keep = keeping.result()
-            progress("writing summary.json and the tables…")
-            summary = _with_keep(summary, keep, records_dir, validation, bound.preregistration)
-            if bound.record is not None:
-                write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
-            write_outputs(stage, records_dir, summary, {}, provenance, bound.file)
-            for w in written:
-                w.result()
+        freeze_choices(records_dir, stage, settings.choice, events, validation)
+        for line in budget_notes(settings.given_budgets, [len(v.item_ids) for v in validation]):
+            events.note(line)
+        summary, tables = evaluate_frozen(records_dir, stage, validation, settings.stat, events)
+        events.phase("choosing the checkpoint to keep per trajectory (select)…")
+        keep = keep_table(records_dir, validation, settings.keep)
+        events.phase("writing summary.json and the tables…")
+        summary = _with_keep(summary, keep, records_dir, validation, bound.preregistration)
+        if bound.record is not None:
+            write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
+        write_outputs(stage, records_dir, summary, tables, provenance, bound.file)
         if report:
             from ckptsel.report import write_report
 
-            progress("writing the report (tables, figures, report.html)…")
+            events.phase("writing the report (tables, figures, report.html)…")
             write_report(stage, formats=REPORT_META["formats"])
     return summary
 
@@ -356,7 +425,7 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
     checkpoint and the final one (none recorded: nothing said)."""
     kept = {r.trajectory: r.keep_step for r in keep.trajectories} if keep is not None else {}
     found = []
-    for v in validation:
+    for v in by_name(validation):
         final = int(v.steps[-1])
         step = kept.get(v.trajectory, final)
         fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation",
@@ -386,7 +455,8 @@ def keep_table(
     analysis' seed and level (:func:`~ckptsel.workflows.advise.keep_settings`); for ``verify``,
     the settings the stored table records."""
     keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
-    return replace(keep, provisional=keep_provisional(settings))
+    rows = tuple(sorted(keep.trajectories, key=lambda row: row.trajectory))  # as by_name orders them
+    return replace(keep, trajectories=rows, provisional=keep_provisional(settings))
 
 
 def write_tables(stage: Path, tables: dict[str, pd.DataFrame]) -> None:
@@ -552,7 +622,11 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
     used = dict(permutations=choice_settings.permutations, seed=stored.seed, draws=stored.draws,
                 level=stored.level, interval=stored.interval_method,
                 budgets=list(choice_settings.budgets))  # fmt: skip
-    diffs = analysis_differences(copy, used)
+    try:
+        fixed = protocol_settings(copy, str(copy_path))
+    except CkptselError as err:
+        raise VerificationError(str(err)) from err
+    diffs = analysis_differences(fixed, used)
     if choice_settings.seed != stored.seed:
         diffs.append(f"seed: choices {choice_settings.seed} -> statistics {stored.seed}")
     if diffs:

@@ -69,6 +69,7 @@ from ckptsel.choose import (
     choose_trajectory,
     core,
     full_pool_choice,
+    labels_of,
     pools_of,
     signals,
 )
@@ -968,7 +969,7 @@ def _select_checkpoint(
     v, test, fb, more = _answers_counted(records_dir, v, test, answers)
     check = AnswerCheck.of(v, answers)
     split = _Split.of(v, rule, settings)
-    labels = [str(b) for b in BUDGETS if b <= n] + [FULL]
+    labels = labels_of(b for b in BUDGETS if b <= n)
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
     rules = {}
     for r in (r for r in SIGNAL_RULES if r in split.sig):

@@ -1,6 +1,7 @@
 """What every stage of a study run works from, built once: :class:`StudyContext` holds the loaded
 study file (``StudySpec``), the device, the checked ``[executor]``, where lines go (``log``,
-``console``), and derives on first use the validation and test pools, the
+``console``), and derives on first use the parsed ``[analysis]``
+(:class:`~ckptsel.workflows.analysis.AnalysisSettings`), the validation and test pools, the
 :class:`~ckptsel.measure.MeasureConfig` and the study's :class:`Trajectory` s (trained here, or
 found by each external configuration's glob, seed read from the folder name by
 :func:`ckptsel.study.seed_of`).
@@ -23,6 +24,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure import ExecutorConfig, MeasureConfig
 from ckptsel.study import StudySpec, seed_of  # seed_of: its old home, kept
 from ckptsel.train import pick_device
+from ckptsel.workflows.analysis import AnalysisSettings
 from ckptsel.workflows.study_run.progress import Log
 from ckptsel.workflows.tracking import LogSettings
 
@@ -79,6 +81,11 @@ class StudyContext:
                 )
             tracking = replace(tracking, trajectory=names[0])
         return tracking.check()
+
+    @cached_property
+    def analysis(self) -> AnalysisSettings:
+        """The study's ``[analysis]``, parsed and checked once (an error names the study file)."""
+        return AnalysisSettings.from_table(self.spec.analysis, f"{self.spec.source}: [analysis]")
 
     @property
     def records_dir(self) -> Path | Location:

@@ -14,12 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckptsel import defaults
 from ckptsel._util.extras import ML_HINT, missing_ml
 from ckptsel._util.locations import is_url
-from ckptsel.choose import ChoiceSettings
 from ckptsel.errors import CkptselError
-from ckptsel.stats import StatSettings
 from ckptsel.study import StudySpec, check_protocol
 from ckptsel.train import check_lora_targets
 from ckptsel.workflows.study_run import stages as st
@@ -27,23 +24,6 @@ from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerprint
 from ckptsel.workflows.study_run.plan import finished, format_plan, plan
 from ckptsel.workflows.study_run.workers import check_workers, train_and_measure
-
-
-def check_analysis(spec: StudySpec) -> None:
-    """``[analysis]`` checked by the settings objects the analysis builds (one line naming
-    the study file), before any stage runs."""
-    a = {**ANALYSIS_DEFAULTS, **spec.analysis}
-    try:
-        StatSettings(a["draws"], a["seed"], a["level"], a["interval"])
-        ChoiceSettings(permutations=a["permutations"], seed=a["seed"], budgets=tuple(a["budgets"]))
-    except (CkptselError, TypeError, ValueError) as err:
-        raise CkptselError(f"{spec.source}: [analysis]: {err}") from err
-
-
-ANALYSIS_DEFAULTS = {
-    "permutations": defaults.PERMUTATIONS, "draws": defaults.DRAWS, "seed": defaults.SEED,
-    "level": defaults.CONFIDENCE, "interval": defaults.INTERVAL, "budgets": defaults.BUDGETS,
-}  # fmt: skip
 
 
 class StudyRun:
@@ -58,7 +38,7 @@ class StudyRun:
         self.context = StudyContext(spec, **context)
         self.context.tracking  # noqa: B018 - [log] checked (and its packages imported) now
         self.workers = check_workers(workers, self.context.executor)
-        check_analysis(spec)  # now, not after training
+        self.context.analysis  # noqa: B018 - [analysis] parsed and checked now, not after training
 
     # ---------------------------------------------------------------- inputs
     @property

@@ -37,13 +37,13 @@ from pathlib import Path
 
 from ckptsel._util.io import write_text
 from ckptsel.data import audit_pools, load_items, split_file, strata_counts, write_audit
-from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
 from ckptsel.ingest import ingest_lm_eval
 from ckptsel.measure import WatchSettings, measure_run
 from ckptsel.study import check_protocol, protocol_path
 from ckptsel.train import train_study
 from ckptsel.workflows.advise import SelectSettings, select_checkpoint
+from ckptsel.workflows.analysis import AnalysisEvents
 from ckptsel.workflows.analysis import analyze as analyze_records
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint
@@ -283,14 +283,22 @@ def analyze(ctx: StudyContext) -> dict:
     where = protocol_path(source)  # named in run.json for verify: absolute, or the URL
     where = where.resolve() if isinstance(where, Path) else where
     summary = analyze_records(
-        ctx.records_dir, out, report=True, **ctx.spec.analysis,
-        warn=lambda line: ctx.log(f"analyze: warning: {line}"),  # a study that mixes engines
-        protocol=protocol,
-        protocol_file=None if protocol is None else str(where),
+        ctx.records_dir, out, settings=ctx.analysis, report=True, events=_LoggedWarnings(ctx),
+        protocol=protocol, protocol_file=None if protocol is None else str(where),
     )  # fmt: skip
     ctx.log(f"analyze: results in {out}; {summary.protocol.status}")
     log_results(ctx, out)
     return summary
+
+
+class _LoggedWarnings(AnalysisEvents):
+    """The analysis' warnings (a study that mixes engines) in the study's log; nothing else."""
+
+    def __init__(self, ctx: StudyContext) -> None:
+        self.ctx = ctx
+
+    def warn(self, line: str) -> None:
+        self.ctx.log(f"analyze: warning: {line}")
 
 
 def log_results(ctx: StudyContext, out: Path) -> None:
@@ -303,8 +311,8 @@ def log_results(ctx: StudyContext, out: Path) -> None:
     if not tracking.trajectory:
         log_analysis(ctx.records_dir, out, tracking, note=note)
         return
-    a = ctx.spec.analysis
-    settings = SelectSettings(seed=a.get("seed", SEED), level=a.get("level", CONFIDENCE))
+    stat = ctx.analysis.stat
+    settings = SelectSettings(seed=stat.seed, level=stat.level)
     selection = select_checkpoint(
         ctx.records_dir, tracking.trajectory, rule=tracking.rule, settings=settings
     )
