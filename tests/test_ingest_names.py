@@ -11,7 +11,8 @@ import pytest
 
 from ckptsel.ingest import ingest_inspect, ingest_lm_eval
 from ckptsel.records import read_frame
-from ckptsel.study import configuration_and_seed, seed_of, trajectory_name
+from ckptsel.study import configuration_and_seed, seed_of
+from ckptsel.study.configuration import trajectory_name
 from test_ingest import gsm8k_checkpoint, gsm8k_line, write_samples
 
 INSPECT = Path(__file__).parent / "data" / "harness_logs" / "inspect"
@@ -36,7 +37,7 @@ def test_names_read_as_run_reads_them():
     assert configuration_and_seed("run-seed-3") == ("run", 3)
     for plain in ("lora-r8", "run-x", "s42", "tiny-a"):
         assert configuration_and_seed(plain) == (plain, None)
-    from ckptsel.workflows.study_run import seed_of as old_home
+    from ckptsel.workflows.study_run.context import seed_of as old_home
 
     assert old_home is seed_of  # the old import still works
 

@@ -82,7 +82,9 @@ def test_the_public_api_of_today_works_without_warnings():
     code = (
         "import warnings; warnings.simplefilter('error')\n"
         "from ckptsel.data import is_correct\n"
-        "from ckptsel.records import load_validation, load_test, read_rows, write_unit\n"
+        "from ckptsel.records import load_validation, load_test\n"
+        "from ckptsel.records.scan import read_rows\n"
+        "from ckptsel.records.store import write_unit\n"
         "from ckptsel.measure import MeasureConfig, measure_model, measure_run\n"
         "from ckptsel.workflows import analyze, select_checkpoint\n"
         "assert is_correct('gsm8k', 'The answer is 4', '4')\n"

@@ -19,7 +19,9 @@ from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.data.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
 from ckptsel.errors import CkptselError
 from ckptsel.study import load_spec, load_study
-from ckptsel.workflows.study_run import fingerprint_diff, seed_of, stages_to_run
+from ckptsel.workflows.study_run import stages_to_run
+from ckptsel.workflows.study_run.context import seed_of
+from ckptsel.workflows.study_run.fingerprint import fingerprint_diff
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -304,8 +306,8 @@ def _fake_checkpoints(folder: Path, steps: list[int]) -> None:
 def test_finished_and_plan_agree_on_what_is_left(study_dir: Path) -> None:
     """``--workers`` skips exactly the trajectories with every checkpoint there and nothing left
     to measure or record; ``--dry-run`` counts generations from the same answer."""
-    from ckptsel.workflows.study_run import StudyContext, finished, plan, what_is_left
-    from ckptsel.workflows.study_run.plan import item_pool
+    from ckptsel.workflows.study_run.context import StudyContext
+    from ckptsel.workflows.study_run.plan import finished, item_pool, plan, what_is_left
 
     spec = load_spec(write(study_dir / "s.toml", MINIMAL))
     ctx = StudyContext(spec, device="cpu", log=lambda m: None)

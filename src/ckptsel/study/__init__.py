@@ -12,8 +12,6 @@ analysed.
 from __future__ import annotations
 
 from ckptsel.study.configuration import (
-    DEFAULT_LR,
-    DEFAULT_SEEDS,
     LORA_TARGETS,
     Configuration,
     Study,
@@ -21,9 +19,7 @@ from ckptsel.study.configuration import (
     configurations_toml,
     default_configuration,
     final_steps,
-    resolve_model,
     seed_of,
-    trajectory_name,
 )
 from ckptsel.study.protocol import (
     before_training,
@@ -35,15 +31,7 @@ from ckptsel.study.protocol import (
     protocol_status,
     read_protocol,
 )
-from ckptsel.study.spec import (
-    SCHEMA,
-    STATE_DIR,
-    ExternalConfiguration,
-    PoolSplit,
-    StudySpec,
-    load_spec,
-    load_study,
-)
+from ckptsel.study.spec import STATE_DIR, StudySpec, load_spec, load_study
 
 __all__ = [
     "before_training",
@@ -54,14 +42,9 @@ __all__ = [
     "protocol_path",
     "protocol_status",
     "read_protocol",
-    "DEFAULT_LR",
-    "DEFAULT_SEEDS",
     "LORA_TARGETS",
-    "SCHEMA",
     "STATE_DIR",
     "Configuration",
-    "ExternalConfiguration",
-    "PoolSplit",
     "Study",
     "StudySpec",
     "configuration_and_seed",
@@ -70,7 +53,5 @@ __all__ = [
     "final_steps",
     "load_spec",
     "load_study",
-    "resolve_model",
     "seed_of",
-    "trajectory_name",
 ]

@@ -16,36 +16,48 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
 
 from __future__ import annotations
 
-from ckptsel.workflows import advise
-from ckptsel.workflows.advise import *  # noqa: F403 - the advise names are workflows' too
+from ckptsel.workflows.advise import (
+    AnswerSettings,
+    CompareSettings,
+    PlanSettings,
+    Selection,
+    SelectSettings,
+    StudySelection,
+    closed_form,
+    compare_checkpoints,
+    compare_logs,
+    default_budgets,
+    plan_figure,
+    plan_from_pilot,
+    select_all,
+    select_checkpoint,
+)
 from ckptsel.workflows.analysis import AnalysisEvents, AnalysisSettings, analyze, verify
-from ckptsel.workflows.study_run import (
-    STAGES,
-    StudyRun,
-    format_plan,
-    quiet_transformers,
-    stages_to_run,
-)
+from ckptsel.workflows.study_run import StudyRun, quiet_transformers, stages_to_run
 from ckptsel.workflows.tracking import LogSettings, log_analysis, log_selection
-from ckptsel.workflows.watching import (
-    SELECTION_FILE,
-    describe,
-    selection_path,
-    watch_and_select,
-    write_selection,
-)
+from ckptsel.workflows.watching import describe, selection_path, watch_and_select
 
 __all__ = [
-    *advise.__all__,
-    "SELECTION_FILE",
-    "STAGES",
+    "AnswerSettings",
+    "CompareSettings",
+    "PlanSettings",
+    "SelectSettings",
+    "Selection",
+    "StudySelection",
+    "closed_form",
+    "compare_checkpoints",
+    "compare_logs",
+    "default_budgets",
+    "plan_figure",
+    "plan_from_pilot",
+    "select_all",
+    "select_checkpoint",
     "AnalysisEvents",
     "AnalysisSettings",
     "LogSettings",
     "StudyRun",
     "analyze",
     "describe",
-    "format_plan",
     "log_analysis",
     "log_selection",
     "quiet_transformers",
@@ -53,5 +65,4 @@ __all__ = [
     "stages_to_run",
     "verify",
     "watch_and_select",
-    "write_selection",
 ]

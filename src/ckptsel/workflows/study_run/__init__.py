@@ -16,40 +16,12 @@ context. Modules, each importing only those before it:
 
 from __future__ import annotations
 
-from ckptsel.workflows.study_run.context import StudyContext, Trajectory, seed_of
-from ckptsel.workflows.study_run.fingerprint import (
-    check_fingerprint,
-    fingerprint,
-    fingerprint_diff,
-)
 from ckptsel.workflows.study_run.job import StudyRun
-from ckptsel.workflows.study_run.plan import (
-    TrajectoryTodo,
-    finished,
-    format_plan,
-    plan,
-    what_is_left,
-)
 from ckptsel.workflows.study_run.progress import quiet_transformers
-from ckptsel.workflows.study_run.stages import STAGES, stages_to_run
-from ckptsel.workflows.study_run.workers import train_and_measure, trajectory_job
+from ckptsel.workflows.study_run.stages import stages_to_run
 
 __all__ = [
-    "STAGES",
-    "StudyContext",
     "StudyRun",
-    "Trajectory",
-    "TrajectoryTodo",
-    "check_fingerprint",
-    "finished",
-    "fingerprint",
-    "fingerprint_diff",
-    "format_plan",
-    "plan",
     "quiet_transformers",
-    "seed_of",
     "stages_to_run",
-    "train_and_measure",
-    "trajectory_job",
-    "what_is_left",
 ]
