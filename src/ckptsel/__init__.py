@@ -18,8 +18,10 @@ stages; the first use of a name imports its stage):
 
 Everything else lives in its stage, one package per stage in the order data flows
 (ARCHITECTURE.md): ``records`` (the contract), ``data``, ``study``, ``train``, ``measure``,
-``choose``, ``results``, ``stats``, ``report``, ``workflows``, ``sim``, ``integrations``,
-``cli``. The analysis (``records``, ``choose``, ``stats``) is pure NumPy and never imports torch.
+``ingest``, ``choose``, ``results``, ``stats``, ``report``, ``trackers``, ``workflows``, ``sim``,
+``integrations``, ``cli``. The analysis (``records``, ``choose``, ``stats``) is pure NumPy and
+never imports torch. "SPEC §N" in the code is section N of the specification in this
+repository's docs (``docs/reference/specification.md``).
 """
 
 import importlib

@@ -18,14 +18,14 @@ BATCH_SIZE = 16  # prompts per measurement batch (float32: answers do not depend
 MAX_NEW_TOKENS = 512  # greedy generation length limit
 DATA_SEED = 42  # train/validation group split (SPEC §9)
 # practitioner commands (select, compare, plan): bootstrap draws and partitions; analyze's
-# keep table (summary.json "keep") is select --all at select's defaults (issue 44)
+# keep table (summary.json "keep") is select --all at select's defaults
 SELECT_DRAWS = 1000  # select: question-bootstrap draws of the split-validation gain
 SELECT_BOOTSTRAP_PARTITIONS = 20  # select: partitions redone on every bootstrap draw
 COMPARE_DRAWS = 10000  # compare: paired bootstrap draws
 PLAN_DRAWS = 2000  # plan: resampled validation sets per budget
 PLAN_MAX_BUDGET = 1024  # plan: the largest budget planned for
 PLAN_TARGET = 0.8  # plan: the probability of beating the final checkpoint a plan must reach
-# a degenerate checkpoint (issue 48): one answer given to at least DEGENERATE_SHARE of its
+# a degenerate checkpoint: one answer given to at least DEGENERATE_SHARE of its
 # validation items (at least DEGENERATE_MIN_ITEMS of them), and that answer wrong on most of the
 # items it is given (right on under DEGENERATE_PRECISION of them). On an open-answer task
 # (GSM8K, MATH) the most common gold answer covers a few percent of the items, so a checkpoint
@@ -43,7 +43,7 @@ DEGENERATE_MIN_ITEMS = 10
 DEGENERATE_PRECISION = 0.5
 # analyze names a kept checkpoint whose correct validation answers come from the answer rule's
 # fallback (gsm8k: the last number, no "The answer is") for this share or more: at a tenth, the
-# fallback alone moves its accuracy by more than most gains select resolves (issue 48)
+# fallback alone moves its accuracy by more than most gains select resolves
 FALLBACK_NOTE_SHARE = 0.1
 
 # limits of the protocol settings (beyond them memory or time explode; checked up front)

@@ -16,9 +16,9 @@ from ckptsel.cli import options
 from ckptsel.cli.output import print_json, progress_bars
 
 # Python's collector runs after every 700 new container objects by default: the command's
-# imports (torch, transformers) and passes make millions, and on the issue-37 small run its
-# ~1,100 runs cost ~1.2 of ~11 CPU-s, mostly walking objects that live until the process
-# ends; every 10,000 it is ~80 runs and ~0.45 CPU-s (bench_measure --small). Cycles are
+# imports (torch, transformers) and passes make millions, and its runs cost a tenth of a small
+# measurement's CPU time, mostly walking objects that live until the process ends; every 10,000
+# it runs a fourteenth as often (bench_measure --small, BENCHMARKS.md). Cycles are
 # still collected, just in larger steps; a model that must go is collected explicitly.
 GC_THRESHOLD = 10_000
 
@@ -121,5 +121,5 @@ def measure(
     if no_nll and config.runtime.only != "generation":
         typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the "
                    "NLL rules of analyze need one)")  # fmt: skip
-    if res.weight_swaps or res.engine_starts > 1:  # issue 31: "vllm engine started once, ..."
+    if res.weight_swaps or res.engine_starts > 1:  # "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

@@ -93,7 +93,7 @@ def watch(
         f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}"
         + (f"; selection in {selection_at}" if select else ""), soft_wrap=True, highlight=False,
     )
-    if status.engines:  # issue 31: "vllm engine started once (...), 9 checkpoints swapped ..."
+    if status.engines:  # "vllm engine started once (...), 9 checkpoints swapped ..."
         say.console.print(f"  {status.engines}", soft_wrap=True, highlight=False)
 
 

@@ -16,7 +16,7 @@ plain Llama's cached verdict), the engine and its version
 (transformers or vLLM), torch's version, the device kind, a digest of the fast path's own
 source (so a fixed ``passes.py`` is checked again, and a refused family stays refused only
 while the code that was wrong is the code that runs), and two digests of what changes the
-function within a class (issue 38): ``config``, the model's config (every field but where it
+function within a class: ``config``, the model's config (every field but where it
 was loaded from and the library's version) and the adapter's (every field but its base's path),
 and ``settings``, the measurement settings that change what the fast path computes
 (:meth:`~ckptsel.measure.config.MeasureConfig.conformance_settings`: the prompt format, the
@@ -104,7 +104,7 @@ from ckptsel.measure.tokens import (
     stop_token_ids,
 )
 
-CHECK_VERSION = 2  # bump when what the check compares changes (2: issue 38's keys and entries)
+CHECK_VERSION = 2  # bump when what the check compares changes (2: per-class keys and entries)
 CHECK_ITEMS = 6
 CACHE_FILE = "conformance.json"
 CACHE_FORMAT = 2

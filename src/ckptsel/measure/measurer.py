@@ -193,7 +193,7 @@ class MeasureResult:
     conformance_checks: int = 0  # families checked here (not read from the verdict cache)
     conformance_seconds: float = 0.0  # their cost (not in generation/NLL seconds)
     executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
-    engine_starts: int = 0  # fresh models/engines for full checkpoints and bases (issue 31)
+    engine_starts: int = 0  # fresh models/engines for full checkpoints and bases
     weight_swaps: int = 0  # full checkpoints swapped into the one running (and proven)
     swap_seconds: float = 0.0
     start_seconds: float = 0.0  # what the fresh models/engines took to load or start

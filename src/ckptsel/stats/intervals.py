@@ -1,4 +1,4 @@
-"""Interval methods for few configurations (SPEC §8; issue 14), all vectorized over quantities.
+"""Interval methods for few configurations (SPEC §8), all vectorized over quantities.
 
 What each family estimates (a "gain" is any per-trajectory quantity: G, H, D, B, …):
 

@@ -21,7 +21,7 @@ their cluster-robust covariance ``sigma`` (R, T, T), and cluster-bootstrap accur
   ``x_w`` is normal with mean ``μ_w`` truncated to the values for which ``w`` still wins,
   further intersected with the level-(1−β) projection interval ``|x_w − μ| ≤ c_β σ_w``. The
   interval is ``{μ : a ≤ F(x_w; μ) ≤ 1 − a}``, ``a = (α − β) / (2 (1 − β))``, the estimate
-  solves ``F = ½``. Three finite-sample choices (issue 44):
+  solves ``F = ½``. Three finite-sample choices:
 
   - *the winner's variance at the tested mean* (score form, as Wilson's interval for one
     proportion): ``σ_w²(μ) = d · μ(1 − μ)``, ``d = Σ_ww / (x_w(1 − x_w))`` the design effect of
@@ -63,7 +63,7 @@ from ckptsel.stats.resample import Clusters
 ZERO_VARIANCE = 1e-12  # a winner's variance below this has no normal approximation
 PAIR_CELLS = 20_000_000  # (trajectory × draw × T × T) cells per chunk of the MCS bootstrap
 BISECTIONS = 60
-PROJECTION_DRAWS = 65536  # Gaussian draws of projection_critical (before issue 44; benchmarks only)
+PROJECTION_DRAWS = 65536  # Gaussian draws of projection_critical (the earlier rule; benchmarks only)
 JITTER = 256  # midpoint nodes over the winner's rounding cell (winner_interval)
 GRADE = 2  # the nodes are t² (t the midpoint grid) in a cell that starts at a tie
 NODE_CELLS = 8_000_000  # (node × T × T) covariance cells per chunk of winner_interval
@@ -142,7 +142,7 @@ def projection_critical(
     sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = PROJECTION_DRAWS
 ) -> np.ndarray:
     """``(R,)`` 1−β quantiles of ``max_t |W_t| / sd_t``, ``W ~ N(0, Σ)`` (``draws`` Gaussian draws
-    shared by the batch): the Monte-Carlo projection value used before issue 44 (benchmarks)."""
+    shared by the batch): the Monte-Carlo projection value of the earlier rule (benchmarks)."""
     T = sigma.shape[1]
     sd = np.sqrt(np.clip(np.diagonal(sigma, axis1=1, axis2=2), 1e-30, None))
     w, u = np.linalg.eigh(sigma / (sd[:, :, None] * sd[:, None, :]))
@@ -178,7 +178,7 @@ def _hybrid(
     """Hybrid estimate, lower and upper end (each (R,)) for continuous accuracies ``x`` (R, T):
     the winner is ``argmax x`` (no ties). Bisection on μ, all trajectories at once. With the
     design effects ``deff`` (R,) the winner's variance is the one at the tested μ,
-    ``deff · μ(1 − μ)`` (μ in [0, 1]); without, the plug-in ``Σ_ww`` (before issue 44)."""
+    ``deff · μ(1 − μ)`` (μ in [0, 1]); without, the plug-in ``Σ_ww`` (the earlier rule)."""
     R, T = x.shape
     a = ((1 - level) - beta) / (2 * (1 - beta))
     rows = np.arange(R)

@@ -497,7 +497,7 @@ class AnswerRule:
         return lines
 
     def fallback_used(self, text: str, subtask: str = "") -> bool:
-        """Whether the answer of ``text`` came only from a fallback extraction (issue 48): for
+        """Whether the answer of ``text`` came only from a fallback extraction: for
         the built-in gsm8k rule, no ``The answer is`` / ``####`` marker, so the last number in
         the text was taken (:func:`ckptsel.data.answers.gsm8k.fallback_used`). Every other rule
         reads one stated form (a marker, a box, a label, a regex) and has no fallback: False."""

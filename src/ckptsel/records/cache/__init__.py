@@ -1,4 +1,4 @@
-"""The records' speed layers, behind one seam (issue 49): everything here is derived from the
+"""The records' speed layers, behind one seam: everything here is derived from the
 records, safe to delete, and never a source of truth; the contract
 (:mod:`~ckptsel.records.schema` → :mod:`~ckptsel.records.codec` → :mod:`~ckptsel.records.store`
 → :mod:`~ckptsel.records.load`) reads the same without it, only slower.

@@ -21,10 +21,10 @@ values: their checkpoints and a digest of their items, when every row-level chec
 that a first analysis checks them against the generations without reading them. A proof is
 trusted on the same terms as the pack (it lists the units' current versions) and only from the
 same checking code (the prover's digest); anything else reads the rows.
-(Issue 49 measured dropping them: the first ``load_test`` of the paper preset's packed records
-takes about 3.5 s of CPU instead of 1.6 s, so they stay.)
+(Dropping them roughly doubles the CPU time of the first ``load_test`` of packed records:
+BENCHMARKS.md, "records' caches behind one seam".)
 
-**Contents, not only versions** (issue 49). A pack also records each unit's SHA-256
+**Contents, not only versions.** A pack also records each unit's SHA-256
 (``digests``, one per unit, in the order of ``units``; ``None`` for a unit on an object store,
 whose ETag already follows its contents). A unit whose version differs from the recorded one
 but whose size and bytes are the same (a folder copied with ``cp -r``: every unit a new file,

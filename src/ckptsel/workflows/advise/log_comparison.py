@@ -27,7 +27,7 @@ group, correctness), as if A and B were two checkpoints of one trajectory. Then,
   ``items_needed_note`` saying why when there is no number (the logs agree on every item, no
   observed difference, or ``"over 100000 items"``). It used to be ``plan``'s normal-approximation
   closed form, at whose answer the exact test's power was below 80% in every case measured
-  (0.70–0.80 on typical tables, 0.11 where it named 7 items, 0 where it named 3; issue 44), and
+  (0.70–0.80 on typical tables, 0.11 where it named 7 items, 0 where it named 3), and
   which refused tables whose discordance all goes one way (a 20 pp difference "impossible" at
   agreement 0.8, by rounding).
 

@@ -19,7 +19,7 @@ is strictly better than the final checkpoint on new items. The default method
   correlation): checkpoints whose gap is confidently > 0 (``L_t > 0``) sit at their lower bounds,
   every other checkpoint is a non-beater as strong as the box allows (gap ``min(U_t, 0)``, signal
   at its upper bound). A beater needs only its lower bound, so the lower bounds are one-sided
-  and simultaneous (``L = d̂ − c₁ se``, ``c₁`` the ``level`` quantile of ``max_t W_t``; issue 44:
+  and simultaneous (``L = d̂ − c₁ se``, ``c₁`` the ``level`` quantile of ``max_t W_t``;
   before it they were two-sided, ``max_t |W_t|``, and fewer pilots got a plan); the upper
   bounds stay two-sided (``c₂``). With probability ≥ ``level`` no checkpoint's gap is
   below its lower bound, so when the final checkpoint is the best a plan is made with
@@ -225,7 +225,7 @@ def calibrated_curves(
     """The box promise of the module docstring for one pilot's moments ``m``: the ``(B,)``
     curves at the least favourable truth of the level-``level`` simultaneous box, the
     pilot-as-truth ``p_beat_point`` (B,), the critical values of the lower bounds
-    (``critical``: one-sided; ``lower_sides=2``, the rule before issue 44: two-sided) and of the
+    (``critical``: one-sided; ``lower_sides=2``, the earlier rule: two-sided) and of the
     upper bounds (``critical_upper``: two-sided) and the gap bounds (pp, k each). Draws:
     ``[seed, PLAN_PROMISE, stream, 0]`` (M = ``draws`` fresh-set noises, (M, k)) and
     ``[..., 1]`` (the critical values)."""
@@ -235,7 +235,7 @@ def calibrated_curves(
     box = m.v_d if m.same else np.block([[m.v_s, m.v_sd], [m.v_sd.T, m.v_d]])
     c, c2 = simultaneous_critical(box, level, streams.generator(seed, streams.PLAN_PROMISE, stream, 1))
     if lower_sides == 2:
-        c = c2  # before issue 44: two-sided lower bounds too
+        c = c2  # the earlier rule: two-sided lower bounds too
     se_d = np.sqrt(np.clip(np.diag(m.v_d), 0.0, None))
     lo, hi = m.d_hat - c * se_d, m.d_hat + c2 * se_d
     if m.clusters < MIN_PROMISE_CLUSTERS:  # a zero variance from 1-9 clusters is no certainty

@@ -743,7 +743,7 @@ def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
 
 JITTER_DRAWS = WINNER_JITTER  # nodes over the winner's rounding cell (stats.winners; nothing random)
 # the model confidence set's bootstrap stream and size: fixed, so neither --seed nor --draws moves
-# the plausibly-best set (issue 44); counts drawn MCS_CHUNK draws at a time (memory)
+# the plausibly-best set; counts drawn MCS_CHUNK draws at a time (memory)
 WINNER_STREAM_SEED = 0
 MCS_DRAWS = 2000
 MCS_CHUNK = 250
@@ -765,7 +765,7 @@ def best_checkpoints(
     """The plausibly-best set and the selection-corrected estimate of one trajectory's
     validation ``correct`` (T, n), items clustered by ``groups`` (n,). Draws: the MCS bootstrap
     counts (:data:`MCS_DRAWS` of them) from ``[WINNER_STREAM_SEED, SELECT_WINNER, 0]`` whatever
-    ``--seed`` and ``--draws`` (issue 44: the set moved with ``--seed``); the chosen estimate has
+    ``--seed`` and ``--draws`` (so the set does not move with ``--seed``); the chosen estimate has
     nothing random (:func:`ckptsel.stats.winner_interval`). Both depend on the data alone."""
     clusters = Clusters.of(groups, correct.shape[1])
     x, sums, sigma = accuracy_moments(correct[None], clusters)
