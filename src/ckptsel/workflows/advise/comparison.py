@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -254,6 +255,22 @@ def shared_items(
     return a.correct[ia], b.correct[ib], ga, dropped
 
 
+def _side(ids: np.ndarray, groups: np.ndarray, data: Any, c: int, fb: np.ndarray | None) -> Side:
+    """One checkpoint (row ``c`` of ``data``'s ``(T, n)`` arrays) of a compared pair."""
+    fallback = None if fb is None else fb[c]
+    return Side(ids, groups, data.correct[c], data.answers[c], fallback, len(np.unique(data.answers)))
+
+
+def _paired_split(sides: list[Side], split: str, names: Any, settings: Any) -> dict:
+    """The paired difference of the two sides on their shared items, with what was not shared
+    and each side's answers."""
+    a, b, groups, dropped = shared_items(*sides, split, names)
+    res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS[split])
+    res["not_shared"] = dropped
+    res["answers"] = {"a": answer_summary(sides[0]), "b": answer_summary(sides[1])}
+    return res
+
+
 def compare_checkpoints(
     records_dir: Path,
     trajectory: str,
@@ -282,13 +299,8 @@ def compare_checkpoints(
     for v, step in ((va, step_a), (vb, step_b)):
         c = _step_index(v.steps, step, v.trajectory)
         fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation", [step])
-        sides.append(Side(np.asarray(v.item_ids), np.asarray(v.groups), v.correct[c], v.answers[c],
-                          None if fb is None else fb[c], len(np.unique(v.answers))))  # fmt: skip
-    a, b, groups, dropped = shared_items(*sides, "validation", names)
-    res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["validation"])
-    res["not_shared"] = dropped
-    res["answers"] = {"a": answer_summary(sides[0]), "b": answer_summary(sides[1])}
-    out["splits"]["validation"] = res
+        sides.append(_side(np.asarray(v.item_ids), np.asarray(v.groups), v, c, fb))
+    out["splits"]["validation"] = _paired_split(sides, "validation", names, settings)
 
     if _has_split(records_dir, "test", list(set(names))):
         tests = load_test(records_dir)
@@ -298,13 +310,8 @@ def compare_checkpoints(
             c = _step_index(td.steps, step, t)
             ids = np.asarray(td.item_ids)
             fb = fallback_matrix(records_dir, t, td.task, td.steps, td.item_ids, "test", [step])
-            sides.append(Side(ids, _test_groups(records_dir, t, ids), td.correct[c], td.answers[c],
-                              None if fb is None else fb[c], len(np.unique(td.answers))))  # fmt: skip
-        a, b, groups, dropped = shared_items(*sides, "test", names)
-        res = paired_difference(a, b, groups, settings, streams.COMPARE_SPLITS["test"])
-        res["not_shared"] = dropped
-        res["answers"] = {"a": answer_summary(sides[0]), "b": answer_summary(sides[1])}
-        out["splits"]["test"] = res
+            sides.append(_side(ids, _test_groups(records_dir, t, ids), td, c, fb))
+        out["splits"]["test"] = _paired_split(sides, "test", names, settings)
     else:
         out["splits"]["test"] = None
     return out
