@@ -11,8 +11,10 @@ most prompt + response lengths of :func:`items`, so windows really cut. Used by
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 WINDOW = 16
@@ -526,8 +528,6 @@ def save_run(family: str, tok: Any, root: Any, steps: tuple[int, ...], lora: boo
     """A run folder ``root/run`` of ``family`` (from :data:`RUN_FAMILIES`): full checkpoints
     (a differently seeded model per step), or, with ``lora``, the base in ``root/base`` and an
     ``all-linear`` LoRA adapter per step (:func:`add_lora`). Returns the run folder."""
-    import json
-    from pathlib import Path
 
     import torch
 
@@ -548,3 +548,28 @@ def save_run(family: str, tok: Any, root: Any, steps: tuple[int, ...], lora: boo
         tok.save_pretrained(path)
         (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     return run
+
+
+def register_positionless_llama():
+    """``PositionlessLlamaForCausalLM``: Llama whose ``forward`` drops the attention mask and
+    the position ids it is given. Unpadded, alone (what ``generate`` feeds it), that changes
+    nothing; in ckptsel's right-padded batch, a shorter row's decoding then sees columns that
+    are not its own and takes the batch's positions — wrong texts, no error: the Mamba kind of
+    seam, in a class the check has never seen."""
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    class PositionlessConfig(LlamaConfig):
+        model_type = "positionless_llama"
+
+    class PositionlessLlamaForCausalLM(LlamaForCausalLM):
+        config_class = PositionlessConfig
+
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
+            return super().forward(input_ids=input_ids, **kwargs)
+
+    try:
+        AutoConfig.register("positionless_llama", PositionlessConfig)
+        AutoModelForCausalLM.register(PositionlessConfig, PositionlessLlamaForCausalLM)
+    except ValueError:  # registered by an earlier test of this process
+        pass
+    return AutoModelForCausalLM._model_mapping[PositionlessConfig]

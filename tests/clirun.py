@@ -1,7 +1,10 @@
-"""``ckptsel`` run in-process by a test: its exit code (:func:`exit_code`), and what it said
-(:func:`run_cli`: stderr, then stdout)."""
+"""``ckptsel`` run in-process by a test: its exit code (:func:`exit_code`), what it said
+(:func:`run_cli`: stderr, then stdout), and the arguments of a tiny run's ``measure``
+(:func:`measure_args`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ckptsel.cli import main
 
@@ -20,3 +23,15 @@ def run_cli(args: list, capsys) -> tuple[int, str]:
     code = exit_code(args)
     said = capsys.readouterr()
     return code, said.err + said.out
+
+
+def measure_args(
+    run, run_dir: Path, out: Path, *extra: str, batch: int = 4, max_new: int = 10
+) -> list[str]:
+    """``ckptsel measure`` of ``run_dir`` on a tiny run's (:func:`tinyrun.build_tiny_run`)
+    validation and test items."""
+    return [
+        "measure", str(run_dir), "--task", "gsm8k", "--validation", str(run.validation),
+        "--test", str(run.test), "--out", str(out), "--batch-size", str(batch),
+        "--max-new-tokens", str(max_new), "--no-progress", *extra,
+    ]  # fmt: skip

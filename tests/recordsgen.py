@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS, write_records
+from ckptsel import records
+from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS, ValidationData, write_records
 
 
 @dataclass
@@ -151,3 +152,40 @@ def as_resolvable(d, found: list | None = None):
             found.append(d["cannot_resolve"])
         return {"mean": d["mean"], "lo": d["lo"], "hi": d["hi"], "unresolved": False}
     return {k: as_resolvable(v, found) for k, v in d.items()}
+
+
+def same_loads(a: Path, b: Path) -> None:
+    va, vb = records.load_validation(a), records.load_validation(b)
+    ta, tb = records.load_test(a, va), records.load_test(b, vb)
+    assert [v.trajectory for v in va] == [v.trajectory for v in vb]
+    for x, y in zip(va + ta, vb + tb, strict=True):
+        for name, value in vars(x).items():
+            other = getattr(y, name)
+            if isinstance(value, dict):
+                assert value.keys() == other.keys()
+                for k in value:
+                    np.testing.assert_array_equal(value[k], other[k])
+            elif name == "answers":  # integer codes: equal up to a relabelling
+                pairs = np.unique(np.stack([value.ravel(), other.ravel()]), axis=1)
+                assert value.shape == other.shape
+                assert pairs.shape[1] == len(np.unique(value)) == len(np.unique(other))
+            else:
+                np.testing.assert_array_equal(value, other)
+
+
+def val(correct, answers=None, nll=None, tokens=None, groups=None, nll0=None) -> ValidationData:
+    correct = np.asarray(correct, dtype=bool)
+    T, n = correct.shape
+    nll = np.ones((T, n)) if nll is None else np.asarray(nll, dtype=float)
+    tokens = np.ones(n, dtype=np.int64) if tokens is None else np.asarray(tokens)
+    windows = {512: nll}
+    if nll0 is not None:
+        windows[0] = np.asarray(nll0, dtype=float)
+    return ValidationData(
+        trajectory="t", configuration="c", task="x", steps=np.arange(1, T + 1) * 25,
+        item_ids=np.array([f"i{k:03d}" for k in range(n)]),
+        groups=np.array(groups if groups is not None else [f"i{k:03d}" for k in range(n)]),
+        correct=correct,
+        answers=np.zeros((T, n), dtype=np.int64) if answers is None else np.asarray(answers),
+        nll=windows, n_tokens={w: tokens for w in windows},
+    )

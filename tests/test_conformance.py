@@ -22,6 +22,7 @@ from ckptsel.records.codec import read_schema  # noqa: E402
 from ckptsel.records.units import list_units  # noqa: E402
 
 import archmodels  # noqa: E402
+from archmodels import register_positionless_llama  # noqa: E402
 from clirun import exit_code  # noqa: E402
 from tinyrun import build_tiny_run  # noqa: E402
 
@@ -39,29 +40,6 @@ def passed_here(stamp: str, prefix: str = HF_PASSED) -> bool:
 # ------------------------------------------------------------------ a family never seen before
 
 
-def _register():
-    """``PositionlessLlamaForCausalLM``: Llama whose ``forward`` drops the attention mask and
-    the position ids it is given. Unpadded, alone (what ``generate`` feeds it), that changes
-    nothing; in ckptsel's right-padded batch, a shorter row's decoding then sees columns that
-    are not its own and takes the batch's positions — wrong texts, no error: the Mamba kind of
-    seam, in a class the check has never seen."""
-    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
-
-    class PositionlessConfig(LlamaConfig):
-        model_type = "positionless_llama"
-
-    class PositionlessLlamaForCausalLM(LlamaForCausalLM):
-        config_class = PositionlessConfig
-
-        def forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
-            return super().forward(input_ids=input_ids, **kwargs)
-
-    try:
-        AutoConfig.register("positionless_llama", PositionlessConfig)
-        AutoModelForCausalLM.register(PositionlessConfig, PositionlessLlamaForCausalLM)
-    except ValueError:  # registered by an earlier test of this process
-        pass
-    return AutoModelForCausalLM._model_mapping[PositionlessConfig]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +51,7 @@ def tiny(tmp_path_factory):
     cfg = json.loads((broken / "config.json").read_text())
     cfg.update(model_type="positionless_llama", architectures=["PositionlessLlamaForCausalLM"])
     (broken / "config.json").write_text(json.dumps(cfg))
-    _register()
+    register_positionless_llama()
     return run, broken
 
 
@@ -195,7 +173,7 @@ def test_check_conformance_on_models_in_memory(cache):
     good = archmodels.build("llama", tok)
     stamp = check_conformance(good, tok, items, config)
     assert passed_here(stamp, f"passed (8 items at batch size {config.batch_size}: {CHECKED}")
-    cls = _register()
+    cls = register_positionless_llama()
     bad = cls(_broken_config(good))
     bad.load_state_dict(good.state_dict())
     bad.eval()
@@ -272,7 +250,7 @@ def test_the_trainer_callback_checks_the_family_and_stamps_it(cache, tmp_path):
     cb.measure(good, tok, 2)  # checked once per callback
     ((stamp,),) = [recorded_verdicts(rec)]
     assert passed_here(stamp, f"passed (8 items at batch size {config.batch_size}: {CHECKED}")
-    bad = _register()(_broken_config(good))
+    bad = register_positionless_llama()(_broken_config(good))
     bad.load_state_dict(good.state_dict())
     rec_bad = tmp_path / "rec-bad"
     cb = RecordingCallback(data, config, rec_bad, "bad-s1", tokenizer=tok, verbose=False)

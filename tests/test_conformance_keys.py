@@ -18,7 +18,7 @@ from ckptsel.measure import conformance  # noqa: E402
 from ckptsel.records.codec import read_schema  # noqa: E402
 from ckptsel.records.units import list_units  # noqa: E402
 
-from clirun import run_cli  # noqa: E402
+from clirun import measure_args, run_cli  # noqa: E402
 from tinyrun import build_tiny_run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -73,12 +73,6 @@ def llama4_runs(tmp_path_factory):
     return run, plain, tuned
 
 
-def measure_args(run, run_dir: Path, out: Path, *extra: str, batch: int = 4) -> list[str]:
-    return [
-        "measure", str(run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-        "--test", str(run.test), "--out", str(out), "--batch-size", str(batch),
-        "--max-new-tokens", str(MAX_NEW), "--no-progress", *extra,
-    ]  # fmt: skip
 
 
 def verdicts(out: Path) -> set[str]:
@@ -182,13 +176,13 @@ def test_item4_a_forged_cache_entry_is_not_trusted_nor_copied(tiny, cache, tmp_p
     broken = tmp_path / "base-broken"
     import shutil
 
-    from test_conformance import _register
+    from archmodels import register_positionless_llama
 
     shutil.copytree(tiny.base, broken)
     cfg = json.loads((broken / "config.json").read_text())
     cfg.update(model_type="positionless_llama", architectures=["PositionlessLlamaForCausalLM"])
     (broken / "config.json").write_text(json.dumps(cfg))
-    _register()
+    register_positionless_llama()
     assert run_cli(measure_args(tiny, tiny.run_dir, tmp_path / "a", "--base", broken), capsys)[0] == 2
     checks = conformance.STATS["checks"]
     # the refusal turned into a pass by hand, with markup and newlines in its text

@@ -7,27 +7,9 @@ import pytest
 
 from ckptsel.choose import ChoiceSettings, choose_trajectory, core
 from ckptsel.choose.evaluate import matched_half
-from ckptsel.records import ValidationData
 
 import recordsgen as rg
-
-
-def val(correct, answers=None, nll=None, tokens=None, groups=None, nll0=None) -> ValidationData:
-    correct = np.asarray(correct, dtype=bool)
-    T, n = correct.shape
-    nll = np.ones((T, n)) if nll is None else np.asarray(nll, dtype=float)
-    tokens = np.ones(n, dtype=np.int64) if tokens is None else np.asarray(tokens)
-    windows = {512: nll}
-    if nll0 is not None:
-        windows[0] = np.asarray(nll0, dtype=float)
-    return ValidationData(
-        trajectory="t", configuration="c", task="x", steps=np.arange(1, T + 1) * 25,
-        item_ids=np.array([f"i{k:03d}" for k in range(n)]),
-        groups=np.array(groups if groups is not None else [f"i{k:03d}" for k in range(n)]),
-        correct=correct,
-        answers=np.zeros((T, n), dtype=np.int64) if answers is None else np.asarray(answers),
-        nll=windows, n_tokens={w: tokens for w in windows},
-    )
+from recordsgen import val  # noqa: E402
 
 
 def test_tie_probabilities_uniform_over_exact_ties():

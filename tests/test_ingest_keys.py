@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ckptsel.records import read_frame, upsert_records
-from test_ingest import gsm8k_line, write_samples
+from lmevalcase import gsm8k_line, write_samples
 
 INSPECT = Path(__file__).parent / "data" / "harness_logs" / "inspect"
 EVALS = sorted(INSPECT.glob("*.eval"))

@@ -5,17 +5,15 @@ counter (never inflated whole), and nothing is written. Real bombs, built here."
 from __future__ import annotations
 
 import json
-import struct
 import zipfile
-import zlib
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from ckptsel.errors import CkptselError
 from ckptsel.ingest import ingest_inspect
 from ckptsel.ingest.inspect import read_inspect_log
+from inspectcase import eval_members, write_eval  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "harness_logs" / "inspect"
 [JSON_LOG] = sorted(DATA.glob("*.json"))
@@ -23,49 +21,16 @@ QUIET = {"note": lambda m: None}
 PAD = 40 << 20  # a 40 MiB member: past the 16 MiB floor, about 1.3 KB compressed with zstd
 
 
-def _zstd(data: bytes) -> bytes:
-    return pa.Codec("zstd").compress(data, asbytes=True)
 
 
-def write_eval(path: Path, members: dict[str, bytes], method: int = 93) -> Path:
-    """An inspect-style ``.eval``: each member compressed with ``method`` (93: Zstandard, as
-    inspect writes them; 8: deflate), the ZIP headers written here (zipfile cannot write 93)."""
-    body, central = bytearray(), bytearray()
-    for name, data in members.items():
-        raw = _zstd(data) if method == 93 else zlib.compress(data, 9)[2:-4]  # raw deflate
-        crc, n, off = zlib.crc32(data), name.encode(), len(body)
-        body += struct.pack(
-            "<IHHHHHIIIHH", 0x04034B50, 63, 0, method, 0, 0x21, crc, len(raw), len(data), len(n), 0
-        ) + n + raw  # fmt: skip
-        central += struct.pack(
-            "<IHHHHHHIIIHHHHHII", 0x02014B50, 63, 63, 0, method, 0, 0x21, crc, len(raw),
-            len(data), len(n), 0, 0, 0, 0, 0, off,
-        ) + n  # fmt: skip
-    eocd = struct.pack(
-        "<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(central), len(body), 0
-    )
-    path.write_bytes(bytes(body + central + eocd))
-    return path
 
 
-def _members(pad_sample: int = 0) -> dict[str, bytes]:
-    """The JSON log's header and samples as ``.eval`` members; the first sample padded with
-    ``pad_sample`` spaces (still valid JSON: without a limit it reads as the same log)."""
-    log = json.loads(JSON_LOG.read_text())
-    samples = log.pop("samples")
-    out = {"header.json": json.dumps(log).encode()}
-    for k, s in enumerate(samples):
-        text = json.dumps(s).encode()
-        if k == 0:
-            text += b" " * pad_sample
-        out[f"samples/{s['id']}_epoch_1.json"] = text
-    return out
 
 
 def test_a_plain_built_log_reads_as_the_json_log(tmp_path):
     """The writer above makes logs the reader takes (so the refusals below are the limit's)."""
     for method in (93, 8):
-        p = write_eval(tmp_path / f"ok{method}.eval", _members(), method)
+        p = write_eval(tmp_path / f"ok{method}.eval", eval_members(), method)
         header, samples = read_inspect_log(p)
         want_header, want = read_inspect_log(JSON_LOG)
         assert header["eval"] == want_header["eval"] and samples == want
@@ -73,7 +38,7 @@ def test_a_plain_built_log_reads_as_the_json_log(tmp_path):
 
 @pytest.mark.parametrize("method", [93, 8])
 def test_a_zip_bomb_member_is_refused_naming_file_and_member(tmp_path, method):
-    bomb = write_eval(tmp_path / "bomb.eval", _members(PAD), method)
+    bomb = write_eval(tmp_path / "bomb.eval", eval_members(PAD), method)
     assert bomb.stat().st_size < 200_000  # a small file ...
     with zipfile.ZipFile(bomb) as zf:  # ... holding a member of 40 MiB
         assert max(i.file_size for i in zf.infolist()) > PAD
@@ -82,14 +47,14 @@ def test_a_zip_bomb_member_is_refused_naming_file_and_member(tmp_path, method):
         ingest_inspect([bomb], out=out, scorer="match", **QUIET)
     msg = str(err.value)
     assert "\n" not in msg and str(bomb) in msg
-    first = next(n for n in _members() if n.startswith("samples/"))
+    first = next(n for n in eval_members() if n.startswith("samples/"))
     assert f"member {first} inflates to more than" in msg and "ZIP bomb" in msg
     assert not out.exists()
 
 
 def test_the_limits_follow_the_environment(tmp_path, monkeypatch):
     """A cap below a member's size refuses it; a higher ratio lets a bomb through."""
-    members = _members()
+    members = eval_members()
     ok = write_eval(tmp_path / "ok.eval", members)
     head = len(members["header.json"])
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_BYTES", str(head - 1))
@@ -106,7 +71,7 @@ def test_the_limits_follow_the_environment(tmp_path, monkeypatch):
     with pytest.raises(CkptselError, match=r"CKPTSEL_INFLATE_MAX_BYTES='a lot'"):
         read_inspect_log(ok)
     monkeypatch.delenv("CKPTSEL_INFLATE_MAX_BYTES")
-    small = write_eval(tmp_path / "small.eval", _members(20 << 20))
+    small = write_eval(tmp_path / "small.eval", eval_members(20 << 20))
     with pytest.raises(CkptselError, match="ZIP bomb"):
         read_inspect_log(small)
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_RATIO", "1000000")
@@ -123,7 +88,7 @@ def test_an_lm_eval_gzip_bomb_is_refused_while_it_inflates(tmp_path, monkeypatch
 
     from ckptsel.ingest import ingest_lm_eval
     from ckptsel.ingest.lm_eval import read_samples
-    from test_ingest import gsm8k_line, write_samples
+    from lmevalcase import gsm8k_line, write_samples
 
     lines = [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)]
     plain = write_samples(tmp_path / "plain", "gsm8k", lines)

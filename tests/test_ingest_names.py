@@ -13,7 +13,7 @@ from ckptsel.ingest import ingest_inspect, ingest_lm_eval
 from ckptsel.records import read_frame
 from ckptsel.study import configuration_and_seed, seed_of
 from ckptsel.study.configuration import trajectory_name
-from test_ingest import gsm8k_checkpoint, gsm8k_line, write_samples
+from lmevalcase import gsm8k_checkpoint, gsm8k_line, write_samples
 
 INSPECT = Path(__file__).parent / "data" / "harness_logs" / "inspect"
 [JSON_LOG] = sorted(INSPECT.glob("*.json"))

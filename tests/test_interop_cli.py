@@ -229,7 +229,7 @@ def test_bad_log_options_are_one_line(records, tmp_path, capsys):
 # --------------------------------------------------------------------------- ckptsel run + [log]
 def test_run_logs_where_the_log_table_says(stores, tmp_path, capsys):
     mlflow = import_mlflow()
-    from test_ingest import gsm8k_checkpoint
+    from lmevalcase import gsm8k_checkpoint
 
     for k, folder in enumerate(("a-s1", "a-s2", "b-s1", "b-s2")):
         for split in ("validation", "test"):

@@ -24,7 +24,7 @@ import pytest
 
 from ckptsel.cli.output import progress_bars
 from ckptsel.measure.progress import ProgressEvent
-from test_ingest import gsm8k_checkpoint
+from lmevalcase import gsm8k_checkpoint
 
 from clirun import run_cli
 
@@ -242,9 +242,9 @@ def test_a_long_lm_eval_line_is_refused_before_it_is_parsed(tmp_path, capsys, sm
 
 
 def test_a_long_inspect_sample_is_refused_before_it_is_parsed(tmp_path, capsys, small_lines):
-    from test_ingest_limits import _members, write_eval
+    from inspectcase import eval_members, write_eval
 
-    log = write_eval(tmp_path / "long.eval", _members(pad_sample=30000))
+    log = write_eval(tmp_path / "long.eval", eval_members(pad_sample=30000))
     out = tmp_path / "records"
     line = one_line(*run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match"],
                              capsys))  # fmt: skip

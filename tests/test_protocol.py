@@ -13,7 +13,8 @@ from ckptsel.cli import main
 from ckptsel.errors import CkptselError
 from ckptsel.study import check_protocol, freeze, load_spec, protocol_path, protocol_status
 from ckptsel.workflows import StudyRun
-from test_run_study import MINIMAL, gsm_rows, jsonl, write
+
+from tinyrun import MINIMAL, gsm_rows, jsonl, write
 
 
 @pytest.fixture

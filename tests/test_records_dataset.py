@@ -19,6 +19,7 @@ from ckptsel import records
 from ckptsel.errors import CkptselError
 
 import recordsgen as rg
+from recordsgen import same_loads  # noqa: E402
 
 SRC = str(Path(records.__file__).parents[2])
 
@@ -34,23 +35,6 @@ def _units(folder: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
     return folder
 
 
-def _same_loads(a: Path, b: Path) -> None:
-    va, vb = records.load_validation(a), records.load_validation(b)
-    ta, tb = records.load_test(a, va), records.load_test(b, vb)
-    assert [v.trajectory for v in va] == [v.trajectory for v in vb]
-    for x, y in zip(va + ta, vb + tb, strict=True):
-        for name, value in vars(x).items():
-            other = getattr(y, name)
-            if isinstance(value, dict):
-                assert value.keys() == other.keys()
-                for k in value:
-                    np.testing.assert_array_equal(value[k], other[k])
-            elif name == "answers":  # integer codes: equal up to a relabelling
-                pairs = np.unique(np.stack([value.ravel(), other.ravel()]), axis=1)
-                assert value.shape == other.shape
-                assert pairs.shape[1] == len(np.unique(value)) == len(np.unique(other))
-            else:
-                np.testing.assert_array_equal(value, other)
 
 
 def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
@@ -61,14 +45,14 @@ def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
     n_units = gen.groupby(["trajectory", "step"]).ngroups
     assert len(records.list_units(units, "generations")) == n_units
     assert len(records.list_units(units, "nll")) == n_units
-    _same_loads(single, units)
+    same_loads(single, units)
     # mixed: half the trajectories as single files, the rest as units
     trajs = sorted(gen["trajectory"].unique())
     half = gen["trajectory"].isin(trajs[::2])
     nhalf = nll["trajectory"].isin(trajs[::2])
     mixed = rg.write(tmp_path / "mixed", gen[half], nll[nhalf])
     _units(mixed, gen[~half], nll[~nhalf])
-    _same_loads(single, mixed)
+    same_loads(single, mixed)
     # every row once, in the single file's order
     pd.testing.assert_frame_equal(records.read_frame(mixed, "generations"),
                                   records.read_frame(single, "generations"))
@@ -133,7 +117,7 @@ def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
     assert {p: p.read_bytes() for p in others} == others
     expected = gen.copy()
     expected.loc[flip, "correct"] = ~expected.loc[flip, "correct"]
-    _same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
+    same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
 
 
 def test_a_unit_supersedes_the_single_files_rows_of_its_checkpoint(study, tmp_path):
@@ -149,7 +133,7 @@ def test_a_unit_supersedes_the_single_files_rows_of_its_checkpoint(study, tmp_pa
     assert len(unit) == int(((gen["trajectory"] == traj) & (gen["step"] == step)).sum())
     expected = gen.copy()
     expected.loc[changed.index, ["answer", "correct"]] = ["zzz", False]
-    _same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
+    same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
 
 
 def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path):
@@ -198,7 +182,7 @@ def test_texts_live_apart_and_compact_writes_single_files(study, tmp_path):
     single = pd.read_parquet(folder / "generations.parquet")
     pd.testing.assert_frame_equal(single, full)
     pd.testing.assert_frame_equal(pd.read_parquet(folder / "nll.parquet"), nll_before)
-    _same_loads(rg.write(tmp_path / "ref", gen, nll), folder)
+    same_loads(rg.write(tmp_path / "ref", gen, nll), folder)
 
 
 def test_compact_command(study, tmp_path):

@@ -15,9 +15,9 @@ from ckptsel import records
 from ckptsel._util.locations import Location
 from ckptsel.records import store
 from ckptsel.records.cache import memo
-from test_records_dataset import _same_loads
 
 import recordsgen as rg
+from recordsgen import same_loads
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_units_on_s3_are_the_local_units(study, s3, tmp_path):
             records.read_frame(local, kind), records.read_frame(remote, kind)
         )
     assert s3.fs.list_multipart_uploads(s3.bucket) == []  # every unit one PUT
-    _same_loads(local, remote)
+    same_loads(local, remote)
     assert ".packs/generations/" in " ".join(s3.keys("records", "units"))  # one per trajectory
 
 
@@ -145,4 +145,4 @@ def test_single_files_units_and_compact_on_s3(study, s3, tmp_path):
     written = records.compact(remote)
     assert [w.name for w in written] == ["generations.parquet", "nll.parquet"]
     assert not [k for k in s3.keys("records") if k.startswith("units/")]
-    _same_loads(rg.write(tmp_path / "expected2", expected, nll), remote)
+    same_loads(rg.write(tmp_path / "expected2", expected, nll), remote)

@@ -10,9 +10,9 @@ import pytest
 from ckptsel.choose import ChoiceSettings, choose_trajectory, core, rules
 from ckptsel.results import Estimate, fmt
 from ckptsel.workflows import SelectSettings, select_checkpoint
-from test_engine import val
 
 import recordsgen as rg
+from recordsgen import val
 
 
 def test_rule_order_and_roles():

@@ -23,48 +23,18 @@ from ckptsel.workflows.study_run import stages_to_run
 from ckptsel.workflows.study_run.context import seed_of
 from ckptsel.workflows.study_run.fingerprint import fingerprint_diff
 
+from tinyrun import MINIMAL, gsm_rows, jsonl, write  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 
 
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
-def gsm_rows(n: int) -> list[dict]:
-    return [
-        {
-            "question": f"Ann has {a} pens and gets {a + 1} more. How many?",
-            "answer": f"x\n#### {2 * a + 1}",
-        }
-        for a in range(n)
-    ]
 
 
-def jsonl(path: Path, rows: list[dict]) -> Path:
-    return write(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
-MINIMAL = """schema = 2
-[study]
-base_model = "base"
-seeds = [1]
-[train]
-task = "gsm8k"
-file = "train.jsonl"
-[validation]
-task = "gsm8k"
-file = "val.jsonl"
-[test]
-task = "gsm8k"
-file = "test.jsonl"
-[[configurations]]
-name = "a"
-steps = 2
-save_every = 1
-"""
 
 
 @pytest.fixture
@@ -704,7 +674,7 @@ def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
     """Trajectories evaluated by lm-evaluation-harness: ``<folder>/<split>/checkpoint-<step>``."""
     sys.path.insert(0, str(Path(__file__).parent))
     from ckptsel.records import read_frame
-    from test_ingest import gsm8k_checkpoint
+    from lmevalcase import gsm8k_checkpoint
 
     for k, folder in enumerate(("a-s1", "a-s2", "b-s1", "b-s2")):
         for split in ("validation", "test"):

@@ -371,7 +371,7 @@ def test_a_study_pool_of_a_task_file(tmp_path: Path) -> None:
 
 def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
     from ckptsel.records import read_frame
-    from test_ingest import gsm8k_checkpoint
+    from lmevalcase import gsm8k_checkpoint
 
     folder = gsm8k_checkpoint(
         tmp_path / "evals" / "run-x" / "checkpoint-100",

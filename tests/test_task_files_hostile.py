@@ -273,7 +273,7 @@ def _slow_task(tmp_path: Path) -> Path:
 
 
 def test_ingest_and_compare_logs_end_a_backtracking_regex_in_one_line(tmp_path, capsys) -> None:
-    from test_ingest import gsm8k_checkpoint
+    from lmevalcase import gsm8k_checkpoint
 
     runs = [
         gsm8k_checkpoint(tmp_path / "evals" / name / "checkpoint-100",

@@ -450,9 +450,9 @@ def test_a_refusal_flipped_to_passed_with_the_plain_digest_recomputed_is_checked
     pytest.importorskip("torch")
     pytest.importorskip("peft")
     from ckptsel.measure import conformance
-    from test_conformance import _register
-    from test_conformance_keys import measure_args
 
+    from archmodels import register_positionless_llama
+    from clirun import measure_args
     from tinyrun import build_tiny_run
 
     monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(tmp_path / "cache"))
@@ -462,7 +462,7 @@ def test_a_refusal_flipped_to_passed_with_the_plain_digest_recomputed_is_checked
     cfg = json.loads((broken / "config.json").read_text())
     cfg.update(model_type="positionless_llama", architectures=["PositionlessLlamaForCausalLM"])
     (broken / "config.json").write_text(json.dumps(cfg))
-    _register()
+    register_positionless_llama()
     code, said = run_cli(measure_args(tiny, tiny.run_dir, tmp_path / "a", "--base", broken), capsys)
     assert code == 2 and "PositionlessLlamaForCausalLM float32" in said, said
     cache = conformance.cache_path()

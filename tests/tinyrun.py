@@ -339,3 +339,43 @@ def study_to_toml(study: Study) -> str:
         lines += [f"{k} = {_toml(v)}" for k, v in entries.items() if v is not None]
     lines += configurations_toml(study.configurations)
     return "\n".join(lines) + "\n"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def gsm_rows(n: int) -> list[dict]:
+    return [
+        {
+            "question": f"Ann has {a} pens and gets {a + 1} more. How many?",
+            "answer": f"x\n#### {2 * a + 1}",
+        }
+        for a in range(n)
+    ]
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    return write(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+MINIMAL = """schema = 2
+[study]
+base_model = "base"
+seeds = [1]
+[train]
+task = "gsm8k"
+file = "train.jsonl"
+[validation]
+task = "gsm8k"
+file = "val.jsonl"
+[test]
+task = "gsm8k"
+file = "test.jsonl"
+[[configurations]]
+name = "a"
+steps = 2
+save_every = 1
+"""
