@@ -11,7 +11,7 @@ unpadded prompt, for
 * HF's own batched ``generate`` (left-padded, the same batch size): the baseline a user has,
 
 and, in float32, the largest relative NLL difference to an unpadded forward. float32 must be
-exact (it is tested in ``tests/test_architectures.py``); in bfloat16, batched rounding differs
+exact (it is tested in ``tests/measure/test_architectures.py``); in bfloat16, batched rounding differs
 from unbatched, and the target is ckptsel no worse than HF batched generation: judged per row
 and pooled item by item (the items only one side gets right, with an exact sign test). Main venv::
 

@@ -227,7 +227,7 @@ under the Alpaca prompt, which this run was not trained on ({t_alpaca:.1f} s).
 
 The tiny tokenizer adds no BOS of its own, so this run does not exercise a template that writes
 BOS; ckptsel tokenizes a rendered chat prompt without adding special tokens, as
-`apply_chat_template(tokenize=True)` does (`tests/test_prompt_formats.py`).
+`apply_chat_template(tokenize=True)` does (`tests/measure/test_prompt_formats.py`).
 """
     print(body)
     if not args.no_write:

@@ -32,4 +32,4 @@ assert transformers.__version__.startswith(sys.argv[1] + "."), transformers.__ve
 print("transformers", transformers.__version__)
 PY
 PYTHONPATH=src "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/test_family_seams.py tests/test_architectures.py -k "not bfloat16 and not sdpa"
+  tests/measure/test_family_seams.py tests/measure/test_architectures.py -k "not bfloat16 and not sdpa"

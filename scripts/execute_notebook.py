@@ -1,5 +1,5 @@
 """Build examples/analysis.ipynb from the cells below and execute it in a real kernel, saving
-its outputs (the committed notebook is this script's output; tests/test_notebook.py executes it
+its outputs (the committed notebook is this script's output; tests/project/test_notebook.py executes it
 again and checks the outputs are the same). Usage: python scripts/execute_notebook.py
 (needs the dev extra: nbformat, nbclient, ipykernel). Runs in a temporary folder."""
 

@@ -8,7 +8,7 @@ reader of the repository sees them without building the site.
 
 It needs the dev install only (ckptsel and its core dependencies, not the [docs] extra). The
 generator is ``docs/_hooks/generate.py``, the same file MkDocs runs as a hook, so the built site
-equals the tree; ``tests/test_docs.py`` checks that the committed parts are current. Bad markers
+equals the tree; ``tests/project/test_docs.py`` checks that the committed parts are current. Bad markers
 are one line naming the page and line (exit 2), and then no page is written.
 """
 

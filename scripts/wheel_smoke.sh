@@ -9,7 +9,7 @@
 # Usage: bash scripts/wheel_smoke.sh [DIST_DIR] (DIST_DIR, if given, receives the wheel and the
 # sdist). Most of its time is the quickstart (2-3 minutes on 2 idle cores); pip reuses its cache.
 # CKPTSEL_QUICKSTART_OUT=DIR: the quickstart writes to DIR (a new or empty folder; its output goes
-# to DIR.log) and both are kept; .ci/run hands them to tests/test_quickstart.py
+# to DIR.log) and both are kept; .ci/run hands them to tests/sim/test_quickstart.py
 # (CKPTSEL_TEST_QUICKSTART=DIR), which then checks this run instead of running its own.
 set -euo pipefail
 dist_out=${1:+$(realpath -m "$1")}  # relative to where it was called from

@@ -5,7 +5,7 @@ included, and the items that exercise them.
 ``FAMILIES`` maps a name to a function ``tokenizer -> (model class, config)``. Every model has 2
 layers and a hidden size of 64; sliding-window families get :data:`WINDOW` tokens, shorter than
 most prompt + response lengths of :func:`items`, so windows really cut. Used by
-``tests/test_architectures.py`` (float32: identical texts, equal NLL) and
+``tests/measure/test_architectures.py`` (float32: identical texts, equal NLL) and
 ``benchmarks/bench_architectures.py`` (bfloat16 agreement).
 """
 

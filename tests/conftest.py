@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 # loaded before anything loads numpy: it pins numpy's BLAS kernels (ckptsel._util.blas), so the
-# pinned summary hashes hold on every CPU (tests/test_blas.py checks this session's kernel)
+# pinned summary hashes hold on every CPU (tests/project/test_blas.py checks this session's kernel)
 import ckptsel  # noqa: F401
 
 from s3local import s3, s3_endpoint  # noqa: F401  (fixtures: a local S3 server, a bucket per test)

@@ -32,7 +32,7 @@ pin_kernels()  # before numpy/torch load: the same float results on every x86-64
 
 __version__ = "0.1.0"
 
-# name -> the package that serves it (imported on first use; tests/test_exports.py reads this)
+# name -> the package that serves it (imported on first use; tests/project/test_exports.py reads this)
 _EXPORTS: dict[str, str] = {
     "analyze": "ckptsel.workflows",
     "verify": "ckptsel.workflows",

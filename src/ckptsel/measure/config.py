@@ -150,7 +150,7 @@ class MeasureSpec:
         forcing, response + EOS, the windows, and the engine when it is vLLM).
 
         These rules must never change: released (0.1.0) records are named by them
-        (``tests/test_part_keys.py`` pins them); a new setting that changes a measurement
+        (``tests/measure/test_part_keys.py`` pins them); a new setting that changes a measurement
         enters the payload only when it differs from its old value, so old keys stay.
         """
         if kind == "generations":

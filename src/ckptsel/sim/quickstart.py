@@ -334,7 +334,7 @@ def write_inputs(
     say(f"quickstart: writing the embedded task into {out / 'data'}…")
     write_embedded(out / "data", plan.task)
     # the base pre-trains alone (nothing else runs yet): up to two threads, which give it the
-    # same weights bit for bit as one (tests/test_quickstart.py checks)
+    # same weights bit for bit as one (tests/sim/test_quickstart.py checks)
     threads = torch.get_num_threads()
     torch.set_num_threads(base_threads)
     steps = plan.base.steps

@@ -9,7 +9,7 @@ records, safe to delete, and never a source of truth; the contract
 * :mod:`~ckptsel.records.cache.arrays` — the loaded records as named arrays (what memo stores).
 
 The records modules call the cache only through the names below (the seam);
-``tests/test_architecture.py`` checks who imports it.
+``tests/project/test_architecture.py`` checks who imports it.
 """
 
 from __future__ import annotations

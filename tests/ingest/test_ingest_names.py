@@ -15,7 +15,7 @@ from ckptsel.study import configuration_and_seed, seed_of
 from ckptsel.study.configuration import trajectory_name
 from lmevalcase import gsm8k_checkpoint, gsm8k_line, write_samples
 
-INSPECT = Path(__file__).parent / "data" / "harness_logs" / "inspect"
+INSPECT = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
 [JSON_LOG] = sorted(INSPECT.glob("*.json"))
 
 

@@ -15,7 +15,7 @@ from ckptsel.ingest import ingest_inspect
 from ckptsel.ingest.inspect import read_inspect_log
 from inspectcase import eval_members, write_eval  # noqa: E402
 
-DATA = Path(__file__).parent / "data" / "harness_logs" / "inspect"
+DATA = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
 [JSON_LOG] = sorted(DATA.glob("*.json"))
 QUIET = {"note": lambda m: None}
 PAD = 40 << 20  # a 40 MiB member: past the 16 MiB floor, about 1.3 KB compressed with zstd

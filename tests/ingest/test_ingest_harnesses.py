@@ -22,7 +22,7 @@ from ckptsel.ingest.mapping import CheckpointLog, ingest_logs
 from ckptsel.records import read_frame, upsert_records
 from ckptsel.workflows import analyze
 
-DATA = Path(__file__).parent / "data" / "harness_logs"
+DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 INSPECT = DATA / "inspect"
 DETAILS = DATA / "lighteval" / "details"
 EVALS = sorted(INSPECT.glob("*.eval"))

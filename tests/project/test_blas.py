@@ -1,7 +1,7 @@
 """ckptsel pins numpy's BLAS kernels and torch's MKL code path on x86-64 (``ckptsel._util.blas``),
 so summary.json is the same bytes on AVX2 and AVX-512 CPUs (the hashes pinned in test_summary
 were written on an AMD CPU, whose OpenBLAS kernels are Haswell's), and the quickstart's base
-the same weights on one thread or two (tests/test_embedded.py checks those)."""
+the same weights on one thread or two (tests/data/test_embedded.py checks those)."""
 
 from __future__ import annotations
 

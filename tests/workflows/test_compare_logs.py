@@ -1,6 +1,6 @@
 """``ckptsel compare-logs LOG_A LOG_B``: two evaluation logs compared paired, as ``ckptsel
 compare`` compares two checkpoints of ingested records (the same numbers), on logs inspect-ai
-and lighteval wrote (tests/data/harness_logs, see tests/test_ingest_harnesses.py) and on
+and lighteval wrote (tests/data/harness_logs, see tests/ingest/test_ingest_harnesses.py) and on
 lm-eval ``--log_samples`` files written here in lm-eval's format; Holm and Benjamini–Hochberg
 against hand-computed answers."""
 
@@ -25,7 +25,7 @@ from ckptsel.workflows.advise.planning import (
     mcnemar_power_bound,
 )
 
-DATA = Path(__file__).parent / "data" / "harness_logs"
+DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 EVALS = sorted((DATA / "inspect").glob("*.eval"))
 A80, B80 = EVALS[2], EVALS[5]  # tiny-a and tiny-b at step 80: they differ on 6 of 12 samples
 DETAILS = DATA / "lighteval" / "details" / "runs"

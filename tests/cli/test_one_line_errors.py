@@ -28,7 +28,7 @@ from lmevalcase import gsm8k_checkpoint
 
 from clirun import run_cli
 
-DATA = Path(__file__).parent / "data" / "harness_logs"
+DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 INSPECT = DATA / "inspect"
 DETAILS = DATA / "lighteval" / "details"
 BIG = "9" * 20  # a step of 20 digits: past int64

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ckptsel"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ckptsel"
 MAX_TOP_LEVEL = 25
 BEFORE = 510  # names exported across every package __init__ (sub-packages too) before issue 49
 # What the stage __init__s export now, every name with an importer in another package: a ratchet

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 from tests.clirun import run_cli
-from tests.test_ingest import gsm8k_line, write_samples
-from tests.test_ingest_limits import write_eval
+from tests.inspectcase import write_eval
+from tests.lmevalcase import gsm8k_line, write_samples
 
 from ckptsel.data import extract
 from ckptsel.records import read_frame
 
-DATA = Path(__file__).parent / "data" / "harness_logs"
+DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 [JSON_LOG] = sorted((DATA / "inspect").glob("*.json"))
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "harness-logs.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "harness-logs.md"
 GOOD = [
     gsm8k_line(i, f"#### {a}", "strict-match", a, 1.0) for i, a in enumerate(["18", "1234", "5"])
 ]

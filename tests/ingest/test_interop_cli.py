@@ -32,7 +32,7 @@ from offline_trackers import (
     wandb_runs,
 )
 
-DATA = Path(__file__).parent / "data" / "harness_logs"
+DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 EVALS = sorted((DATA / "inspect").glob("*.eval"))
 DETAILS = DATA / "lighteval" / "details"
 FAST = ["--permutations", "20", "--draws", "200", "--budgets", "4"]

@@ -88,7 +88,7 @@ def test_every_schema_is_documented_and_every_reporting_command_has_json():
     import importlib.util
     from pathlib import Path
 
-    hook = Path(__file__).parents[1] / "docs" / "_hooks" / "generate.py"
+    hook = Path(__file__).parents[2] / "docs" / "_hooks" / "generate.py"
     spec = importlib.util.spec_from_file_location("docs_hook", hook)
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)

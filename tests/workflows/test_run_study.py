@@ -25,7 +25,7 @@ from ckptsel.workflows.study_run.fingerprint import fingerprint_diff
 
 from tinyrun import MINIMAL, gsm_rows, jsonl, write  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
 
@@ -326,7 +326,7 @@ def tiny(tmp_path_factory, shared_data: Path):
     pytest.importorskip("peft")
     import sys as _sys
 
-    _sys.path.insert(0, str(Path(__file__).parent))
+    _sys.path.insert(0, str(Path(__file__).parents[1]))
     from ckptsel.data.prompts import format_prompt
     from ckptsel.data.tasks import gsm8k_response
 
@@ -672,7 +672,7 @@ runs = "ext/b_seed*"
 
 def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
     """Trajectories evaluated by lm-evaluation-harness: ``<folder>/<split>/checkpoint-<step>``."""
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     from ckptsel.records import read_frame
     from lmevalcase import gsm8k_checkpoint
 

@@ -1,4 +1,4 @@
-"""Issue 29's model-family seams, beyond the architecture matrix (tests/test_architectures.py):
+"""Issue 29's model-family seams, beyond the architecture matrix (tests/measure/test_architectures.py):
 the cache keyword (no deprecation warning per checkpoint on transformers 5), LongRoPE's batch
 independence, and a LoRA the model's forward never calls (Jamba's ``dt_proj``) refused in one
 line whatever the dtype."""

@@ -13,7 +13,7 @@ import pytest
 
 from ckptsel.cli import main
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 BLOCK = re.compile(r"^<!-- follow-along -->\n```(\w+)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 PAGES = sorted(p for p in DOCS.rglob("*.md") if BLOCK.search(p.read_text()))
 

@@ -13,7 +13,7 @@ nbformat = pytest.importorskip("nbformat", reason="the dev extra installs nbform
 nbclient = pytest.importorskip("nbclient", reason="the dev extra installs nbclient")
 pytest.importorskip("ipykernel", reason="the dev extra installs ipykernel")
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "analysis.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "analysis.ipynb"
 
 
 def texts(nb) -> list[list[str]]:

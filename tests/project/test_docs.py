@@ -16,7 +16,7 @@ import typer
 
 from ckptsel.cli import app, main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)

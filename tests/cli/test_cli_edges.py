@@ -18,7 +18,7 @@ import pytest
 import ckptsel
 from ckptsel.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(capsys, args: list[str]) -> str:

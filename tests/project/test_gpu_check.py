@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
     pytest.mark.filterwarnings("ignore:.*keys did not match any targeted module:RuntimeWarning"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "api.md"
 BLOCK = re.compile(
     r"^```python\n(?P<code>.*?)^```\n(?:\n```text\n(?P<out>.*?)^```\n)?", re.DOTALL | re.MULTILINE
 )

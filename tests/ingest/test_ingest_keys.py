@@ -14,7 +14,7 @@ import pytest
 from ckptsel.records import read_frame, upsert_records
 from lmevalcase import gsm8k_line, write_samples
 
-INSPECT = Path(__file__).parent / "data" / "harness_logs" / "inspect"
+INSPECT = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
 EVALS = sorted(INSPECT.glob("*.eval"))
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ckptsel"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ckptsel"
 
 # Stages, earlier first: (layer, top-level names of ckptsel in their order)
 ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -154,7 +154,7 @@ def test_every_module_has_a_place():
         except (KeyError, ValueError, StopIteration):
             unplaced.append(name)
     assert not unplaced, (
-        "place these modules in ORDER/SUBORDER of tests/test_architecture.py and in "
+        "place these modules in ORDER/SUBORDER of tests/project/test_architecture.py and in "
         f"ARCHITECTURE.md: {unplaced}"
     )
     stale = [

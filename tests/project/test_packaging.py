@@ -13,7 +13,7 @@ import ckptsel
 
 from clirun import run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_pyproject_reads_the_one_version():
