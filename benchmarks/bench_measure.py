@@ -489,9 +489,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from ckptsel import records
     from ckptsel.cli.output import progress_bars
     from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.records.units import list_units
 
     from tinyrun import build_tiny_run
 
@@ -515,7 +515,7 @@ def main() -> None:
             rows = sum(  # the records' units (one file per checkpoint and kind)
                 pq.read_metadata(u.path).num_rows
                 for kind in ("generations", "nll")
-                for u in records.list_units(tmp / "records", kind)
+                for u in list_units(tmp / "records", kind)
             )
             rss.append((step, rss_mb(), peak_mb(), rows))
 

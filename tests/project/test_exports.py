@@ -32,6 +32,8 @@ MAX_STAGE_EXPORTS = 334
 PENDING = ()
 # exported with no outside importer, on purpose: (package, name) -> why
 KEPT = {
+    ("records", "write_unit"): "the records contract's writer for a user's own measurement "
+    "(docs/how-to/measure.md: one checkpoint's rows beside upsert_records)",
     ("cli", "app"): "without it ckptsel.cli.app is the submodule: `from ckptsel.cli import app` "
     "would quietly give a module instead of the Typer app",
 }

@@ -30,6 +30,7 @@ import pytest
 
 from ckptsel import records
 from ckptsel.records.cache import memo, pack
+from ckptsel.records.units import list_units
 
 import recordsgen as rg
 from clirun import run_cli
@@ -337,7 +338,7 @@ def test_a_pack_keyed_by_another_user_is_not_trusted_and_gives_the_same_numbers(
     for path in _pack_files(copied):
         traj = path.stem
         meta = pq.read_schema(path).metadata
-        assert pack.current(meta, records.list_units(copied, "generations", traj)) is None
+        assert pack.current(meta, list_units(copied, "generations", traj)) is None
     shutil.rmtree(copied / memo.MEMO_DIR, ignore_errors=True)
     code, _ = _analyze(copied, tmp_path / "res")
     assert code == 0 and (tmp_path / "res" / "summary.json").read_bytes() == reference

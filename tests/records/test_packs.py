@@ -19,6 +19,7 @@ from ckptsel.records import load, store
 from ckptsel.records.cache import memo, pack
 from ckptsel.records.codec import read_schema
 from ckptsel.records.provenance import read_provenance, unit_provenance
+from ckptsel.records.units import list_units, unit_path
 from ckptsel.records.weights import CheckpointStamp, read_stamps
 from ckptsel.workflows import analysis
 
@@ -51,7 +52,7 @@ def _packs(folder, kind="generations") -> dict[str, object]:
 
 
 def _is_current(folder, kind, traj) -> bool:
-    units = records.list_units(folder, kind, traj)
+    units = list_units(folder, kind, traj)
     meta = read_schema(pack.pack_path(folder, kind, traj)).metadata
     return pack.current(meta, units) is not None
 
@@ -60,7 +61,7 @@ def _garble_units(folder) -> None:
     """Every generation and NLL unit overwritten with garbage of its size, its modification
     time put back: the listing is unchanged, but reading any unit would fail."""
     for kind in pack.PACKED_KINDS:
-        for u in records.list_units(folder, kind):
+        for u in list_units(folder, kind):
             st = os.stat(u.path.local)
             u.path.local.write_bytes(b"\0" * st.st_size)
             os.utime(u.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -195,18 +196,18 @@ def test_one_listing_lists_once_and_a_write_through_the_writer_is_seen(study, tm
     steps = sorted(gen[gen.trajectory == first_traj].step.unique())
     held = (gen.trajectory == first_traj) & (gen.step == steps[-1])
     records.upsert_records(folder, generations=gen[~held])
-    every = [(u.trajectory, u.step) for u in records.list_units(folder, "generations")]
-    unit = records.unit_path(folder, "generations", first_traj, steps[0]).local
+    every = [(u.trajectory, u.step) for u in list_units(folder, "generations")]
+    unit = unit_path(folder, "generations", first_traj, steps[0]).local
     with records.one_listing():
-        assert [(u.trajectory, u.step) for u in records.list_units(folder, "generations")] == every
+        assert [(u.trajectory, u.step) for u in list_units(folder, "generations")] == every
         shutil.copy(unit, unit.with_name("step-999999.parquet"))  # not through the writer
-        assert [(u.trajectory, u.step) for u in records.list_units(folder, "generations")] == every
-        assert [u.step for u in records.list_units(folder, "generations", first_traj)] == steps[:-1]
+        assert [(u.trajectory, u.step) for u in list_units(folder, "generations")] == every
+        assert [u.step for u in list_units(folder, "generations", first_traj)] == steps[:-1]
         records.write_unit(folder, first_traj, int(steps[-1]), generations=gen[held])
-        after = [u.step for u in records.list_units(folder, "generations", first_traj)]
+        after = [u.step for u in list_units(folder, "generations", first_traj)]
         assert after == [*steps, 999999]
     os.remove(unit.with_name("step-999999.parquet"))
-    assert [u.step for u in records.list_units(folder, "generations", first_traj)] == steps
+    assert [u.step for u in list_units(folder, "generations", first_traj)] == steps
 
 
 def test_a_stray_folder_under_units_is_no_records(study, tmp_path):
@@ -238,10 +239,10 @@ def test_a_unit_written_again_as_it_is_leaves_unit_and_pack_untouched(study, tmp
     gen, nll = study
     folder = tmp_path / "rec"
     records.upsert_records(folder, generations=gen, nll=nll)
-    units = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in records.list_units(folder, k)}
+    units = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in list_units(folder, k)}
     packs = {p: p.read_bytes() for k in pack.PACKED_KINDS for p in _packs(folder, k).values()}
     records.upsert_records(folder, generations=gen, nll=nll)
-    again = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in records.list_units(folder, k)}
+    again = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in list_units(folder, k)}
     assert again == units
     assert {p: p.read_bytes() for p in packs} == packs
     traj = sorted(gen.trajectory.unique())[0]
@@ -285,7 +286,7 @@ def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch)
     gen, nll = study
     folder = tmp_path / "r"
     records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
-    proofs = pack.proofs(folder, "nll", records.list_units(folder, "nll"))
+    proofs = pack.proofs(folder, "nll", list_units(folder, "nll"))
     assert sorted(proofs) == sorted(gen["trajectory"].unique())
     for traj, proof in proofs.items():
         steps = sorted(gen.loc[(gen["trajectory"] == traj) & (gen["split"] == "test"), "step"].unique())
@@ -338,7 +339,7 @@ def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_p
     gen, nll = study
     folder = tmp_path / "r"
     records.upsert_records(folder, generations=gen, nll=nll)
-    unit = records.list_units(folder, "generations")[0]
+    unit = list_units(folder, "generations")[0]
     assert _is_current(folder, "generations", unit.trajectory)
     st = os.stat(unit.path.local)
     original = unit.path.local.read_bytes()
@@ -348,7 +349,7 @@ def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_p
         temp.write_bytes(data)
         os.replace(temp, unit.path.local)
         os.utime(unit.path.local, ns=(st.st_atime_ns, st.st_mtime_ns))
-        again = records.list_units(folder, "generations")[0]
+        again = list_units(folder, "generations")[0]
         assert (again.size, again.tag.split(".")[0]) == (unit.size, unit.tag.split(".")[0])
         assert again.tag != unit.tag  # a new version ...
         assert _is_current(folder, "generations", unit.trajectory) is current  # ... of these bytes?
@@ -368,8 +369,8 @@ def test_a_copied_folder_reuses_its_packs(study, reference, tmp_path, monkeypatc
     shutil.copytree(folder, copied)
     trajs = sorted(gen["trajectory"].unique())
     for kind in pack.PACKED_KINDS:
-        versions = {u.tag for u in records.list_units(folder, kind)}
-        assert not versions & {u.tag for u in records.list_units(copied, kind)}  # all new versions
+        versions = {u.tag for u in list_units(folder, kind)}
+        assert not versions & {u.tag for u in list_units(copied, kind)}  # all new versions
         assert all(_is_current(copied, kind, t) for t in trajs)
     opened = []
     real = scan._read_local
@@ -397,7 +398,7 @@ def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study,
     monkeypatch.setattr(pack, "read_schema", lambda p, *a, **k: (reads.append(str(p)), real(p, *a, **k))[1])
     with records.one_listing():
         assert read_provenance(folder, "nll")
-        units = records.list_units(folder, "nll")
+        units = list_units(folder, "nll")
         assert sorted(pack.proofs(folder, "nll", units)) == trajs
         assert len(reads) == len(trajs) == len(set(reads))  # each footer once
         store.refresh_pack(folder, "nll", trajs[0], force=True)  # rewritten in the block

@@ -15,6 +15,8 @@ from ckptsel import records
 from ckptsel._util.locations import Location
 from ckptsel.records import store
 from ckptsel.records.cache import memo
+from ckptsel.records.codec import read_table
+from ckptsel.records.units import list_units, unit_path
 
 import recordsgen as rg
 from recordsgen import same_loads
@@ -32,7 +34,7 @@ def test_units_on_s3_are_the_local_units(study, s3, tmp_path):
     records.upsert_records(local, generations=gen, nll=nll)
     records.upsert_records(remote, generations=gen, nll=nll)
     for kind in ("generations", "nll"):
-        lu, ru = records.list_units(local, kind), records.list_units(remote, kind)
+        lu, ru = list_units(local, kind), list_units(remote, kind)
         assert [(u.trajectory, u.step) for u in lu] == [(u.trajectory, u.step) for u in ru]
         assert all(a.path.read_bytes() == b.path.read_bytes() for a, b in zip(lu, ru, strict=True))
         pd.testing.assert_frame_equal(
@@ -96,7 +98,7 @@ def test_a_lost_race_is_merged_not_lost(study, s3, monkeypatch):
     monkeypatch.setattr(Location, "read_tagged", read_then_someone_writes)
     records.write_unit(remote, traj, step, generations=b)
     monkeypatch.undo()
-    unit = records.read_table(records.unit_path(remote, "generations", traj, step)).to_pandas()
+    unit = read_table(unit_path(remote, "generations", traj, step)).to_pandas()
     assert raced and sorted(unit["item_id"]) == sorted([*a["item_id"], *b["item_id"]])
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
+from ckptsel.records.units import list_units, unit_path
 
 import recordsgen as rg
 from recordsgen import same_loads  # noqa: E402
@@ -43,8 +44,8 @@ def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
     units = _units(tmp_path / "units", gen, nll)
     assert not (units / "generations.parquet").exists()
     n_units = gen.groupby(["trajectory", "step"]).ngroups
-    assert len(records.list_units(units, "generations")) == n_units
-    assert len(records.list_units(units, "nll")) == n_units
+    assert len(list_units(units, "generations")) == n_units
+    assert len(list_units(units, "nll")) == n_units
     same_loads(single, units)
     # mixed: half the trajectories as single files, the rest as units
     trajs = sorted(gen["trajectory"].unique())
@@ -107,7 +108,7 @@ def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
     folder = _units(tmp_path / "r", gen, nll)
     records.load_validation(folder)  # builds the read cache
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
-    others = {u.path: u.path.read_bytes() for u in records.list_units(folder, "generations")
+    others = {u.path: u.path.read_bytes() for u in list_units(folder, "generations")
               if (u.trajectory, u.step) != (traj, step)}
     rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step)].copy()
     flip = rows[rows["split"] == "validation"].index[:3]
@@ -129,7 +130,7 @@ def test_a_unit_supersedes_the_single_files_rows_of_its_checkpoint(study, tmp_pa
     changed = gen[sel].head(2).assign(answer="zzz", correct=False)
     records.write_unit(folder, traj, step, generations=changed)
     assert (folder / "generations.parquet").read_bytes() == before  # never rewritten
-    unit = pd.read_parquet(records.unit_path(folder, "generations", traj, step))
+    unit = pd.read_parquet(unit_path(folder, "generations", traj, step))
     assert len(unit) == int(((gen["trajectory"] == traj) & (gen["step"] == step)).sum())
     expected = gen.copy()
     expected.loc[changed.index, ["answer", "correct"]] = ["zzz", False]
@@ -140,10 +141,10 @@ def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path):
     gen, nll = study
     folder = _units(tmp_path / "d", gen, nll)
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
-    path = records.unit_path(folder, "generations", traj, step)
+    path = unit_path(folder, "generations", traj, step)
     rows = pd.read_parquet(path)
     # a hand-made unit holding another checkpoint's rows duplicates that checkpoint's keys
-    other = records.unit_path(folder, "generations", traj, step + 100000)
+    other = unit_path(folder, "generations", traj, step + 100000)
     rows.to_parquet(other, index=False)
     with pytest.raises(CkptselError, match="duplicated record"):
         records.load_validation(folder)
@@ -171,9 +172,9 @@ def test_texts_live_apart_and_compact_writes_single_files(study, tmp_path):
     folder = tmp_path / "t"
     with_text = gen.assign(text=("answer " + gen["item_id"]).astype("string"))
     _units(folder, with_text, nll)
-    unit = next(iter(records.list_units(folder, "generations")))
+    unit = next(iter(list_units(folder, "generations")))
     assert "text" not in pd.read_parquet(unit.path).columns
-    assert len(records.list_units(folder, "texts")) == len(records.list_units(folder, "generations"))
+    assert len(list_units(folder, "texts")) == len(list_units(folder, "generations"))
     full = records.read_frame(folder, "generations")
     assert (full["text"] == "answer " + full["item_id"]).all()
     nll_before = records.read_frame(folder, "nll")
@@ -231,7 +232,7 @@ def test_concurrent_processes_write_one_folder(tmp_path):
     procs += [_writer(folder, "traj0", 100, 4, 40)]
     for p in procs:
         assert p.wait(timeout=120) == 0
-    units = records.list_units(folder, "generations")
+    units = list_units(folder, "generations")
     assert sorted((u.trajectory, u.step) for u in units) == sorted(
         [(f"traj{k}", s) for k in range(3) for s in range(4)] + [("traj0", s) for s in range(100, 104)]
     )
@@ -249,10 +250,10 @@ def test_sigkill_mid_write_leaves_complete_units_only(tmp_path):
     time.sleep(0.37)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    units = records.list_units(folder, "generations")
+    units = list_units(folder, "generations")
     assert len(units) >= 3
     for kind in ("generations", "texts"):
-        for u in records.list_units(folder, kind):
+        for u in list_units(folder, kind):
             assert len(pd.read_parquet(u.path)) == 20000  # complete, never half a unit
     full = records.read_frame(folder, "generations")
     assert len(full) == 20000 * len(units)

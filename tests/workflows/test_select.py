@@ -495,8 +495,8 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
     from dataclasses import replace
 
     from ckptsel.report.html import render_html
-    from ckptsel.workflows import analyze, keep_settings, select_all, verify
-    from ckptsel.workflows.advise import keep_provisional
+    from ckptsel.workflows import analyze, select_all, verify
+    from ckptsel.workflows.advise import keep_provisional, keep_settings
 
     args = ["select", str(records), "--all", "--partitions", "30",
             "--draws", "300", "--bootstrap-partitions", "10"]  # fmt: skip

@@ -61,7 +61,7 @@ from ckptsel.records.schema import (
     empty_generations,
     empty_nll,
 )
-from ckptsel.records.store import compact, upsert_records, write_records
+from ckptsel.records.store import compact, upsert_records, write_records, write_unit
 from ckptsel.records.units import UNITS_DIR, one_listing
 from ckptsel.records.weights import CheckpointStamp, changed_files, recorded_stamps, short_digests
 
@@ -106,4 +106,5 @@ __all__ = [
     "uncached",
     "upsert_records",
     "write_records",
+    "write_unit",
 ]
