@@ -569,7 +569,7 @@ class KeepRow:
 class KeepTable:
     """Which checkpoint to keep, per trajectory (``summary.json``'s ``"keep"``, ``ckptsel
     select --all``): the rule, the ``select`` settings that made it (``select --all`` with them
-    gives the same rows), one :class:`KeepRow` per trajectory, in the records' order, and, for
+    gives the same rows), one :class:`KeepRow` per trajectory, in trajectory order, and, for
     a table made with fewer than ``select``'s defaults, why it is provisional."""
 
     rule: str

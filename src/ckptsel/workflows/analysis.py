@@ -455,8 +455,7 @@ def keep_table(
     analysis' seed and level (:func:`~ckptsel.workflows.advise.keep_settings`); for ``verify``,
     the settings the stored table records."""
     keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
-    rows = tuple(sorted(keep.trajectories, key=lambda row: row.trajectory))  # as by_name orders them
-    return replace(keep, trajectories=rows, provisional=keep_provisional(settings))
+    return replace(keep, provisional=keep_provisional(settings))
 
 
 def write_tables(stage: Path, tables: dict[str, pd.DataFrame]) -> None:

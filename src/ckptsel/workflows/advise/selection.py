@@ -1083,7 +1083,8 @@ def select_all(
     answers: AnswerSettings | None = None,
 ) -> StudySelection:
     """:func:`select_checkpoint` for every trajectory (``validation``: the records' validation
-    data, when already loaded), in the records' order; a trajectory it cannot answer (too few
+    data, when already loaded), in trajectory order however the records are stored (so the
+    keep table's bytes do not depend on it); a trajectory it cannot answer (too few
     eligible items, no NLL records for the ``nll`` rule) keeps its final checkpoint, its row
     saying why. ``keep_only``: the keep table alone (the same rows; ``selections`` empty), for
     ``analyze``: only the rule's choice and split-validation gain are computed."""
@@ -1093,6 +1094,7 @@ def select_all(
     selections = {}
     with single_threaded():
         validation = validation if validation is not None else load_validation(records_dir)
+        validation = sorted(validation, key=lambda v: v.trajectory)
         if keep_only:
             rows = keep_rows(validation, rule, settings, answers)
         else:
