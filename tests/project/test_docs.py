@@ -24,7 +24,7 @@ RUNNABLE = re.compile(r"^<!-- runnable -->\n```[^\n]*\n(.*?)^```", re.DOTALL | r
 # the README's two commands, exactly (CI and users copy them)
 TWO_COMMANDS = (
     "bash scripts/setup.sh && .venv/bin/ckptsel quickstart --out ckptsel-quickstart",
-    "bash scripts/setup.sh --dev && .venv/bin/python -m pytest -q",
+    "bash scripts/setup.sh --dev && .venv/bin/python -m pytest -q -n 2 --dist loadfile",
 )
 
 
