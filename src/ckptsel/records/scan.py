@@ -110,22 +110,30 @@ def _conform(table: pa.Table, u: UnitFile, kind: str, schema: pa.Schema) -> pa.T
         raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
     cols = []
     for f in schema:
-        c = table.column(f.name)
         try:
-            if pa.types.is_dictionary(f.type):
-                if not pa.types.is_dictionary(c.type):
-                    c = pc.dictionary_encode(c.cast(f.type.value_type))
-                if not c.type.equals(f.type):
-                    c = c.cast(f.type)
-            elif not c.type.equals(f.type):
-                c = c.cast(f.type)
+            cols.append(_as_type(table.column(f.name), f.type))
         except (pa.ArrowException, ValueError) as err:
             raise CkptselError(
                 f"{u.path}: column {f.name!r} has type {table.column(f.name).type}, "
                 f"expected {UNIT_COLUMNS[kind][f.name]}"
             ) from err
-        cols.append(c)
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """``t``, or the value type of a dictionary type."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _as_type(c: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Column ``c`` as ``target``: dictionary-encoded where ``target`` is a dictionary type,
+    decoded where it is not, then cast where the types still differ."""
+    if pa.types.is_dictionary(target):
+        if not pa.types.is_dictionary(c.type):
+            c = pc.dictionary_encode(c.cast(target.value_type))
+    elif pa.types.is_dictionary(c.type):
+        c = c.cast(c.type.value_type)
+    return c if c.type.equals(target) else c.cast(target)
 
 
 def _by_split(table: pa.Table, u: UnitFile) -> dict[str, pa.Table]:
@@ -461,19 +469,14 @@ def _concat(tables: list[pa.Table], records_dir: Path, kind: str) -> pa.Table:
         for f in first.schema:
             if f.name not in t.column_names:
                 raise CkptselError(f"{records_dir / SINGLE_FILES.get(kind, kind)}: missing column(s) {f.name}")
-            c = t.column(f.name)
-            target = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
-            if pa.types.is_dictionary(c.type):
-                c = c.cast(c.type.value_type)
-            if not c.type.equals(target):
-                try:
-                    c = c.cast(target)
-                except (pa.ArrowException, ValueError) as err:
-                    raise CkptselError(
-                        f"{records_dir / SINGLE_FILES.get(kind, kind)}: column {f.name!r} has type "
-                        f"{target}, but the units have {c.type}"
-                    ) from err
-            cols.append(c)
+            target = _plain(f.type)
+            try:
+                cols.append(_as_type(t.column(f.name), target))
+            except (pa.ArrowException, ValueError) as err:
+                raise CkptselError(
+                    f"{records_dir / SINGLE_FILES.get(kind, kind)}: column {f.name!r} has type "
+                    f"{target}, but the units have {_plain(t.column(f.name).type)}"
+                ) from err
             fields.append(pa.field(f.name, target))
         fixed.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
     out = pa.concat_tables(fixed)
