@@ -6,7 +6,7 @@ made three ways, all through :func:`ckptsel.workflows.select_all` (``keep_only``
 makes them, validation loaded once):
 
 * **analysis**: the settings :func:`ckptsel.workflows.analysis.keep_table` uses
-  (:func:`ckptsel.workflows.advise.keep_settings` of the analysis' defaults);
+  (:func:`ckptsel.workflows.advise.selection.keep_settings` of the analysis' defaults);
 * **select defaults**: ``SelectSettings()`` — what ``select --all`` runs without options;
 * **former cheap**: the settings the keep table used before issue 44 (at most 200 draws and 5
   bootstrap partitions), spelled here for the record.
@@ -33,7 +33,7 @@ from ckptsel import defaults
 from ckptsel.records import load_validation
 from ckptsel.sim import write_simulation
 from ckptsel.workflows import SelectSettings, select_all
-from ckptsel.workflows.advise import keep_settings
+from ckptsel.workflows.advise.selection import keep_settings
 
 from _common import machine, update_section
 

@@ -496,7 +496,7 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
 
     from ckptsel.report.html import render_html
     from ckptsel.workflows import analyze, select_all, verify
-    from ckptsel.workflows.advise import keep_provisional, keep_settings
+    from ckptsel.workflows.advise.selection import keep_provisional, keep_settings
 
     args = ["select", str(records), "--all", "--partitions", "30",
             "--draws", "300", "--bootstrap-partitions", "10"]  # fmt: skip

@@ -14,7 +14,7 @@ from ckptsel._util.locations import as_location
 from ckptsel.choose import parse_budget_list
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
 from ckptsel.cli.output import console as stdout_console
-from ckptsel.cli.output import err_console, print_json
+from ckptsel.cli.output import err_console, json_flag, print_json
 from ckptsel.results import REPORT_FILE, SUMMARY_FILE
 from ckptsel.stats import METHODS
 from ckptsel.workflows import AnalysisEvents, AnalysisSettings, SelectSettings, log_analysis
@@ -66,9 +66,7 @@ def analyze(
         "trajectory); its select answer is logged too.",
     ),
     checkpoints: Path = CHECKPOINTS,
-    as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON object (the summary and where it is); the rest goes to stderr."
-    ),
+    as_json: bool = json_flag("Print one JSON object (the summary and where it is); the rest goes to stderr."),
 ) -> None:
     """Choose checkpoints on validation records (frozen + hashed), score them on test records,
     and report G, H, D and B with bootstrap intervals."""

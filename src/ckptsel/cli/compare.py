@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ckptsel.cli.output import print_comparison, print_json, print_log_comparison
+from ckptsel.cli.output import json_flag, print_comparison, print_json, print_log_comparison
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.workflows import CompareSettings, compare_checkpoints
 from ckptsel.workflows import compare_logs as compare_log_files
@@ -22,7 +22,7 @@ def compare(
     trajectory_b: str = typer.Option(
         None, "--trajectory-b", help="Trajectory of B when it is another run on the same items."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = json_flag(),
     draws: int = typer.Option(10000, help="Paired bootstrap draws."),
     seed: int = typer.Option(SEED, help="Bootstrap seed."),
     confidence: float = typer.Option(CONFIDENCE, help="Interval level."),
@@ -46,7 +46,7 @@ def compare_logs(
         "--log_samples folder or samples file, lighteval details.",
     ),
     log_b: Path = typer.Argument(..., help="Log B, of the same samples (any of those harnesses)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = json_flag(),
     correction: str = typer.Option(
         "holm",
         "--correction",

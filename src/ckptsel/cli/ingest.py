@@ -5,9 +5,11 @@ writer). What a harness's logs lack is said in one line, and ``analyze`` runs th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from ckptsel.cli.options import OptionGroup, with_groups
 from ckptsel.errors import CkptselError
 
 
@@ -79,18 +81,6 @@ REPLACE = typer.Option(
     "--replace",
     help="Replace rows whose key is already recorded in --out (says how many).",
 )
-TRAJECTORY = typer.Option(
-    None, "--trajectory", help="Default: what the logs say (metadata, checkpoint folder's parent)."
-)
-TASK = typer.Option(
-    None,
-    "--task",
-    help="ckptsel task or task file PATH.toml (answers normalized with it); default: the "
-    "harness's task name.",
-)
-SPLIT = typer.Option(
-    "test", "--split", help="validation or test, for samples whose metadata names none."
-)
 ALLOW_DIFFERENT = typer.Option(
     False,
     "--allow-different-items",
@@ -111,23 +101,36 @@ STEPS = typer.Option(
 )
 
 
+def rows_options(
+    trajectory: str = "Default: what the logs say (metadata, checkpoint folder's parent).",
+    task: str = "the harness's task name",
+    split: str = "validation or test, for samples whose metadata names none.",
+) -> OptionGroup:
+    """Where the rows go and how they are named, every ``ingest`` command's: the help of
+    ``--trajectory``, ``--task``'s default and ``--split`` as the command says them."""
+    return OptionGroup(
+        out=(str, OUT),
+        replace=(bool, REPLACE),
+        trajectory=(str, typer.Option(None, "--trajectory", help=trajectory)),
+        configuration=(str, CONFIGURATION),
+        task=(str, typer.Option(None, "--task", help="ckptsel task or task file PATH.toml "
+                                f"(answers normalized with it); default: {task}.")),
+        split=(str, typer.Option("test", "--split", help=split)),
+    )  # fmt: skip
+
+
+CHECKS = OptionGroup(allow_different_items=(bool, ALLOW_DIFFERENT), rescore=(bool, RESCORE))
+"""How the logs' items and correctness are checked, every ``ingest`` command's (last)."""
+
+
+@with_groups
 def lm_eval(
     samples_dirs: list[Path] = typer.Argument(
         ..., help="One folder per checkpoint (checkpoint-<step>)."
     ),
-    out: str = OUT,
-    replace: bool = REPLACE,
-    trajectory: str = typer.Option(
-        None, "--trajectory", help="Default: the folders' common parent name."
+    rows: dict[str, Any] = rows_options(
+        "Default: the folders' common parent name.", "lm-eval task name", "validation or test."
     ),
-    configuration: str = CONFIGURATION,
-    task: str = typer.Option(
-        None,
-        "--task",
-        help="ckptsel task or task file PATH.toml (answers normalized with it); default: "
-        "lm-eval task name.",
-    ),
-    split: str = typer.Option("test", "--split", help="validation or test."),
     step: int = typer.Option(
         None, "--step", help="Step, when a single folder is not named checkpoint-<step>."
     ),
@@ -146,37 +149,29 @@ def lm_eval(
         help="The lm-eval task(s) to read under --task when the folders hold several "
         "(repeatable; the others are left out). Several without it: refused.",
     ),
-    allow_different_items: bool = ALLOW_DIFFERENT,
-    rescore: bool = RESCORE,
+    checks: dict[str, Any] = CHECKS,
 ) -> None:
     """Read lm-evaluation-harness --log_samples output into generation records."""
     from ckptsel.ingest import ingest_lm_eval_logs
 
     ingested = ingest_lm_eval_logs(
-        samples_dirs, out=out, trajectory=trajectory, configuration=configuration, task=task,
-        split=split, step=step, metric=metric, filter_name=filter_name, id_prefix=id_prefix,
-        lm_eval_tasks=lm_eval_tasks or None, note=_echo_err, replace=replace,
-        allow_different_items=allow_different_items, rescore=rescore,
+        samples_dirs, **rows, **checks, step=step, metric=metric, filter_name=filter_name,
+        id_prefix=id_prefix, lm_eval_tasks=lm_eval_tasks or None, note=_echo_err,
     )  # fmt: skip
-    _report(ingested, out)
+    _report(ingested, rows["out"])
 
 
+@with_groups
 def inspect(
     logs: list[Path] = typer.Argument(
         ..., help="inspect_ai .eval/.json logs, one per checkpoint (files or folders of them)."
     ),
-    out: str = OUT,
-    replace: bool = REPLACE,
-    trajectory: str = TRAJECTORY,
-    configuration: str = CONFIGURATION,
-    task: str = TASK,
-    split: str = SPLIT,
+    rows: dict[str, Any] = rows_options(),
     steps: list[str] = STEPS,
     scorer: str = typer.Option(
         None, "--scorer", help="The scorer giving correctness, when samples carry several."
     ),
-    allow_different_items: bool = ALLOW_DIFFERENT,
-    rescore: bool = RESCORE,
+    checks: dict[str, Any] = CHECKS,
 ) -> None:
     """Read inspect_ai evaluation logs (one per checkpoint) into generation records.
 
@@ -189,26 +184,20 @@ def inspect(
     from ckptsel.ingest import ingest_inspect
 
     ingested = ingest_inspect(
-        logs, out=out, trajectory=trajectory, configuration=configuration, task=task,
-        split=split, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
-        note=_echo_err, replace=replace, allow_different_items=allow_different_items,
-        rescore=rescore,
+        logs, **rows, **checks, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
+        note=_echo_err,
     )  # fmt: skip
-    _report(ingested, out)
+    _report(ingested, rows["out"])
 
 
+@with_groups
 def lighteval(
     details: list[Path] = typer.Argument(
         ...,
         help="lighteval --save-details output: the details folder, a model's folder, or "
         "parquet files (one model name per checkpoint).",
     ),
-    out: str = OUT,
-    replace: bool = REPLACE,
-    trajectory: str = TRAJECTORY,
-    configuration: str = CONFIGURATION,
-    task: str = TASK,
-    split: str = SPLIT,
+    rows: dict[str, Any] = rows_options(),
     splits: list[str] = typer.Option(
         None,
         "--splits",
@@ -218,8 +207,7 @@ def lighteval(
     metric: str = typer.Option(
         None, "--metric", help="0/1 per-sample metric; default extractive_match or the only one."
     ),
-    allow_different_items: bool = ALLOW_DIFFERENT,
-    rescore: bool = RESCORE,
+    checks: dict[str, Any] = CHECKS,
 ) -> None:
     """Read lighteval details files (lighteval ... --save-details) into generation records.
 
@@ -228,9 +216,7 @@ def lighteval(
     from ckptsel.ingest import ingest_lighteval
 
     ingested = ingest_lighteval(
-        details, out=out, trajectory=trajectory, configuration=configuration, task=task,
-        split=split, splits=parse_map(splits, "--splits"),
+        details, **rows, **checks, splits=parse_map(splits, "--splits"),
         steps=parse_map(steps, "--steps", as_int=True), metric=metric, note=_echo_err,
-        replace=replace, allow_different_items=allow_different_items, rescore=rescore,
     )  # fmt: skip
-    _report(ingested, out)
+    _report(ingested, rows["out"])

@@ -13,7 +13,7 @@ import typer
 from ckptsel._util.extras import require_ml
 from ckptsel._util.keys import user_key
 from ckptsel.cli import options
-from ckptsel.cli.output import print_json, progress_bars
+from ckptsel.cli.output import json_flag, print_json, progress_bars
 
 # Python's collector runs after every 700 new container objects by default: the command's
 # imports (torch, transformers) and passes make millions, and its runs cost a tenth of a small
@@ -70,8 +70,8 @@ def measure(
     only: str = typer.Option(
         None, "--only", help="generation or nll: measure and record just that kind."
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON object (what was measured and reused, counts, seconds); no progress bars."
+    as_json: bool = json_flag(
+        "Print one JSON object (what was measured and reused, counts, seconds); no progress bars."
     ),
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""

@@ -1,7 +1,7 @@
 """What the commands print, shared: the console, the measurement progress bars, the tables
 of ``select``, ``compare`` and ``plan``, and the JSON object each reporting command prints
-with ``--json`` (:data:`JSON_SCHEMAS`, :func:`print_json`) (the options several commands
-share are in :mod:`~ckptsel.cli.options`).
+with ``--json`` (:func:`json_flag`, :data:`JSON_SCHEMAS`, :func:`print_json`) (the options
+several commands share are in :mod:`~ckptsel.cli.options`).
 
 The measurement runner has no UI code: it reports :class:`ckptsel.measure.ProgressEvent` s,
 which :func:`progress_bars` renders as rich progress bars (one for the run, one for the
@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -575,12 +576,16 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
 }
 
 
+def json_flag(help: str = "Print one JSON object.") -> Any:
+    """The ``--json`` flag of a reporting command (off by default; ``help``: what the command
+    prints then, through :func:`print_json`)."""
+    return typer.Option(False, "--json", help=help)
+
+
 def print_json(command: str, data: dict) -> None:
     """``command --json``'s output: ``data`` as one indented JSON object on stdout, its keys
     exactly the command's :data:`JSON_SCHEMAS` (a difference is a bug, said loudly)."""
     import json
-
-    import typer
 
     if list(data) != list(JSON_SCHEMAS[command]):
         raise RuntimeError(f"{command} --json: keys {list(data)} differ from its schema {list(JSON_SCHEMAS[command])}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ckptsel._util.io import write_bytes
-from ckptsel.cli.output import console, print_json, print_plan
+from ckptsel.cli.output import console, json_flag, print_json, print_plan
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
 from ckptsel.workflows import (
@@ -51,7 +51,7 @@ def plan(
     figure: Path = typer.Option(
         None, help="Write the figure here (.png or .svg); without it no figure is written."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = json_flag(),
 ) -> None:
     """How many validation items a rule needs: expected gain and P(beats final) by budget."""
     if records_dir is None and (delta is None or agreement is None):

@@ -9,7 +9,7 @@ import typer
 from ckptsel._util.extras import require_ml
 from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
-from ckptsel.cli.output import console, err_console, print_json
+from ckptsel.cli.output import console, err_console, json_flag, print_json
 from ckptsel.study import check_protocol, load_spec, protocol_status
 from ckptsel.workflows import StudyRun, stages_to_run
 
@@ -43,11 +43,10 @@ def run(
     trajectory: str = typer.Option(
         None, "--trajectory", help="Whose recommended checkpoint --register registers."
     ),
-    as_json: bool = typer.Option(
-        False, "--json",
-        help="At the end, print one JSON object (the stages run, where the records and results "
-        "are, the summary; with --dry-run the plan); the log goes to stderr.",
-    ),  # fmt: skip
+    as_json: bool = json_flag(
+        "At the end, print one JSON object (the stages run, where the records and results are, "
+        "the summary; with --dry-run the plan); the log goes to stderr."
+    ),
 ) -> None:
     """Run or resume a whole study; every stage skips what is already done. With --log (or the
     study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""

@@ -11,7 +11,7 @@ import typer
 
 from ckptsel import defaults
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
-from ckptsel.cli.output import print_json, print_keep_table, print_selection
+from ckptsel.cli.output import json_flag, print_json, print_keep_table, print_selection
 from ckptsel.errors import CkptselError
 from ckptsel.workflows import (
     AnswerSettings,
@@ -33,9 +33,7 @@ def select(
         help="Every trajectory of the records: a table of which checkpoint to keep for each "
         "(what analyze writes in summary.json's keep).",
     ),  # fmt: skip
-    as_json: bool = typer.Option(
-        False, "--json", help="Print a machine-readable JSON object instead of tables."
-    ),
+    as_json: bool = json_flag("Print a machine-readable JSON object instead of tables."),
     rule: str = typer.Option(
         "accuracy",
         "--rule",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from ckptsel.cli.output import console, print_json
+from ckptsel.cli.output import console, json_flag, print_json
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.workflows import verify as run_verify
 
@@ -22,10 +22,9 @@ def verify(
         help="The study's frozen protocol file (STUDY.toml.protocol.json; default: the one the "
         "results name in run.json).",
     ),  # fmt: skip
-    as_json: bool = typer.Option(
-        False, "--json",
-        help="Print one JSON object: ok, the checks passed, the mismatch (exit code 1 still says it).",
-    ),  # fmt: skip
+    as_json: bool = json_flag(
+        "Print one JSON object: ok, the checks passed, the mismatch (exit code 1 still says it)."
+    ),
     conformance: bool = typer.Option(
         False, "--conformance",
         help="Check every cached conformance verdict under this user's key instead (one line "

@@ -12,7 +12,7 @@ from ckptsel import defaults
 from ckptsel._util.extras import require_ml
 from ckptsel._util.keys import user_key
 from ckptsel.cli import options
-from ckptsel.cli.output import console, err_console, print_json, progress_bars
+from ckptsel.cli.output import console, err_console, json_flag, print_json, progress_bars
 
 
 @options.with_groups
@@ -48,9 +48,8 @@ def watch(
     engine: dict[str, Any] = options.ENGINE,
     vllm_and_mixing: dict[str, Any] = options.VLLM_AND_MIXING,
     progress: bool = options.PROGRESS,
-    as_json: bool = typer.Option(
-        False, "--json",
-        help="At the end, print one JSON object (status.json's and selection.json's objects, where they are); the status lines go to stderr.",
+    as_json: bool = json_flag(
+        "At the end, print one JSON object (status.json's and selection.json's objects, where they are); the status lines go to stderr."
     ),
 ) -> None:
     """Watch RUN_DIR while a trainer writes it and measure each checkpoint into OUT as soon as

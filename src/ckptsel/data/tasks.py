@@ -459,24 +459,27 @@ def load_commonsense(path: Path, task: Task) -> list[Item]:
 
 
 _ID_NOTE = "else <task>-<index> in file order"
+
+
+def _gsm8k_fields(response: str) -> Fields:
+    """GSM8K's item schema, ``response`` saying how the answer is written as the response."""
+    return Fields(
+        prompt=("question",), reference="answer", response="answer", id=("item_id", "id"),
+        notes=(
+            ("response", response),
+            ("reference", "N of the answer's final '#### N' line (a number)"),
+            ("id", _ID_NOTE),
+        ),
+    )  # fmt: skip
+
+
 _BUILTIN_FIELDS = {
-    "gsm8k": Fields(
-        prompt=("question",), reference="answer", response="answer", id=("item_id", "id"),
-        notes=(
-            ("response", "the answer without <<...>> calculator notes, its '#### N' line "
-             "written 'The answer is: N'"),
-            ("reference", "N of the answer's final '#### N' line (a number)"),
-            ("id", _ID_NOTE),
-        ),
+    "gsm8k": _gsm8k_fields(
+        "the answer without <<...>> calculator notes, its '#### N' line written 'The answer "
+        "is: N'"
     ),
-    "gsm8k-raw": Fields(
-        prompt=("question",), reference="answer", response="answer", id=("item_id", "id"),
-        notes=(
-            ("response", "the answer as written: its <<...>> calculator notes and its "
-             "'#### N' line kept"),
-            ("reference", "N of the answer's final '#### N' line (a number)"),
-            ("id", _ID_NOTE),
-        ),
+    "gsm8k-raw": _gsm8k_fields(
+        "the answer as written: its <<...>> calculator notes and its '#### N' line kept"
     ),
     "metamath": Fields(
         prompt=("query",), reference="response", response="response", id=("item_id", "id"),

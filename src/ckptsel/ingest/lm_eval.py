@@ -39,7 +39,7 @@ import re
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, TypedDict, Unpack
 
 import pandas as pd
 
@@ -49,6 +49,7 @@ from ckptsel.ingest.inflate import bounded_lines, open_gzip_text
 from ckptsel.ingest.mapping import (
     CheckpointLog,
     Ingested,
+    Naming,
     Notes,
     checked_note,
     ingest_logs,
@@ -57,9 +58,6 @@ from ckptsel.ingest.mapping import (
     newest_per_key,
 )
 from ckptsel.train import CHECKPOINT_RE
-
-if TYPE_CHECKING:
-    from ckptsel.ingest.mapping import Naming
 
 SAMPLES_RE = re.compile(
     r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"
@@ -207,10 +205,10 @@ def samples_to_rows(
     *,
     path: Path,
     lm_task: str,
-    task: str | None,
-    filter_name: str | None,
-    metric: str | None,
-    id_prefix: str | None,
+    task: str | None = None,
+    filter_name: str | None = None,
+    metric: str | None = None,
+    id_prefix: str | None = None,
 ) -> pd.DataFrame:
     """Generation rows (without trajectory/configuration/step/split) from one samples file."""
     filters = sorted({_filter(s, path) for s in samples})
@@ -277,37 +275,30 @@ def step_of(folder: Path, step: int | None, n_folders: int) -> int:
     return int(m.group(1))
 
 
-def file_log(
-    path: Path,
-    step: int,
-    *,
-    task: str | None = None,
-    filter_name: str | None = None,
-    metric: str | None = None,
-    id_prefix: str | None = None,
-) -> CheckpointLog:
+class SampleOptions(TypedDict, total=False):
+    """How a samples file becomes rows (:func:`samples_to_rows`' keywords, each optional):
+    the ckptsel ``task``, the lm-eval ``filter_name`` kept, the 0/1 ``metric``, the item ids'
+    ``id_prefix``."""
+
+    task: str | None
+    filter_name: str | None
+    metric: str | None
+    id_prefix: str | None
+
+
+def file_log(path: Path, step: int, **read: Unpack[SampleOptions]) -> CheckpointLog:
     """One ``samples_<task>_<timestamp>.jsonl`` file as a :class:`CheckpointLog` at ``step``."""
     path = Path(path)
     m = SAMPLES_RE.match(path.name)
     if not m:
         raise CkptselError(f"{path}: not an lm-eval samples_<task>_<timestamp>.jsonl file")
     lm_task = m.group("task")
-    df = samples_to_rows(
-        read_samples(path), path=path, lm_task=lm_task, task=task, filter_name=filter_name,
-        metric=metric, id_prefix=id_prefix,
-    )  # fmt: skip
+    df = samples_to_rows(read_samples(path), path=path, lm_task=lm_task, **read)
     return CheckpointLog(str(path), step, df.assign(harness_task=lm_task))
 
 
 def folder_logs(
-    folder: Path,
-    step: int,
-    *,
-    task: str | None = None,
-    filter_name: str | None = None,
-    metric: str | None = None,
-    id_prefix: str | None = None,
-    notes: Notes | None = None,
+    folder: Path, step: int, *, notes: Notes | None = None, **read: Unpack[SampleOptions]
 ) -> list[CheckpointLog]:
     """The newest samples file of each lm-eval task under ``folder`` (one checkpoint's
     ``--log_samples`` output), one :class:`CheckpointLog` each, at ``step``."""
@@ -316,40 +307,39 @@ def folder_logs(
         raise CkptselError(
             f"{folder}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)"
         )
-    if id_prefix and len(files) > 1:
+    if read.get("id_prefix") and len(files) > 1:
         raise CkptselError(
             f"{folder}: --id-prefix needs a single lm-eval task, found {sorted(files)}"
         )
-    return [
-        file_log(path, step, task=task, filter_name=filter_name, metric=metric, id_prefix=id_prefix)
-        for path in files.values()
-    ]
+    return [file_log(path, step, **read) for path in files.values()]
+
+
+class LmEvalOptions(Naming, total=False):
+    """:func:`ingest_lm_eval_logs`' keywords besides ``out``: those every ingester takes
+    (:class:`~ckptsel.ingest.mapping.Naming`) and lm-eval's own (``step``, ``metric``,
+    ``filter_name``, ``id_prefix``, ``lm_eval_tasks``), each optional."""
+
+    step: int | None
+    metric: str | None
+    filter_name: str | None
+    id_prefix: str | None
+    lm_eval_tasks: Sequence[str] | None
 
 
 def ingest_lm_eval(
-    folders: Sequence[Path],
-    *,
-    out: Path | str,
-    step: int | None = None,
-    metric: str | None = None,
-    filter_name: str | None = None,
-    id_prefix: str | None = None,
-    lm_eval_tasks: Sequence[str] | None = None,
-    **naming: Unpack[Naming],
+    folders: Sequence[Path], *, out: Path | str, **options: Unpack[LmEvalOptions]
 ) -> pd.DataFrame:
     """Read lm-eval samples (one folder per checkpoint) and write them into ``out``.
 
-    ``naming``: the keywords every ingester takes (:class:`~ckptsel.ingest.mapping.Naming`;
-    the trajectory defaults to the folders' common parent). Everything is read and checked
+    ``options``: :class:`LmEvalOptions`, as :func:`ingest_lm_eval_logs` takes them: the
+    keywords every ingester takes (:class:`~ckptsel.ingest.mapping.Naming`; the trajectory
+    defaults to the folders' common parent) and lm-eval's own. Everything is read and checked
     before anything is written (through the mapping shared by every ingester,
     :mod:`~ckptsel.ingest.mapping`). ``lm_eval_tasks``: which lm-eval tasks to read
     when the folders hold several (:func:`chosen_tasks`). Returns the rows written
     (:func:`ingest_lm_eval_logs` returns the whole :class:`~ckptsel.ingest.mapping.Ingested`).
     """
-    return ingest_lm_eval_logs(
-        folders, out=out, step=step, metric=metric, filter_name=filter_name,
-        id_prefix=id_prefix, lm_eval_tasks=lm_eval_tasks, **naming,
-    ).generations  # fmt: skip
+    return ingest_lm_eval_logs(folders, out=out, **options).generations
 
 
 def ingest_lm_eval_logs(

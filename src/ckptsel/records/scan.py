@@ -32,24 +32,7 @@ import pyarrow.parquet as pq
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
-from ckptsel.records.cache import (
-    PACK_ERRORS,
-    PACKED_KINDS,
-    by_trajectory,
-    bypassed,
-    current,
-    filling,
-    pack_bytes,
-    pack_metadata,
-    pack_path,
-    prove,
-    remove_pack,
-    rows_hold,
-    same_units,
-    trusted,
-    unit_metadata,
-    write_pack,
-)
+from ckptsel.records import cache
 from ckptsel.records.codec import read_schema, read_table, table_from_bytes
 from ckptsel.records.schema import (
     RECORDS_ORDER,
@@ -127,22 +110,30 @@ def _conform(table: pa.Table, u: UnitFile, kind: str, schema: pa.Schema) -> pa.T
         raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
     cols = []
     for f in schema:
-        c = table.column(f.name)
         try:
-            if pa.types.is_dictionary(f.type):
-                if not pa.types.is_dictionary(c.type):
-                    c = pc.dictionary_encode(c.cast(f.type.value_type))
-                if not c.type.equals(f.type):
-                    c = c.cast(f.type)
-            elif not c.type.equals(f.type):
-                c = c.cast(f.type)
+            cols.append(_as_type(table.column(f.name), f.type))
         except (pa.ArrowException, ValueError) as err:
             raise CkptselError(
                 f"{u.path}: column {f.name!r} has type {table.column(f.name).type}, "
                 f"expected {UNIT_COLUMNS[kind][f.name]}"
             ) from err
-        cols.append(c)
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """``t``, or the value type of a dictionary type."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _as_type(c: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Column ``c`` as ``target``: dictionary-encoded where ``target`` is a dictionary type,
+    decoded where it is not, then cast where the types still differ."""
+    if pa.types.is_dictionary(target):
+        if not pa.types.is_dictionary(c.type):
+            c = pc.dictionary_encode(c.cast(target.value_type))
+    elif pa.types.is_dictionary(c.type):
+        c = c.cast(c.type.value_type)
+    return c if c.type.equals(target) else c.cast(target)
 
 
 def _by_split(table: pa.Table, u: UnitFile) -> dict[str, pa.Table]:
@@ -193,9 +184,9 @@ def _scan(
     )  # fmt: skip
     if not units:
         return schema.empty_table().select(names)
-    groups = list(by_trajectory(units))
+    groups = list(cache.by_trajectory(units))
     got: list[dict | None] = [None] * len(groups)
-    if records_dir is not None and kind in PACKED_KINDS:
+    if records_dir is not None and kind in cache.PACKED_KINDS:
         got = _packed(records_dir, kind, groups, schema, split, dictionary, refresh)
     rest = [u for (_, g), r in zip(groups, got, strict=True) if r is None for u in g]
     if not rest:
@@ -242,15 +233,15 @@ def _from_pack(
     """``traj``'s rows per split from its pack, when the pack is current (built from exactly
     ``group``, the trajectory's units as listed now) and readable; else ``None`` (the units
     are read instead: a pack is never a source of truth)."""
-    path = pack_path(records_dir, kind, traj)
+    path = cache.pack_path(records_dir, kind, traj)
     try:
         data = path.read_bytes()  # whole: its rows are checked against its keyed footer
         with pq.ParquetFile(
             pa.BufferReader(data), read_dictionary=dictionary, page_checksum_verification=True,
             pre_buffer=False,
         ) as f:  # fmt: skip
-            blob = current(f.schema_arrow.metadata, group)
-            if blob is None or not rows_hold(data, f, blob):
+            blob = cache.current(f.schema_arrow.metadata, group)
+            if blob is None or not cache.rows_hold(data, f, blob):
                 return None
             out: dict[str, list[pa.Table]] = {}
             for g in range(f.metadata.num_row_groups):
@@ -261,7 +252,7 @@ def _from_pack(
                     t = f.read_row_group(g, columns=schema.names, use_threads=False)
                     out.setdefault(s, []).append(_conform(t, group[0], kind, schema))
             return out
-    except PACK_ERRORS:
+    except cache.PACK_ERRORS:
         return None
 
 
@@ -275,7 +266,7 @@ def _unit_whole(u: UnitFile, kind: str, schema: pa.Schema, fetched: bytes | None
     else:
         meta = read_schema(u.path).metadata
         parts = _unit_rows(u, kind, schema, None, [])
-    return {s: pa.concat_tables(ts) for s, ts in parts.items()}, unit_metadata(meta)
+    return {s: pa.concat_tables(ts) for s, ts in parts.items()}, cache.unit_metadata(meta)
 
 
 def _pack_parts(old: pa.Table, step_rows: dict[int, dict[str, pa.Table]], reuse: set[int]) -> None:
@@ -301,16 +292,16 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
     try:
         data = path.read_bytes()
         old = table_from_bytes(data, path)
-        recorded = trusted(old.schema.metadata)  # an edited pack's rows are never carried on
-        if recorded is None or not rows_hold(data, pq.ParquetFile(pa.BufferReader(data)), recorded):
+        recorded = cache.trusted(old.schema.metadata)  # an edited pack's rows are never carried on
+        if recorded is None or not cache.rows_hold(data, pq.ParquetFile(pa.BufferReader(data)), recorded):
             return {}, {}
-        reuse = same_units(recorded, units)  # the same version, or a copy of the same bytes
+        reuse = cache.same_units(recorded, units)  # the same version, or a copy of the same bytes
         per_step = recorded.get("metadata") or {}
         _pack_parts(_conform(old.replace_schema_metadata(None), units[0], kind, schema), step_rows, reuse)
         for st in reuse:
             metas[st] = {k.encode(): v.encode("utf-8") for k, v in per_step.get(str(st), {}).items()}
             step_rows.setdefault(st, {})
-    except PACK_ERRORS:
+    except cache.PACK_ERRORS:
         return {}, {}
     return step_rows, metas
 
@@ -326,15 +317,15 @@ def refresh_pack(
     written (no units, a unit unreadable, records that cannot be written): readers then read
     the units."""
     records_dir = as_location(records_dir)
-    path = pack_path(records_dir, kind, trajectory)
+    path = cache.pack_path(records_dir, kind, trajectory)
     units = list_units(records_dir, kind, trajectory) if units is None else units
     if not units:
-        remove_pack(path)
+        cache.remove_pack(path)
         return False
     try:  # a pack that lists exactly these units is left as it is (same bytes, same version)
-        if not force and current(read_schema(path).metadata, units) is not None:
+        if not force and cache.current(read_schema(path).metadata, units) is not None:
             return True
-    except PACK_ERRORS:
+    except cache.PACK_ERRORS:
         pass
     schema = arrow_schema(kind)
     step_rows, metas = _old_pack(path, units, kind, schema)
@@ -355,8 +346,8 @@ def refresh_pack(
         pieces = [step_rows[u.step][s] for u in units if s in step_rows[u.step]]
         if pieces:
             parts[s] = pa.concat_tables(pieces)
-    meta = pack_metadata(units, [metas[u.step] for u in units], prove(kind, parts))
-    return write_pack(path, pack_bytes(parts, meta, schema))
+    meta = cache.pack_metadata(units, [metas[u.step] for u in units], cache.prove(kind, parts))
+    return cache.write_pack(path, cache.pack_bytes(parts, meta, schema))
 
 
 def _project(table: pa.Table, columns, filters, read_dictionary) -> pa.Table:
@@ -452,7 +443,7 @@ def read_rows(
         split = _split_of(filters)
         t = _scan(
             units, kind, columns=need, split=split, dictionary=read_dictionary,
-            records_dir=None if bypassed() else records_dir, refresh=not filling(),
+            records_dir=None if cache.bypassed() else records_dir, refresh=not cache.filling(),
         )  # fmt: skip
         # _scan kept only the split asked for (and the trajectories were picked from the
         # listing): filtering millions of rows again would copy them all for nothing
@@ -478,19 +469,14 @@ def _concat(tables: list[pa.Table], records_dir: Path, kind: str) -> pa.Table:
         for f in first.schema:
             if f.name not in t.column_names:
                 raise CkptselError(f"{records_dir / SINGLE_FILES.get(kind, kind)}: missing column(s) {f.name}")
-            c = t.column(f.name)
-            target = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
-            if pa.types.is_dictionary(c.type):
-                c = c.cast(c.type.value_type)
-            if not c.type.equals(target):
-                try:
-                    c = c.cast(target)
-                except (pa.ArrowException, ValueError) as err:
-                    raise CkptselError(
-                        f"{records_dir / SINGLE_FILES.get(kind, kind)}: column {f.name!r} has type "
-                        f"{target}, but the units have {c.type}"
-                    ) from err
-            cols.append(c)
+            target = _plain(f.type)
+            try:
+                cols.append(_as_type(t.column(f.name), target))
+            except (pa.ArrowException, ValueError) as err:
+                raise CkptselError(
+                    f"{records_dir / SINGLE_FILES.get(kind, kind)}: column {f.name!r} has type "
+                    f"{target}, but the units have {_plain(t.column(f.name).type)}"
+                ) from err
             fields.append(pa.field(f.name, target))
         fixed.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
     out = pa.concat_tables(fixed)

@@ -114,6 +114,12 @@ def _dicts(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v.to_dict() for k, v in d.items()}
 
 
+def _with_set(out: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``out`` and each of ``optional`` that is set (summary.json leaves an unset key out)."""
+    out.update((key, value) for key, value in optional.items() if value is not None)
+    return out
+
+
 # --------------------------------------------------------------------------- cells and blocks
 def budget_order(labels: Any) -> list[str]:
     """Budget labels in reading order: the finite budgets by size (whatever budgets the summary
@@ -341,9 +347,7 @@ class Population:
         return True if self.nll_records is None else self.nll_records
 
     def to_dict(self) -> dict:
-        out: dict[str, Any] = {"trajectories": self.trajectories}
-        if self.nll_records is not None:
-            out["nll_records"] = self.nll_records
+        out = _with_set({"trajectories": self.trajectories}, nll_records=self.nll_records)
         out.update(
             configurations=self.configurations,
             tasks=list(self.tasks),
@@ -397,9 +401,7 @@ class TaskPopulation:
     def to_dict(self) -> dict:
         out = {"trajectories": self.trajectories, "configurations": self.configurations,
                "test_items": self.test_items}  # fmt: skip
-        if self.test_clusters is not None:
-            out["test_clusters"] = self.test_clusters
-        return out
+        return _with_set(out, test_clusters=self.test_clusters)
 
     @classmethod
     def read(cls, d: Any, at: _At) -> TaskPopulation:
@@ -585,9 +587,7 @@ class KeepTable:
             "settings": dict(self.settings),
             "trajectories": [row.to_dict() for row in self.trajectories],
         }
-        if self.provisional is not None:
-            out["provisional"] = self.provisional
-        return out
+        return _with_set(out, provisional=self.provisional)
 
     @classmethod
     def read(cls, d: Any, at: _At) -> KeepTable:

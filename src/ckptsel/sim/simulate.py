@@ -54,11 +54,9 @@ from ckptsel.stats import norm_ppf
 
 TRUTH_FILE = "truth.parquet"
 SIMULATION_FILE = "simulation.json"
+# a checkpoint's names as the records hold them, and its true test accuracy
 TRUTH_COLUMNS: dict[str, str] = {
-    "trajectory": "string",
-    "configuration": "string",
-    "task": "string",
-    "step": "int64",
+    **{c: GENERATION_COLUMNS[c] for c in ("trajectory", "configuration", "task", "step")},
     "true_test_accuracy": "float64",
 }
 

@@ -16,42 +16,15 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
 
 from __future__ import annotations
 
-from ckptsel.workflows.advise import (
-    AnswerSettings,
-    CompareSettings,
-    PlanSettings,
-    Selection,
-    SelectSettings,
-    StudySelection,
-    closed_form,
-    compare_checkpoints,
-    compare_logs,
-    default_budgets,
-    plan_figure,
-    plan_from_pilot,
-    select_all,
-    select_checkpoint,
-)
+from ckptsel.workflows import advise
+from ckptsel.workflows.advise import *  # noqa: F403 - its __all__: what workflows serves
 from ckptsel.workflows.analysis import AnalysisEvents, AnalysisSettings, analyze, verify
 from ckptsel.workflows.study_run import StudyRun, quiet_transformers, stages_to_run
 from ckptsel.workflows.tracking import LogSettings, log_analysis, log_selection
 from ckptsel.workflows.watching import describe, selection_path, watch_and_select
 
 __all__ = [
-    "AnswerSettings",
-    "CompareSettings",
-    "PlanSettings",
-    "SelectSettings",
-    "Selection",
-    "StudySelection",
-    "closed_form",
-    "compare_checkpoints",
-    "compare_logs",
-    "default_budgets",
-    "plan_figure",
-    "plan_from_pilot",
-    "select_all",
-    "select_checkpoint",
+    *advise.__all__,
     "AnalysisEvents",
     "AnalysisSettings",
     "LogSettings",

@@ -63,16 +63,14 @@ from ckptsel.study import (
     protocol_status,
     read_protocol,
 )
-from ckptsel.workflows.advise import (
-    SelectSettings,
+from ckptsel.workflows.advise import SelectSettings, select_all
+from ckptsel.workflows.advise.comparison import fallback_matrix, fallback_shares
+from ckptsel.workflows.advise.selection import (
     degenerate_lines,
-    fallback_matrix,
-    fallback_shares,
     keep_provisional,
     keep_settings,
     nll_skip_line,
     nll_skipped,
-    select_all,
 )
 
 ANALYSIS_KEYS = ("permutations", "draws", "seed", "level", "interval", "budgets")  # [analysis]'s keys
@@ -128,7 +126,7 @@ class AnalysisSettings:
 
     @property
     def keep(self) -> SelectSettings:
-        """The keep table's ``select`` settings (:func:`~ckptsel.workflows.advise.keep_settings`)."""
+        """The keep table's ``select`` settings (:func:`~ckptsel.workflows.advise.selection.keep_settings`)."""
         return keep_settings(self.stat.seed, self.stat.level, self.stat.draws, self.choice.permutations)
 
 
@@ -452,7 +450,7 @@ def keep_table(
 ) -> KeepTable:
     """Which checkpoint to keep per trajectory (``summary.json``'s ``"keep"``): ``ckptsel
     select --all`` with ``settings`` — for ``analyze``, ``select``'s own defaults with the
-    analysis' seed and level (:func:`~ckptsel.workflows.advise.keep_settings`); for ``verify``,
+    analysis' seed and level (:func:`~ckptsel.workflows.advise.selection.keep_settings`); for ``verify``,
     the settings the stored table records."""
     keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
     return replace(keep, provisional=keep_provisional(settings))

@@ -10,6 +10,10 @@
   comparison on two evaluation logs of any harness (per task, p-values adjusted across tasks);
 * :mod:`~ckptsel.workflows.advise.planning` — ``ckptsel plan``: how many validation items a
   rule needs.
+
+``__all__`` is what :mod:`ckptsel.workflows` serves of it to other stages; the helpers the
+analysis shares with ``select`` (the keep table's settings, the NLL and degenerate lines, the
+fallback shares) are imported from their modules.
 """
 
 from __future__ import annotations
@@ -17,8 +21,6 @@ from __future__ import annotations
 from ckptsel.workflows.advise.comparison import (
     CompareSettings,
     compare_checkpoints,
-    fallback_matrix,
-    fallback_shares,
 )
 from ckptsel.workflows.advise.log_comparison import compare_logs
 from ckptsel.workflows.advise.planning import (
@@ -33,11 +35,6 @@ from ckptsel.workflows.advise.selection import (
     Selection,
     SelectSettings,
     StudySelection,
-    degenerate_lines,
-    keep_provisional,
-    keep_settings,
-    nll_skip_line,
-    nll_skipped,
     select_all,
     select_checkpoint,
 )
@@ -53,13 +50,6 @@ __all__ = [
     "compare_checkpoints",
     "compare_logs",
     "default_budgets",
-    "degenerate_lines",
-    "fallback_matrix",
-    "fallback_shares",
-    "keep_provisional",
-    "keep_settings",
-    "nll_skip_line",
-    "nll_skipped",
     "plan_figure",
     "plan_from_pilot",
     "select_all",
