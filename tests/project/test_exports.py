@@ -27,7 +27,7 @@ BEFORE = 510  # names exported across every package __init__ (sub-packages too) 
 # What the stage __init__s export now, every name with an importer in another package: a ratchet
 # (lower it as names stop crossing stages). Issue 49 asks for BEFORE // 3; the rest cross stages
 # because the architecture test has other stages import through a stage's package.
-MAX_STAGE_EXPORTS = 335
+MAX_STAGE_EXPORTS = 328
 # packages (and their subpackages) whose __init__s other work is trimming: empty this list
 PENDING = ()
 # exported with no outside importer, on purpose: (package, name) -> why
