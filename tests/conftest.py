@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,14 @@ import pytest
 import ckptsel  # noqa: F401
 
 from s3local import s3, s3_endpoint  # noqa: F401  (fixtures: a local S3 server, a bucket per test)
+
+# trackio reads TRACKIO_DIR once, at its first import, wherever in the session that happens (a
+# tracker test, a CLI run, a module that imports every tracker; under pytest-xdist the modules a
+# worker runs first differ): each test process stores in one folder of its own from the start,
+# never in ~/.cache, and tests/offline_trackers.py points the trackers' tests there too
+_TRACKIO = tempfile.mkdtemp(prefix="ckptsel-tests-trackio-")
+atexit.register(shutil.rmtree, _TRACKIO, True)
+os.environ["TRACKIO_DIR"] = os.environ["CKPTSEL_TEST_TRACKIO_DIR"] = _TRACKIO
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -15,6 +15,7 @@ after a 7-byte file header ``:W&B`` + 0xBEE1 + version 0; each payload a
 from __future__ import annotations
 
 import json
+import os
 import struct
 import time
 import zlib
@@ -60,18 +61,21 @@ def offline_env(mp: pytest.MonkeyPatch, root: Path) -> dict[str, str]:
     for var, value in (("WANDB_MODE", "offline"), ("WANDB_SILENT", "true"),
                        ("WANDB_DISABLE_GIT", "true"), ("WANDB_DISABLE_CODE", "true")):  # fmt: skip
         mp.setenv(var, value)
-    mp.setenv("TRACKIO_DIR", str(root / "trackio"))
-    return {"mlflow": uri, "wandb": str(root / "wandb"), "trackio": str(root / "trackio")}
+    # the session's folder (tests/conftest.py sets it before anything can import trackio)
+    trackio_dir = os.environ.get("CKPTSEL_TEST_TRACKIO_DIR") or str(root / "trackio")
+    mp.setenv("TRACKIO_DIR", trackio_dir)
+    return {"mlflow": uri, "wandb": str(root / "wandb"), "trackio": trackio_dir}
 
 
 def import_trackio(root: Path):
-    """trackio, storing under ``root/trackio`` (skip when it was imported with another folder)."""
+    """trackio, storing in the folder :func:`offline_env` set for ``root`` (skip when it was
+    imported with another folder)."""
     trackio = pytest.importorskip(
         "trackio", reason="trackio not installed: pip install 'ckptsel[trackio]'"
     )
     from trackio import utils
 
-    if Path(utils.TRACKIO_DIR).resolve() != (root / "trackio").resolve():
+    if Path(utils.TRACKIO_DIR).resolve() != Path(os.environ["TRACKIO_DIR"]).resolve():
         pytest.skip(
             f"trackio was imported before TRACKIO_DIR was set (it stores in {utils.TRACKIO_DIR})"
         )
