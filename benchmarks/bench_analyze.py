@@ -52,7 +52,7 @@ from pathlib import Path
 from ckptsel import choose as ch, records
 from ckptsel._util.blas import blas_kernel
 from ckptsel.choose.evaluate import score
-from ckptsel.stats import StatSettings, summarize
+from ckptsel.stats.estimates import StatSettings, summarize
 from ckptsel.workflows import analysis
 rec, out, phases = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "phases"
 t = {}
@@ -93,8 +93,8 @@ def _records(tmp: Path) -> tuple[Path, str]:
     """The simulated paper preset written as ``measure`` writes records, and its shape."""
     import pandas as pd
 
-    from ckptsel.records import upsert_records
-    from ckptsel.sim import write_simulation
+    from ckptsel.records.store import upsert_records
+    from ckptsel.sim.simulate import write_simulation
 
     sim = write_simulation(tmp / "simulated", "paper", seed=0)
     gen = pd.read_parquet(sim / "generations.parquet", columns=["trajectory", "configuration"])
@@ -117,7 +117,7 @@ def _form(rec: Path, form: str, work: Path) -> Path:
     if form == "single":
         single = work / "records-single-kept"
         if not single.exists():
-            from ckptsel.records import compact
+            from ckptsel.records.store import compact
 
             shutil.copytree(rec, single)
             compact(single)

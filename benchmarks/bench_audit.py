@@ -19,10 +19,10 @@ import statistics
 import time
 from pathlib import Path
 
-from ckptsel.data.audit import audit_pools
 from ckptsel.data.audit.files import read_questions
 from ckptsel.data.audit.grams import char_ngrams, normalize
 from ckptsel.data.audit.indexes import brute_force_jaccard_pairs
+from ckptsel.data.audit.run import audit_pools
 
 from _common import update_section
 

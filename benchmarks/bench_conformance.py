@@ -28,7 +28,8 @@ from _common import machine, update_section  # noqa: E402
 
 
 def one(run, out: Path, max_new: int, check: bool):
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     config = MeasureConfig("gsm8k", batch_size=16, max_new_tokens=max_new, conformance_check=check)
     t0 = time.perf_counter()

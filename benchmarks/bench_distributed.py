@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from ckptsel.records import read_frame  # noqa: E402
+from ckptsel.records.scan import read_frame  # noqa: E402
 
 from _common import machine, update_section  # noqa: E402
 
@@ -50,8 +50,9 @@ def one(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from ckptsel.measure import MeasureConfig, measure_run
-    from ckptsel.measure.executors import ExecutorConfig
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.executors.base import ExecutorConfig
+    from ckptsel.measure.run import measure_run
 
     kind, workers = MODES[args.one]
     run = json.loads(Path(args.run).read_text())

@@ -120,12 +120,14 @@ def setup(root: Path, n_items: int) -> dict:
 
 def raw_work(s: dict, path: Path, max_new: int) -> None:
     """What the raw vLLM side sends: ckptsel's token ids, stops and engine settings."""
-    from ckptsel.data import format_prompt, load_items
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
     from ckptsel.measure.backends.hf import generation_config
     from ckptsel.measure.backends.vllm import VllmEngine
+    from ckptsel.measure.config import MeasureConfig
     from ckptsel.measure.tokens import encode_prompts, encode_responses, stop_token_ids
-    from ckptsel.train import discover_checkpoints, load_tokenizer
+    from ckptsel.train.checkpoints import discover_checkpoints
+    from ckptsel.train.models import load_tokenizer
 
     items = [
         it for split in ("validation", "test") for it in load_items("gsm8k", s["files"][split])
@@ -158,7 +160,7 @@ def timed(cmd: list[str], env: dict) -> float:
 
 
 def compare(out_a: Path, out_b: Path) -> tuple[str, float]:
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     key = ["step", "split", "item_id"]
     ga, gb = (read_frame(o, "generations").sort_values(key) for o in (out_a, out_b))

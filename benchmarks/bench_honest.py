@@ -48,10 +48,12 @@ from pathlib import Path
 import numpy as np
 
 import ckptsel
-from ckptsel.records import TestData
-from ckptsel.stats import clustered_means, percentile_interval, sign_flip_p
+from ckptsel.records.load import TestData
+from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.distributions import t_quantile
 from ckptsel.stats.estimates import StatSettings, _configuration_estimates
+from ckptsel.stats.exact import sign_flip_p
+from ckptsel.stats.resample import clustered_means
 from ckptsel.workflows.advise.comparison import CompareSettings, paired_difference
 from ckptsel.workflows.advise.selection import test_gain
 

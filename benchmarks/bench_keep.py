@@ -30,10 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 from ckptsel import defaults
-from ckptsel.records import load_validation
-from ckptsel.sim import write_simulation
-from ckptsel.workflows import SelectSettings, select_all
-from ckptsel.workflows.advise.selection import keep_settings
+from ckptsel.records.load import load_validation
+from ckptsel.sim.simulate import write_simulation
+from ckptsel.workflows.advise.selection import SelectSettings, keep_settings, select_all
 
 from _common import machine, update_section
 

@@ -47,6 +47,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 
+from ckptsel.records.scan import read_frame  # noqa: E402
+
 from _common import machine, timed, update_section  # noqa: E402
 
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -93,7 +95,7 @@ print(json.dumps({"imports": t_import, "generation": r.generation_seconds, "nll"
 
 def setup(root: Path, n_items: int) -> dict:
     """Tiny base + 6 LoRA checkpoints; validation/test jsonl for ckptsel; the lm-eval task."""
-    from ckptsel.data import format_prompt
+    from ckptsel.data.prompts import format_prompt
 
     from tinyrun import TEMPLATE_HINT, build_tiny_base, save_lora_checkpoints, write_jsonl
 
@@ -203,9 +205,8 @@ def main() -> None:
             print(f"repeat {r + 1}: {done}", flush=True)
 
         # agreement of generated texts: ckptsel (records) vs lm-eval one process
-        from ckptsel import records
 
-        gen = records.read_frame(tmp / "records-0", "generations")
+        gen = read_frame(tmp / "records-0", "generations")
         lm = json.loads((tmp / "lmeval-0.json").read_text())
         step_of = {c: int(Path(c).name.split("-")[1]) for c in ckpts}
         ours = {(int(st), f"{sp}/{it}"): tx for st, sp, it, tx in

@@ -60,7 +60,7 @@ def train_chat_run(root: Path, n_train: int) -> tuple[Path, Path]:
     from peft import LoraConfig
     from transformers import AutoTokenizer
 
-    from ckptsel.data import load_items
+    from ckptsel.data.tasks import load_items
 
     from tinyrun import CHAT_TEMPLATE, build_tiny_base
 
@@ -130,7 +130,7 @@ def lm_eval_samples(out_dir: Path) -> list[dict]:
 
 def compare(gen, samples: list[dict], ids: list[str], step: int) -> dict[str, int]:
     """Agreement counts at one checkpoint (items in file order: lm-eval's doc_id)."""
-    from ckptsel.data import extract, is_correct
+    from ckptsel.data.scoring import extract, is_correct
 
     mine = gen[(gen["step"] == step) & (gen["split"] == "validation")].set_index("item_id")
     counts = dict.fromkeys(("items", "texts", "answers", "correct", "lm_em", "ckptsel_right"), 0)
@@ -159,7 +159,7 @@ def main() -> None:
     lm_eval_cli = args.lm_eval_python.parent / "lm_eval"
     if not lm_eval_cli.exists():
         sys.exit(f"{lm_eval_cli}: no lm-eval virtualenv there (see this script's docstring)")
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     with tempfile.TemporaryDirectory(prefix="bench_lmeval_chat_") as tmp:
         root = Path(tmp)

@@ -181,9 +181,8 @@ def naive_subset(run, n_ckpts: int, items: list, max_new: int, window: int) -> t
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ckptsel.data import format_prompt
-    from ckptsel.measure import generate_texts
-    from ckptsel.measure.passes import response_nll
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.measure.passes import generate_texts, response_nll
 
     load_s = item_s = 0.0
     for step in run.steps[:n_ckpts]:
@@ -213,7 +212,7 @@ def swap_rss(run) -> tuple[float, float]:
     import torch
 
     from ckptsel.measure.backends.hf import ModelHolder
-    from ckptsel.train import discover_checkpoints
+    from ckptsel.train.checkpoints import discover_checkpoints
 
     ckpts = discover_checkpoints(run.run_dir)
     holder = ModelHolder("cpu", torch.float32)
@@ -342,7 +341,7 @@ def naive_child(root: str) -> None:
 
     import torch
 
-    from ckptsel.data import load_items
+    from ckptsel.data.tasks import load_items
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     root = Path(root)
@@ -490,7 +489,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from ckptsel.cli.output import progress_bars
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
     from ckptsel.records.units import list_units
 
     from tinyrun import build_tiny_run
@@ -541,7 +541,7 @@ def main() -> None:
 
         imports = import_seconds()
         swaps = swap_rss(run)
-        from ckptsel.data import load_items
+        from ckptsel.data.tasks import load_items
 
         naive_items = load_items("gsm8k", run.validation)[: args.naive_items]
         load_s, item_s = naive_subset(

@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 from ckptsel.choose import core
-from ckptsel.stats import norm_ppf
+from ckptsel.stats.distributions import norm_ppf
 from ckptsel.workflows.advise.planning import PilotMoments, calibrated_curves, pilot_curves
 
 from _common import machine, update_section

@@ -119,7 +119,8 @@ def child(code: str, *args: str) -> dict:
 def measure6(out: Path, run, trajectory: str):
     """``measure_run`` of the 6 tiny LoRA checkpoints of ``run`` (50 + 50 items) into ``out``:
     (wall seconds, the run's MeasureResult)."""
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     config = MeasureConfig("gsm8k", batch_size=32, max_new_tokens=16)
     t0 = time.perf_counter()
@@ -139,7 +140,7 @@ def main() -> None:
     args = ap.parse_args()
     import numpy as np
 
-    from ckptsel.sim import write_simulation
+    from ckptsel.sim.simulate import write_simulation
 
     load0 = os.getloadavg()[0]
 

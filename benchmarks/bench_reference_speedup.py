@@ -37,9 +37,10 @@ from _common import update_section
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from ckptsel import records  # noqa: E402
-from ckptsel.choose import ChoiceSettings, choose_trajectory  # noqa: E402
-from ckptsel.workflows import analyze  # noqa: E402
+from ckptsel.choose.choices import choose_trajectory  # noqa: E402
+from ckptsel.choose.settings import ChoiceSettings  # noqa: E402
+from ckptsel.records.load import load_validation  # noqa: E402
+from ckptsel.workflows.analysis import analyze  # noqa: E402
 
 import recordsgen as rg  # noqa: E402
 import reference_impl as ref  # noqa: E402
@@ -108,7 +109,7 @@ def bench(name: str, gen: pd.DataFrame, nll: pd.DataFrame, repeats: int, workdir
     rec = rg.write(workdir / "records", gen, nll)
     settings = ChoiceSettings(permutations=PERMUTATIONS, seed=SEED)
     trajs = ref.trajectories_from_tables(gen, nll)
-    validation = records.load_validation(rec)
+    validation = load_validation(rec)
 
     def engine_choose():
         return {v.trajectory: choose_trajectory(v, settings) for v in validation}

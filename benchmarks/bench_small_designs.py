@@ -33,17 +33,11 @@ import time
 
 import numpy as np
 
-from ckptsel.stats import (
-    Clusters,
-    StatSettings,
-    accuracy_moments,
-    clustered_means,
-    percentile_interval,
-    question_weights,
-    winner_interval,
-    winners,
-)
-from ckptsel.stats.estimates import _configuration_estimates
+from ckptsel.stats import winners
+from ckptsel.stats.bootstrap import percentile_interval
+from ckptsel.stats.estimates import StatSettings, _configuration_estimates
+from ckptsel.stats.resample import Clusters, clustered_means, question_weights
+from ckptsel.stats.winners import accuracy_moments, winner_interval
 from ckptsel.workflows.advise.comparison import CompareSettings, paired_difference
 from ckptsel.workflows.advise.selection import (
     discordant_clusters,

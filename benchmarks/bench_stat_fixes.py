@@ -32,17 +32,12 @@ import time
 import numpy as np
 from bench_select import SCENARIOS, draw
 
-from ckptsel.stats import (
-    Clusters,
-    accuracy_moments,
-    clustered_mcnemar,
-    mcnemar_exact,
-    norm_ppf,
-    winner_interval,
-    winners,
-)
 from ckptsel.stats import intervals as iv
-from ckptsel.stats.distributions import t_quantile
+from ckptsel.stats import winners
+from ckptsel.stats.distributions import norm_ppf, t_quantile
+from ckptsel.stats.paired import clustered_mcnemar, mcnemar_exact
+from ckptsel.stats.resample import Clusters
+from ckptsel.stats.winners import accuracy_moments, winner_interval
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
     best_checkpoints,

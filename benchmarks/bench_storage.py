@@ -95,7 +95,8 @@ def same_units(a: str | Path, b: str | Path) -> bool:
 def sweep(run, urls: dict[str, str], tmp: Path, args, fs, bucket: str) -> dict:
     """The bench_measure sweep from the local folder and from S3, alternated; seconds."""
     from ckptsel._util import nodecache
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     config = MeasureConfig("gsm8k", batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
     local = {"validation": run.validation, "test": run.test, "run": run.run_dir, "base": None}
@@ -164,7 +165,8 @@ def lag(
 ) -> dict:
     """Watch a run being written; per checkpoint, seconds from its last file to measuring
     starting and to its records being in."""
-    from ckptsel.measure import MeasureConfig, WatchSettings, watch_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.watch import WatchSettings, watch_run
 
     tag = f"{where}-{poll:g}-{settle:g}"
     if where == "local":

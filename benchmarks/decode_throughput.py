@@ -54,7 +54,7 @@ def build(shape: str, device: str, n_items: int, max_new: int) -> dict[str, Any]
     from gpu_check import random_model
     from peft import LoraConfig, get_peft_model
 
-    from ckptsel.data import format_prompt
+    from ckptsel.data.prompts import format_prompt
 
     import archmodels as am
     from tinyrun import make_gsm8k_rows

@@ -126,8 +126,9 @@ def arch_matrix(device: str, quick: bool) -> list[str]:
 
 def record_agreement(device: str, root: Path) -> list[str]:
     """Markdown rows: dtype, texts identical, NLL max relative difference (HF vs vLLM)."""
-    from ckptsel.measure import MeasureConfig, measure_run
-    from ckptsel.records import read_frame
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
+    from ckptsel.records.scan import read_frame
 
     from tinyrun import build_tiny_run
 
@@ -222,7 +223,8 @@ def side(name: str, work: dict, device: str, max_new: int) -> dict:
     memory."""
     import torch
 
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -250,11 +252,13 @@ def side(name: str, work: dict, device: str, max_new: int) -> dict:
 
 def raw_vllm(work: dict, max_new: int) -> dict:
     """Plain vLLM on the same token ids: generate + prompt log-probs under the adapter."""
-    from ckptsel.data import format_prompt, load_items
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
     from ckptsel.measure.backends.vllm import VllmEngine
+    from ckptsel.measure.config import MeasureConfig
     from ckptsel.measure.tokens import encode_prompts, encode_responses
-    from ckptsel.train import discover_checkpoints, load_tokenizer
+    from ckptsel.train.checkpoints import discover_checkpoints
+    from ckptsel.train.models import load_tokenizer
 
     items = [it for s in ("validation", "test") for it in load_items("gsm8k", Path(work[s]))]
     tok = load_tokenizer(work["base"])
@@ -398,7 +402,7 @@ def _same_texts(a: dict, b: dict) -> str:
     """``k/n texts`` identical between two sides' records (or why not compared)."""
     if "out" not in a or "out" not in b:
         return "not compared"
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     key = ["step", "split", "item_id"]
     ga, gb = (read_frame(Path(r["out"]), "generations").sort_values(key) for r in (a, b))

@@ -33,7 +33,8 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
     import torch
 
     from ckptsel.errors import CkptselError
-    from ckptsel.measure import MeasureConfig, check_conformance
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.conformance import check_conformance
     from ckptsel.measure.passes import measure_items
     from ckptsel.measure.tokens import stop_token_ids
 
@@ -87,7 +88,8 @@ def real_shape(device: str) -> list[str]:
     """The check's cost at the Qwen3-1.7B shape beside measuring 256 items (bf16)."""
     from peft import LoraConfig, get_peft_model
 
-    from ckptsel.measure import MeasureConfig, check_conformance
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.conformance import check_conformance
     from ckptsel.measure.passes import measure_items
 
     import archmodels as am

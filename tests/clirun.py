@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 
 
 def exit_code(args: list) -> int:

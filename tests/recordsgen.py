@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ckptsel import records
-from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS, ValidationData, write_records
+from ckptsel.records.load import ValidationData, load_test, load_validation
+from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS
+from ckptsel.records.store import write_records
 
 
 @dataclass
@@ -155,8 +156,8 @@ def as_resolvable(d, found: list | None = None):
 
 
 def same_loads(a: Path, b: Path) -> None:
-    va, vb = records.load_validation(a), records.load_validation(b)
-    ta, tb = records.load_test(a, va), records.load_test(b, vb)
+    va, vb = load_validation(a), load_validation(b)
+    ta, tb = load_test(a, va), load_test(b, vb)
     assert [v.trajectory for v in va] == [v.trajectory for v in vb]
     for x, y in zip(va + ta, vb + tb, strict=True):
         for name, value in vars(x).items():

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from ckptsel._util.locations import Location
-from ckptsel.records import read_frame
 from ckptsel.records.codec import read_table
 from ckptsel.records.provenance import PROVENANCE_KEY
+from ckptsel.records.scan import read_frame
 from ckptsel.records.units import list_units
 from ckptsel.records.weights import CHECKPOINT_KEY
 
@@ -31,7 +31,7 @@ class Case:
 
 
 def config():
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     return MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8, window=64)
 
@@ -39,7 +39,7 @@ def config():
 def tiny_case(tmp_path_factory) -> Case:
     """The tiny run (three LoRA checkpoints) and its reference records, built once."""
     if "case" not in _BUILT:
-        from ckptsel.measure import measure_run
+        from ckptsel.measure.run import measure_run
 
         root = tmp_path_factory.mktemp("storage-case")
         run = build_tiny_run(root, steps=STEPS, n_validation=6, n_test=4)

@@ -16,8 +16,14 @@ from typing import Any
 
 from ckptsel._util.locations import Location, is_url
 from ckptsel.errors import CkptselError
-from ckptsel.study import Configuration, Study, configurations_toml
-from ckptsel.study.configuration import DEFAULT_SEEDS, resolve_model, resolve_path
+from ckptsel.study.configuration import (
+    DEFAULT_SEEDS,
+    Configuration,
+    Study,
+    configurations_toml,
+    resolve_model,
+    resolve_path,
+)
 
 # a study of one configuration on a validation pool (metamath) and gsm8k test items, trained
 # from a local base folder `base`: the smallest study file `run` accepts

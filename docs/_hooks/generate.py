@@ -146,8 +146,8 @@ def json_output() -> str:
 
 def tasks() -> str:
     """Every registered task: its item schema (which record field is which role) and its
-    answer rule, from ``ckptsel.data.TASKS``."""
-    from ckptsel.data import TASKS
+    answer rule, from ``ckptsel.data.tasks.TASKS``."""
+    from ckptsel.data.tasks import TASKS
 
     out = []
     for task in TASKS.values():

@@ -17,7 +17,7 @@ def main() -> None:
     line = EARLY_LINES.get(args[0]) if args else None
     if line and not {"--help", "-h"} & set(args):
         print(line, flush=True)
-    from ckptsel.cli import main as cli_main
+    from ckptsel.cli.app import main as cli_main
 
     cli_main()
 

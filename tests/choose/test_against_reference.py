@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel import records
-from ckptsel.choose import ChoiceSettings, choose_trajectory
-from ckptsel.workflows import analyze
+from ckptsel.choose.choices import choose_trajectory
+from ckptsel.choose.settings import ChoiceSettings
+from ckptsel.records.load import load_validation
+from ckptsel.workflows.analysis import analyze
 
 import recordsgen as rg
 import reference_impl as ref
@@ -84,7 +85,7 @@ def compare_study(
 
     # 1. every frozen selection vector
     settings = ChoiceSettings(permutations=permutations, seed=seed, budgets=budgets or ref.BUDGETS)
-    validation = records.load_validation(rec)
+    validation = load_validation(rec)
     assert sorted(v.trajectory for v in validation) == sorted(study.vectors)
     for v in validation:
         engine = choose_trajectory(v, settings)
@@ -519,7 +520,7 @@ def test_budgets_setting_reaches_512_and_d_from_32(tmp_path: Path) -> None:
 def test_budgets_setting_d_from_smallest_and_verify(tmp_path: Path) -> None:
     """Budgets without 32: D runs from the smallest (50), the outputs say so, and ``verify``
     reproduces the results with the recorded budgets (hashed with the choices)."""
-    from ckptsel.workflows import verify
+    from ckptsel.workflows.analysis import verify
 
     rng = np.random.default_rng(50)
     trajs = rg.random_study(
@@ -573,7 +574,7 @@ def test_parse_budgets_sorts_and_dedups() -> None:
 def test_nothing_is_cut_silently_from_the_budgets() -> None:
     """Repeated budgets are used once and budgets larger than a pool are skipped, as SPEC §4
     says; each is said in one line (``analyze`` prints them as notes)."""
-    from ckptsel.choose import budget_notes, parse_budget_list
+    from ckptsel.choose.settings import budget_notes, parse_budget_list
 
     assert parse_budget_list("32,32,5000") == [32, 32, 5000]
     notes = budget_notes([32, 32, 5000, 100], pool_sizes=[120, 80, 150])
@@ -621,7 +622,7 @@ def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["budgets"] == [32, 128, 512] and summary["D_from"] == 32
     assert "G" in summary["budget"]["accuracy"]["512"]
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as exc:
         main([*base, "--out", str(tmp_path / "p"), "--budgets", "32,x"])

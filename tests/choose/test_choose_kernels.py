@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel.choose import ChoiceSettings, core
+from ckptsel.choose import core
 from ckptsel.choose.frozen import FrozenChoices
+from ckptsel.choose.settings import ChoiceSettings
+from ckptsel.records.load import load_test, load_validation
 
 
 def plain_plurality(answers: np.ndarray) -> np.ndarray:
@@ -153,14 +155,13 @@ def test_canonical_bytes_equal_the_row_by_row_definition():
 def test_pools_on_threads_give_the_one_thread_table(tmp_path, monkeypatch):
     """Validation pools chosen on several threads (map_threads) give the table one thread
     gives, row for row and bit for bit; map_threads keeps the order and re-raises errors."""
-    from ckptsel import records
     from ckptsel._util import threads
-    from ckptsel.choose import choose, pools_of
+    from ckptsel.choose.choices import choose, pools_of
 
     import recordsgen as rg
 
     gen, nll = rg.tables(rg.random_study(np.random.default_rng(8), n_configs=6, seeds=2, tasks=("a", "b", "c")))
-    validation = records.load_validation(rg.write(tmp_path / "records", gen, nll))
+    validation = load_validation(rg.write(tmp_path / "records", gen, nll))
     assert len(pools_of(validation)) == 3
     settings = ChoiceSettings(permutations=20)
     monkeypatch.setattr(threads, "WORKERS", 1)
@@ -181,17 +182,18 @@ def test_pools_on_threads_give_the_one_thread_table(tmp_path, monkeypatch):
 def test_scoring_on_one_thread_gives_the_threaded_scores(tmp_path):
     """score(workers=1) gives every value and per-question utility the threaded scoring (what
     analyze runs) gives, bit for bit."""
-    from ckptsel import records
-    from ckptsel.choose import choose, freeze, load_frozen, score
+    from ckptsel.choose.choices import choose
+    from ckptsel.choose.evaluate import score
+    from ckptsel.choose.frozen import freeze, load_frozen
 
     import recordsgen as rg
 
     gen, nll = rg.tables(rg.random_study(np.random.default_rng(9), n_configs=5, seeds=2, tasks=("a", "b")))
     rec = rg.write(tmp_path / "records", gen, nll)
-    validation = records.load_validation(rec)
+    validation = load_validation(rec)
     settings = ChoiceSettings(permutations=12)
     freeze(choose(validation, settings), settings, tmp_path / "choices")
-    frozen, tests = load_frozen(tmp_path / "choices"), records.load_test(rec, validation)
+    frozen, tests = load_frozen(tmp_path / "choices"), load_test(rec, validation)
     one, threaded = score(frozen, tests, workers=1), score(frozen, tests, workers=3)
     assert one.names == threaded.names and one.values.tobytes() == threaded.values.tobytes()
     assert list(one.utilities) == list(threaded.utilities) == ["a", "b"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptsel.choose import ChoiceSettings, choose_trajectory, core
+from ckptsel.choose import core
+from ckptsel.choose.choices import choose_trajectory
 from ckptsel.choose.evaluate import matched_half
+from ckptsel.choose.settings import ChoiceSettings
 
 import recordsgen as rg
 from recordsgen import val  # noqa: E402
@@ -94,7 +96,7 @@ def _study_dir(tmp_path, trajs):
 
 
 def test_pipeline_G_H_D_by_hand(tmp_path):
-    from ckptsel.workflows import analyze
+    from ckptsel.workflows.analysis import analyze
 
     # One trajectory, 3 checkpoints, 64 validation items, 10 test items.
     # Validation: checkpoint 1 is right on all 64 items (accuracy picks it at every budget);

@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from ckptsel.choose import ChoiceSettings, choose_trajectory, core, rules
-from ckptsel.results import Estimate, fmt
-from ckptsel.workflows import SelectSettings, select_checkpoint
+from ckptsel.choose import core, rules
+from ckptsel.choose.choices import choose_trajectory
+from ckptsel.choose.settings import ChoiceSettings
+from ckptsel.results.estimate import Estimate, fmt
+from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 
 import recordsgen as rg
 from recordsgen import val

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import ckptsel
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 
 REPO = Path(__file__).resolve().parents[2]
 

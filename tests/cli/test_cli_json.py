@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ckptsel.cli.output import JSON_SCHEMAS
-from ckptsel.results import Summary
+from ckptsel.results.summary import Summary
 
 import recordsgen as rg
 from clirun import exit_code
@@ -101,7 +101,7 @@ def test_every_schema_is_documented_and_every_reporting_command_has_json():
 def test_piped_tables_keep_whole_numbers(records, capsys):
     """Piped (stdout not a terminal, as under capsys), ``compare``'s table keeps each interval
     on one line: numbers are not folded at 80 columns (issue 39)."""
-    from ckptsel.results import Estimate, fmt
+    from ckptsel.results.estimate import Estimate, fmt
 
     args = ["compare", records, 25, 75, "--trajectory", "c0-s0", "--draws", "200"]
     pair, _ = json_of([*args, "--json"], capsys)

@@ -188,8 +188,8 @@ def test_a_study_of_too_many_checkpoints_is_one_line(tmp_path, capsys, dry):
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory):
-    from ckptsel.sim import write_simulation
-    from ckptsel.workflows import analyze
+    from ckptsel.sim.simulate import write_simulation
+    from ckptsel.workflows.analysis import analyze
 
     tmp = tmp_path_factory.mktemp("verify")
     records = write_simulation(tmp / "sim", "small")
@@ -211,8 +211,8 @@ def test_verify_names_a_file_the_manifest_does_not_list(analysed, tmp_path, caps
 def test_verify_names_the_users_files_kept_under_force(tmp_path, capsys):
     """A user's notes kept beside the results (``--force``) are named in the manifest as not
     results: verify passes and names them; one added later fails."""
-    from ckptsel.sim import write_simulation
-    from ckptsel.workflows import analyze
+    from ckptsel.sim.simulate import write_simulation
+    from ckptsel.workflows.analysis import analyze
 
     records = write_simulation(tmp_path / "sim", "small")
     res = tmp_path / "res"
@@ -296,7 +296,7 @@ def test_the_shipped_inspect_folder_ingests_as_is(tmp_path, capsys):
                          capsys)  # fmt: skip
     assert code == 0, said
     assert "the newest is used" in said and "ignoring" in said and ".eval" in said
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     gen = read_frame(out, "generations")
     assert len(gen) == 6 * 12 and not gen.duplicated(["trajectory", "step", "item_id"]).any()

@@ -341,7 +341,7 @@ def test_every_commonsense_label_is_recognised(shared_data, task: str) -> None:
 
 def test_measure_scores_a_mixed_commonsense_pool_with_each_items_labels():
     """In a mixed pool the item's subtask decides the label pattern (not the first label seen)."""
-    from ckptsel.data import Item
+    from ckptsel.data.taskdef import Item
     from ckptsel.measure.frames import score_texts
 
     items = [

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import ckptsel.data.audit.indexes as audit_indexes
-from ckptsel.cli import main
-from ckptsel.data.audit import audit_files, audit_pools
-from ckptsel.data.audit.files import read_questions
+from ckptsel.cli.app import main
+from ckptsel.data.audit.files import audit_files, read_questions
 from ckptsel.data.audit.grams import char_ngrams, jaccard, normalize, word_ngrams
 from ckptsel.data.audit.indexes import brute_force_jaccard_pairs, jaccard_pairs, shared_ngram_pairs
 from ckptsel.data.audit.plant import _case_punct, _one_word
+from ckptsel.data.audit.run import audit_pools
 from ckptsel.errors import CkptselError
 
 

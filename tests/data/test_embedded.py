@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from ckptsel.data import is_correct, load_items
+from ckptsel.data.scoring import is_correct
+from ckptsel.data.tasks import load_items
 from ckptsel.sim import embedded as E
 
 SMALL = E.EmbeddedConfig(n_original=120, variants=3, n_test=150, n_pretrain=400)
@@ -88,7 +89,7 @@ def test_pretraining_mix_has_answered_formatted_problems_outside_the_pools():
     """``formatted_fraction``: that share of the base's texts are answered problems in the
     Alpaca format (an 'instruction-tuned' base), correct, spread over the list, and never a
     question of the fine-tuning or test pool."""
-    from ckptsel.data import format_prompt
+    from ckptsel.data.prompts import format_prompt
 
     cfg = E.EmbeddedConfig(**{**SMALL.__dict__, "formatted_fraction": 0.25})
     texts = E.pretraining_corpus(cfg)

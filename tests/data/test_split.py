@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.data.split import (
     group_unit,
     is_validation_group,

@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.data import (
-    Item,
-    extract,
-    get_task,
-    is_correct,
-    item_hash,
-    load_items,
-    task_identity,
-    task_label,
-)
 from ckptsel.data.answers.rules import AnswerRule
-from ckptsel.data.scoring import normalize_reference
+from ckptsel.data.scoring import extract, is_correct, normalize_reference
+from ckptsel.data.taskdef import Item, item_hash
+from ckptsel.data.tasks import get_task, load_items, task_identity, task_label
 from ckptsel.errors import CkptselError
-from ckptsel.measure import MeasureConfig
+from ckptsel.measure.config import MeasureConfig
 
 from clirun import run_cli
 
@@ -320,7 +312,7 @@ def test_tasks_lists_and_shows_a_task_file_and_a_built_in(tmp_path, capsys) -> N
 
 
 def test_without_a_response_there_is_no_nll_and_no_training(tmp_path) -> None:
-    from ckptsel.measure import ItemPool, left_to_measure
+    from ckptsel.measure.parts import ItemPool, left_to_measure
 
     body = FIRSTWORD.replace('response = "target"\n', "")
     task = task_file(tmp_path, body)
@@ -338,7 +330,7 @@ def test_without_a_response_there_is_no_nll_and_no_training(tmp_path) -> None:
 
 
 def test_a_study_pool_of_a_task_file(tmp_path: Path) -> None:
-    from ckptsel.study import load_spec
+    from ckptsel.study.spec import load_spec
 
     body = FIRSTWORD.replace('id = "uid"', 'id = "uid"\ngroup = "src"')
     write(tmp_path / "tasks" / "fw.toml", body)
@@ -370,7 +362,7 @@ def test_a_study_pool_of_a_task_file(tmp_path: Path) -> None:
 
 
 def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
     from lmevalcase import gsm8k_checkpoint
 
     folder = gsm8k_checkpoint(
@@ -416,7 +408,7 @@ def _measure_args(run, task: str, validation: Path, test: Path, out: Path) -> li
 @pytest.mark.usefixtures("one_thread")
 def test_measure_with_a_task_file_through_the_cli(tmp_path, capsys) -> None:
     pytest.importorskip("peft")
-    from ckptsel.records import read_frame, read_rows
+    from ckptsel.records.scan import read_frame, read_rows
 
     from tinyrun import build_tiny_run, make_gsm8k_rows
 
@@ -467,7 +459,7 @@ def test_measure_with_a_task_file_through_the_cli(tmp_path, capsys) -> None:
 def test_train_a_study_whose_tasks_are_task_files(tmp_path, capsys) -> None:
     pytest.importorskip("peft")
     from ckptsel.sim.tiny import save_tiny
-    from ckptsel.train import checkpoint_steps
+    from ckptsel.train.checkpoints import checkpoint_steps
 
     rows = [
         {"q": f"Say word {w}", "target": f"{w} is the word", "gold": w, "uid": f"w{i}"}
@@ -524,9 +516,9 @@ def test_measure_model_scores_no_nll_for_items_without_a_response(tmp_path) -> N
     pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
-    from ckptsel.measure import check_conformance, measure_model
-    from ckptsel.measure.conformance import pick_items
-    from ckptsel.train import load_tokenizer
+    from ckptsel.measure.conformance import check_conformance, pick_items
+    from ckptsel.measure.measurer import measure_model
+    from ckptsel.train.models import load_tokenizer
 
     from tinyrun import build_tiny_base
 

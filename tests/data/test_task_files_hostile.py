@@ -233,7 +233,7 @@ def _hash(said: str) -> str:
 
 
 def test_the_scorer_file_is_part_of_the_task_identity(tmp_path, capsys) -> None:
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     (tmp_path / "score.py").write_text(SCORER, encoding="utf-8")
     task = tmp_path / "t.toml"
@@ -346,7 +346,7 @@ def test_measure_refuses_a_failing_rule_in_one_line(tiny, tmp_path, capsys, answ
 
 
 def test_a_reference_derived_by_regex_and_gsm8k_raw(tmp_path, capsys) -> None:
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     rows = [{"question": "3+4?", "answer": "3+4=<<3+4=7>>7\n#### 7"}]
     items = tmp_path / "items.jsonl"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.data import Item, prompts, tasks
+from ckptsel.data import prompts, tasks
 from ckptsel.data import scoring as answers
+from ckptsel.data.taskdef import Item
 from ckptsel.errors import CkptselError
 
 COMMONSENSE_COUNTS = {

@@ -286,7 +286,7 @@ def test_a_stated_format_that_forgets_the_run_folder_system_prompt_says_so(
 def test_a_forgotten_system_prompt_is_a_format_mix_spelled_out_not_an_engine_mix(
     tiny, tmp_path, loads, capsys
 ):
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     out = tmp_path / "records"
     system = "You are a careful assistant. Think step by step, then give the final number."

@@ -16,11 +16,12 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.ingest import ingest_inspect, ingest_lighteval
-from ckptsel.ingest.inspect import read_inspect_log
+from ckptsel.ingest.inspect import ingest_inspect, read_inspect_log
+from ckptsel.ingest.lighteval import ingest_lighteval
 from ckptsel.ingest.mapping import CheckpointLog, ingest_logs
-from ckptsel.records import read_frame, upsert_records
-from ckptsel.workflows import analyze
+from ckptsel.records.scan import read_frame
+from ckptsel.records.store import upsert_records
+from ckptsel.workflows.analysis import analyze
 
 DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 INSPECT = DATA / "inspect"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ckptsel.records import read_frame, upsert_records
+from ckptsel.records.scan import read_frame
+from ckptsel.records.store import upsert_records
 from lmevalcase import gsm8k_line, write_samples
 
 INSPECT = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
@@ -19,7 +20,7 @@ EVALS = sorted(INSPECT.glob("*.eval"))
 
 
 def _cli(args: list[str], capsys) -> tuple[int, str, str]:
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as e:
         main([str(a) for a in args])

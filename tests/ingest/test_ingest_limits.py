@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.ingest import ingest_inspect
-from ckptsel.ingest.inspect import read_inspect_log
+from ckptsel.ingest.inspect import ingest_inspect, read_inspect_log
 from inspectcase import eval_members, write_eval  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
@@ -86,8 +85,7 @@ def test_an_lm_eval_gzip_bomb_is_refused_while_it_inflates(tmp_path, monkeypatch
     import gzip
     import tracemalloc
 
-    from ckptsel.ingest import ingest_lm_eval
-    from ckptsel.ingest.lm_eval import read_samples
+    from ckptsel.ingest.lm_eval import ingest_lm_eval, read_samples
     from lmevalcase import gsm8k_line, write_samples
 
     lines = [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)]

@@ -7,8 +7,10 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.ingest import ingest_lm_eval
-from ckptsel.records import GENERATION_COLUMNS, read_frame, upsert_records
+from ckptsel.ingest.lm_eval import ingest_lm_eval
+from ckptsel.records.scan import read_frame
+from ckptsel.records.schema import GENERATION_COLUMNS
+from ckptsel.records.store import upsert_records
 from lmevalcase import gsm8k_checkpoint, gsm8k_line, text_hash, write_samples  # noqa: E402
 
 
@@ -55,7 +57,7 @@ def test_gsm8k_two_checkpoints_strict_match(evals):
 
 
 def test_flexible_filter_and_cli(evals, capsys):
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     tmp, folders = evals
     out = tmp / "records"
@@ -90,7 +92,7 @@ def test_flexible_filter_and_cli(evals, capsys):
 
 
 def test_several_filters_need_a_choice_and_nothing_is_written(evals, capsys):
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     tmp, folders = evals
     out = tmp / "records"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.ingest import ingest_inspect, ingest_lm_eval
-from ckptsel.records import read_frame
-from ckptsel.study import configuration_and_seed, seed_of
-from ckptsel.study.configuration import trajectory_name
+from ckptsel.ingest.inspect import ingest_inspect
+from ckptsel.ingest.lm_eval import ingest_lm_eval
+from ckptsel.records.scan import read_frame
+from ckptsel.study.configuration import configuration_and_seed, seed_of, trajectory_name
 from lmevalcase import gsm8k_checkpoint, gsm8k_line, write_samples
 
 INSPECT = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
@@ -20,7 +20,7 @@ INSPECT = Path(__file__).parents[1] / "data" / "harness_logs" / "inspect"
 
 
 def _cli(args: list[str], capsys) -> tuple[int, str, str]:
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as e:
         main(args)

@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ckptsel.cli import main
-from ckptsel.records import read_frame
+from ckptsel.cli.app import main
+from ckptsel.records.scan import read_frame
 from ckptsel.trackers.base import ALIAS
 
 from offline_trackers import (

@@ -19,8 +19,8 @@ from tests.clirun import run_cli
 from tests.inspectcase import write_eval
 from tests.lmevalcase import gsm8k_line, write_samples
 
-from ckptsel.data import extract
-from ckptsel.records import read_frame
+from ckptsel.data.scoring import extract
+from ckptsel.records.scan import read_frame
 
 DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 [JSON_LOG] = sorted((DATA / "inspect").glob("*.json"))

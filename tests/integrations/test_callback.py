@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ckptsel.records import read_frame
+from ckptsel.records.scan import read_frame
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -31,9 +31,9 @@ def _train_with_callback(root: Path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
 
-    from ckptsel.data import load_items
-    from ckptsel.integrations import RecordingCallback
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.data.tasks import load_items
+    from ckptsel.integrations.hf_trainer import RecordingCallback
+    from ckptsel.measure.config import MeasureConfig
     from ckptsel.train.trajectory import collate, encode_example
 
     val_rows, test_rows, train_rows = (
@@ -62,7 +62,7 @@ def _train_with_callback(root: Path):
             target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
         ),
     )
-    from ckptsel.data import format_prompt
+    from ckptsel.data.prompts import format_prompt
 
     train = [
         encode_example(tok, format_prompt(it.instruction), it.response)
@@ -109,7 +109,7 @@ def test_callback_records_every_save(trained):
     assert sorted(gen["step"].unique()) == [2, 4]
     assert set(gen["split"]) == {"validation", "test"}
     # each unit says what measured it: the training model on the Hugging Face path
-    from ckptsel.records import read_provenance
+    from ckptsel.records.provenance import read_provenance
 
     for kind in ("generations", "nll"):
         prov = read_provenance(root / "records_cb", kind)["tiny-s0"]
@@ -125,7 +125,8 @@ def test_callback_records_every_save(trained):
 
 
 def test_callback_records_equal_measure_on_saved_checkpoints(trained):
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     root, base, val, test, _ = trained
     run_dir = root / "runs" / "tiny-s0"
@@ -191,7 +192,7 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
 
 
 def test_select_answers_from_callback_records(trained):
-    from ckptsel.workflows import SelectSettings, select_checkpoint
+    from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 
     root = trained[0]
     out = select_checkpoint(
@@ -206,7 +207,7 @@ def test_select_answers_from_callback_records(trained):
 
 def test_callback_rejects_bad_input(tmp_path):
     from ckptsel.errors import CkptselError
-    from ckptsel.integrations import RecordingCallback
+    from ckptsel.integrations.hf_trainer import RecordingCallback
 
     val = write_jsonl(tmp_path / "v.jsonl", make_gsm8k_rows(3))
     with pytest.raises(CkptselError, match="task"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptsel.records import read_frame
+from ckptsel.records.scan import read_frame
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -37,7 +37,8 @@ KEY = ["trajectory", "step", "split", "item_id"]
 def setup(tmp_path_factory, one_thread):
     from transformers import AutoTokenizer
 
-    from ckptsel.data import format_prompt, load_items
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
     from ckptsel.train.trajectory import encode_example
 
     root = tmp_path_factory.mktemp("precision")
@@ -77,13 +78,13 @@ def _lora_model(base, dtype=None):
 
 
 def _config():
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     return MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW)
 
 
 def _measure_saved(root: Path, run: str, base: Path, data: tuple, out: Path) -> None:
-    from ckptsel.measure import measure_run
+    from ckptsel.measure.run import measure_run
 
     measure_run(
         root / "runs" / run, _config(), validation=data[0], test=data[1], out=out,
@@ -116,7 +117,7 @@ def _compare(a_dir: Path, b_dir: Path) -> dict[str, int]:
 
 
 def _provenance(records: Path, trajectory: str) -> set[str]:
-    from ckptsel.records import read_provenance
+    from ckptsel.records.provenance import read_provenance
 
     out: set[str] = set()
     for kind in ("generations", "nll"):
@@ -130,7 +131,7 @@ def test_trainer_bf16_records_equal_measure(setup):
     checkpoints (texts and answers identical, NLL to float32 rounding)."""
     from transformers import Trainer
 
-    from ckptsel.integrations import RecordingCallback
+    from ckptsel.integrations.hf_trainer import RecordingCallback
     from ckptsel.train.trajectory import collate
 
     root, base, data, tok, train, _ = setup
@@ -165,7 +166,7 @@ def test_sft_trainer_defaults_records_equal_measure(setup):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
-    from ckptsel.integrations import RecordingCallback
+    from ckptsel.integrations.hf_trainer import RecordingCallback
 
     root, base, data, tok, _, rows = setup
     cb = RecordingCallback(
@@ -205,7 +206,7 @@ def test_autocast_it_cannot_undo_is_stamped_and_never_mixed(setup):
     import torch
 
     from ckptsel.errors import CkptselError
-    from ckptsel.integrations import RecordingCallback
+    from ckptsel.integrations.hf_trainer import RecordingCallback
 
     root, base, data, tok, _, _ = setup
     model = _lora_model(base)
@@ -237,8 +238,8 @@ def test_model_in_another_dtype_is_stamped_and_refused(setup):
     import torch
 
     from ckptsel.errors import CkptselError
-    from ckptsel.integrations import RecordingCallback
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.integrations.hf_trainer import RecordingCallback
+    from ckptsel.measure.config import MeasureConfig
 
     root, base, data, tok, _, _ = setup
     model = _lora_model(base, torch.bfloat16)

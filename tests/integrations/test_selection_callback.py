@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptsel.records import read_frame
+from ckptsel.records.scan import read_frame
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -27,7 +27,7 @@ N_VAL = 8
 
 
 def _settings():
-    from ckptsel.workflows import SelectSettings
+    from ckptsel.workflows.advise.selection import SelectSettings
 
     return SelectSettings(partitions=20, draws=200, bootstrap_partitions=5, permutations=20)
 
@@ -36,7 +36,8 @@ def _settings():
 def setup(tmp_path_factory, one_thread):
     from transformers import AutoTokenizer
 
-    from ckptsel.data import format_prompt, load_items
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
     from ckptsel.train.trajectory import encode_example
 
     root = tmp_path_factory.mktemp("selection")
@@ -72,8 +73,8 @@ def _lora_model(base):
 def _rigged(pattern):
     """A SelectionCallback whose recorded correctness at step s is ``pattern(s)`` (real generation
     and records writer; only the `correct` column is replaced), so the answer is known."""
-    from ckptsel.integrations import SelectionCallback
-    from ckptsel.records import upsert_records
+    from ckptsel.integrations.hf_trainer import SelectionCallback
+    from ckptsel.records.store import upsert_records
 
     class Rigged(SelectionCallback):
         def measure(self, model, tokenizer, step):
@@ -130,7 +131,7 @@ BEST_EARLY = lambda step: [step == 2] * N_VAL  # noqa: E731  step 2 right on eve
 
 @pytest.mark.parametrize("load_best", [True, False])
 def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, load_best):
-    from ckptsel.workflows import select_checkpoint
+    from ckptsel.workflows.advise.selection import select_checkpoint
 
     root, _, val, *_ = setup
     name = f"early-{load_best}"
@@ -170,7 +171,7 @@ def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, loa
 
 
 def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
-    from ckptsel.workflows import select_checkpoint
+    from ckptsel.workflows.advise.selection import select_checkpoint
 
     root, _, val, *_ = setup
 
@@ -219,9 +220,10 @@ def test_real_measurement_with_sft_trainer(setup):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
-    from ckptsel.data import format_prompt, load_items
-    from ckptsel.integrations import SelectionCallback
-    from ckptsel.workflows import select_checkpoint
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
+    from ckptsel.integrations.hf_trainer import SelectionCallback
+    from ckptsel.workflows.advise.selection import select_checkpoint
 
     root, base, val, tok, _, train_file = setup
     rows = [
@@ -263,7 +265,7 @@ def test_real_measurement_with_sft_trainer(setup):
 
 def test_selection_callback_rejects_bad_options(tmp_path):
     from ckptsel.errors import CkptselError
-    from ckptsel.integrations import SelectionCallback
+    from ckptsel.integrations.hf_trainer import SelectionCallback
 
     val = write_jsonl(tmp_path / "v.jsonl", make_gsm8k_rows(3))
     with pytest.raises(CkptselError, match="unknown rule 'last'"):

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.records import compact, read_frame
 from ckptsel.records.codec import read_schema
+from ckptsel.records.scan import read_frame
+from ckptsel.records.store import compact
 from ckptsel.records.units import list_units
 
 torch = pytest.importorskip("torch")
@@ -152,7 +153,7 @@ def test_item7_parts_of_other_files_are_not_reused(run, tmp_path, capsys):
 def test_what_the_files_fingerprint_covers(run, tmp_path):
     """An adapter's own configs and tokenizer files, its base model's files and weights (read
     once per base); not the trainer's state, which says nothing of the function."""
-    from ckptsel.train import discover_checkpoints, files_fingerprint, function_digests
+    from ckptsel.train.checkpoints import discover_checkpoints, files_fingerprint, function_digests
 
     run_dir = copy_run(run, tmp_path)
     ckpts = discover_checkpoints(run_dir)

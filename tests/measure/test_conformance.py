@@ -16,9 +16,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.measure import MeasureConfig, check_conformance, conformance  # noqa: E402
-from ckptsel.records import provenance_lines  # noqa: E402
+from ckptsel.measure import conformance  # noqa: E402
+from ckptsel.measure.config import MeasureConfig  # noqa: E402
+from ckptsel.measure.conformance import check_conformance  # noqa: E402
 from ckptsel.records.codec import read_schema  # noqa: E402
+from ckptsel.records.provenance import provenance_lines  # noqa: E402
 from ckptsel.records.units import list_units  # noqa: E402
 
 import archmodels  # noqa: E402

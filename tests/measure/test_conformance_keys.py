@@ -227,7 +227,7 @@ def test_the_settings_and_adapter_config_key_the_verdict(cache):
     config (less its base's path) and the measurement settings (prompt format, batch size)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     import archmodels
 

@@ -13,8 +13,9 @@ pytest.importorskip("peft")
 
 from ckptsel.defaults import BATCH_SIZE  # noqa: E402
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.measure import MeasureConfig, passes  # noqa: E402
+from ckptsel.measure import passes  # noqa: E402
 from ckptsel.measure.backends.hf import hf_provenance  # noqa: E402
+from ckptsel.measure.config import MeasureConfig  # noqa: E402
 from ckptsel.measure.passes import measure_items  # noqa: E402
 from ckptsel.measure.tokens import stop_token_ids  # noqa: E402
 

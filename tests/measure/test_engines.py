@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure import MeasureConfig
 from ckptsel.measure.backends.vllm import (
     CPU_BLOCK,
     GPU_MAX_NUM_SEQS,
@@ -24,7 +23,8 @@ from ckptsel.measure.backends.vllm import (
     kv_plan,
     vllm_rank,
 )
-from ckptsel.train import Checkpoint
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.train.checkpoints import Checkpoint
 
 
 def test_nll_backend_defaults_to_the_backend_and_names_its_parts():

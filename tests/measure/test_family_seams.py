@@ -93,7 +93,7 @@ def _jamba_checkpoint(tmp_path, tok, targets):
     from peft import LoraConfig, get_peft_model
 
     from ckptsel._util.locations import Location
-    from ckptsel.train import Checkpoint
+    from ckptsel.train.checkpoints import Checkpoint
 
     base = build("jamba", tok)
     base.save_pretrained(tmp_path / "base")

@@ -12,11 +12,12 @@ import shutil
 
 import pytest
 
-from ckptsel.measure import MeasureConfig, measure_run
 from ckptsel.measure.backends import hf
 from ckptsel.measure.backends.hf import ModelHolder, plain_lora
-from ckptsel.records import read_frame
-from ckptsel.train import discover_checkpoints
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.run import measure_run
+from ckptsel.records.scan import read_frame
+from ckptsel.train.checkpoints import discover_checkpoints
 
 from tinyrun import build_tiny_run
 

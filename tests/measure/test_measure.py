@@ -9,13 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ckptsel.records import read_frame
+from ckptsel.records.scan import read_frame
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.records import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
+from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS  # noqa: E402
 
 from clirun import exit_code  # noqa: E402
 from tinyrun import build_tiny_run, make_gsm8k_rows, write_jsonl  # noqa: E402
@@ -118,8 +118,9 @@ def test_contract_columns_and_keys(measured):
 
 
 def test_every_record_matches_direct_forward_and_generate(measured):
-    from ckptsel.data import format_prompt, load_items
     from ckptsel.data import scoring as answers
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
 
     run, _, gen, nll = measured
     items = {
@@ -163,7 +164,8 @@ def test_checkpoints_differ(measured):
 def test_window_truncates_long_responses_and_window0_is_complete(measured):
     from transformers import AutoTokenizer
 
-    from ckptsel.data import format_prompt, load_items
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
 
     run, _, _, nll = measured
     tok = AutoTokenizer.from_pretrained(str(run.base))
@@ -185,9 +187,9 @@ def test_n_tokens_constant_across_checkpoints(measured):
 
 
 def test_batch_size_does_not_change_answers_or_nll(measured):
-    from ckptsel.data import format_prompt, load_items
-    from ckptsel.measure import generate_texts
-    from ckptsel.measure.passes import response_nll
+    from ckptsel.data.prompts import format_prompt
+    from ckptsel.data.tasks import load_items
+    from ckptsel.measure.passes import generate_texts, response_nll
 
     run, *_ = measured
     model, tok = load_checkpoint(run, 20)
@@ -209,8 +211,9 @@ def test_batch_size_does_not_change_answers_or_nll(measured):
 
 
 def test_measure_model_in_memory(measured):
-    from ckptsel.data import load_items
-    from ckptsel.measure import MeasureConfig, measure_model
+    from ckptsel.data.tasks import load_items
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.measurer import measure_model
 
     run, _, gen, nll = measured
     model, tok = load_checkpoint(run, 30)
@@ -234,7 +237,8 @@ def test_measure_model_in_memory(measured):
 
 
 def test_lora_run_loads_the_base_once_and_full_run_swaps_into_one_model(tmp_path):
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     run = build_tiny_run(
         tmp_path / "full", steps=(5, 7), n_validation=3, n_test=2, full=True, run_name="full"
@@ -367,7 +371,8 @@ def test_vllm_backend_without_vllm_says_how_to_install(recorded, capsys):
 
 
 def test_measure_run_raises_ckptsel_error(measured, tmp_path):
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     run, *_ = measured
     with pytest.raises(CkptselError, match="run directory not found"):

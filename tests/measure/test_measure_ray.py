@@ -17,7 +17,7 @@ import pytest
 
 from ckptsel.errors import CkptselError
 from ckptsel.measure.executors.base import ExecutorConfig, import_ray
-from ckptsel.records import read_frame, read_rows
+from ckptsel.records.scan import read_frame, read_rows
 
 STEPS = (10, 20, 30, 40)
 KEY = ["trajectory", "step", "split", "item_id"]
@@ -57,7 +57,7 @@ def test_without_ray_one_line_says_how_to_install(monkeypatch):
 
 def test_units_are_grouped_by_base_and_actors_keep_theirs():
     from ckptsel.measure.executors.ray_actors import order_units, pick_batch
-    from ckptsel.train import Checkpoint
+    from ckptsel.train.checkpoints import Checkpoint
 
     def ck(step, base):
         kind = "adapter" if base else "full"
@@ -81,7 +81,7 @@ def test_batches_are_consecutive_adapters_of_one_base_with_work():
     from types import SimpleNamespace
 
     from ckptsel.measure.measurer import batch_units
-    from ckptsel.train import Checkpoint
+    from ckptsel.train.checkpoints import Checkpoint
 
     def u(step, base, todo=5):
         kind = "adapter" if base else "full"
@@ -139,13 +139,13 @@ def run(tmp_path_factory):
 
 
 def config():
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     return MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8, window=64)
 
 
 def measure(run, out: Path, executor=None):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure.run import measure_run
 
     return measure_run(
         run.run_dir,
@@ -181,7 +181,7 @@ def assert_same_records(out: Path, local) -> None:
 
 
 def test_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     out = tmp_path / "records"
     args = ["measure", str(run.run_dir), "--task", "gsm8k", "--validation", str(run.validation)]
@@ -206,7 +206,7 @@ def test_a_chat_format_run_on_ray_matches_local(ray_cluster, run, tmp_path, caps
 
     from transformers import AutoTokenizer
 
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     from tinyrun import CHAT_TEMPLATE
 
@@ -239,7 +239,7 @@ def test_ray_actors_send_engine_starts_back(ray_cluster, run, tmp_path):
 def test_study_file_with_ray_executor_matches_local(ray_cluster, run, local, tmp_path, capsys):
     """``ckptsel run`` on a study whose file says ``executor = "ray"``: the same records as the
     local executor (trajectory named from the folder), measured by Ray actors."""
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     (tmp_path / "ext").mkdir()
     (tmp_path / "ext" / "tiny-s1").symlink_to(run.run_dir, target_is_directory=True)
@@ -289,7 +289,7 @@ def test_worker_killed_mid_run_is_retried(ray_cluster, run, local, tmp_path, mon
     monkeypatch.setenv("CKPTSEL_RAY_KILL_ONCE", str(marker))
     out = tmp_path / "records"
     written: list[int] = []
-    from ckptsel.measure import measure_run
+    from ckptsel.measure.run import measure_run
 
     res = measure_run(
         run.run_dir,
@@ -345,7 +345,8 @@ def test_driver_killed_and_rerun_finishes_the_rest(ray_cluster, run, local, tmp_
 def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
     """A worker that cannot start (no CUDA device on its node) stops the run with the
     measurement's own error, not a restart loop or a Ray traceback; nothing is written."""
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
@@ -361,8 +362,8 @@ def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
 
 
 def test_unit_work_carries_only_the_missing_items(run):
-    from ckptsel.measure import ItemPool
     from ckptsel.measure.executors.ray_actors import unit_work
+    from ckptsel.measure.parts import ItemPool
 
     pool = ItemPool.load("gsm8k", run.validation, run.test)
 
@@ -391,7 +392,7 @@ def test_vllm_rank_is_one_vllm_accepts():
 
 
 def test_cuda_check_runs_where_the_models_run():
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
@@ -412,7 +413,8 @@ def test_cuda_check_runs_where_the_models_run():
 def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
     """On a GPU: one vLLM engine per GPU actor, one LoRARequest per checkpoint."""
     pytest.importorskip("vllm", reason="vllm is not installed (pip install 'ckptsel[vllm]')")
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     cfg = MeasureConfig(
         "gsm8k", batch_size=2, max_new_tokens=8, window=64, device="cuda", backend="vllm",
@@ -439,7 +441,7 @@ def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(
     from dataclasses import fields
 
     from ckptsel.measure import conformance
-    from ckptsel.records import read_provenance
+    from ckptsel.records.provenance import read_provenance
 
     cache = tmp_path / "cache" / "conformance.json"
     monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(cache.parent))

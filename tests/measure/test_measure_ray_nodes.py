@@ -55,8 +55,8 @@ def two_nodes():
 def test_two_nodes_without_shared_disk_give_the_local_records(
     case, two_nodes, s3, tmp_path, monkeypatch
 ):
-    from ckptsel.measure import measure_run
-    from ckptsel.measure.executors import ExecutorConfig
+    from ckptsel.measure.executors.base import ExecutorConfig
+    from ckptsel.measure.run import measure_run
 
     urls = upload_run(s3, case)
     monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(tmp_path / "cache-{node}"))  # one per node

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.records import read_frame
+from ckptsel.records.scan import read_frame
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -56,7 +56,7 @@ def args_for(run, out: Path, run_dir: Path | None = None, max_new: int = 8) -> l
 
 
 def cli(args: list[str], capsys=None) -> tuple[int, str]:
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     code = 0
     try:
@@ -123,7 +123,8 @@ def test_killed_run_resumes_to_identical_records(run, uninterrupted, tmp_path, c
 
 
 def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_path, capsys):
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     out = copy_records(uninterrupted, tmp_path)
     res = measure_run(
@@ -154,7 +155,8 @@ def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_pat
 
 
 def test_edited_item_is_remeasured_alone(run, uninterrupted, tmp_path):
-    from ckptsel.measure import MeasureConfig, measure_run
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.run import measure_run
 
     from tinyrun import make_gsm8k_rows
 

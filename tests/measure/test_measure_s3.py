@@ -17,7 +17,7 @@ import pytest
 from ckptsel._util import nodecache
 from ckptsel._util.locations import Location
 from ckptsel.errors import CkptselError
-from ckptsel.records import read_provenance
+from ckptsel.records.provenance import read_provenance
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -33,7 +33,7 @@ def case(tmp_path_factory):
 
 
 def measure(urls: dict[str, str], out: str):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure.run import measure_run
 
     return measure_run(
         urls["run"], config(), validation=urls["validation"], test=urls["test"], out=out,
@@ -93,7 +93,7 @@ def test_killed_measure_into_s3_resumes(case, s3):
 
 
 def test_bad_remote_runs_are_clear_errors(case, s3, tmp_path):
-    from ckptsel.train import discover_checkpoints
+    from ckptsel.train.checkpoints import discover_checkpoints
 
     urls = upload_run(s3, case)
     with pytest.raises(CkptselError, match=r"s3://.*/runs/none: run directory not found"):

@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.records import compact, load_validation, read_frame
 from ckptsel.records.codec import read_schema
+from ckptsel.records.load import load_validation
+from ckptsel.records.scan import read_frame
+from ckptsel.records.store import compact
 from ckptsel.records.units import list_units
 
 torch = pytest.importorskip("torch")
@@ -34,13 +36,13 @@ def run(tmp_path_factory):
 
 
 def config():
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     return MeasureConfig("gsm8k", batch_size=2, max_new_tokens=4, window=512)
 
 
 def measure(run, run_dir: Path, out: Path, **kw):
-    from ckptsel.measure import measure_run
+    from ckptsel.measure.run import measure_run
 
     return measure_run(run_dir, config(), validation=run.validation, test=run.test, out=out, **kw)
 
@@ -79,7 +81,7 @@ def test_replaced_checkpoint_is_refused_then_replaced(run, tmp_path, capsys):
     code, said = cli(measure_args(run, run_dir, out), capsys)
     lines = [x for x in said.splitlines() if x.strip()]
     assert code == 2 and len(lines) == 1, said  # before: 0, "1 already recorded"
-    from ckptsel.train import weights_fingerprint
+    from ckptsel.train.checkpoints import weights_fingerprint
 
     old = stamp(out, 20)["weights"]
     new = weights_fingerprint(run_dir / "checkpoint-20")
@@ -107,7 +109,7 @@ def test_another_run_under_the_same_name_is_refused(run, tmp_path, capsys):
 
 def test_records_without_fingerprint_are_accepted(run, tmp_path, capsys):
     """Older records (and ingested ones) carry no fingerprint: reused as before."""
-    from ckptsel.records import upsert_records
+    from ckptsel.records.store import upsert_records
 
     run_dir, out = small_run(run, tmp_path), tmp_path / "records"
     measure(run, run_dir, out)
@@ -147,8 +149,8 @@ def test_killed_measurement_has_no_final(run, tmp_path, capsys):
 def test_watch_selection_in_progress_is_never_final(run, tmp_path):
     """A watcher that stops before the run's final checkpoint (here: 2 of 6 written, the
     markers saying max_steps 60) leaves selection.json saying the run is in progress."""
-    from ckptsel.measure import WatchSettings
-    from ckptsel.workflows import watch_and_select
+    from ckptsel.measure.watch import WatchSettings
+    from ckptsel.workflows.watching import watch_and_select
 
     run_dir, out = small_run(run, tmp_path, steps=(10, 20, 30)), tmp_path / "records"
     for step in (10, 20, 30):

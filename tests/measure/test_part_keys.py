@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.measure import MeasureConfig
+from ckptsel.measure.config import MeasureConfig
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.data import PromptFormat, load_items, prompt_format
+from ckptsel.data.prompts import PromptFormat, prompt_format
+from ckptsel.data.tasks import load_items
 from ckptsel.errors import CkptselError
-from ckptsel.records import read_frame
+from ckptsel.records.scan import read_frame
 
 from clirun import run_cli
 
@@ -105,7 +106,7 @@ def test_chat_run_is_measured_on_its_own_template(chat_run, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ckptsel.measure.tokens import encode_formatted
-    from ckptsel.records import read_provenance
+    from ckptsel.records.provenance import read_provenance
 
     out = tmp_path / "records"
     code, said = _measure(chat_run, out, "--prompt-format", "chat", capsys=capsys)
@@ -197,7 +198,7 @@ def test_template_file_renders_the_item_fields_and_scores_response_and_eos(chat_
 
 
 def test_alpaca_keeps_its_hashes_and_bad_settings_are_one_line():
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     plain = MeasureConfig("gsm8k")
     stated = MeasureConfig("gsm8k", prompt_format="alpaca")
@@ -221,7 +222,7 @@ def test_alpaca_keeps_its_hashes_and_bad_settings_are_one_line():
 def test_training_writes_the_format_and_encodes_with_it(chat_run, tmp_path):
     from transformers import AutoTokenizer
 
-    from ckptsel.train import read_run_format, write_run_format
+    from ckptsel.train.formats import read_run_format, write_run_format
     from ckptsel.train.trajectory import encode_items
 
     tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
@@ -237,7 +238,7 @@ def test_training_writes_the_format_and_encodes_with_it(chat_run, tmp_path):
     with pytest.raises(CkptselError, match="trained with the prompt format"):
         write_run_format(tmp_path / "run", PromptFormat())
     # alpaca examples are what they always were
-    from ckptsel.data import format_prompt
+    from ckptsel.data.prompts import format_prompt
     from ckptsel.train.trajectory import encode_example
 
     old = [encode_example(tok, format_prompt(it.instruction), it.response) for it in items]
@@ -273,8 +274,8 @@ def test_the_trainer_callback_measures_on_the_run_s_template(chat_run, tmp_path,
     """RecordingCallback with prompt_format="chat" on trl's SFTTrainer: its records equal
     `ckptsel measure OUTPUT_DIR` with no flag (the callback wrote prompt_format.json there);
     with no stated format, the first save is refused in one line."""
-    from ckptsel.integrations import RecordingCallback
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.integrations.hf_trainer import RecordingCallback
+    from ckptsel.measure.config import MeasureConfig
 
     out = tmp_path / "chat-s1"
     config = MeasureConfig("gsm8k", max_new_tokens=MAX_NEW, batch_size=4, prompt_format="chat")

@@ -13,11 +13,12 @@ import json
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure import MeasureConfig, measure_run
 from ckptsel.measure.backends import swap
 from ckptsel.measure.backends.hf import ModelHolder
-from ckptsel.records import read_frame
-from ckptsel.train import discover_checkpoints
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.run import measure_run
+from ckptsel.records.scan import read_frame
+from ckptsel.train.checkpoints import discover_checkpoints
 
 from tinyrun import build_tiny_run
 
@@ -97,7 +98,7 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     # compared: the loaded and swapped units sit in one trajectory, one provenance)
     import pyarrow.parquet as pq
 
-    from ckptsel.records import read_provenance
+    from ckptsel.records.provenance import read_provenance
     from ckptsel.records.units import unit_path
 
     notes = {}
@@ -112,7 +113,8 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     # compact keeps each step's note (the single file's metadata), and the provenance
     import shutil
 
-    from ckptsel.records import UNITS_DIR, compact
+    from ckptsel.records.store import compact
+    from ckptsel.records.units import UNITS_DIR
 
     shutil.copytree(tmp_path / "rec", tmp_path / "compacted")
     compact(tmp_path / "compacted")
@@ -120,7 +122,7 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     after = read_provenance(tmp_path / "compacted", "nll")["run-a"]
     assert after.weights == prov.weights and after.measured_by == prov.measured_by
     # --no-swap (measure and watch): loaded afresh, and why
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as done:
         main([
@@ -138,8 +140,7 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
 
 def test_a_watched_run_says_how_its_weights_got_in(run, tmp_path):
     """The watcher swaps too (one session for the run), and its status says so at the end."""
-    from ckptsel.measure import WatchSettings, watch_run
-    from ckptsel.measure.watch import status_path
+    from ckptsel.measure.watch import WatchSettings, status_path, watch_run
 
     config = MeasureConfig("gsm8k", batch_size=4, max_new_tokens=8, window=32, dtype="float32")
     status = watch_run(

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ckptsel.records import read_frame  # noqa: E402
+from ckptsel.records.scan import read_frame  # noqa: E402
 from ckptsel.records.units import unit_path  # noqa: E402
 
 import archmodels as am  # noqa: E402

@@ -21,9 +21,12 @@ import pytest
 from ckptsel._util.locations import FileInfo, Location
 from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.errors import CkptselError
-from ckptsel.measure import WatchSettings
-from ckptsel.measure.watch import list_folders, read_status
-from ckptsel.train import checkpoint_readiness, discover_checkpoints, is_final_checkpoint
+from ckptsel.measure.watch import WatchSettings, list_folders, read_status
+from ckptsel.train.checkpoints import (
+    checkpoint_readiness,
+    discover_checkpoints,
+    is_final_checkpoint,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -97,7 +100,7 @@ def local_put(root: Path) -> Callable[[str, bytes], None]:
 
 
 def test_watch_a_local_run_being_written(case, tmp_path):
-    from ckptsel.measure import watch_run
+    from ckptsel.measure.watch import watch_run
 
     run_dir = tmp_path / "runs" / case.run.run_dir.name
     statuses: list[dict] = []
@@ -135,7 +138,7 @@ def test_watch_a_local_run_being_written(case, tmp_path):
 def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
     """The run uploaded to S3 file by file; the watcher runs in its own process, is killed
     once it has recorded something, and a second watcher finishes the job."""
-    from ckptsel.measure import watch_run
+    from ckptsel.measure.watch import watch_run
 
     prefix = f"runs/{case.run.run_dir.name}"
     writer = Writer(
@@ -150,7 +153,7 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
     }
     run, out = s3.url(prefix), s3.url("records")
     script = (
-        "from ckptsel.measure import MeasureConfig, WatchSettings, watch_run\n"
+        "from ckptsel.measure import MeasureConfig\nfrom ckptsel.measure.watch import WatchSettings, watch_run\n"
         "watch_run({run!r}, MeasureConfig('gsm8k', batch_size=2, max_new_tokens=8, window=64),"
         " validation={validation!r}, test={test!r}, out={out!r}, base={base!r},"
         " settings=WatchSettings(poll=0.05, settle=0.4, timeout=150))\n"
@@ -236,7 +239,7 @@ def test_layouts_and_settings(case, tmp_path):
 
 
 def run_cli(args: list[str]) -> int:
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     try:
         main([str(a) for a in args])
@@ -249,7 +252,7 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     """``ckptsel watch`` on a run being written: the one-shot records, ``status.json`` done,
     ``selection.json`` equal to ``ckptsel select`` on those records; a second watch continues
     (nothing measured again); ``--until-step`` stops there; bad options are one line, exit 2."""
-    from ckptsel.workflows import SelectSettings, select_checkpoint
+    from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 
     name = case.run.run_dir.name
     run_dir, out = tmp_path / "runs" / name, tmp_path / "records"
@@ -323,7 +326,8 @@ def test_status_and_selection_current_after_every_checkpoint(case, tmp_path):
     between checkpoints (when each starts to be measured, and as its items go), status.json
     names every checkpoint recorded so far and the one being measured with its progress, and
     selection.json holds a provisional answer (never 'measure the final checkpoint')."""
-    from ckptsel.workflows import SelectSettings, selection_path, watch_and_select
+    from ckptsel.workflows.advise.selection import SelectSettings
+    from ckptsel.workflows.watching import selection_path, watch_and_select
 
     name = case.run.run_dir.name
     run_dir, out = tmp_path / "runs" / name, tmp_path / "records"
@@ -359,7 +363,7 @@ def test_status_and_selection_current_after_every_checkpoint(case, tmp_path):
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
-    from ckptsel.measure import MeasureConfig
+    from ckptsel.measure.config import MeasureConfig
 
     status = watch_and_select(  # the default window: select reads its NLL
         run_dir, MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8), validation=case.run.validation, test=case.run.test, out=out,

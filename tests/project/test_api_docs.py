@@ -39,7 +39,7 @@ def test_api_examples_run_and_print_what_the_page_shows(tmp_path, monkeypatch, c
             )
     # what the examples wrote is a real results folder and a real records folder
     assert (tmp_path / "sim-results" / "summary.json").is_file()
-    from ckptsel.records import load_validation
+    from ckptsel.records.load import load_validation
 
     measured = load_validation(tmp_path / "my-records")
     assert [v.trajectory for v in measured] == ["my-run-s1"]
@@ -49,9 +49,9 @@ def test_faq_quotes_the_numbers_these_examples_print(tmp_path):
     """docs/faq.md reads its numbers off the same simulated records (small preset, seed 0, the
     same trajectory and steps): each interval it quotes is one the examples above print, or
     D_r of the accuracy rule with ``--seed 7``, computed here."""
-    from ckptsel.results import fmt
-    from ckptsel.sim import write_simulation
-    from ckptsel.workflows import analyze
+    from ckptsel.results.estimate import fmt
+    from ckptsel.sim.simulate import write_simulation
+    from ckptsel.workflows.analysis import analyze
 
     faq = (PAGE.parents[1] / "faq.md").read_text()
     printed = "\n".join(out for _, out in blocks() if out)

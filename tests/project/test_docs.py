@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from ckptsel.cli import app, main
+from ckptsel.cli import app
+from ckptsel.cli.app import main
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BLOCK = re.compile(r"^<!-- follow-along -->\n```(\w+)\n(.*?)^```", re.DOTALL | re.MULTILINE)

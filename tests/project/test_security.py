@@ -41,10 +41,10 @@ def tiny_run(tmp_path_factory):
     pytest.importorskip("peft")
     import torch
 
-    from ckptsel.data import format_prompt
+    from ckptsel.data.prompts import format_prompt
     from ckptsel.sim.tiny import save_tiny
-    from ckptsel.study import Configuration
-    from ckptsel.train import load_tokenizer
+    from ckptsel.study.configuration import Configuration
+    from ckptsel.train.models import load_tokenizer
     from ckptsel.train.trajectory import encode_example, train_trajectory
 
     before = torch.get_num_threads()
@@ -220,7 +220,7 @@ class _FakeRay:
 
 
 def _actor_env(monkeypatch, forward: bool) -> dict[str, str]:
-    from ckptsel.measure.executors import ExecutorConfig
+    from ckptsel.measure.executors.base import ExecutorConfig
     from ckptsel.measure.executors.ray_actors import RayExecutor
 
     ex = RayExecutor.__new__(RayExecutor)  # no Ray: the actors' options are what is checked

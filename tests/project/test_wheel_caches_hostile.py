@@ -28,9 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from ckptsel import records
 from ckptsel.records.cache import memo, pack
-from ckptsel.records.units import list_units
+from ckptsel.records.store import upsert_records
+from ckptsel.records.units import UNITS_DIR, list_units
 
 import recordsgen as rg
 from clirun import run_cli
@@ -194,7 +194,7 @@ def units(study, tmp_path: Path) -> Path:
     """The study as units, with the packs the writer keeps (under this session's key)."""
     folder = tmp_path / "units"
     gen, nll = study
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     return folder
 
 
@@ -283,7 +283,7 @@ def test_the_key_is_made_on_first_use_0600_outside_the_caches(units, tmp_path, m
 
 
 def _pack_files(folder: Path) -> list[Path]:
-    return sorted((folder / records.UNITS_DIR / pack.PACKS_DIR / "generations").glob("*.parquet"))
+    return sorted((folder / UNITS_DIR / pack.PACKS_DIR / "generations").glob("*.parquet"))
 
 
 def _flip_pack(path: Path, recompute: bool) -> None:

@@ -13,6 +13,9 @@ from ckptsel import records
 from ckptsel.errors import CkptselError
 from ckptsel.records import load, provenance
 from ckptsel.records.cache import memo
+from ckptsel.records.load import load_test, load_validation
+from ckptsel.records.schema import FINAL_STEPS_FILE
+from ckptsel.records.store import upsert_records
 from ckptsel.workflows import analysis
 
 import recordsgen as rg
@@ -24,8 +27,8 @@ def study():
 
 
 def _loads(folder):
-    v = records.load_validation(folder)
-    return v, records.load_test(folder, v)
+    v = load_validation(folder)
+    return v, load_test(folder, v)
 
 
 def _assert_same(a, b) -> None:
@@ -60,7 +63,7 @@ def _no_records_read(monkeypatch):
 def test_a_second_load_reads_no_record_and_gives_the_same_arrays(study, tmp_path, monkeypatch):
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     v1, t1 = _loads(folder)
     prov1 = provenance.study_provenance(folder)
     assert sorted(p.name for p in (folder / memo.MEMO_DIR).iterdir()) == [
@@ -86,7 +89,7 @@ def test_a_second_load_reads_no_record_and_gives_the_same_arrays(study, tmp_path
 def test_changed_records_or_final_steps_are_read_again(study, tmp_path):
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     v1, _ = _loads(folder)
     # one validation answer flipped in one unit: the next load sees it
     traj, step = v1[0].trajectory, int(v1[0].steps[0])
@@ -98,11 +101,11 @@ def test_changed_records_or_final_steps_are_read_again(study, tmp_path):
     assert v2[0].correct[0, i] != v1[0].correct[0, i]
     assert (v2[0].correct != v1[0].correct).sum() == 1
     # a declared final step the records lack is refused, although the records did not change
-    (folder / records.FINAL_STEPS_FILE).write_text(json.dumps({traj: 999_999}))
+    (folder / FINAL_STEPS_FILE).write_text(json.dumps({traj: 999_999}))
     with pytest.raises(CkptselError, match="final checkpoint"):
-        records.load_validation(folder)
-    (folder / records.FINAL_STEPS_FILE).unlink()
-    _assert_same(records.load_validation(folder), v2)
+        load_validation(folder)
+    (folder / FINAL_STEPS_FILE).unlink()
+    _assert_same(load_validation(folder), v2)
 
 
 def test_bad_records_raise_every_time_and_cache_nothing(study, tmp_path):
@@ -112,7 +115,7 @@ def test_bad_records_raise_every_time_and_cache_nothing(study, tmp_path):
     folder = rg.write(tmp_path / "bad", gen, bad)
     for _ in range(2):
         with pytest.raises(CkptselError, match="NaN"):
-            records.load_validation(folder)
+            load_validation(folder)
     assert not (folder / memo.MEMO_DIR / "validation.arrays").exists()
 
 
@@ -151,7 +154,7 @@ def test_records_that_change_while_loading_are_not_cached(study, tmp_path, monke
         return out
 
     monkeypatch.setattr(load, "_validation_records", with_a_write)
-    records.load_validation(folder)
+    load_validation(folder)
     assert not (folder / memo.MEMO_DIR / "validation.arrays").exists()
 
 
@@ -171,7 +174,7 @@ def test_summary_is_byte_identical_from_the_records_and_from_the_cache(tmp_path)
     trajs = rg.random_study(np.random.default_rng(12), n_configs=3, seeds=2, dyadic=False)
     gen, nll = rg.tables(trajs)
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     analysis.analyze(folder, tmp_path / "cold")
     assert (folder / memo.MEMO_DIR / "test.arrays").exists()
     analysis.analyze(folder, tmp_path / "warm")

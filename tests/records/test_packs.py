@@ -18,8 +18,11 @@ from ckptsel.records import cache as seam
 from ckptsel.records import load, store
 from ckptsel.records.cache import memo, pack
 from ckptsel.records.codec import read_schema
+from ckptsel.records.load import load_test, load_validation
 from ckptsel.records.provenance import read_provenance, unit_provenance
-from ckptsel.records.units import list_units, unit_path
+from ckptsel.records.scan import read_frame
+from ckptsel.records.store import compact, upsert_records
+from ckptsel.records.units import UNITS_DIR, list_units, one_listing, unit_path
 from ckptsel.records.weights import CheckpointStamp, read_stamps
 from ckptsel.workflows import analysis
 
@@ -47,7 +50,7 @@ def _summary(folder, out) -> bytes:
 
 
 def _packs(folder, kind="generations") -> dict[str, object]:
-    root = folder / records.UNITS_DIR / pack.PACKS_DIR / kind
+    root = folder / UNITS_DIR / pack.PACKS_DIR / kind
     return {p.stem: p for p in sorted(root.glob("*.parquet"))}
 
 
@@ -72,24 +75,24 @@ def test_the_writer_keeps_packs_and_a_current_pack_opens_no_unit(study, referenc
     folder = tmp_path / "r"
     prov = {"generations": unit_provenance(['{"engine":"hf","version":"1"}'])}
     stamp = CheckpointStamp(weights="sha256:ab", run_final_step=int(gen["step"].max()))
-    records.upsert_records(folder, generations=gen, nll=nll, provenance=prov, checkpoint=stamp)
+    upsert_records(folder, generations=gen, nll=nll, provenance=prov, checkpoint=stamp)
     trajs = sorted(gen["trajectory"].unique())
     for kind in pack.PACKED_KINDS:
         assert list(_packs(folder, kind)) == trajs
         assert all(_is_current(folder, kind, t) for t in trajs)
-    assert not (folder / records.UNITS_DIR / pack.PACKS_DIR / "texts").exists()
-    before = records.read_frame(folder, "generations")
+    assert not (folder / UNITS_DIR / pack.PACKS_DIR / "texts").exists()
+    before = read_frame(folder, "generations")
     made_by = {k: read_provenance(folder, k) for k in pack.PACKED_KINDS}
     stamps = read_stamps(folder, "generations")
     _garble_units(folder)
     assert _summary(folder, tmp_path / "out") == reference  # no unit was read
-    pd.testing.assert_frame_equal(records.read_frame(folder, "generations"), before)
+    pd.testing.assert_frame_equal(read_frame(folder, "generations"), before)
     # provenance comes from the packs' metadata too
     assert {k: read_provenance(folder, k) for k in pack.PACKED_KINDS} == made_by
     assert all(len(p.measured_by) == 1 for p in made_by["generations"].values())
     assert read_stamps(folder, "generations") == stamps and stamps
     with memo.uncached(), pytest.raises(CkptselError, match="step-"):  # verify: the units
-        records.load_validation(folder)
+        load_validation(folder)
 
 
 def _flip(gen, traj, step, n=3):
@@ -112,10 +115,10 @@ def test_a_unit_replaced_or_added_after_its_pack_is_read_from_the_units(
     held = (gen["trajectory"] == traj) & (gen["step"] == last)
     nheld = (nll["trajectory"] == traj) & (nll["step"] == last)
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen[~held], nll=nll[~nheld])
+    upsert_records(folder, generations=gen[~held], nll=nll[~nheld])
     steps = int(gen.loc[gen["trajectory"] == traj, "step"].nunique())
     monkeypatch.setattr(store, "refresh_packs", lambda *a, **k: None)  # killed before the pack
-    records.upsert_records(folder, generations=gen[held], nll=nll[nheld])  # a unit added
+    upsert_records(folder, generations=gen[held], nll=nll[nheld])  # a unit added
     changed, expected = _flip(gen, traj, int(gen.loc[gen["trajectory"] == traj, "step"].min()))
     records.write_unit(folder, traj, int(changed["step"].iloc[0]), generations=changed)  # replaced
     monkeypatch.undo()
@@ -125,7 +128,7 @@ def test_a_unit_replaced_or_added_after_its_pack_is_read_from_the_units(
     assert _summary(folder, tmp_path / "got") == want
     assert not _is_current(folder, "generations", traj)  # analysis (filling the memo) left it
     for kind in pack.PACKED_KINDS:  # a reader that may write refreshes the packs it reads
-        records.read_frame(folder, kind)
+        read_frame(folder, kind)
     assert _is_current(folder, "generations", traj) and _is_current(folder, "nll", traj)
     assert _summary(folder, tmp_path / "again") == want
 
@@ -134,7 +137,7 @@ def test_a_unit_replaced_or_added_after_its_pack_is_read_from_the_units(
 def test_a_missing_or_damaged_pack_gives_the_same_summary(study, reference, tmp_path, damage):
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     for kind in pack.PACKED_KINDS:
         for traj, path in _packs(folder, kind).items():
             data = path.read_bytes()
@@ -156,11 +159,11 @@ def test_a_missing_or_damaged_pack_gives_the_same_summary(study, reference, tmp_
 def test_compact_keeps_every_row_and_drops_the_packs(study, reference, tmp_path):
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
-    before = records.read_frame(folder, "nll")
-    records.compact(folder)
-    assert not (folder / records.UNITS_DIR).exists()
-    pd.testing.assert_frame_equal(records.read_frame(folder, "nll"), before)
+    upsert_records(folder, generations=gen, nll=nll)
+    before = read_frame(folder, "nll")
+    compact(folder)
+    assert not (folder / UNITS_DIR).exists()
+    pd.testing.assert_frame_equal(read_frame(folder, "nll"), before)
     assert _summary(folder, tmp_path / "out") == reference
 
 
@@ -169,7 +172,7 @@ def test_rewriting_a_pack_reuses_its_current_rows(study, tmp_path, monkeypatch):
     of recording a checkpoint stays one unit's, not the trajectory's)."""
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     traj = sorted(gen["trajectory"].unique())[1]
     step = int(gen.loc[gen["trajectory"] == traj, "step"].max())
     changed, expected = _flip(gen, traj, step)
@@ -182,8 +185,8 @@ def test_rewriting_a_pack_reuses_its_current_rows(study, tmp_path, monkeypatch):
     assert read == [step]  # the generations pack: only the rewritten unit read
     assert _is_current(folder, "generations", traj)
     pd.testing.assert_frame_equal(
-        records.read_frame(folder, "generations"),
-        records.read_frame(rg.write(tmp_path / "e", expected, nll), "generations"),
+        read_frame(folder, "generations"),
+        read_frame(rg.write(tmp_path / "e", expected, nll), "generations"),
     )
 
 
@@ -195,10 +198,10 @@ def test_one_listing_lists_once_and_a_write_through_the_writer_is_seen(study, tm
     first_traj = sorted(gen.trajectory.unique())[0]
     steps = sorted(gen[gen.trajectory == first_traj].step.unique())
     held = (gen.trajectory == first_traj) & (gen.step == steps[-1])
-    records.upsert_records(folder, generations=gen[~held])
+    upsert_records(folder, generations=gen[~held])
     every = [(u.trajectory, u.step) for u in list_units(folder, "generations")]
     unit = unit_path(folder, "generations", first_traj, steps[0]).local
-    with records.one_listing():
+    with one_listing():
         assert [(u.trajectory, u.step) for u in list_units(folder, "generations")] == every
         shutil.copy(unit, unit.with_name("step-999999.parquet"))  # not through the writer
         assert [(u.trajectory, u.step) for u in list_units(folder, "generations")] == every
@@ -216,16 +219,16 @@ def test_a_stray_folder_under_units_is_no_records(study, tmp_path):
     it as without it, and the writer leaves it alone."""
     gen, nll = study
     clean, folder = tmp_path / "clean", tmp_path / "rec"
-    stray = folder / records.UNITS_DIR / ".cache"
+    stray = folder / UNITS_DIR / ".cache"
     stray.mkdir(parents=True)
     (stray / "generations.parquet").write_bytes(b"stale")
     for f in (clean, folder):
-        records.upsert_records(f, generations=gen, nll=nll)
+        upsert_records(f, generations=gen, nll=nll)
     assert _packs(folder) and _packs(folder).keys() == _packs(clean).keys()
     assert (stray / "generations.parquet").read_bytes() == b"stale"
     for kind in ("generations", "nll"):
         pd.testing.assert_frame_equal(
-            records.read_frame(folder, kind), records.read_frame(clean, kind)
+            read_frame(folder, kind), read_frame(clean, kind)
         )
     a, b = load.load_validation(folder), load.load_validation(clean)
     assert [(v.trajectory, v.steps.tolist(), v.item_ids.tolist()) for v in a] == [
@@ -238,10 +241,10 @@ def test_a_unit_written_again_as_it_is_leaves_unit_and_pack_untouched(study, tmp
     bytes leave the unit file (its version) and so the trajectory's pack as they were."""
     gen, nll = study
     folder = tmp_path / "rec"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     units = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in list_units(folder, k)}
     packs = {p: p.read_bytes() for k in pack.PACKED_KINDS for p in _packs(folder, k).values()}
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     again = {u.path.local: u.tag for k in pack.PACKED_KINDS for u in list_units(folder, k)}
     assert again == units
     assert {p: p.read_bytes() for p in packs} == packs
@@ -285,7 +288,7 @@ def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch)
     rows loads. A proof by other checking code, or ``verify``, reads the rows."""
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
+    upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
     proofs = pack.proofs(folder, "nll", list_units(folder, "nll"))
     assert sorted(proofs) == sorted(gen["trajectory"].unique())
     for traj, proof in proofs.items():
@@ -293,16 +296,16 @@ def test_test_nll_is_checked_from_the_packs_proofs(study, tmp_path, monkeypatch)
         assert proof["code"] == memo.code_digest() and proof["test"]["steps"] == steps
         assert load._proof_usable(traj, proof) and not load._proof_usable(f"not-{traj}", proof)
     with memo.uncached():
-        expected = records.load_test(folder)
+        expected = load_test(folder)
     with monkeypatch.context() as m:
         _reads_no_test_nll_rows(m)
-        got = records.load_test(folder)
+        got = load_test(folder)
         with memo.uncached(), pytest.raises(AssertionError, match="were read"):  # verify: the rows
-            records.load_test(folder)
+            load_test(folder)
         m.setattr(seam, "code_digest", lambda: "other code")  # (the loaders call it through the seam)
         shutil.rmtree(folder / memo.MEMO_DIR)
         with pytest.raises(AssertionError, match="were read"):
-            records.load_test(folder)
+            load_test(folder)
     assert len(got) == len(expected)
     for a, b in zip(got, expected, strict=True):
         for name in ("trajectory", "configuration", "task"):
@@ -323,11 +326,11 @@ def test_a_pack_proves_nothing_of_rows_that_fail_a_check(study, tmp_path):
     short = test[~((test["trajectory"] == traj) & (test["item_id"] == item))]
     for name, rows, proven, needle in (("nan", nan, False, "nll_sum"), ("short", short, True, "record missing")):
         folder = tmp_path / name
-        records.upsert_records(folder, generations=gen, nll=pd.concat([nll, rows], ignore_index=True))
+        upsert_records(folder, generations=gen, nll=pd.concat([nll, rows], ignore_index=True))
         meta = json.loads(read_schema(pack.pack_path(folder, "nll", traj)).metadata[pack.PACK_KEY])
         assert ("test" in meta["proof"]) is proven, name
         with pytest.raises(CkptselError, match=needle) as err:
-            records.load_test(folder)
+            load_test(folder)
         assert repr(traj) in str(err.value)
 
 
@@ -338,7 +341,7 @@ def test_a_unit_replaced_at_the_same_size_and_time_is_a_new_version(study, tmp_p
     is the same unit and its pack stays current; other bytes of the same size are not.)"""
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     unit = list_units(folder, "generations")[0]
     assert _is_current(folder, "generations", unit.trajectory)
     st = os.stat(unit.path.local)
@@ -364,7 +367,7 @@ def test_a_copied_folder_reuses_its_packs(study, reference, tmp_path, monkeypatc
 
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     copied = tmp_path / "copy"
     shutil.copytree(folder, copied)
     trajs = sorted(gen["trajectory"].unique())
@@ -387,16 +390,16 @@ def test_a_copied_folder_reuses_its_packs(study, reference, tmp_path, monkeypatc
 
 def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study, tmp_path, monkeypatch):
     """Provenance and the test-NLL proofs both read the NLL packs' footers, on threads: inside
-    one analysis (records.one_listing) each footer is read once; a pack rewritten meanwhile (a
+    one analysis (one_listing) each footer is read once; a pack rewritten meanwhile (a
     reader refreshing a stale one) is read anew."""
     gen, nll = study
     folder = tmp_path / "r"
-    records.upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
+    upsert_records(folder, generations=gen, nll=pd.concat([nll, _test_nll(gen)], ignore_index=True))
     trajs = sorted(gen["trajectory"].unique())
     reads: list[str] = []
     real = pack.read_schema
     monkeypatch.setattr(pack, "read_schema", lambda p, *a, **k: (reads.append(str(p)), real(p, *a, **k))[1])
-    with records.one_listing():
+    with one_listing():
         assert read_provenance(folder, "nll")
         units = list_units(folder, "nll")
         assert sorted(pack.proofs(folder, "nll", units)) == trajs

@@ -14,13 +14,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ckptsel.records import (
-    UNITS_DIR,
-    canonical,
-    compact,
-    read_provenance,
-    unit_provenance,
-)
+from ckptsel.records.provenance import canonical, read_provenance, unit_provenance
+from ckptsel.records.store import compact
+from ckptsel.records.units import UNITS_DIR
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -37,7 +33,7 @@ def run(tmp_path_factory):
 
 
 def cli(args: list[str], capsys) -> tuple[int, str, str]:
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     code = 0
     try:
@@ -67,7 +63,7 @@ def unit_hashes(out: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def measured(run, tmp_path_factory):
     """The tiny run measured once with batch size 2 (records folder)."""
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     out = tmp_path_factory.mktemp("measured") / "records"
     try:

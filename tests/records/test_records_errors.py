@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel.cli import main
-from ckptsel.records import load_test, load_validation
+from ckptsel.cli.app import main
+from ckptsel.records.load import load_test, load_validation
 
 import recordsgen as rg
 
@@ -142,7 +142,7 @@ def test_validation_items_incomplete_or_empty_are_excluded_and_counted(tmp_path,
     assert val.exclusions == {"missing_generation": 1, "missing_nll": 1, "empty_response": 1}
     assert missing_gen not in val.item_ids and missing_nll not in val.item_ids and empty not in val.item_ids
     assert len(val.item_ids) == 37
-    from ckptsel.workflows import analyze
+    from ckptsel.workflows.analysis import analyze
 
     s = analyze(records, tmp_path / "out", permutations=5, draws=50)
     assert s.population.validation_exclusions.total == 3

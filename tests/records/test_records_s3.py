@@ -16,6 +16,9 @@ from ckptsel._util.locations import Location
 from ckptsel.records import store
 from ckptsel.records.cache import memo
 from ckptsel.records.codec import read_table
+from ckptsel.records.scan import read_frame
+from ckptsel.records.schema import GENERATION_KEY, coerce_generations
+from ckptsel.records.store import compact, upsert_records
 from ckptsel.records.units import list_units, unit_path
 
 import recordsgen as rg
@@ -31,14 +34,14 @@ def study():
 def test_units_on_s3_are_the_local_units(study, s3, tmp_path):
     gen, nll = study
     local, remote = tmp_path / "records", s3.url("records")
-    records.upsert_records(local, generations=gen, nll=nll)
-    records.upsert_records(remote, generations=gen, nll=nll)
+    upsert_records(local, generations=gen, nll=nll)
+    upsert_records(remote, generations=gen, nll=nll)
     for kind in ("generations", "nll"):
         lu, ru = list_units(local, kind), list_units(remote, kind)
         assert [(u.trajectory, u.step) for u in lu] == [(u.trajectory, u.step) for u in ru]
         assert all(a.path.read_bytes() == b.path.read_bytes() for a, b in zip(lu, ru, strict=True))
         pd.testing.assert_frame_equal(
-            records.read_frame(local, kind), records.read_frame(remote, kind)
+            read_frame(local, kind), read_frame(remote, kind)
         )
     assert s3.fs.list_multipart_uploads(s3.bucket) == []  # every unit one PUT
     same_loads(local, remote)
@@ -51,12 +54,12 @@ def test_packs_follow_etags(study, s3, monkeypatch):
     between) makes the pack stale, and readers read that trajectory's units."""
     gen, nll = study
     remote = s3.url("records")
-    records.upsert_records(remote, generations=gen, nll=nll)
-    first = records.read_frame(remote, "generations")
+    upsert_records(remote, generations=gen, nll=nll)
+    first = read_frame(remote, "generations")
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
     packed = Location(s3.url("records", "units", ".packs", "generations", f"{traj}.parquet"))
     tag = packed.info().tag
-    records.read_frame(remote, "generations")
+    read_frame(remote, "generations")
     assert packed.info().tag == tag  # current: read, not rewritten
     rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step)].head(2).assign(answer="zz")
     records.write_unit(remote, traj, step, generations=rows)  # same size, new ETag
@@ -66,8 +69,8 @@ def test_packs_follow_etags(study, s3, monkeypatch):
     records.write_unit(remote, traj, step, generations=rows.assign(answer="yy"))
     monkeypatch.undo()
     with memo.uncached():  # the units themselves, for reference
-        want = records.read_frame(remote, "generations")
-    got = records.read_frame(remote, "generations")
+        want = read_frame(remote, "generations")
+    got = read_frame(remote, "generations")
     pd.testing.assert_frame_equal(got, want)
     changed = (got["answer"] != first["answer"]).sum()
     assert changed == 2 and set(got.loc[got["answer"] == "yy", "step"]) == {step}
@@ -90,8 +93,8 @@ def test_a_lost_race_is_merged_not_lost(study, s3, monkeypatch):
         if not raced and "units/generations" in str(self):
             raced.append(1)
             store._write_remote_unit(
-                Location(remote), "generations", traj, step, records.coerce_generations(a),
-                records.GENERATION_KEY,
+                Location(remote), "generations", traj, step, coerce_generations(a),
+                GENERATION_KEY,
             )  # fmt: skip
         return got
 
@@ -125,7 +128,7 @@ def test_concurrent_writers_keep_every_row(study, s3, tmp_path):
     assert not errors
     records.write_unit(tmp_path / "local", traj, step, nll=rows)
     pd.testing.assert_frame_equal(
-        records.read_frame(remote, "nll"), records.read_frame(tmp_path / "local", "nll")
+        read_frame(remote, "nll"), read_frame(tmp_path / "local", "nll")
     )
 
 
@@ -140,11 +143,11 @@ def test_single_files_units_and_compact_on_s3(study, s3, tmp_path):
     expected = gen.copy()
     expected.loc[changed.index, ["answer", "correct"]] = ["q", False]
     pd.testing.assert_frame_equal(
-        records.read_frame(remote, "generations").drop(columns="text", errors="ignore"),
-        records.read_frame(rg.write(tmp_path / "expected", expected, nll), "generations").drop(
+        read_frame(remote, "generations").drop(columns="text", errors="ignore"),
+        read_frame(rg.write(tmp_path / "expected", expected, nll), "generations").drop(
             columns="text", errors="ignore"),
     )  # fmt: skip
-    written = records.compact(remote)
+    written = compact(remote)
     assert [w.name for w in written] == ["generations.parquet", "nll.parquet"]
     assert not [k for k in s3.keys("records") if k.startswith("units/")]
     same_loads(rg.write(tmp_path / "expected2", expected, nll), remote)

@@ -17,7 +17,10 @@ import pytest
 
 from ckptsel import records
 from ckptsel.errors import CkptselError
-from ckptsel.records.units import list_units, unit_path
+from ckptsel.records.load import load_validation
+from ckptsel.records.scan import read_frame, read_rows
+from ckptsel.records.store import compact, upsert_records
+from ckptsel.records.units import UNITS_DIR, list_units, unit_path
 
 import recordsgen as rg
 from recordsgen import same_loads  # noqa: E402
@@ -32,7 +35,7 @@ def study():
 
 
 def _units(folder: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
-    records.upsert_records(folder, generations=gen, nll=nll)
+    upsert_records(folder, generations=gen, nll=nll)
     return folder
 
 
@@ -55,9 +58,9 @@ def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
     _units(mixed, gen[~half], nll[~nhalf])
     same_loads(single, mixed)
     # every row once, in the single file's order
-    pd.testing.assert_frame_equal(records.read_frame(mixed, "generations"),
-                                  records.read_frame(single, "generations"))
-    pd.testing.assert_frame_equal(records.read_frame(units, "nll"), records.read_frame(single, "nll"))
+    pd.testing.assert_frame_equal(read_frame(mixed, "generations"),
+                                  read_frame(single, "generations"))
+    pd.testing.assert_frame_equal(read_frame(units, "nll"), read_frame(single, "nll"))
 
 
 def test_analyze_summary_identical_on_units(study, tmp_path):
@@ -91,7 +94,7 @@ def test_summary_bytes_do_not_depend_on_how_the_records_are_stored(tmp_path):
     gen.sample(frac=1.0, random_state=0).to_parquet(single / "generations.parquet", index=False)
     nll.sample(frac=1.0, random_state=0).to_parquet(single / "nll.parquet", index=False)
     units = _units(tmp_path / "units", gen, nll)
-    orders = [[v.trajectory for v in records.load_validation(d)] for d in (single, units)]
+    orders = [[v.trajectory for v in load_validation(d)] for d in (single, units)]
     assert orders[0] != orders[1]  # the storage orders differ
     out = {}
     for name, folder in (("single", single), ("units", units)):
@@ -106,7 +109,7 @@ def test_summary_bytes_do_not_depend_on_how_the_records_are_stored(tmp_path):
 def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
     gen, nll = study
     folder = _units(tmp_path / "r", gen, nll)
-    records.load_validation(folder)  # builds the read cache
+    load_validation(folder)  # builds the read cache
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
     others = {u.path: u.path.read_bytes() for u in list_units(folder, "generations")
               if (u.trajectory, u.step) != (traj, step)}
@@ -147,24 +150,24 @@ def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path):
     other = unit_path(folder, "generations", traj, step + 100000)
     rows.to_parquet(other, index=False)
     with pytest.raises(CkptselError, match="duplicated record"):
-        records.load_validation(folder)
+        load_validation(folder)
     other.unlink()
     rows.drop(columns="answer").to_parquet(other, index=False)
     with pytest.raises(CkptselError, match=rf"{other.name}.*missing column\(s\) answer"):
-        records.load_validation(folder)
+        load_validation(folder)
     other.write_bytes(b"not parquet")
     with pytest.raises(CkptselError, match=other.name):
-        records.load_validation(folder)
+        load_validation(folder)
     other.unlink()
     rows.assign(split="train").to_parquet(other, index=False)
     with pytest.raises(CkptselError, match="unknown split name"):
-        records.load_validation(folder)
+        load_validation(folder)
     other.unlink()
     with pytest.raises(CkptselError, match="given to write_unit"):
         records.write_unit(folder, traj, step + 1, generations=rows)
     with pytest.raises(CkptselError, match="trajectory name"):
         records.write_unit(folder, "../x", step, generations=rows)
-    records.load_validation(folder)
+    load_validation(folder)
 
 
 def test_texts_live_apart_and_compact_writes_single_files(study, tmp_path):
@@ -175,11 +178,11 @@ def test_texts_live_apart_and_compact_writes_single_files(study, tmp_path):
     unit = next(iter(list_units(folder, "generations")))
     assert "text" not in pd.read_parquet(unit.path).columns
     assert len(list_units(folder, "texts")) == len(list_units(folder, "generations"))
-    full = records.read_frame(folder, "generations")
+    full = read_frame(folder, "generations")
     assert (full["text"] == "answer " + full["item_id"]).all()
-    nll_before = records.read_frame(folder, "nll")
-    records.compact(folder)
-    assert not (folder / records.UNITS_DIR).exists()
+    nll_before = read_frame(folder, "nll")
+    compact(folder)
+    assert not (folder / UNITS_DIR).exists()
     single = pd.read_parquet(folder / "generations.parquet")
     pd.testing.assert_frame_equal(single, full)
     pd.testing.assert_frame_equal(pd.read_parquet(folder / "nll.parquet"), nll_before)
@@ -236,7 +239,7 @@ def test_concurrent_processes_write_one_folder(tmp_path):
     assert sorted((u.trajectory, u.step) for u in units) == sorted(
         [(f"traj{k}", s) for k in range(3) for s in range(4)] + [("traj0", s) for s in range(100, 104)]
     )
-    full = records.read_frame(folder, "generations")
+    full = read_frame(folder, "generations")
     assert len(full) == 16 * 40 and full["text"].str.len().eq(1500).all()
     assert not [p for p in folder.rglob("*.tmp")]
 
@@ -255,7 +258,7 @@ def test_sigkill_mid_write_leaves_complete_units_only(tmp_path):
     for kind in ("generations", "texts"):
         for u in list_units(folder, kind):
             assert len(pd.read_parquet(u.path)) == 20000  # complete, never half a unit
-    full = records.read_frame(folder, "generations")
+    full = read_frame(folder, "generations")
     assert len(full) == 20000 * len(units)
     assert set(full["step"]) == {u.step for u in units}
 
@@ -274,8 +277,8 @@ def test_trajectory_filtered_reads_match_full_reads(study, tmp_path):
         for wanted in ([trajs[0]], [trajs[1]], trajs[:3], ["no-such-trajectory"]):
             filters = [("trajectory", "=", wanted[0])] if len(wanted) == 1 else [
                 ("trajectory", "in", wanted)]
-            got = records.read_rows(mixed, kind, columns=key, filters=filters).to_pandas()
-            full = records.read_rows(mixed, kind, columns=key).to_pandas()
+            got = read_rows(mixed, kind, columns=key, filters=filters).to_pandas()
+            full = read_rows(mixed, kind, columns=key).to_pandas()
             want = full[full["trajectory"].isin(wanted)].reset_index(drop=True)
             order = key[:-1]
             pd.testing.assert_frame_equal(

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError
 from ckptsel.report import figures as figs
 from ckptsel.report import html as rhtml
 from ckptsel.report import tables as rtables
-from ckptsel.report import write_report
+from ckptsel.report.build import write_report
 from ckptsel.results.summary import main_table_rows
 
 import recordsgen as rg
@@ -323,8 +323,7 @@ def test_every_caption_names_the_interval_method_that_made_the_numbers(results, 
     from rich.console import Console
 
     from ckptsel.report import terminal
-    from ckptsel.results import Summary
-    from ckptsel.results.summary import INTERVAL_LABELS
+    from ckptsel.results.summary import INTERVAL_LABELS, Summary
 
     assert summary["interval"] == "cr2"
     label = INTERVAL_LABELS["cr2"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptsel.report import write_report
+from ckptsel.report.build import write_report
 from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from ckptsel.cli import main
-from ckptsel.records import write_records
-from ckptsel.report import print_main_table
+from ckptsel.cli.app import main
+from ckptsel.records.store import write_records
+from ckptsel.report.terminal import print_main_table
 
 import recordsgen as rg
 
@@ -48,7 +48,7 @@ def _page_text(page: str) -> str:
 
 def test_no_nll_leaves_out_the_empty_figures_and_panels_and_says_why(results):
     from ckptsel.report import figures as figs
-    from ckptsel.report import load_results
+    from ckptsel.report.build import load_results
 
     stems = {p.stem for p in (results / "figures").glob("*.png")}
     assert "budget_curves_H" not in stems

@@ -16,14 +16,23 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.report import all_tables, claim_sentences, print_main_table, write_report
-from ckptsel.report.html import render_html
-from ckptsel.results import BudgetCell, Estimate, Gains, MatchedHalf, NllControl, Summary, fmt
-from ckptsel.results.summary import main_table_rows
-from ckptsel.workflows import Selection, SelectSettings, analyze, select_checkpoint, verify
-from ckptsel.workflows.analysis import summary_json
+from ckptsel.report.build import write_report
+from ckptsel.report.html import claim_sentences, render_html
+from ckptsel.report.tables import all_tables
+from ckptsel.report.terminal import print_main_table
+from ckptsel.results.estimate import Estimate, fmt
+from ckptsel.results.summary import (
+    BudgetCell,
+    Gains,
+    MatchedHalf,
+    NllControl,
+    Summary,
+    main_table_rows,
+)
+from ckptsel.workflows.advise.selection import Selection, SelectSettings, select_checkpoint
+from ckptsel.workflows.analysis import analyze, summary_json, verify
 
 import recordsgen as rg
 
@@ -402,7 +411,7 @@ def test_select_is_typed_and_its_json_is_unchanged(tmp_path, capsys):
               if k not in ("plausibly_best", "chosen_estimate", "answer_check", "fallback", "notes")}  # fmt: skip
     # issue 44: a single chosen checkpoint's test gain is compare's paired difference (Newcombe's
     # interval and the exact McNemar test on these independent items); the rest as pinned
-    from ckptsel.workflows.advise import compare_checkpoints
+    from ckptsel.workflows.advise.comparison import compare_checkpoints
 
     for rule in before["rules"].values():
         gain = {k: rule["test"].pop(k) for k in ("lo", "hi", "unresolved", "cannot_resolve") if k in rule["test"]}
@@ -419,9 +428,9 @@ def test_select_is_typed_and_its_json_is_unchanged(tmp_path, capsys):
 def test_evaluate_frozen_returns_the_tables_with_the_checkpoint_curves(tmp_path):
     """evaluate_frozen returns the summary and the descriptive tables, the checkpoint curves
     last (stats does no I/O and hears no callback: analyze writes the tables with summary.json)."""
-    from ckptsel.choose import ChoiceSettings
-    from ckptsel.records import load_validation
-    from ckptsel.stats import StatSettings
+    from ckptsel.choose.settings import ChoiceSettings
+    from ckptsel.records.load import load_validation
+    from ckptsel.stats.estimates import StatSettings
     from ckptsel.workflows.analysis import evaluate_frozen, freeze_choices
 
     rec = _records(tmp_path, "default")

@@ -20,8 +20,8 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.cli import app
-from ckptsel.records import read_frame
-from ckptsel.train import checkpoint_steps
+from ckptsel.records.scan import read_frame
+from ckptsel.train.checkpoints import checkpoint_steps
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,8 +45,8 @@ def quick(tmp_path_factory):
 
 def test_quickstart_artifacts(quick):
 
-    from ckptsel.choose import load_frozen
-    from ckptsel.study import load_study
+    from ckptsel.choose.frozen import load_frozen
+    from ckptsel.study.spec import load_study
 
     out, output = quick
     study = load_study(out / "study.toml")
@@ -108,7 +108,7 @@ def test_quickstart_base_knows_the_format_and_checkpoints_differ_by_points(quick
 def test_quickstart_second_run_reuses_everything(quick):
     from rich.console import Console
 
-    from ckptsel.sim import run_quickstart
+    from ckptsel.sim.quickstart import run_quickstart
 
     out, _ = quick
     ck = out / "runs" / "full-lr3e-4-s42"
@@ -127,7 +127,7 @@ def test_quickstart_second_run_reuses_everything(quick):
 
 def test_quickstart_refuses_to_mix_studies(quick, tmp_path):
     from ckptsel.errors import CkptselError
-    from ckptsel.sim import run_quickstart
+    from ckptsel.sim.quickstart import run_quickstart
 
     out, _ = quick
     with pytest.raises(CkptselError, match=r"other settings \(--fast\)"):
@@ -145,8 +145,8 @@ def test_quickstart_is_ckptsel_run_on_its_study_file(quick, capsys):
     summary.json, byte for byte."""
     import tomllib
 
-    from ckptsel.cli import main
-    from ckptsel.study import load_spec
+    from ckptsel.cli.app import main
+    from ckptsel.study.spec import load_spec
 
     out, _ = quick
     data = tomllib.loads((out / "study.toml").read_text())

@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from ckptsel.errors import CkptselError
-from ckptsel.records import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
+from ckptsel.records.schema import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
 from ckptsel.sim.simulate import (
     PRESETS,
     TRUTH_COLUMNS,
@@ -24,7 +24,7 @@ from ckptsel.sim.simulate import (
     simulate,
     write_simulation,
 )
-from ckptsel.stats import norm_cdf, norm_ppf
+from ckptsel.stats.distributions import norm_cdf, norm_ppf
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_cli_writes_files_and_rejects_bad_preset(tmp_path):
         assert (tmp_path / "s" / name).is_file()
     assert json.loads((tmp_path / "s" / "simulation.json").read_text())["seed"] == 5
 
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as exc:
         main(["simulate", str(tmp_path / "t"), "--preset", "nope"])

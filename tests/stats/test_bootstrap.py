@@ -120,8 +120,7 @@ def test_draw_counts_in_blocks_are_the_counts_of_one_call(n_units, size, draws):
 
 
 def test_map_chunks_gives_every_chunk_its_own_draws_whatever_the_threads():
-    from ckptsel.stats import chunked_counts
-    from ckptsel.stats.resample import map_chunks
+    from ckptsel.stats.resample import chunked_counts, map_chunks
 
     draws, key = 3 * CHUNK + 17, (4, 2, 1)
     expected = np.concatenate([C for _, C in chunked_counts(23, draws, key)])

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptsel import records as rec
-from ckptsel.records import load_test
-from ckptsel.stats import question_weights, resample_counts
+from ckptsel.records.load import TestData, load_test
 from ckptsel.stats.bootstrap import question_replicates
-from ckptsel.workflows import SelectSettings, select_checkpoint
+from ckptsel.stats.resample import question_weights, resample_counts
 from ckptsel.workflows.advise import selection as sel
+from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 
 import recordsgen as rg
 
@@ -83,7 +82,7 @@ def test_uneven_clusters_against_a_loop():
 
 def _test_data(correct, groups=None):
     T, N = correct.shape
-    return rec.TestData(
+    return TestData(
         trajectory="t", configuration="c", task="gsm8k", steps=np.arange(1, T + 1),
         item_ids=np.array([f"i{k:03d}" for k in range(N)]), subtasks=np.full(N, ""),
         correct=correct, answers=correct.astype(np.int64), groups=groups,

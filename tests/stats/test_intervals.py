@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.stats import bootstrap as bs
 from ckptsel.stats import intervals as iv
 from ckptsel.stats.estimates import StatSettings, study_warnings
@@ -296,7 +296,8 @@ def test_one_configuration_is_not_estimable_never_resolved(few, tmp_path, method
             assert e["not_estimable"] == "1 configuration" or (
                 e["mean"] == 0.0 and "not_estimable" not in e
             )
-    from ckptsel.results import Summary, fmt
+    from ckptsel.results.estimate import fmt
+    from ckptsel.results.summary import Summary
 
     assert Summary.from_dict(json.loads(pipeline.summary_json(d))) == s  # read back, checked
     assert fmt(g).endswith("not estimable: 1 configuration") and "[" not in fmt(g)
@@ -339,7 +340,7 @@ def test_no_spread_across_configurations_is_not_estimable():
 def test_one_test_question_cluster_is_not_estimable(few, tmp_path):
     import pandas as pd
 
-    from ckptsel.records import write_records
+    from ckptsel.records.store import write_records
 
     gen = pd.read_parquet(few[3] / "generations.parquet")
     test = gen["split"] == "test"
@@ -401,7 +402,7 @@ def test_wild_draws_are_never_dropped_nor_huge():
 def test_a_not_estimable_estimate_reads_back_byte_for_byte():
     import math
 
-    from ckptsel.results import Estimate
+    from ckptsel.results.estimate import Estimate
 
     e = Estimate.without_interval(-1e-17, "1 configuration")  # a mean that rounds to -0.0
     d = e.to_dict()

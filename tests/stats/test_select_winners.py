@@ -15,7 +15,8 @@ import json
 import numpy as np
 import pytest
 
-from ckptsel.stats import Clusters, accuracy_moments, naive_winner, winner_interval
+from ckptsel.stats.resample import Clusters
+from ckptsel.stats.winners import accuracy_moments, naive_winner, winner_interval
 
 import recordsgen as rg
 from clirun import run_cli

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from ckptsel.workflows import SelectSettings
+from ckptsel.workflows.advise.selection import SelectSettings
 
 import recordsgen as rg
 from clirun import run_cli
@@ -70,7 +70,7 @@ def test_compare_two_groups_of_zero_width_is_not_estimable(tmp_path, capsys):
 def test_compare_resolved_only_when_the_exact_test_rejects():
     """Every 2x2 table of n <= 12 independent items: a difference reads resolved only when the
     exact McNemar test rejects at 5% (and then its interval excludes 0)."""
-    from ckptsel.stats import mcnemar_exact
+    from ckptsel.stats.paired import mcnemar_exact
     from ckptsel.workflows.advise.comparison import CompareSettings, paired_difference
 
     settings = CompareSettings(draws=400)
@@ -186,7 +186,7 @@ def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path,
                 assert e["cannot_resolve"].endswith(("exact sign-flip test's p = 0.5 > 0.05",
                                                      "exact sign-flip test's p = 1 > 0.05"))  # fmt: skip
     assert flagged > 0
-    from ckptsel.results import Summary
+    from ckptsel.results.summary import Summary
 
     again = Summary.load(out / "summary.json")  # read back, checked, same bytes
     assert json.loads(json.dumps(again.to_dict())) == summary
@@ -194,7 +194,7 @@ def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path,
 
 def test_estimate_that_cannot_be_resolved_reads_back_and_prints():
     from ckptsel.errors import CkptselError
-    from ckptsel.results import Estimate, fmt
+    from ckptsel.results.estimate import Estimate, fmt
 
     e = Estimate(80.0, 40.0, 100.0).cannot_be_resolved("4 discordant items, and an exact 95% test needs 6")
     d = e.to_dict()

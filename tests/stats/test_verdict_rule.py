@@ -13,8 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from ckptsel.stats import StatSettings, mcnemar_exact, newcombe_paired, sign_flip_p, two_by_two
-from ckptsel.stats.estimates import _configuration_estimates, _Estimates
+from ckptsel.stats.estimates import StatSettings, _configuration_estimates, _Estimates
+from ckptsel.stats.exact import sign_flip_p
+from ckptsel.stats.paired import mcnemar_exact, newcombe_paired, two_by_two
 from ckptsel.workflows.advise.comparison import CompareSettings, paired_difference
 
 import recordsgen as rg
@@ -120,7 +121,7 @@ def test_select_test_gain_and_compare_agree_on_ten_items(tmp_path, capsys):
 
 def test_select_and_compare_verdicts_agree_on_random_tables():
     """Every one-hot choice on independent items: select's test gain is compare's difference."""
-    from ckptsel.records import TestData
+    from ckptsel.records.load import TestData
     from ckptsel.workflows.advise.selection import test_gain
 
     rng = np.random.default_rng(5)
@@ -215,9 +216,10 @@ def test_compare_a_right_everywhere_b_wrong_everywhere_resolves_at_six(tmp_path,
 def test_question_interval_on_eight_items_needs_the_sign_flip_test():
     """The issue's case: on 8 items a test-question interval +70.3 [+20.3, +98.4] read resolved
     where the exact sign test gives p = 0.070 (7 items one way, 1 the other)."""
-    from ckptsel.stats import clustered_means, percentile_interval
+    from ckptsel.stats.bootstrap import percentile_interval
     from ckptsel.stats.estimates import QUESTION_INVALID
     from ckptsel.stats.exact import valid_at
+    from ckptsel.stats.resample import clustered_means
 
     d = np.r_[np.full(7, 100.0), -100.0][:, None]  # (8, 1) per-item utilities, pp
     reps = clustered_means(d, np.arange(8).astype(str), 4000, 1, 0)

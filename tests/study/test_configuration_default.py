@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptsel.study import default_configuration
+from ckptsel.study.configuration import default_configuration
 
 from clirun import run_cli
 from tinyrun import build_tiny_run
@@ -42,7 +42,7 @@ def measure_args(run, out, *extra) -> list:
 
 
 def test_measure_records_the_configuration_the_name_says(run, tmp_path, capsys):
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     code, said = run_cli(measure_args(run, tmp_path / "rec"), capsys)
     assert code == 0, said

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError
-from ckptsel.study import check_protocol, freeze, load_spec, protocol_path, protocol_status
-from ckptsel.workflows import StudyRun
+from ckptsel.study.protocol import check_protocol, freeze, protocol_path, protocol_status
+from ckptsel.study.spec import load_spec
+from ckptsel.workflows.study_run.job import StudyRun
 
 from tinyrun import MINIMAL, gsm_rows, jsonl, write
 
@@ -103,8 +104,8 @@ def _resha(record: dict) -> dict:
 @pytest.fixture
 def bound(study: Path, tmp_path: Path) -> tuple[Path, Path]:
     """Simulated records analysed under the study's frozen protocol (draws = 500 there)."""
-    from ckptsel.sim import write_simulation
-    from ckptsel.workflows import analyze
+    from ckptsel.sim.simulate import write_simulation
+    from ckptsel.workflows.analysis import analyze
 
     write(study, study.read_text() + "permutations = 20\n")  # in [analysis]
     record = freeze(study)
@@ -169,8 +170,8 @@ def test_verify_catches_results_not_made_under_their_protocol(bound, tmp_path, c
 
 
 def test_an_analysis_that_differs_from_its_protocol_is_refused(study: Path, tmp_path: Path) -> None:
-    from ckptsel.sim import write_simulation
-    from ckptsel.workflows import analyze
+    from ckptsel.sim.simulate import write_simulation
+    from ckptsel.workflows.analysis import analyze
 
     record = freeze(study)
     records = write_simulation(tmp_path / "sim", "small")
@@ -267,7 +268,7 @@ def test_a_schema_1_protocol_is_refused_and_never_before_training(study: Path) -
     """A pre-release protocol file (hash over the protocol alone) is refused in one line that
     says to freeze again; a record without a schema-2 hash handed over in memory is never
     "before training", in the status or in the results."""
-    from ckptsel.study import before_training, read_protocol
+    from ckptsel.study.protocol import before_training, read_protocol
     from ckptsel.workflows.analysis import Bound
 
     record = freeze(study)

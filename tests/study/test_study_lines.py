@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.study import load_spec
+from ckptsel.study.spec import load_spec
 
 EXTERNAL_ONLY = """# every configuration is existing runs, and [study] has no base_model
 schema = 2

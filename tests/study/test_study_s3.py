@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from ckptsel._util.locations import Location
-from ckptsel.cli import main
-from ckptsel.study import load_spec, load_study
+from ckptsel.cli.app import main
 from ckptsel.study.protocol import protocol_content
+from ckptsel.study.spec import load_spec, load_study
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -207,7 +207,7 @@ def test_url_study_errors_are_one_line(folder, s3, tmp_path, capsys):
 def test_train_a_study_file_at_a_url(folder, s3, tmp_path, capsys):
     """``ckptsel train s3://…/study.toml --workdir DIR``: the base model and the training file
     at the URL are read from this node's copy; the runs go to the workdir."""
-    from ckptsel.train import checkpoint_steps
+    from ckptsel.train.checkpoints import checkpoint_steps
 
     s3.upload(folder / "models", "t", "models")
     s3.upload(folder / "data" / "validation.jsonl", "t", "train.jsonl")

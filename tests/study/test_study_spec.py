@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.study import load_spec, load_study
-from ckptsel.study.spec import SCHEMA1_HOWTO
+from ckptsel.study.spec import SCHEMA1_HOWTO, load_spec, load_study
 
 V1 = """[study]
 base_model = "base"

@@ -16,11 +16,12 @@ from types import SimpleNamespace
 import pytest
 
 from ckptsel.errors import CkptselError
-from ckptsel.results import fmt
-from ckptsel.sim import write_simulation
-from ckptsel.trackers import LogTarget, log_results, require
-from ckptsel.trackers.base import ALIAS, build_payload, registration
-from ckptsel.workflows import SelectSettings, analyze, select_checkpoint
+from ckptsel.results.estimate import fmt
+from ckptsel.sim.simulate import write_simulation
+from ckptsel.trackers.base import ALIAS, LogTarget, build_payload, registration, require
+from ckptsel.trackers.log import log_results
+from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
+from ckptsel.workflows.analysis import analyze
 
 from offline_trackers import (
     expected_metrics,

@@ -12,12 +12,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from ckptsel.cli import app  # noqa: E402
-from ckptsel.data import format_prompt  # noqa: E402
+from ckptsel.data.prompts import format_prompt  # noqa: E402
 from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.sim.tiny import save_tiny  # noqa: E402
-from ckptsel.study import Configuration, load_study  # noqa: E402
-from ckptsel.train import checkpoint_steps, load_tokenizer  # noqa: E402
-from ckptsel.train.checkpoints import trajectory_status  # noqa: E402
+from ckptsel.study.configuration import Configuration  # noqa: E402
+from ckptsel.study.spec import load_study  # noqa: E402
+from ckptsel.train.checkpoints import (  # noqa: E402
+    checkpoint_steps,
+    trajectory_status,  # noqa: E402
+)
+from ckptsel.train.models import load_tokenizer  # noqa: E402
 from ckptsel.train.trajectory import IGNORE_INDEX, encode_example, example_order, train_trajectory  # noqa: E402
 
 from tinyrun import study_from_dict, study_to_toml  # noqa: E402
@@ -332,7 +336,7 @@ def test_gradient_accumulation_equals_one_big_batch(base, tok, examples, tmp_pat
 
 
 def test_bad_study_file_exits_2(tmp_path, capsys):
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as exc:
         main(["train", str(tmp_path / "missing.toml")])

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptsel.data import load_items, prompt_format
-from ckptsel.records import read_frame
+from ckptsel.data.prompts import prompt_format
+from ckptsel.data.tasks import load_items
+from ckptsel.records.scan import read_frame
 
 from clirun import run_cli
 
@@ -125,7 +126,7 @@ def test_a_two_bos_run_is_measured_with_two_when_its_folder_says_so(bos_run, tmp
     path's, ``tokenizer(apply_chat_template(msgs, tokenize=False))`` (two BOS), and each NLL is
     the loss that run was trained with (labels -100 over the prompt's ids)."""
     from ckptsel.measure.tokens import encode_formatted
-    from ckptsel.train import read_run_format
+    from ckptsel.train.formats import read_run_format
 
     run = _run_copy(bos_run, tmp_path, {"prompt_format": "chat", "bos": "template+tokenizer"})
     out = tmp_path / "records"

@@ -24,8 +24,8 @@ import pytest
 from tests.clirun import run_cli
 from tests.tinyrun import build_tiny_base
 
-from ckptsel.data import extract, is_correct
-from ckptsel.records import read_frame
+from ckptsel.data.scoring import extract, is_correct
+from ckptsel.records.scan import read_frame
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed (see the module)")
 yaml = pytest.importorskip("yaml")

@@ -12,7 +12,7 @@ from vllm_env import assert_same, frames, require_vllm
 
 vllm = require_vllm()
 
-from ckptsel.records import read_provenance  # noqa: E402
+from ckptsel.records.provenance import read_provenance  # noqa: E402
 
 from clirun import run_cli  # noqa: E402
 from tinyrun import CHAT_TEMPLATE, build_tiny_run  # noqa: E402

@@ -14,9 +14,11 @@ from vllm_env import require_vllm
 vllm = require_vllm()
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.measure import MeasureConfig, conformance, measure_run  # noqa: E402
+from ckptsel.measure import conformance  # noqa: E402
 from ckptsel.measure.backends.vllm import VllmEngine  # noqa: E402
-from ckptsel.records import read_provenance  # noqa: E402
+from ckptsel.measure.config import MeasureConfig  # noqa: E402
+from ckptsel.measure.run import measure_run  # noqa: E402
+from ckptsel.records.provenance import read_provenance  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 

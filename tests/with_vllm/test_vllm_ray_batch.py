@@ -19,9 +19,10 @@ from vllm_env import assert_same, frames, require_vllm
 
 vllm = require_vllm()
 
-from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
-from ckptsel.measure.executors import ExecutorConfig  # noqa: E402
-from ckptsel.records import read_provenance  # noqa: E402
+from ckptsel.measure.config import MeasureConfig  # noqa: E402
+from ckptsel.measure.executors.base import ExecutorConfig  # noqa: E402
+from ckptsel.measure.run import measure_run  # noqa: E402
+from ckptsel.records.provenance import read_provenance  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 

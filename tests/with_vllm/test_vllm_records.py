@@ -20,10 +20,12 @@ from vllm_env import require_vllm
 vllm = require_vllm()
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
 from ckptsel.measure.backends.vllm import VllmEngine  # noqa: E402
-from ckptsel.records import read_frame, read_provenance  # noqa: E402
-from ckptsel.train import discover_checkpoints  # noqa: E402
+from ckptsel.measure.config import MeasureConfig  # noqa: E402
+from ckptsel.measure.run import measure_run  # noqa: E402
+from ckptsel.records.provenance import read_provenance  # noqa: E402
+from ckptsel.records.scan import read_frame  # noqa: E402
+from ckptsel.train.checkpoints import discover_checkpoints  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 
@@ -62,7 +64,7 @@ def add_end_of_turn(base: Path) -> int:
     from transformers import AutoModelForCausalLM
 
     from ckptsel.measure.passes import measure_items
-    from ckptsel.train import load_tokenizer
+    from ckptsel.train.models import load_tokenizer
 
     tok = load_tokenizer(base)
     model = AutoModelForCausalLM.from_pretrained(str(base))

@@ -15,10 +15,11 @@ from vllm_env import assert_same, frames, require_vllm
 vllm = require_vllm()
 
 from ckptsel.errors import CkptselError  # noqa: E402
-from ckptsel.measure import MeasureConfig, measure_run  # noqa: E402
 from ckptsel.measure.backends import vllm as vllm_backend  # noqa: E402
 from ckptsel.measure.backends.vllm import VllmEngine  # noqa: E402
-from ckptsel.train import discover_checkpoints  # noqa: E402
+from ckptsel.measure.config import MeasureConfig  # noqa: E402
+from ckptsel.measure.run import measure_run  # noqa: E402
+from ckptsel.train.checkpoints import discover_checkpoints  # noqa: E402
 
 from tinyrun import build_tiny_run  # noqa: E402
 

@@ -32,7 +32,7 @@ KEY = ["trajectory", "step", "split", "item_id"]
 
 def frames(out):
     """``(generations, nll)`` of the records in ``out``, sorted by key, provenance dropped."""
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
     nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)

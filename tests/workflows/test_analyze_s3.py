@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from ckptsel import records
-from ckptsel.cli import main
+from ckptsel.cli.app import main
+from ckptsel.records.store import upsert_records
 
 import recordsgen as rg
 
@@ -32,7 +32,7 @@ def cli(args: list[str], capsys) -> tuple[int, str]:
 def test_analyze_and_verify_at_urls(s3, tmp_path, capsys):
     gen, nll = rg.tables(rg.random_study(np.random.default_rng(5), n_configs=2, seeds=2))
     local = tmp_path / "records"
-    records.upsert_records(local, generations=gen, nll=nll)
+    upsert_records(local, generations=gen, nll=nll)
     remote = s3.upload(local, "records")
     code, said = cli(["analyze", local, "--out", tmp_path / "results", *FAST], capsys)
     assert code == 0, said
@@ -92,7 +92,7 @@ def test_results_and_records_at_urls_logged_to_a_tracker(s3, tmp_path, capsys, m
     uri = offline_env(monkeypatch, tmp_path / "stores")["mlflow"]
     gen, nll = rg.tables(rg.random_study(np.random.default_rng(6), n_configs=2, seeds=2))
     local = tmp_path / "records"
-    records.upsert_records(local, generations=gen, nll=nll)
+    upsert_records(local, generations=gen, nll=nll)
     remote, out = s3.upload(local, "records"), s3.url("results")
     code, said = cli(["analyze", remote, "--out", out, *FAST, "--log", "mlflow"], capsys)
     assert code == 0, said

@@ -8,11 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel import choose as ch
 from ckptsel import records
-from ckptsel.cli import main
+from ckptsel.choose.choices import choose
+from ckptsel.choose.frozen import load_frozen
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.results import Estimate, Summary
+from ckptsel.records.load import ValidationData, load_test
+from ckptsel.results.estimate import Estimate
+from ckptsel.results.summary import Summary
 from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
@@ -73,7 +76,7 @@ def test_summary_schema(records_dir, tmp_path):
 
 def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_dir, tmp_path, monkeypatch):
     calls = []
-    real_load_test = records.load_test
+    real_load_test = load_test
 
     def spy_load_test(records_dir_, validation=None):
         staged = list(tmp_path.glob(".out.staging-*/choices"))
@@ -87,11 +90,11 @@ def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_di
     def forbid_test_reads(*args, **kwargs):
         raise AssertionError("choose() must not read records")
 
-    monkeypatch.setattr(pipeline, "load_frozen", ch.load_frozen)  # unchanged: scoring reads frozen choices
-    real_choose = ch.choose
+    monkeypatch.setattr(pipeline, "load_frozen", load_frozen)  # unchanged: scoring reads frozen choices
+    real_choose = choose
 
     def guarded_choose(validation, settings):
-        assert all(isinstance(v, records.ValidationData) for v in validation)
+        assert all(isinstance(v, ValidationData) for v in validation)
         with monkeypatch.context() as m:  # no test loading is possible while choosing
             m.setattr(pipeline, "load_test", forbid_test_reads)
             m.setattr(records, "load_test", forbid_test_reads)
@@ -121,7 +124,7 @@ def test_scoring_refuses_tampered_choices(records_dir, tmp_path):
     table.loc[0, "prob"] = 0.25
     table.to_parquet(path, index=False)
     with pytest.raises(VerificationError, match="does not match the frozen hash"):
-        ch.load_frozen(tmp_path / "out" / "choices")
+        load_frozen(tmp_path / "out" / "choices")
 
 
 def test_verify_passes_then_catches_changes(records_dir, tmp_path, capsys):
@@ -176,7 +179,7 @@ def test_tables_are_written(records_dir, tmp_path):
 
 def test_study_without_nll_records_is_analysed_without_the_nll_rule(tmp_path):
     """Generations alone (e.g. from `ckptsel ingest lm-eval`): no NLL rule, no H, a warning."""
-    from ckptsel.workflows import select_checkpoint
+    from ckptsel.workflows.advise.selection import select_checkpoint
 
     rng = np.random.default_rng(4)
     gen, nll = rg.tables(rg.random_study(rng, n_configs=5, seeds=2, T=(3, 6), n_val=(40, 80), n_test=(30, 50)))

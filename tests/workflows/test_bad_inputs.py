@@ -21,9 +21,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from ckptsel import records
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError, VerificationError
+from ckptsel.records.load import load_test, load_validation, uncached
+from ckptsel.records.store import upsert_records
 from ckptsel.results import publish
 from ckptsel.workflows import analysis as pipeline
 
@@ -261,18 +262,18 @@ def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
         rec = tmp / "units-records"
         if breaker is _t_duplicate:  # the writer itself refuses these rows
             with pytest.raises(CkptselError, match="duplicate record key"):
-                records.upsert_records(rec, generations=gen, nll=nll)
+                upsert_records(rec, generations=gen, nll=nll)
             return
-        records.upsert_records(rec, generations=gen, nll=nll)
-    records.load_validation(rec)  # validation rows are fine: the test rows are what is wrong
+        upsert_records(rec, generations=gen, nll=nll)
+    load_validation(rec)  # validation rows are fine: the test rows are what is wrong
     first = assert_one_line_error(
         ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle
     )
     assert not (tmp / "res").exists()
     if layout == "units":  # the same line as when the rows themselves are read
-        with records.uncached(), pytest.raises(CkptselError) as err:
-            records.load_validation(rec)
-            records.load_test(rec)
+        with uncached(), pytest.raises(CkptselError) as err:
+            load_validation(rec)
+            load_test(rec)
         assert " ".join(str(err.value).split()) in " ".join(first.split())
 
 
@@ -664,7 +665,7 @@ def test_bad_settings_and_files_give_one_line_errors(study, name, capsys, analyz
 
 
 def test_weights_are_checked_before_anything_is_measured(tmp_path):
-    from ckptsel.train import discover_checkpoints
+    from ckptsel.train.checkpoints import discover_checkpoints
 
     run = tmp_path / "run"
     for step in (10, 20, 30):
@@ -702,7 +703,7 @@ class _no_warnings:
 
 
 def _audit_one_line_pools(tmp, gen, nll, rec):
-    from ckptsel.data import audit_pools
+    from ckptsel.data.audit.run import audit_pools
 
     q = "how many apples are left over now in the basket"
     result = audit_pools(

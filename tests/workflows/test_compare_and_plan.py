@@ -11,17 +11,11 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError
-from ckptsel.stats import (
-    cluster_codes,
-    clustered_means,
-    mcnemar_exact,
-    norm_cdf,
-    resample_counts,
-    two_by_two,
-)
-from ckptsel.stats.resample import draw_counts
+from ckptsel.stats.distributions import norm_cdf
+from ckptsel.stats.paired import mcnemar_exact, two_by_two
+from ckptsel.stats.resample import cluster_codes, clustered_means, draw_counts, resample_counts
 from ckptsel.workflows.advise.comparison import (
     CompareSettings,
     compare_checkpoints,
@@ -459,7 +453,7 @@ def test_compare_mcnemar_holds_its_level_when_items_come_in_groups():
     assert "mcnemar_method" not in r and r["mcnemar_p"] == pytest.approx(
         mcnemar_exact(int((a & ~b).sum()), int((~a & b).sum())), rel=1e-12
     )
-    from ckptsel.stats import clustered_mcnemar
+    from ckptsel.stats.paired import clustered_mcnemar
 
     assert clustered_mcnemar(a, b, np.arange(60).astype(str)) == pytest.approx(
         r["mcnemar_p"], rel=1e-9
@@ -480,6 +474,6 @@ def test_compare_difference_of_one_cluster_is_not_estimable(capsys):
                           "only_in_a": 0, "only_in_b": 0}}}})  # fmt: skip
     out = " ".join(capsys.readouterr().out.split())
     assert "is the clustered test" in out and "estimab" in out
-    from ckptsel.results import fmt
+    from ckptsel.results.estimate import fmt
 
     assert fmt(r["difference"]) == "+100.00 not estimable: 1 cluster"

@@ -16,7 +16,7 @@ import pytest
 from tests.clirun import run_cli
 
 from ckptsel.errors import CkptselError
-from ckptsel.stats import adjust_pvalues, mcnemar_exact
+from ckptsel.stats.paired import adjust_pvalues, mcnemar_exact
 from ckptsel.workflows.advise.comparison import CLUSTERED
 from ckptsel.workflows.advise.planning import (
     ItemsNeeded,

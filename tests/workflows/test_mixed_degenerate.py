@@ -14,12 +14,8 @@ import pandas as pd
 import pytest
 
 from ckptsel.data.answers.rules import FAMILY_RULES, AnswerRule
-from ckptsel.records import (
-    canonical,
-    unit_provenance,
-    upsert_records,
-    write_records,
-)
+from ckptsel.records.provenance import canonical, unit_provenance
+from ckptsel.records.store import upsert_records, write_records
 
 import recordsgen as rg
 from clirun import run_cli

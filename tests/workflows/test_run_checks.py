@@ -78,8 +78,8 @@ def test_dry_run_refuses_what_the_run_refuses(study: Path, capsys, case):
 
 def test_training_that_keeps_no_response_token_is_refused(tmp_path, base):
     from ckptsel.errors import CkptselError
-    from ckptsel.study import Configuration
-    from ckptsel.train import load_tokenizer
+    from ckptsel.study.configuration import Configuration
+    from ckptsel.train.models import load_tokenizer
     from ckptsel.train.trajectory import encode_example, train_trajectory
 
     tok = load_tokenizer(base)
@@ -100,8 +100,8 @@ def test_quickstart_checks_its_options_first(tmp_path, capsys, args):
 
 
 def test_the_study_file_can_turn_the_conformance_check_off(study: Path, capsys):
-    from ckptsel.study import load_spec
-    from ckptsel.workflows import StudyRun
+    from ckptsel.study.spec import load_spec
+    from ckptsel.workflows.study_run.job import StudyRun
 
     study.write_text(POOL_STUDY + "[measure]\nconformance_check = false\n")
     job = StudyRun(load_spec(study), device="cpu", log=lambda m: None)

@@ -18,10 +18,10 @@ import pytest
 from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.data.pools import PoolSpec, build_pool, build_pools, rank_key, strata_counts
 from ckptsel.errors import CkptselError
-from ckptsel.study import load_spec, load_study
-from ckptsel.workflows.study_run import stages_to_run
+from ckptsel.study.spec import load_spec, load_study
 from ckptsel.workflows.study_run.context import seed_of
 from ckptsel.workflows.study_run.fingerprint import fingerprint_diff
+from ckptsel.workflows.study_run.stages import stages_to_run
 
 from tinyrun import MINIMAL, gsm_rows, jsonl, write  # noqa: E402
 
@@ -193,7 +193,7 @@ def _record(records: Path, trajectory: str, step: int, cfg, pool) -> None:
     from ckptsel.measure.frames import generation_frame, nll_frame
     from ckptsel.measure.parts import StepParts
     from ckptsel.measure.tokens import ResponseNll
-    from ckptsel.records import upsert_records
+    from ckptsel.records.store import upsert_records
 
     parts = StepParts(records, trajectory, step, cfg, pool)
     gens, nlls = [], []
@@ -232,8 +232,9 @@ def _delete_records(records: Path) -> None:
 def test_left_to_measure_reads_parts_and_records(study_dir: Path) -> None:
     """One answer per checkpoint: items to generate and to score come from the part cache
     (by content hash), item rows to record from the contract records; no model is loaded."""
-    from ckptsel.data import load_items
-    from ckptsel.measure import ItemPool, MeasureConfig, RecordedItems, left_to_measure
+    from ckptsel.data.tasks import load_items
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.parts import ItemPool, RecordedItems, left_to_measure
 
     records = study_dir / "records"
     cfg = MeasureConfig(task="gsm8k", device="cpu")
@@ -375,7 +376,7 @@ def sizes(tiny: dict, extra: list[str] = ()) -> list[str]:
 
 
 def cli(args: list[str]) -> None:
-    from ckptsel.cli import main
+    from ckptsel.cli.app import main
 
     try:
         main(args)
@@ -396,8 +397,8 @@ def run_example(tiny: dict, name: str, extra: list[str], work: Path) -> Path:
 def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_path: Path, capsys):
     """MetaMathQA validation, GSM8K test: the study's summary equals the same records
     analysed directly, and a re-run does nothing new and rewrites the same summary."""
-    from ckptsel.records import read_frame
-    from ckptsel.workflows import analyze
+    from ckptsel.records.scan import read_frame
+    from ckptsel.workflows.analysis import analyze
 
     extra = [s.format(pool=tiny["pool"]) for s in MATH_SIZES]
     work = run_example(tiny, "gsm8k", extra, tmp_path / "g")
@@ -435,7 +436,7 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     assert answer["stages"] == ["prepare", "train", "measure", "analyze"] and answer["plan"] is None
     # a change that invalidates the records is refused, with the difference
     with pytest.raises(CkptselError, match=r"test: .*\"n\": 4.* -> .*\"n\": 5"):
-        from ckptsel.workflows import StudyRun
+        from ckptsel.workflows.study_run.job import StudyRun
 
         spec = load_spec(EXAMPLES / "gsm8k.toml", overrides=[*sizes_plain(tiny, extra), "test.n=5"],
                          workdir=work)  # fmt: skip
@@ -449,7 +450,7 @@ def sizes_plain(tiny: dict, extra: list[str]) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_math_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     extra = [s.format(pool=tiny["pool"]) for s in MATH_SIZES]
     work = run_example(tiny, "math", extra, tmp_path / "m")
@@ -461,7 +462,7 @@ def test_math_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_commonsense_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     train = tiny["data"] / "commonsense" / "boolq" / "train.json"
     extra = [
@@ -552,7 +553,7 @@ def kill_ref(tiny: dict, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _same_records(ref: Path, got: Path) -> None:
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     key = ["trajectory", "step", "split", "item_id"]
     for kind, k in (("generations", key), ("nll", [*key, "window"])):
@@ -580,7 +581,7 @@ def test_workers_give_the_same_records_and_summary(kill_ref, tmp_path: Path) -> 
     """``--workers 2`` trains + measures trajectories in two spawned processes: the same
     records and the same summary.json bytes as ``--workers 1``; a log gets one line per stage
     and trajectory; a re-run skips every trajectory without measuring anything."""
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     study, ref = kill_ref
     lines: list[str] = []
@@ -602,7 +603,7 @@ def test_workers_give_the_same_records_and_summary(kill_ref, tmp_path: Path) -> 
     assert "measured" not in again
     pd.testing.assert_frame_equal(read_frame(tmp_path / "w2" / "records", "generations"), before)
     with pytest.raises(CkptselError, match="--workers must be an integer >= 1"):
-        from ckptsel.workflows import StudyRun
+        from ckptsel.workflows.study_run.job import StudyRun
 
         StudyRun(load_spec(study), workers=0)
 
@@ -611,7 +612,7 @@ def test_workers_give_the_same_records_and_summary(kill_ref, tmp_path: Path) -> 
 def test_existing_run_folders_by_pattern(tiny: dict, tmp_path: Path, capsys) -> None:
     """Trajectories trained elsewhere: a glob per configuration, seeds from folder names;
     ``--dry-run`` shows the plan, ``--until measure`` stops before the analysis."""
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
 
     from tinyrun import save_lora_checkpoints
 
@@ -664,7 +665,7 @@ runs = "ext/b_seed*"
     assert set(gen["configuration"]) == {"lora-a", "lora-b"} and len(gen) == 48
     assert not (tmp_path / "results").exists()
     with pytest.raises(CkptselError, match="matches no folder"):
-        from ckptsel.workflows import StudyRun
+        from ckptsel.workflows.study_run.job import StudyRun
 
         spec = load_spec(study, overrides=['configurations.runs="ext/zz*"'])
         StudyRun(spec, log=lambda m: None).trajectories()
@@ -673,7 +674,7 @@ runs = "ext/b_seed*"
 def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
     """Trajectories evaluated by lm-evaluation-harness: ``<folder>/<split>/checkpoint-<step>``."""
     sys.path.insert(0, str(Path(__file__).parents[1]))
-    from ckptsel.records import read_frame
+    from ckptsel.records.scan import read_frame
     from lmevalcase import gsm8k_checkpoint
 
     for k, folder in enumerate(("a-s1", "a-s2", "b-s1", "b-s2")):

@@ -9,11 +9,13 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from ckptsel.choose import FULL, RULES, ChoiceSettings, choose_trajectory, core, full_pool_choice
-from ckptsel.choose.choices import pool_key
-from ckptsel.cli import main
+from ckptsel.choose import core
+from ckptsel.choose.choices import choose_trajectory, full_pool_choice, pool_key
+from ckptsel.choose.rules import RULES
+from ckptsel.choose.settings import FULL, ChoiceSettings
+from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.results import Estimate
+from ckptsel.results.estimate import Estimate
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
     partition_masks,
@@ -260,8 +262,8 @@ def test_keep_rows_are_select_s_own_answers(records, rule):
     """The keep table (pooled: two of the three trajectories share a validation pool) gives
     each trajectory's ``select`` numbers, for every rule; its full-pool choice is
     choose_trajectory's."""
-    from ckptsel.records import load_validation
-    from ckptsel.workflows import select_all
+    from ckptsel.records.load import load_validation
+    from ckptsel.workflows.advise.selection import select_all
 
     validation = load_validation(records)
     assert len({pool_key(v) for v in validation}) == 2
@@ -353,13 +355,8 @@ def _range_statistic_loop(x, se, xb, members):
 
 
 def test_model_confidence_set_first_test_matches_a_loop():
-    from ckptsel.stats import (
-        Clusters,
-        accuracy_moments,
-        bootstrap_accuracies,
-        model_confidence_set,
-        resample_counts,
-    )
+    from ckptsel.stats.resample import Clusters, resample_counts
+    from ckptsel.stats.winners import accuracy_moments, bootstrap_accuracies, model_confidence_set
 
     rng = np.random.default_rng(4)
     correct = rng.random((1, 4, 60)) < np.array([0.4, 0.5, 0.55, 0.6])[None, :, None]
@@ -380,13 +377,12 @@ def test_model_confidence_set_first_test_matches_a_loop():
 
 def test_small_truth_known_coverage():
     """A fast version of benchmarks/bench_select.py: 5 checkpoints, the best +3 pp."""
-    from ckptsel.stats import (
-        Clusters,
+    from ckptsel.stats.resample import Clusters, resample_counts
+    from ckptsel.stats.winners import (
         accuracy_moments,
         bootstrap_accuracies,
         model_confidence_set,
         naive_winner,
-        resample_counts,
         winner_interval,
     )
 
@@ -412,13 +408,8 @@ def test_small_truth_known_coverage():
 
 
 def test_model_confidence_set_decisive_without_variance():
-    from ckptsel.stats import (
-        Clusters,
-        accuracy_moments,
-        bootstrap_accuracies,
-        model_confidence_set,
-        resample_counts,
-    )
+    from ckptsel.stats.resample import Clusters, resample_counts
+    from ckptsel.stats.winners import accuracy_moments, bootstrap_accuracies, model_confidence_set
 
     # step 1 right everywhere, step 2 on even items, step 0 on none; every cluster (a pair
     # {even, odd}) shows the same differences, so they have no variance and are decisive
@@ -468,7 +459,8 @@ def test_chosen_estimate_does_not_move_with_the_seed():
     projection value came from 4000 Gaussian draws and 16 jitter draws of the seed's stream. Now
     the stream is fixed and large (65536 draws, 256 Latin-hypercube jitter points): the seed does
     not move it, and its own Monte-Carlo error is under 0.1 pp."""
-    from ckptsel.stats import Clusters, accuracy_moments, winner_interval
+    from ckptsel.stats.resample import Clusters
+    from ckptsel.stats.winners import accuracy_moments, winner_interval
     from ckptsel.workflows.advise.selection import best_checkpoints
 
     rng = np.random.default_rng(5)
@@ -495,8 +487,8 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
     from dataclasses import replace
 
     from ckptsel.report.html import render_html
-    from ckptsel.workflows import analyze, select_all, verify
-    from ckptsel.workflows.advise.selection import keep_provisional, keep_settings
+    from ckptsel.workflows.advise.selection import keep_provisional, keep_settings, select_all
+    from ckptsel.workflows.analysis import analyze, verify
 
     args = ["select", str(records), "--all", "--partitions", "30",
             "--draws", "300", "--bootstrap-partitions", "10"]  # fmt: skip

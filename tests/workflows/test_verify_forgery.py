@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from ckptsel._util.locations import as_location
-from ckptsel.cli import main
+from ckptsel.cli.app import main
 from ckptsel.records.cache import memo
 from ckptsel.results import publish
-from ckptsel.sim import write_simulation
-from ckptsel.workflows import analyze, verify
+from ckptsel.sim.simulate import write_simulation
+from ckptsel.workflows.analysis import analyze, verify
 
 FAST = dict(permutations=20, draws=300)
 
@@ -101,8 +101,8 @@ def test_a_forged_pack_is_not_trusted(analysed, tmp_path: Path) -> None:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from ckptsel.records import read_rows
-    from ckptsel.records.cache import uncached
+    from ckptsel.records.cache.memo import uncached
+    from ckptsel.records.scan import read_rows
     from ckptsel.records.store import write_unit
 
     gen = pd.read_parquet(analysed[0] / "generations.parquet")
@@ -193,8 +193,9 @@ def test_a_hostile_task_name_is_escaped_in_every_markdown_table(analysed, tmp_pa
     tables/task_strata.md (on d664043 it appeared raw) and keeps every table's shape."""
     import pandas as pd
 
-    from ckptsel.records import GENERATIONS_FILE, NLL_FILE, write_records
-    from ckptsel.report import write_report
+    from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
+    from ckptsel.records.store import write_records
+    from ckptsel.report.build import write_report
 
     gen = pd.read_parquet(analysed[0] / "generations.parquet")
     nll = pd.read_parquet(analysed[0] / "nll.parquet")

@@ -21,7 +21,8 @@ from ckptsel.choose import core
 from ckptsel.choose.rules import H_BASELINE, RULES
 from ckptsel.choose.settings import ChoiceSettings, budget_labels_for_pool
 from ckptsel.defaults import THINNING
-from ckptsel.records import COMPLETE_WINDOW, ValidationData
+from ckptsel.records.load import ValidationData
+from ckptsel.records.schema import COMPLETE_WINDOW
 
 
 def _rule_probs(

@@ -19,7 +19,7 @@ from ckptsel.choose.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
 from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.errors import CkptselError
-from ckptsel.records import TestData
+from ckptsel.records.load import TestData
 
 
 # --------------------------------------------------------------------------- matched half

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ckptsel.choose import core
-from ckptsel.records import MATCHED_WINDOW, ValidationData
+from ckptsel.records.load import ValidationData
+from ckptsel.records.schema import MATCHED_WINDOW
 
 Signal = Callable[[ValidationData], "np.ndarray | None"]
 

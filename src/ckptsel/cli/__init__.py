@@ -12,8 +12,8 @@ command, so that ``--help`` does not pay for every stage."""
 
 from __future__ import annotations
 
-from ckptsel.cli.app import app, main
+from ckptsel.cli.app import app
 
 # ``app`` stays although only tests import it: without it, ``ckptsel.cli.app`` would be the
 # submodule, and ``from ckptsel.cli import app`` would quietly give a module, not the Typer app
-__all__ = ["app", "main"]
+__all__ = ["app"]

@@ -11,14 +11,16 @@ import typer
 
 from ckptsel import defaults
 from ckptsel._util.locations import as_location
-from ckptsel.choose import parse_budget_list
+from ckptsel.choose.settings import parse_budget_list
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
 from ckptsel.cli.output import console as stdout_console
 from ckptsel.cli.output import err_console, json_flag, print_json
-from ckptsel.results import REPORT_FILE, SUMMARY_FILE
-from ckptsel.stats import METHODS
-from ckptsel.workflows import AnalysisEvents, AnalysisSettings, SelectSettings, log_analysis
-from ckptsel.workflows import analyze as run_analysis
+from ckptsel.results.layout import REPORT_FILE, SUMMARY_FILE
+from ckptsel.stats.intervals import METHODS
+from ckptsel.workflows.advise.selection import SelectSettings
+from ckptsel.workflows.analysis import AnalysisEvents, AnalysisSettings
+from ckptsel.workflows.analysis import analyze as run_analysis
+from ckptsel.workflows.tracking import log_analysis
 
 
 @with_groups
@@ -92,7 +94,7 @@ def analyze(
 
         summary = run_analysis(records_dir, out, settings=settings, report=report, force=force,
                                events=Events())  # fmt: skip
-    from ckptsel.report import print_main_table  # when run (see ckptsel.cli)
+    from ckptsel.report.terminal import print_main_table  # when run (see ckptsel.cli)
 
     if not as_json:
         print_main_table(summary, console)

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ckptsel.cli.output import console
-from ckptsel.data import AuditResult, audit_files, write_audit
+from ckptsel.data.audit.files import audit_files, write_audit
+from ckptsel.data.audit.findings import AuditResult
 from ckptsel.errors import CkptselError
 
 

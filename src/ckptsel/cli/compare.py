@@ -10,8 +10,8 @@ import typer
 
 from ckptsel.cli.output import json_flag, print_comparison, print_json, print_log_comparison
 from ckptsel.defaults import CONFIDENCE, SEED
-from ckptsel.workflows import CompareSettings, compare_checkpoints
-from ckptsel.workflows import compare_logs as compare_log_files
+from ckptsel.workflows.advise.comparison import CompareSettings, compare_checkpoints
+from ckptsel.workflows.advise.log_comparison import compare_logs as compare_log_files
 
 
 def compare(
@@ -86,7 +86,7 @@ def compare_logs(
     of one trajectory (same --split, --draws, --seed). Samples in one log only are counted and
     left out; a task whose samples the logs do not share is refused, and so is a shared id whose
     content differs between two logs of one harness (--allow-different-items pairs it)."""
-    from ckptsel.ingest import LogOptions
+    from ckptsel.ingest.logs import LogOptions
 
     def note(line: str) -> None:
         typer.echo(line, err=True)

@@ -42,7 +42,7 @@ def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> di
 def _report(ingested, out: str) -> None:
     """The one-line summary, each trajectory's configuration and seed, and, on stderr, what the
     logs lack."""
-    from ckptsel.ingest import names_line
+    from ckptsel.ingest.mapping import names_line
 
     rows = ingested.generations
     for line in ingested.unavailable:
@@ -152,7 +152,7 @@ def lm_eval(
     checks: dict[str, Any] = CHECKS,
 ) -> None:
     """Read lm-evaluation-harness --log_samples output into generation records."""
-    from ckptsel.ingest import ingest_lm_eval_logs
+    from ckptsel.ingest.lm_eval import ingest_lm_eval_logs
 
     ingested = ingest_lm_eval_logs(
         samples_dirs, **rows, **checks, step=step, metric=metric, filter_name=filter_name,
@@ -181,7 +181,7 @@ def inspect(
     A .eval member inflating past 100x its compressed size (16 MiB at least), or a log past 100x
     its size, or past 2 GiB, is refused as a possible ZIP bomb ($CKPTSEL_INFLATE_MAX_RATIO,
     $CKPTSEL_INFLATE_MAX_BYTES raise the limits)."""
-    from ckptsel.ingest import ingest_inspect
+    from ckptsel.ingest.inspect import ingest_inspect
 
     ingested = ingest_inspect(
         logs, **rows, **checks, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
@@ -213,7 +213,7 @@ def lighteval(
 
     The step comes from --steps, else checkpoint-<step> in the model name (run lighteval with
     model_name=runs/<trajectory>/checkpoint-<step>)."""
-    from ckptsel.ingest import ingest_lighteval
+    from ckptsel.ingest.lighteval import ingest_lighteval
 
     ingested = ingest_lighteval(
         details, **rows, **checks, splits=parse_map(splits, "--splits"),

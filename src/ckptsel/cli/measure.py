@@ -79,8 +79,9 @@ def measure(
     if executor != "ray":  # on Ray the models load in the workers, not the driver
         require_ml("ckptsel measure")  # before anything is read or written
     # the measurement stage loads when the command runs (see ckptsel.cli)
-    from ckptsel.data import get_task
-    from ckptsel.measure import ExecutorConfig, measure_run
+    from ckptsel.data.tasks import get_task
+    from ckptsel.measure.executors.base import ExecutorConfig
+    from ckptsel.measure.run import measure_run
 
     run_dir, config, where = options.measure_inputs(
         run, engine, vllm_and_mixing, only=only,

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
-from ckptsel.records import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW
 
 if TYPE_CHECKING:
-    from ckptsel.measure import MeasureConfig
-    from ckptsel.workflows import LogSettings
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.workflows.tracking import LogSettings
 
 Command = TypeVar("Command", bound=Callable[..., None])
 
@@ -201,7 +201,7 @@ def measure_inputs(
     :func:`~ckptsel.measure.measure_run` takes: the run folder, the config (the values named
     like its fields), and the other values as keywords (the items, the records folder, the
     base model, the names, ``allow_mixed_engines``, ``replace``)."""
-    from ckptsel.measure import MeasureConfig  # when run (see ckptsel.cli)
+    from ckptsel.measure.config import MeasureConfig  # when run (see ckptsel.cli)
 
     where = {name: value for group in groups for name, value in group.items()}
     run_dir = where.pop("run_dir")
@@ -256,7 +256,7 @@ def log_settings(log: dict[str, Any], check: bool = True, **kwargs: Any) -> LogS
     """The :data:`LOG` options' values (and more :class:`~ckptsel.workflows.LogSettings`
     fields in ``kwargs``) as settings; ``check``: every tracker package imported now (before
     the work; a missing one is one line with its install hint)."""
-    from ckptsel.workflows import LogSettings  # when run (see ckptsel.cli)
+    from ckptsel.workflows.tracking import LogSettings  # when run (see ckptsel.cli)
 
     values = dict(log)
     settings = LogSettings.build(values.pop("log"), values.pop("run_id"), **values, **kwargs)

@@ -20,11 +20,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ckptsel.results import fmt
+from ckptsel.results.estimate import fmt
 
 if TYPE_CHECKING:
-    from ckptsel.results import KeepTable
-    from ckptsel.workflows import Selection
+    from ckptsel.results.summary import KeepTable
+    from ckptsel.workflows.advise.selection import Selection
 
 # Piped to a file or a program, rich would wrap every line at 80 columns and fold the numbers
 # in a table's cells; such a stream gets a width no line reaches, so each keeps its numbers whole.

@@ -11,7 +11,7 @@ from ckptsel._util.io import write_bytes
 from ckptsel.cli.output import console, json_flag, print_json, print_plan
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
-from ckptsel.workflows import (
+from ckptsel.workflows.advise.planning import (
     PlanSettings,
     closed_form,
     default_budgets,
@@ -72,7 +72,7 @@ def plan(
     if delta is not None:
         closed = closed_form(delta, agreement, chosen, target=target, level=confidence)
     if figure is not None:
-        from ckptsel.report import figure_bytes  # matplotlib: only for a figure
+        from ckptsel.report.figures import figure_bytes  # matplotlib: only for a figure
 
         write_bytes(figure, figure_bytes(plan_figure(pilot, closed), figure.suffix[1:]))
     shown = None if figure is None else str(figure)

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from ckptsel.study import (
-    STATE_DIR,
-    check_protocol,
-    freeze,
-    load_spec,
-    protocol_path,
-    protocol_status,
-)
+from ckptsel.study.protocol import check_protocol, freeze, protocol_path, protocol_status
+from ckptsel.study.spec import STATE_DIR, load_spec
 
 
 def freeze_protocol(

@@ -34,7 +34,7 @@ def quickstart(
         # collected here and shown once each at the end
         warnings.simplefilter("default")
         try:
-            from ckptsel.sim import run_quickstart  # when run (see ckptsel.cli)
+            from ckptsel.sim.quickstart import run_quickstart  # when run (see ckptsel.cli)
 
             run_quickstart(out, fast=fast, device=device, workers=workers, console=console)
         finally:

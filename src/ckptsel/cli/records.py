@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ckptsel.errors import CkptselError
-from ckptsel.records import compact as compact_records
+from ckptsel.records.store import compact as compact_records
 
 
 def compact(

@@ -26,7 +26,7 @@ def report(
     ),
 ) -> None:
     """Write paper-style tables, figures and one self-contained report.html from a results folder."""
-    from ckptsel.report import load_results, write_report  # when run (see ckptsel.cli)
+    from ckptsel.report.build import load_results, write_report  # when run (see ckptsel.cli)
 
     start = time.perf_counter()
     chosen = [f.strip() for f in formats.split(",") if f.strip()]

@@ -10,8 +10,10 @@ from ckptsel._util.extras import require_ml
 from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
 from ckptsel.cli.output import console, err_console, json_flag, print_json
-from ckptsel.study import check_protocol, load_spec, protocol_status
-from ckptsel.workflows import StudyRun, stages_to_run
+from ckptsel.study.protocol import check_protocol, protocol_status
+from ckptsel.study.spec import load_spec
+from ckptsel.workflows.study_run.job import StudyRun
+from ckptsel.workflows.study_run.stages import stages_to_run
 
 
 @with_groups
@@ -55,7 +57,7 @@ def run(
         require_ml("ckptsel run (its train and measure stages; --until prepare and --only "
                    "analyze run without them)")  # fmt: skip
     if device:  # a device that cannot run is said before any stage starts
-        from ckptsel.train import pick_device
+        from ckptsel.train.models import pick_device
 
         pick_device(device)
     record = check_protocol(study_file, tuple(set_ or ()))

@@ -13,13 +13,13 @@ from ckptsel import defaults
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
 from ckptsel.cli.output import json_flag, print_json, print_keep_table, print_selection
 from ckptsel.errors import CkptselError
-from ckptsel.workflows import (
+from ckptsel.workflows.advise.selection import (
     AnswerSettings,
     SelectSettings,
-    log_selection,
     select_all,
     select_checkpoint,
 )
+from ckptsel.workflows.tracking import log_selection
 
 
 @with_groups

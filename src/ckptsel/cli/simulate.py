@@ -11,7 +11,7 @@ from rich.table import Table
 from ckptsel._util.locations import Location
 from ckptsel.cli.output import console
 from ckptsel.errors import CkptselError
-from ckptsel.records import GENERATIONS_FILE
+from ckptsel.records.schema import GENERATIONS_FILE
 
 
 def simulate(
@@ -25,7 +25,7 @@ def simulate(
     """Write synthetic generations.parquet and nll.parquet (the records contract) plus
     truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR.
     Records a simulation did not write (a measured folder) are kept unless --force."""
-    from ckptsel.sim import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
+    from ckptsel.sim.simulate import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
 
     if "://" in out_dir and not out_dir.startswith("file://"):  # Path() would make s3:/b/...
         raise CkptselError(

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ckptsel.cli.output import console
-from ckptsel.data import split_file
+from ckptsel.data.split import split_file
 from ckptsel.defaults import DATA_SEED
 
 

@@ -9,16 +9,9 @@ from typing import Any
 import typer
 
 from ckptsel.cli import options
-from ckptsel.data import (
-    CHAT,
-    TASKS,
-    Item,
-    PromptFormat,
-    Task,
-    example_item,
-    get_task,
-    prompt_format,
-)
+from ckptsel.data.prompts import CHAT, PromptFormat, prompt_format
+from ckptsel.data.taskdef import Item, Task
+from ckptsel.data.tasks import TASKS, example_item, get_task
 from ckptsel.errors import CkptselError
 
 
@@ -52,7 +45,7 @@ def render_prompt(item: Item, fmt: dict[str, Any]) -> tuple[str, str, list[str]]
     form = form.with_bos(fmt["bos"], "--bos")
     tokenizer = None
     if fmt["tokenizer"]:
-        from ckptsel.train import load_tokenizer  # only when a tokenizer is asked for
+        from ckptsel.train.models import load_tokenizer  # only when a tokenizer is asked for
 
         tokenizer = load_tokenizer(fmt["tokenizer"])
     if form.kind == CHAT:

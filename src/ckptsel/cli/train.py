@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from ckptsel.cli.output import console
-from ckptsel.study import load_study
+from ckptsel.study.spec import load_study
 
 
 def train(
@@ -26,7 +26,8 @@ def train(
     ),  # fmt: skip
 ) -> None:
     """Train (or resume) every trajectory of a study: RUN_DIR/<configuration>-s<seed>/checkpoint-<step>/."""
-    from ckptsel.train import pick_device, study_status, train_study  # when run (see ckptsel.cli)
+    from ckptsel.train.models import pick_device
+    from ckptsel.train.study import study_status, train_study  # when run (see ckptsel.cli)
 
     if device:  # a device that cannot train is said before the study is read
         pick_device(device)

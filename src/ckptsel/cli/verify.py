@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from ckptsel.cli.output import console, json_flag, print_json
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.workflows import verify as run_verify
+from ckptsel.workflows.analysis import verify as run_verify
 
 
 def verify(
@@ -57,7 +57,7 @@ def verify(
 def _verify_conformance(as_json: bool) -> None:
     """``verify --conformance``: the verdict cache's entries, each holding under the user's key
     or not (:func:`ckptsel.measure.check_cached_verdicts`); exit 1 when one does not."""
-    from ckptsel.measure import check_cached_verdicts
+    from ckptsel.measure.conformance import check_cached_verdicts
 
     path, held, failed = check_cached_verdicts()
     error = None

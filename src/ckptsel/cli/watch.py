@@ -57,8 +57,9 @@ def watch(
     user_key()  # the key of the caches (verdicts, packs), checked before status.json is written
     require_ml("ckptsel watch")
     # the measurement stage loads when the command runs (see ckptsel.cli)
-    from ckptsel.measure import WatchSettings, status_path
-    from ckptsel.workflows import SelectSettings, describe, selection_path, watch_and_select
+    from ckptsel.measure.watch import WatchSettings, status_path
+    from ckptsel.workflows.advise.selection import SelectSettings
+    from ckptsel.workflows.watching import describe, selection_path, watch_and_select
 
     run_dir, config, where = options.measure_inputs(run, engine, vllm_and_mixing)
     settings = WatchSettings(

@@ -16,66 +16,8 @@ audit (SPEC §9, §10).
 
 from __future__ import annotations
 
-from ckptsel.data.answers.rules import AnswerRuleError
-from ckptsel.data.audit import AuditResult, audit_files, audit_pools, write_audit
-from ckptsel.data.pools import PoolSpec, build_pools, pool_digest, strata_counts
-from ckptsel.data.prompts import (
-    CHAT,
-    FORMAT_FILE,
-    PROMPT_TEMPLATE,
-    PromptFormat,
-    format_from_dict,
-    format_prompt,
-    prompt_format,
-    resolve_format,
-)
-from ckptsel.data.scoring import check_scorer, extract, is_correct
-from ckptsel.data.split import split_file
-from ckptsel.data.taskdef import Item, Task, item_hash
-from ckptsel.data.tasks import (
-    TASKS,
-    example_item,
-    get_task,
-    is_task_file,
-    load_items,
-    register_task,
-    task_identity,
-    task_label,
-    task_ref,
-)
+from ckptsel.data.tasks import register_task
 
 __all__ = [
-    "CHAT",
-    "FORMAT_FILE",
-    "PROMPT_TEMPLATE",
-    "TASKS",
-    "AnswerRuleError",
-    "AuditResult",
-    "Item",
-    "PoolSpec",
-    "PromptFormat",
-    "Task",
-    "audit_files",
-    "audit_pools",
-    "build_pools",
-    "example_item",
-    "check_scorer",
-    "extract",
-    "format_from_dict",
-    "format_prompt",
-    "get_task",
-    "is_correct",
-    "is_task_file",
-    "item_hash",
-    "load_items",
-    "pool_digest",
-    "prompt_format",
     "register_task",
-    "resolve_format",
-    "split_file",
-    "strata_counts",
-    "task_identity",
-    "task_label",
-    "task_ref",
-    "write_audit",
 ]

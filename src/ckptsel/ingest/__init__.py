@@ -13,20 +13,4 @@
 
 from __future__ import annotations
 
-from ckptsel.ingest.inspect import ingest_inspect
-from ckptsel.ingest.lighteval import ingest_lighteval
-from ckptsel.ingest.lm_eval import ingest_lm_eval, ingest_lm_eval_logs
-from ckptsel.ingest.logs import LogOptions, read_logs
-from ckptsel.ingest.mapping import check_same_items, names_line, to_records
-
-__all__ = [
-    "LogOptions",
-    "check_same_items",
-    "ingest_inspect",
-    "ingest_lighteval",
-    "ingest_lm_eval",
-    "ingest_lm_eval_logs",
-    "names_line",
-    "read_logs",
-    "to_records",
-]
+__all__: list[str] = []  # other stages import from the defining modules

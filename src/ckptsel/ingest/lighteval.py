@@ -58,7 +58,7 @@ from ckptsel.ingest.mapping import (
     shown,
     step_in_path,
 )
-from ckptsel.records import SPLITS
+from ckptsel.records.schema import SPLITS
 
 if TYPE_CHECKING:
     from ckptsel.ingest.mapping import Naming

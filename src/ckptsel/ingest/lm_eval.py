@@ -43,7 +43,9 @@ from typing import Any, TypedDict, Unpack
 
 import pandas as pd
 
-from ckptsel.data import AnswerRuleError, extract, task_label
+from ckptsel.data.answers.rules import AnswerRuleError
+from ckptsel.data.scoring import extract
+from ckptsel.data.tasks import task_label
 from ckptsel.errors import CkptselError
 from ckptsel.ingest.inflate import bounded_lines, open_gzip_text
 from ckptsel.ingest.mapping import (
@@ -57,7 +59,7 @@ from ckptsel.ingest.mapping import (
     log_field,
     newest_per_key,
 )
-from ckptsel.train import CHECKPOINT_RE
+from ckptsel.train.checkpoints import CHECKPOINT_RE
 
 SAMPLES_RE = re.compile(
     r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"

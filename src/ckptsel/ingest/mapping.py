@@ -53,20 +53,21 @@ import pandas as pd
 
 from ckptsel._util.checks import MAX_STEP
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import extract, get_task, is_correct, task_label
+from ckptsel.data.scoring import extract, is_correct
+from ckptsel.data.tasks import get_task, task_label
 from ckptsel.errors import CkptselError
-from ckptsel.records import (
+from ckptsel.records.scan import read_rows
+from ckptsel.records.schema import (
     GENERATION_KEY,
     NLL_KEY,
     SPLITS,
     check_name,
     coerce_generations,
     coerce_nll,
-    read_rows,
-    upsert_records,
 )
-from ckptsel.study import configuration_and_seed
-from ckptsel.train import CHECKPOINT_RE
+from ckptsel.records.store import upsert_records
+from ckptsel.study.configuration import configuration_and_seed
+from ckptsel.train.checkpoints import CHECKPOINT_RE
 
 # what each harness lacks for the matched-NLL rule, said once after ingesting its logs
 NO_NLL_REASON = {

@@ -9,4 +9,7 @@ from __future__ import annotations
 
 from ckptsel.integrations.hf_trainer import RecordingCallback, SelectionCallback
 
-__all__ = ["RecordingCallback", "SelectionCallback"]
+__all__ = [
+    "RecordingCallback",
+    "SelectionCallback",
+]

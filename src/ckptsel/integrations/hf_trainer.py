@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure import MeasureConfig
+from ckptsel.measure.config import MeasureConfig
 
 if TYPE_CHECKING:
-    from ckptsel.workflows import Selection
+    from ckptsel.workflows.advise.selection import Selection
 
 
 def _items(task: str, source: str | Path | Sequence[Any] | None, what: str) -> list[Any] | None:
@@ -54,7 +54,7 @@ def _items(task: str, source: str | Path | Sequence[Any] | None, what: str) -> l
     if source is None:
         return None
     if isinstance(source, (str, Path)):
-        from ckptsel.data import load_items
+        from ckptsel.data.tasks import load_items
 
         items = load_items(task, source)
     else:
@@ -162,8 +162,8 @@ class RecordingCallback(TrainerCallback):
         tokenizer: Any = None,
         verbose: bool = True,
     ) -> None:
-        from ckptsel.records import check_name
-        from ckptsel.study import default_configuration
+        from ckptsel.records.schema import check_name
+        from ckptsel.study.configuration import default_configuration
 
         # bad options or an unknown task -> CkptselError now, not at the first save
         self.config = MeasureConfig(config) if isinstance(config, str) else config
@@ -188,7 +188,7 @@ class RecordingCallback(TrainerCallback):
         (``config.measured.dtype`` on the model's device): an explicit ``dtype`` the model is not in is
         refused; with ``auto``, a difference is warned about once (the records are measured in
         the model's own dtype and stamped so; ``measure`` adds to them with ``--dtype``)."""
-        from ckptsel.measure import device_kind, dtype_name, resolve_dtype
+        from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
 
         own = dtype_name(model.dtype)
         device = device_kind(model.device)
@@ -220,8 +220,11 @@ class RecordingCallback(TrainerCallback):
         """Measure ``model`` (in memory) at ``step`` and upsert its records."""
         import pandas as pd
 
-        from ckptsel.measure import check_conformance, hf_provenance, measure_model
-        from ckptsel.records import canonical, unit_provenance, upsert_records
+        from ckptsel.measure.backends.hf import hf_provenance
+        from ckptsel.measure.conformance import check_conformance
+        from ckptsel.measure.measurer import measure_model
+        from ckptsel.records.provenance import canonical, unit_provenance
+        from ckptsel.records.store import upsert_records
 
         self.check_dtype(model)
         self.config = self.config.bind_format(  # once: a no-op when _measure_saved resolved it
@@ -303,7 +306,7 @@ class RecordingCallback(TrainerCallback):
         )  # a chat template with no stated format: refused here, in one line
         output_dir = getattr(kwargs.get("args"), "output_dir", None)
         if output_dir and stated and not self.measured_steps:
-            from ckptsel.train import write_run_format
+            from ckptsel.train.formats import write_run_format
 
             # `ckptsel measure OUTPUT_DIR` later reads the format these records were made with
             write_run_format(Path(output_dir), self.config.measured.prompt)
@@ -316,7 +319,7 @@ SELECTION_FILE = "selection.json"  # written into the Trainer's output folder at
 def _tracker_names(report_to: str | Sequence[str] | None, strict: bool = False) -> tuple[str, ...]:
     """The trackers ckptsel logs to among ``report_to`` (``"all"``: the installed ones;
     ``strict``: a name ckptsel does not know is an error, else it is left to the Trainer)."""
-    from ckptsel.trackers import TRACKERS, check_trackers, require
+    from ckptsel.trackers.base import TRACKERS, check_trackers, require
 
     if report_to is None:
         return ()
@@ -391,8 +394,8 @@ class SelectionCallback(RecordingCallback):
         register: str | None = None,
         **kwargs: Any,
     ) -> None:
-        from ckptsel.choose import SIGNAL_RULES
-        from ckptsel.workflows import SelectSettings
+        from ckptsel.choose.rules import SIGNAL_RULES
+        from ckptsel.workflows.advise.selection import SelectSettings
 
         if rule not in SIGNAL_RULES:
             raise CkptselError(
@@ -426,7 +429,7 @@ class SelectionCallback(RecordingCallback):
         self.report_to = _tracker_names(report_to, strict=True) if report_to is not None else None
         self.register = register
         if register is not None:
-            from ckptsel.trackers import check_model_name
+            from ckptsel.trackers.base import check_model_name
 
             check_model_name(register)
         self.run_ids: dict[str, str] = {}  # tracker -> the training run (Trackio: its name)
@@ -470,7 +473,7 @@ class SelectionCallback(RecordingCallback):
         return control
 
     def _decide(self, args: Any, state: Any) -> None:
-        from ckptsel.workflows import select_checkpoint
+        from ckptsel.workflows.advise.selection import select_checkpoint
 
         self.result = select_checkpoint(
             self.records_dir, self.trajectory, rule=self.rule, settings=self.settings
@@ -543,8 +546,8 @@ class SelectionCallback(RecordingCallback):
         trackers = self.trackers(args)
         if not trackers or self.result is None:
             return
-        from ckptsel.trackers import check_model_folder
-        from ckptsel.workflows import LogSettings, log_selection
+        from ckptsel.trackers.base import check_model_folder
+        from ckptsel.workflows.tracking import LogSettings, log_selection
 
         note = (lambda line: print(f"ckptsel: {line}")) if self.verbose else (lambda line: None)
         step = self.result.recommendation.keep_step

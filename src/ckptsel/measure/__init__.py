@@ -29,37 +29,12 @@ Other harnesses' logs (lm-eval, inspect, lighteval) become records in :mod:`ckpt
 
 from __future__ import annotations
 
-from ckptsel.measure.backends.hf import device_kind, dtype_name, hf_provenance, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.conformance import check_cached_verdicts, check_conformance
-from ckptsel.measure.executors import ExecutorConfig
 from ckptsel.measure.measurer import measure_model
-from ckptsel.measure.parts import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
-from ckptsel.measure.passes import generate_texts
-from ckptsel.measure.progress import ProgressCallback
-from ckptsel.measure.run import measure_run, trajectory_name
-from ckptsel.measure.watch import WatchSettings, WatchStatus, status_path, watch_run
+from ckptsel.measure.run import measure_run
 
 __all__ = [
-    "ExecutorConfig",
-    "CheckpointTodo",
-    "ItemPool",
     "MeasureConfig",
-    "ProgressCallback",
-    "RecordedItems",
-    "WatchSettings",
-    "WatchStatus",
-    "check_cached_verdicts",
-    "check_conformance",
-    "device_kind",
-    "dtype_name",
-    "generate_texts",
-    "hf_provenance",
-    "left_to_measure",
     "measure_model",
     "measure_run",
-    "resolve_dtype",
-    "status_path",
-    "trajectory_name",
-    "watch_run",
 ]

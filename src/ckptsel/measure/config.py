@@ -22,20 +22,13 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from ckptsel._util.checks import check_choice, check_int, check_number
-from ckptsel.data import (
-    CHAT,
-    PROMPT_TEMPLATE,
-    PromptFormat,
-    check_scorer,
-    get_task,
-    resolve_format,
-    task_identity,
-    task_ref,
-)
-from ckptsel.data import prompt_format as make_format
+from ckptsel.data.prompts import CHAT, PROMPT_TEMPLATE, PromptFormat, resolve_format
+from ckptsel.data.prompts import prompt_format as make_format
+from ckptsel.data.scoring import check_scorer
+from ckptsel.data.tasks import get_task, task_identity, task_ref
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
-from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
+from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
 
 FORMAT_VERSION = 1  # bump when the meaning of a measurement changes
 BACKENDS = ("hf", "vllm")

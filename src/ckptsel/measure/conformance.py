@@ -92,7 +92,7 @@ from typing import Any
 from ckptsel._util.io import write_text
 from ckptsel._util.keys import mac, mac_holds
 from ckptsel._util.nodecache import CACHE_ENV, cache_root, local_ref
-from ckptsel.data import PromptFormat
+from ckptsel.data.prompts import PromptFormat
 from ckptsel.defaults import BATCH_SIZE
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name

@@ -13,8 +13,10 @@ from typing import Any
 
 import pandas as pd
 
-from ckptsel.data import AnswerRuleError, extract, is_correct, task_identity, task_label
-from ckptsel.records import coerce_generations, coerce_nll, empty_nll
+from ckptsel.data.answers.rules import AnswerRuleError
+from ckptsel.data.scoring import extract, is_correct
+from ckptsel.data.tasks import task_identity, task_label
+from ckptsel.records.schema import coerce_generations, coerce_nll, empty_nll
 
 
 def score_texts(

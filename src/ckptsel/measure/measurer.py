@@ -37,9 +37,10 @@ from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import measure_items
 from ckptsel.measure.tokens import encode_formatted, stop_token_ids
-from ckptsel.records import SPLITS, canonical, empty_generations, empty_nll
-from ckptsel.study import default_configuration
-from ckptsel.train import Checkpoint
+from ckptsel.records.provenance import canonical
+from ckptsel.records.schema import SPLITS, empty_generations, empty_nll
+from ckptsel.study.configuration import default_configuration
+from ckptsel.train.checkpoints import Checkpoint
 
 
 def measure_model(

@@ -33,11 +33,13 @@ import pyarrow.parquet as pq
 from ckptsel._util import io
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.nodecache import local_copy
-from ckptsel.data import item_hash, load_items
+from ckptsel.data.taskdef import item_hash
+from ckptsel.data.tasks import load_items
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.frames import generation_frame
-from ckptsel.records import coerce_nll, read_rows
+from ckptsel.records.scan import read_rows
+from ckptsel.records.schema import coerce_nll
 
 PARTS_DIR = ".parts"
 # NEVER CHANGE how part files are named and keyed: released records folders (0.1.0 on) hold

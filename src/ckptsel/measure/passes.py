@@ -73,7 +73,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ckptsel.data import PromptFormat
+from ckptsel.data.prompts import PromptFormat
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
 from ckptsel.measure.tokens import (
@@ -87,7 +87,7 @@ from ckptsel.measure.tokens import (
     stop_token_ids,
     window_sums,
 )
-from ckptsel.records import COMPLETE_WINDOW, MATCHED_WINDOW
+from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
 
 
 def measure_items(

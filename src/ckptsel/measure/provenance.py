@@ -33,12 +33,12 @@ import pandas as pd
 
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import PromptFormat
+from ckptsel.data.prompts import PromptFormat
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.parts import PARTS_DIR, StepParts
-from ckptsel.records import (
+from ckptsel.records.provenance import (
     UnitProvenance,
     describe,
     provenance_identity,

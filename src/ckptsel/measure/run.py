@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import CHAT, task_label
+from ckptsel.data.prompts import CHAT
+from ckptsel.data.tasks import task_label
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import run_tokenizer, tokenizer_source
 from ckptsel.measure.config import MeasureConfig, MeasureSpec
@@ -28,31 +29,22 @@ from ckptsel.measure.measurer import MeasureResult
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.provenance import ProvenanceGate
-from ckptsel.records import (
-    FINAL_STEPS_FILE,
-    GENERATIONS_FILE,
-    NLL_FILE,
-    SPLITS,
-    UNITS_DIR,
-    CheckpointStamp,
-    changed_files,
-    check_name,
-    read_rows,
-    recorded_stamps,
-    short_digests,
-    upsert_records,
-)
-from ckptsel.study import default_configuration
-from ckptsel.train import (
+from ckptsel.records.scan import read_rows
+from ckptsel.records.schema import FINAL_STEPS_FILE, GENERATIONS_FILE, NLL_FILE, SPLITS, check_name
+from ckptsel.records.store import upsert_records
+from ckptsel.records.units import UNITS_DIR
+from ckptsel.records.weights import CheckpointStamp, changed_files, recorded_stamps, short_digests
+from ckptsel.study.configuration import default_configuration
+from ckptsel.train.checkpoints import (
     STATE_FILE,
     Checkpoint,
     discover_checkpoints,
     files_fingerprint,
     function_digests,
     is_final_checkpoint,
-    read_run_format,
     weights_fingerprint,
 )
+from ckptsel.train.formats import read_run_format
 
 
 def _check_trajectory_identity(

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptsel.data import PromptFormat
+from ckptsel.data.prompts import PromptFormat
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:

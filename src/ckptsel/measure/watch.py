@@ -56,7 +56,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.run import WATCH_DIR, MeasureSetup, RunMeasurement
-from ckptsel.train import (
+from ckptsel.train.checkpoints import (
     STATE_FILE,
     checkpoint_readiness,
     inspect_checkpoint,

@@ -20,91 +20,15 @@ the reader, the one writer and the analysis's loaders — in the order data flow
 * :mod:`~ckptsel.records.load` — the analysis's loaders: validation and test records by
   separate calls, validated into per-trajectory arrays.
 
-Other packages import the names below from ``ckptsel.records``.
+Other stages import each name from the module that defines it (``ckptsel.records.load``,
+``ckptsel.records.store``, …); this package serves ``write_unit``, the writer for a user's own
+measurement.
 """
 
 from __future__ import annotations
 
-from ckptsel.records.cache import uncached
-from ckptsel.records.load import (
-    TestData,
-    ValidationData,
-    find_trajectory,
-    load_test,
-    load_texts,
-    load_validation,
-)
-from ckptsel.records.provenance import (
-    UnitProvenance,
-    canonical,
-    describe,
-    provenance_identity,
-    provenance_lines,
-    read_provenance,
-    unit_provenance,
-)
-from ckptsel.records.scan import read_frame, read_rows
-from ckptsel.records.schema import (
-    COMPLETE_WINDOW,
-    FINAL_STEPS_FILE,
-    GENERATION_COLUMNS,
-    GENERATION_KEY,
-    GENERATIONS_FILE,
-    MATCHED_WINDOW,
-    NLL_COLUMNS,
-    NLL_FILE,
-    NLL_KEY,
-    SPLITS,
-    check_name,
-    coerce_generations,
-    coerce_nll,
-    empty_generations,
-    empty_nll,
-)
-from ckptsel.records.store import compact, upsert_records, write_records, write_unit
-from ckptsel.records.units import UNITS_DIR, one_listing
-from ckptsel.records.weights import CheckpointStamp, changed_files, recorded_stamps, short_digests
+from ckptsel.records.store import write_unit
 
 __all__ = [
-    "COMPLETE_WINDOW",
-    "CheckpointStamp",
-    "FINAL_STEPS_FILE",
-    "GENERATIONS_FILE",
-    "GENERATION_COLUMNS",
-    "GENERATION_KEY",
-    "MATCHED_WINDOW",
-    "NLL_COLUMNS",
-    "NLL_FILE",
-    "NLL_KEY",
-    "SPLITS",
-    "TestData",
-    "UnitProvenance",
-    "UNITS_DIR",
-    "ValidationData",
-    "canonical",
-    "changed_files",
-    "check_name",
-    "coerce_generations",
-    "coerce_nll",
-    "compact",
-    "describe",
-    "empty_generations",
-    "empty_nll",
-    "find_trajectory",
-    "one_listing",
-    "load_test",
-    "load_texts",
-    "load_validation",
-    "provenance_identity",
-    "provenance_lines",
-    "read_frame",
-    "read_provenance",
-    "recorded_stamps",
-    "read_rows",
-    "short_digests",
-    "unit_provenance",
-    "uncached",
-    "upsert_records",
-    "write_records",
     "write_unit",
 ]

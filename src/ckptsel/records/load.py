@@ -9,6 +9,7 @@ silently.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -37,6 +38,13 @@ from ckptsel.records.schema import (
     SPLITS,
 )
 from ckptsel.records.weights import declared_final_steps
+
+
+def uncached() -> contextlib.AbstractContextManager[None]:
+    """Every load inside this block computes from the records files themselves, neither reading
+    nor writing the caches (``verify``: a cache it cannot authenticate is never a source of what
+    it checks): the caches' switch, for the stages outside ``records``."""
+    return cache.uncached()
 
 
 @dataclass

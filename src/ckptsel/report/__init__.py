@@ -16,29 +16,4 @@ also accepts its ``summary.json`` dict (checked through ``Summary.from_dict``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from ckptsel.report.build import load_results, write_report
-from ckptsel.report.html import claim_sentences
-from ckptsel.report.tables import all_tables
-from ckptsel.report.terminal import print_main_table
-
-_FIGURES = ("figure_bytes",)
-
-__all__ = [
-    "all_tables",
-    "claim_sentences",
-    "load_results",
-    "print_main_table",
-    "write_report",
-    *_FIGURES,
-]
-
-
-def __getattr__(name: str) -> Any:
-    """Figure functions, imported (with matplotlib) on first use."""
-    if name in _FIGURES:
-        from ckptsel.report import figures
-
-        return getattr(figures, name)
-    raise AttributeError(f"module 'ckptsel.report' has no attribute {name!r}")
+__all__: list[str] = []  # other stages import from the defining modules

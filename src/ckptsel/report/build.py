@@ -17,7 +17,8 @@ from ckptsel._util.io import write_bytes, write_text
 from ckptsel.errors import CkptselError
 from ckptsel.report import html as rhtml
 from ckptsel.report import tables as rtables
-from ckptsel.results import FIGURES_DIR, REPORT_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR, Summary
+from ckptsel.results.layout import FIGURES_DIR, REPORT_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR
+from ckptsel.results.summary import Summary
 
 
 def load_results(results_dir: Path) -> tuple[Summary, pd.DataFrame, pd.DataFrame]:

@@ -20,9 +20,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ckptsel._util.io import write_bytes
-from ckptsel.choose import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
+from ckptsel.choose.rules import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.results import Gains, Summary, budget_order
+from ckptsel.results.summary import Gains, Summary, budget_order
 
 FIGURE_FORMATS = ("png", "svg")
 RULE_STYLE = {

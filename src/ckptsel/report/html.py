@@ -15,9 +15,10 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from ckptsel.choose import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
+from ckptsel.choose.rules import H_BASELINE, RULE_ORDER, RULES, SIGNAL_RULES
 from ckptsel.report.tables import ReportTable, budgets_text
-from ckptsel.results import Estimate, Range, Summary, fmt
+from ckptsel.results.estimate import Estimate, fmt
+from ckptsel.results.summary import Range, Summary
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}

@@ -18,8 +18,9 @@ import pandas as pd
 
 from ckptsel._util.io import write_csv, write_text
 from ckptsel._util.markdown import md_cell
-from ckptsel.choose import RULE_ORDER
-from ckptsel.results import MATCHED_HALF_STATS, Estimate, Gains, Summary, budget_order, fmt
+from ckptsel.choose.rules import RULE_ORDER
+from ckptsel.results.estimate import Estimate, fmt
+from ckptsel.results.summary import MATCHED_HALF_STATS, Gains, Summary, budget_order
 
 TABLE_FORMATS = ("md", "tex", "csv")
 

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ckptsel.report.tables import budgets_text
-from ckptsel.results import Summary
+from ckptsel.results.summary import Summary
 
 
 def print_main_table(summary: Summary | dict, console: Console | None = None) -> None:

@@ -17,67 +17,10 @@ and choosing; so it sits before ``stats`` in the layers.
 
 from __future__ import annotations
 
-from ckptsel.results import publish
-from ckptsel.results.estimate import Estimate, fmt
-from ckptsel.results.layout import (
-    CHOICES_DIR,
-    FIGURES_DIR,
-    PROTOCOL_FILE,
-    REPORT_FILE,
-    RUN_FILE,
-    SUMMARY_FILE,
-    TABLES_DIR,
-)
-from ckptsel.results.publish import MANIFEST_FILE
-from ckptsel.results.summary import (
-    MATCHED_HALF_STATS,
-    NO_NLL_COMPLETE,
-    BudgetCell,
-    Gains,
-    KeepRow,
-    KeepTable,
-    MatchedHalf,
-    NllControl,
-    Population,
-    Preregistration,
-    QuestionBootstrap,
-    Range,
-    Sensitivities,
-    SignCounts,
-    Summary,
-    TaskPopulation,
-    TaskResult,
-    budget_order,
-)
+from ckptsel.results.estimate import Estimate
+from ckptsel.results.summary import Summary
 
 __all__ = [
-    "CHOICES_DIR",
-    "FIGURES_DIR",
-    "MANIFEST_FILE",
-    "MATCHED_HALF_STATS",
-    "NO_NLL_COMPLETE",
-    "PROTOCOL_FILE",
-    "REPORT_FILE",
-    "RUN_FILE",
-    "SUMMARY_FILE",
-    "TABLES_DIR",
-    "BudgetCell",
     "Estimate",
-    "Gains",
-    "KeepRow",
-    "KeepTable",
-    "MatchedHalf",
-    "NllControl",
-    "Population",
-    "Preregistration",
-    "QuestionBootstrap",
-    "Range",
-    "Sensitivities",
-    "SignCounts",
     "Summary",
-    "TaskPopulation",
-    "TaskResult",
-    "budget_order",
-    "fmt",
-    "publish",
 ]

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from ckptsel._util.markdown import md_cell
-from ckptsel.choose import FULL, RULE_ORDER
+from ckptsel.choose.rules import RULE_ORDER
+from ckptsel.choose.settings import FULL
 from ckptsel.defaults import BUDGETS, CONFIDENCE
 from ckptsel.errors import CkptselError
 from ckptsel.results.estimate import Estimate, fmt

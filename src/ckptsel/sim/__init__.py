@@ -12,10 +12,9 @@
 from __future__ import annotations
 
 from ckptsel.sim.quickstart import run_quickstart
-from ckptsel.sim.simulate import TRUTH_FILE, write_simulation
+from ckptsel.sim.simulate import write_simulation
 
 __all__ = [
-    "TRUTH_FILE",
     "run_quickstart",
     "write_simulation",
 ]

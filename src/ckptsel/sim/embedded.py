@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.io import write_text
-from ckptsel.data import format_prompt
+from ckptsel.data.prompts import format_prompt
 from ckptsel.sim.tiny import build_model, build_tokenizer
 
 NAMES = (

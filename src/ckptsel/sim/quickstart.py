@@ -36,16 +36,21 @@ from typing import Any
 
 from ckptsel import defaults
 from ckptsel._util.io import write_text
-from ckptsel.data import format_prompt, is_correct
+from ckptsel.data.prompts import format_prompt
+from ckptsel.data.scoring import is_correct
 from ckptsel.errors import CkptselError
-from ckptsel.measure import generate_texts
-from ckptsel.records import read_rows
-from ckptsel.report import claim_sentences, print_main_table
-from ckptsel.results import MANIFEST_FILE, REPORT_FILE
+from ckptsel.measure.passes import generate_texts
+from ckptsel.records.scan import read_rows
+from ckptsel.report.html import claim_sentences
+from ckptsel.report.terminal import print_main_table
+from ckptsel.results.layout import REPORT_FILE
+from ckptsel.results.publish import MANIFEST_FILE
 from ckptsel.sim.embedded import BaseConfig, EmbeddedConfig, pretrain_base, write_embedded
-from ckptsel.study import Configuration, configurations_toml, load_spec
-from ckptsel.train import pick_device
-from ckptsel.workflows import StudyRun, quiet_transformers
+from ckptsel.study.configuration import Configuration, configurations_toml
+from ckptsel.study.spec import load_spec
+from ckptsel.train.models import pick_device
+from ckptsel.workflows.study_run.job import StudyRun
+from ckptsel.workflows.study_run.progress import quiet_transformers
 
 TASK = "metamath"  # the fine-tuning pool's task (validation too)
 TEST_TASK = "gsm8k"  # the independent test pool's

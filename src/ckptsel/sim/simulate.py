@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ckptsel._util.io import write_parquet, write_text
 from ckptsel.errors import CkptselError
-from ckptsel.records import (
+from ckptsel.records.schema import (
     COMPLETE_WINDOW,
     GENERATION_COLUMNS,
     GENERATIONS_FILE,
@@ -46,11 +46,11 @@ from ckptsel.records import (
     NLL_COLUMNS,
     NLL_FILE,
     SPLITS,
-    UNITS_DIR,
-    write_records,
 )
+from ckptsel.records.store import write_records
+from ckptsel.records.units import UNITS_DIR
 from ckptsel.sim.presets import ANSWER_KINDS, COMMONSENSE_LABELS, PRESETS, SimSpec, TaskSim
-from ckptsel.stats import norm_ppf
+from ckptsel.stats.distributions import norm_ppf
 
 TRUTH_FILE = "truth.parquet"
 SIMULATION_FILE = "simulation.json"

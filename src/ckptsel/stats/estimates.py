@@ -18,22 +18,14 @@ import pandas as pd
 from ckptsel import defaults
 from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_choice, check_int, check_level, check_seed
-from ckptsel.choose import (
-    BUDGET_LABELS,
-    FULL,
-    MH_RULES,
-    MH_STATS,
-    OV_LABELS,
-    RULES,
-    Name,
-    ScoredChoices,
-    labels_of,
-)
+from ckptsel.choose.evaluate import MH_RULES, MH_STATS, Name, ScoredChoices
+from ckptsel.choose.rules import RULES
+from ckptsel.choose.settings import BUDGET_LABELS, FULL, OV_LABELS, labels_of
 from ckptsel.defaults import THINNING
-from ckptsel.results import (
+from ckptsel.results.estimate import Estimate
+from ckptsel.results.summary import (
     NO_NLL_COMPLETE,
     BudgetCell,
-    Estimate,
     Gains,
     MatchedHalf,
     NllControl,

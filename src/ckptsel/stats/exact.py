@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ckptsel.results import Estimate
+from ckptsel.results.estimate import Estimate
 from ckptsel.stats.distributions import beta_quantile, norm_cdf
 
 ZERO = 1e-9  # a unit total at most this far from 0 (pp or counts) carries no difference

@@ -11,47 +11,8 @@ analysed.
 
 from __future__ import annotations
 
-from ckptsel.study.configuration import (
-    LORA_TARGETS,
-    Configuration,
-    Study,
-    configuration_and_seed,
-    configurations_toml,
-    default_configuration,
-    final_steps,
-    seed_of,
-)
-from ckptsel.study.protocol import (
-    before_training,
-    check_protocol,
-    freeze,
-    protocol_analysis,
-    protocol_json,
-    protocol_path,
-    protocol_status,
-    read_protocol,
-)
-from ckptsel.study.spec import STATE_DIR, StudySpec, load_spec, load_study
+from ckptsel.study.spec import load_study
 
 __all__ = [
-    "before_training",
-    "check_protocol",
-    "freeze",
-    "protocol_analysis",
-    "protocol_json",
-    "protocol_path",
-    "protocol_status",
-    "read_protocol",
-    "LORA_TARGETS",
-    "STATE_DIR",
-    "Configuration",
-    "Study",
-    "StudySpec",
-    "configuration_and_seed",
-    "default_configuration",
-    "configurations_toml",
-    "final_steps",
-    "load_spec",
     "load_study",
-    "seed_of",
 ]

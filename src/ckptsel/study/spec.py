@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptsel._util.locations import Location, as_location, is_url
-from ckptsel.data import PoolSpec, get_task, is_task_file
+from ckptsel.data.pools import PoolSpec
+from ckptsel.data.tasks import get_task, is_task_file
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
 from ckptsel.study.configuration import (

@@ -14,24 +14,4 @@ It sits after ``report`` (it reads results folders through ``ckptsel.results`` a
 
 from __future__ import annotations
 
-from ckptsel.trackers.base import (
-    TRACKERS,
-    Logged,
-    LogTarget,
-    check_model_folder,
-    check_model_name,
-    check_trackers,
-    require,
-)
-from ckptsel.trackers.log import log_results
-
-__all__ = [
-    "TRACKERS",
-    "LogTarget",
-    "Logged",
-    "check_model_folder",
-    "check_model_name",
-    "check_trackers",
-    "log_results",
-    "require",
-]
+__all__: list[str] = []  # other stages import from the defining modules

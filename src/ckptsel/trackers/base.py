@@ -51,21 +51,23 @@ from typing import Any
 import pandas as pd
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.choose import SIGNAL_RULES
+from ckptsel.choose.rules import SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.records import GENERATIONS_FILE, NLL_FILE, UNITS_DIR
-from ckptsel.report import all_tables, load_results
-from ckptsel.results import (
+from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
+from ckptsel.records.units import UNITS_DIR
+from ckptsel.report.build import load_results
+from ckptsel.report.tables import all_tables
+from ckptsel.results.estimate import fmt
+from ckptsel.results.layout import (
     CHOICES_DIR,
     FIGURES_DIR,
-    MANIFEST_FILE,
     REPORT_FILE,
     RUN_FILE,
     SUMMARY_FILE,
     TABLES_DIR,
-    Summary,
-    fmt,
 )
+from ckptsel.results.publish import MANIFEST_FILE
+from ckptsel.results.summary import Summary
 
 TRACKERS = ("mlflow", "wandb", "trackio")
 ALIAS = "ckptsel-recommended"

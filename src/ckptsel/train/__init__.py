@@ -14,42 +14,4 @@ torch/transformers/peft are imported inside functions only.
 
 from __future__ import annotations
 
-from ckptsel.train.checkpoints import (
-    CHECKPOINT_RE,
-    STATE_FILE,
-    Checkpoint,
-    checkpoint_readiness,
-    checkpoint_steps,
-    discover_checkpoints,
-    files_fingerprint,
-    function_digests,
-    inspect_checkpoint,
-    is_final_checkpoint,
-    layout_pattern,
-    weights_fingerprint,
-)
-from ckptsel.train.formats import read_run_format, write_run_format
-from ckptsel.train.models import check_lora_targets, load_tokenizer, pick_device
-from ckptsel.train.study import study_status, train_study
-
-__all__ = [
-    "CHECKPOINT_RE",
-    "STATE_FILE",
-    "Checkpoint",
-    "check_lora_targets",
-    "checkpoint_readiness",
-    "checkpoint_steps",
-    "discover_checkpoints",
-    "files_fingerprint",
-    "function_digests",
-    "inspect_checkpoint",
-    "is_final_checkpoint",
-    "layout_pattern",
-    "load_tokenizer",
-    "pick_device",
-    "read_run_format",
-    "study_status",
-    "train_study",
-    "weights_fingerprint",
-    "write_run_format",
-]
+__all__: list[str] = []  # other stages import from the defining modules

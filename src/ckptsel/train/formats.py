@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location, as_location
-from ckptsel.data import FORMAT_FILE, PromptFormat, format_from_dict
+from ckptsel.data.prompts import FORMAT_FILE, PromptFormat, format_from_dict
 from ckptsel.errors import CkptselError
 
 

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ckptsel.errors import CkptselError
-from ckptsel.study import LORA_TARGETS, Configuration
+from ckptsel.study.configuration import LORA_TARGETS, Configuration
 
 # --------------------------------------------------------------------------- model setup
 

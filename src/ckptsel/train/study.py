@@ -10,10 +10,11 @@ from typing import Any
 
 from ckptsel._util.io import write_text
 from ckptsel._util.nodecache import local_ref
-from ckptsel.data import PromptFormat, get_task, load_items, prompt_format
+from ckptsel.data.prompts import PromptFormat, prompt_format
+from ckptsel.data.tasks import get_task, load_items
 from ckptsel.errors import CkptselError
-from ckptsel.records import FINAL_STEPS_FILE
-from ckptsel.study import Study, final_steps
+from ckptsel.records.schema import FINAL_STEPS_FILE
+from ckptsel.study.configuration import Study, final_steps
 from ckptsel.train.checkpoints import TrajectoryStatus, checkpoint_steps, trajectory_status
 from ckptsel.train.formats import write_run_format
 from ckptsel.train.models import load_tokenizer

@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from ckptsel._util.io import write_text
-from ckptsel.data import Item, PromptFormat
+from ckptsel.data.prompts import PromptFormat
+from ckptsel.data.taskdef import Item
 from ckptsel.errors import CkptselError
-from ckptsel.study import Configuration
+from ckptsel.study.configuration import Configuration
 from ckptsel.train.checkpoints import CHECKPOINT_PREFIX, STATE_FILE, checkpoint_steps
 from ckptsel.train.models import build_trainable, load_tokenizer, pick_device, use_bf16
 

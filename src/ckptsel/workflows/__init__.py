@@ -16,26 +16,25 @@ practitioner's answers (``select``, ``compare``, ``plan``) and a whole study as 
 
 from __future__ import annotations
 
-from ckptsel.workflows import advise
-from ckptsel.workflows.advise import *  # noqa: F403 - its __all__: what workflows serves
-from ckptsel.workflows.analysis import AnalysisEvents, AnalysisSettings, analyze, verify
-from ckptsel.workflows.study_run import StudyRun, quiet_transformers, stages_to_run
-from ckptsel.workflows.tracking import LogSettings, log_analysis, log_selection
-from ckptsel.workflows.watching import describe, selection_path, watch_and_select
+from ckptsel.workflows.advise.comparison import compare_checkpoints
+from ckptsel.workflows.advise.log_comparison import compare_logs
+from ckptsel.workflows.advise.planning import plan_from_pilot
+from ckptsel.workflows.advise.selection import (
+    Selection,
+    StudySelection,
+    select_all,
+    select_checkpoint,
+)
+from ckptsel.workflows.analysis import analyze, verify
 
 __all__ = [
-    *advise.__all__,
-    "AnalysisEvents",
-    "AnalysisSettings",
-    "LogSettings",
-    "StudyRun",
+    "Selection",
+    "StudySelection",
     "analyze",
-    "describe",
-    "log_analysis",
-    "log_selection",
-    "quiet_transformers",
-    "selection_path",
-    "stages_to_run",
+    "compare_checkpoints",
+    "compare_logs",
+    "plan_from_pilot",
+    "select_all",
+    "select_checkpoint",
     "verify",
-    "watch_and_select",
 ]

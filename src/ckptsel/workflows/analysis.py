@@ -25,52 +25,35 @@ from ckptsel import defaults
 from ckptsel._util.io import write_csv, write_parquet, write_text
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import single_threaded
-from ckptsel.choose import (
-    ChoiceSettings,
-    budget_notes,
-    choices_hash,
-    choose,
-    freeze,
-    load_frozen,
-    score,
-)
+from ckptsel.choose.choices import choose
+from ckptsel.choose.evaluate import score
+from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
+from ckptsel.choose.settings import ChoiceSettings, budget_notes
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.records import (
-    MATCHED_WINDOW,
-    ValidationData,
-    load_test,
-    load_validation,
-    one_listing,
-    provenance_lines,
-    uncached,
-)
-from ckptsel.results import (
-    CHOICES_DIR,
-    PROTOCOL_FILE,
-    RUN_FILE,
-    SUMMARY_FILE,
-    TABLES_DIR,
-    KeepTable,
-    Preregistration,
-    Summary,
-    publish,
-)
-from ckptsel.stats import StatSettings, summarize
-from ckptsel.study import (
+from ckptsel.records.load import ValidationData, load_test, load_validation, uncached
+from ckptsel.records.provenance import provenance_lines
+from ckptsel.records.schema import MATCHED_WINDOW
+from ckptsel.records.units import one_listing
+from ckptsel.results import publish
+from ckptsel.results.layout import CHOICES_DIR, PROTOCOL_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR
+from ckptsel.results.summary import KeepTable, Preregistration, Summary
+from ckptsel.stats.estimates import StatSettings, summarize
+from ckptsel.study.protocol import (
     before_training,
     protocol_analysis,
     protocol_json,
     protocol_status,
     read_protocol,
 )
-from ckptsel.workflows.advise import SelectSettings, select_all
 from ckptsel.workflows.advise.comparison import fallback_matrix, fallback_shares
 from ckptsel.workflows.advise.selection import (
+    SelectSettings,
     degenerate_lines,
     keep_provisional,
     keep_settings,
     nll_skip_line,
     nll_skipped,
+    select_all,
 )
 
 ANALYSIS_KEYS = ("permutations", "draws", "seed", "level", "interval", "budgets")  # [analysis]'s keys
@@ -399,7 +382,7 @@ def _analyze(
             write_text(stage / PROTOCOL_FILE, protocol_json(bound.record))
         write_outputs(stage, records_dir, summary, tables, provenance, bound.file)
         if report:
-            from ckptsel.report import write_report
+            from ckptsel.report.build import write_report
 
             events.phase("writing the report (tables, figures, report.html)…")
             write_report(stage, formats=REPORT_META["formats"])
@@ -706,7 +689,7 @@ def _recompute_files(
 
 def _has_report(results_dir: Path, files: dict[str, str]) -> bool:
     """Whether the folder (or its manifest) holds anything only a report writes."""
-    from ckptsel.results import FIGURES_DIR, REPORT_FILE
+    from ckptsel.results.layout import FIGURES_DIR, REPORT_FILE
 
     if (results_dir / REPORT_FILE).exists() or (results_dir / FIGURES_DIR).exists():
         return True
@@ -715,7 +698,7 @@ def _has_report(results_dir: Path, files: dict[str, str]) -> bool:
 
 
 def _rebuild_report(scratch: Path, results_dir: Path, meta) -> None:
-    from ckptsel.report import write_report
+    from ckptsel.report.build import write_report
 
     trajectory = meta.get("trajectory") if isinstance(meta, dict) else None
     if trajectory is not None and not isinstance(trajectory, str):

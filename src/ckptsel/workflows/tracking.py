@@ -16,19 +16,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ckptsel.choose import SIGNAL_RULES
+from ckptsel.choose.rules import SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.records import read_frame
-from ckptsel.trackers import (
+from ckptsel.records.scan import read_frame
+from ckptsel.trackers.base import (
     TRACKERS,
     Logged,
     LogTarget,
     check_model_name,
     check_trackers,
-    log_results,
     require,
 )
-from ckptsel.workflows.advise import Selection, SelectSettings, select_checkpoint
+from ckptsel.trackers.log import log_results
+from ckptsel.workflows.advise.selection import Selection, SelectSettings, select_checkpoint
 
 # a study file's [log] table (typed by ckptsel.study's SCHEMA)
 LOG_KEYS = ("to", "run_id", "run_name", "project", "tracking_uri", "register", "trajectory", "rule")

@@ -23,18 +23,13 @@ from typing import Any
 
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location
-from ckptsel.choose import SIGNAL_RULES
+from ckptsel.choose.rules import SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.measure import (
-    MeasureConfig,
-    ProgressCallback,
-    WatchSettings,
-    WatchStatus,
-    status_path,
-    trajectory_name,
-    watch_run,
-)
-from ckptsel.workflows.advise import SelectSettings, select_checkpoint
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.progress import ProgressCallback
+from ckptsel.measure.run import trajectory_name
+from ckptsel.measure.watch import WatchSettings, WatchStatus, status_path, watch_run
+from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 
 SELECTION_FILE = "selection.json"
 

@@ -54,13 +54,4 @@ control's copies), :mod:`~.run` (:func:`audit_pools`), :mod:`~.files` (:func:`au
 
 from __future__ import annotations
 
-from ckptsel.data.audit.files import audit_files, write_audit
-from ckptsel.data.audit.findings import AuditResult
-from ckptsel.data.audit.run import audit_pools
-
-__all__ = [
-    "AuditResult",
-    "audit_files",
-    "audit_pools",
-    "write_audit",
-]
+__all__: list[str] = []  # other stages import from the defining modules

@@ -6,3 +6,7 @@
 * :mod:`~ckptsel.measure.backends.vllm` — an optional vLLM engine for generation (the
   ``vllm`` extra, imported only when used).
 """
+
+from __future__ import annotations
+
+__all__: list[str] = []  # other stages import from the defining modules

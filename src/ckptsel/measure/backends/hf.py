@@ -45,7 +45,8 @@ from typing import Any
 from ckptsel._util.nodecache import local_ref
 from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.swap import SwapLog, swap_hf, swap_refusal, timed
-from ckptsel.train import Checkpoint, load_tokenizer
+from ckptsel.train.checkpoints import Checkpoint
+from ckptsel.train.models import load_tokenizer
 
 MERGE_MAX_BYTES = 4 << 30  # a merged copy beside the base: at most this much more memory
 

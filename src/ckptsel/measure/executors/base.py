@@ -13,7 +13,7 @@ from ckptsel._util.checks import check_choice, check_int, check_number
 from ckptsel.errors import CkptselError
 from ckptsel.measure.parts import StepParts
 from ckptsel.measure.progress import ProgressEvent
-from ckptsel.train import Checkpoint
+from ckptsel.train.checkpoints import Checkpoint
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'ckptsel[ray]' (or pip install 'ray[default]')"

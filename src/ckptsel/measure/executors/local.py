@@ -12,7 +12,7 @@ from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors.base import Emit, UnitResult, WorkUnit
 from ckptsel.measure.measurer import Measurer
 from ckptsel.measure.progress import ProgressEvent
-from ckptsel.train import Checkpoint
+from ckptsel.train.checkpoints import Checkpoint
 
 
 class LocalExecutor:

@@ -74,7 +74,7 @@ from ckptsel.measure.executors.base import (
 from ckptsel.measure.measurer import Measurer, MeasureResult, base_key, batch_units
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressEvent
-from ckptsel.train import Checkpoint
+from ckptsel.train.checkpoints import Checkpoint
 
 KILL_ONCE_ENV = "CKPTSEL_RAY_KILL_ONCE"
 WORKDIR_PREFIX = "ckptsel-actor-"

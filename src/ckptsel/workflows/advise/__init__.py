@@ -11,47 +11,8 @@
 * :mod:`~ckptsel.workflows.advise.planning` — ``ckptsel plan``: how many validation items a
   rule needs.
 
-``__all__`` is what :mod:`ckptsel.workflows` serves of it to other stages; the helpers the
-analysis shares with ``select`` (the keep table's settings, the NLL and degenerate lines, the
-fallback shares) are imported from their modules.
+Every name is imported from the module that defines it; :mod:`ckptsel.workflows` serves the
+front door's ``select_checkpoint``, ``compare_checkpoints``, … from these modules.
 """
 
 from __future__ import annotations
-
-from ckptsel.workflows.advise.comparison import (
-    CompareSettings,
-    compare_checkpoints,
-)
-from ckptsel.workflows.advise.log_comparison import compare_logs
-from ckptsel.workflows.advise.planning import (
-    PlanSettings,
-    closed_form,
-    default_budgets,
-    plan_figure,
-    plan_from_pilot,
-)
-from ckptsel.workflows.advise.selection import (
-    AnswerSettings,
-    Selection,
-    SelectSettings,
-    StudySelection,
-    select_all,
-    select_checkpoint,
-)
-
-__all__ = [
-    "AnswerSettings",
-    "CompareSettings",
-    "PlanSettings",
-    "SelectSettings",
-    "Selection",
-    "StudySelection",
-    "closed_form",
-    "compare_checkpoints",
-    "compare_logs",
-    "default_budgets",
-    "plan_figure",
-    "plan_from_pilot",
-    "select_all",
-    "select_checkpoint",
-]

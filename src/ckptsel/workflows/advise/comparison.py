@@ -38,29 +38,22 @@ from ckptsel import defaults
 from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.choose import core
-from ckptsel.data import get_task, is_task_file
+from ckptsel.data.tasks import get_task, is_task_file
 from ckptsel.errors import CkptselError
-from ckptsel.records import (
-    GENERATIONS_FILE,
-    find_trajectory,
-    load_test,
-    load_texts,
-    load_validation,
-    read_rows,
-)
-from ckptsel.results import Estimate
-from ckptsel.stats import (
-    cluster_codes,
+from ckptsel.records.load import find_trajectory, load_test, load_texts, load_validation
+from ckptsel.records.scan import read_rows
+from ckptsel.records.schema import GENERATIONS_FILE
+from ckptsel.results.estimate import Estimate
+from ckptsel.stats.bootstrap import percentile_interval
+from ckptsel.stats.exact import interval_estimate, judged
+from ckptsel.stats.paired import (
     cluster_differences,
     clustered_mcnemar,
-    clustered_means,
-    interval_estimate,
-    judged,
     mcnemar_exact,
     newcombe_paired,
-    percentile_interval,
     two_by_two,
 )
+from ckptsel.stats.resample import cluster_codes, clustered_means
 
 EXACT = "exact binomial (items independent)"
 CLUSTERED = "clustered: exact sign-flip test of whole clusters (Durkalski et al. 2003 statistic)"

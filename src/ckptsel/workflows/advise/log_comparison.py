@@ -53,9 +53,11 @@ import pandas as pd
 
 from ckptsel._util import rng as streams
 from ckptsel.errors import CkptselError
-from ckptsel.ingest import LogOptions, check_same_items, read_logs, to_records
-from ckptsel.results import Estimate
-from ckptsel.stats import adjust_pvalues, judged
+from ckptsel.ingest.logs import LogOptions, read_logs
+from ckptsel.ingest.mapping import check_same_items, to_records
+from ckptsel.results.estimate import Estimate
+from ckptsel.stats.exact import judged
+from ckptsel.stats.paired import adjust_pvalues
 from ckptsel.workflows.advise.comparison import (
     CompareSettings,
     Side,

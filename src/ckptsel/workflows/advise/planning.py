@@ -92,8 +92,10 @@ from ckptsel._util.checks import check_choice, check_int, check_level, check_see
 from ckptsel.choose import core
 from ckptsel.defaults import CONFIDENCE
 from ckptsel.errors import CkptselError
-from ckptsel.records import MATCHED_WINDOW, load_validation
-from ckptsel.stats import Clusters, chunked_counts, norm_cdf, norm_ppf
+from ckptsel.records.load import load_validation
+from ckptsel.records.schema import MATCHED_WINDOW
+from ckptsel.stats.distributions import norm_cdf, norm_ppf
+from ckptsel.stats.resample import Clusters, chunked_counts
 
 PLAN_RULES = ("accuracy", "agreement", "nll")
 PLAN_METHODS = ("calibrated", "split", "pilot")

@@ -61,45 +61,34 @@ from ckptsel import defaults
 from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel._util.threads import single_threaded
-from ckptsel.choose import (
-    FULL,
-    RULES,
-    SIGNAL_RULES,
-    ChoiceSettings,
-    choose_trajectory,
-    core,
-    full_pool_choice,
-    labels_of,
-    pools_of,
-    signals,
-)
+from ckptsel.choose import core
+from ckptsel.choose.choices import choose_trajectory, full_pool_choice, pools_of, signals
+from ckptsel.choose.rules import RULES, SIGNAL_RULES
+from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
-from ckptsel.records import (
-    MATCHED_WINDOW,
+from ckptsel.records.load import (
     TestData,
     ValidationData,
     find_trajectory,
     load_test,
     load_validation,
 )
-from ckptsel.results import Estimate, KeepRow, KeepTable, fmt
-from ckptsel.stats import (
-    WINNER_JITTER,
-    Clusters,
+from ckptsel.records.schema import MATCHED_WINDOW
+from ckptsel.results.estimate import Estimate, fmt
+from ckptsel.results.summary import KeepRow, KeepTable
+from ckptsel.stats.bootstrap import percentile_interval
+from ckptsel.stats.exact import interval_estimate, judged, nonzero_units, sign_flip_p
+from ckptsel.stats.paired import clustered_mcnemar, mcnemar_exact
+from ckptsel.stats.resample import Clusters, question_weights, resample_counts
+from ckptsel.stats.winners import (
+    JITTER as WINNER_JITTER,
+)
+from ckptsel.stats.winners import (
     accuracy_moments,
     bootstrap_accuracies,
-    clustered_mcnemar,
-    interval_estimate,
-    judged,
-    mcnemar_exact,
     model_confidence_set,
     naive_winner,
-    nonzero_units,
-    percentile_interval,
-    question_weights,
-    resample_counts,
-    sign_flip_p,
     winner_interval,
     without_variance,
 )
@@ -722,7 +711,7 @@ def _probabilities(vec: np.ndarray, steps: np.ndarray) -> dict[str, float]:
 
 
 def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
-    from ckptsel.records import read_rows
+    from ckptsel.records.scan import read_rows
 
     rows = read_rows(
         records_dir,

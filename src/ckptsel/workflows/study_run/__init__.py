@@ -16,12 +16,4 @@ context. Modules, each importing only those before it:
 
 from __future__ import annotations
 
-from ckptsel.workflows.study_run.job import StudyRun
-from ckptsel.workflows.study_run.progress import quiet_transformers
-from ckptsel.workflows.study_run.stages import stages_to_run
-
-__all__ = [
-    "StudyRun",
-    "quiet_transformers",
-    "stages_to_run",
-]
+__all__: list[str] = []  # other stages import from the defining modules

@@ -19,11 +19,14 @@ from typing import Any
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.nodecache import local_copy
-from ckptsel.data import build_pools, load_items
+from ckptsel.data.pools import build_pools
+from ckptsel.data.tasks import load_items
 from ckptsel.errors import CkptselError
-from ckptsel.measure import ExecutorConfig, MeasureConfig
-from ckptsel.study import StudySpec, seed_of  # seed_of: its old home, kept
-from ckptsel.train import pick_device
+from ckptsel.measure.config import MeasureConfig
+from ckptsel.measure.executors.base import ExecutorConfig
+from ckptsel.study.configuration import seed_of
+from ckptsel.study.spec import StudySpec  # seed_of: its old home, kept
+from ckptsel.train.models import pick_device
 from ckptsel.workflows.analysis import AnalysisSettings
 from ckptsel.workflows.study_run.progress import Log
 from ckptsel.workflows.tracking import LogSettings

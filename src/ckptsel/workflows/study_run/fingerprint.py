@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ckptsel._util.io import write_text
-from ckptsel.data import pool_digest
+from ckptsel.data.pools import pool_digest
 from ckptsel.errors import CkptselError
 from ckptsel.workflows.study_run.context import StudyContext
 
@@ -27,7 +27,7 @@ def fingerprint(ctx: StudyContext) -> dict[str, Any]:
     stated = cfg.measured.fmt
     if stated is not None and stated.kind == "chat" and not stated.chat_template:
         from ckptsel._util.nodecache import local_ref
-        from ckptsel.train import load_tokenizer
+        from ckptsel.train.models import load_tokenizer
 
         # a chat format is named by its template: the base model's (trained here, it is the
         # template every checkpoint's tokenizer carries)

@@ -17,8 +17,9 @@ from typing import Any
 from ckptsel._util.extras import ML_HINT, missing_ml
 from ckptsel._util.locations import is_url
 from ckptsel.errors import CkptselError
-from ckptsel.study import StudySpec, check_protocol
-from ckptsel.train import check_lora_targets
+from ckptsel.study.protocol import check_protocol
+from ckptsel.study.spec import StudySpec
+from ckptsel.train.models import check_lora_targets
 from ckptsel.workflows.study_run import stages as st
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerprint

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptsel.measure import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
-from ckptsel.train import checkpoint_steps, discover_checkpoints
+from ckptsel.measure.parts import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
+from ckptsel.train.checkpoints import checkpoint_steps, discover_checkpoints
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 
 

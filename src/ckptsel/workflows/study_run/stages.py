@@ -36,13 +36,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ckptsel._util.io import write_text
-from ckptsel.data import audit_pools, load_items, split_file, strata_counts, write_audit
+from ckptsel.data.audit.files import write_audit
+from ckptsel.data.audit.run import audit_pools
+from ckptsel.data.pools import strata_counts
+from ckptsel.data.split import split_file
+from ckptsel.data.tasks import load_items
 from ckptsel.errors import CkptselError
-from ckptsel.ingest import ingest_lm_eval
-from ckptsel.measure import WatchSettings, measure_run
-from ckptsel.study import check_protocol, protocol_path
-from ckptsel.train import train_study
-from ckptsel.workflows.advise import SelectSettings, select_checkpoint
+from ckptsel.ingest.lm_eval import ingest_lm_eval
+from ckptsel.measure.run import measure_run
+from ckptsel.measure.watch import WatchSettings
+from ckptsel.study.protocol import check_protocol, protocol_path
+from ckptsel.train.study import train_study
+from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 from ckptsel.workflows.analysis import AnalysisEvents
 from ckptsel.workflows.analysis import analyze as analyze_records
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory

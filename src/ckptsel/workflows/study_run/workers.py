@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from ckptsel.errors import CkptselError
-from ckptsel.study import StudySpec
+from ckptsel.study.spec import StudySpec
 from ckptsel.workflows.study_run import stages
 from ckptsel.workflows.study_run.context import StudyContext
 from ckptsel.workflows.study_run.plan import finished
