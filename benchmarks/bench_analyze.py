@@ -49,9 +49,12 @@ from _common import machine, update_section
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from ckptsel import choose as ch, records
 from ckptsel._util.blas import blas_kernel
+from ckptsel.choose.choices import choose
 from ckptsel.choose.evaluate import score
+from ckptsel.choose.frozen import load_frozen
+from ckptsel.choose.settings import ChoiceSettings
+from ckptsel.records.load import load_test, load_validation
 from ckptsel.stats.estimates import StatSettings, summarize
 from ckptsel.workflows import analysis
 rec, out, phases = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "phases"
@@ -67,10 +70,10 @@ rss = int(hwm.split()[1]) / 1024 / 1024
 if phases:  # the phases, once more, separately (warm caches)
     from ckptsel._util.threads import single_threaded
     single_threaded().__enter__()
-    t0 = time.perf_counter(); val = records.load_validation(rec); t["load validation"] = time.perf_counter() - t0
-    t0 = time.perf_counter(); table = ch.choose(val, ch.ChoiceSettings()); t["choose (all schemes)"] = time.perf_counter() - t0
-    frozen = ch.load_frozen(out / "choices")
-    t0 = time.perf_counter(); tests = records.load_test(rec, val); t["load test"] = time.perf_counter() - t0
+    t0 = time.perf_counter(); val = load_validation(rec); t["load validation"] = time.perf_counter() - t0
+    t0 = time.perf_counter(); table = choose(val, ChoiceSettings()); t["choose (all schemes)"] = time.perf_counter() - t0
+    frozen = load_frozen(out / "choices")
+    t0 = time.perf_counter(); tests = load_test(rec, val); t["load test"] = time.perf_counter() - t0
     t0 = time.perf_counter(); scored = score(frozen, tests); t["score + matched half"] = time.perf_counter() - t0
     pop = analysis.population(val); pop["test_items"] = scored.test_items
     t0 = time.perf_counter(); summarize(scored, StatSettings(), pop); t["bootstraps + intervals"] = time.perf_counter() - t0

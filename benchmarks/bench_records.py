@@ -92,18 +92,18 @@ def fill(sim: Path, rec: Path) -> list[tuple[int, float, float]]:
 LOAD = r"""
 import json, sys, time
 from pathlib import Path
-from ckptsel import records
+from ckptsel.records.load import load_test, load_validation
 rec = Path(sys.argv[1])
-t0 = time.perf_counter(); val = records.load_validation(rec); t1 = time.perf_counter()
-tests = records.load_test(rec, val); t2 = time.perf_counter()
+t0 = time.perf_counter(); val = load_validation(rec); t1 = time.perf_counter()
+tests = load_test(rec, val); t2 = time.perf_counter()
 print(json.dumps({"validation": t1 - t0, "test": t2 - t1}))
 """
 
 ANALYZE = r"""
 import json, sys, time
 from pathlib import Path
-from ckptsel import pipeline
-t0 = time.perf_counter(); pipeline.analyze(Path(sys.argv[1]), Path(sys.argv[2]))
+from ckptsel.workflows.analysis import analyze
+t0 = time.perf_counter(); analyze(Path(sys.argv[1]), Path(sys.argv[2]))
 print(json.dumps({"analyze": time.perf_counter() - t0}))
 """
 

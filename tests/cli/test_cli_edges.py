@@ -122,14 +122,14 @@ def test_pretraining_reports_its_steps(tmp_path):
 
 
 def test_quickstart_shows_library_warnings_once_at_the_end(tmp_path, capsys, monkeypatch):
-    import ckptsel.sim
+    import ckptsel.sim.quickstart
 
     def fake(out, **kwargs):
         for _ in range(3):
             warnings.warn("`foo` is deprecated", FutureWarning, stacklevel=1)
         kwargs["console"].print("the run's own line")
 
-    monkeypatch.setattr(ckptsel.sim, "run_quickstart", fake)
+    monkeypatch.setattr(ckptsel.sim.quickstart, "run_quickstart", fake)
     out = _run(capsys, ["quickstart", "--fast", "--out", str(tmp_path / "qs")])
     lines = out.splitlines()
     assert lines[-3:-1] == ["the run's own line", "1 library warning during the run:"], out

@@ -145,18 +145,18 @@ def test_the_cli_measures_with_fewer_collections_and_gives_the_threshold_back(
     passes make millions of objects) and restores the caller's afterwards (in-process use)."""
     import gc
 
-    import ckptsel.measure
+    import ckptsel.measure.run
     from ckptsel.cli.measure import GC_THRESHOLD
 
     from clirun import exit_code
 
-    seen, real = [], ckptsel.measure.measure_run
+    seen, real = [], ckptsel.measure.run.measure_run
 
     def spy(*args, **kwargs):
         seen.append(gc.get_threshold()[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ckptsel.measure, "measure_run", spy)
+    monkeypatch.setattr(ckptsel.measure.run, "measure_run", spy)
     monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(tmp_path / "cache"))
     before = gc.get_threshold()
     args = ["measure", run.run_dir, "--validation", run.validation, "--test", run.test]
