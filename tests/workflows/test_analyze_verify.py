@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ckptsel import records
 from ckptsel.choose.choices import choose
 from ckptsel.choose.frozen import load_frozen
 from ckptsel.cli.app import main
 from ckptsel.errors import CkptselError, VerificationError
+from ckptsel.records import load as records_load
 from ckptsel.records.load import ValidationData, load_test
 from ckptsel.results.estimate import Estimate
 from ckptsel.results.summary import Summary
@@ -97,7 +97,7 @@ def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_di
         assert all(isinstance(v, ValidationData) for v in validation)
         with monkeypatch.context() as m:  # no test loading is possible while choosing
             m.setattr(pipeline, "load_test", forbid_test_reads)
-            m.setattr(records, "load_test", forbid_test_reads)
+            m.setattr(records_load, "load_test", forbid_test_reads)
             return real_choose(validation, settings)
 
     monkeypatch.setattr(pipeline, "choose", guarded_choose)
