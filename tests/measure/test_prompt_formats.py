@@ -105,7 +105,6 @@ def test_chat_run_is_measured_on_its_own_template(chat_run, tmp_path, capsys):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ckptsel.measure.tokens import encode_formatted
     from ckptsel.records.provenance import read_provenance
 
     out = tmp_path / "records"
@@ -116,7 +115,7 @@ def test_chat_run_is_measured_on_its_own_template(chat_run, tmp_path, capsys):
     tok = AutoTokenizer.from_pretrained(str(ckpt))
     fmt = prompt_format("chat").with_tokenizer(tok)
     val = load_items("gsm8k", chat_run["validation"])
-    prompts, _ = encode_formatted(fmt, tok, [it.instruction for it in val], None)
+    prompts, _ = fmt.encode(tok, [it.instruction for it in val], cache={})
     for it, ids in zip(val, prompts, strict=True):
         messages = [{"role": "user", "content": it.instruction}]
         assert ids == _chat_ids(tok, messages, add_generation_prompt=True)
@@ -338,3 +337,72 @@ micro_batch = 4
     assert code == 0, said
     assert "prompt format: chat (the tokenizer's chat template" in said
     assert "system prompt 'Answer with a number.'" in said
+
+
+def test_the_token_cache_gives_the_same_ids_and_tokenizes_each_text_once(chat_run, tmp_path):
+    """``PromptFormat.encode(cache=)`` (what measurement calls over a run's checkpoints): for
+    alpaca, chat and a template file, the ids equal the uncached ones; a second call on the
+    same items calls the tokenizer not at all; formats sharing one cache keep their ids apart."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
+    path = tmp_path / "t.jinja"
+    path.write_text("[{{ id }}] Q: {{ prompt }}\nA:")
+    items = chat_run["items"][:4] + chat_run["items"][:1]  # one item twice: encoded once
+    instr, resp = [it.instruction for it in items], [it.response for it in items]
+    calls = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, *args, **kwargs):
+            calls.append(args[0])
+            return self.inner(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    counted = Counting(tok)
+    cache: dict = {}
+    formats = (PromptFormat(), prompt_format("chat").with_tokenizer(tok), prompt_format(str(path)))
+    for fmt in formats:
+        plain = fmt.encode(tok, instr, resp, items)
+        assert fmt.encode(counted, instr, resp, items, cache=cache) == plain
+        assert fmt.encode(counted, instr, None, items, cache=cache) == (plain[0], None)
+    first = len(calls)
+    for fmt in formats:
+        assert fmt.encode(counted, instr, resp, items, cache=cache) == fmt.encode(tok, instr, resp, items)
+    assert first > 0 and len(calls) == first  # all from the cache
+    assert all(len(c) <= 4 for c in calls if isinstance(c, list))  # the repeated item once
+
+
+def test_a_worker_refuses_a_tokenizer_whose_chat_template_differs(chat_run):
+    """The driver resolves the format once; a worker (a Ray actor, the local executor) only
+    checks it against the tokenizer it loads, and refuses one whose chat template differs."""
+    from transformers import AutoTokenizer
+
+    from ckptsel.measure.config import MeasureConfig
+    from ckptsel.measure.measurer import Measurer, MeasureResult
+    from ckptsel.measure.parts import ItemPool
+    from ckptsel.train.checkpoints import discover_checkpoints
+
+    tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
+    ckpts = discover_checkpoints(chat_run["run"])
+    pool = ItemPool.load("gsm8k", chat_run["validation"], chat_run["test"])
+    fmt = prompt_format("chat")
+    same = MeasureConfig("gsm8k", prompt_format="chat").bind_format(tok)
+    tok.chat_template = tok.chat_template.replace("Assistant:", "Bot:")
+    other = MeasureConfig("gsm8k", prompt_format="chat").bind_format(tok)
+    assert other.measured.fmt.identity != same.measured.fmt.identity != fmt.identity
+    with pytest.raises(CkptselError, match="not the one the run was resolved with"):
+        other.measured.fmt.check_tokenizer(AutoTokenizer.from_pretrained(str(chat_run["base"])), "x")
+    for config, refused in ((same, False), (other, True)):
+        result = MeasureResult("chat-s0", "chat", [c.step for c in ckpts])
+        measurer = Measurer(config, ckpts, str(chat_run["base"]), result)
+        if refused:
+            with pytest.raises(CkptselError, match="the run: its tokenizer's chat template"):
+                measurer._begin(pool)
+        else:
+            measurer._begin(pool)
+            assert measurer.config is config  # checked, not resolved again

@@ -125,7 +125,6 @@ def test_a_two_bos_run_is_measured_with_two_when_its_folder_says_so(bos_run, tmp
     """prompt_format.json ``"bos": "template+tokenizer"``: the prompt ids are the hand-written
     path's, ``tokenizer(apply_chat_template(msgs, tokenize=False))`` (two BOS), and each NLL is
     the loss that run was trained with (labels -100 over the prompt's ids)."""
-    from ckptsel.measure.tokens import encode_formatted
     from ckptsel.train.formats import read_run_format
 
     run = _run_copy(bos_run, tmp_path, {"prompt_format": "chat", "bos": "template+tokenizer"})
@@ -136,7 +135,7 @@ def test_a_two_bos_run_is_measured_with_two_when_its_folder_says_so(bos_run, tmp
     tok, model = _tok(bos_run), _model(bos_run)
     items = load_items("gsm8k", bos_run["validation"])
     fmt = read_run_format(run).with_tokenizer(tok)
-    prompts, _ = encode_formatted(fmt, tok, [it.instruction for it in items], None)
+    prompts, _ = fmt.encode(tok, [it.instruction for it in items], cache={})
     recorded = _recorded(out)
     for it, ids in zip(items, prompts, strict=True):
         user = [{"role": "user", "content": it.instruction}]
@@ -189,7 +188,6 @@ def test_a_template_file_run_is_scored_on_its_label_mask(bos_run, tmp_path, caps
     Trainer-style mask ``labels[:len(tokenizer(prompt))] = -100``: the template file holding
     its prompt part is scored on exactly those label tokens (count and ids), not on the
     answer tokenized alone."""
-    from ckptsel.measure.tokens import encode_formatted
 
     template = tmp_path / "qa.jinja"
     template.write_text(QA + "\n")  # as an editor saves it: the final newline is dropped
@@ -200,8 +198,8 @@ def test_a_template_file_run_is_scored_on_its_label_mask(bos_run, tmp_path, caps
     items = load_items("gsm8k", bos_run["validation"])
     recorded = _recorded(out)
     fmt = prompt_format(str(template))
-    prompts, answers = encode_formatted(
-        fmt, tok, [it.instruction for it in items], [it.response for it in items], items=items
+    prompts, answers = fmt.encode(
+        tok, [it.instruction for it in items], [it.response for it in items], items, cache={}
     )
     merged = 0
     for it, p, a in zip(items, prompts, answers, strict=True):

@@ -54,7 +54,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -146,6 +146,23 @@ def template_args_json(args: Any, where: str = "--chat-template-args") -> str:
     except (TypeError, ValueError) as exc:
         raise CkptselError(f"{where}: not JSON values ({exc})") from None
     return text if args else ""
+
+
+TokenCache = dict[tuple[str, str], list[int]]  # (kind, text) -> token ids, for one tokenizer
+
+
+def cached_ids(
+    encode: Callable[[Sequence[str]], list[list[int]]], texts: Sequence[str],
+    cache: TokenCache | None, kind: str,
+) -> list[list[int]]:  # fmt: skip
+    """``encode(texts)``, through ``cache`` (keyed by ``(kind, text)``; each distinct text
+    encoded once) when one is given; the lists returned are shared with the cache."""
+    if cache is None:
+        return encode(texts)
+    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
+    if todo:
+        cache.update(zip(((kind, t) for t in todo), encode(todo), strict=True))
+    return [cache[(kind, t)] for t in texts]
 
 
 @dataclass(frozen=True)
@@ -248,6 +265,17 @@ class PromptFormat:
         if template == self.chat_template:
             return self
         return replace(self, chat_template=template)
+
+    def check_tokenizer(self, tokenizer: Any, where: str) -> None:
+        """Refuse, in one line naming ``where``, a ``tokenizer`` whose chat template is not the
+        one this (bound) chat format was resolved with: a Ray worker's tokenizer that differs
+        from the driver's, a trajectory measured with another run's tokenizer. Other formats
+        do not depend on the tokenizer's template."""
+        if self.kind == CHAT and self.chat_template and chat_template_of(tokenizer) != self.chat_template:
+            raise CkptselError(
+                f"{where}: its tokenizer's chat template is not the one the run was "
+                f"resolved with ({self.identity}); measure each run with its own tokenizer"
+            )
 
     # ------------------------------------------------------------------ BOS, tokenization
 
@@ -406,17 +434,39 @@ class PromptFormat:
 
     def encode(
         self, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str] | None = None,
-        items: Sequence[Any] | None = None,
+        items: Sequence[Any] | None = None, cache: TokenCache | None = None,
     ) -> tuple[list[list[int]], list[list[int]] | None]:  # fmt: skip
         """``(prompt_ids, response_ids)`` of each item: the tokens the model is fed before it
         answers, and the scored response tokens that follow them (its end included: EOS for
         alpaca and template files, the template's end of turn for chat). ``responses=None``:
-        prompts only."""
+        prompts only; ``items``: the items' other fields, for a template file.
+
+        ``cache`` (a dict kept for one tokenizer, e.g. over a run's checkpoints;
+        :func:`cached_ids`) saves tokenizing a text twice: prompts are keyed by their rendered
+        text and how this format tokenizes it (:attr:`tokens_tag`); responses by their text,
+        or, where a response's tokens depend on its prompt (a chat template's continuation, a
+        template file's prompt and response tokenized together), by prompt and response. The
+        lists returned are shared with the cache: read them, never change them."""
         texts = self.render_many(instructions, items, tokenizer)
-        prompts = self.encode_prompts(tokenizer, texts)
+        kind = {CHAT: "chat-", TEMPLATE: "template-"}.get(self.kind, "") + "prompt" + self.tokens_tag
+        prompts = cached_ids(lambda t: self.encode_prompts(tokenizer, t), texts, cache, kind)
         if responses is None:
             return prompts, None
-        return prompts, self.encode_responses(tokenizer, instructions, responses, prompts, items)
+        if self.kind not in (CHAT, TEMPLATE):  # alpaca: the response alone, then EOS
+            return prompts, cached_ids(
+                lambda r: self.encode_responses(tokenizer, (), r, ()), responses, cache, "response"
+            )  # fmt: skip
+        keys = [f"{t}\x00{r}" for t, r in zip(texts, responses, strict=True)]
+        at = {key: k for k, key in enumerate(keys)}
+
+        def continuations(todo: Sequence[str]) -> list[list[int]]:
+            ks = [at[key] for key in todo]
+            return self.encode_responses(
+                tokenizer, [instructions[k] for k in ks], [responses[k] for k in ks],
+                [prompts[k] for k in ks], None if items is None else [items[k] for k in ks],
+            )  # fmt: skip
+
+        return prompts, cached_ids(continuations, keys, cache, kind.replace("prompt", "response", 1))
 
     def encode_prompts(self, tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of rendered prompts (:meth:`render_many`): with the tokenizer's special
@@ -917,11 +967,7 @@ def resolve_format(
     prompt). A stated format that differs from the recorded one is refused too, and so is a
     chat format already bound to another template than ``tokenizer``'s."""
     if stated is not None and stated.kind == CHAT and stated.chat_template and recorded is None:
-        if chat_template_of(tokenizer) != stated.chat_template:
-            raise CkptselError(
-                f"{where}: its tokenizer's chat template is not the one the run was "
-                f"resolved with ({stated.identity}); measure each run with its own tokenizer"
-            )
+        stated.check_tokenizer(tokenizer, where)
         return stated
     if stated is not None and stated.kind == CHAT:
         stated = stated.with_tokenizer(tokenizer, f"{where}'s tokenizer")

@@ -36,7 +36,7 @@ from ckptsel.measure.conformance import Conformance
 from ckptsel.measure.frames import generation_frame, nll_frame
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.passes import measure_items
-from ckptsel.measure.tokens import encode_formatted, stop_token_ids
+from ckptsel.measure.tokens import stop_token_ids
 from ckptsel.records.provenance import canonical
 from ckptsel.records.schema import SPLITS, empty_generations, empty_nll
 from ckptsel.study.configuration import default_configuration
@@ -89,12 +89,32 @@ def measure_splits(
     device), ``on_batch``, ``seconds`` (if given, accumulates the time of its ``forward``,
     ``nll`` and ``decode`` steps) and ``token_cache``. The model is left in eval mode.
     """
+    config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")
+    return measure_resolved(
+        model, tokenizer, items, config, trajectory=trajectory, step=step,
+        configuration=configuration, generate=generate, nll=nll, **passes,
+    )  # fmt: skip
+
+
+def measure_resolved(
+    model: Any,
+    tokenizer: Any,
+    items: dict[str, Sequence[Any]],
+    config: MeasureConfig,
+    *,
+    trajectory: str,
+    step: int,
+    configuration: str | None = None,
+    generate: bool = True,
+    nll: bool = True,
+    **passes: Any,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`measure_splits` under ``config``'s prompt format as it is, already resolved for
+    the run's tokenizer (:class:`Measurer`: once per run, by the driver)."""
     for split in items:
         if split not in SPLITS:
             raise CkptselError(f"unknown split {split!r}: use validation or test")
     configuration = configuration or default_configuration(trajectory)
-    # the format resolved once for this tokenizer (a no-op when it already is)
-    config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")
     flat = [it for its in items.values() for it in its]
     # an item without a response (a task file with none) gets no NLL row: its empty response
     # (the EOS alone) shares the pass and its scores are dropped
@@ -298,9 +318,8 @@ class Measurer:
         """The run's tokenizer (loaded once) and the items the conformance check runs on."""
         if self.tokenizer is None:
             self.tokenizer = run_tokenizer(self.ckpts, self.base)
-            # the run's format (resolved by the driver) checked once against this tokenizer
-            self.config = self.config.bind_format(self.tokenizer, where="the run")
-            self.conformance.config = self.config
+            # the run's format, resolved once by the driver: checked against this tokenizer
+            self.config.measured.prompt.check_tokenizer(self.tokenizer, "the run")
         self.check_items = [it for its in pool.splits.values() for it in its]
 
     def batch_size(self, ckpts: Sequence[Checkpoint]) -> int:
@@ -404,7 +423,7 @@ class Measurer:
         seconds: dict[str, float] = {}
         model = self.holder.get(ckpt)
         verdict = self.conformance.hf(model, self.tokenizer, self.check_items, cfg.measured.device)
-        g, n = measure_splits(
+        g, n = measure_resolved(
             model, self.tokenizer, by_split, cfg, trajectory=trajectory,
             configuration=configuration, step=ckpt.step, device=cfg.measured.device, generate=gen,
             nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m), seconds=seconds,
@@ -458,10 +477,9 @@ class Measurer:
             t0, started = time.perf_counter(), self.vllm.start_seconds
             flat = [it for _, _, f in per for it in f]
             owners = [work[k][0] for k, _, f in per for _ in f]
-            ids, answers = encode_formatted(
-                cfg.measured.prompt, tok,
-                [it.instruction for it in flat],
-                [it.response for it in flat] if kind == "nll" else None, cache, flat,
+            ids, answers = cfg.measured.prompt.encode(
+                tok, [it.instruction for it in flat],
+                [it.response for it in flat] if kind == "nll" else None, flat, cache=cache,
             )  # fmt: skip
             if kind == "nll":
                 values = self.vllm.score(owners, ids, answers, cfg.measured.windows)

@@ -73,14 +73,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ckptsel.data.prompts import PromptFormat
+from ckptsel.data.prompts import PromptFormat, cached_ids
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
 from ckptsel.measure.tokens import (
     ResponseNll,
     cut_at_stop,
-    encode_cached,
-    encode_formatted,
     encode_prompts,
     encode_responses,
     pad_id,
@@ -122,7 +120,7 @@ def measure_items(
     ``on_batch(n)`` is called with the ``n`` items each decode step finished.
     ``fmt`` (a :class:`ckptsel.data.PromptFormat`): ``prompts`` are the items' prompts before
     formatting, wrapped and tokenized by it (``items``: their other fields, for a template
-    file; :func:`~ckptsel.measure.tokens.encode_formatted`); ``None``: ``prompts`` are final
+    file; :meth:`~ckptsel.data.prompts.PromptFormat.encode`); ``None``: ``prompts`` are final
     texts, tokenized with the tokenizer's special tokens and responses scored with EOS.
     """
     import torch
@@ -135,12 +133,14 @@ def measure_items(
         return None, None
     device = device if device is not None else next(model.parameters()).device
     if fmt is not None:
-        encoded, answers = encode_formatted(fmt, tokenizer, prompts, responses, token_cache, items)
+        encoded, answers = fmt.encode(tokenizer, prompts, responses, items, cache=token_cache)
     else:
-        encoded = encode_cached(encode_prompts, tokenizer, prompts, token_cache, "prompt")
+        encoded = cached_ids(lambda t: encode_prompts(tokenizer, t), prompts, token_cache, "prompt")
         answers = None
         if responses is not None:
-            answers = encode_cached(encode_responses, tokenizer, responses, token_cache, "response")
+            answers = cached_ids(
+                lambda r: encode_responses(tokenizer, r), responses, token_cache, "response"
+            )  # fmt: skip
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded

@@ -9,7 +9,7 @@
   response tokens (and the EOS) are scored. A causal LM's prediction at position ``j``
   depends only on tokens ``< j``, so truncating prompt+response to ``W`` tokens just drops
   the response tokens at positions ``>= W`` (:func:`scored_positions`); ``window == 0`` means
-  the complete response. Under a prompt format (:func:`encode_formatted`) the response ids
+  the complete response. Under a prompt format (:meth:`ckptsel.data.prompts.PromptFormat.encode`) the response ids
   are the format's: a template file's are the tokens after the prompt's in the prompt and
   response tokenized together (as a run trained on ``tokenizer(prompt + response)`` has
   them), a chat template's its continuation; the BOS is the one the run had
@@ -22,11 +22,9 @@ checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from ckptsel.data.prompts import PromptFormat
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -98,54 +96,3 @@ def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
     """The generated tokens before the first stop token (the text excludes it)."""
     stop = set(stops)
     return list(tokens[: next((k for k, t in enumerate(tokens) if t in stop), len(tokens))])
-
-
-def encode_cached(
-    encode: Callable[[Any, Sequence[str]], list[list[int]]], tokenizer: Any,
-    texts: Sequence[str], cache: dict[tuple[str, str], list[int]] | None, kind: str,
-) -> list[list[int]]:  # fmt: skip
-    """``encode(tokenizer, texts)``, through ``cache`` (a dict kept for one tokenizer, keyed by
-    ``(kind, text)``) when one is given; the lists returned are shared with the cache: read
-    them, never change them."""
-    if cache is None:
-        return encode(tokenizer, texts)
-    todo = [t for t in dict.fromkeys(texts) if (kind, t) not in cache]
-    if todo:
-        cache.update(zip(((kind, t) for t in todo), encode(tokenizer, todo), strict=True))
-    return [cache[(kind, t)] for t in texts]
-
-
-def encode_formatted(
-    fmt: PromptFormat, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str] | None,
-    cache: dict[tuple[str, str], list[int]] | None = None, items: Sequence[Any] | None = None,
-) -> tuple[list[list[int]], list[list[int]] | None]:  # fmt: skip
-    """``(prompt_ids, response_ids or None)`` of ``instructions`` (and ``responses``) under the
-    prompt format ``fmt`` (:class:`ckptsel.data.PromptFormat`; ``items``: their other fields,
-    for a template file), through ``cache`` as :func:`encode_cached` keeps it: prompts keyed by
-    their rendered text (and how the format tokenizes it, :attr:`~ckptsel.data.PromptFormat.
-    tokens_tag`); responses by their text, or, where the response's tokens depend on the prompt
-    (a chat template's continuation, a template file's prompt and response tokenized
-    together), by prompt and response. Under alpaca these are the ids :func:`encode_prompts`
-    and :func:`encode_responses` give."""
-    texts = fmt.render_many(instructions, items, tokenizer)
-    kind = {"chat": "chat-", "template": "template-"}.get(fmt.kind, "") + "prompt" + fmt.tokens_tag
-    prompts = encode_cached(
-        lambda tok, t: fmt.encode_prompts(tok, t), tokenizer, texts, cache, kind
-    )  # fmt: skip
-    if responses is None:
-        return prompts, None
-    if fmt.kind not in ("chat", "template"):  # alpaca: the response alone, then EOS
-        return prompts, encode_cached(encode_responses, tokenizer, responses, cache, "response")
-    keys = [f"{t}\x00{r}" for t, r in zip(texts, responses, strict=True)]
-    by_key = dict(
-        zip(keys, zip(instructions, responses, prompts, range(len(keys)), strict=True), strict=True)
-    )
-
-    def continuations(tok: Any, todo: Sequence[str]) -> list[list[int]]:
-        i, r, p, k = zip(*(by_key[key] for key in todo), strict=True) if todo else ((), (), (), ())
-        its = [items[j] for j in k] if items is not None else None
-        return fmt.encode_responses(tok, list(i), list(r), list(p), its)
-
-    return prompts, encode_cached(
-        continuations, tokenizer, keys, cache, kind.replace("prompt", "response", 1)
-    )
