@@ -85,8 +85,10 @@ def _run(rec: Path, out: Path, phases: bool) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     res = subprocess.run(
         [sys.executable, "-c", CHILD, str(rec), str(out), "phases" if phases else "total"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     run = json.loads(res.stdout.strip().splitlines()[-1])
     run["summary"] = hashlib.sha256((out / "summary.json").read_bytes()).hexdigest()
     return run
@@ -159,10 +161,18 @@ def form_main(args) -> None:
         runs.append(_run(rec, work / "out", phases=False))
     cpu = sorted(r["times"]["analyze (total), CPU seconds of the process"] for r in runs)
     wall = sorted(r["times"]["analyze (total)"] for r in runs)
-    print(json.dumps({
-        "form": args.form, "cpu_s": cpu, "wall_s": wall, "load": os.getloadavg()[0],
-        "peak_gib": max(r["peak_gib"] for r in runs), "summary": sorted({r["summary"] for r in runs}),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "form": args.form,
+                "cpu_s": cpu,
+                "wall_s": wall,
+                "load": os.getloadavg()[0],
+                "peak_gib": max(r["peak_gib"] for r in runs),
+                "summary": sorted({r["summary"] for r in runs}),
+            }
+        )
+    )
 
 
 def main() -> None:

@@ -93,8 +93,7 @@ def main() -> None:
     names = args.families or (list(am.SEAM_FAMILIES) if args.quick else list(am.FAMILIES))
     for family in names:
         for attn in am.attentions(family):
-            res = {d: run_case(family, attn, getattr(torch, d), tok, data, args)
-                   for d in ("float32", "bfloat16")}  # fmt: skip
+            res = {d: run_case(family, attn, getattr(torch, d), tok, data, args) for d in ("float32", "bfloat16")}
             rows.append((family, attn, res))
             print(family, attn, res, flush=True)
     report(args, rows, time.perf_counter() - t0, load0)
@@ -113,13 +112,14 @@ def sign_test(wins: int, losses: int) -> float:
 
 def paired_line(rows, side: str) -> str:
     """Pooled bf16 agreement of ckptsel's ``side`` against HF batched, item by item."""
-    pairs = [(a, h) for _, _, res in rows
-             for a, h in zip(res["bfloat16"][side], res["bfloat16"]["hf"], strict=True)]  # fmt: skip
+    pairs = [(a, h) for _, _, res in rows for a, h in zip(res["bfloat16"][side], res["bfloat16"]["hf"], strict=True)]
     ours, theirs = sum(a for a, _ in pairs), sum(h for _, h in pairs)
     wins, losses = sum(a and not h for a, h in pairs), sum(h and not a for a, h in pairs)
-    return (f"{ours}/{len(pairs)} vs HF batched {theirs}/{len(pairs)}; items only ckptsel got "
-            f"right {wins}, only HF batched {losses} (two-sided sign test p = "
-            f"{sign_test(wins, losses):.2f})")  # fmt: skip
+    return (
+        f"{ours}/{len(pairs)} vs HF batched {theirs}/{len(pairs)}; items only ckptsel got "
+        f"right {wins}, only HF batched {losses} (two-sided sign test p = "
+        f"{sign_test(wins, losses):.2f})"
+    )
 
 
 def report(args, rows, seconds: float, load0: float) -> None:
@@ -130,8 +130,7 @@ def report(args, rows, seconds: float, load0: float) -> None:
     lines = []
     worse = []
     for family, attn, res in rows:
-        res = {d: {k: sum(v) if isinstance(v, list) else v for k, v in r.items()}
-               for d, r in res.items()}  # fmt: skip
+        res = {d: {k: sum(v) if isinstance(v, list) else v for k, v in r.items()} for d, r in res.items()}
         f, b = res["float32"], res["bfloat16"]
         lines.append(
             f"| {family} | {attn} | {f['both']}/{n}, {f['alone']}/{n}, {f['hf']}/{n} | "
@@ -139,21 +138,25 @@ def report(args, rows, seconds: float, load0: float) -> None:
         )
         if b["both"] < b["hf"]:
             worse.append(f"{family}/{attn} ({b['both']} vs {b['hf']})")
-    f32 = [(fam, at, {k: sum(v) if isinstance(v, list) else v for k, v in r["float32"].items()})
-           for fam, at, r in rows]  # fmt: skip
+    f32 = [(fam, at, {k: sum(v) if isinstance(v, list) else v for k, v in r["float32"].items()}) for fam, at, r in rows]
     exact = all(f["both"] == f["alone"] == n for _, _, f in f32)
-    off = [f"{fam}/{at} ({f['both']}/{n}; HF batched {f['hf']}/{n})" for fam, at, f in f32
-           if min(f["both"], f["alone"]) < n]  # fmt: skip
+    off = [
+        f"{fam}/{at} ({f['both']}/{n}; HF batched {f['hf']}/{n})"
+        for fam, at, f in f32
+        if min(f["both"], f["alone"]) < n
+    ]
     as_hf = all(min(f["both"], f["alone"]) >= f["hf"] for _, _, f in f32)
     nll_ok = all(f["nll_err"] <= 1e-6 for _, _, f in f32)
     f32_line = (
-        "every text identical to unbatched `generate`" if exact else
-        f"texts identical to unbatched `generate` except {', '.join(off)}: a near-tie that "
+        "every text identical to unbatched `generate`"
+        if exact
+        else f"texts identical to unbatched `generate` except {', '.join(off)}: a near-tie that "
         f"batching flips{' for HF’s own batched `generate` too' if as_hf else ''}"
     ) + (
-        "; every NLL equal to an unpadded forward's within 1e-6 relative" if nll_ok
+        "; every NLL equal to an unpadded forward's within 1e-6 relative"
+        if nll_ok
         else "; NLL errors above 1e-6 (see the table)"
-    )  # fmt: skip
+    )
     body = f"""## Every architecture, float32 and bfloat16 (`benchmarks/bench_architectures.py`)
 
 {machine()}; torch {torch.__version__}, transformers {transformers.__version__}; one thread;

@@ -51,8 +51,7 @@ def write_tasks(task_dir: Path, n_items: int) -> None:
             choices = [answer, answer + 1, 2 * answer + 3, abs(answer - 7)]
             rot = i % 4  # the answer's position varies
             choices = choices[rot:] + choices[:rot]
-            docs.append({"question": r["question"], "choices": [str(c) for c in choices],
-                         "label": (4 - rot) % 4})  # fmt: skip
+            docs.append({"question": r["question"], "choices": [str(c) for c in choices], "label": (4 - rot) % 4})
         data = task_dir / f"{task}.jsonl"
         data.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
         (task_dir / f"{task}.yaml").write_text(
@@ -88,16 +87,40 @@ def main() -> None:
         texts = [json.loads(x)["question"] for x in GSM8K.read_text().splitlines()[: args.items]]
         base = build_tiny_base(tmp / "base", texts)
         ckpts = save_full_checkpoints(base, tmp / "runs" / "tiny", [0, 1], scale=0.05)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-                   TRANSFORMERS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp / "hf-datasets"),
-                   TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")  # fmt: skip
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            HF_DATASETS_CACHE=str(tmp / "hf-datasets"),
+            TOKENIZERS_PARALLELISM="false",
+            OMP_NUM_THREADS="1",
+        )
         logs, lm_seconds = [], []
         for ckpt in ckpts:
             out = tmp / "lmeval" / ckpt.name  # checkpoint-0, checkpoint-1
             t0 = time.perf_counter()
-            run([lm_eval_cli, "--model", "hf", "--model_args", f"pretrained={ckpt},dtype=float32",
-                 "--tasks", ",".join(TASKS), "--include_path", tmp / "tasks", "--batch_size", 16,
-                 "--device", "cpu", "--output_path", out, "--log_samples"], env)  # fmt: skip
+            run(
+                [
+                    lm_eval_cli,
+                    "--model",
+                    "hf",
+                    "--model_args",
+                    f"pretrained={ckpt},dtype=float32",
+                    "--tasks",
+                    ",".join(TASKS),
+                    "--include_path",
+                    tmp / "tasks",
+                    "--batch_size",
+                    16,
+                    "--device",
+                    "cpu",
+                    "--output_path",
+                    out,
+                    "--log_samples",
+                ],
+                env,
+            )
             lm_seconds.append(time.perf_counter() - t0)
             logs.append(out)
         ck = [sys.executable, "-m", "ckptsel"]
@@ -105,17 +128,36 @@ def main() -> None:
         t0 = time.perf_counter()
         per_task = json.loads(run([*ck, "compare-logs", *logs, "--json"], ck_env))
         compare_logs_seconds = time.perf_counter() - t0
-        pooled = json.loads(run([*ck, "compare-logs", *logs, "--task", "pooled", "--split",
-                                 "validation", "--json"], ck_env))  # fmt: skip
+        pooled = json.loads(
+            run([*ck, "compare-logs", *logs, "--task", "pooled", "--split", "validation", "--json"], ck_env)
+        )
         records = tmp / "records"
-        run([*ck, "ingest", "lm-eval", *logs, "--out", records, "--trajectory", "T", "--task", "pooled", "--split",
-             "validation"], ck_env)  # fmt: skip
-        ingested = json.loads(run([*ck, "compare", records, "0", "1", "--trajectory", "T",
-                                   "--json"], ck_env))["splits"]["validation"]  # fmt: skip
+        run(
+            [
+                *ck,
+                "ingest",
+                "lm-eval",
+                *logs,
+                "--out",
+                records,
+                "--trajectory",
+                "T",
+                "--task",
+                "pooled",
+                "--split",
+                "validation",
+            ],
+            ck_env,
+        )
+        ingested = json.loads(run([*ck, "compare", records, "0", "1", "--trajectory", "T", "--json"], ck_env))[
+            "splits"
+        ]["validation"]
     [c] = pooled["comparisons"]
     same = {k: c[k] for k in SAME} == {k: ingested[k] for k in SAME}
-    rows = ["| task | items | acc A % | acc B % | A − B pp [95%] | only A / only B | McNemar p | Holm p | items needed (exact power) |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| task | items | acc A % | acc B % | A − B pp [95%] | only A / only B | McNemar p | Holm p | items needed (exact power) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in [*per_task["comparisons"], {**c, "task": "pooled (--task pooled)"}]:
         d = r["difference"]
         rows.append(
@@ -124,21 +166,23 @@ def main() -> None:
             f"{r['table']['only_b']} | {r['mcnemar_p']:.4g} | {r['mcnemar_p_adjusted']:.4g} | "
             f"{needed(r)} |"
         )
-    body = "\n".join([
-        "## compare-logs on real lm-eval logs (`benchmarks/bench_compare_logs.py`)",
-        "",
-        f"Machine: {machine()}. lm-eval 0.4.13's CLI (`lm_eval --model hf --log_samples`, CPU) on "
-        f"two perturbed copies of a tiny local Llama, two local multiple-choice tasks of "
-        f"{args.items // 2} GSM8K questions each (lm-eval's `acc`); lm_eval took "
-        f"{lm_seconds[0]:.0f} s and {lm_seconds[1]:.0f} s, `ckptsel compare-logs` "
-        f"{compare_logs_seconds:.1f} s (a fresh process, 10000 draws).",
-        "",
-        *rows,
-        "",
-        "`compare-logs --task pooled --split validation` against `ingest lm-eval --task pooled --split validation`"
-        " + `compare RECORDS --trajectory T 0 1`: difference, interval, 2×2 table and McNemar p "
-        + ("**identical**." if same else "**DIFFERENT** (a bug)."),
-    ])  # fmt: skip
+    body = "\n".join(
+        [
+            "## compare-logs on real lm-eval logs (`benchmarks/bench_compare_logs.py`)",
+            "",
+            f"Machine: {machine()}. lm-eval 0.4.13's CLI (`lm_eval --model hf --log_samples`, CPU) on "
+            f"two perturbed copies of a tiny local Llama, two local multiple-choice tasks of "
+            f"{args.items // 2} GSM8K questions each (lm-eval's `acc`); lm_eval took "
+            f"{lm_seconds[0]:.0f} s and {lm_seconds[1]:.0f} s, `ckptsel compare-logs` "
+            f"{compare_logs_seconds:.1f} s (a fresh process, 10000 draws).",
+            "",
+            *rows,
+            "",
+            "`compare-logs --task pooled --split validation` against `ingest lm-eval --task pooled --split validation`"
+            " + `compare RECORDS --trajectory T 0 1`: difference, interval, 2×2 table and McNemar p "
+            + ("**identical**." if same else "**DIFFERENT** (a bug)."),
+        ]
+    )
     print(body)
     if not args.no_write:
         update_section("compare-logs", body)

@@ -49,15 +49,11 @@ def main() -> None:
     from tinyrun import build_tiny_run
 
     torch.set_num_threads(1)
-    n_val, n_test, steps, max_new = (
-        (48, 16, (10, 20), 64) if args.quick else (200, 100, (10, 20, 30), 128)
-    )
+    n_val, n_test, steps, max_new = (48, 16, (10, 20), 64) if args.quick else (200, 100, (10, 20, 30), 128)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["CKPTSEL_CACHE_DIR"] = str(root / "cache")
-        run = build_tiny_run(
-            root / "run", steps=steps, n_validation=n_val, n_test=n_test, long_every=4
-        )
+        run = build_tiny_run(root / "run", steps=steps, n_validation=n_val, n_test=n_test, long_every=4)
         first, wall1 = one(run, root / "a", max_new, True)
         second, wall2 = one(run, root / "b", max_new, True)
         off, wall3 = one(run, root / "c", max_new, False)

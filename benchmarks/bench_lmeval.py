@@ -111,14 +111,12 @@ def setup(root: Path, n_items: int) -> dict:
     run_dir = root / "runs" / "run-a"
     ckpts = save_lora_checkpoints(base, run_dir, list(STEPS))
     docs = [
-        {"key": f"{split}/{split}-{i}", "prompt": format_prompt(r["question"]),
-         "answer": r["answer"]}
+        {"key": f"{split}/{split}-{i}", "prompt": format_prompt(r["question"]), "answer": r["answer"]}
         for split, rs in splits.items()
         for i, r in enumerate(rs)
     ]
     write_jsonl(root / "lmeval" / "items.jsonl", docs)
-    return {"base": base, "run_dir": run_dir, "ckpts": ckpts, "files": files,
-            "task_dir": root / "lmeval"}
+    return {"base": base, "run_dir": run_dir, "ckpts": ckpts, "files": files, "task_dir": root / "lmeval"}
 
 
 def write_task(task_dir: Path, max_new_tokens: int) -> None:
@@ -146,14 +144,19 @@ metric_list:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lm-eval-python", type=Path, default=Path("/work/lmeval-venv/bin/python"),
-                    help="python of a virtualenv with lm-eval 0.4.13 (see the docstring)")
+    ap.add_argument(
+        "--lm-eval-python",
+        type=Path,
+        default=Path("/work/lmeval-venv/bin/python"),
+        help="python of a virtualenv with lm-eval 0.4.13 (see the docstring)",
+    )
     ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats of each side")
     ap.add_argument("--items", type=int, default=100, help="items (half validation, half test)")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="OMP_NUM_THREADS for every side (0: torch's default, one per core)")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="OMP_NUM_THREADS for every side (0: torch's default, one per core)"
+    )
     ap.add_argument("--skip-per-process", action="store_true", help="skip side (c)")
     ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     args = ap.parse_args()
@@ -170,36 +173,77 @@ def main() -> None:
         tmp = Path(tmp)
         s = setup(tmp, args.items)
         write_task(s["task_dir"], args.max_new_tokens)
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1",
-                   HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   HF_DATASETS_CACHE=str(tmp / "hf-datasets"), TOKENIZERS_PARALLELISM="false")
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(REPO / "src"),
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            HF_DATASETS_CACHE=str(tmp / "hf-datasets"),
+            TOKENIZERS_PARALLELISM="false",
+        )
         if args.threads:
             env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
         lm_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
         ckpts = [str(c) for c in s["ckpts"]]
-        common = ["--batch-size", str(args.batch_size),
-                  "--max-new-tokens", str(args.max_new_tokens)]
+        common = ["--batch-size", str(args.batch_size), "--max-new-tokens", str(args.max_new_tokens)]
         times: dict[str, list[float]] = {"a": [], "g": [], "b": [], "c": []}
         for r in range(args.repeats):
             rec = tmp / f"records-{r}"
-            measure = [str(ckptsel_cli), "measure", str(s["run_dir"]), "--task", "gsm8k",
-                       "--validation", str(s["files"]["validation"]),
-                       "--test", str(s["files"]["test"]), "--no-progress", *common]
+            measure = [
+                str(ckptsel_cli),
+                "measure",
+                str(s["run_dir"]),
+                "--task",
+                "gsm8k",
+                "--validation",
+                str(s["files"]["validation"]),
+                "--test",
+                str(s["files"]["test"]),
+                "--no-progress",
+                *common,
+            ]
             times["a"].append(timed([*measure, "--out", str(rec)], env))
-            times["g"].append(timed(
-                [*measure, "--out", str(tmp / f"records-gen-{r}"), "--only", "generation"], env))
-            times["b"].append(timed(
-                [str(lm_python), "-c", ONE_PROCESS, str(s["base"]), str(s["task_dir"]),
-                 str(tmp / f"lmeval-{r}.json"), str(args.batch_size), *ckpts], lm_env))
+            times["g"].append(timed([*measure, "--out", str(tmp / f"records-gen-{r}"), "--only", "generation"], env))
+            times["b"].append(
+                timed(
+                    [
+                        str(lm_python),
+                        "-c",
+                        ONE_PROCESS,
+                        str(s["base"]),
+                        str(s["task_dir"]),
+                        str(tmp / f"lmeval-{r}.json"),
+                        str(args.batch_size),
+                        *ckpts,
+                    ],
+                    lm_env,
+                )
+            )
             if not args.skip_per_process:
                 t = 0.0
                 for ckpt in ckpts:
                     t += timed(
-                        [str(lm_eval_cli), "--model", "hf", "--model_args",
-                         f"pretrained={s['base']},peft={ckpt},dtype=float32",
-                         "--tasks", TASK, "--include_path", str(s["task_dir"]),
-                         "--batch_size", str(args.batch_size), "--device", "cpu",
-                         "--output_path", str(tmp / f"lmeval-cli-{r}"), "--log_samples"], lm_env)
+                        [
+                            str(lm_eval_cli),
+                            "--model",
+                            "hf",
+                            "--model_args",
+                            f"pretrained={s['base']},peft={ckpt},dtype=float32",
+                            "--tasks",
+                            TASK,
+                            "--include_path",
+                            str(s["task_dir"]),
+                            "--batch_size",
+                            str(args.batch_size),
+                            "--device",
+                            "cpu",
+                            "--output_path",
+                            str(tmp / f"lmeval-cli-{r}"),
+                            "--log_samples",
+                        ],
+                        lm_env,
+                    )
                 times["c"].append(t)
             done = ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items() if v)
             print(f"repeat {r + 1}: {done}", flush=True)
@@ -209,36 +253,54 @@ def main() -> None:
         gen = read_frame(tmp / "records-0", "generations")
         lm = json.loads((tmp / "lmeval-0.json").read_text())
         step_of = {c: int(Path(c).name.split("-")[1]) for c in ckpts}
-        ours = {(int(st), f"{sp}/{it}"): tx for st, sp, it, tx in
-                zip(gen["step"], gen["split"], gen["item_id"], gen["text"], strict=True)}
-        pairs = [(ours.get((step_of[c], key)), tx)
-                 for c, m in lm["texts"].items() for key, tx in m.items()]
+        ours = {
+            (int(st), f"{sp}/{it}"): tx
+            for st, sp, it, tx in zip(gen["step"], gen["split"], gen["item_id"], gen["text"], strict=True)
+        }
+        pairs = [(ours.get((step_of[c], key)), tx) for c, m in lm["texts"].items() for key, tx in m.items()]
         n_pairs = len(pairs)
         exact = sum(a == b for a, b in pairs)
         stripped = sum(a is not None and a.strip() == b.strip() for a, b in pairs)
         empty = sum(not (a or "").strip() for a, _ in pairs)
 
-        breakdown = json.loads(subprocess.run(
-            [sys.executable, "-c", BREAKDOWN, str(s["run_dir"]), str(s["files"]["validation"]),
-             str(s["files"]["test"]), str(tmp / "records-breakdown"), str(args.batch_size),
-             str(args.max_new_tokens)], env=env, capture_output=True, text=True, check=True,
-        ).stdout.strip().splitlines()[-1])
+        breakdown = json.loads(
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    BREAKDOWN,
+                    str(s["run_dir"]),
+                    str(s["files"]["validation"]),
+                    str(s["files"]["test"]),
+                    str(tmp / "records-breakdown"),
+                    str(args.batch_size),
+                    str(args.max_new_tokens),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
     load_end = os.getloadavg()
 
     med = {k: statistics.median(v) for k, v in times.items() if v}
     fmt = {k: ", ".join(f"{x:.1f}" for x in v) for k, v in times.items() if v}
     rows = [
-        f"| (a) `ckptsel measure`: generation + NLL, records written | {med['a']:.1f} s "
-        f"| {fmt['a']} | 1.00× |",
+        f"| (a) `ckptsel measure`: generation + NLL, records written | {med['a']:.1f} s | {fmt['a']} | 1.00× |",
         f"| (a') `ckptsel measure --only generation` (like for like with lm-eval) "
         f"| {med['g']:.1f} s | {fmt['g']} | ({med['b'] / med['g']:.2f}× for (b)) |",
         f"| (b) lm-eval, one process, adapters swapped: generation only | {med['b']:.1f} s "
         f"| {fmt['b']} | **{med['b'] / med['a']:.2f}×** |",
     ]
     if "c" in med:
-        rows.append(f"| (c) lm-eval as users run it: one `lm_eval` process per checkpoint, "
-                    f"generation only | {med['c']:.1f} s | {fmt['c']} "
-                    f"| {med['c'] / med['a']:.2f}× |")
+        rows.append(
+            f"| (c) lm-eval as users run it: one `lm_eval` process per checkpoint, "
+            f"generation only | {med['c']:.1f} s | {fmt['c']} "
+            f"| {med['c'] / med['a']:.2f}× |"
+        )
     b = breakdown
     rest = b["measure_run"] - b["generation"] - b["nll"]
     threads = args.threads or "default (one per core)"
@@ -261,18 +323,18 @@ imports); {args.repeats} repeats, interleaved (a, a', b, c, a, a', b, c, ...); m
 
 ckptsel does strictly more work than (b) and (c) (it also scores the response NLL of every item at
 every checkpoint, two windows, and writes the records). Issue target (ckptsel ≥ 2× faster than
-(b)): **{target}** ({med['b'] / med['a']:.2f}×; with per-call upserts: 1.46×; with records units
+(b)): **{target}** ({med["b"] / med["a"]:.2f}×; with per-call upserts: 1.46×; with records units
 but separate NLL and generation passes: 1.40×). Like for like (generation only, (a') vs (b)):
-{med['b'] / med['g']:.2f}×.
+{med["b"] / med["g"]:.2f}×.
 
 Generated texts, ckptsel vs lm-eval (b), same checkpoint and item: {exact}/{n_pairs} identical
 ({stripped}/{n_pairs} after stripping surrounding whitespace; {empty} of ckptsel's are empty).
 
 Where ckptsel's time goes (one extra run, timed inside the process): imports (torch,
-transformers, peft, ckptsel.measure) {b['imports']:.1f} s; `measure_run` {b['measure_run']:.1f} s
-= NLL {b['nll']:.1f} s (the one forward over prompt + response that both measurements share:
-`ckptsel.measure.passes`) + generation {b['generation']:.1f} s (greedy decoding from that
-forward's cache) + the rest {rest:.1f} s (item and checkpoint checks, {b['model_loads']}
+transformers, peft, ckptsel.measure) {b["imports"]:.1f} s; `measure_run` {b["measure_run"]:.1f} s
+= NLL {b["nll"]:.1f} s (the one forward over prompt + response that both measurements share:
+`ckptsel.measure.passes`) + generation {b["generation"]:.1f} s (greedy decoding from that
+forward's cache) + the rest {rest:.1f} s (item and checkpoint checks, {b["model_loads"]}
 base-model load, each adapter merged into a copy of the base (float32 CPU), records units written
 once per checkpoint). The remaining wall time of (a) is interpreter start-up, the CLI and exit.
 What made the difference: the prompt goes through the model once per item instead of twice (NLL's

@@ -74,22 +74,32 @@ def train_chat_run(root: Path, n_train: int) -> tuple[Path, Path]:
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(str(base))
     data = [
-        {"prompt": [{"role": "user", "content": it.instruction}],
-         "completion": [{"role": "assistant", "content": it.response}]}
+        {
+            "prompt": [{"role": "user", "content": it.instruction}],
+            "completion": [{"role": "assistant", "content": it.response}],
+        }
         for it in items
-    ]  # fmt: skip
+    ]
     out = root / "runs" / "chat-s0"
     args = trl.SFTConfig(
-        output_dir=str(out), max_steps=max(STEPS), save_strategy="steps", save_steps=STEPS[0],
-        per_device_train_batch_size=8, learning_rate=2e-2, lr_scheduler_type="constant",
-        report_to="none", use_cpu=True, logging_strategy="no", disable_tqdm=True,
-        save_only_model=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(out),
+        max_steps=max(STEPS),
+        save_strategy="steps",
+        save_steps=STEPS[0],
+        per_device_train_batch_size=8,
+        learning_rate=2e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        seed=0,
+    )
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")
     trl.SFTTrainer(
-        model=str(base), args=args, train_dataset=Dataset.from_list(data), processing_class=tok,
-        peft_config=lora,
-    ).train()  # fmt: skip
+        model=str(base), args=args, train_dataset=Dataset.from_list(data), processing_class=tok, peft_config=lora
+    ).train()
     return base, out
 
 
@@ -172,14 +182,33 @@ def main() -> None:
         test = root / "test.jsonl"
         test.write_text("".join(json.dumps(r) + "\n" for r in rows[args.items : args.items + 4]))
         ids = [f"gsm8k-{i}" for i in range(args.items)]
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1",
-                   HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   HF_DATASETS_CACHE=str(root / "hf-datasets"), TOKENIZERS_PARALLELISM="false")
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(REPO / "src"),
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            HF_DATASETS_CACHE=str(root / "hf-datasets"),
+            TOKENIZERS_PARALLELISM="false",
+        )
         lm_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
         ckptsel = Path(sys.executable).parent / "ckptsel"
-        common = [str(ckptsel), "measure", str(run_dir), "--task", "gsm8k", "--validation",
-                  str(val), "--test", str(test), "--no-progress", "--batch-size", "16",
-                  "--max-new-tokens", str(args.max_new_tokens)]
+        common = [
+            str(ckptsel),
+            "measure",
+            str(run_dir),
+            "--task",
+            "gsm8k",
+            "--validation",
+            str(val),
+            "--test",
+            str(test),
+            "--no-progress",
+            "--batch-size",
+            "16",
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+        ]
         t_chat = timed([*common, "--out", str(root / "rec-chat"), "--prompt-format", "chat"], env)
         t_alpaca = timed([*common, "--out", str(root / "rec-alpaca"), "--prompt-format", "alpaca"], env)
         write_task(root / "lmeval", val, args.max_new_tokens)
@@ -188,12 +217,28 @@ def main() -> None:
         per_step, t_lm = {}, 0.0
         for step in STEPS:
             out = root / f"lm-{step}"
-            t_lm += timed([
-                str(lm_eval_cli), "--model", "hf", "--model_args",
-                f"pretrained={base},peft={run_dir / f'checkpoint-{step}'},dtype=float32",
-                "--tasks", TASK, "--include_path", str(root / "lmeval"), "--apply_chat_template",
-                "--batch_size", "16", "--device", "cpu", "--output_path", str(out), "--log_samples",
-            ], lm_env)  # fmt: skip
+            t_lm += timed(
+                [
+                    str(lm_eval_cli),
+                    "--model",
+                    "hf",
+                    "--model_args",
+                    f"pretrained={base},peft={run_dir / f'checkpoint-{step}'},dtype=float32",
+                    "--tasks",
+                    TASK,
+                    "--include_path",
+                    str(root / "lmeval"),
+                    "--apply_chat_template",
+                    "--batch_size",
+                    "16",
+                    "--device",
+                    "cpu",
+                    "--output_path",
+                    str(out),
+                    "--log_samples",
+                ],
+                lm_env,
+            )
             per_step[step] = compare(chat, lm_eval_samples(out), ids, step)
             per_step[step]["alpaca_right"] = int(
                 alpaca[(alpaca["step"] == step) & (alpaca["split"] == "validation")]["correct"].sum()
@@ -223,7 +268,7 @@ under the Alpaca prompt, which this run was not trained on ({t_alpaca:.1f} s).
 | step | items | texts identical | answers equal | correctness equal | lm-eval exact_match = ckptsel correct | ckptsel accuracy (chat) | under the Alpaca prompt |
 |---|---|---|---|---|---|---|---|
 {rows_md}
-| all | {total['items']} | {total['texts']}/{total['items']} | {total['answers']}/{total['items']} | {total['correct']}/{total['items']} | {total['lm_em']}/{total['items']} | | |
+| all | {total["items"]} | {total["texts"]}/{total["items"]} | {total["answers"]}/{total["items"]} | {total["correct"]}/{total["items"]} | {total["lm_em"]}/{total["items"]} | | |
 
 The tiny tokenizer adds no BOS of its own, so this run does not exercise a template that writes
 BOS; ckptsel tokenizes a rendered chat prompt without adding special tokens, as

@@ -63,7 +63,7 @@ PARTS = (
     ("contract frames", "ckptsel.measure.measurer", None, "split_frames"),
     ("part files written", "ckptsel.measure.parts", "StepParts", "add"),
     ("records written (units)", "ckptsel.measure.run", None, "upsert_records"),
-)  # fmt: skip
+)
 NESTED = {label for label, *_ in PARTS if label.startswith("  ")}
 
 
@@ -119,12 +119,7 @@ class PartTimes:
     @staticmethod
     def _wrap(fn, acc):
         def timed(*a, **k):
-            w, c, iw, ic = (
-                time.perf_counter(),
-                time.process_time(),
-                ImportClock.wall,
-                ImportClock.cpu,
-            )
+            w, c, iw, ic = (time.perf_counter(), time.process_time(), ImportClock.wall, ImportClock.cpu)
             try:
                 return fn(*a, **k)
             finally:
@@ -265,9 +260,7 @@ def _run_in_pty(cmd: list[str], env: dict) -> tuple[float, float]:
     os.close(master)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if rc != 0:
-        sys.exit(
-            f"failed ({rc}): {' '.join(cmd)}\n{b''.join(tail).decode(errors='replace')[-3000:]}"
-        )
+        sys.exit(f"failed ({rc}): {' '.join(cmd)}\n{b''.join(tail).decode(errors='replace')[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
@@ -275,17 +268,29 @@ def _run_in_pty(cmd: list[str], env: dict) -> tuple[float, float]:
 def _env() -> dict:
     src = str(HERE.parent / "src")
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else ""),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": src + (os.pathsep + path if path else ""),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
 
 
 def measure_argv(root: Path, out: Path) -> list[str]:
     """``ckptsel measure``'s arguments for the small run (the CLI's defaults otherwise)."""
     return [
-        "measure", str(root / "runs" / "run-a"), "--validation", str(root / "data" / "validation.jsonl"),
-        "--test", str(root / "data" / "test.jsonl"), "--out", str(out), "--task", "gsm8k",
-        "--max-new-tokens", str(SMALL["max_new_tokens"]),
-    ]  # fmt: skip
+        "measure",
+        str(root / "runs" / "run-a"),
+        "--validation",
+        str(root / "data" / "validation.jsonl"),
+        "--test",
+        str(root / "data" / "test.jsonl"),
+        "--out",
+        str(out),
+        "--task",
+        "gsm8k",
+        "--max-new-tokens",
+        str(SMALL["max_new_tokens"]),
+    ]
 
 
 def gc_clock() -> list[float]:
@@ -326,11 +331,18 @@ def breakdown_child(out_json: str, argv: list[str]) -> None:
                 raise
         inner = time.perf_counter() - m0
     blob = {
-        "times": times, "wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
-        "import_wall": ImportClock.wall, "import_cpu": ImportClock.cpu, "cli_import": cli_wall,
-        "command": inner, "modules": len(sys.modules), "peft": "peft" in sys.modules,
-        "gc_cpu": collected[0], "gc_runs": collected[1],
-    }  # fmt: skip
+        "times": times,
+        "wall": time.perf_counter() - w0,
+        "cpu": time.process_time() - c0,
+        "import_wall": ImportClock.wall,
+        "import_cpu": ImportClock.cpu,
+        "cli_import": cli_wall,
+        "command": inner,
+        "modules": len(sys.modules),
+        "peft": "peft" in sys.modules,
+        "gc_cpu": collected[0],
+        "gc_runs": collected[1],
+    }
     Path(out_json).write_text(json.dumps(blob))
 
 
@@ -348,11 +360,7 @@ def naive_child(root: str) -> None:
     run_dir = root / "runs" / "run-a"
     steps = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*"))
     run = SimpleNamespace(base=root / "base", run_dir=run_dir, steps=steps)
-    items = [
-        it
-        for s in ("validation", "test")
-        for it in load_items("gsm8k", root / "data" / f"{s}.jsonl")
-    ]
+    items = [it for s in ("validation", "test") for it in load_items("gsm8k", root / "data" / f"{s}.jsonl")]
     naive_subset(run, len(steps), items, SMALL["max_new_tokens"], 512)
 
 
@@ -383,9 +391,7 @@ def small(args: argparse.Namespace) -> None:
                 print(f"  against: {against[-1][0]:.2f} s wall, {against[-1][1]:.2f} CPU-s")
             if k < args.naive_repeat:
                 naive.append(_run_in_pty([*here, "--naive-child", str(root)], env))
-                print(
-                    f"naive loop: {naive[-1][0]:.2f} s wall, {naive[-1][1]:.2f} CPU-s", flush=True
-                )
+                print(f"naive loop: {naive[-1][0]:.2f} s wall, {naive[-1][1]:.2f} CPU-s", flush=True)
         report = Path(tmp) / "breakdown.json"
         argv = measure_argv(root, Path(tmp) / "records-breakdown")
         cmd = [*here, "--breakdown-child", str(report), "--", *argv]
@@ -419,9 +425,7 @@ def small_section(cli, naive, parts, loads) -> str:
     best_naive = (min(w for w, _ in naive), min(c for _, c in naive))
     times = parts["times"]
     total = parts["wall"]
-    counted = parts["import_wall"] + sum(
-        sec for label, (_, sec, _) in times.items() if label not in NESTED
-    )
+    counted = parts["import_wall"] + sum(sec for label, (_, sec, _) in times.items() if label not in NESTED)
     lines = "\n".join(
         f"| {'— ' + label.strip() if label in NESTED else label} | {int(n)} | {sec:.2f} | {cpu:.2f} |"
         for label, (n, sec, cpu) in times.items()
@@ -463,19 +467,14 @@ def main() -> None:
     ap.add_argument("--checkpoints", type=int, default=11)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument(
-        "--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)"
-    )
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
     ap.add_argument("--naive-checkpoints", type=int, default=2)
     ap.add_argument("--naive-items", type=int, default=40)
     ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     ap.add_argument("--small", action="store_true", help="the issue's small run (see SMALL)")
     ap.add_argument("--repeat", type=int, default=3, help="--small: ckptsel measure runs")
     ap.add_argument("--naive-repeat", type=int, default=1, help="--small: naive loop runs")
-    ap.add_argument(
-        "--against",
-        help="--small: another ckptsel src folder, its CLI run interleaved (before/after)",
-    )
+    ap.add_argument("--against", help="--small: another ckptsel src folder, its CLI run interleaved (before/after)")
     if len(sys.argv) > 2 and sys.argv[1] == "--breakdown-child":
         return breakdown_child(sys.argv[2], sys.argv[4:])
     if len(sys.argv) > 2 and sys.argv[1] == "--naive-child":
@@ -500,13 +499,9 @@ def main() -> None:
         tmp = Path(tmp)
         t0 = time.perf_counter()
         steps = tuple(25 * (k + 1) for k in range(args.checkpoints))
-        run = build_tiny_run(
-            tmp, steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2
-        )
+        run = build_tiny_run(tmp, steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2)
         build_s = time.perf_counter() - t0
-        print(
-            f"built tiny run ({len(steps)} LoRA checkpoints, {args.items} items) in {build_s:.1f}s"
-        )
+        print(f"built tiny run ({len(steps)} LoRA checkpoints, {args.items} items) in {build_s:.1f}s")
 
         rss: list[tuple[int, float, float, int]] = []
         rss0 = rss_mb()
@@ -519,9 +514,7 @@ def main() -> None:
             )
             rss.append((step, rss_mb(), peak_mb(), rows))
 
-        config = MeasureConfig(
-            "gsm8k", batch_size=args.batch_size, max_new_tokens=args.max_new_tokens
-        )
+        config = MeasureConfig("gsm8k", batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
         with progress_bars() as on_progress, PartTimes() as part_times:
             res = measure_run(
                 run.run_dir,
@@ -544,9 +537,7 @@ def main() -> None:
         from ckptsel.data.tasks import load_items
 
         naive_items = load_items("gsm8k", run.validation)[: args.naive_items]
-        load_s, item_s = naive_subset(
-            run, args.naive_checkpoints, naive_items, args.max_new_tokens, 512
-        )
+        load_s, item_s = naive_subset(run, args.naive_checkpoints, naive_items, args.max_new_tokens, 512)
         naive_total = len(steps) * (load_s + args.items * item_s)
         speedup = naive_total / res.seconds
         print(

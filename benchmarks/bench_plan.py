@@ -143,8 +143,10 @@ def cell(name, p, method, size, pred, point, act_beat, target) -> tuple[str, boo
         check = f"(a) {'ok' if ok else 'FAIL'}: {in20}/20, rate {rate:.3f}, P(≥2 of 20) {binom_ge2(rate):.3f}"
     elif act_beat.max() < target - 0.05:  # no budget truly reaches the target: every plan is false
         ok = in20 <= 1 and rate <= 0.05
-        check = (f"(b) {'ok' if ok else 'FAIL'} as (a): target unreachable at every budget, so every "
-                 f"plan is false: {in20}/20, rate {rate:.3f}")  # fmt: skip
+        check = (
+            f"(b) {'ok' if ok else 'FAIL'} as (a): target unreachable at every budget, so every "
+            f"plan is false: {in20}/20, rate {rate:.3f}"
+        )
     elif len(ach) < MIN_PLANS_B:  # (b) is a share of the plans: too few to judge; (d) decides
         ok = True
         short = int((ach < target - 0.05).sum())
@@ -158,14 +160,22 @@ def cell(name, p, method, size, pred, point, act_beat, target) -> tuple[str, boo
     smalls = np.array(BUDGETS)[at_small][has_small]
     row = (
         f"| {name} | {method} | {size} | {planned.sum()}/{len(pb)} | {in20}/20 | "
-        + (f"{ach.mean():.3f} | {(ach >= target - 0.05).mean():.2f} | {np.median(budgets):.0f} | "
-           if len(ach) else "– | – | – | ")
+        + (
+            f"{ach.mean():.3f} | {(ach >= target - 0.05).mean():.2f} | {np.median(budgets):.0f} | "
+            if len(ach)
+            else "– | – | – | "
+        )
         + f"{np.mean(no_plan):.3f} | {broken}/{len(pb)} | {has_small.sum()}/{len(pb)} | "
         + (f"{np.median(smalls):.0f} | " if len(smalls) else "– | ")
         + f"{small_broken}/{len(pb)} | {check} |"
-    )  # fmt: skip
-    counts = {"pilots": len(pb), "plans": int(planned.sum()), "broken": broken,
-              "smallest": int(has_small.sum()), "smallest_broken": small_broken}  # fmt: skip
+    )
+    counts = {
+        "pilots": len(pb),
+        "plans": int(planned.sum()),
+        "broken": broken,
+        "smallest": int(has_small.sum()),
+        "smallest_broken": small_broken,
+    }
     return row, ok and d_ok, counts
 
 
@@ -190,14 +200,17 @@ def main() -> None:
     for k, (name, (p, a)) in enumerate(SCENARIOS.items()):
         act_beat, _, agree = actual_curves(p, args.fresh, seed=1000 + k, a=a)
         oracle = next((b for b, x in zip(BUDGETS, act_beat, strict=True) if x >= args.target), None)
-        lines.append(f"| {name} | {a} | {agree:.3f} | " + " | ".join(f"{x:.3f}" for x in act_beat)
-                     + f" | {oracle or '–'} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {a} | {agree:.3f} | " + " | ".join(f"{x:.3f}" for x in act_beat) + f" | {oracle or '–'} |"
+        )
         for size in sizes:
             rng = np.random.default_rng([2000 + k, size])  # the first 20 pilots: the old bench's
             groups = np.repeat(np.arange(size // 2), 2).astype(str)
             pilots = [draw_items(rng, p, 1, size, a)[0] for _ in range(args.pilots)]
             for m in methods:
-                pred, point = zip(*(predict(m, pil, groups, args.draws, j) for j, pil in enumerate(pilots)), strict=True)
+                pred, point = zip(
+                    *(predict(m, pil, groups, args.draws, j) for j, pil in enumerate(pilots)), strict=True
+                )
                 row, ok, counts = cell(name, p, m, size, pred, point, act_beat, args.target)
                 all_ok &= ok or m not in ("calibrated", "two-sided")
                 for key, v in counts.items():
@@ -210,7 +223,7 @@ def main() -> None:
         f"{c['smallest']}/{c['pilots']} | {c['smallest_broken']}/{c['pilots']} "
         f"({100 * c['smallest_broken'] / c['pilots']:.1f}%) |"
         for m, c in totals.items()
-    ]  # fmt: skip
+    ]
     body = [
         "## plan calibration (`benchmarks/bench_plan.py`)",
         "",
@@ -225,8 +238,7 @@ def main() -> None:
         f"issue 44), both at 95% confidence. *Smallest* budget = plan's `smallest_budget`, the "
         f"smallest whose pilot-as-truth estimate reaches {args.target} (not guaranteed); a "
         f"promise or a smallest budget is *broken* when the actual P(beat) there is below "
-        f"{args.target}. {machine()}; {elapsed:.0f} s"
-        + (" (`--quick`)." if args.quick else "."),
+        f"{args.target}. {machine()}; {elapsed:.0f} s" + (" (`--quick`)." if args.quick else "."),
         "",
         "| scenario | method | pilot items | pilots with a plan | of the first 20 | actual "
         "P(beat) at the planned budget (mean) | (b) share of plans delivering ≥ target − 5 pp | "
@@ -238,8 +250,7 @@ def main() -> None:
         "",
         "All cells together:",
         "",
-        "| method | pilots with a plan | promises broken | pilots with a smallest budget | "
-        "smallest budgets broken |",
+        "| method | pilots with a plan | promises broken | pilots with a smallest budget | smallest budgets broken |",
         "|---|---|---|---|---|",
         *total_lines,
         "",
@@ -261,7 +272,8 @@ def main() -> None:
         "",
         "Actual P(choice beats final) by budget (fresh sets scored by the truth):",
         "",
-        "| scenario | loading | mean agreement with final | " + " | ".join(str(b) for b in BUDGETS)
+        "| scenario | loading | mean agreement with final | "
+        + " | ".join(str(b) for b in BUDGETS)
         + " | oracle budget |",
         "|---|---|---|" + "---|" * len(BUDGETS) + "---|",
         *lines,

@@ -104,9 +104,7 @@ def section(results: list[dict]) -> str:
         )
     rows.append("")
     for r in results:
-        stages = ", ".join(
-            f"{k} {r['stages'][k]:.0f} s wall / {r['stage_cpu'][k]:.0f} s CPU" for k in r["stages"]
-        )
+        stages = ", ".join(f"{k} {r['stages'][k]:.0f} s wall / {r['stage_cpu'][k]:.0f} s CPU" for k in r["stages"])
         verdict = "within" if r["wall_s"] <= r["limit_s"] else "MISSED"
         rows.append(
             f"* {r['mode']}: {r['wall_s']:.0f} s wall against the {r['limit_s']:.0f} s target: "

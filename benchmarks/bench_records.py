@@ -110,9 +110,7 @@ print(json.dumps({"analyze": time.perf_counter() - t0}))
 
 def child(code: str, *args: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -124,8 +122,7 @@ def measure6(out: Path, run, trajectory: str):
 
     config = MeasureConfig("gsm8k", batch_size=32, max_new_tokens=16)
     t0 = time.perf_counter()
-    res = measure_run(run.run_dir, config, validation=run.validation, test=run.test, out=out,
-                      trajectory=trajectory)
+    res = measure_run(run.run_dir, config, validation=run.validation, test=run.test, out=out, trajectory=trajectory)
     return time.perf_counter() - t0, res
 
 
@@ -135,8 +132,9 @@ def main() -> None:
     ap.add_argument("--skip-measure", action="store_true", help="skip part 3 (needs torch)")
     ap.add_argument("--sim", type=Path, default=None, help="existing paper-preset records")
     ap.add_argument("--repeats", type=int, default=2, help="repeats of part 3 (interleaved)")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads for part 3 (0: torch's default, one per core)")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch threads for part 3 (0: torch's default, one per core)"
+    )
     args = ap.parse_args()
     import numpy as np
 
@@ -173,9 +171,7 @@ def main() -> None:
             "single file": child(ANALYZE, str(sim), str(tmp / "res-single"))["analyze"],
             "units": child(ANALYZE, str(rec), str(tmp / "res-units"))["analyze"],
         }
-        same = (tmp / "res-single" / "summary.json").read_text() == (
-            tmp / "res-units" / "summary.json"
-        ).read_text()
+        same = (tmp / "res-single" / "summary.json").read_text() == (tmp / "res-units" / "summary.json").read_text()
         print(analyze, "identical summary.json:", same)
 
         measure: dict[str, list] = {"empty folder": [], "paper-scale folder": []}
@@ -186,8 +182,7 @@ def main() -> None:
 
             if args.threads:
                 torch.set_num_threads(args.threads)
-            run = build_tiny_run(tmp / "tiny", steps=(10, 20, 30, 40, 50, 60), n_validation=50,
-                                 n_test=50)
+            run = build_tiny_run(tmp / "tiny", steps=(10, 20, 30, 40, 50, 60), n_validation=50, n_test=50)
             for r in range(args.repeats):  # interleaved: empty, full, empty, full, ...
                 measure["empty folder"].append(measure6(tmp / f"empty-{r}", run, "bench-tiny"))
                 # a new trajectory each time (the one before left the read cache stale)
@@ -195,15 +190,13 @@ def main() -> None:
                 print({k: [round(t, 1) for t, _ in v] for k, v in measure.items()}, flush=True)
         shutil.rmtree(rec, ignore_errors=True)
 
-    load_rows = "\n".join(
-        f"| {k} | {v['validation']:.2f} s | {v['test']:.2f} s |" for k, v in loads.items()
-    )
+    load_rows = "\n".join(f"| {k} | {v['validation']:.2f} s | {v['test']:.2f} s |" for k, v in loads.items())
+
     def med(k: str, f) -> float:
         return float(np.median([f(t, res) for t, res in measure[k]]))
 
     wall = {k: med(k, lambda t, res: t) for k in measure} if not args.skip_measure else {}
-    other = {k: med(k, lambda t, res: t - res.generation_seconds - res.nll_seconds)
-             for k in measure} if wall else {}
+    other = {k: med(k, lambda t, res: t - res.generation_seconds - res.nll_seconds) for k in measure} if wall else {}
     measure_rows = "\n".join(
         f"| {k} | {wall[k]:.1f} s | {', '.join(f'{t:.1f}' for t, _ in measure[k])} "
         f"| {med(k, lambda t, res: res.generation_seconds):.1f} s "
@@ -215,7 +208,8 @@ def main() -> None:
         f"(target <= 1.3x; before units 2.4x); outside generation and NLL (checks, model loads, "
         f"records writes): {other['paper-scale folder']:.1f} s vs {other['empty folder']:.1f} s "
         f"({other['paper-scale folder'] / other['empty folder']:.2f}x)."
-        if wall else "(skipped)"
+        if wall
+        else "(skipped)"
     )
     body = f"""## Records that scale (`benchmarks/bench_records.py`)
 
@@ -242,8 +236,8 @@ Loading the records at paper scale (fresh process each):
 |---|---|---|
 {load_rows}
 
-Whole `analyze` (fresh process): single file {analyze['single file']:.1f} s, units
-{analyze['units']:.1f} s; identical summary.json: {same}.
+Whole `analyze` (fresh process): single file {analyze["single file"]:.1f} s, units
+{analyze["units"]:.1f} s; identical summary.json: {same}.
 
 `measure` of 6 tiny LoRA checkpoints (100 items; batch 32, 16 new tokens; torch threads
 {args.threads or "default"}) in this process,

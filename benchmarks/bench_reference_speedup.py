@@ -99,10 +99,7 @@ def _describe(trajs: list[ref.RefTrajectory]) -> str:
     T = [len(t.steps) for t in trajs]
     n = [len(t.val_ids) for t in trajs]
     N = [len(t.test_ids) for t in trajs]
-    return (
-        f"{len(trajs)} traj., T {min(T)}–{max(T)}, validation {min(n)}–{max(n)}, "
-        f"test {min(N)}–{max(N)}"
-    )
+    return f"{len(trajs)} traj., T {min(T)}–{max(T)}, validation {min(n)}–{max(n)}, test {min(N)}–{max(N)}"
 
 
 def bench(name: str, gen: pd.DataFrame, nll: pd.DataFrame, repeats: int, workdir: Path) -> dict:
@@ -115,14 +112,10 @@ def bench(name: str, gen: pd.DataFrame, nll: pd.DataFrame, repeats: int, workdir
         return {v.trajectory: choose_trajectory(v, settings) for v in validation}
 
     def engine_analyze():
-        return analyze(
-            rec, workdir / "out", permutations=PERMUTATIONS, draws=10, seed=SEED, **NO_REPORT
-        )
+        return analyze(rec, workdir / "out", permutations=PERMUTATIONS, draws=10, seed=SEED, **NO_REPORT)
 
     def ref_choose():
-        return {
-            t.name: ref.choose_reference(t, ref.shared_orders(t, PERMUTATIONS, SEED)) for t in trajs
-        }
+        return {t.name: ref.choose_reference(t, ref.shared_orders(t, PERMUTATIONS, SEED)) for t in trajs}
 
     def ref_all():
         return ref.analyze_reference(trajs, PERMUTATIONS, SEED)
@@ -157,9 +150,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--studies", default="small,medium", help="comma list of: small, medium, paper")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
-    parser.add_argument(
-        "--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone"
-    )
+    parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     args = parser.parse_args()
     rows = []
     for name, (gen, nll) in _studies(args.studies.split(",")).items():

@@ -41,9 +41,7 @@ import numpy as np
 from ckptsel.stats import winners
 from ckptsel.stats.distributions import norm_ppf, t_quantile
 from ckptsel.stats.resample import Clusters, resample_counts
-from ckptsel.stats.winners import (
-    JITTER as WINNER_JITTER,
-)
+from ckptsel.stats.winners import JITTER as WINNER_JITTER
 from ckptsel.stats.winners import (
     accuracy_moments,
     bootstrap_accuracies,
@@ -172,8 +170,9 @@ def mc_error(p, n: int, g: int, reps: int, streams: int, seed: list[int], kind: 
     clusters = Clusters.of(np.repeat(np.arange(n // g), g))
     x, _, sigma = accuracy_moments(correct, clusters)
     G = clusters.count
-    runs = 100 * np.array([before_interval(x, sigma, n, G, LEVEL, np.random.default_rng([*seed, 10 + k]))
-                           for k in range(streams)])  # fmt: skip  (streams, 3, reps)
+    runs = 100 * np.array(
+        [before_interval(x, sigma, n, G, LEVEL, np.random.default_rng([*seed, 10 + k])) for k in range(streams)]
+    )  # (streams, 3, reps)
     printed = np.round(runs, 2)
     now = 100 * np.array(winner_interval(x, sigma, n, G, LEVEL)[:3])
     ref = 100 * np.array(winner_interval(x, sigma, n, G, LEVEL, jitter=16 * WINNER_JITTER)[:3])
@@ -257,9 +256,12 @@ def main() -> None:
     args = ap.parse_args()
     start = time.perf_counter()
     rows, cells, mc_rows = [], [], []
-    plan = [(f"{name} (corr)", p, n, g, "corr", [k, n, g])
-            for k, (name, p) in enumerate(SCENARIOS.items())
-            for n in map(int, args.ns.split(",")) for g in map(int, args.gs.split(","))]  # fmt: skip
+    plan = [
+        (f"{name} (corr)", p, n, g, "corr", [k, n, g])
+        for k, (name, p) in enumerate(SCENARIOS.items())
+        for n in map(int, args.ns.split(","))
+        for g in map(int, args.gs.split(","))
+    ]
     plan += [(f"{name} ({kind})", p, n, g, kind, [44, j, n, g]) for j, (name, p, n, g, kind) in enumerate(ISSUE_CELLS)]
     for label, p, n, g, kind, seed in plan:
         reps = args.reps if len(p) <= 10 else max(100, args.reps // 4)
@@ -272,11 +274,16 @@ def main() -> None:
         m = mc_error(p, n, g, args.mc_reps, args.streams, seed, kind)
         mc_rows.append(
             f"| {label} | {n} | {g} | "
-            + " / ".join(f"{v:.3f}" for v in m["sd_before"]) + " | "
-            + " / ".join(f"{v:.3f}" for v in m["sd_before_max"]) + " | "
-            + " / ".join(f"{v:.2f}" for v in m["same_before"]) + " | "
-            + " / ".join(f"{v:.1e}" for v in m["err_now"]) + " | "
-            + " / ".join(f"{v:.2f}" for v in m["same_now"]) + " |"
+            + " / ".join(f"{v:.3f}" for v in m["sd_before"])
+            + " | "
+            + " / ".join(f"{v:.3f}" for v in m["sd_before_max"])
+            + " | "
+            + " / ".join(f"{v:.2f}" for v in m["same_before"])
+            + " | "
+            + " / ".join(f"{v:.1e}" for v in m["err_now"])
+            + " | "
+            + " / ".join(f"{v:.2f}" for v in m["same_now"])
+            + " |"
         )
         print(mc_rows[-1], flush=True)
     t_now, t_before = timing()

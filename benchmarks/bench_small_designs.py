@@ -91,8 +91,13 @@ def bench_compare(datasets: int, draws: int) -> list[str]:
             if truth == 0:
                 cells += [_pct(old_res / datasets), _pct(new_res / datasets)]
             else:
-                cells += [_pct(old_res / datasets), _pct(new_res / datasets), _pct(old_cov / datasets),
-                          _pct(new_cov / datasets), _pct(no_interval / datasets)]  # fmt: skip
+                cells += [
+                    _pct(old_res / datasets),
+                    _pct(new_res / datasets),
+                    _pct(old_cov / datasets),
+                    _pct(new_cov / datasets),
+                    _pct(no_interval / datasets),
+                ]
         rows.append(f"| {n} | {datasets} | " + " | ".join(cells) + " |")
     return rows
 
@@ -153,10 +158,19 @@ def bench_chosen(trajectories: int) -> list[str]:
         cells = [_pct((x.max(axis=1) >= 1.0).mean())]
         for fn in (old_winner_interval, winner_interval):
             extra = {"jitter": JITTER} if fn is winner_interval else {}
-            parts = [fn(x[a : a + 20], sigma[a : a + 20], n, n, *([LEVEL] if fn is winner_interval else []),
-                        np.random.default_rng(a), **extra)[:3]
-                     for a in range(0, len(x), 20)]  # in chunks: the projection draws are (R, 65536, T)
-            est, lo, hi = (np.concatenate(v) for v in zip(*parts, strict=True))  # fmt: skip
+            parts = [
+                fn(
+                    x[a : a + 20],
+                    sigma[a : a + 20],
+                    n,
+                    n,
+                    *([LEVEL] if fn is winner_interval else []),
+                    np.random.default_rng(a),
+                    **extra,
+                )[:3]
+                for a in range(0, len(x), 20)
+            ]  # in chunks: the projection draws are (R, 65536, T)
+            est, lo, hi = (np.concatenate(v) for v in zip(*parts, strict=True))
             outside = ((lo < 0) | (hi > 1) | (est > 1) | (est < 0)).mean()
             cells += [_pct(((lo <= truth) & (truth <= hi)).mean()), _pct(outside), f"{100 * np.median(lo):.1f}"]
         rows.append(f"| {n} | {trajectories} | " + " | ".join(cells) + " |")
@@ -174,8 +188,9 @@ def bench_configurations(datasets: int, draws: int) -> list[str]:
                 sums = rng.normal(shift, 1.0, (K, datasets))  # one configuration of one trajectory each
                 sizes = np.ones_like(sums)
                 names = [("G", "nested", f"d{q}", "full") for q in range(datasets)]
-                e = _configuration_estimates(names, sums.mean(axis=0), sums, sizes,
-                                             StatSettings(draws=draws, interval=method), 0)  # fmt: skip
+                e = _configuration_estimates(
+                    names, sums.mean(axis=0), sums, sizes, StatSettings(draws=draws, interval=method), 0
+                )
                 before = ~((e.lo <= 0) & (0 <= e.hi))
                 after = np.array([not e.get(nm).unresolved for nm in names])
                 if shift == 0:
@@ -188,7 +203,7 @@ def bench_configurations(datasets: int, draws: int) -> list[str]:
 
 
 READING = (  # what the --quick run recorded in BENCHMARKS.md shows
-'\nReading: at n ≤ 6 no difference reads resolved now (before: up to 5.8% under the null, 18% with a real +25 pp), and above it `compare` resolves only where its own McNemar p rejects, so its false-resolved rate stays under 5% at every n (before: 5-7% from n = 6 to 30), at the price of power at n = 10-30 (the percentile bootstrap of a paired difference is too narrow there: its coverage of +25 pp is 65-81% at n = 3-6 and 90-94% above, unchanged, since the rule changes verdicts, not intervals). `select` stopped recommending a checkpoint on 6-8 items from equal checkpoints; from 10 items on nothing changes. The chosen estimate was outside [0, 100] in 67-100% of trajectories before (its lower bound above 100% whenever the winner was right on every item: floored variance plus jitter) and covered the truth in 0-10% below n = 10; now no end leaves [0, 100] and coverage is 93-100% (conservative: the exact interval is simultaneous over the 5 checkpoints). Configuration intervals at K = 2-5 never read resolved now (percentile before: 16-49% false resolved under the null; cr2 was near 5% and loses its 10-40% power, the price of not assuming normal gains); at K ≥ 6 the rule does not bite, and the percentile interval still over-resolves (13-14% at K = 6-8), which the few-configurations warning says.'
+    "\nReading: at n ≤ 6 no difference reads resolved now (before: up to 5.8% under the null, 18% with a real +25 pp), and above it `compare` resolves only where its own McNemar p rejects, so its false-resolved rate stays under 5% at every n (before: 5-7% from n = 6 to 30), at the price of power at n = 10-30 (the percentile bootstrap of a paired difference is too narrow there: its coverage of +25 pp is 65-81% at n = 3-6 and 90-94% above, unchanged, since the rule changes verdicts, not intervals). `select` stopped recommending a checkpoint on 6-8 items from equal checkpoints; from 10 items on nothing changes. The chosen estimate was outside [0, 100] in 67-100% of trajectories before (its lower bound above 100% whenever the winner was right on every item: floored variance plus jitter) and covered the truth in 0-10% below n = 10; now no end leaves [0, 100] and coverage is 93-100% (conservative: the exact interval is simultaneous over the 5 checkpoints). Configuration intervals at K = 2-5 never read resolved now (percentile before: 16-49% false resolved under the null; cr2 was near 5% and loses its 10-40% power, the price of not assuming normal gains); at K ≥ 6 the rule does not bite, and the percentile interval still over-resolves (13-14% at K = 6-8), which the few-configurations warning says."
 )
 
 
@@ -201,60 +216,65 @@ def main() -> None:
     if not args.quick:
         size = {"compare": (2000, 2000), "select": (1000, 500, 100), "chosen": 2000, "configs": (10000, 4000)}
     parts, times = {}, {}
-    for name, fn, arg in (("compare", bench_compare, size["compare"]), ("select", bench_select, size["select"]),
-                          ("chosen", bench_chosen, (size["chosen"],)),
-                          ("configs", bench_configurations, size["configs"])):  # fmt: skip
+    for name, fn, arg in (
+        ("compare", bench_compare, size["compare"]),
+        ("select", bench_select, size["select"]),
+        ("chosen", bench_chosen, (size["chosen"],)),
+        ("configs", bench_configurations, size["configs"]),
+    ):
         t0 = time.perf_counter()
         parts[name] = fn(*arg)
         times[name] = time.perf_counter() - t0
         print(name, f"{times[name]:.0f} s", *parts[name], sep="\n")
     run = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
     d, dr = size["compare"]
-    text = "\n".join([
-        "## Tiny designs: resolved only where an exact test can reject (`benchmarks/bench_small_designs.py`, issue 38)",
-        "",
-        f"Before = the code of 0afbdc2 (its verdicts reproduced in the script), after = now. Run: "
-        f"`python benchmarks/bench_small_designs.py{' --quick' if args.quick else ''}`; {machine()}; {run}. "
-        "Level 95%: an exact test needs 6 units that differ (discordant items or clusters, nonzero "
-        "configurations) before it can reject; fewer keep their interval but read unresolved, and a "
-        "zero-width interval is not estimable.",
-        "",
-        f"**compare, n independent items** ({d} datasets per n, {dr} paired-bootstrap draws). Null: only-A and "
-        "only-B right with probability 0.15 each; effect: 0.30 and 0.05 (truth +25 pp). Coverage counts a "
-        "not-estimable difference (no interval) as a miss; its share is the last column.",
-        "",
-        "| n | datasets | null: resolved before | null: resolved now | effect: resolved before | "
-        "effect: resolved now | effect: coverage before | effect: coverage now | effect: no interval now |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *parts["compare"],
-        "",
-        f"**select, 5 checkpoints equal in truth** (each item right with probability 0.6; {size['select'][1]} "
-        f"question-bootstrap draws × {size['select'][2] // 2} partitions): share of trajectories told "
-        "\"keep checkpoint X\" (always wrong here).",
-        "",
-        "| n | trajectories | keep X before | keep X now |",
-        "|---|---|---|---|",
-        *parts["select"],
-        "",
-        f"**chosen_estimate, 5 checkpoints at 80/85/90/93/95%** (items independent; {JITTER} jitter points): "
-        "coverage of the true accuracy of the chosen checkpoint, share of intervals (or estimates) outside "
-        "[0, 100], median lower bound (%).",
-        "",
-        "| n | trajectories | winner at 100% | coverage before | outside [0, 100] before | median lo before | "
-        "coverage now | outside [0, 100] now | median lo now |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *parts["chosen"],
-        "",
-        f"**analyze, K configurations** (gains N(0, 1) null / N(1, 1) effect, one trajectory each; "
-        f"{size['configs'][1]} draws for the percentile method): the interval alone (before) and with the "
-        "small-design rule (now); the interval itself is unchanged, so its coverage is the same.",
-        "",
-        "| K | method | datasets | null: resolved before | null: resolved now | effect: resolved before | "
-        "effect: resolved now | effect: coverage |",
-        "|---|---|---|---|---|---|---|---|",
-        *parts["configs"],
-        *([] if not args.quick else [READING]),
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "## Tiny designs: resolved only where an exact test can reject (`benchmarks/bench_small_designs.py`, issue 38)",
+            "",
+            f"Before = the code of 0afbdc2 (its verdicts reproduced in the script), after = now. Run: "
+            f"`python benchmarks/bench_small_designs.py{' --quick' if args.quick else ''}`; {machine()}; {run}. "
+            "Level 95%: an exact test needs 6 units that differ (discordant items or clusters, nonzero "
+            "configurations) before it can reject; fewer keep their interval but read unresolved, and a "
+            "zero-width interval is not estimable.",
+            "",
+            f"**compare, n independent items** ({d} datasets per n, {dr} paired-bootstrap draws). Null: only-A and "
+            "only-B right with probability 0.15 each; effect: 0.30 and 0.05 (truth +25 pp). Coverage counts a "
+            "not-estimable difference (no interval) as a miss; its share is the last column.",
+            "",
+            "| n | datasets | null: resolved before | null: resolved now | effect: resolved before | "
+            "effect: resolved now | effect: coverage before | effect: coverage now | effect: no interval now |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *parts["compare"],
+            "",
+            f"**select, 5 checkpoints equal in truth** (each item right with probability 0.6; {size['select'][1]} "
+            f"question-bootstrap draws × {size['select'][2] // 2} partitions): share of trajectories told "
+            '"keep checkpoint X" (always wrong here).',
+            "",
+            "| n | trajectories | keep X before | keep X now |",
+            "|---|---|---|---|",
+            *parts["select"],
+            "",
+            f"**chosen_estimate, 5 checkpoints at 80/85/90/93/95%** (items independent; {JITTER} jitter points): "
+            "coverage of the true accuracy of the chosen checkpoint, share of intervals (or estimates) outside "
+            "[0, 100], median lower bound (%).",
+            "",
+            "| n | trajectories | winner at 100% | coverage before | outside [0, 100] before | median lo before | "
+            "coverage now | outside [0, 100] now | median lo now |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *parts["chosen"],
+            "",
+            f"**analyze, K configurations** (gains N(0, 1) null / N(1, 1) effect, one trajectory each; "
+            f"{size['configs'][1]} draws for the percentile method): the interval alone (before) and with the "
+            "small-design rule (now); the interval itself is unchanged, so its coverage is the same.",
+            "",
+            "| K | method | datasets | null: resolved before | null: resolved now | effect: resolved before | "
+            "effect: resolved now | effect: coverage |",
+            "|---|---|---|---|---|---|---|---|",
+            *parts["configs"],
+            *([] if not args.quick else [READING]),
+        ]
+    )
     print(text)
     if not args.no_write:
         update_section("bench_small_designs", text)

@@ -38,12 +38,7 @@ from ckptsel.stats.distributions import norm_ppf, t_quantile
 from ckptsel.stats.paired import clustered_mcnemar, mcnemar_exact
 from ckptsel.stats.resample import Clusters
 from ckptsel.stats.winners import accuracy_moments, winner_interval
-from ckptsel.workflows.advise.selection import (
-    SelectSettings,
-    best_checkpoints,
-    partition_masks,
-    split_validation_gains,
-)
+from ckptsel.workflows.advise.selection import SelectSettings, best_checkpoints, partition_masks, split_validation_gains
 
 from _common import machine, update_section
 
@@ -138,19 +133,16 @@ def bench_split(reps: int, partitions: int) -> list[str]:
     n, g = 120, 4
     ids = np.array([f"i{k:03d}" for k in range(n)])
     groups = np.repeat([f"q{k:02d}" for k in range(n // g)], g)
-    masks = {
-        "items": partition_masks(ids, partitions, 7),
-        "groups": partition_masks(ids, partitions, 7, groups),
-    }
+    masks = {"items": partition_masks(ids, partitions, 7), "groups": partition_masks(ids, partitions, 7, groups)}
     for name in ("peak then decline (+4 pp)", "final best (gaps 0.5-3 pp)"):
         p = np.asarray(SCENARIOS[name])
         rng = np.random.default_rng([29, 3, len(rows)])
-        truth = _choice_truth(
-            p, draw(rng, p, 20 * reps, n // 2, g)
-        )  # a choice on half as many items
+        truth = _choice_truth(p, draw(rng, p, 20 * reps, n // 2, g))  # a choice on half as many items
         correct = draw(rng, p, reps, n, g)
-        est = {k: np.array([split_validation_gains(c.astype(float), c, True, m, np.ones((1, n)))[0]
-                            for c in correct]) for k, m in masks.items()}  # fmt: skip
+        est = {
+            k: np.array([split_validation_gains(c.astype(float), c, True, m, np.ones((1, n)))[0] for c in correct])
+            for k, m in masks.items()
+        }
         se = {k: v.std(ddof=1) / np.sqrt(reps) for k, v in est.items()}
         rows.append(
             f"| {name} | {n} in groups of {g} | {reps} | {truth:+.2f} | {est['items'].mean():+.2f} ± {se['items']:.2f} "
@@ -165,9 +157,7 @@ def old_winner_mean(x, sigma, n, clusters, rng, jitter=16, draws=4000) -> float:
     alpha = 1 - LEVEL
     beta = alpha / 10
     z = float(norm_ppf(np.array(1 - alpha / 2)))
-    sigma = (
-        sigma * (float(t_quantile(1 - alpha / 2, np.array(float(max(clusters - 1, 2))))) / z) ** 2
-    )
+    sigma = sigma * (float(t_quantile(1 - alpha / 2, np.array(float(max(clusters - 1, 2))))) / z) ** 2
     c_beta = winners.projection_critical(sigma, beta, rng, draws=draws)
     total = 0.0
     for _ in range(jitter):
@@ -185,15 +175,12 @@ def bench_chosen(trajectories: int, seeds: int) -> list[str]:
     old_sd, new_sd, mc_sd = [], [], []
     for correct in draw(rng, p, trajectories, n, 1):
         x, _, sigma = accuracy_moments(correct[None], clusters)
-        old = [
-            old_winner_mean(x, sigma, n, n, np.random.default_rng([s, 12, 1])) for s in range(seeds)
+        old = [old_winner_mean(x, sigma, n, n, np.random.default_rng([s, 12, 1])) for s in range(seeds)]
+        new = [
+            best_checkpoints(correct, groups, np.arange(len(p)), SelectSettings(draws=50, seed=s))[1].mean
+            for s in range(3)
         ]
-        new = [best_checkpoints(correct, groups, np.arange(len(p)), SelectSettings(draws=50, seed=s))[1].mean
-               for s in range(3)]  # fmt: skip
-        mc = [
-            winner_interval(x, sigma, n, n, LEVEL)[0][0]
-            for s in range(seeds)
-        ]
+        mc = [winner_interval(x, sigma, n, n, LEVEL)[0][0] for s in range(seeds)]
         old_sd.append(100 * np.std(old))
         new_sd.append(np.std(new))  # already in %
         mc_sd.append(100 * np.std(mc))
@@ -218,8 +205,12 @@ def main() -> None:
     t0 = time.perf_counter()
     timings = {}
     parts = {}
-    for key, fn, arg in (("wild", bench_wild, size["wild"]), ("mcnemar", bench_mcnemar, (size["mcnemar"],)),
-                         ("split", bench_split, size["split"]), ("chosen", bench_chosen, size["chosen"])):  # fmt: skip
+    for key, fn, arg in (
+        ("wild", bench_wild, size["wild"]),
+        ("mcnemar", bench_mcnemar, (size["mcnemar"],)),
+        ("split", bench_split, size["split"]),
+        ("chosen", bench_chosen, size["chosen"]),
+    ):
         t = time.perf_counter()
         parts[key] = fn(*arg)
         timings[key] = time.perf_counter() - t

@@ -63,9 +63,8 @@ def moto_process(lifetime_s: float = 3600) -> Iterator[str]:
     """moto's S3 server in a child process (not sharing this process's GIL), 127.0.0.1 only;
     it exits when this process closes its stdin or after ``lifetime_s``."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(lifetime_s)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", SERVER, str(lifetime_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         endpoint = proc.stdout.readline().strip()
         if not endpoint.startswith("http://127.0.0.1:"):
@@ -113,23 +112,19 @@ def sweep(run, urls: dict[str, str], tmp: Path, args, fs, bucket: str) -> dict:
             before = dict(nodecache.STATS)
             t0 = time.perf_counter()
             res = measure_run(
-                src["run"], config, validation=src["validation"], test=src["test"], out=dest,
-                base=src["base"],
-            )  # fmt: skip
+                src["run"], config, validation=src["validation"], test=src["test"], out=dest, base=src["base"]
+            )
             out[where].append(time.perf_counter() - t0)
             if where == "s3":
                 extra["downloads"].append(nodecache.STATS["downloads"] - before["downloads"])
                 extra["bytes"].append(nodecache.STATS["bytes"] - before["bytes"])
             t0 = time.perf_counter()
             again = measure_run(
-                src["run"], config, validation=src["validation"], test=src["test"], out=dest,
-                base=src["base"],
-            )  # fmt: skip
+                src["run"], config, validation=src["validation"], test=src["test"], out=dest, base=src["base"]
+            )
             out[f"{where}_rerun"].append(time.perf_counter() - t0)
             assert again.measured_steps == [] and res.measured_steps == list(run.steps)
-            print(
-                f"{where} #{rep + 1}: {out[where][-1]:.1f} s, re-run {out[f'{where}_rerun'][-1]:.2f} s"
-            )
+            print(f"{where} #{rep + 1}: {out[where][-1]:.1f} s, re-run {out[f'{where}_rerun'][-1]:.2f} s")
         identical &= same_units(tmp / f"records-local-{rep}", f"s3://{bucket}/records-{rep}")
     return {"seconds": out, "identical": identical, **extra}
 
@@ -160,9 +155,7 @@ class Writer(threading.Thread):
         return max(int(p.name.split("-")[1]) for p in self.src.iterdir())
 
 
-def lag(
-    run, where: str, poll: float, settle: float, every: float, fs, bucket: str, tmp: Path
-) -> dict:
+def lag(run, where: str, poll: float, settle: float, every: float, fs, bucket: str, tmp: Path) -> dict:
     """Watch a run being written; per checkpoint, seconds from its last file to measuring
     starting and to its records being in."""
     from ckptsel.measure.config import MeasureConfig
@@ -196,19 +189,31 @@ def lag(
     writer.start()
     t0 = time.perf_counter()
     status = watch_run(
-        run_url, MeasureConfig("gsm8k", batch_size=32, max_new_tokens=16),
-        validation=run.validation, test=run.test, out=out, base=str(run.base),
+        run_url,
+        MeasureConfig("gsm8k", batch_size=32, max_new_tokens=16),
+        validation=run.validation,
+        test=run.test,
+        out=out,
+        base=str(run.base),
         settings=WatchSettings(poll=poll, settle=settle, timeout=1800),
-        on_progress=on_progress, after_checkpoint=lambda s: recorded.setdefault(s, time.monotonic()),
-    )  # fmt: skip
+        on_progress=on_progress,
+        after_checkpoint=lambda s: recorded.setdefault(s, time.monotonic()),
+    )
     wall = time.perf_counter() - t0
     writer.join()
     assert status.state == "done", status
     to_start = [started[s] - writer.done_at[s] for s in writer.done_at]
     to_records = [recorded[s] - writer.done_at[s] for s in writer.done_at]
     print(f"watch {tag}: start lag {to_start}, records lag {to_records}")
-    return {"where": where, "poll": poll, "settle": settle, "start": to_start, "records": to_records,
-            "wall": wall, "n": len(to_start)}  # fmt: skip
+    return {
+        "where": where,
+        "poll": poll,
+        "settle": settle,
+        "start": to_start,
+        "records": to_records,
+        "wall": wall,
+        "n": len(to_start),
+    }
 
 
 def fmt(xs: list[float]) -> str:
@@ -227,9 +232,7 @@ def main() -> None:
     ap.add_argument("--watch-checkpoints", type=int, default=4)
     ap.add_argument("--watch-items", type=int, default=200)
     ap.add_argument("--every", type=float, default=8.0, help="seconds between checkpoints (watch)")
-    ap.add_argument(
-        "--no-default-settings", action="store_true", help="skip the poll 10 / settle 20 run"
-    )
+    ap.add_argument("--no-default-settings", action="store_true", help="skip the poll 10 / settle 20 run")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
 
@@ -248,8 +251,9 @@ def main() -> None:
         bucket = "bench-storage"
         fs.mkdir(bucket)
         steps = tuple(25 * (k + 1) for k in range(args.checkpoints))
-        run = build_tiny_run(tmp / "sweep", steps=steps, n_validation=args.items // 2,
-                             n_test=args.items - args.items // 2)  # fmt: skip
+        run = build_tiny_run(
+            tmp / "sweep", steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2
+        )
         t0 = time.perf_counter()
         fs.put(str(run.run_dir), f"{bucket}/runs/{run.run_dir.name}", recursive=True)
         fs.put(str(run.base), f"{bucket}/models/base", recursive=True)
@@ -257,14 +261,20 @@ def main() -> None:
         fs.put(str(run.test), f"{bucket}/data/test.jsonl")
         upload_s = time.perf_counter() - t0
         urls = {
-            "run": f"s3://{bucket}/runs/{run.run_dir.name}", "base": f"s3://{bucket}/models/base",
-            "validation": f"s3://{bucket}/data/validation.jsonl", "test": f"s3://{bucket}/data/test.jsonl",
-        }  # fmt: skip
+            "run": f"s3://{bucket}/runs/{run.run_dir.name}",
+            "base": f"s3://{bucket}/models/base",
+            "validation": f"s3://{bucket}/data/validation.jsonl",
+            "test": f"s3://{bucket}/data/test.jsonl",
+        }
         result = sweep(run, urls, tmp, args, fs, bucket)
 
         wsteps = tuple(10 * (k + 1) for k in range(args.watch_checkpoints))
-        wrun = build_tiny_run(tmp / "watch", steps=wsteps, n_validation=args.watch_items // 2,
-                              n_test=args.watch_items - args.watch_items // 2)  # fmt: skip
+        wrun = build_tiny_run(
+            tmp / "watch",
+            steps=wsteps,
+            n_validation=args.watch_items // 2,
+            n_test=args.watch_items - args.watch_items // 2,
+        )
         lags = [lag(wrun, w, 1.0, 2.0, args.every, fs, bucket, tmp) for w in ("local", "s3")]
         if not args.no_default_settings:
             lags.append(lag(wrun, "local", 10.0, 20.0, args.every, fs, bucket, tmp))

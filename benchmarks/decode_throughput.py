@@ -60,8 +60,13 @@ def build(shape: str, device: str, n_items: int, max_new: int) -> dict[str, Any]
     from tinyrun import make_gsm8k_rows
 
     model, tok = random_model(shape, device)
-    lora = LoraConfig(r=16, lora_alpha=32, init_lora_weights=False, lora_dropout=0.0,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
+    lora = LoraConfig(
+        r=16,
+        lora_alpha=32,
+        init_lora_weights=False,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+    )
     torch.manual_seed(1)
     model = get_peft_model(model, lora).eval()
     rows = make_gsm8k_rows(n_items, seed=3)
@@ -90,8 +95,13 @@ def hf_static(work: dict, max_new: int, rows: int, device: str) -> dict[str, Any
 
     model, tok = work["model"], work["tok"]
     stops = stop_token_ids(model, tok)
-    cfg = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=stops,
-                           pad_token_id=tok.pad_token_id, cache_implementation="static")  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=max_new,
+        do_sample=False,
+        eos_token_id=stops,
+        pad_token_id=tok.pad_token_id,
+        cache_implementation="static",
+    )
     side, tok.padding_side = tok.padding_side, "left"
     out: list[list[int]] = []
     # every call padded to the longest prompt: one static cache shape, compiled once
@@ -99,8 +109,7 @@ def hf_static(work: dict, max_new: int, rows: int, device: str) -> dict[str, Any
     try:
         with torch.inference_mode():
             for k in range(0, len(work["prompts"]), rows):
-                enc = tok(work["prompts"][k : k + rows], return_tensors="pt",
-                          padding="max_length", max_length=width)  # fmt: skip
+                enc = tok(work["prompts"][k : k + rows], return_tensors="pt", padding="max_length", max_length=width)
                 enc = {key: v.to(device) for key, v in enc.items()}
                 res = model.generate(**enc, generation_config=cfg)
                 out += res[:, enc["input_ids"].shape[1] :].tolist()
@@ -122,15 +131,15 @@ def hf_generate_batch(work: dict, max_new: int, device: str) -> dict[str, Any]:
 
     model, tok = work["model"], work["tok"]
     stops = stop_token_ids(model, tok)
-    cfg = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=stops,
-                           pad_token_id=tok.pad_token_id)  # fmt: skip
-    cb = None if device.startswith("cuda") else ContinuousBatchingConfig(
-        num_blocks=64, page_size=64, max_batch_tokens=1024, max_requests_per_batch=16
-    )  # fmt: skip
+    cfg = GenerationConfig(max_new_tokens=max_new, do_sample=False, eos_token_id=stops, pad_token_id=tok.pad_token_id)
+    cb = (
+        None
+        if device.startswith("cuda")
+        else ContinuousBatchingConfig(num_blocks=64, page_size=64, max_batch_tokens=1024, max_requests_per_batch=16)
+    )
     ids = [tok(p)["input_ids"] for p in work["prompts"]]
     with torch.inference_mode():
-        res = model.generate_batch(inputs=ids, generation_config=cfg,
-                                   continuous_batching_config=cb, progress_bar=False)  # fmt: skip
+        res = model.generate_batch(inputs=ids, generation_config=cfg, continuous_batching_config=cb, progress_bar=False)
     order = sorted(res, key=lambda k: int(k.rsplit("_", 1)[-1]))
     texts, n = _texts(tok, [list(res[k].generated_tokens) for k in order], stops)
     return {"texts": texts, "new_tokens": n, "rows": None}
@@ -150,8 +159,15 @@ def ckptsel_side(work: dict, max_new: int, name: str, device: str) -> dict[str, 
         answers = encode_responses(work["tok"], responses)
         fed = [p + a[:-1] for p, a in zip(fed, answers, strict=True)]
     rows = batch_plan(work["model"], size, fed, max_new)[0]  # what measure_items will plan
-    texts, _ = measure_items(work["model"], work["tok"], work["prompts"], responses,
-                             batch_size=size, max_new_tokens=max_new, continuous=not before)  # fmt: skip
+    texts, _ = measure_items(
+        work["model"],
+        work["tok"],
+        work["prompts"],
+        responses,
+        batch_size=size,
+        max_new_tokens=max_new,
+        continuous=not before,
+    )
     return {"texts": texts, "rows": rows}
 
 
@@ -209,20 +225,22 @@ def run_vllm(work: dict, max_new: int, root: Path) -> dict[str, Any]:
     model, tok = work["model"], work["tok"]
     base, adapter = root / "base", root / "adapter"
     inner = model.get_base_model()  # LoRA layers injected: save the plain weights
-    plain = {k.replace(".base_layer.", "."): v for k, v in inner.state_dict().items()
-             if "lora_" not in k}  # fmt: skip
+    plain = {k.replace(".base_layer.", "."): v for k, v in inner.state_dict().items() if "lora_" not in k}
     inner.save_pretrained(base, state_dict=plain)
     tok.save_pretrained(base)
     model.save_pretrained(adapter)
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()  # this process keeps its model: vLLM gets the rest
-    job = {"base": str(base), "adapter": str(adapter), "max_new": max_new,
-           "util": round(max(0.1, free / total - 0.05), 3),
-           "stops": stop_token_ids(model, tok),
-           "prompts": [tok(p)["input_ids"] for p in work["prompts"]]}  # fmt: skip
+    job = {
+        "base": str(base),
+        "adapter": str(adapter),
+        "max_new": max_new,
+        "util": round(max(0.1, free / total - 0.05), 3),
+        "stops": stop_token_ids(model, tok),
+        "prompts": [tok(p)["input_ids"] for p in work["prompts"]],
+    }
     (root / "job.json").write_text(json.dumps(job))
-    res = subprocess.run([sys.executable, __file__, str(root / "job.json")],
-                         capture_output=True, text=True)  # fmt: skip
+    res = subprocess.run([sys.executable, __file__, str(root / "job.json")], capture_output=True, text=True)
     last = res.stdout.strip().splitlines()[-1:] if res.returncode == 0 else []
     if not last:
         raise RuntimeError((res.stderr.strip().splitlines() or ["no output"])[-1][:160])
@@ -239,21 +257,38 @@ def _vllm_main(job_file: str) -> None:
 
     job = json.loads(Path(job_file).read_text())
     longest = max(map(len, job["prompts"])) + job["max_new"]
-    llm = LLM(model=job["base"], dtype="bfloat16", seed=0, max_model_len=longest,
-              enable_lora=True, max_loras=1, max_lora_rank=16, gpu_memory_utilization=job["util"],
-              enable_prefix_caching=True, max_num_seqs=1024)  # fmt: skip
-    params = SamplingParams(temperature=0.0, max_tokens=job["max_new"], ignore_eos=True,
-                            stop_token_ids=job["stops"], detokenize=False)  # fmt: skip
+    llm = LLM(
+        model=job["base"],
+        dtype="bfloat16",
+        seed=0,
+        max_model_len=longest,
+        enable_lora=True,
+        max_loras=1,
+        max_lora_rank=16,
+        gpu_memory_utilization=job["util"],
+        enable_prefix_caching=True,
+        max_num_seqs=1024,
+    )
+    params = SamplingParams(
+        temperature=0.0, max_tokens=job["max_new"], ignore_eos=True, stop_token_ids=job["stops"], detokenize=False
+    )
     import torch
 
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in job["prompts"]], params,
-                        lora_request=LoRARequest("a", 1, job["adapter"]), use_tqdm=False)  # fmt: skip
+    outs = llm.generate(
+        [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]],
+        params,
+        lora_request=LoRARequest("a", 1, job["adapter"]),
+        use_tqdm=False,
+    )
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() / 2**30
-    print(json.dumps({"seconds": seconds, "peak_gib": peak, "rows": 1024,
-                      "tokens": [list(o.outputs[0].token_ids) for o in outs]}))  # fmt: skip
+    print(
+        json.dumps(
+            {"seconds": seconds, "peak_gib": peak, "rows": 1024, "tokens": [list(o.outputs[0].token_ids) for o in outs]}
+        )
+    )
 
 
 def have_vllm() -> bool:
@@ -264,8 +299,9 @@ def have_vllm() -> bool:
     return True
 
 
-def throughput_rows(shape: str, device: str, work_plan: list[tuple[int, int]], sides: list[str],
-                    root: Path) -> list[str]:  # fmt: skip
+def throughput_rows(
+    shape: str, device: str, work_plan: list[tuple[int, int]], sides: list[str], root: Path
+) -> list[str]:
     """Markdown rows for ``shape``: per (items, new tokens), each side (module doc)."""
     import torch
 
@@ -277,8 +313,7 @@ def throughput_rows(shape: str, device: str, work_plan: list[tuple[int, int]], s
     return rows
 
 
-def _one_work(shape: str, device: str, n_items: int, max_new: int, sides: list[str],
-              root: Path) -> list[str]:  # fmt: skip
+def _one_work(shape: str, device: str, n_items: int, max_new: int, sides: list[str], root: Path) -> list[str]:
     work = build(shape, device, n_items, max_new)
     got: dict[str, dict] = {}
     for name in sides:
@@ -305,8 +340,7 @@ def _one_work(shape: str, device: str, n_items: int, max_new: int, sides: list[s
 
 
 def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device: str) -> list[str]:
-    ref = next((got[k] for k in ("hf-static", "hf-generate-batch") if "new_tokens" in got[k]),
-               None)  # fmt: skip
+    ref = next((got[k] for k in ("hf-static", "hf-generate-batch") if "new_tokens" in got[k]), None)
     tokens = ref["new_tokens"] if ref else None
     first = got.get("before") if "texts" in got.get("before", {}) else ref
     out = []
@@ -326,8 +360,7 @@ def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device:
             k = sum(a == b for a, b in zip(res["texts"], first["texts"], strict=True))
             same = f"{k}/{n_items}"
         rows = res.get("rows") or "auto"
-        out.append(f"{head} {ips_s} | {tps} | {mem} | {rows} | {frac} | {same} | "
-                   f"{res['seconds']:.1f} s |")  # fmt: skip
+        out.append(f"{head} {ips_s} | {tps} | {mem} | {rows} | {frac} | {same} | {res['seconds']:.1f} s |")
     return out
 
 

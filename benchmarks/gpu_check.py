@@ -55,24 +55,59 @@ import decode_throughput as dt  # noqa: E402
 from _common import BENCHMARKS_MD, update_section  # noqa: E402
 
 SHAPES = {  # real models' shapes; random weights
-    "qwen3-1.7b": ("Qwen3", dict(
-        hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
-        rope_theta=1e6, tie_word_embeddings=True,
-    )),
-    "llama3-8b": ("Llama", dict(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=5e5,
-    )),
-    "small": ("Llama", dict(  # the CPU's throughput shape: compute per row counts there
-        hidden_size=512, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=8,
-        num_key_value_heads=4, vocab_size=4096, max_position_embeddings=4096,
-    )),
-    "tiny": ("Llama", dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=512, max_position_embeddings=2048,
-    )),
-}  # fmt: skip
+    "qwen3-1.7b": (
+        "Qwen3",
+        dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            max_position_embeddings=40960,
+            rope_theta=1e6,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "llama3-8b": (
+        "Llama",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=8192,
+            rope_theta=5e5,
+        ),
+    ),
+    "small": (
+        "Llama",
+        dict(  # the CPU's throughput shape: compute per row counts there
+            hidden_size=512,
+            intermediate_size=1536,
+            num_hidden_layers=6,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            vocab_size=4096,
+            max_position_embeddings=4096,
+        ),
+    ),
+    "tiny": (
+        "Llama",
+        dict(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=512,
+            max_position_embeddings=2048,
+        ),
+    ),
+}
 
 
 def have(module: str) -> bool:
@@ -107,16 +142,14 @@ def arch_matrix(device: str, quick: bool) -> list[str]:
                 model = am.add_lora(am.build(family, tok, attn=attn, dtype=dtype)).to(device)
                 stops = stop_token_ids(model, tok)
                 ref = [am.generate_one(model, tok, p, 16, stops, device) for p in prompts]
-                texts, _ = measure_items(model, tok, prompts, responses, batch_size=8,
-                                         max_new_tokens=16, device=device)  # fmt: skip
+                texts, _ = measure_items(model, tok, prompts, responses, batch_size=8, max_new_tokens=16, device=device)
                 hf = am.generate_batched(model, tok, prompts, 16, stops, 8, device=device)
                 same = lambda t, ref=ref: sum(a == b for a, b in zip(t, ref, strict=True))  # noqa: E731
-                rows.append(
-                    f"| {family} | {attn} | {same(texts)}/{len(ref)} | {same(hf)}/{len(ref)} |"
-                )
+                rows.append(f"| {family} | {attn} | {same(texts)}/{len(ref)} | {same(hf)}/{len(ref)} |")
             except Exception as err:  # a crash is a finding: report it, go on
-                rows.append(f"| {family} | {attn} | **crash**: {type(err).__name__}: "
-                            f"{str(err).splitlines()[0][:120]} | |")  # fmt: skip
+                rows.append(
+                    f"| {family} | {attn} | **crash**: {type(err).__name__}: {str(err).splitlines()[0][:120]} | |"
+                )
             print(rows[-1], flush=True)
     return rows
 
@@ -134,25 +167,25 @@ def record_agreement(device: str, root: Path) -> list[str]:
 
     if not have("vllm"):
         return ["| – | skipped: vllm is not installed here | |"]
-    run = build_tiny_run(root / "agree", steps=(10, 20), n_validation=8, n_test=6,
-                         long_every=3, hidden_size=128)  # fmt: skip
+    run = build_tiny_run(root / "agree", steps=(10, 20), n_validation=8, n_test=6, long_every=3, hidden_size=128)
     rows = []
     for dtype in ("float32", "bfloat16"):
         frames = {}
         for backend in ("hf", "vllm"):
             out = root / f"agree-{dtype}-{backend}"
-            cfg = MeasureConfig("gsm8k", backend=backend, device=device, dtype=dtype,
-                                batch_size=4, max_new_tokens=16, window=64)  # fmt: skip
+            cfg = MeasureConfig(
+                "gsm8k", backend=backend, device=device, dtype=dtype, batch_size=4, max_new_tokens=16, window=64
+            )
             try:
                 measure_run(run.run_dir, cfg, validation=run.validation, test=run.test, out=out)
             except Exception as err:
-                rows.append(
-                    f"| {dtype} | **{backend} failed**: {str(err).splitlines()[0][:160]} | |"
-                )
+                rows.append(f"| {dtype} | **{backend} failed**: {str(err).splitlines()[0][:160]} | |")
                 break
             key = ["step", "split", "item_id"]
-            frames[backend] = (read_frame(out, "generations").sort_values(key),
-                               read_frame(out, "nll").sort_values([*key, "window"]))  # fmt: skip
+            frames[backend] = (
+                read_frame(out, "generations").sort_values(key),
+                read_frame(out, "nll").sort_values([*key, "window"]),
+            )
         if len(frames) == 2:
             (ga, na), (gb, nb) = frames["hf"], frames["vllm"]
             same = int((ga["text"].to_numpy() == gb["text"].to_numpy()).sum())
@@ -178,9 +211,8 @@ def random_model(shape: str, device: str) -> tuple:
     family, kw = SHAPES[shape]
     tok = am.tokenizer()
     cfg = getattr(transformers, f"{family}Config")(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, **kw,
-    )  # fmt: skip
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **kw
+    )
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     torch.manual_seed(0)
     default = torch.get_default_dtype()
@@ -204,8 +236,9 @@ def build_shape(shape: str, root: Path, device: str) -> dict:
     base = root / f"base-{shape}"
     model.save_pretrained(base)
     tok.save_pretrained(base)
-    lora = LoraConfig(r=16, lora_alpha=32, init_lora_weights=False,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
+    lora = LoraConfig(
+        r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
     get_peft_model(model, lora).save_pretrained(root / "run" / "checkpoint-1")
     cfg_file = root / "run" / "checkpoint-1" / "adapter_config.json"
     ad = json.loads(cfg_file.read_text())
@@ -213,9 +246,12 @@ def build_shape(shape: str, root: Path, device: str) -> dict:
     del model
     rows = make_gsm8k_rows(64 if shape == "tiny" else 256, seed=1)
     half = len(rows) // 2
-    return {"base": str(base), "run": str(root / "run"),
-            "validation": str(write_jsonl(root / "val.jsonl", rows[:half])),
-            "test": str(write_jsonl(root / "test.jsonl", rows[half:]))}  # fmt: skip
+    return {
+        "base": str(base),
+        "run": str(root / "run"),
+        "validation": str(write_jsonl(root / "val.jsonl", rows[:half])),
+        "test": str(write_jsonl(root / "test.jsonl", rows[half:])),
+    }
 
 
 def side(name: str, work: dict, device: str, max_new: int) -> dict:
@@ -234,15 +270,22 @@ def side(name: str, work: dict, device: str, max_new: int) -> dict:
         res = raw_vllm(work, max_new)
     else:
         swap = work.get("swap", True)
-        cfg = MeasureConfig("gsm8k", backend=name.split("-")[1], device=device, batch_size=32,
-                            max_new_tokens=max_new, swap_weights=swap)  # fmt: skip
+        cfg = MeasureConfig(
+            "gsm8k", backend=name.split("-")[1], device=device, batch_size=32, max_new_tokens=max_new, swap_weights=swap
+        )
         out = Path(work["run"]).parent / f"records-{name}-{'swap' if swap else 'fresh'}"
-        r = measure_run(Path(work["run"]), cfg, validation=Path(work["validation"]),
-                        test=Path(work["test"]), out=out)  # fmt: skip
-        res = {"seconds": r.generation_seconds + r.nll_seconds, "start": r.engine_seconds,
-               "items": r.generated_items, "measure_run": r.seconds, "out": str(out),
-               "starts": r.engine_starts, "start_seconds": r.start_seconds,
-               "swaps": r.weight_swaps, "swap_seconds": r.swap_seconds}  # fmt: skip
+        r = measure_run(Path(work["run"]), cfg, validation=Path(work["validation"]), test=Path(work["test"]), out=out)
+        res = {
+            "seconds": r.generation_seconds + r.nll_seconds,
+            "start": r.engine_seconds,
+            "items": r.generated_items,
+            "measure_run": r.seconds,
+            "out": str(out),
+            "starts": r.engine_starts,
+            "start_seconds": r.start_seconds,
+            "swaps": r.weight_swaps,
+            "swap_seconds": r.swap_seconds,
+        }
     res["wall"] = time.perf_counter() - t0
     if cuda:
         free, total = torch.cuda.mem_get_info()
@@ -263,11 +306,9 @@ def raw_vllm(work: dict, max_new: int) -> dict:
     items = [it for s in ("validation", "test") for it in load_items("gsm8k", Path(work[s]))]
     tok = load_tokenizer(work["base"])
     prompts = encode_prompts(tok, [format_prompt(it.instruction) for it in items])
-    seqs = [p + a for p, a in zip(prompts, encode_responses(tok, [it.response for it in items]),
-                                  strict=True)]  # fmt: skip
+    seqs = [p + a for p, a in zip(prompts, encode_responses(tok, [it.response for it in items]), strict=True)]
     ckpts = discover_checkpoints(Path(work["run"]), None)
-    engine = VllmEngine(MeasureConfig("gsm8k", backend="vllm", device=_device()), ckpts, None,
-                        work["base"])  # fmt: skip
+    engine = VllmEngine(MeasureConfig("gsm8k", backend="vllm", device=_device()), ckpts, None, work["base"])
     lengths = [len(s) + 1 for s in seqs] + [len(p) + max_new for p in prompts]
     args = engine.engine_args(work["base"], engine._plan(work["base"], lengths))
     from vllm import LLM, SamplingParams
@@ -279,13 +320,20 @@ def raw_vllm(work: dict, max_new: int) -> dict:
     start = time.perf_counter() - t0
     lora = LoRARequest("c1", 1, str(ckpts[0].path))
     t0 = time.perf_counter()
-    llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs],
-                 SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0,
-                                detokenize=False), lora_request=lora, use_tqdm=False)  # fmt: skip
-    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                        SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True,
-                                       stop_token_ids=[tok.eos_token_id], detokenize=False),
-                        lora_request=lora, use_tqdm=False)  # fmt: skip
+    llm.generate(
+        [TokensPrompt(prompt_token_ids=s) for s in seqs],
+        SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False),
+        lora_request=lora,
+        use_tqdm=False,
+    )
+    outs = llm.generate(
+        [TokensPrompt(prompt_token_ids=p) for p in prompts],
+        SamplingParams(
+            temperature=0.0, max_tokens=max_new, ignore_eos=True, stop_token_ids=[tok.eos_token_id], detokenize=False
+        ),
+        lora_request=lora,
+        use_tqdm=False,
+    )
     seconds = time.perf_counter() - t0
     return {
         "seconds": seconds,
@@ -314,9 +362,7 @@ def throughput(shape: str, device: str, root: Path, max_new: int, in_process: bo
     for name in sides:
         r = results[name]
         if "error" in r:
-            rows.append(
-                f"| {shape} | {name} | **failed**: {r['error'].splitlines()[-1][:160]} | | | |"
-            )
+            rows.append(f"| {shape} | {name} | **failed**: {r['error'].splitlines()[-1][:160]} | | | |")
             continue
         ips = r["items"] / r["seconds"]
         tps = f"{tokens / r['seconds']:.0f}" if tokens else "–"
@@ -350,9 +396,12 @@ def full_trajectory(shape: str, root: Path, device: str, n: int = 3) -> dict:
         tok.save_pretrained(run / f"checkpoint-{k + 1}")
     del model, original
     rows = make_gsm8k_rows(32, seed=2)
-    return {"base": base, "run": str(run),
-            "validation": str(write_jsonl(root / "full-val.jsonl", rows[:16])),
-            "test": str(write_jsonl(root / "full-test.jsonl", rows[16:]))}  # fmt: skip
+    return {
+        "base": base,
+        "run": str(run),
+        "validation": str(write_jsonl(root / "full-val.jsonl", rows[:16])),
+        "test": str(write_jsonl(root / "full-test.jsonl", rows[16:])),
+    }
 
 
 def weights_in(shape: str, device: str, root: Path, max_new: int, in_process: bool) -> list[str]:
@@ -369,8 +418,9 @@ def weights_in(shape: str, device: str, root: Path, max_new: int, in_process: bo
         for swap, what in ((False, "restart per checkpoint"), (True, "swap in place")):
             r = got[swap]
             if "error" in r:
-                rows.append(f"| {shape} | {backend} | {what} | **failed**: "
-                            f"{r['error'].splitlines()[-1][:160]} | | | | | | |")  # fmt: skip
+                rows.append(
+                    f"| {shape} | {backend} | {what} | **failed**: {r['error'].splitlines()[-1][:160]} | | | | | | |"
+                )
                 continue
             each = lambda total, n: f"{total / n:.2f} s" if n else "–"  # noqa: E731
             mem = f"{r['peak_gib']:.1f} GiB" if "peak_gib" in r else "–"
@@ -390,10 +440,22 @@ def _run_side(name: str, work: dict, device: str, max_new: int, in_process: bool
         return side(name, work, device, max_new)
     env = dict(os.environ, CKPTSEL_GPU_CHECK_DEVICE=device)
     res = subprocess.run(
-        [sys.executable, __file__, "--side", name, "--work", json.dumps(work),
-         "--device", device, "--max-new-tokens", str(max_new)],
-        env=env, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            __file__,
+            "--side",
+            name,
+            "--work",
+            json.dumps(work),
+            "--device",
+            device,
+            "--max-new-tokens",
+            str(max_new),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     last = res.stdout.strip().splitlines()[-1:] if res.returncode == 0 else []
     return json.loads(last[0]) if last else {"error": res.stderr[-300:] or "no output"}
 
@@ -422,9 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file to update")
     ap.add_argument("--in-process", action="store_true", help="throughput sides in this process")
     ap.add_argument(
-        "--throughput",
-        action="store_true",
-        help="only the decode throughput table (issue 37; ~8 min on one H100/H200)",
+        "--throughput", action="store_true", help="only the decode throughput table (issue 37; ~8 min on one H100/H200)"
     )
     ap.add_argument(
         "--decode-work",
@@ -434,9 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated, of: "
-        + ", ".join(dt.SIDES)
-        + " (default: all; before only on the first work)",
+        help="comma-separated, of: " + ", ".join(dt.SIDES) + " (default: all; before only on the first work)",
     )
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -460,11 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(td)
         arch = arch_matrix(args.device, args.quick)
         agree = record_agreement(args.device, root)
-        tput = [
-            row
-            for s in shapes
-            for row in throughput(s, args.device, root, max_new, args.in_process or cpu)
-        ]
+        tput = [row for s in shapes for row in throughput(s, args.device, root, max_new, args.in_process or cpu)]
         swaps = weights_in(shapes[0], args.device, root, max_new, args.in_process or cpu)
     write(args, arch, agree, tput, swaps, time.perf_counter() - t0, max_new)
     return 0
@@ -511,8 +565,9 @@ side's generated tokens over each side's seconds; bandwidth bound: see
     return 0
 
 
-def write(args, arch: list[str], agree: list[str], tput: list[str], swaps: list[str],
-          seconds: float, max_new: int) -> None:  # fmt: skip
+def write(
+    args, arch: list[str], agree: list[str], tput: list[str], swaps: list[str], seconds: float, max_new: int
+) -> None:
     import torch
     import transformers
 

@@ -42,8 +42,7 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
 
     tok = am.tokenizer()
     prompts, responses = am.items(8)
-    items = [type("Item", (), {"instruction": p, "response": r})()
-             for p, r in zip(prompts, responses, strict=True)]  # fmt: skip
+    items = [type("Item", (), {"instruction": p, "response": r})() for p, r in zip(prompts, responses, strict=True)]
     rows = []
     for family in families:
         for attn in am.attentions(family):
@@ -55,8 +54,10 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
                 try:
                     model = am.add_lora(am.build(family, tok, attn=attn, dtype=dtype)).to(device)
                 except Exception as err:  # a family this transformers lacks, or PEFT refuses
-                    rows.append(f"| {family} | {attn} | {dt} | not built: "
-                                f"{type(err).__name__}: {str(err).splitlines()[0][:80]} | | |")  # fmt: skip
+                    rows.append(
+                        f"| {family} | {attn} | {dt} | not built: "
+                        f"{type(err).__name__}: {str(err).splitlines()[0][:80]} | | |"
+                    )
                     continue
                 config = MeasureConfig("gsm8k", max_new_tokens=16, device=device)
                 t0 = time.perf_counter()
@@ -71,8 +72,9 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
                 stops = stop_token_ids(model, tok)
                 try:
                     ref = [am.generate_one(model, tok, p, 16, stops, device) for p in prompts]
-                    texts, _ = measure_items(model, tok, prompts, responses, batch_size=8,
-                                             max_new_tokens=16, device=device)  # fmt: skip
+                    texts, _ = measure_items(
+                        model, tok, prompts, responses, batch_size=8, max_new_tokens=16, device=device
+                    )
                     same = f"{sum(a == b for a, b in zip(texts, ref, strict=True))}/{len(ref)}"
                 except Exception as err:
                     same = f"crash: {type(err).__name__}"
@@ -98,12 +100,12 @@ def real_shape(device: str) -> list[str]:
     from gpu_check import random_model
 
     model, tok = random_model("qwen3-1.7b" if device.startswith("cuda") else "tiny", device)
-    lora = LoraConfig(r=16, lora_alpha=32, init_lora_weights=False,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])  # fmt: skip
+    lora = LoraConfig(
+        r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
     model = get_peft_model(model, lora).eval()
     prompts, responses = am.items(256)
-    items = [type("Item", (), {"instruction": p, "response": r})()
-             for p, r in zip(prompts, responses, strict=True)]  # fmt: skip
+    items = [type("Item", (), {"instruction": p, "response": r})() for p, r in zip(prompts, responses, strict=True)]
     config = MeasureConfig("gsm8k", max_new_tokens=64, device=device)
     t0 = time.perf_counter()
     try:
@@ -116,8 +118,10 @@ def real_shape(device: str) -> list[str]:
     measure_items(model, tok, prompts, responses, batch_size=32, max_new_tokens=64, device=device)
     measure_s = time.perf_counter() - t0
     shape = "qwen3-1.7b" if device.startswith("cuda") else "tiny"
-    return [f"| {shape} | {str(model.dtype).split('.')[-1]} | {verdict} | {check_s:.1f} s | "
-            f"{measure_s:.1f} s (256 items, 64 new tokens, batch 32) |"]  # fmt: skip
+    return [
+        f"| {shape} | {str(model.dtype).split('.')[-1]} | {verdict} | {check_s:.1f} s | "
+        f"{measure_s:.1f} s (256 items, 64 new tokens, batch 32) |"
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

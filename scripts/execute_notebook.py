@@ -136,11 +136,7 @@ pd.DataFrame(
 
 def build() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     make = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
     nb.cells = [make[kind](text) for kind, text in CELLS]
     for i, cell in enumerate(nb.cells):
@@ -151,11 +147,7 @@ def build() -> nbformat.NotebookNode:
 def execute(nb: nbformat.NotebookNode, where: Path, timeout: int = 300) -> nbformat.NotebookNode:
     """Run every cell in a fresh kernel with ``where`` as the working folder."""
     NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        record_timing=False,
-        resources={"metadata": {"path": str(where)}},
+        nb, timeout=timeout, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(where)}}
     ).execute()
     return nb
 

@@ -62,8 +62,9 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="gen_docs.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 when a page's generated parts are not current")  # fmt: skip
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when a page's generated parts are not current"
+    )
     parser.add_argument("--docs", type=Path, default=REPO / "docs", help="the docs folder (default: docs/)")
     args = parser.parse_args(argv)
     generator = load_generator()
@@ -73,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gen_docs.py: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:  # run by a Python without ckptsel's dependencies
-        print(f"gen_docs.py: {exc.name or exc} cannot be imported: run it with the project's "
-              "environment, .venv/bin/python scripts/gen_docs.py", file=sys.stderr)  # fmt: skip
+        print(
+            f"gen_docs.py: {exc.name or exc} cannot be imported: run it with the project's "
+            "environment, .venv/bin/python scripts/gen_docs.py",
+            file=sys.stderr,
+        )
         return 2
     stale = [page for page, (now, fresh) in pages.items() if now != fresh]
     if args.check:

@@ -24,11 +24,17 @@ ATTENTION = {"gemma2": ("eager",)}  # Gemma-2's attention soft-capping: no sdpa 
 
 def _common(tok: Any) -> dict[str, Any]:
     return dict(
-        vocab_size=len(tok), num_hidden_layers=2, max_position_embeddings=512,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, initializer_range=INIT, hidden_size=64,
-        num_attention_heads=4, num_key_value_heads=2,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        num_hidden_layers=2,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        initializer_range=INIT,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
 
 
 def _llama(tok):
@@ -49,9 +55,8 @@ def _qwen2_sw(tok):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     return Qwen2ForCausalLM, Qwen2Config(
-        intermediate_size=128, use_sliding_window=True, sliding_window=WINDOW,
-        max_window_layers=1, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=128, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1, **_common(tok)
+    )
 
 
 def _qwen3(tok):
@@ -64,9 +69,7 @@ def _mistral_sw(tok):
     """Mistral with a window shorter than the items (every layer slides)."""
     from transformers import MistralConfig, MistralForCausalLM
 
-    return MistralForCausalLM, MistralConfig(
-        intermediate_size=128, sliding_window=WINDOW, **_common(tok)
-    )
+    return MistralForCausalLM, MistralConfig(intermediate_size=128, sliding_window=WINDOW, **_common(tok))
 
 
 def _gemma2(tok):
@@ -74,9 +77,14 @@ def _gemma2(tok):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     return Gemma2ForCausalLM, Gemma2Config(
-        intermediate_size=128, head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=16,
-        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=128,
+        head_dim=16,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=16,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        **_common(tok),
+    )
 
 
 def _gemma3(tok):
@@ -84,9 +92,14 @@ def _gemma3(tok):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     return Gemma3ForCausalLM, Gemma3TextConfig(
-        intermediate_size=128, head_dim=16, sliding_window=WINDOW, sliding_window_pattern=2,
-        query_pre_attn_scalar=16, final_logit_softcapping=30.0, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=128,
+        head_dim=16,
+        sliding_window=WINDOW,
+        sliding_window_pattern=2,
+        query_pre_attn_scalar=16,
+        final_logit_softcapping=30.0,
+        **_common(tok),
+    )
 
 
 def _phi3_sw(tok):
@@ -100,9 +113,14 @@ def _qwen3_moe(tok):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     return Qwen3MoeForCausalLM, Qwen3MoeConfig(
-        intermediate_size=128, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-        head_dim=16, decoder_sparse_step=1, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        head_dim=16,
+        decoder_sparse_step=1,
+        **_common(tok),
+    )
 
 
 def _mixtral_sw(tok):
@@ -110,16 +128,22 @@ def _mixtral_sw(tok):
     from transformers import MixtralConfig, MixtralForCausalLM
 
     return MixtralForCausalLM, MixtralConfig(
-        intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
-        sliding_window=WINDOW, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW, **_common(tok)
+    )
 
 
 FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
-    "llama": _llama, "qwen2": _qwen2, "qwen2_sw": _qwen2_sw, "qwen3": _qwen3,
-    "mistral_sw": _mistral_sw, "gemma2": _gemma2, "gemma3": _gemma3, "phi3_sw": _phi3_sw,
-    "qwen3_moe": _qwen3_moe, "mixtral_sw": _mixtral_sw,
-}  # fmt: skip
+    "llama": _llama,
+    "qwen2": _qwen2,
+    "qwen2_sw": _qwen2_sw,
+    "qwen3": _qwen3,
+    "mistral_sw": _mistral_sw,
+    "gemma2": _gemma2,
+    "gemma3": _gemma3,
+    "phi3_sw": _phi3_sw,
+    "qwen3_moe": _qwen3_moe,
+    "mixtral_sw": _mixtral_sw,
+}
 SLIDING = ("qwen2_sw", "mistral_sw", "gemma2", "gemma3", "phi3_sw", "mixtral_sw")
 
 
@@ -130,10 +154,15 @@ SLIDING = ("qwen2_sw", "mistral_sw", "gemma2", "gemma3", "phi3_sw", "mixtral_sw"
 
 def _ssm(tok: Any) -> dict[str, Any]:
     return dict(
-        vocab_size=len(tok), num_hidden_layers=2, hidden_size=64, state_size=8,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, initializer_range=INIT,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        num_hidden_layers=2,
+        hidden_size=64,
+        state_size=8,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        initializer_range=INIT,
+    )
 
 
 def _mamba(tok):
@@ -151,9 +180,7 @@ def _falcon_mamba(tok):
 def _mamba2(tok):
     from transformers import Mamba2Config, Mamba2ForCausalLM
 
-    return Mamba2ForCausalLM, Mamba2Config(
-        num_heads=8, head_dim=16, n_groups=1, chunk_size=16, **_ssm(tok)
-    )
+    return Mamba2ForCausalLM, Mamba2Config(num_heads=8, head_dim=16, n_groups=1, chunk_size=16, **_ssm(tok))
 
 
 def _hybrid(tok: Any) -> dict[str, Any]:
@@ -165,15 +192,27 @@ def _jamba(tok):
     from transformers import JambaConfig, JambaForCausalLM
 
     return JambaForCausalLM, JambaConfig(
-        attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
-        expert_layer_offset=1, num_experts=2, num_experts_per_tok=1, use_mamba_kernels=False,
-        mamba_d_state=8, mamba_dt_rank=8, **_hybrid(tok),
-    )  # fmt: skip
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=2,
+        num_experts_per_tok=1,
+        use_mamba_kernels=False,
+        mamba_d_state=8,
+        mamba_dt_rank=8,
+        **_hybrid(tok),
+    )
 
 
 def _mamba2_mixer(prefix: str = "mamba_") -> dict[str, Any]:
-    return {f"{prefix}n_heads": 8, f"{prefix}d_head": 16, f"{prefix}n_groups": 1,
-            f"{prefix}d_state": 8, f"{prefix}chunk_size": 16}  # fmt: skip
+    return {
+        f"{prefix}n_heads": 8,
+        f"{prefix}d_head": 16,
+        f"{prefix}n_groups": 1,
+        f"{prefix}d_state": 8,
+        f"{prefix}chunk_size": 16,
+    }
 
 
 def _bamba(tok):
@@ -185,18 +224,20 @@ def _bamba(tok):
 def _falcon_h1(tok):
     from transformers import FalconH1Config, FalconH1ForCausalLM
 
-    return FalconH1ForCausalLM, FalconH1Config(
-        mamba_d_ssm=128, **_mamba2_mixer(), head_dim=16, **_hybrid(tok)
-    )
+    return FalconH1ForCausalLM, FalconH1Config(mamba_d_ssm=128, **_mamba2_mixer(), head_dim=16, **_hybrid(tok))
 
 
 def _granitemoehybrid(tok):
     from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
 
     return GraniteMoeHybridForCausalLM, GraniteMoeHybridConfig(
-        layer_types=["mamba", "attention", "mamba", "attention"], num_local_experts=2,
-        num_experts_per_tok=1, shared_intermediate_size=64, **_mamba2_mixer(), **_hybrid(tok),
-    )  # fmt: skip
+        layer_types=["mamba", "attention", "mamba", "attention"],
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        shared_intermediate_size=64,
+        **_mamba2_mixer(),
+        **_hybrid(tok),
+    )
 
 
 def _zamba2(tok):
@@ -205,18 +246,22 @@ def _zamba2(tok):
     c = _hybrid(tok)
     c.update(num_hidden_layers=4, num_key_value_heads=4)
     return Zamba2ForCausalLM, Zamba2Config(
-        layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], n_mamba_heads=8,
-        mamba_d_state=8, mamba_ngroups=1, chunk_size=16, use_mem_eff_path=False, **c,
-    )  # fmt: skip
+        layers_block_type=["mamba", "hybrid", "mamba", "hybrid"],
+        n_mamba_heads=8,
+        mamba_d_state=8,
+        mamba_ngroups=1,
+        chunk_size=16,
+        use_mem_eff_path=False,
+        **c,
+    )
 
 
 def _lfm2(tok):
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
     return Lfm2ForCausalLM, Lfm2Config(
-        layer_types=["conv", "full_attention", "conv", "full_attention"],
-        block_auto_adjust_ff_dim=False, **_hybrid(tok),
-    )  # fmt: skip
+        layer_types=["conv", "full_attention", "conv", "full_attention"], block_auto_adjust_ff_dim=False, **_hybrid(tok)
+    )
 
 
 def _nemotron_h(tok):
@@ -224,10 +269,16 @@ def _nemotron_h(tok):
 
     c = _hybrid(tok)
     return NemotronHForCausalLM, NemotronHConfig(
-        layers_block_type=["mamba", "attention", "mamba", "mlp"], head_dim=16,
-        mamba_num_heads=8, mamba_head_dim=16, n_groups=1, ssm_state_size=8, chunk_size=16,
-        use_mamba_kernels=False, **c,
-    )  # fmt: skip
+        layers_block_type=["mamba", "attention", "mamba", "mlp"],
+        head_dim=16,
+        mamba_num_heads=8,
+        mamba_head_dim=16,
+        n_groups=1,
+        ssm_state_size=8,
+        chunk_size=16,
+        use_mamba_kernels=False,
+        **c,
+    )
 
 
 def _qwen3_next(tok):
@@ -235,11 +286,18 @@ def _qwen3_next(tok):
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     return Qwen3NextForCausalLM, Qwen3NextConfig(
-        layer_types=["linear_attention", "full_attention"] * 2, head_dim=16,
-        linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
-        linear_num_value_heads=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
-        num_experts=4, num_experts_per_tok=2, **_hybrid(tok),
-    )  # fmt: skip
+        layer_types=["linear_attention", "full_attention"] * 2,
+        head_dim=16,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        **_hybrid(tok),
+    )
 
 
 def _recurrent_gemma(tok):
@@ -248,9 +306,7 @@ def _recurrent_gemma(tok):
     c = _hybrid(tok)
     c.update(num_hidden_layers=3, num_key_value_heads=1)
     c.pop("max_position_embeddings")
-    return RecurrentGemmaForCausalLM, RecurrentGemmaConfig(
-        lru_width=64, attention_window_size=WINDOW, **c
-    )
+    return RecurrentGemmaForCausalLM, RecurrentGemmaConfig(lru_width=64, attention_window_size=WINDOW, **c)
 
 
 ROPE_BOUNDARY = 48  # original_max_position_embeddings: about half the items cross it
@@ -261,12 +317,14 @@ def _phi3_longrope(tok):
     a forward call past it (head 16: 8 factors each)."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    scaling = {"type": "longrope", "short_factor": [1.0 + k / 8 for k in range(8)],
-               "long_factor": [2.0 + k for k in range(8)]}  # fmt: skip
+    scaling = {
+        "type": "longrope",
+        "short_factor": [1.0 + k / 8 for k in range(8)],
+        "long_factor": [2.0 + k for k in range(8)],
+    }
     return Phi3ForCausalLM, Phi3Config(
-        intermediate_size=128, rope_scaling=scaling,
-        original_max_position_embeddings=ROPE_BOUNDARY, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=128, rope_scaling=scaling, original_max_position_embeddings=ROPE_BOUNDARY, **_common(tok)
+    )
 
 
 def _llama_dynamic(tok):
@@ -281,18 +339,35 @@ def _llama_dynamic(tok):
 
 
 SEAM_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
-    "mamba": _mamba, "mamba2": _mamba2, "falcon_mamba": _falcon_mamba, "jamba": _jamba,
-    "bamba": _bamba, "falcon_h1": _falcon_h1, "granitemoehybrid": _granitemoehybrid,
-    "zamba2": _zamba2, "lfm2": _lfm2, "nemotron_h": _nemotron_h, "qwen3_next": _qwen3_next,
-    "recurrent_gemma": _recurrent_gemma, "phi3_longrope": _phi3_longrope,
+    "mamba": _mamba,
+    "mamba2": _mamba2,
+    "falcon_mamba": _falcon_mamba,
+    "jamba": _jamba,
+    "bamba": _bamba,
+    "falcon_h1": _falcon_h1,
+    "granitemoehybrid": _granitemoehybrid,
+    "zamba2": _zamba2,
+    "lfm2": _lfm2,
+    "nemotron_h": _nemotron_h,
+    "qwen3_next": _qwen3_next,
+    "recurrent_gemma": _recurrent_gemma,
+    "phi3_longrope": _phi3_longrope,
     "llama_dynamic": _llama_dynamic,
-}  # fmt: skip
+}
 FAMILIES.update(SEAM_FAMILIES)
 SSM = ("mamba", "mamba2", "falcon_mamba")
-HYBRID = ("jamba", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "lfm2", "nemotron_h",
-          "qwen3_next")  # fmt: skip
-MAMBA_MIXERS = ("mamba", "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "jamba", "bamba",
-                "zamba2", "granitemoehybrid")  # fmt: skip
+HYBRID = ("jamba", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "lfm2", "nemotron_h", "qwen3_next")
+MAMBA_MIXERS = (
+    "mamba",
+    "mamba2",
+    "falcon_mamba",
+    "falcon_h1",
+    "nemotron_h",
+    "jamba",
+    "bamba",
+    "zamba2",
+    "granitemoehybrid",
+)
 ROPE = ("phi3_longrope", "llama_dynamic")  # length-dependent RoPE: long items measured alone
 STATEFUL = ("recurrent_gemma",)  # no cache returned: every item measured alone
 # one attention each (the matrix's cost; Mamba has no sdpa)
@@ -304,8 +379,7 @@ def attentions(family: str) -> tuple[str, ...]:
     return ATTENTION.get(family, ("eager", "sdpa"))
 
 
-def build(family: str, tok: Any, attn: str = "sdpa", dtype: Any = None, seed: int = 0,
-          **overrides: Any) -> Any:  # fmt: skip
+def build(family: str, tok: Any, attn: str = "sdpa", dtype: Any = None, seed: int = 0, **overrides: Any) -> Any:
     """A random-initialised ``family`` model in eval mode (``overrides`` change its config,
     e.g. ``sliding_window=256``)."""
     import torch
@@ -319,8 +393,7 @@ def build(family: str, tok: Any, attn: str = "sdpa", dtype: Any = None, seed: in
 
 
 WORDS = (
-    "apples pens cards books coins shells Tom Ann Raj Mia has gets more how many does now "
-    "total each the and of to is"
+    "apples pens cards books coins shells Tom Ann Raj Mia has gets more how many does now total each the and of to is"
 ).split()
 
 
@@ -330,10 +403,12 @@ def tokenizer() -> Any:
 
     rng = random.Random(7)
     texts = [
-        " ".join(rng.choice(WORDS) + (str(rng.randint(0, 99)) if rng.random() < 0.2 else "")
-                 for _ in range(rng.randint(3, 40)))
+        " ".join(
+            rng.choice(WORDS) + (str(rng.randint(0, 99)) if rng.random() < 0.2 else "")
+            for _ in range(rng.randint(3, 40))
+        )
         for _ in range(400)
-    ]  # fmt: skip
+    ]
     return build_tokenizer(texts, vocab_size=320)
 
 
@@ -358,9 +433,13 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     # PEFT refuses a LoRA on a Mamba mixer's out_proj and conv1d (its fused kernels read them)
     mamba = model.config.model_type in MAMBA_MIXERS
     cfg = LoraConfig(
-        r=8, lora_alpha=16, lora_dropout=0.0, init_lora_weights=False,
-        target_modules="all-linear", exclude_modules=["out_proj", "conv1d"] if mamba else None,
-    )  # fmt: skip
+        r=8,
+        lora_alpha=16,
+        lora_dropout=0.0,
+        init_lora_weights=False,
+        target_modules="all-linear",
+        exclude_modules=["out_proj", "conv1d"] if mamba else None,
+    )
     torch.manual_seed(1000 + seed)
     peft_model = get_peft_model(model, cfg)
     with torch.no_grad():
@@ -370,8 +449,7 @@ def add_lora(model: Any, seed: int = 0, scale: float = 0.3) -> Any:
     return peft_model.eval()
 
 
-def plant_eos(model: Any, tok: Any, prompts: list[str], max_new: int, at: float = 0.5,
-              seed: int = 0) -> Any:  # fmt: skip
+def plant_eos(model: Any, tok: Any, prompts: list[str], max_new: int, at: float = 0.5, seed: int = 0) -> Any:
     """Stops spread over the window: the EOS row of the output embedding becomes ``alpha * u``
     (``u`` a random unit direction orthogonal to the states' mean), ``alpha`` chosen on the model's own greedy continuations
     of ``prompts`` (EOS suppressed) so that they would stop after ``at * max_new`` steps on
@@ -383,15 +461,14 @@ def plant_eos(model: Any, tok: Any, prompts: list[str], max_new: int, at: float 
     head = model.get_output_embeddings()
     eos, device = tok.eos_token_id, head.weight.device
     seen: list[Any] = []
-    hook = head.register_forward_hook(
-        lambda m, inp, out: seen.append((inp[0][:, -1].float(), out[:, -1].float()))
-    )
+    hook = head.register_forward_hook(lambda m, inp, out: seen.append((inp[0][:, -1].float(), out[:, -1].float())))
     side, tok.padding_side = tok.padding_side, "left"
     try:
         enc = tok(prompts, return_tensors="pt", padding=True).to(device)
         with torch.inference_mode():
-            model.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new,
-                           do_sample=False, pad_token_id=tok.pad_token_id)  # fmt: skip
+            model.generate(
+                **enc, max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id
+            )
     finally:
         hook.remove()
         tok.padding_side = side
@@ -426,9 +503,7 @@ def fresh(model: Any, device: Any = None) -> None:
         model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
 
 
-def generate_one(
-    model: Any, tok: Any, prompt: str, max_new: int, stops: list[int], device: Any = None
-) -> str:
+def generate_one(model: Any, tok: Any, prompt: str, max_new: int, stops: list[int], device: Any = None) -> str:
     """Reference text: ``model.generate`` on the one unpadded prompt, cut at the first stop."""
     import torch
 
@@ -436,16 +511,21 @@ def generate_one(
     ids = torch.tensor([tok(prompt)["input_ids"]], device=device)
     with torch.inference_mode():
         out = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
-            do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stops,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=stops,
+        )
     new = out[0, ids.shape[1] :].tolist()
     cut = next((k for k, t in enumerate(new) if t in stops), len(new))
     return tok.decode(new[:cut], skip_special_tokens=True)
 
 
-def generate_batched(model: Any, tok: Any, prompts: list[str], max_new: int,
-                     stops: list[int], batch_size: int, device: Any = None) -> list[str]:  # fmt: skip
+def generate_batched(
+    model: Any, tok: Any, prompts: list[str], max_new: int, stops: list[int], batch_size: int, device: Any = None
+) -> list[str]:
     """HF's own batched ``generate`` (left-padded), as a user would call it: the bf16 baseline."""
     import torch
 
@@ -460,9 +540,13 @@ def generate_batched(model: Any, tok: Any, prompts: list[str], max_new: int,
             mask[row, width - len(e) :] = 1
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new,
-                do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stops,
-            )  # fmt: skip
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max_new,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=stops,
+            )
         for row in out[:, width:].tolist():
             cut = next((j for j, t in enumerate(row) if t in stops), len(row))
             texts.append(tok.decode(row[:cut], skip_special_tokens=True))
@@ -496,32 +580,43 @@ def _qwen2_moe(tok):
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
     return Qwen2MoeForCausalLM, Qwen2MoeConfig(
-        intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=32,
-        num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        **_common(tok),
+    )
 
 
 def _olmoe(tok):
     from transformers import OlmoeConfig, OlmoeForCausalLM
 
-    return OlmoeForCausalLM, OlmoeConfig(
-        intermediate_size=32, num_experts=4, num_experts_per_tok=2, **_common(tok)
-    )
+    return OlmoeForCausalLM, OlmoeConfig(intermediate_size=32, num_experts=4, num_experts_per_tok=2, **_common(tok))
 
 
 def _llama4(tok):
     from transformers import Llama4ForCausalLM, Llama4TextConfig
 
     return Llama4ForCausalLM, Llama4TextConfig(
-        intermediate_size=64, intermediate_size_mlp=128, num_local_experts=2,
-        num_experts_per_tok=1, head_dim=16, interleave_moe_layer_step=1, **_common(tok),
-    )  # fmt: skip
+        intermediate_size=64,
+        intermediate_size_mlp=128,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        head_dim=16,
+        interleave_moe_layer_step=1,
+        **_common(tok),
+    )
 
 
 RUN_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
-    "qwen2_moe": _qwen2_moe, "olmoe": _olmoe, "qwen3_moe": _qwen3_moe, "mixtral": _mixtral_sw,
+    "qwen2_moe": _qwen2_moe,
+    "olmoe": _olmoe,
+    "qwen3_moe": _qwen3_moe,
+    "mixtral": _mixtral_sw,
     "llama4": _llama4,
-}  # fmt: skip
+}
 
 
 def save_run(family: str, tok: Any, root: Any, steps: tuple[int, ...], lora: bool = False) -> Any:

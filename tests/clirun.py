@@ -25,13 +25,24 @@ def run_cli(args: list, capsys) -> tuple[int, str]:
     return code, said.err + said.out
 
 
-def measure_args(
-    run, run_dir: Path, out: Path, *extra: str, batch: int = 4, max_new: int = 10
-) -> list[str]:
+def measure_args(run, run_dir: Path, out: Path, *extra: str, batch: int = 4, max_new: int = 10) -> list[str]:
     """``ckptsel measure`` of ``run_dir`` on a tiny run's (:func:`tinyrun.build_tiny_run`)
     validation and test items."""
     return [
-        "measure", str(run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-        "--test", str(run.test), "--out", str(out), "--batch-size", str(batch),
-        "--max-new-tokens", str(max_new), "--no-progress", *extra,
-    ]  # fmt: skip
+        "measure",
+        str(run_dir),
+        "--task",
+        "gsm8k",
+        "--validation",
+        str(run.validation),
+        "--test",
+        str(run.test),
+        "--out",
+        str(out),
+        "--batch-size",
+        str(batch),
+        "--max-new-tokens",
+        str(max_new),
+        "--no-progress",
+        *extra,
+    ]

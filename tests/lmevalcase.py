@@ -21,9 +21,7 @@ def text_hash(x: str) -> str:
     return hashlib.sha256(x.encode()).hexdigest()
 
 
-def gsm8k_line(
-    doc_id: int, raw: str, filt: str, filtered: str, em: float, question: str | None = None
-) -> dict:
+def gsm8k_line(doc_id: int, raw: str, filt: str, filtered: str, em: float, question: str | None = None) -> dict:
     q, a = GSM8K_DOCS[doc_id]
     q = question or q
     prompt = f"Question: {q}\nAnswer:"
@@ -48,9 +46,7 @@ def gsm8k_line(
     }
 
 
-def write_samples(
-    folder: Path, task: str, lines: list[dict], stamp: str = STAMP, gz: bool = False
-) -> Path:
+def write_samples(folder: Path, task: str, lines: list[dict], stamp: str = STAMP, gz: bool = False) -> Path:
     """lm-eval layout: ``<output_path>/<model_name_sanitized>/samples_<task>_<stamp>.jsonl``."""
     sub = folder / "__work__base"
     sub.mkdir(parents=True, exist_ok=True)
@@ -69,9 +65,7 @@ def gsm8k_checkpoint(folder: Path, raws: list[str], correct: list[bool]) -> Path
     lines = []
     for i, (raw, ok) in enumerate(zip(raws, correct, strict=True)):
         strict = raw.split("#### ")[-1].strip() if "####" in raw else "[invalid]"
-        lines.append(
-            gsm8k_line(i, raw, "strict-match", strict, float(ok and strict != "[invalid]"))
-        )
+        lines.append(gsm8k_line(i, raw, "strict-match", strict, float(ok and strict != "[invalid]")))
         flex = raw.replace(",", "").split()[-1] if raw.split() else ""
         lines.append(gsm8k_line(i, raw, "flexible-extract", flex, float(ok)))
     write_samples(folder, "gsm8k", lines)

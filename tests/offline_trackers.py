@@ -33,10 +33,17 @@ WANDB_DIRS = {
     "WANDB_ARTIFACT_DIR": "wandb-artifacts",
 }
 UNSET = (
-    "WANDB_API_KEY", "WANDB_PROJECT", "WANDB_ENTITY", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID",
-    "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL", "TRACKIO_BUCKET_ID", "TRACKIO_DATASET_ID",
+    "WANDB_API_KEY",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_RUN_ID",
+    "TRACKIO_SPACE_ID",
+    "TRACKIO_SERVER_URL",
+    "TRACKIO_BUCKET_ID",
+    "TRACKIO_DATASET_ID",
     "TRACKIO_REGISTRY_BUCKET_ID",
-)  # fmt: skip
+)
 
 
 def offline_env(mp: pytest.MonkeyPatch, root: Path) -> dict[str, str]:
@@ -58,8 +65,12 @@ def offline_env(mp: pytest.MonkeyPatch, root: Path) -> dict[str, str]:
     for var, sub in WANDB_DIRS.items():
         (root / sub).mkdir(exist_ok=True)
         mp.setenv(var, str(root / sub))
-    for var, value in (("WANDB_MODE", "offline"), ("WANDB_SILENT", "true"),
-                       ("WANDB_DISABLE_GIT", "true"), ("WANDB_DISABLE_CODE", "true")):  # fmt: skip
+    for var, value in (
+        ("WANDB_MODE", "offline"),
+        ("WANDB_SILENT", "true"),
+        ("WANDB_DISABLE_GIT", "true"),
+        ("WANDB_DISABLE_CODE", "true"),
+    ):
         mp.setenv(var, value)
     # the session's folder (tests/conftest.py sets it before anything can import trackio)
     trackio_dir = os.environ.get("CKPTSEL_TEST_TRACKIO_DIR") or str(root / "trackio")
@@ -70,15 +81,11 @@ def offline_env(mp: pytest.MonkeyPatch, root: Path) -> dict[str, str]:
 def import_trackio(root: Path):
     """trackio, storing in the folder :func:`offline_env` set for ``root`` (skip when it was
     imported with another folder)."""
-    trackio = pytest.importorskip(
-        "trackio", reason="trackio not installed: pip install 'ckptsel[trackio]'"
-    )
+    trackio = pytest.importorskip("trackio", reason="trackio not installed: pip install 'ckptsel[trackio]'")
     from trackio import utils
 
     if Path(utils.TRACKIO_DIR).resolve() != Path(os.environ["TRACKIO_DIR"]).resolve():
-        pytest.skip(
-            f"trackio was imported before TRACKIO_DIR was set (it stores in {utils.TRACKIO_DIR})"
-        )
+        pytest.skip(f"trackio was imported before TRACKIO_DIR was set (it stores in {utils.TRACKIO_DIR})")
     return trackio
 
 
@@ -111,14 +118,9 @@ def expected_metrics(summary: dict) -> dict[str, float]:
 
 
 def import_mlflow():
-    mlflow = pytest.importorskip(
-        "mlflow", reason="mlflow not installed: pip install 'ckptsel[mlflow]'"
-    )
+    mlflow = pytest.importorskip("mlflow", reason="mlflow not installed: pip install 'ckptsel[mlflow]'")
     for dep in ("sqlalchemy", "alembic"):
-        pytest.importorskip(
-            dep,
-            reason=f"{dep} not installed (MLflow's SQLite store): pip install 'ckptsel[mlflow]'",
-        )
+        pytest.importorskip(dep, reason=f"{dep} not installed (MLflow's SQLite store): pip install 'ckptsel[mlflow]'")
     return mlflow
 
 
@@ -137,9 +139,7 @@ def _payloads(path: Path) -> Iterator[bytes]:
         if crc == length == kind == 0:
             break  # the unwritten tail
         payload = data[pos + _HEADER : pos + _HEADER + length]
-        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF == crc, (
-            f"{path}: bad checksum at {pos}"
-        )
+        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF == crc, f"{path}: bad checksum at {pos}"
         pos += _HEADER + length
         buf = payload if kind in (1, 2) else buf + payload  # FULL, FIRST | MIDDLE, LAST
         if kind in (1, 4):
@@ -187,12 +187,7 @@ def wandb_run(run_dir: Path) -> dict:
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             r = rec.run
-            out["run"] = {
-                "id": r.run_id,
-                "name": r.display_name,
-                "group": r.run_group,
-                "job_type": r.job_type,
-            }
+            out["run"] = {"id": r.run_id, "name": r.display_name, "group": r.run_group, "job_type": r.job_type}
             out["config"].update(_items(r.config.update))
         elif kind == "config":
             out["config"].update(_items(rec.config.update))
@@ -202,11 +197,16 @@ def wandb_run(run_dir: Path) -> dict:
             out["history"].append(_items(rec.history.item))
         elif kind == "artifact":
             a = rec.artifact
-            out["artifacts"].append({
-                "name": a.name, "type": a.type, "aliases": list(a.aliases), "description": a.description,
-                "metadata": json.loads(a.metadata) if a.metadata else {},
-                "files": {e.path: (e.local_path or e.ref) for e in a.manifest.contents},
-            })  # fmt: skip
+            out["artifacts"].append(
+                {
+                    "name": a.name,
+                    "type": a.type,
+                    "aliases": list(a.aliases),
+                    "description": a.description,
+                    "metadata": json.loads(a.metadata) if a.metadata else {},
+                    "files": {e.path: (e.local_path or e.ref) for e in a.manifest.contents},
+                }
+            )
     return out
 
 

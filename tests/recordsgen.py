@@ -43,23 +43,65 @@ def tables(trajs: list[Traj]) -> tuple[pd.DataFrame, pd.DataFrame]:
         groups = t.val_groups or vids
         subt = t.test_subtasks or [""] * N
         for c, step in enumerate(t.steps):
-            gens.append(pd.DataFrame({
-                "trajectory": t.name, "configuration": t.configuration, "task": t.task, "step": step,
-                "split": "validation", "item_id": vids, "group": groups, "subtask": "",
-                "answer": t.val_answers[c].astype(str), "correct": t.val_correct[c].astype(bool)}))
-            gens.append(pd.DataFrame({
-                "trajectory": t.name, "configuration": t.configuration, "task": t.task, "step": step,
-                "split": "test", "item_id": tids, "group": tids, "subtask": subt,
-                "answer": t.test_answers[c].astype(str), "correct": t.test_correct[c].astype(bool)}))
-            nlls.append(pd.DataFrame({
-                "trajectory": t.name, "step": step, "split": "validation", "item_id": vids,
-                "nll_sum": t.val_nll[c].astype(float), "n_tokens": np.asarray(t.val_tokens, dtype=np.int64),
-                "window": 512}))
+            gens.append(
+                pd.DataFrame(
+                    {
+                        "trajectory": t.name,
+                        "configuration": t.configuration,
+                        "task": t.task,
+                        "step": step,
+                        "split": "validation",
+                        "item_id": vids,
+                        "group": groups,
+                        "subtask": "",
+                        "answer": t.val_answers[c].astype(str),
+                        "correct": t.val_correct[c].astype(bool),
+                    }
+                )
+            )
+            gens.append(
+                pd.DataFrame(
+                    {
+                        "trajectory": t.name,
+                        "configuration": t.configuration,
+                        "task": t.task,
+                        "step": step,
+                        "split": "test",
+                        "item_id": tids,
+                        "group": tids,
+                        "subtask": subt,
+                        "answer": t.test_answers[c].astype(str),
+                        "correct": t.test_correct[c].astype(bool),
+                    }
+                )
+            )
+            nlls.append(
+                pd.DataFrame(
+                    {
+                        "trajectory": t.name,
+                        "step": step,
+                        "split": "validation",
+                        "item_id": vids,
+                        "nll_sum": t.val_nll[c].astype(float),
+                        "n_tokens": np.asarray(t.val_tokens, dtype=np.int64),
+                        "window": 512,
+                    }
+                )
+            )
             if t.val_nll0 is not None:
-                nlls.append(pd.DataFrame({
-                    "trajectory": t.name, "step": step, "split": "validation", "item_id": vids,
-                    "nll_sum": t.val_nll0[c].astype(float), "n_tokens": np.asarray(t.val_tokens, dtype=np.int64) + 5,
-                    "window": 0}))
+                nlls.append(
+                    pd.DataFrame(
+                        {
+                            "trajectory": t.name,
+                            "step": step,
+                            "split": "validation",
+                            "item_id": vids,
+                            "nll_sum": t.val_nll0[c].astype(float),
+                            "n_tokens": np.asarray(t.val_tokens, dtype=np.int64) + 5,
+                            "window": 0,
+                        }
+                    )
+                )
     gen = pd.concat(gens, ignore_index=True).astype(GENERATION_COLUMNS)
     nll = pd.concat(nlls, ignore_index=True).astype(NLL_COLUMNS)
     return gen, nll
@@ -79,10 +121,19 @@ def one_trajectory(dir_: Path, name: str, val, test=None, groups=None) -> Path:
     val = np.asarray(val, dtype=bool)
     test = val if test is None else np.asarray(test, dtype=bool)
     T, n = val.shape
-    traj = Traj(name=name, configuration="c", task="gsm8k", steps=[25 * (i + 1) for i in range(T)],
-                val_correct=val, val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
-                val_tokens=np.full(n, 3), test_correct=test, test_answers=np.where(test, "A", "B"),
-                val_groups=groups)  # fmt: skip
+    traj = Traj(
+        name=name,
+        configuration="c",
+        task="gsm8k",
+        steps=[25 * (i + 1) for i in range(T)],
+        val_correct=val,
+        val_answers=np.where(val, "A", "B"),
+        val_nll=np.ones((T, n)),
+        val_tokens=np.full(n, 3),
+        test_correct=test,
+        test_answers=np.where(test, "A", "B"),
+        val_groups=groups,
+    )
     return write(Path(dir_) / name, *tables([traj]))
 
 
@@ -97,8 +148,19 @@ def estimates_in(node, path=()):
                 yield from estimates_in(v, (*path, k))
 
 
-def random_study(rng: np.random.Generator, n_configs=4, seeds=2, T=(3, 6), n_val=(20, 70), n_test=(15, 40),
-                 n_answers=3, tasks=("a", "b"), dyadic=True, groups=True, nll0=True) -> list[Traj]:
+def random_study(
+    rng: np.random.Generator,
+    n_configs=4,
+    seeds=2,
+    T=(3, 6),
+    n_val=(20, 70),
+    n_test=(15, 40),
+    n_answers=3,
+    tasks=("a", "b"),
+    dyadic=True,
+    groups=True,
+    nll0=True,
+) -> list[Traj]:
     """Random small study with heavy ties: few answers, few checkpoints, dyadic NLLs (exact sums)."""
     trajs = []
     pools = {}
@@ -110,17 +172,28 @@ def random_study(rng: np.random.Generator, n_configs=4, seeds=2, T=(3, 6), n_val
         nv, nt, grp = pools[task]
         Tk = int(rng.integers(*T))
         for s in range(seeds):
+
             def answers(shape):
                 return rng.integers(0, n_answers, shape)
+
             va, ta = answers((Tk, nv)), answers((Tk, nt))
             nll = (rng.integers(1, 9, (Tk, nv)) / 8.0) if dyadic else rng.gamma(2.0, 1.0, (Tk, nv))
-            trajs.append(Traj(
-                name=f"c{k}-s{s}", configuration=f"c{k}", task=task, steps=[25 * (i + 1) for i in range(Tk)],
-                val_correct=va == 0, val_answers=np.char.add("ans", va.astype(str)), val_nll=nll,
-                val_tokens=rng.integers(1, 30, nv), test_correct=ta == 0,
-                test_answers=np.char.add("ans", ta.astype(str)), val_groups=grp,
-                val_nll0=(nll + rng.integers(0, 3, (Tk, nv)) / 4.0) if nll0 else None,
-            ))
+            trajs.append(
+                Traj(
+                    name=f"c{k}-s{s}",
+                    configuration=f"c{k}",
+                    task=task,
+                    steps=[25 * (i + 1) for i in range(Tk)],
+                    val_correct=va == 0,
+                    val_answers=np.char.add("ans", va.astype(str)),
+                    val_nll=nll,
+                    val_tokens=rng.integers(1, 30, nv),
+                    test_correct=ta == 0,
+                    test_answers=np.char.add("ans", ta.astype(str)),
+                    val_groups=grp,
+                    val_nll0=(nll + rng.integers(0, 3, (Tk, nv)) / 4.0) if nll0 else None,
+                )
+            )
     return trajs
 
 
@@ -183,10 +256,14 @@ def val(correct, answers=None, nll=None, tokens=None, groups=None, nll0=None) ->
     if nll0 is not None:
         windows[0] = np.asarray(nll0, dtype=float)
     return ValidationData(
-        trajectory="t", configuration="c", task="x", steps=np.arange(1, T + 1) * 25,
+        trajectory="t",
+        configuration="c",
+        task="x",
+        steps=np.arange(1, T + 1) * 25,
         item_ids=np.array([f"i{k:03d}" for k in range(n)]),
         groups=np.array(groups if groups is not None else [f"i{k:03d}" for k in range(n)]),
         correct=correct,
         answers=np.zeros((T, n), dtype=np.int64) if answers is None else np.asarray(answers),
-        nll=windows, n_tokens={w: tokens for w in windows},
+        nll=windows,
+        n_tokens={w: tokens for w in windows},
     )

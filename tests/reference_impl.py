@@ -84,9 +84,10 @@ def trajectories_from_tables(gen: pd.DataFrame, nll: pd.DataFrame) -> list[RefTr
     for row in nll.itertuples(index=False):
         if row.split != "validation":
             continue
-        nlls.setdefault(str(row.trajectory), {}).setdefault(int(row.window), {})[
-            (int(row.step), str(row.item_id))
-        ] = (float(row.nll_sum), int(row.n_tokens))
+        nlls.setdefault(str(row.trajectory), {}).setdefault(int(row.window), {})[(int(row.step), str(row.item_id))] = (
+            float(row.nll_sum),
+            int(row.n_tokens),
+        )
 
     out = []
     for traj in sorted(meta):
@@ -100,9 +101,7 @@ def trajectories_from_tables(gen: pd.DataFrame, nll: pd.DataFrame) -> list[RefTr
             ok = all((s, item) in vrec and (s, item) in n512 for s in grid)
             if ok and n512[(grid[-1], item)][1] > 0:
                 eligible.append(item)
-        windows = [
-            w for w in sorted(nrec) if all((s, i) in nrec[w] for s in grid for i in eligible)
-        ]
+        windows = [w for w in sorted(nrec) if all((s, i) in nrec[w] for s in grid for i in eligible)]
         test_items = sorted({item for (_, item) in test.get(traj, {})})
         trec = test.get(traj, {})
         out.append(
@@ -115,9 +114,7 @@ def trajectories_from_tables(gen: pd.DataFrame, nll: pd.DataFrame) -> list[RefTr
                 val_groups=[vrec[(grid[-1], i)][2] for i in eligible],
                 val_correct=[[vrec[(s, i)][1] for i in eligible] for s in grid],
                 val_answers=[[vrec[(s, i)][0] for i in eligible] for s in grid],
-                val_nll={
-                    w: [[nrec[w][(s, i)][0] for i in eligible] for s in grid] for w in windows
-                },
+                val_nll={w: [[nrec[w][(s, i)][0] for i in eligible] for s in grid] for w in windows},
                 val_tokens={w: [nrec[w][(grid[-1], i)][1] for i in eligible] for w in windows},
                 test_ids=test_items,
                 test_correct=[[trec[(s, j)][1] for j in test_items] for s in grid],
@@ -145,23 +142,15 @@ def shared_orders(t: RefTrajectory, permutations: int, seed: int) -> SharedOrder
     codes, names = pd.factorize(pd.Series(t.val_groups, dtype=object), sort=True)
     ov = (
         core.one_variant_orders(
-            core.string_keys(t.val_ids),
-            np.asarray(codes),
-            core.string_keys(list(names)),
-            seed,
-            permutations,
+            core.string_keys(t.val_ids), np.asarray(codes), core.string_keys(list(names)), seed, permutations
         )
         if t.val_ids
         else None
     )
     tst = core.permutations(core.string_keys(t.test_ids), seed, permutations, stream=4)
     return SharedOrders(
-        validation=[[int(x) for x in row] for row in val]
-        if val is not None
-        else [[] for _ in range(permutations)],
-        one_variant=[[int(x) for x in row] for row in ov]
-        if ov is not None
-        else [[] for _ in range(permutations)],
+        validation=[[int(x) for x in row] for row in val] if val is not None else [[] for _ in range(permutations)],
+        one_variant=[[int(x) for x in row] for row in ov] if ov is not None else [[] for _ in range(permutations)],
         test=[[int(x) for x in row] for row in tst],
     )
 
@@ -220,9 +209,7 @@ def _utilities(t: RefTrajectory, rule: str, grid: Sequence[int], window: int) ->
     if rule == "agreement":
         plur = pluralities(t.val_answers, grid)
         return [
-            [1 if t.val_answers[c][i] == plur[i] else 0 for i in range(len(plur))]
-            if c in grid
-            else None
+            [1 if t.val_answers[c][i] == plur[i] else 0 for i in range(len(plur))] if c in grid else None
             for c in range(T)
         ]
     if rule == "nll":
@@ -334,9 +321,7 @@ def choose_reference(
                 out[(f"thin{k}", rule, lab)] = vec
         n_groups = len(set(t.val_groups))
         ov_budgets = [b for b in one_variant_budgets(all_budgets) if b <= n_groups]
-        for lab, vec in nested_vectors(
-            t, rule, orders.one_variant, ov_budgets, full_over_orders=True
-        ).items():
+        for lab, vec in nested_vectors(t, rule, orders.one_variant, ov_budgets, full_over_orders=True).items():
             out[("one_variant", rule, lab)] = vec
     if 0 in t.val_nll:
         for lab, vec in nested_vectors(t, "nll", orders.validation, budgets, window=0).items():
@@ -420,9 +405,7 @@ def per_trajectory(
         for rule in ("accuracy", "agreement", "last"):
             out[f"H|nll_complete|{rule}|{lab}"] = G[("nested", rule, lab)] - g0
     if smallest in complete:
-        out["D|nll_complete|nll"] = (
-            G[("nll_complete", "nll", FULL)] - G[("nll_complete", "nll", smallest)]
-        )
+        out["D|nll_complete|nll"] = G[("nll_complete", "nll", FULL)] - G[("nll_complete", "nll", smallest)]
     if FULL in complete:
         out["same_nll_choice|nll_complete|nll|full"] = same_choice(
             vectors[("nested", "nll", FULL)], vectors[("nll_complete", "nll", FULL)]
@@ -450,10 +433,7 @@ class RefStudy:
 
 
 def analyze_reference(
-    trajectories: list[RefTrajectory],
-    permutations: int,
-    seed: int,
-    budgets: Sequence[int] = BUDGETS,
+    trajectories: list[RefTrajectory], permutations: int, seed: int, budgets: Sequence[int] = BUDGETS
 ) -> RefStudy:
     """Choices and per-trajectory quantities for every trajectory (the deterministic part)."""
     budgets = tuple(sorted(set(budgets)))
@@ -498,14 +478,9 @@ def summary_means(study: RefStudy, task: str | None = None) -> dict:
     finite = sorted(set(study.budgets) | set(one_variant_budgets(study.budgets)))
     labels = [*(str(b) for b in finite), FULL]
     out: dict = {"budget": _budget_block(study, "nested", task, labels)}
-    out["D"] = {
-        r: mean_over(study, f"D|nested|{r}", task)
-        for r in RULES
-        if _present(study, f"D|nested|{r}", task)
-    }
+    out["D"] = {r: mean_over(study, f"D|nested|{r}", task) for r in RULES if _present(study, f"D|nested|{r}", task)}
     out["matched_half"] = {
-        r: {s: mean_over(study, f"MH|{r}|{s}", task) for s in ("G_in", "G_out", "B")}
-        for r in MH_RULES
+        r: {s: mean_over(study, f"MH|{r}|{s}", task) for s in ("G_in", "G_out", "B")} for r in MH_RULES
     }
     sens: dict = {
         "one_variant": {
@@ -525,9 +500,7 @@ def summary_means(study: RefStudy, task: str | None = None) -> dict:
         sens["thinning"][str(k)] = {
             "budget": block,
             "D": {
-                r: mean_over(study, f"D|thin{k}|{r}", task)
-                for r in RULES
-                if _present(study, f"D|thin{k}|{r}", task)
+                r: mean_over(study, f"D|thin{k}|{r}", task) for r in RULES if _present(study, f"D|thin{k}|{r}", task)
             },
         }
     nc: dict = {}

@@ -87,18 +87,11 @@ def build_tiny_base(out_dir: Path, texts: list[str], seed: int = 0, hidden_size:
     """A tiny Llama base model + BPE tokenizer trained on ``texts`` (``ckptsel.sim.tiny``)."""
     from ckptsel.sim.tiny import save_tiny
 
-    return save_tiny(
-        Path(out_dir), texts, vocab_size=400, seed=seed, hidden_size=hidden_size, layers=2, heads=4
-    )
+    return save_tiny(Path(out_dir), texts, vocab_size=400, seed=seed, hidden_size=hidden_size, layers=2, heads=4)
 
 
 def save_lora_checkpoints(
-    base_dir: Path,
-    run_dir: Path,
-    steps: list[int],
-    seed: int = 0,
-    rank: int = 4,
-    scale: float = 0.3,
+    base_dir: Path, run_dir: Path, steps: list[int], seed: int = 0, rank: int = 4, scale: float = 0.3
 ) -> list[Path]:
     """Save one PEFT LoRA adapter per step under ``run_dir/checkpoint-<step>/``; weights are
     seeded random so each checkpoint behaves differently. ``base_model_name_or_path`` in
@@ -115,15 +108,7 @@ def save_lora_checkpoints(
             lora_alpha=2 * rank,
             lora_dropout=0.0,
             init_lora_weights=False,
-            target_modules=[
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "o_proj",
-                "gate_proj",
-                "up_proj",
-                "down_proj",
-            ],
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         )
         torch.manual_seed(seed * 1000 + k)
         model = get_peft_model(base, cfg)
@@ -133,9 +118,7 @@ def save_lora_checkpoints(
                     p.copy_(torch.randn_like(p) * scale)
         path = Path(run_dir) / f"checkpoint-{step}"
         model.save_pretrained(str(path))
-        (path / "trainer_state.json").write_text(
-            json.dumps({"global_step": step}), encoding="utf-8"
-        )
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}), encoding="utf-8")
         out.append(path)
     return out
 
@@ -214,9 +197,7 @@ def build_tiny_run(
     root = Path(root)
     val = make_gsm8k_rows(n_validation, seed=seed, long_every=long_every)
     test = make_gsm8k_rows(n_test, seed=seed + 100, long_every=long_every)
-    texts = [
-        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val + test
-    ]
+    texts = [TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val + test]
     base = build_tiny_base(root / "base", texts, seed=seed, hidden_size=hidden_size)
     run_dir = root / "runs" / run_name
     if full:
@@ -235,9 +216,17 @@ def build_tiny_run(
 # ------------------------------------------------------------------ studies built in memory
 _CONFIG_FIELDS = {f.name for f in fields(Configuration)}
 _STUDY_KEYS = {
-    "name", "base_model", "task", "test_task", "train", "validation", "test", "seeds",
-    "runs_dir", "records_dir",
-}  # fmt: skip
+    "name",
+    "base_model",
+    "task",
+    "test_task",
+    "train",
+    "validation",
+    "test",
+    "seeds",
+    "runs_dir",
+    "records_dir",
+}
 
 
 def study_from_dict(data: dict[str, Any], root: Path, source: str = "<dict>") -> Study:
@@ -266,9 +255,7 @@ def study_from_dict(data: dict[str, Any], root: Path, source: str = "<dict>") ->
     for i, rc in enumerate(raw_configs):
         bad = set(rc) - _CONFIG_FIELDS
         if bad:
-            raise CkptselError(
-                f"{source}: configurations[{i}] has unknown key(s): {', '.join(sorted(bad))}"
-            )
+            raise CkptselError(f"{source}: configurations[{i}] has unknown key(s): {', '.join(sorted(bad))}")
         if "name" not in rc:
             raise CkptselError(f"{source}: configurations[{i}] needs 'name'")
         kw = dict(rc)
@@ -327,14 +314,17 @@ def study_to_toml(study: Study) -> str:
         base = rel(base)
     tables: dict[str, dict[str, Any]] = {
         "study": {
-            "name": study.name, "base_model": base, "seeds": list(study.seeds),
-            "runs_dir": rel(study.run_root), "records_dir": rel(study.records_root),
+            "name": study.name,
+            "base_model": base,
+            "seeds": list(study.seeds),
+            "runs_dir": rel(study.run_root),
+            "records_dir": rel(study.records_root),
         },
         "train": {"task": study.task, "file": rel(study.train)},
         "validation": {"task": study.task, "file": rel(study.validation)},
         "test": {"task": study.test_task or study.task, "file": rel(study.test)},
         "measure": dict(study.measure),
-    }  # fmt: skip
+    }
     lines = ["schema = 2"]
     for table, entries in tables.items():
         if table in ("validation", "test") and entries["file"] is None:
@@ -355,10 +345,7 @@ def write(path: Path, text: str) -> Path:
 
 def gsm_rows(n: int) -> list[dict]:
     return [
-        {
-            "question": f"Ann has {a} pens and gets {a + 1} more. How many?",
-            "answer": f"x\n#### {2 * a + 1}",
-        }
+        {"question": f"Ann has {a} pens and gets {a + 1} more. How many?", "answer": f"x\n#### {2 * a + 1}"}
         for a in range(n)
     ]
 

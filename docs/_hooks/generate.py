@@ -42,10 +42,7 @@ def _escape_html(text: str) -> str:
             fence = not fence
         elif not fence:
             parts = line.split("`")
-            line = "`".join(
-                p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;")
-                for i, p in enumerate(parts)
-            )
+            line = "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
         out.append(line)
     return "\n".join(out)
 
@@ -53,8 +50,15 @@ def _escape_html(text: str) -> str:
 # what Typer, Click and Rich read from the terminal, pinned while the CLI reference is made
 # (Typer's Markdown does not read them today; pinned so that a future version cannot make the
 # committed page depend on the terminal that wrote it)
-TERMINAL = {"COLUMNS": "100", "LINES": "50", "NO_COLOR": "1", "TERM": "dumb", "FORCE_COLOR": None,
-            "TTY_COMPATIBLE": None, "TTY_INTERACTIVE": None}  # fmt: skip
+TERMINAL = {
+    "COLUMNS": "100",
+    "LINES": "50",
+    "NO_COLOR": "1",
+    "TERM": "dumb",
+    "FORCE_COLOR": None,
+    "TTY_COMPATIBLE": None,
+    "TTY_INTERACTIVE": None,
+}
 
 
 def _set_environment(values: dict[str, str | None]) -> None:
@@ -101,9 +105,7 @@ def study_keys() -> str:
     for table, keys in SCHEMA.items():
         for i, (key, (types, meaning)) in enumerate(keys.items()):
             kind = " or ".join(t.__name__ for t in types)
-            rows.append(
-                f"| {f'`[{table}]`' if i == 0 else ''} | `{key}` | {kind} | {_cell(meaning)} |"
-            )
+            rows.append(f"| {f'`[{table}]`' if i == 0 else ''} | `{key}` | {kind} | {_cell(meaning)} |")
     return "\n".join(rows)
 
 
@@ -117,20 +119,21 @@ def records_schema() -> str:
             rows.append(f"| `{name}` | {dtype} | {mark} |")
         return "\n".join(rows)
 
-    return "\n\n".join([
-        f"**`{s.GENERATIONS_FILE}`** (and `generations` units), one row per "
-        f"({', '.join(s.GENERATION_KEY)}):",
-        table(s.GENERATION_COLUMNS, s.GENERATION_KEY, s.GENERATION_OPTIONAL),
-        f"**`{s.NLL_FILE}`** (and `nll` units), one row per ({', '.join(s.NLL_KEY)}); "
-        f"`window` is {s.MATCHED_WINDOW} for the matched NLL and {s.COMPLETE_WINDOW} for the "
-        "complete-response control:",
-        table(s.NLL_COLUMNS, s.NLL_KEY),
-        "**`texts` units** (the generated texts, kept for re-scoring; analysis never reads them):",
-        table(s.TEXT_COLUMNS, s.GENERATION_KEY),
-        f"Splits: {', '.join(f'`{x}`' for x in s.SPLITS)}. Row order of every file: "
-        f"{', '.join(f'`{x}`' for x in s.RECORDS_ORDER)}. Optional `{s.FINAL_STEPS_FILE}`: "
-        "the expected final step of each trajectory.",
-    ])  # fmt: skip
+    return "\n\n".join(
+        [
+            f"**`{s.GENERATIONS_FILE}`** (and `generations` units), one row per ({', '.join(s.GENERATION_KEY)}):",
+            table(s.GENERATION_COLUMNS, s.GENERATION_KEY, s.GENERATION_OPTIONAL),
+            f"**`{s.NLL_FILE}`** (and `nll` units), one row per ({', '.join(s.NLL_KEY)}); "
+            f"`window` is {s.MATCHED_WINDOW} for the matched NLL and {s.COMPLETE_WINDOW} for the "
+            "complete-response control:",
+            table(s.NLL_COLUMNS, s.NLL_KEY),
+            "**`texts` units** (the generated texts, kept for re-scoring; analysis never reads them):",
+            table(s.TEXT_COLUMNS, s.GENERATION_KEY),
+            f"Splits: {', '.join(f'`{x}`' for x in s.SPLITS)}. Row order of every file: "
+            f"{', '.join(f'`{x}`' for x in s.RECORDS_ORDER)}. Optional `{s.FINAL_STEPS_FILE}`: "
+            "the expected final step of each trajectory.",
+        ]
+    )
 
 
 def json_output() -> str:
@@ -161,7 +164,8 @@ def tasks() -> str:
         rule = "<br>".join(_cell(line) for line in task.rule.describe())
         out.append(
             f"### `{task.name}`{aliases}\n\n{_cell(task.description)}\n\n"
-            + "\n".join(rows) + f"\n\n**Answer rule:** {rule}"
+            + "\n".join(rows)
+            + f"\n\n**Answer rule:** {rule}"
         )
     return "\n\n".join(out)
 
@@ -208,8 +212,10 @@ def parts(text: str, where: str) -> list[tuple[str, int, int]]:
         at = f"{where}, line {i + 1}"
         if start:
             if open_:
-                raise MarkerError(f"{at}: a generated part starts inside '{open_[0]}' (line "
-                                  f"{open_[1] + 1}), whose <!-- end generated: {open_[0]} --> is missing")  # fmt: skip
+                raise MarkerError(
+                    f"{at}: a generated part starts inside '{open_[0]}' (line "
+                    f"{open_[1] + 1}), whose <!-- end generated: {open_[0]} --> is missing"
+                )
             if start[1] not in PARTS:
                 raise MarkerError(f"{at}: no generated part '{start[1]}' (there are: {', '.join(PARTS)})")
             open_ = (start[1], i)
@@ -220,11 +226,14 @@ def parts(text: str, where: str) -> list[tuple[str, int, int]]:
             found.append((open_[0], open_[1], i))
             open_ = None
         elif open_ is None and MARKERISH.match(line):
-            raise MarkerError(f"{at}: not a marker line: write <!-- generated: NAME --> or "
-                              "<!-- end generated: NAME --> exactly")  # fmt: skip
+            raise MarkerError(
+                f"{at}: not a marker line: write <!-- generated: NAME --> or <!-- end generated: NAME --> exactly"
+            )
     if open_:
-        raise MarkerError(f"{where}, line {open_[1] + 1}: <!-- generated: {open_[0]} --> has no "
-                          f"<!-- end generated: {open_[0]} --> after it")  # fmt: skip
+        raise MarkerError(
+            f"{where}, line {open_[1] + 1}: <!-- generated: {open_[0]} --> has no "
+            f"<!-- end generated: {open_[0]} --> after it"
+        )
     return found
 
 
@@ -245,7 +254,7 @@ def fill(text: str, where: str, cache: dict[str, str] | None = None, markers: bo
     lines = text.split("\n")
     for name, start, end in reversed(parts(text, where)):
         body = generate(name, cache).split("\n")
-        lines[start: end + 1] = [lines[start], "", *body, "", lines[end]] if markers else body
+        lines[start : end + 1] = [lines[start], "", *body, "", lines[end]] if markers else body
     return "\n".join(lines)
 
 
@@ -264,8 +273,7 @@ def marked_pages(docs: Path) -> list[Path]:
         try:
             text = page.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise MarkerError(f"{_shown(page, docs)}: cannot be read as UTF-8 text "
-                              f"({type(exc).__name__})") from None  # fmt: skip
+            raise MarkerError(f"{_shown(page, docs)}: cannot be read as UTF-8 text ({type(exc).__name__})") from None
         if any(MARKERISH.match(line) for line in text.split("\n")):
             out.append(page)
     if not out:

@@ -18,9 +18,7 @@ from typing import Any
 
 import griffe
 
-ROLE = re.compile(
-    r":(?:py:)?(?:mod|func|class|meth|attr|data|exc|obj|const|type):`(?P<body>[^`]+)`"
-)
+ROLE = re.compile(r":(?:py:)?(?:mod|func|class|meth|attr|data|exc|obj|const|type):`(?P<body>[^`]+)`")
 TITLED = re.compile(r"^(?P<title>.+?)\s*<(?P<target>[^<>]+)>$")
 
 
@@ -51,9 +49,7 @@ def convert(text: str, obj: griffe.Object) -> str:
         code = f"<code>{html.escape(shown)}</code>"
         if body.startswith("!"):
             return code
-        return (
-            f'<autoref identifier="{html.escape(target_of(obj, name))}" optional>{code}</autoref>'
-        )
+        return f'<autoref identifier="{html.escape(target_of(obj, name))}" optional>{code}</autoref>'
 
     return ROLE.sub(one, text)
 

@@ -35,16 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import tiny  # noqa: E402
 from inspect_ai import Task, eval, task  # noqa: E402
 from inspect_ai.dataset import MemoryDataset, Sample  # noqa: E402
-from inspect_ai.scorer import (  # noqa: E402
-    CORRECT,
-    INCORRECT,
-    Score,
-    Target,
-    accuracy,
-    match,
-    scorer,
-    stderr,
-)
+from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, match, scorer, stderr  # noqa: E402
 from inspect_ai.solver import TaskState, generate  # noqa: E402
 
 
@@ -63,10 +54,7 @@ def last_number():
 
 @task
 def tiny_gsm() -> Task:
-    samples = [
-        Sample(input=q, target=a, id=i, metadata={"split": s, "group": g})
-        for i, q, a, s, g in tiny.ITEMS
-    ]
+    samples = [Sample(input=q, target=a, id=i, metadata={"split": s, "group": g}) for i, q, a, s, g in tiny.ITEMS]
     return Task(
         dataset=MemoryDataset(samples, name="tiny_gsm"),
         solver=generate(),

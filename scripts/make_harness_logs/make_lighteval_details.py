@@ -46,14 +46,16 @@ def main(work: Path, out: Path) -> None:
         with open(data / f"{split}.jsonl", "w") as f:
             for i, q, a, s, g in tiny.ITEMS:
                 if s == split:
-                    f.write(
-                        json.dumps({"id": i, "question": q, "answer": a, "split": s, "group": g})
-                        + "\n"
-                    )
+                    f.write(json.dumps({"id": i, "question": q, "answer": a, "split": s, "group": g}) + "\n")
     env = dict(
-        os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-        HF_HOME=str(work / "hf_home"), TOKENIZERS_PARALLELISM="false", TINY_GSM_DIR=str(data),
-    )  # fmt: skip
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HOME=str(work / "hf_home"),
+        TOKENIZERS_PARALLELISM="false",
+        TINY_GSM_DIR=str(data),
+    )
     results = work / "lighteval_results"
     shutil.rmtree(results, ignore_errors=True)
     for trajectory in tiny.TRAJECTORIES:
@@ -64,11 +66,18 @@ def main(work: Path, out: Path) -> None:
                 "generation_parameters={max_new_tokens:12,temperature:0.0}"
             )
             cmd = [
-                sys.executable, "-c", LAUNCHER, "accelerate", model_args,
+                sys.executable,
+                "-c",
+                LAUNCHER,
+                "accelerate",
+                model_args,
                 "tiny_gsm_validation|0,tiny_gsm_test|0",
-                "--custom-tasks", str(HERE / "tiny_gsm_task.py"),
-                "--save-details", "--output-dir", str(results),
-            ]  # fmt: skip
+                "--custom-tasks",
+                str(HERE / "tiny_gsm_task.py"),
+                "--save-details",
+                "--output-dir",
+                str(results),
+            ]
             t = time.time()
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
             print(f"{rel}: rc={r.returncode} {time.time() - t:.1f}s")

@@ -15,38 +15,14 @@ from pathlib import Path
 # GSM8K-like items: (id, question, numeric answer, split, group). q01 and q01b are variants of one
 # source question, so they share a group.
 ITEMS = [
-    (
-        "q01",
-        "Tom has 3 apples and buys 4 more. How many apples does he have?",
-        "7",
-        "validation",
-        "g01",
-    ),
-    (
-        "q01b",
-        "Tom had 3 apples and got 4 more. How many apples are there now?",
-        "7",
-        "validation",
-        "g01",
-    ),
+    ("q01", "Tom has 3 apples and buys 4 more. How many apples does he have?", "7", "validation", "g01"),
+    ("q01b", "Tom had 3 apples and got 4 more. How many apples are there now?", "7", "validation", "g01"),
     ("q02", "A box holds 5 pens. How many pens are in 2 boxes?", "10", "validation", "q02"),
     ("q03", "Sara had 9 stickers and gave away 4. How many are left?", "5", "validation", "q03"),
     ("q04", "There are 6 cats and 2 dogs. How many animals are there?", "8", "validation", "q04"),
-    (
-        "q05",
-        "Ben reads 3 pages a day for 3 days. How many pages does he read?",
-        "9",
-        "validation",
-        "q05",
-    ),
+    ("q05", "Ben reads 3 pages a day for 3 days. How many pages does he read?", "9", "validation", "q05"),
     ("q06", "A bag has 12 marbles. 7 are red. How many are not red?", "5", "validation", "q06"),
-    (
-        "q07",
-        "Lea has 4 shells and finds 5 more. How many shells does she have?",
-        "9",
-        "validation",
-        "q07",
-    ),
+    ("q07", "Lea has 4 shells and finds 5 more. How many shells does she have?", "9", "validation", "q07"),
     ("q08", "Ann has 2 coins and finds 2 more. How many coins does she have?", "4", "test", "q08"),
     ("q09", "A farm has 4 cows and 4 goats. How many animals are there?", "8", "test", "q09"),
     ("q10", "Max had 10 cards and lost 3. How many cards are left?", "7", "test", "q10"),
@@ -82,21 +58,22 @@ def build(root: Path, trajectory: str) -> list[Path]:
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, **special)
     hf_tok.padding_side = "left"
     cfg = LlamaConfig(
-        vocab_size=len(hf_tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
-        bos_token_id=hf_tok.bos_token_id, eos_token_id=hf_tok.eos_token_id,
-        pad_token_id=hf_tok.pad_token_id, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=len(hf_tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        bos_token_id=hf_tok.bos_token_id,
+        eos_token_id=hf_tok.eos_token_id,
+        pad_token_id=hf_tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
-    train = [
-        t + hf_tok.eos_token
-        for t, (_, _, _, s, _) in zip(texts, ITEMS, strict=True)
-        if s == "validation"
-    ]
-    train += [
-        t + hf_tok.eos_token for t, (_, _, _, s, _) in zip(texts, ITEMS, strict=True) if s == "test"
-    ][:2]
+    train = [t + hf_tok.eos_token for t, (_, _, _, s, _) in zip(texts, ITEMS, strict=True) if s == "validation"]
+    train += [t + hf_tok.eos_token for t, (_, _, _, s, _) in zip(texts, ITEMS, strict=True) if s == "test"][:2]
     enc = [torch.tensor(hf_tok(t)["input_ids"]) for t in train]
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     out, step = [], 0
@@ -119,8 +96,5 @@ def build(root: Path, trajectory: str) -> list[Path]:
 
 def checkpoints(root: Path, trajectory: str) -> list[Path]:
     """The trajectory's checkpoints under ``root``, built when missing."""
-    found = sorted(
-        (Path(root) / "runs" / trajectory).glob("checkpoint-*"),
-        key=lambda p: int(p.name.split("-")[1]),
-    )
+    found = sorted((Path(root) / "runs" / trajectory).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     return found if len(found) == len(STEPS) else build(root, trajectory)

@@ -57,11 +57,7 @@ def _compare_tree(engine, reference, path: str, problems: list[str]) -> None:
             )
         for key in sorted(set(engine) & set(reference)):
             _compare_tree(engine[key], reference[key], f"{path}/{key}", problems)
-    elif (
-        engine is None
-        or reference is None
-        or not math.isclose(engine, reference, rel_tol=0, abs_tol=SUMMARY_TOL)
-    ):
+    elif engine is None or reference is None or not math.isclose(engine, reference, rel_tol=0, abs_tol=SUMMARY_TOL):
         problems.append(f"{path}: engine {engine} vs reference {reference}")
 
 
@@ -78,9 +74,7 @@ def compare_study(
     ``budgets`` (None: the default) go to both the reference and ``analyze(budgets=...)``."""
     gen, nll = trajs if isinstance(trajs, tuple) else rg.tables(trajs)
     rec = rg.write(tmp / "records", gen, nll)
-    study = ref.analyze_reference(
-        ref.trajectories_from_tables(gen, nll), permutations, seed, budgets or ref.BUDGETS
-    )
+    study = ref.analyze_reference(ref.trajectories_from_tables(gen, nll), permutations, seed, budgets or ref.BUDGETS)
     problems: list[str] = []
 
     # 1. every frozen selection vector
@@ -97,16 +91,12 @@ def compare_study(
             )
         for key in sorted(set(engine) & set(mine)):
             if np.max(np.abs(np.asarray(engine[key]) - np.asarray(mine[key]))) > TOL:
-                problems.append(
-                    f"{v.trajectory} {key}: engine {engine[key].tolist()} vs reference {mine[key]}"
-                )
+                problems.append(f"{v.trajectory} {key}: engine {engine[key].tolist()} vs reference {mine[key]}")
 
     # 2. every per-trajectory quantity of the whole pipeline
     out = tmp / "out"
     extra = {} if budgets is None else {"budgets": budgets}
-    summary = analyze(
-        rec, out, permutations=permutations, draws=draws, seed=seed, **NO_REPORT, **extra
-    )
+    summary = analyze(rec, out, permutations=permutations, draws=draws, seed=seed, **NO_REPORT, **extra)
     table = pd.read_csv(out / "tables" / "per_trajectory.csv")
     columns = [c for c in table.columns if c not in ("trajectory", "configuration", "task")]
     expected_columns = sorted({name for q in study.quantities.values() for name in q})
@@ -122,9 +112,7 @@ def compare_study(
             got, want = row[col], mine.get(col)
             if want is None:
                 if not pd.isna(got):
-                    problems.append(
-                        f"{row['trajectory']} {col}: engine {got} but the reference has no value"
-                    )
+                    problems.append(f"{row['trajectory']} {col}: engine {got} but the reference has no value")
             elif pd.isna(got) or abs(got - want) > TOL:
                 problems.append(f"{row['trajectory']} {col}: engine {got} vs reference {want}")
 
@@ -133,29 +121,17 @@ def compare_study(
         on_disk = json.load(fh)
     assert _means(on_disk["budget"]) == _means(summary.to_dict()["budget"])
     mine = ref.summary_means(study)
-    _compare_tree(
-        {k: _means(on_disk[k]) for k in SECTIONS},
-        {k: mine[k] for k in SECTIONS},
-        "summary",
-        problems,
-    )
+    _compare_tree({k: _means(on_disk[k]) for k in SECTIONS}, {k: mine[k] for k in SECTIONS}, "summary", problems)
     for task, block in on_disk.get("by_task", {}).items():
         mine_task = ref.summary_means(study, task)
         keys = [k for k in SECTIONS if k in block]
         assert {"budget", "D", "matched_half"} <= set(keys)
-        _compare_tree(
-            {k: _means(block[k]) for k in keys},
-            {k: mine_task[k] for k in keys},
-            f"by_task/{task}",
-            problems,
-        )
+        _compare_tree({k: _means(block[k]) for k in keys}, {k: mine_task[k] for k in keys}, f"by_task/{task}", problems)
     assert not problems, "engine disagrees with the reference:\n" + "\n".join(problems[:40])
     return study
 
 
-def _traj(
-    name, config, task, correct, answers, nll, tokens, test_correct, test_answers, **kw
-) -> rg.Traj:
+def _traj(name, config, task, correct, answers, nll, tokens, test_correct, test_answers, **kw) -> rg.Traj:
     correct = np.asarray(correct, dtype=bool)
     T = correct.shape[0]
     return rg.Traj(
@@ -254,18 +230,14 @@ def test_random_study_matches_reference(seed: int, tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [100, 101, 102])
 def test_random_study_many_permutations(seed: int, tmp_path: Path) -> None:
     rng = np.random.default_rng(seed)
-    trajs = rg.random_study(
-        rng, n_configs=3, seeds=2, T=(2, 5), n_val=(30, 80), n_test=(10, 30), n_answers=2
-    )
+    trajs = rg.random_study(rng, n_configs=3, seeds=2, T=(2, 5), n_val=(30, 80), n_test=(10, 30), n_answers=2)
     compare_study(trajs, tmp_path, permutations=200)
 
 
 def test_large_pool_reaches_every_budget(tmp_path: Path) -> None:
     """A pool past 256 items: every nested budget and one-variant budgets 32/64 are exercised."""
     rng = np.random.default_rng(12)
-    trajs = rg.random_study(
-        rng, n_configs=2, seeds=1, T=(3, 6), n_val=(260, 300), n_test=(20, 40), tasks=("a",)
-    )
+    trajs = rg.random_study(rng, n_configs=2, seeds=1, T=(3, 6), n_val=(260, 300), n_test=(20, 40), tasks=("a",))
     study = compare_study(trajs, tmp_path)
     keys = {k for vecs in study.vectors.values() for k in vecs}
     assert ("nested", "accuracy", "256") in keys and ("one_variant", "nll", "64") in keys
@@ -275,14 +247,7 @@ def test_plurality_ties_two_answers_even_grid(tmp_path: Path) -> None:
     """Two answers on 2 or 4 checkpoints: most items tie, so the first-in-step-order rule decides."""
     rng = np.random.default_rng(7)
     trajs = rg.random_study(
-        rng,
-        n_configs=3,
-        seeds=2,
-        T=(2, 3),
-        n_val=(30, 50),
-        n_test=(10, 20),
-        n_answers=2,
-        tasks=("p",),
+        rng, n_configs=3, seeds=2, T=(2, 3), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("p",)
     )
     trajs += rg.random_study(
         np.random.default_rng(8),
@@ -303,18 +268,14 @@ def test_plurality_ties_two_answers_even_grid(tmp_path: Path) -> None:
 def test_continuous_nll_values(tmp_path: Path) -> None:
     """Non-dyadic NLL: no exact ties, sums along the permutation order decide."""
     rng = np.random.default_rng(21)
-    compare_study(
-        rg.random_study(rng, n_configs=2, seeds=2, dyadic=False, n_val=(40, 90)), tmp_path
-    )
+    compare_study(rg.random_study(rng, n_configs=2, seeds=2, dyadic=False, n_val=(40, 90)), tmp_path)
 
 
 def test_budgets_differ_between_tasks(tmp_path: Path) -> None:
     """Task pools on both sides of 32 and 64: budget means run over the trajectories that have them."""
     trajs = []
     for task, nv, seedk in (("small", 25, 1), ("mid", 50, 2), ("large", 140, 3)):
-        part = rg.random_study(
-            np.random.default_rng(seedk), n_configs=2, seeds=2, n_val=(nv, nv + 1), tasks=(task,)
-        )
+        part = rg.random_study(np.random.default_rng(seedk), n_configs=2, seeds=2, n_val=(nv, nv + 1), tasks=(task,))
         for t in part:
             t.name, t.configuration = f"{task}-{t.name}", f"{task}-{t.configuration}"
         trajs += part
@@ -335,9 +296,7 @@ def test_single_checkpoint_trajectory(tmp_path: Path) -> None:
     assert single
     for t in single:
         assert all(vec == pytest.approx([1.0]) for vec in study.vectors[t.name].values())
-        assert all(
-            abs(v) < TOL for k, v in study.quantities[t.name].items() if not k.startswith("same")
-        )
+        assert all(abs(v) < TOL for k, v in study.quantities[t.name].items() if not k.startswith("same"))
 
 
 def test_validation_pool_smaller_than_32(tmp_path: Path) -> None:
@@ -351,14 +310,7 @@ def test_identical_checkpoints_all_tied(tmp_path: Path) -> None:
     rng = np.random.default_rng(6)
     trajs = rg.random_study(rng, n_configs=2, seeds=1, T=(3, 5), tasks=("a",))
     for t in trajs:
-        for arr in (
-            t.val_correct,
-            t.val_answers,
-            t.val_nll,
-            t.test_correct,
-            t.test_answers,
-            t.val_nll0,
-        ):
+        for arr in (t.val_correct, t.val_answers, t.val_nll, t.test_correct, t.test_answers, t.val_nll0):
             arr[:] = arr[0]
     study = compare_study(trajs, tmp_path)
     for t in study.trajectories:
@@ -368,9 +320,7 @@ def test_identical_checkpoints_all_tied(tmp_path: Path) -> None:
                 continue
             kept = ref.thinned(T, int(scheme[4:])) if scheme.startswith("thin") else range(T)
             assert vec == pytest.approx([1 / len(kept) if c in kept else 0.0 for c in range(T)])
-        assert all(
-            abs(v) < TOL for k, v in study.quantities[t.name].items() if not k.startswith("same")
-        )
+        assert all(abs(v) < TOL for k, v in study.quantities[t.name].items() if not k.startswith("same"))
 
 
 def test_excluded_validation_items(tmp_path: Path) -> None:
@@ -420,9 +370,7 @@ def _mean_of_item_means(t, rule, subset, grid=None, window=512, utilities=None):
         return _original_select(t, rule, subset, grid, window, utilities)
     T = len(t.steps)
     grid = list(range(T)) if grid is None else list(grid)
-    scores = {
-        c: sum(t.val_nll[window][c][i] / t.val_tokens[window][i] for i in subset) for c in grid
-    }
+    scores = {c: sum(t.val_nll[window][c][i] / t.val_tokens[window][i] for i in subset) for c in grid}
     return ref.uniform_over_best(scores, False, T)
 
 
@@ -435,24 +383,14 @@ _original_select = ref.select
         ("uniform_over_best", _first_of_ties),  # ties broken by argmax instead of averaged
         ("plurality", _last_of_plurality_ties),  # plurality ties to the wrong checkpoint
         ("select", _mean_of_item_means),  # full-budget NLL as a mean of per-item means
-        (
-            "thinned",
-            lambda n, k: list(range(0, n, k)),
-        ),  # thinning counted from the first checkpoint
+        ("thinned", lambda n, k: list(range(0, n, k))),  # thinning counted from the first checkpoint
     ],
 )
 def test_comparison_detects_a_wrong_definition(name, broken, tmp_path: Path, monkeypatch) -> None:
     """A deliberately wrong reference must be caught, so agreement above means something."""
     rng = np.random.default_rng(7)
     trajs = rg.random_study(
-        rng,
-        n_configs=3,
-        seeds=2,
-        T=(4, 7),
-        n_val=(30, 50),
-        n_test=(10, 20),
-        n_answers=2,
-        tasks=("p",),
+        rng, n_configs=3, seeds=2, T=(4, 7), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("p",)
     )
     monkeypatch.setattr(ref, name, broken)
     with pytest.raises(AssertionError, match="disagrees with the reference"):
@@ -464,21 +402,13 @@ def test_pool_exactly_at_budgets(tmp_path: Path) -> None:
     trajs = []
     for task, nv in (("x", 32), ("y", 64)):
         part = rg.random_study(
-            np.random.default_rng(nv),
-            n_configs=1,
-            seeds=2,
-            n_val=(nv, nv + 1),
-            tasks=(task,),
-            groups=False,
+            np.random.default_rng(nv), n_configs=1, seeds=2, n_val=(nv, nv + 1), tasks=(task,), groups=False
         )
         for t in part:
             t.name, t.configuration = f"{task}-{t.name}", f"{task}-{t.configuration}"
         trajs += part
     study = compare_study(trajs, tmp_path)
-    labels = {
-        t.name: {lab for (s, _, lab) in study.vectors[t.name] if s == "one_variant"}
-        for t in study.trajectories
-    }
+    labels = {t.name: {lab for (s, _, lab) in study.vectors[t.name] if s == "one_variant"} for t in study.trajectories}
     assert labels["x-c0-s0"] == {"32", "full"}
     assert labels["y-c0-s0"] == {"32", "64", "full"}
 
@@ -496,9 +426,7 @@ def test_budgets_setting_reaches_512_and_d_from_32(tmp_path: Path) -> None:
     the one-variant sensitivity keeps the budgets its groups fit (not 512), and every vector and
     estimate equals the loop reference run with the same budgets."""
     rng = np.random.default_rng(512)
-    trajs = rg.random_study(
-        rng, n_configs=3, seeds=1, T=(3, 5), n_val=(520, 560), n_test=(20, 40), tasks=("a",)
-    )
+    trajs = rg.random_study(rng, n_configs=3, seeds=1, T=(3, 5), n_val=(520, 560), n_test=(20, 40), tasks=("a",))
     study = compare_study(trajs, tmp_path, permutations=8, budgets=(32, 128, 512))
     keys = {k for vecs in study.vectors.values() for k in vecs}
     assert ("nested", "accuracy", "512") in keys and ("nested", "accuracy", "64") not in keys
@@ -510,9 +438,7 @@ def test_budgets_setting_reaches_512_and_d_from_32(tmp_path: Path) -> None:
     # D is G(full) − G(32) per trajectory, so its mean is the difference of the means
     for rule in ("accuracy", "agreement", "nll"):
         g = summary["budget"][rule]
-        assert summary["D"][rule]["mean"] == pytest.approx(
-            g["full"]["G"]["mean"] - g["32"]["G"]["mean"], abs=2e-6
-        )
+        assert summary["D"][rule]["mean"] == pytest.approx(g["full"]["G"]["mean"] - g["32"]["G"]["mean"], abs=2e-6)
     main = (tmp_path / "out" / "tables" / "main.md").read_text()
     assert "D_r (full − 32)" in main
 
@@ -523,9 +449,7 @@ def test_budgets_setting_d_from_smallest_and_verify(tmp_path: Path) -> None:
     from ckptsel.workflows.analysis import verify
 
     rng = np.random.default_rng(50)
-    trajs = rg.random_study(
-        rng, n_configs=2, seeds=2, T=(3, 5), n_val=(210, 230), n_test=(15, 30), tasks=("a", "b")
-    )
+    trajs = rg.random_study(rng, n_configs=2, seeds=2, T=(3, 5), n_val=(210, 230), n_test=(15, 30), tasks=("a", "b"))
     study = compare_study(trajs, tmp_path, permutations=6, budgets=(200, 50))
     assert any("D|nested|accuracy" in q for q in study.quantities.values())
     out = tmp_path / "out"
@@ -544,15 +468,13 @@ def test_default_budgets_are_not_written(tmp_path: Path) -> None:
     gen, nll = rg.tables(trajs)
     rec = rg.write(tmp_path / "records", gen, nll)
     a = analyze(rec, tmp_path / "a", permutations=4, draws=50, **NO_REPORT)
-    b = analyze(rec, tmp_path / "b", permutations=4, draws=50, budgets=(64, 32, 256, 128),
-                **NO_REPORT)
+    b = analyze(rec, tmp_path / "b", permutations=4, draws=50, budgets=(64, 32, 256, 128), **NO_REPORT)
     assert a.budgets is None and a.D_from is None and b == a
     assert "budgets" not in a.to_dict() and "D_from" not in a.to_dict()
-    assert (tmp_path / "a" / "summary.json").read_bytes() == (
-        tmp_path / "b" / "summary.json"
-    ).read_bytes()
+    assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
     assert ChoiceSettings(budgets=(64, 32, 256, 128)).to_dict() == {
-        "permutations": ChoiceSettings().permutations, "seed": ChoiceSettings().seed
+        "permutations": ChoiceSettings().permutations,
+        "seed": ChoiceSettings().seed,
     }
 
 
@@ -589,14 +511,24 @@ def test_analyze_says_what_it_does_with_the_budgets(tmp_path: Path) -> None:
 
     from ckptsel.cli import app
 
-    trajs = rg.random_study(
-        np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(100, 130), tasks=("a",)
-    )
+    trajs = rg.random_study(np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(100, 130), tasks=("a",))
     rec = rg.write(tmp_path / "records", *rg.tables(trajs))
-    res = CliRunner().invoke(app, [
-        "analyze", str(rec), "--permutations", "3", "--draws", "50", "--no-report",
-        "--out", str(tmp_path / "o"), "--budgets", "32,32,5000",
-    ])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            str(rec),
+            "--permutations",
+            "3",
+            "--draws",
+            "50",
+            "--no-report",
+            "--out",
+            str(tmp_path / "o"),
+            "--budgets",
+            "32,32,5000",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "note: budgets: 32 given more than once (each is used once)" in res.output
     assert "note: budget 5000 is larger than every trajectory's eligible validation pool" in res.output
@@ -610,9 +542,7 @@ def test_analyze_cli_budgets(tmp_path: Path, capsys) -> None:
 
     from ckptsel.cli import app
 
-    trajs = rg.random_study(
-        np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(515, 530), tasks=("a",)
-    )
+    trajs = rg.random_study(np.random.default_rng(9), n_configs=2, seeds=1, T=(3, 4), n_val=(515, 530), tasks=("a",))
     gen, nll = rg.tables(trajs)
     rec = rg.write(tmp_path / "records", gen, nll)
     base = ["analyze", str(rec), "--permutations", "3", "--draws", "50", "--no-report"]

@@ -56,7 +56,9 @@ def test_kernels_match_their_plain_definitions(trial):
         np.testing.assert_array_equal(core.permutations(keys, seed, reps), orders)
         budgets = sorted({int(b) for b in rng.integers(1, n + 1, 3)})
         pos = np.argsort(orders, axis=1)
-        np.testing.assert_array_equal(core.first_of_orders(h, budgets), pos.T[:, None, :] < np.array(budgets)[None, :, None])
+        np.testing.assert_array_equal(
+            core.first_of_orders(h, budgets), pos.T[:, None, :] < np.array(budgets)[None, :, None]
+        )
         nested = core.NestedSubsets(orders, budgets, n)
         np.testing.assert_array_equal(core.NestedSubsets.of_hashes(h, budgets).mask64, nested.mask64)
 
@@ -140,12 +142,16 @@ def test_canonical_bytes_equal_the_row_by_row_definition():
 
     rng = np.random.default_rng(5)
     n = 400
-    table = pd.DataFrame({
-        "trajectory": rng.choice(["a-s1", "b-s2", "c", "ü-é"], n), "scheme": rng.choice(["nested", "thin-2"], n),
-        "rule": rng.choice(["accuracy", "nll", "final"], n), "budget": rng.choice(["32", "full"], n),
-        "step": rng.integers(-5, 10**12, n),
-        "prob": rng.choice([0.0, -0.0, np.nan, 1 / 3, 1e-05, 2.5e-300, 1.0, 0.1 + 0.2], n),
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "trajectory": rng.choice(["a-s1", "b-s2", "c", "ü-é"], n),
+            "scheme": rng.choice(["nested", "thin-2"], n),
+            "rule": rng.choice(["accuracy", "nll", "final"], n),
+            "budget": rng.choice(["32", "full"], n),
+            "step": rng.integers(-5, 10**12, n),
+            "prob": rng.choice([0.0, -0.0, np.nan, 1 / 3, 1e-05, 2.5e-300, 1.0, 0.1 + 0.2], n),
+        }
+    )
     settings = ChoiceSettings()
     assert canonical_bytes(table, settings) == plain(table, settings)
     assert canonical_bytes(table.head(0), settings) == plain(table.head(0), settings)

@@ -55,13 +55,30 @@ def test_help_joins_docstring_lines(capsys):
 
 def test_analyze_prints_its_phases(tmp_path, capsys):
     _run(capsys, ["simulate", str(tmp_path / "records")])
-    out = _run(capsys, [
-        "analyze", str(tmp_path / "records"), "--out", str(tmp_path / "results"),
-        "--draws", "200", "--permutations", "10", "--no-report",
-    ])  # fmt: skip
+    out = _run(
+        capsys,
+        [
+            "analyze",
+            str(tmp_path / "records"),
+            "--out",
+            str(tmp_path / "results"),
+            "--draws",
+            "200",
+            "--permutations",
+            "10",
+            "--no-report",
+        ],
+    )
     phases = [line for line in out.splitlines() if line.startswith("analyze: ")]
-    words = ["loading", "choosing", "freezing", "scoring", "bootstrap",
-             "choosing the checkpoint to keep", "writing summary.json"]  # fmt: skip
+    words = [
+        "loading",
+        "choosing",
+        "freezing",
+        "scoring",
+        "bootstrap",
+        "choosing the checkpoint to keep",
+        "writing summary.json",
+    ]
     assert len(phases) == len(words), out
     for line, word in zip(phases, words, strict=True):
         assert re.match(rf"analyze: {word}.* \[\d+\.\d s\]$", line), line
@@ -71,16 +88,11 @@ def test_quickstart_says_its_first_line_within_10_s_in_a_log(tmp_path):
     """In a log (stdout a pipe, no terminal) the first line comes before torch loads, and the
     data and base-model lines before that work; the run is stopped there."""
     pytest.importorskip("torch")
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     # the console script's entry point (pyproject.toml: ckptsel.__main__:main)
     cmd = [sys.executable, "-m", "ckptsel", "quickstart", "--fast", "--out", str(tmp_path / "qs")]
     start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[tuple[float, str]] = []
 
     def read() -> None:

@@ -74,21 +74,21 @@ def test_audit_threshold_nan_is_one_line(tmp_path, capsys):
     a = write_jsonl(tmp_path / "a.jsonl", make_gsm8k_rows(3))
     b = write_jsonl(tmp_path / "b.jsonl", make_gsm8k_rows(3, seed=5))
     for bad in ("nan", "inf"):
-        line = one_line(*run_cli(["audit", "--train", a, "--validation", b, "--threshold", bad],
-                                 capsys))  # fmt: skip
+        line = one_line(*run_cli(["audit", "--train", a, "--validation", b, "--threshold", bad], capsys))
         assert "--threshold" in line
 
 
 def test_a_step_past_int64_in_an_ingested_log_is_one_line(tmp_path, capsys):
-    folder = gsm8k_checkpoint(tmp_path / "evals" / "run-x" / f"checkpoint-{BIG}",
-                              ["#### 18"], [True])  # fmt: skip
+    folder = gsm8k_checkpoint(tmp_path / "evals" / "run-x" / f"checkpoint-{BIG}", ["#### 18"], [True])
     out = tmp_path / "records"
-    line = one_line(*run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k",
-                              "--filter", "strict-match"], capsys))  # fmt: skip
+    line = one_line(
+        *run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--filter", "strict-match"], capsys)
+    )
     assert BIG in line and "int64" in line
     log = sorted(INSPECT.glob("*.eval"))[0]
-    line = one_line(*run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match",
-                              "--steps", f"{log.name}={BIG}"], capsys))  # fmt: skip
+    line = one_line(
+        *run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match", "--steps", f"{log.name}={BIG}"], capsys)
+    )
     assert BIG in line and log.name in line
     assert not out.exists()
 
@@ -101,9 +101,26 @@ def lora_run(tmp_path_factory):
 
 
 def measure_args(run, out, *extra) -> list:
-    return ["measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation,
-            "--test", run.test, "--out", out, "--max-new-tokens", "4", "--window", "16",
-            "--dtype", "float32", "--no-progress", *extra]  # fmt: skip
+    return [
+        "measure",
+        run.run_dir,
+        "--task",
+        "gsm8k",
+        "--validation",
+        run.validation,
+        "--test",
+        run.test,
+        "--out",
+        out,
+        "--max-new-tokens",
+        "4",
+        "--window",
+        "16",
+        "--dtype",
+        "float32",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_measure_only_both_is_one_line(lora_run, tmp_path, capsys):
@@ -118,9 +135,25 @@ def test_max_new_tokens_is_checked_before_anything_is_read(tmp_path, capsys):
     """Before: no upper bound (10**9 new tokens: a run that never ends, or a cache the size
     of the memory); checked with the other options, before any file is opened."""
     gone = tmp_path / "gone"
-    line = one_line(*run_cli(["measure", gone, "--task", "gsm8k", "--validation", gone,
-                              "--test", gone, "--out", gone / "r", "--max-new-tokens",
-                              "1000000000"], capsys))  # fmt: skip
+    line = one_line(
+        *run_cli(
+            [
+                "measure",
+                gone,
+                "--task",
+                "gsm8k",
+                "--validation",
+                gone,
+                "--test",
+                gone,
+                "--out",
+                gone / "r",
+                "--max-new-tokens",
+                "1000000000",
+            ],
+            capsys,
+        )
+    )
     assert "--max-new-tokens" in line and "131072" in line
 
 
@@ -232,11 +265,11 @@ def small_lines(monkeypatch):
 
 
 def test_a_long_lm_eval_line_is_refused_before_it_is_parsed(tmp_path, capsys, small_lines):
-    folder = gsm8k_checkpoint(tmp_path / "run-x" / "checkpoint-10", ["#### 18" + " " * 30000],
-                              [True])  # fmt: skip
+    folder = gsm8k_checkpoint(tmp_path / "run-x" / "checkpoint-10", ["#### 18" + " " * 30000], [True])
     out = tmp_path / "records"
-    line = one_line(*run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k",
-                              "--filter", "strict-match"], capsys))  # fmt: skip
+    line = one_line(
+        *run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--filter", "strict-match"], capsys)
+    )
     assert "samples_gsm8k" in line and ":1:" in line and "CKPTSEL_MAX_LINE_BYTES" in line
     assert not out.exists()
 
@@ -246,8 +279,7 @@ def test_a_long_inspect_sample_is_refused_before_it_is_parsed(tmp_path, capsys, 
 
     log = write_eval(tmp_path / "long.eval", eval_members(pad_sample=30000))
     out = tmp_path / "records"
-    line = one_line(*run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match"],
-                             capsys))  # fmt: skip
+    line = one_line(*run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match"], capsys))
     assert "long.eval" in line and "member samples/" in line and "20000 bytes" in line
     assert not out.exists()
 
@@ -272,8 +304,7 @@ def test_a_long_lighteval_cell_is_refused_before_it_is_parsed(tmp_path, capsys, 
     where = table.column_names.index("model_response")
     pq.write_table(table.set_column(where, "model_response", rebuilt), dst)
     out = tmp_path / "records"
-    line = one_line(*run_cli(["ingest", "lighteval", tmp_path / "details", "--out", out],
-                             capsys))  # fmt: skip
+    line = one_line(*run_cli(["ingest", "lighteval", tmp_path / "details", "--out", out], capsys))
     assert dst.name in line and "model_response.text" in line
     assert not out.exists()
 
@@ -292,8 +323,7 @@ def test_the_shipped_inspect_folder_ingests_as_is(tmp_path, capsys):
     """The folder holds a ``.json`` log beside an ``.eval`` of one checkpoint (tiny-b, step
     80): the newest is used and the other named in a note (before: 'given twice')."""
     out = tmp_path / "records"
-    code, said = run_cli(["ingest", "inspect", INSPECT, "--out", out, "--scorer", "match"],
-                         capsys)  # fmt: skip
+    code, said = run_cli(["ingest", "inspect", INSPECT, "--out", out, "--scorer", "match"], capsys)
     assert code == 0, said
     assert "the newest is used" in said and "ignoring" in said and ".eval" in said
     from ckptsel.records.scan import read_frame

@@ -39,8 +39,7 @@ def test_canonical_number_forms(value: Fraction, text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("token", "expected"),
-    [("5.0", "5"), ("0.50", "0.5"), ("2/4", "0.5"), ("-.5", "-0.5"), ("3/0", None), ("x", None)],
+    ("token", "expected"), [("5.0", "5"), ("0.50", "0.5"), ("2/4", "0.5"), ("-.5", "-0.5"), ("3/0", None), ("x", None)]
 )
 def test_canonical_number_tokens(token: str, expected: str | None) -> None:
     assert canonical_number(token) == expected
@@ -164,11 +163,7 @@ def test_math_extract(text: str, expected: str) -> None:
         ("\\boxed{3}", "\\frac{1}{2}", False),
         ("\\boxed{-2}", "2", False),
         ("nothing boxed", "2", False),
-        (
-            "\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}",
-            "\\left( 3, \\frac{\\pi}{2} \\right)",
-            True,
-        ),
+        ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
     ],
 )
 def test_math_is_correct(text: str, reference: str, correct: bool) -> None:
@@ -315,10 +310,7 @@ def test_math500_solution_boxes_match_answers(shared_data) -> None:
     items = tasks.load_items("math", shared_data / "math500" / "test.jsonl")
     correct = sum(answers.is_correct("math", i.response, i.reference) for i in items)
     assert correct == 500
-    verified = sum(
-        bool(math_answers.verify_equal(i.reference, math_answers.extract_raw(i.response)))
-        for i in items
-    )
+    verified = sum(bool(math_answers.verify_equal(i.reference, math_answers.extract_raw(i.response))) for i in items)
     assert verified >= 495  # measured 500 with math-verify 0.9.0
 
 

@@ -117,12 +117,7 @@ def test_word_check_ignores_template_ngrams_and_matches_a_hand_count():
     df_b = {g: sum(g in y for y in wb) for g in set().union(*wb)}
     tmpl = {g for g, d in df_a.items() if d >= 20} | {g for g, d in df_b.items() if d >= 20}
     assert "please answer the following question" in tmpl
-    ref = {
-        (i, j): len((x & y) - tmpl)
-        for i, x in enumerate(wa)
-        for j, y in enumerate(wb)
-        if (x & y) - tmpl
-    }
+    ref = {(i, j): len((x & y) - tmpl) for i, x in enumerate(wa) for j, y in enumerate(wb) if (x & y) - tmpl}
     i, j, c = shared_ngram_pairs(wa, wb)
     assert dict(zip(zip(i.tolist(), j.tolist(), strict=True), c.tolist(), strict=True)) == ref
     # without the template rule every pair would be flagged
@@ -188,10 +183,7 @@ def test_gsm8k_train_test_finding(gsm8k_audit, gsm8k_pools):
     w5 = rep.checks["word5"]
     assert (w5.pairs, w5.items_a, w5.items_b) == (11877, 3026, 917)
     assert w5.histogram == {"1": 9360, "2-4": 2481, "5-9": 30, ">=10": 6}
-    assert w5.examples[0]["shared"] == 30 and (w5.examples[0]["i"], w5.examples[0]["j"]) == (
-        20,
-        632,
-    )
+    assert w5.examples[0]["shared"] == 30 and (w5.examples[0]["i"], w5.examples[0]["j"]) == (20, 632)
     # the near-template pair is found by the index at a lower threshold, with its exact J
     near = jaccard_pairs(
         [char_ngrams(normalize(s)) for s in gsm8k_pools["train"]],
@@ -201,10 +193,7 @@ def test_gsm8k_train_test_finding(gsm8k_audit, gsm8k_pools):
     assert [(i, round(j_, 4)) for i, _, j_ in near] == [(1314, 0.6111), (5162, 0.6224)]
     # control: 6 planted pairs (2 exact, 2 case/punct, 2 one-word) all found
     assert result.control_ok
-    assert (
-        sorted(q.kind for q in result.planted)
-        == ["case_punct"] * 2 + ["exact"] * 2 + ["one_word"] * 2
-    )
+    assert sorted(q.kind for q in result.planted) == ["case_punct"] * 2 + ["exact"] * 2 + ["one_word"] * 2
     assert all(q.ok for q in result.planted)
     d = json.loads(json.dumps(result.to_dict()))
     assert d["control"]["ok"] is True and d["pairs"][0]["checks"]["char13"]["pairs"] == 0
@@ -221,17 +210,12 @@ def test_planted_duplicates_and_near_duplicates_are_all_found(gsm8k_pools):
     planted = {}
     for k, i in enumerate(src):
         kind = ("exact", "case_punct", "one_word")[k % 3]
-        text = {"exact": train[i], "case_punct": _case_punct(train[i])}.get(kind) or _one_word(
-            train[i]
-        )
+        text = {"exact": train[i], "case_punct": _case_punct(train[i])}.get(kind) or _one_word(train[i])
         planted[(i, len(test))] = kind
         test.append(text)
     result = audit_pools({"train": train, "test": test}, plant=False)
     rep = result.pair("train", "test")
-    flagged = {
-        name: {tuple(p[:2]) for p in rep.checks[name].pair_list}
-        for name in ("exact", "normalized", "char13")
-    }
+    flagged = {name: {tuple(p[:2]) for p in rep.checks[name].pair_list} for name in ("exact", "normalized", "char13")}
     for pair, kind in planted.items():
         assert (pair in flagged["exact"]) == (kind == "exact"), (pair, kind)
         assert (pair in flagged["normalized"]) == (kind != "one_word"), (pair, kind)
@@ -291,15 +275,12 @@ def test_short_pools_skip_one_word_plants_but_still_check_the_rest():
 
 
 def test_read_questions_sniffs_each_format(tmp_path: Path, shared_data: Path):
-    assert read_questions(shared_data / "math500" / "test.jsonl")[0].startswith(
-        "Convert the point $(0,3)$"
-    )
+    assert read_questions(shared_data / "math500" / "test.jsonl")[0].startswith("Convert the point $(0,3)$")
     boolq = read_questions(shared_data / "commonsense" / "boolq" / "test.json")
     assert len(boolq) == 3270 and boolq[0].startswith("Please answer the following question")
     mm = tmp_path / "mm.json"
     mm.write_text(
-        json.dumps([{"query": "Q1?", "response": "r", "type": "t", "original_question": "O"}]),
-        encoding="utf-8",
+        json.dumps([{"query": "Q1?", "response": "r", "type": "t", "original_question": "O"}]), encoding="utf-8"
     )
     assert read_questions(mm) == ["Q1?"]
     bad = tmp_path / "bad.jsonl"
@@ -329,7 +310,4 @@ def test_audit_cli_writes_json_and_markdown(tmp_path: Path, shared_data: Path, c
     assert _run_cli(["audit", "--train", str(train)]) == 2
     assert "at least two" in capsys.readouterr().err
     files = audit_files({"train": train, "test": math}, plant=False)
-    assert (
-        files.pair("train", "test").checks["exact"].pairs
-        == d["pairs"][0]["checks"]["exact"]["pairs"]
-    )
+    assert files.pair("train", "test").checks["exact"].pairs == d["pairs"][0]["checks"]["exact"]["pairs"]

@@ -100,12 +100,12 @@ def test_pretraining_mix_has_answered_formatted_problems_outside_the_pools():
     pools = E.pool_questions(cfg)
     for t in formatted:
         assert t.startswith(head)
-        question = t[len(head):].split("\n")[0]
+        question = t[len(head) :].split("\n")[0]
         assert E.normalize_question(question) not in pools
         answer = t.rsplit("The answer is: ", 1)[1]
         assert int(answer) == _eval(question), t
     # mixed in, not appended: each quarter of the list holds some
-    quarters = [sum("### Instruction" in t for t in texts[k * 100:(k + 1) * 100]) for k in range(4)]
+    quarters = [sum("### Instruction" in t for t in texts[k * 100 : (k + 1) * 100]) for k in range(4)]
     assert min(quarters) >= 20, quarters
     _check_sums([t for t in texts if "### Instruction" not in t][:200])
     assert texts == E.pretraining_corpus(cfg)  # deterministic

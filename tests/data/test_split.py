@@ -10,13 +10,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel.cli.app import main
-from ckptsel.data.split import (
-    group_unit,
-    is_validation_group,
-    read_records,
-    split_file,
-    split_records,
-)
+from ckptsel.data.split import group_unit, is_validation_group, read_records, split_file, split_records
 from ckptsel.errors import CkptselError
 
 
@@ -83,11 +77,7 @@ def test_gsm8k_split_deterministic_and_lineage_is_a_recount(gsm8k_split):
     assert on_disk == lin1
     assert lin1["group_field"] == "question"
     assert lin1["records"] == {"total": 7473, "train": len(train), "validation": len(val)}
-    assert lin1["groups"] == {
-        "total": len(g_train | g_val),
-        "train": len(g_train),
-        "validation": len(g_val),
-    }
+    assert lin1["groups"] == {"total": len(g_train | g_val), "train": len(g_train), "validation": len(g_val)}
     assert lin1["intersections"] == {"groups": 0, "question_text": 0}
     # measured: 725 of 7,473 GSM8K train questions go to validation with seed 42 (9.70%)
     assert len(val) == 725
@@ -119,8 +109,7 @@ def _metamath_records() -> list[dict]:
             recs.append(
                 {
                     "query": f"[variant {v}] {orig}",
-                    "response": f"He has {k + 3} + {k % 7 + 2} = {2 * k + 5 - k}. "
-                    f"The answer is: {k + 3 + k % 7 + 2}",
+                    "response": f"He has {k + 3} + {k % 7 + 2} = {2 * k + 5 - k}. The answer is: {k + 3 + k % 7 + 2}",
                     "type": ["GSM_Rephrased", "GSM_AnsAug", "GSM_SV", "GSM_FOBAR"][v],
                     "original_question": orig,
                 }

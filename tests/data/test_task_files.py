@@ -206,30 +206,38 @@ def test_fields_lists_dotted_paths_defaults_and_strata(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "items", "message"),
     [
-        (FIRSTWORD.replace('compare = "exact"', 'compare = "fuzzy"'), None,
-         r"t\.toml: \[answer\] compare: unknown rule 'fuzzy'"),
-        (FIRSTWORD.replace("'^\\s*(\\S+)'", "'(unclosed'"), None,
-         r"\[answer\] extract: '\(unclosed' is no rule .* and no valid regex"),
+        (
+            FIRSTWORD.replace('compare = "exact"', 'compare = "fuzzy"'),
+            None,
+            r"t\.toml: \[answer\] compare: unknown rule 'fuzzy'",
+        ),
+        (
+            FIRSTWORD.replace("'^\\s*(\\S+)'", "'(unclosed'"),
+            None,
+            r"\[answer\] extract: '\(unclosed' is no rule .* and no valid regex",
+        ),
         (FIRSTWORD + "group = 2\n", None, r"\[answer\] group: 2 is not a group"),
-        (FIRSTWORD.replace('name = "firstword"', 'name = "gsm8k"'), None,
-         r"name 'gsm8k' is a built-in task's"),
+        (FIRSTWORD.replace('name = "firstword"', 'name = "gsm8k"'), None, r"name 'gsm8k' is a built-in task's"),
         (FIRSTWORD.replace('prompt = "q"\n', ""), None, r"\[fields\] needs 'prompt'"),
         (FIRSTWORD.replace('id = "uid"', 'idd = "uid"'), None, r"\[fields\] unknown key 'idd'"),
         (FIRSTWORD + "tolerance = 1\n", None, r"tolerance: .*numeric' only"),
-        (FIRSTWORD.replace('compare = "exact"', 'compare = "labels"'), None,
-         r"\[answer\] labels: a non-empty list"),
-        (FIRSTWORD.replace('compare = "exact"', 'compare = "labels"\nlabels = ["hello"]'),
-         ITEMS, r"items\.jsonl: line 2: field 'gold' 'Bye' is not one of the labels"),
-        (FIRSTWORD.replace('compare = "exact"', 'compare = "numeric"'), ITEMS,
-         r"items\.jsonl: line 1: field 'gold' 'hello' holds no number"),
-        (FIRSTWORD, [{"q": "x", "target": "y", "uid": "u"}],
-         r"items\.jsonl: line 1: missing required field 'gold'"),
+        (FIRSTWORD.replace('compare = "exact"', 'compare = "labels"'), None, r"\[answer\] labels: a non-empty list"),
+        (
+            FIRSTWORD.replace('compare = "exact"', 'compare = "labels"\nlabels = ["hello"]'),
+            ITEMS,
+            r"items\.jsonl: line 2: field 'gold' 'Bye' is not one of the labels",
+        ),
+        (
+            FIRSTWORD.replace('compare = "exact"', 'compare = "numeric"'),
+            ITEMS,
+            r"items\.jsonl: line 1: field 'gold' 'hello' holds no number",
+        ),
+        (FIRSTWORD, [{"q": "x", "target": "y", "uid": "u"}], r"items\.jsonl: line 1: missing required field 'gold'"),
         ("name = 'x'\n[fields\n", None, r"t\.toml: invalid TOML"),
         (FIRSTWORD + 'scorer = "m:f"\n', None, r"\[answer\] give compare or scorer, not both"),
-        (FIRSTWORD.replace('"firstword"', '"firstword"\ncolour = "red"'), None,
-         r"t\.toml: unknown key 'colour'"),
+        (FIRSTWORD.replace('"firstword"', '"firstword"\ncolour = "red"'), None, r"t\.toml: unknown key 'colour'"),
     ],
-)  # fmt: skip
+)
 def test_bad_task_files_are_one_line_naming_file_and_key(tmp_path, body, items, message):
     task = task_file(tmp_path, body)
     with pytest.raises(CkptselError, match=message) as err:
@@ -273,8 +281,11 @@ def test_a_scorer_file_beside_the_task_file_is_imported_only_to_judge(tmp_path) 
         with pytest.raises(CkptselError, match=message):
             get_task(bad)
     missing = task_file(tmp_path, body.replace("reversed_gold", "missing"), "m.toml")
-    with pytest.raises(CkptselError, match=r"m\.toml: \[answer\] scorer 'myscorer\.py:missing': "
-                       r"myscorer\.py has no function 'missing'"):  # fmt: skip
+    with pytest.raises(
+        CkptselError,
+        match=r"m\.toml: \[answer\] scorer 'myscorer\.py:missing': "
+        r"myscorer\.py has no function 'missing'",
+    ):
         is_correct(missing, "x", "y")
     raising = task_file(tmp_path, body.replace("reversed_gold", "broken"), "b.toml")
     with pytest.raises(CkptselError, match=r"scorer myscorer\.py:broken: raised ValueError: no way"):
@@ -367,8 +378,9 @@ def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
 
     folder = gsm8k_checkpoint(
         tmp_path / "evals" / "run-x" / "checkpoint-100",
-        ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"], [True, True, False],
-    )  # fmt: skip
+        ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"],
+        [True, True, False],
+    )
     task = task_file(
         tmp_path,
         """\
@@ -382,9 +394,21 @@ def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
         """,
     )
     code, said = run_cli(
-        ["ingest", "lm-eval", folder, "--out", tmp_path / "records", "--task", task,
-         "--filter", "flexible-extract", "--trajectory", "t1"], capsys,
-    )  # fmt: skip
+        [
+            "ingest",
+            "lm-eval",
+            folder,
+            "--out",
+            tmp_path / "records",
+            "--task",
+            task,
+            "--filter",
+            "flexible-extract",
+            "--trajectory",
+            "t1",
+        ],
+        capsys,
+    )
     assert code == 0, said
     gen = read_frame(tmp_path / "records", "generations").set_index("item_id")
     assert set(gen["task"]) == {"gsm8k-first"}  # the task file's name
@@ -400,9 +424,22 @@ def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
 
 def _measure_args(run, task: str, validation: Path, test: Path, out: Path) -> list:
     return [
-        "measure", run.run_dir, "--task", task, "--validation", validation, "--test", test,
-        "--out", out, "--batch-size", "4", "--max-new-tokens", "6", "--no-progress",
-    ]  # fmt: skip
+        "measure",
+        run.run_dir,
+        "--task",
+        task,
+        "--validation",
+        validation,
+        "--test",
+        test,
+        "--out",
+        out,
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--no-progress",
+    ]
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -445,8 +482,11 @@ def test_measure_with_a_task_file_through_the_cli(tmp_path, capsys) -> None:
         last = re.search(r"(\S+)\s*$", row["text"])
         assert row["answer"] == (last.group(1).lower() if last else "")
     # no response field: generations only, said in one line
-    silent = task_file(tmp_path, FIRSTWORD.replace('response = "target"\n', "").replace(
-        'name = "firstword"', 'name = "firstword-eval"'), "eval.toml")  # fmt: skip
+    silent = task_file(
+        tmp_path,
+        FIRSTWORD.replace('response = "target"\n', "").replace('name = "firstword"', 'name = "firstword-eval"'),
+        "eval.toml",
+    )
     out2 = tmp_path / "records2"
     code, said = run_cli(_measure_args(run, silent, val, test, out2), capsys)
     assert code == 0, said
@@ -466,9 +506,8 @@ def test_train_a_study_whose_tasks_are_task_files(tmp_path, capsys) -> None:
         for i, w in enumerate(["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "nut"])
     ]
     base = save_tiny(
-        tmp_path / "base", [f"{r['q']} {r['target']}" for r in rows], vocab_size=200,
-        hidden_size=32, layers=1, heads=2,
-    )  # fmt: skip
+        tmp_path / "base", [f"{r['q']} {r['target']}" for r in rows], vocab_size=200, hidden_size=32, layers=1, heads=2
+    )
     write_jsonl(tmp_path / "data" / "train.jsonl", rows[:6])
     write_jsonl(tmp_path / "data" / "val.jsonl", rows[6:7])
     write_jsonl(tmp_path / "data" / "test.jsonl", rows[7:])
@@ -531,9 +570,7 @@ def test_measure_model_scores_no_nll_for_items_without_a_response(tmp_path) -> N
     cfg = MeasureConfig(task=task, max_new_tokens=3, batch_size=2)
     assert isinstance(check_conformance(model, tok, items, cfg), str)
     assert [it.response for it in pick_items(items)] == ["", ""]  # checked on an empty response
-    gen, nll = measure_model(
-        model, tok, [*items, with_response], cfg, split="validation", trajectory="t-s1", step=1
-    )
+    gen, nll = measure_model(model, tok, [*items, with_response], cfg, split="validation", trajectory="t-s1", step=1)
     assert gen["item_id"].tolist() == ["a1", "a2", "r1"] and set(gen["task"]) == {"firstword"}
     assert set(nll["item_id"]) == {"r1"}  # the item with a response alone
 
@@ -554,8 +591,9 @@ def test_tasks_show_renders_the_prompt_format_asked_for(tmp_path, capsys) -> Non
     task = task_file(tmp_path, FIRSTWORD)
     items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
     show = ["tasks", "show", task, "--items", items, "--index", "1"]
-    code, said = run_cli([*show, "--prompt-format", "chat", "--tokenizer", base,
-                          "--system-prompt", "Be brief."], capsys)  # fmt: skip
+    code, said = run_cli(
+        [*show, "--prompt-format", "chat", "--tokenizer", base, "--system-prompt", "Be brief."], capsys
+    )
     assert code == 0, said
     assert "as the model sees it (chat (the tokenizer's chat template, chat[" in said
     assert "):\nsystem: Be brief.\nuser: Say bye\nassistant:\n" in said

@@ -42,10 +42,7 @@ def fields(table: str, answer: str = 'compare = "exact"') -> str:
 
 def listing(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` and its content (what 'nothing written' compares)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes() if p.is_file() else b""
-        for p in sorted(root.rglob("*"))
-    }
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"" for p in sorted(root.rglob("*"))}
 
 
 def refused(said: str, code: int, *needles: str) -> None:
@@ -76,10 +73,12 @@ SCORERS = {
 # (task file text, extra CLI args of 'tasks show', what the one line names)
 CASES = {
     # a task file names no importable module: shutil:rmtree / os:rename are refused, unrun
-    "rmtree": (body('scorer = "shutil:rmtree"', target="VICTIM", gold="VICTIM"), [],
-               "[answer] scorer 'shutil:rmtree'"),
-    "rename": (body('scorer = "os:rename"', target="VICTIM/keep.txt", gold="VICTIM/moved.txt"),
-               [], "[answer] scorer 'os:rename'"),
+    "rmtree": (body('scorer = "shutil:rmtree"', target="VICTIM", gold="VICTIM"), [], "[answer] scorer 'shutil:rmtree'"),
+    "rename": (
+        body('scorer = "os:rename"', target="VICTIM/keep.txt", gold="VICTIM/moved.txt"),
+        [],
+        "[answer] scorer 'os:rename'",
+    ),
     "absolute scorer": (body('scorer = "/tmp/score.py:fn"'), [], "relative path inside"),
     "dotdot scorer": (body('scorer = "../victim.py:keep"'), [], "relative path inside"),
     "dotdot inside": (body('scorer = "sub/../../victim.py:keep"'), [], "relative path inside"),
@@ -89,68 +88,99 @@ CASES = {
     "scorer missing": (body('scorer = "nope.py:fn"'), [], "[answer] scorer 'nope.py:fn': no file"),
     "scorer folder": (body('scorer = "sub:fn"'), [], "write it as 'score.py:function'"),
     "scorer folder.py": (body('scorer = "dir.py:fn"'), [], "[answer] scorer 'dir.py:fn': no file"),
-    "scorer not python": (body('scorer = "victim.txt:keep"'), [],
-                          "write it as 'score.py:function'"),
+    "scorer not python": (body('scorer = "victim.txt:keep"'), [], "write it as 'score.py:function'"),
     # user code: SystemExit and anything else, at import and at call, is one line
-    "exit at import": (body('scorer = "exit_at_import.py:fn"'), ["--score"],
-                       "importing exit_at_import.py raised SystemExit"),
-    "exit at call": (body('scorer = "exit_at_call.py:fn"'), ["--score"],
-                     "scorer exit_at_call.py:fn: raised SystemExit"),
-    "raise at import": (body('scorer = "raise_at_import.py:fn"'), ["--score"],
-                        "raised ValueError: bad thing"),
+    "exit at import": (
+        body('scorer = "exit_at_import.py:fn"'),
+        ["--score"],
+        "importing exit_at_import.py raised SystemExit",
+    ),
+    "exit at call": (
+        body('scorer = "exit_at_call.py:fn"'),
+        ["--score"],
+        "scorer exit_at_call.py:fn: raised SystemExit",
+    ),
+    "raise at import": (body('scorer = "raise_at_import.py:fn"'), ["--score"], "raised ValueError: bad thing"),
     "raise at call": (body('scorer = "raises.py:fn"'), ["--score"], "raised KeyError"),
-    "GeneratorExit": (body('scorer = "keyboard_free.py:fn"'), ["--score"],
-                      "raised GeneratorExit"),
-    "__bool__ raises": (body('scorer = "bad_bool.py:fn"'), ["--score"],
-                        "returned Liar, not a bool"),
+    "GeneratorExit": (body('scorer = "keyboard_free.py:fn"'), ["--score"], "raised GeneratorExit"),
+    "__bool__ raises": (body('scorer = "bad_bool.py:fn"'), ["--score"], "returned Liar, not a bool"),
     "int verdict": (body('scorer = "int_verdict.py:fn"'), ["--score"], "returned int, not a bool"),
-    "not callable": (body('scorer = "not_callable.py:fn"'), ["--score"],
-                     "not_callable.py has no function 'fn'"),
+    "not callable": (body('scorer = "not_callable.py:fn"'), ["--score"], "not_callable.py has no function 'fn'"),
     # wrong types
     "compare list": (body('compare = ["numeric"]'), [], "[answer] compare: must be a string"),
-    "compare table": (body("compare = {rule = 'numeric'}"), [],
-                      "[answer] compare: must be a string"),
+    "compare table": (body("compare = {rule = 'numeric'}"), [], "[answer] compare: must be a string"),
     "extract list": (body("extract = ['a']"), [], "[answer] extract: must be a string"),
-    "select list": (body("extract = '(a)'\nselect = ['last']"), [],
-                    "[answer] select: must be a string"),
-    "labels twice": (body('compare = "labels"\nlabels = ["yes", "Yes"]'), [],
-                     "[answer] labels: 'Yes' is listed twice"),
+    "select list": (body("extract = '(a)'\nselect = ['last']"), [], "[answer] select: must be a string"),
+    "labels twice": (body('compare = "labels"\nlabels = ["yes", "Yes"]'), [], "[answer] labels: 'Yes' is listed twice"),
     # numbers: finite, >= 0
-    "tolerance nan": (body('compare = "numeric"\ntolerance = nan', gold="1"), [],
-                      "[answer] tolerance: a finite number >= 0"),
-    "tolerance inf": (body('compare = "numeric"\ntolerance = inf', gold="1"), [],
-                      "[answer] tolerance: a finite number >= 0"),
+    "tolerance nan": (
+        body('compare = "numeric"\ntolerance = nan', gold="1"),
+        [],
+        "[answer] tolerance: a finite number >= 0",
+    ),
+    "tolerance inf": (
+        body('compare = "numeric"\ntolerance = inf', gold="1"),
+        [],
+        "[answer] tolerance: a finite number >= 0",
+    ),
     # regexes: any compile failure, sizes, and a match past the time bound
     "huge repeat": (body("extract = 'a{99999999999}'"), [], "[answer] extract"),
-    "deep nesting": (body("extract = '" + "(" * 450 + "a" + ")" * 450 + "'"), [],
-                     "[answer] extract"),
+    "deep nesting": (body("extract = '" + "(" * 450 + "a" + ")" * 450 + "'"), [], "[answer] extract"),
     "too long": (body("extract = '" + "x" * 5000 + "'"), [], "the regex has 5000 characters"),
     "repeat product": (body("extract = '(a{1000}){1000}'"), [], "counted repeats"),
-    "backtracking extract": (body("extract = '^(a|aa)+$'", target=SLOW), [],
-                             "[answer] extract '^(a|aa)+$': no match decided within 1 s"),
+    "backtracking extract": (
+        body("extract = '^(a|aa)+$'", target=SLOW),
+        [],
+        "[answer] extract '^(a|aa)+$': no match decided within 1 s",
+    ),
     "backtracking reference": (
         fields('prompt = "q"\nreference = "gold"\nreference_regex = \'^(a|aa)+$\'')
-        + f'[example]\nq = "x"\ngold = "{SLOW}"\n', [],
-        "[fields] reference_regex '^(a|aa)+$': no match decided"),
-    "reference_regex bad": (fields('prompt = "q"\nreference = "gold"\nreference_regex = "(x"'),
-                            [], "[fields] reference_regex"),
-    "reference_regex number": (fields('prompt = "q"\nreference = "gold"\nreference_regex = 5'),
-                               [], "[fields] reference_regex"),
+        + f'[example]\nq = "x"\ngold = "{SLOW}"\n',
+        [],
+        "[fields] reference_regex '^(a|aa)+$': no match decided",
+    ),
+    "reference_regex bad": (
+        fields('prompt = "q"\nreference = "gold"\nreference_regex = "(x"'),
+        [],
+        "[fields] reference_regex",
+    ),
+    "reference_regex number": (
+        fields('prompt = "q"\nreference = "gold"\nreference_regex = 5'),
+        [],
+        "[fields] reference_regex",
+    ),
     # fields that collide
-    "prompt is reference": (fields('prompt = "gold"\nreference = "gold"'), [],
-                            "[fields] prompt: names 'gold', the reference field"),
-    "prompt has response": (fields('prompt = ["q", "target"]\nreference = "gold"\n'
-                                   'response = "target"'), [], "the response field"),
-    "prompt lists reference": (fields('prompt = ["q", "gold"]\nreference = "gold"'), [],
-                               "[fields] prompt: names 'gold', the reference field"),
-    "reference_regex long": (fields('prompt = "q"\nreference = "gold"\nreference_regex = "'
-                                    + "y" * 1001 + '"'), [], "the regex has 1001 characters"),
-    "reference_regex repeats": (fields('prompt = "q"\nreference = "gold"\n'
-                                       "reference_regex = '(a{500}){500}'"), [],
-                                "[fields] reference_regex: '(a{500}){500}': counted repeats"),
-    "prompt twice": (fields('prompt = ["q", "q"]\nreference = "gold"'), [],
-                     "[fields] prompt: field 'q' is listed twice"),
-}  # fmt: skip
+    "prompt is reference": (
+        fields('prompt = "gold"\nreference = "gold"'),
+        [],
+        "[fields] prompt: names 'gold', the reference field",
+    ),
+    "prompt has response": (
+        fields('prompt = ["q", "target"]\nreference = "gold"\nresponse = "target"'),
+        [],
+        "the response field",
+    ),
+    "prompt lists reference": (
+        fields('prompt = ["q", "gold"]\nreference = "gold"'),
+        [],
+        "[fields] prompt: names 'gold', the reference field",
+    ),
+    "reference_regex long": (
+        fields('prompt = "q"\nreference = "gold"\nreference_regex = "' + "y" * 1001 + '"'),
+        [],
+        "the regex has 1001 characters",
+    ),
+    "reference_regex repeats": (
+        fields('prompt = "q"\nreference = "gold"\nreference_regex = \'(a{500}){500}\''),
+        [],
+        "[fields] reference_regex: '(a{500}){500}': counted repeats",
+    ),
+    "prompt twice": (
+        fields('prompt = ["q", "q"]\nreference = "gold"'),
+        [],
+        "[fields] prompt: field 'q' is listed twice",
+    ),
+}
 
 
 @pytest.fixture()
@@ -267,8 +297,7 @@ def test_an_old_backtracking_regex_is_bounded(tmp_path, capsys) -> None:
 
 def _slow_task(tmp_path: Path) -> Path:
     task = tmp_path / "slow.toml"
-    task.write_text(fields('prompt = "question"\nreference = "answer"',
-                           "extract = '^(a|aa)+$'"), encoding="utf-8")  # fmt: skip
+    task.write_text(fields('prompt = "question"\nreference = "answer"', "extract = '^(a|aa)+$'"), encoding="utf-8")
     return task
 
 
@@ -276,22 +305,33 @@ def test_ingest_and_compare_logs_end_a_backtracking_regex_in_one_line(tmp_path, 
     from lmevalcase import gsm8k_checkpoint
 
     runs = [
-        gsm8k_checkpoint(tmp_path / "evals" / name / "checkpoint-100",
-                         ["#### 18", f"so {SLOW}", "#### 4"], [True, False, True])
+        gsm8k_checkpoint(
+            tmp_path / "evals" / name / "checkpoint-100", ["#### 18", f"so {SLOW}", "#### 4"], [True, False, True]
+        )
         for name in ("a", "b")
-    ]  # fmt: skip
+    ]
     task = _slow_task(tmp_path)
     out = tmp_path / "records"
     for args in (
-        ["ingest", "lm-eval", runs[0], "--out", out, "--task", task, "--filter",
-         "flexible-extract", "--trajectory", "t1"],
+        [
+            "ingest",
+            "lm-eval",
+            runs[0],
+            "--out",
+            out,
+            "--task",
+            task,
+            "--filter",
+            "flexible-extract",
+            "--trajectory",
+            "t1",
+        ],
         ["compare-logs", runs[0], runs[1], "--task", task, "--filter", "flexible-extract"],
-    ):  # fmt: skip
+    ):
         started = time.monotonic()
         code, said = run_cli(args, capsys)
         assert time.monotonic() - started < 10, said
-        refused(said, code, str(task), "item 'gsm8k-1'",
-                "[answer] extract '^(a|aa)+$': no match decided")  # fmt: skip
+        refused(said, code, str(task), "item 'gsm8k-1'", "[answer] extract '^(a|aa)+$': no match decided")
     assert not out.exists()
 
 
@@ -309,9 +349,22 @@ def tiny(tmp_path_factory, one_thread):
 
 def _measure(tiny, task: Path, out: Path) -> list:
     return [
-        "measure", tiny.run_dir, "--task", task, "--validation", tiny.validation, "--test",
-        tiny.test, "--out", out, "--batch-size", "4", "--max-new-tokens", "24", "--no-progress",
-    ]  # fmt: skip
+        "measure",
+        tiny.run_dir,
+        "--task",
+        task,
+        "--validation",
+        tiny.validation,
+        "--test",
+        tiny.test,
+        "--out",
+        out,
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "24",
+        "--no-progress",
+    ]
 
 
 MEASURED = fields('prompt = "question"\nreference = "answer"\nresponse = "answer"', "{answer}")
@@ -321,13 +374,12 @@ MEASURED = fields('prompt = "question"\nreference = "answer"\nresponse = "answer
     ("answer", "scorer", "needle"),
     [
         ('scorer = "s.py:fn"', "import sys\nsys.exit(0)\n", "importing s.py raised SystemExit"),
-        ('scorer = "s.py:fn"', "import sys\ndef fn(a, r):\n    sys.exit(0)\n",
-         "scorer s.py:fn: raised SystemExit"),
+        ('scorer = "s.py:fn"', "import sys\ndef fn(a, r):\n    sys.exit(0)\n", "scorer s.py:fn: raised SystemExit"),
         ('scorer = "s.py:fn"', "def fn(a, r):\n    return None\n", "returned NoneType"),
         ("extract = '(?s)^(.|..|...)*(?<=\\x00)'", "", "no match decided within 1 s"),
     ],
     ids=["exit at import", "exit at call", "returns None", "backtracking"],
-)  # fmt: skip
+)
 def test_measure_refuses_a_failing_rule_in_one_line(tiny, tmp_path, capsys, answer, scorer, needle):
     (tmp_path / "s.py").write_text(scorer, encoding="utf-8")
     task = tmp_path / "m.toml"
@@ -352,7 +404,8 @@ def test_a_reference_derived_by_regex_and_gsm8k_raw(tmp_path, capsys) -> None:
     items = tmp_path / "items.jsonl"
     items.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     task = tmp_path / "raw.toml"
-    task.write_text(textwrap.dedent("""\
+    task.write_text(
+        textwrap.dedent("""\
         name = "gsm-raw-file"
         [fields]
         prompt = "question"
@@ -362,7 +415,9 @@ def test_a_reference_derived_by_regex_and_gsm8k_raw(tmp_path, capsys) -> None:
         [answer]
         extract = "gsm8k"
         compare = "gsm8k"
-        """), encoding="utf-8")  # fmt: skip
+        """),
+        encoding="utf-8",
+    )
     code, said = run_cli(["tasks", "show", task, "--items", items], capsys)
     assert code == 0, said
     assert "reference '7'" in said and "<<3+4=7>>7\n#### 7" in said

@@ -48,9 +48,7 @@ def test_registry_names_families_and_aliases() -> None:
         assert tasks.get_task(name.lower()).subtask == name
     assert tasks.get_task("arc_challenge").name == "ARC-Challenge"
     assert tasks.task_family("gsm8k-raw") == "gsm8k"
-    with pytest.raises(
-        CkptselError, match=r"unknown task 'gsm9k'; known tasks: gsm8k, gsm8k-raw, metamath"
-    ):
+    with pytest.raises(CkptselError, match=r"unknown task 'gsm9k'; known tasks: gsm8k, gsm8k-raw, metamath"):
         tasks.task_family("gsm9k")
 
 
@@ -60,10 +58,7 @@ def test_register_task_adds_a_cli_task(tmp_path: Path, monkeypatch: pytest.Monke
 
     def load_tsv(path: Path, task: tasks.Task) -> list[Item]:
         rows = [line.split("\t") for line in path.read_text().splitlines()]
-        return [
-            Item(f"{task.name}-{i}", q, a, f"The answer is: {a}", f"g{i}")
-            for i, (q, a) in enumerate(rows)
-        ]
+        return [Item(f"{task.name}-{i}", q, a, f"The answer is: {a}", f"g{i}") for i, (q, a) in enumerate(rows)]
 
     tasks.register_task("arith-tsv", "gsm8k", load_tsv, aliases=("arith",))
     data = tmp_path / "arith.tsv"
@@ -150,11 +145,7 @@ def test_each_commonsense_task_three_ways(shared_data: Path, task: str) -> None:
     root = shared_data / "commonsense"
     from_root = tasks.load_items(task, root)
     from_folder = tasks.load_items(task, root / task)
-    test_file = (
-        root
-        / task
-        / ("test_subset1000_llmadapters_format.json" if task == "hellaswag" else "test.json")
-    )
+    test_file = root / task / ("test_subset1000_llmadapters_format.json" if task == "hellaswag" else "test.json")
     from_file = tasks.load_items("commonsense", test_file)  # subtask from the folder name
     assert len(from_root) == COMMONSENSE_COUNTS[task]
     assert from_root == from_folder == from_file
@@ -207,14 +198,7 @@ def test_metamath_json_list(tmp_path: Path) -> None:
 def test_math_without_answer_field_takes_the_boxed_solution(tmp_path: Path) -> None:
     path = _write_jsonl(
         tmp_path / "math.jsonl",
-        [
-            {
-                "problem": "1+1?",
-                "solution": "It is $\\boxed{2}$.",
-                "level": "Level 1",
-                "type": "Algebra",
-            }
-        ],
+        [{"problem": "1+1?", "solution": "It is $\\boxed{2}$.", "level": "Level 1", "type": "Algebra"}],
     )
     (item,) = tasks.load_items("math", path)
     assert item == Item("math-0", "1+1?", "2", "It is $\\boxed{2}$.", "math-0", "")
@@ -223,16 +207,7 @@ def test_math_without_answer_field_takes_the_boxed_solution(tmp_path: Path) -> N
 def test_commonsense_input_field_is_appended(tmp_path: Path) -> None:
     path = tmp_path / "piqa.json"
     path.write_text(
-        json.dumps(
-            [
-                {
-                    "instruction": "Pick one.",
-                    "input": "ctx",
-                    "output": "solution2",
-                    "answer": "Solution2",
-                }
-            ]
-        )
+        json.dumps([{"instruction": "Pick one.", "input": "ctx", "output": "solution2", "answer": "Solution2"}])
     )
     (item,) = tasks.load_items("piqa", path)
     assert item.instruction == "Pick one.\n\nctx" and item.reference == "solution2"
@@ -252,22 +227,10 @@ GOOD_GSM8K = {"question": "1+1?", "answer": "1+1=2\n#### 2"}
         ("gsm8k", [{"question": "q", "answer": "4"}], r"line 1: field 'answer' has no '#### N'"),
         ("gsm8k", [{"question": "q", "answer": "#### four"}], r"line 1: .*'four' is not a number"),
         ("gsm8k", [GOOD_GSM8K, ["not", "an", "object"]], r"line 2: expected a JSON object"),
-        (
-            "gsm8k",
-            [{"question": ["q"], "answer": "#### 1"}],
-            r"line 1: field 'question' must be a string",
-        ),
-        (
-            "metamath",
-            [{"query": "q", "response": "it is 4"}],
-            r"line 1: field 'response' has no answer",
-        ),
+        ("gsm8k", [{"question": ["q"], "answer": "#### 1"}], r"line 1: field 'question' must be a string"),
+        ("metamath", [{"query": "q", "response": "it is 4"}], r"line 1: field 'response' has no answer"),
         ("metamath", [{"response": "The answer is: 4"}], r"line 1: missing required field 'query'"),
-        (
-            "math",
-            [{"problem": "p", "solution": "no box"}],
-            r"line 1: missing required field 'answer'",
-        ),
+        ("math", [{"problem": "p", "solution": "no box"}], r"line 1: missing required field 'answer'"),
         (
             "math",
             [
@@ -282,16 +245,10 @@ GOOD_GSM8K = {"question": "1+1?", "answer": "1+1=2\n#### 2"}
             [{"instruction": "i", "output": "o", "answer": "maybe"}],
             r"line 1: field 'answer' 'maybe' is not a label of boolq",
         ),
-        (
-            "commonsense",
-            [{"instruction": "i", "answer": "true"}],
-            r"line 1: missing required field 'output'",
-        ),
+        ("commonsense", [{"instruction": "i", "answer": "true"}], r"line 1: missing required field 'output'"),
     ],
 )
-def test_bad_records_name_file_line_and_field(
-    tmp_path: Path, task: str, records: list, pattern: str
-) -> None:
+def test_bad_records_name_file_line_and_field(tmp_path: Path, task: str, records: list, pattern: str) -> None:
     path = _write_jsonl(tmp_path / "bad.jsonl", records)
     with pytest.raises(CkptselError, match=pattern) as info:
         tasks.load_items(task, path)
@@ -308,9 +265,7 @@ def test_malformed_jsonl_line(tmp_path: Path) -> None:
 
 def test_malformed_json_list(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
-    path.write_text(
-        '[\n {"instruction": "i", "output": "true", "answer": "true"},\n {"instruction": \n]'
-    )
+    path.write_text('[\n {"instruction": "i", "output": "true", "answer": "true"},\n {"instruction": \n]')
     with pytest.raises(CkptselError, match=r"broken\.json: line 4: malformed JSON"):
         tasks.load_items("boolq", path)
 
@@ -318,9 +273,7 @@ def test_malformed_json_list(tmp_path: Path) -> None:
 def test_json_list_errors_name_the_record_index(tmp_path: Path) -> None:
     path = tmp_path / "list.json"
     path.write_text(json.dumps([GOOD_GSM8K, GOOD_GSM8K, {"answer": "#### 3"}]))
-    with pytest.raises(
-        CkptselError, match=r"list\.json: record 3: missing required field 'question'"
-    ):
+    with pytest.raises(CkptselError, match=r"list\.json: record 3: missing required field 'question'"):
         tasks.load_items("gsm8k", path)
 
 

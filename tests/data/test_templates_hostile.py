@@ -89,9 +89,9 @@ TEMPLATES = {
     "huge-format": ("{{ '{:>10000000}'.format(prompt) }}", "width"),
     "huge-percent": ("{{ '%10000000s' % prompt }}", "width"),
     "hanging-loops": (
-        "{% set r = range(3000)|list %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"
-        "{{ prompt }}", "loop iterations",
-    ),  # fmt: skip
+        "{% set r = range(3000)|list %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}{{ prompt }}",
+        "loop iterations",
+    ),
     "doubling": ("{% set a = prompt %}" + "{% set a = a ~ a %}" * 15 + "{{ a }}", "'~'"),
     "output-flood": ("{% for i in range(100000) %}{{ prompt }}{% endfor %}", "characters of output"),
     "recursion": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ prompt }}{{ f(0) }}", "recursion"),
@@ -113,9 +113,7 @@ def test_a_hostile_template_file_is_one_line_in_tasks_show(name, tmp_path, capsy
     template.write_text(text, encoding="utf-8")
     items = write_jsonl(tmp_path / "items.jsonl", make_gsm8k_rows(2))
     before = _listing(tmp_path)
-    code, said = run_cli(
-        ["tasks", "show", "gsm8k", "--items", items, "--prompt-format", template], capsys
-    )
+    code, said = run_cli(["tasks", "show", "gsm8k", "--items", items, "--prompt-format", template], capsys)
     _one_line_refusal(code, said, f"{name}.jinja", needle)
     assert _listing(tmp_path) == before
 
@@ -147,9 +145,21 @@ def test_reserved_or_hostile_chat_template_args_are_refused(name, tiny, tmp_path
     text, needle = ARGS[name]
     items = write_jsonl(tmp_path / "items.jsonl", make_gsm8k_rows(2))
     code, said = run_cli(
-        ["tasks", "show", "gsm8k", "--items", items, "--prompt-format", "chat", "--tokenizer",
-         tiny["run"].base, "--chat-template-args", text], capsys,
-    )  # fmt: skip
+        [
+            "tasks",
+            "show",
+            "gsm8k",
+            "--items",
+            items,
+            "--prompt-format",
+            "chat",
+            "--tokenizer",
+            tiny["run"].base,
+            "--chat-template-args",
+            text,
+        ],
+        capsys,
+    )
     _one_line_refusal(code, said, "--chat-template-args", needle)
 
 
@@ -159,10 +169,26 @@ def test_reserved_or_hostile_chat_template_args_are_refused(name, tiny, tmp_path
 def _measure(tiny, out: Path, *extra, run_dir: Path | None = None, capsys):
     run = tiny["run"]
     return run_cli(
-        ["measure", run_dir or run.run_dir, "--task", "gsm8k", "--validation", run.validation,
-         "--test", run.test, "--out", out, "--max-new-tokens", 4, "--batch-size", 4,
-         "--no-progress", *extra], capsys,
-    )  # fmt: skip
+        [
+            "measure",
+            run_dir or run.run_dir,
+            "--task",
+            "gsm8k",
+            "--validation",
+            run.validation,
+            "--test",
+            run.test,
+            "--out",
+            out,
+            "--max-new-tokens",
+            4,
+            "--batch-size",
+            4,
+            "--no-progress",
+            *extra,
+        ],
+        capsys,
+    )
 
 
 def _copy_run(tiny, tmp_path: Path, blob=None, raw: str | None = None) -> Path:
@@ -174,9 +200,7 @@ def _copy_run(tiny, tmp_path: Path, blob=None, raw: str | None = None) -> Path:
     return run_dir
 
 
-def test_a_template_that_fails_on_one_real_item_is_refused_before_the_model(
-    tiny, tmp_path, loads, capsys
-):
+def test_a_template_that_fails_on_one_real_item_is_refused_before_the_model(tiny, tmp_path, loads, capsys):
     template = tmp_path / "picky.jinja"
     template.write_text("{% if id == 'gsm8k-2' %}{{ 1 // 0 }}{% endif %}Q: {{ prompt }}\nA:")
     out = tmp_path / "records"
@@ -185,9 +209,7 @@ def test_a_template_that_fails_on_one_real_item_is_refused_before_the_model(
     assert loads["n"] == 0 and not out.exists()
 
 
-def test_a_template_whose_prompts_do_not_depend_on_the_item_is_refused(
-    tiny, tmp_path, loads, capsys
-):
+def test_a_template_whose_prompts_do_not_depend_on_the_item_is_refused(tiny, tmp_path, loads, capsys):
     template = tmp_path / "blind.jinja"
     template.write_text("Solve it.{{ prompt[:0] }}\nA:")
     out = tmp_path / "records"
@@ -198,32 +220,27 @@ def test_a_template_whose_prompts_do_not_depend_on_the_item_is_refused(
 
 def test_a_chat_template_that_drops_the_question_is_refused(tiny, tmp_path, loads, capsys):
     out = tmp_path / "records"
-    code, said = _measure(
-        tiny, out, "--prompt-format", "chat", "--base", tiny["constant_base"], capsys=capsys
-    )
+    code, said = _measure(tiny, out, "--prompt-format", "chat", "--base", tiny["constant_base"], capsys=capsys)
     _one_line_refusal(code, said, "the tokenizer's chat template", "render the same prompt")
     assert loads["n"] == 0 and not out.exists()
 
 
 RECORDS = {
-    "alpaca-with-system": ({"prompt_format": "alpaca", "system_prompt": "Be brief."},
-                           "'system_prompt' needs"),
-    "alpaca-with-args": ({"prompt_format": "alpaca", "chat_template_args": {"x": 1}},
-                         "'chat_template_args' needs"),
+    "alpaca-with-system": ({"prompt_format": "alpaca", "system_prompt": "Be brief."}, "'system_prompt' needs"),
+    "alpaca-with-args": ({"prompt_format": "alpaca", "chat_template_args": {"x": 1}}, "'chat_template_args' needs"),
     "system-not-text": ({"prompt_format": "chat", "system_prompt": 5}, "must be text"),
     "system-a-list": ({"prompt_format": "chat", "system_prompt": ["a"]}, "must be text"),
     "template-missing": ({"prompt_format": "qa.jinja"}, "needs 'template'"),
     "template-not-text": ({"prompt_format": "qa.jinja", "template": 3}, "needs 'template'"),
-    "template-with-args": ({"prompt_format": "qa.jinja", "template": "Q: {{ prompt }}",
-                            "chat_template_args": {"x": 1}}, "chat only"),
-    "template-include": ({"prompt_format": "qa.jinja", "template": "{% include 'x' %}{{ prompt }}"},
-                         "'template'"),
+    "template-with-args": (
+        {"prompt_format": "qa.jinja", "template": "Q: {{ prompt }}", "chat_template_args": {"x": 1}},
+        "chat only",
+    ),
+    "template-include": ({"prompt_format": "qa.jinja", "template": "{% include 'x' %}{{ prompt }}"}, "'template'"),
     "template-empty": ({"prompt_format": "qa.jinja", "template": ""}, "is empty"),
     "template-constant": ({"prompt_format": "qa.jinja", "template": "Hi"}, "never uses"),
-    "chat-with-template": ({"prompt_format": "chat", "template": "{{ prompt }}"},
-                           "only for a template file"),
-    "reserved-arg": ({"prompt_format": "chat", "chat_template_args": {"chat_template": "x"}},
-                     "'chat_template'"),
+    "chat-with-template": ({"prompt_format": "chat", "template": "{{ prompt }}"}, "only for a template file"),
+    "reserved-arg": ({"prompt_format": "chat", "chat_template_args": {"chat_template": "x"}}, "'chat_template'"),
     "unknown-key": ({"prompt_format": "chat", "systm_prompt": "Be brief."}, "'systm_prompt'"),
     "empty-kind": ({"prompt_format": "  "}, "'prompt_format' is empty"),
     "not-an-object": ([1, 2], 'its text under "template"'),
@@ -231,9 +248,7 @@ RECORDS = {
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
-def test_the_run_folder_format_is_held_to_the_command_line_rules(
-    name, tiny, tmp_path, loads, capsys
-):
+def test_the_run_folder_format_is_held_to_the_command_line_rules(name, tiny, tmp_path, loads, capsys):
     blob, needle = RECORDS[name]
     run_dir = _copy_run(tiny, tmp_path, blob)
     before = _listing(run_dir)
@@ -246,13 +261,15 @@ def test_the_run_folder_format_is_held_to_the_command_line_rules(
 @pytest.mark.parametrize(
     "raw, needle",
     [
-        ('{"prompt_format": "chat", "chat_template_args": {"a": ' + "[" * DEEP + "]" * DEEP
-         + "}}", "nested too deeply"),
+        (
+            '{"prompt_format": "chat", "chat_template_args": {"a": ' + "[" * DEEP + "]" * DEEP + "}}",
+            "nested too deeply",
+        ),
         ('{"prompt_format": "chat", "chat_template_args": {"a": NaN}}', "NaN"),
         ('{"prompt_format": "chat", "chat_template_args": {"a": [[[[[[[[[1]]]]]]]]]}}', "nested"),
     ],
     ids=["recursion", "nan", "deeper-than-8"],
-)  # fmt: skip
+)
 def test_a_hostile_prompt_format_json_is_one_line(raw, needle, tiny, tmp_path, loads, capsys):
     run_dir = _copy_run(tiny, tmp_path, raw=raw)
     out = tmp_path / "records"
@@ -261,21 +278,16 @@ def test_a_hostile_prompt_format_json_is_one_line(raw, needle, tiny, tmp_path, l
     assert loads["n"] == 0 and not out.exists()
 
 
-def test_the_no_format_refusal_names_the_system_prompt_and_the_file(
-    tiny, tmp_path, loads, capsys
-):
+def test_the_no_format_refusal_names_the_system_prompt_and_the_file(tiny, tmp_path, loads, capsys):
     out = tmp_path / "records"
     code, said = _measure(tiny, out, capsys=capsys)
     _one_line_refusal(
-        code, said, "--prompt-format chat", "--system-prompt", "--chat-template-args",
-        "prompt_format.json",
-    )  # fmt: skip
+        code, said, "--prompt-format chat", "--system-prompt", "--chat-template-args", "prompt_format.json"
+    )
     assert loads["n"] == 0 and not out.exists()
 
 
-def test_a_stated_format_that_forgets_the_run_folder_system_prompt_says_so(
-    tiny, tmp_path, loads, capsys
-):
+def test_a_stated_format_that_forgets_the_run_folder_system_prompt_says_so(tiny, tmp_path, loads, capsys):
     run_dir = _copy_run(tiny, tmp_path, {"prompt_format": "chat", "system_prompt": "Be brief."})
     out = tmp_path / "records"
     code, said = _measure(tiny, out, "--prompt-format", "chat", run_dir=run_dir, capsys=capsys)
@@ -283,16 +295,12 @@ def test_a_stated_format_that_forgets_the_run_folder_system_prompt_says_so(
     assert loads["n"] == 0 and not out.exists()
 
 
-def test_a_forgotten_system_prompt_is_a_format_mix_spelled_out_not_an_engine_mix(
-    tiny, tmp_path, loads, capsys
-):
+def test_a_forgotten_system_prompt_is_a_format_mix_spelled_out_not_an_engine_mix(tiny, tmp_path, loads, capsys):
     from ckptsel.records.scan import read_frame
 
     out = tmp_path / "records"
     system = "You are a careful assistant. Think step by step, then give the final number."
-    code, said = _measure(
-        tiny, out, "--prompt-format", "chat", "--system-prompt", system, capsys=capsys
-    )
+    code, said = _measure(tiny, out, "--prompt-format", "chat", "--system-prompt", system, capsys=capsys)
     assert code == 0, said
     assert loads["n"] >= 1  # the counter sees a model load (the refusals above saw none)
     loads["n"] = 0
@@ -300,9 +308,12 @@ def test_a_forgotten_system_prompt_is_a_format_mix_spelled_out_not_an_engine_mix
     listing = _listing(out)
     code, said = _measure(tiny, out, "--prompt-format", "chat", capsys=capsys)
     _one_line_refusal(
-        code, said, "another prompt format", "system prompt (this run: none; the records: "
-        "'You are a careful", "refusing to mix prompt formats",
-    )  # fmt: skip
+        code,
+        said,
+        "another prompt format",
+        "system prompt (this run: none; the records: 'You are a careful",
+        "refusing to mix prompt formats",
+    )
     assert "engine" not in said and "--allow-mixed-engines" not in said
     assert loads["n"] == 0
     assert read_frame(out, "generations").equals(before) and _listing(out) == listing

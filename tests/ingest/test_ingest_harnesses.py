@@ -54,8 +54,18 @@ def _analyze(records: Path, out: Path) -> dict:
 
 def _keep(out: Path) -> None:
     """Records of another trajectory, which a failed ingest must leave byte for byte."""
-    row = {"trajectory": "keep", "configuration": "k", "task": "gsm8k", "step": 1, "split": "test",
-           "item_id": "x", "group": "x", "subtask": "", "answer": "", "correct": False}  # fmt: skip
+    row = {
+        "trajectory": "keep",
+        "configuration": "k",
+        "task": "gsm8k",
+        "step": 1,
+        "split": "test",
+        "item_id": "x",
+        "group": "x",
+        "subtask": "",
+        "answer": "",
+        "correct": False,
+    }
     upsert_records(out, generations=pd.DataFrame([row]))
 
 
@@ -79,10 +89,7 @@ def test_inspect_logs_become_records(inspect_records):
     assert set(per_split.xs("validation", level="split")) == {8}
     assert set(per_split.xs("test", level="split")) == {4}
     g = gen.set_index(["trajectory", "step", "item_id"])
-    assert (
-        g.loc[("tiny-a", 80, "q01b"), "group"] == "g01"
-        and g.loc[("tiny-a", 80, "q02"), "group"] == "q02"
-    )
+    assert g.loc[("tiny-a", 80, "q01b"), "group"] == "g01" and g.loc[("tiny-a", 80, "q02"), "group"] == "q02"
     assert gen["text"].notna().all()
     # the mapped rows say what the harness said: per sample, and in the log's own accuracy
     for path in EVALS:
@@ -96,11 +103,7 @@ def test_inspect_logs_become_records(inspect_records):
             assert rows.loc[s["id"], "answer"] == score["answer"]
             assert bool(rows.loc[s["id"], "correct"]) == (score["value"] == "C")
             assert rows.loc[s["id"], "text"] == s["output"]["completion"]
-        [acc] = [
-            sc["metrics"]["accuracy"]["value"]
-            for sc in header["results"]["scores"]
-            if sc["name"] == "match"
-        ]
+        [acc] = [sc["metrics"]["accuracy"]["value"] for sc in header["results"]["scores"] if sc["name"] == "match"]
         assert rows["correct"].mean() == pytest.approx(acc)
     assert gen["correct"].any() and not gen["correct"].all()
     assert notes == []
@@ -145,9 +148,16 @@ def test_reader_agrees_with_inspect_ai():
 def test_steps_map_and_explicit_names(tmp_path):
     a, b = _log_of("tiny-a", 40), _log_of("tiny-b", 40)
     rows = ingest_inspect(
-        [a, b], out=tmp_path / "r", scorer="match", trajectory="mine", configuration="cfg",
-        task="gsm8k", split="test", steps={a.name: 4, str(b): 8}, **QUIET,
-    ).generations  # fmt: skip
+        [a, b],
+        out=tmp_path / "r",
+        scorer="match",
+        trajectory="mine",
+        configuration="cfg",
+        task="gsm8k",
+        split="test",
+        steps={a.name: 4, str(b): 8},
+        **QUIET,
+    ).generations
     assert set(rows["step"]) == {4, 8} and set(rows["trajectory"]) == {"mine"}
     assert set(rows["configuration"]) == {"cfg"} and set(rows["task"]) == {"gsm8k"}
     assert set(rows["subtask"]) == {"tiny_gsm"}  # the harness task under another ckptsel task
@@ -156,9 +166,7 @@ def test_steps_map_and_explicit_names(tmp_path):
 
 def test_one_checkpoint_twice_is_an_error_naming_both_logs(tmp_path):
     with pytest.raises(CkptselError, match="given twice") as err:
-        ingest_inspect(
-            [_log_of("tiny-b", 80), JSON_LOG], out=tmp_path / "r", scorer="match", **QUIET
-        )
+        ingest_inspect([_log_of("tiny-b", 80), JSON_LOG], out=tmp_path / "r", scorer="match", **QUIET)
     assert JSON_LOG.name in str(err.value)
 
 
@@ -213,9 +221,7 @@ def test_bad_inspect_logs_fail_naming_the_file_and_write_nothing(tmp_path, how, 
 
 
 def test_several_scorers_need_a_choice(tmp_path):
-    with pytest.raises(
-        CkptselError, match=r"several scorers \['last_number', 'match'\]; choose one with --scorer"
-    ):
+    with pytest.raises(CkptselError, match=r"several scorers \['last_number', 'match'\]; choose one with --scorer"):
         ingest_inspect([_log_of("tiny-a", 0)], out=tmp_path / "r", **QUIET)
 
 
@@ -237,10 +243,7 @@ def test_lighteval_details_become_records(lighteval_records):
     ids = {f"q{i:02d}" for i in range(1, 12)} | {"q01b"}
     assert set(gen["item_id"]) == ids  # the real ids from doc.specific, not lighteval's row numbers
     g = gen.set_index(["trajectory", "step", "item_id"])
-    assert (
-        g.loc[("tiny-b", 80, "q01"), "group"] == "g01"
-        and g.loc[("tiny-b", 80, "q09"), "split"] == "test"
-    )
+    assert g.loc[("tiny-b", 80, "q01"), "group"] == "g01" and g.loc[("tiny-b", 80, "q09"), "split"] == "test"
     for f in sorted(DETAILS.rglob("*.parquet")):
         traj, step = f.parts[-4], int(f.parts[-3].split("-")[1])
         raw = pd.read_parquet(f)
@@ -275,11 +278,7 @@ def test_lighteval_files_steps_and_newest_timestamp(tmp_path):
     shutil.copy(val, older / val.name)
     notes: list[str] = []
     rows = ingest_lighteval(
-        [tmp_path / "details"],
-        out=tmp_path / "r",
-        trajectory="t",
-        steps={"m": 5},
-        note=notes.append,
+        [tmp_path / "details"], out=tmp_path / "r", trajectory="t", steps={"m": 5}, note=notes.append
     ).generations
     assert set(rows["step"]) == {5} and len(rows) == 8 and set(rows["split"]) == {"validation"}
     assert len(notes) == 1 and "2099-01-01" in notes[0]
@@ -309,22 +308,41 @@ def test_bad_details_fail_naming_the_file(tmp_path):
 
 # --------------------------------------------------------------------------- the shared mapping
 def test_mapping_writes_nll_rows_and_rejects_a_key_given_twice(tmp_path):
-    rows = pd.DataFrame({"item_id": ["a", "b"], "answer": ["1", None], "correct": [True, False],
-                         "text": ["1", "The answer is 2"], "harness_task": ["gsm8k", "gsm8k"]})  # fmt: skip
-    nll = pd.DataFrame({"item_id": ["a", "b"], "split": ["validation"] * 2, "nll_sum": [1.5, 2.0],
-                        "n_tokens": [3, 4], "window": [512, 512]})  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "item_id": ["a", "b"],
+            "answer": ["1", None],
+            "correct": [True, False],
+            "text": ["1", "The answer is 2"],
+            "harness_task": ["gsm8k", "gsm8k"],
+        }
+    )
+    nll = pd.DataFrame(
+        {
+            "item_id": ["a", "b"],
+            "split": ["validation"] * 2,
+            "nll_sum": [1.5, 2.0],
+            "n_tokens": [3, 4],
+            "window": [512, 512],
+        }
+    )
     notes: list[str] = []
     got = ingest_logs(
         [CheckpointLog("log-1", 5, rows, trajectory="t", nll=nll)],
-        out=tmp_path / "r", harness="test", split="validation", note=notes.append,
-    )  # fmt: skip
+        out=tmp_path / "r",
+        harness="test",
+        split="validation",
+        note=notes.append,
+    )
     assert got.unavailable == () and len(read_frame(tmp_path / "r", "nll")) == 2
     assert got.generations.set_index("item_id").loc["b", "answer"] == "2"  # ckptsel's gsm8k rule
     assert len(notes) == 1 and "no extracted answer" in notes[0]
     with pytest.raises(CkptselError, match="log-1 and log-2: a generation for item 'a'"):
         ingest_logs(
             [CheckpointLog("log-1", 5, rows, trajectory="t"), CheckpointLog("log-2", 5, rows, trajectory="t")],
-            out=tmp_path / "r", harness="test", **QUIET,
-        )  # fmt: skip
+            out=tmp_path / "r",
+            harness="test",
+            **QUIET,
+        )
     with pytest.raises(CkptselError, match="pass --trajectory"):
         ingest_logs([CheckpointLog("log-3", 5, rows)], out=tmp_path / "r", harness="test", **QUIET)

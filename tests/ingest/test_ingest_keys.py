@@ -101,8 +101,7 @@ def test_new_checkpoints_of_a_measured_trajectory_are_added(measured, tmp_path, 
     n = len(read_frame(out, "generations"))
     folders, prefix = _lm_eval_over(tmp_path, measured, steps=(40,))
     code, stdout, _ = _cli(
-        ["ingest", "lm-eval", *folders, "--out", out, "--task", "gsm8k", "--id-prefix", prefix],
-        capsys,
+        ["ingest", "lm-eval", *folders, "--out", out, "--task", "gsm8k", "--id-prefix", prefix], capsys
     )
     assert code == 0 and "replaced" not in stdout
     assert len(read_frame(out, "generations")) == n + 4
@@ -112,9 +111,18 @@ def test_a_trajectory_keeps_its_configuration(tmp_path, capsys):
     """Rows recorded for cfgA-s42 under configuration cfgA-s42 (the trajectory name, as before
     names were read): new rows under cfgA are refused, an explicit --configuration matches."""
     out = tmp_path / "records"
-    row = {"trajectory": "cfgA-s42", "configuration": "cfgA-s42", "task": "gsm8k", "step": 1,
-           "split": "test", "item_id": "x", "group": "x", "subtask": "", "answer": "",
-           "correct": False}  # fmt: skip
+    row = {
+        "trajectory": "cfgA-s42",
+        "configuration": "cfgA-s42",
+        "task": "gsm8k",
+        "step": 1,
+        "split": "test",
+        "item_id": "x",
+        "group": "x",
+        "subtask": "",
+        "answer": "",
+        "correct": False,
+    }
     upsert_records(out, generations=pd.DataFrame([row]))
     before = _bytes(out)
     folder = tmp_path / "evals" / "cfgA-s42" / "checkpoint-100"
@@ -122,9 +130,7 @@ def test_a_trajectory_keeps_its_configuration(tmp_path, capsys):
     args = ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k"]
     code, _, err = _cli(args, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert (
-        "trajectory 'cfgA-s42' is already recorded with configuration 'cfgA-s42', not 'cfgA'" in err
-    )
+    assert "trajectory 'cfgA-s42' is already recorded with configuration 'cfgA-s42', not 'cfgA'" in err
     assert _bytes(out) == before
     code, _, _ = _cli([*args, "--configuration", "cfgA-s42"], capsys)
     assert code == 0 and set(read_frame(out, "generations")["configuration"]) == {"cfgA-s42"}

@@ -20,12 +20,6 @@ QUIET = {"note": lambda m: None}
 PAD = 40 << 20  # a 40 MiB member: past the 16 MiB floor, about 1.3 KB compressed with zstd
 
 
-
-
-
-
-
-
 def test_a_plain_built_log_reads_as_the_json_log(tmp_path):
     """The writer above makes logs the reader takes (so the refusals below are the limit's)."""
     for method in (93, 8):
@@ -62,8 +56,7 @@ def test_the_limits_follow_the_environment(tmp_path, monkeypatch):
     # each member under the cap, the log over it: refused at the member that passes it
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_BYTES", str(head + 100))
     with pytest.raises(
-        CkptselError,
-        match=rf"member samples/\S+ inflates to more than the {head + 100} bytes the whole log",
+        CkptselError, match=rf"member samples/\S+ inflates to more than the {head + 100} bytes the whole log"
     ):
         read_inspect_log(ok)
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_BYTES", "a lot")

@@ -18,14 +18,10 @@ from lmevalcase import gsm8k_checkpoint, gsm8k_line, text_hash, write_samples  #
 def evals(tmp_path):
     root = tmp_path / "evals" / "run-x"
     c100 = gsm8k_checkpoint(
-        root / "checkpoint-100",
-        ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"],
-        [True, True, False],
+        root / "checkpoint-100", ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"], [True, True, False]
     )
     c200 = gsm8k_checkpoint(
-        root / "checkpoint-200",
-        ["#### 18", "1200 + 34 = 1234\n#### 1,234", "maybe"],
-        [True, True, False],
+        root / "checkpoint-200", ["#### 18", "1200 + 34 = 1234\n#### 1,234", "maybe"], [True, True, False]
     )
     return tmp_path, [c100, c200]
 
@@ -33,23 +29,15 @@ def evals(tmp_path):
 def test_gsm8k_two_checkpoints_strict_match(evals):
     tmp, folders = evals
     out = tmp / "records"
-    rows = ingest_lm_eval(
-        folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None
-    )
+    rows = ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
     gen = read_frame(out, "generations")
     assert list(gen.columns) == [*GENERATION_COLUMNS, "text"]
     assert len(gen) == len(rows) == 6
     assert set(gen["trajectory"]) == {"run-x"} and set(gen["configuration"]) == {"run-x"}
-    assert (
-        set(gen["split"]) == {"test"}
-        and set(gen["task"]) == {"gsm8k"}
-        and set(gen["subtask"]) == {""}
-    )
+    assert set(gen["split"]) == {"test"} and set(gen["task"]) == {"gsm8k"} and set(gen["subtask"]) == {""}
     g = gen.set_index(["step", "item_id"])
     assert g.loc[(100, "gsm8k-0"), "answer"] == "18" and bool(g.loc[(100, "gsm8k-0"), "correct"])
-    assert (
-        g.loc[(100, "gsm8k-1"), "answer"] == "" and not g.loc[(100, "gsm8k-1"), "correct"]
-    )  # "[invalid]"
+    assert g.loc[(100, "gsm8k-1"), "answer"] == "" and not g.loc[(100, "gsm8k-1"), "correct"]  # "[invalid]"
     assert g.loc[(100, "gsm8k-2"), "answer"] == "4" and not g.loc[(100, "gsm8k-2"), "correct"]
     assert g.loc[(200, "gsm8k-1"), "answer"] == "1234" and bool(g.loc[(200, "gsm8k-1"), "correct"])
     assert g.loc[(200, "gsm8k-1"), "text"] == "1200 + 34 = 1234\n#### 1,234"  # raw generation kept
@@ -84,9 +72,7 @@ def test_flexible_filter_and_cli(evals, capsys):
     assert e.value.code in (0, None)
     assert "ingested 6 generation rows" in capsys.readouterr().out
     gen = read_frame(out, "generations").set_index(["step", "item_id"])
-    assert gen.loc[(100, "gsm8k-1"), "answer"] == "1234" and bool(
-        gen.loc[(100, "gsm8k-1"), "correct"]
-    )
+    assert gen.loc[(100, "gsm8k-1"), "answer"] == "1234" and bool(gen.loc[(100, "gsm8k-1"), "correct"])
     assert set(gen["trajectory"]) == {"t1"} and set(gen["configuration"]) == {"c1"}
     assert set(gen["split"]) == {"validation"}
 
@@ -108,9 +94,7 @@ def test_several_filters_need_a_choice_and_nothing_is_written(evals, capsys):
 def test_multiple_choice_answer_is_argmax_and_subtask_is_lm_task(tmp_path):
     folder = tmp_path / "ev" / "run-m" / "checkpoint-5"
     lines = []
-    for i, (scores, acc) in enumerate(
-        [((-0.9, -0.5), 1.0), ((-0.2, -1.5), 0.0), ((-1.0, -1.0), 0.0)]
-    ):
+    for i, (scores, acc) in enumerate([((-0.9, -0.5), 1.0), ((-0.2, -1.5), 0.0), ((-1.0, -1.0), 0.0)]):
         lines.append(
             {
                 "doc_id": i,
@@ -164,23 +148,15 @@ def test_ingest_appends_to_existing_records(evals):
     # ingesting again is refused (keys already recorded), nothing written; --replace replaces
     # the same keys instead of duplicating them
     with pytest.raises(CkptselError, match=r"6 generation row\(s\) of these logs are already"):
-        ingest_lm_eval(
-            folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None
-        )
-    ingest_lm_eval(
-        folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None,
-        replace=True,
-    )  # fmt: skip
+        ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None)
+    ingest_lm_eval(folders, out=out, task="gsm8k", filter_name="strict-match", note=lambda m: None, replace=True)
     assert len(read_frame(out, "generations")) == len(gen) == 8
 
 
 def test_newest_samples_file_wins(tmp_path):
     folder = tmp_path / "run" / "checkpoint-1"
     write_samples(
-        folder,
-        "gsm8k",
-        [gsm8k_line(0, "#### 3", "strict-match", "3", 0.0)],
-        stamp="2024-01-01T00-00-00.000001",
+        folder, "gsm8k", [gsm8k_line(0, "#### 3", "strict-match", "3", 0.0)], stamp="2024-01-01T00-00-00.000001"
     )
     write_samples(folder, "gsm8k", [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)])
     notes: list[str] = []
@@ -221,10 +197,7 @@ def test_bad_samples_are_rejected_and_records_kept(tmp_path, breakage, needle):
         ),
     )
     before = _records_bytes(out)
-    good = [
-        gsm8k_line(0, "#### 18", "strict-match", "18", 1.0),
-        gsm8k_line(1, "#### 1", "strict-match", "1", 0.0),
-    ]
+    good = [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0), gsm8k_line(1, "#### 1", "strict-match", "1", 0.0)]
     first = tmp_path / "ev" / "run" / "checkpoint-1"
     write_samples(first, "gsm8k", good)
     second = tmp_path / "ev" / "run" / ("checkpoint-2" if breakage != "bad_name" else "final")

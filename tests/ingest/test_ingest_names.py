@@ -60,9 +60,8 @@ def test_seeds_of_one_configuration_are_one_configuration(tmp_path, capsys):
     lines = []
     for folder in folders:  # one trajectory per invocation (the folder's parent names it)
         code, stdout, _ = _cli(
-            ["ingest", "lm-eval", str(folder), "--out", str(out), "--task", "gsm8k",
-             "--filter", "strict-match"], capsys,
-        )  # fmt: skip
+            ["ingest", "lm-eval", str(folder), "--out", str(out), "--task", "gsm8k", "--filter", "strict-match"], capsys
+        )
         assert code == 0
         lines += [x for x in stdout.splitlines() if x.startswith("trajectories:")]
     gen = read_frame(out, "generations")
@@ -80,15 +79,31 @@ def test_an_explicit_configuration_still_wins(tmp_path, capsys):
     folders = _seeded_evals(tmp_path)
     out = tmp_path / "records"
     code, stdout, _ = _cli(
-        ["ingest", "lm-eval", str(folders[0]), "--out", str(out), "--task", "gsm8k",
-         "--filter", "strict-match", "--configuration", "mine"], capsys,
-    )  # fmt: skip
+        [
+            "ingest",
+            "lm-eval",
+            str(folders[0]),
+            "--out",
+            str(out),
+            "--task",
+            "gsm8k",
+            "--filter",
+            "strict-match",
+            "--configuration",
+            "mine",
+        ],
+        capsys,
+    )
     assert code == 0 and "cfgA-s42 -> configuration mine, seed 42" in stdout
     assert set(read_frame(out, "generations")["configuration"]) == {"mine"}
     rows = ingest_lm_eval(
-        [folders[1]], out=tmp_path / "r2", task="gsm8k", filter_name="strict-match",
-        trajectory="plain", note=lambda m: None,
-    )  # fmt: skip
+        [folders[1]],
+        out=tmp_path / "r2",
+        task="gsm8k",
+        filter_name="strict-match",
+        trajectory="plain",
+        note=lambda m: None,
+    )
     assert set(rows["configuration"]) == {"plain"}  # no seed in the name: its own configuration
 
 

@@ -23,14 +23,7 @@ from ckptsel.cli.app import main
 from ckptsel.records.scan import read_frame
 from ckptsel.trackers.base import ALIAS
 
-from offline_trackers import (
-    expected_metrics,
-    import_mlflow,
-    import_trackio,
-    offline_env,
-    wandb_run,
-    wandb_runs,
-)
+from offline_trackers import expected_metrics, import_mlflow, import_trackio, offline_env, wandb_run, wandb_runs
 
 DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 EVALS = sorted((DATA / "inspect").glob("*.eval"))
@@ -69,15 +62,8 @@ def check_against(logged: dict, summary: dict) -> None:
     """Every estimate of summary.json that the tracker holds equals it; the headline (the main
     rule's claims) is there."""
     want = expected_metrics(summary)
-    assert {k: logged[k] for k in want if k in logged} == pytest.approx(
-        {k: v for k, v in want.items() if k in logged}
-    )
-    for name in (
-        "G/accuracy/full/mean",
-        "G/accuracy/full/lo",
-        "G/accuracy/full/hi",
-        "D/accuracy/mean",
-    ):
+    assert {k: logged[k] for k in want if k in logged} == pytest.approx({k: v for k, v in want.items() if k in logged})
+    for name in ("G/accuracy/full/mean", "G/accuracy/full/lo", "G/accuracy/full/hi", "D/accuracy/mean"):
         assert logged[f"ckptsel/{name}"] == pytest.approx(want[f"ckptsel/{name}"]), name
 
 
@@ -86,15 +72,11 @@ def test_ingest_inspect_cli_says_what_is_missing_and_analyze_runs(tmp_path, caps
     code, _, err = cli(["ingest", "inspect", *EVALS, "--out", tmp_path / "r"], capsys)
     assert code == 2 and err.count("\n") == 1 and "--scorer" in err  # two scorers per sample
     assert not (tmp_path / "r").exists()
-    out, err = ok(
-        ["ingest", "inspect", *EVALS, "--out", tmp_path / "r", "--scorer", "match"], capsys
-    )
+    out, err = ok(["ingest", "inspect", *EVALS, "--out", tmp_path / "r", "--scorer", "match"], capsys)
     assert "72 generation rows and 0 NLL rows (3 checkpoints, trajectory tiny-a, tiny-b)" in out
     [line] = err.splitlines()
     assert line.startswith("note: no matched NLL in these inspect logs") and "NLL rule" in line
-    out, _ = ok(
-        ["analyze", tmp_path / "r", "--out", tmp_path / "res", *FAST, "--no-report"], capsys
-    )
+    out, _ = ok(["analyze", tmp_path / "r", "--out", tmp_path / "res", *FAST, "--no-report"], capsys)
     summary = json.loads((tmp_path / "res" / "summary.json").read_text())
     assert summary["population"]["trajectories"] == 2 and not summary["population"]["nll_records"]
     assert summary["budget"]["accuracy"]["full"]["G"]["mean"] is not None
@@ -143,11 +125,32 @@ def test_analyze_log_three_trackers_and_register(records, stores, tmp_path, caps
     model = tmp_path / "runs" / "tiny-a" / f"checkpoint-{step}"  # --register needs a model there
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
-    out, _ = ok([
-        "analyze", records, "--out", tmp_path / "res", *FAST, "--log", "mlflow", "--log", "wandb",
-        "--log", "trackio", "--register", MODEL, "--trajectory", "tiny-a", "--run-name", "sft-a",
-        "--project", "interop", "--checkpoints", tmp_path / "runs",
-    ], capsys)  # fmt: skip
+    out, _ = ok(
+        [
+            "analyze",
+            records,
+            "--out",
+            tmp_path / "res",
+            *FAST,
+            "--log",
+            "mlflow",
+            "--log",
+            "wandb",
+            "--log",
+            "trackio",
+            "--register",
+            MODEL,
+            "--trajectory",
+            "tiny-a",
+            "--run-name",
+            "sft-a",
+            "--project",
+            "interop",
+            "--checkpoints",
+            tmp_path / "runs",
+        ],
+        capsys,
+    )
     # logging leaves the results folder as it is: summary.json byte for byte
     summary_bytes = (tmp_path / "res" / "summary.json").read_bytes()
     assert summary_bytes == (tmp_path / "plain" / "summary.json").read_bytes()
@@ -179,33 +182,36 @@ def test_analyze_log_three_trackers_and_register(records, stores, tmp_path, caps
 def test_select_log_into_the_training_run_keeps_json_clean(records, stores, capsys):
     mlflow = import_mlflow()
     client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
-    exp = client.get_experiment_by_name("interop-train") or client.create_experiment(
-        "interop-train"
-    )
+    exp = client.get_experiment_by_name("interop-train") or client.create_experiment("interop-train")
     train = client.create_run(exp if isinstance(exp, str) else exp.experiment_id, run_name="sft-b")
     client.set_terminated(train.info.run_id)
-    out, err = ok([
-        "select", records, "--trajectory", "tiny-b", "--json", *SELECT_FAST, "--log", "mlflow",
-        "--run-id", train.info.run_id,
-    ], capsys)  # fmt: skip
+    out, err = ok(
+        [
+            "select",
+            records,
+            "--trajectory",
+            "tiny-b",
+            "--json",
+            *SELECT_FAST,
+            "--log",
+            "mlflow",
+            "--run-id",
+            train.info.run_id,
+        ],
+        capsys,
+    )
     selection = json.loads(out)  # stdout is the JSON alone; the log line is on stderr
     assert f"({train.info.run_id})" in err
     run = client.get_run(train.info.run_id)
     sv = selection["rules"]["accuracy"]["split_validation"]
-    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(
-        sv["mean"]
-    )
+    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(sv["mean"])
     assert run.data.metrics["ckptsel/select/keep_step"] == selection["recommendation"]["keep_step"]
 
 
 @pytest.mark.parametrize("tracker", ["mlflow", "wandb", "trackio"])
-def test_a_missing_extra_is_one_line_before_any_work(
-    records, tmp_path, capsys, monkeypatch, tracker
-):
+def test_a_missing_extra_is_one_line_before_any_work(records, tmp_path, capsys, monkeypatch, tracker):
     monkeypatch.setitem(sys.modules, tracker, None)  # import fails as if not installed
-    code, _, err = cli(
-        ["analyze", records, "--out", tmp_path / "res", *FAST, "--log", tracker], capsys
-    )
+    code, _, err = cli(["analyze", records, "--out", tmp_path / "res", *FAST, "--log", tracker], capsys)
     assert code == 2 and err.count("\n") == 1 and f"pip install 'ckptsel[{tracker}]'" in err
     assert not (tmp_path / "res").exists()
 
@@ -242,8 +248,7 @@ def test_run_logs_where_the_log_table_says(stores, tmp_path, capsys):
     for name in ("val", "test"):
         (tmp_path / f"{name}.jsonl").write_text(
             "".join(
-                json.dumps({"question": f"Ann has {i} pens. How many?", "answer": f"x\n#### {i}"})
-                + "\n"
+                json.dumps({"question": f"Ann has {i} pens. How many?", "answer": f"x\n#### {i}"}) + "\n"
                 for i in range(6)
             )
         )
@@ -255,8 +260,7 @@ def test_run_logs_where_the_log_table_says(stores, tmp_path, capsys):
         '[log]\nto = ["mlflow"]\nproject = "interop-run"\n'  # lm-eval folders: no model to register
         'trajectory = "a-s1"\n'
         + "".join(
-            f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n'
-            for c in ("a", "b")
+            f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n' for c in ("a", "b")
         )
     )
     out, _ = ok(["run", study], capsys)

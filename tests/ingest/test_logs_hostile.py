@@ -25,9 +25,7 @@ from ckptsel.records.scan import read_frame
 DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 [JSON_LOG] = sorted((DATA / "inspect").glob("*.json"))
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "harness-logs.md"
-GOOD = [
-    gsm8k_line(i, f"#### {a}", "strict-match", a, 1.0) for i, a in enumerate(["18", "1234", "5"])
-]
+GOOD = [gsm8k_line(i, f"#### {a}", "strict-match", a, 1.0) for i, a in enumerate(["18", "1234", "5"])]
 
 
 def _files(root: Path) -> dict:
@@ -68,24 +66,14 @@ def _with(k: int, **fields) -> list[dict]:
 LM_EVAL_CASES = {
     # name: (lines of the second checkpoint, or raw text, what the one line names)
     "different doc_hash under one doc_id": (
-        [
-            GOOD[0],
-            gsm8k_line(1, "#### 1234", "strict-match", "1234", 1.0, question="other"),
-            GOOD[2],
-        ],
+        [GOOD[0], gsm8k_line(1, "#### 1234", "strict-match", "1234", 1.0, question="other"), GOOD[2]],
         "different documents: its doc_hash differs",
     ),
     "doc_id a float": (_with(1, doc_id=1.5), "field doc_id is 1.5, not an integer or a string"),
     "doc_id true": (_with(1, doc_id=True), "field doc_id is True"),
     "doc_id a list": (_with(1, doc_id=[1]), "field doc_id is [1]"),
-    "doc_id NaN": (
-        '{"doc_id": NaN, "filter": "strict-match", "filtered_resps": ["1"]}\n',
-        "field doc_id is nan",
-    ),
-    "filter a list": (
-        _with(0, filter=["strict-match"]),
-        "field filter is ['strict-match'], not a string",
-    ),
+    "doc_id NaN": ('{"doc_id": NaN, "filter": "strict-match", "filtered_resps": ["1"]}\n', "field doc_id is nan"),
+    "filter a list": (_with(0, filter=["strict-match"]), "field filter is ['strict-match'], not a string"),
     "doc_hash a number": (_with(2, doc_hash=7), "field doc_hash is 7, not a string"),
     "loglik NaN": (
         '{"doc_id": 0, "filtered_resps": [["NaN", "False"], ["-1", "True"]], "acc": 1}\n',
@@ -107,18 +95,11 @@ def test_ingest_lm_eval_refuses(tmp_path, capsys, case):
     else:
         write_samples(second, "gsm8k", lines)
     out = tmp_path / "records"
-    refused(
-        ["ingest", "lm-eval", first, second, "--out", out, "--task", "gsm8k"],
-        capsys,
-        tmp_path,
-        needle,
-    )
+    refused(["ingest", "lm-eval", first, second, "--out", out, "--task", "gsm8k"], capsys, tmp_path, needle)
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    "case", ["different doc_hash under one doc_id", "doc_id a float", "deep JSON"]
-)
+@pytest.mark.parametrize("case", ["different doc_hash under one doc_id", "doc_id a float", "deep JSON"])
 def test_compare_logs_lm_eval_refuses(tmp_path, capsys, case):
     lines, needle = LM_EVAL_CASES[case]
     a, b = _lm_folder(tmp_path, 1, GOOD), _lm_folder(tmp_path, 2, GOOD)
@@ -133,13 +114,22 @@ def test_two_lm_eval_tasks_under_one_task_are_refused_unless_named(tmp_path, cap
     folder = _lm_folder(tmp_path, 1, GOOD)
     write_samples(folder, "gsm8k_cot", GOOD)
     out = tmp_path / "records"
-    line = refused(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k"], capsys, tmp_path,
-                   "lm-eval tasks 'gsm8k' and 'gsm8k_cot'")  # fmt: skip
+    line = refused(
+        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k"],
+        capsys,
+        tmp_path,
+        "lm-eval tasks 'gsm8k' and 'gsm8k_cot'",
+    )
     assert "--task gsm8k" in line and "--lm-eval-task" in line
-    refused(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--lm-eval-task", "nope"],
-            capsys, tmp_path, "--lm-eval-task nope: no samples of that lm-eval task")  # fmt: skip
-    code, said = run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k",
-                          "--lm-eval-task", "gsm8k"], capsys)  # fmt: skip
+    refused(
+        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--lm-eval-task", "nope"],
+        capsys,
+        tmp_path,
+        "--lm-eval-task nope: no samples of that lm-eval task",
+    )
+    code, said = run_cli(
+        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--lm-eval-task", "gsm8k"], capsys
+    )
     assert code == 0, said
     assert "gsm8k_cot" in said  # left out, said
     gen = read_frame(out, "generations")
@@ -149,18 +139,14 @@ def test_two_lm_eval_tasks_under_one_task_are_refused_unless_named(tmp_path, cap
 def test_different_items_pair_only_when_allowed_and_it_is_said(tmp_path, capsys):
     other = [GOOD[0], gsm8k_line(1, "#### 9", "strict-match", "9", 0.0, question="other"), GOOD[2]]
     a, b = _lm_folder(tmp_path, 1, GOOD), _lm_folder(tmp_path, 2, other)
-    code, said = run_cli(
-        ["compare-logs", a, b, "--allow-different-items", "--json", "--draws", "200"], capsys
-    )
+    code, said = run_cli(["compare-logs", a, b, "--allow-different-items", "--json", "--draws", "200"], capsys)
     assert code == 0, said
     assert "paired anyway (--allow-different-items)" in said and "'gsm8k-1'" in said
     result = json.loads(said[said.index("{") :])
     assert result["settings"]["allow_different_items"] is True
     assert result["comparisons"][0]["different_items"] == 1
     out = tmp_path / "records"
-    code, said = run_cli(
-        ["ingest", "lm-eval", a, b, "--out", out, "--allow-different-items"], capsys
-    )
+    code, said = run_cli(["ingest", "lm-eval", a, b, "--out", out, "--allow-different-items"], capsys)
     assert code == 0, said
     assert "1 id(s) whose content differs" in said
 
@@ -179,14 +165,12 @@ def test_a_log_contradicting_its_answers_is_said_and_rescore_fixes_it(tmp_path, 
     code, said = run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k"], capsys)
     assert code == 0, said
     [warning] = [line for line in said.splitlines() if "the log says" in line]
-    assert (
-        "the log says wrong on 2 item(s) whose answer equals the reference under the task's gsm8k rule"
-        in warning
-    )
+    assert "the log says wrong on 2 item(s) whose answer equals the reference under the task's gsm8k rule" in warning
     assert "'gsm8k-0'" in warning and "--rescore" in warning
     assert not read_frame(out, "generations")["correct"].any()  # the log's, as it says
-    code, said = run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--rescore",
-                          "--replace"], capsys)  # fmt: skip
+    code, said = run_cli(
+        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--rescore", "--replace"], capsys
+    )
     assert code == 0, said
     assert "--rescore: 3 of 3 samples" in said and "(2 changed)" in said
     gen = read_frame(out, "generations").set_index("item_id")
@@ -195,20 +179,13 @@ def test_a_log_contradicting_its_answers_is_said_and_rescore_fixes_it(tmp_path, 
 
 def test_says_right_where_the_answer_differs(tmp_path, capsys):
     folder = _lm_folder(tmp_path, 1, [gsm8k_line(0, "#### 17", "strict-match", "17", 1.0)])
-    code, said = run_cli(
-        ["ingest", "lm-eval", folder, "--out", tmp_path / "r", "--task", "gsm8k"], capsys
-    )
-    assert (
-        code == 0
-        and "the log says right on 1 item(s) whose answer differs from the reference" in said
-    )
+    code, said = run_cli(["ingest", "lm-eval", folder, "--out", tmp_path / "r", "--task", "gsm8k"], capsys)
+    assert code == 0 and "the log says right on 1 item(s) whose answer differs from the reference" in said
 
 
 def test_compare_logs_rescore_changes_the_numbers(tmp_path, capsys):
     a = _unfiltered(tmp_path / "a")
-    b = _lm_folder(
-        tmp_path / "b", 1, [gsm8k_line(i, "nothing", "none", "nothing", 0.0) for i in range(3)]
-    )
+    b = _lm_folder(tmp_path / "b", 1, [gsm8k_line(i, "nothing", "none", "nothing", 0.0) for i in range(3)])
     args = ["compare-logs", a, b, "--task", "gsm8k", "--json", "--draws", "200"]
     code, said = run_cli(args, capsys)
     assert code == 0, said
@@ -216,9 +193,7 @@ def test_compare_logs_rescore_changes_the_numbers(tmp_path, capsys):
     assert json.loads(said[said.index("{") :])["comparisons"][0]["table"]["only_a"] == 0
     code, said = run_cli([*args, "--rescore"], capsys)
     result = json.loads(said[said.index("{") :])
-    assert (
-        result["settings"]["rescore"] is True and result["comparisons"][0]["table"]["only_a"] == 2
-    )
+    assert result["settings"]["rescore"] is True and result["comparisons"][0]["table"]["only_a"] == 2
     # a task that is no ckptsel task has no rule to re-score with
     c = _lm_folder(tmp_path / "c", 1, GOOD, task="arith")
     refused(["compare-logs", c, c, "--rescore"], capsys, tmp_path, "--rescore: no sample can be")
@@ -269,10 +244,7 @@ INSPECT_CASES = {
     "metadata a string": (_sample(metadata="test"), "field metadata is 'test', not an object"),
     "split an integer": (_sample(metadata={"split": 1}), "field split is 1, not a string"),
     "target an object": (_sample(target={"t": 1}), "field target is {'t': 1}"),
-    "a sample not an object": (
-        lambda log: log["samples"].append([1]),
-        "sample 12: the sample is [1]",
-    ),
+    "a sample not an object": (lambda log: log["samples"].append([1]), "sample 12: the sample is [1]"),
     "samples not a list": (_set("samples", {"a": 1}), "field samples is {'a': 1}, not a list"),
     "eval a list": (_set("eval", [1]), "field eval is [1], not an object"),
     "eval metadata a list": (lambda log: log["eval"].update(metadata=[1]), "field metadata is [1]"),
@@ -290,15 +262,11 @@ def _broken_pair(tmp_path: Path, case: str) -> tuple[Path, Path, str]:
 def test_ingest_inspect_refuses(tmp_path, capsys, case):
     a, b, needle = _broken_pair(tmp_path, case)
     out = tmp_path / "records"
-    refused(
-        ["ingest", "inspect", a, b, "--out", out, "--scorer", "match"], capsys, tmp_path, needle
-    )
+    refused(["ingest", "inspect", a, b, "--out", out, "--scorer", "match"], capsys, tmp_path, needle)
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    "case", ["rotated samples", "epoch a string", "epoch a float", "id a float"]
-)
+@pytest.mark.parametrize("case", ["rotated samples", "epoch a string", "epoch a float", "id a float"])
 def test_compare_logs_inspect_refuses(tmp_path, capsys, case):
     a, b, needle = _broken_pair(tmp_path, case)
     refused(["compare-logs", a, b, "--scorer", "match"], capsys, tmp_path, needle)
@@ -316,12 +284,8 @@ def test_deep_json_in_an_inspect_log(tmp_path, capsys, kind):
     else:
         log = json.loads(JSON_LOG.read_text())
         log.pop("samples")
-        write_eval(
-            path, {"header.json": json.dumps(log).encode(), "samples/q_epoch_1.json": DEEP.encode()}
-        )
-    refused(
-        ["ingest", "inspect", path, "--out", tmp_path / "r"], capsys, tmp_path, "nested too deeply"
-    )
+        write_eval(path, {"header.json": json.dumps(log).encode(), "samples/q_epoch_1.json": DEEP.encode()})
+    refused(["ingest", "inspect", path, "--out", tmp_path / "r"], capsys, tmp_path, "nested too deeply")
 
 
 def test_an_eval_log_whose_sample_is_not_an_object(tmp_path, capsys):
@@ -329,13 +293,13 @@ def test_an_eval_log_whose_sample_is_not_an_object(tmp_path, capsys):
     log.pop("samples")
     log["eval"]["metadata"] = {"step": 1, "trajectory": "run"}
     members = {"header.json": json.dumps(log).encode(), "samples/q1_epoch_1.json": b'"a string"'}
-    path = (
-        write_eval(tmp_path / "logs" / "a.eval", members)
-        if (tmp_path / "logs").mkdir() is None
-        else None
+    path = write_eval(tmp_path / "logs" / "a.eval", members) if (tmp_path / "logs").mkdir() is None else None
+    refused(
+        ["ingest", "inspect", path, "--out", tmp_path / "r"],
+        capsys,
+        tmp_path,
+        "member samples/q1_epoch_1.json: the sample is 'a string', not an object",
     )
-    refused(["ingest", "inspect", path, "--out", tmp_path / "r"], capsys, tmp_path,
-            "member samples/q1_epoch_1.json: the sample is 'a string', not an object")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- lighteval details
@@ -343,11 +307,7 @@ def _lighteval_case(tmp_path: Path, edit) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    [src] = sorted(
-        (DATA / "lighteval" / "details" / "runs" / "tiny-a" / "checkpoint-80").rglob(
-            "*test*.parquet"
-        )
-    )
+    [src] = sorted((DATA / "lighteval" / "details" / "runs" / "tiny-a" / "checkpoint-80").rglob("*test*.parquet"))
     rows = pq.read_table(src).to_pylist()
     edit(rows[0])
     dest = tmp_path / "details" / "runs" / "tiny-a" / "checkpoint-80" / src.parent.name / src.name
@@ -358,10 +318,11 @@ def _lighteval_case(tmp_path: Path, edit) -> Path:
 
 @pytest.mark.parametrize(
     ("edit", "needle"),
-    [(lambda r: r["doc"].update(gold_index=7), "doc.gold_index 7 is not an index of its 1 choices"),
-     (lambda r: r["doc"].update(choices=None), "doc.gold_index 0 is not an index of its 0 choices"),
-     ],
-)  # fmt: skip
+    [
+        (lambda r: r["doc"].update(gold_index=7), "doc.gold_index 7 is not an index of its 1 choices"),
+        (lambda r: r["doc"].update(choices=None), "doc.gold_index 0 is not an index of its 0 choices"),
+    ],
+)
 def test_lighteval_refuses(tmp_path, capsys, edit, needle):
     details = _lighteval_case(tmp_path, edit)
     refused(["ingest", "lighteval", details, "--out", tmp_path / "r"], capsys, tmp_path, needle)
@@ -372,9 +333,7 @@ def _page_blocks(kind: str) -> list[str]:
     return [textwrap.dedent(b) for b in re.findall(rf"```{kind}\n(.*?)```", PAGE.read_text(), re.S)]
 
 
-def lm_eval_regex_filter(
-    pattern: str, group_select: int, response: str, fallback: str = "[invalid]"
-) -> str:
+def lm_eval_regex_filter(pattern: str, group_select: int, response: str, fallback: str = "[invalid]") -> str:
     """lm-eval 0.4.x's ``regex`` filter on one response (lm_eval/filters/extraction.py,
     RegexFilter.apply): the ``group_select``-th of ``findall``; of a tuple of groups the first
     non-empty one; stripped; the fallback where nothing matches."""
@@ -399,9 +358,7 @@ def test_the_pages_lm_eval_recipe_filters_answers_as_ckptsel_extracts_them():
     cases = [json.loads(line) for line in examples.splitlines()]
     assert len(cases) >= 5
     for case in cases:
-        kept = lm_eval_regex_filter(
-            regex["regex_pattern"], regex.get("group_select", 0), case["response"]
-        )
+        kept = lm_eval_regex_filter(regex["regex_pattern"], regex.get("group_select", 0), case["response"])
         for ignored in metric["regexes_to_ignore"]:  # exact_match's, on both sides
             kept = re.sub(ignored, "", kept)
         ours = extract("gsm8k", case["response"])
@@ -432,8 +389,12 @@ def test_a_fifo_log_is_refused_not_read_forever(tmp_path, capsys, harness):
     old = signal.signal(signal.SIGALRM, hung)
     signal.alarm(30)
     try:
-        refused(["ingest", harness, folder, "--out", tmp_path / "r", "--trajectory", "t"], capsys,
-                tmp_path, "not a regular file")  # fmt: skip
+        refused(
+            ["ingest", harness, folder, "--out", tmp_path / "r", "--trajectory", "t"],
+            capsys,
+            tmp_path,
+            "not a regular file",
+        )
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)

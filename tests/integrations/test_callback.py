@@ -15,13 +15,7 @@ from ckptsel.records.scan import read_frame
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from tinyrun import (  # noqa: E402
-    TEMPLATE_HINT,
-    build_tiny_base,
-    make_gsm8k_rows,
-    tiny_training_args,
-    write_jsonl,
-)
+from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, tiny_training_args, write_jsonl  # noqa: E402
 
 MAX_NEW = 12
 
@@ -42,8 +36,7 @@ def _train_with_callback(root: Path):
         make_gsm8k_rows(8, seed=3),
     )
     texts = [
-        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"]
-        for r in val_rows + test_rows + train_rows
+        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + test_rows + train_rows
     ]
     base = build_tiny_base(root / "base", texts, seed=0)
     val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
@@ -55,19 +48,11 @@ def _train_with_callback(root: Path):
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model = get_peft_model(
         model,
-        LoraConfig(
-            r=4,
-            lora_alpha=8,
-            lora_dropout=0.0,
-            target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
-        ),
+        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"]),
     )
     from ckptsel.data.prompts import format_prompt
 
-    train = [
-        encode_example(tok, format_prompt(it.instruction), it.response)
-        for it in load_items("gsm8k", train_file)
-    ]
+    train = [encode_example(tok, format_prompt(it.instruction), it.response) for it in load_items("gsm8k", train_file)]
     callback = RecordingCallback(
         val,
         MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW),
@@ -143,16 +128,8 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
         configuration="tiny",
     )
     key = ["trajectory", "step", "split", "item_id"]
-    a = (
-        read_frame(root / "records_cb", "generations")
-        .sort_values(key)
-        .reset_index(drop=True)
-    )
-    b = (
-        read_frame(root / "records_cli", "generations")
-        .sort_values(key)
-        .reset_index(drop=True)
-    )
+    a = read_frame(root / "records_cb", "generations").sort_values(key).reset_index(drop=True)
+    b = read_frame(root / "records_cli", "generations").sort_values(key).reset_index(drop=True)
     assert len(a) == len(b) == 16
     for col in (
         "trajectory",
@@ -171,16 +148,8 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
     texts = a.pivot_table(index="item_id", columns="step", values="text", aggfunc="first")
     assert (texts[2] != texts[4]).any()
     nkey = key + ["window"]
-    na = (
-        read_frame(root / "records_cb", "nll")
-        .sort_values(nkey)
-        .reset_index(drop=True)
-    )
-    nb = (
-        read_frame(root / "records_cli", "nll")
-        .sort_values(nkey)
-        .reset_index(drop=True)
-    )
+    na = read_frame(root / "records_cb", "nll").sort_values(nkey).reset_index(drop=True)
+    nb = read_frame(root / "records_cli", "nll").sort_values(nkey).reset_index(drop=True)
     assert na[nkey].equals(nb[nkey])
     assert na["n_tokens"].tolist() == nb["n_tokens"].tolist()
     # measure merges each float32 adapter into a copy of the base on the CPU; the callback

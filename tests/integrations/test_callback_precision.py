@@ -16,13 +16,7 @@ from ckptsel.records.scan import read_frame
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from tinyrun import (  # noqa: E402
-    TEMPLATE_HINT,
-    build_tiny_base,
-    make_gsm8k_rows,
-    tiny_training_args,
-    write_jsonl,
-)
+from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, tiny_training_args, write_jsonl  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,8 +39,7 @@ def setup(tmp_path_factory, one_thread):
     val_rows, test_rows = make_gsm8k_rows(N_VAL, seed=1), make_gsm8k_rows(N_TEST, seed=2)
     train_rows = make_gsm8k_rows(8, seed=3)
     texts = [
-        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"]
-        for r in val_rows + test_rows + train_rows
+        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + test_rows + train_rows
     ]
     base = build_tiny_base(root / "base", texts, seed=0)
     val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
@@ -55,9 +48,7 @@ def setup(tmp_path_factory, one_thread):
     tok = AutoTokenizer.from_pretrained(str(base))
     items = load_items("gsm8k", train_file)
     train = [encode_example(tok, format_prompt(it.instruction), it.response) for it in items]
-    rows = [
-        {"prompt": format_prompt(it.instruction), "completion": " " + it.response} for it in items
-    ]
+    rows = [{"prompt": format_prompt(it.instruction), "completion": " " + it.response} for it in items]
     return root, base, (val, test), tok, train, rows
 
 
@@ -70,11 +61,8 @@ def _lora_model(base, dtype=None):
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype or torch.float32)
     return get_peft_model(
         model,
-        LoraConfig(
-            r=4, lora_alpha=8, lora_dropout=0.0,
-            target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
-        ),
-    )  # fmt: skip
+        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"]),
+    )
 
 
 def _config():
@@ -87,9 +75,15 @@ def _measure_saved(root: Path, run: str, base: Path, data: tuple, out: Path) -> 
     from ckptsel.measure.run import measure_run
 
     measure_run(
-        root / "runs" / run, _config(), validation=data[0], test=data[1], out=out,
-        base=str(base), trajectory=run, configuration=run,
-    )  # fmt: skip
+        root / "runs" / run,
+        _config(),
+        validation=data[0],
+        test=data[1],
+        out=out,
+        base=str(base),
+        trajectory=run,
+        configuration=run,
+    )
 
 
 def _compare(a_dir: Path, b_dir: Path) -> dict[str, int]:
@@ -100,9 +94,7 @@ def _compare(a_dir: Path, b_dir: Path) -> dict[str, int]:
     assert a[KEY].equals(b[KEY]) and len(a)
     gen_diff = np.zeros(len(a), dtype=bool)
     for col in GEN_COLUMNS:
-        gen_diff |= np.array(
-            [x != y for x, y in zip(a[col].tolist(), b[col].tolist(), strict=True)]
-        )
+        gen_diff |= np.array([x != y for x, y in zip(a[col].tolist(), b[col].tolist(), strict=True)])
     nkey = KEY + ["window"]
     na = read_frame(a_dir, "nll").sort_values(nkey).reset_index(drop=True)
     nb = read_frame(b_dir, "nll").sort_values(nkey).reset_index(drop=True)
@@ -111,9 +103,12 @@ def _compare(a_dir: Path, b_dir: Path) -> dict[str, int]:
     x, y = na["nll_sum"].to_numpy(), nb["nll_sum"].to_numpy()
     nll_diff = ~np.isclose(x, y, rtol=1e-7, atol=0.0)
     return {
-        "rows": len(a), "generations": int(gen_diff.sum()), "nll_rows": len(na),
-        "nll": int(nll_diff.sum()), "max_rel": float(np.max(np.abs(x - y) / np.abs(y))),
-    }  # fmt: skip
+        "rows": len(a),
+        "generations": int(gen_diff.sum()),
+        "nll_rows": len(na),
+        "nll": int(nll_diff.sum()),
+        "max_rel": float(np.max(np.abs(x - y) / np.abs(y))),
+    }
 
 
 def _provenance(records: Path, trajectory: str) -> set[str]:
@@ -135,16 +130,17 @@ def test_trainer_bf16_records_equal_measure(setup):
     from ckptsel.train.trajectory import collate
 
     root, base, data, tok, train, _ = setup
-    cb = RecordingCallback(
-        data[0], _config(), root / "records-cb", "hf-bf16", test=data[1], verbose=False
-    )
+    cb = RecordingCallback(data[0], _config(), root / "records-cb", "hf-bf16", test=data[1], verbose=False)
     args = tiny_training_args(root / "runs" / "hf-bf16", 4, bf16=True)
     assert args.bf16
     trainer = Trainer(
-        model=_lora_model(base), args=args, train_dataset=train,
+        model=_lora_model(base),
+        args=args,
+        train_dataset=train,
         data_collator=lambda batch: collate(batch, tok.pad_token_id),
-        processing_class=tok, callbacks=[cb],
-    )  # fmt: skip
+        processing_class=tok,
+        callbacks=[cb],
+    )
     trainer.train()
     # the Trainer really trained in mixed precision: accelerate wrapped the forward
     assert "_original_forward" in trainer.model.__dict__
@@ -169,20 +165,26 @@ def test_sft_trainer_defaults_records_equal_measure(setup):
     from ckptsel.integrations.hf_trainer import RecordingCallback
 
     root, base, data, tok, _, rows = setup
-    cb = RecordingCallback(
-        data[0], _config(), root / "records-sft", "sft", test=data[1], verbose=False
-    )
+    cb = RecordingCallback(data[0], _config(), root / "records-sft", "sft", test=data[1], verbose=False)
     args = trl.SFTConfig(
-        output_dir=str(root / "runs" / "sft"), max_steps=4, save_strategy="steps", save_steps=2,
-        per_device_train_batch_size=4, learning_rate=5e-2, lr_scheduler_type="constant",
-        report_to="none", use_cpu=True, logging_strategy="no", disable_tqdm=True,
-        save_only_model=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(root / "runs" / "sft"),
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        seed=0,
+    )
     assert args.bf16  # SFTConfig's default
     trainer = trl.SFTTrainer(
-        model=_lora_model(base), args=args, train_dataset=Dataset.from_list(rows),
-        processing_class=tok, callbacks=[cb],
-    )  # fmt: skip
+        model=_lora_model(base), args=args, train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[cb]
+    )
     trainer.train()
     assert cb.measured_steps == [2, 4]
     _measure_saved(root, "sft", base, data, root / "records-sft-measure")
@@ -212,18 +214,14 @@ def test_autocast_it_cannot_undo_is_stamped_and_never_mixed(setup):
     model = _lora_model(base)
     _saved(model, root, "forced", 2)
     model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
-    cb = RecordingCallback(
-        data[0], _config(), root / "records-forced", "forced", test=data[1], verbose=False
-    )
+    cb = RecordingCallback(data[0], _config(), root / "records-forced", "forced", test=data[1], verbose=False)
     cb.measure(model, tok, 2)
     assert _provenance(root / "records-forced", "forced") == {"float32 with bfloat16 autocast"}
     with pytest.raises(CkptselError, match="float32 with bfloat16 autocast.*refusing to mix"):
         _measure_saved(root, "forced", base, data, root / "records-forced")
     # an autocast around the callback (the caller's) is disabled: plain float32
     plain = _lora_model(base)
-    cb = RecordingCallback(
-        data[0], _config(), root / "records-outer", "outer", test=data[1], verbose=False
-    )
+    cb = RecordingCallback(data[0], _config(), root / "records-outer", "outer", test=data[1], verbose=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cb.measure(plain, tok, 2)
     assert _provenance(root / "records-outer", "outer") == {"float32"}
@@ -244,18 +242,15 @@ def test_model_in_another_dtype_is_stamped_and_refused(setup):
     root, base, data, tok, _, _ = setup
     model = _lora_model(base, torch.bfloat16)
     _saved(model, root, "bf16", 2)
-    cb = RecordingCallback(
-        data[0], _config(), root / "records-bf16", "bf16", test=data[1], verbose=False
-    )
+    cb = RecordingCallback(data[0], _config(), root / "records-bf16", "bf16", test=data[1], verbose=False)
     with pytest.warns(UserWarning, match="training model is bfloat16.*--dtype bfloat16"):
         cb.measure(model, tok, 2)
     assert _provenance(root / "records-bf16", "bf16") == {"bfloat16"}
     with pytest.raises(CkptselError, match="bfloat16.*refusing to mix"):
         _measure_saved(root, "bf16", base, data, root / "records-bf16")
     strict = RecordingCallback(
-        data[0], MeasureConfig("gsm8k", dtype="float32"), root / "records-strict", "strict",
-        verbose=False,
-    )  # fmt: skip
+        data[0], MeasureConfig("gsm8k", dtype="float32"), root / "records-strict", "strict", verbose=False
+    )
     state = SimpleNamespace(is_world_process_zero=True)
     with pytest.raises(CkptselError, match="asks for dtype float32 but .* are bfloat16"):
         strict.on_train_begin(None, state, "control", model=model)

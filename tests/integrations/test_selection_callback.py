@@ -14,13 +14,7 @@ from ckptsel.records.scan import read_frame
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from tinyrun import (  # noqa: E402
-    TEMPLATE_HINT,
-    build_tiny_base,
-    make_gsm8k_rows,
-    tiny_training_args,
-    write_jsonl,
-)
+from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, tiny_training_args, write_jsonl  # noqa: E402
 
 MAX_NEW = 8
 N_VAL = 8
@@ -42,18 +36,12 @@ def setup(tmp_path_factory, one_thread):
 
     root = tmp_path_factory.mktemp("selection")
     val_rows, train_rows = make_gsm8k_rows(N_VAL, seed=1), make_gsm8k_rows(8, seed=3)
-    texts = [
-        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"]
-        for r in val_rows + train_rows
-    ]
+    texts = [TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + train_rows]
     base = build_tiny_base(root / "base", texts, seed=0)
     val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
     train_file = write_jsonl(root / "data" / "train.jsonl", train_rows)
     tok = AutoTokenizer.from_pretrained(str(base))
-    train = [
-        encode_example(tok, format_prompt(it.instruction), it.response)
-        for it in load_items("gsm8k", train_file)
-    ]
+    train = [encode_example(tok, format_prompt(it.instruction), it.response) for it in load_items("gsm8k", train_file)]
     return root, base, val, tok, train, train_file
 
 
@@ -64,10 +52,7 @@ def _lora_model(base):
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    return get_peft_model(
-        model,
-        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
-    )
+    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
 
 
 def _rigged(pattern):
@@ -135,14 +120,7 @@ def test_recommended_early_checkpoint_survives_rotation_and_is_loaded(setup, loa
 
     root, _, val, *_ = setup
     name = f"early-{load_best}"
-    cb = _rigged(BEST_EARLY)(
-        val,
-        "gsm8k",
-        root / f"records-{name}",
-        name,
-        settings=_settings(),
-        verbose=False,
-    )
+    cb = _rigged(BEST_EARLY)(val, "gsm8k", root / f"records-{name}", name, settings=_settings(), verbose=False)
     extra = {"save_total_limit": 2}
     if load_best:
         extra.update(load_best_model_at_end=True, eval_strategy="steps", eval_steps=2)
@@ -182,13 +160,11 @@ def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
     for prefer_final, marked in ((True, 6), (False, 2)):
         name = f"unresolved-{prefer_final}"
         cb = _rigged(pattern)(
-            val, "gsm8k", root / f"records-{name}", name, prefer_final=prefer_final,
-            settings=_settings(), verbose=False,
-        )  # fmt: skip
+            val, "gsm8k", root / f"records-{name}", name, prefer_final=prefer_final, settings=_settings(), verbose=False
+        )
         trainer, out = _train(
-            setup, name, cb, 6, save_total_limit=2, load_best_model_at_end=True,
-            eval_strategy="steps", eval_steps=2,
-        )  # fmt: skip
+            setup, name, cb, 6, save_total_limit=2, load_best_model_at_end=True, eval_strategy="steps", eval_steps=2
+        )
         sel = json.loads((out / "selection.json").read_text())
         ref = select_checkpoint(root / f"records-{name}", name, settings=_settings()).to_dict()
         assert ref["recommendation"]["keep_step"] == 6  # keep the final checkpoint
@@ -202,9 +178,8 @@ def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
 def test_early_stopping_after_patience_saves(setup):
     root, _, val, *_ = setup
     cb = _rigged(BEST_EARLY)(
-        val, "gsm8k", root / "records-stop", "stop", early_stopping_patience=2,
-        settings=_settings(), verbose=False,
-    )  # fmt: skip
+        val, "gsm8k", root / "records-stop", "stop", early_stopping_patience=2, settings=_settings(), verbose=False
+    )
     trainer, out = _train(setup, "stop", cb, 12, save_total_limit=2)
     # step 4 and step 6 are resolved worse than step 2: stop at the second such save
     assert cb.measured_steps == [2, 4, 6]
@@ -230,17 +205,26 @@ def test_real_measurement_with_sft_trainer(setup):
         {"prompt": format_prompt(it.instruction), "completion": " " + it.response}
         for it in load_items("gsm8k", train_file)
     ]
-    cb = SelectionCallback(
-        val, "gsm8k", root / "records-sft", "sft", rule="nll", settings=_settings(),
-        verbose=False,
-    )  # fmt: skip
+    cb = SelectionCallback(val, "gsm8k", root / "records-sft", "sft", rule="nll", settings=_settings(), verbose=False)
     args = trl.SFTConfig(
-        output_dir=str(root / "runs" / "sft"), max_steps=6, save_strategy="steps", save_steps=2,
-        eval_strategy="steps", eval_steps=2, load_best_model_at_end=True, save_total_limit=2,
-        per_device_train_batch_size=4, learning_rate=5e-2, lr_scheduler_type="constant",
-        report_to="none", use_cpu=True, logging_strategy="no", disable_tqdm=True,
-        save_only_model=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(root / "runs" / "sft"),
+        max_steps=6,
+        save_strategy="steps",
+        save_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        load_best_model_at_end=True,
+        save_total_limit=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        seed=0,
+    )
     trainer = trl.SFTTrainer(
         model=_lora_model(base),
         args=args,
@@ -304,13 +288,25 @@ def test_answer_logged_into_the_trainers_own_runs_and_registered(setup, stores):
 
     root, _, val, *_ = setup
     cb = _rigged(BEST_EARLY)(
-        val, "gsm8k", root / "records-tracked", "tracked", settings=_settings(), verbose=False,
+        val,
+        "gsm8k",
+        root / "records-tracked",
+        "tracked",
+        settings=_settings(),
+        verbose=False,
         register="callback-model",
-    )  # fmt: skip
+    )
     _, out = _train(
-        setup, "tracked", cb, 4, report_to=["mlflow", "wandb", "trackio"], run_name="sft-tracked",
-        project="cb-project", logging_strategy="steps", logging_steps=2,
-    )  # fmt: skip
+        setup,
+        "tracked",
+        cb,
+        4,
+        report_to=["mlflow", "wandb", "trackio"],
+        run_name="sft-tracked",
+        project="cb-project",
+        logging_strategy="steps",
+        logging_steps=2,
+    )
     wandb_id = wandb.run.id if wandb.run is not None else cb.run_ids["wandb"]
     if wandb.run is not None:
         wandb.finish()  # the Trainer's WandbCallback leaves its run open
@@ -331,13 +327,7 @@ def test_answer_logged_into_the_trainers_own_runs_and_registered(setup, stores):
     runs = [wandb_run(f) for f in wandb_runs(stores.wandb, wandb_id)]
     summary = {k: v for r in runs for k, v in r["summary"].items()}
     assert summary["ckptsel/select/keep_step"] == step and "train_loss" in summary
-    assert any(
-        a["name"] == "callback-model" and ALIAS in a["aliases"]
-        for r in runs
-        for a in r["artifacts"]
-    )
+    assert any(a["name"] == "callback-model" and ALIAS in a["aliases"] for r in runs for a in r["artifacts"])
 
     rows = SQLiteStorage.get_logs("cb-project", cb.run_ids["trackio"])
-    assert any("ckptsel/select/keep_step" in r for r in rows) and any(
-        "train/loss" in r or "loss" in r for r in rows
-    )
+    assert any("ckptsel/select/keep_step" in r for r in rows) and any("train/loss" in r or "loss" in r for r in rows)

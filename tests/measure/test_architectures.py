@@ -94,9 +94,8 @@ def test_float32_texts_and_nll_equal_generate_and_an_unpadded_forward(family, at
     model = lora(build(family, tok, attn=attn), family)
     seconds: dict[str, float] = {}
     texts, scored = measure_items(
-        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
-        max_new_tokens=MAX_NEW, seconds=seconds,
-    )  # fmt: skip
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH, max_new_tokens=MAX_NEW, seconds=seconds
+    )
     check_against_references(model, tok, prompts, responses, texts, scored)
     # sliding layers that the items outgrow take the split mode, recurrent states the
     # rowwise one (both: their own prefill); hybrids on transformers 4.x return no cache
@@ -114,9 +113,7 @@ def test_cache_layouts(tok):
     assert cache_layout(am.build("llama", tok)) == CacheLayout("full")
     assert cache_layout(am.build("qwen3_moe", tok)) == CacheLayout("full")
     for family in am.SLIDING:
-        assert cache_layout(am.build(family, tok, attn="eager")) == CacheLayout(
-            "sliding", am.WINDOW
-        )
+        assert cache_layout(am.build(family, tok, attn="eager")) == CacheLayout("sliding", am.WINDOW)
     layout = CacheLayout("sliding", 100)
     assert layout.mode(60, 50, 40) == "single"  # columns 0..89 stay inside the window
     assert layout.mode(60, 50, 60) == "split"
@@ -141,9 +138,7 @@ def test_cache_layouts_with_one_shared_kwargs_dict(tok, monkeypatch):
     monkeypatch.setattr(cu, "get_layer_types_and_kwargs", shared_dict)
     assert cache_layout(am.build("llama", tok)) == CacheLayout("full")
     for family in am.SLIDING:
-        assert cache_layout(am.build(family, tok, attn="eager")) == CacheLayout(
-            "sliding", am.WINDOW
-        )
+        assert cache_layout(am.build(family, tok, attn="eager")) == CacheLayout("sliding", am.WINDOW)
 
 
 def test_windows_longer_than_the_items_keep_the_single_pass(tok, data):
@@ -151,9 +146,8 @@ def test_windows_longer_than_the_items_keep_the_single_pass(tok, data):
     model = am.add_lora(am.build("mistral_sw", tok, sliding_window=256))
     seconds: dict[str, float] = {}
     texts, scored = measure_items(
-        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
-        max_new_tokens=MAX_NEW, seconds=seconds,
-    )  # fmt: skip
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH, max_new_tokens=MAX_NEW, seconds=seconds
+    )
     assert "prefill" not in seconds
     check_against_references(model, tok, prompts, responses, texts, scored)
 
@@ -166,9 +160,8 @@ def test_unknown_cache_layouts_decode_row_by_row(tok, data, monkeypatch):
     monkeypatch.setattr(passes, "cache_layout", lambda m: CacheLayout("other"))
     seconds: dict[str, float] = {}
     texts, scored = measure_items(
-        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
-        max_new_tokens=MAX_NEW, seconds=seconds,
-    )  # fmt: skip
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH, max_new_tokens=MAX_NEW, seconds=seconds
+    )
     assert "prefill" in seconds
     check_against_references(model, tok, prompts, responses, texts, scored)
 
@@ -178,9 +171,8 @@ def test_bfloat16_runs_every_family(family, attn, tok, data):
     prompts, responses = few(family, data)
     model = lora(build(family, tok, attn=attn, dtype=torch.bfloat16), family)
     texts, scored = measure_items(
-        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH,
-        max_new_tokens=MAX_NEW,
-    )  # fmt: skip
+        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH, max_new_tokens=MAX_NEW
+    )
     assert len(texts) == len(prompts) and all(isinstance(t, str) for t in texts)
     n_tok = [len(tok(r, add_special_tokens=False)["input_ids"]) + 1 for r in responses]
     assert [s[0].n_tokens for s in scored] == n_tok

@@ -32,11 +32,26 @@ def run(tmp_path_factory):
 
 def measure_args(run, run_dir: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "measure", str(run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-        "--test", str(run.test), "--out", str(out), "--batch-size", "2",
-        "--max-new-tokens", "4", "--window", "512", "--no-progress", "--no-conformance-check",
+        "measure",
+        str(run_dir),
+        "--task",
+        "gsm8k",
+        "--validation",
+        str(run.validation),
+        "--test",
+        str(run.test),
+        "--out",
+        str(out),
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--window",
+        "512",
+        "--no-progress",
+        "--no-conformance-check",
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 def stamp(out: Path, step: int) -> dict:
@@ -72,7 +87,7 @@ def test_item7_a_changed_adapter_config_is_refused_then_measured_again(run, tmp_
     code, said = cli(measure_args(run, run_dir, out, "--replace"), capsys)
     assert code == 0 and "1 measured" in said and "1 already recorded" in said, said
     after = read_frame(out, "nll").sort_values(["split", "item_id", "window", "step"])
-    changed = (before["nll_sum"].to_numpy() != after["nll_sum"].to_numpy())
+    changed = before["nll_sum"].to_numpy() != after["nll_sum"].to_numpy()
     steps = set(after["step"].to_numpy()[changed])
     assert steps == {20}, steps  # the kept rows are those of the new config
     assert recorded["files"].startswith("sha256:") and stamp(out, 20)["files"] != recorded["files"]
@@ -86,9 +101,10 @@ def test_item7_a_changed_adapter_config_is_refused_then_measured_again(run, tmp_
         ("generation_config.json", lambda d: {**d, "eos_token_id": [d.get("eos_token_id", 2), 5]}),
         # (a chat template added where no prompt format is stated is refused before this, by
         # the prompt-format rule: tests/measure/test_prompt_formats.py)
-        ("tokenizer_config.json", lambda d: {
-            **d, "clean_up_tokenization_spaces": not d.get("clean_up_tokenization_spaces", False)
-        }),
+        (
+            "tokenizer_config.json",
+            lambda d: {**d, "clean_up_tokenization_spaces": not d.get("clean_up_tokenization_spaces", False)},
+        ),
         ("config.json", lambda d: {**d, "rms_norm_eps": 1e-3}),
     ],
 )

@@ -42,8 +42,6 @@ def passed_here(stamp: str, prefix: str = HF_PASSED) -> bool:
 # ------------------------------------------------------------------ a family never seen before
 
 
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("conform")
@@ -64,13 +62,25 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache" / "conformance.json"
 
 
-
 def measure_args(run, out: Path, *extra: str) -> list[str]:
     return [
-        "measure", str(run.run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-        "--test", str(run.test), "--out", str(out), "--batch-size", "4",
-        "--max-new-tokens", str(MAX_NEW), "--no-progress", *extra,
-    ]  # fmt: skip
+        "measure",
+        str(run.run_dir),
+        "--task",
+        "gsm8k",
+        "--validation",
+        str(run.validation),
+        "--test",
+        str(run.test),
+        "--out",
+        str(out),
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        str(MAX_NEW),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def recorded_verdicts(out: Path) -> set[str]:
@@ -122,9 +132,7 @@ def test_a_new_version_is_checked_again(tiny, cache, tmp_path, monkeypatch):
     assert len(json.loads(cache.read_text())["verdicts"]) == 2
 
 
-def test_an_unseen_broken_family_is_refused_in_one_line_and_nothing_is_written(
-    tiny, cache, tmp_path, capsys
-):
+def test_an_unseen_broken_family_is_refused_in_one_line_and_nothing_is_written(tiny, cache, tmp_path, capsys):
     run, broken = tiny
     out = tmp_path / "records"
     checks = conformance.STATS["checks"]
@@ -162,10 +170,7 @@ def test_no_conformance_check_skips_and_is_stamped(tiny, cache, tmp_path):
 def _items(n: int) -> list:
     """``n`` of the architecture matrix's items as measurement items (instruction, response)."""
     prompts, responses = archmodels.items(n)
-    return [
-        type("Item", (), {"instruction": p, "response": r})()
-        for p, r in zip(prompts, responses, strict=True)
-    ]
+    return [type("Item", (), {"instruction": p, "response": r})() for p, r in zip(prompts, responses, strict=True)]
 
 
 def test_check_conformance_on_models_in_memory(cache):
@@ -190,9 +195,7 @@ def _broken_config(model):
 
     data = model.config.to_dict()
     data["model_type"] = "positionless_llama"
-    cfg = AutoConfig.for_model(
-        "positionless_llama", **{k: v for k, v in data.items() if k != "model_type"}
-    )
+    cfg = AutoConfig.for_model("positionless_llama", **{k: v for k, v in data.items() if k != "model_type"})
     cfg._attn_implementation = model.config._attn_implementation
     return cfg
 

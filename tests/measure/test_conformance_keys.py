@@ -48,13 +48,27 @@ def _llama4(tok, tuned: bool):
     from transformers import Llama4ForCausalLM, Llama4TextConfig
 
     cfg = Llama4TextConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=512, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, initializer_range=0.1, moe_layers=[],
-        no_rope_layers=[0, 0] if tuned else [1, 1], attn_temperature_tuning=tuned,
-        floor_scale=2, attn_scale=2.0, use_qk_norm=False, attention_chunk_size=None,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        intermediate_size_mlp=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        initializer_range=0.1,
+        moe_layers=[],
+        no_rope_layers=[0, 0] if tuned else [1, 1],
+        attn_temperature_tuning=tuned,
+        floor_scale=2,
+        attn_scale=2.0,
+        use_qk_norm=False,
+        attention_chunk_size=None,
+    )
     torch.manual_seed(0)
     model = Llama4ForCausalLM(cfg).eval()
     # the same weights for both: only the config differs
@@ -73,8 +87,6 @@ def llama4_runs(tmp_path_factory):
     return run, plain, tuned
 
 
-
-
 def verdicts(out: Path) -> set[str]:
     found = set()
     for kind in ("generations", "nll"):
@@ -83,9 +95,7 @@ def verdicts(out: Path) -> set[str]:
     return found
 
 
-def test_item2_a_config_that_changes_the_function_is_checked_on_its_own(
-    llama4_runs, cache, tmp_path, capsys
-):
+def test_item2_a_config_that_changes_the_function_is_checked_on_its_own(llama4_runs, cache, tmp_path, capsys):
     """Llama-4 with ``attn_temperature_tuning`` is refused on its own; measured after a plain
     Llama-4 passed, it was admitted on that verdict (exit 0, wrong texts); the other way round
     the plain one was refused on the tuned one's verdict."""
@@ -124,9 +134,8 @@ def _register_big_batch():
             if input_ids is not None and input_ids.shape[0] > 6:
                 attention_mask = position_ids = None
             return super().forward(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                **kwargs,
-            )  # fmt: skip
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
+            )
 
     try:
         AutoConfig.register("bigbatch_llama", BigBatchConfig)

@@ -59,9 +59,7 @@ def counting_joins(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize(
-    "family,attn", [("llama", "sdpa"), ("llama", "eager"), ("qwen3_moe", "sdpa")]
-)
+@pytest.mark.parametrize("family,attn", [("llama", "sdpa"), ("llama", "eager"), ("qwen3_moe", "sdpa")])
 def test_spread_stops_texts_equal_generate_and_rows_join(family, attn, tok, data, monkeypatch):
     prompts, responses = data
     model = planted(family, tok, prompts, attn)
@@ -86,10 +84,8 @@ def test_continuous_equals_the_fixed_batch_loop(tok, data):
     prompts, responses = data
     model = planted("llama", tok, prompts)
     done = []
-    new = measure_items(model, tok, prompts, responses, batch_size=BATCH,
-                        max_new_tokens=MAX_NEW, on_batch=done.append)  # fmt: skip
-    old = measure_items(model, tok, prompts, responses, batch_size=BATCH,
-                        max_new_tokens=MAX_NEW, continuous=False)  # fmt: skip
+    new = measure_items(model, tok, prompts, responses, batch_size=BATCH, max_new_tokens=MAX_NEW, on_batch=done.append)
+    old = measure_items(model, tok, prompts, responses, batch_size=BATCH, max_new_tokens=MAX_NEW, continuous=False)
     assert new[0] == old[0]
     assert sum(done) == len(prompts)  # progress counts every item once
     for a, b in zip(new[1], old[1], strict=True):
@@ -114,8 +110,14 @@ def test_caches_that_cannot_move_rows_keep_the_fixed_batches(tok, data, monkeypa
 
 def test_auto_plan_by_hand():
     # the Qwen3-1.7B shape in bfloat16: 2 x 28 layers x 8 heads x 128 x 2 bytes per token
-    cfg = types.SimpleNamespace(num_hidden_layers=28, num_key_value_heads=8, head_dim=128,
-                                num_attention_heads=16, hidden_size=2048, vocab_size=151936)  # fmt: skip
+    cfg = types.SimpleNamespace(
+        num_hidden_layers=28,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_attention_heads=16,
+        hidden_size=2048,
+        vocab_size=151936,
+    )
     per_token = 2 * 28 * 8 * 128 * 2
     free = 8 << 30
     rows, nll = passes.auto_plan(cfg, 2, free, 556, 1024)

@@ -66,9 +66,12 @@ def test_gpu_engine_settings_from_the_work():
     short, long = KvPlan(2048, None), KvPlan(40960, None)
     alone = gpu_args(MeasureConfig("gsm8k", backend="vllm"), short)
     assert alone == {
-        "gpu_memory_utilization": 0.85, "max_num_seqs": GPU_MAX_NUM_SEQS,
-        "max_num_batched_tokens": 16384, "enable_prefix_caching": True, "enforce_eager": False,
-    }  # fmt: skip
+        "gpu_memory_utilization": 0.85,
+        "max_num_seqs": GPU_MAX_NUM_SEQS,
+        "max_num_batched_tokens": 16384,
+        "enable_prefix_caching": True,
+        "enforce_eager": False,
+    }
     beside = MeasureConfig("gsm8k", backend="vllm", nll_backend="hf")
     assert gpu_args(beside, long)["gpu_memory_utilization"] == 0.6
     assert gpu_args(beside, long)["max_num_batched_tokens"] == 40960
@@ -77,8 +80,14 @@ def test_gpu_engine_settings_from_the_work():
 
 
 def cfg(**kw):
-    base = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                hidden_size=128, head_dim=None, max_position_embeddings=1024)  # fmt: skip
+    base = dict(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=128,
+        head_dim=None,
+        max_position_embeddings=1024,
+    )
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -108,9 +117,7 @@ def test_adapter_problems_are_one_line_each(tmp_path):
     assert "rank 16 is above --max-lora-rank 8" in adapter_problem(
         adapter(tmp_path / "b", rank_pattern={"q_proj": 16}), 8
     )
-    assert "modules_to_save" in adapter_problem(
-        adapter(tmp_path / "c", modules_to_save=["lm_head"]), 8
-    )
+    assert "modules_to_save" in adapter_problem(adapter(tmp_path / "c", modules_to_save=["lm_head"]), 8)
     assert vllm_rank(4) == 8 and vllm_rank(1) == 1 and vllm_rank(300) == 320
     with pytest.raises(CkptselError, match="above what vLLM serves"):
         vllm_rank(1024)

@@ -101,10 +101,7 @@ def test_a_tensor_for_another_module_goes_through_peft(run, tmp_path):
     shutil.copytree(ckpt.path, folder)
     tensors = load_file(str(folder / "adapter_model.safetensors"))
     dropped = next(k for k in tensors if "q_proj.lora_B" in k)
-    save_file(
-        {k: v for k, v in tensors.items() if k != dropped},
-        str(folder / "adapter_model.safetensors"),
-    )
+    save_file({k: v for k, v in tensors.items() if k != dropped}, str(folder / "adapter_model.safetensors"))
     base = ModelHolder("cpu", torch.float32)._load(run.base)
     assert plain_lora(folder, base) is None  # a target module without its B: PEFT decides
 
@@ -132,15 +129,11 @@ def test_records_are_the_same_as_through_peft(run, tmp_path, monkeypatch):
         assert a.equals(b)
         # what measured them, the conformance verdict included (less when it was checked)
         when = lambda p: re.sub(r"checked in this run, entry (hmac-)?sha256:\w+", "", repr(p))  # noqa: E731
-        assert when(read_provenance(tmp_path / "fast", kind)) == when(
-            read_provenance(tmp_path / "peft", kind)
-        )
+        assert when(read_provenance(tmp_path / "fast", kind)) == when(read_provenance(tmp_path / "peft", kind))
 
 
 @pytest.mark.parametrize("progress", ["--progress", "--no-progress"])
-def test_the_cli_measures_with_fewer_collections_and_gives_the_threshold_back(
-    run, tmp_path, monkeypatch, progress
-):
+def test_the_cli_measures_with_fewer_collections_and_gives_the_threshold_back(run, tmp_path, monkeypatch, progress):
     """``ckptsel measure`` runs with the collector's first threshold raised (its imports and
     passes make millions of objects) and restores the caller's afterwards (in-process use)."""
     import gc

@@ -27,7 +27,6 @@ MAX_NEW = 16
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 def measure_args(run, out: Path, *extra: str) -> list[str]:
     return [
         "measure",
@@ -123,10 +122,7 @@ def test_every_record_matches_direct_forward_and_generate(measured):
     from ckptsel.data.tasks import load_items
 
     run, _, gen, nll = measured
-    items = {
-        "validation": load_items("gsm8k", run.validation),
-        "test": load_items("gsm8k", run.test),
-    }
+    items = {"validation": load_items("gsm8k", run.validation), "test": load_items("gsm8k", run.test)}
     g = gen.set_index(["step", "split", "item_id"])
     n = nll.set_index(["step", "split", "item_id", "window"])
     checked = 0
@@ -151,13 +147,9 @@ def test_every_record_matches_direct_forward_and_generate(measured):
 
 def test_checkpoints_differ(measured):
     _, _, gen, nll = measured
-    w0 = nll[nll["window"] == 0].pivot_table(
-        index=["split", "item_id"], columns="step", values="nll_sum"
-    )
+    w0 = nll[nll["window"] == 0].pivot_table(index=["split", "item_id"], columns="step", values="nll_sum")
     assert (w0[10] != w0[20]).all() and (w0[20] != w0[30]).all()
-    texts = gen.pivot_table(
-        index=["split", "item_id"], columns="step", values="text", aggfunc="first"
-    )
+    texts = gen.pivot_table(index=["split", "item_id"], columns="step", values="text", aggfunc="first")
     assert (texts[10] != texts[30]).any()
 
 
@@ -198,12 +190,8 @@ def test_batch_size_does_not_change_answers_or_nll(measured):
     one = generate_texts(model, tok, prompts, batch_size=1, max_new_tokens=MAX_NEW)
     seven = generate_texts(model, tok, prompts, batch_size=7, max_new_tokens=MAX_NEW)
     assert one == seven
-    a = response_nll(
-        model, tok, prompts, [it.response for it in its], windows=(WINDOW, 0), batch_size=1
-    )
-    b = response_nll(
-        model, tok, prompts, [it.response for it in its], windows=(WINDOW, 0), batch_size=7
-    )
+    a = response_nll(model, tok, prompts, [it.response for it in its], windows=(WINDOW, 0), batch_size=1)
+    b = response_nll(model, tok, prompts, [it.response for it in its], windows=(WINDOW, 0), batch_size=7)
     for x, y in zip(a, b, strict=True):
         for w in (WINDOW, 0):
             assert x[w].n_tokens == y[w].n_tokens
@@ -240,29 +228,17 @@ def test_lora_run_loads_the_base_once_and_full_run_swaps_into_one_model(tmp_path
     from ckptsel.measure.config import MeasureConfig
     from ckptsel.measure.run import measure_run
 
-    run = build_tiny_run(
-        tmp_path / "full", steps=(5, 7), n_validation=3, n_test=2, full=True, run_name="full"
-    )
+    run = build_tiny_run(tmp_path / "full", steps=(5, 7), n_validation=3, n_test=2, full=True, run_name="full")
     config = MeasureConfig("gsm8k", max_new_tokens=4, window=WINDOW)
-    res = measure_run(
-        run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec"
-    )
+    res = measure_run(run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec")
     assert res.model_loads == 1 and res.measured_steps == [5, 7]  # step 7 swapped in (issue 31)
     lora = build_tiny_run(tmp_path / "lora", steps=(1, 2, 3), n_validation=3, n_test=2)
     res = measure_run(
-        lora.run_dir,
-        config,
-        validation=lora.validation,
-        test=lora.test,
-        out=tmp_path / "rec",
-        trajectory="lora-run",
+        lora.run_dir, config, validation=lora.validation, test=lora.test, out=tmp_path / "rec", trajectory="lora-run"
     )
     assert res.model_loads == 1 and res.measured_steps == [1, 2, 3]
     gen = read_frame(tmp_path / "rec", "generations")
-    assert gen.groupby("trajectory")["step"].unique().map(sorted).to_dict() == {
-        "full": [5, 7],
-        "lora-run": [1, 2, 3],
-    }
+    assert gen.groupby("trajectory")["step"].unique().map(sorted).to_dict() == {"full": [5, 7], "lora-run": [1, 2, 3]}
 
 
 # --------------------------------------------------------------------------- bad input
@@ -316,14 +292,10 @@ def test_bad_adapter_base_missing(recorded, capsys):
     cfg = json.loads(cfg_path.read_text())
     cfg["base_model_name_or_path"] = str(run.base.parent / "no-such-base")
     cfg_path.write_text(json.dumps(cfg))
-    assert_bad(
-        _args(run, run_dir, out), capsys, "no-such-base", "base_model_name_or_path", "--base"
-    )
+    assert_bad(_args(run, run_dir, out), capsys, "no-such-base", "base_model_name_or_path", "--base")
     assert unchanged(out, before)
     (run_dir / "checkpoint-30" / "adapter_config.json").write_text("{not json")
-    assert_bad(
-        _args(run, run_dir, out, **{"--base": str(run.base)}), capsys, "checkpoint-30", "JSON"
-    )
+    assert_bad(_args(run, run_dir, out, **{"--base": str(run.base)}), capsys, "checkpoint-30", "JSON")
     assert unchanged(out, before)
 
 
@@ -336,17 +308,11 @@ def test_bad_no_checkpoints_unknown_task_and_items(recorded, tmp_path, capsys):
     rows = make_gsm8k_rows(3)
     del rows[1]["answer"]
     bad = write_jsonl(tmp_path / "missing.jsonl", rows)
-    assert_bad(
-        _args(run, run_dir, out, **{"--validation": str(bad)}), capsys, "missing.jsonl", "answer"
-    )
+    assert_bad(_args(run, run_dir, out, **{"--validation": str(bad)}), capsys, "missing.jsonl", "answer")
     rows = [dict(r, id="same") for r in make_gsm8k_rows(2)]
     dup = write_jsonl(tmp_path / "dup.jsonl", rows)
     assert_bad(_args(run, run_dir, out, **{"--test": str(dup)}), capsys, "dup.jsonl", "same")
-    assert_bad(
-        _args(run, run_dir, out, **{"--test": str(tmp_path / "absent.jsonl")}),
-        capsys,
-        "absent.jsonl",
-    )
+    assert_bad(_args(run, run_dir, out, **{"--test": str(tmp_path / "absent.jsonl")}), capsys, "absent.jsonl")
     assert unchanged(out, before)
 
 
@@ -377,10 +343,6 @@ def test_measure_run_raises_ckptsel_error(measured, tmp_path):
     run, *_ = measured
     with pytest.raises(CkptselError, match="run directory not found"):
         measure_run(
-            tmp_path / "nope",
-            MeasureConfig("gsm8k"),
-            validation=run.validation,
-            test=run.test,
-            out=tmp_path / "rec",
+            tmp_path / "nope", MeasureConfig("gsm8k"), validation=run.validation, test=run.test, out=tmp_path / "rec"
         )
     assert not (tmp_path / "rec").exists()

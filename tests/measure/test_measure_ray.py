@@ -65,9 +65,7 @@ def test_units_are_grouped_by_base_and_actors_keep_theirs():
 
     units = [ck(30, "A"), ck(10, "B"), ck(20, "A"), ck(5, None), ck(15, "B"), ck(1, "A")]
     ordered = order_units(units)
-    assert [(c.base, c.step) for c, _ in ordered] == [
-        ("A", 1), ("A", 20), ("A", 30), ("B", 10), ("B", 15), (None, 5),
-    ]  # fmt: skip
+    assert [(c.base, c.step) for c, _ in ordered] == [("A", 1), ("A", 20), ("A", 30), ("B", 10), ("B", 15), (None, 5)]
     # an actor holding B takes B's next batch; a fresh actor avoids the base another holds
     batches = [ordered[:2], ordered[2:3], ordered[3:5], ordered[5:]]
     assert pick_batch(batches, "B", {"A"}) == 2
@@ -92,8 +90,7 @@ def test_batches_are_consecutive_adapters_of_one_base_with_work():
         return [[c.step for c, _ in batch] for batch in batches]
 
     # a full checkpoint, a unit with nothing to do and another base all break a batch
-    mixed = [u(1, "A"), u(2, "A"), u(3, None), u(4, "A"), u(5, "A", todo=0), u(6, "A"),
-             u(7, "A"), u(8, "B"), u(9, "B")]  # fmt: skip
+    mixed = [u(1, "A"), u(2, "A"), u(3, None), u(4, "A"), u(5, "A", todo=0), u(6, "A"), u(7, "A"), u(8, "B"), u(9, "B")]
     assert steps(batch_units(mixed, 16)) == [[1, 2], [3], [4], [5], [6, 7], [8, 9]]
     assert steps(batch_units(mixed, 1)) == [[k] for k in range(1, 10)]  # HF: one unit each
     # at most ``size`` (the engine's)
@@ -147,14 +144,7 @@ def config():
 def measure(run, out: Path, executor=None):
     from ckptsel.measure.run import measure_run
 
-    return measure_run(
-        run.run_dir,
-        config(),
-        validation=run.validation,
-        test=run.test,
-        out=out,
-        executor=executor,
-    )
+    return measure_run(run.run_dir, config(), validation=run.validation, test=run.test, out=out, executor=executor)
 
 
 def read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -215,9 +205,24 @@ def test_a_chat_format_run_on_ray_matches_local(ray_cluster, run, tmp_path, caps
     tok = AutoTokenizer.from_pretrained(str(base))
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(str(base))
-    args = ["measure", str(run.run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-            "--test", str(run.test), "--base", str(base), "--batch-size", "2",
-            "--max-new-tokens", "8", "--prompt-format", "chat"]  # fmt: skip
+    args = [
+        "measure",
+        str(run.run_dir),
+        "--task",
+        "gsm8k",
+        "--validation",
+        str(run.validation),
+        "--test",
+        str(run.test),
+        "--base",
+        str(base),
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--prompt-format",
+        "chat",
+    ]
     for out, extra in (("local", []), ("ray", ["--executor", "ray", "--workers", "2"])):
         with pytest.raises(SystemExit) as e:
             main([*args, "--out", str(tmp_path / out), *extra])
@@ -270,10 +275,7 @@ runs = "ext/tiny-s*"
     assert (e.value.code or 0) == 0, capsys.readouterr()
     g, n = read(tmp_path / "records")
     assert set(g["trajectory"]) == {"tiny-s1"} and set(g["configuration"]) == {"tiny"}
-    same = {
-        "trajectory": local[0]["trajectory"].iloc[0],
-        "configuration": local[0]["configuration"].iloc[0],
-    }
+    same = {"trajectory": local[0]["trajectory"].iloc[0], "configuration": local[0]["configuration"].iloc[0]}
     pd.testing.assert_frame_equal(g.assign(**same).astype(local[0].dtypes), local[0])
     exact = [c for c in n.columns if c not in ("nll_sum", "trajectory")]
     pd.testing.assert_frame_equal(n[exact], local[1][exact])
@@ -336,9 +338,7 @@ def test_driver_killed_and_rerun_finishes_the_rest(ray_cluster, run, local, tmp_
     partial = recorded_steps(out)
     assert partial and partial < set(STEPS), partial
     res = measure(run, out, ExecutorConfig("ray", workers=2))
-    assert set(res.reused_steps) >= partial and set(res.measured_steps) == set(STEPS) - set(
-        res.reused_steps
-    )
+    assert set(res.reused_steps) >= partial and set(res.measured_steps) == set(STEPS) - set(res.reused_steps)
     assert_same_records(out, local)
 
 
@@ -354,9 +354,13 @@ def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
     out = tmp_path / "records"
     with pytest.raises(CkptselError) as err:
         measure_run(
-            run.run_dir, cfg, validation=run.validation, test=run.test, out=out,
+            run.run_dir,
+            cfg,
+            validation=run.validation,
+            test=run.test,
+            out=out,
             executor=ExecutorConfig("ray", workers=1),
-        )  # fmt: skip
+        )
     assert str(err.value) == "--device cuda asked for, but torch sees no CUDA device"
     assert read_rows(out, "generations") is None
 
@@ -417,14 +421,17 @@ def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
     from ckptsel.measure.run import measure_run
 
     cfg = MeasureConfig(
-        "gsm8k", batch_size=2, max_new_tokens=8, window=64, device="cuda", backend="vllm",
-        dtype="float32",
-    )  # fmt: skip
+        "gsm8k", batch_size=2, max_new_tokens=8, window=64, device="cuda", backend="vllm", dtype="float32"
+    )
     out = tmp_path / "records"
     res = measure_run(
-        run.run_dir, cfg, validation=run.validation, test=run.test, out=out,
+        run.run_dir,
+        cfg,
+        validation=run.validation,
+        test=run.test,
+        out=out,
         executor=ExecutorConfig("ray", workers=1, num_cpus=1, num_gpus=1),
-    )  # fmt: skip
+    )
     assert res.measured_steps == list(STEPS)
     g, n = read(out)
     assert len(g) == len(local[0]) and len(n) == len(local[1])
@@ -432,9 +439,7 @@ def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
     assert (n["nll_sum"] - local[1]["nll_sum"]).abs().max() <= 1e-3
 
 
-def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(
-    ray_cluster, run, tmp_path, monkeypatch
-):
+def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(ray_cluster, run, tmp_path, monkeypatch):
     """The actor checks the family (the verdict cache is the driver's CKPTSEL_CACHE_DIR, handed
     to the workers), the units record the verdict; a refused verdict there is refused by the
     actor, in the driver's one line, and nothing is written."""

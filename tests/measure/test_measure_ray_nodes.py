@@ -37,9 +37,7 @@ def two_nodes():
         ray.shutdown()
     hidden = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("AWS_")}
     hidden.update({k: os.environ.pop(k) for k in ("CKPTSEL_CACHE_DIR",) if k in os.environ})
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-    )
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
         cluster.wait_for_nodes()
@@ -52,9 +50,7 @@ def two_nodes():
         os.environ.update(hidden)
 
 
-def test_two_nodes_without_shared_disk_give_the_local_records(
-    case, two_nodes, s3, tmp_path, monkeypatch
-):
+def test_two_nodes_without_shared_disk_give_the_local_records(case, two_nodes, s3, tmp_path, monkeypatch):
     from ckptsel.measure.executors.base import ExecutorConfig
     from ckptsel.measure.run import measure_run
 
@@ -62,10 +58,14 @@ def test_two_nodes_without_shared_disk_give_the_local_records(
     monkeypatch.setenv("CKPTSEL_CACHE_DIR", str(tmp_path / "cache-{node}"))  # one per node
     out = s3.url("records")
     res = measure_run(
-        urls["run"], config(), validation=urls["validation"], test=urls["test"], out=out,
+        urls["run"],
+        config(),
+        validation=urls["validation"],
+        test=urls["test"],
+        out=out,
         base=urls["base"],
         executor=ExecutorConfig("ray", workers=2, num_cpus=1, forward_credentials=True),
-    )  # fmt: skip
+    )
     assert res.measured_steps == list(STEPS)
     assert_same_records(case.records, out)
     stats = res.executor_stats
@@ -76,13 +76,7 @@ def test_two_nodes_without_shared_disk_give_the_local_records(
     assert not [w for w in workdirs if Path(w).exists()]  # removed when the actors closed
     assert all(str(Path(w).parent) == tempfile.gettempdir() for w in workdirs)
     for node in two_nodes:  # each node its own copy of what its actor loaded
-        copies = {
-            p.name.split("-", 1)[1]
-            for p in (tmp_path / f"cache-{node[:16]}").iterdir()
-            if p.is_dir()
-        }
+        copies = {p.name.split("-", 1)[1] for p in (tmp_path / f"cache-{node[:16]}").iterdir() if p.is_dir()}
         assert "base" in copies and copies & {f"checkpoint-{s}" for s in STEPS}
     driver = tmp_path / f"cache-{socket.gethostname()}"  # the driver read only the item files
-    assert sorted(p.name.split("-", 1)[1] for p in driver.iterdir() if p.is_dir()) == [
-        "test.jsonl", "validation.jsonl",
-    ]  # fmt: skip
+    assert sorted(p.name.split("-", 1)[1] for p in driver.iterdir() if p.is_dir()) == ["test.jsonl", "validation.jsonl"]

@@ -104,9 +104,7 @@ def test_killed_run_resumes_to_identical_records(run, uninterrupted, tmp_path, c
     try:
         while not recorded_steps(out) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.02)
-        assert proc.poll() is None, (
-            f"finished before it could be killed: {proc.stderr.read()[-2000:]}"
-        )
+        assert proc.poll() is None, f"finished before it could be killed: {proc.stderr.read()[-2000:]}"
         proc.kill()
     finally:
         proc.wait()

@@ -36,9 +36,8 @@ def measure(urls: dict[str, str], out: str):
     from ckptsel.measure.run import measure_run
 
     return measure_run(
-        urls["run"], config(), validation=urls["validation"], test=urls["test"], out=out,
-        base=urls["base"],
-    )  # fmt: skip
+        urls["run"], config(), validation=urls["validation"], test=urls["test"], out=out, base=urls["base"]
+    )
 
 
 def test_measure_from_s3_into_s3_gives_the_local_records(case, s3):
@@ -69,16 +68,12 @@ def test_killed_measure_into_s3_resumes(case, s3):
         " validation={validation!r}, test={test!r}, out={out!r}, base={base!r})\n"
     ).format(out=out, **urls)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
     try:
         while not units_of(out) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
-        assert proc.poll() is None, (
-            f"finished before it could be killed: {proc.stderr.read()[-2000:]}"
-        )
+        assert proc.poll() is None, f"finished before it could be killed: {proc.stderr.read()[-2000:]}"
         proc.kill()
     finally:
         proc.wait()
@@ -86,9 +81,7 @@ def test_killed_measure_into_s3_resumes(case, s3):
     assert partial and partial < set(STEPS), partial
     assert units_of(out, "nll") <= set(STEPS)
     res = measure(urls, out)
-    assert set(res.reused_steps) >= partial and set(res.measured_steps) | set(
-        res.reused_steps
-    ) == set(STEPS)
+    assert set(res.reused_steps) >= partial and set(res.measured_steps) | set(res.reused_steps) == set(STEPS)
     assert_same_records(case.records, out)
 
 

@@ -47,13 +47,27 @@ def measure(run, run_dir: Path, out: Path, **kw):
     return measure_run(run_dir, config(), validation=run.validation, test=run.test, out=out, **kw)
 
 
-
 def measure_args(run, run_dir: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "measure", str(run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-        "--test", str(run.test), "--out", str(out), "--batch-size", "2",
-        "--max-new-tokens", "4", "--window", "512", "--no-progress", *extra,
-    ]  # fmt: skip
+        "measure",
+        str(run_dir),
+        "--task",
+        "gsm8k",
+        "--validation",
+        str(run.validation),
+        "--test",
+        str(run.test),
+        "--out",
+        str(out),
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--window",
+        "512",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def stamp(out: Path, step: int) -> dict:
@@ -163,9 +177,15 @@ def test_watch_selection_in_progress_is_never_final(run, tmp_path):
         now[0] += seconds
 
     status = watch_and_select(
-        run_dir, config(), validation=run.validation, test=run.test, out=out,
-        settings=WatchSettings(poll=0.05, settle=0.1, timeout=20), sleep=sleep, clock=lambda: now[0],
-    )  # fmt: skip
+        run_dir,
+        config(),
+        validation=run.validation,
+        test=run.test,
+        out=out,
+        settings=WatchSettings(poll=0.05, settle=0.1, timeout=20),
+        sleep=sleep,
+        clock=lambda: now[0],
+    )
     assert now[0] >= 20  # stopped by the timeout, as before
     assert status.state == "stopped" and sorted(status.recorded) == [10, 20, 30]
     data = json.loads((out / "watch" / "traj" / "selection.json").read_text())

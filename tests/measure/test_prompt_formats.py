@@ -45,9 +45,7 @@ def chat_run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("chat")
     train_rows, val_rows, test_rows = (make_gsm8k_rows(n, seed=s) for n, s in ((16, 1), (6, 2), (4, 3)))
-    texts = [
-        f"User: {r['question']}\nAssistant: {r['answer']}</s>\n" for r in train_rows + val_rows
-    ]
+    texts = [f"User: {r['question']}\nAssistant: {r['answer']}</s>\n" for r in train_rows + val_rows]
     base = build_tiny_base(root / "base", texts, seed=0)
     tok = AutoTokenizer.from_pretrained(str(base))
     tok.chat_template = CHAT_TEMPLATE
@@ -55,37 +53,66 @@ def chat_run(tmp_path_factory):
     train_file = write_jsonl(root / "data" / "train.jsonl", train_rows)
     items = load_items("gsm8k", train_file)
     rows = [
-        {"prompt": [{"role": "user", "content": it.instruction}],
-         "completion": [{"role": "assistant", "content": it.response}]}
+        {
+            "prompt": [{"role": "user", "content": it.instruction}],
+            "completion": [{"role": "assistant", "content": it.response}],
+        }
         for it in items
-    ]  # fmt: skip
+    ]
     args = trl.SFTConfig(
-        output_dir=str(root / "runs" / "chat-s0"), max_steps=4, save_strategy="steps",
-        save_steps=2, per_device_train_batch_size=4, learning_rate=5e-2,
-        lr_scheduler_type="constant", report_to="none", use_cpu=True, logging_strategy="no",
-        disable_tqdm=True, save_only_model=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(root / "runs" / "chat-s0"),
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        seed=0,
+    )
     trainer = trl.SFTTrainer(
-        model=str(base), args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+        model=str(base),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
         peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
-    )  # fmt: skip
+    )
     # the tokens and labels trl trains on (labels: -100 outside the completion)
     trained = [(list(r["input_ids"]), list(r["labels"])) for r in trainer.train_dataset]
     trainer.train()
     return {
-        "root": root, "base": base, "run": root / "runs" / "chat-s0", "items": items,
+        "root": root,
+        "base": base,
+        "run": root / "runs" / "chat-s0",
+        "items": items,
         "trained": trained,
         "validation": write_jsonl(root / "data" / "validation.jsonl", val_rows),
         "test": write_jsonl(root / "data" / "test.jsonl", test_rows),
-    }  # fmt: skip
+    }
 
 
 def _measure(run, out, *extra, capsys, run_dir=None):
     args = [
-        "measure", run_dir or run["run"], "--task", "gsm8k", "--validation", run["validation"],
-        "--test", run["test"], "--out", out, "--max-new-tokens", MAX_NEW, "--batch-size", 4,
+        "measure",
+        run_dir or run["run"],
+        "--task",
+        "gsm8k",
+        "--validation",
+        run["validation"],
+        "--test",
+        run["test"],
+        "--out",
+        out,
+        "--max-new-tokens",
+        MAX_NEW,
+        "--batch-size",
+        4,
         *extra,
-    ]  # fmt: skip
+    ]
     return run_cli(args, capsys)
 
 
@@ -128,9 +155,13 @@ def test_chat_run_is_measured_on_its_own_template(chat_run, tmp_path, capsys):
         x = torch.tensor([ids])
         with torch.inference_mode():
             seq = model.generate(
-                input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_NEW,
-                do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            )[0, len(ids) :].tolist()  # fmt: skip
+                input_ids=x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=MAX_NEW,
+                do_sample=False,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )[0, len(ids) :].tolist()
         if tok.eos_token_id in seq:
             seq = seq[: seq.index(tok.eos_token_id)]
         assert gen.loc[it.item_id, "text"] == tok.decode(seq, skip_special_tokens=True)
@@ -158,9 +189,7 @@ def test_the_run_folder_states_its_format(chat_run, tmp_path, capsys):
     a = read_frame(tmp_path / "a", "generations")[cols].sort_values(cols[:3]).reset_index(drop=True)
     b = read_frame(tmp_path / "b", "generations")[cols].sort_values(cols[:3]).reset_index(drop=True)
     assert a.equals(b)
-    code, said = _measure(
-        chat_run, tmp_path / "c", "--prompt-format", "alpaca", capsys=capsys, run_dir=run
-    )
+    code, said = _measure(chat_run, tmp_path / "c", "--prompt-format", "alpaca", capsys=capsys, run_dir=run)
     assert code == 2 and "was trained with the prompt format chat" in said
     assert not (tmp_path / "c").exists()
 
@@ -252,21 +281,35 @@ def _sft(chat_run, out: Path, callback, max_steps: int = 2):
 
     tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
     rows = [
-        {"prompt": [{"role": "user", "content": it.instruction}],
-         "completion": [{"role": "assistant", "content": it.response}]}
+        {
+            "prompt": [{"role": "user", "content": it.instruction}],
+            "completion": [{"role": "assistant", "content": it.response}],
+        }
         for it in chat_run["items"]
-    ]  # fmt: skip
+    ]
     args = trl.SFTConfig(
-        output_dir=str(out), max_steps=max_steps, save_strategy="steps", save_steps=2,
-        per_device_train_batch_size=4, learning_rate=5e-2, lr_scheduler_type="constant",
-        report_to="none", use_cpu=True, logging_strategy="no", disable_tqdm=True,
-        save_only_model=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(out),
+        max_steps=max_steps,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        disable_tqdm=True,
+        save_only_model=True,
+        seed=0,
+    )
     trl.SFTTrainer(
-        model=str(chat_run["base"]), args=args, train_dataset=Dataset.from_list(rows),
-        processing_class=tok, callbacks=[callback],
+        model=str(chat_run["base"]),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        callbacks=[callback],
         peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
-    ).train()  # fmt: skip
+    ).train()
 
 
 def test_the_trainer_callback_measures_on_the_run_s_template(chat_run, tmp_path, capsys):
@@ -281,11 +324,26 @@ def test_the_trainer_callback_measures_on_the_run_s_template(chat_run, tmp_path,
     cb = RecordingCallback(chat_run["validation"], config, tmp_path / "cb", "chat-s1", verbose=False)
     _sft(chat_run, out, cb)
     assert json.loads((out / "prompt_format.json").read_text())["prompt_format"] == "chat"
-    code, said = run_cli([
-        "measure", out, "--task", "gsm8k", "--validation", chat_run["validation"], "--test",
-        chat_run["test"], "--out", tmp_path / "cli", "--max-new-tokens", MAX_NEW,
-        "--batch-size", 4, "--no-progress",
-    ], capsys)  # fmt: skip
+    code, said = run_cli(
+        [
+            "measure",
+            out,
+            "--task",
+            "gsm8k",
+            "--validation",
+            chat_run["validation"],
+            "--test",
+            chat_run["test"],
+            "--out",
+            tmp_path / "cli",
+            "--max-new-tokens",
+            MAX_NEW,
+            "--batch-size",
+            4,
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0, said
     cols = ["step", "item_id", "text", "correct"]
     a = read_frame(tmp_path / "cb", "generations")[cols].sort_values(cols[:2]).reset_index(drop=True)
@@ -305,7 +363,7 @@ def test_ckptsel_train_records_the_format_and_measure_reads_it(chat_run, tmp_pat
     (tmp_path / "study.toml").write_text(f"""schema = 2
 [study]
 name = "t"
-base_model = "{chat_run['base']}"
+base_model = "{chat_run["base"]}"
 seeds = [42]
 
 [train]

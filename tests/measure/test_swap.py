@@ -32,18 +32,14 @@ def run(tmp_path_factory):
 
 
 def measure(run, out, **kw):
-    config = MeasureConfig(
-        "gsm8k", batch_size=4, max_new_tokens=8, window=32, dtype="float32", **kw
-    )
+    config = MeasureConfig("gsm8k", batch_size=4, max_new_tokens=8, window=32, dtype="float32", **kw)
     return measure_run(run.run_dir, config, validation=run.validation, test=run.test, out=out)
 
 
 def frames(out):
     gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
     nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)
-    return gen.drop(columns=["provenance"], errors="ignore"), nll.drop(
-        columns=["provenance"], errors="ignore"
-    )
+    return gen.drop(columns=["provenance"], errors="ignore"), nll.drop(columns=["provenance"], errors="ignore")
 
 
 def test_swapped_records_equal_a_fresh_model_per_checkpoint(run, tmp_path):
@@ -91,9 +87,7 @@ def test_a_checkpoint_with_another_config_is_loaded_afresh(run, tmp_path):
 def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     res = measure(run, tmp_path / "rec")
     assert res.engine_starts == 1 and res.weight_swaps == 2
-    assert (
-        res.engines.startswith("hf model started once") and "2 checkpoints swapped" in res.engines
-    )
+    assert res.engines.startswith("hf model started once") and "2 checkpoints swapped" in res.engines
     # each unit says how its checkpoint's weights got in, beside the provenance (a note, not
     # compared: the loaded and swapped units sit in one trajectory, one provenance)
     import pyarrow.parquet as pq
@@ -125,17 +119,33 @@ def test_the_result_says_how_the_weights_got_in(run, tmp_path):
     from ckptsel.cli.app import main
 
     with pytest.raises(SystemExit) as done:
-        main([
-            "measure", str(run.run_dir), "--task", "gsm8k", "--validation", str(run.validation),
-            "--test", str(run.test), "--out", str(tmp_path / "fresh"), "--batch-size", "4",
-            "--max-new-tokens", "8", "--window", "32", "--dtype", "float32", "--no-progress",
-            "--no-swap",
-        ])  # fmt: skip
+        main(
+            [
+                "measure",
+                str(run.run_dir),
+                "--task",
+                "gsm8k",
+                "--validation",
+                str(run.validation),
+                "--test",
+                str(run.test),
+                "--out",
+                str(tmp_path / "fresh"),
+                "--batch-size",
+                "4",
+                "--max-new-tokens",
+                "8",
+                "--window",
+                "32",
+                "--dtype",
+                "float32",
+                "--no-progress",
+                "--no-swap",
+            ]
+        )
     assert not done.value.code
     meta = pq.read_schema(unit_path(tmp_path / "fresh", "nll", "run-a", 4).local).metadata
-    assert json.loads(meta[b"ckptsel.provenance"])["weights"] == [
-        "loaded afresh: swapping off (--no-swap)"
-    ]
+    assert json.loads(meta[b"ckptsel.provenance"])["weights"] == ["loaded afresh: swapping off (--no-swap)"]
 
 
 def test_a_watched_run_says_how_its_weights_got_in(run, tmp_path):
@@ -144,13 +154,15 @@ def test_a_watched_run_says_how_its_weights_got_in(run, tmp_path):
 
     config = MeasureConfig("gsm8k", batch_size=4, max_new_tokens=8, window=32, dtype="float32")
     status = watch_run(
-        run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec",
+        run.run_dir,
+        config,
+        validation=run.validation,
+        test=run.test,
+        out=tmp_path / "rec",
         settings=WatchSettings(poll=0, settle=0, until_step=6, marker=None),
         sleep=lambda s: None,
-    )  # fmt: skip
-    assert status.state == "done" and sorted(status.recorded) == [2, 4, 6]
-    assert status.engines.startswith("hf model started once") and "2 checkpoints swapped" in (
-        status.engines
     )
+    assert status.state == "done" and sorted(status.recorded) == [2, 4, 6]
+    assert status.engines.startswith("hf model started once") and "2 checkpoints swapped" in (status.engines)
     saved = json.loads(status_path(tmp_path / "rec", status.trajectory).read_text())
     assert saved["engines"] == status.engines

@@ -42,23 +42,44 @@ def tok():
 @pytest.fixture(scope="module")
 def items(tmp_path_factory):
     root = tmp_path_factory.mktemp("items")
-    return (write_jsonl(root / "validation.jsonl", make_gsm8k_rows(3)),
-            write_jsonl(root / "test.jsonl", make_gsm8k_rows(2, seed=100)))  # fmt: skip
+    return (
+        write_jsonl(root / "validation.jsonl", make_gsm8k_rows(3)),
+        write_jsonl(root / "test.jsonl", make_gsm8k_rows(2, seed=100)),
+    )
 
 
 def measure(run, items, out, capsys, *extra):
-    return run_cli([
-        "measure", run, "--task", "gsm8k", "--validation", items[0], "--test", items[1],
-        "--out", out, "--batch-size", "4", "--max-new-tokens", "4", "--window", "32",
-        "--dtype", "float32", "--no-conformance-check", *extra,
-    ], capsys)  # fmt: skip
+    return run_cli(
+        [
+            "measure",
+            run,
+            "--task",
+            "gsm8k",
+            "--validation",
+            items[0],
+            "--test",
+            items[1],
+            "--out",
+            out,
+            "--batch-size",
+            "4",
+            "--max-new-tokens",
+            "4",
+            "--window",
+            "32",
+            "--dtype",
+            "float32",
+            "--no-conformance-check",
+            *extra,
+        ],
+        capsys,
+    )
 
 
 def frames(out):
     gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
     nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)
-    return (gen.drop(columns=["provenance"], errors="ignore"),
-            nll.drop(columns=["provenance"], errors="ignore"))  # fmt: skip
+    return (gen.drop(columns=["provenance"], errors="ignore"), nll.drop(columns=["provenance"], errors="ignore"))
 
 
 def weights_note(out, step: int) -> list[str]:
@@ -69,9 +90,7 @@ def weights_note(out, step: int) -> list[str]:
 
 
 @pytest.mark.parametrize("family", ["qwen2_moe", "olmoe"])
-def test_a_full_weight_moe_run_is_swapped_through_transformers_conversion(
-    family, tok, items, tmp_path, capsys
-):
+def test_a_full_weight_moe_run_is_swapped_through_transformers_conversion(family, tok, items, tmp_path, capsys):
     run = am.save_run(family, tok, tmp_path / family, STEPS)
     code, said = measure(run, items, tmp_path / "swap", capsys, "--progress")
     assert code == 0, said
@@ -83,9 +102,7 @@ def test_a_full_weight_moe_run_is_swapped_through_transformers_conversion(
     assert swapped[0].equals(fresh[0]) and swapped[1].equals(fresh[1])
 
 
-def test_tensors_that_do_not_fit_are_loaded_afresh_and_the_note_says_why(
-    tok, items, tmp_path, capsys
-):
+def test_tensors_that_do_not_fit_are_loaded_afresh_and_the_note_says_why(tok, items, tmp_path, capsys):
     """A second checkpoint carrying a tensor the model has no place for (a fresh load drops it
     with a warning): the swap does not refuse the run, it loads afresh and says why."""
     from safetensors.torch import load_file, save_file
@@ -97,20 +114,14 @@ def test_tensors_that_do_not_fit_are_loaded_afresh_and_the_note_says_why(
     save_file(tensors, str(path), metadata={"format": "pt"})
     code, said = measure(run, items, tmp_path / "rec", capsys, "--no-progress")
     assert code == 0, said
-    assert weights_note(tmp_path / "rec", 4) == [
-        "loaded afresh: its tensor model.extra.weight is not in the model"
-    ]
+    assert weights_note(tmp_path / "rec", 4) == ["loaded afresh: its tensor model.extra.weight is not in the model"]
 
 
-@pytest.mark.parametrize(("dtype", "progress"),
-                         [("float32", "--progress"), ("bfloat16", "--no-progress")])  # fmt: skip
-def test_a_lora_on_llama4s_router_is_refused_in_one_line(
-    dtype, progress, tok, items, tmp_path, capsys
-):
+@pytest.mark.parametrize(("dtype", "progress"), [("float32", "--progress"), ("bfloat16", "--no-progress")])
+def test_a_lora_on_llama4s_router_is_refused_in_one_line(dtype, progress, tok, items, tmp_path, capsys):
     run = am.save_run("llama4", tok, tmp_path / "l4", (2,), lora=True)
     out = tmp_path / "rec"
-    code, said = measure(run, items, out, capsys, "--base", tmp_path / "l4" / "base",
-                         "--dtype", dtype, progress)  # fmt: skip
+    code, said = measure(run, items, out, capsys, "--base", tmp_path / "l4" / "base", "--dtype", dtype, progress)
     assert code == 2, said
     [line] = [ln for ln in said.splitlines() if ln.startswith("error:")]
     assert "Traceback" not in said, said

@@ -22,11 +22,7 @@ from ckptsel._util.locations import FileInfo, Location
 from ckptsel.cli.output import JSON_SCHEMAS
 from ckptsel.errors import CkptselError
 from ckptsel.measure.watch import WatchSettings, list_folders, read_status
-from ckptsel.train.checkpoints import (
-    checkpoint_readiness,
-    discover_checkpoints,
-    is_final_checkpoint,
-)
+from ckptsel.train.checkpoints import checkpoint_readiness, discover_checkpoints, is_final_checkpoint
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -50,8 +46,14 @@ class Writer(threading.Thread):
     ``seen``, as soon as ``seen()`` says the watcher has reported that folder incomplete: the
     half-written state is then observed whatever the machine's load, at most ``hold`` s)."""
 
-    def __init__(self, src: Path, put: Callable[[str, bytes], None], pause: float, hold: float,
-                 seen: Callable[[], bool] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        src: Path,
+        put: Callable[[str, bytes], None],
+        pause: float,
+        hold: float,
+        seen: Callable[[], bool] | None = None,
+    ):
         super().__init__(daemon=True)
         self.src, self.put, self.pause, self.hold, self.seen = src, put, pause, hold, seen
         self.complete_at: dict[int, float] = {}
@@ -81,7 +83,6 @@ class Writer(threading.Thread):
             time.sleep(self.pause)
         if step != HELD:
             self.put(f"checkpoint-{step}/trainer_state.json", marker)
-
 
     def _hold(self) -> None:
         end = time.monotonic() + self.hold
@@ -118,10 +119,16 @@ def test_watch_a_local_run_being_written(case, tmp_path):
     writer.start()
     out = tmp_path / "records"
     status = watch_run(
-        run_dir, config(), validation=case.run.validation, test=case.run.test, out=out,
-        base=str(case.run.base), settings=WatchSettings(**FAST), on_progress=on_progress,
+        run_dir,
+        config(),
+        validation=case.run.validation,
+        test=case.run.test,
+        out=out,
+        base=str(case.run.base),
+        settings=WatchSettings(**FAST),
+        on_progress=on_progress,
         on_status=lambda st: statuses.append(dict(st.waiting)),
-    )  # fmt: skip
+    )
     writer.join(10)
     assert writer.error is None
     assert status.state == "done" and status.final_step == STEPS[-1]
@@ -142,10 +149,8 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
 
     prefix = f"runs/{case.run.run_dir.name}"
     writer = Writer(
-        case.run.run_dir,
-        lambda rel, data: s3.fs.pipe_file(f"{s3.bucket}/{prefix}/{rel}", data),
-        pause=0.2, hold=1.5,
-    )  # fmt: skip
+        case.run.run_dir, lambda rel, data: s3.fs.pipe_file(f"{s3.bucket}/{prefix}/{rel}", data), pause=0.2, hold=1.5
+    )
     urls = {
         "base": s3.upload(case.run.base, "models", "base"),
         "validation": s3.upload(case.run.validation, "data", "validation.jsonl"),
@@ -159,9 +164,11 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
         " settings=WatchSettings(poll=0.05, settle=0.4, timeout=150))\n"
     ).format(run=run, out=out, **urls)
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [sys.executable, "-c", script],
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     writer.start()
     deadline = time.monotonic() + 150
     try:
@@ -174,13 +181,16 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
     first = units_of(out)
     assert first and first < set(STEPS)
     status = watch_run(
-        run, config(), validation=urls["validation"], test=urls["test"], out=out,
-        base=urls["base"], settings=WatchSettings(**FAST),
-    )  # fmt: skip
-    writer.join(10)
-    assert (
-        writer.error is None and status.state == "done" and sorted(status.recorded) == list(STEPS)
+        run,
+        config(),
+        validation=urls["validation"],
+        test=urls["test"],
+        out=out,
+        base=urls["base"],
+        settings=WatchSettings(**FAST),
     )
+    writer.join(10)
+    assert writer.error is None and status.state == "done" and sorted(status.recorded) == list(STEPS)
     assert_same_records(case.records, out)
     assert read_status(out, case.run.run_dir.name)["state"] == "done"
 
@@ -193,9 +203,7 @@ def test_readiness_rules(case, tmp_path):
     loc = Location(folder)
 
     def files():
-        return {
-            p.name: FileInfo(p.stat().st_size, str(p.stat().st_mtime_ns)) for p in folder.iterdir()
-        }
+        return {p.name: FileInfo(p.stat().st_size, str(p.stat().st_mtime_ns)) for p in folder.iterdir()}
 
     marker = "trainer_state.json"
     assert checkpoint_readiness(loc, 10, files(), marker)[0]
@@ -211,9 +219,7 @@ def test_readiness_rules(case, tmp_path):
     assert "weights not whole" in checkpoint_readiness(loc, 10, files(), None)[1]
     weights.unlink()
     assert checkpoint_readiness(loc, 10, files(), None)[1] == "no weights yet"
-    assert is_final_checkpoint({"max_steps": 30}, 30) and not is_final_checkpoint(
-        {"max_steps": 30}, 20
-    )
+    assert is_final_checkpoint({"max_steps": 30}, 30) and not is_final_checkpoint({"max_steps": 30}, 20)
     stop = {"stateful_callbacks": {"TrainerControl": {"args": {"should_training_stop": True}}}}
     assert is_final_checkpoint(stop, 12) and is_final_checkpoint({}, 5, until_step=5)
     assert not is_final_checkpoint({}, 4, until_step=5) and not is_final_checkpoint({}, 4)
@@ -231,9 +237,12 @@ def test_layouts_and_settings(case, tmp_path):
     with pytest.raises(CkptselError, match="no checkpoint-<step> folders"):
         discover_checkpoints(run)
     for bad, said in (
-        (dict(poll=-1), "--poll"), (dict(settle="x"), "--settle"), (dict(until_step=1.5), "--until-step"),
-        (dict(layout="deepspeed"), "unknown checkpoint layout"), (dict(marker="a/b"), "--marker"),
-    ):  # fmt: skip
+        (dict(poll=-1), "--poll"),
+        (dict(settle="x"), "--settle"),
+        (dict(until_step=1.5), "--until-step"),
+        (dict(layout="deepspeed"), "unknown checkpoint layout"),
+        (dict(marker="a/b"), "--marker"),
+    ):
         with pytest.raises(CkptselError, match=said):
             WatchSettings(**bad)
 
@@ -257,17 +266,41 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     name = case.run.run_dir.name
     run_dir, out = tmp_path / "runs" / name, tmp_path / "records"
     common = [
-        "--task", "gsm8k", "--validation", case.run.validation, "--test", case.run.test,
-        "--base", case.run.base, "--batch-size", "2", "--max-new-tokens", "8", "--no-progress",
-    ]  # fmt: skip  (the default window: select reads its NLL)
+        "--task",
+        "gsm8k",
+        "--validation",
+        case.run.validation,
+        "--test",
+        case.run.test,
+        "--base",
+        case.run.base,
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--no-progress",
+    ]  # (the default window: select reads its NLL)
     once = tmp_path / "records-once"
     capsys.readouterr()
     assert run_cli(["measure", case.run.run_dir, "--out", once, *common, "--json"]) == 0
     measured = json.loads(capsys.readouterr().out)  # one object on stdout (issue 39)
     assert list(measured) == list(JSON_SCHEMAS["measure"]) and measured["records"] == str(once)
     assert measured["measured_steps"] == list(STEPS) and measured["reused_steps"] == []
-    args = ["watch", run_dir, "--out", out, *common, "--poll", "0.05", "--settle", "0.4",
-            "--timeout", "150", "--draws", "50"]  # fmt: skip
+    args = [
+        "watch",
+        run_dir,
+        "--out",
+        out,
+        *common,
+        "--poll",
+        "0.05",
+        "--settle",
+        "0.4",
+        "--timeout",
+        "150",
+        "--draws",
+        "50",
+    ]
     status_file = out / "watch" / name / "status.json"
 
     def seen() -> bool:  # the watcher has said so in its status file
@@ -366,11 +399,16 @@ def test_status_and_selection_current_after_every_checkpoint(case, tmp_path):
     from ckptsel.measure.config import MeasureConfig
 
     status = watch_and_select(  # the default window: select reads its NLL
-        run_dir, MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8), validation=case.run.validation, test=case.run.test, out=out,
-        base=str(case.run.base), settings=WatchSettings(**FAST, progress_every=0.0),
+        run_dir,
+        MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8),
+        validation=case.run.validation,
+        test=case.run.test,
+        out=out,
+        base=str(case.run.base),
+        settings=WatchSettings(**FAST, progress_every=0.0),
         select_settings=SelectSettings(draws=20, partitions=4, bootstrap_partitions=2),
         on_progress=on_progress,
-    )  # fmt: skip
+    )
     thread.join(10)
     assert status.state == "done" and sorted(status.recorded) == list(STEPS)
     starts = [(step, st, sel) for kind, step, st, sel in seen if kind == "step"]

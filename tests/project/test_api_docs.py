@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "api.md"
-BLOCK = re.compile(
-    r"^```python\n(?P<code>.*?)^```\n(?:\n```text\n(?P<out>.*?)^```\n)?", re.DOTALL | re.MULTILINE
-)
+BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```\n(?:\n```text\n(?P<out>.*?)^```\n)?", re.DOTALL | re.MULTILINE)
 
 
 def blocks() -> list[tuple[str, str | None]]:
@@ -71,9 +69,7 @@ def test_sphinx_roles_become_optional_cross_references(tmp_path):
     griffe = pytest.importorskip("griffe", reason="the docs extra installs griffe (mkdocstrings)")
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "sphinx_roles", PAGE.parents[1] / "_hooks" / "sphinx_roles.py"
-    )
+    spec = importlib.util.spec_from_file_location("sphinx_roles", PAGE.parents[1] / "_hooks" / "sphinx_roles.py")
     roles = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(roles)
     pkg = tmp_path / "toypkg"
@@ -88,9 +84,7 @@ def test_sphinx_roles_become_optional_cross_references(tmp_path):
         '    def make(self):\n        """:attr:`~Thing.size` of it."""\n\n'
         'def run():\n    """Returns a :class:`Thing`."""\n'
     )
-    loaded = griffe.load(
-        "toypkg", search_paths=[tmp_path], extensions=griffe.load_extensions(roles.SphinxRoles)
-    )
+    loaded = griffe.load("toypkg", search_paths=[tmp_path], extensions=griffe.load_extensions(roles.SphinxRoles))
 
     def ref(target: str, shown: str) -> str:
         return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'

@@ -55,10 +55,20 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "study": ("configuration", "spec", "protocol"),
     "train": ("checkpoints", "formats", "models", "trajectory", "study"),
     "measure": (
-        "config", "tokens", "backends", "passes", "frames", "parts", "progress", "conformance",
+        "config",
+        "tokens",
+        "backends",
+        "passes",
+        "frames",
+        "parts",
+        "progress",
+        "conformance",
         "measurer",
-        "executors", "provenance", "run", "watch",
-    ),  # fmt: skip
+        "executors",
+        "provenance",
+        "run",
+        "watch",
+    ),
     "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
     "ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval", "logs"),
@@ -69,15 +79,32 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
     "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "log_comparison", "selection"),
-    "workflows.study_run": (
-        "progress", "context", "fingerprint", "plan", "stages", "workers", "job",
-    ),  # fmt: skip
+    "workflows.study_run": ("progress", "context", "fingerprint", "plan", "stages", "workers", "job"),
     "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
-        "output", "options", "split", "audit", "measure", "watch", "ingest", "analyze", "verify", "simulate", "train",
-        "quickstart", "report", "selection", "compare", "plan", "run", "records", "protocol", "tasks", "app",
-    ),  # fmt: skip
+        "output",
+        "options",
+        "split",
+        "audit",
+        "measure",
+        "watch",
+        "ingest",
+        "analyze",
+        "verify",
+        "simulate",
+        "train",
+        "quickstart",
+        "report",
+        "selection",
+        "compare",
+        "plan",
+        "run",
+        "records",
+        "protocol",
+        "tasks",
+        "app",
+    ),
 }
 FOUNDATION = {"errors", "defaults", "_util", "__init__"}
 MAX_ROOT_MODULES = 8
@@ -158,10 +185,7 @@ def test_every_module_has_a_place():
         "place these modules in ORDER/SUBORDER of tests/project/test_architecture.py and in "
         f"ARCHITECTURE.md: {unplaced}"
     )
-    stale = [
-        f"{pkg}.{sub}" for pkg, subs in SUBORDER.items() for sub in subs
-        if f"{pkg}.{sub}" not in MODULES
-    ]  # fmt: skip
+    stale = [f"{pkg}.{sub}" for pkg, subs in SUBORDER.items() for sub in subs if f"{pkg}.{sub}" not in MODULES]
     assert not stale, f"SUBORDER names modules that do not exist: {stale}"
 
 
@@ -242,9 +266,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle():
     cycles = _cycles(_graph())
-    assert not cycles, "import cycles (function-level imports count):\n" + "\n".join(
-        " <-> ".join(c) for c in cycles
-    )
+    assert not cycles, "import cycles (function-level imports count):\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def test_no_private_name_crosses_modules():

@@ -14,7 +14,8 @@ import pytest
 from ckptsel._util.blas import KERNEL, MKL_PATH, _has_avx2_fma, blas_kernel
 
 pinnable = pytest.mark.skipif(
-    not _has_avx2_fma() or os.environ.get("OPENBLAS_CORETYPE", KERNEL) != KERNEL
+    not _has_avx2_fma()
+    or os.environ.get("OPENBLAS_CORETYPE", KERNEL) != KERNEL
     or os.environ.get("MKL_CBWR", MKL_PATH) != MKL_PATH,
     reason="not an x86-64 CPU with AVX2 + FMA, or OPENBLAS_CORETYPE chosen by the user",
 )
@@ -22,8 +23,7 @@ pinnable = pytest.mark.skipif(
 
 def _printed_by_a_fresh_process(code: str, **env) -> str:
     clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "MKL_CBWR")}
-    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True,
-                         text=True, check=True)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 

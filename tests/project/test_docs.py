@@ -68,9 +68,7 @@ def _resolve(words: list[str]) -> tuple[tuple[str, ...], list[str]]:
 
 def _documented() -> list[tuple[str, str]]:
     sources = [*PAGES, REPO / "README.md"]
-    return [
-        (str(p.relative_to(REPO)), line) for p in sources for line in _command_lines(p.read_text())
-    ]
+    return [(str(p.relative_to(REPO)), line) for p in sources for line in _command_lines(p.read_text())]
 
 
 def test_every_documented_command_and_option_exists():
@@ -105,15 +103,11 @@ def test_runnable_blocks_run(tmp_path, monkeypatch, capsys):
             line = line.split(" # ")[0].strip()
             if not line:
                 continue
-            assert line.startswith("ckptsel "), (
-                f"{page}: runnable blocks hold ckptsel commands only"
-            )
+            assert line.startswith("ckptsel "), f"{page}: runnable blocks hold ckptsel commands only"
             try:
                 main(shlex.split(line)[1:])
             except SystemExit as exc:
-                assert exc.code in (0, None), (
-                    f"{page}: {line}: exit {exc.code}\n{capsys.readouterr()}"
-                )
+                assert exc.code in (0, None), f"{page}: {line}: exit {exc.code}\n{capsys.readouterr()}"
     out = capsys.readouterr().out
     assert "ok results:" in out and (tmp_path / "sim-results" / "report.html").is_file()
 
@@ -177,8 +171,10 @@ def test_committed_reference_is_current(monkeypatch):
         if now != fresh:
             old, new = now.splitlines(), fresh.splitlines()
             i = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
-            stale.append(f"{page.relative_to(REPO)}, line {i + 1}: committed "
-                         f"{old[i] if i < len(old) else '(end)'!r}, generated {new[i] if i < len(new) else '(end)'!r}")  # fmt: skip
+            stale.append(
+                f"{page.relative_to(REPO)}, line {i + 1}: committed "
+                f"{old[i] if i < len(old) else '(end)'!r}, generated {new[i] if i < len(new) else '(end)'!r}"
+            )
     assert not stale, "generated reference not current: run python scripts/gen_docs.py\n" + "\n".join(stale)
     named = {name for page, (now, _) in pages.items() for name, _, _ in hook.parts(now, str(page))}
     assert named == set(hook.PARTS), f"parts no page holds: {set(hook.PARTS) - named}"
@@ -219,7 +215,6 @@ def test_docs_hook_warns_when_a_committed_part_is_stale(caplog):
     ]
 
 
-
 def test_docs_hook_fails_the_build_on_bad_markers_in_one_line():
     exceptions = pytest.importorskip("mkdocs.exceptions", reason="the [docs] extra is not installed")
     hook = _hook()
@@ -227,12 +222,28 @@ def test_docs_hook_fails_the_build_on_bad_markers_in_one_line():
         hook.on_page_markdown("# T\n<!-- generated: cli -->\n", None, None, None)
     assert str(caught.value) == "page, line 2: <!-- generated: cli --> has no <!-- end generated: cli --> after it"
 
+
 BAD_PAGES = {
-    "no-end": ("<!-- generated: cli -->\nsome text\n", "b.md, line 1: <!-- generated: cli --> has no <!-- end generated: cli -->"),
-    "unknown-part": ("<!-- generated: clii -->\n<!-- end generated: clii -->\n", "b.md, line 1: no generated part 'clii'"),
-    "end-alone": ("text\n<!-- end generated: cli -->\n", "b.md, line 2: <!-- end generated: cli --> where no part is open"),
-    "ends-disagree": ("<!-- generated: cli -->\n<!-- end generated: tasks -->\n", "b.md, line 2: <!-- end generated: tasks --> where 'cli' is open"),
-    "nested": ("<!-- generated: cli -->\n<!-- generated: tasks -->\n<!-- end generated: tasks -->\n", "b.md, line 2: a generated part starts inside 'cli'"),
+    "no-end": (
+        "<!-- generated: cli -->\nsome text\n",
+        "b.md, line 1: <!-- generated: cli --> has no <!-- end generated: cli -->",
+    ),
+    "unknown-part": (
+        "<!-- generated: clii -->\n<!-- end generated: clii -->\n",
+        "b.md, line 1: no generated part 'clii'",
+    ),
+    "end-alone": (
+        "text\n<!-- end generated: cli -->\n",
+        "b.md, line 2: <!-- end generated: cli --> where no part is open",
+    ),
+    "ends-disagree": (
+        "<!-- generated: cli -->\n<!-- end generated: tasks -->\n",
+        "b.md, line 2: <!-- end generated: tasks --> where 'cli' is open",
+    ),
+    "nested": (
+        "<!-- generated: cli -->\n<!-- generated: tasks -->\n<!-- end generated: tasks -->\n",
+        "b.md, line 2: a generated part starts inside 'cli'",
+    ),
     "misspelt": ("<!--generated: cli-->\n", "b.md, line 1: not a marker line"),
     "not-utf8": (b"\xff\xfe<!-- generated: cli -->\n", "b.md: cannot be read as UTF-8 text"),
     "huge": ("x" * 5_000_000 + "\n<!-- generated: tasks -->\n", "b.md, line 2: <!-- generated: tasks --> has no"),

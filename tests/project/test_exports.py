@@ -124,9 +124,7 @@ def _attribute_uses(tree: ast.Module, packages: dict[str, Path]) -> set[tuple[st
     return {
         (aliases[node.value.id], node.attr)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id in aliases
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
     }
 
 
@@ -171,10 +169,10 @@ def unimported() -> dict[str, list[str]]:
         if _pending(package):
             continue
         dead = [
-            name for name in exported(package)
-            if (package, name) not in KEPT
-            and not any(_outside(m, package) for m in seen.get((package, name), ()))
-        ]  # fmt: skip
+            name
+            for name in exported(package)
+            if (package, name) not in KEPT and not any(_outside(m, package) for m in seen.get((package, name), ()))
+        ]
         if dead:
             out[package] = dead
     return out

@@ -32,13 +32,8 @@ def test_a_url_never_goes_through_pathlib():
         _ = ck.local
     assert is_url("gs://b/k") and is_url(run) and not is_url("file:///tmp/x") and not is_url("x/y")
     local = Location("file:///tmp/some/where")
-    assert (
-        local.is_local and str(local) == "/tmp/some/where" and os.fspath(local) == "/tmp/some/where"
-    )
-    assert (
-        Location(Path("rel/dir")) == Path("rel/dir")
-        and {Location("a/b"): 1}[Location(Path("a/b"))] == 1
-    )
+    assert local.is_local and str(local) == "/tmp/some/where" and os.fspath(local) == "/tmp/some/where"
+    assert Location(Path("rel/dir")) == Path("rel/dir") and {Location("a/b"): 1}[Location(Path("a/b"))] == 1
     assert as_location(run) is run and ck.suffix == "" and (run / "x.parquet").suffix == ".parquet"
 
 
@@ -60,9 +55,7 @@ def test_unknown_protocol_is_one_clear_error():
 def test_writes_reads_listings_and_conditions(kind, tmp_path):
     import uuid
 
-    root = (
-        Location(tmp_path / "r") if kind == "local" else Location(f"memory://t-{uuid.uuid4().hex}")
-    )
+    root = Location(tmp_path / "r") if kind == "local" else Location(f"memory://t-{uuid.uuid4().hex}")
     f = root / "a" / "b.txt"
     assert not f.exists() and f.info() is None and f.read_tagged() is None
     f.write_bytes(b"one")
@@ -138,8 +131,10 @@ def test_node_cache_downloads_once_and_follows_changes(s3, tmp_path):
     local = nodecache.local_copy(url)
     assert local.is_dir() and str(local).startswith(str(nodecache.cache_root()))
     assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == [
-        "adapter_config.json", "adapter_model.safetensors", "sub/x.txt",
-    ]  # fmt: skip
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "sub/x.txt",
+    ]
     assert nodecache.local_copy(url) == local  # a hit: one LIST, nothing downloaded
     assert nodecache.STATS["downloads"] - before["downloads"] == 1
     assert nodecache.STATS["hits"] - before["hits"] == 1
@@ -159,9 +154,7 @@ def test_node_cache_one_download_for_concurrent_users(s3, tmp_path):
     url = _folder(s3, tmp_path)
     before = dict(nodecache.STATS)
     got = []
-    threads = [
-        threading.Thread(target=lambda: got.append(nodecache.local_copy(url))) for _ in range(3)
-    ]
+    threads = [threading.Thread(target=lambda: got.append(nodecache.local_copy(url))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:

@@ -41,24 +41,34 @@ def test_nor_does_a_stage_beyond_what_its_dependencies_install():
     # third-party packages may add their own finders (six does): import them first, then check
     # that ckptsel's stages add none of their own
     listed = subprocess.run(
-        [sys.executable, "-c", "import sys, ckptsel.measure, ckptsel.workflows, ckptsel.study\n"
-         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} - {'ckptsel'})))"],
-        check=True, capture_output=True, text=True,
-    ).stdout.split()  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, ckptsel.measure, ckptsel.workflows, ckptsel.study\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} - {'ckptsel'})))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     first = "".join(
         f"try:\n    import {m}\nexcept Exception:\n    pass\n"
         for m in listed
         if m.isidentifier() and not m.startswith("_")
     )
     subprocess.run(
-        [sys.executable, "-c", first + "import sys\n"
-         "finders, hooks = list(sys.meta_path), list(sys.path_hooks)\n"
-         "import ckptsel.measure, ckptsel.workflows, ckptsel.study\n"
-         "mine = [f for f in sys.meta_path if f not in finders]\n"
-         "assert not mine, mine\n"
-         "assert sys.path_hooks == hooks, (hooks, sys.path_hooks)\n"],
+        [
+            sys.executable,
+            "-c",
+            first + "import sys\n"
+            "finders, hooks = list(sys.meta_path), list(sys.path_hooks)\n"
+            "import ckptsel.measure, ckptsel.workflows, ckptsel.study\n"
+            "mine = [f for f in sys.meta_path if f not in finders]\n"
+            "assert not mine, mine\n"
+            "assert sys.path_hooks == hooks, (hooks, sys.path_hooks)\n",
+        ],
         check=True,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("old", OLD_MODULES)

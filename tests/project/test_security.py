@@ -55,21 +55,11 @@ def tiny_run(tmp_path_factory):
     tok = load_tokenizer(str(base))
     examples = [encode_example(tok, format_prompt(q), r) for q, r in QUESTIONS]
     cfg = Configuration(
-        name="c",
-        adaptation="lora",
-        rank=2,
-        alpha=4,
-        lr=1e-2,
-        steps=30,
-        save_every=25,
-        batch_size=2,
-        micro_batch=2,
+        name="c", adaptation="lora", rank=2, alpha=4, lr=1e-2, steps=30, save_every=25, batch_size=2, micro_batch=2
     )
 
     def train(run: Path, **kw):
-        return train_trajectory(
-            str(base), examples, cfg, 42, run, tokenizer=tok, progress=False, **kw
-        )
+        return train_trajectory(str(base), examples, cfg, 42, run, tokenizer=tok, progress=False, **kw)
 
     run = root / "run" / "c-s42"
     assert train(run, stop_after=25).saved_steps == [25]
@@ -112,8 +102,7 @@ def test_unreadable_training_state_is_one_line(tiny_run, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name",
-    ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/.", "", "a\\..\\x", "a\0b", ".."],
+    "name", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/.", "", "a\\..\\x", "a\0b", ".."]
 )
 def test_safe_join_refuses_names_that_leave_the_root(tmp_path, name):
     from ckptsel._util.locations import safe_join
@@ -146,10 +135,7 @@ def _put(s3, key: str, data: bytes) -> None:
 
 @pytest.mark.parametrize(
     ("bad", "target"),
-    [
-        ("checkpoint-25/../../ESCAPED", "ESCAPED"),
-        ("checkpoint-25//ESCAPED", "run/checkpoint-25/ESCAPED"),
-    ],
+    [("checkpoint-25/../../ESCAPED", "ESCAPED"), ("checkpoint-25//ESCAPED", "run/checkpoint-25/ESCAPED")],
 )
 def test_node_cache_refuses_object_keys_that_leave_the_cache(s3, tmp_path, bad, target):
     """d664043 copied ``run/checkpoint-25/../../ESCAPED`` to ``<cache>/ESCAPED`` (the object
@@ -170,9 +156,7 @@ def test_node_cache_refuses_object_keys_that_leave_the_cache(s3, tmp_path, bad, 
 
 
 @pytest.mark.parametrize("entry", ["../../ESCAPED", "/tmp/ESCAPED-abs", "tables/../../../ESCAPED"])
-def test_verify_refuses_manifest_entries_that_leave_its_copy(
-    s3, tmp_path, monkeypatch, capsys, entry
-):
+def test_verify_refuses_manifest_entries_that_leave_its_copy(s3, tmp_path, monkeypatch, capsys, entry):
     """d664043 wrote every manifest entry under verify's temporary copy unchecked: ``../../X``
     landed beside the temporary folder (anywhere the user can write, with more ``..``)."""
     import json
@@ -262,9 +246,7 @@ def umask_027():
 
 
 def _modes(root: Path) -> dict[str, int]:
-    return {
-        p.relative_to(root).as_posix(): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]
-    }
+    return {p.relative_to(root).as_posix(): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]}
 
 
 def test_records_and_results_are_created_with_the_umask(tmp_path, umask_027, capsys):

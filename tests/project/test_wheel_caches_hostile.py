@@ -81,8 +81,14 @@ def blocker(tmp_path_factory) -> Path:
 @pytest.fixture
 def place(tmp_path: Path) -> Path:
     """A study (no base model here), a run folder with one checkpoint, a prompt template."""
-    rows = [{"query": f"Ann has {a} pens and gets {a + 1} more. How many?",
-             "response": f"The answer is: {2 * a + 1}", "original_question": f"q{a}"} for a in range(40)]  # fmt: skip
+    rows = [
+        {
+            "query": f"Ann has {a} pens and gets {a + 1} more. How many?",
+            "response": f"The answer is: {2 * a + 1}",
+            "original_question": f"q{a}",
+        }
+        for a in range(40)
+    ]
     (tmp_path / "pool.json").write_text(json.dumps(rows))
     test = [{"question": f"Bo has {a} cups; {a} more?", "answer": f"#### {2 * a}"} for a in range(6)]
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test))
@@ -98,21 +104,32 @@ def ckptsel(args: list[str], where: Path, blocker: Path, block: str = ALL) -> tu
     path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "CKPTSEL_TEST_BLOCK": block}
     done = subprocess.run(
-        [sys.executable, "-m", "ckptsel", *args], cwd=where, env=env, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-m", "ckptsel", *args], cwd=where, env=env, capture_output=True, text=True, timeout=300
+    )
     return done.returncode, done.stdout, done.stderr
 
 
-MEASURE = ["measure", "run", "--task", "gsm8k", "--validation", "test.jsonl", "--test",
-           "test.jsonl", "--out", "rec", "--no-progress"]  # fmt: skip
+MEASURE = [
+    "measure",
+    "run",
+    "--task",
+    "gsm8k",
+    "--validation",
+    "test.jsonl",
+    "--test",
+    "test.jsonl",
+    "--out",
+    "rec",
+    "--no-progress",
+]
 NEEDS_ML = [
     pytest.param(MEASURE, ALL, ["ckptsel measure", "torch and transformers"], id="measure"),
     pytest.param(MEASURE, "torch", ["ckptsel measure needs torch,"], id="measure-torch-only"),
     pytest.param(MEASURE, "transformers", ["ckptsel measure needs transformers,"], id="measure-transformers-only"),
     pytest.param([*MEASURE[:-1], "--only", "nll"], ALL, ["ckptsel measure"], id="measure-only-nll"),
-    pytest.param(["watch", *MEASURE[1:], "--timeout", "5", "--poll", "1", "--settle", "0"], ALL,
-                 ["ckptsel watch"], id="watch"),  # fmt: skip
+    pytest.param(
+        ["watch", *MEASURE[1:], "--timeout", "5", "--poll", "1", "--settle", "0"], ALL, ["ckptsel watch"], id="watch"
+    ),
     pytest.param(["quickstart", "--fast", "--out", "qs"], ALL, ["ckptsel quickstart"], id="quickstart"),
     pytest.param(["run", "study.toml"], ALL, ["ckptsel run", "--only analyze"], id="run"),
     pytest.param(["run", "study.toml", "--until", "train"], ALL, ["ckptsel run"], id="run-until-train"),
@@ -157,8 +174,9 @@ def test_run_dry_run_plans_without_torch_and_writes_nothing(place, blocker, as_j
 def test_the_analysis_runs_without_torch(place, blocker):
     code, out, err = ckptsel(["simulate", "sim", "--preset", "small"], place, blocker)
     assert code == 0, out + err
-    code, out, err = ckptsel(["analyze", "sim", "--out", "res", "--no-report", "--draws", "200",
-                              "--permutations", "10"], place, blocker)  # fmt: skip
+    code, out, err = ckptsel(
+        ["analyze", "sim", "--out", "res", "--no-report", "--draws", "200", "--permutations", "10"], place, blocker
+    )
     assert code == 0 and (place / "res" / "summary.json").is_file(), out + err
 
 
@@ -234,9 +252,11 @@ BAD_KEYS = [
     pytest.param(_through_a_file, "cannot be read", id="under-a-file"),
     pytest.param(_dangling, "cannot be read", id="dangling-link"),
     pytest.param(
-        _bytes(32, 0o000), "cannot be read", id="unreadable",
+        _bytes(32, 0o000),
+        "cannot be read",
+        id="unreadable",
         marks=pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000"),
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -251,7 +271,9 @@ def test_a_key_file_that_is_not_one_is_refused_by_analyze(units, tmp_path, monke
 
 @pytest.mark.parametrize("command", ["measure", "watch"])
 @pytest.mark.parametrize(("make", "needle"), BAD_KEYS[:4:3])
-def test_a_key_file_that_is_not_one_is_refused_before_measure_writes(place, tmp_path, monkeypatch, capsys, make, needle, command):
+def test_a_key_file_that_is_not_one_is_refused_before_measure_writes(
+    place, tmp_path, monkeypatch, capsys, make, needle, command
+):
     path = _key(tmp_path, monkeypatch, make)
     monkeypatch.chdir(place)
     before = files_under(place)
@@ -330,7 +352,9 @@ def test_a_pack_with_every_correct_flipped_does_not_change_the_summary(units, tm
         assert (tmp_path / out / "summary.json").read_bytes() == reference
 
 
-def test_a_pack_keyed_by_another_user_is_not_trusted_and_gives_the_same_numbers(units, tmp_path, monkeypatch, reference):
+def test_a_pack_keyed_by_another_user_is_not_trusted_and_gives_the_same_numbers(
+    units, tmp_path, monkeypatch, reference
+):
     copied = units  # a shared records folder read by another user (a local copy has new inodes:
     # its packs are stale anyway; on an object store the ETags stay)
     monkeypatch.setenv("CKPTSEL_KEY_FILE", str(tmp_path / "other-user" / "key"))
@@ -378,11 +402,20 @@ def test_an_array_memo_edited_with_its_crc_recomputed_is_not_trusted(units, tmp_
 
 def _verdict(conformance, passed: bool = False):
     return conformance.Verdict(
-        passed=passed, family="LlamaForCausalLM", dtype="float32", items=16, batch=4,
-        checked="2026-01-01T00:00Z", texts=16, equal=16 if passed else 2, ties=0,
-        wrong=0 if passed else 14, nll_worst=None, texts_against=conformance.UNBATCHED,
+        passed=passed,
+        family="LlamaForCausalLM",
+        dtype="float32",
+        items=16,
+        batch=4,
+        checked="2026-01-01T00:00Z",
+        texts=16,
+        equal=16 if passed else 2,
+        ties=0,
+        wrong=0 if passed else 14,
+        nll_worst=None,
+        texts_against=conformance.UNBATCHED,
         nll_against="",
-    )  # fmt: skip
+    )
 
 
 def _conformance_entry(tmp_path: Path, monkeypatch, passed: bool = False) -> Path:

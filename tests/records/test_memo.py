@@ -67,7 +67,10 @@ def test_a_second_load_reads_no_record_and_gives_the_same_arrays(study, tmp_path
     v1, t1 = _loads(folder)
     prov1 = provenance.study_provenance(folder)
     assert sorted(p.name for p in (folder / memo.MEMO_DIR).iterdir()) == [
-        "declared-finals.arrays", "provenance.arrays", "test.arrays", "validation.arrays",
+        "declared-finals.arrays",
+        "provenance.arrays",
+        "test.arrays",
+        "validation.arrays",
     ]
     with monkeypatch.context() as m:
         _no_records_read(m)

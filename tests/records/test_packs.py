@@ -103,9 +103,7 @@ def _flip(gen, traj, step, n=3):
     return changed, expected
 
 
-def test_a_unit_replaced_or_added_after_its_pack_is_read_from_the_units(
-    study, tmp_path, monkeypatch
-):
+def test_a_unit_replaced_or_added_after_its_pack_is_read_from_the_units(study, tmp_path, monkeypatch):
     """A writer killed between its unit and the pack (here: the pack refresh skipped) leaves
     a stale pack; the analysis reads that trajectory's units, and a reader that may write
     refreshes the pack."""
@@ -147,9 +145,7 @@ def test_a_missing_or_damaged_pack_gives_the_same_summary(study, reference, tmp_
                 path.write_bytes(data[: len(data) // 2])
             elif damage == "bytes flipped":  # inside the pages: only the page CRCs can tell
                 mid = len(data) // 3
-                path.write_bytes(
-                    data[:mid] + bytes(b ^ 0x5A for b in data[mid : mid + 64]) + data[mid + 64 :]
-                )
+                path.write_bytes(data[:mid] + bytes(b ^ 0x5A for b in data[mid : mid + 64]) + data[mid + 64 :])
             else:  # a pack of another trajectory's units
                 other = [p for t, p in _packs(folder, kind).items() if t != traj][0]
                 shutil.copyfile(other, path)
@@ -185,8 +181,7 @@ def test_rewriting_a_pack_reuses_its_current_rows(study, tmp_path, monkeypatch):
     assert read == [step]  # the generations pack: only the rewritten unit read
     assert _is_current(folder, "generations", traj)
     pd.testing.assert_frame_equal(
-        read_frame(folder, "generations"),
-        read_frame(rg.write(tmp_path / "e", expected, nll), "generations"),
+        read_frame(folder, "generations"), read_frame(rg.write(tmp_path / "e", expected, nll), "generations")
     )
 
 
@@ -227,9 +222,7 @@ def test_a_stray_folder_under_units_is_no_records(study, tmp_path):
     assert _packs(folder) and _packs(folder).keys() == _packs(clean).keys()
     assert (stray / "generations.parquet").read_bytes() == b"stale"
     for kind in ("generations", "nll"):
-        pd.testing.assert_frame_equal(
-            read_frame(folder, kind), read_frame(clean, kind)
-        )
+        pd.testing.assert_frame_equal(read_frame(folder, kind), read_frame(clean, kind))
     a, b = load.load_validation(folder), load.load_validation(clean)
     assert [(v.trajectory, v.steps.tolist(), v.item_ids.tolist()) for v in a] == [
         (v.trajectory, v.steps.tolist(), v.item_ids.tolist()) for v in b
@@ -264,11 +257,17 @@ def _test_nll(gen: pd.DataFrame) -> pd.DataFrame:
     tokens = test["item_id"].str[1:].astype(int).to_numpy() % 17 + 3
     return pd.concat(
         [
-            pd.DataFrame({
-                "trajectory": test["trajectory"].to_numpy(), "step": test["step"].to_numpy(), "split": "test",
-                "item_id": test["item_id"].to_numpy(), "nll_sum": 0.25 * (tokens + w % 7), "n_tokens": tokens + w % 7,
-                "window": w,
-            })  # fmt: skip
+            pd.DataFrame(
+                {
+                    "trajectory": test["trajectory"].to_numpy(),
+                    "step": test["step"].to_numpy(),
+                    "split": "test",
+                    "item_id": test["item_id"].to_numpy(),
+                    "nll_sum": 0.25 * (tokens + w % 7),
+                    "n_tokens": tokens + w % 7,
+                    "window": w,
+                }
+            )
             for w in (512, 0)
         ],
         ignore_index=True,

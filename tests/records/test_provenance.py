@@ -46,11 +46,24 @@ def cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 def measure_args(run, out: Path, run_dir: Path | None = None, batch: int = 2) -> list[str]:
     return [
-        "measure", str(run_dir or run.run_dir), "--task", "gsm8k", "--validation",
-        str(run.validation), "--test", str(run.test), "--out", str(out), "--batch-size",
-        str(batch), "--max-new-tokens", "4", "--no-progress",
-        "--trajectory", TRAJ,
-    ]  # fmt: skip
+        "measure",
+        str(run_dir or run.run_dir),
+        "--task",
+        "gsm8k",
+        "--validation",
+        str(run.validation),
+        "--test",
+        str(run.test),
+        "--out",
+        str(out),
+        "--batch-size",
+        str(batch),
+        "--max-new-tokens",
+        "4",
+        "--no-progress",
+        "--trajectory",
+        TRAJ,
+    ]
 
 
 def unit_hashes(out: Path) -> dict[str, str]:
@@ -136,9 +149,19 @@ def test_allow_mixed_engines_records_the_mix_and_analyze_warns(run, measured, tm
     assert sorted(p["batch_size"] for p in meta["mixed"]) == [2, 3]
     # analyze prints what measured the records and warns about the mix
     code, stdout, stderr = cli(
-        ["analyze", str(out), "--out", str(tmp_path / "results"), "--permutations", "10",
-         "--draws", "20", "--no-report"], capsys,
-    )  # fmt: skip
+        [
+            "analyze",
+            str(out),
+            "--out",
+            str(tmp_path / "results"),
+            "--permutations",
+            "10",
+            "--draws",
+            "20",
+            "--no-report",
+        ],
+        capsys,
+    )
     assert code == 0, stdout + stderr
     flat = " ".join(stdout.split())
     assert "generations measured by hf" in flat and "batch 2" in flat and "batch 3" in flat
@@ -150,9 +173,19 @@ def test_allow_mixed_engines_records_the_mix_and_analyze_warns(run, measured, tm
 
 def test_analyze_of_one_provenance_prints_it_without_warning(measured, tmp_path, capsys):
     code, stdout, stderr = cli(
-        ["analyze", str(measured), "--out", str(tmp_path / "results"), "--permutations", "10",
-         "--draws", "20", "--no-report"], capsys,
-    )  # fmt: skip
+        [
+            "analyze",
+            str(measured),
+            "--out",
+            str(tmp_path / "results"),
+            "--permutations",
+            "10",
+            "--draws",
+            "20",
+            "--no-report",
+        ],
+        capsys,
+    )
     flat = " ".join(stdout.split())
     assert code == 0, stdout + stderr
     assert "nll measured by hf" in flat and "(1 trajectory)" in flat

@@ -40,9 +40,7 @@ def test_units_on_s3_are_the_local_units(study, s3, tmp_path):
         lu, ru = list_units(local, kind), list_units(remote, kind)
         assert [(u.trajectory, u.step) for u in lu] == [(u.trajectory, u.step) for u in ru]
         assert all(a.path.read_bytes() == b.path.read_bytes() for a, b in zip(lu, ru, strict=True))
-        pd.testing.assert_frame_equal(
-            read_frame(local, kind), read_frame(remote, kind)
-        )
+        pd.testing.assert_frame_equal(read_frame(local, kind), read_frame(remote, kind))
     assert s3.fs.list_multipart_uploads(s3.bucket) == []  # every unit one PUT
     same_loads(local, remote)
     assert ".packs/generations/" in " ".join(s3.keys("records", "units"))  # one per trajectory
@@ -92,10 +90,7 @@ def test_a_lost_race_is_merged_not_lost(study, s3, monkeypatch):
         got = real_read(self)
         if not raced and "units/generations" in str(self):
             raced.append(1)
-            store._write_remote_unit(
-                Location(remote), "generations", traj, step, coerce_generations(a),
-                GENERATION_KEY,
-            )  # fmt: skip
+            store._write_remote_unit(Location(remote), "generations", traj, step, coerce_generations(a), GENERATION_KEY)
         return got
 
     monkeypatch.setattr(Location, "read_tagged", read_then_someone_writes)
@@ -127,9 +122,7 @@ def test_concurrent_writers_keep_every_row(study, s3, tmp_path):
         t.join()
     assert not errors
     records.write_unit(tmp_path / "local", traj, step, nll=rows)
-    pd.testing.assert_frame_equal(
-        read_frame(remote, "nll"), read_frame(tmp_path / "local", "nll")
-    )
+    pd.testing.assert_frame_equal(read_frame(remote, "nll"), read_frame(tmp_path / "local", "nll"))
 
 
 def test_single_files_units_and_compact_on_s3(study, s3, tmp_path):
@@ -144,9 +137,8 @@ def test_single_files_units_and_compact_on_s3(study, s3, tmp_path):
     expected.loc[changed.index, ["answer", "correct"]] = ["q", False]
     pd.testing.assert_frame_equal(
         read_frame(remote, "generations").drop(columns="text", errors="ignore"),
-        read_frame(rg.write(tmp_path / "expected", expected, nll), "generations").drop(
-            columns="text", errors="ignore"),
-    )  # fmt: skip
+        read_frame(rg.write(tmp_path / "expected", expected, nll), "generations").drop(columns="text", errors="ignore"),
+    )
     written = compact(remote)
     assert [w.name for w in written] == ["generations.parquet", "nll.parquet"]
     assert not [k for k in s3.keys("records") if k.startswith("units/")]

@@ -39,8 +39,6 @@ def _units(folder: Path, gen: pd.DataFrame, nll: pd.DataFrame) -> Path:
     return folder
 
 
-
-
 def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
     gen, nll = study
     single = rg.write(tmp_path / "single", gen, nll)
@@ -58,8 +56,7 @@ def test_units_single_file_and_mixed_load_the_same(study, tmp_path):
     _units(mixed, gen[~half], nll[~nhalf])
     same_loads(single, mixed)
     # every row once, in the single file's order
-    pd.testing.assert_frame_equal(read_frame(mixed, "generations"),
-                                  read_frame(single, "generations"))
+    pd.testing.assert_frame_equal(read_frame(mixed, "generations"), read_frame(single, "generations"))
     pd.testing.assert_frame_equal(read_frame(units, "nll"), read_frame(single, "nll"))
 
 
@@ -111,8 +108,9 @@ def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
     folder = _units(tmp_path / "r", gen, nll)
     load_validation(folder)  # builds the read cache
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
-    others = {u.path: u.path.read_bytes() for u in list_units(folder, "generations")
-              if (u.trajectory, u.step) != (traj, step)}
+    others = {
+        u.path: u.path.read_bytes() for u in list_units(folder, "generations") if (u.trajectory, u.step) != (traj, step)
+    }
     rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step)].copy()
     flip = rows[rows["split"] == "validation"].index[:3]
     rows.loc[flip, "correct"] = ~rows.loc[flip, "correct"]
@@ -224,7 +222,8 @@ for step in range(first, first + n):
 def _writer(folder: Path, traj: str, first: int, n: int, rows: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, SRC, str(folder), traj, str(first), str(n), str(rows)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -275,8 +274,7 @@ def test_trajectory_filtered_reads_match_full_reads(study, tmp_path):
     cols = ["trajectory", "step", "split", "item_id", "correct"]
     for kind, key in (("generations", cols), ("nll", ["trajectory", "step", "split", "item_id", "window", "nll_sum"])):
         for wanted in ([trajs[0]], [trajs[1]], trajs[:3], ["no-such-trajectory"]):
-            filters = [("trajectory", "=", wanted[0])] if len(wanted) == 1 else [
-                ("trajectory", "in", wanted)]
+            filters = [("trajectory", "=", wanted[0])] if len(wanted) == 1 else [("trajectory", "in", wanted)]
             got = read_rows(mixed, kind, columns=key, filters=filters).to_pandas()
             full = read_rows(mixed, kind, columns=key).to_pandas()
             want = full[full["trajectory"].isin(wanted)].reset_index(drop=True)
@@ -284,6 +282,4 @@ def test_trajectory_filtered_reads_match_full_reads(study, tmp_path):
             pd.testing.assert_frame_equal(
                 got.sort_values(order, ignore_index=True), want.sort_values(order, ignore_index=True)
             )
-            assert len(got) == int(
-                (gen if kind == "generations" else nll)["trajectory"].isin(wanted).sum()
-            )
+            assert len(got) == int((gen if kind == "generations" else nll)["trajectory"].isin(wanted).sum())

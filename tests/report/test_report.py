@@ -73,13 +73,7 @@ def test_analyze_writes_the_whole_report(results):
     ):
         for ext in ("md", "tex", "csv"):
             assert (results / "tables" / f"{name}.{ext}").stat().st_size > 100, (name, ext)
-    for stem in (
-        "budget_curves_G",
-        "budget_curves_H",
-        "configuration_gains",
-        "matched_half",
-        "trajectory_curves",
-    ):
+    for stem in ("budget_curves_G", "budget_curves_H", "configuration_gains", "matched_half", "trajectory_curves"):
         png = (results / "figures" / f"{stem}.png").read_bytes()
         assert png.startswith(PNG_MAGIC) and len(png) > 10_000, stem
         svg = (results / "figures" / f"{stem}.svg").read_text()
@@ -97,9 +91,7 @@ def test_main_table_numbers_equal_summary(results, summary):
         assert g == expected_cell(full["G"])
     csv = pd.read_csv(results / "tables" / "main_table.csv")
     for row in csv.itertuples():
-        e = {"D": summary["D"][row.rule]}.get(row.quantity) or summary["budget"][row.rule]["full"][
-            row.quantity[0]
-        ]
+        e = {"D": summary["D"][row.rule]}.get(row.quantity) or summary["budget"][row.rule]["full"][row.quantity[0]]
         assert (row.mean, row.lo, row.hi) == (e["mean"], e["lo"], e["hi"])
         assert row.unresolved == (e["lo"] <= 0 <= e["hi"] or "cannot_resolve" in e)
 
@@ -120,9 +112,7 @@ def test_budget_curve_table_has_every_budget_of_summary(results, summary):
     for rule, b, g, h in rows:
         assert g == expected_cell(summary["budget"][rule][b]["G"])
         assert h == expected_cell(summary["budget"][rule][b]["H"])
-    assert [r[1] for r in rows if r[0] == "accuracy"][
-        -1
-    ] == "full"  # 'full' is the last, categorical budget
+    assert [r[1] for r in rows if r[0] == "accuracy"][-1] == "full"  # 'full' is the last, categorical budget
 
 
 def test_unresolved_appears_exactly_where_interval_contains_zero(results):
@@ -165,22 +155,14 @@ def test_interval_comparison_and_sensitivities_match_summary(results, summary):
     thin = sens[sens["analysis"] == "thinning: every k-th checkpoint, k = 3"]
     for r in thin.itertuples():
         block = summary["sensitivities"]["thinning"]["3"]
-        e = (
-            block["D"][r.rule]
-            if r.quantity == "D"
-            else block["budget"][r.rule]["full"][r.quantity[0]]
-        )
+        e = block["D"][r.rule] if r.quantity == "D" else block["budget"][r.rule]["full"][r.quantity[0]]
         assert (r.mean, r.lo, r.hi) == (e["mean"], e["lo"], e["hi"])
     assert "one variant per group ('full' = all groups)" in set(sens["analysis"])
     frac = sens[sens["quantity"] == "same_choice_fraction"]
-    assert frac["mean"].tolist() == [
-        summary["sensitivities"]["nll_complete"]["same_choice_fraction"]["mean"]
-    ]
+    assert frac["mean"].tolist() == [summary["sensitivities"]["nll_complete"]["same_choice_fraction"]["mean"]]
     strata = pd.read_csv(results / "tables" / "task_strata.csv")
     assert set(strata["task"]) == {"a", "b", "c"}
-    r = strata[
-        (strata.task == "b") & (strata.rule == "agreement") & (strata.quantity == "G_full")
-    ].iloc[0]
+    r = strata[(strata.task == "b") & (strata.rule == "agreement") & (strata.quantity == "G_full")].iloc[0]
     assert r["mean"] == summary["by_task"]["b"]["budget"]["agreement"]["full"]["G"]["mean"]
 
 
@@ -212,15 +194,11 @@ def test_figure_functions_label_their_axes(summary, results):
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert len(labels) == len(per_conf) and all(": " in t for t in labels)
     fig = figs.matched_half_figure(per_conf, summary)
-    assert fig.axes[0].get_xlabel().startswith("G_in") and fig.axes[0].get_ylabel().startswith(
-        "G_out"
-    )
+    assert fig.axes[0].get_xlabel().startswith("G_in") and fig.axes[0].get_ylabel().startswith("G_out")
     first = curves["trajectory"].iloc[0]
     fig = figs.trajectory_figure(curves)
     assert first in fig.get_suptitle()
-    assert fig.axes[0].get_ylabel() == "accuracy (%)" and fig.axes[1].get_xlabel().startswith(
-        "training step"
-    )
+    assert fig.axes[0].get_ylabel() == "accuracy (%)" and fig.axes[1].get_xlabel().startswith("training step")
     line = fig.axes[0].get_lines()[0]
     np.testing.assert_array_equal(
         line.get_ydata(), curves[curves.trajectory == first].sort_values("step")["test_accuracy"]
@@ -251,30 +229,18 @@ def test_html_is_self_contained_and_reads_the_claims(results, summary):
 
 
 def test_verdicts_and_claim_sentences_from_numbers(summary):
-    assert (
-        rhtml.verdict({"mean": 1.0, "lo": 0.2, "hi": 2.0, "unresolved": False})
-        == "resolved positive"
-    )
-    assert (
-        rhtml.verdict({"mean": -1.0, "lo": -2.0, "hi": -0.1, "unresolved": False})
-        == "resolved negative"
-    )
+    assert rhtml.verdict({"mean": 1.0, "lo": 0.2, "hi": 2.0, "unresolved": False}) == "resolved positive"
+    assert rhtml.verdict({"mean": -1.0, "lo": -2.0, "hi": -0.1, "unresolved": False}) == "resolved negative"
     assert rhtml.verdict({"mean": 0.5, "lo": -0.1, "hi": 1.0, "unresolved": True}) == "unresolved"
     assert rhtml.verdict({"mean": 0.0, "lo": 0.0, "hi": 0.0, "unresolved": True}) == "unresolved"
     s = json.loads(json.dumps(summary))
     s["D"]["accuracy"] = {"mean": 1.5, "lo": 0.5, "hi": 2.5, "unresolved": False}
-    s["budget"]["agreement"]["full"]["G"] = {
-        "mean": -3.0,
-        "lo": -4.0,
-        "hi": -1.0,
-        "unresolved": False,
-    }
+    s["budget"]["agreement"]["full"]["G"] = {"mean": -3.0, "lo": -4.0, "hi": -1.0, "unresolved": False}
     s["budget"]["accuracy"]["full"]["H"] = {"mean": 0.3, "lo": -0.2, "hi": 0.9, "unresolved": True}
     found = set(rhtml.claim_sentences(s))
     assert len(found) == 8  # 3 claims x 3 rules, without H of matched NLL against itself
     assert any(
-        v == "resolved positive" and "More validation data helps" in t and "generated accuracy" in t
-        for v, t in found
+        v == "resolved positive" and "More validation data helps" in t and "generated accuracy" in t for v, t in found
     )
     assert any(
         v == "resolved negative"
@@ -284,15 +250,10 @@ def test_verdicts_and_claim_sentences_from_numbers(summary):
         for v, t in found
     )
     assert any(
-        v == "unresolved"
-        and "Beats matched-NLL" in t
-        and "generated accuracy" in t
-        and "contains 0" in t
+        v == "unresolved" and "Beats matched-NLL" in t and "generated accuracy" in t and "contains 0" in t
         for v, t in found
     )
-    assert not any(
-        "Beats matched-NLL" in t and "matched NLL:" in t for _, t in found
-    )  # H_nll is 0 by construction
+    assert not any("Beats matched-NLL" in t and "matched NLL:" in t for _, t in found)  # H_nll is 0 by construction
 
 
 def test_write_report_formats_and_errors(results, tmp_path):
@@ -331,20 +292,17 @@ def test_every_caption_names_the_interval_method_that_made_the_numbers(results, 
     footer = page[page.index("<footer>") :]
     assert "percentile" not in footer and label in footer and "interval: cr2" in footer
     assert "configuration-bootstrap" not in page and "percentile intervals" not in page
-    for name in (
-        "budget_curves",
-        "matched_half",
-        "sensitivities",
-        "task_strata",
-        "task_budget_curves",
-    ):
+    for name in ("budget_curves", "matched_half", "sensitivities", "task_strata", "task_budget_curves"):
         text = (results / "tables" / f"{name}.md").read_text()
         assert label in text.splitlines()[0], name
     for name in ("budget_curves_G", "budget_curves_H", "matched_half"):
         assert label in rhtml.figure_caption(name, Summary.coerce(summary))
     for method in ("wild", "percentile"):  # each from the summary's recorded method
-        other = dict(summary, interval=method) if method != "percentile" else {
-            k: v for k, v in summary.items() if k != "interval"}  # fmt: skip
+        other = (
+            dict(summary, interval=method)
+            if method != "percentile"
+            else {k: v for k, v in summary.items() if k != "interval"}
+        )
         html = rhtml.render_html(other, [rtables.budget_curves(other)], {})
         assert INTERVAL_LABELS[method] in html[html.index("<footer>") :]
         assert INTERVAL_LABELS[method] in rtables.budget_curves(other).title

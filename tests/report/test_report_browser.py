@@ -16,9 +16,7 @@ from ckptsel.workflows import analysis as pipeline
 
 import recordsgen as rg
 
-CHROMIUM = shutil.which("chromium") or (
-    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-)
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="chromium is not installed (apt-get install -y chromium) — browser check of report.html skipped",
@@ -69,9 +67,7 @@ class Dom(HTMLParser):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("browser")
-    trajs = rg.random_study(
-        np.random.default_rng(8), n_configs=4, seeds=3, T=(4, 6), n_val=(70, 100), n_test=(40, 60)
-    )
+    trajs = rg.random_study(np.random.default_rng(8), n_configs=4, seeds=3, T=(4, 6), n_val=(70, 100), n_test=(40, 60))
     records = rg.write(root / "records", *rg.tables(trajs))
     pipeline.analyze(records, root / "results", permutations=20, draws=300)
     write_report(root / "results")
@@ -102,12 +98,7 @@ def test_screenshot_shows_table_and_figures(report, tmp_path):
     from PIL import Image
 
     shot = tmp_path / "shot.png"
-    run = chromium(
-        tmp_path / "profile",
-        f"--screenshot={shot}",
-        f"--window-size={WIDTH},{HEIGHT}",
-        report.as_uri(),
-    )
+    run = chromium(tmp_path / "profile", f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}", report.as_uri())
     assert shot.is_file(), run.stderr[-2000:]
     img = Image.open(shot).convert("RGB")
     assert img.size == (WIDTH, HEIGHT)
@@ -120,6 +111,4 @@ def test_screenshot_shows_table_and_figures(report, tmp_path):
         return (np.abs(px - np.array(rgb)).max(axis=1) <= tol).sum()
 
     assert near((0x1F, 0x77, 0xB4)) > 200  # the accuracy curve's blue: a figure is rendered in view
-    assert (
-        near((0xF4, 0xF4, 0xF6), tol=1) > 1000
-    )  # the table header background: the main table is in view
+    assert near((0xF4, 0xF4, 0xF6), tol=1) > 1000  # the table header background: the main table is in view

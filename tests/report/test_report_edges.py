@@ -27,15 +27,12 @@ def results(tmp_path_factory) -> Path:
     """Generations only (no nll table, as `ckptsel ingest` writes), pools under 128 items."""
     root = tmp_path_factory.mktemp("edges")
     rng = np.random.default_rng(5)
-    trajs = rg.random_study(
-        rng, n_configs=6, seeds=2, T=(4, 6), n_val=(40, 90), n_test=(30, 50), tasks=("a", "b")
-    )
+    trajs = rg.random_study(rng, n_configs=6, seeds=2, T=(4, 6), n_val=(40, 90), n_test=(30, 50), tasks=("a", "b"))
     gen, _ = rg.tables(trajs)
     write_records(root / "records" / "generations.parquet", gen)
     out = root / "results"
     with pytest.raises(SystemExit) as exc:
-        main(["analyze", str(root / "records"), "--out", str(out), "--permutations", "10",
-              "--draws", "200"])  # fmt: skip
+        main(["analyze", str(root / "records"), "--out", str(out), "--permutations", "10", "--draws", "200"])
     assert exc.value.code == 0
     return out
 
@@ -107,12 +104,7 @@ def test_figures_of_a_study_with_nll_keep_every_panel():
     from ckptsel.report import figures as figs
 
     df = pd.DataFrame(
-        {
-            "configuration": ["c0"],
-            "task": ["a"],
-            "G|nested|accuracy|full": [1.0],
-            "H|nested|accuracy|full": [0.5],
-        }  # fmt: skip
+        {"configuration": ["c0"], "task": ["a"], "G|nested|accuracy|full": [1.0], "H|nested|accuracy|full": [0.5]}
     )
     assert len(figs.configuration_gain_figure(df).axes) == 2
     curves = pd.DataFrame(
@@ -123,6 +115,6 @@ def test_figures_of_a_study_with_nll_keep_every_panel():
             "test_accuracy": [1.0, 2.0],
             "validation_accuracy": [1.0, 2.0],
             "validation_nll": [0.5, 0.4],
-        }  # fmt: skip
+        }
     )
     assert len(figs.trajectory_figure(curves).axes) == 2

@@ -23,14 +23,7 @@ from ckptsel.report.html import claim_sentences, render_html
 from ckptsel.report.tables import all_tables
 from ckptsel.report.terminal import print_main_table
 from ckptsel.results.estimate import Estimate, fmt
-from ckptsel.results.summary import (
-    BudgetCell,
-    Gains,
-    MatchedHalf,
-    NllControl,
-    Summary,
-    main_table_rows,
-)
+from ckptsel.results.summary import BudgetCell, Gains, MatchedHalf, NllControl, Summary, main_table_rows
 from ckptsel.workflows.advise.selection import Selection, SelectSettings, select_checkpoint
 from ckptsel.workflows.analysis import analyze, summary_json, verify
 
@@ -94,10 +87,28 @@ BEFORE = {
 # intervals with 1 degree of freedom, wider than 200 pp), and the intervals that read unresolved
 # by the small-design rule (issue 38's count rule flagged 9, 44, 34, 11, 5, 13, 0, 14 and 14:
 # the CR2 default is valid from 2 configurations and flags none now)
-CLIPPED = {"default": 3, "budgets": 0, "percentile": 0, "wild": 3, "no_nll": 0, "no_nll0": 0,
-           "one_configuration": 0, "tasks": 11, "clustered": 3}  # fmt: skip
-FLAGGED = {"default": 0, "budgets": 54, "percentile": 41, "wild": 12, "no_nll": 0, "no_nll0": 2,
-           "one_configuration": 0, "tasks": 4, "clustered": 7}  # fmt: skip
+CLIPPED = {
+    "default": 3,
+    "budgets": 0,
+    "percentile": 0,
+    "wild": 3,
+    "no_nll": 0,
+    "no_nll0": 0,
+    "one_configuration": 0,
+    "tasks": 11,
+    "clustered": 3,
+}
+FLAGGED = {
+    "default": 0,
+    "budgets": 54,
+    "percentile": 41,
+    "wild": 12,
+    "no_nll": 0,
+    "no_nll0": 2,
+    "one_configuration": 0,
+    "tasks": 4,
+    "clustered": 7,
+}
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +133,10 @@ def unclipped(tmp_path_factory) -> dict[str, dict]:
     saved = exact.DIFFERENCE, estimates.value_range
     exact.DIFFERENCE, estimates.value_range = (-math.inf, math.inf), lambda name: (-math.inf, math.inf)
     try:
-        return {shape: json.loads(summary_json(analyze(_records(root, shape), root / f"res-{shape}",
-                                                       **FAST, **settings)))
-                for shape, settings in SHAPES.items()}  # fmt: skip
+        return {
+            shape: json.loads(summary_json(analyze(_records(root, shape), root / f"res-{shape}", **FAST, **settings)))
+            for shape, settings in SHAPES.items()
+        }
     finally:
         exact.DIFFERENCE, estimates.value_range = saved
 
@@ -176,12 +188,18 @@ def test_summary_json_is_the_typed_summary_byte_for_byte(analyzed, unclipped, sh
     # test-question bootstrap is never valid alone, so its intervals that exclude 0 need the
     # sign-flip test of the question clusters too
     assert len(found) == FLAGGED[shape]
-    assert all(re.fullmatch(r"the (percentile configuration interval was not measured valid at [0-9]+ "
-                            r"configurations|wild configuration interval was not measured valid at [0-9]+ "
-                            r"configurations|test-question bootstrap alone rejects more than 5% of null "
-                            r"data sets at every size measured|joint interval is not valid alone at [0-9]+ "
-                            r"configurations and these test-question clusters) \(BENCHMARKS.md\), and the "
-                            r"exact sign-flip test's p = [0-9.e-]+ > 0.05", why) for why in found), set(found)  # fmt: skip
+    assert all(
+        re.fullmatch(
+            r"the (percentile configuration interval was not measured valid at [0-9]+ "
+            r"configurations|wild configuration interval was not measured valid at [0-9]+ "
+            r"configurations|test-question bootstrap alone rejects more than 5% of null "
+            r"data sets at every size measured|joint interval is not valid alone at [0-9]+ "
+            r"configurations and these test-question clusters) \(BENCHMARKS.md\), and the "
+            r"exact sign-flip test's p = [0-9.e-]+ > 0.05",
+            why,
+        )
+        for why in found
+    ), set(found)
 
 
 def test_each_shape_has_what_it_should(analyzed):
@@ -204,9 +222,9 @@ def test_each_shape_has_what_it_should(analyzed):
     assert no_nll.population.nll_records is False and not no_nll.population.has_nll
     assert no_nll.sensitivities.nll_complete.skipped is not None
     assert "no validation NLL records" in no_nll.warnings[0]
-    assert s["no_nll0"].sensitivities.nll_complete == NllControl(skipped=(
-        "no complete-response NLL records (window=0) for the eligible items"
-    ))
+    assert s["no_nll0"].sensitivities.nll_complete == NllControl(
+        skipped=("no complete-response NLL records (window=0) for the eligible items")
+    )
     assert s["no_nll0"].gains.get("H", "accuracy") is not None
     assert d["no_nll0"]["sensitivities"]["nll_complete"] == {
         "skipped": "no complete-response NLL records (window=0) for the eligible items"
@@ -336,8 +354,16 @@ def _broken(d: dict, case: str) -> tuple[object, str]:
     raise AssertionError(case)
 
 
-CASES = ["missing_key", "estimate_not_a_number", "estimate_keys", "unknown_key", "schema",
-         "population", "interval", "a_list"]  # fmt: skip
+CASES = [
+    "missing_key",
+    "estimate_not_a_number",
+    "estimate_keys",
+    "unknown_key",
+    "schema",
+    "population",
+    "interval",
+    "a_list",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -390,25 +416,62 @@ def test_select_is_typed_and_its_json_is_unchanged(tmp_path, capsys):
         assert isinstance(rule.split_validation.estimate, Estimate)
         assert isinstance(rule.test.estimate, Estimate)
     d = sel.to_dict()
-    assert list(d) == ["trajectory", "configuration", "task", "steps", "final_step",
-                       "validation_items", "validation_clusters", "validation_exclusions",
-                       "test_items", "settings", "rules", "recommendation", "plausibly_best",
-                       "chosen_estimate", "answer_check", "fallback", "notes"]  # fmt: skip  # issue 48: the last three
+    assert list(d) == [
+        "trajectory",
+        "configuration",
+        "task",
+        "steps",
+        "final_step",
+        "validation_items",
+        "validation_clusters",
+        "validation_exclusions",
+        "test_items",
+        "settings",
+        "rules",
+        "recommendation",
+        "plausibly_best",
+        "chosen_estimate",
+        "answer_check",
+        "fallback",
+        "notes",
+    ]  # issue 48: the last three
     sv = d["rules"]["accuracy"]["split_validation"]
     assert list(sv) == ["mean", "lo", "hi", "unresolved", "partitions", "half_sizes", "clusters"]
     assert list(d["rules"]["accuracy"]["test"]) == [
-        "mean", "lo", "hi", "unresolved", "items", "clusters", "chosen_accuracy", "final_accuracy"
+        "mean",
+        "lo",
+        "hi",
+        "unresolved",
+        "items",
+        "clusters",
+        "chosen_accuracy",
+        "final_accuracy",
     ]
     with pytest.raises(SystemExit):
-        main(["select", str(rec), "--trajectory", "c0-s0", "--partitions", "12", "--draws", "100",
-              "--bootstrap-partitions", "4", "--json"])  # fmt: skip
+        main(
+            [
+                "select",
+                str(rec),
+                "--trajectory",
+                "c0-s0",
+                "--partitions",
+                "12",
+                "--draws",
+                "100",
+                "--bootstrap-partitions",
+                "4",
+                "--json",
+            ]
+        )
     text = capsys.readouterr().out
     assert json.loads(text)["rules"]["accuracy"]["split_validation"]["partitions"] == 12
-    again = select_checkpoint(rec, "c0-s0", settings=SelectSettings(
-        partitions=12, draws=100, bootstrap_partitions=4))  # fmt: skip
+    again = select_checkpoint(rec, "c0-s0", settings=SelectSettings(partitions=12, draws=100, bootstrap_partitions=4))
     assert text == json.dumps(again.to_dict(), indent=1, allow_nan=False) + "\n"
-    before = {k: v for k, v in json.loads(text).items()
-              if k not in ("plausibly_best", "chosen_estimate", "answer_check", "fallback", "notes")}  # fmt: skip
+    before = {
+        k: v
+        for k, v in json.loads(text).items()
+        if k not in ("plausibly_best", "chosen_estimate", "answer_check", "fallback", "notes")
+    }
     # issue 44: a single chosen checkpoint's test gain is compare's paired difference (Newcombe's
     # interval and the exact McNemar test on these independent items); the rest as pinned
     from ckptsel.workflows.advise.comparison import compare_checkpoints
@@ -434,7 +497,9 @@ def test_evaluate_frozen_returns_the_tables_with_the_checkpoint_curves(tmp_path)
     from ckptsel.workflows.analysis import evaluate_frozen, freeze_choices
 
     rec = _records(tmp_path, "default")
-    validation, _ = freeze_choices(rec, tmp_path / "res", ChoiceSettings(permutations=8), validation=load_validation(rec))
+    validation, _ = freeze_choices(
+        rec, tmp_path / "res", ChoiceSettings(permutations=8), validation=load_validation(rec)
+    )
     summary, tables = evaluate_frozen(rec, tmp_path / "res", validation, StatSettings(draws=200))
     assert list(tables) == ["per_trajectory", "per_configuration", "leave_one_out", "checkpoint_curves"]
     assert len(tables["checkpoint_curves"]) == sum(len(v.steps) for v in validation)

@@ -156,9 +156,7 @@ def test_quickstart_is_ckptsel_run_on_its_study_file(quick, capsys):
     spec = load_spec(out / "study.toml")
     assert spec.study.base_model == str(out / "base") and spec.workdir == out
     gen = read_frame(out / "records", "generations")
-    assert gen.groupby("split")["task"].unique().map(list).to_dict() == {
-        "test": ["gsm8k"], "validation": ["metamath"],
-    }  # fmt: skip
+    assert gen.groupby("split")["task"].unique().map(list).to_dict() == {"test": ["gsm8k"], "validation": ["metamath"]}
     summary = (out / "results" / "summary.json").read_bytes()
     rec = _records_bytes(out / "records")
     capsys.readouterr()

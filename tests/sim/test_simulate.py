@@ -16,14 +16,7 @@ from typer.testing import CliRunner
 
 from ckptsel.errors import CkptselError
 from ckptsel.records.schema import COMPLETE_WINDOW, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS
-from ckptsel.sim.simulate import (
-    PRESETS,
-    TRUTH_COLUMNS,
-    SimSpec,
-    TaskSim,
-    simulate,
-    write_simulation,
-)
+from ckptsel.sim.simulate import PRESETS, TRUTH_COLUMNS, SimSpec, TaskSim, simulate, write_simulation
 from ckptsel.stats.distributions import norm_cdf, norm_ppf
 
 
@@ -100,9 +93,7 @@ def test_category_mode_has_same_values(small):
     gen, nll, truth = small
     for a, b in ((gen, gen_c), (nll, nll_c), (truth, truth_c)):
         assert isinstance(b["trajectory"].dtype, pd.CategoricalDtype)
-        pd.testing.assert_frame_equal(
-            a, b.astype({c: "string" for c in b.columns if b[c].dtype == "category"})
-        )
+        pd.testing.assert_frame_equal(a, b.astype({c: "string" for c in b.columns if b[c].dtype == "category"}))
 
 
 def test_bad_input_raises():
@@ -213,20 +204,14 @@ def test_answers_consistent_with_correctness(small):
     # one reference answer per item; a wrong answer never equals it
     ref = gen[gen["correct"]].groupby(["task", "item_id"])["answer"].agg(["nunique", "first"])
     assert (ref["nunique"] == 1).all()
-    wrong = gen[~gen["correct"]].merge(
-        ref["first"].rename("ref").reset_index(), on=["task", "item_id"], how="inner"
-    )
+    wrong = gen[~gen["correct"]].merge(ref["first"].rename("ref").reset_index(), on=["task", "item_id"], how="inner")
     assert (wrong["answer"] != wrong["ref"]).all()
     assert (gen.loc[gen["correct"], "answer"] != "").all()
     empty = (gen.loc[~gen["correct"], "answer"] == "").mean()
     assert 0.01 < empty < 0.2
     # commonsense answers are labels of the item's subtask pattern
     cs = gen[(gen["task"] == "commonsense") & (gen["answer"] != "")]
-    assert (
-        cs["answer"]
-        .str.fullmatch(r"true|false|solution[12]|answer[1-5]|ending[1-4]|option[12]")
-        .all()
-    )
+    assert cs["answer"].str.fullmatch(r"true|false|solution[12]|answer[1-5]|ending[1-4]|option[12]").all()
     # wrong answers are shared: per item, few distinct wrong answers across all its rows
     distinct = gen[~gen["correct"]].groupby(["task", "item_id"])["answer"].nunique()
     assert distinct.max() <= 4 and distinct.mean() < 3
@@ -242,11 +227,7 @@ def _pluralities(gen: pd.DataFrame) -> pd.DataFrame:
     best = counts[counts["n"] == top]
     tied = best.groupby(["trajectory", "item_id"]).size() > 1
     first = best.groupby(["trajectory", "item_id"]).head(1).set_index(["trajectory", "item_id"])
-    right = (
-        g[g["correct"]]
-        .drop_duplicates(["trajectory", "item_id"])
-        .set_index(["trajectory", "item_id"])["answer"]
-    )
+    right = g[g["correct"]].drop_duplicates(["trajectory", "item_id"]).set_index(["trajectory", "item_id"])["answer"]
     out = pd.DataFrame({"tied": tied})
     out["plurality_correct"] = first["answer"].reindex(out.index).eq(right.reindex(out.index))
     return out
@@ -332,9 +313,7 @@ def test_loss_weakly_related_to_correctness(small):
     v = nll[(nll["window"] == COMPLETE_WINDOW) & (nll["split"] == "test")]
     m = gen.merge(v, on=["trajectory", "step", "split", "item_id"])
     per_token = m["nll_sum"] / m["n_tokens"]
-    z = per_token.groupby([m["trajectory"], m["step"]]).transform(
-        lambda s: np.log(s) - np.log(s).mean()
-    )
+    z = per_token.groupby([m["trajectory"], m["step"]]).transform(lambda s: np.log(s) - np.log(s).mean())
     diff = z[m["correct"]].mean() - z[~m["correct"]].mean()
     assert -0.6 < diff < -0.05  # right answers have lower reference NLL, but only somewhat
 
@@ -366,9 +345,7 @@ def test_empirical_test_accuracy_matches_truth_on_large_pool():
 
 def test_small_preset_accuracy_within_sampling_error(small):
     gen, _, truth = small
-    acc = (
-        gen[gen["split"] == "test"].groupby(["trajectory", "step"])["correct"].agg(["mean", "size"])
-    )
+    acc = gen[gen["split"] == "test"].groupby(["trajectory", "step"])["correct"].agg(["mean", "size"])
     p = truth.set_index(["trajectory", "step"])["true_test_accuracy"].reindex(acc.index)
     z = (acc["mean"] - p) / np.sqrt(p * (1 - p) / acc["size"])
     assert np.abs(z).max() < 5
@@ -396,21 +373,9 @@ def test_paper_preset_sizes_and_speed(paper):
     assert len(traj) == 81 and traj["configuration"].nunique() == 26
     t_counts = truth.groupby("trajectory", observed=True).size()
     assert t_counts.min() >= 10 and t_counts.max() <= 31
-    items = (
-        gen.drop_duplicates(["task", "split", "item_id"])
-        .groupby(["task", "split"], observed=True)
-        .size()
-    )
-    assert items.xs("validation", level="split").to_dict() == {
-        "gsm8k": 1024,
-        "math": 512,
-        "commonsense": 305,
-    }
-    assert items.xs("test", level="split").to_dict() == {
-        "gsm8k": 1319,
-        "math": 500,
-        "commonsense": 4000,
-    }
+    items = gen.drop_duplicates(["task", "split", "item_id"]).groupby(["task", "split"], observed=True).size()
+    assert items.xs("validation", level="split").to_dict() == {"gsm8k": 1024, "math": 512, "commonsense": 305}
+    assert items.xs("test", level="split").to_dict() == {"gsm8k": 1319, "math": 500, "commonsense": 4000}
     windows = nll["window"].value_counts()
     assert set(windows.index) == {MATCHED_WINDOW, COMPLETE_WINDOW} and windows.nunique() == 1
     assert abs(len(nll) - 2 * len(gen)) < 0.001 * len(gen)  # only a few validation rows dropped

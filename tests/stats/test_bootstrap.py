@@ -55,10 +55,12 @@ def test_question_and_joint_replicates_match_loops():
     R = {}
     for k, task in enumerate(sorted(tasks)):
         N = tasks[task][1]
-        R[task] = np.concatenate([
-            bs.resample_counts(N, min(CHUNK, draws - s), np.random.default_rng([seed, 2, k, c]))
-            for c, s in enumerate(range(0, draws, CHUNK))
-        ])
+        R[task] = np.concatenate(
+            [
+                bs.resample_counts(N, min(CHUNK, draws - s), np.random.default_rng([seed, 2, k, c]))
+                for c, s in enumerate(range(0, draws, CHUNK))
+            ]
+        )
     J = sizes.sum(axis=0)[0]
     for b in (0, 1, CHUNK + 5, draws - 1):
         # question bootstrap: every trajectory's mean utility over the resampled questions

@@ -83,10 +83,16 @@ def test_uneven_clusters_against_a_loop():
 def _test_data(correct, groups=None):
     T, N = correct.shape
     return TestData(
-        trajectory="t", configuration="c", task="gsm8k", steps=np.arange(1, T + 1),
-        item_ids=np.array([f"i{k:03d}" for k in range(N)]), subtasks=np.full(N, ""),
-        correct=correct, answers=correct.astype(np.int64), groups=groups,
-    )  # fmt: skip
+        trajectory="t",
+        configuration="c",
+        task="gsm8k",
+        steps=np.arange(1, T + 1),
+        item_ids=np.array([f"i{k:03d}" for k in range(N)]),
+        subtasks=np.full(N, ""),
+        correct=correct,
+        answers=correct.astype(np.int64),
+        groups=groups,
+    )
 
 
 def test_select_test_gain_clusters():
@@ -94,7 +100,8 @@ def test_select_test_gain_clusters():
     correct = rng.random((3, 40)) < 0.6
     one = np.array([0.0, 1.0, 0.0])  # one checkpoint: compare's paired difference, alike for both
     assert sel.test_gain(one, _test_data(correct), 500, 7, 0.95) == sel.test_gain(
-        one, _test_data(correct, np.array([f"g{k}" for k in range(40)])), 500, 7, 0.95)
+        one, _test_data(correct, np.array([f"g{k}" for k in range(40)])), 500, 7, 0.95
+    )
     choice = np.array([0.5, 0.5, 0.0])  # a tie set: the question bootstrap, then clusters matter
     plain = sel.test_gain(choice, _test_data(correct), 500, 7, 0.95)
     single = sel.test_gain(choice, _test_data(correct, np.array([f"g{k}" for k in range(40)])), 500, 7, 0.95)
@@ -121,21 +128,27 @@ def test_select_reports_clusters_and_load_test_returns_groups(tmp_path):
     rng = np.random.default_rng(5)
     T, n, N = 4, 60, 30
     traj = rg.Traj(
-        name="run", configuration="cfg", task="gsm8k", steps=[1, 2, 3, 4],
-        val_correct=rng.random((T, n)) < 0.5, val_answers=np.full((T, n), "A"),
-        val_nll=rng.random((T, n)), val_tokens=np.full(n, 3),
-        test_correct=rng.random((T, N)) < 0.5, test_answers=np.full((T, N), "A"),
+        name="run",
+        configuration="cfg",
+        task="gsm8k",
+        steps=[1, 2, 3, 4],
+        val_correct=rng.random((T, n)) < 0.5,
+        val_answers=np.full((T, n), "A"),
+        val_nll=rng.random((T, n)),
+        val_tokens=np.full(n, 3),
+        test_correct=rng.random((T, N)) < 0.5,
+        test_answers=np.full((T, N), "A"),
         val_groups=[f"g{i // 3}" for i in range(n)],
-    )  # fmt: skip
+    )
     gen, nll = rg.tables([traj])
     test_rows = gen["split"] == "test"
     gen.loc[test_rows, "group"] = gen.loc[test_rows, "item_id"].str[:-1]  # t000x -> clusters of 10
     records = rg.write(tmp_path / "records", gen, nll)
     (t,) = load_test(records)
     assert len(np.unique(t.groups)) == 3 and t.groups[0] == "t000"
-    out = select_checkpoint(records, "run", settings=SelectSettings(partitions=20, draws=200,
-                                                                   bootstrap_partitions=5,
-                                                                   permutations=20))
+    out = select_checkpoint(
+        records, "run", settings=SelectSettings(partitions=20, draws=200, bootstrap_partitions=5, permutations=20)
+    )
     assert out.validation_clusters == 20 and out.validation_items == 60
     acc = out.rules["accuracy"]
     assert acc.split_validation.clusters == 20
@@ -147,16 +160,19 @@ def test_analyze_reports_test_clusters_and_single_groups_add_nothing(tmp_path):
     from ckptsel.workflows import analysis as pipeline
 
     rng = np.random.default_rng(8)
-    gen, nll = rg.tables(rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(40, 60),
-                                         n_test=(30, 40), tasks=("a",)))  # fmt: skip
-    plain = pipeline.analyze(rg.write(tmp_path / "r1", gen, nll), tmp_path / "o1",
-                             permutations=10, draws=400, interval="percentile")  # fmt: skip
+    gen, nll = rg.tables(
+        rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(40, 60), n_test=(30, 40), tasks=("a",))
+    )
+    plain = pipeline.analyze(
+        rg.write(tmp_path / "r1", gen, nll), tmp_path / "o1", permutations=10, draws=400, interval="percentile"
+    )
     assert plain.by_task["a"].population.test_clusters is None
     assert "test_clusters" not in plain.to_dict()["by_task"]["a"]["population"]
     test_rows = gen["split"] == "test"
     gen.loc[test_rows, "group"] = gen.loc[test_rows, "item_id"].str[:-1]  # t000x -> 10 per cluster
-    clustered = pipeline.analyze(rg.write(tmp_path / "r2", gen, nll), tmp_path / "o2",
-                                 permutations=10, draws=400, interval="percentile")  # fmt: skip
+    clustered = pipeline.analyze(
+        rg.write(tmp_path / "r2", gen, nll), tmp_path / "o2", permutations=10, draws=400, interval="percentile"
+    )
     pop = clustered.by_task["a"].population
     assert pop.test_clusters == len(np.unique(gen.loc[test_rows, "group"])) < pop.test_items
     # same point estimates; only the question-bootstrap intervals change

@@ -86,8 +86,15 @@ def test_cr2_with_equal_clusters_is_the_classical_t_interval_on_cluster_means():
 
 def test_t_quantile_known_values():
     got = iv.t_quantile(0.975, np.array([1.0, 2.0, 3.0, 10.0, 30.0, 100.0, 1e12]))
-    want = [12.706204736174707, 4.302652729749464, 3.182446305284263, 2.228138851986274,
-            2.042272456301238, 1.983971518523552, 1.959963984540054]
+    want = [
+        12.706204736174707,
+        4.302652729749464,
+        3.182446305284263,
+        2.228138851986274,
+        2.042272456301238,
+        1.983971518523552,
+        1.959963984540054,
+    ]
     np.testing.assert_allclose(got, want, rtol=1e-9)
     # df = 2 has a closed form: q = (2p - 1) / sqrt(2 p (1 - p))
     p = 0.9
@@ -184,7 +191,9 @@ def studies(tmp_path):
     out = {}
     for n_configs, seed in ((5, 21), (3, 22)):
         rng = np.random.default_rng(seed)
-        gen, nll = rg.tables(rg.random_study(rng, n_configs=n_configs, seeds=3, T=(4, 8), n_val=(70, 140), n_test=(40, 90)))
+        gen, nll = rg.tables(
+            rg.random_study(rng, n_configs=n_configs, seeds=3, T=(4, 8), n_val=(70, 140), n_test=(40, 90))
+        )
         out[n_configs] = rg.write(tmp_path / f"rec{n_configs}", gen, nll)
     return out
 
@@ -218,9 +227,15 @@ def test_percentile_reproduces_the_numbers_from_before_issue_14(studies, tmp_pat
         # percentile interval's configuration part is valid from 4 configurations, and its
         # question part's sign-flip test rejects wherever it excludes 0 here
         assert len(found) == {5: 152, 3: 62}[n]
-        assert all(re.fullmatch(r"the percentile configuration interval was not measured valid at [2-5] "
-                                r"configurations \(BENCHMARKS.md\), and the exact sign-flip test's p = "
-                                r"[0-9.]+ > 0.05", why) for why in found), set(found)  # fmt: skip
+        assert all(
+            re.fullmatch(
+                r"the percentile configuration interval was not measured valid at [2-5] "
+                r"configurations \(BENCHMARKS.md\), and the exact sign-flip test's p = "
+                r"[0-9.]+ > 0.05",
+                why,
+            )
+            for why in found
+        ), set(found)
 
 
 def test_default_interval_is_recorded_and_verified(studies, tmp_path):
@@ -267,8 +282,17 @@ def few(tmp_path_factory):
     root = tmp_path_factory.mktemp("few")
     out = {}
     for k in (1, 2, 3):
-        gen, nll = rg.tables(rg.random_study(np.random.default_rng(40 + k), n_configs=k, seeds=3, T=(4, 7),
-                                             n_val=(60, 90), n_test=(40, 60), tasks=("a",)))  # fmt: skip
+        gen, nll = rg.tables(
+            rg.random_study(
+                np.random.default_rng(40 + k),
+                n_configs=k,
+                seeds=3,
+                T=(4, 7),
+                n_val=(60, 90),
+                n_test=(40, 60),
+                tasks=("a",),
+            )
+        )
         out[k] = rg.write(root / f"rec{k}", gen, nll)
     return out
 
@@ -284,8 +308,7 @@ def _estimates_of(node):
 
 @pytest.mark.parametrize("method", iv.METHODS)
 def test_one_configuration_is_not_estimable_never_resolved(few, tmp_path, method):
-    s = pipeline.analyze(few[1], tmp_path / "out", permutations=10, draws=300, interval=method,
-                         report=method == "cr2")  # fmt: skip
+    s = pipeline.analyze(few[1], tmp_path / "out", permutations=10, draws=300, interval=method, report=method == "cr2")
     g = s.gains.get("G", "accuracy")
     assert g.mean is not None and g.lo is None and g.hi is None
     assert g.not_estimable == "1 configuration" and g.unresolved and not g.estimable
@@ -293,9 +316,7 @@ def test_one_configuration_is_not_estimable_never_resolved(few, tmp_path, method
     for block in ("budget", "D", "matched_half", "sensitivities", "by_task", "joint_bootstrap"):
         for e in _estimates_of(d[block]):  # every configuration-level (and joint) estimate
             assert e["lo"] is None and e["hi"] is None and e["unresolved"] is True, (block, e)
-            assert e["not_estimable"] == "1 configuration" or (
-                e["mean"] == 0.0 and "not_estimable" not in e
-            )
+            assert e["not_estimable"] == "1 configuration" or (e["mean"] == 0.0 and "not_estimable" not in e)
     from ckptsel.results.estimate import fmt
     from ckptsel.results.summary import Summary
 
@@ -303,10 +324,7 @@ def test_one_configuration_is_not_estimable_never_resolved(few, tmp_path, method
     assert fmt(g).endswith("not estimable: 1 configuration") and "[" not in fmt(g)
     assert "not estimable: 1 configuration" in s.main_table_markdown()
     if method == "cr2":
-        assert (
-            "not estimable: 1 configuration"
-            in (tmp_path / "out" / "tables" / "main_table.md").read_text()
-        )
+        assert "not estimable: 1 configuration" in (tmp_path / "out" / "tables" / "main_table.md").read_text()
         html = (tmp_path / "out" / "report.html").read_text()
         assert "not estimable: 1 configuration" in html and "resolved positive" not in html
         assert "resolved negative" not in html
@@ -315,22 +333,14 @@ def test_one_configuration_is_not_estimable_never_resolved(few, tmp_path, method
 
 
 def test_no_spread_across_configurations_is_not_estimable():
-    sums = np.array(
-        [[2.0, 3.0, 0.0], [2.0, 3.0, 0.0], [2.0, 1.0, 0.0]]
-    )  # quantity 0: the same in all three
+    sums = np.array([[2.0, 3.0, 0.0], [2.0, 3.0, 0.0], [2.0, 1.0, 0.0]])  # quantity 0: the same in all three
     sizes = np.ones_like(sums)
-    names = [
-        ("G", "nested", "accuracy", "full"),
-        ("G", "nested", "nll", "full"),
-        ("G", "nested", "last", "full"),
-    ]
+    names = [("G", "nested", "accuracy", "full"), ("G", "nested", "nll", "full"), ("G", "nested", "last", "full")]
     means = sums.mean(axis=0)
     from ckptsel.stats.estimates import _configuration_estimates
 
     for method in iv.METHODS:
-        e = _configuration_estimates(
-            names, means, sums, sizes, StatSettings(draws=500, interval=method), 0
-        )
+        e = _configuration_estimates(names, means, sums, sizes, StatSettings(draws=500, interval=method), 0)
         assert e.get(names[0]).not_estimable == "no spread across the 3 configurations", method
         assert e.get(names[1]).estimable
         last = e.get(names[2])  # exactly 0 everywhere: [0, 0], unresolved, as always
@@ -352,19 +362,12 @@ def test_one_test_question_cluster_is_not_estimable(few, tmp_path):
     s = pipeline.analyze(rec, tmp_path / "out", permutations=10, draws=300, report=False)
     q = s.question_bootstrap.gains.get("G", "accuracy")
     assert q.not_estimable == "1 test-question cluster", q
-    assert (
-        s.question_bootstrap.by_task["a"].get("G", "accuracy").not_estimable
-        == "1 test-question cluster"
-    )
-    assert s.gains.get(
-        "G", "accuracy"
-    ).estimable  # 3 configurations: the configuration interval stands
+    assert s.question_bootstrap.by_task["a"].get("G", "accuracy").not_estimable == "1 test-question cluster"
+    assert s.gains.get("G", "accuracy").estimable  # 3 configurations: the configuration interval stands
 
 
 def test_wild_at_two_configurations_is_not_estimable_and_says_why(few, tmp_path):
-    s = pipeline.analyze(
-        few[2], tmp_path / "out", permutations=10, draws=2000, interval="wild", report=False
-    )
+    s = pipeline.analyze(few[2], tmp_path / "out", permutations=10, draws=2000, interval="wild", report=False)
     for e in _estimates_of({k: s.to_dict()[k] for k in ("budget", "D", "by_task")}):
         assert "not_estimable" in e or e["mean"] == 0.0, e
     g = s.gains.get("G", "accuracy")
@@ -389,9 +392,7 @@ def test_wild_draws_are_never_dropped_nor_huge():
     assert np.isinf(tstar[opposite, 0]).all() and np.isfinite(tstar[~opposite, 0]).all()
     assert np.abs(tstar[~opposite, 0]).max() < 1e3
     _, lo, hi = iv.wild_interval(W, sums, sizes)
-    assert (
-        np.isnan(lo).all() and np.isnan(hi).all()
-    )  # the quantiles fall on infinite draws: undefined
+    assert np.isnan(lo).all() and np.isnan(hi).all()  # the quantiles fall on infinite draws: undefined
     # three or more configurations: every draw finite, the interval is the quantiles of all of them
     per, sums, sizes = _clusters(np.random.default_rng(8), K=3, Q=3, absent=False)
     W = iv.webb_weights(3, 4000, seed=4)

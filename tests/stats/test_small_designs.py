@@ -37,8 +37,10 @@ def test_compare_three_items_has_an_interval_and_reads_unresolved(tmp_path, caps
     assert v["mcnemar_p"] == pytest.approx(0.25)
     d = v["difference"]
     assert d["mean"] == 100.0 and 0.0 < d["lo"] < 100.0 and d["hi"] == 100.0 and d["unresolved"] is True
-    assert d["cannot_resolve"] == ("the exact McNemar test's p = 0.25 > 0.05 (3 discordant items: an "
-                                   "exact 95% test cannot reject with fewer than 6)")  # fmt: skip
+    assert d["cannot_resolve"] == (
+        "the exact McNemar test's p = 0.25 > 0.05 (3 discordant items: an "
+        "exact 95% test cannot reject with fewer than 6)"
+    )
 
 
 @pytest.mark.parametrize("n", [5, 6, 8, 10])
@@ -52,8 +54,10 @@ def test_compare_four_discordant_items_read_unresolved(tmp_path, capsys, n):
     d = v["difference"]
     assert v["mcnemar_p"] == pytest.approx(0.125) and d["mean"] == pytest.approx(400 / n)
     assert d["lo"] > 0 and d["unresolved"] is True  # the interval kept, the verdict not
-    assert d["cannot_resolve"] == ("the exact McNemar test's p = 0.125 > 0.05 (4 discordant items: an "
-                                   "exact 95% test cannot reject with fewer than 6)")  # fmt: skip
+    assert d["cannot_resolve"] == (
+        "the exact McNemar test's p = 0.125 > 0.05 (4 discordant items: an "
+        "exact 95% test cannot reject with fewer than 6)"
+    )
     code, out = run_cli(["compare", rec, "50", "25", "--trajectory", f"n{n}"], capsys)
     assert code == 0 and "unresolved" in out
 
@@ -101,7 +105,9 @@ def test_select_on_six_items_keeps_the_final_checkpoint(tmp_path, capsys):
     sv = sel["rules"]["accuracy"]["split_validation"]
     assert sel["rules"]["accuracy"]["choice"]["steps"] == [75]
     assert sel["recommendation"]["keep_final"] and sel["recommendation"]["keep_step"] == 100
-    assert sv["unresolved"] and sv["cannot_resolve"].startswith("the exact McNemar test's p = 0.125 > 0.05 (4 discordant validation clusters")
+    assert sv["unresolved"] and sv["cannot_resolve"].startswith(
+        "the exact McNemar test's p = 0.125 > 0.05 (4 discordant validation clusters"
+    )
     assert "cannot be resolved (the exact McNemar test's p = 0.125" in sel["recommendation"]["reason"]
     # steps 25 and 100 differ from step 75 on 4 items (exact p = 0.125): the model confidence set
     # left them out, but no exact test can at this size; they stay plausibly best
@@ -136,8 +142,7 @@ def test_chosen_estimate_right_on_every_item_is_exact(n):
     T = 5
     correct = rng.random((T, n)) < 0.6
     correct[3] = True
-    _, ce = best_checkpoints(correct, np.arange(n).astype(str), np.arange(T) * 10,
-                             SelectSettings(draws=200))  # fmt: skip
+    _, ce = best_checkpoints(correct, np.arange(n).astype(str), np.arange(T) * 10, SelectSettings(draws=200))
     assert ce.steps == (30,)
     assert ce.lo == pytest.approx(100 * (0.05 / (2 * T)) ** (1 / n), abs=1e-6)
     assert ce.lo < 100 * (0.025 ** (1 / n)) + 1e-9  # at most the single-checkpoint exact bound
@@ -168,12 +173,27 @@ _estimates = rg.estimates_in
 
 def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path, capsys):
     """K = 2: 3 distinct configuration resamples, and the sign-flip test's smallest p is 0.5."""
-    study = rg.random_study(np.random.default_rng(8), n_configs=2, seeds=4, T=(4, 7), n_val=(60, 90),
-                            n_test=(40, 60), tasks=("a",))  # fmt: skip
+    study = rg.random_study(
+        np.random.default_rng(8), n_configs=2, seeds=4, T=(4, 7), n_val=(60, 90), n_test=(40, 60), tasks=("a",)
+    )
     rec = rg.write(tmp_path / "rec", *rg.tables(study))
     out = tmp_path / "out"
-    code, said = run_cli(["analyze", rec, "--out", out, "--interval", "percentile", "--no-report",
-                          "--permutations", "10", "--draws", "300"], capsys)  # fmt: skip
+    code, said = run_cli(
+        [
+            "analyze",
+            rec,
+            "--out",
+            out,
+            "--interval",
+            "percentile",
+            "--no-report",
+            "--permutations",
+            "10",
+            "--draws",
+            "300",
+        ],
+        capsys,
+    )
     assert code == 0, said
     summary = json.loads((out / "summary.json").read_text())
     flagged = 0
@@ -183,8 +203,9 @@ def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path,
             if "cannot_resolve" in e:
                 flagged += 1
                 assert e["lo"] > 0 or e["hi"] < 0  # the interval excluded 0: it read resolved before
-                assert e["cannot_resolve"].endswith(("exact sign-flip test's p = 0.5 > 0.05",
-                                                     "exact sign-flip test's p = 1 > 0.05"))  # fmt: skip
+                assert e["cannot_resolve"].endswith(
+                    ("exact sign-flip test's p = 0.5 > 0.05", "exact sign-flip test's p = 1 > 0.05")
+                )
     assert flagged > 0
     from ckptsel.results.summary import Summary
 
@@ -198,8 +219,13 @@ def test_estimate_that_cannot_be_resolved_reads_back_and_prints():
 
     e = Estimate(80.0, 40.0, 100.0).cannot_be_resolved("4 discordant items, and an exact 95% test needs 6")
     d = e.to_dict()
-    assert d == {"mean": 80.0, "lo": 40.0, "hi": 100.0, "unresolved": True,
-                 "cannot_resolve": "4 discordant items, and an exact 95% test needs 6"}  # fmt: skip
+    assert d == {
+        "mean": 80.0,
+        "lo": 40.0,
+        "hi": 100.0,
+        "unresolved": True,
+        "cannot_resolve": "4 discordant items, and an exact 95% test needs 6",
+    }
     assert Estimate.read(d, "x") == e and Estimate.from_dict(d).to_dict() == d
     assert fmt(e) == "+80.00 [+40.00, +100.00] unresolved: 4 discordant items, and an exact 95% test needs 6"
     assert fmt(e, mark=False) == "+80.00 [+40.00, +100.00]"
@@ -218,8 +244,10 @@ def test_tracker_headline_keeps_not_estimable():
     m = headline_metrics(summary, None)
     for name in ("G/accuracy/full", "H/accuracy/full", "D/accuracy"):
         assert m[f"ckptsel/{name}/not_estimable"] == 1.0 and f"ckptsel/{name}/lo" not in m
-    sel = {"recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True},
-           "rules": {"accuracy": {"split_validation": one}}}  # fmt: skip
+    sel = {
+        "recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True},
+        "rules": {"accuracy": {"split_validation": one}},
+    }
     m = headline_metrics(None, sel)
     assert m["ckptsel/select/accuracy/split_validation/not_estimable"] == 1.0
 
@@ -232,8 +260,9 @@ def test_warnings_name_a_task_with_one_configuration(tmp_path, capsys):
     for t in b:
         t.name, t.configuration = "b-" + t.name, "b-" + t.configuration
     rec = rg.write(tmp_path / "rec", *rg.tables(a + b))
-    code, said = run_cli(["analyze", rec, "--out", tmp_path / "out", "--no-report",
-                          "--permutations", "8", "--draws", "200"], capsys)  # fmt: skip
+    code, said = run_cli(
+        ["analyze", rec, "--out", tmp_path / "out", "--no-report", "--permutations", "8", "--draws", "200"], capsys
+    )
     assert code == 0, said
     warnings = json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"]
     assert any(w.startswith("task(s) 'b' with only 1 configuration") for w in warnings), warnings

@@ -27,8 +27,9 @@ NAME = ("G", "nested", "accuracy", "full")
 def _configurations(gains, interval="cr2", draws=2000):
     """The configuration estimate of one quantity from one trajectory per configuration."""
     g = np.asarray(gains, dtype=np.float64)[:, None]
-    est = _configuration_estimates([NAME], g.mean(axis=0), g, np.ones_like(g),
-                                   StatSettings(interval=interval, draws=draws), 0)  # fmt: skip
+    est = _configuration_estimates(
+        [NAME], g.mean(axis=0), g, np.ones_like(g), StatSettings(interval=interval, draws=draws), 0
+    )
     return est.get(NAME)
 
 
@@ -43,8 +44,10 @@ def test_cr2_resolves_a_clear_gain_at_three_to_five_configurations(gains):
     k = len(gains)
     t = {3: 4.302653, 4: 3.182446, 5: 2.776445}[k]  # t(0.975; k - 1), from a table
     half = t * np.std(gains, ddof=1) / math.sqrt(k)
-    assert (e.lo, e.hi) == (pytest.approx(np.mean(gains) - half, abs=1e-5),
-                            pytest.approx(np.mean(gains) + half, abs=1e-5))  # fmt: skip
+    assert (e.lo, e.hi) == (
+        pytest.approx(np.mean(gains) - half, abs=1e-5),
+        pytest.approx(np.mean(gains) + half, abs=1e-5),
+    )
 
 
 def test_configurations_whose_gain_is_zero_still_count():
@@ -59,9 +62,11 @@ def test_percentile_at_six_configurations_needs_the_sign_flip_test():
     test gives 4/64 = 0.0625."""
     e = _configurations([1, 1, 1, 1, 1, -0.5], "percentile")
     assert e.lo > 0 and e.unresolved
-    assert e.cannot_resolve == ("the percentile configuration interval was not measured valid at 6 "
-                                "configurations (BENCHMARKS.md), and the exact sign-flip test's p = "
-                                "0.0625 > 0.05")  # fmt: skip
+    assert e.cannot_resolve == (
+        "the percentile configuration interval was not measured valid at 6 "
+        "configurations (BENCHMARKS.md), and the exact sign-flip test's p = "
+        "0.0625 > 0.05"
+    )
     assert not _configurations([1, 1.2, 0.9, 1.1, 1.3, 0.8, 1.05], "percentile").unresolved  # 2/128
 
 
@@ -109,8 +114,11 @@ def test_select_test_gain_and_compare_agree_on_ten_items(tmp_path, capsys):
     assert code == 0, out
     sel = json.loads(out)
     assert sel["rules"]["accuracy"]["choice"]["steps"] == [25]
-    gain = {k: v for k, v in sel["rules"]["accuracy"]["test"].items()
-            if k in ("mean", "lo", "hi", "unresolved", "cannot_resolve")}  # fmt: skip
+    gain = {
+        k: v
+        for k, v in sel["rules"]["accuracy"]["test"].items()
+        if k in ("mean", "lo", "hi", "unresolved", "cannot_resolve")
+    }
     code, out = run_cli(["compare", rec, "25", "50", "--trajectory", "ten", "--json"], capsys)
     assert code == 0, out
     test = json.loads(out)["splits"]["test"]
@@ -134,8 +142,9 @@ def test_select_and_compare_verdicts_agree_on_random_tables():
             object.__setattr__(test, "groups", None)
             choice = np.eye(5)[k]
             got = test_gain(choice, test, 200, 1, 0.95).estimate.to_dict()
-            want = paired_difference(correct[k], correct[-1], np.arange(n).astype(str),
-                                     CompareSettings(draws=200))["difference"]  # fmt: skip
+            want = paired_difference(correct[k], correct[-1], np.arange(n).astype(str), CompareSettings(draws=200))[
+                "difference"
+            ]
             assert got == want, (n, k)
 
 
@@ -152,11 +161,13 @@ def test_no_interval_leaves_the_range_of_a_difference():
 
 
 def test_analyze_bounds_stay_in_range_at_two_configurations(tmp_path, capsys):
-    study = rg.random_study(np.random.default_rng(8), n_configs=2, seeds=2, T=(4, 7), n_val=(40, 60),
-                            n_test=(6, 9), tasks=("a",))  # fmt: skip
+    study = rg.random_study(
+        np.random.default_rng(8), n_configs=2, seeds=2, T=(4, 7), n_val=(40, 60), n_test=(6, 9), tasks=("a",)
+    )
     rec = rg.write(tmp_path / "rec", *rg.tables(study))
-    code, said = run_cli(["analyze", rec, "--out", tmp_path / "out", "--no-report",
-                          "--permutations", "10", "--draws", "300"], capsys)  # fmt: skip
+    code, said = run_cli(
+        ["analyze", rec, "--out", tmp_path / "out", "--no-report", "--permutations", "10", "--draws", "300"], capsys
+    )
     assert code == 0, said
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
 
@@ -225,9 +236,17 @@ def test_question_interval_on_eight_items_needs_the_sign_flip_test():
     reps = clustered_means(d, np.arange(8).astype(str), 4000, 1, 0)
     lo, hi = percentile_interval(reps, 0.95)
     assert lo[0] > 0  # the interval alone would read resolved
-    e = _Estimates([NAME], d.mean(axis=0), reps, 0.95, units=np.array([8]), unit="test-question cluster",
-                   valid=valid_at("question", "percentile", np.array([8])),
-                   exact=lambda cols: sign_flip_p(d[:, cols], None), why_invalid=QUESTION_INVALID)  # fmt: skip
+    e = _Estimates(
+        [NAME],
+        d.mean(axis=0),
+        reps,
+        0.95,
+        units=np.array([8]),
+        unit="test-question cluster",
+        valid=valid_at("question", "percentile", np.array([8])),
+        exact=lambda cols: sign_flip_p(d[:, cols], None),
+        why_invalid=QUESTION_INVALID,
+    )
     got = e.get(NAME)
     assert got.unresolved and got.lo > 0
     assert got.cannot_resolve.endswith(f"the exact sign-flip test's p = {2 * 9 / 256:.3g} > 0.05")

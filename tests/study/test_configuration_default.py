@@ -18,27 +18,48 @@ pytest.importorskip("peft")
 
 @pytest.mark.parametrize(
     ("trajectory", "configuration"),
-    [("cfgA-s42", "cfgA"), ("lora_r8_seed7", "lora_r8"), ("full-seed-3", "full"),
-     ("lora-r8", "lora-r8"), ("s42", "s42"), ("cfg-s42x", "cfg-s42x")],
-)  # fmt: skip
+    [
+        ("cfgA-s42", "cfgA"),
+        ("lora_r8_seed7", "lora_r8"),
+        ("full-seed-3", "full"),
+        ("lora-r8", "lora-r8"),
+        ("s42", "s42"),
+        ("cfg-s42x", "cfg-s42x"),
+    ],
+)
 def test_the_default_configuration_is_the_name_less_its_seed(trajectory, configuration):
     assert default_configuration(trajectory) == configuration
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return build_tiny_run(
-        tmp_path_factory.mktemp("cfgseed"), steps=(2,), n_validation=3, n_test=2,
-        run_name="cfgA-s42",
-    )  # fmt: skip
+    return build_tiny_run(tmp_path_factory.mktemp("cfgseed"), steps=(2,), n_validation=3, n_test=2, run_name="cfgA-s42")
 
 
 def measure_args(run, out, *extra) -> list:
     return [
-        "measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation, "--test",
-        run.test, "--out", out, "--batch-size", "4", "--max-new-tokens", "4", "--window", "16",
-        "--dtype", "float32", "--no-progress", "--no-conformance-check", *extra,
-    ]  # fmt: skip
+        "measure",
+        run.run_dir,
+        "--task",
+        "gsm8k",
+        "--validation",
+        run.validation,
+        "--test",
+        run.test,
+        "--out",
+        out,
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "4",
+        "--window",
+        "16",
+        "--dtype",
+        "float32",
+        "--no-progress",
+        "--no-conformance-check",
+        *extra,
+    ]
 
 
 def test_measure_records_the_configuration_the_name_says(run, tmp_path, capsys):
@@ -74,6 +95,7 @@ def test_the_callback_defaults_alike(run):
 
     cb = RecordingCallback(run.validation, "gsm8k", run.run_dir.parent / "cb", "cfgB_seed1")
     assert cb.configuration == "cfgB"
-    assert RecordingCallback(
-        run.validation, "gsm8k", run.run_dir.parent / "cb", "cfgB_seed1", "given"
-    ).configuration == "given"
+    assert (
+        RecordingCallback(run.validation, "gsm8k", run.run_dir.parent / "cb", "cfgB_seed1", "given").configuration
+        == "given"
+    )

@@ -111,8 +111,9 @@ def bound(study: Path, tmp_path: Path) -> tuple[Path, Path]:
     record = freeze(study)
     records = write_simulation(tmp_path / "sim", "small")
     out = tmp_path / "res"
-    summary = analyze(records, out, permutations=20, draws=500, protocol=record,
-                      protocol_file=str(protocol_path(study)))  # fmt: skip
+    summary = analyze(
+        records, out, permutations=20, draws=500, protocol=record, protocol_file=str(protocol_path(study))
+    )
     assert summary.protocol.status == protocol_status(record)
     return out, protocol_path(study)
 
@@ -121,8 +122,12 @@ def test_results_say_and_copy_the_frozen_protocol(bound, capsys) -> None:
     out, pfile = bound
     record = json.loads(pfile.read_text())
     said = json.loads((out / "summary.json").read_text())["protocol"]
-    assert said == {"status": protocol_status(record), "sha256": record["sha256"],
-                    "frozen_at": record["frozen_at"], "before_training": True}  # fmt: skip
+    assert said == {
+        "status": protocol_status(record),
+        "sha256": record["sha256"],
+        "frozen_at": record["frozen_at"],
+        "before_training": True,
+    }
     assert said["status"].startswith("protocol frozen at ") and said["status"].endswith(", before training")
     assert (out / "protocol.json").read_bytes() == pfile.read_bytes()
     assert json.loads((out / "run.json").read_text())["protocol_file"] == str(pfile)
@@ -175,8 +180,11 @@ def test_an_analysis_that_differs_from_its_protocol_is_refused(study: Path, tmp_
 
     record = freeze(study)
     records = write_simulation(tmp_path / "sim", "small")
-    with pytest.raises(CkptselError, match=r"differ from the protocol frozen at (.|\n)*"
-                       r"analysis\.permutations: 200 -> 20\n  analysis\.draws: 500 -> 300"):  # fmt: skip
+    with pytest.raises(
+        CkptselError,
+        match=r"differ from the protocol frozen at (.|\n)*"
+        r"analysis\.permutations: 200 -> 20\n  analysis\.draws: 500 -> 300",
+    ):
         analyze(records, tmp_path / "res", permutations=20, draws=300, protocol=record)
     assert not (tmp_path / "res").exists()  # refused before any work
 
@@ -205,8 +213,11 @@ def test_freeze_force_after_training_then_edited_times_are_caught(study: Path, c
     path = protocol_path(study)
     record = json.loads(path.read_text())
     assert record["before_training"] is False and record["evidence"]["work_started"] is True
-    for edit in ({"before_training": True}, {"frozen_at": "2020-01-01T00:00:00+00:00"},
-                 {"before_training": True, "frozen_at": "2020-01-01T00:00:00+00:00"}):  # fmt: skip
+    for edit in (
+        {"before_training": True},
+        {"frozen_at": "2020-01-01T00:00:00+00:00"},
+        {"before_training": True, "frozen_at": "2020-01-01T00:00:00+00:00"},
+    ):
         path.write_text(json.dumps({**record, **edit}, indent=2))
         assert run(["protocol", "check", str(study)]) == 2
         err = capsys.readouterr().err
@@ -222,8 +233,7 @@ def test_a_rehashed_before_training_claim_meets_older_checkpoints(study: Path, c
     ckpt.mkdir(parents=True)
     record = freeze(study)
     assert record["before_training"] is False and record["evidence"]["checkpoints"] == ["a-s1/checkpoint-1"]
-    forged = _resha({**record, "before_training": True,
-                     "evidence": {**record["evidence"], "checkpoints": []}})  # fmt: skip
+    forged = _resha({**record, "before_training": True, "evidence": {**record["evidence"], "checkpoints": []}})
     protocol_path(study).write_text(json.dumps(forged))
     old = datetime_ts(record["frozen_at"]) - 3600
     os.utime(ckpt, (old, old))  # trained an hour before the freeze

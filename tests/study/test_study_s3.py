@@ -68,10 +68,7 @@ def cli(args: list, capsys) -> tuple[int, str]:
 
 
 def study_text(
-    validation: str = "data/validation.jsonl",
-    test: str = "data/test.jsonl",
-    runs: str = "runs",
-    extra: str = "",
+    validation: str = "data/validation.jsonl", test: str = "data/test.jsonl", runs: str = "runs", extra: str = ""
 ) -> str:
     return STUDY.format(validation=validation, test=test, runs=runs, extra=extra)
 
@@ -134,9 +131,11 @@ def test_records_and_results_at_urls(folder, reference, s3, tmp_path, capsys):
     records, results = s3.url("out", "records"), s3.url("out", "results")
     extra = f'records_dir = "{records}"\nresults_dir = "{results}"'
     text = study_text(
-        s3.url("shared", "data", "validation.jsonl"), s3.url("shared", "data", "test.jsonl"),
-        s3.url("shared", "runs"), extra,
-    )  # fmt: skip
+        s3.url("shared", "data", "validation.jsonl"),
+        s3.url("shared", "data", "test.jsonl"),
+        s3.url("shared", "runs"),
+        extra,
+    )
     local = tmp_path / "local"
     shutil.copytree(folder / "models", local / "models")
     (local / "study.toml").write_text(text, encoding="utf-8")
@@ -182,8 +181,11 @@ def test_url_study_errors_are_one_line(folder, s3, tmp_path, capsys):
     assert code == 2 and len(said.strip().splitlines()) == 1, said
     assert f"{url}: a study file at a URL has no local folder" in said and "--workdir" in said
     missing = s3.url("e", "nothing.toml")
-    for args in (["run", missing, "--workdir", tmp_path], ["protocol", "check", missing],
-                 ["train", missing, "--workdir", tmp_path]):  # fmt: skip
+    for args in (
+        ["run", missing, "--workdir", tmp_path],
+        ["protocol", "check", missing],
+        ["train", missing, "--workdir", tmp_path],
+    ):
         code, said = cli(args, capsys)
         assert code == 2 and said.strip() == f"error: study file not found: {missing}", said
     code, said = cli(["run", url, "--workdir", s3.url("work")], capsys)
@@ -223,9 +225,7 @@ def test_train_a_study_file_at_a_url(folder, s3, tmp_path, capsys):
     assert code == 0, said
     assert checkpoint_steps(tmp_path / "w" / "runs" / "l-s1") == [1, 2]
     assert json.loads((tmp_path / "w" / "final_steps.json").read_text()) == {"l-s1": 2}
-    assert s3.keys("t") == ["models/base/" + k for k in s3.keys("t", "models", "base")] + [
-        "study.toml", "train.jsonl",
-    ]  # fmt: skip
+    assert s3.keys("t") == ["models/base/" + k for k in s3.keys("t", "models", "base")] + ["study.toml", "train.jsonl"]
     code, said = cli(["train", url, "--workdir", tmp_path / "w", "--check"], capsys)
     assert code == 0 and "valid" in said, said
 
@@ -234,10 +234,14 @@ def test_pool_file_at_a_url_is_split_in_the_workdir(folder, s3, tmp_path, capsys
     """``[pool]`` at the URL: split (lineage naming the URL), pools and audit in the workdir,
     the same split as from the local file."""
     rows = [
-        {"query": f"What is {a} + {a}?", "response": f"{a} + {a} = {2 * a}. The answer is: {2 * a}",
-         "type": "GSM_AnsAug", "original_question": f"q{a // 2}"}
+        {
+            "query": f"What is {a} + {a}?",
+            "response": f"{a} + {a} = {2 * a}. The answer is: {2 * a}",
+            "type": "GSM_AnsAug",
+            "original_question": f"q{a // 2}",
+        }
         for a in range(40)
-    ]  # fmt: skip
+    ]
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "pool.json").write_text(json.dumps(rows), encoding="utf-8")
     shutil.copy(folder / "data" / "test.jsonl", tmp_path / "p" / "test.jsonl")
@@ -254,9 +258,7 @@ def test_pool_file_at_a_url_is_split_in_the_workdir(folder, s3, tmp_path, capsys
         assert code == 0 and "prepare: validation 4 items (metamath)" in said, said
     split = Path(".ckptsel") / "split"
     for name in ("train.json", "validation.json"):
-        assert (tmp_path / "w-url" / split / name).read_bytes() == (
-            tmp_path / "w" / split / name
-        ).read_bytes()
+        assert (tmp_path / "w-url" / split / name).read_bytes() == (tmp_path / "w" / split / name).read_bytes()
     lineage = json.loads((tmp_path / "w-url" / split / "lineage.json").read_text())
     assert lineage["source"] == s3.url("pool", "pool.json")
     assert (tmp_path / "w-url" / ".ckptsel" / "audit" / "audit.json").is_file()

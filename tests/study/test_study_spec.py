@@ -57,9 +57,7 @@ def _write(study_dir: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "text", [V1, "schema = 1\n" + V1, V1.replace("seeds", 'test_task = "gsm8k"\nseeds')]
-)
+@pytest.mark.parametrize("text", [V1, "schema = 1\n" + V1, V1.replace("seeds", 'test_task = "gsm8k"\nseeds')])
 def test_a_schema1_file_is_refused_in_one_line_that_says_how_to_write_schema2(study_dir, text):
     path = _write(study_dir, text)
     for load in (load_spec, load_study):
@@ -112,9 +110,7 @@ def test_train_reads_a_file_with_only_train(study_dir: Path) -> None:
 def test_batch_size_is_an_int_or_auto(study_dir: Path) -> None:
     for value in ('"auto"', "8"):
         load_spec(_write(study_dir, V2 + f"[measure]\nbatch_size = {value}\n"))
-    with pytest.raises(
-        CkptselError, match=r'line 18: \[measure\] batch_size: must be an int or "auto"'
-    ):
+    with pytest.raises(CkptselError, match=r'line 18: \[measure\] batch_size: must be an int or "auto"'):
         load_spec(_write(study_dir, V2 + '[measure]\nbatch_size = "lots"\n'))
 
 

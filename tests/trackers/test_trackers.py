@@ -23,14 +23,7 @@ from ckptsel.trackers.log import log_results
 from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 from ckptsel.workflows.analysis import analyze
 
-from offline_trackers import (
-    expected_metrics,
-    import_mlflow,
-    import_trackio,
-    offline_env,
-    wandb_run,
-    wandb_runs,
-)
+from offline_trackers import expected_metrics, import_mlflow, import_trackio, offline_env, wandb_run, wandb_runs
 
 # its accuracy rule's split-validation gain is unresolved, so the final checkpoint is kept
 TRAJ = "llama3-8b-lora8-commonsense-s42"
@@ -43,18 +36,14 @@ def study(tmp_path_factory):
     write_simulation(root / "records", "small", seed=0)
     analyze(root / "records", root / "results", permutations=20, draws=200, report=True)
     selection = select_checkpoint(
-        root / "records",
-        TRAJ,
-        settings=SelectSettings(partitions=40, draws=200, bootstrap_partitions=5),
+        root / "records", TRAJ, settings=SelectSettings(partitions=40, draws=200, bootstrap_partitions=5)
     ).to_dict()
     step = selection["recommendation"]["keep_step"]
     checkpoint = root / "runs" / TRAJ / f"checkpoint-{step}"
     checkpoint.mkdir(parents=True)
     (checkpoint / "config.json").write_text("{}")
     summary = json.loads((root / "results" / "summary.json").read_text())
-    return SimpleNamespace(
-        results=root / "results", selection=selection, summary=summary, checkpoint=checkpoint
-    )
+    return SimpleNamespace(results=root / "results", selection=selection, summary=summary, checkpoint=checkpoint)
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +61,7 @@ def check_metrics(logged: dict, summary: dict) -> None:
     media = ("ckptsel/figures/", "ckptsel/report", "ckptsel/main_table")  # not metrics
     mine = {k: v for k, v in logged.items() if k.startswith("ckptsel/") and not k.startswith(media)}
     assert 9 <= len(mine) <= 20, sorted(mine)[9:]
-    assert {k: v for k, v in mine.items() if k in want} == pytest.approx(
-        {k: want[k] for k in mine if k in want}
-    )
+    assert {k: v for k, v in mine.items() if k in want} == pytest.approx({k: want[k] for k in mine if k in want})
     for name in ("G/accuracy/full", "H/accuracy/full", "D/accuracy"):
         for stat in ("mean", "lo", "hi"):
             assert f"ckptsel/{name}/{stat}" in mine, name
@@ -106,30 +93,24 @@ def test_payload_names_every_estimate_and_the_evidence(study):
     assert json.loads(path.read_text()) == pytest.approx(every)  # the full table, as a file
     check_metrics(payload.metrics, study.summary)
     assert payload.params["ckptsel.choices_sha256"] == study.summary["choices_sha256"]
-    assert payload.params["ckptsel.select.keep_step"] == str(
-        study.selection["recommendation"]["keep_step"]
-    )
+    assert payload.params["ckptsel.select.keep_step"] == str(study.selection["recommendation"]["keep_step"])
     assert len(payload.params["ckptsel.records_sha256"]) == 64
     names = {f"{folder}/{p.name}" for p, folder in payload.files}
-    assert {"ckptsel/summary.json", "ckptsel/report.html", "ckptsel/choices/choices.sha256",
-            "ckptsel/tables/main_table.csv", "ckptsel/figures/budget_curves_G.png"} <= names  # fmt: skip
-    assert list(payload.main_table.columns) == [
-        "rule",
-        "quantity",
-        "mean",
-        "lo",
-        "hi",
-        "unresolved",
-    ]
+    assert {
+        "ckptsel/summary.json",
+        "ckptsel/report.html",
+        "ckptsel/choices/choices.sha256",
+        "ckptsel/tables/main_table.csv",
+        "ckptsel/figures/budget_curves_G.png",
+    } <= names
+    assert list(payload.main_table.columns) == ["rule", "quantity", "mean", "lo", "hi", "unresolved"]
     check_description(registration(payload, NAME, study.checkpoint).description, study)
     alone = build_payload(None, study.selection)  # `select --log`: no analysis, one trajectory
     assert alone.main_table is None and alone.summary is None
     assert {p.name for p, _ in alone.files} == {"metrics.csv", "metrics.json"}
     sv = study.selection["rules"]["accuracy"]["split_validation"]
     assert alone.metrics["ckptsel/select/accuracy/split_validation/lo"] == pytest.approx(sv["lo"])
-    assert (
-        alone.metrics["ckptsel/select/keep_step"] == study.selection["recommendation"]["keep_step"]
-    )
+    assert alone.metrics["ckptsel/select/keep_step"] == study.selection["recommendation"]["keep_step"]
     assert (
         "Final checkpoint kept because the gain is unresolved"
         in registration(alone, NAME, study.checkpoint).description
@@ -140,9 +121,7 @@ def test_payload_names_every_estimate_and_the_evidence(study):
         registration(payload, "no spaces")
 
 
-@pytest.mark.parametrize(
-    ("tracker", "extra"), [("mlflow", "mlflow"), ("wandb", "wandb"), ("trackio", "trackio")]
-)
+@pytest.mark.parametrize(("tracker", "extra"), [("mlflow", "mlflow"), ("wandb", "wandb"), ("trackio", "trackio")])
 def test_a_missing_tracker_is_one_line_with_the_install_hint(monkeypatch, tracker, extra):
     monkeypatch.setitem(sys.modules, tracker, None)  # import fails as if not installed
     with pytest.raises(CkptselError, match=rf"pip install 'ckptsel\[{extra}\]'"):
@@ -155,9 +134,14 @@ def test_a_missing_tracker_is_one_line_with_the_install_hint(monkeypatch, tracke
 def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tmp_path):
     mlflow = import_mlflow()
     [logged] = log_results(
-        study.results, ["mlflow"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
-        targets={"mlflow": LogTarget(run_name="sft-train", project="exp-new")}, note=lambda m: None,
-    )  # fmt: skip
+        study.results,
+        ["mlflow"],
+        selection=study.selection,
+        register=NAME,
+        checkpoint=study.checkpoint,
+        targets={"mlflow": LogTarget(run_name="sft-train", project="exp-new")},
+        note=lambda m: None,
+    )
     client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
     run = client.get_run(logged.run_id)
     assert run.info.run_name == "ckptsel-sft-train" and run.info.status == "FINISHED"
@@ -167,8 +151,13 @@ def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tm
     assert "ckptsel.choices_sha256" not in run.data.tags
     check_metrics(run.data.metrics, study.summary)
     names = {a.path for a in client.list_artifacts(logged.run_id, "ckptsel")}
-    assert {"ckptsel/summary.json", "ckptsel/report.html", "ckptsel/main_table.json",
-            "ckptsel/metrics.csv", "ckptsel/choices.csv"} <= names  # fmt: skip
+    assert {
+        "ckptsel/summary.json",
+        "ckptsel/report.html",
+        "ckptsel/main_table.json",
+        "ckptsel/metrics.csv",
+        "ckptsel/choices.csv",
+    } <= names
     back = mlflow.artifacts.download_artifacts(
         run_id=logged.run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path)
     )
@@ -183,15 +172,18 @@ def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tm
 def test_mlflow_a_selection_alone(study, stores):
     mlflow = import_mlflow()
     [logged] = log_results(
-        None, ["mlflow"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
-        targets={"mlflow": LogTarget(run_name=TRAJ, project="exp-select")}, note=lambda m: None,
-    )  # fmt: skip
+        None,
+        ["mlflow"],
+        selection=study.selection,
+        register=NAME,
+        checkpoint=study.checkpoint,
+        targets={"mlflow": LogTarget(run_name=TRAJ, project="exp-select")},
+        note=lambda m: None,
+    )
     client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
     run = client.get_run(logged.run_id)
     sv = study.selection["rules"]["accuracy"]["split_validation"]
-    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(
-        sv["mean"]
-    )
+    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(sv["mean"])
     assert run.data.params["ckptsel.select.rule"] == "accuracy"
     assert [a.path for a in client.list_artifacts(logged.run_id, "ckptsel")] == [
         "ckptsel/metrics.csv",
@@ -211,9 +203,14 @@ def test_mlflow_into_the_training_run_by_id(study, stores):
     client.log_metric(train.info.run_id, "train/loss", 1.5, step=80)
     client.set_terminated(train.info.run_id)
     [logged] = log_results(
-        study.results, ["mlflow"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
-        targets={"mlflow": LogTarget(run_id=train.info.run_id)}, note=lambda m: None,
-    )  # fmt: skip
+        study.results,
+        ["mlflow"],
+        selection=study.selection,
+        register=NAME,
+        checkpoint=study.checkpoint,
+        targets={"mlflow": LogTarget(run_id=train.info.run_id)},
+        note=lambda m: None,
+    )
     run = client.get_run(train.info.run_id)
     assert logged.run_id == train.info.run_id and run.info.status == "FINISHED"
     assert run.data.metrics["train/loss"] == 1.5
@@ -222,21 +219,21 @@ def test_mlflow_into_the_training_run_by_id(study, stores):
     assert version.run_id == train.info.run_id
     assert version.source == study.checkpoint.resolve().as_uri()  # the model, never the results
     with pytest.raises(CkptselError, match="MLflow run 'nope' not found"):
-        log_results(
-            study.results,
-            ["mlflow"],
-            targets={"mlflow": LogTarget(run_id="nope")},
-            note=lambda m: None,
-        )
+        log_results(study.results, ["mlflow"], targets={"mlflow": LogTarget(run_id="nope")}, note=lambda m: None)
 
 
 # --------------------------------------------------------------------------- W&B
 def test_wandb_offline_summary_media_and_model_artifact(study, stores):
     pytest.importorskip("wandb", reason="wandb not installed: pip install 'ckptsel[wandb]'")
     [logged] = log_results(
-        study.results, ["wandb"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
-        targets={"wandb": LogTarget(run_name="sft-train", project="ckptsel-test")}, note=lambda m: None,
-    )  # fmt: skip
+        study.results,
+        ["wandb"],
+        selection=study.selection,
+        register=NAME,
+        checkpoint=study.checkpoint,
+        targets={"wandb": LogTarget(run_name="sft-train", project="ckptsel-test")},
+        note=lambda m: None,
+    )
     [folder] = wandb_runs(stores.wandb, logged.run_id)
     run = wandb_run(folder)
     assert run["run"]["name"] == "ckptsel-sft-train" and run["run"]["group"] == "sft-train"
@@ -252,10 +249,7 @@ def test_wandb_offline_summary_media_and_model_artifact(study, stores):
     assert f"step-{study.selection['recommendation']['keep_step']}" in model["aliases"]
     assert model["metadata"]["ckptsel.trajectory"] == TRAJ
     # the checkpoint is referenced where it is, not uploaded
-    assert (
-        model["files"]["checkpoint/config.json"]
-        == (study.checkpoint / "config.json").resolve().as_uri()
-    )
+    assert model["files"]["checkpoint/config.json"] == (study.checkpoint / "config.json").resolve().as_uri()
     check_description(model["description"], study)
 
 
@@ -266,9 +260,11 @@ def test_wandb_into_the_training_run_by_id(study, stores):
     train_id = train.id
     train.finish()
     [logged] = log_results(
-        study.results, ["wandb"], targets={"wandb": LogTarget(run_id=train_id, project="ckptsel-test")},
+        study.results,
+        ["wandb"],
+        targets={"wandb": LogTarget(run_id=train_id, project="ckptsel-test")},
         note=lambda m: None,
-    )  # fmt: skip
+    )
     assert logged.run_id == train_id
     line = logged.line()  # the run named (issue 39: it said "logged to run None")
     assert "None" not in line and train_id in line and line.startswith("wandb: logged to run ")
@@ -283,9 +279,14 @@ def test_trackio_local_metrics_media_and_registry(study, stores):
     from trackio.sqlite_storage import SQLiteStorage
 
     [logged] = log_results(
-        study.results, ["trackio"], selection=study.selection, register=NAME, checkpoint=study.checkpoint,
-        targets={"trackio": LogTarget(run_name="sft-train", project="ckptsel-test")}, note=lambda m: None,
-    )  # fmt: skip
+        study.results,
+        ["trackio"],
+        selection=study.selection,
+        register=NAME,
+        checkpoint=study.checkpoint,
+        targets={"trackio": LogTarget(run_name="sft-train", project="ckptsel-test")},
+        note=lambda m: None,
+    )
     assert logged.run_name == "ckptsel-sft-train"
     rows = SQLiteStorage.get_logs("ckptsel-test", "ckptsel-sft-train")
     [metrics] = [r for r in rows if "ckptsel/G/accuracy/full/mean" in r]
@@ -296,10 +297,9 @@ def test_trackio_local_metrics_media_and_registry(study, stores):
     [link] = trackio.Api().registry("models").collection(NAME).links
     assert ALIAS in link["aliases"]
     [model] = [a for a in SQLiteStorage.list_artifacts("ckptsel-test") if a["name"] == NAME]
-    assert model["type"] == "model" and {
-        ALIAS,
-        f"step-{study.selection['recommendation']['keep_step']}",
-    } <= set(model["versions"][0]["aliases"])
+    assert model["type"] == "model" and {ALIAS, f"step-{study.selection['recommendation']['keep_step']}"} <= set(
+        model["versions"][0]["aliases"]
+    )
     check_description(model["description"], study)
 
 
@@ -311,18 +311,22 @@ def test_trackio_into_the_training_run_by_name(study, stores):
     trackio.log({"train/loss": 1.5})
     trackio.finish()
     [logged] = log_results(
-        study.results, ["trackio"], targets={"trackio": LogTarget(run_id="sft-run", project="ckptsel-train")},
+        study.results,
+        ["trackio"],
+        targets={"trackio": LogTarget(run_id="sft-run", project="ckptsel-train")},
         note=lambda m: None,
-    )  # fmt: skip
+    )
     assert logged.run_name == "sft-run" and logged.line().startswith("trackio: logged to run sft-run (")
     rows = SQLiteStorage.get_logs("ckptsel-train", "sft-run")
     assert rows[0]["train/loss"] == 1.5
     check_metrics(next(r for r in rows if "ckptsel/G/accuracy/full/mean" in r), study.summary)
     with pytest.raises(CkptselError, match="no run 'nope'"):
         log_results(
-            study.results, ["trackio"], targets={"trackio": LogTarget(run_id="nope", project="ckptsel-train")},
+            study.results,
+            ["trackio"],
+            targets={"trackio": LogTarget(run_id="nope", project="ckptsel-train")},
             note=lambda m: None,
-        )  # fmt: skip
+        )
 
 
 def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
@@ -330,19 +334,20 @@ def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
     mean (a zero-width interval that reads resolved), but the mean and not_estimable = 1."""
     from ckptsel.trackers.base import evidence, summary_metrics
 
-    one = {
-        "mean": 1.78,
-        "lo": None,
-        "hi": None,
-        "unresolved": True,
-        "not_estimable": "1 configuration",
-    }
+    one = {"mean": 1.78, "lo": None, "hi": None, "unresolved": True, "not_estimable": "1 configuration"}
     m = summary_metrics({"D": {"accuracy": one}})
-    assert m == {"ckptsel/D/accuracy/mean": 1.78, "ckptsel/D/accuracy/unresolved": 1.0,
-                 "ckptsel/D/accuracy/not_estimable": 1.0}  # fmt: skip
-    sel = {"recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True, "reason": "r"},
-           "trajectory": "t", "final_step": 4, "settings": {"level": 0.95},
-           "rules": {"accuracy": {"choice": {"steps": [2]}, "split_validation": one}}}  # fmt: skip
+    assert m == {
+        "ckptsel/D/accuracy/mean": 1.78,
+        "ckptsel/D/accuracy/unresolved": 1.0,
+        "ckptsel/D/accuracy/not_estimable": 1.0,
+    }
+    sel = {
+        "recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True, "reason": "r"},
+        "trajectory": "t",
+        "final_step": 4,
+        "settings": {"level": 0.95},
+        "rules": {"accuracy": {"choice": {"steps": [2]}, "split_validation": one}},
+    }
     text = evidence(sel)
     assert "+1.78 pp not estimable: 1 configuration (no interval)" in text and "[" not in text
 

@@ -42,14 +42,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     texts = [format_prompt(q) + " " + r for q, r in QUESTIONS]
-    return save_tiny(
-        tmp_path_factory.mktemp("base") / "tiny",
-        texts,
-        vocab_size=300,
-        hidden_size=32,
-        layers=1,
-        heads=2,
-    )
+    return save_tiny(tmp_path_factory.mktemp("base") / "tiny", texts, vocab_size=300, hidden_size=32, layers=1, heads=2)
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +57,7 @@ def examples(tok):
 
 def _cfg(**kw) -> Configuration:
     d = dict(
-        name="c",
-        adaptation="lora",
-        rank=4,
-        alpha=8,
-        lr=1e-2,
-        steps=60,
-        save_every=25,
-        batch_size=4,
-        micro_batch=2,
+        name="c", adaptation="lora", rank=4, alpha=8, lr=1e-2, steps=60, save_every=25, batch_size=4, micro_batch=2
     )
     d.update(kw)
     return Configuration(**d)
@@ -117,11 +102,7 @@ def test_configuration_grid_and_validation():
 def _weights(path: Path) -> dict:
     from safetensors.torch import load_file
 
-    f = (
-        "adapter_model.safetensors"
-        if (path / "adapter_model.safetensors").exists()
-        else "model.safetensors"
-    )
+    f = "adapter_model.safetensors" if (path / "adapter_model.safetensors").exists() else "model.safetensors"
     return load_file(path / f)
 
 
@@ -138,15 +119,7 @@ def test_lora_run_writes_grid_and_resume_is_exact(base, tok, examples, tmp_path)
     acfg = json.loads((ck / "adapter_config.json").read_text())
     assert acfg["base_model_name_or_path"] == str(base)
     assert acfg["r"] == 4 and acfg["lora_dropout"] == 0.0
-    assert set(acfg["target_modules"]) == {
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    }
+    assert set(acfg["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert not (ck / "config.json").exists()  # adapter only
     for f in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
         assert (ck / f).is_file()
@@ -163,9 +136,7 @@ def test_lora_run_writes_grid_and_resume_is_exact(base, tok, examples, tmp_path)
 
     # interrupted after checkpoint-25, then resumed: identical to the uninterrupted run
     run2 = tmp_path / "resumed" / "c-s42"
-    first = train_trajectory(
-        str(base), examples, cfg, 42, run2, tokenizer=tok, progress=False, stop_after=25
-    )
+    first = train_trajectory(str(base), examples, cfg, 42, run2, tokenizer=tok, progress=False, stop_after=25)
     assert first.saved_steps == [25] and checkpoint_steps(run2) == [25]
     assert not trajectory_status(run2, 60).valid
     with pytest.raises(CkptselError, match="different settings seed=42 \\(now 43\\)"):
@@ -180,9 +151,7 @@ def test_lora_run_writes_grid_and_resume_is_exact(base, tok, examples, tmp_path)
     s2 = json.loads((run2 / "checkpoint-60" / "trainer_state.json").read_text())
     assert s2["log_history"] == state["log_history"]
     # a complete trajectory is skipped on a re-run
-    assert train_trajectory(
-        str(base), examples, cfg, 42, run2, tokenizer=tok, progress=False
-    ).skipped
+    assert train_trajectory(str(base), examples, cfg, 42, run2, tokenizer=tok, progress=False).skipped
     # a different seed gives a different trajectory
     run3 = tmp_path / "other" / "c-s43"
     train_trajectory(str(base), examples, _cfg(steps=25), 43, run3, tokenizer=tok, progress=False)
@@ -201,11 +170,7 @@ def test_full_run_final_step_off_grid_and_status(base, tok, examples, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(ck))
     assert AutoTokenizer.from_pretrained(str(ck)).eos_token_id == tok.eos_token_id
     ref = AutoModelForCausalLM.from_pretrained(str(base))
-    changed = [
-        n
-        for n, p in model.named_parameters()
-        if not torch.equal(p, dict(ref.named_parameters())[n])
-    ]
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p, dict(ref.named_parameters())[n])]
     assert changed  # full fine-tuning moved the weights
     assert trajectory_status(run, 30).valid
     assert trajectory_status(run).valid
@@ -220,10 +185,7 @@ def test_full_run_final_step_off_grid_and_status(base, tok, examples, tmp_path):
 
 
 def _write_study(tmp_path: Path, base: Path, steps: int = 30) -> Path:
-    rows = [
-        {"query": q, "response": r, "type": "GSM_AnsAug", "original_question": q}
-        for q, r in QUESTIONS
-    ]
+    rows = [{"query": q, "response": r, "type": "GSM_AnsAug", "original_question": q} for q, r in QUESTIONS]
     (tmp_path / "train.json").write_text(json.dumps(rows))
     toml = f"""schema = 2
 [study]
@@ -298,10 +260,7 @@ def test_train_command_trains_checks_and_flags_invalid(base, tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["train", str(path)])
     assert r.exit_code == 0, r.output
-    assert json.loads((tmp_path / "final_steps.json").read_text()) == {
-        "lora-r4-s42": 30,
-        "lora-r4-s43": 30,
-    }
+    assert json.loads((tmp_path / "final_steps.json").read_text()) == {"lora-r4-s42": 30, "lora-r4-s43": 30}
     for t in ("lora-r4-s42", "lora-r4-s43"):
         assert checkpoint_steps(tmp_path / "runs" / t) == [25, 30]
     r = runner.invoke(app, ["train", str(path), "--check"])
@@ -321,9 +280,7 @@ def test_gradient_accumulation_equals_one_big_batch(base, tok, examples, tmp_pat
     4 micro-batches of 2 and 1 micro-batch of 8 give the same update (up to float rounding)."""
     runs = {}
     for micro in (2, 8):
-        cfg = _cfg(
-            adaptation="full", lr=1e-3, steps=2, save_every=1, batch_size=8, micro_batch=micro
-        )
+        cfg = _cfg(adaptation="full", lr=1e-3, steps=2, save_every=1, batch_size=8, micro_batch=micro)
         run = tmp_path / f"m{micro}" / "c-s42"
         train_trajectory(str(base), examples, cfg, 42, run, tokenizer=tok, progress=False)
         runs[micro] = _weights(run / "checkpoint-2")

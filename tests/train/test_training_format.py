@@ -26,13 +26,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-from tinyrun import (  # noqa: E402
-    CHAT_TEMPLATE,
-    build_tiny_base,
-    make_gsm8k_rows,
-    save_lora_checkpoints,
-    write_jsonl,
-)
+from tinyrun import CHAT_TEMPLATE, build_tiny_base, make_gsm8k_rows, save_lora_checkpoints, write_jsonl  # noqa: E402
 
 BOS_CHAT_TEMPLATE = "{{ bos_token }}" + CHAT_TEMPLATE  # a template that writes the BOS itself
 QA = "Question: {{ prompt }}\nAnswer: "  # the prompt part of f"Question: {q}\nAnswer: " + answer
@@ -59,10 +53,12 @@ def bos_run(tmp_path_factory):
     run = root / "runs" / "bos-s0"
     save_lora_checkpoints(base, run, [2, 4])
     return {
-        "root": root, "base": base, "run": run,
+        "root": root,
+        "base": base,
+        "run": run,
         "validation": write_jsonl(root / "data" / "validation.jsonl", val),
         "test": write_jsonl(root / "data" / "test.jsonl", test),
-    }  # fmt: skip
+    }
 
 
 def _tok(run):
@@ -82,10 +78,23 @@ def _run_copy(run, tmp_path, fmt=None) -> Path:
 
 def _measure(run, run_dir, out, *extra, capsys):
     args = [
-        "measure", run_dir, "--task", "gsm8k", "--validation", run["validation"],
-        "--test", run["test"], "--out", out, "--batch-size", 4, "--only", "nll",
-        "--no-progress", *extra,
-    ]  # fmt: skip
+        "measure",
+        run_dir,
+        "--task",
+        "gsm8k",
+        "--validation",
+        run["validation"],
+        "--test",
+        run["test"],
+        "--out",
+        out,
+        "--batch-size",
+        4,
+        "--only",
+        "nll",
+        "--no-progress",
+        *extra,
+    ]
     return run_cli(args, capsys)
 
 
@@ -142,9 +151,7 @@ def test_a_two_bos_run_is_measured_with_two_when_its_folder_says_so(bos_run, tmp
         text = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
         hand = list(tok(text)["input_ids"])  # the hand-written path
         assert ids == hand and hand[:2] == [tok.bos_token_id] * 2
-        full = tok.apply_chat_template(
-            [*user, {"role": "assistant", "content": it.response}], tokenize=False
-        )
+        full = tok.apply_chat_template([*user, {"role": "assistant", "content": it.response}], tokenize=False)
         full_ids = list(tok(full)["input_ids"])
         labels = [-100] * len(hand) + full_ids[len(hand) :]
         nll, n = _masked_nll(model, full_ids, labels)
@@ -164,9 +171,7 @@ def test_an_unstated_bos_is_assumed_once_and_said(bos_run, tmp_path, capsys):
     assert len(warning) == 1 and "BOS assumed once" in warning[0], said
     assert '"bos": "template+tokenizer"' in warning[0] and "prompt_format.json" in warning[0]
     once = _recorded(out)
-    (run / "prompt_format.json").write_text(
-        json.dumps({"prompt_format": "chat", "bos": "template+tokenizer"})
-    )
+    (run / "prompt_format.json").write_text(json.dumps({"prompt_format": "chat", "bos": "template+tokenizer"}))
     code, said = _measure(bos_run, run, out, capsys=capsys)  # the same records folder
     assert code == 2 and "prompt format" in said, said  # two formats never mix in one trajectory
     code, said = _measure(bos_run, run, tmp_path / "twice", capsys=capsys)
@@ -198,9 +203,7 @@ def test_a_template_file_run_is_scored_on_its_label_mask(bos_run, tmp_path, caps
     items = load_items("gsm8k", bos_run["validation"])
     recorded = _recorded(out)
     fmt = prompt_format(str(template))
-    prompts, answers = fmt.encode(
-        tok, [it.instruction for it in items], [it.response for it in items], items, cache={}
-    )
+    prompts, answers = fmt.encode(tok, [it.instruction for it in items], [it.response for it in items], items, cache={})
     merged = 0
     for it, p, a in zip(items, prompts, answers, strict=True):
         prompt = f"Question: {it.instruction}\nAnswer: "  # the training code's own text
@@ -248,9 +251,16 @@ def test_tasks_show_prints_the_ids_head_and_the_bos_count(bos_run, capsys):
     """The same first text line, told apart by the ids: one BOS under the template's own
     tokenization, two under --bos template+tokenizer, with the warning when it is unsaid."""
     show = [
-        "tasks", "show", "gsm8k", "--items", bos_run["validation"], "--prompt-format", "chat",
-        "--tokenizer", bos_run["base"],
-    ]  # fmt: skip
+        "tasks",
+        "show",
+        "gsm8k",
+        "--items",
+        bos_run["validation"],
+        "--prompt-format",
+        "chat",
+        "--tokenizer",
+        bos_run["base"],
+    ]
     tok = _tok(bos_run)
     code, once = run_cli(show, capsys)
     assert code == 0, once
@@ -272,9 +282,16 @@ def test_a_template_file_s_own_bos_text_is_counted(bos_run, tmp_path, capsys):
     path = tmp_path / "bos.jinja"
     path.write_text("<s>Q: {{ prompt }}\nA:")
     show = [
-        "tasks", "show", "gsm8k", "--items", bos_run["validation"], "--prompt-format", path,
-        "--tokenizer", bos_run["base"],
-    ]  # fmt: skip
+        "tasks",
+        "show",
+        "gsm8k",
+        "--items",
+        bos_run["validation"],
+        "--prompt-format",
+        path,
+        "--tokenizer",
+        bos_run["base"],
+    ]
     code, said = run_cli(show, capsys)
     assert code == 2 and len(_one_line(said)) == 1 and "Traceback" not in said, said
     assert str(path) in said and "'<s>'" in said and "two" in said
@@ -325,9 +342,7 @@ HOSTILE_BOS = [  # (case, the value of "bos", what the line names besides the fi
 ]
 
 
-@pytest.mark.parametrize(
-    ("value", "names"), [(v, n) for _, v, n in HOSTILE_BOS], ids=[c for c, _, _ in HOSTILE_BOS]
-)
+@pytest.mark.parametrize(("value", "names"), [(v, n) for _, v, n in HOSTILE_BOS], ids=[c for c, _, _ in HOSTILE_BOS])
 def test_a_hostile_bos_in_prompt_format_json_is_one_line(bos_run, tmp_path, capsys, value, names):
     run = _run_copy(bos_run, tmp_path, json.dumps({"prompt_format": "chat", "bos": value}))
     out = tmp_path / "records"
@@ -347,13 +362,9 @@ HOSTILE_SHOW = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("extra", "names"), [(e, n) for _, e, n in HOSTILE_SHOW], ids=[i for i, _, _ in HOSTILE_SHOW]
-)
+@pytest.mark.parametrize(("extra", "names"), [(e, n) for _, e, n in HOSTILE_SHOW], ids=[i for i, _, _ in HOSTILE_SHOW])
 def test_a_hostile_bos_on_tasks_show_is_one_line(bos_run, capsys, extra, names):
-    code, said = run_cli(
-        ["tasks", "show", "gsm8k", "--tokenizer", bos_run["base"], *extra], capsys
-    )
+    code, said = run_cli(["tasks", "show", "gsm8k", "--tokenizer", bos_run["base"], *extra], capsys)
     assert code == 2 and len(_one_line(said)) == 1 and "Traceback" not in said, said
     assert names in said and len(said) < 600, said
 

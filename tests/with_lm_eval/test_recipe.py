@@ -33,11 +33,7 @@ yaml = pytest.importorskip("yaml")
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "harness-logs.md"
 DOCS = [  # (question, gold, the response the tiny model is taught to give)
     ("Tom has 3 apples and buys 15 more. How many now?", "18", "3 + 15 = 18\n#### 18"),
-    (
-        "Ann reads 1,200 pages, then 34 more. Total?",
-        "1234",
-        "1,200 + 34 = 1,234. The answer is 1,234.",
-    ),
+    ("Ann reads 1,200 pages, then 34 more. Total?", "1234", "1,200 + 34 = 1,234. The answer is 1,234."),
     ("A box has 7 pens. 2 break. How many are left?", "5", "7 - 2 = 4 pens.\nThe answer is 4"),
     ("Max had 10 cards and lost 3. How many are left?", "7", "The answer is 7."),
     ("A farmer has 4 rows of 6 trees. How many trees?", "24", "4 rows of 6 trees is 25"),
@@ -77,9 +73,7 @@ def taught_model(folder: Path, prompt: str) -> Path:
 
 def page_task() -> dict:
     """The page's lm-eval task (the YAML block with a filter_list)."""
-    [block] = [
-        b for b in re.findall(r"```yaml\n(.*?)```", PAGE.read_text(), re.S) if "filter_list" in b
-    ]
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", PAGE.read_text(), re.S) if "filter_list" in b]
     return yaml.safe_load(textwrap.dedent(block))
 
 
@@ -103,10 +97,15 @@ def run_lm_eval(task: dict, model: Path, root: Path) -> tuple[Path, list[dict]]:
     out = root / "evals" / "tiny" / "checkpoint-0"
     tracker = EvaluationTracker(output_path=str(out))
     results = lm_eval.simple_evaluate(
-        model="hf", model_args=f"pretrained={model},dtype=float32", tasks=[task["task"]],
-        task_manager=TaskManager(include_path=str(tasks)), device="cpu", batch_size=1,
-        log_samples=True, evaluation_tracker=tracker,
-    )  # fmt: skip
+        model="hf",
+        model_args=f"pretrained={model},dtype=float32",
+        tasks=[task["task"]],
+        task_manager=TaskManager(include_path=str(tasks)),
+        device="cpu",
+        batch_size=1,
+        log_samples=True,
+        evaluation_tracker=tracker,
+    )
     samples = results.pop("samples")
     tracker.save_results_aggregated(results=results, samples=samples)
     tracker.save_results_samples(task_name=task["task"], samples=samples[task["task"]])
@@ -122,8 +121,7 @@ def test_the_pages_yaml_gives_ckptsels_correctness(model, tmp_path, monkeypatch,
 
     records = tmp_path / "records"
     code, said = run_cli(
-        ["ingest", "lm-eval", out, "--out", records, "--task", "gsm8k", "--trajectory", "tiny"],
-        capsys,
+        ["ingest", "lm-eval", out, "--out", records, "--task", "gsm8k", "--trajectory", "tiny"], capsys
     )
     assert code == 0, said
     assert "the log says" not in said  # no contradiction between the log and ckptsel's rule
@@ -134,18 +132,14 @@ def test_the_pages_yaml_gives_ckptsels_correctness(model, tmp_path, monkeypatch,
         ours = extract("gsm8k", raw)
         assert filtered == (ours or "[invalid]"), (raw, filtered, ours)  # the filter is ckptsel's
         row = gen.loc[f"my_gsm8k-{s['doc_id']}"]
-        assert (
-            bool(row["correct"]) == is_correct("gsm8k", raw, s["target"]) == (s["exact_match"] == 1)
-        )
+        assert bool(row["correct"]) == is_correct("gsm8k", raw, s["target"]) == (s["exact_match"] == 1)
         assert row["text"] == raw
     taught = [r for _, _, r in DOCS]
     assert sum(s["resps"][0][0].strip() in taught for s in logged) >= 4  # the model says them
     assert {s["exact_match"] for s in logged} == {0.0, 1.0}  # right and wrong answers both
 
 
-def test_without_the_filter_ingest_says_the_log_contradicts_itself(
-    model, tmp_path, monkeypatch, capsys
-):
+def test_without_the_filter_ingest_says_the_log_contradicts_itself(model, tmp_path, monkeypatch, capsys):
     """The page's old recipe (no filter_list, a bare exact_match): lm-eval's correctness is 0
     on every item; ingest says so, and --rescore gives ckptsel's."""
     task = {k: v for k, v in page_task().items() if k != "filter_list"}
@@ -153,10 +147,7 @@ def test_without_the_filter_ingest_says_the_log_contradicts_itself(
     monkeypatch.chdir(tmp_path)
     out, logged = run_lm_eval(task, model, tmp_path)
     assert {s["exact_match"] for s in logged} == {0.0}
-    ours = {
-        f"my_gsm8k-{s['doc_id']}": is_correct("gsm8k", s["resps"][0][0], s["target"])
-        for s in logged
-    }
+    ours = {f"my_gsm8k-{s['doc_id']}": is_correct("gsm8k", s["resps"][0][0], s["target"]) for s in logged}
     right = sum(ours.values())
     assert right >= 3
     records = tmp_path / "records"

@@ -31,10 +31,25 @@ def run(tmp_path_factory):
 
 def test_vllm_measures_a_chat_run_as_hf_does(run, tmp_path, capsys):
     common = [
-        "measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation, "--test",
-        run.test, "--max-new-tokens", 12, "--batch-size", 4, "--dtype", "float32",
-        "--prompt-format", "chat", "--system-prompt", "Be brief.",
-    ]  # fmt: skip
+        "measure",
+        run.run_dir,
+        "--task",
+        "gsm8k",
+        "--validation",
+        run.validation,
+        "--test",
+        run.test,
+        "--max-new-tokens",
+        12,
+        "--batch-size",
+        4,
+        "--dtype",
+        "float32",
+        "--prompt-format",
+        "chat",
+        "--system-prompt",
+        "Be brief.",
+    ]
     code, said = run_cli([*common, "--out", tmp_path / "hf"], capsys)
     assert code == 0, said
     code, said = run_cli([*common, "--out", tmp_path / "vllm", "--backend", "vllm"], capsys)

@@ -21,18 +21,34 @@ STEPS = (2, 4, 6)
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return build_tiny_run(
-        tmp_path_factory.mktemp("vcli"), steps=STEPS, n_validation=4, n_test=3, hidden_size=128
-    )
+    return build_tiny_run(tmp_path_factory.mktemp("vcli"), steps=STEPS, n_validation=4, n_test=3, hidden_size=128)
 
 
 def args(run, out, *extra) -> list:
     return [
-        "measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation,
-        "--test", run.test, "--out", out, "--backend", "vllm", "--dtype", "float32",
-        "--batch-size", "4", "--max-new-tokens", "8", "--window", "64",
-        "--no-conformance-check", *extra,
-    ]  # fmt: skip
+        "measure",
+        run.run_dir,
+        "--task",
+        "gsm8k",
+        "--validation",
+        run.validation,
+        "--test",
+        run.test,
+        "--out",
+        out,
+        "--backend",
+        "vllm",
+        "--dtype",
+        "float32",
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--window",
+        "64",
+        "--no-conformance-check",
+        *extra,
+    ]
 
 
 def measure(run, out, capsys, *extra):
@@ -47,9 +63,7 @@ def one_per_call(run, tmp_path_factory):
 
 
 @pytest.mark.parametrize("progress", ["--progress", "--no-progress"])
-def test_a_lora_trajectory_measures_from_the_command_line(
-    run, one_per_call, tmp_path, capsys, progress
-):
+def test_a_lora_trajectory_measures_from_the_command_line(run, one_per_call, tmp_path, capsys, progress):
     code, said = measure(run, tmp_path / "r", capsys, progress)
     assert code == 0, said
     assert "Traceback" not in said and "3 checkpoints (3 measured)" in said
@@ -59,12 +73,9 @@ def test_a_lora_trajectory_measures_from_the_command_line(
     assert code == 0 and "(0 measured, 3 already recorded)" in said, said
 
 
-def test_a_lora_trajectory_measures_on_ray_from_the_command_line(
-    run, one_per_call, tmp_path, capsys
-):
+def test_a_lora_trajectory_measures_on_ray_from_the_command_line(run, one_per_call, tmp_path, capsys):
     pytest.importorskip("ray")
-    code, said = measure(run, tmp_path / "r", capsys, "--executor", "ray", "--workers", "1",
-                         "--progress")  # fmt: skip
+    code, said = measure(run, tmp_path / "r", capsys, "--executor", "ray", "--workers", "1", "--progress")
     assert code == 0, said
     assert "3 checkpoints (3 measured)" in said
     assert_same(frames(tmp_path / "r"), one_per_call)

@@ -28,9 +28,8 @@ MAX_NEW = 12
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return build_tiny_run(
-        tmp_path_factory.mktemp("vllm-conform"), steps=(10,), n_validation=6, n_test=4,
-        hidden_size=128,
-    )  # fmt: skip
+        tmp_path_factory.mktemp("vllm-conform"), steps=(10,), n_validation=6, n_test=4, hidden_size=128
+    )
 
 
 @pytest.fixture()

@@ -24,16 +24,20 @@ STEPS = tuple(range(2, 21, 2))  # ten adapters, as a trajectory of the paper has
 
 def config(**kw) -> MeasureConfig:
     return MeasureConfig(
-        "gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm",
-        conformance_check=False, **kw,
-    )  # fmt: skip
+        "gsm8k",
+        batch_size=4,
+        max_new_tokens=12,
+        window=64,
+        dtype="float32",
+        backend="vllm",
+        conformance_check=False,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return build_tiny_run(
-        tmp_path_factory.mktemp("vlora"), steps=STEPS, n_validation=6, n_test=4, hidden_size=128
-    )
+    return build_tiny_run(tmp_path_factory.mktemp("vlora"), steps=STEPS, n_validation=6, n_test=4, hidden_size=128)
 
 
 @pytest.fixture
@@ -55,17 +59,13 @@ def calls(monkeypatch):
 @pytest.fixture(scope="module")
 def one_per_call(run, tmp_path_factory):
     out = tmp_path_factory.mktemp("seq") / "records"
-    result = measure_run(
-        run.run_dir, config(max_loras=1), validation=run.validation, test=run.test, out=out
-    )
+    result = measure_run(run.run_dir, config(max_loras=1), validation=run.validation, test=run.test, out=out)
     assert result.engine_starts == 1 and result.measured_steps == list(STEPS)
     return frames(out)
 
 
 def test_a_trajectorys_adapters_go_in_one_batch(run, one_per_call, calls, tmp_path):
-    result = measure_run(
-        run.run_dir, config(), validation=run.validation, test=run.test, out=tmp_path / "r"
-    )
+    result = measure_run(run.run_dir, config(), validation=run.validation, test=run.test, out=tmp_path / "r")
     assert result.engine_starts == 1 and result.measured_steps == list(STEPS)
     # one call for the NLL, one for the texts, each with every checkpoint's adapter
     assert [names for names, _ in calls] == [{f"step{s}" for s in STEPS}] * 2

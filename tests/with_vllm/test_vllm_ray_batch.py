@@ -31,23 +31,17 @@ STEPS = (2, 4, 6, 8)
 
 def config() -> MeasureConfig:
     return MeasureConfig(
-        "gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm",
-        conformance_check=False,
-    )  # fmt: skip
+        "gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm", conformance_check=False
+    )
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return build_tiny_run(
-        tmp_path_factory.mktemp("vray"), steps=STEPS, n_validation=6, n_test=4, hidden_size=128
-    )
+    return build_tiny_run(tmp_path_factory.mktemp("vray"), steps=STEPS, n_validation=6, n_test=4, hidden_size=128)
 
 
 def measure(run, out, executor=None):
-    return measure_run(
-        run.run_dir, config(), validation=run.validation, test=run.test, out=out,
-        executor=executor,
-    )  # fmt: skip
+    return measure_run(run.run_dir, config(), validation=run.validation, test=run.test, out=out, executor=executor)
 
 
 @pytest.fixture(scope="module")

@@ -38,16 +38,11 @@ RTOL = 1e-4
 
 
 def config(**kw) -> MeasureConfig:
-    return MeasureConfig(
-        "gsm8k", batch_size=4, max_new_tokens=MAX_NEW, window=WINDOW, dtype="float32", **kw
-    )
+    return MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW, window=WINDOW, dtype="float32", **kw)
 
 
 def measure(run, out: Path, executor=None, **kw):
-    return measure_run(
-        run.run_dir, config(**kw), validation=run.validation, test=run.test, out=out,
-        executor=executor,
-    )  # fmt: skip
+    return measure_run(run.run_dir, config(**kw), validation=run.validation, test=run.test, out=out, executor=executor)
 
 
 def records(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -82,9 +77,8 @@ def add_end_of_turn(base: Path) -> int:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     run = build_tiny_run(
-        tmp_path_factory.mktemp("vllm"), steps=STEPS, n_validation=8, n_test=6, long_every=3,
-        hidden_size=128,
-    )  # fmt: skip
+        tmp_path_factory.mktemp("vllm"), steps=STEPS, n_validation=8, n_test=6, long_every=3, hidden_size=128
+    )
     add_end_of_turn(run.base)
     return run
 
@@ -138,9 +132,7 @@ def test_units_say_which_engine_measured_them_and_engines_do_not_mix(run, hf, by
         assert engine_of(hf[2], kind)["engine"] == "hf"
         assert engine_of(hf[2], kind)["version"] == transformers.__version__
         p = engine_of(by_vllm[2], kind)
-        assert (p["engine"], p["version"], p["dtype"], p["device"]) == (
-            "vllm", vllm.__version__, "float32", "cpu"
-        )
+        assert (p["engine"], p["version"], p["dtype"], p["device"]) == ("vllm", vllm.__version__, "float32", "cpu")
         assert p["batch_size"] >= 1  # the engine's max_num_seqs
     # vLLM into the HF records: refused in one line before an engine starts; records intact
     before = records(hf[2])
@@ -195,8 +187,9 @@ def test_refusals_come_before_the_engine_starts(tmp_path):
     with pytest.raises(CkptselError, match="CPU build"):
         VllmEngine(
             MeasureConfig("gsm8k", backend="vllm", device="cuda", check_here=False),
-            discover_checkpoints(small.run_dir, None), None,
-        )  # fmt: skip
+            discover_checkpoints(small.run_dir, None),
+            None,
+        )
     cfg = small.run_dir / "checkpoint-10" / "adapter_config.json"
     cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "modules_to_save": ["lm_head"]}))
     with pytest.raises(CkptselError, match="modules_to_save"):

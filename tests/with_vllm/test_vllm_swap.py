@@ -27,18 +27,13 @@ STEPS = tuple(range(2, 21, 2))  # ten full checkpoints
 
 
 def config(**kw) -> MeasureConfig:
-    return MeasureConfig(
-        "gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm",
-        **kw,
-    )  # fmt: skip
+    return MeasureConfig("gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm", **kw)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("vswap")
-    return build_tiny_run(
-        root, steps=STEPS, n_validation=6, n_test=4, full=True, hidden_size=128
-    )
+    return build_tiny_run(root, steps=STEPS, n_validation=6, n_test=4, full=True, hidden_size=128)
 
 
 def test_one_engine_per_full_trajectory_gives_the_restart_records(run, tmp_path):

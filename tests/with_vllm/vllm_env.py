@@ -20,9 +20,7 @@ def require_vllm():
         import vllm
     except ImportError as err:
         if os.environ.get("CKPTSEL_REQUIRE_VLLM") == "1":
-            raise RuntimeError(
-                f"CKPTSEL_REQUIRE_VLLM=1 but vllm cannot be imported: {err}"
-            ) from err
+            raise RuntimeError(f"CKPTSEL_REQUIRE_VLLM=1 but vllm cannot be imported: {err}") from err
         pytest.skip(REASON, allow_module_level=True)
     return vllm
 
@@ -36,8 +34,7 @@ def frames(out):
 
     gen = read_frame(out, "generations").sort_values(KEY).reset_index(drop=True)
     nll = read_frame(out, "nll").sort_values([*KEY, "window"]).reset_index(drop=True)
-    return (gen.drop(columns=["provenance"], errors="ignore"),
-            nll.drop(columns=["provenance"], errors="ignore"))  # fmt: skip
+    return (gen.drop(columns=["provenance"], errors="ignore"), nll.drop(columns=["provenance"], errors="ignore"))
 
 
 def assert_same(a, b) -> None:

@@ -44,9 +44,7 @@ def test_analyze_and_verify_at_urls(s3, tmp_path, capsys):
     assert s3.keys("results") == sorted([*manifest["files"], "manifest.json"])
     for rel in manifest["files"]:
         if rel != "run.json":  # names the records folder analyzed
-            assert s3.fs.cat_file(f"{s3.bucket}/results/{rel}") == (
-                tmp_path / "results" / rel
-            ).read_bytes(), rel
+            assert s3.fs.cat_file(f"{s3.bucket}/results/{rel}") == (tmp_path / "results" / rel).read_bytes(), rel
     assert json.loads(s3.fs.cat_file(f"{s3.bucket}/results/run.json"))["records_dir"] == remote
     assert s3.fs.list_multipart_uploads(s3.bucket) == []
 
@@ -103,7 +101,6 @@ def test_results_and_records_at_urls_logged_to_a_tracker(s3, tmp_path, capsys, m
     assert given["ckptsel.results_dir"] == out and given["ckptsel.records_dir"] == remote
     assert given["ckptsel.records_sha256"] == records_sha256(local) == records_sha256(remote)
     got = mlflow.artifacts.download_artifacts(
-        run_id=run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path / "dl"),
-        tracking_uri=uri,
-    )  # fmt: skip
+        run_id=run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path / "dl"), tracking_uri=uri
+    )
     assert open(got, "rb").read() == s3.fs.cat_file(f"{s3.bucket}/results/summary.json")

@@ -38,7 +38,9 @@ def test_same_inputs_and_seed_give_byte_identical_summary(records_dir, tmp_path)
     analyze(records_dir, tmp_path / "b")
     a, b = (tmp_path / "a" / "summary.json").read_bytes(), (tmp_path / "b" / "summary.json").read_bytes()
     assert a == b
-    assert (tmp_path / "a" / "choices" / "choices.sha256").read_bytes() == (tmp_path / "b" / "choices" / "choices.sha256").read_bytes()
+    assert (tmp_path / "a" / "choices" / "choices.sha256").read_bytes() == (
+        tmp_path / "b" / "choices" / "choices.sha256"
+    ).read_bytes()
     analyze(records_dir, tmp_path / "c", seed=7)
     assert (tmp_path / "c" / "summary.json").read_bytes() != a
 
@@ -208,9 +210,13 @@ def test_analysis_settings_one_object_with_the_defaults_and_clear_errors():
     default = pipeline.AnalysisSettings.from_table({}, "study.toml: [analysis]")
     assert default == pipeline.AnalysisSettings() == pipeline.AnalysisSettings.of()
     assert default.to_dict() == {
-        "permutations": defaults.PERMUTATIONS, "draws": defaults.DRAWS, "seed": defaults.SEED,
-        "level": defaults.CONFIDENCE, "interval": defaults.INTERVAL, "budgets": list(defaults.BUDGETS),
-    }  # fmt: skip
+        "permutations": defaults.PERMUTATIONS,
+        "draws": defaults.DRAWS,
+        "seed": defaults.SEED,
+        "level": defaults.CONFIDENCE,
+        "interval": defaults.INTERVAL,
+        "budgets": list(defaults.BUDGETS),
+    }
     given = pipeline.AnalysisSettings.from_table({"budgets": [64, 32, 64], "seed": 3}, "s: [analysis]")
     assert given.choice.budgets == (32, 64) and given.given_budgets == (64, 32, 64)
     assert given.choice.seed == given.stat.seed == 3

@@ -57,9 +57,7 @@ def assert_one_line_error(args: list[str], capsys, *needles: str, code: int = 2)
 
 def _make_study(folder: Path):
     rng = np.random.default_rng(9)
-    gen, nll = rg.tables(
-        rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(30, 50), n_test=(20, 30))
-    )
+    gen, nll = rg.tables(rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(30, 50), n_test=(20, 30)))
     nll = pd.concat([nll, _test_nll(gen, rng)], ignore_index=True)
     return folder, gen, nll, rg.write(folder / "records", gen, nll)
 
@@ -153,9 +151,7 @@ def _final_steps_unknown(rec, gen, nll):
 
 
 @pytest.mark.parametrize(
-    "breaker",
-    [_negative_nll, _garbage_in_nll, _negative_step, _final_steps_unknown],
-    ids=lambda f: f.__name__,
+    "breaker", [_negative_nll, _garbage_in_nll, _negative_step, _final_steps_unknown], ids=lambda f: f.__name__
 )
 def test_impossible_or_corrupted_records_are_rejected(study, breaker, capsys):
     tmp, gen, nll, rec = study
@@ -279,26 +275,11 @@ def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
 
 # ============================================================== 3. published whole; verify covers every file
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _analyze_argv(rec: Path, out: Path, seed: int) -> list[str]:
-    return [
-        "analyze",
-        str(rec),
-        "--out",
-        str(out),
-        "--permutations",
-        "10",
-        "--draws",
-        "200",
-        "--seed",
-        str(seed),
-    ]
+    return ["analyze", str(rec), "--out", str(out), "--permutations", "10", "--draws", "200", "--seed", str(seed)]
 
 
 def _child(argv: list[str]) -> None:  # the CLI's analyze, in a forked process
@@ -392,9 +373,7 @@ def test_interrupted_fallback_swap_is_repaired(study, monkeypatch):
 
 
 def _edit_text(path: Path) -> None:
-    path.write_text(
-        path.read_text(encoding="utf-8").replace("accuracy", "accuracY", 1), encoding="utf-8"
-    )
+    path.write_text(path.read_text(encoding="utf-8").replace("accuracy", "accuracY", 1), encoding="utf-8")
 
 
 def _edit_parquet(path: Path) -> None:
@@ -441,9 +420,7 @@ def test_rerun_gives_a_byte_identical_results_folder(study, capsys):
     tmp, _, _, rec = study
     snaps = []
     for name in ("a", "b", "a"):  # a fresh folder, another one, then over the first
-        code, err = run_cli(
-            ["analyze", rec, "--out", tmp / name, "--permutations", 10, "--draws", 200], capsys
-        )
+        code, err = run_cli(["analyze", rec, "--out", tmp / name, "--permutations", 10, "--draws", 200], capsys)
         assert code == 0, err
         snaps.append(_snapshot(tmp / name))
     first, b, a = snaps
@@ -462,9 +439,7 @@ def _user_folder(tmp: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize(
-    "case", ["refused", "summary_file", "tables_file", "force_keeps", "force_collision"]
-)
+@pytest.mark.parametrize("case", ["refused", "summary_file", "tables_file", "force_keeps", "force_collision"])
 def test_out_never_overwrites_files_it_did_not_write(study, case, capsys):
     tmp, _, _, rec = study
     out = _user_folder(tmp)
@@ -511,17 +486,7 @@ def _safetensors(path: Path, truncate: bool) -> None:
 
 def _case(name: str, tmp: Path, rec: Path, capsys, analyzed):  # noqa: C901 - one arm per case
     """Prepare one bad situation; return (argv, needle, exit code)."""
-    analyze = [
-        "analyze",
-        rec,
-        "--out",
-        tmp / "res",
-        "--permutations",
-        10,
-        "--draws",
-        200,
-        "--no-report",
-    ]
+    analyze = ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200, "--no-report"]
     if name == "confidence":
         return [*analyze, "--confidence", "1.5"], "--confidence", 2
     if name == "seed_negative":
@@ -530,23 +495,10 @@ def _case(name: str, tmp: Path, rec: Path, capsys, analyzed):  # noqa: C901 - on
         return [*analyze, "--seed", str(2**70)], "--seed", 2
     if name == "out_under_a_file":
         (tmp / "afile").write_text("x")
-        return (
-            ["analyze", rec, "--out", tmp / "afile" / "res", "--permutations", 10, "--draws", 200],
-            "afile",
-            2,
-        )
+        return (["analyze", rec, "--out", tmp / "afile" / "res", "--permutations", 10, "--draws", 200], "afile", 2)
     if name == "out_unwritable":
         return (
-            [
-                "analyze",
-                rec,
-                "--out",
-                "/proc/ckptsel-results",
-                "--permutations",
-                10,
-                "--draws",
-                200,
-            ],
+            ["analyze", rec, "--out", "/proc/ckptsel-results", "--permutations", 10, "--draws", 200],
             "/proc/ckptsel-results",
             2,
         )
@@ -554,9 +506,7 @@ def _case(name: str, tmp: Path, rec: Path, capsys, analyzed):  # noqa: C901 - on
         return ["select", rec, "--trajectory", "c0-s0", "--draws", str(10**9)], "--draws", 2
     if name == "split_out_is_a_file":
         data = tmp / "data.jsonl"
-        data.write_text(
-            "".join(json.dumps({"question": f"q{k}", "answer": "1"}) + "\n" for k in range(20))
-        )
+        data.write_text("".join(json.dumps({"question": f"q{k}", "answer": "1"}) + "\n" for k in range(20)))
         (tmp / "taken").write_text("mine\n")
         return ["split", data, "--out", tmp / "taken"], "taken", 2
     if name in ("samples_binary", "samples_corrupt_gz"):
@@ -681,9 +631,7 @@ def test_weights_are_checked_before_anything_is_measured(tmp_path):
 
 # ============================================================== 6. smaller points
 def _one_test_item(tmp, gen, nll, rec):
-    keep = gen.item_id.isin(sorted(gen[gen.split == "test"].item_id.unique())[:1]) | (
-        gen.split == "validation"
-    )
+    keep = gen.item_id.isin(sorted(gen[gen.split == "test"].item_id.unique())[:1]) | (gen.split == "validation")
     rg.write(rec, gen[keep], nll[nll.item_id.isin(gen[keep].item_id.unique())])
     with _no_warnings():  # no NumPy RuntimeWarning, and no silent empty matched_half
         with pytest.raises(CkptselError, match="only 1 test item"):
@@ -706,9 +654,7 @@ def _audit_one_line_pools(tmp, gen, nll, rec):
     from ckptsel.data.audit.run import audit_pools
 
     q = "how many apples are left over now in the basket"
-    result = audit_pools(
-        {"train": [q], "validation": [q.replace("apples", "pears")], "test": [q + " today"]}
-    )
+    result = audit_pools({"train": [q], "validation": [q.replace("apples", "pears")], "test": [q + " today"]})
     assert result.control_ok and all(p.ok for p in result.planted)
     assert {"exact", "case_punct"} <= {p.kind for p in result.planted}
 
@@ -722,9 +668,7 @@ def _measure_name_taken(tmp, gen, nll, rec):
     traj, conf, task = gen.iloc[0][["trajectory", "configuration", "task"]]
     config = SimpleNamespace(task_for=lambda split: task)  # simulated tasks are not registered
     _check_trajectory_identity(table, rec, traj, conf, config)  # same identity: fine
-    with pytest.raises(
-        CkptselError, match=f"trajectory {traj!r} is already recorded with configuration"
-    ):
+    with pytest.raises(CkptselError, match=f"trajectory {traj!r} is already recorded with configuration"):
         _check_trajectory_identity(table, rec, traj, "another-config", config)
     with pytest.raises(CkptselError, match=f"trajectory {traj!r} is already recorded with task"):
         _check_trajectory_identity(
@@ -736,13 +680,9 @@ def _negative_steps_named_right(tmp, gen, nll, rec):
     traj = sorted(gen.trajectory.unique())[1]
     gen, nll = gen.copy(), nll.copy()
     test_rows = (nll.trajectory == traj) & (nll.split == "test")
-    nll.loc[test_rows, "step"] = -nll.loc[
-        test_rows, "step"
-    ]  # negative steps in one trajectory's test rows
+    nll.loc[test_rows, "step"] = -nll.loc[test_rows, "step"]  # negative steps in one trajectory's test rows
     rg.write(rec, gen, nll)
-    with pytest.raises(
-        CkptselError, match=f"trajectory {traj!r}, step -\\d+: negative step"
-    ) as err:
+    with pytest.raises(CkptselError, match=f"trajectory {traj!r}, step -\\d+: negative step") as err:
         pipeline.analyze(rec, tmp / "res", **FAST)
     step = int(str(err.value).split("step ")[1].split(":")[0])
     assert step in set(nll.loc[test_rows, "step"])  # a step that exists, of the right trajectory
@@ -796,9 +736,7 @@ def _storage_env(monkeypatch, tmp: Path, case: str) -> None:
     ],
 )
 @pytest.mark.parametrize("command", ["analyze", "verify", "analyze_out"])
-def test_storage_failures_are_one_line_naming_the_url(
-    study, monkeypatch, capsys, case, needle, command
-):
+def test_storage_failures_are_one_line_naming_the_url(study, monkeypatch, capsys, case, needle, command):
     tmp, _, _, rec = study
     _storage_env(monkeypatch, tmp, case)
     argv = {

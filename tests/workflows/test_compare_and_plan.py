@@ -16,11 +16,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.stats.distributions import norm_cdf
 from ckptsel.stats.paired import mcnemar_exact, two_by_two
 from ckptsel.stats.resample import cluster_codes, clustered_means, draw_counts, resample_counts
-from ckptsel.workflows.advise.comparison import (
-    CompareSettings,
-    compare_checkpoints,
-    paired_difference,
-)
+from ckptsel.workflows.advise.comparison import CompareSettings, compare_checkpoints, paired_difference
 from ckptsel.workflows.advise.planning import (
     PilotMoments,
     PlanSettings,
@@ -55,9 +51,7 @@ def test_mcnemar_hand_computed():
     for b, c in rng.integers(0, 400, size=(40, 2)):
         b, c = int(b), int(c)
         n = b + c
-        exact = (
-            min(1.0, 2 * sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n) if n else 1.0
-        )
+        exact = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n) if n else 1.0
         assert mcnemar_exact(b, c) == pytest.approx(exact, rel=1e-9, abs=1e-300)
 
 
@@ -132,22 +126,32 @@ def _traj(name, task, n=40, N=30, groups=None, seed=0, ids=None) -> rg.Traj:
     test[1] = np.arange(N) < 24
     test[2] = np.arange(N) < 18
     return rg.Traj(
-        name=name, configuration="cfg", task=task, steps=STEPS, val_correct=val,
-        val_answers=np.where(val, "A", "B"), val_nll=np.ones((T, n)),
-        val_tokens=np.full(n, 3), test_correct=test, test_answers=np.where(test, "A", "B"),
-        val_groups=groups, val_ids=ids,
-    )  # fmt: skip
+        name=name,
+        configuration="cfg",
+        task=task,
+        steps=STEPS,
+        val_correct=val,
+        val_answers=np.where(val, "A", "B"),
+        val_nll=np.ones((T, n)),
+        val_tokens=np.full(n, 3),
+        test_correct=test,
+        test_answers=np.where(test, "A", "B"),
+        val_groups=groups,
+        val_ids=ids,
+    )
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     root = tmp_path_factory.mktemp("compare")
     pairs = [f"q{i // 2}" for i in range(40)]
-    gen, nll = rg.tables([
-        _traj("run-a", "gsm8k", groups=pairs),
-        _traj("run-b", "gsm8k", groups=pairs),
-        _traj("other", "math", ids=[f"m{i}" for i in range(40)]),
-    ])  # fmt: skip
+    gen, nll = rg.tables(
+        [
+            _traj("run-a", "gsm8k", groups=pairs),
+            _traj("run-b", "gsm8k", groups=pairs),
+            _traj("other", "math", ids=[f"m{i}" for i in range(40)]),
+        ]
+    )
     test = gen["split"] == "test"
     gen.loc[test, "group"] = "t" + (gen.loc[test, "item_id"].str[1:].astype(int) // 3).astype(str)
     return rg.write(root / "records", gen, nll)
@@ -185,8 +189,21 @@ def test_compare_hand_computed(records):
 
 
 def test_compare_two_runs_and_cli_json(records, capsys):
-    run(["compare", str(records), "--trajectory", "run-a", "--trajectory-b", "run-b",
-          "10", "30", "--json", "--draws", "500"])  # fmt: skip
+    run(
+        [
+            "compare",
+            str(records),
+            "--trajectory",
+            "run-a",
+            "--trajectory-b",
+            "run-b",
+            "10",
+            "30",
+            "--json",
+            "--draws",
+            "500",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["b"] == {"trajectory": "run-b", "step": 30}
     v = out["splits"]["validation"]
@@ -203,10 +220,7 @@ def test_compare_two_runs_and_cli_json(records, capsys):
         (["--trajectory", "nope", "10", "30"], "trajectory 'nope' has no validation records"),
         (["--trajectory", "run-a", "10", "35"], "no checkpoint at step 35"),
         (["--trajectory", "run-a", "30", "30"], "compared with itself"),
-        (
-            ["--trajectory", "run-a", "--trajectory-b", "other", "10", "30"],
-            "share no validation items",
-        ),
+        (["--trajectory", "run-a", "--trajectory-b", "other", "10", "30"], "share no validation items"),
     ],
 )
 def test_compare_errors_exit_2(records, capsys, args, message):
@@ -277,8 +291,7 @@ def test_plan_from_records_and_cli(records, tmp_path, capsys):
     assert out["planned_budget"] == 2 and out["trajectories"]["run-a"]["pilot_clusters"] == 20
     # split pilot: choices on one half, scored on the other; the same known answers (each
     # half holds whole {even, odd} pairs), extrapolation relative to the half
-    out = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160),
-                                                                    draws=300, method="split"))  # fmt: skip
+    out = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160), draws=300, method="split"))
     assert out["settings"]["method"] == "split"
     assert [r["extrapolation"] for r in out["rows"]] == [0.1, 0.4, 2.0, 8.0]
     assert all(r["p_beat"] == 1.0 and r["gain"] == pytest.approx(50.0) for r in out["rows"])
@@ -286,20 +299,38 @@ def test_plan_from_records_and_cli(records, tmp_path, capsys):
     flat = pilot_curves(
         np.tile(np.arange(40) % 2 == 0, (3, 1)) | (np.arange(3) == 1)[:, None],
         np.tile(np.arange(40) % 2 == 0, (3, 1)) | (np.arange(3) == 1)[:, None],
-        np.arange(40).astype(str), True, (2,), 2000, seed=0,
-    )  # fmt: skip
+        np.arange(40).astype(str),
+        True,
+        (2,),
+        2000,
+        seed=0,
+    )
     # both even (prob. 1/4): all three checkpoints tie, step 20 gets a third of the draw
     assert flat["p_beat"][0] == pytest.approx(0.75 + 0.25 / 3, abs=0.03)
     # calibrated (the default): every pair differs by exactly 50 pp, so the pilot has no doubt
     # (zero variance): step 20 is a confident beater and the promise is the same known answer
-    cal = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160),
-                                                                    draws=300))  # fmt: skip
+    cal = plan_from_pilot(records, ["run-a"], settings=PlanSettings(budgets=(2, 8, 40, 160), draws=300))
     assert cal["settings"]["method"] == "calibrated" and cal["reaches_target"]
     assert cal["trajectories"]["run-a"]["confident_beaters"] == [20]
     assert all(r["p_beat"] == 1.0 and r["p_beat_point"] == 1.0 for r in cal["rows"])
     assert cal["planned_budget"] == 2 and cal["answer"].startswith("2 items")
-    args = ["plan", str(records), "--trajectory", "run-a", "--budgets", "2,8,40,160",
-            "--draws", "300", "--delta", "3", "--agreement", "0.9", "--json", "--method", "split"]  # fmt: skip
+    args = [
+        "plan",
+        str(records),
+        "--trajectory",
+        "run-a",
+        "--budgets",
+        "2,8,40,160",
+        "--draws",
+        "300",
+        "--delta",
+        "3",
+        "--agreement",
+        "0.9",
+        "--json",
+        "--method",
+        "split",
+    ]
     run([*args, "--figure", str(tmp_path / "a.png")])
     first = json.loads(capsys.readouterr().out)
     run([*args, "--figure", str(tmp_path / "b.png")])
@@ -408,11 +439,18 @@ def test_plan_cli_answers_no_budget_reaches_the_target(tmp_path, capsys):
     rng = np.random.default_rng(3)
     val = _pilot(p, 200, rng)
     traj = rg.Traj(
-        name="run", configuration="cfg", task="gsm8k", steps=STEPS, val_correct=val,
-        val_answers=np.where(val, "A", "B"), val_nll=np.ones(val.shape), val_tokens=np.full(200, 3),
-        test_correct=val[:, :10], test_answers=np.where(val[:, :10], "A", "B"),
+        name="run",
+        configuration="cfg",
+        task="gsm8k",
+        steps=STEPS,
+        val_correct=val,
+        val_answers=np.where(val, "A", "B"),
+        val_nll=np.ones(val.shape),
+        val_tokens=np.full(200, 3),
+        test_correct=val[:, :10],
+        test_answers=np.where(val[:, :10], "A", "B"),
         val_groups=[f"q{i // 2}" for i in range(200)],
-    )  # fmt: skip
+    )
     records = rg.write(tmp_path / "records", *rg.tables([traj]))
     run(["plan", str(records), "--max-budget", "512", "--draws", "500", "--json"])
     out = json.loads(capsys.readouterr().out)["pilot"]
@@ -441,9 +479,7 @@ def test_compare_mcnemar_holds_its_level_when_items_come_in_groups():
         base = rng.normal(0.0, 1.5, G)
         pa = 1 / (1 + np.exp(-np.repeat(base + rng.normal(0.0, 1.5, G), size)))
         pb = 1 / (1 + np.exp(-np.repeat(base + rng.normal(0.0, 1.5, G), size)))
-        r = paired_difference(
-            rng.random(G * size) < pa, rng.random(G * size) < pb, groups, settings
-        )
+        r = paired_difference(rng.random(G * size) < pa, rng.random(G * size) < pb, groups, settings)
         rejected += r["mcnemar_p"] < 0.05
         plain += r["mcnemar_p_items"] < 0.05
     assert rejected / reps <= 0.06 and plain / reps >= 0.08, (rejected / reps, plain / reps)
@@ -455,9 +491,7 @@ def test_compare_mcnemar_holds_its_level_when_items_come_in_groups():
     )
     from ckptsel.stats.paired import clustered_mcnemar
 
-    assert clustered_mcnemar(a, b, np.arange(60).astype(str)) == pytest.approx(
-        r["mcnemar_p"], rel=1e-9
-    )
+    assert clustered_mcnemar(a, b, np.arange(60).astype(str)) == pytest.approx(r["mcnemar_p"], rel=1e-9)
 
 
 def test_compare_difference_of_one_cluster_is_not_estimable(capsys):
@@ -466,12 +500,16 @@ def test_compare_difference_of_one_cluster_is_not_estimable(capsys):
 
     a, b = np.ones(8, dtype=bool), np.zeros(8, dtype=bool)
     r = paired_difference(a, b, np.array(["g"] * 8), CompareSettings(draws=50))
-    assert r["difference"] == {"mean": 100.0, "lo": None, "hi": None, "unresolved": True,
-                               "not_estimable": "1 cluster"}  # fmt: skip
+    assert r["difference"] == {"mean": 100.0, "lo": None, "hi": None, "unresolved": True, "not_estimable": "1 cluster"}
     assert r["mcnemar_p"] == 1.0  # one cluster flipped: |S*| = |S| always
-    print_comparison({"a": {"trajectory": "t", "step": 1}, "b": {"trajectory": "t", "step": 2},
-                      "settings": {"level": 0.95, "draws": 50}, "splits": {"test": {**r, "not_shared": {
-                          "only_in_a": 0, "only_in_b": 0}}}})  # fmt: skip
+    print_comparison(
+        {
+            "a": {"trajectory": "t", "step": 1},
+            "b": {"trajectory": "t", "step": 2},
+            "settings": {"level": 0.95, "draws": 50},
+            "splits": {"test": {**r, "not_shared": {"only_in_a": 0, "only_in_b": 0}}},
+        }
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert "is the clustered test" in out and "estimab" in out
     from ckptsel.results.estimate import fmt

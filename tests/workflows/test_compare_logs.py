@@ -18,12 +18,7 @@ from tests.clirun import run_cli
 from ckptsel.errors import CkptselError
 from ckptsel.stats.paired import adjust_pvalues, mcnemar_exact
 from ckptsel.workflows.advise.comparison import CLUSTERED
-from ckptsel.workflows.advise.planning import (
-    ItemsNeeded,
-    exact_items_needed,
-    mcnemar_power,
-    mcnemar_power_bound,
-)
+from ckptsel.workflows.advise.planning import ItemsNeeded, exact_items_needed, mcnemar_power, mcnemar_power_bound
 
 DATA = Path(__file__).parents[1] / "data" / "harness_logs"
 EVALS = sorted((DATA / "inspect").glob("*.eval"))
@@ -54,9 +49,7 @@ def test_holm_and_bh_match_hand_computed_values():
 def _ingested_compare(tmp_path, capsys, ingest: list, split_args: list) -> dict:
     records = tmp_path / "records"
     for args in ingest:
-        code, said = run_cli(
-            ["ingest", *args, "--out", records, "--trajectory", "T", *split_args], capsys
-        )
+        code, said = run_cli(["ingest", *args, "--out", records, "--trajectory", "T", *split_args], capsys)
         assert code == 0, said
     return _json(["compare", records, "0", "1", "--trajectory", "T", *DRAWS], capsys)
 
@@ -65,10 +58,14 @@ def test_two_inspect_logs_give_the_numbers_of_ingested_records(tmp_path, capsys)
     logs = _json(["compare-logs", A80, B80, "--scorer", "match", *DRAWS], capsys)
     assert [logs["a"]["harness"], logs["b"]["harness"]] == ["inspect", "inspect"]
     records = _ingested_compare(
-        tmp_path, capsys,
-        [["inspect", A80, "--scorer", "match", "--steps", f"{A80.name}=0"],
-         ["inspect", B80, "--scorer", "match", "--steps", f"{B80.name}=1"]], [],
-    )  # fmt: skip
+        tmp_path,
+        capsys,
+        [
+            ["inspect", A80, "--scorer", "match", "--steps", f"{A80.name}=0"],
+            ["inspect", B80, "--scorer", "match", "--steps", f"{B80.name}=1"],
+        ],
+        [],
+    )
     by_split = {c["split"]: c for c in logs["comparisons"]}
     assert sorted(by_split) == ["test", "validation"]  # the samples say their split
     for split, c in by_split.items():
@@ -83,8 +80,9 @@ def test_two_inspect_logs_give_the_numbers_of_ingested_records(tmp_path, capsys)
 
 
 def test_text_output_and_a_mix_of_inspect_and_lighteval(capsys):
-    code, said = run_cli(["compare-logs", A80, DETAILS / "tiny-a" / "checkpoint-80", "--scorer",
-                          "match", *DRAWS], capsys)  # fmt: skip
+    code, said = run_cli(
+        ["compare-logs", A80, DETAILS / "tiny-a" / "checkpoint-80", "--scorer", "match", *DRAWS], capsys
+    )
     assert code == 0, said
     assert "(inspect, 12 samples)" in said and "(lighteval, 12 samples)" in said
     assert "Holm p" in said and "tiny_gsm" in said
@@ -96,14 +94,19 @@ def _line(doc_id: int, correct: bool) -> dict:
     q = f"What is {doc_id} + 1?"
     answer = str(doc_id + 1) if correct else "0"
     return {
-        "doc_id": doc_id, "doc": {"question": q, "answer": str(doc_id + 1)},
+        "doc_id": doc_id,
+        "doc": {"question": q, "answer": str(doc_id + 1)},
         "target": str(doc_id + 1),
-        "arguments": {"gen_args_0": {"arg_0": f"Question: {q}\nAnswer:",
-                                     "arg_1": {"until": ["\n"], "do_sample": False}}},
-        "resps": [[f" {answer}"]], "filtered_resps": [f" {answer}"], "filter": "none",
-        "metrics": ["exact_match"], "doc_hash": hashlib.sha256(q.encode()).hexdigest(),
+        "arguments": {
+            "gen_args_0": {"arg_0": f"Question: {q}\nAnswer:", "arg_1": {"until": ["\n"], "do_sample": False}}
+        },
+        "resps": [[f" {answer}"]],
+        "filtered_resps": [f" {answer}"],
+        "filter": "none",
+        "metrics": ["exact_match"],
+        "doc_hash": hashlib.sha256(q.encode()).hexdigest(),
         "exact_match": float(correct),
-    }  # fmt: skip
+    }
 
 
 def _samples(folder: Path, task: str, correct: np.ndarray, keep: np.ndarray | None = None) -> None:
@@ -128,21 +131,17 @@ def lm_eval_runs(tmp_path):
 
 def test_two_lm_eval_logs_give_the_numbers_of_ingested_records(lm_eval_runs, tmp_path, capsys):
     run, a, b, keep = lm_eval_runs
-    logs = _json(["compare-logs", run / "checkpoint-0", run / "checkpoint-1", "--split",
-                  "validation", *DRAWS], capsys)  # fmt: skip
+    logs = _json(["compare-logs", run / "checkpoint-0", run / "checkpoint-1", "--split", "validation", *DRAWS], capsys)
     [c] = logs["comparisons"]
     assert (c["split"], c["task"], c["items"]) == ("validation", "arith", 57)
     assert c["not_shared"] == {"only_in_a": 3, "only_in_b": 0}
     x, y = a[keep], b[keep]
-    assert c["table"]["only_a"] == int((x & ~y).sum()) and c["table"]["only_b"] == int(
-        (~x & y).sum()
-    )
+    assert c["table"]["only_a"] == int((x & ~y).sum()) and c["table"]["only_b"] == int((~x & y).sum())
     assert c["difference"]["mean"] == pytest.approx(100 * (x.mean() - y.mean()))
     assert c["mcnemar_p_adjusted"] == c["mcnemar_p"]  # one comparison: nothing to adjust
     records = _ingested_compare(
-        tmp_path, capsys,
-        [["lm-eval", run / "checkpoint-0", run / "checkpoint-1"]], ["--split", "validation"],
-    )  # fmt: skip
+        tmp_path, capsys, [["lm-eval", run / "checkpoint-0", run / "checkpoint-1"]], ["--split", "validation"]
+    )
     assert {k: c[k] for k in SAME} == {k: records["splits"]["validation"][k] for k in SAME}
     # (records keep a trajectory's items measured at every checkpoint: the 3 are gone there)
 
@@ -204,28 +203,23 @@ def mockllm_logs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mockllm")
     samples = [
-        Sample(id=f"q{i:02d}", input=f"What is {i} + 1?", target=str(i + 1),
-               metadata={"group": f"g{i // 2}"})
+        Sample(id=f"q{i:02d}", input=f"What is {i} + 1?", target=str(i + 1), metadata={"group": f"g{i // 2}"})
         for i in range(12)
-    ]  # fmt: skip
+    ]
     paths = []
     for name, wrong_every in (("a", 3), ("b", 4)):
         answers = [str(i + 1) if i % wrong_every else "0" for i in range(12)]
-        model = get_model(
-            "mockllm/model",
-            custom_outputs=[_mock_output(ModelOutput, ModelUsage, a) for a in answers],
-        )
+        model = get_model("mockllm/model", custom_outputs=[_mock_output(ModelOutput, ModelUsage, a) for a in answers])
         task = inspect_ai.Task(dataset=samples, solver=generate(), scorer=match(), name="arith")
-        [log] = inspect_ai.eval(task, model=model, log_dir=str(root / name), display="none",
-                                max_samples=1, max_connections=1)  # fmt: skip
+        [log] = inspect_ai.eval(
+            task, model=model, log_dir=str(root / name), display="none", max_samples=1, max_connections=1
+        )
         assert log.status == "success", log.error
         paths.append(Path(log.location))
     return paths
 
 
-def test_mockllm_inspect_logs_clustered_and_equal_to_ingested_records(
-    mockllm_logs, tmp_path, capsys
-):
+def test_mockllm_inspect_logs_clustered_and_equal_to_ingested_records(mockllm_logs, tmp_path, capsys):
     a, b = mockllm_logs
     logs = _json(["compare-logs", a, b, "--split", "validation", *DRAWS], capsys)
     [c] = logs["comparisons"]
@@ -233,10 +227,11 @@ def test_mockllm_inspect_logs_clustered_and_equal_to_ingested_records(
     assert c["table"] == {"both_correct": 6, "only_a": 2, "only_b": 3, "both_wrong": 1}
     assert (c["items"], c["clusters"], c["mcnemar_method"]) == (12, 6, CLUSTERED)
     records = _ingested_compare(
-        tmp_path, capsys,
+        tmp_path,
+        capsys,
         [["inspect", a, "--steps", f"{a.name}=0"], ["inspect", b, "--steps", f"{b.name}=1"]],
         ["--split", "validation"],
-    )  # fmt: skip
+    )
     assert {k: c[k] for k in SAME} == {k: records["splits"]["validation"][k] for k in SAME}
 
 
@@ -314,15 +309,31 @@ def _brute_powers(ns: np.ndarray, p_a: float, p_b: float, level: float) -> np.nd
         c = n - a - b
         ok = rejects & (c >= 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            log = (lg[n] - lg[a] - lg[b] - lg[np.clip(c, 0, None)] + np.where(a > 0, a * np.log(p_a), 0.0)
-                   + np.where(b > 0, b * np.log(p_b), 0.0)
-                   + np.where(c > 0, c * np.log(max(1 - p_a - p_b, 0.0)), 0.0))  # fmt: skip
+            log = (
+                lg[n]
+                - lg[a]
+                - lg[b]
+                - lg[np.clip(c, 0, None)]
+                + np.where(a > 0, a * np.log(p_a), 0.0)
+                + np.where(b > 0, b * np.log(p_b), 0.0)
+                + np.where(c > 0, c * np.log(max(1 - p_a - p_b, 0.0)), 0.0)
+            )
         out.append(float(np.exp(log[ok]).sum()))
     return np.array(out)
 
 
-POWER_CASES = [(0.3, 0.1), (0.5, 0.5), (0.9, 0.0), (0.0, 0.4), (0.05, 0.01), (1.0, 0.0),
-               (0.2, 0.2), (0.6, 0.3), (0.0, 1.0), (5 / 9, 0.0)]  # fmt: skip
+POWER_CASES = [
+    (0.3, 0.1),
+    (0.5, 0.5),
+    (0.9, 0.0),
+    (0.0, 0.4),
+    (0.05, 0.01),
+    (1.0, 0.0),
+    (0.2, 0.2),
+    (0.6, 0.3),
+    (0.0, 1.0),
+    (5 / 9, 0.0),
+]
 
 
 @pytest.mark.parametrize("level", [0.95, 0.99, 0.8])
@@ -341,8 +352,7 @@ def test_exact_power_equals_the_brute_force_sum(level):
 
 def test_items_needed_is_where_exact_power_reaches_and_stays_at_80_percent(lm_eval_runs, capsys):
     run, *_ = lm_eval_runs
-    [c] = _json(["compare-logs", run / "checkpoint-0", run / "checkpoint-1", *DRAWS],
-                capsys)["comparisons"]  # fmt: skip
+    [c] = _json(["compare-logs", run / "checkpoint-0", run / "checkpoint-1", *DRAWS], capsys)["comparisons"]
     t, items = c["table"], c["items"]
     cases = [(t["only_a"], t["only_b"], items), (15, 6, 80), (3, 0, 4), (5, 0, 9), (1, 0, 5)]
     for only_a, only_b, n in cases:

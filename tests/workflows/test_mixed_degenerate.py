@@ -25,8 +25,9 @@ WITHOUT_NLL = ["c1-s0", "c1-s1", "c3-s0"]
 
 
 def _mixed_tables():
-    trajs = rg.random_study(np.random.default_rng(11), n_configs=4, seeds=2, n_answers=8,
-                            n_val=(40, 60), n_test=(20, 30))  # fmt: skip
+    trajs = rg.random_study(
+        np.random.default_rng(11), n_configs=4, seeds=2, n_answers=8, n_val=(40, 60), n_test=(20, 30)
+    )
     return trajs, *rg.tables(trajs)
 
 
@@ -42,8 +43,9 @@ def mixed(tmp_path_factory):
 def alone(tmp_path_factory):
     """Trajectory c0-s0 of the same study, alone in its records."""
     _, gen, nll = _mixed_tables()
-    return rg.write(tmp_path_factory.mktemp("alone") / "records", gen[gen.trajectory == "c0-s0"],
-                    nll[nll.trajectory == "c0-s0"])  # fmt: skip
+    return rg.write(
+        tmp_path_factory.mktemp("alone") / "records", gen[gen.trajectory == "c0-s0"], nll[nll.trajectory == "c0-s0"]
+    )
 
 
 def _degenerate_traj(n: int = 128, N: int = 64) -> rg.Traj:
@@ -58,8 +60,9 @@ def _degenerate_traj(n: int = 128, N: int = 64) -> rg.Traj:
 
     va = np.stack([ckpt(gold_v, 0.03), np.full(n, "6"), ckpt(gold_v, 0.04), ckpt(gold_v, 0.03)])
     ta = np.stack([ckpt(gold_t, 0.03), np.full(N, "6"), ckpt(gold_t, 0.04), ckpt(gold_t, 0.03)])
-    return rg.Traj("run", "c", "gsm8k", [10, 20, 30, 40], va == gold_v, va, np.ones((4, n)),
-                   np.full(n, 3), ta == gold_t, ta)  # fmt: skip
+    return rg.Traj(
+        "run", "c", "gsm8k", [10, 20, 30, 40], va == gold_v, va, np.ones((4, n)), np.full(n, 3), ta == gold_t, ta
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +73,15 @@ def degenerate(tmp_path_factory):
 def _json(args, capsys):
     code, text = run_cli([*args, "--json"], capsys)
     assert code == 0, text
-    return json.loads(text[text.index("{"):])
+    return json.loads(text[text.index("{") :])
 
 
 def _refused(args, capsys, *names: str, out: Path | None = None) -> str:
     code, text = run_cli(args, capsys)
     # the message is one line (analyze's progress and note lines before it are no message)
-    lines = [line for line in text.strip().splitlines()
-             if line.strip() and not line.startswith(("analyze: ", "note: "))]  # fmt: skip
+    lines = [
+        line for line in text.strip().splitlines() if line.strip() and not line.startswith(("analyze: ", "note: "))
+    ]
     assert code == 2, text
     assert len(lines) == 1 and "Traceback" not in text, text
     for name in names:
@@ -198,8 +202,9 @@ def test_a_checkpoint_of_a_closed_label_task_right_on_its_common_label_is_not_fl
     n = 60
     gold = np.where(rng.random(n) < 0.65, "true", "false")
     good = np.where(rng.random((3, n)) < 0.85, gold, np.where(gold == "true", "false", "true"))
-    t = rg.Traj("boolq", "c", "boolq", [1, 2, 3], good == gold, good, np.ones((3, n)), np.full(n, 2),
-                good == gold, good)  # fmt: skip
+    t = rg.Traj(
+        "boolq", "c", "boolq", [1, 2, 3], good == gold, good, np.ones((3, n)), np.full(n, 2), good == gold, good
+    )
     rec = rg.write(tmp_path / "records", *rg.tables([t]))
     sel = _json(["select", rec, "--trajectory", "boolq", *QUICK], capsys)
     assert sel["answer_check"]["flagged"] == []
@@ -222,15 +227,23 @@ def test_the_gsm8k_rule_says_when_only_its_fallback_found_the_answer():
 def test_analyze_warning_names_only_what_differs(tmp_path, capsys):
     trajs, gen, nll = _mixed_tables()
     rec = tmp_path / "records"
-    base = {"engine": "hf", "version": "5.0", "dtype": "float32", "attention": "sdpa", "batch_size": 16,
-            "device": "cpu"}  # fmt: skip
+    base = {
+        "engine": "hf",
+        "version": "5.0",
+        "dtype": "float32",
+        "attention": "sdpa",
+        "batch_size": 16,
+        "device": "cpu",
+    }
     for i, t in enumerate(sorted(gen.trajectory.unique())):
         p = canonical({**base, "prompt_format": "chat-template" if i % 2 else "alpaca"})
         prov = unit_provenance([p])
-        upsert_records(rec, gen[gen.trajectory == t], nll[nll.trajectory == t],
-                       provenance={"generations": prov, "nll": prov})  # fmt: skip
-    code, text = run_cli(["analyze", rec, "--out", tmp_path / "res", "--permutations", "8", "--draws", "200",
-                          "--no-report"], capsys)  # fmt: skip
+        upsert_records(
+            rec, gen[gen.trajectory == t], nll[nll.trajectory == t], provenance={"generations": prov, "nll": prov}
+        )
+    code, text = run_cli(
+        ["analyze", rec, "--out", tmp_path / "res", "--permutations", "8", "--draws", "200", "--no-report"], capsys
+    )
     assert code == 0, text
     flat = " ".join(text.split())
     assert "different provenances (they differ in prompt format)" in flat
@@ -279,16 +292,22 @@ def test_bad_answer_columns_are_one_line(case, command, tmp_path, capsys):
     change, names = HOSTILE[case]
     rec = _gen_with(tmp_path, change)
     out = tmp_path / "out"
-    args = {"select": ["select", rec, "--trajectory", "c0-s0", *QUICK],
-            "compare": ["compare", rec, "25", "50", "--trajectory", "c0-s0"],
-            "analyze": ["analyze", rec, "--out", out, "--permutations", "8", "--draws", "200"]}[command]  # fmt: skip
+    args = {
+        "select": ["select", rec, "--trajectory", "c0-s0", *QUICK],
+        "compare": ["compare", rec, "25", "50", "--trajectory", "c0-s0"],
+        "analyze": ["analyze", rec, "--out", out, "--permutations", "8", "--draws", "200"],
+    }[command]
     _refused(args, capsys, *names, out=out)
 
 
 @pytest.mark.parametrize("share", ["0", "-0.5", "1.5", "nan", "inf", "1e308"])
 def test_a_bad_degenerate_share_is_one_line(degenerate, share, capsys):
-    _refused(["select", degenerate, "--trajectory", "run", "--degenerate-share", share, *QUICK], capsys,
-             "--degenerate-share", "(0, 1]")  # fmt: skip
+    _refused(
+        ["select", degenerate, "--trajectory", "run", "--degenerate-share", share, *QUICK],
+        capsys,
+        "--degenerate-share",
+        "(0, 1]",
+    )
 
 
 def test_rule_nll_on_a_trajectory_without_nll_is_one_line_naming_it(mixed, capsys):
@@ -333,7 +352,6 @@ def test_a_single_item_is_one_line(tmp_path, capsys):
     _refused(["select", rec, "--trajectory", "one", *QUICK], capsys, "'one'", "1 eligible validation item")
 
 
-
 # --------------------------------------------------------------------------- 10: fallback share
 def _fallback_records(root: Path) -> Path:
     """gsm8k texts: step 20 states no marker ("... so 14"), so its answers are the gsm8k rule's
@@ -351,9 +369,21 @@ def _fallback_records(root: Path) -> Path:
             texts = [f"we add them up, so {a}" if step == 20 else f"Adding up. The answer is {a}" for a in said]
             for i, text in enumerate(texts):
                 answer = rule.answer(text)
-                rows.append({"trajectory": "gsm", "configuration": "c", "task": "gsm8k", "step": step,
-                             "split": split, "item_id": f"{split[0]}{i:03d}", "group": f"{split[0]}{i:03d}",
-                             "subtask": "", "answer": answer, "correct": answer == gold[i], "text": text})  # fmt: skip
+                rows.append(
+                    {
+                        "trajectory": "gsm",
+                        "configuration": "c",
+                        "task": "gsm8k",
+                        "step": step,
+                        "split": split,
+                        "item_id": f"{split[0]}{i:03d}",
+                        "group": f"{split[0]}{i:03d}",
+                        "subtask": "",
+                        "answer": answer,
+                        "correct": answer == gold[i],
+                        "text": text,
+                    }
+                )
     gen = pd.DataFrame(rows)
     d = root / "records"
     d.mkdir()
@@ -409,8 +439,13 @@ def test_analyze_names_a_kept_checkpoint_resting_on_the_fallback(fallback, tmp_p
 
 
 def test_strict_answers_without_texts_is_one_line(degenerate, capsys):
-    _refused(["select", degenerate, "--trajectory", "run", "--strict-answers", *QUICK], capsys,
-             "--strict-answers", "'run'", "texts")  # fmt: skip
+    _refused(
+        ["select", degenerate, "--trajectory", "run", "--strict-answers", *QUICK],
+        capsys,
+        "--strict-answers",
+        "'run'",
+        "texts",
+    )
 
 
 def _texts_changed(root: Path, change) -> Path:
@@ -423,7 +458,7 @@ def _texts_changed(root: Path, change) -> Path:
 
 
 TEXT_HOSTILE = {
-    "text of the wrong type": (lambda g: g.assign(text=np.arange(len(g), dtype=np.int64)), ("text", "int64")),
+    "text of the wrong type": (lambda g: g.assign(text=np.arange(len(g), dtype=np.int64)), ("text", "int64"))
 }
 
 
@@ -433,9 +468,11 @@ def test_bad_texts_are_one_line(case, command, tmp_path, capsys):
     change, names = TEXT_HOSTILE[case]
     rec = _texts_changed(tmp_path, change)
     out = tmp_path / "out"
-    args = {"select": ["select", rec, "--trajectory", "gsm", *QUICK],
-            "compare": ["compare", rec, "20", "40", "--trajectory", "gsm"],
-            "analyze": ["analyze", rec, "--out", out, "--permutations", "8", "--draws", "200"]}[command]  # fmt: skip
+    args = {
+        "select": ["select", rec, "--trajectory", "gsm", *QUICK],
+        "compare": ["compare", rec, "20", "40", "--trajectory", "gsm"],
+        "analyze": ["analyze", rec, "--out", out, "--permutations", "8", "--draws", "200"],
+    }[command]
     _refused(args, capsys, "generations.parquet", *names, out=out)
 
 

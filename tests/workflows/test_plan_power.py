@@ -19,8 +19,14 @@ from ckptsel.workflows.advise.planning import MIN_PROMISE_CLUSTERS, PilotMoments
 import recordsgen as rg
 from clirun import run_cli
 
-POWER_KEYS = ["extra_items", "p_beat_point_at_smallest", "promise_at_smallest", "p_beat_point_at_safe",
-              "promise_at_safe", "note"]  # fmt: skip
+POWER_KEYS = [
+    "extra_items",
+    "p_beat_point_at_smallest",
+    "promise_at_smallest",
+    "p_beat_point_at_safe",
+    "promise_at_safe",
+    "note",
+]
 
 
 def _pilot(p, n, seed):
@@ -35,11 +41,18 @@ def _pilot(p, n, seed):
 def _records(tmp_path, val, name="records"):
     T, n = val.shape
     traj = rg.Traj(
-        name="run", configuration="cfg", task="gsm8k", steps=[10 * (i + 1) for i in range(T)],
-        val_correct=val, val_answers=np.where(val, "A", "B"), val_nll=np.ones(val.shape),
-        val_tokens=np.full(n, 3), test_correct=val[:, :1], test_answers=np.where(val[:, :1], "A", "B"),
+        name="run",
+        configuration="cfg",
+        task="gsm8k",
+        steps=[10 * (i + 1) for i in range(T)],
+        val_correct=val,
+        val_answers=np.where(val, "A", "B"),
+        val_nll=np.ones(val.shape),
+        val_tokens=np.full(n, 3),
+        test_correct=val[:, :1],
+        test_answers=np.where(val[:, :1], "A", "B"),
         val_groups=[f"q{i // 2}" for i in range(n)],
-    )  # fmt: skip
+    )
     return rg.write(tmp_path / name, *rg.tables([traj]))
 
 
@@ -68,9 +81,7 @@ def _consistent(out):
     at = {r["budget"]: r for r in rows}
     for b, name in ((small, "smallest"), (safe, "safe")):
         want = None if b is None else (at[b]["p_beat_point"], at[b]["p_beat"])
-        assert (left[f"p_beat_point_at_{name}"], left[f"promise_at_{name}"]) == (
-            want or (None, None)
-        )
+        assert (left[f"p_beat_point_at_{name}"], left[f"promise_at_{name}"]) == (want or (None, None))
     return left
 
 
@@ -106,9 +117,7 @@ def test_lower_bounds_are_one_sided(tmp_path, capsys):
     assert 1.645 < traj["critical_value"] < traj["critical_value_upper"]
     lo, hi = np.array(list(traj["gap_bounds_pp"].values())).T
     d = 100 * (val[:-1].mean(axis=1) - val[-1].mean())
-    assert np.allclose(
-        d - lo, (hi - d) * traj["critical_value"] / traj["critical_value_upper"], atol=1e-5
-    )
+    assert np.allclose(d - lo, (hi - d) * traj["critical_value"] / traj["critical_value_upper"], atol=1e-5)
     m = PilotMoments.of(val, val, np.repeat(np.arange(256), 2).astype(str), True)
     one = calibrated_curves(m, (16, 64, 256, 1024), 500, 0.95, seed=1)
     two = calibrated_curves(m, (16, 64, 256, 1024), 500, 0.95, seed=1, lower_sides=2)
@@ -119,12 +128,8 @@ def test_lower_bounds_are_one_sided(tmp_path, capsys):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_smallest_never_above_safe(tmp_path, capsys, seed):
-    p = [[0.40, 0.50, 0.60, 0.56, 0.52], [0.45, 0.55, 0.59, 0.57, 0.55], [0.5, 0.6, 0.6, 0.6]][
-        seed % 3
-    ]
-    out = _plan(
-        _records(tmp_path, _pilot(p, 256 + 128 * seed, seed)), capsys, "--rule", "agreement"
-    )
+    p = [[0.40, 0.50, 0.60, 0.56, 0.52], [0.45, 0.55, 0.59, 0.57, 0.55], [0.5, 0.6, 0.6, 0.6]][seed % 3]
+    out = _plan(_records(tmp_path, _pilot(p, 256 + 128 * seed, seed)), capsys, "--rule", "agreement")
     _consistent(out)
 
 
@@ -133,9 +138,7 @@ def test_no_peak_gets_neither(tmp_path, capsys):
     out = _plan(_records(tmp_path, _pilot([0.30, 0.40, 0.60], 200, seed=1)), capsys)
     left = _consistent(out)
     assert out["safe_budget"] is None and out["smallest_budget"] is None
-    assert left["note"].startswith(
-        "even taken as exact the pilot gives P(choice beats final) < 0.8"
-    )
+    assert left["note"].startswith("even taken as exact the pilot gives P(choice beats final) < 0.8")
     assert left["note"].endswith("keep the final checkpoint")
 
 
@@ -161,17 +164,13 @@ def test_too_few_clusters_promise_nothing(tmp_path, capsys):
     left = _consistent(out)
     assert out["safe_budget"] is None and out["smallest_budget"] == 16
     assert all(r["p_beat"] == 0.0 and r["p_beat_point"] == 1.0 for r in out["rows"])
-    assert (
-        f"a promise needs at least {MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has 4"
-        in left["note"]
-    )
+    assert f"a promise needs at least {MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has 4" in left["note"]
     assert out["trajectories"]["run"]["confident_beaters"] == []
     assert all(lo is None for lo, _ in out["trajectories"]["run"]["gap_bounds_pp"].values())
 
 
 def test_resampling_methods_report_estimates_only(tmp_path, capsys):
-    out = _plan(_records(tmp_path, _pilot([0.40, 0.50, 0.60, 0.56, 0.52], 256, seed=2)), capsys,
-                "--method", "split")  # fmt: skip
+    out = _plan(_records(tmp_path, _pilot([0.40, 0.50, 0.60, 0.56, 0.52], 256, seed=2)), capsys, "--method", "split")
     left = out["power_left"]
     assert out["smallest_budget"] == out["safe_budget"] == out["planned_budget"]
     assert left["promise_at_smallest"] is None and left["promise_at_safe"] is None

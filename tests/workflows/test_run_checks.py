@@ -25,12 +25,16 @@ def base(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def study(tmp_path: Path, base: Path) -> Path:
-    rows = [{"query": f"Ann has {a} pens and gets {a + 1} more. How many?",
-             "response": f"x The answer is: {2 * a + 1}", "original_question": f"q{a}"} for a in range(40)]  # fmt: skip
-    (tmp_path / "pool.json").write_text(json.dumps(rows))
-    test = [
-        {"question": f"Bo has {a} cups; {a} more?", "answer": f"#### {2 * a}"} for a in range(6)
+    rows = [
+        {
+            "query": f"Ann has {a} pens and gets {a + 1} more. How many?",
+            "response": f"x The answer is: {2 * a + 1}",
+            "original_question": f"q{a}",
+        }
+        for a in range(40)
     ]
+    (tmp_path / "pool.json").write_text(json.dumps(rows))
+    test = [{"question": f"Bo has {a} cups; {a} more?", "answer": f"#### {2 * a}"} for a in range(6)]
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test))
     (tmp_path / "base").symlink_to(base, target_is_directory=True)
     path = tmp_path / "study.toml"
@@ -51,14 +55,14 @@ BAD = [
     ("[analysis]\ndraws = 5\n", "[analysis]"),
     ('[analysis]\ninterval = "bayes"\n', "[analysis]"),
     ("[analysis]\nlevel = 2\n", "[analysis]"),
-    ("", "name", {"name = \"a\"": 'name = ".."'}),
-    ("", "name", {"name = \"a\"": 'name = "x\\ny"'}),
-    ("", "name", {"name = \"a\"": f'name = "{"n" * 300}"'}),
+    ("", "name", {'name = "a"': 'name = ".."'}),
+    ("", "name", {'name = "a"': 'name = "x\\ny"'}),
+    ("", "name", {'name = "a"': f'name = "{"n" * 300}"'}),
     ("", "lr", {"save_every = 1": "save_every = 1\nlr = inf"}),
     ("", "seeds", {"seeds = [1]": "seeds = [-1]"}),
     ("", "nonexistent_proj", {"save_every = 1": 'save_every = 1\ntarget_modules = ["nonexistent_proj"]'}),
     ("", "max_length", {"save_every = 1": "save_every = 1\nmax_length = 1"}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case", BAD, ids=lambda c: (c[0] or str(c[2])).strip()[:40])
@@ -120,9 +124,23 @@ def test_a_ray_address_that_does_not_answer_fails_in_one_line(tmp_path, capsys):
 
     run = build_tiny_run(tmp_path / "run", steps=(10,), n_validation=4, n_test=2)
     out = tmp_path / "records"
-    args = ["measure", run.run_dir, "--task", "gsm8k", "--validation", run.validation,
-            "--test", run.test, "--out", out, "--executor", "ray",
-            "--ray-address", "127.0.0.1:1", "--no-progress"]  # fmt: skip
+    args = [
+        "measure",
+        run.run_dir,
+        "--task",
+        "gsm8k",
+        "--validation",
+        run.validation,
+        "--test",
+        run.test,
+        "--out",
+        out,
+        "--executor",
+        "ray",
+        "--ray-address",
+        "127.0.0.1:1",
+        "--no-progress",
+    ]
     t0 = time.perf_counter()
     code, text = run_cli(args, capsys)
     assert code == 2, text

@@ -29,14 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
 
-
-
-
-
-
-
-
-
 @pytest.fixture
 def study_dir(tmp_path: Path) -> Path:
     for name, n in (("train", 10), ("val", 6), ("test", 6)):
@@ -61,16 +53,10 @@ def test_minimal_schema2_file_loads(study_dir: Path) -> None:
     [
         (("[test]\n", "[test]\ncolour = 1\n"), r"line 12: \[test\] colour: unknown key"),
         (("seeds = [1]", 'seeds = "1"'), r"line 4: \[study\] seeds: must be list"),
-        (
-            ('file = "val.jsonl"', 'file = "nope.jsonl"'),
-            r"line 10: \[validation\] file: file not found",
-        ),
+        (('file = "val.jsonl"', 'file = "nope.jsonl"'), r"line 10: \[validation\] file: file not found"),
         (("steps = 2", "steps = 2.5"), r"line 16: configurations\[0\] steps: must be int"),
         (("schema = 2", "schema = 7"), r"schema: unknown version 7"),
-        (
-            ('task = "gsm8k"\nfile = "test', 'task = "gsm9k"\nfile = "test'),
-            r"\[test\] task: unknown task",
-        ),
+        (('task = "gsm8k"\nfile = "test', 'task = "gsm9k"\nfile = "test'), r"\[test\] task: unknown task"),
         (("[study]", "[stuyd]\nx = 1\n[study]"), r"stuyd: unknown table"),
     ],
 )
@@ -122,12 +108,8 @@ def test_overrides_apply_before_validation(study_dir: Path) -> None:
 
 
 def test_per_task_sample_is_the_smallest_hashes_brute_force(tmp_path: Path) -> None:
-    a = jsonl(
-        tmp_path / "a" / "x.jsonl", [{**r, "id": f"a{i}"} for i, r in enumerate(gsm_rows(30))]
-    )
-    b = jsonl(
-        tmp_path / "b" / "y.jsonl", [{**r, "id": f"b{i}"} for i, r in enumerate(gsm_rows(20))]
-    )
+    a = jsonl(tmp_path / "a" / "x.jsonl", [{**r, "id": f"a{i}"} for i, r in enumerate(gsm_rows(30))])
+    b = jsonl(tmp_path / "b" / "y.jsonl", [{**r, "id": f"b{i}"} for i, r in enumerate(gsm_rows(20))])
     spec = PoolSpec("gsm8k", (a, b), per_task=5, seed=9, where="[validation]")
     pool = build_pool(spec)
     for label, prefix, n in (("x", "a", 30), ("y", "b", 20)):
@@ -137,17 +119,13 @@ def test_per_task_sample_is_the_smallest_hashes_brute_force(tmp_path: Path) -> N
         assert got == sorted(got, key=lambda i: int(i[1:]))  # file order kept
     assert strata_counts(pool) == {"x": 5, "y": 5}
     assert build_pool(spec) == pool  # deterministic
-    with pytest.raises(
-        CkptselError, match=r"\[validation\] per_task = 25, but .*y.jsonl has only 20"
-    ):
+    with pytest.raises(CkptselError, match=r"\[validation\] per_task = 25, but .*y.jsonl has only 20"):
         build_pool(PoolSpec("gsm8k", (a, b), per_task=25, where="[validation]"))
 
 
 def test_validation_and_test_from_one_file_are_disjoint(tmp_path: Path) -> None:
     f = jsonl(tmp_path / "p.jsonl", gsm_rows(12))
-    val, test = build_pools(
-        PoolSpec("gsm8k", (f,), n=5, seed=1), PoolSpec("gsm8k", (f,), n=7, seed=1)
-    )
+    val, test = build_pools(PoolSpec("gsm8k", (f,), n=5, seed=1), PoolSpec("gsm8k", (f,), n=7, seed=1))
     assert not {it.item_id for it in val} & {it.item_id for it in test}
     assert len(val) == 5 and len(test) == 7
     with pytest.raises(CkptselError, match="n = 8, but"):
@@ -201,14 +179,16 @@ def _record(records: Path, trajectory: str, step: int, cfg, pool) -> None:
         hashes = {it.item_id: h for it, h in zip(its, pool.hashes[split], strict=True)}
         sel = [its[i] for i in parts.todo_gen[split]]
         g = generation_frame(
-            sel, ["#### 1"] * len(sel), task=cfg.task_for(split), split=split,
-            trajectory=trajectory, configuration="a", step=step,
-        )  # fmt: skip
-        sel = [its[i] for i in parts.todo_nll[split]]
-        n = nll_frame(
-            sel, [{0: ResponseNll(1.5, 3)}] * len(sel), split=split, trajectory=trajectory,
+            sel,
+            ["#### 1"] * len(sel),
+            task=cfg.task_for(split),
+            split=split,
+            trajectory=trajectory,
+            configuration="a",
             step=step,
-        )  # fmt: skip
+        )
+        sel = [its[i] for i in parts.todo_nll[split]]
+        n = nll_frame(sel, [{0: ResponseNll(1.5, 3)}] * len(sel), split=split, trajectory=trajectory, step=step)
         for frame, out in ((g, gens), (n, nlls)):
             if len(frame):
                 out.append(frame.assign(item_hash=[hashes[i] for i in frame["item_id"]]))
@@ -242,9 +222,7 @@ def test_left_to_measure_reads_parts_and_records(study_dir: Path) -> None:
     test = load_items("gsm8k", study_dir / "test.jsonl")
     pool = ItemPool.load("gsm8k", val, test)
     first = left_to_measure(records, "t", [1, 2], cfg, pool)
-    assert [(c.step, c.generate, c.score, c.unrecorded) for c in first] == [
-        (1, 12, 12, 24), (2, 12, 12, 24),
-    ]  # fmt: skip
+    assert [(c.step, c.generate, c.score, c.unrecorded) for c in first] == [(1, 12, 12, 24), (2, 12, 12, 24)]
     _record(records, "t", 1, cfg, pool)
     one, two = left_to_measure(records, "t", [1, 2], cfg, pool)
     assert one.done and (one.generate, one.score, one.unrecorded) == (0, 0, 0)
@@ -413,16 +391,7 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     analyze(work / "records", tmp_path / "direct", draws=200)
     assert (tmp_path / "direct" / "summary.json").read_bytes() == summary
     capsys.readouterr()
-    cli(
-        [
-            "run",
-            str(EXAMPLES / "gsm8k.toml"),
-            "--workdir",
-            str(work),
-            "--dry-run",
-            *sizes(tiny, extra),
-        ]
-    )
+    cli(["run", str(EXAMPLES / "gsm8k.toml"), "--workdir", str(work), "--dry-run", *sizes(tiny, extra)])
     plan = capsys.readouterr().out
     assert "0 generations to do, 64 already recorded" in plan
     cli(["run", str(EXAMPLES / "gsm8k.toml"), "--workdir", str(work), "--json", *sizes(tiny, extra)])
@@ -438,8 +407,7 @@ def test_gsm8k_example_end_to_end_and_direct_analysis_agrees(tiny: dict, tmp_pat
     with pytest.raises(CkptselError, match=r"test: .*\"n\": 4.* -> .*\"n\": 5"):
         from ckptsel.workflows.study_run.job import StudyRun
 
-        spec = load_spec(EXAMPLES / "gsm8k.toml", overrides=[*sizes_plain(tiny, extra), "test.n=5"],
-                         workdir=work)  # fmt: skip
+        spec = load_spec(EXAMPLES / "gsm8k.toml", overrides=[*sizes_plain(tiny, extra), "test.n=5"], workdir=work)
         StudyRun(spec, log=lambda m: None).run(("prepare",))
 
 
@@ -465,10 +433,7 @@ def test_commonsense_example_end_to_end(tiny: dict, tmp_path: Path) -> None:
     from ckptsel.records.scan import read_frame
 
     train = tiny["data"] / "commonsense" / "boolq" / "train.json"
-    extra = [
-        f'train.file="{train}"', "validation.per_task=2", "test.per_task=2",
-        "configurations.epochs=0.0009",
-    ]  # fmt: skip
+    extra = [f'train.file="{train}"', "validation.per_task=2", "test.per_task=2", "configurations.epochs=0.0009"]
     work = run_example(tiny, "commonsense", extra, tmp_path / "c")
     strata = json.loads((work / ".ckptsel" / "pools" / "strata.json").read_text())
     assert set(strata["test"].values()) == {2} and len(strata["test"]) == 8
@@ -516,17 +481,13 @@ max_length = 256
 """
 
 
-def _run_until(
-    study: Path, work: Path, marker: str | None, extra: tuple[str, ...] = (), lines=None
-) -> int:
+def _run_until(study: Path, work: Path, marker: str | None, extra: tuple[str, ...] = (), lines=None) -> int:
     """``ckptsel run`` in a subprocess; SIGKILL once a line containing ``marker`` appears
     (``lines``: a list that gets the output lines)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "ckptsel", "run", str(study), "--workdir", str(work), *extra]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     assert proc.stdout is not None
     for line in proc.stdout:
         if lines is not None:
@@ -544,10 +505,7 @@ def kill_ref(tiny: dict, tmp_path_factory) -> tuple[Path, Path]:
     """The 2 configurations x 2 seeds study file and its uninterrupted run (``--workers 1``)."""
     root = tmp_path_factory.mktemp("kill")
     test_file = tiny["data"] / "gsm8k" / "test.jsonl"
-    study = write(
-        root / "study.toml",
-        KILL_STUDY.format(base=tiny["base"], pool=tiny["pool"], test=test_file),
-    )
+    study = write(root / "study.toml", KILL_STUDY.format(base=tiny["base"], pool=tiny["pool"], test=test_file))
     assert _run_until(study, root / "ref", None) == 0
     return study, root / "ref"
 
@@ -571,9 +529,7 @@ def test_killed_run_resumes_to_the_same_summary(kill_ref, tmp_path: Path) -> Non
         assert _run_until(study, work, marker) == -9
     assert _run_until(study, work, None) == 0
     got = work
-    assert (got / "results" / "summary.json").read_bytes() == (
-        ref / "results" / "summary.json"
-    ).read_bytes()
+    assert (got / "results" / "summary.json").read_bytes() == (ref / "results" / "summary.json").read_bytes()
     _same_records(ref, got)
 
 
@@ -656,12 +612,7 @@ runs = "ext/b_seed*"
     assert sum(r["generations_todo"] for r in answer["plan"]) == 48 and answer["summary"] is None
     cli(["run", str(study), "--until", "measure"])
     gen = read_frame(tmp_path / "records", "generations")
-    assert sorted(gen["trajectory"].unique()) == [
-        "lora-a-s1",
-        "lora-a-s2",
-        "lora-b-s1",
-        "lora-b-s2",
-    ]
+    assert sorted(gen["trajectory"].unique()) == ["lora-a-s1", "lora-a-s2", "lora-b-s1", "lora-b-s2"]
     assert set(gen["configuration"]) == {"lora-a", "lora-b"} and len(gen) == 48
     assert not (tmp_path / "results").exists()
     with pytest.raises(CkptselError, match="matches no folder"):
@@ -683,16 +634,16 @@ def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
                 ok = [(step + k + i) % 3 != 0 for i in range(3)]
                 gsm8k_checkpoint(
                     study_dir / "evals" / folder / split / f"checkpoint-{step}",
-                    [f"#### {x}" for x in ("18", "1234", "5")], ok,
-                )  # fmt: skip
+                    [f"#### {x}" for x in ("18", "1234", "5")],
+                    ok,
+                )
     text = (
         MINIMAL.split("[[configurations]]")[0]
         .replace("[train]\n", "")
         .replace('task = "gsm8k"\nfile = "train.jsonl"\n', "", 1)
     )
     text += "".join(
-        f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n'
-        for c in ("a", "b")
+        f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n' for c in ("a", "b")
     )
     study = write(study_dir / "s.toml", text)
     cli(["run", str(study), "--until", "measure"])
@@ -715,9 +666,7 @@ def test_watch_measures_while_training_to_the_same_summary(kill_ref, tmp_path: P
     work = tmp_path / "watch"
     assert _run_until(study, work, None, ("--watch",), lines) == 0, "".join(lines)
     out = "".join(lines)
-    assert (work / "results" / "summary.json").read_bytes() == (
-        ref / "results" / "summary.json"
-    ).read_bytes()
+    assert (work / "results" / "summary.json").read_bytes() == (ref / "results" / "summary.json").read_bytes()
     _same_records(ref, work)
     for name in ("r4-s1", "r4-s2", "r8-s1", "r8-s2"):
         assert out.count(f"measure: {name}: watched, 3 checkpoints recorded") == 1, out

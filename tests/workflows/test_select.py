@@ -47,9 +47,7 @@ def planted(name: str = "run-s42", n: int = 200, N: int = 100) -> rg.Traj:
     val_correct[2] = True
     val_answers = np.where(val_correct, "A", "B")
     nll = np.full((T, n), 1.0)
-    nll[1] = (
-        0.5  # matched NLL prefers step 20, which is identical to the final checkpoint in accuracy
-    )
+    nll[1] = 0.5  # matched NLL prefers step 20, which is identical to the final checkpoint in accuracy
     test_correct = np.tile(np.arange(N) < 0.6 * N, (T, 1))
     test_correct[2] = True
     return rg.Traj(
@@ -66,9 +64,7 @@ def planted(name: str = "run-s42", n: int = 200, N: int = 100) -> rg.Traj:
     )
 
 
-def equal(
-    name: str = "flat-s42", n: int = 120, N: int = 50, noisy: bool = False, seed: int = 3
-) -> rg.Traj:
+def equal(name: str = "flat-s42", n: int = 120, N: int = 50, noisy: bool = False, seed: int = 3) -> rg.Traj:
     """All checkpoints exactly equal (or, with ``noisy``, equal in truth: independent coin flips)."""
     rng = np.random.default_rng(seed)
     T = len(STEPS)
@@ -130,9 +126,7 @@ def test_planted_better_checkpoint_is_recommended(records):
     assert agr.choice["steps"] == [10, 20, 40, 50]
     assert agr.probabilities == {"10": 0.25, "20": 0.25, "40": 0.25, "50": 0.25}
     assert agr.split_validation.estimate.mean == 0.0
-    by_agreement = select_checkpoint(
-        records, "run-s42", rule="agreement", settings=FAST
-    ).recommendation
+    by_agreement = select_checkpoint(records, "run-s42", rule="agreement", settings=FAST).recommendation
     assert by_agreement.keep_final and by_agreement.keep_step == 50
     assert "final checkpoint itself" in by_agreement.reason
 
@@ -204,9 +198,7 @@ def one_trajectory_gains(
     rows_per_chunk = max(1, 4_000_000 // (P * max(1, weights.shape[1])))
     for start in range(0, W, rows_per_chunk):
         stop = min(W, start + rows_per_chunk)
-        masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(
-            -1, in_s.shape[1]
-        )  # (w*P, n)
+        masks = (weights[start:stop, None, :] * in_s[None, :, :]).reshape(-1, in_s.shape[1])  # (w*P, n)
         rep = np.repeat(np.arange(start, stop), P)
         sig_in = core.weighted_sums(signal, masks.T)
         sig_out = total_sig[:, rep] - sig_in
@@ -216,15 +208,10 @@ def one_trajectory_gains(
         size_out = total_w[rep] - size_in
         with np.errstate(invalid="ignore", divide="ignore"):
             g = []
-            for choose_on, score_on, size in (
-                (sig_in, corr_out, size_out),
-                (sig_out, corr_in, size_in),
-            ):
+            for choose_on, score_on, size in ((sig_in, corr_out, size_out), (sig_out, corr_in, size_in)):
                 p = core.tie_probabilities(choose_on, maximize=maximize)
                 # differences to the final checkpoint first: an exact 0 when the choice equals it
-                g.append(
-                    (p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan)
-                )
+                g.append((p * (score_on - score_on[-1])).sum(axis=0) / np.where(size > 0, size, np.nan))
         gains[start * P : stop * P] = 100.0 * np.nanmean(np.stack(g), axis=0)
     return gains.reshape(W, P).mean(axis=1)
 
@@ -274,6 +261,7 @@ def test_keep_rows_are_select_s_own_answers(records, rule):
         want = choose_trajectory(v, ChoiceSettings(permutations=3))[("nested", rule, FULL)]
         np.testing.assert_array_equal(full_pool_choice(RULES[rule].signal(v), RULES[rule].maximize), want)
 
+
 def test_select_without_test_records(tmp_path):
     gen, nll = rg.tables([planted(n=64)])
     gen = gen[gen["split"] == "validation"]
@@ -285,16 +273,7 @@ def test_select_without_test_records(tmp_path):
 
 
 def test_select_cli_json_and_errors(records, capsys):
-    args = [
-        "select",
-        str(records),
-        "--trajectory",
-        "run-s42",
-        "--partitions",
-        "40",
-        "--draws",
-        "200",
-    ]
+    args = ["select", str(records), "--trajectory", "run-s42", "--partitions", "40", "--draws", "200"]
     with pytest.raises(SystemExit) as exc:
         main([*args, "--json"])
     assert exc.value.code == 0
@@ -435,13 +414,13 @@ def test_split_validation_keeps_whole_groups_on_one_side():
     groups = np.repeat([f"q{g:02d}" for g in range(G)], size)
     item_wise, group_wise = [], []
     for _ in range(40):  # trajectories
-        per_group = (
-            rng.random((T, G)) < 0.5
-        )  # a checkpoint answers all variants of a question alike
+        per_group = rng.random((T, G)) < 0.5  # a checkpoint answers all variants of a question alike
         correct = np.repeat(per_group, size, axis=1)
         signal = correct.astype(np.float64)  # the accuracy rule
-        for masks, out in ((partition_masks(ids, 20, seed=3), item_wise),
-                           (partition_masks(ids, 20, seed=3, groups=groups), group_wise)):  # fmt: skip
+        for masks, out in (
+            (partition_masks(ids, 20, seed=3), item_wise),
+            (partition_masks(ids, 20, seed=3, groups=groups), group_wise),
+        ):
             out.append(split_validation_gains(signal, correct, True, masks, np.ones((1, n)))[0])
     masks = partition_masks(ids, 20, seed=3, groups=groups)
     per_group_share = masks.reshape(20, G, size).mean(axis=2)
@@ -467,8 +446,9 @@ def test_chosen_estimate_does_not_move_with_the_seed():
     p = np.array([0.40, 0.46, 0.50, 0.53, 0.555, 0.545, 0.535, 0.515])
     correct = rng.random((8, 100)) < p[:, None]
     groups = np.arange(100).astype(str)
-    means = {best_checkpoints(correct, groups, np.arange(8), SelectSettings(draws=100, seed=s))[1].mean
-             for s in (1, 2, 3)}  # fmt: skip
+    means = {
+        best_checkpoints(correct, groups, np.arange(8), SelectSettings(draws=100, seed=s))[1].mean for s in (1, 2, 3)
+    }
     assert len(means) == 1, means
     x, _, sigma = accuracy_moments(correct[None], Clusters.of(groups, 100))
     once = winner_interval(x, sigma, 100, 100, 0.95)
@@ -490,8 +470,7 @@ def test_select_all_keep_table_in_summary_report_and_verify(records, tmp_path, c
     from ckptsel.workflows.advise.selection import keep_provisional, keep_settings, select_all
     from ckptsel.workflows.analysis import analyze, verify
 
-    args = ["select", str(records), "--all", "--partitions", "30",
-            "--draws", "300", "--bootstrap-partitions", "10"]  # fmt: skip
+    args = ["select", str(records), "--all", "--partitions", "30", "--draws", "300", "--bootstrap-partitions", "10"]
     with pytest.raises(SystemExit) as exc:
         main([*args, "--json"])
     assert exc.value.code == 0
@@ -563,8 +542,9 @@ def test_analyze_keep_table_is_select_all_at_its_defaults(tmp_path, capsys):
     assert code == 0, said
     keep = json.loads((quick / "summary.json").read_text())["keep"]
     assert keep["settings"]["draws"] == 200 and keep["settings"]["bootstrap_partitions"] == 5
-    assert keep["provisional"].startswith("made with fewer partitions 20 < 200, draws 200 < 1000, "
-                                          "bootstrap partitions 5 < 20, permutations 20 < 200")  # fmt: skip
+    assert keep["provisional"].startswith(
+        "made with fewer partitions 20 < 200, draws 200 < 1000, bootstrap partitions 5 < 20, permutations 20 < 200"
+    )
     assert "Provisional:" in (quick / "report.html").read_text()
     code, said = run_cli(["verify", quick, "--records", sim], capsys)
     assert code == 0, said

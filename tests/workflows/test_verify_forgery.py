@@ -58,9 +58,7 @@ def _refresh_manifest(out: Path, drop: tuple[str, ...] = (), meta: bool = True) 
     """What a careful forger does after editing files: the manifest rehashed to match, the
     ``drop`` entries removed, and (``meta=False``) its report options removed too."""
     manifest = json.loads((out / "manifest.json").read_text())
-    manifest["files"] = {
-        rel: publish.sha256_file(out / rel) for rel in manifest["files"] if rel not in drop
-    }
+    manifest["files"] = {rel: publish.sha256_file(out / rel) for rel in manifest["files"] if rel not in drop}
     if not meta:
         manifest.pop("report", None)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -77,9 +75,7 @@ def test_a_forged_read_cache_is_not_trusted(analysed, tmp_path: Path, capsys) ->
     arrays = memo._read(path, key)
     assert arrays is not None  # the cache is current for the copy
     forged = {name: np.array(a, order="K") for name, a in arrays.items()}
-    forged["0.correct"] = (
-        1 - forged["0.correct"]
-    )  # the first trajectory's validation answers flipped
+    forged["0.correct"] = 1 - forged["0.correct"]  # the first trajectory's validation answers flipped
     memo._write(path, key, forged)
     assert memo._read(path, key) is not None  # CRC-valid, under the right key
     out = tmp_path / "res"
@@ -88,10 +84,7 @@ def test_a_forged_read_cache_is_not_trusted(analysed, tmp_path: Path, capsys) ->
     assert json.loads((out / "summary.json").read_text()) != clean
     refused(out, capsys, "choices recomputed from", "SHA-256")
     # ... and verify neither read nor rewrote the cache: the forged file is still there
-    assert (
-        memo._read(path, key) is not None
-        and memo._read(path, key)["0.correct"].sum() == forged["0.correct"].sum()
-    )
+    assert memo._read(path, key) is not None and memo._read(path, key)["0.correct"].sum() == forged["0.correct"].sum()
 
 
 def test_a_forged_pack_is_not_trusted(analysed, tmp_path: Path) -> None:
@@ -122,12 +115,8 @@ def test_a_forged_pack_is_not_trusted(analysed, tmp_path: Path) -> None:
     assert pq.read_table(packs[0]).num_rows == full.num_rows  # and the pack rebuilt from them
 
 
-@pytest.mark.parametrize(
-    "rel", ["report.html", "tables/main_table.csv", "figures/matched_half.svg"]
-)
-def test_a_deleted_output_with_its_manifest_entry_is_refused(
-    results: Path, rel: str, capsys
-) -> None:
+@pytest.mark.parametrize("rel", ["report.html", "tables/main_table.csv", "figures/matched_half.svg"])
+def test_a_deleted_output_with_its_manifest_entry_is_refused(results: Path, rel: str, capsys) -> None:
     (results / rel).unlink()
     _refresh_manifest(results, drop=(rel,))
     publish.check_manifest(results)  # the manifest alone is consistent
@@ -171,9 +160,7 @@ def test_a_report_in_every_format_is_rebuilt(results: Path) -> None:
     assert lines[3].startswith("manifest:")
     n = len(publish.read_manifest(results)) - 1  # run.json: its own line
     assert lines[5].startswith("run: ")
-    assert (
-        f"all {n} files the analysis writes recomputed and identical, with the report" in lines[4]
-    )
+    assert f"all {n} files the analysis writes recomputed and identical, with the report" in lines[4]
 
 
 # ------------------------------------------------------------ Markdown escaped (issue 30, item 5)
@@ -222,11 +209,17 @@ def test_a_hostile_task_name_is_escaped_in_every_markdown_table(analysed, tmp_pa
 def test_the_audit_markdown_escapes_pool_names_and_texts() -> None:
     from ckptsel.data.audit.findings import AuditResult, CheckResult, PairReport
 
-    check = CheckResult(pairs=1, items_a=1, items_b=1,
-                        examples=[{"i": 0, "j": 0, "a_text": HOSTILE, "b_text": "<b>x</b>"}])  # fmt: skip
-    pair = PairReport(
-        a=HOSTILE, b="test", n_a=1, n_b=1, checks={"exact": check, "word5": CheckResult(0, 0, 0)}
+    check = CheckResult(
+        pairs=1, items_a=1, items_b=1, examples=[{"i": 0, "j": 0, "a_text": HOSTILE, "b_text": "<b>x</b>"}]
     )
-    text = AuditResult(threshold=0.5, pools={HOSTILE: 1, "test": 1}, pairs=[pair], planted=[],
-                       control_run=False, control_notes=[HOSTILE], seconds=0.1).to_markdown()  # fmt: skip
+    pair = PairReport(a=HOSTILE, b="test", n_a=1, n_b=1, checks={"exact": check, "word5": CheckResult(0, 0, 0)})
+    text = AuditResult(
+        threshold=0.5,
+        pools={HOSTILE: 1, "test": 1},
+        pairs=[pair],
+        planted=[],
+        control_run=False,
+        control_notes=[HOSTILE],
+        seconds=0.1,
+    ).to_markdown()
     assert "<svg" not in text and "<b>" not in text and "&lt;svg" in text

@@ -13,8 +13,7 @@ from ckptsel.errors import CkptselError
 __all__ = ["ML_HINT", "ML_PACKAGES", "missing_ml", "missing_module_line", "require_ml"]
 
 ML_HINT = (
-    "pip install 'ckptsel[ml]' (install your platform's torch build first: the CPU build on a "
-    "machine without a GPU)"
+    "pip install 'ckptsel[ml]' (install your platform's torch build first: the CPU build on a machine without a GPU)"
 )
 # what a command that trains or measures imports first; the rest of [ml] comes with them
 ML_PACKAGES = ("torch", "transformers")

@@ -110,9 +110,7 @@ def read_json_records(path: Path) -> JsonRecords:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise CkptselError(
-                f"{path}: line {err.lineno}: malformed JSON ({err.msg}, column {err.colno})"
-            ) from err
+            raise CkptselError(f"{path}: line {err.lineno}: malformed JSON ({err.msg}, column {err.colno})") from err
         return JsonRecords(path, "json", data, [f"record {k + 1}" for k in range(len(data))], [])
     records, locations, raw = [], [], []
     for number, line in enumerate(text.split("\n"), start=1):
@@ -121,9 +119,7 @@ def read_json_records(path: Path) -> JsonRecords:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as err:
-            raise CkptselError(
-                f"{path}: line {number}: malformed JSON ({err.msg}, column {err.colno})"
-            ) from err
+            raise CkptselError(f"{path}: line {number}: malformed JSON ({err.msg}, column {err.colno})") from err
         locations.append(f"line {number}")
         raw.append(line)
     return JsonRecords(path, "jsonl", records, locations, raw)

@@ -62,8 +62,11 @@ def _read_key(path: Path) -> bytes:
     except OSError as err:
         raise _refuse(path, f"cannot be read ({err.strerror or err})") from None
     if len(data) != KEY_BYTES:
-        raise _refuse(path, f"holds {len(data)}{'+' if len(data) > KEY_BYTES else ''} bytes, not "
-                      f"{KEY_BYTES} (truncated, or not ckptsel's)")  # fmt: skip
+        raise _refuse(
+            path,
+            f"holds {len(data)}{'+' if len(data) > KEY_BYTES else ''} bytes, not "
+            f"{KEY_BYTES} (truncated, or not ckptsel's)",
+        )
     return data
 
 

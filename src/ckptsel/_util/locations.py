@@ -62,24 +62,22 @@ class FileInfo:
 
 _NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
 _UNREACHABLE = (
-    "EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ProxyConnectionError",
-    "ClientConnectorError", "ServerDisconnectedError", "InvalidURL", "ConnectionRefusedError",
-)  # fmt: skip
-_DENIED = (
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AccessDenied",
-    "ExpiredToken",
-    "InvalidToken",
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ConnectionClosedError",
+    "ProxyConnectionError",
+    "ClientConnectorError",
+    "ServerDisconnectedError",
+    "InvalidURL",
+    "ConnectionRefusedError",
 )
+_DENIED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken")
 
 
 def _endpoint(loc: Location) -> str:
     """The endpoint a URL's store is reached at, for messages."""
     if loc.protocol in ("s3", "s3a"):
-        return (
-            os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
-        )
+        return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
     if loc.protocol in ("gs", "gcs"):
         return os.environ.get("STORAGE_EMULATOR_HOST") or "Google Cloud Storage"
     return f"{loc.protocol}://"
@@ -465,9 +463,7 @@ class Location:
 
     # ------------------------------------------------------------------ writing
     @_remote
-    def write_bytes(
-        self, data: bytes, *, if_absent: bool = False, if_tag: str | None = None
-    ) -> None:
+    def write_bytes(self, data: bytes, *, if_absent: bool = False, if_tag: str | None = None) -> None:
         """Write ``data`` so that no reader ever sees half of it (see the module docstring).
 
         ``if_absent``: only when there is no file yet; ``if_tag``: only when the file's tag
@@ -568,17 +564,13 @@ def temp_file(folder: str | os.PathLike[str], prefix: str, suffix: str = ".tmp")
     for _ in range(100):
         path = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}{suffix}")
         try:
-            return os.open(
-                path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
-            ), path
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), path
         except FileExistsError:
             continue
     raise FileExistsError(f"{folder}: no free temporary name for {prefix}*{suffix}")
 
 
-def temp_dir(
-    folder: str | os.PathLike[str], prefix: str, like: str | os.PathLike[str] | None = None
-) -> str:
+def temp_dir(folder: str | os.PathLike[str], prefix: str, like: str | os.PathLike[str] | None = None) -> str:
     """A new folder in ``folder`` under a fresh random name, created with mode ``0o777`` less
     the umask (``tempfile.mkdtemp`` makes it 0700); when ``like`` is an existing folder, with
     ``like``'s mode instead, so a folder that replaces it (a results folder swapped in) never
@@ -641,9 +633,7 @@ def _s3_put(loc: Location, data: bytes, if_absent: bool, if_tag: str | None) -> 
     except OSError as err:
         response = getattr(err.__cause__, "response", None) or {}
         code = response.get("Error", {}).get("Code", "")
-        if kwargs and (
-            code in ("PreconditionFailed", "ConditionalRequestConflict") or "412" in str(err)
-        ):
+        if kwargs and (code in ("PreconditionFailed", "ConditionalRequestConflict") or "412" in str(err)):
             raise WriteConflict(str(loc)) from err
         raise
 
@@ -693,9 +683,7 @@ def safe_join(root: str | os.PathLike[str], name: str, source: object = None) ->
     base = os.path.realpath(root)
     path = os.path.realpath(os.path.join(base, *parts))
     if os.path.commonpath([base, path]) != base or path == base:
-        raise CkptselError(
-            f"{where}refusing the name {name!r}: it leads out of {root} (through a symlink)"
-        )
+        raise CkptselError(f"{where}refusing the name {name!r}: it leads out of {root} (through a symlink)")
     return Path(root).joinpath(*parts)
 
 

@@ -36,22 +36,20 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckptsel._util.locations import (
-    FileInfo,
-    Location,
-    as_location,
-    is_url,
-    matches,
-    remote_errors,
-    safe_join,
-)
+from ckptsel._util.locations import FileInfo, Location, as_location, is_url, matches, remote_errors, safe_join
 from ckptsel.errors import CkptselError
 
 CACHE_ENV = "CKPTSEL_CACHE_DIR"
 SKIP = (
-    "optimizer.pt", "optimizer.bin", "optimizer*.safetensors", "scheduler.pt", "scaler.pt",
-    "rng_state*.pth", "training_args.bin", "global_step*/*",
-)  # fmt: skip
+    "optimizer.pt",
+    "optimizer.bin",
+    "optimizer*.safetensors",
+    "scheduler.pt",
+    "scaler.pt",
+    "rng_state*.pth",
+    "training_args.bin",
+    "global_step*/*",
+)
 STATS = {"downloads": 0, "hits": 0, "bytes": 0}  # this process's counts (tests, benchmarks)
 
 
@@ -141,8 +139,7 @@ def _download(loc: Location, want: dict[str, FileInfo], single: bool, root: Path
             got = os.path.getsize(path)
             if got != info.size:
                 raise CkptselError(
-                    f"{loc}/{rel}: downloaded {got} bytes, listed {info.size} (changed while "
-                    "copying? run again)"
+                    f"{loc}/{rel}: downloaded {got} bytes, listed {info.size} (changed while copying? run again)"
                 )
         dest = root / key
         if dest.exists():

@@ -59,11 +59,7 @@ def signals(v: ValidationData) -> dict[str, np.ndarray]:
 def thinned(v: ValidationData, idx: np.ndarray) -> ValidationData:
     """The trajectory restricted to the checkpoints ``idx`` (items unchanged)."""
     return replace(
-        v,
-        steps=v.steps[idx],
-        correct=v.correct[idx],
-        answers=v.answers[idx],
-        nll={w: a[idx] for w, a in v.nll.items()},
+        v, steps=v.steps[idx], correct=v.correct[idx], answers=v.answers[idx], nll={w: a[idx] for w, a in v.nll.items()}
     )
 
 
@@ -90,8 +86,11 @@ class PoolSubsets:
         group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
         n_groups = len(group_names)
         ov_orders = core.one_variant_orders(
-            keys, group_codes.astype(np.int64), core.string_keys(list(group_names)),
-            settings.seed, settings.permutations,
+            keys,
+            group_codes.astype(np.int64),
+            core.string_keys(list(group_names)),
+            settings.seed,
+            settings.permutations,
         )
         ov_finite, ov_labels = budget_labels_for_pool(n_groups, settings.one_variant_budgets)
         return cls(labels, nested, ov_labels, core.NestedSubsets(ov_orders, [*ov_finite, n_groups], n))
@@ -123,9 +122,7 @@ class _Signals:
         return cls(sig, thin, redo, nested, firsts)
 
 
-def _subset_sums(
-    subsets: core.NestedSubsets | None, sigs: list[dict], firsts: list[dict], P: int
-) -> list[dict]:
+def _subset_sums(subsets: core.NestedSubsets | None, sigs: list[dict], firsts: list[dict], P: int) -> list[dict]:
     """Per trajectory, ``(T_k, P, B)`` sums of every signal ``(T_k, n)`` over the subsets: the
     integer signals of all the trajectories in one float32 product (exact), the float signals
     (NLL) in one float64 product that chooses as each signal's own would
@@ -138,7 +135,11 @@ def _subset_sums(
     for (j, key), sums in zip(counts, summed, strict=True):
         out[j][key] = sums
     floats = [(j, key) for j, sig in enumerate(sigs) for key in sig if key not in out[j]]
-    summed = subsets.ordered_sums([sigs[j][key] for j, key in floats], [firsts[j][key] for j, key in floats]) if floats else []
+    summed = (
+        subsets.ordered_sums([sigs[j][key] for j, key in floats], [firsts[j][key] for j, key in floats])
+        if floats
+        else []
+    )
     for (j, key), sums in zip(floats, summed, strict=True):
         out[j][key] = sums
     return [{key: out[j][key] for key in sig} for j, sig in enumerate(sigs)]

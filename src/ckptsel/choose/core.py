@@ -44,9 +44,7 @@ def hashed_ranks(item_keys: np.ndarray, seed: int, stream: int, reps: int) -> np
     return splitmix64(item_keys[None, :] ^ salt[:, None])
 
 
-def permutations(
-    item_keys: np.ndarray, seed: int, reps: int, stream: int = streams.PERMUTATIONS
-) -> np.ndarray:
+def permutations(item_keys: np.ndarray, seed: int, reps: int, stream: int = streams.PERMUTATIONS) -> np.ndarray:
     """``(reps, n)`` orders of the items: each row sorts the items by a per-row hash."""
     return argsort_rows(hashed_ranks(item_keys, seed, stream, reps))
 
@@ -187,9 +185,13 @@ def answer_concentration(answers: np.ndarray, correct: np.ndarray) -> tuple[np.n
 
 
 def degenerate_checkpoints(
-    answers: np.ndarray, correct: np.ndarray, share: float, min_items: int, precision: float,
+    answers: np.ndarray,
+    correct: np.ndarray,
+    share: float,
+    min_items: int,
+    precision: float,
     distinct: int | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(flagged, shares, precisions)`` (each ``(T,)``): a checkpoint is flagged when it gives
     one answer to ``share`` or more of its ``n >= min_items`` items — and to at least twice the
     ``1/K`` a checkpoint answering at random among the ``K`` answers of the grid (``distinct``,

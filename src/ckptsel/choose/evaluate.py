@@ -32,7 +32,10 @@ def selection_halves(orders: np.ndarray) -> np.ndarray:
 
 
 def matched_half(
-    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray | None, in_s: np.ndarray | None = None,
+    correct: np.ndarray,
+    agree: np.ndarray,
+    orders: np.ndarray | None,
+    in_s: np.ndarray | None = None,
     on_s: np.ndarray | None = None,
 ) -> dict[str, dict[str, float]]:
     """Same-item optimism on the test pool (SPEC §5), averaged over partitions and directions.
@@ -162,6 +165,7 @@ class ScoredChoices:
     def d_from(self) -> int:
         """``D = G(full) − G(d_from)``: the smallest budget."""
         return self.budgets[0]
+
     groups: dict[str, np.ndarray] = field(default_factory=dict)  # task -> (N,) item clusters
 
     @property

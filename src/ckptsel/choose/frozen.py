@@ -85,9 +85,7 @@ class FrozenChoices:
         row_steps = self._steps[rows]
         col = np.searchsorted(steps, row_steps)
         if (col >= len(steps)).any() or not np.array_equal(steps[np.minimum(col, len(steps) - 1)], row_steps):
-            raise CkptselError(
-                f"trajectory {trajectory!r}: frozen choices name checkpoints that have no test records"
-            )
+            raise CkptselError(f"trajectory {trajectory!r}: frozen choices name checkpoints that have no test records")
         mats = np.zeros((len(keys), len(steps)))
         mats[key_codes, col] = self._probs[rows]
         return {key: mats[i] for i, key in enumerate(keys)}
@@ -139,16 +137,12 @@ def load_frozen(out_dir: Path) -> FrozenChoices:
         settings = ChoiceSettings(**meta["settings"])
         stored = str(meta["sha256"])
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, CkptselError) as err:
-        raise VerificationError(
-            f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})"
-        ) from err
+        raise VerificationError(f"{hpath}: not a readable choices hash file ({type(err).__name__}: {err})") from err
     try:
         table = pd.read_parquet(path)
         digest = choices_hash(table, settings)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
         raise VerificationError(f"{path}: not readable frozen choices ({err})") from err
     if digest != stored:
-        raise VerificationError(
-            f"{path}: SHA-256 {digest} does not match the frozen hash {stored} in {hpath.name}"
-        )
+        raise VerificationError(f"{path}: SHA-256 {digest} does not match the frozen hash {stored} in {hpath.name}")
     return FrozenChoices(table=table, settings=settings, sha256=digest)

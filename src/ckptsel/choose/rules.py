@@ -68,27 +68,48 @@ def nll_signal(v: ValidationData) -> np.ndarray | None:
 
 
 ACCURACY = RuleSpec(
-    "accuracy", accuracy_signal, maximize=True, uses_labels=True,
-    label="accuracy (labels)", words="generated accuracy (uses labels)",
-    color="#1f77b4", marker="o",
-)  # fmt: skip
+    "accuracy",
+    accuracy_signal,
+    maximize=True,
+    uses_labels=True,
+    label="accuracy (labels)",
+    words="generated accuracy (uses labels)",
+    color="#1f77b4",
+    marker="o",
+)
 AGREEMENT = RuleSpec(
-    "agreement", agreement_signal, maximize=True, uses_labels=False, grid_dependent=True,
-    label="agreement (no labels)", words="checkpoint agreement (no labels)",
-    color="#2ca02c", marker="s",
-)  # fmt: skip
+    "agreement",
+    agreement_signal,
+    maximize=True,
+    uses_labels=False,
+    grid_dependent=True,
+    label="agreement (no labels)",
+    words="checkpoint agreement (no labels)",
+    color="#2ca02c",
+    marker="s",
+)
 NLL = RuleSpec(
-    "nll", nll_signal, maximize=False, uses_labels=False,
-    label="matched NLL", words="matched NLL", color="#d62728", marker="^",
-)  # fmt: skip
+    "nll",
+    nll_signal,
+    maximize=False,
+    uses_labels=False,
+    label="matched NLL",
+    words="matched NLL",
+    color="#d62728",
+    marker="^",
+)
 LAST = RuleSpec(
-    "last", None, maximize=True, uses_labels=False,
-    label="last (final checkpoint)", color="#7f7f7f", marker="D",
-)  # fmt: skip
+    "last", None, maximize=True, uses_labels=False, label="last (final checkpoint)", color="#7f7f7f", marker="D"
+)
 ORACLE = RuleSpec(  # matched half only: correctness on the selection half of the *test* pool
-    "oracle", accuracy_signal, maximize=True, uses_labels=True,
-    label="oracle (labels of S)", color="#9467bd", marker="P",
-)  # fmt: skip
+    "oracle",
+    accuracy_signal,
+    maximize=True,
+    uses_labels=True,
+    label="oracle (labels of S)",
+    color="#9467bd",
+    marker="P",
+)
 
 RULES: dict[str, RuleSpec] = {r.name: r for r in (ACCURACY, AGREEMENT, NLL, LAST)}
 """The choice rules, in reporting order."""

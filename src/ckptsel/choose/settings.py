@@ -68,9 +68,7 @@ def check_budgets(budgets) -> tuple[int, ...]:
     values = list(budgets)
     for b in values:
         if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= MAX_BUDGET:
-            raise CkptselError(
-                f"budgets must be positive integers (at most {MAX_BUDGET}); got {b!r} in {values!r}"
-            )
+            raise CkptselError(f"budgets must be positive integers (at most {MAX_BUDGET}); got {b!r} in {values!r}")
     if not values:
         raise CkptselError("budgets: give at least one finite validation budget (e.g. 32,128,512)")
     return tuple(sorted({int(b) for b in values}))
@@ -101,9 +99,7 @@ def budget_notes(given: Sequence[int], pool_sizes: Sequence[int]) -> list[str]:
     notes = []
     repeated = sorted({b for b in given if given.count(b) > 1})
     if repeated:
-        notes.append(
-            f"budgets: {', '.join(map(str, repeated))} given more than once (each is used once)"
-        )
+        notes.append(f"budgets: {', '.join(map(str, repeated))} given more than once (each is used once)")
     sizes = sorted(int(n) for n in pool_sizes)
     for b in sorted(set(given)):
         over = sum(n < b for n in sizes)

@@ -26,16 +26,10 @@ from ckptsel.workflows.tracking import log_analysis
 @with_groups
 def analyze(
     records_dir: str = RECORDS_DIR,
-    out: str = typer.Option(
-        ..., "--out", help="Results folder or URL (summary.json, choices/, tables/)."
-    ),
-    permutations: int = typer.Option(
-        defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."
-    ),
+    out: str = typer.Option(..., "--out", help="Results folder or URL (summary.json, choices/, tables/)."),
+    permutations: int = typer.Option(defaults.PERMUTATIONS, help="Nested validation permutations per trajectory."),
     draws: int = typer.Option(defaults.DRAWS, help="Bootstrap draws."),
-    seed: int = typer.Option(
-        defaults.SEED, help="Seed for permutations, partitions and bootstraps."
-    ),
+    seed: int = typer.Option(defaults.SEED, help="Seed for permutations, partitions and bootstraps."),
     confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
     interval: str = typer.Option(
         defaults.INTERVAL,
@@ -52,13 +46,9 @@ def analyze(
         help="Finite validation budgets, comma-separated ('full' is always added); "
         "D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
     ),
-    report: bool = typer.Option(
-        True, "--report/--no-report", help="Also write tables, figures and report.html."
-    ),
+    report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
     force: bool = typer.Option(
-        False,
-        "--force",
-        help="Allow a non-empty --out that is not a results folder (its files are kept).",
+        False, "--force", help="Allow a non-empty --out that is not a results folder (its files are kept)."
     ),
     log: dict[str, Any] = LOG,
     trajectory: str = typer.Option(
@@ -73,8 +63,14 @@ def analyze(
     """Choose checkpoints on validation records (frozen + hashed), score them on test records,
     and report G, H, D and B with bootstrap intervals."""
     start = time.perf_counter()
-    settings = AnalysisSettings.of(permutations=permutations, draws=draws, seed=seed, level=confidence,
-                                   interval=interval, budgets=parse_budget_list(budgets))  # fmt: skip
+    settings = AnalysisSettings.of(
+        permutations=permutations,
+        draws=draws,
+        seed=seed,
+        level=confidence,
+        interval=interval,
+        budgets=parse_budget_list(budgets),
+    )
     tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
     tracking = tracking.for_records(records_dir)
     console = err_console if as_json else stdout_console  # with --json, stdout is the JSON alone
@@ -82,8 +78,13 @@ def analyze(
 
         class Events(AnalysisEvents):
             def phase(self, line: str) -> None:  # one line per phase, in a log too; the spinner says it
-                console.print(f"analyze: {line} [{time.perf_counter() - start:.1f} s]",
-                              style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+                console.print(
+                    f"analyze: {line} [{time.perf_counter() - start:.1f} s]",
+                    style="dim",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
                 status.update(line)
 
             def note(self, line: str) -> None:
@@ -92,8 +93,7 @@ def analyze(
             def warn(self, line: str) -> None:
                 console.print(f"warning: {line}", style="bold red", soft_wrap=True)
 
-        summary = run_analysis(records_dir, out, settings=settings, report=report, force=force,
-                               events=Events())  # fmt: skip
+        summary = run_analysis(records_dir, out, settings=settings, report=report, force=force, events=Events())
     from ckptsel.report.terminal import print_main_table  # when run (see ckptsel.cli)
 
     if not as_json:
@@ -107,12 +107,20 @@ def analyze(
     if tracking.to:
         with console.status(f"logging to {', '.join(tracking.to)}…"):
             log_analysis(
-                records_dir, out, tracking, select_settings=SelectSettings(seed=seed, level=confidence),
+                records_dir,
+                out,
+                tracking,
+                select_settings=SelectSettings(seed=seed, level=confidence),
                 note=lambda line: console.print(line, soft_wrap=True),
-            )  # fmt: skip
+            )
     if as_json:
-        print_json("analyze", {
-            "results": str(as_location(out)), "summary_file": str(as_location(out) / SUMMARY_FILE),
-            "report_file": str(as_location(out) / REPORT_FILE) if report else None,
-            "choices_sha256": summary.choices_sha256, "summary": summary.to_dict(),
-        })  # fmt: skip
+        print_json(
+            "analyze",
+            {
+                "results": str(as_location(out)),
+                "summary_file": str(as_location(out) / SUMMARY_FILE),
+                "report_file": str(as_location(out) / REPORT_FILE) if report else None,
+                "choices_sha256": summary.choices_sha256,
+                "summary": summary.to_dict(),
+            },
+        )

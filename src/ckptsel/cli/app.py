@@ -62,15 +62,10 @@ GROUPS: tuple[tuple[str, str, tuple[tuple[str, Callable[..., None]], ...]], ...]
     (
         "ingest",
         "Import generations evaluated by other tools.",
-        (
-            ("lm-eval", ingest.lm_eval),
-            ("inspect", ingest.inspect),
-            ("lighteval", ingest.lighteval),
-        ),
+        (("lm-eval", ingest.lm_eval), ("inspect", ingest.inspect), ("lighteval", ingest.lighteval)),
     ),
     ("records", "Maintain records folders.", (("compact", records.compact),)),
-    ("tasks", "List the tasks, or show one (its fields, a prompt, its answer rule).",
-     (("show", tasks.show),)),
+    ("tasks", "List the tasks, or show one (its fields, a prompt, its answer rule).", (("show", tasks.show),)),
     (
         "protocol",
         "Freeze a study's protocol before training (pre-registration), and check it.",
@@ -104,10 +99,9 @@ app = typer.Typer(
 @app.callback()
 def _options(
     show_version: bool = typer.Option(
-        False, "--version", "-V", callback=_print_version, is_eager=True,
-        help="Print ckptsel's version and exit.",
+        False, "--version", "-V", callback=_print_version, is_eager=True, help="Print ckptsel's version and exit."
     ),
-) -> None:  # fmt: skip
+) -> None:
     """Which SFT checkpoint to keep, and what the validation data used to choose it is worth."""
 
 

@@ -19,23 +19,15 @@ def audit(
     train: Path | None = typer.Option(None, "--train", help="Fine-tuning data file."),
     validation: Path | None = typer.Option(None, "--validation", help="Validation file."),
     test: Path | None = typer.Option(None, "--test", help="Test data file."),
-    out: Path | None = typer.Option(
-        None, "--out", help="Write audit.json and audit.md here (default: print only)."
-    ),
-    threshold: float = typer.Option(
-        0.8, "--threshold", help="Character 13-gram Jaccard threshold."
-    ),
-    plant: bool = typer.Option(
-        True, "--plant/--no-plant", help="Run the planted positive control."
-    ),
+    out: Path | None = typer.Option(None, "--out", help="Write audit.json and audit.md here (default: print only)."),
+    threshold: float = typer.Option(0.8, "--threshold", help="Character 13-gram Jaccard threshold."),
+    plant: bool = typer.Option(True, "--plant/--no-plant", help="Run the planted positive control."),
     seed: int = typer.Option(0, "--seed", help="Seed of the planted control."),
 ) -> None:
     """Overlap audit between the given pools (exact, normalized, character 13-gram
     Jaccard, word 5-gram) with a planted positive control; exit 1 if the control fails."""
     files = {
-        name: path
-        for name, path in (("train", train), ("validation", validation), ("test", test))
-        if path is not None
+        name: path for name, path in (("train", train), ("validation", validation), ("test", test)) if path is not None
     }
     if len(files) < 2:
         raise CkptselError("audit needs at least two of --train, --validation, --test")
@@ -55,14 +47,10 @@ def _print_checks(result: AuditResult, threshold: float) -> None:
     """One row per (pair of pools, check): flagged pairs and the items they touch."""
     table = Table(title=f"overlap audit (char-13 Jaccard >= {threshold})")
     for col in ("pools", "check", "pairs", "items 1st", "items 2nd"):
-        table.add_column(
-            col, justify="left" if col in ("pools", "check") else "right", no_wrap=True
-        )
+        table.add_column(col, justify="left" if col in ("pools", "check") else "right", no_wrap=True)
     for p in result.pairs:
         for name, c in p.checks.items():
-            table.add_row(
-                f"{p.a}–{p.b}", name, str(c.pairs), f"{c.items_a}/{p.n_a}", f"{c.items_b}/{p.n_b}"
-            )
+            table.add_row(f"{p.a}–{p.b}", name, str(c.pairs), f"{c.items_a}/{p.n_a}", f"{c.items_b}/{p.n_b}")
     console.print(table)
 
 

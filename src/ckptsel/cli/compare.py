@@ -30,9 +30,13 @@ def compare(
     """Paired comparison of two checkpoints on the same items: A − B, interval, McNemar (exact;
     clustered, by sign flips of whole groups, when items share groups)."""
     result = compare_checkpoints(
-        records_dir, trajectory, step_a, step_b, trajectory_b=trajectory_b,
+        records_dir,
+        trajectory,
+        step_a,
+        step_b,
+        trajectory_b=trajectory_b,
         settings=CompareSettings(draws=draws, seed=seed, level=confidence),
-    )  # fmt: skip
+    )
     if as_json:
         print_json("compare", result)
     else:
@@ -42,23 +46,17 @@ def compare(
 def compare_logs(
     log_a: Path = typer.Argument(
         ...,
-        help="Log A: inspect .eval/.json (or folder), lm-eval "
-        "--log_samples folder or samples file, lighteval details.",
+        help="Log A: inspect .eval/.json (or folder), lm-eval --log_samples folder or samples file, lighteval details.",
     ),
     log_b: Path = typer.Argument(..., help="Log B, of the same samples (any of those harnesses)."),
     as_json: bool = json_flag(),
     correction: str = typer.Option(
         "holm",
         "--correction",
-        help="Across tasks: holm (family-wise error) or bh "
-        "(Benjamini–Hochberg, false discovery rate).",
+        help="Across tasks: holm (family-wise error) or bh (Benjamini–Hochberg, false discovery rate).",
     ),
-    split: str = typer.Option(
-        "test", "--split", help="validation or test, for samples whose metadata names none."
-    ),
-    task: str = typer.Option(
-        None, "--task", help="Read every task of both logs as this one (ckptsel task or name)."
-    ),
+    split: str = typer.Option("test", "--split", help="validation or test, for samples whose metadata names none."),
+    task: str = typer.Option(None, "--task", help="Read every task of both logs as this one (ckptsel task or name)."),
     scorer: str = typer.Option(None, "--scorer", help="inspect: the scorer giving correctness."),
     metric: str = typer.Option(None, "--metric", help="lm-eval/lighteval: the 0/1 metric."),
     filter_name: str = typer.Option(None, "--filter", help="lm-eval: the filter to keep."),
@@ -69,9 +67,7 @@ def compare_logs(
         "lighteval query and gold) differs between the logs; said, and counted. Default: refused.",
     ),
     rescore: bool = typer.Option(
-        False,
-        "--rescore",
-        help="Correctness by --task's answer rule (answer against reference), not the logs'.",
+        False, "--rescore", help="Correctness by --task's answer rule (answer against reference), not the logs'."
     ),
     draws: int = typer.Option(10000, help="Paired bootstrap draws."),
     seed: int = typer.Option(SEED, help="Bootstrap seed."),
@@ -92,13 +88,15 @@ def compare_logs(
         typer.echo(line, err=True)
 
     result = compare_log_files(
-        log_a, log_b, split=split, correction=correction, note=note,
-        options=LogOptions(
-            scorer=scorer, metric=metric, filter_name=filter_name, task=task, rescore=rescore
-        ),
+        log_a,
+        log_b,
+        split=split,
+        correction=correction,
+        note=note,
+        options=LogOptions(scorer=scorer, metric=metric, filter_name=filter_name, task=task, rescore=rescore),
         settings=CompareSettings(draws=draws, seed=seed, level=confidence),
         allow_different_items=allow_different_items,
-    )  # fmt: skip
+    )
     if as_json:
         print_json("compare-logs", result)
     else:

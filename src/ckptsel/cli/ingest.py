@@ -30,9 +30,7 @@ def parse_map(values: list[str] | None, option: str, as_int: bool = False) -> di
                 raise CkptselError(f"{option} {pair!r}: use KEY=VALUE")
             if as_int:
                 if not val.isdigit():
-                    raise CkptselError(
-                        f"{option} {pair!r}: the step must be a non-negative integer"
-                    )
+                    raise CkptselError(f"{option} {pair!r}: the step must be a non-negative integer")
                 out[key] = int(val)
             else:
                 out[key] = val
@@ -76,11 +74,7 @@ OUT = typer.Option(
     help="Records folder or URL (s3://, gs://, file://). Rows are added; a (trajectory, step, "
     "split, item) already recorded there is refused (nothing written) unless --replace.",
 )
-REPLACE = typer.Option(
-    False,
-    "--replace",
-    help="Replace rows whose key is already recorded in --out (says how many).",
-)
+REPLACE = typer.Option(False, "--replace", help="Replace rows whose key is already recorded in --out (says how many).")
 ALLOW_DIFFERENT = typer.Option(
     False,
     "--allow-different-items",
@@ -113,10 +107,16 @@ def rows_options(
         replace=(bool, REPLACE),
         trajectory=(str, typer.Option(None, "--trajectory", help=trajectory)),
         configuration=(str, CONFIGURATION),
-        task=(str, typer.Option(None, "--task", help="ckptsel task or task file PATH.toml "
-                                f"(answers normalized with it); default: {task}.")),
+        task=(
+            str,
+            typer.Option(
+                None,
+                "--task",
+                help=f"ckptsel task or task file PATH.toml (answers normalized with it); default: {task}.",
+            ),
+        ),
         split=(str, typer.Option("test", "--split", help=split)),
-    )  # fmt: skip
+    )
 
 
 CHECKS = OptionGroup(allow_different_items=(bool, ALLOW_DIFFERENT), rescore=(bool, RESCORE))
@@ -125,24 +125,14 @@ CHECKS = OptionGroup(allow_different_items=(bool, ALLOW_DIFFERENT), rescore=(boo
 
 @with_groups
 def lm_eval(
-    samples_dirs: list[Path] = typer.Argument(
-        ..., help="One folder per checkpoint (checkpoint-<step>)."
-    ),
+    samples_dirs: list[Path] = typer.Argument(..., help="One folder per checkpoint (checkpoint-<step>)."),
     rows: dict[str, Any] = rows_options(
         "Default: the folders' common parent name.", "lm-eval task name", "validation or test."
     ),
-    step: int = typer.Option(
-        None, "--step", help="Step, when a single folder is not named checkpoint-<step>."
-    ),
-    metric: str = typer.Option(
-        None, "--metric", help="0/1 per-sample metric; default exact_match, else acc."
-    ),
-    filter_name: str = typer.Option(
-        None, "--filter", help="lm-eval filter to keep when a file has several."
-    ),
-    id_prefix: str = typer.Option(
-        None, "--id-prefix", help="item_id = <prefix>-<doc_id>; default the lm-eval task."
-    ),
+    step: int = typer.Option(None, "--step", help="Step, when a single folder is not named checkpoint-<step>."),
+    metric: str = typer.Option(None, "--metric", help="0/1 per-sample metric; default exact_match, else acc."),
+    filter_name: str = typer.Option(None, "--filter", help="lm-eval filter to keep when a file has several."),
+    id_prefix: str = typer.Option(None, "--id-prefix", help="item_id = <prefix>-<doc_id>; default the lm-eval task."),
     lm_eval_tasks: list[str] = typer.Option(
         None,
         "--lm-eval-task",
@@ -155,9 +145,16 @@ def lm_eval(
     from ckptsel.ingest.lm_eval import ingest_lm_eval_logs
 
     ingested = ingest_lm_eval_logs(
-        samples_dirs, **rows, **checks, step=step, metric=metric, filter_name=filter_name,
-        id_prefix=id_prefix, lm_eval_tasks=lm_eval_tasks or None, note=_echo_err,
-    )  # fmt: skip
+        samples_dirs,
+        **rows,
+        **checks,
+        step=step,
+        metric=metric,
+        filter_name=filter_name,
+        id_prefix=id_prefix,
+        lm_eval_tasks=lm_eval_tasks or None,
+        note=_echo_err,
+    )
     _report(ingested, rows["out"])
 
 
@@ -168,9 +165,7 @@ def inspect(
     ),
     rows: dict[str, Any] = rows_options(),
     steps: list[str] = STEPS,
-    scorer: str = typer.Option(
-        None, "--scorer", help="The scorer giving correctness, when samples carry several."
-    ),
+    scorer: str = typer.Option(None, "--scorer", help="The scorer giving correctness, when samples carry several."),
     checks: dict[str, Any] = CHECKS,
 ) -> None:
     """Read inspect_ai evaluation logs (one per checkpoint) into generation records.
@@ -184,9 +179,8 @@ def inspect(
     from ckptsel.ingest.inspect import ingest_inspect
 
     ingested = ingest_inspect(
-        logs, **rows, **checks, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer,
-        note=_echo_err,
-    )  # fmt: skip
+        logs, **rows, **checks, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer, note=_echo_err
+    )
     _report(ingested, rows["out"])
 
 
@@ -199,9 +193,7 @@ def lighteval(
     ),
     rows: dict[str, Any] = rows_options(),
     splits: list[str] = typer.Option(
-        None,
-        "--splits",
-        help="LIGHTEVAL_TASK=validation|test (repeatable) for documents that do not say.",
+        None, "--splits", help="LIGHTEVAL_TASK=validation|test (repeatable) for documents that do not say."
     ),
     steps: list[str] = STEPS,
     metric: str = typer.Option(
@@ -216,7 +208,12 @@ def lighteval(
     from ckptsel.ingest.lighteval import ingest_lighteval
 
     ingested = ingest_lighteval(
-        details, **rows, **checks, splits=parse_map(splits, "--splits"),
-        steps=parse_map(steps, "--steps", as_int=True), metric=metric, note=_echo_err,
-    )  # fmt: skip
+        details,
+        **rows,
+        **checks,
+        splits=parse_map(splits, "--splits"),
+        steps=parse_map(steps, "--steps", as_int=True),
+        metric=metric,
+        note=_echo_err,
+    )
     _report(ingested, rows["out"])

@@ -43,33 +43,24 @@ def measure(
         out="Records folder or URL (shared by runs; rows are appended).",
     ),
     engine: dict[str, Any] = options.ENGINE,
-    executor: str = typer.Option(
-        "local", "--executor", help="local (this process) or ray (a Ray cluster)."
-    ),
+    executor: str = typer.Option("local", "--executor", help="local (this process) or ray (a Ray cluster)."),
     ray_address: str = typer.Option(
         None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else local)."
     ),
-    workers: int = typer.Option(
-        0, "--workers", help="Ray actors (0: as many as the cluster's resources hold)."
-    ),
+    workers: int = typer.Option(0, "--workers", help="Ray actors (0: as many as the cluster's resources hold)."),
     num_cpus: float = typer.Option(1.0, "--num-cpus", help="CPUs per Ray actor."),
-    num_gpus: float = typer.Option(
-        0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."
-    ),
-    max_retries: int = typer.Option(
-        3, "--max-retries", help="Ray: restarts of a dead actor (its unit runs again)."
-    ),
+    num_gpus: float = typer.Option(0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."),
+    max_retries: int = typer.Option(3, "--max-retries", help="Ray: restarts of a dead actor (its unit runs again)."),
     vllm_and_mixing: dict[str, Any] = options.VLLM_AND_MIXING,
     forward_credentials: bool = typer.Option(
-        False, "--forward-credentials",
+        False,
+        "--forward-credentials",
         help="Ray: hand the driver's storage credentials (AWS_ACCESS_KEY_ID, ..., "
         "GOOGLE_APPLICATION_CREDENTIALS, every FSSPEC_* and GCSFS_*) to the workers; "
         "without it only settings (endpoint, region, profile name) travel.",
-    ),  # fmt: skip
-    progress: bool = options.PROGRESS,
-    only: str = typer.Option(
-        None, "--only", help="generation or nll: measure and record just that kind."
     ),
+    progress: bool = options.PROGRESS,
+    only: str = typer.Option(None, "--only", help="generation or nll: measure and record just that kind."),
     as_json: bool = json_flag(
         "Print one JSON object (what was measured and reused, counts, seconds); no progress bars."
     ),
@@ -84,25 +75,40 @@ def measure(
     from ckptsel.measure.run import measure_run
 
     run_dir, config, where = options.measure_inputs(
-        run, engine, vllm_and_mixing, only=only,
+        run,
+        engine,
+        vllm_and_mixing,
+        only=only,
         check_here=executor != "ray",  # on Ray the GPUs are the workers', not the driver's
-    )  # fmt: skip
+    )
     ex = ExecutorConfig(
-        kind=executor, address=ray_address, workers=workers, num_cpus=num_cpus,
-        num_gpus=num_gpus, max_retries=max_retries, forward_credentials=forward_credentials,
-    )  # fmt: skip
+        kind=executor,
+        address=ray_address,
+        workers=workers,
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        max_retries=max_retries,
+        forward_credentials=forward_credentials,
+    )
     with progress_bars(progress and not as_json) as on_progress:  # bars draw on stdout
-        res = measure_run(
-            run_dir, config, **where, on_progress=on_progress, executor=ex
-        )
+        res = measure_run(run_dir, config, **where, on_progress=on_progress, executor=ex)
     if as_json:
-        print_json("measure", {
-            "trajectory": res.trajectory, "configuration": res.configuration,
-            "records": str(where["out"]), "steps": res.steps, "measured_steps": res.measured_steps,
-            "reused_steps": res.reused_steps, "generated_items": res.generated_items,
-            "scored_items": res.scored_items, "seconds": round(res.seconds, 3), "engines": res.engines,
-            "prompt_format": res.prompt_format,
-        })  # fmt: skip
+        print_json(
+            "measure",
+            {
+                "trajectory": res.trajectory,
+                "configuration": res.configuration,
+                "records": str(where["out"]),
+                "steps": res.steps,
+                "measured_steps": res.measured_steps,
+                "reused_steps": res.reused_steps,
+                "generated_items": res.generated_items,
+                "scored_items": res.scored_items,
+                "seconds": round(res.seconds, 3),
+                "engines": res.engines,
+                "prompt_format": res.prompt_format,
+            },
+        )
         return
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
     typer.echo(
@@ -117,10 +123,10 @@ def measure(
     if res.prompt_format:
         typer.echo(f"  prompt format: {res.prompt_format}")
     spec = config.measured
-    no_nll = sorted({get_task(t).name for t in (spec.task, spec.task_for("test"))
-                     if not get_task(t).has_response})  # fmt: skip
+    no_nll = sorted({get_task(t).name for t in (spec.task, spec.task_for("test")) if not get_task(t).has_response})
     if no_nll and config.runtime.only != "generation":
-        typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the "
-                   "NLL rules of analyze need one)")  # fmt: skip
+        typer.echo(
+            f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the NLL rules of analyze need one)"
+        )
     if res.weight_swaps or res.engine_starts > 1:  # "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

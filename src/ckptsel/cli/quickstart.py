@@ -12,17 +12,11 @@ from ckptsel.cli.output import console
 
 
 def quickstart(
-    out: Path = typer.Option(
-        Path("ckptsel-quickstart"), "--out", help="study folder (reused when it exists)"
-    ),
-    fast: bool = typer.Option(
-        False, "--fast", help="fewer items and steps (about 2-4 minutes on 2 CPU cores)"
-    ),
+    out: Path = typer.Option(Path("ckptsel-quickstart"), "--out", help="study folder (reused when it exists)"),
+    fast: bool = typer.Option(False, "--fast", help="fewer items and steps (about 2-4 minutes on 2 CPU cores)"),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)"),
     workers: int = typer.Option(
-        None,
-        "--workers",
-        help="parallel trajectory processes (default: 2 on a CPU, 1 on a GPU)",
+        None, "--workers", help="parallel trajectory processes (default: 2 on a CPU, 1 on a GPU)"
     ),
 ) -> None:
     """The whole pipeline on an embedded task and a tiny model, offline, in minutes."""
@@ -48,9 +42,7 @@ def say(line: str) -> None:
 
 def show_warnings(caught: list[warnings.WarningMessage]) -> None:
     """Each distinct library warning once (category, message, where), after the run."""
-    seen = dict.fromkeys(
-        f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught
-    )
+    seen = dict.fromkeys(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught)
     if seen:
         say(f"{len(seen)} library warning{'s' if len(seen) > 1 else ''} during the run:")
         for line in seen:

@@ -10,9 +10,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.records.store import compact as compact_records
 
 
-def compact(
-    records_dir: Path = typer.Argument(..., help="Records folder (units and/or single files)."),
-) -> None:
+def compact(records_dir: Path = typer.Argument(..., help="Records folder (units and/or single files).")) -> None:
     """Write RECORDS_DIR's records as the single files generations.parquet (with the
     texts as its text column) and nll.parquet, then remove the per-checkpoint units.
     Run it when no producer is writing into the folder (e.g. to ship one file)."""

@@ -15,14 +15,10 @@ from ckptsel.results import publish
 def report(
     results_dir: Path = typer.Argument(..., help="A results folder written by `ckptsel analyze`."),
     formats: str = typer.Option(
-        "md,tex,csv,png,svg,html",
-        "--formats",
-        help="Comma-separated: md,tex,csv (tables), png,svg (figures), html.",
+        "md,tex,csv,png,svg,html", "--formats", help="Comma-separated: md,tex,csv (tables), png,svg (figures), html."
     ),
     trajectory: str = typer.Option(
-        None,
-        "--trajectory",
-        help="Trajectory of the within-trajectory figure (default: the first).",
+        None, "--trajectory", help="Trajectory of the within-trajectory figure (default: the first)."
     ),
 ) -> None:
     """Write paper-style tables, figures and one self-contained report.html from a results folder."""

@@ -19,32 +19,22 @@ from ckptsel.workflows.study_run.stages import stages_to_run
 @with_groups
 def run(
     study_file: str = typer.Argument(..., help="study.toml or its URL (schema 2)"),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="print the plan (trajectories x checkpoints x items) only"
-    ),
-    until: str = typer.Option(
-        None, "--until", help="stop after this stage: prepare, train, measure, analyze"
-    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (trajectories x checkpoints x items) only"),
+    until: str = typer.Option(None, "--until", help="stop after this stage: prepare, train, measure, analyze"),
     only: str = typer.Option(None, "--only", help="run only this stage"),
     workdir: str = typer.Option(
-        None, "--workdir",
-        help="runs, records, results and state (default: the file's folder; a study file at a "
-        "URL needs one)",
-    ),  # fmt: skip
-    set_: list[str] = typer.Option(
-        None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"
+        None,
+        "--workdir",
+        help="runs, records, results and state (default: the file's folder; a study file at a URL needs one)",
     ),
+    set_: list[str] = typer.Option(None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda if any)"),
-    workers: int = typer.Option(
-        1, "--workers", help="processes that train + measure trajectories side by side"
-    ),
+    workers: int = typer.Option(1, "--workers", help="processes that train + measure trajectories side by side"),
     watch: bool = typer.Option(
         False, "--watch", help="measure each checkpoint as soon as it lands, while training goes on"
     ),
     log: dict[str, Any] = LOG,
-    trajectory: str = typer.Option(
-        None, "--trajectory", help="Whose recommended checkpoint --register registers."
-    ),
+    trajectory: str = typer.Option(None, "--trajectory", help="Whose recommended checkpoint --register registers."),
     as_json: bool = json_flag(
         "At the end, print one JSON object (the stages run, where the records and results are, "
         "the summary; with --dry-run the plan); the log goes to stderr."
@@ -54,8 +44,7 @@ def run(
     study file's [log] table) the results go to MLflow / W&B / Trackio after analyze."""
     stages = stages_to_run(until, only)
     if not dry_run and {"train", "measure"} & set(stages):  # refused before prepare writes
-        require_ml("ckptsel run (its train and measure stages; --until prepare and --only "
-                   "analyze run without them)")  # fmt: skip
+        require_ml("ckptsel run (its train and measure stages; --until prepare and --only analyze run without them)")
     if device:  # a device that cannot run is said before any stage starts
         from ckptsel.train.models import pick_device
 
@@ -66,14 +55,23 @@ def run(
     typer.echo(f"{as_location(study_file).name}: {status}", err=as_json)
     tracking = log_settings(log, check=False, trajectory=trajectory)
     job = StudyRun(  # with --json, stdout is the JSON alone
-        spec, device=device, log=lambda m: typer.echo(m, err=as_json), workers=workers,
-        console=err_console if as_json else console, tracking=tracking,
-    )  # fmt: skip
+        spec,
+        device=device,
+        log=lambda m: typer.echo(m, err=as_json),
+        workers=workers,
+        console=err_console if as_json else console,
+        tracking=tracking,
+    )
     answer = {
-        "study": study_file, "protocol": status, "stages": list(stages), "dry_run": dry_run,
-        "plan": None, "records_dir": str(job.context.records_dir),
-        "results_dir": str(spec.results_dir), "summary": None,
-    }  # fmt: skip
+        "study": study_file,
+        "protocol": status,
+        "stages": list(stages),
+        "dry_run": dry_run,
+        "plan": None,
+        "records_dir": str(job.context.records_dir),
+        "results_dir": str(spec.results_dir),
+        "summary": None,
+    }
     if dry_run:
         if as_json:
             print_json("run", {**answer, "plan": job.dry_run(form=list)})

@@ -13,53 +13,42 @@ from ckptsel import defaults
 from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
 from ckptsel.cli.output import json_flag, print_json, print_keep_table, print_selection
 from ckptsel.errors import CkptselError
-from ckptsel.workflows.advise.selection import (
-    AnswerSettings,
-    SelectSettings,
-    select_all,
-    select_checkpoint,
-)
+from ckptsel.workflows.advise.selection import AnswerSettings, SelectSettings, select_all, select_checkpoint
 from ckptsel.workflows.tracking import log_selection
 
 
 @with_groups
 def select(
     records_dir: str = RECORDS_DIR,
-    trajectory: str = typer.Option(
-        None, "--trajectory", help="The trajectory (run) to choose a checkpoint for."
-    ),
+    trajectory: str = typer.Option(None, "--trajectory", help="The trajectory (run) to choose a checkpoint for."),
     every: bool = typer.Option(
-        False, "--all",
+        False,
+        "--all",
         help="Every trajectory of the records: a table of which checkpoint to keep for each "
         "(what analyze writes in summary.json's keep).",
-    ),  # fmt: skip
+    ),
     as_json: bool = json_flag("Print a machine-readable JSON object instead of tables."),
-    rule: str = typer.Option(
-        "accuracy",
-        "--rule",
-        help="Rule the recommendation follows: accuracy, agreement or nll.",
-    ),
-    partitions: int = typer.Option(
-        defaults.PERMUTATIONS, help="Random half/half partitions of the validation pool."
-    ),
+    rule: str = typer.Option("accuracy", "--rule", help="Rule the recommendation follows: accuracy, agreement or nll."),
+    partitions: int = typer.Option(defaults.PERMUTATIONS, help="Random half/half partitions of the validation pool."),
     draws: int = typer.Option(1000, help="Question-bootstrap draws for the intervals."),
     bootstrap_partitions: int = typer.Option(20, help="Partitions per bootstrap draw."),
-    seed: int = typer.Option(
-        defaults.SEED, help="Seed for permutations, partitions and bootstraps."
-    ),
+    seed: int = typer.Option(defaults.SEED, help="Seed for permutations, partitions and bootstraps."),
     confidence: float = typer.Option(defaults.CONFIDENCE, help="Interval level."),
     degenerate_share: float = typer.Option(
-        defaults.DEGENERATE_SHARE, "--degenerate-share",
+        defaults.DEGENERATE_SHARE,
+        "--degenerate-share",
         help="A checkpoint giving one answer to this share of its validation items or more (at "
         f"least {defaults.DEGENERATE_MIN_ITEMS}), wrong on most of them, is flagged as degenerate "
         "and not recommended.",
     ),
     allow_degenerate: bool = typer.Option(
-        False, "--allow-degenerate",
+        False,
+        "--allow-degenerate",
         help="Recommend a degenerate checkpoint when the rule picks it (the recommendation says it is flagged).",
     ),
     strict_answers: bool = typer.Option(
-        False, "--strict-answers",
+        False,
+        "--strict-answers",
         help="Count an answer that only the answer rule's fallback found (gsm8k: the last number, "
         "no 'The answer is' marker) as wrong; needs the records' generated texts.",
     ),
@@ -76,11 +65,7 @@ def select(
     if every and tracking.to:
         raise CkptselError("--log logs one trajectory's selection: give --trajectory, not --all")
     settings = SelectSettings(
-        partitions=partitions,
-        draws=draws,
-        bootstrap_partitions=bootstrap_partitions,
-        seed=seed,
-        level=confidence,
+        partitions=partitions, draws=draws, bootstrap_partitions=bootstrap_partitions, seed=seed, level=confidence
     )
     answers = AnswerSettings(share=degenerate_share, allow=allow_degenerate, strict=strict_answers)
     if every:

@@ -18,9 +18,7 @@ def simulate(
     out_dir: str = typer.Argument(..., help="Local folder for the records and the truth."),
     preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
-    force: bool = typer.Option(
-        False, "--force", help="Replace records in OUT_DIR that no simulation wrote."
-    ),
+    force: bool = typer.Option(False, "--force", help="Replace records in OUT_DIR that no simulation wrote."),
 ) -> None:
     """Write synthetic generations.parquet and nll.parquet (the records contract) plus
     truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR.
@@ -52,7 +50,4 @@ def simulate(
             str(items.get((task, "test"), 0)),
         )
     console.print(table)
-    console.print(
-        f"wrote {out}/generations.parquet, nll.parquet, truth.parquet, simulation.json "
-        f"in {elapsed:.1f} s"
-    )
+    console.print(f"wrote {out}/generations.parquet, nll.parquet, truth.parquet, simulation.json in {elapsed:.1f} s")

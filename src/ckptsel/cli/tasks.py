@@ -21,10 +21,9 @@ def tasks(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     rows = [
-        (task.name, ", ".join(task.aliases), f"{task.rule.extract} / {task.rule.compare}",
-         task.description)
+        (task.name, ", ".join(task.aliases), f"{task.rule.extract} / {task.rule.compare}", task.description)
         for task in TASKS.values()
-    ]  # fmt: skip
+    ]
     table = [("task", "aliases", "answer (extract / compare)", "description"), *rows]
     widths = [max(len(r[i]) for r in table) for i in range(3)]
     for row in table:
@@ -79,10 +78,11 @@ def token_lines(form: PromptFormat, text: str, tokenizer: Any, spec: str | None)
     head = " ".join(map(str, ids[:HEAD_IDS])) + (" …" if len(ids) > HEAD_IDS else "")
     lines.append(f"token ids ({len(ids)}, first {min(len(ids), HEAD_IDS)}): {head}")
     bos_id = getattr(tokenizer, "bos_token_id", None)
-    how = {"template": "the text as the template renders it",
-           "tokenizer": "the tokenizer's special tokens added",
-           "template+tokenizer": "the template's, then the tokenizer's special tokens added",
-           }[form.bos_source]  # fmt: skip
+    how = {
+        "template": "the text as the template renders it",
+        "tokenizer": "the tokenizer's special tokens added",
+        "template+tokenizer": "the template's, then the tokenizer's special tokens added",
+    }[form.bos_source]
     if bos_id is None:
         lines.append(f"BOS: none (the tokenizer has no BOS token); --bos {form.bos_source}: {how}")
     else:
@@ -110,18 +110,27 @@ def _shown(text: str) -> str:
 
 PROMPT_FORMAT = options.OptionGroup(
     **options.PROMPT,
-    bos=(str, typer.Option(
-        None, "--bos", help="Who wrote the run's BOS: template (a chat run's default: "
-        "apply_chat_template(tokenize=True), trl), tokenizer (alpaca's and a template "
-        "file's default) or template+tokenizer (tokenizer(apply_chat_template(..., "
-        "tokenize=False)): two when the template writes one). A run states it in its "
-        "prompt_format.json as \"bos\".",
-    )),
-    tokenizer=(str, typer.Option(
-        None, "--tokenizer", help="Tokenizer folder (a checkpoint) whose chat template renders "
-        "it and whose token ids are shown."
-    )),
-)  # fmt: skip
+    bos=(
+        str,
+        typer.Option(
+            None,
+            "--bos",
+            help="Who wrote the run's BOS: template (a chat run's default: "
+            "apply_chat_template(tokenize=True), trl), tokenizer (alpaca's and a template "
+            "file's default) or template+tokenizer (tokenizer(apply_chat_template(..., "
+            "tokenize=False)): two when the template writes one). A run states it in its "
+            'prompt_format.json as "bos".',
+        ),
+    ),
+    tokenizer=(
+        str,
+        typer.Option(
+            None,
+            "--tokenizer",
+            help="Tokenizer folder (a checkpoint) whose chat template renders it and whose token ids are shown.",
+        ),
+    ),
+)
 
 
 @options.with_groups
@@ -132,8 +141,10 @@ def show(
     ),
     index: int = typer.Option(0, "--index", help="Which item of --items (0: the first)."),
     score: bool = typer.Option(
-        False, "--score", help="Judge the example with the task file's scorer: runs its code "
-        "(without it, a scorer is named, never imported or called)."
+        False,
+        "--score",
+        help="Judge the example with the task file's scorer: runs its code "
+        "(without it, a scorer is named, never imported or called).",
     ),
     fmt: dict[str, Any] = PROMPT_FORMAT,
 ) -> None:
@@ -187,9 +198,7 @@ def _judged(task: Task, item: Item | None, score: bool) -> str:
     return f"the response, scored as a generation: answer {answer!r}, {verdict}"
 
 
-def _example(
-    task: Task, item: Item, where: str, prompt: tuple[str, str, list[str]], judged: str
-) -> None:
+def _example(task: Task, item: Item, where: str, prompt: tuple[str, str, list[str]], judged: str) -> None:
     rule = task.rule
     typer.echo(f"\nexample item ({where}):")
     typer.echo(f"  id {item.item_id!r}, group {item.group!r}, stratum {item.subtask!r}")

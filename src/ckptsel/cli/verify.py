@@ -11,25 +11,23 @@ from ckptsel.workflows.analysis import verify as run_verify
 
 
 def verify(
-    results_dir: str = typer.Argument(
-        None, help="A results folder (or URL) written by `ckptsel analyze`."
-    ),
-    records: str = typer.Option(
-        None, "--records", help="Records folder or URL (default: the one analyzed)."
-    ),
+    results_dir: str = typer.Argument(None, help="A results folder (or URL) written by `ckptsel analyze`."),
+    records: str = typer.Option(None, "--records", help="Records folder or URL (default: the one analyzed)."),
     protocol: str = typer.Option(
-        None, "--protocol",
+        None,
+        "--protocol",
         help="The study's frozen protocol file (STUDY.toml.protocol.json; default: the one the "
         "results name in run.json).",
-    ),  # fmt: skip
+    ),
     as_json: bool = json_flag(
         "Print one JSON object: ok, the checks passed, the mismatch (exit code 1 still says it)."
     ),
     conformance: bool = typer.Option(
-        False, "--conformance",
+        False,
+        "--conformance",
         help="Check every cached conformance verdict under this user's key instead (one line "
         "each; exit 1 when one does not hold: that family is checked again at its next measure).",
-    ),  # fmt: skip
+    ),
 ) -> None:
     """Recompute the frozen choices and the results; exit 1 on any mismatch. A pre-registered
     study is checked as a chain: protocol (unedited, the one the results copied, its analysis
@@ -62,8 +60,10 @@ def _verify_conformance(as_json: bool) -> None:
     path, held, failed = check_cached_verdicts()
     error = None
     if failed:
-        error = (f"{path}: {len(failed)} of {len(held) + len(failed)} cached conformance "
-                 f"verdict(s) do not hold under this user's key: {'; '.join(failed)}")  # fmt: skip
+        error = (
+            f"{path}: {len(failed)} of {len(held) + len(failed)} cached conformance "
+            f"verdict(s) do not hold under this user's key: {'; '.join(failed)}"
+        )
     if as_json:
         print_json("verify", {"results": str(path), "ok": error is None, "checks": held, "error": error})
     else:

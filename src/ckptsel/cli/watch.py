@@ -25,18 +25,16 @@ def watch(
         None, "--until-step", help="Final step (default: the marker's max_steps / should_training_stop)."
     ),
     poll: float = typer.Option(10.0, "--poll", help="Seconds between listings of the run."),
-    settle: float = typer.Option(
-        20.0, "--settle", help="Seconds a folder must stay unchanged before it is measured."
-    ),
+    settle: float = typer.Option(20.0, "--settle", help="Seconds a folder must stay unchanged before it is measured."),
     marker: str = typer.Option(
         "trainer_state.json", "--marker", help="File the trainer writes last ('none': no marker)."
     ),
     layout: str = typer.Option(
-        "hf", "--layout", help="hf (checkpoint-<n>: Trainer, TRL, axolotl, LLaMA-Factory) or torchtune (epoch_<n>, step_<n>)."
+        "hf",
+        "--layout",
+        help="hf (checkpoint-<n>: Trainer, TRL, axolotl, LLaMA-Factory) or torchtune (epoch_<n>, step_<n>).",
     ),
-    timeout: float = typer.Option(
-        None, "--timeout", help="Stop after this many seconds without finishing (exit 1)."
-    ),
+    timeout: float = typer.Option(None, "--timeout", help="Stop after this many seconds without finishing (exit 1)."),
     status_file: str = typer.Option(
         None, "--status-file", help="Also keep the status here (default: <out>/watch/<trajectory>/status.json)."
     ),
@@ -63,27 +61,44 @@ def watch(
 
     run_dir, config, where = options.measure_inputs(run, engine, vllm_and_mixing)
     settings = WatchSettings(
-        poll=poll, settle=settle, until_step=until_step, layout=layout, timeout=timeout,
+        poll=poll,
+        settle=settle,
+        until_step=until_step,
+        layout=layout,
+        timeout=timeout,
         marker=None if marker.lower() == "none" else marker,
-    )  # fmt: skip
+    )
     select_settings = SelectSettings(draws=draws)
     say = _Say(err_console if as_json else console)  # with --json, stdout is the JSON alone
     # the bars draw on stdout: not with --json
     with progress_bars(progress and not as_json and sys.stderr.isatty()) as on_progress:
         status = watch_and_select(
-            run_dir, config, **where, settings=settings, rule=rule,
-            select_settings=select_settings, selection=select, status_file=status_file,
-            on_status=_StatusLines(describe, say), on_progress=on_progress, on_selection=say.selected,
-        )  # fmt: skip
+            run_dir,
+            config,
+            **where,
+            settings=settings,
+            rule=rule,
+            select_settings=select_settings,
+            selection=select,
+            status_file=status_file,
+            on_status=_StatusLines(describe, say),
+            on_progress=on_progress,
+            on_selection=say.selected,
+        )
     out = where["out"]
     selection_at = selection_path(out, status.trajectory)
     if as_json:
-        print_json("watch", {
-            "trajectory": status.trajectory, "done": status.state == "done", "status": status.to_dict(),
-            "status_file": str(status_file or status_path(out, status.trajectory)),
-            "selection": say.selection if select else None,
-            "selection_file": str(selection_at) if select else None,
-        })  # fmt: skip
+        print_json(
+            "watch",
+            {
+                "trajectory": status.trajectory,
+                "done": status.state == "done",
+                "status": status.to_dict(),
+                "status_file": str(status_file or status_path(out, status.trajectory)),
+                "selection": say.selection if select else None,
+                "selection_file": str(selection_at) if select else None,
+            },
+        )
     if status.state != "done":
         say.console.print(f"watch: stopped after {timeout:g} s without the final checkpoint; run it again to continue")
         raise typer.Exit(1)
@@ -91,7 +106,9 @@ def watch(
     say.console.print(
         f"watch: {status.trajectory}: done at step {status.final_step}, "
         f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}"
-        + (f"; selection in {selection_at}" if select else ""), soft_wrap=True, highlight=False,
+        + (f"; selection in {selection_at}" if select else ""),
+        soft_wrap=True,
+        highlight=False,
     )
     if status.engines:  # "vllm engine started once (...), 9 checkpoints swapped ..."
         say.console.print(f"  {status.engines}", soft_wrap=True, highlight=False)

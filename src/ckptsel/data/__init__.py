@@ -18,6 +18,4 @@ from __future__ import annotations
 
 from ckptsel.data.tasks import register_task
 
-__all__ = [
-    "register_task",
-]
+__all__ = ["register_task"]

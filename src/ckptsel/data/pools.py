@@ -72,9 +72,7 @@ def sample(items: Sequence[Item], k: int, seed: int, label: str) -> list[Item]:
     return [it for i, it in enumerate(items) if i in chosen]
 
 
-def build_pool(
-    spec: PoolSpec, exclude: dict[Path | Location, set[str]] | None = None
-) -> list[Item]:
+def build_pool(spec: PoolSpec, exclude: dict[Path | Location, set[str]] | None = None) -> list[Item]:
     """The items of a pool (see the module docstring); ``exclude`` maps a file to item ids
     that must not be drawn (the other split's sample of the same file).
 

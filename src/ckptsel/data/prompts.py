@@ -73,7 +73,9 @@ ALPACA = "alpaca"
 CHAT = "chat"
 TEMPLATE = "template"
 FORMAT_FILE = "prompt_format.json"  # in a run folder: the format its checkpoints were trained with
-FORMAT_CHOICES = "--prompt-format chat (the tokenizer's chat template), alpaca (ckptsel's Alpaca prompt) or a template file"
+FORMAT_CHOICES = (
+    "--prompt-format chat (the tokenizer's chat template), alpaca (ckptsel's Alpaca prompt) or a template file"
+)
 # who wrote the BOS a run was trained with (PromptFormat.bos): the template (a chat template
 # that writes {{ bos_token }}, tokenized as apply_chat_template(tokenize=True) does), the
 # tokenizer's special tokens on the rendered text, or both (tokenizer(apply_chat_template(...,
@@ -101,11 +103,26 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 # arguments apply_chat_template takes for itself, or ckptsel sets: never a template argument
-RESERVED_TEMPLATE_ARGS = frozenset({
-    "chat_template", "tokenize", "add_generation_prompt", "continue_final_message", "messages",
-    "conversation", "tools", "documents", "return_dict", "return_tensors", "return_assistant_tokens_mask",
-    "padding", "truncation", "max_length", "tokenizer_kwargs", "processor_kwargs",
-})  # fmt: skip
+RESERVED_TEMPLATE_ARGS = frozenset(
+    {
+        "chat_template",
+        "tokenize",
+        "add_generation_prompt",
+        "continue_final_message",
+        "messages",
+        "conversation",
+        "tools",
+        "documents",
+        "return_dict",
+        "return_tensors",
+        "return_assistant_tokens_mask",
+        "padding",
+        "truncation",
+        "max_length",
+        "tokenizer_kwargs",
+        "processor_kwargs",
+    }
+)
 MAX_ARGS_CHARS = 65_536  # --chat-template-args' JSON text
 
 
@@ -152,9 +169,8 @@ TokenCache = dict[tuple[str, str], list[int]]  # (kind, text) -> token ids, for 
 
 
 def cached_ids(
-    encode: Callable[[Sequence[str]], list[list[int]]], texts: Sequence[str],
-    cache: TokenCache | None, kind: str,
-) -> list[list[int]]:  # fmt: skip
+    encode: Callable[[Sequence[str]], list[list[int]]], texts: Sequence[str], cache: TokenCache | None, kind: str
+) -> list[list[int]]:
     """``encode(texts)``, through ``cache`` (keyed by ``(kind, text)``; each distinct text
     encoded once) when one is given; the lists returned are shared with the cache."""
     if cache is None:
@@ -222,9 +238,7 @@ class PromptFormat:
             parts["BOS"] = str(self.bos)
         return parts
 
-    def differences(
-        self, other: PromptFormat | dict[str, str], mine: str = "this run", theirs: str = ""
-    ) -> str:
+    def differences(self, other: PromptFormat | dict[str, str], mine: str = "this run", theirs: str = "") -> str:
         """Where ``other`` (a format, or its :meth:`parts`) differs from this format, part by
         part, in words, e.g. ``system prompt (this run: none; the records: 'You are…')``;
         ``""`` when no part differs."""
@@ -233,8 +247,9 @@ class PromptFormat:
             return f"the format ({mine}: {a['format']}; {theirs}: {b.get('format', '?')})"
         return ", ".join(
             f"{key} ({mine}: {a.get(key, 'none')}; {theirs}: {b.get(key, 'none')})"
-            for key in dict.fromkeys([*a, *b]) if a.get(key, "none") != b.get(key, "none")
-        )  # fmt: skip
+            for key in dict.fromkeys([*a, *b])
+            if a.get(key, "none") != b.get(key, "none")
+        )
 
     def variant(self, identity: str) -> PromptFormat | None:
         """This format with its system prompt and/or template arguments dropped, or alpaca,
@@ -259,8 +274,7 @@ class PromptFormat:
         template = chat_template_of(tokenizer)
         if not template:
             raise CkptselError(
-                f"{where} has no chat template; --prompt-format chat needs one (use alpaca or "
-                "a template file)"
+                f"{where} has no chat template; --prompt-format chat needs one (use alpaca or a template file)"
             )
         if template == self.chat_template:
             return self
@@ -361,18 +375,23 @@ class PromptFormat:
             return [self._fill(i, it) for i, it in zip(instructions, items, strict=True)]
         if tokenizer is None:
             raise CkptselError("--prompt-format chat: a tokenizer is needed to render the prompt")
-        return [
-            self._chat_text(tokenizer, self._messages(i), generation_prompt=True)
-            for i in instructions
-        ]
+        return [self._chat_text(tokenizer, self._messages(i), generation_prompt=True) for i in instructions]
 
     def _fill(self, instruction: str, item: Any) -> str:
         item_id = getattr(item, "item_id", "")
-        return _render_template(self.template, self.source, {
-            "prompt": instruction, "instruction": instruction,
-            "id": item_id, "group": getattr(item, "group", ""),
-            "stratum": getattr(item, "subtask", ""), "system": self.system_prompt or "",
-        }, f" on item {item_id!r}" if item is not None else "")  # fmt: skip
+        return _render_template(
+            self.template,
+            self.source,
+            {
+                "prompt": instruction,
+                "instruction": instruction,
+                "id": item_id,
+                "group": getattr(item, "group", ""),
+                "stratum": getattr(item, "subtask", ""),
+                "system": self.system_prompt or "",
+            },
+            f" on item {item_id!r}" if item is not None else "",
+        )
 
     @property
     def name(self) -> str:
@@ -398,15 +417,12 @@ class PromptFormat:
             except CkptselError as exc:
                 if self.kind == TEMPLATE:
                     raise  # it names the file and the item
-                raise CkptselError(
-                    f"{self.name}: item {getattr(item, 'item_id', '')!r}: {exc}"
-                ) from None
+                raise CkptselError(f"{self.name}: item {getattr(item, 'item_id', '')!r}: {exc}") from None
         if len({it.instruction for it in items}) > 1 and len(set(texts)) == 1:
             raise CkptselError(
                 f"{self.name}: all {len(items)} items render the same prompt "
                 f"({_short(texts[0])}): the item's prompt never reaches the model; use a "
-                "template that includes it"
-                + (" ({{ prompt }})" if self.kind == TEMPLATE else "")
+                "template that includes it" + (" ({{ prompt }})" if self.kind == TEMPLATE else "")
             )
 
     def _messages(self, instruction: str, response: str | None = None) -> list[dict[str, str]]:
@@ -416,9 +432,7 @@ class PromptFormat:
             messages.append({"role": "assistant", "content": response})
         return messages
 
-    def _chat_text(
-        self, tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool
-    ) -> str:
+    def _chat_text(self, tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         args = json.loads(self.template_args) if self.template_args else {}
         try:
             text = tokenizer.apply_chat_template(
@@ -433,9 +447,13 @@ class PromptFormat:
     # ------------------------------------------------------------------ tokens
 
     def encode(
-        self, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str] | None = None,
-        items: Sequence[Any] | None = None, cache: TokenCache | None = None,
-    ) -> tuple[list[list[int]], list[list[int]] | None]:  # fmt: skip
+        self,
+        tokenizer: Any,
+        instructions: Sequence[str],
+        responses: Sequence[str] | None = None,
+        items: Sequence[Any] | None = None,
+        cache: TokenCache | None = None,
+    ) -> tuple[list[list[int]], list[list[int]] | None]:
         """``(prompt_ids, response_ids)`` of each item: the tokens the model is fed before it
         answers, and the scored response tokens that follow them (its end included: EOS for
         alpaca and template files, the template's end of turn for chat). ``responses=None``:
@@ -455,16 +473,19 @@ class PromptFormat:
         if self.kind not in (CHAT, TEMPLATE):  # alpaca: the response alone, then EOS
             return prompts, cached_ids(
                 lambda r: self.encode_responses(tokenizer, (), r, ()), responses, cache, "response"
-            )  # fmt: skip
+            )
         keys = [f"{t}\x00{r}" for t, r in zip(texts, responses, strict=True)]
         at = {key: k for k, key in enumerate(keys)}
 
         def continuations(todo: Sequence[str]) -> list[list[int]]:
             ks = [at[key] for key in todo]
             return self.encode_responses(
-                tokenizer, [instructions[k] for k in ks], [responses[k] for k in ks],
-                [prompts[k] for k in ks], None if items is None else [items[k] for k in ks],
-            )  # fmt: skip
+                tokenizer,
+                [instructions[k] for k in ks],
+                [responses[k] for k in ks],
+                [prompts[k] for k in ks],
+                None if items is None else [items[k] for k in ks],
+            )
 
         return prompts, cached_ids(continuations, keys, cache, kind.replace("prompt", "response", 1))
 
@@ -496,9 +517,13 @@ class PromptFormat:
             )
 
     def encode_responses(
-        self, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str],
-        prompts: Sequence[list[int]], items: Sequence[Any] | None = None,
-    ) -> list[list[int]]:  # fmt: skip
+        self,
+        tokenizer: Any,
+        instructions: Sequence[str],
+        responses: Sequence[str],
+        prompts: Sequence[list[int]],
+        items: Sequence[Any] | None = None,
+    ) -> list[list[int]]:
         """The scored tokens of each response, after its prompt's ids ``prompts`` (``items``:
         the items' other fields, for a template file): the
         response's tokens then EOS (alpaca), the tokens after the prompt in the prompt and
@@ -519,9 +544,8 @@ class PromptFormat:
         return [[*r, int(eos)] for r in ids]
 
     def _joint_responses(
-        self, tokenizer: Any, texts: Sequence[str], responses: Sequence[str],
-        prompts: Sequence[list[int]],
-    ) -> list[list[int]]:  # fmt: skip
+        self, tokenizer: Any, texts: Sequence[str], responses: Sequence[str], prompts: Sequence[list[int]]
+    ) -> list[list[int]]:
         """A template file's response tokens as a run trained on ``tokenizer(prompt +
         response)`` has them (trl's prompt-completion data, a hand-written label mask): the
         prompt and the response tokenized together, the scored tokens those after the
@@ -535,9 +559,8 @@ class PromptFormat:
         return [list(f)[len(p) :] for p, f in zip(prompts, full, strict=True)]
 
     def _chat_responses(
-        self, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str],
-        prompts: Sequence[list[int]],
-    ) -> list[list[int]]:  # fmt: skip
+        self, tokenizer: Any, instructions: Sequence[str], responses: Sequence[str], prompts: Sequence[list[int]]
+    ) -> list[list[int]]:
         """The template's continuation after each prompt for the conversation ending in its
         response, as trl's ``SFTTrainer`` cuts it (a template that renders the prompt
         differently when the answer follows is refused: the NLL would score tokens after a
@@ -721,10 +744,7 @@ def _sandbox() -> Any:
     env = Sandbox(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters = {name: _guarded_filter(name, f) for name, f in env.filters.items()}
     env.globals.pop("lipsum", None)  # lipsum(n=...) writes n paragraphs
-    env.globals.update({
-        "range": _safe_range, f"{_GUARD}loop": _loop, f"{_GUARD}out": _out,
-        f"{_GUARD}concat": _concat,
-    })  # fmt: skip
+    env.globals.update({"range": _safe_range, f"{_GUARD}loop": _loop, f"{_GUARD}out": _out, f"{_GUARD}concat": _concat})
     return env
 
 
@@ -737,10 +757,7 @@ def _guarded_ast(env: Any, source: str, template: str) -> Any:
     if not template.strip():
         raise CkptselError(f"{source}: prompt template is empty")
     if len(template) > MAX_TEMPLATE_CHARS:
-        raise CkptselError(
-            f"{source}: prompt template is {len(template)} characters (at most "
-            f"{MAX_TEMPLATE_CHARS})"
-        )
+        raise CkptselError(f"{source}: prompt template is {len(template)} characters (at most {MAX_TEMPLATE_CHARS})")
     try:
         tree = env.parse(template)
     except TemplateSyntaxError as exc:
@@ -749,8 +766,12 @@ def _guarded_ast(env: Any, source: str, template: str) -> Any:
         raise CkptselError(f"{source}: prompt template: nested too deeply") from None
     except Exception as exc:  # the parser's other limits
         raise CkptselError(f"{source}: prompt template: {_one_line(exc)}") from None
-    for kind, word in ((nodes.Extends, "extends"), (nodes.Include, "include"),
-                       (nodes.Import, "import"), (nodes.FromImport, "from ... import")):  # fmt: skip
+    for kind, word in (
+        (nodes.Extends, "extends"),
+        (nodes.Include, "include"),
+        (nodes.Import, "import"),
+        (nodes.FromImport, "from ... import"),
+    ):
         found = next(iter(tree.find_all(kind)), None)
         if found is not None:
             raise CkptselError(
@@ -772,9 +793,7 @@ def _guarded_ast(env: Any, source: str, template: str) -> Any:
         )
 
     def call(name: str, *args: Any, at: Any) -> Any:
-        return nodes.Call(nodes.Name(_GUARD + name, "load"), list(args), [], None, None).set_lineno(
-            at.lineno
-        )
+        return nodes.Call(nodes.Name(_GUARD + name, "load"), list(args), [], None, None).set_lineno(at.lineno)
 
     class Guard(NodeTransformer):
         def visit_For(self, node: Any) -> Any:
@@ -885,9 +904,8 @@ def _system_text(value: Any, name: str) -> str | None:
 
 
 def _checked_format(
-    kind: str, system: Any, args: Any, names: dict[str, str], template: str | None = None,
-    source: str = "",
-) -> PromptFormat:  # fmt: skip
+    kind: str, system: Any, args: Any, names: dict[str, str], template: str | None = None, source: str = ""
+) -> PromptFormat:
     """The one rule set of a prompt format, the command line's and ``prompt_format.json``'s
     alike (``names``: how the message names the format, system prompt and arguments): the
     Alpaca prompt takes no system prompt or arguments, a template file no arguments, a chat
@@ -910,8 +928,7 @@ def _checked_format(
         return PromptFormat(CHAT, system_text, args_text)
     if args_text:
         raise CkptselError(
-            f"{at}{names['args']} apply to {names['format']} chat only (a template file takes no "
-            "template arguments)"
+            f"{at}{names['args']} apply to {names['format']} chat only (a template file takes no template arguments)"
         )
     try:
         check_template(template or "", source)
@@ -922,32 +939,24 @@ def _checked_format(
     return PromptFormat(TEMPLATE, system_text, template=template or "", source=source)
 
 
-def prompt_format(
-    spec: str | None = None, system_prompt: str | None = None, template_args: Any = None,
-) -> PromptFormat:  # fmt: skip
+def prompt_format(spec: str | None = None, system_prompt: str | None = None, template_args: Any = None) -> PromptFormat:
     """The :class:`PromptFormat` of ``--prompt-format`` (``alpaca``, ``chat`` or a template
     file's path; ``None``: alpaca), ``--system-prompt`` and ``--chat-template-args``; bad values
     are refused in one line (the same rules as ``prompt_format.json``'s,
     :func:`format_from_dict`)."""
     spec = ALPACA if spec is None else spec
     if not isinstance(spec, str) or not spec.strip():
-        raise CkptselError(
-            f"--prompt-format must be alpaca, chat or a template file, not {_short(spec)}"
-        )
+        raise CkptselError(f"--prompt-format must be alpaca, chat or a template file, not {_short(spec)}")
     if spec in (ALPACA, CHAT):
         return _checked_format(spec, system_prompt, template_args, _FLAGS)
     path = Path(spec)
     if not path.is_file():
-        raise CkptselError(
-            f"--prompt-format {spec!r}: not alpaca, chat, or a template file that exists"
-        )
+        raise CkptselError(f"--prompt-format {spec!r}: not alpaca, chat, or a template file that exists")
     template_args_json(template_args)  # its own errors first
     try:
         size = path.stat().st_size
         if size > 4 * MAX_TEMPLATE_CHARS:
-            raise CkptselError(
-                f"{path}: prompt template is {size} bytes (at most {MAX_TEMPLATE_CHARS} characters)"
-            )
+            raise CkptselError(f"{path}: prompt template is {size} bytes (at most {MAX_TEMPLATE_CHARS} characters)")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CkptselError(f"{path}: cannot read the prompt template ({_one_line(exc)})") from None
@@ -956,9 +965,8 @@ def prompt_format(
 
 
 def resolve_format(
-    stated: PromptFormat | None, tokenizer: Any, recorded: PromptFormat | None = None,
-    where: str = "the run",
-) -> PromptFormat:  # fmt: skip
+    stated: PromptFormat | None, tokenizer: Any, recorded: PromptFormat | None = None, where: str = "the run"
+) -> PromptFormat:
     """The one prompt format a run is measured with, resolved once for its tokenizer: the
     ``stated`` one (``--prompt-format``; chat: bound to ``tokenizer``'s chat template), else
     the one the run folder ``recorded`` (:data:`FORMAT_FILE`: how it was trained), else
@@ -1017,27 +1025,25 @@ def format_from_dict(blob: Any, where: str) -> PromptFormat:
     key."""
     if not isinstance(blob, dict) or not isinstance(blob.get("prompt_format"), str):
         raise CkptselError(
-            f"{where}: not a prompt format record: it needs \"prompt_format\": \"chat\", "
-            "\"alpaca\" or a template file's name (with its text under \"template\")"
+            f'{where}: not a prompt format record: it needs "prompt_format": "chat", '
+            '"alpaca" or a template file\'s name (with its text under "template")'
         )
     if _depth(blob) > MAX_FORMAT_DEPTH:
         raise CkptselError(f"{where}: nested more than {MAX_FORMAT_DEPTH} levels deep")
     unknown = sorted(str(k) for k in blob if k not in FORMAT_KEYS)
     if unknown:
-        raise CkptselError(
-            f"{where}: unknown key {unknown[0]!r} (a prompt format record has "
-            f"{', '.join(FORMAT_KEYS)})"
-        )
+        raise CkptselError(f"{where}: unknown key {unknown[0]!r} (a prompt format record has {', '.join(FORMAT_KEYS)})")
     kind = blob["prompt_format"].strip()
     names = {
-        "where": f"{where}: ", "format": "'prompt_format'", "system": "'system_prompt'",
-        "args": "'chat_template_args'", "template": "'template'",
-    }  # fmt: skip
+        "where": f"{where}: ",
+        "format": "'prompt_format'",
+        "system": "'system_prompt'",
+        "args": "'chat_template_args'",
+        "template": "'template'",
+    }
     text = blob.get("template")
     if kind in (ALPACA, CHAT) and text is not None:
-        raise CkptselError(
-            f"{where}: 'template' is only for a template file, not 'prompt_format' {kind!r}"
-        )
+        raise CkptselError(f"{where}: 'template' is only for a template file, not 'prompt_format' {kind!r}")
     if kind not in (ALPACA, CHAT):
         if not kind:
             raise CkptselError(f"{where}: 'prompt_format' is empty (chat, alpaca or a template file)")
@@ -1048,9 +1054,13 @@ def format_from_dict(blob: Any, where: str) -> PromptFormat:
                 f"{'it is missing' if text is None else f'not {type(text).__name__}'})"
             )
     fmt = _checked_format(
-        kind, blob.get("system_prompt"), blob.get("chat_template_args"), names, text,
+        kind,
+        blob.get("system_prompt"),
+        blob.get("chat_template_args"),
+        names,
+        text,
         kind if kind not in (ALPACA, CHAT) else "",
-    )  # fmt: skip
+    )
     if blob.get("bos") not in (None, ""):
         fmt = fmt.with_bos(blob["bos"], f"{where}: 'bos'")
     return fmt

@@ -22,9 +22,7 @@ from __future__ import annotations
 from ckptsel.data.answers import FAMILIES
 from ckptsel.data.tasks import get_task, task_family
 
-__all__ = [
-    "FAMILIES", "check_scorer", "extract", "is_correct", "normalize_reference", "family_of",
-]  # fmt: skip
+__all__ = ["FAMILIES", "check_scorer", "extract", "is_correct", "normalize_reference", "family_of"]
 
 
 def family_of(task: str) -> str:

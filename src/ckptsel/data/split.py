@@ -79,9 +79,7 @@ def _check_fraction(val_fraction: float) -> None:
         raise CkptselError(f"--val-fraction must lie strictly between 0 and 1, got {val_fraction}")
 
 
-def _group_keys(
-    records: list[dict[str, Any]], group_field: str, where: list[str] | None, source: str
-) -> list[str]:
+def _group_keys(records: list[dict[str, Any]], group_field: str, where: list[str] | None, source: str) -> list[str]:
     keys: list[str] = []
     for k, rec in enumerate(records):
         loc = where[k] if where is not None else f"record {k + 1}"
@@ -89,14 +87,10 @@ def _group_keys(
             raise CkptselError(f"{source}, {loc}: expected a JSON object, got {type(rec).__name__}")
         value = rec.get(group_field)
         if value is None:
-            raise CkptselError(
-                f"{source}, {loc}: missing group field {group_field!r} "
-                f"(fields present: {sorted(rec)})"
-            )
+            raise CkptselError(f"{source}, {loc}: missing group field {group_field!r} (fields present: {sorted(rec)})")
         if not isinstance(value, str) or not value.strip():
             raise CkptselError(
-                f"{source}, {loc}: group field {group_field!r} must be a non-empty string, "
-                f"got {value!r}"
+                f"{source}, {loc}: group field {group_field!r} must be a non-empty string, got {value!r}"
             )
         keys.append(value)
     return keys
@@ -127,12 +121,7 @@ def _assign(
 
 
 def lineage(
-    train: list[dict[str, Any]],
-    validation: list[dict[str, Any]],
-    *,
-    group_field: str,
-    seed: int,
-    val_fraction: float,
+    train: list[dict[str, Any]], validation: list[dict[str, Any]], *, group_field: str, seed: int, val_fraction: float
 ) -> dict[str, Any]:
     """Records and groups on each side and the two intersections, recomputed from the outputs
     (not trusted from the assignment) so the table checks the split rather than restating it."""
@@ -166,18 +155,12 @@ def lineage(
 
 
 def split_records(
-    records: list[dict[str, Any]],
-    *,
-    seed: int = DATA_SEED,
-    val_fraction: float = 0.1,
-    group_field: str | None = None,
+    records: list[dict[str, Any]], *, seed: int = DATA_SEED, val_fraction: float = 0.1, group_field: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Split records by whole group; returns ``(train, validation, lineage)``, each side in
     input order. ``group_field=None`` picks ``original_question`` when present, else the
     question field (the question is its own group)."""
-    to_val, _, field = _assign(
-        records, seed=seed, val_fraction=val_fraction, group_field=group_field
-    )
+    to_val, _, field = _assign(records, seed=seed, val_fraction=val_fraction, group_field=group_field)
     train = [r for r, v in zip(records, to_val, strict=True) if not v]
     validation = [r for r, v in zip(records, to_val, strict=True) if v]
     lin = lineage(train, validation, group_field=field, seed=seed, val_fraction=val_fraction)
@@ -274,8 +257,7 @@ def check_outputs(source: Path, out_dir: Path, names: list[str], *, force: bool)
     for target in targets:
         if target.exists() and target.resolve() == source.resolve():
             raise CkptselError(
-                f"{source}: the split would overwrite its own input ({target.name} in "
-                f"{out_dir}); choose another --out"
+                f"{source}: the split would overwrite its own input ({target.name} in {out_dir}); choose another --out"
             )
     if force:
         return
@@ -314,12 +296,7 @@ def split_file(
     check_outputs(path, out_dir, [f"train{ext}", f"validation{ext}"], force=force)
     text = _read_text(path)  # the layout (indentation) of a JSON list is kept
     to_val, _, field = _assign(
-        records,
-        seed=seed,
-        val_fraction=val_fraction,
-        group_field=group_field,
-        where=locs,
-        source=source,
+        records, seed=seed, val_fraction=val_fraction, group_field=group_field, where=locs, source=source
     )
     train = [r for r, v in zip(records, to_val, strict=True) if not v]
     validation = [r for r, v in zip(records, to_val, strict=True) if v]

@@ -70,10 +70,8 @@ TASK_FILE_KEYS: dict[str, dict[str, str]] = {
         "raw answer (an item without a match is refused)",
     },
     "answer": {
-        "extract": "a rule name (see below) or a regex (default: whole; label when compare = "
-        "'labels')",
-        "group": "the regex group that is the answer (default: 1 when the pattern has a group, "
-        "else the whole match)",
+        "extract": "a rule name (see below) or a regex (default: whole; label when compare = 'labels')",
+        "group": "the regex group that is the answer (default: 1 when the pattern has a group, else the whole match)",
         "select": "first | last: which regex match (default: first)",
         "compare": "a comparison rule (see below; default: exact)",
         "tolerance": "numeric: largest absolute difference still correct (default 0)",
@@ -102,9 +100,9 @@ class Item:
 
 def item_hash(item: Any) -> str:
     """Content hash of an item, so an edited items file is re-measured, not reused."""
-    blob = json.dumps(
-        [item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]
-    ).encode("utf-8")
+    blob = json.dumps([item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]).encode(
+        "utf-8"
+    )
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -141,10 +139,7 @@ class Fields:
             "group": self.group,
             "stratum": self.stratum,
         }
-        return [
-            (role, names[role] or "", notes.get(role) or ("" if names[role] else defaults[role]))
-            for role in ROLES
-        ]
+        return [(role, names[role] or "", notes.get(role) or ("" if names[role] else defaults[role])) for role in ROLES]
 
 
 Loader = Callable[[Path, "Task"], list[Item]]
@@ -224,9 +219,7 @@ def _lookup(record: dict, name: str) -> Any:
     return value
 
 
-def field_value(
-    record: Any, name: str, path: Path, where: str, *, required: bool = True
-) -> str | None:
+def field_value(record: Any, name: str, path: Path, where: str, *, required: bool = True) -> str | None:
     """A string field of a record (numbers are accepted and written as strings)."""
     if not isinstance(record, dict):
         raise CkptselError(f"{path}: {where}: expected a JSON object, got {type(record).__name__}")
@@ -236,9 +229,7 @@ def field_value(
             raise CkptselError(f"{path}: {where}: missing required field {name!r}")
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise CkptselError(
-            f"{path}: {where}: field {name!r} must be a string, got {type(value).__name__}"
-        )
+        raise CkptselError(f"{path}: {where}: field {name!r} must be a string, got {type(value).__name__}")
     return str(value)
 
 
@@ -260,10 +251,7 @@ def check_unique(items: list[Item], wheres: list[str], path: Path) -> list[Item]
     seen: dict[str, str] = {}
     for item, where in zip(items, wheres, strict=True):
         if item.item_id in seen:
-            raise CkptselError(
-                f"{path}: {where}: duplicate item id {item.item_id!r} "
-                f"(first at {seen[item.item_id]})"
-            )
+            raise CkptselError(f"{path}: {where}: duplicate item id {item.item_id!r} (first at {seen[item.item_id]})")
         seen[item.item_id] = where
     return items
 
@@ -308,8 +296,7 @@ def _derived_reference(derive: BoundedRegex, text: str, path: Path, where: str, 
         raise CkptselError(f"{path}: {where}: field {name!r}: {err}") from None
     if not found or not found.strip():
         raise CkptselError(
-            f"{path}: {where}: field {name!r}: {derive.key} {derive.pattern!r} finds no answer in "
-            f"{text[:60]!r}"
+            f"{path}: {where}: field {name!r}: {derive.key} {derive.pattern!r} finds no answer in {text[:60]!r}"
         )
     return found.strip()
 
@@ -411,14 +398,11 @@ def read_task_file(path: str | Path) -> Task:
     extra = sorted(set(data) - {*TASK_FILE_KEYS[""], "fields", "answer", "example"})
     if extra:
         raise CkptselError(
-            f"{path}: unknown key {extra[0]!r} (known: name, description, [fields], [answer], "
-            "[example])"
+            f"{path}: unknown key {extra[0]!r} (known: name, description, [fields], [answer], [example])"
         )
     name = data.get("name")
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise CkptselError(
-            f"{path}: name: a task name of letters, digits, '_', '-', '.' is needed, got {name!r}"
-        )
+        raise CkptselError(f"{path}: name: a task name of letters, digits, '_', '-', '.' is needed, got {name!r}")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise CkptselError(f"{path}: description: must be a string")
@@ -430,6 +414,13 @@ def read_task_file(path: str | Path) -> Task:
     code = answer.scorer_file
     digest = hashlib.sha256(raw + (scorer_digest(code).encode() if code is not None else b""))
     return Task(
-        name, "", load_fields, description, fields=fields,
-        answer=answer, source=str(path.resolve()), digest=digest.hexdigest()[:16], example=example,
-    )  # fmt: skip
+        name,
+        "",
+        load_fields,
+        description,
+        fields=fields,
+        answer=answer,
+        source=str(path.resolve()),
+        digest=digest.hexdigest()[:16],
+        example=example,
+    )

@@ -73,16 +73,7 @@ from ckptsel.data.answers import commonsense as commonsense_answers
 from ckptsel.data.answers import gsm8k as gsm8k_answers
 from ckptsel.data.answers import latex as math_answers
 from ckptsel.data.answers.rules import scorer_digest
-from ckptsel.data.taskdef import (
-    Fields,
-    Item,
-    Loader,
-    Task,
-    field_value,
-    file_id,
-    parse_file,
-    read_task_file,
-)
+from ckptsel.data.taskdef import Fields, Item, Loader, Task, field_value, file_id, parse_file, read_task_file
 from ckptsel.errors import CkptselError
 
 COMMONSENSE_TASKS = (
@@ -124,19 +115,14 @@ def register_task(
     ``family`` picks the answer rules (``gsm8k``, ``math`` or ``commonsense``); ``fields`` is
     its item schema and ``example`` an example record (``ckptsel tasks show``)."""
     if family not in FAMILIES:
-        raise CkptselError(
-            f"task {name!r}: unknown answer family {family!r} (known: {', '.join(FAMILIES)})"
-        )
-    task = Task(
-        name, family, loader, description, subtask, tuple(aliases), fields=fields, example=example
-    )
+        raise CkptselError(f"task {name!r}: unknown answer family {family!r} (known: {', '.join(FAMILIES)})")
+    task = Task(name, family, loader, description, subtask, tuple(aliases), fields=fields, example=example)
     keys = [name, *aliases]
     for key in keys:
         existing = _LOOKUP.get(key.lower())
         if existing is not None and not replace:
             raise CkptselError(
-                f"task name {key!r} is already registered (as {existing.name!r}); "
-                "pass replace=True to override it"
+                f"task name {key!r} is already registered (as {existing.name!r}); pass replace=True to override it"
             )
     previous = TASKS.get(name)
     if previous is not None:  # replacing: drop the old task's aliases too
@@ -206,9 +192,7 @@ def _task_file(ref: str) -> Task:
 def _parsed(path: Path, key: tuple[str, bytes]) -> Task:
     task = read_task_file(path)
     if task.name.lower() in _LOOKUP:
-        raise CkptselError(
-            f"{path}: name {task.name!r} is a built-in task's; give the task file another name"
-        )
+        raise CkptselError(f"{path}: name {task.name!r} is a built-in task's; give the task file another name")
     _FILES[key] = (task, _code_hash(task))
     return task
 
@@ -221,9 +205,7 @@ def get_task(task: str) -> Task:
         return found
     if is_task_file(task):
         return _task_file(task)
-    raise CkptselError(
-        f"unknown task {task!r}; known tasks: {', '.join(TASKS)} (or a task file, PATH.toml)"
-    )
+    raise CkptselError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)} (or a task file, PATH.toml)")
 
 
 def task_ref(task: str) -> str:
@@ -312,9 +294,7 @@ def _gsm8k_items(path: Path, task: Task, response: Callable[[str], str]) -> list
             raise CkptselError(f"{path}: {where}: field 'answer' has no '#### N' final line")
         reference = gsm8k_answers.reference_span(answer)
         if not gsm8k_answers.is_numeric(gsm8k_answers.normalize_reference(reference)):
-            raise CkptselError(
-                f"{path}: {where}: field 'answer': final value {reference!r} is not a number"
-            )
+            raise CkptselError(f"{path}: {where}: field 'answer': final value {reference!r} is not a number")
         item_id = file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
         return Item(item_id, question, reference, response(answer), item_id, task.subtask)
 
@@ -333,9 +313,7 @@ def load_metamath(path: Path, task: Task) -> list[Item]:
             while reference.endswith("."):
                 reference = reference[:-1].rstrip()
         if not reference:
-            raise CkptselError(
-                f"{path}: {where}: field 'response' has no answer after 'The answer is:'"
-            )
+            raise CkptselError(f"{path}: {where}: field 'response' has no answer after 'The answer is:'")
         item_id = file_id(record, path, where, "item_id", "id") or f"{task.name}-{index}"
         group = field_value(record, "original_question", path, where, required=False) or item_id
         subtask = field_value(record, "type", path, where, required=False) or task.subtask
@@ -355,14 +333,11 @@ def load_math(path: Path, task: Task) -> list[Item]:
             answer = math_answers.last_boxed(solution)
             if answer is None:
                 raise CkptselError(
-                    f"{path}: {where}: missing required field 'answer' "
-                    "(and the solution has no \\boxed{} answer)"
+                    f"{path}: {where}: missing required field 'answer' (and the solution has no \\boxed{{}} answer)"
                 )
         if not answer.strip():
             raise CkptselError(f"{path}: {where}: field 'answer' is empty")
-        item_id = (
-            file_id(record, path, where, "unique_id", "item_id", "id") or f"{task.name}-{index}"
-        )
+        item_id = file_id(record, path, where, "unique_id", "item_id", "id") or f"{task.name}-{index}"
         subject = field_value(record, "subject", path, where, required=False) or task.subtask
         return Item(item_id, problem, answer.strip(), solution, item_id, subject)
 
@@ -404,13 +379,9 @@ def _load_commonsense_file(path: Path, subtask: str) -> list[Item]:
         output = field_value(record, "output", path, where)
         answer = commonsense_answers.normalize_reference(field_value(record, "answer", path, where))
         if not label.fullmatch(answer):
-            allowed = (
-                commonsense_answers.LABEL_PATTERNS.get(subtask.lower())
-                or commonsense_answers.ANY_LABEL
-            )
+            allowed = commonsense_answers.LABEL_PATTERNS.get(subtask.lower()) or commonsense_answers.ANY_LABEL
             raise CkptselError(
-                f"{path}: {where}: field 'answer' {answer!r} is not a label of "
-                f"{subtask or 'commonsense'} ({allowed})"
+                f"{path}: {where}: field 'answer' {answer!r} is not a label of {subtask or 'commonsense'} ({allowed})"
             )
         item_id = file_id(record, path, where, "item_id", "id") or f"{prefix}-{index}"
         return Item(item_id, instruction, answer, output, item_id, subtask)
@@ -429,22 +400,15 @@ def load_commonsense(path: Path, task: Task) -> list[Item]:
         if folder is None and _commonsense_name(path.name) == task.subtask:
             folder = path
         if folder is None:
-            raise CkptselError(
-                f"{path}: no {task.subtask}/ folder (expected {task.subtask}/test.json)"
-            )
+            raise CkptselError(f"{path}: no {task.subtask}/ folder (expected {task.subtask}/test.json)")
         return _load_commonsense_file(_commonsense_test_file(folder), task.subtask)
     own = _commonsense_name(path.name)
-    folders = {
-        _commonsense_name(p.name): p
-        for p in path.iterdir()
-        if p.is_dir() and _commonsense_name(p.name)
-    }
+    folders = {_commonsense_name(p.name): p for p in path.iterdir() if p.is_dir() and _commonsense_name(p.name)}
     if not folders and own:
         folders = {own: path}
     if not folders:
         raise CkptselError(
-            f"{path}: no commonsense task folders (expected <task>/test.json for any of "
-            f"{', '.join(COMMONSENSE_TASKS)})"
+            f"{path}: no commonsense task folders (expected <task>/test.json for any of {', '.join(COMMONSENSE_TASKS)})"
         )
     items: list[Item] = []
     for name in COMMONSENSE_TASKS:
@@ -464,50 +428,50 @@ _ID_NOTE = "else <task>-<index> in file order"
 def _gsm8k_fields(response: str) -> Fields:
     """GSM8K's item schema, ``response`` saying how the answer is written as the response."""
     return Fields(
-        prompt=("question",), reference="answer", response="answer", id=("item_id", "id"),
+        prompt=("question",),
+        reference="answer",
+        response="answer",
+        id=("item_id", "id"),
         notes=(
             ("response", response),
             ("reference", "N of the answer's final '#### N' line (a number)"),
             ("id", _ID_NOTE),
         ),
-    )  # fmt: skip
+    )
 
 
 _BUILTIN_FIELDS = {
-    "gsm8k": _gsm8k_fields(
-        "the answer without <<...>> calculator notes, its '#### N' line written 'The answer "
-        "is: N'"
-    ),
-    "gsm8k-raw": _gsm8k_fields(
-        "the answer as written: its <<...>> calculator notes and its '#### N' line kept"
-    ),
+    "gsm8k": _gsm8k_fields("the answer without <<...>> calculator notes, its '#### N' line written 'The answer is: N'"),
+    "gsm8k-raw": _gsm8k_fields("the answer as written: its <<...>> calculator notes and its '#### N' line kept"),
     "metamath": Fields(
-        prompt=("query",), reference="response", response="response", id=("item_id", "id"),
-        group="original_question", stratum="type",
-        notes=(
-            ("reference", "the text after the response's last 'The answer is:'"),
-            ("id", _ID_NOTE),
-        ),
+        prompt=("query",),
+        reference="response",
+        response="response",
+        id=("item_id", "id"),
+        group="original_question",
+        stratum="type",
+        notes=(("reference", "the text after the response's last 'The answer is:'"), ("id", _ID_NOTE)),
     ),
     "math": Fields(
-        prompt=("problem",), reference="answer", response="solution",
-        id=("unique_id", "item_id", "id"), stratum="subject",
-        notes=(
-            ("reference", "else the solution's last \\boxed{...}"),
-            ("id", _ID_NOTE),
-        ),
+        prompt=("problem",),
+        reference="answer",
+        response="solution",
+        id=("unique_id", "item_id", "id"),
+        stratum="subject",
+        notes=(("reference", "else the solution's last \\boxed{...}"), ("id", _ID_NOTE)),
     ),
     "commonsense": Fields(
-        prompt=("instruction", "input"), reference="answer", response="output",
+        prompt=("instruction", "input"),
+        reference="answer",
+        response="output",
         id=("item_id", "id"),
         notes=(
-            ("reference", "a label of the task (true|false, solution1|2, answer1-5, ending1-4, "
-             "option1|2)"),
+            ("reference", "a label of the task (true|false, solution1|2, answer1-5, ending1-4, option1|2)"),
             ("id", "else <subtask>-<index> in file order"),
             ("stratum", "the task folder's name (boolq, piqa, ...)"),
         ),
     ),
-}  # fmt: skip
+}
 _BUILTIN_EXAMPLES: dict[str, dict[str, Any]] = {
     "gsm8k": {
         "question": "Tom has 3 apples and buys 4 more. How many apples does he have now?",
@@ -521,58 +485,85 @@ _BUILTIN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "math": {
         "problem": "What is $\\frac{1}{2} + \\frac{1}{3}$?",
-        "solution": "$\\frac{1}{2} + \\frac{1}{3} = \\frac{5}{6}$, so the answer is "
-        "$\\boxed{\\frac{5}{6}}$.",
+        "solution": "$\\frac{1}{2} + \\frac{1}{3} = \\frac{5}{6}$, so the answer is $\\boxed{\\frac{5}{6}}$.",
         "answer": "\\frac{5}{6}",
         "subject": "Prealgebra",
         "unique_id": "test/prealgebra/1.json",
     },
 }
 _COMMONSENSE_EXAMPLES: dict[str, tuple[str, str]] = {  # task -> (instruction, answer)
-    "boolq": ("Please answer the following question with true or false, question: is the sun "
-              "a star?\n\nAnswer format: true/false", "true"),
-    "piqa": ("Please choose the correct solution to the question: keep bread fresh\n\n"
-             "Solution1: seal it in a bag\n\nSolution2: leave it in the sun\n\n"
-             "Answer format: solution1/solution2", "solution1"),
-    "social_i_qa": ("Please choose the correct answer to the question: Ann thanked Tom. Why?"
-                    "\n\nAnswer1: he helped her Answer2: he left Answer3: he slept\n\n"
-                    "Answer format: answer1/answer2/answer3", "answer1"),
-    "hellaswag": ("Please choose the correct ending to complete the given sentence: He opens "
-                  "the door and\n\nEnding1: walks in. Ending2: the door eats him. Ending3: "
-                  "sky. Ending4: blue.\n\nAnswer format: ending1/ending2/ending3/ending4",
-                  "ending1"),
-    "winogrande": ("Please choose the correct answer to fill in the blank to complete the given "
-                   "sentence: The cup fell off the table because _ was tilted.\n\n"
-                   "Option1: the table Option2: the cup\n\nAnswer format: option1/option2",
-                   "option1"),
-    "ARC-Challenge": ("Please choose the correct answer to the question: Which is a gas at room "
-                      "temperature?\n\nAnswer1: oxygen Answer2: iron Answer3: ice Answer4: "
-                      "salt\n\nAnswer format: answer1/answer2/answer3/answer4", "answer1"),
-    "ARC-Easy": ("Please choose the correct answer to the question: What do plants need to "
-                 "grow?\n\nAnswer1: light Answer2: sand Answer3: plastic Answer4: glass\n\n"
-                 "Answer format: answer1/answer2/answer3/answer4", "answer1"),
-    "openbookqa": ("Please choose the correct answer to the question: A magnet attracts\n\n"
-                   "Answer1: iron Answer2: wood Answer3: glass Answer4: paper\n\n"
-                   "Answer format: answer1/answer2/answer3/answer4", "answer1"),
-}  # fmt: skip
+    "boolq": (
+        "Please answer the following question with true or false, question: is the sun "
+        "a star?\n\nAnswer format: true/false",
+        "true",
+    ),
+    "piqa": (
+        "Please choose the correct solution to the question: keep bread fresh\n\n"
+        "Solution1: seal it in a bag\n\nSolution2: leave it in the sun\n\n"
+        "Answer format: solution1/solution2",
+        "solution1",
+    ),
+    "social_i_qa": (
+        "Please choose the correct answer to the question: Ann thanked Tom. Why?"
+        "\n\nAnswer1: he helped her Answer2: he left Answer3: he slept\n\n"
+        "Answer format: answer1/answer2/answer3",
+        "answer1",
+    ),
+    "hellaswag": (
+        "Please choose the correct ending to complete the given sentence: He opens "
+        "the door and\n\nEnding1: walks in. Ending2: the door eats him. Ending3: "
+        "sky. Ending4: blue.\n\nAnswer format: ending1/ending2/ending3/ending4",
+        "ending1",
+    ),
+    "winogrande": (
+        "Please choose the correct answer to fill in the blank to complete the given "
+        "sentence: The cup fell off the table because _ was tilted.\n\n"
+        "Option1: the table Option2: the cup\n\nAnswer format: option1/option2",
+        "option1",
+    ),
+    "ARC-Challenge": (
+        "Please choose the correct answer to the question: Which is a gas at room "
+        "temperature?\n\nAnswer1: oxygen Answer2: iron Answer3: ice Answer4: "
+        "salt\n\nAnswer format: answer1/answer2/answer3/answer4",
+        "answer1",
+    ),
+    "ARC-Easy": (
+        "Please choose the correct answer to the question: What do plants need to "
+        "grow?\n\nAnswer1: light Answer2: sand Answer3: plastic Answer4: glass\n\n"
+        "Answer format: answer1/answer2/answer3/answer4",
+        "answer1",
+    ),
+    "openbookqa": (
+        "Please choose the correct answer to the question: A magnet attracts\n\n"
+        "Answer1: iron Answer2: wood Answer3: glass Answer4: paper\n\n"
+        "Answer format: answer1/answer2/answer3/answer4",
+        "answer1",
+    ),
+}
 
 
 def _commonsense_example(name: str) -> dict[str, Any]:
     instruction, answer = _COMMONSENSE_EXAMPLES[name]
-    return {"instruction": instruction, "input": "", "output": f"the correct answer is {answer}",
-            "answer": answer}  # fmt: skip
+    return {"instruction": instruction, "input": "", "output": f"the correct answer is {answer}", "answer": answer}
 
 
 def _register_builtin() -> None:
     register_task(
-        "gsm8k", "gsm8k", load_gsm8k, description="GSM8K jsonl (question, answer '#### N')",
-        fields=_BUILTIN_FIELDS["gsm8k"], example=_BUILTIN_EXAMPLES["gsm8k"],
-    )  # fmt: skip
+        "gsm8k",
+        "gsm8k",
+        load_gsm8k,
+        description="GSM8K jsonl (question, answer '#### N')",
+        fields=_BUILTIN_FIELDS["gsm8k"],
+        example=_BUILTIN_EXAMPLES["gsm8k"],
+    )
     register_task(
-        "gsm8k-raw", "gsm8k", load_gsm8k_raw,
+        "gsm8k-raw",
+        "gsm8k",
+        load_gsm8k_raw,
         description="GSM8K as gsm8k, the NLL target the answer as written (<<...>>, '#### N')",
-        fields=_BUILTIN_FIELDS["gsm8k-raw"], example=_BUILTIN_EXAMPLES["gsm8k"],
-    )  # fmt: skip
+        fields=_BUILTIN_FIELDS["gsm8k-raw"],
+        example=_BUILTIN_EXAMPLES["gsm8k"],
+    )
     register_task(
         "metamath",
         "gsm8k",
@@ -599,11 +590,7 @@ def _register_builtin() -> None:
         fields=_BUILTIN_FIELDS["commonsense"],
         example=_commonsense_example("boolq"),
     )
-    aliases = {
-        "ARC-Challenge": ("arc_challenge",),
-        "ARC-Easy": ("arc_easy",),
-        "social_i_qa": ("siqa", "social_iqa"),
-    }
+    aliases = {"ARC-Challenge": ("arc_challenge",), "ARC-Easy": ("arc_easy",), "social_i_qa": ("siqa", "social_iqa")}
     for name in COMMONSENSE_TASKS:
         register_task(
             name,

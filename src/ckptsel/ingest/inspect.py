@@ -42,12 +42,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.ingest.inflate import (
-    MAX_BYTES_ENV,
-    RATIO_ENV,
-    check_record_size,
-    inflate_limit,
-)
+from ckptsel.ingest.inflate import MAX_BYTES_ENV, RATIO_ENV, check_record_size, inflate_limit
 from ckptsel.ingest.mapping import (
     CheckpointLog,
     Ingested,
@@ -118,15 +113,11 @@ def _member(zf: zipfile.ZipFile, path: Path, name: str, budget: _Budget) -> byte
         with zf.open(name) as stream:
             return budget.read(stream, name, info.compress_size)
     if info.compress_type != ZSTD_METHOD:
-        raise CkptselError(
-            f"{path}: member {name} uses ZIP compression {info.compress_type}, not zstd"
-        )
+        raise CkptselError(f"{path}: member {name} uses ZIP compression {info.compress_type}, not zstd")
     import pyarrow as pa
 
     if not pa.Codec.is_available("zstd"):
-        raise CkptselError(
-            f"{path}: this pyarrow build has no zstd codec; install pyarrow from PyPI"
-        )
+        raise CkptselError(f"{path}: this pyarrow build has no zstd codec; install pyarrow from PyPI")
     with open(path, "rb") as fh:
         fh.seek(info.header_offset)
         head = fh.read(_LOCAL_HEADER.size)
@@ -168,9 +159,7 @@ def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
         if not isinstance(log, dict) or "eval" not in log:
             raise CkptselError(f"{path}: not an inspect log (no 'eval' field)")
         samples = log_field(log, "samples", (list,), str(path)) or []
-        return log, [
-            log_object(x, f"{path}: sample {k}", "the sample") for k, x in enumerate(samples)
-        ]
+        return log, [log_object(x, f"{path}: sample {k}", "the sample") for k, x in enumerate(samples)]
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
@@ -181,11 +170,10 @@ def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
             budget = _Budget(path)
             header = _record(_member(zf, path, "header.json", budget), path, "header.json")
             samples = [
-                log_object(_record(_member(zf, path, n, budget), path, n), f"{path}: member {n}",
-                           "the sample")
+                log_object(_record(_member(zf, path, n, budget), path, n), f"{path}: member {n}", "the sample")
                 for n in sorted(names)
                 if n.startswith("samples/") and n.endswith(".json")
-            ]  # fmt: skip
+            ]
     except (zipfile.BadZipFile, OSError) as err:
         raise CkptselError(f"{path}: not a readable .eval log ({err})") from err
     if not isinstance(header, dict) or "eval" not in header:
@@ -199,9 +187,7 @@ def find_inspect_logs(paths: Sequence[Path]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             found = sorted(
-                f
-                for f in p.iterdir()
-                if f.suffix == ".eval" or (f.suffix == ".json" and f.name != "logs.json")
+                f for f in p.iterdir() if f.suffix == ".eval" or (f.suffix == ".json" and f.name != "logs.json")
             )
             if not found:
                 raise CkptselError(f"{p}: no inspect logs (.eval or .json) in this folder")
@@ -225,9 +211,7 @@ def _model_names(ev: dict) -> list[str]:
     return names
 
 
-def _step_and_trajectory(
-    path: Path, ev: dict, steps: Mapping[str, int] | None
-) -> tuple[int, str | None]:
+def _step_and_trajectory(path: Path, ev: dict, steps: Mapping[str, int] | None) -> tuple[int, str | None]:
     meta = ev.get("metadata") or {}
     found = [step_in_path(n) for n in _model_names(ev)]
     args = ev.get("model_args") or {}
@@ -243,9 +227,7 @@ def _step_and_trajectory(
         if isinstance(value, str) and value.isdigit():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CkptselError(
-                f"{path}: eval metadata step {value!r} is not a non-negative integer"
-            )
+            raise CkptselError(f"{path}: eval metadata step {value!r} is not a non-negative integer")
         return value, traj
     if found:
         return found[0][0], traj
@@ -261,13 +243,7 @@ def _where(path: Path, sample: dict) -> str:
 
 
 def _scorer(path: Path, samples: list[dict], scorer: str | None) -> str:
-    names = sorted(
-        {
-            k
-            for s in samples
-            for k in log_object(s.get("scores") or {}, _where(path, s), "field scores")
-        }
-    )
+    names = sorted({k for s in samples for k in log_object(s.get("scores") or {}, _where(path, s), "field scores")})
     if scorer is not None:
         if scorer not in names:
             raise CkptselError(f"{path}: scorer {scorer!r} not found (the samples have {names})")
@@ -387,11 +363,7 @@ def _eval_spec(header: dict, path: Path) -> dict:
 
 
 def inspect_checkpoint(
-    path: Path,
-    *,
-    steps: Mapping[str, int] | None = None,
-    scorer: str | None = None,
-    notes: Notes | None = None,
+    path: Path, *, steps: Mapping[str, int] | None = None, scorer: str | None = None, notes: Notes | None = None
 ) -> CheckpointLog:
     """One inspect log as a :class:`CheckpointLog` (its samples mapped, not yet written);
     what it has to say goes to ``notes`` (said once per ingest; default: printed now)."""
@@ -432,9 +404,7 @@ def inspect_checkpoint(
         said.say()
     meta = ev.get("metadata") or {}
     conf = meta.get("configuration")
-    return CheckpointLog(
-        str(path), step, rows, trajectory=trajectory, configuration=conf and str(conf)
-    )
+    return CheckpointLog(str(path), step, rows, trajectory=trajectory, configuration=conf and str(conf))
 
 
 def ingest_inspect(
@@ -463,9 +433,7 @@ def ingest_inspect(
     return ingest_logs(mapped, out=out, harness="inspect", **naming)
 
 
-def newest_logs(
-    mapped: list[CheckpointLog], in_folders: list[CheckpointLog], notes: Notes
-) -> list[CheckpointLog]:
+def newest_logs(mapped: list[CheckpointLog], in_folders: list[CheckpointLog], notes: Notes) -> list[CheckpointLog]:
     """``mapped`` less the older of the logs found in folders that evaluate one checkpoint on
     one task (a log folder keeps every run: a rerun, a ``.json`` log beside an ``.eval``):
     the newest is used (inspect names its logs ``<created>_<task>_<id>``), the others are

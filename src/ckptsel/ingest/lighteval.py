@@ -66,9 +66,7 @@ if TYPE_CHECKING:
 DETAILS_RE = re.compile(r"^details_(?P<task>.+)_(?P<ts>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.parquet$")
 FEWSHOT_RE = re.compile(r"\|\d+$")
 # the default --metric where the rows have several 0/1 metrics: the first of these they have
-PREFERRED_METRICS = (
-    "extractive_match", "exact_match", "quasi_exact_match", "prefix_exact_match", "acc",
-)  # fmt: skip
+PREFERRED_METRICS = ("extractive_match", "exact_match", "quasi_exact_match", "prefix_exact_match", "acc")
 NOT_NLL = (
     "their LOGPROBS metric scores the reference differently from the matched NLL: the prompt's "
     "trailing whitespace is scored, the EOS is not, long contexts are cut on the left"
@@ -184,9 +182,7 @@ def _pick_metric(path: Path, rows: list[dict], metric: str | None) -> str:
     values = _metric_values(rows)
     if metric is not None:
         if metric not in values:
-            raise CkptselError(
-                f"{path}: per-sample metric {metric!r} not found (the rows have {sorted(values)})"
-            )
+            raise CkptselError(f"{path}: per-sample metric {metric!r} not found (the rows have {sorted(values)})")
         return metric
     binary = [m for m, vs in values.items() if all(v in (0.0, 1.0) for v in vs)]
     if len(binary) == 1:
@@ -194,9 +190,7 @@ def _pick_metric(path: Path, rows: list[dict], metric: str | None) -> str:
     preferred = [m for m in PREFERRED_METRICS if m in binary]
     if preferred:
         return preferred[0]
-    raise CkptselError(
-        f"{path}: no single 0/1 per-sample metric among {sorted(values)}; choose one with --metric"
-    )
+    raise CkptselError(f"{path}: no single 0/1 per-sample metric among {sorted(values)}; choose one with --metric")
 
 
 def harness_task(name: str, split: str | None) -> str:
@@ -222,9 +216,7 @@ def _answer(doc: dict, resp: dict, where: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _rows(
-    path: Path, rows: list[dict], metric: str, split_of: Callable[[str], str | None]
-) -> Iterator[dict]:
+def _rows(path: Path, rows: list[dict], metric: str, split_of: Callable[[str], str | None]) -> Iterator[dict]:
     seen: dict[tuple[str | None, str], int] = {}
     for n, r in enumerate(rows):
         value = (r["metric"] or {}).get(metric)
@@ -234,16 +226,17 @@ def _rows(
         doc = log_object(r["doc"] or {}, where, "column doc")
         resp = log_object(r["model_response"] or {}, where, "column model_response")
         if value not in (0.0, 1.0):
-            raise CkptselError(
-                f"{path}: row {n}: metric {metric}={value!r} is not 0/1, so not a correctness"
-            )
+            raise CkptselError(f"{path}: row {n}: metric {metric}={value!r} is not 0/1, so not a correctness")
         if len(resp.get("text") or []) > 1:
-            raise CkptselError(
-                f"{path}: row {n}: several generations per document; ckptsel records one greedy answer"
-            )
+            raise CkptselError(f"{path}: row {n}: several generations per document; ckptsel records one greedy answer")
         spec = log_object(doc.get("specific") or {}, where, "doc.specific")
-        for key, kinds in (("split", (str,)), ("group", (str, int)), ("subtask", (str,)),
-                           ("item_id", (str, int)), ("id", (str, int))):  # fmt: skip
+        for key, kinds in (
+            ("split", (str,)),
+            ("group", (str, int)),
+            ("subtask", (str,)),
+            ("item_id", (str, int)),
+            ("id", (str, int)),
+        ):
             log_field(spec, key, kinds, f"{where}: doc.specific")
         log_field(doc, "task_name", (str,), f"{where}: doc")
         split = spec.get("split") or split_of(str(doc.get("task_name") or ""))
@@ -251,9 +244,7 @@ def _rows(
         real = spec.get("item_id", spec.get("id"))
         item = str(real) if real is not None else f"{name}-{doc.get('id')}"
         if (split, item) in seen:
-            raise CkptselError(
-                f"{path}: rows {seen[(split, item)]} and {n} both score item {item!r}"
-            )
+            raise CkptselError(f"{path}: rows {seen[(split, item)]} and {n} both score item {item!r}")
         seen[(split, item)] = n
         answer, text = _answer(doc, resp, where)
         gold = _gold(doc, where)
@@ -278,17 +269,14 @@ def _gold(doc: dict, where: str) -> list:
     indexes = index if isinstance(index, list) else ([] if index is None else [index])
     for i in indexes:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(choices):
-            raise CkptselError(
-                f"{where}: doc.gold_index {shown(index)} is not an index of its {len(choices)} choices"
-            )
+            raise CkptselError(f"{where}: doc.gold_index {shown(index)} is not an index of its {len(choices)} choices")
     log_field(doc, "query", (str,), f"{where}: doc")
     return [choices[i] for i in indexes]
 
 
 def _has_reference_logprob(rows: list[dict]) -> bool:
     return any(
-        len((r["model_response"] or {}).get("logprobs") or []) == 1
-        and not (r["model_response"] or {}).get("text")
+        len((r["model_response"] or {}).get("logprobs") or []) == 1 and not (r["model_response"] or {}).get("text")
         for r in rows
     )
 
@@ -322,14 +310,10 @@ def lighteval_checkpoint(
         rows = _read(path)
         if not rows:
             raise CkptselError(f"{path}: no rows")
-        frames.append(
-            pd.DataFrame(list(_rows(path, rows, _pick_metric(path, rows, metric), split_of)))
-        )
+        frames.append(pd.DataFrame(list(_rows(path, rows, _pick_metric(path, rows, metric), split_of))))
         reference = reference or _has_reference_logprob(rows)
     source = str(files[0].parent) if len(files) > 1 else str(files[0])
-    log = CheckpointLog(
-        source, step, pd.concat(frames, ignore_index=True), trajectory=found[1] if found else None
-    )
+    log = CheckpointLog(source, step, pd.concat(frames, ignore_index=True), trajectory=found[1] if found else None)
     return log, reference
 
 

@@ -96,13 +96,9 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     try:
         return _read_samples(path)
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
-        raise CkptselError(
-            f"{path}: cannot read the samples file (corrupt or truncated? {err})"
-        ) from err
+        raise CkptselError(f"{path}: cannot read the samples file (corrupt or truncated? {err})") from err
     except UnicodeDecodeError as err:
-        raise CkptselError(
-            f"{path}: not a UTF-8 JSON Lines samples file ({err.reason} at byte {err.start})"
-        ) from err
+        raise CkptselError(f"{path}: not a UTF-8 JSON Lines samples file ({err.reason} at byte {err.start})") from err
 
 
 def _read_samples(path: Path) -> list[dict[str, Any]]:
@@ -150,12 +146,7 @@ def response_of(sample: dict[str, Any], where: str) -> tuple[str, bool]:
     first = resp[0]
     if isinstance(first, str):
         return first, False
-    if (
-        isinstance(first, list)
-        and first
-        and all(isinstance(x, str) for x in first)
-        and len(resp) == 1
-    ):
+    if isinstance(first, list) and first and all(isinstance(x, str) for x in first) and len(resp) == 1:
         if len(first) == 2 and _as_float(first[0]) is not None and first[1] in ("True", "False"):
             pass  # a single [loglik, is_greedy] choice: handled below
         else:
@@ -164,9 +155,7 @@ def response_of(sample: dict[str, Any], where: str) -> tuple[str, bool]:
     for choice in resp:
         s = _as_float(choice[0]) if isinstance(choice, list) and choice else _as_float(choice)
         if s is None or math.isnan(s):
-            raise CkptselError(
-                f"{where}: filtered_resps is neither text nor [loglik, is_greedy] pairs"
-            )
+            raise CkptselError(f"{where}: filtered_resps is neither text nor [loglik, is_greedy] pairs")
         scores.append(s)
     return str(max(range(len(scores)), key=lambda i: (scores[i], -i))), True
 
@@ -175,14 +164,10 @@ def _correct(sample: dict[str, Any], metric: str | None, where: str) -> bool:
     names = [metric] if metric else [m for m in DEFAULT_METRICS if m in sample]
     if not names or names[0] not in sample:
         wanted = metric or " or ".join(DEFAULT_METRICS)
-        raise CkptselError(
-            f"{where}: per-sample metric {wanted} missing (choose one with --metric)"
-        )
+        raise CkptselError(f"{where}: per-sample metric {wanted} missing (choose one with --metric)")
     v = _as_float(sample[names[0]])
     if v is None or math.isnan(v) or v not in (0.0, 1.0):
-        raise CkptselError(
-            f"{where}: metric {names[0]}={sample[names[0]]!r} is not 0/1, so not a correctness"
-        )
+        raise CkptselError(f"{where}: metric {names[0]}={sample[names[0]]!r} is not 0/1, so not a correctness")
     return v == 1.0
 
 
@@ -265,15 +250,11 @@ def step_of(folder: Path, step: int | None, n_folders: int) -> int:
     """The checkpoint step of a samples folder: ``checkpoint-<step>`` or ``--step``."""
     if step is not None:
         if n_folders != 1:
-            raise CkptselError(
-                "--step applies to a single SAMPLES_DIR; name folders checkpoint-<step> instead"
-            )
+            raise CkptselError("--step applies to a single SAMPLES_DIR; name folders checkpoint-<step> instead")
         return step
     m = CHECKPOINT_RE.match(Path(folder).name)
     if not m or not m.group(1).isdigit():
-        raise CkptselError(
-            f"{folder}: cannot tell the step; name the folder checkpoint-<step> or pass --step"
-        )
+        raise CkptselError(f"{folder}: cannot tell the step; name the folder checkpoint-<step> or pass --step")
     return int(m.group(1))
 
 
@@ -306,13 +287,9 @@ def folder_logs(
     ``--log_samples`` output), one :class:`CheckpointLog` each, at ``step``."""
     files = find_sample_files(folder, notes)
     if not files:
-        raise CkptselError(
-            f"{folder}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)"
-        )
+        raise CkptselError(f"{folder}: no samples_<task>_<timestamp>.jsonl file (run lm_eval with --log_samples)")
     if read.get("id_prefix") and len(files) > 1:
-        raise CkptselError(
-            f"{folder}: --id-prefix needs a single lm-eval task, found {sorted(files)}"
-        )
+        raise CkptselError(f"{folder}: --id-prefix needs a single lm-eval task, found {sorted(files)}")
     return [file_log(path, step, **read) for path in files.values()]
 
 
@@ -328,9 +305,7 @@ class LmEvalOptions(Naming, total=False):
     lm_eval_tasks: Sequence[str] | None
 
 
-def ingest_lm_eval(
-    folders: Sequence[Path], *, out: Path | str, **options: Unpack[LmEvalOptions]
-) -> pd.DataFrame:
+def ingest_lm_eval(folders: Sequence[Path], *, out: Path | str, **options: Unpack[LmEvalOptions]) -> pd.DataFrame:
     """Read lm-eval samples (one folder per checkpoint) and write them into ``out``.
 
     ``options``: :class:`LmEvalOptions`, as :func:`ingest_lm_eval_logs` takes them: the
@@ -366,9 +341,7 @@ def ingest_lm_eval_logs(
     if naming.get("trajectory") is None:
         parents = {f.resolve().parent.name for f in folders}
         if len(parents) != 1:
-            raise CkptselError(
-                f"folders have different parents {sorted(parents)}; pass --trajectory"
-            )
+            raise CkptselError(f"folders have different parents {sorted(parents)}; pass --trajectory")
         naming["trajectory"] = parents.pop()
     logs, steps, notes = [], {}, Notes(note)
     for f in folders:
@@ -377,9 +350,8 @@ def ingest_lm_eval_logs(
             raise CkptselError(f"{f}: step {st} also given by {steps[st]}")
         steps[st] = f
         found = folder_logs(
-            f, st, task=naming.get("task"), filter_name=filter_name, metric=metric,
-            id_prefix=id_prefix, notes=notes,
-        )  # fmt: skip
+            f, st, task=naming.get("task"), filter_name=filter_name, metric=metric, id_prefix=id_prefix, notes=notes
+        )
         logs.extend(found)
     logs = chosen_tasks(logs, naming.get("task"), lm_eval_tasks, notes)
     notes.say()

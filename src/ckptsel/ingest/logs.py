@@ -71,8 +71,7 @@ def _lighteval(path: Path, step: int, options: LogOptions, notes: Notes) -> list
     models = details_by_model([path], notes)
     if len(models) != 1:
         raise CkptselError(
-            f"{path}: details of {len(models)} models ({', '.join(sorted(models))}); name one "
-            "model's folder"
+            f"{path}: details of {len(models)} models ({', '.join(sorted(models))}); name one model's folder"
         )
     model, files = next(iter(models.items()))
     log, _ = lighteval_checkpoint(model, files, steps={model: step}, metric=options.metric)

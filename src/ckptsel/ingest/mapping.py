@@ -57,14 +57,7 @@ from ckptsel.data.scoring import extract, is_correct
 from ckptsel.data.tasks import get_task, task_label
 from ckptsel.errors import CkptselError
 from ckptsel.records.scan import read_rows
-from ckptsel.records.schema import (
-    GENERATION_KEY,
-    NLL_KEY,
-    SPLITS,
-    check_name,
-    coerce_generations,
-    coerce_nll,
-)
+from ckptsel.records.schema import GENERATION_KEY, NLL_KEY, SPLITS, check_name, coerce_generations, coerce_nll
 from ckptsel.records.store import upsert_records
 from ckptsel.study.configuration import configuration_and_seed
 from ckptsel.train.checkpoints import CHECKPOINT_RE
@@ -80,11 +73,7 @@ ROW_COLUMNS = ("item_id", "answer", "correct", "text", "harness_task")
 # is equal); ``reference``: the gold answer the log scored against (the task's rule re-checks it)
 OPTIONAL_ROW_COLUMNS = ("split", "group", "subtask", "content", "reference")
 # what each harness's ``content`` digests, as its messages say
-CONTENT_FIELDS = {
-    "lm-eval": "doc_hash",
-    "inspect": "input and target",
-    "lighteval": "query and gold",
-}
+CONTENT_FIELDS = {"lm-eval": "doc_hash", "inspect": "input and target", "lighteval": "query and gold"}
 ALLOW_DIFFERENT = "--allow-different-items"
 DEFAULT_SPLIT = "test"
 K = TypeVar("K")
@@ -130,8 +119,7 @@ class CheckpointLog:
         # every harness's step (folder name, --step, --steps, eval metadata) is checked here
         if not 0 <= self.step <= MAX_STEP:
             raise CkptselError(
-                f"{self.source}: step {self.step} is not between 0 and {MAX_STEP}, the "
-                "steps records hold (int64)"
+                f"{self.source}: step {self.step} is not between 0 and {MAX_STEP}, the steps records hold (int64)"
             )
 
 
@@ -153,10 +141,7 @@ class Ingested:
 
 def names_line(names: Iterable[tuple[str, str, int | None]]) -> str:
     """One line: each trajectory → its configuration and seed."""
-    parts = [
-        f"{t} -> configuration {c}, " + ("no seed in the name" if s is None else f"seed {s}")
-        for t, c, s in names
-    ]
+    parts = [f"{t} -> configuration {c}, " + ("no seed in the name" if s is None else f"seed {s}") for t, c, s in names]
     return "trajectories: " + "; ".join(parts)
 
 
@@ -184,9 +169,13 @@ class Notes:
 
 
 _KIND_NAMES = {
-    str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true/false",
+    list: "a list",
     dict: "an object",
-}  # fmt: skip
+}
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -202,9 +191,7 @@ def log_object(value: Any, where: str, what: str) -> dict:
     return value
 
 
-def log_field(
-    obj: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, *, required: bool = False
-) -> Any:
+def log_field(obj: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str, *, required: bool = False) -> Any:
     """``obj[key]`` where it is one of ``kinds`` (None where absent or null, unless
     ``required``); anything else is one line naming ``where`` and the field. Booleans are not
     integers, and a number is finite (a log's NaN is no id, epoch or score)."""
@@ -276,9 +263,7 @@ def _rule_correct(frame: pd.DataFrame, tasks: pd.Series) -> pd.Series:
     return out
 
 
-def check_correctness(
-    frame: pd.DataFrame, tasks: pd.Series, note: Callable[[str], None], rescore: bool
-) -> pd.Series:
+def check_correctness(frame: pd.DataFrame, tasks: pd.Series, note: Callable[[str], None], rescore: bool) -> pd.Series:
     """The rows' correctness: the log's, each direction in which it contradicts the answer under
     the task's rule said in one line (how many, the first); with ``rescore``, the rule's (see the
     module). ``tasks``: each row's ckptsel task (or harness task name)."""
@@ -299,9 +284,7 @@ def check_correctness(
     rows = frame[can]
     rule = _rule_correct(rows, tasks[can])
     logs = rows["source"].nunique()
-    for mask, says, how in (
-        (~correct[can] & rule, "wrong", "equals"), (correct[can] & ~rule, "right", "differs from"),
-    ):  # fmt: skip
+    for mask, says, how in ((~correct[can] & rule, "wrong", "equals"), (correct[can] & ~rule, "right", "differs from")):
         if mask.any():
             r = rows[mask].iloc[0]
             note(
@@ -309,11 +292,7 @@ def check_correctness(
                 f"answer {how} the reference under the task's {tasks[r.name]} rule (first: "
                 f"{r['item_id']!r}: answer {shown(r['answer'], 30)}, reference "
                 f"{shown(r['reference'], 30)}; {logs} log(s)); "
-                + (
-                    "re-scored with the rule (--rescore)"
-                    if rescore
-                    else "--rescore scores them with the rule"
-                )
+                + ("re-scored with the rule (--rescore)" if rescore else "--rescore scores them with the rule")
             )
     if not rescore:
         return correct
@@ -355,9 +334,7 @@ def lookup_step(steps: Mapping[str, int] | None, keys: Iterable[str]) -> int | N
         if key in steps:
             value = steps[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise CkptselError(
-                    f"--steps: step {value!r} for {key!r} is not a non-negative integer"
-                )
+                raise CkptselError(f"--steps: step {value!r} for {key!r} is not a non-negative integer")
             return value
     return None
 
@@ -379,9 +356,7 @@ def checked_note(naming: Naming) -> Callable[[str], None]:
     return naming.get("note", print)
 
 
-def newest_per_key(
-    files: Iterable[tuple[K, str, Path]], passed_over: Callable[[K, Path, Path], None]
-) -> dict[K, Path]:
+def newest_per_key(files: Iterable[tuple[K, str, Path]], passed_over: Callable[[K, Path, Path], None]) -> dict[K, Path]:
     """``{key: the file with the latest timestamp}`` in key order, from ``(key, timestamp, file)``
     triples; ``passed_over(key, used, ignored)`` is told of each older file left out."""
     found: dict[K, tuple[str, Path]] = {}
@@ -403,9 +378,7 @@ def _resolve_names(
     for log in logs:
         traj = trajectory or log.trajectory
         if not traj:
-            raise CkptselError(
-                f"{log.source}: the log does not say which trajectory it belongs to; pass --trajectory"
-            )
+            raise CkptselError(f"{log.source}: the log does not say which trajectory it belongs to; pass --trajectory")
         check_name("trajectory", traj)
         named, seed = configuration_and_seed(traj)
         conf = check_name("configuration", configuration or log.configuration or named)
@@ -446,17 +419,12 @@ def _answers(frame: pd.DataFrame, note: Callable[[str], None], harness: str) -> 
     texts = frame["text"].where(frame["text"].notna(), "").astype(str)
     for task, idx in frame[missing].groupby("task").groups.items():
         if known_task(task):
-            out[idx] = [
-                extract(task, t, subtask=s)
-                for t, s in zip(texts[idx], frame.loc[idx, "subtask"], strict=True)
-            ]
+            out[idx] = [extract(task, t, subtask=s) for t, s in zip(texts[idx], frame.loc[idx, "subtask"], strict=True)]
             how = f"extracted with ckptsel's {task} rule"
         else:
             out[idx] = [t.strip() for t in texts[idx]]
             how = "the whole stripped generations (agreement compares them as they are; --task names a ckptsel task whose rule extracts answers)"
-        note(
-            f"note: {len(idx)} {harness} sample(s) of task {task} carry no extracted answer: answers are {how}"
-        )
+        note(f"note: {len(idx)} {harness} sample(s) of task {task} carry no extracted answer: answers are {how}")
     return out
 
 
@@ -473,12 +441,7 @@ def _check_keys(frame: pd.DataFrame, key: Sequence[str], what: str) -> None:
         )
 
 
-def to_records(
-    logs: Sequence[CheckpointLog],
-    *,
-    harness: str,
-    **naming: Unpack[Naming],
-) -> Ingested:
+def to_records(logs: Sequence[CheckpointLog], *, harness: str, **naming: Unpack[Naming]) -> Ingested:
     """Contract rows from checkpoint logs, named as the module says from ``naming`` (see
     :class:`Naming`; nothing is written, see :func:`ingest_logs`)."""
     note = checked_note(naming)
@@ -493,9 +456,7 @@ def to_records(
             raise CkptselError(f"{log.source}: sample rows lack {missing}")  # an ingester's bug
         if log.rows.empty:
             raise CkptselError(f"{log.source}: no scored samples")
-        frames.append(
-            log.rows.assign(source=log.source, step=log.step, trajectory=traj, configuration=conf)
-        )
+        frames.append(log.rows.assign(source=log.source, step=log.step, trajectory=traj, configuration=conf))
         if log.nll is not None and not log.nll.empty:
             nll_frames.append(log.nll.assign(source=log.source, step=log.step, trajectory=traj))
     rows = pd.concat(frames, ignore_index=True)
@@ -509,8 +470,7 @@ def to_records(
     refs = _resolve_task(rows, naming.get("task"))
     rows["task"] = refs.map(task_label)  # a task file: its name
     own = pd.Series(
-        ["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)],
-        index=rows.index,
+        ["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)], index=rows.index
     )
     rows["subtask"] = _fill(rows, "subtask", own)
     rows["group"] = _fill(rows, "group", rows["item_id"].astype(object))
@@ -528,14 +488,16 @@ def to_records(
         _check_keys(nf, ("trajectory", "step", "split", "item_id", "window"), "an NLL")
         nll = coerce_nll(nf)
     return Ingested(
-        generations, nll, tuple(unavailable_lines(harness, nll)), tuple(sorted(set(names))),
-        content=content.astype(object).reset_index(drop=True), different_items=different,
-    )  # fmt: skip
+        generations,
+        nll,
+        tuple(unavailable_lines(harness, nll)),
+        tuple(sorted(set(names))),
+        content=content.astype(object).reset_index(drop=True),
+        different_items=different,
+    )
 
 
-def unavailable_lines(
-    harness: str, nll: pd.DataFrame | None, reason: str | None = None
-) -> list[str]:
+def unavailable_lines(harness: str, nll: pd.DataFrame | None, reason: str | None = None) -> list[str]:
     """One line per rule that records ingested from ``harness`` cannot support.
 
     The matched-NLL rule needs teacher-forced log-probabilities of each reference response
@@ -562,9 +524,7 @@ def _recorded(out: Location, kind: str, frame: pd.DataFrame, key: Sequence[str])
     return table.to_pandas().astype({c: str for c in key})
 
 
-def _clashes(
-    out: Location, kind: str, frame: pd.DataFrame | None, key: Sequence[str]
-) -> tuple[int, str | None]:
+def _clashes(out: Location, kind: str, frame: pd.DataFrame | None, key: Sequence[str]) -> tuple[int, str | None]:
     """How many of ``frame``'s keys ``out`` already holds, and the first of them, said."""
     if frame is None or frame.empty:
         return 0, None
@@ -576,9 +536,8 @@ def _clashes(
     if not have.any():
         return 0, None
     r = new[have].iloc[0]
-    first = (
-        f"trajectory {r['trajectory']!r} step {r['step']} {r['split']} item {r['item_id']!r}"
-        + (f" window {r['window']}" if "window" in key else "")
+    first = f"trajectory {r['trajectory']!r} step {r['step']} {r['split']} item {r['item_id']!r}" + (
+        f" window {r['window']}" if "window" in key else ""
     )
     return int(have.sum()), first
 
@@ -605,9 +564,7 @@ def check_new_keys(out: Location, ingested: Ingested, replace: bool) -> tuple[in
     gen, gen_first = _clashes(out, "generations", ingested.generations, GENERATION_KEY)
     nll, nll_first = _clashes(out, "nll", ingested.nll, NLL_KEY)
     if (gen or nll) and not replace:
-        counts = " and ".join(
-            f"{n} {what} row(s)" for n, what in ((gen, "generation"), (nll, "NLL")) if n
-        )
+        counts = " and ".join(f"{n} {what} row(s)" for n, what in ((gen, "generation"), (nll, "NLL")) if n)
         raise CkptselError(
             f"{out}: {counts} of these logs are already recorded there (first: "
             f"{gen_first or nll_first}); nothing was written: pass --replace to replace them"

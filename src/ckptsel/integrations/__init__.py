@@ -9,7 +9,4 @@ from __future__ import annotations
 
 from ckptsel.integrations.hf_trainer import RecordingCallback, SelectionCallback
 
-__all__ = [
-    "RecordingCallback",
-    "SelectionCallback",
-]
+__all__ = ["RecordingCallback", "SelectionCallback"]

@@ -170,9 +170,7 @@ class RecordingCallback(TrainerCallback):
         self.task = task = self.config.measured.task
         self.records_dir = Path(records_dir)
         self.trajectory = check_name("trajectory", trajectory)
-        self.configuration = check_name(
-            "configuration", configuration or default_configuration(trajectory)
-        )
+        self.configuration = check_name("configuration", configuration or default_configuration(trajectory))
         self.splits = {"validation": _items(task, validation, "validation")}
         if test is not None:
             self.splits["test"] = _items(task, test, "test")
@@ -398,9 +396,7 @@ class SelectionCallback(RecordingCallback):
         from ckptsel.workflows.advise.selection import SelectSettings
 
         if rule not in SIGNAL_RULES:
-            raise CkptselError(
-                f"SelectionCallback: unknown rule {rule!r}; use one of {list(SIGNAL_RULES)}"
-            )
+            raise CkptselError(f"SelectionCallback: unknown rule {rule!r}; use one of {list(SIGNAL_RULES)}")
         if early_stopping_patience is not None and (
             isinstance(early_stopping_patience, bool)
             or not isinstance(early_stopping_patience, int)
@@ -412,9 +408,7 @@ class SelectionCallback(RecordingCallback):
             )
         super().__init__(*args, **kwargs)  # RecordingCallback's arguments
         if len(self.splits["validation"]) < 2:
-            raise CkptselError(
-                "SelectionCallback: at least 2 validation items are needed to split validation"
-            )
+            raise CkptselError("SelectionCallback: at least 2 validation items are needed to split validation")
         self.rule = rule
         self.nll = rule == "nll"
         self.prefer_final = bool(prefer_final)
@@ -475,9 +469,7 @@ class SelectionCallback(RecordingCallback):
     def _decide(self, args: Any, state: Any) -> None:
         from ckptsel.workflows.advise.selection import select_checkpoint
 
-        self.result = select_checkpoint(
-            self.records_dir, self.trajectory, rule=self.rule, settings=self.settings
-        )
+        self.result = select_checkpoint(self.records_dir, self.trajectory, rule=self.rule, settings=self.settings)
         self.stale_saves = 0 if self.result.recommendation.keep_final else self.stale_saves + 1
 
     def choice_step(self) -> int:

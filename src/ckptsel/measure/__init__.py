@@ -33,8 +33,4 @@ from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.measurer import measure_model
 from ckptsel.measure.run import measure_run
 
-__all__ = [
-    "MeasureConfig",
-    "measure_model",
-    "measure_run",
-]
+__all__ = ["MeasureConfig", "measure_model", "measure_run"]

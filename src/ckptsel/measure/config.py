@@ -78,19 +78,14 @@ class MeasureSpec:
                 raise CkptselError(f"--test-task must be a task name (got {self.test_task!r})")
             object.__setattr__(self, "test_task", task_ref(self.test_task))
             check_scorer(self.test_task)
-        check_int(
-            self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1,
-            high=MAX_NEW_TOKENS_LIMIT,
-        )  # fmt: skip
+        check_int(self.max_new_tokens, "--max-new-tokens (max_new_tokens)", low=1, high=MAX_NEW_TOKENS_LIMIT)
         check_int(self.window, "--window (window; 0 = complete response only)", low=0)
         check_choice(self.backend, "--backend", BACKENDS)
         if self.nll_backend is None:
             object.__setattr__(self, "nll_backend", self.backend)
         check_choice(self.nll_backend, "--nll-backend", BACKENDS)
         check_choice(self.dtype, "--dtype", DTYPES)
-        if not isinstance(self.device, str) or not (
-            self.device in ("cpu", "cuda") or self.device.startswith("cuda:")
-        ):
+        if not isinstance(self.device, str) or not (self.device in ("cpu", "cuda") or self.device.startswith("cuda:")):
             raise CkptselError(f"unknown --device {self.device!r}: use cpu or cuda")
         if self.fmt is not None and not isinstance(self.fmt, PromptFormat):
             raise CkptselError(f"the prompt format must be a PromptFormat, not {self.fmt!r}")
@@ -156,10 +151,7 @@ class MeasureSpec:
         else:
             raise CkptselError(f"internal: no part key for {kind!r} (generations or nll)")
         # a task name as given; a task file by its name and content hash (task_identity)
-        payload = {
-            "v": FORMAT_VERSION, "task": task_identity(self.task), "template": PROMPT_TEMPLATE,
-            **payload,
-        }  # fmt: skip
+        payload = {"v": FORMAT_VERSION, "task": task_identity(self.task), "template": PROMPT_TEMPLATE, **payload}
         if self.format_identity != "alpaca":  # alpaca parts keep the keys they always had
             payload["prompt_format"] = self.format_identity
         if self.test_task and self.test_task != self.task:  # unchanged keys without it
@@ -208,15 +200,10 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         check_number(self.kv_cache_gib, "--kv-cache-gib (kv_cache_gib)", low=0)
-        check_number(
-            self.gpu_memory_utilization, "--gpu-memory-utilization (gpu_memory_utilization)",
-            low=0, high=0.99,
-        )  # fmt: skip
+        check_number(self.gpu_memory_utilization, "--gpu-memory-utilization (gpu_memory_utilization)", low=0, high=0.99)
         check_choice(self.only, "--only", (None, "generation", "nll"))
         if not isinstance(self.conformance_check, bool):
-            raise CkptselError(
-                f"conformance_check must be true or false, not {self.conformance_check!r}"
-            )
+            raise CkptselError(f"conformance_check must be true or false, not {self.conformance_check!r}")
         check_int(self.max_loras, "--max-loras (max_loras)", low=0)
         check_int(self.max_lora_rank, "--max-lora-rank (max_lora_rank)", low=0)
         size = self.batch_size  # an int >= 1 or auto (a digit string from the CLI is that int)
@@ -244,21 +231,21 @@ class MeasureConfig:
     measured: MeasureSpec
     runtime: RunSettings
     # every option the keyword constructor takes, each named once (the CLI's and study.toml's)
-    SPEC_OPTIONS: ClassVar[tuple[str, ...]] = tuple(
-        f.name for f in fields(MeasureSpec) if f.name != "fmt"
-    )
+    SPEC_OPTIONS: ClassVar[tuple[str, ...]] = tuple(f.name for f in fields(MeasureSpec) if f.name != "fmt")
     RUN_OPTIONS: ClassVar[tuple[str, ...]] = tuple(f.name for f in fields(RunSettings))
     OPTIONS: ClassVar[tuple[str, ...]] = SPEC_OPTIONS + FORMAT_OPTIONS + RUN_OPTIONS
 
     def __init__(
-        self, task: str | None = None, *, measured: MeasureSpec | None = None,
-        runtime: RunSettings | None = None, **options: Any,
-    ) -> None:  # fmt: skip
+        self,
+        task: str | None = None,
+        *,
+        measured: MeasureSpec | None = None,
+        runtime: RunSettings | None = None,
+        **options: Any,
+    ) -> None:
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
-            raise CkptselError(
-                f"unknown measurement option {unknown[0]!r} (the options: {', '.join(self.OPTIONS)})"
-            )
+            raise CkptselError(f"unknown measurement option {unknown[0]!r} (the options: {', '.join(self.OPTIONS)})")
         if measured is None:
             spec = {k: v for k, v in options.items() if k in self.SPEC_OPTIONS}
             if task is not None:
@@ -304,8 +291,7 @@ class MeasureConfig:
         spec = {k: v for k, v in changes.items() if k not in self.RUN_OPTIONS}
         run = {k: v for k, v in changes.items() if k in self.RUN_OPTIONS}
         return MeasureConfig(
-            measured=replace(self.measured, **spec),
-            runtime=replace(self.runtime, check_here=False, **run),
+            measured=replace(self.measured, **spec), runtime=replace(self.runtime, check_here=False, **run)
         )
 
     def bind_format(
@@ -349,4 +335,4 @@ class MeasureConfig:
             "prompt": PROMPT_TEMPLATE if identity == "alpaca" else identity,
             "batch_size": self.runtime.batch_size,
             "max_new_tokens": self.measured.max_new_tokens,
-        }  # fmt: skip
+        }

@@ -98,11 +98,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.passes import cache_layout, fresh_rope, length_rope, measure_items
-from ckptsel.measure.tokens import (
-    cut_at_stop,
-    pad_id,
-    stop_token_ids,
-)
+from ckptsel.measure.tokens import cut_at_stop, pad_id, stop_token_ids
 
 CHECK_VERSION = 2  # bump when what the check compares changes (2: per-class keys and entries)
 CHECK_ITEMS = 6
@@ -122,8 +118,16 @@ TEXT_REFERENCES = ("", UNBATCHED, ONE_REQUEST)  # what texts may be compared aga
 NLL_REFERENCES = ("", UNPADDED, ONE_REQUEST, f"{ONE_REQUEST} and an HF unpadded forward")
 _CHECKED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\dZ")
 _FAMILY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")
-_NOT_CONFIG = ("_name_or_path", "name_or_path", "transformers_version", "_commit_hash",
-               "torch_dtype", "dtype", "base_model_name_or_path", "revision")  # fmt: skip
+_NOT_CONFIG = (
+    "_name_or_path",
+    "name_or_path",
+    "transformers_version",
+    "_commit_hash",
+    "torch_dtype",
+    "dtype",
+    "base_model_name_or_path",
+    "revision",
+)
 
 
 @dataclass(frozen=True)
@@ -160,10 +164,7 @@ class Verdict:
             detail = "texts not checked"
         if self.nll_worst is not None:
             tol = NLL_REL.get(self.dtype, NLL_REL["bfloat16"])
-            detail += (
-                f"; NLL max rel diff {self.nll_worst:.1e} vs {self.nll_against} "
-                f"(tolerance {tol:.0e})"
-            )
+            detail += f"; NLL max rel diff {self.nll_worst:.1e} vs {self.nll_against} (tolerance {tol:.0e})"
         return detail
 
     @property
@@ -182,8 +183,11 @@ class Verdict:
         passed against what, and whether it was checked in this run (``fresh``; ``rechecked``:
         the cache held an entry for the family whose HMAC did not hold) or read from the cache
         (then the entry's time); ``digest``: the cache entry's HMAC."""
-        where = "re-checked in this run (its cached entry did not hold under this user's key)" \
-            if rechecked else "checked in this run"  # fmt: skip
+        where = (
+            "re-checked in this run (its cached entry did not hold under this user's key)"
+            if rechecked
+            else "checked in this run"
+        )
         if not fresh:
             where = f"read from the cache (keyed): checked {self.checked}"
         return f"passed ({self._shape()}: {self.reference}; {where}, entry {digest[:19]})"
@@ -207,15 +211,19 @@ class Verdict:
         if worst is not None and (type(worst) is not float or not 0 <= worst < float("inf")):
             return False
         return (
-            type(self.passed) is bool and self.dtype in EPS
-            and isinstance(self.family, str) and bool(_FAMILY.fullmatch(self.family))
-            and isinstance(self.checked, str) and bool(_CHECKED.fullmatch(self.checked))
-            and self.texts_against in TEXT_REFERENCES and self.nll_against in NLL_REFERENCES
+            type(self.passed) is bool
+            and self.dtype in EPS
+            and isinstance(self.family, str)
+            and bool(_FAMILY.fullmatch(self.family))
+            and isinstance(self.checked, str)
+            and bool(_CHECKED.fullmatch(self.checked))
+            and self.texts_against in TEXT_REFERENCES
+            and self.nll_against in NLL_REFERENCES
             and self.equal + self.ties + self.wrong == self.texts <= self.items
             and (self.texts == 0) == (self.texts_against == "")
             and (worst is None) == (self.nll_against == "")
             and self.passed == (self.wrong == 0 and (worst or 0.0) <= NLL_REL[self.dtype])
-        )  # fmt: skip
+        )
 
     def digest(self, key: str) -> str:
         """``hmac-sha256:<hex>`` over ``key`` (:func:`key_string`) and every field, under the
@@ -282,14 +290,18 @@ def check_cached_verdicts() -> tuple[Path, list[str], list[str]]:
         label = f"{model} {dtype} ({engine})" if ok else "an entry of an unknown family"
         got = _entry_verdict(key, entry)
         if got is None:
-            failed.append(f"{label}: its entry does not hold under this user's key (edited, "
-                          "damaged, of an older format or another user's): checked again at "
-                          "its next measure")  # fmt: skip
+            failed.append(
+                f"{label}: its entry does not hold under this user's key (edited, "
+                "damaged, of an older format or another user's): checked again at "
+                "its next measure"
+            )
             continue
         verdict, digest = got
         what = "passed" if verdict.passed else "refused"
-        held.append(f"{label}: {what} ({verdict.detail}), checked {verdict.checked}, entry "
-                    f"{digest[:19]} holds under this user's key")  # fmt: skip
+        held.append(
+            f"{label}: {what} ({verdict.detail}), checked {verdict.checked}, entry "
+            f"{digest[:19]} holds under this user's key"
+        )
     return cache_path(), held, failed
 
 
@@ -357,10 +369,12 @@ def config_digest(model_config: dict[str, Any], adapters: dict[str, Any] | None)
     """The digest of a model's config and its adapters' (``{name: config}``; ``None``: none),
     less where they were loaded from and the library's version (:data:`_NOT_CONFIG`)."""
     strip = lambda d: {k: v for k, v in d.items() if k not in _NOT_CONFIG}  # noqa: E731
-    return digest_of({
-        "model": strip(model_config),
-        "adapter": None if adapters is None else {n: strip(c) for n, c in adapters.items()},
-    })  # fmt: skip
+    return digest_of(
+        {
+            "model": strip(model_config),
+            "adapter": None if adapters is None else {n: strip(c) for n, c in adapters.items()},
+        }
+    )
 
 
 def _versions(config: MeasureConfig, engine: str) -> dict[str, Any]:
@@ -369,8 +383,12 @@ def _versions(config: MeasureConfig, engine: str) -> dict[str, Any]:
     settings = config.conformance_settings()
     if engine == "vllm":
         settings.pop("batch_size", None)  # vLLM batches as it schedules: no setting
-    return {"check": CHECK_VERSION, "code": source_digest(), "torch": torch.__version__,
-            "settings": digest_of(settings)}  # fmt: skip
+    return {
+        "check": CHECK_VERSION,
+        "code": source_digest(),
+        "torch": torch.__version__,
+        "settings": digest_of(settings),
+    }
 
 
 def _adapter_config(model: Any) -> dict[str, Any] | None:
@@ -378,8 +396,7 @@ def _adapter_config(model: Any) -> dict[str, Any] | None:
     peft = getattr(model, "peft_config", None)
     if not isinstance(peft, dict) or not peft:
         return None
-    return {str(name): (c.to_dict() if hasattr(c, "to_dict") else vars(c))
-            for name, c in peft.items()}  # fmt: skip
+    return {str(name): (c.to_dict() if hasattr(c, "to_dict") else vars(c)) for name, c in peft.items()}
 
 
 def hf_key(model: Any, device: Any, config: MeasureConfig) -> dict[str, Any]:
@@ -390,29 +407,36 @@ def hf_key(model: Any, device: Any, config: MeasureConfig) -> dict[str, Any]:
     cls = type(inner)
     adapters = _adapter_config(model) if inner is not model else None
     return {
-        **_versions(config, "hf"), "engine": "hf", "version": transformers.__version__,
+        **_versions(config, "hf"),
+        "engine": "hf",
+        "version": transformers.__version__,
         "model": f"{cls.__module__}.{cls.__qualname__}",
         "adapter": "unmerged" if inner is not model else "none",
         "dtype": dtype_name(inner.dtype),
         "attention": str(getattr(inner.config, "_attn_implementation", None) or "unknown"),
-        "cache": cache_layout(model).kind, "device": device_kind(device),
+        "cache": cache_layout(model).kind,
+        "device": device_kind(device),
         "rope": (length_rope(model) or ("static",))[0],
         "config": config_digest(inner.config.to_dict(), adapters),
-    }  # fmt: skip
+    }
 
 
 def vllm_key(
-    architecture: str, provenance: dict[str, Any], adapters: bool, config: MeasureConfig,
-    configs: str = "",
-) -> dict[str, Any]:  # fmt: skip
+    architecture: str, provenance: dict[str, Any], adapters: bool, config: MeasureConfig, configs: str = ""
+) -> dict[str, Any]:
     """A vLLM engine's family (module doc): ``provenance`` is the engine's, ``configs`` the
     :func:`config_digest` of the model's config and its adapter's."""
     return {
-        **_versions(config, "vllm"), "engine": "vllm", "version": provenance["version"],
-        "model": architecture, "adapter": "lora" if adapters else "none",
-        "dtype": provenance["dtype"], "attention": provenance["attention"],
-        "device": provenance["device"], "config": configs,
-    }  # fmt: skip
+        **_versions(config, "vllm"),
+        "engine": "vllm",
+        "version": provenance["version"],
+        "model": architecture,
+        "adapter": "lora" if adapters else "none",
+        "dtype": provenance["dtype"],
+        "attention": provenance["attention"],
+        "device": provenance["device"],
+        "config": configs,
+    }
 
 
 def disk_config_digest(ckpt: Any) -> str:
@@ -455,19 +479,14 @@ class Step:
     margin: float
 
 
-def text_agrees(
-    ref: list[int], steps: Sequence[Step], fast: list[int], stops: Sequence[int]
-) -> str:
+def text_agrees(ref: list[int], steps: Sequence[Step], fast: list[int], stops: Sequence[int]) -> str:
     """``equal``, ``tie`` (the fast tokens leave the reference's only where its chosen token
     and the fast path's are within the step's margin) or ``wrong``. ``ref`` are the reference's
     tokens as generated (its stop token included), ``fast`` the fast path's cut at the stop."""
     cut = cut_at_stop(ref, stops)
     if fast == cut:
         return "equal"
-    k = next(
-        (j for j, (a, b) in enumerate(zip(cut, fast, strict=False)) if a != b),
-        min(len(cut), len(fast)),
-    )
+    k = next((j for j, (a, b) in enumerate(zip(cut, fast, strict=False)) if a != b), min(len(cut), len(fast)))
     if k >= len(steps):
         return "wrong"
     step = steps[k]
@@ -486,21 +505,35 @@ def _rel(a: float, b: float) -> float:
 
 
 def summarize(
-    items: int, batch: int,
-    family: str, dtype: str, texts: Sequence[str], nll_rel: Sequence[float], against: str,
+    items: int,
+    batch: int,
+    family: str,
+    dtype: str,
+    texts: Sequence[str],
+    nll_rel: Sequence[float],
+    against: str,
     nll_against: str = UNPADDED,
-) -> Verdict:  # fmt: skip
+) -> Verdict:
     """The verdict on ``items`` items at ``batch`` size (0: the engine's) of their text results
     (``equal``/``tie``/``wrong``) and NLL relative differences (one or more per item)."""
     worst = float(max(nll_rel)) if nll_rel else None
     wrong = texts.count("wrong")
     passed = wrong == 0 and (worst or 0.0) <= NLL_REL.get(dtype, NLL_REL["bfloat16"])
     return Verdict(
-        passed, family, dtype, items, batch,
+        passed,
+        family,
+        dtype,
+        items,
+        batch,
         datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
-        len(texts), texts.count("equal"), texts.count("tie"), wrong, worst,
-        against if texts else "", nll_against if nll_rel else "",
-    )  # fmt: skip
+        len(texts),
+        texts.count("equal"),
+        texts.count("tie"),
+        wrong,
+        worst,
+        against if texts else "",
+        nll_against if nll_rel else "",
+    )
 
 
 # --------------------------------------------------------------------------- HF
@@ -563,9 +596,15 @@ def _reference(
     return new, steps, unpadded_nll(model, prompt, answer, device)
 
 
-def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: int,
-             device: Any = None, batch_size: int | None = None,
-             fmt: PromptFormat | None = None) -> Verdict:  # fmt: skip
+def check_hf(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[Any],
+    max_new_tokens: int,
+    device: Any = None,
+    batch_size: int | None = None,
+    fmt: PromptFormat | None = None,
+) -> Verdict:
     """The HF fast path, in batches of ``batch_size`` (default: all ``items`` in one), against
     the reference on ``items`` (module doc), their prompts in the prompt format ``fmt``
     (default: alpaca)."""
@@ -578,14 +617,27 @@ def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: i
     batch = batch_size or len(prompts)
     rec = _Recorder(tokenizer)
     texts, scored = measure_items(
-        model, rec, prompts, responses, windows=(0,), batch_size=batch,
-        max_new_tokens=max_new_tokens, device=device, fmt=fmt, items=items,
-    )  # fmt: skip
+        model,
+        rec,
+        prompts,
+        responses,
+        windows=(0,),
+        batch_size=batch,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        fmt=fmt,
+        items=items,
+    )
     stops = stop_token_ids(model, tokenizer)
     cfg = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=pad_id(tokenizer),
-        eos_token_id=stops, output_logits=True, return_dict_in_generate=True,
-    )  # fmt: skip
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        pad_token_id=pad_id(tokenizer),
+        eos_token_id=stops,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     results, rels = [], []
     ids, answers = fmt.encode(tokenizer, prompts, responses, items)
     for k in range(len(items)):
@@ -594,9 +646,7 @@ def check_hf(model: Any, tokenizer: Any, items: Sequence[Any], max_new_tokens: i
         results.append(min(found, key=("equal", "tie", "wrong").index))  # texts alike: its own
         rels.append(_rel(scored[k][0].nll_sum, nll))
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return summarize(
-        len(items), batch, type(inner).__name__, dtype_name(inner.dtype), results, rels, UNBATCHED
-    )
+    return summarize(len(items), batch, type(inner).__name__, dtype_name(inner.dtype), results, rels, UNBATCHED)
 
 
 # --------------------------------------------------------------------------- vLLM
@@ -608,15 +658,18 @@ def _vllm_steps(logprobs: list[dict[int, float]], tokens: list[int], dtype: str)
 
 
 def check_vllm(
-    engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], config: MeasureConfig,
-    stops: Sequence[int], hf_model: Any = None,
-) -> Verdict:  # fmt: skip
+    engine: Any,
+    ckpt: Any,
+    tokenizer: Any,
+    items: Sequence[Any],
+    config: MeasureConfig,
+    stops: Sequence[int],
+    hf_model: Any = None,
+) -> Verdict:
     """vLLM in one batch against vLLM one request at a time (texts; the NLL when vLLM scores
     it) and, when ``hf_model`` is given, its NLL against an HF unpadded forward (module doc)."""
     fmt = config.measured.prompt
-    prompts, answers = fmt.encode(
-        tokenizer, [it.instruction for it in items], [it.response for it in items], items
-    )
+    prompts, answers = fmt.encode(tokenizer, [it.instruction for it in items], [it.response for it in items], items)
     dtype, new = engine.dtype, config.measured.max_new_tokens
     results, rels = [], []
     if config.measured.backend == "vllm":
@@ -684,23 +737,36 @@ class Conformance:
         return self.verdict(
             hf_key(model, device, self.config),
             lambda: check_hf(
-                model, tokenizer, pick_items(items, max(CHECK_ITEMS, batch)),
-                self.config.measured.max_new_tokens, device, batch, fmt,
+                model,
+                tokenizer,
+                pick_items(items, max(CHECK_ITEMS, batch)),
+                self.config.measured.max_new_tokens,
+                device,
+                batch,
+                fmt,
             ),
-        )  # fmt: skip
+        )
 
     def vllm(
-        self, engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], stops: Sequence[int],
+        self,
+        engine: Any,
+        ckpt: Any,
+        tokenizer: Any,
+        items: Sequence[Any],
+        stops: Sequence[int],
         hf_model: Callable[[], Any] | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """:meth:`verdict` of the vLLM engine on ``ckpt``'s model (:func:`check_vllm`);
         ``hf_model()`` gives the run's HF model when it has one (called only to check)."""
         if not self.config.runtime.conformance_check:
             return SKIPPED
         key = vllm_key(
-            str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter",
-            self.config, disk_config_digest(ckpt),
-        )  # fmt: skip
+            str(engine.architecture(ckpt)),
+            engine.provenance(),
+            ckpt.kind == "adapter",
+            self.config,
+            disk_config_digest(ckpt),
+        )
         key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config.measured, k) == "vllm"]
         if self.config.measured.nll_backend == "vllm" and hf_model is not None:
             key["nll_against"] = "hf"
@@ -708,10 +774,15 @@ class Conformance:
         return self.verdict(
             key,
             lambda: check_vllm(
-                engine, ckpt, tokenizer, picked, self.config, stops,
+                engine,
+                ckpt,
+                tokenizer,
+                picked,
+                self.config,
+                stops,
                 hf_model() if hf_model is not None and self.config.measured.nll_backend == "vllm" else None,
             ),
-        )  # fmt: skip
+        )
 
 
 def check_conformance(

@@ -19,9 +19,7 @@ from ckptsel.data.tasks import task_identity, task_label
 from ckptsel.records.schema import coerce_generations, coerce_nll, empty_nll
 
 
-def score_texts(
-    task: str, items: Sequence[Any], texts: Sequence[str]
-) -> tuple[list[str], list[bool]]:
+def score_texts(task: str, items: Sequence[Any], texts: Sequence[str]) -> tuple[list[str], list[bool]]:
     """Normalized answers and correctness of generated texts (``ckptsel.data.scoring``)."""
     # the item's subtask picks the label pattern in a mixed commonsense pool; a task file's
     # identity (its content hash) keys the cache, so an edited file is never scored from it
@@ -39,21 +37,11 @@ def score_texts(
 def _score(task: str, identity: str, subtask: str, text: str, reference: str) -> tuple[str, bool]:
     """(answer, correct) of one text. Cached: every item is scored at every checkpoint, and
     again when the records are rebuilt from the parts, and most texts repeat."""
-    return (
-        extract(task, text, subtask=subtask),
-        bool(is_correct(task, text, reference, subtask=subtask)),
-    )
+    return (extract(task, text, subtask=subtask), bool(is_correct(task, text, reference, subtask=subtask)))
 
 
 def generation_frame(
-    items: Sequence[Any],
-    texts: Sequence[str],
-    *,
-    task: str,
-    split: str,
-    trajectory: str,
-    configuration: str,
-    step: int,
+    items: Sequence[Any], texts: Sequence[str], *, task: str, split: str, trajectory: str, configuration: str, step: int
 ) -> pd.DataFrame:
     """Contract generation rows (+ ``text``) for ``items`` with their generated ``texts``."""
     ans, ok = score_texts(task, items, texts)
@@ -77,12 +65,7 @@ def generation_frame(
 
 
 def nll_frame(
-    items: Sequence[Any],
-    scored: Sequence[dict[int, Any]],
-    *,
-    split: str,
-    trajectory: str,
-    step: int,
+    items: Sequence[Any], scored: Sequence[dict[int, Any]], *, split: str, trajectory: str, step: int
 ) -> pd.DataFrame:
     """Contract NLL rows: one per item and window."""
     rows = [

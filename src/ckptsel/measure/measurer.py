@@ -44,13 +44,7 @@ from ckptsel.train.checkpoints import Checkpoint
 
 
 def measure_model(
-    model: Any,
-    tokenizer: Any,
-    items: Sequence[Any],
-    config: MeasureConfig,
-    *,
-    split: str,
-    **options: Any,
+    model: Any, tokenizer: Any, items: Sequence[Any], config: MeasureConfig, *, split: str, **options: Any
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measure a model already in memory (e.g. from a Trainer callback) on the ``items`` of
     one ``split``: :func:`measure_splits` with ``{split: items}``, the same keywords.
@@ -91,9 +85,17 @@ def measure_splits(
     """
     config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")
     return measure_resolved(
-        model, tokenizer, items, config, trajectory=trajectory, step=step,
-        configuration=configuration, generate=generate, nll=nll, **passes,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        items,
+        config,
+        trajectory=trajectory,
+        step=step,
+        configuration=configuration,
+        generate=generate,
+        nll=nll,
+        **passes,
+    )
 
 
 def measure_resolved(
@@ -152,10 +154,17 @@ def split_frames(
         part = slice(start, start + len(its))
         start += len(its)
         if texts is not None:
-            gens.append(generation_frame(
-                its, texts[part], task=config.measured.task_for(split), split=split,
-                trajectory=trajectory, configuration=configuration, step=step,
-            ))  # fmt: skip
+            gens.append(
+                generation_frame(
+                    its,
+                    texts[part],
+                    task=config.measured.task_for(split),
+                    split=split,
+                    trajectory=trajectory,
+                    configuration=configuration,
+                    step=step,
+                )
+            )
         if scored is not None:
             nlls.append(nll_frame(its, scored[part], split=split, trajectory=trajectory, step=step))
     return _concat(gens), _concat(nlls)
@@ -171,11 +180,9 @@ def _with_hashes(frames: list[pd.DataFrame], pool: ItemPool) -> list[pd.DataFram
     return [
         f.assign(
             item_hash=pd.Series(
-                [hashes[k] for k in zip(f["split"], f["item_id"], strict=True)],
-                index=f.index,
-                dtype="string",
+                [hashes[k] for k in zip(f["split"], f["item_id"], strict=True)], index=f.index, dtype="string"
             )
-        )  # fmt: skip
+        )
         for f in frames
     ]
 
@@ -228,9 +235,7 @@ def base_key(ckpt: Checkpoint) -> str:
     return str(ckpt.base) if ckpt.kind == "adapter" else f"full:{ckpt.path}"
 
 
-def batch_units(
-    units: Sequence[tuple[Checkpoint, Any]], size: int, workers: int = 1
-) -> list[list[Any]]:
+def batch_units(units: Sequence[tuple[Checkpoint, Any]], size: int, workers: int = 1) -> list[list[Any]]:
     """``units`` (``(checkpoint, parts)``, parts with ``n_todo``) in order, grouped into
     batches, what is measured together: consecutive adapter checkpoints of one base with rows
     to measure, at most ``size`` of them (the engine's, :meth:`Measurer.batch_size`) and at most
@@ -241,8 +246,12 @@ def batch_units(
     joins = lambda u: size > 1 and u[1].n_todo > 0 and u[0].kind == "adapter"  # noqa: E731
     out: list[list[Any]] = []
     for unit in units:
-        if out and joins(unit) and joins(out[-1][-1]) and len(out[-1]) < size and (
-            base_key(unit[0]) == base_key(out[-1][-1][0])
+        if (
+            out
+            and joins(unit)
+            and joins(out[-1][-1])
+            and len(out[-1]) < size
+            and (base_key(unit[0]) == base_key(out[-1][-1][0]))
         ):
             out[-1].append(unit)
         else:
@@ -277,22 +286,14 @@ class Measurer:
     NLL (``nll_backend``) goes through vLLM, the vLLM engine; measures the missing rows of one
     checkpoint's parts."""
 
-    def __init__(
-        self,
-        config: MeasureConfig,
-        ckpts: list[Checkpoint],
-        base: str | None,
-        result: MeasureResult,
-    ) -> None:
+    def __init__(self, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: MeasureResult) -> None:
         self.config, self.ckpts, self.base, self.result = config, ckpts, base, result
         config.check_device()
         self.vllm: VllmEngine | None = None
         if config.measured.uses_vllm:
             self.vllm = VllmEngine(config, ckpts, base, tokenizer_ref(ckpts, base))
         spec = config.measured
-        self.holder = ModelHolder(
-            spec.device, resolve_dtype(spec.dtype, spec.device), config.runtime.swap_weights
-        )
+        self.holder = ModelHolder(spec.device, resolve_dtype(spec.dtype, spec.device), config.runtime.swap_weights)
         self.tokenizer: Any = None
         self.token_cache: dict[tuple[str, str], list[int]] = {}  # the run's one tokenizer
         self.stops: dict[str, list[int]] = {}  # vLLM: stop ids per model
@@ -346,20 +347,21 @@ class Measurer:
         rows as one checkpoint per call); what goes through the HF model is then measured per
         checkpoint. New rows per unit, in order; ``ticks``: each unit's progress."""
         if len(units) < 2 or self.vllm is None:
-            return [
-                self.measure(c, p, trajectory, configuration, t)
-                for (c, p), t in zip(units, ticks, strict=True)
-            ]
+            return [self.measure(c, p, trajectory, configuration, t) for (c, p), t in zip(units, ticks, strict=True)]
         cfg = self.config
         self._begin(units[0][1].pool)
         take = lambda todo, pool, engine: {  # noqa: E731
             s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
         }
         work = [
-            (c, p.pool, take(p.todo_gen, p.pool, cfg.measured.backend),
-             take(p.todo_nll, p.pool, cfg.measured.nll_backend))
+            (
+                c,
+                p.pool,
+                take(p.todo_gen, p.pool, cfg.measured.backend),
+                take(p.todo_nll, p.pool, cfg.measured.nll_backend),
+            )
             for c, p in units
-        ]  # fmt: skip
+        ]
         rows = self._measure_vllm_many(work, (trajectory, configuration), ticks)
         return [
             self.measure(c, p, trajectory, configuration, t, vllm_rows=r)
@@ -415,20 +417,35 @@ class Measurer:
         return _with_hashes(new_gen, pool), _with_hashes(new_nll, pool)
 
     def _measure_hf(
-        self, ckpt: Checkpoint, by_split: dict[str, list[Any]], gen: bool, nll: bool,
-        trajectory: str, configuration: str, tick: Callable[[int], None],
-    ) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+        self,
+        ckpt: Checkpoint,
+        by_split: dict[str, list[Any]],
+        gen: bool,
+        nll: bool,
+        trajectory: str,
+        configuration: str,
+        tick: Callable[[int], None],
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """One shared pass of the HF model over ``by_split``'s items."""
         cfg, res = self.config, self.result
         seconds: dict[str, float] = {}
         model = self.holder.get(ckpt)
         verdict = self.conformance.hf(model, self.tokenizer, self.check_items, cfg.measured.device)
         g, n = measure_resolved(
-            model, self.tokenizer, by_split, cfg, trajectory=trajectory,
-            configuration=configuration, step=ckpt.step, device=cfg.measured.device, generate=gen,
-            nll=nll, on_batch=lambda k, m=gen + nll: tick(k * m), seconds=seconds,
+            model,
+            self.tokenizer,
+            by_split,
+            cfg,
+            trajectory=trajectory,
+            configuration=configuration,
+            step=ckpt.step,
+            device=cfg.measured.device,
+            generate=gen,
+            nll=nll,
+            on_batch=lambda k, m=gen + nll: tick(k * m),
+            seconds=seconds,
             token_cache=self.token_cache,
-        )  # fmt: skip
+        )
         # the forward over prompt + response is the NLL's cost (the prompt prefill that
         # generation needs rides along); without NLL it is generation's prefill
         fwd = seconds.get("forward", 0.0)
@@ -439,16 +456,19 @@ class Measurer:
         res.generated_items += n_items if gen else 0
         res.scored_items += n_items if nll else 0
         made_by = {
-            **hf_provenance(model, cfg.runtime.batch_size, cfg.measured.device), "conformance": verdict,
-            "weights": weights_note(ckpt, self.holder.log), "prompt_format": cfg.measured.format_identity,
-        }  # fmt: skip
+            **hf_provenance(model, cfg.runtime.batch_size, cfg.measured.device),
+            "conformance": verdict,
+            "weights": weights_note(ckpt, self.holder.log),
+            "prompt_format": cfg.measured.format_identity,
+        }
         return stamp(g, made_by), stamp(n, made_by)
 
     def _measure_vllm_many(
-        self, work: Sequence[tuple[Checkpoint, ItemPool, dict[str, list[int]],
-                                   dict[str, list[int]]]],
-        names: tuple[str, str], ticks: Sequence[Callable[[int], None]],
-    ) -> list[tuple[list[pd.DataFrame], list[pd.DataFrame]]]:  # fmt: skip
+        self,
+        work: Sequence[tuple[Checkpoint, ItemPool, dict[str, list[int]], dict[str, list[int]]]],
+        names: tuple[str, str],
+        ticks: Sequence[Callable[[int], None]],
+    ) -> list[tuple[list[pd.DataFrame], list[pd.DataFrame]]]:
         """Per ``(checkpoint, pool, gen, nll)`` of ``work``, the items of ``gen``
         (``{split: indices}``) generated and those of ``nll`` scored by the vLLM engine, every
         checkpoint's requests in one call per kind: NLL first (its prompts then sit in vLLM's
@@ -461,9 +481,13 @@ class Measurer:
             if any(gen.values()) or any(nll.values()):
                 # an HF model beside vLLM only when the run loads it anyway (module doc)
                 verdict = self.conformance.vllm(
-                    self.vllm, ckpt, tok, self.check_items, self._stops(ckpt),
+                    self.vllm,
+                    ckpt,
+                    tok,
+                    self.check_items,
+                    self._stops(ckpt),
                     (lambda c=ckpt: self.holder.get(c)) if cfg.measured.uses_hf else None,
-                )  # fmt: skip
+                )
             made_by.append(verdict)
         for kind in ("nll", "gen"):
             per = []  # (index in work, {split: items}, the items in order)
@@ -478,15 +502,16 @@ class Measurer:
             flat = [it for _, _, f in per for it in f]
             owners = [work[k][0] for k, _, f in per for _ in f]
             ids, answers = cfg.measured.prompt.encode(
-                tok, [it.instruction for it in flat],
-                [it.response for it in flat] if kind == "nll" else None, flat, cache=cache,
-            )  # fmt: skip
+                tok,
+                [it.instruction for it in flat],
+                [it.response for it in flat] if kind == "nll" else None,
+                flat,
+                cache=cache,
+            )
             if kind == "nll":
                 values = self.vllm.score(owners, ids, answers, cfg.measured.windows)
             else:
-                values = self.vllm.generate(
-                    owners, tok, ids, self._stops(owners[0]), cfg.measured.max_new_tokens
-                )
+                values = self.vllm.generate(owners, tok, ids, self._stops(owners[0]), cfg.measured.max_new_tokens)
             spent = time.perf_counter() - t0 - (self.vllm.start_seconds - started)
             start = 0
             for k, items, f in per:
@@ -494,10 +519,11 @@ class Measurer:
                 texts, scored = (None, part) if kind == "nll" else (part, None)
                 frames = split_frames(items, texts, scored, cfg, *names, work[k][0].step)
                 prov = {
-                    **self.vllm.provenance(), "conformance": made_by[k],
+                    **self.vllm.provenance(),
+                    "conformance": made_by[k],
                     "weights": weights_note(work[k][0], self.vllm.log),
                     "prompt_format": cfg.measured.format_identity,
-                }  # fmt: skip
+                }
                 out[k][kind == "nll"].append(stamp(frames[kind == "nll"], prov))
                 ticks[k](len(f))
             if kind == "nll":

@@ -92,11 +92,7 @@ class ItemPool:
 
     @classmethod
     def load(
-        cls,
-        task: str,
-        validation: Path | Sequence[Any],
-        test: Path | Sequence[Any],
-        test_task: str | None = None,
+        cls, task: str, validation: Path | Sequence[Any], test: Path | Sequence[Any], test_task: str | None = None
     ) -> ItemPool:
         """Both items files (or item lists already built, e.g. by :mod:`ckptsel.data.pools`),
         checked (present, non-empty, unique ids). The test file is read with ``test_task``
@@ -130,11 +126,7 @@ class ItemPool:
 
     def current(self, part: pd.DataFrame) -> pd.DataFrame:
         """Rows of ``part`` whose (split, item_id, item_hash) belong to the current items."""
-        keep = {
-            (s, it.item_id, h)
-            for s, its in self.splits.items()
-            for it, h in zip(its, self.hashes[s], strict=True)
-        }
+        keep = {(s, it.item_id, h) for s, its in self.splits.items() for it, h in zip(its, self.hashes[s], strict=True)}
         return part[[k in keep for k in _keys(part)]]
 
 
@@ -239,9 +231,7 @@ class StepParts:
         self.gen = from_checkpoint(_load(self.gen_path), checkpoint)
         self.nll = from_checkpoint(_load(self.nll_path), checkpoint)
         self.only = config.runtime.only  # measure --only generation|nll: the other kind is left alone
-        self.todo_gen, self.todo_nll = _todo(
-            pool, _key_set(self.gen), _key_set(self.nll), self.only
-        )
+        self.todo_gen, self.todo_nll = _todo(pool, _key_set(self.gen), _key_set(self.nll), self.only)
 
     @property
     def n_todo(self) -> int:
@@ -252,9 +242,8 @@ class StepParts:
         """Merge newly measured rows into the parts and write the parts that changed."""
         if self.checkpoint is not None:
             mark = lambda f: f.assign(  # noqa: E731
-                **{CHECKPOINT_COLUMN: pd.Series([self.checkpoint] * len(f), index=f.index,
-                                                dtype="string")}
-            )  # fmt: skip
+                **{CHECKPOINT_COLUMN: pd.Series([self.checkpoint] * len(f), index=f.index, dtype="string")}
+            )
             new_gen, new_nll = [mark(f) for f in new_gen], [mark(f) for f in new_nll]
         self.gen = self._merge(self.gen, new_gen, _GEN_KEY)
         self.nll = self._merge(self.nll, new_nll, _NLL_KEY)
@@ -263,9 +252,7 @@ class StepParts:
         if new_nll:
             io.write_parquet(self.nll_path, self.nll)
 
-    def _merge(
-        self, old: pd.DataFrame | None, new: list[pd.DataFrame], key: tuple[str, ...]
-    ) -> pd.DataFrame | None:
+    def _merge(self, old: pd.DataFrame | None, new: list[pd.DataFrame], key: tuple[str, ...]) -> pd.DataFrame | None:
         """Old part rows for current items, replaced by new rows with the same key."""
         frames = ([self.pool.current(old)] if old is not None and len(old) else []) + new
         if not frames:
@@ -326,10 +313,7 @@ class RecordedItems:
     ``nll``) and (trajectory, split, step): the records read once, for every trajectory."""
 
     def __init__(
-        self,
-        sizes: dict[str, int],
-        counts: dict[str, dict[tuple, int]],
-        scored: dict[str, int] | None = None,
+        self, sizes: dict[str, int], counts: dict[str, dict[tuple, int]], scored: dict[str, int] | None = None
     ) -> None:
         self.sizes, self.counts = sizes, counts
         self.scored = sizes if scored is None else scored  # items with an NLL, per split

@@ -138,9 +138,7 @@ def measure_items(
         encoded = cached_ids(lambda t: encode_prompts(tokenizer, t), prompts, token_cache, "prompt")
         answers = None
         if responses is not None:
-            answers = cached_ids(
-                lambda r: encode_responses(tokenizer, r), responses, token_cache, "response"
-            )  # fmt: skip
+            answers = cached_ids(lambda r: encode_responses(tokenizer, r), responses, token_cache, "response")
     if any(not p for p in encoded):
         raise ValueError("empty prompt: nothing conditions the first token")
     fed = [p + a[:-1] for p, a in zip(encoded, answers, strict=True)] if answers else encoded
@@ -149,6 +147,7 @@ def measure_items(
     texts: list[str] | None = [""] * len(fed) if generate else None
     scored: list[dict[int, ResponseNll]] | None = [{} for _ in fed] if answers else None
     clock = _Clock(seconds)
+    feed, limits, lists = (fed, encoded, answers), (stops, pad, max_new_tokens), (texts, scored, windows)
     model.eval()
     with torch.inference_mode():
         layout = _checked_layout(model)
@@ -158,23 +157,15 @@ def measure_items(
         fast = [i for i in order if i not in alone]
         rows, nll_tokens = batch_plan(model, batch_size, fed, max_new_tokens if generate else 0)
         if continuous and layout is not None and layout.movable and fast:
-            _continuous(
-                model, fast, (fed, encoded, answers), (stops, pad, max_new_tokens),
-                (texts, scored, windows), (rows, nll_tokens), device, clock, tokenizer, on_batch,
-            )  # fmt: skip
+            _continuous(model, fast, feed, limits, lists, (rows, nll_tokens), device, clock, tokenizer, on_batch)
             fast = []
         for idx in _chunks(fast, fed, rows, nll_tokens):
-            _measure_batch(
-                model, idx, (fed, encoded, answers), layout, (stops, pad, max_new_tokens),
-                (texts, scored, windows), device, clock, tokenizer,
-            )  # fmt: skip
+            _measure_batch(model, idx, feed, layout, limits, lists, device, clock, tokenizer)
             if on_batch is not None:
                 on_batch(len(idx))
         for i in (i for i in order if i in alone):
-            toks, nll = _measure_alone(
-                model, encoded[i], answers[i] if answers else None, (generate, stateful),
-                (stops, pad, max_new_tokens), windows, clock,
-            )  # fmt: skip
+            answer = answers[i] if answers else None
+            toks, nll = _measure_alone(model, encoded[i], answer, (generate, stateful), limits, windows, clock)
             if texts is not None:
                 texts[i] = tokenizer.decode(cut_at_stop(toks, stops), skip_special_tokens=True)
             if scored is not None:
@@ -185,10 +176,16 @@ def measure_items(
 
 
 def _measure_batch(
-    model: Any, idx: list[int], tokens: tuple[Any, Any, Any], layout: CacheLayout | None,
-    decoding: tuple[list[int], int, int], out: tuple[Any, Any, Sequence[int]], device: Any,
-    clock: _Clock, tokenizer: Any,
-) -> None:  # fmt: skip
+    model: Any,
+    idx: list[int],
+    tokens: tuple[Any, Any, Any],
+    layout: CacheLayout | None,
+    decoding: tuple[list[int], int, int],
+    out: tuple[Any, Any, Sequence[int]],
+    device: Any,
+    clock: _Clock,
+    tokenizer: Any,
+) -> None:
     """One batch of the fast path (module doc): items ``idx``; ``tokens`` = (fed, prompts,
     answers or None); fills ``out`` = (texts or None, scored or None, windows) in place."""
     fed, encoded, answers = tokens
@@ -225,8 +222,7 @@ AUTO_MAX_ROWS = 256  # ... and at most this many rows decode together
 NO_LIMIT = 1 << 62
 
 
-def batch_plan(model: Any, batch_size: int | str, fed: Sequence[list[int]],
-               max_new_tokens: int) -> tuple[int, int]:  # fmt: skip
+def batch_plan(model: Any, batch_size: int | str, fed: Sequence[list[int]], max_new_tokens: int) -> tuple[int, int]:
     """``(rows, nll_tokens)``: how many items decode together and how many fed positions one
     forward may project onto the vocabulary. An int ``batch_size`` is the rows, positions
     unbounded (what ckptsel always did). ``auto`` on the CPU: :data:`BATCH_SIZE`; on a GPU,
@@ -248,10 +244,13 @@ def batch_plan(model: Any, batch_size: int | str, fed: Sequence[list[int]],
     longest = max(map(len, fed)) + max_new_tokens
     rows, nll_tokens = auto_plan(_text_config(model), elem, free, longest, len(fed))
     logging.getLogger("ckptsel.measure").info(
-        "--batch-size auto: %d rows, %d NLL positions per forward (%.1f GiB free on %s, "
-        "longest item %d tokens)",
-        rows, nll_tokens, free / 2**30, device, longest,
-    )  # fmt: skip
+        "--batch-size auto: %d rows, %d NLL positions per forward (%.1f GiB free on %s, longest item %d tokens)",
+        rows,
+        nll_tokens,
+        free / 2**30,
+        device,
+        longest,
+    )
     return rows, nll_tokens
 
 
@@ -268,9 +267,7 @@ def auto_plan(cfg: Any, elem: int, free: int, longest: int, n_items: int) -> tup
     return rows, nll_tokens
 
 
-def _chunks(
-    idx: list[int], fed: Sequence[list[int]], rows: int, nll_tokens: int
-) -> list[list[int]]:
+def _chunks(idx: list[int], fed: Sequence[list[int]], rows: int, nll_tokens: int) -> list[list[int]]:
     """``idx`` (longest first) cut into batches of at most ``rows`` items whose padded width
     times their count stays within ``nll_tokens`` (one item at least)."""
     out: list[list[int]] = []
@@ -283,10 +280,17 @@ def _chunks(
 
 
 def _continuous(
-    model: Any, fast: list[int], tokens: tuple[Any, Any, Any], decoding: tuple[list[int], int, int],
-    out: tuple[Any, Any, Sequence[int]], sizes: tuple[int, int], device: Any, clock: _Clock,
-    tokenizer: Any, on_batch: Callable[[int], None] | None,
-) -> None:  # fmt: skip
+    model: Any,
+    fast: list[int],
+    tokens: tuple[Any, Any, Any],
+    decoding: tuple[list[int], int, int],
+    out: tuple[Any, Any, Sequence[int]],
+    sizes: tuple[int, int],
+    device: Any,
+    clock: _Clock,
+    tokenizer: Any,
+    on_batch: Callable[[int], None] | None,
+) -> None:
     """Continuous batching over every item of ``fast`` (the ``single`` mode of the module doc,
     full-attention caches): at most ``rows`` (``sizes`` = (rows, nll_tokens)) decode together;
     a row leaves the batch (and its cache rows go) at its stop token or ``max_new_tokens``,
@@ -306,8 +310,7 @@ def _continuous(
         free = rows - (live.n if live is not None else 0)
         if pending and free >= min(len(pending), max(1, rows // REFILL_SHARE)):
             for part in _chunks(pending[:free], fed, free, nll_tokens):
-                batch = _Batch([fed[i] for i in part], [len(encoded[i]) for i in part],
-                               decoding[1], device)  # fmt: skip
+                batch = _Batch([fed[i] for i in part], [len(encoded[i]) for i in part], decoding[1], device)
                 with clock("forward"):
                     logits, cache = _forward(model, batch, keep_cache=True)
                 if answers is not None:
@@ -376,9 +379,7 @@ class _Rows:
         self.made += other.made
         return self
 
-    def step(
-        self, model: Any, stop: Any, max_new_tokens: int, how: tuple[str, bool]
-    ) -> list[tuple[int, list[int]]]:
+    def step(self, model: Any, stop: Any, max_new_tokens: int, how: tuple[str, bool]) -> list[tuple[int, list[int]]]:
         """Each row's next token; the rows that end with it leave (``(item, tokens)`` of
         each, returned); the rest take one forward step (``how``: the cache's keyword,
         :func:`cache_name`, and whether the model takes ``cache_position``)."""
@@ -403,8 +404,9 @@ class _Rows:
             extra["cache_position"] = torch.tensor([self.mask.shape[1]], device=nxt.device)
         ones = torch.ones((self.n, 1), dtype=self.mask.dtype, device=nxt.device)
         self.mask = torch.cat([self.mask, ones], 1)
-        res = model(input_ids=nxt[:, None], position_ids=self.pos[:, None],
-                    attention_mask=self.mask, use_cache=True, **extra)  # fmt: skip
+        res = model(
+            input_ids=nxt[:, None], position_ids=self.pos[:, None], attention_mask=self.mask, use_cache=True, **extra
+        )
         self.last, self.cache, self.pos = res.logits[:, -1, :], _cache_of(model, res), self.pos + 1
         return finished
 
@@ -440,9 +442,14 @@ def generate_texts(
 ) -> list[str]:
     """Greedy continuation of every prompt, in input order (see :func:`measure_items`)."""
     texts, _ = measure_items(
-        model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
-        device=device, on_batch=on_batch,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        prompts,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        on_batch=on_batch,
+    )
     return texts
 
 
@@ -459,9 +466,16 @@ def response_nll(
 ) -> list[dict[int, ResponseNll]]:
     """Per item, ``{window: ResponseNll}`` for each requested window (see :func:`measure_items`)."""
     _, scored = measure_items(
-        model, tokenizer, prompts, responses, generate=False, windows=windows,
-        batch_size=batch_size, device=device, on_batch=on_batch,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        prompts,
+        responses,
+        generate=False,
+        windows=windows,
+        batch_size=batch_size,
+        device=device,
+        on_batch=on_batch,
+    )
     return scored
 
 
@@ -507,9 +521,8 @@ def _response_nll(logits: Any, batch: _Batch, row: int, answer: list[int]) -> An
 
 
 def _decode(
-    model: Any, cache: Any, logits: Any, batch: _Batch, stops: list[int], pad: int,
-    max_new_tokens: int,
-) -> list[list[int]]:  # fmt: skip
+    model: Any, cache: Any, logits: Any, batch: _Batch, stops: list[int], pad: int, max_new_tokens: int
+) -> list[list[int]]:
     """Greedy tokens per row (``B × steps``; a finished row continues with ``pad``)."""
     import torch
 
@@ -527,9 +540,8 @@ def _decode(
 
 
 def _decode_left_padded(
-    model: Any, prompts: list[list[int]], rows: int, device: Any,
-    decoding: tuple[list[int], int, int], clock: _Clock,
-) -> list[list[int]]:  # fmt: skip
+    model: Any, prompts: list[list[int]], rows: int, device: Any, decoding: tuple[list[int], int, int], clock: _Clock
+) -> list[list[int]]:
     """Greedy tokens per prompt from their own prompt-only prefill, ``rows`` prompts at a
     time (``split``: the whole batch; ``rowwise``: 1); ``decoding`` = (stops, pad,
     max_new_tokens)."""
@@ -545,9 +557,7 @@ def _decode_left_padded(
     return out
 
 
-def _prefill(
-    model: Any, prompts: list[list[int]], pad: int, device: Any
-) -> tuple[Any, Any, Any, Any]:
+def _prefill(model: Any, prompts: list[list[int]], pad: int, device: Any) -> tuple[Any, Any, Any, Any]:
     """Prompt-only forward, LEFT-padded as ``generate`` pads: (cache, the last position's
     logits ``B × V``, attention mask ``B × P`` or None when no row is padded, prompt lengths).
     Positions count from each row's first real token, so a row sees the positions it would
@@ -574,9 +584,8 @@ def _prefill(
 
 
 def _greedy(
-    model: Any, cache: Any, start: tuple[Any, Any, int], n_p: Any, stops: list[int], pad: int,
-    max_new_tokens: int,
-) -> list[list[int]]:  # fmt: skip
+    model: Any, cache: Any, start: tuple[Any, Any, int], n_p: Any, stops: list[int], pad: int, max_new_tokens: int
+) -> list[list[int]]:
     """Greedy decoding from a filled ``cache``; ``start`` = (``last``: the logits that give
     each row's first new token, ``mask``: the columns each row sees, None when every row sees
     every column, ``cols``: the cache's columns); ``n_p`` are the prompt lengths (row ``r``'s
@@ -603,8 +612,7 @@ def _greedy(
             extra["attention_mask"] = mask
         if with_position:  # transformers 4.x (Mamba there needs it to tell a step from a prefill)
             extra["cache_position"] = torch.tensor([cols + step], device=device)
-        res = model(input_ids=nxt[:, None], position_ids=(n_p + step)[:, None], use_cache=True,
-                    **extra)  # fmt: skip
+        res = model(input_ids=nxt[:, None], position_ids=(n_p + step)[:, None], use_cache=True, **extra)
         last, cache = res.logits[:, -1, :], _cache_of(model, res)
     return torch.stack(out, 1).tolist() if out else [[] for _ in range(b)]
 
@@ -613,9 +621,8 @@ def _greedy(
 
 
 def _reference_items(
-    model: Any, layout: CacheLayout, encoded: list[list[int]], answers: Any, generate: bool,
-    max_new_tokens: int,
-) -> list[int]:  # fmt: skip
+    model: Any, layout: CacheLayout, encoded: list[list[int]], answers: Any, generate: bool, max_new_tokens: int
+) -> list[int]:
     """The items measured one at a time by :func:`_measure_alone`: every item of a model that
     keeps its recurrent state to itself (its forward returns no cache: RecurrentGemma), and,
     under length-dependent RoPE (:func:`length_rope`), each item one of whose calls reaches
@@ -628,16 +635,22 @@ def _reference_items(
         return []
     bound = rope[1]
     return [
-        i for i, p in enumerate(encoded)
+        i
+        for i, p in enumerate(encoded)
         if (answers is not None and len(p) + len(answers[i]) >= bound)
         or (generate and len(p) + max_new_tokens >= bound)
-    ]  # fmt: skip
+    ]
 
 
 def _measure_alone(
-    model: Any, prompt: list[int], answer: list[int] | None, what: tuple[bool, bool],
-    decoding: tuple[list[int], int, int], windows: Sequence[int], clock: _Clock,
-) -> tuple[list[int], dict[int, ResponseNll] | None]:  # fmt: skip
+    model: Any,
+    prompt: list[int],
+    answer: list[int] | None,
+    what: tuple[bool, bool],
+    decoding: tuple[list[int], int, int],
+    windows: Sequence[int],
+    clock: _Clock,
+) -> tuple[list[int], dict[int, ResponseNll] | None]:
     """One item, unbatched, as the references define it: each window's NLL from one unpadded
     forward over its own cut of ``prompt + answer`` (the frequencies of that length), and the
     generated tokens from ``model.generate`` on the one prompt (greedy, ``stops``; Phi-3's
@@ -664,15 +677,12 @@ def _measure_alone(
 
         stops, pad, max_new_tokens = decoding
         config = GenerationConfig(
-            do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=stops,
-            pad_token_id=pad,
-        )  # fmt: skip
+            do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad
+        )
         fresh_rope(model, device)
         ids = torch.tensor([prompt], dtype=torch.long, device=device)
         with clock("decode"):
-            res = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
-            )
+            res = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
         toks = res[0, len(prompt) :].tolist()
     return toks, nll
 
@@ -745,9 +755,9 @@ def cache_layout(model: Any) -> CacheLayout:
         from transformers.cache_utils import get_layer_types_and_kwargs
     except ImportError:  # transformers 4.x
         win = getattr(cfg, "sliding_window", None)
-        types = getattr(cfg, "layer_types", None) or [
-            "sliding_attention" if win else "full_attention"
-        ] * int(cfg.num_hidden_layers)
+        types = getattr(cfg, "layer_types", None) or ["sliding_attention" if win else "full_attention"] * int(
+            cfg.num_hidden_layers
+        )
         wins = [win] * len(types)
     else:
         types, kwargs = get_layer_types_and_kwargs(cfg)
@@ -826,10 +836,7 @@ def _checked_layout(model: Any) -> CacheLayout:
     movable = (
         layout.kind == "full"
         and bool(layers)
-        and all(
-            type(layer).__name__ == "DynamicLayer" and getattr(layer, "is_initialized", True)
-            for layer in layers
-        )
+        and all(type(layer).__name__ == "DynamicLayer" and getattr(layer, "is_initialized", True) for layer in layers)
     )
     return replace(layout, movable=movable)
 
@@ -874,6 +881,4 @@ class _Clock:
 
     def __exit__(self, *exc: object) -> None:
         if self.seconds is not None:
-            self.seconds[self.name] = self.seconds.get(self.name, 0.0) + (
-                time.perf_counter() - self.t0
-            )
+            self.seconds[self.name] = self.seconds.get(self.name, 0.0) + (time.perf_counter() - self.t0)

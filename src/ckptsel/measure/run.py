@@ -47,9 +47,7 @@ from ckptsel.train.checkpoints import (
 from ckptsel.train.formats import read_run_format
 
 
-def _check_trajectory_identity(
-    table, out: Location, trajectory: str, configuration: str, spec: MeasureSpec
-) -> None:
+def _check_trajectory_identity(table, out: Location, trajectory: str, configuration: str, spec: MeasureSpec) -> None:
     """A trajectory name already in ``out`` must keep its configuration and each split's task
     (else the mix would only surface at ``analyze``)."""
     if table is None or table.num_rows == 0:
@@ -60,8 +58,7 @@ def _check_trajectory_identity(
     df = table.select(cols).to_pandas().drop_duplicates()
     mine = df[df["trajectory"] == trajectory]
     checks = [("configuration", configuration, mine)] + [
-        ("task", task_label(spec.task_for(split)), mine[mine["split"].astype(str) == split])
-        for split in SPLITS
+        ("task", task_label(spec.task_for(split)), mine[mine["split"].astype(str) == split]) for split in SPLITS
     ]
     for column, value, rows in checks:
         other = sorted(set(rows[column].astype(str)) - {value})
@@ -117,10 +114,7 @@ def _differs(recorded: CheckpointStamp, now: CheckpointStamp) -> tuple[str, str]
         return f"weights {_short(recorded.weights or '')}", f"weights {_short(now.weights or '')}"
     if recorded.files and now.files and recorded.files != now.files:
         names = ", ".join(changed_files(recorded, now)) or "its files"
-        return (
-            f"files {_short(recorded.files)} (weights the same)",
-            f"other {names} ({_short(now.files)})",
-        )
+        return (f"files {_short(recorded.files)} (weights the same)", f"other {names} ({_short(now.files)})")
     return None
 
 
@@ -201,12 +195,8 @@ class RunMeasurement:
         after_checkpoint: Callable[[int], None] | None = None,
     ) -> None:
         self.run_dir, self.out = as_location(run_dir), as_location(setup.out)
-        self.trajectory = check_name(
-            "trajectory", setup.trajectory or trajectory_name(self.run_dir)
-        )
-        self.configuration = check_name(
-            "configuration", setup.configuration or default_configuration(self.trajectory)
-        )
+        self.trajectory = check_name("trajectory", setup.trajectory or trajectory_name(self.run_dir))
+        self.configuration = check_name("configuration", setup.configuration or default_configuration(self.trajectory))
         self.config, self.base, self.executor = config, setup.base, setup.executor
         self.pool = ItemPool.load(config.measured.task, setup.validation, setup.test, config.measured.test_task)
         self.emit = on_progress or (lambda event: None)
@@ -236,18 +226,25 @@ class RunMeasurement:
         check_records_folder(out)
         read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", traj)])
         _check_trajectory_identity(
-            read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"],
-                      filters=[("trajectory", "=", traj)]),
-            out, traj, self.configuration, self.config.measured,
-        )  # fmt: skip
+            read_rows(
+                out,
+                "generations",
+                columns=["trajectory", "configuration", "task", "split"],
+                filters=[("trajectory", "=", traj)],
+            ),
+            out,
+            traj,
+            self.configuration,
+            self.config.measured,
+        )
 
     def parts(self, step: int) -> StepParts:
         """A checkpoint's part cache: only rows measured from its weights and files as they
         are now (once :meth:`check_weights` has fingerprinted them)."""
         now = self._stamp_files(step)
-        checkpoint = None if now.weights is None else files_fingerprint(
-            {"weights": now.weights, "files": now.files or ""}
-        )  # fmt: skip
+        checkpoint = (
+            None if now.weights is None else files_fingerprint({"weights": now.weights, "files": now.files or ""})
+        )
         return StepParts(self.out, self.trajectory, step, self.config, self.pool, checkpoint)
 
     def bind_format(self, ckpts: list[Checkpoint]) -> None:
@@ -331,9 +328,7 @@ class RunMeasurement:
         recorded = recorded_stamps(self.out, self.trajectory, [c.step for c in ckpts])
         for ckpt in ckpts:
             now = self._stamp_files(ckpt.step)
-            why = next(
-                (w for s in recorded.get(ckpt.step, []) if (w := _differs(s, now))), None
-            )
+            why = next((w for s in recorded.get(ckpt.step, []) if (w := _differs(s, now))), None)
             if why is None:
                 continue
             if not (self.replace or ckpt.step in self.rewritten):
@@ -351,9 +346,7 @@ class RunMeasurement:
         digests = self.files.get(step)
         if digests is None:
             return CheckpointStamp(self.weights.get(step))
-        return CheckpointStamp(
-            self.weights.get(step), None, None, files_fingerprint(digests), short_digests(digests)
-        )
+        return CheckpointStamp(self.weights.get(step), None, None, files_fingerprint(digests), short_digests(digests))
 
     def _stamp(self, step: int) -> CheckpointStamp:
         """What the units of ``step`` say of the checkpoint they were measured from."""
@@ -362,9 +355,8 @@ class RunMeasurement:
             final = (max(c.step for c in self.ckpts), None)
         now = self._stamp_files(step)
         return CheckpointStamp(
-            now.weights, None if final[0] is None else int(final[0]), final[1], now.files,
-            now.file_digests,
-        )  # fmt: skip
+            now.weights, None if final[0] is None else int(final[0]), final[1], now.files, now.file_digests
+        )
 
     def drop_parts(self, step: int) -> None:
         """Delete a checkpoint's part cache."""
@@ -376,9 +368,7 @@ class RunMeasurement:
         """The trajectory's provenance rule (read once); the settings are checked against it
         before the first model loads."""
         if self._gate is None:
-            self._gate = ProvenanceGate(
-                self.out, self.trajectory, self.config.runtime.only, self.allow_mixed_engines
-            )
+            self._gate = ProvenanceGate(self.out, self.trajectory, self.config.runtime.only, self.allow_mixed_engines)
             self._settings_checked = False
         if will_measure and not self._settings_checked:
             self._gate.check_settings(self.config)
@@ -448,13 +438,17 @@ def measure_run(
     """
     t_start = time.perf_counter()
     setup = MeasureSetup(
-        validation=validation, test=test, out=out, base=base, trajectory=trajectory,
-        configuration=configuration, executor=executor, allow_mixed_engines=allow_mixed_engines,
+        validation=validation,
+        test=test,
+        out=out,
+        base=base,
+        trajectory=trajectory,
+        configuration=configuration,
+        executor=executor,
+        allow_mixed_engines=allow_mixed_engines,
         replace=replace,
-    )  # fmt: skip
-    session = RunMeasurement(
-        run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint
     )
+    session = RunMeasurement(run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint)
     ckpts = discover_checkpoints(session.run_dir, base)
     session.run_final = (ckpts[-1].step, run_complete(ckpts[-1]))
     session.check_records()

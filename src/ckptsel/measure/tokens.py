@@ -79,9 +79,7 @@ def scored_positions(n_prompt: int, n_response: int, window: int) -> int:
     return max(0, min(n_response, window - n_prompt))
 
 
-def window_sums(
-    cums: Sequence[float], n_prompt: int, windows: Sequence[int]
-) -> dict[int, ResponseNll]:
+def window_sums(cums: Sequence[float], n_prompt: int, windows: Sequence[int]) -> dict[int, ResponseNll]:
     """``{window: ResponseNll}`` from the cumulative NLL of the response tokens (float64, in
     token order): what every engine records, so that all of them score the same tokens."""
     n_response = len(cums)

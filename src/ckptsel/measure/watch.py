@@ -135,9 +135,7 @@ class WatchStatus:
             "incomplete": {str(k): v for k, v in sorted(self.incomplete.items())},
             "final_step": self.final_step,
             "remeasured": sorted(self.remeasured),
-            "measuring": {
-                str(k): {"done": d, "total": t} for k, (d, t) in sorted(self.measuring.items())
-            },
+            "measuring": {str(k): {"done": d, "total": t} for k, (d, t) in sorted(self.measuring.items())},
             "polls": self.polls,
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -191,17 +189,22 @@ class _Watch:
     ``after_checkpoint``, e.g. ``selection.json``) is current after every checkpoint recorded,
     not only after a poll's batch, and says which checkpoint is being measured and how far."""
 
-    def __init__(self, run_dir: Path | Location | str, config: MeasureConfig, setup: MeasureSetup,
-                 settings: WatchSettings, status_file: Path | Location | str | None,
-                 hooks: _Hooks, clock: Callable[[], float]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir: Path | Location | str,
+        config: MeasureConfig,
+        setup: MeasureSetup,
+        settings: WatchSettings,
+        status_file: Path | Location | str | None,
+        hooks: _Hooks,
+        clock: Callable[[], float],
+    ) -> None:
         self.session = RunMeasurement(
             run_dir, config, setup, on_progress=self._progress, after_checkpoint=self._recorded
         )
         self.session.check_records()
         self.settings, self.base, self.hooks, self.clock = settings, setup.base, hooks, clock
-        self.status_file = (
-            as_location(status_file) if status_file else status_path(setup.out, self.session.trajectory)
-        )
+        self.status_file = as_location(status_file) if status_file else status_path(setup.out, self.session.trajectory)
         self.run = self.session.run_dir
         self.status = WatchStatus(self.session.trajectory, str(self.run), str(self.session.out))
         self.seen: dict[int, tuple[str, float]] = {}  # step -> (signature, first seen at)
@@ -215,9 +218,7 @@ class _Watch:
         folders = list_folders(self.run, self.settings.layout)
         st.polls += 1
         st.waiting = {}
-        st.missed = sorted(
-            set(st.missed) | {s for s in self.seen if s not in folders and s not in self.done}
-        )
+        st.missed = sorted(set(st.missed) | {s for s in self.seen if s not in folders and s not in self.done})
         ready = []
         until = self.settings.until_step  # folders after the first at or past it: left alone
         cap = min((s for s in folders if until is not None and s >= until), default=None)
@@ -276,10 +277,7 @@ class _Watch:
     def _measure(self, ready: list[tuple[int, str, dict[str, FileInfo]]]) -> None:
         """Measure and record the ready folders (each one heard by :meth:`_recorded` as soon
         as its records are written)."""
-        ckpts = [
-            inspect_checkpoint(self.run / name, step, self.run, self.base)
-            for step, name, _ in ready
-        ]
+        ckpts = [inspect_checkpoint(self.run / name, step, self.run, self.base) for step, name, _ in ready]
         self.batch = {step: (name, files, self._state(name)) for step, name, files in ready}
         self.session.measure(ckpts)
         self.batch = {}

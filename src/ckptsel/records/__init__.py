@@ -29,6 +29,4 @@ from __future__ import annotations
 
 from ckptsel.records.store import write_unit
 
-__all__ = [
-    "write_unit",
-]
+__all__ = ["write_unit"]

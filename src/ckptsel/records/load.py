@@ -80,9 +80,7 @@ class TestData:
 
 
 # --------------------------------------------------------------------------- reading
-def _read(
-    records_dir: Path, kind: str, columns: dict[str, str], split: str | None
-) -> tuple[pa.Table, Path]:
+def _read(records_dir: Path, kind: str, columns: dict[str, str], split: str | None) -> tuple[pa.Table, Path]:
     """Read one kind of records (single file, units or both), check its columns and types,
     keep one split; returns the table and the path that error messages name.
 
@@ -106,9 +104,7 @@ def _read(
         _check_splits(single)
     strings = [c for c, kind_ in columns.items() if kind_ == "string"]
     filters = [("split", "=", split)] if split else None
-    table = read_rows(
-        records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings
-    )
+    table = read_rows(records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings)
     pa.default_memory_pool().release_unused()  # the read's scratch buffers: back to the system
     return _checked(table, columns, path), path
 
@@ -122,7 +118,8 @@ def _checked(table: pa.Table, columns: dict[str, str], path: Path) -> pa.Table:
         if col.null_count:
             r = pc.index(pc.is_null(col), True).as_py()
             where = ", ".join(
-                f"{k} {table.column(k)[r].as_py()!r}" for k in ("trajectory", "step", "item_id")
+                f"{k} {table.column(k)[r].as_py()!r}"
+                for k in ("trajectory", "step", "item_id")
                 if k in table.column_names
             )
             hint = " (NaN/inf losses are not allowed)" if name == "nll_sum" else ""
@@ -164,9 +161,7 @@ def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
     _, values = _codes(splits)
     unknown = sorted(set(values.tolist()) - set(SPLITS))
     if unknown:
-        raise CkptselError(
-            f"{path}: unknown split name(s) {unknown}; expected one of {list(SPLITS)}"
-        )
+        raise CkptselError(f"{path}: unknown split name(s) {unknown}; expected one of {list(SPLITS)}")
 
 
 def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -268,9 +263,7 @@ class _Grid:
     every trajectory's rows one contiguous slice.
     """
 
-    def __init__(
-        self, table: pa.Table, path: Path, key_extra: str | None = None, coded: tuple[str, ...] | None = None
-    ):
+    def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None, coded: tuple[str, ...] | None = None):
         """``coded``: the string columns to code (default every one but ``split``)."""
         self.path = path  # the table itself is not kept: its arrays go when the caller drops it
         self.codes: dict[str, np.ndarray] = {}
@@ -290,8 +283,7 @@ class _Grid:
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
         parts = _key_parts(
-            [self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []),
-            len(self.trajs) * len(self.items),
+            [self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []), len(self.trajs) * len(self.items)
         )
         key = self.traj_code.astype(np.int64)  # built in place: one (rows,) int64 at a time
         key *= parts[0][1]
@@ -513,9 +505,7 @@ class _NllTable:
             tok_by_w[int(w)] = np.where(have, tok, -1).max(axis=0)
             present_by_w[int(w)] = have
         if MATCHED_WINDOW not in nll_by_w:
-            raise CkptselError(
-                f"{_describe(self.path, traj)}: no validation NLL rows with window={MATCHED_WINDOW}"
-            )
+            raise CkptselError(f"{_describe(self.path, traj)}: no validation NLL rows with window={MATCHED_WINDOW}")
         return nll_by_w, tok_by_w, present_by_w
 
 
@@ -528,9 +518,7 @@ def has_validation_nll(records_dir: Path) -> bool:
         if "split" not in read_schema(npath).names:
             raise CkptselError(f"{npath}: missing column(s) split")
         _check_splits(npath)
-    rows = read_rows(
-        records_dir, "nll", columns=["split"], filters=[("split", "=", "validation")]
-    )
+    rows = read_rows(records_dir, "nll", columns=["split"], filters=[("split", "=", "validation")])
     return rows is not None and rows.num_rows > 0
 
 
@@ -555,9 +543,12 @@ def load_validation(records_dir: Path) -> list[ValidationData]:
     """
     records_dir = as_location(records_dir)
     return cache.cached(
-        records_dir, "validation", lambda: _released(_validation_records(records_dir)),
-        cache.encode_validation, functools.partial(cache.decode_validation, make=ValidationData),
-    )  # fmt: skip
+        records_dir,
+        "validation",
+        lambda: _released(_validation_records(records_dir)),
+        cache.encode_validation,
+        functools.partial(cache.decode_validation, make=ValidationData),
+    )
 
 
 def _released(result):
@@ -605,10 +596,17 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
                 tokens_kept[w] = tok_by_w[w][keep]
         out.append(
             ValidationData(
-                trajectory=str(traj), configuration=configuration, task=task, steps=steps,
-                item_ids=item_ids[keep].astype(str), groups=groups[keep].astype(str),
-                correct=corr[:, keep], answers=ans[:, keep], nll=windows_kept,
-                n_tokens=tokens_kept, exclusions=exclusions,
+                trajectory=str(traj),
+                configuration=configuration,
+                task=task,
+                steps=steps,
+                item_ids=item_ids[keep].astype(str),
+                groups=groups[keep].astype(str),
+                correct=corr[:, keep],
+                answers=ans[:, keep],
+                nll=windows_kept,
+                n_tokens=tokens_kept,
+                exclusions=exclusions,
             )
         )
     if nll is not None:
@@ -629,9 +627,12 @@ def load_test(records_dir: Path, validation: list[ValidationData] | None = None)
     """
     records_dir = as_location(records_dir)
     out = cache.cached(
-        records_dir, "test", lambda: _released(_test_records(records_dir)),
-        cache.encode_test, functools.partial(cache.decode_test, make=TestData),
-    )  # fmt: skip
+        records_dir,
+        "test",
+        lambda: _released(_test_records(records_dir)),
+        cache.encode_test,
+        functools.partial(cache.decode_test, make=TestData),
+    )
     if validation is not None:
         _match_validation(out, validation, units.display_path(records_dir, "generations"))
     return out
@@ -695,8 +696,13 @@ def _test_records(records_dir: Location) -> list[TestData]:
             )
         out.append(
             TestData(
-                trajectory=str(traj), configuration=configuration, task=task, steps=steps,
-                item_ids=item_ids.astype(str), subtasks=subtasks.astype(str), correct=corr,
+                trajectory=str(traj),
+                configuration=configuration,
+                task=task,
+                steps=steps,
+                item_ids=item_ids.astype(str),
+                subtasks=subtasks.astype(str),
+                correct=corr,
                 answers=ans,
                 groups=_item_groups(g, rows, steps, item_index, item_ids, traj).astype(str),
             )
@@ -812,9 +818,7 @@ def _test_nll_table(records_dir: Path) -> _TestNll | None:
     return _released(nll)
 
 
-def _check_test_nll(
-    test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray
-) -> None:
+def _check_test_nll(test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray) -> None:
     """One trajectory's test NLL rows: every item of its test generations, for every checkpoint
     and window, with ``n_tokens`` constant across checkpoints (SPEC §2)."""
     if test_nll is None:
@@ -924,9 +928,7 @@ def _check_nll_values(nll: pa.Table, grid: _Grid, path: Path) -> None:
     ):
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
-            where = _describe(
-                path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]]
-            )
+            where = _describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])
             raise CkptselError(f"{where}: {problem(r)}")
     windows = nll.column("window").to_numpy()
     if ((windows != MATCHED_WINDOW) & (windows != COMPLETE_WINDOW) & (windows < 0)).any():

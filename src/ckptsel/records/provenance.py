@@ -119,9 +119,8 @@ class UnitProvenance:
 
 
 def unit_provenance(
-    measured_by: Iterable[str], mixed: Iterable[str] = (), conformance: Iterable[str] = (),
-    weights: Iterable[str] = (),
-) -> UnitProvenance:  # fmt: skip
+    measured_by: Iterable[str], mixed: Iterable[str] = (), conformance: Iterable[str] = (), weights: Iterable[str] = ()
+) -> UnitProvenance:
     """A :class:`UnitProvenance` from canonical strings (deduplicated, sorted): the
     conformance verdicts in ``measured_by`` go to ``conformance``, beside ``conformance``, and
     how the weights got in to ``weights``, beside ``weights``."""
@@ -209,9 +208,7 @@ def read_provenance(
     # units of a kind at paper scale) where a trajectory has no current pack
     metas = cache.units_metadata(records_dir, kind, units)
     for u, meta in zip(units, metas, strict=True):
-        out.setdefault(u.trajectory, TrajectoryProvenance()).add(
-            _parse(meta.get(PROVENANCE_KEY)), u.step
-        )
+        out.setdefault(u.trajectory, TrajectoryProvenance()).add(_parse(meta.get(PROVENANCE_KEY)), u.step)
     return out
 
 
@@ -223,9 +220,7 @@ def single_file_metadata(per_trajectory: dict[str, TrajectoryProvenance]) -> dic
     for traj, p in sorted(per_trajectory.items()):
         if not p.measured_by:
             continue
-        entry = json.loads(
-            unit_provenance(p.measured_by, p.mixed, p.conformance).metadata()[PROVENANCE_KEY]
-        )
+        entry = json.loads(unit_provenance(p.measured_by, p.mixed, p.conformance).metadata()[PROVENANCE_KEY])
         if p.weights:
             entry[WEIGHTS_BY_STEP] = {str(k): sorted(v) for k, v in sorted(p.weights.items())}
         blob[traj] = entry
@@ -236,19 +231,27 @@ def study_provenance(records_dir: Path | Location | str) -> dict[str, dict[str, 
     """Every trajectory's provenance, per kind (``generations``, ``nll``); the footers of
     thousands of units are read once per state of the records (:mod:`ckptsel.records.cache.memo`)."""
     return cache.cached(
-        records_dir, "provenance",
+        records_dir,
+        "provenance",
         lambda: {kind: read_provenance(records_dir, kind) for kind in PROVENANCE_KINDS},
-        _encode, _decode,
-    )  # fmt: skip
+        _encode,
+        _decode,
+    )
 
 
 def _encode(study: dict[str, dict[str, TrajectoryProvenance]]) -> dict[str, np.ndarray]:
     plain = {
         kind: {
-            t: [sorted(p.measured_by), sorted(p.mixed), p.units, p.unrecorded, sorted(p.conformance),
-                {str(k): sorted(v) for k, v in sorted(p.weights.items())}]
+            t: [
+                sorted(p.measured_by),
+                sorted(p.mixed),
+                p.units,
+                p.unrecorded,
+                sorted(p.conformance),
+                {str(k): sorted(v) for k, v in sorted(p.weights.items())},
+            ]
             for t, p in per.items()
-        }  # fmt: skip
+        }
         for kind, per in study.items()
     }
     return {"study": cache.json_array(plain)}
@@ -283,12 +286,8 @@ def provenance_lines(records_dir: Path | Location | str) -> tuple[list[str], lis
         for prov, n in sorted(counts.items()):
             lines.append(f"{kind} measured by {describe(prov)} ({_count(n, 'trajectory')})")
         if unrecorded:
-            lines.append(
-                f"{kind}: {_count(unrecorded, 'trajectory')} with units that record no provenance"
-            )
-        skipped = sorted(
-            t for t, p in per_traj.items() if any(v.startswith("skipped") for v in p.conformance)
-        )
+            lines.append(f"{kind}: {_count(unrecorded, 'trajectory')} with units that record no provenance")
+        skipped = sorted(t for t, p in per_traj.items() if any(v.startswith("skipped") for v in p.conformance))
         if skipped:
             shown = ", ".join(skipped[:5]) + (" …" if len(skipped) > 5 else "")
             warnings.append(
@@ -301,8 +300,9 @@ def provenance_lines(records_dir: Path | Location | str) -> tuple[list[str], lis
             allowed = sum(1 for t in mixing if per_traj[t].mixed)
             shown = ", ".join(mixing[:5]) + (" …" if len(mixing) > 5 else "")
             where = (
-                f"; within {_count(len(mixing), 'trajectory')} ({shown}; {allowed} allowed by "
-                "--allow-mixed-engines)" if mixing else ""
+                f"; within {_count(len(mixing), 'trajectory')} ({shown}; {allowed} allowed by --allow-mixed-engines)"
+                if mixing
+                else ""
             )
             differ = _differing(counts)
             warnings.append(
@@ -314,9 +314,15 @@ def provenance_lines(records_dir: Path | Location | str) -> tuple[list[str], lis
 
 
 # each compared field in words (the prompt format absent = alpaca, as :func:`describe` says)
-_FIELD_WORDS = {"engine": "engine", "version": "engine version", "dtype": "dtype",
-                "attention": "attention", "batch_size": "batch size", "device": "device",
-                "prompt_format": "prompt format"}  # fmt: skip
+_FIELD_WORDS = {
+    "engine": "engine",
+    "version": "engine version",
+    "dtype": "dtype",
+    "attention": "attention",
+    "batch_size": "batch size",
+    "device": "device",
+    "prompt_format": "prompt format",
+}
 
 
 def _differing(counts: dict[str, int]) -> str:
@@ -324,9 +330,10 @@ def _differing(counts: dict[str, int]) -> str:
     provenances ``counts`` names, e.g. ``prompt format`` or ``dtype and device``."""
     blobs = [json.loads(p) for p in counts]
     names = [
-        _FIELD_WORDS[k] for k in (*FIELDS, *OPTIONAL_FIELDS)
+        _FIELD_WORDS[k]
+        for k in (*FIELDS, *OPTIONAL_FIELDS)
         if len({str(b.get(k) or ("alpaca" if k == "prompt_format" else "")) for b in blobs}) > 1
-    ]  # fmt: skip
+    ]
     if not names:  # equal identities, other notes: no field to name
         return "what measured them"
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -43,13 +43,7 @@ from ckptsel.records.schema import (
     coerce_generations,
     coerce_nll,
 )
-from ckptsel.records.units import (
-    SINGLE_FILES,
-    UNITS_DIR,
-    UnitFile,
-    list_units,
-    single_file,
-)
+from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, UnitFile, list_units, single_file
 
 _READ_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError)  # a damaged or foreign file
 
@@ -161,8 +155,13 @@ def _unit_rows(u: UnitFile, kind: str, schema: pa.Schema, split: str | None, dic
 
 
 def _scan(
-    units: list[UnitFile], kind: str, columns: list[str] | None = None, split: str | None = None,
-    dictionary: list[str] | None = None, records_dir: Location | None = None, refresh: bool = False,
+    units: list[UnitFile],
+    kind: str,
+    columns: list[str] | None = None,
+    split: str | None = None,
+    dictionary: list[str] | None = None,
+    records_dir: Location | None = None,
+    refresh: bool = False,
 ) -> pa.Table:
     """The rows of ``units`` (``columns``, default all; one ``split``, default all), page
     checksums verified, in the single file's row order: split ascending, then trajectory and
@@ -181,7 +180,7 @@ def _scan(
     need = names if "split" in names else [*names, "split"]
     schema = pa.schema(
         [pa.field(c, pa.dictionary(pa.int32(), pa.string())) if c in dictionary else base.field(c) for c in need]
-    )  # fmt: skip
+    )
     if not units:
         return schema.empty_table().select(names)
     groups = list(cache.by_trajectory(units))
@@ -196,7 +195,9 @@ def _scan(
             unit_rows = iter(list(pool.map(lambda u: _unit_rows(u, kind, schema, split, dictionary), rest)))
     else:
         fetched = _fetch(rest, kind)
-        unit_rows = iter([_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(rest, fetched, strict=True)])
+        unit_rows = iter(
+            [_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(rest, fetched, strict=True)]
+        )
     rows = []  # per trajectory, its rows per split
     for (_, g), r in zip(groups, got, strict=True):
         if r is None:
@@ -227,9 +228,14 @@ def _packed(records_dir, kind, groups, schema, split, dictionary, refresh) -> li
 
 
 def _from_pack(
-    records_dir: Location, kind: str, traj: str, group: list[UnitFile], schema: pa.Schema,
-    split: str | None, dictionary: list[str],
-) -> dict[str, list[pa.Table]] | None:  # fmt: skip
+    records_dir: Location,
+    kind: str,
+    traj: str,
+    group: list[UnitFile],
+    schema: pa.Schema,
+    split: str | None,
+    dictionary: list[str],
+) -> dict[str, list[pa.Table]] | None:
     """``traj``'s rows per split from its pack, when the pack is current (built from exactly
     ``group``, the trajectory's units as listed now) and readable; else ``None`` (the units
     are read instead: a pack is never a source of truth)."""
@@ -237,9 +243,8 @@ def _from_pack(
     try:
         data = path.read_bytes()  # whole: its rows are checked against its keyed footer
         with pq.ParquetFile(
-            pa.BufferReader(data), read_dictionary=dictionary, page_checksum_verification=True,
-            pre_buffer=False,
-        ) as f:  # fmt: skip
+            pa.BufferReader(data), read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False
+        ) as f:
             blob = cache.current(f.schema_arrow.metadata, group)
             if blob is None or not cache.rows_hold(data, f, blob):
                 return None
@@ -307,9 +312,12 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
 
 
 def refresh_pack(
-    records_dir: Path | Location | str, kind: str, trajectory: str,
-    units: list[UnitFile] | None = None, force: bool = False,
-) -> bool:  # fmt: skip
+    records_dir: Path | Location | str,
+    kind: str,
+    trajectory: str,
+    units: list[UnitFile] | None = None,
+    force: bool = False,
+) -> bool:
     """(Re)write ``trajectory``'s pack of ``kind`` from its units (``units``: its listing, when
     the caller has it): rows of units whose version the old pack records are taken from it,
     the others read from their files; a pack already listing exactly these units is left as it
@@ -375,10 +383,7 @@ def _shadow(single: pa.Table, units: list[UnitFile]) -> pa.Table:
         return single
     have = pd.MultiIndex.from_tuples([(u.trajectory, u.step) for u in units])
     keys = pd.MultiIndex.from_arrays(
-        [
-            single.column("trajectory").cast(pa.string()).to_numpy(zero_copy_only=False),
-            single.column("step").to_numpy(),
-        ]
+        [single.column("trajectory").cast(pa.string()).to_numpy(zero_copy_only=False), single.column("step").to_numpy()]
     )
     return single.filter(pa.array(~np.asarray(keys.isin(have))))
 
@@ -442,9 +447,14 @@ def read_rows(
         # store, stale packs are not rewritten (the stored arrays make them redundant there)
         split = _split_of(filters)
         t = _scan(
-            units, kind, columns=need, split=split, dictionary=read_dictionary,
-            records_dir=None if cache.bypassed() else records_dir, refresh=not cache.filling(),
-        )  # fmt: skip
+            units,
+            kind,
+            columns=need,
+            split=split,
+            dictionary=read_dictionary,
+            records_dir=None if cache.bypassed() else records_dir,
+            refresh=not cache.filling(),
+        )
         # _scan kept only the split asked for (and the trajectories were picked from the
         # listing): filtering millions of rows again would copy them all for nothing
         rest = [f for f in filters or [] if f[0] not in ("trajectory", "split" if split else "")]

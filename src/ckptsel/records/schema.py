@@ -65,6 +65,7 @@ def arrow_schema(kind: str) -> pa.Schema:
     """The Arrow schema of a unit of ``kind`` (contract columns and types)."""
     return pa.schema([(c, _ARROW[t]) for c, t in UNIT_COLUMNS[kind].items()])
 
+
 RECORDS_ORDER = ("split", "trajectory", "step", "item_id", "window")  # row order of every file
 RECORDS_ROW_GROUP = 262_144  # rows per Parquet row group
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@,-]*$")

@@ -48,13 +48,7 @@ from ckptsel._util import io
 from ckptsel._util.locations import Location, WriteConflict, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records.cache import PACKED_KINDS
-from ckptsel.records.codec import (
-    parquet_bytes,
-    read_schema,
-    read_table,
-    table_from_bytes,
-    unit_bytes,
-)
+from ckptsel.records.codec import parquet_bytes, read_schema, read_table, table_from_bytes, unit_bytes
 from ckptsel.records.provenance import UnitProvenance, read_provenance, single_file_metadata
 from ckptsel.records.scan import read_frame, refresh_pack
 from ckptsel.records.schema import (
@@ -66,14 +60,7 @@ from ckptsel.records.schema import (
     coerce_generations,
     coerce_nll,
 )
-from ckptsel.records.units import (
-    SINGLE_FILES,
-    UNITS_DIR,
-    exists,
-    forget_listings,
-    single_file,
-    unit_path,
-)
+from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, exists, forget_listings, single_file, unit_path
 from ckptsel.records.weights import CheckpointStamp, single_file_stamps
 
 
@@ -102,6 +89,7 @@ def compact(records_dir: Path | Location | str) -> list[Location]:
     forget_listings()
     return written
 
+
 LOCK_FILE = ".lock"
 
 
@@ -110,9 +98,7 @@ def _order(columns) -> list[str]:
     return [c for c in RECORDS_ORDER if c in columns]
 
 
-def write_records(
-    path: Path | Location | str, df: pd.DataFrame, metadata: dict[bytes, bytes] | None = None
-) -> None:
+def write_records(path: Path | Location | str, df: pd.DataFrame, metadata: dict[bytes, bytes] | None = None) -> None:
     """Write a whole records table (SPEC §2) in the records layout (see the module docstring),
     with ``metadata`` added to the file's key-value metadata."""
     ordered = df.sort_values(_order(df.columns), kind="stable", ignore_index=True)
@@ -158,9 +144,7 @@ def _keys(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
     return pc.binary_join_element_wise(*cols, "\x1f")
 
 
-def _upsert(
-    old: pa.Table | None, new: pa.Table, key: tuple[str, ...], target: pa.Schema
-) -> pa.Table:
+def _upsert(old: pa.Table | None, new: pa.Table, key: tuple[str, ...], target: pa.Schema) -> pa.Table:
     """``old`` without the rows whose key is in ``new``, plus ``new``, in the records order.
 
     Done in Arrow (not pandas) so that rewriting a large shared records file after every
@@ -180,9 +164,7 @@ def _upsert(
         kept = old.filter(pc.invert(pc.is_in(_keys(old, key), value_set=new_keys)))
         names = [f.name for f in target]
         kept = kept.select([c for c in names if c in kept.column_names])
-        merged = pa.concat_tables(
-            [_conform(kept, target), _conform(new, target)], promote_options="default"
-        )
+        merged = pa.concat_tables([_conform(kept, target), _conform(new, target)], promote_options="default")
     merged = _conform(merged, target)
     return merged.sort_by([(c, "ascending") for c in _order(merged.column_names)])
 
@@ -339,9 +321,7 @@ def _holds(path: Location, data: bytes) -> bool:
 class _Stamp:
     """What a unit's metadata says: what measured it, and from which checkpoint."""
 
-    def __init__(
-        self, provenance: dict[str, UnitProvenance] | None, checkpoint: CheckpointStamp | None
-    ) -> None:
+    def __init__(self, provenance: dict[str, UnitProvenance] | None, checkpoint: CheckpointStamp | None) -> None:
         self.provenance, self.checkpoint = provenance or {}, checkpoint
 
     def of(self, kind: str) -> dict[bytes, bytes] | None:
@@ -363,9 +343,15 @@ UNIT_WRITE_ATTEMPTS = 50
 
 
 def _write_remote_unit(
-    records_dir: Location, kind: str, trajectory: str, step: int, df: pd.DataFrame,
-    key: tuple[str, ...], made_by: dict[bytes, bytes] | None = None, replace: bool = False,
-) -> Location:  # fmt: skip
+    records_dir: Location,
+    kind: str,
+    trajectory: str,
+    step: int,
+    df: pd.DataFrame,
+    key: tuple[str, ...],
+    made_by: dict[bytes, bytes] | None = None,
+    replace: bool = False,
+) -> Location:
     """One unit on an object store: read it with its version, merge, write it back in one PUT
     conditional on that version (or on its absence); a lost race reads again."""
     path = unit_path(records_dir, kind, trajectory, step)
@@ -419,9 +405,8 @@ def upsert_records(
     kinds: dict[str, set[str]] = {}
     for (traj, step), frames in groups.items():
         write_unit(
-            records_dir, traj, step, **frames, provenance=provenance, checkpoint=checkpoint,
-            replace=replace, pack=False,
-        )  # fmt: skip
+            records_dir, traj, step, **frames, provenance=provenance, checkpoint=checkpoint, replace=replace, pack=False
+        )
         kinds.setdefault(traj, set()).update(frames)
     for traj, written in kinds.items():  # each trajectory's packs once, after all its units
         refresh_packs(records_dir, traj, written)

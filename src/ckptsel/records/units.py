@@ -34,10 +34,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.records.schema import (
-    GENERATIONS_FILE,
-    NLL_FILE,
-)
+from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
 
 UNITS_DIR = "units"
 SINGLE_FILES = {"generations": GENERATIONS_FILE, "nll": NLL_FILE}
@@ -116,9 +113,7 @@ def forget_listings() -> None:
         snapshot.clear()
 
 
-def list_units(
-    records_dir: Path | Location | str, kind: str, trajectory: str | None = None
-) -> list[UnitFile]:
+def list_units(records_dir: Path | Location | str, kind: str, trajectory: str | None = None) -> list[UnitFile]:
     """Every complete unit of ``kind`` (temp files of writes in flight are skipped), sorted by
     trajectory then step; only ``trajectory``'s when given. On an object store: one recursive
     listing. Inside :func:`one_listing`, the listing made first."""

@@ -131,9 +131,7 @@ def recorded_stamps(
     out)."""
     records_dir = as_location(records_dir)
     out: dict[int, list[CheckpointStamp]] = {}
-    singles = {
-        kind: _single_entries(records_dir, kind).get(trajectory, {}) for kind in STAMPED_KINDS
-    }
+    singles = {kind: _single_entries(records_dir, kind).get(trajectory, {}) for kind in STAMPED_KINDS}
     for step in steps:
         for kind in STAMPED_KINDS:
             path = unit_path(records_dir, kind, trajectory, step)
@@ -156,9 +154,7 @@ def _single_stamp(entry: Any, step: int) -> CheckpointStamp | None:
     return CheckpointStamp(weights, entry.get("run_final_step"), None, files, digests) if weights else None
 
 
-def read_stamps(
-    records_dir: Path | Location | str, kind: str
-) -> dict[str, dict[int, CheckpointStamp]]:
+def read_stamps(records_dir: Path | Location | str, kind: str) -> dict[str, dict[int, CheckpointStamp]]:
     """Every unit's stamp of ``kind``, per trajectory and step (the single file's per-step
     fingerprints first, superseded by units; unstamped units are left out)."""
     records_dir = as_location(records_dir)
@@ -194,18 +190,14 @@ def single_file_stamps(records_dir: Path | Location | str, kind: str) -> dict[by
         if files:  # stamps of before file fingerprints: the single file as it always was
             blob[traj]["files"] = {k: s.files for k, s in files.items()}
             blob[traj]["file_digests"] = {k: dict(s.file_digests) for k, s in files.items()}
-    return (
-        {SINGLE_FILE_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")} if blob else {}
-    )
+    return {SINGLE_FILE_KEY: json.dumps(blob, separators=(",", ":")).encode("utf-8")} if blob else {}
 
 
 def declared_final_steps(records_dir: Path | Location | str) -> dict[str, int]:
     """Per trajectory, the largest final step its generation units declare (trajectories whose
     units declare none are left out); read once per state of the records
     (:mod:`ckptsel.records.cache.memo`)."""
-    return cache.cached(
-        records_dir, "declared-finals", lambda: _declared(records_dir), _encode, _decode
-    )
+    return cache.cached(records_dir, "declared-finals", lambda: _declared(records_dir), _encode, _decode)
 
 
 def _declared(records_dir: Path | Location | str) -> dict[str, int]:

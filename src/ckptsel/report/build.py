@@ -27,17 +27,13 @@ def load_results(results_dir: Path) -> tuple[Summary, pd.DataFrame, pd.DataFrame
     results_dir = Path(results_dir)
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
-        raise CkptselError(
-            f"{spath}: not found; run `ckptsel analyze RECORDS --out {results_dir}` first"
-        )
+        raise CkptselError(f"{spath}: not found; run `ckptsel analyze RECORDS --out {results_dir}` first")
     summary = Summary.load(spath)
     frames = []
     for name in ("per_configuration", "checkpoint_curves"):
         path = results_dir / TABLES_DIR / f"{name}.parquet"
         if not path.is_file():
-            raise CkptselError(
-                f"{path}: not found; the results folder is incomplete (re-run `ckptsel analyze`)"
-            )
+            raise CkptselError(f"{path}: not found; the results folder is incomplete (re-run `ckptsel analyze`)")
         frames.append(pd.read_parquet(path))
     return summary, frames[0], frames[1]
 
@@ -74,12 +70,8 @@ def write_report(
             for fmt in figs.FIGURE_FORMATS:
                 (results_dir / FIGURES_DIR / f"{name}.{fmt}").unlink(missing_ok=True)
         for name, fig in drawn.items():
-            needed = figure_formats + (
-                ["png"] if "html" in formats and "png" not in figure_formats else []
-            )
-            rendered = {
-                fmt: figs.figure_bytes(fig, fmt) for fmt in needed
-            }  # each format drawn once
+            needed = figure_formats + (["png"] if "html" in formats and "png" not in figure_formats else [])
+            rendered = {fmt: figs.figure_bytes(fig, fmt) for fmt in needed}  # each format drawn once
             for fmt in figure_formats:
                 path = results_dir / FIGURES_DIR / f"{name}.{fmt}"
                 write_bytes(path, rendered[fmt])
@@ -89,9 +81,8 @@ def write_report(
         if "html" in formats:
             notes = figs.figure_notes(summary, per_conf, curves)
             page = rhtml.render_html(
-                summary, rtables.all_tables(summary), pngs, notes=notes,
-                measured_by=_measured_by(results_dir),
-            )  # fmt: skip
+                summary, rtables.all_tables(summary), pngs, notes=notes, measured_by=_measured_by(results_dir)
+            )
             write_text(results_dir / REPORT_FILE, page)
             written["html"].append(results_dir / REPORT_FILE)
     return written

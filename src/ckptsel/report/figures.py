@@ -25,9 +25,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.results.summary import Gains, Summary, budget_order
 
 FIGURE_FORMATS = ("png", "svg")
-RULE_STYLE = {
-    r.name: {"color": r.color, "marker": r.marker, "label": r.label} for r in ALL_RULES.values()
-}
+RULE_STYLE = {r.name: {"color": r.color, "marker": r.marker, "label": r.label} for r in ALL_RULES.values()}
 
 
 def _style(rule: str) -> dict:
@@ -56,9 +54,7 @@ def budget_curve_figure(
     ax = fig.add_subplot()
     for k, r in enumerate(rules):
         cells = [
-            (b, e.as_stored())
-            for b in labels
-            if (e := gains.get(quantity, r, b)) is not None and e.mean is not None
+            (b, e.as_stored()) for b in labels if (e := gains.get(quantity, r, b)) is not None and e.mean is not None
         ]
         st = _style(r)
         dodge = (k - (len(rules) - 1) / 2) * 0.06  # separates the error bars at "full"
@@ -73,46 +69,26 @@ def budget_curve_figure(
             lo = np.array([np.nan if p[1].lo is None else p[1].lo for p in part], dtype=float)
             hi = np.array([np.nan if p[1].hi is None else p[1].hi for p in part], dtype=float)
             first = part is finite or not finite  # one legend entry per rule
-            ax.plot(
-                x,
-                m,
-                linestyle=ls,
-                marker=st["marker"],
-                color=st["color"],
-                label=st["label"] if first else None,
-            )
+            ax.plot(x, m, linestyle=ls, marker=st["marker"], color=st["color"], label=st["label"] if first else None)
             if len(part) > 1:
                 ax.fill_between(x, lo, hi, color=st["color"], alpha=0.15, linewidth=0)
             elif np.isfinite(lo).all() and np.isfinite(hi).all():
-                ax.errorbar(
-                    x, m, yerr=[m - lo, hi - m], color=st["color"], capsize=4, linestyle="none"
-                )
+                ax.errorbar(x, m, yerr=[m - lo, hi - m], color=st["color"], capsize=4, linestyle="none")
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks([pos[b] for b in labels], labels)
     ax.set_xlabel("validation budget n (items; 'full' = whole eligible pool)")
-    what = (
-        "G_r(n): gain over the final checkpoint"
-        if quantity == "G"
-        else "H_r(n): gain over matched-NLL selection"
-    )
+    what = "G_r(n): gain over the final checkpoint" if quantity == "G" else "H_r(n): gain over matched-NLL selection"
     ax.set_ylabel(f"{what} (pp)")
-    ax.set_title(
-        title
-        or f"{quantity}_r(n) by validation budget, {summary.level_percent}% intervals"
-    )
+    ax.set_title(title or f"{quantity}_r(n) by validation budget, {summary.level_percent}% intervals")
     if ax.get_legend_handles_labels()[0]:  # nothing to label when a rule set is empty
         ax.legend(fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     return fig
 
 
-def configuration_gain_figure(
-    per_configuration: pd.DataFrame, rules: Iterable[str] = SIGNAL_RULES
-) -> Figure:
+def configuration_gain_figure(per_configuration: pd.DataFrame, rules: Iterable[str] = SIGNAL_RULES) -> Figure:
     """Per-configuration G_r(full) (vs final) and H_r(full) (vs matched NLL), grouped by task."""
-    df = per_configuration.sort_values(["task", "configuration"], kind="stable").reset_index(
-        drop=True
-    )
+    df = per_configuration.sort_values(["task", "configuration"], kind="stable").reset_index(drop=True)
     rules = [r for r in rules if f"G|nested|{r}|full" in df.columns]
     n = len(df)
     panels = [("G", "G_r(full): gain over the final checkpoint (pp)")]
@@ -144,9 +120,7 @@ def configuration_gain_figure(
         for i in range(1, n):
             if tasks[i] != tasks[i - 1]:
                 ax.axhline(y[i] + 0.5, color="grey", linewidth=0.6, linestyle="--")
-    axes[0].set_yticks(
-        y, [f"{t}: {c}" for t, c in zip(df["task"], df["configuration"], strict=True)], fontsize=8
-    )
+    axes[0].set_yticks(y, [f"{t}: {c}" for t, c in zip(df["task"], df["configuration"], strict=True)], fontsize=8)
     axes[0].set_ylabel("configuration (grouped by task)")
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle("Per-configuration gains at the full validation pool (mean over seeds)")
@@ -172,9 +146,7 @@ def _has_nll_curve(curves: pd.DataFrame) -> bool:
     return "validation_nll" in curves.columns and bool(curves["validation_nll"].notna().any())
 
 
-def figure_notes(
-    summary: Summary | dict, per_configuration: pd.DataFrame, curves: pd.DataFrame
-) -> list[str]:
+def figure_notes(summary: Summary | dict, per_configuration: pd.DataFrame, curves: pd.DataFrame) -> list[str]:
     """One line for each figure or panel left out because it would have nothing to draw."""
     summary = Summary.coerce(summary)
     notes = []
@@ -199,9 +171,7 @@ def figure_notes(
     return notes
 
 
-def matched_half_figure(
-    per_configuration: pd.DataFrame, summary: Summary | dict | None = None
-) -> Figure:
+def matched_half_figure(per_configuration: pd.DataFrame, summary: Summary | dict | None = None) -> Figure:
     """Selection-half gain G_in against complementary-half gain G_out, per configuration.
 
     Points above the diagonal would mean the rule does better on items it never saw; the
@@ -247,9 +217,7 @@ def matched_half_figure(
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
     pad = 0.1 * max(hi - lo, 1.0)
     lim = (min(lo, 0.0) - pad, max(hi, 0.0) + pad)
-    ax.plot(
-        lim, lim, color="black", linewidth=0.8, linestyle="--", label="G_out = G_in (no optimism)"
-    )
+    ax.plot(lim, lim, color="black", linewidth=0.8, linestyle="--", label="G_out = G_in (no optimism)")
     ax.axhline(0.0, color="grey", linewidth=0.5)
     ax.axvline(0.0, color="grey", linewidth=0.5)
     ax.set_xlim(lim)
@@ -277,13 +245,7 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
     fig = Figure(figsize=(7.0, 5.6 if has_nll else 3.4), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1, sharex=True) if has_nll else (fig.add_subplot(), None)
     ax1.plot(steps, d["test_accuracy"], marker="o", color="#1f77b4", label="test accuracy")
-    ax1.plot(
-        steps,
-        d["validation_accuracy"],
-        marker="s",
-        color="#ff7f0e",
-        label="validation accuracy (eligible pool)",
-    )
+    ax1.plot(steps, d["validation_accuracy"], marker="s", color="#ff7f0e", label="validation accuracy (eligible pool)")
     ax1.axvline(steps[-1], color="grey", linestyle=":", linewidth=1.0, label="final checkpoint")
     ax1.set_ylabel("accuracy (%)")
     ax1.legend(fontsize=8, loc="best")
@@ -293,13 +255,7 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
     if ax2 is None:  # no NLL records: no NLL panel
         ax1.set_xlabel("training step (checkpoint)")
         return fig
-    ax2.plot(
-        steps,
-        d["validation_nll"],
-        marker="^",
-        color="#d62728",
-        label="validation matched NLL (per token)",
-    )
+    ax2.plot(steps, d["validation_nll"], marker="^", color="#d62728", label="validation matched NLL (per token)")
     ax2.axvline(steps[-1], color="grey", linestyle=":", linewidth=1.0)
     ax2.set_xlabel("training step (checkpoint)")
     ax2.set_ylabel("matched NLL (nats / token)")
@@ -319,9 +275,7 @@ def figure_bytes(fig: Figure, fmt: str, dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
-def save_figure(
-    fig: Figure, out_dir: Path, name: str, formats: Iterable[str] = FIGURE_FORMATS
-) -> dict[str, Path]:
+def save_figure(fig: Figure, out_dir: Path, name: str, formats: Iterable[str] = FIGURE_FORMATS) -> dict[str, Path]:
     """Write ``name.png`` / ``name.svg`` atomically; return ``{format: path}``."""
     out = {}
     for fmt in formats:
@@ -334,10 +288,7 @@ def save_figure(
 
 
 def all_figures(
-    summary: Summary | dict,
-    per_configuration: pd.DataFrame,
-    curves: pd.DataFrame,
-    trajectory: str | None = None,
+    summary: Summary | dict, per_configuration: pd.DataFrame, curves: pd.DataFrame, trajectory: str | None = None
 ) -> dict[str, Figure]:
     """Every report figure with something to draw, by file stem, in reading order (what is
     left out, and why: :func:`figure_notes`)."""
@@ -355,10 +306,4 @@ def all_figures(
     return figs
 
 
-FIGURE_NAMES = (
-    "budget_curves_G",
-    "budget_curves_H",
-    "configuration_gains",
-    "matched_half",
-    "trajectory_curves",
-)
+FIGURE_NAMES = ("budget_curves_G", "budget_curves_H", "configuration_gains", "matched_half", "trajectory_curves")

@@ -109,11 +109,12 @@ def claim_sentences(summary: Summary | dict) -> list[tuple[str, str]]:
                 continue
             nums = fmt(e, unit=" pp", mark=False)
             if v == "not estimable":
-                reading = (f"no {level}% interval ({e.not_estimable}): this design says nothing about its "
-                           "uncertainty, so these data cannot tell the sign")  # fmt: skip
+                reading = (
+                    f"no {level}% interval ({e.not_estimable}): this design says nothing about its "
+                    "uncertainty, so these data cannot tell the sign"
+                )
             elif v == "unresolved" and e.cannot_resolve is not None:
-                reading = (f"too small a design to resolve ({e.cannot_resolve}), so these data cannot "
-                           "tell the sign")  # fmt: skip
+                reading = f"too small a design to resolve ({e.cannot_resolve}), so these data cannot tell the sign"
             elif v == "unresolved":
                 reading = f"the {level}% interval contains 0, so these data cannot tell the sign"
             elif v == "resolved positive":
@@ -160,10 +161,7 @@ def _population(summary: Summary) -> str:
         ("tasks", ", ".join(pop.tasks)),
         ("checkpoints per trajectory", _range(pop.checkpoints)),
         ("eligible validation items per trajectory", _range(pop.validation_items)),
-        (
-            "test items per task",
-            ", ".join(f"{t}: {n}" for t, n in (pop.test_items or {}).items()),
-        ),
+        ("test items per task", ", ".join(f"{t}: {n}" for t, n in (pop.test_items or {}).items())),
         ("validation exclusions", f"{ex.total}" + (f" ({reasons})" if reasons else "")),
         (
             "resampling",
@@ -200,9 +198,7 @@ def figure_caption(name: str, summary: Summary) -> str:
     cap = FIGURE_CAPTIONS.get(name, name)
     if name == "trajectory_curves" and not summary.population.has_nll:  # no NLL panel
         cap = cap.replace(" and validation matched NLL", "")
-    return cap.replace("{level}", str(summary.level_percent)).replace(
-        "{method}", summary.interval_label
-    )
+    return cap.replace("{level}", str(summary.level_percent)).replace("{method}", summary.interval_label)
 
 
 def keep_frame(summary: Summary) -> pd.DataFrame | None:
@@ -243,9 +239,15 @@ def _keep_section(summary: Summary) -> list[str]:
     unanswered = [r for r in keep.trajectories if not r.choice]
     notes = [f'<p class="caption">{text_html(f"{r.trajectory}: {r.reason}")}</p>' for r in unanswered]
     if keep.provisional is not None:
-        notes.append(f'<p class="caption"><strong>Provisional:</strong> {text_html(f"this table was {keep.provisional}.")}</p>')
-    return ['<h2 id="keep">Which checkpoint to keep</h2>', f'<p class="caption">{caption}</p>',
-            table_html(frame), *notes]  # fmt: skip
+        notes.append(
+            f'<p class="caption"><strong>Provisional:</strong> {text_html(f"this table was {keep.provisional}.")}</p>'
+        )
+    return [
+        '<h2 id="keep">Which checkpoint to keep</h2>',
+        f'<p class="caption">{caption}</p>',
+        table_html(frame),
+        *notes,
+    ]
 
 
 def render_html(
@@ -276,21 +278,26 @@ def render_html(
         "<i>unresolved</i>: these data cannot tell the sign of the effect, which may still be large either way.</p>",
         "<h2>Population</h2>",
         _population(summary),
-        *([f'<p class="caption" id="protocol"><b>Protocol:</b> {text_html(summary.protocol.status)}</p>']
-          if summary.protocol is not None else []),
+        *(
+            [f'<p class="caption" id="protocol"><b>Protocol:</b> {text_html(summary.protocol.status)}</p>']
+            if summary.protocol is not None
+            else []
+        ),
         *(f'<p class="caution"><b>Caution:</b> {text_html(w)}</p>' for w in summary.warnings or ()),
-        *([f'<p class="caption" id="measured-by"><b>Measured by</b> (engine, dtype, attention, batch, '
-           f'device, prompt format):</p><ul class="caption">{measured}</ul>'] if measured else []),
+        *(
+            [
+                f'<p class="caption" id="measured-by"><b>Measured by</b> (engine, dtype, attention, batch, '
+                f'device, prompt format):</p><ul class="caption">{measured}</ul>'
+            ]
+            if measured
+            else []
+        ),
         "<h2>The three claims, read from the numbers</h2>",
         f'<ul class="claims">{claims}</ul>',
     ]
     if "main_table" in by_name:
         t = by_name["main_table"]
-        parts += [
-            "<h2>Main table</h2>",
-            f'<p class="caption">{html.escape(t.title)}</p>',
-            table_html(t.display),
-        ]
+        parts += ["<h2>Main table</h2>", f'<p class="caption">{html.escape(t.title)}</p>', table_html(t.display)]
     parts += _keep_section(summary)
     parts.append("<h2>Figures</h2>")
     parts += [f'<p class="caption figure-note">{text_html(n)}.</p>' for n in notes]

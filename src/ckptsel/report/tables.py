@@ -36,12 +36,7 @@ class ReportTable:
 
     @classmethod
     def of_rows(
-        cls,
-        name: str,
-        title: str,
-        display: list[dict],
-        numbers: list[dict],
-        columns: list[str] | None = None,
+        cls, name: str, title: str, display: list[dict], numbers: list[dict], columns: list[str] | None = None
     ) -> ReportTable:
         """The table of its display rows (``columns``: their order, kept when there are none)
         and its long-form number rows."""
@@ -85,8 +80,7 @@ def main_table(summary: Summary | dict) -> ReportTable:
     """Per rule: D_r, H_r(full), G_r(full) (the paper's main table)."""
     summary = Summary.coerce(summary)
     display = pd.DataFrame(
-        summary.main_table_rows(),
-        columns=["rule", summary.d_column, "H_r(full) vs matched NLL", "G_r(full) vs final"],
+        summary.main_table_rows(), columns=["rule", summary.d_column, "H_r(full) vs matched NLL", "G_r(full) vs final"]
     )
     nums = [row for rule in RULE_ORDER for row in _full_rows(summary.gains, rule)]
     return ReportTable("main_table", summary.main_table_title, display, pd.DataFrame(nums))
@@ -162,10 +156,7 @@ def task_strata(summary: Summary | dict) -> ReportTable:
             )
             nums += _full_rows(g, rule, task=task)
         for rule, mh in mhs.items():
-            nums += [
-                _num_row(mh.get(q), task=task, rule=rule, quantity=f"MH_{q}")
-                for q in MATCHED_HALF_STATS
-            ]
+            nums += [_num_row(mh.get(q), task=task, rule=rule, quantity=f"MH_{q}") for q in MATCHED_HALF_STATS]
     return ReportTable.of_rows(
         "task_strata",
         f"Task strata — D_r, H_r(full), G_r(full) and the oracle/agreement same-item optimism B per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each task's configurations).",
@@ -180,14 +171,14 @@ def task_budget_curves(summary: Summary | dict) -> ReportTable:
     per_task = [_budget_rows(block.gains, task=task) for task, block in summary.by_task.items()]
     disp = [row for rows, _ in per_task for row in rows]
     nums = [row for _, rows in per_task for row in rows]
-    title = (f"Budget curves per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each "
-             "task's configurations).")  # fmt: skip
+    title = (
+        f"Budget curves per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each "
+        "task's configurations)."
+    )
     return ReportTable.of_rows("task_budget_curves", title, disp, nums)
 
 
-def _sensitivity_blocks(
-    summary: Summary,
-) -> Iterable[tuple[str, Gains | None, str | None, Estimate | None]]:
+def _sensitivity_blocks(summary: Summary) -> Iterable[tuple[str, Gains | None, str | None, Estimate | None]]:
     """(analysis name, gains or None, note, same-choice fraction of the NLL control)."""
     yield "nested (main analysis)", summary.gains, None, None
     sens = summary.sensitivities
@@ -207,9 +198,7 @@ def sensitivities(summary: Summary | dict) -> ReportTable:
     disp, nums = [], []
     for name, gains, note, same in _sensitivity_blocks(summary):
         if gains is None:
-            disp.append(
-                {"analysis": name, "rule": "–", "D_r": note, "H_r(full)": "–", "G_r(full)": "–"}
-            )
+            disp.append({"analysis": name, "rule": "–", "D_r": note, "H_r(full)": "–", "G_r(full)": "–"})
             continue
         for rule in gains.rules:
             disp.append(
@@ -224,8 +213,15 @@ def sensitivities(summary: Summary | dict) -> ReportTable:
             nums += _full_rows(gains, rule, analysis=name)
         if same is not None:
             e = _stored(same)
-            text = "–" if not e else (f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]" if e.estimable
-                                      else f"{e.mean:.2f} not estimable: {e.not_estimable}")  # fmt: skip
+            text = (
+                "–"
+                if not e
+                else (
+                    f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]"
+                    if e.estimable
+                    else f"{e.mean:.2f} not estimable: {e.not_estimable}"
+                )
+            )
             disp.append(
                 {
                     "analysis": name,
@@ -259,15 +255,16 @@ def interval_comparison(summary: Summary | dict) -> ReportTable:
             row = {"rule": rule, "quantity": qname, "mean": f"{base.mean:+.2f}" if base else "–"}
             row.update({f"{kind} interval": fmt(e, mean=False) for kind, e in ests.items()})
             disp.append(row)
-            nums += [
-                _num_row(e, rule=rule, quantity=qname, interval=kind) for kind, e in ests.items()
-            ]
+            nums += [_num_row(e, rule=rule, quantity=qname, interval=kind) for kind, e in ests.items()]
     return ReportTable.of_rows(
         "intervals",
         f"Interval comparison — {summary.level_percent}% intervals: {summary.interval_label} (primary), "
         "the test-question percentile bootstrap (frozen choices held fixed) and the joint "
-        + ("pigeonhole bootstrap." if summary.interval_method == "percentile"
-           else "two-way t (crossed-design variance)."),
+        + (
+            "pigeonhole bootstrap."
+            if summary.interval_method == "percentile"
+            else "two-way t (crossed-design variance)."
+        ),
         disp,
         nums,
     )
@@ -307,10 +304,7 @@ def budgets_text(summary: Summary | dict) -> str:
         text += f"; D_r not available (it needs budget {summary.d_from})"
     skipped = [n for n in summary.finite_budgets if n not in ran]
     if skipped:
-        text += (
-            f"; skipped: {', '.join(map(str, skipped))} "
-            "(larger than every eligible validation pool)"
-        )
+        text += f"; skipped: {', '.join(map(str, skipped))} (larger than every eligible validation pool)"
     return text
 
 
@@ -368,9 +362,7 @@ def to_latex(df: pd.DataFrame, title: str = "", label: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(
-    summary: Summary | dict, tables_dir: Path, formats: Iterable[str] = TABLE_FORMATS
-) -> list[Path]:
+def write_tables(summary: Summary | dict, tables_dir: Path, formats: Iterable[str] = TABLE_FORMATS) -> list[Path]:
     """Write every table in each of ``formats`` (md, tex, csv) into ``tables_dir``; return the paths."""
     formats = tuple(formats)
     unknown = sorted(set(formats) - set(TABLE_FORMATS))

@@ -17,7 +17,7 @@ def print_main_table(summary: Summary | dict, console: Console | None = None) ->
     pop = summary.population
     table = Table(
         title=f"ckptsel — {pop.trajectories} trajectories, {pop.configurations} configurations "
-        f"(pp; {summary.level_percent}% {summary.interval_label} intervals)",
+        f"(pp; {summary.level_percent}% {summary.interval_label} intervals)"
     )
     d_col = f"D_r = G(full) − G({summary.d_from})"
     for col in ("rule", d_col, "H_r(full): vs matched NLL", "G_r(full): vs final"):

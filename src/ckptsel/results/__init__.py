@@ -20,7 +20,4 @@ from __future__ import annotations
 from ckptsel.results.estimate import Estimate
 from ckptsel.results.summary import Summary
 
-__all__ = [
-    "Estimate",
-    "Summary",
-]
+__all__ = ["Estimate", "Summary"]

@@ -156,9 +156,12 @@ class Estimate:
         if not isinstance(d, dict) or list(d) not in shapes:
             raise CkptselError(f"{where}: expected an estimate {{mean, lo, hi, unresolved}}, got {d!r}")
         if "not_estimable" in d and not (
-            isinstance(d["not_estimable"], str) and d["not_estimable"]
-            and d["lo"] is None and d["hi"] is None and d["unresolved"] is True
-        ):  # fmt: skip
+            isinstance(d["not_estimable"], str)
+            and d["not_estimable"]
+            and d["lo"] is None
+            and d["hi"] is None
+            and d["unresolved"] is True
+        ):
             raise CkptselError(
                 f"{where}/not_estimable: expected a reason with null lo/hi and unresolved true, got {d!r}"
             )

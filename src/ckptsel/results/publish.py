@@ -35,15 +35,7 @@ MANIFEST_FILE = "manifest.json"
 OTHERS_KEY = "not_results"  # the manifest's list of files ckptsel did not write (kept, --force)
 MANIFEST_KIND = "ckptsel-results"
 # names a results folder may hold at its top level (what ckptsel writes)
-OWNED_NAMES = (
-    "summary.json",
-    "run.json",
-    "report.html",
-    MANIFEST_FILE,
-    "choices",
-    "tables",
-    "figures",
-)
+OWNED_NAMES = ("summary.json", "run.json", "report.html", MANIFEST_FILE, "choices", "tables", "figures")
 _OWNED_DIRS = ("choices", "tables", "figures")
 
 
@@ -89,28 +81,16 @@ def read_manifest(results_dir: Path) -> dict[str, str] | None:
         or not isinstance(files, dict)
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
     ):
-        raise VerificationError(
-            f"{path}: not a ckptsel manifest (expected kind {MANIFEST_KIND!r} and files)"
-        )
+        raise VerificationError(f"{path}: not a ckptsel manifest (expected kind {MANIFEST_KIND!r} and files)")
     return files
 
 
 def manifest_text(root: Path, exclude: set[str] = frozenset(), meta: dict | None = None) -> str:
     """The manifest of ``root``: SHA-256 of every file but ``exclude`` (files ckptsel did not
     write) and the manifest itself; ``meta`` records how the outputs were made (report options)."""
-    files = {
-        rel: sha256_file(root / rel)
-        for rel in _files(root)
-        if rel != MANIFEST_FILE and rel not in exclude
-    }
+    files = {rel: sha256_file(root / rel) for rel in _files(root) if rel != MANIFEST_FILE and rel not in exclude}
     others = {OTHERS_KEY: sorted(exclude)} if exclude else {}  # named, so verify knows them
-    return (
-        json.dumps(
-            {"kind": MANIFEST_KIND, "schema": 1, **(meta or {}), **others, "files": files},
-            indent=1,
-        )
-        + "\n"
-    )
+    return json.dumps({"kind": MANIFEST_KIND, "schema": 1, **(meta or {}), **others, "files": files}, indent=1) + "\n"
 
 
 def read_manifest_meta(results_dir: Path) -> dict:
@@ -131,9 +111,7 @@ def check_manifest(results_dir: Path) -> list[str]:
     results_dir = Path(results_dir)
     files = read_manifest(results_dir)
     if files is None:
-        raise VerificationError(
-            f"{results_dir / MANIFEST_FILE}: not found (not a complete ckptsel results folder)"
-        )
+        raise VerificationError(f"{results_dir / MANIFEST_FILE}: not found (not a complete ckptsel results folder)")
     for rel in sorted(files):
         path = results_dir / rel
         if not path.is_file():
@@ -152,8 +130,11 @@ def check_manifest(results_dir: Path) -> list[str]:
         )
     lines = [f"manifest: {len(files)} files match their SHA-256"]
     if others:
-        lines.append(f"manifest: {len(others)} file(s) kept beside the results are not results: "
-                     + ", ".join(sorted(others)[:5]) + (", ..." if len(others) > 5 else ""))  # fmt: skip
+        lines.append(
+            f"manifest: {len(others)} file(s) kept beside the results are not results: "
+            + ", ".join(sorted(others)[:5])
+            + (", ..." if len(others) > 5 else "")
+        )
     return lines
 
 
@@ -323,9 +304,7 @@ def _link_foreign(out: Path, stage: Path, foreign: set[str]) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def staged(
-    out: Path, *, force: bool = False, carry: bool = False, meta: dict | None = None
-) -> Iterator[Path]:
+def staged(out: Path, *, force: bool = False, carry: bool = False, meta: dict | None = None) -> Iterator[Path]:
     """Yield a staging folder for a new ``out``; publish it atomically when the block succeeds.
 
     ``carry``: start from (hard links to) the current folder's files, for commands that
@@ -441,9 +420,7 @@ def fetch_results(url: Location, into: Path) -> Path:
     except FileNotFoundError:
         if not (url / "summary.json").exists():
             raise CkptselError(f"{url / 'summary.json'}: no summary to verify") from None
-        raise VerificationError(
-            f"{manifest}: not found (not a complete ckptsel results folder)"
-        ) from None
+        raise VerificationError(f"{manifest}: not found (not a complete ckptsel results folder)") from None
     _write_local(into / MANIFEST_FILE, text)
     files = read_manifest(into) or {}
     names = sorted(set(files) | {"summary.json", "run.json"})

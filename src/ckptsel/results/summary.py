@@ -125,10 +125,7 @@ def _with_set(out: dict[str, Any], **optional: Any) -> dict[str, Any]:
 def budget_order(labels: Any) -> list[str]:
     """Budget labels in reading order: the finite budgets by size (whatever budgets the summary
     was made with), then "full", then anything else."""
-    return sorted(
-        labels,
-        key=lambda s: (0, int(s), "") if s.isdigit() else (1 if s == FULL else 2, 0, s),
-    )
+    return sorted(labels, key=lambda s: (0, int(s), "") if s.isdigit() else (1 if s == FULL else 2, 0, s))
 
 
 def rule_order(rules: Any) -> list[str]:
@@ -226,9 +223,7 @@ class Gains:
     @classmethod
     def read(cls, d: dict, at: _At, *, D: bool = True, matched_half: bool = False) -> Gains:
         """The block's keys of the object ``d`` (already checked for unknown keys)."""
-        budget = _mapping(
-            d["budget"], at / "budget", lambda per, a: _mapping(per, a, BudgetCell.read)
-        )
+        budget = _mapping(d["budget"], at / "budget", lambda per, a: _mapping(per, a, BudgetCell.read))
         return cls(
             budget,
             _mapping(d["D"], at / "D", _estimate) if D else None,
@@ -324,9 +319,7 @@ class Exclusions:
             at.fail(f"expected an object, got {type(d).__name__}")
         _object(d, at, ("total", "by_trajectory"), tuple(d))
         reasons = {k: _int(v, at / k) for k, v in d.items() if k not in ("total", "by_trajectory")}
-        return cls(
-            _int(d["total"], at / "total"), reasons, _mapping(d["by_trajectory"], at / "by_trajectory", _int)
-        )
+        return cls(_int(d["total"], at / "total"), reasons, _mapping(d["by_trajectory"], at / "by_trajectory", _int))
 
 
 @dataclass(frozen=True)
@@ -362,8 +355,14 @@ class Population:
 
     @classmethod
     def read(cls, d: Any, at: _At) -> Population:
-        required = ("trajectories", "configurations", "tasks", "checkpoints", "validation_items",
-                    "validation_exclusions")  # fmt: skip
+        required = (
+            "trajectories",
+            "configurations",
+            "tasks",
+            "checkpoints",
+            "validation_items",
+            "validation_exclusions",
+        )
         d = _object(d, at, required, ("nll_records", "test_items"))
         if not isinstance(d["tasks"], list):
             (at / "tasks").fail(f"expected a list of task names, got {d['tasks']!r}")
@@ -400,8 +399,7 @@ class TaskPopulation:
     test_clusters: int | None = None
 
     def to_dict(self) -> dict:
-        out = {"trajectories": self.trajectories, "configurations": self.configurations,
-               "test_items": self.test_items}  # fmt: skip
+        out = {"trajectories": self.trajectories, "configurations": self.configurations, "test_items": self.test_items}
         return _with_set(out, test_clusters=self.test_clusters)
 
     @classmethod
@@ -463,8 +461,11 @@ class SignCounts:
     zero: int
 
     def to_dict(self) -> dict:
-        return {"configurations_positive": self.positive, "configurations_negative": self.negative,
-                "configurations_zero": self.zero}  # fmt: skip
+        return {
+            "configurations_positive": self.positive,
+            "configurations_negative": self.negative,
+            "configurations_zero": self.zero,
+        }
 
     @classmethod
     def read(cls, d: Any, at: _At) -> SignCounts:
@@ -498,8 +499,7 @@ class Preregistration:
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"status": self.status}
         if self.frozen:
-            out.update(sha256=self.sha256, frozen_at=self.frozen_at,
-                       before_training=self.before_training)  # fmt: skip
+            out.update(sha256=self.sha256, frozen_at=self.frozen_at, before_training=self.before_training)
         return out
 
     @classmethod
@@ -511,9 +511,11 @@ class Preregistration:
         if not isinstance(before, bool):
             (at / "before_training").fail(f"expected true or false, got {before!r}")
         return cls(
-            _str(d["status"], at / "status"), _str(d["sha256"], at / "sha256"),
-            _str(d.get("frozen_at"), at / "frozen_at"), before,
-        )  # fmt: skip
+            _str(d["status"], at / "status"),
+            _str(d["sha256"], at / "sha256"),
+            _str(d.get("frozen_at"), at / "frozen_at"),
+            before,
+        )
 
 
 # --------------------------------------------------------------------------- which checkpoint to keep
@@ -549,8 +551,7 @@ class KeepRow:
 
     @classmethod
     def read(cls, d: Any, at: _At) -> KeepRow:
-        keys = ("trajectory", "configuration", "final_step", "keep_step", "keep_final", "choice",
-                "gain", "reason")  # fmt: skip
+        keys = ("trajectory", "configuration", "final_step", "keep_step", "keep_final", "choice", "gain", "reason")
         d = _object(d, at, keys)
         if not isinstance(d["keep_final"], bool):
             (at / "keep_final").fail(f"expected true or false, got {d['keep_final']!r}")
@@ -605,10 +606,20 @@ class KeepTable:
 
 
 # --------------------------------------------------------------------------- the summary
-_SETTINGS = ("confidence", "interval", "permutations", "partitions", "choices_sha256", "budgets",
-             "D_from")  # fmt: skip
-_REQUIRED = ("schema", "seed", "draws", "population", "budget", "D", "matched_half",
-             "sensitivities", "by_task", "question_bootstrap", "descriptive")  # fmt: skip
+_SETTINGS = ("confidence", "interval", "permutations", "partitions", "choices_sha256", "budgets", "D_from")
+_REQUIRED = (
+    "schema",
+    "seed",
+    "draws",
+    "population",
+    "budget",
+    "D",
+    "matched_half",
+    "sensitivities",
+    "by_task",
+    "question_bootstrap",
+    "descriptive",
+)
 
 
 @dataclass(frozen=True)

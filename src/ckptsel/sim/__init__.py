@@ -14,7 +14,4 @@ from __future__ import annotations
 from ckptsel.sim.quickstart import run_quickstart
 from ckptsel.sim.simulate import write_simulation
 
-__all__ = [
-    "run_quickstart",
-    "write_simulation",
-]
+__all__ = ["run_quickstart", "write_simulation"]

@@ -112,11 +112,7 @@ PRETRAIN = {
         "{a} minus {b} is {r}.",
         "{n} had {a} {o} and gave away {b}, so {n} had {a} - {b} = {r} {o} left.",
     ],
-    "mul": [
-        "{a} * {b} = {r}.",
-        "{a} times {b} is {r}.",
-        "{n} had {a} {c} of {b} {o}, so {n} had {a} * {b} = {r} {o}.",
-    ],
+    "mul": ["{a} * {b} = {r}.", "{a} times {b} is {r}.", "{n} had {a} {c} of {b} {o}, so {n} had {a} * {b} = {r} {o}."],
 }
 
 
@@ -132,9 +128,7 @@ class EmbeddedConfig:
     operations: tuple[str, ...] = ("add", "sub", "mul")
     seed: int = 0
     n_pretrain: int = 20000  # pre-training sentences
-    formatted_fraction: float = (
-        0.0  # share of pre-training texts that are answered, formatted problems
-    )
+    formatted_fraction: float = 0.0  # share of pre-training texts that are answered, formatted problems
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.__dict__, sort_keys=True, default=list)
@@ -161,15 +155,7 @@ def _numbers(op: str, rng: random.Random, cfg: EmbeddedConfig) -> tuple[int, int
 
 def _fields(rng: random.Random, a: int, b: int, r: int) -> dict[str, Any]:
     n, m = rng.sample(NAMES, 2)
-    return {
-        "n": n,
-        "m": m,
-        "o": rng.choice(OBJECTS),
-        "c": rng.choice(CONTAINERS),
-        "a": a,
-        "b": b,
-        "r": r,
-    }
+    return {"n": n, "m": m, "o": rng.choice(OBJECTS), "c": rng.choice(CONTAINERS), "a": a, "b": b, "r": r}
 
 
 def _question(op: str, template: int, f: dict[str, Any]) -> str:
@@ -184,9 +170,7 @@ def _draw(rng: random.Random, cfg: EmbeddedConfig) -> tuple[str, dict[str, Any],
     return op, _fields(rng, a, b, r), r
 
 
-def _drawn_question(
-    rng: random.Random, cfg: EmbeddedConfig
-) -> tuple[str, dict[str, Any], int, str]:
+def _drawn_question(rng: random.Random, cfg: EmbeddedConfig) -> tuple[str, dict[str, Any], int, str]:
     """:func:`_draw` and the question, in a template drawn next."""
     op, f, r = _draw(rng, cfg)
     return op, f, r, _question(op, rng.randrange(len(TEMPLATES[op])), f)
@@ -235,14 +219,7 @@ def generate_metamath(cfg: EmbeddedConfig) -> list[dict[str, str]]:
         seen.update(keys)
         n_groups += 1
         for q, kind, ff in out:
-            rows.append(
-                {
-                    "query": q,
-                    "response": _response(op, ff),
-                    "type": kind,
-                    "original_question": original,
-                }
-            )
+            rows.append({"query": q, "response": _response(op, ff), "type": kind, "original_question": original})
     return rows
 
 
@@ -327,9 +304,7 @@ def write_embedded(out_dir: str | Path, cfg: EmbeddedConfig | None = None) -> Em
     ``pretrain.json`` (a list of texts) into ``out_dir``; an existing set with the same fingerprint is reused."""
     cfg = cfg or EmbeddedConfig()
     out_dir = Path(out_dir)
-    files = EmbeddedFiles(
-        out_dir / "metamath.json", out_dir / "test.jsonl", out_dir / "pretrain.json"
-    )
+    files = EmbeddedFiles(out_dir / "metamath.json", out_dir / "test.jsonl", out_dir / "pretrain.json")
     stamp = out_dir / "embedded.json"
     if stamp.is_file() and all(p.is_file() for p in files.__dict__.values()):
         if json.loads(stamp.read_text()).get("fingerprint") == cfg.fingerprint():
@@ -343,11 +318,7 @@ def write_embedded(out_dir: str | Path, cfg: EmbeddedConfig | None = None) -> Em
     texts = generate_pretraining_text(cfg, pools if cfg.formatted_fraction else None)
     write_text(files.pretrain, json.dumps(texts, indent=0) + "\n")
     write_text(
-        stamp,
-        json.dumps(
-            {"fingerprint": cfg.fingerprint(), "config": cfg.__dict__}, indent=2, default=list
-        )
-        + "\n",
+        stamp, json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.__dict__}, indent=2, default=list) + "\n"
     )
     return files
 
@@ -386,9 +357,7 @@ def _encode_pretraining(tok, text: str) -> list[int]:
             + list(tok(response, add_special_tokens=False)["input_ids"])
             + [tok.eos_token_id]
         )
-    return (
-        [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    )
+    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
 
 
 def pretrain_base(
@@ -415,9 +384,7 @@ def pretrain_base(
         return out_dir
     texts = pretraining_corpus(task)
     tok = build_tokenizer(tokenizer_corpus(task), vocab_size=cfg.vocab_size)
-    model = build_model(
-        tok, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads, seed=cfg.seed
-    )
+    model = build_model(tok, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads, seed=cfg.seed)
     loss = _pretrain(model, tok, texts, cfg, progress)
     meta = {"fingerprint": fp, "base": cfg.__dict__, "task": task.fingerprint(), "final_loss": loss}
     _save_base(out_dir, tok, model, meta)

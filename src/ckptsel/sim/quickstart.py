@@ -186,9 +186,7 @@ def study_toml(plan: QuickstartPlan, fast: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def base_test_accuracy(
-    base_dir: Path, items: list, plan: QuickstartPlan, device: str | None, cache: Path
-) -> float:
+def base_test_accuracy(base_dir: Path, items: list, plan: QuickstartPlan, device: str | None, cache: Path) -> float:
     """Test accuracy (pp) of the base model itself on the study's test ``items`` — what SFT
     must beat. Cached in ``cache`` (keyed by the base's fingerprint and the items)."""
     fp = json.loads((base_dir / "base.json").read_text())["fingerprint"]
@@ -220,9 +218,7 @@ def base_test_accuracy(
 def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
     """Per trajectory: best-to-worst test accuracy over its checkpoints (pp), and the final
     checkpoint's test accuracy (pp)."""
-    gen = read_rows(
-        records_dir, "generations", columns=["trajectory", "step", "split", "correct"]
-    ).to_pandas()
+    gen = read_rows(records_dir, "generations", columns=["trajectory", "step", "split", "correct"]).to_pandas()
     acc = gen[gen["split"] == "test"].groupby(["trajectory", "step"])["correct"].mean() * 100.0
     spreads, finals = {}, {}
     for traj, s in acc.groupby(level=0):
@@ -327,9 +323,8 @@ class StageClock:
 
 
 def write_inputs(
-    out: Path, plan: QuickstartPlan, fast: bool, base_threads: int,
-    say: Callable[[str], None] = lambda line: None,
-) -> Path:  # fmt: skip
+    out: Path, plan: QuickstartPlan, fast: bool, base_threads: int, say: Callable[[str], None] = lambda line: None
+) -> Path:
     """The embedded task's files, the pre-trained base (both cached by fingerprint) and
     ``study.toml`` (rewritten only when it differs); returns the base model's folder.
     ``say(line)`` hears each step as it starts, and the pre-training's progress every tenth of
@@ -343,14 +338,15 @@ def write_inputs(
     threads = torch.get_num_threads()
     torch.set_num_threads(base_threads)
     steps = plan.base.steps
-    say(f"quickstart: pre-training the tiny base model into {out / 'base'} ({steps} steps; "
-        "reused when it is already there)…")  # fmt: skip
+    say(
+        f"quickstart: pre-training the tiny base model into {out / 'base'} ({steps} steps; "
+        "reused when it is already there)…"
+    )
     every = max(1, steps // 10)
 
     def step_line(step: int, total: int, loss: float) -> None:
         if step == 1 or step % every == 0 or step == total:
-            say(f"quickstart: pre-training the tiny base model (step {step}/{total}, "
-                f"loss {loss:.3f})…")  # fmt: skip
+            say(f"quickstart: pre-training the tiny base model (step {step}/{total}, loss {loss:.3f})…")
 
     try:
         base_dir = pretrain_base(out / "base", plan.task, plan.base, progress=step_line)
@@ -384,9 +380,12 @@ def _run(
     clock.stage("data + base model", t)
 
     job = StudyRun(
-        load_spec(out / STUDY_FILE), device=device, log=lambda m: clock.say(m, markup=False),
-        workers=workers, console=console,
-    )  # fmt: skip
+        load_spec(out / STUDY_FILE),
+        device=device,
+        log=lambda m: clock.say(m, markup=False),
+        workers=workers,
+        console=console,
+    )
     t = time.perf_counter()
     job.run(("prepare",))
     clock.stage("split + audit", t)
@@ -394,28 +393,29 @@ def _run(
     t = time.perf_counter()
     job.run(("train", "measure"))
     _, test_items = job.pools()
-    base_acc = base_test_accuracy(
-        base_dir, test_items, plan, device, out / "data" / "base_accuracy.json"
-    )
+    base_acc = base_test_accuracy(base_dir, test_items, plan, device, out / "data" / "base_accuracy.json")
     clock.stage("training + measurement", t)
 
     spreads, finals = test_spreads(job.records_dir)
     summary = _analyze(job, clock) if analyze else None
     results = job.spec.results_dir
     res = QuickstartResult(
-        out, summary, base_acc, statistics.mean(finals.values()),
-        statistics.median(spreads.values()), spreads,
-        results / REPORT_FILE if analyze else None, clock.seconds, clock.cpu_seconds,
+        out,
+        summary,
+        base_acc,
+        statistics.mean(finals.values()),
+        statistics.median(spreads.values()),
+        spreads,
+        results / REPORT_FILE if analyze else None,
+        clock.seconds,
+        clock.cpu_seconds,
         len(plan.configurations),
-    )  # fmt: skip
+    )
     if (results / MANIFEST_FILE).is_file():  # beside the results (never before them: the
         # analysis publishes only into an empty folder or a results folder)
         write_text(results / "quickstart.json", json.dumps(res.to_dict(), indent=2) + "\n")
     _print_reading(res, len(finals), clock.say)
-    clock.say(
-        f"study file: {out / STUDY_FILE} (edit it and re-run: ckptsel run {out / STUDY_FILE})",
-        markup=False,
-    )
+    clock.say(f"study file: {out / STUDY_FILE} (edit it and re-run: ckptsel run {out / STUDY_FILE})", markup=False)
     return res
 
 

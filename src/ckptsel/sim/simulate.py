@@ -107,20 +107,7 @@ def _numeric_answer(rng: np.random.Generator) -> str:
 
 def _numeric_distractors(rng: np.random.Generator, ref: str, k: int) -> list[str]:
     v = float(ref)
-    cands = [
-        v + 1,
-        v - 1,
-        2 * v,
-        v / 2,
-        v + 10,
-        v * 10,
-        v - 10,
-        v + 2,
-        v - 2,
-        v * 3,
-        v + 5,
-        v + 100,
-    ]
+    cands = [v + 1, v - 1, 2 * v, v / 2, v + 10, v * 10, v - 10, v + 2, v - 2, v * 3, v + 5, v + 100]
     out: list[str] = []
     for c in rng.permutation(len(cands)):
         s = f"{cands[c]:g}" if not float(cands[c]).is_integer() else str(int(cands[c]))
@@ -243,11 +230,7 @@ def _label_subtasks(task: TaskSim, rng: np.random.Generator) -> list[str]:
 
 
 def _pool_answers(
-    task: TaskSim,
-    spec: SimSpec,
-    label_subtask: list[str],
-    group_index: np.ndarray,
-    rng: np.random.Generator,
+    task: TaskSim, spec: SimSpec, label_subtask: list[str], group_index: np.ndarray, rng: np.random.Generator
 ) -> list[list[str]]:
     """Per item: [reference, distractor 1..K]. Choice items use their subtask's labels; a
     variant keeps its group's reference with probability ``shared_answer_prob``."""
@@ -371,11 +354,7 @@ def _configurations(spec: SimSpec, seed: int) -> list[_Config]:
                     task_index=ti,
                     steps=steps,
                     plateau=float(
-                        np.clip(
-                            task.plateau_accuracy + spec.configuration_sd * rng.standard_normal(),
-                            0.05,
-                            0.95,
-                        )
+                        np.clip(task.plateau_accuracy + spec.configuration_sd * rng.standard_normal(), 0.05, 0.95)
                     ),
                     rise=rng.uniform(*spec.rise_pp) / 100,
                     tau=rng.uniform(*spec.rise_tau),
@@ -457,9 +436,7 @@ class _Vocab:
     def codes(self, items: list[str]) -> np.ndarray:
         return np.fromiter((self.code(s) for s in items), dtype=np.int32, count=len(items))
 
-    def column(
-        self, codes: np.ndarray, strings: str = "string"
-    ) -> pd.api.extensions.ExtensionArray:
+    def column(self, codes: np.ndarray, strings: str = "string") -> pd.api.extensions.ExtensionArray:
         """Decode codes to a pandas ``string`` array (pyarrow storage, no Python objects), or to
         a ``category`` array when ``strings == "category"`` (no per-row string copies)."""
         values = list(self.index)
@@ -491,10 +468,7 @@ def simulate(
         raise CkptselError(f"simulate: seed must be a non-negative integer, not {seed!r}")
     seed = int(seed)
     configs = _configurations(spec, seed)
-    pools = [
-        _build_pool(t, spec, np.random.default_rng([seed, 0, ti]))
-        for ti, t in enumerate(spec.tasks)
-    ]
+    pools = [_build_pool(t, spec, np.random.default_rng([seed, 0, ti])) for ti, t in enumerate(spec.tasks)]
     vocabs, pool_codes, split_codes = _encode_pools(spec, pools)
     mix = _Mixing.of(spec)
     trajs: list[_Traj] = []
@@ -505,21 +479,23 @@ def simulate(
             rng = np.random.default_rng([seed, 1, cfg.task_index, ci, si])
             trajs.append(
                 _trajectory(
-                    cfg, task, pools[cfg.task_index], pool_codes[cfg.task_index][3], spec, mix, rng,
+                    cfg,
+                    task,
+                    pools[cfg.task_index],
+                    pool_codes[cfg.task_index][3],
+                    spec,
+                    mix,
+                    rng,
                     code=vocabs["trajectory"].code(f"{cfg.name}-s{spec.seeds[si]}"),
                     configuration=vocabs["configuration"].code(cfg.name),
                 )
-            )  # fmt: skip
+            )
     return _assemble(trajs, pool_codes, split_codes, vocabs, strings)
 
 
 def _encode_pools(
     spec: SimSpec, pools: list[_Pool]
-) -> tuple[
-    dict[str, _Vocab],
-    list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-    list[np.ndarray],
-]:
+) -> tuple[dict[str, _Vocab], list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], list[np.ndarray]]:
     """Dictionary-encode the pools' strings: the vocabularies (trajectory and configuration
     ones empty, filled as trajectories are drawn), per pool the codes of its item ids, groups,
     subtasks and answers (``(n, k_max + 2)``: reference, distractors, "", then -1 padding),
@@ -532,19 +508,12 @@ def _encode_pools(
             ans_codes[i, : len(a)] = [ans_vocab.code(s) for s in a]
             ans_codes[i, len(a)] = ans_vocab.code("")
         pool_codes.append(
-            (
-                item_vocab.codes(pool.item_ids),
-                group_vocab.codes(pool.groups),
-                sub_vocab.codes(pool.subtasks),
-                ans_codes,
-            )
+            (item_vocab.codes(pool.item_ids), group_vocab.codes(pool.groups), sub_vocab.codes(pool.subtasks), ans_codes)
         )
     split_vocab = _Vocab()
     split_vocab.codes(list(SPLITS))
     split_codes = [
-        np.where(pool.is_test, split_vocab.code("test"), split_vocab.code("validation")).astype(
-            np.int32
-        )
+        np.where(pool.is_test, split_vocab.code("test"), split_vocab.code("validation")).astype(np.int32)
         for pool in pools
     ]
     task_vocab = _Vocab()
@@ -632,12 +601,7 @@ def _trajectory(
 
 
 def _correctness(
-    cfg: _Config,
-    task: TaskSim,
-    pool: _Pool,
-    spec: SimSpec,
-    mix: _Mixing,
-    rng: np.random.Generator,
+    cfg: _Config, task: TaskSim, pool: _Pool, spec: SimSpec, mix: _Mixing, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(true test accuracy (T,), correctness latent z (T, n), correct (T, n))``: the latent
     is item difficulty + trajectory-item effect + AR(1) along checkpoints, cut at the test
@@ -659,12 +623,7 @@ def _correctness(
 
 
 def _answer_codes(
-    pool: _Pool,
-    ans_codes: np.ndarray,
-    correct: np.ndarray,
-    spec: SimSpec,
-    mix: _Mixing,
-    rng: np.random.Generator,
+    pool: _Pool, ans_codes: np.ndarray, correct: np.ndarray, spec: SimSpec, mix: _Mixing, rng: np.random.Generator
 ) -> np.ndarray:
     """Answer code per (checkpoint, item): the reference when correct, otherwise a persistent
     item-specific wrong one (the wrong-answer latent cut at the item's thresholds)."""
@@ -677,12 +636,7 @@ def _answer_codes(
 
 
 def _nll(
-    cfg: _Config,
-    pool: _Pool,
-    z: np.ndarray,
-    spec: SimSpec,
-    mix: _Mixing,
-    rng: np.random.Generator,
+    cfg: _Config, pool: _Pool, z: np.ndarray, spec: SimSpec, mix: _Mixing, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(matched tokens (n,), complete tokens (n,), matched NLL (T, n), complete NLL (T, n))``:
     token counts fixed per item (tokenizer factor per configuration); per-token loss on a
@@ -758,9 +712,7 @@ def _tiled_column(
     one slice of a per-item Arrow array, so strings are copied once, in bulk, not row by row.
     """
     if strings == "category":
-        codes = np.concatenate(
-            [np.repeat(np.broadcast_to(c[None, :], keep.shape)[keep], repeat) for c, keep in blocks]
-        )
+        codes = np.concatenate([np.repeat(np.broadcast_to(c[None, :], keep.shape)[keep], repeat) for c, keep in blocks])
         return vocab.column(codes, strings)
     dictionary = pa.array(list(vocab.index), type=pa.large_string())
     cache: dict[int, pa.Array] = {}
@@ -834,15 +786,11 @@ def _assemble(
     tt = np.concatenate([np.full(len(tr.steps), i) for i, tr in enumerate(trajs)])
     truth = pd.DataFrame(
         {
-            "trajectory": vocabs["trajectory"].column(
-                np.array([tr.code for tr in trajs], dtype=np.int32)[tt], strings
-            ),
+            "trajectory": vocabs["trajectory"].column(np.array([tr.code for tr in trajs], dtype=np.int32)[tt], strings),
             "configuration": vocabs["configuration"].column(
                 np.array([tr.configuration for tr in trajs], dtype=np.int32)[tt], strings
             ),
-            "task": vocabs["task"].column(
-                np.array([tr.task for tr in trajs], dtype=np.int32)[tt], strings
-            ),
+            "task": vocabs["task"].column(np.array([tr.task for tr in trajs], dtype=np.int32)[tt], strings),
             "step": np.concatenate([tr.steps for tr in trajs]).astype(np.int64),
             "true_test_accuracy": np.concatenate([tr.p_test for tr in trajs]).astype(np.float64),
         }
@@ -863,9 +811,7 @@ def foreign_records(out: Path) -> list[str]:
     return [n for n in names if (out / n).exists()]
 
 
-def write_simulation(
-    out_dir: str | Path, spec: SimSpec | str = "small", seed: int = 0, *, force: bool = False
-) -> Path:
+def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: int = 0, *, force: bool = False) -> Path:
     """Write generations/nll/truth parquet files and ``simulation.json`` into ``out_dir``.
 
     Returns ``out_dir``. Same spec and seed → byte-identical files (no timestamps anywhere).
@@ -901,10 +847,4 @@ def write_simulation(
     return out
 
 
-__all__ = [
-    "SIMULATION_FILE",
-    "TRUTH_COLUMNS",
-    "TRUTH_FILE",
-    "simulate",
-    "write_simulation",
-]
+__all__ = ["SIMULATION_FILE", "TRUTH_COLUMNS", "TRUTH_FILE", "simulate", "write_simulation"]

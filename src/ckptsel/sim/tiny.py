@@ -31,8 +31,9 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 512):
     return hf
 
 
-def build_model(tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
-                max_positions: int = 1024):
+def build_model(
+    tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0, max_positions: int = 1024
+):
     """A freshly initialised tiny Llama-style causal LM sized for ``tokenizer``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

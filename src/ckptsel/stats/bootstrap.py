@@ -83,9 +83,14 @@ def question_replicates(
         if config_counts is not None and len(joint_cols):
             task_counts = config_counts[:, config_index[task]]
         task_reps = _task_replicates(
-            utilities[task], groups.get(task) if groups else None, task_counts, joint_cols, joint_num,
-            draws, (seed, streams.QUESTION_DRAWS, k),
-        )  # fmt: skip
+            utilities[task],
+            groups.get(task) if groups else None,
+            task_counts,
+            joint_cols,
+            joint_num,
+            draws,
+            (seed, streams.QUESTION_DRAWS, k),
+        )
         pooled += task_reps
         with np.errstate(invalid="ignore", divide="ignore"):
             per_task[task] = task_reps / np.where(task_size > 0, task_size, np.nan)
@@ -100,9 +105,14 @@ def question_replicates(
 
 
 def _task_replicates(
-    util: np.ndarray, groups: np.ndarray | None, task_counts: np.ndarray | None, joint_cols: np.ndarray,
-    joint_num: np.ndarray, draws: int, key: tuple[int, ...],
-) -> np.ndarray:  # fmt: skip
+    util: np.ndarray,
+    groups: np.ndarray | None,
+    task_counts: np.ndarray | None,
+    joint_cols: np.ndarray,
+    joint_num: np.ndarray,
+    draws: int,
+    key: tuple[int, ...],
+) -> np.ndarray:
     """``(draws, Q)`` resampled utility sums of one task (``util`` ``(K_task, N_task, Q)``) over
     the items drawn; adds the task's joint numerators to ``joint_num`` ``(draws, J)`` when
     ``task_counts`` (``(draws, K_task)``) is given. Chunks run on a few threads (each writes only

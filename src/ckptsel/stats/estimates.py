@@ -56,8 +56,12 @@ FEW_CONFIGURATIONS = {
 }
 
 
-def study_warnings(n_configurations: int, nll_records: bool = True, interval: str = "percentile",
-                   task_configurations: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+def study_warnings(
+    n_configurations: int,
+    nll_records: bool = True,
+    interval: str = "percentile",
+    task_configurations: dict[str, int] | None = None,
+) -> list[str]:
     """Caveats a reader must see next to the numbers. ``task_configurations``: configurations
     per task; a task with one (its by-task intervals are not estimable) is named when the
     study has more."""
@@ -88,14 +92,18 @@ def study_warnings(n_configurations: int, nll_records: bool = True, interval: st
             )
             return out
         if interval == "wild" and n_configurations < WILD_MIN_CONFIGURATIONS:
-            detail = (f"the wild bootstrap-t is degenerate below {WILD_MIN_CONFIGURATIONS} configurations, "
-                      "so its configuration intervals are not estimable (use --interval cr2); it")  # fmt: skip
+            detail = (
+                f"the wild bootstrap-t is degenerate below {WILD_MIN_CONFIGURATIONS} configurations, "
+                "so its configuration intervals are not estimable (use --interval cr2); it"
+            )
             detail += f" covered under 90% of its estimand below {threshold} configurations"
         else:
             distinct = math.comb(2 * n_configurations - 1, n_configurations)  # multisets of size K
-            detail = f"the {interval} configuration interval" + (
-                f" (just {distinct} distinct bootstrap resamples)" if interval == "percentile" else ""
-            ) + f" covered under 90% of its estimand below {threshold} configurations in simulation"
+            detail = (
+                f"the {interval} configuration interval"
+                + (f" (just {distinct} distinct bootstrap resamples)" if interval == "percentile" else "")
+                + f" covered under 90% of its estimand below {threshold} configurations in simulation"
+            )
         out.append(
             f"only {n_configurations} configuration(s): {detail} ({measured}; BENCHMARKS.md), so it is "
             "not reliable here; read the test-question intervals (tables/intervals.md, report.html) "
@@ -165,11 +173,23 @@ class _Estimates:
     ``why_invalid`` says why the interval alone does not decide there.
     """
 
-    def __init__(self, names: list[Name], means: np.ndarray, reps: np.ndarray | None, level: float,
-                 bounds: tuple[np.ndarray, np.ndarray] | None = None, *, units: np.ndarray | None = None,
-                 unit: str = "configuration", min_units: int = 2, need: str = "",
-                 valid: np.ndarray | None = None, exact: Callable[[np.ndarray], np.ndarray] | None = None,
-                 why_invalid: str = "", test: str = "the exact sign-flip test"):  # fmt: skip
+    def __init__(
+        self,
+        names: list[Name],
+        means: np.ndarray,
+        reps: np.ndarray | None,
+        level: float,
+        bounds: tuple[np.ndarray, np.ndarray] | None = None,
+        *,
+        units: np.ndarray | None = None,
+        unit: str = "configuration",
+        min_units: int = 2,
+        need: str = "",
+        valid: np.ndarray | None = None,
+        exact: Callable[[np.ndarray], np.ndarray] | None = None,
+        why_invalid: str = "",
+        test: str = "the exact sign-flip test",
+    ):
         self.index = {n: k for k, n in enumerate(names)}
         self.means = means
         self.lo, self.hi = bounds if bounds is not None else bs.percentile_interval(reps, level)
@@ -189,15 +209,22 @@ class _Estimates:
         if k is None or not np.isfinite(self.means[k]):
             return None
         units = None if self.units is None else int(self.units[k])
-        e = ex.interval_estimate(float(self.means[k]), float(self.lo[k]), float(self.hi[k]), units,
-                                 self.unit, self.min_units, self.need, value_range(name))  # fmt: skip
+        e = ex.interval_estimate(
+            float(self.means[k]),
+            float(self.lo[k]),
+            float(self.hi[k]),
+            units,
+            self.unit,
+            self.min_units,
+            self.need,
+            value_range(name),
+        )
         valid = self.valid is None or bool(self.valid[k])
         why = self.why_invalid.format(units=ex.plural(units or 0, self.unit))
         return ex.verdict(e, self.level, valid, lambda: self.p[k], self.test, why)
 
 
-def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True,
-           matched_half: bool = False) -> Gains:
+def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True, matched_half: bool = False) -> Gains:
     """``budget`` (rules and budgets with an estimate), ``D`` and the matched half of a scheme."""
     budget: dict[str, dict[str, BudgetCell]] = {}
     for rule in RULES:
@@ -229,14 +256,13 @@ def _sensitivities(e: _Estimates, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> 
     else:
         nll_complete = NllControl(same, _gains(e, "nll_complete", labels, d=False))
     return Sensitivities(
-        _gains(e, "one_variant", ov_labels),
-        {k: g for k, g in thinning.items() if g.budget},
-        nll_complete,
+        _gains(e, "one_variant", ov_labels), {k: g for k, g in thinning.items() if g.budget}, nll_complete
     )
 
 
-def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int,
-                             C: np.ndarray | None = None) -> _Estimates:  # fmt: skip
+def _configuration_estimates(
+    names, means, sums, sizes, settings: StatSettings, stream: int, C: np.ndarray | None = None
+) -> _Estimates:
     """The configuration family (estimand: mean over configurations, test items fixed).
 
     ``C``: the percentile method's configuration counts (drawn here when not given). Where the
@@ -249,21 +275,28 @@ def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, 
     rule = {
         "valid": ex.valid_at("configuration", settings.interval, units),
         "exact": lambda cols: ex.sign_flip_p(
-            sums[:, cols], lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, 0, stream),
-            level=settings.level,
+            sums[:, cols], lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, 0, stream), level=settings.level
         ),
         "why_invalid": f"the {settings.interval} configuration interval was not measured valid at "
-                       "{units} (BENCHMARKS.md)",
-    }  # fmt: skip
+        "{units} (BENCHMARKS.md)",
+    }
     if settings.interval == "cr2":
         _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
         return _Estimates(names, means, None, settings.level, (lo, hi), units=units, **rule)
     if settings.interval == "wild":
         W = iv.webb_weights(k, settings.draws, settings.seed, stream)
         _, lo, hi = iv.wild_interval(W, sums, sizes, settings.level)
-        return _Estimates(names, means, None, settings.level, (lo, hi), units=units,
-                          min_units=WILD_MIN_CONFIGURATIONS,
-                          need=f": the wild bootstrap-t needs {WILD_MIN_CONFIGURATIONS} or more", **rule)  # fmt: skip
+        return _Estimates(
+            names,
+            means,
+            None,
+            settings.level,
+            (lo, hi),
+            units=units,
+            min_units=WILD_MIN_CONFIGURATIONS,
+            need=f": the wild bootstrap-t needs {WILD_MIN_CONFIGURATIONS} or more",
+            **rule,
+        )
     if C is None:
         C = bs.configuration_counts(k, settings.draws, settings.seed, stream)
     reps = bs.cluster_replicates(C, sums, sizes)
@@ -295,15 +328,20 @@ def _flips(settings: StatSettings, *key: int) -> Callable[[], np.random.Generato
     return lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, *key)
 
 
-QUESTION_INVALID = ("the test-question bootstrap alone rejects more than 5% of null data sets at "
-                    "every size measured (BENCHMARKS.md)")  # fmt: skip
-JOINT_INVALID = ("the joint interval is not valid alone at {units} and these test-question "
-                 "clusters (BENCHMARKS.md)")  # fmt: skip
+QUESTION_INVALID = (
+    "the test-question bootstrap alone rejects more than 5% of null data sets at every size measured (BENCHMARKS.md)"
+)
+JOINT_INVALID = "the joint interval is not valid alone at {units} and these test-question clusters (BENCHMARKS.md)"
 
 
 def summarize(
-    scored: ScoredChoices, settings: StatSettings, population: Population | dict, *,
-    permutations: int | None = None, partitions: int | None = None, choices_sha256: str | None = None,
+    scored: ScoredChoices,
+    settings: StatSettings,
+    population: Population | dict,
+    *,
+    permutations: int | None = None,
+    partitions: int | None = None,
+    choices_sha256: str | None = None,
 ) -> tuple[Summary, dict[str, pd.DataFrame]]:
     """The typed summary and the descriptive tables (per trajectory, per configuration).
 
@@ -319,7 +357,9 @@ def summarize(
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.sum(axis=0) / sizes.sum(axis=0)
     task_conf = {
-        task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
+        task: np.array(
+            sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task})
+        )
         for task in scored.utilities
     }
     tables = _tables(scored, configs, sums, sizes)
@@ -327,9 +367,7 @@ def summarize(
     percentile = settings.interval == "percentile"
     C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
     conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0, C)
-    main = [("D", "nested", r, "") for r in RULES] + [
-        (k, "nested", r, FULL) for r in RULES for k in ("H", "G")
-    ]
+    main = [("D", "nested", r, "") for r in RULES] + [(k, "nested", r, FULL) for r in RULES for k in ("H", "G")]
     question, joint = _question_and_joint(scored, settings, C, sums, sizes, means, task_conf, main, labels)
     # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
     default_budgets = tuple(scored.budgets) == defaults.BUDGETS
@@ -350,14 +388,18 @@ def summarize(
         question_bootstrap=question,
         joint_bootstrap=joint,
         descriptive=_sign_counts(scored, sums, sizes, main),
-        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval,
-                                      {t: len(c) for t, c in task_conf.items()})),  # fmt: skip
+        warnings=tuple(
+            study_warnings(
+                len(configs), population.has_nll, settings.interval, {t: len(c) for t, c in task_conf.items()}
+            )
+        ),
     )
     return summary, tables
 
 
-def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels,
-             ov_labels) -> dict[str, TaskResult]:
+def _by_task(
+    scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels, ov_labels
+) -> dict[str, TaskResult]:
     """Per task: its configurations' own intervals (stream ``1 + task index``)."""
     by_task = {}
     for t_i, task in enumerate(sorted(set(scored.tasks))):
@@ -369,35 +411,42 @@ def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_co
         e = _configuration_estimates(scored.names, t_means, t_sums, t_sizes, settings, 1 + t_i)
         clusters = _clusters(scored, task)
         population = TaskPopulation(
-            int(members.sum()), len(cidx), scored.test_items[task],
+            int(members.sum()),
+            len(cidx),
+            scored.test_items[task],
             # items share groups (resampled together): the clusters are named
             clusters if clusters < scored.test_items[task] else None,
-        )  # fmt: skip
+        )
         by_task[task] = TaskResult(
             population, _gains(e, "nested", labels, matched_half=True), _sensitivities(e, labels, ov_labels)
         )
     return by_task
 
 
-def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, sizes, means, task_conf,
-                        main: list[Name], labels) -> tuple[QuestionBootstrap, Gains | None]:
+def _question_and_joint(
+    scored: ScoredChoices, settings: StatSettings, C, sums, sizes, means, task_conf, main: list[Name], labels
+) -> tuple[QuestionBootstrap, Gains | None]:
     """Test-question bootstrap (nested-scheme G/H/D, overall and per task) and the joint
     intervals of the main table (pigeonhole bootstrap, or the two-way t for the t methods)."""
     lin_idx = np.flatnonzero(scored.linear)
     lin_names = scored.linear_names
     joint_cols = [lin_names.index(n) for n in main if n in lin_names]
     pooled, per_task, joint = bs.question_replicates(
-        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols,
+        scored.utilities,
+        task_conf,
+        sizes[:, lin_idx],
+        C,
+        settings.draws,
+        settings.seed,
+        joint_cols,
         groups=scored.groups,
     )
     lin_sizes = sizes[:, lin_idx]
-    clusters = {t: np.where(lin_sizes[task_conf[t]].sum(axis=0) > 0, _clusters(scored, t), np.iinfo(np.int64).max)
-                for t in per_task}  # fmt: skip  # per task and quantity: its test-question clusters
-    fewest = (
-        np.min(np.stack(list(clusters.values())), axis=0)
-        if clusters
-        else np.zeros(len(lin_idx), np.int64)
-    )
+    clusters = {
+        t: np.where(lin_sizes[task_conf[t]].sum(axis=0) > 0, _clusters(scored, t), np.iinfo(np.int64).max)
+        for t in per_task
+    }  # per task and quantity: its test-question clusters
+    fewest = np.min(np.stack(list(clusters.values())), axis=0) if clusters else np.zeros(len(lin_idx), np.int64)
     unit = "test-question cluster"
     q_totals = {t: _question_totals(scored, t) for t in per_task}
     tasks = list(per_task)  # (their order in the summary)
@@ -406,9 +455,17 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         totals = np.concatenate([q_totals[t][:, cols] for t in tasks]) if tasks else np.zeros((0, len(cols)))
         return ex.sign_flip_p(totals, _flips(settings, 1, 0), level=settings.level)
 
-    q_est = _Estimates(lin_names, means[lin_idx], pooled, settings.level, units=fewest, unit=unit,
-                       valid=ex.valid_at("question", "percentile", fewest), exact=pooled_p,
-                       why_invalid=QUESTION_INVALID)  # fmt: skip
+    q_est = _Estimates(
+        lin_names,
+        means[lin_idx],
+        pooled,
+        settings.level,
+        units=fewest,
+        unit=unit,
+        valid=ex.valid_at("question", "percentile", fewest),
+        exact=pooled_p,
+        why_invalid=QUESTION_INVALID,
+    )
     j_names = [lin_names[k] for k in joint_cols]
     j_units = (lin_sizes[:, joint_cols] > 0).sum(axis=0)
     j_fewest = fewest[joint_cols]
@@ -430,9 +487,7 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         j_est = _Estimates(j_names, j_means, joint, settings.level, units=j_units, **joint_rule)
     if settings.interval != "percentile" and joint_cols:  # crossed-design two-way variance instead of the pigeonhole
         j_means = means[lin_idx][joint_cols]
-        bounds = iv.twoway_interval(
-            scored.utilities, task_conf, lin_sizes, joint_cols, j_means, settings.level
-        )
+        bounds = iv.twoway_interval(scored.utilities, task_conf, lin_sizes, joint_cols, j_means, settings.level)
         j_est = _Estimates(j_names, j_means, None, settings.level, bounds, units=j_units, **joint_rule)
     by_task = {}
     for t_i, task in enumerate(tasks):
@@ -441,11 +496,19 @@ def _question_and_joint(scored: ScoredChoices, settings: StatSettings, C, sums, 
         with np.errstate(invalid="ignore", divide="ignore"):
             t_means = sums[cidx][:, lin_idx].sum(axis=0) / lin_sizes[cidx].sum(axis=0)
         totals = q_totals[task]
-        t_est = _Estimates(lin_names, t_means, reps, settings.level, units=clusters[task], unit=unit,
-                           valid=ex.valid_at("question", "percentile", clusters[task]),
-                           exact=lambda cols, totals=totals, key=t_i + 1: ex.sign_flip_p(
-                               totals[:, cols], _flips(settings, 1, key), level=settings.level),
-                           why_invalid=QUESTION_INVALID)  # fmt: skip
+        t_est = _Estimates(
+            lin_names,
+            t_means,
+            reps,
+            settings.level,
+            units=clusters[task],
+            unit=unit,
+            valid=ex.valid_at("question", "percentile", clusters[task]),
+            exact=lambda cols, totals=totals, key=t_i + 1: ex.sign_flip_p(
+                totals[:, cols], _flips(settings, 1, key), level=settings.level
+            ),
+            why_invalid=QUESTION_INVALID,
+        )
         by_task[task] = _gains(t_est, "nested", labels)
     question = QuestionBootstrap(_gains(q_est, "nested", labels), by_task)
     return question, None if j_est is None else _gains(j_est, "nested", labels=(FULL,))
@@ -460,9 +523,7 @@ def _sign_counts(scored: ScoredChoices, sums, sizes, names: list[Name]) -> dict[
             continue
         col = conf_means[:, scored.names.index(name)]
         col = col[np.isfinite(col)]
-        out[name_str(name)] = SignCounts(
-            int((col > 0).sum()), int((col < 0).sum()), int((col == 0).sum())
-        )
+        out[name_str(name)] = SignCounts(int((col > 0).sum()), int((col < 0).sum()), int((col == 0).sum()))
     return out
 
 

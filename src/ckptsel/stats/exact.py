@@ -95,8 +95,9 @@ def plural(n: int, unit: str) -> str:
     return f"{n} {unit}" + ("" if n == 1 else "s")
 
 
-def no_interval(mean: float, lo: float, hi: float, units: int | None, unit: str, min_units: int = 2,
-                need: str = "") -> str | None:  # fmt: skip
+def no_interval(
+    mean: float, lo: float, hi: float, units: int | None, unit: str, min_units: int = 2, need: str = ""
+) -> str | None:
     """Why ``(mean, lo, hi)`` over ``units`` sampling units (``unit``, singular; None: unknown)
     has no interval (see :func:`interval_estimate`), None when it has one. ``need``: the
     method's reason for ``min_units``, added when there are 2 or more units but too few."""
@@ -111,9 +112,16 @@ def no_interval(mean: float, lo: float, hi: float, units: int | None, unit: str,
     return None
 
 
-def interval_estimate(mean: float, lo: float, hi: float, units: int | None, unit: str,
-                      min_units: int = 2, need: str = "",
-                      bounds: tuple[float, float] = DIFFERENCE) -> Estimate:  # fmt: skip
+def interval_estimate(
+    mean: float,
+    lo: float,
+    hi: float,
+    units: int | None,
+    unit: str,
+    min_units: int = 2,
+    need: str = "",
+    bounds: tuple[float, float] = DIFFERENCE,
+) -> Estimate:
     """The estimate as stored: its interval clipped to ``bounds`` (the quantity's range; a
     difference of accuracies by default), or not estimable with :func:`no_interval`'s reason;
     ``[0, 0]`` when it is exactly 0 without spread."""
@@ -139,8 +147,9 @@ def exact_reason(p: float, level: float, test: str, units: int | None = None, un
     return why
 
 
-def judged(e: Estimate, level: float, p: float | None, test: str = "the exact test",
-           units: int | None = None, unit: str = "") -> Estimate:  # fmt: skip
+def judged(
+    e: Estimate, level: float, p: float | None, test: str = "the exact test", units: int | None = None, unit: str = ""
+) -> Estimate:
     """``e`` (as stored), read *unresolved* with the reason when its interval excludes 0 but the
     exact test's p-value ``p`` is above ``1 − level`` (:func:`exact_reason`); ``p`` None: the
     interval is valid at this size and decides alone. An estimate that reads unresolved already
@@ -152,8 +161,16 @@ def judged(e: Estimate, level: float, p: float | None, test: str = "the exact te
     return e if why is None else e.cannot_be_resolved(why)
 
 
-def verdict(e: Estimate, level: float, valid: bool, p: Callable[[], float], test: str,
-            why_invalid: str, units: int | None = None, unit: str = "") -> Estimate:  # fmt: skip
+def verdict(
+    e: Estimate,
+    level: float,
+    valid: bool,
+    p: Callable[[], float],
+    test: str,
+    why_invalid: str,
+    units: int | None = None,
+    unit: str = "",
+) -> Estimate:
     """The one rule (module docstring): ``e`` as stored when its interval is ``valid`` at this
     size or reads unresolved anyway; else judged by the exact test's p-value (``p()``, computed
     only then), the reason saying why the interval alone could not decide (``why_invalid``)."""
@@ -181,8 +198,9 @@ def _bounds(observed: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.clip(tail - error, 0.0, 1.0), np.minimum(np.minimum(hoeffding, tail + error), 1.0)
 
 
-def sign_flip_p(totals: np.ndarray, rng: Callable[[], np.random.Generator],
-                draws: int = SIGN_FLIP_DRAWS, level: float | None = None) -> np.ndarray:  # fmt: skip
+def sign_flip_p(
+    totals: np.ndarray, rng: Callable[[], np.random.Generator], draws: int = SIGN_FLIP_DRAWS, level: float | None = None
+) -> np.ndarray:
     """``(Q,)`` two-sided p-values ``P(|Σ ε_g t_g| ≥ |Σ t_g|)`` of the sign-flip test of the
     ``(G, Q)`` unit totals ``t`` (NaN counts as 0), each ``ε_g`` an independent fair sign: exact
     for symmetric unit totals under the null, whatever their spread. Every sign vector when ``G
@@ -208,8 +226,9 @@ def sign_flip_p(totals: np.ndarray, rng: Callable[[], np.random.Generator],
             gen, hits, sub = rng(), np.zeros(len(todo)), t[:, todo]
             for start in range(0, draws, 500):  # (rows, G) signs at a time: bit b flips unit g
                 rows = min(500, draws - start)
-                bits = np.unpackbits(np.frombuffer(gen.bytes(rows * ((G + 7) // 8)), np.uint8)
-                                     .reshape(rows, -1), axis=1, count=G)  # fmt: skip
+                bits = np.unpackbits(
+                    np.frombuffer(gen.bytes(rows * ((G + 7) // 8)), np.uint8).reshape(rows, -1), axis=1, count=G
+                )
                 flipped = total[todo] - 2.0 * (bits.astype(np.float64) @ sub)  # (rows, len(todo))
                 hits += (np.abs(flipped) >= observed[todo] - tol[todo]).sum(axis=0)
             p[todo] = (1.0 + hits) / (1.0 + draws)

@@ -142,10 +142,7 @@ def wild_interval(W: np.ndarray, sums, sizes, level: float = 0.95):
 
 
 def twoway_variance(
-    utilities: dict[str, np.ndarray],
-    config_index: dict[str, np.ndarray],
-    sizes: np.ndarray,
-    columns,
+    utilities: dict[str, np.ndarray], config_index: dict[str, np.ndarray], sizes: np.ndarray, columns
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Crossed-design (configurations × questions) variance of the pooled mean, moment form.
 

@@ -66,9 +66,8 @@ def draw_counts(
 
 
 def chunked_counts(
-    n_units: int, draws: int, key: Sequence[int], *, size: int | None = None,
-    suffix: Sequence[int] = (),
-) -> Iterator[tuple[slice, np.ndarray]]:  # fmt: skip
+    n_units: int, draws: int, key: Sequence[int], *, size: int | None = None, suffix: Sequence[int] = ()
+) -> Iterator[tuple[slice, np.ndarray]]:
     """``(rows, counts)`` for ``draws`` draws of ``size`` (default: all) of ``n_units`` units, in
     chunks of :data:`CHUNK` draws; chunk ``c`` comes from ``default_rng([*key, c, *suffix])``."""
     for c, start in enumerate(range(0, draws, CHUNK)):
@@ -85,9 +84,16 @@ def usable_cpus() -> int:
 
 
 def map_chunks(
-    work: Callable[[slice, np.ndarray], None], n_units: int, draws: int, key: Sequence[int], *,
-    size: int | None = None, suffix: Sequence[int] = (), dtype=np.float64, workers: int | None = None,
-) -> None:  # fmt: skip
+    work: Callable[[slice, np.ndarray], None],
+    n_units: int,
+    draws: int,
+    key: Sequence[int],
+    *,
+    size: int | None = None,
+    suffix: Sequence[int] = (),
+    dtype=np.float64,
+    workers: int | None = None,
+) -> None:
     """``work(rows, counts)`` for every chunk of :func:`chunked_counts` (the same draws; counts
     ``(rows, n_units)`` in ``dtype``), chunks on up to ``workers`` threads at once.
 
@@ -164,9 +170,7 @@ class Clusters:
     @property
     def singletons(self) -> bool:
         """Every item its own cluster, in item order (the plain question bootstrap)."""
-        return self.count == len(self.codes) and bool(
-            np.array_equal(self.codes, np.arange(self.count))
-        )
+        return self.count == len(self.codes) and bool(np.array_equal(self.codes, np.arange(self.count)))
 
     def sums(self, values: np.ndarray) -> np.ndarray:
         """``(G, ...)`` per-cluster sums of ``values`` (``(n, ...)``)."""
@@ -177,9 +181,7 @@ class Clusters:
         return counts if self.singletons else counts[:, self.codes]
 
 
-def clustered_means(
-    values: np.ndarray, groups: np.ndarray, draws: int, seed: int, stream: int = 0
-) -> np.ndarray:
+def clustered_means(values: np.ndarray, groups: np.ndarray, draws: int, seed: int, stream: int = 0) -> np.ndarray:
     """``(draws, Q)`` bootstrap replicates of the item means of ``values`` (``(n, Q)``).
 
     Whole clusters (items sharing a group) are drawn with replacement, as many as there are

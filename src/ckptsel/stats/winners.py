@@ -134,8 +134,7 @@ def model_confidence_set(x: np.ndarray, sigma: np.ndarray, xb: np.ndarray, level
         p_mcs[rows, e], order[rows, e] = p_run, step
         active[rows, e] = False
     p_mcs[active] = np.maximum(p_mcs[active], 1.0)
-    return {"in_set": p_mcs >= 1 - level, "p_mcs": p_mcs, "order": order, "p_steps": p_steps,
-            "statistic": stat}  # fmt: skip
+    return {"in_set": p_mcs >= 1 - level, "p_mcs": p_mcs, "order": order, "p_steps": p_steps, "statistic": stat}
 
 
 def projection_critical(
@@ -172,9 +171,8 @@ def _truncated_cdf(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _hybrid(
-    x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray,
-    deff: np.ndarray | None = None,
-):  # fmt: skip
+    x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray, deff: np.ndarray | None = None
+):
     """Hybrid estimate, lower and upper end (each (R,)) for continuous accuracies ``x`` (R, T):
     the winner is ``argmax x`` (no ties). Bisection on μ, all trajectories at once. With the
     design effects ``deff`` (R,) the winner's variance is the one at the tested μ,
@@ -231,9 +229,14 @@ def _cell_nodes(x: np.ndarray, n: int, nodes: int) -> tuple[np.ndarray, ...]:
 
 
 def winner_interval(
-    x: np.ndarray, sigma: np.ndarray, n: int, clusters: int, level: float,
-    jitter: int = JITTER, beta: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    x: np.ndarray,
+    sigma: np.ndarray,
+    n: int,
+    clusters: int,
+    level: float,
+    jitter: int = JITTER,
+    beta: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring)
     for accuracies ``x`` (R, T) of ``n`` items in ``clusters`` clusters, averaged over
     ``jitter`` nodes of the winner's rounding cell; also ``c_beta`` (R,). Nothing is random:
@@ -292,4 +295,3 @@ def naive_winner(x: np.ndarray, sigma: np.ndarray, level: float) -> tuple[np.nda
     se = np.sqrt(np.clip(np.diagonal(sigma, axis1=1, axis2=2), 0, None))
     mean, s = (w * x).sum(axis=1), (w * se).sum(axis=1)
     return mean, np.clip(mean - z * s, 0.0, 1.0), np.clip(mean + z * s, 0.0, 1.0)
-

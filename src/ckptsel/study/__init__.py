@@ -13,6 +13,4 @@ from __future__ import annotations
 
 from ckptsel.study.spec import load_study
 
-__all__ = [
-    "load_study",
-]
+__all__ = ["load_study"]

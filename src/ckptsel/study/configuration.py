@@ -67,9 +67,7 @@ class Configuration:
             )
         self._check_numbers(where)
         if self.adaptation not in DEFAULT_LR:
-            raise CkptselError(
-                f"{where}: adaptation must be 'lora' or 'full', got {self.adaptation!r}"
-            )
+            raise CkptselError(f"{where}: adaptation must be 'lora' or 'full', got {self.adaptation!r}")
         if (self.steps is None) == (self.epochs is None):
             raise CkptselError(f"{where}: give exactly one of 'steps' or 'epochs'")
         if self.steps is not None and self.steps < 1:
@@ -97,9 +95,7 @@ class Configuration:
         if not 0 <= self.warmup_ratio <= 1:
             raise CkptselError(f"{where}: warmup_ratio must be in [0, 1], got {self.warmup_ratio}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            raise CkptselError(
-                f"{where}: weight_decay must be a finite number >= 0, got {self.weight_decay}"
-            )
+            raise CkptselError(f"{where}: weight_decay must be a finite number >= 0, got {self.weight_decay}")
         if self.max_length < 2:  # the prompt's first token and at least one response token
             raise CkptselError(f"{where}: max_length must be >= 2, got {self.max_length}")
 

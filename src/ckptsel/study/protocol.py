@@ -166,8 +166,12 @@ def base_model_identity(value: str, root: Path | Location) -> dict[str, Any]:
     if not folder.is_dir():
         return {"folder": value, "files": {folder.name: _model_file(folder)}}
     names = sorted(folder.listing(), key=lambda rel: rel.split("/"))
-    keep = [rel for rel in names if not any(part.startswith(".") for part in rel.split("/"))
-            and not rel.split("/")[-1].upper().startswith(_NOT_MODEL)]  # fmt: skip
+    keep = [
+        rel
+        for rel in names
+        if not any(part.startswith(".") for part in rel.split("/"))
+        and not rel.split("/")[-1].upper().startswith(_NOT_MODEL)
+    ]
     return {"folder": value, "files": {rel: _model_file(folder / rel) for rel in keep}}
 
 
@@ -175,16 +179,20 @@ def _checkpoints(runs_dir: Path) -> list[Path]:
     """The checkpoint folders under a runs folder (``<run>/checkpoint-<step>``), sorted."""
     if not runs_dir.is_dir():
         return []
-    return sorted(p for run in runs_dir.iterdir() if run.is_dir()
-                  for p in run.iterdir() if p.is_dir() and p.name.startswith("checkpoint-"))  # fmt: skip
+    return sorted(
+        p
+        for run in runs_dir.iterdir()
+        if run.is_dir()
+        for p in run.iterdir()
+        if p.is_dir() and p.name.startswith("checkpoint-")
+    )
 
 
 def training_evidence(runs_dir: str | Path | None, started: bool) -> dict[str, Any]:
     """What the freeze saw of training: the runs folder (local), the checkpoint folders in it
     (``run/checkpoint-<step>``) and whether the runner had started (``started``)."""
     if runs_dir is None or is_url(runs_dir):
-        return {"runs_dir": None if runs_dir is None else str(runs_dir), "checkpoints": [],
-                "work_started": started}  # fmt: skip
+        return {"runs_dir": None if runs_dir is None else str(runs_dir), "checkpoints": [], "work_started": started}
     runs = Path(runs_dir).resolve()
     found = [p.relative_to(runs).as_posix() for p in _checkpoints(runs)]
     return {"runs_dir": str(runs), "checkpoints": found, "work_started": started}
@@ -209,16 +217,13 @@ def protocol_content(study_file: str | Path | Location) -> dict[str, Any]:
         drop = OPERATIONAL.get(section, ())
         if drop is None:
             continue
-        kept[section] = (
-            {k: v for k, v in table.items() if k not in drop} if isinstance(table, dict) else table
-        )
+        kept[section] = {k: v for k, v in table.items() if k not in drop} if isinstance(table, dict) else table
     return {"study": kept, "data_files": _data_files(data, root)}
 
 
 def freeze(
-    study_file: str | Path | Location, *, started: bool = False, force: bool = False,
-    runs_dir: str | Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    study_file: str | Path | Location, *, started: bool = False, force: bool = False, runs_dir: str | Path | None = None
+) -> dict[str, Any]:
     """Write the protocol of ``study_file`` with the base model's identity, the time (UTC) and
     the evidence of training so far (:func:`training_evidence` of ``runs_dir``, default: the
     study's ``runs_dir`` beside the file), all under one SHA-256. ``started`` records that work
@@ -320,9 +325,7 @@ def protocol_diff(before: dict, now: dict) -> list[str]:
     ]
 
 
-def check_protocol(
-    study_file: str | Path | Location, overrides: tuple[str, ...] = ()
-) -> dict[str, Any] | None:
+def check_protocol(study_file: str | Path | Location, overrides: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """The frozen protocol record of ``study_file`` when it still holds, None when the study is
     not pre-registered; :class:`CkptselError` naming the differences when the study changed
     after freezing, when the protocol file was edited after the fact, or when ``overrides``
@@ -368,13 +371,20 @@ def _check_base_model(study_file, record: dict[str, Any]) -> None:
         folder = as_location(resolve_model(root, value))
         a, b = then["files"], now["files"]
         rel = next(r for r in sorted(set(a) | set(b)) if a.get(r) != b.get(r))
-        what = ("added" if rel not in a else "removed" if rel not in b else
-                "tensor layout changed" if a[rel].get("header_sha256") != b[rel].get("header_sha256")
-                else "content changed")  # fmt: skip
+        what = (
+            "added"
+            if rel not in a
+            else "removed"
+            if rel not in b
+            else "tensor layout changed"
+            if a[rel].get("header_sha256") != b[rel].get("header_sha256")
+            else "content changed"
+        )
         where = folder / rel if folder.is_dir() else folder
         raise CkptselError(f"{where}: base model file {what} since {when}; restore it")
-    raise CkptselError(f"{study_file}: base model {json.dumps(now)} is not the one pinned by {when} "
-                       f"({json.dumps(then)})")  # fmt: skip
+    raise CkptselError(
+        f"{study_file}: base model {json.dumps(now)} is not the one pinned by {when} ({json.dumps(then)})"
+    )
 
 
 def _check_evidence(record: dict[str, Any]) -> None:
@@ -384,8 +394,10 @@ def _check_evidence(record: dict[str, Any]) -> None:
         return
     evidence = record.get("evidence") or {}
     if evidence.get("checkpoints") or evidence.get("work_started"):
-        raise CkptselError(f"{record.get('study_file')}: the protocol says before training, but "
-                           f"its own evidence lists work ({evidence.get('checkpoints')[:1]})")  # fmt: skip
+        raise CkptselError(
+            f"{record.get('study_file')}: the protocol says before training, but "
+            f"its own evidence lists work ({evidence.get('checkpoints')[:1]})"
+        )
     runs = evidence.get("runs_dir")
     if not isinstance(runs, str) or is_url(runs):
         return
@@ -401,8 +413,7 @@ def _check_evidence(record: dict[str, Any]) -> None:
 
 
 def _operational_keys() -> list[str]:
-    return [f"{s}.*" if keys is None else f"{s}.{k}" for s, keys in OPERATIONAL.items()
-            for k in (keys or ("",))]  # fmt: skip
+    return [f"{s}.*" if keys is None else f"{s}.{k}" for s, keys in OPERATIONAL.items() for k in (keys or ("",))]
 
 
 def protocol_status(record: dict[str, Any] | None) -> str:

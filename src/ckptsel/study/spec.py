@@ -39,13 +39,7 @@ from ckptsel.data.pools import PoolSpec
 from ckptsel.data.tasks import get_task, is_task_file
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
-from ckptsel.study.configuration import (
-    DEFAULT_SEEDS,
-    Configuration,
-    Study,
-    resolve_model,
-    resolve_path,
-)
+from ckptsel.study.configuration import DEFAULT_SEEDS, Configuration, Study, resolve_model, resolve_path
 
 _INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,)
 _INT_OR_AUTO = (int, str)  # an int, or the string "auto"
@@ -68,13 +62,18 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "results_dir": (_STR, "analysis results folder (default: <workdir>/results)"),
     },
     "pool": {
-        "task": (_STR, "task of the fine-tuning pool (loader and answer rules): a name or a "
-                 "task file PATH.toml (relative to this file)"),
+        "task": (
+            _STR,
+            "task of the fine-tuning pool (loader and answer rules): a name or a "
+            "task file PATH.toml (relative to this file)",
+        ),
         "file": (_STR, "the pool file, split by question group into train and validation"),
         "val_fraction": (_FLOAT, "share of groups that go to validation (default 0.1)"),
         "seed": (_INT, "split seed (default: ckptsel.defaults.DATA_SEED)"),
-        "group_field": (_STR, "field that groups paraphrases (default: detected; a task file's "
-                        "group field, else its prompt field)"),
+        "group_field": (
+            _STR,
+            "field that groups paraphrases (default: detected; a task file's group field, else its prompt field)",
+        ),
     },
     "train": {
         "task": (_STR, "task of the training file (a name or PATH.toml; needs a response)"),
@@ -100,12 +99,11 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "nll_backend": (_STR, "hf | vllm: the engine that scores the NLL (default: backend)"),
         "kv_cache_gib": (_FLOAT, "vLLM: KV cache in GiB (0: sized from the work on a CPU)"),
         "gpu_memory_utilization": (_FLOAT, "vLLM: its share of the GPU (0: 0.6 or 0.85)"),
-        "conformance_check": (
-            _BOOL, "false: skip the fast path's conformance check (stamped; at your own risk)"
-        ),
+        "conformance_check": (_BOOL, "false: skip the fast path's conformance check (stamped; at your own risk)"),
         "prompt_format": (
-            _STR, "alpaca | chat (the tokenizer's chat template) | a template file (relative to "
-            "the study file); training and measurement both use it"
+            _STR,
+            "alpaca | chat (the tokenizer's chat template) | a template file (relative to "
+            "the study file); training and measurement both use it",
         ),
         "system_prompt": (_STR, "the system turn (chat) or the template's system text"),
         "chat_template_args": (_TABLE, "chat template arguments, e.g. {enable_thinking = false}"),
@@ -124,7 +122,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "seed": (_INT, "analysis seed"),
         "level": (_FLOAT, "confidence level"),
         "interval": (_STR, "cr2 | wild | percentile"),
-        "budgets": (_LIST, "finite validation budgets (\"full\" is always added)"),
+        "budgets": (_LIST, 'finite validation budgets ("full" is always added)'),
     },
     "log": {
         "to": (_LIST, 'trackers the results go to: ["mlflow", "wandb", "trackio"]'),
@@ -140,11 +138,24 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
 SCHEMA["test"] = SCHEMA["validation"]
 _SOURCE_KEYS = {"runs": "existing run folders (glob)", "lm_eval": "lm-eval sample folders (glob)"}
 _CONFIG_TYPES: dict[str, tuple[type, ...]] = {
-    "name": _STR, "adaptation": _STR, "rank": _INT, "alpha": _FLOAT, "lr": _FLOAT,
-    "steps": _INT, "epochs": _FLOAT, "save_every": _INT, "batch_size": _INT,
-    "micro_batch": _INT, "max_length": _INT, "warmup_ratio": _FLOAT, "weight_decay": _FLOAT,
-    "target_modules": _LIST, "runs": _STR, "lm_eval": _STR, "filter": _STR,
-}  # fmt: skip
+    "name": _STR,
+    "adaptation": _STR,
+    "rank": _INT,
+    "alpha": _FLOAT,
+    "lr": _FLOAT,
+    "steps": _INT,
+    "epochs": _FLOAT,
+    "save_every": _INT,
+    "batch_size": _INT,
+    "micro_batch": _INT,
+    "max_length": _INT,
+    "warmup_ratio": _FLOAT,
+    "weight_decay": _FLOAT,
+    "target_modules": _LIST,
+    "runs": _STR,
+    "lm_eval": _STR,
+    "filter": _STR,
+}
 
 
 @dataclass(frozen=True)
@@ -274,10 +285,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> None:
 
 
 def load_spec(
-    path: str | Path | Location,
-    *,
-    overrides: Sequence[str] = (),
-    workdir: str | Path | None = None,
+    path: str | Path | Location, *, overrides: Sequence[str] = (), workdir: str | Path | None = None
 ) -> StudySpec:
     """Read and validate a study file (``schema = 2``) for ``ckptsel run``. Every key is
     checked (known, typed, files present) before anything runs; errors name the key and its
@@ -297,9 +305,7 @@ def load_study(path: str | Path | Location, *, workdir: str | Path | None = None
     return _load(path, (), workdir, run=False).study
 
 
-def _load(
-    path: str | Path | Location, overrides: Sequence[str], workdir: str | Path | None, *, run: bool
-) -> StudySpec:
+def _load(path: str | Path | Location, overrides: Sequence[str], workdir: str | Path | None, *, run: bool) -> StudySpec:
     """The steps of :func:`load_spec`; ``run=False`` (:func:`load_study`) lets a file that
     trains leave out its validation and test tables (the spec's pools are then None)."""
     source = as_location(path) if is_url(path) else Path(path)
@@ -321,8 +327,12 @@ def _load(
     test = _pool_spec(data, "test", chk, root, split, train_task, run=run)
     trained, external = _configurations(data.get("configurations"), chk, root, train_file)
     if trained and train_task and not get_task(train_task).has_response:
-        chk.fail("pool" if split else "train", "task", f"{get_task(train_task).name} has no "
-                 "response field: nothing to fine-tune on (SFT needs one; [fields] response)")  # fmt: skip
+        chk.fail(
+            "pool" if split else "train",
+            "task",
+            f"{get_task(train_task).name} has no "
+            "response field: nothing to fine-tune on (SFT needs one; [fields] response)",
+        )
     runs_dir = resolve_path(work, s.get("runs_dir", "runs"))
     if trained and is_url(runs_dir):
         msg = f"must be a local folder, got {runs_dir} (training writes there)"
@@ -343,10 +353,18 @@ def _load(
         measure=_measure_settings(data.get("measure", {}), chk, root),
     )
     return StudySpec(
-        source, work, study, validation, test, split, tuple(external),
-        dict(data.get("analysis", {})), resolve_path(work, s.get("results_dir", "results")),
-        dict(data.get("executor", {})), dict(data.get("log", {})),
-    )  # fmt: skip
+        source,
+        work,
+        study,
+        validation,
+        test,
+        split,
+        tuple(external),
+        dict(data.get("analysis", {})),
+        resolve_path(work, s.get("results_dir", "results")),
+        dict(data.get("executor", {})),
+        dict(data.get("log", {})),
+    )
 
 
 def _measure_settings(measure: dict[str, Any], chk: _Checker, root: Path | Location) -> dict:
@@ -397,8 +415,7 @@ def _schema2(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
         line = _line_of(chk.text, "", "schema")
         at = f", line {line}" if line else ""
         raise CkptselError(
-            f"{chk.source}{at}: a schema-1 study file (no `schema = 2`) is no longer read: "
-            f"{SCHEMA1_HOWTO}"
+            f"{chk.source}{at}: a schema-1 study file (no `schema = 2`) is no longer read: {SCHEMA1_HOWTO}"
         )
     if version != SCHEMA_VERSION:
         chk.fail("", "schema", f"unknown version {version!r} (this ckptsel reads 2)")
@@ -433,9 +450,7 @@ def _seeds(s: dict[str, Any], chk: _Checker) -> list[int]:
     return seeds
 
 
-def _file(
-    chk: _Checker, root: Path | Location, table: str, key: str, value: str
-) -> Path | Location:
+def _file(chk: _Checker, root: Path | Location, table: str, key: str, value: str) -> Path | Location:
     """A path or URL of the file (relative to its folder) that must exist."""
     p = resolve_path(root, value)
     if not p.exists():
@@ -477,9 +492,8 @@ def _training_data(
     fields = get_task(task).fields if is_task_file(task) else None  # a task file's own group
     group_field = p.get("group_field") or (fields and (fields.group or fields.prompt[0]))
     split = PoolSplit(
-        task, _file(chk, root, "pool", "file", p["file"]),
-        float(frac), p.get("seed", DATA_SEED), group_field,
-    )  # fmt: skip
+        task, _file(chk, root, "pool", "file", p["file"]), float(frac), p.get("seed", DATA_SEED), group_field
+    )
     return split, split.task, work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
 
 
@@ -521,9 +535,7 @@ def _pool_spec(
     for key in ("n", "per_task"):
         if key in p and p[key] < 1:
             chk.fail(table, key, f"must be >= 1, got {p[key]}")
-    return PoolSpec(
-        task, files, p.get("n"), p.get("per_task"), p.get("seed", DATA_SEED), f"[{table}]"
-    )
+    return PoolSpec(task, files, p.get("n"), p.get("per_task"), p.get("seed", DATA_SEED), f"[{table}]")
 
 
 def _configurations(
@@ -545,9 +557,7 @@ def _configurations(
             external.append(_external(rc, kinds[0], chk, root, i))
             continue
         if train_file is None:
-            chk.fail(
-                "train", None, f"configuration {rc['name']!r} is trained: give [train] or [pool]"
-            )
+            chk.fail("train", None, f"configuration {rc['name']!r} is trained: give [train] or [pool]")
         kw = dict(rc)
         if "target_modules" in kw:
             kw["target_modules"] = tuple(kw["target_modules"])
@@ -561,15 +571,15 @@ def _configurations(
     return trained, external
 
 
-def _external(
-    rc: dict[str, Any], kind: str, chk: _Checker, root: Path | Location, index: int
-) -> ExternalConfiguration:
+def _external(rc: dict[str, Any], kind: str, chk: _Checker, root: Path | Location, index: int) -> ExternalConfiguration:
     """A configuration whose trajectories exist already (``runs`` or ``lm_eval``)."""
     extra = set(rc) - {"name", kind} - ({"filter"} if kind == "lm_eval" else set())
     if extra:
         chk.fail(
-            "configurations", sorted(extra)[0],
-            f"a configuration with '{kind}' is not trained here; drop this key", index,
-        )  # fmt: skip
+            "configurations",
+            sorted(extra)[0],
+            f"a configuration with '{kind}' is not trained here; drop this key",
+            index,
+        )
     pattern = str(resolve_path(root, rc[kind]))
     return ExternalConfiguration(rc["name"], kind, pattern, rc.get("filter"))

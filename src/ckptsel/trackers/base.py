@@ -58,14 +58,7 @@ from ckptsel.records.units import UNITS_DIR
 from ckptsel.report.build import load_results
 from ckptsel.report.tables import all_tables
 from ckptsel.results.estimate import fmt
-from ckptsel.results.layout import (
-    CHOICES_DIR,
-    FIGURES_DIR,
-    REPORT_FILE,
-    RUN_FILE,
-    SUMMARY_FILE,
-    TABLES_DIR,
-)
+from ckptsel.results.layout import CHOICES_DIR, FIGURES_DIR, REPORT_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR
 from ckptsel.results.publish import MANIFEST_FILE
 from ckptsel.results.summary import Summary
 
@@ -73,11 +66,7 @@ TRACKERS = ("mlflow", "wandb", "trackio")
 ALIAS = "ckptsel-recommended"
 PREFIX = "ckptsel"
 # tracker -> (module to import, pip extra)
-_PACKAGES = {
-    "mlflow": ("mlflow", "mlflow"),
-    "wandb": ("wandb", "wandb"),
-    "trackio": ("trackio", "trackio"),
-}
+_PACKAGES = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb"), "trackio": ("trackio", "trackio")}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -99,9 +88,7 @@ def check_trackers(trackers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     for t in trackers:
         if t not in TRACKERS:
-            raise CkptselError(
-                f"unknown tracker {t!r} for --log; choose from {', '.join(TRACKERS)}"
-            )
+            raise CkptselError(f"unknown tracker {t!r} for --log; choose from {', '.join(TRACKERS)}")
         if t not in out:
             out.append(t)
     return tuple(out)
@@ -191,12 +178,10 @@ def _claims(summary: dict, rule: str) -> dict[str, float]:
     ``not_estimable`` = 1 for one without an interval."""
     out: dict[str, float] = {}
     cell = ((summary.get("budget") or {}).get(rule) or {}).get("full") or {}
-    for quantity, est in (("G", cell.get("G")), ("H", cell.get("H")),
-                          ("D", (summary.get("D") or {}).get(rule))):  # fmt: skip
+    for quantity, est in (("G", cell.get("G")), ("H", cell.get("H")), ("D", (summary.get("D") or {}).get(rule))):
         if _is_estimate(est):
             path = (quantity, rule, "full") if quantity != "D" else (quantity, rule)
-            out.update({k: v for k, v in _estimate_metrics(est, path).items()
-                        if k.rsplit("/", 1)[1] in HEADLINE_STATS})  # fmt: skip
+            out.update({k: v for k, v in _estimate_metrics(est, path).items() if k.rsplit("/", 1)[1] in HEADLINE_STATS})
     return out
 
 
@@ -206,8 +191,11 @@ def _selection_headline(selection: dict) -> dict[str, float]:
     full = selection_metrics(selection)
     rule = (selection.get("recommendation") or {}).get("rule")
     keep = [metric_name(("select",), "keep_step"), metric_name(("select",), "keep_final")]
-    keep += [metric_name(("select", str(rule), part), stat)
-             for part in ("split_validation", "test") for stat in HEADLINE_STATS]  # fmt: skip
+    keep += [
+        metric_name(("select", str(rule), part), stat)
+        for part in ("split_validation", "test")
+        for stat in HEADLINE_STATS
+    ]
     return {k: full[k] for k in keep if k in full}
 
 
@@ -220,8 +208,10 @@ def choice_metrics(choices: pd.DataFrame | None, rule: str, room: int) -> dict[s
     if mine.empty:
         return {}
     if len(mine) <= room:
-        return {metric_name(("choice", str(t)), "step"): float(s)
-                for t, s in zip(mine["trajectory"], mine["step"], strict=True)}  # fmt: skip
+        return {
+            metric_name(("choice", str(t)), "step"): float(s)
+            for t, s in zip(mine["trajectory"], mine["step"], strict=True)
+        }
     return {
         metric_name(("choices", rule), "trajectories"): float(len(mine)),
         metric_name(("choices", rule), "final_fraction"): float(mine["final"].mean()),
@@ -282,8 +272,9 @@ def records_sha256(records_dir: str | Path | Location) -> str | None:
     names = [GENERATIONS_FILE, NLL_FILE]
     units = root / UNITS_DIR
     if units.is_dir():
-        rels = [r for r in units.listing()
-                if r.endswith(".parquet") and not any(p.startswith(".") for p in r.split("/"))]  # fmt: skip
+        rels = [
+            r for r in units.listing() if r.endswith(".parquet") and not any(p.startswith(".") for p in r.split("/"))
+        ]
         names += [f"{UNITS_DIR}/{r}" for r in sorted(rels, key=lambda r: r.split("/"))]
     h = hashlib.sha256()
     for name in names:
@@ -319,9 +310,7 @@ def summary_params(summary: dict, results_dir: Path, named: str | None = None) -
         "choices_sha256": summary.get("choices_sha256"),
         "protocol": (summary.get("protocol") or {}).get("status"),
         "protocol_sha256": (summary.get("protocol") or {}).get("sha256"),
-        "summary_sha256": hashlib.sha256(
-            (Path(results_dir) / SUMMARY_FILE).read_bytes()
-        ).hexdigest(),
+        "summary_sha256": hashlib.sha256((Path(results_dir) / SUMMARY_FILE).read_bytes()).hexdigest(),
         "trajectories": pop.get("trajectories"),
         "configurations": pop.get("configurations"),
         "tasks": ",".join(pop.get("tasks") or []),
@@ -329,9 +318,7 @@ def summary_params(summary: dict, results_dir: Path, named: str | None = None) -
         "nll_records": pop.get("nll_records"),
         "results_dir": named or str(Path(results_dir).resolve()),
         "records_dir": run.get("records_dir"),
-        "records_sha256": records_sha256(run["records_dir"])
-        if run.get("records_dir")
-        else None,
+        "records_sha256": records_sha256(run["records_dir"]) if run.get("records_dir") else None,
         "version": run.get("ckptsel"),
         "warnings": " | ".join(summary.get("warnings") or []) or None,
     }
@@ -369,20 +356,14 @@ def _files(results_dir: Path) -> tuple[tuple[Path, str], ...]:
     out = [(results_dir / n, "/".join((PREFIX, *Path(n).parts[:-1]))) for n in names]
     tables = results_dir / TABLES_DIR
     if tables.is_dir():
-        out += [
-            (p, f"{PREFIX}/{TABLES_DIR}")
-            for p in sorted(tables.iterdir())
-            if p.suffix in (".md", ".csv")
-        ]
+        out += [(p, f"{PREFIX}/{TABLES_DIR}") for p in sorted(tables.iterdir()) if p.suffix in (".md", ".csv")]
     figures = results_dir / FIGURES_DIR
     if figures.is_dir():
         out += [(p, f"{PREFIX}/{FIGURES_DIR}") for p in sorted(figures.glob("*.png"))]
     return tuple((p, sub) for p, sub in out if p.is_file())
 
 
-def build_payload(
-    results_dir: Path | None, selection: dict | None = None, named: str | None = None
-) -> Payload:
+def build_payload(results_dir: Path | None, selection: dict | None = None, named: str | None = None) -> Payload:
     """The :class:`Payload` of a results folder and/or a selection (at least one of them);
     ``named``: the folder's URL when ``results_dir`` is a local copy of it."""
     if results_dir is None:
@@ -538,8 +519,7 @@ def check_model_folder(name: str, checkpoint: Path | None, trajectory: str, step
         p.suffix in WEIGHT_SUFFIXES for p in folder.iterdir() if p.is_file()
     ):
         raise CkptselError(
-            f"--register {name}: {folder} holds no model (no {', '.join(MODEL_FILES)} or "
-            "weights); nothing to register"
+            f"--register {name}: {folder} holds no model (no {', '.join(MODEL_FILES)} or weights); nothing to register"
         )
     return folder
 
@@ -549,9 +529,7 @@ def registration(payload: Payload, name: str, checkpoint: Path | None = None) ->
     check_model_name(name)
     sel = payload.selection
     if not sel or (sel.get("recommendation") or {}).get("keep_step") is None:
-        raise CkptselError(
-            "--register needs a recommendation: select a checkpoint of one trajectory first"
-        )
+        raise CkptselError("--register needs a recommendation: select a checkpoint of one trajectory first")
     rec = sel["recommendation"]
     step = int(rec["keep_step"])
     folder = check_model_folder(name, checkpoint, str(sel["trajectory"]), step)
@@ -587,10 +565,7 @@ def selection_file(selection: dict) -> Path:
 # artifacts (``Artifact(name, type=…, description=…, metadata=…)``, ``add_file``,
 # ``add_reference``): the helpers below build them once, each tool handing its own classes.
 def media(
-    payload: Payload,
-    table: Callable[[pd.DataFrame], Any],
-    html: Callable[[Path], Any],
-    image: Callable[[Path], Any],
+    payload: Payload, table: Callable[[pd.DataFrame], Any], html: Callable[[Path], Any], image: Callable[[Path], Any]
 ) -> dict[str, Any]:
     """The main table, ``report.html`` and the figures as the tool's media objects (made by
     ``table``, ``html`` and ``image``), keyed ``ckptsel/main_table``, ``ckptsel/report`` and

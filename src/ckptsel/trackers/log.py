@@ -10,15 +10,7 @@ from typing import Any
 
 from ckptsel._util.locations import Location, as_location, is_url
 from ckptsel.results import publish
-from ckptsel.trackers.base import (
-    Logged,
-    LogJob,
-    LogTarget,
-    build_payload,
-    check_trackers,
-    registration,
-    require,
-)
+from ckptsel.trackers.base import Logged, LogJob, LogTarget, build_payload, check_trackers, registration, require
 from ckptsel.trackers.mlflow import log_mlflow
 from ckptsel.trackers.trackio import log_trackio
 from ckptsel.trackers.wandb import log_wandb

@@ -48,9 +48,7 @@ def _run(mlflow, client, target: base.LogTarget) -> tuple[str, str, bool]:
         return run.info.run_id, run.info.run_name, False
     experiment = target.project or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
     tags = {f"{base.PREFIX}.training_run_name": target.run_name} if target.run_name else {}
-    run = client.create_run(
-        _experiment_id(client, experiment), run_name=target.new_run_name, tags=tags
-    )
+    run = client.create_run(_experiment_id(client, experiment), run_name=target.new_run_name, tags=tags)
     return run.info.run_id, run.info.run_name, True
 
 
@@ -88,9 +86,7 @@ def _log_files(client, run_id: str, payload: base.Payload) -> None:
     for path, folder in payload.files:
         client.log_artifact(run_id, str(path), artifact_path=folder)
     if payload.main_table is not None:
-        client.log_table(
-            run_id, data=payload.main_table, artifact_file=f"{base.PREFIX}/main_table.json"
-        )
+        client.log_table(run_id, data=payload.main_table, artifact_file=f"{base.PREFIX}/main_table.json")
     if payload.selection is not None:
         client.log_dict(run_id, payload.selection, f"{base.PREFIX}/selection.json")
 
@@ -101,9 +97,7 @@ def register(mlflow, client, run_id: str, reg: base.Registration) -> str:
         client.get_registered_model(reg.name)
     except mlflow.exceptions.MlflowException:
         client.create_registered_model(reg.name, description="checkpoints recommended by ckptsel")
-    source = (
-        reg.checkpoint.resolve().as_uri() if reg.checkpoint else f"runs:/{run_id}/{base.PREFIX}"
-    )
+    source = reg.checkpoint.resolve().as_uri() if reg.checkpoint else f"runs:/{run_id}/{base.PREFIX}"
     version = client.create_model_version(
         reg.name, source=source, run_id=run_id, description=reg.description, tags=reg.tags
     )
@@ -121,9 +115,7 @@ def log_mlflow(job: base.LogJob) -> base.Logged:
         try:
             _log_values(mlflow, client, run_id, job.payload)
             _log_files(client, run_id, job.payload)
-            registered = (
-                register(mlflow, client, run_id, job.registration) if job.registration else None
-            )
+            registered = register(mlflow, client, run_id, job.registration) if job.registration else None
         finally:
             if created:
                 client.set_terminated(run_id)

@@ -25,16 +25,10 @@ def _init(trackio, target: base.LogTarget, project: str, config: dict):
     quiet = {"auto_log_cpu": False, "auto_log_gpu": False}
     if target.run_id:
         try:
-            return trackio.init(
-                project=project, name=target.run_id, resume="must", config=config, **quiet
-            )
+            return trackio.init(project=project, name=target.run_id, resume="must", config=config, **quiet)
         except ValueError as err:
-            raise CkptselError(
-                f"Trackio: no run {target.run_id!r} in project {project!r} ({err})"
-            ) from err
-    return trackio.init(
-        project=project, name=target.new_run_name, group=target.run_name, config=config, **quiet
-    )
+            raise CkptselError(f"Trackio: no run {target.run_id!r} in project {project!r} ({err})") from err
+    return trackio.init(project=project, name=target.new_run_name, group=target.run_name, config=config, **quiet)
 
 
 def _log(trackio, payload: base.Payload) -> None:

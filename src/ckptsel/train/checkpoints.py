@@ -87,9 +87,7 @@ def resolve_base(name: str, run_dir: Path | Location | str, where: Any, given: b
         return shown
     if _looks_like_hub_id(name) and not Path(name).is_absolute():
         return name
-    raise CkptselError(
-        f"{where}: base model {name!r} not found (base_model_name_or_path); pass --base MODEL_DIR"
-    )
+    raise CkptselError(f"{where}: base model {name!r} not found (base_model_name_or_path); pass --base MODEL_DIR")
 
 
 def _read_json(file: Location) -> Any:
@@ -111,15 +109,11 @@ def inspect_checkpoint(
         if not isinstance(cfg, dict):
             raise CkptselError(f"{adapter_cfg}: expected a JSON object")
         if not names & set(ADAPTER_WEIGHTS):
-            raise CkptselError(
-                f"{path}: adapter_config.json but no adapter weights ({ADAPTER_WEIGHTS[0]})"
-            )
+            raise CkptselError(f"{path}: adapter_config.json but no adapter weights ({ADAPTER_WEIGHTS[0]})")
         check_weights(path, ADAPTER_WEIGHTS, names)
         name = base if base is not None else cfg.get("base_model_name_or_path")
         if not name:
-            raise CkptselError(
-                f"{adapter_cfg}: field base_model_name_or_path is empty; pass --base MODEL_DIR"
-            )
+            raise CkptselError(f"{adapter_cfg}: field base_model_name_or_path is empty; pass --base MODEL_DIR")
         resolved = resolve_base(str(name), run_dir, adapter_cfg, given=base is not None)
         return Checkpoint(step, path, "adapter", resolved)
     if "config.json" in names:
@@ -128,14 +122,10 @@ def inspect_checkpoint(
             raise CkptselError(f"{path}: config.json but no model weights ({MODEL_WEIGHTS[0]})")
         check_weights(path, MODEL_WEIGHTS, names)
         return Checkpoint(step, path, "full")
-    raise CkptselError(
-        f"{path}: neither a PEFT adapter (adapter_config.json) nor a full model (config.json)"
-    )
+    raise CkptselError(f"{path}: neither a PEFT adapter (adapter_config.json) nor a full model (config.json)")
 
 
-def check_weights(
-    path: Path | Location | str, names: tuple[str, ...], present: set[str] | None = None
-) -> None:
+def check_weights(path: Path | Location | str, names: tuple[str, ...], present: set[str] | None = None) -> None:
     """Open the weight files of a checkpoint folder and check they are whole (before anything
     is measured or written): a ``.safetensors`` header must parse and its tensors must fit in
     the file; sharded weights are checked shard by shard; ``.bin`` files must not be empty.
@@ -199,8 +189,7 @@ def _check_weight_file(file: Location) -> None:
             raise CkptselError(f"{file}: tensor {key!r} has no valid data_offsets") from err
     if 8 + n + end > size:
         raise CkptselError(
-            f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, "
-            f"the file has {size})"
+            f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, the file has {size})"
         )
 
 
@@ -209,7 +198,6 @@ def layout_pattern(layout: str) -> re.Pattern[str]:
     if layout not in LAYOUTS:
         raise CkptselError(f"unknown checkpoint layout {layout!r} (known: {', '.join(LAYOUTS)})")
     return LAYOUTS[layout]
-
 
 
 def _step(path: Location, digits: str) -> int:
@@ -242,9 +230,7 @@ def discover_checkpoints(
         if not folder:
             raise CkptselError(f"{child}: checkpoint entry is not a folder")
         if not (m.group(1).isascii() and m.group(1).isdigit()):
-            raise CkptselError(
-                f"{child}: checkpoint folder name must be {name[: m.start(1)]}<step> (an integer)"
-            )
+            raise CkptselError(f"{child}: checkpoint folder name must be {name[: m.start(1)]}<step> (an integer)")
         found.append(inspect_checkpoint(child, _step(child, m.group(1)), run_dir, base))
     if not found:
         what = "checkpoint-<step>" if layout == "hf" else "epoch_<n> / step_<n>"
@@ -253,9 +239,7 @@ def discover_checkpoints(
     steps = [c.step for c in found]
     if len(set(steps)) != len(steps):
         dup = next(s for s in steps if steps.count(s) > 1)
-        raise CkptselError(
-            f"{run_dir}: step {dup} appears twice (e.g. checkpoint-{dup} and a zero-padded twin)"
-        )
+        raise CkptselError(f"{run_dir}: step {dup} appears twice (e.g. checkpoint-{dup} and a zero-padded twin)")
     return found
 
 
@@ -343,9 +327,7 @@ class TrajectoryStatus:
 def _is_complete_checkpoint(path: Location) -> bool:
     """A checkpoint folder holding loadable weights (adapter or full model)."""
     names = {name for name, _ in path.children()}
-    has_adapter = "adapter_config.json" in names and any(
-        n.startswith("adapter_model.") for n in names
-    )
+    has_adapter = "adapter_config.json" in names and any(n.startswith("adapter_model.") for n in names)
     has_full = "config.json" in names and any(
         n.startswith("model")
         and (n.endswith(".safetensors") or n.endswith(".bin") or n.endswith(".json"))
@@ -367,9 +349,7 @@ def checkpoint_steps(run_dir: Path | Location | str) -> list[int]:
     return sorted(steps)
 
 
-def _judge_trajectory(
-    run_dir: Path, steps: tuple[int, ...], expected_final_step: int | None
-) -> tuple[bool, str]:
+def _judge_trajectory(run_dir: Path, steps: tuple[int, ...], expected_final_step: int | None) -> tuple[bool, str]:
     """Whether a run holding checkpoints at ``steps`` is a valid trajectory, and why."""
     if not steps:
         return False, f"no complete checkpoint-<step>/ folder in {run_dir}"
@@ -382,15 +362,11 @@ def _judge_trajectory(
         )
     extra = [s for s in steps if s > expected_final_step]
     if extra:
-        return False, (
-            f"has checkpoints beyond the expected final step {expected_final_step}: {extra}"
-        )
+        return False, (f"has checkpoints beyond the expected final step {expected_final_step}: {extra}")
     return True, f"complete: final checkpoint-{expected_final_step}"
 
 
-def trajectory_status(
-    run_dir: str | Path, expected_final_step: int | None = None
-) -> TrajectoryStatus:
+def trajectory_status(run_dir: str | Path, expected_final_step: int | None = None) -> TrajectoryStatus:
     """Report a trajectory invalid when it lacks its expected final checkpoint (SPEC §2).
 
     Without an expected step, the largest checkpoint counts as final (valid if any exists).
@@ -428,10 +404,12 @@ def weight_files(path: Path | Location | str) -> list[str]:
             files.add(name)
     if not named:
         files = {
-            n for n in present
+            n
+            for n in present
             if n.endswith((".safetensors", ".bin", ".pt", ".pth"))
-            and n not in _NOT_WEIGHTS and not n.startswith("rng_state")
-        }  # fmt: skip
+            and n not in _NOT_WEIGHTS
+            and not n.startswith("rng_state")
+        }
     return sorted(files)
 
 
@@ -485,11 +463,21 @@ def _fingerprint_chunks(file: Location, size: int) -> Iterator[bytes]:
 # the files besides the weights that define what a checkpoint computes from a prompt: its
 # adapter or model config, its generation config, its tokenizer and chat template
 FUNCTION_FILES = (
-    "adapter_config.json", "config.json", "generation_config.json", "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.model",
-    "spiece.model", "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja",
+    "adapter_config.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "spiece.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
     "chat_template.json",
-)  # fmt: skip
+)
 BASE_PREFIX = "base/"  # an adapter's base model: its files and weights, under this prefix
 
 
@@ -511,9 +499,7 @@ def _file_digests(path: Location, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def function_digests(
-    ckpt: Checkpoint, bases: dict[str, dict[str, str]] | None = None
-) -> dict[str, str]:
+def function_digests(ckpt: Checkpoint, bases: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
     """A content digest (``sha256:<hex>``) per file that defines ``ckpt``'s function besides
     its own weights (:func:`function_files`), by name; an adapter's base model adds its files
     and its weights' fingerprint (:func:`weights_fingerprint`) under ``base/`` (a hub name,

@@ -48,9 +48,7 @@ def use_bf16(device: str) -> bool:
     """bf16 autocast where the hardware has it (SPEC §11), fp32 elsewhere (e.g. CPU)."""
     import torch
 
-    return (
-        device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    )
+    return device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
 def load_tokenizer(ref: str | Path):
@@ -122,11 +120,7 @@ def check_lora_targets(base_model: str, config: Configuration) -> bool:
 
 
 def build_trainable(
-    base_model: str,
-    config: Configuration,
-    seed: int,
-    resume_from: Path | None,
-    frozen_bf16: bool = False,
+    base_model: str, config: Configuration, seed: int, resume_from: Path | None, frozen_bf16: bool = False
 ):
     """The model to train: base + fresh (seeded) LoRA, base + LoRA from a checkpoint, or a full
     model (from the base or from a checkpoint).

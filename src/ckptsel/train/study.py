@@ -24,9 +24,7 @@ from ckptsel.train.trajectory import TrainResult, encode_items, train_trajectory
 def write_final_steps(study: Study, n_train_examples: int) -> Path:
     """``final_steps.json``: the expected final step per trajectory, for the analysis."""
     path = study.root / FINAL_STEPS_FILE
-    write_text(
-        path, json.dumps(final_steps(study, n_train_examples), indent=2, sort_keys=True) + "\n"
-    )
+    write_text(path, json.dumps(final_steps(study, n_train_examples), indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -41,9 +39,7 @@ def train_study(
     """Train (or resume) every trajectory of a study; completed ones are skipped."""
     task = get_task(study.task)
     if not task.has_response:
-        raise CkptselError(
-            f"task {task.name} has no response field: nothing to fine-tune on (SFT needs one)"
-        )
+        raise CkptselError(f"task {task.name} has no response field: nothing to fine-tune on (SFT needs one)")
     items = load_items(study.task, study.train)  # a URL: this node's copy
     base = local_ref(study.base_model)  # a URL: this node's copy
     tokenizer = load_tokenizer(base)
@@ -107,7 +103,4 @@ def study_status(study: Study) -> list[TrajectoryStatus]:
     n_items = 0
     if any(c.epochs is not None for c in study.configurations):
         n_items = len(load_items(study.task, study.train))
-    return [
-        trajectory_status(study.run_root / name, cfg.total_steps(n_items))
-        for name, cfg, _ in study.trajectories()
-    ]
+    return [trajectory_status(study.run_root / name, cfg.total_steps(n_items)) for name, cfg, _ in study.trajectories()]

@@ -44,9 +44,7 @@ IGNORE_INDEX = -100
 # --------------------------------------------------------------------------- examples
 
 
-def encode_example(
-    tokenizer, prompt: str, response: str, max_length: int = 512
-) -> dict[str, list[int]]:
+def encode_example(tokenizer, prompt: str, response: str, max_length: int = 512) -> dict[str, list[int]]:
     """Token ids and labels of one SFT example.
 
     The prompt and the response are tokenized separately and concatenated (prompt with the
@@ -67,10 +65,7 @@ def _example(p: list[int], r: list[int], eos: int, max_length: int) -> dict[str,
 
 def _supervised(p: list[int], r: list[int], max_length: int) -> dict[str, list[int]]:
     """Prompt ``p`` (label -100) then response ``r`` (its end included, supervised)."""
-    return {
-        "input_ids": (p + r)[:max_length],
-        "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length],
-    }
+    return {"input_ids": (p + r)[:max_length], "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length]}
 
 
 def encode_items(
@@ -87,12 +82,8 @@ def encode_items(
     if not items:
         return []
     fmt = fmt or PromptFormat()
-    prompts, responses = fmt.encode(
-        tokenizer, [it.instruction for it in items], [it.response for it in items], items
-    )
-    return [
-        _supervised(p, r, max_length) for p, r in zip(prompts, responses, strict=True)
-    ]
+    prompts, responses = fmt.encode(tokenizer, [it.instruction for it in items], [it.response for it in items], items)
+    return [_supervised(p, r, max_length) for p, r in zip(prompts, responses, strict=True)]
 
 
 def collate(examples: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, Any]:
@@ -127,11 +118,7 @@ def example_order(n_examples: int, total_examples: int, seed: int) -> np.ndarray
 def _rng_state() -> dict[str, Any]:
     import torch
 
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "cpu": torch.get_rng_state(),
-    }
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -246,9 +233,7 @@ def train_trajectory(
     have = checkpoint_steps(run_dir)
     resume_step = max((s for s in have if s in save_at), default=None)
     if resume_step is not None and resume_step >= total:
-        return TrainResult(
-            name, run_dir, total, have, resume_step, skipped=True, seconds=time.perf_counter() - t0
-        )
+        return TrainResult(name, run_dir, total, have, resume_step, skipped=True, seconds=time.perf_counter() - t0)
     device = pick_device(device)
     bf16 = use_bf16(device)
     if tokenizer is None:
@@ -264,68 +249,47 @@ def train_trajectory(
         start = resume_step
 
     order = example_order(n, total * config.batch_size, seed)
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     saved: list[int] = []
     last_loss = None
     bar = _progress_bar(total, start, name) if progress else None
     for step in range(start + 1, total + 1):
         idx = order[(step - 1) * config.batch_size : step * config.batch_size]
         batch = [examples[i] for i in idx]
-        loss = _train_step(
-            model, optimizer, scheduler, batch, config.micro_batch, pad_id, device, bf16
-        )
+        loss = _train_step(model, optimizer, scheduler, batch, config.micro_batch, pad_id, device, bf16)
         last_loss = loss
         if not math.isfinite(loss):
             raise CkptselError(
                 f"trajectory {name}: loss became {loss} at step {step}; "
                 f"lower the learning rate of configuration {config.name!r}"
             )
-        log_history.append(
-            {"step": step, "loss": round(loss, 6), "learning_rate": scheduler.get_last_lr()[0]}
-        )
+        log_history.append({"step": step, "loss": round(loss, 6), "learning_rate": scheduler.get_last_lr()[0]})
         if on_step is not None:
             on_step(step, loss)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}")
         if step in save_at:
-            state = _trainer_state(
-                step, total, n, seed, name, config, base_model, bf16, log_history
-            )
-            _save_checkpoint(
-                model, tokenizer, optimizer, scheduler, run_dir, step, state, config, base_model
-            )
+            state = _trainer_state(step, total, n, seed, name, config, base_model, bf16, log_history)
+            _save_checkpoint(model, tokenizer, optimizer, scheduler, run_dir, step, state, config, base_model)
             saved.append(step)
             if stop_after is not None and step >= stop_after:
                 break
     if bar is not None:
         bar.close()
-    return TrainResult(
-        name, run_dir, total, saved, resume_step, False, time.perf_counter() - t0, last_loss
-    )
+    return TrainResult(name, run_dir, total, saved, resume_step, False, time.perf_counter() - t0, last_loss)
 
 
 def _resume_state(resume_dir: Path, seed: int, total: int, config: Configuration) -> dict:
     """The ``trainer_state.json`` of the checkpoint to resume from, after checking that the
     training state is all there and was written with this trajectory's settings."""
     missing = [
-        f
-        for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth")
-        if not (resume_dir / f).is_file()
+        f for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth") if not (resume_dir / f).is_file()
     ]
     if missing:
-        raise CkptselError(
-            f"{resume_dir}: cannot resume, training state missing ({', '.join(missing)})"
-        )
+        raise CkptselError(f"{resume_dir}: cannot resume, training state missing ({', '.join(missing)})")
     prev = json.loads((resume_dir / STATE_FILE).read_text(encoding="utf-8"))
-    want = {
-        "seed": seed,
-        "max_steps": total,
-        "configuration": config.name,
-        "effective_batch_size": config.batch_size,
-    }
+    want = {"seed": seed, "max_steps": total, "configuration": config.name, "effective_batch_size": config.batch_size}
     diff = {k: (prev.get(k), v) for k, v in want.items() if k in prev and prev[k] != v}
     if diff:
         raise CkptselError(
@@ -337,13 +301,7 @@ def _resume_state(resume_dir: Path, seed: int, total: int, config: Configuration
 
 
 def _setup(
-    base_model: str,
-    config: Configuration,
-    seed: int,
-    total: int,
-    resume_dir: Path | None,
-    device: str,
-    bf16: bool,
+    base_model: str, config: Configuration, seed: int, total: int, resume_dir: Path | None, device: str, bf16: bool
 ) -> tuple[Any, Any, Any]:
     """Seed every RNG, then build the trainable model (from ``resume_dir``'s weights when
     resuming), its AdamW optimizer and the linear warm-up/decay schedule over ``total`` steps."""
@@ -359,11 +317,7 @@ def _setup(
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        params,
-        lr=config.learning_rate,
-        betas=(0.9, 0.999),
-        eps=1e-8,
-        weight_decay=config.weight_decay,
+        params, lr=config.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=config.weight_decay
     )
     warmup = math.ceil(config.warmup_ratio * total)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
@@ -449,10 +403,7 @@ def _train_step(
         target = mb["labels"][:, 1:]
         loss = (
             torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]),
-                target.reshape(-1),
-                ignore_index=IGNORE_INDEX,
-                reduction="sum",
+                logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
             )
             / n_tok
         )

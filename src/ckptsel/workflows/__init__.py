@@ -19,12 +19,7 @@ from __future__ import annotations
 from ckptsel.workflows.advise.comparison import compare_checkpoints
 from ckptsel.workflows.advise.log_comparison import compare_logs
 from ckptsel.workflows.advise.planning import plan_from_pilot
-from ckptsel.workflows.advise.selection import (
-    Selection,
-    StudySelection,
-    select_all,
-    select_checkpoint,
-)
+from ckptsel.workflows.advise.selection import Selection, StudySelection, select_all, select_checkpoint
 from ckptsel.workflows.analysis import analyze, verify
 
 __all__ = [

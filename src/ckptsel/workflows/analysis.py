@@ -38,13 +38,7 @@ from ckptsel.results import publish
 from ckptsel.results.layout import CHOICES_DIR, PROTOCOL_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR
 from ckptsel.results.summary import KeepTable, Preregistration, Summary
 from ckptsel.stats.estimates import StatSettings, summarize
-from ckptsel.study.protocol import (
-    before_training,
-    protocol_analysis,
-    protocol_json,
-    protocol_status,
-    read_protocol,
-)
+from ckptsel.study.protocol import before_training, protocol_analysis, protocol_json, protocol_status, read_protocol
 from ckptsel.workflows.advise.comparison import fallback_matrix, fallback_shares
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
@@ -76,15 +70,19 @@ class AnalysisSettings:
         if self.given_budgets is None:
             object.__setattr__(self, "given_budgets", self.choice.budgets)
         if self.choice.seed != self.stat.seed:
-            raise CkptselError(f"one seed for choices and statistics, not {self.choice.seed} and "
-                               f"{self.stat.seed}")  # fmt: skip
+            raise CkptselError(f"one seed for choices and statistics, not {self.choice.seed} and {self.stat.seed}")
 
     @classmethod
     def of(
-        cls, *, permutations: int = defaults.PERMUTATIONS, draws: int = defaults.DRAWS,
-        seed: int = defaults.SEED, level: float = defaults.CONFIDENCE,
-        interval: str = defaults.INTERVAL, budgets: Any = defaults.BUDGETS,
-    ) -> AnalysisSettings:  # fmt: skip
+        cls,
+        *,
+        permutations: int = defaults.PERMUTATIONS,
+        draws: int = defaults.DRAWS,
+        seed: int = defaults.SEED,
+        level: float = defaults.CONFIDENCE,
+        interval: str = defaults.INTERVAL,
+        budgets: Any = defaults.BUDGETS,
+    ) -> AnalysisSettings:
         """The settings of these values (the keys of a study's ``[analysis]``), each checked by
         the settings object that uses it (one clear error)."""
         stat = StatSettings(draws, seed, level, interval)
@@ -104,8 +102,14 @@ class AnalysisSettings:
         """``[analysis]``'s keys and values (budgets: a sorted list without repeats), what a
         frozen protocol is compared with."""
         c, s = self.choice, self.stat
-        return {"permutations": c.permutations, "draws": s.draws, "seed": s.seed, "level": s.level,
-                "interval": s.interval, "budgets": list(c.budgets)}  # fmt: skip
+        return {
+            "permutations": c.permutations,
+            "draws": s.draws,
+            "seed": s.seed,
+            "level": s.level,
+            "interval": s.interval,
+            "budgets": list(c.budgets),
+        }
 
     @property
     def keep(self) -> SelectSettings:
@@ -177,16 +181,20 @@ def population(validation: list[ValidationData]) -> dict:
         "validation_exclusions": {
             "total": int(sum(exclusions.values())),
             **dict(sorted(exclusions.items())),
-            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in by_name(validation)
-                              if sum(v.exclusions.values())},  # fmt: skip
+            "by_trajectory": {
+                v.trajectory: int(sum(v.exclusions.values())) for v in by_name(validation) if sum(v.exclusions.values())
+            },
         },
     }
 
 
 def freeze_choices(
-    records_dir: Path, out_dir: Path, settings: ChoiceSettings, events: AnalysisEvents = QUIET,
+    records_dir: Path,
+    out_dir: Path,
+    settings: ChoiceSettings,
+    events: AnalysisEvents = QUIET,
     validation: list[ValidationData] | None = None,
-) -> tuple[list, str]:  # fmt: skip
+) -> tuple[list, str]:
     """Step 1: choose on validation records only (``validation``: those records, when already
     loaded), write and hash the choices (``events.phase`` hears each phase as it starts)."""
     if validation is None:
@@ -200,9 +208,8 @@ def freeze_choices(
 
 
 def evaluate_frozen(
-    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings,
-    events: AnalysisEvents = QUIET,
-) -> tuple[Summary, dict[str, pd.DataFrame]]:  # fmt: skip
+    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings, events: AnalysisEvents = QUIET
+) -> tuple[Summary, dict[str, pd.DataFrame]]:
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records;
     score the choices on them and summarize (the summary, and the descriptive tables with the
     checkpoint curves last); ``events.phase`` hears each phase as it starts."""
@@ -318,8 +325,9 @@ def analyze(
     if protocol is not None:
         _refuse_unprotocolled(protocol, settings.to_dict(), protocol_file)
     with single_threaded():
-        return _analyze(records_dir, as_location(out_dir), settings, report, force, events,
-                        Bound(protocol, protocol_file))  # fmt: skip
+        return _analyze(
+            records_dir, as_location(out_dir), settings, report, force, events, Bound(protocol, protocol_file)
+        )
 
 
 @dataclass(frozen=True)
@@ -334,8 +342,7 @@ class Bound:
         r = self.record
         if r is None:
             return Preregistration()
-        return Preregistration(protocol_status(r), r["sha256"], r.get("frozen_at"),
-                               before_training(r))  # fmt: skip
+        return Preregistration(protocol_status(r), r["sha256"], r.get("frozen_at"), before_training(r))
 
 
 def _refuse_unprotocolled(record: dict, used: dict, where: str | None) -> None:
@@ -343,8 +350,7 @@ def _refuse_unprotocolled(record: dict, used: dict, where: str | None) -> None:
     if diffs:
         raise CkptselError(
             f"the analysis settings differ from the protocol frozen at {record.get('frozen_at')} "
-            f"(hash {record['sha256'][:12]}{', ' + where if where else ''}):\n  "
-            + "\n  ".join(diffs)
+            f"(hash {record['sha256'][:12]}{', ' + where if where else ''}):\n  " + "\n  ".join(diffs)
         )
 
 
@@ -352,9 +358,14 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 
 
 def _analyze(
-    records_dir: Path, out_dir: Location, settings: AnalysisSettings, report: bool, force: bool,
-    events: AnalysisEvents, bound: Bound,
-) -> Summary:  # fmt: skip
+    records_dir: Path,
+    out_dir: Location,
+    settings: AnalysisSettings,
+    report: bool,
+    force: bool,
+    events: AnalysisEvents,
+    bound: Bound,
+) -> Summary:
     """The pipeline: load validation → choose → freeze → load frozen → load test → score →
     summarize → keep table → write (→ report), in a staging folder published at the end."""
     meta = {"report": REPORT_META} if report else None
@@ -389,8 +400,13 @@ def _analyze(
     return summary
 
 
-def _with_keep(summary: Summary, keep: KeepTable | None, records_dir: Path, validation: list[ValidationData],
-               protocol: Preregistration | None) -> Summary:  # fmt: skip
+def _with_keep(
+    summary: Summary,
+    keep: KeepTable | None,
+    records_dir: Path,
+    validation: list[ValidationData],
+    protocol: Preregistration | None,
+) -> Summary:
     """``summary`` with its keep table and protocol, and the warning of kept checkpoints whose
     correct answers rest on an answer rule's fallback (:func:`fallback_lines`)."""
     said = fallback_lines(records_dir, validation, keep)
@@ -409,8 +425,9 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
     for v in by_name(validation):
         final = int(v.steps[-1])
         step = kept.get(v.trajectory, final)
-        fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation",
-                             sorted({step, final}))  # fmt: skip
+        fb = fallback_matrix(
+            records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation", sorted({step, final})
+        )
         if fb is None:
             continue
         shares = fallback_shares(v.correct, fb)
@@ -428,9 +445,7 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
     ]
 
 
-def keep_table(
-    records_dir: Path, validation: list[ValidationData], settings: SelectSettings
-) -> KeepTable:
+def keep_table(records_dir: Path, validation: list[ValidationData], settings: SelectSettings) -> KeepTable:
     """Which checkpoint to keep per trajectory (``summary.json``'s ``"keep"``): ``ckptsel
     select --all`` with ``settings`` — for ``analyze``, ``select``'s own defaults with the
     analysis' seed and level (:func:`~ckptsel.workflows.advise.selection.keep_settings`); for ``verify``,
@@ -447,9 +462,13 @@ def write_tables(stage: Path, tables: dict[str, pd.DataFrame]) -> None:
 
 
 def write_outputs(
-    stage: Path, records_dir: Path, summary: Summary, tables: dict,
-    provenance: tuple[list[str], list[str]] | None = None, protocol_file: str | None = None,
-) -> None:  # fmt: skip
+    stage: Path,
+    records_dir: Path,
+    summary: Summary,
+    tables: dict,
+    provenance: tuple[list[str], list[str]] | None = None,
+    protocol_file: str | None = None,
+) -> None:
     """Tables (``tables``; none when :func:`write_tables` wrote them), ``summary.json`` and
     ``run.json`` of a results folder (choices are already there); ``provenance``:
     :func:`ckptsel.records.provenance_lines` (read when not given); ``protocol_file``: where
@@ -463,19 +482,17 @@ def write_outputs(
     records = as_location(records_dir)
     where = str(records.local.resolve()) if records.is_local else str(records)
     lines, warnings = provenance if provenance is not None else provenance_lines(records_dir)
-    run = {
-        "records_dir": where, "ckptsel": __version__,
-        "measured_by": lines, "provenance_warnings": warnings,
-    }  # fmt: skip
+    run = {"records_dir": where, "ckptsel": __version__, "measured_by": lines, "provenance_warnings": warnings}
     if protocol_file is not None:
         run["protocol_file"] = protocol_file
     write_text(stage / RUN_FILE, json.dumps(run, indent=1) + "\n")
 
 
 def verify(
-    results_dir: Path | Location | str, records_dir: Path | Location | str | None = None,
+    results_dir: Path | Location | str,
+    records_dir: Path | Location | str | None = None,
     protocol_file: Path | Location | str | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Recompute choices and results; raise :class:`VerificationError` on any mismatch. A
     results folder at a URL is verified from a local copy of what its manifest names (the
     messages name the URL). A pre-registered analysis is checked as a chain: the protocol file
@@ -574,9 +591,7 @@ def _stored_stat(stored: Summary, spath: Path) -> StatSettings:
         draws, seed, level = stored.draws, stored.seed, float(stored.level)
         return StatSettings(draws=draws, seed=seed, level=level, interval=stored.interval_method)
     except CkptselError as err:
-        raise VerificationError(
-            f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})"
-        ) from err
+        raise VerificationError(f"{spath}: settings (draws, seed, confidence, interval) unreadable ({err})") from err
 
 
 def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protocol_file) -> list[str]:
@@ -587,8 +602,9 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
     said = stored.protocol
     if said is None or not said.frozen:
         if copy_path.is_file():
-            raise VerificationError(f"{copy_path}: a protocol copy, but {SUMMARY_FILE} says "
-                                    "the analysis was not pre-registered")  # fmt: skip
+            raise VerificationError(
+                f"{copy_path}: a protocol copy, but {SUMMARY_FILE} says the analysis was not pre-registered"
+            )
         return [f"protocol: {said.status if said else 'not recorded (an older summary)'}"]
     try:
         copy = read_protocol(copy_path)
@@ -599,9 +615,14 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
             f"{copy_path}: protocol {copy['sha256'][:12]} frozen at {copy.get('frozen_at')}, but "
             f"{SUMMARY_FILE} names {said.sha256[:12]} frozen at {said.frozen_at}"
         )
-    used = dict(permutations=choice_settings.permutations, seed=stored.seed, draws=stored.draws,
-                level=stored.level, interval=stored.interval_method,
-                budgets=list(choice_settings.budgets))  # fmt: skip
+    used = dict(
+        permutations=choice_settings.permutations,
+        seed=stored.seed,
+        draws=stored.draws,
+        level=stored.level,
+        interval=stored.interval_method,
+        budgets=list(choice_settings.budgets),
+    )
     try:
         fixed = protocol_settings(copy, str(copy_path))
     except CkptselError as err:
@@ -619,8 +640,10 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
             f"{results_dir / SUMMARY_FILE}: its protocol block says {said.status!r} (before "
             f"training: {said.before_training}), the protocol copy {protocol_status(copy)!r}"
         )
-    return [_protocol_file_line(copy, protocol_file), f"protocol → choices: {said.status}; the "
-            "choices and statistics used the analysis settings it froze"]  # fmt: skip
+    return [
+        _protocol_file_line(copy, protocol_file),
+        f"protocol → choices: {said.status}; the choices and statistics used the analysis settings it froze",
+    ]
 
 
 def _protocol_file_line(copy: dict, protocol_file) -> str:
@@ -643,9 +666,7 @@ def _protocol_file_line(copy: dict, protocol_file) -> str:
     return f"protocol: {where} unedited, SHA-256 {copy['sha256']} matches the results' copy"
 
 
-def _recompute_files(
-    results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance
-) -> str:
+def _recompute_files(results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance) -> str:
     """Rebuild every file the analysis writes from the recomputed results in a scratch folder —
     the report in all of :data:`REPORT_META`'s formats whenever the folder holds a report,
     whatever its manifest says — and compare: each rebuilt file must be in the folder and its
@@ -668,15 +689,19 @@ def _recompute_files(
         for rel in sorted(expected | {RUN_FILE}):
             if rel not in files:
                 what = "missing" if not (results_dir / rel).exists() else "not in its manifest"
-                hint = "" if rel in core or rel == PROTOCOL_FILE else (
-                    " (a report is checked whole: every one of "
-                    f"{','.join(REPORT_META['formats'])}; `ckptsel report` without --formats rebuilds it)")
+                hint = (
+                    ""
+                    if rel in core or rel == PROTOCOL_FILE
+                    else (
+                        " (a report is checked whole: every one of "
+                        f"{','.join(REPORT_META['formats'])}; `ckptsel report` without --formats rebuilds it)"
+                    )
+                )
                 raise VerificationError(f"{results_dir / rel}: a file this analysis writes is {what}{hint}")
         extra = sorted(set(files) - expected - {RUN_FILE})
         if extra:
             raise VerificationError(
-                f"{results_dir / extra[0]}: listed in {publish.MANIFEST_FILE}, but not a file "
-                "this analysis writes"
+                f"{results_dir / extra[0]}: listed in {publish.MANIFEST_FILE}, but not a file this analysis writes"
             )
         for rel in sorted(expected - {PROTOCOL_FILE}):
             _compare_file(results_dir, scratch, rel, files[rel])
@@ -693,8 +718,7 @@ def _has_report(results_dir: Path, files: dict[str, str]) -> bool:
 
     if (results_dir / REPORT_FILE).exists() or (results_dir / FIGURES_DIR).exists():
         return True
-    return any(rel == REPORT_FILE or rel.startswith(FIGURES_DIR + "/") or rel.endswith(".tex")
-               for rel in files)  # fmt: skip
+    return any(rel == REPORT_FILE or rel.startswith(FIGURES_DIR + "/") or rel.endswith(".tex") for rel in files)
 
 
 def _rebuild_report(scratch: Path, results_dir: Path, meta) -> None:
@@ -702,8 +726,9 @@ def _rebuild_report(scratch: Path, results_dir: Path, meta) -> None:
 
     trajectory = meta.get("trajectory") if isinstance(meta, dict) else None
     if trajectory is not None and not isinstance(trajectory, str):
-        raise VerificationError(f"{results_dir / publish.MANIFEST_FILE}: report trajectory "
-                                f"{trajectory!r} is not a name")  # fmt: skip
+        raise VerificationError(
+            f"{results_dir / publish.MANIFEST_FILE}: report trajectory {trajectory!r} is not a name"
+        )
     try:
         write_report(scratch, formats=REPORT_META["formats"], trajectory=trajectory)
     except CkptselError as err:
@@ -741,8 +766,9 @@ def _check_run(run_path: Path, run: dict, records_dir: Location, provenance, sto
     bound = stored.protocol is not None and stored.protocol.frozen
     if bound != isinstance(run.get("protocol_file"), str):
         said = "names no protocol file" if bound else "names a protocol file"
-        raise VerificationError(f"{run_path}: {said}, but {SUMMARY_FILE} says "
-                                f"{stored.protocol.status if stored.protocol else 'nothing'}")  # fmt: skip
+        raise VerificationError(
+            f"{run_path}: {said}, but {SUMMARY_FILE} says {stored.protocol.status if stored.protocol else 'nothing'}"
+        )
     version = run.get("ckptsel")
     if not isinstance(version, str) or not isinstance(run.get("records_dir"), str):
         raise VerificationError(f"{run_path}: ckptsel and records_dir must be strings")

@@ -19,14 +19,7 @@ from typing import Any
 from ckptsel.choose.rules import SIGNAL_RULES
 from ckptsel.errors import CkptselError
 from ckptsel.records.scan import read_frame
-from ckptsel.trackers.base import (
-    TRACKERS,
-    Logged,
-    LogTarget,
-    check_model_name,
-    check_trackers,
-    require,
-)
+from ckptsel.trackers.base import TRACKERS, Logged, LogTarget, check_model_name, check_trackers, require
 from ckptsel.trackers.log import log_results
 from ckptsel.workflows.advise.selection import Selection, SelectSettings, select_checkpoint
 
@@ -69,8 +62,9 @@ class LogSettings:
             check_model_name(self.register)
 
     @classmethod
-    def build(cls, to: list[str] | tuple[str, ...] | None, run_id: list[str] | None = None,
-              **kwargs: Any) -> LogSettings:  # fmt: skip
+    def build(
+        cls, to: list[str] | tuple[str, ...] | None, run_id: list[str] | None = None, **kwargs: Any
+    ) -> LogSettings:
         """From CLI values: ``run_id`` entries are ``ID`` (one tracker) or ``TRACKER=ID``."""
         to = check_trackers(list(to or ()))
         ids: dict[str, str] = {}
@@ -81,9 +75,7 @@ class LogSettings:
             elif len(to) == 1:
                 ids[to[0]] = value
             else:
-                raise CkptselError(
-                    f"--run-id {value!r}: with several --log, write TRACKER=ID (e.g. mlflow={value})"
-                )
+                raise CkptselError(f"--run-id {value!r}: with several --log, write TRACKER=ID (e.g. mlflow={value})")
         return cls(to=to, run_ids=ids, **kwargs)
 
     @classmethod
@@ -103,14 +95,7 @@ class LogSettings:
         """``other``'s values where given (the command line over the study file)."""
         changes = {
             k: getattr(other, k)
-            for k in (
-                "run_name",
-                "project",
-                "tracking_uri",
-                "register",
-                "trajectory",
-                "checkpoints",
-            )
+            for k in ("run_name", "project", "tracking_uri", "register", "trajectory", "checkpoints")
             if getattr(other, k) is not None
         }
         to = check_trackers([*self.to, *other.to])
@@ -148,8 +133,7 @@ def _only_trajectory(records_dir: Path) -> str:
     if len(names) != 1:
         shown = ", ".join(names[:10]) + (" …" if len(names) > 10 else "")
         raise CkptselError(
-            f"--register: the records hold {len(names)} trajectories ({shown}); "
-            "say whose checkpoint with --trajectory"
+            f"--register: the records hold {len(names)} trajectories ({shown}); say whose checkpoint with --trajectory"
         )
     return str(names[0])
 
@@ -158,11 +142,7 @@ def _checkpoint(settings: LogSettings, selection: Selection) -> Path | None:
     if settings.checkpoints is None:
         return None
     # the folder even when it is not there: --register then names it (never a silent None)
-    return (
-        settings.checkpoints
-        / selection.trajectory
-        / f"checkpoint-{selection.recommendation.keep_step}"
-    )
+    return settings.checkpoints / selection.trajectory / f"checkpoint-{selection.recommendation.keep_step}"
 
 
 def log_selection(
@@ -206,9 +186,7 @@ def log_analysis(
     selection = None
     if settings.register or settings.trajectory:
         trajectory = settings.for_records(records_dir).trajectory
-        selection = select_checkpoint(
-            records_dir, str(trajectory), rule=settings.rule, settings=select_settings
-        )
+        selection = select_checkpoint(records_dir, str(trajectory), rule=settings.rule, settings=select_settings)
     if selection is None:
         return log_results(results_dir, settings.to, targets=settings.targets(), note=note)
     return log_selection(selection, settings, results_dir=results_dir, note=note)

@@ -112,9 +112,7 @@ def watch_and_select(
 
     def select(final: bool) -> None:
         watch = {"recorded": sorted(recorded), "final": final}
-        data = write_selection(
-            out, name, selection_at, rule=rule, settings=select_settings, watch=watch
-        )
+        data = write_selection(out, name, selection_at, rule=rule, settings=select_settings, watch=watch)
         if on_selection is not None:
             on_selection(data)
 
@@ -124,10 +122,17 @@ def watch_and_select(
             select(False)
 
     status = watch_run(
-        run_dir, config, settings=settings, trajectory=name, status_file=status_file,
-        on_status=on_status, on_progress=on_progress, after_checkpoint=after_checkpoint,
-        sleep=sleep, **where,
-    )  # fmt: skip
+        run_dir,
+        config,
+        settings=settings,
+        trajectory=name,
+        status_file=status_file,
+        on_status=on_status,
+        on_progress=on_progress,
+        after_checkpoint=after_checkpoint,
+        sleep=sleep,
+        **where,
+    )
     if selection:
         recorded[:] = status.recorded
         select(status.state == "done")
@@ -153,11 +158,4 @@ def _steps(steps: list[int]) -> str:
     return "[" + ", ".join(str(s) for s in sorted(steps)) + "]" if steps else "none"
 
 
-__all__ = [
-    "SELECTION_FILE",
-    "describe",
-    "selection_path",
-    "watch_and_select",
-    "write_selection",
-]
-
+__all__ = ["SELECTION_FILE", "describe", "selection_path", "watch_and_select", "write_selection"]

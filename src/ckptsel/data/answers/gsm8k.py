@@ -26,13 +26,7 @@ from __future__ import annotations
 import re
 
 from ckptsel.data.answers import latex as math_answers
-from ckptsel.data.answers.numbers import (
-    NUMBER,
-    NUMBER_RE,
-    canonical_number,
-    clean_numeric_text,
-    to_fraction,
-)
+from ckptsel.data.answers.numbers import NUMBER, NUMBER_RE, canonical_number, clean_numeric_text, to_fraction
 
 _ASSIGN_RE = re.compile(r"^[a-zA-Z]\s*=\s*")
 # A number at the start of the span followed by the end, space, punctuation, a percent sign,
@@ -44,9 +38,7 @@ _LEADING_NUMBER_RE = re.compile(
 _LATEX_CHARS = re.compile(r"[\\^{}_]")
 
 
-_MARKER_RE = re.compile(
-    r"(?:the\s+(?:final\s+)?answer\s+is\b\s*:?|^[ \t]*####)", re.IGNORECASE | re.MULTILINE
-)
+_MARKER_RE = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is\b\s*:?|^[ \t]*####)", re.IGNORECASE | re.MULTILINE)
 
 
 def after_marker(text: str) -> str | None:

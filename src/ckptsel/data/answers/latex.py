@@ -186,13 +186,7 @@ def verify_equal(gold: str, pred: str) -> bool | None:
         pred_parsed = _parse(pred, main)
         if not gold_parsed or not pred_parsed:
             return None
-        return bool(
-            verify(
-                list(gold_parsed),
-                list(pred_parsed),
-                timeout_seconds=_MV_TIMEOUT if main else None,
-            )
-        )
+        return bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=_MV_TIMEOUT if main else None))
     except (Exception, TimeoutException) as err:  # never let sympy crash a measurement
         logging.getLogger(__name__).debug("math-verify failed on %r vs %r: %s", gold, pred, err)
         return None

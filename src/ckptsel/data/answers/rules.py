@@ -49,20 +49,17 @@ EXTRACT_RULES: dict[str, str] = {
     "first_line": "the first non-empty line, stripped",
     "last_number": "the last number in the text ($ and thousands commas ignored)",
     "boxed": "the content of the last complete \\boxed{...}",
-    "answer_is": "the text after the last 'The answer is' (to the end of its line, final "
-    "periods dropped)",
+    "answer_is": "the text after the last 'The answer is' (to the end of its line, final periods dropped)",
     "choice": "a capital choice letter A-J: the first one standing alone after the last "
     "'answer is' / 'answer:', else the one the text starts with ('B', '(B)', 'B.', 'B)', 'B:')",
     "label": "the first of the task's labels standing alone in the text (case ignored)",
-    "gsm8k": "built-in gsm8k/metamath: after the last 'The answer is' or '####', else the last "
-    "number",
+    "gsm8k": "built-in gsm8k/metamath: after the last 'The answer is' or '####', else the last number",
     "math": "built-in math: the last complete \\boxed{...}, else after the last 'The answer is'",
     "commonsense": "built-in commonsense: the first label of the item's LLM-Adapters label set",
 }
 COMPARE_RULES: dict[str, str] = {
     "exact": "equal after lower-casing and collapsing white space",
-    "numeric": "the first number of each side; equal within 'tolerance' (absolute, default 0: "
-    "exactly, as rationals)",
+    "numeric": "the first number of each side; equal within 'tolerance' (absolute, default 0: exactly, as rationals)",
     "math": "mathematically equal by math-verify (gold first), else the same MATH normal form",
     "labels": "'exact' over a label set: every reference must be one of 'labels'",
     "gsm8k": "built-in gsm8k/metamath: numbers exactly, a LaTeX gold by math-verify",
@@ -94,9 +91,7 @@ def _first_number(text: str) -> Fraction | None:
 
 def _choice(text: str) -> str:
     markers = list(_CHOICE_MARKER_RE.finditer(text))
-    match = (
-        _CHOICE_AFTER_RE.search(text, markers[-1].end()) if markers else _CHOICE_START_RE.match(text)
-    )
+    match = _CHOICE_AFTER_RE.search(text, markers[-1].end()) if markers else _CHOICE_START_RE.match(text)
     return match.group(1) if match else ""
 
 
@@ -157,12 +152,8 @@ class BoundedRegex:
         if not isinstance(pattern, str) or not pattern:
             raise CkptselError(f"{key}: a non-empty regex string is needed, got {pattern!r}")
         if len(pattern) > REGEX_MAX_CHARS:
-            raise CkptselError(
-                f"{key}: the regex has {len(pattern)} characters (at most {REGEX_MAX_CHARS})"
-            )
-        product = math.prod(
-            max(int(n or 1), int(m or 1)) for n, m in _REPEAT_RE.findall(pattern)
-        )
+            raise CkptselError(f"{key}: the regex has {len(pattern)} characters (at most {REGEX_MAX_CHARS})")
+        product = math.prod(max(int(n or 1), int(m or 1)) for n, m in _REPEAT_RE.findall(pattern))
         if product > REGEX_MAX_REPEATS:
             raise CkptselError(
                 f"{key}: {pattern!r}: counted repeats of {product} in all (at most "
@@ -203,26 +194,24 @@ def scorer_path(spec: Any, base: str | Path) -> tuple[Path, str]:
     if not found:
         module = _MODULE_SCORER_RE.fullmatch(spec.strip())
         hint = (
-            " (a module is never imported from a task file alone; a score.py beside it may "
-            "import one)" if module else ""
+            " (a module is never imported from a task file alone; a score.py beside it may import one)"
+            if module
+            else ""
         )
         raise CkptselError(
-            f"[answer] scorer {spec!r}: write it as 'score.py:function', a Python file beside "
-            f"the task file{hint}"
+            f"[answer] scorer {spec!r}: write it as 'score.py:function', a Python file beside the task file{hint}"
         )
     relative, name = found.groups()
     folder = Path(base or ".").resolve()
     escapes = Path(relative).is_absolute() or relative.startswith(("/", "\\", "~"))
     if escapes or ".." in Path(relative).parts:
         raise CkptselError(
-            f"[answer] scorer {spec!r}: the file must be a relative path inside the task "
-            f"file's folder {folder}"
+            f"[answer] scorer {spec!r}: the file must be a relative path inside the task file's folder {folder}"
         )
     target = (folder / relative).resolve()
     if not target.is_relative_to(folder):
         raise CkptselError(
-            f"[answer] scorer {spec!r}: {relative} leads outside the task file's folder "
-            f"{folder} (a link)"
+            f"[answer] scorer {spec!r}: {relative} leads outside the task file's folder {folder} (a link)"
         )
     if not target.is_file():
         raise CkptselError(f"[answer] scorer {spec!r}: no file {folder / relative}")
@@ -244,9 +233,7 @@ def import_scorer(path: Path, name: str, spec: str) -> Callable[[str, str], Any]
         raise
     except BaseException as err:  # SystemExit included: a scorer never ends the command
         sys.modules.pop(module_name, None)
-        raise CkptselError(
-            f"[answer] scorer {spec!r}: importing {path.name} raised {one_line(err)}"
-        ) from None
+        raise CkptselError(f"[answer] scorer {spec!r}: importing {path.name} raised {one_line(err)}") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise CkptselError(f"[answer] scorer {spec!r}: {path.name} has no function {name!r}")
@@ -278,17 +265,13 @@ class AnswerRule:
     origin: str = field(default="", compare=False)
     _regex: BoundedRegex | None = field(default=None, init=False, repr=False, compare=False)
     _labels: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
-    _scorer: Callable[..., Any] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    _scorer: Callable[..., Any] | None = field(default=None, init=False, repr=False, compare=False)
     _scorer_file: Path | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for key in ("extract", "compare", "select", "scorer"):
             if not isinstance(getattr(self, key), str):
-                raise CkptselError(
-                    f"[answer] {key}: must be a string, got {getattr(self, key)!r}"
-                )
+                raise CkptselError(f"[answer] {key}: must be a string, got {getattr(self, key)!r}")
         if self.scorer:
             file, _ = scorer_path(self.scorer, self.scorer_base)  # checked, not imported
             object.__setattr__(self, "_scorer_file", file)
@@ -301,9 +284,7 @@ class AnswerRule:
         if self.extract not in EXTRACT_RULES:
             self._compile_regex()
         elif self.group is not None or self.select != "first":
-            raise CkptselError(
-                f"[answer] group/select: only for a regex extract, not the rule {self.extract!r}"
-            )
+            raise CkptselError(f"[answer] group/select: only for a regex extract, not the rule {self.extract!r}")
         self._check_tolerance()
 
     def _check_tolerance(self) -> None:
@@ -328,9 +309,7 @@ class AnswerRule:
         seen: dict[str, str] = {}
         for label in self.labels:
             if _exact(label) in seen:
-                raise CkptselError(
-                    f"[answer] labels: {label!r} is listed twice (as {seen[_exact(label)]!r})"
-                )
+                raise CkptselError(f"[answer] labels: {label!r} is listed twice (as {seen[_exact(label)]!r})")
             seen[_exact(label)] = label
         names = "|".join(re.escape(x.strip()) for x in sorted(self.labels, key=len, reverse=True))
         pattern = re.compile(r"(?<![A-Za-z0-9])(?:" + names + r")(?![A-Za-z0-9])", re.IGNORECASE)
@@ -340,14 +319,11 @@ class AnswerRule:
         if not self.extract:
             raise CkptselError(f"[answer] extract: a rule name or a regex, got {self.extract!r}")
         rules = ", ".join(EXTRACT_RULES)
-        bounded = BoundedRegex(
-            self.extract, "[answer] extract", f"is no rule ({rules}) and no valid regex"
-        )
+        bounded = BoundedRegex(self.extract, "[answer] extract", f"is no rule ({rules}) and no valid regex")
         group = self.group if self.group is not None else min(bounded.groups, 1)
         if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group <= bounded.groups:
             raise CkptselError(
-                f"[answer] group: {self.group!r} is not a group of {self.extract!r} "
-                f"(it has {bounded.groups})"
+                f"[answer] group: {self.group!r} is not a group of {self.extract!r} (it has {bounded.groups})"
             )
         if self.select not in ("first", "last"):
             raise CkptselError(f"[answer] select: 'first' or 'last', got {self.select!r}")
@@ -372,8 +348,7 @@ class AnswerRule:
         with _IMPORT_LOCK:
             if self._scorer is None:
                 try:
-                    function = import_scorer(self._scorer_file, self.scorer.strip().rsplit(":", 1)[1],
-                                             self.scorer)  # fmt: skip
+                    function = import_scorer(self._scorer_file, self.scorer.strip().rsplit(":", 1)[1], self.scorer)
                 except CkptselError as err:
                     raise CkptselError(f"{self.origin}: {err}" if self.origin else str(err)) from None
                 object.__setattr__(self, "_scorer", function)
@@ -448,14 +423,12 @@ class AnswerRule:
             raise
         except BaseException as err:  # SystemExit included: a scorer never ends the command
             raise AnswerRuleError(
-                self.origin,
-                f"[answer] scorer {self.scorer}: raised {one_line(err)} (answer {span[:60]!r})",
+                self.origin, f"[answer] scorer {self.scorer}: raised {one_line(err)} (answer {span[:60]!r})"
             ) from None
         if not isinstance(verdict, (bool, np.bool_)):  # neither can be subclassed
             raise AnswerRuleError(
                 self.origin,
-                f"[answer] scorer {self.scorer}: returned {type(verdict).__name__}, not a bool "
-                f"(answer {span[:60]!r})",
+                f"[answer] scorer {self.scorer}: returned {type(verdict).__name__}, not a bool (answer {span[:60]!r})",
             )
         return bool(verdict)
 

@@ -48,7 +48,5 @@ def audit_files(files: dict[str, Path], **kwargs: Any) -> AuditResult:
 def write_audit(result: AuditResult, out_dir: Path) -> None:
     """Write ``audit.json`` and ``audit.md`` atomically."""
     out_dir = Path(out_dir)
-    write_text(
-        out_dir / "audit.json", json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    )
+    write_text(out_dir / "audit.json", json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
     write_text(out_dir / "audit.md", result.to_markdown())

@@ -119,10 +119,8 @@ class AuditResult:
             "threshold": self.threshold,
             "checks": {
                 "exact": "identical strings",
-                "normalized": "identical after NFKC, casefold, punctuation->space, "
-                "whitespace collapsed",
-                "char13": f"Jaccard of character {CHAR_N}-gram sets of normalized text "
-                f">= {self.threshold}",
+                "normalized": "identical after NFKC, casefold, punctuation->space, whitespace collapsed",
+                "char13": f"Jaccard of character {CHAR_N}-gram sets of normalized text >= {self.threshold}",
                 "word5": f"pair shares >= 1 word {WORD_N}-gram of normalized text, ignoring "
                 f"template {WORD_N}-grams (in >= {self.template_fraction:.0%} and >= "
                 f"{TEMPLATE_MIN_COUNT} of a pool's questions)",
@@ -150,16 +148,14 @@ class AuditResult:
             f"Jaccard >= {self.threshold}; shares >= 1 word {WORD_N}-gram (template "
             f"{WORD_N}-grams, in >= {self.template_fraction:.0%} of a pool's questions, ignored).",
             "",
-            "| pools | check | flagged pairs | not flagged by the stricter check | "
-            "items of first | items of second |",
+            "| pools | check | flagged pairs | not flagged by the stricter check | items of first | items of second |",
             "|---|---|---:|---:|---:|---:|",
         ]
         for p in self.pairs:
             for name, c in p.checks.items():
                 new = "—" if c.new_pairs is None else str(c.new_pairs)
                 lines.append(
-                    f"| {e(p.a)}–{e(p.b)} | {name} | {c.pairs} | {new} | {c.items_a}/{p.n_a} | "
-                    f"{c.items_b}/{p.n_b} |"
+                    f"| {e(p.a)}–{e(p.b)} | {name} | {c.pairs} | {new} | {c.items_a}/{p.n_a} | {c.items_b}/{p.n_b} |"
                 )
         lines.append("")
         for p in self.pairs:
@@ -170,10 +166,7 @@ class AuditResult:
                     + ", ".join(f"{k}: {v}" for k, v in w5.histogram.items())
                 )
             if w5.n_template_ngrams:
-                top = "; ".join(
-                    f"'{e(g)}' ({da}/{p.n_a}, {db}/{p.n_b})"
-                    for g, da, db in w5.template_ngrams or []
-                )
+                top = "; ".join(f"'{e(g)}' ({da}/{p.n_a}, {db}/{p.n_b})" for g, da, db in w5.template_ngrams or [])
                 lines.append(
                     f"- {e(p.a)}–{e(p.b)}: {w5.n_template_ngrams} template 5-grams ignored "
                     f"(in >= {self.template_fraction:.0%} of a pool's questions), e.g. {top}"

@@ -130,9 +130,7 @@ class SharedGramIndex:
         for g in x & self.vocab:  # only grams that the pool has
             self.post_a[g].append(i)
 
-    def pairs(
-        self, template_fraction: float = TEMPLATE_FRACTION, max_pairs: int = MAX_WORD_PAIRS
-    ) -> dict[str, Any]:
+    def pairs(self, template_fraction: float = TEMPLATE_FRACTION, max_pairs: int = MAX_WORD_PAIRS) -> dict[str, Any]:
         """``i, j, count`` arrays (pairs and their number of distinct shared non-template
         n-grams, sorted by (i, j)), ``items_a``/``items_b`` (items with a shared non-template
         n-gram; real items of the pool only), ``template`` ([gram, df_a, df_b] ignored) and

@@ -77,9 +77,7 @@ def plant_copies(
             if made:
                 break
         if made is None:
-            notes.append(
-                f"{a_name}→{b_name}: no question of {a_name} suits a {kind!r} plant; skipped"
-            )
+            notes.append(f"{a_name}→{b_name}: no question of {a_name} suits a {kind!r} plant; skipped")
             continue
         used.add(made[1])
         out.append(made)

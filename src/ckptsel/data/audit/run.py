@@ -13,12 +13,7 @@ import numpy as np
 
 from ckptsel.data.audit import grams
 from ckptsel.data.audit.findings import AuditResult, CheckResult, PairReport, PlantedPair
-from ckptsel.data.audit.indexes import (
-    MAX_WORD_PAIRS,
-    TEMPLATE_FRACTION,
-    JaccardIndex,
-    SharedGramIndex,
-)
+from ckptsel.data.audit.indexes import MAX_WORD_PAIRS, TEMPLATE_FRACTION, JaccardIndex, SharedGramIndex
 from ckptsel.data.audit.plant import EXPECTED_CHECKS, plant_copies
 from ckptsel.errors import CkptselError
 
@@ -48,10 +43,7 @@ class _Prepared:
 
     def __add__(self, other: _Prepared) -> _Prepared:
         return _Prepared(
-            self.texts + other.texts,
-            self.norm + other.norm,
-            self.chars + other.chars,
-            self.words + other.words,
+            self.texts + other.texts, self.norm + other.norm, self.chars + other.chars, self.words + other.words
         )
 
 
@@ -62,9 +54,7 @@ def _items(pairs_i: Iterable[int]) -> int:
 class _Target:
     """The second pool of a pair (real items, then planted copies), indexed for every check."""
 
-    def __init__(
-        self, name: str, b: _Prepared, n_real: int, threshold: float, word_opts: dict[str, Any]
-    ) -> None:
+    def __init__(self, name: str, b: _Prepared, n_real: int, threshold: float, word_opts: dict[str, Any]) -> None:
         self.name, self.b, self.n_real, self.word_opts = name, b, n_real, word_opts
         self.exact: dict[str, list[int]] = defaultdict(list)
         self.norm: dict[str, list[int]] = defaultdict(list)
@@ -112,9 +102,7 @@ def _summarise(
             items_a=_items(i for i, _ in pairs),
             items_b=_items(j for _, j in pairs),
             new_pairs=sum(p not in stricter for p in pairs),
-            examples=[
-                {"i": i, "j": j, "a_text": a_texts[i], "b_text": b_texts[j]} for i, j in shown
-            ],
+            examples=[{"i": i, "j": j, "a_text": a_texts[i], "b_text": b_texts[j]} for i, j in shown],
             pair_list=[[i, j] for i, j in pairs],
         )
         stricter = set(pairs)
@@ -240,17 +228,14 @@ def audit_pools(
                         planted_text=text,
                         expected=EXPECTED_CHECKS[kind],
                         found=_found(tg.raw, i, j),
-                        jaccard=grams.jaccard(
-                            grams.char_ngrams(grams.normalize(a_texts[i])), tg.b.chars[j]
-                        ),
+                        jaccard=grams.jaccard(grams.char_ngrams(grams.normalize(a_texts[i])), tg.b.chars[j]),
                     )
                 )
     for q in planted:
         if not q.ok:
             missed = [c for c in q.expected if not q.found[c]]
             notes.append(
-                f"{q.a}→{q.b}: planted {q.kind} copy of {q.a}[{q.source_index}] "
-                f"NOT found by {', '.join(missed)}"
+                f"{q.a}→{q.b}: planted {q.kind} copy of {q.a}[{q.source_index}] NOT found by {', '.join(missed)}"
             )
     return AuditResult(
         threshold=threshold,

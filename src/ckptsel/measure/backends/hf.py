@@ -166,9 +166,7 @@ class ModelHolder:
             return self.model
         if name != self.adapter:
             old = self.adapter
-            self.model.load_adapter(
-                local_ref(ckpt.path), adapter_name=name, torch_device=self.device
-            )
+            self.model.load_adapter(local_ref(ckpt.path), adapter_name=name, torch_device=self.device)
             self.model.set_adapter(name, inference_mode=True)
             self.model.delete_adapter(old)
             self.adapter = name
@@ -233,11 +231,26 @@ class ModelHolder:
 
 # adapter_config.json keys a plain LoRA adapter may set to anything (the rest must be unset:
 # None, False, empty); anything else, or a key a newer PEFT adds, goes through PEFT
-_PLAIN_KEYS = frozenset({
-    "base_model_name_or_path", "auto_mapping", "revision", "peft_version", "task_type",
-    "inference_mode", "init_lora_weights", "lora_dropout", "target_modules", "r", "lora_alpha",
-    "use_rslora", "peft_type", "bias", "megatron_core", "qalora_group_size",
-})  # fmt: skip
+_PLAIN_KEYS = frozenset(
+    {
+        "base_model_name_or_path",
+        "auto_mapping",
+        "revision",
+        "peft_version",
+        "task_type",
+        "inference_mode",
+        "init_lora_weights",
+        "lora_dropout",
+        "target_modules",
+        "r",
+        "lora_alpha",
+        "use_rslora",
+        "peft_type",
+        "bias",
+        "megatron_core",
+        "qalora_group_size",
+    }
+)
 _LORA_KEY = re.compile(r"base_model\.model\.(.+)\.lora_([AB])\.weight")
 
 
@@ -300,9 +313,7 @@ def plain_lora(ref: Any, model: Any) -> dict[str, tuple[Any, Any, float]] | None
     return plan
 
 
-def merge_lora(
-    model: Any, pristine: Any, plan: dict[str, tuple[Any, Any, float]], touched: set[str]
-) -> set[str]:
+def merge_lora(model: Any, pristine: Any, plan: dict[str, tuple[Any, Any, float]], touched: set[str]) -> set[str]:
     """Merge a :func:`plain_lora` adapter into ``model``, a copy of ``pristine``: the weights
     of ``touched`` (the last adapter's modules) and of ``plan`` copied back from ``pristine``,
     then ``W += (B @ A) * scaling`` per module, as PEFT's ``merge`` computes it. Returns the
@@ -327,10 +338,7 @@ def check_lora_reaches(model: Any, plan: dict[str, tuple[Any, Any, float]], wher
     carrying = [n for n, (_, b, _) in plan.items() if bool(b.any())]
     modules = dict(model.named_modules())
     called: set[str] = set()
-    hooks = [
-        modules[n].register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1]))
-        for n in carrying
-    ]
+    hooks = [modules[n].register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1])) for n in carrying]
     try:
         device = next(model.parameters()).device
         with torch.inference_mode():
@@ -353,21 +361,16 @@ def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
     import torch
     from peft.tuners.lora import LoraLayer
 
-    layers = {
-        n: m for n, m in peft_model.named_modules() if isinstance(m, LoraLayer) and name in m.lora_B
-    }  # fmt: skip
+    layers = {n: m for n, m in peft_model.named_modules() if isinstance(m, LoraLayer) and name in m.lora_B}
     carrying = {n: m for n, m in layers.items() if bool(m.lora_B[name].weight.any())}
     called: set[str] = set()
     odd: list[str] = []  # LoRA layers whose base module returns no tensor (Llama-4's router)
-    hooks = [
-        m.register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1]))
-        for n, m in carrying.items()
-    ] + [
+    hooks = [m.register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1])) for n, m in carrying.items()] + [
         m.get_base_layer().register_forward_hook(
             lambda _m, _i, out, n=n: None if torch.is_tensor(out) else odd.append(n)
         )
         for n, m in layers.items()
-    ]  # fmt: skip
+    ]
     try:
         device = next(peft_model.parameters()).device
         with torch.inference_mode():
@@ -429,10 +432,13 @@ def hf_provenance(model: Any, batch_size: int | str, device: Any = None) -> dict
     config = getattr(model, "config", None)
     attention = getattr(config, "_attn_implementation", None) or "unknown"
     return {
-        "engine": "hf", "version": transformers.__version__, "dtype": dtype_name(model.dtype),
-        "attention": str(attention), "batch_size": batch_size if batch_size == "auto" else int(batch_size),
+        "engine": "hf",
+        "version": transformers.__version__,
+        "dtype": dtype_name(model.dtype),
+        "attention": str(attention),
+        "batch_size": batch_size if batch_size == "auto" else int(batch_size),
         "device": device_kind(device if device is not None else model.device),
-    }  # fmt: skip
+    }
 
 
 def tokenizer_source(ckpts: Sequence[Checkpoint], base: str | None) -> Any:

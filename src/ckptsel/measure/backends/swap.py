@@ -118,9 +118,7 @@ def checksum(tensor: Any, dtype: Any = None) -> float:
     return float(t.to(torch.float64).sum())
 
 
-def proof_names(
-    file_shapes: dict[str, tuple[int, ...]], model_shapes: dict[str, tuple]
-) -> list[str]:
+def proof_names(file_shapes: dict[str, tuple[int, ...]], model_shapes: dict[str, tuple]) -> list[str]:
     """Up to :data:`PROOF_TENSORS` tensor names the file and the model share with one shape,
     spread over the sorted list (first, middle, last): different layers, different kinds."""
     both = sorted(n for n, s in file_shapes.items() if model_shapes.get(n) == tuple(s))
@@ -221,9 +219,7 @@ def _converted(model: Any, ref: str | Path) -> dict[str, Any]:
         shadow = AutoModelForCausalLM.from_config(model.config, dtype=model.dtype)
     files = [safe_open(str(path), framework="pt") for path in weight_files(ref)]
     lazy = {name: f.get_slice(name) for f in files for name in f.keys()}  # noqa: SIM118
-    config = LoadStateDictConfig(
-        dtype=model.dtype, weight_mapping=get_model_conversion_mapping(shadow)
-    )
+    config = LoadStateDictConfig(dtype=model.dtype, weight_mapping=get_model_conversion_mapping(shadow))
     info, _ = convert_and_load_state_dict_in_model(shadow, lazy, config)
     if info.unexpected_keys:
         raise _Unfit(f"its tensor {sorted(info.unexpected_keys)[0]} is not in the model")
@@ -244,13 +240,8 @@ def swap_hf(model: Any, ref: str | Path) -> str:
         return why
     load_into(model, tensors)
     own = model.state_dict()
-    names = proof_names({n: tuple(t.shape) for n, t in tensors.items()},
-                        {n: tuple(t.shape) for n, t in own.items()})  # fmt: skip
-    prove(
-        {n: checksum(tensors[n], own[n].dtype) for n in names},
-        {n: checksum(own[n]) for n in names},
-        ref,
-    )
+    names = proof_names({n: tuple(t.shape) for n, t in tensors.items()}, {n: tuple(t.shape) for n, t in own.items()})
+    prove({n: checksum(tensors[n], own[n].dtype) for n in names}, {n: checksum(own[n]) for n in names}, ref)
     return ""
 
 

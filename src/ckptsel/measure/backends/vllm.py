@@ -82,9 +82,7 @@ def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as err:
-        raise CkptselError(
-            f"--backend vllm needs the vllm package, which is not installed: {INSTALL_HINT}"
-        ) from err
+        raise CkptselError(f"--backend vllm needs the vllm package, which is not installed: {INSTALL_HINT}") from err
     return vllm
 
 
@@ -115,10 +113,7 @@ def adapter_problem(ckpt: Checkpoint, max_lora_rank: int) -> str | None:
         return f"{path}: no adapter weights (adapter_model.safetensors) for vLLM"
     cfg = adapter_config(ckpt)
     if cfg.get("modules_to_save"):
-        return (
-            f"{path}: modules_to_save {cfg['modules_to_save']} are not served by vLLM's LoRA; "
-            "use --backend hf"
-        )
+        return f"{path}: modules_to_save {cfg['modules_to_save']} are not served by vLLM's LoRA; use --backend hf"
     rank = adapter_rank(ckpt)
     if rank > max_lora_rank:
         return f"{path}: LoRA rank {rank} is above --max-lora-rank {max_lora_rank}"
@@ -248,11 +243,7 @@ class VllmEngine:
     """
 
     def __init__(
-        self,
-        config: MeasureConfig,
-        ckpts: Sequence[Checkpoint],
-        base: str | None,
-        tokenizer_ref: str | None = None,
+        self, config: MeasureConfig, ckpts: Sequence[Checkpoint], base: str | None, tokenizer_ref: str | None = None
     ) -> None:
         self.vllm = import_vllm()
         self.config = config
@@ -341,15 +332,11 @@ class VllmEngine:
 
     def engine_args(self, ref: str, plan: KvPlan) -> dict[str, Any]:
         """The ``vllm.LLM`` arguments for ``ref`` under ``plan``."""
-        args: dict[str, Any] = dict(
-            model=ref, dtype=self.dtype, seed=0, max_model_len=plan.max_model_len,
-        )  # fmt: skip
+        args: dict[str, Any] = dict(model=ref, dtype=self.dtype, seed=0, max_model_len=plan.max_model_len)
         if self.tokenizer_ref:
             args["tokenizer"] = self.tokenizer_ref
         if self.adapters:
-            args.update(
-                enable_lora=True, max_loras=self.lora_slots, max_lora_rank=self.max_lora_rank
-            )
+            args.update(enable_lora=True, max_loras=self.lora_slots, max_lora_rank=self.max_lora_rank)
         if plan.kv_cache_bytes:
             args["kv_cache_memory_bytes"] = plan.kv_cache_bytes
         if self.on_cpu:
@@ -405,10 +392,7 @@ class VllmEngine:
             self.lora_slots = slots
         return slots
 
-    def _run(
-        self, ckpt: Checkpoint | Sequence[Checkpoint], seqs: list[list[int]], params: Any,
-        new: int,
-    ) -> list[Any]:  # fmt: skip
+    def _run(self, ckpt: Checkpoint | Sequence[Checkpoint], seqs: list[list[int]], params: Any, new: int) -> list[Any]:
         """One ``generate`` call; ``ckpt`` is the checkpoint of every request or, a sequence,
         of each (adapters of one base: each request carries its own ``LoRARequest``)."""
         from vllm.inputs import TokensPrompt
@@ -442,36 +426,35 @@ class VllmEngine:
         if not prompts:
             return []
         params = self.vllm.SamplingParams(
-            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops),
-            ignore_eos=True, detokenize=False,
-        )  # fmt: skip
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops), ignore_eos=True, detokenize=False
+        )
         outs = self._run(ckpt, list(prompts), params, max_new_tokens)
         return [
-            tokenizer.decode(cut_at_stop(list(o.outputs[0].token_ids), stops),
-                             skip_special_tokens=True)
-            for o in outs
-        ]  # fmt: skip
+            tokenizer.decode(cut_at_stop(list(o.outputs[0].token_ids), stops), skip_special_tokens=True) for o in outs
+        ]
 
     def greedy(
-        self, ckpt: Checkpoint, prompts: Sequence[list[int]], stops: Sequence[int],
-        max_new_tokens: int, top: int = 2,
-    ) -> list[tuple[list[int], list[dict[int, float]]]]:  # fmt: skip
+        self, ckpt: Checkpoint, prompts: Sequence[list[int]], stops: Sequence[int], max_new_tokens: int, top: int = 2
+    ) -> list[tuple[list[int], list[dict[int, float]]]]:
         """Greedy token ids of ``prompts`` as generated (the stop token included when vLLM
         returns it) and, per step, the log-probabilities of the ``top`` best tokens and the
         chosen one: what the conformance check compares (:mod:`ckptsel.measure.conformance`)."""
         params = self.vllm.SamplingParams(
-            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops),
-            ignore_eos=True, detokenize=False, logprobs=top,
-        )  # fmt: skip
+            temperature=0.0,
+            max_tokens=max_new_tokens,
+            stop_token_ids=list(stops),
+            ignore_eos=True,
+            detokenize=False,
+            logprobs=top,
+        )
         outs = self._run(ckpt, list(prompts), params, max_new_tokens)
         return [
             (
                 list(o.outputs[0].token_ids),
-                [{int(t): float(lp.logprob) for t, lp in step.items()}
-                 for step in (o.outputs[0].logprobs or [])],
+                [{int(t): float(lp.logprob) for t, lp in step.items()} for step in (o.outputs[0].logprobs or [])],
             )
             for o in outs
-        ]  # fmt: skip
+        ]
 
     def score(
         self,
@@ -486,9 +469,7 @@ class VllmEngine:
 
         if not prompts:
             return []
-        params = self.vllm.SamplingParams(
-            temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False
-        )
+        params = self.vllm.SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
         seqs = [list(p) + list(a) for p, a in zip(prompts, answers, strict=True)]
         outs = self._run(ckpt, seqs, params, 1)
         scored = []
@@ -509,11 +490,13 @@ class VllmEngine:
         version, the dtype, the attention backend (``VLLM_ATTENTION_BACKEND`` when set, else
         vLLM's choice for the platform), the most sequences it batches and the device kind."""
         return {
-            "engine": "vllm", "version": self.version, "dtype": self.dtype,
-            "attention": os.environ.get("VLLM_ATTENTION_BACKEND") or (
-                "vllm-cpu" if self.on_cpu else "vllm-auto"),
-            "batch_size": self.max_num_seqs(), "device": "cpu" if self.on_cpu else "cuda",
-        }  # fmt: skip
+            "engine": "vllm",
+            "version": self.version,
+            "dtype": self.dtype,
+            "attention": os.environ.get("VLLM_ATTENTION_BACKEND") or ("vllm-cpu" if self.on_cpu else "vllm-auto"),
+            "batch_size": self.max_num_seqs(),
+            "device": "cpu" if self.on_cpu else "cuda",
+        }
 
     def max_num_seqs(self) -> int | None:
         """The most sequences the running engine batches (its scheduler's ``max_num_seqs``;
@@ -542,8 +525,13 @@ def _repack_shared(model: Any) -> None:
     for module in model.modules():
         weight = getattr(module, "weight", None)
         method = getattr(module, "quant_method", None)
-        if (getattr(module, "cpu_linear", None) is not None and method is not None
-                and weight is not None and weight.dim() == 2 and weight.numel()):  # fmt: skip
+        if (
+            getattr(module, "cpu_linear", None) is not None
+            and method is not None
+            and weight is not None
+            and weight.dim() == 2
+            and weight.numel()
+        ):
             method.process_weights_after_loading(module)
 
 
@@ -643,17 +631,13 @@ def _check_checkpoints(config: MeasureConfig, ckpts: Sequence[Checkpoint]) -> in
         return 0
     rank = max(adapter_rank(c) for c in adapters)
     if config.runtime.max_lora_rank and config.runtime.max_lora_rank < rank:
-        raise CkptselError(
-            f"--max-lora-rank {config.runtime.max_lora_rank} is below the run's adapter rank {rank}"
-        )
+        raise CkptselError(f"--max-lora-rank {config.runtime.max_lora_rank} is below the run's adapter rank {rank}")
     max_rank = vllm_rank(config.runtime.max_lora_rank or rank)
     for ckpt in adapters:
         problem = adapter_problem(ckpt, max_rank)
         if problem:
             raise CkptselError(problem)
-        if config.measured.nll_backend == "vllm" and "lm_head" in str(
-            adapter_config(ckpt).get("target_modules")
-        ):
+        if config.measured.nll_backend == "vllm" and "lm_head" in str(adapter_config(ckpt).get("target_modules")):
             raise CkptselError(
                 f"{ckpt.path}: the adapter targets lm_head, whose LoRA vLLM leaves out of prompt "
                 "log-probs (vllm-project/vllm#51594); use --nll-backend hf"

@@ -35,11 +35,7 @@ __all__ = ["open_executor"]
 
 
 def open_executor(
-    executor: ExecutorConfig | str | None,
-    config: MeasureConfig,
-    ckpts: list[Checkpoint],
-    base: str | None,
-    result: Any,
+    executor: ExecutorConfig | str | None, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: Any
 ) -> LocalExecutor | RayExecutor:
     """The executor named by ``executor`` (a context manager with ``run``)."""
     ex = ExecutorConfig.coerce(executor)

@@ -20,17 +20,20 @@ RAY_INSTALL_HINT = "pip install 'ckptsel[ray]' (or pip install 'ray[default]')"
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 # where objects are and how to reach them: always forwarded to workers (no secrets here)
 STORAGE_ENV = (
-    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
-    "AWS_EC2_METADATA_DISABLED", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_EC2_METADATA_DISABLED",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_CLOUD_PROJECT",
     "CKPTSEL_CACHE_DIR",
-)  # fmt: skip
+)
 # secrets: forwarded only with forward_credentials (a runtime_env is visible in Ray's dashboard).
 # fsspec's and gcsfs' own variables are here too: they carry any filesystem argument, keys and
 # tokens included (FSSPEC_S3_KEY, FSSPEC_S3_SECRET, FSSPEC_GCS_TOKEN, GCSFS_...)
-CREDENTIALS_ENV = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-)  # fmt: skip
+CREDENTIALS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS")
 CREDENTIALS_ENV_PREFIXES = ("FSSPEC_", "GCSFS_")
 
 WorkUnit = tuple[Checkpoint, StepParts]
@@ -66,9 +69,7 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.forward_credentials, bool):
-            raise CkptselError(
-                f"forward_credentials must be true or false, not {self.forward_credentials!r}"
-            )
+            raise CkptselError(f"forward_credentials must be true or false, not {self.forward_credentials!r}")
         check_choice(self.kind, "--executor", EXECUTORS)
         check_int(self.workers, "--workers (workers)", low=0)
         check_int(self.max_retries, "--max-retries (max_retries)", low=0)
@@ -91,9 +92,7 @@ class ExecutorConfig:
             known = {f.name for f in fields(cls)}
             unknown = sorted(set(value) - known)
             if unknown:
-                raise CkptselError(
-                    f"executor: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})"
-                )
+                raise CkptselError(f"executor: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
             return cls(**dict(value))
         raise CkptselError(f"executor must be 'local', 'ray' or a table of settings, not {value!r}")
 
@@ -121,7 +120,5 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as err:
-        raise CkptselError(
-            f"--executor ray needs the ray package, which is not installed: {RAY_INSTALL_HINT}"
-        ) from err
+        raise CkptselError(f"--executor ray needs the ray package, which is not installed: {RAY_INSTALL_HINT}") from err
     return ray

@@ -18,9 +18,7 @@ from ckptsel.train.checkpoints import Checkpoint
 class LocalExecutor:
     """Units in checkpoint order, measured in this process by one measurer."""
 
-    def __init__(
-        self, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: Any
-    ) -> None:
+    def __init__(self, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: Any) -> None:
         self.measurer = Measurer(config, ckpts, base, result)
 
     def __enter__(self) -> LocalExecutor:
@@ -29,9 +27,7 @@ class LocalExecutor:
     def __exit__(self, *exc: object) -> None:
         self.measurer.__exit__(*exc)
 
-    def run(
-        self, units: Sequence[WorkUnit], trajectory: str, configuration: str, emit: Emit
-    ) -> Iterator[UnitResult]:
+    def run(self, units: Sequence[WorkUnit], trajectory: str, configuration: str, emit: Emit) -> Iterator[UnitResult]:
         """``(checkpoint, parts, new rows or None when nothing was missing)`` per unit, in
         order. Adapter checkpoints measured by vLLM go in batches
         (:meth:`~ckptsel.measure.measurer.Measurer.batches`: their requests in one call), each

@@ -62,15 +62,7 @@ from ckptsel._util.locations import WriteConflict, as_location
 from ckptsel._util.nodecache import CACHE_ENV
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
-from ckptsel.measure.executors.base import (
-    Emit,
-    ExecutorConfig,
-    NewRows,
-    UnitResult,
-    WorkUnit,
-    import_ray,
-    storage_env,
-)
+from ckptsel.measure.executors.base import Emit, ExecutorConfig, NewRows, UnitResult, WorkUnit, import_ray, storage_env
 from ckptsel.measure.measurer import Measurer, MeasureResult, base_key, batch_units
 from ckptsel.measure.parts import ItemPool, StepParts
 from ckptsel.measure.progress import ProgressEvent
@@ -182,8 +174,7 @@ def engines_words(starts: int, swaps: int, seconds: float, workers: int) -> str:
     """The Ray run's engines in words, like the local run's line."""
     plural = lambda n, word: f"{n} {word}" + ("" if n == 1 else "s")  # noqa: E731
     text = f"{plural(starts, 'model/engine start')} on {plural(workers, 'Ray worker')}"
-    return text + (f", {swaps} checkpoints swapped in place, {seconds / swaps:.2f} s each"
-                   if swaps else "")  # fmt: skip
+    return text + (f", {swaps} checkpoints swapped in place, {seconds / swaps:.2f} s each" if swaps else "")
 
 
 class MeasureWorker:
@@ -224,9 +215,7 @@ class MeasureWorker:
         when the actor could not start (the error comes with the first :meth:`measure`)."""
         return 1 if self.error is not None else self.measurer.batch_size(ckpts)
 
-    def measure(
-        self, batch: BatchWork, trajectory: str, configuration: str
-    ) -> tuple[list[NewRows], dict[str, Any]]:
+    def measure(self, batch: BatchWork, trajectory: str, configuration: str) -> tuple[list[NewRows], dict[str, Any]]:
         """New part rows for the missing items of each checkpoint of ``batch`` (``[(checkpoint,
         unit_work(parts)), ...]``; adapters of one base measured together,
         :meth:`Measurer.measure_many`), in order, and what the batch cost."""
@@ -322,12 +311,7 @@ class RayExecutor:
     finish."""
 
     def __init__(
-        self,
-        ex: ExecutorConfig,
-        config: MeasureConfig,
-        ckpts: list[Checkpoint],
-        base: str | None,
-        result: Any,
+        self, ex: ExecutorConfig, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: Any
     ) -> None:
         self.ray = import_ray()
         self.ex, self.config, self.ckpts, self.base, self.result = ex, config, ckpts, base, result
@@ -387,24 +371,16 @@ class RayExecutor:
     def _start(self, n: int) -> list[Any]:
         ray, ex = self.ray, self.ex
         remote = ray.remote(
-            num_cpus=ex.num_cpus,
-            num_gpus=ex.num_gpus,
-            max_restarts=ex.max_retries,
-            max_task_retries=ex.max_retries,
+            num_cpus=ex.num_cpus, num_gpus=ex.num_gpus, max_restarts=ex.max_retries, max_task_retries=ex.max_retries
         )(MeasureWorker)
         env = storage_env(ex.forward_credentials)
         if env:  # workers of a cluster do not inherit the driver's environment
             remote = remote.options(runtime_env={"env_vars": env})
         threads = max(1, int(ex.num_cpus)) if ex.num_cpus else 0
         kill = os.environ.get(KILL_ONCE_ENV) or None
-        return [
-            remote.remote(self.config, self.ckpts, self.base, threads, kill)
-            for _ in range(n)
-        ]
+        return [remote.remote(self.config, self.ckpts, self.base, threads, kill) for _ in range(n)]
 
-    def run(
-        self, units: Sequence[WorkUnit], trajectory: str, configuration: str, emit: Emit
-    ) -> Iterator[UnitResult]:
+    def run(self, units: Sequence[WorkUnit], trajectory: str, configuration: str, emit: Emit) -> Iterator[UnitResult]:
         """Recorded units first (nothing to measure), then measured ones as they finish."""
         ray = self.ray
         todo = []
@@ -420,9 +396,7 @@ class RayExecutor:
         ordered = order_units(todo)
         pending = self._batches(ordered)
         stats = self.result.executor_stats
-        stats.update(
-            executor="ray", workers=len(self.actors), units=len(ordered), batches=len(pending)
-        )
+        stats.update(executor="ray", workers=len(self.actors), units=len(ordered), batches=len(pending))
         held = self.held  # the base each actor holds, kept between calls
         held.extend([None] * (len(self.actors) - len(held)))
         inflight: dict[Any, tuple[int, list[WorkUnit], float]] = {}
@@ -463,9 +437,7 @@ class RayExecutor:
                 yield ckpt, parts, new
         res = self.result
         if res.engine_starts or res.weight_swaps:
-            res.engines = engines_words(
-                res.engine_starts, res.weight_swaps, res.swap_seconds, len(self.actors)
-            )
+            res.engines = engines_words(res.engine_starts, res.weight_swaps, res.swap_seconds, len(self.actors))
         stats.update(
             seconds=time.perf_counter() - t0,
             first_batch_seconds=first_done,

@@ -14,21 +14,8 @@ The records modules call the cache only through the names below (the seam);
 
 from __future__ import annotations
 
-from ckptsel.records.cache.arrays import (
-    decode_test,
-    decode_validation,
-    encode_test,
-    encode_validation,
-)
-from ckptsel.records.cache.memo import (
-    array_json,
-    bypassed,
-    cached,
-    code_digest,
-    filling,
-    json_array,
-    uncached,
-)
+from ckptsel.records.cache.arrays import decode_test, decode_validation, encode_test, encode_validation
+from ckptsel.records.cache.memo import array_json, bypassed, cached, code_digest, filling, json_array, uncached
 from ckptsel.records.cache.pack import (
     PACK_ERRORS,
     PACKED_KINDS,

@@ -40,11 +40,15 @@ def decode_validation(arrays, make: Callable) -> list:
         a = {name: arrays[f"{i}.{name}"] for name in _VALIDATION_ARRAYS}
         out.append(
             make(
-                trajectory=traj, configuration=configuration, task=task, **a,
+                trajectory=traj,
+                configuration=configuration,
+                task=task,
+                **a,
                 nll={w: arrays[f"{i}.nll.{w}"] for w in nll_w},
-                n_tokens={w: arrays[f"{i}.n_tokens.{w}"] for w in tok_w}, exclusions=exclusions,
+                n_tokens={w: arrays[f"{i}.n_tokens.{w}"] for w in tok_w},
+                exclusions=exclusions,
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -58,7 +62,11 @@ def encode_test(loaded: list) -> dict[str, np.ndarray]:
 def decode_test(arrays, make: Callable) -> list:
     """Inverse of :func:`encode_test`; ``make``: the ``TestData`` class."""
     return [
-        make(trajectory=traj, configuration=configuration, task=task,
-             **{name: arrays[f"{i}.{name}"] for name in _TEST_ARRAYS})  # fmt: skip
+        make(
+            trajectory=traj,
+            configuration=configuration,
+            task=task,
+            **{name: arrays[f"{i}.{name}"] for name in _TEST_ARRAYS},
+        )
         for i, (traj, configuration, task) in enumerate(array_json(arrays["meta"]))
     ]

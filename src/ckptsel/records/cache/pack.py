@@ -167,8 +167,9 @@ def pack_metadata(
 
 def _signed(blob: dict) -> bytes:
     """What a pack's HMAC covers: its blob but the HMAC, as canonical JSON."""
-    return json.dumps({k: v for k, v in blob.items() if k != "mac"}, sort_keys=True,
-                      separators=(",", ":")).encode("utf-8")  # fmt: skip
+    return json.dumps({k: v for k, v in blob.items() if k != "mac"}, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8"
+    )
 
 
 def trusted(meta: dict[bytes, bytes] | None) -> dict | None:
@@ -204,16 +205,36 @@ def rows_digest(data: bytes, f: pq.ParquetFile) -> str:
     md = f.metadata
     columns = [md.schema.column(i) for i in range(len(md.schema))]
     layout: list = [_stored_arrow_schema(md), md.num_rows] + [
-        [c.path, c.physical_type, str(c.logical_type), c.converted_type, c.max_definition_level,
-         c.max_repetition_level, c.length, c.precision, c.scale] for c in columns
-    ]  # fmt: skip
+        [
+            c.path,
+            c.physical_type,
+            str(c.logical_type),
+            c.converted_type,
+            c.max_definition_level,
+            c.max_repetition_level,
+            c.length,
+            c.precision,
+            c.scale,
+        ]
+        for c in columns
+    ]
     for g in range(md.num_row_groups):
         rg = md.row_group(g)
         layout.append(rg.num_rows)
         for c in (rg.column(j) for j in range(rg.num_columns)):
-            layout.append([c.path_in_schema, c.physical_type, c.compression, list(c.encodings),
-                           c.data_page_offset, c.dictionary_page_offset, c.total_compressed_size,
-                           c.total_uncompressed_size, c.num_values])  # fmt: skip
+            layout.append(
+                [
+                    c.path_in_schema,
+                    c.physical_type,
+                    c.compression,
+                    list(c.encodings),
+                    c.data_page_offset,
+                    c.dictionary_page_offset,
+                    c.total_compressed_size,
+                    c.total_uncompressed_size,
+                    c.num_values,
+                ]
+            )
     h.update(json.dumps(layout, default=str).encode("utf-8"))
     return "sha256:" + h.hexdigest()
 
@@ -330,9 +351,7 @@ def _pack_metas(records_dir: Location, kind: str, traj: str, group: list[UnitFil
     return [{k.encode(): v.encode("utf-8") for k, v in per_step.get(str(u.step), {}).items()} for u in group]
 
 
-def units_metadata(
-    records_dir: Path | Location | str, kind: str, units: list[UnitFile]
-) -> list[dict[bytes, bytes]]:
+def units_metadata(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> list[dict[bytes, bytes]]:
     """Each unit's ``ckptsel.*`` key-value metadata (provenance, checkpoint stamp), in the
     order of ``units``: from each trajectory's pack when it is current (one footer per
     trajectory), else from the units' own footers, read on a few threads."""

@@ -46,13 +46,7 @@ from ckptsel.records.schema import GENERATIONS_FILE
 from ckptsel.results.estimate import Estimate
 from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.exact import interval_estimate, judged
-from ckptsel.stats.paired import (
-    cluster_differences,
-    clustered_mcnemar,
-    mcnemar_exact,
-    newcombe_paired,
-    two_by_two,
-)
+from ckptsel.stats.paired import cluster_differences, clustered_mcnemar, mcnemar_exact, newcombe_paired, two_by_two
 from ckptsel.stats.resample import cluster_codes, clustered_means
 
 EXACT = "exact binomial (items independent)"
@@ -85,8 +79,9 @@ class Side:
     distinct: int | None = None  # distinct answers over its trajectory's grid (the flag's K)
 
 
-def fallback_matrix(records_dir: Path, trajectory: str, task: str, steps: np.ndarray, item_ids: np.ndarray,
-                    split: str, only_steps=None) -> np.ndarray | None:  # fmt: skip
+def fallback_matrix(
+    records_dir: Path, trajectory: str, task: str, steps: np.ndarray, item_ids: np.ndarray, split: str, only_steps=None
+) -> np.ndarray | None:
     """``(T, n)`` bool: the answers that only the task's answer rule's fallback found
     (:meth:`ckptsel.data.AnswerRule.fallback_used`, e.g. gsm8k's last number without a marker),
     read off the recorded texts with the current rule, as answers and correctness are
@@ -127,19 +122,29 @@ def answer_summary(side: Side) -> dict:
     (:data:`ckptsel.defaults.DEGENERATE_SHARE`; :func:`ckptsel.choose.core.degenerate_checkpoints`)."""
     answers = np.zeros((1, 0), np.int64) if side.answers is None else np.asarray(side.answers)[None, :]
     flagged, share, right = core.degenerate_checkpoints(
-        answers, np.asarray(side.correct, bool)[None, :], defaults.DEGENERATE_SHARE,
-        defaults.DEGENERATE_MIN_ITEMS, defaults.DEGENERATE_PRECISION, side.distinct,
-    )  # fmt: skip
-    out = {"items": int(answers.shape[1]), "most_common_share": round(float(share[0]), 6),
-           "most_common_right": round(float(right[0]), 6), "degenerate": bool(flagged[0])}  # fmt: skip
+        answers,
+        np.asarray(side.correct, bool)[None, :],
+        defaults.DEGENERATE_SHARE,
+        defaults.DEGENERATE_MIN_ITEMS,
+        defaults.DEGENERATE_PRECISION,
+        side.distinct,
+    )
+    out = {
+        "items": int(answers.shape[1]),
+        "most_common_share": round(float(share[0]), 6),
+        "most_common_right": round(float(right[0]), 6),
+        "degenerate": bool(flagged[0]),
+    }
     if side.fallback is not None:  # the share of its correct answers only a fallback found
-        out["fallback_right"] = round(float(fallback_shares(np.asarray(side.correct, bool)[None, :],
-                                                            side.fallback[None, :])[0]), 6)  # fmt: skip
+        out["fallback_right"] = round(
+            float(fallback_shares(np.asarray(side.correct, bool)[None, :], side.fallback[None, :])[0]), 6
+        )
     return out
 
 
-def paired_estimate(a: np.ndarray, b: np.ndarray, groups: np.ndarray, level: float,
-                    replicates: Callable[[np.ndarray], np.ndarray]) -> tuple[Estimate, float, dict]:  # fmt: skip
+def paired_estimate(
+    a: np.ndarray, b: np.ndarray, groups: np.ndarray, level: float, replicates: Callable[[np.ndarray], np.ndarray]
+) -> tuple[Estimate, float, dict]:
     """The paired difference A − B (pp) of two boolean ``(n,)`` vectors over the same items, as
     judged (module docstring), its exact McNemar p-value and the 2×2 counts. ``replicates(d)``:
     ``(W,)`` bootstrap replicates of the mean of the ``(n,)`` per-item differences ``d``,
@@ -241,10 +246,7 @@ def shared_items(
             f"{split} item {str(shared[i])!r}: group {str(ga[i])!r} in trajectory {trajectories[0]!r} but "
             f"{str(gb[i])!r} in {trajectories[1]!r}"
         )
-    dropped = {
-        "only_in_a": int(len(a.item_ids) - len(shared)),
-        "only_in_b": int(len(b.item_ids) - len(shared)),
-    }
+    dropped = {"only_in_a": int(len(a.item_ids) - len(shared)), "only_in_b": int(len(b.item_ids) - len(shared))}
     return a.correct[ia], b.correct[ib], ga, dropped
 
 

@@ -58,12 +58,7 @@ from ckptsel.ingest.mapping import check_same_items, to_records
 from ckptsel.results.estimate import Estimate
 from ckptsel.stats.exact import judged
 from ckptsel.stats.paired import adjust_pvalues
-from ckptsel.workflows.advise.comparison import (
-    CompareSettings,
-    Side,
-    paired_difference,
-    shared_items,
-)
+from ckptsel.workflows.advise.comparison import CompareSettings, Side, paired_difference, shared_items
 from ckptsel.workflows.advise.planning import exact_items_needed
 
 POWER = 0.8  # the power items_needed's exact McNemar test keeps
@@ -79,19 +74,14 @@ def log_rows(
     frames = []
     for log in logs:  # one task log at a time: inspect sample ids repeat across tasks
         ingested = to_records(
-            [log], harness=harness, trajectory=side, task=options.task, split=split, note=note,
-            rescore=options.rescore,
-        )  # fmt: skip
-        frames.append(
-            ingested.generations.assign(source=log.source, content=ingested.content.to_numpy())
+            [log], harness=harness, trajectory=side, task=options.task, split=split, note=note, rescore=options.rescore
         )
+        frames.append(ingested.generations.assign(source=log.source, content=ingested.content.to_numpy()))
     rows = pd.concat(frames, ignore_index=True)
     twice = rows.duplicated(KEY, keep=False)
     if twice.any():
         r = rows[twice].iloc[0]
-        sources = " and ".join(
-            sorted(set(rows[twice & (rows["item_id"] == r["item_id"])]["source"]))
-        )
+        sources = " and ".join(sorted(set(rows[twice & (rows["item_id"] == r["item_id"])]["source"])))
         raise CkptselError(
             f"{sources}: sample {r['item_id']!r} of task {r['task']!r} ({r['split']}) given twice "
             f"in {path}; compare one log per task"
@@ -134,11 +124,7 @@ def items_needed(result: dict, level: float) -> dict:
     there, and why there is no number (None when there is one)."""
     t = result["table"]
     answer = exact_items_needed(t["only_a"], t["only_b"], result["items"], level, target=POWER)
-    return {
-        "items_needed": answer.items,
-        "items_needed_power": answer.power,
-        "items_needed_note": answer.note,
-    }
+    return {"items_needed": answer.items, "items_needed_power": answer.power, "items_needed_note": answer.note}
 
 
 CORRECTIONS = {"holm": "Holm", "bh": "BH"}
@@ -170,14 +156,16 @@ class _Pairing:
         shared = np.intersect1d(ra["item_id"].to_numpy(), rb["item_id"].to_numpy())
         both = pd.concat([ra, rb], ignore_index=True)
         return check_same_items(
-            both[both["item_id"].isin(shared)], ("item_id",), self.harnesses[0],
-            allow=self.allow_different_items, note=self.note, refused="",
-        )  # fmt: skip
+            both[both["item_id"].isin(shared)],
+            ("item_id",),
+            self.harnesses[0],
+            allow=self.allow_different_items,
+            note=self.note,
+            refused="",
+        )
 
 
-def _compare_pair(
-    a: pd.DataFrame, b: pd.DataFrame, pair: tuple, names, settings, pairing: _Pairing
-) -> dict:
+def _compare_pair(a: pd.DataFrame, b: pd.DataFrame, pair: tuple, names, settings, pairing: _Pairing) -> dict:
     split, task_a, task_b = pair
     ra = a[(a["split"] == split) & (a["task"] == task_a)]
     rb = b[(b["split"] == split) & (b["task"] == task_b)]
@@ -190,13 +178,7 @@ def _compare_pair(
     x, y, groups, dropped = shared_items(_side(ra), _side(rb), split, names)
     res = paired_difference(x, y, groups, settings, streams.COMPARE_SPLITS[split])
     task = task_a if task_a == task_b else f"{task_a} | {task_b}"
-    return {
-        "split": split,
-        "task": task,
-        **res,
-        "not_shared": dropped,
-        "different_items": different,
-    }
+    return {"split": split, "task": task, **res, "not_shared": dropped, "different_items": different}
 
 
 def compare_logs(
@@ -236,6 +218,6 @@ def compare_logs(
             "power": POWER,
             "allow_different_items": allow_different_items,
             "rescore": options.rescore,
-        },  # fmt: skip
+        },
         "comparisons": results,
     }

@@ -195,9 +195,7 @@ def simultaneous_critical(cov: np.ndarray, level: float, rng: np.random.Generato
     return float(np.quantile(w.max(axis=1), level)), float(np.quantile(np.abs(w).max(axis=1), level))
 
 
-def beat_curves(
-    s: np.ndarray, d: np.ndarray, root: np.ndarray, budgets, z: np.ndarray
-) -> dict[str, np.ndarray]:
+def beat_curves(s: np.ndarray, d: np.ndarray, root: np.ndarray, budgets, z: np.ndarray) -> dict[str, np.ndarray]:
     """``(B,)`` curves of the rule on fresh sets of each budget for one truth ``(s, d)`` (k,):
     ``p_beat``, ``p_worse``, ``p_final`` and ``gain`` (pp). ``root`` (k, k) is a square root of the
     per-item signal covariance, ``z`` (M, k) standard normal draws shared by every budget
@@ -221,8 +219,7 @@ def beat_curves(
 
 
 def calibrated_curves(
-    m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0,
-    lower_sides: int = 1,
+    m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0, lower_sides: int = 1
 ) -> dict:
     """The box promise of the module docstring for one pilot's moments ``m``: the ``(B,)``
     curves at the least favourable truth of the level-``level`` simultaneous box, the
@@ -304,9 +301,17 @@ def pilot_curves(
     parts = []
     for h, (choose, score) in enumerate(((in_a, ~in_a), (~in_a, in_a))):
         parts.append(
-            _curves(signal[:, choose], np.asarray(groups)[choose], correct[:, score], maximize,
-                    budgets, draws, (seed, streams.PLAN_DRAWS, stream), half=h)
-        )  # fmt: skip
+            _curves(
+                signal[:, choose],
+                np.asarray(groups)[choose],
+                correct[:, score],
+                maximize,
+                budgets,
+                draws,
+                (seed, streams.PLAN_DRAWS, stream),
+                half=h,
+            )
+        )
     return {k: (parts[0][k] + parts[1][k]) / 2.0 for k in parts[0]}
 
 
@@ -355,9 +360,7 @@ def _signal(v, rule: str) -> np.ndarray:
     if rule == "agreement":
         return core.plurality_agreement(v.answers)
     if MATCHED_WINDOW not in v.nll:
-        raise CkptselError(
-            f"--rule nll: trajectory {v.trajectory!r} has no matched-window validation NLL records"
-        )
+        raise CkptselError(f"--rule nll: trajectory {v.trajectory!r} has no matched-window validation NLL records")
     return v.nll[MATCHED_WINDOW]
 
 
@@ -380,8 +383,7 @@ def plan_from_pilot(
     for t in names:
         if t not in known:
             raise CkptselError(
-                f"{records_dir}: trajectory {t!r} has no validation records "
-                f"(known: {', '.join(sorted(known)[:10])})"
+                f"{records_dir}: trajectory {t!r} has no validation records (known: {', '.join(sorted(known)[:10])})"
             )
     budgets = tuple(int(b) for b in settings.budgets)
     per_traj, curves = {}, []
@@ -436,13 +438,24 @@ def _trajectory_curves(v, rule: str, settings: PlanSettings, budgets, stream: in
     """One trajectory's curves (``CURVES``; NaN where the method has none) and its extra facts."""
     signal, maximize = _signal(v, rule), MAXIMIZE[rule]
     if settings.method != "calibrated":
-        c = pilot_curves(signal, v.correct, v.groups, maximize, budgets, settings.draws,
-                         settings.seed, stream=stream, method=settings.method)  # fmt: skip
+        c = pilot_curves(
+            signal,
+            v.correct,
+            v.groups,
+            maximize,
+            budgets,
+            settings.draws,
+            settings.seed,
+            stream=stream,
+            method=settings.method,
+        )
         return c | {"p_beat_point": np.full(len(budgets), np.nan)}, {}
     m = PilotMoments.of(signal, v.correct, v.groups, maximize)
     if m.clusters < 2:
-        raise CkptselError(f"plan: trajectory {v.trajectory!r}: the pilot needs at least 2 clusters "
-                           f"of items (it has {m.items} item(s) in {m.clusters} cluster(s))")  # fmt: skip
+        raise CkptselError(
+            f"plan: trajectory {v.trajectory!r}: the pilot needs at least 2 clusters "
+            f"of items (it has {m.items} item(s) in {m.clusters} cluster(s))"
+        )
     c = calibrated_curves(m, budgets, settings.draws, settings.level, settings.seed, stream)
     bounds = c["gap_bounds_pp"]
     return c, {
@@ -462,7 +475,7 @@ def _answer(settings: PlanSettings, planned: int | None, best: dict) -> str:
     what = "promised" if settings.method == "calibrated" else "estimated"
     conf = f" with {100 * settings.level:g}% confidence" if settings.method == "calibrated" else ""
     if planned is not None:
-        return (f"{planned} items: P(choice beats final) ≥ {settings.target:g} ({what}{conf})")
+        return f"{planned} items: P(choice beats final) ≥ {settings.target:g} ({what}{conf})"
     return (
         f"no budget up to {max(settings.budgets)} reaches P(choice beats final) ≥ "
         f"{settings.target:g}; the most that can be {what} is {best['p_beat']:.2f} at "
@@ -498,32 +511,48 @@ def _power_left(settings: PlanSettings, rows: list[dict], safe: int | None, clus
         "p_beat_point_at_safe": point(safe, key),
         "promise_at_safe": point(safe, "p_beat") if key == "p_beat_point" else None,
     }
-    return {"safe_budget": safe, "smallest_budget": smallest,
-            "power_left": left | {"note": _power_note(settings, rows, safe, smallest, left, clusters)}}  # fmt: skip
+    return {
+        "safe_budget": safe,
+        "smallest_budget": smallest,
+        "power_left": left | {"note": _power_note(settings, rows, safe, smallest, left, clusters)},
+    }
 
 
 def _power_note(settings: PlanSettings, rows: list[dict], safe, smallest, left: dict, clusters: int) -> str:
     """``power_left["note"]``: the power the safe plan leaves on the table, in one sentence."""
     target, top = settings.target, max(settings.budgets)
     if settings.method != "calibrated":
-        return (f"method {settings.method}: estimates only, nothing is promised"
-                + ("" if smallest is None else f"; the estimate reaches {target:g} at {smallest} items"))
+        return f"method {settings.method}: estimates only, nothing is promised" + (
+            "" if smallest is None else f"; the estimate reaches {target:g} at {smallest} items"
+        )
     if smallest is None:
         most = max(r["p_beat_point"] for r in rows)
-        return (f"even taken as exact the pilot gives P(choice beats final) < {target:g} at every "
-                f"budget up to {top} (at most {most:.2f}): keep the final checkpoint")
-    likely = (f"the target may be met at {smallest} items (P(beat) "
-              f"{left['p_beat_point_at_smallest']:.2f} if the pilot were exact; not guaranteed")
+        return (
+            f"even taken as exact the pilot gives P(choice beats final) < {target:g} at every "
+            f"budget up to {top} (at most {most:.2f}): keep the final checkpoint"
+        )
+    likely = (
+        f"the target may be met at {smallest} items (P(beat) "
+        f"{left['p_beat_point_at_smallest']:.2f} if the pilot were exact; not guaranteed"
+    )
     if safe is None:
-        few = ("" if clusters >= MIN_PROMISE_CLUSTERS else f" (a promise needs at least "
-               f"{MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has {clusters})")
-        return (f"{likely}: {left['promise_at_smallest']:.2f} can be promised there); no budget up "
-                f"to {top} can be promised{few}: a larger pilot would tell")
+        few = (
+            ""
+            if clusters >= MIN_PROMISE_CLUSTERS
+            else f" (a promise needs at least "
+            f"{MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has {clusters})"
+        )
+        return (
+            f"{likely}: {left['promise_at_smallest']:.2f} can be promised there); no budget up "
+            f"to {top} can be promised{few}: a larger pilot would tell"
+        )
     if safe == smallest:
         return f"the safe plan is the smallest: {safe} items meet the target either way"
-    return (f"{likely}: {left['promise_at_smallest']:.2f} promised there); the safe plan asks for "
-            f"{safe} items, {safe - smallest} more (P(beat) {left['p_beat_point_at_safe']:.2f} if "
-            f"the pilot were exact)")
+    return (
+        f"{likely}: {left['promise_at_smallest']:.2f} promised there); the safe plan asks for "
+        f"{safe} items, {safe - smallest} more (P(beat) {left['p_beat_point_at_safe']:.2f} if "
+        f"the pilot were exact)"
+    )
 
 
 # --------------------------------------------------------------------------- closed form
@@ -642,8 +671,7 @@ def _binomial_blocks(trials: np.ndarray, p: float, lo: np.ndarray, hi: np.ndarra
         keep = j <= np.minimum(top, t)[:, None]
         if 0.0 < p < 1.0:
             # lf[t − j] = behind[len − 1 − wide − t + j]: the window from len − 1 − wide − t + lo
-            log = (row[t][:, None] + ahead_w[low, :W]
-                   - behind_w[len(behind) - 1 - wide - t + low, :W])  # fmt: skip
+            log = row[t][:, None] + ahead_w[low, :W] - behind_w[len(behind) - 1 - wide - t + low, :W]
             pmf = np.exp(np.where(keep, log, -np.inf))
         else:  # all mass at 0 (p = 0) or at t (p = 1)
             pmf = (keep & (j == (t[:, None] if p >= 1.0 else 0))).astype(np.float64)
@@ -758,8 +786,7 @@ def _normal_bound(n: np.ndarray, big: float, small: float, level: float) -> np.n
     rho = big * d1**3 + small * d2**3 + (1.0 - q) * d0**3
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         p_few = np.exp(-(short**2) / (2.0 * (sd_m**2 + short / 3.0)))  # P(m < m₀), Bernstein
-        fail = (_phi_above((c / 2.0 - n * mu) / (sd * np.sqrt(n)))
-                + BERRY_ESSEEN * rho / (sd**3 * np.sqrt(n)) + p_few)  # fmt: skip
+        fail = _phi_above((c / 2.0 - n * mu) / (sd * np.sqrt(n))) + BERRY_ESSEEN * rho / (sd**3 * np.sqrt(n)) + p_few
     bound = np.where(usable & (sd > 0) & np.isfinite(fail), 1.0 - fail, 0.0)
     return bound.max(axis=1)
 
@@ -783,9 +810,8 @@ def mcnemar_power_bound(n, p_a: float, p_b: float, level: float = CONFIDENCE) ->
 
 
 def exact_items_needed(
-    only_a: int, only_b: int, items: int, level: float = CONFIDENCE, target: float = 0.8,
-    limit: int = EXACT_LIMIT,
-) -> ItemsNeeded:  # fmt: skip
+    only_a: int, only_b: int, items: int, level: float = CONFIDENCE, target: float = 0.8, limit: int = EXACT_LIMIT
+) -> ItemsNeeded:
     """The fewest independent items from which on the exact McNemar test at ``1 − level`` has
     power ≥ ``target`` at every larger number up to ``limit``, at the observed discordance
     ``p_a = only_a / items``, ``p_b = only_b / items`` (:func:`mcnemar_power`).
@@ -833,16 +859,22 @@ def plan_figure(pilot: dict | None, closed: dict | None):
     ax1, ax2 = fig.subplots(1, 2)
     if pilot is not None:
         b = [r["budget"] for r in pilot["rows"]]
-        ax1.plot(b, [r["gain"] for r in pilot["rows"]], "o-", color="#1f77b4",
-                 label=f"pilot resampling ({pilot['rule']})")  # fmt: skip
-        ax2.plot(b, [r["p_beat"] for r in pilot["rows"]], "o-", color="#1f77b4",
-                 label="P(choice beats final), pilot")  # fmt: skip
-        ax2.plot(b, [r["p_worse"] for r in pilot["rows"]], "v:", color="#d62728",
-                 label="P(choice worse than final), pilot")  # fmt: skip
+        ax1.plot(
+            b, [r["gain"] for r in pilot["rows"]], "o-", color="#1f77b4", label=f"pilot resampling ({pilot['rule']})"
+        )
+        ax2.plot(b, [r["p_beat"] for r in pilot["rows"]], "o-", color="#1f77b4", label="P(choice beats final), pilot")
+        ax2.plot(
+            b, [r["p_worse"] for r in pilot["rows"]], "v:", color="#d62728", label="P(choice worse than final), pilot"
+        )
         for ax in (ax1, ax2):
             ax.axvline(pilot["pilot_items"], color="grey", linestyle="--", linewidth=1)
-            ax.axvspan(pilot["pilot_items"], max(b[-1], pilot["pilot_items"]), color="grey",
-                       alpha=0.12, label="beyond the pilot (extrapolated)")  # fmt: skip
+            ax.axvspan(
+                pilot["pilot_items"],
+                max(b[-1], pilot["pilot_items"]),
+                color="grey",
+                alpha=0.12,
+                label="beyond the pilot (extrapolated)",
+            )
         ax2.axhline(pilot["settings"]["target"], color="black", linewidth=0.8)
     if closed is not None:
         b = [r["budget"] for r in closed["rows"]]

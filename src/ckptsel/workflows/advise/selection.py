@@ -67,13 +67,7 @@ from ckptsel.choose.rules import RULES, SIGNAL_RULES
 from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
-from ckptsel.records.load import (
-    TestData,
-    ValidationData,
-    find_trajectory,
-    load_test,
-    load_validation,
-)
+from ckptsel.records.load import TestData, ValidationData, find_trajectory, load_test, load_validation
 from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.summary import KeepRow, KeepTable
@@ -81,9 +75,7 @@ from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.exact import interval_estimate, judged, nonzero_units, sign_flip_p
 from ckptsel.stats.paired import clustered_mcnemar, mcnemar_exact
 from ckptsel.stats.resample import Clusters, question_weights, resample_counts
-from ckptsel.stats.winners import (
-    JITTER as WINNER_JITTER,
-)
+from ckptsel.stats.winners import JITTER as WINNER_JITTER
 from ckptsel.stats.winners import (
     accuracy_moments,
     bootstrap_accuracies,
@@ -110,9 +102,7 @@ class SelectSettings:
 
     def __post_init__(self) -> None:
         check_int(self.partitions, "--partitions", low=1, high=defaults.MAX_PERMUTATIONS)
-        check_int(
-            self.bootstrap_partitions, "--bootstrap-partitions", low=1, high=self.partitions
-        )
+        check_int(self.bootstrap_partitions, "--bootstrap-partitions", low=1, high=self.partitions)
         check_int(self.draws, "--draws", low=defaults.MIN_DRAWS, high=defaults.MAX_DRAWS)
         check_int(self.permutations, "--permutations", low=1, high=defaults.MAX_PERMUTATIONS)
         check_seed(self.seed)
@@ -267,11 +257,15 @@ class ChosenEstimate:
     @property
     def method(self) -> str:
         if self.exact:
-            return ("exact: Clopper-Pearson over the validation clusters, simultaneous over the "
-                    "checkpoints (the winner's accuracy has no variance), median-unbiased estimate")  # fmt: skip
-        return ("hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & "
-                "McCloskey 2024), cluster-robust covariance, the winner's variance at the tested "
-                "accuracy, Sidak projection value, averaged over the winner's rounding cell")  # fmt: skip
+            return (
+                "exact: Clopper-Pearson over the validation clusters, simultaneous over the "
+                "checkpoints (the winner's accuracy has no variance), median-unbiased estimate"
+            )
+        return (
+            "hybrid conditional estimate and interval for the winner (Andrews, Kitagawa & "
+            "McCloskey 2024), cluster-robust covariance, the winner's variance at the tested "
+            "accuracy, Sidak projection value, averaged over the winner's rounding cell"
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -333,16 +327,20 @@ class AnswerCheck:
     def describe(self, step: int) -> str:
         """``step`` in words, e.g. ``step 40 gives one answer to 100% of its 128 eligible
         validation items and is right on 5% of them``."""
-        return (f"step {step} gives one answer to {100 * self.shares[str(step)]:.0f}% of its {self.items} "
-                f"eligible validation items and is right on {100 * self.precisions[str(step)]:.0f}% of those")  # fmt: skip
+        return (
+            f"step {step} gives one answer to {100 * self.shares[str(step)]:.0f}% of its {self.items} "
+            f"eligible validation items and is right on {100 * self.precisions[str(step)]:.0f}% of those"
+        )
 
     @property
     def rule_words(self) -> str:
         """The flag's rule in words."""
         s = self.settings
-        return (f"one answer to {100 * s.share:.0f}% or more of at least {s.min_items} items (and to 2/K "
-                "or more, K the distinct answers the checkpoints give), wrong on "
-                f"{100 * (1 - s.precision):.0f}% or more of them")  # fmt: skip
+        return (
+            f"one answer to {100 * s.share:.0f}% or more of at least {s.min_items} items (and to 2/K "
+            "or more, K the distinct answers the checkpoints give), wrong on "
+            f"{100 * (1 - s.precision):.0f}% or more of them"
+        )
 
     def to_dict(self) -> dict:
         s = self.settings
@@ -448,8 +446,7 @@ def discordant_clusters(choice: np.ndarray, correct: np.ndarray, groups: np.ndar
     return int(nonzero_units(Clusters.of(groups, len(d)).sums(d[:, None]))[0])
 
 
-def choice_p(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None, seed: int,
-             level: float) -> float:  # fmt: skip
+def choice_p(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None, seed: int, level: float) -> float:
     """The exact two-sided p-value of the ``(T,)`` choice (probabilities over checkpoints)
     against the final checkpoint on the items of ``correct`` (T, n), clustered by ``groups``:
     for one chosen checkpoint the McNemar test ``compare`` makes (exact binomial, or its clustered
@@ -483,9 +480,8 @@ def split_validation_gains(
 
 
 def pooled_split_gains(
-    signals: Sequence[np.ndarray], corrects: Sequence[np.ndarray], maximize: bool,
-    in_s: np.ndarray, weights: np.ndarray,
-) -> list[np.ndarray]:  # fmt: skip
+    signals: Sequence[np.ndarray], corrects: Sequence[np.ndarray], maximize: bool, in_s: np.ndarray, weights: np.ndarray
+) -> list[np.ndarray]:
     """:func:`split_validation_gains` of K trajectories that share one validation pool (the same
     items, so the same partitions ``in_s`` (P, n) and weights ``(W, n)``): ``(W,)`` gains of
     each, from its ``(T_k, n)`` signal and correctness.
@@ -577,9 +573,12 @@ def merged_items(
         return unmerged
     keys = [in_s[:, first], weights[:, first]]  # every column equal to its representative, integer, >= 0
     top = max(float(np.abs(a).max(initial=0)) for a in arrays)
-    if not ((in_s[:, first[inverse]] == in_s).all() and (weights[:, first[inverse]] == weights).all()
-            and all((np.rint(k) == k).all() and (k >= 0).all() for k in keys)
-            and top * (keys[1] @ counts).max(initial=0) < 2**24):  # fmt: skip
+    if not (
+        (in_s[:, first[inverse]] == in_s).all()
+        and (weights[:, first[inverse]] == weights).all()
+        and all((np.rint(k) == k).all() and (k >= 0).all() for k in keys)
+        and top * (keys[1] @ counts).max(initial=0) < 2**24
+    ):
         return unmerged
     order = np.argsort(inverse, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -598,21 +597,33 @@ class _HalfSums:
     ``items``: the items in each column (:func:`merged_items`; None: one each)."""
 
     def __init__(
-        self, signals: list[np.ndarray], corrects: list[np.ndarray], weights: np.ndarray,
+        self,
+        signals: list[np.ndarray],
+        corrects: list[np.ndarray],
+        weights: np.ndarray,
         items: np.ndarray | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.sig = [s if s.dtype.kind in "biu" else s.astype(np.float64) for s in signals]
         self.corr = [c.astype(np.float64) if c.dtype.kind == "f" else c for c in corrects]
         self.firsts = [None if s.dtype.kind in "biu" else core.first_identical_row(s) for s in self.sig]
         ints = [a for pair in zip(self.sig, self.corr, strict=True) for a in pair if a.dtype.kind in "biu"]
         top = max((float(np.abs(a).max(initial=0)) for a in ints), default=0.0)
-        self.exact = bool((np.rint(weights) == weights).all() and (weights >= 0).all()
-                          and top * weights.sum(axis=1).max(initial=0) < 2**24)  # fmt: skip
+        self.exact = bool(
+            (np.rint(weights) == weights).all()
+            and (weights >= 0).all()
+            and top * weights.sum(axis=1).max(initial=0) < 2**24
+        )
         # the accuracy rule's signal is its correctness: summed once
-        self.same = [self.exact and s.dtype.kind in "biu" and c.dtype.kind in "biu" and np.array_equal(s, c)
-                     for s, c in zip(self.sig, self.corr, strict=True)]  # fmt: skip
-        counts = [a for s, c, same in zip(self.sig, self.corr, self.same, strict=True)
-                  for a in ((s,) if same else (s, c)) if a.dtype.kind in "biu"]  # fmt: skip
+        self.same = [
+            self.exact and s.dtype.kind in "biu" and c.dtype.kind in "biu" and np.array_equal(s, c)
+            for s, c in zip(self.sig, self.corr, strict=True)
+        ]
+        counts = [
+            a
+            for s, c, same in zip(self.sig, self.corr, self.same, strict=True)
+            for a in ((s,) if same else (s, c))
+            if a.dtype.kind in "biu"
+        ]
         self.rows = np.concatenate([a.astype(np.float32) for a in counts]) if self.exact and counts else None
         self.total_w = weights.sum(axis=1) if items is None else weights @ items  # items: per column
         totals = self.of(weights)
@@ -641,9 +652,7 @@ class _HalfSums:
         return out
 
 
-def partition_masks(
-    item_ids: np.ndarray, partitions: int, seed: int, groups: np.ndarray | None = None
-) -> np.ndarray:
+def partition_masks(item_ids: np.ndarray, partitions: int, seed: int, groups: np.ndarray | None = None) -> np.ndarray:
     """``(P, n)`` indicators of the first half of each deterministic random partition.
 
     Without shared groups the first half is ⌊n/2⌋ items in a random order of the items. When
@@ -655,17 +664,13 @@ def partition_masks(
     n = len(item_ids)
     clusters = Clusters.of(groups, n)
     if clusters.count == n:  # every item its own group: the item order, as always
-        orders = core.permutations(
-            core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES
-        )
+        orders = core.permutations(core.string_keys(list(item_ids)), seed, partitions, stream=streams.SELECT_HALVES)
         in_s = np.zeros((partitions, n))
         np.put_along_axis(in_s, orders[:, : n // 2], 1.0, axis=1)
         return in_s
     first = np.unique(clusters.codes, return_index=True)[1]  # each cluster's first item
     names = np.asarray(groups)[first]
-    orders = core.permutations(
-        core.string_keys(list(names)), seed, partitions, stream=streams.SELECT_HALVES
-    )
+    orders = core.permutations(core.string_keys(list(names)), seed, partitions, stream=streams.SELECT_HALVES)
     size = clusters.sizes[orders]  # (P, G) in each partition's cluster order
     middle = np.cumsum(size, axis=1) - size / 2.0
     in_first = np.zeros((partitions, clusters.count))
@@ -692,9 +697,15 @@ def test_gain(choice: np.ndarray, test: TestData, draws: int, seed: int, level: 
         groups = np.arange(n).astype(str) if test.groups is None else np.asarray(test.groups)
         gain = paired_estimate(test.correct[one[0]], test.correct[-1], groups, level, replicates)[0]
     else:
-        gain = gain_estimate(d.mean(), replicates(d), level, clusters, "test-question",
-                             choice_p(choice, test.correct, test.groups, seed, level),
-                             discordant_clusters(choice, test.correct, test.groups))  # fmt: skip
+        gain = gain_estimate(
+            d.mean(),
+            replicates(d),
+            level,
+            clusters,
+            "test-question",
+            choice_p(choice, test.correct, test.groups, seed, level),
+            discordant_clusters(choice, test.correct, test.groups),
+        )
     return TestGain(
         gain,
         items=int(n),
@@ -744,8 +755,12 @@ def exact_holdouts(correct: np.ndarray, groups: np.ndarray, x: np.ndarray, level
     above ``1 − level``; such a checkpoint stays plausibly best whatever the model confidence
     set says."""
     w = int(np.argmax(x))
-    return np.array([k != w and clustered_mcnemar(correct[w], correct[k], groups) > 1.0 - level + 1e-12
-                     for k in range(len(correct))])  # fmt: skip
+    return np.array(
+        [
+            k != w and clustered_mcnemar(correct[w], correct[k], groups) > 1.0 - level + 1e-12
+            for k in range(len(correct))
+        ]
+    )
 
 
 def best_checkpoints(
@@ -765,11 +780,15 @@ def best_checkpoints(
     order = mcs["order"][0]
     gone = sorted((int(k) for k in np.flatnonzero(order >= 0)), key=lambda k: order[k])
     eliminations = tuple(
-        {"set_size": len(steps) - j, "statistic": round(float(mcs["statistic"][0, j]), 6),
-         "p_value": round(float(mcs["p_steps"][0, j]), 6), "eliminated": int(steps[k]),
-         "rejected": bool(mcs["p_mcs"][0, k] < 1 - settings.level)}
+        {
+            "set_size": len(steps) - j,
+            "statistic": round(float(mcs["statistic"][0, j]), 6),
+            "p_value": round(float(mcs["p_steps"][0, j]), 6),
+            "eliminated": int(steps[k]),
+            "rejected": bool(mcs["p_mcs"][0, k] < 1 - settings.level),
+        }
         for j, k in enumerate(gone)
-    )  # fmt: skip
+    )
     held = exact_holdouts(correct, groups, x[0], settings.level) & ~mcs["in_set"][0]
     best = PlausiblyBest(
         steps=tuple(int(steps[k]) for k in np.flatnonzero(mcs["in_set"][0] | held)),
@@ -780,8 +799,7 @@ def best_checkpoints(
         clusters=clusters.count,
         kept_by_exact_test=tuple(int(steps[k]) for k in np.flatnonzero(held)),
     )
-    mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level,
-                                      jitter=JITTER_DRAWS)  # fmt: skip
+    mean, lo, hi, _ = winner_interval(x, sigma, correct.shape[1], clusters.count, settings.level, jitter=JITTER_DRAWS)
     n_mean, n_lo, n_hi = naive_winner(x, sigma, settings.level)
     top = np.flatnonzero(x[0] >= x[0].max() - 1e-12)
     chosen = ChosenEstimate(
@@ -859,9 +877,15 @@ class _Pool:
         self, point: float, reps: np.ndarray, full: np.ndarray, v: ValidationData, settings: SelectSettings
     ) -> SplitValidationGain:
         """The split-validation gain of the full-pool choice ``full`` (T,) of trajectory ``v``."""
-        gain = gain_estimate(point, reps, settings.level, self.clusters, "validation",
-                             choice_p(full, v.correct, v.groups, settings.seed, settings.level),
-                             discordant_clusters(full, v.correct, v.groups))  # fmt: skip
+        gain = gain_estimate(
+            point,
+            reps,
+            settings.level,
+            self.clusters,
+            "validation",
+            choice_p(full, v.correct, v.groups, settings.seed, settings.level),
+            discordant_clusters(full, v.correct, v.groups),
+        )
         return SplitValidationGain(gain, settings.partitions, self.halves, self.clusters)
 
 
@@ -891,8 +915,10 @@ def nll_skipped(validation: list[ValidationData]) -> list[str]:
 def nll_skip_line(trajectories: list[str]) -> str:
     """What is said, once, of :func:`nll_skipped`'s trajectories."""
     shown = ", ".join(repr(t) for t in trajectories[:10]) + (" …" if len(trajectories) > 10 else "")
-    return (f"{len(trajectories)} trajectory(ies) without validation NLL records ({shown}; the others "
-            "have them): the matched-NLL rule, and every H (gain over matched NLL), skip them")  # fmt: skip
+    return (
+        f"{len(trajectories)} trajectory(ies) without validation NLL records ({shown}; the others "
+        "have them): the matched-NLL rule, and every H (gain over matched NLL), skip them"
+    )
 
 
 @dataclass(frozen=True)
@@ -936,23 +962,31 @@ def chosen_steps(full: np.ndarray, steps: np.ndarray) -> tuple[int, ...]:
 
 
 def _select_checkpoint(
-    records_dir: Path, trajectory: str, rule: str, settings: SelectSettings,
-    answers: AnswerSettings | None = None, validation: list[ValidationData] | None = None,
-) -> Selection:  # fmt: skip
+    records_dir: Path,
+    trajectory: str,
+    rule: str,
+    settings: SelectSettings,
+    answers: AnswerSettings | None = None,
+    validation: list[ValidationData] | None = None,
+) -> Selection:
     if rule not in SIGNAL_RULES:
         raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
     validation = load_validation(records_dir) if validation is None else validation
     v = find_trajectory(validation, trajectory, "validation", records_dir)
     skipped = nll_skipped(validation)
-    notes = (f"trajectory {v.trajectory!r} has no validation NLL records (other trajectories of "
-             "these records do): the nll rule is skipped for it",) if v.trajectory in skipped else ()  # fmt: skip
+    notes = (
+        (
+            f"trajectory {v.trajectory!r} has no validation NLL records (other trajectories of "
+            "these records do): the nll rule is skipped for it",
+        )
+        if v.trajectory in skipped
+        else ()
+    )
     answers = answers or AnswerSettings()
     steps = v.steps
     n = len(v.item_ids)
     if n < 2:
-        raise CkptselError(
-            f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation"
-        )
+        raise CkptselError(f"trajectory {trajectory!r}: only {n} eligible validation item(s); cannot split validation")
     test = _test_data(records_dir, v)
     as_measured = v
     v, test, fb, more = _answers_counted(records_dir, v, test, answers)
@@ -968,9 +1002,7 @@ def _select_checkpoint(
             probabilities=_probabilities(full, steps),
             budget_curve=tuple(_budget_pick(split.chosen[("nested", r, b)], b, steps) for b in labels),
             split_validation=split.gain(r, settings),
-            test=None if test is None else test_gain(
-                full, test, settings.draws, settings.seed, settings.level
-            ),
+            test=None if test is None else test_gain(full, test, settings.draws, settings.seed, settings.level),
         )
     sel = Selection(
         trajectory=v.trajectory,
@@ -1012,13 +1044,26 @@ def _answers_counted(
         return v, test, fb, ()
     fb_test = fallback_matrix(records_dir, test.trajectory, test.task, test.steps, test.item_ids, "test")
     if fb_test is None:
-        return v, test, fb, ("--strict-answers: no generated texts of the test items were recorded, so "
-                             "the test gains count every correct answer",)  # fmt: skip
+        return (
+            v,
+            test,
+            fb,
+            (
+                "--strict-answers: no generated texts of the test items were recorded, so "
+                "the test gains count every correct answer",
+            ),
+        )
     return v, replace(test, correct=test.correct & ~fb_test), fb, ()
 
 
-def _with_fallback(sel: Selection, v: ValidationData, fb: np.ndarray | None, rule: str,
-                   settings: SelectSettings, answers: AnswerSettings) -> Selection:  # fmt: skip
+def _with_fallback(
+    sel: Selection,
+    v: ValidationData,
+    fb: np.ndarray | None,
+    rule: str,
+    settings: SelectSettings,
+    answers: AnswerSettings,
+) -> Selection:
     """``sel`` with the share of each checkpoint's correct validation answers that only a
     fallback found (``v``: as measured); a recommendation of an earlier checkpoint that rests
     on them (with them counted wrong its gain is not resolved above 0) says so."""
@@ -1026,21 +1071,30 @@ def _with_fallback(sel: Selection, v: ValidationData, fb: np.ndarray | None, rul
         return sel
     shares = fallback_shares(v.correct, fb)
     rec = sel.recommendation
-    check = FallbackCheck({str(int(st)): round(float(x), 6) for st, x in zip(v.steps, shares, strict=True)},
-                          answers.strict)  # fmt: skip
+    check = FallbackCheck(
+        {str(int(st)): round(float(x), 6) for st, x in zip(v.steps, shares, strict=True)}, answers.strict
+    )
     if answers.strict or rec.keep_final or not (v.correct & fb).any():
         return replace(sel, fallback=check)
     strict = _Split.of(replace(v, correct=v.correct & ~fb), rule, settings)
     gain, picks = strict.gain(rule, settings).estimate, strict.steps_of(rule)
     share = 100 * check.shares[str(rec.keep_step)]
     holds = gain.estimable and not gain.unresolved and gain.lo > 0 and rec.keep_step in picks
-    said = (f"; {share:.0f}% of step {rec.keep_step}'s correct validation answers were found only by the "
-            f"answer rule's fallback: counted wrong (--strict-answers), the {rule} rule picks step(s) "
-            f"{', '.join(map(str, picks))} with a split-validation gain of {fmt(gain, unit=' pp', mark=False)}")  # fmt: skip
-    said += ", still resolved above 0" if holds else (
-        ", not resolved above 0: the decision rests on answers only the fallback found")
-    return replace(sel, fallback=replace(check, strict_gain=gain, strict_steps=picks),
-                   recommendation=replace(rec, reason=rec.reason + said))  # fmt: skip
+    said = (
+        f"; {share:.0f}% of step {rec.keep_step}'s correct validation answers were found only by the "
+        f"answer rule's fallback: counted wrong (--strict-answers), the {rule} rule picks step(s) "
+        f"{', '.join(map(str, picks))} with a split-validation gain of {fmt(gain, unit=' pp', mark=False)}"
+    )
+    said += (
+        ", still resolved above 0"
+        if holds
+        else (", not resolved above 0: the decision rests on answers only the fallback found")
+    )
+    return replace(
+        sel,
+        fallback=replace(check, strict_gain=gain, strict_steps=picks),
+        recommendation=replace(rec, reason=rec.reason + said),
+    )
 
 
 # --------------------------------------------------------------------------- every trajectory
@@ -1113,11 +1167,13 @@ def degenerate_lines(validation: list[ValidationData], answers: AnswerSettings |
     allowed = flagged[0][1].settings.allow
     return [
         f"degenerate checkpoint(s) ({rule}): {shown}{more}. Their accuracy comes from the items whose "
-        "gold answer is the one they give; " + (
+        "gold answer is the one they give; "
+        + (
             "--allow-degenerate: one may be kept, and its recommendation says it is flagged"
-            if allowed else "none is recommended (select --allow-degenerate keeps one, saying so)"
+            if allowed
+            else "none is recommended (select --allow-degenerate keeps one, saying so)"
         )
-    ]  # fmt: skip
+    ]
 
 
 def _no_selection(v: ValidationData, err: CkptselError) -> KeepRow:
@@ -1126,12 +1182,21 @@ def _no_selection(v: ValidationData, err: CkptselError) -> KeepRow:
 
 
 def _keep_row(v: ValidationData, chosen: RuleSelection, rec: Recommendation) -> KeepRow:
-    return KeepRow(v.trajectory, v.configuration, int(v.steps[-1]), rec.keep_step, rec.keep_final,
-                   chosen.steps, chosen.split_validation.estimate, rec.reason)  # fmt: skip
+    return KeepRow(
+        v.trajectory,
+        v.configuration,
+        int(v.steps[-1]),
+        rec.keep_step,
+        rec.keep_final,
+        chosen.steps,
+        chosen.split_validation.estimate,
+        rec.reason,
+    )
 
 
-def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSettings,
-              answers: AnswerSettings | None = None) -> list[KeepRow]:  # fmt: skip
+def keep_rows(
+    validation: list[ValidationData], rule: str, settings: SelectSettings, answers: AnswerSettings | None = None
+) -> list[KeepRow]:
     """The keep table's rows, in ``validation`` order: per trajectory ``rule``'s full-pool
     choice, its split-validation gain and the recommendation, the numbers
     :func:`select_checkpoint` gives. Trajectories of one validation pool share its partitions,
@@ -1154,7 +1219,9 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
             continue
         pool = _Pool.of(validation[next(iter(sigs))], settings)
         vs = [validation[j] for j in sigs]
-        for (j, sig), v, (point, reps) in zip(sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True):  # fmt: skip
+        for (j, sig), v, (point, reps) in zip(
+            sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True
+        ):
             full = full_pool_choice(sig, maximize)
             chosen = RuleSelection(chosen_steps(full, v.steps), {}, (), pool.estimate(point, reps, full, v, settings))
             rec = recommend(chosen, rule, int(v.steps[-1]), settings.level, AnswerCheck.of(v, answers))
@@ -1162,8 +1229,12 @@ def keep_rows(validation: list[ValidationData], rule: str, settings: SelectSetti
     return rows
 
 
-def keep_settings(seed: int = defaults.SEED, level: float = defaults.CONFIDENCE,
-                  draws: int = defaults.DRAWS, permutations: int = defaults.PERMUTATIONS) -> SelectSettings:  # fmt: skip
+def keep_settings(
+    seed: int = defaults.SEED,
+    level: float = defaults.CONFIDENCE,
+    draws: int = defaults.DRAWS,
+    permutations: int = defaults.PERMUTATIONS,
+) -> SelectSettings:
     """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``).
 
     An analysis at ``select``'s defaults or above (``draws`` ≥ its draws, ``permutations`` ≥ its
@@ -1176,9 +1247,14 @@ def keep_settings(seed: int = defaults.SEED, level: float = defaults.CONFIDENCE,
     full = SelectSettings(seed=seed, level=level)
     if draws >= full.draws and permutations >= full.partitions:
         return full
-    return SelectSettings(partitions=permutations, permutations=permutations, seed=seed, level=level,
-                          draws=min(draws, QUICK_KEEP_DRAWS),
-                          bootstrap_partitions=min(permutations, QUICK_KEEP_PARTITIONS))  # fmt: skip
+    return SelectSettings(
+        partitions=permutations,
+        permutations=permutations,
+        seed=seed,
+        level=level,
+        draws=min(draws, QUICK_KEEP_DRAWS),
+        bootstrap_partitions=min(permutations, QUICK_KEEP_PARTITIONS),
+    )
 
 
 QUICK_KEEP_DRAWS = 200  # a quick analysis' (provisional) keep table: at most this many draws
@@ -1190,14 +1266,18 @@ def keep_provisional(settings: SelectSettings) -> str | None:
     (fewer partitions, draws, bootstrap partitions or permutations than those), None when it
     cannot."""
     full = SelectSettings()
-    fewer = [f"{key.replace('_', ' ')} {getattr(settings, key)} < {getattr(full, key)}"
-             for key in ("partitions", "draws", "bootstrap_partitions", "permutations")
-             if getattr(settings, key) < getattr(full, key)]  # fmt: skip
+    fewer = [
+        f"{key.replace('_', ' ')} {getattr(settings, key)} < {getattr(full, key)}"
+        for key in ("partitions", "draws", "bootstrap_partitions", "permutations")
+        if getattr(settings, key) < getattr(full, key)
+    ]
     if not fewer:
         return None
-    return (f"made with fewer {', '.join(fewer)} than ckptsel select's defaults (the analysis' "
-            "--permutations / --draws were below them): provisional; `ckptsel select --all` may "
-            "keep other checkpoints")  # fmt: skip
+    return (
+        f"made with fewer {', '.join(fewer)} than ckptsel select's defaults (the analysis' "
+        "--permutations / --draws were below them): provisional; `ckptsel select --all` may "
+        "keep other checkpoints"
+    )
 
 
 def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
@@ -1206,9 +1286,12 @@ def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
 
 
 def recommend(
-    result: RuleSelection, rule: str, final_step: int, level: float = defaults.CONFIDENCE,
+    result: RuleSelection,
+    rule: str,
+    final_step: int,
+    level: float = defaults.CONFIDENCE,
     check: AnswerCheck | None = None,
-) -> Recommendation:  # fmt: skip
+) -> Recommendation:
     """ "keep checkpoint X" only when the split-validation interval is wholly above 0, and X is
     not degenerate (``check``: one answer to most items), unless ``--allow-degenerate`` — then
     the recommendation says it is flagged; a flagged final checkpoint is said too."""
@@ -1220,14 +1303,19 @@ def recommend(
         return replace(rec, reason=f"{rec.reason}; note: the final checkpoint is flagged as degenerate ({what})")
     if check.settings.allow:
         return replace(rec, reason=f"{rec.reason}; FLAGGED as degenerate ({what}), kept because of --allow-degenerate")
-    final = (f"; note: the final checkpoint is flagged as degenerate too ({check.describe(final_step)})"
-             if final_step in check.flagged else "")  # fmt: skip
+    final = (
+        f"; note: the final checkpoint is flagged as degenerate too ({check.describe(final_step)})"
+        if final_step in check.flagged
+        else ""
+    )
     return Recommendation(
-        rule, final_step, True,
+        rule,
+        final_step,
+        True,
         f"{rec.reason}; but {what}: a degenerate checkpoint is not recommended (its accuracy comes from "
         "the items whose gold answer is the one it gives), so keep the final checkpoint "
         f"(--allow-degenerate keeps it, saying so){final}",
-    )  # fmt: skip
+    )
 
 
 def _recommend(result: RuleSelection, rule: str, final_step: int, level: float) -> Recommendation:
@@ -1239,30 +1327,34 @@ def _recommend(result: RuleSelection, rule: str, final_step: int, level: float) 
     if final_step in tied:
         also = " (tied with other checkpoints)" if len(tied) > 1 else ""
         return Recommendation(
-            rule, final_step, True,
+            rule,
+            final_step,
+            True,
             f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
-        )  # fmt: skip
+        )
     if sv.estimable and not sv.unresolved and sv.lo > 0:
         candidates = [s for s in tied if s != final_step]
         keep = max(candidates)  # a tie set: the latest of the tied checkpoints
         tie_note = (
-            f" (tied with {', '.join(str(s) for s in tied if s != keep)}; the latest is kept)"
-            if len(tied) > 1
-            else ""
+            f" (tied with {', '.join(str(s) for s in tied if s != keep)}; the latest is kept)" if len(tied) > 1 else ""
         )
         return Recommendation(
-            rule, keep, False,
+            rule,
+            keep,
+            False,
             f"the {rule} rule picks step {keep}{tie_note}, and its split-validation gain over the final "
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
-        )  # fmt: skip
+        )
     why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
     if sv.cannot_resolve is not None:
         why = f"cannot be resolved ({sv.cannot_resolve})"
     if not sv.estimable:
         why = f"is not estimable ({sv.not_estimable})"
     return Recommendation(
-        rule, final_step, True,
+        rule,
+        final_step,
+        True,
         f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
         f"final checkpoint is {gain} and the {pct}% interval {why}; without evidence that the choice "
         "beats the final checkpoint on items it did not see, keep the final checkpoint",
-    )  # fmt: skip
+    )

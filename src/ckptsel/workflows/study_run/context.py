@@ -152,9 +152,7 @@ def _external(ext: Any) -> list[Trajectory]:
     pattern is listed on its store, lm-eval folders there read from this node's copy)."""
     folders = [f for f in as_location(ext.pattern).glob() if f.is_dir()]
     if not folders:
-        raise CkptselError(
-            f"configuration {ext.name!r}: {ext.kind} = {ext.pattern!r} matches no folder"
-        )
+        raise CkptselError(f"configuration {ext.name!r}: {ext.kind} = {ext.pattern!r} matches no folder")
     out = []
     for loc in folders:
         seed = seed_of(loc.name)

@@ -41,10 +41,7 @@ def fingerprint(ctx: StudyContext) -> dict[str, Any]:
         },
         "validation": {**ctx.validation_spec.settings(), "items": pool_digest(val)},
         "test": {**spec.test.settings(), "items": pool_digest(test)},
-        "measure": {
-            "generation": cfg.generation_fingerprint(),
-            "nll": cfg.nll_fingerprint(),
-        },
+        "measure": {"generation": cfg.generation_fingerprint(), "nll": cfg.nll_fingerprint()},
         "seeds": list(st.seeds),
         "configurations": {
             **{c.name: _jsonable(asdict(c)) for c in st.configurations},
@@ -98,8 +95,7 @@ def _configuration_diffs(a: dict, b: dict) -> list[str]:
             both = set(a[name]) | set(b[name])
             keys = sorted(k for k in both if a[name].get(k) != b[name].get(k))
             diffs.append(
-                f"configuration {name!r}: "
-                + ", ".join(f"{k} {a[name].get(k)!r} -> {b[name].get(k)!r}" for k in keys)
+                f"configuration {name!r}: " + ", ".join(f"{k} {a[name].get(k)!r} -> {b[name].get(k)!r}" for k in keys)
             )
     return diffs
 

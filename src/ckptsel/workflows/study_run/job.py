@@ -84,8 +84,10 @@ class StudyRun:
         base = self.spec.study.base_model
         configs = self.spec.study.configurations
         if missing := missing_ml():  # the plan itself needs neither
-            self.context.log(f"dry run: LoRA target modules not checked ({' and '.join(missing)} "
-                             f"not installed; the run needs them: {ML_HINT})")  # fmt: skip
+            self.context.log(
+                f"dry run: LoRA target modules not checked ({' and '.join(missing)} "
+                f"not installed; the run needs them: {ML_HINT})"
+            )
         elif is_url(base) or not all([check_lora_targets(base, c) for c in configs]):
             self.context.log(f"dry run: LoRA target modules not checked ({base} is not here)")
         if self.spec.split is None or (self.context.split_dir / "lineage.json").is_file():

@@ -92,31 +92,38 @@ def plan(ctx: StudyContext) -> list[dict[str, Any]]:
             n_ckpt = len(list((t.folder / "test").glob("checkpoint-*")))
             rows.append(
                 {
-                    "trajectory": t.name, "source": t.source, "checkpoints": n_ckpt,
-                    "trained": n_ckpt, "items": pool.n_items, "generations_todo": 0,
-                    "generations_done": 0, "nll_todo": 0,
+                    "trajectory": t.name,
+                    "source": t.source,
+                    "checkpoints": n_ckpt,
+                    "trained": n_ckpt,
+                    "items": pool.n_items,
+                    "generations_todo": 0,
+                    "generations_done": 0,
+                    "nll_todo": 0,
                 }
-            )  # fmt: skip
+            )
             continue
         x = left[t.name]
         to_gen = sum(c.generate for c in x.checkpoints)
         rows.append(
             {
-                "trajectory": t.name, "source": t.source, "checkpoints": len(x.steps),
-                "trained": len([s for s in x.steps if s in x.have]), "items": pool.n_items,
+                "trajectory": t.name,
+                "source": t.source,
+                "checkpoints": len(x.steps),
+                "trained": len([s for s in x.steps if s in x.have]),
+                "items": pool.n_items,
                 "generations_todo": to_gen,
                 "generations_done": pool.n_items * len(x.steps) - to_gen,
                 "nll_todo": sum(c.score for c in x.checkpoints),
             }
-        )  # fmt: skip
+        )
     return rows
 
 
 def format_plan(rows: list[dict[str, Any]]) -> str:
     """The ``--dry-run`` table."""
     head = ("trajectory", "source", "checkpoints", "trained", "items", "gen todo", "gen done")
-    keys = ("trajectory", "source", "checkpoints", "trained", "items", "generations_todo",
-            "generations_done")  # fmt: skip
+    keys = ("trajectory", "source", "checkpoints", "trained", "items", "generations_todo", "generations_done")
     table = [head] + [tuple(str(r[k]) for k in keys) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]

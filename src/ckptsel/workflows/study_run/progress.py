@@ -28,10 +28,14 @@ def _bar(console: Any, label: str, total: int) -> Iterator[Advance]:
     from rich import progress as rp
 
     with rp.Progress(
-        rp.TextColumn(label), rp.BarColumn(), rp.MofNCompleteColumn(),
-        rp.TextColumn("trajectories"), rp.TimeElapsedColumn(), console=console,
+        rp.TextColumn(label),
+        rp.BarColumn(),
+        rp.MofNCompleteColumn(),
+        rp.TextColumn("trajectories"),
+        rp.TimeElapsedColumn(),
+        console=console,
         transient=True,
-    ) as progress:  # fmt: skip
+    ) as progress:
         task = progress.add_task(label, total=total)
         yield lambda: progress.update(task, advance=1)
 

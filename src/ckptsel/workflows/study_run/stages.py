@@ -85,16 +85,12 @@ def prepare(ctx: StudyContext) -> None:
     val, test = ctx.pools
     for name, items in (("validation", val), ("test", test)):
         rows = [{**asdict(it)} for it in items]
-        write_text(
-            spec.state_dir / "pools" / f"{name}.json",
-            json.dumps(rows, indent=1, ensure_ascii=False) + "\n",
-        )
+        write_text(spec.state_dir / "pools" / f"{name}.json", json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
     strata = {"validation": strata_counts(val), "test": strata_counts(test)}
     write_text(spec.state_dir / "pools" / "strata.json", json.dumps(strata, indent=2) + "\n")
     ctx.log(
         f"prepare: validation {len(val)} items ({spec.validation.task}), "
-        f"test {len(test)} items ({spec.test.task})"
-        + (f"; strata {strata['test']}" if len(strata["test"]) > 1 else "")
+        f"test {len(test)} items ({spec.test.task})" + (f"; strata {strata['test']}" if len(strata["test"]) > 1 else "")
     )
     if spec.split is not None:
         audit(ctx, val, test)
@@ -112,9 +108,8 @@ def split(ctx: StudyContext) -> None:
             ctx.log("prepare: split is done (lineage matches the pool file)")
             return
     split_file(  # the study's own state folder: an interrupted split is simply redone
-        sp.file, out, seed=sp.seed, val_fraction=sp.val_fraction, group_field=sp.group_field,
-        force=True,
-    )  # fmt: skip
+        sp.file, out, seed=sp.seed, val_fraction=sp.val_fraction, group_field=sp.group_field, force=True
+    )
     ctx.log(f"prepare: split {sp.file.name} into train + validation ({out})")
 
 
@@ -126,11 +121,7 @@ def audit(ctx: StudyContext, val: list, test: list) -> None:
     st = ctx.spec.study
     train_items = [it.instruction for it in load_items(st.task, st.train)]
     res = audit_pools(
-        {
-            "train": train_items,
-            "validation": [it.instruction for it in val],
-            "test": [it.instruction for it in test],
-        }
+        {"train": train_items, "validation": [it.instruction for it in val], "test": [it.instruction for it in test]}
     )
     write_audit(res, out)
     ctx.log(f"prepare: overlap audit written to {out / 'audit.md'}")
@@ -158,9 +149,7 @@ WATCH_POLL = 2.0  # seconds between listings of a run trained here (--watch)
 
 
 def measure(
-    ctx: StudyContext,
-    only: Sequence[str] | None = None,
-    watch: Callable[[], Callable[[float], None]] | None = None,
+    ctx: StudyContext, only: Sequence[str] | None = None, watch: Callable[[], Callable[[float], None]] | None = None
 ) -> None:
     """Measure every checkpoint of every trajectory (``only``: these names). ``watch``: the
     trajectories trained here are watched while they train, each watcher sleeping between
@@ -178,9 +167,15 @@ def measure(
                 advance()
                 continue
             res = measure_run(
-                t.folder, ctx.measure_config, validation=val, test=test, out=ctx.records_dir,
-                trajectory=t.name, configuration=t.configuration, executor=ctx.executor,
-            )  # fmt: skip
+                t.folder,
+                ctx.measure_config,
+                validation=val,
+                test=test,
+                out=ctx.records_dir,
+                trajectory=t.name,
+                configuration=t.configuration,
+                executor=ctx.executor,
+            )
             ctx.log(
                 f"measure: {t.name}: {len(res.steps)} checkpoints, "
                 f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already "
@@ -196,14 +191,20 @@ def watch_trajectory(ctx: StudyContext, t: Trajectory, sleep: Callable[[float], 
     final = t.expected_steps[-1] if t.expected_steps else None
     settings = WatchSettings(poll=WATCH_POLL, settle=0.0, until_step=final)
     status = watch_and_select(
-        t.folder, ctx.measure_config, validation=val, test=test, out=ctx.records_dir,
-        settings=settings, trajectory=t.name, configuration=t.configuration,
-        executor=ctx.executor, sleep=sleep,
-    )  # fmt: skip
+        t.folder,
+        ctx.measure_config,
+        validation=val,
+        test=test,
+        out=ctx.records_dir,
+        settings=settings,
+        trajectory=t.name,
+        configuration=t.configuration,
+        executor=ctx.executor,
+        sleep=sleep,
+    )
     ctx.log(
         f"measure: {t.name}: watched, {len(status.recorded)} checkpoints recorded as they "
-        f"landed (final step {status.final_step})"
-        + (f"; {status.engines}" if status.engines else "")
+        f"landed (final step {status.final_step})" + (f"; {status.engines}" if status.engines else "")
     )
 
 
@@ -228,9 +229,7 @@ class _Background(threading.Thread):
 
         def sleep(seconds: float) -> None:
             if self.error is not None:
-                raise CkptselError(
-                    f"--watch: training stopped ({self.error}); nothing more to watch"
-                )
+                raise CkptselError(f"--watch: training stopped ({self.error}); nothing more to watch")
             if not self.is_alive():
                 left[0] -= 1
                 if left[0] < 0:
@@ -269,10 +268,16 @@ def ingest(ctx: StudyContext, t: Trajectory) -> None:
             raise CkptselError(f"{t.folder / split_name}: no checkpoint-<step>/ sample folders")
         task = ctx.spec.test.task if split_name == "test" else ctx.spec.validation.task
         ingest_lm_eval(
-            folders, out=ctx.records_dir, trajectory=t.name, configuration=t.configuration,
-            task=task, split=split_name, filter_name=t.filter, replace=True,  # a re-run
+            folders,
+            out=ctx.records_dir,
+            trajectory=t.name,
+            configuration=t.configuration,
+            task=task,
+            split=split_name,
+            filter_name=t.filter,
+            replace=True,  # a re-run
             note=lambda m: ctx.log(f"measure: {m}"),
-        )  # fmt: skip
+        )
     ctx.log(f"measure: {t.name}: lm-eval samples ingested")
 
 
@@ -288,9 +293,14 @@ def analyze(ctx: StudyContext) -> dict:
     where = protocol_path(source)  # named in run.json for verify: absolute, or the URL
     where = where.resolve() if isinstance(where, Path) else where
     summary = analyze_records(
-        ctx.records_dir, out, settings=ctx.analysis, report=True, events=_LoggedWarnings(ctx),
-        protocol=protocol, protocol_file=None if protocol is None else str(where),
-    )  # fmt: skip
+        ctx.records_dir,
+        out,
+        settings=ctx.analysis,
+        report=True,
+        events=_LoggedWarnings(ctx),
+        protocol=protocol,
+        protocol_file=None if protocol is None else str(where),
+    )
     ctx.log(f"analyze: results in {out}; {summary.protocol.status}")
     log_results(ctx, out)
     return summary
@@ -318,14 +328,11 @@ def log_results(ctx: StudyContext, out: Path) -> None:
         return
     stat = ctx.analysis.stat
     settings = SelectSettings(seed=stat.seed, level=stat.level)
-    selection = select_checkpoint(
-        ctx.records_dir, tracking.trajectory, rule=tracking.rule, settings=settings
-    )
+    selection = select_checkpoint(ctx.records_dir, tracking.trajectory, rule=tracking.rule, settings=settings)
     folder = ctx.trajectory(tracking.trajectory).folder
     checkpoint = folder / f"checkpoint-{selection.recommendation.keep_step}"
     # the folder even when it is gone: --register then names it (never "give --checkpoints")
     local = isinstance(checkpoint, Path)
     log_selection(
-        selection, tracking, results_dir=out, note=note,
-        checkpoint=checkpoint if local or checkpoint.is_dir() else None,
-    )  # fmt: skip
+        selection, tracking, results_dir=out, note=note, checkpoint=checkpoint if local or checkpoint.is_dir() else None
+    )

@@ -59,9 +59,7 @@ def trajectory_job(
     return lines
 
 
-def train_and_measure(
-    ctx: StudyContext, workers: int, train: bool = True, measure: bool = True
-) -> None:
+def train_and_measure(ctx: StudyContext, workers: int, train: bool = True, measure: bool = True) -> None:
     """The ``train`` and/or ``measure`` stages per trajectory in ``workers`` spawned
     processes (:func:`trajectory_job`); lm-eval samples are ingested here afterwards."""
     trajs = [t for t in ctx.trajectories if t.source != "lm_eval"]
@@ -78,19 +76,14 @@ def train_and_measure(
                 stages.ingest(ctx, t)
 
 
-def _run_jobs(
-    ctx: StudyContext, names: list[str], n: int, what: str, train: bool, measure: bool
-) -> None:
+def _run_jobs(ctx: StudyContext, names: list[str], n: int, what: str, train: bool, measure: bool) -> None:
     """:func:`trajectory_job` for each of ``names`` in ``n`` spawned processes; their lines are
     logged here as each finishes."""
     label = f"{what} ({n} process{'es' if n > 1 else ''})"
     with live(ctx.console, label, len(names)) as advance:
         mp = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=n, mp_context=mp) as pool:
-            futures = [
-                pool.submit(trajectory_job, ctx.spec, ctx.device, name, train, measure)
-                for name in names
-            ]
+            futures = [pool.submit(trajectory_job, ctx.spec, ctx.device, name, train, measure) for name in names]
             try:
                 for fut in as_completed(futures):
                     for line in fut.result():
