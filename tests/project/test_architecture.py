@@ -361,3 +361,40 @@ def test_every_public_name_exists(name):
     pkg = importlib.import_module(f"ckptsel.{name}")
     missing = [n for n in getattr(pkg, "__all__", ()) if not hasattr(pkg, n)]
     assert not missing, f"ckptsel.{name}.__all__ names what it does not define: {missing}"
+
+
+def _tree_of_the_page() -> set[str]:
+    """The modules ARCHITECTURE.md's tree lists (``records/ schema codec cache/{memo, ...}``),
+    dotted (``records.schema``, ``records.cache.memo``)."""
+    import re
+
+    text = (PACKAGE.parents[1] / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text.split("```\nsrc/ckptsel/\n", 1)[1].split("```", 1)[0]
+    out, stage = set(), ""
+    for line in block.splitlines():
+        head = re.match(r"^  ([a-z_]+)/\s+(.*)$", line)
+        if head:
+            stage, rest = head.group(1), head.group(2)
+        elif line.startswith("  ") and not line.startswith("   "):  # the foundation line
+            stage, rest = "", line
+        else:
+            rest = line
+        for sub, inner in re.findall(r"([a-z_]+)/\{([^}]*)\}", rest):
+            out.update(".".join(filter(None, (stage, sub, m.strip()))) for m in inner.split(","))
+            out.add(".".join(filter(None, (stage, sub))))
+        for name in re.sub(r"[a-z_]+/\{[^}]*\}", " ", rest).split():
+            out.add(".".join(filter(None, (stage, name))))
+        if stage:
+            out.add(stage)
+    return out
+
+
+def test_the_page_draws_the_modules_the_test_orders():
+    ordered = {name for _, names in ORDER for name in names} - {"__init__", "__main__"}
+    ordered |= {f"{pkg}.{sub}" for pkg, subs in SUBORDER.items() for sub in subs}
+    drawn = _tree_of_the_page()
+    assert drawn == ordered, (
+        f"ARCHITECTURE.md's tree lacks {sorted(ordered - drawn)} and lists {sorted(drawn - ordered)}"
+    )
+    page = (PACKAGE.parents[1] / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert len(page.splitlines()) <= 60, "ARCHITECTURE.md is one screen"
