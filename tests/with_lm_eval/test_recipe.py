@@ -159,3 +159,38 @@ def test_without_the_filter_ingest_says_the_log_contradicts_itself(model, tmp_pa
     assert code == 0, said
     gen = read_frame(records, "generations").set_index("item_id")
     assert {k: bool(v) for k, v in gen["correct"].items()} == ours
+
+
+BUDGET_PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "budget-items.md"
+
+
+def test_the_budget_pages_task_runs_exactly_the_subset(model, tmp_path, monkeypatch):
+    """docs/how-to/budget-items.md's lm-eval task and its ``utils.py``, as written: lm-eval
+    evaluates exactly the items ``subset.json`` lists."""
+    from lm_eval.tasks import TaskManager
+
+    text = BUDGET_PAGE.read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "process_docs" in b]
+    [utils] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "def listed" in b]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    rows = [{"id": f"q{k}", "question": q, "answer": f"so it is {a}.\n#### {a}"} for k, (q, a, _) in enumerate(DOCS)]
+    (tmp_path / "data" / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    listed = ["q4", "q0", "q2"]
+    (tmp_path / "subset.json").write_text(json.dumps({"item_ids": listed}))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "my_gsm8k_subset.yaml").write_text(block)
+    (tasks / "utils.py").write_text(utils)
+    name = yaml.safe_load(block.replace("!function ", ""))["task"]
+    results = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={model},dtype=float32",
+        tasks=[name],
+        task_manager=TaskManager(include_path=str(tasks)),
+        device="cpu",
+        batch_size=1,
+        log_samples=True,
+    )
+    seen = sorted(s["doc"]["id"] for s in results["samples"][name])
+    assert seen == sorted(listed)

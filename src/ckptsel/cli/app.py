@@ -17,6 +17,7 @@ from ckptsel._util.extras import missing_module_line
 from ckptsel.cli import (
     analyze,
     audit,
+    budgets,
     compare,
     ingest,
     measure,
@@ -46,6 +47,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("watch", watch.watch),
     ("analyze", analyze.analyze),
     ("verify", verify.verify),
+    ("budgets", budgets.budgets),
     ("simulate", simulate.simulate),
     ("train", train.train),
     ("quickstart", quickstart.quickstart),

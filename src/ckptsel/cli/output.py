@@ -552,6 +552,13 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "choices_sha256": "the frozen choices' SHA-256",
         "summary": "summary.json's object (docs: Results and summary.json), the keep table last",
     },
+    "budgets": {
+        "source": "the records or results folder the lists are of",
+        "out": "where the lists were written (budget_items.parquet, budget_items.json; null: nowhere)",
+        "settings": "permutations, seed, budgets",
+        "pools": "per validation pool: pool (its id), items, groups, digest (of its item ids), budgets (per "
+        "scheme, nested and one_variant: each budget's label and size), trajectories",
+    },
     "verify": {
         "results": "the results folder or URL",
         "ok": "true when everything was reproduced; false on a mismatch (exit code 1)",

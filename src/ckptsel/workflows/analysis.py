@@ -25,6 +25,7 @@ from ckptsel import defaults
 from ckptsel._util.io import write_csv, write_parquet, write_text
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import single_threaded
+from ckptsel.choose.budgets import INDEX_FILE, ITEMS_FILE, write_budget_items
 from ckptsel.choose.choices import choose
 from ckptsel.choose.evaluate import score
 from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
@@ -204,6 +205,7 @@ def freeze_choices(
     table = choose(validation, settings)
     events.phase("freezing the choices (written and hashed before any test record is read)…")
     digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
+    write_budget_items(Path(out_dir) / CHOICES_DIR, validation, settings)  # the items behind each budget
     return validation, digest
 
 
@@ -571,7 +573,7 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
         raise VerificationError(f"{spath}: recomputed results differ from the stored summary at {diff}")
     lines = [*chain, f"choices: SHA-256 {digest} matches", f"results: {spath} reproduced exactly"]
     lines += publish.check_manifest(results_dir)
-    lines.append(_recompute_files(results_dir, summary, tables, again, frozen.settings, provenance))
+    lines.append(_recompute_files(results_dir, summary, tables, again, frozen.settings, provenance, validation))
     lines.append(_check_run(run_path, run, records_dir, provenance, stored))
     return lines
 
@@ -666,7 +668,14 @@ def _protocol_file_line(copy: dict, protocol_file) -> str:
     return f"protocol: {where} unedited, SHA-256 {copy['sha256']} matches the results' copy"
 
 
-def _recompute_files(results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance) -> str:
+def _budget_files(files: dict) -> list[str]:
+    """The budget item lists a results folder's manifest names (``choices/``)."""
+    return [f"{CHOICES_DIR}/{name}" for name in (ITEMS_FILE, INDEX_FILE) if f"{CHOICES_DIR}/{name}" in files]
+
+
+def _recompute_files(
+    results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance, validation
+) -> str:
     """Rebuild every file the analysis writes from the recomputed results in a scratch folder —
     the report in all of :data:`REPORT_META`'s formats whenever the folder holds a report,
     whatever its manifest says — and compare: each rebuilt file must be in the folder and its
@@ -678,6 +687,9 @@ def _recompute_files(results_dir: Path, summary: Summary, tables: dict, choices,
     with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
         scratch = Path(tmp)
         freeze(choices, settings, scratch / CHOICES_DIR)
+        listed = _budget_files(files)
+        if listed:  # (results written before the lists have none)
+            write_budget_items(scratch / CHOICES_DIR, validation, settings)
         write_outputs(scratch, scratch, summary, tables, provenance)
         core = set(publish.manifest_files(scratch))
         reported = meta is not None or _has_report(results_dir, files)
