@@ -45,6 +45,9 @@ DEGENERATE_PRECISION = 0.5
 # fallback (gsm8k: the last number, no "The answer is") for this share or more: at a tenth, the
 # fallback alone moves its accuracy by more than most gains select resolves
 FALLBACK_NOTE_SHARE = 0.1
+# a task's noise is the spread of each trajectory's test accuracy over its last checkpoints
+# (summary.json's signal_noise, ckptsel.stats.noise): 5 of them, a few hundred steps at the end
+NOISE_CHECKPOINTS = 5
 
 # limits of the protocol settings (beyond them memory or time explode; checked up front)
 MAX_PERMUTATIONS = 100_000

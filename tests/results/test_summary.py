@@ -175,10 +175,13 @@ def test_summary_json_is_the_typed_summary_byte_for_byte(analyzed, unclipped, sh
     # and the keep table (issue 39), added last: select's answer per trajectory, checked in
     # test_select; every other byte is as pinned
     assert list(data)[-1] == "keep" and len(data.pop("keep")["trajectories"]) == summary.population.trajectories
+    # and each task's signal and noise (issue 46), from the checkpoints' test accuracies
+    assert set(data.pop("signal_noise")["tasks"]) == set(summary.by_task)
     # issue 44: intervals clipped to their range ([-100, +100] pp for a difference of accuracies);
     # the same run without clipping differs in those bounds alone
     raw = unclipped[shape]
     assert raw.pop("protocol") == {"status": "not pre-registered"} and raw.pop("keep")
+    raw.pop("signal_noise")
     assert _only_clipped(data, raw) == CLIPPED[shape]
     found = []  # issues 38, 44: intervals the small-design rule reads unresolved
     old_form = summary_json(rg.as_resolvable(rg.as_zero_width(raw), found))

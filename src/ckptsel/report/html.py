@@ -250,6 +250,49 @@ def _keep_section(summary: Summary) -> list[str]:
     ]
 
 
+def signal_frame(summary: Summary) -> pd.DataFrame | None:
+    """Each task's signal, noise and ratio, as display strings (None: the summary says none)."""
+    sn = summary.signal_noise
+    if sn is None or not sn.tasks:
+        return None
+
+    def shown(x: float | None, digits: int) -> str:
+        return "–" if x is None else f"{x:.{digits}f}"
+
+    return pd.DataFrame(
+        [
+            {
+                "task": task,
+                "signal (pp)": shown(t.signal, 2),
+                "noise (pp)": shown(t.noise, 2),
+                "signal / noise": shown(t.ratio, 2),
+                "configurations": str(t.configurations),
+                "trajectories": str(t.trajectories),
+            }
+            for task, t in sn.tasks.items()
+        ]
+    )
+
+
+def _signal_section(summary: Summary) -> list[str]:
+    frame = signal_frame(summary)
+    if frame is None:
+        return []
+    caption = (
+        "Whether each task can tell checkpoints apart: its <i>noise</i>, how much a trajectory's test "
+        f"accuracy moves over its last {summary.signal_noise.last} checkpoints (standard deviation, "
+        "root-mean-square over trajectories), against its <i>signal</i>, how far apart the configurations' "
+        "final checkpoints end (standard deviation across configurations), and their ratio. Near or below 1, "
+        "choosing between late checkpoints on this task is mostly noise. After Heineman et al. 2025, "
+        "“Signal and Noise”."
+    )
+    return [
+        '<h2 id="signal-noise">Signal and noise per task</h2>',
+        f'<p class="caption">{caption}</p>',
+        table_html(frame),
+    ]
+
+
 def render_html(
     summary: Summary | dict,
     tables: Iterable[ReportTable],
@@ -299,6 +342,7 @@ def render_html(
         t = by_name["main_table"]
         parts += ["<h2>Main table</h2>", f'<p class="caption">{html.escape(t.title)}</p>', table_html(t.display)]
     parts += _keep_section(summary)
+    parts += _signal_section(summary)
     parts.append("<h2>Figures</h2>")
     parts += [f'<p class="caption figure-note">{text_html(n)}.</p>' for n in notes]
     for name, png in figures_png.items():

@@ -27,6 +27,7 @@ table) are properties and methods of :class:`Summary`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from ckptsel.choose.rules import RULE_ORDER
 from ckptsel.choose.settings import FULL
 from ckptsel.defaults import BUDGETS, CONFIDENCE
 from ckptsel.errors import CkptselError
-from ckptsel.results.estimate import Estimate, fmt
+from ckptsel.results.estimate import DIGITS, Estimate, fmt
 
 SCHEMA = 1
 
@@ -94,6 +95,17 @@ def _str(v: Any, at: _At) -> str:
     if not isinstance(v, str):
         at.fail(f"expected a string, got {v!r}")
     return v
+
+
+def _number(v: Any, at: _At) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        at.fail(f"expected a finite number, got {v!r}")
+    return float(v)
+
+
+def stored(x: float | None) -> float | None:
+    """A number as summary.json stores it (rounded to its digits; None when not finite)."""
+    return round(float(x) + 0.0, DIGITS) if x is not None and math.isfinite(x) else None
 
 
 def _mapping(d: Any, at: _At, read: Callable[[Any, _At], T]) -> dict[str, T]:
@@ -474,6 +486,66 @@ class SignCounts:
         return cls(*(_int(d[k], at / k) for k in keys))
 
 
+# --------------------------------------------------------------------------- signal and noise
+SIGNAL_NOISE_DEFINITION = (
+    "per task, in pp of test accuracy: noise = the standard deviation (ddof 1) of each trajectory's "
+    "test accuracy over its last checkpoints, root-mean-square over the trajectories; signal = the "
+    "standard deviation (ddof 1) across configurations of their final-checkpoint test accuracy (the "
+    "mean over each configuration's trajectories); ratio = signal / noise (after Heineman et al. "
+    "2025, arXiv 2508.13144)"
+)
+
+
+@dataclass(frozen=True)
+class TaskSignal:
+    """One task's signal, noise (pp) and their ratio (:mod:`ckptsel.stats.noise`); None where
+    the task's design gives none (one configuration; no trajectory with two checkpoints; no noise)."""
+
+    signal: float | None
+    noise: float | None
+    ratio: float | None
+    configurations: int
+    trajectories: int  # the trajectories with two or more checkpoints (those the noise is of)
+
+    def to_dict(self) -> dict:
+        return {
+            "signal": stored(self.signal),
+            "noise": stored(self.noise),
+            "ratio": stored(self.ratio),
+            "configurations": self.configurations,
+            "trajectories": self.trajectories,
+        }
+
+    @classmethod
+    def read(cls, d: Any, at: _At) -> TaskSignal:
+        keys = ("signal", "noise", "ratio", "configurations", "trajectories")
+        d = _object(d, at, keys)
+        values = [None if d[k] is None else _number(d[k], at / k) for k in keys[:3]]
+        return cls(
+            *values, _int(d["configurations"], at / "configurations"), _int(d["trajectories"], at / "trajectories")
+        )
+
+
+@dataclass(frozen=True)
+class SignalNoise:
+    """Whether each task can tell checkpoints apart (``summary.json``'s ``"signal_noise"``):
+    :data:`SIGNAL_NOISE_DEFINITION`, over each trajectory's ``last`` checkpoints."""
+
+    last: int
+    tasks: dict[str, TaskSignal]
+
+    def to_dict(self) -> dict:
+        return {"definition": SIGNAL_NOISE_DEFINITION, "last_checkpoints": self.last, "tasks": _dicts(self.tasks)}
+
+    @classmethod
+    def read(cls, d: Any, at: _At) -> SignalNoise:
+        d = _object(d, at, ("definition", "last_checkpoints", "tasks"))
+        _str(d["definition"], at / "definition")
+        return cls(
+            _int(d["last_checkpoints"], at / "last_checkpoints"), _mapping(d["tasks"], at / "tasks", TaskSignal.read)
+        )
+
+
 # --------------------------------------------------------------------------- the protocol
 NOT_PREREGISTERED = "not pre-registered"
 
@@ -655,6 +727,7 @@ class Summary:
     warnings: tuple[str, ...] | None = None  # None: written before summaries carried warnings
     protocol: Preregistration | None = None  # None: written before summaries said
     keep: KeepTable | None = None  # which checkpoint to keep per trajectory (None: not made)
+    signal_noise: SignalNoise | None = None  # whether each task tells checkpoints apart (None: not said)
 
     # ------------------------------------------------------------------ reading it
     @property
@@ -757,6 +830,8 @@ class Summary:
         if self.joint_bootstrap is not None:
             out["joint_bootstrap"] = self.joint_bootstrap.to_dict()
         out["descriptive"] = _dicts(self.descriptive)
+        if self.signal_noise is not None:
+            out["signal_noise"] = self.signal_noise.to_dict()
         if self.warnings is not None:
             out["warnings"] = list(self.warnings)
         if self.keep is not None:
@@ -769,7 +844,7 @@ class Summary:
         earlier versions); raises :class:`CkptselError` naming ``source`` and the key of the
         first malformed value."""
         at = _At(str(source))
-        d = _object(d, at, _REQUIRED, (*_SETTINGS, "protocol", "joint_bootstrap", "warnings", "keep"))
+        d = _object(d, at, _REQUIRED, (*_SETTINGS, "protocol", "joint_bootstrap", "warnings", "keep", "signal_noise"))
         if d["schema"] != SCHEMA:
             (at / "schema").fail(f"schema {d['schema']!r} is not supported (expected {SCHEMA})")
         return cls(
@@ -786,6 +861,7 @@ class Summary:
             warnings=_optional(d, "warnings", at, _warnings),
             protocol=_optional(d, "protocol", at, Preregistration.read),
             keep=_optional(d, "keep", at, KeepTable.read),
+            signal_noise=_optional(d, "signal_noise", at, SignalNoise.read),
         )
 
     @classmethod

@@ -32,6 +32,7 @@ from ckptsel.results.summary import (
     Population,
     QuestionBootstrap,
     Sensitivities,
+    SignalNoise,
     SignCounts,
     Summary,
     TaskPopulation,
@@ -40,6 +41,7 @@ from ckptsel.results.summary import (
 from ckptsel.stats import bootstrap as bs
 from ckptsel.stats import exact as ex
 from ckptsel.stats import intervals as iv
+from ckptsel.stats.noise import signal_and_noise
 from ckptsel.stats.resample import Clusters
 
 # Per interval method: (K, what was measured below it). K is the smallest number of
@@ -388,6 +390,7 @@ def summarize(
         question_bootstrap=question,
         joint_bootstrap=joint,
         descriptive=_sign_counts(scored, sums, sizes, main),
+        signal_noise=_signal_noise(scored),
         warnings=tuple(
             study_warnings(
                 len(configs), population.has_nll, settings.interval, {t: len(c) for t, c in task_conf.items()}
@@ -395,6 +398,16 @@ def summarize(
         ),
     )
     return summary, tables
+
+
+def _signal_noise(scored: ScoredChoices) -> SignalNoise | None:
+    """Each task's signal, noise and their ratio from the checkpoints' test accuracies
+    (:mod:`ckptsel.stats.noise`); None when the scored choices carry no accuracy curves."""
+    if not scored.test_accuracy:
+        return None
+    curves = [scored.test_accuracy[t] for t in scored.trajectories]
+    tasks = signal_and_noise(curves, scored.configurations, scored.tasks, defaults.NOISE_CHECKPOINTS)
+    return SignalNoise(defaults.NOISE_CHECKPOINTS, tasks)
 
 
 def _by_task(
