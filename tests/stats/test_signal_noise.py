@@ -92,3 +92,19 @@ def test_a_malformed_signal_noise_is_one_error_naming_the_key(tmp_path, edit, me
     assert "s.json: signal_noise" in str(err.value)
     old = {k: v for k, v in data.items() if k != "signal_noise"}  # a summary from before
     assert Summary.from_dict(old).signal_noise is None
+
+
+def test_the_report_shows_each_tasks_signal_and_noise(tmp_path):
+    from ckptsel.report.html import render_html, signal_frame
+
+    trajs = rg.random_study(np.random.default_rng(3), n_configs=3, seeds=2, tasks=("a", "b"))
+    rec = rg.write(tmp_path / "records", *rg.tables(trajs))
+    summary = analyze(rec, tmp_path / "out", permutations=5, draws=20, report=False)
+    frame = signal_frame(summary)
+    assert list(frame["task"]) == ["a", "b"]
+    a = summary.signal_noise.tasks["a"]
+    assert frame.iloc[0]["signal / noise"] == f"{a.ratio:.2f}" and frame.iloc[0]["noise (pp)"] == f"{a.noise:.2f}"
+    page = render_html(summary, [], {})
+    assert '<h2 id="signal-noise">Signal and noise per task</h2>' in page and f"{a.signal:.2f}" in page
+    old = Summary.from_dict({k: v for k, v in summary.to_dict().items() if k != "signal_noise"})
+    assert signal_frame(old) is None and "signal-noise" not in render_html(old, [], {})

@@ -342,7 +342,6 @@ def render_html(
         t = by_name["main_table"]
         parts += ["<h2>Main table</h2>", f'<p class="caption">{html.escape(t.title)}</p>', table_html(t.display)]
     parts += _keep_section(summary)
-    parts += _signal_section(summary)
     parts.append("<h2>Figures</h2>")
     parts += [f'<p class="caption figure-note">{text_html(n)}.</p>' for n in notes]
     for name, png in figures_png.items():
@@ -352,6 +351,7 @@ def render_html(
             f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(cap)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{html.escape(cap)}</figcaption></figure>"
         )
+    parts += _signal_section(summary)
     parts.append("<h2>Tables</h2>")
     for t in tables:
         if t.name == "main_table":
