@@ -1,7 +1,8 @@
 """The code as the formatter writes it (issue 49): ``ruff format --check`` and ``ruff check``
 pass over the package, the tests, the benchmarks, the scripts and the docs' hooks, at the
-settings in ``pyproject.toml`` (120 columns, no magic trailing comma), and no line turns the
-formatter off."""
+settings in ``pyproject.toml`` (120 columns, no magic trailing comma; ruff pinned in the dev
+extra, since its formatter's style changes between releases), and no line turns the formatter
+off."""
 
 from __future__ import annotations
 
