@@ -84,10 +84,7 @@ print(json.dumps({"times": t, "peak_gib": rss, "blas": blas_kernel()}))
 def _run(rec: Path, out: Path, phases: bool) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     res = subprocess.run(
-        [sys.executable, "-c", CHILD, str(rec), str(out), "phases" if phases else "total"],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", CHILD, str(rec), str(out), "phases" if phases else "total"], check=True, capture_output=True, text=True
     )
     run = json.loads(res.stdout.strip().splitlines()[-1])
     run["summary"] = hashlib.sha256((out / "summary.json").read_bytes()).hexdigest()
@@ -103,10 +100,7 @@ def _records(tmp: Path) -> tuple[Path, str]:
 
     sim = write_simulation(tmp / "simulated", "paper", seed=0)
     gen = pd.read_parquet(sim / "generations.parquet", columns=["trajectory", "configuration"])
-    shape = (
-        f"{gen.trajectory.nunique()} trajectories, {gen.configuration.nunique()} configurations, "
-        f"{len(gen):,} generation rows"
-    )
+    shape = f"{gen.trajectory.nunique()} trajectories, {gen.configuration.nunique()} configurations, {len(gen):,} generation rows"
     rec = tmp / "records"
     for name in ("generations", "nll"):
         upsert_records(rec, **{name: pd.read_parquet(sim / f"{name}.parquet")})

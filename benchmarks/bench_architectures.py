@@ -140,11 +140,7 @@ def report(args, rows, seconds: float, load0: float) -> None:
             worse.append(f"{family}/{attn} ({b['both']} vs {b['hf']})")
     f32 = [(fam, at, {k: sum(v) if isinstance(v, list) else v for k, v in r["float32"].items()}) for fam, at, r in rows]
     exact = all(f["both"] == f["alone"] == n for _, _, f in f32)
-    off = [
-        f"{fam}/{at} ({f['both']}/{n}; HF batched {f['hf']}/{n})"
-        for fam, at, f in f32
-        if min(f["both"], f["alone"]) < n
-    ]
+    off = [f"{fam}/{at} ({f['both']}/{n}; HF batched {f['hf']}/{n})" for fam, at, f in f32 if min(f["both"], f["alone"]) < n]
     as_hf = all(min(f["both"], f["alone"]) >= f["hf"] for _, _, f in f32)
     nll_ok = all(f["nll_err"] <= 1e-6 for _, _, f in f32)
     f32_line = (
@@ -152,11 +148,7 @@ def report(args, rows, seconds: float, load0: float) -> None:
         if exact
         else f"texts identical to unbatched `generate` except {', '.join(off)}: a near-tie that "
         f"batching flips{' for HF’s own batched `generate` too' if as_hf else ''}"
-    ) + (
-        "; every NLL equal to an unpadded forward's within 1e-6 relative"
-        if nll_ok
-        else "; NLL errors above 1e-6 (see the table)"
-    )
+    ) + ("; every NLL equal to an unpadded forward's within 1e-6 relative" if nll_ok else "; NLL errors above 1e-6 (see the table)")
     body = f"""## Every architecture, float32 and bfloat16 (`benchmarks/bench_architectures.py`)
 
 {machine()}; torch {torch.__version__}, transformers {transformers.__version__}; one thread;

@@ -128,30 +128,10 @@ def main() -> None:
         t0 = time.perf_counter()
         per_task = json.loads(run([*ck, "compare-logs", *logs, "--json"], ck_env))
         compare_logs_seconds = time.perf_counter() - t0
-        pooled = json.loads(
-            run([*ck, "compare-logs", *logs, "--task", "pooled", "--split", "validation", "--json"], ck_env)
-        )
+        pooled = json.loads(run([*ck, "compare-logs", *logs, "--task", "pooled", "--split", "validation", "--json"], ck_env))
         records = tmp / "records"
-        run(
-            [
-                *ck,
-                "ingest",
-                "lm-eval",
-                *logs,
-                "--out",
-                records,
-                "--trajectory",
-                "T",
-                "--task",
-                "pooled",
-                "--split",
-                "validation",
-            ],
-            ck_env,
-        )
-        ingested = json.loads(run([*ck, "compare", records, "0", "1", "--trajectory", "T", "--json"], ck_env))[
-            "splits"
-        ]["validation"]
+        run([*ck, "ingest", "lm-eval", *logs, "--out", records, "--trajectory", "T", "--task", "pooled", "--split", "validation"], ck_env)
+        ingested = json.loads(run([*ck, "compare", records, "0", "1", "--trajectory", "T", "--json"], ck_env))["splits"]["validation"]
     [c] = pooled["comparisons"]
     same = {k: c[k] for k in SAME} == {k: ingested[k] for k in SAME}
     rows = [

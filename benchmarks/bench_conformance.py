@@ -65,8 +65,7 @@ def main() -> None:
         "",
         "| run | checks | check s | measure s per checkpoint | wall s |",
         "|---|---|---|---|---|",
-        f"| first (fresh cache) | {first.conformance_checks} | {first.conformance_seconds:.2f} | "
-        f"{per_ckpt:.2f} | {wall1:.1f} |",
+        f"| first (fresh cache) | {first.conformance_checks} | {first.conformance_seconds:.2f} | {per_ckpt:.2f} | {wall1:.1f} |",
         f"| second (cached verdict) | {second.conformance_checks} | "
         f"{second.conformance_seconds:.2f} | "
         f"{(second.generation_seconds + second.nll_seconds) / len(steps):.2f} | {wall2:.1f} |",

@@ -80,11 +80,7 @@ def run_cell(scenario: Scenario, k: int, studies: int, draws: int) -> dict:
     out = {"truth_joint": sim.truth_joint, "truth_mean": np.mean(truths, axis=0).tolist()}
     for c in CELLS:
         p = float(np.mean(hits[c]))
-        out["|".join(c)] = {
-            "coverage": p,
-            "se": float(np.sqrt(p * (1 - p) / studies)),
-            "width": float(np.mean(widths[c])),
-        }
+        out["|".join(c)] = {"coverage": p, "se": float(np.sqrt(p * (1 - p) / studies)), "width": float(np.mean(widths[c]))}
     return out
 
 
@@ -123,20 +119,14 @@ def main() -> None:
     ]
     for (name, k), r in results.items():
         cells = [r["|".join(c)] for c in CELLS]
-        lines.append(
-            f"| {name} | {k} | "
-            + " | ".join(f"{x['coverage']:.1%} ± {x['se']:.1%} ({x['width']:.2f})" for x in cells)
-            + " |"
-        )
+        lines.append(f"| {name} | {k} | " + " | ".join(f"{x['coverage']:.1%} ± {x['se']:.1%} ({x['width']:.2f})" for x in cells) + " |")
     lines += [
         "",
         "Caution thresholds (smallest K from which the configuration interval covered >= 90% "
         "in every scenario; `FEW_CONFIGURATIONS` in `src/ckptsel/stats.py`):",
     ]
     for method in ("percentile", "cr2", "wild"):
-        cov = {
-            k: min(r[f"configuration|{method}"]["coverage"] for (n, kk), r in results.items() if kk == k) for k in ks
-        }
+        cov = {k: min(r[f"configuration|{method}"]["coverage"] for (n, kk), r in results.items() if kk == k) for k in ks}
         ok = [k for k in ks if all(cov[j] >= 0.90 for j in ks if j >= k)]
         thr = min(ok) if ok else None
         below = [k for k in ks if thr is not None and k < thr]

@@ -119,9 +119,7 @@ def main() -> None:
         steps = tuple(25 * (k + 1) for k in range(args.checkpoints))
         run = build_tiny_run(tmp, steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2)
         spec = tmp / "run.json"
-        spec.write_text(
-            json.dumps({"run_dir": str(run.run_dir), "validation": str(run.validation), "test": str(run.test)})
-        )
+        spec.write_text(json.dumps({"run_dir": str(run.run_dir), "validation": str(run.validation), "test": str(run.test)}))
         env = dict(os.environ, OMP_NUM_THREADS="1")
         for mode in MODES:
             cmd = [sys.executable, __file__, "--one", mode, "--run", str(spec)]

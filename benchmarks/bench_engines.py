@@ -223,11 +223,7 @@ def large_run(root: Path, steps: tuple[int, ...], args: argparse.Namespace):
     save_full_checkpoints(base, root / "runs" / "run-a", list(steps))
     half = LARGE_ITEMS // 2
     return TinyRun(
-        base,
-        root / "runs" / "run-a",
-        write_jsonl(root / "val.jsonl", rows[:half]),
-        write_jsonl(root / "test.jsonl", rows[half:]),
-        steps,
+        base, root / "runs" / "run-a", write_jsonl(root / "val.jsonl", rows[:half]), write_jsonl(root / "test.jsonl", rows[half:]), steps
     )
 
 
@@ -344,14 +340,10 @@ models/engines (and the time each took to load or start), swaps = checkpoints sw
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--trajectories", action="store_true", help="restart vs swap in place; one call per adapter vs one batch"
-    )
+    ap.add_argument("--trajectories", action="store_true", help="restart vs swap in place; one call per adapter vs one batch")
     ap.add_argument("--quick", action="store_true", help="--trajectories: N=4, 12 items")
     ap.add_argument("--n", type=int, default=10, help="--trajectories: checkpoints")
-    ap.add_argument(
-        "--hf-large", default="1024x12", help="--trajectories: HIDDENxLAYERS of a larger model for an HF pair ('' off)"
-    )
+    ap.add_argument("--hf-large", default="1024x12", help="--trajectories: HIDDENxLAYERS of a larger model for an HF pair ('' off)")
     ap.add_argument("--hf-python", default=None, help="--trajectories: the HF side's python")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--items", type=int, default=100)
@@ -396,25 +388,9 @@ def main() -> None:
             for side in ("hf", "vllm"):
                 out = tmp / f"records-{side}-{r}"
                 walls[side].append(
-                    timed(
-                        [
-                            py,
-                            "-m",
-                            "ckptsel",
-                            "measure",
-                            str(s["run_dir"]),
-                            *common,
-                            "--out",
-                            str(out),
-                            "--backend",
-                            side,
-                        ],
-                        env,
-                    )
+                    timed([py, "-m", "ckptsel", "measure", str(s["run_dir"]), *common, "--out", str(out), "--backend", side], env)
                 )
-            walls["raw"].append(
-                timed([py, "-c", RAW, str(s["base"]), str(s["base"]), str(work), str(tmp / f"raw-{r}.json")], env)
-            )
+            walls["raw"].append(timed([py, "-c", RAW, str(s["base"]), str(s["base"]), str(work), str(tmp / f"raw-{r}.json")], env))
         texts, rel = compare(tmp / "records-hf-0", tmp / "records-vllm-0")
         parts = {}
         for side in ("hf", "vllm"):

@@ -164,9 +164,7 @@ def bench_configurations(datasets: int, draws: int) -> dict:
                     if method == "cr2":  # CR2 with one trajectory per configuration = the t interval
                         lo_t, hi_t = t_bounds(s)
                         cr2_diff = max(
-                            cr2_diff,
-                            float(np.nanmax(np.abs(np.asarray(e.lo) - lo_t))),
-                            float(np.nanmax(np.abs(np.asarray(e.hi) - hi_t))),
+                            cr2_diff, float(np.nanmax(np.abs(np.asarray(e.lo) - lo_t))), float(np.nanmax(np.abs(np.asarray(e.hi) - hi_t)))
                         )
                     for q, nm in enumerate(names):
                         est = e.get(nm)
@@ -232,9 +230,7 @@ def bench_compare(datasets: int, draws: int) -> dict:
 def bench_extreme(draws: int) -> dict:
     out = {}
     for n in range(3, 11):
-        r = paired_difference(
-            np.ones(n, bool), np.zeros(n, bool), np.arange(n).astype(str), CompareSettings(draws=draws, seed=0)
-        )
+        r = paired_difference(np.ones(n, bool), np.zeros(n, bool), np.arange(n).astype(str), CompareSettings(draws=draws, seed=0))
         d = r["difference"]
         out[str(n)] = {
             "resolved": not d["unresolved"],
@@ -301,10 +297,7 @@ def bench_question(datasets: int, draws: int) -> dict:
                 excl[sl] = (lo > 0) | (hi < 0)
                 degenerate[sl] = ~(lo < hi)
             cells[str(n)] = {"size": rate(excl), "zero_width": rate(degenerate)}
-        out[f"{trajectories}"] = {
-            "cells": cells,
-            "valid_from": {f"{tol:g}": valid_from(cells, tol) for tol in TOLERANCES},
-        }
+        out[f"{trajectories}"] = {"cells": cells, "valid_from": {f"{tol:g}": valid_from(cells, tol) for tol in TOLERANCES}}
     return out
 
 
@@ -398,8 +391,7 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
     run = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
     cfg, cmp_, q, sel = res["configurations"], res["compare"], res["question"], res["select"]
     lines = [
-        "## Honest in both directions: size, power and coverage of every verdict on small designs "
-        "(`benchmarks/bench_honest.py`, issue 44)",
+        "## Honest in both directions: size, power and coverage of every verdict on small designs (`benchmarks/bench_honest.py`, issue 44)",
         "",
         f"Label: **{args.label}**. Run: `python benchmarks/bench_honest.py{' --quick' if args.quick else ''}`; "
         f"{machine()}; {run}. Cells: rate ± Monte-Carlo SE (%). Level 95%. *Resolved* = the verdict ckptsel "
@@ -418,9 +410,7 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
     for c in cfg.values():
         lines.append(
             f"| {c['K']} | {c['scenario']} | {fmt(c['t_test']['resolved'])} | "
-            + " | ".join(
-                f"{fmt(c[m]['resolved'])} | {fmt(c[m]['interval_alone'])} | {fmt(c[m]['coverage'])}" for m in METHODS
-            )
+            + " | ".join(f"{fmt(c[m]['resolved'])} | {fmt(c[m]['interval_alone'])} | {fmt(c[m]['coverage'])}" for m in METHODS)
             + " |"
         )
     lines += [
@@ -451,9 +441,7 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
     ]
     for n, e in res["extreme"].items():
         iv_ = "none" if e["lo"] is None else f"[{e['lo']:.1f}, {e['hi']:.1f}]"
-        lines.append(
-            f"| {n} | {'yes' if e['resolved'] else 'no'} | {iv_} | {e['mcnemar_p']:.3g} | {e['reason'] or ''} |"
-        )
+        lines.append(f"| {n} | {'yes' if e['resolved'] else 'no'} | {iv_} | {e['mcnemar_p']:.3g} | {e['reason'] or ''} |")
     lines += [
         "",
         f"**3. the test-question percentile bootstrap alone** ({size['question'][0]} datasets per n, "
@@ -461,8 +449,7 @@ def markdown(res: dict, args, size: dict, times: dict) -> str:
         "per-item utility = mean of 3 item differences ±1 w.p. 0.15 each; 1 trajectory: one such difference. "
         "Size ≤ tolerance + 2 SE at every n from: "
         + "; ".join(
-            f"{100 * float(t):g}%: {_from(q['3']['valid_from'][t])} (3 trajectories), "
-            f"{_from(q['1']['valid_from'][t])} (1 trajectory)"
+            f"{100 * float(t):g}%: {_from(q['3']['valid_from'][t])} (3 trajectories), {_from(q['1']['valid_from'][t])} (1 trajectory)"
             for t in q["3"]["valid_from"]
         )
         + ".",
@@ -516,15 +503,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument(
-        "--label",
-        choices=("before", "after"),
-        default=None,
-        help="after: also write the section into BENCHMARKS.md (unless --no-write)",
+        "--label", choices=("before", "after"), default=None, help="after: also write the section into BENCHMARKS.md (unless --no-write)"
     )
     ap.add_argument("--out", type=Path, default=None, help="JSON of every number")
-    ap.add_argument(
-        "--before", type=Path, default=None, help="the --out JSON of a --label before run, rendered below the section"
-    )
+    ap.add_argument("--before", type=Path, default=None, help="the --out JSON of a --label before run, rendered below the section")
     args = ap.parse_args()
     # (datasets per cell, bootstrap draws); the question bootstrap is cheap and its threshold needs a small SE
     size = {"configs": (2000, 2000), "compare": (2000, 1000), "question": (10000, 1000), "select": (2000, 1000)}
@@ -559,9 +541,7 @@ def main() -> None:
     if args.before is not None:
         before = json.loads(args.before.read_text())
         meta = before.pop("meta")
-        b_args = argparse.Namespace(
-            label=f"before (the code of {meta.get('commit', 'main before issue 44')})", quick=meta["quick"]
-        )
+        b_args = argparse.Namespace(label=f"before (the code of {meta.get('commit', 'main before issue 44')})", quick=meta["quick"])
         text += "\n\n" + markdown(before, b_args, meta["sizes"], meta["seconds"]).replace("## ", "### ", 1)
     if args.label == "after" and not args.no_write:
         update_section("bench_honest", text)

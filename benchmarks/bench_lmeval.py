@@ -154,9 +154,7 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=100, help="items (half validation, half test)")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument(
-        "--threads", type=int, default=0, help="OMP_NUM_THREADS for every side (0: torch's default, one per core)"
-    )
+    ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for every side (0: torch's default, one per core)")
     ap.add_argument("--skip-per-process", action="store_true", help="skip side (c)")
     ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     args = ap.parse_args()
@@ -253,10 +251,7 @@ def main() -> None:
         gen = read_frame(tmp / "records-0", "generations")
         lm = json.loads((tmp / "lmeval-0.json").read_text())
         step_of = {c: int(Path(c).name.split("-")[1]) for c in ckpts}
-        ours = {
-            (int(st), f"{sp}/{it}"): tx
-            for st, sp, it, tx in zip(gen["step"], gen["split"], gen["item_id"], gen["text"], strict=True)
-        }
+        ours = {(int(st), f"{sp}/{it}"): tx for st, sp, it, tx in zip(gen["step"], gen["split"], gen["item_id"], gen["text"], strict=True)}
         pairs = [(ours.get((step_of[c], key)), tx) for c, m in lm["texts"].items() for key, tx in m.items()]
         n_pairs = len(pairs)
         exact = sum(a == b for a, b in pairs)
@@ -292,8 +287,7 @@ def main() -> None:
         f"| (a) `ckptsel measure`: generation + NLL, records written | {med['a']:.1f} s | {fmt['a']} | 1.00× |",
         f"| (a') `ckptsel measure --only generation` (like for like with lm-eval) "
         f"| {med['g']:.1f} s | {fmt['g']} | ({med['b'] / med['g']:.2f}× for (b)) |",
-        f"| (b) lm-eval, one process, adapters swapped: generation only | {med['b']:.1f} s "
-        f"| {fmt['b']} | **{med['b'] / med['a']:.2f}×** |",
+        f"| (b) lm-eval, one process, adapters swapped: generation only | {med['b']:.1f} s | {fmt['b']} | **{med['b'] / med['a']:.2f}×** |",
     ]
     if "c" in med:
         rows.append(

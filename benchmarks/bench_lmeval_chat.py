@@ -74,10 +74,7 @@ def train_chat_run(root: Path, n_train: int) -> tuple[Path, Path]:
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(str(base))
     data = [
-        {
-            "prompt": [{"role": "user", "content": it.instruction}],
-            "completion": [{"role": "assistant", "content": it.response}],
-        }
+        {"prompt": [{"role": "user", "content": it.instruction}], "completion": [{"role": "assistant", "content": it.response}]}
         for it in items
     ]
     out = root / "runs" / "chat-s0"
@@ -97,9 +94,7 @@ def train_chat_run(root: Path, n_train: int) -> tuple[Path, Path]:
         seed=0,
     )
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")
-    trl.SFTTrainer(
-        model=str(base), args=args, train_dataset=Dataset.from_list(data), processing_class=tok, peft_config=lora
-    ).train()
+    trl.SFTTrainer(model=str(base), args=args, train_dataset=Dataset.from_list(data), processing_class=tok, peft_config=lora).train()
     return base, out
 
 
@@ -240,9 +235,7 @@ def main() -> None:
                 lm_env,
             )
             per_step[step] = compare(chat, lm_eval_samples(out), ids, step)
-            per_step[step]["alpaca_right"] = int(
-                alpaca[(alpaca["step"] == step) & (alpaca["split"] == "validation")]["correct"].sum()
-            )
+            per_step[step]["alpaca_right"] = int(alpaca[(alpaca["step"] == step) & (alpaca["split"] == "validation")]["correct"].sum())
             print(step, per_step[step], flush=True)
     total = {k: sum(c[k] for c in per_step.values()) for k in next(iter(per_step.values()))}
     rows_md = "\n".join(

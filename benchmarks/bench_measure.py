@@ -158,10 +158,7 @@ def parts_table(times: dict[str, list[float]], total: float, n_ckpts: int) -> st
     rows.append(f"| everything else (progress, checks, glue) | | {total - counted:.2f} | | |")
     measuring = times["generation + NLL passes"][1]
     fixed = total - measuring
-    rows.append(
-        f"| **fixed costs (all but the passes)** | | **{fixed:.2f}** | | "
-        f"{fixed / max(n_ckpts, 1) * 1000:.0f} ms per checkpoint |"
-    )
+    rows.append(f"| **fixed costs (all but the passes)** | | **{fixed:.2f}** | | {fixed / max(n_ckpts, 1) * 1000:.0f} ms per checkpoint |")
     return "\n".join(rows)
 
 
@@ -508,9 +505,7 @@ def main() -> None:
 
         def after(step: int) -> None:
             rows = sum(  # the records' units (one file per checkpoint and kind)
-                pq.read_metadata(u.path).num_rows
-                for kind in ("generations", "nll")
-                for u in list_units(tmp / "records", kind)
+                pq.read_metadata(u.path).num_rows for kind in ("generations", "nll") for u in list_units(tmp / "records", kind)
             )
             rss.append((step, rss_mb(), peak_mb(), rows))
 

@@ -144,8 +144,7 @@ def cell(name, p, method, size, pred, point, act_beat, target) -> tuple[str, boo
     elif act_beat.max() < target - 0.05:  # no budget truly reaches the target: every plan is false
         ok = in20 <= 1 and rate <= 0.05
         check = (
-            f"(b) {'ok' if ok else 'FAIL'} as (a): target unreachable at every budget, so every "
-            f"plan is false: {in20}/20, rate {rate:.3f}"
+            f"(b) {'ok' if ok else 'FAIL'} as (a): target unreachable at every budget, so every plan is false: {in20}/20, rate {rate:.3f}"
         )
     elif len(ach) < MIN_PLANS_B:  # (b) is a share of the plans: too few to judge; (d) decides
         ok = True
@@ -160,11 +159,7 @@ def cell(name, p, method, size, pred, point, act_beat, target) -> tuple[str, boo
     smalls = np.array(BUDGETS)[at_small][has_small]
     row = (
         f"| {name} | {method} | {size} | {planned.sum()}/{len(pb)} | {in20}/20 | "
-        + (
-            f"{ach.mean():.3f} | {(ach >= target - 0.05).mean():.2f} | {np.median(budgets):.0f} | "
-            if len(ach)
-            else "– | – | – | "
-        )
+        + (f"{ach.mean():.3f} | {(ach >= target - 0.05).mean():.2f} | {np.median(budgets):.0f} | " if len(ach) else "– | – | – | ")
         + f"{np.mean(no_plan):.3f} | {broken}/{len(pb)} | {has_small.sum()}/{len(pb)} | "
         + (f"{np.median(smalls):.0f} | " if len(smalls) else "– | ")
         + f"{small_broken}/{len(pb)} | {check} |"
@@ -200,17 +195,13 @@ def main() -> None:
     for k, (name, (p, a)) in enumerate(SCENARIOS.items()):
         act_beat, _, agree = actual_curves(p, args.fresh, seed=1000 + k, a=a)
         oracle = next((b for b, x in zip(BUDGETS, act_beat, strict=True) if x >= args.target), None)
-        lines.append(
-            f"| {name} | {a} | {agree:.3f} | " + " | ".join(f"{x:.3f}" for x in act_beat) + f" | {oracle or '–'} |"
-        )
+        lines.append(f"| {name} | {a} | {agree:.3f} | " + " | ".join(f"{x:.3f}" for x in act_beat) + f" | {oracle or '–'} |")
         for size in sizes:
             rng = np.random.default_rng([2000 + k, size])  # the first 20 pilots: the old bench's
             groups = np.repeat(np.arange(size // 2), 2).astype(str)
             pilots = [draw_items(rng, p, 1, size, a)[0] for _ in range(args.pilots)]
             for m in methods:
-                pred, point = zip(
-                    *(predict(m, pil, groups, args.draws, j) for j, pil in enumerate(pilots)), strict=True
-                )
+                pred, point = zip(*(predict(m, pil, groups, args.draws, j) for j, pil in enumerate(pilots)), strict=True)
                 row, ok, counts = cell(name, p, m, size, pred, point, act_beat, args.target)
                 all_ok &= ok or m not in ("calibrated", "two-sided")
                 for key, v in counts.items():
@@ -272,9 +263,7 @@ def main() -> None:
         "",
         "Actual P(choice beats final) by budget (fresh sets scored by the truth):",
         "",
-        "| scenario | loading | mean agreement with final | "
-        + " | ".join(str(b) for b in BUDGETS)
-        + " | oracle budget |",
+        "| scenario | loading | mean agreement with final | " + " | ".join(str(b) for b in BUDGETS) + " | oracle budget |",
         "|---|---|---|" + "---|" * len(BUDGETS) + "---|",
         *lines,
     ]

@@ -132,9 +132,7 @@ def main() -> None:
     ap.add_argument("--skip-measure", action="store_true", help="skip part 3 (needs torch)")
     ap.add_argument("--sim", type=Path, default=None, help="existing paper-preset records")
     ap.add_argument("--repeats", type=int, default=2, help="repeats of part 3 (interleaved)")
-    ap.add_argument(
-        "--threads", type=int, default=0, help="torch threads for part 3 (0: torch's default, one per core)"
-    )
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for part 3 (0: torch's default, one per core)")
     args = ap.parse_args()
     import numpy as np
 
@@ -156,8 +154,7 @@ def main() -> None:
         size = sum(p.stat().st_size for p in rec.rglob("*.parquet")) / 2**30
         buckets = [(0, 100), (n // 4, n // 4 + 100), (n // 2, n // 2 + 100), (n - 100, n)]
         rows_w = [
-            f"| {a + 1}-{b} | {np.median(sec[a:b]) * 1000:.0f} ms | {np.percentile(sec[a:b], 90) * 1000:.0f} ms "
-            f"| {rss[b - 1]:.0f} MB |"
+            f"| {a + 1}-{b} | {np.median(sec[a:b]) * 1000:.0f} ms | {np.percentile(sec[a:b], 90) * 1000:.0f} ms | {rss[b - 1]:.0f} MB |"
             for a, b in buckets
         ]
         print(f"filled {n} checkpoints ({size:.2f} GiB) in {fill_s:.0f}s", *rows_w, sep="\n")

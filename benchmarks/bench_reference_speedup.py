@@ -76,15 +76,7 @@ def _studies(which: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     if "medium" in which:
         rng = np.random.default_rng(2026)
         trajs = rg.random_study(
-            rng,
-            n_configs=3,
-            seeds=2,
-            T=(10, 16),
-            n_val=(280, 320),
-            n_test=(250, 300),
-            n_answers=4,
-            tasks=("a", "b", "c"),
-            dyadic=False,
+            rng, n_configs=3, seeds=2, T=(10, 16), n_val=(280, 320), n_test=(250, 300), n_answers=4, tasks=("a", "b", "c"), dyadic=False
         )
         out["random medium"] = rg.tables(trajs)
     if "paper" in which:  # the paper's scale: the reference takes many minutes here

@@ -42,13 +42,7 @@ from ckptsel.stats import winners
 from ckptsel.stats.distributions import norm_ppf, t_quantile
 from ckptsel.stats.resample import Clusters, resample_counts
 from ckptsel.stats.winners import JITTER as WINNER_JITTER
-from ckptsel.stats.winners import (
-    accuracy_moments,
-    bootstrap_accuracies,
-    model_confidence_set,
-    naive_winner,
-    winner_interval,
-)
+from ckptsel.stats.winners import accuracy_moments, bootstrap_accuracies, model_confidence_set, naive_winner, winner_interval
 from ckptsel.workflows.advise.selection import MCS_DRAWS, SelectSettings, best_checkpoints
 
 from _common import machine, update_section

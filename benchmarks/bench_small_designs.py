@@ -39,12 +39,7 @@ from ckptsel.stats.estimates import StatSettings, _configuration_estimates
 from ckptsel.stats.resample import Clusters, clustered_means, question_weights
 from ckptsel.stats.winners import accuracy_moments, winner_interval
 from ckptsel.workflows.advise.comparison import CompareSettings, paired_difference
-from ckptsel.workflows.advise.selection import (
-    discordant_clusters,
-    gain_estimate,
-    partition_masks,
-    split_validation_gains,
-)
+from ckptsel.workflows.advise.selection import discordant_clusters, gain_estimate, partition_masks, split_validation_gains
 
 from _common import machine, update_section
 
@@ -159,15 +154,9 @@ def bench_chosen(trajectories: int) -> list[str]:
         for fn in (old_winner_interval, winner_interval):
             extra = {"jitter": JITTER} if fn is winner_interval else {}
             parts = [
-                fn(
-                    x[a : a + 20],
-                    sigma[a : a + 20],
-                    n,
-                    n,
-                    *([LEVEL] if fn is winner_interval else []),
-                    np.random.default_rng(a),
-                    **extra,
-                )[:3]
+                fn(x[a : a + 20], sigma[a : a + 20], n, n, *([LEVEL] if fn is winner_interval else []), np.random.default_rng(a), **extra)[
+                    :3
+                ]
                 for a in range(0, len(x), 20)
             ]  # in chunks: the projection draws are (R, 65536, T)
             est, lo, hi = (np.concatenate(v) for v in zip(*parts, strict=True))
@@ -188,9 +177,7 @@ def bench_configurations(datasets: int, draws: int) -> list[str]:
                 sums = rng.normal(shift, 1.0, (K, datasets))  # one configuration of one trajectory each
                 sizes = np.ones_like(sums)
                 names = [("G", "nested", f"d{q}", "full") for q in range(datasets)]
-                e = _configuration_estimates(
-                    names, sums.mean(axis=0), sums, sizes, StatSettings(draws=draws, interval=method), 0
-                )
+                e = _configuration_estimates(names, sums.mean(axis=0), sums, sizes, StatSettings(draws=draws, interval=method), 0)
                 before = ~((e.lo <= 0) & (0 <= e.hi))
                 after = np.array([not e.get(nm).unresolved for nm in names])
                 if shift == 0:

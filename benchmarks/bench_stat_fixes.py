@@ -176,10 +176,7 @@ def bench_chosen(trajectories: int, seeds: int) -> list[str]:
     for correct in draw(rng, p, trajectories, n, 1):
         x, _, sigma = accuracy_moments(correct[None], clusters)
         old = [old_winner_mean(x, sigma, n, n, np.random.default_rng([s, 12, 1])) for s in range(seeds)]
-        new = [
-            best_checkpoints(correct, groups, np.arange(len(p)), SelectSettings(draws=50, seed=s))[1].mean
-            for s in range(3)
-        ]
+        new = [best_checkpoints(correct, groups, np.arange(len(p)), SelectSettings(draws=50, seed=s))[1].mean for s in range(3)]
         mc = [winner_interval(x, sigma, n, n, LEVEL)[0][0] for s in range(seeds)]
         old_sd.append(100 * np.std(old))
         new_sd.append(np.std(new))  # already in %

@@ -62,9 +62,7 @@ ENV = {
 def moto_process(lifetime_s: float = 3600) -> Iterator[str]:
     """moto's S3 server in a child process (not sharing this process's GIL), 127.0.0.1 only;
     it exits when this process closes its stdin or after ``lifetime_s``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(lifetime_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(lifetime_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         endpoint = proc.stdout.readline().strip()
         if not endpoint.startswith("http://127.0.0.1:"):
@@ -111,17 +109,13 @@ def sweep(run, urls: dict[str, str], tmp: Path, args, fs, bucket: str) -> dict:
                 shutil.rmtree(nodecache.cache_root(), ignore_errors=True)  # a cold node cache
             before = dict(nodecache.STATS)
             t0 = time.perf_counter()
-            res = measure_run(
-                src["run"], config, validation=src["validation"], test=src["test"], out=dest, base=src["base"]
-            )
+            res = measure_run(src["run"], config, validation=src["validation"], test=src["test"], out=dest, base=src["base"])
             out[where].append(time.perf_counter() - t0)
             if where == "s3":
                 extra["downloads"].append(nodecache.STATS["downloads"] - before["downloads"])
                 extra["bytes"].append(nodecache.STATS["bytes"] - before["bytes"])
             t0 = time.perf_counter()
-            again = measure_run(
-                src["run"], config, validation=src["validation"], test=src["test"], out=dest, base=src["base"]
-            )
+            again = measure_run(src["run"], config, validation=src["validation"], test=src["test"], out=dest, base=src["base"])
             out[f"{where}_rerun"].append(time.perf_counter() - t0)
             assert again.measured_steps == [] and res.measured_steps == list(run.steps)
             print(f"{where} #{rep + 1}: {out[where][-1]:.1f} s, re-run {out[f'{where}_rerun'][-1]:.2f} s")
@@ -205,15 +199,7 @@ def lag(run, where: str, poll: float, settle: float, every: float, fs, bucket: s
     to_start = [started[s] - writer.done_at[s] for s in writer.done_at]
     to_records = [recorded[s] - writer.done_at[s] for s in writer.done_at]
     print(f"watch {tag}: start lag {to_start}, records lag {to_records}")
-    return {
-        "where": where,
-        "poll": poll,
-        "settle": settle,
-        "start": to_start,
-        "records": to_records,
-        "wall": wall,
-        "n": len(to_start),
-    }
+    return {"where": where, "poll": poll, "settle": settle, "start": to_start, "records": to_records, "wall": wall, "n": len(to_start)}
 
 
 def fmt(xs: list[float]) -> str:
@@ -251,9 +237,7 @@ def main() -> None:
         bucket = "bench-storage"
         fs.mkdir(bucket)
         steps = tuple(25 * (k + 1) for k in range(args.checkpoints))
-        run = build_tiny_run(
-            tmp / "sweep", steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2
-        )
+        run = build_tiny_run(tmp / "sweep", steps=steps, n_validation=args.items // 2, n_test=args.items - args.items // 2)
         t0 = time.perf_counter()
         fs.put(str(run.run_dir), f"{bucket}/runs/{run.run_dir.name}", recursive=True)
         fs.put(str(run.base), f"{bucket}/models/base", recursive=True)
@@ -270,10 +254,7 @@ def main() -> None:
 
         wsteps = tuple(10 * (k + 1) for k in range(args.watch_checkpoints))
         wrun = build_tiny_run(
-            tmp / "watch",
-            steps=wsteps,
-            n_validation=args.watch_items // 2,
-            n_test=args.watch_items - args.watch_items // 2,
+            tmp / "watch", steps=wsteps, n_validation=args.watch_items // 2, n_test=args.watch_items - args.watch_items // 2
         )
         lags = [lag(wrun, w, 1.0, 2.0, args.every, fs, bucket, tmp) for w in ("local", "s3")]
         if not args.no_default_settings:
@@ -284,8 +265,7 @@ def main() -> None:
     per_ckpt = [o / len(steps) for o in over]
     mb = result["bytes"][0] / 2**20
     lag_rows = "\n".join(
-        f"| {x['where']} | {x['poll']:g} / {x['settle']:g} | {x['n']} | {fmt(x['start'])} | {fmt(x['records'])} |"
-        for x in lags
+        f"| {x['where']} | {x['poll']:g} / {x['settle']:g} | {x['n']} | {fmt(x['start'])} | {fmt(x['records'])} |" for x in lags
     )
     body = f"""## Checkpoints on object storage, and the watcher (`benchmarks/bench_storage.py`)
 

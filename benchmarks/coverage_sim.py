@@ -89,9 +89,7 @@ class Simulator:
         self.theta_w = (np.full(len(a), 1.0 / len(a))[:, None] * uw[None, :]).ravel()
         self.bx, self.bw = _gh(40)
         # superpopulation truth
-        self.truth_joint = (
-            100.0 * E_RHO * float(self.theta_w @ _g(self.theta[:, None] + scenario.tau_b * self.bx[None, :]) @ self.bw)
-        )
+        self.truth_joint = 100.0 * E_RHO * float(self.theta_w @ _g(self.theta[:, None] + scenario.tau_b * self.bx[None, :]) @ self.bw)
 
     def study(self, k: int, rng: np.random.Generator) -> Study:
         s = self.s

@@ -61,11 +61,7 @@ def build(shape: str, device: str, n_items: int, max_new: int) -> dict[str, Any]
 
     model, tok = random_model(shape, device)
     lora = LoraConfig(
-        r=16,
-        lora_alpha=32,
-        init_lora_weights=False,
-        lora_dropout=0.0,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        r=16, lora_alpha=32, init_lora_weights=False, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
     )
     torch.manual_seed(1)
     model = get_peft_model(model, lora).eval()
@@ -96,11 +92,7 @@ def hf_static(work: dict, max_new: int, rows: int, device: str) -> dict[str, Any
     model, tok = work["model"], work["tok"]
     stops = stop_token_ids(model, tok)
     cfg = GenerationConfig(
-        max_new_tokens=max_new,
-        do_sample=False,
-        eos_token_id=stops,
-        pad_token_id=tok.pad_token_id,
-        cache_implementation="static",
+        max_new_tokens=max_new, do_sample=False, eos_token_id=stops, pad_token_id=tok.pad_token_id, cache_implementation="static"
     )
     side, tok.padding_side = tok.padding_side, "left"
     out: list[list[int]] = []
@@ -160,13 +152,7 @@ def ckptsel_side(work: dict, max_new: int, name: str, device: str) -> dict[str, 
         fed = [p + a[:-1] for p, a in zip(fed, answers, strict=True)]
     rows = batch_plan(work["model"], size, fed, max_new)[0]  # what measure_items will plan
     texts, _ = measure_items(
-        work["model"],
-        work["tok"],
-        work["prompts"],
-        responses,
-        batch_size=size,
-        max_new_tokens=max_new,
-        continuous=not before,
+        work["model"], work["tok"], work["prompts"], responses, batch_size=size, max_new_tokens=max_new, continuous=not before
     )
     return {"texts": texts, "rows": rows}
 
@@ -269,26 +255,17 @@ def _vllm_main(job_file: str) -> None:
         enable_prefix_caching=True,
         max_num_seqs=1024,
     )
-    params = SamplingParams(
-        temperature=0.0, max_tokens=job["max_new"], ignore_eos=True, stop_token_ids=job["stops"], detokenize=False
-    )
+    params = SamplingParams(temperature=0.0, max_tokens=job["max_new"], ignore_eos=True, stop_token_ids=job["stops"], detokenize=False)
     import torch
 
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     outs = llm.generate(
-        [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]],
-        params,
-        lora_request=LoRARequest("a", 1, job["adapter"]),
-        use_tqdm=False,
+        [TokensPrompt(prompt_token_ids=p) for p in job["prompts"]], params, lora_request=LoRARequest("a", 1, job["adapter"]), use_tqdm=False
     )
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() / 2**30
-    print(
-        json.dumps(
-            {"seconds": seconds, "peak_gib": peak, "rows": 1024, "tokens": [list(o.outputs[0].token_ids) for o in outs]}
-        )
-    )
+    print(json.dumps({"seconds": seconds, "peak_gib": peak, "rows": 1024, "tokens": [list(o.outputs[0].token_ids) for o in outs]}))
 
 
 def have_vllm() -> bool:
@@ -299,9 +276,7 @@ def have_vllm() -> bool:
     return True
 
 
-def throughput_rows(
-    shape: str, device: str, work_plan: list[tuple[int, int]], sides: list[str], root: Path
-) -> list[str]:
+def throughput_rows(shape: str, device: str, work_plan: list[tuple[int, int]], sides: list[str], root: Path) -> list[str]:
     """Markdown rows for ``shape``: per (items, new tokens), each side (module doc)."""
     import torch
 

@@ -147,9 +147,7 @@ def arch_matrix(device: str, quick: bool) -> list[str]:
                 same = lambda t, ref=ref: sum(a == b for a, b in zip(t, ref, strict=True))  # noqa: E731
                 rows.append(f"| {family} | {attn} | {same(texts)}/{len(ref)} | {same(hf)}/{len(ref)} |")
             except Exception as err:  # a crash is a finding: report it, go on
-                rows.append(
-                    f"| {family} | {attn} | **crash**: {type(err).__name__}: {str(err).splitlines()[0][:120]} | |"
-                )
+                rows.append(f"| {family} | {attn} | **crash**: {type(err).__name__}: {str(err).splitlines()[0][:120]} | |")
             print(rows[-1], flush=True)
     return rows
 
@@ -173,19 +171,14 @@ def record_agreement(device: str, root: Path) -> list[str]:
         frames = {}
         for backend in ("hf", "vllm"):
             out = root / f"agree-{dtype}-{backend}"
-            cfg = MeasureConfig(
-                "gsm8k", backend=backend, device=device, dtype=dtype, batch_size=4, max_new_tokens=16, window=64
-            )
+            cfg = MeasureConfig("gsm8k", backend=backend, device=device, dtype=dtype, batch_size=4, max_new_tokens=16, window=64)
             try:
                 measure_run(run.run_dir, cfg, validation=run.validation, test=run.test, out=out)
             except Exception as err:
                 rows.append(f"| {dtype} | **{backend} failed**: {str(err).splitlines()[0][:160]} | |")
                 break
             key = ["step", "split", "item_id"]
-            frames[backend] = (
-                read_frame(out, "generations").sort_values(key),
-                read_frame(out, "nll").sort_values([*key, "window"]),
-            )
+            frames[backend] = (read_frame(out, "generations").sort_values(key), read_frame(out, "nll").sort_values([*key, "window"]))
         if len(frames) == 2:
             (ga, na), (gb, nb) = frames["hf"], frames["vllm"]
             same = int((ga["text"].to_numpy() == gb["text"].to_numpy()).sum())
@@ -236,9 +229,7 @@ def build_shape(shape: str, root: Path, device: str) -> dict:
     base = root / f"base-{shape}"
     model.save_pretrained(base)
     tok.save_pretrained(base)
-    lora = LoraConfig(
-        r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
+    lora = LoraConfig(r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     get_peft_model(model, lora).save_pretrained(root / "run" / "checkpoint-1")
     cfg_file = root / "run" / "checkpoint-1" / "adapter_config.json"
     ad = json.loads(cfg_file.read_text())
@@ -270,9 +261,7 @@ def side(name: str, work: dict, device: str, max_new: int) -> dict:
         res = raw_vllm(work, max_new)
     else:
         swap = work.get("swap", True)
-        cfg = MeasureConfig(
-            "gsm8k", backend=name.split("-")[1], device=device, batch_size=32, max_new_tokens=max_new, swap_weights=swap
-        )
+        cfg = MeasureConfig("gsm8k", backend=name.split("-")[1], device=device, batch_size=32, max_new_tokens=max_new, swap_weights=swap)
         out = Path(work["run"]).parent / f"records-{name}-{'swap' if swap else 'fresh'}"
         r = measure_run(Path(work["run"]), cfg, validation=Path(work["validation"]), test=Path(work["test"]), out=out)
         res = {
@@ -328,9 +317,7 @@ def raw_vllm(work: dict, max_new: int) -> dict:
     )
     outs = llm.generate(
         [TokensPrompt(prompt_token_ids=p) for p in prompts],
-        SamplingParams(
-            temperature=0.0, max_tokens=max_new, ignore_eos=True, stop_token_ids=[tok.eos_token_id], detokenize=False
-        ),
+        SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True, stop_token_ids=[tok.eos_token_id], detokenize=False),
         lora_request=lora,
         use_tqdm=False,
     )
@@ -418,9 +405,7 @@ def weights_in(shape: str, device: str, root: Path, max_new: int, in_process: bo
         for swap, what in ((False, "restart per checkpoint"), (True, "swap in place")):
             r = got[swap]
             if "error" in r:
-                rows.append(
-                    f"| {shape} | {backend} | {what} | **failed**: {r['error'].splitlines()[-1][:160]} | | | | | | |"
-                )
+                rows.append(f"| {shape} | {backend} | {what} | **failed**: {r['error'].splitlines()[-1][:160]} | | | | | | |")
                 continue
             each = lambda total, n: f"{total / n:.2f} s" if n else "–"  # noqa: E731
             mem = f"{r['peak_gib']:.1f} GiB" if "peak_gib" in r else "–"
@@ -440,18 +425,7 @@ def _run_side(name: str, work: dict, device: str, max_new: int, in_process: bool
         return side(name, work, device, max_new)
     env = dict(os.environ, CKPTSEL_GPU_CHECK_DEVICE=device)
     res = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--side",
-            name,
-            "--work",
-            json.dumps(work),
-            "--device",
-            device,
-            "--max-new-tokens",
-            str(max_new),
-        ],
+        [sys.executable, __file__, "--side", name, "--work", json.dumps(work), "--device", device, "--max-new-tokens", str(max_new)],
         env=env,
         capture_output=True,
         text=True,
@@ -483,18 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="the markdown file to update")
     ap.add_argument("--in-process", action="store_true", help="throughput sides in this process")
+    ap.add_argument("--throughput", action="store_true", help="only the decode throughput table (issue 37; ~8 min on one H100/H200)")
+    ap.add_argument("--decode-work", default=None, help="items x new tokens, comma-separated (default: 256x64,1024x256; CPU: 64x64,64x256)")
     ap.add_argument(
-        "--throughput", action="store_true", help="only the decode throughput table (issue 37; ~8 min on one H100/H200)"
-    )
-    ap.add_argument(
-        "--decode-work",
-        default=None,
-        help="items x new tokens, comma-separated (default: 256x64,1024x256; CPU: 64x64,64x256)",
-    )
-    ap.add_argument(
-        "--sides",
-        default=None,
-        help="comma-separated, of: " + ", ".join(dt.SIDES) + " (default: all; before only on the first work)",
+        "--sides", default=None, help="comma-separated, of: " + ", ".join(dt.SIDES) + " (default: all; before only on the first work)"
     )
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -565,9 +531,7 @@ side's generated tokens over each side's seconds; bandwidth bound: see
     return 0
 
 
-def write(
-    args, arch: list[str], agree: list[str], tput: list[str], swaps: list[str], seconds: float, max_new: int
-) -> None:
+def write(args, arch: list[str], agree: list[str], tput: list[str], swaps: list[str], seconds: float, max_new: int) -> None:
     import torch
     import transformers
 

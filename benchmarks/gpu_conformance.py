@@ -54,10 +54,7 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
                 try:
                     model = am.add_lora(am.build(family, tok, attn=attn, dtype=dtype)).to(device)
                 except Exception as err:  # a family this transformers lacks, or PEFT refuses
-                    rows.append(
-                        f"| {family} | {attn} | {dt} | not built: "
-                        f"{type(err).__name__}: {str(err).splitlines()[0][:80]} | | |"
-                    )
+                    rows.append(f"| {family} | {attn} | {dt} | not built: {type(err).__name__}: {str(err).splitlines()[0][:80]} | | |")
                     continue
                 config = MeasureConfig("gsm8k", max_new_tokens=16, device=device)
                 t0 = time.perf_counter()
@@ -72,9 +69,7 @@ def family_rows(device: str, families: list[str], dtypes: list[str], deadline: f
                 stops = stop_token_ids(model, tok)
                 try:
                     ref = [am.generate_one(model, tok, p, 16, stops, device) for p in prompts]
-                    texts, _ = measure_items(
-                        model, tok, prompts, responses, batch_size=8, max_new_tokens=16, device=device
-                    )
+                    texts, _ = measure_items(model, tok, prompts, responses, batch_size=8, max_new_tokens=16, device=device)
                     same = f"{sum(a == b for a, b in zip(texts, ref, strict=True))}/{len(ref)}"
                 except Exception as err:
                     same = f"crash: {type(err).__name__}"
@@ -100,9 +95,7 @@ def real_shape(device: str) -> list[str]:
     from gpu_check import random_model
 
     model, tok = random_model("qwen3-1.7b" if device.startswith("cuda") else "tiny", device)
-    lora = LoraConfig(
-        r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
+    lora = LoraConfig(r=16, lora_alpha=32, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     model = get_peft_model(model, lora).eval()
     prompts, responses = am.items(256)
     items = [type("Item", (), {"instruction": p, "response": r})() for p, r in zip(prompts, responses, strict=True)]

@@ -146,9 +146,7 @@ def build() -> nbformat.NotebookNode:
 
 def execute(nb: nbformat.NotebookNode, where: Path, timeout: int = 300) -> nbformat.NotebookNode:
     """Run every cell in a fresh kernel with ``where`` as the working folder."""
-    NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(where)}}
-    ).execute()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(where)}}).execute()
     return nb
 
 

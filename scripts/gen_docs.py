@@ -62,9 +62,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="gen_docs.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 when a page's generated parts are not current"
-    )
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page's generated parts are not current")
     parser.add_argument("--docs", type=Path, default=REPO / "docs", help="the docs folder (default: docs/)")
     args = parser.parse_args(argv)
     generator = load_generator()

@@ -206,13 +206,7 @@ def _jamba(tok):
 
 
 def _mamba2_mixer(prefix: str = "mamba_") -> dict[str, Any]:
-    return {
-        f"{prefix}n_heads": 8,
-        f"{prefix}d_head": 16,
-        f"{prefix}n_groups": 1,
-        f"{prefix}d_state": 8,
-        f"{prefix}chunk_size": 16,
-    }
+    return {f"{prefix}n_heads": 8, f"{prefix}d_head": 16, f"{prefix}n_groups": 1, f"{prefix}d_state": 8, f"{prefix}chunk_size": 16}
 
 
 def _bamba(tok):
@@ -317,11 +311,7 @@ def _phi3_longrope(tok):
     a forward call past it (head 16: 8 factors each)."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    scaling = {
-        "type": "longrope",
-        "short_factor": [1.0 + k / 8 for k in range(8)],
-        "long_factor": [2.0 + k for k in range(8)],
-    }
+    scaling = {"type": "longrope", "short_factor": [1.0 + k / 8 for k in range(8)], "long_factor": [2.0 + k for k in range(8)]}
     return Phi3ForCausalLM, Phi3Config(
         intermediate_size=128, rope_scaling=scaling, original_max_position_embeddings=ROPE_BOUNDARY, **_common(tok)
     )
@@ -333,9 +323,7 @@ def _llama_dynamic(tok):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     c = dict(_common(tok), max_position_embeddings=ROPE_BOUNDARY)
-    return LlamaForCausalLM, LlamaConfig(
-        intermediate_size=128, rope_scaling={"rope_type": "dynamic", "factor": 4.0}, **c
-    )
+    return LlamaForCausalLM, LlamaConfig(intermediate_size=128, rope_scaling={"rope_type": "dynamic", "factor": 4.0}, **c)
 
 
 SEAM_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
@@ -357,17 +345,7 @@ SEAM_FAMILIES: dict[str, Callable[[Any], tuple[Any, Any]]] = {
 FAMILIES.update(SEAM_FAMILIES)
 SSM = ("mamba", "mamba2", "falcon_mamba")
 HYBRID = ("jamba", "bamba", "falcon_h1", "granitemoehybrid", "zamba2", "lfm2", "nemotron_h", "qwen3_next")
-MAMBA_MIXERS = (
-    "mamba",
-    "mamba2",
-    "falcon_mamba",
-    "falcon_h1",
-    "nemotron_h",
-    "jamba",
-    "bamba",
-    "zamba2",
-    "granitemoehybrid",
-)
+MAMBA_MIXERS = ("mamba", "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "jamba", "bamba", "zamba2", "granitemoehybrid")
 ROPE = ("phi3_longrope", "llama_dynamic")  # length-dependent RoPE: long items measured alone
 STATEFUL = ("recurrent_gemma",)  # no cache returned: every item measured alone
 # one attention each (the matrix's cost; Mamba has no sdpa)
@@ -392,9 +370,7 @@ def build(family: str, tok: Any, attn: str = "sdpa", dtype: Any = None, seed: in
     return cls(cfg).to(dtype or torch.float32).eval()
 
 
-WORDS = (
-    "apples pens cards books coins shells Tom Ann Raj Mia has gets more how many does now total each the and of to is"
-).split()
+WORDS = ("apples pens cards books coins shells Tom Ann Raj Mia has gets more how many does now total each the and of to is").split()
 
 
 def tokenizer() -> Any:
@@ -403,10 +379,7 @@ def tokenizer() -> Any:
 
     rng = random.Random(7)
     texts = [
-        " ".join(
-            rng.choice(WORDS) + (str(rng.randint(0, 99)) if rng.random() < 0.2 else "")
-            for _ in range(rng.randint(3, 40))
-        )
+        " ".join(rng.choice(WORDS) + (str(rng.randint(0, 99)) if rng.random() < 0.2 else "") for _ in range(rng.randint(3, 40)))
         for _ in range(400)
     ]
     return build_tokenizer(texts, vocab_size=320)
@@ -466,9 +439,7 @@ def plant_eos(model: Any, tok: Any, prompts: list[str], max_new: int, at: float 
     try:
         enc = tok(prompts, return_tensors="pt", padding=True).to(device)
         with torch.inference_mode():
-            model.generate(
-                **enc, max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id
-            )
+            model.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id)
     finally:
         hook.remove()
         tok.padding_side = side

@@ -24,32 +24,9 @@ def write_eval(path: Path, members: dict[str, bytes], method: int = 93) -> Path:
     for name, data in members.items():
         raw = zstd(data) if method == 93 else zlib.compress(data, 9)[2:-4]  # raw deflate
         crc, n, off = zlib.crc32(data), name.encode(), len(body)
-        body += (
-            struct.pack("<IHHHHHIIIHH", 0x04034B50, 63, 0, method, 0, 0x21, crc, len(raw), len(data), len(n), 0)
-            + n
-            + raw
-        )
+        body += struct.pack("<IHHHHHIIIHH", 0x04034B50, 63, 0, method, 0, 0x21, crc, len(raw), len(data), len(n), 0) + n + raw
         central += (
-            struct.pack(
-                "<IHHHHHHIIIHHHHHII",
-                0x02014B50,
-                63,
-                63,
-                0,
-                method,
-                0,
-                0x21,
-                crc,
-                len(raw),
-                len(data),
-                len(n),
-                0,
-                0,
-                0,
-                0,
-                0,
-                off,
-            )
+            struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 63, 63, 0, method, 0, 0x21, crc, len(raw), len(data), len(n), 0, 0, 0, 0, 0, off)
             + n
         )
     eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(central), len(body), 0)

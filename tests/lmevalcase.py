@@ -29,12 +29,7 @@ def gsm8k_line(doc_id: int, raw: str, filt: str, filtered: str, em: float, quest
         "doc_id": doc_id,
         "doc": {"question": q, "answer": f"so it is {a}.\n#### {a}"},
         "target": f"so it is {a}.\n#### {a}",
-        "arguments": {
-            "gen_args_0": {
-                "arg_0": prompt,
-                "arg_1": {"until": ["Question:", "</s>"], "do_sample": False, "temperature": 0.0},
-            }
-        },
+        "arguments": {"gen_args_0": {"arg_0": prompt, "arg_1": {"until": ["Question:", "</s>"], "do_sample": False, "temperature": 0.0}}},
         "resps": [[raw]],
         "filtered_resps": [filtered],
         "filter": filt,

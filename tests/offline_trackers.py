@@ -65,12 +65,7 @@ def offline_env(mp: pytest.MonkeyPatch, root: Path) -> dict[str, str]:
     for var, sub in WANDB_DIRS.items():
         (root / sub).mkdir(exist_ok=True)
         mp.setenv(var, str(root / sub))
-    for var, value in (
-        ("WANDB_MODE", "offline"),
-        ("WANDB_SILENT", "true"),
-        ("WANDB_DISABLE_GIT", "true"),
-        ("WANDB_DISABLE_CODE", "true"),
-    ):
+    for var, value in (("WANDB_MODE", "offline"), ("WANDB_SILENT", "true"), ("WANDB_DISABLE_GIT", "true"), ("WANDB_DISABLE_CODE", "true")):
         mp.setenv(var, value)
     # the session's folder (tests/conftest.py sets it before anything can import trackio)
     trackio_dir = os.environ.get("CKPTSEL_TEST_TRACKIO_DIR") or str(root / "trackio")

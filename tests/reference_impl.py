@@ -141,9 +141,7 @@ def shared_orders(t: RefTrajectory, permutations: int, seed: int) -> SharedOrder
     val = core.permutations(core.string_keys(t.val_ids), seed, permutations) if t.val_ids else None
     codes, names = pd.factorize(pd.Series(t.val_groups, dtype=object), sort=True)
     ov = (
-        core.one_variant_orders(
-            core.string_keys(t.val_ids), np.asarray(codes), core.string_keys(list(names)), seed, permutations
-        )
+        core.one_variant_orders(core.string_keys(t.val_ids), np.asarray(codes), core.string_keys(list(names)), seed, permutations)
         if t.val_ids
         else None
     )
@@ -208,10 +206,7 @@ def _utilities(t: RefTrajectory, rule: str, grid: Sequence[int], window: int) ->
         return [[1 if x else 0 for x in t.val_correct[c]] if c in grid else None for c in range(T)]
     if rule == "agreement":
         plur = pluralities(t.val_answers, grid)
-        return [
-            [1 if t.val_answers[c][i] == plur[i] else 0 for i in range(len(plur))] if c in grid else None
-            for c in range(T)
-        ]
+        return [[1 if t.val_answers[c][i] == plur[i] else 0 for i in range(len(plur))] if c in grid else None for c in range(T)]
     if rule == "nll":
         return [list(t.val_nll[window][c]) if c in grid else None for c in range(T)]
     raise ValueError(rule)
@@ -375,10 +370,7 @@ def matched_half(t: RefTrajectory, rule: str, partitions: list[list[int]]) -> di
 
 
 def per_trajectory(
-    t: RefTrajectory,
-    vectors: dict[tuple[str, str, str], list[float]],
-    partitions: list[list[int]],
-    smallest: str = "32",
+    t: RefTrajectory, vectors: dict[tuple[str, str, str], list[float]], partitions: list[list[int]], smallest: str = "32"
 ) -> dict[str, float]:
     """Every per-trajectory quantity (G, H, D, matched half, NLL-control agreement), in pp.
 
@@ -407,9 +399,7 @@ def per_trajectory(
     if smallest in complete:
         out["D|nll_complete|nll"] = G[("nll_complete", "nll", FULL)] - G[("nll_complete", "nll", smallest)]
     if FULL in complete:
-        out["same_nll_choice|nll_complete|nll|full"] = same_choice(
-            vectors[("nested", "nll", FULL)], vectors[("nll_complete", "nll", FULL)]
-        )
+        out["same_nll_choice|nll_complete|nll|full"] = same_choice(vectors[("nested", "nll", FULL)], vectors[("nll_complete", "nll", FULL)])
     for rule in MH_RULES:
         for stat, value in matched_half(t, rule, partitions).items():
             out[f"MH|{rule}|{stat}"] = value
@@ -432,9 +422,7 @@ class RefStudy:
     budgets: tuple[int, ...] = BUDGETS
 
 
-def analyze_reference(
-    trajectories: list[RefTrajectory], permutations: int, seed: int, budgets: Sequence[int] = BUDGETS
-) -> RefStudy:
+def analyze_reference(trajectories: list[RefTrajectory], permutations: int, seed: int, budgets: Sequence[int] = BUDGETS) -> RefStudy:
     """Choices and per-trajectory quantities for every trajectory (the deterministic part)."""
     budgets = tuple(sorted(set(budgets)))
     vectors, quantities = {}, {}
@@ -479,17 +467,11 @@ def summary_means(study: RefStudy, task: str | None = None) -> dict:
     labels = [*(str(b) for b in finite), FULL]
     out: dict = {"budget": _budget_block(study, "nested", task, labels)}
     out["D"] = {r: mean_over(study, f"D|nested|{r}", task) for r in RULES if _present(study, f"D|nested|{r}", task)}
-    out["matched_half"] = {
-        r: {s: mean_over(study, f"MH|{r}|{s}", task) for s in ("G_in", "G_out", "B")} for r in MH_RULES
-    }
+    out["matched_half"] = {r: {s: mean_over(study, f"MH|{r}|{s}", task) for s in ("G_in", "G_out", "B")} for r in MH_RULES}
     sens: dict = {
         "one_variant": {
             "budget": _budget_block(study, "one_variant", task, labels),
-            "D": {
-                r: mean_over(study, f"D|one_variant|{r}", task)
-                for r in RULES
-                if _present(study, f"D|one_variant|{r}", task)
-            },
+            "D": {r: mean_over(study, f"D|one_variant|{r}", task) for r in RULES if _present(study, f"D|one_variant|{r}", task)},
         },
         "thinning": {},
     }
@@ -499,9 +481,7 @@ def summary_means(study: RefStudy, task: str | None = None) -> dict:
             continue
         sens["thinning"][str(k)] = {
             "budget": block,
-            "D": {
-                r: mean_over(study, f"D|thin{k}|{r}", task) for r in RULES if _present(study, f"D|thin{k}|{r}", task)
-            },
+            "D": {r: mean_over(study, f"D|thin{k}|{r}", task) for r in RULES if _present(study, f"D|thin{k}|{r}", task)},
         }
     nc: dict = {}
     frac = mean_over(study, "same_nll_choice|nll_complete|nll|full", task)

@@ -16,14 +16,7 @@ from typing import Any
 
 from ckptsel._util.locations import Location, is_url
 from ckptsel.errors import CkptselError
-from ckptsel.study.configuration import (
-    DEFAULT_SEEDS,
-    Configuration,
-    Study,
-    configurations_toml,
-    resolve_model,
-    resolve_path,
-)
+from ckptsel.study.configuration import DEFAULT_SEEDS, Configuration, Study, configurations_toml, resolve_model, resolve_path
 
 # a study of one configuration on a validation pool (metamath) and gsm8k test items, trained
 # from a local base folder `base`: the smallest study file `run` accepts
@@ -90,9 +83,7 @@ def build_tiny_base(out_dir: Path, texts: list[str], seed: int = 0, hidden_size:
     return save_tiny(Path(out_dir), texts, vocab_size=400, seed=seed, hidden_size=hidden_size, layers=2, heads=4)
 
 
-def save_lora_checkpoints(
-    base_dir: Path, run_dir: Path, steps: list[int], seed: int = 0, rank: int = 4, scale: float = 0.3
-) -> list[Path]:
+def save_lora_checkpoints(base_dir: Path, run_dir: Path, steps: list[int], seed: int = 0, rank: int = 4, scale: float = 0.3) -> list[Path]:
     """Save one PEFT LoRA adapter per step under ``run_dir/checkpoint-<step>/``; weights are
     seeded random so each checkpoint behaves differently. ``base_model_name_or_path`` in
     the adapter config is the base folder (as a trainer writes it)."""
@@ -123,9 +114,7 @@ def save_lora_checkpoints(
     return out
 
 
-def save_full_checkpoints(
-    base_dir: Path, run_dir: Path, steps: list[int], seed: int = 0, scale: float = 0.02
-) -> list[Path]:
+def save_full_checkpoints(base_dir: Path, run_dir: Path, steps: list[int], seed: int = 0, scale: float = 0.02) -> list[Path]:
     """Save perturbed full copies of the base (model + tokenizer) as ``checkpoint-<step>``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -215,18 +204,7 @@ def build_tiny_run(
 
 # ------------------------------------------------------------------ studies built in memory
 _CONFIG_FIELDS = {f.name for f in fields(Configuration)}
-_STUDY_KEYS = {
-    "name",
-    "base_model",
-    "task",
-    "test_task",
-    "train",
-    "validation",
-    "test",
-    "seeds",
-    "runs_dir",
-    "records_dir",
-}
+_STUDY_KEYS = {"name", "base_model", "task", "test_task", "train", "validation", "test", "seeds", "runs_dir", "records_dir"}
 
 
 def study_from_dict(data: dict[str, Any], root: Path, source: str = "<dict>") -> Study:
@@ -344,10 +322,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def gsm_rows(n: int) -> list[dict]:
-    return [
-        {"question": f"Ann has {a} pens and gets {a + 1} more. How many?", "answer": f"x\n#### {2 * a + 1}"}
-        for a in range(n)
-    ]
+    return [{"question": f"Ann has {a} pens and gets {a + 1} more. How many?", "answer": f"x\n#### {2 * a + 1}"} for a in range(n)]
 
 
 def jsonl(path: Path, rows: list[dict]) -> Path:

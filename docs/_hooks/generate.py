@@ -162,11 +162,7 @@ def tasks() -> str:
             shown = "".join(words.get(p) or f"`{p}`" for p in parts) or "—"
             rows.append(f"| {role} | {shown} | {_cell(note)} |")
         rule = "<br>".join(_cell(line) for line in task.rule.describe())
-        out.append(
-            f"### `{task.name}`{aliases}\n\n{_cell(task.description)}\n\n"
-            + "\n".join(rows)
-            + f"\n\n**Answer rule:** {rule}"
-        )
+        out.append(f"### `{task.name}`{aliases}\n\n{_cell(task.description)}\n\n" + "\n".join(rows) + f"\n\n**Answer rule:** {rule}")
     return "\n\n".join(out)
 
 
@@ -226,13 +222,10 @@ def parts(text: str, where: str) -> list[tuple[str, int, int]]:
             found.append((open_[0], open_[1], i))
             open_ = None
         elif open_ is None and MARKERISH.match(line):
-            raise MarkerError(
-                f"{at}: not a marker line: write <!-- generated: NAME --> or <!-- end generated: NAME --> exactly"
-            )
+            raise MarkerError(f"{at}: not a marker line: write <!-- generated: NAME --> or <!-- end generated: NAME --> exactly")
     if open_:
         raise MarkerError(
-            f"{where}, line {open_[1] + 1}: <!-- generated: {open_[0]} --> has no "
-            f"<!-- end generated: {open_[0]} --> after it"
+            f"{where}, line {open_[1] + 1}: <!-- generated: {open_[0]} --> has no <!-- end generated: {open_[0]} --> after it"
         )
     return found
 

@@ -14,9 +14,6 @@ def on_page_content(html: str, page, config, files) -> str:
     found = RAW.findall(html)
     if found:
         log.warning(
-            "%s shows %d raw Sphinx role(s), e.g. %r: convert them (docs/_hooks/sphinx_roles.py)",
-            page.file.src_uri,
-            len(found),
-            found[0],
+            "%s shows %d raw Sphinx role(s), e.g. %r: convert them (docs/_hooks/sphinx_roles.py)", page.file.src_uri, len(found), found[0]
         )
     return html

@@ -56,10 +56,7 @@ def last_number():
 def tiny_gsm() -> Task:
     samples = [Sample(input=q, target=a, id=i, metadata={"split": s, "group": g}) for i, q, a, s, g in tiny.ITEMS]
     return Task(
-        dataset=MemoryDataset(samples, name="tiny_gsm"),
-        solver=generate(),
-        scorer=[match(numeric=True), last_number()],
-        name="tiny_gsm",
+        dataset=MemoryDataset(samples, name="tiny_gsm"), solver=generate(), scorer=[match(numeric=True), last_number()], name="tiny_gsm"
     )
 
 
@@ -87,8 +84,7 @@ def main(work: Path, out: Path) -> None:
                 )
                 acc = log.results.scores[0].metrics["accuracy"].value
                 print(
-                    f"{trajectory}/{ckpt.name} [{fmt}] {log.status} accuracy={acc:.2f} "
-                    f"{time.time() - t:.1f}s -> {Path(log.location).name}"
+                    f"{trajectory}/{ckpt.name} [{fmt}] {log.status} accuracy={acc:.2f} {time.time() - t:.1f}s -> {Path(log.location).name}"
                 )
     for p in sorted(log_dir.iterdir()):
         print(f"{p.stat().st_size:>8} B  {p.name}")

@@ -49,10 +49,7 @@ def build(root: Path, trajectory: str) -> list[Path]:
     texts = [PROMPT.format(q=q) + TARGET.format(a=a) for _, q, a, _, _ in ITEMS]
     corpus = texts + [f"{i} {j} {i + j}" for i in range(20) for j in range(20)]
     trainer = trainers.BpeTrainer(
-        vocab_size=384,
-        special_tokens=list(special.values()),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        vocab_size=384, special_tokens=list(special.values()), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
     tok.train_from_iterator(corpus, trainer)
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, **special)

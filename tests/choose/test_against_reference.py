@@ -52,8 +52,7 @@ def _compare_tree(engine, reference, path: str, problems: list[str]) -> None:
             return
         if set(engine) != set(reference):
             problems.append(
-                f"{path}: keys engine-only {sorted(set(engine) - set(reference))}, "
-                f"reference-only {sorted(set(reference) - set(engine))}"
+                f"{path}: keys engine-only {sorted(set(engine) - set(reference))}, reference-only {sorted(set(reference) - set(engine))}"
             )
         for key in sorted(set(engine) & set(reference)):
             _compare_tree(engine[key], reference[key], f"{path}/{key}", problems)
@@ -246,18 +245,9 @@ def test_large_pool_reaches_every_budget(tmp_path: Path) -> None:
 def test_plurality_ties_two_answers_even_grid(tmp_path: Path) -> None:
     """Two answers on 2 or 4 checkpoints: most items tie, so the first-in-step-order rule decides."""
     rng = np.random.default_rng(7)
-    trajs = rg.random_study(
-        rng, n_configs=3, seeds=2, T=(2, 3), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("p",)
-    )
+    trajs = rg.random_study(rng, n_configs=3, seeds=2, T=(2, 3), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("p",))
     trajs += rg.random_study(
-        np.random.default_rng(8),
-        n_configs=2,
-        seeds=1,
-        T=(4, 5),
-        n_val=(30, 50),
-        n_test=(10, 20),
-        n_answers=2,
-        tasks=("q",),
+        np.random.default_rng(8), n_configs=2, seeds=1, T=(4, 5), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("q",)
     )
     for i, t in enumerate(trajs):
         t.name, t.configuration = f"{t.name}-{i}", f"{t.configuration}-{t.task}"
@@ -328,12 +318,7 @@ def test_excluded_validation_items(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
     trajs = rg.random_study(rng, n_configs=2, seeds=2, n_val=(40, 60), tasks=("a",))
     gen, nll = rg.tables(trajs)
-    drop_gen = (
-        (gen["trajectory"] == "c0-s0")
-        & (gen["split"] == "validation")
-        & (gen["item_id"] == "v0003")
-        & (gen["step"] == 50)
-    )
+    drop_gen = (gen["trajectory"] == "c0-s0") & (gen["split"] == "validation") & (gen["item_id"] == "v0003") & (gen["step"] == 50)
     drop_nll = (nll["trajectory"] == "c1-s1") & (nll["item_id"] == "v0005") & (nll["step"] == 25)
     gen, nll = gen[~drop_gen].reset_index(drop=True), nll[~drop_nll].reset_index(drop=True)
     empty = (nll["trajectory"] == "c0-s1") & (nll["item_id"] == "v0001")
@@ -389,9 +374,7 @@ _original_select = ref.select
 def test_comparison_detects_a_wrong_definition(name, broken, tmp_path: Path, monkeypatch) -> None:
     """A deliberately wrong reference must be caught, so agreement above means something."""
     rng = np.random.default_rng(7)
-    trajs = rg.random_study(
-        rng, n_configs=3, seeds=2, T=(4, 7), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("p",)
-    )
+    trajs = rg.random_study(rng, n_configs=3, seeds=2, T=(4, 7), n_val=(30, 50), n_test=(10, 20), n_answers=2, tasks=("p",))
     monkeypatch.setattr(ref, name, broken)
     with pytest.raises(AssertionError, match="disagrees with the reference"):
         compare_study(trajs, tmp_path, permutations=10)
@@ -401,9 +384,7 @@ def test_pool_exactly_at_budgets(tmp_path: Path) -> None:
     """Pools of exactly 32 and 64 items (budget == pool is kept, next to "full"); 32 singleton groups."""
     trajs = []
     for task, nv in (("x", 32), ("y", 64)):
-        part = rg.random_study(
-            np.random.default_rng(nv), n_configs=1, seeds=2, n_val=(nv, nv + 1), tasks=(task,), groups=False
-        )
+        part = rg.random_study(np.random.default_rng(nv), n_configs=1, seeds=2, n_val=(nv, nv + 1), tasks=(task,), groups=False)
         for t in part:
             t.name, t.configuration = f"{task}-{t.name}", f"{task}-{t.configuration}"
         trajs += part

@@ -40,9 +40,7 @@ def analyzed(tmp_path_factory):
 
 
 def _frozen_vector(frozen: pd.DataFrame, t: ref.RefTrajectory, scheme: str, rule: str, label: str) -> np.ndarray:
-    rows = frozen[
-        (frozen.trajectory == t.name) & (frozen.scheme == scheme) & (frozen.rule == rule) & (frozen.budget == label)
-    ]
+    rows = frozen[(frozen.trajectory == t.name) & (frozen.scheme == scheme) & (frozen.rule == rule) & (frozen.budget == label)]
     vec = np.zeros(len(t.steps))
     vec[[t.steps.index(int(s)) for s in rows.step]] = rows.prob.to_numpy()
     return vec

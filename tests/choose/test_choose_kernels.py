@@ -56,9 +56,7 @@ def test_kernels_match_their_plain_definitions(trial):
         np.testing.assert_array_equal(core.permutations(keys, seed, reps), orders)
         budgets = sorted({int(b) for b in rng.integers(1, n + 1, 3)})
         pos = np.argsort(orders, axis=1)
-        np.testing.assert_array_equal(
-            core.first_of_orders(h, budgets), pos.T[:, None, :] < np.array(budgets)[None, :, None]
-        )
+        np.testing.assert_array_equal(core.first_of_orders(h, budgets), pos.T[:, None, :] < np.array(budgets)[None, :, None])
         nested = core.NestedSubsets(orders, budgets, n)
         np.testing.assert_array_equal(core.NestedSubsets.of_hashes(h, budgets).mask64, nested.mask64)
 
@@ -67,8 +65,7 @@ def test_kernels_match_their_plain_definitions(trial):
         rng.shuffle(codes)
         group_keys = rng.integers(0, 2**63, n_groups).astype(np.uint64)
         np.testing.assert_array_equal(
-            core.one_variant_orders(keys, codes, group_keys, seed, reps),
-            plain_one_variant(keys, codes, group_keys, seed, reps),
+            core.one_variant_orders(keys, codes, group_keys, seed, reps), plain_one_variant(keys, codes, group_keys, seed, reps)
         )
 
 
@@ -95,8 +92,7 @@ def test_ordered_sums_choose_as_sums_do(trial):
         for maximize in (False, True):
             for rows in (np.arange(len(s)), np.arange(len(s))[::2]):
                 np.testing.assert_array_equal(
-                    core.tie_probabilities(got[rows], maximize).mean(axis=1),
-                    core.tie_probabilities(want[rows], maximize).mean(axis=1),
+                    core.tie_probabilities(got[rows], maximize).mean(axis=1), core.tie_probabilities(want[rows], maximize).mean(axis=1)
                 )
     ints = [rng.integers(0, 2, (int(rng.integers(1, 6)), n)) for _ in range(3)]
     for s, got in zip(ints, nested.count_sums(ints), strict=True):

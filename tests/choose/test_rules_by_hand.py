@@ -111,9 +111,7 @@ def test_pipeline_G_H_D_by_hand(tmp_path):
     tc[0, :2] = True
     tc[1, :6] = True
     tc[2, :4] = True
-    traj = rg.Traj(
-        "t1", "c1", "x", [25, 50, 60], vc, np.where(vc, "1", "2"), nll, np.full(n, 4), tc, np.where(tc, "1", "2")
-    )
+    traj = rg.Traj("t1", "c1", "x", [25, 50, 60], vc, np.where(vc, "1", "2"), nll, np.full(n, 4), tc, np.where(tc, "1", "2"))
     s = analyze(_study_dir(tmp_path, [traj]), tmp_path / "out", permutations=20, draws=100)
     assert s.gains.get("G", "accuracy", "full").mean == pytest.approx(20.0)
     assert s.gains.get("G", "accuracy", "32").mean == pytest.approx(20.0)

@@ -57,9 +57,7 @@ def test_adding_a_rule_is_one_registry_entry(monkeypatch):
     # budget 32 = the nested subsets of the engine, minimized
     orders = core.permutations(core.string_keys(list(v.item_ids)), 2, 7)
     sums = core.prefix_sums(correct.astype(np.int64), orders, [32])
-    np.testing.assert_allclose(
-        picked[("nested", "worst", "32")], core.tie_probabilities(sums, maximize=False).mean(axis=1)[:, 0]
-    )
+    np.testing.assert_allclose(picked[("nested", "worst", "32")], core.tie_probabilities(sums, maximize=False).mean(axis=1)[:, 0])
 
 
 def test_select_offers_the_registered_rules(tmp_path, monkeypatch):
@@ -83,12 +81,7 @@ def test_estimate_rounds_and_flags_like_summary_json():
     d = Estimate(-1e-9, 1e-9, 2.0).to_dict()
     assert d == {"mean": 0.0, "lo": 0.0, "hi": 2.0, "unresolved": False}
     assert math.copysign(1.0, Estimate(-0.0, -1.0, 1.0).to_dict()["mean"]) == 1.0  # exact -0.0 -> 0.0
-    assert Estimate(float("nan"), float("nan"), 1.0).to_dict() == {
-        "mean": None,
-        "lo": None,
-        "hi": 1.0,
-        "unresolved": True,
-    }
+    assert Estimate(float("nan"), float("nan"), 1.0).to_dict() == {"mean": None, "lo": None, "hi": 1.0, "unresolved": True}
     assert Estimate(np.float64(-3.0), np.float64(-4.0), np.float64(-2.0)).to_dict()["unresolved"] is False
     assert Estimate.from_dict({"mean": 0.5, "lo": 0.1, "hi": 0.9, "unresolved": False}) == Estimate(0.5, 0.1, 0.9)
     assert Estimate.from_dict(None) is None

@@ -57,28 +57,10 @@ def test_analyze_prints_its_phases(tmp_path, capsys):
     _run(capsys, ["simulate", str(tmp_path / "records")])
     out = _run(
         capsys,
-        [
-            "analyze",
-            str(tmp_path / "records"),
-            "--out",
-            str(tmp_path / "results"),
-            "--draws",
-            "200",
-            "--permutations",
-            "10",
-            "--no-report",
-        ],
+        ["analyze", str(tmp_path / "records"), "--out", str(tmp_path / "results"), "--draws", "200", "--permutations", "10", "--no-report"],
     )
     phases = [line for line in out.splitlines() if line.startswith("analyze: ")]
-    words = [
-        "loading",
-        "choosing",
-        "freezing",
-        "scoring",
-        "bootstrap",
-        "choosing the checkpoint to keep",
-        "writing summary.json",
-    ]
+    words = ["loading", "choosing", "freezing", "scoring", "bootstrap", "choosing the checkpoint to keep", "writing summary.json"]
     assert len(phases) == len(words), out
     for line, word in zip(phases, words, strict=True):
         assert re.match(rf"analyze: {word}.* \[\d+\.\d s\]$", line), line

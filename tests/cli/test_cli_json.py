@@ -34,9 +34,7 @@ def json_of(args: list, capsys, code: int = 0) -> tuple[dict, str]:
 
 def test_analyze_and_verify_json(records, tmp_path, capsys):
     out = tmp_path / "results"
-    answer, err = json_of(
-        ["analyze", records, "--out", out, "--permutations", "8", "--draws", "200", "--no-report", "--json"], capsys
-    )
+    answer, err = json_of(["analyze", records, "--out", out, "--permutations", "8", "--draws", "200", "--no-report", "--json"], capsys)
     assert list(answer) == list(JSON_SCHEMAS["analyze"])
     stored = (out / "summary.json").read_text()
     assert answer["summary"] == json.loads(stored)  # summary.json's object, as written
@@ -65,9 +63,7 @@ def test_select_compare_plan_json_keys(records, capsys):
     assert every["selections"]["c0-s0"] == one
     assert [r["trajectory"] for r in every["trajectories"]] == list(every["selections"])
     steps = one["steps"]
-    pair, _ = json_of(
-        ["compare", records, steps[0], steps[-1], "--trajectory", "c0-s0", "--draws", "200", "--json"], capsys
-    )
+    pair, _ = json_of(["compare", records, steps[0], steps[-1], "--trajectory", "c0-s0", "--draws", "200", "--json"], capsys)
     assert list(pair) == list(JSON_SCHEMAS["compare"]) and pair["a"]["step"] == steps[0]
     plan, _ = json_of(["plan", "--delta", "3", "--agreement", "0.8", "--json"], capsys)
     assert list(plan) == list(JSON_SCHEMAS["plan"]) and plan["pilot"] is None
@@ -83,18 +79,7 @@ def test_every_schema_is_documented_and_every_reporting_command_has_json():
     for name, command in COMMANDS:
         if "as_json" in inspect.signature(command).parameters:
             with_json.add(name)
-    assert with_json == {
-        "measure",
-        "analyze",
-        "verify",
-        "budgets",
-        "watch",
-        "select",
-        "compare",
-        "compare-logs",
-        "plan",
-        "run",
-    }
+    assert with_json == {"measure", "analyze", "verify", "budgets", "watch", "select", "compare", "compare-logs", "plan", "run"}
     assert {c.split()[0] for c in JSON_SCHEMAS} == with_json
     import importlib.util
     from pathlib import Path

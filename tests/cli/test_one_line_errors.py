@@ -81,14 +81,10 @@ def test_audit_threshold_nan_is_one_line(tmp_path, capsys):
 def test_a_step_past_int64_in_an_ingested_log_is_one_line(tmp_path, capsys):
     folder = gsm8k_checkpoint(tmp_path / "evals" / "run-x" / f"checkpoint-{BIG}", ["#### 18"], [True])
     out = tmp_path / "records"
-    line = one_line(
-        *run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--filter", "strict-match"], capsys)
-    )
+    line = one_line(*run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--filter", "strict-match"], capsys))
     assert BIG in line and "int64" in line
     log = sorted(INSPECT.glob("*.eval"))[0]
-    line = one_line(
-        *run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match", "--steps", f"{log.name}={BIG}"], capsys)
-    )
+    line = one_line(*run_cli(["ingest", "inspect", log, "--out", out, "--scorer", "match", "--steps", f"{log.name}={BIG}"], capsys))
     assert BIG in line and log.name in line
     assert not out.exists()
 
@@ -267,9 +263,7 @@ def small_lines(monkeypatch):
 def test_a_long_lm_eval_line_is_refused_before_it_is_parsed(tmp_path, capsys, small_lines):
     folder = gsm8k_checkpoint(tmp_path / "run-x" / "checkpoint-10", ["#### 18" + " " * 30000], [True])
     out = tmp_path / "records"
-    line = one_line(
-        *run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--filter", "strict-match"], capsys)
-    )
+    line = one_line(*run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--filter", "strict-match"], capsys))
     assert "samples_gsm8k" in line and ":1:" in line and "CKPTSEL_MAX_LINE_BYTES" in line
     assert not out.exists()
 

@@ -131,10 +131,7 @@ def test_word_check_on_real_prompt_formatted_pools(shared_data: Path):
     result = audit_files(files)
     rep = result.pair("train", "test")
     # measured: two near-duplicate OpenBookQA train/test questions (J 0.947 and 0.808)
-    assert [(e["i"], e["j"], e["jaccard"]) for e in rep.checks["char13"].examples] == [
-        (3930, 3, 0.9474),
-        (1611, 381, 0.8079),
-    ]
+    assert [(e["i"], e["j"], e["jaccard"]) for e in rep.checks["char13"].examples] == [(3930, 3, 0.9474), (1611, 381, 0.8079)]
     assert rep.checks["exact"].pairs == 0 and rep.checks["normalized"].pairs == 0
     w5 = rep.checks["word5"]
     # the prompt template ("please choose the correct answer ...") is in every question
@@ -155,10 +152,7 @@ def test_word_check_on_real_prompt_formatted_pools(shared_data: Path):
 
 @pytest.fixture(scope="module")
 def gsm8k_pools(shared_data: Path) -> dict[str, list[str]]:
-    return {
-        "train": read_questions(shared_data / "gsm8k" / "train.jsonl"),
-        "test": read_questions(shared_data / "gsm8k" / "test.jsonl"),
-    }
+    return {"train": read_questions(shared_data / "gsm8k" / "train.jsonl"), "test": read_questions(shared_data / "gsm8k" / "test.jsonl")}
 
 
 @pytest.fixture(scope="module")
@@ -185,11 +179,7 @@ def test_gsm8k_train_test_finding(gsm8k_audit, gsm8k_pools):
     assert w5.histogram == {"1": 9360, "2-4": 2481, "5-9": 30, ">=10": 6}
     assert w5.examples[0]["shared"] == 30 and (w5.examples[0]["i"], w5.examples[0]["j"]) == (20, 632)
     # the near-template pair is found by the index at a lower threshold, with its exact J
-    near = jaccard_pairs(
-        [char_ngrams(normalize(s)) for s in gsm8k_pools["train"]],
-        [char_ngrams(normalize(gsm8k_pools["test"][602]))],
-        0.6,
-    )
+    near = jaccard_pairs([char_ngrams(normalize(s)) for s in gsm8k_pools["train"]], [char_ngrams(normalize(gsm8k_pools["test"][602]))], 0.6)
     assert [(i, round(j_, 4)) for i, _, j_ in near] == [(1314, 0.6111), (5162, 0.6224)]
     # control: 6 planted pairs (2 exact, 2 case/punct, 2 one-word) all found
     assert result.control_ok
@@ -226,9 +216,7 @@ def test_planted_duplicates_and_near_duplicates_are_all_found(gsm8k_pools):
     # what each check adds over the stricter one: case/punct copies, then one-word edits
     assert rep.checks["normalized"].new_pairs == 10 and rep.checks["char13"].new_pairs == 10
     assert all(ex["a_text"] != ex["b_text"] for ex in rep.checks["normalized"].examples)
-    wi, wj, _ = shared_ngram_pairs(
-        [word_ngrams(normalize(s)) for s in train], [word_ngrams(normalize(s)) for s in test]
-    )
+    wi, wj, _ = shared_ngram_pairs([word_ngrams(normalize(s)) for s in train], [word_ngrams(normalize(s)) for s in test])
     w5 = set(zip(wi.tolist(), wj.tolist(), strict=True))
     assert all(pair in w5 for pair in planted)
 
@@ -279,9 +267,7 @@ def test_read_questions_sniffs_each_format(tmp_path: Path, shared_data: Path):
     boolq = read_questions(shared_data / "commonsense" / "boolq" / "test.json")
     assert len(boolq) == 3270 and boolq[0].startswith("Please answer the following question")
     mm = tmp_path / "mm.json"
-    mm.write_text(
-        json.dumps([{"query": "Q1?", "response": "r", "type": "t", "original_question": "O"}]), encoding="utf-8"
-    )
+    mm.write_text(json.dumps([{"query": "Q1?", "response": "r", "type": "t", "original_question": "O"}]), encoding="utf-8")
     assert read_questions(mm) == ["Q1?"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "a"}\n{"answer": "b"}\n', encoding="utf-8")

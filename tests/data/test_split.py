@@ -38,9 +38,7 @@ def test_hash_rule_is_the_documented_formula():
     assert group_unit("How many apples?", 42) == int.from_bytes(digest[:8], "big") / 2**64
     assert group_unit("How many apples?", 42) != group_unit("How many apples?", 43)
     # known value, pinned so the rule cannot drift silently
-    assert group_unit("a", 42) == pytest.approx(
-        int.from_bytes(hashlib.sha256(b"42:a").digest()[:8], "big") / 2**64, abs=0
-    )
+    assert group_unit("a", 42) == pytest.approx(int.from_bytes(hashlib.sha256(b"42:a").digest()[:8], "big") / 2**64, abs=0)
     u = group_unit("a", 42)
     assert is_validation_group("a", 42, u + 1e-12) and not is_validation_group("a", 42, u)
 
@@ -170,11 +168,7 @@ def test_identical_question_text_under_different_groups_is_reported(tmp_path: Pa
 def test_bad_input_errors_name_file_line_and_field(tmp_path: Path, capsys):
     src = tmp_path / "bad.jsonl"
     src.write_text(
-        json.dumps({"query": "a", "original_question": "g1"})
-        + "\n\n"
-        + json.dumps({"query": "b", "orig": "g2"})
-        + "\n",
-        encoding="utf-8",
+        json.dumps({"query": "a", "original_question": "g1"}) + "\n\n" + json.dumps({"query": "b", "orig": "g2"}) + "\n", encoding="utf-8"
     )
     with pytest.raises(
         CkptselError,

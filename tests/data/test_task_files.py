@@ -58,10 +58,7 @@ def task_file(tmp_path: Path, body: str, name: str = "t.toml") -> str:
 def test_firstword_task_scores_exactly_what_it_says(tmp_path: Path) -> None:
     task = task_file(tmp_path, FIRSTWORD)
     items = load_items(task, write_jsonl(tmp_path / "items.jsonl", ITEMS))
-    assert items == [
-        Item("a1", "Say hello", "hello", "Hello there", "a1", ""),
-        Item("a2", "Say bye", "Bye", "Bye now", "a2", ""),
-    ]
+    assert items == [Item("a1", "Say hello", "hello", "Hello there", "a1", ""), Item("a2", "Say bye", "Bye", "Bye now", "a2", "")]
     # (text, gold) -> (answer, correct), by hand: the first run of non-space characters,
     # lower-cased with its white space collapsed, equal to the lower-cased gold
     cases = {
@@ -196,26 +193,15 @@ def test_fields_lists_dotted_paths_defaults_and_strata(tmp_path: Path) -> None:
         {"doc": {"question": "3+3?", "context": "", "gold": "6"}, "kind": "add"},
     ]
     items = load_items(task, write_jsonl(tmp_path / "nested.jsonl", rows))
-    assert items == [
-        Item("nested-0", "2+2?\n\nadd", "4", None, "g1", "add"),
-        Item("nested-1", "3+3?", "6", None, "nested-1", "add"),
-    ]
+    assert items == [Item("nested-0", "2+2?\n\nadd", "4", None, "g1", "add"), Item("nested-1", "3+3?", "6", None, "nested-1", "add")]
     assert not get_task(task).has_response
 
 
 @pytest.mark.parametrize(
     ("body", "items", "message"),
     [
-        (
-            FIRSTWORD.replace('compare = "exact"', 'compare = "fuzzy"'),
-            None,
-            r"t\.toml: \[answer\] compare: unknown rule 'fuzzy'",
-        ),
-        (
-            FIRSTWORD.replace("'^\\s*(\\S+)'", "'(unclosed'"),
-            None,
-            r"\[answer\] extract: '\(unclosed' is no rule .* and no valid regex",
-        ),
+        (FIRSTWORD.replace('compare = "exact"', 'compare = "fuzzy"'), None, r"t\.toml: \[answer\] compare: unknown rule 'fuzzy'"),
+        (FIRSTWORD.replace("'^\\s*(\\S+)'", "'(unclosed'"), None, r"\[answer\] extract: '\(unclosed' is no rule .* and no valid regex"),
         (FIRSTWORD + "group = 2\n", None, r"\[answer\] group: 2 is not a group"),
         (FIRSTWORD.replace('name = "firstword"', 'name = "gsm8k"'), None, r"name 'gsm8k' is a built-in task's"),
         (FIRSTWORD.replace('prompt = "q"\n', ""), None, r"\[fields\] needs 'prompt'"),
@@ -377,9 +363,7 @@ def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
     from lmevalcase import gsm8k_checkpoint
 
     folder = gsm8k_checkpoint(
-        tmp_path / "evals" / "run-x" / "checkpoint-100",
-        ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"],
-        [True, True, False],
+        tmp_path / "evals" / "run-x" / "checkpoint-100", ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"], [True, True, False]
     )
     task = task_file(
         tmp_path,
@@ -394,19 +378,7 @@ def test_ingest_lm_eval_logs_with_a_task_file(tmp_path, capsys) -> None:
         """,
     )
     code, said = run_cli(
-        [
-            "ingest",
-            "lm-eval",
-            folder,
-            "--out",
-            tmp_path / "records",
-            "--task",
-            task,
-            "--filter",
-            "flexible-extract",
-            "--trajectory",
-            "t1",
-        ],
+        ["ingest", "lm-eval", folder, "--out", tmp_path / "records", "--task", task, "--filter", "flexible-extract", "--trajectory", "t1"],
         capsys,
     )
     assert code == 0, said
@@ -483,9 +455,7 @@ def test_measure_with_a_task_file_through_the_cli(tmp_path, capsys) -> None:
         assert row["answer"] == (last.group(1).lower() if last else "")
     # no response field: generations only, said in one line
     silent = task_file(
-        tmp_path,
-        FIRSTWORD.replace('response = "target"\n', "").replace('name = "firstword"', 'name = "firstword-eval"'),
-        "eval.toml",
+        tmp_path, FIRSTWORD.replace('response = "target"\n', "").replace('name = "firstword"', 'name = "firstword-eval"'), "eval.toml"
     )
     out2 = tmp_path / "records2"
     code, said = run_cli(_measure_args(run, silent, val, test, out2), capsys)
@@ -505,9 +475,7 @@ def test_train_a_study_whose_tasks_are_task_files(tmp_path, capsys) -> None:
         {"q": f"Say word {w}", "target": f"{w} is the word", "gold": w, "uid": f"w{i}"}
         for i, w in enumerate(["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "nut"])
     ]
-    base = save_tiny(
-        tmp_path / "base", [f"{r['q']} {r['target']}" for r in rows], vocab_size=200, hidden_size=32, layers=1, heads=2
-    )
+    base = save_tiny(tmp_path / "base", [f"{r['q']} {r['target']}" for r in rows], vocab_size=200, hidden_size=32, layers=1, heads=2)
     write_jsonl(tmp_path / "data" / "train.jsonl", rows[:6])
     write_jsonl(tmp_path / "data" / "val.jsonl", rows[6:7])
     write_jsonl(tmp_path / "data" / "test.jsonl", rows[7:])
@@ -584,16 +552,13 @@ def test_tasks_show_renders_the_prompt_format_asked_for(tmp_path, capsys) -> Non
     base = build_tiny_base(tmp_path / "base", ["user: Say bye\nassistant: Bye now"])
     tok = AutoTokenizer.from_pretrained(str(base))
     tok.chat_template = (
-        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}"
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
     )
     tok.save_pretrained(str(base))
     task = task_file(tmp_path, FIRSTWORD)
     items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
     show = ["tasks", "show", task, "--items", items, "--index", "1"]
-    code, said = run_cli(
-        [*show, "--prompt-format", "chat", "--tokenizer", base, "--system-prompt", "Be brief."], capsys
-    )
+    code, said = run_cli([*show, "--prompt-format", "chat", "--tokenizer", base, "--system-prompt", "Be brief."], capsys)
     assert code == 0, said
     assert "as the model sees it (chat (the tokenizer's chat template, chat[" in said
     assert "):\nsystem: Be brief.\nuser: Say bye\nassistant:\n" in said

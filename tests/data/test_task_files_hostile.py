@@ -61,8 +61,7 @@ SCORERS = {
     "exit_at_call.py": "import sys\ndef fn(answer, reference):\n    sys.exit(0)\n",
     "raise_at_import.py": "raise ValueError('bad\\nthing')\n",
     "bad_bool.py": (
-        "class Liar:\n    def __bool__(self):\n        raise RuntimeError('no truth')\n"
-        "def fn(answer, reference):\n    return Liar()\n"
+        "class Liar:\n    def __bool__(self):\n        raise RuntimeError('no truth')\ndef fn(answer, reference):\n    return Liar()\n"
     ),
     "int_verdict.py": "def fn(answer, reference):\n    return 1\n",
     "not_callable.py": "fn = 3\n",
@@ -74,11 +73,7 @@ SCORERS = {
 CASES = {
     # a task file names no importable module: shutil:rmtree / os:rename are refused, unrun
     "rmtree": (body('scorer = "shutil:rmtree"', target="VICTIM", gold="VICTIM"), [], "[answer] scorer 'shutil:rmtree'"),
-    "rename": (
-        body('scorer = "os:rename"', target="VICTIM/keep.txt", gold="VICTIM/moved.txt"),
-        [],
-        "[answer] scorer 'os:rename'",
-    ),
+    "rename": (body('scorer = "os:rename"', target="VICTIM/keep.txt", gold="VICTIM/moved.txt"), [], "[answer] scorer 'os:rename'"),
     "absolute scorer": (body('scorer = "/tmp/score.py:fn"'), [], "relative path inside"),
     "dotdot scorer": (body('scorer = "../victim.py:keep"'), [], "relative path inside"),
     "dotdot inside": (body('scorer = "sub/../../victim.py:keep"'), [], "relative path inside"),
@@ -90,16 +85,8 @@ CASES = {
     "scorer folder.py": (body('scorer = "dir.py:fn"'), [], "[answer] scorer 'dir.py:fn': no file"),
     "scorer not python": (body('scorer = "victim.txt:keep"'), [], "write it as 'score.py:function'"),
     # user code: SystemExit and anything else, at import and at call, is one line
-    "exit at import": (
-        body('scorer = "exit_at_import.py:fn"'),
-        ["--score"],
-        "importing exit_at_import.py raised SystemExit",
-    ),
-    "exit at call": (
-        body('scorer = "exit_at_call.py:fn"'),
-        ["--score"],
-        "scorer exit_at_call.py:fn: raised SystemExit",
-    ),
+    "exit at import": (body('scorer = "exit_at_import.py:fn"'), ["--score"], "importing exit_at_import.py raised SystemExit"),
+    "exit at call": (body('scorer = "exit_at_call.py:fn"'), ["--score"], "scorer exit_at_call.py:fn: raised SystemExit"),
     "raise at import": (body('scorer = "raise_at_import.py:fn"'), ["--score"], "raised ValueError: bad thing"),
     "raise at call": (body('scorer = "raises.py:fn"'), ["--score"], "raised KeyError"),
     "GeneratorExit": (body('scorer = "keyboard_free.py:fn"'), ["--score"], "raised GeneratorExit"),
@@ -113,53 +100,24 @@ CASES = {
     "select list": (body("extract = '(a)'\nselect = ['last']"), [], "[answer] select: must be a string"),
     "labels twice": (body('compare = "labels"\nlabels = ["yes", "Yes"]'), [], "[answer] labels: 'Yes' is listed twice"),
     # numbers: finite, >= 0
-    "tolerance nan": (
-        body('compare = "numeric"\ntolerance = nan', gold="1"),
-        [],
-        "[answer] tolerance: a finite number >= 0",
-    ),
-    "tolerance inf": (
-        body('compare = "numeric"\ntolerance = inf', gold="1"),
-        [],
-        "[answer] tolerance: a finite number >= 0",
-    ),
+    "tolerance nan": (body('compare = "numeric"\ntolerance = nan', gold="1"), [], "[answer] tolerance: a finite number >= 0"),
+    "tolerance inf": (body('compare = "numeric"\ntolerance = inf', gold="1"), [], "[answer] tolerance: a finite number >= 0"),
     # regexes: any compile failure, sizes, and a match past the time bound
     "huge repeat": (body("extract = 'a{99999999999}'"), [], "[answer] extract"),
     "deep nesting": (body("extract = '" + "(" * 450 + "a" + ")" * 450 + "'"), [], "[answer] extract"),
     "too long": (body("extract = '" + "x" * 5000 + "'"), [], "the regex has 5000 characters"),
     "repeat product": (body("extract = '(a{1000}){1000}'"), [], "counted repeats"),
-    "backtracking extract": (
-        body("extract = '^(a|aa)+$'", target=SLOW),
-        [],
-        "[answer] extract '^(a|aa)+$': no match decided within 1 s",
-    ),
+    "backtracking extract": (body("extract = '^(a|aa)+$'", target=SLOW), [], "[answer] extract '^(a|aa)+$': no match decided within 1 s"),
     "backtracking reference": (
-        fields('prompt = "q"\nreference = "gold"\nreference_regex = \'^(a|aa)+$\'')
-        + f'[example]\nq = "x"\ngold = "{SLOW}"\n',
+        fields('prompt = "q"\nreference = "gold"\nreference_regex = \'^(a|aa)+$\'') + f'[example]\nq = "x"\ngold = "{SLOW}"\n',
         [],
         "[fields] reference_regex '^(a|aa)+$': no match decided",
     ),
-    "reference_regex bad": (
-        fields('prompt = "q"\nreference = "gold"\nreference_regex = "(x"'),
-        [],
-        "[fields] reference_regex",
-    ),
-    "reference_regex number": (
-        fields('prompt = "q"\nreference = "gold"\nreference_regex = 5'),
-        [],
-        "[fields] reference_regex",
-    ),
+    "reference_regex bad": (fields('prompt = "q"\nreference = "gold"\nreference_regex = "(x"'), [], "[fields] reference_regex"),
+    "reference_regex number": (fields('prompt = "q"\nreference = "gold"\nreference_regex = 5'), [], "[fields] reference_regex"),
     # fields that collide
-    "prompt is reference": (
-        fields('prompt = "gold"\nreference = "gold"'),
-        [],
-        "[fields] prompt: names 'gold', the reference field",
-    ),
-    "prompt has response": (
-        fields('prompt = ["q", "target"]\nreference = "gold"\nresponse = "target"'),
-        [],
-        "the response field",
-    ),
+    "prompt is reference": (fields('prompt = "gold"\nreference = "gold"'), [], "[fields] prompt: names 'gold', the reference field"),
+    "prompt has response": (fields('prompt = ["q", "target"]\nreference = "gold"\nresponse = "target"'), [], "the response field"),
     "prompt lists reference": (
         fields('prompt = ["q", "gold"]\nreference = "gold"'),
         [],
@@ -175,11 +133,7 @@ CASES = {
         [],
         "[fields] reference_regex: '(a{500}){500}': counted repeats",
     ),
-    "prompt twice": (
-        fields('prompt = ["q", "q"]\nreference = "gold"'),
-        [],
-        "[fields] prompt: field 'q' is listed twice",
-    ),
+    "prompt twice": (fields('prompt = ["q", "q"]\nreference = "gold"'), [], "[fields] prompt: field 'q' is listed twice"),
 }
 
 
@@ -305,27 +259,13 @@ def test_ingest_and_compare_logs_end_a_backtracking_regex_in_one_line(tmp_path, 
     from lmevalcase import gsm8k_checkpoint
 
     runs = [
-        gsm8k_checkpoint(
-            tmp_path / "evals" / name / "checkpoint-100", ["#### 18", f"so {SLOW}", "#### 4"], [True, False, True]
-        )
+        gsm8k_checkpoint(tmp_path / "evals" / name / "checkpoint-100", ["#### 18", f"so {SLOW}", "#### 4"], [True, False, True])
         for name in ("a", "b")
     ]
     task = _slow_task(tmp_path)
     out = tmp_path / "records"
     for args in (
-        [
-            "ingest",
-            "lm-eval",
-            runs[0],
-            "--out",
-            out,
-            "--task",
-            task,
-            "--filter",
-            "flexible-extract",
-            "--trajectory",
-            "t1",
-        ],
+        ["ingest", "lm-eval", runs[0], "--out", out, "--task", task, "--filter", "flexible-extract", "--trajectory", "t1"],
         ["compare-logs", runs[0], runs[1], "--task", task, "--filter", "flexible-extract"],
     ):
         started = time.monotonic()

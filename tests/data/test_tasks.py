@@ -87,9 +87,7 @@ def test_gsm8k_test_file(shared_data: Path) -> None:
     assert first.instruction.startswith("Janet\u2019s ducks lay 16 eggs per day.")
     assert first.reference == "18"
     assert first.response == (
-        "Janet sells 16 - 3 - 4 = 9 duck eggs a day.\n"
-        "She makes 9 * 2 = $18 every day at the farmer\u2019s market.\n"
-        "The answer is: 18"
+        "Janet sells 16 - 3 - 4 = 9 duck eggs a day.\nShe makes 9 * 2 = $18 every day at the farmer\u2019s market.\nThe answer is: 18"
     )
     assert len({i.item_id for i in items}) == 1319
     assert all(i.group == i.item_id for i in items)
@@ -197,8 +195,7 @@ def test_metamath_json_list(tmp_path: Path) -> None:
 
 def test_math_without_answer_field_takes_the_boxed_solution(tmp_path: Path) -> None:
     path = _write_jsonl(
-        tmp_path / "math.jsonl",
-        [{"problem": "1+1?", "solution": "It is $\\boxed{2}$.", "level": "Level 1", "type": "Algebra"}],
+        tmp_path / "math.jsonl", [{"problem": "1+1?", "solution": "It is $\\boxed{2}$.", "level": "Level 1", "type": "Algebra"}]
     )
     (item,) = tasks.load_items("math", path)
     assert item == Item("math-0", "1+1?", "2", "It is $\\boxed{2}$.", "math-0", "")
@@ -206,9 +203,7 @@ def test_math_without_answer_field_takes_the_boxed_solution(tmp_path: Path) -> N
 
 def test_commonsense_input_field_is_appended(tmp_path: Path) -> None:
     path = tmp_path / "piqa.json"
-    path.write_text(
-        json.dumps([{"instruction": "Pick one.", "input": "ctx", "output": "solution2", "answer": "Solution2"}])
-    )
+    path.write_text(json.dumps([{"instruction": "Pick one.", "input": "ctx", "output": "solution2", "answer": "Solution2"}]))
     (item,) = tasks.load_items("piqa", path)
     assert item.instruction == "Pick one.\n\nctx" and item.reference == "solution2"
     assert item.item_id == "piqa-0" and item.subtask == "piqa"
@@ -240,11 +235,7 @@ GOOD_GSM8K = {"question": "1+1?", "answer": "1+1=2\n#### 2"}
             ],
             r"line 3: duplicate item id 'a' \(first at line 1\)",
         ),
-        (
-            "boolq",
-            [{"instruction": "i", "output": "o", "answer": "maybe"}],
-            r"line 1: field 'answer' 'maybe' is not a label of boolq",
-        ),
+        ("boolq", [{"instruction": "i", "output": "o", "answer": "maybe"}], r"line 1: field 'answer' 'maybe' is not a label of boolq"),
         ("commonsense", [{"instruction": "i", "answer": "true"}], r"line 1: missing required field 'output'"),
     ],
 )

@@ -232,10 +232,7 @@ RECORDS = {
     "system-a-list": ({"prompt_format": "chat", "system_prompt": ["a"]}, "must be text"),
     "template-missing": ({"prompt_format": "qa.jinja"}, "needs 'template'"),
     "template-not-text": ({"prompt_format": "qa.jinja", "template": 3}, "needs 'template'"),
-    "template-with-args": (
-        {"prompt_format": "qa.jinja", "template": "Q: {{ prompt }}", "chat_template_args": {"x": 1}},
-        "chat only",
-    ),
+    "template-with-args": ({"prompt_format": "qa.jinja", "template": "Q: {{ prompt }}", "chat_template_args": {"x": 1}}, "chat only"),
     "template-include": ({"prompt_format": "qa.jinja", "template": "{% include 'x' %}{{ prompt }}"}, "'template'"),
     "template-empty": ({"prompt_format": "qa.jinja", "template": ""}, "is empty"),
     "template-constant": ({"prompt_format": "qa.jinja", "template": "Hi"}, "never uses"),
@@ -261,10 +258,7 @@ def test_the_run_folder_format_is_held_to_the_command_line_rules(name, tiny, tmp
 @pytest.mark.parametrize(
     "raw, needle",
     [
-        (
-            '{"prompt_format": "chat", "chat_template_args": {"a": ' + "[" * DEEP + "]" * DEEP + "}}",
-            "nested too deeply",
-        ),
+        ('{"prompt_format": "chat", "chat_template_args": {"a": ' + "[" * DEEP + "]" * DEEP + "}}", "nested too deeply"),
         ('{"prompt_format": "chat", "chat_template_args": {"a": NaN}}', "NaN"),
         ('{"prompt_format": "chat", "chat_template_args": {"a": [[[[[[[[[1]]]]]]]]]}}', "nested"),
     ],
@@ -281,9 +275,7 @@ def test_a_hostile_prompt_format_json_is_one_line(raw, needle, tiny, tmp_path, l
 def test_the_no_format_refusal_names_the_system_prompt_and_the_file(tiny, tmp_path, loads, capsys):
     out = tmp_path / "records"
     code, said = _measure(tiny, out, capsys=capsys)
-    _one_line_refusal(
-        code, said, "--prompt-format chat", "--system-prompt", "--chat-template-args", "prompt_format.json"
-    )
+    _one_line_refusal(code, said, "--prompt-format chat", "--system-prompt", "--chat-template-args", "prompt_format.json")
     assert loads["n"] == 0 and not out.exists()
 
 

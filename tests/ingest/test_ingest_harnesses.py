@@ -277,9 +277,7 @@ def test_lighteval_files_steps_and_newest_timestamp(tmp_path):
     older.mkdir()
     shutil.copy(val, older / val.name)
     notes: list[str] = []
-    rows = ingest_lighteval(
-        [tmp_path / "details"], out=tmp_path / "r", trajectory="t", steps={"m": 5}, note=notes.append
-    ).generations
+    rows = ingest_lighteval([tmp_path / "details"], out=tmp_path / "r", trajectory="t", steps={"m": 5}, note=notes.append).generations
     assert set(rows["step"]) == {5} and len(rows) == 8 and set(rows["split"]) == {"validation"}
     assert len(notes) == 1 and "2099-01-01" in notes[0]
     with pytest.raises(CkptselError, match="--steps") as err:
@@ -318,13 +316,7 @@ def test_mapping_writes_nll_rows_and_rejects_a_key_given_twice(tmp_path):
         }
     )
     nll = pd.DataFrame(
-        {
-            "item_id": ["a", "b"],
-            "split": ["validation"] * 2,
-            "nll_sum": [1.5, 2.0],
-            "n_tokens": [3, 4],
-            "window": [512, 512],
-        }
+        {"item_id": ["a", "b"], "split": ["validation"] * 2, "nll_sum": [1.5, 2.0], "n_tokens": [3, 4], "window": [512, 512]}
     )
     notes: list[str] = []
     got = ingest_logs(

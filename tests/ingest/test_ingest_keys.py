@@ -100,9 +100,7 @@ def test_new_checkpoints_of_a_measured_trajectory_are_added(measured, tmp_path, 
     shutil.copytree(measured, out)
     n = len(read_frame(out, "generations"))
     folders, prefix = _lm_eval_over(tmp_path, measured, steps=(40,))
-    code, stdout, _ = _cli(
-        ["ingest", "lm-eval", *folders, "--out", out, "--task", "gsm8k", "--id-prefix", prefix], capsys
-    )
+    code, stdout, _ = _cli(["ingest", "lm-eval", *folders, "--out", out, "--task", "gsm8k", "--id-prefix", prefix], capsys)
     assert code == 0 and "replaced" not in stdout
     assert len(read_frame(out, "generations")) == n + 4
 

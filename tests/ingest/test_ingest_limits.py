@@ -55,9 +55,7 @@ def test_the_limits_follow_the_environment(tmp_path, monkeypatch):
         read_inspect_log(ok)
     # each member under the cap, the log over it: refused at the member that passes it
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_BYTES", str(head + 100))
-    with pytest.raises(
-        CkptselError, match=rf"member samples/\S+ inflates to more than the {head + 100} bytes the whole log"
-    ):
+    with pytest.raises(CkptselError, match=rf"member samples/\S+ inflates to more than the {head + 100} bytes the whole log"):
         read_inspect_log(ok)
     monkeypatch.setenv("CKPTSEL_INFLATE_MAX_BYTES", "a lot")
     with pytest.raises(CkptselError, match=r"CKPTSEL_INFLATE_MAX_BYTES='a lot'"):

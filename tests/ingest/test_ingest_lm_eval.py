@@ -17,12 +17,8 @@ from lmevalcase import gsm8k_checkpoint, gsm8k_line, text_hash, write_samples  #
 @pytest.fixture()
 def evals(tmp_path):
     root = tmp_path / "evals" / "run-x"
-    c100 = gsm8k_checkpoint(
-        root / "checkpoint-100", ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"], [True, True, False]
-    )
-    c200 = gsm8k_checkpoint(
-        root / "checkpoint-200", ["#### 18", "1200 + 34 = 1234\n#### 1,234", "maybe"], [True, True, False]
-    )
+    c100 = gsm8k_checkpoint(root / "checkpoint-100", ["3 + 15 = 18\n#### 18", "It is $1,234.", "7 - 2 = 4\n#### 4"], [True, True, False])
+    c200 = gsm8k_checkpoint(root / "checkpoint-200", ["#### 18", "1200 + 34 = 1234\n#### 1,234", "maybe"], [True, True, False])
     return tmp_path, [c100, c200]
 
 
@@ -100,10 +96,7 @@ def test_multiple_choice_answer_is_argmax_and_subtask_is_lm_task(tmp_path):
                 "doc_id": i,
                 "doc": {"question": f"q{i}?", "passage": "p", "label": 1},
                 "target": 1,
-                "arguments": {
-                    "gen_args_0": {"arg_0": f"q{i}?", "arg_1": " no"},
-                    "gen_args_1": {"arg_0": f"q{i}?", "arg_1": " yes"},
-                },
+                "arguments": {"gen_args_0": {"arg_0": f"q{i}?", "arg_1": " no"}, "gen_args_1": {"arg_0": f"q{i}?", "arg_1": " yes"}},
                 "resps": [[[str(s), "False"]] for s in scores],
                 "filtered_resps": [[str(s), "False"] for s in scores],  # lm-eval stringifies these
                 "filter": "none",
@@ -155,9 +148,7 @@ def test_ingest_appends_to_existing_records(evals):
 
 def test_newest_samples_file_wins(tmp_path):
     folder = tmp_path / "run" / "checkpoint-1"
-    write_samples(
-        folder, "gsm8k", [gsm8k_line(0, "#### 3", "strict-match", "3", 0.0)], stamp="2024-01-01T00-00-00.000001"
-    )
+    write_samples(folder, "gsm8k", [gsm8k_line(0, "#### 3", "strict-match", "3", 0.0)], stamp="2024-01-01T00-00-00.000001")
     write_samples(folder, "gsm8k", [gsm8k_line(0, "#### 18", "strict-match", "18", 1.0)])
     notes: list[str] = []
     rows = ingest_lm_eval([folder], out=tmp_path / "rec", task="gsm8k", note=notes.append)

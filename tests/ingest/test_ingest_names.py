@@ -45,11 +45,7 @@ def test_names_read_as_run_reads_them():
 def _seeded_evals(root: Path) -> list[Path]:
     """lm-eval folders of two seeds of one configuration: evals/cfgA-s42, evals/cfgA-s43."""
     return [
-        gsm8k_checkpoint(
-            root / "evals" / f"cfgA-s{seed}" / "checkpoint-100",
-            ["#### 18", "#### 1234", "#### 4"],
-            [True, seed == 42, False],
-        )
+        gsm8k_checkpoint(root / "evals" / f"cfgA-s{seed}" / "checkpoint-100", ["#### 18", "#### 1234", "#### 4"], [True, seed == 42, False])
         for seed in (42, 43)
     ]
 
@@ -59,16 +55,11 @@ def test_seeds_of_one_configuration_are_one_configuration(tmp_path, capsys):
     out = tmp_path / "records"
     lines = []
     for folder in folders:  # one trajectory per invocation (the folder's parent names it)
-        code, stdout, _ = _cli(
-            ["ingest", "lm-eval", str(folder), "--out", str(out), "--task", "gsm8k", "--filter", "strict-match"], capsys
-        )
+        code, stdout, _ = _cli(["ingest", "lm-eval", str(folder), "--out", str(out), "--task", "gsm8k", "--filter", "strict-match"], capsys)
         assert code == 0
         lines += [x for x in stdout.splitlines() if x.startswith("trajectories:")]
     gen = read_frame(out, "generations")
-    assert sorted(set(zip(gen["trajectory"], gen["configuration"], strict=True))) == [
-        ("cfgA-s42", "cfgA"),
-        ("cfgA-s43", "cfgA"),
-    ]
+    assert sorted(set(zip(gen["trajectory"], gen["configuration"], strict=True))) == [("cfgA-s42", "cfgA"), ("cfgA-s43", "cfgA")]
     assert lines == [  # the mapping, said once per ingest
         "trajectories: cfgA-s42 -> configuration cfgA, seed 42",
         "trajectories: cfgA-s43 -> configuration cfgA, seed 43",
@@ -79,30 +70,13 @@ def test_an_explicit_configuration_still_wins(tmp_path, capsys):
     folders = _seeded_evals(tmp_path)
     out = tmp_path / "records"
     code, stdout, _ = _cli(
-        [
-            "ingest",
-            "lm-eval",
-            str(folders[0]),
-            "--out",
-            str(out),
-            "--task",
-            "gsm8k",
-            "--filter",
-            "strict-match",
-            "--configuration",
-            "mine",
-        ],
+        ["ingest", "lm-eval", str(folders[0]), "--out", str(out), "--task", "gsm8k", "--filter", "strict-match", "--configuration", "mine"],
         capsys,
     )
     assert code == 0 and "cfgA-s42 -> configuration mine, seed 42" in stdout
     assert set(read_frame(out, "generations")["configuration"]) == {"mine"}
     rows = ingest_lm_eval(
-        [folders[1]],
-        out=tmp_path / "r2",
-        task="gsm8k",
-        filter_name="strict-match",
-        trajectory="plain",
-        note=lambda m: None,
+        [folders[1]], out=tmp_path / "r2", task="gsm8k", filter_name="strict-match", trajectory="plain", note=lambda m: None
     )
     assert set(rows["configuration"]) == {"plain"}  # no seed in the name: its own configuration
 

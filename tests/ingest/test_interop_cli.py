@@ -186,19 +186,7 @@ def test_select_log_into_the_training_run_keeps_json_clean(records, stores, caps
     train = client.create_run(exp if isinstance(exp, str) else exp.experiment_id, run_name="sft-b")
     client.set_terminated(train.info.run_id)
     out, err = ok(
-        [
-            "select",
-            records,
-            "--trajectory",
-            "tiny-b",
-            "--json",
-            *SELECT_FAST,
-            "--log",
-            "mlflow",
-            "--run-id",
-            train.info.run_id,
-        ],
-        capsys,
+        ["select", records, "--trajectory", "tiny-b", "--json", *SELECT_FAST, "--log", "mlflow", "--run-id", train.info.run_id], capsys
     )
     selection = json.loads(out)  # stdout is the JSON alone; the log line is on stderr
     assert f"({train.info.run_id})" in err
@@ -247,10 +235,7 @@ def test_run_logs_where_the_log_table_says(stores, tmp_path, capsys):
                 )
     for name in ("val", "test"):
         (tmp_path / f"{name}.jsonl").write_text(
-            "".join(
-                json.dumps({"question": f"Ann has {i} pens. How many?", "answer": f"x\n#### {i}"}) + "\n"
-                for i in range(6)
-            )
+            "".join(json.dumps({"question": f"Ann has {i} pens. How many?", "answer": f"x\n#### {i}"}) + "\n" for i in range(6))
         )
     study = tmp_path / "s.toml"
     study.write_text(
@@ -259,9 +244,7 @@ def test_run_logs_where_the_log_table_says(stores, tmp_path, capsys):
         "[analysis]\npermutations = 20\ndraws = 200\nbudgets = [2]\n"
         '[log]\nto = ["mlflow"]\nproject = "interop-run"\n'  # lm-eval folders: no model to register
         'trajectory = "a-s1"\n'
-        + "".join(
-            f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n' for c in ("a", "b")
-        )
+        + "".join(f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n' for c in ("a", "b"))
     )
     out, _ = ok(["run", study], capsys)
     [run_id] = re.findall(r"log: mlflow: logged to run ckptsel \((\w+)\)", out)

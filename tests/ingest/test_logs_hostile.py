@@ -115,10 +115,7 @@ def test_two_lm_eval_tasks_under_one_task_are_refused_unless_named(tmp_path, cap
     write_samples(folder, "gsm8k_cot", GOOD)
     out = tmp_path / "records"
     line = refused(
-        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k"],
-        capsys,
-        tmp_path,
-        "lm-eval tasks 'gsm8k' and 'gsm8k_cot'",
+        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k"], capsys, tmp_path, "lm-eval tasks 'gsm8k' and 'gsm8k_cot'"
     )
     assert "--task gsm8k" in line and "--lm-eval-task" in line
     refused(
@@ -127,9 +124,7 @@ def test_two_lm_eval_tasks_under_one_task_are_refused_unless_named(tmp_path, cap
         tmp_path,
         "--lm-eval-task nope: no samples of that lm-eval task",
     )
-    code, said = run_cli(
-        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--lm-eval-task", "gsm8k"], capsys
-    )
+    code, said = run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--lm-eval-task", "gsm8k"], capsys)
     assert code == 0, said
     assert "gsm8k_cot" in said  # left out, said
     gen = read_frame(out, "generations")
@@ -168,9 +163,7 @@ def test_a_log_contradicting_its_answers_is_said_and_rescore_fixes_it(tmp_path, 
     assert "the log says wrong on 2 item(s) whose answer equals the reference under the task's gsm8k rule" in warning
     assert "'gsm8k-0'" in warning and "--rescore" in warning
     assert not read_frame(out, "generations")["correct"].any()  # the log's, as it says
-    code, said = run_cli(
-        ["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--rescore", "--replace"], capsys
-    )
+    code, said = run_cli(["ingest", "lm-eval", folder, "--out", out, "--task", "gsm8k", "--rescore", "--replace"], capsys)
     assert code == 0, said
     assert "--rescore: 3 of 3 samples" in said and "(2 changed)" in said
     gen = read_frame(out, "generations").set_index("item_id")
@@ -389,12 +382,7 @@ def test_a_fifo_log_is_refused_not_read_forever(tmp_path, capsys, harness):
     old = signal.signal(signal.SIGALRM, hung)
     signal.alarm(30)
     try:
-        refused(
-            ["ingest", harness, folder, "--out", tmp_path / "r", "--trajectory", "t"],
-            capsys,
-            tmp_path,
-            "not a regular file",
-        )
+        refused(["ingest", harness, folder, "--out", tmp_path / "r", "--trajectory", "t"], capsys, tmp_path, "not a regular file")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)

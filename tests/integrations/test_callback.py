@@ -30,14 +30,8 @@ def _train_with_callback(root: Path):
     from ckptsel.measure.config import MeasureConfig
     from ckptsel.train.trajectory import collate, encode_example
 
-    val_rows, test_rows, train_rows = (
-        make_gsm8k_rows(5, seed=1),
-        make_gsm8k_rows(3, seed=2),
-        make_gsm8k_rows(8, seed=3),
-    )
-    texts = [
-        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + test_rows + train_rows
-    ]
+    val_rows, test_rows, train_rows = (make_gsm8k_rows(5, seed=1), make_gsm8k_rows(3, seed=2), make_gsm8k_rows(8, seed=3))
+    texts = [TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + test_rows + train_rows]
     base = build_tiny_base(root / "base", texts, seed=0)
     val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
     test = write_jsonl(root / "data" / "test.jsonl", test_rows)
@@ -47,20 +41,13 @@ def _train_with_callback(root: Path):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model = get_peft_model(
-        model,
-        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"]),
+        model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
     )
     from ckptsel.data.prompts import format_prompt
 
     train = [encode_example(tok, format_prompt(it.instruction), it.response) for it in load_items("gsm8k", train_file)]
     callback = RecordingCallback(
-        val,
-        MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW),
-        root / "records_cb",
-        "tiny-s0",
-        "tiny",
-        test=test,
-        verbose=False,
+        val, MeasureConfig("gsm8k", batch_size=4, max_new_tokens=MAX_NEW), root / "records_cb", "tiny-s0", "tiny", test=test, verbose=False
     )
     args = tiny_training_args(root / "runs" / "tiny-s0", 4)
     trainer = Trainer(
@@ -131,18 +118,7 @@ def test_callback_records_equal_measure_on_saved_checkpoints(trained):
     a = read_frame(root / "records_cb", "generations").sort_values(key).reset_index(drop=True)
     b = read_frame(root / "records_cli", "generations").sort_values(key).reset_index(drop=True)
     assert len(a) == len(b) == 16
-    for col in (
-        "trajectory",
-        "configuration",
-        "task",
-        "step",
-        "split",
-        "item_id",
-        "group",
-        "answer",
-        "correct",
-        "text",
-    ):
+    for col in ("trajectory", "configuration", "task", "step", "split", "item_id", "group", "answer", "correct", "text"):
         assert a[col].tolist() == b[col].tolist(), col
     # the LoRA really moved between the saves: some generated text differs between steps
     texts = a.pivot_table(index="item_id", columns="step", values="text", aggfunc="first")
@@ -165,9 +141,7 @@ def test_select_answers_from_callback_records(trained):
 
     root = trained[0]
     out = select_checkpoint(
-        root / "records_cb",
-        "tiny-s0",
-        settings=SelectSettings(partitions=10, draws=50, bootstrap_partitions=5, permutations=10),
+        root / "records_cb", "tiny-s0", settings=SelectSettings(partitions=10, draws=50, bootstrap_partitions=5, permutations=10)
     )
     assert list(out.steps) == [2, 4] and out.final_step == 4
     assert out.test_items == 3

@@ -38,9 +38,7 @@ def setup(tmp_path_factory, one_thread):
     root = tmp_path_factory.mktemp("precision")
     val_rows, test_rows = make_gsm8k_rows(N_VAL, seed=1), make_gsm8k_rows(N_TEST, seed=2)
     train_rows = make_gsm8k_rows(8, seed=3)
-    texts = [
-        TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + test_rows + train_rows
-    ]
+    texts = [TEMPLATE_HINT.format(instruction=r["question"]) + " " + r["answer"] for r in val_rows + test_rows + train_rows]
     base = build_tiny_base(root / "base", texts, seed=0)
     val = write_jsonl(root / "data" / "validation.jsonl", val_rows)
     test = write_jsonl(root / "data" / "test.jsonl", test_rows)
@@ -60,8 +58,7 @@ def _lora_model(base, dtype=None):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype or torch.float32)
     return get_peft_model(
-        model,
-        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"]),
+        model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
     )
 
 
@@ -75,14 +72,7 @@ def _measure_saved(root: Path, run: str, base: Path, data: tuple, out: Path) -> 
     from ckptsel.measure.run import measure_run
 
     measure_run(
-        root / "runs" / run,
-        _config(),
-        validation=data[0],
-        test=data[1],
-        out=out,
-        base=str(base),
-        trajectory=run,
-        configuration=run,
+        root / "runs" / run, _config(), validation=data[0], test=data[1], out=out, base=str(base), trajectory=run, configuration=run
     )
 
 
@@ -248,9 +238,7 @@ def test_model_in_another_dtype_is_stamped_and_refused(setup):
     assert _provenance(root / "records-bf16", "bf16") == {"bfloat16"}
     with pytest.raises(CkptselError, match="bfloat16.*refusing to mix"):
         _measure_saved(root, "bf16", base, data, root / "records-bf16")
-    strict = RecordingCallback(
-        data[0], MeasureConfig("gsm8k", dtype="float32"), root / "records-strict", "strict", verbose=False
-    )
+    strict = RecordingCallback(data[0], MeasureConfig("gsm8k", dtype="float32"), root / "records-strict", "strict", verbose=False)
     state = SimpleNamespace(is_world_process_zero=True)
     with pytest.raises(CkptselError, match="asks for dtype float32 but .* are bfloat16"):
         strict.on_train_begin(None, state, "control", model=model)

@@ -159,12 +159,8 @@ def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
 
     for prefer_final, marked in ((True, 6), (False, 2)):
         name = f"unresolved-{prefer_final}"
-        cb = _rigged(pattern)(
-            val, "gsm8k", root / f"records-{name}", name, prefer_final=prefer_final, settings=_settings(), verbose=False
-        )
-        trainer, out = _train(
-            setup, name, cb, 6, save_total_limit=2, load_best_model_at_end=True, eval_strategy="steps", eval_steps=2
-        )
+        cb = _rigged(pattern)(val, "gsm8k", root / f"records-{name}", name, prefer_final=prefer_final, settings=_settings(), verbose=False)
+        trainer, out = _train(setup, name, cb, 6, save_total_limit=2, load_best_model_at_end=True, eval_strategy="steps", eval_steps=2)
         sel = json.loads((out / "selection.json").read_text())
         ref = select_checkpoint(root / f"records-{name}", name, settings=_settings()).to_dict()
         assert ref["recommendation"]["keep_step"] == 6  # keep the final checkpoint
@@ -177,9 +173,7 @@ def test_unresolved_gain_keeps_final_unless_prefer_final_false(setup):
 
 def test_early_stopping_after_patience_saves(setup):
     root, _, val, *_ = setup
-    cb = _rigged(BEST_EARLY)(
-        val, "gsm8k", root / "records-stop", "stop", early_stopping_patience=2, settings=_settings(), verbose=False
-    )
+    cb = _rigged(BEST_EARLY)(val, "gsm8k", root / "records-stop", "stop", early_stopping_patience=2, settings=_settings(), verbose=False)
     trainer, out = _train(setup, "stop", cb, 12, save_total_limit=2)
     # step 4 and step 6 are resolved worse than step 2: stop at the second such save
     assert cb.measured_steps == [2, 4, 6]
@@ -201,10 +195,7 @@ def test_real_measurement_with_sft_trainer(setup):
     from ckptsel.workflows.advise.selection import select_checkpoint
 
     root, base, val, tok, _, train_file = setup
-    rows = [
-        {"prompt": format_prompt(it.instruction), "completion": " " + it.response}
-        for it in load_items("gsm8k", train_file)
-    ]
+    rows = [{"prompt": format_prompt(it.instruction), "completion": " " + it.response} for it in load_items("gsm8k", train_file)]
     cb = SelectionCallback(val, "gsm8k", root / "records-sft", "sft", rule="nll", settings=_settings(), verbose=False)
     args = trl.SFTConfig(
         output_dir=str(root / "runs" / "sft"),
@@ -288,13 +279,7 @@ def test_answer_logged_into_the_trainers_own_runs_and_registered(setup, stores):
 
     root, _, val, *_ = setup
     cb = _rigged(BEST_EARLY)(
-        val,
-        "gsm8k",
-        root / "records-tracked",
-        "tracked",
-        settings=_settings(),
-        verbose=False,
-        register="callback-model",
+        val, "gsm8k", root / "records-tracked", "tracked", settings=_settings(), verbose=False, register="callback-model"
     )
     _, out = _train(
         setup,
@@ -317,9 +302,7 @@ def test_answer_logged_into_the_trainers_own_runs_and_registered(setup, stores):
     client = mlflow.MlflowClient(tracking_uri=stores.mlflow, registry_uri=stores.mlflow)
     run = client.get_run(cb.run_ids["mlflow"])
     assert "train_loss" in run.data.metrics or "loss" in run.data.metrics  # the Trainer's own run
-    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(
-        sel["split_validation"]["mean"]
-    )
+    assert run.data.metrics["ckptsel/select/accuracy/split_validation/mean"] == pytest.approx(sel["split_validation"]["mean"])
     version = client.get_model_version_by_alias("callback-model", ALIAS)
     assert version.run_id == cb.run_ids["mlflow"] and version.tags["ckptsel.step"] == str(step)
     assert version.source == (out / f"checkpoint-{step}").resolve().as_uri()

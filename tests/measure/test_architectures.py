@@ -170,9 +170,7 @@ def test_unknown_cache_layouts_decode_row_by_row(tok, data, monkeypatch):
 def test_bfloat16_runs_every_family(family, attn, tok, data):
     prompts, responses = few(family, data)
     model = lora(build(family, tok, attn=attn, dtype=torch.bfloat16), family)
-    texts, scored = measure_items(
-        model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH, max_new_tokens=MAX_NEW
-    )
+    texts, scored = measure_items(model, tok, prompts, responses, windows=WINDOWS, batch_size=BATCH, max_new_tokens=MAX_NEW)
     assert len(texts) == len(prompts) and all(isinstance(t, str) for t in texts)
     n_tok = [len(tok(r, add_special_tokens=False)["input_ids"]) + 1 for r in responses]
     assert [s[0].n_tokens for s in scored] == n_tok

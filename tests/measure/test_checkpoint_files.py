@@ -101,10 +101,7 @@ def test_item7_a_changed_adapter_config_is_refused_then_measured_again(run, tmp_
         ("generation_config.json", lambda d: {**d, "eos_token_id": [d.get("eos_token_id", 2), 5]}),
         # (a chat template added where no prompt format is stated is refused before this, by
         # the prompt-format rule: tests/measure/test_prompt_formats.py)
-        (
-            "tokenizer_config.json",
-            lambda d: {**d, "clean_up_tokenization_spaces": not d.get("clean_up_tokenization_spaces", False)},
-        ),
+        ("tokenizer_config.json", lambda d: {**d, "clean_up_tokenization_spaces": not d.get("clean_up_tokenization_spaces", False)}),
         ("config.json", lambda d: {**d, "rms_norm_eps": 1e-3}),
     ],
 )

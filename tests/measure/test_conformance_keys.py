@@ -133,9 +133,7 @@ def _register_big_batch():
         def forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
             if input_ids is not None and input_ids.shape[0] > 6:
                 attention_mask = position_ids = None
-            return super().forward(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
-            )
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
 
     try:
         AutoConfig.register("bigbatch_llama", BigBatchConfig)
@@ -164,8 +162,7 @@ def test_item3_the_check_runs_at_the_runs_batch_size(tmp_path, cache, capsys):
     assert code == 0, said
     ((stamp,),) = [verdicts(out)]
     assert stamp.startswith(
-        "passed (6 items at batch size 4: texts vs unbatched generate, NLL vs an unpadded "
-        "forward; checked in this run, entry hmac-sha256:"
+        "passed (6 items at batch size 4: texts vs unbatched generate, NLL vs an unpadded forward; checked in this run, entry hmac-sha256:"
     ), stamp
 
 

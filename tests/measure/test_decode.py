@@ -66,9 +66,7 @@ def test_spread_stops_texts_equal_generate_and_rows_join(family, attn, tok, data
     stops = stop_token_ids(model, tok)
     ref = [am.generate_one(model, tok, p, MAX_NEW, stops) for p in prompts]
     joins = counting_joins(monkeypatch)
-    texts, scored = measure_items(
-        model, tok, prompts, responses, windows=(40, 0), batch_size=BATCH, max_new_tokens=MAX_NEW
-    )
+    texts, scored = measure_items(model, tok, prompts, responses, windows=(40, 0), batch_size=BATCH, max_new_tokens=MAX_NEW)
     assert texts == ref
     lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
     assert len(set(lengths)) >= 5 and min(lengths) < MAX_NEW // 2  # stops spread over the window
@@ -111,12 +109,7 @@ def test_caches_that_cannot_move_rows_keep_the_fixed_batches(tok, data, monkeypa
 def test_auto_plan_by_hand():
     # the Qwen3-1.7B shape in bfloat16: 2 x 28 layers x 8 heads x 128 x 2 bytes per token
     cfg = types.SimpleNamespace(
-        num_hidden_layers=28,
-        num_key_value_heads=8,
-        head_dim=128,
-        num_attention_heads=16,
-        hidden_size=2048,
-        vocab_size=151936,
+        num_hidden_layers=28, num_key_value_heads=8, head_dim=128, num_attention_heads=16, hidden_size=2048, vocab_size=151936
     )
     per_token = 2 * 28 * 8 * 128 * 2
     free = 8 << 30

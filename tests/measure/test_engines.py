@@ -81,12 +81,7 @@ def test_gpu_engine_settings_from_the_work():
 
 def cfg(**kw):
     base = dict(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=128,
-        head_dim=None,
-        max_position_embeddings=1024,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=128, head_dim=None, max_position_embeddings=1024
     )
     return SimpleNamespace(**{**base, **kw})
 
@@ -114,9 +109,7 @@ def adapter(tmp_path: Path, **cfg_kw) -> Checkpoint:
 
 def test_adapter_problems_are_one_line_each(tmp_path):
     assert adapter_problem(adapter(tmp_path / "a"), 8) is None
-    assert "rank 16 is above --max-lora-rank 8" in adapter_problem(
-        adapter(tmp_path / "b", rank_pattern={"q_proj": 16}), 8
-    )
+    assert "rank 16 is above --max-lora-rank 8" in adapter_problem(adapter(tmp_path / "b", rank_pattern={"q_proj": 16}), 8)
     assert "modules_to_save" in adapter_problem(adapter(tmp_path / "c", modules_to_save=["lm_head"]), 8)
     assert vllm_rank(4) == 8 and vllm_rank(1) == 1 and vllm_rank(300) == 320
     with pytest.raises(CkptselError, match="above what vLLM serves"):

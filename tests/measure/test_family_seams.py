@@ -79,9 +79,7 @@ def test_longrope_item_does_not_depend_on_its_batch(tok):
     assert lengths[short] + 8 < am.ROPE_BOUNDARY < lengths[long]
     kw = dict(windows=(0,), max_new_tokens=8)
     alone_t, alone_s = measure_items(model, tok, [prompts[short]], [responses[short]], **kw)
-    both_t, both_s = measure_items(
-        model, tok, [prompts[short], prompts[long]], [responses[short], responses[long]], batch_size=2, **kw
-    )
+    both_t, both_s = measure_items(model, tok, [prompts[short], prompts[long]], [responses[short], responses[long]], batch_size=2, **kw)
     assert both_s[0][0].nll_sum == pytest.approx(alone_s[0][0].nll_sum, rel=1e-6)
     assert both_t[0] == alone_t[0]
     want, _ = am.direct_nll(model, tok, prompts[long], responses[long], 0)

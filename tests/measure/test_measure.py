@@ -103,9 +103,7 @@ def test_contract_columns_and_keys(measured):
     run, _, gen, nll = measured
     assert list(gen.columns) == [*GENERATION_COLUMNS, "text"]
     assert list(nll.columns) == list(NLL_COLUMNS)
-    assert {c: str(gen[c].dtype) for c in GENERATION_COLUMNS} == {
-        c: ("bool" if t == "bool" else t) for c, t in GENERATION_COLUMNS.items()
-    }
+    assert {c: str(gen[c].dtype) for c in GENERATION_COLUMNS} == {c: ("bool" if t == "bool" else t) for c, t in GENERATION_COLUMNS.items()}
     assert {c: str(nll[c].dtype) for c in NLL_COLUMNS} == NLL_COLUMNS
     assert not gen.duplicated(["trajectory", "step", "split", "item_id"]).any()
     assert not nll.duplicated(["trajectory", "step", "split", "item_id", "window"]).any()
@@ -233,9 +231,7 @@ def test_lora_run_loads_the_base_once_and_full_run_swaps_into_one_model(tmp_path
     res = measure_run(run.run_dir, config, validation=run.validation, test=run.test, out=tmp_path / "rec")
     assert res.model_loads == 1 and res.measured_steps == [5, 7]  # step 7 swapped in (issue 31)
     lora = build_tiny_run(tmp_path / "lora", steps=(1, 2, 3), n_validation=3, n_test=2)
-    res = measure_run(
-        lora.run_dir, config, validation=lora.validation, test=lora.test, out=tmp_path / "rec", trajectory="lora-run"
-    )
+    res = measure_run(lora.run_dir, config, validation=lora.validation, test=lora.test, out=tmp_path / "rec", trajectory="lora-run")
     assert res.model_loads == 1 and res.measured_steps == [1, 2, 3]
     gen = read_frame(tmp_path / "rec", "generations")
     assert gen.groupby("trajectory")["step"].unique().map(sorted).to_dict() == {"full": [5, 7], "lora-run": [1, 2, 3]}
@@ -342,7 +338,5 @@ def test_measure_run_raises_ckptsel_error(measured, tmp_path):
 
     run, *_ = measured
     with pytest.raises(CkptselError, match="run directory not found"):
-        measure_run(
-            tmp_path / "nope", MeasureConfig("gsm8k"), validation=run.validation, test=run.test, out=tmp_path / "rec"
-        )
+        measure_run(tmp_path / "nope", MeasureConfig("gsm8k"), validation=run.validation, test=run.test, out=tmp_path / "rec")
     assert not (tmp_path / "rec").exists()

@@ -353,14 +353,7 @@ def test_worker_start_error_is_one_clear_error(ray_cluster, run, tmp_path):
     cfg = MeasureConfig("gsm8k", max_new_tokens=8, device="cuda", check_here=False)
     out = tmp_path / "records"
     with pytest.raises(CkptselError) as err:
-        measure_run(
-            run.run_dir,
-            cfg,
-            validation=run.validation,
-            test=run.test,
-            out=out,
-            executor=ExecutorConfig("ray", workers=1),
-        )
+        measure_run(run.run_dir, cfg, validation=run.validation, test=run.test, out=out, executor=ExecutorConfig("ray", workers=1))
     assert str(err.value) == "--device cuda asked for, but torch sees no CUDA device"
     assert read_rows(out, "generations") is None
 
@@ -420,9 +413,7 @@ def test_vllm_in_ray_actor_agrees_with_hf(ray_cluster, run, local, tmp_path):
     from ckptsel.measure.config import MeasureConfig
     from ckptsel.measure.run import measure_run
 
-    cfg = MeasureConfig(
-        "gsm8k", batch_size=2, max_new_tokens=8, window=64, device="cuda", backend="vllm", dtype="float32"
-    )
+    cfg = MeasureConfig("gsm8k", batch_size=2, max_new_tokens=8, window=64, device="cuda", backend="vllm", dtype="float32")
     out = tmp_path / "records"
     res = measure_run(
         run.run_dir,
@@ -465,9 +456,7 @@ def test_ray_actors_run_the_conformance_check_and_refuse_in_one_line(ray_cluster
     refused = {**same, "passed": False, "equal": 0, "ties": 0, "wrong": 6}
     conformance.save_verdict(key, conformance.Verdict(**refused))
     out = tmp_path / "b"
-    with pytest.raises(
-        CkptselError, match=r"^LlamaForCausalLM float32 \(6 items at batch size 2\): 0 of 6 texts"
-    ) as err:
+    with pytest.raises(CkptselError, match=r"^LlamaForCausalLM float32 \(6 items at batch size 2\): 0 of 6 texts") as err:
         measure(run, out, executor=ex)
     assert "\n" not in str(err.value)
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))

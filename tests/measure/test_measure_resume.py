@@ -95,10 +95,7 @@ def test_killed_run_resumes_to_identical_records(run, uninterrupted, tmp_path, c
     out = tmp_path / "records"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ckptsel", *args_for(run, out)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        [sys.executable, "-m", "ckptsel", *args_for(run, out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 120
     try:
@@ -126,11 +123,7 @@ def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_pat
 
     out = copy_records(uninterrupted, tmp_path)
     res = measure_run(
-        run.run_dir,
-        MeasureConfig("gsm8k", batch_size=3, max_new_tokens=8, window=64),
-        validation=run.validation,
-        test=run.test,
-        out=out,
+        run.run_dir, MeasureConfig("gsm8k", batch_size=3, max_new_tokens=8, window=64), validation=run.validation, test=run.test, out=out
     )
     assert res.measured_steps == [] and res.reused_steps == list(STEPS) and res.model_loads == 0
     g, n = read(out)
@@ -140,11 +133,7 @@ def test_rerun_reuses_everything_and_changes_nothing(run, uninterrupted, tmp_pat
     # a different decoding setting is a different measurement: generation again, NLL reused
     # (with the batch size the records were measured with: another one would mix provenances)
     res = measure_run(
-        run.run_dir,
-        MeasureConfig("gsm8k", batch_size=1, max_new_tokens=3, window=64),
-        validation=run.validation,
-        test=run.test,
-        out=out,
+        run.run_dir, MeasureConfig("gsm8k", batch_size=1, max_new_tokens=3, window=64), validation=run.validation, test=run.test, out=out
     )
     assert res.generated_items == 14 * len(STEPS) and res.scored_items == 0
     g, n = read(out)

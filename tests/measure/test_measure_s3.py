@@ -35,9 +35,7 @@ def case(tmp_path_factory):
 def measure(urls: dict[str, str], out: str):
     from ckptsel.measure.run import measure_run
 
-    return measure_run(
-        urls["run"], config(), validation=urls["validation"], test=urls["test"], out=out, base=urls["base"]
-    )
+    return measure_run(urls["run"], config(), validation=urls["validation"], test=urls["test"], out=out, base=urls["base"])
 
 
 def test_measure_from_s3_into_s3_gives_the_local_records(case, s3):

@@ -16,8 +16,7 @@ import pytest
 from ckptsel.measure.config import MeasureConfig
 
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 TEMPLATE_TEXT = "Question: {{ prompt }}\nAnswer:"
 TASK_TEXT = """\
@@ -42,16 +41,8 @@ class _Tokenizer:
 # name -> (MeasureConfig keywords, bind to the chat tokenizer?, (generations key, nll key))
 CASES: dict[str, tuple[dict, bool, tuple[str, str]]] = {
     "gsm8k defaults": ({"task": "gsm8k"}, False, ("cd169d982152dd5a", "afae559f5bd67562")),
-    "gsm8k alpaca stated": (
-        {"task": "gsm8k", "prompt_format": "alpaca"},
-        False,
-        ("cd169d982152dd5a", "afae559f5bd67562"),
-    ),
-    "metamath, gsm8k test": (
-        {"task": "metamath", "test_task": "gsm8k"},
-        False,
-        ("88e74b90f9a25bd6", "3c78ac27dba75e8c"),
-    ),
+    "gsm8k alpaca stated": ({"task": "gsm8k", "prompt_format": "alpaca"}, False, ("cd169d982152dd5a", "afae559f5bd67562")),
+    "metamath, gsm8k test": ({"task": "metamath", "test_task": "gsm8k"}, False, ("88e74b90f9a25bd6", "3c78ac27dba75e8c")),
     "math500": ({"task": "math500"}, False, ("5245f1db23abc0a2", "ff863f8ddac95fec")),
     "boolq window 64": ({"task": "boolq", "window": 64}, False, ("2610edc45fbe7d78", "87bec0cb41265b3e")),
     "commonsense window 0": ({"task": "commonsense", "window": 0}, False, ("5eba303eed30599e", "75fe8150f135e649")),
@@ -76,18 +67,10 @@ CASES: dict[str, tuple[dict, bool, tuple[str, str]]] = {
         False,
         ("96f0850839e3df32", "afae559f5bd67562"),
     ),
-    "gsm8k hf generates, vllm scores": (
-        {"task": "gsm8k", "nll_backend": "vllm"},
-        False,
-        ("cd169d982152dd5a", "0a0ac846ba856d1e"),
-    ),
+    "gsm8k hf generates, vllm scores": ({"task": "gsm8k", "nll_backend": "vllm"}, False, ("cd169d982152dd5a", "0a0ac846ba856d1e")),
     "gsm8k cpu float32": ({"task": "gsm8k", "dtype": "float32"}, False, ("cd169d982152dd5a", "afae559f5bd67562")),
     "gsm8k cpu bfloat16": ({"task": "gsm8k", "dtype": "bfloat16"}, False, ("6e789ee97b24e6ec", "b8375db512ef884b")),
-    "gsm8k cuda auto": (
-        {"task": "gsm8k", "device": "cuda", "check_here": False},
-        False,
-        ("6759ddd78f207ca4", "55933428c1c104ff"),
-    ),
+    "gsm8k cuda auto": ({"task": "gsm8k", "device": "cuda", "check_here": False}, False, ("6759ddd78f207ca4", "55933428c1c104ff")),
     "gsm8k cuda:1 float16 vllm": (
         {"task": "gsm8k", "device": "cuda:1", "dtype": "float16", "backend": "vllm", "check_here": False},
         False,
@@ -95,12 +78,7 @@ CASES: dict[str, tuple[dict, bool, tuple[str, str]]] = {
     ),
     "gsm8k chat": ({"task": "gsm8k", "prompt_format": "chat"}, True, ("049a2750672a5fcb", "e9ed0fb13fe5874a")),
     "gsm8k chat, system prompt, arguments": (
-        {
-            "task": "gsm8k",
-            "prompt_format": "chat",
-            "system_prompt": "Be brief.",
-            "chat_template_args": {"enable_thinking": False},
-        },
+        {"task": "gsm8k", "prompt_format": "chat", "system_prompt": "Be brief.", "chat_template_args": {"enable_thinking": False}},
         True,
         ("ef86af0b95393bd3", "97a2bcfa8b3d6efb"),
     ),
@@ -109,11 +87,7 @@ CASES: dict[str, tuple[dict, bool, tuple[str, str]]] = {
         True,
         ("744d30c63362ce59", "3bb4d1864fb1afb4"),
     ),
-    "gsm8k template file": (
-        {"task": "gsm8k", "prompt_format": "TEMPLATE"},
-        False,
-        ("ea529e5d2f5bc90d", "c246f40c03aa4cea"),
-    ),
+    "gsm8k template file": ({"task": "gsm8k", "prompt_format": "TEMPLATE"}, False, ("ea529e5d2f5bc90d", "c246f40c03aa4cea")),
     "gsm8k template file, system prompt": (
         {"task": "gsm8k", "prompt_format": "TEMPLATE", "system_prompt": "Be brief."},
         False,

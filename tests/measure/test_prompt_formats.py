@@ -53,10 +53,7 @@ def chat_run(tmp_path_factory):
     train_file = write_jsonl(root / "data" / "train.jsonl", train_rows)
     items = load_items("gsm8k", train_file)
     rows = [
-        {
-            "prompt": [{"role": "user", "content": it.instruction}],
-            "completion": [{"role": "assistant", "content": it.response}],
-        }
+        {"prompt": [{"role": "user", "content": it.instruction}], "completion": [{"role": "assistant", "content": it.response}]}
         for it in items
     ]
     args = trl.SFTConfig(
@@ -281,10 +278,7 @@ def _sft(chat_run, out: Path, callback, max_steps: int = 2):
 
     tok = AutoTokenizer.from_pretrained(str(chat_run["base"]))
     rows = [
-        {
-            "prompt": [{"role": "user", "content": it.instruction}],
-            "completion": [{"role": "assistant", "content": it.response}],
-        }
+        {"prompt": [{"role": "user", "content": it.instruction}], "completion": [{"role": "assistant", "content": it.response}]}
         for it in chat_run["items"]
     ]
     args = trl.SFTConfig(

@@ -42,10 +42,7 @@ def tok():
 @pytest.fixture(scope="module")
 def items(tmp_path_factory):
     root = tmp_path_factory.mktemp("items")
-    return (
-        write_jsonl(root / "validation.jsonl", make_gsm8k_rows(3)),
-        write_jsonl(root / "test.jsonl", make_gsm8k_rows(2, seed=100)),
-    )
+    return (write_jsonl(root / "validation.jsonl", make_gsm8k_rows(3)), write_jsonl(root / "test.jsonl", make_gsm8k_rows(2, seed=100)))
 
 
 def measure(run, items, out, capsys, *extra):

@@ -46,14 +46,7 @@ class Writer(threading.Thread):
     ``seen``, as soon as ``seen()`` says the watcher has reported that folder incomplete: the
     half-written state is then observed whatever the machine's load, at most ``hold`` s)."""
 
-    def __init__(
-        self,
-        src: Path,
-        put: Callable[[str, bytes], None],
-        pause: float,
-        hold: float,
-        seen: Callable[[], bool] | None = None,
-    ):
+    def __init__(self, src: Path, put: Callable[[str, bytes], None], pause: float, hold: float, seen: Callable[[], bool] | None = None):
         super().__init__(daemon=True)
         self.src, self.put, self.pause, self.hold, self.seen = src, put, pause, hold, seen
         self.complete_at: dict[int, float] = {}
@@ -148,9 +141,7 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
     from ckptsel.measure.watch import watch_run
 
     prefix = f"runs/{case.run.run_dir.name}"
-    writer = Writer(
-        case.run.run_dir, lambda rel, data: s3.fs.pipe_file(f"{s3.bucket}/{prefix}/{rel}", data), pause=0.2, hold=1.5
-    )
+    writer = Writer(case.run.run_dir, lambda rel, data: s3.fs.pipe_file(f"{s3.bucket}/{prefix}/{rel}", data), pause=0.2, hold=1.5)
     urls = {
         "base": s3.upload(case.run.base, "models", "base"),
         "validation": s3.upload(case.run.validation, "data", "validation.jsonl"),
@@ -164,10 +155,7 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
         " settings=WatchSettings(poll=0.05, settle=0.4, timeout=150))\n"
     ).format(run=run, out=out, **urls)
     proc = subprocess.Popen(
-        [sys.executable, "-c", script],
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        [sys.executable, "-c", script], env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     writer.start()
     deadline = time.monotonic() + 150
@@ -181,13 +169,7 @@ def test_watch_s3_killed_and_restarted(case, s3, tmp_path):
     first = units_of(out)
     assert first and first < set(STEPS)
     status = watch_run(
-        run,
-        config(),
-        validation=urls["validation"],
-        test=urls["test"],
-        out=out,
-        base=urls["base"],
-        settings=WatchSettings(**FAST),
+        run, config(), validation=urls["validation"], test=urls["test"], out=out, base=urls["base"], settings=WatchSettings(**FAST)
     )
     writer.join(10)
     assert writer.error is None and status.state == "done" and sorted(status.recorded) == list(STEPS)
@@ -286,21 +268,7 @@ def test_cli_watch_keeps_status_and_selection(case, tmp_path, capsys):
     measured = json.loads(capsys.readouterr().out)  # one object on stdout (issue 39)
     assert list(measured) == list(JSON_SCHEMAS["measure"]) and measured["records"] == str(once)
     assert measured["measured_steps"] == list(STEPS) and measured["reused_steps"] == []
-    args = [
-        "watch",
-        run_dir,
-        "--out",
-        out,
-        *common,
-        "--poll",
-        "0.05",
-        "--settle",
-        "0.4",
-        "--timeout",
-        "150",
-        "--draws",
-        "50",
-    ]
+    args = ["watch", run_dir, "--out", out, *common, "--poll", "0.05", "--settle", "0.4", "--timeout", "150", "--draws", "50"]
     status_file = out / "watch" / name / "status.json"
 
     def seen() -> bool:  # the watcher has said so in its status file

@@ -32,9 +32,7 @@ def test_api_examples_run_and_print_what_the_page_shows(tmp_path, monkeypatch, c
         exec(compile(code, f"{PAGE.name}, python block {i + 1}", "exec"), namespace)
         printed = capsys.readouterr().out
         if expected is not None:
-            assert printed == expected, (
-                f"{PAGE.name}, python block {i + 1} printed:\n{printed}\nthe page shows:\n{expected}"
-            )
+            assert printed == expected, f"{PAGE.name}, python block {i + 1} printed:\n{printed}\nthe page shows:\n{expected}"
     # what the examples wrote is a real results folder and a real records folder
     assert (tmp_path / "sim-results" / "summary.json").is_file()
     from ckptsel.records.load import load_validation

@@ -74,17 +74,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "ingest": ("mapping", "inflate", "lm_eval", "inspect", "lighteval", "logs"),
     "choose": ("core", "rules", "settings", "choices", "budgets", "frozen", "evaluate"),
     "results": ("estimate", "layout", "summary", "publish"),
-    "stats": (
-        "resample",
-        "distributions",
-        "bootstrap",
-        "intervals",
-        "paired",
-        "exact",
-        "noise",
-        "estimates",
-        "winners",
-    ),
+    "stats": ("resample", "distributions", "bootstrap", "intervals", "paired", "exact", "noise", "estimates", "winners"),
     "report": ("tables", "figures", "html", "terminal", "build"),
     "trackers": ("base", "mlflow", "wandb", "trackio", "log"),
     "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
@@ -192,10 +182,7 @@ def test_every_module_has_a_place():
             rank(name)
         except (KeyError, ValueError, StopIteration):
             unplaced.append(name)
-    assert not unplaced, (
-        "place these modules in ORDER/SUBORDER of tests/project/test_architecture.py and in "
-        f"ARCHITECTURE.md: {unplaced}"
-    )
+    assert not unplaced, f"place these modules in ORDER/SUBORDER of tests/project/test_architecture.py and in ARCHITECTURE.md: {unplaced}"
     stale = [f"{pkg}.{sub}" for pkg, subs in SUBORDER.items() for sub in subs if f"{pkg}.{sub}" not in MODULES]
     assert not stale, f"SUBORDER names modules that do not exist: {stale}"
 
@@ -331,8 +318,7 @@ def test_other_stages_import_names_from_their_home():
             elif name not in _defined_names(MODULES[target]):
                 wrong.append(f"{module} (line {line}): {name} is not defined in {imported_from}")
     assert not wrong, (
-        "import another stage's names from the module that defines them "
-        "(from ckptsel.<stage>.<module> import name):\n" + "\n".join(wrong)
+        "import another stage's names from the module that defines them (from ckptsel.<stage>.<module> import name):\n" + "\n".join(wrong)
     )
 
 
@@ -354,10 +340,7 @@ def test_no_function_over_100_lines():
 
 def test_the_checks_catch_what_they_forbid(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text(
-        "from ckptsel.report import write_report\nfrom ckptsel.stats import summarize\n"
-        "from ckptsel.records.load import _Grid\n"
-    )
+    bad.write_text("from ckptsel.report import write_report\nfrom ckptsel.stats import summarize\nfrom ckptsel.records.load import _Grid\n")
     imports = {(t, n) for _, t, _, n in _imports(bad)}
     assert ("report", "write_report") in imports and ("records.load", "_Grid") in imports
     assert rank("report") > rank("records") > rank("errors")  # records importing report: caught
@@ -404,8 +387,6 @@ def test_the_page_draws_the_modules_the_test_orders():
     ordered = {name for _, names in ORDER for name in names} - {"__init__", "__main__"}
     ordered |= {f"{pkg}.{sub}" for pkg, subs in SUBORDER.items() for sub in subs}
     drawn = _tree_of_the_page()
-    assert drawn == ordered, (
-        f"ARCHITECTURE.md's tree lacks {sorted(ordered - drawn)} and lists {sorted(drawn - ordered)}"
-    )
+    assert drawn == ordered, f"ARCHITECTURE.md's tree lacks {sorted(ordered - drawn)} and lists {sorted(drawn - ordered)}"
     page = (PACKAGE.parents[1] / "ARCHITECTURE.md").read_text(encoding="utf-8")
     assert len(page.splitlines()) <= 60, "ARCHITECTURE.md is one screen"

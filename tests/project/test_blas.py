@@ -14,9 +14,7 @@ import pytest
 from ckptsel._util.blas import KERNEL, MKL_PATH, _has_avx2_fma, blas_kernel
 
 pinnable = pytest.mark.skipif(
-    not _has_avx2_fma()
-    or os.environ.get("OPENBLAS_CORETYPE", KERNEL) != KERNEL
-    or os.environ.get("MKL_CBWR", MKL_PATH) != MKL_PATH,
+    not _has_avx2_fma() or os.environ.get("OPENBLAS_CORETYPE", KERNEL) != KERNEL or os.environ.get("MKL_CBWR", MKL_PATH) != MKL_PATH,
     reason="not an x86-64 CPU with AVX2 + FMA, or OPENBLAS_CORETYPE chosen by the user",
 )
 

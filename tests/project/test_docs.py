@@ -224,18 +224,9 @@ def test_docs_hook_fails_the_build_on_bad_markers_in_one_line():
 
 
 BAD_PAGES = {
-    "no-end": (
-        "<!-- generated: cli -->\nsome text\n",
-        "b.md, line 1: <!-- generated: cli --> has no <!-- end generated: cli -->",
-    ),
-    "unknown-part": (
-        "<!-- generated: clii -->\n<!-- end generated: clii -->\n",
-        "b.md, line 1: no generated part 'clii'",
-    ),
-    "end-alone": (
-        "text\n<!-- end generated: cli -->\n",
-        "b.md, line 2: <!-- end generated: cli --> where no part is open",
-    ),
+    "no-end": ("<!-- generated: cli -->\nsome text\n", "b.md, line 1: <!-- generated: cli --> has no <!-- end generated: cli -->"),
+    "unknown-part": ("<!-- generated: clii -->\n<!-- end generated: clii -->\n", "b.md, line 1: no generated part 'clii'"),
+    "end-alone": ("text\n<!-- end generated: cli -->\n", "b.md, line 2: <!-- end generated: cli --> where no part is open"),
     "ends-disagree": (
         "<!-- generated: cli -->\n<!-- end generated: tasks -->\n",
         "b.md, line 2: <!-- end generated: tasks --> where 'cli' is open",

@@ -64,9 +64,7 @@ def _literal_names(node: ast.expr, tree: ast.Module, packages: dict[str, Path], 
             out.append(elt.value)
         elif isinstance(elt, ast.Starred) and isinstance(elt.value, ast.Name):
             for stmt in tree.body:
-                if isinstance(stmt, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == elt.value.id for t in stmt.targets
-                ):
+                if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == elt.value.id for t in stmt.targets):
                     out += _literal_names(stmt.value, tree, packages, package)
         elif isinstance(elt, ast.Starred) and isinstance(elt.value, ast.Attribute):
             sub = f"{package}.{elt.value.value.id}"
@@ -80,9 +78,7 @@ def exported(package: str, packages: dict[str, Path] | None = None) -> list[str]
     tree = ast.parse(packages[package].read_text(encoding="utf-8"))
     for stmt in tree.body:
         targets = getattr(stmt, "targets", None) or [getattr(stmt, "target", None)]
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in targets
-        ):
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
             return _literal_names(stmt.value, tree, packages, package)
     names = []
     for stmt in tree.body:

@@ -41,9 +41,7 @@ def test_notebook_executes_and_shows_its_committed_outputs(tmp_path):
         if cell.cell_type == "code":
             cell.outputs = []
     # a cell that raises fails here (CellExecutionError names the cell and the traceback)
-    nbclient.NotebookClient(
-        fresh, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    nbclient.NotebookClient(fresh, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     shown = texts(committed)
     assert all(shown), "every code cell of the committed notebook shows an output"
     assert texts(fresh) == shown

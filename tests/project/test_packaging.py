@@ -29,9 +29,7 @@ def test_version_is_the_same_everywhere(capsys):
     version = ckptsel.__version__
     cff = (REPO / "CITATION.cff").read_text()
     assert re.search(r"^version: (.+)$", cff, re.MULTILINE)[1] == version
-    releases = re.findall(
-        r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE
-    )
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE)
     assert releases and releases[0] == version, releases
     wheels = set(re.findall(r"ckptsel-([\d.]+)-py3-none-any\.whl", (REPO / "README.md").read_text()))
     assert wheels == {version}, wheels

@@ -51,11 +51,7 @@ def test_nor_does_a_stage_beyond_what_its_dependencies_install():
         capture_output=True,
         text=True,
     ).stdout.split()
-    first = "".join(
-        f"try:\n    import {m}\nexcept Exception:\n    pass\n"
-        for m in listed
-        if m.isidentifier() and not m.startswith("_")
-    )
+    first = "".join(f"try:\n    import {m}\nexcept Exception:\n    pass\n" for m in listed if m.isidentifier() and not m.startswith("_"))
     subprocess.run(
         [
             sys.executable,

@@ -14,11 +14,7 @@ from ckptsel.errors import CkptselError
 
 from clirun import run_cli
 
-QUESTIONS = [
-    (f"What is {a} plus {b}?", f"{a} + {b} = {a + b}.\nThe answer is: {a + b}")
-    for a in range(1, 5)
-    for b in range(1, 3)
-]
+QUESTIONS = [(f"What is {a} plus {b}?", f"{a} + {b} = {a + b}.\nThe answer is: {a + b}") for a in range(1, 5) for b in range(1, 3)]
 
 
 # --------------------------------------------------------------------------- resume state
@@ -54,9 +50,7 @@ def tiny_run(tmp_path_factory):
     base = save_tiny(root / "tiny", texts, vocab_size=200, hidden_size=16, layers=1, heads=2)
     tok = load_tokenizer(str(base))
     examples = [encode_example(tok, format_prompt(q), r) for q, r in QUESTIONS]
-    cfg = Configuration(
-        name="c", adaptation="lora", rank=2, alpha=4, lr=1e-2, steps=30, save_every=25, batch_size=2, micro_batch=2
-    )
+    cfg = Configuration(name="c", adaptation="lora", rank=2, alpha=4, lr=1e-2, steps=30, save_every=25, batch_size=2, micro_batch=2)
 
     def train(run: Path, **kw):
         return train_trajectory(str(base), examples, cfg, 42, run, tokenizer=tok, progress=False, **kw)
@@ -101,9 +95,7 @@ def test_unreadable_training_state_is_one_line(tiny_run, tmp_path):
 # --------------------------------------------------------------------------- remote names
 
 
-@pytest.mark.parametrize(
-    "name", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/.", "", "a\\..\\x", "a\0b", ".."]
-)
+@pytest.mark.parametrize("name", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/.", "", "a\\..\\x", "a\0b", ".."])
 def test_safe_join_refuses_names_that_leave_the_root(tmp_path, name):
     from ckptsel._util.locations import safe_join
 
@@ -134,8 +126,7 @@ def _put(s3, key: str, data: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bad", "target"),
-    [("checkpoint-25/../../ESCAPED", "ESCAPED"), ("checkpoint-25//ESCAPED", "run/checkpoint-25/ESCAPED")],
+    ("bad", "target"), [("checkpoint-25/../../ESCAPED", "ESCAPED"), ("checkpoint-25//ESCAPED", "run/checkpoint-25/ESCAPED")]
 )
 def test_node_cache_refuses_object_keys_that_leave_the_cache(s3, tmp_path, bad, target):
     """d664043 copied ``run/checkpoint-25/../../ESCAPED`` to ``<cache>/ESCAPED`` (the object

@@ -1,6 +1,6 @@
 """The code as the formatter writes it (issue 49): ``ruff format --check`` and ``ruff check``
 pass over the package, the tests, the benchmarks, the scripts and the docs' hooks, at the
-settings in ``pyproject.toml`` (120 columns, no magic trailing comma; ruff pinned in the dev
+settings in ``pyproject.toml`` (140 columns, no magic trailing comma; ruff pinned in the dev
 extra, since its formatter's style changes between releases), and no line turns the formatter
 off."""
 

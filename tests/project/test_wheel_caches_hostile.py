@@ -103,33 +103,17 @@ def ckptsel(args: list[str], where: Path, blocker: Path, block: str = ALL) -> tu
     """``ckptsel ARGS`` in a new process, in ``where``, with ``block``'s packages unimportable."""
     path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "CKPTSEL_TEST_BLOCK": block}
-    done = subprocess.run(
-        [sys.executable, "-m", "ckptsel", *args], cwd=where, env=env, capture_output=True, text=True, timeout=300
-    )
+    done = subprocess.run([sys.executable, "-m", "ckptsel", *args], cwd=where, env=env, capture_output=True, text=True, timeout=300)
     return done.returncode, done.stdout, done.stderr
 
 
-MEASURE = [
-    "measure",
-    "run",
-    "--task",
-    "gsm8k",
-    "--validation",
-    "test.jsonl",
-    "--test",
-    "test.jsonl",
-    "--out",
-    "rec",
-    "--no-progress",
-]
+MEASURE = ["measure", "run", "--task", "gsm8k", "--validation", "test.jsonl", "--test", "test.jsonl", "--out", "rec", "--no-progress"]
 NEEDS_ML = [
     pytest.param(MEASURE, ALL, ["ckptsel measure", "torch and transformers"], id="measure"),
     pytest.param(MEASURE, "torch", ["ckptsel measure needs torch,"], id="measure-torch-only"),
     pytest.param(MEASURE, "transformers", ["ckptsel measure needs transformers,"], id="measure-transformers-only"),
     pytest.param([*MEASURE[:-1], "--only", "nll"], ALL, ["ckptsel measure"], id="measure-only-nll"),
-    pytest.param(
-        ["watch", *MEASURE[1:], "--timeout", "5", "--poll", "1", "--settle", "0"], ALL, ["ckptsel watch"], id="watch"
-    ),
+    pytest.param(["watch", *MEASURE[1:], "--timeout", "5", "--poll", "1", "--settle", "0"], ALL, ["ckptsel watch"], id="watch"),
     pytest.param(["quickstart", "--fast", "--out", "qs"], ALL, ["ckptsel quickstart"], id="quickstart"),
     pytest.param(["run", "study.toml"], ALL, ["ckptsel run", "--only analyze"], id="run"),
     pytest.param(["run", "study.toml", "--until", "train"], ALL, ["ckptsel run"], id="run-until-train"),
@@ -174,9 +158,7 @@ def test_run_dry_run_plans_without_torch_and_writes_nothing(place, blocker, as_j
 def test_the_analysis_runs_without_torch(place, blocker):
     code, out, err = ckptsel(["simulate", "sim", "--preset", "small"], place, blocker)
     assert code == 0, out + err
-    code, out, err = ckptsel(
-        ["analyze", "sim", "--out", "res", "--no-report", "--draws", "200", "--permutations", "10"], place, blocker
-    )
+    code, out, err = ckptsel(["analyze", "sim", "--out", "res", "--no-report", "--draws", "200", "--permutations", "10"], place, blocker)
     assert code == 0 and (place / "res" / "summary.json").is_file(), out + err
 
 
@@ -271,9 +253,7 @@ def test_a_key_file_that_is_not_one_is_refused_by_analyze(units, tmp_path, monke
 
 @pytest.mark.parametrize("command", ["measure", "watch"])
 @pytest.mark.parametrize(("make", "needle"), BAD_KEYS[:4:3])
-def test_a_key_file_that_is_not_one_is_refused_before_measure_writes(
-    place, tmp_path, monkeypatch, capsys, make, needle, command
-):
+def test_a_key_file_that_is_not_one_is_refused_before_measure_writes(place, tmp_path, monkeypatch, capsys, make, needle, command):
     path = _key(tmp_path, monkeypatch, make)
     monkeypatch.chdir(place)
     before = files_under(place)
@@ -352,9 +332,7 @@ def test_a_pack_with_every_correct_flipped_does_not_change_the_summary(units, tm
         assert (tmp_path / out / "summary.json").read_bytes() == reference
 
 
-def test_a_pack_keyed_by_another_user_is_not_trusted_and_gives_the_same_numbers(
-    units, tmp_path, monkeypatch, reference
-):
+def test_a_pack_keyed_by_another_user_is_not_trusted_and_gives_the_same_numbers(units, tmp_path, monkeypatch, reference):
     copied = units  # a shared records folder read by another user (a local copy has new inodes:
     # its packs are stale anyway; on an object store the ETags stay)
     monkeypatch.setenv("CKPTSEL_KEY_FILE", str(tmp_path / "other-user" / "key"))

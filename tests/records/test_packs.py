@@ -180,9 +180,7 @@ def test_rewriting_a_pack_reuses_its_current_rows(study, tmp_path, monkeypatch):
     records.write_unit(folder, traj, step, generations=changed)
     assert read == [step]  # the generations pack: only the rewritten unit read
     assert _is_current(folder, "generations", traj)
-    pd.testing.assert_frame_equal(
-        read_frame(folder, "generations"), read_frame(rg.write(tmp_path / "e", expected, nll), "generations")
-    )
+    pd.testing.assert_frame_equal(read_frame(folder, "generations"), read_frame(rg.write(tmp_path / "e", expected, nll), "generations"))
 
 
 def test_one_listing_lists_once_and_a_write_through_the_writer_is_seen(study, tmp_path):

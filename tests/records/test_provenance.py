@@ -67,10 +67,7 @@ def measure_args(run, out: Path, run_dir: Path | None = None, batch: int = 2) ->
 
 
 def unit_hashes(out: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((out / UNITS_DIR).rglob("step-*.parquet"))
-    }
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / UNITS_DIR).rglob("step-*.parquet"))}
 
 
 @pytest.fixture(scope="module")
@@ -149,18 +146,7 @@ def test_allow_mixed_engines_records_the_mix_and_analyze_warns(run, measured, tm
     assert sorted(p["batch_size"] for p in meta["mixed"]) == [2, 3]
     # analyze prints what measured the records and warns about the mix
     code, stdout, stderr = cli(
-        [
-            "analyze",
-            str(out),
-            "--out",
-            str(tmp_path / "results"),
-            "--permutations",
-            "10",
-            "--draws",
-            "20",
-            "--no-report",
-        ],
-        capsys,
+        ["analyze", str(out), "--out", str(tmp_path / "results"), "--permutations", "10", "--draws", "20", "--no-report"], capsys
     )
     assert code == 0, stdout + stderr
     flat = " ".join(stdout.split())
@@ -173,18 +159,7 @@ def test_allow_mixed_engines_records_the_mix_and_analyze_warns(run, measured, tm
 
 def test_analyze_of_one_provenance_prints_it_without_warning(measured, tmp_path, capsys):
     code, stdout, stderr = cli(
-        [
-            "analyze",
-            str(measured),
-            "--out",
-            str(tmp_path / "results"),
-            "--permutations",
-            "10",
-            "--draws",
-            "20",
-            "--no-report",
-        ],
-        capsys,
+        ["analyze", str(measured), "--out", str(tmp_path / "results"), "--permutations", "10", "--draws", "20", "--no-report"], capsys
     )
     flat = " ".join(stdout.split())
     assert code == 0, stdout + stderr

@@ -49,9 +49,7 @@ def test_duplicated_key(tmp_path, capsys, study):
     gen, nll = study
     gen = pd.concat([gen, gen.iloc[[7]]], ignore_index=True)
     row = gen.iloc[7]
-    check_rejected(
-        tmp_path, capsys, gen, nll, "duplicated record", row["trajectory"], f"step {row['step']}", row["item_id"]
-    )
+    check_rejected(tmp_path, capsys, gen, nll, "duplicated record", row["trajectory"], f"step {row['step']}", row["item_id"])
 
 
 def test_duplicated_nll_key(tmp_path, capsys, study):
@@ -106,9 +104,7 @@ def test_missing_test_item_is_an_error(tmp_path, capsys, study):
 
 def test_missing_column(tmp_path, capsys, study):
     gen, nll = study
-    check_rejected(
-        tmp_path, capsys, gen.drop(columns=["correct"]), nll, "generations.parquet", "missing column", "correct"
-    )
+    check_rejected(tmp_path, capsys, gen.drop(columns=["correct"]), nll, "generations.parquet", "missing column", "correct")
 
 
 def test_unreadable_file(tmp_path, capsys, study):

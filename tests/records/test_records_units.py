@@ -108,9 +108,7 @@ def test_rewrite_replaces_exactly_its_unit_and_cache_follows(study, tmp_path):
     folder = _units(tmp_path / "r", gen, nll)
     load_validation(folder)  # builds the read cache
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
-    others = {
-        u.path: u.path.read_bytes() for u in list_units(folder, "generations") if (u.trajectory, u.step) != (traj, step)
-    }
+    others = {u.path: u.path.read_bytes() for u in list_units(folder, "generations") if (u.trajectory, u.step) != (traj, step)}
     rows = gen[(gen["trajectory"] == traj) & (gen["step"] == step)].copy()
     flip = rows[rows["split"] == "validation"].index[:3]
     rows.loc[flip, "correct"] = ~rows.loc[flip, "correct"]
@@ -221,9 +219,7 @@ for step in range(first, first + n):
 
 def _writer(folder: Path, traj: str, first: int, n: int, rows: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", WRITER, SRC, str(folder), traj, str(first), str(n), str(rows)],
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", WRITER, SRC, str(folder), traj, str(first), str(n), str(rows)], stdout=subprocess.PIPE, text=True
     )
 
 
@@ -279,7 +275,5 @@ def test_trajectory_filtered_reads_match_full_reads(study, tmp_path):
             full = read_rows(mixed, kind, columns=key).to_pandas()
             want = full[full["trajectory"].isin(wanted)].reset_index(drop=True)
             order = key[:-1]
-            pd.testing.assert_frame_equal(
-                got.sort_values(order, ignore_index=True), want.sort_values(order, ignore_index=True)
-            )
+            pd.testing.assert_frame_equal(got.sort_values(order, ignore_index=True), want.sort_values(order, ignore_index=True))
             assert len(got) == int((gen if kind == "generations" else nll)["trajectory"].isin(wanted).sum())

@@ -39,9 +39,7 @@ def results(tmp_path_factory) -> Path:
     """A random study (3 tasks, window-0 NLL, groups) analyzed by `ckptsel analyze` (report included)."""
     root = tmp_path_factory.mktemp("report")
     rng = np.random.default_rng(5)
-    trajs = rg.random_study(
-        rng, n_configs=6, seeds=3, T=(4, 7), n_val=(70, 140), n_test=(40, 80), tasks=("a", "b", "c")
-    )
+    trajs = rg.random_study(rng, n_configs=6, seeds=3, T=(4, 7), n_val=(70, 140), n_test=(40, 80), tasks=("a", "b", "c"))
     gen, nll = rg.tables(trajs)
     records = rg.write(root / "records", gen, nll)
     out = root / "results"
@@ -62,15 +60,7 @@ def md_rows(path: Path) -> list[list[str]]:
 
 
 def test_analyze_writes_the_whole_report(results):
-    for name in (
-        "main_table",
-        "budget_curves",
-        "matched_half",
-        "task_strata",
-        "task_budget_curves",
-        "sensitivities",
-        "intervals",
-    ):
+    for name in ("main_table", "budget_curves", "matched_half", "task_strata", "task_budget_curves", "sensitivities", "intervals"):
         for ext in ("md", "tex", "csv"):
             assert (results / "tables" / f"{name}.{ext}").stat().st_size > 100, (name, ext)
     for stem in ("budget_curves_G", "budget_curves_H", "configuration_gains", "matched_half", "trajectory_curves"):
@@ -99,10 +89,7 @@ def test_main_table_numbers_equal_summary(results, summary):
 def test_budget_curve_table_has_every_budget_of_summary(results, summary):
     csv = pd.read_csv(results / "tables" / "budget_curves.csv", dtype={"budget": str})
     expected = {
-        (rule, b, q): summary["budget"][rule][b][q]
-        for rule in summary["budget"]
-        for b in summary["budget"][rule]
-        for q in ("G", "H")
+        (rule, b, q): summary["budget"][rule][b][q] for rule in summary["budget"] for b in summary["budget"][rule] for q in ("G", "H")
     }
     got = {(r.rule, r.budget, r.quantity): r for r in csv.itertuples()}
     assert set(got) == set(expected)
@@ -141,11 +128,7 @@ def test_unresolved_appears_exactly_where_interval_contains_zero(results):
 
 def test_interval_comparison_and_sensitivities_match_summary(results, summary):
     csv = pd.read_csv(results / "tables" / "intervals.csv")
-    src = {
-        "configuration": summary,
-        "test-question": summary["question_bootstrap"],
-        "joint": summary["joint_bootstrap"],
-    }
+    src = {"configuration": summary, "test-question": summary["question_bootstrap"], "joint": summary["joint_bootstrap"]}
     assert set(csv["interval"]) == set(src)
     for r in csv.itertuples():
         s = src[r.interval]
@@ -200,9 +183,7 @@ def test_figure_functions_label_their_axes(summary, results):
     assert first in fig.get_suptitle()
     assert fig.axes[0].get_ylabel() == "accuracy (%)" and fig.axes[1].get_xlabel().startswith("training step")
     line = fig.axes[0].get_lines()[0]
-    np.testing.assert_array_equal(
-        line.get_ydata(), curves[curves.trajectory == first].sort_values("step")["test_accuracy"]
-    )
+    np.testing.assert_array_equal(line.get_ydata(), curves[curves.trajectory == first].sort_values("step")["test_accuracy"])
     other = curves["trajectory"].iloc[-1]
     assert other in figs.trajectory_figure(curves, other).get_suptitle()
     with pytest.raises(CkptselError, match="nope"):
@@ -239,20 +220,12 @@ def test_verdicts_and_claim_sentences_from_numbers(summary):
     s["budget"]["accuracy"]["full"]["H"] = {"mean": 0.3, "lo": -0.2, "hi": 0.9, "unresolved": True}
     found = set(rhtml.claim_sentences(s))
     assert len(found) == 8  # 3 claims x 3 rules, without H of matched NLL against itself
+    assert any(v == "resolved positive" and "More validation data helps" in t and "generated accuracy" in t for v, t in found)
     assert any(
-        v == "resolved positive" and "More validation data helps" in t and "generated accuracy" in t for v, t in found
-    )
-    assert any(
-        v == "resolved negative"
-        and "Beats simply keeping the final" in t
-        and "agreement" in t
-        and "-3.00 pp [-4.00, -1.00]" in t
+        v == "resolved negative" and "Beats simply keeping the final" in t and "agreement" in t and "-3.00 pp [-4.00, -1.00]" in t
         for v, t in found
     )
-    assert any(
-        v == "unresolved" and "Beats matched-NLL" in t and "generated accuracy" in t and "contains 0" in t
-        for v, t in found
-    )
+    assert any(v == "unresolved" and "Beats matched-NLL" in t and "generated accuracy" in t and "contains 0" in t for v, t in found)
     assert not any("Beats matched-NLL" in t and "matched NLL:" in t for _, t in found)  # H_nll is 0 by construction
 
 
@@ -298,11 +271,7 @@ def test_every_caption_names_the_interval_method_that_made_the_numbers(results, 
     for name in ("budget_curves_G", "budget_curves_H", "matched_half"):
         assert label in rhtml.figure_caption(name, Summary.coerce(summary))
     for method in ("wild", "percentile"):  # each from the summary's recorded method
-        other = (
-            dict(summary, interval=method)
-            if method != "percentile"
-            else {k: v for k, v in summary.items() if k != "interval"}
-        )
+        other = dict(summary, interval=method) if method != "percentile" else {k: v for k, v in summary.items() if k != "interval"}
         html = rhtml.render_html(other, [rtables.budget_curves(other)], {})
         assert INTERVAL_LABELS[method] in html[html.index("<footer>") :]
         assert INTERVAL_LABELS[method] in rtables.budget_curves(other).title

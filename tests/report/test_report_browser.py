@@ -18,8 +18,7 @@ import recordsgen as rg
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed (apt-get install -y chromium) — browser check of report.html skipped",
+    CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium) — browser check of report.html skipped"
 )
 WIDTH, HEIGHT = 1280, 2000
 

@@ -89,10 +89,7 @@ def test_report_and_terminal_list_only_the_budgets_that_ran(results):
 
 def test_terminal_prints_text_never_rich_markup(results):
     summary = json.loads((results / "summary.json").read_text())
-    summary["warnings"] = [
-        "set [measure] conformance_check = false in study.toml",
-        "[bold]not bold[/bold] and [red]not red",
-    ]
+    summary["warnings"] = ["set [measure] conformance_check = false in study.toml", "[bold]not bold[/bold] and [red]not red"]
     out = io.StringIO()
     print_main_table(summary, Console(file=out, width=250, color_system=None))
     text = out.getvalue()
@@ -103,9 +100,7 @@ def test_terminal_prints_text_never_rich_markup(results):
 def test_figures_of_a_study_with_nll_keep_every_panel():
     from ckptsel.report import figures as figs
 
-    df = pd.DataFrame(
-        {"configuration": ["c0"], "task": ["a"], "G|nested|accuracy|full": [1.0], "H|nested|accuracy|full": [0.5]}
-    )
+    df = pd.DataFrame({"configuration": ["c0"], "task": ["a"], "G|nested|accuracy|full": [1.0], "H|nested|accuracy|full": [0.5]})
     assert len(figs.configuration_gain_figure(df).axes) == 2
     curves = pd.DataFrame(
         {

@@ -357,16 +357,7 @@ def _broken(d: dict, case: str) -> tuple[object, str]:
     raise AssertionError(case)
 
 
-CASES = [
-    "missing_key",
-    "estimate_not_a_number",
-    "estimate_keys",
-    "unknown_key",
-    "schema",
-    "population",
-    "interval",
-    "a_list",
-]
+CASES = ["missing_key", "estimate_not_a_number", "estimate_keys", "unknown_key", "schema", "population", "interval", "a_list"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -451,29 +442,13 @@ def test_select_is_typed_and_its_json_is_unchanged(tmp_path, capsys):
         "final_accuracy",
     ]
     with pytest.raises(SystemExit):
-        main(
-            [
-                "select",
-                str(rec),
-                "--trajectory",
-                "c0-s0",
-                "--partitions",
-                "12",
-                "--draws",
-                "100",
-                "--bootstrap-partitions",
-                "4",
-                "--json",
-            ]
-        )
+        main(["select", str(rec), "--trajectory", "c0-s0", "--partitions", "12", "--draws", "100", "--bootstrap-partitions", "4", "--json"])
     text = capsys.readouterr().out
     assert json.loads(text)["rules"]["accuracy"]["split_validation"]["partitions"] == 12
     again = select_checkpoint(rec, "c0-s0", settings=SelectSettings(partitions=12, draws=100, bootstrap_partitions=4))
     assert text == json.dumps(again.to_dict(), indent=1, allow_nan=False) + "\n"
     before = {
-        k: v
-        for k, v in json.loads(text).items()
-        if k not in ("plausibly_best", "chosen_estimate", "answer_check", "fallback", "notes")
+        k: v for k, v in json.loads(text).items() if k not in ("plausibly_best", "chosen_estimate", "answer_check", "fallback", "notes")
     }
     # issue 44: a single chosen checkpoint's test gain is compare's paired difference (Newcombe's
     # interval and the exact McNemar test on these independent items); the rest as pinned
@@ -500,9 +475,7 @@ def test_evaluate_frozen_returns_the_tables_with_the_checkpoint_curves(tmp_path)
     from ckptsel.workflows.analysis import evaluate_frozen, freeze_choices
 
     rec = _records(tmp_path, "default")
-    validation, _ = freeze_choices(
-        rec, tmp_path / "res", ChoiceSettings(permutations=8), validation=load_validation(rec)
-    )
+    validation, _ = freeze_choices(rec, tmp_path / "res", ChoiceSettings(permutations=8), validation=load_validation(rec))
     summary, tables = evaluate_frozen(rec, tmp_path / "res", validation, StatSettings(draws=200))
     assert list(tables) == ["per_trajectory", "per_configuration", "leave_one_out", "checkpoint_curves"]
     assert len(tables["checkpoint_curves"]) == sum(len(v.steps) for v in validation)

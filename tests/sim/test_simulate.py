@@ -34,14 +34,7 @@ def paper() -> tuple[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], float]:
 
 
 def _one_task_spec(**task_kw) -> SimSpec:
-    task = dict(
-        name="gsm8k",
-        kind="numeric",
-        seeds_per_configuration=(1,),
-        n_validation=50,
-        n_test=20000,
-        variants_per_group=(1, 3),
-    )
+    task = dict(name="gsm8k", kind="numeric", seeds_per_configuration=(1,), n_validation=50, n_test=20000, variants_per_group=(1, 3))
     task.update(task_kw)
     return SimSpec(tasks=(TaskSim(**task),), checkpoints=(6, 6))
 
@@ -59,18 +52,12 @@ def test_columns_and_dtypes_match_schema(small, tmp_path):
         assert not df.isna().any().any()
     # a plain pd.read_parquet of the written files gives the same columns and dtypes
     out = write_simulation(tmp_path / "sim", "small", 0)
-    for name, cols in (
-        ("generations.parquet", GENERATION_COLUMNS),
-        ("nll.parquet", NLL_COLUMNS),
-        ("truth.parquet", TRUTH_COLUMNS),
-    ):
+    for name, cols in (("generations.parquet", GENERATION_COLUMNS), ("nll.parquet", NLL_COLUMNS), ("truth.parquet", TRUTH_COLUMNS)):
         back = pd.read_parquet(out / name)
         assert {c: str(back[c].dtype) for c in back.columns} == cols, name
     # the records writer stores rows sorted by split, trajectory, step, item (same rows)
     order = ["split", "trajectory", "step", "item_id"]
-    pd.testing.assert_frame_equal(
-        pd.read_parquet(out / "generations.parquet"), gen.sort_values(order, kind="stable", ignore_index=True)
-    )
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "generations.parquet"), gen.sort_values(order, kind="stable", ignore_index=True))
     meta = json.loads((out / "simulation.json").read_text())
     assert meta["preset"] == "small" and meta["seed"] == 0
     assert meta["parameters"]["tasks"][0]["name"] == "gsm8k"
@@ -281,10 +268,7 @@ def test_token_counts_and_windows(small):
     per_item = nll.groupby(["trajectory", "split", "item_id", "window"])["n_tokens"].nunique()
     assert (per_item == 1).all()  # constant across checkpoints
     wide = nll.pivot_table(
-        index=["trajectory", "step", "split", "item_id"],
-        columns="window",
-        values=["n_tokens", "nll_sum"],
-        aggfunc="first",
+        index=["trajectory", "step", "split", "item_id"], columns="window", values=["n_tokens", "nll_sum"], aggfunc="first"
     )
     n512, n0 = wide[("n_tokens", MATCHED_WINDOW)], wide[("n_tokens", COMPLETE_WINDOW)]
     s512, s0 = wide[("nll_sum", MATCHED_WINDOW)], wide[("nll_sum", COMPLETE_WINDOW)]

@@ -105,8 +105,7 @@ def _one_call_counts(n_units, size, draws, rng):
 
 
 @pytest.mark.parametrize(
-    "n_units, size, draws",
-    [(7, 7, 50), (4000, 4000, 37), (1319, 1319, 111), (500, 200, 333), (3, 70000, 5), (1, 1, 4), (9, 0, 3)],
+    "n_units, size, draws", [(7, 7, 50), (4000, 4000, 37), (1319, 1319, 111), (500, 200, 333), (3, 70000, 5), (1, 1, 4), (9, 0, 3)]
 )
 def test_draw_counts_in_blocks_are_the_counts_of_one_call(n_units, size, draws):
     from ckptsel.stats.resample import draw_counts

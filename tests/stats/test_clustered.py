@@ -61,9 +61,7 @@ def test_uneven_clusters_against_a_loop():
     util = {"a": rng.normal(size=(K, n, Q))}
     sizes = np.ones((K, Q))
     groups = np.array(["x", "y", "x", "z", "z", "z", "w", "y", "v", "v", "u"])
-    pooled, per_task, _ = question_replicates(
-        util, {"a": np.arange(K)}, sizes, None, draws, seed, (), groups={"a": groups}
-    )
+    pooled, per_task, _ = question_replicates(util, {"a": np.arange(K)}, sizes, None, draws, seed, (), groups={"a": groups})
     # loop reference: clusters coded by first appearance, drawn with the same generator
     order = list(dict.fromkeys(groups))
     counts = resample_counts(len(order), draws, np.random.default_rng([seed, 2, 0, 0]))
@@ -146,9 +144,7 @@ def test_select_reports_clusters_and_load_test_returns_groups(tmp_path):
     records = rg.write(tmp_path / "records", gen, nll)
     (t,) = load_test(records)
     assert len(np.unique(t.groups)) == 3 and t.groups[0] == "t000"
-    out = select_checkpoint(
-        records, "run", settings=SelectSettings(partitions=20, draws=200, bootstrap_partitions=5, permutations=20)
-    )
+    out = select_checkpoint(records, "run", settings=SelectSettings(partitions=20, draws=200, bootstrap_partitions=5, permutations=20))
     assert out.validation_clusters == 20 and out.validation_items == 60
     acc = out.rules["accuracy"]
     assert acc.split_validation.clusters == 20
@@ -160,19 +156,13 @@ def test_analyze_reports_test_clusters_and_single_groups_add_nothing(tmp_path):
     from ckptsel.workflows import analysis as pipeline
 
     rng = np.random.default_rng(8)
-    gen, nll = rg.tables(
-        rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(40, 60), n_test=(30, 40), tasks=("a",))
-    )
-    plain = pipeline.analyze(
-        rg.write(tmp_path / "r1", gen, nll), tmp_path / "o1", permutations=10, draws=400, interval="percentile"
-    )
+    gen, nll = rg.tables(rg.random_study(rng, n_configs=3, seeds=2, T=(3, 5), n_val=(40, 60), n_test=(30, 40), tasks=("a",)))
+    plain = pipeline.analyze(rg.write(tmp_path / "r1", gen, nll), tmp_path / "o1", permutations=10, draws=400, interval="percentile")
     assert plain.by_task["a"].population.test_clusters is None
     assert "test_clusters" not in plain.to_dict()["by_task"]["a"]["population"]
     test_rows = gen["split"] == "test"
     gen.loc[test_rows, "group"] = gen.loc[test_rows, "item_id"].str[:-1]  # t000x -> 10 per cluster
-    clustered = pipeline.analyze(
-        rg.write(tmp_path / "r2", gen, nll), tmp_path / "o2", permutations=10, draws=400, interval="percentile"
-    )
+    clustered = pipeline.analyze(rg.write(tmp_path / "r2", gen, nll), tmp_path / "o2", permutations=10, draws=400, interval="percentile")
     pop = clustered.by_task["a"].population
     assert pop.test_clusters == len(np.unique(gen.loc[test_rows, "group"])) < pop.test_items
     # same point estimates; only the question-bootstrap intervals change

@@ -191,9 +191,7 @@ def studies(tmp_path):
     out = {}
     for n_configs, seed in ((5, 21), (3, 22)):
         rng = np.random.default_rng(seed)
-        gen, nll = rg.tables(
-            rg.random_study(rng, n_configs=n_configs, seeds=3, T=(4, 8), n_val=(70, 140), n_test=(40, 90))
-        )
+        gen, nll = rg.tables(rg.random_study(rng, n_configs=n_configs, seeds=3, T=(4, 8), n_val=(70, 140), n_test=(40, 90)))
         out[n_configs] = rg.write(tmp_path / f"rec{n_configs}", gen, nll)
     return out
 
@@ -284,15 +282,7 @@ def few(tmp_path_factory):
     out = {}
     for k in (1, 2, 3):
         gen, nll = rg.tables(
-            rg.random_study(
-                np.random.default_rng(40 + k),
-                n_configs=k,
-                seeds=3,
-                T=(4, 7),
-                n_val=(60, 90),
-                n_test=(40, 60),
-                tasks=("a",),
-            )
+            rg.random_study(np.random.default_rng(40 + k), n_configs=k, seeds=3, T=(4, 7), n_val=(60, 90), n_test=(40, 60), tasks=("a",))
         )
         out[k] = rg.write(root / f"rec{k}", gen, nll)
     return out
@@ -376,9 +366,7 @@ def test_wild_at_two_configurations_is_not_estimable_and_says_why(few, tmp_path)
     assert any("wild bootstrap-t is degenerate below 3" in w for w in s.warnings)
     assert (
         s.gains.get("G", "accuracy").mean
-        == pipeline.analyze(few[2], tmp_path / "cr2", permutations=10, draws=300, report=False)
-        .gains.get("G", "accuracy")
-        .mean
+        == pipeline.analyze(few[2], tmp_path / "cr2", permutations=10, draws=300, report=False).gains.get("G", "accuracy").mean
     )
 
 

@@ -36,9 +36,7 @@ def _coverage(p, n: int, reps: int, seed: int) -> tuple[float, float]:
     return float(((lo <= truth) & (truth <= hi)).mean()), float(((nlo <= truth) & (truth <= nhi)).mean())
 
 
-@pytest.mark.parametrize(
-    "p", [[0.91, 0.92, 0.93, 0.94, 0.95], [0.95] * 10], ids=["5 checkpoints, best at 95%", "10 equal at 95%"]
-)
+@pytest.mark.parametrize("p", [[0.91, 0.92, 0.93, 0.94, 0.95], [0.95] * 10], ids=["5 checkpoints, best at 95%", "10 equal at 95%"])
 def test_corrected_interval_covers_near_100_percent(p):
     """Was 86% and 71% (400 trajectories each, BENCHMARKS.md); now ≥ 95% (300 trajectories:
     one standard error is about 1.3 pp at 95%)."""
@@ -102,10 +100,7 @@ def test_plausibly_best_and_chosen_estimate_do_not_move_with_the_seed(tmp_path, 
     rec = _records(tmp_path, "near", val)
     outs = []
     for seed, draws in ((1, 200), (2, 200), (3, 500)):
-        code, out = run_cli(
-            ["select", rec, "--trajectory", "near", "--json", "--seed", seed, "--draws", draws, "--partitions", 20],
-            capsys,
-        )
+        code, out = run_cli(["select", rec, "--trajectory", "near", "--json", "--seed", seed, "--draws", draws, "--partitions", 20], capsys)
         assert code == 0, out
         outs.append(json.loads(out))
     for key in ("plausibly_best", "chosen_estimate"):

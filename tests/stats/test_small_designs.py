@@ -38,8 +38,7 @@ def test_compare_three_items_has_an_interval_and_reads_unresolved(tmp_path, caps
     d = v["difference"]
     assert d["mean"] == 100.0 and 0.0 < d["lo"] < 100.0 and d["hi"] == 100.0 and d["unresolved"] is True
     assert d["cannot_resolve"] == (
-        "the exact McNemar test's p = 0.25 > 0.05 (3 discordant items: an "
-        "exact 95% test cannot reject with fewer than 6)"
+        "the exact McNemar test's p = 0.25 > 0.05 (3 discordant items: an exact 95% test cannot reject with fewer than 6)"
     )
 
 
@@ -55,8 +54,7 @@ def test_compare_four_discordant_items_read_unresolved(tmp_path, capsys, n):
     assert v["mcnemar_p"] == pytest.approx(0.125) and d["mean"] == pytest.approx(400 / n)
     assert d["lo"] > 0 and d["unresolved"] is True  # the interval kept, the verdict not
     assert d["cannot_resolve"] == (
-        "the exact McNemar test's p = 0.125 > 0.05 (4 discordant items: an "
-        "exact 95% test cannot reject with fewer than 6)"
+        "the exact McNemar test's p = 0.125 > 0.05 (4 discordant items: an exact 95% test cannot reject with fewer than 6)"
     )
     code, out = run_cli(["compare", rec, "50", "25", "--trajectory", f"n{n}"], capsys)
     assert code == 0 and "unresolved" in out
@@ -173,26 +171,11 @@ _estimates = rg.estimates_in
 
 def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path, capsys):
     """K = 2: 3 distinct configuration resamples, and the sign-flip test's smallest p is 0.5."""
-    study = rg.random_study(
-        np.random.default_rng(8), n_configs=2, seeds=4, T=(4, 7), n_val=(60, 90), n_test=(40, 60), tasks=("a",)
-    )
+    study = rg.random_study(np.random.default_rng(8), n_configs=2, seeds=4, T=(4, 7), n_val=(60, 90), n_test=(40, 60), tasks=("a",))
     rec = rg.write(tmp_path / "rec", *rg.tables(study))
     out = tmp_path / "out"
     code, said = run_cli(
-        [
-            "analyze",
-            rec,
-            "--out",
-            out,
-            "--interval",
-            "percentile",
-            "--no-report",
-            "--permutations",
-            "10",
-            "--draws",
-            "300",
-        ],
-        capsys,
+        ["analyze", rec, "--out", out, "--interval", "percentile", "--no-report", "--permutations", "10", "--draws", "300"], capsys
     )
     assert code == 0, said
     summary = json.loads((out / "summary.json").read_text())
@@ -203,9 +186,7 @@ def test_analyze_percentile_at_two_configurations_never_reads_resolved(tmp_path,
             if "cannot_resolve" in e:
                 flagged += 1
                 assert e["lo"] > 0 or e["hi"] < 0  # the interval excluded 0: it read resolved before
-                assert e["cannot_resolve"].endswith(
-                    ("exact sign-flip test's p = 0.5 > 0.05", "exact sign-flip test's p = 1 > 0.05")
-                )
+                assert e["cannot_resolve"].endswith(("exact sign-flip test's p = 0.5 > 0.05", "exact sign-flip test's p = 1 > 0.05"))
     assert flagged > 0
     from ckptsel.results.summary import Summary
 
@@ -244,10 +225,7 @@ def test_tracker_headline_keeps_not_estimable():
     m = headline_metrics(summary, None)
     for name in ("G/accuracy/full", "H/accuracy/full", "D/accuracy"):
         assert m[f"ckptsel/{name}/not_estimable"] == 1.0 and f"ckptsel/{name}/lo" not in m
-    sel = {
-        "recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True},
-        "rules": {"accuracy": {"split_validation": one}},
-    }
+    sel = {"recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True}, "rules": {"accuracy": {"split_validation": one}}}
     m = headline_metrics(None, sel)
     assert m["ckptsel/select/accuracy/split_validation/not_estimable"] == 1.0
 
@@ -260,9 +238,7 @@ def test_warnings_name_a_task_with_one_configuration(tmp_path, capsys):
     for t in b:
         t.name, t.configuration = "b-" + t.name, "b-" + t.configuration
     rec = rg.write(tmp_path / "rec", *rg.tables(a + b))
-    code, said = run_cli(
-        ["analyze", rec, "--out", tmp_path / "out", "--no-report", "--permutations", "8", "--draws", "200"], capsys
-    )
+    code, said = run_cli(["analyze", rec, "--out", tmp_path / "out", "--no-report", "--permutations", "8", "--draws", "200"], capsys)
     assert code == 0, said
     warnings = json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"]
     assert any(w.startswith("task(s) 'b' with only 1 configuration") for w in warnings), warnings

@@ -27,9 +27,7 @@ NAME = ("G", "nested", "accuracy", "full")
 def _configurations(gains, interval="cr2", draws=2000):
     """The configuration estimate of one quantity from one trajectory per configuration."""
     g = np.asarray(gains, dtype=np.float64)[:, None]
-    est = _configuration_estimates(
-        [NAME], g.mean(axis=0), g, np.ones_like(g), StatSettings(interval=interval, draws=draws), 0
-    )
+    est = _configuration_estimates([NAME], g.mean(axis=0), g, np.ones_like(g), StatSettings(interval=interval, draws=draws), 0)
     return est.get(NAME)
 
 
@@ -44,10 +42,7 @@ def test_cr2_resolves_a_clear_gain_at_three_to_five_configurations(gains):
     k = len(gains)
     t = {3: 4.302653, 4: 3.182446, 5: 2.776445}[k]  # t(0.975; k - 1), from a table
     half = t * np.std(gains, ddof=1) / math.sqrt(k)
-    assert (e.lo, e.hi) == (
-        pytest.approx(np.mean(gains) - half, abs=1e-5),
-        pytest.approx(np.mean(gains) + half, abs=1e-5),
-    )
+    assert (e.lo, e.hi) == (pytest.approx(np.mean(gains) - half, abs=1e-5), pytest.approx(np.mean(gains) + half, abs=1e-5))
 
 
 def test_configurations_whose_gain_is_zero_still_count():
@@ -114,11 +109,7 @@ def test_select_test_gain_and_compare_agree_on_ten_items(tmp_path, capsys):
     assert code == 0, out
     sel = json.loads(out)
     assert sel["rules"]["accuracy"]["choice"]["steps"] == [25]
-    gain = {
-        k: v
-        for k, v in sel["rules"]["accuracy"]["test"].items()
-        if k in ("mean", "lo", "hi", "unresolved", "cannot_resolve")
-    }
+    gain = {k: v for k, v in sel["rules"]["accuracy"]["test"].items() if k in ("mean", "lo", "hi", "unresolved", "cannot_resolve")}
     code, out = run_cli(["compare", rec, "25", "50", "--trajectory", "ten", "--json"], capsys)
     assert code == 0, out
     test = json.loads(out)["splits"]["test"]
@@ -142,9 +133,7 @@ def test_select_and_compare_verdicts_agree_on_random_tables():
             object.__setattr__(test, "groups", None)
             choice = np.eye(5)[k]
             got = test_gain(choice, test, 200, 1, 0.95).estimate.to_dict()
-            want = paired_difference(correct[k], correct[-1], np.arange(n).astype(str), CompareSettings(draws=200))[
-                "difference"
-            ]
+            want = paired_difference(correct[k], correct[-1], np.arange(n).astype(str), CompareSettings(draws=200))["difference"]
             assert got == want, (n, k)
 
 
@@ -161,13 +150,9 @@ def test_no_interval_leaves_the_range_of_a_difference():
 
 
 def test_analyze_bounds_stay_in_range_at_two_configurations(tmp_path, capsys):
-    study = rg.random_study(
-        np.random.default_rng(8), n_configs=2, seeds=2, T=(4, 7), n_val=(40, 60), n_test=(6, 9), tasks=("a",)
-    )
+    study = rg.random_study(np.random.default_rng(8), n_configs=2, seeds=2, T=(4, 7), n_val=(40, 60), n_test=(6, 9), tasks=("a",))
     rec = rg.write(tmp_path / "rec", *rg.tables(study))
-    code, said = run_cli(
-        ["analyze", rec, "--out", tmp_path / "out", "--no-report", "--permutations", "10", "--draws", "300"], capsys
-    )
+    code, said = run_cli(["analyze", rec, "--out", tmp_path / "out", "--no-report", "--permutations", "10", "--draws", "300"], capsys)
     assert code == 0, said
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
 

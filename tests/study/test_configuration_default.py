@@ -95,7 +95,4 @@ def test_the_callback_defaults_alike(run):
 
     cb = RecordingCallback(run.validation, "gsm8k", run.run_dir.parent / "cb", "cfgB_seed1")
     assert cb.configuration == "cfgB"
-    assert (
-        RecordingCallback(run.validation, "gsm8k", run.run_dir.parent / "cb", "cfgB_seed1", "given").configuration
-        == "given"
-    )
+    assert RecordingCallback(run.validation, "gsm8k", run.run_dir.parent / "cb", "cfgB_seed1", "given").configuration == "given"

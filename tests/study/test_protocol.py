@@ -111,9 +111,7 @@ def bound(study: Path, tmp_path: Path) -> tuple[Path, Path]:
     record = freeze(study)
     records = write_simulation(tmp_path / "sim", "small")
     out = tmp_path / "res"
-    summary = analyze(
-        records, out, permutations=20, draws=500, protocol=record, protocol_file=str(protocol_path(study))
-    )
+    summary = analyze(records, out, permutations=20, draws=500, protocol=record, protocol_file=str(protocol_path(study)))
     assert summary.protocol.status == protocol_status(record)
     return out, protocol_path(study)
 

@@ -67,9 +67,7 @@ def cli(args: list, capsys) -> tuple[int, str]:
     return code, got.out + got.err
 
 
-def study_text(
-    validation: str = "data/validation.jsonl", test: str = "data/test.jsonl", runs: str = "runs", extra: str = ""
-) -> str:
+def study_text(validation: str = "data/validation.jsonl", test: str = "data/test.jsonl", runs: str = "runs", extra: str = "") -> str:
     return STUDY.format(validation=validation, test=test, runs=runs, extra=extra)
 
 
@@ -130,12 +128,7 @@ def test_records_and_results_at_urls(folder, reference, s3, tmp_path, capsys):
         s3.upload(folder / part, "shared", part)
     records, results = s3.url("out", "records"), s3.url("out", "results")
     extra = f'records_dir = "{records}"\nresults_dir = "{results}"'
-    text = study_text(
-        s3.url("shared", "data", "validation.jsonl"),
-        s3.url("shared", "data", "test.jsonl"),
-        s3.url("shared", "runs"),
-        extra,
-    )
+    text = study_text(s3.url("shared", "data", "validation.jsonl"), s3.url("shared", "data", "test.jsonl"), s3.url("shared", "runs"), extra)
     local = tmp_path / "local"
     shutil.copytree(folder / "models", local / "models")
     (local / "study.toml").write_text(text, encoding="utf-8")
@@ -181,11 +174,7 @@ def test_url_study_errors_are_one_line(folder, s3, tmp_path, capsys):
     assert code == 2 and len(said.strip().splitlines()) == 1, said
     assert f"{url}: a study file at a URL has no local folder" in said and "--workdir" in said
     missing = s3.url("e", "nothing.toml")
-    for args in (
-        ["run", missing, "--workdir", tmp_path],
-        ["protocol", "check", missing],
-        ["train", missing, "--workdir", tmp_path],
-    ):
+    for args in (["run", missing, "--workdir", tmp_path], ["protocol", "check", missing], ["train", missing, "--workdir", tmp_path]):
         code, said = cli(args, capsys)
         assert code == 2 and said.strip() == f"error: study file not found: {missing}", said
     code, said = cli(["run", url, "--workdir", s3.url("work")], capsys)

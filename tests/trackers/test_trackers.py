@@ -76,10 +76,7 @@ def check_description(text: str, study) -> None:
     sv = sel["rules"]["accuracy"]["split_validation"]
     assert sel["recommendation"]["keep_final"] and sv["unresolved"]  # what this trajectory shows
     assert "Final checkpoint kept because the gain is unresolved" in text
-    assert (
-        f"{fmt(sv, unit=' pp', mark=False)} (95% interval, unresolved)" in text
-        and f"step {sel['recommendation']['keep_step']}" in text
-    )
+    assert f"{fmt(sv, unit=' pp', mark=False)} (95% interval, unresolved)" in text and f"step {sel['recommendation']['keep_step']}" in text
     assert study.summary["choices_sha256"] in text
 
 
@@ -111,10 +108,7 @@ def test_payload_names_every_estimate_and_the_evidence(study):
     sv = study.selection["rules"]["accuracy"]["split_validation"]
     assert alone.metrics["ckptsel/select/accuracy/split_validation/lo"] == pytest.approx(sv["lo"])
     assert alone.metrics["ckptsel/select/keep_step"] == study.selection["recommendation"]["keep_step"]
-    assert (
-        "Final checkpoint kept because the gain is unresolved"
-        in registration(alone, NAME, study.checkpoint).description
-    )
+    assert "Final checkpoint kept because the gain is unresolved" in registration(alone, NAME, study.checkpoint).description
     with pytest.raises(CkptselError, match="needs a recommendation"):
         registration(build_payload(study.results), NAME)
     with pytest.raises(CkptselError, match="--register name"):
@@ -151,16 +145,8 @@ def test_mlflow_new_run_metrics_artifacts_and_registered_alias(study, stores, tm
     assert "ckptsel.choices_sha256" not in run.data.tags
     check_metrics(run.data.metrics, study.summary)
     names = {a.path for a in client.list_artifacts(logged.run_id, "ckptsel")}
-    assert {
-        "ckptsel/summary.json",
-        "ckptsel/report.html",
-        "ckptsel/main_table.json",
-        "ckptsel/metrics.csv",
-        "ckptsel/choices.csv",
-    } <= names
-    back = mlflow.artifacts.download_artifacts(
-        run_id=logged.run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path)
-    )
+    assert {"ckptsel/summary.json", "ckptsel/report.html", "ckptsel/main_table.json", "ckptsel/metrics.csv", "ckptsel/choices.csv"} <= names
+    back = mlflow.artifacts.download_artifacts(run_id=logged.run_id, artifact_path="ckptsel/summary.json", dst_path=str(tmp_path))
     assert json.loads(Path(back).read_text()) == study.summary
     version = client.get_model_version_by_alias(NAME, ALIAS)
     assert version.run_id == logged.run_id and version.source == study.checkpoint.resolve().as_uri()
@@ -260,10 +246,7 @@ def test_wandb_into_the_training_run_by_id(study, stores):
     train_id = train.id
     train.finish()
     [logged] = log_results(
-        study.results,
-        ["wandb"],
-        targets={"wandb": LogTarget(run_id=train_id, project="ckptsel-test")},
-        note=lambda m: None,
+        study.results, ["wandb"], targets={"wandb": LogTarget(run_id=train_id, project="ckptsel-test")}, note=lambda m: None
     )
     assert logged.run_id == train_id
     line = logged.line()  # the run named (issue 39: it said "logged to run None")
@@ -311,22 +294,14 @@ def test_trackio_into_the_training_run_by_name(study, stores):
     trackio.log({"train/loss": 1.5})
     trackio.finish()
     [logged] = log_results(
-        study.results,
-        ["trackio"],
-        targets={"trackio": LogTarget(run_id="sft-run", project="ckptsel-train")},
-        note=lambda m: None,
+        study.results, ["trackio"], targets={"trackio": LogTarget(run_id="sft-run", project="ckptsel-train")}, note=lambda m: None
     )
     assert logged.run_name == "sft-run" and logged.line().startswith("trackio: logged to run sft-run (")
     rows = SQLiteStorage.get_logs("ckptsel-train", "sft-run")
     assert rows[0]["train/loss"] == 1.5
     check_metrics(next(r for r in rows if "ckptsel/G/accuracy/full/mean" in r), study.summary)
     with pytest.raises(CkptselError, match="no run 'nope'"):
-        log_results(
-            study.results,
-            ["trackio"],
-            targets={"trackio": LogTarget(run_id="nope", project="ckptsel-train")},
-            note=lambda m: None,
-        )
+        log_results(study.results, ["trackio"], targets={"trackio": LogTarget(run_id="nope", project="ckptsel-train")}, note=lambda m: None)
 
 
 def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
@@ -336,11 +311,7 @@ def test_an_estimate_without_an_interval_is_logged_as_not_estimable():
 
     one = {"mean": 1.78, "lo": None, "hi": None, "unresolved": True, "not_estimable": "1 configuration"}
     m = summary_metrics({"D": {"accuracy": one}})
-    assert m == {
-        "ckptsel/D/accuracy/mean": 1.78,
-        "ckptsel/D/accuracy/unresolved": 1.0,
-        "ckptsel/D/accuracy/not_estimable": 1.0,
-    }
+    assert m == {"ckptsel/D/accuracy/mean": 1.78, "ckptsel/D/accuracy/unresolved": 1.0, "ckptsel/D/accuracy/not_estimable": 1.0}
     sel = {
         "recommendation": {"rule": "accuracy", "keep_step": 4, "keep_final": True, "reason": "r"},
         "trajectory": "t",

@@ -56,9 +56,7 @@ def examples(tok):
 
 
 def _cfg(**kw) -> Configuration:
-    d = dict(
-        name="c", adaptation="lora", rank=4, alpha=8, lr=1e-2, steps=60, save_every=25, batch_size=4, micro_batch=2
-    )
+    d = dict(name="c", adaptation="lora", rank=4, alpha=8, lr=1e-2, steps=60, save_every=25, batch_size=4, micro_batch=2)
     d.update(kw)
     return Configuration(**d)
 
@@ -233,19 +231,11 @@ def test_study_file_roundtrip_and_errors(base, tmp_path):
             load_study(tmp_path / "bad.toml")
     with pytest.raises(CkptselError, match="unknown key"):
         study_from_dict(
-            {
-                "study": {"base_model": "x", "task": "t", "train": "f", "bogus": 1},
-                "configurations": [{"name": "a", "steps": 1}],
-            },
-            tmp_path,
+            {"study": {"base_model": "x", "task": "t", "train": "f", "bogus": 1}, "configurations": [{"name": "a", "steps": 1}]}, tmp_path
         )
     with pytest.raises(CkptselError, match=r"configurations\[0\] has unknown key"):
         study_from_dict(
-            {
-                "study": {"base_model": "x", "task": "t", "train": "f"},
-                "configurations": [{"name": "a", "steps": 1, "rnak": 8}],
-            },
-            tmp_path,
+            {"study": {"base_model": "x", "task": "t", "train": "f"}, "configurations": [{"name": "a", "steps": 1, "rnak": 8}]}, tmp_path
         )
     bad = tmp_path / "bad.toml"
     bad.write_text("[study\n")

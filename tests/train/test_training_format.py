@@ -45,9 +45,7 @@ def bos_run(tmp_path_factory):
     texts += [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in val + test]
     base = build_tiny_base(root / "base", texts, seed=0)
     tok = AutoTokenizer.from_pretrained(str(base))
-    tok._tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)]
-    )
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
     tok.chat_template = BOS_CHAT_TEMPLATE
     tok.save_pretrained(str(base))
     run = root / "runs" / "bos-s0"
@@ -250,17 +248,7 @@ def test_a_template_file_s_final_newline_never_changes_the_texts(bos_run, tmp_pa
 def test_tasks_show_prints_the_ids_head_and_the_bos_count(bos_run, capsys):
     """The same first text line, told apart by the ids: one BOS under the template's own
     tokenization, two under --bos template+tokenizer, with the warning when it is unsaid."""
-    show = [
-        "tasks",
-        "show",
-        "gsm8k",
-        "--items",
-        bos_run["validation"],
-        "--prompt-format",
-        "chat",
-        "--tokenizer",
-        bos_run["base"],
-    ]
+    show = ["tasks", "show", "gsm8k", "--items", bos_run["validation"], "--prompt-format", "chat", "--tokenizer", bos_run["base"]]
     tok = _tok(bos_run)
     code, once = run_cli(show, capsys)
     assert code == 0, once
@@ -281,17 +269,7 @@ def test_a_template_file_s_own_bos_text_is_counted(bos_run, tmp_path, capsys):
     refused in one line (as ``{{ bos_token }}`` is), unless the run says it had two."""
     path = tmp_path / "bos.jinja"
     path.write_text("<s>Q: {{ prompt }}\nA:")
-    show = [
-        "tasks",
-        "show",
-        "gsm8k",
-        "--items",
-        bos_run["validation"],
-        "--prompt-format",
-        path,
-        "--tokenizer",
-        bos_run["base"],
-    ]
+    show = ["tasks", "show", "gsm8k", "--items", bos_run["validation"], "--prompt-format", path, "--tokenizer", bos_run["base"]]
     code, said = run_cli(show, capsys)
     assert code == 2 and len(_one_line(said)) == 1 and "Traceback" not in said, said
     assert str(path) in said and "'<s>'" in said and "two" in said

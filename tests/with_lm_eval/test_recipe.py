@@ -120,9 +120,7 @@ def test_the_pages_yaml_gives_ckptsels_correctness(model, tmp_path, monkeypatch,
     assert len(logged) == len(DOCS) and {s["filter"] for s in logged} == {"ckptsel"}
 
     records = tmp_path / "records"
-    code, said = run_cli(
-        ["ingest", "lm-eval", out, "--out", records, "--task", "gsm8k", "--trajectory", "tiny"], capsys
-    )
+    code, said = run_cli(["ingest", "lm-eval", out, "--out", records, "--task", "gsm8k", "--trajectory", "tiny"], capsys)
     assert code == 0, said
     assert "the log says" not in said  # no contradiction between the log and ckptsel's rule
     gen = read_frame(records, "generations").set_index("item_id")

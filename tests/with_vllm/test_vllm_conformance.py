@@ -27,9 +27,7 @@ MAX_NEW = 12
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return build_tiny_run(
-        tmp_path_factory.mktemp("vllm-conform"), steps=(10,), n_validation=6, n_test=4, hidden_size=128
-    )
+    return build_tiny_run(tmp_path_factory.mktemp("vllm-conform"), steps=(10,), n_validation=6, n_test=4, hidden_size=128)
 
 
 @pytest.fixture()
@@ -65,8 +63,7 @@ def test_vllm_is_checked_against_itself_one_request_at_a_time(run, cache, tmp_pa
     (w,) = [x for x in verdicts(cache) if x != v and "HF unpadded forward" in detail(x)]
     assert w["passed"] and "texts not checked" in detail(w)
     assert read_provenance(tmp_path / "mixed", "nll")["run-a"].conformance == {
-        "passed (6 items: NLL vs vLLM one request at a time and an HF unpadded forward; "
-        f"checked in this run, entry {w['digest'][:19]})"
+        f"passed (6 items: NLL vs vLLM one request at a time and an HF unpadded forward; checked in this run, entry {w['digest'][:19]})"
     }
 
 

@@ -24,14 +24,7 @@ STEPS = tuple(range(2, 21, 2))  # ten adapters, as a trajectory of the paper has
 
 def config(**kw) -> MeasureConfig:
     return MeasureConfig(
-        "gsm8k",
-        batch_size=4,
-        max_new_tokens=12,
-        window=64,
-        dtype="float32",
-        backend="vllm",
-        conformance_check=False,
-        **kw,
+        "gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm", conformance_check=False, **kw
     )
 
 

@@ -30,9 +30,7 @@ STEPS = (2, 4, 6, 8)
 
 
 def config() -> MeasureConfig:
-    return MeasureConfig(
-        "gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm", conformance_check=False
-    )
+    return MeasureConfig("gsm8k", batch_size=4, max_new_tokens=12, window=64, dtype="float32", backend="vllm", conformance_check=False)
 
 
 @pytest.fixture(scope="module")

@@ -76,9 +76,7 @@ def add_end_of_turn(base: Path) -> int:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    run = build_tiny_run(
-        tmp_path_factory.mktemp("vllm"), steps=STEPS, n_validation=8, n_test=6, long_every=3, hidden_size=128
-    )
+    run = build_tiny_run(tmp_path_factory.mktemp("vllm"), steps=STEPS, n_validation=8, n_test=6, long_every=3, hidden_size=128)
     add_end_of_turn(run.base)
     return run
 
@@ -185,11 +183,7 @@ def test_refusals_come_before_the_engine_starts(tmp_path):
     with pytest.raises(CkptselError, match=r"head size 16 is not supported by vLLM's CPU"):
         measure(small, tmp_path / "r1", backend="vllm")
     with pytest.raises(CkptselError, match="CPU build"):
-        VllmEngine(
-            MeasureConfig("gsm8k", backend="vllm", device="cuda", check_here=False),
-            discover_checkpoints(small.run_dir, None),
-            None,
-        )
+        VllmEngine(MeasureConfig("gsm8k", backend="vllm", device="cuda", check_here=False), discover_checkpoints(small.run_dir, None), None)
     cfg = small.run_dir / "checkpoint-10" / "adapter_config.json"
     cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "modules_to_save": ["lm_head"]}))
     with pytest.raises(CkptselError, match="modules_to_save"):

@@ -7,10 +7,7 @@ import os
 
 import pytest
 
-REASON = (
-    "the vLLM tests run in the vLLM environment: bash scripts/setup_vllm.sh, then "
-    ".venv-vllm/bin/python -m pytest tests/with_vllm"
-)
+REASON = "the vLLM tests run in the vLLM environment: bash scripts/setup_vllm.sh, then .venv-vllm/bin/python -m pytest tests/with_vllm"
 
 
 def require_vllm():

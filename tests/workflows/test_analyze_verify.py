@@ -38,9 +38,7 @@ def test_same_inputs_and_seed_give_byte_identical_summary(records_dir, tmp_path)
     analyze(records_dir, tmp_path / "b")
     a, b = (tmp_path / "a" / "summary.json").read_bytes(), (tmp_path / "b" / "summary.json").read_bytes()
     assert a == b
-    assert (tmp_path / "a" / "choices" / "choices.sha256").read_bytes() == (
-        tmp_path / "b" / "choices" / "choices.sha256"
-    ).read_bytes()
+    assert (tmp_path / "a" / "choices" / "choices.sha256").read_bytes() == (tmp_path / "b" / "choices" / "choices.sha256").read_bytes()
     analyze(records_dir, tmp_path / "c", seed=7)
     assert (tmp_path / "c" / "summary.json").read_bytes() != a
 

@@ -150,15 +150,11 @@ def _final_steps_unknown(rec, gen, nll):
     return "no-such-run"
 
 
-@pytest.mark.parametrize(
-    "breaker", [_negative_nll, _garbage_in_nll, _negative_step, _final_steps_unknown], ids=lambda f: f.__name__
-)
+@pytest.mark.parametrize("breaker", [_negative_nll, _garbage_in_nll, _negative_step, _final_steps_unknown], ids=lambda f: f.__name__)
 def test_impossible_or_corrupted_records_are_rejected(study, breaker, capsys):
     tmp, gen, nll, rec = study
     needle = breaker(rec, gen.copy(), nll.copy())
-    text = assert_one_line_error(
-        ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle
-    )
+    text = assert_one_line_error(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle)
     assert not (tmp / "res").exists()
     if breaker is _negative_step:
         assert "negative step" in text
@@ -192,12 +188,7 @@ def _t_duplicate(gen, nll):
 def _t_varying_tokens(gen, nll):
     r = _first(nll, "test")
     row = nll.loc[r]
-    same = (
-        (nll.split == "test")
-        & (nll.trajectory == row.trajectory)
-        & (nll.item_id == row.item_id)
-        & (nll.window == row.window)
-    )
+    same = (nll.split == "test") & (nll.trajectory == row.trajectory) & (nll.item_id == row.item_id) & (nll.window == row.window)
     other = nll.index[same & (nll.step != row.step)][0]
     nll.loc[other, "n_tokens"] = nll.loc[other, "n_tokens"] + 7
     return "n_tokens differ"
@@ -262,9 +253,7 @@ def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
             return
         upsert_records(rec, generations=gen, nll=nll)
     load_validation(rec)  # validation rows are fine: the test rows are what is wrong
-    first = assert_one_line_error(
-        ["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle
-    )
+    first = assert_one_line_error(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle)
     assert not (tmp / "res").exists()
     if layout == "units":  # the same line as when the rows themselves are read
         with uncached(), pytest.raises(CkptselError) as err:
@@ -497,11 +486,7 @@ def _case(name: str, tmp: Path, rec: Path, capsys, analyzed):  # noqa: C901 - on
         (tmp / "afile").write_text("x")
         return (["analyze", rec, "--out", tmp / "afile" / "res", "--permutations", 10, "--draws", 200], "afile", 2)
     if name == "out_unwritable":
-        return (
-            ["analyze", rec, "--out", "/proc/ckptsel-results", "--permutations", 10, "--draws", 200],
-            "/proc/ckptsel-results",
-            2,
-        )
+        return (["analyze", rec, "--out", "/proc/ckptsel-results", "--permutations", 10, "--draws", 200], "/proc/ckptsel-results", 2)
     if name == "select_huge_draws":
         return ["select", rec, "--trajectory", "c0-s0", "--draws", str(10**9)], "--draws", 2
     if name == "split_out_is_a_file":
@@ -671,9 +656,7 @@ def _measure_name_taken(tmp, gen, nll, rec):
     with pytest.raises(CkptselError, match=f"trajectory {traj!r} is already recorded with configuration"):
         _check_trajectory_identity(table, rec, traj, "another-config", config)
     with pytest.raises(CkptselError, match=f"trajectory {traj!r} is already recorded with task"):
-        _check_trajectory_identity(
-            table, rec, traj, conf, SimpleNamespace(task_for=lambda s: task + "-other" * (s == "test"))
-        )
+        _check_trajectory_identity(table, rec, traj, conf, SimpleNamespace(task_for=lambda s: task + "-other" * (s == "test")))
 
 
 def _negative_steps_named_right(tmp, gen, nll, rec):
@@ -689,9 +672,7 @@ def _negative_steps_named_right(tmp, gen, nll, rec):
 
 
 @pytest.mark.parametrize(
-    "check",
-    [_one_test_item, _audit_one_line_pools, _measure_name_taken, _negative_steps_named_right],
-    ids=lambda f: f.__name__,
+    "check", [_one_test_item, _audit_one_line_pools, _measure_name_taken, _negative_steps_named_right], ids=lambda f: f.__name__
 )
 def test_smaller_points(study, check):
     tmp, gen, nll, rec = study

@@ -189,21 +189,7 @@ def test_compare_hand_computed(records):
 
 
 def test_compare_two_runs_and_cli_json(records, capsys):
-    run(
-        [
-            "compare",
-            str(records),
-            "--trajectory",
-            "run-a",
-            "--trajectory-b",
-            "run-b",
-            "10",
-            "30",
-            "--json",
-            "--draws",
-            "500",
-        ]
-    )
+    run(["compare", str(records), "--trajectory", "run-a", "--trajectory-b", "run-b", "10", "30", "--json", "--draws", "500"])
     out = json.loads(capsys.readouterr().out)
     assert out["b"] == {"trajectory": "run-b", "step": 30}
     v = out["splits"]["validation"]
@@ -486,9 +472,7 @@ def test_compare_mcnemar_holds_its_level_when_items_come_in_groups():
     # every item its own group: the exact McNemar test, as before (and no second p-value)
     a, b = rng.random(60) < 0.6, rng.random(60) < 0.5
     r = paired_difference(a, b, np.arange(60).astype(str), settings)
-    assert "mcnemar_method" not in r and r["mcnemar_p"] == pytest.approx(
-        mcnemar_exact(int((a & ~b).sum()), int((~a & b).sum())), rel=1e-12
-    )
+    assert "mcnemar_method" not in r and r["mcnemar_p"] == pytest.approx(mcnemar_exact(int((a & ~b).sum()), int((~a & b).sum())), rel=1e-12)
     from ckptsel.stats.paired import clustered_mcnemar
 
     assert clustered_mcnemar(a, b, np.arange(60).astype(str)) == pytest.approx(r["mcnemar_p"], rel=1e-9)

@@ -80,9 +80,7 @@ def test_two_inspect_logs_give_the_numbers_of_ingested_records(tmp_path, capsys)
 
 
 def test_text_output_and_a_mix_of_inspect_and_lighteval(capsys):
-    code, said = run_cli(
-        ["compare-logs", A80, DETAILS / "tiny-a" / "checkpoint-80", "--scorer", "match", *DRAWS], capsys
-    )
+    code, said = run_cli(["compare-logs", A80, DETAILS / "tiny-a" / "checkpoint-80", "--scorer", "match", *DRAWS], capsys)
     assert code == 0, said
     assert "(inspect, 12 samples)" in said and "(lighteval, 12 samples)" in said
     assert "Holm p" in said and "tiny_gsm" in said
@@ -97,9 +95,7 @@ def _line(doc_id: int, correct: bool) -> dict:
         "doc_id": doc_id,
         "doc": {"question": q, "answer": str(doc_id + 1)},
         "target": str(doc_id + 1),
-        "arguments": {
-            "gen_args_0": {"arg_0": f"Question: {q}\nAnswer:", "arg_1": {"until": ["\n"], "do_sample": False}}
-        },
+        "arguments": {"gen_args_0": {"arg_0": f"Question: {q}\nAnswer:", "arg_1": {"until": ["\n"], "do_sample": False}}},
         "resps": [[f" {answer}"]],
         "filtered_resps": [f" {answer}"],
         "filter": "none",
@@ -139,9 +135,7 @@ def test_two_lm_eval_logs_give_the_numbers_of_ingested_records(lm_eval_runs, tmp
     assert c["table"]["only_a"] == int((x & ~y).sum()) and c["table"]["only_b"] == int((~x & y).sum())
     assert c["difference"]["mean"] == pytest.approx(100 * (x.mean() - y.mean()))
     assert c["mcnemar_p_adjusted"] == c["mcnemar_p"]  # one comparison: nothing to adjust
-    records = _ingested_compare(
-        tmp_path, capsys, [["lm-eval", run / "checkpoint-0", run / "checkpoint-1"]], ["--split", "validation"]
-    )
+    records = _ingested_compare(tmp_path, capsys, [["lm-eval", run / "checkpoint-0", run / "checkpoint-1"]], ["--split", "validation"])
     assert {k: c[k] for k in SAME} == {k: records["splits"]["validation"][k] for k in SAME}
     # (records keep a trajectory's items measured at every checkpoint: the 3 are gone there)
 
@@ -202,18 +196,13 @@ def mockllm_logs(tmp_path_factory):
     from inspect_ai.solver import generate
 
     root = tmp_path_factory.mktemp("mockllm")
-    samples = [
-        Sample(id=f"q{i:02d}", input=f"What is {i} + 1?", target=str(i + 1), metadata={"group": f"g{i // 2}"})
-        for i in range(12)
-    ]
+    samples = [Sample(id=f"q{i:02d}", input=f"What is {i} + 1?", target=str(i + 1), metadata={"group": f"g{i // 2}"}) for i in range(12)]
     paths = []
     for name, wrong_every in (("a", 3), ("b", 4)):
         answers = [str(i + 1) if i % wrong_every else "0" for i in range(12)]
         model = get_model("mockllm/model", custom_outputs=[_mock_output(ModelOutput, ModelUsage, a) for a in answers])
         task = inspect_ai.Task(dataset=samples, solver=generate(), scorer=match(), name="arith")
-        [log] = inspect_ai.eval(
-            task, model=model, log_dir=str(root / name), display="none", max_samples=1, max_connections=1
-        )
+        [log] = inspect_ai.eval(task, model=model, log_dir=str(root / name), display="none", max_samples=1, max_connections=1)
         assert log.status == "success", log.error
         paths.append(Path(log.location))
     return paths
@@ -227,10 +216,7 @@ def test_mockllm_inspect_logs_clustered_and_equal_to_ingested_records(mockllm_lo
     assert c["table"] == {"both_correct": 6, "only_a": 2, "only_b": 3, "both_wrong": 1}
     assert (c["items"], c["clusters"], c["mcnemar_method"]) == (12, 6, CLUSTERED)
     records = _ingested_compare(
-        tmp_path,
-        capsys,
-        [["inspect", a, "--steps", f"{a.name}=0"], ["inspect", b, "--steps", f"{b.name}=1"]],
-        ["--split", "validation"],
+        tmp_path, capsys, [["inspect", a, "--steps", f"{a.name}=0"], ["inspect", b, "--steps", f"{b.name}=1"]], ["--split", "validation"]
     )
     assert {k: c[k] for k in SAME} == {k: records["splits"]["validation"][k] for k in SAME}
 
@@ -322,18 +308,7 @@ def _brute_powers(ns: np.ndarray, p_a: float, p_b: float, level: float) -> np.nd
     return np.array(out)
 
 
-POWER_CASES = [
-    (0.3, 0.1),
-    (0.5, 0.5),
-    (0.9, 0.0),
-    (0.0, 0.4),
-    (0.05, 0.01),
-    (1.0, 0.0),
-    (0.2, 0.2),
-    (0.6, 0.3),
-    (0.0, 1.0),
-    (5 / 9, 0.0),
-]
+POWER_CASES = [(0.3, 0.1), (0.5, 0.5), (0.9, 0.0), (0.0, 0.4), (0.05, 0.01), (1.0, 0.0), (0.2, 0.2), (0.6, 0.3), (0.0, 1.0), (5 / 9, 0.0)]
 
 
 @pytest.mark.parametrize("level", [0.95, 0.99, 0.8])

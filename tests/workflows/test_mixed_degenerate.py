@@ -25,9 +25,7 @@ WITHOUT_NLL = ["c1-s0", "c1-s1", "c3-s0"]
 
 
 def _mixed_tables():
-    trajs = rg.random_study(
-        np.random.default_rng(11), n_configs=4, seeds=2, n_answers=8, n_val=(40, 60), n_test=(20, 30)
-    )
+    trajs = rg.random_study(np.random.default_rng(11), n_configs=4, seeds=2, n_answers=8, n_val=(40, 60), n_test=(20, 30))
     return trajs, *rg.tables(trajs)
 
 
@@ -43,9 +41,7 @@ def mixed(tmp_path_factory):
 def alone(tmp_path_factory):
     """Trajectory c0-s0 of the same study, alone in its records."""
     _, gen, nll = _mixed_tables()
-    return rg.write(
-        tmp_path_factory.mktemp("alone") / "records", gen[gen.trajectory == "c0-s0"], nll[nll.trajectory == "c0-s0"]
-    )
+    return rg.write(tmp_path_factory.mktemp("alone") / "records", gen[gen.trajectory == "c0-s0"], nll[nll.trajectory == "c0-s0"])
 
 
 def _degenerate_traj(n: int = 128, N: int = 64) -> rg.Traj:
@@ -60,9 +56,7 @@ def _degenerate_traj(n: int = 128, N: int = 64) -> rg.Traj:
 
     va = np.stack([ckpt(gold_v, 0.03), np.full(n, "6"), ckpt(gold_v, 0.04), ckpt(gold_v, 0.03)])
     ta = np.stack([ckpt(gold_t, 0.03), np.full(N, "6"), ckpt(gold_t, 0.04), ckpt(gold_t, 0.03)])
-    return rg.Traj(
-        "run", "c", "gsm8k", [10, 20, 30, 40], va == gold_v, va, np.ones((4, n)), np.full(n, 3), ta == gold_t, ta
-    )
+    return rg.Traj("run", "c", "gsm8k", [10, 20, 30, 40], va == gold_v, va, np.ones((4, n)), np.full(n, 3), ta == gold_t, ta)
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +73,7 @@ def _json(args, capsys):
 def _refused(args, capsys, *names: str, out: Path | None = None) -> str:
     code, text = run_cli(args, capsys)
     # the message is one line (analyze's progress and note lines before it are no message)
-    lines = [
-        line for line in text.strip().splitlines() if line.strip() and not line.startswith(("analyze: ", "note: "))
-    ]
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith(("analyze: ", "note: "))]
     assert code == 2, text
     assert len(lines) == 1 and "Traceback" not in text, text
     for name in names:
@@ -202,9 +194,7 @@ def test_a_checkpoint_of_a_closed_label_task_right_on_its_common_label_is_not_fl
     n = 60
     gold = np.where(rng.random(n) < 0.65, "true", "false")
     good = np.where(rng.random((3, n)) < 0.85, gold, np.where(gold == "true", "false", "true"))
-    t = rg.Traj(
-        "boolq", "c", "boolq", [1, 2, 3], good == gold, good, np.ones((3, n)), np.full(n, 2), good == gold, good
-    )
+    t = rg.Traj("boolq", "c", "boolq", [1, 2, 3], good == gold, good, np.ones((3, n)), np.full(n, 2), good == gold, good)
     rec = rg.write(tmp_path / "records", *rg.tables([t]))
     sel = _json(["select", rec, "--trajectory", "boolq", *QUICK], capsys)
     assert sel["answer_check"]["flagged"] == []
@@ -227,23 +217,12 @@ def test_the_gsm8k_rule_says_when_only_its_fallback_found_the_answer():
 def test_analyze_warning_names_only_what_differs(tmp_path, capsys):
     trajs, gen, nll = _mixed_tables()
     rec = tmp_path / "records"
-    base = {
-        "engine": "hf",
-        "version": "5.0",
-        "dtype": "float32",
-        "attention": "sdpa",
-        "batch_size": 16,
-        "device": "cpu",
-    }
+    base = {"engine": "hf", "version": "5.0", "dtype": "float32", "attention": "sdpa", "batch_size": 16, "device": "cpu"}
     for i, t in enumerate(sorted(gen.trajectory.unique())):
         p = canonical({**base, "prompt_format": "chat-template" if i % 2 else "alpaca"})
         prov = unit_provenance([p])
-        upsert_records(
-            rec, gen[gen.trajectory == t], nll[nll.trajectory == t], provenance={"generations": prov, "nll": prov}
-        )
-    code, text = run_cli(
-        ["analyze", rec, "--out", tmp_path / "res", "--permutations", "8", "--draws", "200", "--no-report"], capsys
-    )
+        upsert_records(rec, gen[gen.trajectory == t], nll[nll.trajectory == t], provenance={"generations": prov, "nll": prov})
+    code, text = run_cli(["analyze", rec, "--out", tmp_path / "res", "--permutations", "8", "--draws", "200", "--no-report"], capsys)
     assert code == 0, text
     flat = " ".join(text.split())
     assert "different provenances (they differ in prompt format)" in flat
@@ -280,10 +259,7 @@ def _int_answer(gen):
     return gen.assign(answer=np.arange(len(gen), dtype=np.int64))
 
 
-HOSTILE = {
-    "NaN answer": (_null_answer, ("answer", "missing/NaN")),
-    "answer of the wrong type": (_int_answer, ("answer", "int64")),
-}
+HOSTILE = {"NaN answer": (_null_answer, ("answer", "missing/NaN")), "answer of the wrong type": (_int_answer, ("answer", "int64"))}
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
@@ -302,12 +278,7 @@ def test_bad_answer_columns_are_one_line(case, command, tmp_path, capsys):
 
 @pytest.mark.parametrize("share", ["0", "-0.5", "1.5", "nan", "inf", "1e308"])
 def test_a_bad_degenerate_share_is_one_line(degenerate, share, capsys):
-    _refused(
-        ["select", degenerate, "--trajectory", "run", "--degenerate-share", share, *QUICK],
-        capsys,
-        "--degenerate-share",
-        "(0, 1]",
-    )
+    _refused(["select", degenerate, "--trajectory", "run", "--degenerate-share", share, *QUICK], capsys, "--degenerate-share", "(0, 1]")
 
 
 def test_rule_nll_on_a_trajectory_without_nll_is_one_line_naming_it(mixed, capsys):
@@ -439,13 +410,7 @@ def test_analyze_names_a_kept_checkpoint_resting_on_the_fallback(fallback, tmp_p
 
 
 def test_strict_answers_without_texts_is_one_line(degenerate, capsys):
-    _refused(
-        ["select", degenerate, "--trajectory", "run", "--strict-answers", *QUICK],
-        capsys,
-        "--strict-answers",
-        "'run'",
-        "texts",
-    )
+    _refused(["select", degenerate, "--trajectory", "run", "--strict-answers", *QUICK], capsys, "--strict-answers", "'run'", "texts")
 
 
 def _texts_changed(root: Path, change) -> Path:
@@ -457,9 +422,7 @@ def _texts_changed(root: Path, change) -> Path:
     return src
 
 
-TEXT_HOSTILE = {
-    "text of the wrong type": (lambda g: g.assign(text=np.arange(len(g), dtype=np.int64)), ("text", "int64"))
-}
+TEXT_HOSTILE = {"text of the wrong type": (lambda g: g.assign(text=np.arange(len(g), dtype=np.int64)), ("text", "int64"))}
 
 
 @pytest.mark.parametrize("case", list(TEXT_HOSTILE))

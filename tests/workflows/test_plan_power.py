@@ -19,14 +19,7 @@ from ckptsel.workflows.advise.planning import MIN_PROMISE_CLUSTERS, PilotMoments
 import recordsgen as rg
 from clirun import run_cli
 
-POWER_KEYS = [
-    "extra_items",
-    "p_beat_point_at_smallest",
-    "promise_at_smallest",
-    "p_beat_point_at_safe",
-    "promise_at_safe",
-    "note",
-]
+POWER_KEYS = ["extra_items", "p_beat_point_at_smallest", "promise_at_smallest", "p_beat_point_at_safe", "promise_at_safe", "note"]
 
 
 def _pilot(p, n, seed):

@@ -179,13 +179,7 @@ def _record(records: Path, trajectory: str, step: int, cfg, pool) -> None:
         hashes = {it.item_id: h for it, h in zip(its, pool.hashes[split], strict=True)}
         sel = [its[i] for i in parts.todo_gen[split]]
         g = generation_frame(
-            sel,
-            ["#### 1"] * len(sel),
-            task=cfg.task_for(split),
-            split=split,
-            trajectory=trajectory,
-            configuration="a",
-            step=step,
+            sel, ["#### 1"] * len(sel), task=cfg.task_for(split), split=split, trajectory=trajectory, configuration="a", step=step
         )
         sel = [its[i] for i in parts.todo_nll[split]]
         n = nll_frame(sel, [{0: ResponseNll(1.5, 3)}] * len(sel), split=split, trajectory=trajectory, step=step)
@@ -194,9 +188,7 @@ def _record(records: Path, trajectory: str, step: int, cfg, pool) -> None:
                 out.append(frame.assign(item_hash=[hashes[i] for i in frame["item_id"]]))
     parts.add(gens, nlls)
     upsert_records(
-        records,
-        generations=parts.contract_generations(cfg.task, trajectory, "a", cfg.test_task),
-        nll=parts.contract_nll(trajectory),
+        records, generations=parts.contract_generations(cfg.task, trajectory, "a", cfg.test_task), nll=parts.contract_nll(trajectory)
     )
 
 
@@ -314,12 +306,7 @@ def tiny(tmp_path_factory, shared_data: Path):
     root = tmp_path_factory.mktemp("tiny-study")
     rows = [json.loads(x) for x in (shared_data / "gsm8k" / "train.jsonl").open().readlines()[:240]]
     meta = [
-        {
-            "query": r["question"],
-            "response": gsm8k_response(r["answer"]),
-            "type": "GSM_Rephrased",
-            "original_question": r["question"],
-        }
+        {"query": r["question"], "response": gsm8k_response(r["answer"]), "type": "GSM_Rephrased", "original_question": r["question"]}
         for r in rows
     ]
     pool = write(root / "metamath.json", json.dumps(meta))
@@ -543,9 +530,7 @@ def test_workers_give_the_same_records_and_summary(kill_ref, tmp_path: Path) -> 
     lines: list[str] = []
     assert _run_until(study, tmp_path / "w2", None, ("--workers", "2"), lines) == 0
     out = "".join(lines)
-    assert (tmp_path / "w2" / "results" / "summary.json").read_bytes() == (
-        ref / "results" / "summary.json"
-    ).read_bytes()
+    assert (tmp_path / "w2" / "results" / "summary.json").read_bytes() == (ref / "results" / "summary.json").read_bytes()
     _same_records(ref, tmp_path / "w2")
     for name in ("r4-s1", "r4-s2", "r8-s1", "r8-s2"):
         assert out.count(f"train: {name}: trained") == 1, out
@@ -633,18 +618,10 @@ def test_lm_eval_sample_folders_are_ingested(study_dir: Path, capsys) -> None:
             for step in (100, 200):
                 ok = [(step + k + i) % 3 != 0 for i in range(3)]
                 gsm8k_checkpoint(
-                    study_dir / "evals" / folder / split / f"checkpoint-{step}",
-                    [f"#### {x}" for x in ("18", "1234", "5")],
-                    ok,
+                    study_dir / "evals" / folder / split / f"checkpoint-{step}", [f"#### {x}" for x in ("18", "1234", "5")], ok
                 )
-    text = (
-        MINIMAL.split("[[configurations]]")[0]
-        .replace("[train]\n", "")
-        .replace('task = "gsm8k"\nfile = "train.jsonl"\n', "", 1)
-    )
-    text += "".join(
-        f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n' for c in ("a", "b")
-    )
+    text = MINIMAL.split("[[configurations]]")[0].replace("[train]\n", "").replace('task = "gsm8k"\nfile = "train.jsonl"\n', "", 1)
+    text += "".join(f'[[configurations]]\nname = "{c}"\nlm_eval = "evals/{c}-s*"\nfilter = "strict-match"\n' for c in ("a", "b"))
     study = write(study_dir / "s.toml", text)
     cli(["run", str(study), "--until", "measure"])
     gen = read_frame(study_dir / "records", "generations")

@@ -184,9 +184,7 @@ def test_vectorized_split_gains_equal_a_plain_loop(maximize):
     np.testing.assert_allclose(got, loop_gains(signal, correct, maximize, in_s, weights), atol=1e-9)
 
 
-def one_trajectory_gains(
-    signal: np.ndarray, correct: np.ndarray, maximize: bool, in_s: np.ndarray, weights: np.ndarray
-) -> np.ndarray:
+def one_trajectory_gains(signal: np.ndarray, correct: np.ndarray, maximize: bool, in_s: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``split_validation_gains`` as it was before issue 37 (one trajectory, float64 products):
     the reference the pooled kernel must reproduce bit for bit."""
     W, P = weights.shape[0], in_s.shape[0]
@@ -357,13 +355,7 @@ def test_model_confidence_set_first_test_matches_a_loop():
 def test_small_truth_known_coverage():
     """A fast version of benchmarks/bench_select.py: 5 checkpoints, the best +3 pp."""
     from ckptsel.stats.resample import Clusters, resample_counts
-    from ckptsel.stats.winners import (
-        accuracy_moments,
-        bootstrap_accuracies,
-        model_confidence_set,
-        naive_winner,
-        winner_interval,
-    )
+    from ckptsel.stats.winners import accuracy_moments, bootstrap_accuracies, model_confidence_set, naive_winner, winner_interval
 
     p = np.array([0.50, 0.56, 0.59, 0.59, 0.56])
     rng = np.random.default_rng(11)
@@ -417,10 +409,7 @@ def test_split_validation_keeps_whole_groups_on_one_side():
         per_group = rng.random((T, G)) < 0.5  # a checkpoint answers all variants of a question alike
         correct = np.repeat(per_group, size, axis=1)
         signal = correct.astype(np.float64)  # the accuracy rule
-        for masks, out in (
-            (partition_masks(ids, 20, seed=3), item_wise),
-            (partition_masks(ids, 20, seed=3, groups=groups), group_wise),
-        ):
+        for masks, out in ((partition_masks(ids, 20, seed=3), item_wise), (partition_masks(ids, 20, seed=3, groups=groups), group_wise)):
             out.append(split_validation_gains(signal, correct, True, masks, np.ones((1, n)))[0])
     masks = partition_masks(ids, 20, seed=3, groups=groups)
     per_group_share = masks.reshape(20, G, size).mean(axis=2)
@@ -446,9 +435,7 @@ def test_chosen_estimate_does_not_move_with_the_seed():
     p = np.array([0.40, 0.46, 0.50, 0.53, 0.555, 0.545, 0.535, 0.515])
     correct = rng.random((8, 100)) < p[:, None]
     groups = np.arange(100).astype(str)
-    means = {
-        best_checkpoints(correct, groups, np.arange(8), SelectSettings(draws=100, seed=s))[1].mean for s in (1, 2, 3)
-    }
+    means = {best_checkpoints(correct, groups, np.arange(8), SelectSettings(draws=100, seed=s))[1].mean for s in (1, 2, 3)}
     assert len(means) == 1, means
     x, _, sigma = accuracy_moments(correct[None], Clusters.of(groups, 100))
     once = winner_interval(x, sigma, 100, 100, 0.95)

@@ -23,9 +23,7 @@ def refused(args: list, capsys, *needles: str) -> None:
 
 
 def pool(path: Path, n: int = 30) -> Path:
-    rows = [
-        {"query": f"q{i} plus {i}", "response": f"so #### {i}", "original_question": f"g{i % 12}"} for i in range(n)
-    ]
+    rows = [{"query": f"q{i} plus {i}", "response": f"so #### {i}", "original_question": f"g{i % 12}"} for i in range(n)]
     path.write_text(json.dumps(rows, indent=4) + "\n")
     return path
 

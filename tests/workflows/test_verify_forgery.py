@@ -209,17 +209,9 @@ def test_a_hostile_task_name_is_escaped_in_every_markdown_table(analysed, tmp_pa
 def test_the_audit_markdown_escapes_pool_names_and_texts() -> None:
     from ckptsel.data.audit.findings import AuditResult, CheckResult, PairReport
 
-    check = CheckResult(
-        pairs=1, items_a=1, items_b=1, examples=[{"i": 0, "j": 0, "a_text": HOSTILE, "b_text": "<b>x</b>"}]
-    )
+    check = CheckResult(pairs=1, items_a=1, items_b=1, examples=[{"i": 0, "j": 0, "a_text": HOSTILE, "b_text": "<b>x</b>"}])
     pair = PairReport(a=HOSTILE, b="test", n_a=1, n_b=1, checks={"exact": check, "word5": CheckResult(0, 0, 0)})
     text = AuditResult(
-        threshold=0.5,
-        pools={HOSTILE: 1, "test": 1},
-        pairs=[pair],
-        planted=[],
-        control_run=False,
-        control_notes=[HOSTILE],
-        seconds=0.1,
+        threshold=0.5, pools={HOSTILE: 1, "test": 1}, pairs=[pair], planted=[], control_run=False, control_notes=[HOSTILE], seconds=0.1
     ).to_markdown()
     assert "<svg" not in text and "<b>" not in text and "&lt;svg" in text

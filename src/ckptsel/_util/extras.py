@@ -12,9 +12,7 @@ from ckptsel.errors import CkptselError
 
 __all__ = ["ML_HINT", "ML_PACKAGES", "missing_ml", "missing_module_line", "require_ml"]
 
-ML_HINT = (
-    "pip install 'ckptsel[ml]' (install your platform's torch build first: the CPU build on a machine without a GPU)"
-)
+ML_HINT = "pip install 'ckptsel[ml]' (install your platform's torch build first: the CPU build on a machine without a GPU)"
 # what a command that trains or measures imports first; the rest of [ml] comes with them
 ML_PACKAGES = ("torch", "transformers")
 # every import name of the [ml] extra (a ModuleNotFoundError for one of them is [ml]'s)

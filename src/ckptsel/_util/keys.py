@@ -62,11 +62,7 @@ def _read_key(path: Path) -> bytes:
     except OSError as err:
         raise _refuse(path, f"cannot be read ({err.strerror or err})") from None
     if len(data) != KEY_BYTES:
-        raise _refuse(
-            path,
-            f"holds {len(data)}{'+' if len(data) > KEY_BYTES else ''} bytes, not "
-            f"{KEY_BYTES} (truncated, or not ckptsel's)",
-        )
+        raise _refuse(path, f"holds {len(data)}{'+' if len(data) > KEY_BYTES else ''} bytes, not {KEY_BYTES} (truncated, or not ckptsel's)")
     return data
 
 

@@ -117,10 +117,7 @@ def storage_error(loc: Location | str, err: BaseException) -> CkptselError | Non
             "AWS_PROFILE (a profile in ~/.aws), or run where an instance role applies"
         )
     if names & set(_UNREACHABLE):
-        return CkptselError(
-            f"{loc}: cannot reach the storage endpoint {_endpoint(loc)} "
-            f"({said}); check AWS_ENDPOINT_URL and the network"
-        )
+        return CkptselError(f"{loc}: cannot reach the storage endpoint {_endpoint(loc)} ({said}); check AWS_ENDPOINT_URL and the network")
     if "NoSuchBucket" in text or "bucket does not exist" in text:
         return CkptselError(
             f"{loc}: the bucket {bucket!r} does not exist at {_endpoint(loc)} (or these "
@@ -483,9 +480,7 @@ class Location:
             elif self.protocol == "memory" and (if_absent or if_tag is not None):
                 with _MEMORY_LOCK:
                     current = self.info()
-                    if (if_absent and current is not None) or (
-                        if_tag is not None and (current is None or current.tag != if_tag)
-                    ):
+                    if (if_absent and current is not None) or (if_tag is not None and (current is None or current.tag != if_tag)):
                         raise WriteConflict(str(self))
                     self.fs.pipe_file(self.fs_path, data)
             else:
@@ -546,11 +541,7 @@ def _resolve(loc: Location) -> None:
         fs, path = fsspec.core.url_to_fs(loc._s)
     except ImportError as err:
         extra = _EXTRAS.get(loc.protocol)
-        hint = (
-            f"pip install 'ckptsel[{extra}]' (or pip install {_PACKAGES[extra]})"
-            if extra
-            else "install the fsspec package for it"
-        )
+        hint = f"pip install 'ckptsel[{extra}]' (or pip install {_PACKAGES[extra]})" if extra else "install the fsspec package for it"
         raise CkptselError(f"{loc}: {loc.protocol}:// needs an extra package: {hint}") from err
     except ValueError as err:
         raise CkptselError(f"{loc}: unknown storage protocol {loc.protocol!r} ({err})") from err
@@ -668,17 +659,10 @@ def safe_join(root: str | os.PathLike[str], name: str, source: object = None) ->
     downloaded results folder must never write (or read) outside ckptsel's own folder."""
     where = f"{source}: " if source is not None else ""
     parts = name.split("/") if isinstance(name, str) else []
-    bad = (
-        not parts
-        or any(p in ("", ".", "..") for p in parts)
-        or "\\" in name
-        or "\0" in name
-        or (os.name == "nt" and ":" in name)
-    )
+    bad = not parts or any(p in ("", ".", "..") for p in parts) or "\\" in name or "\0" in name or (os.name == "nt" and ":" in name)
     if bad:
         raise CkptselError(
-            f"{where}refusing the name {name!r}: it would be written outside {root} "
-            "(absolute, '..', '.', an empty part or a backslash)"
+            f"{where}refusing the name {name!r}: it would be written outside {root} (absolute, '..', '.', an empty part or a backslash)"
         )
     base = os.path.realpath(root)
     path = os.path.realpath(os.path.join(base, *parts))

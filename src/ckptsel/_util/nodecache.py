@@ -138,9 +138,7 @@ def _download(loc: Location, want: dict[str, FileInfo], single: bool, root: Path
         for (rel, info), path in zip(want.items(), local, strict=True):
             got = os.path.getsize(path)
             if got != info.size:
-                raise CkptselError(
-                    f"{loc}/{rel}: downloaded {got} bytes, listed {info.size} (changed while copying? run again)"
-                )
+                raise CkptselError(f"{loc}/{rel}: downloaded {got} bytes, listed {info.size} (changed while copying? run again)")
         dest = root / key
         if dest.exists():
             old = root / f"{key}.tmp-old-{os.getpid()}"

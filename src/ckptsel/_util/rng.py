@@ -32,9 +32,7 @@ SELECT_TEST_DRAWS = 6  # ``select``: test-question weights ([seed, 6])
 PAIRED_DRAWS = 8  # ``compare``: clustered paired bootstrap ([seed, 8, split, chunk])
 PLAN_DRAWS = 9  # ``plan``: pilot resamples ([seed, 9, trajectory, budget, chunk(, half)])
 PLAN_HALVES = 10  # ``plan --method split``: the pilot's two halves ([seed, 10, trajectory])
-PLAN_PROMISE = (
-    11  # ``plan --method calibrated``: fresh-set noise ([seed, 11, trajectory, 0]), critical value ([..., 1])
-)
+PLAN_PROMISE = 11  # ``plan --method calibrated``: fresh-set noise ([seed, 11, trajectory, 0]), critical value ([..., 1])
 SELECT_WINNER = 12  # ``select``: MCS bootstrap ([0, 12, 0], a fixed stream whatever --seed)
 # the sign-flip test beyond 16 units (stats.exact.sign_flip_p): configurations ([seed, 13, 0, family]),
 # test-question clusters ([seed, 13, 1, task index + 1]; pooled: [seed, 13, 1, 0]), joint ([seed, 13, 2, source])

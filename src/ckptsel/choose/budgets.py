@@ -146,9 +146,7 @@ def subset(table: pd.DataFrame, index: dict, budget: str, permutation: int, pool
     pools = {p["pool"]: p for p in index["pools"]}
     if pool is None:
         if len(pools) != 1:
-            raise CkptselError(
-                f"the records have {len(pools)} validation pools: name one with --pool ({', '.join(pools)})"
-            )
+            raise CkptselError(f"the records have {len(pools)} validation pools: name one with --pool ({', '.join(pools)})")
         pool = next(iter(pools))
     if pool not in pools:
         raise CkptselError(f"no validation pool {pool!r} (the pools: {', '.join(pools) or 'none'})")

@@ -25,9 +25,7 @@ from ckptsel.records.load import ValidationData
 from ckptsel.records.schema import COMPLETE_WINDOW
 
 
-def _rule_probs(
-    scores: dict[str, np.ndarray], full: dict[str, np.ndarray], labels: list[str]
-) -> dict[tuple[str, str], np.ndarray]:
+def _rule_probs(scores: dict[str, np.ndarray], full: dict[str, np.ndarray], labels: list[str]) -> dict[tuple[str, str], np.ndarray]:
     """Selection vectors per (rule, budget) from prefix scores ``(T, P, B)`` and full-pool scores."""
     out = {}
     for rule in (r for r in RULES.values() if r.name in scores):
@@ -58,9 +56,7 @@ def signals(v: ValidationData) -> dict[str, np.ndarray]:
 
 def thinned(v: ValidationData, idx: np.ndarray) -> ValidationData:
     """The trajectory restricted to the checkpoints ``idx`` (items unchanged)."""
-    return replace(
-        v, steps=v.steps[idx], correct=v.correct[idx], answers=v.answers[idx], nll={w: a[idx] for w, a in v.nll.items()}
-    )
+    return replace(v, steps=v.steps[idx], correct=v.correct[idx], answers=v.answers[idx], nll={w: a[idx] for w, a in v.nll.items()})
 
 
 @dataclass
@@ -86,11 +82,7 @@ class PoolSubsets:
         group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
         n_groups = len(group_names)
         ov_orders = core.one_variant_orders(
-            keys,
-            group_codes.astype(np.int64),
-            core.string_keys(list(group_names)),
-            settings.seed,
-            settings.permutations,
+            keys, group_codes.astype(np.int64), core.string_keys(list(group_names)), settings.seed, settings.permutations
         )
         ov_finite, ov_labels = budget_labels_for_pool(n_groups, settings.one_variant_budgets)
         return cls(labels, nested, ov_labels, core.NestedSubsets(ov_orders, [*ov_finite, n_groups], n))
@@ -112,9 +104,7 @@ class _Signals:
         # checkpoint thinning: accuracy/NLL sums are row subsets; grid-dependent signals
         # (agreement's pluralities) are redone on the thinned grid (one checkpoint: no choice)
         thin = {k: idx for k in THINNING if len(idx := core.thinned_indices(len(v.steps), k)) >= 2}
-        redo = {
-            (k, r): RULES[r].signal(thinned(v, idx)) for k, idx in thin.items() for r in sig if RULES[r].grid_dependent
-        }
+        redo = {(k, r): RULES[r].signal(thinned(v, idx)) for k, idx in thin.items() for r in sig if RULES[r].grid_dependent}
         nested: dict = {**sig, **redo}
         if COMPLETE_WINDOW in v.nll:  # complete-response NLL control: window-0 sums, same subsets
             nested[(COMPLETE_WINDOW, H_BASELINE)] = v.nll[COMPLETE_WINDOW]
@@ -135,11 +125,7 @@ def _subset_sums(subsets: core.NestedSubsets | None, sigs: list[dict], firsts: l
     for (j, key), sums in zip(counts, summed, strict=True):
         out[j][key] = sums
     floats = [(j, key) for j, sig in enumerate(sigs) for key in sig if key not in out[j]]
-    summed = (
-        subsets.ordered_sums([sigs[j][key] for j, key in floats], [firsts[j][key] for j, key in floats])
-        if floats
-        else []
-    )
+    summed = subsets.ordered_sums([sigs[j][key] for j, key in floats], [firsts[j][key] for j, key in floats]) if floats else []
     for (j, key), sums in zip(floats, summed, strict=True):
         out[j][key] = sums
     return [{key: out[j][key] for key in sig} for j, sig in enumerate(sigs)]
@@ -156,9 +142,7 @@ def choose_trajectory(
     return _choices(v, s, subsets, prefix, ov)
 
 
-def _choices(
-    v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict, ov: dict
-) -> dict[tuple[str, str, str], np.ndarray]:
+def _choices(v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict, ov: dict) -> dict[tuple[str, str, str], np.ndarray]:
     """:func:`choose_trajectory` from the subset sums ``(T, P, B)`` of its signals: ``prefix``
     (nested subsets, keys of ``s.nested``) and ``ov`` (one variant per group, keys of ``s.sig``)."""
     T = v.correct.shape[0]
@@ -172,9 +156,7 @@ def _choices(
     # complete-response NLL control: the NLL rule on window=0 sums, same subsets
     if COMPLETE_WINDOW in v.nll:
         nll0 = v.nll[COMPLETE_WINDOW]
-        control = _rule_probs(
-            {H_BASELINE: prefix[(COMPLETE_WINDOW, H_BASELINE)]}, {H_BASELINE: nll0.sum(axis=1)}, labels
-        )
+        control = _rule_probs({H_BASELINE: prefix[(COMPLETE_WINDOW, H_BASELINE)]}, {H_BASELINE: nll0.sum(axis=1)}, labels)
         for (rule, label), p in control.items():
             out[("nll_complete", rule, label)] = p
 

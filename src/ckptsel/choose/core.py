@@ -77,9 +77,7 @@ def first_of_orders(h: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
     return (h.T[:, None, :] < below[None, :, :]) | (b >= n_items)[None, :, None]
 
 
-def one_variant_orders(
-    item_keys: np.ndarray, group_codes: np.ndarray, group_keys: np.ndarray, seed: int, reps: int
-) -> np.ndarray:
+def one_variant_orders(item_keys: np.ndarray, group_codes: np.ndarray, group_keys: np.ndarray, seed: int, reps: int) -> np.ndarray:
     """``(reps, G)`` item indices: one variant per group, groups in a per-rep order.
 
     In repetition ``p`` each group keeps the variant with the smallest hash of (p, item id);
@@ -185,12 +183,7 @@ def answer_concentration(answers: np.ndarray, correct: np.ndarray) -> tuple[np.n
 
 
 def degenerate_checkpoints(
-    answers: np.ndarray,
-    correct: np.ndarray,
-    share: float,
-    min_items: int,
-    precision: float,
-    distinct: int | None = None,
+    answers: np.ndarray, correct: np.ndarray, share: float, min_items: int, precision: float, distinct: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(flagged, shares, precisions)`` (each ``(T,)``): a checkpoint is flagged when it gives
     one answer to ``share`` or more of its ``n >= min_items`` items — and to at least twice the

@@ -32,11 +32,7 @@ def selection_halves(orders: np.ndarray) -> np.ndarray:
 
 
 def matched_half(
-    correct: np.ndarray,
-    agree: np.ndarray,
-    orders: np.ndarray | None,
-    in_s: np.ndarray | None = None,
-    on_s: np.ndarray | None = None,
+    correct: np.ndarray, agree: np.ndarray, orders: np.ndarray | None, in_s: np.ndarray | None = None, on_s: np.ndarray | None = None
 ) -> dict[str, dict[str, float]]:
     """Same-item optimism on the test pool (SPEC §5), averaged over partitions and directions.
 
@@ -111,9 +107,7 @@ def quantity_names(settings: ChoiceSettings | None = None) -> list[Name]:
     return names
 
 
-def trajectory_weights(
-    vectors: dict[tuple[str, str, str], np.ndarray], n_checkpoints: int, d_from: str = "32"
-) -> dict[Name, np.ndarray]:
+def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkpoints: int, d_from: str = "32") -> dict[Name, np.ndarray]:
     """Weight vectors over checkpoints of every linear quantity this trajectory has.
 
     ``D`` is full minus the budget labelled ``d_from`` (the smallest budget)."""
@@ -173,9 +167,7 @@ class ScoredChoices:
         return [n for n, lin in zip(self.names, self.linear, strict=True) if lin]
 
 
-def score(
-    frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None, *, workers: int | None = None
-) -> ScoredChoices:
+def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None = None, *, workers: int | None = None) -> ScoredChoices:
     """Score frozen choices on the test records (choices first, test data second, by type).
 
     ``workers``: threads for the trajectories (default: :func:`ckptsel._util.threads.map_threads`'

@@ -62,10 +62,7 @@ def freeze(table: pd.DataFrame, settings: ChoiceSettings, out_dir: Path) -> str:
     digest = choices_hash(table, settings)
     stored = table[COLUMNS].copy()
     write_parquet(out_dir / CHOICES_FILE, stored)
-    write_text(
-        out_dir / HASH_FILE,
-        json.dumps({"sha256": digest, "settings": settings.to_dict(), "rows": len(stored)}, indent=1) + "\n",
-    )
+    write_text(out_dir / HASH_FILE, json.dumps({"sha256": digest, "settings": settings.to_dict(), "rows": len(stored)}, indent=1) + "\n")
     return digest
 
 

@@ -88,27 +88,10 @@ AGREEMENT = RuleSpec(
     color="#2ca02c",
     marker="s",
 )
-NLL = RuleSpec(
-    "nll",
-    nll_signal,
-    maximize=False,
-    uses_labels=False,
-    label="matched NLL",
-    words="matched NLL",
-    color="#d62728",
-    marker="^",
-)
-LAST = RuleSpec(
-    "last", None, maximize=True, uses_labels=False, label="last (final checkpoint)", color="#7f7f7f", marker="D"
-)
+NLL = RuleSpec("nll", nll_signal, maximize=False, uses_labels=False, label="matched NLL", words="matched NLL", color="#d62728", marker="^")
+LAST = RuleSpec("last", None, maximize=True, uses_labels=False, label="last (final checkpoint)", color="#7f7f7f", marker="D")
 ORACLE = RuleSpec(  # matched half only: correctness on the selection half of the *test* pool
-    "oracle",
-    accuracy_signal,
-    maximize=True,
-    uses_labels=True,
-    label="oracle (labels of S)",
-    color="#9467bd",
-    marker="P",
+    "oracle", accuracy_signal, maximize=True, uses_labels=True, label="oracle (labels of S)", color="#9467bd", marker="P"
 )
 
 RULES: dict[str, RuleSpec] = {r.name: r for r in (ACCURACY, AGREEMENT, NLL, LAST)}

@@ -81,9 +81,7 @@ def parse_budget_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError as err:
-        raise CkptselError(
-            f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})"
-        ) from err
+        raise CkptselError(f"--budgets must be comma-separated positive integers such as 32,128,512 (got {text!r})") from err
 
 
 def parse_budgets(text: str) -> tuple[int, ...]:

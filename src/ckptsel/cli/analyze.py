@@ -43,19 +43,15 @@ def analyze(
     budgets: str = typer.Option(
         ",".join(str(b) for b in defaults.BUDGETS),
         "--budgets",
-        help="Finite validation budgets, comma-separated ('full' is always added); "
-        "D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
+        help="Finite validation budgets, comma-separated ('full' is always added); D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
     ),
     report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
-    force: bool = typer.Option(
-        False, "--force", help="Allow a non-empty --out that is not a results folder (its files are kept)."
-    ),
+    force: bool = typer.Option(False, "--force", help="Allow a non-empty --out that is not a results folder (its files are kept)."),
     log: dict[str, Any] = LOG,
     trajectory: str = typer.Option(
         None,
         "--trajectory",
-        help="Whose recommended checkpoint --register registers (default: the records' only "
-        "trajectory); its select answer is logged too.",
+        help="Whose recommended checkpoint --register registers (default: the records' only trajectory); its select answer is logged too.",
     ),
     checkpoints: Path = CHECKPOINTS,
     as_json: bool = json_flag("Print one JSON object (the summary and where it is); the rest goes to stderr."),
@@ -64,12 +60,7 @@ def analyze(
     and report G, H, D and B with bootstrap intervals."""
     start = time.perf_counter()
     settings = AnalysisSettings.of(
-        permutations=permutations,
-        draws=draws,
-        seed=seed,
-        level=confidence,
-        interval=interval,
-        budgets=parse_budget_list(budgets),
+        permutations=permutations, draws=draws, seed=seed, level=confidence, interval=interval, budgets=parse_budget_list(budgets)
     )
     tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
     tracking = tracking.for_records(records_dir)
@@ -79,11 +70,7 @@ def analyze(
         class Events(AnalysisEvents):
             def phase(self, line: str) -> None:  # one line per phase, in a log too; the spinner says it
                 console.print(
-                    f"analyze: {line} [{time.perf_counter() - start:.1f} s]",
-                    style="dim",
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
+                    f"analyze: {line} [{time.perf_counter() - start:.1f} s]", style="dim", markup=False, highlight=False, soft_wrap=True
                 )
                 status.update(line)
 

@@ -26,9 +26,7 @@ def audit(
 ) -> None:
     """Overlap audit between the given pools (exact, normalized, character 13-gram
     Jaccard, word 5-gram) with a planted positive control; exit 1 if the control fails."""
-    files = {
-        name: path for name, path in (("train", train), ("validation", validation), ("test", test)) if path is not None
-    }
+    files = {name: path for name, path in (("train", train), ("validation", validation), ("test", test)) if path is not None}
     if len(files) < 2:
         raise CkptselError("audit needs at least two of --train, --validation, --test")
     result = audit_files(files, threshold=threshold, plant=plant, seed=seed, progress=True)

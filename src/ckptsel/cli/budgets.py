@@ -33,9 +33,7 @@ def budgets(
     scheme: str = typer.Option("nested", "--scheme", help=f"… of this scheme: {' or '.join(SCHEMES)}."),
     permutations: int = typer.Option(None, help=f"From records: permutations (default {defaults.PERMUTATIONS})."),
     seed: int = typer.Option(None, help=f"From records: the seed (default {defaults.SEED})."),
-    budget_list: str = typer.Option(
-        None, "--budgets", help="From records: the finite budgets, comma-separated (default: analyze's)."
-    ),
+    budget_list: str = typer.Option(None, "--budgets", help="From records: the finite budgets, comma-separated (default: analyze's)."),
     as_json: bool = json_flag("Print one JSON object (the settings and the pools) instead of the table."),
 ) -> None:
     """List the validation items each budget's choice is made on, per pool, budget and
@@ -52,9 +50,7 @@ def budgets(
     if budget is not None:
         typer.echo(json.dumps(subset(table, index, budget, permutation, pool, scheme), indent=1))
     elif as_json:
-        print_json(
-            "budgets", {"source": source, "out": str(out), "settings": index["settings"], "pools": index["pools"]}
-        )
+        print_json("budgets", {"source": source, "out": str(out), "settings": index["settings"], "pools": index["pools"]})
     else:
         _print_pools(index, out)
 
@@ -66,10 +62,7 @@ def _lists(source: Path, given: dict) -> tuple:
         if (folder / INDEX_FILE).is_file():
             named = [flag for flag, value in given.items() if value is not None]
             if named:
-                raise CkptselError(
-                    f"{folder}: these lists were made with the analysis' own settings; {named[0]} is "
-                    "for a records folder"
-                )
+                raise CkptselError(f"{folder}: these lists were made with the analysis' own settings; {named[0]} is for a records folder")
             return read_budget_items(folder)
     settings = ChoiceSettings(
         permutations=defaults.PERMUTATIONS if given["--permutations"] is None else given["--permutations"],
@@ -93,16 +86,9 @@ def _print_pools(index: dict, out: Path | None) -> None:
     for col in ("pool", "trajectories", "items", "groups", "nested budgets", "one-variant budgets"):
         grid.add_column(col)
     for p in index["pools"]:
-        shown = ", ".join(p["trajectories"][:3]) + (
-            f" (+{len(p['trajectories']) - 3})" if len(p["trajectories"]) > 3 else ""
-        )
+        shown = ", ".join(p["trajectories"][:3]) + (f" (+{len(p['trajectories']) - 3})" if len(p["trajectories"]) > 3 else "")
         grid.add_row(
-            p["pool"],
-            shown,
-            str(p["items"]),
-            str(p["groups"]),
-            " ".join(p["budgets"]["nested"]),
-            " ".join(p["budgets"]["one_variant"]),
+            p["pool"], shown, str(p["items"]), str(p["groups"]), " ".join(p["budgets"]["nested"]), " ".join(p["budgets"]["one_variant"])
         )
     console.print(grid)
     if out is not None:

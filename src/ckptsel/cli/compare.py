@@ -19,9 +19,7 @@ def compare(
     step_a: int = typer.Argument(..., help="Step of checkpoint A."),
     step_b: int = typer.Argument(..., help="Step of checkpoint B."),
     trajectory: str = typer.Option(..., "--trajectory", help="Trajectory of A (and of B)."),
-    trajectory_b: str = typer.Option(
-        None, "--trajectory-b", help="Trajectory of B when it is another run on the same items."
-    ),
+    trajectory_b: str = typer.Option(None, "--trajectory-b", help="Trajectory of B when it is another run on the same items."),
     as_json: bool = json_flag(),
     draws: int = typer.Option(10000, help="Paired bootstrap draws."),
     seed: int = typer.Option(SEED, help="Bootstrap seed."),
@@ -45,15 +43,12 @@ def compare(
 
 def compare_logs(
     log_a: Path = typer.Argument(
-        ...,
-        help="Log A: inspect .eval/.json (or folder), lm-eval --log_samples folder or samples file, lighteval details.",
+        ..., help="Log A: inspect .eval/.json (or folder), lm-eval --log_samples folder or samples file, lighteval details."
     ),
     log_b: Path = typer.Argument(..., help="Log B, of the same samples (any of those harnesses)."),
     as_json: bool = json_flag(),
     correction: str = typer.Option(
-        "holm",
-        "--correction",
-        help="Across tasks: holm (family-wise error) or bh (Benjamini–Hochberg, false discovery rate).",
+        "holm", "--correction", help="Across tasks: holm (family-wise error) or bh (Benjamini–Hochberg, false discovery rate)."
     ),
     split: str = typer.Option("test", "--split", help="validation or test, for samples whose metadata names none."),
     task: str = typer.Option(None, "--task", help="Read every task of both logs as this one (ckptsel task or name)."),
@@ -66,9 +61,7 @@ def compare_logs(
         help="Pair a shared id whose content (lm-eval doc_hash, inspect input and target, "
         "lighteval query and gold) differs between the logs; said, and counted. Default: refused.",
     ),
-    rescore: bool = typer.Option(
-        False, "--rescore", help="Correctness by --task's answer rule (answer against reference), not the logs'."
-    ),
+    rescore: bool = typer.Option(False, "--rescore", help="Correctness by --task's answer rule (answer against reference), not the logs'."),
     draws: int = typer.Option(10000, help="Paired bootstrap draws."),
     seed: int = typer.Option(SEED, help="Bootstrap seed."),
     confidence: float = typer.Option(CONFIDENCE, help="Interval level."),

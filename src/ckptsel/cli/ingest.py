@@ -47,10 +47,7 @@ def _report(ingested, out: str) -> None:
         _echo_err(f"note: {line}")
     typer.echo(names_line(ingested.names))
     if ingested.different_items:
-        typer.echo(
-            f"ingested {ingested.different_items} id(s) whose content differs between the logs "
-            "(--allow-different-items)"
-        )
+        typer.echo(f"ingested {ingested.different_items} id(s) whose content differs between the logs (--allow-different-items)")
     gen, nll = ingested.replaced
     if gen or nll:
         typer.echo(f"replaced {gen} generation rows and {nll} NLL rows already recorded in {out}")
@@ -109,11 +106,7 @@ def rows_options(
         configuration=(str, CONFIGURATION),
         task=(
             str,
-            typer.Option(
-                None,
-                "--task",
-                help=f"ckptsel task or task file PATH.toml (answers normalized with it); default: {task}.",
-            ),
+            typer.Option(None, "--task", help=f"ckptsel task or task file PATH.toml (answers normalized with it); default: {task}."),
         ),
         split=(str, typer.Option("test", "--split", help=split)),
     )
@@ -126,9 +119,7 @@ CHECKS = OptionGroup(allow_different_items=(bool, ALLOW_DIFFERENT), rescore=(boo
 @with_groups
 def lm_eval(
     samples_dirs: list[Path] = typer.Argument(..., help="One folder per checkpoint (checkpoint-<step>)."),
-    rows: dict[str, Any] = rows_options(
-        "Default: the folders' common parent name.", "lm-eval task name", "validation or test."
-    ),
+    rows: dict[str, Any] = rows_options("Default: the folders' common parent name.", "lm-eval task name", "validation or test."),
     step: int = typer.Option(None, "--step", help="Step, when a single folder is not named checkpoint-<step>."),
     metric: str = typer.Option(None, "--metric", help="0/1 per-sample metric; default exact_match, else acc."),
     filter_name: str = typer.Option(None, "--filter", help="lm-eval filter to keep when a file has several."),
@@ -160,9 +151,7 @@ def lm_eval(
 
 @with_groups
 def inspect(
-    logs: list[Path] = typer.Argument(
-        ..., help="inspect_ai .eval/.json logs, one per checkpoint (files or folders of them)."
-    ),
+    logs: list[Path] = typer.Argument(..., help="inspect_ai .eval/.json logs, one per checkpoint (files or folders of them)."),
     rows: dict[str, Any] = rows_options(),
     steps: list[str] = STEPS,
     scorer: str = typer.Option(None, "--scorer", help="The scorer giving correctness, when samples carry several."),
@@ -178,27 +167,19 @@ def inspect(
     $CKPTSEL_INFLATE_MAX_BYTES raise the limits)."""
     from ckptsel.ingest.inspect import ingest_inspect
 
-    ingested = ingest_inspect(
-        logs, **rows, **checks, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer, note=_echo_err
-    )
+    ingested = ingest_inspect(logs, **rows, **checks, steps=parse_map(steps, "--steps", as_int=True), scorer=scorer, note=_echo_err)
     _report(ingested, rows["out"])
 
 
 @with_groups
 def lighteval(
     details: list[Path] = typer.Argument(
-        ...,
-        help="lighteval --save-details output: the details folder, a model's folder, or "
-        "parquet files (one model name per checkpoint).",
+        ..., help="lighteval --save-details output: the details folder, a model's folder, or parquet files (one model name per checkpoint)."
     ),
     rows: dict[str, Any] = rows_options(),
-    splits: list[str] = typer.Option(
-        None, "--splits", help="LIGHTEVAL_TASK=validation|test (repeatable) for documents that do not say."
-    ),
+    splits: list[str] = typer.Option(None, "--splits", help="LIGHTEVAL_TASK=validation|test (repeatable) for documents that do not say."),
     steps: list[str] = STEPS,
-    metric: str = typer.Option(
-        None, "--metric", help="0/1 per-sample metric; default extractive_match or the only one."
-    ),
+    metric: str = typer.Option(None, "--metric", help="0/1 per-sample metric; default extractive_match or the only one."),
     checks: dict[str, Any] = CHECKS,
 ) -> None:
     """Read lighteval details files (lighteval ... --save-details) into generation records.

@@ -44,9 +44,7 @@ def measure(
     ),
     engine: dict[str, Any] = options.ENGINE,
     executor: str = typer.Option("local", "--executor", help="local (this process) or ray (a Ray cluster)."),
-    ray_address: str = typer.Option(
-        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else local)."
-    ),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else local)."),
     workers: int = typer.Option(0, "--workers", help="Ray actors (0: as many as the cluster's resources hold)."),
     num_cpus: float = typer.Option(1.0, "--num-cpus", help="CPUs per Ray actor."),
     num_gpus: float = typer.Option(0.0, "--num-gpus", help="GPUs per Ray actor (1: one actor per GPU)."),
@@ -61,9 +59,7 @@ def measure(
     ),
     progress: bool = options.PROGRESS,
     only: str = typer.Option(None, "--only", help="generation or nll: measure and record just that kind."),
-    as_json: bool = json_flag(
-        "Print one JSON object (what was measured and reused, counts, seconds); no progress bars."
-    ),
+    as_json: bool = json_flag("Print one JSON object (what was measured and reused, counts, seconds); no progress bars."),
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
     user_key()  # the key of the caches (verdicts, packs) checked before anything is written
@@ -125,8 +121,6 @@ def measure(
     spec = config.measured
     no_nll = sorted({get_task(t).name for t in (spec.task, spec.task_for("test")) if not get_task(t).has_response})
     if no_nll and config.runtime.only != "generation":
-        typer.echo(
-            f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the NLL rules of analyze need one)"
-        )
+        typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the NLL rules of analyze need one)")
     if res.weight_swaps or res.engine_starts > 1:  # "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")

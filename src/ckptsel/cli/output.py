@@ -287,9 +287,7 @@ def print_comparison(result: dict) -> None:
         if any(x is not None for _, x in shares):
             console.print(
                 f"{split}: correct answers found only by the answer rule's fallback (e.g. gsm8k's last number "
-                "without 'The answer is'): "
-                + ", ".join(f"{side.upper()} {100 * x:.0f}%" for side, x in shares if x is not None)
-                + ".",
+                "without 'The answer is'): " + ", ".join(f"{side.upper()} {100 * x:.0f}%" for side, x in shares if x is not None) + ".",
                 soft_wrap=True,
             )
     for split, r in result["splits"].items():
@@ -403,14 +401,7 @@ def _print_pilot_plan(pilot: dict) -> None:
         marks = {pilot["safe_budget"]: "safe = smallest"}
     for r in pilot["rows"]:
         x = f"{r['extrapolation']:.2f}" + ("*" if r["extrapolation"] > 1 else "")
-        cells = [
-            str(r["budget"]),
-            x,
-            f"{r['gain']:+.2f}",
-            f"{r['p_beat']:.3f}",
-            f"{r['p_worse']:.3f}",
-            f"{r['p_final']:.3f}",
-        ]
+        cells = [str(r["budget"]), x, f"{r['gain']:+.2f}", f"{r['p_beat']:.3f}", f"{r['p_worse']:.3f}", f"{r['p_final']:.3f}"]
         if calibrated:
             cells += [f"{r['p_beat_point']:.3f}", marks.get(r["budget"], "")]
         table.add_row(*cells)
@@ -578,8 +569,7 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "protocol": "whether its protocol was frozen before training",
         "stages": "the stages run",
         "dry_run": "true with --dry-run (nothing run)",
-        "plan": "with --dry-run: per trajectory, checkpoints, trained, items, generations to do and "
-        "done (null otherwise)",
+        "plan": "with --dry-run: per trajectory, checkpoints, trained, items, generations to do and done (null otherwise)",
         "records_dir": "the study's records folder",
         "results_dir": "the study's results folder",
         "summary": "summary.json's object when the analyze stage ran (else null)",

@@ -15,9 +15,7 @@ from ckptsel.workflows.advise.planning import PlanSettings, closed_form, default
 
 
 def plan(
-    records_dir: Path = typer.Argument(
-        None, help="Pilot records folder (optional when --delta/--agreement are given)."
-    ),
+    records_dir: Path = typer.Argument(None, help="Pilot records folder (optional when --delta/--agreement are given)."),
     trajectory: list[str] = typer.Option(None, "--trajectory", help="Pilot trajectory (repeatable; default: all)."),
     rule: str = typer.Option("accuracy", help="accuracy, agreement or nll."),
     max_budget: int = typer.Option(1024, help="Largest budget (budgets 16, 32, … up to it)."),
@@ -26,9 +24,7 @@ def plan(
     target: float = typer.Option(0.8, help="Probability of beating the final checkpoint to plan for."),
     delta: float = typer.Option(None, help="Closed form: accuracy gap (pp) candidate − final."),
     agreement: float = typer.Option(None, help="Closed form: fraction of items on which the two checkpoints agree."),
-    confidence: float = typer.Option(
-        CONFIDENCE, help="Confidence of the calibrated promise, and the test level of the closed form."
-    ),
+    confidence: float = typer.Option(CONFIDENCE, help="Confidence of the calibrated promise, and the test level of the closed form."),
     seed: int = typer.Option(SEED, help="Resampling seed."),
     method: str = typer.Option(
         "calibrated",

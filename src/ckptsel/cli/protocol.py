@@ -14,8 +14,7 @@ def freeze_protocol(
     workdir: str = typer.Option(
         None,
         "--workdir",
-        help="the study's workdir (default: the file's folder; a study "
-        "file at a URL needs one), to tell whether work has started",
+        help="the study's workdir (default: the file's folder; a study file at a URL needs one), to tell whether work has started",
     ),
     force: bool = typer.Option(False, "--force", help="replace an existing protocol"),
 ) -> None:

@@ -17,9 +17,7 @@ def report(
     formats: str = typer.Option(
         "md,tex,csv,png,svg,html", "--formats", help="Comma-separated: md,tex,csv (tables), png,svg (figures), html."
     ),
-    trajectory: str = typer.Option(
-        None, "--trajectory", help="Trajectory of the within-trajectory figure (default: the first)."
-    ),
+    trajectory: str = typer.Option(None, "--trajectory", help="Trajectory of the within-trajectory figure (default: the first)."),
 ) -> None:
     """Write paper-style tables, figures and one self-contained report.html from a results folder."""
     from ckptsel.report.build import load_results, write_report  # when run (see ckptsel.cli)

@@ -23,16 +23,12 @@ def run(
     until: str = typer.Option(None, "--until", help="stop after this stage: prepare, train, measure, analyze"),
     only: str = typer.Option(None, "--only", help="run only this stage"),
     workdir: str = typer.Option(
-        None,
-        "--workdir",
-        help="runs, records, results and state (default: the file's folder; a study file at a URL needs one)",
+        None, "--workdir", help="runs, records, results and state (default: the file's folder; a study file at a URL needs one)"
     ),
     set_: list[str] = typer.Option(None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda if any)"),
     workers: int = typer.Option(1, "--workers", help="processes that train + measure trajectories side by side"),
-    watch: bool = typer.Option(
-        False, "--watch", help="measure each checkpoint as soon as it lands, while training goes on"
-    ),
+    watch: bool = typer.Option(False, "--watch", help="measure each checkpoint as soon as it lands, while training goes on"),
     log: dict[str, Any] = LOG,
     trajectory: str = typer.Option(None, "--trajectory", help="Whose recommended checkpoint --register registers."),
     as_json: bool = json_flag(

@@ -24,8 +24,7 @@ def select(
     every: bool = typer.Option(
         False,
         "--all",
-        help="Every trajectory of the records: a table of which checkpoint to keep for each "
-        "(what analyze writes in summary.json's keep).",
+        help="Every trajectory of the records: a table of which checkpoint to keep for each (what analyze writes in summary.json's keep).",
     ),
     as_json: bool = json_flag("Print a machine-readable JSON object instead of tables."),
     rule: str = typer.Option("accuracy", "--rule", help="Rule the recommendation follows: accuracy, agreement or nll."),
@@ -64,9 +63,7 @@ def select(
     tracking = log_settings(log, rule=rule, checkpoints=checkpoints)
     if every and tracking.to:
         raise CkptselError("--log logs one trajectory's selection: give --trajectory, not --all")
-    settings = SelectSettings(
-        partitions=partitions, draws=draws, bootstrap_partitions=bootstrap_partitions, seed=seed, level=confidence
-    )
+    settings = SelectSettings(partitions=partitions, draws=draws, bootstrap_partitions=bootstrap_partitions, seed=seed, level=confidence)
     answers = AnswerSettings(share=degenerate_share, allow=allow_degenerate, strict=strict_answers)
     if every:
         study = select_all(records_dir, rule=rule, settings=settings, answers=answers)

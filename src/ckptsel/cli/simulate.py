@@ -27,8 +27,7 @@ def simulate(
 
     if "://" in out_dir and not out_dir.startswith("file://"):  # Path() would make s3:/b/...
         raise CkptselError(
-            f"{out_dir}: simulate writes a local folder, not a URL; write it here and upload "
-            "the folder (ckptsel reads records at URLs)"
+            f"{out_dir}: simulate writes a local folder, not a URL; write it here and upload the folder (ckptsel reads records at URLs)"
         )
     out_dir = Location(out_dir).local
     start = time.perf_counter()

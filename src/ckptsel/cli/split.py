@@ -21,15 +21,10 @@ def split(
     group_field: str | None = typer.Option(
         None,
         "--group-field",
-        help="Group key field (default: original_question when present, "
-        "else the question field, i.e. each question is its own group).",
+        help="Group key field (default: original_question when present, else the question field, i.e. each question is its own group).",
     ),
-    strict: bool = typer.Option(
-        False, "--strict", help="Exit 1 when identical question text lands on both sides (different groups)."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Overwrite files in --out that no earlier split wrote (never the input itself)."
-    ),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when identical question text lands on both sides (different groups)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite files in --out that no earlier split wrote (never the input itself)."),
 ) -> None:
     """Split DATA_FILE into train/validation by whole group (SHA-256 of seed and group
     key), in the input's format, with a lineage table (lineage.json, lineage.md). Files in

@@ -20,18 +20,12 @@ def tasks(ctx: typer.Context) -> None:
     way): name, aliases, answer rule, description. 'ckptsel tasks show NAME|PATH' shows one."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = [
-        (task.name, ", ".join(task.aliases), f"{task.rule.extract} / {task.rule.compare}", task.description)
-        for task in TASKS.values()
-    ]
+    rows = [(task.name, ", ".join(task.aliases), f"{task.rule.extract} / {task.rule.compare}", task.description) for task in TASKS.values()]
     table = [("task", "aliases", "answer (extract / compare)", "description"), *rows]
     widths = [max(len(r[i]) for r in table) for i in range(3)]
     for row in table:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
-    typer.echo(
-        "\na task file: --task PATH.toml ([fields] and [answer]; see 'Tasks' in the docs); "
-        "ckptsel tasks show NAME|PATH shows one"
-    )
+    typer.echo("\na task file: --task PATH.toml ([fields] and [answer]; see 'Tasks' in the docs); ckptsel tasks show NAME|PATH shows one")
 
 
 def render_prompt(item: Item, fmt: dict[str, Any]) -> tuple[str, str, list[str]]:
@@ -64,10 +58,7 @@ def token_lines(form: PromptFormat, text: str, tokenizer: Any, spec: str | None)
     the token ids the model is fed, the BOS count and the special tokens by name."""
     lines = ["(the prompt ends with a newline, shown as ⏎)"] if text.endswith("\n") else []
     if form.kind == "template" and spec and _ends_in_newline(Path(spec)):
-        lines.append(
-            f"(the final newline of {spec}, as editors save a file, is dropped; end the file "
-            "with a blank line to keep one)"
-        )
+        lines.append(f"(the final newline of {spec}, as editors save a file, is dropped; end the file with a blank line to keep one)")
     if tokenizer is None:
         lines.append(
             "token ids: pass --tokenizer DIR to see them (with the BOS "
@@ -125,9 +116,7 @@ PROMPT_FORMAT = options.OptionGroup(
     tokenizer=(
         str,
         typer.Option(
-            None,
-            "--tokenizer",
-            help="Tokenizer folder (a checkpoint) whose chat template renders it and whose token ids are shown.",
+            None, "--tokenizer", help="Tokenizer folder (a checkpoint) whose chat template renders it and whose token ids are shown."
         ),
     ),
 )
@@ -136,15 +125,12 @@ PROMPT_FORMAT = options.OptionGroup(
 @options.with_groups
 def show(
     task: str = typer.Argument(..., help="A task name (ckptsel tasks) or a task file PATH.toml."),
-    items: Path = typer.Option(
-        None, "--items", help="Items file to take the example from (default: the task's example)."
-    ),
+    items: Path = typer.Option(None, "--items", help="Items file to take the example from (default: the task's example)."),
     index: int = typer.Option(0, "--index", help="Which item of --items (0: the first)."),
     score: bool = typer.Option(
         False,
         "--score",
-        help="Judge the example with the task file's scorer: runs its code "
-        "(without it, a scorer is named, never imported or called).",
+        help="Judge the example with the task file's scorer: runs its code (without it, a scorer is named, never imported or called).",
     ),
     fmt: dict[str, Any] = PROMPT_FORMAT,
 ) -> None:

@@ -10,15 +10,11 @@ from ckptsel.study.spec import load_study
 
 
 def train(
-    study_file: str = typer.Argument(
-        ..., help="study.toml (or its URL) listing base model, data, configurations, seeds"
-    ),
+    study_file: str = typer.Argument(..., help="study.toml (or its URL) listing base model, data, configurations, seeds"),
     check: bool = typer.Option(False, "--check", help="only report each trajectory's status; exit 1 if any is invalid"),
     only: list[str] = typer.Option(None, "--only", help="train only these trajectories (repeatable)"),
     device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)"),
-    workdir: str = typer.Option(
-        None, "--workdir", help="where runs go (default: the file's folder; a study file at a URL needs one)"
-    ),
+    workdir: str = typer.Option(None, "--workdir", help="where runs go (default: the file's folder; a study file at a URL needs one)"),
 ) -> None:
     """Train (or resume) every trajectory of a study: RUN_DIR/<configuration>-s<seed>/checkpoint-<step>/."""
     from ckptsel.train.models import pick_device

@@ -16,12 +16,9 @@ def verify(
     protocol: str = typer.Option(
         None,
         "--protocol",
-        help="The study's frozen protocol file (STUDY.toml.protocol.json; default: the one the "
-        "results name in run.json).",
+        help="The study's frozen protocol file (STUDY.toml.protocol.json; default: the one the results name in run.json).",
     ),
-    as_json: bool = json_flag(
-        "Print one JSON object: ok, the checks passed, the mismatch (exit code 1 still says it)."
-    ),
+    as_json: bool = json_flag("Print one JSON object: ok, the checks passed, the mismatch (exit code 1 still says it)."),
     conformance: bool = typer.Option(
         False,
         "--conformance",

@@ -21,26 +21,18 @@ def watch(
         run_dir="Run folder or URL (s3://, gs://, file://) that gets checkpoint-<step>/ folders.",
         out="Records folder or URL (status.json and selection.json go there too).",
     ),
-    until_step: int = typer.Option(
-        None, "--until-step", help="Final step (default: the marker's max_steps / should_training_stop)."
-    ),
+    until_step: int = typer.Option(None, "--until-step", help="Final step (default: the marker's max_steps / should_training_stop)."),
     poll: float = typer.Option(10.0, "--poll", help="Seconds between listings of the run."),
     settle: float = typer.Option(20.0, "--settle", help="Seconds a folder must stay unchanged before it is measured."),
-    marker: str = typer.Option(
-        "trainer_state.json", "--marker", help="File the trainer writes last ('none': no marker)."
-    ),
+    marker: str = typer.Option("trainer_state.json", "--marker", help="File the trainer writes last ('none': no marker)."),
     layout: str = typer.Option(
-        "hf",
-        "--layout",
-        help="hf (checkpoint-<n>: Trainer, TRL, axolotl, LLaMA-Factory) or torchtune (epoch_<n>, step_<n>).",
+        "hf", "--layout", help="hf (checkpoint-<n>: Trainer, TRL, axolotl, LLaMA-Factory) or torchtune (epoch_<n>, step_<n>)."
     ),
     timeout: float = typer.Option(None, "--timeout", help="Stop after this many seconds without finishing (exit 1)."),
     status_file: str = typer.Option(
         None, "--status-file", help="Also keep the status here (default: <out>/watch/<trajectory>/status.json)."
     ),
-    select: bool = typer.Option(
-        True, "--select/--no-select", help="Keep selection.json up to date after each checkpoint."
-    ),
+    select: bool = typer.Option(True, "--select/--no-select", help="Keep selection.json up to date after each checkpoint."),
     rule: str = typer.Option("accuracy", "--rule", help="Rule of the selection: accuracy, agreement or nll."),
     draws: int = typer.Option(defaults.SELECT_DRAWS, "--draws", help="Selection: bootstrap draws."),
     engine: dict[str, Any] = options.ENGINE,
@@ -61,12 +53,7 @@ def watch(
 
     run_dir, config, where = options.measure_inputs(run, engine, vllm_and_mixing)
     settings = WatchSettings(
-        poll=poll,
-        settle=settle,
-        until_step=until_step,
-        layout=layout,
-        timeout=timeout,
-        marker=None if marker.lower() == "none" else marker,
+        poll=poll, settle=settle, until_step=until_step, layout=layout, timeout=timeout, marker=None if marker.lower() == "none" else marker
     )
     select_settings = SelectSettings(draws=draws)
     say = _Say(err_console if as_json else console)  # with --json, stdout is the JSON alone
@@ -105,8 +92,7 @@ def watch(
     incomplete = f"; never complete: {sorted(status.incomplete)}" if status.incomplete else ""
     say.console.print(
         f"watch: {status.trajectory}: done at step {status.final_step}, "
-        f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}"
-        + (f"; selection in {selection_at}" if select else ""),
+        f"{len(status.recorded)} checkpoints recorded in {out}{incomplete}" + (f"; selection in {selection_at}" if select else ""),
         soft_wrap=True,
         highlight=False,
     )

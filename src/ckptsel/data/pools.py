@@ -41,13 +41,7 @@ class PoolSpec:
 
     def settings(self) -> dict:
         """What determines the pool (for the study fingerprint; files by path)."""
-        return {
-            "task": self.task,
-            "files": [str(f) for f in self.files],
-            "n": self.n,
-            "per_task": self.per_task,
-            "seed": self.seed,
-        }
+        return {"task": self.task, "files": [str(f) for f in self.files], "n": self.n, "per_task": self.per_task, "seed": self.seed}
 
 
 def rank_key(seed: int, label: str, item_id: str) -> str:
@@ -100,20 +94,13 @@ def build_pool(spec: PoolSpec, exclude: dict[Path | Location, set[str]] | None =
     pool = [it for _, items in parts for it in items]
     ids = [it.item_id for it in pool]
     if len(set(ids)) != len(ids):  # files share ids: prefix each with its file's label
-        pool = [
-            replace(it, item_id=f"{label}/{it.item_id}", group=f"{label}/{it.group}")
-            for label, items in parts
-            for it in items
-        ]
+        pool = [replace(it, item_id=f"{label}/{it.item_id}", group=f"{label}/{it.group}") for label, items in parts for it in items]
         ids = [it.item_id for it in pool]
         if len(set(ids)) != len(ids):
             raise CkptselError(f"{spec.where}: duplicate item ids within one file")
     if spec.n is not None:
         if len(pool) < spec.n:
-            raise CkptselError(
-                f"{spec.where} n = {spec.n}, but the pool ({', '.join(map(str, spec.files))}) "
-                f"has only {len(pool)} items"
-            )
+            raise CkptselError(f"{spec.where} n = {spec.n}, but the pool ({', '.join(map(str, spec.files))}) has only {len(pool)} items")
         pool = sample(pool, spec.n, spec.seed, "pool")
     if not pool:
         raise CkptselError(f"{spec.where}: the pool is empty")

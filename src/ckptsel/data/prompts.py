@@ -73,9 +73,7 @@ ALPACA = "alpaca"
 CHAT = "chat"
 TEMPLATE = "template"
 FORMAT_FILE = "prompt_format.json"  # in a run folder: the format its checkpoints were trained with
-FORMAT_CHOICES = (
-    "--prompt-format chat (the tokenizer's chat template), alpaca (ckptsel's Alpaca prompt) or a template file"
-)
+FORMAT_CHOICES = "--prompt-format chat (the tokenizer's chat template), alpaca (ckptsel's Alpaca prompt) or a template file"
 # who wrote the BOS a run was trained with (PromptFormat.bos): the template (a chat template
 # that writes {{ bos_token }}, tokenized as apply_chat_template(tokenize=True) does), the
 # tokenizer's special tokens on the rendered text, or both (tokenizer(apply_chat_template(...,
@@ -273,9 +271,7 @@ class PromptFormat:
             return self
         template = chat_template_of(tokenizer)
         if not template:
-            raise CkptselError(
-                f"{where} has no chat template; --prompt-format chat needs one (use alpaca or a template file)"
-            )
+            raise CkptselError(f"{where} has no chat template; --prompt-format chat needs one (use alpaca or a template file)")
         if template == self.chat_template:
             return self
         return replace(self, chat_template=template)
@@ -345,9 +341,7 @@ class PromptFormat:
         if self.kind != CHAT or self.bos or tokenizer is None:
             return ""
         text = getattr(tokenizer, "bos_token", None)
-        writes = "bos_token" in self.chat_template or (
-            isinstance(text, str) and bool(text) and text in self.chat_template
-        )
+        writes = "bos_token" in self.chat_template or (isinstance(text, str) and bool(text) and text in self.chat_template)
         if not writes or not adds_bos(tokenizer):
             return ""
         return (
@@ -364,9 +358,7 @@ class PromptFormat:
         template file; ``tokenizer``: the chat template's owner, for chat)."""
         return self.render_many([instruction], [item], tokenizer)[0]
 
-    def render_many(
-        self, instructions: Sequence[str], items: Sequence[Any] | None = None, tokenizer: Any = None
-    ) -> list[str]:
+    def render_many(self, instructions: Sequence[str], items: Sequence[Any] | None = None, tokenizer: Any = None) -> list[str]:
         """:meth:`render` of each instruction."""
         if self.kind == ALPACA:
             return [format_prompt(i) for i in instructions]
@@ -435,9 +427,7 @@ class PromptFormat:
     def _chat_text(self, tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         args = json.loads(self.template_args) if self.template_args else {}
         try:
-            text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=generation_prompt, **args
-            )
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **args)
         except Exception as exc:  # a template's own error (raise_exception, a missing role)
             raise CkptselError(f"the chat template failed on an item: {exc}") from None
         if not isinstance(text, str):
@@ -471,9 +461,7 @@ class PromptFormat:
         if responses is None:
             return prompts, None
         if self.kind not in (CHAT, TEMPLATE):  # alpaca: the response alone, then EOS
-            return prompts, cached_ids(
-                lambda r: self.encode_responses(tokenizer, (), r, ()), responses, cache, "response"
-            )
+            return prompts, cached_ids(lambda r: self.encode_responses(tokenizer, (), r, ()), responses, cache, "response")
         keys = [f"{t}\x00{r}" for t, r in zip(texts, responses, strict=True)]
         at = {key: k for k, key in enumerate(keys)}
 
@@ -568,8 +556,7 @@ class PromptFormat:
         (:attr:`adds_special_tokens`: BOS ``template+tokenizer`` tokenizes the rendered
         conversation as ``tokenizer(text)`` does)."""
         full = [
-            self._chat_text(tokenizer, self._messages(i, r), generation_prompt=False)
-            for i, r in zip(instructions, responses, strict=True)
+            self._chat_text(tokenizer, self._messages(i, r), generation_prompt=False) for i, r in zip(instructions, responses, strict=True)
         ]
         full_ids = tokenizer(full, add_special_tokens=self.adds_special_tokens)["input_ids"]
         out = []
@@ -927,9 +914,7 @@ def _checked_format(
     if kind == CHAT:
         return PromptFormat(CHAT, system_text, args_text)
     if args_text:
-        raise CkptselError(
-            f"{at}{names['args']} apply to {names['format']} chat only (a template file takes no template arguments)"
-        )
+        raise CkptselError(f"{at}{names['args']} apply to {names['format']} chat only (a template file takes no template arguments)")
     try:
         check_template(template or "", source)
     except CkptselError as exc:
@@ -1054,12 +1039,7 @@ def format_from_dict(blob: Any, where: str) -> PromptFormat:
                 f"{'it is missing' if text is None else f'not {type(text).__name__}'})"
             )
     fmt = _checked_format(
-        kind,
-        blob.get("system_prompt"),
-        blob.get("chat_template_args"),
-        names,
-        text,
-        kind if kind not in (ALPACA, CHAT) else "",
+        kind, blob.get("system_prompt"), blob.get("chat_template_args"), names, text, kind if kind not in (ALPACA, CHAT) else ""
     )
     if blob.get("bos") not in (None, ""):
         fmt = fmt.with_bos(blob["bos"], f"{where}: 'bos'")

@@ -68,8 +68,7 @@ def resolve_group_field(first: dict[str, Any], group_field: str | None) -> str:
     field = question_field(first)
     if field is None:
         raise CkptselError(
-            f"no group field: expected {DEFAULT_GROUP_FIELD!r} or one of "
-            f"{', '.join(QUESTION_FIELDS)}; fields present: {sorted(first)}"
+            f"no group field: expected {DEFAULT_GROUP_FIELD!r} or one of {', '.join(QUESTION_FIELDS)}; fields present: {sorted(first)}"
         )
     return field
 
@@ -89,9 +88,7 @@ def _group_keys(records: list[dict[str, Any]], group_field: str, where: list[str
         if value is None:
             raise CkptselError(f"{source}, {loc}: missing group field {group_field!r} (fields present: {sorted(rec)})")
         if not isinstance(value, str) or not value.strip():
-            raise CkptselError(
-                f"{source}, {loc}: group field {group_field!r} must be a non-empty string, got {value!r}"
-            )
+            raise CkptselError(f"{source}, {loc}: group field {group_field!r} must be a non-empty string, got {value!r}")
         keys.append(value)
     return keys
 
@@ -139,10 +136,7 @@ def lineage(
         "val_fraction": val_fraction,
         "group_field": group_field,
         "question_field": qfield,
-        "rule": (
-            'validation iff int.from_bytes(sha256(f"{seed}:{group}".encode("utf-8"))'
-            '.digest()[:8], "big") / 2**64 < val_fraction'
-        ),
+        "rule": ('validation iff int.from_bytes(sha256(f"{seed}:{group}".encode("utf-8")).digest()[:8], "big") / 2**64 < val_fraction'),
         "records": {"total": n_records, "train": len(train), "validation": len(validation)},
         "groups": {"total": n_groups, "train": len(g_train), "validation": len(g_val)},
         "validation_share": {
@@ -201,8 +195,7 @@ def lineage_markdown(lin: dict[str, Any]) -> str:
     lines = [
         "# Train/validation split lineage",
         "",
-        f"- source: `{lin.get('source', '<records>')}`"
-        + (f" (sha256 `{lin['source_sha256'][:16]}…`)" if "source_sha256" in lin else ""),
+        f"- source: `{lin.get('source', '<records>')}`" + (f" (sha256 `{lin['source_sha256'][:16]}…`)" if "source_sha256" in lin else ""),
         f"- group field: `{lin['group_field']}`; question field: `{lin['question_field']}`",
         f"- seed {lin['seed']}, validation fraction {lin['val_fraction']}",
         f"- rule: `{lin['rule']}`",
@@ -221,8 +214,7 @@ def lineage_markdown(lin: dict[str, Any]) -> str:
     ]
     if inter["question_text"]:
         lines += [
-            f"**WARNING: {inter['question_text']} question strings occur on both sides "
-            "under different groups.** Examples:",
+            f"**WARNING: {inter['question_text']} question strings occur on both sides under different groups.** Examples:",
             "",
             *[f"- {q[:200]!r}" for q in lin["question_text_examples"]],
             "",
@@ -256,9 +248,7 @@ def check_outputs(source: Path, out_dir: Path, names: list[str], *, force: bool)
     targets = [out_dir / n for n in [*names, *LINEAGE_FILES]]
     for target in targets:
         if target.exists() and target.resolve() == source.resolve():
-            raise CkptselError(
-                f"{source}: the split would overwrite its own input ({target.name} in {out_dir}); choose another --out"
-            )
+            raise CkptselError(f"{source}: the split would overwrite its own input ({target.name} in {out_dir}); choose another --out")
     if force:
         return
     ours = _written_by_split(out_dir)
@@ -295,9 +285,7 @@ def split_file(
     ext = ext or (".json" if fmt == "json" else ".jsonl")
     check_outputs(path, out_dir, [f"train{ext}", f"validation{ext}"], force=force)
     text = _read_text(path)  # the layout (indentation) of a JSON list is kept
-    to_val, _, field = _assign(
-        records, seed=seed, val_fraction=val_fraction, group_field=group_field, where=locs, source=source
-    )
+    to_val, _, field = _assign(records, seed=seed, val_fraction=val_fraction, group_field=group_field, where=locs, source=source)
     train = [r for r, v in zip(records, to_val, strict=True) if not v]
     validation = [r for r, v in zip(records, to_val, strict=True) if v]
     lin = lineage(train, validation, group_field=field, seed=seed, val_fraction=val_fraction)

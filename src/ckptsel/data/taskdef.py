@@ -49,8 +49,7 @@ from ckptsel.errors import CkptselError
 ROLES: dict[str, str] = {
     "prompt": "the question: the text inside the prompt format (a field, or a list of fields "
     "joined by a blank line; the first is required, empty later ones are left out)",
-    "response": "the supervised (SFT) target and the teacher-forced NLL target (optional: "
-    "without it the task has neither)",
+    "response": "the supervised (SFT) target and the teacher-forced NLL target (optional: without it the task has neither)",
     "reference": "the gold answer the answer rule compares with (required)",
     "id": "the item id (default: <task>-<index> in file order); ids must be unique",
     "group": "the original question shared by paraphrases (default: the item id)",
@@ -58,8 +57,7 @@ ROLES: dict[str, str] = {
 }
 TASK_FILE_KEYS: dict[str, dict[str, str]] = {
     "": {
-        "name": "the task's name, recorded in the records' task column (letters, digits, "
-        "'_', '-', '.'; not a built-in task's name)",
+        "name": "the task's name, recorded in the records' task column (letters, digits, '_', '-', '.'; not a built-in task's name)",
         "description": "one line shown by 'ckptsel tasks'",
     },
     "fields": {
@@ -100,9 +98,7 @@ class Item:
 
 def item_hash(item: Any) -> str:
     """Content hash of an item, so an edited items file is re-measured, not reused."""
-    blob = json.dumps([item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]).encode(
-        "utf-8"
-    )
+    blob = json.dumps([item.item_id, item.instruction, item.response, item.reference, item.group, item.subtask]).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -200,10 +196,7 @@ def parse_file(path: Path, parse: Callable[[Any, str, int], Item]) -> list[Item]
     ``where`` names the line (jsonl) or the record index (json list) for error messages.
     Item ids must be unique within the file."""
     data = read_json_records(path)
-    items = [
-        parse(record, where, index)
-        for index, (where, record) in enumerate(zip(data.locations, data.records, strict=True))
-    ]
+    items = [parse(record, where, index) for index, (where, record) in enumerate(zip(data.locations, data.records, strict=True))]
     return check_unique(items, data.locations, path)
 
 
@@ -261,11 +254,7 @@ def load_fields(path: Path, task: Task) -> list[Item]:
     loader); each reference is checked against the answer rule (a label, a number)."""
     fields, rule = task.fields, task.rule
     assert fields is not None
-    derive = (
-        BoundedRegex(fields.reference_regex, f"{task.source}: [fields] reference_regex")
-        if fields.reference_regex
-        else None
-    )
+    derive = BoundedRegex(fields.reference_regex, f"{task.source}: [fields] reference_regex") if fields.reference_regex else None
 
     def item(record: Any, where: str, index: int) -> Item:
         first = field_value(record, fields.prompt[0], path, where) or ""
@@ -295,9 +284,7 @@ def _derived_reference(derive: BoundedRegex, text: str, path: Path, where: str, 
     except CkptselError as err:
         raise CkptselError(f"{path}: {where}: field {name!r}: {err}") from None
     if not found or not found.strip():
-        raise CkptselError(
-            f"{path}: {where}: field {name!r}: {derive.key} {derive.pattern!r} finds no answer in {text[:60]!r}"
-        )
+        raise CkptselError(f"{path}: {where}: field {name!r}: {derive.key} {derive.pattern!r} finds no answer in {text[:60]!r}")
     return found.strip()
 
 
@@ -397,9 +384,7 @@ def read_task_file(path: str | Path) -> Task:
         raise CkptselError(f"{path}: invalid TOML: {err}") from None
     extra = sorted(set(data) - {*TASK_FILE_KEYS[""], "fields", "answer", "example"})
     if extra:
-        raise CkptselError(
-            f"{path}: unknown key {extra[0]!r} (known: name, description, [fields], [answer], [example])"
-        )
+        raise CkptselError(f"{path}: unknown key {extra[0]!r} (known: name, description, [fields], [answer], [example])")
     name = data.get("name")
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise CkptselError(f"{path}: name: a task name of letters, digits, '_', '-', '.' is needed, got {name!r}")

@@ -76,16 +76,7 @@ from ckptsel.data.answers.rules import scorer_digest
 from ckptsel.data.taskdef import Fields, Item, Loader, Task, field_value, file_id, parse_file, read_task_file
 from ckptsel.errors import CkptselError
 
-COMMONSENSE_TASKS = (
-    "boolq",
-    "piqa",
-    "social_i_qa",
-    "hellaswag",
-    "winogrande",
-    "ARC-Challenge",
-    "ARC-Easy",
-    "openbookqa",
-)
+COMMONSENSE_TASKS = ("boolq", "piqa", "social_i_qa", "hellaswag", "winogrande", "ARC-Challenge", "ARC-Easy", "openbookqa")
 
 # fields that hold the question of a raw record, in the formats the loaders read (first found)
 QUESTION_FIELDS = ("query", "question", "problem", "instruction")
@@ -121,9 +112,7 @@ def register_task(
     for key in keys:
         existing = _LOOKUP.get(key.lower())
         if existing is not None and not replace:
-            raise CkptselError(
-                f"task name {key!r} is already registered (as {existing.name!r}); pass replace=True to override it"
-            )
+            raise CkptselError(f"task name {key!r} is already registered (as {existing.name!r}); pass replace=True to override it")
     previous = TASKS.get(name)
     if previous is not None:  # replacing: drop the old task's aliases too
         for key in [k for k, v in _LOOKUP.items() if v is previous]:
@@ -332,9 +321,7 @@ def load_math(path: Path, task: Task) -> list[Item]:
         if answer is None:
             answer = math_answers.last_boxed(solution)
             if answer is None:
-                raise CkptselError(
-                    f"{path}: {where}: missing required field 'answer' (and the solution has no \\boxed{{}} answer)"
-                )
+                raise CkptselError(f"{path}: {where}: missing required field 'answer' (and the solution has no \\boxed{{}} answer)")
         if not answer.strip():
             raise CkptselError(f"{path}: {where}: field 'answer' is empty")
         item_id = file_id(record, path, where, "unique_id", "item_id", "id") or f"{task.name}-{index}"
@@ -380,9 +367,7 @@ def _load_commonsense_file(path: Path, subtask: str) -> list[Item]:
         answer = commonsense_answers.normalize_reference(field_value(record, "answer", path, where))
         if not label.fullmatch(answer):
             allowed = commonsense_answers.LABEL_PATTERNS.get(subtask.lower()) or commonsense_answers.ANY_LABEL
-            raise CkptselError(
-                f"{path}: {where}: field 'answer' {answer!r} is not a label of {subtask or 'commonsense'} ({allowed})"
-            )
+            raise CkptselError(f"{path}: {where}: field 'answer' {answer!r} is not a label of {subtask or 'commonsense'} ({allowed})")
         item_id = file_id(record, path, where, "item_id", "id") or f"{prefix}-{index}"
         return Item(item_id, instruction, answer, output, item_id, subtask)
 
@@ -407,9 +392,7 @@ def load_commonsense(path: Path, task: Task) -> list[Item]:
     if not folders and own:
         folders = {own: path}
     if not folders:
-        raise CkptselError(
-            f"{path}: no commonsense task folders (expected <task>/test.json for any of {', '.join(COMMONSENSE_TASKS)})"
-        )
+        raise CkptselError(f"{path}: no commonsense task folders (expected <task>/test.json for any of {', '.join(COMMONSENSE_TASKS)})")
     items: list[Item] = []
     for name in COMMONSENSE_TASKS:
         if name in folders:
@@ -432,11 +415,7 @@ def _gsm8k_fields(response: str) -> Fields:
         reference="answer",
         response="answer",
         id=("item_id", "id"),
-        notes=(
-            ("response", response),
-            ("reference", "N of the answer's final '#### N' line (a number)"),
-            ("id", _ID_NOTE),
-        ),
+        notes=(("response", response), ("reference", "N of the answer's final '#### N' line (a number)"), ("id", _ID_NOTE)),
     )
 
 
@@ -492,11 +471,7 @@ _BUILTIN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
 }
 _COMMONSENSE_EXAMPLES: dict[str, tuple[str, str]] = {  # task -> (instruction, answer)
-    "boolq": (
-        "Please answer the following question with true or false, question: is the sun "
-        "a star?\n\nAnswer format: true/false",
-        "true",
-    ),
+    "boolq": ("Please answer the following question with true or false, question: is the sun a star?\n\nAnswer format: true/false", "true"),
     "piqa": (
         "Please choose the correct solution to the question: keep bread fresh\n\n"
         "Solution1: seal it in a bag\n\nSolution2: leave it in the sun\n\n"
@@ -548,40 +523,24 @@ def _commonsense_example(name: str) -> dict[str, Any]:
 
 
 def _register_builtin() -> None:
-    register_task(
-        "gsm8k",
-        "gsm8k",
-        load_gsm8k,
-        description="GSM8K jsonl (question, answer '#### N')",
-        fields=_BUILTIN_FIELDS["gsm8k"],
-        example=_BUILTIN_EXAMPLES["gsm8k"],
+    # name, family, loader, description, aliases, the example's fields (the commonsense
+    # subtasks: their own, below)
+    builtin = (
+        ("gsm8k", "gsm8k", load_gsm8k, "GSM8K jsonl (question, answer '#### N')", (), "gsm8k"),
+        ("gsm8k-raw", "gsm8k", load_gsm8k_raw, "GSM8K as gsm8k, the NLL target the answer as written (<<...>>, '#### N')", (), "gsm8k"),
+        ("metamath", "gsm8k", load_metamath, "MetaMathQA (query, response, type, original_question)", ("metamathqa",), "metamath"),
+        (
+            "math",
+            "math",
+            load_math,
+            "MATH / MATH-500 (problem, solution, answer, subject, level, unique_id)",
+            ("math500", "math-500"),
+            "math",
+        ),
     )
-    register_task(
-        "gsm8k-raw",
-        "gsm8k",
-        load_gsm8k_raw,
-        description="GSM8K as gsm8k, the NLL target the answer as written (<<...>>, '#### N')",
-        fields=_BUILTIN_FIELDS["gsm8k-raw"],
-        example=_BUILTIN_EXAMPLES["gsm8k"],
-    )
-    register_task(
-        "metamath",
-        "gsm8k",
-        load_metamath,
-        description="MetaMathQA (query, response, type, original_question)",
-        aliases=("metamathqa",),
-        fields=_BUILTIN_FIELDS["metamath"],
-        example=_BUILTIN_EXAMPLES["metamath"],
-    )
-    register_task(
-        "math",
-        "math",
-        load_math,
-        description="MATH / MATH-500 (problem, solution, answer, subject, level, unique_id)",
-        aliases=("math500", "math-500"),
-        fields=_BUILTIN_FIELDS["math"],
-        example=_BUILTIN_EXAMPLES["math"],
-    )
+    for name, family, loader, description, aliases, example in builtin:
+        fields, shown = _BUILTIN_FIELDS[name], _BUILTIN_EXAMPLES[example]
+        register_task(name, family, loader, description=description, aliases=aliases, fields=fields, example=shown)
     register_task(
         "commonsense",
         "commonsense",

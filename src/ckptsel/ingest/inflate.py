@@ -96,10 +96,7 @@ def check_record_size(size: int, where: str) -> None:
     past :func:`line_limit`."""
     limit = line_limit()
     if size > limit:
-        raise CkptselError(
-            f"{where}: a single record of more than {limit} bytes: refused before parsing "
-            f"(${LINE_ENV} raises the limit)"
-        )
+        raise CkptselError(f"{where}: a single record of more than {limit} bytes: refused before parsing (${LINE_ENV} raises the limit)")
 
 
 def bounded_lines(fh: IO[str], path: Path) -> Iterator[tuple[int, str]]:

@@ -91,9 +91,7 @@ class _Budget:
             size += len(chunk)
             if size > limit:
                 what = (
-                    f"{mine} bytes ({compressed} compressed)"
-                    if limit == mine
-                    else f"the {self.total} bytes the whole log may inflate to"
+                    f"{mine} bytes ({compressed} compressed)" if limit == mine else f"the {self.total} bytes the whole log may inflate to"
                 )
                 raise CkptselError(
                     f"{self.path}: member {name} inflates to more than {what}: refused as a "
@@ -164,9 +162,7 @@ def read_inspect_log(path: Path) -> tuple[dict, list[dict]]:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
             if "header.json" not in names:
-                raise CkptselError(
-                    f"{path}: no header.json in the log: the evaluation is still running or was interrupted"
-                )
+                raise CkptselError(f"{path}: no header.json in the log: the evaluation is still running or was interrupted")
             budget = _Budget(path)
             header = _record(_member(zf, path, "header.json", budget), path, "header.json")
             samples = [
@@ -186,9 +182,7 @@ def find_inspect_logs(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(
-                f for f in p.iterdir() if f.suffix == ".eval" or (f.suffix == ".json" and f.name != "logs.json")
-            )
+            found = sorted(f for f in p.iterdir() if f.suffix == ".eval" or (f.suffix == ".json" and f.name != "logs.json"))
             if not found:
                 raise CkptselError(f"{p}: no inspect logs (.eval or .json) in this folder")
             out.extend(found)
@@ -374,14 +368,11 @@ def inspect_checkpoint(
     status = header.get("status")
     if status != "success":
         raise CkptselError(
-            f"{path}: the log's status is {status!r}, not 'success' (the evaluation did not finish); "
-            "re-run it or `inspect eval-retry` it"
+            f"{path}: the log's status is {status!r}, not 'success' (the evaluation did not finish); re-run it or `inspect eval-retry` it"
         )
     epochs = sorted({_epoch(s, path) for s in samples})
     if epochs and epochs != [1]:
-        raise CkptselError(
-            f"{path}: samples of epochs {epochs}; ckptsel records one greedy answer per item (run with epochs=1)"
-        )
+        raise CkptselError(f"{path}: samples of epochs {epochs}; ckptsel records one greedy answer per item (run with epochs=1)")
     failed = [str(s.get("id"))[:40] for s in samples if s.get("error")]
     if failed:
         said.add(
@@ -408,12 +399,7 @@ def inspect_checkpoint(
 
 
 def ingest_inspect(
-    logs: Sequence[Path],
-    *,
-    out: Path | str,
-    steps: Mapping[str, int] | None = None,
-    scorer: str | None = None,
-    **naming: Unpack[Naming],
+    logs: Sequence[Path], *, out: Path | str, steps: Mapping[str, int] | None = None, scorer: str | None = None, **naming: Unpack[Naming]
 ) -> Ingested:
     """Read inspect logs (one per checkpoint; files or folders of them) into ``out``.
 

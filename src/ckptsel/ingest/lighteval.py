@@ -80,9 +80,7 @@ def _details_files(paths: Sequence[Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(f for f in p.rglob("details_*.parquet") if DETAILS_RE.match(f.name))
             if not found:
-                raise CkptselError(
-                    f"{p}: no details_<task>|<fewshot>_<timestamp>.parquet files (run lighteval with --save-details)"
-                )
+                raise CkptselError(f"{p}: no details_<task>|<fewshot>_<timestamp>.parquet files (run lighteval with --save-details)")
             out.extend(found)
         elif p.is_file() and DETAILS_RE.match(p.name):
             out.append(p)
@@ -108,10 +106,7 @@ def newest_files(files: Sequence[Path], notes: Notes) -> dict[tuple[str, str], P
     found = [((model_name(f), m.group("task")), m.group("ts"), f) for f, m in matches if m]
 
     def passed_over(key: tuple[str, str], used: Path, ignored: Path) -> None:
-        notes.add(
-            "several details files for one task: the newest is used",
-            f"{key[0]}: {key[1]}: using {used}, ignoring {ignored}",
-        )
+        notes.add("several details files for one task: the newest is used", f"{key[0]}: {key[1]}: using {used}, ignoring {ignored}")
 
     return newest_per_key(found, passed_over)
 
@@ -230,13 +225,7 @@ def _rows(path: Path, rows: list[dict], metric: str, split_of: Callable[[str], s
         if len(resp.get("text") or []) > 1:
             raise CkptselError(f"{path}: row {n}: several generations per document; ckptsel records one greedy answer")
         spec = log_object(doc.get("specific") or {}, where, "doc.specific")
-        for key, kinds in (
-            ("split", (str,)),
-            ("group", (str, int)),
-            ("subtask", (str,)),
-            ("item_id", (str, int)),
-            ("id", (str, int)),
-        ):
+        for key, kinds in (("split", (str,)), ("group", (str, int)), ("subtask", (str,)), ("item_id", (str, int)), ("id", (str, int))):
             log_field(spec, key, kinds, f"{where}: doc.specific")
         log_field(doc, "task_name", (str,), f"{where}: doc")
         split = spec.get("split") or split_of(str(doc.get("task_name") or ""))
@@ -275,10 +264,7 @@ def _gold(doc: dict, where: str) -> list:
 
 
 def _has_reference_logprob(rows: list[dict]) -> bool:
-    return any(
-        len((r["model_response"] or {}).get("logprobs") or []) == 1 and not (r["model_response"] or {}).get("text")
-        for r in rows
-    )
+    return any(len((r["model_response"] or {}).get("logprobs") or []) == 1 and not (r["model_response"] or {}).get("text") for r in rows)
 
 
 def lighteval_checkpoint(
@@ -296,8 +282,7 @@ def lighteval_checkpoint(
     if step is None:
         if found is None:
             raise CkptselError(
-                f"{files[0]}: cannot tell the checkpoint's step: no checkpoint-<step> in the model name "
-                f"{model!r}; pass --steps"
+                f"{files[0]}: cannot tell the checkpoint's step: no checkpoint-<step> in the model name {model!r}; pass --steps"
             )
         step = found[0]
 

@@ -48,22 +48,10 @@ from ckptsel.data.scoring import extract
 from ckptsel.data.tasks import task_label
 from ckptsel.errors import CkptselError
 from ckptsel.ingest.inflate import bounded_lines, open_gzip_text
-from ckptsel.ingest.mapping import (
-    CheckpointLog,
-    Ingested,
-    Naming,
-    Notes,
-    checked_note,
-    ingest_logs,
-    known_task,
-    log_field,
-    newest_per_key,
-)
+from ckptsel.ingest.mapping import CheckpointLog, Ingested, Naming, Notes, checked_note, ingest_logs, known_task, log_field, newest_per_key
 from ckptsel.train.checkpoints import CHECKPOINT_RE
 
-SAMPLES_RE = re.compile(
-    r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$"
-)
+SAMPLES_RE = re.compile(r"^samples_(?P<task>.+?)_(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl(?:\.gz)?$")
 DEFAULT_METRICS = ("exact_match", "acc")
 
 
@@ -78,10 +66,7 @@ def find_sample_files(folder: Path, notes: Notes | None = None) -> dict[str, Pat
             found.append((m.group("task"), m.group("ts"), path))
 
     def passed_over(task: str, used: Path, ignored: Path) -> None:
-        said.add(
-            "several samples files for one task: the newest is used",
-            f"{folder}: {task}: using {used.name}, ignoring {ignored.name}",
-        )
+        said.add("several samples files for one task: the newest is used", f"{folder}: {task}: using {used.name}, ignoring {ignored.name}")
 
     newest = newest_per_key(found, passed_over)
     if notes is None:
@@ -280,9 +265,7 @@ def file_log(path: Path, step: int, **read: Unpack[SampleOptions]) -> Checkpoint
     return CheckpointLog(str(path), step, df.assign(harness_task=lm_task))
 
 
-def folder_logs(
-    folder: Path, step: int, *, notes: Notes | None = None, **read: Unpack[SampleOptions]
-) -> list[CheckpointLog]:
+def folder_logs(folder: Path, step: int, *, notes: Notes | None = None, **read: Unpack[SampleOptions]) -> list[CheckpointLog]:
     """The newest samples file of each lm-eval task under ``folder`` (one checkpoint's
     ``--log_samples`` output), one :class:`CheckpointLog` each, at ``step``."""
     files = find_sample_files(folder, notes)
@@ -349,18 +332,14 @@ def ingest_lm_eval_logs(
         if st in steps:
             raise CkptselError(f"{f}: step {st} also given by {steps[st]}")
         steps[st] = f
-        found = folder_logs(
-            f, st, task=naming.get("task"), filter_name=filter_name, metric=metric, id_prefix=id_prefix, notes=notes
-        )
+        found = folder_logs(f, st, task=naming.get("task"), filter_name=filter_name, metric=metric, id_prefix=id_prefix, notes=notes)
         logs.extend(found)
     logs = chosen_tasks(logs, naming.get("task"), lm_eval_tasks, notes)
     notes.say()
     return ingest_logs(logs, out=out, harness="lm-eval", **naming)
 
 
-def chosen_tasks(
-    logs: list[CheckpointLog], task: str | None, named: Sequence[str] | None, notes: Notes
-) -> list[CheckpointLog]:
+def chosen_tasks(logs: list[CheckpointLog], task: str | None, named: Sequence[str] | None, notes: Notes) -> list[CheckpointLog]:
     """The logs of the lm-eval tasks to file under ``--task``: with several lm-eval tasks in the
     folders, ``named`` (``--lm-eval-task``) says which (the others are left out, noted); without
     it they are refused, naming them and ``--task`` (without ``--task``, the mapping refuses
@@ -370,8 +349,7 @@ def chosen_tasks(
         missing = [t for t in named if t not in found]
         if missing:
             raise CkptselError(
-                f"--lm-eval-task {missing[0]}: no samples of that lm-eval task in the folders "
-                f"(they hold {', '.join(found)})"
+                f"--lm-eval-task {missing[0]}: no samples of that lm-eval task in the folders (they hold {', '.join(found)})"
             )
         left = [t for t in found if t not in named]
         if left:

@@ -70,27 +70,20 @@ def detect_harness(path: Path) -> str:
 def _lighteval(path: Path, step: int, options: LogOptions, notes: Notes) -> list[CheckpointLog]:
     models = details_by_model([path], notes)
     if len(models) != 1:
-        raise CkptselError(
-            f"{path}: details of {len(models)} models ({', '.join(sorted(models))}); name one model's folder"
-        )
+        raise CkptselError(f"{path}: details of {len(models)} models ({', '.join(sorted(models))}); name one model's folder")
     model, files = next(iter(models.items()))
     log, _ = lighteval_checkpoint(model, files, steps={model: step}, metric=options.metric)
     return [log]
 
 
-def read_logs(
-    path: Path, step: int, options: LogOptions, note: Callable[[str], None] = print
-) -> tuple[str, list[CheckpointLog]]:
+def read_logs(path: Path, step: int, options: LogOptions, note: Callable[[str], None] = print) -> tuple[str, list[CheckpointLog]]:
     """``(harness, one CheckpointLog per task log)`` of the evaluation log at ``path``, each at
     ``step`` (whatever the log says of its checkpoint); notes go to ``note``."""
     path = Path(path)
     harness = detect_harness(path)
     notes = Notes(note)
     if harness == "inspect":
-        logs = [
-            inspect_checkpoint(f, steps={f.name: step}, scorer=options.scorer, notes=notes)
-            for f in find_inspect_logs([path])
-        ]
+        logs = [inspect_checkpoint(f, steps={f.name: step}, scorer=options.scorer, notes=notes) for f in find_inspect_logs([path])]
     elif harness == "lm-eval":
         read = {"task": options.task, "filter_name": options.filter_name, "metric": options.metric}
         if path.is_file():

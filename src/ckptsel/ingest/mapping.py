@@ -118,9 +118,7 @@ class CheckpointLog:
     def __post_init__(self) -> None:
         # every harness's step (folder name, --step, --steps, eval metadata) is checked here
         if not 0 <= self.step <= MAX_STEP:
-            raise CkptselError(
-                f"{self.source}: step {self.step} is not between 0 and {MAX_STEP}, the steps records hold (int64)"
-            )
+            raise CkptselError(f"{self.source}: step {self.step} is not between 0 and {MAX_STEP}, the steps records hold (int64)")
 
 
 @dataclass(frozen=True)
@@ -168,14 +166,7 @@ class Notes:
         self._found.clear()
 
 
-_KIND_NAMES = {
-    str: "a string",
-    int: "an integer",
-    float: "a number",
-    bool: "true/false",
-    list: "a list",
-    dict: "an object",
-}
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list", dict: "an object"}
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -277,8 +268,7 @@ def check_correctness(frame: pd.DataFrame, tasks: pd.Series, note: Callable[[str
     if not can.any():
         if rescore:
             raise CkptselError(
-                "--rescore: no sample can be re-scored: it needs --task naming a ckptsel task "
-                "and samples that carry their reference"
+                "--rescore: no sample can be re-scored: it needs --task naming a ckptsel task and samples that carry their reference"
             )
         return correct
     rows = frame[can]
@@ -370,9 +360,7 @@ def newest_per_key(files: Iterable[tuple[K, str, Path]], passed_over: Callable[[
     return {k: p for k, (_, p) in sorted(found.items())}
 
 
-def _resolve_names(
-    logs: Sequence[CheckpointLog], trajectory: str | None, configuration: str | None
-) -> list[tuple[str, str, int | None]]:
+def _resolve_names(logs: Sequence[CheckpointLog], trajectory: str | None, configuration: str | None) -> list[tuple[str, str, int | None]]:
     """(trajectory, configuration, seed) of each log (see the module)."""
     out = []
     for log in logs:
@@ -464,14 +452,10 @@ def to_records(logs: Sequence[CheckpointLog], *, harness: str, **naming: Unpack[
     bad = ~rows["split"].isin(SPLITS)
     if bad.any():
         r = rows[bad].iloc[0]
-        raise CkptselError(
-            f"{r['source']}: item {r['item_id']!r} has split {r['split']!r}; only validation and test are known"
-        )
+        raise CkptselError(f"{r['source']}: item {r['item_id']!r} has split {r['split']!r}; only validation and test are known")
     refs = _resolve_task(rows, naming.get("task"))
     rows["task"] = refs.map(task_label)  # a task file: its name
-    own = pd.Series(
-        ["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)], index=rows.index
-    )
+    own = pd.Series(["" if h == t else h for h, t in zip(rows["harness_task"], rows["task"], strict=True)], index=rows.index)
     rows["subtask"] = _fill(rows, "subtask", own)
     rows["group"] = _fill(rows, "group", rows["item_id"].astype(object))
     rows["answer"] = _answers(rows.assign(task=refs), note, harness)
@@ -573,12 +557,7 @@ def check_new_keys(out: Location, ingested: Ingested, replace: bool) -> tuple[in
 
 
 def ingest_logs(
-    logs: Sequence[CheckpointLog],
-    *,
-    out: Path | Location | str,
-    harness: str,
-    nll_reason: str | None = None,
-    **naming: Unpack[Naming],
+    logs: Sequence[CheckpointLog], *, out: Path | Location | str, harness: str, nll_reason: str | None = None, **naming: Unpack[Naming]
 ) -> Ingested:
     """:func:`to_records` (named by ``naming``, see :class:`Naming`), the keys checked against
     the records already in ``out`` (a folder or a URL; see the module), then the one records

@@ -85,11 +85,7 @@ def _plain_precision(model: Any) -> Iterator[set[str]]:
         if torch.is_autocast_enabled(device_type):
             seen.add(str(torch.get_autocast_dtype(device_type)).removeprefix("torch."))
 
-    swapped = [
-        (m, m.__dict__["forward"])
-        for m in model.modules()
-        if "_original_forward" in m.__dict__ and "forward" in m.__dict__
-    ]
+    swapped = [(m, m.__dict__["forward"]) for m in model.modules() if "_original_forward" in m.__dict__ and "forward" in m.__dict__]
     watched = {id(m): m for m in _ends(model)}.values()
     with ExitStack() as stack:
         stack.callback(lambda: [setattr(m, "forward", f) for m, f in swapped])
@@ -272,9 +268,7 @@ class RecordingCallback(TrainerCallback):
         self.measured_steps.append(int(step))
         if self.verbose:
             n = sum(len(v) for v in self.splits.values())
-            print(
-                f"ckptsel: recorded step {step} of {self.trajectory} ({n} items) in {time.perf_counter() - start:.1f} s"
-            )
+            print(f"ckptsel: recorded step {step} of {self.trajectory} ({n} items) in {time.perf_counter() - start:.1f} s")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if not getattr(state, "is_world_process_zero", True):
@@ -294,9 +288,7 @@ class RecordingCallback(TrainerCallback):
         if model is None:
             raise CkptselError("RecordingCallback.on_save: the Trainer passed no model")
         if tokenizer is None:
-            raise CkptselError(
-                "RecordingCallback: no tokenizer (give the Trainer processing_class=tokenizer or pass tokenizer=...)"
-            )
+            raise CkptselError("RecordingCallback: no tokenizer (give the Trainer processing_class=tokenizer or pass tokenizer=...)")
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping a tokenizer
         stated = self.config.measured.fmt is not None
         self.config = self.config.bind_format(
@@ -398,13 +390,10 @@ class SelectionCallback(RecordingCallback):
         if rule not in SIGNAL_RULES:
             raise CkptselError(f"SelectionCallback: unknown rule {rule!r}; use one of {list(SIGNAL_RULES)}")
         if early_stopping_patience is not None and (
-            isinstance(early_stopping_patience, bool)
-            or not isinstance(early_stopping_patience, int)
-            or early_stopping_patience < 1
+            isinstance(early_stopping_patience, bool) or not isinstance(early_stopping_patience, int) or early_stopping_patience < 1
         ):
             raise CkptselError(
-                f"SelectionCallback: early_stopping_patience must be an integer >= 1 or None "
-                f"(got {early_stopping_patience!r})"
+                f"SelectionCallback: early_stopping_patience must be an integer >= 1 or None (got {early_stopping_patience!r})"
             )
         super().__init__(*args, **kwargs)  # RecordingCallback's arguments
         if len(self.splits["validation"]) < 2:
@@ -507,10 +496,7 @@ class SelectionCallback(RecordingCallback):
 
         write_text(Path(args.output_dir) / SELECTION_FILE, json.dumps(out, indent=2) + "\n")
         if self.verbose:
-            print(
-                f"ckptsel: keep checkpoint-{out['marked_step']} of {self.trajectory} "
-                f"({out['recommendation']['reason']})"
-            )
+            print(f"ckptsel: keep checkpoint-{out['marked_step']} of {self.trajectory} ({out['recommendation']['reason']})")
         self._log(args)
         return control
 

@@ -236,12 +236,7 @@ class MeasureConfig:
     OPTIONS: ClassVar[tuple[str, ...]] = SPEC_OPTIONS + FORMAT_OPTIONS + RUN_OPTIONS
 
     def __init__(
-        self,
-        task: str | None = None,
-        *,
-        measured: MeasureSpec | None = None,
-        runtime: RunSettings | None = None,
-        **options: Any,
+        self, task: str | None = None, *, measured: MeasureSpec | None = None, runtime: RunSettings | None = None, **options: Any
     ) -> None:
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
@@ -265,9 +260,7 @@ class MeasureConfig:
             raise CkptselError("internal: MeasureConfig takes a MeasureSpec and a RunSettings")
         if runtime.batch_size == "auto" and not measured.device.startswith("cuda"):
             runtime = replace(runtime, batch_size=BATCH_SIZE)  # a GPU: sized from free memory
-        if runtime.only == "nll" and not any(
-            get_task(t).has_response for t in (measured.task, measured.task_for("test"))
-        ):
+        if runtime.only == "nll" and not any(get_task(t).has_response for t in (measured.task, measured.task_for("test"))):
             name = get_task(measured.task).name
             raise CkptselError(f"--only nll: task {name} has no response field, so no NLL to score")
         object.__setattr__(self, "measured", measured)
@@ -290,13 +283,9 @@ class MeasureConfig:
         again; the CUDA check is not run again."""
         spec = {k: v for k, v in changes.items() if k not in self.RUN_OPTIONS}
         run = {k: v for k, v in changes.items() if k in self.RUN_OPTIONS}
-        return MeasureConfig(
-            measured=replace(self.measured, **spec), runtime=replace(self.runtime, check_here=False, **run)
-        )
+        return MeasureConfig(measured=replace(self.measured, **spec), runtime=replace(self.runtime, check_here=False, **run))
 
-    def bind_format(
-        self, tokenizer: Any, recorded: PromptFormat | None = None, where: str = "the run"
-    ) -> MeasureConfig:
+    def bind_format(self, tokenizer: Any, recorded: PromptFormat | None = None, where: str = "the run") -> MeasureConfig:
         """These settings with the prompt format resolved for ``tokenizer`` (the run's), once
         per run (:func:`ckptsel.data.prompts.resolve_format`: the stated one, bound to the
         tokenizer's chat template for ``chat``, else the one the run folder ``recorded``, else

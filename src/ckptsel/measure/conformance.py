@@ -183,11 +183,7 @@ class Verdict:
         passed against what, and whether it was checked in this run (``fresh``; ``rechecked``:
         the cache held an entry for the family whose HMAC did not hold) or read from the cache
         (then the entry's time); ``digest``: the cache entry's HMAC."""
-        where = (
-            "re-checked in this run (its cached entry did not hold under this user's key)"
-            if rechecked
-            else "checked in this run"
-        )
+        where = "re-checked in this run (its cached entry did not hold under this user's key)" if rechecked else "checked in this run"
         if not fresh:
             where = f"read from the cache (keyed): checked {self.checked}"
         return f"passed ({self._shape()}: {self.reference}; {where}, entry {digest[:19]})"
@@ -298,10 +294,7 @@ def check_cached_verdicts() -> tuple[Path, list[str], list[str]]:
             continue
         verdict, digest = got
         what = "passed" if verdict.passed else "refused"
-        held.append(
-            f"{label}: {what} ({verdict.detail}), checked {verdict.checked}, entry "
-            f"{digest[:19]} holds under this user's key"
-        )
+        held.append(f"{label}: {what} ({verdict.detail}), checked {verdict.checked}, entry {digest[:19]} holds under this user's key")
     return cache_path(), held, failed
 
 
@@ -369,12 +362,7 @@ def config_digest(model_config: dict[str, Any], adapters: dict[str, Any] | None)
     """The digest of a model's config and its adapters' (``{name: config}``; ``None``: none),
     less where they were loaded from and the library's version (:data:`_NOT_CONFIG`)."""
     strip = lambda d: {k: v for k, v in d.items() if k not in _NOT_CONFIG}  # noqa: E731
-    return digest_of(
-        {
-            "model": strip(model_config),
-            "adapter": None if adapters is None else {n: strip(c) for n, c in adapters.items()},
-        }
-    )
+    return digest_of({"model": strip(model_config), "adapter": None if adapters is None else {n: strip(c) for n, c in adapters.items()}})
 
 
 def _versions(config: MeasureConfig, engine: str) -> dict[str, Any]:
@@ -383,12 +371,7 @@ def _versions(config: MeasureConfig, engine: str) -> dict[str, Any]:
     settings = config.conformance_settings()
     if engine == "vllm":
         settings.pop("batch_size", None)  # vLLM batches as it schedules: no setting
-    return {
-        "check": CHECK_VERSION,
-        "code": source_digest(),
-        "torch": torch.__version__,
-        "settings": digest_of(settings),
-    }
+    return {"check": CHECK_VERSION, "code": source_digest(), "torch": torch.__version__, "settings": digest_of(settings)}
 
 
 def _adapter_config(model: Any) -> dict[str, Any] | None:
@@ -421,9 +404,7 @@ def hf_key(model: Any, device: Any, config: MeasureConfig) -> dict[str, Any]:
     }
 
 
-def vllm_key(
-    architecture: str, provenance: dict[str, Any], adapters: bool, config: MeasureConfig, configs: str = ""
-) -> dict[str, Any]:
+def vllm_key(architecture: str, provenance: dict[str, Any], adapters: bool, config: MeasureConfig, configs: str = "") -> dict[str, Any]:
     """A vLLM engine's family (module doc): ``provenance`` is the engine's, ``configs`` the
     :func:`config_digest` of the model's config and its adapter's."""
     return {
@@ -573,9 +554,7 @@ def unpadded_nll(model: Any, prompt: list[int], answer: list[int], device: Any) 
         return float(-logits.double().log_softmax(-1).gather(-1, target[:, None]).sum())
 
 
-def _reference(
-    model: Any, prompt: list[int], answer: list[int], cfg: Any, device: Any
-) -> tuple[list[int], list[Step], float]:
+def _reference(model: Any, prompt: list[int], answer: list[int], cfg: Any, device: Any) -> tuple[list[int], list[Step], float]:
     """Unbatched greedy ``generate`` on one unpadded prompt (tokens, per-step scores) and the
     NLL of ``answer`` from one unpadded forward, each as a freshly loaded model gives them
     (dynamic RoPE keeps the frequencies of the longest call so far: reset first)."""
@@ -617,16 +596,7 @@ def check_hf(
     batch = batch_size or len(prompts)
     rec = _Recorder(tokenizer)
     texts, scored = measure_items(
-        model,
-        rec,
-        prompts,
-        responses,
-        windows=(0,),
-        batch_size=batch,
-        max_new_tokens=max_new_tokens,
-        device=device,
-        fmt=fmt,
-        items=items,
+        model, rec, prompts, responses, windows=(0,), batch_size=batch, max_new_tokens=max_new_tokens, device=device, fmt=fmt, items=items
     )
     stops = stop_token_ids(model, tokenizer)
     cfg = GenerationConfig(
@@ -658,13 +628,7 @@ def _vllm_steps(logprobs: list[dict[int, float]], tokens: list[int], dtype: str)
 
 
 def check_vllm(
-    engine: Any,
-    ckpt: Any,
-    tokenizer: Any,
-    items: Sequence[Any],
-    config: MeasureConfig,
-    stops: Sequence[int],
-    hf_model: Any = None,
+    engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], config: MeasureConfig, stops: Sequence[int], hf_model: Any = None
 ) -> Verdict:
     """vLLM in one batch against vLLM one request at a time (texts; the NLL when vLLM scores
     it) and, when ``hf_model`` is given, its NLL against an HF unpadded forward (module doc)."""
@@ -737,36 +701,18 @@ class Conformance:
         return self.verdict(
             hf_key(model, device, self.config),
             lambda: check_hf(
-                model,
-                tokenizer,
-                pick_items(items, max(CHECK_ITEMS, batch)),
-                self.config.measured.max_new_tokens,
-                device,
-                batch,
-                fmt,
+                model, tokenizer, pick_items(items, max(CHECK_ITEMS, batch)), self.config.measured.max_new_tokens, device, batch, fmt
             ),
         )
 
     def vllm(
-        self,
-        engine: Any,
-        ckpt: Any,
-        tokenizer: Any,
-        items: Sequence[Any],
-        stops: Sequence[int],
-        hf_model: Callable[[], Any] | None = None,
+        self, engine: Any, ckpt: Any, tokenizer: Any, items: Sequence[Any], stops: Sequence[int], hf_model: Callable[[], Any] | None = None
     ) -> str:
         """:meth:`verdict` of the vLLM engine on ``ckpt``'s model (:func:`check_vllm`);
         ``hf_model()`` gives the run's HF model when it has one (called only to check)."""
         if not self.config.runtime.conformance_check:
             return SKIPPED
-        key = vllm_key(
-            str(engine.architecture(ckpt)),
-            engine.provenance(),
-            ckpt.kind == "adapter",
-            self.config,
-            disk_config_digest(ckpt),
-        )
+        key = vllm_key(str(engine.architecture(ckpt)), engine.provenance(), ckpt.kind == "adapter", self.config, disk_config_digest(ckpt))
         key["checks"] = [k for k in ("backend", "nll_backend") if getattr(self.config.measured, k) == "vllm"]
         if self.config.measured.nll_backend == "vllm" and hf_model is not None:
             key["nll_against"] = "hf"
@@ -785,9 +731,7 @@ class Conformance:
         )
 
 
-def check_conformance(
-    model: Any, tokenizer: Any, items: Sequence[Any], config: MeasureConfig, *, device: Any = None
-) -> str:
+def check_conformance(model: Any, tokenizer: Any, items: Sequence[Any], config: MeasureConfig, *, device: Any = None) -> str:
     """The conformance verdict of a model already in memory (the Trainer callback): the value
     for its provenance's ``conformance`` field (:data:`SKIPPED` when
     ``config.runtime.conformance_check`` is off), or :class:`CkptselError` with one line when ckptsel's

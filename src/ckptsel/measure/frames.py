@@ -64,9 +64,7 @@ def generation_frame(
     return coerce_generations(df)
 
 
-def nll_frame(
-    items: Sequence[Any], scored: Sequence[dict[int, Any]], *, split: str, trajectory: str, step: int
-) -> pd.DataFrame:
+def nll_frame(items: Sequence[Any], scored: Sequence[dict[int, Any]], *, split: str, trajectory: str, step: int) -> pd.DataFrame:
     """Contract NLL rows: one per item and window."""
     rows = [
         {

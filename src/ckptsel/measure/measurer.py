@@ -22,14 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.backends.hf import (
-    ModelHolder,
-    generation_config,
-    hf_provenance,
-    resolve_dtype,
-    run_tokenizer,
-    tokenizer_ref,
-)
+from ckptsel.measure.backends.hf import ModelHolder, generation_config, hf_provenance, resolve_dtype, run_tokenizer, tokenizer_ref
 from ckptsel.measure.backends.vllm import VllmEngine
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.conformance import Conformance
@@ -56,17 +49,7 @@ def measure_model(
 
 
 def measure_splits(
-    model: Any,
-    tokenizer: Any,
-    items: dict[str, Sequence[Any]],
-    config: MeasureConfig,
-    *,
-    trajectory: str,
-    step: int,
-    configuration: str | None = None,
-    generate: bool = True,
-    nll: bool = True,
-    **passes: Any,
+    model: Any, tokenizer: Any, items: dict[str, Sequence[Any]], config: MeasureConfig, *, trajectory: str, **options: Any
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measure a model already in memory on the items of several splits (``{split: items}``)
     in one pass over all of them (fuller batches, less padding); frames per split, concatenated.
@@ -79,23 +62,13 @@ def measure_splits(
     prompts are wrapped in ``config``'s prompt format, resolved here for ``tokenizer`` unless
     it already is (:meth:`MeasureConfig.bind_format`: a tokenizer with a chat template and no
     stated format is refused);
-    ``passes`` are that function's ``device`` (where inputs go; default: the model's own
-    device), ``on_batch``, ``seconds`` (if given, accumulates the time of its ``forward``,
-    ``nll`` and ``decode`` steps) and ``token_cache``. The model is left in eval mode.
+    ``options`` are :func:`measure_resolved`'s: ``step``, ``configuration``, ``generate``,
+    ``nll``, and that function's ``device`` (where inputs go; default: the model's own device),
+    ``on_batch``, ``seconds`` (if given, accumulates the time of its ``forward``, ``nll`` and
+    ``decode`` steps) and ``token_cache``. The model is left in eval mode.
     """
     config = config.bind_format(tokenizer, where=f"trajectory {trajectory!r}")
-    return measure_resolved(
-        model,
-        tokenizer,
-        items,
-        config,
-        trajectory=trajectory,
-        step=step,
-        configuration=configuration,
-        generate=generate,
-        nll=nll,
-        **passes,
-    )
+    return measure_resolved(model, tokenizer, items, config, trajectory=trajectory, **options)
 
 
 def measure_resolved(
@@ -172,17 +145,9 @@ def split_frames(
 
 def _with_hashes(frames: list[pd.DataFrame], pool: ItemPool) -> list[pd.DataFrame]:
     """Each frame with its rows' ``item_hash`` (by split and item id)."""
-    hashes = {
-        (split, it.item_id): h
-        for split, its in pool.splits.items()
-        for it, h in zip(its, pool.hashes[split], strict=True)
-    }
+    hashes = {(split, it.item_id): h for split, its in pool.splits.items() for it, h in zip(its, pool.hashes[split], strict=True)}
     return [
-        f.assign(
-            item_hash=pd.Series(
-                [hashes[k] for k in zip(f["split"], f["item_id"], strict=True)], index=f.index, dtype="string"
-            )
-        )
+        f.assign(item_hash=pd.Series([hashes[k] for k in zip(f["split"], f["item_id"], strict=True)], index=f.index, dtype="string"))
         for f in frames
     ]
 
@@ -246,13 +211,7 @@ def batch_units(units: Sequence[tuple[Checkpoint, Any]], size: int, workers: int
     joins = lambda u: size > 1 and u[1].n_todo > 0 and u[0].kind == "adapter"  # noqa: E731
     out: list[list[Any]] = []
     for unit in units:
-        if (
-            out
-            and joins(unit)
-            and joins(out[-1][-1])
-            and len(out[-1]) < size
-            and (base_key(unit[0]) == base_key(out[-1][-1][0]))
-        ):
+        if out and joins(unit) and joins(out[-1][-1]) and len(out[-1]) < size and (base_key(unit[0]) == base_key(out[-1][-1][0])):
             out[-1].append(unit)
         else:
             out.append([unit])
@@ -335,11 +294,7 @@ class Measurer:
         return batch_units(units, self.batch_size([c for c, p in units if p.n_todo]))
 
     def measure_many(
-        self,
-        units: Sequence[tuple[Checkpoint, StepParts]],
-        trajectory: str,
-        configuration: str,
-        ticks: Sequence[Callable[[int], None]],
+        self, units: Sequence[tuple[Checkpoint, StepParts]], trajectory: str, configuration: str, ticks: Sequence[Callable[[int], None]]
     ) -> list[tuple[list[pd.DataFrame], list[pd.DataFrame]]]:
         """:meth:`measure` of several adapter checkpoints (of one base, sharing one item pool)
         at once: their vLLM requests go into one ``generate`` call per kind, each request with
@@ -354,19 +309,11 @@ class Measurer:
             s: sorted(todo[s]) if engine == "vllm" else [] for s in pool.splits
         }
         work = [
-            (
-                c,
-                p.pool,
-                take(p.todo_gen, p.pool, cfg.measured.backend),
-                take(p.todo_nll, p.pool, cfg.measured.nll_backend),
-            )
+            (c, p.pool, take(p.todo_gen, p.pool, cfg.measured.backend), take(p.todo_nll, p.pool, cfg.measured.nll_backend))
             for c, p in units
         ]
         rows = self._measure_vllm_many(work, (trajectory, configuration), ticks)
-        return [
-            self.measure(c, p, trajectory, configuration, t, vllm_rows=r)
-            for (c, p), t, r in zip(units, ticks, rows, strict=True)
-        ]
+        return [self.measure(c, p, trajectory, configuration, t, vllm_rows=r) for (c, p), t, r in zip(units, ticks, rows, strict=True)]
 
     def measure(
         self,
@@ -502,11 +449,7 @@ class Measurer:
             flat = [it for _, _, f in per for it in f]
             owners = [work[k][0] for k, _, f in per for _ in f]
             ids, answers = cfg.measured.prompt.encode(
-                tok,
-                [it.instruction for it in flat],
-                [it.response for it in flat] if kind == "nll" else None,
-                flat,
-                cache=cache,
+                tok, [it.instruction for it in flat], [it.response for it in flat] if kind == "nll" else None, flat, cache=cache
             )
             if kind == "nll":
                 values = self.vllm.score(owners, ids, answers, cfg.measured.windows)

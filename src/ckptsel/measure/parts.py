@@ -91,16 +91,11 @@ class ItemPool:
     hashes: dict[str, list[str]]
 
     @classmethod
-    def load(
-        cls, task: str, validation: Path | Sequence[Any], test: Path | Sequence[Any], test_task: str | None = None
-    ) -> ItemPool:
+    def load(cls, task: str, validation: Path | Sequence[Any], test: Path | Sequence[Any], test_task: str | None = None) -> ItemPool:
         """Both items files (or item lists already built, e.g. by :mod:`ckptsel.data.pools`),
         checked (present, non-empty, unique ids). The test file is read with ``test_task``
         when given."""
-        splits = {
-            "validation": _items_of(task, validation, "validation"),
-            "test": _items_of(test_task or task, test, "test"),
-        }
+        splits = {"validation": _items_of(task, validation, "validation"), "test": _items_of(test_task or task, test, "test")}
         return cls(splits, {s: [item_hash(it) for it in its] for s, its in splits.items()})
 
     @property
@@ -182,9 +177,7 @@ def _load_keys(path: Location) -> set[tuple[str, str, str]]:
         return set()
 
 
-def part_paths(
-    records_dir: Path | Location | str, trajectory: str, step: int, config: MeasureConfig
-) -> tuple[Location, Location]:
+def part_paths(records_dir: Path | Location | str, trajectory: str, step: int, config: MeasureConfig) -> tuple[Location, Location]:
     """One checkpoint's generation and NLL part files (named by the measurement fingerprints)."""
     folder = as_location(records_dir) / PARTS_DIR / trajectory
     return (
@@ -193,18 +186,13 @@ def part_paths(
     )
 
 
-def _todo(
-    pool: ItemPool, have_gen: set, have_nll: set, only: str | None
-) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+def _todo(pool: ItemPool, have_gen: set, have_nll: set, only: str | None) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
     """Per split, the indices of the items to generate and to score: those whose (split,
     item_id, item_hash) the parts' keys (``have_gen``, ``have_nll``) lack. ``only``
     (``measure --only generation|nll``) leaves the other kind alone. An item without a
     response (a task file with no response field) has no NLL to score."""
     todo_gen = {s: [] if only == "nll" else pool._absent(have_gen, s) for s in pool.splits}
-    todo_nll = {
-        s: [] if only == "generation" else [i for i in pool._absent(have_nll, s) if pool.scored(s, i)]
-        for s in pool.splits
-    }
+    todo_nll = {s: [] if only == "generation" else [i for i in pool._absent(have_nll, s) if pool.scored(s, i)] for s in pool.splits}
     return todo_gen, todo_nll
 
 
@@ -261,9 +249,7 @@ class StepParts:
         merged = merged.drop_duplicates(list(key), keep="last")
         return merged.sort_values(list(key), kind="mergesort").reset_index(drop=True)
 
-    def contract_generations(
-        self, task: str, trajectory: str, configuration: str, test_task: str | None = None
-    ) -> pd.DataFrame | None:
+    def contract_generations(self, task: str, trajectory: str, configuration: str, test_task: str | None = None) -> pd.DataFrame | None:
         """Contract rows for the current items, answers re-derived from the stored text (the
         test split's with ``test_task`` when given)."""
         if self.gen is None or self.only == "nll":
@@ -312,16 +298,12 @@ class RecordedItems:
     """How many of a pool's items the contract records hold, per kind (``generations``,
     ``nll``) and (trajectory, split, step): the records read once, for every trajectory."""
 
-    def __init__(
-        self, sizes: dict[str, int], counts: dict[str, dict[tuple, int]], scored: dict[str, int] | None = None
-    ) -> None:
+    def __init__(self, sizes: dict[str, int], counts: dict[str, dict[tuple, int]], scored: dict[str, int] | None = None) -> None:
         self.sizes, self.counts = sizes, counts
         self.scored = sizes if scored is None else scored  # items with an NLL, per split
 
     @classmethod
-    def read(
-        cls, records_dir: Path | Location | str, pool: ItemPool, trajectories: Sequence[str] | None = None
-    ) -> RecordedItems:
+    def read(cls, records_dir: Path | Location | str, pool: ItemPool, trajectories: Sequence[str] | None = None) -> RecordedItems:
         """Read the records' keys (of ``trajectories`` only, when given) in one pass per kind."""
         cols = ["trajectory", "step", "split", "item_id"]
         only = None if trajectories is None else [("trajectory", "in", list(trajectories))]

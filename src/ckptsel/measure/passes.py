@@ -76,15 +76,7 @@ from typing import Any
 from ckptsel.data.prompts import PromptFormat, cached_ids
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
-from ckptsel.measure.tokens import (
-    ResponseNll,
-    cut_at_stop,
-    encode_prompts,
-    encode_responses,
-    pad_id,
-    stop_token_ids,
-    window_sums,
-)
+from ckptsel.measure.tokens import ResponseNll, cut_at_stop, encode_prompts, encode_responses, pad_id, stop_token_ids, window_sums
 from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
 
 
@@ -404,9 +396,7 @@ class _Rows:
             extra["cache_position"] = torch.tensor([self.mask.shape[1]], device=nxt.device)
         ones = torch.ones((self.n, 1), dtype=self.mask.dtype, device=nxt.device)
         self.mask = torch.cat([self.mask, ones], 1)
-        res = model(
-            input_ids=nxt[:, None], position_ids=self.pos[:, None], attention_mask=self.mask, use_cache=True, **extra
-        )
+        res = model(input_ids=nxt[:, None], position_ids=self.pos[:, None], attention_mask=self.mask, use_cache=True, **extra)
         self.last, self.cache, self.pos = res.logits[:, -1, :], _cache_of(model, res), self.pos + 1
         return finished
 
@@ -442,13 +432,7 @@ def generate_texts(
 ) -> list[str]:
     """Greedy continuation of every prompt, in input order (see :func:`measure_items`)."""
     texts, _ = measure_items(
-        model,
-        tokenizer,
-        prompts,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
-        device=device,
-        on_batch=on_batch,
+        model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens, device=device, on_batch=on_batch
     )
     return texts
 
@@ -466,15 +450,7 @@ def response_nll(
 ) -> list[dict[int, ResponseNll]]:
     """Per item, ``{window: ResponseNll}`` for each requested window (see :func:`measure_items`)."""
     _, scored = measure_items(
-        model,
-        tokenizer,
-        prompts,
-        responses,
-        generate=False,
-        windows=windows,
-        batch_size=batch_size,
-        device=device,
-        on_batch=on_batch,
+        model, tokenizer, prompts, responses, generate=False, windows=windows, batch_size=batch_size, device=device, on_batch=on_batch
     )
     return scored
 
@@ -520,9 +496,7 @@ def _response_nll(logits: Any, batch: _Batch, row: int, answer: list[int]) -> An
     return torch.cumsum(tok_nll.double().cpu(), 0)
 
 
-def _decode(
-    model: Any, cache: Any, logits: Any, batch: _Batch, stops: list[int], pad: int, max_new_tokens: int
-) -> list[list[int]]:
+def _decode(model: Any, cache: Any, logits: Any, batch: _Batch, stops: list[int], pad: int, max_new_tokens: int) -> list[list[int]]:
     """Greedy tokens per row (``B × steps``; a finished row continues with ``pad``)."""
     import torch
 
@@ -637,8 +611,7 @@ def _reference_items(
     return [
         i
         for i, p in enumerate(encoded)
-        if (answers is not None and len(p) + len(answers[i]) >= bound)
-        or (generate and len(p) + max_new_tokens >= bound)
+        if (answers is not None and len(p) + len(answers[i]) >= bound) or (generate and len(p) + max_new_tokens >= bound)
     ]
 
 
@@ -676,9 +649,7 @@ def _measure_alone(
         from transformers import GenerationConfig
 
         stops, pad, max_new_tokens = decoding
-        config = GenerationConfig(
-            do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad
-        )
+        config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
         fresh_rope(model, device)
         ids = torch.tensor([prompt], dtype=torch.long, device=device)
         with clock("decode"):
@@ -755,9 +726,7 @@ def cache_layout(model: Any) -> CacheLayout:
         from transformers.cache_utils import get_layer_types_and_kwargs
     except ImportError:  # transformers 4.x
         win = getattr(cfg, "sliding_window", None)
-        types = getattr(cfg, "layer_types", None) or ["sliding_attention" if win else "full_attention"] * int(
-            cfg.num_hidden_layers
-        )
+        types = getattr(cfg, "layer_types", None) or ["sliding_attention" if win else "full_attention"] * int(cfg.num_hidden_layers)
         wins = [win] * len(types)
     else:
         types, kwargs = get_layer_types_and_kwargs(cfg)

@@ -96,9 +96,7 @@ def _batch_hint(this_run: dict[str, Any] | str, held: list[str]) -> str | None:
     return None
 
 
-def _format_mix(
-    this_run: dict[str, Any] | str, held: list[str], fmt: PromptFormat | None, remembered: dict[str, Any]
-) -> str | None:
+def _format_mix(this_run: dict[str, Any] | str, held: list[str], fmt: PromptFormat | None, remembered: dict[str, Any]) -> str | None:
     """When the first recorded provenance differs from this run's in its prompt format alone
     (the engine and the rest agree, as far as this run knows them): the two formats, part by
     part, in words — the recorded one recognised as this run's format less its system prompt
@@ -154,9 +152,7 @@ class ProvenanceGate:
     """The provenances ``trajectory``'s records in ``out`` hold, per kind, and the rule that
     new rows must be measured with one of them (unless ``allow_mixed``)."""
 
-    def __init__(
-        self, out: Path | Location | str, trajectory: str, only: str | None, allow_mixed: bool = False
-    ) -> None:
+    def __init__(self, out: Path | Location | str, trajectory: str, only: str | None, allow_mixed: bool = False) -> None:
         self.out, self.trajectory, self.allow_mixed = as_location(out), trajectory, allow_mixed
         self.kinds = KINDS[only]
         self.fmt: PromptFormat | None = None  # this run's prompt format (check_settings)

@@ -226,12 +226,7 @@ class RunMeasurement:
         check_records_folder(out)
         read_rows(out, "nll", columns=["trajectory"], filters=[("trajectory", "=", traj)])
         _check_trajectory_identity(
-            read_rows(
-                out,
-                "generations",
-                columns=["trajectory", "configuration", "task", "split"],
-                filters=[("trajectory", "=", traj)],
-            ),
+            read_rows(out, "generations", columns=["trajectory", "configuration", "task", "split"], filters=[("trajectory", "=", traj)]),
             out,
             traj,
             self.configuration,
@@ -242,9 +237,7 @@ class RunMeasurement:
         """A checkpoint's part cache: only rows measured from its weights and files as they
         are now (once :meth:`check_weights` has fingerprinted them)."""
         now = self._stamp_files(step)
-        checkpoint = (
-            None if now.weights is None else files_fingerprint({"weights": now.weights, "files": now.files or ""})
-        )
+        checkpoint = None if now.weights is None else files_fingerprint({"weights": now.weights, "files": now.files or ""})
         return StepParts(self.out, self.trajectory, step, self.config, self.pool, checkpoint)
 
     def bind_format(self, ckpts: list[Checkpoint]) -> None:
@@ -299,9 +292,7 @@ class RunMeasurement:
                 res.reused_steps.append(ckpt.step)
             upsert_records(
                 self.out,
-                generations=parts.contract_generations(
-                    config.measured.task, traj, self.configuration, config.measured.test_task
-                ),
+                generations=parts.contract_generations(config.measured.task, traj, self.configuration, config.measured.test_task),
                 nll=parts.contract_nll(traj),
                 provenance=gate.units(parts),
                 checkpoint=self._stamp(ckpt.step),
@@ -354,9 +345,7 @@ class RunMeasurement:
         if final is None:
             final = (max(c.step for c in self.ckpts), None)
         now = self._stamp_files(step)
-        return CheckpointStamp(
-            now.weights, None if final[0] is None else int(final[0]), final[1], now.files, now.file_digests
-        )
+        return CheckpointStamp(now.weights, None if final[0] is None else int(final[0]), final[1], now.files, now.file_digests)
 
     def drop_parts(self, step: int) -> None:
         """Delete a checkpoint's part cache."""

@@ -56,13 +56,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.progress import ProgressCallback, ProgressEvent
 from ckptsel.measure.run import WATCH_DIR, MeasureSetup, RunMeasurement
-from ckptsel.train.checkpoints import (
-    STATE_FILE,
-    checkpoint_readiness,
-    inspect_checkpoint,
-    is_final_checkpoint,
-    layout_pattern,
-)
+from ckptsel.train.checkpoints import STATE_FILE, checkpoint_readiness, inspect_checkpoint, is_final_checkpoint, layout_pattern
 
 STATUS_FILE = "status.json"
 
@@ -199,9 +193,7 @@ class _Watch:
         hooks: _Hooks,
         clock: Callable[[], float],
     ) -> None:
-        self.session = RunMeasurement(
-            run_dir, config, setup, on_progress=self._progress, after_checkpoint=self._recorded
-        )
+        self.session = RunMeasurement(run_dir, config, setup, on_progress=self._progress, after_checkpoint=self._recorded)
         self.session.check_records()
         self.settings, self.base, self.hooks, self.clock = settings, setup.base, hooks, clock
         self.status_file = as_location(status_file) if status_file else status_path(setup.out, self.session.trajectory)

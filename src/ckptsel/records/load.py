@@ -28,15 +28,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.records import cache, units
 from ckptsel.records.codec import read_schema, read_table
 from ckptsel.records.scan import read_rows
-from ckptsel.records.schema import (
-    COMPLETE_WINDOW,
-    FINAL_STEPS_FILE,
-    GENERATION_COLUMNS,
-    MATCHED_WINDOW,
-    NLL_COLUMNS,
-    NLL_FILE,
-    SPLITS,
-)
+from ckptsel.records.schema import COMPLETE_WINDOW, FINAL_STEPS_FILE, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS, NLL_FILE, SPLITS
 from ckptsel.records.weights import declared_final_steps
 
 
@@ -91,10 +83,7 @@ def _read(records_dir: Path, kind: str, columns: dict[str, str], split: str | No
     path = units.display_path(records_dir, kind)
     if not units.exists(records_dir, kind):
         name = units.SINGLE_FILES[kind]
-        raise CkptselError(
-            f"{records_dir / name}: records file not found (expected {name} or "
-            f"{units.UNITS_DIR}/{kind}/ in {records_dir})"
-        )
+        raise CkptselError(f"{records_dir / name}: records file not found (expected {name} or {units.UNITS_DIR}/{kind}/ in {records_dir})")
     single = units.single_file(records_dir, kind)
     if single is not None:
         schema = read_schema(single)
@@ -117,11 +106,7 @@ def _checked(table: pa.Table, columns: dict[str, str], path: Path) -> pa.Table:
         col = table.column(name)
         if col.null_count:
             r = pc.index(pc.is_null(col), True).as_py()
-            where = ", ".join(
-                f"{k} {table.column(k)[r].as_py()!r}"
-                for k in ("trajectory", "step", "item_id")
-                if k in table.column_names
-            )
+            where = ", ".join(f"{k} {table.column(k)[r].as_py()!r}" for k in ("trajectory", "step", "item_id") if k in table.column_names)
             hint = " (NaN/inf losses are not allowed)" if name == "nll_sum" else ""
             raise CkptselError(f"{path.name}: {where}: {name} is missing/NaN{hint} [{path}]")
         value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
@@ -183,9 +168,7 @@ def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
             return remap[codes], values  # int32 already: no second copy of the rows
         col = col.combine_chunks()
     enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(
-        enc.dictionary.to_pylist(), dtype=object
-    )
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(enc.dictionary.to_pylist(), dtype=object)
 
 
 def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array]:
@@ -276,15 +259,11 @@ class _Grid:
         self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
         self.item_code, self.items = self.codes["item_id"], self.values["item_id"]
         self.step = table.column("step").to_numpy()
-        self.correct = (
-            table.column("correct").to_numpy(zero_copy_only=False) if "correct" in table.column_names else None
-        )
+        self.correct = table.column("correct").to_numpy(zero_copy_only=False) if "correct" in table.column_names else None
         # rank of each item id as a string: trajectories list their items in id order
         self.item_rank = np.empty(len(self.items), dtype=np.int64)
         self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
-        parts = _key_parts(
-            [self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []), len(self.trajs) * len(self.items)
-        )
+        parts = _key_parts([self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []), len(self.trajs) * len(self.items))
         key = self.traj_code.astype(np.int64)  # built in place: one (rows,) int64 at a time
         key *= parts[0][1]
         key += parts[0][0]
@@ -337,8 +316,7 @@ class _Grid:
             used = codes[:1] if len(codes) and codes.min() == codes.max() else np.unique(codes)
             if len(used) != 1:
                 raise CkptselError(
-                    f"{_describe(self.path, traj)}: several values of {name!r}: "
-                    f"{[str(v) for v in self.values[name][used][:5]]}"
+                    f"{_describe(self.path, traj)}: several values of {name!r}: {[str(v) for v in self.values[name][used][:5]]}"
                 )
             out.append(str(self.values[name][used[0]]))
         return out[0], out[1]
@@ -378,9 +356,7 @@ def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str,
     mismatch = per_item[ii] != codes
     if mismatch.any():
         i = int(ii[np.flatnonzero(mismatch)[0]])
-        raise CkptselError(
-            f"{_describe(g.path, traj, item=str(item_ids[i]))}: {item_field!r} differs across checkpoints"
-        )
+        raise CkptselError(f"{_describe(g.path, traj, item=str(item_ids[i]))}: {item_field!r} differs across checkpoints")
     return present, correct, answers, g.values[item_field][np.maximum(per_item, 0)]
 
 
@@ -419,8 +395,7 @@ def _check_final_names(expected: dict[str, int], g: _Grid, records_dir: Path) ->
     unknown = sorted(set(expected) - {str(t) for t in g.trajs})
     if unknown:
         raise CkptselError(
-            f"{FINAL_STEPS_FILE} (beside {records_dir}): trajectory {unknown[0]!r} is declared but "
-            f"has no records in {g.path.name}"
+            f"{FINAL_STEPS_FILE} (beside {records_dir}): trajectory {unknown[0]!r} is declared but has no records in {g.path.name}"
         )
 
 
@@ -433,9 +408,7 @@ def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: P
         )
 
 
-def _check_measured_final(
-    traj: str, steps: np.ndarray, measured: dict[str, int], expected: dict[str, int], path: Path
-) -> None:
+def _check_measured_final(traj: str, steps: np.ndarray, measured: dict[str, int], expected: dict[str, int], path: Path) -> None:
     """The run's final checkpoint, as its units declare it (the largest checkpoint of the run
     folder when it was measured: :mod:`ckptsel.records.weights`), must have records; a final
     step declared in ``final_steps.json`` takes precedence."""
@@ -613,8 +586,7 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
         missing = sorted(set(nll.grid.trajs) - {v.trajectory for v in out})
         if missing:
             raise CkptselError(
-                f"{nll.path}: trajectory {missing[0]!r} has validation NLL records but no generation "
-                f"records in {gpath.name}"
+                f"{nll.path}: trajectory {missing[0]!r} has validation NLL records but no generation records in {gpath.name}"
             )
     return out
 
@@ -668,8 +640,7 @@ def _test_records(records_dir: Location) -> list[TestData]:
     only_nll = sorted(set(test_nll_steps) - {str(t) for t in g.trajs})
     if only_nll:
         raise CkptselError(
-            f"{records_dir / NLL_FILE}: trajectory {only_nll[0]!r} has test NLL records but no test "
-            f"generation records in {gpath.name}"
+            f"{records_dir / NLL_FILE}: trajectory {only_nll[0]!r} has test NLL records but no test generation records in {gpath.name}"
         )
     out = []
     for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):

@@ -231,11 +231,7 @@ def study_provenance(records_dir: Path | Location | str) -> dict[str, dict[str, 
     """Every trajectory's provenance, per kind (``generations``, ``nll``); the footers of
     thousands of units are read once per state of the records (:mod:`ckptsel.records.cache.memo`)."""
     return cache.cached(
-        records_dir,
-        "provenance",
-        lambda: {kind: read_provenance(records_dir, kind) for kind in PROVENANCE_KINDS},
-        _encode,
-        _decode,
+        records_dir, "provenance", lambda: {kind: read_provenance(records_dir, kind) for kind in PROVENANCE_KINDS}, _encode, _decode
     )
 
 
@@ -299,11 +295,7 @@ def provenance_lines(records_dir: Path | Location | str) -> tuple[list[str], lis
             mixing = sorted(t for t, p in per_traj.items() if len(p.measured_by) > 1)
             allowed = sum(1 for t in mixing if per_traj[t].mixed)
             shown = ", ".join(mixing[:5]) + (" …" if len(mixing) > 5 else "")
-            where = (
-                f"; within {_count(len(mixing), 'trajectory')} ({shown}; {allowed} allowed by --allow-mixed-engines)"
-                if mixing
-                else ""
-            )
+            where = f"; within {_count(len(mixing), 'trajectory')} ({shown}; {allowed} allowed by --allow-mixed-engines)" if mixing else ""
             differ = _differing(counts)
             warnings.append(
                 f"the study's {kind} were measured with {len(counts)} different provenances "

@@ -34,15 +34,7 @@ from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
 from ckptsel.records import cache
 from ckptsel.records.codec import read_schema, read_table, table_from_bytes
-from ckptsel.records.schema import (
-    RECORDS_ORDER,
-    SPLITS,
-    TEXT_COLUMNS,
-    UNIT_COLUMNS,
-    arrow_schema,
-    coerce_generations,
-    coerce_nll,
-)
+from ckptsel.records.schema import RECORDS_ORDER, SPLITS, TEXT_COLUMNS, UNIT_COLUMNS, arrow_schema, coerce_generations, coerce_nll
 from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, UnitFile, list_units, single_file
 
 _READ_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError)  # a damaged or foreign file
@@ -68,17 +60,13 @@ def _split_of_group(f: pq.ParquetFile, g: int) -> str | None:
     return None
 
 
-def _read_local(
-    u: UnitFile, kind: str, need: list[str], split: str | None, dictionary
-) -> list[tuple[str | None, pa.Table]]:
+def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dictionary) -> list[tuple[str | None, pa.Table]]:
     """One local unit's ``need`` columns (strings in ``dictionary`` read dictionary-encoded),
     its contract columns checked to be present: ``(split, rows)`` per row group whose split
     the statistics prove (a unit has one row group per split; one of another split than
     ``split`` is not read), else ``(None, rows)`` for the rows to split by value."""
     try:
-        with pq.ParquetFile(
-            u.path.local, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False
-        ) as f:
+        with pq.ParquetFile(u.path.local, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False) as f:
             missing = [c for c in UNIT_COLUMNS[kind] if c not in f.schema_arrow.names]
             if missing:
                 raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
@@ -108,8 +96,7 @@ def _conform(table: pa.Table, u: UnitFile, kind: str, schema: pa.Schema) -> pa.T
             cols.append(_as_type(table.column(f.name), f.type))
         except (pa.ArrowException, ValueError) as err:
             raise CkptselError(
-                f"{u.path}: column {f.name!r} has type {table.column(f.name).type}, "
-                f"expected {UNIT_COLUMNS[kind][f.name]}"
+                f"{u.path}: column {f.name!r} has type {table.column(f.name).type}, expected {UNIT_COLUMNS[kind][f.name]}"
             ) from err
     return pa.Table.from_arrays(cols, schema=schema)
 
@@ -178,9 +165,7 @@ def _scan(
     base = arrow_schema(kind)
     names = list(base.names) if columns is None else list(dict.fromkeys(columns))
     need = names if "split" in names else [*names, "split"]
-    schema = pa.schema(
-        [pa.field(c, pa.dictionary(pa.int32(), pa.string())) if c in dictionary else base.field(c) for c in need]
-    )
+    schema = pa.schema([pa.field(c, pa.dictionary(pa.int32(), pa.string())) if c in dictionary else base.field(c) for c in need])
     if not units:
         return schema.empty_table().select(names)
     groups = list(cache.by_trajectory(units))
@@ -195,9 +180,7 @@ def _scan(
             unit_rows = iter(list(pool.map(lambda u: _unit_rows(u, kind, schema, split, dictionary), rest)))
     else:
         fetched = _fetch(rest, kind)
-        unit_rows = iter(
-            [_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(rest, fetched, strict=True)]
-        )
+        unit_rows = iter([_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(rest, fetched, strict=True)])
     rows = []  # per trajectory, its rows per split
     for (_, g), r in zip(groups, got, strict=True):
         if r is None:
@@ -228,13 +211,7 @@ def _packed(records_dir, kind, groups, schema, split, dictionary, refresh) -> li
 
 
 def _from_pack(
-    records_dir: Location,
-    kind: str,
-    traj: str,
-    group: list[UnitFile],
-    schema: pa.Schema,
-    split: str | None,
-    dictionary: list[str],
+    records_dir: Location, kind: str, traj: str, group: list[UnitFile], schema: pa.Schema, split: str | None, dictionary: list[str]
 ) -> dict[str, list[pa.Table]] | None:
     """``traj``'s rows per split from its pack, when the pack is current (built from exactly
     ``group``, the trajectory's units as listed now) and readable; else ``None`` (the units
@@ -242,9 +219,7 @@ def _from_pack(
     path = cache.pack_path(records_dir, kind, traj)
     try:
         data = path.read_bytes()  # whole: its rows are checked against its keyed footer
-        with pq.ParquetFile(
-            pa.BufferReader(data), read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False
-        ) as f:
+        with pq.ParquetFile(pa.BufferReader(data), read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False) as f:
             blob = cache.current(f.schema_arrow.metadata, group)
             if blob is None or not cache.rows_hold(data, f, blob):
                 return None
@@ -312,11 +287,7 @@ def _old_pack(path: Location, units: list[UnitFile], kind: str, schema: pa.Schem
 
 
 def refresh_pack(
-    records_dir: Path | Location | str,
-    kind: str,
-    trajectory: str,
-    units: list[UnitFile] | None = None,
-    force: bool = False,
+    records_dir: Path | Location | str, kind: str, trajectory: str, units: list[UnitFile] | None = None, force: bool = False
 ) -> bool:
     """(Re)write ``trajectory``'s pack of ``kind`` from its units (``units``: its listing, when
     the caller has it): rows of units whose version the old pack records are taken from it,

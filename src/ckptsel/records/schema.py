@@ -50,13 +50,7 @@ NLL_COLUMNS: dict[str, str] = {
 }
 NLL_KEY = ("trajectory", "step", "split", "item_id", "window")
 KINDS = ("generations", "nll", "texts")
-TEXT_COLUMNS: dict[str, str] = {
-    "trajectory": "string",
-    "step": "int64",
-    "split": "string",
-    "item_id": "string",
-    "text": "string",
-}
+TEXT_COLUMNS: dict[str, str] = {"trajectory": "string", "step": "int64", "split": "string", "item_id": "string", "text": "string"}
 UNIT_COLUMNS = {"generations": GENERATION_COLUMNS, "nll": NLL_COLUMNS, "texts": TEXT_COLUMNS}
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
 
@@ -87,9 +81,7 @@ def empty_nll() -> pd.DataFrame:
 def check_name(kind: str, name: str) -> str:
     """Trajectory/configuration names become folder names: keep them plain."""
     if not _NAME_RE.match(name):
-        raise CkptselError(
-            f"{kind} name {name!r} must start with a letter/digit and use only letters, digits and ._+=@,-"
-        )
+        raise CkptselError(f"{kind} name {name!r} must start with a letter/digit and use only letters, digits and ._+=@,-")
     return name
 
 

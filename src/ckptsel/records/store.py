@@ -51,15 +51,7 @@ from ckptsel.records.cache import PACKED_KINDS
 from ckptsel.records.codec import parquet_bytes, read_schema, read_table, table_from_bytes, unit_bytes
 from ckptsel.records.provenance import UnitProvenance, read_provenance, single_file_metadata
 from ckptsel.records.scan import read_frame, refresh_pack
-from ckptsel.records.schema import (
-    GENERATION_KEY,
-    NLL_KEY,
-    RECORDS_ORDER,
-    arrow_schema,
-    check_name,
-    coerce_generations,
-    coerce_nll,
-)
+from ckptsel.records.schema import GENERATION_KEY, NLL_KEY, RECORDS_ORDER, arrow_schema, check_name, coerce_generations, coerce_nll
 from ckptsel.records.units import SINGLE_FILES, UNITS_DIR, exists, forget_listings, single_file, unit_path
 from ckptsel.records.weights import CheckpointStamp, single_file_stamps
 
@@ -404,9 +396,7 @@ def upsert_records(
             groups.setdefault((str(traj), int(step)), {})[name] = part
     kinds: dict[str, set[str]] = {}
     for (traj, step), frames in groups.items():
-        write_unit(
-            records_dir, traj, step, **frames, provenance=provenance, checkpoint=checkpoint, replace=replace, pack=False
-        )
+        write_unit(records_dir, traj, step, **frames, provenance=provenance, checkpoint=checkpoint, replace=replace, pack=False)
         kinds.setdefault(traj, set()).update(frames)
     for traj, written in kinds.items():  # each trajectory's packs once, after all its units
         refresh_packs(records_dir, traj, written)

@@ -61,11 +61,7 @@ class CheckpointStamp:
 
     def metadata(self) -> dict[bytes, bytes]:
         """The unit file's key-value metadata."""
-        blob: dict[str, Any] = {
-            "weights": self.weights,
-            "run_final_step": self.run_final_step,
-            "run_complete": self.run_complete,
-        }
+        blob: dict[str, Any] = {"weights": self.weights, "run_final_step": self.run_final_step, "run_complete": self.run_complete}
         if self.files:
             blob["files"] = self.files
             blob["file_digests"] = dict(self.file_digests)
@@ -123,9 +119,7 @@ def _single_entries(records_dir: Location, kind: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def recorded_stamps(
-    records_dir: Path | Location | str, trajectory: str, steps: Iterable[int]
-) -> dict[int, list[CheckpointStamp]]:
+def recorded_stamps(records_dir: Path | Location | str, trajectory: str, steps: Iterable[int]) -> dict[int, list[CheckpointStamp]]:
     """Per step of ``steps``: the stamps ``trajectory``'s records hold for it (its units of
     every kind, else the single file's; a step whose records carry no fingerprint is left
     out)."""

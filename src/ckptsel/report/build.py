@@ -39,9 +39,7 @@ def load_results(results_dir: Path) -> tuple[Summary, pd.DataFrame, pd.DataFrame
 
 
 def write_report(
-    results_dir: Path,
-    formats: Iterable[str] = ("md", "tex", "csv", "png", "svg", "html"),
-    trajectory: str | None = None,
+    results_dir: Path, formats: Iterable[str] = ("md", "tex", "csv", "png", "svg", "html"), trajectory: str | None = None
 ) -> dict[str, list[Path]]:
     """Write tables (md/tex/csv), figures (png/svg) and ``report.html`` into ``results_dir``.
 
@@ -80,9 +78,7 @@ def write_report(
                 pngs[name] = rendered["png"]
         if "html" in formats:
             notes = figs.figure_notes(summary, per_conf, curves)
-            page = rhtml.render_html(
-                summary, rtables.all_tables(summary), pngs, notes=notes, measured_by=_measured_by(results_dir)
-            )
+            page = rhtml.render_html(summary, rtables.all_tables(summary), pngs, notes=notes, measured_by=_measured_by(results_dir))
             write_text(results_dir / REPORT_FILE, page)
             written["html"].append(results_dir / REPORT_FILE)
     return written

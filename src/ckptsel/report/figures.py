@@ -32,9 +32,7 @@ def _style(rule: str) -> dict:
     return RULE_STYLE.get(rule, {"color": "black", "marker": "x", "label": rule})
 
 
-def budget_curve_figure(
-    summary: Summary | dict, quantity: str = "G", gains: Gains | None = None, title: str | None = None
-) -> Figure:
+def budget_curve_figure(summary: Summary | dict, quantity: str = "G", gains: Gains | None = None, title: str | None = None) -> Figure:
     """G_r(n) (or H_r(n)) per rule against the validation budget, with shaded pointwise intervals.
 
     ``gains`` is the block drawn (default: the study's; e.g. a task's). The x axis is
@@ -53,9 +51,7 @@ def budget_curve_figure(
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for k, r in enumerate(rules):
-        cells = [
-            (b, e.as_stored()) for b in labels if (e := gains.get(quantity, r, b)) is not None and e.mean is not None
-        ]
+        cells = [(b, e.as_stored()) for b in labels if (e := gains.get(quantity, r, b)) is not None and e.mean is not None]
         st = _style(r)
         dodge = (k - (len(rules) - 1) / 2) * 0.06  # separates the error bars at "full"
         finite = [(pos[b], e) for b, e in cells if b != "full"]
@@ -105,12 +101,7 @@ def configuration_gain_figure(per_configuration: pd.DataFrame, rules: Iterable[s
                 continue  # H_nll is 0 by definition; no H at all without NLL records
             st = _style(r)
             ax.plot(
-                df[col].to_numpy(float),
-                y + (k - 1) * 0.12,
-                linestyle="none",
-                marker=st["marker"],
-                color=st["color"],
-                label=st["label"],
+                df[col].to_numpy(float), y + (k - 1) * 0.12, linestyle="none", marker=st["marker"], color=st["color"], label=st["label"]
             )
         ax.axvline(0.0, color="black", linewidth=0.8)
         ax.set_xlabel(xlabel)
@@ -135,11 +126,7 @@ def _has_h_columns(per_configuration: pd.DataFrame, rules: Iterable[str] = SIGNA
 
 def _has_estimate(gains: Gains, quantity: str) -> bool:
     """Whether some rule has a ``quantity`` (G or H) estimate with a mean at some budget."""
-    return any(
-        (e := gains.get(quantity, r, b)) is not None and e.mean is not None
-        for r in gains.budget
-        for b in gains.labels(r)
-    )
+    return any((e := gains.get(quantity, r, b)) is not None and e.mean is not None for r in gains.budget for b in gains.labels(r))
 
 
 def _has_nll_curve(curves: pd.DataFrame) -> bool:
@@ -188,15 +175,7 @@ def matched_half_figure(per_configuration: pd.DataFrame, summary: Summary | dict
         st = _style(r)
         x, yv = per_configuration[gi].to_numpy(float), per_configuration[go].to_numpy(float)
         vals += [x, yv]
-        ax.plot(
-            x,
-            yv,
-            linestyle="none",
-            marker=st["marker"],
-            color=st["color"],
-            alpha=0.6,
-            label=f"{st['label']}: configurations",
-        )
+        ax.plot(x, yv, linestyle="none", marker=st["marker"], color=st["color"], alpha=0.6, label=f"{st['label']}: configurations")
         mh = None if summary is None else summary.matched_half.get(r)
         if mh is not None and mh.G_in.mean is not None and mh.G_out.mean is not None:
             gi, go = mh.G_in.as_stored(), mh.G_out.as_stored()

@@ -163,10 +163,7 @@ def _population(summary: Summary) -> str:
         ("eligible validation items per trajectory", _range(pop.validation_items)),
         ("test items per task", ", ".join(f"{t}: {n}" for t, n in (pop.test_items or {}).items())),
         ("validation exclusions", f"{ex.total}" + (f" ({reasons})" if reasons else "")),
-        (
-            "resampling",
-            f"{summary.draws} bootstrap draws, {summary.permutations} nested permutations, seed {summary.seed}",
-        ),
+        ("resampling", f"{summary.draws} bootstrap draws, {summary.permutations} nested permutations, seed {summary.seed}"),
         ("validation budgets", budgets_text(summary)),
         ("frozen choices SHA-256", summary.choices_sha256 or ""),
     ]
@@ -239,15 +236,8 @@ def _keep_section(summary: Summary) -> list[str]:
     unanswered = [r for r in keep.trajectories if not r.choice]
     notes = [f'<p class="caption">{text_html(f"{r.trajectory}: {r.reason}")}</p>' for r in unanswered]
     if keep.provisional is not None:
-        notes.append(
-            f'<p class="caption"><strong>Provisional:</strong> {text_html(f"this table was {keep.provisional}.")}</p>'
-        )
-    return [
-        '<h2 id="keep">Which checkpoint to keep</h2>',
-        f'<p class="caption">{caption}</p>',
-        table_html(frame),
-        *notes,
-    ]
+        notes.append(f'<p class="caption"><strong>Provisional:</strong> {text_html(f"this table was {keep.provisional}.")}</p>')
+    return ['<h2 id="keep">Which checkpoint to keep</h2>', f'<p class="caption">{caption}</p>', table_html(frame), *notes]
 
 
 def signal_frame(summary: Summary) -> pd.DataFrame | None:
@@ -286,11 +276,7 @@ def _signal_section(summary: Summary) -> list[str]:
         "choosing between late checkpoints on this task is mostly noise. After Heineman et al. 2025, "
         "“Signal and Noise”."
     )
-    return [
-        '<h2 id="signal-noise">Signal and noise per task</h2>',
-        f'<p class="caption">{caption}</p>',
-        table_html(frame),
-    ]
+    return ['<h2 id="signal-noise">Signal and noise per task</h2>', f'<p class="caption">{caption}</p>', table_html(frame)]
 
 
 def render_html(

@@ -35,9 +35,7 @@ class ReportTable:
     numbers: pd.DataFrame
 
     @classmethod
-    def of_rows(
-        cls, name: str, title: str, display: list[dict], numbers: list[dict], columns: list[str] | None = None
-    ) -> ReportTable:
+    def of_rows(cls, name: str, title: str, display: list[dict], numbers: list[dict], columns: list[str] | None = None) -> ReportTable:
         """The table of its display rows (``columns``: their order, kept when there are none)
         and its long-form number rows."""
         return cls(name, title, pd.DataFrame(display, columns=columns), pd.DataFrame(numbers))
@@ -79,9 +77,7 @@ def _full_rows(gains: Gains, rule: str, **keys: object) -> list[dict]:
 def main_table(summary: Summary | dict) -> ReportTable:
     """Per rule: D_r, H_r(full), G_r(full) (the paper's main table)."""
     summary = Summary.coerce(summary)
-    display = pd.DataFrame(
-        summary.main_table_rows(), columns=["rule", summary.d_column, "H_r(full) vs matched NLL", "G_r(full) vs final"]
-    )
+    display = pd.DataFrame(summary.main_table_rows(), columns=["rule", summary.d_column, "H_r(full) vs matched NLL", "G_r(full) vs final"])
     nums = [row for rule in RULE_ORDER for row in _full_rows(summary.gains, rule)]
     return ReportTable("main_table", summary.main_table_title, display, pd.DataFrame(nums))
 
@@ -91,15 +87,7 @@ def _budget_rows(gains: Gains, **keys: object) -> tuple[list[dict], list[dict]]:
     for rule in gains.rules:
         for b in gains.labels(rule):
             cell = gains.budget[rule][b]
-            disp.append(
-                {
-                    **keys,
-                    "rule": rule,
-                    "budget n": b,
-                    "G_r(n) vs final": fmt(cell.G),
-                    "H_r(n) vs matched NLL": fmt(cell.H),
-                }
-            )
+            disp.append({**keys, "rule": rule, "budget n": b, "G_r(n) vs final": fmt(cell.G), "H_r(n) vs matched NLL": fmt(cell.H)})
             for q in ("G", "H"):
                 if cell.get(q) is not None:
                     nums.append(_num_row(cell.get(q), **keys, rule=rule, budget=b, quantity=q))
@@ -171,10 +159,7 @@ def task_budget_curves(summary: Summary | dict) -> ReportTable:
     per_task = [_budget_rows(block.gains, task=task) for task, block in summary.by_task.items()]
     disp = [row for rows, _ in per_task for row in rows]
     nums = [row for _, rows in per_task for row in rows]
-    title = (
-        f"Budget curves per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each "
-        "task's configurations)."
-    )
+    title = f"Budget curves per task (pp, {summary.level_percent}% {summary.interval_label} intervals over each task's configurations)."
     return ReportTable.of_rows("task_budget_curves", title, disp, nums)
 
 
@@ -216,11 +201,7 @@ def sensitivities(summary: Summary | dict) -> ReportTable:
             text = (
                 "–"
                 if not e
-                else (
-                    f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]"
-                    if e.estimable
-                    else f"{e.mean:.2f} not estimable: {e.not_estimable}"
-                )
+                else (f"{e.mean:.2f} [{e.lo:.2f}, {e.hi:.2f}]" if e.estimable else f"{e.mean:.2f} not estimable: {e.not_estimable}")
             )
             disp.append(
                 {
@@ -260,11 +241,7 @@ def interval_comparison(summary: Summary | dict) -> ReportTable:
         "intervals",
         f"Interval comparison — {summary.level_percent}% intervals: {summary.interval_label} (primary), "
         "the test-question percentile bootstrap (frozen choices held fixed) and the joint "
-        + (
-            "pigeonhole bootstrap."
-            if summary.interval_method == "percentile"
-            else "two-way t (crossed-design variance)."
-        ),
+        + ("pigeonhole bootstrap." if summary.interval_method == "percentile" else "two-way t (crossed-design variance)."),
         disp,
         nums,
     )

@@ -156,18 +156,10 @@ class Estimate:
         if not isinstance(d, dict) or list(d) not in shapes:
             raise CkptselError(f"{where}: expected an estimate {{mean, lo, hi, unresolved}}, got {d!r}")
         if "not_estimable" in d and not (
-            isinstance(d["not_estimable"], str)
-            and d["not_estimable"]
-            and d["lo"] is None
-            and d["hi"] is None
-            and d["unresolved"] is True
+            isinstance(d["not_estimable"], str) and d["not_estimable"] and d["lo"] is None and d["hi"] is None and d["unresolved"] is True
         ):
-            raise CkptselError(
-                f"{where}/not_estimable: expected a reason with null lo/hi and unresolved true, got {d!r}"
-            )
-        if "cannot_resolve" in d and not (
-            isinstance(d["cannot_resolve"], str) and d["cannot_resolve"] and d["unresolved"] is True
-        ):
+            raise CkptselError(f"{where}/not_estimable: expected a reason with null lo/hi and unresolved true, got {d!r}")
+        if "cannot_resolve" in d and not (isinstance(d["cannot_resolve"], str) and d["cannot_resolve"] and d["unresolved"] is True):
             raise CkptselError(f"{where}/cannot_resolve: expected a reason with unresolved true, got {d!r}")
         for key in ("mean", "lo", "hi"):
             v = d[key]

@@ -118,9 +118,7 @@ def check_manifest(results_dir: Path) -> list[str]:
             raise VerificationError(f"{path}: listed in {MANIFEST_FILE} but missing")
         digest = sha256_file(path)
         if digest != files[rel]:
-            raise VerificationError(
-                f"{path}: SHA-256 {digest} differs from the {MANIFEST_FILE} entry {files[rel]} (file changed)"
-            )
+            raise VerificationError(f"{path}: SHA-256 {digest} differs from the {MANIFEST_FILE} entry {files[rel]} (file changed)")
     others = _manifest_others(results_dir)
     unlisted = [rel for rel in manifest_files(results_dir) if rel not in files and rel not in others]
     if unlisted:

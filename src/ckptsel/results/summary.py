@@ -281,11 +281,7 @@ class Sensitivities:
     nll_complete: NllControl
 
     def to_dict(self) -> dict:
-        return {
-            "one_variant": self.one_variant.to_dict(),
-            "thinning": _dicts(self.thinning),
-            "nll_complete": self.nll_complete.to_dict(),
-        }
+        return {"one_variant": self.one_variant.to_dict(), "thinning": _dicts(self.thinning), "nll_complete": self.nll_complete.to_dict()}
 
     @classmethod
     def read(cls, d: Any, at: _At) -> Sensitivities:
@@ -367,14 +363,7 @@ class Population:
 
     @classmethod
     def read(cls, d: Any, at: _At) -> Population:
-        required = (
-            "trajectories",
-            "configurations",
-            "tasks",
-            "checkpoints",
-            "validation_items",
-            "validation_exclusions",
-        )
+        required = ("trajectories", "configurations", "tasks", "checkpoints", "validation_items", "validation_exclusions")
         d = _object(d, at, required, ("nll_records", "test_items"))
         if not isinstance(d["tasks"], list):
             (at / "tasks").fail(f"expected a list of task names, got {d['tasks']!r}")
@@ -417,10 +406,7 @@ class TaskPopulation:
     @classmethod
     def read(cls, d: Any, at: _At) -> TaskPopulation:
         d = _object(d, at, ("trajectories", "configurations", "test_items"), ("test_clusters",))
-        return cls(
-            *(_int(d[k], at / k) for k in ("trajectories", "configurations", "test_items")),
-            _optional(d, "test_clusters", at, _int),
-        )
+        return cls(*(_int(d[k], at / k) for k in ("trajectories", "configurations", "test_items")), _optional(d, "test_clusters", at, _int))
 
 
 @dataclass(frozen=True)
@@ -473,11 +459,7 @@ class SignCounts:
     zero: int
 
     def to_dict(self) -> dict:
-        return {
-            "configurations_positive": self.positive,
-            "configurations_negative": self.negative,
-            "configurations_zero": self.zero,
-        }
+        return {"configurations_positive": self.positive, "configurations_negative": self.negative, "configurations_zero": self.zero}
 
     @classmethod
     def read(cls, d: Any, at: _At) -> SignCounts:
@@ -521,9 +503,7 @@ class TaskSignal:
         keys = ("signal", "noise", "ratio", "configurations", "trajectories")
         d = _object(d, at, keys)
         values = [None if d[k] is None else _number(d[k], at / k) for k in keys[:3]]
-        return cls(
-            *values, _int(d["configurations"], at / "configurations"), _int(d["trajectories"], at / "trajectories")
-        )
+        return cls(*values, _int(d["configurations"], at / "configurations"), _int(d["trajectories"], at / "trajectories"))
 
 
 @dataclass(frozen=True)
@@ -541,9 +521,7 @@ class SignalNoise:
     def read(cls, d: Any, at: _At) -> SignalNoise:
         d = _object(d, at, ("definition", "last_checkpoints", "tasks"))
         _str(d["definition"], at / "definition")
-        return cls(
-            _int(d["last_checkpoints"], at / "last_checkpoints"), _mapping(d["tasks"], at / "tasks", TaskSignal.read)
-        )
+        return cls(_int(d["last_checkpoints"], at / "last_checkpoints"), _mapping(d["tasks"], at / "tasks", TaskSignal.read))
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -582,12 +560,7 @@ class Preregistration:
         before = d.get("before_training")
         if not isinstance(before, bool):
             (at / "before_training").fail(f"expected true or false, got {before!r}")
-        return cls(
-            _str(d["status"], at / "status"),
-            _str(d["sha256"], at / "sha256"),
-            _str(d.get("frozen_at"), at / "frozen_at"),
-            before,
-        )
+        return cls(_str(d["status"], at / "status"), _str(d["sha256"], at / "sha256"), _str(d.get("frozen_at"), at / "frozen_at"), before)
 
 
 # --------------------------------------------------------------------------- which checkpoint to keep
@@ -656,11 +629,7 @@ class KeepTable:
     provisional: str | None = None
 
     def to_dict(self) -> dict:
-        out = {
-            "rule": self.rule,
-            "settings": dict(self.settings),
-            "trajectories": [row.to_dict() for row in self.trajectories],
-        }
+        out = {"rule": self.rule, "settings": dict(self.settings), "trajectories": [row.to_dict() for row in self.trajectories]}
         return _with_set(out, provisional=self.provisional)
 
     @classmethod
@@ -780,11 +749,7 @@ class Summary:
     def interval_sources(self) -> list[tuple[str, Gains]]:
         """(kind, gains) of each interval family the summary has: configuration (primary),
         test-question, joint."""
-        sources = [
-            ("configuration", self.gains),
-            ("test-question", self.question_bootstrap.gains),
-            ("joint", self.joint_bootstrap),
-        ]
+        sources = [("configuration", self.gains), ("test-question", self.question_bootstrap.gains), ("joint", self.joint_bootstrap)]
         return [(kind, g) for kind, g in sources if g is not None]
 
     @property

@@ -40,38 +40,8 @@ from ckptsel._util.io import write_text
 from ckptsel.data.prompts import format_prompt
 from ckptsel.sim.tiny import build_model, build_tokenizer
 
-NAMES = (
-    "Tom",
-    "Anna",
-    "Ben",
-    "Mia",
-    "Sam",
-    "Lily",
-    "Max",
-    "Zoe",
-    "Leo",
-    "Emma",
-    "Jack",
-    "Nora",
-    "Paul",
-    "Rosa",
-    "Ivan",
-    "Kate",
-)
-OBJECTS = (
-    "apples",
-    "pencils",
-    "books",
-    "marbles",
-    "cookies",
-    "stickers",
-    "cards",
-    "balloons",
-    "shells",
-    "stamps",
-    "coins",
-    "eggs",
-)
+NAMES = ("Tom", "Anna", "Ben", "Mia", "Sam", "Lily", "Max", "Zoe", "Leo", "Emma", "Jack", "Nora", "Paul", "Rosa", "Ivan", "Kate")
+OBJECTS = ("apples", "pencils", "books", "marbles", "cookies", "stickers", "cards", "balloons", "shells", "stamps", "coins", "eggs")
 CONTAINERS = ("boxes", "bags", "baskets", "jars")
 
 # Templates per operation: (question, reasoning). Fields: n=name, m=friend, o=object,
@@ -96,22 +66,10 @@ TEMPLATES: dict[str, list[str]] = {
         "Each of {n}'s {a} {c} has {b} {o}. How many {o} does {n} have altogether?",
     ],
 }
-REASONING = {
-    "add": "{n} has {a} + {b} = {r} {o}.",
-    "sub": "{n} has {a} - {b} = {r} {o} left.",
-    "mul": "{n} has {a} * {b} = {r} {o}.",
-}
+REASONING = {"add": "{n} has {a} + {b} = {r} {o}.", "sub": "{n} has {a} - {b} = {r} {o} left.", "mul": "{n} has {a} * {b} = {r} {o}."}
 PRETRAIN = {
-    "add": [
-        "{a} + {b} = {r}.",
-        "{a} plus {b} is {r}.",
-        "{n} had {a} {o} and got {b} more, so {n} had {a} + {b} = {r} {o}.",
-    ],
-    "sub": [
-        "{a} - {b} = {r}.",
-        "{a} minus {b} is {r}.",
-        "{n} had {a} {o} and gave away {b}, so {n} had {a} - {b} = {r} {o} left.",
-    ],
+    "add": ["{a} + {b} = {r}.", "{a} plus {b} is {r}.", "{n} had {a} {o} and got {b} more, so {n} had {a} + {b} = {r} {o}."],
+    "sub": ["{a} - {b} = {r}.", "{a} minus {b} is {r}.", "{n} had {a} {o} and gave away {b}, so {n} had {a} - {b} = {r} {o} left."],
     "mul": ["{a} * {b} = {r}.", "{a} times {b} is {r}.", "{n} had {a} {c} of {b} {o}, so {n} had {a} * {b} = {r} {o}."],
 }
 
@@ -317,9 +275,7 @@ def write_embedded(out_dir: str | Path, cfg: EmbeddedConfig | None = None) -> Em
     pools |= {normalize_question(r["question"]) for r in test}
     texts = generate_pretraining_text(cfg, pools if cfg.formatted_fraction else None)
     write_text(files.pretrain, json.dumps(texts, indent=0) + "\n")
-    write_text(
-        stamp, json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.__dict__}, indent=2, default=list) + "\n"
-    )
+    write_text(stamp, json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.__dict__}, indent=2, default=list) + "\n")
     return files
 
 

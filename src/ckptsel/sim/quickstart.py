@@ -70,10 +70,7 @@ def cpu_time() -> float:
 
 def claims_in_words(summary: dict) -> list[str]:
     """The report's plain-language reading of the three claims (D, H, G per rule), as text."""
-    return [
-        html.unescape(re.sub(r"<[^>]+>", "", sentence)) + f" [{verdict}]"
-        for verdict, sentence in claim_sentences(summary)
-    ]
+    return [html.unescape(re.sub(r"<[^>]+>", "", sentence)) + f" [{verdict}]" for verdict, sentence in claim_sentences(summary)]
 
 
 @dataclass(frozen=True)
@@ -100,12 +97,7 @@ def make_plan(fast: bool = False) -> QuickstartPlan:
     Learning rates are above the SPEC defaults because the model is tiny."""
     steps, every = (40, 4) if fast else (100, 10)
     task = EmbeddedConfig(
-        n_original=400 if fast else 700,
-        variants=3,
-        n_test=150 if fast else 300,
-        max_operand=9,
-        max_mul=6,
-        formatted_fraction=0.5,
+        n_original=400 if fast else 700, variants=3, n_test=150 if fast else 300, max_operand=9, max_mul=6, formatted_fraction=0.5
     )
     base = BaseConfig(steps=600 if fast else 900)
     common = dict(steps=steps, save_every=every, batch_size=32, micro_batch=32, max_length=256)
@@ -203,11 +195,7 @@ def base_test_accuracy(base_dir: Path, items: list, plan: QuickstartPlan, device
     if device:
         model.to(device)
     texts = generate_texts(
-        model,
-        tok,
-        [format_prompt(it.instruction) for it in items],
-        batch_size=plan.measure_batch,
-        max_new_tokens=plan.max_new_tokens,
+        model, tok, [format_prompt(it.instruction) for it in items], batch_size=plan.measure_batch, max_new_tokens=plan.max_new_tokens
     )
     right = sum(is_correct(TEST_TASK, t, it.reference) for t, it in zip(texts, items, strict=True))
     acc = 100.0 * right / len(items)
@@ -291,8 +279,7 @@ def check_plan(out: Path, plan: QuickstartPlan, fast: bool) -> None:
         if old.get("fingerprint") != fp:
             was = "--fast" if old.get("fast") else "default"
             raise CkptselError(
-                f"{out} already holds a quickstart study with other settings ({was}); "
-                "choose another --out or delete that folder"
+                f"{out} already holds a quickstart study with other settings ({was}); choose another --out or delete that folder"
             )
         return
     if out.is_dir() and any(out.iterdir()):
@@ -322,9 +309,7 @@ class StageClock:
         self.say(f"[bold]{name}[/bold] done in {self.seconds[name]:.1f}s")
 
 
-def write_inputs(
-    out: Path, plan: QuickstartPlan, fast: bool, base_threads: int, say: Callable[[str], None] = lambda line: None
-) -> Path:
+def write_inputs(out: Path, plan: QuickstartPlan, fast: bool, base_threads: int, say: Callable[[str], None] = lambda line: None) -> Path:
     """The embedded task's files, the pre-trained base (both cached by fingerprint) and
     ``study.toml`` (rewritten only when it differs); returns the base model's folder.
     ``say(line)`` hears each step as it starts, and the pre-training's progress every tenth of
@@ -338,10 +323,7 @@ def write_inputs(
     threads = torch.get_num_threads()
     torch.set_num_threads(base_threads)
     steps = plan.base.steps
-    say(
-        f"quickstart: pre-training the tiny base model into {out / 'base'} ({steps} steps; "
-        "reused when it is already there)…"
-    )
+    say(f"quickstart: pre-training the tiny base model into {out / 'base'} ({steps} steps; reused when it is already there)…")
     every = max(1, steps // 10)
 
     def step_line(step: int, total: int, loss: float) -> None:
@@ -360,15 +342,7 @@ def write_inputs(
 
 
 def _run(
-    out: str | Path,
-    plan: QuickstartPlan,
-    *,
-    fast: bool,
-    device: str,
-    console: Any,
-    analyze: bool,
-    workers: int,
-    base_threads: int = 1,
+    out: str | Path, plan: QuickstartPlan, *, fast: bool, device: str, console: Any, analyze: bool, workers: int, base_threads: int = 1
 ) -> QuickstartResult:
     """Inputs, then the study's stages through :class:`StudyRun`, then the quickstart's own
     reading of the records (base accuracy, spreads) and of the summary (the three claims)."""
@@ -379,13 +353,7 @@ def _run(
     base_dir = write_inputs(out, plan, fast, base_threads, lambda m: clock.say(m, markup=False))
     clock.stage("data + base model", t)
 
-    job = StudyRun(
-        load_spec(out / STUDY_FILE),
-        device=device,
-        log=lambda m: clock.say(m, markup=False),
-        workers=workers,
-        console=console,
-    )
+    job = StudyRun(load_spec(out / STUDY_FILE), device=device, log=lambda m: clock.say(m, markup=False), workers=workers, console=console)
     t = time.perf_counter()
     job.run(("prepare",))
     clock.stage("split + audit", t)
@@ -437,10 +405,7 @@ def _print_reading(res: QuickstartResult, n_trajectories: int, say: Callable[...
         f"{res.final_accuracy:.1f}% (mean over {n_trajectories} trajectories in "
         f"{res.configurations} configurations)"
     )
-    say(
-        "median best-to-worst test-accuracy spread within a trajectory: "
-        f"{res.median_spread:.2f} pp (the paper's is {PAPER_SPREAD_PP} pp)"
-    )
+    say(f"median best-to-worst test-accuracy spread within a trajectory: {res.median_spread:.2f} pp (the paper's is {PAPER_SPREAD_PP} pp)")
     if res.summary is not None:
         say("")
         say("[bold]What this study says[/bold] (the three claims, as report.html reads them):")

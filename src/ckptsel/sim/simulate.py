@@ -38,15 +38,7 @@ import pyarrow as pa
 
 from ckptsel._util.io import write_parquet, write_text
 from ckptsel.errors import CkptselError
-from ckptsel.records.schema import (
-    COMPLETE_WINDOW,
-    GENERATION_COLUMNS,
-    GENERATIONS_FILE,
-    MATCHED_WINDOW,
-    NLL_COLUMNS,
-    NLL_FILE,
-    SPLITS,
-)
+from ckptsel.records.schema import COMPLETE_WINDOW, GENERATION_COLUMNS, GENERATIONS_FILE, MATCHED_WINDOW, NLL_COLUMNS, NLL_FILE, SPLITS
 from ckptsel.records.store import write_records
 from ckptsel.records.units import UNITS_DIR
 from ckptsel.sim.presets import ANSWER_KINDS, COMMONSENSE_LABELS, PRESETS, SimSpec, TaskSim
@@ -190,9 +182,7 @@ def _build_pool(task: TaskSim, spec: SimSpec, rng: np.random.Generator) -> _Pool
     )
 
 
-def _groups(
-    task: TaskSim, item_ids: list[str], rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
+def _groups(task: TaskSim, item_ids: list[str], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
     """``(group of each validation item, group index of every item, number of groups, group
     name of every item)``: validation variants share a group (sizes drawn from
     ``variants_per_group``); test items are their own group."""
@@ -353,9 +343,7 @@ def _configurations(spec: SimSpec, seed: int) -> list[_Config]:
                     name=f"{model}-{adapt}-{task.name}",
                     task_index=ti,
                     steps=steps,
-                    plateau=float(
-                        np.clip(task.plateau_accuracy + spec.configuration_sd * rng.standard_normal(), 0.05, 0.95)
-                    ),
+                    plateau=float(np.clip(task.plateau_accuracy + spec.configuration_sd * rng.standard_normal(), 0.05, 0.95)),
                     rise=rng.uniform(*spec.rise_pp) / 100,
                     tau=rng.uniform(*spec.rise_tau),
                     decline=(spec.gain_scale * rng.uniform(d_lo, d_hi) / 100) if declines else 0.0,
@@ -450,9 +438,7 @@ class _Vocab:
 STRING_MODES = ("string", "category")
 
 
-def simulate(
-    spec: SimSpec | str = "small", seed: int = 0, *, strings: str = "string"
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def simulate(spec: SimSpec | str = "small", seed: int = 0, *, strings: str = "string") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Draw ``(generations, nll, truth)`` for a preset name or a ``SimSpec``.
 
     The same spec and seed give identical tables. ``truth`` has one row per checkpoint with
@@ -507,15 +493,10 @@ def _encode_pools(
         for i, a in enumerate(pool.answers):
             ans_codes[i, : len(a)] = [ans_vocab.code(s) for s in a]
             ans_codes[i, len(a)] = ans_vocab.code("")
-        pool_codes.append(
-            (item_vocab.codes(pool.item_ids), group_vocab.codes(pool.groups), sub_vocab.codes(pool.subtasks), ans_codes)
-        )
+        pool_codes.append((item_vocab.codes(pool.item_ids), group_vocab.codes(pool.groups), sub_vocab.codes(pool.subtasks), ans_codes))
     split_vocab = _Vocab()
     split_vocab.codes(list(SPLITS))
-    split_codes = [
-        np.where(pool.is_test, split_vocab.code("test"), split_vocab.code("validation")).astype(np.int32)
-        for pool in pools
-    ]
+    split_codes = [np.where(pool.is_test, split_vocab.code("test"), split_vocab.code("validation")).astype(np.int32) for pool in pools]
     task_vocab = _Vocab()
     task_vocab.codes([t.name for t in spec.tasks])
     vocabs = {
@@ -661,9 +642,7 @@ def _nll(
     return n_matched, n_complete, nll_matched, nll_complete
 
 
-def _exclusions(
-    n_val: int, t_count: int, n: int, spec: SimSpec, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+def _exclusions(n_val: int, t_count: int, n: int, spec: SimSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Keep masks (T, n) of the generation and NLL rows: a few validation items lose one
     checkpoint's generation, NLL or both rows."""
     keep_gen = np.ones((t_count, n), dtype=bool)
@@ -787,9 +766,7 @@ def _assemble(
     truth = pd.DataFrame(
         {
             "trajectory": vocabs["trajectory"].column(np.array([tr.code for tr in trajs], dtype=np.int32)[tt], strings),
-            "configuration": vocabs["configuration"].column(
-                np.array([tr.configuration for tr in trajs], dtype=np.int32)[tt], strings
-            ),
+            "configuration": vocabs["configuration"].column(np.array([tr.configuration for tr in trajs], dtype=np.int32)[tt], strings),
             "task": vocabs["task"].column(np.array([tr.task for tr in trajs], dtype=np.int32)[tt], strings),
             "step": np.concatenate([tr.steps for tr in trajs]).astype(np.int64),
             "true_test_accuracy": np.concatenate([tr.p_test for tr in trajs]).astype(np.float64),
@@ -823,8 +800,7 @@ def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: i
     found = [] if force else foreign_records(out)
     if found:
         raise CkptselError(
-            f"{out} holds records that no simulation wrote ({', '.join(found)}); "
-            "choose another folder, or pass --force to replace them"
+            f"{out} holds records that no simulation wrote ({', '.join(found)}); choose another folder, or pass --force to replace them"
         )
     gen, nll, truth = simulate(spec_obj, seed)
     meta = {

@@ -31,26 +31,15 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 512):
     return hf
 
 
-def build_model(
-    tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0, max_positions: int = 1024
-):
+def build_model(tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4, seed: int = 0, max_positions: int = 1024):
     """A freshly initialised tiny Llama-style causal LM sized for ``tokenizer``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=max_positions,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
+    special = {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("bos", "eos", "pad")}
+    shape = {"hidden_size": hidden_size, "intermediate_size": hidden_size * 2, "num_hidden_layers": layers}
+    heads_of = {"num_attention_heads": heads, "num_key_value_heads": heads, "max_position_embeddings": max_positions}
+    config = LlamaConfig(vocab_size=len(tokenizer), **shape, **heads_of, **special, tie_word_embeddings=True)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
 

@@ -59,10 +59,7 @@ FEW_CONFIGURATIONS = {
 
 
 def study_warnings(
-    n_configurations: int,
-    nll_records: bool = True,
-    interval: str = "percentile",
-    task_configurations: dict[str, int] | None = None,
+    n_configurations: int, nll_records: bool = True, interval: str = "percentile", task_configurations: dict[str, int] | None = None
 ) -> list[str]:
     """Caveats a reader must see next to the numbers. ``task_configurations``: configurations
     per task; a task with one (its by-task intervals are not estimable) is named when the
@@ -212,14 +209,7 @@ class _Estimates:
             return None
         units = None if self.units is None else int(self.units[k])
         e = ex.interval_estimate(
-            float(self.means[k]),
-            float(self.lo[k]),
-            float(self.hi[k]),
-            units,
-            self.unit,
-            self.min_units,
-            self.need,
-            value_range(name),
+            float(self.means[k]), float(self.lo[k]), float(self.hi[k]), units, self.unit, self.min_units, self.need, value_range(name)
         )
         valid = self.valid is None or bool(self.valid[k])
         why = self.why_invalid.format(units=ex.plural(units or 0, self.unit))
@@ -257,14 +247,10 @@ def _sensitivities(e: _Estimates, labels=BUDGET_LABELS, ov_labels=OV_LABELS) -> 
         nll_complete = NllControl(skipped=NO_NLL_COMPLETE)
     else:
         nll_complete = NllControl(same, _gains(e, "nll_complete", labels, d=False))
-    return Sensitivities(
-        _gains(e, "one_variant", ov_labels), {k: g for k, g in thinning.items() if g.budget}, nll_complete
-    )
+    return Sensitivities(_gains(e, "one_variant", ov_labels), {k: g for k, g in thinning.items() if g.budget}, nll_complete)
 
 
-def _configuration_estimates(
-    names, means, sums, sizes, settings: StatSettings, stream: int, C: np.ndarray | None = None
-) -> _Estimates:
+def _configuration_estimates(names, means, sums, sizes, settings: StatSettings, stream: int, C: np.ndarray | None = None) -> _Estimates:
     """The configuration family (estimand: mean over configurations, test items fixed).
 
     ``C``: the percentile method's configuration counts (drawn here when not given). Where the
@@ -279,8 +265,7 @@ def _configuration_estimates(
         "exact": lambda cols: ex.sign_flip_p(
             sums[:, cols], lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, 0, stream), level=settings.level
         ),
-        "why_invalid": f"the {settings.interval} configuration interval was not measured valid at "
-        "{units} (BENCHMARKS.md)",
+        "why_invalid": f"the {settings.interval} configuration interval was not measured valid at {{units}} (BENCHMARKS.md)",
     }
     if settings.interval == "cr2":
         _, lo, hi = iv.cr2_interval(sums, sizes, settings.level)
@@ -330,9 +315,7 @@ def _flips(settings: StatSettings, *key: int) -> Callable[[], np.random.Generato
     return lambda: streams.generator(settings.seed, streams.SIGN_FLIPS, *key)
 
 
-QUESTION_INVALID = (
-    "the test-question bootstrap alone rejects more than 5% of null data sets at every size measured (BENCHMARKS.md)"
-)
+QUESTION_INVALID = "the test-question bootstrap alone rejects more than 5% of null data sets at every size measured (BENCHMARKS.md)"
 JOINT_INVALID = "the joint interval is not valid alone at {units} and these test-question clusters (BENCHMARKS.md)"
 
 
@@ -359,9 +342,7 @@ def summarize(
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums.sum(axis=0) / sizes.sum(axis=0)
     task_conf = {
-        task: np.array(
-            sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task})
-        )
+        task: np.array(sorted({configs.index(c) for c, t in zip(scored.configurations, scored.tasks, strict=True) if t == task}))
         for task in scored.utilities
     }
     tables = _tables(scored, configs, sums, sizes)
@@ -391,11 +372,7 @@ def summarize(
         joint_bootstrap=joint,
         descriptive=_sign_counts(scored, sums, sizes, main),
         signal_noise=_signal_noise(scored),
-        warnings=tuple(
-            study_warnings(
-                len(configs), population.has_nll, settings.interval, {t: len(c) for t, c in task_conf.items()}
-            )
-        ),
+        warnings=tuple(study_warnings(len(configs), population.has_nll, settings.interval, {t: len(c) for t, c in task_conf.items()})),
     )
     return summary, tables
 
@@ -410,9 +387,7 @@ def _signal_noise(scored: ScoredChoices) -> SignalNoise | None:
     return SignalNoise(defaults.NOISE_CHECKPOINTS, tasks)
 
 
-def _by_task(
-    scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels, ov_labels
-) -> dict[str, TaskResult]:
+def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels, ov_labels) -> dict[str, TaskResult]:
     """Per task: its configurations' own intervals (stream ``1 + task index``)."""
     by_task = {}
     for t_i, task in enumerate(sorted(set(scored.tasks))):
@@ -430,9 +405,7 @@ def _by_task(
             # items share groups (resampled together): the clusters are named
             clusters if clusters < scored.test_items[task] else None,
         )
-        by_task[task] = TaskResult(
-            population, _gains(e, "nested", labels, matched_half=True), _sensitivities(e, labels, ov_labels)
-        )
+        by_task[task] = TaskResult(population, _gains(e, "nested", labels, matched_half=True), _sensitivities(e, labels, ov_labels))
     return by_task
 
 
@@ -445,19 +418,11 @@ def _question_and_joint(
     lin_names = scored.linear_names
     joint_cols = [lin_names.index(n) for n in main if n in lin_names]
     pooled, per_task, joint = bs.question_replicates(
-        scored.utilities,
-        task_conf,
-        sizes[:, lin_idx],
-        C,
-        settings.draws,
-        settings.seed,
-        joint_cols,
-        groups=scored.groups,
+        scored.utilities, task_conf, sizes[:, lin_idx], C, settings.draws, settings.seed, joint_cols, groups=scored.groups
     )
     lin_sizes = sizes[:, lin_idx]
     clusters = {
-        t: np.where(lin_sizes[task_conf[t]].sum(axis=0) > 0, _clusters(scored, t), np.iinfo(np.int64).max)
-        for t in per_task
+        t: np.where(lin_sizes[task_conf[t]].sum(axis=0) > 0, _clusters(scored, t), np.iinfo(np.int64).max) for t in per_task
     }  # per task and quantity: its test-question clusters
     fewest = np.min(np.stack(list(clusters.values())), axis=0) if clusters else np.zeros(len(lin_idx), np.int64)
     unit = "test-question cluster"
@@ -517,9 +482,7 @@ def _question_and_joint(
             units=clusters[task],
             unit=unit,
             valid=ex.valid_at("question", "percentile", clusters[task]),
-            exact=lambda cols, totals=totals, key=t_i + 1: ex.sign_flip_p(
-                totals[:, cols], _flips(settings, 1, key), level=settings.level
-            ),
+            exact=lambda cols, totals=totals, key=t_i + 1: ex.sign_flip_p(totals[:, cols], _flips(settings, 1, key), level=settings.level),
             why_invalid=QUESTION_INVALID,
         )
         by_task[task] = _gains(t_est, "nested", labels)

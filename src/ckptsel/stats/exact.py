@@ -95,9 +95,7 @@ def plural(n: int, unit: str) -> str:
     return f"{n} {unit}" + ("" if n == 1 else "s")
 
 
-def no_interval(
-    mean: float, lo: float, hi: float, units: int | None, unit: str, min_units: int = 2, need: str = ""
-) -> str | None:
+def no_interval(mean: float, lo: float, hi: float, units: int | None, unit: str, min_units: int = 2, need: str = "") -> str | None:
     """Why ``(mean, lo, hi)`` over ``units`` sampling units (``unit``, singular; None: unknown)
     has no interval (see :func:`interval_estimate`), None when it has one. ``need``: the
     method's reason for ``min_units``, added when there are 2 or more units but too few."""
@@ -147,9 +145,7 @@ def exact_reason(p: float, level: float, test: str, units: int | None = None, un
     return why
 
 
-def judged(
-    e: Estimate, level: float, p: float | None, test: str = "the exact test", units: int | None = None, unit: str = ""
-) -> Estimate:
+def judged(e: Estimate, level: float, p: float | None, test: str = "the exact test", units: int | None = None, unit: str = "") -> Estimate:
     """``e`` (as stored), read *unresolved* with the reason when its interval excludes 0 but the
     exact test's p-value ``p`` is above ``1 − level`` (:func:`exact_reason`); ``p`` None: the
     interval is valid at this size and decides alone. An estimate that reads unresolved already
@@ -162,14 +158,7 @@ def judged(
 
 
 def verdict(
-    e: Estimate,
-    level: float,
-    valid: bool,
-    p: Callable[[], float],
-    test: str,
-    why_invalid: str,
-    units: int | None = None,
-    unit: str = "",
+    e: Estimate, level: float, valid: bool, p: Callable[[], float], test: str, why_invalid: str, units: int | None = None, unit: str = ""
 ) -> Estimate:
     """The one rule (module docstring): ``e`` as stored when its interval is ``valid`` at this
     size or reads unresolved anyway; else judged by the exact test's p-value (``p()``, computed
@@ -226,9 +215,7 @@ def sign_flip_p(
             gen, hits, sub = rng(), np.zeros(len(todo)), t[:, todo]
             for start in range(0, draws, 500):  # (rows, G) signs at a time: bit b flips unit g
                 rows = min(500, draws - start)
-                bits = np.unpackbits(
-                    np.frombuffer(gen.bytes(rows * ((G + 7) // 8)), np.uint8).reshape(rows, -1), axis=1, count=G
-                )
+                bits = np.unpackbits(np.frombuffer(gen.bytes(rows * ((G + 7) // 8)), np.uint8).reshape(rows, -1), axis=1, count=G)
                 flipped = total[todo] - 2.0 * (bits.astype(np.float64) @ sub)  # (rows, len(todo))
                 hits += (np.abs(flipped) >= observed[todo] - tol[todo]).sum(axis=0)
             p[todo] = (1.0 + hits) / (1.0 + draws)

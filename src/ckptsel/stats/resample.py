@@ -42,9 +42,7 @@ def resample_counts(n: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     return draw_counts(n, n, draws, rng)
 
 
-def draw_counts(
-    n_units: int, size: int, draws: int, rng: np.random.Generator, *, out: np.ndarray | None = None
-) -> np.ndarray:
+def draw_counts(n_units: int, size: int, draws: int, rng: np.random.Generator, *, out: np.ndarray | None = None) -> np.ndarray:
     """``(draws, n_units)`` multiplicities of ``size`` units drawn uniformly with replacement.
 
     Float64, or written into ``out`` (``(draws, n_units)``, its dtype) when given. The indices

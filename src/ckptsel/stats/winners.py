@@ -137,9 +137,7 @@ def model_confidence_set(x: np.ndarray, sigma: np.ndarray, xb: np.ndarray, level
     return {"in_set": p_mcs >= 1 - level, "p_mcs": p_mcs, "order": order, "p_steps": p_steps, "statistic": stat}
 
 
-def projection_critical(
-    sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = PROJECTION_DRAWS
-) -> np.ndarray:
+def projection_critical(sigma: np.ndarray, beta: float, rng: np.random.Generator, draws: int = PROJECTION_DRAWS) -> np.ndarray:
     """``(R,)`` 1−β quantiles of ``max_t |W_t| / sd_t``, ``W ~ N(0, Σ)`` (``draws`` Gaussian draws
     shared by the batch): the Monte-Carlo projection value of the earlier rule (benchmarks)."""
     T = sigma.shape[1]
@@ -170,9 +168,7 @@ def _truncated_cdf(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.where(upper, 1.0 - f, f)
 
 
-def _hybrid(
-    x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray, deff: np.ndarray | None = None
-):
+def _hybrid(x: np.ndarray, sigma: np.ndarray, level: float, beta: float, c_beta: np.ndarray, deff: np.ndarray | None = None):
     """Hybrid estimate, lower and upper end (each (R,)) for continuous accuracies ``x`` (R, T):
     the winner is ``argmax x`` (no ties). Bisection on μ, all trajectories at once. With the
     design effects ``deff`` (R,) the winner's variance is the one at the tested μ,
@@ -229,13 +225,7 @@ def _cell_nodes(x: np.ndarray, n: int, nodes: int) -> tuple[np.ndarray, ...]:
 
 
 def winner_interval(
-    x: np.ndarray,
-    sigma: np.ndarray,
-    n: int,
-    clusters: int,
-    level: float,
-    jitter: int = JITTER,
-    beta: float | None = None,
+    x: np.ndarray, sigma: np.ndarray, n: int, clusters: int, level: float, jitter: int = JITTER, beta: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The hybrid (estimate, lo, hi) (each (R,)) of the winner's accuracy (module docstring)
     for accuracies ``x`` (R, T) of ``n`` items in ``clusters`` clusters, averaged over

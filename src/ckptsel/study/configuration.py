@@ -79,10 +79,7 @@ class Configuration:
         if self.steps is not None:
             self.check_checkpoints(self.steps, where)
         if self.batch_size < 1 or self.micro_batch < 1 or self.batch_size % self.micro_batch:
-            raise CkptselError(
-                f"{where}: batch_size ({self.batch_size}) must be a positive multiple of "
-                f"micro_batch ({self.micro_batch})"
-            )
+            raise CkptselError(f"{where}: batch_size ({self.batch_size}) must be a positive multiple of micro_batch ({self.micro_batch})")
         if self.adaptation == "lora" and self.rank < 1:
             raise CkptselError(f"{where}: rank must be >= 1, got {self.rank}")
 
@@ -244,18 +241,7 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
-_ALWAYS_WRITTEN = {
-    "name",
-    "adaptation",
-    "rank",
-    "alpha",
-    "lr",
-    "steps",
-    "epochs",
-    "save_every",
-    "batch_size",
-    "micro_batch",
-}
+_ALWAYS_WRITTEN = {"name", "adaptation", "rank", "alpha", "lr", "steps", "epochs", "save_every", "batch_size", "micro_batch"}
 _LORA_ONLY = {"rank", "alpha", "target_modules"}
 
 

@@ -169,8 +169,7 @@ def base_model_identity(value: str, root: Path | Location) -> dict[str, Any]:
     keep = [
         rel
         for rel in names
-        if not any(part.startswith(".") for part in rel.split("/"))
-        and not rel.split("/")[-1].upper().startswith(_NOT_MODEL)
+        if not any(part.startswith(".") for part in rel.split("/")) and not rel.split("/")[-1].upper().startswith(_NOT_MODEL)
     ]
     return {"folder": value, "files": {rel: _model_file(folder / rel) for rel in keep}}
 
@@ -179,13 +178,7 @@ def _checkpoints(runs_dir: Path) -> list[Path]:
     """The checkpoint folders under a runs folder (``<run>/checkpoint-<step>``), sorted."""
     if not runs_dir.is_dir():
         return []
-    return sorted(
-        p
-        for run in runs_dir.iterdir()
-        if run.is_dir()
-        for p in run.iterdir()
-        if p.is_dir() and p.name.startswith("checkpoint-")
-    )
+    return sorted(p for run in runs_dir.iterdir() if run.is_dir() for p in run.iterdir() if p.is_dir() and p.name.startswith("checkpoint-"))
 
 
 def training_evidence(runs_dir: str | Path | None, started: bool) -> dict[str, Any]:
@@ -382,9 +375,7 @@ def _check_base_model(study_file, record: dict[str, Any]) -> None:
         )
         where = folder / rel if folder.is_dir() else folder
         raise CkptselError(f"{where}: base model file {what} since {when}; restore it")
-    raise CkptselError(
-        f"{study_file}: base model {json.dumps(now)} is not the one pinned by {when} ({json.dumps(then)})"
-    )
+    raise CkptselError(f"{study_file}: base model {json.dumps(now)} is not the one pinned by {when} ({json.dumps(then)})")
 
 
 def _check_evidence(record: dict[str, Any]) -> None:

@@ -62,23 +62,13 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "results_dir": (_STR, "analysis results folder (default: <workdir>/results)"),
     },
     "pool": {
-        "task": (
-            _STR,
-            "task of the fine-tuning pool (loader and answer rules): a name or a "
-            "task file PATH.toml (relative to this file)",
-        ),
+        "task": (_STR, "task of the fine-tuning pool (loader and answer rules): a name or a task file PATH.toml (relative to this file)"),
         "file": (_STR, "the pool file, split by question group into train and validation"),
         "val_fraction": (_FLOAT, "share of groups that go to validation (default 0.1)"),
         "seed": (_INT, "split seed (default: ckptsel.defaults.DATA_SEED)"),
-        "group_field": (
-            _STR,
-            "field that groups paraphrases (default: detected; a task file's group field, else its prompt field)",
-        ),
+        "group_field": (_STR, "field that groups paraphrases (default: detected; a task file's group field, else its prompt field)"),
     },
-    "train": {
-        "task": (_STR, "task of the training file (a name or PATH.toml; needs a response)"),
-        "file": (_STR, "training items file"),
-    },
+    "train": {"task": (_STR, "task of the training file (a name or PATH.toml; needs a response)"), "file": (_STR, "training items file")},
     "validation": {
         "task": (_STR, "task (loader and answer rules) of the items: a name or PATH.toml"),
         "file": (_STR, "one items file (or folder, for commonsense)"),
@@ -284,9 +274,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> None:
             data.setdefault(section, {})[key] = value
 
 
-def load_spec(
-    path: str | Path | Location, *, overrides: Sequence[str] = (), workdir: str | Path | None = None
-) -> StudySpec:
+def load_spec(path: str | Path | Location, *, overrides: Sequence[str] = (), workdir: str | Path | None = None) -> StudySpec:
     """Read and validate a study file (``schema = 2``) for ``ckptsel run``. Every key is
     checked (known, typed, files present) before anything runs; errors name the key and its
     line. ``overrides`` are ``SECTION.KEY=VALUE`` strings applied first (``--set``);
@@ -330,8 +318,7 @@ def _load(path: str | Path | Location, overrides: Sequence[str], workdir: str | 
         chk.fail(
             "pool" if split else "train",
             "task",
-            f"{get_task(train_task).name} has no "
-            "response field: nothing to fine-tune on (SFT needs one; [fields] response)",
+            f"{get_task(train_task).name} has no response field: nothing to fine-tune on (SFT needs one; [fields] response)",
         )
     runs_dir = resolve_path(work, s.get("runs_dir", "runs"))
     if trained and is_url(runs_dir):
@@ -386,8 +373,7 @@ def _workdir(source: Path | Location, workdir: str | Path | None) -> Path:
         return Path(str(as_location(workdir))).resolve()
     if is_url(source):
         raise CkptselError(
-            f"{source}: a study file at a URL has no local folder for its runs, state and "
-            "results: give --workdir DIR (a local folder)"
+            f"{source}: a study file at a URL has no local folder for its runs, state and results: give --workdir DIR (a local folder)"
         )
     return source.parent
 
@@ -414,9 +400,7 @@ def _schema2(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     if version == 1:
         line = _line_of(chk.text, "", "schema")
         at = f", line {line}" if line else ""
-        raise CkptselError(
-            f"{chk.source}{at}: a schema-1 study file (no `schema = 2`) is no longer read: {SCHEMA1_HOWTO}"
-        )
+        raise CkptselError(f"{chk.source}{at}: a schema-1 study file (no `schema = 2`) is no longer read: {SCHEMA1_HOWTO}")
     if version != SCHEMA_VERSION:
         chk.fail("", "schema", f"unknown version {version!r} (this ckptsel reads 2)")
     if isinstance(data.get("executor"), str):  # executor = "ray": that kind, default settings
@@ -491,21 +475,12 @@ def _training_data(
     task = _check_task(chk, "pool", p["task"], root)
     fields = get_task(task).fields if is_task_file(task) else None  # a task file's own group
     group_field = p.get("group_field") or (fields and (fields.group or fields.prompt[0]))
-    split = PoolSplit(
-        task, _file(chk, root, "pool", "file", p["file"]), float(frac), p.get("seed", DATA_SEED), group_field
-    )
+    split = PoolSplit(task, _file(chk, root, "pool", "file", p["file"]), float(frac), p.get("seed", DATA_SEED), group_field)
     return split, split.task, work / STATE_DIR / "split" / f"train{split.file.suffix or '.jsonl'}"
 
 
 def _pool_spec(
-    data: dict[str, Any],
-    table: str,
-    chk: _Checker,
-    root: Path | Location,
-    split: PoolSplit | None,
-    train_task: str | None,
-    *,
-    run: bool,
+    data: dict[str, Any], table: str, chk: _Checker, root: Path | Location, split: PoolSplit | None, train_task: str | None, *, run: bool
 ) -> PoolSpec | None:
     """``[validation]`` or ``[test]`` as a :class:`~ckptsel.data.PoolSpec`. With ``[pool]``,
     validation defaults to the split's part (files empty: the runner fills them in) and to the
@@ -575,11 +550,6 @@ def _external(rc: dict[str, Any], kind: str, chk: _Checker, root: Path | Locatio
     """A configuration whose trajectories exist already (``runs`` or ``lm_eval``)."""
     extra = set(rc) - {"name", kind} - ({"filter"} if kind == "lm_eval" else set())
     if extra:
-        chk.fail(
-            "configurations",
-            sorted(extra)[0],
-            f"a configuration with '{kind}' is not trained here; drop this key",
-            index,
-        )
+        chk.fail("configurations", sorted(extra)[0], f"a configuration with '{kind}' is not trained here; drop this key", index)
     pattern = str(resolve_path(root, rc[kind]))
     return ExternalConfiguration(rc["name"], kind, pattern, rc.get("filter"))

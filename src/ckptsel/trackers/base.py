@@ -78,9 +78,7 @@ def require(tracker: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise CkptselError(
-            f"--log {tracker} needs the {module} package ({err}): pip install 'ckptsel[{extra}]'"
-        ) from err
+        raise CkptselError(f"--log {tracker} needs the {module} package ({err}): pip install 'ckptsel[{extra}]'") from err
 
 
 def check_trackers(trackers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -191,11 +189,7 @@ def _selection_headline(selection: dict) -> dict[str, float]:
     full = selection_metrics(selection)
     rule = (selection.get("recommendation") or {}).get("rule")
     keep = [metric_name(("select",), "keep_step"), metric_name(("select",), "keep_final")]
-    keep += [
-        metric_name(("select", str(rule), part), stat)
-        for part in ("split_validation", "test")
-        for stat in HEADLINE_STATS
-    ]
+    keep += [metric_name(("select", str(rule), part), stat) for part in ("split_validation", "test") for stat in HEADLINE_STATS]
     return {k: full[k] for k in keep if k in full}
 
 
@@ -208,19 +202,14 @@ def choice_metrics(choices: pd.DataFrame | None, rule: str, room: int) -> dict[s
     if mine.empty:
         return {}
     if len(mine) <= room:
-        return {
-            metric_name(("choice", str(t)), "step"): float(s)
-            for t, s in zip(mine["trajectory"], mine["step"], strict=True)
-        }
+        return {metric_name(("choice", str(t)), "step"): float(s) for t, s in zip(mine["trajectory"], mine["step"], strict=True)}
     return {
         metric_name(("choices", rule), "trajectories"): float(len(mine)),
         metric_name(("choices", rule), "final_fraction"): float(mine["final"].mean()),
     }
 
 
-def headline_metrics(
-    summary: dict | None, selection: dict | None, choices: pd.DataFrame | None = None
-) -> dict[str, float]:
+def headline_metrics(summary: dict | None, selection: dict | None, choices: pd.DataFrame | None = None) -> dict[str, float]:
     """At most :data:`HEADLINE_MAX` metrics: the three claims (G, H, D with lo and hi) of the
     main rule (the recommendation's, else the first signal rule), the recommendation, and the
     chosen checkpoint per trajectory (or their summary when there are many)."""
@@ -272,9 +261,7 @@ def records_sha256(records_dir: str | Path | Location) -> str | None:
     names = [GENERATIONS_FILE, NLL_FILE]
     units = root / UNITS_DIR
     if units.is_dir():
-        rels = [
-            r for r in units.listing() if r.endswith(".parquet") and not any(p.startswith(".") for p in r.split("/"))
-        ]
+        rels = [r for r in units.listing() if r.endswith(".parquet") and not any(p.startswith(".") for p in r.split("/"))]
         names += [f"{UNITS_DIR}/{r}" for r in sorted(rels, key=lambda r: r.split("/"))]
     h = hashlib.sha256()
     for name in names:
@@ -449,9 +436,7 @@ class Registration:
 
 def check_model_name(name: str) -> str:
     if not _NAME_RE.match(name):
-        raise CkptselError(
-            f"--register name {name!r}: start with a letter or digit and use only letters, digits and ._-"
-        )
+        raise CkptselError(f"--register name {name!r}: start with a letter or digit and use only letters, digits and ._-")
     return name
 
 
@@ -518,9 +503,7 @@ def check_model_folder(name: str, checkpoint: Path | None, trajectory: str, step
     if not any((folder / f).is_file() for f in MODEL_FILES) and not any(
         p.suffix in WEIGHT_SUFFIXES for p in folder.iterdir() if p.is_file()
     ):
-        raise CkptselError(
-            f"--register {name}: {folder} holds no model (no {', '.join(MODEL_FILES)} or weights); nothing to register"
-        )
+        raise CkptselError(f"--register {name}: {folder} holds no model (no {', '.join(MODEL_FILES)} or weights); nothing to register")
     return folder
 
 

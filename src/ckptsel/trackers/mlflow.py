@@ -98,9 +98,7 @@ def register(mlflow, client, run_id: str, reg: base.Registration) -> str:
     except mlflow.exceptions.MlflowException:
         client.create_registered_model(reg.name, description="checkpoints recommended by ckptsel")
     source = reg.checkpoint.resolve().as_uri() if reg.checkpoint else f"runs:/{run_id}/{base.PREFIX}"
-    version = client.create_model_version(
-        reg.name, source=source, run_id=run_id, description=reg.description, tags=reg.tags
-    )
+    version = client.create_model_version(reg.name, source=source, run_id=run_id, description=reg.description, tags=reg.tags)
     client.set_registered_model_alias(reg.name, base.ALIAS, version.version)
     return f"{reg.name} version {version.version}"
 

@@ -69,10 +69,4 @@ def log_trackio(job: base.LogJob) -> base.Logged:
         registered = register(trackio, run, reg, job.payload.selection or {}) if reg else None
     finally:
         trackio.finish()
-    return base.Logged(
-        "trackio",
-        str(run.id),
-        str(run.name) if run.name else None,
-        f"{utils.TRACKIO_DIR} (project {project})",
-        registered,
-    )
+    return base.Logged("trackio", str(run.id), str(run.name) if run.name else None, f"{utils.TRACKIO_DIR} (project {project})", registered)

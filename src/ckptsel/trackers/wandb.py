@@ -35,12 +35,7 @@ def _run(wandb, target: base.LogTarget):
         run = wandb.init(project=project, id=target.run_id, resume="allow", **kwargs)
     else:
         run = wandb.init(
-            project=project,
-            name=target.new_run_name,
-            group=target.run_name,
-            job_type=base.PREFIX,
-            tags=[base.PREFIX],
-            **kwargs,
+            project=project, name=target.new_run_name, group=target.run_name, job_type=base.PREFIX, tags=[base.PREFIX], **kwargs
         )
     return run, True
 

@@ -36,12 +36,7 @@ LAYOUTS = {
     "torchtune": re.compile(r"^(?:epoch|step)_(.+)$"),
 }
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-MODEL_WEIGHTS = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 @dataclass(frozen=True)
@@ -97,9 +92,7 @@ def _read_json(file: Location) -> Any:
         raise CkptselError(f"{file}: not valid JSON ({err})") from err
 
 
-def inspect_checkpoint(
-    path: Path | Location | str, step: int, run_dir: Path | Location | str, base: str | None
-) -> Checkpoint:
+def inspect_checkpoint(path: Path | Location | str, step: int, run_dir: Path | Location | str, base: str | None) -> Checkpoint:
     """Validate one folder and say what it holds; ``base`` overrides the adapter's own."""
     path = as_location(path)
     names = {name for name, folder in path.children() if not folder}
@@ -188,9 +181,7 @@ def _check_weight_file(file: Location) -> None:
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise CkptselError(f"{file}: tensor {key!r} has no valid data_offsets") from err
     if 8 + n + end > size:
-        raise CkptselError(
-            f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, the file has {size})"
-        )
+        raise CkptselError(f"{file}: truncated safetensors file (tensors need {8 + n + end} bytes, the file has {size})")
 
 
 def layout_pattern(layout: str) -> re.Pattern[str]:
@@ -211,9 +202,7 @@ def _step(path: Location, digits: str) -> int:
     return step
 
 
-def discover_checkpoints(
-    run_dir: Path | Location | str, base: str | None = None, layout: str = "hf"
-) -> list[Checkpoint]:
+def discover_checkpoints(run_dir: Path | Location | str, base: str | None = None, layout: str = "hf") -> list[Checkpoint]:
     """All ``checkpoint-<step>`` folders of ``run_dir`` (``epoch_<n>`` / ``step_<n>`` with
     ``layout="torchtune"``), validated, ascending by step."""
     run_dir = as_location(run_dir)
@@ -329,9 +318,7 @@ def _is_complete_checkpoint(path: Location) -> bool:
     names = {name for name, _ in path.children()}
     has_adapter = "adapter_config.json" in names and any(n.startswith("adapter_model.") for n in names)
     has_full = "config.json" in names and any(
-        n.startswith("model")
-        and (n.endswith(".safetensors") or n.endswith(".bin") or n.endswith(".json"))
-        and n != "config.json"
+        n.startswith("model") and (n.endswith(".safetensors") or n.endswith(".bin") or n.endswith(".json")) and n != "config.json"
         for n in names
     )
     return has_adapter or has_full
@@ -356,10 +343,7 @@ def _judge_trajectory(run_dir: Path, steps: tuple[int, ...], expected_final_step
     if expected_final_step is None:
         return True, f"final step {steps[-1]}"
     if expected_final_step not in steps:
-        return False, (
-            f"lacks its final checkpoint-{expected_final_step} "
-            f"(last is checkpoint-{steps[-1]}); resume with `ckptsel train`"
-        )
+        return False, (f"lacks its final checkpoint-{expected_final_step} (last is checkpoint-{steps[-1]}); resume with `ckptsel train`")
     extra = [s for s in steps if s > expected_final_step]
     if extra:
         return False, (f"has checkpoints beyond the expected final step {expected_final_step}: {extra}")
@@ -406,9 +390,7 @@ def weight_files(path: Path | Location | str) -> list[str]:
         files = {
             n
             for n in present
-            if n.endswith((".safetensors", ".bin", ".pt", ".pth"))
-            and n not in _NOT_WEIGHTS
-            and not n.startswith("rng_state")
+            if n.endswith((".safetensors", ".bin", ".pt", ".pth")) and n not in _NOT_WEIGHTS and not n.startswith("rng_state")
         }
     return sorted(files)
 

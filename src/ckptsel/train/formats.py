@@ -32,9 +32,7 @@ def read_run_format(run_dir: Path | Location | str) -> PromptFormat | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise CkptselError(f"{path}: not a readable prompt format record ({exc})") from None
     if len(text) > MAX_FORMAT_CHARS:
-        raise CkptselError(
-            f"{path}: {len(text)} characters, too large for a prompt format record (at most {MAX_FORMAT_CHARS})"
-        )
+        raise CkptselError(f"{path}: {len(text)} characters, too large for a prompt format record (at most {MAX_FORMAT_CHARS})")
     try:
         blob = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:

@@ -119,9 +119,7 @@ def check_lora_targets(base_model: str, config: Configuration) -> bool:
     return True
 
 
-def build_trainable(
-    base_model: str, config: Configuration, seed: int, resume_from: Path | None, frozen_bf16: bool = False
-):
+def build_trainable(base_model: str, config: Configuration, seed: int, resume_from: Path | None, frozen_bf16: bool = False):
     """The model to train: base + fresh (seeded) LoRA, base + LoRA from a checkpoint, or a full
     model (from the base or from a checkpoint).
 

@@ -62,14 +62,7 @@ def train_study(
             if cfg.max_length not in by_len:  # tokenize only when something is left to train
                 by_len[cfg.max_length] = encode_items(tokenizer, items, cfg.max_length, fmt)
             res = train_trajectory(
-                base,
-                by_len[cfg.max_length],
-                cfg,
-                seed,
-                study.run_root / name,
-                tokenizer=tokenizer,
-                device=device,
-                progress=progress,
+                base, by_len[cfg.max_length], cfg, seed, study.run_root / name, tokenizer=tokenizer, device=device, progress=progress
             )
         if log is not None:
             log(_outcome(name, res))
@@ -91,10 +84,7 @@ def _outcome(name: str, res: TrainResult) -> str:
     if res.skipped:
         return f"{name}: complete (final checkpoint-{res.final_step}), skipped"
     how = f"resumed from checkpoint-{res.resumed_from}" if res.resumed_from else "trained"
-    return (
-        f"{name}: {how}, {len(res.saved_steps)} checkpoints, final step "
-        f"{res.final_step}, loss {res.last_loss:.4f}, {res.seconds:.1f}s"
-    )
+    return f"{name}: {how}, {len(res.saved_steps)} checkpoints, final step {res.final_step}, loss {res.last_loss:.4f}, {res.seconds:.1f}s"
 
 
 def study_status(study: Study) -> list[TrajectoryStatus]:

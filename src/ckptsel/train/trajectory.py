@@ -68,9 +68,7 @@ def _supervised(p: list[int], r: list[int], max_length: int) -> dict[str, list[i
     return {"input_ids": (p + r)[:max_length], "labels": ([IGNORE_INDEX] * len(p) + r)[:max_length]}
 
 
-def encode_items(
-    tokenizer, items: Sequence[Item], max_length: int = 512, fmt: PromptFormat | None = None
-) -> list[dict[str, list[int]]]:
+def encode_items(tokenizer, items: Sequence[Item], max_length: int = 512, fmt: PromptFormat | None = None) -> list[dict[str, list[int]]]:
     """Encode ``ckptsel.data.Item`` objects under the prompt format ``fmt`` (default: the
     Alpaca prompt, SPEC §9): the prompt tokens (label -100) then the scored response tokens,
     exactly as measurement feeds and scores them (:meth:`ckptsel.data.PromptFormat.encode`:
@@ -160,15 +158,7 @@ class TrainResult:
 
 
 def _save_checkpoint(
-    model,
-    tokenizer,
-    optimizer,
-    scheduler,
-    run_dir: Path,
-    step: int,
-    state: dict[str, Any],
-    config: Configuration,
-    base_model: str,
+    model, tokenizer, optimizer, scheduler, run_dir: Path, step: int, state: dict[str, Any], config: Configuration, base_model: str
 ) -> Path:
     """Write ``checkpoint-<step>/`` into a temp folder, then rename it into place, so a killed
     job never leaves a half-written checkpoint that looks complete."""
@@ -260,8 +250,7 @@ def train_trajectory(
         last_loss = loss
         if not math.isfinite(loss):
             raise CkptselError(
-                f"trajectory {name}: loss became {loss} at step {step}; "
-                f"lower the learning rate of configuration {config.name!r}"
+                f"trajectory {name}: loss became {loss} at step {step}; lower the learning rate of configuration {config.name!r}"
             )
         log_history.append({"step": step, "loss": round(loss, 6), "learning_rate": scheduler.get_last_lr()[0]})
         if on_step is not None:
@@ -283,9 +272,7 @@ def train_trajectory(
 def _resume_state(resume_dir: Path, seed: int, total: int, config: Configuration) -> dict:
     """The ``trainer_state.json`` of the checkpoint to resume from, after checking that the
     training state is all there and was written with this trajectory's settings."""
-    missing = [
-        f for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth") if not (resume_dir / f).is_file()
-    ]
+    missing = [f for f in (STATE_FILE, "optimizer.pt", "scheduler.pt", "rng_state.pth") if not (resume_dir / f).is_file()]
     if missing:
         raise CkptselError(f"{resume_dir}: cannot resume, training state missing ({', '.join(missing)})")
     prev = json.loads((resume_dir / STATE_FILE).read_text(encoding="utf-8"))
@@ -316,9 +303,7 @@ def _setup(
     model.to(device)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=config.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=config.weight_decay
-    )
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=config.weight_decay)
     warmup = math.ceil(config.warmup_ratio * total)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
     return model, optimizer, scheduler
@@ -356,8 +341,7 @@ def load_training_state(path: Path, device: str = "cpu") -> Any:
     except (RuntimeError, EOFError, ValueError, OSError) as e:
         why = " ".join(str(e).split())[:200]
         raise CkptselError(
-            f"{path}: cannot resume, training state unreadable ({type(e).__name__}: {why}); "
-            "delete this checkpoint folder to train it again"
+            f"{path}: cannot resume, training state unreadable ({type(e).__name__}: {why}); delete this checkpoint folder to train it again"
         ) from None
 
 
@@ -376,14 +360,7 @@ def _progress_bar(total: int, start: int, name: str):
 
 
 def _train_step(
-    model,
-    optimizer,
-    scheduler,
-    batch: Sequence[dict[str, list[int]]],
-    micro_batch: int,
-    pad_id: int,
-    device: str,
-    bf16: bool,
+    model, optimizer, scheduler, batch: Sequence[dict[str, list[int]]], micro_batch: int, pad_id: int, device: str, bf16: bool
 ) -> float:
     """One optimizer step on an effective batch, in micro-batches of ``micro_batch``: the
     response-masked cross-entropy summed over the batch's supervised tokens and divided by

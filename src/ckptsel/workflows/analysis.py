@@ -182,9 +182,7 @@ def population(validation: list[ValidationData]) -> dict:
         "validation_exclusions": {
             "total": int(sum(exclusions.values())),
             **dict(sorted(exclusions.items())),
-            "by_trajectory": {
-                v.trajectory: int(sum(v.exclusions.values())) for v in by_name(validation) if sum(v.exclusions.values())
-            },
+            "by_trajectory": {v.trajectory: int(sum(v.exclusions.values())) for v in by_name(validation) if sum(v.exclusions.values())},
         },
     }
 
@@ -327,9 +325,7 @@ def analyze(
     if protocol is not None:
         _refuse_unprotocolled(protocol, settings.to_dict(), protocol_file)
     with single_threaded():
-        return _analyze(
-            records_dir, as_location(out_dir), settings, report, force, events, Bound(protocol, protocol_file)
-        )
+        return _analyze(records_dir, as_location(out_dir), settings, report, force, events, Bound(protocol, protocol_file))
 
 
 @dataclass(frozen=True)
@@ -360,13 +356,7 @@ REPORT_META = {"formats": ["md", "tex", "csv", "png", "svg", "html"], "trajector
 
 
 def _analyze(
-    records_dir: Path,
-    out_dir: Location,
-    settings: AnalysisSettings,
-    report: bool,
-    force: bool,
-    events: AnalysisEvents,
-    bound: Bound,
+    records_dir: Path, out_dir: Location, settings: AnalysisSettings, report: bool, force: bool, events: AnalysisEvents, bound: Bound
 ) -> Summary:
     """The pipeline: load validation → choose → freeze → load frozen → load test → score →
     summarize → keep table → write (→ report), in a staging folder published at the end."""
@@ -403,11 +393,7 @@ def _analyze(
 
 
 def _with_keep(
-    summary: Summary,
-    keep: KeepTable | None,
-    records_dir: Path,
-    validation: list[ValidationData],
-    protocol: Preregistration | None,
+    summary: Summary, keep: KeepTable | None, records_dir: Path, validation: list[ValidationData], protocol: Preregistration | None
 ) -> Summary:
     """``summary`` with its keep table and protocol, and the warning of kept checkpoints whose
     correct answers rest on an answer rule's fallback (:func:`fallback_lines`)."""
@@ -427,9 +413,7 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
     for v in by_name(validation):
         final = int(v.steps[-1])
         step = kept.get(v.trajectory, final)
-        fb = fallback_matrix(
-            records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation", sorted({step, final})
-        )
+        fb = fallback_matrix(records_dir, v.trajectory, v.task, v.steps, v.item_ids, "validation", sorted({step, final}))
         if fb is None:
             continue
         shares = fallback_shares(v.correct, fb)
@@ -491,9 +475,7 @@ def write_outputs(
 
 
 def verify(
-    results_dir: Path | Location | str,
-    records_dir: Path | Location | str | None = None,
-    protocol_file: Path | Location | str | None = None,
+    results_dir: Path | Location | str, records_dir: Path | Location | str | None = None, protocol_file: Path | Location | str | None = None
 ) -> list[str]:
     """Recompute choices and results; raise :class:`VerificationError` on any mismatch. A
     results folder at a URL is verified from a local copy of what its manifest names (the
@@ -604,9 +586,7 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
     said = stored.protocol
     if said is None or not said.frozen:
         if copy_path.is_file():
-            raise VerificationError(
-                f"{copy_path}: a protocol copy, but {SUMMARY_FILE} says the analysis was not pre-registered"
-            )
+            raise VerificationError(f"{copy_path}: a protocol copy, but {SUMMARY_FILE} says the analysis was not pre-registered")
         return [f"protocol: {said.status if said else 'not recorded (an older summary)'}"]
     try:
         copy = read_protocol(copy_path)
@@ -634,8 +614,7 @@ def _protocol_chain(results_dir: Path, stored: Summary, choice_settings, protoco
         diffs.append(f"seed: choices {choice_settings.seed} -> statistics {stored.seed}")
     if diffs:
         raise VerificationError(
-            f"{results_dir}: the analysis did not use the settings its protocol "
-            f"({said.sha256[:12]}) froze:\n  " + "\n  ".join(diffs)
+            f"{results_dir}: the analysis did not use the settings its protocol ({said.sha256[:12]}) froze:\n  " + "\n  ".join(diffs)
         )
     if said != Bound(copy).preregistration:  # what the summary says is what the copy says
         raise VerificationError(
@@ -673,9 +652,7 @@ def _budget_files(files: dict) -> list[str]:
     return [f"{CHOICES_DIR}/{name}" for name in (ITEMS_FILE, INDEX_FILE) if f"{CHOICES_DIR}/{name}" in files]
 
 
-def _recompute_files(
-    results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance, validation
-) -> str:
+def _recompute_files(results_dir: Path, summary: Summary, tables: dict, choices, settings, provenance, validation) -> str:
     """Rebuild every file the analysis writes from the recomputed results in a scratch folder —
     the report in all of :data:`REPORT_META`'s formats whenever the folder holds a report,
     whatever its manifest says — and compare: each rebuilt file must be in the folder and its
@@ -712,16 +689,11 @@ def _recompute_files(
                 raise VerificationError(f"{results_dir / rel}: a file this analysis writes is {what}{hint}")
         extra = sorted(set(files) - expected - {RUN_FILE})
         if extra:
-            raise VerificationError(
-                f"{results_dir / extra[0]}: listed in {publish.MANIFEST_FILE}, but not a file this analysis writes"
-            )
+            raise VerificationError(f"{results_dir / extra[0]}: listed in {publish.MANIFEST_FILE}, but not a file this analysis writes")
         for rel in sorted(expected - {PROTOCOL_FILE}):
             _compare_file(results_dir, scratch, rel, files[rel])
     report = "with the report in every format" if reported else "no report"
-    return (
-        f"files: all {len(expected)} files the analysis writes recomputed and identical, "
-        f"{report} (Parquet tables compared by content)"
-    )
+    return f"files: all {len(expected)} files the analysis writes recomputed and identical, {report} (Parquet tables compared by content)"
 
 
 def _has_report(results_dir: Path, files: dict[str, str]) -> bool:
@@ -738,9 +710,7 @@ def _rebuild_report(scratch: Path, results_dir: Path, meta) -> None:
 
     trajectory = meta.get("trajectory") if isinstance(meta, dict) else None
     if trajectory is not None and not isinstance(trajectory, str):
-        raise VerificationError(
-            f"{results_dir / publish.MANIFEST_FILE}: report trajectory {trajectory!r} is not a name"
-        )
+        raise VerificationError(f"{results_dir / publish.MANIFEST_FILE}: report trajectory {trajectory!r} is not a name")
     try:
         write_report(scratch, formats=REPORT_META["formats"], trajectory=trajectory)
     except CkptselError as err:
@@ -753,8 +723,7 @@ def _compare_file(results_dir: Path, scratch: Path, rel: str, recorded: str) -> 
         digest = recorded  # same data, other Parquet encoding (e.g. an older pyarrow)
     if digest != recorded:
         raise VerificationError(
-            f"{results_dir / rel}: recomputed file has SHA-256 {digest}, the stored one "
-            f"{recorded} (the first file that differs)"
+            f"{results_dir / rel}: recomputed file has SHA-256 {digest}, the stored one {recorded} (the first file that differs)"
         )
 
 
@@ -772,15 +741,11 @@ def _check_run(run_path: Path, run: dict, records_dir: Location, provenance, sto
     lines, warnings = provenance
     for key, value in (("measured_by", lines), ("provenance_warnings", warnings)):
         if run.get(key) != value:
-            raise VerificationError(
-                f"{run_path}: {key} {run.get(key)!r} differs from the records' own provenance {value!r}"
-            )
+            raise VerificationError(f"{run_path}: {key} {run.get(key)!r} differs from the records' own provenance {value!r}")
     bound = stored.protocol is not None and stored.protocol.frozen
     if bound != isinstance(run.get("protocol_file"), str):
         said = "names no protocol file" if bound else "names a protocol file"
-        raise VerificationError(
-            f"{run_path}: {said}, but {SUMMARY_FILE} says {stored.protocol.status if stored.protocol else 'nothing'}"
-        )
+        raise VerificationError(f"{run_path}: {said}, but {SUMMARY_FILE} says {stored.protocol.status if stored.protocol else 'nothing'}")
     version = run.get("ckptsel")
     if not isinstance(version, str) or not isinstance(run.get("records_dir"), str):
         raise VerificationError(f"{run_path}: ckptsel and records_dir must be strings")

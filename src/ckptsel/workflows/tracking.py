@@ -62,9 +62,7 @@ class LogSettings:
             check_model_name(self.register)
 
     @classmethod
-    def build(
-        cls, to: list[str] | tuple[str, ...] | None, run_id: list[str] | None = None, **kwargs: Any
-    ) -> LogSettings:
+    def build(cls, to: list[str] | tuple[str, ...] | None, run_id: list[str] | None = None, **kwargs: Any) -> LogSettings:
         """From CLI values: ``run_id`` entries are ``ID`` (one tracker) or ``TRACKER=ID``."""
         to = check_trackers(list(to or ()))
         ids: dict[str, str] = {}
@@ -132,9 +130,7 @@ def _only_trajectory(records_dir: Path) -> str:
     names = sorted(read_frame(Path(records_dir), "generations")["trajectory"].unique())
     if len(names) != 1:
         shown = ", ".join(names[:10]) + (" …" if len(names) > 10 else "")
-        raise CkptselError(
-            f"--register: the records hold {len(names)} trajectories ({shown}); say whose checkpoint with --trajectory"
-        )
+        raise CkptselError(f"--register: the records hold {len(names)} trajectories ({shown}); say whose checkpoint with --trajectory")
     return str(names[0])
 
 

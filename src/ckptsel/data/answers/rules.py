@@ -193,26 +193,16 @@ def scorer_path(spec: Any, base: str | Path) -> tuple[Path, str]:
     found = _SCORER_RE.fullmatch(spec.strip())
     if not found:
         module = _MODULE_SCORER_RE.fullmatch(spec.strip())
-        hint = (
-            " (a module is never imported from a task file alone; a score.py beside it may import one)"
-            if module
-            else ""
-        )
-        raise CkptselError(
-            f"[answer] scorer {spec!r}: write it as 'score.py:function', a Python file beside the task file{hint}"
-        )
+        hint = " (a module is never imported from a task file alone; a score.py beside it may import one)" if module else ""
+        raise CkptselError(f"[answer] scorer {spec!r}: write it as 'score.py:function', a Python file beside the task file{hint}")
     relative, name = found.groups()
     folder = Path(base or ".").resolve()
     escapes = Path(relative).is_absolute() or relative.startswith(("/", "\\", "~"))
     if escapes or ".." in Path(relative).parts:
-        raise CkptselError(
-            f"[answer] scorer {spec!r}: the file must be a relative path inside the task file's folder {folder}"
-        )
+        raise CkptselError(f"[answer] scorer {spec!r}: the file must be a relative path inside the task file's folder {folder}")
     target = (folder / relative).resolve()
     if not target.is_relative_to(folder):
-        raise CkptselError(
-            f"[answer] scorer {spec!r}: {relative} leads outside the task file's folder {folder} (a link)"
-        )
+        raise CkptselError(f"[answer] scorer {spec!r}: {relative} leads outside the task file's folder {folder} (a link)")
     if not target.is_file():
         raise CkptselError(f"[answer] scorer {spec!r}: no file {folder / relative}")
     return target, name
@@ -277,8 +267,7 @@ class AnswerRule:
             object.__setattr__(self, "_scorer_file", file)
         elif self.compare not in COMPARE_RULES:
             raise CkptselError(
-                f"[answer] compare: unknown rule {self.compare!r} (known: "
-                f"{', '.join(COMPARE_RULES)}; or a scorer = 'score.py:function')"
+                f"[answer] compare: unknown rule {self.compare!r} (known: {', '.join(COMPARE_RULES)}; or a scorer = 'score.py:function')"
             )
         self._check_labels()
         if self.extract not in EXTRACT_RULES:
@@ -322,9 +311,7 @@ class AnswerRule:
         bounded = BoundedRegex(self.extract, "[answer] extract", f"is no rule ({rules}) and no valid regex")
         group = self.group if self.group is not None else min(bounded.groups, 1)
         if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group <= bounded.groups:
-            raise CkptselError(
-                f"[answer] group: {self.group!r} is not a group of {self.extract!r} (it has {bounded.groups})"
-            )
+            raise CkptselError(f"[answer] group: {self.group!r} is not a group of {self.extract!r} (it has {bounded.groups})")
         if self.select not in ("first", "last"):
             raise CkptselError(f"[answer] select: 'first' or 'last', got {self.select!r}")
         object.__setattr__(self, "group", group)
@@ -422,13 +409,10 @@ class AnswerRule:
         except KeyboardInterrupt:
             raise
         except BaseException as err:  # SystemExit included: a scorer never ends the command
-            raise AnswerRuleError(
-                self.origin, f"[answer] scorer {self.scorer}: raised {one_line(err)} (answer {span[:60]!r})"
-            ) from None
+            raise AnswerRuleError(self.origin, f"[answer] scorer {self.scorer}: raised {one_line(err)} (answer {span[:60]!r})") from None
         if not isinstance(verdict, (bool, np.bool_)):  # neither can be subclassed
             raise AnswerRuleError(
-                self.origin,
-                f"[answer] scorer {self.scorer}: returned {type(verdict).__name__}, not a bool (answer {span[:60]!r})",
+                self.origin, f"[answer] scorer {self.scorer}: returned {type(verdict).__name__}, not a bool (answer {span[:60]!r})"
             )
         return bool(verdict)
 
@@ -449,10 +433,7 @@ class AnswerRule:
     def describe(self) -> list[str]:
         """How answers are extracted and compared, in lines a person reads."""
         if self._regex is not None:
-            how = (
-                f"regex '{self.extract}', group {self.group} of the {self.select} match (at most "
-                f"{REGEX_TIMEOUT_S:g} s a match)"
-            )
+            how = f"regex '{self.extract}', group {self.group} of the {self.select} match (at most {REGEX_TIMEOUT_S:g} s a match)"
         else:
             how = f"{self.extract}: {EXTRACT_RULES[self.extract]}"
         lines = [f"extract: {how}"]

@@ -28,8 +28,7 @@ def read_questions(path: Path) -> list[str]:
     fld = next((f for f in QUESTION_FIELDS if f in first), None)
     if fld is None:
         raise CkptselError(
-            f"{path}, {loc0}: no question field (expected one of "
-            f"{', '.join(QUESTION_FIELDS)}; fields present: {sorted(first)})"
+            f"{path}, {loc0}: no question field (expected one of {', '.join(QUESTION_FIELDS)}; fields present: {sorted(first)})"
         )
     out = []
     for loc, rec in records:

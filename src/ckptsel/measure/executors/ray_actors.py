@@ -185,12 +185,7 @@ class MeasureWorker:
     """
 
     def __init__(
-        self,
-        config: MeasureConfig,
-        ckpts: list[Checkpoint],
-        base: str | None,
-        threads: int = 0,
-        kill_marker: str | None = None,
+        self, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, threads: int = 0, kill_marker: str | None = None
     ) -> None:
         ray = import_ray()
         self.node = ray.get_runtime_context().get_node_id()
@@ -295,8 +290,7 @@ def check_reachable(address: str | None, timeout: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
         raise CkptselError(
-            f"--executor ray: the Ray cluster at {address} does not answer "
-            f"({err.strerror or err}); start it, or check the address"
+            f"--executor ray: the Ray cluster at {address} does not answer ({err.strerror or err}); start it, or check the address"
         ) from err
 
 
@@ -310,9 +304,7 @@ class RayExecutor:
     """Units measured in batches by Ray actors; results come back here in the order they
     finish."""
 
-    def __init__(
-        self, ex: ExecutorConfig, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: Any
-    ) -> None:
+    def __init__(self, ex: ExecutorConfig, config: MeasureConfig, ckpts: list[Checkpoint], base: str | None, result: Any) -> None:
         self.ray = import_ray()
         self.ex, self.config, self.ckpts, self.base, self.result = ex, config, ckpts, base, result
         self.started_ray = False
@@ -370,9 +362,9 @@ class RayExecutor:
 
     def _start(self, n: int) -> list[Any]:
         ray, ex = self.ray, self.ex
-        remote = ray.remote(
-            num_cpus=ex.num_cpus, num_gpus=ex.num_gpus, max_restarts=ex.max_retries, max_task_retries=ex.max_retries
-        )(MeasureWorker)
+        remote = ray.remote(num_cpus=ex.num_cpus, num_gpus=ex.num_gpus, max_restarts=ex.max_retries, max_task_retries=ex.max_retries)(
+            MeasureWorker
+        )
         env = storage_env(ex.forward_credentials)
         if env:  # workers of a cluster do not inherit the driver's environment
             remote = remote.options(runtime_env={"env_vars": env})

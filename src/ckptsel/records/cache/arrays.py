@@ -62,11 +62,6 @@ def encode_test(loaded: list) -> dict[str, np.ndarray]:
 def decode_test(arrays, make: Callable) -> list:
     """Inverse of :func:`encode_test`; ``make``: the ``TestData`` class."""
     return [
-        make(
-            trajectory=traj,
-            configuration=configuration,
-            task=task,
-            **{name: arrays[f"{i}.{name}"] for name in _TEST_ARRAYS},
-        )
+        make(trajectory=traj, configuration=configuration, task=task, **{name: arrays[f"{i}.{name}"] for name in _TEST_ARRAYS})
         for i, (traj, configuration, task) in enumerate(array_json(arrays["meta"]))
     ]

@@ -196,11 +196,7 @@ def _write(path: Path, key: str, arrays: Arrays) -> None:
 
 
 def cached(
-    records_dir: Path | Location | str,
-    name: str,
-    compute: Callable[[], T],
-    encode: Callable[[T], Arrays],
-    decode: Callable[[Arrays], T],
+    records_dir: Path | Location | str, name: str, compute: Callable[[], T], encode: Callable[[T], Arrays], decode: Callable[[Arrays], T]
 ) -> T:
     """``compute()`` for the records in ``records_dir``, or what it gave last time for the same
     records (stored as ``encode(result)``, given back as ``decode(arrays)``)."""

@@ -147,9 +147,7 @@ def unit_metadata(meta: dict[bytes, bytes] | None) -> dict[bytes, bytes]:
     return {k: v for k, v in (meta or {}).items() if k.startswith(META_PREFIX) and k != PACK_KEY}
 
 
-def pack_metadata(
-    units: list[UnitFile], metas: list[dict[bytes, bytes]], proof: dict | None = None
-) -> dict[bytes, bytes]:
+def pack_metadata(units: list[UnitFile], metas: list[dict[bytes, bytes]], proof: dict | None = None) -> dict[bytes, bytes]:
     """A pack's key-value metadata: the units' versions and contents (:func:`digests`), their
     ``ckptsel.*`` metadata and what its rows prove (:data:`PROVERS`)."""
     blob = {
@@ -167,9 +165,7 @@ def pack_metadata(
 
 def _signed(blob: dict) -> bytes:
     """What a pack's HMAC covers: its blob but the HMAC, as canonical JSON."""
-    return json.dumps({k: v for k, v in blob.items() if k != "mac"}, sort_keys=True, separators=(",", ":")).encode(
-        "utf-8"
-    )
+    return json.dumps({k: v for k, v in blob.items() if k != "mac"}, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def trusted(meta: dict[bytes, bytes] | None) -> dict | None:

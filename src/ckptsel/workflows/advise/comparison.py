@@ -136,9 +136,7 @@ def answer_summary(side: Side) -> dict:
         "degenerate": bool(flagged[0]),
     }
     if side.fallback is not None:  # the share of its correct answers only a fallback found
-        out["fallback_right"] = round(
-            float(fallback_shares(np.asarray(side.correct, bool)[None, :], side.fallback[None, :])[0]), 6
-        )
+        out["fallback_right"] = round(float(fallback_shares(np.asarray(side.correct, bool)[None, :], side.fallback[None, :])[0]), 6)
     return out
 
 
@@ -165,9 +163,7 @@ def paired_estimate(
     return judged(difference, level, p, "the exact McNemar test", discordant, unit), p, counts
 
 
-def paired_difference(
-    a: np.ndarray, b: np.ndarray, groups: np.ndarray, settings: CompareSettings, stream: int = 0
-) -> dict:
+def paired_difference(a: np.ndarray, b: np.ndarray, groups: np.ndarray, settings: CompareSettings, stream: int = 0) -> dict:
     """The paired comparison of two boolean vectors over the same ``n`` items (see module doc)."""
     a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
     n = len(a)
@@ -197,8 +193,7 @@ def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
     where = np.flatnonzero(steps == step)
     if len(where) == 0:
         raise CkptselError(
-            f"trajectory {trajectory!r}: no checkpoint at step {step} "
-            f"(known steps: {', '.join(str(int(s)) for s in steps)})"
+            f"trajectory {trajectory!r}: no checkpoint at step {step} (known steps: {', '.join(str(int(s)) for s in steps)})"
         )
     return int(where[0])
 
@@ -206,10 +201,7 @@ def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
 def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
     path = Path(records_dir) / GENERATIONS_FILE
     rows = read_rows(
-        records_dir,
-        "generations",
-        columns=["trajectory"],
-        filters=[("split", "=", split), ("trajectory", "in", trajectories)],
+        records_dir, "generations", columns=["trajectory"], filters=[("split", "=", split), ("trajectory", "in", trajectories)]
     )
     if rows is None:
         raise CkptselError(f"{path}: records file not found (expected {GENERATIONS_FILE})")
@@ -219,18 +211,13 @@ def _has_split(records_dir: Path, split: str, trajectories: list[str]) -> bool:
 def _test_groups(records_dir: Path, trajectory: str, item_ids: np.ndarray) -> np.ndarray:
     """The ``group`` of each test item (TestData carries subtasks, not groups)."""
     table = read_rows(
-        records_dir,
-        "generations",
-        columns=["item_id", "group"],
-        filters=[("split", "=", "test"), ("trajectory", "=", trajectory)],
+        records_dir, "generations", columns=["item_id", "group"], filters=[("split", "=", "test"), ("trajectory", "=", trajectory)]
     ).to_pandas()
     by_item = table.drop_duplicates("item_id").set_index("item_id")["group"]
     return by_item.reindex(item_ids).to_numpy().astype(str)
 
 
-def shared_items(
-    a: Side, b: Side, split: str, trajectories: tuple[str, str]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def shared_items(a: Side, b: Side, split: str, trajectories: tuple[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Both sides on their shared items, in item-id order; groups must agree."""
     shared, ia, ib = np.intersect1d(a.item_ids, b.item_ids, return_indices=True)
     if len(shared) == 0:

@@ -65,17 +65,13 @@ POWER = 0.8  # the power items_needed's exact McNemar test keeps
 KEY = ["split", "task", "item_id"]
 
 
-def log_rows(
-    path: Path, side: str, options: LogOptions, split: str, note: Callable[[str], None]
-) -> tuple[str, pd.DataFrame]:
+def log_rows(path: Path, side: str, options: LogOptions, split: str, note: Callable[[str], None]) -> tuple[str, pd.DataFrame]:
     """``(harness, contract generation rows)`` of one log, its ``trajectory`` ``side``."""
     step = {"a": 0, "b": 1}[side]
     harness, logs = read_logs(path, step, options, note)
     frames = []
     for log in logs:  # one task log at a time: inspect sample ids repeat across tasks
-        ingested = to_records(
-            [log], harness=harness, trajectory=side, task=options.task, split=split, note=note, rescore=options.rescore
-        )
+        ingested = to_records([log], harness=harness, trajectory=side, task=options.task, split=split, note=note, rescore=options.rescore)
         frames.append(ingested.generations.assign(source=log.source, content=ingested.content.to_numpy()))
     rows = pd.concat(frames, ignore_index=True)
     twice = rows.duplicated(KEY, keep=False)
@@ -83,8 +79,7 @@ def log_rows(
         r = rows[twice].iloc[0]
         sources = " and ".join(sorted(set(rows[twice & (rows["item_id"] == r["item_id"])]["source"])))
         raise CkptselError(
-            f"{sources}: sample {r['item_id']!r} of task {r['task']!r} ({r['split']}) given twice "
-            f"in {path}; compare one log per task"
+            f"{sources}: sample {r['item_id']!r} of task {r['task']!r} ({r['split']}) given twice in {path}; compare one log per task"
         )
     return harness, rows
 
@@ -110,11 +105,7 @@ def _pairs(a: pd.DataFrame, b: pd.DataFrame, note: Callable[[str], None]) -> lis
 
 
 def _side(rows: pd.DataFrame) -> Side:
-    return Side(
-        rows["item_id"].to_numpy().astype(str),
-        rows["group"].to_numpy().astype(str),
-        rows["correct"].to_numpy().astype(bool),
-    )
+    return Side(rows["item_id"].to_numpy().astype(str), rows["group"].to_numpy().astype(str), rows["correct"].to_numpy().astype(bool))
 
 
 def items_needed(result: dict, level: float) -> dict:

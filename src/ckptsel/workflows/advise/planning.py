@@ -218,9 +218,7 @@ def beat_curves(s: np.ndarray, d: np.ndarray, root: np.ndarray, budgets, z: np.n
     return dict(zip(("gain", "p_beat", "p_worse", "p_final"), out, strict=True))
 
 
-def calibrated_curves(
-    m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0, lower_sides: int = 1
-) -> dict:
+def calibrated_curves(m: PilotMoments, budgets, draws: int, level: float, seed: int, stream: int = 0, lower_sides: int = 1) -> dict:
     """The box promise of the module docstring for one pilot's moments ``m``: the ``(B,)``
     curves at the least favourable truth of the level-``level`` simultaneous box, the
     pilot-as-truth ``p_beat_point`` (B,), the critical values of the lower bounds
@@ -365,11 +363,7 @@ def _signal(v, rule: str) -> np.ndarray:
 
 
 def plan_from_pilot(
-    records_dir: Path,
-    trajectories: list[str] | None = None,
-    *,
-    rule: str = "accuracy",
-    settings: PlanSettings | None = None,
+    records_dir: Path, trajectories: list[str] | None = None, *, rule: str = "accuracy", settings: PlanSettings | None = None
 ) -> dict:
     """The pilot plan (module docstring), averaged over the chosen trajectories (equal weight):
     per budget the promised curves, the planned budget or the answer that none reaches the
@@ -382,9 +376,7 @@ def plan_from_pilot(
     names = list(trajectories) if trajectories else sorted(known)
     for t in names:
         if t not in known:
-            raise CkptselError(
-                f"{records_dir}: trajectory {t!r} has no validation records (known: {', '.join(sorted(known)[:10])})"
-            )
+            raise CkptselError(f"{records_dir}: trajectory {t!r} has no validation records (known: {', '.join(sorted(known)[:10])})")
     budgets = tuple(int(b) for b in settings.budgets)
     per_traj, curves = {}, []
     for j, t in enumerate(names):
@@ -439,15 +431,7 @@ def _trajectory_curves(v, rule: str, settings: PlanSettings, budgets, stream: in
     signal, maximize = _signal(v, rule), MAXIMIZE[rule]
     if settings.method != "calibrated":
         c = pilot_curves(
-            signal,
-            v.correct,
-            v.groups,
-            maximize,
-            budgets,
-            settings.draws,
-            settings.seed,
-            stream=stream,
-            method=settings.method,
+            signal, v.correct, v.groups, maximize, budgets, settings.draws, settings.seed, stream=stream, method=settings.method
         )
         return c | {"p_beat_point": np.full(len(budgets), np.nan)}, {}
     m = PilotMoments.of(signal, v.correct, v.groups, maximize)
@@ -532,15 +516,13 @@ def _power_note(settings: PlanSettings, rows: list[dict], safe, smallest, left: 
             f"budget up to {top} (at most {most:.2f}): keep the final checkpoint"
         )
     likely = (
-        f"the target may be met at {smallest} items (P(beat) "
-        f"{left['p_beat_point_at_smallest']:.2f} if the pilot were exact; not guaranteed"
+        f"the target may be met at {smallest} items (P(beat) {left['p_beat_point_at_smallest']:.2f} if the pilot were exact; not guaranteed"
     )
     if safe is None:
         few = (
             ""
             if clusters >= MIN_PROMISE_CLUSTERS
-            else f" (a promise needs at least "
-            f"{MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has {clusters})"
+            else f" (a promise needs at least {MIN_PROMISE_CLUSTERS} clusters of pilot items; this pilot has {clusters})"
         )
         return (
             f"{likely}: {left['promise_at_smallest']:.2f} can be promised there); no budget up "
@@ -557,11 +539,7 @@ def _power_note(settings: PlanSettings, rows: list[dict], safe, smallest, left: 
 
 # --------------------------------------------------------------------------- closed form
 def closed_form(
-    delta: float,
-    agreement: float,
-    budgets: tuple[int, ...] | np.ndarray,
-    target: float = 0.8,
-    level: float = CONFIDENCE,
+    delta: float, agreement: float, budgets: tuple[int, ...] | np.ndarray, target: float = 0.8, level: float = CONFIDENCE
 ) -> dict:
     """Two checkpoints, A better than the final B by ``delta`` pp, same correctness on a
     fraction ``agreement`` of items: the module docstring's formulas, per budget."""
@@ -859,21 +837,13 @@ def plan_figure(pilot: dict | None, closed: dict | None):
     ax1, ax2 = fig.subplots(1, 2)
     if pilot is not None:
         b = [r["budget"] for r in pilot["rows"]]
-        ax1.plot(
-            b, [r["gain"] for r in pilot["rows"]], "o-", color="#1f77b4", label=f"pilot resampling ({pilot['rule']})"
-        )
+        ax1.plot(b, [r["gain"] for r in pilot["rows"]], "o-", color="#1f77b4", label=f"pilot resampling ({pilot['rule']})")
         ax2.plot(b, [r["p_beat"] for r in pilot["rows"]], "o-", color="#1f77b4", label="P(choice beats final), pilot")
-        ax2.plot(
-            b, [r["p_worse"] for r in pilot["rows"]], "v:", color="#d62728", label="P(choice worse than final), pilot"
-        )
+        ax2.plot(b, [r["p_worse"] for r in pilot["rows"]], "v:", color="#d62728", label="P(choice worse than final), pilot")
         for ax in (ax1, ax2):
             ax.axvline(pilot["pilot_items"], color="grey", linestyle="--", linewidth=1)
             ax.axvspan(
-                pilot["pilot_items"],
-                max(b[-1], pilot["pilot_items"]),
-                color="grey",
-                alpha=0.12,
-                label="beyond the pilot (extrapolated)",
+                pilot["pilot_items"], max(b[-1], pilot["pilot_items"]), color="grey", alpha=0.12, label="beyond the pilot (extrapolated)"
             )
         ax2.axhline(pilot["settings"]["target"], color="black", linewidth=0.8)
     if closed is not None:

@@ -122,12 +122,7 @@ class SplitValidationGain:
     clusters: int
 
     def to_dict(self) -> dict:
-        return {
-            **self.estimate.to_dict(),
-            "partitions": self.partitions,
-            "half_sizes": list(self.half_sizes),
-            "clusters": self.clusters,
-        }
+        return {**self.estimate.to_dict(), "partitions": self.partitions, "half_sizes": list(self.half_sizes), "clusters": self.clusters}
 
 
 @dataclass(frozen=True)
@@ -216,10 +211,7 @@ class PlausiblyBest:
     clusters: int
     kept_by_exact_test: tuple[int, ...] = ()  # left out by the MCS, but an exact test cannot
 
-    method = (
-        "model confidence set (Hansen, Lunde & Nason 2011): range statistic on paired accuracy "
-        "differences, cluster bootstrap"
-    )
+    method = "model confidence set (Hansen, Lunde & Nason 2011): range statistic on paired accuracy differences, cluster bootstrap"
 
     def to_dict(self) -> dict:
         return {
@@ -424,9 +416,7 @@ class Selection:
 
 
 # --------------------------------------------------------------------------- estimates
-def gain_estimate(
-    mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, p: float, discordant: int
-) -> Estimate:
+def gain_estimate(mean: float, replicates: np.ndarray, level: float, clusters: int, unit: str, p: float, discordant: int) -> Estimate:
     """The point estimate with the percentile interval of its ``(W,)`` bootstrap replicates of
     ``clusters`` resampled ``unit`` clusters; not estimable from one cluster, or when the
     replicates show no spread around a nonzero mean (no variance information); unresolved when
@@ -465,9 +455,7 @@ def choice_p(choice: np.ndarray, correct: np.ndarray, groups: np.ndarray | None,
     return float(sign_flip_p(totals, lambda: streams.generator(seed, streams.SIGN_FLIPS, 3), level=level)[0])
 
 
-def split_validation_gains(
-    signal: np.ndarray, correct: np.ndarray, maximize: bool, in_s: np.ndarray, weights: np.ndarray
-) -> np.ndarray:
+def split_validation_gains(signal: np.ndarray, correct: np.ndarray, maximize: bool, in_s: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``(W,)`` split-validation gains (pp), one per weight row, averaged over partitions and both directions.
 
     ``in_s`` (P, n) marks the first half of each partition, ``weights`` (W, n) the question
@@ -596,23 +584,13 @@ class _HalfSums:
     :func:`ckptsel.choose.core.weighted_sums` makes them. ``total_*``: over ``weights`` itself.
     ``items``: the items in each column (:func:`merged_items`; None: one each)."""
 
-    def __init__(
-        self,
-        signals: list[np.ndarray],
-        corrects: list[np.ndarray],
-        weights: np.ndarray,
-        items: np.ndarray | None = None,
-    ) -> None:
+    def __init__(self, signals: list[np.ndarray], corrects: list[np.ndarray], weights: np.ndarray, items: np.ndarray | None = None) -> None:
         self.sig = [s if s.dtype.kind in "biu" else s.astype(np.float64) for s in signals]
         self.corr = [c.astype(np.float64) if c.dtype.kind == "f" else c for c in corrects]
         self.firsts = [None if s.dtype.kind in "biu" else core.first_identical_row(s) for s in self.sig]
         ints = [a for pair in zip(self.sig, self.corr, strict=True) for a in pair if a.dtype.kind in "biu"]
         top = max((float(np.abs(a).max(initial=0)) for a in ints), default=0.0)
-        self.exact = bool(
-            (np.rint(weights) == weights).all()
-            and (weights >= 0).all()
-            and top * weights.sum(axis=1).max(initial=0) < 2**24
-        )
+        self.exact = bool((np.rint(weights) == weights).all() and (weights >= 0).all() and top * weights.sum(axis=1).max(initial=0) < 2**24)
         # the accuracy rule's signal is its correctness: summed once
         self.same = [
             self.exact and s.dtype.kind in "biu" and c.dtype.kind in "biu" and np.array_equal(s, c)
@@ -725,10 +703,7 @@ def _test_data(records_dir: Path, v: ValidationData) -> TestData | None:
     from ckptsel.records.scan import read_rows
 
     rows = read_rows(
-        records_dir,
-        "generations",
-        columns=["trajectory"],
-        filters=[("split", "=", "test"), ("trajectory", "=", v.trajectory)],
+        records_dir, "generations", columns=["trajectory"], filters=[("split", "=", "test"), ("trajectory", "=", v.trajectory)]
     )
     if rows is None or rows.num_rows == 0:
         return None
@@ -755,12 +730,7 @@ def exact_holdouts(correct: np.ndarray, groups: np.ndarray, x: np.ndarray, level
     above ``1 − level``; such a checkpoint stays plausibly best whatever the model confidence
     set says."""
     w = int(np.argmax(x))
-    return np.array(
-        [
-            k != w and clustered_mcnemar(correct[w], correct[k], groups) > 1.0 - level + 1e-12
-            for k in range(len(correct))
-        ]
-    )
+    return np.array([k != w and clustered_mcnemar(correct[w], correct[k], groups) > 1.0 - level + 1e-12 for k in range(len(correct))])
 
 
 def best_checkpoints(
@@ -855,9 +825,7 @@ class _Pool:
     def of(cls, v: ValidationData, settings: SelectSettings) -> _Pool:
         n = len(v.item_ids)
         in_s = partition_masks(v.item_ids, settings.partitions, settings.seed, v.groups)
-        weights, clusters = question_weights(
-            v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS)
-        )
+        weights, clusters = question_weights(v.groups, n, settings.draws, streams.generator(settings.seed, streams.SELECT_VALIDATION_DRAWS))
         first = int(round(float(in_s.sum(axis=1).mean())))  # ⌊n/2⌋; about that with groups
         return cls(in_s, weights, clusters, (first, n - first))
 
@@ -893,9 +861,7 @@ def _check_splittable(v: ValidationData, settings: SelectSettings) -> None:
     """At least two eligible validation items, and the split's arrays fit in memory."""
     n = len(v.item_ids)
     if n < 2:
-        raise CkptselError(
-            f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation"
-        )
+        raise CkptselError(f"trajectory {v.trajectory!r}: only {n} eligible validation item(s); cannot split validation")
     _check_select_memory(settings, n, len(v.steps))
 
 
@@ -1048,21 +1014,13 @@ def _answers_counted(
             v,
             test,
             fb,
-            (
-                "--strict-answers: no generated texts of the test items were recorded, so "
-                "the test gains count every correct answer",
-            ),
+            ("--strict-answers: no generated texts of the test items were recorded, so the test gains count every correct answer",),
         )
     return v, replace(test, correct=test.correct & ~fb_test), fb, ()
 
 
 def _with_fallback(
-    sel: Selection,
-    v: ValidationData,
-    fb: np.ndarray | None,
-    rule: str,
-    settings: SelectSettings,
-    answers: AnswerSettings,
+    sel: Selection, v: ValidationData, fb: np.ndarray | None, rule: str, settings: SelectSettings, answers: AnswerSettings
 ) -> Selection:
     """``sel`` with the share of each checkpoint's correct validation answers that only a
     fallback found (``v``: as measured); a recommendation of an earlier checkpoint that rests
@@ -1071,9 +1029,7 @@ def _with_fallback(
         return sel
     shares = fallback_shares(v.correct, fb)
     rec = sel.recommendation
-    check = FallbackCheck(
-        {str(int(st)): round(float(x), 6) for st, x in zip(v.steps, shares, strict=True)}, answers.strict
-    )
+    check = FallbackCheck({str(int(st)): round(float(x), 6) for st, x in zip(v.steps, shares, strict=True)}, answers.strict)
     if answers.strict or rec.keep_final or not (v.correct & fb).any():
         return replace(sel, fallback=check)
     strict = _Split.of(replace(v, correct=v.correct & ~fb), rule, settings)
@@ -1085,15 +1041,9 @@ def _with_fallback(
         f"answer rule's fallback: counted wrong (--strict-answers), the {rule} rule picks step(s) "
         f"{', '.join(map(str, picks))} with a split-validation gain of {fmt(gain, unit=' pp', mark=False)}"
     )
-    said += (
-        ", still resolved above 0"
-        if holds
-        else (", not resolved above 0: the decision rests on answers only the fallback found")
-    )
+    said += ", still resolved above 0" if holds else (", not resolved above 0: the decision rests on answers only the fallback found")
     return replace(
-        sel,
-        fallback=replace(check, strict_gain=gain, strict_steps=picks),
-        recommendation=replace(rec, reason=rec.reason + said),
+        sel, fallback=replace(check, strict_gain=gain, strict_steps=picks), recommendation=replace(rec, reason=rec.reason + said)
     )
 
 
@@ -1219,9 +1169,7 @@ def keep_rows(
             continue
         pool = _Pool.of(validation[next(iter(sigs))], settings)
         vs = [validation[j] for j in sigs]
-        for (j, sig), v, (point, reps) in zip(
-            sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True
-        ):
+        for (j, sig), v, (point, reps) in zip(sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True):
             full = full_pool_choice(sig, maximize)
             chosen = RuleSelection(chosen_steps(full, v.steps), {}, (), pool.estimate(point, reps, full, v, settings))
             rec = recommend(chosen, rule, int(v.steps[-1]), settings.level, AnswerCheck.of(v, answers))
@@ -1230,10 +1178,7 @@ def keep_rows(
 
 
 def keep_settings(
-    seed: int = defaults.SEED,
-    level: float = defaults.CONFIDENCE,
-    draws: int = defaults.DRAWS,
-    permutations: int = defaults.PERMUTATIONS,
+    seed: int = defaults.SEED, level: float = defaults.CONFIDENCE, draws: int = defaults.DRAWS, permutations: int = defaults.PERMUTATIONS
 ) -> SelectSettings:
     """The ``select`` settings of an analysis' keep table (``summary.json``'s ``"keep"``).
 
@@ -1286,11 +1231,7 @@ def _budget_pick(vec: np.ndarray, label: str, steps: np.ndarray) -> BudgetPick:
 
 
 def recommend(
-    result: RuleSelection,
-    rule: str,
-    final_step: int,
-    level: float = defaults.CONFIDENCE,
-    check: AnswerCheck | None = None,
+    result: RuleSelection, rule: str, final_step: int, level: float = defaults.CONFIDENCE, check: AnswerCheck | None = None
 ) -> Recommendation:
     """ "keep checkpoint X" only when the split-validation interval is wholly above 0, and X is
     not degenerate (``check``: one answer to most items), unless ``--allow-degenerate`` — then
@@ -1304,9 +1245,7 @@ def recommend(
     if check.settings.allow:
         return replace(rec, reason=f"{rec.reason}; FLAGGED as degenerate ({what}), kept because of --allow-degenerate")
     final = (
-        f"; note: the final checkpoint is flagged as degenerate too ({check.describe(final_step)})"
-        if final_step in check.flagged
-        else ""
+        f"; note: the final checkpoint is flagged as degenerate too ({check.describe(final_step)})" if final_step in check.flagged else ""
     )
     return Recommendation(
         rule,
@@ -1327,17 +1266,12 @@ def _recommend(result: RuleSelection, rule: str, final_step: int, level: float) 
     if final_step in tied:
         also = " (tied with other checkpoints)" if len(tied) > 1 else ""
         return Recommendation(
-            rule,
-            final_step,
-            True,
-            f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool",
+            rule, final_step, True, f"the {rule} rule picks the final checkpoint itself{also} on the full validation pool"
         )
     if sv.estimable and not sv.unresolved and sv.lo > 0:
         candidates = [s for s in tied if s != final_step]
         keep = max(candidates)  # a tie set: the latest of the tied checkpoints
-        tie_note = (
-            f" (tied with {', '.join(str(s) for s in tied if s != keep)}; the latest is kept)" if len(tied) > 1 else ""
-        )
+        tie_note = f" (tied with {', '.join(str(s) for s in tied if s != keep)}; the latest is kept)" if len(tied) > 1 else ""
         return Recommendation(
             rule,
             keep,

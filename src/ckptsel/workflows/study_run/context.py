@@ -48,13 +48,7 @@ class StudyContext:
     """A loaded study and the inputs its stages share (each built once, on first use)."""
 
     def __init__(
-        self,
-        spec: StudySpec,
-        *,
-        device: str | None = None,
-        log: Log = print,
-        console: Any = None,
-        tracking: LogSettings | None = None,
+        self, spec: StudySpec, *, device: str | None = None, log: Log = print, console: Any = None, tracking: LogSettings | None = None
     ) -> None:
         """``[executor]`` is checked here, before anything runs; ``tracking``: the command
         line's ``--log`` options, over ``[log]`` (:attr:`tracking`); ``console``: a rich console
@@ -131,10 +125,7 @@ class StudyContext:
         """Trained-here trajectories, then those found by each external configuration's glob."""
         st = self.spec.study
         n = self.n_train() if any(c.epochs is not None for c in st.configurations) else 0
-        out = [
-            Trajectory(name, cfg.name, "train", st.run_root / name, tuple(cfg.save_steps(n)))
-            for name, cfg, _seed in st.trajectories()
-        ]
+        out = [Trajectory(name, cfg.name, "train", st.run_root / name, tuple(cfg.save_steps(n))) for name, cfg, _seed in st.trajectories()]
         for ext in self.spec.external:
             out += _external(ext)
         names = [t.name for t in out]
@@ -157,10 +148,7 @@ def _external(ext: Any) -> list[Trajectory]:
     for loc in folders:
         seed = seed_of(loc.name)
         if seed is None:
-            raise CkptselError(
-                f"configuration {ext.name!r}: cannot read a seed from folder {loc} "
-                "(name it ...-s<seed> or ..._seed<seed>)"
-            )
+            raise CkptselError(f"configuration {ext.name!r}: cannot read a seed from folder {loc} (name it ...-s<seed> or ..._seed<seed>)")
         f = loc.local if loc.is_local else (local_copy(loc) if ext.kind == "lm_eval" else loc)
         out.append(Trajectory(f"{ext.name}-s{seed}", ext.name, ext.kind, f, (), ext.filter))
     return out

@@ -94,9 +94,7 @@ def _configuration_diffs(a: dict, b: dict) -> list[str]:
         elif a[name] != b[name]:
             both = set(a[name]) | set(b[name])
             keys = sorted(k for k in both if a[name].get(k) != b[name].get(k))
-            diffs.append(
-                f"configuration {name!r}: " + ", ".join(f"{k} {a[name].get(k)!r} -> {b[name].get(k)!r}" for k in keys)
-            )
+            diffs.append(f"configuration {name!r}: " + ", ".join(f"{k} {a[name].get(k)!r} -> {b[name].get(k)!r}" for k in keys))
     return diffs
 
 

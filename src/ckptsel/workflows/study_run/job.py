@@ -85,8 +85,7 @@ class StudyRun:
         configs = self.spec.study.configurations
         if missing := missing_ml():  # the plan itself needs neither
             self.context.log(
-                f"dry run: LoRA target modules not checked ({' and '.join(missing)} "
-                f"not installed; the run needs them: {ML_HINT})"
+                f"dry run: LoRA target modules not checked ({' and '.join(missing)} not installed; the run needs them: {ML_HINT})"
             )
         elif is_url(base) or not all([check_lora_targets(base, c) for c in configs]):
             self.context.log(f"dry run: LoRA target modules not checked ({base} is not here)")

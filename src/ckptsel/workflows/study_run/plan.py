@@ -56,9 +56,7 @@ def item_pool(ctx: StudyContext) -> ItemPool:
     return ItemPool.load(cfg.measured.task, val, test, cfg.measured.test_task)
 
 
-def what_is_left(
-    ctx: StudyContext, trajectories: Sequence[Trajectory], pool: ItemPool | None = None
-) -> list[TrajectoryTodo]:
+def what_is_left(ctx: StudyContext, trajectories: Sequence[Trajectory], pool: ItemPool | None = None) -> list[TrajectoryTodo]:
     """What is left of each of ``trajectories`` (measured here: not lm-eval ones); the records
     are read once for all of them."""
     if not trajectories:
@@ -132,7 +130,6 @@ def format_plan(rows: list[dict[str, Any]]) -> str:
     todo = sum(r["generations_todo"] for r in rows)
     done = sum(r["generations_done"] for r in rows)
     lines.append(
-        f"{len(rows)} trajectories x {n_ckpt} checkpoints in all x {items} items: "
-        f"{todo} generations to do, {done} already recorded"
+        f"{len(rows)} trajectories x {n_ckpt} checkpoints in all x {items} items: {todo} generations to do, {done} already recorded"
     )
     return "\n".join(lines)

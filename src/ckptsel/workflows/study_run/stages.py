@@ -120,9 +120,7 @@ def audit(ctx: StudyContext, val: list, test: list) -> None:
         return
     st = ctx.spec.study
     train_items = [it.instruction for it in load_items(st.task, st.train)]
-    res = audit_pools(
-        {"train": train_items, "validation": [it.instruction for it in val], "test": [it.instruction for it in test]}
-    )
+    res = audit_pools({"train": train_items, "validation": [it.instruction for it in val], "test": [it.instruction for it in test]})
     write_audit(res, out)
     ctx.log(f"prepare: overlap audit written to {out / 'audit.md'}")
 
@@ -148,13 +146,10 @@ def train(ctx: StudyContext, only: Sequence[str] | None = None) -> None:
 WATCH_POLL = 2.0  # seconds between listings of a run trained here (--watch)
 
 
-def measure(
-    ctx: StudyContext, only: Sequence[str] | None = None, watch: Callable[[], Callable[[float], None]] | None = None
-) -> None:
+def measure(ctx: StudyContext, only: Sequence[str] | None = None, watch: Callable[[], Callable[[float], None]] | None = None) -> None:
     """Measure every checkpoint of every trajectory (``only``: these names). ``watch``: the
     trajectories trained here are watched while they train, each watcher sleeping between
     polls with a sleep ``watch()`` makes (it raises when the training it waits for failed)."""
-    val, test = ctx.pools
     trajs = [t for t in ctx.trajectories if only is None or t.name in only]
     with live(ctx.console, "measure", len(trajs) if only is None else 0) as advance:
         for t in trajs:
@@ -166,16 +161,7 @@ def measure(
                 watch_trajectory(ctx, t, watch())
                 advance()
                 continue
-            res = measure_run(
-                t.folder,
-                ctx.measure_config,
-                validation=val,
-                test=test,
-                out=ctx.records_dir,
-                trajectory=t.name,
-                configuration=t.configuration,
-                executor=ctx.executor,
-            )
+            res = measure_run(t.folder, ctx.measure_config, **_measured_as(ctx, t))
             ctx.log(
                 f"measure: {t.name}: {len(res.steps)} checkpoints, "
                 f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already "
@@ -184,24 +170,20 @@ def measure(
             advance()
 
 
+def _measured_as(ctx: StudyContext, t: Trajectory) -> dict:
+    """What ``measure_run`` and ``watch_and_select`` are told of trajectory ``t``: its items,
+    the records folder, its names and the executor."""
+    val, test = ctx.pools
+    where = {"validation": val, "test": test, "out": ctx.records_dir, "trajectory": t.name}
+    return {**where, "configuration": t.configuration, "executor": ctx.executor}
+
+
 def watch_trajectory(ctx: StudyContext, t: Trajectory, sleep: Callable[[float], None]) -> None:
     """One trajectory trained here, measured checkpoint by checkpoint as its folders land
     (ckptsel's trainer renames a whole checkpoint folder into place: no settle time needed)."""
-    val, test = ctx.pools
     final = t.expected_steps[-1] if t.expected_steps else None
     settings = WatchSettings(poll=WATCH_POLL, settle=0.0, until_step=final)
-    status = watch_and_select(
-        t.folder,
-        ctx.measure_config,
-        validation=val,
-        test=test,
-        out=ctx.records_dir,
-        settings=settings,
-        trajectory=t.name,
-        configuration=t.configuration,
-        executor=ctx.executor,
-        sleep=sleep,
-    )
+    status = watch_and_select(t.folder, ctx.measure_config, **_measured_as(ctx, t), settings=settings, sleep=sleep)
     ctx.log(
         f"measure: {t.name}: watched, {len(status.recorded)} checkpoints recorded as they "
         f"landed (final step {status.final_step})" + (f"; {status.engines}" if status.engines else "")
@@ -333,6 +315,4 @@ def log_results(ctx: StudyContext, out: Path) -> None:
     checkpoint = folder / f"checkpoint-{selection.recommendation.keep_step}"
     # the folder even when it is gone: --register then names it (never "give --checkpoints")
     local = isinstance(checkpoint, Path)
-    log_selection(
-        selection, tracking, results_dir=out, note=note, checkpoint=checkpoint if local or checkpoint.is_dir() else None
-    )
+    log_selection(selection, tracking, results_dir=out, note=note, checkpoint=checkpoint if local or checkpoint.is_dir() else None)

@@ -27,15 +27,12 @@ def check_workers(workers: Any, executor: Any) -> int:
         raise CkptselError(f"--workers must be an integer >= 1, got {workers!r}")
     if workers > 1 and executor.kind == "ray":
         raise CkptselError(
-            f"--workers {workers}: [executor] is ray, which spreads the measurement over "
-            "its cluster itself; run with --workers 1"
+            f"--workers {workers}: [executor] is ray, which spreads the measurement over its cluster itself; run with --workers 1"
         )
     return workers
 
 
-def trajectory_job(
-    spec: StudySpec, device: str | None, name: str, train: bool = True, measure: bool = True
-) -> list[str]:
+def trajectory_job(spec: StudySpec, device: str | None, name: str, train: bool = True, measure: bool = True) -> list[str]:
     """Train (when it is trained here and ``train``) and measure (when ``measure``) one
     trajectory of ``spec``; returns its log lines. A top-level function so that spawned worker
     processes can run it: one torch thread each (tiny models gain nothing from more, and
