@@ -131,6 +131,23 @@ def test_hostile_files_and_folders(analyzed, tmp_path, capsys):
     (bad / INDEX_FILE).write_text('{"settings": {}, "pools": []}')
     code, said = run_cli(["budgets", bad, "--budget", "8", "--permutation", 0], capsys)
     assert code == 2 and "budget_items" in said, said
+    good = json.loads((out / "choices" / INDEX_FILE).read_text())
+    (bad / ITEMS_FILE).write_bytes((out / "choices" / ITEMS_FILE).read_bytes())
+    pool = good["pools"][0]["pool"]
+    edits = {
+        "settings.permutations": lambda d: d["settings"].update(permutations="12"),
+        "pools[0].budgets": lambda d: d["pools"][0].pop("budgets"),
+        "pools[0].budgets.nested.8": lambda d: d["pools"][0]["budgets"]["nested"].update({"8": float("nan")}),
+        "pools[0].trajectories": lambda d: d["pools"][0].update(trajectories="x"),
+        "pools[0].items": lambda d: d["pools"][0].update(items=-1),
+        "is not in budget_items.json": lambda d: d["pools"][0].update(pool="someoneelse"),
+    }
+    for key, edit in edits.items():
+        blob = json.loads(json.dumps(good))
+        edit(blob)
+        (bad / INDEX_FILE).write_text(json.dumps(blob))
+        code, said = run_cli(["budgets", bad, "--budget", "8", "--permutation", 0, "--pool", pool], capsys)
+        assert code == 2 and key in said and len(said.strip().splitlines()) == 1, (key, said)
     a_file = tmp_path / "file"
     a_file.write_text("x")
     code, said = run_cli(["budgets", out, "--out", a_file], capsys)

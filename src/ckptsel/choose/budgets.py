@@ -28,7 +28,7 @@ import pandas as pd
 from ckptsel._util.io import write_parquet, write_text
 from ckptsel._util.locations import Location
 from ckptsel.choose import core
-from ckptsel.choose.choices import pool_key, pools_of
+from ckptsel.choose.choices import one_variant_orders, pool_key, pools_of
 from ckptsel.choose.settings import FULL, ChoiceSettings, budget_labels_for_pool
 from ckptsel.errors import CkptselError
 from ckptsel.records.load import ValidationData
@@ -68,19 +68,17 @@ def _pool(v: ValidationData, settings: ChoiceSettings) -> tuple[dict, dict[str, 
     pool, n = pool_id(v), len(ids)
     finite, labels = budget_labels_for_pool(n, settings.budgets)
     nested = core.permutations(keys, settings.seed, settings.permutations)[:, : max(finite, default=0)]
-    codes, names = pd.factorize(pd.Series(np.asarray(v.groups).astype(str)), sort=True)
-    ov = core.one_variant_orders(
-        keys, codes.astype(np.int64), core.string_keys(list(names)), settings.seed, settings.permutations
-    )  # (P, G)
-    ov_finite, ov_labels = budget_labels_for_pool(len(names), settings.one_variant_budgets)
+    ov = one_variant_orders(keys, v.groups, settings)  # (P, G): the subsets' own orders
+    n_groups = ov.shape[1]
+    ov_finite, ov_labels = budget_labels_for_pool(n_groups, settings.one_variant_budgets)
     entry = {
         "pool": pool,
         "items": int(n),
-        "groups": int(len(names)),
+        "groups": int(n_groups),
         "digest": subset_digest(ids),
         "budgets": {
             "nested": dict(zip(labels, map(int, [*finite, n]), strict=True)),
-            "one_variant": dict(zip(ov_labels, map(int, [*ov_finite, len(names)]), strict=True)),
+            "one_variant": dict(zip(ov_labels, map(int, [*ov_finite, n_groups]), strict=True)),
         },
     }
     whole = np.arange(n)[None, :]  # the pool itself, once: every permutation's "full"
@@ -198,6 +196,40 @@ def read_budget_items(folder: Path) -> tuple[pd.DataFrame, dict]:
         table = pd.read_parquet(items, columns=list(COLUMNS))
     except (OSError, ValueError, KeyError) as err:
         raise CkptselError(f"{folder}: no readable {ITEMS_FILE} and {INDEX_FILE} ({err})") from None
-    if not isinstance(blob, dict) or not isinstance(blob.get("pools"), list) or "settings" not in blob:
-        raise CkptselError(f"{index}: not a budget index (it needs 'settings' and 'pools')")
+    _check_index(blob, index)
+    unknown = set(map(str, table["pool"].unique())) - {p["pool"] for p in blob["pools"]}
+    if unknown:
+        raise CkptselError(f"{items}: pool {sorted(unknown)[0]!r} is not in {index.name}")
     return table, blob
+
+
+def _check_index(blob, path: Path) -> None:
+    """One error naming ``path`` and the key, unless ``blob`` is an index :func:`budget_items`
+    makes (the settings, and per pool its name, trajectories, sizes and budgets)."""
+
+    def fail(key: str, what: str):
+        raise CkptselError(f"{path}: {key}: {what}")
+
+    def whole(value, key: str, low: int = 0) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            fail(key, f"expected a whole number >= {low}, got {value!r}")
+
+    if not isinstance(blob, dict) or not isinstance(blob.get("settings"), dict) or not isinstance(blob.get("pools"), list):
+        fail("index", "not a budget index (it needs 'settings' and 'pools')")
+    whole(blob["settings"].get("permutations"), "settings.permutations", 1)
+    for k, pool in enumerate(blob["pools"]):
+        at = f"pools[{k}]"
+        if not isinstance(pool, dict) or not isinstance(pool.get("pool"), str):
+            fail(at, "expected an object with a 'pool' name")
+        trajectories = pool.get("trajectories")
+        if not isinstance(trajectories, list) or not all(isinstance(t, str) for t in trajectories):
+            fail(f"{at}.trajectories", "expected a list of names")
+        whole(pool.get("items"), f"{at}.items")
+        budgets = pool.get("budgets")
+        if not isinstance(budgets, dict) or set(budgets) != set(SCHEMES):
+            fail(f"{at}.budgets", f"expected one object per scheme ({', '.join(SCHEMES)})")
+        for scheme, sizes in budgets.items():
+            if not isinstance(sizes, dict):
+                fail(f"{at}.budgets.{scheme}", "expected an object of budget sizes")
+            for label, size in sizes.items():
+                whole(size, f"{at}.budgets.{scheme}.{label}")

@@ -59,6 +59,16 @@ def thinned(v: ValidationData, idx: np.ndarray) -> ValidationData:
     return replace(v, steps=v.steps[idx], correct=v.correct[idx], answers=v.answers[idx], nll={w: a[idx] for w, a in v.nll.items()})
 
 
+def one_variant_orders(keys: np.ndarray, groups: np.ndarray, settings: ChoiceSettings) -> np.ndarray:
+    """``(P, G)`` item indices of a pool's one-variant orders (:func:`ckptsel.choose.core.
+    one_variant_orders`): its items' ``keys`` (:func:`~ckptsel.choose.core.string_keys`) and
+    ``groups``, the groups in sorted order; what the one-variant subsets and their lists use."""
+    group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
+    return core.one_variant_orders(
+        keys, group_codes.astype(np.int64), core.string_keys(list(group_names)), settings.seed, settings.permutations
+    )
+
+
 @dataclass
 class PoolSubsets:
     """The validation subsets of one eligible pool: nested permutations and one-variant orders.
@@ -79,11 +89,8 @@ class PoolSubsets:
         finite, labels = budget_labels_for_pool(n, settings.budgets)
         h = core.hashed_ranks(keys, settings.seed, streams.PERMUTATIONS, settings.permutations)  # (P, n)
         nested = core.NestedSubsets.of_hashes(h, finite) if finite else None  # of core.permutations
-        group_codes, group_names = pd.factorize(pd.Series(groups), sort=True)
-        n_groups = len(group_names)
-        ov_orders = core.one_variant_orders(
-            keys, group_codes.astype(np.int64), core.string_keys(list(group_names)), settings.seed, settings.permutations
-        )
+        ov_orders = one_variant_orders(keys, groups, settings)
+        n_groups = ov_orders.shape[1]
         ov_finite, ov_labels = budget_labels_for_pool(n_groups, settings.one_variant_budgets)
         return cls(labels, nested, ov_labels, core.NestedSubsets(ov_orders, [*ov_finite, n_groups], n))
 

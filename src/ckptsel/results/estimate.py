@@ -39,7 +39,7 @@ def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def _round(x: float | None) -> float | None:
+def stored_value(x: float | None) -> float | None:
     """As stored: rounded to :data:`DIGITS` (an exact -0.0 becomes 0.0); None if not finite."""
     return round(float(x) + 0.0, DIGITS) if _finite(x) else None
 
@@ -75,7 +75,7 @@ class Estimate:
     def without_interval(cls, mean: float | None, reason: str) -> Estimate:
         """A point estimate whose interval is not estimable (``reason``, e.g. "1 configuration"),
         as stored."""
-        return cls(_round(mean), None, None, None, stored=True, not_estimable=str(reason))
+        return cls(stored_value(mean), None, None, None, stored=True, not_estimable=str(reason))
 
     @property
     def estimable(self) -> bool:
@@ -112,9 +112,9 @@ class Estimate:
             return self
         if self.not_estimable is not None:
             return Estimate.without_interval(self.mean, self.not_estimable)
-        lo, hi = _round(self.lo), _round(self.hi)
+        lo, hi = stored_value(self.lo), stored_value(self.hi)
         flag = None if _contains_zero(lo, hi) == self.unresolved else self.unresolved
-        return Estimate(_round(self.mean), lo, hi, flag, stored=True, cannot_resolve=self.cannot_resolve)
+        return Estimate(stored_value(self.mean), lo, hi, flag, stored=True, cannot_resolve=self.cannot_resolve)
 
     def to_dict(self) -> dict:
         """``{"mean", "lo", "hi", "unresolved"}``, rounded to :data:`DIGITS` (None if not finite);

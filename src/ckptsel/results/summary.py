@@ -38,7 +38,7 @@ from ckptsel.choose.rules import RULE_ORDER
 from ckptsel.choose.settings import FULL
 from ckptsel.defaults import BUDGETS, CONFIDENCE
 from ckptsel.errors import CkptselError
-from ckptsel.results.estimate import DIGITS, Estimate, fmt
+from ckptsel.results.estimate import Estimate, fmt, stored_value
 
 SCHEMA = 1
 
@@ -101,11 +101,6 @@ def _number(v: Any, at: _At) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         at.fail(f"expected a finite number, got {v!r}")
     return float(v)
-
-
-def stored(x: float | None) -> float | None:
-    """A number as summary.json stores it (rounded to its digits; None when not finite)."""
-    return round(float(x) + 0.0, DIGITS) if x is not None and math.isfinite(x) else None
 
 
 def _mapping(d: Any, at: _At, read: Callable[[Any, _At], T]) -> dict[str, T]:
@@ -491,9 +486,9 @@ class TaskSignal:
 
     def to_dict(self) -> dict:
         return {
-            "signal": stored(self.signal),
-            "noise": stored(self.noise),
-            "ratio": stored(self.ratio),
+            "signal": stored_value(self.signal),
+            "noise": stored_value(self.noise),
+            "ratio": stored_value(self.ratio),
             "configurations": self.configurations,
             "trajectories": self.trajectories,
         }

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ckptsel.defaults import NOISE_CHECKPOINTS
-from ckptsel.results.summary import TaskSignal, stored
+from ckptsel.results.estimate import stored_value
+from ckptsel.results.summary import TaskSignal
 
 
 def signal_and_noise(
@@ -48,5 +49,5 @@ def signal_and_noise(
         means = np.array([np.mean(v) for _, v in sorted(finals.items())])
         signal = float(np.std(means, ddof=1)) if len(means) >= 2 else None
         ratio = signal / noise if signal is not None and noise is not None and noise > 0 else None
-        out[task] = TaskSignal(stored(signal), stored(noise), stored(ratio), len(means), len(spreads))
+        out[task] = TaskSignal(stored_value(signal), stored_value(noise), stored_value(ratio), len(means), len(spreads))
     return out
