@@ -93,12 +93,12 @@ def test_choices_are_frozen_and_hashed_before_any_test_record_is_read(records_di
     monkeypatch.setattr(pipeline, "load_frozen", load_frozen)  # unchanged: scoring reads frozen choices
     real_choose = choose
 
-    def guarded_choose(validation, settings):
+    def guarded_choose(validation, settings, texts=None):
         assert all(isinstance(v, ValidationData) for v in validation)
         with monkeypatch.context() as m:  # no test loading is possible while choosing
             m.setattr(pipeline, "load_test", forbid_test_reads)
             m.setattr(records_load, "load_test", forbid_test_reads)
-            return real_choose(validation, settings)
+            return real_choose(validation, settings, texts)
 
     monkeypatch.setattr(pipeline, "choose", guarded_choose)
     s = analyze(records_dir, tmp_path / "out")

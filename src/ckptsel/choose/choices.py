@@ -18,17 +18,19 @@ import pandas as pd
 from ckptsel._util import rng as streams
 from ckptsel._util.threads import map_threads
 from ckptsel.choose import core
-from ckptsel.choose.rules import H_BASELINE, RULES
+from ckptsel.choose.rules import H_BASELINE, RULES, RuleSpec, Texts, rule_specs
 from ckptsel.choose.settings import ChoiceSettings, budget_labels_for_pool
 from ckptsel.defaults import THINNING
 from ckptsel.records.load import ValidationData
 from ckptsel.records.schema import COMPLETE_WINDOW
 
 
-def _rule_probs(scores: dict[str, np.ndarray], full: dict[str, np.ndarray], labels: list[str]) -> dict[tuple[str, str], np.ndarray]:
+def _rule_probs(
+    scores: dict[str, np.ndarray], full: dict[str, np.ndarray], labels: list[str], rules: dict[str, RuleSpec] = RULES
+) -> dict[tuple[str, str], np.ndarray]:
     """Selection vectors per (rule, budget) from prefix scores ``(T, P, B)`` and full-pool scores."""
     out = {}
-    for rule in (r for r in RULES.values() if r.name in scores):
+    for rule in (r for r in rules.values() if r.name in scores):
         probs = core.tie_probabilities(scores[rule.name], maximize=rule.maximize).mean(axis=1)  # (T, B)
         final = core.tie_probabilities(full[rule.name], maximize=rule.maximize)
         probs = np.concatenate([probs, final[:, None]], axis=1)
@@ -44,10 +46,10 @@ def _last(n_checkpoints: int, labels: list[str]) -> dict[tuple[str, str], np.nda
     return {(r.name, label): e for r in RULES.values() if not r.chooses for label in labels}
 
 
-def signals(v: ValidationData) -> dict[str, np.ndarray]:
+def signals(v: ValidationData, rules: dict[str, RuleSpec] = RULES) -> dict[str, np.ndarray]:
     """Per-item validation signal ``(T, n)`` of every rule that has one for these records."""
     out = {}
-    for rule in RULES.values():
+    for rule in rules.values():
         sig = rule.signal(v) if rule.chooses else None
         if sig is not None:  # e.g. without NLL records the matched-NLL rule (and H) is absent
             out[rule.name] = sig
@@ -106,12 +108,12 @@ class _Signals:
     firsts: dict  # key of a float signal -> (T,) its first identical rows
 
     @classmethod
-    def of(cls, v: ValidationData) -> _Signals:
-        sig = signals(v)
+    def of(cls, v: ValidationData, rules: dict[str, RuleSpec] = RULES) -> _Signals:
+        sig = signals(v, rules)
         # checkpoint thinning: accuracy/NLL sums are row subsets; grid-dependent signals
         # (agreement's pluralities) are redone on the thinned grid (one checkpoint: no choice)
         thin = {k: idx for k in THINNING if len(idx := core.thinned_indices(len(v.steps), k)) >= 2}
-        redo = {(k, r): RULES[r].signal(thinned(v, idx)) for k, idx in thin.items() for r in sig if RULES[r].grid_dependent}
+        redo = {(k, r): rules[r].signal(thinned(v, idx)) for k, idx in thin.items() for r in sig if rules[r].grid_dependent}
         nested: dict = {**sig, **redo}
         if COMPLETE_WINDOW in v.nll:  # complete-response NLL control: window-0 sums, same subsets
             nested[(COMPLETE_WINDOW, H_BASELINE)] = v.nll[COMPLETE_WINDOW]
@@ -143,13 +145,16 @@ def choose_trajectory(
 ) -> dict[tuple[str, str, str], np.ndarray]:
     """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``."""
     subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
-    s = _Signals.of(v)
+    rules = rule_specs(settings.rules)
+    s = _Signals.of(v, rules)
     (prefix,) = _subset_sums(subsets.nested, [s.nested], [s.firsts], settings.permutations)
     (ov,) = _subset_sums(subsets.one_variant, [s.sig], [s.firsts], settings.permutations)
-    return _choices(v, s, subsets, prefix, ov)
+    return _choices(v, s, subsets, prefix, ov, rules)
 
 
-def _choices(v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict, ov: dict) -> dict[tuple[str, str, str], np.ndarray]:
+def _choices(
+    v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict, ov: dict, rules: dict[str, RuleSpec] = RULES
+) -> dict[tuple[str, str, str], np.ndarray]:
     """:func:`choose_trajectory` from the subset sums ``(T, P, B)`` of its signals: ``prefix``
     (nested subsets, keys of ``s.nested``) and ``ov`` (one variant per group, keys of ``s.sig``)."""
     T = v.correct.shape[0]
@@ -157,7 +162,7 @@ def _choices(v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict,
     out: dict[tuple[str, str, str], np.ndarray] = {}
     scores = {r: prefix[r] for r in sig}
     full = {r: a.sum(axis=1) for r, a in sig.items()}
-    for key, p in {**_rule_probs(scores, full, labels), **_last(T, labels)}.items():
+    for key, p in {**_rule_probs(scores, full, labels, rules), **_last(T, labels)}.items():
         out[("nested", *key)] = p
 
     # complete-response NLL control: the NLL rule on window=0 sums, same subsets
@@ -173,14 +178,14 @@ def _choices(v: ValidationData, s: _Signals, subsets: PoolSubsets, prefix: dict,
         th_full = {r: f[idx] for r, f in full.items()}
         for r in (r for r in sig if (k, r) in s.redo):
             th_scores[r], th_full[r] = prefix[(k, r)], s.redo[(k, r)].sum(axis=1)
-        for (rule, label), p in {**_rule_probs(th_scores, th_full, labels), **_last(len(idx), labels)}.items():
+        for (rule, label), p in {**_rule_probs(th_scores, th_full, labels, rules), **_last(len(idx), labels)}.items():
             vec = np.zeros(T)
             vec[idx] = p
             out[(f"thin{k}", rule, label)] = vec
 
     # one variant per group: per repetition one eligible variant of each group, groups reordered;
     # its last budget is "all groups", which differs by repetition, so it comes from the masks too
-    for rule in (r for r in RULES.values() if r.name in sig):
+    for rule in (r for r in rules.values() if r.name in sig):
         probs = core.tie_probabilities(ov[rule.name], maximize=rule.maximize).mean(axis=1)
         for b, label in enumerate(subsets.ov_labels):
             out[("one_variant", rule.name, label)] = probs[:, b]
@@ -218,7 +223,7 @@ def pools_of(validation: list[ValidationData]) -> list[list[int]]:
     return sorted(pools.values(), key=lambda m: -len(validation[m[0]].item_ids) * len(m))
 
 
-def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) -> list[dict]:
+def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings, rules: dict[str, RuleSpec]) -> list[dict]:
     """:func:`choose_trajectory` of every trajectory; trajectories that share a pool share its
     subsets and one product for all their integer signals. Pools run on a few threads
     (:func:`ckptsel._util.threads.map_threads`): each is its own result."""
@@ -227,11 +232,11 @@ def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) ->
     def pool(members: list[int]) -> list[dict]:
         first = validation[members[0]]
         subsets = PoolSubsets.build(first.item_ids, first.groups, settings)
-        sigs = [_Signals.of(validation[j]) for j in members]
+        sigs = [_Signals.of(validation[j], rules) for j in members]
         firsts = [s.firsts for s in sigs]
         prefix = _subset_sums(subsets.nested, [s.nested for s in sigs], firsts, P)
         ov = _subset_sums(subsets.one_variant, [s.sig for s in sigs], firsts, P)
-        return [_choices(validation[j], sigs[m], subsets, prefix[m], ov[m]) for m, j in enumerate(members)]
+        return [_choices(validation[j], sigs[m], subsets, prefix[m], ov[m], rules) for m, j in enumerate(members)]
 
     pools = pools_of(validation)
     picked: list[dict] = [{} for _ in validation]
@@ -241,10 +246,11 @@ def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings) ->
     return picked
 
 
-def choose(validation: list[ValidationData], settings: ChoiceSettings) -> pd.DataFrame:
+def choose(validation: list[ValidationData], settings: ChoiceSettings, texts: Texts | None = None) -> pd.DataFrame:
     """Frozen-choice table for every trajectory (rows with non-zero probability only), sorted by
-    trajectory, scheme, rule, budget and step."""
-    picked = _choose_pools(validation, settings)
+    trajectory, scheme, rule, budget and step. ``texts``: the validation records' generated texts
+    (:data:`~ckptsel.choose.rules.Texts`), for a researcher's rule that reads them."""
+    picked = _choose_pools(validation, settings, rule_specs(settings.rules, texts))
     names = [v.trajectory for v in validation]
     steps = [v.steps.astype(np.int64) for v in validation]
     # rows are made in table order: trajectories and keys sorted, steps ascending (the loaded

@@ -15,7 +15,7 @@ from ckptsel._util.threads import map_threads
 from ckptsel.choose import core
 from ckptsel.choose.core import tie_probabilities
 from ckptsel.choose.frozen import FrozenChoices
-from ckptsel.choose.rules import H_BASELINE, MATCHED_HALF_RULES, RULES
+from ckptsel.choose.rules import H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, RULES
 from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.errors import CkptselError
@@ -93,14 +93,16 @@ def budget_labels(settings: ChoiceSettings | None = None) -> tuple[tuple[str, ..
 
 def quantity_names(settings: ChoiceSettings | None = None) -> list[Name]:
     """Every quantity in canonical order (a study has a subset of them)."""
+    settings = settings or ChoiceSettings()
     nested_labels, ov_labels = budget_labels(settings)
+    rules = settings.rule_names
     names: list[Name] = []
     for scheme in SCHEMES:
         labels = ov_labels if scheme == "one_variant" else nested_labels
         for budget in labels:
-            for rule in RULES:
+            for rule in rules:
                 names += [("G", scheme, rule, budget), ("H", scheme, rule, budget)]
-        for rule in RULES:
+        for rule in rules:
             names.append(("D", scheme, rule, ""))
     names += [("MH", rule, stat, "") for rule in MH_RULES for stat in MH_STATS]
     names.append(("same_nll_choice", "nll_complete", "nll", FULL))
@@ -113,6 +115,7 @@ def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkp
     ``D`` is full minus the budget labelled ``d_from`` (the smallest budget)."""
     final = np.zeros(n_checkpoints)
     final[-1] = 1.0
+    rules = [*RULES, *sorted({rule for _, rule, _ in vectors} - set(RULES))]  # built-in, then a researcher's
     out: dict[Name, np.ndarray] = {}
     for (scheme, rule, budget), q in vectors.items():
         if scheme == "nll_complete":
@@ -124,12 +127,12 @@ def trajectory_weights(vectors: dict[tuple[str, str, str], np.ndarray], n_checkp
     for (scheme, _rule, budget), q in vectors.items():
         if scheme == "nll_complete":  # G of the window-0 NLL rule; H of every rule against it
             out[("G", scheme, H_BASELINE, budget)] = q - final
-            for r in RULES:
+            for r in rules:
                 base = vectors.get(("nested", r, budget))
                 if base is not None and r != H_BASELINE:
                     out[("H", scheme, r, budget)] = base - q
     for scheme in SCHEMES:
-        for rule in RULES:
+        for rule in rules:
             full, small = vectors.get((scheme, rule, FULL)), vectors.get((scheme, rule, d_from))
             if full is not None and small is not None:
                 out[("D", scheme, rule, "")] = full - small
@@ -161,6 +164,7 @@ class ScoredChoices:
         return self.budgets[0]
 
     groups: dict[str, np.ndarray] = field(default_factory=dict)  # task -> (N,) item clusters
+    rules: tuple[str, ...] = RULE_ORDER  # every rule chosen with, built-in first
 
     @property
     def linear_names(self) -> list[Name]:
@@ -257,4 +261,5 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
         budgets=settings.budgets,
         one_variant_budgets=settings.one_variant_budgets,
         groups=groups,
+        rules=settings.rule_names,
     )

@@ -1,4 +1,4 @@
-"""The selection rules, each defined once (SPEC §3, §5).
+"""The selection rules, each defined once (SPEC §3, §5), and a researcher's own.
 
 A :class:`RuleSpec` says everything the rest of the package needs to know about a rule: its
 per-item validation signal, whether a larger sum is better, whether it reads labels, whether
@@ -10,16 +10,26 @@ the report names and draws it. ``choose`` (study choices), ``select`` (practitio
 ``RULES`` lists the rules that choose checkpoints, in the order of every table and of
 ``summary.json``; ``MATCHED_HALF_RULES`` the rules of the matched-half diagnostic on the test
 pool (SPEC §5), where ``oracle`` selects by the correctness labels of the selection half.
+
+A researcher's own rule (:class:`UserRule`: ``[rules.NAME]`` in a study, ``--rule FILE.py:fn``)
+is declared in the choices' settings (hashed with them) and becomes a :class:`RuleSpec` only
+once its function is bound (:meth:`UserRule.bound`): its signal sees a :class:`RuleInput`, the
+trajectory's validation records and nothing else. :func:`rule_specs` gives every rule a choice
+is made with, built-in first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from ckptsel._util.usercode import code_path, file_digest, import_function, one_line
 from ckptsel.choose import core
+from ckptsel.errors import CkptselError
 from ckptsel.records.load import ValidationData
 from ckptsel.records.schema import MATCHED_WINDOW
 
@@ -102,3 +112,202 @@ ALL_RULES: dict[str, RuleSpec] = {**RULES, **MATCHED_HALF_RULES}
 RULE_ORDER: tuple[str, ...] = tuple(RULES)
 H_BASELINE = NLL.name  # H_r is the gain over this rule's choice (SPEC §4)
 SIGNAL_RULES: tuple[str, ...] = tuple(r.name for r in RULES.values() if r.chooses)
+
+
+# --------------------------------------------------------------------------- a researcher's own rule
+RULE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+Texts = Callable[[str, np.ndarray, np.ndarray], np.ndarray]  # (trajectory, steps (T,), item ids (n,)) -> (T, n) texts
+
+
+@dataclass(frozen=True)
+class RuleInput:
+    """What a researcher's rule sees of one trajectory: its eligible validation pool, as arrays
+    over (checkpoints × items), and nothing of the test records.
+
+    ``steps`` ``(T,)`` ascending (the last is the final checkpoint); ``item_ids``, ``groups``
+    ``(n,)``; ``answers`` ``(T, n)`` int codes (equal code = equal extracted answer);
+    ``nll`` window → ``(T, n)`` NLL sums and ``n_tokens`` window → ``(n,)``; ``correct``
+    ``(T, n)`` bool only for a rule that declares ``uses_labels``; :meth:`texts` the generated
+    texts, read from the records when asked."""
+
+    trajectory: str
+    configuration: str
+    task: str
+    steps: np.ndarray
+    item_ids: np.ndarray
+    groups: np.ndarray
+    answers: np.ndarray
+    nll: Mapping[int, np.ndarray]
+    n_tokens: Mapping[int, np.ndarray]
+    rule: str
+    _correct: np.ndarray | None = field(default=None, repr=False)
+    _texts: Texts | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, v: ValidationData, rule: UserRule, texts: Texts | None) -> RuleInput:
+        arrays = [_read_only(a) for a in (v.steps, v.item_ids, v.groups, v.answers)]
+        nll = {w: _read_only(a) for w, a in v.nll.items()}
+        n_tokens = {w: _read_only(a) for w, a in v.n_tokens.items()}
+        correct = _read_only(v.correct) if rule.uses_labels else None
+        return cls(v.trajectory, v.configuration, v.task, *arrays, nll, n_tokens, rule.name, correct, texts)
+
+    @property
+    def correct(self) -> np.ndarray:
+        if self._correct is None:
+            raise CkptselError(f"rule {self.rule!r} declared uses_labels = false: its signal cannot read the validation labels")
+        return self._correct
+
+    def texts(self) -> np.ndarray:
+        """``(T, n)`` object array of the generated texts (None where the records have none)."""
+        if self._texts is None:
+            raise CkptselError(f"rule {self.rule!r}: these records carry no generated texts")
+        return self._texts(self.trajectory, self.steps, self.item_ids)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = np.asarray(a).view()
+    view.flags.writeable = False
+    return view
+
+
+@dataclass(frozen=True)
+class UserRule:
+    """A researcher's selection rule as declared: ``name``, the ``signal`` as written
+    (``"rules.py:fn"``), the SHA-256 of its file, ``maximize`` and ``uses_labels``. The
+    declaration is what the choices' hash covers; ``function`` (bound by the caller that was
+    named the file on purpose, never read from a results folder) is what runs."""
+
+    name: str
+    signal: str
+    sha256: str
+    maximize: bool = True
+    uses_labels: bool = False
+    function: Callable[[RuleInput], Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not RULE_NAME_RE.fullmatch(self.name):
+            raise CkptselError(f"rule name {self.name!r}: lower-case letters, digits and _, starting with a letter, at most 40")
+        if self.name in ALL_RULES:
+            raise CkptselError(f"rule name {self.name!r} is a built-in rule's; give yours another name")
+        for key in ("maximize", "uses_labels"):
+            if not isinstance(getattr(self, key), bool):
+                raise CkptselError(f"rule {self.name!r}: {key} must be true or false, not {getattr(self, key)!r}")
+        if not isinstance(self.signal, str) or not isinstance(self.sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise CkptselError(f"rule {self.name!r}: signal must be 'file.py:function' with its file's SHA-256")
+
+    @classmethod
+    def of(cls, data: Any) -> UserRule:
+        """A declaration from its dictionary (:meth:`to_dict`; a frozen choices' settings)."""
+        if isinstance(data, UserRule):
+            return data
+        keys = {"name", "signal", "sha256", "maximize", "uses_labels"}
+        if not isinstance(data, Mapping) or set(data) != keys:
+            raise CkptselError(f"a rule declaration has the keys {sorted(keys)}, not {data!r}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "signal": self.signal, "sha256": self.sha256, "maximize": self.maximize, "uses_labels": self.uses_labels}
+
+    def spec(self, texts: Texts | None = None) -> RuleSpec:
+        """The rule as the choosing code runs it; refused in one line while no function is bound."""
+        if self.function is None:
+            raise CkptselError(
+                f"rule {self.name!r} is your own code ({self.signal}, sha256 {self.sha256[:12]}): name its file "
+                f"(--rule {self.name}={self.signal}) to run it; code named only in a results folder is never run"
+            )
+        return RuleSpec(
+            self.name,
+            lambda v: self.run(v, texts),
+            maximize=self.maximize,
+            uses_labels=self.uses_labels,
+            grid_dependent=True,  # it may read the other checkpoints; thinning recomputes it
+            label=f"{self.name} (yours{', labels' if self.uses_labels else ''})",
+            words=f"your rule {self.name}",
+            color="#8c564b",
+            marker="v",
+        )
+
+    def run(self, v: ValidationData, texts: Texts | None = None) -> np.ndarray:
+        """``(T, n)`` the signal of trajectory ``v``: int64 (bool and int results) or float64,
+        finite; anything else, or whatever the function raises, is one line naming both."""
+        where = f"rule {self.name!r} ({self.signal}) on trajectory {v.trajectory!r}"
+        try:
+            out = self.function(RuleInput.of(v, self, texts))
+        except KeyboardInterrupt:
+            raise
+        except CkptselError as err:
+            raise CkptselError(f"{where}: {err}") from None
+        except BaseException as err:  # SystemExit included: user code never ends the command
+            raise CkptselError(f"{where}: raised {one_line(err)}") from None
+        return _checked_signal(out, v.correct.shape, where)
+
+
+def _checked_signal(out: Any, shape: tuple[int, int], where: str) -> np.ndarray:
+    try:
+        a = np.asarray(out)
+    except Exception as err:  # noqa: BLE001 - whatever the object is, one line
+        raise CkptselError(f"{where}: returned {type(out).__name__}, not an array ({one_line(err)})") from None
+    if a.dtype.kind not in "biuf":
+        raise CkptselError(f"{where}: returned {a.dtype} values; give numbers, one per (checkpoint, item)")
+    if a.shape != shape:
+        raise CkptselError(f"{where}: returned shape {a.shape}; give (checkpoints, items) = {shape}")
+    if a.dtype.kind == "f":
+        a = a.astype(np.float64)
+        if not np.isfinite(a).all():
+            bad = np.argwhere(~np.isfinite(a))[0]
+            raise CkptselError(f"{where}: returned {a[tuple(bad)]} at checkpoint {bad[0]}, item {bad[1]}; every value must be finite")
+        return a
+    return a.astype(np.int64)
+
+
+def rule_specs(user: tuple[UserRule, ...] = (), texts: Texts | None = None) -> dict[str, RuleSpec]:
+    """Every rule a choice is made with: the built-in :data:`RULES`, then the researcher's own."""
+    return {**RULES, **{u.name: u.spec(texts) for u in user}}
+
+
+def rule_names(user: tuple[UserRule, ...] = ()) -> tuple[str, ...]:
+    """Their names in reporting order (no function needed)."""
+    return (*RULE_ORDER, *(u.name for u in user))
+
+
+def user_rule(signal: str, *, name: str | None = None, base: str = ".", owner: str | None = None, **declared: Any) -> UserRule:
+    """A researcher's rule from ``signal`` (``"rules.py:fn"``: relative to ``base``; inside the
+    folder of the ``owner`` file that names it, e.g. ``"study file"``; any path for a command-line
+    option), imported now. ``name`` defaults to the function's; ``maximize`` and ``uses_labels``
+    come from ``declared`` (a study's ``[rules.NAME]``) or from the function's own attributes of
+    those names (default: larger is better, no labels); the two disagreeing is refused."""
+    what = f"rule {name!r}: signal" if name else "--rule"
+    path, function_name = code_path(signal, base, what, owner, "rules.py:function")
+    sha = file_digest(path)
+    function = import_function(path, function_name, signal, what)
+    settings = {}
+    for key, default in (("maximize", True), ("uses_labels", False)):
+        own, given = getattr(function, key, None), declared.pop(key, None)
+        if own is not None and given is not None and own != given:
+            raise CkptselError(f"rule {name or function_name!r}: {key} = {given!r}, but {signal} says {key} = {own!r}")
+        settings[key] = default if own is None and given is None else (given if given is not None else own)
+    if declared:
+        raise CkptselError(f"rule {name or function_name!r}: unknown keys {sorted(declared)} (known: signal, maximize, uses_labels)")
+    return UserRule(name or function_name, signal.strip(), sha, function=function, **settings)
+
+
+def bind_rules(declared: tuple[UserRule, ...], given: tuple[UserRule, ...]) -> tuple[UserRule, ...]:
+    """The rules a frozen analysis declared, each bound to the function of the rule the user
+    named again (``given``: by name, the same file bytes and settings); any other is refused."""
+    by_name = {u.name: u for u in given}
+    for extra in sorted(set(by_name) - {d.name for d in declared}):
+        raise CkptselError(f"rule {extra!r} was not part of this analysis (it used: {', '.join(d.name for d in declared) or 'none'})")
+    out = []
+    for d in declared:
+        u = by_name.get(d.name)
+        if u is None:
+            out.append(d)  # refused when it is about to run (UserRule.spec)
+        elif (u.sha256, u.maximize, u.uses_labels) != (d.sha256, d.maximize, d.uses_labels):
+            raise CkptselError(
+                f"rule {d.name!r}: the analysis used {d.signal} with sha256 {d.sha256[:12]} "
+                f"(maximize={d.maximize}, uses_labels={d.uses_labels}); {u.signal} is sha256 {u.sha256[:12]} "
+                f"(maximize={u.maximize}, uses_labels={u.uses_labels})"
+            )
+        else:
+            out.append(replace(d, function=u.function))
+    return tuple(out)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ckptsel import defaults
 from ckptsel._util.checks import check_int, check_seed
+from ckptsel.choose.rules import UserRule, rule_names
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS
 from ckptsel.errors import CkptselError
 
@@ -30,17 +31,26 @@ class ChoiceSettings:
     one-variant sensitivity uses :data:`~ckptsel.defaults.ONE_VARIANT_BUDGETS` with the default
     budgets and the chosen budgets otherwise (in both cases those that fit its groups). The
     settings' dictionary (hashed with the choices) names the budgets only when they are not
-    the default, so default choices hash as before.
+    the default, so default choices hash as before. ``rules``: a researcher's own rules
+    (:class:`~ckptsel.choose.rules.UserRule`), chosen with after the built-in ones; their
+    declarations are hashed with the choices (named only when there are some).
     """
 
     permutations: int = defaults.PERMUTATIONS
     seed: int = defaults.SEED
     budgets: tuple[int, ...] = BUDGETS
+    rules: tuple[UserRule, ...] = ()
 
     def __post_init__(self):
         check_int(self.permutations, "--permutations", low=1, high=defaults.MAX_PERMUTATIONS)
         check_seed(self.seed)
         object.__setattr__(self, "budgets", check_budgets(self.budgets))
+        object.__setattr__(self, "rules", check_rules(self.rules))
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        """Every rule's name, in reporting order: the built-in rules, then the researcher's."""
+        return rule_names(self.rules)
 
     @property
     def one_variant_budgets(self) -> tuple[int, ...]:
@@ -55,7 +65,20 @@ class ChoiceSettings:
         out: dict = {"permutations": self.permutations, "seed": self.seed}
         if self.budgets != BUDGETS:
             out["budgets"] = list(self.budgets)
+        if self.rules:
+            out["rules"] = [r.to_dict() for r in self.rules]
         return out
+
+
+def check_rules(rules) -> tuple[UserRule, ...]:
+    """A researcher's rules as a tuple of declarations (from dictionaries too), names distinct."""
+    if isinstance(rules, (str, bytes, dict)) or not hasattr(rules, "__iter__"):
+        raise CkptselError(f"rules must be a list of rule declarations, not {rules!r}")
+    out = tuple(UserRule.of(r) for r in rules)
+    names = [r.name for r in out]
+    if len(set(names)) != len(names):
+        raise CkptselError(f"rules: each name once, got {names}")
+    return out
 
 
 MAX_BUDGET = 10**9

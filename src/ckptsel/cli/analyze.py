@@ -12,7 +12,7 @@ import typer
 from ckptsel import defaults
 from ckptsel._util.locations import as_location
 from ckptsel.choose.settings import parse_budget_list
-from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, log_settings, with_groups
+from ckptsel.cli.options import CHECKPOINTS, LOG, RECORDS_DIR, RULES, log_settings, parse_rules, with_groups
 from ckptsel.cli.output import console as stdout_console
 from ckptsel.cli.output import err_console, json_flag, print_json
 from ckptsel.results.layout import REPORT_FILE, SUMMARY_FILE
@@ -45,6 +45,7 @@ def analyze(
         "--budgets",
         help="Finite validation budgets, comma-separated ('full' is always added); D = G(full) − G(smallest budget). E.g. 32,128,512,1024.",
     ),
+    rules: list[str] = RULES,
     report: bool = typer.Option(True, "--report/--no-report", help="Also write tables, figures and report.html."),
     force: bool = typer.Option(False, "--force", help="Allow a non-empty --out that is not a results folder (its files are kept)."),
     log: dict[str, Any] = LOG,
@@ -60,7 +61,13 @@ def analyze(
     and report G, H, D and B with bootstrap intervals."""
     start = time.perf_counter()
     settings = AnalysisSettings.of(
-        permutations=permutations, draws=draws, seed=seed, level=confidence, interval=interval, budgets=parse_budget_list(budgets)
+        permutations=permutations,
+        draws=draws,
+        seed=seed,
+        level=confidence,
+        interval=interval,
+        budgets=parse_budget_list(budgets),
+        rules=parse_rules(rules),
     )
     tracking = log_settings(log, trajectory=trajectory, checkpoints=checkpoints)
     tracking = tracking.for_records(records_dir)

@@ -279,3 +279,23 @@ def log_settings(log: dict[str, Any], check: bool = True, **kwargs: Any) -> LogS
     values = dict(log)
     settings = LogSettings.build(values.pop("log"), values.pop("run_id"), **values, **kwargs)
     return settings.check() if check else settings
+
+
+RULES = typer.Option(
+    None,
+    "--rule",
+    help="Your own selection rule, FILE.py:function or NAME=FILE.py:function (repeatable): its signal "
+    "(checkpoints × items, larger is better unless the function has maximize = False) sees the "
+    "validation records only and goes through the same budgets, freeze and intervals. The file runs as code.",
+)
+
+
+def parse_rules(values: list[str] | None) -> tuple:
+    """``--rule`` values as bound :class:`~ckptsel.choose.rules.UserRule` s (paths from here)."""
+    from ckptsel.choose.rules import user_rule
+
+    out = []
+    for value in values or ():
+        name, sep, signal = value.partition("=")
+        out.append(user_rule(signal, name=name.strip()) if sep else user_rule(value))
+    return tuple(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
+from ckptsel.cli.options import parse_rules
 from ckptsel.cli.output import console, json_flag, print_json
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.workflows.analysis import verify as run_verify
@@ -17,6 +18,9 @@ def verify(
         None,
         "--protocol",
         help="The study's frozen protocol file (STUDY.toml.protocol.json; default: the one the results name in run.json).",
+    ),
+    rules: list[str] = typer.Option(
+        None, "--rule", help="Your own rule the analysis used, FILE.py:function or NAME=FILE.py:function (repeatable): the same file bytes."
     ),
     as_json: bool = json_flag("Print one JSON object: ok, the checks passed, the mismatch (exit code 1 still says it)."),
     conformance: bool = typer.Option(
@@ -37,11 +41,11 @@ def verify(
     if results_dir is None:
         raise CkptselError("give a RESULTS_DIR to verify (or --conformance)")
     if not as_json:
-        for line in run_verify(results_dir, records, protocol):
+        for line in run_verify(results_dir, records, protocol, parse_rules(rules)):
             console.print(f"[green]ok[/green] {line}")
         return
     try:
-        lines, error = run_verify(results_dir, records, protocol), None
+        lines, error = run_verify(results_dir, records, protocol, parse_rules(rules)), None
     except VerificationError as err:
         lines, error = [], str(err)
     print_json("verify", {"results": results_dir, "ok": error is None, "checks": lines, "error": error})

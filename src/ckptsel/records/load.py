@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -591,12 +592,35 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
     return out
 
 
+_CHOOSING = [0]  # how many choices are being made now (a researcher's rule may be running)
+_CHOOSING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def validation_only():
+    """While choices are made: this module's readers refuse test records (a researcher's rule
+    runs inside, and sees validation records only)."""
+    with _CHOOSING_LOCK:
+        _CHOOSING[0] += 1
+    try:
+        yield
+    finally:
+        with _CHOOSING_LOCK:
+            _CHOOSING[0] -= 1
+
+
+def _refuse_test_while_choosing() -> None:
+    if _CHOOSING[0]:
+        raise CkptselError("test records are read only after the choices are frozen; a selection rule sees validation records only")
+
+
 def load_test(records_dir: Path, validation: list[ValidationData] | None = None) -> list[TestData]:
     """Test records of every trajectory; every test item must exist for every checkpoint.
 
     When ``validation`` is given, each trajectory's test checkpoints must equal its
-    validation checkpoints.
+    validation checkpoints. Refused while choices are made (:func:`validation_only`).
     """
+    _refuse_test_while_choosing()
     records_dir = as_location(records_dir)
     out = cache.cached(
         records_dir,
@@ -848,7 +872,10 @@ def load_texts(records_dir: Path, trajectory: str, split: str, steps=None) -> pd
     ``split`` (``steps``: only those checkpoints): a frame of ``step``, ``item_id``, ``text`` (a
     unit's text over the single file's for the same row), or None when none was recorded. The
     choice never reads them; ``select``, ``compare`` and the keep table read them to say which
-    answers only an answer rule's fallback found."""
+    answers only an answer rule's fallback found; a researcher's rule may read the validation
+    split's (:func:`text_matrix`). Test texts are refused while choices are made."""
+    if split != "validation":
+        _refuse_test_while_choosing()
     records_dir = as_location(records_dir)
     key = [("split", "=", split), ("trajectory", "=", trajectory)]
     if steps is not None:
@@ -874,6 +901,20 @@ def load_texts(records_dir: Path, trajectory: str, split: str, steps=None) -> pd
     df = pd.concat(frames, ignore_index=True)
     df = df[df["text"].notna()].drop_duplicates(["step", "item_id"], keep="last")
     return df if len(df) else None
+
+
+def text_matrix(records_dir: Path, trajectory: str, split: str, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
+    """``(T, n)`` object array of the generated texts of ``trajectory`` at ``steps`` ``(T,)`` on
+    ``item_ids`` ``(n,)`` (:func:`load_texts`; None where none was recorded)."""
+    out = np.full((len(steps), len(item_ids)), None, dtype=object)
+    df = load_texts(records_dir, trajectory, split, steps)
+    if df is None:
+        return out
+    rows = pd.Index(np.asarray(steps, dtype=np.int64)).get_indexer(df["step"].to_numpy(dtype=np.int64))
+    cols = pd.Index(np.asarray(item_ids).astype(str)).get_indexer(df["item_id"].astype(str).to_numpy())
+    keep = (rows >= 0) & (cols >= 0)
+    out[rows[keep], cols[keep]] = df["text"].to_numpy(dtype=object)[keep]
+    return out
 
 
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):

@@ -28,8 +28,14 @@ FIGURE_FORMATS = ("png", "svg")
 RULE_STYLE = {r.name: {"color": r.color, "marker": r.marker, "label": r.label} for r in ALL_RULES.values()}
 
 
+def summary_own_rules(summary: Summary) -> list[str]:
+    """A researcher's own rules in a summary (those that are not built in)."""
+    return [r for r in summary.gains.rules if r not in ALL_RULES]
+
+
 def _style(rule: str) -> dict:
-    return RULE_STYLE.get(rule, {"color": "black", "marker": "x", "label": rule})
+    """A rule's color, marker and legend (a researcher's own rule: brown triangles, its name)."""
+    return RULE_STYLE.get(rule, {"color": "#8c564b", "marker": "v", "label": f"{rule} (yours)"})
 
 
 def budget_curve_figure(summary: Summary | dict, quantity: str = "G", gains: Gains | None = None, title: str | None = None) -> Figure:
@@ -277,7 +283,7 @@ def all_figures(
         figs["budget_curves_G"] = budget_curve_figure(summary, "G")
     if _has_estimate(summary.gains, "H"):
         figs["budget_curves_H"] = budget_curve_figure(summary, "H")
-    figs["configuration_gains"] = configuration_gain_figure(per_configuration)
+    figs["configuration_gains"] = configuration_gain_figure(per_configuration, [*SIGNAL_RULES, *summary_own_rules(summary)])
     if any(f"MH|{r}|G_in" in per_configuration.columns for r in MATCHED_HALF_RULES):
         figs["matched_half"] = matched_half_figure(per_configuration, summary)
     if not curves.empty:

@@ -18,7 +18,6 @@ import pandas as pd
 
 from ckptsel._util.io import write_csv, write_text
 from ckptsel._util.markdown import md_cell
-from ckptsel.choose.rules import RULE_ORDER
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.summary import MATCHED_HALF_STATS, Gains, Summary, budget_order
 
@@ -78,7 +77,7 @@ def main_table(summary: Summary | dict) -> ReportTable:
     """Per rule: D_r, H_r(full), G_r(full) (the paper's main table)."""
     summary = Summary.coerce(summary)
     display = pd.DataFrame(summary.main_table_rows(), columns=["rule", summary.d_column, "H_r(full) vs matched NLL", "G_r(full) vs final"])
-    nums = [row for rule in RULE_ORDER for row in _full_rows(summary.gains, rule)]
+    nums = [row for rule in summary.gains.table_rules for row in _full_rows(summary.gains, rule)]
     return ReportTable("main_table", summary.main_table_title, display, pd.DataFrame(nums))
 
 
@@ -229,7 +228,7 @@ def interval_comparison(summary: Summary | dict) -> ReportTable:
     summary = Summary.coerce(summary)
     disp, nums = [], []
     sources = summary.interval_sources()
-    for rule in RULE_ORDER:
+    for rule in summary.gains.table_rules:
         for qname, q in (("D_r", "D"), ("H_r(full)", "H"), ("G_r(full)", "G")):
             ests = {kind: gains.get(q, rule) for kind, gains in sources}
             base = _stored(ests.get("configuration"))

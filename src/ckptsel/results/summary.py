@@ -205,6 +205,12 @@ class Gains:
         """The rules of ``budget`` in the report's order."""
         return rule_order(self.budget)
 
+    @property
+    def table_rules(self) -> list[str]:
+        """The rows of a rule table: every built-in rule (one without estimates prints "–"), then a
+        researcher's own rules that have some."""
+        return [*RULE_ORDER, *(r for r in self.rules if r not in RULE_ORDER)]
+
     def labels(self, rule: str) -> list[str]:
         """The budget labels of ``rule`` in reading order (finite budgets, then "full")."""
         return budget_order(self.budget.get(rule, {}))
@@ -758,9 +764,9 @@ class Summary:
 
     def main_table_rows(self) -> list[tuple[str, str, str, str]]:
         """(rule, D_r, H_r(full), G_r(full)) formatted as 'mean [lo, hi]' in pp, every rule of
-        :data:`ckptsel.choose.RULE_ORDER` (a missing estimate prints as "–")."""
+        :data:`ckptsel.choose.RULE_ORDER` (a missing estimate prints as "–"), then a researcher's own."""
         g = self.gains
-        return [(r, fmt(g.get("D", r)), fmt(g.get("H", r)), fmt(g.get("G", r))) for r in RULE_ORDER]
+        return [(r, fmt(g.get("D", r)), fmt(g.get("H", r)), fmt(g.get("G", r))) for r in g.table_rules]
 
     def main_table_markdown(self) -> str:
         lines = [

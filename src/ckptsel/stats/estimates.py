@@ -203,6 +203,13 @@ class _Estimates:
             if len(cols):
                 self.p[cols] = exact(cols)
 
+    @property
+    def rules(self) -> list[str]:
+        """The rules with a G, H or D here: the built-in ones in :data:`~ckptsel.choose.rules.RULES`'
+        order, then a researcher's, in the order of the names."""
+        named = dict.fromkeys(n[2] for n in self.index if n[0] in ("G", "H", "D"))
+        return [*(r for r in RULES if r in named), *(r for r in named if r not in RULES)]
+
     def get(self, name: Name) -> Estimate | None:
         k = self.index.get(name)
         if k is None or not np.isfinite(self.means[k]):
@@ -219,7 +226,8 @@ class _Estimates:
 def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True, matched_half: bool = False) -> Gains:
     """``budget`` (rules and budgets with an estimate), ``D`` and the matched half of a scheme."""
     budget: dict[str, dict[str, BudgetCell]] = {}
-    for rule in RULES:
+    rules = e.rules
+    for rule in rules:
         per = {}
         for b in labels:
             cell = BudgetCell(e.get(("G", scheme, rule, b)), e.get(("H", scheme, rule, b)))
@@ -227,7 +235,7 @@ def _gains(e: _Estimates, scheme: str, labels=BUDGET_LABELS, *, d: bool = True, 
                 per[b] = cell
         if per:
             budget[rule] = per
-    D = {r: v for r in RULES if (v := e.get(("D", scheme, r, ""))) is not None} if d else None
+    D = {r: v for r in rules if (v := e.get(("D", scheme, r, ""))) is not None} if d else None
     return Gains(budget, D, _matched_half(e) if matched_half else None)
 
 
@@ -350,7 +358,7 @@ def summarize(
     percentile = settings.interval == "percentile"
     C = bs.configuration_counts(len(configs), settings.draws, settings.seed) if percentile else None
     conf_est = _configuration_estimates(scored.names, means, sums, sizes, settings, 0, C)
-    main = [("D", "nested", r, "") for r in RULES] + [(k, "nested", r, FULL) for r in RULES for k in ("H", "G")]
+    main = [("D", "nested", r, "") for r in scored.rules] + [(k, "nested", r, FULL) for r in scored.rules for k in ("H", "G")]
     question, joint = _question_and_joint(scored, settings, C, sums, sizes, means, task_conf, main, labels)
     # non-default budgets are named (default summaries stay as they were): D = G(full) − G(D_from)
     default_budgets = tuple(scored.budgets) == defaults.BUDGETS

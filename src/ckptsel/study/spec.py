@@ -185,6 +185,7 @@ class StudySpec:
     results_dir: Path | Location
     executor: dict[str, Any] = field(default_factory=dict)  # [executor]: where measure runs
     log: dict[str, Any] = field(default_factory=dict)  # [log]: trackers the results go to
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)  # [rules.NAME]: a researcher's own rules
 
     @property
     def state_dir(self) -> Path:
@@ -351,6 +352,7 @@ def _load(path: str | Path | Location, overrides: Sequence[str], workdir: str | 
         resolve_path(work, s.get("results_dir", "results")),
         dict(data.get("executor", {})),
         dict(data.get("log", {})),
+        {str(k): dict(v) for k, v in (data.get("rules") or {}).items()},
     )
 
 
@@ -408,11 +410,28 @@ def _schema2(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     return data
 
 
+RULE_KEYS = {
+    "signal": (_STR, "your rule's signal: rules.py:function, a Python file beside the study file"),
+    "maximize": (_BOOL, "whether a larger signal sum is better (default: true, or the function's own maximize)"),
+    "uses_labels": (_BOOL, "whether the signal reads the validation labels (default: false)"),
+}
+
+
 def _check_tables(data: dict[str, Any], chk: _Checker) -> None:
-    """Known tables only, each a table of known, typed keys (:data:`SCHEMA`)."""
+    """Known tables only, each a table of known, typed keys (:data:`SCHEMA`); ``[rules.NAME]``
+    tables of :data:`RULE_KEYS`."""
     for table in data:
-        if table not in SCHEMA and table != "configurations":
-            chk.fail("", table, f"unknown table (known: {', '.join([*SCHEMA, 'configurations'])})")
+        if table not in SCHEMA and table not in ("configurations", "rules"):
+            chk.fail("", table, f"unknown table (known: {', '.join([*SCHEMA, 'configurations', 'rules'])})")
+    rules = data.get("rules", {})
+    if not isinstance(rules, dict):
+        chk.fail("", "rules", "must be a table")
+    for name, rule in rules.items():
+        if not isinstance(rule, dict):
+            chk.fail("rules", name, "must be a table: [rules.NAME] with signal = 'rules.py:function'")
+        chk.typed(f"rules.{name}", rule, {k: v[0] for k, v in RULE_KEYS.items()})
+        if "signal" not in rule:
+            chk.fail(f"rules.{name}", None, "needs signal = 'rules.py:function'")
     for table, types in SCHEMA.items():
         if table in data:
             if not isinstance(data[table], dict):

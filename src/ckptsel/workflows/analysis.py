@@ -29,9 +29,10 @@ from ckptsel.choose.budgets import INDEX_FILE, ITEMS_FILE, write_budget_items
 from ckptsel.choose.choices import choose
 from ckptsel.choose.evaluate import score
 from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
+from ckptsel.choose.rules import Texts, UserRule, bind_rules
 from ckptsel.choose.settings import ChoiceSettings, budget_notes
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.records.load import ValidationData, load_test, load_validation, uncached
+from ckptsel.records.load import ValidationData, load_test, load_validation, text_matrix, uncached, validation_only
 from ckptsel.records.provenance import provenance_lines
 from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.records.units import one_listing
@@ -83,11 +84,13 @@ class AnalysisSettings:
         level: float = defaults.CONFIDENCE,
         interval: str = defaults.INTERVAL,
         budgets: Any = defaults.BUDGETS,
+        rules: Any = (),
     ) -> AnalysisSettings:
-        """The settings of these values (the keys of a study's ``[analysis]``), each checked by
-        the settings object that uses it (one clear error)."""
+        """The settings of these values (the keys of a study's ``[analysis]``; ``rules``: a
+        researcher's own, :class:`~ckptsel.choose.rules.UserRule` s bound to their functions), each
+        checked by the settings object that uses it (one clear error)."""
         stat = StatSettings(draws, seed, level, interval)
-        choice = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets))
+        choice = ChoiceSettings(permutations=permutations, seed=seed, budgets=tuple(budgets), rules=tuple(rules))
         return cls(choice, stat, tuple(int(b) for b in budgets))
 
     @classmethod
@@ -200,11 +203,17 @@ def freeze_choices(
         events.phase("loading validation records…")
         validation = load_validation(records_dir)
     events.phase(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
-    table = choose(validation, settings)
+    with validation_only():  # a researcher's rule runs inside: test records are refused
+        table = choose(validation, settings, validation_texts(records_dir))
     events.phase("freezing the choices (written and hashed before any test record is read)…")
     digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
     write_budget_items(Path(out_dir) / CHOICES_DIR, validation, settings)  # the items behind each budget
     return validation, digest
+
+
+def validation_texts(records_dir: Path) -> Texts:
+    """The generated texts of the validation records, for a rule that reads them."""
+    return lambda trajectory, steps, item_ids: text_matrix(records_dir, trajectory, "validation", steps, item_ids)
 
 
 def evaluate_frozen(
@@ -475,22 +484,27 @@ def write_outputs(
 
 
 def verify(
-    results_dir: Path | Location | str, records_dir: Path | Location | str | None = None, protocol_file: Path | Location | str | None = None
+    results_dir: Path | Location | str,
+    records_dir: Path | Location | str | None = None,
+    protocol_file: Path | Location | str | None = None,
+    rules: tuple[UserRule, ...] = (),
 ) -> list[str]:
     """Recompute choices and results; raise :class:`VerificationError` on any mismatch. A
     results folder at a URL is verified from a local copy of what its manifest names (the
     messages name the URL). A pre-registered analysis is checked as a chain: the protocol file
     (``protocol_file``, default: the one ``run.json`` names) is unedited and the one the results
     copied, the choices and the statistics used the settings it froze, then the choices and the
-    results are recomputed."""
+    results are recomputed. ``rules``: a researcher's rules the analysis used, named again
+    (:func:`~ckptsel.choose.rules.user_rule`; their files must be the bytes it hashed): code
+    named only in a results folder is never run."""
     results = as_location(results_dir)
     with single_threaded():
         if results.is_local:
-            return _verify(results.local, records_dir, protocol_file)
+            return _verify(results.local, records_dir, protocol_file, rules)
         with tempfile.TemporaryDirectory(prefix=".ckptsel-verify-") as tmp:
             local = str(Path(tmp) / "results")
             try:
-                lines = _verify(publish.fetch_results(results, Path(local)), records_dir, protocol_file)
+                lines = _verify(publish.fetch_results(results, Path(local)), records_dir, protocol_file, rules)
             except CkptselError as err:
                 raise type(err)(str(err).replace(local, str(results))) from err
             return [line.replace(local, str(results)) for line in lines]
@@ -517,7 +531,7 @@ def _read_summary(path: Path) -> Summary:
         raise VerificationError(str(err)) from err
 
 
-def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> list[str]:
+def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None, rules: tuple[UserRule, ...] = ()) -> list[str]:
     spath = results_dir / SUMMARY_FILE
     if not spath.is_file():
         raise CkptselError(f"{spath}: no summary to verify")
@@ -535,7 +549,9 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None) -> 
     chain = _protocol_chain(results_dir, stored, frozen.settings, protocol_file or run.get("protocol_file"))
     with uncached():  # from the records themselves: a cache verify cannot authenticate is not read
         validation = load_validation(records_dir)
-        again = choose(validation, frozen.settings)
+        with validation_only():
+            bound = replace(frozen.settings, rules=bind_rules(frozen.settings.rules, tuple(rules)))
+            again = choose(validation, bound, validation_texts(records_dir))
         digest = choices_hash(again, frozen.settings)
         if digest != frozen.sha256:
             raise VerificationError(

@@ -23,11 +23,8 @@ at import or at call (``SystemExit`` too) is one line naming it.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import math
 import re
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +35,7 @@ from typing import Any
 import numpy as np
 import regex
 
+from ckptsel._util.usercode import code_path, file_digest, import_function, one_line
 from ckptsel.data.answers import commonsense as commonsense_answers
 from ckptsel.data.answers import gsm8k as gsm8k_answers
 from ckptsel.data.answers import latex as math_answers
@@ -68,8 +66,6 @@ _CHOICE_MARKER_RE = re.compile(r"answer(?:\s+is)?\s*:?", re.IGNORECASE)
 _CHOICE_AFTER_RE = re.compile(r"(?<![A-Za-z0-9])\(?([A-J])\)?(?![A-Za-z0-9])")
 # at the start: "B", "(B)", "B.", "B)", "B:" (not the article of "A cat")
 _CHOICE_START_RE = re.compile(r"^\s*\(?([A-J])(?:\)|[.:]|[ \t]*(?:\n|$))")
-_SCORER_RE = re.compile(r"^([^:]+\.py):([A-Za-z_]\w*)$")
-_MODULE_SCORER_RE = re.compile(r"^([A-Za-z_][\w.]*):([A-Za-z_]\w*)$")
 REGEX_TIMEOUT_S = 1.0  # per match of a task file's regex
 REGEX_MAX_CHARS = 1000  # the longest regex a task file may hold
 REGEX_MAX_REPEATS = 100_000  # the product of its counted repeats ({n}, {n,m}): compile time
@@ -136,12 +132,6 @@ class AnswerRuleError(CkptselError):
         return self if self.item else AnswerRuleError(self.origin, self.detail, str(item))
 
 
-def one_line(err: BaseException) -> str:
-    """``Type: message`` of an exception raised by user code, on one line, at most 200 chars."""
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
-
-
 class BoundedRegex:
     """A task file's regex (``key`` names it in messages): checked when built (a string of at
     most :data:`REGEX_MAX_CHARS`, counted repeats whose product is at most
@@ -188,51 +178,18 @@ def scorer_path(spec: Any, base: str | Path) -> tuple[Path, str]:
     """``(file, function)`` of a ``score.py:function`` scorer: the file a path relative to the
     folder ``base`` (the task file's), inside it once links are followed, a regular file; the
     file is not imported here. Anything else is one line naming the scorer."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise CkptselError(f"[answer] scorer: write it as 'score.py:function', got {spec!r}")
-    found = _SCORER_RE.fullmatch(spec.strip())
-    if not found:
-        module = _MODULE_SCORER_RE.fullmatch(spec.strip())
-        hint = " (a module is never imported from a task file alone; a score.py beside it may import one)" if module else ""
-        raise CkptselError(f"[answer] scorer {spec!r}: write it as 'score.py:function', a Python file beside the task file{hint}")
-    relative, name = found.groups()
-    folder = Path(base or ".").resolve()
-    escapes = Path(relative).is_absolute() or relative.startswith(("/", "\\", "~"))
-    if escapes or ".." in Path(relative).parts:
-        raise CkptselError(f"[answer] scorer {spec!r}: the file must be a relative path inside the task file's folder {folder}")
-    target = (folder / relative).resolve()
-    if not target.is_relative_to(folder):
-        raise CkptselError(f"[answer] scorer {spec!r}: {relative} leads outside the task file's folder {folder} (a link)")
-    if not target.is_file():
-        raise CkptselError(f"[answer] scorer {spec!r}: no file {folder / relative}")
-    return target, name
+    return code_path(spec, base, "[answer] scorer", "task file", "score.py:function")
 
 
 def import_scorer(path: Path, name: str, spec: str) -> Callable[[str, str], Any]:
     """The function ``name`` of the Python file ``path``, imported now. Whatever the file raises
     while importing (``SystemExit`` too; not ``KeyboardInterrupt``) is one line naming ``spec``."""
-    module_name = "ckptsel_scorer_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    try:
-        loader = importlib.util.spec_from_file_location(module_name, path)
-        if loader is None or loader.loader is None:
-            raise ImportError(f"{path.name} is not a Python file")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[module_name] = module  # as an import does (dataclasses, pickling)
-        loader.loader.exec_module(module)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as err:  # SystemExit included: a scorer never ends the command
-        sys.modules.pop(module_name, None)
-        raise CkptselError(f"[answer] scorer {spec!r}: importing {path.name} raised {one_line(err)}") from None
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise CkptselError(f"[answer] scorer {spec!r}: {path.name} has no function {name!r}")
-    return function
+    return import_function(path, name, spec, "[answer] scorer")
 
 
 def scorer_digest(path: Path) -> str:
     """Hash of a scorer file's source, so an edited scorer is an edited task (not imported)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return file_digest(path, 16)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.nodecache import local_copy
+from ckptsel.choose.rules import user_rule
 from ckptsel.data.pools import build_pools
 from ckptsel.data.tasks import load_items
 from ckptsel.errors import CkptselError
@@ -81,8 +82,25 @@ class StudyContext:
 
     @cached_property
     def analysis(self) -> AnalysisSettings:
-        """The study's ``[analysis]``, parsed and checked once (an error names the study file)."""
-        return AnalysisSettings.from_table(self.spec.analysis, f"{self.spec.source}: [analysis]")
+        """The study's ``[analysis]`` and ``[rules.NAME]`` (a researcher's rules, their files
+        beside the study file, imported now), parsed and checked once (an error names the study file)."""
+        rules = []
+        for name, table in self.spec.rules.items():
+            if not isinstance(self.spec.source, Path):
+                raise CkptselError(f"{self.spec.source}: [rules.{name}]: a rule's file must be beside a study file on this machine")
+            try:
+                rules.append(
+                    user_rule(
+                        table["signal"],
+                        name=name,
+                        base=self.spec.source.parent,
+                        owner="study file",
+                        **{k: v for k, v in table.items() if k != "signal"},
+                    )
+                )
+            except CkptselError as err:
+                raise CkptselError(f"{self.spec.source}: [rules.{name}]: {err}") from None
+        return AnalysisSettings.from_table({**self.spec.analysis, "rules": rules}, f"{self.spec.source}: [analysis]")
 
     @property
     def records_dir(self) -> Path | Location:
