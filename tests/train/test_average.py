@@ -68,8 +68,9 @@ def save_adapters(base: Path, run_dir: Path, steps, seed: int = 0, **lora) -> Pa
     return run_dir
 
 
-def save_full(base: Path, run_dir: Path, steps, dtype=None, seed: int = 0) -> Path:
-    """Perturbed full copies of the base (model, tokenizer), in ``dtype`` (bfloat16)."""
+def save_full(base: Path, run_dir: Path, steps, dtype=None, seed: int = 0, names: str = "checkpoint-{}", **save) -> Path:
+    """Perturbed full copies of the base (model, tokenizer), in ``dtype`` (bfloat16), in
+    folders ``names.format(step)``; ``save``: save_pretrained's keywords (max_shard_size)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(base))
@@ -79,8 +80,8 @@ def save_full(base: Path, run_dir: Path, steps, dtype=None, seed: int = 0) -> Pa
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-        model.to(dtype or torch.bfloat16).save_pretrained(str(run_dir / f"checkpoint-{step}"))
-        tok.save_pretrained(str(run_dir / f"checkpoint-{step}"))
+        model.to(dtype or torch.bfloat16).save_pretrained(str(run_dir / names.format(step)), **save)
+        tok.save_pretrained(str(run_dir / names.format(step)))
     return run_dir
 
 
@@ -201,6 +202,25 @@ def test_a_full_average_loads_and_gives_the_logits_of_the_mean_weights(base, ful
     assert torch.equal(logits(model), logits(hand))
 
 
+def test_sharded_checkpoints_in_the_torchtune_layout_average_shard_by_shard(base, tmp_path, capsys):
+    """Sharded weights (an index and its shards; each shard's tensors averaged on their own)
+    in ``epoch_<n>/`` folders: the same shards and index, loading to the mean weights."""
+    from transformers import AutoModelForCausalLM
+
+    run = save_full(base, tmp_path / "run", (0, 1), dtype=torch.float32, names="epoch_{}", max_shard_size="20KB")
+    shards = sorted(p.name for p in (run / "epoch_1").glob("model-*.safetensors"))
+    assert len(shards) > 2
+    (answer,) = average(run, capsys, "--last", "2", "--layout", "torchtune")
+    folder = Path(answer["folder"])
+    assert sorted(p.name for p in folder.glob("model-*.safetensors")) == shards
+    index = "model.safetensors.index.json"
+    assert (folder / index).read_bytes() == (run / "epoch_1" / index).read_bytes()
+    got = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).state_dict()
+    sources = [AutoModelForCausalLM.from_pretrained(str(run / f"epoch_{s}"), dtype=torch.float32).state_dict() for s in (0, 1)]
+    assert all(torch.equal(got[k], (sources[0][k] + sources[1][k]) / 2) for k in got)
+    assert [c.step for c in discover_checkpoints(run, layout="torchtune")] == [0, 1]
+
+
 # ------------------------------------------------------------------- (4) EMA by hand
 
 
@@ -257,6 +277,25 @@ def _other_rank(lora_run: Path, full_run: Path, tmp: Path) -> Path:
     return run
 
 
+def _other_base(lora_run: Path, full_run: Path, tmp: Path) -> Path:
+    run = tmp / "bases"
+    for s in STEPS[:2]:
+        shutil.copytree(lora_run / f"checkpoint-{s}", run / f"checkpoint-{s}")
+    cfg = run / "checkpoint-20" / "adapter_config.json"
+    base = json.loads(cfg.read_text())["base_model_name_or_path"]
+    shutil.copytree(base, tmp / "other-base")
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "base_model_name_or_path": str(tmp / "other-base")}))
+    return run
+
+
+def _other_targets(lora_run: Path, full_run: Path, tmp: Path) -> Path:
+    run = tmp / "targets"
+    shutil.copytree(lora_run / "checkpoint-10", run / "checkpoint-10")
+    base = json.loads((lora_run / "checkpoint-10" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    save_adapters(Path(base), run, [20], r=4, lora_alpha=8, target_modules=["q_proj"])
+    return run
+
+
 def _same(lora_run: Path, full_run: Path, tmp: Path) -> Path:
     return lora_run
 
@@ -277,6 +316,8 @@ HOSTILE = {
     "mixed kinds": (_mixed, ["--last", "2"], "LoRA adapter but checkpoint-20 a full model"),
     "mismatched shapes": (_reshaped, ["--last", "2"], "model.norm.weight"),
     "other ranks": (_other_rank, ["--last", "2"], "down_proj.lora_A.weight is float32 [2, 64] in checkpoint-20"),
+    "other base model": (_other_base, ["--last", "2"], "base_model_name_or_path"),
+    "other target modules": (_other_targets, ["--last", "2"], "hold different tensors"),
     "DoRA": (_dora, ["--last", "2"], "use_dora"),
     "NaN decay": (_same, ["--ema", "nan"], "--ema nan"),
     "decay 1.5": (_same, ["--ema", "1.5"], "--ema 1.5"),

@@ -18,6 +18,9 @@ def average(
         None, "--ema", help="Write ema-DECAY/: every checkpoint weighted decay^(n-1-i) in step order (normalized), decay in (0, 1)."
     ),
     base: str = typer.Option(None, "--base", help="Base model folder or URL for adapters (overrides adapter_config.json)."),
+    layout: str = typer.Option(
+        "hf", "--layout", help="Checkpoint folder names: hf (checkpoint-<step>) or torchtune (epoch_<n>, step_<n>)."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an average of the same name made from other checkpoints (or edited)."),
     as_json: bool = json_flag("Print one JSON object: the run folder and, per average, its folder, method, sources and status."),
 ) -> None:
@@ -30,7 +33,7 @@ def average(
     The same inputs again: already there."""
     from ckptsel.train.average_write import average_run  # torch and safetensors when run
 
-    answers = average_run(run_dir, last or (), ema, base, force)
+    answers = average_run(run_dir, last or (), ema, base, force, layout)
     if as_json:
         print_json("average", {"run_dir": run_dir, "averages": answers})
         return

@@ -53,11 +53,11 @@ RULES = {MEAN: "w_i = 1/k", EMA: "w_i = decay^(n-1-i) / sum_j decay^(n-1-j), i =
 
 @dataclass(frozen=True)
 class Source:
-    """One source checkpoint: its folder, its tensors (name -> (dtype, shape)) and the weight
-    file holding each."""
+    """One source checkpoint: its folder, its tensors (name -> (dtype, shape)), the weight file
+    holding each, its weights' fingerprint."""
 
     checkpoint: Checkpoint
-    layout: dict[str, tuple[str, tuple[int, ...]]]
+    tensors: dict[str, tuple[str, tuple[int, ...]]]
     files: dict[str, str]
     fingerprint: str  # of its weights (weights_fingerprint)
 
@@ -94,21 +94,21 @@ def _local_run(run_dir: str | Path) -> Path:
 
 
 def _source(ckpt: Checkpoint, where: Path) -> Source:
-    """A source's tensor layout from its safetensors headers (no tensor read)."""
+    """A source's tensors (dtype, shape) from its safetensors headers (no tensor read)."""
     from safetensors import safe_open
 
     files = weight_files(ckpt.path)
     odd = next((f for f in files if not f.endswith(".safetensors")), None)
     if odd is not None:
         raise CkptselError(f"{where}: {ckpt.path.name}/{odd} is not safetensors; only safetensors checkpoints are averaged")
-    layout, home = {}, {}
+    shapes, home = {}, {}
     for file in files:
         with safe_open(str(ckpt.path.local / file), framework="pt") as fh:
             for name in fh.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
                 piece = fh.get_slice(name)
-                layout[name] = (piece.get_dtype(), tuple(piece.get_shape()))
+                shapes[name] = (piece.get_dtype(), tuple(piece.get_shape()))
                 home[name] = file
-    return Source(ckpt, layout, home, weights_fingerprint(ckpt.path))
+    return Source(ckpt, shapes, home, weights_fingerprint(ckpt.path))
 
 
 def _check_sources(sources: Sequence[Source], where: Path) -> None:
@@ -118,7 +118,7 @@ def _check_sources(sources: Sequence[Source], where: Path) -> None:
         full = next(s for s in sources if s.checkpoint.kind == "full").checkpoint.path.name
         lora = next(s for s in sources if s.checkpoint.kind == "adapter").checkpoint.path.name
         raise CkptselError(f"{where}: {lora} is a LoRA adapter but {full} a full model; cannot average them")
-    check_same_tensors({s.checkpoint.path.name: s.layout for s in sources}, where)
+    check_same_tensors({s.checkpoint.path.name: s.tensors for s in sources}, where)
     if kinds == {"adapter"}:
         configs = {s.checkpoint.path.name: _read_json(s.checkpoint.path.local / ADAPTER_CONFIG) for s in sources}
         check_lora_configs(configs, where)
@@ -131,36 +131,46 @@ def _read_json(path: Path) -> Any:
         raise CkptselError(f"{path}: not valid JSON ({err})") from err
 
 
-def plan_averages(run_dir: str | Path, last: Sequence[int] = (), ema: float | None = None, base: str | None = None) -> list[Plan]:
+def plan_averages(
+    run_dir: str | Path, last: Sequence[int] = (), ema: float | None = None, base: str | None = None, layout: str = "hf"
+) -> list[Plan]:
     """The averages asked for, checked: ``last`` (the mean of the last K checkpoints by step,
     for each K) and ``ema`` (the EMA of all checkpoints with this decay); ``base`` overrides
-    the adapters' base model, as in ``measure``. Nothing is read but headers and configs."""
+    the adapters' base model, as in ``measure``; ``layout``: the checkpoint folders' names
+    (:func:`~ckptsel.train.checkpoints.discover_checkpoints`). Nothing is read but headers,
+    configs and the fingerprinted weights."""
     where = _local_run(run_dir)
     if not last and ema is None:
         raise CkptselError(f"{where}: say which average: --last K (repeatable) and/or --ema DECAY")
     if ema is not None:
         check_decay(ema)
-    ckpts = discover_checkpoints(where, base)
-    steps = [c.step for c in ckpts]
-    for k in dict.fromkeys(last):
-        check_count(k, steps, where)
-    asked = [(f"average-last{k}", MEAN, ckpts[-k:], mean_weights(k), None) for k in dict.fromkeys(last)]
-    if ema is not None:
-        if len(ckpts) < 2:
-            raise CkptselError(f"{where}: --ema {ema!r}: an average needs at least 2 checkpoints; the run has {len(ckpts)}")
-        asked.append((f"ema-{ema!r}", EMA, ckpts, ema_weights(len(ckpts), ema), ema))
-    read = {c.step: _source(c, where) for c in {c.step: c for _, _, chosen, _, _ in asked for c in chosen}.values()}
+    ckpts = discover_checkpoints(where, base, layout)
+    read: dict[int, Source] = {}
     plans = []
-    for name, method, chosen, weights, decay in asked:
-        picked = tuple(read[c.step] for c in chosen)
+    for name, method, chosen, weights, decay in _asked(ckpts, last, ema, where):
+        picked = tuple(read.get(c.step) or read.setdefault(c.step, _source(c, where)) for c in chosen)
         _check_sources(picked, where)
         plans.append(Plan(where / name, method, picked, weights, _record(name, method, picked, weights, decay)))
     return plans
 
 
+def _asked(ckpts: Sequence[Checkpoint], last: Sequence[int], ema: float | None, where: Path) -> list[tuple]:
+    """``(name, method, sources, weights, decay)`` of each average asked for, its count checked."""
+    steps = [c.step for c in ckpts]
+    asked = []
+    for k in dict.fromkeys(last):
+        check_count(k, steps, where)
+        asked.append((f"average-last{k}", MEAN, ckpts[-k:], mean_weights(k), None))
+    if ema is not None:
+        if len(ckpts) < 2:
+            raise CkptselError(f"{where}: --ema {ema!r}: an average needs at least 2 checkpoints; the run has {len(ckpts)}")
+        asked.append((f"ema-{ema!r}", EMA, tuple(ckpts), ema_weights(len(ckpts), ema), ema))
+    return asked
+
+
 def _record(name: str, method: str, sources: Sequence[Source], weights: Sequence[float], decay: float | None) -> dict[str, Any]:
     """What :data:`RECORD_FILE` says (its ``fingerprint`` added once the weights are written)."""
-    dtypes = sorted({DTYPES.get(d, d) for s in sources for d, _ in s.layout.values()})
+    dtypes = sorted({DTYPES.get(d, d) for s in sources for d, _ in s.tensors.values()})
     kind = "lora" if sources[0].checkpoint.kind == "adapter" else "full"
     return {
         "schema": RECORD_SCHEMA,
@@ -271,13 +281,18 @@ def _write_full(plan: Plan, tmp: Path) -> None:
 
 
 def average_run(
-    run_dir: str | Path, last: Sequence[int] = (), ema: float | None = None, base: str | None = None, force: bool = False
+    run_dir: str | Path,
+    last: Sequence[int] = (),
+    ema: float | None = None,
+    base: str | None = None,
+    force: bool = False,
+    layout: str = "hf",
 ) -> list[dict[str, Any]]:
     """Write the averages asked for beside ``run_dir``'s checkpoints (see :func:`plan_averages`);
     one answer per average: its name, folder, method, k, decay, kind, source steps and what
     happened (``written``, ``already there``, ``replaced``). All are checked before the first
     is written; an average there from other sources is refused unless ``force``."""
-    plans = plan_averages(run_dir, last, ema, base)
+    plans = plan_averages(run_dir, last, ema, base, layout)
     statuses = [status_of(p) for p in plans]
     other = next((p for p, s in zip(plans, statuses, strict=True) if s == "other"), None)
     if other is not None and not force:
