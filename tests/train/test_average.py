@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ckptsel.train.average import averaged_lora_config, ema_weights
-from ckptsel.train.checkpoints import checkpoint_steps, discover_checkpoints, trajectory_status
+from ckptsel.train.checkpoints import LAYOUTS, checkpoint_steps, discover_checkpoints, trajectory_status
 
 from clirun import run_cli
 from tinyrun import TEMPLATE_HINT, build_tiny_base, make_gsm8k_rows, save_lora_checkpoints
@@ -353,6 +353,7 @@ def test_the_checkpoint_listing_ignores_the_averages(lora_run, capsys):
     assert all((lora_run / a["name"] / "adapter_config.json").is_file() for a in answers)
     assert [c.step for c in discover_checkpoints(lora_run)] == before == list(STEPS)
     assert checkpoint_steps(lora_run) == list(STEPS) and trajectory_status(lora_run, 30).valid
+    assert not any(pattern.match(a["name"]) for pattern in LAYOUTS.values() for a in answers)  # watch's listing too
 
 
 def test_the_same_inputs_again_are_already_there_and_forced_give_the_same_bytes(full_run, tmp_path, capsys):

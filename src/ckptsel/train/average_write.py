@@ -40,6 +40,7 @@ from ckptsel.train.average import (
     check_lora_configs,
     check_same_tensors,
     ema_weights,
+    lora_factor_pairs,
     mean_weights,
     weighted_mean,
 )
@@ -122,6 +123,7 @@ def _check_sources(sources: Sequence[Source], where: Path) -> None:
     if kinds == {"adapter"}:
         configs = {s.checkpoint.path.name: _read_json(s.checkpoint.path.local / ADAPTER_CONFIG) for s in sources}
         check_lora_configs(configs, where)
+        lora_factor_pairs(list(sources[0].tensors), where)  # before anything is written
 
 
 def _read_json(path: Path) -> Any:
