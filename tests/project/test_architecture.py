@@ -53,7 +53,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
-    "train": ("checkpoints", "formats", "models", "trajectory", "study"),
+    "train": ("checkpoints", "formats", "models", "trajectory", "study", "average", "average_write"),
     "measure": (
         "config",
         "tokens",
@@ -95,6 +95,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "budgets",
         "simulate",
         "train",
+        "average",
         "quickstart",
         "report",
         "selection",

@@ -17,6 +17,7 @@ from ckptsel._util.extras import missing_module_line
 from ckptsel.cli import (
     analyze,
     audit,
+    average,
     budgets,
     compare,
     ingest,
@@ -50,6 +51,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("budgets", budgets.budgets),
     ("simulate", simulate.simulate),
     ("train", train.train),
+    ("average", average.average),
     ("quickstart", quickstart.quickstart),
     ("report", report.report),
     ("select", selection.select),

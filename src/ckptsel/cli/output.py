@@ -574,6 +574,12 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "results_dir": "the study's results folder",
         "summary": "summary.json's object when the analyze stage ran (else null)",
     },
+    "average": {
+        "run_dir": "the run folder",
+        "averages": "one per average: name (average-lastK, ema-DECAY), folder, method (mean or ema), k (its sources), "
+        "decay (null for a mean), kind (lora or full), steps (its sources' steps), status (written, already there, "
+        "written again, replaced)",
+    },
 }
 
 
