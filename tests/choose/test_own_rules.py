@@ -237,3 +237,29 @@ def test_a_bad_rules_table_names_the_study_file(study_dir, table, needle):
     with pytest.raises(CkptselError) as err:
         _study_rules(study_dir, table)
     assert needle in str(err.value) and "study.toml" in str(err.value)
+
+
+def test_select_with_your_rule_answers_as_the_rule_it_copies(records, capsys):
+    """``select --rule rules.py:neg_nll`` reports the rule beside the built-in ones, with matched
+    NLL's choice, budget curve and gains, and its recommendation follows it; ``--all`` too."""
+    rule = f"{records.parent / 'rules.py'}:neg_nll"
+    args = ["select", records, "--trajectory", "c0-s0", "--draws", 200, "--partitions", 40, "--json"]
+    code, said = run_cli([*args, "--rule", rule], capsys)
+    assert code == 0, said
+    answer = json.loads(said[said.index("{") :])
+    rules = answer["rules"]
+    assert list(rules) == ["accuracy", "agreement", "nll", "neg_nll"]
+    assert rules["neg_nll"] == rules["nll"]
+    assert answer["recommendation"]["rule"] == "neg_nll"
+    code, said = run_cli(["select", records, "--all", "--draws", 200, "--partitions", 40, "--rule", rule, "--json"], capsys)
+    assert code == 0, said
+    assert json.loads(said[said.index("{") :])["rule"] == "neg_nll"
+
+
+def test_select_refuses_a_rule_that_reads_test_records_and_logging_your_rule(records, tmp_path, capsys):
+    (tmp_path / "peek.py").write_text(HOSTILE["reads test records"][0].replace("RECORDS", repr(str(records))))
+    args = ["select", records, "--trajectory", "c0-s0", "--draws", 100, "--partitions", 20]
+    code, said = run_cli([*args, "--rule", f"{tmp_path}/peek.py:f"], capsys)
+    assert code == 2 and "test records are read only after the choices are frozen" in said, said
+    code, said = run_cli([*args, "--rule", f"{records.parent / 'rules.py'}:acc", "--log", "mlflow"], capsys)
+    assert code == 2 and "--log logs a built-in rule's selection" in said, said

@@ -141,11 +141,12 @@ def _subset_sums(subsets: core.NestedSubsets | None, sigs: list[dict], firsts: l
 
 
 def choose_trajectory(
-    v: ValidationData, settings: ChoiceSettings, subsets: PoolSubsets | None = None
+    v: ValidationData, settings: ChoiceSettings, subsets: PoolSubsets | None = None, texts: Texts | None = None
 ) -> dict[tuple[str, str, str], np.ndarray]:
-    """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``."""
+    """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``
+    (``texts``: as :func:`choose`'s)."""
     subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
-    rules = rule_specs(settings.rules)
+    rules = rule_specs(settings.rules, texts)
     s = _Signals.of(v, rules)
     (prefix,) = _subset_sums(subsets.nested, [s.nested], [s.firsts], settings.permutations)
     (ov,) = _subset_sums(subsets.one_variant, [s.sig], [s.firsts], settings.permutations)

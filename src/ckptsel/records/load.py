@@ -917,6 +917,12 @@ def text_matrix(records_dir: Path, trajectory: str, split: str, steps: np.ndarra
     return out
 
 
+def validation_texts(records_dir: Path):
+    """``(trajectory, steps, item_ids) -> (T, n)`` the validation records' generated texts
+    (:func:`text_matrix`), for a researcher's rule that reads them."""
+    return lambda trajectory, steps, item_ids: text_matrix(records_dir, trajectory, "validation", steps, item_ids)
+
+
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):
     """The :class:`ValidationData` / :class:`TestData` of one trajectory, or one clear error."""
     for x in loaded:

@@ -29,10 +29,10 @@ from ckptsel.choose.budgets import INDEX_FILE, ITEMS_FILE, write_budget_items
 from ckptsel.choose.choices import choose
 from ckptsel.choose.evaluate import score
 from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
-from ckptsel.choose.rules import Texts, UserRule, bind_rules
+from ckptsel.choose.rules import UserRule, bind_rules
 from ckptsel.choose.settings import ChoiceSettings, budget_notes
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.records.load import ValidationData, load_test, load_validation, text_matrix, uncached, validation_only
+from ckptsel.records.load import ValidationData, load_test, load_validation, uncached, validation_only, validation_texts
 from ckptsel.records.provenance import provenance_lines
 from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.records.units import one_listing
@@ -209,11 +209,6 @@ def freeze_choices(
     digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
     write_budget_items(Path(out_dir) / CHOICES_DIR, validation, settings)  # the items behind each budget
     return validation, digest
-
-
-def validation_texts(records_dir: Path) -> Texts:
-    """The generated texts of the validation records, for a rule that reads them."""
-    return lambda trajectory, steps, item_ids: text_matrix(records_dir, trajectory, "validation", steps, item_ids)
 
 
 def evaluate_frozen(

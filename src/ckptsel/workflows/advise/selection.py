@@ -63,11 +63,11 @@ from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel._util.threads import single_threaded
 from ckptsel.choose import core
 from ckptsel.choose.choices import choose_trajectory, full_pool_choice, pools_of, signals
-from ckptsel.choose.rules import RULES, SIGNAL_RULES
+from ckptsel.choose.rules import RULES, SIGNAL_RULES, RuleSpec, UserRule, rule_specs
 from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
-from ckptsel.records.load import TestData, ValidationData, find_trajectory, load_test, load_validation
+from ckptsel.records.load import TestData, ValidationData, find_trajectory, load_test, load_validation, validation_only, validation_texts
 from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.summary import KeepRow, KeepTable
@@ -789,11 +789,14 @@ def select_checkpoint(
     rule: str = "accuracy",
     settings: SelectSettings | None = None,
     answers: AnswerSettings | None = None,
+    own: tuple[UserRule, ...] = (),
 ) -> Selection:
     """Everything ``ckptsel select`` reports (see the module docstring); ``to_dict()`` is its
-    JSON. ``answers``: when a checkpoint reads as degenerate, and whether one may be kept."""
+    JSON. ``answers``: when a checkpoint reads as degenerate, and whether one may be kept;
+    ``own``: a researcher's rules (:func:`~ckptsel.choose.rules.user_rule`), reported beside the
+    built-in ones (``rule`` may name one)."""
     with single_threaded():
-        return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings(), answers)
+        return _select_checkpoint(records_dir, trajectory, rule, settings or SelectSettings(), answers, own=own)
 
 
 SELECT_MEMORY_LIMIT = 8 * 2**30  # bytes the largest intermediate arrays may take
@@ -897,24 +900,30 @@ class _Split:
     chosen: dict
     sig: dict[str, np.ndarray]
     pool: _Pool
+    specs: dict[str, RuleSpec]
 
     @property
     def clusters(self) -> int:
         return self.pool.clusters
 
     @classmethod
-    def of(cls, v: ValidationData, rule: str, settings: SelectSettings) -> _Split:
+    def of(cls, v: ValidationData, rule: str, settings: SelectSettings, own: tuple[UserRule, ...] = (), texts=None) -> _Split:
+        """``own``: a researcher's rules (bound), chosen with beside the built-in ones; they run
+        on the validation records only (test records refused meanwhile)."""
         _check_splittable(v, settings)
-        chosen = choose_trajectory(v, ChoiceSettings(permutations=settings.permutations, seed=settings.seed))
-        sig = signals(v)
+        choice = ChoiceSettings(permutations=settings.permutations, seed=settings.seed, rules=own)
+        specs = rule_specs(own, texts)
+        with validation_only():
+            chosen = choose_trajectory(v, choice, texts=texts)
+            sig = signals(v, specs)
         pool = _Pool.of(v, settings)
         if rule not in sig:
             raise _no_nll(rule, v.trajectory)
-        return cls(v, chosen, sig, pool)
+        return cls(v, chosen, sig, pool, specs)
 
     def gain(self, r: str, settings: SelectSettings) -> SplitValidationGain:
         """Rule ``r``'s split-validation gain over the final checkpoint."""
-        ((point, reps),) = self.pool.gains([self.sig[r]], [self.v], RULES[r].maximize, settings)
+        ((point, reps),) = self.pool.gains([self.sig[r]], [self.v], self.specs[r].maximize, settings)
         return self.pool.estimate(point, reps, self.chosen[("nested", r, FULL)], self.v, settings)
 
     def steps_of(self, r: str) -> tuple[int, ...]:
@@ -927,6 +936,12 @@ def chosen_steps(full: np.ndarray, steps: np.ndarray) -> tuple[int, ...]:
     return tuple(int(steps[i]) for i in np.flatnonzero(full > 0))
 
 
+def _check_rule(rule: str, own: tuple[UserRule, ...]) -> None:
+    known = [*SIGNAL_RULES, *(u.name for u in own)]
+    if rule not in known:
+        raise CkptselError(f"unknown rule {rule!r}; choose from {known} (or your own: --rule FILE.py:function)")
+
+
 def _select_checkpoint(
     records_dir: Path,
     trajectory: str,
@@ -934,9 +949,9 @@ def _select_checkpoint(
     settings: SelectSettings,
     answers: AnswerSettings | None = None,
     validation: list[ValidationData] | None = None,
+    own: tuple[UserRule, ...] = (),
 ) -> Selection:
-    if rule not in SIGNAL_RULES:
-        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
+    _check_rule(rule, own)
     validation = load_validation(records_dir) if validation is None else validation
     v = find_trajectory(validation, trajectory, "validation", records_dir)
     skipped = nll_skipped(validation)
@@ -957,11 +972,11 @@ def _select_checkpoint(
     as_measured = v
     v, test, fb, more = _answers_counted(records_dir, v, test, answers)
     check = AnswerCheck.of(v, answers)
-    split = _Split.of(v, rule, settings)
+    split = _Split.of(v, rule, settings, own, validation_texts(records_dir))
     labels = labels_of(b for b in BUDGETS if b <= n)
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
     rules = {}
-    for r in (r for r in SIGNAL_RULES if r in split.sig):
+    for r in (r for r in split.specs if r in split.sig):
         full = split.chosen[("nested", r, FULL)]
         rules[r] = RuleSelection(
             steps=split.steps_of(r),
@@ -1074,6 +1089,7 @@ def select_all(
     validation: list[ValidationData] | None = None,
     keep_only: bool = False,
     answers: AnswerSettings | None = None,
+    own: tuple[UserRule, ...] = (),
 ) -> StudySelection:
     """:func:`select_checkpoint` for every trajectory (``validation``: the records' validation
     data, when already loaded), in trajectory order however the records are stored (so the
@@ -1081,8 +1097,9 @@ def select_all(
     eligible items, no NLL records for the ``nll`` rule) keeps its final checkpoint, its row
     saying why. ``keep_only``: the keep table alone (the same rows; ``selections`` empty), for
     ``analyze``: only the rule's choice and split-validation gain are computed."""
-    if rule not in SIGNAL_RULES:
-        raise CkptselError(f"unknown rule {rule!r}; choose from {list(SIGNAL_RULES)}")
+    _check_rule(rule, own)
+    if own and keep_only:
+        raise CkptselError("the keep table follows a built-in rule; your own rules are for select's full answer")
     settings = settings or SelectSettings()
     selections = {}
     with single_threaded():
@@ -1094,7 +1111,7 @@ def select_all(
             rows = []
             for v in validation:
                 try:
-                    sel = _select_checkpoint(records_dir, v.trajectory, rule, settings, answers, validation)
+                    sel = _select_checkpoint(records_dir, v.trajectory, rule, settings, answers, validation, own)
                 except CkptselError as err:
                     rows.append(_no_selection(v, err))
                     continue
