@@ -68,6 +68,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "provenance",
         "run",
         "watch",
+        "cost",
     ),
     "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),

@@ -570,6 +570,8 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "stages": "the stages run",
         "dry_run": "true with --dry-run (nothing run)",
         "plan": "with --dry-run: per trajectory, checkpoints, trained, items, generations to do and done (null otherwise)",
+        "cost": "with --dry-run: what is left costs: generations, nll_items, prompt_tokens, generation_tokens (at most), "
+        "nll_tokens, max_new_tokens, counted (how), seconds (null: no estimate), rate (tokens_per_s, source), note (null otherwise)",
         "records_dir": "the study's records folder",
         "results_dir": "the study's results folder",
         "summary": "summary.json's object when the analyze stage ran (else null)",
