@@ -536,6 +536,12 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "engines": "how the weights got in, in words (empty when nothing was loaded)",
         "prompt_format": "the prompt format measured with, in words (empty when nothing was measured)",
     },
+    "measure --dry-run": {
+        "trajectory": "the trajectory that would be measured",
+        "records": "the records folder or URL",
+        "steps": "its checkpoints' steps",
+        "cost": "what measuring what the records lack would cost: the run --dry-run cost object",
+    },
     "analyze": {
         "results": "the results folder or URL",
         "summary_file": "summary.json's path",

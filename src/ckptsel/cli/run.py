@@ -10,8 +10,7 @@ from ckptsel._util.extras import require_ml
 from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
 from ckptsel.cli.output import console, err_console, json_flag, print_json
-from ckptsel.errors import CkptselError
-from ckptsel.measure.cost import named_gpu
+from ckptsel.measure.cost import check_probe, named_gpu
 from ckptsel.study.protocol import check_protocol, protocol_status
 from ckptsel.study.spec import load_spec
 from ckptsel.workflows.study_run.job import StudyRun
@@ -52,8 +51,7 @@ def run(
     if not dry_run and {"train", "measure"} & set(stages):  # refused before prepare writes
         require_ml("ckptsel run (its train and measure stages; --until prepare and --only analyze run without them)")
     rate_device, named = device, dry_run and named_gpu(device)
-    if probe and not dry_run:
-        raise CkptselError("--probe times the work of a --dry-run: use them together")
+    check_probe(probe, dry_run, device)
     if named:  # a dry run for a benchmarked GPU: its part keys, no GPU looked for here
         device = "cuda"
     elif device:  # a device that cannot run is said before any stage starts

@@ -99,6 +99,16 @@ def bench_devices() -> set[str]:
     return {r.device for r in BENCH_ROWS}
 
 
+def check_probe(probe: bool, dry_run: bool, device: str | None) -> None:
+    """``--probe`` goes with ``--dry-run`` and measures this machine's device, not a named one."""
+    if probe and not dry_run:
+        raise CkptselError("--probe times the work of a --dry-run: use them together")
+    if probe and named_gpu(device):
+        raise CkptselError(
+            f"--probe measures this machine's device, not a named one: use --device cpu or cuda with it, or drop --probe for {device}'s measured rate"
+        )
+
+
 def named_gpu(device: str | None) -> bool:
     """Whether ``device`` names a benchmarked GPU (``h200``): a dry run's rate, measured as cuda."""
     return bool(device) and any(r.gpu and r.device == str(device).lower() for r in BENCH_ROWS)
@@ -168,7 +178,9 @@ def size_text(params: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    """``42 s``, ``13.2 min``, ``5.1 h``, ``3.4 days``."""
+    """``0.4 s``, ``42 s``, ``13.2 min``, ``5.1 h``, ``3.4 days``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -360,3 +372,35 @@ def estimate_time(cost: Cost, *, device: str, probe: Rate | None, params: float 
         return cost.with_rate(probe)
     rate, note = bench_rate(device, params, cost.max_new_tokens)
     return cost.with_rate(rate, note)
+
+
+def run_cost(
+    run_dir: Path | str,
+    config: MeasureConfig,
+    *,
+    validation: Any,
+    test: Any,
+    out: Any,
+    base: str | None = None,
+    trajectory: str | None = None,
+    probe: bool = False,
+    rate_device: str | None = None,
+) -> tuple[str, list[int], Cost]:
+    """``measure --dry-run``: (the trajectory, its checkpoints' steps, what measuring what the
+    records folder ``out`` lacks of them costs), no weights loaded unless ``probe``."""
+    from ckptsel.measure.backends.hf import tokenizer_ref
+    from ckptsel.measure.parts import left_to_measure
+    from ckptsel.measure.run import trajectory_name
+    from ckptsel.train.checkpoints import discover_checkpoints
+
+    ckpts = discover_checkpoints(run_dir, base)
+    pool = ItemPool.load(config.measured.task, validation, test, config.measured.test_task)
+    name = trajectory or trajectory_name(run_dir)
+    steps = [c.step for c in ckpts]
+    todos = left_to_measure(out, name, steps, config, pool)
+    ref = tokenizer_ref(ckpts, base)
+    tokenizer = local_tokenizer(ref)
+    model = str(base or ckpts[0].base or ckpts[0].path)
+    counted = count_cost(todos, pool, config, tokenizer, ref)
+    rate = probe_rate(config, model, pool, tokenizer) if probe else None
+    return name, steps, estimate_time(counted, device=rate_device or config.measured.device, probe=rate, params=model_params(model))
