@@ -81,7 +81,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "log_comparison", "selection"),
     "workflows.study_run": ("progress", "context", "fingerprint", "plan", "stages", "workers", "job"),
-    "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
+    "sim": ("tiny", "embedded", "presets", "simulate", "shape", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
         "output",

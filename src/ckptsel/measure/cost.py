@@ -166,7 +166,11 @@ class Cost:
         ]
         if self.seconds is None or self.rate is None:
             return [*out, f"  time: no estimate ({self.note})"]
-        return [*out, f"  time: about {duration(self.seconds)} at {self.rate.tokens_per_s:,.1f} token slots/s (rate: {self.rate.source})"]
+        return [
+            *out,
+            f"  time: about {duration(self.seconds)} if every generation runs to {self.max_new_tokens} new tokens (less where they stop "
+            f"at EOS), at {self.rate.tokens_per_s:,.1f} token slots/s (rate: {self.rate.source})",
+        ]
 
 
 def size_text(params: float) -> str:
