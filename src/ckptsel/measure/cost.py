@@ -33,7 +33,8 @@ from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.parts import CheckpointTodo, ItemPool
 
 CHARS_PER_TOKEN = 4  # the fallback count when the tokenizer is not on this machine
-PROBE_ITEMS = 8
+PROBE_ITEMS = 32  # at most, and one batch at most: a few seconds on a tiny model
+PROBE_SECONDS = 1.0  # the probe's batch is timed again until this much time is measured (5 runs at most)
 SIZE_FACTOR = 4.0  # a row's rate is used for models within this factor of its shape's size
 
 
@@ -324,16 +325,18 @@ def bench_rate(device: str, params: float | None, max_new_tokens: int) -> tuple[
     return Rate(row.items_per_s * row.new_tokens, f"{row.source}{scaled}"), ""
 
 
-def probe_items(pool: ItemPool, n: int = PROBE_ITEMS) -> list[Any]:
-    """The first ``n`` items of the pool (validation first)."""
+def probe_items(pool: ItemPool, batch_size: int | str) -> list[Any]:
+    """The pool's first items (validation first): :data:`PROBE_ITEMS` at most, one batch at most."""
+    n = min(PROBE_ITEMS, batch_size if isinstance(batch_size, int) else PROBE_ITEMS)
     return [it for its in pool.splits.values() for it in its][:n]
 
 
 def probe_rate(config: MeasureConfig, ref: str, pool: ItemPool, tokenizer: Any) -> Rate:
     """A rate measured here: the base model at ``ref`` loaded once on the run's device and dtype,
-    one item as a warm-up, then :data:`PROBE_ITEMS` items generated and scored with the run's
-    settings (batch size, max new tokens, windows, prompt format). A model that cannot be
-    loaded is one line."""
+    one item as a warm-up, then one batch of the pool's first items (:func:`probe_items`)
+    generated and scored with the run's settings (batch size, max new tokens, windows, prompt
+    format), again until :data:`PROBE_SECONDS` are timed. A model that cannot be loaded is one
+    line."""
     from ckptsel.measure.backends.hf import resolve_dtype
     from ckptsel.measure.passes import measure_items
 
@@ -345,17 +348,19 @@ def probe_rate(config: MeasureConfig, ref: str, pool: ItemPool, tokenizer: Any) 
     spec = config.measured
     dtype = resolve_dtype(spec.dtype, spec.device)
     model = _load(ref, dtype).to(spec.device)
-    items = probe_items(pool)
+    items = probe_items(pool, config.runtime.batch_size)
     kw = dict(windows=spec.windows, batch_size=config.runtime.batch_size, max_new_tokens=spec.max_new_tokens, fmt=fmt)
     measure_items(model, tokenizer, [items[0].instruction], [items[0].response or ""], items=items[:1], **kw)
-    t0 = time.perf_counter()
-    measure_items(model, tokenizer, [it.instruction for it in items], [it.response or "" for it in items], items=items, **kw)
+    runs, t0 = 0, time.perf_counter()
+    while runs < 5 and (runs == 0 or time.perf_counter() - t0 < PROBE_SECONDS):
+        measure_items(model, tokenizer, [it.instruction for it in items], [it.response or "" for it in items], items=items, **kw)
+        runs += 1
     seconds = max(time.perf_counter() - t0, 1e-9)
     source = (
-        f"a probe here: {len(items)} items of the pool through {ref} on {spec.device} ({str(dtype).removeprefix('torch.')}, "
+        f"a probe here: {len(items)} items of the pool x {runs} through {ref} on {spec.device} ({str(dtype).removeprefix('torch.')}, "
         f"batch {config.runtime.batch_size}, {spec.max_new_tokens} new tokens, generation + NLL) in {seconds:.2f} s"
     )
-    return Rate(len(items) * spec.max_new_tokens / seconds, source)
+    return Rate(runs * len(items) * spec.max_new_tokens / seconds, source)
 
 
 def _load(ref: str, dtype: Any) -> Any:
