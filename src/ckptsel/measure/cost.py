@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -270,7 +271,10 @@ def count_cost(todos: Sequence[CheckpointTodo], pool: ItemPool, config: MeasureC
             generations += len(g)
     max_new = config.measured.max_new_tokens
     if tokenizer is None or fmt is None:
-        why = "the tokenizer is not on this machine" if tokenizer is None else "the prompt format cannot be bound here"
+        why = "the prompt format cannot be bound here"
+        if tokenizer is None:
+            has_transformers = importlib.util.find_spec("transformers") is not None
+            why = "the tokenizer is not on this machine" if has_transformers else "transformers is not installed"
         counted = f"an estimate of {CHARS_PER_TOKEN} characters per token ({why}: {ref})"
     else:
         counted = f"the tokenizer of {ref}, prompt format {fmt.describe()}"

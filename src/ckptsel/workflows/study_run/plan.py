@@ -2,7 +2,8 @@
 trajectory, the checkpoints it has and will have and what measuring and recording them has left
 (:func:`ckptsel.measure.left_to_measure`: the part cache and the contract records, read once for
 all trajectories; no model is loaded). :func:`finished` (the trajectories ``--workers`` skips)
-and :func:`plan` (the ``--dry-run`` rows, printed by :func:`format_plan`) both read it.
+and :func:`dry_run_plan` (the ``--dry-run`` rows and what the work left costs,
+:mod:`ckptsel.measure.cost`; printed by :func:`format_dry_run`) both read it.
 """
 
 from __future__ import annotations
