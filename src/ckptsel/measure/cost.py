@@ -22,7 +22,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +149,7 @@ class Cost:
 
     def with_rate(self, rate: Rate | None, note: str = "") -> Cost:
         seconds = None if rate is None else self.work_tokens / rate.tokens_per_s
-        return Cost(**{**asdict(self), "rate": rate, "seconds": seconds, "note": note})
+        return replace(self, rate=rate, seconds=seconds, note=note)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
