@@ -68,6 +68,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "provenance",
         "run",
         "watch",
+        "cost",
     ),
     "measure.backends": ("swap", "hf", "vllm", "vllm_patch"),
     "measure.executors": ("base", "local", "ray_actors"),
@@ -80,7 +81,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "workflows": ("advise", "analysis", "tracking", "watching", "study_run"),
     "workflows.advise": ("comparison", "planning", "log_comparison", "selection"),
     "workflows.study_run": ("progress", "context", "fingerprint", "plan", "stages", "workers", "job"),
-    "sim": ("tiny", "embedded", "presets", "simulate", "quickstart"),
+    "sim": ("tiny", "embedded", "presets", "simulate", "shape", "quickstart"),
     "integrations": ("hf_trainer",),
     "cli": (
         "output",

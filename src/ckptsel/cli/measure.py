@@ -35,6 +35,23 @@ def fewer_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+def dry_run_cost(run: dict[str, Any], engine: dict[str, Any], more: dict[str, Any], only: str | None, probe: bool, as_json: bool) -> None:
+    """``measure --dry-run``: what measuring the run folder would cost, nothing measured (a
+    benchmarked GPU's name in ``--device``: its measured rate, the part keys of cuda)."""
+    from ckptsel.measure.cost import named_gpu, run_cost
+
+    rate_device, named = engine["device"], named_gpu(engine["device"])
+    engine = {**engine, "device": "cuda"} if named else engine
+    run_dir, config, where = options.measure_inputs(run, engine, more, only=only, check_here=not named)
+    keep = ("validation", "test", "out", "base", "trajectory")
+    name, steps, cost = run_cost(run_dir, config, **{k: where.get(k) for k in keep}, probe=probe, rate_device=rate_device)
+    if as_json:
+        print_json("measure --dry-run", {"trajectory": name, "records": str(where["out"]), "steps": steps, "cost": cost.to_dict()})
+        return
+    typer.echo(f"{name}: {len(steps)} checkpoints; nothing measured (--dry-run)")
+    typer.echo("\n".join(cost.lines()))
+
+
 @options.with_groups
 @fewer_collections()  # the whole command, its imports included
 def measure(
@@ -59,9 +76,21 @@ def measure(
     ),
     progress: bool = options.PROGRESS,
     only: str = typer.Option(None, "--only", help="generation or nll: measure and record just that kind."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print what measuring would cost (items, prompt, generation and NLL tokens, a time estimate) and measure "
+        "nothing; --device may then name a benchmarked GPU (h200).",
+    ),
+    probe: bool = typer.Option(False, "--probe", help="With --dry-run: time a few items through the base model here (loads it once)."),
     as_json: bool = json_flag("Print one JSON object (what was measured and reused, counts, seconds); no progress bars."),
 ) -> None:
     """Measure every checkpoint of RUN_DIR (greedy answers + response NLL) into OUT."""
+    from ckptsel.measure.cost import check_probe
+
+    check_probe(probe, dry_run, engine["device"])
+    if dry_run:
+        return dry_run_cost(run, engine, vllm_and_mixing, only, probe, as_json)
     user_key()  # the key of the caches (verdicts, packs) checked before anything is written
     if executor != "ray":  # on Ray the models load in the workers, not the driver
         require_ml("ckptsel measure")  # before anything is read or written

@@ -536,6 +536,12 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "engines": "how the weights got in, in words (empty when nothing was loaded)",
         "prompt_format": "the prompt format measured with, in words (empty when nothing was measured)",
     },
+    "measure --dry-run": {
+        "trajectory": "the trajectory that would be measured",
+        "records": "the records folder or URL",
+        "steps": "its checkpoints' steps",
+        "cost": "what measuring what the records lack would cost: the run --dry-run cost object",
+    },
     "analyze": {
         "results": "the results folder or URL",
         "summary_file": "summary.json's path",
@@ -570,6 +576,8 @@ JSON_SCHEMAS: dict[str, dict[str, str]] = {
         "stages": "the stages run",
         "dry_run": "true with --dry-run (nothing run)",
         "plan": "with --dry-run: per trajectory, checkpoints, trained, items, generations to do and done (null otherwise)",
+        "cost": "with --dry-run: what is left costs: generations, nll_items, prompt_tokens, generation_tokens (at most), "
+        "nll_tokens, max_new_tokens, counted (how), seconds (null: no estimate), rate (tokens_per_s, source), note (null otherwise)",
         "records_dir": "the study's records folder",
         "results_dir": "the study's results folder",
         "summary": "summary.json's object when the analyze stage ran (else null)",

@@ -10,9 +10,11 @@ from ckptsel._util.extras import require_ml
 from ckptsel._util.locations import as_location
 from ckptsel.cli.options import LOG, log_settings, with_groups
 from ckptsel.cli.output import console, err_console, json_flag, print_json
+from ckptsel.measure.cost import check_probe, named_gpu
 from ckptsel.study.protocol import check_protocol, protocol_status
 from ckptsel.study.spec import load_spec
 from ckptsel.workflows.study_run.job import StudyRun
+from ckptsel.workflows.study_run.plan import format_dry_run
 from ckptsel.workflows.study_run.stages import stages_to_run
 
 
@@ -26,7 +28,14 @@ def run(
         None, "--workdir", help="runs, records, results and state (default: the file's folder; a study file at a URL needs one)"
     ),
     set_: list[str] = typer.Option(None, "--set", help="override a key: SECTION.KEY=VALUE (repeatable)"),
-    device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda if any)"),
+    device: str = typer.Option(
+        None,
+        "--device",
+        help="cpu | cuda (default: cuda if any); with --dry-run also a benchmarked GPU (h200) whose measured rate times the work",
+    ),
+    probe: bool = typer.Option(
+        False, "--probe", help="with --dry-run: time a few items through the base model here, for the time estimate (loads it once)"
+    ),
     workers: int = typer.Option(1, "--workers", help="processes that train + measure trajectories side by side"),
     watch: bool = typer.Option(False, "--watch", help="measure each checkpoint as soon as it lands, while training goes on"),
     log: dict[str, Any] = LOG,
@@ -41,7 +50,11 @@ def run(
     stages = stages_to_run(until, only)
     if not dry_run and {"train", "measure"} & set(stages):  # refused before prepare writes
         require_ml("ckptsel run (its train and measure stages; --until prepare and --only analyze run without them)")
-    if device:  # a device that cannot run is said before any stage starts
+    rate_device, named = device, dry_run and named_gpu(device)
+    check_probe(probe, dry_run, device)
+    if named:  # a dry run for a benchmarked GPU: its part keys, no GPU looked for here
+        device = "cuda"
+    elif device:  # a device that cannot run is said before any stage starts
         from ckptsel.train.models import pick_device
 
         pick_device(device)
@@ -57,6 +70,7 @@ def run(
         workers=workers,
         console=err_console if as_json else console,
         tracking=tracking,
+        check_device=not named,
     )
     answer = {
         "study": study_file,
@@ -64,15 +78,17 @@ def run(
         "stages": list(stages),
         "dry_run": dry_run,
         "plan": None,
+        "cost": None,
         "records_dir": str(job.context.records_dir),
         "results_dir": str(spec.results_dir),
         "summary": None,
     }
     if dry_run:
+        planned = job.dry_run(form=lambda p: p, rate_device=rate_device, probe=probe)
         if as_json:
-            print_json("run", {**answer, "plan": job.dry_run(form=list)})
+            print_json("run", {**answer, "plan": planned.rows, "cost": planned.cost.to_dict()})
             return
-        typer.echo(job.dry_run())
+        typer.echo(format_dry_run(planned))
         typer.echo(f"stages: {', '.join(stages)}")
         return
     summary = job.run(stages, watch=watch)

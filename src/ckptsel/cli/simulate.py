@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pandas as pd
 import typer
@@ -19,10 +20,17 @@ def simulate(
     preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
     force: bool = typer.Option(False, "--force", help="Replace records in OUT_DIR that no simulation wrote."),
+    study: bool = typer.Option(
+        False,
+        "--study",
+        help="Write study files of the preset's shape instead (its configurations' grids and seeds, filler pools of its sizes "
+        "and lengths), for `ckptsel run OUT_DIR/<task>/study.toml --dry-run`: what measuring that shape costs.",
+    ),
 ) -> None:
     """Write synthetic generations.parquet and nll.parquet (the records contract) plus
     truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR.
-    Records a simulation did not write (a measured folder) are kept unless --force."""
+    Records a simulation did not write (a measured folder) are kept unless --force.
+    With --study, study files of the preset's shape instead (nothing trained or measured)."""
     from ckptsel.sim.simulate import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
 
     if "://" in out_dir and not out_dir.startswith("file://"):  # Path() would make s3:/b/...
@@ -30,6 +38,8 @@ def simulate(
             f"{out_dir}: simulate writes a local folder, not a URL; write it here and upload the folder (ckptsel reads records at URLs)"
         )
     out_dir = Location(out_dir).local
+    if study:
+        return write_shape(out_dir, preset, seed)
     start = time.perf_counter()
     out = write_simulation(out_dir, preset, seed, force=force)
     elapsed = time.perf_counter() - start
@@ -50,3 +60,14 @@ def simulate(
         )
     console.print(table)
     console.print(f"wrote {out}/generations.parquet, nll.parquet, truth.parquet, simulation.json in {elapsed:.1f} s")
+
+
+def write_shape(out_dir: Path, preset: str, seed: int) -> None:
+    """``simulate --study``: the preset's shape as study files, and how to ask their cost."""
+    from ckptsel.sim.shape import write_study_shape
+
+    for path in write_study_shape(out_dir, preset, seed):
+        console.print(f"wrote {path}")
+    console.print(
+        "what measuring each would cost: ckptsel run FILE --dry-run --device h200 (a benchmarked GPU; cpu: --probe, with a local base model)"
+    )

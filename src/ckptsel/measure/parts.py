@@ -21,7 +21,7 @@ trajectory). Neither loads a model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -344,6 +344,10 @@ class CheckpointTodo:
     generate: int
     score: int
     unrecorded: int
+    # per split, the indices of the pool's items to generate and to score (what they cost:
+    # ckptsel.measure.cost)
+    generate_at: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
+    score_at: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def done(self) -> bool:
@@ -376,6 +380,8 @@ def left_to_measure(
                 generate=sum(map(len, gen.values())),
                 score=sum(map(len, nll.values())),
                 unrecorded=recorded.missing(trajectory, step, kinds),
+                generate_at=gen,
+                score_at=nll,
             )
         )
     return out

@@ -824,3 +824,16 @@ def write_simulation(out_dir: str | Path, spec: SimSpec | str = "small", seed: i
 
 
 __all__ = ["SIMULATION_FILE", "TRUTH_COLUMNS", "TRUTH_FILE", "simulate", "write_simulation"]
+
+
+def checkpoint_grids(spec: SimSpec | str, seed: int = 0) -> tuple[SimSpec, list[tuple[str, int, list[int]]]]:
+    """The spec and, per configuration the simulation draws, (its name, its task's index, its
+    checkpoint steps): the study shape :mod:`ckptsel.sim.shape` writes."""
+    spec_obj, _ = _resolve(spec)
+    return spec_obj, [(c.name, c.task_index, [int(s) for s in c.steps]) for c in _configurations(spec_obj, seed)]
+
+
+def token_lengths(task: TaskSim, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and reference-response token counts per item (validation first), drawn as the
+    simulation draws them."""
+    return _token_lengths(task, rng)

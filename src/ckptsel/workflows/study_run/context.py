@@ -49,12 +49,21 @@ class StudyContext:
     """A loaded study and the inputs its stages share (each built once, on first use)."""
 
     def __init__(
-        self, spec: StudySpec, *, device: str | None = None, log: Log = print, console: Any = None, tracking: LogSettings | None = None
+        self,
+        spec: StudySpec,
+        *,
+        device: str | None = None,
+        log: Log = print,
+        console: Any = None,
+        tracking: LogSettings | None = None,
+        check_device: bool = True,
     ) -> None:
         """``[executor]`` is checked here, before anything runs; ``tracking``: the command
         line's ``--log`` options, over ``[log]`` (:attr:`tracking`); ``console``: a rich console
-        for the live display (shown only when it is a terminal)."""
+        for the live display (shown only when it is a terminal); ``check_device=False``: the
+        device is not looked for here (a dry run's named GPU, whose part keys it still reads)."""
         self.spec, self.device, self.log, self.console = spec, device, log, console
+        self.check_device = check_device
         try:
             self.executor = ExecutorConfig.coerce(spec.executor)
         except CkptselError as err:
@@ -128,7 +137,7 @@ class StudyContext:
         m.setdefault("device", pick_device())
         v, t = self.spec.validation.task, self.spec.test.task
         # on Ray the GPUs are the workers', not this process's: checked where the models run
-        check_here = self.executor.kind != "ray"
+        check_here = self.executor.kind != "ray" and self.check_device
         return MeasureConfig(task=v, test_task=t if t != v else None, check_here=check_here, **m)
 
     def n_train(self) -> int:

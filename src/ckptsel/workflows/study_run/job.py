@@ -23,7 +23,7 @@ from ckptsel.train.models import check_lora_targets
 from ckptsel.workflows.study_run import stages as st
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 from ckptsel.workflows.study_run.fingerprint import check_fingerprint, fingerprint
-from ckptsel.workflows.study_run.plan import finished, format_plan, plan
+from ckptsel.workflows.study_run.plan import DryRunPlan, dry_run_plan, finished, format_dry_run, plan
 from ckptsel.workflows.study_run.workers import check_workers, train_and_measure
 
 
@@ -75,9 +75,13 @@ class StudyRun:
         """Per trajectory: checkpoints (existing or to train), items, generations to do/done."""
         return plan(self.context)
 
-    def dry_run(self, form: Callable[[list[dict[str, Any]]], Any] = format_plan) -> Any:
-        """The ``--dry-run`` table (``form``: how the :meth:`plan` rows are given back; the
-        table by default), writing nothing: the pool file is split into a temporary
+    def dry_run(
+        self, form: Callable[[DryRunPlan], Any] = format_dry_run, *, cost: bool = True, rate_device: str | None = None, probe: bool = False
+    ) -> Any:
+        """The ``--dry-run`` table (``form``: how the :class:`DryRunPlan` — the :meth:`plan` rows
+        and, with ``cost``, what measuring them costs, timed at ``rate_device``'s measured rate or
+        by a ``probe`` here: :func:`~ckptsel.workflows.study_run.plan.dry_run_plan` — is given
+        back; the table and its cost lines by default), writing nothing: the pool file is split into a temporary
         folder when the study's own split is not there yet (the validation pool is its part);
         every check the real run makes before its first step is made (the study file, ``[analysis]``,
         the LoRA target modules against the base model's skeleton, the fingerprint)."""
@@ -91,13 +95,13 @@ class StudyRun:
             self.context.log(f"dry run: LoRA target modules not checked ({base} is not here)")
         if self.spec.split is None or (self.context.split_dir / "lineage.json").is_file():
             self.check_fingerprint(write=False)
-            return form(self.plan())
+            return form(dry_run_plan(self.context, cost, rate_device, probe))
         with tempfile.TemporaryDirectory(prefix="ckptsel-dry-run-") as tmp:
             self.context.split_dir = Path(tmp)
             try:
                 st.split(self.context)
                 self.check_fingerprint(write=False)
-                return form(self.plan())
+                return form(dry_run_plan(self.context, cost, rate_device, probe))
             finally:
                 self.context.split_dir = self.spec.state_dir / "split"
                 self.context.__dict__.pop("pools", None)  # built from the temporary split

@@ -2,7 +2,8 @@
 trajectory, the checkpoints it has and will have and what measuring and recording them has left
 (:func:`ckptsel.measure.left_to_measure`: the part cache and the contract records, read once for
 all trajectories; no model is loaded). :func:`finished` (the trajectories ``--workers`` skips)
-and :func:`plan` (the ``--dry-run`` rows, printed by :func:`format_plan`) both read it.
+and :func:`dry_run_plan` (the ``--dry-run`` rows and what the work left costs,
+:mod:`ckptsel.measure.cost`; printed by :func:`format_dry_run`) both read it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckptsel.measure.cost import Cost, count_cost, estimate_time, local_tokenizer, model_params, probe_rate
 from ckptsel.measure.parts import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
 from ckptsel.train.checkpoints import checkpoint_steps, discover_checkpoints
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
@@ -81,41 +83,70 @@ def finished(ctx: StudyContext, trajectories: Sequence[Trajectory]) -> set[str]:
 
 def plan(ctx: StudyContext) -> list[dict[str, Any]]:
     """Per trajectory: checkpoints (existing or to train), items, generations to do/done."""
+    return dry_run_plan(ctx).rows
+
+
+@dataclass(frozen=True)
+class DryRunPlan:
+    """The ``--dry-run`` answer: the :func:`plan` rows and what is left costs (``None``: not
+    counted)."""
+
+    rows: list[dict[str, Any]]
+    cost: Cost | None = None
+
+
+def dry_run_plan(ctx: StudyContext, cost: bool = False, rate_device: str | None = None, probe: bool = False) -> DryRunPlan:
+    """The plan rows and, with ``cost``, the items, tokens and time left to measure
+    (:mod:`ckptsel.measure.cost`; the rate of ``rate_device``'s measured row, by default the
+    measuring device's, or of a probe of the base model here with ``probe``)."""
     pool = item_pool(ctx)
     measured = [t for t in ctx.trajectories if t.source != "lm_eval"]
     left = {x.trajectory.name: x for x in what_is_left(ctx, measured, pool)}
-    rows = []
-    for t in ctx.trajectories:
-        if t.source == "lm_eval":  # generations made elsewhere: only ingested here
-            n_ckpt = len(list((t.folder / "test").glob("checkpoint-*")))
-            rows.append(
-                {
-                    "trajectory": t.name,
-                    "source": t.source,
-                    "checkpoints": n_ckpt,
-                    "trained": n_ckpt,
-                    "items": pool.n_items,
-                    "generations_todo": 0,
-                    "generations_done": 0,
-                    "nll_todo": 0,
-                }
-            )
-            continue
-        x = left[t.name]
-        to_gen = sum(c.generate for c in x.checkpoints)
-        rows.append(
-            {
-                "trajectory": t.name,
-                "source": t.source,
-                "checkpoints": len(x.steps),
-                "trained": len([s for s in x.steps if s in x.have]),
-                "items": pool.n_items,
-                "generations_todo": to_gen,
-                "generations_done": pool.n_items * len(x.steps) - to_gen,
-                "nll_todo": sum(c.score for c in x.checkpoints),
-            }
-        )
-    return rows
+    rows = [_row(t, pool, left.get(t.name)) for t in ctx.trajectories]
+    if not cost:
+        return DryRunPlan(rows)
+    return DryRunPlan(rows, study_cost(ctx, [c for x in left.values() for c in x.checkpoints], pool, rate_device, probe))
+
+
+def study_cost(ctx: StudyContext, todos: list[CheckpointTodo], pool: ItemPool, rate_device: str | None, probe: bool) -> Cost:
+    """The cost of ``todos`` with the base model's tokenizer, and its time."""
+    cfg, base = ctx.measure_config, ctx.spec.study.base_model
+    tokenizer = local_tokenizer(base)
+    counted = count_cost(todos, pool, cfg, tokenizer, base)
+    rate = probe_rate(cfg, base, pool, tokenizer) if probe else None
+    return estimate_time(counted, device=rate_device or cfg.measured.device, probe=rate, params=model_params(base))
+
+
+def _row(t: Trajectory, pool: ItemPool, x: TrajectoryTodo | None) -> dict[str, Any]:
+    """One trajectory's plan row (``x``: what is left of it; lm-eval ones are only ingested)."""
+    if x is None:  # generations made elsewhere: only ingested here
+        n_ckpt = len(list((t.folder / "test").glob("checkpoint-*")))
+        return {
+            "trajectory": t.name,
+            "source": t.source,
+            "checkpoints": n_ckpt,
+            "trained": n_ckpt,
+            "items": pool.n_items,
+            "generations_todo": 0,
+            "generations_done": 0,
+            "nll_todo": 0,
+        }
+    to_gen = sum(c.generate for c in x.checkpoints)
+    return {
+        "trajectory": t.name,
+        "source": t.source,
+        "checkpoints": len(x.steps),
+        "trained": len([s for s in x.steps if s in x.have]),
+        "items": pool.n_items,
+        "generations_todo": to_gen,
+        "generations_done": pool.n_items * len(x.steps) - to_gen,
+        "nll_todo": sum(c.score for c in x.checkpoints),
+    }
+
+
+def format_dry_run(answer: DryRunPlan) -> str:
+    """The ``--dry-run`` table and, when counted, its cost lines."""
+    return "\n".join([format_plan(answer.rows), *(answer.cost.lines() if answer.cost else [])])
 
 
 def format_plan(rows: list[dict[str, Any]]) -> str:
