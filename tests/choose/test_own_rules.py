@@ -32,6 +32,12 @@ acc.uses_labels = True
 def neg_nll(v):
     return -v.nll[512]
 
+def big(v):
+    return v.answers.astype(np.int64) * 3_000_000 + np.arange(v.answers.shape[1]) % 2
+
+def big_float(v):
+    return big(v).astype(np.float64)
+
 def shortest(v):
     texts = v.texts()
     return -np.vectorize(lambda t: len(t or ""))(texts)
@@ -263,3 +269,19 @@ def test_select_refuses_a_rule_that_reads_test_records_and_logging_your_rule(rec
     assert code == 2 and "test records are read only after the choices are frozen" in said, said
     code, said = run_cli([*args, "--rule", f"{records.parent / 'rules.py'}:acc", "--log", "mlflow"], capsys)
     assert code == 2 and "--log logs a built-in rule's selection" in said, said
+
+
+def test_an_integer_signal_too_large_for_exact_counts_chooses_by_its_exact_sums(records, tmp_path):
+    """Sums of ``big`` pass 2**24, where float32 count products are not exact: it is summed as the
+    float signal it equals (the same choices as ``big_float``), and the full pool's choice is
+    the brute-force argmax of its exact integer sums."""
+    analyze(records, tmp_path / "res", permutations=10, draws=100, rules=_rules(records, "big", "big_float"))
+    res = tmp_path / "res"
+    pd.testing.assert_frame_equal(_choices(res, "big"), _choices(res, "big_float"))
+    from ckptsel.records.load import load_validation
+
+    full = _choices(res, "big").query("scheme == 'nested' and budget == 'full'")
+    for v in load_validation(records):
+        sums = (v.answers.astype(object) * 3_000_000 + np.arange(v.answers.shape[1]) % 2).sum(axis=1)  # Python ints
+        best = [int(s) for s, x in zip(v.steps, sums, strict=True) if x == max(sums)]
+        assert sorted(full[full["trajectory"] == v.trajectory]["step"]) == best

@@ -304,3 +304,17 @@ def datetime_ts(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso).timestamp()
+
+
+def test_a_pre_registered_rule_is_its_code(study: Path) -> None:
+    """``[rules.NAME]`` is frozen with the SHA-256 of its Python file: editing the rule's code
+    after freezing is refused like editing the study."""
+    (study.parent / "rules.py").write_text("def short(v):\n    return -v.answers\n")
+    write(study, study.read_text() + '[rules.short]\nsignal = "rules.py:short"\n')
+    record = freeze(study)
+    assert "rules.short.signal" in record["protocol"]["data_files"]
+    assert record["protocol"]["study"]["rules"] == {"short": {"signal": "rules.py:short"}}
+    assert check_protocol(study) == record
+    (study.parent / "rules.py").write_text("def short(v):\n    return v.answers\n")
+    with pytest.raises(CkptselError, match=r"rules\.short\.signal"):
+        check_protocol(study)

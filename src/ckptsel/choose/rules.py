@@ -13,7 +13,7 @@ pool (SPEC §5), where ``oracle`` selects by the correctness labels of the selec
 
 A researcher's own rule (:class:`UserRule`: ``[rules.NAME]`` in a study, ``--rule FILE.py:fn``)
 is declared in the choices' settings (hashed with them) and becomes a :class:`RuleSpec` only
-once its function is bound (:meth:`UserRule.bound`): its signal sees a :class:`RuleInput`, the
+once its function is bound (:func:`user_rule`, :func:`bind_rules`): its signal sees a :class:`RuleInput`, the
 trajectory's validation records and nothing else. :func:`rule_specs` gives every rule a choice
 is made with, built-in first.
 """
@@ -243,6 +243,10 @@ class UserRule:
 
 
 def _checked_signal(out: Any, shape: tuple[int, int], where: str) -> np.ndarray:
+    """The signal as the choosing code sums it exactly: int64 when every sum over the items stays
+    below 2**24 (the float32 count products are exact there), float64 otherwise (exact for
+    integers below 2**53, and compared as :meth:`~ckptsel.choose.core.NestedSubsets.ordered_sums`
+    says); sums that overflow are refused."""
     try:
         a = np.asarray(out)
     except Exception as err:  # noqa: BLE001 - whatever the object is, one line
@@ -256,8 +260,13 @@ def _checked_signal(out: Any, shape: tuple[int, int], where: str) -> np.ndarray:
         if not np.isfinite(a).all():
             bad = np.argwhere(~np.isfinite(a))[0]
             raise CkptselError(f"{where}: returned {a[tuple(bad)]} at checkpoint {bad[0]}, item {bad[1]}; every value must be finite")
-        return a
-    return a.astype(np.int64)
+    elif np.abs(a.astype(np.float64)).sum(axis=1).max(initial=0.0) < 2**24:
+        return a.astype(np.int64)
+    else:
+        a = a.astype(np.float64)
+    if not np.isfinite(np.abs(a).sum(axis=1)).all() or np.abs(a).sum(axis=1).max(initial=0.0) >= 2**53:
+        raise CkptselError(f"{where}: its values are too large to sum exactly over the items (keep every sum below 2**53)")
+    return a
 
 
 def rule_specs(user: tuple[UserRule, ...] = (), texts: Texts | None = None) -> dict[str, RuleSpec]:

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ckptsel._util.extras import missing_ml
 from ckptsel.data.prompts import ALPACA, CHAT, PromptFormat, format_prompt
 from ckptsel.errors import CkptselError
 from ckptsel.measure.config import MeasureConfig
@@ -273,8 +273,7 @@ def count_cost(todos: Sequence[CheckpointTodo], pool: ItemPool, config: MeasureC
     if tokenizer is None or fmt is None:
         why = "the prompt format cannot be bound here"
         if tokenizer is None:
-            has_transformers = importlib.util.find_spec("transformers") is not None
-            why = "the tokenizer is not on this machine" if has_transformers else "transformers is not installed"
+            why = "transformers is not installed" if "transformers" in missing_ml() else "the tokenizer is not on this machine"
         counted = f"an estimate of {CHARS_PER_TOKEN} characters per token ({why}: {ref})"
     else:
         counted = f"the tokenizer of {ref}, prompt format {fmt.describe()}"

@@ -906,8 +906,11 @@ def load_texts(records_dir: Path, trajectory: str, split: str, steps=None) -> pd
 def text_matrix(records_dir: Path, trajectory: str, split: str, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
     """``(T, n)`` object array of the generated texts of ``trajectory`` at ``steps`` ``(T,)`` on
     ``item_ids`` ``(n,)`` (:func:`load_texts`; None where none was recorded)."""
+    return _text_grid(load_texts(records_dir, trajectory, split, steps), steps, item_ids)
+
+
+def _text_grid(df: pd.DataFrame | None, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
     out = np.full((len(steps), len(item_ids)), None, dtype=object)
-    df = load_texts(records_dir, trajectory, split, steps)
     if df is None:
         return out
     rows = pd.Index(np.asarray(steps, dtype=np.int64)).get_indexer(df["step"].to_numpy(dtype=np.int64))
@@ -919,8 +922,10 @@ def text_matrix(records_dir: Path, trajectory: str, split: str, steps: np.ndarra
 
 def validation_texts(records_dir: Path):
     """``(trajectory, steps, item_ids) -> (T, n)`` the validation records' generated texts
-    (:func:`text_matrix`), for a researcher's rule that reads them."""
-    return lambda trajectory, steps, item_ids: text_matrix(records_dir, trajectory, "validation", steps, item_ids)
+    (:func:`text_matrix`), for a researcher's rule that reads them: a trajectory's texts are read
+    once for its grid and its thinned grids (the last few trajectories' are kept)."""
+    frames = functools.lru_cache(maxsize=4)(lambda trajectory: load_texts(records_dir, trajectory, "validation"))
+    return lambda trajectory, steps, item_ids: _text_grid(frames(trajectory), steps, item_ids)
 
 
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):

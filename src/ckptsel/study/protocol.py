@@ -97,9 +97,23 @@ def _file_digest(path: Location) -> str:
     return h.hexdigest()
 
 
-def _data_files(data: dict, root: Path | Location) -> dict[str, str]:
-    """``{"section.key[i]": sha256}`` of every existing file named by a ``file``/``files`` key."""
+def _rule_files(rules: Any, root: Path | Location) -> dict[str, str]:
+    """``{"rules.NAME.signal": sha256}`` of each ``[rules.NAME]``'s existing Python file."""
     out = {}
+    for name, tab in rules.items() if isinstance(rules, dict) else ():
+        signal = tab.get("signal") if isinstance(tab, dict) else None
+        if isinstance(signal, str) and ":" in signal:
+            path = as_location(resolve_path(root, signal.rpartition(":")[0].strip()))
+            if path.exists():
+                out[f"rules.{name}.signal"] = _file_digest(path)
+    return out
+
+
+def _data_files(data: dict, root: Path | Location) -> dict[str, str]:
+    """``{"section.key[i]": sha256}`` of every existing file named by a ``file``/``files`` key,
+    and ``{"rules.NAME.signal": sha256}`` of each of your own rules' Python file (a pre-registered
+    rule is its code, not its name)."""
+    out = _rule_files(data.get("rules"), root)
     for section, table in data.items():
         for row, tab in enumerate(table if isinstance(table, list) else [table]):
             if not isinstance(tab, dict):
