@@ -38,6 +38,9 @@ def big(v):
 def big_float(v):
     return big(v).astype(np.float64)
 
+def rewarded(v):
+    return v.scores("reward")
+
 def shortest(v):
     texts = v.texts()
     return -np.vectorize(lambda t: len(t or ""))(texts)
@@ -51,6 +54,8 @@ def records(tmp_path_factory) -> Path:
     gen, nll = tables(random_study(np.random.default_rng(3)))
     rng = np.random.default_rng(4)
     gen["text"] = pd.array(["x" * int(k) for k in rng.integers(1, 40, len(gen))], dtype="string")
+    gen["score_reward"] = rng.normal(size=len(gen))  # a reward model's score per generation
+    gen["score_bad"] = "high"
     write(root / "rec", gen, nll)
     (root / "rules.py").write_text(RULES_PY)
     return root / "rec"
@@ -137,6 +142,9 @@ HOSTILE = {
         "test records are read only after the choices are frozen",
     ),
     "labels not declared": ("def f(v):\n    return v.correct\n", "declared uses_labels = false"),
+    "a score column that is not there": ("def f(v):\n    return v.scores('judge')\n", "no per-item score column 'score_judge'"),
+    "a score column of text": ("def f(v):\n    return v.scores('bad')\n", "column 'score_bad' has type"),
+    "a score name that is not a name": ("def f(v):\n    return v.scores('../x')\n", "name a column score_<name>"),
     "writes its input": ("def f(v):\n    v.answers[0, 0] = 1\n    return v.answers\n", "read-only"),
     "wrong shape": ("def f(v):\n    return v.answers[:, :3]\n", "returned shape"),
     "NaN": ("import numpy as np\ndef f(v):\n    return np.full(v.answers.shape, np.nan)\n", "every value must be finite"),
@@ -285,3 +293,16 @@ def test_an_integer_signal_too_large_for_exact_counts_chooses_by_its_exact_sums(
         sums = (v.answers.astype(object) * 3_000_000 + np.arange(v.answers.shape[1]) % 2).sum(axis=1)  # Python ints
         best = [int(s) for s, x in zip(v.steps, sums, strict=True) if x == max(sums)]
         assert sorted(full[full["trajectory"] == v.trajectory]["step"]) == best
+
+
+def test_a_rule_reads_a_per_item_score_column_of_the_validation_records(records, tmp_path):
+    """``v.scores("reward")`` is the generation records' ``score_reward`` on the validation
+    items, checkpoint by checkpoint: the full pool's choice is the step with the largest total
+    reward (by hand)."""
+    analyze(records, tmp_path / "res", permutations=10, draws=100, rules=_rules(records, "rewarded"))
+    gen = pd.read_parquet(records / "generations.parquet")
+    val = gen[gen["split"] == "validation"]
+    full = _choices(tmp_path / "res", "rewarded").query("scheme == 'nested' and budget == 'full'")
+    for traj, rows in val.groupby("trajectory"):
+        totals = rows.groupby("step")["score_reward"].sum()
+        assert list(full[full["trajectory"] == traj]["step"]) == [int(totals.idxmax())]

@@ -18,10 +18,10 @@ import pandas as pd
 from ckptsel._util import rng as streams
 from ckptsel._util.threads import map_threads
 from ckptsel.choose import core
-from ckptsel.choose.rules import H_BASELINE, RULES, RuleSpec, Texts, rule_specs
+from ckptsel.choose.rules import H_BASELINE, RULES, RuleSpec, rule_specs
 from ckptsel.choose.settings import ChoiceSettings, budget_labels_for_pool
 from ckptsel.defaults import THINNING
-from ckptsel.records.load import ValidationData
+from ckptsel.records.load import ValidationData, ValidationExtras
 from ckptsel.records.schema import COMPLETE_WINDOW
 
 
@@ -141,12 +141,12 @@ def _subset_sums(subsets: core.NestedSubsets | None, sigs: list[dict], firsts: l
 
 
 def choose_trajectory(
-    v: ValidationData, settings: ChoiceSettings, subsets: PoolSubsets | None = None, texts: Texts | None = None
+    v: ValidationData, settings: ChoiceSettings, subsets: PoolSubsets | None = None, extras: ValidationExtras | None = None
 ) -> dict[tuple[str, str, str], np.ndarray]:
     """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``
-    (``texts``: as :func:`choose`'s)."""
+    (``extras``: as :func:`choose`'s)."""
     subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
-    rules = rule_specs(settings.rules, texts)
+    rules = rule_specs(settings.rules, extras)
     s = _Signals.of(v, rules)
     (prefix,) = _subset_sums(subsets.nested, [s.nested], [s.firsts], settings.permutations)
     (ov,) = _subset_sums(subsets.one_variant, [s.sig], [s.firsts], settings.permutations)
@@ -247,11 +247,11 @@ def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings, ru
     return picked
 
 
-def choose(validation: list[ValidationData], settings: ChoiceSettings, texts: Texts | None = None) -> pd.DataFrame:
+def choose(validation: list[ValidationData], settings: ChoiceSettings, extras: ValidationExtras | None = None) -> pd.DataFrame:
     """Frozen-choice table for every trajectory (rows with non-zero probability only), sorted by
-    trajectory, scheme, rule, budget and step. ``texts``: the validation records' generated texts
-    (:data:`~ckptsel.choose.rules.Texts`), for a researcher's rule that reads them."""
-    picked = _choose_pools(validation, settings, rule_specs(settings.rules, texts))
+    trajectory, scheme, rule, budget and step. ``extras``: what a researcher's rule may read of the
+    validation records beyond these arrays (texts, score columns)."""
+    picked = _choose_pools(validation, settings, rule_specs(settings.rules, extras))
     names = [v.trajectory for v in validation]
     steps = [v.steps.astype(np.int64) for v in validation]
     # rows are made in table order: trajectories and keys sorted, steps ascending (the loaded

@@ -30,7 +30,7 @@ import numpy as np
 from ckptsel._util.usercode import code_path, file_digest, import_function, one_line
 from ckptsel.choose import core
 from ckptsel.errors import CkptselError
-from ckptsel.records.load import ValidationData
+from ckptsel.records.load import ValidationData, ValidationExtras
 from ckptsel.records.schema import MATCHED_WINDOW
 
 Signal = Callable[[ValidationData], "np.ndarray | None"]
@@ -116,7 +116,6 @@ SIGNAL_RULES: tuple[str, ...] = tuple(r.name for r in RULES.values() if r.choose
 
 # --------------------------------------------------------------------------- a researcher's own rule
 RULE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-Texts = Callable[[str, np.ndarray, np.ndarray], np.ndarray]  # (trajectory, steps (T,), item ids (n,)) -> (T, n) texts
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,8 @@ class RuleInput:
     ``(n,)``; ``answers`` ``(T, n)`` int codes (equal code = equal extracted answer);
     ``nll`` window → ``(T, n)`` NLL sums and ``n_tokens`` window → ``(n,)``; ``correct``
     ``(T, n)`` bool only for a rule that declares ``uses_labels``; :meth:`texts` the generated
-    texts, read from the records when asked."""
+    texts and :meth:`scores` a per-item score column (``score_<name>``), read from the
+    validation records when asked."""
 
     trajectory: str
     configuration: str
@@ -141,15 +141,15 @@ class RuleInput:
     n_tokens: Mapping[int, np.ndarray]
     rule: str
     _correct: np.ndarray | None = field(default=None, repr=False)
-    _texts: Texts | None = field(default=None, repr=False)
+    _extras: ValidationExtras | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, v: ValidationData, rule: UserRule, texts: Texts | None) -> RuleInput:
+    def of(cls, v: ValidationData, rule: UserRule, extras: ValidationExtras | None) -> RuleInput:
         arrays = [_read_only(a) for a in (v.steps, v.item_ids, v.groups, v.answers)]
         nll = {w: _read_only(a) for w, a in v.nll.items()}
         n_tokens = {w: _read_only(a) for w, a in v.n_tokens.items()}
         correct = _read_only(v.correct) if rule.uses_labels else None
-        return cls(v.trajectory, v.configuration, v.task, *arrays, nll, n_tokens, rule.name, correct, texts)
+        return cls(v.trajectory, v.configuration, v.task, *arrays, nll, n_tokens, rule.name, correct, extras)
 
     @property
     def correct(self) -> np.ndarray:
@@ -159,9 +159,19 @@ class RuleInput:
 
     def texts(self) -> np.ndarray:
         """``(T, n)`` object array of the generated texts (None where the records have none)."""
-        if self._texts is None:
-            raise CkptselError(f"rule {self.rule!r}: these records carry no generated texts")
-        return self._texts(self.trajectory, self.steps, self.item_ids)
+        return self._records().texts(self.trajectory, self.steps, self.item_ids)
+
+    def scores(self, name: str) -> np.ndarray:
+        """``(T, n)`` float64 of the generation records' column ``score_<name>`` (e.g. a reward
+        model's score per generation), NaN where a row has none."""
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
+            raise CkptselError(f"rule {self.rule!r}: scores({name!r}): name a column score_<name> (letters, digits, _)")
+        return self._records().scores(self.trajectory, name, self.steps, self.item_ids)
+
+    def _records(self) -> ValidationExtras:
+        if self._extras is None:
+            raise CkptselError(f"rule {self.rule!r}: no records folder to read texts or scores from")
+        return self._extras
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -208,7 +218,7 @@ class UserRule:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "signal": self.signal, "sha256": self.sha256, "maximize": self.maximize, "uses_labels": self.uses_labels}
 
-    def spec(self, texts: Texts | None = None) -> RuleSpec:
+    def spec(self, extras: ValidationExtras | None = None) -> RuleSpec:
         """The rule as the choosing code runs it; refused in one line while no function is bound."""
         if self.function is None:
             raise CkptselError(
@@ -217,7 +227,7 @@ class UserRule:
             )
         return RuleSpec(
             self.name,
-            lambda v: self.run(v, texts),
+            lambda v: self.run(v, extras),
             maximize=self.maximize,
             uses_labels=self.uses_labels,
             grid_dependent=True,  # it may read the other checkpoints; thinning recomputes it
@@ -227,12 +237,12 @@ class UserRule:
             marker="v",
         )
 
-    def run(self, v: ValidationData, texts: Texts | None = None) -> np.ndarray:
+    def run(self, v: ValidationData, extras: ValidationExtras | None = None) -> np.ndarray:
         """``(T, n)`` the signal of trajectory ``v``: int64 (bool and int results) or float64,
         finite; anything else, or whatever the function raises, is one line naming both."""
         where = f"rule {self.name!r} ({self.signal}) on trajectory {v.trajectory!r}"
         try:
-            out = self.function(RuleInput.of(v, self, texts))
+            out = self.function(RuleInput.of(v, self, extras))
         except KeyboardInterrupt:
             raise
         except CkptselError as err:
@@ -269,9 +279,10 @@ def _checked_signal(out: Any, shape: tuple[int, int], where: str) -> np.ndarray:
     return a
 
 
-def rule_specs(user: tuple[UserRule, ...] = (), texts: Texts | None = None) -> dict[str, RuleSpec]:
-    """Every rule a choice is made with: the built-in :data:`RULES`, then the researcher's own."""
-    return {**RULES, **{u.name: u.spec(texts) for u in user}}
+def rule_specs(user: tuple[UserRule, ...] = (), extras: ValidationExtras | None = None) -> dict[str, RuleSpec]:
+    """Every rule a choice is made with: the built-in :data:`RULES`, then the researcher's own
+    (``extras``: what they may read of the validation records beyond the arrays)."""
+    return {**RULES, **{u.name: u.spec(extras) for u in user}}
 
 
 def rule_names(user: tuple[UserRule, ...] = ()) -> tuple[str, ...]:

@@ -920,12 +920,55 @@ def _text_grid(df: pd.DataFrame | None, steps: np.ndarray, item_ids: np.ndarray)
     return out
 
 
-def validation_texts(records_dir: Path):
-    """``(trajectory, steps, item_ids) -> (T, n)`` the validation records' generated texts
-    (:func:`text_matrix`), for a researcher's rule that reads them: a trajectory's texts are read
-    once for its grid and its thinned grids (the last few trajectories' are kept)."""
-    frames = functools.lru_cache(maxsize=4)(lambda trajectory: load_texts(records_dir, trajectory, "validation"))
-    return lambda trajectory, steps, item_ids: _text_grid(frames(trajectory), steps, item_ids)
+SCORE_PREFIX = "score_"  # optional per-item score columns of generation records: score_<name>, numbers
+
+
+def score_matrix(records_dir: Path, trajectory: str, split: str, name: str, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
+    """``(T, n)`` float64 of the generation records' optional column ``score_<name>`` (a reward
+    model's or a judge's score per generation, written by whoever made the records) of
+    ``trajectory``'s ``split`` at ``steps`` on ``item_ids``; NaN where a row has none. A missing
+    or non-numeric column is one line. Test scores are refused while choices are made."""
+    if split != "validation":
+        _refuse_test_while_choosing()
+    records_dir = as_location(records_dir)
+    column = SCORE_PREFIX + name
+    where = units.display_path(records_dir, "generations")
+    key = [("split", "=", split), ("trajectory", "=", trajectory), ("step", "in", [int(s) for s in steps])]
+    try:
+        table = read_rows(records_dir, "generations", columns=["step", "item_id", column], filters=key)
+    except CkptselError:
+        table = None
+    if table is None or column not in table.schema.names:
+        raise CkptselError(f"{where}: no per-item score column {column!r} for trajectory {trajectory!r}")
+    kind = table.schema.field(column).type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind)):
+        raise CkptselError(f"{where}: column {column!r} has type {kind}, expected numbers")
+    df = table.to_pandas()
+    out = np.full((len(steps), len(item_ids)), np.nan)
+    rows = pd.Index(np.asarray(steps, dtype=np.int64)).get_indexer(df["step"].to_numpy(dtype=np.int64))
+    cols = pd.Index(np.asarray(item_ids).astype(str)).get_indexer(df["item_id"].astype(str).to_numpy())
+    keep = (rows >= 0) & (cols >= 0)
+    out[rows[keep], cols[keep]] = df[column].to_numpy(dtype=np.float64, na_value=np.nan)[keep]
+    return out
+
+
+class ValidationExtras:
+    """What a researcher's rule may read of the validation records beyond the arrays of
+    :class:`ValidationData`: the generated texts (:meth:`texts`; a trajectory's are read once
+    for its grid and its thinned grids, the last few trajectories' kept) and the optional
+    per-item score columns (:meth:`scores`). Never the test split."""
+
+    def __init__(self, records_dir: Path) -> None:
+        self.records_dir = records_dir
+        self._frames = functools.lru_cache(maxsize=4)(lambda trajectory: load_texts(records_dir, trajectory, "validation"))
+
+    def texts(self, trajectory: str, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
+        """``(T, n)`` object array of the generated texts (None where none was recorded)."""
+        return _text_grid(self._frames(trajectory), steps, item_ids)
+
+    def scores(self, trajectory: str, name: str, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
+        """``(T, n)`` float64 of the column ``score_<name>`` (:func:`score_matrix`)."""
+        return score_matrix(self.records_dir, trajectory, "validation", name, steps, item_ids)
 
 
 def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path):

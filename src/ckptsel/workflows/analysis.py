@@ -32,7 +32,7 @@ from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
 from ckptsel.choose.rules import UserRule, bind_rules
 from ckptsel.choose.settings import ChoiceSettings, budget_notes
 from ckptsel.errors import CkptselError, VerificationError
-from ckptsel.records.load import ValidationData, load_test, load_validation, uncached, validation_only, validation_texts
+from ckptsel.records.load import ValidationData, ValidationExtras, load_test, load_validation, uncached, validation_only
 from ckptsel.records.provenance import provenance_lines
 from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.records.units import one_listing
@@ -204,7 +204,7 @@ def freeze_choices(
         validation = load_validation(records_dir)
     events.phase(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
     with validation_only():  # a researcher's rule runs inside: test records are refused
-        table = choose(validation, settings, validation_texts(records_dir))
+        table = choose(validation, settings, ValidationExtras(records_dir))
     events.phase("freezing the choices (written and hashed before any test record is read)…")
     digest = freeze(table, settings, Path(out_dir) / CHOICES_DIR)
     write_budget_items(Path(out_dir) / CHOICES_DIR, validation, settings)  # the items behind each budget
@@ -546,7 +546,7 @@ def _verify(results_dir: Path, records_dir: Path | None, protocol_file=None, rul
         validation = load_validation(records_dir)
         with validation_only():
             bound = replace(frozen.settings, rules=bind_rules(frozen.settings.rules, tuple(rules)))
-            again = choose(validation, bound, validation_texts(records_dir))
+            again = choose(validation, bound, ValidationExtras(records_dir))
         digest = choices_hash(again, frozen.settings)
         if digest != frozen.sha256:
             raise VerificationError(

@@ -67,7 +67,7 @@ from ckptsel.choose.rules import RULES, SIGNAL_RULES, RuleSpec, UserRule, rule_s
 from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
-from ckptsel.records.load import TestData, ValidationData, find_trajectory, load_test, load_validation, validation_only, validation_texts
+from ckptsel.records.load import TestData, ValidationData, ValidationExtras, find_trajectory, load_test, load_validation, validation_only
 from ckptsel.records.schema import MATCHED_WINDOW
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.summary import KeepRow, KeepTable
@@ -907,14 +907,14 @@ class _Split:
         return self.pool.clusters
 
     @classmethod
-    def of(cls, v: ValidationData, rule: str, settings: SelectSettings, own: tuple[UserRule, ...] = (), texts=None) -> _Split:
+    def of(cls, v: ValidationData, rule: str, settings: SelectSettings, own: tuple[UserRule, ...] = (), extras=None) -> _Split:
         """``own``: a researcher's rules (bound), chosen with beside the built-in ones; they run
         on the validation records only (test records refused meanwhile)."""
         _check_splittable(v, settings)
         choice = ChoiceSettings(permutations=settings.permutations, seed=settings.seed, rules=own)
-        specs = rule_specs(own, texts)
+        specs = rule_specs(own, extras)
         with validation_only():
-            chosen = choose_trajectory(v, choice, texts=texts)
+            chosen = choose_trajectory(v, choice, extras=extras)
             sig = signals(v, specs)
         pool = _Pool.of(v, settings)
         if rule not in sig:
@@ -972,7 +972,7 @@ def _select_checkpoint(
     as_measured = v
     v, test, fb, more = _answers_counted(records_dir, v, test, answers)
     check = AnswerCheck.of(v, answers)
-    split = _Split.of(v, rule, settings, own, validation_texts(records_dir))
+    split = _Split.of(v, rule, settings, own, ValidationExtras(records_dir))
     labels = labels_of(b for b in BUDGETS if b <= n)
     best, chosen_estimate = best_checkpoints(v.correct, v.groups, steps, settings)
     rules = {}
