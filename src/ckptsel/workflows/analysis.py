@@ -44,6 +44,7 @@ from ckptsel.study.protocol import before_training, protocol_analysis, protocol_
 from ckptsel.workflows.advise.comparison import fallback_matrix, fallback_shares
 from ckptsel.workflows.advise.selection import (
     SelectSettings,
+    answer_checks,
     degenerate_lines,
     keep_provisional,
     keep_settings,
@@ -212,11 +213,12 @@ def freeze_choices(
 
 
 def evaluate_frozen(
-    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings, events: AnalysisEvents = QUIET
+    records_dir: Path, out_dir: Path, validation: list, stat: StatSettings, events: AnalysisEvents = QUIET, checks: dict | None = None
 ) -> tuple[Summary, dict[str, pd.DataFrame]]:
     """Step 2: read the frozen choices back (hash checked), then — only then — the test records;
     score the choices on them and summarize (the summary, and the descriptive tables with the
-    checkpoint curves last); ``events.phase`` hears each phase as it starts."""
+    checkpoint curves last); ``events.phase`` hears each phase as it starts; ``checks``: the
+    trajectories' :func:`~ckptsel.workflows.advise.selection.answer_checks`, when made."""
     frozen = load_frozen(Path(out_dir) / CHOICES_DIR)
     events.phase("scoring the frozen choices on test records…")
     tests = load_test(records_dir, validation)
@@ -233,20 +235,20 @@ def evaluate_frozen(
         choices_sha256=frozen.sha256,
     )
     tables["checkpoint_curves"] = checkpoint_curves(validation, scored)
-    said = record_warnings(validation)
+    said = record_warnings(validation, checks)
     if said:
         summary = replace(summary, warnings=(*(summary.warnings or ()), *said))
     return summary, tables
 
 
-def record_warnings(validation: list[ValidationData]) -> list[str]:
+def record_warnings(validation: list[ValidationData], checks: dict | None = None) -> list[str]:
     """What the records themselves warrant saying beside the numbers (summary.json's warnings,
     the terminal, report.html): trajectories the NLL rule skips (no NLL records beside others
     that have them) and degenerate checkpoints (one answer to most items; the keep table
     never keeps one)."""
     ordered = by_name(validation)
     skipped = nll_skipped(ordered)
-    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(ordered)
+    return ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(ordered, checks=checks)
 
 
 def checkpoint_curves(validation: list[ValidationData], scored) -> pd.DataFrame:
@@ -380,9 +382,10 @@ def _analyze(
         freeze_choices(records_dir, stage, settings.choice, events, validation)
         for line in budget_notes(settings.given_budgets, [len(v.item_ids) for v in validation]):
             events.note(line)
-        summary, tables = evaluate_frozen(records_dir, stage, validation, settings.stat, events)
+        checks = answer_checks(validation)  # the warnings' and the keep table's, made once
+        summary, tables = evaluate_frozen(records_dir, stage, validation, settings.stat, events, checks)
         events.phase("choosing the checkpoint to keep per trajectory (select)…")
-        keep = keep_table(records_dir, validation, settings.keep)
+        keep = keep_table(records_dir, validation, settings.keep, checks)
         events.phase("writing summary.json and the tables…")
         summary = _with_keep(summary, keep, records_dir, validation, bound.preregistration)
         if bound.record is not None:
@@ -435,12 +438,12 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
     ]
 
 
-def keep_table(records_dir: Path, validation: list[ValidationData], settings: SelectSettings) -> KeepTable:
+def keep_table(records_dir: Path, validation: list[ValidationData], settings: SelectSettings, checks: dict | None = None) -> KeepTable:
     """Which checkpoint to keep per trajectory (``summary.json``'s ``"keep"``): ``ckptsel
     select --all`` with ``settings`` — for ``analyze``, ``select``'s own defaults with the
     analysis' seed and level (:func:`~ckptsel.workflows.advise.selection.keep_settings`); for ``verify``,
     the settings the stored table records."""
-    keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True).keep
+    keep = select_all(records_dir, settings=settings, validation=validation, keep_only=True, checks=checks).keep
     return replace(keep, provisional=keep_provisional(settings))
 
 

@@ -1090,6 +1090,7 @@ def select_all(
     keep_only: bool = False,
     answers: AnswerSettings | None = None,
     own: tuple[UserRule, ...] = (),
+    checks: dict[str, AnswerCheck] | None = None,
 ) -> StudySelection:
     """:func:`select_checkpoint` for every trajectory (``validation``: the records' validation
     data, when already loaded), in trajectory order however the records are stored (so the
@@ -1105,8 +1106,9 @@ def select_all(
     with single_threaded():
         validation = validation if validation is not None else load_validation(records_dir)
         validation = sorted(validation, key=lambda v: v.trajectory)
+        checks = checks if checks is not None else answer_checks(validation, answers)
         if keep_only:
-            rows = keep_rows(validation, rule, settings, answers)
+            rows = keep_rows(validation, rule, settings, answers, checks)
         else:
             rows = []
             for v in validation:
@@ -1118,13 +1120,22 @@ def select_all(
                 selections[v.trajectory] = sel
                 rows.append(_keep_row(v, sel.rules[rule], sel.recommendation))
     skipped = nll_skipped(validation)
-    notes = ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(validation, answers)
+    notes = ([nll_skip_line(skipped)] if skipped else []) + degenerate_lines(validation, answers, checks)
     return StudySelection(KeepTable(rule, asdict(settings), tuple(rows)), selections, tuple(notes))
 
 
-def degenerate_lines(validation: list[ValidationData], answers: AnswerSettings | None = None) -> list[str]:
-    """One line naming every degenerate checkpoint of ``validation`` (none: no line)."""
-    checks = [(v.trajectory, AnswerCheck.of(v, answers)) for v in validation]
+def answer_checks(validation: list[ValidationData], answers: AnswerSettings | None = None) -> dict[str, AnswerCheck]:
+    """Each trajectory's :class:`AnswerCheck`, by name: computed once for the keep table and the
+    warnings alike."""
+    return {v.trajectory: AnswerCheck.of(v, answers) for v in validation}
+
+
+def degenerate_lines(
+    validation: list[ValidationData], answers: AnswerSettings | None = None, checks: dict[str, AnswerCheck] | None = None
+) -> list[str]:
+    """One line naming every degenerate checkpoint of ``validation`` (none: no line);
+    ``checks``: their :func:`answer_checks`, when already made (with ``answers``)."""
+    checks = [(v.trajectory, (checks or {}).get(v.trajectory) or AnswerCheck.of(v, answers)) for v in validation]
     flagged = [(t, c, st) for t, c in checks for st in c.flagged]
     if not flagged:
         return []
@@ -1162,7 +1173,11 @@ def _keep_row(v: ValidationData, chosen: RuleSelection, rec: Recommendation) -> 
 
 
 def keep_rows(
-    validation: list[ValidationData], rule: str, settings: SelectSettings, answers: AnswerSettings | None = None
+    validation: list[ValidationData],
+    rule: str,
+    settings: SelectSettings,
+    answers: AnswerSettings | None = None,
+    checks: dict[str, AnswerCheck] | None = None,
 ) -> list[KeepRow]:
     """The keep table's rows, in ``validation`` order: per trajectory ``rule``'s full-pool
     choice, its split-validation gain and the recommendation, the numbers
@@ -1189,7 +1204,8 @@ def keep_rows(
         for (j, sig), v, (point, reps) in zip(sigs.items(), vs, pool.gains(list(sigs.values()), vs, maximize, settings), strict=True):
             full = full_pool_choice(sig, maximize)
             chosen = RuleSelection(chosen_steps(full, v.steps), {}, (), pool.estimate(point, reps, full, v, settings))
-            rec = recommend(chosen, rule, int(v.steps[-1]), settings.level, AnswerCheck.of(v, answers))
+            check = (checks or {}).get(v.trajectory) or AnswerCheck.of(v, answers)
+            rec = recommend(chosen, rule, int(v.steps[-1]), settings.level, check)
             rows[j] = _keep_row(v, chosen, rec)
     return rows
 
