@@ -124,6 +124,7 @@ def test_probe_refusals_are_one_line(base: Path, tmp_path: Path, capsys) -> None
         (["--dry-run", "--probe"], f"--probe: cannot load the base model {broken} here"),
         (["--probe"], "--probe times the work of a --dry-run"),
         (["--dry-run", "--probe", "--device", "h200"], "--probe measures this machine's device"),
+        (["--device", "h200"], "names a benchmarked GPU's measured rate, for --dry-run only; to run on a GPU: --device cuda"),
     ):
         code, out = run_cli(["run", study, *extra], capsys)
         assert code == 2 and said in out, out

@@ -102,7 +102,10 @@ def bench_devices() -> set[str]:
 
 
 def check_probe(probe: bool, dry_run: bool, device: str | None) -> None:
-    """``--probe`` goes with ``--dry-run`` and measures this machine's device, not a named one."""
+    """``--probe`` goes with ``--dry-run`` and measures this machine's device, not a named one;
+    a benchmarked GPU's name (``--device h200``) is a dry run's rate, never a device to run on."""
+    if named_gpu(device) and not dry_run:
+        raise CkptselError(f"--device {device} names a benchmarked GPU's measured rate, for --dry-run only; to run on a GPU: --device cuda")
     if probe and not dry_run:
         raise CkptselError("--probe times the work of a --dry-run: use them together")
     if probe and named_gpu(device):
