@@ -175,3 +175,24 @@ def test_a_results_folder_from_before_the_lists_still_verifies(analyzed, tmp_pat
     index.write_text(index.read_text().replace('"items"', '"itemz"'))
     with pytest.raises(VerificationError, match="SHA-256"):
         verify(edited, rec)
+
+
+def test_the_lists_read_from_urls(analyzed, s3, tmp_path, capsys):
+    """A results folder and a records folder on object storage (a real S3 API on 127.0.0.1)
+    give the same lists and subsets as the local folders; a URL with no lists or records is one line."""
+    rec, out, _ = analyzed
+    results, records = s3.upload(out, "results"), s3.upload(rec, "records")
+    local = read_budget_items(out / "choices")
+    code, said = run_cli(["budgets", results, "--out", tmp_path / "from-results"], capsys)
+    assert code == 0, said
+    assert (tmp_path / "from-results" / INDEX_FILE).read_bytes() == (out / "choices" / INDEX_FILE).read_bytes()
+    pd.testing.assert_frame_equal(read_budget_items(tmp_path / "from-results")[0], local[0])
+    pool = local[1]["pools"][0]["pool"]
+    code, said = run_cli(["budgets", results, "--budget", "8", "--permutation", 2, "--pool", pool], capsys)
+    assert code == 0 and json.loads(said) == subset(*local, "8", 2, pool, "nested"), said
+    flags = ["--permutations", PERMUTATIONS, "--seed", SEED, "--budgets", BUDGETS]
+    code, said = run_cli(["budgets", records, "--out", tmp_path / "from-records", *flags], capsys)
+    assert code == 0, said
+    assert (tmp_path / "from-records" / INDEX_FILE).read_bytes() == (out / "choices" / INDEX_FILE).read_bytes()
+    code, said = run_cli(["budgets", s3.url("nothing-here"), "--out", tmp_path / "none"], capsys)
+    assert code == 2 and len(said.strip().splitlines()) == 1, said

@@ -18,6 +18,7 @@ names the set whatever its order).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ckptsel._util.io import write_parquet, write_text
-from ckptsel._util.locations import Location
+from ckptsel._util.locations import Location, as_location
 from ckptsel.choose import core
 from ckptsel.choose.choices import one_variant_orders, pool_key, pools_of
 from ckptsel.choose.settings import FULL, ChoiceSettings, budget_labels_for_pool
@@ -187,14 +188,15 @@ def write_lists(out_dir: Path | Location, table: pd.DataFrame, index: dict) -> N
     write_text(out_dir / INDEX_FILE, json.dumps(index, indent=1, sort_keys=True) + "\n")
 
 
-def read_budget_items(folder: Path) -> tuple[pd.DataFrame, dict]:
-    """The table and index :func:`write_budget_items` wrote in ``folder`` (one error naming the
-    file when either is missing or unreadable)."""
-    items, index = Path(folder) / ITEMS_FILE, Path(folder) / INDEX_FILE
+def read_budget_items(folder: Path | Location) -> tuple[pd.DataFrame, dict]:
+    """The table and index :func:`write_budget_items` wrote in ``folder`` (a local folder or a
+    URL; one error naming the file when either is missing or unreadable)."""
+    folder = as_location(folder)
+    items, index = folder / ITEMS_FILE, folder / INDEX_FILE
     try:
         blob = json.loads(index.read_text(encoding="utf-8"))
-        table = pd.read_parquet(items, columns=list(COLUMNS))
-    except (OSError, ValueError, KeyError) as err:
+        table = pd.read_parquet(io.BytesIO(items.read_bytes()), columns=list(COLUMNS))
+    except (OSError, ValueError, KeyError, CkptselError) as err:
         raise CkptselError(f"{folder}: no readable {ITEMS_FILE} and {INDEX_FILE} ({err})") from None
     _check_index(blob, index)
     unknown = set(map(str, table["pool"].unique())) - {p["pool"] for p in blob["pools"]}

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ckptsel import defaults
+from ckptsel._util.locations import Location, as_location
 from ckptsel.choose.budgets import INDEX_FILE, ITEMS_FILE, SCHEMES, budget_items, read_budget_items, subset, write_lists
 from ckptsel.choose.settings import ChoiceSettings, parse_budget_list
 from ckptsel.cli.output import console, json_flag, print_json
@@ -22,7 +23,7 @@ def budgets(
     source: str = typer.Argument(
         ...,
         help="A records folder (the lists are made from its validation records), or a results folder "
-        "written by `ckptsel analyze` (the lists its choices were made on, from its choices/).",
+        "written by `ckptsel analyze` (the lists its choices were made on, from its choices/); a local folder or a URL.",
     ),
     out: Path = typer.Option(
         None, "--out", help="Write budget_items.parquet and budget_items.json there (every pool, budget, permutation)."
@@ -44,7 +45,7 @@ def budgets(
     if budget is None and out is None:
         raise CkptselError("give --out DIR (every list), or --budget and --permutation (one subset)")
     given = {"--permutations": permutations, "--seed": seed, "--budgets": budget_list}
-    table, index = _lists(Path(source), given)
+    table, index = _lists(as_location(source), given)
     if out is not None:
         _write_lists(out, table, index)
     if budget is not None:
@@ -55,9 +56,9 @@ def budgets(
         _print_pools(index, out)
 
 
-def _lists(source: Path, given: dict) -> tuple:
-    """The lists of a results folder (its ``choices/``, or that folder itself) as it wrote
-    them, or made from a records folder's validation records under the given settings."""
+def _lists(source: Location, given: dict) -> tuple:
+    """The lists of a results folder (its ``choices/``, or that folder itself; local or a URL)
+    as it wrote them, or made from a records folder's validation records under the given settings."""
     for folder in (source / CHOICES_DIR, source):
         if (folder / INDEX_FILE).is_file():
             named = [flag for flag, value in given.items() if value is not None]
