@@ -110,6 +110,7 @@ def test_shortest_response_analysed_and_verified_from_the_cli(records, tmp_path,
     summary = json.loads((res / "summary.json").read_text())
     assert "shortest" in summary["budget"] and "shortest" in summary["D"]
     assert "your rule shortest" in (res / "report.html").read_text()
+    assert set(json.loads((res / "choices" / "budget_items.json").read_text())["settings"]) == {"permutations", "seed", "budgets"}
     for table in ("main_table", "budget_curves", "sensitivities"):
         assert "shortest" in set(pd.read_csv(res / "tables" / f"{table}.csv")["rule"]), table
 

@@ -104,7 +104,7 @@ def budget_items(validation: list[ValidationData], settings: ChoiceSettings) -> 
         parts.append(rows)
         ids.append(np.asarray(v.item_ids).astype(str).astype(object))
     index = {
-        "settings": {**settings.to_dict(), "budgets": list(settings.budgets)},
+        "settings": {"permutations": settings.permutations, "seed": settings.seed, "budgets": list(settings.budgets)},  # not the rules
         "subset": "budget b of permutation p: the rows of p with rank < b",
         "digest": "SHA-256 of the item ids, sorted, one per line",
         "pools": pools,
