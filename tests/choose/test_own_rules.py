@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from tests.clirun import run_cli
-from tests.recordsgen import random_study, tables, write
+from tests.recordsgen import random_study, tables
+from tests.recordsgen import write as write_records
+from tests.tinyrun import MINIMAL, gsm_rows, jsonl, write
 
 from ckptsel.choose.rules import UserRule, user_rule
 from ckptsel.choose.settings import ChoiceSettings
@@ -56,7 +58,7 @@ def records(tmp_path_factory) -> Path:
     gen["text"] = pd.array(["x" * int(k) for k in rng.integers(1, 40, len(gen))], dtype="string")
     gen["score_reward"] = rng.normal(size=len(gen))  # a reward model's score per generation
     gen["score_bad"] = "high"
-    write(root / "rec", gen, nll)
+    write_records(root / "rec", gen, nll)
     (root / "rules.py").write_text(RULES_PY)
     return root / "rec"
 
@@ -195,37 +197,16 @@ def test_two_rules_of_one_name_are_refused(records, tmp_path, capsys):
     assert code == 2 and "each name once" in said, said
 
 
-STUDY = """schema = 2
-[study]
-base_model = "base"
-seeds = [3]
-[train]
-task = "gsm8k"
-file = "train.jsonl"
-[validation]
-task = "gsm8k"
-file = "val.jsonl"
-[test]
-task = "gsm8k"
-file = "test.jsonl"
-[[configurations]]
-name = "old"
-steps = 4
-"""
-
-
 @pytest.fixture
 def study_dir(tmp_path: Path) -> Path:
     for name in ("train", "val", "test"):
-        rows = [{"question": f"q{a}?", "answer": f"x\n#### {a}"} for a in range(4)]
-        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        jsonl(tmp_path / f"{name}.jsonl", gsm_rows(4))
     (tmp_path / "rules.py").write_text(RULES_PY)
     return tmp_path
 
 
 def _study_rules(study_dir: Path, table: str):
-    path = study_dir / "study.toml"
-    path.write_text(STUDY + table, encoding="utf-8")
+    path = write(study_dir / "study.toml", MINIMAL + table)
     return StudyContext(load_spec(path)).analysis.choice.rules
 
 
@@ -307,3 +288,16 @@ def test_a_rule_reads_a_per_item_score_column_of_the_validation_records(records,
     for traj, rows in val.groupby("trajectory"):
         totals = rows.groupby("step")["score_reward"].sum()
         assert list(full[full["trajectory"] == traj]["step"]) == [int(totals.idxmax())]
+
+
+def test_a_study_run_analyses_its_rules(records, study_dir, capsys):
+    """``ckptsel run STUDY --only analyze`` with ``[rules.negnll]``: the study's results carry the
+    rule, choosing as matched NLL does."""
+    extra = '[analysis]\npermutations = 10\ndraws = 100\n[rules.negnll]\nsignal = "rules.py:neg_nll"\n'
+    text = MINIMAL.replace("seeds = [1]", f'seeds = [1]\nrecords_dir = "{records}"\nresults_dir = "res"') + extra
+    study = write(study_dir / "study.toml", text)
+    code, said = run_cli(["run", study, "--only", "analyze"], capsys)
+    assert code == 0, said
+    res = study_dir / "res"
+    assert "negnll" in json.loads((res / "summary.json").read_text())["budget"]
+    pd.testing.assert_frame_equal(_choices(res, "negnll"), _choices(res, "nll"))

@@ -911,12 +911,16 @@ def text_matrix(records_dir: Path, trajectory: str, split: str, steps: np.ndarra
 
 def _text_grid(df: pd.DataFrame | None, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
     out = np.full((len(steps), len(item_ids)), None, dtype=object)
-    if df is None:
-        return out
+    return out if df is None else _on_grid(out, df, df["text"].to_numpy(dtype=object), steps, item_ids)
+
+
+def _on_grid(out: np.ndarray, df: pd.DataFrame, values: np.ndarray, steps: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
+    """``out`` ``(T, n)`` with each row of ``df`` (its ``step`` and ``item_id``) holding its
+    ``values`` entry; rows of other steps or items left out."""
     rows = pd.Index(np.asarray(steps, dtype=np.int64)).get_indexer(df["step"].to_numpy(dtype=np.int64))
     cols = pd.Index(np.asarray(item_ids).astype(str)).get_indexer(df["item_id"].astype(str).to_numpy())
     keep = (rows >= 0) & (cols >= 0)
-    out[rows[keep], cols[keep]] = df["text"].to_numpy(dtype=object)[keep]
+    out[rows[keep], cols[keep]] = values[keep]
     return out
 
 
@@ -944,12 +948,8 @@ def score_matrix(records_dir: Path, trajectory: str, split: str, name: str, step
     if not (pa.types.is_floating(kind) or pa.types.is_integer(kind)):
         raise CkptselError(f"{where}: column {column!r} has type {kind}, expected numbers")
     df = table.to_pandas()
-    out = np.full((len(steps), len(item_ids)), np.nan)
-    rows = pd.Index(np.asarray(steps, dtype=np.int64)).get_indexer(df["step"].to_numpy(dtype=np.int64))
-    cols = pd.Index(np.asarray(item_ids).astype(str)).get_indexer(df["item_id"].astype(str).to_numpy())
-    keep = (rows >= 0) & (cols >= 0)
-    out[rows[keep], cols[keep]] = df[column].to_numpy(dtype=np.float64, na_value=np.nan)[keep]
-    return out
+    values = df[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    return _on_grid(np.full((len(steps), len(item_ids)), np.nan), df, values, steps, item_ids)
 
 
 class ValidationExtras:
