@@ -29,7 +29,16 @@ from ckptsel.errors import CkptselError
 from ckptsel.records import cache, units
 from ckptsel.records.codec import read_schema, read_table
 from ckptsel.records.scan import read_rows
-from ckptsel.records.schema import COMPLETE_WINDOW, FINAL_STEPS_FILE, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS, NLL_FILE, SPLITS
+from ckptsel.records.schema import (
+    COMPLETE_WINDOW,
+    FINAL_STEPS_FILE,
+    GENERATION_COLUMNS,
+    MATCHED_WINDOW,
+    NLL_COLUMNS,
+    NLL_FILE,
+    SPLITS,
+    is_average_step,
+)
 from ckptsel.records.weights import declared_final_steps
 
 
@@ -124,13 +133,22 @@ def _checked(table: pa.Table, columns: dict[str, str], path: Path) -> pa.Table:
         if kind == "float64" and not value_type.equals(pa.float64()):
             col = col.cast(pa.float64())
         if name == "step" and len(col) and pc.min(col).as_py() < 0:
-            r = pc.index(pc.less(col, 0), True).as_py()
-            raise CkptselError(
-                f"{_describe(path, str(table.column('trajectory')[r].as_py()), int(col[r].as_py()))}: "
-                f"negative step (training steps are >= 0) [{path}]"
-            )
+            _check_negative_steps(table, col, path)
         out[name] = col
     return pa.table(out)
+
+
+def _check_negative_steps(table: pa.Table, col: pa.ChunkedArray, path: Path) -> None:
+    """Negative steps are the reserved steps of averages (:func:`~ckptsel.records.schema.average_step`);
+    any other is refused, naming its row."""
+    negative = np.unique(col.filter(pc.less(col, 0)).to_numpy())
+    bad = [int(s) for s in negative if not is_average_step(int(s))]
+    if bad:
+        r = pc.index(col, pa.scalar(bad[0], col.type)).as_py()
+        raise CkptselError(
+            f"{_describe(path, str(table.column('trajectory')[r].as_py()), bad[0])}: negative step (training steps are "
+            f">= 0; an average's reserved step is -K for average-lastK, K <= 999, or -(10**6 + D·10**6) for ema-D) [{path}]"
+        )
 
 
 def _check_splits(path: Location) -> None:

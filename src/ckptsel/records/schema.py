@@ -60,6 +60,59 @@ def arrow_schema(kind: str) -> pa.Schema:
     return pa.schema([(c, _ARROW[t]) for c, t in UNIT_COLUMNS[kind].items()])
 
 
+# --------------------------------------------------------------------------- candidates that are not steps
+# An average of a run's checkpoints (``ckptsel average``: ``average-lastK/``, ``ema-D/``) is
+# recorded under a reserved negative ``step`` beside the run's checkpoints, so the final
+# checkpoint stays the largest step, every key stays (trajectory, step, split, item_id), and a
+# reader that knows only training steps (0.1.0: "negative step") refuses the rows loudly.
+# ``average-lastK`` is step -K (2 <= K <= 999); ``ema-D`` is step -(10**6 + D * 10**6), D in
+# (0, 1) with at most six decimals.
+AVERAGE_SPAN = 1_000_000
+MAX_AVERAGED = 999  # the most checkpoints an average-lastK names
+_AVERAGE_RE = re.compile(r"^average-last([1-9][0-9]{0,2})$")
+_EMA_RE = re.compile(r"^ema-(0\.[0-9]{1,6})$")
+
+
+def average_step(name: str) -> int:
+    """The reserved step of the average folder ``name`` (``average-last3`` -> -3, ``ema-0.9`` ->
+    -1900000); a name that is not an average ckptsel can record is refused."""
+    if m := _AVERAGE_RE.fullmatch(name):
+        k = int(m.group(1))
+        if k >= 2:
+            return -k
+    elif (m := _EMA_RE.fullmatch(name)) and 0 < (micro := round(float(m.group(1)) * AVERAGE_SPAN)) < AVERAGE_SPAN:
+        if candidate_name(-(AVERAGE_SPAN + micro)) == name:  # one spelling per decay: ema-0.9, not ema-0.90
+            return -(AVERAGE_SPAN + micro)
+    raise CkptselError(
+        f"{name!r} is not an average ckptsel can record (average-lastK with 2 <= K <= 999, or ema-D with D in (0, 1), at most six decimals)"
+    )
+
+
+def is_average_step(step: int) -> bool:
+    """Whether ``step`` is one :func:`average_step` gives (every other negative step is invalid)."""
+    s = -int(step)
+    return 2 <= s <= MAX_AVERAGED or AVERAGE_SPAN < s < 2 * AVERAGE_SPAN
+
+
+def candidate_name(step: int) -> str:
+    """What a recorded ``step`` names: ``checkpoint-<step>``, ``average-lastK`` or ``ema-D``."""
+    step = int(step)
+    if step >= 0:
+        return f"checkpoint-{step}"
+    if not is_average_step(step):
+        raise CkptselError(f"step {step}: negative, and not a recorded average's step")
+    s = -step
+    return f"average-last{s}" if s <= MAX_AVERAGED else f"ema-{(s - AVERAGE_SPAN) / AVERAGE_SPAN!r}"
+
+
+def average_rule_name(step: int) -> str:
+    """The fixed-choice rule that keeps the average at ``step``: ``mean_last3``, ``ema_0_9``."""
+    name = candidate_name(step)
+    if name.startswith("average-last"):
+        return "mean_last" + name[len("average-last") :]
+    return "ema_" + name[len("ema-") :].replace(".", "_")
+
+
 RECORDS_ORDER = ("split", "trajectory", "step", "item_id", "window")  # row order of every file
 RECORDS_ROW_GROUP = 262_144  # rows per Parquet row group
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@,-]*$")
