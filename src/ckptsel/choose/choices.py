@@ -21,8 +21,9 @@ from ckptsel.choose import core
 from ckptsel.choose.rules import H_BASELINE, RULES, RuleSpec, rule_specs
 from ckptsel.choose.settings import ChoiceSettings, budget_labels_for_pool
 from ckptsel.defaults import THINNING
+from ckptsel.errors import CkptselError
 from ckptsel.records.load import ValidationData, ValidationExtras
-from ckptsel.records.schema import COMPLETE_WINDOW
+from ckptsel.records.schema import COMPLETE_WINDOW, candidate_name, n_averages
 
 
 def _rule_probs(
@@ -39,11 +40,17 @@ def _rule_probs(
     return out
 
 
-def _last(n_checkpoints: int, labels: list[str]) -> dict[tuple[str, str], np.ndarray]:
-    """Rules without a signal keep the final checkpoint at every budget."""
-    e = np.zeros(n_checkpoints)
-    e[-1] = 1.0
-    return {(r.name, label): e for r in RULES.values() if not r.chooses for label in labels}
+def _fixed(steps: np.ndarray, labels: list[str], rules: dict[str, RuleSpec] = RULES) -> dict[tuple[str, str], np.ndarray]:
+    """Rules without a signal keep one candidate at every budget: ``last`` the final checkpoint,
+    an average's rule that average (absent from ``steps``, e.g. a thinned grid: no choice)."""
+    out = {}
+    for r in (r for r in rules.values() if not r.chooses):
+        at = np.flatnonzero(steps == r.fixed_step) if r.fixed_step is not None else [len(steps) - 1]
+        if len(at):
+            e = np.zeros(len(steps))
+            e[at[0]] = 1.0
+            out.update({(r.name, label): e for label in labels})
+    return out
 
 
 def signals(v: ValidationData, rules: dict[str, RuleSpec] = RULES) -> dict[str, np.ndarray]:
@@ -112,7 +119,8 @@ class _Signals:
         sig = signals(v, rules)
         # checkpoint thinning: accuracy/NLL sums are row subsets; grid-dependent signals
         # (agreement's pluralities) are redone on the thinned grid (one checkpoint: no choice)
-        thin = {k: idx for k in THINNING if len(idx := core.thinned_indices(len(v.steps), k)) >= 2}
+        # (averages are not candidates of a thinned grid: they average the checkpoints it drops)
+        thin = {k: idx for k in THINNING if len(idx := core.thinned_indices(len(v.steps), k, n_averages(v.steps))) >= 2}
         redo = {(k, r): rules[r].signal(thinned(v, idx)) for k, idx in thin.items() for r in sig if rules[r].grid_dependent}
         nested: dict = {**sig, **redo}
         if COMPLETE_WINDOW in v.nll:  # complete-response NLL control: window-0 sums, same subsets
@@ -146,7 +154,7 @@ def choose_trajectory(
     """All frozen selection vectors of one trajectory: ``(scheme, rule, budget) -> (T,)``
     (``extras``: as :func:`choose`'s)."""
     subsets = subsets or PoolSubsets.build(v.item_ids, v.groups, settings)
-    rules = rule_specs(settings.rules, extras)
+    rules = rule_specs(settings.rules, extras, settings.averages)
     s = _Signals.of(v, rules)
     (prefix,) = _subset_sums(subsets.nested, [s.nested], [s.firsts], settings.permutations)
     (ov,) = _subset_sums(subsets.one_variant, [s.sig], [s.firsts], settings.permutations)
@@ -160,10 +168,11 @@ def _choices(
     (nested subsets, keys of ``s.nested``) and ``ov`` (one variant per group, keys of ``s.sig``)."""
     T = v.correct.shape[0]
     labels, sig = subsets.labels, s.sig
+    steps = np.asarray(v.steps)
     out: dict[tuple[str, str, str], np.ndarray] = {}
     scores = {r: prefix[r] for r in sig}
     full = {r: a.sum(axis=1) for r, a in sig.items()}
-    for key, p in {**_rule_probs(scores, full, labels, rules), **_last(T, labels)}.items():
+    for key, p in {**_rule_probs(scores, full, labels, rules), **_fixed(steps, labels, rules)}.items():
         out[("nested", *key)] = p
 
     # complete-response NLL control: the NLL rule on window=0 sums, same subsets
@@ -179,7 +188,7 @@ def _choices(
         th_full = {r: f[idx] for r, f in full.items()}
         for r in (r for r in sig if (k, r) in s.redo):
             th_scores[r], th_full[r] = prefix[(k, r)], s.redo[(k, r)].sum(axis=1)
-        for (rule, label), p in {**_rule_probs(th_scores, th_full, labels, rules), **_last(len(idx), labels)}.items():
+        for (rule, label), p in {**_rule_probs(th_scores, th_full, labels, rules), **_fixed(steps[idx], labels, rules)}.items():
             vec = np.zeros(T)
             vec[idx] = p
             out[(f"thin{k}", rule, label)] = vec
@@ -190,7 +199,7 @@ def _choices(
         probs = core.tie_probabilities(ov[rule.name], maximize=rule.maximize).mean(axis=1)
         for b, label in enumerate(subsets.ov_labels):
             out[("one_variant", rule.name, label)] = probs[:, b]
-    for (rule, label), p in _last(T, subsets.ov_labels).items():
+    for (rule, label), p in _fixed(steps, subsets.ov_labels, rules).items():
         out[("one_variant", rule, label)] = p
     return out
 
@@ -247,11 +256,30 @@ def _choose_pools(validation: list[ValidationData], settings: ChoiceSettings, ru
     return picked
 
 
+def averages_of(validation: list[ValidationData]) -> tuple[int, ...]:
+    """The reserved steps of the averages every trajectory's records hold (ascending); trajectories
+    that hold different averages are refused in one line (an average's G and intervals pool
+    every trajectory, as ``last``'s do)."""
+    held = {v.trajectory: tuple(int(s) for s in v.steps[: n_averages(v.steps)]) for v in validation}
+    kinds = sorted(set(held.values()))
+    if len(kinds) > 1:
+        a, b = (next(t for t, h in sorted(held.items()) if h == k) for k in kinds[:2])
+        raise CkptselError(
+            f"trajectory {a!r} has the averages {_names(held[a])} and trajectory {b!r} has {_names(held[b])}: "
+            "measure the same averages for every trajectory (ckptsel average, then ckptsel measure)"
+        )
+    return kinds[0] if kinds else ()
+
+
+def _names(steps: tuple[int, ...]) -> str:
+    return "[" + ", ".join(candidate_name(s) for s in steps) + "]" if steps else "none"
+
+
 def choose(validation: list[ValidationData], settings: ChoiceSettings, extras: ValidationExtras | None = None) -> pd.DataFrame:
     """Frozen-choice table for every trajectory (rows with non-zero probability only), sorted by
     trajectory, scheme, rule, budget and step. ``extras``: what a researcher's rule may read of the
     validation records beyond these arrays (texts, score columns)."""
-    picked = _choose_pools(validation, settings, rule_specs(settings.rules, extras))
+    picked = _choose_pools(validation, settings, rule_specs(settings.rules, extras, settings.averages))
     names = [v.trajectory for v in validation]
     steps = [v.steps.astype(np.int64) for v in validation]
     # rows are made in table order: trajectories and keys sorted, steps ascending (the loaded

@@ -326,6 +326,21 @@ def prefix_sums(signal: np.ndarray, orders: np.ndarray, budgets: Sequence[int]) 
 
 
 # --------------------------------------------------------------------------- thinning
-def thinned_indices(n_checkpoints: int, k: int) -> np.ndarray:
-    """Every k-th checkpoint counted back from the final one (which is always kept)."""
-    return np.arange(n_checkpoints - 1, -1, -k)[::-1]
+def thinned_indices(n_checkpoints: int, k: int, first: int = 0) -> np.ndarray:
+    """Every k-th checkpoint counted back from the final one (which is always kept), of the rows
+    ``first`` to ``n_checkpoints - 1`` (the rows before ``first``, averages, are never kept)."""
+    return np.arange(n_checkpoints - 1, first - 1, -k)[::-1]
+
+
+def agreement_with_checkpoints(answers: np.ndarray, first: int = 0) -> np.ndarray:
+    """``(T, n)`` bool: does row c give item i's plurality answer over the checkpoint rows
+    ``first:`` (:func:`plurality_agreement`)? The rows before ``first`` (averages) are scored
+    against the checkpoints' plurality and never vote."""
+    if first == 0:
+        return plurality_agreement(answers)
+    answers = np.asarray(answers)
+    voters = answers[first:]
+    if voters.shape[0] == 0 or voters.shape[1] == 0:
+        return np.zeros(answers.shape, dtype=bool)
+    plural = voters[np.argmax(plurality_agreement(voters), axis=0), np.arange(voters.shape[1])]  # (n,)
+    return answers == plural[None, :]

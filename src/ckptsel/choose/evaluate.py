@@ -20,6 +20,7 @@ from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS, THINNING
 from ckptsel.errors import CkptselError
 from ckptsel.records.load import TestData
+from ckptsel.records.schema import n_averages
 
 
 # --------------------------------------------------------------------------- matched half
@@ -192,7 +193,7 @@ def score(frozen: FrozenChoices, tests: list[TestData], partitions: int | None =
             h = core.hashed_ranks(core.string_keys(t.item_ids), settings.seed, streams.MATCHED_HALF, partitions)
             halves[key] = core.first_of_orders(h, [len(t.item_ids) // 2])[:, 0, :].astype(np.float32)
         pools.setdefault(key, []).append(j)
-    agree = [core.plurality_agreement(t.answers) for t in tests]
+    agree = [core.agreement_with_checkpoints(t.answers, n_averages(t.steps)) for t in tests]
     on_s: list[np.ndarray] = [np.empty(0)] * J  # (2T, P) counts on S of correct and agree rows
     for key, members in pools.items():  # one product per test pool
         sums = half_counts([np.concatenate([tests[j].correct, agree[j]]) for j in members], halves[key])

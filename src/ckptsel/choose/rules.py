@@ -31,7 +31,7 @@ from ckptsel._util.usercode import code_path, file_digest, import_function, one_
 from ckptsel.choose import core
 from ckptsel.errors import CkptselError
 from ckptsel.records.load import ValidationData, ValidationExtras
-from ckptsel.records.schema import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW, average_rule_name, average_step, candidate_name, is_average_step, n_averages
 
 Signal = Callable[[ValidationData], "np.ndarray | None"]
 
@@ -43,7 +43,8 @@ class RuleSpec:
     ``signal(v)`` gives the ``(T, n)`` per-item signal on a trajectory's eligible validation
     pool (``None`` when the records lack it, e.g. no NLL records); the rule picks the
     checkpoint(s) with the largest (``maximize``) or smallest sum over a subset, ties shared
-    uniformly. A rule without a signal function keeps the final checkpoint.
+    uniformly. A rule without a signal function keeps a fixed candidate: the final checkpoint,
+    or (``fixed_step``) the average recorded at that reserved step.
     """
 
     name: str
@@ -55,6 +56,7 @@ class RuleSpec:
     words: str = ""  # plain-language name in the report's claims ("" = not a claim rule)
     color: str = "black"
     marker: str = "x"
+    fixed_step: int | None = None  # a fixed choice of the average at this step (None: the final checkpoint)
 
     @property
     def chooses(self) -> bool:
@@ -68,8 +70,9 @@ def accuracy_signal(v: ValidationData) -> np.ndarray:
 
 
 def agreement_signal(v: ValidationData) -> np.ndarray:
-    """``(T, n)`` int64: does the checkpoint give the item's plurality answer over the grid?"""
-    return core.plurality_agreement(v.answers).astype(np.int64)
+    """``(T, n)`` int64: does the candidate give the item's plurality answer over the grid's
+    checkpoints? (Averages are scored against the checkpoints' plurality; they do not vote.)"""
+    return core.agreement_with_checkpoints(v.answers, n_averages(v.steps)).astype(np.int64)
 
 
 def nll_signal(v: ValidationData) -> np.ndarray | None:
@@ -112,6 +115,61 @@ ALL_RULES: dict[str, RuleSpec] = {**RULES, **MATCHED_HALF_RULES}
 RULE_ORDER: tuple[str, ...] = tuple(RULES)
 H_BASELINE = NLL.name  # H_r is the gain over this rule's choice (SPEC §4)
 SIGNAL_RULES: tuple[str, ...] = tuple(r.name for r in RULES.values() if r.chooses)
+
+
+# --------------------------------------------------------------------------- averages as fixed choices
+AVERAGE_RULE_RE = re.compile(r"^(mean_last[0-9]+|ema_0_[0-9]+)$")  # names kept for the averages' rules
+
+
+def average_rule(step: int) -> RuleSpec:
+    """The fixed choice of the average recorded at ``step`` (like ``last``: no validation read)."""
+    name = candidate_name(step)
+    if name.startswith("average-last"):
+        words = f"keeping the mean of the last {-int(step)} checkpoints ({name})"
+    else:
+        words = f"keeping the EMA of the checkpoints, decay {name[len('ema-') :]} ({name})"
+    return RuleSpec(
+        average_rule_name(step),
+        None,
+        maximize=True,
+        uses_labels=False,
+        label=f"{name} (average)",
+        words=words,
+        color="#17becf",
+        marker="*",
+        fixed_step=int(step),
+    )
+
+
+def average_rule_step(rule: str) -> int | None:
+    """The reserved step of the average an average's rule name keeps (``mean_last3`` -> -3),
+    None for any other name."""
+    if not AVERAGE_RULE_RE.fullmatch(rule):
+        return None
+    name = "average-last" + rule[len("mean_last") :] if rule.startswith("mean_last") else "ema-0." + rule[len("ema_0_") :]
+    try:
+        return average_step(name)
+    except CkptselError:
+        return None
+
+
+def shown_rule(rule: str) -> RuleSpec | None:
+    """How the report names and draws ``rule``: a built-in rule's spec, an average's, or None
+    (a researcher's own)."""
+    if rule in ALL_RULES:
+        return ALL_RULES[rule]
+    step = average_rule_step(rule)
+    return None if step is None else average_rule(step)
+
+
+def check_averages(steps) -> tuple[int, ...]:
+    """The averages' reserved steps as a sorted tuple (from a frozen choices' settings too)."""
+    if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
+        raise CkptselError(f"averages must be a list of the averages' reserved steps, not {steps!r}")
+    out = tuple(sorted({int(s) for s in steps if isinstance(s, int) and not isinstance(s, bool) and is_average_step(s)}))
+    if len(out) != len(list(steps)):
+        raise CkptselError(f"averages: {list(steps)!r} are not distinct averages' reserved steps")
+    return out
 
 
 # --------------------------------------------------------------------------- a researcher's own rule
@@ -199,6 +257,8 @@ class UserRule:
             raise CkptselError(f"rule name {self.name!r}: lower-case letters, digits and _, starting with a letter, at most 40")
         if self.name in ALL_RULES:
             raise CkptselError(f"rule name {self.name!r} is a built-in rule's; give yours another name")
+        if AVERAGE_RULE_RE.fullmatch(self.name):
+            raise CkptselError(f"rule name {self.name!r} names an average's fixed choice; give yours another name")
         for key in ("maximize", "uses_labels"):
             if not isinstance(getattr(self, key), bool):
                 raise CkptselError(f"rule {self.name!r}: {key} must be true or false, not {getattr(self, key)!r}")
@@ -279,15 +339,19 @@ def _checked_signal(out: Any, shape: tuple[int, int], where: str) -> np.ndarray:
     return a
 
 
-def rule_specs(user: tuple[UserRule, ...] = (), extras: ValidationExtras | None = None) -> dict[str, RuleSpec]:
-    """Every rule a choice is made with: the built-in :data:`RULES`, then the researcher's own
-    (``extras``: what they may read of the validation records beyond the arrays)."""
-    return {**RULES, **{u.name: u.spec(extras) for u in user}}
+def rule_specs(
+    user: tuple[UserRule, ...] = (), extras: ValidationExtras | None = None, averages: tuple[int, ...] = ()
+) -> dict[str, RuleSpec]:
+    """Every rule a choice is made with: the built-in :data:`RULES`, the averages' fixed choices
+    (``averages``: their reserved steps), then the researcher's own (``extras``: what they may
+    read of the validation records beyond the arrays)."""
+    fixed = (average_rule(s) for s in sorted(averages, reverse=True))
+    return {**RULES, **{r.name: r for r in fixed}, **{u.name: u.spec(extras) for u in user}}
 
 
-def rule_names(user: tuple[UserRule, ...] = ()) -> tuple[str, ...]:
+def rule_names(user: tuple[UserRule, ...] = (), averages: tuple[int, ...] = ()) -> tuple[str, ...]:
     """Their names in reporting order (no function needed)."""
-    return (*RULE_ORDER, *(u.name for u in user))
+    return (*RULE_ORDER, *(average_rule_name(s) for s in sorted(averages, reverse=True)), *(u.name for u in user))
 
 
 def user_rule(signal: str, *, name: str | None = None, base: str = ".", owner: str | None = None, **declared: Any) -> UserRule:

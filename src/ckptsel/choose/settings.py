@@ -16,7 +16,7 @@ import numpy as np
 
 from ckptsel import defaults
 from ckptsel._util.checks import check_int, check_seed
-from ckptsel.choose.rules import UserRule, rule_names
+from ckptsel.choose.rules import UserRule, check_averages, rule_names
 from ckptsel.defaults import BUDGETS, ONE_VARIANT_BUDGETS
 from ckptsel.errors import CkptselError
 
@@ -33,24 +33,29 @@ class ChoiceSettings:
     settings' dictionary (hashed with the choices) names the budgets only when they are not
     the default, so default choices hash as before. ``rules``: a researcher's own rules
     (:class:`~ckptsel.choose.rules.UserRule`), chosen with after the built-in ones; their
-    declarations are hashed with the choices (named only when there are some).
+    declarations are hashed with the choices (named only when there are some). ``averages``:
+    the reserved steps of the averages the records hold for every trajectory, each a fixed
+    choice beside ``last`` and a candidate every rule chooses among (named only when there are
+    some, so choices without averages hash as before).
     """
 
     permutations: int = defaults.PERMUTATIONS
     seed: int = defaults.SEED
     budgets: tuple[int, ...] = BUDGETS
     rules: tuple[UserRule, ...] = ()
+    averages: tuple[int, ...] = ()
 
     def __post_init__(self):
         check_int(self.permutations, "--permutations", low=1, high=defaults.MAX_PERMUTATIONS)
         check_seed(self.seed)
         object.__setattr__(self, "budgets", check_budgets(self.budgets))
         object.__setattr__(self, "rules", check_rules(self.rules))
+        object.__setattr__(self, "averages", check_averages(self.averages))
 
     @property
     def rule_names(self) -> tuple[str, ...]:
         """Every rule's name, in reporting order: the built-in rules, then the researcher's."""
-        return rule_names(self.rules)
+        return rule_names(self.rules, self.averages)
 
     @property
     def one_variant_budgets(self) -> tuple[int, ...]:
@@ -67,6 +72,8 @@ class ChoiceSettings:
             out["budgets"] = list(self.budgets)
         if self.rules:
             out["rules"] = [r.to_dict() for r in self.rules]
+        if self.averages:
+            out["averages"] = list(self.averages)
         return out
 
 

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ckptsel.records.schema import step_text
 from ckptsel.results.estimate import fmt
 
 if TYPE_CHECKING:
@@ -112,12 +113,27 @@ def _clusters(clusters: int | None, items: int) -> str:
     return f" in {clusters} clusters" if clusters is not None and clusters < items else ""
 
 
+def _named(step: str) -> str:
+    """A step key of a probabilities map in words (an average's reserved step by its name)."""
+    return step_text(int(step)) if step.lstrip("-").isdigit() else step
+
+
+def _first_checkpoint(steps) -> int:
+    return next((s for s in steps if s >= 0), steps[0])
+
+
+def _averages_said(steps) -> str:
+    """`` and average-last3, ema-0.9`` when the candidates include averages."""
+    names = [step_text(s) for s in steps if s < 0]
+    return f" and {', '.join(names)}" if names else ""
+
+
 def print_selection(result: Selection) -> None:
     """The human-readable form of :func:`ckptsel.workflows.select_checkpoint`'s answer."""
     s = result.settings
     level = int(round(s.level * 100))
     table = Table(
-        title=f"{result.trajectory} ({result.task}): checkpoints {result.steps[0]}…{result.final_step} "
+        title=f"{result.trajectory} ({result.task}): checkpoints {_first_checkpoint(result.steps)}…{result.final_step}{_averages_said(result.steps)} "
         f"(final = {result.final_step}), {result.validation_items} eligible validation items"
         + _clusters(result.validation_clusters, result.validation_items)
         + (f", {result.test_items} test items" if result.test_items else ", no test records")
@@ -131,13 +147,15 @@ def print_selection(result: Selection) -> None:
     ):
         table.add_column(col)
     for rule, r in result.rules.items():
-        choice = ", ".join(f"{st} ({p:.2f})" if p < 1 else st for st, p in r.probabilities.items())
-        curve = "; ".join(f"{c.budget} → {c.most_likely_step} ({c.probability:.2f})" for c in r.budget_curve)
+        choice = ", ".join(f"{_named(st)} ({p:.2f})" if p < 1 else _named(st) for st, p in r.probabilities.items())
+        curve = "; ".join(f"{c.budget} → {step_text(c.most_likely_step)} ({c.probability:.2f})" for c in r.budget_curve)
         test = None if r.test is None else r.test.estimate
         table.add_row(rule, choice, curve, fmt(r.split_validation.estimate), fmt(test))
     console.print(table)
     rec = result.recommendation
-    what = "keep the final checkpoint" if rec.keep_final else f"keep checkpoint {rec.keep_step}"
+    what = (
+        "keep the final checkpoint" if rec.keep_final else f"keep {'checkpoint ' if rec.keep_step >= 0 else ''}{step_text(rec.keep_step)}"
+    )
     colour = "yellow" if rec.keep_final else "green"
     console.print(f"[bold {colour}]recommendation: {what}[/bold {colour}] (step {rec.keep_step}) — {rec.reason}.")
     _print_best(result, level)
@@ -209,10 +227,10 @@ def _print_best(result: Selection, level: int) -> None:
     if pb is not None:
         console.print(
             f"plausibly best ({level}% model confidence set: a truly best checkpoint is left out "
-            f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(str, pb.steps))}"
+            f"with probability ≤ {1 - pb.level:.2g}): steps [bold]{', '.join(map(step_text, pb.steps))}"
             f"[/bold] — the validation data cannot tell these apart"
             + (
-                f" (steps {', '.join(map(str, pb.kept_by_exact_test))} kept: an exact paired test against the "
+                f" (steps {', '.join(map(step_text, pb.kept_by_exact_test))} kept: an exact paired test against the "
                 "most accurate one cannot reject at this size)."
                 if pb.kept_by_exact_test
                 else "."
@@ -220,7 +238,7 @@ def _print_best(result: Selection, level: int) -> None:
         )
     if ce is not None:
         console.print(
-            f"accuracy of step {', '.join(map(str, ce.steps))} (highest validation accuracy) on new "
+            f"accuracy of step {', '.join(map(step_text, ce.steps))} (highest validation accuracy) on new "
             f"items, corrected for having been chosen: [bold]{ce.mean:.2f}%[/bold] "
             f"[{ce.lo:.2f}, {ce.hi:.2f}] ({level}%, "
             + ("exact Clopper-Pearson: no variance to approximate" if ce.exact else "Andrews-Kitagawa-McCloskey hybrid")

@@ -20,6 +20,12 @@ def simulate(
     preset: str = typer.Option("small", "--preset", help="Simulation preset: small | paper."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed → identical files)."),
     force: bool = typer.Option(False, "--force", help="Replace records in OUT_DIR that no simulation wrote."),
+    average_last: list[int] = typer.Option(
+        [], "--average-last", help="Also record the average of the last K checkpoints (step -K), as ckptsel average writes it; repeatable."
+    ),
+    average_gain: float = typer.Option(
+        0.0, "--average-gain", help="A planted averaging gain: the averages' true accuracy minus the mean of their checkpoints', points."
+    ),
     study: bool = typer.Option(
         False,
         "--study",
@@ -30,6 +36,8 @@ def simulate(
     """Write synthetic generations.parquet and nll.parquet (the records contract) plus
     truth.parquet (true test accuracy per checkpoint) and simulation.json to OUT_DIR.
     Records a simulation did not write (a measured folder) are kept unless --force.
+    --average-last K adds the average of each trajectory's last K checkpoints (its true accuracy
+    the mean of theirs plus --average-gain points).
     With --study, study files of the preset's shape instead (nothing trained or measured)."""
     from ckptsel.sim.simulate import TRUTH_FILE, write_simulation  # when run (see ckptsel.cli)
 
@@ -41,7 +49,18 @@ def simulate(
     if study:
         return write_shape(out_dir, preset, seed)
     start = time.perf_counter()
-    out = write_simulation(out_dir, preset, seed, force=force)
+    if average_gain and not average_last:
+        raise CkptselError("--average-gain plants a gain in the averages: name them with --average-last K")
+    spec = preset
+    if average_last:
+        from dataclasses import replace
+
+        from ckptsel.sim.presets import PRESETS
+
+        if preset not in PRESETS:
+            raise CkptselError(f"simulate: unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+        spec = replace(PRESETS[preset], average_last=tuple(average_last), average_gain_pp=float(average_gain))
+    out = write_simulation(out_dir, spec, seed, force=force)
     elapsed = time.perf_counter() - start
     truth = pd.read_parquet(out / TRUTH_FILE)
     gen = pd.read_parquet(out / GENERATIONS_FILE, columns=["task", "split", "item_id"])

@@ -56,7 +56,7 @@ class ValidationData:
     trajectory: str
     configuration: str
     task: str
-    steps: np.ndarray  # (T,) ascending; steps[-1] is the final checkpoint
+    steps: np.ndarray  # (T,) ascending (averages' reserved negative steps first); steps[-1] is the final checkpoint
     item_ids: np.ndarray  # (n,) eligible items, sorted by id
     groups: np.ndarray  # (n,)
     correct: np.ndarray  # (T, n) bool

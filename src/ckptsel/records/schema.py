@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -103,6 +104,16 @@ def candidate_name(step: int) -> str:
         raise CkptselError(f"step {step}: negative, and not a recorded average's step")
     s = -step
     return f"average-last{s}" if s <= MAX_AVERAGED else f"ema-{(s - AVERAGE_SPAN) / AVERAGE_SPAN!r}"
+
+
+def step_text(step: int) -> str:
+    """A candidate in a sentence: its step (``75``), or the average's name (``average-last3``)."""
+    return str(int(step)) if step >= 0 else candidate_name(step)
+
+
+def n_averages(steps) -> int:
+    """How many of a trajectory's ascending ``steps`` are averages (they come first)."""
+    return int((np.asarray(steps) < 0).sum())
 
 
 def average_rule_name(step: int) -> str:

@@ -20,8 +20,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ckptsel._util.io import write_bytes
-from ckptsel.choose.rules import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES
+from ckptsel.choose.rules import ALL_RULES, H_BASELINE, MATCHED_HALF_RULES, RULE_ORDER, SIGNAL_RULES, shown_rule
 from ckptsel.errors import CkptselError
+from ckptsel.records.schema import step_text
 from ckptsel.results.summary import Gains, Summary, budget_order
 
 FIGURE_FORMATS = ("png", "svg")
@@ -29,13 +30,19 @@ RULE_STYLE = {r.name: {"color": r.color, "marker": r.marker, "label": r.label} f
 
 
 def summary_own_rules(summary: Summary) -> list[str]:
-    """A researcher's own rules in a summary (those that are not built in)."""
-    return [r for r in summary.gains.rules if r not in ALL_RULES]
+    """A researcher's own rules in a summary (those that are not built in), after the averages'
+    fixed choices (drawn beside the rules that choose: their G and H)."""
+    averages = [r for r in summary.gains.rules if r not in ALL_RULES and shown_rule(r) is not None]
+    return [*averages, *(r for r in summary.gains.rules if r not in ALL_RULES and shown_rule(r) is None)]
 
 
 def _style(rule: str) -> dict:
-    """A rule's color, marker and legend (a researcher's own rule: brown triangles, its name)."""
-    return RULE_STYLE.get(rule, {"color": "#8c564b", "marker": "v", "label": f"{rule} (yours)"})
+    """A rule's color, marker and legend (an average's: its name; a researcher's own rule: brown
+    triangles, its name)."""
+    spec = shown_rule(rule)
+    if spec is not None:
+        return {"color": spec.color, "marker": spec.marker, "label": spec.label}
+    return {"color": "#8c564b", "marker": "v", "label": f"{rule} (yours)"}
 
 
 def budget_curve_figure(summary: Summary | dict, quantity: str = "G", gains: Gains | None = None, title: str | None = None) -> Figure:
@@ -225,6 +232,7 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
             f"trajectory {trajectory!r} not in the results (known: {', '.join(names[:10])}{' …' if len(names) > 10 else ''})"
         )
     d = curves[curves["trajectory"] == trajectory].sort_values("step")
+    averages, d = d[d["step"] < 0], d[d["step"] >= 0]  # averages: a marker each, beside the final step
     steps = d["step"].to_numpy()
     has_nll = _has_nll_curve(d)
     fig = Figure(figsize=(7.0, 5.6 if has_nll else 3.4), layout="constrained")
@@ -232,6 +240,10 @@ def trajectory_figure(curves: pd.DataFrame, trajectory: str | None = None) -> Fi
     ax1.plot(steps, d["test_accuracy"], marker="o", color="#1f77b4", label="test accuracy")
     ax1.plot(steps, d["validation_accuracy"], marker="s", color="#ff7f0e", label="validation accuracy (eligible pool)")
     ax1.axvline(steps[-1], color="grey", linestyle=":", linewidth=1.0, label="final checkpoint")
+    for (_, a), marker in zip(averages.iterrows(), "*PXh8p", strict=False):
+        ax1.scatter(
+            [steps[-1]], [a["test_accuracy"]], marker=marker, s=90, color="#17becf", zorder=3, label=f"{step_text(a['step'])} (test)"
+        )
     ax1.set_ylabel("accuracy (%)")
     ax1.legend(fontsize=8, loc="best")
     ax1.grid(alpha=0.3)

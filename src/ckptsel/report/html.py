@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from ckptsel.choose.rules import H_BASELINE, RULES, SIGNAL_RULES
+from ckptsel.choose.rules import H_BASELINE, RULES, SIGNAL_RULES, average_rule_step, shown_rule
+from ckptsel.records.schema import step_text
 from ckptsel.report.tables import ReportTable, budgets_text
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.summary import Range, Summary
@@ -57,6 +58,11 @@ CLAIMS = (
 RULE_WORDS = {name: RULES[name].words for name in SIGNAL_RULES}
 
 
+def _rule_words(rule: str) -> str:
+    spec = shown_rule(rule)
+    return RULE_WORDS.get(rule) or (spec.words if spec is not None else f"your rule {rule}")
+
+
 def verdict(e: Estimate | dict | None) -> str:
     """'resolved positive' / 'resolved negative' / 'unresolved' from an estimate's interval;
     'not estimable' when the design gives it none."""
@@ -89,12 +95,14 @@ def claim_sentences(summary: Summary | dict) -> list[tuple[str, str]]:
     summary = Summary.coerce(summary)
     level, d_from = summary.level_percent, summary.d_from
     out = []
-    rules = [*SIGNAL_RULES, *(r for r in summary.gains.rules if r not in RULES)]  # then a researcher's own
+    rules = [*SIGNAL_RULES, *(r for r in summary.gains.rules if r not in RULES)]  # then the averages, a researcher's own
     for key, question, symbol in CLAIMS:
         symbol = symbol.format(n=d_from)
         for rule in rules:
             if key == "H" and rule == H_BASELINE:
                 continue  # matched NLL against itself is 0 by construction
+            if key == "D" and average_rule_step(rule) is not None:
+                continue  # an average is a fixed choice: more validation data changes nothing
             e = summary.gains.get(key, rule)
             v = verdict(e)
             if v == "not available":
@@ -125,7 +133,7 @@ def claim_sentences(summary: Summary | dict) -> list[tuple[str, str]]:
             out.append(
                 (
                     v,
-                    f"<b>{html.escape(question)}?</b> With {html.escape(RULE_WORDS.get(rule, 'your rule ' + rule))}: "
+                    f"<b>{html.escape(question)}?</b> With {html.escape(_rule_words(rule))}: "
                     f"{html.escape(symbol)} = {html.escape(nums)} — {html.escape(reading)}.",
                 )
             )
@@ -211,9 +219,9 @@ def keep_frame(summary: Summary) -> pd.DataFrame | None:
             "trajectory": r.trajectory,
             "configuration": r.configuration,
             "final step": r.final_step,
-            f"{keep.rule} rule's choice": ", ".join(map(str, r.choice)) or "–",
+            f"{keep.rule} rule's choice": ", ".join(map(step_text, r.choice)) or "–",
             f"split-validation gain over final, pp ({level}%)": fmt(r.gain),
-            "keep": f"{r.keep_step} (final)" if r.keep_final else f"{r.keep_step}",
+            "keep": f"{r.keep_step} (final)" if r.keep_final else step_text(r.keep_step),
         }
         for r in keep.trajectories
     ]

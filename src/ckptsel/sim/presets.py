@@ -73,6 +73,10 @@ class SimSpec:
     decline_pp: tuple[float, float] = (0.5, 3.0)  # size of that decline by the final step
     decline_start: tuple[float, float] = (0.35, 0.75)
     gain_scale: float = 1.0  # planted effect: multiplies every configuration's late decline
+    # averages of the last K checkpoints (recorded at step -K): their true accuracy is the mean
+    # of those checkpoints' plus ``average_gain_pp`` (a planted averaging gain)
+    average_last: tuple[int, ...] = ()
+    average_gain_pp: float = 0.0
     seed_sd_pp: float = 0.8  # seed-level offset of the whole curve
     seed_decline_sd: float = 0.3  # lognormal sd of a seed's decline around its configuration's
     checkpoint_sd_pp: float = 0.65  # independent jitter of each checkpoint

@@ -407,6 +407,13 @@ def _check(spec: SimSpec) -> None:
             raise CkptselError(f"simulate: task {t.name!r} needs validation and test items")
     if spec.checkpoints[0] < 2 or spec.checkpoints[0] > spec.checkpoints[1]:
         raise CkptselError(f"simulate: bad checkpoint range {spec.checkpoints}")
+    for k in spec.average_last:
+        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= spec.checkpoints[0]:
+            raise CkptselError(f"simulate: average_last {k!r}: each K an integer from 2 to the fewest checkpoints ({spec.checkpoints[0]})")
+    if len(set(spec.average_last)) != len(spec.average_last):
+        raise CkptselError(f"simulate: average_last {spec.average_last}: each K once")
+    if not math.isfinite(spec.average_gain_pp) or abs(spec.average_gain_pp) > 20:
+        raise CkptselError(f"simulate: average_gain_pp {spec.average_gain_pp!r}: a finite gain within ±20 points")
 
 
 class _Vocab:
@@ -554,11 +561,19 @@ def _trajectory(
     (accuracy, correctness, answers, NLL, exclusions)."""
     n = len(pool.item_ids)
     t_count = len(cfg.steps)
-    p_test, z, correct = _correctness(cfg, task, pool, spec, mix, rng)
+    p_test, z, correct, static = _correctness(cfg, task, pool, spec, mix, rng)
     answer = _answer_codes(pool, ans_codes, correct, spec, mix, rng)
     n_matched, n_complete, nll_matched, nll_complete = _nll(cfg, pool, z, spec, mix, rng)
     keep_gen, keep_nll = _exclusions(task.n_validation, t_count, n, spec, rng)
-    steps_grid = np.broadcast_to(cfg.steps[:, None], (t_count, n))
+    steps = cfg.steps
+    if spec.average_last:  # rows of the averages first (their reserved steps are negative)
+        rows = _averages(task, pool, ans_codes, spec, p_test, z, static, answer, nll_matched, nll_complete)
+        steps, p_test, correct, answer, nll_matched, nll_complete = (
+            np.concatenate([a, b]) for a, b in zip(rows, (steps, p_test, correct, answer, nll_matched, nll_complete), strict=True)
+        )
+        keep_gen, keep_nll = (np.concatenate([np.ones((len(rows[0]), n), dtype=bool), k]) for k in (keep_gen, keep_nll))
+        t_count = len(steps)
+    steps_grid = np.broadcast_to(steps[:, None], (t_count, n))
     k = int(keep_nll.sum())
     ntok = np.stack([n_matched, n_complete])  # (2, n)
     windows = np.array([MATCHED_WINDOW, COMPLETE_WINDOW], dtype=np.int64)
@@ -566,7 +581,7 @@ def _trajectory(
         code=code,
         configuration=configuration,
         task=cfg.task_index,
-        steps=cfg.steps,
+        steps=steps,
         p_test=p_test,
         keep_gen=keep_gen,
         keep_nll=keep_nll,
@@ -581,10 +596,35 @@ def _trajectory(
     )
 
 
+def _averages(
+    task: TaskSim, pool: _Pool, ans_codes: np.ndarray, spec: SimSpec, p_test, z, static, answer, nll_matched, nll_complete
+) -> tuple[np.ndarray, ...]:
+    """``(steps, p_test, correct, answer, nll_matched, nll_complete)`` of the averages of the last
+    K checkpoints (``spec.average_last``; steps -K, ascending): true accuracy the mean of those
+    checkpoints' plus ``average_gain_pp``; correctness latent ``static`` (the item parts, the same
+    in every row) plus the mean of their AR(1) parts rescaled to unit variance, so an average
+    answers most like the checkpoints it averages; a wrong answer the final checkpoint's when it
+    is wrong, else the item's first distractor; NLL the mean of theirs. No random draws: the
+    checkpoints' rows are those of the same simulation without averages."""
+    ks = sorted(spec.average_last, reverse=True)
+    phi = spec.ar_coefficient
+    p_avg = np.array([p_test[-k:].mean() + spec.average_gain_pp / 100 for k in ks]).clip(1e-6, 1 - 1e-6)
+    lags = [np.abs(np.subtract.outer(np.arange(k), np.arange(k))) for k in ks]
+    sd = np.array([math.sqrt(float((phi**lag).sum())) / k for k, lag in zip(ks, lags, strict=True)])  # of a mean of k AR rows
+    z_avg = static[None, :] + np.stack([z[-k:].mean(axis=0) - static for k in ks]) / sd[:, None]
+    thr = norm_ppf(p_avg)[:, None] + np.where(pool.is_test, 0.0, task.validation_shift)[None, :]
+    correct = z_avg < thr
+    wrong = np.where(answer[-1] != ans_codes[:, 0], answer[-1], ans_codes[:, 1])  # (n,)
+    answers = np.where(correct, ans_codes[None, :, 0], wrong[None, :])
+    mean = lambda a: np.stack([a[-k:].mean(axis=0) for k in ks])  # noqa: E731
+    return np.array([-k for k in ks], dtype=np.int64), p_avg, correct, answers, mean(nll_matched), mean(nll_complete)
+
+
 def _correctness(
     cfg: _Config, task: TaskSim, pool: _Pool, spec: SimSpec, mix: _Mixing, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(true test accuracy (T,), correctness latent z (T, n), correct (T, n))``: the latent
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(true test accuracy (T,), correctness latent z (T, n), correct (T, n), its item parts
+    (n,))``: the latent
     is item difficulty + trajectory-item effect + AR(1) along checkpoints, cut at the test
     curve for test items and at the (shifted, slightly mismatched) validation curve."""
     n = len(pool.item_ids)
@@ -600,7 +640,7 @@ def _correctness(
     v[val] = math.sqrt(gs) * vg[pool.group_index[val]] + math.sqrt(1 - gs) * v[val]
     static = mix.a_u * pool.difficulty + mix.a_v * v
     z = static[None, :] + mix.a_e * _ar1(rng, n, t_count, spec.ar_coefficient)
-    return p_test, z, z < thr
+    return p_test, z, z < thr, static
 
 
 def _answer_codes(
@@ -776,7 +816,10 @@ def _assemble(
 
 
 def _parameters(spec: SimSpec) -> dict:
-    return asdict(spec)
+    out = asdict(spec)
+    if not spec.average_last:  # a simulation without averages is described as before they existed
+        del out["average_last"], out["average_gain_pp"]
+    return out
 
 
 def foreign_records(out: Path) -> list[str]:

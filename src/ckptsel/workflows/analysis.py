@@ -26,7 +26,7 @@ from ckptsel._util.io import write_csv, write_parquet, write_text
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import single_threaded
 from ckptsel.choose.budgets import INDEX_FILE, ITEMS_FILE, write_budget_items
-from ckptsel.choose.choices import choose
+from ckptsel.choose.choices import averages_of, choose
 from ckptsel.choose.evaluate import score
 from ckptsel.choose.frozen import choices_hash, freeze, load_frozen
 from ckptsel.choose.rules import UserRule, bind_rules
@@ -203,6 +203,7 @@ def freeze_choices(
     if validation is None:
         events.phase("loading validation records…")
         validation = load_validation(records_dir)
+    settings = replace(settings, averages=averages_of(validation))  # each a fixed choice and a candidate
     events.phase(f"choosing on validation ({settings.permutations} permutations per trajectory)…")
     with validation_only():  # a researcher's rule runs inside: test records are refused
         table = choose(validation, settings, ValidationExtras(records_dir))

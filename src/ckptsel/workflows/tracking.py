@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ckptsel.choose.rules import SIGNAL_RULES
+from ckptsel.choose.rules import AVERAGE_RULE_RE, SIGNAL_RULES
 from ckptsel.errors import CkptselError
 from ckptsel.records.scan import read_frame
 from ckptsel.trackers.base import TRACKERS, Logged, LogTarget, check_model_name, check_trackers, require
@@ -56,8 +56,8 @@ class LogSettings:
         for name in self.run_ids:
             if name not in self.to:
                 raise CkptselError(f"--run-id for {name}, which is not logged to (--log {name})")
-        if self.rule not in SIGNAL_RULES:
-            raise CkptselError(f"unknown rule {self.rule!r}; use one of {', '.join(SIGNAL_RULES)}")
+        if self.rule not in SIGNAL_RULES and not AVERAGE_RULE_RE.fullmatch(self.rule):
+            raise CkptselError(f"unknown rule {self.rule!r}; use one of {', '.join(SIGNAL_RULES)} (or an average's: mean_last3, ema_0_9)")
         if self.register is not None:
             check_model_name(self.register)
 

@@ -62,13 +62,13 @@ from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel._util.threads import single_threaded
 from ckptsel.choose import core
-from ckptsel.choose.choices import choose_trajectory, full_pool_choice, pools_of, signals
-from ckptsel.choose.rules import RULES, SIGNAL_RULES, RuleSpec, UserRule, rule_specs
+from ckptsel.choose.choices import averages_of, choose_trajectory, full_pool_choice, pools_of, signals
+from ckptsel.choose.rules import AVERAGE_RULE_RE, RULES, SIGNAL_RULES, RuleSpec, UserRule, rule_specs
 from ckptsel.choose.settings import FULL, ChoiceSettings, labels_of
 from ckptsel.defaults import BUDGETS
 from ckptsel.errors import CkptselError
 from ckptsel.records.load import TestData, ValidationData, ValidationExtras, find_trajectory, load_test, load_validation, validation_only
-from ckptsel.records.schema import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW, candidate_name, step_text
 from ckptsel.results.estimate import Estimate, fmt
 from ckptsel.results.summary import KeepRow, KeepTable
 from ckptsel.stats.bootstrap import percentile_interval
@@ -911,13 +911,20 @@ class _Split:
         """``own``: a researcher's rules (bound), chosen with beside the built-in ones; they run
         on the validation records only (test records refused meanwhile)."""
         _check_splittable(v, settings)
-        choice = ChoiceSettings(permutations=settings.permutations, seed=settings.seed, rules=own)
-        specs = rule_specs(own, extras)
+        averages = averages_of([v])  # each a fixed choice; its split gain is the average's own on held-out halves
+        choice = ChoiceSettings(permutations=settings.permutations, seed=settings.seed, rules=own, averages=averages)
+        specs = rule_specs(own, extras, averages)
         with validation_only():
             chosen = choose_trajectory(v, choice, extras=extras)
             sig = signals(v, specs)
+        sig.update({r: fixed_signal(v.steps, s.fixed_step, len(v.item_ids)) for r, s in specs.items() if s.fixed_step is not None})
         pool = _Pool.of(v, settings)
         if rule not in sig:
+            if AVERAGE_RULE_RE.fullmatch(rule):
+                held = ", ".join(candidate_name(a) for a in averages) or "none"
+                raise CkptselError(
+                    f"trajectory {v.trajectory!r}: rule {rule!r} keeps an average its records do not hold (averages: {held})"
+                )
             raise _no_nll(rule, v.trajectory)
         return cls(v, chosen, sig, pool, specs)
 
@@ -931,6 +938,12 @@ class _Split:
         return chosen_steps(self.chosen[("nested", r, FULL)], self.v.steps)
 
 
+def fixed_signal(steps: np.ndarray, step: int, n: int) -> np.ndarray:
+    """``(T, n)`` int64 signal that every subset maximizes at the row of ``step`` (a fixed choice
+    as a rule: its split-validation gain is that candidate's gain over the final checkpoint)."""
+    return np.broadcast_to((np.asarray(steps) == step).astype(np.int64)[:, None], (len(steps), n)).copy()
+
+
 def chosen_steps(full: np.ndarray, steps: np.ndarray) -> tuple[int, ...]:
     """The steps of a full-pool choice ``full`` (T,): its tie set."""
     return tuple(int(steps[i]) for i in np.flatnonzero(full > 0))
@@ -938,7 +951,7 @@ def chosen_steps(full: np.ndarray, steps: np.ndarray) -> tuple[int, ...]:
 
 def _check_rule(rule: str, own: tuple[UserRule, ...]) -> None:
     known = [*SIGNAL_RULES, *(u.name for u in own)]
-    if rule not in known:
+    if rule not in known and not AVERAGE_RULE_RE.fullmatch(rule):
         raise CkptselError(f"unknown rule {rule!r}; choose from {known} (or your own: --rule FILE.py:function)")
 
 
@@ -1304,12 +1317,12 @@ def _recommend(result: RuleSelection, rule: str, final_step: int, level: float) 
     if sv.estimable and not sv.unresolved and sv.lo > 0:
         candidates = [s for s in tied if s != final_step]
         keep = max(candidates)  # a tie set: the latest of the tied checkpoints
-        tie_note = f" (tied with {', '.join(str(s) for s in tied if s != keep)}; the latest is kept)" if len(tied) > 1 else ""
+        tie_note = f" (tied with {', '.join(step_text(s) for s in tied if s != keep)}; the latest is kept)" if len(tied) > 1 else ""
         return Recommendation(
             rule,
             keep,
             False,
-            f"the {rule} rule picks step {keep}{tie_note}, and its split-validation gain over the final "
+            f"the {rule} rule picks {'step ' if keep >= 0 else ''}{step_text(keep)}{tie_note}, and its split-validation gain over the final "
             f"checkpoint on held-out validation halves is {gain}, {pct}% interval above 0",
         )
     why = "contains 0 (unresolved)" if sv.unresolved else "is below 0"
@@ -1321,7 +1334,7 @@ def _recommend(result: RuleSelection, rule: str, final_step: int, level: float) 
         rule,
         final_step,
         True,
-        f"the {rule} rule picks step(s) {', '.join(map(str, tied))}, but its split-validation gain over the "
+        f"the {rule} rule picks step(s) {', '.join(map(step_text, tied))}, but its split-validation gain over the "
         f"final checkpoint is {gain} and the {pct}% interval {why}; without evidence that the choice "
         "beats the final checkpoint on items it did not see, keep the final checkpoint",
     )
