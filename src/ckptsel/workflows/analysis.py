@@ -34,7 +34,7 @@ from ckptsel.choose.settings import ChoiceSettings, budget_notes
 from ckptsel.errors import CkptselError, VerificationError
 from ckptsel.records.load import ValidationData, ValidationExtras, load_test, load_validation, uncached, validation_only
 from ckptsel.records.provenance import provenance_lines
-from ckptsel.records.schema import MATCHED_WINDOW
+from ckptsel.records.schema import MATCHED_WINDOW, step_text
 from ckptsel.records.units import one_listing
 from ckptsel.results import publish
 from ckptsel.results.layout import CHOICES_DIR, PROTOCOL_FILE, RUN_FILE, SUMMARY_FILE, TABLES_DIR
@@ -428,7 +428,7 @@ def fallback_lines(records_dir: Path, validation: list[ValidationData], keep: Ke
         share = float(shares[list(v.steps).index(step)])
         if share >= defaults.FALLBACK_NOTE_SHARE:
             also = "" if step == final else f" (the final step {final}: {100 * float(shares[-1]):.0f}%)"
-            found.append(f"{v.trajectory!r} keeps step {step}: {100 * share:.0f}%{also}")
+            found.append(f"{v.trajectory!r} keeps {'step ' if step >= 0 else ''}{step_text(step)}: {100 * share:.0f}%{also}")
     if not found:
         return []
     shown = "; ".join(found[:10]) + (f"; and {len(found) - 10} more" if len(found) > 10 else "")

@@ -320,7 +320,7 @@ class AnswerCheck:
         """``step`` in words, e.g. ``step 40 gives one answer to 100% of its 128 eligible
         validation items and is right on 5% of them``."""
         return (
-            f"step {step} gives one answer to {100 * self.shares[str(step)]:.0f}% of its {self.items} "
+            f"{'step ' if step >= 0 else ''}{step_text(step)} gives one answer to {100 * self.shares[str(step)]:.0f}% of its {self.items} "
             f"eligible validation items and is right on {100 * self.precisions[str(step)]:.0f}% of those"
         )
 
