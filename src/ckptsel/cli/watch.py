@@ -13,6 +13,7 @@ from ckptsel._util.extras import require_ml
 from ckptsel._util.keys import user_key
 from ckptsel.cli import options
 from ckptsel.cli.output import console, err_console, json_flag, print_json, progress_bars
+from ckptsel.records.schema import candidate_name
 
 
 @options.with_groups
@@ -114,7 +115,7 @@ class _Say:
         if data["state"] == "selected":
             rec = data["recommendation"]
             what = "selection (provisional: run in progress)" if rec.get("provisional") else "selection"
-            self(f"{what}: keep checkpoint-{rec['keep_step']} ({rec['reason']})")
+            self(f"{what}: keep {candidate_name(rec['keep_step'])} ({rec['reason']})")
 
 
 class _StatusLines:

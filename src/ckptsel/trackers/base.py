@@ -53,7 +53,7 @@ import pandas as pd
 from ckptsel._util.locations import Location, as_location
 from ckptsel.choose.rules import SIGNAL_RULES
 from ckptsel.errors import CkptselError
-from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
+from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE, candidate_name, step_text
 from ckptsel.records.units import UNITS_DIR
 from ckptsel.report.build import load_results
 from ckptsel.report.tables import all_tables
@@ -459,7 +459,7 @@ def evidence(selection: dict, summary: dict | None = None) -> str:
     sv, test = block.get("split_validation"), block.get("test")
     pct = int(round(float((selection.get("settings") or {}).get("level", 0.95)) * 100))
     tied = (block.get("choice") or {}).get("steps") or []
-    lines = [f"ckptsel recommends **step {step}** of trajectory `{traj}` (rule `{rule}`)."]
+    lines = [f"ckptsel recommends **{'step ' if step >= 0 else ''}{step_text(step)}** of trajectory `{traj}` (rule `{rule}`)."]
     if rec.get("keep_final") and selection.get("final_step") not in tied and sv is not None:
         why = "unresolved" if sv.get("unresolved") else "below 0"
         if sv.get("not_estimable") or sv.get("cannot_resolve"):
@@ -491,7 +491,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 def check_model_folder(name: str, checkpoint: Path | None, trajectory: str, step: int) -> Path:
     """The checkpoint folder to register, which must hold a model (``config.json``,
     ``adapter_config.json`` or weights); else one line saying why nothing is registered."""
-    where = f"{trajectory}/checkpoint-{step}"
+    where = f"{trajectory}/{candidate_name(step)}"
     if checkpoint is None:
         raise CkptselError(
             f"--register {name}: no checkpoint folder for step {step} of {trajectory}, so there is "

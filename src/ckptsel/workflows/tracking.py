@@ -19,6 +19,7 @@ from typing import Any
 from ckptsel.choose.rules import AVERAGE_RULE_RE, SIGNAL_RULES
 from ckptsel.errors import CkptselError
 from ckptsel.records.scan import read_frame
+from ckptsel.records.schema import candidate_name
 from ckptsel.trackers.base import TRACKERS, Logged, LogTarget, check_model_name, check_trackers, require
 from ckptsel.trackers.log import log_results
 from ckptsel.workflows.advise.selection import Selection, SelectSettings, select_checkpoint
@@ -138,7 +139,7 @@ def _checkpoint(settings: LogSettings, selection: Selection) -> Path | None:
     if settings.checkpoints is None:
         return None
     # the folder even when it is not there: --register then names it (never a silent None)
-    return settings.checkpoints / selection.trajectory / f"checkpoint-{selection.recommendation.keep_step}"
+    return settings.checkpoints / selection.trajectory / candidate_name(selection.recommendation.keep_step)
 
 
 def log_selection(
