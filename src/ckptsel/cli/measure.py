@@ -136,8 +136,10 @@ def measure(
         )
         return
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
+    averages = sum(step < 0 for step in res.steps)  # ckptsel average's folders: negative steps
+    counted = f"{len(res.steps) - averages} checkpoints" + (f" and {averages} average(s)" if averages else "")
     typer.echo(
-        f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "
+        f"{res.trajectory}: {counted} ({len(res.measured_steps)} measured{reused}); "
         f"{res.generated_items} generations, {res.scored_items} NLL items in {res.seconds:.1f}s -> {where['out']}"
     )
     if not where.get("configuration") and res.configuration != res.trajectory:
