@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from ckptsel.errors import CkptselError  # noqa: E402
 from ckptsel.measure.config import MeasureConfig  # noqa: E402
 from ckptsel.measure.run import measure_run  # noqa: E402
 from ckptsel.records.scan import read_frame  # noqa: E402
@@ -272,3 +273,22 @@ def test_average_refuses_what_records_cannot_hold(hostile, capsys, args, needle)
     assert code == 2, said
     assert len(said.strip().splitlines()) == 1 and needle in said, said
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_vllms_max_lora_rank_holds_the_averages(hostile):
+    """vLLM's ``max_lora_rank``: the smallest it takes that holds every adapter it serves,
+    an average of three rank-4 adapters (rank 12) included; a smaller one asked for is refused."""
+    from ckptsel.measure.backends.vllm import _check_checkpoints
+    from ckptsel.train.average_read import find_averages
+    from ckptsel.train.checkpoints import discover_checkpoints
+
+    run_dir = spoiled(hostile, "ranks")
+    average_run(run_dir, [3])
+    ckpts = discover_checkpoints(run_dir)
+    averages = find_averages(run_dir, ckpts)
+    assert [c.step for c in averages] == [-2, -3]
+    config = MeasureConfig("gsm8k", **SETTINGS)
+    assert _check_checkpoints(config, ckpts) == 8
+    assert _check_checkpoints(config, ckpts + averages) == 16
+    with pytest.raises(CkptselError, match="--max-lora-rank 8 is below the run's adapter rank 12"):
+        _check_checkpoints(MeasureConfig("gsm8k", max_lora_rank=8, **SETTINGS), ckpts + averages)

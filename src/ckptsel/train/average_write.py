@@ -2,7 +2,9 @@
 
 An average is a folder of the run directory whose name is not a step (``average-last3/``,
 ``ema-0.9/``), so the checkpoint listing (:func:`~ckptsel.train.checkpoints.discover_checkpoints`)
-and everything that measures or analyses a run ignore it. It loads like any checkpoint of its
+ignores it; ``measure`` finds it (:func:`~ckptsel.train.average_read.find_averages`) and records
+it at its reserved step (:func:`~ckptsel.records.schema.average_step`), and a name that step
+cannot hold (``--last 1000``, a decay of seven decimals) is refused before anything is read. It loads like any checkpoint of its
 kind (a PEFT adapter, or a full model with the last source's config and tokenizer files), and
 :data:`RECORD_FILE` inside it says how it was made: the method, ``k`` or the decay, each
 source's step, folder (relative to the run directory), weights fingerprint and weight, the
