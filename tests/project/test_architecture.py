@@ -53,7 +53,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),
     "data.audit": ("grams", "indexes", "findings", "plant", "run", "files"),
     "study": ("configuration", "spec", "protocol"),
-    "train": ("checkpoints", "formats", "models", "trajectory", "study", "average", "average_write"),
+    "train": ("checkpoints", "formats", "models", "trajectory", "study", "average", "average_write", "average_read"),
     "measure": (
         "config",
         "tokens",

@@ -1,5 +1,5 @@
 """``ckptsel average RUN_DIR``: averaged checkpoints (the mean of the last K, an EMA) written
-beside the run's checkpoints, under names that are not steps."""
+beside the run's checkpoints, under names that are not steps (measured at reserved steps)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,8 @@ def average(
     ema-DECAY/ (--ema DECAY). Full models: the float32 mean of each tensor, in the checkpoints'
     dtype, with the last checkpoint's config and tokenizer. LoRA adapters: the exact mean of
     their weight deltas, an adapter of rank K·r. Each folder's ckptsel_average.json names its
-    sources (step, folder, weights fingerprint, weight) and method. Their names are not steps:
-    measure and analyze do not see them (measuring averages beside checkpoints is not built yet).
-    The same inputs again: already there."""
+    sources (step, folder, weights fingerprint, weight) and method. measure records them after
+    the checkpoints at reserved steps (average-lastK: -K). The same inputs again: already there."""
     from ckptsel.train.average_write import average_run  # torch and safetensors when run
 
     answers = average_run(run_dir, last or (), ema, base, force, layout)

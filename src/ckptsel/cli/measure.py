@@ -137,7 +137,7 @@ def measure(
         return
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
     typer.echo(
-        f"{res.trajectory}: {len(res.steps)} checkpoints ({len(res.measured_steps)} measured{reused}); "
+        f"{res.trajectory}: {_counted(res.steps)} ({len(res.measured_steps)} measured{reused}); "
         f"{res.generated_items} generations, {res.scored_items} NLL items in {res.seconds:.1f}s -> {where['out']}"
     )
     if not where.get("configuration") and res.configuration != res.trajectory:
@@ -153,3 +153,9 @@ def measure(
         typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the NLL rules of analyze need one)")
     if res.weight_swaps or res.engine_starts > 1:  # "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")
+
+
+def _counted(steps: list[int]) -> str:
+    """``3 checkpoints``, or ``3 checkpoints and 2 average(s)`` (an average's step is negative)."""
+    averages = sum(step < 0 for step in steps)
+    return f"{len(steps) - averages} checkpoints" + (f" and {averages} average(s)" if averages else "")

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ckptsel.records.schema import step_text
+from ckptsel.records.schema import candidate_name, step_text
 from ckptsel.results.estimate import fmt
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
                 state["overall"] = bar.add_task(ev.trajectory, total=ev.total, rate="")
             elif ev.kind == "step":
                 total = max(ev.total, 1)
-                task = bar.add_task(f"  step {ev.step}", total=total, rate="")
+                label = f"step {ev.step}" if ev.step >= 0 else candidate_name(ev.step)  # an average
+                task = bar.add_task(f"  {label}", total=total, rate="")
                 steps[ev.step] = dict(task=task, t0=time.perf_counter(), done=0, total=total)
             elif ev.kind == "items":
                 state["done"] += ev.done

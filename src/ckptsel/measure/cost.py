@@ -406,9 +406,11 @@ def run_cost(
     from ckptsel.measure.backends.hf import tokenizer_ref
     from ckptsel.measure.parts import left_to_measure
     from ckptsel.measure.run import trajectory_name
+    from ckptsel.train.average_read import find_averages
     from ckptsel.train.checkpoints import discover_checkpoints
 
     ckpts = discover_checkpoints(run_dir, base)
+    ckpts += find_averages(run_dir, ckpts, base)  # measured after the checkpoints
     pool = ItemPool.load(config.measured.task, validation, test, config.measured.test_task)
     name = trajectory or trajectory_name(run_dir)
     steps = [c.step for c in ckpts]

@@ -35,6 +35,7 @@ from ckptsel.records.store import upsert_records
 from ckptsel.records.units import UNITS_DIR
 from ckptsel.records.weights import CheckpointStamp, changed_files, recorded_stamps, short_digests
 from ckptsel.study.configuration import default_configuration
+from ckptsel.train.average_read import find_averages
 from ckptsel.train.checkpoints import (
     STATE_FILE,
     Checkpoint,
@@ -342,8 +343,8 @@ class RunMeasurement:
     def _stamp(self, step: int) -> CheckpointStamp:
         """What the units of ``step`` say of the checkpoint they were measured from."""
         final = self.run_final
-        if final is None:
-            final = (max(c.step for c in self.ckpts), None)
+        if final is None:  # the largest checkpoint's step (an average's reserved step is negative)
+            final = (max((c.step for c in self.ckpts if c.step >= 0), default=None), None)
         now = self._stamp_files(step)
         return CheckpointStamp(now.weights, None if final[0] is None else int(final[0]), final[1], now.files, now.file_digests)
 
@@ -423,7 +424,12 @@ def measure_run(
     units say what was mixed). Each unit also records the fingerprint of the weights it was
     measured from and the run's final step (:mod:`ckptsel.records.weights`); a checkpoint
     whose weights or files differ from its records' is refused before anything is written, unless
-    ``replace`` (then it is measured again and its records replaced).
+    ``replace`` (then it is measured again and its records replaced). The run's averages
+    (``average-lastK/``, ``ema-D/``, written by ``ckptsel average``:
+    :func:`~ckptsel.train.average_read.find_averages`) are measured after its checkpoints, on
+    the same items and settings, and recorded at their reserved negative steps
+    (:func:`~ckptsel.records.schema.average_step`); the final checkpoint stays the largest
+    step.
     """
     t_start = time.perf_counter()
     setup = MeasureSetup(
@@ -439,10 +445,11 @@ def measure_run(
     )
     session = RunMeasurement(run_dir, config, setup, on_progress=on_progress, after_checkpoint=after_checkpoint)
     ckpts = discover_checkpoints(session.run_dir, base)
+    averages = find_averages(session.run_dir, ckpts, base)  # measured after the checkpoints
     session.run_final = (ckpts[-1].step, run_complete(ckpts[-1]))
     session.check_records()
     with session:
-        session.measure(ckpts)
+        session.measure(ckpts + averages)
     result = session.result
     result.measured_steps.sort()
     result.reused_steps.sort()

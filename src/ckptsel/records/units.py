@@ -34,11 +34,19 @@ from pathlib import Path
 from typing import TypeVar
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE
+from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE, is_average_step
 
 UNITS_DIR = "units"
 SINGLE_FILES = {"generations": GENERATIONS_FILE, "nll": NLL_FILE}
-_UNIT_RE = re.compile(r"^step-(\d+)\.parquet$")
+# a training step, or an average's reserved negative step (``step--3.parquet``:
+# :func:`~ckptsel.records.schema.average_step`)
+_UNIT_RE = re.compile(r"^step-(-?\d+)\.parquet$")
+
+
+def _unit_step(m: re.Match[str]) -> bool:
+    """A unit file's step is a training step or an average's (any other negative: not a unit)."""
+    step = int(m.group(1))
+    return step >= 0 or is_average_step(step)
 
 
 def unit_path(records_dir: Path | Location | str, kind: str, trajectory: str, step: int) -> Location:
@@ -150,7 +158,7 @@ def _list_units(records_dir: Path | Location | str, kind: str, trajectory: str |
         with os.scandir(base / traj) as entries:
             for e in entries:
                 m = _UNIT_RE.match(e.name)
-                if m and e.is_file():
+                if m and e.is_file() and _unit_step(m):
                     st = e.stat()  # the tag: modification time and inode (an atomic rewrite
                     # is a new file: within the clock's granularity, at the same size, it differs)
                     tag = f"{st.st_mtime_ns}.{st.st_ino}"
@@ -165,7 +173,7 @@ def _list_remote(base: Location, trajectory: str | None = None) -> list[UnitFile
     for rel, info in base.listing().items():
         traj, _, name = (trajectory, "/", rel) if trajectory is not None else rel.partition("/")
         m = _UNIT_RE.match(name)
-        if m and traj and traj[0] != "." and "/" not in name:
+        if m and traj and traj[0] != "." and "/" not in name and _unit_step(m):
             out.append(UnitFile(traj, int(m.group(1)), base / rel, info.size, info.tag))
     return sorted(out, key=lambda u: (u.trajectory, u.step))
 

@@ -12,6 +12,8 @@ A schema-2 file describes a whole study (README "ckptsel run")::
     [measure]      max_new_tokens, batch_size, window, device, backend, dtype
     [executor]     kind, address, workers, num_cpus, num_gpus, max_retries
     [analysis]     permutations, draws, seed, level, interval, budgets
+    [averages]     last (list of K: average-lastK/), ema (a decay: ema-DECAY/): written after
+                   each trajectory is trained, measured with its checkpoints
     [log]          to, run_id, run_name, project, tracking_uri, register, trajectory, rule
                    (results logged to MLflow / W&B / Trackio after analyze; ckptsel.workflows)
     [[configurations]]  a Configuration (trained here), or name + runs = "GLOB" (existing run
@@ -39,6 +41,7 @@ from ckptsel.data.pools import PoolSpec
 from ckptsel.data.tasks import get_task, is_task_file
 from ckptsel.defaults import DATA_SEED
 from ckptsel.errors import CkptselError
+from ckptsel.records.schema import MAX_AVERAGED, average_step
 from ckptsel.study.configuration import DEFAULT_SEEDS, Configuration, Study, resolve_model, resolve_path
 
 _INT, _FLOAT, _STR, _LIST, _BOOL = (int,), (int, float), (str,), (list,), (bool,)
@@ -114,6 +117,10 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "interval": (_STR, "cr2 | wild | percentile"),
         "budgets": (_LIST, 'finite validation budgets ("full" is always added)'),
     },
+    "averages": {
+        "last": (_LIST, "average-lastK/ per K: the mean of each trajectory's last K checkpoints, e.g. [3, 5] (2 <= K <= 999)"),
+        "ema": (_FLOAT, "ema-DECAY/: every checkpoint weighted decay^(n-1-i), normalized; decay in (0, 1), at most six decimals"),
+    },
     "log": {
         "to": (_LIST, 'trackers the results go to: ["mlflow", "wandb", "trackio"]'),
         "run_id": (_STR, "the run to log into (TRACKER=ID with several); default: a new run"),
@@ -186,10 +193,17 @@ class StudySpec:
     executor: dict[str, Any] = field(default_factory=dict)  # [executor]: where measure runs
     log: dict[str, Any] = field(default_factory=dict)  # [log]: trackers the results go to
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)  # [rules.NAME]: a researcher's own rules
+    averages: dict[str, Any] = field(default_factory=dict)  # [averages]: last (list of K), ema (decay)
 
     @property
     def state_dir(self) -> Path:
         return self.workdir / STATE_DIR
+
+    def average_names(self) -> list[str]:
+        """The folders ``[averages]`` writes beside each trajectory's checkpoints:
+        ``average-lastK`` per K, then ``ema-DECAY``."""
+        ema = self.averages.get("ema")
+        return [f"average-last{k}" for k in self.averages.get("last", [])] + ([f"ema-{ema!r}"] if ema is not None else [])
 
     def trajectory_names(self) -> list[str]:
         return [name for name, _, _ in self.study.trajectories()]
@@ -353,7 +367,37 @@ def _load(path: str | Path | Location, overrides: Sequence[str], workdir: str | 
         dict(data.get("executor", {})),
         dict(data.get("log", {})),
         {str(k): dict(v) for k, v in (data.get("rules") or {}).items()},
+        _averages(data.get("averages", {}), chk),
     )
+
+
+def _averages(table: dict[str, Any], chk: _Checker) -> dict[str, Any]:
+    """``[averages]`` (typed already): ``last``, distinct integers K with 2 <= K <=
+    :data:`~ckptsel.records.schema.MAX_AVERAGED`; ``ema``, a decay in (0, 1) whose folder name
+    ``ema-DECAY`` records can hold (:func:`~ckptsel.records.schema.average_step`). ``{}``
+    without the table; ``{"last": [...], "ema": decay or None}`` with it."""
+    if not table:
+        return {}
+    last = table.get("last", [])
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in last):
+        chk.fail("averages", "last", f"must be a list of integers K (average-lastK/), got {last!r}")
+    bad = next((k for k in last if not 2 <= k <= MAX_AVERAGED), None)
+    if bad is not None:
+        chk.fail("averages", "last", f"K must be between 2 and {MAX_AVERAGED} (an average of the last K checkpoints), got {bad}")
+    if len(set(last)) != len(last):
+        chk.fail("averages", "last", f"contains duplicates: {last}")
+    ema = table.get("ema")
+    if ema is not None:
+        ema = float(ema)
+        if not 0.0 < ema < 1.0:
+            chk.fail("averages", "ema", f"the decay must be between 0 and 1 (exclusive), got {table['ema']!r}")
+        try:
+            average_step(f"ema-{ema!r}")
+        except CkptselError:
+            chk.fail("averages", "ema", f"a decay of at most six decimals (its folder ema-DECAY names it), got {table['ema']!r}")
+    if not last and ema is None:
+        chk.fail("averages", None, "give last = [K, ...] and/or ema = DECAY")
+    return {"last": list(last), "ema": ema}
 
 
 def _measure_settings(measure: dict[str, Any], chk: _Checker, root: Path | Location) -> dict:

@@ -2,7 +2,9 @@
 
 An average is a folder of the run directory whose name is not a step (``average-last3/``,
 ``ema-0.9/``), so the checkpoint listing (:func:`~ckptsel.train.checkpoints.discover_checkpoints`)
-and everything that measures or analyses a run ignore it. It loads like any checkpoint of its
+ignores it; ``measure`` finds it (:func:`~ckptsel.train.average_read.find_averages`) and records
+it at its reserved step (:func:`~ckptsel.records.schema.average_step`), and a name that step
+cannot hold (``--last 1000``, a decay of seven decimals) is refused before anything is read. It loads like any checkpoint of its
 kind (a PEFT adapter, or a full model with the last source's config and tokenizer files), and
 :data:`RECORD_FILE` inside it says how it was made: the method, ``k`` or the decay, each
 source's step, folder (relative to the run directory), weights fingerprint and weight, the
@@ -29,6 +31,7 @@ from typing import Any
 from ckptsel._util.io import write_text
 from ckptsel._util.locations import Location, is_url, temp_dir
 from ckptsel.errors import CkptselError
+from ckptsel.records.schema import MAX_AVERAGED, average_step
 from ckptsel.train.average import (
     DTYPES,
     EMA,
@@ -146,6 +149,7 @@ def plan_averages(
         raise CkptselError(f"{where}: say which average: --last K (repeatable) and/or --ema DECAY")
     if ema is not None:
         check_decay(ema)
+    _check_recordable(last, ema, where)
     ckpts = discover_checkpoints(where, base, layout)
     read: dict[int, Source] = {}
     plans = []
@@ -154,6 +158,21 @@ def plan_averages(
         _check_sources(picked, where)
         plans.append(Plan(where / name, method, picked, weights, _record(name, method, picked, weights, decay)))
     return plans
+
+
+def _check_recordable(last: Sequence[int], ema: float | None, where: Path) -> None:
+    """Each average asked for has a name records can hold (:func:`average_step`): K at most
+    :data:`MAX_AVERAGED`, a decay of at most six decimals; else one line, nothing written."""
+    for k in last:
+        if k > MAX_AVERAGED:
+            raise CkptselError(f"{where}: --last {k}: an average of more than {MAX_AVERAGED} checkpoints cannot be recorded")
+    if ema is not None:
+        try:
+            average_step(f"ema-{ema!r}")
+        except CkptselError:
+            raise CkptselError(
+                f"{where}: --ema {ema!r}: its average ema-{ema!r} cannot be recorded (a decay of at most six decimals, e.g. 0.999)"
+            ) from None
 
 
 def _asked(ckpts: Sequence[Checkpoint], last: Sequence[int], ema: float | None, where: Path) -> list[tuple]:

@@ -30,7 +30,9 @@ and stops at.
   that raised hangs on its next call) and started again when needed;
 * what vLLM would refuse is refused first, in one line: a head size its CPU attention lacks, an
   adapter rank above ``max_lora_rank``, ``modules_to_save``; anything else that stops the
-  engine from starting is reported in one line too.
+  engine from starting is reported in one line too. ``max_lora_rank`` is the smallest vLLM
+  takes that holds every adapter the engine serves: a run's averages included (an average of
+  ``k`` adapters of rank ``r`` has rank ``k·r``).
 
 vLLM's CPU engine crashes on prompt log-probs with LoRA enabled (vllm-project/vllm#29955): the
 NLL path loads :mod:`ckptsel.measure.backends.vllm_patch` into the engine for the versions it
@@ -272,6 +274,7 @@ class VllmEngine:
         self.start_seconds = 0.0
         self.log = SwapLog()  # starts, full checkpoints swapped in and their time
         self.lora_slots = config.runtime.max_loras or 1  # the engine's max_loras (set before it starts)
+        self.lora_ids: dict[str, int] = {}  # adapter folder -> its LoRARequest id
 
     # ------------------------------------------------------------------ the engine
 
@@ -371,7 +374,11 @@ class VllmEngine:
             return None
         from vllm.lora.request import LoRARequest
 
-        return LoRARequest(f"step{ckpt.step}", ckpt.step + 1, str(_local(ckpt)))
+        path = str(_local(ckpt))
+        # vLLM's adapter ids are positive: one per adapter folder, in the order first served (an
+        # average's step is negative: -3 for average-last3)
+        lora_id = self.lora_ids.setdefault(path, len(self.lora_ids) + 1)
+        return LoRARequest(f"step{ckpt.step}", lora_id, path)
 
     def plan_loras(self, ckpts: Sequence[Checkpoint]) -> int:
         """How many of ``ckpts``' adapters go into one batch (one ``generate`` call), and, when

@@ -255,11 +255,12 @@ class MeasureWorker:
 
 
 def order_units(units: Sequence[WorkUnit]) -> list[WorkUnit]:
-    """Units grouped by base model (first appearance), by step within a group."""
+    """Units grouped by base model (first appearance), by step within a group, the averages
+    (negative steps) after the checkpoints."""
     first: dict[str, int] = {}
     for i, (ckpt, _) in enumerate(units):
         first.setdefault(base_key(ckpt), i)
-    return sorted(units, key=lambda u: (first[base_key(u[0])], u[0].step))
+    return sorted(units, key=lambda u: (first[base_key(u[0])], u[0].step < 0, abs(u[0].step)))
 
 
 def pick_batch(pending: list[list[WorkUnit]], held: str | None, busy: set[str]) -> int:

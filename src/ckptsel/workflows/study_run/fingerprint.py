@@ -1,8 +1,8 @@
 """The study's fingerprint: the settings its recorded work depends on (base model, data and
-pools, measurement fingerprints, seeds, configurations), stored in
+pools, measurement fingerprints, seeds, configurations, the ``[averages]`` folders), stored in
 ``<workdir>/.ckptsel/fingerprint.json``. :func:`check_fingerprint` refuses a study whose changes
 would mix old and new work, naming each difference (:func:`fingerprint_diff`); added
-configurations or seeds are new work, not a change.
+configurations, seeds or averages are new work, not a change.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def fingerprint(ctx: StudyContext) -> dict[str, Any]:
         # a chat format is named by its template: the base model's (trained here, it is the
         # template every checkpoint's tokenizer carries)
         cfg = cfg.bind_format(load_tokenizer(local_ref(st.base_model)), where=str(st.base_model))
+    averages = {"averages": spec.average_names()} if spec.averages else {}
     return {
+        **averages,
         "base_model": st.base_model,
         "train": {
             "task": st.task,
@@ -76,6 +78,10 @@ def fingerprint_diff(before: dict, now: dict) -> list[str]:
         a, b = before.get(key), now.get(key)
         if key == "configurations":
             diffs += _configuration_diffs(a or {}, b or {})
+        elif key == "averages":  # one added is new work; one removed leaves its records
+            gone = sorted(set(a or []) - set(b or []))
+            if gone:
+                diffs.append(f"averages {gone} were removed (their records remain)")
         elif key == "seeds":
             gone = sorted(set(a or []) - set(b or []))
             if gone:

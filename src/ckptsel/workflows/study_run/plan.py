@@ -14,6 +14,7 @@ from typing import Any
 
 from ckptsel.measure.cost import Cost, count_cost, estimate_time, local_tokenizer, model_params, probe_rate
 from ckptsel.measure.parts import CheckpointTodo, ItemPool, RecordedItems, left_to_measure
+from ckptsel.records.schema import average_step
 from ckptsel.train.checkpoints import checkpoint_steps, discover_checkpoints
 from ckptsel.workflows.study_run.context import StudyContext, Trajectory
 
@@ -41,14 +42,20 @@ class TrajectoryTodo:
         return self.trained and all(c.done for c in self.checkpoints)
 
 
-def steps_of(t: Trajectory) -> tuple[list[int], list[int]]:
+def steps_of(t: Trajectory, averages: Sequence[str] = ()) -> tuple[list[int], list[int]]:
     """(the checkpoints a trajectory has, those it has or will have): trained here, its complete
-    ``checkpoint-<step>/`` folders and the grid; run folders, their validated checkpoints."""
+    ``checkpoint-<step>/`` folders and the grid; run folders, their validated checkpoints; then
+    the ``averages`` (``[averages]``' folder names) at their reserved steps, had when their
+    folder is there."""
     if t.source == "train":
         have = checkpoint_steps(t.folder)
-        return have, sorted(set(have) | set(t.expected_steps))
-    have = [c.step for c in discover_checkpoints(t.folder)]
-    return have, have
+        steps = sorted(set(have) | set(t.expected_steps))
+    else:
+        have = [c.step for c in discover_checkpoints(t.folder)]
+        steps = list(have)
+    made = [average_step(name) for name in averages]
+    have += [step for name, step in zip(averages, made, strict=True) if (t.folder / name).is_dir()]
+    return have, steps + made
 
 
 def item_pool(ctx: StudyContext) -> ItemPool:
@@ -68,7 +75,7 @@ def what_is_left(ctx: StudyContext, trajectories: Sequence[Trajectory], pool: It
     recorded = RecordedItems.read(ctx.records_dir, pool)
     out = []
     for t in trajectories:
-        have, steps = steps_of(t)
+        have, steps = steps_of(t, ctx.spec.average_names())
         todo = left_to_measure(ctx.records_dir, t.name, steps, ctx.measure_config, pool, recorded)
         out.append(TrajectoryTodo(t, tuple(have), tuple(steps), tuple(todo)))
     return out

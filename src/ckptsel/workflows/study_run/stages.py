@@ -12,7 +12,9 @@ anywhere and run again continues and ends with the same records and the same ``s
   checkpoint (:func:`ckptsel.train.train_study`; finished ones are skipped, others resume).
 * :func:`measure` — every checkpoint of every trajectory (trained here, or existing run folders
   found by a glob), on both pools (:func:`ckptsel.measure.measure_run`, whose part cache skips
-  what is recorded); lm-eval sample folders are ingested (:func:`ingest`).
+  what is recorded); with ``[averages]``, each trajectory's averages are written first, once it
+  has all its checkpoints (:func:`write_averages`), and measured after its checkpoints;
+  lm-eval sample folders are ingested (:func:`ingest`).
 * :func:`analyze` — :func:`ckptsel.workflows.analyze` with the report.
 
 With ``--watch`` (:func:`train_and_watch`) the ``train`` stage runs in a background thread while
@@ -46,6 +48,8 @@ from ckptsel.ingest.lm_eval import ingest_lm_eval
 from ckptsel.measure.run import measure_run
 from ckptsel.measure.watch import WatchSettings
 from ckptsel.study.protocol import check_protocol, protocol_path
+from ckptsel.train.average_write import average_run
+from ckptsel.train.checkpoints import checkpoint_steps
 from ckptsel.train.study import train_study
 from ckptsel.workflows.advise.selection import SelectSettings, select_checkpoint
 from ckptsel.workflows.analysis import AnalysisEvents
@@ -159,8 +163,11 @@ def measure(ctx: StudyContext, only: Sequence[str] | None = None, watch: Callabl
                 continue
             if watch is not None and t.source == "train":
                 watch_trajectory(ctx, t, watch())
-                advance()
-                continue
+                if not write_averages(ctx, t):
+                    advance()
+                    continue
+            else:
+                write_averages(ctx, t)
             res = measure_run(t.folder, ctx.measure_config, **_measured_as(ctx, t))
             ctx.log(
                 f"measure: {t.name}: {len(res.steps)} checkpoints, "
@@ -168,6 +175,24 @@ def measure(ctx: StudyContext, only: Sequence[str] | None = None, watch: Callabl
                 f"recorded ({res.seconds:.1f}s)" + (f"; {res.engines}" if res.engines else "")
             )
             advance()
+
+
+def write_averages(ctx: StudyContext, t: Trajectory) -> bool:
+    """``[averages]``: write the trajectory's averages beside its checkpoints
+    (:func:`ckptsel.train.average_write.average_run`; those already there are kept), once it
+    has every checkpoint (trained here: the whole grid), so ``measure_run`` measures them with
+    its checkpoints. False when the study asks for none or the trajectory is still training."""
+    asked = ctx.spec.averages
+    if not asked:
+        return False
+    if t.source == "train" and not set(t.expected_steps) <= set(checkpoint_steps(t.folder)):
+        ctx.log(f"measure: {t.name}: not trained to its last checkpoint yet; its averages are written once it is")
+        return False
+    answers = average_run(t.folder, asked["last"], asked["ema"])
+    written = [a["name"] for a in answers if a["status"] != "already there"]
+    if written:
+        ctx.log(f"measure: {t.name}: averages {', '.join(written)} written")
+    return True
 
 
 def _measured_as(ctx: StudyContext, t: Trajectory) -> dict:
