@@ -47,6 +47,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.ingest.lm_eval import ingest_lm_eval
 from ckptsel.measure.run import measure_run
 from ckptsel.measure.watch import WatchSettings
+from ckptsel.records.schema import candidate_name
 from ckptsel.study.protocol import check_protocol, protocol_path
 from ckptsel.train.average_write import average_run
 from ckptsel.train.checkpoints import checkpoint_steps
@@ -337,7 +338,7 @@ def log_results(ctx: StudyContext, out: Path) -> None:
     settings = SelectSettings(seed=stat.seed, level=stat.level)
     selection = select_checkpoint(ctx.records_dir, tracking.trajectory, rule=tracking.rule, settings=settings)
     folder = ctx.trajectory(tracking.trajectory).folder
-    checkpoint = folder / f"checkpoint-{selection.recommendation.keep_step}"
+    checkpoint = folder / candidate_name(selection.recommendation.keep_step)  # checkpoint-<step>, or the average's folder
     # the folder even when it is gone: --register then names it (never "give --checkpoints")
     local = isinstance(checkpoint, Path)
     log_selection(selection, tracking, results_dir=out, note=note, checkpoint=checkpoint if local or checkpoint.is_dir() else None)
