@@ -202,3 +202,16 @@ def test_select_keeps_an_average_only_when_its_gain_is_resolved(tmp_path, capsys
     assert rec["keep_final"], rec
     code, text = run_cli(["select", none, "--trajectory", traj, "--rule", "mean_last4"], capsys)
     assert code == 2 and "keeps an average its records do not hold (averages: average-last3)" in text
+
+
+def test_signal_and_noise_read_the_checkpoints_only(tmp_path):
+    """The checkpoints' rows are those of the same simulation without averages, so every block
+    about the checkpoints themselves (signal and noise per task: the last 5 checkpoints) is the
+    same number, also where a trajectory has fewer checkpoints than that."""
+    few = replace(PRESETS["small"], checkpoints=(3, 4))
+    plain = write_simulation(tmp_path / "plain", few, 0)
+    averaged = write_simulation(tmp_path / "avg", replace(few, average_last=(3,), average_gain_pp=5.0), 0)
+    without = analyze(plain, tmp_path / "res", **FAST)
+    with_ = analyze(averaged, tmp_path / "res-avg", **FAST)
+    assert with_.to_dict()["signal_noise"] == without.to_dict()["signal_noise"]
+    assert "mean_last3" in json.dumps(with_.to_dict()) and "mean_last3" not in json.dumps(without.to_dict())

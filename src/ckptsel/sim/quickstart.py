@@ -169,6 +169,9 @@ def study_toml(plan: QuickstartPlan, fast: bool) -> str:
         f"max_new_tokens = {v(plan.max_new_tokens)}",
         f"batch_size = {v(plan.measure_batch)}",
         "",
+        "[averages]                        # the mean of each run's last 3 checkpoints, measured and",
+        "last = [3]                        # analysed beside them: average or select?",
+        "",
         "[analysis]",
         f"permutations = {v(plan.permutations)}",
         f"draws = {v(plan.draws)}",
@@ -207,7 +210,8 @@ def test_spreads(records_dir: Path) -> tuple[dict[str, float], dict[str, float]]
     """Per trajectory: best-to-worst test accuracy over its checkpoints (pp), and the final
     checkpoint's test accuracy (pp)."""
     gen = read_rows(records_dir, "generations", columns=["trajectory", "step", "split", "correct"]).to_pandas()
-    acc = gen[gen["split"] == "test"].groupby(["trajectory", "step"])["correct"].mean() * 100.0
+    gen = gen[(gen["split"] == "test") & (gen["step"] >= 0)]  # checkpoints only (averages sit at negative steps)
+    acc = gen.groupby(["trajectory", "step"])["correct"].mean() * 100.0
     spreads, finals = {}, {}
     for traj, s in acc.groupby(level=0):
         s = s.droplevel(0).sort_index()

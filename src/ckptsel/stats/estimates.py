@@ -390,9 +390,15 @@ def _signal_noise(scored: ScoredChoices) -> SignalNoise | None:
     (:mod:`ckptsel.stats.noise`); None when the scored choices carry no accuracy curves."""
     if not scored.test_accuracy:
         return None
-    curves = [scored.test_accuracy[t] for t in scored.trajectories]
+    curves = [_checkpoints_only(scored, t) for t in scored.trajectories]
     tasks = signal_and_noise(curves, scored.configurations, scored.tasks, defaults.NOISE_CHECKPOINTS)
     return SignalNoise(defaults.NOISE_CHECKPOINTS, tasks)
+
+
+def _checkpoints_only(scored: ScoredChoices, trajectory: str):
+    """``(T_c,)`` the test accuracy of a trajectory's checkpoints (its averages, at negative steps, left out)."""
+    acc, steps = scored.test_accuracy[trajectory], scored.steps.get(trajectory)
+    return acc if steps is None else acc[steps >= 0]
 
 
 def _by_task(scored: ScoredChoices, settings: StatSettings, sums, sizes, task_conf, labels, ov_labels) -> dict[str, TaskResult]:
