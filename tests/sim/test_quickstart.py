@@ -61,9 +61,9 @@ def test_quickstart_artifacts(quick):
         assert len(steps) >= 10 and steps[-1] == finals[name]
         for split in ("validation", "test"):
             g = gen[(gen.trajectory == name) & (gen.split == split)]
-            assert sorted(g.step.unique()) == steps, (name, split)
+            assert sorted(g.step.unique()) == [-3, *steps], (name, split)  # the average of the last 3, then the checkpoints
             n = nll[(nll.trajectory == name) & (nll.split == split)]
-            assert sorted(n.step.unique()) == steps
+            assert sorted(n.step.unique()) == [-3, *steps]
     # validation groups hold several variants (the one-variant-per-group sensitivity needs it)
     val = gen[(gen.split == "validation")]
     assert val.groupby("group").item_id.nunique().max() > 1
@@ -73,6 +73,8 @@ def test_quickstart_artifacts(quick):
     summary = json.loads((out / "results" / "summary.json").read_text())
     assert summary["schema"] == 1
     assert summary["population"]["trajectories"] == 15
+    assert "mean_last3" in summary["budget"] and "G" in summary["budget"]["mean_last3"]["full"]  # average or select?
+    assert "mean_last3" in output
     assert summary["population"]["configurations"] == 5
     # enough configurations: the few-configurations caution does not fire
     assert not any("configuration(s)" in w for w in summary["warnings"]), summary["warnings"]
@@ -89,7 +91,7 @@ def test_quickstart_artifacts(quick):
     assert "Beats simply keeping the final checkpoint?" in output
     # a log (no TTY) gets lines per stage and trajectory, not progress-bar updates
     assert "\r" not in output and "it/s" not in output
-    assert output.count(": 10 checkpoints, 10 measured, 0 already recorded") == 15
+    assert output.count(": 10 checkpoints and 1 average(s), 11 measured, 0 already recorded") == 15
 
 
 def test_quickstart_base_knows_the_format_and_checkpoints_differ_by_points(quick):
@@ -165,7 +167,7 @@ def test_quickstart_is_ckptsel_run_on_its_study_file(quick, capsys):
     except SystemExit as exc:
         assert exc.code in (0, None)
     text = capsys.readouterr().out
-    assert text.count("10 checkpoints, 0 measured, 10 already recorded") == 15, text
+    assert text.count("10 checkpoints and 1 average(s), 0 measured, 11 already recorded") == 15, text
     assert ": trained," not in text and "resumed from" not in text
     assert (out / "results" / "summary.json").read_bytes() == summary
     assert _records_bytes(out / "records") == rec

@@ -111,6 +111,12 @@ def step_text(step: int) -> str:
     return str(int(step)) if step >= 0 else candidate_name(step)
 
 
+def counted(steps) -> str:
+    """``10 checkpoints``, or ``10 checkpoints and 1 average(s)`` (averages at negative steps)."""
+    averages = n_averages(steps)
+    return f"{len(steps) - averages} checkpoints" + (f" and {averages} average(s)" if averages else "")
+
+
 def n_averages(steps) -> int:
     """How many of a trajectory's ascending ``steps`` are averages (they come first)."""
     return int((np.asarray(steps) < 0).sum())

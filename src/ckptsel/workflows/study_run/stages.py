@@ -47,7 +47,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.ingest.lm_eval import ingest_lm_eval
 from ckptsel.measure.run import measure_run
 from ckptsel.measure.watch import WatchSettings
-from ckptsel.records.schema import candidate_name
+from ckptsel.records.schema import candidate_name, counted
 from ckptsel.study.protocol import check_protocol, protocol_path
 from ckptsel.train.average_write import average_run
 from ckptsel.train.checkpoints import checkpoint_steps
@@ -171,7 +171,7 @@ def measure(ctx: StudyContext, only: Sequence[str] | None = None, watch: Callabl
                 write_averages(ctx, t)
             res = measure_run(t.folder, ctx.measure_config, **_measured_as(ctx, t))
             ctx.log(
-                f"measure: {t.name}: {len(res.steps)} checkpoints, "
+                f"measure: {t.name}: {counted(res.steps)}, "
                 f"{len(res.measured_steps)} measured, {len(res.reused_steps)} already "
                 f"recorded ({res.seconds:.1f}s)" + (f"; {res.engines}" if res.engines else "")
             )
