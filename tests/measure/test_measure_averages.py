@@ -292,3 +292,12 @@ def test_vllms_max_lora_rank_holds_the_averages(hostile):
     assert _check_checkpoints(config, ckpts + averages) == 16
     with pytest.raises(CkptselError, match="--max-lora-rank 8 is below the run's adapter rank 12"):
         _check_checkpoints(MeasureConfig("gsm8k", max_lora_rank=8, **SETTINGS), ckpts + averages)
+
+
+def test_a_dry_run_counts_the_averages(hostile, capsys):
+    run, _ = hostile
+    run_dir = spoiled(hostile, "dry")
+    code, said = run_cli(measure_args(run, run_dir, run_dir.parent / "records", "--dry-run"), capsys)
+    assert code == 0, said
+    assert "run-a: 3 checkpoints and 1 average(s); nothing measured (--dry-run)" in said
+    assert not (run_dir.parent / "records").exists()

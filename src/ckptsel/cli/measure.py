@@ -14,6 +14,7 @@ from ckptsel._util.extras import require_ml
 from ckptsel._util.keys import user_key
 from ckptsel.cli import options
 from ckptsel.cli.output import json_flag, print_json, progress_bars
+from ckptsel.records.schema import counted
 
 # Python's collector runs after every 700 new container objects by default: the command's
 # imports (torch, transformers) and passes make millions, and its runs cost a tenth of a small
@@ -48,7 +49,7 @@ def dry_run_cost(run: dict[str, Any], engine: dict[str, Any], more: dict[str, An
     if as_json:
         print_json("measure --dry-run", {"trajectory": name, "records": str(where["out"]), "steps": steps, "cost": cost.to_dict()})
         return
-    typer.echo(f"{name}: {len(steps)} checkpoints; nothing measured (--dry-run)")
+    typer.echo(f"{name}: {counted(steps)}; nothing measured (--dry-run)")
     typer.echo("\n".join(cost.lines()))
 
 
@@ -137,7 +138,7 @@ def measure(
         return
     reused = f", {len(res.reused_steps)} already recorded" if res.reused_steps else ""
     typer.echo(
-        f"{res.trajectory}: {_counted(res.steps)} ({len(res.measured_steps)} measured{reused}); "
+        f"{res.trajectory}: {counted(res.steps)} ({len(res.measured_steps)} measured{reused}); "
         f"{res.generated_items} generations, {res.scored_items} NLL items in {res.seconds:.1f}s -> {where['out']}"
     )
     if not where.get("configuration") and res.configuration != res.trajectory:
@@ -153,9 +154,3 @@ def measure(
         typer.echo(f"  no NLL rows for task {', '.join(no_nll)}: it has no response field (the NLL rules of analyze need one)")
     if res.weight_swaps or res.engine_starts > 1:  # "vllm engine started once, ..."
         typer.echo(f"  {res.engines}")
-
-
-def _counted(steps: list[int]) -> str:
-    """``3 checkpoints``, or ``3 checkpoints and 2 average(s)`` (an average's step is negative)."""
-    averages = sum(step < 0 for step in steps)
-    return f"{len(steps) - averages} checkpoints" + (f" and {averages} average(s)" if averages else "")

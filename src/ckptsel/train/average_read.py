@@ -31,7 +31,7 @@ from typing import Any
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
-from ckptsel.records.schema import MAX_AVERAGED, average_step
+from ckptsel.records.schema import average_step
 from ckptsel.train.average import EMA, MEAN, ema_weights, mean_weights
 from ckptsel.train.average_write import RECORD_FILE, RECORD_SCHEMA
 from ckptsel.train.checkpoints import Checkpoint, inspect_checkpoint, weights_fingerprint
@@ -93,7 +93,7 @@ def _check_method(path: Location, name: str, record: dict[str, Any]) -> None:
     file = path / RECORD_FILE
     if name.startswith("average-last"):
         k = int(name[len("average-last") :])
-        if record.get("method") != MEAN or record.get("k") != k or k > MAX_AVERAGED:
+        if record.get("method") != MEAN or record.get("k") != k:
             raise CkptselError(f"{file}: records method {record.get('method')!r}, k {record.get('k')!r}, not the mean of the last {k}")
     elif record.get("method") != EMA or f"ema-{record.get('decay')!r}" != name:
         raise CkptselError(f"{file}: records method {record.get('method')!r}, decay {record.get('decay')!r}, not {name}")
