@@ -395,8 +395,9 @@ def _generation_grid(records_dir: Path, split: str) -> _Grid:
 
 
 def _trajectories(g: _Grid, records_dir: Path):
-    """Per trajectory: its rows, configuration, task, steps, item columns and ids, with the
-    declared final step checked."""
+    """Per trajectory: its name, rows, identity (``trajectory``, ``configuration``, ``task``,
+    ``steps``: the fields every loaded record type starts with), steps, item columns and ids,
+    with the declared final step checked."""
     expected = _final_steps(records_dir)
     _check_final_names(expected, g, records_dir)
     measured = declared_final_steps(records_dir)
@@ -406,7 +407,8 @@ def _trajectories(g: _Grid, records_dir: Path):
         steps, item_codes, item_index = g.axes(rows)
         _check_final(traj, steps, expected, g.path)
         _check_measured_final(traj, steps, measured, expected, g.path)
-        yield traj, rows, configuration, task, steps, item_index, g.items[item_codes]
+        identity = {"trajectory": str(traj), "configuration": configuration, "task": task, "steps": steps}
+        yield traj, rows, identity, steps, item_index, g.items[item_codes]
 
 
 def _check_final_names(expected: dict[str, int], g: _Grid, records_dir: Path) -> None:
@@ -557,7 +559,7 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
     nll = _validation_nll(records_dir, g.items)
 
     out = []
-    for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
+    for traj, rows, identity, steps, item_index, item_ids in _trajectories(g, records_dir):
         present, corr, ans, groups = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")
         gen_complete = present.all(axis=0)
         if nll is None or not nll.has(traj):  # no NLL at all, or none for this trajectory
@@ -588,10 +590,7 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
                 tokens_kept[w] = tok_by_w[w][keep]
         out.append(
             ValidationData(
-                trajectory=str(traj),
-                configuration=configuration,
-                task=task,
-                steps=steps,
+                **identity,
                 item_ids=item_ids[keep].astype(str),
                 groups=groups[keep].astype(str),
                 correct=corr[:, keep],
@@ -685,7 +684,7 @@ def _test_records(records_dir: Location) -> list[TestData]:
             f"{records_dir / NLL_FILE}: trajectory {only_nll[0]!r} has test NLL records but no test generation records in {gpath.name}"
         )
     out = []
-    for traj, rows, configuration, task, steps, item_index, item_ids in _trajectories(g, records_dir):
+    for traj, rows, identity, steps, item_index, item_ids in _trajectories(g, records_dir):
         if traj in test_nll_steps and not np.array_equal(steps, test_nll_steps[traj]):
             raise CkptselError(
                 f"trajectory {traj!r}: generation and NLL tables disagree on its test checkpoints "
@@ -709,10 +708,7 @@ def _test_records(records_dir: Location) -> list[TestData]:
             )
         out.append(
             TestData(
-                trajectory=str(traj),
-                configuration=configuration,
-                task=task,
-                steps=steps,
+                **identity,
                 item_ids=item_ids.astype(str),
                 subtasks=subtasks.astype(str),
                 correct=corr,

@@ -105,72 +105,60 @@ class SimSpec:
     missing_rate: float = 0.0  # per (trajectory, validation item): one checkpoint's rows dropped
 
 
-def _gsm8k_task(**kw) -> TaskSim:
-    """A GSM8K-like task (numeric answers, MetaMathQA-style augmented validation variants)."""
-    return replace(
-        TaskSim(
-            name="gsm8k",
-            kind="numeric",
-            seeds_per_configuration=(3,),
-            n_validation=1024,
-            n_test=1319,
-            variants_per_group=(1, 6),
-            n_distractors=3,
-            plateau_accuracy=0.62,
-            validation_shift=0.15,
-            empty_answer_rate=0.04,
-            response_tokens=140.0,
-            prompt_tokens=130.0,
-            per_token_loss=0.35,
-        ),
-        **kw,
-    )
+# A GSM8K-like task (numeric answers, MetaMathQA-style augmented validation variants).
+GSM8K_TASK = TaskSim(
+    name="gsm8k",
+    kind="numeric",
+    seeds_per_configuration=(3,),
+    n_validation=1024,
+    n_test=1319,
+    variants_per_group=(1, 6),
+    n_distractors=3,
+    plateau_accuracy=0.62,
+    validation_shift=0.15,
+    empty_answer_rate=0.04,
+    response_tokens=140.0,
+    prompt_tokens=130.0,
+    per_token_loss=0.35,
+)
 
 
-def _math_task(**kw) -> TaskSim:
-    """A MATH-like task (LaTeX answers, long responses)."""
-    return replace(
-        TaskSim(
-            name="math",
-            kind="latex",
-            seeds_per_configuration=(3,),
-            n_validation=512,
-            n_test=500,
-            variants_per_group=(1, 6),
-            n_distractors=4,
-            plateau_accuracy=0.30,
-            validation_shift=0.1,
-            empty_answer_rate=0.12,
-            response_tokens=260.0,
-            response_sigma=0.6,
-            prompt_tokens=110.0,
-            per_token_loss=0.55,
-        ),
-        **kw,
-    )
+# A MATH-like task (LaTeX answers, long responses).
+MATH_TASK = TaskSim(
+    name="math",
+    kind="latex",
+    seeds_per_configuration=(3,),
+    n_validation=512,
+    n_test=500,
+    variants_per_group=(1, 6),
+    n_distractors=4,
+    plateau_accuracy=0.30,
+    validation_shift=0.1,
+    empty_answer_rate=0.12,
+    response_tokens=260.0,
+    response_sigma=0.6,
+    prompt_tokens=110.0,
+    per_token_loss=0.55,
+)
 
 
-def _commonsense_task(**kw) -> TaskSim:
-    """The 8 commonsense subtasks of the LLM-Adapters suite as one task (label answers)."""
-    return replace(
-        TaskSim(
-            name="commonsense",
-            kind="choice",
-            seeds_per_configuration=(3,),
-            n_validation=305,
-            n_test=4000,
-            subtasks=tuple(COMMONSENSE_LABELS),
-            plateau_accuracy=0.8,
-            validation_shift=0.1,
-            empty_answer_rate=0.02,
-            response_tokens=8.0,
-            response_sigma=0.15,
-            prompt_tokens=110.0,
-            prompt_sigma=0.5,
-            per_token_loss=0.15,
-        ),
-        **kw,
-    )
+# The 8 commonsense subtasks of the LLM-Adapters suite as one task (label answers).
+COMMONSENSE_TASK = TaskSim(
+    name="commonsense",
+    kind="choice",
+    seeds_per_configuration=(3,),
+    n_validation=305,
+    n_test=4000,
+    subtasks=tuple(COMMONSENSE_LABELS),
+    plateau_accuracy=0.8,
+    validation_shift=0.1,
+    empty_answer_rate=0.02,
+    response_tokens=8.0,
+    response_sigma=0.15,
+    prompt_tokens=110.0,
+    prompt_sigma=0.5,
+    per_token_loss=0.15,
+)
 
 
 PRESETS: dict[str, SimSpec] = {
@@ -178,7 +166,8 @@ PRESETS: dict[str, SimSpec] = {
     # accuracy counts at budget 32 and plurality ties occur; exclusions are frequent enough.
     "small": SimSpec(
         tasks=(
-            _gsm8k_task(
+            replace(
+                GSM8K_TASK,
                 seeds_per_configuration=(3, 2, 3),
                 n_validation=150,
                 n_test=200,
@@ -187,7 +176,8 @@ PRESETS: dict[str, SimSpec] = {
                 empty_answer_rate=0.05,
                 empty_sequence_rate=0.02,
             ),
-            _math_task(
+            replace(
+                MATH_TASK,
                 seeds_per_configuration=(3, 2),
                 n_validation=100,
                 n_test=80,
@@ -196,7 +186,7 @@ PRESETS: dict[str, SimSpec] = {
                 plateau_accuracy=0.32,
                 empty_sequence_rate=0.02,
             ),
-            _commonsense_task(seeds_per_configuration=(2, 3), n_validation=60, n_test=240),
+            replace(COMMONSENSE_TASK, seeds_per_configuration=(2, 3), n_validation=60, n_test=240),
         ),
         checkpoints=(5, 8),
         missing_rate=0.01,
@@ -204,9 +194,9 @@ PRESETS: dict[str, SimSpec] = {
     # Paper: 81 trajectories in 26 configurations, T 10..31, the paper's pool sizes.
     "paper": SimSpec(
         tasks=(
-            _gsm8k_task(seeds_per_configuration=(3,) * 8 + (4, 4), empty_sequence_rate=0.0),
-            _math_task(seeds_per_configuration=(3,) * 7 + (4,), empty_sequence_rate=0.002),
-            _commonsense_task(seeds_per_configuration=(3,) * 8, n_validation=305, n_test=4000),
+            replace(GSM8K_TASK, seeds_per_configuration=(3,) * 8 + (4, 4), empty_sequence_rate=0.0),
+            replace(MATH_TASK, seeds_per_configuration=(3,) * 7 + (4,), empty_sequence_rate=0.002),
+            replace(COMMONSENSE_TASK, seeds_per_configuration=(3,) * 8, n_validation=305, n_test=4000),
         ),
         checkpoints=(10, 31),
         missing_rate=0.0002,
