@@ -10,6 +10,8 @@ same model and items, each side:
   ends), texts + NLL;
 * ``ckptsel after``: ``measure_items`` as ckptsel runs it now (continuous batching,
   ``--batch-size auto``), texts + NLL, and ``texts only``;
+* ``ckptsel paged``: ``measure_items`` with ``--decoder transformers`` (the texts from
+  transformers' continuous batching, the NLL from ckptsel's forward), ``auto``, texts + NLL;
 * ``hf static``: HF's batched ``generate``, left-padded, ``cache_implementation="static"`` (on a
   GPU transformers compiles its decode step: CUDA graphs), texts only, the ``auto`` rows;
 * ``hf generate_batch``: transformers' continuous batching (paged attention), texts only;
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 BANDWIDTH_TBS = {"h200": 4.8, "h100": 3.35, "a100": 2.0, "l40s": 0.864, "a10": 0.6}  # peak HBM
-SIDES = ("before", "after", "after-texts", "hf-static", "hf-generate-batch", "vllm")
+SIDES = ("before", "after", "after-texts", "paged", "hf-static", "hf-generate-batch", "vllm")
 BEFORE_ROWS = {"cuda": 32, "cpu": 16}  # the first GPU run's batch; the CPU default
 
 
@@ -138,7 +140,8 @@ def hf_generate_batch(work: dict, max_new: int, device: str) -> dict[str, Any]:
 
 
 def ckptsel_side(work: dict, max_new: int, name: str, device: str) -> dict[str, Any]:
-    """``measure_items`` as before (fixed batches) or after (continuous, ``auto``)."""
+    """``measure_items`` as before (fixed batches), after (continuous, ``auto``) or paged
+    (``--decoder transformers``, ``auto``)."""
     from ckptsel.measure.passes import batch_plan, measure_items
     from ckptsel.measure.tokens import encode_prompts, encode_responses
 
@@ -151,10 +154,18 @@ def ckptsel_side(work: dict, max_new: int, name: str, device: str) -> dict[str, 
         answers = encode_responses(work["tok"], responses)
         fed = [p + a[:-1] for p, a in zip(fed, answers, strict=True)]
     rows = batch_plan(work["model"], size, fed, max_new)[0]  # what measure_items will plan
+    decoder = "transformers" if name == "paged" else "ckptsel"
     texts, _ = measure_items(
-        work["model"], work["tok"], work["prompts"], responses, batch_size=size, max_new_tokens=max_new, continuous=not before
+        work["model"],
+        work["tok"],
+        work["prompts"],
+        responses,
+        batch_size=size,
+        max_new_tokens=max_new,
+        continuous=not before,
+        decoder=decoder,
     )
-    return {"texts": texts, "rows": rows}
+    return {"texts": texts, "rows": "auto" if decoder == "transformers" and kind == "cuda" else rows}
 
 
 def timed(fn: Any, device: str) -> dict[str, Any]:
@@ -299,7 +310,7 @@ def _one_work(shape: str, device: str, n_items: int, max_new: int, sides: list[s
             else:
                 where = root / f"{shape}-{n_items}-{max_new}"
                 got[name] = timed(lambda w=where: run_vllm(work, max_new, w), device)
-        elif name in ("before", "after", "after-texts"):
+        elif name in ("before", "after", "after-texts", "paged"):
             got[name] = timed(lambda n=name: ckptsel_side(work, max_new, n, device), device)
         elif name == "hf-static":
             rows_auto = got.get("after", {}).get("rows") or BEFORE_ROWS["cpu"]
@@ -341,8 +352,8 @@ def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device:
 
 def gains(rows: list[str]) -> str:
     """One line read from the rows: ``after`` over ``before`` items/s per work (both texts +
-    NLL, the same model and items: the ratio of their seconds), and ``after-texts`` over
-    ``hf-static``."""
+    NLL, the same model and items: the ratio of their seconds), ``after-texts`` over
+    ``hf-static``, and ``paged`` (``--decoder transformers``) over ``after``."""
     cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
     ips: dict[tuple[str, ...], dict[str, float]] = {}
     for c in cells:
@@ -357,6 +368,8 @@ def gains(rows: list[str]) -> str:
         said = [f"{got['after'] / got['before']:.2f}× today's loop"] if "before" in got else []
         if "hf-static" in got and "after-texts" in got:
             said.append(f"texts only {got['after-texts'] / got['hf-static']:.2f}× HF static")
+        if "paged" in got:
+            said.append(f"--decoder transformers {got['paged'] / got['after']:.2f}× ckptsel's decoder")
         if said:
             parts.append(f"{shape} {n} items × {new} tokens: " + ", ".join(said))
     if not parts:

@@ -58,6 +58,7 @@ SUBORDER: dict[str, tuple[str, ...]] = {
         "config",
         "tokens",
         "backends",
+        "paged",
         "passes",
         "frames",
         "parts",

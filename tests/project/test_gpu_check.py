@@ -84,7 +84,7 @@ def test_throughput_runs_on_the_cpu(gpu_check, tmp_path):
     assert gpu_check.main([*args, "--out", str(out)]) == 0
     text = out.read_text()
     assert "<!-- decode_throughput_cpu -->" in text and "Device: CPU" in text
-    for side in ("before", "after", "after-texts", "hf-static", "hf-generate-batch"):
+    for side in ("before", "after", "after-texts", "paged", "hf-static", "hf-generate-batch"):
         row = next(r for r in text.splitlines() if r.startswith(f"| tiny | 12 | 16 | {side} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[4]) > 0 and cells[9] == "12/12", row  # items/s; texts = before

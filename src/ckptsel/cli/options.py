@@ -156,6 +156,16 @@ ENGINE = OptionGroup(
             "by checksums (one start per trajectory); --no-swap: a fresh one per checkpoint.",
         ),
     ),
+    decoder=(
+        str,
+        typer.Option(
+            "ckptsel",
+            "--decoder",
+            help="HF path: what decodes the texts: ckptsel (its own loop) or transformers (its "
+            "continuous batching, generate_batch: full and sliding-window attention, static RoPE). "
+            "Texts equal; the conformance check checks either. The NLL is ckptsel's forward either way.",
+        ),
+    ),
 )
 """How checkpoints are measured (:class:`~ckptsel.measure.MeasureConfig` fields)."""
 

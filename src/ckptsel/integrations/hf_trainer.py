@@ -214,7 +214,7 @@ class RecordingCallback(TrainerCallback):
         """Measure ``model`` (in memory) at ``step`` and upsert its records."""
         import pandas as pd
 
-        from ckptsel.measure.backends.hf import hf_provenance
+        from ckptsel.measure.backends.hf import decoder_field, hf_provenance
         from ckptsel.measure.conformance import check_conformance
         from ckptsel.measure.measurer import measure_model
         from ckptsel.records.provenance import canonical, unit_provenance
@@ -259,11 +259,12 @@ class RecordingCallback(TrainerCallback):
         provenance["conformance"] = self._conformance
         provenance["prompt_format"] = self.config.measured.prompt.identity
         made_by = unit_provenance([canonical(provenance)])
+        texts_by = unit_provenance([canonical({**provenance, **decoder_field(self.config.runtime.decoder)})])
         upsert_records(  # the one records writer (SelectionCallback reuses this path)
             self.records_dir,
             pd.concat(gens, ignore_index=True),
             pd.concat(nlls, ignore_index=True) if self.nll else None,
-            provenance={"generations": made_by, "nll": made_by},
+            provenance={"generations": texts_by, "nll": made_by},
         )
         self.measured_steps.append(int(step))
         if self.verbose:

@@ -32,6 +32,7 @@ from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
 
 FORMAT_VERSION = 1  # bump when the meaning of a measurement changes
 BACKENDS = ("hf", "vllm")
+DECODERS = ("ckptsel", "transformers")  # the HF path's greedy decoders (measure.passes, measure.paged)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_NEW_TOKENS_LIMIT = 1 << 17  # 131072: the longest contexts models have; a cache bound
 
@@ -185,7 +186,10 @@ class RunSettings:
     (:mod:`ckptsel.measure.conformance`; every unit records whether it ran);
     ``swap_weights`` (``False``: a fresh model or engine per full checkpoint) loads each full
     checkpoint of a trajectory into the model or vLLM engine already running, proven by
-    checksums (:mod:`ckptsel.measure.backends.swap`).
+    checksums (:mod:`ckptsel.measure.backends.swap`); ``decoder`` makes the HF path's texts:
+    ``ckptsel`` (its own loop, :mod:`ckptsel.measure.passes`) or ``transformers``
+    (transformers' continuous batching, :mod:`ckptsel.measure.paged`; texts equal, checked by
+    the conformance check like the other).
     """
 
     batch_size: int | str = "auto"  # "auto": BATCH_SIZE on the CPU, from free memory on a GPU
@@ -197,8 +201,10 @@ class RunSettings:
     check_here: bool = field(default=True, compare=False, repr=False)
     conformance_check: bool = True
     swap_weights: bool = True
+    decoder: str = DECODERS[0]
 
     def __post_init__(self) -> None:
+        check_choice(self.decoder, "--decoder", DECODERS)
         check_number(self.kv_cache_gib, "--kv-cache-gib (kv_cache_gib)", low=0)
         check_number(self.gpu_memory_utilization, "--gpu-memory-utilization (gpu_memory_utilization)", low=0, high=0.99)
         check_choice(self.only, "--only", (None, "generation", "nll"))
@@ -260,6 +266,8 @@ class MeasureConfig:
             raise CkptselError("internal: MeasureConfig takes a MeasureSpec and a RunSettings")
         if runtime.batch_size == "auto" and not measured.device.startswith("cuda"):
             runtime = replace(runtime, batch_size=BATCH_SIZE)  # a GPU: sized from free memory
+        if runtime.decoder != DECODERS[0] and measured.backend != "hf":
+            raise CkptselError(f"--decoder {runtime.decoder}: the HF path's decoder; --backend {measured.backend} decodes on its own")
         if runtime.only == "nll" and not any(get_task(t).has_response for t in (measured.task, measured.task_for("test"))):
             name = get_task(measured.task).name
             raise CkptselError(f"--only nll: task {name} has no response field, so no NLL to score")
@@ -316,12 +324,15 @@ class MeasureConfig:
     def conformance_settings(self) -> dict[str, Any]:
         """The settings that change what the fast path computes beyond the model itself: the
         prompt format (a template file: its text, not its path), the batch size the check runs
-        at and the generation length. The conformance verdict is keyed by their digest
+        at, the generation length and the decoder. The conformance verdict is keyed by their digest
         (:func:`ckptsel.measure.conformance.hf_key`); add a setting here and it is checked
         again when it changes."""
         identity = self.measured.format_identity
-        return {
+        settings = {
             "prompt": PROMPT_TEMPLATE if identity == "alpaca" else identity,
             "batch_size": self.runtime.batch_size,
             "max_new_tokens": self.measured.max_new_tokens,
         }
+        if self.runtime.decoder != DECODERS[0]:  # ckptsel's own: the digest older verdicts have
+            settings["decoder"] = self.runtime.decoder
+        return settings

@@ -583,10 +583,12 @@ def check_hf(
     device: Any = None,
     batch_size: int | None = None,
     fmt: PromptFormat | None = None,
+    decoder: str = "ckptsel",
 ) -> Verdict:
-    """The HF fast path, in batches of ``batch_size`` (default: all ``items`` in one), against
-    the reference on ``items`` (module doc), their prompts in the prompt format ``fmt``
-    (default: alpaca)."""
+    """The HF fast path, in batches of ``batch_size`` (default: all ``items`` in one), its
+    texts from ``decoder`` (:func:`~ckptsel.measure.passes.measure_items`), against the
+    reference on ``items`` (module doc), their prompts in the prompt format ``fmt`` (default:
+    alpaca)."""
     from transformers import GenerationConfig
 
     device = device if device is not None else next(model.parameters()).device
@@ -596,7 +598,17 @@ def check_hf(
     batch = batch_size or len(prompts)
     rec = _Recorder(tokenizer)
     texts, scored = measure_items(
-        model, rec, prompts, responses, windows=(0,), batch_size=batch, max_new_tokens=max_new_tokens, device=device, fmt=fmt, items=items
+        model,
+        rec,
+        prompts,
+        responses,
+        windows=(0,),
+        batch_size=batch,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        fmt=fmt,
+        items=items,
+        decoder=decoder,
     )
     stops = stop_token_ids(model, tokenizer)
     cfg = GenerationConfig(
@@ -701,7 +713,14 @@ class Conformance:
         return self.verdict(
             hf_key(model, device, self.config),
             lambda: check_hf(
-                model, tokenizer, pick_items(items, max(CHECK_ITEMS, batch)), self.config.measured.max_new_tokens, device, batch, fmt
+                model,
+                tokenizer,
+                pick_items(items, max(CHECK_ITEMS, batch)),
+                self.config.measured.max_new_tokens,
+                device,
+                batch,
+                fmt,
+                self.config.runtime.decoder,
             ),
         )
 

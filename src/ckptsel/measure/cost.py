@@ -355,7 +355,13 @@ def probe_rate(config: MeasureConfig, ref: str, pool: ItemPool, tokenizer: Any) 
     dtype = resolve_dtype(spec.dtype, spec.device)
     model = _load(ref, dtype).to(spec.device)
     items = probe_items(pool, config.runtime.batch_size)
-    kw = dict(windows=spec.windows, batch_size=config.runtime.batch_size, max_new_tokens=spec.max_new_tokens, fmt=fmt)
+    kw = dict(
+        windows=spec.windows,
+        batch_size=config.runtime.batch_size,
+        max_new_tokens=spec.max_new_tokens,
+        fmt=fmt,
+        decoder=config.runtime.decoder,
+    )
     measure_items(model, tokenizer, [items[0].instruction], [items[0].response or ""], items=items[:1], **kw)
     runs, t0 = 0, time.perf_counter()
     while runs < 5 and (runs == 0 or time.perf_counter() - t0 < PROBE_SECONDS):

@@ -22,7 +22,15 @@ from typing import Any
 import pandas as pd
 
 from ckptsel.errors import CkptselError
-from ckptsel.measure.backends.hf import ModelHolder, generation_config, hf_provenance, resolve_dtype, run_tokenizer, tokenizer_ref
+from ckptsel.measure.backends.hf import (
+    ModelHolder,
+    decoder_field,
+    generation_config,
+    hf_provenance,
+    resolve_dtype,
+    run_tokenizer,
+    tokenizer_ref,
+)
 from ckptsel.measure.backends.vllm import VllmEngine
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.conformance import Conformance
@@ -104,6 +112,7 @@ def measure_resolved(
         max_new_tokens=config.measured.max_new_tokens,
         fmt=config.measured.prompt,
         items=flat,
+        decoder=config.runtime.decoder,
         **passes,
     )
     if scored is not None:
@@ -408,7 +417,8 @@ class Measurer:
             "weights": weights_note(ckpt, self.holder.log),
             "prompt_format": cfg.measured.format_identity,
         }
-        return stamp(g, made_by), stamp(n, made_by)
+        texts_by = {**made_by, **decoder_field(cfg.runtime.decoder)}
+        return stamp(g, texts_by), stamp(n, made_by)
 
     def _measure_vllm_many(
         self,

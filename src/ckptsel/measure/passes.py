@@ -76,6 +76,7 @@ from typing import Any
 from ckptsel.data.prompts import PromptFormat, cached_ids
 from ckptsel.defaults import BATCH_SIZE, MAX_NEW_TOKENS
 from ckptsel.errors import CkptselError
+from ckptsel.measure.paged import paged_refusal, paged_texts
 from ckptsel.measure.tokens import ResponseNll, cut_at_stop, encode_prompts, encode_responses, pad_id, stop_token_ids, window_sums
 from ckptsel.records.schema import COMPLETE_WINDOW, MATCHED_WINDOW
 
@@ -97,6 +98,7 @@ def measure_items(
     continuous: bool = True,
     fmt: PromptFormat | None = None,
     items: Sequence[Any] | None = None,
+    decoder: str = "ckptsel",
 ) -> tuple[list[str] | None, list[dict[int, ResponseNll]] | None]:
     """Greedy texts (if ``generate``) and response NLLs (if ``responses`` is given), input order.
 
@@ -114,6 +116,9 @@ def measure_items(
     formatting, wrapped and tokenized by it (``items``: their other fields, for a template
     file; :meth:`~ckptsel.data.prompts.PromptFormat.encode`); ``None``: ``prompts`` are final
     texts, tokenized with the tokenizer's special tokens and responses scored with EOS.
+    ``decoder``: ``ckptsel`` (this module's loop) or ``transformers`` (the texts from
+    transformers' continuous batching, :mod:`ckptsel.measure.paged`; the NLL from this module's
+    forward, its batches not counted by ``on_batch``, which then counts finished texts).
     """
     import torch
 
@@ -139,22 +144,33 @@ def measure_items(
     texts: list[str] | None = [""] * len(fed) if generate else None
     scored: list[dict[int, ResponseNll]] | None = [{} for _ in fed] if answers else None
     clock = _Clock(seconds)
-    feed, limits, lists = (fed, encoded, answers), (stops, pad, max_new_tokens), (texts, scored, windows)
+    paged = generate and decoder == "transformers"
+    feed, limits = (fed, encoded, answers), (stops, pad, max_new_tokens)
+    lists = (None if paged else texts, scored, windows)  # paged: this loop scores the NLL only
     model.eval()
     with torch.inference_mode():
         layout = _checked_layout(model)
+        if paged:
+            _refuse_paged(model, layout)
         alone = set(_reference_items(model, layout, encoded, answers, generate, max_new_tokens))
         stateful = layout.kind == "stateful"
-        layout = layout if generate else None
+        layout = layout if generate and not paged else None
         fast = [i for i in order if i not in alone]
         rows, nll_tokens = batch_plan(model, batch_size, fed, max_new_tokens if generate else 0)
+        counted = None if paged else on_batch
         if continuous and layout is not None and layout.movable and fast:
-            _continuous(model, fast, feed, limits, lists, (rows, nll_tokens), device, clock, tokenizer, on_batch)
+            _continuous(model, fast, feed, limits, lists, (rows, nll_tokens), device, clock, tokenizer, counted)
             fast = []
-        for idx in _chunks(fast, fed, rows, nll_tokens):
+        for idx in _chunks(fast, fed, rows, nll_tokens) if answers or not paged else []:
             _measure_batch(model, idx, feed, layout, limits, lists, device, clock, tokenizer)
-            if on_batch is not None:
-                on_batch(len(idx))
+            if counted is not None:
+                counted(len(idx))
+        if paged and texts is not None and fast:
+            planned = None if batch_size == "auto" and torch.device(device).type == "cuda" else rows  # auto: transformers sizes it
+            with clock("decode"):
+                toks = paged_texts(model, [encoded[i] for i in fast], stops, pad, max_new_tokens, planned, on_batch)
+            for i, row in zip(fast, toks, strict=True):
+                texts[i] = tokenizer.decode(cut_at_stop(row, stops), skip_special_tokens=True)
         for i in (i for i in order if i in alone):
             answer = answers[i] if answers else None
             toks, nll = _measure_alone(model, encoded[i], answer, (generate, stateful), limits, windows, clock)
@@ -165,6 +181,13 @@ def measure_items(
             if on_batch is not None:
                 on_batch(1)
     return texts, scored
+
+
+def _refuse_paged(model: Any, layout: CacheLayout) -> None:
+    """``--decoder transformers`` on a model it cannot decode: refused in one line."""
+    why = paged_refusal(model, layout.kind, length_rope(model))
+    if why is not None:
+        raise CkptselError(f"--decoder transformers: {why}; use --decoder ckptsel")
 
 
 def _measure_batch(

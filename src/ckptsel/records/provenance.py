@@ -43,9 +43,10 @@ from ckptsel.records.units import list_units, single_file
 PROVENANCE_KEY = b"ckptsel.provenance"
 SINGLE_FILE_KEY = b"ckptsel.provenance.trajectories"
 FIELDS = ("engine", "version", "dtype", "attention", "batch_size", "device")
-# fields a provenance has only when they differ from what every older record implies: the prompt
-# format (absent = alpaca, the only format before formats existed), so alpaca units keep their bytes
-OPTIONAL_FIELDS = ("prompt_format",)
+# fields a provenance has only when they differ from what every older record implies, with the
+# value implied: the prompt format (absent = alpaca, the only format before formats existed) and
+# the HF decoder (absent = ckptsel's own loop), so older units keep their bytes
+OPTIONAL_FIELDS = {"prompt_format": "alpaca", "decoder": "ckptsel"}
 PROVENANCE_KINDS = ("generations", "nll")
 NOTE = "conformance"  # the conformance verdict: carried beside the provenance, never compared
 WEIGHTS_NOTE = "weights"  # how the weights got in ("loaded", "swapped in place, ..."): a note too
@@ -71,10 +72,11 @@ def provenance_identity(provenance: dict[str, Any] | str) -> str:
 
 
 def _identity_fields(p: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`FIELDS` in order, then the :data:`OPTIONAL_FIELDS` a provenance has (an
-    alpaca prompt format is written as no field: older records read as alpaca)."""
+    """The :data:`FIELDS` in order, then the :data:`OPTIONAL_FIELDS` a provenance has (the
+    value older records imply is written as no field: an alpaca prompt format, ckptsel's
+    decoder)."""
     blob = {k: p.get(k) for k in FIELDS}
-    blob.update({k: p[k] for k in OPTIONAL_FIELDS if p.get(k) not in (None, "alpaca")})
+    blob.update({k: p[k] for k, implied in OPTIONAL_FIELDS.items() if p.get(k) not in (None, implied)})
     return blob
 
 
@@ -92,6 +94,7 @@ def describe(provenance: dict[str, Any] | str) -> str:
     parts += [f"{p['attention']} attention"] if p.get("attention") else []
     parts += [f"batch {p['batch_size']}"] if p.get("batch_size") is not None else []
     parts += [str(p["device"])] if p.get("device") else []
+    parts += [f"decoder {p['decoder']}"] if p.get("decoder") not in (None, OPTIONAL_FIELDS["decoder"]) else []
     parts += [f"prompt format {p.get('prompt_format') or 'alpaca'}"]
     return ", ".join(parts)
 
@@ -314,6 +317,7 @@ _FIELD_WORDS = {
     "batch_size": "batch size",
     "device": "device",
     "prompt_format": "prompt format",
+    "decoder": "decoder",
 }
 
 
@@ -321,11 +325,7 @@ def _differing(counts: dict[str, int]) -> str:
     """The fields (in words, in :data:`FIELDS` order) whose values differ across the
     provenances ``counts`` names, e.g. ``prompt format`` or ``dtype and device``."""
     blobs = [json.loads(p) for p in counts]
-    names = [
-        _FIELD_WORDS[k]
-        for k in (*FIELDS, *OPTIONAL_FIELDS)
-        if len({str(b.get(k) or ("alpaca" if k == "prompt_format" else "")) for b in blobs}) > 1
-    ]
+    names = [_FIELD_WORDS[k] for k in (*FIELDS, *OPTIONAL_FIELDS) if len({str(b.get(k) or OPTIONAL_FIELDS.get(k, "")) for b in blobs}) > 1]
     if not names:  # equal identities, other notes: no field to name
         return "what measured them"
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

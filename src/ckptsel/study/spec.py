@@ -93,6 +93,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "kv_cache_gib": (_FLOAT, "vLLM: KV cache in GiB (0: sized from the work on a CPU)"),
         "gpu_memory_utilization": (_FLOAT, "vLLM: its share of the GPU (0: 0.6 or 0.85)"),
         "conformance_check": (_BOOL, "false: skip the fast path's conformance check (stamped; at your own risk)"),
+        "decoder": (_STR, "HF path: ckptsel (its own loop) | transformers (its continuous batching); texts equal"),
         "prompt_format": (
             _STR,
             "alpaca | chat (the tokenizer's chat template) | a template file (relative to "

@@ -424,7 +424,7 @@ def hf_provenance(model: Any, batch_size: int | str, device: Any = None) -> dict
     """What measured with ``model`` on the Hugging Face path (see
     :mod:`ckptsel.records.provenance`): transformers' version, the model's dtype and attention
     implementation, the batch size (``auto``: sized from free GPU memory) and the device kind
-    (default: the model's)."""
+    (default: the model's). The texts' rows add :func:`decoder_field`."""
     import transformers
 
     config = getattr(model, "config", None)
@@ -437,6 +437,12 @@ def hf_provenance(model: Any, batch_size: int | str, device: Any = None) -> dict
         "batch_size": batch_size if batch_size == "auto" else int(batch_size),
         "device": device_kind(device if device is not None else model.device),
     }
+
+
+def decoder_field(decoder: str) -> dict[str, str]:
+    """The generations' provenance field naming the HF ``decoder`` that made their texts: none
+    for ckptsel's own loop (what every older record implies), else ``{"decoder": name}``."""
+    return {} if decoder == "ckptsel" else {"decoder": decoder}
 
 
 def tokenizer_source(ckpts: Sequence[Checkpoint], base: str | None) -> Any:
