@@ -22,7 +22,7 @@ from ckptsel.choose.rules import average_rule_step, user_rule
 from ckptsel.choose.settings import ChoiceSettings
 from ckptsel.errors import CkptselError
 from ckptsel.records.load import load_test, load_validation
-from ckptsel.records.schema import average_rule_name, average_step, candidate_name, is_average_step
+from ckptsel.records.schema import average_rule_name, average_step, candidate_name, candidate_step, is_average_step
 from ckptsel.sim.presets import PRESETS
 from ckptsel.sim.simulate import simulate, write_simulation
 from ckptsel.workflows.analysis import analyze
@@ -64,6 +64,52 @@ def test_average_names_and_reserved_steps_round_trip(name, step):
 def test_names_that_are_not_recordable_averages_are_refused(name):
     with pytest.raises(CkptselError, match="not an average ckptsel can record"):
         average_step(name)
+
+
+@pytest.mark.parametrize(
+    "name, step", [(75, 75), ("75", 75), ("checkpoint-75", 75), (" 0 ", 0), ("average-last3", -3), ("-3", -3), ("ema-0.9", -1_900_000)]
+)
+def test_a_candidate_named_by_step_checkpoint_or_average(name, step):
+    assert candidate_step(name) == step
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("-1", "is not a checkpoint"),
+        ("-7000", "is not a checkpoint"),
+        ("checkpoint--3", "is not a checkpoint"),
+        ("checkpoint-", "is not a checkpoint"),
+        ("", "is not a checkpoint"),
+        ("1e3", "is not a checkpoint"),
+        ("9" * 40, "is not a checkpoint"),
+        (True, "is not a checkpoint"),
+        (7.5, "is not a checkpoint"),
+        (None, "is not a checkpoint"),
+        ("average-last1", "not an average ckptsel can record"),
+        ("ema-0.90", "not an average ckptsel can record"),
+    ],
+)
+def test_names_that_are_no_candidate_are_refused(name, message):
+    with pytest.raises(CkptselError, match=message):
+        candidate_step(name)
+
+
+def test_compare_names_an_average_as_its_folder_or_its_row(records, capsys):
+    from ckptsel.workflows.advise.comparison import CompareSettings, compare_checkpoints
+
+    v = load_validation(records)[0]
+    final, settings = int(v.steps.max()), CompareSettings(draws=200)
+    by_step = compare_checkpoints(records, v.trajectory, -3, final, settings=settings)
+    assert by_step["a"] == {"trajectory": v.trajectory, "step": -3}
+    for name in ("average-last3", "mean_last3"):
+        assert compare_checkpoints(records, v.trajectory, name, f"checkpoint-{final}", settings=settings) == by_step
+    code, out = run_cli(["compare", records, "--trajectory", v.trajectory, "mean_last5", final, "--draws", "200"], capsys)
+    assert code == 0 and f"A = {v.trajectory}@average-last5  vs  B = {v.trajectory}@{final}" in out
+    code, err = run_cli(["compare", records, "--trajectory", v.trajectory, "average-last4", final], capsys)
+    assert code == 2 and "no checkpoint at step average-last4 (known: average-last5, average-last3, " in err
+    code, err = run_cli(["compare", records, "--trajectory", v.trajectory, "average-last", final], capsys)
+    assert code == 2 and "'average-last' is not a checkpoint" in err
 
 
 def test_other_negative_steps_stay_invalid():

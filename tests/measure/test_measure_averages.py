@@ -174,8 +174,8 @@ def test_a_full_average_is_recorded_as_its_hand_made_mean(tmp_path):
     out = tmp_path / "records"
     res = measure(run, run.run_dir, out)
     assert res.measured_steps == [-2, 10, 20, 30]
-    assert "4 checkpoints swapped in place" not in res.engines  # 3 swaps: 20, 30 and the average
-    assert "3 checkpoints swapped in place" in res.engines
+    assert "2 checkpoints and 1 average(s) swapped in place" in res.engines  # 20, 30 and the average
+    assert res.weight_swaps == 3 and res.average_swaps == 1
     states = [load_file(str(run.run_dir / f"checkpoint-{s}" / "model.safetensors")) for s in (20, 30)]
     mean = {k: (states[0][k] + states[1][k]) / 2 for k in states[0]}
     ref_run = tmp_path / "by-hand"

@@ -23,6 +23,7 @@ from ckptsel.records.store import compact, upsert_records
 from ckptsel.records.units import UNITS_DIR, list_units, unit_path
 
 import recordsgen as rg
+from clirun import run_cli  # noqa: E402
 from recordsgen import same_loads  # noqa: E402
 
 SRC = str(Path(records.__file__).parents[2])
@@ -136,7 +137,7 @@ def test_a_unit_supersedes_the_single_files_rows_of_its_checkpoint(study, tmp_pa
     same_loads(rg.write(tmp_path / "expected", expected, nll), folder)
 
 
-def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path):
+def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path, capsys):
     gen, nll = study
     folder = _units(tmp_path / "d", gen, nll)
     traj, step = gen["trajectory"].iloc[0], int(gen["step"].iloc[0])
@@ -159,6 +160,13 @@ def test_duplicate_keys_and_bad_units_are_clear_errors(study, tmp_path):
     with pytest.raises(CkptselError, match="unknown split name"):
         load_validation(folder)
     other.unlink()
+    # a negative step no average has: refused naming the file, not skipped (its rows would vanish)
+    bad = unit_path(folder, "generations", traj, -7000)
+    rows.assign(step=-7000).to_parquet(bad, index=False)
+    with pytest.raises(CkptselError, match=r"step--7000\.parquet: step -7000 is negative and not an average's"):
+        load_validation(folder)
+    assert run_cli(["analyze", folder, "--out", tmp_path / "res"], capsys)[0] == 2
+    bad.unlink()
     with pytest.raises(CkptselError, match="given to write_unit"):
         records.write_unit(folder, traj, step + 1, generations=rows)
     with pytest.raises(CkptselError, match="trajectory name"):

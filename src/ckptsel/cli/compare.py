@@ -16,8 +16,10 @@ from ckptsel.workflows.advise.log_comparison import compare_logs as compare_log_
 
 def compare(
     records_dir: Path = typer.Argument(..., help="Records folder (single files or units)."),
-    step_a: int = typer.Argument(..., help="Step of checkpoint A."),
-    step_b: int = typer.Argument(..., help="Step of checkpoint B."),
+    step_a: str = typer.Argument(
+        ..., help="Checkpoint A: its step, checkpoint-<step>, or an average (average-last3, ema-0.9, mean_last3)."
+    ),
+    step_b: str = typer.Argument(..., help="Checkpoint B, named the same ways."),
     trajectory: str = typer.Option(..., "--trajectory", help="Trajectory of A (and of B)."),
     trajectory_b: str = typer.Option(None, "--trajectory-b", help="Trajectory of B when it is another run on the same items."),
     as_json: bool = json_flag(),

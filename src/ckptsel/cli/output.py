@@ -257,8 +257,8 @@ def print_comparison(result: dict) -> None:
     """The human-readable form of :func:`ckptsel.workflows.compare_checkpoints`'s answer."""
     a, b = result["a"], result["b"]
     level = int(round(result["settings"]["level"] * 100))
-    name_a = f"{a['trajectory']}@{a['step']}"
-    name_b = f"{b['trajectory']}@{b['step']}"
+    name_a = f"{a['trajectory']}@{step_text(a['step'])}"
+    name_b = f"{b['trajectory']}@{step_text(b['step'])}"
     table = Table(title=f"A = {name_a}  vs  B = {name_b}  (paired, same items)")
     for col in ("split", "items (clusters)", "acc A %", "acc B %", f"A − B pp [{level}%]", "✓✓/A/B/✗✗", "McNemar p"):
         table.add_column(col, no_wrap=col in ("split", "items (clusters)"))

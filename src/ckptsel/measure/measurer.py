@@ -197,6 +197,7 @@ class MeasureResult:
     executor_stats: dict[str, Any] = field(default_factory=dict)  # ray: workers, overheads
     engine_starts: int = 0  # fresh models/engines for full checkpoints and bases
     weight_swaps: int = 0  # full checkpoints swapped into the one running (and proven)
+    average_swaps: int = 0  # of them, averages of checkpoints
     swap_seconds: float = 0.0
     start_seconds: float = 0.0  # what the fresh models/engines took to load or start
     vllm_calls: int = 0  # vLLM generate calls (a batch of adapters: one per kind)
@@ -242,6 +243,7 @@ def record_engines(result: MeasureResult, holder: ModelHolder, vllm: VllmEngine 
     logs = [(name, log) for name, log in logs if log.starts]
     result.engine_starts += sum(log.starts for _, log in logs)
     result.weight_swaps += sum(log.swaps for _, log in logs)
+    result.average_swaps += sum(log.averages for _, log in logs)
     result.swap_seconds += sum(log.swap_seconds for _, log in logs)
     result.start_seconds += sum(log.start_seconds for _, log in logs)
     result.vllm_calls += vllm.calls if vllm is not None else 0

@@ -106,6 +106,24 @@ def candidate_name(step: int) -> str:
     return f"average-last{s}" if s <= MAX_AVERAGED else f"ema-{(s - AVERAGE_SPAN) / AVERAGE_SPAN!r}"
 
 
+def candidate_step(name: int | str) -> int:
+    """The recorded step a user's name for a candidate means: ``75``, ``checkpoint-75``,
+    ``average-last3`` (-3) or ``ema-0.9`` (the inverse of :func:`candidate_name`); anything else
+    is refused in one line."""
+    if isinstance(name, bool) or not isinstance(name, (int, np.integer, str)):
+        name = repr(name)
+    text = str(name).strip()
+    if m := re.fullmatch(r"(?:checkpoint-)?(\d{1,18})", text):
+        return int(m.group(1))
+    if m := re.fullmatch(r"-\d{1,18}", text):
+        step = int(text)
+        if is_average_step(step):
+            return step
+    elif _AVERAGE_RE.fullmatch(text) or _EMA_RE.fullmatch(text):
+        return average_step(text)  # its own message when K or D is out of range
+    raise CkptselError(f"{name!r} is not a checkpoint (a step, checkpoint-<step>, average-lastK or ema-D)")
+
+
 def step_text(step: int) -> str:
     """A candidate in a sentence: its step (``75``), or the average's name (``average-last3``)."""
     return str(int(step)) if step >= 0 else candidate_name(step)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ckptsel._util.locations import Location, as_location
+from ckptsel.errors import CkptselError
 from ckptsel.records.schema import GENERATIONS_FILE, NLL_FILE, is_average_step
 
 UNITS_DIR = "units"
@@ -43,10 +44,16 @@ SINGLE_FILES = {"generations": GENERATIONS_FILE, "nll": NLL_FILE}
 _UNIT_RE = re.compile(r"^step-(-?\d+)\.parquet$")
 
 
-def _unit_step(m: re.Match[str]) -> bool:
-    """A unit file's step is a training step or an average's (any other negative: not a unit)."""
+def _unit_step(m: re.Match[str], where: object) -> bool:
+    """A unit file's step is a training step or an average's; any other negative step is refused
+    naming the file (skipping it would drop a checkpoint's records without a word)."""
     step = int(m.group(1))
-    return step >= 0 or is_average_step(step)
+    if step >= 0 or is_average_step(step):
+        return True
+    raise CkptselError(
+        f"{where}: step {step} is negative and not an average's (average-lastK is step -K, ema-D step "
+        "-(1000000 + D*1000000)): rename or remove the file"
+    )
 
 
 def unit_path(records_dir: Path | Location | str, kind: str, trajectory: str, step: int) -> Location:
@@ -158,7 +165,7 @@ def _list_units(records_dir: Path | Location | str, kind: str, trajectory: str |
         with os.scandir(base / traj) as entries:
             for e in entries:
                 m = _UNIT_RE.match(e.name)
-                if m and e.is_file() and _unit_step(m):
+                if m and e.is_file() and _unit_step(m, e.path):
                     st = e.stat()  # the tag: modification time and inode (an atomic rewrite
                     # is a new file: within the clock's granularity, at the same size, it differs)
                     tag = f"{st.st_mtime_ns}.{st.st_ino}"
@@ -173,7 +180,7 @@ def _list_remote(base: Location, trajectory: str | None = None) -> list[UnitFile
     for rel, info in base.listing().items():
         traj, _, name = (trajectory, "/", rel) if trajectory is not None else rel.partition("/")
         m = _UNIT_RE.match(name)
-        if m and traj and traj[0] != "." and "/" not in name and _unit_step(m):
+        if m and traj and traj[0] != "." and "/" not in name and _unit_step(m, base / rel):
             out.append(UnitFile(traj, int(m.group(1)), base / rel, info.size, info.tag))
     return sorted(out, key=lambda u: (u.trajectory, u.step))
 

@@ -192,7 +192,7 @@ class ModelHolder:
         self.model.config._name_or_path = ref
         self.model.eval()
         self.full = ref
-        self.log.swapped(seconds)
+        self.log.swapped(seconds, ckpt.step)
         return True
 
     def _merges(self, base: Any) -> bool:

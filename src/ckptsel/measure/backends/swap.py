@@ -39,6 +39,7 @@ class SwapLog:
     starts: int = 0
     start_seconds: float = 0.0
     swaps: int = 0
+    averages: int = 0  # of the swaps, averages of checkpoints (recorded at negative steps)
     swap_seconds: float = 0.0
     fallbacks: dict[str, str] = field(default_factory=dict)
     last: str = ""  # how the current full checkpoint got into the model, in words
@@ -49,8 +50,9 @@ class SwapLog:
         self.start_seconds += seconds
         self.last, self.pending = self.pending or "loaded", ""
 
-    def swapped(self, seconds: float) -> None:
+    def swapped(self, seconds: float, step: int) -> None:
         self.swaps += 1
+        self.averages += step < 0
         self.swap_seconds += seconds
         self.last = f"swapped in place, proven by {PROOF_TENSORS} tensor checksums"
 
@@ -63,13 +65,20 @@ class SwapLog:
         each``."""
         times = {1: "once", 2: "twice"}.get(self.starts, f"{self.starts} times")
         text = f"{engine} started {times} ({self.start_seconds:.1f} s)"
-        if self.swaps:
-            each = self.swap_seconds / self.swaps
-            text += f", {self.swaps} checkpoints swapped in place, {each:.2f} s each"
+        text += swapped_words(self.swaps, self.averages, self.swap_seconds)
         if self.fallbacks:
             why = next(iter(self.fallbacks.values()))
             text += f", {len(self.fallbacks)} loaded afresh ({why})"
         return text
+
+
+def swapped_words(swaps: int, averages: int, seconds: float) -> str:
+    """``, 9 checkpoints swapped in place, 0.40 s each`` (``, 2 checkpoints and 1 average(s)
+    swapped ...`` when averages were among them; nothing when nothing was swapped)."""
+    if not swaps:
+        return ""
+    what = f"{swaps - averages} checkpoints" + (f" and {averages} average(s)" if averages else "")
+    return f", {what} swapped in place, {seconds / swaps:.2f} s each"
 
 
 def _config(ref: str | Path) -> dict[str, Any] | None:

@@ -317,7 +317,7 @@ class VllmEngine:
             self.close()
             raise CkptselError(f"vLLM could not swap in {ref}: {_first_line(err)}") from err
         self.model_ref = ref
-        self.log.swapped(time.perf_counter() - t0)
+        self.log.swapped(time.perf_counter() - t0, ckpt.step)
         return True
 
     def _plan(self, ref: str, lengths: Sequence[int]) -> KvPlan:

@@ -61,6 +61,7 @@ from typing import Any
 from ckptsel._util.locations import WriteConflict, as_location
 from ckptsel._util.nodecache import CACHE_ENV
 from ckptsel.errors import CkptselError
+from ckptsel.measure.backends.swap import swapped_words
 from ckptsel.measure.config import MeasureConfig
 from ckptsel.measure.executors.base import Emit, ExecutorConfig, NewRows, UnitResult, WorkUnit, import_ray, storage_env
 from ckptsel.measure.measurer import Measurer, MeasureResult, base_key, batch_units
@@ -164,17 +165,18 @@ def engine_counts(measurer: Measurer) -> dict[str, Any]:
     return {
         "engine_starts": sum(log.starts for log in logs),
         "weight_swaps": sum(log.swaps for log in logs),
+        "average_swaps": sum(log.averages for log in logs),
         "swap_seconds": sum(log.swap_seconds for log in logs),
         "start_seconds": sum(log.start_seconds for log in logs),
         "vllm_calls": measurer.vllm.calls if measurer.vllm is not None else 0,
     }
 
 
-def engines_words(starts: int, swaps: int, seconds: float, workers: int) -> str:
+def engines_words(res: MeasureResult, workers: int) -> str:
     """The Ray run's engines in words, like the local run's line."""
     plural = lambda n, word: f"{n} {word}" + ("" if n == 1 else "s")  # noqa: E731
-    text = f"{plural(starts, 'model/engine start')} on {plural(workers, 'Ray worker')}"
-    return text + (f", {swaps} checkpoints swapped in place, {seconds / swaps:.2f} s each" if swaps else "")
+    text = f"{plural(res.engine_starts, 'model/engine start')} on {plural(workers, 'Ray worker')}"
+    return text + swapped_words(res.weight_swaps, res.average_swaps, res.swap_seconds)
 
 
 class MeasureWorker:
@@ -430,7 +432,7 @@ class RayExecutor:
                 yield ckpt, parts, new
         res = self.result
         if res.engine_starts or res.weight_swaps:
-            res.engines = engines_words(res.engine_starts, res.weight_swaps, res.swap_seconds, len(self.actors))
+            res.engines = engines_words(res, len(self.actors))
         stats.update(
             seconds=time.perf_counter() - t0,
             first_batch_seconds=first_done,
@@ -486,6 +488,7 @@ class RayExecutor:
         res.model_loads += st["model_loads"]
         res.engine_starts += st.get("engine_starts", 0)
         res.weight_swaps += st.get("weight_swaps", 0)
+        res.average_swaps += st.get("average_swaps", 0)
         res.swap_seconds += st.get("swap_seconds", 0.0)
         res.start_seconds += st.get("start_seconds", 0.0)
         res.vllm_calls += st.get("vllm_calls", 0)

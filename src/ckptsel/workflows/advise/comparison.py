@@ -38,11 +38,12 @@ from ckptsel import defaults
 from ckptsel._util import rng as streams
 from ckptsel._util.checks import check_int, check_level, check_seed
 from ckptsel.choose import core
+from ckptsel.choose.rules import average_rule_step
 from ckptsel.data.tasks import get_task, is_task_file
 from ckptsel.errors import CkptselError
 from ckptsel.records.load import find_trajectory, load_test, load_texts, load_validation
 from ckptsel.records.scan import read_rows
-from ckptsel.records.schema import GENERATIONS_FILE
+from ckptsel.records.schema import GENERATIONS_FILE, candidate_step, step_text
 from ckptsel.results.estimate import Estimate
 from ckptsel.stats.bootstrap import percentile_interval
 from ckptsel.stats.exact import interval_estimate, judged
@@ -189,11 +190,18 @@ def paired_difference(a: np.ndarray, b: np.ndarray, groups: np.ndarray, settings
 
 
 # --------------------------------------------------------------------------- loading
+def named_step(name: int | str) -> int:
+    """The recorded step a compared candidate names: a step, ``checkpoint-<step>``, an average's
+    folder (``average-last3``, ``ema-0.9``) or its row in the report (``mean_last3``, ``ema_0_9``)."""
+    step = average_rule_step(name) if isinstance(name, str) else None
+    return candidate_step(name) if step is None else step
+
+
 def _step_index(steps: np.ndarray, step: int, trajectory: str) -> int:
     where = np.flatnonzero(steps == step)
     if len(where) == 0:
         raise CkptselError(
-            f"trajectory {trajectory!r}: no checkpoint at step {step} (known steps: {', '.join(str(int(s)) for s in steps)})"
+            f"trajectory {trajectory!r}: no checkpoint at step {step_text(step)} (known: {', '.join(step_text(s) for s in steps)})"
         )
     return int(where[0])
 
@@ -256,14 +264,16 @@ def _paired_split(sides: list[Side], split: str, names: Any, settings: Any) -> d
 def compare_checkpoints(
     records_dir: Path,
     trajectory: str,
-    step_a: int,
-    step_b: int,
+    step_a: int | str,
+    step_b: int | str,
     *,
     trajectory_b: str | None = None,
     settings: CompareSettings | None = None,
 ) -> dict:
-    """Everything ``ckptsel compare`` reports, as a JSON-ready dict (see the module docstring)."""
+    """Everything ``ckptsel compare`` reports, as a JSON-ready dict (see the module docstring).
+    ``step_a`` / ``step_b``: a step or a candidate's name (:func:`named_step`)."""
     settings = settings or CompareSettings()
+    step_a, step_b = named_step(step_a), named_step(step_b)
     records_dir = Path(records_dir)
     traj_b = trajectory_b or trajectory
     if traj_b == trajectory and step_a == step_b:
