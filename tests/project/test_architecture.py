@@ -47,7 +47,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
 # The modules of each package, earlier first (a package's __init__ comes after them all).
 SUBORDER: dict[str, tuple[str, ...]] = {
     "_util": ("blas", "locations", "nodecache", "io", "checks", "rng", "threads", "markdown", "extras", "keys", "usercode"),
-    "records": ("schema", "codec", "units", "cache", "provenance", "weights", "scan", "store", "load"),
+    "records": ("schema", "codec", "checks", "units", "cache", "provenance", "weights", "scan", "store", "load"),
     "records.cache": ("memo", "arrays", "pack"),
     "data": ("answers", "taskdef", "tasks", "prompts", "scoring", "pools", "split", "audit"),
     "data.answers": ("numbers", "latex", "gsm8k", "commonsense", "rules"),

@@ -103,7 +103,7 @@ def top_level_table() -> dict[str, str]:
 
 def _attribute_uses(tree: ast.Module, packages: dict[str, Path]) -> set[tuple[str, str]]:
     """``(package, name)`` for each ``alias.name`` where ``alias`` is a package imported as a
-    module (``from ckptsel.records import cache`` then ``cache.PROVERS``; ``import
+    module (``from ckptsel.records import cache`` then ``cache.prove``; ``import
     ckptsel.records.cache as cache``)."""
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):

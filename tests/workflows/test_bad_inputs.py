@@ -237,7 +237,7 @@ def _t_checkpoint_without_nll(gen, nll):
 @pytest.mark.parametrize("layout", ["single", "units"])
 def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
     """In single files, and in units as ``measure`` writes them: then each trajectory's pack
-    carries what its test NLL rows prove (records.cache.pack.PROVERS) and the first analysis
+    carries what its test NLL rows prove (records.checks.prove_test_nll) and the first analysis
     reads the proofs, not the rows; the refusals are the same."""
     tmp, gen, nll, rec = study
     nll = nll.copy()

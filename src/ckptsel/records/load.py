@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
-import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -22,23 +20,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ckptsel._util.locations import Location, as_location
 from ckptsel.errors import CkptselError
 from ckptsel.records import cache, units
+from ckptsel.records.checks import (
+    NLL_CODED,
+    Grid,
+    TestNll,
+    check_nll_values,
+    check_test_nll,
+    check_tokens_constant,
+    checked,
+    describe,
+    distinct,
+    items_digest,
+    string_codes,
+)
 from ckptsel.records.codec import read_schema, read_table
 from ckptsel.records.scan import read_rows
-from ckptsel.records.schema import (
-    COMPLETE_WINDOW,
-    FINAL_STEPS_FILE,
-    GENERATION_COLUMNS,
-    MATCHED_WINDOW,
-    NLL_COLUMNS,
-    NLL_FILE,
-    SPLITS,
-    is_average_step,
-)
+from ckptsel.records.schema import FINAL_STEPS_FILE, GENERATION_COLUMNS, MATCHED_WINDOW, NLL_COLUMNS, NLL_FILE, SPLITS
 from ckptsel.records.weights import declared_final_steps
 
 
@@ -87,7 +88,7 @@ def _read(records_dir: Path, kind: str, columns: dict[str, str], split: str | No
     keep one split; returns the table and the path that error messages name.
 
     String columns are read dictionary-encoded (an order of magnitude faster than plain
-    strings on millions of rows) and stay so; :func:`_codes` turns them into integers.
+    strings on millions of rows) and stay so; :func:`string_codes` turns them into integers.
     """
     records_dir = as_location(records_dir)
     path = units.display_path(records_dir, kind)
@@ -105,50 +106,7 @@ def _read(records_dir: Path, kind: str, columns: dict[str, str], split: str | No
     filters = [("split", "=", split)] if split else None
     table = read_rows(records_dir, kind, columns=list(columns), filters=filters, read_dictionary=strings)
     pa.default_memory_pool().release_unused()  # the read's scratch buffers: back to the system
-    return _checked(table, columns, path), path
-
-
-def _checked(table: pa.Table, columns: dict[str, str], path: Path) -> pa.Table:
-    """``table``'s ``columns``, checked (no nulls, the right types, no negative step) and cast
-    to their SPEC types (string columns stay as they are, dictionary-encoded or not)."""
-    out = {}
-    for name, kind in columns.items():
-        col = table.column(name)
-        if col.null_count:
-            r = pc.index(pc.is_null(col), True).as_py()
-            where = ", ".join(f"{k} {table.column(k)[r].as_py()!r}" for k in ("trajectory", "step", "item_id") if k in table.column_names)
-            hint = " (NaN/inf losses are not allowed)" if name == "nll_sum" else ""
-            raise CkptselError(f"{path.name}: {where}: {name} is missing/NaN{hint} [{path}]")
-        value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
-        ok = {
-            "string": pa.types.is_string(value_type) or pa.types.is_large_string(value_type),
-            "int64": pa.types.is_integer(value_type),
-            "float64": pa.types.is_floating(value_type),
-            "bool": pa.types.is_boolean(value_type),
-        }[kind]
-        if not ok:
-            raise CkptselError(f"{path}: column {name!r} has type {value_type}, expected {kind}")
-        if kind == "int64" and not value_type.equals(pa.int64()):
-            col = col.cast(pa.int64())
-        if kind == "float64" and not value_type.equals(pa.float64()):
-            col = col.cast(pa.float64())
-        if name == "step" and len(col) and pc.min(col).as_py() < 0:
-            _check_negative_steps(table, col, path)
-        out[name] = col
-    return pa.table(out)
-
-
-def _check_negative_steps(table: pa.Table, col: pa.ChunkedArray, path: Path) -> None:
-    """Negative steps are the reserved steps of averages (:func:`~ckptsel.records.schema.average_step`);
-    any other is refused, naming its row."""
-    negative = np.unique(col.filter(pc.less(col, 0)).to_numpy())
-    bad = [int(s) for s in negative if not is_average_step(int(s))]
-    if bad:
-        r = pc.index(col, pa.scalar(bad[0], col.type)).as_py()
-        raise CkptselError(
-            f"{_describe(path, str(table.column('trajectory')[r].as_py()), bad[0])}: negative step (training steps are "
-            f">= 0; an average's reserved step is -K for average-lastK, K <= 999, or -(10**6 + D·10**6) for ema-D) [{path}]"
-        )
+    return checked(table, columns, path), path
 
 
 def _check_splits(path: Location) -> None:
@@ -162,183 +120,10 @@ def _check_splits(path: Location) -> None:
 def _check_splits_once(where: str, local: bool, _tag: str, _size: int) -> None:
     path = Location(Path(where)) if local else Location(where)
     splits = read_table(path, columns=["split"], read_dictionary=["split"]).column("split")
-    _, values = _codes(splits)
+    _, values = string_codes(splits)
     unknown = sorted(set(values.tolist()) - set(SPLITS))
     if unknown:
         raise CkptselError(f"{path}: unknown split name(s) {unknown}; expected one of {list(SPLITS)}")
-
-
-def _codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of a string column (equal code = equal string; int32 for a dictionary
-    column: half the memory of millions of rows) and the distinct values."""
-    if isinstance(col, pa.ChunkedArray):
-        chunks = col.chunks
-        if not chunks:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
-        if pa.types.is_dictionary(col.type):
-            codes, values = _chunk_codes(chunks)
-            # drop dictionary values that the split filter removed (O(n), no sort)
-            used = np.zeros(len(values), dtype=bool)
-            used[codes] = True
-            if used.all():  # each row group's own dictionary: nothing to drop
-                return codes, np.asarray(values.to_pylist(), dtype=object)
-            remap = np.cumsum(used, dtype=np.int32) - 1
-            values = np.asarray(values.filter(pa.array(used)).to_pylist(), dtype=object)
-            return remap[codes], values  # int32 already: no second copy of the rows
-        col = col.combine_chunks()
-    enc = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), np.asarray(enc.dictionary.to_pylist(), dtype=object)
-
-
-def _chunk_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Array]:
-    """``(rows,)`` int32 codes into one dictionary for dictionary chunks that each have their
-    own (a unit's, a row group's), in order of first appearance across the chunks' dictionaries
-    (as ``unify_dictionaries`` orders them); the dictionaries are hashed once, a run of chunks
-    with an equal dictionary (a trajectory's units list the same items) counted once."""
-    firsts, starts, last, total = [], np.empty(len(chunks), dtype=np.int32), None, 0
-    for i, c in enumerate(chunks):
-        d = c.dictionary
-        if last is None or not (d is last or d.equals(last)):
-            firsts.append(d)
-            last, start = d, total
-            total += len(d)
-        starts[i] = start
-    enc = pc.dictionary_encode(pa.chunked_array(firsts, type=chunks[0].dictionary.type).combine_chunks())
-    entry = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-    lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
-    if all(len(c.dictionary) == 1 for c in chunks):  # one value per chunk (a pack's trajectory,
-        return np.repeat(entry[starts], lengths), enc.dictionary  # configuration, task): no pass over rows
-    where = np.repeat(starts, lengths)  # (rows,) each row's chunk's first entry, then its own
-    where += np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
-    return entry[where], enc.dictionary
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` of integers (NLL windows: millions of rows, a few values) by
-    counting when their range is small, without sorting or hashing the rows."""
-    if len(values) == 0:
-        return np.unique(values)
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 1_000_000:
-        return np.unique(values)
-    return (np.flatnonzero(np.bincount(values - lo, minlength=hi - lo + 1)) + lo).astype(values.dtype)
-
-
-def _small_int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of integer values in ascending order (O(n) via bincount when the range is small)."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 50_000_000:
-        codes, uniques = pd.factorize(values, sort=True)
-        return codes.astype(np.int64), np.asarray(uniques)
-    shifted = values - lo if lo else values
-    present = np.bincount(shifted, minlength=hi - lo + 1) > 0
-    remap = np.cumsum(present, dtype=np.int64) - 1
-    return remap[shifted], np.flatnonzero(present) + lo
-
-
-def _key_parts(columns: list[np.ndarray], outer: int) -> list[tuple[np.ndarray, int]]:
-    """Integer key columns as order-preserving codes and their spans ``(codes, n)``, codes in
-    ``[0, n)``, for a grid key of ``outer`` × the spans: the offsets from each column's
-    smallest value (one subtraction) while that key stays far below 2**63, else dense codes."""
-    lows = [int(c.min()) if len(c) else 0 for c in columns]
-    spans = [int(c.max()) - lo + 1 if len(c) else 1 for c, lo in zip(columns, lows, strict=True)]
-    if outer * math.prod(spans) < 2**62:
-        return [(c - lo if lo else c, n) for c, lo, n in zip(columns, lows, spans, strict=True)]
-    return [(codes, len(values)) for codes, values in map(_small_int_codes, columns)]
-
-
-def _describe(path: Path, traj: str, step: int | None = None, item: str | None = None) -> str:
-    parts = [f"{path.name}: trajectory {traj!r}"]
-    if step is not None:
-        parts.append(f"step {step}")
-    if item is not None:
-        parts.append(f"item {item!r}")
-    return ", ".join(parts)
-
-
-class _Grid:
-    """Rows of one split placed on a (trajectory) × (step) × (item) grid via integer codes.
-
-    Rows are sorted once by the combined key, which both finds duplicated keys and makes
-    every trajectory's rows one contiguous slice.
-    """
-
-    def __init__(self, table: pa.Table, path: Path, key_extra: str | None = None, coded: tuple[str, ...] | None = None):
-        """``coded``: the string columns to code (default every one but ``split``)."""
-        self.path = path  # the table itself is not kept: its arrays go when the caller drops it
-        self.codes: dict[str, np.ndarray] = {}
-        self.values: dict[str, np.ndarray] = {}
-        for name in table.column_names:  # the split column is constant after filtering
-            if coded is not None and name not in coded:
-                continue
-            if name != "split" and pa.types.is_dictionary(table.column(name).type):
-                self.codes[name], self.values[name] = _codes(table.column(name))
-        self.traj_code, self.trajs = self.codes["trajectory"], self.values["trajectory"]
-        self.item_code, self.items = self.codes["item_id"], self.values["item_id"]
-        self.step = table.column("step").to_numpy()
-        self.correct = table.column("correct").to_numpy(zero_copy_only=False) if "correct" in table.column_names else None
-        # rank of each item id as a string: trajectories list their items in id order
-        self.item_rank = np.empty(len(self.items), dtype=np.int64)
-        self.item_rank[np.argsort(self.items.astype(str), kind="stable")] = np.arange(len(self.items))
-        parts = _key_parts([self.step] + ([table.column(key_extra).to_numpy()] if key_extra else []), len(self.trajs) * len(self.items))
-        key = self.traj_code.astype(np.int64)  # built in place: one (rows,) int64 at a time
-        key *= parts[0][1]
-        key += parts[0][0]
-        key *= len(self.items)
-        key += self.item_code
-        for codes, span in parts[1:]:
-            key *= span
-            key += codes
-        del parts
-        # records are written sorted by this key: then the stable sort is the identity
-        if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
-            index = np.int32 if len(key) < 2**31 else np.int64  # half the memory of int64 rows
-            self.order, sorted_key = np.arange(len(key), dtype=index), key
-        else:
-            self.order = np.argsort(key, kind="stable")
-            sorted_key = key[self.order]
-        dup = np.flatnonzero(sorted_key[1:] == sorted_key[:-1])
-        if len(dup):
-            r = self.order[dup[0] + 1]
-            more = f", {key_extra} {int(table.column(key_extra)[int(r)].as_py())}" if key_extra else ""
-            raise CkptselError(
-                f"{_describe(path, self.trajs[self.traj_code[r]], int(self.step[r]), self.items[self.item_code[r]])}"
-                f"{more}: duplicated record (the key must be unique)"
-            )
-        in_order = self.traj_code if sorted_key is key else self.traj_code[self.order]
-        self.bounds = np.searchsorted(in_order, np.arange(len(self.trajs) + 1))
-
-    def rows_of(self, t: int) -> np.ndarray:
-        """Rows of trajectory ``t``, sorted by step then item code."""
-        return self.order[self.bounds[t] : self.bounds[t + 1]]
-
-    def axes(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """This trajectory's steps (ascending), item codes (in id order) and code -> column map."""
-        s = self.step[rows]
-        steps = s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
-        present = np.zeros(len(self.items), dtype=bool)
-        present[self.item_code[rows]] = True
-        codes = np.flatnonzero(present)
-        codes = codes[np.argsort(self.item_rank[codes], kind="stable")]
-        index = np.full(len(self.items), -1)
-        index[codes] = np.arange(len(codes))
-        return steps, codes, index
-
-    def attrs(self, rows: np.ndarray, traj: str) -> tuple[str, str]:
-        """The trajectory's configuration and task, which must be single-valued."""
-        out = []
-        for name in ("configuration", "task"):
-            codes = self.codes[name][rows]
-            # one value: min == max (no sort of the rows); several: name them
-            used = codes[:1] if len(codes) and codes.min() == codes.max() else np.unique(codes)
-            if len(used) != 1:
-                raise CkptselError(
-                    f"{_describe(self.path, traj)}: several values of {name!r}: {[str(v) for v in self.values[name][used][:5]]}"
-                )
-            out.append(str(self.values[name][used[0]]))
-        return out[0], out[1]
 
 
 def _final_steps(records_dir: Location) -> dict[str, int]:
@@ -353,12 +138,12 @@ def _final_steps(records_dir: Location) -> dict[str, int]:
     return {}
 
 
-def _place(grid: _Grid, rows: np.ndarray, steps: np.ndarray, item_index: np.ndarray):
+def _place(grid: Grid, rows: np.ndarray, steps: np.ndarray, item_index: np.ndarray):
     """Map rows to (checkpoint index, item index) on this trajectory's grid."""
     return np.searchsorted(steps, grid.step[rows]), item_index[grid.item_code[rows]]
 
 
-def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str, item_field: str):
+def _generation_matrices(g: Grid, rows, steps, item_index, item_ids, traj: str, item_field: str):
     """One trajectory's generation rows as (T, n) present/correct/answer-code matrices, plus
     a per-item column (``group`` or ``subtask``) that must not vary across checkpoints."""
     T, n = len(steps), len(item_ids)
@@ -375,26 +160,26 @@ def _generation_matrices(g: _Grid, rows, steps, item_index, item_ids, traj: str,
     mismatch = per_item[ii] != codes
     if mismatch.any():
         i = int(ii[np.flatnonzero(mismatch)[0]])
-        raise CkptselError(f"{_describe(g.path, traj, item=str(item_ids[i]))}: {item_field!r} differs across checkpoints")
+        raise CkptselError(f"{describe(g.path, traj, item=str(item_ids[i]))}: {item_field!r} differs across checkpoints")
     return present, correct, answers, g.values[item_field][np.maximum(per_item, 0)]
 
 
-def _item_groups(g: _Grid, rows, steps, item_index, item_ids, traj: str) -> np.ndarray:
+def _item_groups(g: Grid, rows, steps, item_index, item_ids, traj: str) -> np.ndarray:
     """``(n,)`` the ``group`` of each item (must not vary across checkpoints)."""
     return _generation_matrices(g, rows, steps, item_index, item_ids, traj, "group")[3]
 
 
-def _generation_grid(records_dir: Path, split: str) -> _Grid:
+def _generation_grid(records_dir: Path, split: str) -> Grid:
     """One split of the generation records, validated and placed on its grid."""
     gen, gpath = _read(records_dir, "generations", GENERATION_COLUMNS, split)
     if gen.num_rows == 0:
         raise CkptselError(f"{gpath}: no {split} records")
-    grid = _Grid(gen, gpath)
+    grid = Grid(gen, gpath)
     del gen
     return _released(grid)
 
 
-def _trajectories(g: _Grid, records_dir: Path):
+def _trajectories(g: Grid, records_dir: Path):
     """Per trajectory: its name, rows, identity (``trajectory``, ``configuration``, ``task``,
     ``steps``: the fields every loaded record type starts with), steps, item columns and ids,
     with the declared final step checked."""
@@ -411,7 +196,7 @@ def _trajectories(g: _Grid, records_dir: Path):
         yield traj, rows, identity, steps, item_index, g.items[item_codes]
 
 
-def _check_final_names(expected: dict[str, int], g: _Grid, records_dir: Path) -> None:
+def _check_final_names(expected: dict[str, int], g: Grid, records_dir: Path) -> None:
     """A declared final step for a trajectory without records is an error, not ignored."""
     unknown = sorted(set(expected) - {str(t) for t in g.trajs})
     if unknown:
@@ -423,7 +208,7 @@ def _check_final_names(expected: dict[str, int], g: _Grid, records_dir: Path) ->
 def _check_final(traj: str, steps: np.ndarray, expected: dict[str, int], path: Path) -> None:
     if traj in expected and steps[-1] != expected[traj]:
         raise CkptselError(
-            f"{_describe(path, traj)}: invalid trajectory — its final checkpoint (step "
+            f"{describe(path, traj)}: invalid trajectory — its final checkpoint (step "
             f"{expected[traj]}, declared in {FINAL_STEPS_FILE}) has no records; the largest "
             f"recorded step is {int(steps[-1])}"
         )
@@ -436,7 +221,7 @@ def _check_measured_final(traj: str, steps: np.ndarray, measured: dict[str, int]
     if traj in expected or traj not in measured or measured[traj] <= int(steps[-1]):
         return
     raise CkptselError(
-        f"{_describe(path, traj)}: its final checkpoint (step {measured[traj]}, the last in "
+        f"{describe(path, traj)}: its final checkpoint (step {measured[traj]}, the last in "
         f"its run folder when it was measured) has no records (last recorded: step "
         f"{int(steps[-1])}); measure it (ckptsel measure resumes where it stopped), or "
         f"declare the run's final step in {FINAL_STEPS_FILE}"
@@ -444,7 +229,6 @@ def _check_measured_final(traj: str, steps: np.ndarray, measured: dict[str, int]
 
 
 # --------------------------------------------------------------------------- public loaders
-_NLL_CODED = ("trajectory", "item_id")  # an NLL grid's configuration and task are never used
 
 
 class _NllTable:
@@ -452,8 +236,8 @@ class _NllTable:
 
     def __init__(self, npath: Path, table: pa.Table, gen_items: np.ndarray):
         self.path = npath
-        self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
-        _check_nll_values(table, self.grid, npath)
+        self.grid = Grid(table, npath, key_extra="window", coded=NLL_CODED)
+        check_nll_values(table, self.grid, npath)
         self.windows = table.column("window").to_numpy()
         self.nll_sum = table.column("nll_sum").to_numpy()
         self.n_tokens = table.column("n_tokens").to_numpy()
@@ -470,7 +254,7 @@ class _NllTable:
         """``(nll, n_tokens, present)`` per window for one trajectory's (T, n) grid."""
         nl = self.grid
         if traj not in self.traj_index:
-            raise CkptselError(f"{_describe(self.path, traj)}: no validation NLL records for this trajectory")
+            raise CkptselError(f"{describe(self.path, traj)}: no validation NLL records for this trajectory")
         nrows = nl.rows_of(self.traj_index[traj])
         nsteps = nl.axes(nrows)[0]
         if not np.array_equal(steps, nsteps):
@@ -485,7 +269,7 @@ class _NllTable:
         nci, nii = np.searchsorted(steps, nl.step[nrows]), index[nl.item_code[nrows]]
         known = nii >= 0
         nll_by_w, tok_by_w, present_by_w = {}, {}, {}
-        for w in _distinct(self.windows[nrows]):
+        for w in distinct(self.windows[nrows]):
             sel = known & (self.windows[nrows] == w)
             r = nrows[sel]
             mat = np.zeros((T, n))
@@ -494,12 +278,12 @@ class _NllTable:
             have[nci[sel], nii[sel]] = True
             tok = np.full((T, n), -1, dtype=np.int64)
             tok[nci[sel], nii[sel]] = self.n_tokens[r]
-            _check_tokens_constant(tok, have, self.path, traj, item_ids, steps, int(w))
+            check_tokens_constant(tok, have, self.path, traj, item_ids, steps, int(w))
             nll_by_w[int(w)] = mat
             tok_by_w[int(w)] = np.where(have, tok, -1).max(axis=0)
             present_by_w[int(w)] = have
         if MATCHED_WINDOW not in nll_by_w:
-            raise CkptselError(f"{_describe(self.path, traj)}: no validation NLL rows with window={MATCHED_WINDOW}")
+            raise CkptselError(f"{describe(self.path, traj)}: no validation NLL rows with window={MATCHED_WINDOW}")
         return nll_by_w, tok_by_w, present_by_w
 
 
@@ -578,7 +362,7 @@ def _validation_records(records_dir: Location) -> list[ValidationData]:
             }
         if not eligible.any():
             raise CkptselError(
-                f"{_describe(gpath, traj)}: no eligible validation items (every item lacks a "
+                f"{describe(gpath, traj)}: no eligible validation items (every item lacks a "
                 f"generation or NLL record for some checkpoint, or has n_tokens == 0)"
             )
         keep = np.flatnonzero(eligible)
@@ -656,7 +440,7 @@ def _match_validation(tests: list[TestData], validation: list[ValidationData], g
     val_steps = {v.trajectory: v.steps for v in validation}
     for t in tests:
         if t.trajectory not in val_steps:
-            raise CkptselError(f"{_describe(gpath, t.trajectory)}: test records but no validation records")
+            raise CkptselError(f"{describe(gpath, t.trajectory)}: test records but no validation records")
         if not np.array_equal(t.steps, val_steps[t.trajectory]):
             raise CkptselError(
                 f"trajectory {t.trajectory!r}: validation and test records disagree on its checkpoints "
@@ -691,19 +475,19 @@ def _test_records(records_dir: Location) -> list[TestData]:
                 f"(generations: {steps.tolist()}, nll: {test_nll_steps[traj].tolist()})"
             )
         if proofs is None:
-            _check_test_nll(test_nll, traj, steps, item_ids)
+            check_test_nll(test_nll, traj, steps, item_ids)
         elif not _proof_holds(proofs.get(str(traj)), item_ids):  # the rows name what is wrong
-            _check_test_nll(_test_nll_table(records_dir), traj, steps, item_ids)
+            check_test_nll(_test_nll_table(records_dir), traj, steps, item_ids)
         if len(item_ids) < 2:
             raise CkptselError(
-                f"{_describe(gpath, traj)}: only {len(item_ids)} test item; the test pool must have at "
+                f"{describe(gpath, traj)}: only {len(item_ids)} test item; the test pool must have at "
                 f"least 2 (the matched-half diagnostic splits it in two halves, SPEC §5)"
             )
         present, corr, ans, subtasks = _generation_matrices(g, rows, steps, item_index, item_ids, traj, "subtask")
         if not present.all():
             c, i = np.argwhere(~present)[0]
             raise CkptselError(
-                f"{_describe(gpath, traj, int(steps[c]), str(item_ids[i]))}: test item missing for "
+                f"{describe(gpath, traj, int(steps[c]), str(item_ids[i]))}: test item missing for "
                 f"this checkpoint (test items must be recorded for every checkpoint)"
             )
         out.append(
@@ -721,68 +505,17 @@ def _test_records(records_dir: Location) -> list[TestData]:
 
 
 # --------------------------------------------------------------------------- test NLL
-def _test_nll_steps(records_dir: Path, table: _TestNll | None = None) -> dict[str, np.ndarray]:
+def _test_nll_steps(records_dir: Path, table: TestNll | None = None) -> dict[str, np.ndarray]:
     """Checkpoints of each trajectory in the test NLL rows (optional; for consistency).
 
     The rows are validated like validation NLL rows (SPEC §2): types, NaN/inf, negative or
-    impossible values, duplicated keys; :func:`_check_test_nll` checks each trajectory's items.
+    impossible values, duplicated keys; :func:`check_test_nll` checks each trajectory's items.
     """
     table = table or _test_nll_table(records_dir)
     if table is None:
         return {}
     grid = table.grid
     return {str(name): grid.axes(grid.rows_of(t))[0] for t, name in enumerate(grid.trajs)}
-
-
-class _TestNll:
-    """The test NLL rows, validated and placed on a (trajectory, step, item, window) grid."""
-
-    def __init__(self, npath: Path, table: pa.Table):
-        self.path = npath
-        self.grid = _Grid(table, npath, key_extra="window", coded=_NLL_CODED)
-        _check_nll_values(table, self.grid, npath)
-        self.windows = table.column("window").to_numpy()
-        self.window_values = _distinct(self.windows)
-        self.n_tokens = table.column("n_tokens").to_numpy()
-
-
-def prove_test_nll(parts: dict[str, pa.Table]) -> dict:
-    """What one trajectory's NLL pack (its rows per split) proves of its test rows under this
-    module's checks (:data:`ckptsel.records.cache.pack.PROVERS`): ``test`` is ``None`` without test
-    rows, else their checkpoints and the digest of their items when the rows pass every check
-    :func:`_test_nll_table` and :func:`_check_test_nll` make of them (columns and types, no
-    NaN/inf or negative values, unique keys, every window present complete over the rows' own
-    checkpoints × items, ``n_tokens`` constant across checkpoints); no proof (``{}``) when
-    one fails. ``code``: the checking code's digest (another version's proof is not used)."""
-    rows = parts.get("test")
-    if rows is None or rows.num_rows == 0:
-        return {"code": cache.code_digest(), "test": None}
-    path = Path(NLL_FILE)
-    try:
-        strings = [c for c, kind in NLL_COLUMNS.items() if kind == "string"]
-        table = rows.select(list(NLL_COLUMNS))
-        for name in strings:
-            i = table.column_names.index(name)
-            table = table.set_column(i, name, pc.dictionary_encode(table.column(name)))
-        nll = _TestNll(path, _checked(table, NLL_COLUMNS, path))
-        del table
-        if len(nll.grid.trajs) != 1:
-            return {}
-        traj = str(nll.grid.trajs[0])
-        steps, codes, _ = nll.grid.axes(nll.grid.rows_of(0))
-        item_ids = nll.grid.items[codes].astype(str)
-        _check_test_nll(nll, traj, steps, item_ids)
-    except (CkptselError, pa.ArrowException, KeyError, ValueError):
-        return {}
-    test = {"trajectory": traj, "steps": [int(x) for x in steps], "items": _items_digest(item_ids)}
-    return {"code": cache.code_digest(), "test": test}
-
-
-cache.PROVERS["nll"] = prove_test_nll  # the checks keep one home: here
-
-
-def _items_digest(item_ids: np.ndarray) -> str:
-    return hashlib.sha256(json.dumps([str(i) for i in item_ids]).encode("utf-8")).hexdigest()
 
 
 def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
@@ -812,73 +545,19 @@ def _proven_steps(proofs: dict[str, dict | None]) -> dict[str, np.ndarray]:
 
 def _proof_holds(proof: dict | None, item_ids: np.ndarray) -> bool:
     """Whether a trajectory's proven test NLL rows (their checkpoints already compared) are
-    what :func:`_check_test_nll` accepts: none, or exactly the generations' items."""
-    return proof is None or proof["items"] == _items_digest(item_ids)
+    what :func:`check_test_nll` accepts: none, or exactly the generations' items."""
+    return proof is None or proof["items"] == items_digest(item_ids)
 
 
-def _test_nll_table(records_dir: Path) -> _TestNll | None:
+def _test_nll_table(records_dir: Path) -> TestNll | None:
     if not units.exists(records_dir, "nll"):
         return None
     table, npath = _read(records_dir, "nll", NLL_COLUMNS, "test")
     if table.num_rows == 0:
         return None
-    nll = _TestNll(npath, table)
+    nll = TestNll(npath, table)
     del table
     return _released(nll)
-
-
-def _check_test_nll(test_nll: _TestNll | None, traj: str, steps: np.ndarray, item_ids: np.ndarray) -> None:
-    """One trajectory's test NLL rows: every item of its test generations, for every checkpoint
-    and window, with ``n_tokens`` constant across checkpoints (SPEC §2)."""
-    if test_nll is None:
-        return
-    grid = test_nll.grid
-    where = np.flatnonzero(grid.trajs == traj)
-    if not len(where):
-        return
-    rows = grid.rows_of(int(where[0]))
-    # each distinct item id looked up once, then spread over the rows by its code
-    known = pd.Index(item_ids).get_indexer(grid.items)[grid.item_code[rows]]
-    if (known < 0).any():
-        r = int(rows[np.flatnonzero(known < 0)[0]])
-        raise CkptselError(
-            f"{_describe(test_nll.path, traj, int(grid.step[r]), str(grid.items[grid.item_code[r]]))}: "
-            f"test NLL record for an item with no test generation records"
-        )
-    T, n = len(steps), len(item_ids)
-    if _complete_and_constant(test_nll, rows, T, n):
-        return
-    ci = np.searchsorted(steps, grid.step[rows])
-    windows = test_nll.windows[rows]
-    for w in test_nll.window_values:  # the study's few windows; this trajectory's are checked
-        sel = windows == w
-        if not sel.any():
-            continue
-        have = np.zeros((T, n), dtype=bool)
-        have[ci[sel], known[sel]] = True
-        tok = np.full((T, n), -1, dtype=np.int64)
-        tok[ci[sel], known[sel]] = test_nll.n_tokens[rows[sel]]
-        if not have.all():
-            c, i = np.argwhere(~have)[0]
-            raise CkptselError(
-                f"{_describe(test_nll.path, traj, int(steps[c]), str(item_ids[i]))}, window {int(w)}: "
-                f"test NLL record missing (test items must be recorded for every checkpoint)"
-            )
-        _check_tokens_constant(tok, have, test_nll.path, traj, item_ids, steps, int(w))
-
-
-def _complete_and_constant(test_nll: _TestNll, rows: np.ndarray, T: int, n: int) -> bool:
-    """The common case, proven without building (T, n) matrices: a trajectory with one row per
-    (checkpoint, item, window) of every window the study has (its keys are unique, its
-    checkpoints those of its generations and its items among theirs, all checked before: so
-    T × n × W rows means none is missing) whose ``n_tokens`` agree across checkpoints (its rows
-    are sorted by checkpoint, then item and window: each checkpoint's block lists the same
-    items and windows). ``False``: the full check finds what is wrong."""
-    W = len(test_nll.window_values)
-    if not len(rows) or len(rows) != T * n * W:
-        return False
-    tok = test_nll.n_tokens[rows].reshape(T, n * W)
-    return bool((tok == tok[:1]).all())
 
 
 def load_texts(records_dir: Path, trajectory: str, split: str, steps=None) -> pd.DataFrame | None:
@@ -998,34 +677,6 @@ def find_trajectory(loaded: list, trajectory: str, split: str, records_dir: Path
 
 
 # --------------------------------------------------------------------------- checks
-def _check_nll_values(nll: pa.Table, grid: _Grid, path: Path) -> None:
-    values = nll.column("nll_sum").to_numpy()
-    tokens = nll.column("n_tokens").to_numpy()
-    for bad, problem in (
-        (~np.isfinite(values), lambda r: f"nll_sum is {values[r]} (NaN/inf losses are not allowed)"),
-        (values < 0, lambda r: f"nll_sum is {values[r]} (a sum of -log p is never negative)"),
-        (tokens < 0, lambda r: f"negative n_tokens ({int(tokens[r])})"),
-    ):
-        if bad.any():
-            r = int(np.flatnonzero(bad)[0])
-            where = _describe(path, grid.trajs[grid.traj_code[r]], int(grid.step[r]), grid.items[grid.item_code[r]])
-            raise CkptselError(f"{where}: {problem(r)}")
-    windows = nll.column("window").to_numpy()
-    if ((windows != MATCHED_WINDOW) & (windows != COMPLETE_WINDOW) & (windows < 0)).any():
-        raise CkptselError(f"{path}: negative window values")
-
-
-def _check_tokens_constant(tok, have, path, traj, item_ids, steps, window) -> None:
-    hi = np.where(have, tok, np.iinfo(np.int64).min).max(axis=0)
-    lo = np.where(have, tok, np.iinfo(np.int64).max).min(axis=0)
-    differ = have.any(axis=0) & (hi != lo)
-    if differ.any():
-        i = int(np.flatnonzero(differ)[0])
-        vals = sorted({int(v) for v in tok[have[:, i], i]})
-        raise CkptselError(
-            f"{_describe(path, traj, item=str(item_ids[i]))}, window {window}: n_tokens differ "
-            f"across checkpoints ({vals}); the scored response must be the same for every checkpoint"
-        )
 
 
 def _check_test_pools(tests: list[TestData], path: Path) -> None:

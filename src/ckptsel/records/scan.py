@@ -3,7 +3,7 @@
 When both forms exist they are read as one table; for each (trajectory, step) that has a unit
 of a kind, the unit supersedes the single file's rows of that kind (the writer copies those
 rows into the unit when it first writes it, so nothing is lost). Keys must be unique across
-the result (checked by :mod:`ckptsel.records.load`).
+the result (checked by :mod:`ckptsel.records.checks` as :mod:`ckptsel.records.load` loads them).
 
 Reading thousands of small files is slow (about 1-2 ms of CPU each with pyarrow, most of it
 fixed per file and per column chunk), so readers read each trajectory from its *pack*

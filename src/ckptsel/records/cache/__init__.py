@@ -19,7 +19,6 @@ from ckptsel.records.cache.memo import array_json, bypassed, cached, code_digest
 from ckptsel.records.cache.pack import (
     PACK_ERRORS,
     PACKED_KINDS,
-    PROVERS,
     by_trajectory,
     current,
     pack_bytes,
@@ -39,7 +38,6 @@ from ckptsel.records.cache.pack import (
 __all__ = [
     "PACKED_KINDS",
     "PACK_ERRORS",
-    "PROVERS",
     "array_json",
     "by_trajectory",
     "bypassed",

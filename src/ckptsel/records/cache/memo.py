@@ -87,7 +87,7 @@ def code_digest() -> str:
     """SHA-256 of the modules whose code decides the loaded arrays."""
     here = Path(__file__).parent  # records/cache
     h = hashlib.sha256()
-    for module in ("codec", "load", "provenance", "scan", "schema", "units", "weights"):
+    for module in ("checks", "codec", "load", "provenance", "scan", "schema", "units", "weights"):
         h.update((here.parent / f"{module}.py").read_bytes())
     for module in ("__init__", "arrays", "memo", "pack"):
         h.update((here / f"{module}.py").read_bytes())

@@ -15,8 +15,8 @@ modification time in ns and inode locally, ETag on an object store) and each uni
 metadata (provenance, checkpoint stamp), so that provenance and stamps come from one footer
 per trajectory too.
 
-A pack may also carry a *proof* (:data:`PROVERS`): what the reader's own checks found of its
-rows when the writer built it (the test NLL rows, which analysis checks but never uses as
+A pack may also carry a *proof* (:func:`prove`): what the reader's own checks
+(:func:`ckptsel.records.checks.prove_test_nll`) found of its rows when the writer built it (the test NLL rows, which analysis checks but never uses as
 values: their checkpoints and a digest of their items, when every row-level check passed), so
 that a first analysis checks them against the generations without reading them. A proof is
 trusted on the same terms as the pack (it lists the units' current versions) and only from the
@@ -54,7 +54,7 @@ import base64
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from itertools import groupby
 from pathlib import Path
 
@@ -67,6 +67,8 @@ from ckptsel._util.keys import mac, mac_holds
 from ckptsel._util.locations import Location, as_location
 from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
+from ckptsel.records.cache.memo import code_digest
+from ckptsel.records.checks import prove_test_nll
 from ckptsel.records.codec import read_schema
 from ckptsel.records.schema import SPLITS
 from ckptsel.records.units import UNITS_DIR, UnitFile, forget_derived, once_per_listing
@@ -77,10 +79,6 @@ PACKED_KINDS = ("generations", "nll")  # what analysis reads (texts never are)
 META_PREFIX = b"ckptsel."  # the unit metadata a pack carries (provenance, checkpoint stamp)
 # a damaged, foreign or vanished pack: read as no pack
 PACK_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError, KeyError, CkptselError)
-# kind -> what a pack's rows (per split) prove under the reader's checks, as JSON-able data.
-# ckptsel.records.load registers its test-NLL check here (the checks keep one home, in the
-# reader); a pack built without a prover has no proof, which costs the reader time only.
-PROVERS: dict[str, Callable[[dict[str, pa.Table]], dict]] = {}
 FOOTER_THREADS = 8  # footers are small reads: a few at a time
 
 
@@ -251,12 +249,16 @@ def rows_hold(data: bytes, f: pq.ParquetFile, blob: dict) -> bool:
 
 
 def prove(kind: str, parts: dict[str, pa.Table]) -> dict | None:
-    """What ``parts`` (a pack's rows per split) prove, by the prover registered for ``kind``."""
-    prover = PROVERS.get(kind)
-    try:
-        return None if prover is None else prover(parts)
-    except Exception:  # noqa: BLE001 - a proof is optional: a prover that fails gives none
+    """What ``parts`` (a pack's rows per split) prove under the records' checks (an NLL pack:
+    its test rows, :func:`~ckptsel.records.checks.prove_test_nll`), stamped with the checking
+    code's digest (another version's proof is not used); ``None`` for other kinds."""
+    if kind != "nll":
         return None
+    try:
+        proof = prove_test_nll(parts)
+    except Exception:  # noqa: BLE001 - a proof is optional: a check that fails gives none
+        return None
+    return {"code": code_digest(), **proof} if proof else proof
 
 
 def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> dict[str, dict] | None:
