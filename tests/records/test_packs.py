@@ -405,3 +405,27 @@ def test_a_packs_footer_is_read_once_per_listing_and_again_once_rewritten(study,
         assert sorted(pack.proofs(folder, "nll", units)) == trajs
         assert reads.count(str(pack.pack_path(folder, "nll", trajs[0]))) == 2
     assert len(reads) == len(trajs) + 1
+
+
+def test_without_packs_each_units_footer_is_read_once_per_listing(study, tmp_path, monkeypatch):
+    """Provenance and checkpoint stamps both ask for the units' metadata: inside one listing
+    (one analysis) a unit's own footer is read once, and a unit rewritten meanwhile is read
+    anew by the next listing."""
+    gen, nll = study
+    folder = tmp_path / "r"
+    prov = {"generations": unit_provenance(['{"engine":"hf","version":"1"}'])}
+    stamp = CheckpointStamp(weights="sha256:ab", run_final_step=int(gen["step"].max()))
+    upsert_records(folder, generations=gen, nll=nll, provenance=prov, checkpoint=stamp)
+    shutil.rmtree(folder / UNITS_DIR / pack.PACKS_DIR)
+    read = []
+    real = pack.read_schema
+    own = lambda path: pack.PACKS_DIR not in str(path) and read.append(str(path))  # noqa: E731 - a unit's own footer
+    monkeypatch.setattr(pack, "read_schema", lambda path: own(path) or real(path))
+    n_units = len(list_units(folder, "generations"))
+    with one_listing():
+        made_by, stamps = read_provenance(folder, "generations"), read_stamps(folder, "generations")
+        assert read_provenance(folder, "generations") == made_by and read_stamps(folder, "generations") == stamps
+    assert len(read) == len(set(read)) == n_units and stamps
+    with one_listing():
+        assert read_provenance(folder, "generations") == made_by
+    assert len(read) == 2 * n_units  # the next listing reads them again

@@ -349,6 +349,13 @@ def _pack_metas(records_dir: Location, kind: str, traj: str, group: list[UnitFil
     return [{k.encode(): v.encode("utf-8") for k, v in per_step.get(str(u.step), {}).items()} for u in group]
 
 
+def _own_metadata(u: UnitFile) -> dict[bytes, bytes]:
+    """A unit's ``ckptsel.*`` metadata from its own footer, read once per :func:`one_listing
+    <ckptsel.records.units.one_listing>` block (provenance and checkpoint stamps both ask)."""
+    key = ("unit metadata", str(u.where), u.size, u.tag)
+    return once_per_listing(key, lambda: unit_metadata(read_schema(u.path).metadata))
+
+
 def units_metadata(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> list[dict[bytes, bytes]]:
     """Each unit's ``ckptsel.*`` key-value metadata (provenance, checkpoint stamp), in the
     order of ``units``: from each trajectory's pack when it is current (one footer per
@@ -357,7 +364,7 @@ def units_metadata(records_dir: Path | Location | str, kind: str, units: list[Un
     groups = list(by_trajectory(units))
     packed = map_threads(lambda g: _pack_metas(records_dir, kind, *g), groups, FOOTER_THREADS)
     rest = [u for (_, g), m in zip(groups, packed, strict=True) if m is None for u in g]
-    footers = iter(map_threads(lambda u: unit_metadata(read_schema(u.path).metadata), rest, FOOTER_THREADS))
+    footers = iter(map_threads(_own_metadata, rest, FOOTER_THREADS))
     out: list[dict[bytes, bytes]] = []
     for (_, g), m in zip(groups, packed, strict=True):
         out.extend(m if m is not None else (next(footers) for _ in g))
