@@ -326,7 +326,7 @@ def _one_work(shape: str, device: str, n_items: int, max_new: int, sides: list[s
 
 
 def _rows(shape: str, work: dict, got: dict, n_items: int, max_new: int, device: str) -> list[str]:
-    ref = next((got[k] for k in ("hf-static", "hf-generate-batch") if "new_tokens" in got[k]), None)
+    ref = next((got[k] for k in ("hf-static", "hf-generate-batch") if "new_tokens" in got.get(k, {})), None)
     tokens = ref["new_tokens"] if ref else None
     first = got.get("before") if "texts" in got.get("before", {}) else ref
     out = []

@@ -92,3 +92,16 @@ def test_throughput_runs_on_the_cpu(gpu_check, tmp_path):
         import vllm  # noqa: F401
     except ImportError:
         assert "| tiny | 12 | 16 | vllm | skipped: vllm is not installed |" in text
+
+
+def test_throughput_of_some_sides_only(gpu_check, tmp_path):
+    """``--sides`` without ``before`` or ``hf-static``: the texts are compared with
+    ``hf-generate-batch``'s, and the tokens/s counted from its generated tokens."""
+    out = tmp_path / "BENCHMARKS.md"
+    args = ["--device", "cpu", "--throughput", "--shapes", "tiny", "--decode-work", "12x16", "--sides", "after,paged,hf-generate-batch"]
+    assert gpu_check.main([*args, "--out", str(out)]) == 0
+    rows = [r for r in out.read_text().splitlines() if r.startswith("| tiny | 12 | 16 |")]
+    assert [r.split("|")[4].strip() for r in rows] == ["after", "paged", "hf-generate-batch"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[5]) > 0 and cells[9] == "12/12", row  # tokens/s; texts = hf-generate-batch
