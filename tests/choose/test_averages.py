@@ -110,6 +110,8 @@ def test_compare_names_an_average_as_its_folder_or_its_row(records, capsys):
     assert code == 2 and "no checkpoint at step average-last4 (known: average-last5, average-last3, " in err
     code, err = run_cli(["compare", records, "--trajectory", v.trajectory, "average-last", final], capsys)
     assert code == 2 and "'average-last' is not a checkpoint" in err
+    code, err = run_cli(["compare", records, "--trajectory", v.trajectory, "average-last3", "mean_last3"], capsys)
+    assert code == 2 and "step average-last3 compared with itself" in err
 
 
 def test_other_negative_steps_stay_invalid():

@@ -277,7 +277,7 @@ def compare_checkpoints(
     records_dir = Path(records_dir)
     traj_b = trajectory_b or trajectory
     if traj_b == trajectory and step_a == step_b:
-        raise CkptselError(f"step {step_a} compared with itself; name two different checkpoints")
+        raise CkptselError(f"step {step_text(step_a)} compared with itself; name two different checkpoints")
     names = (trajectory, traj_b)
     out = {
         "a": {"trajectory": trajectory, "step": int(step_a)},
