@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import signal
 import struct
 import time
@@ -234,11 +235,12 @@ def _t_checkpoint_without_nll(gen, nll):
     ],
     ids=lambda f: f.__name__,
 )
-@pytest.mark.parametrize("layout", ["single", "units"])
+@pytest.mark.parametrize("layout", ["single", "units", "units-no-packs"])
 def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
     """In single files, and in units as ``measure`` writes them: then each trajectory's pack
     carries what its test NLL rows prove (records.checks.prove_test_nll) and the first analysis
-    reads the proofs, not the rows; the refusals are the same."""
+    reads the proofs, not the rows; without packs (units copied, or another producer's) each
+    trajectory's rows are proven from its own units. The refusals are the same."""
     tmp, gen, nll, rec = study
     nll = nll.copy()
     got = breaker(gen, nll)
@@ -252,10 +254,15 @@ def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
                 upsert_records(rec, generations=gen, nll=nll)
             return
         upsert_records(rec, generations=gen, nll=nll)
+        if layout == "units-no-packs":
+            packs = [p for p in rec.rglob(".packs") if p.is_dir()]
+            assert packs
+            for p in packs:
+                shutil.rmtree(p)
     load_validation(rec)  # validation rows are fine: the test rows are what is wrong
     first = assert_one_line_error(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, needle)
     assert not (tmp / "res").exists()
-    if layout == "units":  # the same line as when the rows themselves are read
+    if layout != "single":  # the same line as when the rows themselves are read
         with uncached(), pytest.raises(CkptselError) as err:
             load_validation(rec)
             load_test(rec)

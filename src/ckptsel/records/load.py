@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ckptsel._util.locations import Location, as_location
+from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
 from ckptsel.records import cache, units
 from ckptsel.records.checks import (
@@ -519,16 +520,34 @@ def _test_nll_steps(records_dir: Path, table: TestNll | None = None) -> dict[str
 
 
 def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
-    """Per trajectory with NLL units, its proven test NLL (``None``: none), when every one's
-    pack carries a proof by this code; else ``None`` (the rows are read: a single NLL file,
-    ``verify``, a pack stale or built by other code or whose rows failed a check)."""
+    """Per trajectory with NLL units, its proven test NLL (``None``: none): from its pack's
+    proof when the pack is current, else proven here from its own units, one trajectory at a
+    time (:func:`~ckptsel.records.checks.prove_test_nll`, the same checks on a trajectory's
+    rows: they are never all in memory at once); ``None`` when any proof fails or cannot be
+    made (the rows are then read whole and checked, which names what is wrong), and for a
+    single NLL file and ``verify``."""
     if cache.bypassed() or units.single_file(records_dir, "nll") is not None:
         return None
     nll_units = units.list_units(records_dir, "nll")
-    found = cache.proofs(records_dir, "nll", nll_units) if nll_units else None
-    if found is None or any(not _proof_usable(traj, p) for traj, p in found.items()):
+    if not nll_units:
+        return None
+    found = cache.proofs(records_dir, "nll", nll_units)
+    missing = [traj for traj, p in found.items() if p is None or not _proof_usable(traj, p)]
+    found.update(zip(missing, map_threads(lambda traj: _units_proof(records_dir, traj), missing, PROOF_THREADS), strict=True))
+    if any(p is None or not _proof_usable(traj, p) for traj, p in found.items()):
         return None
     return {traj: p["test"] for traj, p in found.items()}
+
+
+PROOF_THREADS = 2  # trajectories proven at a time (each read on the reader's own threads)
+
+
+def _units_proof(records_dir: Location, traj: str) -> dict | None:
+    """What ``traj``'s test NLL rows, read from its units, prove (as a pack's proof would)."""
+    filters = [("split", "=", "test"), ("trajectory", "=", traj)]
+    strings = [c for c, kind in NLL_COLUMNS.items() if kind == "string"]
+    rows = read_rows(records_dir, "nll", columns=list(NLL_COLUMNS), filters=filters, read_dictionary=strings)
+    return cache.prove("nll", {} if rows is None else {"test": rows})
 
 
 def _proof_usable(traj: str, proof: dict) -> bool:

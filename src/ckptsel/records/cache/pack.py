@@ -16,9 +16,10 @@ metadata (provenance, checkpoint stamp), so that provenance and stamps come from
 per trajectory too.
 
 A pack may also carry a *proof* (:func:`prove`): what the reader's own checks
-(:func:`ckptsel.records.checks.prove_test_nll`) found of its rows when the writer built it (the test NLL rows, which analysis checks but never uses as
-values: their checkpoints and a digest of their items, when every row-level check passed), so
-that a first analysis checks them against the generations without reading them. A proof is
+(:func:`ckptsel.records.checks.prove_test_nll`) found of its rows when the writer built it
+(the test NLL rows, which analysis checks but never uses as values: their checkpoints and a
+digest of their items, when every row-level check passed), so that a first analysis checks
+them against the generations without reading them. A proof is
 trusted on the same terms as the pack (it lists the units' current versions) and only from the
 same checking code (the prover's digest); anything else reads the rows.
 (Dropping them roughly doubles the CPU time of the first ``load_test`` of packed records:
@@ -261,9 +262,9 @@ def prove(kind: str, parts: dict[str, pa.Table]) -> dict | None:
     return {"code": code_digest(), **proof} if proof else proof
 
 
-def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> dict[str, dict] | None:
-    """Each trajectory's proof from its pack's footer, when every trajectory of ``units`` (the
-    kind's listing) has a current pack with one; else ``None`` (the reader reads the rows)."""
+def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> dict[str, dict | None]:
+    """Each trajectory of ``units`` (the kind's listing) with its proof from its pack's footer,
+    ``None`` where it has no current pack with one (the reader reads that trajectory's rows)."""
     records_dir = as_location(records_dir)
     groups = list(by_trajectory(units))
 
@@ -272,13 +273,10 @@ def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile])
             blob = current(footer(records_dir, kind, group[0]), group[1])
         except PACK_ERRORS:
             return None
-        return None if blob is None else blob.get("proof")
+        proof = None if blob is None else blob.get("proof")
+        return proof if isinstance(proof, dict) else None
 
-    if not groups:
-        return None
     found = map_threads(one, groups, FOOTER_THREADS)
-    if any(not isinstance(p, dict) for p in found):
-        return None
     return {traj: p for (traj, _), p in zip(groups, found, strict=True)}
 
 
