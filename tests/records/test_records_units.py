@@ -285,3 +285,26 @@ def test_trajectory_filtered_reads_match_full_reads(study, tmp_path):
             order = key[:-1]
             pd.testing.assert_frame_equal(got.sort_values(order, ignore_index=True), want.sort_values(order, ignore_index=True))
             assert len(got) == int((gen if kind == "generations" else nll)["trajectory"].isin(wanted).sum())
+
+
+def test_another_producers_nested_column_does_not_mislead_the_split_statistics(study, tmp_path):
+    """A unit written by another producer with a nested column before ``split`` (leaf columns
+    then sit one index further than the top-level ones): the reader takes each row group's
+    split from the ``split`` leaf's statistics, not from the leaf at ``split``'s top-level
+    index (here a constant ``"test"``, which would have read the validation rows as test)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    gen, nll = study
+    plain = _units(tmp_path / "plain", gen, nll)
+    other = _units(tmp_path / "other", gen, nll)
+    for u in list_units(other, "generations"):
+        rows = pq.read_table(u.path.local)
+        i = rows.column_names.index("split")
+        extra = pa.StructArray.from_arrays([pa.array(["a"] * rows.num_rows), pa.array(["test"] * rows.num_rows)], names=["x", "y"])
+        rows = rows.add_column(i, "extra", extra)
+        with pq.ParquetWriter(u.path.local, rows.schema) as writer:  # one row group per split
+            for split in ("test", "validation"):
+                writer.write_table(rows.filter(pa.compute.equal(rows.column("split"), split)))
+    assert pq.ParquetFile(u.path.local).metadata.num_row_groups == 2
+    same_loads(plain, other)

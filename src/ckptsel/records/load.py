@@ -22,7 +22,6 @@ import pandas as pd
 import pyarrow as pa
 
 from ckptsel._util.locations import Location, as_location
-from ckptsel._util.threads import map_threads
 from ckptsel.errors import CkptselError
 from ckptsel.records import cache, units
 from ckptsel.records.checks import (
@@ -533,13 +532,10 @@ def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
         return None
     found = cache.proofs(records_dir, "nll", nll_units)
     missing = [traj for traj, p in found.items() if p is None or not _proof_usable(traj, p)]
-    found.update(zip(missing, map_threads(lambda traj: _units_proof(records_dir, traj), missing, PROOF_THREADS), strict=True))
+    found.update({traj: _units_proof(records_dir, traj) for traj in missing})  # (each read on the reader's threads)
     if any(p is None or not _proof_usable(traj, p) for traj, p in found.items()):
         return None
     return {traj: p["test"] for traj, p in found.items()}
-
-
-PROOF_THREADS = 2  # trajectories proven at a time (each read on the reader's own threads)
 
 
 def _units_proof(records_dir: Location, traj: str) -> dict | None:

@@ -52,9 +52,12 @@ def _fetch(units: list[UnitFile], kind: str) -> list[pa.Table]:
     return tables
 
 
-def _split_of_group(f: pq.ParquetFile, g: int) -> str | None:
-    """The split every row of row group ``g`` belongs to, when its statistics prove it."""
-    stats = f.metadata.row_group(g).column(f.schema_arrow.get_field_index("split")).statistics
+def _split_of_group(f: pq.ParquetFile, g: int, column: int | None) -> str | None:
+    """The split every row of row group ``g`` belongs to, when its statistics prove it
+    (``column``: the index of ``split`` among the file's leaf columns)."""
+    if column is None or column < 0:
+        return None
+    stats = f.metadata.row_group(g).column(column).statistics
     if stats is not None and stats.has_min_max and stats.min == stats.max and stats.min in SPLITS:
         return stats.min
     return None
@@ -65,12 +68,18 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
     its contract columns checked to be present: ``(split, rows)`` per row group whose split
     the statistics prove (a unit has one row group per split; one of another split than
     ``split`` is not read), else ``(None, rows)`` for the rows to split by value."""
-    try:
-        with pq.ParquetFile(u.path.local, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False) as f:
-            missing = [c for c in UNIT_COLUMNS[kind] if c not in f.schema_arrow.names]
+    try:  # (the file opened as a NativeFile: a path would resolve a filesystem per file)
+        with (
+            pa.OSFile(os.fspath(u.path.local)) as src,
+            pq.ParquetFile(src, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False) as f,
+        ):
+            fields = f.schema_arrow  # (converted from the footer at each ``schema_arrow``: once)
+            names = fields.names
+            missing = [c for c in UNIT_COLUMNS[kind] if c not in names]
             if missing:
                 raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
-            proven = [_split_of_group(f, g) for g in range(f.metadata.num_row_groups)]
+            leaves = _leaves(f)
+            proven = [_split_of_group(f, g, leaves.get("split")) for g in range(f.metadata.num_row_groups)]
             keep = [g for g, s in enumerate(proven) if split is None or s in (None, split)]
             if all(proven[g] is not None for g in keep):
                 return [(proven[g], f.read_row_group(g, columns=need, use_threads=False)) for g in keep]
@@ -80,6 +89,12 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
         raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}") from None
     except _READ_ERRORS as err:
         raise CkptselError(f"{u.path}: not a readable Parquet file ({err})") from err
+
+
+def _leaves(f: pq.ParquetFile) -> dict[str, int]:
+    """Each top-level column's index among the file's leaf columns (the statistics' index)."""
+    schema = f.metadata.schema
+    return {schema.column(i).path: i for i in range(len(schema))}
 
 
 def _conform(table: pa.Table, u: UnitFile, kind: str, schema: pa.Schema) -> pa.Table:
@@ -224,8 +239,9 @@ def _from_pack(
             if blob is None or not cache.rows_hold(data, f, blob):
                 return None
             out: dict[str, list[pa.Table]] = {}
+            column = f.schema_arrow.get_field_index("split")
             for g in range(f.metadata.num_row_groups):
-                s = _split_of_group(f, g)
+                s = _split_of_group(f, g, column)
                 if s is None:
                     return None
                 if split is None or s == split:

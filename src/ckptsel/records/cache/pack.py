@@ -80,7 +80,14 @@ PACKED_KINDS = ("generations", "nll")  # what analysis reads (texts never are)
 META_PREFIX = b"ckptsel."  # the unit metadata a pack carries (provenance, checkpoint stamp)
 # a damaged, foreign or vanished pack: read as no pack
 PACK_ERRORS = (OSError, pa.ArrowException, ValueError, TypeError, KeyError, CkptselError)
-FOOTER_THREADS = 8  # footers are small reads: a few at a time
+FOOTER_THREADS = 8  # footers on an object store are small GETs: a few at a time
+
+
+def footer_threads(records_dir: Location) -> int:
+    """Threads reading footers: one for local files (each footer is read and parsed in less
+    time than threads take to hand it over, with the GIL between them), else
+    :data:`FOOTER_THREADS`."""
+    return 1 if records_dir.is_local else FOOTER_THREADS
 
 
 def pack_path(records_dir: Path | Location | str, kind: str, trajectory: str) -> Location:
@@ -276,7 +283,7 @@ def proofs(records_dir: Path | Location | str, kind: str, units: list[UnitFile])
         proof = None if blob is None else blob.get("proof")
         return proof if isinstance(proof, dict) else None
 
-    found = map_threads(one, groups, FOOTER_THREADS)
+    found = map_threads(one, groups, footer_threads(records_dir))
     return {traj: p for (traj, _), p in zip(groups, found, strict=True)}
 
 
@@ -360,9 +367,9 @@ def units_metadata(records_dir: Path | Location | str, kind: str, units: list[Un
     trajectory), else from the units' own footers, read on a few threads."""
     records_dir = as_location(records_dir)
     groups = list(by_trajectory(units))
-    packed = map_threads(lambda g: _pack_metas(records_dir, kind, *g), groups, FOOTER_THREADS)
+    packed = map_threads(lambda g: _pack_metas(records_dir, kind, *g), groups, footer_threads(records_dir))
     rest = [u for (_, g), m in zip(groups, packed, strict=True) if m is None for u in g]
-    footers = iter(map_threads(_own_metadata, rest, FOOTER_THREADS))
+    footers = iter(map_threads(_own_metadata, rest, footer_threads(records_dir)))
     out: list[dict[bytes, bytes]] = []
     for (_, g), m in zip(groups, packed, strict=True):
         out.extend(m if m is not None else (next(footers) for _ in g))
