@@ -17,8 +17,9 @@ same model and items, each side:
 * ``hf generate_batch``: transformers' continuous batching (paged attention), texts only;
 * ``vllm``: raw vLLM ``generate`` with the adapter (its own process), when vLLM is installed.
 
-Reported: items/s, generated tokens/s (the ``hf static`` side's generated tokens, stop token
-included, over each side's seconds), peak GPU memory, the rows decoded together and the
+Reported: items/s, generated tokens/s (the ``hf static`` side's generated tokens, else
+``hf generate_batch``'s when ``hf static`` is not among the sides, stop token included, over
+each side's seconds), peak GPU memory, the rows decoded together and the
 fraction of the bandwidth bound: generated tokens/s over ``rows × BW / (weight bytes + rows ×
 context × KV bytes per token)`` (each decode step reads the weights once and every row's
 cache; BW the card's peak from :data:`BANDWIDTH_TBS`, context the mean prompt plus half the
@@ -381,7 +382,7 @@ def table(rows: list[str], first: str) -> str:
     """The section's table (``first``: the side the texts are compared with)."""
     return (
         "| shape | items | new tokens | side | items/s | tokens/s | peak memory | rows | "
-        f"of bandwidth bound | texts = {first} (else hf-static) | seconds |\n"
+        f"of bandwidth bound | texts = {first} (else hf-static, else hf-generate-batch) | seconds |\n"
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
     )
 

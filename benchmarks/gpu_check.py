@@ -517,7 +517,7 @@ Random weights, one random LoRA adapter (r=16, q/k/v/o, unmerged), EOS planted s
 at spread steps (about half the window); {"bfloat16" if not cpu else "float32"}. `before`:
 today's loop (fixed batches, finished rows padded); `after`: continuous batching,
 `--batch-size auto`; both texts + NLL; the others texts only. tokens/s: the `hf static`
-side's generated tokens over each side's seconds; bandwidth bound: see
+side's generated tokens (else `hf-generate-batch`'s) over each side's seconds; bandwidth bound: see
 `benchmarks/decode_throughput.py`.
 
 {dt.table(rows, "before")}

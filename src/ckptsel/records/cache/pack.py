@@ -19,9 +19,9 @@ A pack may also carry a *proof* (:func:`prove`): what the reader's own checks
 (:func:`ckptsel.records.checks.prove_test_nll`) found of its rows when the writer built it
 (the test NLL rows, which analysis checks but never uses as values: their checkpoints and a
 digest of their items, when every row-level check passed), so that a first analysis checks
-them against the generations without reading them. A proof is
-trusted on the same terms as the pack (it lists the units' current versions) and only from the
-same checking code (the prover's digest); anything else reads the rows.
+them against the generations without reading them. A proof is trusted on the same terms as the
+pack (it lists the units' current versions) and only from the same checking code (the prover's
+digest); anything else reads the rows.
 (Dropping them roughly doubles the CPU time of the first ``load_test`` of packed records:
 BENCHMARKS.md, "records' caches behind one seam".)
 
@@ -364,7 +364,7 @@ def _own_metadata(u: UnitFile) -> dict[bytes, bytes]:
 def units_metadata(records_dir: Path | Location | str, kind: str, units: list[UnitFile]) -> list[dict[bytes, bytes]]:
     """Each unit's ``ckptsel.*`` key-value metadata (provenance, checkpoint stamp), in the
     order of ``units``: from each trajectory's pack when it is current (one footer per
-    trajectory), else from the units' own footers, read on a few threads."""
+    trajectory), else from the units' own footers (:func:`footer_threads`)."""
     records_dir = as_location(records_dir)
     groups = list(by_trajectory(units))
     packed = map_threads(lambda g: _pack_metas(records_dir, kind, *g), groups, footer_threads(records_dir))
