@@ -70,7 +70,7 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
     ``split`` is not read), else ``(None, rows)`` for the rows to split by value."""
     try:  # (the file opened as a NativeFile: a path would resolve a filesystem per file)
         with (
-            pa.OSFile(os.fspath(u.path.local)) as src,
+            pa.OSFile(u.where if isinstance(u.where, str) else os.fspath(u.path.local)) as src,
             pq.ParquetFile(src, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False) as f,
         ):
             fields = f.schema_arrow  # (converted from the footer at each ``schema_arrow``: once)
