@@ -73,7 +73,7 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
             pa.OSFile(u.where if isinstance(u.where, str) else os.fspath(u.path.local)) as src,
             pq.ParquetFile(src, read_dictionary=dictionary, page_checksum_verification=True, pre_buffer=False) as f,
         ):
-            fields = f.schema_arrow  # (converted from the footer at each ``schema_arrow``: once)
+            fields = f.schema_arrow  # (``schema_arrow`` converts the footer's schema at each access)
             names = fields.names
             missing = [c for c in UNIT_COLUMNS[kind] if c not in names]
             if missing:
@@ -92,7 +92,8 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
 
 
 def _leaves(f: pq.ParquetFile) -> dict[str, int]:
-    """Each top-level column's index among the file's leaf columns (the statistics' index)."""
+    """Each leaf column's index (what statistics are indexed by) under its dotted path: a flat
+    column's path is its name, a nested column's leaves are ``name.child``."""
     schema = f.metadata.schema
     return {schema.column(i).path: i for i in range(len(schema))}
 
