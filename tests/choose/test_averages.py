@@ -86,8 +86,13 @@ def test_a_candidate_named_by_step_checkpoint_or_average(name, step):
         (True, "is not a checkpoint"),
         (7.5, "is not a checkpoint"),
         (None, "is not a checkpoint"),
+        ("\u0667\u0665", "is not a checkpoint"),  # Arabic-Indic 75: steps are ASCII digits
         ("average-last1", "not an average ckptsel can record"),
+        ("average-last0", "not an average ckptsel can record"),  # out of range: the average's own line
+        ("average-last1000", "not an average ckptsel can record"),
         ("ema-0.90", "not an average ckptsel can record"),
+        ("ema-1.5", "not an average ckptsel can record"),
+        ("ema-0", "not an average ckptsel can record"),
     ],
 )
 def test_names_that_are_no_candidate_are_refused(name, message):

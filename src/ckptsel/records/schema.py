@@ -113,13 +113,13 @@ def candidate_step(name: int | str) -> int:
     if isinstance(name, bool) or not isinstance(name, (int, np.integer, str)):
         name = repr(name)
     text = str(name).strip()
-    if m := re.fullmatch(r"(?:checkpoint-)?(\d{1,18})", text):
+    if m := re.fullmatch(r"(?:checkpoint-)?([0-9]{1,18})", text):
         return int(m.group(1))
-    if m := re.fullmatch(r"-\d{1,18}", text):
+    if re.fullmatch(r"-[0-9]{1,18}", text):
         step = int(text)
         if is_average_step(step):
             return step
-    elif _AVERAGE_RE.fullmatch(text) or _EMA_RE.fullmatch(text):
+    elif re.fullmatch(r"average-last[0-9]{1,18}|ema-[0-9]{0,18}(?:\.[0-9]{1,18})?", text):
         return average_step(text)  # its own message when K or D is out of range
     raise CkptselError(f"{name!r} is not a checkpoint (a step, checkpoint-<step>, average-lastK or ema-D)")
 
