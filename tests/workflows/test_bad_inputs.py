@@ -269,6 +269,48 @@ def test_test_split_nll_rows_are_validated(study, breaker, layout, capsys):
         assert " ".join(str(err.value).split()) in " ".join(first.split())
 
 
+def _rewrite_unit(path: Path, table: pa.Table) -> None:
+    """``table`` written over the unit at ``path`` as another producer would: a row group per split."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for split in ("test", "validation"):
+            writer.write_table(table.filter(pc.equal(table.column("split"), split)))
+
+
+@pytest.mark.parametrize("case", ["names-another-trajectory", "holds-another-steps-rows"])
+def test_units_without_packs_refuse_test_nll_rows_that_belong_elsewhere(study, case, capsys):
+    """Without packs each trajectory's test NLL is proven from its own units' rows: a unit whose
+    test rows name another trajectory, or repeat another unit's test rows, is refused as the
+    whole-table check refuses it (the key duplicated), never proven."""
+    import pyarrow.parquet as pq
+
+    from ckptsel.records.units import list_units
+
+    tmp, gen, nll, _ = study
+    rec = tmp / "units-records"
+    upsert_records(rec, generations=gen, nll=nll)
+    shutil.rmtree(rec / "units" / ".packs")
+    found = list_units(rec, "nll")
+    a = found[0]
+    rows = pq.read_table(a.path.local)
+    test = pa.compute.equal(rows.column("split"), "test").to_numpy(zero_copy_only=False)
+    assert test.any()
+    if case == "names-another-trajectory":
+        b = next(u for u in found if u.trajectory != a.trajectory)
+        names = pa.array(np.where(test, b.trajectory, a.trajectory))
+        rows = rows.set_column(rows.column_names.index("trajectory"), "trajectory", names)
+    else:
+        other = next(u for u in found if u.trajectory == a.trajectory and u.step != a.step)
+        theirs = pq.read_table(other.path.local)
+        rows = pa.concat_tables([rows, theirs.filter(pa.compute.equal(theirs.column("split"), "test"))])
+    _rewrite_unit(a.path.local, rows)
+    load_validation(rec)  # the validation rows are fine
+    assert_one_line_error(["analyze", rec, "--out", tmp / "res", "--permutations", 10, "--draws", 200], capsys, "duplicated record")
+    assert not (tmp / "res").exists()
+
+
 # ============================================================== 3. published whole; verify covers every file
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
