@@ -78,8 +78,8 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
             missing = [c for c in UNIT_COLUMNS[kind] if c not in names]
             if missing:
                 raise CkptselError(f"{u.path}: missing column(s) {', '.join(missing)}")
-            leaves = _leaves(f)
-            proven = [_split_of_group(f, g, leaves.get("split")) for g in range(f.metadata.num_row_groups)]
+            leaf = _split_leaf(f, names)
+            proven = [_split_of_group(f, g, leaf) for g in range(f.metadata.num_row_groups)]
             keep = [g for g, s in enumerate(proven) if split is None or s in (None, split)]
             if all(proven[g] is not None for g in keep):
                 return [(proven[g], f.read_row_group(g, columns=need, use_threads=False)) for g in keep]
@@ -91,11 +91,14 @@ def _read_local(u: UnitFile, kind: str, need: list[str], split: str | None, dict
         raise CkptselError(f"{u.path}: not a readable Parquet file ({err})") from err
 
 
-def _leaves(f: pq.ParquetFile) -> dict[str, int]:
-    """Each leaf column's index (what statistics are indexed by) under its dotted path: a flat
-    column's path is its name, a nested column's leaves are ``name.child``."""
+def _split_leaf(f: pq.ParquetFile, names: list[str]) -> int | None:
+    """The index of ``split`` among the file's leaf columns (what statistics are indexed by):
+    its top-level index when no nested column comes before it, else found by its path."""
     schema = f.metadata.schema
-    return {schema.column(i).path: i for i in range(len(schema))}
+    i = names.index("split")
+    if i < len(schema) and schema.column(i).path == "split":
+        return i
+    return next((j for j in range(len(schema)) if schema.column(j).path == "split"), None)
 
 
 def _conform(table: pa.Table, u: UnitFile, kind: str, schema: pa.Schema) -> pa.Table:
@@ -192,8 +195,12 @@ def _scan(
     if not rest:
         unit_rows = iter(())
     elif rest[0].path.is_local:
+        # a few units per task: a thread hand-over costs about what reading a small unit does
+        size = max(1, min(_UNITS_PER_TASK, len(rest) // (4 * _WORKERS)))  # (still a few tasks per thread)
+        runs = [rest[i : i + size] for i in range(0, len(rest), size)]
         with ThreadPoolExecutor(_WORKERS) as pool:
-            unit_rows = iter(list(pool.map(lambda u: _unit_rows(u, kind, schema, split, dictionary), rest)))
+            done = pool.map(lambda run: [_unit_rows(u, kind, schema, split, dictionary) for u in run], runs)
+            unit_rows = iter([rows for run in done for rows in run])
     else:
         fetched = _fetch(rest, kind)
         unit_rows = iter([_unit_rows(u, kind, schema, split, dictionary, t) for u, t in zip(rest, fetched, strict=True)])
@@ -211,6 +218,7 @@ def _scan(
 
 
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
+_UNITS_PER_TASK = 16
 
 
 def _packed(records_dir, kind, groups, schema, split, dictionary, refresh) -> list[dict | None]:
