@@ -531,11 +531,13 @@ def _test_nll_proofs(records_dir: Location) -> dict[str, dict | None] | None:
     if not nll_units:
         return None
     found = cache.proofs(records_dir, "nll", nll_units)
-    missing = [traj for traj, p in found.items() if p is None or not _proof_usable(traj, p)]
-    found.update({traj: _units_proof(records_dir, traj) for traj in missing})  # (each read on the reader's threads)
-    if any(p is None or not _proof_usable(traj, p) for traj, p in found.items()):
-        return None
-    return {traj: p["test"] for traj, p in found.items()}
+    for traj, proof in found.items():
+        if proof is None or not _proof_usable(traj, proof):
+            proof = _units_proof(records_dir, traj)  # (read on the reader's threads)
+            if proof is None or not _proof_usable(traj, proof):
+                return None  # (the trajectories after it are not proven for nothing)
+        found[traj] = proof["test"]
+    return found
 
 
 def _units_proof(records_dir: Location, traj: str) -> dict | None:

@@ -55,7 +55,7 @@ def _fetch(units: list[UnitFile], kind: str) -> list[pa.Table]:
 def _split_of_group(f: pq.ParquetFile, g: int, column: int | None) -> str | None:
     """The split every row of row group ``g`` belongs to, when its statistics prove it
     (``column``: the index of ``split`` among the file's leaf columns)."""
-    if column is None or column < 0:
+    if column is None:
         return None
     stats = f.metadata.row_group(g).column(column).statistics
     if stats is not None and stats.has_min_max and stats.min == stats.max and stats.min in SPLITS:
@@ -248,7 +248,7 @@ def _from_pack(
             if blob is None or not cache.rows_hold(data, f, blob):
                 return None
             out: dict[str, list[pa.Table]] = {}
-            column = f.schema_arrow.get_field_index("split")
+            column = _split_leaf(f, f.schema_arrow.names)  # (no split column: ValueError, no pack)
             for g in range(f.metadata.num_row_groups):
                 s = _split_of_group(f, g, column)
                 if s is None:
