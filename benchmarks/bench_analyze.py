@@ -130,6 +130,26 @@ def _form(rec: Path, form: str, work: Path) -> Path:
     return target
 
 
+def _prove_for_this_code(rec: Path) -> None:
+    """Re-prove the NLL packs of ``rec`` where their test-NLL proofs were made by another
+    version of the records' checks (kept records written before a change to them): else the
+    ``packed`` and ``copied`` forms would re-prove every trajectory inside the timed analysis,
+    which a writer's own folder never does."""
+    from ckptsel.records import cache
+    from ckptsel.records.scan import refresh_pack
+    from ckptsel.records.units import list_units
+
+    listed = list_units(rec, "nll")
+    found = cache.proofs(rec, "nll", listed)
+    stale = [traj for traj, proof in found.items() if proof is None or proof.get("code") != cache.code_digest()]
+    if not stale:
+        return
+    print(f"re-proving {len(stale)} NLL pack(s) of {rec} (their proofs are another version's)", file=sys.stderr)
+    groups = dict(cache.by_trajectory(listed))
+    for traj in stale:
+        refresh_pack(rec, "nll", traj, groups[traj], force=True)
+
+
 def form_main(args) -> None:
     """``--form``: the first analysis of one form of the records kept in ``--records``."""
     keep = Path(args.records)
@@ -143,6 +163,8 @@ def form_main(args) -> None:
         rec.rename(keep)
         shutil.rmtree(tmp)
         print(f"records written to {keep}: {shape}")
+    if args.form in ("packed", "copied"):  # (the other forms read no pack)
+        _prove_for_this_code(keep)
     work = keep.parent / f"{keep.name}-forms-{args.form}"  # (forms may run side by side)
     work.mkdir(exist_ok=True)
     runs = []
