@@ -146,8 +146,9 @@ def _prove_for_this_code(rec: Path) -> None:
         return
     print(f"re-proving {len(stale)} NLL pack(s) of {rec} (their proofs are another version's)", file=sys.stderr)
     groups = dict(cache.by_trajectory(listed))
-    for traj in stale:
-        refresh_pack(rec, "nll", traj, groups[traj], force=True)
+    failed = [traj for traj in stale if not refresh_pack(rec, "nll", traj, groups[traj], force=True)]
+    if failed:  # (the timed analysis would prove these itself: the packed form is not the writer's)
+        sys.exit(f"{rec}: {len(failed)} NLL pack(s) could not be rewritten (first: {failed[0]!r}); write the records again")
 
 
 def form_main(args) -> None:
