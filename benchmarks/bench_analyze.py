@@ -21,7 +21,9 @@ the default interval) in fresh subprocesses:
 same records; nothing is written to BENCHMARKS.md): ``packed`` (as the writer left them),
 ``copied`` (``cp -r`` of the folder: every unit a new file, new mtimes and inodes), ``units``
 (the packs deleted: units written by another producer) and ``single`` (the single-file form
-of the same rows, ``compact``). Each prints its CPU seconds and summary.json's sha256.
+of the same rows, ``compact``). Each prints its wall and CPU seconds, those of a second analysis
+of the same folder right after (``again``: the cache of loaded arrays the first one built; no
+form gains packs from its readers) and summary.json's sha256.
 
     python benchmarks/bench_analyze.py --form packed|copied|units|single --records DIR [--repeats 3]
 """
@@ -168,7 +170,7 @@ def form_main(args) -> None:
         _prove_for_this_code(keep)
     work = keep.parent / f"{keep.name}-forms-{args.form}"  # (forms may run side by side)
     work.mkdir(exist_ok=True)
-    runs = []
+    runs, agains = [], []
     for _ in range(args.repeats):
         if args.form == "packed":
             rec = keep
@@ -176,6 +178,8 @@ def form_main(args) -> None:
         else:
             rec = _form(keep, args.form, work)
         runs.append(_run(rec, work / "out", phases=False))
+        agains.append(_run(rec, work / "out", phases=False))  # the same folder: its caches now filled
+    assert len({r["summary"] for r in runs + agains}) == 1, "summary.json differs between runs"
     cpu = sorted(r["times"]["analyze (total), CPU seconds of the process"] for r in runs)
     wall = sorted(r["times"]["analyze (total)"] for r in runs)
     print(
@@ -184,6 +188,7 @@ def form_main(args) -> None:
                 "form": args.form,
                 "cpu_s": cpu,
                 "wall_s": wall,
+                "again_wall_s": sorted(r["times"]["analyze (total)"] for r in agains),
                 "load": os.getloadavg()[0],
                 "peak_gib": max(r["peak_gib"] for r in runs),
                 "summary": sorted({r["summary"] for r in runs}),
