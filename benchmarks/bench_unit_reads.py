@@ -6,7 +6,8 @@ kinds, one file open and footer per unit and read; the packed form reads the sam
 pack per trajectory and kind. This times only those reads, with nothing of ckptsel's around
 them — each file opened as the records' scan opens it (a NativeFile, ``read_dictionary`` for the
 string columns, page checksums verified, no pre-buffering), the loaders' columns of the row
-groups whose ``split`` statistics name the split, a few files per thread task (16) — on one
+groups whose ``split`` statistics prove the split (the scan's own ``_split_of_group``; a file
+with a row group they do not prove is refused), a few files per thread task (16) — on one
 thread and on two, over the records kept by ``bench_analyze.py --form … --records DIR``::
 
     python benchmarks/bench_unit_reads.py --records DIR [--repeats 3]
@@ -31,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ckptsel.records.checks import prove_test_nll
+from ckptsel.records.scan import _split_leaf, _split_of_group
 from ckptsel.records.schema import GENERATION_COLUMNS, NLL_COLUMNS
 
 COLUMNS = {"generations": GENERATION_COLUMNS, "nll": NLL_COLUMNS}
@@ -42,9 +44,11 @@ def read_split(path: Path, kind: str, split: str) -> list[pa.Table]:
     columns = list(COLUMNS[kind])
     strings = [c for c in columns if COLUMNS[kind][c] == "string"]
     with pa.OSFile(str(path)) as src, pq.ParquetFile(src, read_dictionary=strings, page_checksum_verification=True, pre_buffer=False) as f:
-        meta, at = f.metadata, f.schema_arrow.get_field_index("split")
-        keep = [g for g in range(meta.num_row_groups) if meta.row_group(g).column(at).statistics.min == split]
-        return [f.read_row_group(g, columns=columns, use_threads=False) for g in keep]
+        leaf = _split_leaf(f, f.schema_arrow.names)  # (the scan's own helpers: its split proof)
+        proven = [_split_of_group(f, g, leaf) for g in range(f.metadata.num_row_groups)]
+        if None in proven:  # the scan would read such a file whole and split it by value
+            sys.exit(f"{path}: a row group whose statistics do not prove its split; not the layout timed here")
+        return [f.read_row_group(g, columns=columns, use_threads=False) for g, s in enumerate(proven) if s == split]
 
 
 def timed(files: list[Path], kind: str, split: str, threads: int) -> tuple[float, float]:
